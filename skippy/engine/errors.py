@@ -1,0 +1,80 @@
+"""Errors the engine raises, each mapped to an OpenAI error envelope.
+
+The HTTP layer turns any :class:`EngineError` into
+``{"error": {"message", "type", "param", "code"}}`` with :attr:`status`.
+User input never produces a 5xx: everything a request can cause is one of
+the 4xx classes below.
+"""
+
+from __future__ import annotations
+
+
+class EngineError(Exception):
+    """Base class. ``status`` is the HTTP status, ``type``/``code`` the OpenAI fields."""
+
+    status = 500
+    type = "server_error"
+    code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+
+    def envelope(self) -> dict:
+        """OpenAI error envelope: ``{"error": {"message", "type", "param", "code"}}``."""
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+class InvalidRequest(EngineError):
+    """400: malformed body, wrong types, template errors, bad tool history or grammar."""
+
+    status = 400
+    type = "invalid_request_error"
+
+
+class ContextLengthExceeded(InvalidRequest):
+    """400: prompt plus ``max_tokens`` does not fit the sequence context (``n_ctx``)."""
+
+    code = "context_length_exceeded"
+
+
+class PermissionDenied(EngineError):
+    """403: a hook policy denied the request."""
+
+    status = 403
+    type = "permission_error"
+
+
+class ModelNotFound(EngineError):
+    """404: the request names a model this server does not serve."""
+
+    status = 404
+    type = "invalid_request_error"
+    code = "model_not_found"
+
+
+class QueueFull(EngineError):
+    """429: the admission queue is full; retry after ``retry_after`` seconds."""
+
+    status = 429
+    type = "rate_limit_error"
+    retry_after = 1
+
+
+class ModelLoading(EngineError):
+    """503: the model is still loading."""
+
+    status = 503
+    type = "unavailable_error"
+    code = "model_loading"
+
+
+class EngineClosed(EngineError):
+    """503: the engine is shutting down or has stopped."""
+
+    status = 503
+    type = "unavailable_error"
+    code = "engine_closed"

@@ -1,0 +1,115 @@
+"""Chat templates rendered with jinja2 the way Hugging Face transformers does.
+
+Environment: ``jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True,
+lstrip_blocks=True)`` with the ``loopcontrols`` extension, a ``tojson``
+filter that keeps non-ASCII characters, and the ``raise_exception`` and
+``strftime_now`` globals (transformers ``chat_template_utils``).
+Any error raised while rendering becomes :class:`TemplateError`, which the
+engine reports as a 400 carrying the template's own message.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from typing import Any
+
+import jinja2
+import jinja2.ext
+import jinja2.nodes
+import jinja2.sandbox
+
+from skippy.engine.errors import InvalidRequest
+
+
+class TemplateError(InvalidRequest):
+    """400: the chat template raised or could not be compiled."""
+
+    code = "template_error"
+
+
+class _GenerationTag(jinja2.ext.Extension):
+    """``{% generation %}...{% endgeneration %}`` (transformers' AssistantTracker).
+
+    transformers uses the block to mark assistant tokens for training masks;
+    for inference it renders its body unchanged.
+    """
+
+    tags = {"generation"}
+
+    def parse(self, parser: Any) -> Any:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return jinja2.nodes.Scope(body, lineno=lineno)
+
+
+def _raise_exception(message: str) -> None:
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
+            separators: Any = None, sort_keys: bool = False) -> str:
+    # transformers: json.dumps(x, ensure_ascii=False, indent=indent, separators=..., sort_keys=...)
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent,
+                      separators=separators, sort_keys=sort_keys)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.datetime.now().strftime(fmt)
+
+
+def make_environment() -> jinja2.sandbox.ImmutableSandboxedEnvironment:
+    """The jinja2 environment of transformers' ``apply_chat_template``."""
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols", _GenerationTag]
+    )
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    return env
+
+
+_ENV = make_environment()
+
+
+class ChatTemplate:
+    """A compiled chat template plus the special-token strings it may use.
+
+    ``source`` is the jinja2 text (GGUF ``tokenizer.chat_template``, a file
+    or a request's ``chat_template``). Raises :class:`TemplateError` when it
+    does not compile.
+    """
+
+    def __init__(self, source: str, *, bos_token: str = "", eos_token: str = "") -> None:
+        self.source = source
+        self.bos_token = bos_token
+        self.eos_token = eos_token
+        try:
+            self._template = _ENV.from_string(source)
+        except jinja2.TemplateError as exc:
+            raise TemplateError(f"chat template does not compile: {exc}") from exc
+
+    def render(self, messages: list[dict[str, Any]], *, tools: list[dict] | None = None,
+               add_generation_prompt: bool = True, **kwargs: Any) -> str:
+        """Render ``messages`` (OpenAI message dicts) to prompt text.
+
+        ``tools`` is the OpenAI ``tools`` array or ``None``; extra keyword
+        arguments (``enable_thinking``, ``chat_template_kwargs`` entries...)
+        become template variables. Raises :class:`TemplateError` with the
+        template's own message when rendering fails.
+        """
+        context = dict(kwargs)
+        context.update(
+            messages=messages,
+            tools=tools,
+            add_generation_prompt=add_generation_prompt,
+            bos_token=self.bos_token,
+            eos_token=self.eos_token,
+        )
+        try:
+            return self._template.render(**context)
+        except jinja2.TemplateError as exc:
+            raise TemplateError(f"chat template error: {exc}") from exc
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError,
+                ZeroDivisionError, OverflowError, RecursionError) as exc:
+            raise TemplateError(f"chat template error: {type(exc).__name__}: {exc}") from exc
