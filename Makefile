@@ -1,0 +1,59 @@
+# skippy-trio developer tasks.
+#
+#   make venv    .venv with the package (editable) and its test extras
+#   make pull    download the default model into the cache ($SKIPPY_HOME or ~/.cache/skippy)
+#   make run     serve the default model (SERVE_ARGS="--port 8080 ..." to pass flags)
+#   make test    run the test suite (PYTEST_ARGS="-k foo" to pass flags)
+#   make bench   run the decode benchmark (installs the bench extras)
+#
+# The venv is (re)installed only when pyproject.toml changes: each install
+# leaves a stamp .venv/.stamp-<extras>-<hash of pyproject.toml>.
+# llama-cpp-python is compiled from source on its first install (several
+# minutes on 2 cores); pip caches the built wheel for later installs.
+
+PYTHON ?= python3
+COMMA := ,
+VENV ?= .venv
+BIN := $(VENV)/bin
+NPROC := $(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
+PYPROJECT_HASH := $(shell sha256sum pyproject.toml | cut -c1-16)
+STAMP_TEST := $(VENV)/.stamp-test-$(PYPROJECT_HASH)
+STAMP_BENCH := $(VENV)/.stamp-bench-$(PYPROJECT_HASH)
+SERVE_ARGS ?=
+PYTEST_ARGS ?=
+
+# pip install of the project; $(1) = extras, $(2) = stamps to write (any
+# older stamps are removed: they belong to another pyproject.toml).
+define install
+	@test -x $(BIN)/python || { echo "creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
+	$(BIN)/python -m pip install --upgrade pip
+	CMAKE_BUILD_PARALLEL_LEVEL=$(NPROC) $(BIN)/python -m pip install -e '.[$(1)]'
+	@rm -f $(VENV)/.stamp-*
+	@touch $(2)
+endef
+
+.PHONY: venv venv-bench pull run test bench
+
+venv: $(STAMP_TEST)
+
+venv-bench: $(STAMP_BENCH)
+
+$(STAMP_TEST): pyproject.toml
+	$(call install,test,$@)
+
+$(STAMP_BENCH): pyproject.toml
+	$(call install,test$(COMMA)bench,$@ $(STAMP_TEST))
+
+pull: venv
+	$(BIN)/skippy pull
+
+run: venv pull
+	$(BIN)/skippy serve $(SERVE_ARGS)
+
+test: venv pull
+	@$(BIN)/python -m pytest -q $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests (exit code 5)" >&2; fi; \
+	exit $$rc
+
+bench: venv-bench pull
+	$(BIN)/python bench/bench_decode.py
