@@ -1,0 +1,304 @@
+"""Tool-call emulation for templates that ignore ``tools`` (sans-IO).
+
+Convention (our own, as skippy-server uses for small models such as
+SmolLM2): the model calls a tool by writing one line::
+
+    TOOL_CALL {"name": "get_weather", "arguments": {"city": "Paris"}}
+
+This module builds the request side of it:
+
+- :func:`build_instruction` / :func:`tool_signature`: the text that teaches
+  the convention and lists the tools (``- name: description`` plus an
+  argument signature such as ``{city: string, days?: integer}``);
+- :func:`rewrite_history`: OpenAI chat messages -> messages a tool-less
+  template can render (no ``tool`` role, no ``tool_calls``);
+- :func:`build_grammar`: a llama.cpp GBNF grammar that forces (``required``
+  or a named tool) or, lazily after the trigger word ``TOOL_CALL``
+  (``auto``), constrains the call line to the tools' JSON schemas;
+- :class:`EarlyStop`: tells the decoder when a generation may end after
+  its call(s).
+
+The model's output is parsed back by
+:class:`skippy.engine.formats.emulated.EmulatedToolParser`.
+``tool_choice`` is OpenAI's: ``"none"``, ``"auto"`` (default),
+``"required"`` or ``{"type": "function", "function": {"name": ...}}``.
+Tools are OpenAI ``{"type": "function", "function": {...}}`` dicts or flat
+``{"name", "description", "parameters" | "input_schema"}`` dicts.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import attrs
+
+from skippy.engine.errors import InvalidRequest
+from skippy.engine.formats.emulated import MARKER, EmulatedToolParser
+
+TOOL_RESULT_PREFIX = "Tool result for"
+
+# --------------------------------------------------------------------------
+# tools and tool_choice
+
+
+def _function(tool: dict) -> dict:
+    fn = tool.get("function") if isinstance(tool, dict) else None
+    return fn if isinstance(fn, dict) else (tool if isinstance(tool, dict) else {})
+
+
+def tool_name(tool: dict) -> str:
+    """The tool's name (OpenAI ``function.name`` or flat ``name``); ``""`` if absent."""
+    name = _function(tool).get("name")
+    return name if isinstance(name, str) else ""
+
+
+def _schema(tool: dict) -> dict:
+    fn = _function(tool)
+    schema = fn.get("parameters", fn.get("input_schema"))
+    return schema if isinstance(schema, dict) else {}
+
+
+def _chosen_name(tool_choice: Any) -> str | None:
+    """Name of the tool a named ``tool_choice`` forces, else None."""
+    if isinstance(tool_choice, dict):
+        fn = tool_choice.get("function")
+        name = fn.get("name") if isinstance(fn, dict) else tool_choice.get("name")
+        if isinstance(name, str) and name:
+            return name
+    return None
+
+
+def select_tools(tools: list[dict] | None, tool_choice: Any) -> list[dict]:
+    """Tools the model may call: none for ``"none"``, the named one for a named
+    choice (raises :class:`InvalidRequest` if it is not in ``tools``), else all."""
+    tools = list(tools or [])
+    if tool_choice == "none":
+        return []
+    name = _chosen_name(tool_choice)
+    if name is None:
+        return tools
+    chosen = [t for t in tools if tool_name(t) == name]
+    if not chosen:
+        raise InvalidRequest(f"tool_choice names tool {name!r}, which is not in tools", param="tool_choice")
+    return chosen[:1]
+
+
+def allowed_tool_names(tools: list[dict] | None, tool_choice: Any) -> set[str]:
+    """The names :class:`EmulatedToolParser` should accept for this request."""
+    return {tool_name(t) for t in select_tools(tools, tool_choice)} - {""}
+
+
+def _forced(tool_choice: Any) -> bool:
+    return tool_choice == "required" or _chosen_name(tool_choice) is not None
+
+
+# --------------------------------------------------------------------------
+# instruction
+
+
+def _type_text(schema: Any, depth: int = 0) -> str:
+    """Compact type of a JSON schema: ``string``, ``integer[]``, ``"a" | "b"``, ``{x: number}``."""
+    if not isinstance(schema, dict) or not schema:
+        return "any"
+    if "const" in schema:
+        return json.dumps(schema["const"], ensure_ascii=False)
+    if isinstance(schema.get("enum"), list):
+        return " | ".join(json.dumps(v, ensure_ascii=False) for v in schema["enum"])
+    alts = schema.get("anyOf") or schema.get("oneOf")
+    if isinstance(alts, list) and alts:
+        return " | ".join(_type_text(a, depth) for a in alts)
+    if isinstance(schema.get("$ref"), str):
+        return schema["$ref"].rsplit("/", 1)[-1] or "any"
+    t = schema.get("type")
+    if isinstance(t, list):
+        return " | ".join(str(x) for x in t)
+    if t == "array":
+        item = _type_text(schema.get("items"), depth + 1)
+        return f"({item})[]" if " " in item else f"{item}[]"
+    if t == "object" or (t is None and "properties" in schema):
+        if isinstance(schema.get("properties"), dict) and schema["properties"] and depth < 3:
+            return _object_signature(schema, depth + 1)
+        return "object"
+    return t if isinstance(t, str) else "any"
+
+
+def _object_signature(schema: dict, depth: int = 0) -> str:
+    props = schema.get("properties")
+    props = props if isinstance(props, dict) else {}
+    required = schema.get("required")
+    required = set(required) if isinstance(required, list) else set()
+    parts = [f"{k}{'' if k in required else '?'}: {_type_text(v, depth)}" for k, v in props.items()]
+    return "{" + ", ".join(parts) + "}"
+
+
+def tool_signature(tool: dict) -> str:
+    """Argument signature of a tool, from ``parameters`` (or ``input_schema``).
+
+    Shape: ``{city: string, days?: integer}`` -- optional arguments (not in
+    ``required``) carry ``?``; types come from the JSON schema (arrays as
+    ``string[]``, enums as ``"c" | "f"``, nested objects expanded). A tool
+    without parameters gives ``{}``.
+    """
+    return _object_signature(_schema(tool))
+
+
+def build_instruction(tools: list[dict] | None, tool_choice: Any = "auto", *,
+                      parallel_tool_calls: bool = True) -> str:
+    """The system-prompt text that teaches the ``TOOL_CALL`` convention.
+
+    Lists each callable tool as ``- name: description`` followed by its
+    :func:`tool_signature` (only the named tool for a named ``tool_choice``).
+    Returns ``""`` when nothing may be called (no tools or ``"none"``).
+    Raises :class:`InvalidRequest` if a named ``tool_choice`` is not in ``tools``.
+    """
+    chosen = select_tools(tools, tool_choice)
+    if not chosen:
+        return ""
+    lines = [
+        "You can call tools. To call a tool, write a line of this form, with nothing else on that line:",
+        f'{MARKER} {{"name": "<tool name>", "arguments": {{<arguments as a JSON object>}}}}',
+        "You may write several such lines, one per call." if parallel_tool_calls
+        else "Call at most one tool per reply.",
+        f'After your call(s), stop. Each result comes back in a message that starts with "{TOOL_RESULT_PREFIX}".',
+    ]
+    name = _chosen_name(tool_choice)
+    if name is not None:
+        lines.append(f"You must call the tool {name}.")
+    elif tool_choice == "required":
+        lines.append("You must call at least one tool.")
+    else:
+        lines.append("If no tool is needed, answer normally without a TOOL_CALL line.")
+    lines += ["", "Available tools:"]
+    for tool in chosen:
+        desc = " ".join(str(_function(tool).get("description") or "").split())
+        head = f"- {tool_name(tool)}: {desc}" if desc else f"- {tool_name(tool)}:"
+        lines.append(f"{head} Arguments: {tool_signature(tool)}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------
+# history rewrite
+
+_SYSTEM_ROLES = ("system", "developer")
+
+
+def _text(content: Any, i: int) -> str:
+    """Flatten ``content`` (str, None or a list of parts) to text; media -> 400."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if isinstance(part, str):
+                texts.append(part)
+            elif isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            else:
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                raise InvalidRequest(
+                    f"messages[{i}]: content part of type {kind!r} is not supported with emulated tool calls "
+                    "(this model's template handles text only)", param=f"messages[{i}].content")
+        return "\n".join(texts)
+    raise InvalidRequest(f"messages[{i}]: content must be a string or a list of parts",
+                         param=f"messages[{i}].content")
+
+
+def _call_line(call: Any, i: int, j: int) -> tuple[str, str, str]:
+    """(id, name, ``TOOL_CALL {...}`` line) of one history tool call."""
+    where = f"messages[{i}].tool_calls[{j}]"
+    fn = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+        raise InvalidRequest(f"{where}: a tool call needs function.name", param=where)
+    args = fn.get("arguments", {})
+    if args is None or (isinstance(args, str) and not args.strip()):
+        args = {}
+    elif isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError as e:
+            raise InvalidRequest(f"{where}: function.arguments is not valid JSON: {e}",
+                                 param=f"{where}.function.arguments") from None
+    line = f"{MARKER} " + json.dumps({"name": fn["name"], "arguments": args}, ensure_ascii=False)
+    cid = call.get("id")
+    return (cid if isinstance(cid, str) else ""), fn["name"], line
+
+
+def rewrite_history(messages: list[dict], tools: list[dict] | None, tool_choice: Any = "auto", *,
+                    requires_alternation: bool = False, parallel_tool_calls: bool = True) -> list[dict]:
+    """Rewrite OpenAI chat messages for a template that has no tool support.
+
+    Returns new dicts (the input is never mutated), every ``content`` a str:
+
+    - the :func:`build_instruction` text is appended to the first system (or
+      developer) message, or inserted as a new first ``system`` message;
+    - an assistant message's ``tool_calls`` become ``TOOL_CALL {...}`` lines
+      after its text (``tool_calls`` removed);
+    - a ``tool`` (or legacy ``function``) message becomes a ``user`` message
+      ``Tool result for get_weather (call_x): <content>``, the tool name
+      taken from ``name`` or from the assistant call with that id;
+    - other system and developer messages are kept; when
+      ``requires_alternation`` (templates that raise unless user/assistant
+      alternate), a system/developer message after the first non-system one
+      becomes a ``user`` message ``System: <content>``, and consecutive
+      messages of the same role are merged (joined by a blank line).
+
+    Raises :class:`InvalidRequest` (400) naming ``messages[i]`` for media
+    content parts or malformed tool calls in the history.
+    """
+    instruction = build_instruction(tools, tool_choice, parallel_tool_calls=parallel_tool_calls)
+    names_by_id: dict[str, str] = {}
+    out: list[dict] = []
+    seen_turn = False
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, dict):
+            raise InvalidRequest(f"messages[{i}] must be an object", param=f"messages[{i}]")
+        role = msg.get("role")
+        new = {k: copy.deepcopy(v) for k, v in msg.items() if k not in ("tool_calls", "tool_call_id", "content")}
+        text = _text(msg.get("content"), i)
+        if role == "assistant" and msg.get("tool_calls"):
+            if not isinstance(msg["tool_calls"], list):
+                raise InvalidRequest(f"messages[{i}].tool_calls must be a list", param=f"messages[{i}].tool_calls")
+            lines = []
+            for j, call in enumerate(msg["tool_calls"]):
+                cid, name, line = _call_line(call, i, j)
+                if cid:
+                    names_by_id[cid] = name
+                lines.append(line)
+            text = "\n".join(([text.rstrip()] if text.strip() else []) + lines)
+        elif role in ("tool", "function"):
+            cid = msg.get("tool_call_id")
+            cid = cid if isinstance(cid, str) else ""
+            name = msg.get("name") if isinstance(msg.get("name"), str) else names_by_id.get(cid, "")
+            label = " ".join(x for x in (name, f"({cid})" if cid else "") if x)
+            text = f"{TOOL_RESULT_PREFIX} {label}: {text}" if label else f"Tool result: {text}"
+            new = {"role": "user"}
+        elif role in _SYSTEM_ROLES and requires_alternation and seen_turn:
+            new = {"role": "user"}
+            text = f"System: {text}"
+        if new.get("role") not in _SYSTEM_ROLES:
+            seen_turn = True
+        new["content"] = text
+        out.append(new)
+
+    if instruction:
+        first = next((m for m in out if m.get("role") in _SYSTEM_ROLES), None)
+        if first is None:
+            out.insert(0, {"role": "system", "content": instruction})
+        else:
+            first["content"] = f"{first['content'].rstrip()}\n\n{instruction}" if first["content"].strip() \
+                else instruction
+
+    if requires_alternation:
+        merged: list[dict] = []
+        for m in out:
+            if merged and merged[-1].get("role") == m.get("role"):
+                prev = merged[-1]
+                prev["content"] = "\n\n".join(x for x in (prev["content"], m["content"]) if x)
+            else:
+                merged.append(m)
+        out = merged
+    return out

@@ -1,0 +1,97 @@
+"""What the decode scheduler needs from a model runtime.
+
+A runtime owns one model and one inference context. Only the decode
+scheduler calls :meth:`Runtime.decode` and the sampler/KV methods (from
+one worker thread at a time); :class:`Vocab` is read-only and thread-safe,
+so the tokenizer actor may use it from any thread concurrently.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+import attrs
+import numpy as np
+
+from skippy.engine.sampling import SamplingParams
+
+
+@attrs.frozen
+class ModelMeta:
+    """Model metadata read once at load.
+
+    ``n_ctx_seq`` is the context of one sequence (tokens), ``n_seq_max`` the
+    number of sequence slots, ``n_batch`` the most tokens one decode call
+    takes. Token ids are ``int``; ``eog_ids`` are all end-of-generation ids.
+    """
+
+    name: str
+    path: str
+    chat_template: str | None
+    bos_id: int
+    eos_id: int
+    eog_ids: frozenset[int]
+    bos_token: str
+    eos_token: str
+    add_bos: bool
+    n_vocab: int
+    n_ctx_train: int
+    n_ctx_seq: int
+    n_seq_max: int
+    n_batch: int
+    is_recurrent: bool
+
+
+class Vocab(Protocol):
+    """Read-only, thread-safe vocabulary access."""
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        """Text -> token ids (llama.cpp ``llama_tokenize``)."""
+        ...
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        """Token ids -> text, special tokens rendered (llama.cpp ``llama_detokenize``)."""
+        ...
+
+    def piece(self, token: int) -> bytes:
+        """The bytes of one token as generated output (control tokens render as b"")."""
+        ...
+
+
+@attrs.frozen
+class BatchEntry:
+    """One token of a decode batch: ``pos`` in sequence ``seq_id``; ``logits`` requested or not."""
+
+    token: int
+    pos: int
+    seq_id: int
+    logits: bool
+
+
+class Runtime(Protocol):
+    meta: ModelMeta
+    vocab: Vocab
+
+    def decode(self, entries: Sequence[BatchEntry]) -> None:
+        """One ``llama_decode`` over ``entries``; raises ``RuntimeError`` on failure."""
+        ...
+
+    def logits(self, index: int) -> np.ndarray:
+        """Raw logits (float32, shape ``(n_vocab,)``) of the ``index``-th output of the last decode."""
+        ...
+
+    def new_sampler(self, params: SamplingParams) -> object:
+        """Build a per-sequence sampler; raises ``ValueError`` for a grammar llama.cpp rejects."""
+        ...
+
+    def sample(self, sampler: object, index: int) -> int:
+        """Sample (and accept) a token from the ``index``-th output of the last decode."""
+        ...
+
+    def free_sampler(self, sampler: object) -> None: ...
+
+    def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> None:
+        """Remove positions ``[p0, p1)`` of ``seq_id`` from the KV cache (-1: open end)."""
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,241 @@
+"""llama.cpp runtime through llama-cpp-python's low-level API.
+
+One :class:`LlamaRuntime` holds one ``llama_model`` and one
+``llama_context`` with ``n_seq_max`` sequence slots and a non-unified KV
+cache (``kv_unified=false``): each sequence gets its own KV stream of
+``n_ctx_seq`` cells, which batches better and keeps a sequence's output
+independent of its neighbours (see DESIGN.md, "Runtime facts").
+
+llama.cpp aborts the whole process on misuse (``GGML_ASSERT``), so every
+call is validated here first: batch size <= ``n_batch``, sequence ids <
+``n_seq_max``, positions < ``n_ctx_seq``, output indices in range.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+from typing import Sequence
+
+import llama_cpp
+import numpy as np
+
+from skippy.engine.runtime.base import BatchEntry, ModelMeta
+from skippy.engine.sampling import SamplingParams
+
+log = logging.getLogger("skippy.runtime")
+
+_backend_lock = threading.Lock()
+_backend_ready = False
+
+
+def _init_backend(verbose: bool) -> None:
+    global _backend_ready
+    with _backend_lock:
+        if not _backend_ready:
+            from llama_cpp import _logger
+
+            _logger.set_verbose(verbose)
+            llama_cpp.llama_backend_init()
+            _backend_ready = True
+
+
+class LlamaVocab:
+    """Thread-safe, read-only vocabulary of a loaded model (see :class:`Vocab`)."""
+
+    def __init__(self, vocab: llama_cpp.llama_vocab_p, n_vocab: int) -> None:
+        self._vocab = vocab
+        self.n_vocab = n_vocab
+        self._pieces = [self._piece(t, special=False) for t in range(n_vocab)]
+
+    def _piece(self, token: int, *, special: bool) -> bytes:
+        buf = ctypes.create_string_buffer(64)
+        n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, 64, 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, -n, 0, special)
+        return buf.raw[:n]
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        data = text.encode("utf-8")
+        cap = len(data) + 8
+        arr = (llama_cpp.llama_token * cap)()
+        n = llama_cpp.llama_tokenize(self._vocab, data, len(data), arr, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            arr = (llama_cpp.llama_token * cap)()
+            n = llama_cpp.llama_tokenize(self._vocab, data, len(data), arr, cap, add_special, parse_special)
+        return list(arr[:n])
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        for t in tokens:
+            if not 0 <= t < self.n_vocab:
+                raise ValueError(f"token id {t} is out of range (0..{self.n_vocab - 1})")
+        arr = (llama_cpp.llama_token * max(1, len(tokens)))(*tokens)
+        cap = 16 * len(tokens) + 16
+        buf = ctypes.create_string_buffer(cap)
+        n = llama_cpp.llama_detokenize(self._vocab, arr, len(tokens), buf, cap, False, True)
+        if n < 0:
+            cap = -n
+            buf = ctypes.create_string_buffer(cap)
+            n = llama_cpp.llama_detokenize(self._vocab, arr, len(tokens), buf, cap, False, True)
+        return buf.raw[:n].decode("utf-8", errors="replace")
+
+    def piece(self, token: int) -> bytes:
+        return self._pieces[token]
+
+    def special_piece(self, token: int) -> str:
+        return self._piece(token, special=True).decode("utf-8", errors="replace")
+
+
+class LlamaRuntime:
+    """A llama.cpp model + context (see module docstring).
+
+    ``n_ctx_seq`` tokens per sequence, ``n_seq_max`` sequences; the llama.cpp
+    context holds ``n_ctx_seq * n_seq_max`` cells. ``n_threads`` defaults to
+    the number of CPUs. Raises ``RuntimeError`` when the model or context
+    cannot be created.
+    """
+
+    def __init__(self, path: str, *, n_ctx_seq: int = 2048, n_seq_max: int = 16, n_batch: int = 512,
+                 n_threads: int | None = None, name: str | None = None, verbose: bool = False) -> None:
+        _init_backend(verbose)
+        mparams = llama_cpp.llama_model_default_params()
+        self._model = llama_cpp.llama_model_load_from_file(path.encode(), mparams)
+        if not self._model:
+            raise RuntimeError(f"llama.cpp could not load model {path!r}")
+        vocab = llama_cpp.llama_model_get_vocab(self._model)
+        n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
+        n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = n_ctx_seq * n_seq_max
+        cparams.n_batch = n_batch
+        cparams.n_ubatch = n_batch
+        cparams.n_seq_max = n_seq_max
+        cparams.kv_unified = False
+        threads = n_threads or os.cpu_count() or 1
+        cparams.n_threads = threads
+        cparams.n_threads_batch = threads
+        cparams.no_perf = True
+        self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            llama_cpp.llama_model_free(self._model)
+            raise RuntimeError("llama.cpp could not create a context (out of memory?)")
+        self._mem = llama_cpp.llama_get_memory(self._ctx)
+        self._n_vocab = n_vocab
+        self._n_batch = n_batch
+        self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+        self._n_outputs = 0
+        self.vocab = LlamaVocab(vocab, n_vocab)
+        tmpl = llama_cpp.llama_model_chat_template(self._model, None)
+        bos = llama_cpp.llama_vocab_bos(vocab)
+        eos = llama_cpp.llama_vocab_eos(vocab)
+        eog = frozenset(t for t in range(n_vocab) if llama_cpp.llama_vocab_is_eog(vocab, t))
+        self.meta = ModelMeta(
+            name=name or os.path.splitext(os.path.basename(path))[0],
+            path=path,
+            chat_template=tmpl.decode("utf-8", errors="replace") if tmpl else None,
+            bos_id=bos, eos_id=eos, eog_ids=eog,
+            bos_token=self.vocab.special_piece(bos) if bos >= 0 else "",
+            eos_token=self.vocab.special_piece(eos) if eos >= 0 else "",
+            add_bos=bool(llama_cpp.llama_vocab_get_add_bos(vocab)),
+            n_vocab=n_vocab, n_ctx_train=n_ctx_train,
+            n_ctx_seq=llama_cpp.llama_n_ctx_seq(self._ctx),
+            n_seq_max=llama_cpp.llama_n_seq_max(self._ctx),
+            n_batch=n_batch,
+            is_recurrent=bool(llama_cpp.llama_model_is_recurrent(self._model)
+                              or llama_cpp.llama_model_is_hybrid(self._model)),
+        )
+        self._vocab_p = vocab
+
+    # -- decode -------------------------------------------------------------
+    def decode(self, entries: Sequence[BatchEntry]) -> None:
+        """One ``llama_decode`` (see :meth:`Runtime.decode`). Validates before calling."""
+        n = len(entries)
+        if not 0 < n <= self._n_batch:
+            raise ValueError(f"batch of {n} tokens (allowed 1..{self._n_batch})")
+        b = self._batch
+        outputs = 0
+        for i, e in enumerate(entries):
+            if not 0 <= e.seq_id < self.meta.n_seq_max:
+                raise ValueError(f"sequence id {e.seq_id} out of range")
+            if not 0 <= e.pos < self.meta.n_ctx_seq:
+                raise ValueError(f"position {e.pos} outside the sequence context {self.meta.n_ctx_seq}")
+            if not 0 <= e.token < self._n_vocab:
+                raise ValueError(f"token id {e.token} out of range")
+            b.token[i] = e.token
+            b.pos[i] = e.pos
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = e.seq_id
+            b.logits[i] = e.logits
+            outputs += e.logits
+        b.n_tokens = n
+        rc = llama_cpp.llama_decode(self._ctx, b)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode failed with code {rc}")
+        self._n_outputs = outputs
+
+    def logits(self, index: int) -> np.ndarray:
+        if not 0 <= index < self._n_outputs:
+            raise IndexError(f"output index {index} out of range ({self._n_outputs} outputs)")
+        ptr = llama_cpp.llama_get_logits_ith(self._ctx, index)
+        return np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
+
+    # -- sampling -----------------------------------------------------------
+    def new_sampler(self, params: SamplingParams) -> object:
+        sparams = llama_cpp.llama_sampler_chain_default_params()
+        sparams.no_perf = True
+        chain = llama_cpp.llama_sampler_chain_init(sparams)
+        add = lambda s: llama_cpp.llama_sampler_chain_add(chain, s)  # noqa: E731
+        if params.grammar:
+            g = llama_cpp.llama_sampler_init_grammar(self._vocab_p, params.grammar.encode(), b"root")
+            if not g:
+                llama_cpp.llama_sampler_free(chain)
+                raise ValueError("llama.cpp rejected the grammar")
+            add(g)
+        if params.logit_bias:
+            arr = (llama_cpp.llama_logit_bias * len(params.logit_bias))()
+            for i, (tok, bias) in enumerate(params.logit_bias):
+                arr[i].token = tok
+                arr[i].bias = bias
+            add(llama_cpp.llama_sampler_init_logit_bias(self._n_vocab, len(params.logit_bias), arr))
+        if params.repeat_penalty != 1.0 or params.frequency_penalty or params.presence_penalty:
+            add(llama_cpp.llama_sampler_init_penalties(self._n_vocab, params.penalty_last_n, params.repeat_penalty,
+                                                       params.frequency_penalty, params.presence_penalty))
+        if params.greedy:
+            add(llama_cpp.llama_sampler_init_greedy())
+        else:
+            if params.top_k > 0:
+                add(llama_cpp.llama_sampler_init_top_k(params.top_k))
+            add(llama_cpp.llama_sampler_init_top_p(params.top_p, 1))
+            add(llama_cpp.llama_sampler_init_min_p(params.min_p, 1))
+            add(llama_cpp.llama_sampler_init_temp(params.temperature))
+            add(llama_cpp.llama_sampler_init_dist(params.seed))
+        return chain
+
+    def sample(self, sampler: object, index: int) -> int:
+        if not 0 <= index < self._n_outputs:
+            raise IndexError(f"output index {index} out of range ({self._n_outputs} outputs)")
+        return llama_cpp.llama_sampler_sample(sampler, self._ctx, index)
+
+    def free_sampler(self, sampler: object) -> None:
+        llama_cpp.llama_sampler_free(sampler)
+
+    # -- KV cache -----------------------------------------------------------
+    def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> None:
+        if not 0 <= seq_id < self.meta.n_seq_max:
+            raise ValueError(f"sequence id {seq_id} out of range")
+        llama_cpp.llama_memory_seq_rm(self._mem, seq_id, p0, p1)
+
+    def seq_pos_max(self, seq_id: int) -> int:
+        """Largest position held for ``seq_id`` in the KV cache, -1 when empty."""
+        return llama_cpp.llama_memory_seq_pos_max(self._mem, seq_id)
+
+    def close(self) -> None:
+        if self._ctx:
+            llama_cpp.llama_batch_free(self._batch)
+            llama_cpp.llama_free(self._ctx)
+            llama_cpp.llama_model_free(self._model)
+            self._ctx = None

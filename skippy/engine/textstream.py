@@ -1,0 +1,75 @@
+"""Token bytes -> text, and stop-string hold-back (sans-IO).
+
+:class:`Utf8Stream` decodes token pieces incrementally: a multi-byte
+character split across tokens is emitted only once complete, never as
+U+FFFD (invalid bytes that can never complete still become U+FFFD, as
+Python's ``errors="replace"`` does).
+
+:class:`StopMatcher` implements OpenAI ``stop``: the stop text is not
+returned, and text that may be the start of a stop string is held back
+until decided (llama-server's partial-stop behaviour).
+"""
+
+from __future__ import annotations
+
+import codecs
+
+
+class Utf8Stream:
+    """Incremental UTF-8 decoder over token pieces (``bytes`` in, ``str`` out)."""
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def feed(self, data: bytes) -> str:
+        """Decode ``data``; an incomplete trailing character is kept for later."""
+        return self._decoder.decode(data)
+
+    def flush(self) -> str:
+        """End of stream: an incomplete trailing character becomes U+FFFD."""
+        return self._decoder.decode(b"", final=True)
+
+
+class StopMatcher:
+    """Finds the earliest stop string in streamed text.
+
+    ``feed(text) -> (safe_text, stopped)``: ``safe_text`` may be emitted now;
+    once ``stopped`` is true, everything from the stop string on is dropped
+    and later feeds return ``("", True)``. ``flush()`` returns text held back
+    at the end of generation (it was not a stop string after all).
+    """
+
+    def __init__(self, stops: list[str] | tuple[str, ...]) -> None:
+        self.stops = tuple(s for s in stops if s)
+        self._held = ""
+        self.stopped = False
+
+    def feed(self, text: str) -> tuple[str, bool]:
+        if self.stopped:
+            return "", True
+        if not self.stops:
+            return text, False
+        buf = self._held + text
+        # earliest full match of any stop string
+        cut = -1
+        for s in self.stops:
+            i = buf.find(s)
+            if i != -1 and (cut == -1 or i < cut):
+                cut = i
+        if cut != -1:
+            self.stopped = True
+            self._held = ""
+            return buf[:cut], True
+        # hold back the longest suffix that is a proper prefix of a stop string
+        hold = 0
+        for s in self.stops:
+            for n in range(min(len(s) - 1, len(buf)), hold, -1):
+                if buf.endswith(s[:n]):
+                    hold = n
+                    break
+        self._held = buf[len(buf) - hold:] if hold else ""
+        return buf[: len(buf) - hold], False
+
+    def flush(self) -> str:
+        held, self._held = self._held, ""
+        return "" if self.stopped else held

@@ -1,0 +1,124 @@
+"""Request types of the OpenAI-compatible API, as msgspec Structs.
+
+Decoding a body with :func:`decode_request` validates JSON syntax and field
+types in one pass; any failure raises :class:`InvalidRequest` (400) naming
+the offending field. Unknown fields are ignored, as OpenAI clients and agent
+frameworks send extensions. Field names are OpenAI's (Chat Completions and
+legacy Completions); ``top_k``, ``min_p``, ``repeat_penalty`` and
+``grammar`` are llama-server extensions.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import msgspec
+
+from skippy.engine.errors import InvalidRequest
+
+T = TypeVar("T")
+
+
+class ContentPart(msgspec.Struct, omit_defaults=True):
+    """One part of a multi-part message content (``{"type": "text", "text": ...}``)."""
+
+    type: str
+    text: str | None = None
+    image_url: Any = None
+    input_audio: Any = None
+
+
+class Message(msgspec.Struct, omit_defaults=True):
+    """An OpenAI chat message (system, developer, user, assistant or tool)."""
+
+    role: str
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+
+
+class StreamOptions(msgspec.Struct, omit_defaults=True):
+    include_usage: bool = False
+
+
+class SamplingFields(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """Sampling fields shared by chat and text completions."""
+
+    model: str | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repeat_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    n: int | None = None
+    user: str | None = None
+
+
+class ChatCompletionRequest(SamplingFields, kw_only=True):
+    """``POST /v1/chat/completions`` body (OpenAI Chat Completions)."""
+
+    messages: list[Message]
+    logprobs: bool = False
+    top_logprobs: int | None = None
+
+
+class CompletionRequest(SamplingFields, kw_only=True):
+    """``POST /v1/completions`` body (OpenAI legacy Completions; string prompt)."""
+
+    prompt: str | list[str]
+    logprobs: int | None = None
+    echo: bool = False
+
+
+class TokenizeRequest(msgspec.Struct, kw_only=True):
+    """``POST /tokenize`` (llama-server): ``content`` -> ``{"tokens": [...]}``."""
+
+    content: str
+    add_special: bool = False
+    parse_special: bool = True
+    with_pieces: bool = False
+
+
+class DetokenizeRequest(msgspec.Struct, kw_only=True):
+    """``POST /detokenize`` (llama-server): ``tokens`` -> ``{"content": ...}``."""
+
+    tokens: list[int]
+
+
+class ApplyTemplateRequest(msgspec.Struct, kw_only=True):
+    """``POST /apply-template`` (llama-server): ``messages`` -> ``{"prompt": ...}``."""
+
+    messages: list[Message]
+
+
+def decode_request(body: bytes, type_: type[T]) -> T:
+    """Decode and validate a JSON body into ``type_``.
+
+    Raises :class:`InvalidRequest` (400) for malformed JSON, a non-object
+    body, a missing required field or a field of the wrong type; the
+    message is msgspec's, which names the field path (e.g. ``$.messages[0].role``).
+    """
+    try:
+        return msgspec.json.decode(body, type=type_)
+    except msgspec.ValidationError as exc:
+        path = str(exc).rsplit("`$.", 1)
+        param = path[1].rstrip("`").split("[")[0].split(".")[0] if len(path) == 2 else None
+        raise InvalidRequest(f"invalid request: {exc}", param=param) from exc
+    except msgspec.DecodeError as exc:
+        raise InvalidRequest(f"malformed JSON body: {exc}") from exc
+
+
+def message_dicts(messages: list[Message]) -> list[dict[str, Any]]:
+    """Messages as plain dicts (what chat templates read); unset fields omitted."""
+    return msgspec.to_builtins(messages)
