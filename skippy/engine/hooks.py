@@ -32,11 +32,12 @@ from __future__ import annotations
 
 import importlib
 import math
-from typing import Any, ClassVar, Protocol, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Union
 
 import attrs
 
-from skippy.engine.signals import FinishInfo, GenerationSignals, PrefillSignals
+if TYPE_CHECKING:  # payload types only; keeps this module free of numpy
+    from skippy.engine.signals import FinishInfo, GenerationSignals, PrefillSignals
 
 __all__ = [
     "EVENTS",
