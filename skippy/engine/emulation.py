@@ -302,3 +302,138 @@ def rewrite_history(messages: list[dict], tools: list[dict] | None, tool_choice:
                 merged.append(m)
         out = merged
     return out
+
+
+# --------------------------------------------------------------------------
+# grammar
+
+_JSON_CHAR = r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F])'
+
+
+@attrs.frozen
+class EmulationGrammar:
+    """A GBNF grammar (root rule ``root``) for the decoder's grammar sampler.
+
+    ``lazy``: apply only from the first ``trigger_words`` match on (llama.cpp
+    ``llama_sampler_init_grammar_lazy``; the grammar then matches the text
+    from the trigger word on); else it constrains the whole output.
+    """
+
+    gbnf: str
+    lazy: bool
+    trigger_words: tuple[str, ...] = ()
+
+
+def _schema_converter() -> Any:
+    # llama-cpp-python's port of llama.cpp json-schema-to-grammar (pure Python).
+    from llama_cpp.llama_grammar import SchemaConverter
+
+    return SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+
+
+def _gbnf_literal(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r") + '"'
+
+
+def build_grammar(tools: list[dict] | None, tool_choice: Any = "auto",
+                  parallel_tool_calls: bool = True) -> EmulationGrammar | None:
+    """GBNF grammar for the ``TOOL_CALL`` line(s); None when no grammar applies.
+
+    Shape: ``root ::= tool-line ("\\n" tool-line)* "\\n"?`` (one line only,
+    ``tool-line "\\n"?``, when ``parallel_tool_calls`` is false), where
+    ``tool-line ::= "TOOL_CALL" ":"? " "? (call-a | call-b ...)`` and each
+    ``call-x`` is ``{"name": "x", "arguments": <args>}`` with ``<args>`` the
+    tool's JSON schema converted by llama-cpp-python's ``SchemaConverter``
+    (llama.cpp json-schema-to-grammar; whitespace ``" "?``, strings without
+    control characters, so a call stays on one line).
+
+    ``"required"`` or a named ``tool_choice`` -> strict (``lazy=False``);
+    ``"auto"`` -> lazy with trigger word ``TOOL_CALL``; ``"none"`` or no
+    tools -> None. Raises :class:`InvalidRequest` for a schema that cannot
+    be converted (naming ``tools[i]``) or an unknown named tool.
+    """
+    chosen = select_tools(tools, tool_choice)
+    if not chosen:
+        return None
+    index = {id(t): i for i, t in enumerate(tools or [])}
+    conv = _schema_converter()
+    alts = []
+    for tool in chosen:
+        i = index.get(id(tool), 0)
+        name = tool_name(tool)
+        where = f"tools[{i}].function.parameters"
+        if not name:
+            raise InvalidRequest(f"tools[{i}]: a tool needs a name", param=f"tools[{i}].function.name")
+        schema = copy.deepcopy(_schema(tool))
+        if schema.get("type", "object") != "object":
+            raise InvalidRequest(f"{where}: the arguments schema must describe an object", param=where)
+        try:
+            schema = conv.resolve_refs(schema, f"tool{i}")
+            args_rule = conv.visit(schema, f"{name}-args")
+        except Exception as e:  # the converter raises assert/Value/Key/TypeError on bad schemas
+            raise InvalidRequest(f"{where}: cannot turn this JSON schema into a grammar: {e!r}",
+                                 param=where) from None
+        alts.append(conv._add_rule(
+            f"{name}-call",
+            r'"{" space "\"name\"" space ":" space ' + _gbnf_literal(json.dumps(name, ensure_ascii=False))
+            + r' space "," space "\"arguments\"" space ":" space ' + args_rule + r' "}"'))
+    if "char" in conv._rules:
+        conv._rules["char"] = _JSON_CHAR
+    conv._add_rule("tool-line", f'"{MARKER}" ":"? " "? ({" | ".join(alts)})')
+    conv._add_rule("root", 'tool-line ("\\n" tool-line)* "\\n"?' if parallel_tool_calls else 'tool-line "\\n"?')
+    gbnf = conv.format_grammar()
+    if _forced(tool_choice):
+        return EmulationGrammar(gbnf=gbnf, lazy=False)
+    return EmulationGrammar(gbnf=gbnf, lazy=True, trigger_words=(MARKER,))
+
+
+# --------------------------------------------------------------------------
+# early stop
+
+
+class EarlyStop:
+    """Tells the decoder when an emulated-tools generation may end (sans-IO).
+
+    Feed the generated text piece by piece; :meth:`feed` returns True once
+    generation should stop:
+
+    - ``parallel_tool_calls=False``: right after the first complete call;
+    - otherwise: at the first line after a complete call that is neither
+      blank nor (the start of) another ``TOOL_CALL`` line. The rest of the
+      call's own line is ignored.
+
+    After a stop, :attr:`keep` is how many characters of all text fed should
+    be kept (the rest -- text after the call, or the start of the stopping
+    line -- should be dropped before the final parse). Calls are recognised
+    exactly as :class:`EmulatedToolParser` does (``<think>`` spans skipped).
+    """
+
+    def __init__(self, allowed_tools: set[str], parallel_tool_calls: bool = True) -> None:
+        self._parser = EmulatedToolParser(allowed_tools, parallel_tool_calls, id_factory=lambda: "")
+        self.parallel_tool_calls = parallel_tool_calls
+        self.keep: int | None = None
+
+    @property
+    def stopped(self) -> bool:
+        return self.keep is not None
+
+    def feed(self, text: str) -> bool:
+        if self.keep is not None:
+            return True
+        self._parser.feed(text)
+        end = self._parser.last_call_end
+        if end is None:
+            return False
+        if not self.parallel_tool_calls:
+            self.keep = self._parser.raw_offset(end - 1) + 1
+            return True
+        rest = self._parser.text_after_last_call or ""
+        offset = end
+        for k, line in enumerate(rest.split("\n")):
+            if k > 0:
+                s = line.lstrip(" \t\r")
+                if s and not (s.startswith(MARKER) or MARKER.startswith(s)):
+                    self.keep = self._parser.raw_offset(offset)
+                    return True
+            offset += len(line) + 1
+        return False

@@ -253,6 +253,8 @@ class EmulatedToolParser:
         self.parallel_tool_calls = parallel_tool_calls
         self._id_factory = id_factory
         self._raw = ""                 # undecided raw text (think stage)
+        self._raw_done = 0             # raw chars already routed
+        self._segments: list[tuple[int, int]] = []   # (visible offset, raw offset) of visible pieces
         self._in_think = False
         self._text = ""                # visible text (think spans removed)
         self._pos = 0                  # visible text consumed by the call stage
@@ -291,6 +293,20 @@ class EmulatedToolParser:
         """Visible text after the last completed call (None before any)."""
         return None if self._call_end < 0 else self._text[self._call_end:]
 
+    @property
+    def last_call_end(self) -> int | None:
+        """Visible offset just after the last completed call (None before any)."""
+        return None if self._call_end < 0 else self._call_end
+
+    def raw_offset(self, visible: int) -> int:
+        """Offset in the fed text of visible offset ``visible`` (think spans removed)."""
+        raw = visible
+        for v, r in self._segments:
+            if v > visible:
+                break
+            raw = r + (visible - v)
+        return raw
+
     # -- output ------------------------------------------------------------
 
     def _take(self) -> list[Delta]:
@@ -311,11 +327,13 @@ class EmulatedToolParser:
             if i >= 0:
                 piece, self._raw = self._raw[:i], self._raw[i + len(tag):]
                 self._route(piece)
+                self._raw_done += len(piece) + len(tag)
                 self._in_think = not self._in_think
                 continue
             keep = 0 if final else _partial_suffix(self._raw, tag)
             piece, self._raw = self._raw[:len(self._raw) - keep], self._raw[len(self._raw) - keep:]
             self._route(piece)
+            self._raw_done += len(piece)
             break
 
     def _route(self, piece: str) -> None:
@@ -327,6 +345,7 @@ class EmulatedToolParser:
             if r:
                 self._out.append(Delta(reasoning_content=r))
         else:
+            self._segments.append((len(self._text), self._raw_done))
             self._text += piece
 
     # -- stage 2: TOOL_CALL lines -------------------------------------------
