@@ -1,0 +1,52 @@
+"""Chat formats: turn generated text into OpenAI ``content``, ``reasoning_content``
+and ``tool_calls``, streaming append-only deltas (see :mod:`.base`, :mod:`.core`).
+
+``make_parser(chat_format, ...)`` builds the parser for one generation;
+``chat_format`` is one of :data:`FORMATS` (chosen per template by
+:func:`skippy.engine.capabilities.detect_caps`).
+"""
+
+from __future__ import annotations
+
+from skippy.engine.formats.base import (ContentParser, Delta, IdFactory, ParsedMessage, StreamParser,
+                                        ToolCall, ToolCallDelta, new_call_id)
+from skippy.engine.formats.command_r7b import COMMAND_R7B
+from skippy.engine.formats.core import CONTENT_ONLY, REASONING_FORMATS, ChatParser, ToolSyntax
+from skippy.engine.formats.deepseek import DEEPSEEK_R1, DEEPSEEK_V3_1
+from skippy.engine.formats.functionary import FUNCTIONARY_V3_2
+from skippy.engine.formats.generic import GENERIC
+from skippy.engine.formats.hermes import HERMES_2_PRO
+from skippy.engine.formats.llama3 import LLAMA3_JSON
+from skippy.engine.formats.mistral import MISTRAL_NEMO, MISTRAL_SMALL_3_2
+
+SYNTAXES: dict[str, ToolSyntax] = {s.name: s for s in (
+    CONTENT_ONLY, GENERIC, HERMES_2_PRO, LLAMA3_JSON, MISTRAL_NEMO, MISTRAL_SMALL_3_2,
+    DEEPSEEK_R1, DEEPSEEK_V3_1, FUNCTIONARY_V3_2, COMMAND_R7B)}
+
+#: Every chat-format name ``make_parser`` accepts.
+FORMATS: tuple[str, ...] = tuple(SYNTAXES)
+
+
+def make_parser(chat_format: str, *, reasoning_format: str = "auto", thinking_forced_open: bool = False,
+                allowed_tools: set[str] | None = None, parallel_tool_calls: bool = True,
+                id_factory: IdFactory = new_call_id) -> StreamParser:
+    """The streaming parser of one generation in ``chat_format``.
+
+    ``allowed_tools``: names the request allows as calls (``tool_choice``
+    already applied); ``None``/empty means tools are off and everything is
+    content (reasoning is still split). Calls naming other tools stay content.
+    ``parallel_tool_calls=False`` keeps only the first call (later ones are
+    dropped, as vLLM does). ``reasoning_format`` is one of
+    :data:`REASONING_FORMATS`. Raises ``ValueError`` for unknown names.
+    """
+    try:
+        syntax = SYNTAXES[chat_format]
+    except KeyError:
+        raise ValueError(f"unknown chat format {chat_format!r}") from None
+    return ChatParser(syntax, reasoning_format=reasoning_format, thinking_forced_open=thinking_forced_open,
+                      allowed_tools=allowed_tools, parallel_tool_calls=parallel_tool_calls,
+                      id_factory=id_factory)
+
+
+__all__ = ["FORMATS", "REASONING_FORMATS", "make_parser", "ChatParser", "ContentParser", "Delta",
+           "ParsedMessage", "StreamParser", "ToolCall", "ToolCallDelta", "new_call_id"]

@@ -1,0 +1,525 @@
+"""The shared streaming core of every chat format (sans-IO).
+
+One parser, configured per format by a :class:`ToolSyntax`, does all the
+work: reasoning split (``<think>...</think>``), marker hold-back, tool-call
+header recognition, argument streaming and content whitespace rules.
+
+Pipeline for one generation::
+
+    text pieces -> _ReasoningSplitter -> (reasoning deltas)
+                                     \\-> ToolScanner -> (content, tool-call deltas)
+                -> ChatParser records every delta; finish() builds the message
+                   from the recorded deltas, so streamed == final by construction.
+
+Tool calls. A *section* opens at one of ``syntax.opens`` (or at the start of
+the output when ``syntax.at_start``). Inside it, ``syntax.header`` (a regex
+anchored at the call start, group ``name``) must match up to the first
+``{`` of the arguments; the arguments are then the raw JSON object text the
+model wrote, streamed as it arrives and ended where
+``json.JSONDecoder.raw_decode`` completes the object (or at the longest
+prefix ``partial_json_parser`` accepts, if the model writes malformed JSON).
+After the arguments, everything up to ``syntax.close`` is swallowed, or a
+``syntax.next_call`` marker starts another call of the same section.
+A section whose header never matches (or names a tool the request does not
+allow) is given back verbatim as content. For JSON-object wrappers with an
+unexpected key order the whole object is parsed once complete (same result
+whatever the split, since the header regex always wins when it can match).
+
+Every decision depends only on the text seen so far, never on how it was
+split, which is what makes streamed and non-streamed results identical.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Iterable
+
+import attrs
+import partial_json_parser
+
+from skippy.engine.formats.base import (Delta, IdFactory, ParsedMessage, ToolCall,
+                                        ToolCallDelta, new_call_id)
+
+_DECODER = json.JSONDecoder(strict=False)
+_CTRL = {i: " " for i in range(32)}
+_WS = re.compile(r"\s*")
+HEADER_LIMIT = 512  # chars a non-JSON call header may take before it is given up as content
+
+
+# ---------------------------------------------------------------- JSON helpers
+
+def _is_valid_prefix(text: str) -> bool:
+    """True if ``text`` can still grow into valid JSON (partial_json_parser)."""
+    try:
+        partial_json_parser.loads(text.translate(_CTRL))
+        return True
+    except Exception:  # MalformedJSON, JSONDecodeError, partial-parser internals
+        return False
+
+
+def scan_json(text: str, start: int) -> tuple[str, int]:
+    """Scan the JSON value at ``text[start]``.
+
+    Returns ``("complete", end)``, ``("partial", len(text))`` (a valid prefix
+    that may still complete) or ``("malformed", end)`` where ``end`` is the
+    end of the longest valid prefix.
+    """
+    try:
+        _, end = _DECODER.raw_decode(text, start)
+        return "complete", end
+    except json.JSONDecodeError as exc:
+        if exc.pos >= len(text) or exc.msg.startswith("Unterminated string"):
+            return "partial", len(text)
+    if _is_valid_prefix(text[start:]):
+        return "partial", len(text)
+    lo, hi = start, len(text)  # lo valid (empty prefix), hi invalid; validity is monotone
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _is_valid_prefix(text[start:mid]):
+            lo = mid
+        else:
+            hi = mid
+    return "malformed", lo
+
+
+def holdback(text: str, markers: Iterable[str]) -> int:
+    """Length of the longest suffix of ``text`` that is a proper prefix of a marker."""
+    best = 0
+    for marker in markers:
+        for n in range(min(len(marker) - 1, len(text)), best, -1):
+            if text.endswith(marker[:n]):
+                best = n
+                break
+    return best
+
+
+def find_first(text: str, markers: Iterable[str], start: int = 0) -> tuple[int, str]:
+    """Earliest occurrence ``(index, marker)`` of any marker, or ``(-1, "")``."""
+    best, found = -1, ""
+    for marker in markers:
+        i = text.find(marker, start)
+        if i >= 0 and (best < 0 or i < best):
+            best, found = i, marker
+    return best, found
+
+
+# ---------------------------------------------------------------- configuration
+
+JSON_STR = r'"(?P<name>(?:[^"\\]|\\.)*)"'
+
+
+@attrs.frozen
+class ToolSyntax:
+    """How one chat format writes tool calls (see the module docstring).
+
+    ``header`` group ``name`` is the tool name (JSON string body when
+    ``name_json``); a matched group ``content`` instead marks a content
+    segment (Functionary ``all``). ``wrapper`` = (name keys, argument keys)
+    when a call is one JSON object, enabling the whole-object fallback;
+    ``json_lead`` characters (e.g. ``[``) may precede that object.
+    """
+
+    name: str
+    opens: tuple[str, ...] = ()
+    header: re.Pattern | None = None
+    name_json: bool = False
+    at_start: bool = False
+    next_call: str | None = None
+    close: str | None = None
+    wrapper: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+    json_lead: str = ""
+    drop: tuple[str, ...] = ()
+    header_fail: re.Pattern | None = None
+    keep_when_tools_off: bool = False
+    think_tags: tuple[str, str] = ("<think>", "</think>")
+    scanner: Any = None  # a class replacing ToolScanner (same constructor), e.g. the generic format
+
+    def tools_off(self) -> "ToolSyntax":
+        if self.keep_when_tools_off:
+            return self
+        return attrs.evolve(self, opens=(), at_start=False)
+
+
+CONTENT_ONLY = ToolSyntax(name="content_only")
+
+
+def json_wrapper_header(name_key: str, args_keys: str, prefix: str = "", lead: str = "") -> re.Pattern:
+    """Header regex for ``{<prefix>"<name_key>": "<name>", "<args_key>": {`` (args start not consumed)."""
+    return re.compile(
+        rf'\s*{lead}\s*\{{\s*{prefix}"{name_key}"\s*:\s*{JSON_STR}\s*,\s*"(?:{args_keys})"\s*:\s*(?=\{{)', re.S)
+
+
+# ---------------------------------------------------------------- whitespace sink
+
+class _Sink:
+    """Whitespace rules for a text stream: optional leading-space skip, trailing space held."""
+
+    def __init__(self, skip_leading: bool) -> None:
+        self.skip = skip_leading
+        self.pending = ""
+
+    def push(self, text: str) -> str:
+        if self.skip:
+            text = text.lstrip()
+            if not text:
+                return ""
+            self.skip = False
+        body = text.rstrip()
+        if not body:
+            self.pending += text
+            return ""
+        out = self.pending + body
+        self.pending = text[len(body):]
+        return out
+
+    def cut(self, skip_after: bool = True) -> None:
+        """A tool call or tag interrupts the text: drop held space, skip the next leading space."""
+        self.pending = ""
+        self.skip = skip_after
+
+
+# ---------------------------------------------------------------- tool scanner
+
+_CONTENT, _HEADER, _ARGS, _AFTER = range(4)
+
+
+class ToolScanner:
+    """Content + tool calls of the (reasoning-free) text; see module docstring."""
+
+    def __init__(self, syntax: ToolSyntax, allowed: set[str] | None, parallel: bool,
+                 id_factory: IdFactory) -> None:
+        self.syntax = syntax
+        self.allowed = allowed or set()
+        self.parallel = parallel
+        self.id_factory = id_factory
+        self.buf = ""
+        self.pos = 0
+        self.state = _HEADER if syntax.at_start else _CONTENT
+        self.held = self.resume = 0
+        self.sink = _Sink(skip_leading=False)
+        self.ncalls = 0
+        self.call_index = -1  # index of the call whose arguments stream (-1: suppressed)
+        self.args_start = self.args_sent = 0
+        self.out: list[Delta] = []
+        self.markers = syntax.opens + syntax.drop
+
+    # -- emit helpers
+    def _content(self, text: str) -> None:
+        text = self.sink.push(text)
+        if text:
+            self.out.append(Delta(content=text))
+
+    def _call_start(self, name: str) -> int:
+        """Start a call; returns its index or -1 when suppressed (parallel_tool_calls false)."""
+        if not self.parallel and self.ncalls >= 1:
+            return -1
+        index = self.ncalls
+        self.ncalls += 1
+        self.sink.cut()
+        self.out.append(Delta(tool_calls=(ToolCallDelta(index=index, id=self.id_factory(), name=name),)))
+        return index
+
+    def _args(self, index: int, text: str) -> None:
+        if index >= 0 and text:
+            self.out.append(Delta(tool_calls=(ToolCallDelta(index=index, arguments=text),)))
+
+    def _fail(self) -> None:
+        """The section is not a tool call: give its opening text back as content."""
+        self._content(self.buf[self.held:self.resume])
+        self.pos = self.resume
+        self.state = _CONTENT
+
+    # -- driver
+    def feed(self, text: str, final: bool = False) -> list[Delta]:
+        self.buf += text
+        while self._step(final):
+            pass
+        if self.pos > 4096 and self.state == _CONTENT:
+            self.buf, self.pos = self.buf[self.pos:], 0
+        out, self.out = self.out, []
+        return out
+
+    def _step(self, final: bool) -> bool:
+        return (self._step_content, self._step_header, self._step_args, self._step_after)[self.state](final)
+
+    def _step_content(self, final: bool) -> bool:
+        buf, pos = self.buf, self.pos
+        i, marker = find_first(buf, self.markers, pos)
+        if i < 0:
+            end = len(buf) if final else len(buf) - holdback(buf[pos:], self.markers)
+            if end > pos:
+                self._content(buf[pos:end])
+                self.pos = end
+            return False
+        self._content(buf[pos:i])
+        self.pos = i + len(marker)
+        if marker in self.syntax.opens:
+            self.held, self.resume, self.state = i, self.pos, _HEADER
+        return True
+
+    def _step_header(self, final: bool) -> bool:
+        syn, buf, pos = self.syntax, self.buf, self.pos
+        m = syn.header.match(buf, pos) if syn.header is not None else None
+        if m is not None:
+            if m.groupdict().get("content") is not None:
+                self.pos, self.state = m.end(), _CONTENT
+                return True
+            name = m.group("name")
+            if syn.name_json:
+                try:
+                    name = json.loads(f'"{name}"')
+                except ValueError:
+                    name = None
+            if name not in self.allowed:
+                self._fail()
+                return True
+            self.call_index = self._call_start(name)
+            self.args_start = self.args_sent = m.end()
+            self.state = _ARGS
+            return True
+        if syn.wrapper is not None:
+            j = _WS.match(buf, pos).end()
+            while j < len(buf) and buf[j] in syn.json_lead:
+                j = _WS.match(buf, j + 1).end()
+            if j >= len(buf):
+                if final:
+                    self._fail()
+                return final
+            if buf[j] != "{":
+                self._fail()
+                return True
+            status, end = scan_json(buf, j)
+            if status == "complete" and self._whole_call(json.loads(buf[j:end])):
+                self.pos, self.state = end, _AFTER
+                return True
+            if status != "partial" or final:
+                self._fail()
+                return True
+            return False
+        too_long = len(buf) - pos > HEADER_LIMIT
+        closed = syn.close is not None and syn.close in buf[pos:]
+        bad = syn.header_fail is not None and syn.header_fail.search(buf, pos) is not None
+        if final or too_long or closed or bad:
+            self._fail()
+            return True
+        return False
+
+    def _whole_call(self, obj: Any) -> bool:
+        """Fallback for a complete JSON call object whose keys the header regex did not match."""
+        name_keys, args_keys = self.syntax.wrapper
+        if not isinstance(obj, dict):
+            return False
+        name = next((obj[k] for k in name_keys if isinstance(obj.get(k), str)), None)
+        if name is None or name not in self.allowed:
+            return False
+        args = next((obj[k] for k in args_keys if k in obj), {})
+        if isinstance(args, str):
+            try:
+                if not isinstance(json.loads(args), dict):
+                    return False
+            except ValueError:
+                return False
+            text = args
+        elif isinstance(args, dict):
+            text = json.dumps(args, ensure_ascii=False)
+        else:
+            return False
+        index = self._call_start(name)
+        self._args(index, text)
+        return True
+
+    def _step_args(self, final: bool) -> bool:
+        buf, start = self.buf, self.args_start
+        status, end = scan_json(buf, start)
+        self._args(self.call_index, buf[self.args_sent:end])
+        self.args_sent = end
+        if status == "partial" and not final:
+            return False
+        self.pos, self.state = end, _AFTER
+        return True
+
+    def _step_after(self, final: bool) -> bool:
+        syn, buf = self.syntax, self.buf
+        if syn.close is None and syn.next_call is None:
+            self.state = _CONTENT
+            return True
+        stops = [m for m in (syn.next_call, syn.close) if m] + list(syn.opens)
+        i, marker = find_first(buf, stops, self.pos)
+        if i < 0:
+            if final:
+                self.pos = len(buf)
+            return False
+        if marker == syn.next_call:
+            self.pos = self.held = i
+            self.resume, self.state = i + len(marker), _HEADER
+        elif marker == syn.close:
+            self.pos, self.state = i + len(marker), _CONTENT
+        else:
+            self.pos, self.state = i, _CONTENT
+        return True
+
+    def finish(self) -> list[Delta]:
+        out = self.feed("", final=True)
+        if self.ncalls:
+            self.sink.pending = ""
+        elif self.sink.pending:
+            out.append(Delta(content=self.sink.pending))
+            self.sink.pending = ""
+        return out
+
+    def skip_leading_space(self) -> None:
+        self.sink.skip = True
+
+
+# ---------------------------------------------------------------- reasoning
+
+REASONING_FORMATS = ("auto", "none", "deepseek", "deepseek-legacy", "hidden")
+
+
+class _ReasoningSplitter:
+    """Split ``<think>...</think>`` (at the start of the output) from the rest.
+
+    ``reasoning_format`` (llama.cpp ``--reasoning-format``): ``auto`` and
+    ``deepseek`` put the thoughts in ``reasoning_content``; ``none`` leaves the
+    raw text (tags included) in ``content``; ``deepseek-legacy`` does both;
+    ``hidden`` parses and drops them. With ``forced_open`` (the generation
+    prompt already opened the tag) the output starts inside reasoning. An
+    unclosed block at the end is all reasoning.
+    """
+
+    def __init__(self, inner: ToolScanner, mode: str, forced_open: bool,
+                 tags: tuple[str, str]) -> None:
+        self.inner = inner
+        self.mode = mode
+        self.open, self.close = tags
+        self.state = "off" if mode == "none" else ("think" if forced_open else "start")
+        self.buf = ""
+        self.sink = _Sink(skip_leading=True)
+
+    def _reason(self, text: str, out: list[Delta]) -> None:
+        text = self.sink.push(text)
+        if text and self.mode != "hidden":
+            out.append(Delta(reasoning_content=text))
+
+    def feed(self, text: str, final: bool = False) -> list[Delta]:
+        if self.state == "off":
+            return self.inner.feed(text, final)
+        out: list[Delta] = []
+        legacy = self.mode == "deepseek-legacy"
+        if legacy:  # the raw text also goes to content, unchanged
+            out += self.inner.feed(text, final)
+        self.buf += text
+        if self.state == "start":
+            stripped = self.buf.lstrip()
+            if stripped.startswith(self.open):
+                self.buf = stripped[len(self.open):]
+                self.state = "think"
+            elif self.open.startswith(stripped) and not final:
+                return out
+            else:
+                self.state = "content"
+        if self.state == "think":
+            i = self.buf.find(self.close)
+            if i >= 0:
+                self._reason(self.buf[:i], out)
+                self.sink.cut()
+                rest = self.buf[i + len(self.close):]
+                self.state = "content"
+                if not legacy:
+                    self.inner.skip_leading_space()
+                self.buf = rest
+            else:
+                keep = 0 if final else holdback(self.buf, [self.close])
+                self._reason(self.buf[:len(self.buf) - keep], out)
+                self.buf = self.buf[len(self.buf) - keep:]
+                return out
+        if self.state == "content":
+            rest, self.buf = self.buf, ""
+            if not legacy:
+                out += self.inner.feed(rest, final)
+        return out
+
+    def finish(self) -> list[Delta]:
+        out = self.feed("", final=True) if self.state != "off" else []
+        return out + self.inner.finish()
+
+
+# ---------------------------------------------------------------- the parser
+
+class ChatParser:
+    """A :class:`~skippy.engine.formats.base.StreamParser` for one generation.
+
+    Records every delta it returns; :meth:`finish` builds the
+    :class:`ParsedMessage` from them, so the concatenation of streamed
+    deltas equals the final message field by field, byte for byte.
+    """
+
+    def __init__(self, syntax: ToolSyntax = CONTENT_ONLY, *, reasoning_format: str = "auto",
+                 thinking_forced_open: bool = False, allowed_tools: set[str] | None = None,
+                 parallel_tool_calls: bool = True, id_factory: IdFactory = new_call_id) -> None:
+        if reasoning_format not in REASONING_FORMATS:
+            raise ValueError(f"unknown reasoning_format {reasoning_format!r}")
+        allowed = set(allowed_tools or ())
+        if not allowed:
+            syntax = syntax.tools_off()
+        cls = syntax.scanner if (syntax.scanner is not None and allowed) else ToolScanner
+        scanner = cls(syntax, allowed, parallel_tool_calls, id_factory)
+        self._top = _ReasoningSplitter(scanner, reasoning_format, thinking_forced_open, syntax.think_tags)
+        self._content: list[str] = []
+        self._reasoning: list[str] = []
+        self._calls: list[list] = []  # [id, name, [fragments]]
+        self._done = False
+
+    def _record(self, deltas: list[Delta]) -> list[Delta]:
+        merged: list[Delta] = []
+        for d in deltas:
+            if d.content:
+                self._content.append(d.content)
+            if d.reasoning_content:
+                self._reasoning.append(d.reasoning_content)
+            for tc in d.tool_calls:
+                if tc.id is not None:
+                    self._calls.append([tc.id, tc.name, []])
+                self._calls[tc.index][2].append(tc.arguments)
+            merged.append(d)
+        return _coalesce(merged)
+
+    def feed(self, text: str) -> list[Delta]:
+        if self._done:
+            raise RuntimeError("feed() after finish()")
+        return self._record(self._top.feed(text)) if text else []
+
+    def finish(self) -> tuple[list[Delta], ParsedMessage]:
+        self._done = True
+        deltas = self._record(self._top.finish())
+        # a call cut off before its arguments started gets "{}" (streamed too, so both agree)
+        deltas += self._record([Delta(tool_calls=(ToolCallDelta(index=index, arguments="{}"),))
+                                for index, (_, _, frags) in enumerate(self._calls) if not "".join(frags)])
+        calls = tuple(ToolCall(id=i, name=n, arguments="".join(a)) for i, n, a in self._calls)
+        return deltas, ParsedMessage(content="".join(self._content),
+                                     reasoning_content="".join(self._reasoning), tool_calls=calls)
+
+
+def _coalesce(deltas: list[Delta]) -> list[Delta]:
+    """Merge adjacent deltas of the same kind (content, reasoning, one call's arguments)."""
+    out: list[Delta] = []
+    for d in deltas:
+        if out:
+            last = out[-1]
+            if d.content and not (d.reasoning_content or d.tool_calls) and last.content \
+                    and not (last.reasoning_content or last.tool_calls):
+                out[-1] = Delta(content=last.content + d.content)
+                continue
+            if d.reasoning_content and not (d.content or d.tool_calls) and last.reasoning_content \
+                    and not (last.content or last.tool_calls):
+                out[-1] = Delta(reasoning_content=last.reasoning_content + d.reasoning_content)
+                continue
+            if (len(d.tool_calls) == 1 and not d.content and not d.reasoning_content
+                    and len(last.tool_calls) == 1 and not last.content and not last.reasoning_content
+                    and d.tool_calls[0].id is None and d.tool_calls[0].index == last.tool_calls[0].index):
+                lt = last.tool_calls[0]
+                out[-1] = Delta(tool_calls=(attrs.evolve(lt, arguments=lt.arguments + d.tool_calls[0].arguments),))
+                continue
+        out.append(d)
+    return out
