@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from typing import Any
 
 import attrs
@@ -314,14 +315,20 @@ _JSON_CHAR = r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-f
 class EmulationGrammar:
     """A GBNF grammar (root rule ``root``) for the decoder's grammar sampler.
 
-    ``lazy``: apply only from the first ``trigger_words`` match on (llama.cpp
-    ``llama_sampler_init_grammar_lazy``; the grammar then matches the text
-    from the trigger word on); else it constrains the whole output.
+    ``lazy``: apply only from the first trigger on, else constrain the whole
+    output. ``trigger_words`` are literal words; ``trigger_patterns`` the same
+    triggers as the regexes llama.cpp builds from words (pass these to
+    ``llama_sampler_init_grammar_lazy_patterns``, which matches the grammar
+    against the text from the pattern's first capture group on).
     """
 
     gbnf: str
     lazy: bool
     trigger_words: tuple[str, ...] = ()
+
+    @property
+    def trigger_patterns(self) -> tuple[str, ...]:
+        return tuple(r"[\s\S]*?(" + re.escape(w) + r")[\s\S]*" for w in self.trigger_words)
 
 
 def _schema_converter() -> Any:

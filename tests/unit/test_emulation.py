@@ -1,0 +1,434 @@
+"""Tool-call emulation: instruction, history rewrite, TOOL_CALL parser, grammar, early stop."""
+
+from __future__ import annotations
+
+import copy
+import ctypes
+import json
+import random
+import re
+
+import pytest
+
+from skippy.engine.emulation import (
+    EarlyStop, build_grammar, build_instruction, rewrite_history, tool_signature,
+)
+from skippy.engine.errors import InvalidRequest
+from skippy.engine.formats.emulated import EmulatedToolParser
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the weather\nfor a city.",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string"}, "days": {"type": "integer"},
+        "unit": {"enum": ["c", "f"]}, "tags": {"type": "array", "items": {"type": "string"}}},
+        "required": ["city"]}}}
+NOW = {"type": "function", "function": {"name": "now", "description": "Current time."}}
+SEARCH = {"name": "search", "description": "Search the web.",
+          "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}
+TOOLS = [WEATHER, NOW, SEARCH]
+ALLOWED = {"get_weather", "now", "search"}
+
+
+# -- instruction --------------------------------------------------------------
+
+def test_tool_signature():
+    assert tool_signature(WEATHER) == '{city: string, days?: integer, unit?: "c" | "f", tags?: string[]}'
+    assert tool_signature(NOW) == "{}"
+    assert tool_signature(SEARCH) == "{q: string}"
+
+
+def test_instruction_lists_tools():
+    text = build_instruction(TOOLS, "auto")
+    assert 'TOOL_CALL {"name": "<tool name>", "arguments":' in text
+    assert ('- get_weather: Get the weather for a city. Arguments: '
+            '{city: string, days?: integer, unit?: "c" | "f", tags?: string[]}') in text
+    assert "- now: Current time. Arguments: {}" in text
+    assert "- search: Search the web. Arguments: {q: string}" in text
+    assert "several" in text and "answer normally" in text
+    assert "at most one" in build_instruction(TOOLS, "auto", parallel_tool_calls=False)
+    assert "must call at least one" in build_instruction(TOOLS, "required")
+
+
+def test_instruction_named_choice_lists_only_that_tool():
+    text = build_instruction(TOOLS, {"type": "function", "function": {"name": "search"}})
+    assert "- search:" in text and "get_weather" not in text and "must call the tool search" in text
+    assert build_instruction(TOOLS, "none") == "" and build_instruction([], "auto") == ""
+    with pytest.raises(InvalidRequest):
+        build_instruction(TOOLS, {"type": "function", "function": {"name": "nope"}})
+
+
+# -- history rewrite ----------------------------------------------------------
+
+CONVERSATION = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": [{"type": "text", "text": "Weather in Paris and Rome?"}]},
+    {"role": "assistant", "content": "Checking.", "tool_calls": [
+        {"id": "call_a", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+        {"id": "call_b", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Rome"}'}}]},
+    {"role": "tool", "tool_call_id": "call_a", "content": "18C"},
+    {"role": "tool", "tool_call_id": "call_b", "name": "get_weather", "content": "25C"},
+    {"role": "system", "content": "Answer in one line."},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_c", "type": "function", "function": {"name": "now", "arguments": ""}}]},
+    {"role": "tool", "tool_call_id": "call_c", "content": "noon"},
+]
+
+
+def test_rewrite_history_full_conversation():
+    before = copy.deepcopy(CONVERSATION)
+    out = rewrite_history(CONVERSATION, TOOLS, "auto", requires_alternation=False)
+    assert CONVERSATION == before  # input untouched
+    assert [m["role"] for m in out] == ["system", "user", "assistant", "user", "user", "system", "assistant", "user"]
+    assert out[0]["content"].startswith("You are terse.\n\nYou can call tools.")
+    assert out[1]["content"] == "Weather in Paris and Rome?"
+    assert out[2]["content"] == ('Checking.\nTOOL_CALL {"name": "get_weather", "arguments": {"city": "Paris"}}\n'
+                                 'TOOL_CALL {"name": "get_weather", "arguments": {"city": "Rome"}}')
+    assert out[3]["content"] == "Tool result for get_weather (call_a): 18C"
+    assert out[4]["content"] == "Tool result for get_weather (call_b): 25C"
+    assert out[5] == {"role": "system", "content": "Answer in one line."}
+    assert out[6]["content"] == 'TOOL_CALL {"name": "now", "arguments": {}}'
+    assert out[7]["content"] == "Tool result for now (call_c): noon"
+    assert all("tool_calls" not in m and "tool_call_id" not in m for m in out)
+
+
+def test_rewrite_history_alternation_and_inserted_system():
+    out = rewrite_history(CONVERSATION[1:], TOOLS, "auto", requires_alternation=True)
+    assert [m["role"] for m in out] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert out[0]["content"].startswith("You can call tools.")
+    assert out[3]["content"] == ("Tool result for get_weather (call_a): 18C\n\n"
+                                 "Tool result for get_weather (call_b): 25C\n\nSystem: Answer in one line.")
+
+
+def test_rewrite_history_errors():
+    msgs = [{"role": "user", "content": "hi"},
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]
+    with pytest.raises(InvalidRequest, match=r"messages\[1\]"):
+        rewrite_history(msgs, TOOLS, "auto", requires_alternation=False)
+    bad = [{"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "now", "arguments": "{oops"}}]}]
+    with pytest.raises(InvalidRequest, match=r"messages\[0\]\.tool_calls\[0\]"):
+        rewrite_history(bad, TOOLS, "auto", requires_alternation=False)
+
+
+# -- parser ---------------------------------------------------------------------
+
+def _ids():
+    n = iter(range(1000))
+    return lambda: f"call_{next(n):024x}"
+
+
+def parse(text, chunks=None, allowed=ALLOWED, parallel=True, id_factory=None):
+    """Parse ``text`` fed in ``chunks`` (default: whole) and check the StreamParser invariant."""
+    p = EmulatedToolParser(allowed, parallel, id_factory=id_factory or _ids())
+    deltas = []
+    for c in chunks if chunks is not None else [text]:
+        deltas += p.feed(c)
+    last, msg = p.finish()
+    deltas += last
+    assert "".join(d.content for d in deltas) == msg.content
+    assert "".join(d.reasoning_content for d in deltas) == msg.reasoning_content
+    calls: dict[int, list] = {}
+    for d in deltas:
+        for tc in d.tool_calls:
+            if tc.id is not None:
+                assert tc.index not in calls and tc.index == len(calls)
+                calls[tc.index] = [tc.id, tc.name, tc.arguments]
+            else:
+                calls[tc.index][2] += tc.arguments
+    assert [tuple(calls[i]) for i in sorted(calls)] == [(c.id, c.name, c.arguments) for c in msg.tool_calls]
+    return msg, deltas
+
+
+def splits(text):
+    """Whole, one char at a time, and a few random splits."""
+    yield [text]
+    yield list(text)
+    rng = random.Random(len(text))
+    for _ in range(5):
+        cuts = sorted(rng.sample(range(1, len(text)), min(len(text) - 1, rng.randint(1, 8))))
+        yield [text[a:b] for a, b in zip([0] + cuts, cuts + [len(text)])]
+
+
+CASES = {
+    "mid_line": ('Let me check. TOOL_CALL {"name": "get_weather", "arguments": {"city": "Paris"}}',
+                 "Let me check.", [("get_weather", '{"city": "Paris"}')]),
+    "colon": ('TOOL_CALL: {"name": "now", "arguments": {}}', "", [("now", "{}")]),
+    "nested": ('TOOL_CALL {"name": "search", "arguments": {"q": "a {b} \\"}\\" c", "opts": {"deep": [1, {"x": null}]}}}\n'
+               "done", "done", [("search", '{"q": "a {b} \\"}\\" c", "opts": {"deep": [1, {"x": null}]}}')]),
+    "two_calls": ('TOOL_CALL {"name": "get_weather", "arguments": {"city": "Paris"}}\n'
+                  'TOOL_CALL {"arguments": {"city": "Rome", "days": 2}, "name": "get_weather"}',
+                  "", [("get_weather", '{"city": "Paris"}'), ("get_weather", '{"city": "Rome", "days": 2}')]),
+    "no_arguments_key": ('TOOL_CALL {"name": "now"}', "", [("now", "{}")]),
+    "disallowed": ('Hi TOOL_CALL {"name": "rm_rf", "arguments": {"p": "/"}} bye',
+                   'Hi TOOL_CALL {"name": "rm_rf", "arguments": {"p": "/"}} bye', []),
+    "malformed": ("TOOL_CALL {name: now}", "TOOL_CALL {name: now}", []),
+    "not_a_call": ("Use TOOL_CALLS wisely, TOOL_", "Use TOOL_CALLS wisely, TOOL_", []),
+    "think_fake_call": ('<think>maybe TOOL_CALL {"name": "now", "arguments": {}}</think>\n\nIt is noon.',
+                        "It is noon.", []),
+    "think_unterminated": ("<think>hmm TOOL_CALL {", "", []),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_parser_cases_any_split(name):
+    text, content, calls = CASES[name]
+    whole, _ = parse(text)
+    assert whole.content == content
+    assert [(c.name, c.arguments) for c in whole.tool_calls] == calls
+    for args in (json.loads(c.arguments) for c in whole.tool_calls):
+        assert isinstance(args, dict)
+    for chunks in splits(text):
+        msg, _ = parse(text, chunks)
+        assert msg == whole
+
+
+def test_think_reasoning():
+    assert parse(CASES["think_fake_call"][0])[0].reasoning_content == 'maybe TOOL_CALL {"name": "now", "arguments": {}}'
+    assert parse("<think>hmm TOOL_CALL {")[0].reasoning_content == "hmm TOOL_CALL {"
+
+
+def test_parallel_false_keeps_first_call():
+    msg, _ = parse(CASES["two_calls"][0], parallel=False)
+    assert [c.arguments for c in msg.tool_calls] == ['{"city": "Paris"}']
+    assert msg.content == ""
+
+
+def test_ids_minted_once_and_shared():
+    msg, deltas = parse(CASES["two_calls"][0], list(CASES["two_calls"][0]), id_factory=None)
+    streamed = [tc.id for d in deltas for tc in d.tool_calls if tc.id]
+    assert streamed == [c.id for c in msg.tool_calls]
+    msg, deltas = parse(CASES["two_calls"][0], id_factory=__import__("skippy.engine.formats.base").engine.formats.base.new_call_id)
+    assert all(re.fullmatch(r"call_[0-9a-f]{24,}", c.id) for c in msg.tool_calls)
+    assert len({c.id for c in msg.tool_calls}) == 2
+
+
+def test_marker_never_streamed_as_content():
+    text = 'Sure thing.\nTOOL_CALL {"name": "now", "arguments": {}}\n'
+    p = EmulatedToolParser(ALLOWED, True)
+    streamed = ""
+    for ch in text:
+        for d in p.feed(ch):
+            streamed += d.content
+            assert "T" not in streamed[len("Sure thing."):]
+    assert streamed == "Sure thing."
+    held = EmulatedToolParser(ALLOWED, True)
+    assert "".join(d.content for d in held.feed("Ok. TOOL_CA")) == "Ok."
+
+
+def test_arguments_stream_before_object_closes():
+    p = EmulatedToolParser(ALLOWED, True, id_factory=_ids())
+    deltas = []
+    for ch in 'TOOL_CALL {"name": "get_weather", "arguments": {"city": "Par':
+        deltas += p.feed(ch)
+    calls = [tc for d in deltas for tc in d.tool_calls]
+    assert calls[0].name == "get_weather" and calls[0].id == f"call_{0:024x}"
+    assert "".join(tc.arguments for tc in calls) == '{"city": "Par'
+    deltas = p.feed('is", "days": 3}}')
+    assert "".join(tc.arguments for d in deltas for tc in d.tool_calls) == 'is", "days": 3}'
+
+
+@pytest.mark.parametrize("text,args,content", [
+    # truncated (max_tokens): closed at the last safe cut, still valid JSON
+    ('TOOL_CALL {"name": "search", "arguments": {"q": "cats an', '{"q": "cats an"}', ""),
+    ('TOOL_CALL {"name": "search", "arguments": {"q": "x", "n": 1', '{"q": "x", "n": 1}', ""),
+    ('TOOL_CALL {"name": "search", "arguments": {"q": "x", "lim', '{"q": "x"}', ""),
+    # malformed after announcement: kept, rest of the line dropped
+    ('TOOL_CALL {"name": "search", "arguments": {"q": "x", "n": tru x}}\nafter', '{"q": "x"}', "after"),
+])
+def test_announced_call_that_breaks(text, args, content):
+    for chunks in splits(text):
+        msg, _ = parse(text, chunks)
+        assert [(c.name, c.arguments) for c in msg.tool_calls] == [("search", args)]
+        assert msg.content == content
+        json.loads(args)
+
+
+# -- early stop -----------------------------------------------------------------
+
+def _stop_at(es, text):
+    for i, ch in enumerate(text):
+        if es.feed(ch):
+            return i, text[:es.keep]
+    return None, None
+
+
+def test_early_stop_single_call():
+    text = 'Ok.\nTOOL_CALL {"name": "now", "arguments": {}}\nTOOL_CALL {"name": "now"}'
+    i, kept = _stop_at(EarlyStop(ALLOWED, parallel_tool_calls=False), text)
+    assert kept == 'Ok.\nTOOL_CALL {"name": "now", "arguments": {}}' and i == len(kept) - 1
+
+
+def test_early_stop_parallel():
+    text = ('TOOL_CALL {"name": "now", "arguments": {}}\n\nTOOL_CALL {"name": "search", "arguments": {"q": "x"}}\n'
+            "The answer")
+    i, kept = _stop_at(EarlyStop(ALLOWED), text)
+    assert kept == text[:-len("The answer")] and text[i] == "h"
+    assert _stop_at(EarlyStop(ALLOWED), "TOOL_CALL is a word\nmore text") == (None, None)
+    think = '<think>x</think>TOOL_CALL {"name": "now"} tail'
+    assert _stop_at(EarlyStop(ALLOWED, False), think)[1] == '<think>x</think>TOOL_CALL {"name": "now"}'
+
+
+# -- grammar ----------------------------------------------------------------------
+
+def _gbnf_rules(text):
+    """Parse a GBNF grammar (the subset the converter emits) into a small AST."""
+    esc = {"n": "\n", "r": "\r", "t": "\t"}
+
+    def char(s, i):
+        if s[i] != "\\":
+            return s[i], i + 1
+        c = s[i + 1]
+        width = {"x": 2, "u": 4, "U": 8}.get(c)
+        if width:
+            return chr(int(s[i + 2:i + 2 + width], 16)), i + 2 + width
+        return esc.get(c, c), i + 2
+
+    def alt(s, i):
+        seqs = []
+        while True:
+            items = []
+            while i < len(s) and s[i] not in "|)":
+                if s[i] == " ":
+                    i += 1
+                    continue
+                if s[i] == '"':
+                    lit, i = "", i + 1
+                    while s[i] != '"':
+                        c, i = char(s, i)
+                        lit += c
+                    node, i = ("lit", lit), i + 1
+                elif s[i] == "[":
+                    neg, i, ranges = s[i + 1] == "^", i + 1 + (s[i + 1] == "^"), []
+                    while s[i] != "]":
+                        lo, i = char(s, i)
+                        hi = lo
+                        if s[i] == "-" and s[i + 1] != "]":
+                            hi, i = char(s, i + 1)
+                        ranges.append((lo, hi))
+                    node, i = ("cls", neg, ranges), i + 1
+                elif s[i] == "(":
+                    node, i = alt(s, i + 1)
+                    i += 1
+                else:
+                    m = re.match(r"[A-Za-z0-9-]+", s[i:])
+                    node, i = ("ref", m.group()), i + m.end()
+                while i < len(s) and s[i] in "?*+":
+                    node, i = (s[i], node), i + 1
+                items.append(node)
+            seqs.append(("seq", items))
+            if i < len(s) and s[i] == "|":
+                i += 1
+                continue
+            return ("alt", seqs), i
+
+    return {name: alt(body, 0)[0] for name, body in (line.split(" ::= ", 1) for line in text.splitlines())}
+
+
+def gbnf_matches(gbnf, s, rule="root"):
+    rules = _gbnf_rules(gbnf)
+
+    def m(node, i):
+        kind = node[0]
+        if kind == "lit":
+            if s.startswith(node[1], i):
+                yield i + len(node[1])
+        elif kind == "cls":
+            if i < len(s) and (any(lo <= s[i] <= hi for lo, hi in node[2]) != node[1]):
+                yield i + 1
+        elif kind == "ref":
+            yield from m(rules[node[1]], i)
+        elif kind == "alt":
+            for seq in node[1]:
+                yield from m(seq, i)
+        elif kind == "seq":
+            def seq(k, j):
+                if k == len(node[1]):
+                    yield j
+                else:
+                    for j2 in m(node[1][k], j):
+                        yield from seq(k + 1, j2)
+            yield from seq(0, i)
+        elif kind == "?":
+            yield from m(node[1], i)
+            yield i
+        elif kind in "*+":
+            def star(j):
+                for j2 in m(node[1], j):
+                    if j2 > j:
+                        yield from star(j2)
+                yield j
+            if kind == "*":
+                yield from star(i)
+            else:
+                for j in m(node[1], i):
+                    yield from star(j)
+
+    return any(j == len(s) for j in m(("ref", rule), 0))
+
+
+def _compiles_in_llama_cpp(gbnf, patterns=()):
+    """Parse with llama.cpp itself (no vocab needed to parse a grammar)."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    if patterns:
+        arr = (ctypes.c_char_p * len(patterns))(*(p.encode() for p in patterns))
+        sampler = llama_cpp.llama_sampler_init_grammar_lazy_patterns(
+            None, gbnf.encode(), b"root", arr, len(patterns), None, 0)
+    else:
+        sampler = llama_cpp.llama_sampler_init_grammar(None, gbnf.encode(), b"root")
+    ok = bool(sampler)
+    if ok:
+        llama_cpp.llama_sampler_free(sampler)
+    return ok
+
+
+def test_grammar_auto_is_lazy_and_matches_lines():
+    pytest.importorskip("llama_cpp.llama_grammar")
+    g = build_grammar(TOOLS, "auto", parallel_tool_calls=True)
+    assert g.lazy and g.trigger_words == ("TOOL_CALL",)
+    good = ['TOOL_CALL {"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}',
+            'TOOL_CALL: {"name": "get_weather", "arguments": {"city": "Rome", "unit": "c", "tags": ["a"]}}\n',
+            'TOOL_CALL {"name": "now", "arguments": {"anything": [1, true]}}\n'
+            'TOOL_CALL {"name": "search", "arguments": {"q": "x"}}']
+    bad = ['TOOL_CALL {"name": "get_weather", "arguments": {"days": 3}}',         # city required
+           'TOOL_CALL {"name": "get_weather", "arguments": {"city": 5}}',         # wrong type
+           'TOOL_CALL {"name": "rm", "arguments": {}}',                           # unknown tool
+           'TOOL_CALL {"name": "search", "arguments": {"q": "a\nb"}}',            # raw newline
+           'TOOL_CALL {"name": "now", "arguments": {}} trailing']
+    for line in good:
+        assert gbnf_matches(g.gbnf, line), line
+        msg, _ = parse(line)
+        assert len(msg.tool_calls) == line.count("TOOL_CALL")
+    for line in bad:
+        assert not gbnf_matches(g.gbnf, line), line
+
+
+def test_grammar_forced_and_single():
+    pytest.importorskip("llama_cpp.llama_grammar")
+    g = build_grammar(TOOLS, {"type": "function", "function": {"name": "search"}}, parallel_tool_calls=False)
+    assert not g.lazy and g.trigger_words == ()
+    assert gbnf_matches(g.gbnf, 'TOOL_CALL {"name": "search", "arguments": {"q": "x"}}\n')
+    assert not gbnf_matches(g.gbnf, 'TOOL_CALL {"name": "now", "arguments": {}}')
+    assert not gbnf_matches(g.gbnf, 'TOOL_CALL {"name": "search", "arguments": {"q": "x"}}\n'
+                                    'TOOL_CALL {"name": "search", "arguments": {"q": "y"}}')
+    assert build_grammar(TOOLS, "required").lazy is False
+    assert build_grammar(TOOLS, "none") is None and build_grammar([], "auto") is None
+
+
+def test_grammar_bad_schema_is_400():
+    pytest.importorskip("llama_cpp.llama_grammar")
+    bad_ref = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}}}}
+    with pytest.raises(InvalidRequest, match=r"tools\[1\]"):
+        build_grammar([NOW, bad_ref], "auto")
+    not_object = {"type": "function", "function": {"name": "g", "parameters": {"type": "string"}}}
+    with pytest.raises(InvalidRequest):
+        build_grammar([not_object], "required")
+
+
+def test_grammar_compiles_in_llama_cpp():
+    pytest.importorskip("llama_cpp.llama_grammar")
+    for choice, parallel in (("auto", True), ("required", False), ({"function": {"name": "get_weather"}}, True)):
+        assert _compiles_in_llama_cpp(build_grammar(TOOLS, choice, parallel).gbnf)
+    lazy = build_grammar(TOOLS, "auto")
+    assert lazy.trigger_patterns == (r"[\s\S]*?(TOOL_CALL)[\s\S]*",)
+    assert _compiles_in_llama_cpp(lazy.gbnf, lazy.trigger_patterns)
+    assert not _compiles_in_llama_cpp('root ::= "unterminated')
