@@ -1,0 +1,161 @@
+"""What a chat template can do, found once at load by rendering probe conversations.
+
+Like llama.cpp's ``common_chat_templates`` / minja ``chat_template_caps``, we
+never look at file or model names: every capability comes from rendering a
+few small conversations (tools present vs absent, a tool-call history with
+arguments as an object vs a JSON string, a system message, thinking on vs
+off) and looking for needles in the output. A probe that raises simply means
+the template lacks that capability; :func:`detect_caps` never raises.
+
+The chat format (see :data:`skippy.engine.formats.FORMATS`) is chosen from
+the markers the template writes around a rendered tool call.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import attrs
+
+from skippy.engine.templates import ChatTemplate
+
+THINK_OPEN_TAGS = ("<think>", "<|START_THINKING|>")
+THINK_CLOSE_TAGS = ("</think>", "<|END_THINKING|>")
+
+_TOOL_NAME = "probe_tool_fn"
+_TOOLS = [{
+    "type": "function",
+    "function": {
+        "name": _TOOL_NAME,
+        "description": "Probe tool.",
+        "parameters": {"type": "object", "properties": {"arg_needle": {"type": "string"}},
+                       "required": ["arg_needle"]},
+    },
+}]
+_IDS = ("pr0b3id42", "pr0b3id43")  # 9 alphanumeric characters: Mistral templates insist
+_USER = {"role": "user", "content": "USER_NEEDLE"}
+
+
+@attrs.frozen
+class TemplateCaps:
+    """Capabilities of one chat template and the chat format its output uses.
+
+    ``requires_object_arguments``: the template renders
+    ``tool_calls[].function.arguments`` properly only when given an object
+    (history normalisation then decodes JSON-string arguments).
+    ``thinking_forced_open``: the default generation prompt ends inside a
+    thinking block (``<think>``), so the output starts in reasoning.
+    """
+
+    supports_tools: bool = False
+    supports_tool_call_ids: bool = False
+    supports_system_role: bool = False
+    supports_thinking: bool = False
+    supports_parallel_tool_calls: bool = False
+    requires_object_arguments: bool = False
+    thinking_forced_open: bool = False
+    chat_format: str = "content_only"
+
+
+def prompt_opens_thinking(prompt: str) -> bool:
+    """True if a rendered prompt ends inside an opened thinking block (``...<think>\\n``)."""
+    tail = prompt.rstrip()
+    return any(tail.endswith(tag) for tag in THINK_OPEN_TAGS)
+
+
+def _render(template: ChatTemplate, messages: list[dict], **kwargs: Any) -> str | None:
+    try:
+        return template.render(messages, **kwargs)
+    except Exception:  # noqa: BLE001 - a failing probe only means "not supported"
+        return None
+
+
+def _call(i: int, args: Any) -> dict:
+    return {"id": _IDS[i], "type": "function", "function": {"name": _TOOL_NAME, "arguments": args}}
+
+
+def _tool_history(template: ChatTemplate, n_calls: int, as_string: bool) -> str | None:
+    """Render user -> assistant tool call(s) -> tool result(s); first variant that renders."""
+    calls = [_call(i, f'{{"arg_needle": "ARGVAL_{i}"}}' if as_string else {"arg_needle": f"ARGVAL_{i}"})
+             for i in range(n_calls)]
+    results = [{"role": "tool", "tool_call_id": _IDS[i], "name": _TOOL_NAME, "content": f"RESULT_{i}"}
+               for i in range(n_calls)]
+    for content in ("", None):
+        messages = [_USER, {"role": "assistant", "content": content, "tool_calls": calls}, *results]
+        for kwargs in ({"tools": _TOOLS}, {}):
+            out = _render(template, messages, add_generation_prompt=False, **kwargs)
+            if out is not None and "ARGVAL_0" in out:
+                return out
+    return None
+
+
+def choose_format(history: str, generation_prompt: str, supports_tools: bool) -> str:
+    """The chat format whose markers the rendered tool-call history shows."""
+    if "<｜tool▁calls▁begin｜>" in history or "<｜tool▁call▁begin｜>" in history:
+        return "deepseek_r1" if re.search(r"function\s*<｜tool▁sep｜>", history) else "deepseek_v3_1"
+    if "[TOOL_CALLS]" in history:
+        return "mistral_small_3_2" if "[ARGS]" in history else "mistral_nemo"
+    if "<|START_ACTION|>" in history:
+        return "command_r7b"
+    if generation_prompt.rstrip().endswith(">>>") and f">>>{_TOOL_NAME}" in history:
+        return "functionary_v3_2"
+    if re.search(r'<tool_call>\s*\{\s*"name"\s*:', history):
+        return "hermes_2_pro"
+    if ("<|python_tag|>" in history or "ipython" in history) and re.search(
+            r'\{\s*(?:"type"\s*:\s*"function"\s*,\s*)?"name"\s*:\s*"%s"\s*,\s*"parameters"' % _TOOL_NAME, history):
+        return "llama3_json"
+    return "generic" if supports_tools else "content_only"
+
+
+def detect_caps(template: ChatTemplate) -> TemplateCaps:
+    """Probe ``template`` (see module docstring). Never raises.
+
+    Probes that fail without tools are retried with tools (some templates,
+    e.g. Hermes 2 Pro's ``tool_use`` variant, only render with tools).
+    ``thinking_forced_open`` is judged on the prompt rendered with
+    ``enable_thinking=True`` (llama.cpp's default), else the default prompt;
+    per-request prompts can be checked with :func:`prompt_opens_thinking`.
+    """
+    def render_any(messages: list[dict], **kwargs: Any) -> str | None:
+        out = _render(template, messages, **kwargs)
+        return out if out is not None else _render(template, messages, tools=_TOOLS, **kwargs)
+
+    plain = _render(template, [_USER])
+    with_tools = _render(template, [_USER], tools=_TOOLS) or ""
+    supports_tools = _TOOL_NAME in with_tools and _TOOL_NAME not in (plain or "")
+    plain = plain if plain is not None else with_tools
+
+    system = render_any([{"role": "system", "content": "SYS_NEEDLE"}, _USER]) or ""
+    supports_system_role = "SYS_NEEDLE" in system
+
+    obj_history = _tool_history(template, 1, as_string=False)
+    str_history = _tool_history(template, 1, as_string=True)
+    history = obj_history or str_history or ""
+    # verbatim JSON-string arguments mean the template copies strings as they are
+    str_verbatim = str_history is not None and '{"arg_needle": "ARGVAL_0"}' in str_history
+    requires_object_arguments = obj_history is not None and not str_verbatim
+    supports_tool_call_ids = _IDS[0] in history
+    parallel = _tool_history(template, 2, as_string=obj_history is None) or ""
+    supports_parallel = "ARGVAL_0" in parallel and "ARGVAL_1" in parallel
+
+    on = render_any([_USER], enable_thinking=True)
+    off = render_any([_USER], enable_thinking=False)
+    reasoning = render_any([_USER, {"role": "assistant", "content": "ANSWER_NEEDLE",
+                                    "reasoning_content": "REASONING_NEEDLE"}],
+                           add_generation_prompt=False) or ""
+    forced_open = prompt_opens_thinking(on if on is not None else plain)
+    supports_thinking = (forced_open or prompt_opens_thinking(plain)
+                         or (on is not None and off is not None and on != off)
+                         or "REASONING_NEEDLE" in reasoning)
+
+    return TemplateCaps(
+        supports_tools=supports_tools,
+        supports_tool_call_ids=supports_tool_call_ids,
+        supports_system_role=supports_system_role,
+        supports_thinking=supports_thinking,
+        supports_parallel_tool_calls=supports_parallel,
+        requires_object_arguments=requires_object_arguments,
+        thinking_forced_open=forced_open,
+        chat_format=choose_format(history or with_tools, plain, supports_tools),
+    )
