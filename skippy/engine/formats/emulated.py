@@ -38,6 +38,11 @@ the arguments streamed so far plus the closers of the last safe cut
 unparseable rest of that line is dropped. Under a grammar (``required``, a
 named tool, or the lazy ``auto`` grammar) only truncation can cause this.
 
+The JSON scanner is hand-written (not partial-json-parser) because the
+arguments must stream as their exact source text, with known safe cuts.
+Known limit: ``<think>`` is removed before calls are parsed, so a literal
+``<think>`` inside a call's string argument breaks that call.
+
 Ids are minted once per call with ``id_factory`` (``call_`` + 24 hex
 chars) at announcement, so streaming and the final message agree.
 """
