@@ -1,0 +1,86 @@
+"""Chat history normalisation before a template renders it.
+
+OpenAI clients send what templates written for Hugging Face do not always
+expect. :func:`normalize_history` returns new message dicts (the input is
+never mutated):
+
+- ``content`` given as a list of ``{"type": "text", "text": ...}`` parts is
+  joined with ``"\\n"`` into one string (as vLLM and llama.cpp do for
+  templates without typed content); other part types -> 400.
+- ``content: null`` becomes ``""`` (templates concatenate it; some print
+  ``None``).
+- ``tool_calls[].function.arguments`` given as a JSON string must be valid
+  JSON (else 400 ``InvalidRequest`` naming ``messages[i]``, param
+  ``messages``) and becomes the decoded object for templates that require
+  object arguments (:attr:`TemplateCaps.requires_object_arguments`), as
+  Hugging Face chat templates expect.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from skippy.engine.capabilities import TemplateCaps
+from skippy.engine.errors import InvalidRequest
+
+
+def _bad(i: int, what: str) -> InvalidRequest:
+    return InvalidRequest(f"messages[{i}]{what}", param="messages")
+
+
+def _content(i: int, content: Any) -> Any:
+    if content is None:
+        return ""
+    if not isinstance(content, list):
+        return content
+    texts = []
+    for j, part in enumerate(content):
+        if isinstance(part, str):
+            texts.append(part)
+        elif isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        else:
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            raise _bad(i, f".content[{j}]: content part type {kind!r} is not supported (only 'text')")
+    return "\n".join(texts)
+
+
+def _tool_calls(i: int, calls: Any, caps: TemplateCaps) -> Any:
+    if not isinstance(calls, list):
+        return calls
+    out = []
+    for j, call in enumerate(calls):
+        if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
+            out.append(call)
+            continue
+        function = dict(call["function"])
+        args = function.get("arguments")
+        if isinstance(args, str):
+            try:
+                decoded = json.loads(args) if args.strip() else {}
+            except ValueError as exc:
+                raise _bad(i, f".tool_calls[{j}].function.arguments is not valid JSON: {exc}") from None
+            if caps.requires_object_arguments:
+                function["arguments"] = decoded
+        out.append({**call, "function": function})
+    return out
+
+
+def normalize_history(messages: list[dict], caps: TemplateCaps) -> list[dict]:
+    """Return template-ready copies of OpenAI ``messages`` (see module docstring).
+
+    Raises :class:`InvalidRequest` (400, param ``messages``) naming the
+    offending ``messages[i]``.
+    """
+    out = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise _bad(i, " must be an object")
+        new = dict(message)
+        if "content" in new or new.get("role") == "assistant":
+            new["content"] = _content(i, new.get("content"))
+        if "tool_calls" in new and new["tool_calls"] is not None:
+            new["tool_calls"] = _tool_calls(i, new["tool_calls"], caps)
+        out.append(new)
+    return out
