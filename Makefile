@@ -6,7 +6,8 @@
 #   make test    run the test suite (PYTEST_ARGS="-k foo" to pass flags)
 #   make bench   run the decode benchmark (installs the bench extras)
 #
-# The venv is (re)installed only when pyproject.toml changes: each install
+# The venv is (re)installed only when the content of pyproject.toml changes
+# (not its mtime, which git checkouts bump): each install
 # leaves a stamp .venv/.stamp-<extras>-<hash of pyproject.toml>.
 # llama-cpp-python is compiled from source on its first install (several
 # minutes on 2 cores); pip caches the built wheel for later installs.
@@ -38,10 +39,10 @@ venv: $(STAMP_TEST)
 
 venv-bench: $(STAMP_BENCH)
 
-$(STAMP_TEST): pyproject.toml
+$(STAMP_TEST):
 	$(call install,test,$@)
 
-$(STAMP_BENCH): pyproject.toml
+$(STAMP_BENCH):
 	$(call install,test$(COMMA)bench,$@ $(STAMP_TEST))
 
 pull: venv
