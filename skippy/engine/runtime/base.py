@@ -77,7 +77,7 @@ class Runtime(Protocol):
         ...
 
     def logits(self, index: int) -> np.ndarray:
-        """Raw logits (float32, shape ``(n_vocab,)``) of the ``index``-th output of the last decode."""
+        """Raw logits (float32, shape ``(n_vocab,)``) at batch index ``index`` of the last decode."""
         ...
 
     def new_sampler(self, params: SamplingParams) -> object:
@@ -85,7 +85,7 @@ class Runtime(Protocol):
         ...
 
     def sample(self, sampler: object, index: int) -> int:
-        """Sample (and accept) a token from the ``index``-th output of the last decode."""
+        """Sample (and accept) a token from the logits at batch index ``index`` of the last decode."""
         ...
 
     def free_sampler(self, sampler: object) -> None: ...

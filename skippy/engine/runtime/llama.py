@@ -127,7 +127,7 @@ class LlamaRuntime:
         self._n_vocab = n_vocab
         self._n_batch = n_batch
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
-        self._n_outputs = 0
+        self._outputs: list[bool] = []
         self.vocab = LlamaVocab(vocab, n_vocab)
         tmpl = llama_cpp.llama_model_chat_template(self._model, None)
         bos = llama_cpp.llama_vocab_bos(vocab)
@@ -157,7 +157,7 @@ class LlamaRuntime:
         if not 0 < n <= self._n_batch:
             raise ValueError(f"batch of {n} tokens (allowed 1..{self._n_batch})")
         b = self._batch
-        outputs = 0
+        outputs = []
         for i, e in enumerate(entries):
             if not 0 <= e.seq_id < self.meta.n_seq_max:
                 raise ValueError(f"sequence id {e.seq_id} out of range")
@@ -170,16 +170,19 @@ class LlamaRuntime:
             b.n_seq_id[i] = 1
             b.seq_id[i][0] = e.seq_id
             b.logits[i] = e.logits
-            outputs += e.logits
+            outputs.append(e.logits)
         b.n_tokens = n
         rc = llama_cpp.llama_decode(self._ctx, b)
         if rc != 0:
             raise RuntimeError(f"llama_decode failed with code {rc}")
-        self._n_outputs = outputs
+        self._outputs = outputs
+
+    def _check_output(self, index: int) -> None:
+        if not (0 <= index < len(self._outputs) and self._outputs[index]):
+            raise IndexError(f"batch index {index} has no logits in the last decode")
 
     def logits(self, index: int) -> np.ndarray:
-        if not 0 <= index < self._n_outputs:
-            raise IndexError(f"output index {index} out of range ({self._n_outputs} outputs)")
+        self._check_output(index)
         ptr = llama_cpp.llama_get_logits_ith(self._ctx, index)
         return np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
 
@@ -216,8 +219,7 @@ class LlamaRuntime:
         return chain
 
     def sample(self, sampler: object, index: int) -> int:
-        if not 0 <= index < self._n_outputs:
-            raise IndexError(f"output index {index} out of range ({self._n_outputs} outputs)")
+        self._check_output(index)
         return llama_cpp.llama_sampler_sample(sampler, self._ctx, index)
 
     def free_sampler(self, sampler: object) -> None:

@@ -1,0 +1,366 @@
+"""The Engine facade: wires the actors and serves OpenAI requests in-process.
+
+Usable from any trio program, without HTTP::
+
+    async with skippy.open_engine(EngineConfig(model="SmolLM2-135M-Instruct")) as engine:
+        reply = await engine.chat(ChatCompletionRequest(messages=[Message("user", "Hi")]))
+        async for chunk in engine.chat_stream(request):
+            ...
+
+Requests and chunks are OpenAI shapes (msgspec request Structs in, dicts
+out). Errors are :class:`skippy.engine.errors.EngineError` subclasses.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator
+
+import attrs
+import trio
+
+from skippy.actors.renderer import CHATML, TemplateRenderer
+from skippy.actors.scheduler import DecodeScheduler, FinishEvent, Submit, TokenEvent
+from skippy.actors.tokenizer import Tokenizer
+from skippy.engine import responses
+from skippy.engine.config import EngineConfig
+from skippy.engine.errors import ContextLengthExceeded, EngineClosed, EngineError, InvalidRequest, ModelNotFound
+from skippy.engine.formats.base import ContentParser, Delta, ParsedMessage, StreamParser
+from skippy.engine.pipeline import OutputPipeline
+from skippy.engine.plan import ParsePlan
+from skippy.engine.runtime.base import Runtime
+from skippy.engine.sampling import SamplingParams, sampling_from_request
+from skippy.engine.templates import ChatTemplate
+from skippy.engine.types import ChatCompletionRequest, CompletionRequest, SamplingFields, message_dicts
+
+
+class GenerationError(EngineError):
+    """500: the runtime failed while decoding (not caused by the request)."""
+
+
+@attrs.frozen
+class _Piece:
+    deltas: list[Delta]
+    tokens: list[TokenEvent]
+
+
+@attrs.frozen
+class _Done:
+    deltas: list[Delta]
+    tokens: list[TokenEvent]
+    message: ParsedMessage
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    prompt_ms: float
+    predicted_ms: float
+
+
+class Engine:
+    """OpenAI chat and text completions over the actors (see module docstring)."""
+
+    def __init__(self, config: EngineConfig, runtime: Runtime, tokenizer: Tokenizer,
+                 renderer: TemplateRenderer, scheduler: DecodeScheduler) -> None:
+        self.config = config
+        self.runtime = runtime
+        self.meta = runtime.meta
+        self.tokenizer = tokenizer
+        self.renderer = renderer
+        self.scheduler = scheduler
+        self.model_id = config.model_name or runtime.meta.name
+        self._rids = itertools.count(1)
+        self.closed = False
+
+    # -- public API ---------------------------------------------------------------
+    def check_model(self, model: str | None) -> None:
+        """Raise :class:`ModelNotFound` (404) when ``model`` names another model."""
+        if model and model.lower() not in {self.model_id.lower(), self.meta.name.lower(), self.meta.path.lower()}:
+            raise ModelNotFound(f"model {model!r} is not served here (this server serves {self.model_id!r})",
+                                param="model")
+
+    async def chat(self, req: ChatCompletionRequest) -> dict[str, Any]:
+        """One ``chat.completion`` object for ``req`` (``req.stream`` is ignored)."""
+        factory = responses.ChunkFactory(self.model_id)
+        gen = await self._start_chat(req)
+        done = await _drain(gen)
+        return {
+            "id": factory.id, "object": "chat.completion", "created": factory.created, "model": self.model_id,
+            "system_fingerprint": "skippy-trio",
+            "choices": [{"index": 0, "message": responses.message_dict(done.message),
+                         "logprobs": self._chat_logprobs(done.tokens) if req.logprobs else None,
+                         "finish_reason": done.finish_reason}],
+            "usage": responses.usage(done.prompt_tokens, done.completion_tokens),
+            "timings": responses.timings(done.prompt_tokens, done.prompt_ms, done.completion_tokens, done.predicted_ms),
+        }
+
+    async def chat_stream(self, req: ChatCompletionRequest) -> AsyncIterator[dict[str, Any]]:
+        """``chat.completion.chunk`` objects: role chunk, deltas, finish chunk, optional usage chunk.
+
+        Errors in the request (400/404/429) raise before the first chunk.
+        """
+        factory = responses.ChunkFactory(self.model_id)
+        gen = await self._start_chat(req)
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+
+        def choice(delta: dict[str, Any], tokens: list[TokenEvent], finish: str | None = None) -> dict[str, Any]:
+            return {"index": 0, "delta": delta,
+                    "logprobs": self._chat_logprobs(tokens) if req.logprobs and tokens else None,
+                    "finish_reason": finish}
+
+        async def chunks() -> AsyncIterator[dict[str, Any]]:
+            async with _aclosing(gen):
+                yield factory.chunk([choice({"role": "assistant", "content": ""}, [])])
+                async for item in gen:
+                    pending = list(item.tokens)
+                    for d in item.deltas:
+                        yield factory.chunk([choice(responses.delta_dict(d), pending)])
+                        pending = []
+                    if isinstance(item, _Done):
+                        yield factory.chunk([choice({}, pending, item.finish_reason)])
+                        if include_usage:
+                            yield factory.chunk([], usage=responses.usage(item.prompt_tokens, item.completion_tokens),
+                                                timings=responses.timings(item.prompt_tokens, item.prompt_ms,
+                                                                          item.completion_tokens, item.predicted_ms))
+                    elif pending:
+                        yield factory.chunk([choice({}, pending)])
+
+        return chunks()
+
+    async def completion(self, req: CompletionRequest) -> dict[str, Any]:
+        """One ``text_completion`` object for ``req`` (string prompt)."""
+        factory = responses.ChunkFactory(self.model_id, object_="text_completion", prefix="cmpl")
+        prompt_text, gen = await self._start_completion(req)
+        done = await _drain(gen)
+        text = (prompt_text if req.echo else "") + done.message.content
+        return {
+            "id": factory.id, "object": "text_completion", "created": factory.created, "model": self.model_id,
+            "system_fingerprint": "skippy-trio",
+            "choices": [{"index": 0, "text": text,
+                         "logprobs": self._legacy_logprobs(done.tokens) if req.logprobs is not None else None,
+                         "finish_reason": done.finish_reason}],
+            "usage": responses.usage(done.prompt_tokens, done.completion_tokens),
+            "timings": responses.timings(done.prompt_tokens, done.prompt_ms, done.completion_tokens, done.predicted_ms),
+        }
+
+    async def completion_stream(self, req: CompletionRequest) -> AsyncIterator[dict[str, Any]]:
+        """``text_completion`` chunks (legacy Completions streaming)."""
+        factory = responses.ChunkFactory(self.model_id, object_="text_completion", prefix="cmpl")
+        prompt_text, gen = await self._start_completion(req)
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+
+        def choice(text: str, tokens: list[TokenEvent], finish: str | None = None) -> dict[str, Any]:
+            return {"index": 0, "text": text,
+                    "logprobs": self._legacy_logprobs(tokens) if req.logprobs is not None and tokens else None,
+                    "finish_reason": finish}
+
+        async def chunks() -> AsyncIterator[dict[str, Any]]:
+            async with _aclosing(gen):
+                if req.echo and prompt_text:
+                    yield factory.chunk([choice(prompt_text, [])])
+                async for item in gen:
+                    text = "".join(d.content for d in item.deltas)
+                    if isinstance(item, _Done):
+                        yield factory.chunk([choice(text, item.tokens, item.finish_reason)])
+                        if include_usage:
+                            yield factory.chunk([], usage=responses.usage(item.prompt_tokens, item.completion_tokens))
+                    elif text or item.tokens:
+                        yield factory.chunk([choice(text, item.tokens)])
+
+        return chunks()
+
+    async def apply_template(self, messages: list[dict[str, Any]]) -> str:
+        """Render ``messages`` with the chat template (llama-server ``/apply-template``)."""
+        return (await self.renderer.render(messages)).prompt
+
+    def stats(self) -> dict[str, int]:
+        """Slots and queue, llama-server ``/health``-style counts."""
+        return {"slots_idle": self.scheduler.n_slots - self.scheduler.n_running,
+                "slots_processing": self.scheduler.n_running,
+                "requests_waiting": self.scheduler.n_waiting}
+
+    # -- internals ----------------------------------------------------------------
+    async def _start_chat(self, req: ChatCompletionRequest) -> AsyncIterator[_Piece | _Done]:
+        self.check_model(req.model)
+        params = self._sampling(req, logprobs=req.logprobs, top_logprobs=req.top_logprobs or 0)
+        rendered = await self.renderer.render(message_dicts(req.messages))
+        prompt = await self.tokenizer.tokenize(rendered.prompt, add_special=True, parse_special=True)
+        return self._generate(prompt, params, self._max_tokens(req, len(prompt)), rendered.plan,
+                              _stops(req.stop), ContentParser())
+
+    async def _start_completion(self, req: CompletionRequest) -> tuple[str, AsyncIterator[_Piece | _Done]]:
+        self.check_model(req.model)
+        prompt_text = req.prompt
+        if isinstance(prompt_text, list):
+            if len(prompt_text) != 1:
+                raise InvalidRequest("prompt must be a string (or a list of exactly one string)", param="prompt")
+            prompt_text = prompt_text[0]
+        lp = req.logprobs
+        if lp is not None and not 0 <= lp <= 5:
+            raise InvalidRequest("logprobs must be in [0, 5]", param="logprobs")
+        params = self._sampling(req, logprobs=lp is not None, top_logprobs=lp or 0)
+        prompt = await self.tokenizer.tokenize(prompt_text, add_special=True, parse_special=True)
+        if not prompt:
+            raise InvalidRequest("prompt is empty", param="prompt")
+        gen = self._generate(prompt, params, self._max_tokens(req, len(prompt)), ParsePlan(),
+                             _stops(req.stop), ContentParser())
+        return prompt_text, gen
+
+    def _sampling(self, req: SamplingFields, *, logprobs: bool, top_logprobs: int) -> SamplingParams:
+        if self.closed:
+            raise EngineClosed("the engine is shutting down")
+        return sampling_from_request(req, n_vocab=self.meta.n_vocab, logprobs=logprobs, top_logprobs=top_logprobs)
+
+    def _max_tokens(self, req: SamplingFields, n_prompt: int) -> int:
+        n_ctx = self.meta.n_ctx_seq
+        asked = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        if asked is not None and asked < 1:
+            raise InvalidRequest("max_tokens must be >= 1", param="max_tokens")
+        if n_prompt >= n_ctx:
+            raise ContextLengthExceeded(
+                f"the prompt is {n_prompt} tokens, which does not fit this model's context of {n_ctx} tokens",
+                param="messages")
+        if asked is None:
+            return n_ctx - n_prompt
+        if n_prompt + asked > n_ctx:
+            raise ContextLengthExceeded(
+                f"the prompt ({n_prompt} tokens) plus max_tokens ({asked}) exceeds the context of {n_ctx} "
+                f"tokens; lower max_tokens to at most {n_ctx - n_prompt}", param="max_tokens")
+        return asked
+
+    async def _generate(self, prompt: list[int], params: SamplingParams, max_tokens: int, plan: ParsePlan,
+                        stops: list[str], parser: StreamParser) -> AsyncIterator[_Piece | _Done]:
+        rid = next(self._rids)
+        send, recv = trio.open_memory_channel[Any](math.inf)
+        pipeline = OutputPipeline(self.runtime.vocab.piece, stops + list(plan.stops), parser)
+        self.scheduler.submit(Submit(rid, prompt, params, max_tokens, send))
+        n_tokens = 0
+        finished = False
+        try:
+            async with recv:
+                async for ev in recv:
+                    if isinstance(ev, TokenEvent):
+                        if pipeline.stopped:
+                            continue  # decoded after the stop string matched; discarded
+                        n_tokens += 1
+                        deltas = pipeline.feed(ev.token)
+                        if pipeline.stopped:
+                            self.scheduler.cancel(rid)  # its FinishEvent follows
+                        if deltas or params.logprobs:
+                            yield _Piece(deltas, [ev] if params.logprobs else [])
+                        continue
+                    assert isinstance(ev, FinishEvent)
+                    finished = True
+                    if ev.reason == "error":
+                        raise GenerationError(f"generation failed: {ev.error}")
+                    if pipeline.stopped:
+                        reason = "stop"
+                    elif ev.reason == "cancelled":
+                        raise EngineClosed("the engine stopped before the generation finished")
+                    else:
+                        reason = ev.reason
+                    deltas, message = pipeline.finish()
+                    if message.tool_calls:
+                        reason = "tool_calls"
+                    yield _Done(deltas, [], message, reason, len(prompt), n_tokens, ev.prompt_ms, ev.predicted_ms)
+                    return
+        finally:
+            if not finished:
+                self.scheduler.cancel(rid)
+
+    def _token_text(self, token: int) -> tuple[str, list[int]]:
+        data = self.runtime.vocab.piece(token)
+        return data.decode("utf-8", errors="replace"), list(data)
+
+    def _chat_logprobs(self, tokens: list[TokenEvent]) -> dict[str, Any]:
+        content = []
+        for ev in tokens:
+            text, raw = self._token_text(ev.token)
+            top = []
+            for t in ev.top:
+                ttext, traw = self._token_text(t.token)
+                top.append({"token": ttext, "logprob": t.logprob, "bytes": traw})
+            content.append({"token": text, "logprob": ev.logprob, "bytes": raw, "top_logprobs": top})
+        return {"content": content}
+
+    def _legacy_logprobs(self, tokens: list[TokenEvent]) -> dict[str, Any]:
+        out: dict[str, Any] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+        for ev in tokens:
+            text, _ = self._token_text(ev.token)
+            out["tokens"].append(text)
+            out["token_logprobs"].append(ev.logprob)
+            out["top_logprobs"].append({self._token_text(t.token)[0]: t.logprob for t in ev.top})
+        return out
+
+
+def _stops(stop: str | list[str] | None) -> list[str]:
+    if stop is None:
+        return []
+    stops = [stop] if isinstance(stop, str) else list(stop)
+    if len(stops) > 16:
+        raise InvalidRequest("at most 16 stop strings are allowed", param="stop")
+    return [s for s in stops if s]
+
+
+async def _drain(gen: AsyncIterator[_Piece | _Done]) -> _Done:
+    """Consume a generation; the final message comes from the same parser as streaming."""
+    tokens: list[TokenEvent] = []
+    async with _aclosing(gen):
+        async for item in gen:
+            tokens += item.tokens
+            if isinstance(item, _Done):
+                return attrs.evolve(item, tokens=tokens)
+    raise GenerationError("generation ended without a result")
+
+
+@asynccontextmanager
+async def _aclosing(gen: Any) -> AsyncIterator[Any]:
+    try:
+        yield gen
+    finally:
+        await gen.aclose()
+
+
+def load_runtime(config: EngineConfig) -> Runtime:
+    """Load the llama.cpp runtime for ``config`` (blocking; run it in a thread)."""
+    from skippy.engine.runtime.llama import LlamaRuntime
+    from skippy.models import resolve_model
+
+    path = resolve_model(config.model)
+    return LlamaRuntime(str(path), n_ctx_seq=config.n_ctx, n_seq_max=config.parallel, n_batch=config.n_batch,
+                        n_threads=config.threads, name=config.model_name or None, verbose=config.verbose)
+
+
+@asynccontextmanager
+async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None) -> AsyncIterator[Engine]:
+    """Load the model (in a worker thread), start the actors, yield the :class:`Engine`.
+
+    On exit the actors are cancelled, running generations end with
+    :class:`EngineClosed`, and the llama.cpp context is freed.
+    Raises ``RuntimeError`` when the model cannot be loaded.
+    """
+    own = runtime is None
+    if runtime is None:
+        runtime = await trio.to_thread.run_sync(load_runtime, config)
+    meta = runtime.meta
+    source = config.chat_template or meta.chat_template or CHATML
+    template = ChatTemplate(source, bos_token=meta.bos_token, eos_token=meta.eos_token)
+    tokenizer = Tokenizer(runtime.vocab, bos_id=meta.bos_id)
+    renderer = TemplateRenderer(template)
+    scheduler = DecodeScheduler(runtime, step_tokens=config.step_tokens, max_queue=config.max_queue)
+    engine = Engine(config, runtime, tokenizer, renderer, scheduler)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(tokenizer.run)
+            nursery.start_soon(renderer.run)
+            nursery.start_soon(scheduler.run)
+            try:
+                yield engine
+            finally:
+                engine.closed = True
+                nursery.cancel_scope.cancel()
+    finally:
+        if own:
+            runtime.close()

@@ -1,0 +1,88 @@
+"""Batch planning for continuous batching (sans-IO).
+
+Each decode step is one ``llama_decode`` over a batch built by
+:func:`plan_step`: first one token for every sequence that is generating
+(its last sampled token, logits requested), then prefill chunks of waiting
+prompts, oldest first, until the step's token budget is spent. A prompt's
+last chunk requests logits at its final position, from which the first
+token is sampled. So a request that arrives while others decode joins the
+running batch at the next step, and a long prompt prefills over several
+steps while running streams keep producing one token per step.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from skippy.engine.runtime.base import BatchEntry
+
+
+@attrs.define(eq=False)
+class SeqState:
+    """Decode state of one sequence in a slot.
+
+    ``prompt`` are the prompt token ids; ``n_past`` how many tokens of this
+    sequence are in the KV cache; ``pending`` the last sampled token, not yet
+    in the KV cache (``None`` while prefilling).
+    """
+
+    rid: int
+    slot: int
+    prompt: list[int]
+    max_tokens: int
+    n_past: int = 0
+    pending: int | None = None
+    n_generated: int = 0
+
+    @property
+    def prefilling(self) -> bool:
+        return self.n_past < len(self.prompt)
+
+
+@attrs.frozen
+class StepPlan:
+    """The batch of one step, and which outputs to sample for which sequence.
+
+    ``outputs`` pairs each sequence to sample with the batch index of its
+    logits (llama.cpp ``llama_get_logits_ith`` takes batch indices);
+    ``advance`` gives the tokens each sequence adds to its KV cache.
+    """
+
+    entries: tuple[BatchEntry, ...]
+    outputs: tuple[tuple[SeqState, int], ...]
+    advance: tuple[tuple[SeqState, int], ...]
+
+
+def plan_step(seqs: list[SeqState], budget: int) -> StepPlan | None:
+    """Plan one step over ``seqs`` (in admission order) within ``budget`` tokens.
+
+    Returns ``None`` when there is nothing to decode. ``budget`` must be
+    >= the number of generating sequences (each needs one token). The
+    caller applies ``advance`` (sequence, tokens added) after a successful
+    decode.
+    """
+    entries: list[BatchEntry] = []
+    outputs: list[tuple[SeqState, int]] = []
+    advance: list[tuple[SeqState, int]] = []
+    for s in seqs:
+        if not s.prefilling and s.pending is not None:
+            outputs.append((s, len(entries)))
+            entries.append(BatchEntry(s.pending, s.n_past, s.slot, True))
+            advance.append((s, 1))
+    left = budget - len(entries)
+    for s in seqs:
+        if left <= 0:
+            break
+        if s.prefilling:
+            n = min(left, len(s.prompt) - s.n_past)
+            last = s.n_past + n == len(s.prompt)
+            for i in range(n):
+                pos = s.n_past + i
+                entries.append(BatchEntry(s.prompt[pos], pos, s.slot, last and i == n - 1))
+            if last:
+                outputs.append((s, len(entries) - 1))
+            advance.append((s, n))
+            left -= n
+    if not entries:
+        return None
+    return StepPlan(tuple(entries), tuple(outputs), tuple(advance))

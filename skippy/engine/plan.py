@@ -1,0 +1,32 @@
+"""The parse plan: every per-request output decision, made once at render time.
+
+The TemplateRenderer builds it with the prompt; the decode scheduler and
+the output pipeline only read it. Nothing later re-derives these choices.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+
+@attrs.frozen
+class ParsePlan:
+    """Decisions for one request.
+
+    ``chat_format``: the output parser's format name (``content`` when the
+    request has no tools and the template no reasoning); ``reasoning_format``
+    as requested (``auto``, ``none``, ``deepseek``, ``deepseek-legacy``,
+    ``hidden``); ``thinking_forced_open``: the prompt already opened
+    ``<think>``; ``allowed_tools``: names the output may call (empty: tools
+    off); ``emulated``: tool calls use the ``TOOL_CALL`` text convention;
+    ``stops``: stop strings the format adds; ``grammar``: GBNF or ``None``.
+    """
+
+    chat_format: str = "content"
+    reasoning_format: str = "auto"
+    thinking_forced_open: bool = False
+    allowed_tools: frozenset[str] = frozenset()
+    parallel_tool_calls: bool = True
+    emulated: bool = False
+    stops: tuple[str, ...] = ()
+    grammar: str | None = None
