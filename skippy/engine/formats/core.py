@@ -502,7 +502,8 @@ class ChatParser:
 
 
 def _coalesce(deltas: list[Delta]) -> list[Delta]:
-    """Merge adjacent deltas of the same kind (content, reasoning, one call's arguments)."""
+    """Merge adjacent deltas of the same kind (content, reasoning, one call's argument fragments;
+    a call's first delta keeps only index, id and name)."""
     out: list[Delta] = []
     for d in deltas:
         if out:
@@ -517,7 +518,8 @@ def _coalesce(deltas: list[Delta]) -> list[Delta]:
                 continue
             if (len(d.tool_calls) == 1 and not d.content and not d.reasoning_content
                     and len(last.tool_calls) == 1 and not last.content and not last.reasoning_content
-                    and d.tool_calls[0].id is None and d.tool_calls[0].index == last.tool_calls[0].index):
+                    and d.tool_calls[0].id is None and last.tool_calls[0].id is None
+                    and d.tool_calls[0].index == last.tool_calls[0].index):
                 lt = last.tool_calls[0]
                 out[-1] = Delta(tool_calls=(attrs.evolve(lt, arguments=lt.arguments + d.tool_calls[0].arguments),))
                 continue

@@ -1,0 +1,275 @@
+"""Chat-format parsers: known outputs per format, split-invariance, specific cases."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+
+import pytest
+
+from skippy.engine.formats import FORMATS, REASONING_FORMATS, make_parser
+from skippy.engine.formats.base import Delta, ParsedMessage, ToolCall
+
+ALLOWED = {"get_weather", "f", "run", "now"}
+
+
+def ids():
+    counter = itertools.count()
+    return lambda: f"call_{next(counter)}"
+
+
+def run(fmt: str, pieces, **kw) -> tuple[list[Delta], ParsedMessage]:
+    kw.setdefault("allowed_tools", ALLOWED)
+    parser = make_parser(fmt, id_factory=ids(), **kw)
+    deltas: list[Delta] = []
+    for piece in pieces:
+        deltas += parser.feed(piece)
+    tail, msg = parser.finish()
+    return deltas + tail, msg
+
+
+def check_invariant(deltas: list[Delta], msg: ParsedMessage) -> None:
+    assert "".join(d.content for d in deltas) == msg.content
+    assert "".join(d.reasoning_content for d in deltas) == msg.reasoning_content
+    calls: dict[int, list] = {}
+    for d in deltas:
+        for tc in d.tool_calls:
+            if tc.index not in calls:
+                assert tc.id is not None and tc.name, "first delta of a call carries id and name"
+                assert tc.index == len(calls), "indexes count up from 0"
+                calls[tc.index] = [tc.id, tc.name, tc.arguments]
+            else:
+                assert tc.id is None and tc.name is None, "later deltas carry only arguments"
+                calls[tc.index][2] += tc.arguments
+    assert tuple(ToolCall(*c) for c in calls.values()) == msg.tool_calls
+
+
+def splits(text: str):
+    """Whole, one character at a time, and a few random splits."""
+    yield [text]
+    yield list(text)
+    rng = random.Random(len(text))
+    for _ in range(5):
+        cuts = sorted(rng.sample(range(1, len(text)), min(len(text) - 1, rng.randint(1, 12))))
+        yield [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])]
+
+
+WEATHER = ToolCall("call_0", "get_weather", '{"city": "Paris"}')
+F_EMPTY = ToolCall("call_1", "f", "{}")
+
+# (format, kwargs, output text, expected message)
+KNOWN = [
+    ("content_only", {}, "Hello <tool_call> world\n", ParsedMessage(content="Hello <tool_call> world\n")),
+    ("hermes_2_pro", {}, 'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
+     '</tool_call>\n<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>',
+     ParsedMessage(content="Let me check.", tool_calls=(WEATHER, F_EMPTY))),
+    ("hermes_2_pro", {}, '<think>\nThe user wants weather.\n</think>\n\n<tool_call>\n{"name": "get_weather", '
+     '"arguments": {"city": "Paris"}}\n</tool_call>',
+     ParsedMessage(reasoning_content="The user wants weather.", tool_calls=(WEATHER,))),
+    ("llama3_json", {}, '{"name": "get_weather", "parameters": {"city": "Paris"}}',
+     ParsedMessage(tool_calls=(WEATHER,))),
+    ("llama3_json", {}, '<|python_tag|>{"type": "function", "name": "get_weather", "parameters": {"city": "Paris"}}',
+     ParsedMessage(tool_calls=(WEATHER,))),
+    ("llama3_json", {}, 'Paris is {"warm": true}.', ParsedMessage(content='Paris is {"warm": true}.')),
+    ("mistral_nemo", {}, '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "abc123def"}, '
+     '{"name": "f", "arguments": {}, "id": "abc123deg"}]', ParsedMessage(tool_calls=(WEATHER, F_EMPTY))),
+    ("mistral_small_3_2", {}, 'Sure.[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]f[ARGS]{}',
+     ParsedMessage(content="Sure.", tool_calls=(WEATHER, F_EMPTY))),
+    ("deepseek_r1", {"thinking_forced_open": True},
+     'Need weather.\n</think>\n\nChecking.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n'
+     '```json\n{"city": "Paris"}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{}\n```'
+     '<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+     ParsedMessage(content="Checking.", reasoning_content="Need weather.", tool_calls=(WEATHER, F_EMPTY))),
+    ("deepseek_v3_1", {}, '<think>hm</think><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>'
+     '{"city": "Paris"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+     ParsedMessage(reasoning_content="hm", tool_calls=(WEATHER,))),
+    ("functionary_v3_2", {}, 'all\nLet me check.>>>get_weather\n{"city": "Paris"}>>>f\n{}',
+     ParsedMessage(content="Let me check.", tool_calls=(WEATHER, F_EMPTY))),
+    ("functionary_v3_2", {}, "all\nJust text.", ParsedMessage(content="Just text.")),
+    ("command_r7b", {}, '<|START_THINKING|>plan<|END_THINKING|><|START_ACTION|>[\n    {"tool_call_id": "0", '
+     '"tool_name": "get_weather", "parameters": {"city": "Paris"}},\n    {"tool_call_id": "1", "tool_name": "f", '
+     '"parameters": {}}\n]<|END_ACTION|>', ParsedMessage(reasoning_content="plan", tool_calls=(WEATHER, F_EMPTY))),
+    ("command_r7b", {}, "<|START_RESPONSE|>Hi there<|END_RESPONSE|>", ParsedMessage(content="Hi there")),
+    ("generic", {}, '{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "0"}]}',
+     ParsedMessage(tool_calls=(WEATHER,))),
+    ("generic", {}, '{"response": "It is sunny."}', ParsedMessage(content="It is sunny.")),
+    ("generic", {}, "Plain answer.", ParsedMessage(content="Plain answer.")),
+]
+
+
+def test_every_format_has_a_known_output():
+    assert set(FORMATS) == {k[0] for k in KNOWN}
+
+
+@pytest.mark.parametrize("fmt,kw,text,expected", KNOWN, ids=[f"{k[0]}-{i}" for i, k in enumerate(KNOWN)])
+def test_known_output_any_split(fmt, kw, text, expected):
+    for pieces in splits(text):
+        deltas, msg = run(fmt, pieces, **kw)
+        assert msg == expected, pieces
+        check_invariant(deltas, msg)
+
+
+@pytest.mark.parametrize("fmt,kw,text,expected", KNOWN, ids=[f"{k[0]}-{i}" for i, k in enumerate(KNOWN)])
+def test_tools_off_everything_is_content(fmt, kw, text, expected):
+    for pieces in ([text], list(text)):
+        deltas, msg = run(fmt, pieces, allowed_tools=None, **kw)
+        assert msg.tool_calls == ()
+        check_invariant(deltas, msg)
+        assert msg.reasoning_content == expected.reasoning_content
+
+
+@pytest.mark.parametrize("reasoning_format", REASONING_FORMATS)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_prefixes_of_every_known_output_keep_invariant(fmt, reasoning_format):
+    # truncated generations (max_tokens) must still give consistent deltas
+    for f, kw, text, _ in KNOWN:
+        if f != fmt:
+            continue
+        for cut in range(0, len(text), 7):
+            for pieces in ([text[:cut]], list(text[:cut])):
+                deltas, msg = run(fmt, pieces, reasoning_format=reasoning_format, **kw)
+                check_invariant(deltas, msg)
+            assert run(fmt, [text[:cut]], reasoning_format=reasoning_format, **kw)[1] == \
+                run(fmt, list(text[:cut]), reasoning_format=reasoning_format, **kw)[1]
+
+
+def test_qwen25_two_tool_calls_empty_content():
+    text = ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+            '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>')
+    for pieces in splits(text):
+        deltas, msg = run("hermes_2_pro", pieces)
+        assert msg.content == ""
+        assert [c.arguments for c in msg.tool_calls] == ['{"city": "Paris"}', '{"city": "Rome"}']
+        assert [c.id for c in msg.tool_calls] == ["call_0", "call_1"]
+        check_invariant(deltas, msg)
+
+
+def test_unbalanced_braces_in_argument_string():
+    args = '{"cmd": "mkdir -p a/{b,c"}'
+    text = f'<tool_call>\n{{"name": "run", "arguments": {args}}}\n</tool_call>'
+    for pieces in splits(text):
+        deltas, msg = run("hermes_2_pro", pieces)
+        assert msg.tool_calls == (ToolCall("call_0", "run", args),)
+        streamed = "".join(tc.arguments for d in deltas for tc in d.tool_calls)
+        assert streamed == args
+        assert json.loads(streamed) == {"cmd": "mkdir -p a/{b,c"}
+
+
+def test_escaped_quotes_and_unicode_arguments_byte_for_byte():
+    args = '{"q": "say \\"hi\\" }{ \\u00e9 é \\\\", "n": [1, 2.5e3, null, true]}'
+    text = f'[TOOL_CALLS]run[ARGS]{args} trailing'
+    for pieces in splits(text):
+        deltas, msg = run("mistral_small_3_2", pieces)
+        assert msg.tool_calls[0].arguments == args
+        assert msg.content == "trailing"
+        check_invariant(deltas, msg)
+
+
+@pytest.mark.parametrize("text", [
+    '<tool_call>\n{"name": "now", "arguments": {}}\n</tool_call>',
+    '<tool_call>\n{"name": "now"}\n</tool_call>',
+])
+def test_tool_without_parameters_gets_empty_object(text):
+    for pieces in splits(text):
+        deltas, msg = run("hermes_2_pro", pieces)
+        assert msg.tool_calls == (ToolCall("call_0", "now", "{}"),)
+        check_invariant(deltas, msg)
+
+
+def test_qwen3_first_delta_is_reasoning_and_think_never_in_content():
+    text = "<think>\nLet me think.\n</think>\n\nThe answer is 4."
+    deltas, msg = run("hermes_2_pro", list(text))
+    assert deltas[0].reasoning_content and not deltas[0].content
+    assert all("<think>" not in d.content and "</think>" not in d.content for d in deltas)
+    assert msg == ParsedMessage(content="The answer is 4.", reasoning_content="Let me think.")
+
+
+def test_reasoning_format_none_keeps_think_in_content():
+    text = "<think>\nhmm\n</think>\n\nAnswer."
+    for pieces in splits(text):
+        deltas, msg = run("hermes_2_pro", pieces, reasoning_format="none")
+        assert msg == ParsedMessage(content=text)
+        check_invariant(deltas, msg)
+
+
+def test_reasoning_format_legacy_and_hidden():
+    text = "<think>hmm</think>Answer."
+    for pieces in splits(text):
+        assert run("content_only", pieces, reasoning_format="deepseek-legacy")[1] == \
+            ParsedMessage(content=text, reasoning_content="hmm")
+        assert run("content_only", pieces, reasoning_format="hidden")[1] == ParsedMessage(content="Answer.")
+        assert run("content_only", pieces, reasoning_format="deepseek")[1] == \
+            ParsedMessage(content="Answer.", reasoning_content="hmm")
+
+
+def test_thinking_forced_open_reasoning_then_content():
+    text = "I should greet.\n</think>\n\nHello!"
+    for pieces in splits(text):
+        deltas, msg = run("deepseek_r1", pieces, thinking_forced_open=True)
+        assert msg == ParsedMessage(content="Hello!", reasoning_content="I should greet.")
+        assert deltas[0].reasoning_content
+        check_invariant(deltas, msg)
+    # unclosed forced-open reasoning (cut by max_tokens) is all reasoning
+    assert run("deepseek_r1", ["still thinking"], thinking_forced_open=True)[1] == \
+        ParsedMessage(reasoning_content="still thinking")
+
+
+def test_parallel_false_keeps_one_call():
+    text = ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+            '<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call>')
+    for pieces in splits(text):
+        deltas, msg = run("hermes_2_pro", pieces, parallel_tool_calls=False)
+        assert msg == ParsedMessage(tool_calls=(WEATHER,))
+        check_invariant(deltas, msg)
+
+
+def test_disallowed_names_stay_content():
+    text = 'Hi <tool_call>\n{"name": "rm_rf", "arguments": {"path": "/"}}\n</tool_call>'
+    for pieces in splits(text):
+        deltas, msg = run("hermes_2_pro", pieces, allowed_tools={"get_weather"})
+        assert msg == ParsedMessage(content=text)
+        check_invariant(deltas, msg)
+    text = '[TOOL_CALLS]rm_rf[ARGS]{"path": "/"}'
+    assert run("mistral_small_3_2", [text], allowed_tools={"f"})[1] == ParsedMessage(content=text)
+
+
+def test_tool_call_delta_shape():
+    text = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    deltas, _ = run("hermes_2_pro", list(text))
+    tcs = [tc for d in deltas for tc in d.tool_calls]
+    assert (tcs[0].index, tcs[0].id, tcs[0].name, tcs[0].arguments) == (0, "call_0", "get_weather", "")
+    assert len(tcs) > 2 and all(tc.id is None and tc.name is None and tc.arguments for tc in tcs[1:])
+
+
+def test_marker_prefix_is_held_back_not_emitted():
+    parser = make_parser("hermes_2_pro", allowed_tools=ALLOWED, id_factory=ids())
+    assert [d.content for d in parser.feed("Hi <tool_")] == ["Hi"]
+    assert parser.feed("ca") == []
+    deltas = parser.feed("ke> ok")
+    assert "".join(d.content for d in deltas) == " <tool_cake> ok"
+
+
+def test_malformed_arguments_end_at_longest_valid_prefix():
+    text = '<tool_call>\n{"name": "run", "arguments": {"a": tru, "b": 1}}\n</tool_call>after'
+    results = {run("hermes_2_pro", pieces)[1] for pieces in splits(text)}
+    assert len(results) == 1
+    msg = results.pop()
+    assert msg.tool_calls[0].arguments == '{"a": tru'
+    assert msg.content == "after"
+
+
+def test_unknown_format_or_reasoning_format_raises():
+    with pytest.raises(ValueError):
+        make_parser("nope", allowed_tools=None)
+    with pytest.raises(ValueError):
+        make_parser("hermes_2_pro", reasoning_format="nope", allowed_tools=None)
+
+
+def test_ids_default_factory_minted_once_per_call():
+    parser = make_parser("hermes_2_pro", allowed_tools=ALLOWED)
+    deltas = parser.feed('<tool_call>{"name": "now", "arguments": {}}</tool_call>')
+    _, msg = parser.finish()
+    first = [tc for d in deltas for tc in d.tool_calls if tc.id]
+    assert [tc.id for tc in first] == [msg.tool_calls[0].id]
+    assert msg.tool_calls[0].id.startswith("call_")
