@@ -64,5 +64,50 @@ def pull(model: str, quiet: bool) -> None:
     click.echo(str(path))
 
 
+def _opt(name: str, **kw):
+    """A ``serve`` option that also reads ``SKIPPY_<NAME>`` from the environment."""
+    env = "SKIPPY_" + name.lstrip("-").replace("-", "_").upper()
+    return click.option(name, envvar=env, show_envvar=True, show_default=True, **kw)
+
+
+@main.command()
+@_opt("--model", default=DEFAULT_MODEL, help="Model name from the cache (pulled when missing) or a GGUF path.")
+@_opt("--host", default="127.0.0.1", help="Address to listen on.")
+@_opt("--port", default=8080, type=click.IntRange(0, 65535), help="TCP port to listen on.")
+@_opt("--n-ctx", default=4096, type=click.IntRange(16, None),
+      help="Context of each sequence in tokens (prompt + completion); clamped to the model's training context.")
+@_opt("--parallel", default=8, type=click.IntRange(1, 256), help="Max sequences decoding at once (slots).")
+@_opt("--threads", default=None, type=click.IntRange(1, None), help="CPU threads for llama.cpp [default: all cores].")
+@_opt("--chat-template", default=None, type=click.Path(exists=True, dir_okay=False),
+      help="Jinja2 chat template file overriding the model's.")
+@_opt("--max-queue", default=1024, type=click.IntRange(1, None),
+      help="Requests waiting for a slot before new ones get 429.")
+@_opt("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]), help="Log level.")
+@friendly_errors
+def serve(model: str, host: str, port: int, n_ctx: int, parallel: int, threads: int | None,
+          chat_template: str | None, max_queue: int, log_level: str) -> None:
+    """Serve the OpenAI-compatible API (``/v1/chat/completions`` and friends).
+
+    The model is pulled into the cache first when it is a known name that is
+    not there yet. ``/health`` answers 503 while the model loads, then 200.
+    """
+    import logging
+
+    import trio
+
+    from skippy.engine.config import EngineConfig
+    from skippy.http.serve import serve as run_server
+    from skippy.models import ensure_model, lookup
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    path = ensure_model(model)
+    template = open(chat_template, encoding="utf-8").read() if chat_template else None
+    spec = lookup(model)
+    name = spec.name if spec else path.stem
+    config = EngineConfig(model=str(path), model_name=name, n_ctx=n_ctx, parallel=parallel, threads=threads,
+                          chat_template=template, max_queue=max_queue, verbose=log_level == "debug")
+    sys.exit(trio.run(lambda: run_server(config, host=host, port=port)))
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -109,6 +109,8 @@ class LlamaRuntime:
         vocab = llama_cpp.llama_model_get_vocab(self._model)
         n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
         n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
+        if n_ctx_train > 0:
+            n_ctx_seq = min(n_ctx_seq, n_ctx_train)
         cparams = llama_cpp.llama_context_default_params()
         cparams.n_ctx = n_ctx_seq * n_seq_max
         cparams.n_batch = n_batch
