@@ -273,3 +273,25 @@ def test_ids_default_factory_minted_once_per_call():
     first = [tc for d in deltas for tc in d.tool_calls if tc.id]
     assert [tc.id for tc in first] == [msg.tool_calls[0].id]
     assert msg.tool_calls[0].id.startswith("call_")
+
+
+def test_fuzz_mixed_fragments_split_invariant():
+    """Random mixtures of format fragments: never raises, same message for any split."""
+    rng = random.Random(7)
+    frags = ["<think>", "</think>", "\n", " ", "{", "}", '"', "\\", "[TOOL_CALLS]", "<tool_call>",
+             "</tool_call>", ">>>", "all\n", "[ARGS]"]
+    for _, _, text, _ in KNOWN:
+        for _ in range(4):
+            a = rng.randrange(len(text))
+            frags.append(text[a:rng.randrange(a, len(text) + 1)])
+    for _ in range(1500):
+        text = "".join(rng.choice(frags) for _ in range(rng.randint(1, 8)))
+        fmt = rng.choice(FORMATS)
+        kw = dict(reasoning_format=rng.choice(REASONING_FORMATS), thinking_forced_open=rng.random() < 0.3,
+                  parallel_tool_calls=rng.random() < 0.7)
+        results = []
+        for pieces in ([text], list(text)):
+            deltas, msg = run(fmt, pieces, **kw)
+            check_invariant(deltas, msg)
+            results.append(msg)
+        assert results[0] == results[1], (fmt, kw, text)

@@ -41,7 +41,7 @@ import partial_json_parser
 from skippy.engine.formats.base import (Delta, IdFactory, ParsedMessage, ToolCall,
                                         ToolCallDelta, new_call_id)
 
-_DECODER = json.JSONDecoder(strict=False)
+JSON_DECODER = json.JSONDecoder(strict=False)  # models write raw newlines inside strings
 _CTRL = {i: " " for i in range(32)}
 _WS = re.compile(r"\s*")
 HEADER_LIMIT = 512  # chars a non-JSON call header may take before it is given up as content
@@ -66,7 +66,7 @@ def scan_json(text: str, start: int) -> tuple[str, int]:
     end of the longest valid prefix.
     """
     try:
-        _, end = _DECODER.raw_decode(text, start)
+        _, end = JSON_DECODER.raw_decode(text, start)
         return "complete", end
     except json.JSONDecodeError as exc:
         if exc.pos >= len(text) or exc.msg.startswith("Unterminated string"):
@@ -290,7 +290,7 @@ class ToolScanner:
                 self._fail()
                 return True
             status, end = scan_json(buf, j)
-            if status == "complete" and self._whole_call(json.loads(buf[j:end])):
+            if status == "complete" and self._whole_call(JSON_DECODER.decode(buf[j:end])):
                 self.pos, self.state = end, _AFTER
                 return True
             if status != "partial" or final:

@@ -19,7 +19,7 @@ import json
 from typing import Any
 
 from skippy.engine.formats.base import Delta
-from skippy.engine.formats.core import ToolScanner, ToolSyntax, scan_json
+from skippy.engine.formats.core import JSON_DECODER, ToolScanner, ToolSyntax, scan_json
 
 
 class GenericScanner(ToolScanner):
@@ -40,7 +40,7 @@ class GenericScanner(ToolScanner):
             status, end = scan_json(self.buf, j)
             if status == "partial" and not final:
                 return []
-            if status == "complete" and self._interpret(json.loads(self.buf[j:end])):
+            if status == "complete" and self._interpret(JSON_DECODER.decode(self.buf[j:end])):
                 self.pos = end
         self.decided = True
         return super().feed("", final)
