@@ -1,0 +1,34 @@
+"""The engine embedded in a trio program (no HTTP), and /health while loading."""
+
+from __future__ import annotations
+
+import skippy
+from skippy import ChatCompletionRequest, EngineConfig, Message
+from skippy.http.app import AppState, create_app
+from skippy.models import ensure_model
+
+
+async def test_open_engine_chat_and_stream() -> None:
+    config = EngineConfig(model=str(ensure_model("SmolLM2-135M-Instruct")), parallel=2, n_ctx=1024)
+    async with skippy.open_engine(config) as engine:
+        req = ChatCompletionRequest(messages=[Message("system", "You are a helpful assistant."),
+                                              Message("user", "What is the capital of France?")],
+                                    temperature=0, max_tokens=20)
+        reply = await engine.chat(req)
+        assert "Paris" in reply["choices"][0]["message"]["content"]
+        chunks = [c async for c in await engine.chat_stream(req)]
+        text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+        assert text == reply["choices"][0]["message"]["content"]
+        assert engine.stats()["slots_processing"] == 0
+
+
+async def test_health_503_while_loading() -> None:
+    state = AppState()
+    app = create_app(state)
+    client = app.test_client()
+    resp = await client.get("/health")
+    assert resp.status_code == 503
+    assert (await resp.get_json())["error"]["code"] == "model_loading"
+    resp = await client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}]})
+    assert resp.status_code == 503
+    assert "Retry-After" in resp.headers

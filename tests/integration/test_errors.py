@@ -1,0 +1,67 @@
+"""Bad input gets an OpenAI error envelope (4xx) and the server keeps serving."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.integration.conftest import SYSTEM
+
+OK = {"messages": [SYSTEM, {"role": "user", "content": "Hi"}], "max_tokens": 2, "temperature": 0}
+
+
+def assert_envelope(resp: httpx.Response, status: int, code: str | None = None, param: str | None = None) -> None:
+    assert resp.status_code == status, resp.text
+    err = resp.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert err["message"]
+    if code is not None:
+        assert err["code"] == code
+    if param is not None:
+        assert err["param"] == param
+
+
+@pytest.mark.parametrize("body, status, code, param", [
+    (b"{not json", 400, None, None),
+    (b"[1, 2]", 400, None, None),
+    (b'{"messages": "hi"}', 400, None, "messages"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}', 400, None, "temperature"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}', 400, None, "max_tokens"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "n": 2}', 400, None, "n"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "top_p": 7}', 400, None, "top_p"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "logit_bias": {"abc": 1}}', 400, None, "logit_bias"),
+    (b'{"messages": [{"role": "wizard", "content": "x"}]}', 400, None, "messages"),
+    (b'{"messages": []}', 400, None, "messages"),
+    (b'{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}',
+     400, None, "messages"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": 100000}', 400,
+     "context_length_exceeded", "max_tokens"),
+    (b'{"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]}', 404, "model_not_found", "model"),
+])
+def test_bad_chat_requests(base_url: str, body: bytes, status: int, code: str | None, param: str | None) -> None:
+    resp = httpx.post(base_url + "/v1/chat/completions", content=body,
+                      headers={"content-type": "application/json"}, timeout=30)
+    assert_envelope(resp, status, code, param)
+    # and the server keeps serving
+    assert httpx.post(base_url + "/v1/chat/completions", json=OK, timeout=60).status_code == 200
+
+
+def test_bad_stream_request_fails_before_headers(base_url: str) -> None:
+    body = {**OK, "stream": True, "max_tokens": 100000}
+    resp = httpx.post(base_url + "/v1/chat/completions", json=body, timeout=30)
+    assert_envelope(resp, 400, "context_length_exceeded")
+
+
+def test_prompt_alone_over_context(base_url: str) -> None:
+    long = "word " * 3000  # the test server runs --n-ctx 2048
+    resp = httpx.post(base_url + "/v1/chat/completions",
+                      json={"messages": [{"role": "user", "content": long}]}, timeout=60)
+    assert_envelope(resp, 400, "context_length_exceeded")
+
+
+def test_other_routes_bad_input(base_url: str) -> None:
+    assert_envelope(httpx.post(base_url + "/v1/completions", json={"prompt": ["a", "b"]}), 400, param="prompt")
+    assert_envelope(httpx.post(base_url + "/detokenize", json={"tokens": [10**9]}), 400, param="tokens")
+    assert_envelope(httpx.post(base_url + "/tokenize", json={"text": "x"}), 400)
+    assert_envelope(httpx.get(base_url + "/v1/nothing"), 404)
+    assert_envelope(httpx.get(base_url + "/v1/chat/completions"), 405)
