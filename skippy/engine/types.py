@@ -114,6 +114,10 @@ def decode_request(body: bytes, type_: type[T]) -> T:
     except msgspec.ValidationError as exc:
         path = str(exc).rsplit("`$.", 1)
         param = path[1].rstrip("`").split("[")[0].split(".")[0] if len(path) == 2 else None
+        if param is None:
+            # a missing top-level field: "Object missing required field `messages`"
+            missing = str(exc).split("missing required field `", 1)
+            param = missing[1].split("`", 1)[0] if len(missing) == 2 else None
         raise InvalidRequest(f"invalid request: {exc}", param=param) from exc
     except msgspec.DecodeError as exc:
         raise InvalidRequest(f"malformed JSON body: {exc}") from exc

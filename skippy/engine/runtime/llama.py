@@ -235,6 +235,8 @@ class LlamaRuntime:
 
     def seq_pos_max(self, seq_id: int) -> int:
         """Largest position held for ``seq_id`` in the KV cache, -1 when empty."""
+        if not 0 <= seq_id < self.meta.n_seq_max:
+            raise ValueError(f"sequence id {seq_id} out of range")
         return llama_cpp.llama_memory_seq_pos_max(self._mem, seq_id)
 
     def close(self) -> None:

@@ -1,0 +1,159 @@
+"""plan_step: continuous-batching step planning (sans-IO)."""
+
+from skippy.engine.batch import SeqState, StepPlan, plan_step
+from skippy.engine.runtime.base import BatchEntry
+
+
+def gen(rid, slot, prompt_len=3, pending=100, n_generated=1):
+    """A sequence whose prompt is fully in the KV cache and has a pending sampled token."""
+    return SeqState(rid=rid, slot=slot, prompt=list(range(prompt_len)), max_tokens=16,
+                    n_past=prompt_len + n_generated - 1, pending=pending, n_generated=n_generated)
+
+
+def fresh(rid, slot, prompt, n_past=0):
+    return SeqState(rid=rid, slot=slot, prompt=list(prompt), max_tokens=16, n_past=n_past)
+
+
+def apply(plan: StepPlan):
+    for s, n in plan.advance:
+        s.n_past += n
+
+
+def check_outputs(plan: StepPlan):
+    """Each output index has logits; every logits entry is some sequence's output."""
+    idx = [i for _, i in plan.outputs]
+    assert len(set(idx)) == len(idx)
+    for s, i in plan.outputs:
+        assert plan.entries[i].logits is True
+        assert plan.entries[i].seq_id == s.slot
+    assert sorted(idx) == [i for i, e in enumerate(plan.entries) if e.logits]
+
+
+def test_nothing_to_do_returns_none():
+    assert plan_step([], 64) is None
+    # generating sequence without a pending token (e.g. parked) has nothing to decode
+    s = gen(0, 0, pending=None)
+    assert plan_step([s], 64) is None
+
+
+def test_generating_sequences_get_one_token_each_with_logits():
+    a, b, c = gen(0, 0, pending=11), gen(1, 3, prompt_len=5, pending=22, n_generated=4), gen(2, 1, pending=33)
+    plan = plan_step([a, b, c], 64)
+    assert plan.entries == (
+        BatchEntry(11, a.n_past, 0, True),
+        BatchEntry(22, b.n_past, 3, True),
+        BatchEntry(33, c.n_past, 1, True),
+    )
+    assert [(s.rid, i) for s, i in plan.outputs] == [(0, 0), (1, 1), (2, 2)]
+    assert [(s.rid, n) for s, n in plan.advance] == [(0, 1), (1, 1), (2, 1)]
+    check_outputs(plan)
+
+
+def test_small_prompt_prefilled_whole_logits_only_at_last_token():
+    s = fresh(0, 2, [5, 6, 7, 8])
+    plan = plan_step([s], 64)
+    assert [e.token for e in plan.entries] == [5, 6, 7, 8]
+    assert [e.pos for e in plan.entries] == [0, 1, 2, 3]
+    assert all(e.seq_id == 2 for e in plan.entries)
+    assert [e.logits for e in plan.entries] == [False, False, False, True]
+    assert [(x.rid, i) for x, i in plan.outputs] == [(0, 3)]
+    assert [(x.rid, n) for x, n in plan.advance] == [(0, 4)]
+    check_outputs(plan)
+
+
+def test_long_prompt_chunked_by_budget_continuing_at_n_past():
+    prompt = list(range(100, 110))  # 10 tokens
+    s = fresh(0, 0, prompt)
+    seen = []
+    steps = 0
+    while s.prefilling:
+        plan = plan_step([s], 4)
+        assert len(plan.entries) <= 4
+        assert plan.entries[0].pos == s.n_past
+        seen += [(e.token, e.pos) for e in plan.entries]
+        last_chunk = s.n_past + len(plan.entries) == len(prompt)
+        if last_chunk:
+            assert [e.logits for e in plan.entries] == [False] * (len(plan.entries) - 1) + [True]
+            assert [(x.rid, i) for x, i in plan.outputs] == [(0, len(plan.entries) - 1)]
+        else:
+            assert not any(e.logits for e in plan.entries)
+            assert plan.outputs == ()
+        check_outputs(plan)
+        apply(plan)
+        steps += 1
+    assert steps == 3  # 4 + 4 + 2
+    assert seen == [(t, i) for i, t in enumerate(prompt)]
+    assert s.n_past == 10
+
+
+def test_prefill_resumes_after_cached_prefix():
+    s = fresh(0, 1, list(range(50, 58)), n_past=5)  # 5 tokens reused from the prefix cache
+    plan = plan_step([s], 64)
+    assert [(e.token, e.pos) for e in plan.entries] == [(55, 5), (56, 6), (57, 7)]
+    assert [e.logits for e in plan.entries] == [False, False, True]
+
+
+def test_generating_first_then_prefill_shares_remaining_budget():
+    a = gen(0, 0, pending=1)
+    b = gen(1, 1, pending=2)
+    c = fresh(2, 2, list(range(10)))
+    plan = plan_step([c, a, b], 6)  # c was admitted first, but decoders go first
+    assert [e.seq_id for e in plan.entries] == [0, 1, 2, 2, 2, 2]
+    assert [e.logits for e in plan.entries] == [True, True, False, False, False, False]
+    assert [(s.rid, i) for s, i in plan.outputs] == [(0, 0), (1, 1)]
+    assert [(s.rid, n) for s, n in plan.advance] == [(0, 1), (1, 1), (2, 4)]
+    assert [e.pos for e in plan.entries[2:]] == [0, 1, 2, 3]
+    check_outputs(plan)
+
+
+def test_oldest_prefill_first_and_budget_spills_to_next():
+    old = fresh(0, 0, list(range(3)))
+    mid = fresh(1, 1, list(range(5)))
+    new = fresh(2, 2, list(range(4)))
+    plan = plan_step([old, mid, new], 6)
+    assert [(e.seq_id, e.pos) for e in plan.entries] == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    # old finished its prompt: logits at its last token; mid is mid-prompt: none
+    assert [e.logits for e in plan.entries] == [False, False, True, False, False, False]
+    assert [(s.rid, i) for s, i in plan.outputs] == [(0, 2)]
+    assert [(s.rid, n) for s, n in plan.advance] == [(0, 3), (1, 3)]
+    check_outputs(plan)
+    apply(plan)
+    # next step: mid continues at n_past=3, then new starts
+    plan = plan_step([old, mid, new], 6)
+    assert [(e.seq_id, e.pos) for e in plan.entries] == [(1, 3), (1, 4), (2, 0), (2, 1), (2, 2), (2, 3)]
+    assert [e.logits for e in plan.entries] == [False, True, False, False, False, True]
+    assert [(s.rid, i) for s, i in plan.outputs] == [(1, 1), (2, 5)]
+    check_outputs(plan)
+
+
+def test_budget_spent_by_decoders_leaves_prefill_waiting():
+    a, b = gen(0, 0), gen(1, 1)
+    c = fresh(2, 2, [1, 2, 3])
+    plan = plan_step([a, b, c], 2)
+    assert len(plan.entries) == 2
+    assert all(e.logits for e in plan.entries)
+    assert all(s is not c for s, _ in plan.advance)
+    assert c.n_past == 0
+
+
+def test_mixed_step_outputs_pair_each_sequence_with_its_logits_index():
+    a = gen(0, 4, pending=7)
+    p1 = fresh(1, 0, [9, 9])
+    b = gen(2, 5, pending=8)
+    p2 = fresh(3, 1, [1, 2, 3, 4, 5, 6])
+    plan = plan_step([a, p1, b, p2], 8)
+    check_outputs(plan)
+    by_rid = {s.rid: i for s, i in plan.outputs}
+    assert set(by_rid) == {0, 1, 2}  # p2 gets 4 of 6 tokens: no output yet
+    assert plan.entries[by_rid[0]] == BatchEntry(7, a.n_past, 4, True)
+    assert plan.entries[by_rid[2]] == BatchEntry(8, b.n_past, 5, True)
+    assert plan.entries[by_rid[1]] == BatchEntry(9, 1, 0, True)
+    assert sum(n for _, n in plan.advance) == len(plan.entries) == 8
+
+
+def test_plan_does_not_mutate_sequences():
+    s = fresh(0, 0, [1, 2, 3])
+    g = gen(1, 1)
+    before = (s.n_past, g.n_past, g.pending)
+    plan_step([s, g], 8)
+    assert (s.n_past, g.n_past, g.pending) == before

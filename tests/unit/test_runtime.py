@@ -1,0 +1,263 @@
+"""LlamaRuntime against the real default model (synchronous, no event loop).
+
+llama.cpp aborts the process on misuse, so every check that a bad call
+raises a Python exception is also a check that the process survives.
+"""
+
+import os
+
+import numpy as np
+import pytest
+
+from skippy.engine.runtime.base import BatchEntry
+from skippy.engine.sampling import SamplingParams
+
+MODEL = os.path.expanduser("~/.cache/skippy/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+
+pytestmark = pytest.mark.skipif(not os.path.exists(MODEL), reason="default model not downloaded (skippy pull)")
+
+GREEDY = SamplingParams(temperature=0.0)
+
+
+@pytest.fixture(scope="module")
+def rt():
+    from skippy.engine.runtime.llama import LlamaRuntime
+
+    runtime = LlamaRuntime(MODEL, n_ctx_seq=512, n_seq_max=2)
+    yield runtime
+    runtime.close()
+    runtime.close()  # idempotent
+
+
+def tok(rt, text):
+    return rt.vocab.tokenize(text, add_special=False, parse_special=True)
+
+
+def prefill(rt, tokens, seq=0, start=0):
+    """Decode ``tokens`` into ``seq`` (cleared first); logits only at the last one."""
+    rt.seq_rm(seq)
+    rt.decode([BatchEntry(t, start + i, seq, i == len(tokens) - 1) for i, t in enumerate(tokens)])
+    return len(tokens) - 1
+
+
+def generate(rt, sampler, tokens, n, seq=0, stop_ids=()):
+    idx = prefill(rt, tokens, seq)
+    out = []
+    pos = len(tokens)
+    for _ in range(n):
+        t = rt.sample(sampler, idx)
+        out.append(t)
+        if t in stop_ids:
+            break
+        rt.decode([BatchEntry(t, pos, seq, True)])
+        pos += 1
+        idx = 0
+    return out
+
+
+# --- metadata & vocabulary -----------------------------------------------------
+
+
+def test_meta(rt):
+    m = rt.meta
+    assert m.n_vocab == 49152
+    assert m.n_ctx_seq == 512
+    assert m.n_seq_max == 2
+    assert m.n_batch == 512
+    assert m.n_ctx_train >= 2048
+    assert 0 <= m.eos_id < m.n_vocab
+    assert m.eos_id in m.eog_ids
+    assert all(0 <= t < m.n_vocab for t in m.eog_ids)
+    assert m.eos_token == "<|im_end|>"
+    assert m.chat_template and "messages" in m.chat_template and "<|im_start|>" in m.chat_template
+    assert m.name == "SmolLM2-135M-Instruct.Q4_1"
+    assert m.path == MODEL
+    assert m.is_recurrent is False
+
+
+def test_tokenize_detokenize_round_trip(rt):
+    for text in ["The capital of France is", "Hello, world! 日本語 😀 naïve", "  spaces\n\ttabs  ", ""]:
+        toks = tok(rt, text)
+        assert all(isinstance(t, int) and 0 <= t < rt.meta.n_vocab for t in toks)
+        assert rt.vocab.detokenize(toks) == text
+    assert tok(rt, "") == []
+
+
+def test_tokenize_special_tokens(rt):
+    special = tok(rt, "<|im_start|>user")
+    assert len(special) == 2
+    assert rt.vocab.detokenize(special) == "<|im_start|>user"
+    plain = rt.vocab.tokenize("<|im_start|>user", add_special=False, parse_special=False)
+    assert len(plain) > 2  # parsed as ordinary text
+    assert rt.vocab.detokenize(plain) == "<|im_start|>user"
+
+
+def test_tokenize_long_text_grows_buffer(rt):
+    text = "日本語" * 400 + "a b c " * 300
+    assert rt.vocab.detokenize(tok(rt, text)) == text
+
+
+def test_detokenize_rejects_out_of_range(rt):
+    with pytest.raises(ValueError):
+        rt.vocab.detokenize([rt.meta.n_vocab])
+    with pytest.raises(ValueError):
+        rt.vocab.detokenize([-1])
+
+
+def test_pieces(rt):
+    toks = tok(rt, "The capital of France is")
+    assert [rt.vocab.piece(t) for t in toks] == [b"The", b" capital", b" of", b" France", b" is"]
+    assert b"".join(rt.vocab.piece(t) for t in toks) == b"The capital of France is"
+    # control tokens render as nothing in generated output
+    assert rt.vocab.piece(rt.meta.eos_id) == b""
+    # multi-byte text: pieces concatenate to its UTF-8 bytes even when a piece is not valid UTF-8
+    text = "日本語 😀"
+    assert b"".join(rt.vocab.piece(t) for t in tok(rt, text)) == text.encode("utf-8")
+    assert all(isinstance(rt.vocab.piece(t), bytes) for t in range(0, rt.meta.n_vocab, 997))
+
+
+# --- decode validation -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("entries", [
+    [],
+    [BatchEntry(1, i, 0, False) for i in range(513)],  # larger than n_batch
+    [BatchEntry(1, 0, 2, True)],  # seq id >= n_seq_max
+    [BatchEntry(1, 0, -1, True)],
+    [BatchEntry(1, 512, 0, True)],  # position >= n_ctx_seq
+    [BatchEntry(1, -1, 0, True)],
+    [BatchEntry(49152, 0, 0, True)],  # token out of range
+    [BatchEntry(-1, 0, 0, True)],
+    [BatchEntry(1, 0, 0, False), BatchEntry(2, 1, 0, False), BatchEntry(10**6, 2, 0, True)],
+])
+def test_decode_validation_raises_value_error(rt, entries):
+    with pytest.raises(ValueError):
+        rt.decode(entries)
+
+
+def test_inconsistent_positions_raise_runtime_error(rt):
+    rt.seq_rm(0)
+    rt.decode([BatchEntry(1, 0, 0, True)])
+    with pytest.raises(RuntimeError):
+        rt.decode([BatchEntry(1, 5, 0, True)])  # gap after position 0
+    rt.seq_rm(0)
+
+
+def test_kv_ops_validate_seq_id(rt):
+    with pytest.raises(ValueError):
+        rt.seq_rm(2)
+    with pytest.raises(ValueError):
+        rt.seq_pos_max(2)
+    with pytest.raises(ValueError):
+        rt.seq_pos_max(-1)
+
+
+def test_seq_rm_tail_and_continue(rt):
+    toks = tok(rt, "The capital of France is")
+    prefill(rt, toks)
+    assert rt.seq_pos_max(0) == len(toks) - 1
+    rt.seq_rm(0, 2, -1)
+    assert rt.seq_pos_max(0) == 1
+    rt.decode([BatchEntry(t, 2 + i, 0, True) for i, t in enumerate(toks[2:])])
+    assert rt.seq_pos_max(0) == len(toks) - 1
+
+
+# --- logits & sampling -----------------------------------------------------------
+
+
+def test_logits_only_where_requested(rt):
+    toks = tok(rt, "The capital of France is")
+    last = prefill(rt, toks)
+    lg = rt.logits(last)
+    assert lg.dtype == np.float32 and lg.shape == (rt.meta.n_vocab,)
+    assert np.isfinite(lg).all()
+    for bad in (0, last - 1, last + 1, len(toks), -1, 10**6):
+        with pytest.raises(IndexError):
+            rt.logits(bad)
+    s = rt.new_sampler(GREEDY)
+    try:
+        with pytest.raises(IndexError):
+            rt.sample(s, 0)
+    finally:
+        rt.free_sampler(s)
+
+
+def test_greedy_continues_with_paris(rt):
+    toks = tok(rt, "The capital of France is")
+    s = rt.new_sampler(GREEDY)
+    try:
+        out = generate(rt, s, toks, 3)
+    finally:
+        rt.free_sampler(s)
+    assert rt.vocab.piece(out[0]) == b" Paris"
+    assert rt.vocab.detokenize(out).startswith(" Paris")
+    # the greedy sample is the argmax of the logits
+    last = prefill(rt, toks)
+    assert int(np.argmax(rt.logits(last))) == out[0]
+
+
+def test_sequences_are_independent(rt):
+    toks = tok(rt, "The capital of France is")
+    rt.seq_rm(0)
+    rt.seq_rm(1)
+    n = len(toks)
+    rt.decode([BatchEntry(t, i, 0, i == n - 1) for i, t in enumerate(toks)]
+              + [BatchEntry(t, i, 1, i == n - 1) for i, t in enumerate(toks)])
+    a, b = rt.logits(n - 1).copy(), rt.logits(2 * n - 1).copy()
+    assert np.allclose(a, b, atol=1e-3)
+    rt.seq_rm(0)
+    rt.seq_rm(1)
+
+
+def test_seeded_sampling_is_reproducible(rt):
+    toks = tok(rt, "Once upon a time")
+    params = SamplingParams(temperature=1.0, seed=42)
+    outs = []
+    for _ in range(2):
+        s = rt.new_sampler(params)
+        try:
+            outs.append(generate(rt, s, toks, 8))
+        finally:
+            rt.free_sampler(s)
+    assert outs[0] == outs[1]
+
+
+def test_logit_bias_forces_token(rt):
+    toks = tok(rt, "The capital of France is")
+    forced = tok(rt, " banana")[0]
+    s = rt.new_sampler(SamplingParams(temperature=0.0, logit_bias=((forced, 100.0),)))
+    try:
+        idx = prefill(rt, toks)
+        assert rt.sample(s, idx) == forced
+    finally:
+        rt.free_sampler(s)
+
+
+@pytest.mark.parametrize("grammar", [
+    'root ::= "unterminated',
+    "root ::= undefined_rule",
+    "not a grammar at all",
+    'other ::= "x"',  # no root rule
+])
+def test_bad_grammar_raises_value_error(rt, grammar):
+    with pytest.raises(ValueError):
+        rt.new_sampler(SamplingParams(temperature=0.0, grammar=grammar))
+
+
+@pytest.mark.parametrize("params", [GREEDY, SamplingParams(temperature=1.0, seed=7)])
+def test_grammar_constrains_sample(rt, params):
+    toks = tok(rt, "The capital of France is")
+    s = rt.new_sampler(attrs_evolve(params, grammar='root ::= "yes" | "no"'))
+    try:
+        out = generate(rt, s, toks, 6, stop_ids=rt.meta.eog_ids)
+    finally:
+        rt.free_sampler(s)
+    assert out[-1] in rt.meta.eog_ids  # grammar complete: only end-of-generation is allowed
+    text = b"".join(rt.vocab.piece(t) for t in out[:-1]).decode()
+    assert text in ("yes", "no")
+
+
+def attrs_evolve(params, **kw):
+    import attrs
+
+    return attrs.evolve(params, **kw)

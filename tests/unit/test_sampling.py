@@ -1,0 +1,139 @@
+"""sampling_from_request: defaults, validation (400 with param), seeds."""
+
+import pytest
+
+from skippy.engine.errors import InvalidRequest
+from skippy.engine.sampling import MAX_TOP_LOGPROBS, SamplingParams, sampling_from_request
+from skippy.engine.types import ChatCompletionRequest, Message
+
+N_VOCAB = 49152
+
+
+def req(**kw) -> ChatCompletionRequest:
+    return ChatCompletionRequest(messages=[Message(role="user", content="hi")], **kw)
+
+
+def params(_n_vocab=N_VOCAB, _logprobs=False, _top_logprobs=0, **kw) -> SamplingParams:
+    return sampling_from_request(req(**kw), n_vocab=_n_vocab, logprobs=_logprobs, top_logprobs=_top_logprobs)
+
+
+def invalid(param: str, **kw) -> InvalidRequest:
+    with pytest.raises(InvalidRequest) as ei:
+        params(**kw)
+    assert ei.value.param == param
+    assert ei.value.status == 400
+    assert ei.value.envelope()["error"]["param"] == param
+    assert ei.value.envelope()["error"]["type"] == "invalid_request_error"
+    return ei.value
+
+
+def test_defaults_follow_llama_server():
+    p = params()
+    assert p.temperature == 0.8
+    assert p.top_k == 40
+    assert p.top_p == 0.95
+    assert p.min_p == 0.05
+    assert p.repeat_penalty == 1.0
+    assert p.presence_penalty == 0.0
+    assert p.frequency_penalty == 0.0
+    assert p.penalty_last_n == 64
+    assert p.logit_bias == ()
+    assert p.logprobs is False
+    assert p.top_logprobs == 0
+    assert p.grammar is None
+    assert not p.greedy
+
+
+def test_temperature_zero_is_greedy():
+    p = params(temperature=0.0)
+    assert p.temperature == 0.0
+    assert p.greedy
+    assert not params(temperature=0.01).greedy
+
+
+def test_explicit_values_are_kept():
+    p = params(temperature=0.3, top_p=0.5, top_k=7, min_p=0.2, presence_penalty=1.5,
+               frequency_penalty=-1.0, repeat_penalty=1.1, _logprobs=True, _top_logprobs=5)
+    assert (p.temperature, p.top_p, p.top_k, p.min_p) == (0.3, 0.5, 7, 0.2)
+    assert (p.presence_penalty, p.frequency_penalty, p.repeat_penalty) == (1.5, -1.0, 1.1)
+    assert p.logprobs is True and p.top_logprobs == 5
+
+
+def test_n_one_is_accepted_n_two_rejected():
+    assert params(n=1).temperature == 0.8
+    err = invalid("n", n=2)
+    assert "n" in err.message
+
+
+@pytest.mark.parametrize("field,value", [
+    ("temperature", -0.1),
+    ("temperature", 100.5),
+    ("top_p", 0.0),
+    ("top_p", 1.01),
+    ("top_p", -0.5),
+    ("top_k", -1),
+    ("min_p", -0.01),
+    ("min_p", 1.5),
+    ("presence_penalty", 2.01),
+    ("presence_penalty", -2.5),
+    ("frequency_penalty", 3.0),
+    ("frequency_penalty", -2.01),
+    ("repeat_penalty", 0.0),
+    ("repeat_penalty", -1.0),
+])
+def test_out_of_range_names_the_param(field, value):
+    invalid(field, **{field: value})
+
+
+@pytest.mark.parametrize("field,value", [
+    ("temperature", 0.0), ("temperature", 2.0), ("top_p", 1.0), ("top_p", 0.01), ("top_k", 0),
+    ("min_p", 0.0), ("min_p", 1.0), ("presence_penalty", -2.0), ("presence_penalty", 2.0),
+    ("frequency_penalty", -2.0), ("frequency_penalty", 2.0), ("repeat_penalty", 0.5),
+])
+def test_boundary_values_accepted(field, value):
+    assert getattr(params(**{field: value}), field) == value
+
+
+@pytest.mark.parametrize("top_logprobs", [-1, MAX_TOP_LOGPROBS + 1, 100])
+def test_top_logprobs_out_of_range(top_logprobs):
+    invalid("top_logprobs", _logprobs=True, _top_logprobs=top_logprobs)
+
+
+def test_top_logprobs_max_accepted():
+    assert params(_logprobs=True, _top_logprobs=MAX_TOP_LOGPROBS).top_logprobs == MAX_TOP_LOGPROBS
+
+
+def test_logit_bias_parsed_to_int_ids():
+    p = params(logit_bias={"15": 5.0, "0": -100, str(N_VOCAB - 1): 100})
+    assert dict(p.logit_bias) == {15: 5.0, 0: -100.0, N_VOCAB - 1: 100.0}
+    assert all(isinstance(t, int) and isinstance(b, float) for t, b in p.logit_bias)
+
+
+@pytest.mark.parametrize("key", ["abc", "1.5", "", "0x10", str(N_VOCAB), "-1", "99999999"])
+def test_logit_bias_bad_key(key):
+    err = invalid("logit_bias", logit_bias={key: 1.0})
+    assert "logit_bias" in err.message
+
+
+def test_logit_bias_out_of_vocab_depends_on_vocab_size():
+    assert dict(params(_n_vocab=100, logit_bias={"99": 1.0}).logit_bias) == {99: 1.0}
+    invalid("logit_bias", _n_vocab=100, logit_bias={"100": 1.0})
+
+
+@pytest.mark.parametrize("value", [100.5, -101.0])
+def test_logit_bias_value_out_of_range(value):
+    invalid("logit_bias", logit_bias={"5": value})
+
+
+def test_seed_given_is_kept():
+    assert params(seed=1234).seed == 1234
+    assert params(seed=0).seed == 0
+    assert params(seed=2**32 - 1).seed == 2**32 - 1
+
+
+def test_seed_absent_is_random_u32():
+    seeds = {params().seed for _ in range(20)}
+    for s in seeds:
+        assert isinstance(s, int)
+        assert 0 <= s <= 2**32 - 1
+    assert len(seeds) > 1  # 20 draws from 2^32 values: collision-only is ~impossible

@@ -1,0 +1,160 @@
+"""Utf8Stream and StopMatcher (sans-IO, no event loop)."""
+
+import itertools
+
+import pytest
+
+from skippy.engine.textstream import StopMatcher, Utf8Stream
+
+REPLACEMENT = "\ufffd"
+
+
+# --- Utf8Stream --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["é", "日", "😀", "aé日😀z", "😀😀", "naïve 日本語 🎉!"])
+def test_utf8_every_two_way_split_never_emits_replacement(text):
+    data = text.encode("utf-8")
+    for cut in range(len(data) + 1):
+        s = Utf8Stream()
+        out = [s.feed(data[:cut]), s.feed(data[cut:]), s.flush()]
+        joined = "".join(out)
+        assert REPLACEMENT not in joined, (cut, out)
+        assert joined == text
+
+
+@pytest.mark.parametrize("text", ["é", "日", "😀", "a😀日é"])
+def test_utf8_byte_by_byte(text):
+    data = text.encode("utf-8")
+    s = Utf8Stream()
+    outs = [s.feed(data[i:i + 1]) for i in range(len(data))]
+    assert all(REPLACEMENT not in o for o in outs)
+    assert "".join(outs) == text
+    assert s.flush() == ""
+    # a multi-byte character is emitted once, whole, at its last byte
+    if len(text) == 1 and len(data) > 1:
+        assert outs[:-1] == [""] * (len(data) - 1)
+        assert outs[-1] == text
+
+
+def test_utf8_all_splits_into_three_pieces():
+    data = "x😀y".encode("utf-8")  # 6 bytes
+    for i, j in itertools.combinations(range(len(data) + 1), 2):
+        s = Utf8Stream()
+        joined = s.feed(data[:i]) + s.feed(data[i:j]) + s.feed(data[j:]) + s.flush()
+        assert joined == "x😀y"
+
+
+def test_utf8_incomplete_char_held_until_complete():
+    s = Utf8Stream()
+    assert s.feed(b"ab\xf0\x9f") == "ab"
+    assert s.feed(b"\x98") == ""
+    assert s.feed(b"\x80c") == "😀c"
+
+
+@pytest.mark.parametrize("partial", [b"\xc3", b"\xe6\x97", b"\xf0\x9f\x98"])
+def test_utf8_flush_of_incomplete_char_gives_replacement(partial):
+    s = Utf8Stream()
+    assert s.feed(b"ok" + partial) == "ok"
+    assert s.flush() == REPLACEMENT
+
+
+def test_utf8_invalid_byte_becomes_replacement_immediately():
+    s = Utf8Stream()
+    assert s.feed(b"a\xffb") == "a" + REPLACEMENT + "b"
+    assert s.flush() == ""
+
+
+# --- StopMatcher -------------------------------------------------------------
+
+
+def test_stop_partial_prefix_held_then_released():
+    m = StopMatcher(["</s>"])
+    assert m.feed("a<") == ("a", False)
+    assert m.feed("/") == ("", False)
+    assert m.feed("x") == ("</x", False)
+    assert not m.stopped
+    assert m.flush() == ""
+
+
+def test_stop_text_not_returned_and_rest_dropped():
+    m = StopMatcher(["STOP"])
+    assert m.feed("hello STOP world") == ("hello ", True)
+    assert m.stopped
+    assert m.feed("more text") == ("", True)
+    assert m.flush() == ""
+
+
+def test_stop_split_across_many_feeds():
+    m = StopMatcher(["<|end|>"])
+    outs = [m.feed(c) for c in "ab<|end|>cd"]
+    assert outs[:2] == [("a", False), ("b", False)]
+    # every piece of the stop string is held back, never emitted
+    assert [o for o, _ in outs[2:8]] == [""] * 6
+    assert [st for _, st in outs[2:8]] == [False] * 6
+    assert outs[8] == ("", True)  # the '>' completes the stop
+    assert outs[9:] == [("", True), ("", True)]
+    assert m.stopped
+    assert "".join(o for o, _ in outs) == "ab"
+
+
+def test_stop_earliest_of_several_wins():
+    m = StopMatcher(["world", "lo"])
+    assert m.feed("hello world") == ("hel", True)
+    m = StopMatcher(["zzz", "b", "a"])
+    assert m.feed("xxabzzz") == ("xx", True)
+
+
+def test_stop_earliest_wins_when_longer_stop_was_pending():
+    m = StopMatcher(["abcd", "bc"])
+    assert m.feed("xab") == ("x", False)  # "ab" could start "abcd"
+    assert m.feed("c") == ("a", True)  # "bc" completes inside the held "abc"
+
+
+def test_stop_hold_back_only_proper_prefix_suffix():
+    m = StopMatcher(["abc"])
+    assert m.feed("xxab") == ("xx", False)
+    assert m.feed("d") == ("abd", False)
+    assert m.feed("a") == ("", False)
+    assert m.feed("bc tail") == ("", True)
+
+
+def test_stop_held_prefix_longest_of_several_stops():
+    m = StopMatcher(["<end>", "<e"])
+    # "<" is a prefix of both; nothing can be emitted yet
+    assert m.feed("hi <") == ("hi ", False)
+    assert m.feed("e") == ("", True)
+
+
+def test_flush_returns_held_text_when_no_stop():
+    m = StopMatcher(["</s>"])
+    assert m.feed("end </") == ("end ", False)
+    assert m.flush() == "</"
+    assert m.flush() == ""
+
+
+def test_empty_stop_strings_ignored():
+    m = StopMatcher(["", ""])
+    assert m.stops == ()
+    assert m.feed("abc") == ("abc", False)
+    assert not m.stopped
+    m = StopMatcher(["", "x"])
+    assert m.stops == ("x",)
+    assert m.feed("abc") == ("abc", False)
+    assert m.feed("yxz") == ("y", True)
+
+
+def test_no_stops_passes_everything_through():
+    m = StopMatcher([])
+    assert m.feed("</s>") == ("</s>", False)
+    assert m.flush() == ""
+
+
+def test_concatenation_equals_truncated_text_for_any_split():
+    text = "the answer is 42<|im_end|>junk"
+    for cut in range(len(text) + 1):
+        for cut2 in range(cut, len(text) + 1):
+            m = StopMatcher(["<|im_end|>", "<|endoftext|>"])
+            out = [m.feed(text[:cut])[0], m.feed(text[cut:cut2])[0], m.feed(text[cut2:])[0], m.flush()]
+            assert "".join(out) == "the answer is 42"
+            assert m.stopped

@@ -1,0 +1,165 @@
+"""decode_request: JSON syntax and field types in one pass, 400 naming the field."""
+
+import json
+
+import pytest
+
+from skippy.engine.errors import InvalidRequest
+from skippy.engine.types import (ChatCompletionRequest, CompletionRequest, ContentPart, Message,
+                                 TokenizeRequest, decode_request, message_dicts)
+
+
+def body(**kw) -> bytes:
+    kw.setdefault("messages", [{"role": "user", "content": "hi"}])
+    return json.dumps(kw).encode()
+
+
+def bad(data: bytes, type_=ChatCompletionRequest) -> InvalidRequest:
+    with pytest.raises(InvalidRequest) as ei:
+        decode_request(data, type_)
+    err = ei.value
+    assert err.status == 400
+    assert err.envelope()["error"]["type"] == "invalid_request_error"
+    return err
+
+
+def test_minimal_request():
+    r = decode_request(body(), ChatCompletionRequest)
+    assert r.messages == [Message(role="user", content="hi")]
+    assert r.stream is False
+    assert r.temperature is None
+    assert r.logprobs is False
+
+
+@pytest.mark.parametrize("data", [b"{", b"", b"{\"messages\": [}", b"not json", b"{'a': 1}"])
+def test_malformed_json(data):
+    err = bad(data)
+    assert "malformed JSON" in err.message
+    assert err.param is None
+
+
+@pytest.mark.parametrize("data", [b"[]", b"[{\"messages\": []}]", b"\"text\"", b"42", b"null"])
+def test_non_object_body(data):
+    err = bad(data)
+    assert "object" in err.message
+
+
+@pytest.mark.parametrize("field,value,expected_type", [
+    ("temperature", "hot", "float"),
+    ("stream", "yes", "bool"),
+    ("n", 1.5, "int"),
+    ("max_tokens", "10", "int"),
+    ("seed", [1], "int"),
+    ("stop", 5, "str"),
+    ("logit_bias", {"1": "x"}, "float"),
+    ("logit_bias", [1, 2], "object"),
+    ("stream_options", {"include_usage": "yes"}, "bool"),
+    ("messages", "hello", "array"),
+    ("top_logprobs", "3", "int"),
+])
+def test_wrong_field_type_names_param(field, value, expected_type):
+    err = bad(body(**{field: value}))
+    assert err.param == field
+    assert expected_type in err.message
+    assert field in err.message
+
+
+def test_wrong_type_inside_message_names_messages():
+    err = bad(body(messages=[{"role": 1, "content": "x"}]))
+    assert err.param == "messages"
+    assert "$.messages[0].role" in err.message
+
+
+def test_message_missing_role():
+    err = bad(body(messages=[{"content": "x"}]))
+    assert err.param == "messages"
+    assert "role" in err.message
+
+
+def test_missing_messages():
+    err = bad(b'{"model": "m"}')
+    assert "messages" in err.message
+    assert err.param == "messages"
+
+
+def test_completion_missing_prompt():
+    err = bad(b'{"model": "m"}', CompletionRequest)
+    assert err.param == "prompt"
+
+
+def test_unknown_fields_ignored():
+    r = decode_request(body(foo=1, extra_body={"x": [1, 2]}, chat_template_kwargs={"enable_thinking": True},
+                            messages=[{"role": "user", "content": "hi", "weird": True}]),
+                       ChatCompletionRequest)
+    assert r.messages[0].content == "hi"
+    assert not hasattr(r, "foo")
+
+
+def test_nulls_accepted_for_optional_fields():
+    r = decode_request(body(temperature=None, stop=None, seed=None, tools=None), ChatCompletionRequest)
+    assert r.temperature is None and r.stop is None and r.seed is None
+
+
+def test_int_accepted_for_float_field():
+    r = decode_request(body(temperature=1, top_p=1), ChatCompletionRequest)
+    assert r.temperature == 1.0 and isinstance(r.temperature, float)
+
+
+def test_fields_decoded():
+    r = decode_request(body(model="smol", stream=True, stream_options={"include_usage": True}, max_tokens=5,
+                            temperature=0.2, stop=["a", "b"], seed=7, logit_bias={"3": -1.5}, n=1,
+                            logprobs=True, top_logprobs=2, top_k=3, min_p=0.1, repeat_penalty=1.1),
+                       ChatCompletionRequest)
+    assert r.model == "smol" and r.stream is True and r.stream_options.include_usage is True
+    assert r.max_tokens == 5 and r.temperature == 0.2 and r.stop == ["a", "b"] and r.seed == 7
+    assert r.logit_bias == {"3": -1.5} and r.n == 1 and r.logprobs is True and r.top_logprobs == 2
+    assert r.top_k == 3 and r.min_p == 0.1 and r.repeat_penalty == 1.1
+    assert decode_request(body(stop="x"), ChatCompletionRequest).stop == "x"
+
+
+def test_content_as_list_of_parts():
+    r = decode_request(body(messages=[{"role": "user", "content": [
+        {"type": "text", "text": "hello "},
+        {"type": "image_url", "image_url": {"url": "http://x/y.png"}},
+        {"type": "text", "text": "world"},
+    ]}]), ChatCompletionRequest)
+    parts = r.messages[0].content
+    assert isinstance(parts, list)
+    assert parts[0] == ContentPart(type="text", text="hello ")
+    assert parts[1].type == "image_url" and parts[1].image_url == {"url": "http://x/y.png"}
+    assert parts[2].text == "world"
+    # back to plain dicts for templates, unset fields omitted
+    d = message_dicts(r.messages)
+    assert d == [{"role": "user", "content": [
+        {"type": "text", "text": "hello "},
+        {"type": "image_url", "image_url": {"url": "http://x/y.png"}},
+        {"type": "text", "text": "world"},
+    ]}]
+
+
+def test_content_part_wrong_type():
+    err = bad(body(messages=[{"role": "user", "content": [{"type": "text", "text": "a"}, 5]}]))
+    assert err.param == "messages"
+    err = bad(body(messages=[{"role": "user", "content": [{"text": "a"}]}]))
+    assert err.param == "messages"
+
+
+def test_assistant_tool_calls_and_tool_message():
+    r = decode_request(body(messages=[
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None,
+         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "42"},
+    ]), ChatCompletionRequest)
+    assert r.messages[1].content is None
+    assert r.messages[1].tool_calls[0]["function"]["name"] == "f"
+    assert r.messages[2].tool_call_id == "c1"
+    assert message_dicts(r.messages)[1] == {
+        "role": "assistant",
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}
+
+
+def test_tokenize_request():
+    r = decode_request(b'{"content": "abc"}', TokenizeRequest)
+    assert (r.content, r.add_special, r.parse_special, r.with_pieces) == ("abc", False, True, False)
+    assert bad(b'{"content": 3}', TokenizeRequest).param == "content"
