@@ -9,6 +9,7 @@ traceback.
 from __future__ import annotations
 
 import functools
+import json
 import sys
 from typing import Callable, TypeVar
 
@@ -80,12 +81,17 @@ def _opt(name: str, **kw):
 @_opt("--threads", default=None, type=click.IntRange(1, None), help="CPU threads for llama.cpp [default: all cores].")
 @_opt("--chat-template", default=None, type=click.Path(exists=True, dir_okay=False),
       help="Jinja2 chat template file overriding the model's.")
+@_opt("--chat-template-kwargs", default=None, metavar="JSON",
+      help='Default template variables as a JSON object, e.g. \'{"enable_thinking": false}\'; requests override them.')
+@_opt("--force-tool-emulation", is_flag=True, default=False,
+      help="Use TOOL_CALL text emulation for tools even when the chat template supports tools.")
 @_opt("--max-queue", default=1024, type=click.IntRange(1, None),
       help="Requests waiting for a slot before new ones get 429.")
 @_opt("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]), help="Log level.")
 @friendly_errors
 def serve(model: str, host: str, port: int, n_ctx: int, parallel: int, threads: int | None,
-          chat_template: str | None, max_queue: int, log_level: str) -> None:
+          chat_template: str | None, chat_template_kwargs: str | None, force_tool_emulation: bool,
+          max_queue: int, log_level: str) -> None:
     """Serve the OpenAI-compatible API (``/v1/chat/completions`` and friends).
 
     The model is pulled into the cache first when it is a known name that is
@@ -99,13 +105,22 @@ def serve(model: str, host: str, port: int, n_ctx: int, parallel: int, threads: 
     from skippy.http.serve import serve as run_server
     from skippy.models import ensure_model, lookup
 
+    kwargs = {}
+    if chat_template_kwargs:
+        try:
+            kwargs = json.loads(chat_template_kwargs)
+        except ValueError as exc:
+            raise click.BadParameter(f"not JSON: {exc}", param_hint="--chat-template-kwargs") from None
+        if not isinstance(kwargs, dict):
+            raise click.BadParameter("must be a JSON object", param_hint="--chat-template-kwargs")
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     path = ensure_model(model)
     template = open(chat_template, encoding="utf-8").read() if chat_template else None
     spec = lookup(model)
     name = spec.name if spec else path.stem
     config = EngineConfig(model=str(path), model_name=name, n_ctx=n_ctx, parallel=parallel, threads=threads,
-                          chat_template=template, max_queue=max_queue, verbose=log_level == "debug")
+                          chat_template=template, max_queue=max_queue, chat_template_kwargs=kwargs,
+                          force_tool_emulation=force_tool_emulation, verbose=log_level == "debug")
     sys.exit(trio.run(lambda: run_server(config, host=host, port=port)))
 
 

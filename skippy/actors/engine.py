@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
 
@@ -28,13 +27,14 @@ from skippy.actors.tokenizer import Tokenizer
 from skippy.engine import responses
 from skippy.engine.config import EngineConfig
 from skippy.engine.errors import ContextLengthExceeded, EngineClosed, EngineError, InvalidRequest, ModelNotFound
+from skippy.engine.chat import PreparedTemplate, make_output_parser
+from skippy.engine.emulation import EarlyStop
 from skippy.engine.formats.base import ContentParser, Delta, ParsedMessage, StreamParser
-from skippy.engine.pipeline import OutputPipeline
+from skippy.engine.pipeline import EarlyStopRule, OutputPipeline
 from skippy.engine.plan import ParsePlan
 from skippy.engine.runtime.base import Runtime
 from skippy.engine.sampling import SamplingParams, sampling_from_request
-from skippy.engine.templates import ChatTemplate
-from skippy.engine.types import ChatCompletionRequest, CompletionRequest, SamplingFields, message_dicts
+from skippy.engine.types import ChatCompletionRequest, CompletionRequest, Message, SamplingFields
 
 
 class GenerationError(EngineError):
@@ -171,9 +171,28 @@ class Engine:
 
         return chunks()
 
-    async def apply_template(self, messages: list[dict[str, Any]]) -> str:
+    async def apply_template(self, messages: list[Message]) -> str:
         """Render ``messages`` with the chat template (llama-server ``/apply-template``)."""
-        return (await self.renderer.render(messages)).prompt
+        return await self.renderer.render_messages(messages)
+
+    def props(self) -> dict[str, Any]:
+        """Server properties in llama-server's ``/props`` shape, plus the template capabilities."""
+        tmpl = self.renderer.template
+        caps = attrs.asdict(tmpl.caps)
+        caps["requires_alternation"] = tmpl.requires_alternation
+        return {
+            "default_generation_settings": {"n_ctx": self.meta.n_ctx_seq, "model": self.model_id},
+            "total_slots": self.meta.n_seq_max,
+            "model_path": self.meta.path,
+            "chat_template": tmpl.template.source,
+            "chat_template_caps": caps,
+            "bos_token": self.meta.bos_token,
+            "eos_token": self.meta.eos_token,
+            "n_ctx": self.meta.n_ctx_seq,
+            "n_ctx_train": self.meta.n_ctx_train,
+            "parallel": self.meta.n_seq_max,
+            "force_tool_emulation": self.renderer.force_tool_emulation,
+        }
 
     def stats(self) -> dict[str, int]:
         """Slots and queue, llama-server ``/health``-style counts."""
@@ -185,10 +204,17 @@ class Engine:
     async def _start_chat(self, req: ChatCompletionRequest) -> AsyncIterator[_Piece | _Done]:
         self.check_model(req.model)
         params = self._sampling(req, logprobs=req.logprobs, top_logprobs=req.top_logprobs or 0)
-        rendered = await self.renderer.render(message_dicts(req.messages))
+        rendered = await self.renderer.render(req)
+        plan = rendered.plan
+        if plan.grammar is not None:
+            if not await self.tokenizer.check_grammar(plan.grammar, plan.grammar_lazy_patterns):
+                raise InvalidRequest("the grammar does not parse (llama.cpp GBNF, root rule 'root')",
+                                     param="grammar" if req.grammar is not None else "response_format")
+            params = attrs.evolve(params, grammar=plan.grammar, grammar_lazy_patterns=plan.grammar_lazy_patterns)
         prompt = await self.tokenizer.tokenize(rendered.prompt, add_special=True, parse_special=True)
-        return self._generate(prompt, params, self._max_tokens(req, len(prompt)), rendered.plan,
-                              _stops(req.stop), ContentParser())
+        early = EarlyStop(set(plan.allowed_tools), plan.parallel_tool_calls) if plan.emulated else None
+        return self._generate(prompt, params, self._max_tokens(req, len(prompt)), plan,
+                              _stops(req.stop), make_output_parser(plan), early)
 
     async def _start_completion(self, req: CompletionRequest) -> tuple[str, AsyncIterator[_Piece | _Done]]:
         self.check_model(req.model)
@@ -231,10 +257,11 @@ class Engine:
         return asked
 
     async def _generate(self, prompt: list[int], params: SamplingParams, max_tokens: int, plan: ParsePlan,
-                        stops: list[str], parser: StreamParser) -> AsyncIterator[_Piece | _Done]:
+                        stops: list[str], parser: StreamParser,
+                        early_stop: EarlyStopRule | None = None) -> AsyncIterator[_Piece | _Done]:
         rid = next(self._rids)
         send, recv = trio.open_memory_channel[Any](math.inf)
-        pipeline = OutputPipeline(self.runtime.vocab.piece, stops + list(plan.stops), parser)
+        pipeline = OutputPipeline(self.runtime.vocab.piece, stops + list(plan.stops), parser, early_stop)
         self.scheduler.submit(Submit(rid, prompt, params, max_tokens, send))
         n_tokens = 0
         finished = False
@@ -346,9 +373,11 @@ async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None) -
         runtime = await trio.to_thread.run_sync(load_runtime, config)
     meta = runtime.meta
     source = config.chat_template or meta.chat_template or CHATML
-    template = ChatTemplate(source, bos_token=meta.bos_token, eos_token=meta.eos_token)
+    template = await trio.to_thread.run_sync(
+        lambda: PreparedTemplate.build(source, bos_token=meta.bos_token, eos_token=meta.eos_token))
     tokenizer = Tokenizer(runtime.vocab, bos_id=meta.bos_id)
-    renderer = TemplateRenderer(template)
+    renderer = TemplateRenderer(template, default_kwargs=config.chat_template_kwargs,
+                                force_tool_emulation=config.force_tool_emulation)
     scheduler = DecodeScheduler(runtime, step_tokens=config.step_tokens, max_queue=config.max_queue)
     engine = Engine(config, runtime, tokenizer, renderer, scheduler)
     try:

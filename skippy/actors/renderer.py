@@ -1,19 +1,21 @@
-"""The TemplateRenderer actor: messages -> prompt text + parse plan.
+"""The TemplateRenderer actor: chat request -> prompt text + parse plan.
 
-It owns the compiled chat template. Rendering runs in worker threads, so
-a slow template never holds up the event loop or the decode scheduler.
+It owns the compiled chat template and its probed capabilities (and a
+small cache of per-request ``chat_template`` overrides). Rendering runs in
+worker threads, so a slow template never holds up the event loop or the
+decode scheduler. The work itself is :func:`skippy.engine.chat.render_chat`.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import attrs
 
 from skippy.actors.base import ThreadActor
-from skippy.engine.errors import InvalidRequest
-from skippy.engine.plan import ParsePlan
-from skippy.engine.templates import ChatTemplate
+from skippy.engine.chat import PreparedTemplate, Rendered, render_chat
+from skippy.engine.types import ChatCompletionRequest, Message
 
 # ChatML, used when the GGUF carries no chat template and none is given.
 CHATML = (
@@ -21,62 +23,44 @@ CHATML = (
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 
-
-@attrs.frozen
-class Rendered:
-    """A rendered prompt and the request's :class:`ParsePlan`."""
-
-    prompt: str
-    plan: ParsePlan
+__all__ = ["CHATML", "RenderChat", "Rendered", "TemplateRenderer"]
 
 
 @attrs.frozen
 class RenderChat:
-    messages: list[dict[str, Any]]
+    request: ChatCompletionRequest
     add_generation_prompt: bool
     reply: Any
 
 
-def _flatten_content(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Text-part lists become strings (templates expect strings); media parts -> 400."""
-    out = []
-    for i, m in enumerate(messages):
-        content = m.get("content")
-        if isinstance(content, list):
-            texts = []
-            for part in content:
-                if part.get("type") != "text" or part.get("text") is None:
-                    raise InvalidRequest(
-                        f"messages[{i}]: content part of type {part.get('type')!r} is not supported "
-                        "(this model reads text only)", param="messages")
-                texts.append(part["text"])
-            m = {**m, "content": "".join(texts)}
-        elif content is None and m.get("role") != "assistant":
-            m = {**m, "content": ""}
-        out.append(m)
-    return out
-
-
 class TemplateRenderer(ThreadActor):
-    """Renders chat prompts with the model's (or the configured) template."""
+    """Renders chat prompts with the model's (or the configured, or the request's) template.
 
-    ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+    ``default_kwargs``: template variables from ``--chat-template-kwargs``;
+    ``force_tool_emulation``: emulate tools even for templates that support them.
+    """
 
-    def __init__(self, template: ChatTemplate, *, max_threads: int = 2) -> None:
+    def __init__(self, template: PreparedTemplate, *, default_kwargs: dict[str, Any] | None = None,
+                 force_tool_emulation: bool = False, max_threads: int = 2) -> None:
         super().__init__(max_threads)
         self.template = template
+        self.default_kwargs = dict(default_kwargs or {})
+        self.force_tool_emulation = force_tool_emulation
+        bos, eos = template.template.bos_token, template.template.eos_token
+        self._override = functools.lru_cache(maxsize=16)(
+            lambda source: PreparedTemplate.build(source, bos_token=bos, eos_token=eos))
 
     def handle(self, msg: RenderChat) -> Rendered:
-        if not msg.messages:
-            raise InvalidRequest("messages must contain at least one message", param="messages")
-        for i, m in enumerate(msg.messages):
-            if m.get("role") not in self.ROLES:
-                raise InvalidRequest(f"messages[{i}].role {m.get('role')!r} is not one of "
-                                     f"{sorted(self.ROLES)}", param="messages")
-        messages = _flatten_content(msg.messages)
-        prompt = self.template.render(messages, add_generation_prompt=msg.add_generation_prompt)
-        return Rendered(prompt, ParsePlan())
+        req = msg.request
+        tmpl = self._override(req.chat_template) if req.chat_template else self.template
+        return render_chat(tmpl, req, default_kwargs=self.default_kwargs,
+                           force_tool_emulation=self.force_tool_emulation,
+                           add_generation_prompt=msg.add_generation_prompt)
 
-    async def render(self, messages: list[dict[str, Any]], *, add_generation_prompt: bool = True) -> Rendered:
-        """Render ``messages``; raises :class:`InvalidRequest` (400) for bad input or template errors."""
-        return await self.ask(lambda r: RenderChat(messages, add_generation_prompt, r))
+    async def render(self, request: ChatCompletionRequest, *, add_generation_prompt: bool = True) -> Rendered:
+        """Render ``request``; raises :class:`InvalidRequest` (400) for bad input or template errors."""
+        return await self.ask(lambda r: RenderChat(request, add_generation_prompt, r))
+
+    async def render_messages(self, messages: list[Message]) -> str:
+        """Only the prompt of ``messages`` (llama-server ``/apply-template``)."""
+        return (await self.render(ChatCompletionRequest(messages=messages))).prompt

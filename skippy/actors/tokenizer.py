@@ -23,6 +23,13 @@ class Tokenize:
 
 
 @attrs.frozen
+class CheckGrammar:
+    gbnf: str
+    lazy_patterns: tuple[str, ...]
+    reply: Any
+
+
+@attrs.frozen
 class Detokenize:
     tokens: tuple[int, ...]
     reply: Any
@@ -36,7 +43,9 @@ class Tokenizer(ThreadActor):
         self.vocab = vocab
         self.bos_id = bos_id
 
-    def handle(self, msg: Tokenize | Detokenize) -> Any:
+    def handle(self, msg: Tokenize | Detokenize | CheckGrammar) -> Any:
+        if isinstance(msg, CheckGrammar):
+            return self.vocab.check_grammar(msg.gbnf, msg.lazy_patterns)
         if isinstance(msg, Tokenize):
             ids = self.vocab.tokenize(msg.text, add_special=msg.add_special, parse_special=msg.parse_special)
             # a template that writes BOS itself plus add_special would give two BOS tokens
@@ -48,6 +57,10 @@ class Tokenizer(ThreadActor):
     async def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
         """Text -> token ids (``add_special``: the model's BOS when it wants one)."""
         return await self.ask(lambda r: Tokenize(text, add_special, parse_special, r))
+
+    async def check_grammar(self, gbnf: str, lazy_patterns: tuple[str, ...] = ()) -> bool:
+        """True when llama.cpp parses the GBNF ``gbnf`` (checked against the vocabulary)."""
+        return await self.ask(lambda r: CheckGrammar(gbnf, tuple(lazy_patterns), r))
 
     async def detokenize(self, tokens: Sequence[int]) -> str:
         """Token ids -> text; raises ``ValueError`` for ids outside the vocabulary."""

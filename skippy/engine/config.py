@@ -17,7 +17,9 @@ class EngineConfig:
     threads for llama.cpp (``None``: all cores). ``chat_template``: jinja2
     text overriding the GGUF's. ``step_tokens``: token budget of one decode
     step, shared by prefill chunks and generating sequences. ``max_queue``:
-    requests waiting for a slot before 429.
+    requests waiting for a slot before 429. ``chat_template_kwargs``: default
+    template variables (requests override them). ``force_tool_emulation``:
+    use ``TOOL_CALL`` emulation even when the template supports tools.
     """
 
     model: str
@@ -29,4 +31,6 @@ class EngineConfig:
     n_batch: int = 512
     step_tokens: int = 256
     max_queue: int = 1024
+    chat_template_kwargs: dict = attrs.field(factory=dict)
+    force_tool_emulation: bool = False
     verbose: bool = False

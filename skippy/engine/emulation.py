@@ -37,6 +37,7 @@ import attrs
 
 from skippy.engine.errors import InvalidRequest
 from skippy.engine.formats.emulated import MARKER, EmulatedToolParser
+from skippy.engine.grammar import schema_converter, tool_call_rules
 
 TOOL_RESULT_PREFIX = "Tool result for"
 
@@ -308,7 +309,6 @@ def rewrite_history(messages: list[dict], tools: list[dict] | None, tool_choice:
 # --------------------------------------------------------------------------
 # grammar
 
-_JSON_CHAR = r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F])'
 
 
 @attrs.frozen
@@ -331,17 +331,6 @@ class EmulationGrammar:
         return tuple(r"[\s\S]*?(" + re.escape(w) + r")[\s\S]*" for w in self.trigger_words)
 
 
-def _schema_converter() -> Any:
-    # llama-cpp-python's port of llama.cpp json-schema-to-grammar (pure Python).
-    from llama_cpp.llama_grammar import SchemaConverter
-
-    return SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
-
-
-def _gbnf_literal(s: str) -> str:
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r") + '"'
-
-
 def build_grammar(tools: list[dict] | None, tool_choice: Any = "auto",
                   parallel_tool_calls: bool = True) -> EmulationGrammar | None:
     """GBNF grammar for the ``TOOL_CALL`` line(s); None when no grammar applies.
@@ -362,30 +351,8 @@ def build_grammar(tools: list[dict] | None, tool_choice: Any = "auto",
     chosen = select_tools(tools, tool_choice)
     if not chosen:
         return None
-    index = {id(t): i for i, t in enumerate(tools or [])}
-    conv = _schema_converter()
-    alts = []
-    for tool in chosen:
-        i = index.get(id(tool), 0)
-        name = tool_name(tool)
-        where = f"tools[{i}].function.parameters"
-        if not name:
-            raise InvalidRequest(f"tools[{i}]: a tool needs a name", param=f"tools[{i}].function.name")
-        schema = copy.deepcopy(_schema(tool))
-        if schema.get("type", "object") != "object":
-            raise InvalidRequest(f"{where}: the arguments schema must describe an object", param=where)
-        try:
-            schema = conv.resolve_refs(schema, f"tool{i}")
-            args_rule = conv.visit(schema, f"{name}-args")
-        except Exception as e:  # the converter raises assert/Value/Key/TypeError on bad schemas
-            raise InvalidRequest(f"{where}: cannot turn this JSON schema into a grammar: {e!r}",
-                                 param=where) from None
-        alts.append(conv._add_rule(
-            f"{name}-call",
-            r'"{" space "\"name\"" space ":" space ' + _gbnf_literal(json.dumps(name, ensure_ascii=False))
-            + r' space "," space "\"arguments\"" space ":" space ' + args_rule + r' "}"'))
-    if "char" in conv._rules:
-        conv._rules["char"] = _JSON_CHAR
+    conv = schema_converter()
+    alts = tool_call_rules(conv, list(tools or []), chosen)
     conv._add_rule("tool-line", f'"{MARKER}" ":"? " "? ({" | ".join(alts)})')
     conv._add_rule("root", 'tool-line ("\\n" tool-line)* "\\n"?' if parallel_tool_calls else 'tool-line "\\n"?')
     gbnf = conv.format_grammar()

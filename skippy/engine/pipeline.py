@@ -7,34 +7,50 @@ serves streaming and non-streaming responses, so both give the same text.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Protocol
 
 from skippy.engine.formats.base import Delta, ParsedMessage, StreamParser
 from skippy.engine.textstream import StopMatcher, Utf8Stream
+
+
+class EarlyStopRule(Protocol):
+    """Decides from the text so far that generation is complete (e.g. a finished tool call).
+
+    ``feed(text) -> bool``; once true, ``keep`` is how many characters of
+    all text fed belong to the answer.
+    """
+
+    keep: int | None
+
+    def feed(self, text: str) -> bool: ...
 
 
 class OutputPipeline:
     """Turns sampled tokens into deltas for one request.
 
     ``piece(token) -> bytes`` gives a token's output bytes; ``stops`` are
-    the request's stop strings plus any the chat format adds.
+    the request's stop strings plus any the chat format adds; ``early_stop``
+    an optional :class:`EarlyStopRule`.
     """
 
     def __init__(self, piece: Callable[[int], bytes], stops: list[str] | tuple[str, ...],
-                 parser: StreamParser) -> None:
+                 parser: StreamParser, early_stop: EarlyStopRule | None = None) -> None:
         self._piece = piece
         self._utf8 = Utf8Stream()
         self._stop = StopMatcher(stops)
         self._parser = parser
+        self._early = early_stop
+        self._early_stopped = False
         self.text = ""  # everything that passed the stop matcher (what the parser saw)
 
     @property
     def stopped(self) -> bool:
-        """True once a stop string has matched: the caller ends the generation."""
-        return self._stop.stopped
-
+        """True once a stop string matched or the early-stop rule fired: the caller ends the generation."""
+        return self._stop.stopped or self._early_stopped
     def feed(self, token: int) -> list[Delta]:
         """Consume one sampled token; return the deltas that are now safe to emit."""
+        if self.stopped:
+            return []
         text = self._utf8.feed(self._piece(token))
         if not text:
             return []
@@ -44,7 +60,7 @@ class OutputPipeline:
     def finish(self) -> tuple[list[Delta], ParsedMessage]:
         """End of generation: flush held text; return the last deltas and the message."""
         deltas: list[Delta] = []
-        if not self._stop.stopped:
+        if not self.stopped:
             tail, _ = self._stop.feed(self._utf8.flush())
             deltas += self._parse(tail + self._stop.flush())
         more, message = self._parser.finish()
@@ -53,5 +69,8 @@ class OutputPipeline:
     def _parse(self, text: str) -> list[Delta]:
         if not text:
             return []
+        if self._early is not None and self._early.feed(text):
+            text = text[: max(0, (self._early.keep or 0) - len(self.text))]
+            self._early_stopped = True
         self.text += text
         return [d for d in self._parser.feed(text) if not d.is_empty()]

@@ -13,16 +13,18 @@ import attrs
 class ParsePlan:
     """Decisions for one request.
 
-    ``chat_format``: the output parser's format name (``content`` when the
+    ``chat_format``: the output parser's format name (``content_only`` when the
     request has no tools and the template no reasoning); ``reasoning_format``
     as requested (``auto``, ``none``, ``deepseek``, ``deepseek-legacy``,
     ``hidden``); ``thinking_forced_open``: the prompt already opened
     ``<think>``; ``allowed_tools``: names the output may call (empty: tools
     off); ``emulated``: tool calls use the ``TOOL_CALL`` text convention;
-    ``stops``: stop strings the format adds; ``grammar``: GBNF or ``None``.
+    ``stops``: stop strings the format adds; ``grammar``: GBNF or ``None``;
+    ``grammar_lazy_patterns``: when set, the grammar applies only from the
+    first match of one of these regexes on (llama.cpp lazy grammar).
     """
 
-    chat_format: str = "content"
+    chat_format: str = "content_only"
     reasoning_format: str = "auto"
     thinking_forced_open: bool = False
     allowed_tools: frozenset[str] = frozenset()
@@ -30,3 +32,4 @@ class ParsePlan:
     emulated: bool = False
     stops: tuple[str, ...] = ()
     grammar: str | None = None
+    grammar_lazy_patterns: tuple[str, ...] = ()

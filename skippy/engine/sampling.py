@@ -24,7 +24,8 @@ class SamplingParams:
     """What the decode scheduler needs to build a sequence's sampler.
 
     ``logit_bias`` maps token id -> additive bias (OpenAI range -100..100).
-    ``seed`` is always set (a random one when the request gives none), so
+    ``grammar`` is GBNF (root rule ``root``), lazy from the first match of
+    ``grammar_lazy_patterns`` when those are given. ``seed`` is always set (a random one when the request gives none), so
     the same seed and request reproduce the same output.
     """
 
@@ -41,6 +42,7 @@ class SamplingParams:
     logprobs: bool = False
     top_logprobs: int = 0
     grammar: str | None = None
+    grammar_lazy_patterns: tuple[str, ...] = ()
 
     @property
     def greedy(self) -> bool:

@@ -65,12 +65,44 @@ class SamplingFields(msgspec.Struct, omit_defaults=True, kw_only=True):
     user: str | None = None
 
 
+class JsonSchemaFormat(msgspec.Struct, omit_defaults=True):
+    """OpenAI ``response_format.json_schema``: ``schema`` is enforced with a grammar."""
+
+    name: str | None = None
+    schema: dict[str, Any] | None = None
+    strict: bool | None = None
+    description: str | None = None
+
+
+class ResponseFormat(msgspec.Struct, omit_defaults=True):
+    """OpenAI ``response_format``: ``text``, ``json_object`` or ``json_schema``."""
+
+    type: str
+    json_schema: JsonSchemaFormat | None = None
+    schema: dict[str, Any] | None = None  # llama-server accepts the schema here too
+
+
 class ChatCompletionRequest(SamplingFields, kw_only=True):
-    """``POST /v1/chat/completions`` body (OpenAI Chat Completions)."""
+    """``POST /v1/chat/completions`` body (OpenAI Chat Completions).
+
+    Beyond OpenAI: ``reasoning_format`` (llama-server: ``auto``, ``none``,
+    ``deepseek``, ``deepseek-legacy``, ``hidden``), ``chat_template`` (a
+    per-request jinja2 template), ``chat_template_kwargs`` and
+    ``enable_thinking`` (template variables), ``grammar`` (raw GBNF).
+    """
 
     messages: list[Message]
     logprobs: bool = False
     top_logprobs: int | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: ResponseFormat | None = None
+    grammar: str | None = None
+    reasoning_format: str | None = None
+    chat_template: str | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    enable_thinking: bool | None = None
 
 
 class CompletionRequest(SamplingFields, kw_only=True):

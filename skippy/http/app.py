@@ -25,7 +25,7 @@ from werkzeug.exceptions import HTTPException
 from skippy.actors.engine import Engine
 from skippy.engine.errors import EngineError, InvalidRequest, ModelLoading
 from skippy.engine.types import (ApplyTemplateRequest, ChatCompletionRequest, CompletionRequest, DetokenizeRequest,
-                                 TokenizeRequest, decode_request, message_dicts)
+                                 TokenizeRequest, decode_request)
 
 log = logging.getLogger("skippy.http")
 _json = msgspec.json.Encoder()
@@ -203,6 +203,10 @@ def create_app(state: AppState, *, max_body_bytes: int = 4 * 1024 * 1024) -> Qua
     @app.post("/apply-template")
     async def apply_template() -> Response:
         req = await body(ApplyTemplateRequest)
-        return _response({"prompt": await engine().apply_template(message_dicts(req.messages))})
+        return _response({"prompt": await engine().apply_template(req.messages)})
+
+    @app.get("/props")
+    async def props() -> Response:
+        return _response(engine().props())
 
     return app

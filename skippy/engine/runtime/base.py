@@ -57,6 +57,10 @@ class Vocab(Protocol):
         """The bytes of one token as generated output (control tokens render as b"")."""
         ...
 
+    def check_grammar(self, gbnf: str, lazy_patterns: tuple[str, ...] = ()) -> bool:
+        """True when the runtime's grammar sampler accepts ``gbnf`` (root rule ``root``)."""
+        ...
+
 
 @attrs.frozen
 class BatchEntry:

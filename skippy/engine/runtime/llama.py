@@ -86,6 +86,26 @@ class LlamaVocab:
     def piece(self, token: int) -> bytes:
         return self._pieces[token]
 
+    def grammar_sampler(self, gbnf: str, lazy_patterns: tuple[str, ...] = ()) -> object:
+        """A llama.cpp grammar sampler (root rule ``root``), or a null pointer when the GBNF does not parse.
+
+        With ``lazy_patterns`` the grammar applies only from the first regex
+        match on (``llama_sampler_init_grammar_lazy_patterns``).
+        """
+        if not lazy_patterns:
+            return llama_cpp.llama_sampler_init_grammar(self._vocab, gbnf.encode(), b"root")
+        pats = (ctypes.c_char_p * len(lazy_patterns))(*[p.encode() for p in lazy_patterns])
+        return llama_cpp.llama_sampler_init_grammar_lazy_patterns(
+            self._vocab, gbnf.encode(), b"root", pats, len(lazy_patterns), None, 0)
+
+    def check_grammar(self, gbnf: str, lazy_patterns: tuple[str, ...] = ()) -> bool:
+        """True when llama.cpp parses ``gbnf`` (and its lazy trigger patterns)."""
+        g = self.grammar_sampler(gbnf, lazy_patterns)
+        if not g:
+            return False
+        llama_cpp.llama_sampler_free(g)
+        return True
+
     def special_piece(self, token: int) -> str:
         return self._piece(token, special=True).decode("utf-8", errors="replace")
 
@@ -195,7 +215,7 @@ class LlamaRuntime:
         chain = llama_cpp.llama_sampler_chain_init(sparams)
         add = lambda s: llama_cpp.llama_sampler_chain_add(chain, s)  # noqa: E731
         if params.grammar:
-            g = llama_cpp.llama_sampler_init_grammar(self._vocab_p, params.grammar.encode(), b"root")
+            g = self.vocab.grammar_sampler(params.grammar, params.grammar_lazy_patterns)
             if not g:
                 llama_cpp.llama_sampler_free(chain)
                 raise ValueError("llama.cpp rejected the grammar")

@@ -1,0 +1,120 @@
+"""GBNF grammars for structured output and forced tool calls (sans-IO).
+
+JSON schemas become GBNF with llama-cpp-python's port of llama.cpp's
+json-schema-to-grammar (``llama_cpp.llama_grammar.SchemaConverter``); the
+grammar is then enforced by llama.cpp's grammar sampler. Anything the
+converter cannot express is refused with :class:`InvalidRequest` (400):
+fail closed, never silently unconstrained.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from skippy.engine.errors import InvalidRequest
+
+#: Strings without control characters (so a JSON call stays on one line).
+_JSON_CHAR = r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F])'
+
+
+def schema_converter() -> Any:
+    """A fresh llama.cpp json-schema-to-grammar converter."""
+    from llama_cpp.llama_grammar import SchemaConverter
+
+    return SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+
+
+def gbnf_literal(s: str) -> str:
+    """``s`` as a GBNF string literal."""
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r") + '"'
+
+
+def json_object_grammar() -> str:
+    """Any JSON object (OpenAI ``response_format: {"type": "json_object"}``)."""
+    from llama_cpp.llama_grammar import JSON_GBNF
+
+    return JSON_GBNF
+
+
+def json_schema_grammar(schema: Any, *, param: str = "response_format") -> str:
+    """GBNF accepting exactly the JSON documents ``schema`` describes.
+
+    Raises :class:`InvalidRequest` when the schema is not an object or uses
+    something the converter cannot handle (e.g. lookahead in ``pattern``).
+    """
+    if not isinstance(schema, dict):
+        raise InvalidRequest("the JSON schema must be an object", param=param)
+    conv = schema_converter()
+    try:
+        resolved = conv.resolve_refs(copy.deepcopy(schema), "request")
+        conv.visit(resolved, "")
+        return conv.format_grammar()
+    except Exception as exc:  # the converter raises Assertion/Value/Key/TypeError on bad schemas
+        raise InvalidRequest(f"cannot turn this JSON schema into a grammar: {exc}", param=param) from None
+
+
+def tool_call_rules(conv: Any, tools: list[dict], chosen: list[dict], *, args_key: str = "arguments") -> list[str]:
+    """Add one rule per chosen tool, ``{"name": "<tool>", "<args_key>": <its parameters schema>}``.
+
+    Returns the rule names. Raises :class:`InvalidRequest` naming ``tools[i]``
+    for a nameless tool or a parameters schema that is not an object or
+    cannot be converted.
+    """
+    index = {id(t): i for i, t in enumerate(tools)}
+    rules = []
+    for tool in chosen:
+        i = index.get(id(tool), 0)
+        fn = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+        name = fn.get("name")
+        where = f"tools[{i}].function.parameters"
+        if not isinstance(name, str) or not name:
+            raise InvalidRequest(f"tools[{i}]: a tool needs a name", param=f"tools[{i}].function.name")
+        schema = fn.get("parameters", fn.get("input_schema"))
+        schema = copy.deepcopy(schema) if isinstance(schema, dict) else {"type": "object"}
+        if schema.get("type", "object") != "object":
+            raise InvalidRequest(f"{where}: the arguments schema must describe an object", param=where)
+        try:
+            schema = conv.resolve_refs(schema, f"tool{i}")
+            args_rule = conv.visit(schema, f"{name}-args")
+        except Exception as exc:
+            raise InvalidRequest(f"{where}: cannot turn this JSON schema into a grammar: {exc!r}",
+                                 param=where) from None
+        rules.append(conv._add_rule(
+            f"{name}-call",
+            r'"{" space "\"name\"" space ":" space ' + gbnf_literal(json.dumps(name, ensure_ascii=False))
+            + r' space "," space ' + gbnf_literal(json.dumps(args_key)) + r' space ":" space ' + args_rule
+            + r' "}"'))
+    if "char" in conv._rules:
+        conv._rules["char"] = _JSON_CHAR
+    return rules
+
+
+#: Native formats whose calls a grammar can force: (prefix, separator, suffix, arguments key).
+NATIVE_CALL_SHAPES: dict[str, tuple[str, str, str, str]] = {
+    "hermes_2_pro": ("<tool_call>\n", "\n</tool_call>\n<tool_call>\n", "\n</tool_call>", "arguments"),
+    "llama3_json": ("", "", "", "parameters"),
+    "mistral_nemo": ("[TOOL_CALLS][", ", ", "]", "arguments"),
+    "generic": ('{"tool_calls": [', ", ", "]}", "arguments"),
+}
+
+
+def native_tool_grammar(chat_format: str, tools: list[dict], chosen: list[dict], *, parallel: bool) -> str:
+    """GBNF forcing one (or, with ``parallel``, several) calls in ``chat_format``'s own syntax.
+
+    Used for ``tool_choice: "required"`` or a named tool. Raises
+    :class:`InvalidRequest` for formats whose call syntax has no grammar here.
+    """
+    shape = NATIVE_CALL_SHAPES.get(chat_format)
+    if shape is None:
+        raise InvalidRequest(f"tool_choice 'required' or a named tool cannot be enforced for chat format "
+                             f"{chat_format!r}; use tool_choice 'auto'", param="tool_choice")
+    prefix, sep, suffix, args_key = shape
+    if chat_format == "llama3_json":
+        parallel = False  # Llama 3.x emits one JSON call per message
+    conv = schema_converter()
+    call = " | ".join(tool_call_rules(conv, tools, chosen, args_key=args_key))
+    body = f"({call})" + (f" ({gbnf_literal(sep)} ({call}))*" if parallel else "")
+    conv._add_rule("root", f"{gbnf_literal(prefix)} {body} {gbnf_literal(suffix)}".replace('"" ', ""))
+    return conv.format_grammar()
