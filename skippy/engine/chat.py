@@ -92,7 +92,8 @@ def _structured_grammar(req: ChatCompletionRequest) -> str | None:
         schema = rf.json_schema.schema if rf.json_schema is not None else rf.schema
         if schema is None:
             raise InvalidRequest("response_format json_schema needs json_schema.schema", param="response_format")
-        return grammars.json_schema_grammar(schema)
+        strict = bool(rf.json_schema is not None and rf.json_schema.strict)
+        return grammars.json_schema_grammar(schema, strict=strict)
     raise InvalidRequest(f"response_format type {rf.type!r} is not one of text, json_object, json_schema",
                          param="response_format")
 

@@ -9,7 +9,6 @@ fail closed, never silently unconstrained.
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
@@ -31,6 +30,39 @@ def gbnf_literal(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r") + '"'
 
 
+#: Numeric keywords the converter ignores (integer ranges are rewritten to enums instead).
+_NUMERIC_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+_MAX_ENUM_RANGE = 4096
+
+
+def prepare_schema(schema: Any, *, strict: bool, param: str) -> Any:
+    """Make numeric bounds enforceable before conversion (returns a new schema).
+
+    llama-cpp-python's converter ignores ``minimum``/``maximum``. An integer
+    with both bounds spanning at most 4096 values becomes an ``enum`` of
+    them, which the grammar enforces exactly. Other numeric bounds cannot be
+    enforced: with ``strict`` (OpenAI structured outputs) they are refused
+    with :class:`InvalidRequest`, otherwise they are left unenforced.
+    """
+    if isinstance(schema, list):
+        return [prepare_schema(s, strict=strict, param=param) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: prepare_schema(v, strict=strict, param=param) for k, v in schema.items()}
+    if not any(k in out for k in _NUMERIC_BOUNDS):
+        return out
+    lo, hi = out.get("minimum"), out.get("maximum")
+    if out.get("type") == "integer" and isinstance(lo, int) and isinstance(hi, int) \
+            and 0 <= hi - lo < _MAX_ENUM_RANGE and not any(k in out for k in _NUMERIC_BOUNDS[2:]):
+        rest = {k: v for k, v in out.items() if k not in _NUMERIC_BOUNDS and k != "type"}
+        return {**rest, "enum": list(range(lo, hi + 1))}
+    if strict:
+        keys = sorted(k for k in _NUMERIC_BOUNDS if k in out)
+        raise InvalidRequest(f"strict schema uses {', '.join(keys)}, which the grammar cannot enforce "
+                             "(only integer ranges with both minimum and maximum are supported)", param=param)
+    return out
+
+
 def json_object_grammar() -> str:
     """Any JSON object (OpenAI ``response_format: {"type": "json_object"}``)."""
     from llama_cpp.llama_grammar import JSON_GBNF
@@ -38,17 +70,19 @@ def json_object_grammar() -> str:
     return JSON_GBNF
 
 
-def json_schema_grammar(schema: Any, *, param: str = "response_format") -> str:
+def json_schema_grammar(schema: Any, *, strict: bool = False, param: str = "response_format") -> str:
     """GBNF accepting exactly the JSON documents ``schema`` describes.
 
     Raises :class:`InvalidRequest` when the schema is not an object or uses
-    something the converter cannot handle (e.g. lookahead in ``pattern``).
+    something the converter cannot handle (e.g. lookahead in ``pattern``);
+    see :func:`prepare_schema` for numeric bounds.
     """
     if not isinstance(schema, dict):
         raise InvalidRequest("the JSON schema must be an object", param=param)
     conv = schema_converter()
+    schema = prepare_schema(schema, strict=strict, param=param)
     try:
-        resolved = conv.resolve_refs(copy.deepcopy(schema), "request")
+        resolved = conv.resolve_refs(schema, "request")
         conv.visit(resolved, "")
         return conv.format_grammar()
     except Exception as exc:  # the converter raises Assertion/Value/Key/TypeError on bad schemas
@@ -72,7 +106,8 @@ def tool_call_rules(conv: Any, tools: list[dict], chosen: list[dict], *, args_ke
         if not isinstance(name, str) or not name:
             raise InvalidRequest(f"tools[{i}]: a tool needs a name", param=f"tools[{i}].function.name")
         schema = fn.get("parameters", fn.get("input_schema"))
-        schema = copy.deepcopy(schema) if isinstance(schema, dict) else {"type": "object"}
+        schema = prepare_schema(schema, strict=bool(fn.get("strict")), param=where) \
+            if isinstance(schema, dict) else {"type": "object"}
         if schema.get("type", "object") != "object":
             raise InvalidRequest(f"{where}: the arguments schema must describe an object", param=where)
         try:

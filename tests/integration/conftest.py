@@ -87,3 +87,19 @@ def client(server: Server):
 
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
+
+
+FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "chat-templates"
+
+
+@pytest.fixture(scope="session")
+def qwen_server(tmp_path_factory: pytest.TempPathFactory):
+    """The default model served with the Qwen 2.5 chat template (native Hermes-style tool calls)."""
+    template = FIXTURES / "Qwen-Qwen2.5-7B-Instruct.jinja"
+    srv = Server(["--parallel", "4", "--n-ctx", "2048", "--chat-template", str(template)],
+                 tmp_path_factory.mktemp("qwen") / "server.log")
+    try:
+        srv.wait_ready()
+        yield srv
+    finally:
+        srv.stop()

@@ -150,6 +150,8 @@ class LlamaRuntime:
         self._n_batch = n_batch
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
         self._outputs: list[bool] = []
+        self._cand = np.zeros(n_vocab, dtype=[("id", np.int32), ("logit", np.float32), ("p", np.float32)])
+        self._ids = np.arange(n_vocab, dtype=np.int32)
         self.vocab = LlamaVocab(vocab, n_vocab)
         tmpl = llama_cpp.llama_model_chat_template(self._model, None)
         bos = llama_cpp.llama_vocab_bos(vocab)
@@ -210,16 +212,24 @@ class LlamaRuntime:
 
     # -- sampling -----------------------------------------------------------
     def new_sampler(self, params: SamplingParams) -> object:
+        """The sampler chain of one sequence, plus its grammar sampler kept apart.
+
+        The grammar is checked the way llama.cpp's ``common_sampler`` does it:
+        sample from the chain first and test only the chosen token against
+        the grammar; only when the grammar rejects it, apply the grammar to
+        the whole vocabulary and sample again. Raises ``ValueError`` when
+        llama.cpp rejects the grammar.
+        """
         sparams = llama_cpp.llama_sampler_chain_default_params()
         sparams.no_perf = True
         chain = llama_cpp.llama_sampler_chain_init(sparams)
         add = lambda s: llama_cpp.llama_sampler_chain_add(chain, s)  # noqa: E731
+        grammar = None
         if params.grammar:
-            g = self.vocab.grammar_sampler(params.grammar, params.grammar_lazy_patterns)
-            if not g:
+            grammar = self.vocab.grammar_sampler(params.grammar, params.grammar_lazy_patterns)
+            if not grammar:
                 llama_cpp.llama_sampler_free(chain)
                 raise ValueError("llama.cpp rejected the grammar")
-            add(g)
         if params.logit_bias:
             arr = (llama_cpp.llama_logit_bias * len(params.logit_bias))()
             for i, (tok, bias) in enumerate(params.logit_bias):
@@ -238,14 +248,42 @@ class LlamaRuntime:
             add(llama_cpp.llama_sampler_init_min_p(params.min_p, 1))
             add(llama_cpp.llama_sampler_init_temp(params.temperature))
             add(llama_cpp.llama_sampler_init_dist(params.seed))
-        return chain
+        return (chain, grammar)
+
+    def _candidates(self, index: int) -> tuple[np.ndarray, llama_cpp.llama_token_data_array]:
+        cand = self._cand
+        cand["id"] = self._ids
+        cand["logit"] = self.logits(index)
+        cand["p"] = 0.0
+        cur = llama_cpp.llama_token_data_array(
+            data=cand.ctypes.data_as(llama_cpp.llama_token_data_p), size=self._n_vocab, selected=-1, sorted=False)
+        return cand, cur
 
     def sample(self, sampler: object, index: int) -> int:
         self._check_output(index)
-        return llama_cpp.llama_sampler_sample(sampler, self._ctx, index)
+        chain, grammar = sampler  # type: ignore[misc]
+        if grammar is None:
+            return llama_cpp.llama_sampler_sample(chain, self._ctx, index)
+        cand, cur = self._candidates(index)
+        llama_cpp.llama_sampler_apply(chain, ctypes.byref(cur))
+        token = int(cand["id"][cur.selected])
+        one = llama_cpp.llama_token_data(id=token, logit=1.0, p=0.0)
+        single = llama_cpp.llama_token_data_array(data=ctypes.pointer(one), size=1, selected=-1, sorted=False)
+        llama_cpp.llama_sampler_apply(grammar, ctypes.byref(single))
+        if single.data[0].logit == float("-inf"):
+            cand, cur = self._candidates(index)
+            llama_cpp.llama_sampler_apply(grammar, ctypes.byref(cur))
+            llama_cpp.llama_sampler_apply(chain, ctypes.byref(cur))
+            token = int(cand["id"][cur.selected])
+        llama_cpp.llama_sampler_accept(grammar, token)
+        llama_cpp.llama_sampler_accept(chain, token)
+        return token
 
     def free_sampler(self, sampler: object) -> None:
-        llama_cpp.llama_sampler_free(sampler)
+        chain, grammar = sampler  # type: ignore[misc]
+        llama_cpp.llama_sampler_free(chain)
+        if grammar is not None:
+            llama_cpp.llama_sampler_free(grammar)
 
     # -- KV cache -----------------------------------------------------------
     def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> None:

@@ -1,0 +1,174 @@
+"""Tool calls (native and emulated), reasoning and structured output end to end with the real model."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import jsonschema
+import openai
+import pytest
+
+from tests.integration.conftest import FIXTURES
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the weather forecast for a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+            "required": ["city"],
+        },
+    },
+}
+TIME = {"type": "function", "function": {"name": "get_time", "description": "Current time", "parameters": {
+    "type": "object", "properties": {}}}}
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+NAMED = {"type": "function", "function": {"name": "get_weather"}}
+
+
+def openai_client(base_url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+def check_call(name: str, arguments: str) -> None:
+    assert name == "get_weather"
+    jsonschema.validate(json.loads(arguments), WEATHER["function"]["parameters"])
+
+
+def streamed_calls(chunks: list) -> dict[int, dict]:
+    """Tool calls reassembled from deltas: the first delta of each index carries id/type/name."""
+    calls: dict[int, dict] = {}
+    for chunk in chunks:
+        for choice in chunk.choices:
+            for tc in choice.delta.tool_calls or []:
+                if tc.index not in calls:
+                    assert tc.id and tc.type == "function" and tc.function.name
+                    calls[tc.index] = {"id": tc.id, "name": tc.function.name, "arguments": ""}
+                else:
+                    assert tc.id is None and tc.function.name is None
+                calls[tc.index]["arguments"] += tc.function.arguments or ""
+    return calls
+
+
+@pytest.mark.parametrize("fixture", ["server", "qwen_server"])
+@pytest.mark.parametrize("tool_choice", ["required", NAMED])
+def test_forced_tool_call_validates(request: pytest.FixtureRequest, fixture: str, tool_choice) -> None:
+    # "server": SmolLM2's own template has no tools -> TOOL_CALL emulation;
+    # "qwen_server": the Qwen 2.5 template -> native <tool_call> format.
+    client = openai_client(request.getfixturevalue(fixture).base_url)
+    kwargs = dict(model="SmolLM2-135M-Instruct", messages=ASK, tools=[WEATHER, TIME], tool_choice=tool_choice,
+                  temperature=0, max_tokens=80, parallel_tool_calls=False)
+    r = client.chat.completions.create(**kwargs)
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert len(choice.message.tool_calls) == 1
+    call = choice.message.tool_calls[0]
+    assert call.id.startswith("call_") and len(call.id) >= 29
+    check_call(call.function.name, call.function.arguments)
+
+    chunks = list(client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **kwargs))
+    calls = streamed_calls(chunks)
+    assert len(calls) == 1
+    check_call(calls[0]["name"], calls[0]["arguments"])
+    assert calls[0]["arguments"] == call.function.arguments  # greedy: same call both ways
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes == ["tool_calls"]
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens > 0
+    assert sum(1 for c in chunks if c.usage is not None) == 1
+    # arguments arrive in several fragments, not only when the object closes
+    assert sum(1 for c in chunks if c.choices and c.choices[0].delta.tool_calls) > 2
+
+
+def test_emulated_follow_up_turn_answers(server) -> None:
+    client = openai_client(server.base_url)
+    first = client.chat.completions.create(model="SmolLM2-135M-Instruct", messages=ASK, tools=[WEATHER],
+                                           tool_choice="required", temperature=0, max_tokens=80)
+    call = first.choices[0].message.tool_calls[0]
+    history = ASK + [
+        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+        {"role": "tool", "tool_call_id": call.id, "content": '{"forecast": "sunny", "temperature_c": 24}'},
+    ]
+    prompt = httpx.post(server.base_url + "/apply-template", json={"messages": history}).json()["prompt"]
+    assert "TOOL_CALL" in prompt and f"Tool result for get_weather ({call.id})" in prompt
+    second = client.chat.completions.create(model="SmolLM2-135M-Instruct", messages=history, tools=[WEATHER],
+                                            temperature=0, max_tokens=60)
+    assert second.choices[0].finish_reason in ("stop", "length")
+    assert second.choices[0].message.content
+
+
+def test_json_schema_response_format(server) -> None:
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+              "required": ["name", "age"], "additionalProperties": False}
+    client = openai_client(server.base_url)
+    kwargs = dict(model="SmolLM2-135M-Instruct", temperature=0, max_tokens=60,
+                  messages=[{"role": "user", "content": "Describe a person as JSON."}],
+                  response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": schema,
+                                                                          "strict": True}})
+    content = client.chat.completions.create(**kwargs).choices[0].message.content
+    jsonschema.validate(json.loads(content), schema)
+    streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(stream=True, **kwargs)
+                       if c.choices)
+    assert streamed == content
+
+
+def test_json_object_response_format(server) -> None:
+    r = openai_client(server.base_url).chat.completions.create(
+        model="SmolLM2-135M-Instruct", temperature=0, max_tokens=60, response_format={"type": "json_object"},
+        messages=[{"role": "user", "content": "Give me a JSON object about a cat."}])
+    assert isinstance(json.loads(r.choices[0].message.content), dict)
+
+
+def post(base_url: str, body: dict) -> httpx.Response:
+    return httpx.post(base_url + "/v1/chat/completions", json=body, timeout=60)
+
+
+def test_bad_tool_history_is_400_then_next_request_works(qwen_server) -> None:
+    history = ASK + [{"role": "assistant", "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+    resp = post(qwen_server.base_url, {"messages": history, "tools": [WEATHER], "max_tokens": 5})
+    assert resp.status_code == 400
+    assert "messages[1]" in resp.json()["error"]["message"]
+    assert post(qwen_server.base_url, {"messages": ASK, "max_tokens": 3}).status_code == 200
+
+
+def test_strict_template_alternation_error_is_400(server) -> None:
+    gemma = (FIXTURES / "google-gemma-2-2b-it.jinja").read_text()
+    resp = post(server.base_url, {"chat_template": gemma, "max_tokens": 3, "messages": [
+        {"role": "user", "content": "a"}, {"role": "user", "content": "b"}]})
+    assert resp.status_code == 400
+    assert "alternate" in resp.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("body", [
+    {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "object", "properties": {"a": {"type": "string", "pattern": "^(?=x)a+$"}}}}}},
+    {"grammar": "root ::= nope"},
+    {"grammar": "root ::= \"a\"", "response_format": {"type": "json_object"}},
+    {"response_format": {"type": "yaml"}},
+    {"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "missing"}}},
+    {"tools": [{"type": "function", "function": {"description": "no name"}}]},
+    {"reasoning_format": "sideways"},
+])
+def test_bad_structured_output_is_400(server, body: dict) -> None:
+    resp = post(server.base_url, {"messages": ASK, "max_tokens": 5, **body})
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_raw_grammar(server) -> None:
+    r = post(server.base_url, {"messages": ASK, "max_tokens": 10, "temperature": 0,
+                               "grammar": 'root ::= "yes" | "no"'}).json()
+    assert r["choices"][0]["message"]["content"] in ("yes", "no")
+
+
+def test_props_reports_capabilities(server, qwen_server) -> None:
+    plain = httpx.get(server.base_url + "/props").json()
+    qwen = httpx.get(qwen_server.base_url + "/props").json()
+    assert plain["chat_template_caps"]["supports_tools"] is False
+    assert qwen["chat_template_caps"]["supports_tools"] is True
+    assert qwen["chat_template_caps"]["chat_format"] == "hermes_2_pro"
+    assert plain["total_slots"] == 8 and plain["default_generation_settings"]["n_ctx"] == 2048
