@@ -85,12 +85,28 @@ def _opt(name: str, **kw):
       help='Default template variables as a JSON object, e.g. \'{"enable_thinking": false}\'; requests override them.')
 @_opt("--force-tool-emulation", is_flag=True, default=False,
       help="Use TOOL_CALL text emulation for tools even when the chat template supports tools.")
+@_opt("--hook-policy", default=None, metavar="MODULE:FACTORY",
+      help="Python hook policy: package.module:factory returning an object with async hook methods.")
+@_opt("--hook-url", default=None, metavar="URL",
+      help='Webhook hook policy: each event is POSTed as JSON; the reply is {"action": "none"|"inject"|"stop", ...}.')
+@_opt("--hook-timeout", default=2.0, type=click.FloatRange(0.0, None, min_open=True),
+      help="Seconds per hook call; a timeout or error means no action (logged and counted).")
+@_opt("--hook-fail-closed", is_flag=True, default=False,
+      help="A failed or timed-out hook call stops the generation (finish_reason hook_error) instead.")
+@_opt("--hooks-default-on", is_flag=True, default=False,
+      help='Run hooks for every request, not only those with "mesh_hooks": true.')
+@_opt("--signal-window", default=16, type=click.IntRange(1, 4096),
+      help="Tokens in the sliding window of uncertainty signals for the mid-generation hook.")
+@_opt("--high-entropy-threshold", default=2.0, type=click.FloatRange(0.0, None),
+      help="Entropy (nats) above which a token counts as high-entropy.")
 @_opt("--max-queue", default=1024, type=click.IntRange(1, None),
       help="Requests waiting for a slot before new ones get 429.")
 @_opt("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]), help="Log level.")
 @friendly_errors
 def serve(model: str, host: str, port: int, n_ctx: int, parallel: int, threads: int | None,
           chat_template: str | None, chat_template_kwargs: str | None, force_tool_emulation: bool,
+          hook_policy: str | None, hook_url: str | None, hook_timeout: float, hook_fail_closed: bool,
+          hooks_default_on: bool, signal_window: int, high_entropy_threshold: float,
           max_queue: int, log_level: str) -> None:
     """Serve the OpenAI-compatible API (``/v1/chat/completions`` and friends).
 
@@ -120,7 +136,10 @@ def serve(model: str, host: str, port: int, n_ctx: int, parallel: int, threads: 
     name = spec.name if spec else path.stem
     config = EngineConfig(model=str(path), model_name=name, n_ctx=n_ctx, parallel=parallel, threads=threads,
                           chat_template=template, max_queue=max_queue, chat_template_kwargs=kwargs,
-                          force_tool_emulation=force_tool_emulation, verbose=log_level == "debug")
+                          force_tool_emulation=force_tool_emulation, hook_policy=hook_policy, hook_url=hook_url,
+                          hook_timeout=hook_timeout, hook_fail_closed=hook_fail_closed,
+                          hooks_default_on=hooks_default_on, signal_window=signal_window,
+                          high_entropy_threshold=high_entropy_threshold, verbose=log_level == "debug")
     sys.exit(trio.run(lambda: run_server(config, host=host, port=port)))
 
 

@@ -21,12 +21,15 @@ from typing import Any, AsyncIterator
 import attrs
 import trio
 
+from skippy.actors.hooks import HookEvaluator, WebhookPolicy
 from skippy.actors.renderer import CHATML, TemplateRenderer
 from skippy.actors.scheduler import DecodeScheduler, FinishEvent, Submit, TokenEvent
 from skippy.actors.tokenizer import Tokenizer
 from skippy.engine import responses
 from skippy.engine.config import EngineConfig
-from skippy.engine.errors import ContextLengthExceeded, EngineClosed, EngineError, InvalidRequest, ModelNotFound
+from skippy.engine.errors import (ContextLengthExceeded, EngineClosed, EngineError, InvalidRequest, ModelNotFound,
+                                  PermissionDenied)
+from skippy.engine.hooks import Deny, Inject, Stop, load_policy_factory
 from skippy.engine.chat import PreparedTemplate, make_output_parser
 from skippy.engine.emulation import EarlyStop
 from skippy.engine.formats.base import ContentParser, Delta, ParsedMessage, StreamParser
@@ -34,6 +37,7 @@ from skippy.engine.pipeline import EarlyStopRule, OutputPipeline
 from skippy.engine.plan import ParsePlan
 from skippy.engine.runtime.base import Runtime
 from skippy.engine.sampling import SamplingParams, sampling_from_request
+from skippy.engine.signals import FinishInfo, SignalConfig
 from skippy.engine.types import ChatCompletionRequest, CompletionRequest, Message, SamplingFields
 
 
@@ -57,19 +61,38 @@ class _Done:
     completion_tokens: int
     prompt_ms: float
     predicted_ms: float
+    injected_tokens: int | None = None  # None: hooks were off for this request
+
+    def usage(self) -> dict[str, Any]:
+        out = responses.usage(self.prompt_tokens, self.completion_tokens)
+        if self.injected_tokens is not None:
+            out["injected_tokens"] = self.injected_tokens
+        return out
+
+
+@attrs.frozen
+class _HookCtx:
+    """Per-request hook settings: the request the policy sees, and the signal flags."""
+
+    request: Any
+    hooks: bool
+    signals: bool
 
 
 class Engine:
     """OpenAI chat and text completions over the actors (see module docstring)."""
 
     def __init__(self, config: EngineConfig, runtime: Runtime, tokenizer: Tokenizer,
-                 renderer: TemplateRenderer, scheduler: DecodeScheduler) -> None:
+                 renderer: TemplateRenderer, scheduler: DecodeScheduler,
+                 hooks: HookEvaluator | None = None, nursery: trio.Nursery | None = None) -> None:
         self.config = config
         self.runtime = runtime
         self.meta = runtime.meta
         self.tokenizer = tokenizer
         self.renderer = renderer
         self.scheduler = scheduler
+        self.hooks = hooks
+        self._nursery = nursery
         self.model_id = config.model_name or runtime.meta.name
         self._rids = itertools.count(1)
         self.closed = False
@@ -90,9 +113,9 @@ class Engine:
             "id": factory.id, "object": "chat.completion", "created": factory.created, "model": self.model_id,
             "system_fingerprint": "skippy-trio",
             "choices": [{"index": 0, "message": responses.message_dict(done.message),
-                         "logprobs": self._chat_logprobs(done.tokens) if req.logprobs else None,
+                         "logprobs": self._chat_logprobs(done.tokens, req.return_signals) if req.logprobs else None,
                          "finish_reason": done.finish_reason}],
-            "usage": responses.usage(done.prompt_tokens, done.completion_tokens),
+            "usage": done.usage(),
             "timings": responses.timings(done.prompt_tokens, done.prompt_ms, done.completion_tokens, done.predicted_ms),
         }
 
@@ -107,7 +130,7 @@ class Engine:
 
         def choice(delta: dict[str, Any], tokens: list[TokenEvent], finish: str | None = None) -> dict[str, Any]:
             return {"index": 0, "delta": delta,
-                    "logprobs": self._chat_logprobs(tokens) if req.logprobs and tokens else None,
+                    "logprobs": self._chat_logprobs(tokens, req.return_signals) if req.logprobs and tokens else None,
                     "finish_reason": finish}
 
         async def chunks() -> AsyncIterator[dict[str, Any]]:
@@ -121,7 +144,7 @@ class Engine:
                     if isinstance(item, _Done):
                         yield factory.chunk([choice({}, pending, item.finish_reason)])
                         if include_usage:
-                            yield factory.chunk([], usage=responses.usage(item.prompt_tokens, item.completion_tokens),
+                            yield factory.chunk([], usage=item.usage(),
                                                 timings=responses.timings(item.prompt_tokens, item.prompt_ms,
                                                                           item.completion_tokens, item.predicted_ms))
                     elif pending:
@@ -192,6 +215,7 @@ class Engine:
             "n_ctx_train": self.meta.n_ctx_train,
             "parallel": self.meta.n_seq_max,
             "force_tool_emulation": self.renderer.force_tool_emulation,
+            "hooks": self.hooks.stats.snapshot() if self.hooks is not None else None,
         }
 
     def stats(self) -> dict[str, int]:
@@ -204,6 +228,10 @@ class Engine:
     async def _start_chat(self, req: ChatCompletionRequest) -> AsyncIterator[_Piece | _Done]:
         self.check_model(req.model)
         params = self._sampling(req, logprobs=req.logprobs, top_logprobs=req.top_logprobs or 0)
+        hooks_on = self.hooks is not None and (req.mesh_hooks if req.mesh_hooks is not None
+                                               else self.config.hooks_default_on)
+        ctx = _HookCtx(req, hooks_on, req.return_signals)
+        pre = await self._before_chat(ctx) if hooks_on else None
         rendered = await self.renderer.render(req)
         plan = rendered.plan
         if plan.grammar is not None:
@@ -212,9 +240,38 @@ class Engine:
                                      param="grammar" if req.grammar is not None else "response_format")
             params = attrs.evolve(params, grammar=plan.grammar, grammar_lazy_patterns=plan.grammar_lazy_patterns)
         prompt = await self.tokenizer.tokenize(rendered.prompt, add_special=True, parse_special=True)
+        injected = 0
+        if isinstance(pre, Inject):  # before_chat injection: appended to the prompt, never shown
+            extra = await self.tokenizer.tokenize(pre.text, add_special=False, parse_special=False)
+            prompt, injected = prompt + extra, len(extra)
         early = EarlyStop(set(plan.allowed_tools), plan.parallel_tool_calls) if plan.emulated else None
-        return self._generate(prompt, params, self._max_tokens(req, len(prompt)), plan,
-                              _stops(req.stop), make_output_parser(plan), early)
+        max_tokens = self._max_tokens(req, len(prompt))
+        if isinstance(pre, Stop):
+            return self._stopped_before(ctx, len(prompt), pre.reason)
+        return self._generate(prompt, params, max_tokens, plan, _stops(req.stop), make_output_parser(plan), early,
+                              ctx, injected)
+
+    async def _before_chat(self, ctx: _HookCtx) -> Any:
+        """Run ``before_chat``; Deny raises (403, or 400 when the policy says so) after ``on_finish``."""
+        outcome = await self.hooks.call("before_chat", ctx.request)
+        if isinstance(outcome, Deny):
+            self._on_finish(ctx, FinishInfo(status="denied", error=outcome.message))
+            if outcome.status == 400:
+                raise InvalidRequest(outcome.message, code="denied_by_hook")
+            raise PermissionDenied(outcome.message, code="denied_by_hook")
+        return outcome
+
+    async def _stopped_before(self, ctx: _HookCtx, n_prompt: int, reason: str) -> AsyncIterator[_Piece | _Done]:
+        self._on_finish(ctx, FinishInfo(status="success", finish_reason=reason))
+        yield _Done([], [], ParsedMessage(), reason, n_prompt, 0, 0.0, 0.0, 0)
+
+    def _on_finish(self, ctx: _HookCtx | None, info: FinishInfo) -> None:
+        """``on_finish`` runs in the engine's nursery: never delays or fails the request."""
+        if ctx is not None and ctx.hooks and self._nursery is not None:
+            try:
+                self._nursery.start_soon(self.hooks.call, "on_finish", ctx.request, info)
+            except RuntimeError:  # the engine is closing
+                pass
 
     async def _start_completion(self, req: CompletionRequest) -> tuple[str, AsyncIterator[_Piece | _Done]]:
         self.check_model(req.model)
@@ -257,14 +314,17 @@ class Engine:
         return asked
 
     async def _generate(self, prompt: list[int], params: SamplingParams, max_tokens: int, plan: ParsePlan,
-                        stops: list[str], parser: StreamParser,
-                        early_stop: EarlyStopRule | None = None) -> AsyncIterator[_Piece | _Done]:
+                        stops: list[str], parser: StreamParser, early_stop: EarlyStopRule | None = None,
+                        ctx: _HookCtx | None = None, injected: int = 0) -> AsyncIterator[_Piece | _Done]:
         rid = next(self._rids)
         send, recv = trio.open_memory_channel[Any](math.inf)
         pipeline = OutputPipeline(self.runtime.vocab.piece, stops + list(plan.stops), parser, early_stop)
-        self.scheduler.submit(Submit(rid, prompt, params, max_tokens, send))
+        hooks = bool(ctx and ctx.hooks)
+        self.scheduler.submit(Submit(rid, prompt, params, max_tokens, send, hooks=hooks,
+                                     signals=bool(ctx and ctx.signals), request=ctx.request if ctx else None))
         n_tokens = 0
         finished = False
+        info = FinishInfo(status="cancelled")
         try:
             async with recv:
                 async for ev in recv:
@@ -281,27 +341,37 @@ class Engine:
                     assert isinstance(ev, FinishEvent)
                     finished = True
                     if ev.reason == "error":
+                        info = FinishInfo(status="error", completion_tokens=n_tokens, error=ev.error)
                         raise GenerationError(f"generation failed: {ev.error}")
                     if pipeline.stopped:
                         reason = "stop"
                     elif ev.reason == "cancelled":
+                        info = FinishInfo(status="error", completion_tokens=n_tokens, error="engine stopped")
                         raise EngineClosed("the engine stopped before the generation finished")
                     else:
                         reason = ev.reason
                     deltas, message = pipeline.finish()
-                    if message.tool_calls:
+                    if message.tool_calls and not ev.stopped_by_hook:
                         reason = "tool_calls"
-                    yield _Done(deltas, [], message, reason, len(prompt), n_tokens, ev.prompt_ms, ev.predicted_ms)
+                    n_injected = injected + ev.injected_tokens
+                    info = FinishInfo(status="success", finish_reason=reason, completion_tokens=n_tokens,
+                                      injected_tokens=n_injected)
+                    yield _Done(deltas, [], message, reason, len(prompt) - injected, n_tokens, ev.prompt_ms,
+                                ev.predicted_ms, n_injected if hooks else None)
                     return
         finally:
             if not finished:
                 self.scheduler.cancel(rid)
+                info = FinishInfo(status="cancelled", completion_tokens=n_tokens)
+            self._on_finish(ctx, info)
 
     def _token_text(self, token: int) -> tuple[str, list[int]]:
         data = self.runtime.vocab.piece(token)
         return data.decode("utf-8", errors="replace"), list(data)
 
-    def _chat_logprobs(self, tokens: list[TokenEvent]) -> dict[str, Any]:
+    def _chat_logprobs(self, tokens: list[TokenEvent], signals: bool = False) -> dict[str, Any]:
+        """OpenAI ``logprobs.content``; with ``signals`` each entry also carries
+        ``entropy`` and ``margin`` (nats, from the raw logits; skippy extension)."""
         content = []
         for ev in tokens:
             text, raw = self._token_text(ev.token)
@@ -309,7 +379,11 @@ class Engine:
             for t in ev.top:
                 ttext, traw = self._token_text(t.token)
                 top.append({"token": ttext, "logprob": t.logprob, "bytes": traw})
-            content.append({"token": text, "logprob": ev.logprob, "bytes": raw, "top_logprobs": top})
+            entry = {"token": text, "logprob": ev.logprob, "bytes": raw, "top_logprobs": top}
+            if signals:
+                entry["entropy"] = ev.entropy
+                entry["margin"] = ev.margin
+            content.append(entry)
         return {"content": content}
 
     def _legacy_logprobs(self, tokens: list[TokenEvent]) -> dict[str, Any]:
@@ -378,18 +452,46 @@ async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None) -
     tokenizer = Tokenizer(runtime.vocab, bos_id=meta.bos_id)
     renderer = TemplateRenderer(template, default_kwargs=config.chat_template_kwargs,
                                 force_tool_emulation=config.force_tool_emulation)
-    scheduler = DecodeScheduler(runtime, step_tokens=config.step_tokens, max_queue=config.max_queue)
-    engine = Engine(config, runtime, tokenizer, renderer, scheduler)
+    policy = _load_policy(config)
+    webhook_client = None
+    if config.hook_url:
+        import httpx
+
+        webhook_client = httpx.AsyncClient(timeout=config.hook_timeout + 1.0, trust_env=False)
+        policy = WebhookPolicy(config.hook_url, webhook_client)
+    evaluator = None
+    hook_send = None
+    if policy is not None:
+        evaluator = HookEvaluator(policy, timeout=config.hook_timeout, fail_closed=config.hook_fail_closed)
+        hook_send, hook_recv = trio.open_memory_channel[Any](math.inf)
+    signal_config = SignalConfig(window=config.signal_window, high_entropy_threshold=config.high_entropy_threshold)
+    scheduler = DecodeScheduler(runtime, step_tokens=config.step_tokens, max_queue=config.max_queue,
+                                hooks=hook_send, signal_config=signal_config)
     try:
         async with trio.open_nursery() as nursery:
+            engine = Engine(config, runtime, tokenizer, renderer, scheduler, evaluator, nursery)
             nursery.start_soon(tokenizer.run)
             nursery.start_soon(renderer.run)
             nursery.start_soon(scheduler.run)
+            if evaluator is not None:
+                nursery.start_soon(evaluator.run, hook_recv)
             try:
                 yield engine
             finally:
                 engine.closed = True
                 nursery.cancel_scope.cancel()
     finally:
+        if webhook_client is not None:
+            with trio.CancelScope(shield=True):
+                await webhook_client.aclose()
         if own:
             runtime.close()
+
+
+def _load_policy(config: EngineConfig) -> Any:
+    """The hook policy: an object, or a ``package.module:factory`` spec; ``ValueError`` when both it and a URL are set."""
+    if config.hook_policy is not None and config.hook_url:
+        raise ValueError("set either a hook policy or a hook URL, not both")
+    if isinstance(config.hook_policy, str):
+        return load_policy_factory(config.hook_policy)
+    return config.hook_policy

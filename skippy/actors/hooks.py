@@ -208,7 +208,7 @@ class HookEvaluator:
         self.stats.calls[event] += 1
         args = (request,) if event == "before_chat" else (request, payload)
         result: Any = None
-        with trio.move_on_after(self.timeout) as scope:
+        with trio.move_on_after(self.timeout):
             try:
                 result = method(*args)
                 if inspect.isawaitable(result):

@@ -2,8 +2,8 @@
 
 It owns the context, the KV cache and the sequence slots. Its loop:
 
-1. drain the inbox (:class:`Submit`, :class:`Cancel`) without blocking,
-   or block on it when nothing is running;
+1. drain the inbox (:class:`Submit`, :class:`Cancel`, hook verdicts)
+   without blocking, or block on it when nothing can run;
 2. free the slots of cancelled or finished sequences (``llama_memory_seq_rm``)
    and admit waiting requests into free slots, in arrival order;
 3. plan one batch (:func:`skippy.engine.batch.plan_step`): one token per
@@ -15,6 +15,23 @@ It owns the context, the KV cache and the sequence slots. Its loop:
 
 A request whose event channel is closed (the client went away) is dropped
 at the next step and its KV cells are freed.
+
+Hooks (requests with ``hooks=True`` when a policy is loaded): after the
+first sampled token (``after_prefill``) and whenever the signal window
+fires (``mid_generation``), the sequence is *parked*: its sampled token is
+held back, a :class:`~skippy.actors.hooks.HookCall` goes to the
+HookEvaluator, and every other sequence keeps decoding. The verdict comes
+back through this actor's inbox:
+
+- no action: the held token is emitted and decoding resumes;
+- ``Stop(reason)``: the held token is discarded; the request finishes with
+  ``finish_reason = reason``;
+- ``Inject(text)``: **the injection rule, decided here and only here** —
+  the text is tokenized without special tokens, the held token is
+  discarded, the injected tokens are appended to the sequence's KV
+  (prefilled at the position where the hook fired), and decoding resumes
+  after them. Injected tokens are never sent to the client; they are
+  counted in ``FinishEvent.injected_tokens``.
 """
 
 from __future__ import annotations
@@ -31,8 +48,10 @@ import trio
 
 from skippy.engine.batch import SeqState, plan_step
 from skippy.engine.errors import QueueFull
+from skippy.engine.hooks import Inject, Stop
 from skippy.engine.runtime.base import Runtime
 from skippy.engine.sampling import SamplingParams
+from skippy.engine.signals import GenerationSignals, PrefillSignals, SignalConfig, SignalWindow, token_signals
 
 log = logging.getLogger("skippy.scheduler")
 
@@ -45,16 +64,20 @@ class TopLogprob:
 
 @attrs.frozen
 class TokenEvent:
-    """One sampled token; ``logprob``/``top`` only when the request asked for logprobs."""
+    """One sampled token; ``logprob``/``top`` when the request asked for logprobs,
+    ``entropy``/``margin`` (nats, from the raw logits) when it asked for signals or hooks."""
 
     token: int
     logprob: float | None = None
     top: tuple[TopLogprob, ...] = ()
+    entropy: float | None = None
+    margin: float | None = None
 
 
 @attrs.frozen
 class FinishEvent:
-    """End of a sequence. ``reason``: ``stop`` (EOG), ``length``, ``cancelled`` or ``error``.
+    """End of a sequence. ``reason``: ``stop`` (EOG), ``length``, ``cancelled``,
+    ``error``, or a hook's stop reason.
 
     Times are milliseconds; ``prompt_ms`` runs from admission to the first
     sampled token, ``predicted_ms`` from then to the end.
@@ -66,17 +89,26 @@ class FinishEvent:
     prompt_ms: float
     predicted_ms: float
     error: str | None = None
+    injected_tokens: int = 0
+    stopped_by_hook: bool = False
 
 
 @attrs.frozen
 class Submit:
-    """Admit a tokenized prompt. Events go to ``events`` (an unbounded send channel)."""
+    """Admit a tokenized prompt. Events go to ``events`` (an unbounded send channel).
+
+    ``hooks``: run the hook policy for this sequence (``request`` is what the
+    policy sees); ``signals``: attach entropy and margin to token events.
+    """
 
     rid: int
     prompt: list[int]
     params: SamplingParams
     max_tokens: int
     events: Any
+    hooks: bool = False
+    signals: bool = False
+    request: Any = None
 
 
 @attrs.frozen
@@ -92,6 +124,9 @@ class _Req:
     t_admit: float = 0.0
     t_first: float = 0.0
     cancelled: bool = False
+    window: SignalWindow | None = None
+    held: TokenEvent | None = None  # sampled token held while parked on a hook
+    injected: int = 0
 
 
 class DecodeScheduler:
@@ -100,20 +135,26 @@ class DecodeScheduler:
     ``step_tokens`` bounds the tokens of one decode step (prefill chunks
     share it with the generating sequences); ``max_queue`` bounds the
     requests waiting for a slot (:class:`QueueFull` beyond it).
+    ``hooks`` is the HookEvaluator's inbox (send side) or ``None``;
+    ``signal_config`` the signal window and firing rule.
     """
 
-    def __init__(self, runtime: Runtime, *, step_tokens: int | None = None, max_queue: int = 1024) -> None:
+    def __init__(self, runtime: Runtime, *, step_tokens: int | None = None, max_queue: int = 1024,
+                 hooks: trio.MemorySendChannel | None = None, signal_config: SignalConfig | None = None) -> None:
         self.runtime = runtime
         meta = runtime.meta
         self.n_slots = meta.n_seq_max
         self.step_tokens = min(step_tokens or meta.n_batch, meta.n_batch)
         self.max_queue = max_queue
+        self.hooks = hooks
+        self.signal_config = signal_config or SignalConfig()
         self._send, self._inbox = trio.open_memory_channel[Any](math.inf)
         self._free_slots = list(range(self.n_slots - 1, -1, -1))
         self._waiting: collections.deque[_Req] = collections.deque()
         self._running: dict[int, _Req] = {}
         self._by_rid: dict[int, _Req] = {}
         self.steps = 0
+        self.n_parked = 0
 
     # -- client side (called from request tasks, same trio thread) ---------------
     def submit(self, msg: Submit) -> None:
@@ -131,7 +172,7 @@ class DecodeScheduler:
 
     @property
     def n_running(self) -> int:
-        """Sequences holding a slot (prefilling or generating)."""
+        """Sequences holding a slot (prefilling, generating or parked)."""
         return len(self._running)
 
     @property
@@ -153,8 +194,8 @@ class DecodeScheduler:
                 self._admit()
                 seqs = [r.seq for r in self._running.values()]
                 plan = plan_step(seqs, max(self.step_tokens, len(seqs)))
-                if plan is None:
-                    await trio.sleep(0)
+                if plan is None:  # every running sequence is parked on a hook
+                    self._handle(await self._inbox.receive())
                     continue
                 try:
                     results = await trio.to_thread.run_sync(self._step, plan)
@@ -165,6 +206,8 @@ class DecodeScheduler:
                     continue
                 self.steps += 1
                 for s, n in plan.advance:
+                    if s.n_past >= len(s.prompt):  # a generated token entered the KV cache
+                        s.prompt.append(s.pending)
                     s.n_past += n
                 for s, ev in results:
                     self._on_token(self._running.get(s.rid), ev)
@@ -175,12 +218,12 @@ class DecodeScheduler:
                 self._emit(req, self._finish_event(req, "cancelled"))
             self._waiting.clear()
 
-    def _handle(self, msg: Submit | Cancel) -> None:
+    def _handle(self, msg: Any) -> None:
         if isinstance(msg, Submit):
             req = _Req(msg)
             self._by_rid[msg.rid] = req
             self._waiting.append(req)
-        else:
+        elif isinstance(msg, Cancel):
             req = self._by_rid.get(msg.rid)
             if req is None:
                 return
@@ -189,6 +232,8 @@ class DecodeScheduler:
                 self._by_rid.pop(msg.rid, None)
             else:
                 self._finish(req, "cancelled")
+        else:  # a HookVerdict
+            self._on_verdict(msg)
 
     def _admit(self) -> None:
         while self._waiting and self._free_slots:
@@ -202,8 +247,10 @@ class DecodeScheduler:
                 self._by_rid.pop(sub.rid, None)
                 self._emit(req, self._finish_event(req, "error", error=str(exc)))
                 continue
-            req.seq = SeqState(rid=sub.rid, slot=slot, prompt=sub.prompt, max_tokens=sub.max_tokens)
+            req.seq = SeqState(rid=sub.rid, slot=slot, prompt=list(sub.prompt), max_tokens=sub.max_tokens)
             req.t_admit = time.perf_counter()
+            if sub.hooks:
+                req.window = SignalWindow(self.signal_config)
             self.runtime.seq_rm(slot)
             self._running[sub.rid] = req
 
@@ -216,36 +263,89 @@ class DecodeScheduler:
             req = self._by_rid.get(s.rid)
             if req is None or req.sampler is None:
                 continue
-            params = req.submit.params
-            if params.logprobs:
+            sub = req.submit
+            params = sub.params
+            lp = top = entropy = margin = None
+            if params.logprobs or sub.hooks or sub.signals:
                 raw = rt.logits(i)
-                ev_lp = _logprobs(raw, params.top_logprobs)
+                if sub.hooks or sub.signals:
+                    entropy, margin = token_signals(raw)
+                if params.logprobs:
+                    lp, top = _logprobs(raw, params.top_logprobs)
             tok = rt.sample(req.sampler, i)
-            if params.logprobs:
-                lp, top = ev_lp
-                out.append((s, TokenEvent(tok, float(lp[tok]), top)))
-            else:
-                out.append((s, TokenEvent(tok)))
+            out.append((s, TokenEvent(tok, float(lp[tok]) if lp is not None else None, top or (),
+                                      entropy, margin)))
         return out
 
     def _on_token(self, req: _Req | None, ev: TokenEvent) -> None:
         if req is None or req.cancelled:
             return
         s = req.seq
-        now = time.perf_counter()
-        if s.n_generated == 0:
-            req.t_first = now
-        meta = self.runtime.meta
-        if ev.token in meta.eog_ids:
+        if s.n_generated == 0 and not req.t_first:
+            req.t_first = time.perf_counter()
+        if ev.token in self.runtime.meta.eog_ids:
             self._finish(req, "stop")
             return
+        if req.window is not None and self.hooks is not None:
+            first = s.n_generated == 0 and req.injected == 0 and req.held is None
+            req.window.push(ev.token, ev.entropy, ev.margin)
+            n_decoded = s.n_generated + 1
+            if first:
+                self._park(req, ev, "after_prefill", PrefillSignals(ev.entropy, ev.margin, ev.token))
+                return
+            if req.window.should_fire(n_decoded):
+                req.window.mark_fired(n_decoded)
+                self._park(req, ev, "mid_generation", GenerationSignals(req.window.stats(), n_decoded))
+                return
+        self._accept(req, ev)
+
+    def _accept(self, req: _Req, ev: TokenEvent) -> None:
+        s = req.seq
         s.n_generated += 1
         s.pending = ev.token
         if not self._emit(req, ev):
             self._finish(req, "cancelled")
             return
-        if s.n_generated >= s.max_tokens or s.n_past + 1 >= meta.n_ctx_seq:
+        if s.n_generated >= s.max_tokens or s.n_past + 1 >= self.runtime.meta.n_ctx_seq:
             self._finish(req, "length")
+
+    def _park(self, req: _Req, ev: TokenEvent, event: str, payload: Any) -> None:
+        from skippy.actors.hooks import HookCall
+
+        req.held = ev
+        req.seq.pending = None
+        self.n_parked += 1
+        try:
+            self.hooks.send_nowait(HookCall(req.submit.rid, event, req.submit.request, payload, self._send))
+        except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+            self._unpark(req)
+            self._accept(req, ev)
+
+    def _unpark(self, req: _Req) -> TokenEvent | None:
+        held, req.held = req.held, None
+        if held is not None:
+            self.n_parked -= 1
+        return held
+
+    def _on_verdict(self, verdict: Any) -> None:
+        req = self._running.get(verdict.ticket)
+        if req is None or req.held is None:
+            return  # finished or cancelled while parked
+        held = self._unpark(req)
+        outcome = verdict.outcome
+        if isinstance(outcome, Stop):
+            self._finish(req, outcome.reason, stopped_by_hook=True)
+        elif isinstance(outcome, Inject):
+            tokens = self.runtime.vocab.tokenize(outcome.text, add_special=False, parse_special=False)
+            room = self.runtime.meta.n_ctx_seq - 1 - len(req.seq.prompt)
+            if not tokens or len(tokens) > room:
+                log.warning("hook injection of %d tokens does not fit (room %d); ignored", len(tokens), room)
+                self._accept(req, held)
+                return
+            req.seq.prompt.extend(tokens)  # prefilled at the next steps; the held token is discarded
+            req.injected += len(tokens)
+        else:
+            self._accept(req, held)
 
     def _emit(self, req: _Req, ev: Any) -> bool:
         try:
@@ -254,7 +354,8 @@ class DecodeScheduler:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return False
 
-    def _finish_event(self, req: _Req, reason: str, error: str | None = None) -> FinishEvent:
+    def _finish_event(self, req: _Req, reason: str, error: str | None = None,
+                      stopped_by_hook: bool = False) -> FinishEvent:
         now = time.perf_counter()
         t_first = req.t_first or now
         n_gen = req.seq.n_generated if req.seq else 0
@@ -262,11 +363,13 @@ class DecodeScheduler:
             reason=reason, prompt_tokens=len(req.submit.prompt), completion_tokens=n_gen,
             prompt_ms=(t_first - req.t_admit) * 1000.0 if req.t_admit else 0.0,
             predicted_ms=(now - t_first) * 1000.0 if req.t_first else 0.0, error=error,
+            injected_tokens=req.injected, stopped_by_hook=stopped_by_hook,
         )
 
-    def _finish(self, req: _Req, reason: str, error: str | None = None) -> None:
+    def _finish(self, req: _Req, reason: str, error: str | None = None, stopped_by_hook: bool = False) -> None:
         req.cancelled = True
-        self._emit(req, self._finish_event(req, reason, error))
+        self._unpark(req)
+        self._emit(req, self._finish_event(req, reason, error, stopped_by_hook))
         rid = req.submit.rid
         self._running.pop(rid, None)
         self._by_rid.pop(rid, None)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 
@@ -20,6 +22,13 @@ class EngineConfig:
     requests waiting for a slot before 429. ``chat_template_kwargs``: default
     template variables (requests override them). ``force_tool_emulation``:
     use ``TOOL_CALL`` emulation even when the template supports tools.
+
+    Hooks: ``hook_policy`` is a policy object or a ``package.module:factory``
+    spec, ``hook_url`` a webhook policy URL (one of them at most);
+    ``hook_timeout`` seconds per call; ``hook_fail_closed`` turns a failed
+    call into a stop; ``hooks_default_on`` runs hooks for requests that do
+    not say ``mesh_hooks``; ``signal_window`` (1..4096 tokens) and
+    ``high_entropy_threshold`` (nats) configure the firing rule.
     """
 
     model: str
@@ -33,4 +42,11 @@ class EngineConfig:
     max_queue: int = 1024
     chat_template_kwargs: dict = attrs.field(factory=dict)
     force_tool_emulation: bool = False
+    hook_policy: Any = None
+    hook_url: str | None = None
+    hook_timeout: float = 2.0
+    hook_fail_closed: bool = False
+    hooks_default_on: bool = False
+    signal_window: int = 16
+    high_entropy_threshold: float = 2.0
     verbose: bool = False

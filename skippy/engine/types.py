@@ -88,7 +88,9 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     Beyond OpenAI: ``reasoning_format`` (llama-server: ``auto``, ``none``,
     ``deepseek``, ``deepseek-legacy``, ``hidden``), ``chat_template`` (a
     per-request jinja2 template), ``chat_template_kwargs`` and
-    ``enable_thinking`` (template variables), ``grammar`` (raw GBNF).
+    ``enable_thinking`` (template variables), ``grammar`` (raw GBNF),
+    ``mesh_hooks`` (run the hook policy; skippy-server's field name) and
+    ``return_signals`` (per-token ``entropy`` and ``margin`` in ``logprobs``).
     """
 
     messages: list[Message]
@@ -103,6 +105,8 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     chat_template: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     enable_thinking: bool | None = None
+    mesh_hooks: bool | None = None
+    return_signals: bool = False
 
 
 class CompletionRequest(SamplingFields, kw_only=True):
