@@ -1,0 +1,224 @@
+"""Decode benchmark: raw llama.cpp vs ``skippy serve``, in one run.
+
+Default model (SmolLM2-135M-Instruct), greedy, N=128 output tokens, all cores' threads:
+
+1. raw: llama.cpp low-level decode without the server (``LlamaRuntime``: prefill
+   the chat prompt, then one ``llama_decode`` + greedy sample per token, one
+   sequence). Run before the server starts and again after it stops.
+2. server single stream: ``skippy serve --parallel 16`` as a subprocess; one
+   streaming chat request (temperature 0, max_tokens 128,
+   ``stream_options.include_usage``). This is the concurrency-1 wave of 3.
+3. aggregate output tok/s at concurrency 1, 4 and 16: each client streams a
+   different prompt; aggregate = total completion tokens / wall time of the wave.
+
+Names (as in vLLM's and llama.cpp's benchmarks):
+  TTFT  time to first token: request sent -> first content chunk.
+  ITL   inter-token latency: gap between consecutive content chunks.
+  TPOT  time per output token after the first: (last - first chunk) / (tokens - 1).
+  decode tok/s = 1 / TPOT (raw: the same definition over its 128 tokens).
+Each measurement runs REPS times (levels interleaved); tables show medians.
+"other CPU" is the CPU time (in cores) that processes other than this one and
+its server used meanwhile: llama.cpp's spinning threads collapse (10-50x) when
+another CPU-heavy process shares the 2 cores, so a value above ~0.1 voids a run.
+All samples go to bench/out/decode-<time>.json, the server log to bench/out/server.log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import statistics as st
+import subprocess
+import sys
+import time
+from functools import partial
+from pathlib import Path
+
+import httpx
+import trio
+
+from skippy.engine.runtime.base import BatchEntry
+from skippy.engine.runtime.llama import LlamaRuntime
+from skippy.engine.sampling import SamplingParams
+from skippy.engine.templates import ChatTemplate
+from skippy.models import DEFAULT_MODEL, ensure_model
+
+N, REPS, LEVELS, PARALLEL = 128, 3, (1, 4, 16), 16
+THREADS = os.cpu_count() or 1
+OUT = Path(__file__).parent / "out"
+SUBJECTS = ["a dragon", "a lighthouse keeper", "a robot chef", "a lost city", "a time traveller", "a pirate queen",
+            "a haunted library", "a desert caravan", "a clockmaker", "a mountain village", "a space station",
+            "a talking cat", "a winter festival", "a sunken ship", "a young wizard", "a forest spirit"]
+PROMPTS = [f"Write a long story about {s}." for s in SUBJECTS]
+
+
+def cpu_snapshot(pids: list[int]) -> tuple[float, float, float]:
+    """(wall s, machine busy CPU s, CPU s of ``pids``) from /proc (Linux)."""
+    f = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    own = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as fh:
+            own += sum(int(x) for x in fh.read().rsplit(")", 1)[1].split()[11:13])  # utime, stime
+    hz = os.sysconf("SC_CLK_TCK")
+    return time.monotonic(), (sum(f) - f[3] - f[4]) / hz, own / hz
+
+
+def other_cpu(a: tuple[float, float, float], b: tuple[float, float, float]) -> float:
+    """Cores used by other processes between snapshots ``a`` and ``b``."""
+    return max(0.0, (b[1] - a[1]) - (b[2] - a[2])) / (b[0] - a[0])
+
+
+def raw_decode_tps(rt: LlamaRuntime, prompt: list[int]) -> float:
+    """Prefill ``prompt`` in sequence 0, greedy-decode N tokens; returns (N-1) / (t_last - t_first)."""
+    rt.seq_rm(0)
+    rt.decode([BatchEntry(t, i, 0, i == len(prompt) - 1) for i, t in enumerate(prompt)])
+    sampler = rt.new_sampler(SamplingParams(temperature=0.0))
+    tok, t_first = rt.sample(sampler, len(prompt) - 1), time.perf_counter()
+    for k in range(N - 1):
+        rt.decode([BatchEntry(tok, len(prompt) + k, 0, True)])
+        tok = rt.sample(sampler, 0)
+    dt = time.perf_counter() - t_first
+    rt.free_sampler(sampler)
+    return (N - 1) / dt
+
+
+def raw_baseline(model: str) -> list[dict]:
+    rt = LlamaRuntime(model, n_ctx_seq=4096, n_seq_max=1, n_threads=THREADS)
+    try:
+        m = rt.meta
+        text = ChatTemplate(m.chat_template, bos_token=m.bos_token, eos_token=m.eos_token).render(
+            [{"role": "user", "content": PROMPTS[0]}])
+        prompt = rt.vocab.tokenize(text, add_special=True, parse_special=True)
+        raw_decode_tps(rt, prompt)  # warm-up
+        out = []
+        for _ in range(REPS):
+            a = cpu_snapshot([os.getpid()])
+            out.append({"tps": raw_decode_tps(rt, prompt), "other_cpu": other_cpu(a, cpu_snapshot([os.getpid()]))})
+        return out
+    finally:
+        rt.close()
+
+
+async def stream_one(client: httpx.AsyncClient, prompt: str) -> dict:
+    """One streaming chat request: TTFT, TPOT, ITLs (seconds) and completion tokens from usage."""
+    body = {"messages": [{"role": "user", "content": prompt}], "temperature": 0, "max_tokens": N,
+            "stream": True, "stream_options": {"include_usage": True}}
+    t0, times, usage = time.perf_counter(), [], None
+    async with client.stream("POST", "/v1/chat/completions", json=body) as r:
+        if r.status_code != 200:
+            raise RuntimeError(f"HTTP {r.status_code} for {prompt!r}: {(await r.aread()).decode()}")
+        async for line in r.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if "error" in chunk:
+                raise RuntimeError(f"error event in the stream for {prompt!r}: {line}")
+            if any(c["delta"].get("content") for c in chunk["choices"]):
+                times.append(time.perf_counter() - t0)
+            usage = chunk.get("usage") or usage
+    if usage is None or not times:
+        raise RuntimeError(f"stream for {prompt!r} ended without usage or content (usage={usage})")
+    n = usage["completion_tokens"]
+    return {"tokens": n, "ttft": times[0], "tpot": (times[-1] - times[0]) / max(1, n - 1),
+            "itl": [b - a for a, b in zip(times, times[1:])]}
+
+
+async def wave(client: httpx.AsyncClient, c: int, pids: list[int]) -> dict:
+    """``c`` concurrent streams (prompts 0..c-1); aggregate = completion tokens / wall time."""
+    results: list[dict] = [{}] * c
+
+    async def one(i: int) -> None:
+        results[i] = await stream_one(client, PROMPTS[i])
+
+    a = cpu_snapshot(pids)
+    async with trio.open_nursery() as nursery:
+        for i in range(c):
+            nursery.start_soon(one, i)
+    b = cpu_snapshot(pids)
+    return {"c": c, "wall": b[0] - a[0], "aggregate": sum(r["tokens"] for r in results) / (b[0] - a[0]),
+            "other_cpu": other_cpu(a, b), "requests": results}
+
+
+async def wait_healthy(client: httpx.AsyncClient, proc: trio.Process) -> None:
+    """Poll ``/health`` until 200 (503 while the model loads); fail if the server exits or 180 s pass."""
+    with trio.fail_after(180):
+        while proc.returncode is None:
+            try:
+                if (await client.get("/health")).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            await trio.sleep(0.2)
+    raise RuntimeError(f"server exited with {proc.returncode}; see {OUT / 'server.log'}")
+
+
+async def server_waves(model: str) -> list[dict]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [str(Path(sys.executable).parent / "skippy"), "serve", "--model", model, "--port", str(port),
+           "--parallel", str(PARALLEL), "--threads", str(THREADS)]
+    with open(OUT / "server.log", "wb") as log:
+        async with trio.open_nursery() as nursery:
+            proc = await nursery.start(partial(trio.run_process, cmd, stdout=log, stderr=subprocess.STDOUT, check=False))
+            try:
+                async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=600) as client:
+                    await wait_healthy(client, proc)
+                    pids = [os.getpid(), proc.pid]
+                    await wave(client, 2, pids)  # warm-up
+                    waves = []
+                    for rep in range(REPS):
+                        for c in LEVELS:
+                            waves.append(w := await wave(client, c, pids))
+                            print(f"rep {rep + 1} c={c}: {w['aggregate']:.1f} tok/s aggregate, {w['wall']:.1f} s, "
+                                  f"other CPU {w['other_cpu']:.2f}", flush=True)
+                    return waves
+            finally:
+                nursery.cancel_scope.cancel()  # run_process sends SIGTERM (SIGKILL after 5 s)
+
+
+def main() -> None:
+    OUT.mkdir(exist_ok=True)
+    model = str(ensure_model(DEFAULT_MODEL))
+    raw = raw_baseline(model)
+    waves = trio.run(server_waves, model)
+    raw += raw_baseline(model)  # again after the server stopped: drift shows as spread
+    levels = {}
+    for c in LEVELS:
+        ws = [w for w in waves if w["c"] == c]
+        reqs = [r for w in ws for r in w["requests"]]
+        levels[c] = {"aggregate": st.median(w["aggregate"] for w in ws), "ttft_ms": 1e3 * st.median(r["ttft"] for r in reqs),
+                     "itl_ms": 1e3 * st.median(x for r in reqs for x in r["itl"]),
+                     "tpot_ms": 1e3 * st.median(r["tpot"] for r in reqs), "tokens": st.mean(r["tokens"] for r in reqs),
+                     "other_cpu": max(w["other_cpu"] for w in ws)}
+    raw_tps, single = st.median(r["tps"] for r in raw), st.median(1 / w["requests"][0]["tpot"] for w in waves if w["c"] == 1)
+    ratio, scale = single / raw_tps, levels[LEVELS[-1]]["aggregate"] / levels[1]["aggregate"]
+    runs = ", ".join(f"{r['tps']:.1f}" for r in raw)
+    print(f"\nraw decode tok/s per run: {runs} ({THREADS} threads; "
+          f"max other CPU {max(r['other_cpu'] for r in raw):.2f} cores)\n")
+    print("| concurrency | aggregate tok/s | TTFT p50 ms | ITL p50 ms | TPOT p50 ms | completion tokens (mean) | other CPU (max) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for c, v in levels.items():
+        print(f"| {c} | {v['aggregate']:.1f} | {v['ttft_ms']:.0f} | {v['itl_ms']:.1f} | {v['tpot_ms']:.1f} "
+              f"| {v['tokens']:.0f} | {v['other_cpu']:.2f} |")
+    rows = [("raw decode tok/s (llama.cpp, 1 sequence)", f"{raw_tps:.1f}", "", ""),
+            ("server single-stream decode tok/s (1/TPOT)", f"{single:.1f}", "", ""),
+            ("server single-stream TTFT ms", f"{levels[1]['ttft_ms']:.0f}", "", ""),
+            ("server / raw", f"{ratio:.2f}", ">= 0.90", "yes" if ratio >= 0.90 else "NO"),
+            (f"aggregate c{LEVELS[-1]} / c1", f"{scale:.2f}", ">= 1.6", "yes" if scale >= 1.6 else "NO")]
+    print("\n| measure | value | target | ok |\n|---|---:|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    if max([r["other_cpu"] for r in raw] + [w["other_cpu"] for w in waves]) > 0.1:
+        print("\nwarning: other processes used CPU during the run (see 'other CPU'); numbers are not reliable")
+    path = OUT / f"decode-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps({"n": N, "reps": REPS, "threads": THREADS, "parallel": PARALLEL, "raw": raw,
+                                "levels": levels, "waves": waves, "summary": {
+                                    "raw_tps": raw_tps, "single_tps": single, "server_over_raw": ratio,
+                                    "c16_over_c1": scale}}, indent=1))
+    print(f"\nresults: {path}")
+
+
+if __name__ == "__main__":
+    main()
