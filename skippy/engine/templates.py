@@ -6,6 +6,13 @@ filter that keeps non-ASCII characters, and the ``raise_exception`` and
 ``strftime_now`` globals (transformers ``chat_template_utils``).
 Any error raised while rendering becomes :class:`TemplateError`, which the
 engine reports as a 400 carrying the template's own message.
+
+The environment is :class:`~skippy.engine.template_sandbox.BoundedSandbox`,
+an immutable sandbox that also bounds each render's work, time and memory
+(:class:`~skippy.engine.template_sandbox.RenderBudget`): a template can be a
+request field, and template-injection payloads (attribute walking to
+``__class__``/``__globals__``, runaway loops, giant strings) are refused
+with a :class:`TemplateError` (400) within a bounded render time.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import jinja2.nodes
 import jinja2.sandbox
 
 from skippy.engine.errors import InvalidRequest
+from skippy.engine.template_sandbox import BoundedSandbox, BudgetExceeded, Meter, RenderBudget
 
 
 class TemplateError(InvalidRequest):
@@ -58,12 +66,13 @@ def _strftime_now(fmt: str) -> str:
     return datetime.datetime.now().strftime(fmt)
 
 
-def make_environment() -> jinja2.sandbox.ImmutableSandboxedEnvironment:
-    """The jinja2 environment of transformers' ``apply_chat_template``."""
-    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols", _GenerationTag]
+def make_environment(budget: RenderBudget | None = None) -> BoundedSandbox:
+    """The jinja2 environment of transformers' ``apply_chat_template``, with a render budget."""
+    env = BoundedSandbox(
+        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols", _GenerationTag],
+        budget=budget,
     )
-    env.filters["tojson"] = _tojson
+    env.filters["tojson"] = env.wrap_filter("tojson", _tojson)
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
     return env
@@ -84,10 +93,13 @@ class ChatTemplate:
         self.source = source
         self.bos_token = bos_token
         self.eos_token = eos_token
+        self._runaway: str | None = None
         try:
-            self._template = _ENV.from_string(source)
+            self._template = _ENV.compile_template(source)
         except jinja2.TemplateError as exc:
             raise TemplateError(f"chat template does not compile: {exc}") from exc
+        except (RecursionError, SyntaxError, MemoryError, ValueError, OverflowError, TypeError) as exc:
+            raise TemplateError(f"chat template does not compile: {type(exc).__name__}: {exc}") from exc
 
     def render(self, messages: list[dict[str, Any]], *, tools: list[dict] | None = None,
                add_generation_prompt: bool = True, **kwargs: Any) -> str:
@@ -96,8 +108,15 @@ class ChatTemplate:
         ``tools`` is the OpenAI ``tools`` array or ``None``; extra keyword
         arguments (``enable_thinking``, ``chat_template_kwargs`` entries...)
         become template variables. Raises :class:`TemplateError` with the
-        template's own message when rendering fails.
+        template's own message when rendering fails, or when the render goes
+        over its budget (operations, time, size: see
+        :class:`~skippy.engine.template_sandbox.RenderBudget`). A template
+        that goes over budget on a small input is marked as runaway and
+        refused at once from then on (so probing it costs one budget, not
+        one per probe).
         """
+        if self._runaway is not None:
+            raise TemplateError(self._runaway)
         context = dict(kwargs)
         context.update(
             messages=messages,
@@ -106,10 +125,21 @@ class ChatTemplate:
             bos_token=self.bos_token,
             eos_token=self.eos_token,
         )
+        meter = Meter(_ENV.budget)
         try:
-            return self._template.render(**context)
+            meter.measure_input(context)  # the limits scale with the input's size
+        except BudgetExceeded as exc:  # the input itself (e.g. nested too deep): not the template's fault
+            raise TemplateError(f"chat template input refused: {exc}") from exc
+        try:
+            with _ENV.metering(meter):
+                return self._template.render(**context)
+        except BudgetExceeded as exc:
+            message = f"chat template refused: {exc}"
+            if meter.input_chars <= _ENV.budget.small_input_chars:
+                self._runaway = message
+            raise TemplateError(message) from exc
         except jinja2.TemplateError as exc:
             raise TemplateError(f"chat template error: {exc}") from exc
-        except (TypeError, ValueError, KeyError, IndexError, AttributeError,
-                ZeroDivisionError, OverflowError, RecursionError) as exc:
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError, ZeroDivisionError,
+                OverflowError, RecursionError, MemoryError, UnicodeError) as exc:
             raise TemplateError(f"chat template error: {type(exc).__name__}: {exc}") from exc

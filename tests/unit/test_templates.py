@@ -167,8 +167,9 @@ def test_sandbox_range_limit_is_template_error():
 
 
 def test_sandbox_never_leaks_python_object_reprs():
-    # underscore attributes resolve to undefined (empty), never to the real object
-    assert render("{{ ''.__class__ }}") == ""
+    # underscore attributes are refused outright (not rendered as empty), never resolved to the real object
+    err = template_error("{{ ''.__class__ }}")
+    assert "class '" not in err.message and "unsafe" in err.message
 
 
 # --- real templates ------------------------------------------------------------
