@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from tests.paths import CHAT_TEMPLATES
 
 
 def free_port() -> int:
@@ -89,7 +90,7 @@ def client(server: Server):
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
 
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "chat-templates"
+FIXTURES = CHAT_TEMPLATES
 
 
 @pytest.fixture(scope="session")

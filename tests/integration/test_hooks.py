@@ -20,7 +20,7 @@ STORY = [SYSTEM, {"role": "user", "content": "Write a short story about a lighth
 def hook_server(tmp_path_factory: pytest.TempPathFactory):
     # threshold 0 nats: every token is high-entropy, so the mid-generation hook fires at 12 decoded tokens
     srv = Server(["--parallel", "4", "--n-ctx", "1024", "--hook-policy", "tests.integration.hook_policy:make",
-                  "--hook-timeout", "0.5", "--high-entropy-threshold", "0"],
+                  "--hook-timeout", "8", "--high-entropy-threshold", "0"],
                  tmp_path_factory.mktemp("hooks") / "server.log", env={"PYTHONPATH": str(ROOT)})
     try:
         srv.wait_ready()
@@ -87,6 +87,7 @@ def test_deny_gives_error_envelope(hook_server: Server) -> None:
 
 
 def test_timeout_and_exception_complete_normally(hook_server: Server) -> None:
+    # "slow" sleeps 30 s in mid_generation; the server's --hook-timeout is 8 s
     before = httpx.get(hook_server.base_url + "/props").json()["hooks"]
     control = chat(hook_server.base_url, None, mesh_hooks=False).json()
     slow = chat(hook_server.base_url, "slow").json()
@@ -100,6 +101,7 @@ def test_timeout_and_exception_complete_normally(hook_server: Server) -> None:
 
 
 async def test_parked_sequence_does_not_stall_others(hook_server: Server) -> None:
+    hooks_before = httpx.get(hook_server.base_url + "/props").json()["hooks"]["mid_generation"]
     events: list[str] = []
     body = {"messages": STORY, "temperature": 0, "max_tokens": 40, "stream": True}
     async with httpx.AsyncClient(base_url=hook_server.base_url, timeout=120) as client:
@@ -111,7 +113,11 @@ async def test_parked_sequence_does_not_stall_others(hook_server: Server) -> Non
                         events.append("block:done")
 
         async def other() -> None:
-            await trio.sleep(0.5)  # let the blocked request reach its hook
+            while True:  # wait until the blocked request is parked in its mid-generation hook
+                hooks = (await client.get("/props")).json()["hooks"]["mid_generation"]
+                if hooks["calls"] > hooks_before["calls"]:
+                    break
+                await trio.sleep(0.02)
             n = 0
             async with client.stream("POST", "/v1/chat/completions", json=body) as resp:
                 async for line in resp.aiter_lines():
@@ -128,6 +134,8 @@ async def test_parked_sequence_does_not_stall_others(hook_server: Server) -> Non
                 nursery.start_soon(other)
     assert events[0].startswith("other:done") and int(events[0].split(":")[2]) > 10
     assert events[1:] == ["released", "block:done"]
+    # the blocked hook was released by the test, not by the hook timeout
+    assert httpx.get(hook_server.base_url + "/props").json()["hooks"]["mid_generation"]["timeouts"] == hooks_before["timeouts"]
 
 
 def test_return_signals_in_logprobs(hook_server: Server) -> None:

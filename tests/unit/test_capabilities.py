@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import pytest
 
@@ -12,10 +11,9 @@ from skippy.engine.errors import InvalidRequest
 from skippy.engine.formats import FORMATS
 from skippy.engine.history import normalize_history
 from skippy.engine.templates import ChatTemplate, TemplateError
+from tests.paths import CHAT_TEMPLATES
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "chat-templates"
-if not FIXTURES.is_dir():  # fall back to the absolute location used by the project
-    FIXTURES = Path("/work/shared/fixtures/chat-templates")
+FIXTURES = CHAT_TEMPLATES
 TEMPLATE_FILES = sorted(FIXTURES.glob("*.jinja"))
 
 WEATHER = {"type": "function", "function": {

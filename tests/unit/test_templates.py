@@ -2,14 +2,14 @@
 
 import datetime
 import json
-from pathlib import Path
 
 import pytest
 
 from skippy.engine.errors import InvalidRequest
 from skippy.engine.templates import ChatTemplate, TemplateError
+from tests.paths import CHAT_TEMPLATES
 
-FIXTURES = Path("/work/shared/fixtures/chat-templates")
+FIXTURES = CHAT_TEMPLATES
 USER = [{"role": "user", "content": "NEEDLE ünïcödé 日本 😀"}]
 
 
