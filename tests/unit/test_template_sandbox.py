@@ -10,8 +10,9 @@ import pytest
 
 from skippy.engine import templates as T
 from skippy.engine.templates import ChatTemplate, TemplateError
+from tests.paths import CHAT_TEMPLATES
 
-FIXTURES = Path("/work/shared/fixtures/chat-templates")
+FIXTURES = CHAT_TEMPLATES
 USER = [{"role": "user", "content": "hi"}]
 
 # Each of these would run for minutes, allocate gigabytes, or reach Python internals.
