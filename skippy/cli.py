@@ -11,11 +11,14 @@ from __future__ import annotations
 import functools
 import json
 import sys
-from typing import Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import click
 
 from skippy.models import DEFAULT_MODEL, ModelError, pull as pull_model
+
+if TYPE_CHECKING:
+    from skippy.http.settings import ServerSettings
 
 F = TypeVar("F", bound=Callable)
 
@@ -68,7 +71,56 @@ def pull(model: str, quiet: bool) -> None:
 def _opt(name: str, **kw):
     """A ``serve`` option that also reads ``SKIPPY_<NAME>`` from the environment."""
     env = "SKIPPY_" + name.lstrip("-").replace("-", "_").upper()
-    return click.option(name, envvar=env, show_envvar=True, show_default=True, **kw)
+    return click.option(name, envvar=env, show_envvar=True, **{"show_default": True, **kw})
+
+
+def _hardening_options(fn: F) -> F:
+    """``serve`` options of the HTTP layer: authentication, CORS, limits, deadline, shutdown."""
+    options = [
+        _opt("--api-key", multiple=True, metavar="KEY", show_default=False,
+             help="Accepted API key (repeatable; the environment variable takes space-separated keys). "
+                  "Requests must send 'Authorization: Bearer KEY'; only /health stays open. "
+                  "Prefer --api-key-file: other local users can read command lines."),
+        _opt("--api-key-file", default=None, type=click.Path(exists=True, dir_okay=False),
+             help="File of accepted API keys, one per line ('#' starts a comment); adds to --api-key."),
+        _opt("--cors-origins", multiple=True, metavar="ORIGINS", show_default=False,
+             help="Browser origins allowed by CORS, comma-separated or repeated, e.g. "
+                  "'https://app.example.com'; '*' allows any. [default: none, CORS off]"),
+        _opt("--max-body-bytes", default=4 * 1024 * 1024, type=click.IntRange(1024, None),
+             help="Largest request body in bytes; larger ones get 413."),
+        _opt("--max-messages", default=2048, type=click.IntRange(1, None),
+             help="Most messages in one chat request; more get 400."),
+        _opt("--max-tools", default=128, type=click.IntRange(0, None),
+             help="Most tools in one chat request; more get 400."),
+        _opt("--max-chat-template-bytes", default=128 * 1024, type=click.IntRange(0, None),
+             help="Largest request 'chat_template' in bytes; larger ones get 400."),
+        _opt("--max-grammar-bytes", default=128 * 1024, type=click.IntRange(0, None),
+             help="Largest request 'grammar' in bytes; larger ones get 400."),
+        _opt("--request-timeout", default=600.0, type=click.FloatRange(0.0, None),
+             help="Seconds a request may run (0: no limit). Past it the generation stops and the client "
+                  "gets 504, or a final SSE error event once streaming has started."),
+        _opt("--shutdown-grace", default=30.0, type=click.FloatRange(0.0, None),
+             help="Seconds running requests may take to finish after SIGINT/SIGTERM; then they are "
+                  "cancelled (streams get a final SSE error event). A second signal cancels at once."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _server_settings(api_key: tuple[str, ...], api_key_file: str | None, cors_origins: tuple[str, ...],
+                     **limits: Any) -> "ServerSettings":
+    from skippy.http.settings import ServerSettings, read_api_key_file, split_origins
+
+    keys = list(api_key)
+    if api_key_file:
+        try:
+            keys += read_api_key_file(api_key_file)
+        except (OSError, ValueError) as exc:
+            raise click.BadParameter(str(exc), param_hint="--api-key-file") from None
+    if any(not k.strip() or any(c.isspace() for c in k) for k in keys):
+        raise click.BadParameter("API keys may not be empty or contain whitespace", param_hint="--api-key")
+    return ServerSettings(api_keys=tuple(dict.fromkeys(keys)), cors_origins=split_origins(cors_origins), **limits)
 
 
 @main.command()
@@ -102,12 +154,13 @@ def _opt(name: str, **kw):
 @_opt("--max-queue", default=1024, type=click.IntRange(1, None),
       help="Requests waiting for a slot before new ones get 429.")
 @_opt("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]), help="Log level.")
+@_hardening_options
 @friendly_errors
 def serve(model: str, host: str, port: int, n_ctx: int, parallel: int, threads: int | None,
           chat_template: str | None, chat_template_kwargs: str | None, force_tool_emulation: bool,
           hook_policy: str | None, hook_url: str | None, hook_timeout: float, hook_fail_closed: bool,
           hooks_default_on: bool, signal_window: int, high_entropy_threshold: float,
-          max_queue: int, log_level: str) -> None:
+          max_queue: int, log_level: str, **hardening: Any) -> None:
     """Serve the OpenAI-compatible API (``/v1/chat/completions`` and friends).
 
     The model is pulled into the cache first when it is a known name that is
@@ -121,6 +174,7 @@ def serve(model: str, host: str, port: int, n_ctx: int, parallel: int, threads: 
     from skippy.http.serve import serve as run_server
     from skippy.models import ensure_model, lookup
 
+    settings = _server_settings(**hardening)
     kwargs = {}
     if chat_template_kwargs:
         try:
@@ -140,7 +194,7 @@ def serve(model: str, host: str, port: int, n_ctx: int, parallel: int, threads: 
                           hook_timeout=hook_timeout, hook_fail_closed=hook_fail_closed,
                           hooks_default_on=hooks_default_on, signal_window=signal_window,
                           high_entropy_threshold=high_entropy_threshold, verbose=log_level == "debug")
-    sys.exit(trio.run(lambda: run_server(config, host=host, port=port)))
+    sys.exit(trio.run(lambda: run_server(config, host=host, port=port, settings=settings)))
 
 
 if __name__ == "__main__":  # pragma: no cover
