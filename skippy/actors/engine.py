@@ -62,12 +62,19 @@ class _Done:
     prompt_ms: float
     predicted_ms: float
     injected_tokens: int | None = None  # None: hooks were off for this request
+    cached_tokens: int = 0
 
     def usage(self) -> dict[str, Any]:
         out = responses.usage(self.prompt_tokens, self.completion_tokens)
+        out["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
         if self.injected_tokens is not None:
             out["injected_tokens"] = self.injected_tokens
         return out
+
+    def timings(self) -> dict[str, Any]:
+        """llama-server ``timings``: ``prompt_n`` counts the prompt tokens actually prefilled."""
+        return responses.timings(self.prompt_tokens - self.cached_tokens, self.prompt_ms, self.completion_tokens,
+                                 self.predicted_ms, cache_n=self.cached_tokens)
 
 
 @attrs.frozen
@@ -116,7 +123,7 @@ class Engine:
                          "logprobs": self._chat_logprobs(done.tokens, req.return_signals) if req.logprobs else None,
                          "finish_reason": done.finish_reason}],
             "usage": done.usage(),
-            "timings": responses.timings(done.prompt_tokens, done.prompt_ms, done.completion_tokens, done.predicted_ms),
+            "timings": done.timings(),
         }
 
     async def chat_stream(self, req: ChatCompletionRequest) -> AsyncIterator[dict[str, Any]]:
@@ -144,9 +151,7 @@ class Engine:
                     if isinstance(item, _Done):
                         yield factory.chunk([choice({}, pending, item.finish_reason)])
                         if include_usage:
-                            yield factory.chunk([], usage=item.usage(),
-                                                timings=responses.timings(item.prompt_tokens, item.prompt_ms,
-                                                                          item.completion_tokens, item.predicted_ms))
+                            yield factory.chunk([], usage=item.usage(), timings=item.timings())
                     elif pending:
                         yield factory.chunk([choice({}, pending)])
 
@@ -164,8 +169,8 @@ class Engine:
             "choices": [{"index": 0, "text": text,
                          "logprobs": self._legacy_logprobs(done.tokens) if req.logprobs is not None else None,
                          "finish_reason": done.finish_reason}],
-            "usage": responses.usage(done.prompt_tokens, done.completion_tokens),
-            "timings": responses.timings(done.prompt_tokens, done.prompt_ms, done.completion_tokens, done.predicted_ms),
+            "usage": done.usage(),
+            "timings": done.timings(),
         }
 
     async def completion_stream(self, req: CompletionRequest) -> AsyncIterator[dict[str, Any]]:
@@ -188,7 +193,7 @@ class Engine:
                     if isinstance(item, _Done):
                         yield factory.chunk([choice(text, item.tokens, item.finish_reason)])
                         if include_usage:
-                            yield factory.chunk([], usage=responses.usage(item.prompt_tokens, item.completion_tokens))
+                            yield factory.chunk([], usage=item.usage())
                     elif text or item.tokens:
                         yield factory.chunk([choice(text, item.tokens)])
 
@@ -353,7 +358,7 @@ class Engine:
                     info = FinishInfo(status="success", finish_reason=reason, completion_tokens=n_tokens,
                                       injected_tokens=n_injected)
                     yield _Done(deltas, [], message, reason, len(prompt) - injected, n_tokens, ev.prompt_ms,
-                                ev.predicted_ms, n_injected if hooks else None)
+                                ev.predicted_ms, n_injected if hooks else None, ev.cached_tokens)
                     return
         finally:
             if not finished:
@@ -462,7 +467,7 @@ async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None) -
         hook_send, hook_recv = trio.open_memory_channel[Any](math.inf)
     signal_config = SignalConfig(window=config.signal_window, high_entropy_threshold=config.high_entropy_threshold)
     scheduler = DecodeScheduler(runtime, step_tokens=config.step_tokens, max_queue=config.max_queue,
-                                hooks=hook_send, signal_config=signal_config)
+                                hooks=hook_send, signal_config=signal_config, prefix_cache=config.prefix_cache)
     try:
         async with trio.open_nursery() as nursery:
             engine = Engine(config, runtime, tokenizer, renderer, scheduler, evaluator, nursery)

@@ -45,10 +45,12 @@ from typing import Any
 import attrs
 import numpy as np
 import trio
+import trio.testing
 
 from skippy.engine.batch import SeqState, plan_step
 from skippy.engine.errors import QueueFull
 from skippy.engine.hooks import Inject, Stop
+from skippy.engine.prefix import MIN_REUSE, Match, PrefixIndex, common_prefix_len
 from skippy.engine.runtime.base import Runtime
 from skippy.engine.sampling import SamplingParams
 from skippy.engine.signals import GenerationSignals, PrefillSignals, SignalConfig, SignalWindow, token_signals
@@ -91,6 +93,7 @@ class FinishEvent:
     error: str | None = None
     injected_tokens: int = 0
     stopped_by_hook: bool = False
+    cached_tokens: int = 0
 
 
 @attrs.frozen
@@ -127,6 +130,7 @@ class _Req:
     window: SignalWindow | None = None
     held: TokenEvent | None = None  # sampled token held while parked on a hook
     injected: int = 0
+    cached: int = 0  # prompt tokens reused from the prefix cache
 
 
 class DecodeScheduler:
@@ -136,11 +140,15 @@ class DecodeScheduler:
     share it with the generating sequences); ``max_queue`` bounds the
     requests waiting for a slot (:class:`QueueFull` beyond it).
     ``hooks`` is the HookEvaluator's inbox (send side) or ``None``;
-    ``signal_config`` the signal window and firing rule.
+    ``signal_config`` the signal window and firing rule. ``prefix_cache``
+    keeps finished sequences' KV resident and reuses shared prompt prefixes
+    (see :mod:`skippy.engine.prefix`); it is off for recurrent and hybrid
+    models, whose KV cannot be trimmed.
     """
 
     def __init__(self, runtime: Runtime, *, step_tokens: int | None = None, max_queue: int = 1024,
-                 hooks: trio.MemorySendChannel | None = None, signal_config: SignalConfig | None = None) -> None:
+                 hooks: trio.MemorySendChannel | None = None, signal_config: SignalConfig | None = None,
+                 prefix_cache: bool = True) -> None:
         self.runtime = runtime
         meta = runtime.meta
         self.n_slots = meta.n_seq_max
@@ -155,6 +163,11 @@ class DecodeScheduler:
         self._by_rid: dict[int, _Req] = {}
         self.steps = 0
         self.n_parked = 0
+        self.prefix = PrefixIndex()
+        self.prefix_cache = prefix_cache and not meta.is_recurrent
+        self.prefix_queries = 0
+        self.prefix_hits = 0
+        self.cached_tokens_total = 0
 
     # -- client side (called from request tasks, same trio thread) ---------------
     def submit(self, msg: Submit) -> None:
@@ -179,6 +192,11 @@ class DecodeScheduler:
     def n_waiting(self) -> int:
         return len(self._waiting) + self._inbox.statistics().current_buffer_used
 
+    @property
+    def kv_cells_used(self) -> int:
+        """KV cells holding tokens: running sequences plus resident prefix-cache entries."""
+        return sum(r.seq.n_past for r in self._running.values()) + self.prefix.cells
+
     # -- the actor ---------------------------------------------------------------
     async def run(self) -> None:
         """The scheduler task; runs until cancelled, then frees every sequence."""
@@ -197,6 +215,11 @@ class DecodeScheduler:
                 if plan is None:  # every running sequence is parked on a hook
                     self._handle(await self._inbox.receive())
                     continue
+                # Let the request tasks turn the last step's tokens into bytes on the wire
+                # first: llama.cpp's worker threads spin on barriers, and Python work running
+                # beside them on the same cores stalls the whole decode (measured: a 2-core
+                # machine drops from ~110 to ~50 tok/s when the two overlap).
+                await trio.testing.wait_all_tasks_blocked()
                 try:
                     results = await trio.to_thread.run_sync(self._step, plan)
                 except Exception as exc:  # llama.cpp refused the batch: fail these sequences, keep serving
@@ -236,23 +259,71 @@ class DecodeScheduler:
             self._on_verdict(msg)
 
     def _admit(self) -> None:
-        while self._waiting and self._free_slots:
-            req = self._waiting.popleft()
-            slot = self._free_slots.pop()
+        while self._waiting and (self._free_slots or len(self.prefix)):
+            req = self._waiting[0]
             sub = req.submit
+            match = None
+            if self.prefix_cache:
+                if self._share_later(sub.prompt):
+                    break  # a running prefill will soon hold this prompt's prefix: copy it then
+                self.prefix_queries += 1
+                match = self.prefix.best(sub.prompt, ((r.seq.slot, r.seq.prompt[:r.seq.n_past])
+                                                      for r in self._running.values()))
+            self._waiting.popleft()
+            slot, n_cached = self._take_slot(match)
             try:
                 req.sampler = self.runtime.new_sampler(sub.params)
             except ValueError as exc:
+                self.runtime.seq_rm(slot)
                 self._free_slots.append(slot)
                 self._by_rid.pop(sub.rid, None)
                 self._emit(req, self._finish_event(req, "error", error=str(exc)))
                 continue
-            req.seq = SeqState(rid=sub.rid, slot=slot, prompt=list(sub.prompt), max_tokens=sub.max_tokens)
+            if n_cached:
+                self.prefix_hits += 1
+                self.cached_tokens_total += n_cached
+            req.cached = n_cached
+            req.seq = SeqState(rid=sub.rid, slot=slot, prompt=list(sub.prompt), max_tokens=sub.max_tokens,
+                               n_past=n_cached)
             req.t_admit = time.perf_counter()
             if sub.hooks:
                 req.window = SignalWindow(self.signal_config)
-            self.runtime.seq_rm(slot)
             self._running[sub.rid] = req
+
+    def _share_later(self, prompt: list[int]) -> bool:
+        """True when a sequence still prefilling shares a longer prefix with ``prompt`` than it holds yet."""
+        for r in self._running.values():
+            s = r.seq
+            if s.prefilling:
+                n = min(common_prefix_len(s.prompt, prompt), len(prompt) - 1)
+                if n >= MIN_REUSE and s.n_past < n:
+                    return True
+        return False
+
+    def _take_slot(self, match: Match | None) -> tuple[int, int]:
+        """A slot for a new sequence and how many of its prompt tokens are already in its KV."""
+        rt = self.runtime
+        if match is not None and self._free_slots:  # copy the source, keep it for others
+            slot = self._free_slots.pop()
+            rt.seq_cp(match.slot, slot)
+            if match.resident:
+                self.prefix.touch(match.slot)
+            n = match.n
+        elif match is not None and match.resident:  # no free slot: reuse the resident one in place
+            slot = match.slot
+            self.prefix.take(slot)
+            n = match.n
+        elif self._free_slots:
+            return self._free_slots.pop(), 0
+        else:  # evict the least recently used resident sequence
+            slot = self.prefix.lru()
+            self.prefix.take(slot)
+            rt.seq_rm(slot)
+            return slot, 0
+        if not rt.seq_rm(slot, n, -1):  # cannot trim: start cold
+            rt.seq_rm(slot)
+            n = 0
+        return slot, n
 
     def _step(self, plan: Any) -> list[tuple[SeqState, TokenEvent]]:
         """Worker thread: decode the batch and sample every requested output."""
@@ -363,7 +434,7 @@ class DecodeScheduler:
             reason=reason, prompt_tokens=len(req.submit.prompt), completion_tokens=n_gen,
             prompt_ms=(t_first - req.t_admit) * 1000.0 if req.t_admit else 0.0,
             predicted_ms=(now - t_first) * 1000.0 if req.t_first else 0.0, error=error,
-            injected_tokens=req.injected, stopped_by_hook=stopped_by_hook,
+            injected_tokens=req.injected, stopped_by_hook=stopped_by_hook, cached_tokens=req.cached,
         )
 
     def _finish(self, req: _Req, reason: str, error: str | None = None, stopped_by_hook: bool = False) -> None:
@@ -376,9 +447,13 @@ class DecodeScheduler:
         if req.sampler is not None:
             self.runtime.free_sampler(req.sampler)
             req.sampler = None
-        if req.seq is not None:
-            self.runtime.seq_rm(req.seq.slot)
-            self._free_slots.append(req.seq.slot)
+        s = req.seq
+        if s is not None:
+            if self.prefix_cache and reason != "error" and s.n_past >= MIN_REUSE:
+                self.prefix.keep(s.slot, s.prompt[:s.n_past])  # KV stays resident for later prompts
+            else:
+                self.runtime.seq_rm(s.slot)
+                self._free_slots.append(s.slot)
 
 
 def _logprobs(raw: np.ndarray, k: int) -> tuple[np.ndarray, tuple[TopLogprob, ...]]:

@@ -23,7 +23,8 @@ class EngineConfig:
     template variables (requests override them). ``force_tool_emulation``:
     use ``TOOL_CALL`` emulation even when the template supports tools.
 
-    Hooks: ``hook_policy`` is a policy object or a ``package.module:factory``
+    ``prefix_cache``: keep finished sequences' KV and reuse shared prompt
+    prefixes. Hooks: ``hook_policy`` is a policy object or a ``package.module:factory``
     spec, ``hook_url`` a webhook policy URL (one of them at most);
     ``hook_timeout`` seconds per call; ``hook_fail_closed`` turns a failed
     call into a stop; ``hooks_default_on`` runs hooks for requests that do
@@ -42,6 +43,7 @@ class EngineConfig:
     max_queue: int = 1024
     chat_template_kwargs: dict = attrs.field(factory=dict)
     force_tool_emulation: bool = False
+    prefix_cache: bool = True
     hook_policy: Any = None
     hook_url: str | None = None
     hook_timeout: float = 2.0

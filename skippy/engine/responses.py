@@ -24,10 +24,11 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
             "total_tokens": prompt_tokens + completion_tokens}
 
 
-def timings(prompt_n: int, prompt_ms: float, predicted_n: int, predicted_ms: float) -> dict[str, Any]:
-    """llama-server ``timings``: counts in tokens, times in milliseconds."""
+def timings(prompt_n: int, prompt_ms: float, predicted_n: int, predicted_ms: float,
+            cache_n: int = 0) -> dict[str, Any]:
+    """llama-server ``timings``: counts in tokens, times in milliseconds; ``cache_n`` prompt tokens reused."""
     return {
-        "prompt_n": prompt_n, "prompt_ms": prompt_ms,
+        "cache_n": cache_n, "prompt_n": prompt_n, "prompt_ms": prompt_ms,
         "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,
         "prompt_per_second": prompt_n * 1000.0 / prompt_ms if prompt_ms > 0 else 0.0,
         "predicted_n": predicted_n, "predicted_ms": predicted_ms,

@@ -32,7 +32,8 @@ def test_capital_of_france_greedy(client: openai.OpenAI) -> None:
     assert r.usage.prompt_tokens > 10 and r.usage.completion_tokens > 0
     assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
     timings = r.model_extra["timings"]
-    assert timings["prompt_n"] == r.usage.prompt_tokens
+    assert timings["prompt_n"] + timings["cache_n"] == r.usage.prompt_tokens
+    assert r.usage.prompt_tokens_details.cached_tokens == timings["cache_n"]
     assert timings["predicted_n"] == r.usage.completion_tokens
     assert timings["predicted_per_second"] > 0
 

@@ -94,8 +94,15 @@ class Runtime(Protocol):
 
     def free_sampler(self, sampler: object) -> None: ...
 
-    def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> None:
-        """Remove positions ``[p0, p1)`` of ``seq_id`` from the KV cache (-1: open end)."""
+    def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
+        """Remove positions ``[p0, p1)`` of ``seq_id`` from the KV cache (-1: open end).
+
+        Returns False when a partial removal is impossible (recurrent models).
+        """
+        ...
+
+    def seq_cp(self, src: int, dst: int) -> None:
+        """Copy the whole sequence ``src`` to ``dst`` in the KV cache."""
         ...
 
     def close(self) -> None: ...

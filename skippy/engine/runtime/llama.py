@@ -286,10 +286,25 @@ class LlamaRuntime:
             llama_cpp.llama_sampler_free(grammar)
 
     # -- KV cache -----------------------------------------------------------
-    def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> None:
+    def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
+        """``llama_memory_seq_rm``; False when a partial removal is impossible (recurrent models)."""
         if not 0 <= seq_id < self.meta.n_seq_max:
             raise ValueError(f"sequence id {seq_id} out of range")
-        llama_cpp.llama_memory_seq_rm(self._mem, seq_id, p0, p1)
+        return bool(llama_cpp.llama_memory_seq_rm(self._mem, seq_id, p0, p1))
+
+    def seq_cp(self, src: int, dst: int) -> None:
+        """Copy all of sequence ``src`` to ``dst`` (``llama_memory_seq_cp`` with p0 = p1 = -1).
+
+        Only whole-sequence copies: with a non-unified KV cache llama.cpp
+        aborts on a partial copy between streams; trim the tail with
+        :meth:`seq_rm` afterwards.
+        """
+        for s in (src, dst):
+            if not 0 <= s < self.meta.n_seq_max:
+                raise ValueError(f"sequence id {s} out of range")
+        if src == dst:
+            raise ValueError("source and destination sequence are the same")
+        llama_cpp.llama_memory_seq_cp(self._mem, src, dst, -1, -1)
 
     def seq_pos_max(self, seq_id: int) -> int:
         """Largest position held for ``seq_id`` in the KV cache, -1 when empty."""

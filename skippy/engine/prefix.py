@@ -1,0 +1,93 @@
+"""Prefix-cache index (sans-IO): which KV sequence shares the longest token prefix.
+
+The decode scheduler keeps the KV of finished sequences resident in their
+slots (least recently used first out) and asks this index, at admission,
+for the sequence (resident or running) whose cached tokens share the
+longest prefix with the new prompt. It then reuses that slot in place, or
+copies the sequence into a free slot (``llama_memory_seq_cp`` of the whole
+sequence, then ``llama_memory_seq_rm`` of the tail: with a non-unified KV
+cache llama.cpp only copies whole sequences between streams), and prefills
+only the rest.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Iterable, Sequence
+
+import attrs
+
+#: Shorter shared prefixes are not worth a copy.
+MIN_REUSE = 16
+
+
+def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token lists."""
+    n = min(len(a), len(b))
+    i = 0
+    # compare in blocks first: prompts share long prefixes
+    step = 64
+    while i + step <= n and a[i:i + step] == b[i:i + step]:
+        i += step
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+@attrs.frozen
+class Match:
+    """The best source for a prompt: ``slot`` holds ``n`` reusable tokens; ``resident`` if idle."""
+
+    slot: int
+    n: int
+    resident: bool
+
+
+class PrefixIndex:
+    """Resident (finished) sequences by slot, in LRU order, with their KV token lists."""
+
+    def __init__(self) -> None:
+        self._resident: collections.OrderedDict[int, list[int]] = collections.OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._resident)
+
+    @property
+    def cells(self) -> int:
+        """KV cells held by resident sequences."""
+        return sum(len(t) for t in self._resident.values())
+
+    def keep(self, slot: int, tokens: list[int]) -> None:
+        """Remember that ``slot`` holds ``tokens`` (most recently used)."""
+        self._resident[slot] = tokens
+        self._resident.move_to_end(slot)
+
+    def take(self, slot: int) -> list[int]:
+        """Remove ``slot`` from the index (it is reused or evicted); returns its tokens."""
+        return self._resident.pop(slot)
+
+    def touch(self, slot: int) -> None:
+        self._resident.move_to_end(slot)
+
+    def lru(self) -> int | None:
+        """The least recently used resident slot, or ``None``."""
+        return next(iter(self._resident), None)
+
+    def best(self, prompt: Sequence[int], running: Iterable[tuple[int, Sequence[int]]] = ()) -> Match | None:
+        """The resident or running sequence sharing the longest prefix (>= :data:`MIN_REUSE`) with ``prompt``.
+
+        ``running`` gives (slot, tokens in its KV) of sequences decoding now.
+        At most ``len(prompt) - 1`` tokens are reused: the last prompt token
+        is always decoded, to get the logits of the first sampled token.
+        """
+        best: Match | None = None
+        limit = len(prompt) - 1
+        for slot, tokens in self._resident.items():
+            n = min(common_prefix_len(tokens, prompt), limit)
+            if n >= MIN_REUSE and (best is None or n > best.n):
+                best = Match(slot, n, True)
+        for slot, tokens in running:
+            n = min(common_prefix_len(tokens, prompt), limit)
+            if n >= MIN_REUSE and (best is None or n > best.n):
+                best = Match(slot, n, False)
+        return best
