@@ -22,6 +22,7 @@ import attrs
 import trio
 
 from skippy.actors.hooks import HookEvaluator, WebhookPolicy
+from skippy.actors.metrics import EngineMetrics
 from skippy.actors.renderer import CHATML, TemplateRenderer
 from skippy.actors.scheduler import DecodeScheduler, FinishEvent, Submit, TokenEvent
 from skippy.actors.tokenizer import Tokenizer
@@ -100,6 +101,8 @@ class Engine:
         self.scheduler = scheduler
         self.hooks = hooks
         self._nursery = nursery
+        self.metrics = EngineMetrics()
+        self.metrics.attach(self)
         self.model_id = config.model_name or runtime.meta.name
         self._rids = itertools.count(1)
         self.closed = False
@@ -326,12 +329,17 @@ class Engine:
         n_tokens = 0
         finished = False
         info = FinishInfo(status="cancelled")
+        metrics = self.metrics
+        t_start = t_last = trio.current_time()
         try:
             async with recv:
                 async for ev in recv:
                     if isinstance(ev, TokenEvent):
                         if pipeline.stopped:
                             continue  # decoded after the stop string matched; discarded
+                        now = trio.current_time()
+                        (metrics.itl if n_tokens else metrics.ttft).observe(now - t_last)
+                        t_last = now
                         n_tokens += 1
                         deltas = pipeline.feed(ev.token)
                         if pipeline.stopped:
@@ -355,6 +363,9 @@ class Engine:
                     if message.tool_calls and not ev.stopped_by_hook:
                         reason = "tool_calls"
                     n_injected = injected + ev.injected_tokens
+                    metrics.e2e.observe(trio.current_time() - t_start)
+                    metrics.prompt_tokens.inc(len(prompt) - ev.cached_tokens)
+                    metrics.tokens_predicted.inc(n_tokens)
                     info = FinishInfo(status="success", finish_reason=reason, completion_tokens=n_tokens,
                                       injected_tokens=n_injected)
                     yield _Done(deltas, [], message, reason, len(prompt) - injected, n_tokens, ev.prompt_ms,

@@ -203,6 +203,8 @@ def create_app(state: AppState, settings: ServerSettings | None = None) -> Quart
         return decode_request(data, type_)
 
     def log_line(status: int, tokens: int, t0: float, route: str | None = None) -> None:
+        if state.engine is not None:
+            state.engine.metrics.response(status)
         log.info("%s %d tokens=%d %.1fms", route or f"{request.method} {request.path}", status, tokens,
                  (time.perf_counter() - t0) * 1000.0)
 
@@ -459,5 +461,12 @@ def create_app(state: AppState, settings: ServerSettings | None = None) -> Quart
     @app.get("/props")
     async def props() -> Response:
         return _response(engine().props())
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST
+
+        return Response(engine().metrics.render(), mimetype=CONTENT_TYPE_LATEST.split(";")[0],
+                        headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     return app

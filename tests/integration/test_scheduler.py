@@ -108,3 +108,32 @@ async def test_burst_of_64_connections_completes(server: Server) -> None:
                 nursery.start_soon(one, i)
     assert len(results) == 64
     assert all(status == 200 and chunks >= 2 for status, chunks in results)
+
+
+def _metrics(base_url: str) -> dict[str, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    resp = httpx.get(base_url + "/metrics")
+    assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/plain")
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(resp.text):
+        for sample in family.samples:
+            key = sample.name + "".join(f"{{{k}={v}}}" for k, v in sorted(sample.labels.items()))
+            out[key] = sample.value
+    return out
+
+
+def test_metrics_parse_and_move(server: Server) -> None:
+    before = _metrics(server.base_url)
+    ask(server.base_url, [{"role": "system", "content": SYSTEM_LONG + " (metrics test)"},
+                          {"role": "user", "content": "Hi"}], max_tokens=5)
+    httpx.post(server.base_url + "/v1/chat/completions", content=b"{", headers={"content-type": "application/json"})
+    after = _metrics(server.base_url)
+    assert after["llamacpp:prompt_tokens_total"] > before["llamacpp:prompt_tokens_total"]
+    assert after["llamacpp:tokens_predicted_total"] >= before["llamacpp:tokens_predicted_total"] + 1
+    assert after["skippy:time_to_first_token_seconds_count"] == before["skippy:time_to_first_token_seconds_count"] + 1
+    assert after["skippy:prefix_cache_queries_total"] > before["skippy:prefix_cache_queries_total"]
+    assert after["skippy:http_responses_total{status_class=4xx}"] >= \
+        before.get("skippy:http_responses_total{status_class=4xx}", 0) + 1
+    assert after["llamacpp:requests_processing"] == 0
+    assert after["llamacpp:kv_cache_tokens"] > 0  # the finished conversation stays resident
