@@ -217,8 +217,7 @@ class DecodeScheduler:
                     continue
                 # Let the request tasks turn the last step's tokens into bytes on the wire
                 # first: llama.cpp's worker threads spin on barriers, and Python work running
-                # beside them on the same cores stalls the whole decode (measured: a 2-core
-                # machine drops from ~110 to ~50 tok/s when the two overlap).
+                # beside them on the same cores stalls the whole decode step.
                 await trio.testing.wait_all_tasks_blocked()
                 try:
                     results = await trio.to_thread.run_sync(self._step, plan)
