@@ -5,6 +5,7 @@
 #   make run     serve the default model (SERVE_ARGS="--port 8080 ..." to pass flags)
 #   make test    run the test suite (PYTEST_ARGS="-k foo" to pass flags)
 #   make bench   run the decode benchmark (installs the bench extras)
+#   make bench-burst  c256 connect burst, skippy vs llama-cpp-python's server (BURST_ARGS="--quick ...")
 #
 # The venv is (re)installed only when the content of pyproject.toml changes
 # (not its mtime, which git checkouts bump): each install
@@ -22,6 +23,7 @@ STAMP_TEST := $(VENV)/.stamp-test-$(PYPROJECT_HASH)
 STAMP_BENCH := $(VENV)/.stamp-bench-$(PYPROJECT_HASH)
 SERVE_ARGS ?=
 PYTEST_ARGS ?=
+BURST_ARGS ?=
 
 # pip install of the project; $(1) = extras, $(2) = stamps to write (any
 # older stamps are removed: they belong to another pyproject.toml).
@@ -33,7 +35,7 @@ define install
 	@touch $(2)
 endef
 
-.PHONY: venv venv-bench pull run test bench
+.PHONY: venv venv-bench pull run test bench bench-burst
 
 venv: $(STAMP_TEST)
 
@@ -58,3 +60,6 @@ test: venv pull
 
 bench: venv-bench pull
 	$(BIN)/python bench/bench_decode.py
+
+bench-burst: venv-bench pull
+	$(BIN)/python bench/bench_burst.py $(BURST_ARGS)

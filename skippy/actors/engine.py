@@ -257,7 +257,7 @@ class Engine:
         if isinstance(pre, Stop):
             return self._stopped_before(ctx, len(prompt), pre.reason)
         return self._generate(prompt, params, max_tokens, plan, _stops(req.stop), make_output_parser(plan), early,
-                              ctx, injected)
+                              ctx, injected, req.prompt_cache_key)
 
     async def _before_chat(self, ctx: _HookCtx) -> Any:
         """Run ``before_chat``; Deny raises (403, or 400 when the policy says so) after ``on_finish``."""
@@ -319,13 +319,15 @@ class Engine:
 
     async def _generate(self, prompt: list[int], params: SamplingParams, max_tokens: int, plan: ParsePlan,
                         stops: list[str], parser: StreamParser, early_stop: EarlyStopRule | None = None,
-                        ctx: _HookCtx | None = None, injected: int = 0) -> AsyncIterator[_Piece | _Done]:
+                        ctx: _HookCtx | None = None, injected: int = 0,
+                        cache_key: str | None = None) -> AsyncIterator[_Piece | _Done]:
         rid = next(self._rids)
         send, recv = trio.open_memory_channel[Any](math.inf)
         pipeline = OutputPipeline(self.runtime.vocab.piece, stops + list(plan.stops), parser, early_stop)
         hooks = bool(ctx and ctx.hooks)
         self.scheduler.submit(Submit(rid, prompt, params, max_tokens, send, hooks=hooks,
-                                     signals=bool(ctx and ctx.signals), request=ctx.request if ctx else None))
+                                     signals=bool(ctx and ctx.signals), request=ctx.request if ctx else None,
+                                     cache_key=cache_key))
         n_tokens = 0
         finished = False
         info = FinishInfo(status="cancelled")

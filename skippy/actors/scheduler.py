@@ -112,6 +112,7 @@ class Submit:
     hooks: bool = False
     signals: bool = False
     request: Any = None
+    cache_key: str | None = None
 
 
 @attrs.frozen
@@ -269,7 +270,7 @@ class DecodeScheduler:
                 match = self.prefix.best(sub.prompt, ((r.seq.slot, r.seq.prompt[:r.seq.n_past])
                                                       for r in self._running.values()))
             self._waiting.popleft()
-            slot, n_cached = self._take_slot(match)
+            slot, n_cached = self._take_slot(match, sub.cache_key)
             try:
                 req.sampler = self.runtime.new_sampler(sub.params)
             except ValueError as exc:
@@ -299,7 +300,7 @@ class DecodeScheduler:
                     return True
         return False
 
-    def _take_slot(self, match: Match | None) -> tuple[int, int]:
+    def _take_slot(self, match: Match | None, key: str | None = None) -> tuple[int, int]:
         """A slot for a new sequence and how many of its prompt tokens are already in its KV."""
         rt = self.runtime
         if match is not None and self._free_slots:  # copy the source, keep it for others
@@ -314,8 +315,8 @@ class DecodeScheduler:
             n = match.n
         elif self._free_slots:
             return self._free_slots.pop(), 0
-        else:  # evict the least recently used resident sequence
-            slot = self.prefix.lru()
+        else:  # evict the least recently used resident sequence (of the same prompt_cache_key first)
+            slot = self.prefix.lru(key)
             self.prefix.take(slot)
             rt.seq_rm(slot)
             return slot, 0
@@ -449,7 +450,7 @@ class DecodeScheduler:
         s = req.seq
         if s is not None:
             if self.prefix_cache and reason != "error" and s.n_past >= MIN_REUSE:
-                self.prefix.keep(s.slot, s.prompt[:s.n_past])  # KV stays resident for later prompts
+                self.prefix.keep(s.slot, s.prompt[:s.n_past], req.submit.cache_key)  # KV stays for later prompts
             else:
                 self.runtime.seq_rm(s.slot)
                 self._free_slots.append(s.slot)

@@ -48,6 +48,7 @@ class PrefixIndex:
 
     def __init__(self) -> None:
         self._resident: collections.OrderedDict[int, list[int]] = collections.OrderedDict()
+        self._keys: dict[int, str | None] = {}
 
     def __len__(self) -> int:
         return len(self._resident)
@@ -57,20 +58,28 @@ class PrefixIndex:
         """KV cells held by resident sequences."""
         return sum(len(t) for t in self._resident.values())
 
-    def keep(self, slot: int, tokens: list[int]) -> None:
-        """Remember that ``slot`` holds ``tokens`` (most recently used)."""
+    def keep(self, slot: int, tokens: list[int], key: str | None = None) -> None:
+        """Remember that ``slot`` holds ``tokens`` (most recently used), tagged with a ``prompt_cache_key``."""
         self._resident[slot] = tokens
+        self._keys[slot] = key
         self._resident.move_to_end(slot)
 
     def take(self, slot: int) -> list[int]:
         """Remove ``slot`` from the index (it is reused or evicted); returns its tokens."""
+        self._keys.pop(slot, None)
         return self._resident.pop(slot)
 
     def touch(self, slot: int) -> None:
         self._resident.move_to_end(slot)
 
-    def lru(self) -> int | None:
-        """The least recently used resident slot, or ``None``."""
+    def lru(self, key: str | None = None) -> int | None:
+        """The resident slot to evict, or ``None``: the least recently used one of the
+        same ``prompt_cache_key`` group when there is one (a group replaces its own
+        entries before it displaces other groups'), else the least recently used."""
+        if key is not None:
+            for slot in self._resident:
+                if self._keys.get(slot) == key:
+                    return slot
         return next(iter(self._resident), None)
 
     def best(self, prompt: Sequence[int], running: Iterable[tuple[int, Sequence[int]]] = ()) -> Match | None:

@@ -91,6 +91,7 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     ``enable_thinking`` (template variables), ``grammar`` (raw GBNF),
     ``mesh_hooks`` (run the hook policy; skippy-server's field name) and
     ``return_signals`` (per-token ``entropy`` and ``margin`` in ``logprobs``).
+    ``prompt_cache_key`` (OpenAI) groups requests for prefix-cache placement.
     """
 
     messages: list[Message]
@@ -107,6 +108,7 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     enable_thinking: bool | None = None
     mesh_hooks: bool | None = None
     return_signals: bool = False
+    prompt_cache_key: str | None = None
 
 
 class CompletionRequest(SamplingFields, kw_only=True):

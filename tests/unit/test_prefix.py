@@ -38,3 +38,13 @@ def test_lru_order_and_cells() -> None:
     assert idx.lru() == 1
     assert idx.take(1) == [2] * 30
     assert idx.lru() == 0 and idx.cells == 20
+
+
+def test_eviction_prefers_the_same_prompt_cache_key() -> None:
+    idx = PrefixIndex()
+    idx.keep(0, [1] * 20, key="a")
+    idx.keep(1, [2] * 20, key="b")
+    idx.keep(2, [3] * 20, key="b")
+    assert idx.lru() == 0
+    assert idx.lru("b") == 1
+    assert idx.lru("zzz") == 0
