@@ -198,8 +198,8 @@ def create_app(state: AppState, settings: ServerSettings | None = None) -> Quart
         return state.engine
 
     async def body(type_: type) -> Any:
+        data = await request.get_data(cache=False)  # 413 past MAX_CONTENT_LENGTH, even while streaming in
         request.skippy_body_read = True  # type: ignore[attr-defined]
-        data = await request.get_data(cache=False)
         return decode_request(data, type_)
 
     def log_line(status: int, tokens: int, t0: float, route: str | None = None) -> None:

@@ -214,6 +214,9 @@ def openapi_document(*, auth: bool, version: str = "0.1.0") -> dict[str, Any]:
             "/apply-template": {"post": _operation("llama-server /apply-template", _ref(ApplyTemplateResponse),
                                                    ApplyTemplateRequest)},
             "/props": {"get": _operation("llama-server /props", {"type": "object"})},
+            "/metrics": {"get": {"summary": "Prometheus metrics (text exposition format)", "responses": {
+                "200": {"description": "OK", "content": {"text/plain": {"schema": {"type": "string"}}}},
+                "default": {"description": "OpenAI error envelope", "content": _json(_ref(ErrorEnvelope))}}}},
         },
         "components": {"schemas": components},
     }

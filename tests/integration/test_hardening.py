@@ -1,0 +1,513 @@
+"""Hardening against the real server: API keys, CORS, limits, deadlines, the template sandbox,
+graceful shutdown, and slow or vanishing clients.
+
+One test (or a parametrized family) per bullet of the hardening issue. Servers with the
+flags under test are started here with the ``Server`` helper; the slow/vanishing-client
+tests use the shared session server.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import signal
+import socket
+import struct
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import h11
+import httpx
+import openai
+import pytest
+
+from tests.integration.conftest import SYSTEM, Server
+from tests.integration.test_errors import assert_envelope
+
+KEY_ONE = "sk-one-" + "a" * 24
+KEY_TWO = "sk-two-" + "b" * 24  # only in the key file, given through SKIPPY_API_KEY_FILE
+ORIGIN = "https://app.example"
+OTHER_ORIGIN = "https://other.example"
+CANARY = "skippy-canary-7f3e91"  # in the server's environment; no response may ever show it
+AUTH = {"Authorization": f"Bearer {KEY_ONE}"}
+HI = [SYSTEM, {"role": "user", "content": "Hi"}]
+
+
+def wait_until(predicate, timeout: float, what: str, interval: float = 0.1) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def eos_id(base_url: str, headers: dict[str, str] | None = None) -> int:
+    eos = httpx.get(base_url + "/props", headers=headers, timeout=30).json()["eos_token"]
+    tokens = httpx.post(base_url + "/tokenize", json={"content": eos}, headers=headers, timeout=30).json()["tokens"]
+    assert len(tokens) == 1
+    return tokens[0]
+
+
+def idle(base_url: str) -> bool:
+    stats = httpx.get(base_url + "/health", timeout=10).json()
+    return stats["slots_processing"] == 0 and stats["requests_waiting"] == 0
+
+
+def sse_events(lines: list[str]) -> list[Any]:
+    """``data:`` payloads of an SSE stream: parsed JSON, or the string ``[DONE]``."""
+    return [line[6:] if line == "data: [DONE]" else json.loads(line[6:]) for line in lines if line.startswith("data: ")]
+
+
+# -- a raw HTTP/1.1 client (h11) for clients that read slowly or vanish ---------------------------
+
+def raw_request(port: int, path: str, body: dict[str, Any], *, rcvbuf: int | None = None) -> socket.socket:
+    """Open a connection and send one POST; the caller reads (or does not)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if rcvbuf is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    sock.connect(("127.0.0.1", port))
+    data = json.dumps(body).encode()
+    conn = h11.Connection(h11.CLIENT)
+    out = conn.send(h11.Request(method="POST", target=path, headers=[
+        ("Host", "127.0.0.1"), ("Content-Type", "application/json"), ("Content-Length", str(len(data))),
+        ("Connection", "close")]))
+    out += conn.send(h11.Data(data=data)) + conn.send(h11.EndOfMessage())
+    sock.sendall(out)
+    return sock
+
+
+def vanish(sock: socket.socket) -> None:
+    """Close with RST (SO_LINGER 0): the client is simply gone."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
+def read_response(sock: socket.socket, initial: bytes = b"", timeout: float = 300) -> tuple[int, bytes]:
+    """Read a whole response (``Connection: close``), ``initial`` being its bytes already read;
+    returns (status, body)."""
+    sock.settimeout(timeout)
+    conn = h11.Connection(h11.CLIENT)
+    conn.send(h11.Request(method="POST", target="/", headers=[("Host", "x"), ("Content-Length", "0")]))
+    conn.send(h11.EndOfMessage())
+    conn.receive_data(initial)
+    status, body = 0, bytearray()
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            conn.receive_data(sock.recv(65536))
+        elif isinstance(event, h11.Response):
+            status = event.status_code
+        elif isinstance(event, h11.Data):
+            body += event.data
+        elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+            return status, bytes(body)
+
+
+# -- servers ---------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def hard_server(tmp_path_factory: pytest.TempPathFactory):
+    """API keys (flag + key file from the environment), CORS for two origins, tight limits, n_ctx 256."""
+    tmp = tmp_path_factory.mktemp("hard")
+    key_file = tmp / "keys.txt"
+    key_file.write_text(f"# accepted keys\n\n{KEY_TWO}\n")
+    srv = Server(["--parallel", "4", "--n-ctx", "256", "--api-key", KEY_ONE,
+                  "--cors-origins", f"{ORIGIN},{OTHER_ORIGIN}", "--max-body-bytes", "65536",
+                  "--max-messages", "8", "--max-tools", "4", "--max-chat-template-bytes", "8192",
+                  "--max-grammar-bytes", "1024"],
+                 tmp / "server.log", env={"SKIPPY_API_KEY_FILE": str(key_file), "SKIPPY_CANARY": CANARY})
+    try:
+        srv.wait_ready()
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def timeout_server(tmp_path_factory: pytest.TempPathFactory):
+    srv = Server(["--parallel", "2", "--n-ctx", "2048", "--request-timeout", "2"],
+                 tmp_path_factory.mktemp("timeout") / "server.log")
+    try:
+        srv.wait_ready()
+        yield srv
+    finally:
+        srv.stop()
+
+
+# -- authentication --------------------------------------------------------------------------------
+
+ROUTES = [
+    ("GET", "/v1/models", None),
+    ("POST", "/v1/chat/completions", {"messages": HI, "max_tokens": 1}),
+    ("POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 1}),
+    ("POST", "/tokenize", {"content": "hi"}),
+    ("POST", "/detokenize", {"tokens": [1]}),
+    ("POST", "/apply-template", {"messages": HI}),
+    ("GET", "/props", None),
+    ("GET", "/openapi.json", None),
+    ("GET", "/v1/no-such-route", None),
+]
+
+
+def test_api_key_required_on_every_route_but_health(hard_server: Server) -> None:
+    url = hard_server.base_url
+    refused = [{}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {KEY_ONE}"},
+               {"Authorization": f"Bearer {KEY_ONE}x"}, {"Authorization": f"Bearer {KEY_ONE[:-1]}"},
+               {"Authorization": "Bearer"}, {"Authorization": f"Bearer {KEY_ONE},{KEY_TWO}"}]
+    for method, path, body in ROUTES:
+        for headers in refused:
+            resp = httpx.request(method, url + path, json=body, headers=headers, timeout=60)
+            assert_envelope(resp, 401, "invalid_api_key")
+            assert resp.headers["WWW-Authenticate"].startswith("Bearer")
+        for key in (KEY_ONE, KEY_TWO):
+            resp = httpx.request(method, url + path, json=body, headers={"Authorization": f"Bearer {key}"},
+                                 timeout=60)
+            assert resp.status_code == (404 if path == "/v1/no-such-route" else 200), (path, resp.text)
+    assert httpx.get(url + "/health", timeout=10).status_code == 200
+
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=url + "/v1", api_key="wrong", max_retries=0).models.list()
+    client = openai.OpenAI(base_url=url + "/v1", api_key=KEY_TWO, max_retries=0, timeout=120)
+    reply = client.chat.completions.create(model="SmolLM2-135M-Instruct", messages=HI, max_tokens=2)
+    assert reply.choices[0].finish_reason in ("stop", "length")
+
+
+# -- CORS ------------------------------------------------------------------------------------------
+
+def test_cors_preflight_and_response_headers(hard_server: Server) -> None:
+    url = hard_server.base_url + "/v1/chat/completions"
+    preflight = {"Origin": ORIGIN, "Access-Control-Request-Method": "POST",
+                 "Access-Control-Request-Headers": "authorization, content-type"}
+    resp = httpx.options(url, headers=preflight, timeout=10)  # no API key: browsers send none on preflight
+    assert resp.status_code == 204, resp.text
+    assert resp.headers["Access-Control-Allow-Origin"] == ORIGIN
+    assert "POST" in resp.headers["Access-Control-Allow-Methods"]
+    assert {"authorization", "content-type"} <= {h.strip().lower() for h in
+                                                 resp.headers["Access-Control-Allow-Headers"].split(",")}
+    assert int(resp.headers["Access-Control-Max-Age"]) > 0
+    assert "Origin" in resp.headers["Vary"]
+    other = httpx.options(url, headers={**preflight, "Origin": OTHER_ORIGIN}, timeout=10)
+    assert other.status_code == 204 and other.headers["Access-Control-Allow-Origin"] == OTHER_ORIGIN
+
+    evil = httpx.options(url, headers={**preflight, "Origin": "https://evil.example"}, timeout=10)
+    assert_envelope(evil, 403, "cors_origin_not_allowed")
+    assert "Access-Control-Allow-Origin" not in evil.headers
+    bad_method = httpx.options(url, headers={**preflight, "Access-Control-Request-Method": "DELETE"}, timeout=10)
+    assert bad_method.status_code == 403
+
+    body = {"messages": HI, "max_tokens": 1}
+    ok = httpx.post(url, json=body, headers={**AUTH, "Origin": ORIGIN}, timeout=60)
+    assert ok.status_code == 200 and ok.headers["Access-Control-Allow-Origin"] == ORIGIN
+    assert "Origin" in ok.headers["Vary"]
+    denied = httpx.post(url, json=body, headers={"Origin": ORIGIN}, timeout=60)  # the browser can read the 401
+    assert denied.status_code == 401 and denied.headers["Access-Control-Allow-Origin"] == ORIGIN
+    foreign = httpx.post(url, json=body, headers={**AUTH, "Origin": "https://evil.example"}, timeout=60)
+    assert "Access-Control-Allow-Origin" not in foreign.headers
+
+
+def test_cors_is_off_by_default(base_url: str) -> None:
+    url = base_url + "/v1/models"
+    resp = httpx.options(url, headers={"Origin": ORIGIN, "Access-Control-Request-Method": "GET"}, timeout=10)
+    assert_envelope(resp, 403, "cors_origin_not_allowed")
+    assert "Access-Control-Allow-Origin" not in resp.headers
+    assert "Access-Control-Allow-Origin" not in httpx.get(url, headers={"Origin": ORIGIN}, timeout=10).headers
+
+
+# -- limits ----------------------------------------------------------------------------------------
+
+def test_body_over_limit_is_413(hard_server: Server) -> None:
+    url = hard_server.base_url + "/v1/chat/completions"
+    big = json.dumps({"messages": [{"role": "user", "content": "x" * 70_000}]}).encode()
+    resp = httpx.post(url, content=big, headers={**AUTH, "Content-Type": "application/json"}, timeout=30)
+    assert_envelope(resp, 413)
+    assert "65536" in resp.json()["error"]["message"]
+
+    def chunks():  # no Content-Length: the limit is enforced while the body streams in
+        for i in range(0, len(big), 8192):
+            yield big[i:i + 8192]
+
+    resp = httpx.post(url, content=chunks(), headers={**AUTH, "Content-Type": "application/json"}, timeout=30)
+    assert_envelope(resp, 413)
+    ok = httpx.post(url, json={"messages": HI, "max_tokens": 1}, headers=AUTH, timeout=60)
+    assert ok.status_code == 200
+
+
+def test_messages_tools_template_grammar_limits_are_400(hard_server: Server) -> None:
+    url = hard_server.base_url + "/v1/chat/completions"
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
+    cases = [
+        ({"messages": [{"role": "user", "content": "x"}] * 9}, "messages", "array_above_max_length"),
+        ({"messages": HI, "tools": [tool] * 5}, "tools", "array_above_max_length"),
+        ({"messages": HI, "chat_template": "{# " + "x" * 8190 + " #}"}, "chat_template", "string_above_max_length"),
+        ({"messages": HI, "grammar": 'root ::= "a"\n#' + "x" * 1020}, "grammar", "string_above_max_length"),
+    ]
+    for body, param, code in cases:
+        resp = httpx.post(url, json={**body, "max_tokens": 1}, headers=AUTH, timeout=30)
+        assert_envelope(resp, 400, code, param)
+        assert "--max-" in resp.json()["error"]["message"]
+    at_limit = {"messages": [{"role": "user", "content": "x"}] * 8, "tools": [tool] * 4, "max_tokens": 1}
+    assert httpx.post(url, json=at_limit, headers=AUTH, timeout=60).status_code == 200
+    too_many = httpx.post(hard_server.base_url + "/apply-template",
+                          json={"messages": [{"role": "user", "content": "x"}] * 9}, headers=AUTH, timeout=30)
+    assert_envelope(too_many, 400, "array_above_max_length", "messages")
+
+
+def test_max_tokens_clamped_to_context(hard_server: Server) -> None:
+    # n_ctx is 256: a huge max_tokens runs to the end of the context and finishes with "length"
+    ban_eos = {str(eos_id(hard_server.base_url, AUTH)): -100}
+    body = {"messages": [{"role": "user", "content": "Count to one thousand."}], "max_tokens": 100_000,
+            "logit_bias": ban_eos, "temperature": 0}
+    resp = httpx.post(hard_server.base_url + "/v1/chat/completions", json=body, headers=AUTH, timeout=300)
+    assert resp.status_code == 200, resp.text
+    out = resp.json()
+    assert out["choices"][0]["finish_reason"] == "length"
+    usage = out["usage"]
+    assert 256 - 2 <= usage["prompt_tokens"] + usage["completion_tokens"] <= 256
+
+    too_long = {"messages": [{"role": "user", "content": "word " * 400}], "max_tokens": 5}
+    resp = httpx.post(hard_server.base_url + "/v1/chat/completions", json=too_long, headers=AUTH, timeout=60)
+    assert_envelope(resp, 400, "context_length_exceeded")
+    message = resp.json()["error"]["message"]
+    assert "256" in message and "does not fit" in message
+
+
+def test_request_timeout_non_stream_is_504_and_frees_the_sequence(timeout_server: Server) -> None:
+    url = timeout_server.base_url
+    body = {"messages": [{"role": "user", "content": "Tell me a long story."}], "max_tokens": 1900,
+            "logit_bias": {str(eos_id(url)): -100}}
+    t0 = time.monotonic()
+    resp = httpx.post(url + "/v1/chat/completions", json=body, timeout=120)
+    assert_envelope(resp, 504, "request_timeout")
+    assert resp.json()["error"]["type"] == "timeout_error"
+    assert time.monotonic() - t0 >= 2
+    wait_until(lambda: idle(url), 30, "the timed-out generation to stop")
+
+
+def test_request_timeout_stream_ends_with_error_event(timeout_server: Server) -> None:
+    url = timeout_server.base_url
+    body = {"messages": [{"role": "user", "content": "Tell me a long story."}], "max_tokens": 1900,
+            "logit_bias": {str(eos_id(url)): -100}, "stream": True}
+    with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=120) as resp:
+        assert resp.status_code == 200
+        events = sse_events(list(resp.iter_lines()))
+    assert events[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert events[-1]["error"]["code"] == "request_timeout"
+    assert "[DONE]" not in events
+    wait_until(lambda: idle(url), 30, "the timed-out generation to stop")
+
+
+# -- the template sandbox --------------------------------------------------------------------------
+
+INJECTIONS = {
+    "nested_loops": "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}",
+    "string_bomb": "{{ 'a' * 1000000000 }}",
+    "namespace_doubling": "{% set ns = namespace(x='a') %}{% for i in range(64) %}{% set ns.x = ns.x ~ ns.x %}"
+                          "{% endfor %}{{ ns.x }}",
+    "class_walk": "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+    "globals_os": "{{ cycler.__init__.__globals__.os.popen('id').read() }}",
+    "environ": "{{ strftime_now.__globals__['os'].environ }}",
+    "config": "{{ config.items() }}",
+    "self_globals": "{{ self.__init__.__globals__ }}",
+    "read_file": "{% include '/etc/passwd' %}",
+    "format_walk": "{{ '{0.__init__.__globals__}'.format(joiner) }}",
+}
+
+
+@pytest.mark.parametrize("name", sorted(INJECTIONS))
+def test_request_chat_template_injection_is_400(hard_server: Server, name: str) -> None:
+    body = {"messages": HI, "chat_template": INJECTIONS[name], "max_tokens": 1}
+    t0 = time.monotonic()
+    resp = httpx.post(hard_server.base_url + "/v1/chat/completions", json=body, headers=AUTH, timeout=60)
+    assert time.monotonic() - t0 < 10
+    assert_envelope(resp, 400, "template_error")
+    assert CANARY not in resp.text and "root:" not in resp.text and "<class" not in resp.text
+    # the server is unharmed and its own template still works
+    ok = httpx.post(hard_server.base_url + "/v1/chat/completions", json={"messages": HI, "max_tokens": 1},
+                    headers=AUTH, timeout=60)
+    assert ok.status_code == 200
+    log = hard_server.log()
+    assert " 500 " not in log and "Traceback" not in log
+
+
+def test_request_chat_template_still_works(hard_server: Server) -> None:
+    chatml = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+              "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    resp = httpx.post(hard_server.base_url + "/v1/chat/completions",
+                      json={"messages": HI, "chat_template": chatml, "max_tokens": 2}, headers=AUTH, timeout=60)
+    assert resp.status_code == 200, resp.text
+
+
+# -- graceful shutdown -----------------------------------------------------------------------------
+
+class StreamReader(threading.Thread):
+    """Streams one chat request in a thread; ``started`` is set after ``threshold`` content chunks."""
+
+    def __init__(self, base_url: str, body: dict[str, Any], threshold: int = 1) -> None:
+        super().__init__(daemon=True)
+        self.base_url, self.body, self.threshold = base_url, body, threshold
+        self.events: list[Any] = []
+        self.started = threading.Event()
+        self.n_content = 0
+        self.status = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            with httpx.stream("POST", self.base_url + "/v1/chat/completions", json=self.body, timeout=120) as resp:
+                self.status = resp.status_code
+                for line in resp.iter_lines():
+                    if line.startswith("data: "):
+                        self.events.append(line[6:] if line == "data: [DONE]" else json.loads(line[6:]))
+                        ev = self.events[-1]
+                        if isinstance(ev, dict) and any(c["delta"].get("content") for c in ev.get("choices", ())):
+                            self.n_content += 1
+                            if self.n_content >= self.threshold:
+                                self.started.set()
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+        finally:
+            self.started.set()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_graceful_shutdown(tmp_path: Path, sig: signal.Signals) -> None:
+    srv = Server(["--parallel", "2", "--n-ctx", "2048", "--shutdown-grace", "6"], tmp_path / "server.log")
+    try:
+        srv.wait_ready()
+        url = srv.base_url
+        ban_eos = {str(eos_id(url)): -100}
+        prompt = [{"role": "user", "content": "Tell me a long story."}]
+        # the short stream is a few tokens from its end when the signal comes; the long one is far from it
+        short = StreamReader(url, {"messages": prompt, "max_tokens": 24, "logit_bias": ban_eos, "stream": True},
+                             threshold=20)
+        long = StreamReader(url, {"messages": prompt, "max_tokens": 2000, "logit_bias": ban_eos, "stream": True})
+        short.start()
+        long.start()
+        assert short.started.wait(120) and long.started.wait(120)
+        srv.proc.send_signal(sig)
+
+        def refused() -> bool:
+            try:
+                httpx.get(url + "/health", timeout=1)
+            except httpx.ConnectError:
+                return True
+            except httpx.HTTPError:
+                return False
+            return False
+
+        wait_until(refused, 5, "the server to stop accepting connections")
+        n_long_at_signal = len(long.events)
+        short.join(60)
+        long.join(60)
+        assert short.error is None and long.error is None
+        # the short stream was allowed to finish normally
+        assert short.events[-1] == "[DONE]"
+        assert short.events[-2]["choices"][0]["finish_reason"] == "length"
+        # the long one kept streaming during the grace period, then got a final error event
+        assert len(long.events) > n_long_at_signal + 1
+        assert long.events[-1]["error"]["code"] == "server_shutting_down"
+        assert "[DONE]" not in long.events
+        assert srv.proc.wait(timeout=30) == 0
+    finally:
+        srv.stop()
+    log = srv.log_path.read_text()
+    assert "shutting down" in log and "Traceback" not in log
+
+
+# -- slow and vanished clients ---------------------------------------------------------------------
+
+def test_slow_reader_only_slows_itself(server: Server) -> None:
+    url = server.base_url
+    wait_until(lambda: idle(url), 120, "an idle server")
+    body = {"messages": [{"role": "user", "content": "Tell me a long story."}], "max_tokens": 300,
+            "temperature": 0, "logit_bias": {str(eos_id(url)): -100}, "logprobs": True, "top_logprobs": 20,
+            "stream": True}
+    slow = raw_request(server.port, "/v1/chat/completions", body, rcvbuf=4096)
+    try:
+        slow.settimeout(60)
+        head = slow.recv(256)  # the response has started...
+        assert head.startswith(b"HTTP/1.1 200")  # ...and then the client stops reading
+        # another client is served meanwhile, in full
+        with httpx.stream("POST", url + "/v1/chat/completions", timeout=120,
+                          json={"messages": HI, "max_tokens": 16, "temperature": 0, "stream": True}) as resp:
+            assert sse_events(list(resp.iter_lines()))[-1] == "[DONE]"
+        # the slow client's generation runs to its end while its bytes wait in its own stream buffer
+        wait_until(lambda: idle(url), 180, "the slow client's generation to finish")
+        status, data = read_response(slow, head)
+    finally:
+        slow.close()
+    assert status == 200
+    events = sse_events(data.decode("utf-8", "replace").splitlines())
+    assert events[-1] == "[DONE]"
+    assert events[-2]["choices"][0]["finish_reason"] == "length"
+    assert sum(len(e["choices"][0]["logprobs"]["content"]) for e in events[:-1]
+               if isinstance(e, dict) and e["choices"] and e["choices"][0].get("logprobs")) == 300
+    # far more than the 4 KiB receive buffer and the 16 KiB default send buffer could hold
+    assert len(data) > 256 * 1024
+
+
+VANISHING_CLIENTS = 100
+
+
+def _vanishing_client(port: int, i: int, ban_eos: dict[str, float]) -> str:
+    """Start a stream and vanish at one of four points: right after sending, after the response
+    headers, after the first content chunk, or a few chunks in."""
+    body = {"messages": [{"role": "user", "content": f"Write a story about the number {i}."}],
+            "max_tokens": 200, "logit_bias": ban_eos, "stream": True}
+    sock = raw_request(port, "/v1/chat/completions", body)
+    mode = i % 4
+    try:
+        if mode == 0:
+            return "sent"
+        sock.settimeout(120)
+        seen = b""
+        want = {1: b"\r\n\r\n", 2: b'"content":"', 3: b"data: "}[mode]
+        need = 1 if mode < 3 else 6
+        while seen.count(want) < need:
+            chunk = sock.recv(4096)
+            if not chunk:
+                return "closed by server"
+            seen += chunk
+        return ("headers", "first token", "a few chunks")[mode - 1]
+    finally:
+        vanish(sock)
+
+
+def test_vanishing_clients_leave_no_live_sequence(server: Server) -> None:
+    from tests.integration.test_batching import PROMPTS
+
+    url = server.base_url
+    wait_until(lambda: idle(url), 120, "an idle server")
+
+    def greedy_batch() -> list[str]:
+        def one(prompt: str) -> str:
+            body = {"messages": [SYSTEM, {"role": "user", "content": prompt}], "temperature": 0, "max_tokens": 48}
+            resp = httpx.post(url + "/v1/chat/completions", json=body, timeout=300)
+            assert resp.status_code == 200, resp.text
+            return resp.json()["choices"][0]["message"]["content"]
+
+        with concurrent.futures.ThreadPoolExecutor(len(PROMPTS)) as pool:
+            return list(pool.map(one, PROMPTS))
+
+    before = greedy_batch()
+    log_before = server.log().count(" 499 ")
+    ban_eos = {str(eos_id(url)): -100}
+    t0 = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(25) as pool:
+        outcomes = list(pool.map(lambda i: _vanishing_client(server.port, i, ban_eos), range(VANISHING_CLIENTS)))
+    assert outcomes.count("closed by server") == 0, outcomes
+    # every vanished client's sequence is dropped: no slot stays busy, nothing stays queued
+    wait_until(lambda: idle(url), 120, "every vanished client's sequence to be freed")
+    print(f"\n{VANISHING_CLIENTS} vanishing clients: {time.monotonic() - t0:.1f}s until the server was idle")
+    assert server.log().count(" 499 ") - log_before >= VANISHING_CLIENTS // 2
+    # KV cells: only resident prefix-cache entries remain, at most one finished sequence per slot
+    # (prompt < 64 tokens + at most 200 generated), nothing of the 100 streams beyond that
+    metrics = httpx.get(url + "/metrics", timeout=10).text
+    kv_cells = next(float(line.split()[-1]) for line in metrics.splitlines()
+                    if line.startswith("llamacpp:kv_cache_tokens"))
+    assert kv_cells <= 8 * (64 + 200)
+    # and no stale KV in any slot: a full batch decodes exactly as before
+    assert greedy_batch() == before
