@@ -139,6 +139,9 @@ def _server_settings(api_key: tuple[str, ...], api_key_file: str | None, cors_or
       help="Use TOOL_CALL text emulation for tools even when the chat template supports tools.")
 @_opt("--step-tokens", default=256, type=click.IntRange(8, 512),
       help="Token budget of one decode step, shared by prefill chunks and running streams (bounds ITL).")
+@_opt("--clamp-max-tokens", is_flag=True, default=False,
+      help="Clamp a max_tokens that does not fit the context to the room left (llama-server) "
+           "instead of answering 400 context_length_exceeded (OpenAI, vLLM).")
 @_opt("--prefix-cache/--no-prefix-cache", default=True,
       help="Keep finished sequences' KV cache and reuse shared prompt prefixes.")
 @_opt("--hook-policy", default=None, metavar="MODULE:FACTORY",
@@ -162,7 +165,7 @@ def _server_settings(api_key: tuple[str, ...], api_key_file: str | None, cors_or
 @friendly_errors
 def serve(model: str, host: str, port: int, n_ctx: int, parallel: int, threads: int | None,
           chat_template: str | None, chat_template_kwargs: str | None, force_tool_emulation: bool,
-          step_tokens: int, prefix_cache: bool, hook_policy: str | None, hook_url: str | None,
+          clamp_max_tokens: bool, step_tokens: int, prefix_cache: bool, hook_policy: str | None, hook_url: str | None,
           hook_timeout: float, hook_fail_closed: bool,
           hooks_default_on: bool, signal_window: int, high_entropy_threshold: float,
           max_queue: int, log_level: str, **hardening: Any) -> None:
@@ -196,7 +199,7 @@ def serve(model: str, host: str, port: int, n_ctx: int, parallel: int, threads: 
     config = EngineConfig(model=str(path), model_name=name, n_ctx=n_ctx, parallel=parallel, threads=threads,
                           chat_template=template, max_queue=max_queue, chat_template_kwargs=kwargs,
                           force_tool_emulation=force_tool_emulation, hook_policy=hook_policy, hook_url=hook_url,
-                          prefix_cache=prefix_cache, step_tokens=step_tokens,
+                          prefix_cache=prefix_cache, step_tokens=step_tokens, clamp_max_tokens=clamp_max_tokens,
                           hook_timeout=hook_timeout, hook_fail_closed=hook_fail_closed,
                           hooks_default_on=hooks_default_on, signal_window=signal_window,
                           high_entropy_threshold=high_entropy_threshold, verbose=log_level == "debug")

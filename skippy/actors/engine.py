@@ -313,9 +313,14 @@ class Engine:
             raise ContextLengthExceeded(
                 f"the prompt is {n_prompt} tokens, which does not fit this model's context of {n_ctx} tokens",
                 param="messages")
-        # max_tokens is clamped to the room the context leaves (llama-server's n_predict does the same);
-        # a generation that reaches the end of the context finishes with "length"
-        return n_ctx - n_prompt if asked is None else min(asked, n_ctx - n_prompt)
+        if asked is None:
+            return n_ctx - n_prompt  # until the context is full (finish_reason "length")
+        if n_prompt + asked > n_ctx and not self.config.clamp_max_tokens:
+            # OpenAI and vLLM refuse this; --clamp-max-tokens clamps instead, as llama-server does
+            raise ContextLengthExceeded(
+                f"the prompt ({n_prompt} tokens) plus max_tokens ({asked}) exceeds the context of {n_ctx} "
+                f"tokens; lower max_tokens to at most {n_ctx - n_prompt}", param="max_tokens")
+        return min(asked, n_ctx - n_prompt)
 
     async def _generate(self, prompt: list[int], params: SamplingParams, max_tokens: int, plan: ParsePlan,
                         stops: list[str], parser: StreamParser, early_stop: EarlyStopRule | None = None,

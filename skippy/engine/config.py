@@ -24,7 +24,8 @@ class EngineConfig:
     use ``TOOL_CALL`` emulation even when the template supports tools.
 
     ``prefix_cache``: keep finished sequences' KV and reuse shared prompt
-    prefixes. Hooks: ``hook_policy`` is a policy object or a ``package.module:factory``
+    prefixes. ``clamp_max_tokens``: a ``max_tokens`` beyond the context is
+    clamped to the room left (llama-server) instead of a 400 (OpenAI, vLLM). Hooks: ``hook_policy`` is a policy object or a ``package.module:factory``
     spec, ``hook_url`` a webhook policy URL (one of them at most);
     ``hook_timeout`` seconds per call; ``hook_fail_closed`` turns a failed
     call into a stop; ``hooks_default_on`` runs hooks for requests that do
@@ -44,6 +45,7 @@ class EngineConfig:
     chat_template_kwargs: dict = attrs.field(factory=dict)
     force_tool_emulation: bool = False
     prefix_cache: bool = True
+    clamp_max_tokens: bool = False
     hook_policy: Any = None
     hook_url: str | None = None
     hook_timeout: float = 2.0

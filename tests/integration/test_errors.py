@@ -34,6 +34,8 @@ def assert_envelope(resp: httpx.Response, status: int, code: str | None = None, 
     (b'{"messages": []}', 400, None, "messages"),
     (b'{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}',
      400, None, "messages"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": 100000}', 400,
+     "context_length_exceeded", "max_tokens"),
     (b'{"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]}', 404, "model_not_found", "model"),
 ])
 def test_bad_chat_requests(base_url: str, body: bytes, status: int, code: str | None, param: str | None) -> None:

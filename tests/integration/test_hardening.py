@@ -114,7 +114,7 @@ def hard_server(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("hard")
     key_file = tmp / "keys.txt"
     key_file.write_text(f"# accepted keys\n\n{KEY_TWO}\n")
-    srv = Server(["--parallel", "4", "--n-ctx", "256", "--api-key", KEY_ONE,
+    srv = Server(["--parallel", "4", "--n-ctx", "256", "--clamp-max-tokens", "--api-key", KEY_ONE,
                   "--cors-origins", f"{ORIGIN},{OTHER_ORIGIN}", "--max-body-bytes", "65536",
                   "--max-messages", "8", "--max-tools", "4", "--max-chat-template-bytes", "8192",
                   "--max-grammar-bytes", "1024"],
@@ -256,7 +256,7 @@ def test_messages_tools_template_grammar_limits_are_400(hard_server: Server) -> 
 
 
 def test_max_tokens_clamped_to_context(hard_server: Server) -> None:
-    # n_ctx is 256: a huge max_tokens runs to the end of the context and finishes with "length"
+    # n_ctx is 256 and --clamp-max-tokens: a huge max_tokens runs to the end of the context ("length")
     ban_eos = {str(eos_id(hard_server.base_url, AUTH)): -100}
     body = {"messages": [{"role": "user", "content": "Count to one thousand."}], "max_tokens": 100_000,
             "logit_bias": ban_eos, "temperature": 0}
@@ -374,7 +374,8 @@ class StreamReader(threading.Thread):
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_graceful_shutdown(tmp_path: Path, sig: signal.Signals) -> None:
-    srv = Server(["--parallel", "2", "--n-ctx", "2048", "--shutdown-grace", "6"], tmp_path / "server.log")
+    srv = Server(["--parallel", "2", "--n-ctx", "2048", "--shutdown-grace", "6", "--clamp-max-tokens"],
+                 tmp_path / "server.log")
     try:
         srv.wait_ready()
         url = srv.base_url
