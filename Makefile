@@ -60,6 +60,7 @@ test: venv pull
 
 bench: venv-bench pull
 	$(BIN)/python bench/bench_decode.py
+	$(BIN)/python bench/bench_hooks.py
 
 bench-burst: venv-bench pull
 	$(BIN)/python bench/bench_burst.py $(BURST_ARGS)
