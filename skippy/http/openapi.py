@@ -162,11 +162,16 @@ def _json(schema: dict[str, Any]) -> dict[str, Any]:
     return {"application/json": {"schema": schema}}
 
 
+# One server-sent event (each ``data`` is a JSON chunk, an error envelope, or ``[DONE]``).
+_SSE_EVENT = {"type": "object", "required": ["data"], "properties": {
+    "data": {"type": "string"}, "event": {"type": "string"}, "id": {"type": "string"}, "retry": {"type": "integer"}}}
+
+
 def _operation(summary: str, ok: dict[str, Any], body: type | None = None, *,
                sse: bool = False, secured: bool = True) -> dict[str, Any]:
     content = _json(ok)
     if sse:
-        content["text/event-stream"] = {"schema": {"type": "string"}}
+        content["text/event-stream"] = {"schema": _SSE_EVENT}
     op: dict[str, Any] = {
         "summary": summary,
         "responses": {"200": {"description": "OK", "content": content},

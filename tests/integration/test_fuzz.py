@@ -1,7 +1,7 @@
 """Fuzzing the live server: schemathesis against /openapi.json, hypothesis against the chat route.
 
-Both are bounded (examples per operation / max_examples) so the suite stays well under ten
-minutes on 2 cores; the server has a small context (n_ctx 128) so any request that does
+Both are bounded (schemathesis by a time budget, hypothesis by max_examples) so the suite
+stays well under ten minutes on 2 cores; the server has a small context (n_ctx 256) so any request that does
 generate is short. Whatever comes in, the answer is 2xx or 4xx, never 5xx, and a streamed
 answer never ends with a server error event.
 """
@@ -23,13 +23,14 @@ from hypothesis import strategies as st
 from skippy.engine.types import ChatCompletionRequest
 from tests.integration.conftest import Server
 
-SCHEMATHESIS_EXAMPLES = 25  # per API operation and phase
+SCHEMATHESIS_SECONDS = 60  # coverage phase (boundary and negative cases), then fuzzing until the budget is spent
 HYPOTHESIS_EXAMPLES = 150
 
 
 @pytest.fixture(scope="module")
 def fuzz_server(tmp_path_factory: pytest.TempPathFactory):
-    srv = Server(["--parallel", "4", "--n-ctx", "128", "--max-queue", "64"],
+    # one llama.cpp thread: decoding does not collapse when other processes share the 2 cores
+    srv = Server(["--parallel", "4", "--n-ctx", "256", "--max-queue", "64", "--threads", "1"],
                  tmp_path_factory.mktemp("fuzz") / "server.log")
     try:
         srv.wait_ready()
@@ -60,14 +61,19 @@ def test_schemathesis_finds_no_5xx_and_no_schema_violation(fuzz_server: Server, 
     cmd = [str(Path(sys.executable).parent / "schemathesis"), "run", fuzz_server.base_url + "/openapi.json",
            "--checks", "not_a_server_error,response_schema_conformance,content_type_conformance,"
                        "status_code_conformance",
-           "--max-examples", str(SCHEMATHESIS_EXAMPLES), "--workers", "2", "--seed", "20261129",
-           "--request-timeout", "300", "--report", "json", "--report-json-path", str(report)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=540, cwd=tmp_path)
-    summary = json.loads(report.read_text()) if report.exists() else {}
-    cases = summary.get("test_cases", {})
-    print(f"\nschemathesis: {cases.get('generated')} test cases, {summary.get('running_time', 0):.1f}s")
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
-    assert cases.get("generated", 0) >= 100 and cases.get("with_failures") == 0 and cases.get("errored") == 0
+           "--max-time", str(SCHEMATHESIS_SECONDS), "--workers", "2", "--seed", "20261129",
+           "--request-timeout", "120", "--report", "json", "--report-json-path", str(report)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=tmp_path)
+    output = proc.stdout[-8000:] + proc.stderr[-2000:]
+    summary = json.loads(report.read_text())
+    cases = summary["test_cases"]
+    print(f"\nschemathesis: {cases['generated']} test cases, {summary['running_time']:.1f}s, "
+          f"errors {summary['errors']}")
+    assert summary["failures"] == [] and cases["with_failures"] == 0, output
+    # network errors (timeouts, resets) would be hangs or crashes of ours; schemathesis' own runtime
+    # errors (e.g. CPython's "AST constructor recursion depth mismatch" in its generators) are not
+    assert not [e for e in summary["errors"] if e["title"] != "Runtime Error"], output
+    assert cases["generated"] >= 200, output
     assert_no_server_errors(fuzz_server)
 
 

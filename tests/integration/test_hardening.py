@@ -2,8 +2,9 @@
 graceful shutdown, and slow or vanishing clients.
 
 One test (or a parametrized family) per bullet of the hardening issue. Servers with the
-flags under test are started here with the ``Server`` helper; the slow/vanishing-client
-tests use the shared session server.
+flags under test are started here with the ``Server`` helper (one llama.cpp thread each, so
+their decoding does not collapse when other processes share the cores); the
+slow/vanishing-client tests use the shared session server.
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ def hard_server(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("hard")
     key_file = tmp / "keys.txt"
     key_file.write_text(f"# accepted keys\n\n{KEY_TWO}\n")
-    srv = Server(["--parallel", "4", "--n-ctx", "256", "--clamp-max-tokens", "--api-key", KEY_ONE,
+    srv = Server(["--parallel", "4", "--n-ctx", "256", "--threads", "1", "--clamp-max-tokens", "--api-key", KEY_ONE,
                   "--cors-origins", f"{ORIGIN},{OTHER_ORIGIN}", "--max-body-bytes", "65536",
                   "--max-messages", "8", "--max-tools", "4", "--max-chat-template-bytes", "8192",
                   "--max-grammar-bytes", "1024"],
@@ -128,7 +129,7 @@ def hard_server(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="module")
 def timeout_server(tmp_path_factory: pytest.TempPathFactory):
-    srv = Server(["--parallel", "2", "--n-ctx", "2048", "--request-timeout", "2"],
+    srv = Server(["--parallel", "2", "--n-ctx", "2048", "--threads", "1", "--request-timeout", "2"],
                  tmp_path_factory.mktemp("timeout") / "server.log")
     try:
         srv.wait_ready()
@@ -374,7 +375,8 @@ class StreamReader(threading.Thread):
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_graceful_shutdown(tmp_path: Path, sig: signal.Signals) -> None:
-    srv = Server(["--parallel", "2", "--n-ctx", "2048", "--shutdown-grace", "6", "--clamp-max-tokens"],
+    srv = Server(["--parallel", "2", "--n-ctx", "2048", "--threads", "1", "--shutdown-grace", "6",
+                  "--clamp-max-tokens"],
                  tmp_path / "server.log")
     try:
         srv.wait_ready()
