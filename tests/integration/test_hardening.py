@@ -3,8 +3,7 @@ graceful shutdown, and slow or vanishing clients.
 
 One test (or a parametrized family) per bullet of the hardening issue. Servers with the
 flags under test are started here with the ``Server`` helper (one llama.cpp thread each, so
-their decoding does not collapse when other processes share the cores); the
-slow/vanishing-client tests use the shared session server.
+their decoding does not collapse when other processes share the cores).
 """
 
 from __future__ import annotations
@@ -131,6 +130,18 @@ def hard_server(tmp_path_factory: pytest.TempPathFactory):
 def timeout_server(tmp_path_factory: pytest.TempPathFactory):
     srv = Server(["--parallel", "2", "--n-ctx", "2048", "--threads", "1", "--request-timeout", "2"],
                  tmp_path_factory.mktemp("timeout") / "server.log")
+    try:
+        srv.wait_ready()
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def clients_server(tmp_path_factory: pytest.TempPathFactory):
+    """Default flags (8 slots) for the slow and vanishing clients."""
+    srv = Server(["--parallel", "8", "--n-ctx", "1024", "--threads", "1"],
+                 tmp_path_factory.mktemp("clients") / "server.log")
     try:
         srv.wait_ready()
         yield srv
@@ -422,10 +433,10 @@ def test_graceful_shutdown(tmp_path: Path, sig: signal.Signals) -> None:
 
 # -- slow and vanished clients ---------------------------------------------------------------------
 
-def test_slow_reader_only_slows_itself(server: Server) -> None:
+def test_slow_reader_only_slows_itself(clients_server: Server) -> None:
+    server = clients_server
     url = server.base_url
-    wait_until(lambda: idle(url), 120, "an idle server")
-    body = {"messages": [{"role": "user", "content": "Tell me a long story."}], "max_tokens": 300,
+    body = {"messages": [{"role": "user", "content": "Tell me a long story."}], "max_tokens": 200,
             "temperature": 0, "logit_bias": {str(eos_id(url)): -100}, "logprobs": True, "top_logprobs": 20,
             "stream": True}
     slow = raw_request(server.port, "/v1/chat/completions", body, rcvbuf=4096)
@@ -447,9 +458,9 @@ def test_slow_reader_only_slows_itself(server: Server) -> None:
     assert events[-1] == "[DONE]"
     assert events[-2]["choices"][0]["finish_reason"] == "length"
     assert sum(len(e["choices"][0]["logprobs"]["content"]) for e in events[:-1]
-               if isinstance(e, dict) and e["choices"] and e["choices"][0].get("logprobs")) == 300
+               if isinstance(e, dict) and e["choices"] and e["choices"][0].get("logprobs")) == 200
     # far more than the 4 KiB receive buffer and the 16 KiB default send buffer could hold
-    assert len(data) > 256 * 1024
+    assert len(data) > 192 * 1024
 
 
 VANISHING_CLIENTS = 100
@@ -479,9 +490,10 @@ def _vanishing_client(port: int, i: int, ban_eos: dict[str, float]) -> str:
         vanish(sock)
 
 
-def test_vanishing_clients_leave_no_live_sequence(server: Server) -> None:
+def test_vanishing_clients_leave_no_live_sequence(clients_server: Server) -> None:
     from tests.integration.test_batching import PROMPTS
 
+    server = clients_server
     url = server.base_url
     wait_until(lambda: idle(url), 120, "an idle server")
 
