@@ -13,12 +13,14 @@ then:
 4. the same greedy batch again: it must decode exactly as the baseline (no stale KV in any slot).
 
 Prints a markdown table (duration, client rate, 499s logged, time to idle, server RSS before and
-after, outputs identical). Usage: ``python bench/soak_vanish.py [CLIENTS] [CONCURRENCY]``
-(default 1000 64). The server log goes to bench/out/soak-server.log.
+after, outputs identical). Usage: ``python bench/soak_vanish.py [--clients 1000] [--concurrency 64]
+[--threads N]`` (``--threads 1`` keeps llama.cpp from collapsing when other processes share the
+cores). The server log goes to bench/out/soak-server.log.
 """
 
 from __future__ import annotations
 
+import argparse
 import concurrent.futures
 import json
 import os
@@ -91,15 +93,20 @@ def vanishing_client(port: int, i: int, ban_eos: dict[str, float]) -> str:
 
 
 def main() -> None:
-    clients = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
-    concurrency = int(sys.argv[2]) if len(sys.argv) > 2 else 64
+    parser = argparse.ArgumentParser(description="vanishing-clients soak")
+    parser.add_argument("--clients", type=int, default=1000)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=None, help="llama.cpp threads of the server")
+    args = parser.parse_args()
+    clients, concurrency = args.clients, args.concurrency
     OUT.mkdir(exist_ok=True)
     log_path = OUT / "soak-server.log"
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     with open(log_path, "w") as log:
+        threads = ["--threads", str(args.threads)] if args.threads else []
         proc = subprocess.Popen([sys.executable, "-m", "skippy", "serve", "--port", str(port), "--parallel",
-                                 str(PARALLEL), "--n-ctx", "2048", "--max-queue", str(max(1024, clients))],
+                                 str(PARALLEL), "--n-ctx", "2048", "--max-queue", str(max(1024, clients)), *threads],
                                 stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy())
         try:
             deadline = time.monotonic() + 300
