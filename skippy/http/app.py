@@ -25,7 +25,6 @@ import logging
 import math
 import re
 import time
-import weakref
 from contextlib import contextmanager
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 
@@ -75,7 +74,7 @@ class Lifecycle:
         self.draining = False
         self.expired = False
         self._scopes: set[trio.CancelScope] = set()
-        self._active: set[object] = set()
+        self._requests = 0
 
     def drain(self) -> None:
         self.draining = True
@@ -85,19 +84,28 @@ class Lifecycle:
         for scope in list(self._scopes):
             scope.cancel()
 
-    def begin(self) -> object:
-        """Count a request as running until :meth:`end` is called with the returned token."""
-        token = object()
-        self._active.add(token)
-        return token
-
-    def end(self, token: object) -> None:
-        self._active.discard(token)
-
     @property
     def running(self) -> int:
-        """Requests (and streams) running now."""
-        return len(self._active)
+        """HTTP requests in progress, from their arrival to the last byte of their response."""
+        return self._requests
+
+    def count_requests(self, asgi_app: Any) -> Any:
+        """``asgi_app`` wrapped to count its HTTP requests in :attr:`running`.
+
+        At the ASGI level a request spans its whole response, a stream's body
+        included, and the count drops however it ends (done, failed,
+        cancelled because the client went away).
+        """
+        async def counted(scope: dict[str, Any], receive: Any, send: Any) -> None:
+            if scope.get("type") != "http":
+                return await asgi_app(scope, receive, send)
+            self._requests += 1
+            try:
+                await asgi_app(scope, receive, send)
+            finally:
+                self._requests -= 1
+
+        return counted
 
     @contextmanager
     def guard(self, deadline: float) -> Iterator[trio.CancelScope]:
@@ -152,6 +160,7 @@ def create_app(state: AppState, settings: ServerSettings | None = None) -> Quart
     max_body_bytes = settings.max_body_bytes
     lifecycle = state.lifecycle
     app = QuartTrio("skippy")
+    app.asgi_app = lifecycle.count_requests(app.asgi_app)  # type: ignore[method-assign]
     app.config.update(MAX_CONTENT_LENGTH=max_body_bytes, RESPONSE_TIMEOUT=None, BODY_TIMEOUT=60,
                       PROVIDE_AUTOMATIC_OPTIONS=True)
     openapi = _json.encode(openapi_document(auth=settings.auth_required))
@@ -258,14 +267,7 @@ def create_app(state: AppState, settings: ServerSettings | None = None) -> Quart
                 return refused
         if lifecycle.draining:
             return _engine_error(ShuttingDown("the server is shutting down; retry on another instance"))
-        request.skippy_token = lifecycle.begin()  # type: ignore[attr-defined]
         return None
-
-    @app.teardown_request
-    async def _end(_exc: BaseException | None) -> None:
-        token = getattr(request, "skippy_token", None)
-        if token is not None and not getattr(request, "skippy_streaming", False):
-            lifecycle.end(token)
 
     @app.after_request
     async def _close_if_body_unread(response: Response) -> Response:
@@ -339,8 +341,6 @@ def create_app(state: AppState, settings: ServerSettings | None = None) -> Quart
         assert chunks is not None
         route = f"{request.method} {request.path}"  # the request context is gone while streaming
         until = deadline()
-        token = getattr(request, "skippy_token", None)
-        request.skippy_streaming = True  # type: ignore[attr-defined]  # the stream ends the request, not teardown
 
         async def events() -> AsyncIterator[bytes]:
             tokens = 0
@@ -371,13 +371,10 @@ def create_app(state: AppState, settings: ServerSettings | None = None) -> Quart
                 status = 499  # the client went away
                 raise
             finally:
-                lifecycle.end(token)
                 await chunks.aclose()
                 log_line(status, tokens, t0, route)
 
-        body_events = events()
-        weakref.finalize(body_events, lifecycle.end, token)  # also when the body is never iterated
-        response = Response(body_events, status=200, mimetype="text/event-stream",
+        response = Response(events(), status=200, mimetype="text/event-stream",
                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         response.timeout = None
         return response

@@ -526,3 +526,6 @@ def test_vanishing_clients_leave_no_live_sequence(clients_server: Server) -> Non
     assert kv_cells <= 8 * (64 + 200)
     # and no stale KV in any slot: a full batch decodes exactly as before
     assert greedy_batch() == before
+    # nothing counts as running either: SIGTERM exits at once, not after the 30 s default grace
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(timeout=15) == 0
