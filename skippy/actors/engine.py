@@ -257,7 +257,7 @@ class Engine:
         if isinstance(pre, Stop):
             return self._stopped_before(ctx, len(prompt), pre.reason)
         return self._generate(prompt, params, max_tokens, plan, _stops(req.stop), make_output_parser(plan), early,
-                              ctx, injected, req.prompt_cache_key)
+                              ctx, injected, req.prompt_cache_key, req.cache_prompt)
 
     async def _before_chat(self, ctx: _HookCtx) -> Any:
         """Run ``before_chat``; Deny raises (403, or 400 when the policy says so) after ``on_finish``."""
@@ -296,7 +296,7 @@ class Engine:
         if not prompt:
             raise InvalidRequest("prompt is empty", param="prompt")
         gen = self._generate(prompt, params, self._max_tokens(req, len(prompt)), ParsePlan(),
-                             _stops(req.stop), ContentParser())
+                             _stops(req.stop), ContentParser(), cache_prompt=req.cache_prompt)
         return prompt_text, gen
 
     def _sampling(self, req: SamplingFields, *, logprobs: bool, top_logprobs: int) -> SamplingParams:
@@ -325,14 +325,14 @@ class Engine:
     async def _generate(self, prompt: list[int], params: SamplingParams, max_tokens: int, plan: ParsePlan,
                         stops: list[str], parser: StreamParser, early_stop: EarlyStopRule | None = None,
                         ctx: _HookCtx | None = None, injected: int = 0,
-                        cache_key: str | None = None) -> AsyncIterator[_Piece | _Done]:
+                        cache_key: str | None = None, cache_prompt: bool = True) -> AsyncIterator[_Piece | _Done]:
         rid = next(self._rids)
         send, recv = trio.open_memory_channel[Any](math.inf)
         pipeline = OutputPipeline(self.runtime.vocab.piece, stops + list(plan.stops), parser, early_stop)
         hooks = bool(ctx and ctx.hooks)
         self.scheduler.submit(Submit(rid, prompt, params, max_tokens, send, hooks=hooks,
                                      signals=bool(ctx and ctx.signals), request=ctx.request if ctx else None,
-                                     cache_key=cache_key))
+                                     cache_key=cache_key, cache_prompt=cache_prompt))
         n_tokens = 0
         finished = False
         info = FinishInfo(status="cancelled")

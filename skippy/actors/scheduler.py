@@ -102,6 +102,8 @@ class Submit:
 
     ``hooks``: run the hook policy for this sequence (``request`` is what the
     policy sees); ``signals``: attach entropy and margin to token events.
+    ``cache_key`` groups prefix-cache eviction (``prompt_cache_key``);
+    ``cache_prompt=False`` prefills cold, without prefix reuse.
     """
 
     rid: int
@@ -113,6 +115,7 @@ class Submit:
     signals: bool = False
     request: Any = None
     cache_key: str | None = None
+    cache_prompt: bool = True
 
 
 @attrs.frozen
@@ -263,7 +266,7 @@ class DecodeScheduler:
             req = self._waiting[0]
             sub = req.submit
             match = None
-            if self.prefix_cache:
+            if self.prefix_cache and sub.cache_prompt:
                 if self._share_later(sub.prompt):
                     break  # a running prefill will soon hold this prompt's prefix: copy it then
                 self.prefix_queries += 1

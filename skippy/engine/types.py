@@ -44,7 +44,13 @@ class StreamOptions(msgspec.Struct, omit_defaults=True):
 
 
 class SamplingFields(msgspec.Struct, omit_defaults=True, kw_only=True):
-    """Sampling fields shared by chat and text completions."""
+    """Sampling fields shared by chat and text completions.
+
+    ``cache_prompt`` (llama-server): ``false`` prefills the whole prompt
+    instead of reusing a cached prefix. llama.cpp logits depend slightly on
+    how a prompt is split into batches, so only a cold prefill gives
+    bit-for-bit reproducible greedy output.
+    """
 
     model: str | None = None
     stream: bool = False
@@ -63,6 +69,7 @@ class SamplingFields(msgspec.Struct, omit_defaults=True, kw_only=True):
     logit_bias: dict[str, float] | None = None
     n: int | None = None
     user: str | None = None
+    cache_prompt: bool = True
 
 
 class JsonSchemaFormat(msgspec.Struct, omit_defaults=True):

@@ -13,9 +13,9 @@ from tests.integration.conftest import Server
 SYSTEM_LONG = ("You are a meticulous travel assistant for the Northwind travel agency. " * 30).strip()
 
 
-def ask(base_url: str, messages: list[dict], max_tokens: int = 24) -> dict:
+def ask(base_url: str, messages: list[dict], max_tokens: int = 24, **extra) -> dict:
     r = httpx.post(base_url + "/v1/chat/completions", timeout=120,
-                   json={"messages": messages, "temperature": 0, "max_tokens": max_tokens})
+                   json={"messages": messages, "temperature": 0, "max_tokens": max_tokens, **extra})
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -55,6 +55,19 @@ def test_multi_turn_hits_the_cache(server: Server) -> None:
                 {"role": "user", "content": "And one in London?"}]
     turn2 = ask(server.base_url, history)
     assert turn2["usage"]["prompt_tokens_details"]["cached_tokens"] >= turn1["usage"]["prompt_tokens"] - 1
+
+
+def test_cache_prompt_false_prefills_cold(server: Server) -> None:
+    # llama-server's per-request switch: the whole prompt is prefilled although it is cached
+    msgs = [{"role": "system", "content": SYSTEM_LONG + " (cache_prompt test)"},
+            {"role": "user", "content": "Name a river in Germany."}]
+    first = ask(server.base_url, msgs, cache_prompt=False)
+    again = ask(server.base_url, msgs, cache_prompt=False)
+    cached = ask(server.base_url, msgs)
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert again["timings"]["prompt_n"] == again["usage"]["prompt_tokens"]
+    assert again["choices"][0]["message"]["content"] == first["choices"][0]["message"]["content"]
+    assert cached["usage"]["prompt_tokens_details"]["cached_tokens"] >= first["usage"]["prompt_tokens"] - 1
 
 
 async def test_full_queue_gives_429_and_server_keeps_serving(tmp_path_factory: pytest.TempPathFactory) -> None:
