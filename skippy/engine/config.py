@@ -16,7 +16,10 @@ class EngineConfig:
     clamped to the model's training context; the llama.cpp context holds
     ``n_ctx * parallel`` KV cells (as Ollama's ``num_ctx`` x ``num_parallel``).
     ``parallel``: sequences decoding at once (slots). ``threads``: CPU
-    threads for llama.cpp (``None``: all cores). ``chat_template``: jinja2
+    threads for llama.cpp (``None``: all cores). ``flash_attn``: llama.cpp's
+    flash attention, ``"on"``, ``"off"`` or ``"auto"`` (llama-server's
+    ``--flash-attn``); off by default because on CPU it made batched decode
+    about 1.4x slower (bench/bench_decode.py, SmolLM2, 16 sequences). ``chat_template``: jinja2
     text overriding the GGUF's. ``step_tokens``: token budget of one decode
     step, shared by prefill chunks and generating sequences. ``max_queue``:
     requests waiting for a slot before 429. ``chat_template_kwargs``: default
@@ -38,6 +41,7 @@ class EngineConfig:
     n_ctx: int = 4096
     parallel: int = 8
     threads: int | None = None
+    flash_attn: str = "off"
     chat_template: str | None = None
     n_batch: int = 512
     step_tokens: int = 256

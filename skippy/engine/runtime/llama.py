@@ -110,17 +110,22 @@ class LlamaVocab:
         return self._piece(token, special=True).decode("utf-8", errors="replace")
 
 
+#: ``flash_attn`` names -> llama.cpp ``llama_flash_attn_type`` values
+FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
+
+
 class LlamaRuntime:
     """A llama.cpp model + context (see module docstring).
 
     ``n_ctx_seq`` tokens per sequence, ``n_seq_max`` sequences; the llama.cpp
     context holds ``n_ctx_seq * n_seq_max`` cells. ``n_threads`` defaults to
-    the number of CPUs. Raises ``RuntimeError`` when the model or context
-    cannot be created.
+    the number of CPUs. ``flash_attn`` is ``"on"``, ``"off"`` or ``"auto"``
+    (llama.cpp's ``flash_attn_type``). Raises ``RuntimeError`` when the model
+    or context cannot be created, ``ValueError`` for an unknown ``flash_attn``.
     """
 
     def __init__(self, path: str, *, n_ctx_seq: int = 2048, n_seq_max: int = 16, n_batch: int = 512,
-                 n_threads: int | None = None, name: str | None = None, verbose: bool = False) -> None:
+                 n_threads: int | None = None, flash_attn: str = "off", name: str | None = None, verbose: bool = False) -> None:
         _init_backend(verbose)
         mparams = llama_cpp.llama_model_default_params()
         self._model = llama_cpp.llama_model_load_from_file(path.encode(), mparams)
@@ -141,6 +146,9 @@ class LlamaRuntime:
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         cparams.no_perf = True
+        if flash_attn not in FLASH_ATTN:
+            raise ValueError(f"flash_attn must be one of {sorted(FLASH_ATTN)}, not {flash_attn!r}")
+        cparams.flash_attn_type = FLASH_ATTN[flash_attn]
         self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             llama_cpp.llama_model_free(self._model)
