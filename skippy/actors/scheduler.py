@@ -96,6 +96,10 @@ class FinishEvent:
     cached_tokens: int = 0
 
 
+#: seconds the loop waits at most for the other tasks to go idle before a decode step
+IDLE_WAIT = 0.005
+
+
 @attrs.frozen
 class Submit:
     """Admit a tokenized prompt. Events go to ``events`` (an unbounded send channel).
@@ -221,8 +225,10 @@ class DecodeScheduler:
                     continue
                 # Let the request tasks turn the last step's tokens into bytes on the wire
                 # first: llama.cpp's worker threads spin on barriers, and Python work running
-                # beside them on the same cores stalls the whole decode step.
-                await trio.testing.wait_all_tasks_blocked()
+                # beside them on the same cores stalls the whole decode step. Bounded, so a
+                # task that never blocks (an embedding program's busy loop) cannot stall decoding.
+                with trio.move_on_after(IDLE_WAIT):
+                    await trio.testing.wait_all_tasks_blocked()
                 try:
                     results = await trio.to_thread.run_sync(self._step, plan)
                 except Exception as exc:  # llama.cpp refused the batch: fail these sequences, keep serving
@@ -306,13 +312,18 @@ class DecodeScheduler:
     def _take_slot(self, match: Match | None, key: str | None = None) -> tuple[int, int]:
         """A slot for a new sequence and how many of its prompt tokens are already in its KV."""
         rt = self.runtime
-        if match is not None and self._free_slots:  # copy the source, keep it for others
-            slot = self._free_slots.pop()
+        if match is not None and (self._free_slots or not match.resident):  # copy the source, keep it for others
+            if self._free_slots:
+                slot = self._free_slots.pop()
+            else:  # a running source and no free slot: the copy replaces the least recently used entry
+                slot = self.prefix.lru(key)
+                self.prefix.take(slot)
+                rt.seq_rm(slot)
             rt.seq_cp(match.slot, slot)
             if match.resident:
                 self.prefix.touch(match.slot)
             n = match.n
-        elif match is not None and match.resident:  # no free slot: reuse the resident one in place
+        elif match is not None:  # a resident source and no free slot: reuse it in place
             slot = match.slot
             self.prefix.take(slot)
             n = match.n

@@ -70,6 +70,33 @@ def test_cache_prompt_false_prefills_cold(server: Server) -> None:
     assert cached["usage"]["prompt_tokens_details"]["cached_tokens"] >= first["usage"]["prompt_tokens"] - 1
 
 
+async def test_burst_shares_a_prefill_when_every_slot_holds_a_cache_entry(tmp_path_factory: pytest.TempPathFactory) -> None:
+    # Two slots, both holding finished sequences; then two requests with a new long shared
+    # system prompt arrive together: the second copies the first's prefix (evicting an entry)
+    # instead of prefilling it again.
+    srv = Server(["--parallel", "2", "--n-ctx", "2048"], tmp_path_factory.mktemp("full") / "server.log")
+    try:
+        await trio.to_thread.run_sync(srv.wait_ready)
+        for topic in ("rivers", "mountains"):
+            await trio.to_thread.run_sync(ask, srv.base_url, [
+                {"role": "user", "content": f"Tell me three facts about {topic} in Europe, please, briefly."}])
+        assert httpx.get(srv.base_url + "/health").json()["slots_idle"] == 2
+        system = {"role": "system", "content": SYSTEM_LONG + " (shared burst)"}
+        replies: list[dict] = []
+
+        async def one(question: str) -> None:
+            replies.append(await trio.to_thread.run_sync(ask, srv.base_url, [
+                system, {"role": "user", "content": question}], 40))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(one, "Suggest a city to visit in Italy.")
+            nursery.start_soon(one, "Suggest a beach in Spain.")
+        cached = sorted(r["usage"]["prompt_tokens_details"]["cached_tokens"] for r in replies)
+        assert cached[1] >= 300, cached
+    finally:
+        srv.stop()
+
+
 async def test_full_queue_gives_429_and_server_keeps_serving(tmp_path_factory: pytest.TempPathFactory) -> None:
     srv = Server(["--parallel", "1", "--max-queue", "1", "--n-ctx", "1024"], tmp_path_factory.mktemp("q") / "log")
     try:
