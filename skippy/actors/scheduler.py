@@ -47,6 +47,7 @@ import numpy as np
 import trio
 import trio.testing
 
+from skippy.actors.base import DedicatedThread
 from skippy.engine.batch import SeqState, plan_step
 from skippy.engine.errors import QueueFull
 from skippy.engine.hooks import Inject, Stop
@@ -208,6 +209,7 @@ class DecodeScheduler:
     # -- the actor ---------------------------------------------------------------
     async def run(self) -> None:
         """The scheduler task; runs until cancelled, then frees every sequence."""
+        decode_thread = DedicatedThread("skippy-decode")  # every llama_decode on one OS thread
         try:
             while True:
                 if not self._running and not self._waiting:
@@ -230,7 +232,7 @@ class DecodeScheduler:
                 with trio.move_on_after(IDLE_WAIT):
                     await trio.testing.wait_all_tasks_blocked()
                 try:
-                    results = await trio.to_thread.run_sync(self._step, plan)
+                    results = await decode_thread.run_sync(self._step, plan)
                 except Exception as exc:  # llama.cpp refused the batch: fail these sequences, keep serving
                     log.exception("decode step failed")
                     for rid in list(self._running):
@@ -244,6 +246,7 @@ class DecodeScheduler:
                 for s, ev in results:
                     self._on_token(self._running.get(s.rid), ev)
         finally:
+            decode_thread.close()
             for req in list(self._running.values()):
                 self._finish(req, "cancelled")
             for req in self._waiting:

@@ -60,29 +60,40 @@ def plan_step(seqs: list[SeqState], budget: int) -> StepPlan | None:
     >= the number of generating sequences (each needs one token). The
     caller applies ``advance`` (sequence, tokens added) after a successful
     decode.
+
+    The budget goes to generating sequences first, then to prefill chunks in
+    admission order; the batch itself lists each sequence's tokens together,
+    in increasing slot order. With a non-unified KV cache llama.cpp splits a
+    batch into micro-batches of consecutive sequence ids taken in batch order
+    (``split_equal``), each one a full pass over the weights: unordered slots
+    made a 64-sequence decode step about 1.6x slower.
     """
-    entries: list[BatchEntry] = []
-    outputs: list[tuple[SeqState, int]] = []
-    advance: list[tuple[SeqState, int]] = []
+    take: list[tuple[SeqState, int]] = []
     for s in seqs:
         if not s.prefilling and s.pending is not None:
-            outputs.append((s, len(entries)))
-            entries.append(BatchEntry(s.pending, s.n_past, s.slot, True))
-            advance.append((s, 1))
-    left = budget - len(entries)
+            take.append((s, 1))
+    left = budget - len(take)
     for s in seqs:
         if left <= 0:
             break
         if s.prefilling:
             n = min(left, len(s.prompt) - s.n_past)
-            last = s.n_past + n == len(s.prompt)
-            for i in range(n):
-                pos = s.n_past + i
-                entries.append(BatchEntry(s.prompt[pos], pos, s.slot, last and i == n - 1))
-            if last:
-                outputs.append((s, len(entries) - 1))
-            advance.append((s, n))
+            take.append((s, n))
             left -= n
-    if not entries:
+    if not take:
         return None
-    return StepPlan(tuple(entries), tuple(outputs), tuple(advance))
+    take.sort(key=lambda t: t[0].slot)
+    entries: list[BatchEntry] = []
+    outputs: list[tuple[SeqState, int]] = []
+    for s, n in take:
+        if not s.prefilling:  # generating: its last sampled token
+            outputs.append((s, len(entries)))
+            entries.append(BatchEntry(s.pending, s.n_past, s.slot, True))  # type: ignore[arg-type]
+            continue
+        last = s.n_past + n == len(s.prompt)
+        for i in range(n):
+            pos = s.n_past + i
+            entries.append(BatchEntry(s.prompt[pos], pos, s.slot, last and i == n - 1))
+        if last:
+            outputs.append((s, len(entries) - 1))
+    return StepPlan(tuple(entries), tuple(outputs), tuple(take))

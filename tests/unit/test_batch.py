@@ -36,16 +36,17 @@ def test_nothing_to_do_returns_none():
     assert plan_step([s], 64) is None
 
 
-def test_generating_sequences_get_one_token_each_with_logits():
+def test_generating_sequences_get_one_token_each_with_logits_in_slot_order():
+    # llama.cpp (non-unified KV) micro-batches consecutive sequence ids in batch order: sort by slot
     a, b, c = gen(0, 0, pending=11), gen(1, 3, prompt_len=5, pending=22, n_generated=4), gen(2, 1, pending=33)
     plan = plan_step([a, b, c], 64)
     assert plan.entries == (
         BatchEntry(11, a.n_past, 0, True),
-        BatchEntry(22, b.n_past, 3, True),
         BatchEntry(33, c.n_past, 1, True),
+        BatchEntry(22, b.n_past, 3, True),
     )
-    assert [(s.rid, i) for s, i in plan.outputs] == [(0, 0), (1, 1), (2, 2)]
-    assert [(s.rid, n) for s, n in plan.advance] == [(0, 1), (1, 1), (2, 1)]
+    assert [(s.rid, i) for s, i in plan.outputs] == [(0, 0), (2, 1), (1, 2)]
+    assert sorted((s.rid, n) for s, n in plan.advance) == [(0, 1), (1, 1), (2, 1)]
     check_outputs(plan)
 
 
