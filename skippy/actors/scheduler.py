@@ -312,12 +312,19 @@ class DecodeScheduler:
                     return True
         return False
 
+    def _pop_free_slot(self) -> int:
+        """The lowest free slot: running sequences stay on few runs of consecutive ids, and
+        llama.cpp decodes each run of consecutive sequence ids as one micro-batch."""
+        slot = min(self._free_slots)
+        self._free_slots.remove(slot)
+        return slot
+
     def _take_slot(self, match: Match | None, key: str | None = None) -> tuple[int, int]:
         """A slot for a new sequence and how many of its prompt tokens are already in its KV."""
         rt = self.runtime
         if match is not None and (self._free_slots or not match.resident):  # copy the source, keep it for others
             if self._free_slots:
-                slot = self._free_slots.pop()
+                slot = self._pop_free_slot()
             else:  # a running source and no free slot: the copy replaces the least recently used entry
                 slot = self.prefix.lru(key)
                 self.prefix.take(slot)
@@ -331,7 +338,7 @@ class DecodeScheduler:
             self.prefix.take(slot)
             n = match.n
         elif self._free_slots:
-            return self._free_slots.pop(), 0
+            return self._pop_free_slot(), 0
         else:  # evict the least recently used resident sequence (of the same prompt_cache_key first)
             slot = self.prefix.lru(key)
             self.prefix.take(slot)
