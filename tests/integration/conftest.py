@@ -26,7 +26,7 @@ def free_port() -> int:
 
 
 class Server:
-    """A running ``skippy serve`` subprocess."""
+    """A running ``skippy serve`` subprocess; ``with Server(...) as srv`` waits until it is ready and stops it."""
 
     def __init__(self, args: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
@@ -55,6 +55,17 @@ class Server:
         self._log.flush()
         return self.log_path.read_text()
 
+    def __enter__(self) -> "Server":
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         self.proc.terminate()
         try:
@@ -67,12 +78,8 @@ class Server:
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory):
-    srv = Server(["--parallel", "8", "--n-ctx", "2048"], tmp_path_factory.mktemp("server") / "server.log")
-    try:
-        srv.wait_ready()
+    with Server(["--parallel", "8", "--n-ctx", "2048"], tmp_path_factory.mktemp("server") / "server.log") as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture
@@ -97,10 +104,6 @@ FIXTURES = CHAT_TEMPLATES
 def qwen_server(tmp_path_factory: pytest.TempPathFactory):
     """The default model served with the Qwen 2.5 chat template (native Hermes-style tool calls)."""
     template = FIXTURES / "Qwen-Qwen2.5-7B-Instruct.jinja"
-    srv = Server(["--parallel", "4", "--n-ctx", "2048", "--chat-template", str(template)],
-                 tmp_path_factory.mktemp("qwen") / "server.log")
-    try:
-        srv.wait_ready()
+    with Server(["--parallel", "4", "--n-ctx", "2048", "--chat-template", str(template)],
+                tmp_path_factory.mktemp("qwen") / "server.log") as srv:
         yield srv
-    finally:
-        srv.stop()

@@ -30,13 +30,9 @@ HYPOTHESIS_EXAMPLES = 150
 @pytest.fixture(scope="module")
 def fuzz_server(tmp_path_factory: pytest.TempPathFactory):
     # one llama.cpp thread: decoding does not collapse when other processes share the 2 cores
-    srv = Server(["--parallel", "4", "--n-ctx", "256", "--max-queue", "64", "--threads", "1"],
-                 tmp_path_factory.mktemp("fuzz") / "server.log")
-    try:
-        srv.wait_ready()
+    with Server(["--parallel", "4", "--n-ctx", "256", "--max-queue", "64", "--threads", "1"],
+                tmp_path_factory.mktemp("fuzz") / "server.log") as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def assert_no_server_errors(srv: Server) -> None:

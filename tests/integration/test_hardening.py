@@ -114,39 +114,27 @@ def hard_server(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("hard")
     key_file = tmp / "keys.txt"
     key_file.write_text(f"# accepted keys\n\n{KEY_TWO}\n")
-    srv = Server(["--parallel", "4", "--n-ctx", "256", "--threads", "1", "--clamp-max-tokens", "--api-key", KEY_ONE,
-                  "--cors-origins", f"{ORIGIN},{OTHER_ORIGIN}", "--max-body-bytes", "65536",
-                  "--max-messages", "8", "--max-tools", "4", "--max-chat-template-bytes", "8192",
-                  "--max-grammar-bytes", "1024"],
-                 tmp / "server.log", env={"SKIPPY_API_KEY_FILE": str(key_file), "SKIPPY_CANARY": CANARY})
-    try:
-        srv.wait_ready()
+    with Server(["--parallel", "4", "--n-ctx", "256", "--threads", "1", "--clamp-max-tokens", "--api-key", KEY_ONE,
+                 "--cors-origins", f"{ORIGIN},{OTHER_ORIGIN}", "--max-body-bytes", "65536",
+                 "--max-messages", "8", "--max-tools", "4", "--max-chat-template-bytes", "8192",
+                 "--max-grammar-bytes", "1024"],
+                tmp / "server.log", env={"SKIPPY_API_KEY_FILE": str(key_file), "SKIPPY_CANARY": CANARY}) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")
 def timeout_server(tmp_path_factory: pytest.TempPathFactory):
-    srv = Server(["--parallel", "2", "--n-ctx", "2048", "--threads", "1", "--request-timeout", "2"],
-                 tmp_path_factory.mktemp("timeout") / "server.log")
-    try:
-        srv.wait_ready()
+    with Server(["--parallel", "2", "--n-ctx", "2048", "--threads", "1", "--request-timeout", "2"],
+                tmp_path_factory.mktemp("timeout") / "server.log") as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")
 def clients_server(tmp_path_factory: pytest.TempPathFactory):
     """Default flags (8 slots) for the slow and vanishing clients."""
-    srv = Server(["--parallel", "8", "--n-ctx", "1024", "--threads", "1"],
-                 tmp_path_factory.mktemp("clients") / "server.log")
-    try:
-        srv.wait_ready()
+    with Server(["--parallel", "8", "--n-ctx", "1024", "--threads", "1"],
+                tmp_path_factory.mktemp("clients") / "server.log") as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 # -- authentication --------------------------------------------------------------------------------

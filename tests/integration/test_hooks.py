@@ -19,14 +19,10 @@ STORY = [SYSTEM, {"role": "user", "content": "Write a short story about a lighth
 @pytest.fixture(scope="module")
 def hook_server(tmp_path_factory: pytest.TempPathFactory):
     # threshold 0 nats: every token is high-entropy, so the mid-generation hook fires at 12 decoded tokens
-    srv = Server(["--parallel", "4", "--n-ctx", "1024", "--hook-policy", "tests.integration.hook_policy:make",
-                  "--hook-timeout", "8", "--high-entropy-threshold", "0"],
-                 tmp_path_factory.mktemp("hooks") / "server.log", env={"PYTHONPATH": str(ROOT)})
-    try:
-        srv.wait_ready()
+    with Server(["--parallel", "4", "--n-ctx", "1024", "--hook-policy", "tests.integration.hook_policy:make",
+                 "--hook-timeout", "8", "--high-entropy-threshold", "0"],
+                tmp_path_factory.mktemp("hooks") / "server.log", env={"PYTHONPATH": str(ROOT)}) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def chat(base_url: str, user: str | None, **extra) -> httpx.Response:

@@ -22,13 +22,9 @@ def ask(base_url: str, messages: list[dict], max_tokens: int = 24, **extra) -> d
 
 @pytest.fixture(scope="module")
 def cold_server(tmp_path_factory: pytest.TempPathFactory):
-    srv = Server(["--parallel", "2", "--n-ctx", "2048", "--no-prefix-cache"],
-                 tmp_path_factory.mktemp("cold") / "server.log")
-    try:
-        srv.wait_ready()
+    with Server(["--parallel", "2", "--n-ctx", "2048", "--no-prefix-cache"],
+                tmp_path_factory.mktemp("cold") / "server.log") as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def test_prefix_reuse_matches_cold_run(server: Server, cold_server: Server) -> None:
