@@ -199,7 +199,8 @@ def serve(model: str, host: str, port: int, n_ctx: int, parallel: int, threads: 
     spec = lookup(model)
     name = spec.name if spec else path.stem
     config = EngineConfig(model=str(path), model_name=name, n_ctx=n_ctx, parallel=parallel, threads=threads,
-                          flash_attn=flash_attn, chat_template=template, max_queue=max_queue, chat_template_kwargs=kwargs,
+                          flash_attn=flash_attn, chat_template=template, max_queue=max_queue,
+                          chat_template_kwargs=kwargs,
                           force_tool_emulation=force_tool_emulation, hook_policy=hook_policy, hook_url=hook_url,
                           prefix_cache=prefix_cache, step_tokens=step_tokens, clamp_max_tokens=clamp_max_tokens,
                           hook_timeout=hook_timeout, hook_fail_closed=hook_fail_closed,

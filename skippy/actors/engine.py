@@ -450,7 +450,8 @@ def load_runtime(config: EngineConfig) -> Runtime:
 
     path = resolve_model(config.model)
     return LlamaRuntime(str(path), n_ctx_seq=config.n_ctx, n_seq_max=config.parallel, n_batch=config.n_batch,
-                        n_threads=config.threads, flash_attn=config.flash_attn, name=config.model_name or None, verbose=config.verbose)
+                        n_threads=config.threads, flash_attn=config.flash_attn, name=config.model_name or None,
+                        verbose=config.verbose)
 
 
 @asynccontextmanager

@@ -66,7 +66,8 @@ def test_cache_prompt_false_prefills_cold(server: Server) -> None:
     assert cached["usage"]["prompt_tokens_details"]["cached_tokens"] >= first["usage"]["prompt_tokens"] - 1
 
 
-async def test_burst_shares_a_prefill_when_every_slot_holds_a_cache_entry(tmp_path_factory: pytest.TempPathFactory) -> None:
+async def test_burst_shares_a_prefill_when_every_slot_holds_a_cache_entry(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
     # Two slots, both holding finished sequences; then two requests with a new long shared
     # system prompt arrive together: the second copies the first's prefix (evicting an entry)
     # instead of prefilling it again.

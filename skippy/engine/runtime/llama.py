@@ -125,7 +125,8 @@ class LlamaRuntime:
     """
 
     def __init__(self, path: str, *, n_ctx_seq: int = 2048, n_seq_max: int = 16, n_batch: int = 512,
-                 n_threads: int | None = None, flash_attn: str = "off", name: str | None = None, verbose: bool = False) -> None:
+                 n_threads: int | None = None, flash_attn: str = "off", name: str | None = None,
+                 verbose: bool = False) -> None:
         _init_backend(verbose)
         mparams = llama_cpp.llama_model_default_params()
         self._model = llama_cpp.llama_model_load_from_file(path.encode(), mparams)
