@@ -127,6 +127,8 @@ class LlamaRuntime:
     def __init__(self, path: str, *, n_ctx_seq: int = 2048, n_seq_max: int = 16, n_batch: int = 512,
                  n_threads: int | None = None, flash_attn: str = "off", name: str | None = None,
                  verbose: bool = False) -> None:
+        if flash_attn not in FLASH_ATTN:  # before loading: a refused argument must not leak the model
+            raise ValueError(f"flash_attn must be one of {sorted(FLASH_ATTN)}, not {flash_attn!r}")
         _init_backend(verbose)
         mparams = llama_cpp.llama_model_default_params()
         self._model = llama_cpp.llama_model_load_from_file(path.encode(), mparams)
@@ -147,8 +149,6 @@ class LlamaRuntime:
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         cparams.no_perf = True
-        if flash_attn not in FLASH_ATTN:
-            raise ValueError(f"flash_attn must be one of {sorted(FLASH_ATTN)}, not {flash_attn!r}")
         cparams.flash_attn_type = FLASH_ATTN[flash_attn]
         self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
         if not self._ctx:
