@@ -15,12 +15,19 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
+from collections import deque
+from functools import partial
+from typing import Awaitable, Callable
 
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.config import Sockets
-from hypercorn.trio.run import worker_serve
-from hypercorn.utils import wrap_app
+from hypercorn.trio.lifespan import Lifespan
+from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.worker_context import WorkerContext
+from hypercorn.typing import AppWrapper, ConnectionState, LifespanState
+from hypercorn.utils import ShutdownError, raise_shutdown, repr_socket_addr, wrap_app
 
 from skippy.actors.engine import open_engine
 from skippy.engine.config import EngineConfig
@@ -43,6 +50,86 @@ def hypercorn_config(host: str, port: int, *, shutdown_grace: float = 30.0) -> H
     cfg.accesslog = None
     cfg.graceful_timeout = shutdown_grace + 5
     return cfg
+
+
+class BurstListener(trio.abc.Listener[trio.SocketStream]):
+    """A TCP listener that takes every connection waiting in the kernel's accept queue at once.
+
+    ``trio.SocketListener.accept`` returns one connection per scheduler pass, and a pass
+    lasts as long as all the work runnable at that moment. Under a connect burst of N
+    clients, a connection arriving just after the burst (a ``/health`` probe) waited for N
+    passes: ~1 s for N = 256 on 2 cores. This listener waits like ``SocketListener`` for
+    the first connection, then accepts the rest of the queue without yielding (non-blocking
+    ``accept(2)`` until ``EAGAIN``) and hands the queued streams out in arrival order.
+
+    ``sock`` is the bound, listening stdlib socket; the listener owns it from here on.
+    Accept errors during the drain stop the drain; the next ``accept`` meets them through
+    ``SocketListener`` (``trio.serve_listeners`` backs off on ``EMFILE`` and the like).
+    """
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))  # sets O_NONBLOCK on sock
+        self._queued: deque[trio.SocketStream] = deque()
+
+    async def accept(self) -> trio.SocketStream:
+        """The next connection: one already drained, else wait for one and drain the queue behind it."""
+        if self._queued:
+            await trio.lowlevel.checkpoint_if_cancelled()
+            return self._queued.popleft()
+        stream = await self._listener.accept()
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:  # BlockingIOError: the queue is empty
+                break
+            self._queued.append(trio.SocketStream(trio.socket.from_stdlib_socket(conn)))
+        return stream
+
+    async def aclose(self) -> None:
+        """Close the listening socket and every drained connection not yet handed out."""
+        while self._queued:
+            await trio.aclose_forcefully(self._queued.popleft())
+        await self._listener.aclose()
+
+
+async def _worker_serve(app: AppWrapper, config: HypercornConfig, sockets: Sockets,
+                        shutdown_trigger: Callable[[], Awaitable[None]]) -> None:
+    """hypercorn's ``trio.run.worker_serve`` for plain-HTTP sockets, accepting through :class:`BurstListener`.
+
+    Same lifespan, connection handling (``TCPServer``), shutdown trigger and
+    ``graceful_timeout`` as hypercorn 0.17/0.18; only the listener differs (hypercorn
+    builds its ``SocketListener`` inside ``worker_serve``, with no hook to replace it).
+    """
+    lifespan_state: LifespanState = {}
+    lifespan = Lifespan(app, config, lifespan_state)
+    context = WorkerContext(None)
+    async with trio.open_nursery() as lifespan_nursery:
+        await lifespan_nursery.start(lifespan.handle_lifespan)
+        await lifespan.wait_for_startup()
+        async with trio.open_nursery() as server_nursery:
+            listeners = []
+            for sock in sockets.insecure_sockets:
+                listeners.append(BurstListener(sock))
+                await config.log.info(f"Running on http://{repr_socket_addr(sock.family, sock.getsockname())} "
+                                      "(CTRL + C to quit)")
+            handler = partial(TCPServer, app, config, context, ConnectionState(lifespan_state.copy()))
+            try:
+                async with trio.open_nursery(strict_exception_groups=True) as nursery:
+                    nursery.start_soon(raise_shutdown, shutdown_trigger)
+                    nursery.start_soon(raise_shutdown, context.terminate.wait)
+                    nursery.start_soon(partial(trio.serve_listeners, handler, listeners,
+                                               handler_nursery=server_nursery))
+                    await trio.sleep_forever()
+            except BaseExceptionGroup as error:
+                _, other_errors = error.split((ShutdownError, KeyboardInterrupt))
+                if other_errors is not None:
+                    raise other_errors
+            finally:
+                await context.terminated.set()
+                server_nursery.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
+        await lifespan.wait_for_shutdown()
+        lifespan_nursery.cancel_scope.cancel()
 
 
 async def _watch_signals(stop: trio.Event, lifecycle: Lifecycle, *,
@@ -110,8 +197,8 @@ async def serve(config: EngineConfig, *, host: str = "127.0.0.1", port: int = 80
             nursery.start_soon(_shut_down, state.lifecycle, sockets, settings.shutdown_grace)
 
         nursery.start_soon(load_engine, nursery.cancel_scope)
-        # hypercorn.trio.serve() without its own sockets: we close ours on shutdown
-        await worker_serve(wrap_app(app, hconfig.wsgi_max_body_size, "asgi"), hconfig, sockets=sockets,
-                           shutdown_trigger=shutdown_trigger)
+        # hypercorn's worker loop on our sockets (we close them on shutdown)
+        await _worker_serve(wrap_app(app, hconfig.wsgi_max_body_size, "asgi"), hconfig, sockets,
+                            shutdown_trigger)
         nursery.cancel_scope.cancel()
     return exit_code

@@ -1,0 +1,68 @@
+"""BurstListener: a connect burst is accepted in one scheduler pass, in arrival order."""
+
+from __future__ import annotations
+
+import socket
+
+import trio
+
+from skippy.http.serve import BurstListener
+
+N = 40
+
+
+def _listening_socket() -> socket.socket:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    return sock
+
+
+async def test_a_burst_is_accepted_without_a_scheduler_pass_per_connection():
+    sock = _listening_socket()
+    port = sock.getsockname()[1]
+    listener = BurstListener(sock)
+    clients = []
+    for i in range(N):  # N connections wait in the kernel's accept queue, each has sent its index
+        c = socket.create_connection(("127.0.0.1", port))
+        c.sendall(bytes([i]))
+        clients.append(c)
+    passes = 0
+
+    async def count_passes():
+        nonlocal passes
+        while True:
+            passes += 1
+            await trio.lowlevel.checkpoint()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(count_passes)
+        await trio.lowlevel.checkpoint()  # let the counter start
+        start = passes
+        streams = [await listener.accept() for _ in range(N)]
+        accept_passes = passes - start
+        nursery.cancel_scope.cancel()
+    order = [(await s.receive_some(1))[0] for s in streams]
+    assert order == list(range(N))  # arrival order
+    # trio.SocketListener takes one connection per pass (N passes); the drain takes one or two
+    assert accept_passes <= 2, accept_passes
+    for s in streams:
+        await s.aclose()
+    await listener.aclose()
+    for c in clients:
+        c.close()
+
+
+async def test_aclose_closes_connections_drained_but_not_handed_out():
+    sock = _listening_socket()
+    port = sock.getsockname()[1]
+    listener = BurstListener(sock)
+    clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+    first = await listener.accept()  # drains the other two
+    await listener.aclose()
+    for c in clients[1:]:
+        c.settimeout(5)
+        assert c.recv(1) == b""  # the server side was closed
+    await first.aclose()
+    for c in clients:
+        c.close()
