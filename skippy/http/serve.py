@@ -23,6 +23,7 @@ from typing import Awaitable, Callable
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.config import Sockets
+from hypercorn.events import Closed, Event
 from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
@@ -93,13 +94,31 @@ class BurstListener(trio.abc.Listener[trio.SocketStream]):
         await self._listener.aclose()
 
 
+class _TCPServer(TCPServer):
+    """hypercorn's connection handler, closing the socket when the response says ``Connection: close``.
+
+    hypercorn 0.18 closes from inside the app's task, and quart-trio cancels that task as the
+    response ends, so the close was cancelled and the connection stayed open until the
+    client closed it (a client reading to EOF, HTTP/1.0 style, hung; hypercorn issue #330).
+    Closing is quick (``shutdown(2)`` and ``close(2)``), so it runs shielded.
+    """
+
+    async def protocol_send(self, event: Event) -> None:
+        if isinstance(event, Closed):
+            with trio.CancelScope(shield=True):
+                await super().protocol_send(event)
+        else:
+            await super().protocol_send(event)
+
+
 async def _worker_serve(app: AppWrapper, config: HypercornConfig, sockets: Sockets,
                         shutdown_trigger: Callable[[], Awaitable[None]]) -> None:
     """hypercorn's ``trio.run.worker_serve`` for plain-HTTP sockets, accepting through :class:`BurstListener`.
 
     Same lifespan, connection handling (``TCPServer``), shutdown trigger and
-    ``graceful_timeout`` as hypercorn 0.17/0.18; only the listener differs (hypercorn
-    builds its ``SocketListener`` inside ``worker_serve``, with no hook to replace it).
+    ``graceful_timeout`` as hypercorn 0.17/0.18. The listener differs (hypercorn builds its
+    ``SocketListener`` inside ``worker_serve``, with no hook to replace it), and so does the
+    close of a ``Connection: close`` response (:class:`_TCPServer`).
     """
     lifespan_state: LifespanState = {}
     lifespan = Lifespan(app, config, lifespan_state)
@@ -113,7 +132,7 @@ async def _worker_serve(app: AppWrapper, config: HypercornConfig, sockets: Socke
                 listeners.append(BurstListener(sock))
                 await config.log.info(f"Running on http://{repr_socket_addr(sock.family, sock.getsockname())} "
                                       "(CTRL + C to quit)")
-            handler = partial(TCPServer, app, config, context, ConnectionState(lifespan_state.copy()))
+            handler = partial(_TCPServer, app, config, context, ConnectionState(lifespan_state.copy()))
             try:
                 async with trio.open_nursery(strict_exception_groups=True) as nursery:
                     nursery.start_soon(raise_shutdown, shutdown_trigger)

@@ -419,6 +419,46 @@ def test_graceful_shutdown(tmp_path: Path, sig: signal.Signals) -> None:
     assert "shutting down" in log and "Traceback" not in log
 
 
+def _read_until_eof(sock: socket.socket) -> bytes:
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+@pytest.mark.parametrize("request_head", [
+    b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    b"GET /health HTTP/1.0\r\n\r\n",
+], ids=["connection-close", "http-1.0"])
+def test_server_closes_the_connection_after_a_close_response(base_url: str, request_head: bytes) -> None:
+    """RFC 9112 section 9.6: after a response to ``Connection: close`` (or HTTP/1.0) the server closes."""
+    port = int(base_url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request_head)
+        data = _read_until_eof(sock)  # socket.timeout if the server keeps the connection open
+    assert data.startswith(b"HTTP/1.1 200") and data.endswith(b"}")
+
+
+def test_keep_alive_connection_serves_a_second_request(base_url: str) -> None:
+    port = int(base_url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        conn = h11.Connection(h11.CLIENT)
+        for _ in range(2):
+            sock.sendall(conn.send(h11.Request(method="GET", target="/health", headers=[("Host", "x")]))
+                         + conn.send(h11.EndOfMessage()))
+            status = None
+            while True:
+                event = conn.next_event()
+                if event is h11.NEED_DATA:
+                    conn.receive_data(sock.recv(65536))
+                elif isinstance(event, h11.Response):
+                    status = event.status_code
+                elif isinstance(event, h11.EndOfMessage):
+                    break
+            assert status == 200
+            conn.start_next_cycle()
+
+
 # -- slow and vanished clients ---------------------------------------------------------------------
 
 def test_slow_reader_only_slows_itself(clients_server: Server) -> None:
