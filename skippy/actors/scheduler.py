@@ -271,17 +271,26 @@ class DecodeScheduler:
             self._on_verdict(msg)
 
     def _admit(self) -> None:
+        """Start waiting requests in arrival order while a slot (free or cached) is there.
+
+        A request whose prefix a running prefill will soon hold waits for it (and keeps its
+        place), but does not hold back the requests behind it: those that share nothing with
+        a running prefill start now. At most ``n_seq_max`` such waiters are looked past per step.
+        """
+        deferred: list[_Req] = []
         while self._waiting and (self._free_slots or len(self.prefix)):
-            req = self._waiting[0]
+            req = self._waiting.popleft()
             sub = req.submit
             match = None
             if self.prefix_cache and sub.cache_prompt:
-                if self._share_later(sub.prompt):
-                    break  # a running prefill will soon hold this prompt's prefix: copy it then
+                if self._share_later(sub.prompt):  # copy the prefix once the running prefill holds it
+                    deferred.append(req)
+                    if len(deferred) >= self.runtime.meta.n_seq_max:
+                        break
+                    continue
                 self.prefix_queries += 1
                 match = self.prefix.best(sub.prompt, ((r.seq.slot, r.seq.prompt[:r.seq.n_past])
                                                       for r in self._running.values()))
-            self._waiting.popleft()
             slot, n_cached = self._take_slot(match, sub.cache_key)
             try:
                 req.sampler = self.runtime.new_sampler(sub.params)
@@ -301,6 +310,7 @@ class DecodeScheduler:
             if sub.hooks:
                 req.window = SignalWindow(self.signal_config)
             self._running[sub.rid] = req
+        self._waiting.extendleft(reversed(deferred))
 
     def _share_later(self, prompt: list[int]) -> bool:
         """True when a sequence still prefilling shares a longer prefix with ``prompt`` than it holds yet."""

@@ -3,7 +3,8 @@
 Each decode step is one ``llama_decode`` over a batch built by
 :func:`plan_step`: first one token for every sequence that is generating
 (its last sampled token, logits requested), then prefill chunks of waiting
-prompts, oldest first, until the step's token budget is spent. A prompt's
+prompts, shortest remaining first (the oldest always progresses), until the
+step's token budget is spent. A prompt's
 last chunk requests logits at its final position, from which the first
 token is sampled. So a request that arrives while others decode joins the
 running batch at the next step, and a long prompt prefills over several
@@ -61,8 +62,12 @@ def plan_step(seqs: list[SeqState], budget: int) -> StepPlan | None:
     caller applies ``advance`` (sequence, tokens added) after a successful
     decode.
 
-    The budget goes to generating sequences first, then to prefill chunks in
-    admission order; the batch itself lists each sequence's tokens together,
+    The budget goes to generating sequences first, then to prefill chunks:
+    shortest remaining prompt first (ties in admission order), so a short
+    request's first token does not wait for a long prompt's whole prefill,
+    while the oldest prefilling sequence always gets at least a quarter of
+    what is left, so a long prompt is never starved by a stream of short
+    ones. The batch itself lists each sequence's tokens together,
     in increasing slot order. With a non-unified KV cache llama.cpp splits a
     batch into micro-batches of consecutive sequence ids taken in batch order
     (``split_equal``), each one a full pass over the weights: unordered slots
@@ -73,13 +78,19 @@ def plan_step(seqs: list[SeqState], budget: int) -> StepPlan | None:
         if not s.prefilling and s.pending is not None:
             take.append((s, 1))
     left = budget - len(take)
-    for s in seqs:
-        if left <= 0:
-            break
-        if s.prefilling:
-            n = min(left, len(s.prompt) - s.n_past)
-            take.append((s, n))
-            left -= n
+    prefilling = [s for s in seqs if s.prefilling]
+    if prefilling and left > 0:
+        oldest = prefilling[0]  # always progresses: a quarter of the prefill budget at least
+        share = {oldest: min(len(oldest.prompt) - oldest.n_past, max(left // 4, 1))}
+        left -= share[oldest]
+        for s in sorted(prefilling, key=lambda s: len(s.prompt) - s.n_past):  # stable: ties by admission
+            if left <= 0:
+                break
+            n = min(left, len(s.prompt) - s.n_past - share.get(s, 0))
+            if n > 0:
+                share[s] = share.get(s, 0) + n
+                left -= n
+        take.extend(share.items())
     if not take:
         return None
     take.sort(key=lambda t: t[0].slot)

@@ -107,24 +107,39 @@ def test_generating_first_then_prefill_shares_remaining_budget():
     check_outputs(plan)
 
 
-def test_oldest_prefill_first_and_budget_spills_to_next():
+def test_shortest_prefill_first_and_budget_spills_to_next():
     old = fresh(0, 0, list(range(3)))
     mid = fresh(1, 1, list(range(5)))
     new = fresh(2, 2, list(range(4)))
     plan = plan_step([old, mid, new], 6)
-    assert [(e.seq_id, e.pos) for e in plan.entries] == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
-    # old finished its prompt: logits at its last token; mid is mid-prompt: none
+    # shortest remaining first: old (3), then new (3 of 4); mid (5) waits
+    assert [(e.seq_id, e.pos) for e in plan.entries] == [(0, 0), (0, 1), (0, 2), (2, 0), (2, 1), (2, 2)]
+    # old finished its prompt: logits at its last token; new is mid-prompt: none
     assert [e.logits for e in plan.entries] == [False, False, True, False, False, False]
     assert [(s.rid, i) for s, i in plan.outputs] == [(0, 2)]
-    assert [(s.rid, n) for s, n in plan.advance] == [(0, 3), (1, 3)]
+    assert [(s.rid, n) for s, n in plan.advance] == [(0, 3), (2, 3)]
     check_outputs(plan)
     apply(plan)
-    # next step: mid continues at n_past=3, then new starts
+    # next step: new continues at n_past=3 (1 left), then mid starts
     plan = plan_step([old, mid, new], 6)
-    assert [(e.seq_id, e.pos) for e in plan.entries] == [(1, 3), (1, 4), (2, 0), (2, 1), (2, 2), (2, 3)]
-    assert [e.logits for e in plan.entries] == [False, True, False, False, False, True]
-    assert [(s.rid, i) for s, i in plan.outputs] == [(1, 1), (2, 5)]
+    assert [(e.seq_id, e.pos) for e in plan.entries] == [(1, 0), (1, 1), (1, 2), (1, 3), (1, 4), (2, 3)]
+    assert [e.logits for e in plan.entries] == [False, False, False, False, True, True]
+    assert [(s.rid, i) for s, i in plan.outputs] == [(1, 4), (2, 5)]
     check_outputs(plan)
+
+
+def test_short_prompt_is_not_held_back_by_an_older_long_one_which_still_progresses():
+    long = fresh(0, 0, list(range(1000)))
+    short = fresh(1, 1, list(range(20)))
+    plan = plan_step([long, short], 256)
+    assert dict((s.rid, n) for s, n in plan.advance) == {0: 236, 1: 20}
+    assert [(s.rid, i) for s, i in plan.outputs] == [(1, 255)]  # short's first token this step
+    # many short prompts: the oldest long one still gets a quarter of the budget
+    shorts = [fresh(i, i, list(range(30))) for i in range(1, 20)]
+    plan = plan_step([long, *shorts], 256)
+    got = dict((s.rid, n) for s, n in plan.advance)
+    assert got[0] == 64 and sum(got.values()) == 256
+    assert [rid for rid, n in got.items() if n == 30] == list(range(1, 7))  # then shorts in admission order
 
 
 def test_budget_spent_by_decoders_leaves_prefill_waiting():
