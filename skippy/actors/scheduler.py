@@ -51,7 +51,7 @@ from skippy.actors.base import DedicatedThread
 from skippy.engine.batch import SeqState, plan_step
 from skippy.engine.errors import QueueFull
 from skippy.engine.hooks import Inject, Stop
-from skippy.engine.prefix import MIN_REUSE, Match, PrefixIndex, common_prefix_len
+from skippy.engine.prefix import MIN_REUSE, MIN_TAIL, Match, PrefixIndex, common_prefix_len
 from skippy.engine.runtime.base import Runtime
 from skippy.engine.sampling import SamplingParams
 from skippy.engine.signals import GenerationSignals, PrefillSignals, SignalConfig, SignalWindow, token_signals
@@ -289,7 +289,7 @@ class DecodeScheduler:
                         break
                     continue
                 self.prefix_queries += 1
-                match = self.prefix.best(sub.prompt, ((r.seq.slot, r.seq.prompt[:r.seq.n_past])
+                match = self.prefix.best(sub.prompt, ((r.seq.slot, r.seq.prompt[:_prefilled(r)])
                                                       for r in self._running.values()))
             slot, n_cached = self._take_slot(match, sub.cache_key)
             try:
@@ -317,7 +317,7 @@ class DecodeScheduler:
         for r in self._running.values():
             s = r.seq
             if s.prefilling:
-                n = min(common_prefix_len(s.prompt, prompt), len(prompt) - 1)
+                n = min(common_prefix_len(s.prompt, prompt), len(prompt) - MIN_TAIL)
                 if n >= MIN_REUSE and s.n_past < n:
                     return True
         return False
@@ -483,11 +483,25 @@ class DecodeScheduler:
             req.sampler = None
         s = req.seq
         if s is not None:
-            if self.prefix_cache and reason != "error" and s.n_past >= MIN_REUSE:
-                self.prefix.keep(s.slot, s.prompt[:s.n_past], req.submit.cache_key)  # KV stays for later prompts
+            n_keep = _prefilled(req)
+            if (self.prefix_cache and reason != "error" and n_keep >= MIN_REUSE
+                    and self.runtime.seq_rm(s.slot, n_keep, -1)):
+                self.prefix.keep(s.slot, s.prompt[:n_keep], req.submit.cache_key)  # KV stays for later prompts
             else:
                 self.runtime.seq_rm(s.slot)
                 self._free_slots.append(s.slot)
+
+
+def _prefilled(req: _Req) -> int:
+    """How many of ``req``'s KV tokens prefill computed: the prompt, not generated or injected text.
+
+    Only these are offered for reuse. llama.cpp computes a token decoded alone (a generated
+    token) with other kernels than a token inside a prefill batch, and the two KV values differ
+    in their last bits (measured on CPU: a 32-token prefix decoded one token at a time moved the
+    logits 600 tokens later by up to 0.3). Reusing generated tokens would make a cached prompt's
+    greedy output differ from a cold run's; a prompt's tokens are prefilled alike on both paths.
+    """
+    return min(req.seq.n_past, len(req.submit.prompt)) if req.seq is not None else 0
 
 
 def _logprobs(raw: np.ndarray, k: int) -> tuple[np.ndarray, tuple[TopLogprob, ...]]:

@@ -54,6 +54,22 @@ class StepPlan:
     advance: tuple[tuple[SeqState, int], ...]
 
 
+def _chunk(rem: int, n: int, *, must: bool = False) -> int:
+    """Prompt tokens to prefill now, of ``rem`` left, when ``n`` fit: no lone token if avoidable.
+
+    llama.cpp computes a sequence's lone token in a batch with other kernels than two or more,
+    and its KV differs in the last bits; so a chunk never leaves exactly one token for the next
+    step, and a lone token waits for room for two (unless ``must``: the oldest prefill always
+    progresses). Then a prompt is prefilled with the same numbers however it is chunked.
+    """
+    n = min(n, rem)
+    if n < rem and rem - n == 1:
+        n -= 1
+    if n == 1 and rem > 1 and not must:
+        n = 0
+    return max(n, 1) if must else n
+
+
 def plan_step(seqs: list[SeqState], budget: int) -> StepPlan | None:
     """Plan one step over ``seqs`` (in admission order) within ``budget`` tokens.
 
@@ -67,7 +83,8 @@ def plan_step(seqs: list[SeqState], budget: int) -> StepPlan | None:
     request's first token does not wait for a long prompt's whole prefill,
     while the oldest prefilling sequence always gets at least a quarter of
     what is left, so a long prompt is never starved by a stream of short
-    ones. The batch itself lists each sequence's tokens together,
+    ones; no chunk is a lone prompt token when two can go (:func:`_chunk`).
+    The batch itself lists each sequence's tokens together,
     in increasing slot order. With a non-unified KV cache llama.cpp splits a
     batch into micro-batches of consecutive sequence ids taken in batch order
     (``split_equal``), each one a full pass over the weights: unordered slots
@@ -81,16 +98,17 @@ def plan_step(seqs: list[SeqState], budget: int) -> StepPlan | None:
     prefilling = [s for s in seqs if s.prefilling]
     if prefilling and left > 0:
         oldest = prefilling[0]  # always progresses: a quarter of the prefill budget at least
-        share = {oldest: min(len(oldest.prompt) - oldest.n_past, max(left // 4, 1))}
+        share = {oldest: _chunk(len(oldest.prompt) - oldest.n_past, max(left // 4, 1), must=True)}
         left -= share[oldest]
         for s in sorted(prefilling, key=lambda s: len(s.prompt) - s.n_past):  # stable: ties by admission
             if left <= 0:
                 break
-            n = min(left, len(s.prompt) - s.n_past - share.get(s, 0))
-            if n > 0:
-                share[s] = share.get(s, 0) + n
-                left -= n
-        take.extend(share.items())
+            rem, have = len(s.prompt) - s.n_past, share.get(s, 0)
+            n = _chunk(rem, have + min(left, rem - have), must=have > 0)
+            if n > have:
+                share[s] = n
+                left -= n - have
+        take.extend((s, n) for s, n in share.items() if n > 0)
     if not take:
         return None
     take.sort(key=lambda t: t[0].slot)

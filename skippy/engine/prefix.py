@@ -20,6 +20,12 @@ import attrs
 #: Shorter shared prefixes are not worth a copy.
 MIN_REUSE = 16
 
+#: Prompt tokens always prefilled, even when cached: the last one's logits give the first
+#: sampled token, and llama.cpp computes a sequence's lone token in a batch with other kernels
+#: than two or more (measured on CPU: the first token's logits moved by up to 0.4). With two,
+#: a cached prompt's greedy output equals a cold run's.
+MIN_TAIL = 2
+
 
 def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the longest common prefix of two token lists."""
@@ -86,11 +92,10 @@ class PrefixIndex:
         """The resident or running sequence sharing the longest prefix (>= :data:`MIN_REUSE`) with ``prompt``.
 
         ``running`` gives (slot, tokens in its KV) of sequences decoding now.
-        At most ``len(prompt) - 1`` tokens are reused: the last prompt token
-        is always decoded, to get the logits of the first sampled token.
+        At most ``len(prompt) - MIN_TAIL`` tokens are reused (see :data:`MIN_TAIL`).
         """
         best: Match | None = None
-        limit = len(prompt) - 1
+        limit = len(prompt) - MIN_TAIL
         for slot, tokens in self._resident.items():
             n = min(common_prefix_len(tokens, prompt), limit)
             if n >= MIN_REUSE and (best is None or n > best.n):

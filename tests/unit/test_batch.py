@@ -112,19 +112,19 @@ def test_shortest_prefill_first_and_budget_spills_to_next():
     mid = fresh(1, 1, list(range(5)))
     new = fresh(2, 2, list(range(4)))
     plan = plan_step([old, mid, new], 6)
-    # shortest remaining first: old (3), then new (3 of 4); mid (5) waits
-    assert [(e.seq_id, e.pos) for e in plan.entries] == [(0, 0), (0, 1), (0, 2), (2, 0), (2, 1), (2, 2)]
+    # shortest remaining first: old (3), then new: 2 of 4 (3 would leave a lone token); mid waits
+    assert [(e.seq_id, e.pos) for e in plan.entries] == [(0, 0), (0, 1), (0, 2), (2, 0), (2, 1)]
     # old finished its prompt: logits at its last token; new is mid-prompt: none
-    assert [e.logits for e in plan.entries] == [False, False, True, False, False, False]
+    assert [e.logits for e in plan.entries] == [False, False, True, False, False]
     assert [(s.rid, i) for s, i in plan.outputs] == [(0, 2)]
-    assert [(s.rid, n) for s, n in plan.advance] == [(0, 3), (2, 3)]
+    assert [(s.rid, n) for s, n in plan.advance] == [(0, 3), (2, 2)]
     check_outputs(plan)
     apply(plan)
-    # next step: new continues at n_past=3 (1 left), then mid starts
+    # next step: new finishes (2 left); mid, now the oldest prefill, takes 3 of 5
     plan = plan_step([old, mid, new], 6)
-    assert [(e.seq_id, e.pos) for e in plan.entries] == [(1, 0), (1, 1), (1, 2), (1, 3), (1, 4), (2, 3)]
-    assert [e.logits for e in plan.entries] == [False, False, False, False, True, True]
-    assert [(s.rid, i) for s, i in plan.outputs] == [(1, 4), (2, 5)]
+    assert [(e.seq_id, e.pos) for e in plan.entries] == [(1, 0), (1, 1), (1, 2), (2, 2), (2, 3)]
+    assert [e.logits for e in plan.entries] == [False, False, False, False, True]
+    assert [(s.rid, i) for s, i in plan.outputs] == [(2, 4)]
     check_outputs(plan)
 
 
@@ -140,6 +140,28 @@ def test_short_prompt_is_not_held_back_by_an_older_long_one_which_still_progress
     got = dict((s.rid, n) for s, n in plan.advance)
     assert got[0] == 64 and sum(got.values()) == 256
     assert [rid for rid, n in got.items() if n == 30] == list(range(1, 7))  # then shorts in admission order
+
+
+def test_prefill_never_leaves_a_lone_last_token():
+    s = fresh(0, 0, list(range(257)))
+    plan = plan_step([s], 256)
+    assert [(q.rid, n) for q, n in plan.advance] == [(0, 255)]  # not 256: two go in the next step
+    apply(plan)
+    plan = plan_step([s], 256)
+    assert [(q.rid, n) for q, n in plan.advance] == [(0, 2)]
+    assert [(q.rid, i) for q, i in plan.outputs] == [(0, 1)]
+
+
+def test_a_lone_prefill_token_waits_for_room_for_two_but_the_oldest_always_progresses():
+    decoders = [gen(i, i) for i in range(7)]
+    old = fresh(7, 7, list(range(10)))
+    new = fresh(8, 8, list(range(3)))
+    plan = plan_step([*decoders, old, new], 9)  # two tokens left: the oldest prefill takes both
+    assert dict((s.rid, n) for s, n in plan.advance) == {**{i: 1 for i in range(7)}, 7: 2}
+    plan = plan_step([*decoders, old, new], 10)  # the oldest's share leaves one token for new: it waits
+    assert dict((s.rid, n) for s, n in plan.advance) == {**{i: 1 for i in range(7)}, 7: 3}
+    plan = plan_step([*decoders, gen(9, 9), old], 9)  # the oldest takes a lone token rather than none
+    assert dict((s.rid, n) for s, n in plan.advance)[7] == 1
 
 
 def test_budget_spent_by_decoders_leaves_prefill_waiting():

@@ -11,14 +11,14 @@ def test_common_prefix_len() -> None:
     assert common_prefix_len([1, 2], [1, 2, 3]) == 2
 
 
-def test_best_prefers_longest_and_keeps_last_token_for_logits() -> None:
+def test_best_prefers_longest_and_keeps_the_last_two_tokens_for_prefill() -> None:
     idx = PrefixIndex()
     base = list(range(100))
     idx.keep(0, base[:40])
     idx.keep(1, base[:90] + [7, 7])
     assert idx.best(base) == Match(1, 90, True)
-    # the whole prompt is cached: the last token is still decoded
-    assert idx.best(base[:90]) == Match(1, 89, True)
+    # the whole prompt is cached: its last two tokens are still prefilled (MIN_TAIL)
+    assert idx.best(base[:90]) == Match(1, 88, True)
     # a running sequence with a longer shared prefix wins
     assert idx.best(base, running=[(5, base[:95])]) == Match(5, 95, False)
 
