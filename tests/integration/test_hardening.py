@@ -85,14 +85,19 @@ def vanish(sock: socket.socket) -> None:
     sock.close()
 
 
-def read_response(sock: socket.socket, initial: bytes = b"", timeout: float = 300) -> tuple[int, bytes]:
-    """Read a whole response (``Connection: close``), ``initial`` being its bytes already read;
-    returns (status, body)."""
+def read_response(sock: socket.socket, initial: bytes = b"", timeout: float = 300,
+                  conn: h11.Connection | None = None) -> tuple[int, bytes]:
+    """Read a whole response, ``initial`` being its bytes already read; returns (status, body).
+
+    ``conn``: the client's h11 connection that sent the request (keep-alive); without it, the
+    request was sent raw and the response ends the connection (``Connection: close``)."""
     sock.settimeout(timeout)
-    conn = h11.Connection(h11.CLIENT)
-    conn.send(h11.Request(method="POST", target="/", headers=[("Host", "x"), ("Content-Length", "0")]))
-    conn.send(h11.EndOfMessage())
-    conn.receive_data(initial)
+    if conn is None:
+        conn = h11.Connection(h11.CLIENT)
+        conn.send(h11.Request(method="POST", target="/", headers=[("Host", "x"), ("Content-Length", "0")]))
+        conn.send(h11.EndOfMessage())
+    if initial:
+        conn.receive_data(initial)
     status, body = 0, bytearray()
     while True:
         event = conn.next_event()
@@ -446,15 +451,7 @@ def test_keep_alive_connection_serves_a_second_request(base_url: str) -> None:
         for _ in range(2):
             sock.sendall(conn.send(h11.Request(method="GET", target="/health", headers=[("Host", "x")]))
                          + conn.send(h11.EndOfMessage()))
-            status = None
-            while True:
-                event = conn.next_event()
-                if event is h11.NEED_DATA:
-                    conn.receive_data(sock.recv(65536))
-                elif isinstance(event, h11.Response):
-                    status = event.status_code
-                elif isinstance(event, h11.EndOfMessage):
-                    break
+            status, _ = read_response(sock, timeout=10, conn=conn)
             assert status == 200
             conn.start_next_cycle()
 
