@@ -97,8 +97,8 @@ def plan_step(seqs: list[SeqState], budget: int) -> StepPlan | None:
     left = budget - len(take)
     prefilling = [s for s in seqs if s.prefilling]
     if prefilling and left > 0:
-        oldest = prefilling[0]  # always progresses: a quarter of the prefill budget at least
-        share = {oldest: _chunk(len(oldest.prompt) - oldest.n_past, max(left // 4, 1), must=True)}
+        oldest = prefilling[0]  # always progresses: a quarter of the prefill budget at least (two tokens)
+        share = {oldest: _chunk(len(oldest.prompt) - oldest.n_past, max(left // 4, min(left, 2)), must=True)}
         left -= share[oldest]
         for s in sorted(prefilling, key=lambda s: len(s.prompt) - s.n_past):  # stable: ties by admission
             if left <= 0:

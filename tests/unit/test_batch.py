@@ -162,6 +162,8 @@ def test_a_lone_prefill_token_waits_for_room_for_two_but_the_oldest_always_progr
     assert dict((s.rid, n) for s, n in plan.advance) == {**{i: 1 for i in range(7)}, 7: 3}
     plan = plan_step([*decoders, gen(9, 9), old], 9)  # the oldest takes a lone token rather than none
     assert dict((s.rid, n) for s, n in plan.advance)[7] == 1
+    plan = plan_step([*decoders[:3], old, fresh(10, 10, list(range(4)))], 8)  # a quarter of 5 is 1: two
+    assert dict((s.rid, n) for s, n in plan.advance) == {0: 1, 1: 1, 2: 1, 7: 3, 10: 2}
 
 
 def test_budget_spent_by_decoders_leaves_prefill_waiting():
