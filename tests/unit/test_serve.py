@@ -1,4 +1,4 @@
-"""serve.py: BurstListener accepts a connect burst in one scheduler pass, in arrival order; the start-up heap is frozen."""
+"""serve.py: a connect burst is accepted in one scheduler pass, in arrival order; the start-up heap is frozen."""
 
 from __future__ import annotations
 
