@@ -289,7 +289,7 @@ class DecodeScheduler:
                         break
                     continue
                 self.prefix_queries += 1
-                match = self.prefix.best(sub.prompt, ((r.seq.slot, r.seq.prompt[:_prefilled(r)])
+                match = self.prefix.best(sub.prompt, ((r.seq.slot, r.seq.prompt, _prefilled(r))
                                                       for r in self._running.values()))
             slot, n_cached = self._take_slot(match, sub.cache_key)
             try:

@@ -88,11 +88,12 @@ class PrefixIndex:
                     return slot
         return next(iter(self._resident), None)
 
-    def best(self, prompt: Sequence[int], running: Iterable[tuple[int, Sequence[int]]] = ()) -> Match | None:
+    def best(self, prompt: Sequence[int], running: Iterable[tuple[int, Sequence[int], int]] = ()) -> Match | None:
         """The resident or running sequence sharing the longest prefix (>= :data:`MIN_REUSE`) with ``prompt``.
 
-        ``running`` gives (slot, tokens in its KV) of sequences decoding now.
-        At most ``len(prompt) - MIN_TAIL`` tokens are reused (see :data:`MIN_TAIL`).
+        ``running`` gives (slot, tokens, n) of sequences decoding now, whose first ``n``
+        tokens are in the KV cache and reusable. At most ``len(prompt) - MIN_TAIL`` tokens
+        are reused (see :data:`MIN_TAIL`).
         """
         best: Match | None = None
         limit = len(prompt) - MIN_TAIL
@@ -100,8 +101,8 @@ class PrefixIndex:
             n = min(common_prefix_len(tokens, prompt), limit)
             if n >= MIN_REUSE and (best is None or n > best.n):
                 best = Match(slot, n, True)
-        for slot, tokens in running:
-            n = min(common_prefix_len(tokens, prompt), limit)
+        for slot, tokens, n_kv in running:
+            n = min(common_prefix_len(tokens, prompt), limit, n_kv)
             if n >= MIN_REUSE and (best is None or n > best.n):
                 best = Match(slot, n, False)
         return best

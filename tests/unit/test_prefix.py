@@ -20,7 +20,7 @@ def test_best_prefers_longest_and_keeps_the_last_two_tokens_for_prefill() -> Non
     # the whole prompt is cached: its last two tokens are still prefilled (MIN_TAIL)
     assert idx.best(base[:90]) == Match(1, 88, True)
     # a running sequence with a longer shared prefix wins
-    assert idx.best(base, running=[(5, base[:95])]) == Match(5, 95, False)
+    assert idx.best(base, running=[(5, base, 95)]) == Match(5, 95, False)
 
 
 def test_short_prefixes_are_not_reused() -> None:
