@@ -486,6 +486,7 @@ def summarize(w: dict) -> dict:
         "headers_p50": pct([r["headers"] for r in reqs if r["headers"] is not None], 50),
         "headers_p99": pct([r["headers"] for r in reqs if r["headers"] is not None], 99),
         "ttft_p50": pct([r["ttft"] for r in ok], 50), "ttft_p99": pct([r["ttft"] for r in ok], 99),
+        "ttft_min": min((r["ttft"] for r in ok if r["ttft"] is not None), default=None),
         "itl_p50": pct([x for r in ok for x in r["itl"]], 50), "itl_p99": pct([x for r in ok for x in r["itl"]], 99),
         "e2e_p50": pct([r["e2e"] for r in ok], 50), "e2e_p99": pct([r["e2e"] for r in ok], 99),
         "tokens": sum(r["tokens"] for r in ok),
@@ -555,16 +556,21 @@ def targets(summaries: list[dict], waves: list[dict], args, cache_note: str) -> 
             rows.append((name, "-", "-", "n/a", target, "n/a"))
             return
         r = x[key] / y[key]
-        lim = float(target.split()[-1].rstrip("x"))
-        ok = r <= lim if better_low else r >= lim
         scale, digits = (1, 1) if key == "tok_per_s" else (1e3, 0)
-        rows.append((name, fmt(x[key], scale, digits), fmt(y[key], scale, digits), f"{r:.2f}", target,
-                     "yes" if ok else "NO"))
+        met = ""
+        if target != "(info)":
+            lim = float(target.split()[-1].rstrip("x"))
+            met = "yes" if (r <= lim if better_low else r >= lim) else "NO"
+        rows.append((name, fmt(x[key], scale, digits), fmt(y[key], scale, digits), f"{r:.2f}", target, met))
 
     c64 = 64 if 64 in args.concurrency else max(args.concurrency)
     ratio(f"aggregate out tok/s at c{c64}, {sk} / {base}", "tok_per_s", c64, "short", ">= 1.8x", False)
     ratio(f"agent TTFT p50 ms at c{args.agent_concurrency}, {sk} / {base}", "ttft_p50", args.agent_concurrency,
           "agent", "<= 0.5x", True)
+    # Both arms prefill the shared prefix cold before any first token: the p50 ratio cannot go far below
+    # (this + 8 short suffixes) / the baseline's p50, however the rest is scheduled.
+    ratio(f"agent TTFT of the first request ms (the cold shared prefix), {sk} / {base}", "ttft_min",
+          args.agent_concurrency, "agent", "(info)", True)
     x, y = find(summaries, sk, "multiturn"), find(summaries, base, "multiturn")
     if x and y and x["ttft_p50"] and y["ttft_p50"]:
         rows.append((f"multi-turn turn-2 TTFT p50 ms, {sk} / {base}", fmt(x["ttft_p50"]), fmt(y["ttft_p50"]),
