@@ -256,8 +256,9 @@ class Engine:
         max_tokens = self._max_tokens(req, len(prompt))
         if isinstance(pre, Stop):
             return self._stopped_before(ctx, len(prompt), pre.reason)
-        return self._generate(prompt, params, max_tokens, plan, _stops(req.stop), make_output_parser(plan), early,
-                              ctx, injected, req.prompt_cache_key, req.cache_prompt)
+        return await _submitted(self._generate(prompt, params, max_tokens, plan, _stops(req.stop),
+                                               make_output_parser(plan), early, ctx, injected, req.prompt_cache_key,
+                                               req.cache_prompt))
 
     async def _before_chat(self, ctx: _HookCtx) -> Any:
         """Run ``before_chat``; Deny raises (403, or 400 when the policy says so) after ``on_finish``."""
@@ -297,7 +298,7 @@ class Engine:
             raise InvalidRequest("prompt is empty", param="prompt")
         gen = self._generate(prompt, params, self._max_tokens(req, len(prompt)), ParsePlan(),
                              _stops(req.stop), ContentParser(), cache_prompt=req.cache_prompt)
-        return prompt_text, gen
+        return prompt_text, await _submitted(gen)
 
     def _sampling(self, req: SamplingFields, *, logprobs: bool, top_logprobs: int) -> SamplingParams:
         if self.closed:
@@ -339,6 +340,7 @@ class Engine:
         metrics = self.metrics
         t_start = t_last = trio.current_time()
         try:
+            yield _SUBMITTED  # taken by _submitted(): the request is queued before any chunk goes out
             async with recv:
                 async for ev in recv:
                     if isinstance(ev, TokenEvent):
@@ -422,6 +424,20 @@ def _stops(stop: str | list[str] | None) -> list[str]:
     if len(stops) > 16:
         raise InvalidRequest("at most 16 stop strings are allowed", param="stop")
     return [s for s in stops if s]
+
+
+_SUBMITTED: Any = object()
+
+
+async def _submitted(gen: AsyncIterator[Any]) -> AsyncIterator[_Piece | _Done]:
+    """``gen`` (from :meth:`Engine._generate`) run up to its submission to the scheduler.
+
+    So request errors found there (:class:`QueueFull`, 429) raise before a stream sends its
+    first chunk (the role chunk, an echoed prompt), and the HTTP status can still say so.
+    """
+    first = await gen.__anext__()
+    assert first is _SUBMITTED
+    return gen
 
 
 async def _drain(gen: AsyncIterator[_Piece | _Done]) -> _Done:

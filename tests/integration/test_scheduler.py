@@ -154,10 +154,13 @@ async def test_full_queue_gives_429_and_server_keeps_serving(tmp_path_factory: p
                 nursery.start_soon(streamer)  # waits in the queue
                 while (await client.get("/health")).json()["requests_waiting"] < 1:
                     await trio.sleep(0.02)
-                r = await client.post("/v1/chat/completions", json={**body, "stream": False})
-                assert r.status_code == 429
-                assert r.json()["error"]["type"] == "rate_limit_error"
-                assert int(r.headers["Retry-After"]) >= 1
+                for path, extra in (("/v1/chat/completions", {"stream": False}),
+                                    ("/v1/chat/completions", {}),  # a stream is refused before its role chunk
+                                    ("/v1/completions", {"prompt": "Once upon a time", "echo": True})):
+                    r = await client.post(path, json={**body, **extra})
+                    assert r.status_code == 429, (path, extra, r.text)
+                    assert r.json()["error"]["type"] == "rate_limit_error"
+                    assert int(r.headers["Retry-After"]) >= 1
             assert statuses == [200, 200]
             r = await client.post("/v1/chat/completions", json={**body, "stream": False, "max_tokens": 4})
             assert r.status_code == 200
