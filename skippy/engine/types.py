@@ -117,6 +117,14 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     return_signals: bool = False
     prompt_cache_key: str | None = None
 
+    def __post_init__(self) -> None:
+        for name in ("tools", "tool_choice", "response_format", "chat_template_kwargs"):
+            value = getattr(self, name)
+            if isinstance(value, ResponseFormat):
+                value = [value.schema, value.json_schema.schema if value.json_schema else None]
+            if value is not None and nesting(value) > MAX_NESTING:
+                raise InvalidRequest(f"{name} is nested deeper than {MAX_NESTING} levels", param=name)
+
 
 class CompletionRequest(SamplingFields, kw_only=True):
     """``POST /v1/completions`` body (OpenAI legacy Completions; string prompt)."""
@@ -147,6 +155,26 @@ class ApplyTemplateRequest(msgspec.Struct, kw_only=True):
     messages: list[Message]
 
 
+#: Deepest nesting of lists and objects accepted in ``tools``, ``tool_choice``,
+#: ``response_format`` and ``chat_template_kwargs``: JSON schemas are walked recursively
+#: (grammar conversion, templates' ``tojson``), and real ones nest a handful of levels.
+MAX_NESTING = 64
+
+
+def nesting(value: Any) -> int:
+    """How deeply lists and dicts nest in ``value`` (a scalar is 0, ``[]`` is 1); iterative."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict):
+            v = list(v.values())
+        elif not isinstance(v, list):
+            continue
+        deepest = max(deepest, d)
+        stack.extend((x, d + 1) for x in v)
+    return deepest
+
+
 def decode_request(body: bytes, type_: type[T]) -> T:
     """Decode and validate a JSON body into ``type_``.
 
@@ -166,6 +194,8 @@ def decode_request(body: bytes, type_: type[T]) -> T:
         raise InvalidRequest(f"invalid request: {exc}", param=param) from exc
     except msgspec.DecodeError as exc:
         raise InvalidRequest(f"malformed JSON body: {exc}") from exc
+    except RecursionError as exc:  # msgspec recurses per level, in fields it skips too
+        raise InvalidRequest("the JSON body is nested too deeply") from exc
 
 
 def message_dicts(messages: list[Message]) -> list[dict[str, Any]]:

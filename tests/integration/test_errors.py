@@ -65,3 +65,29 @@ def test_other_routes_bad_input(base_url: str) -> None:
     assert_envelope(httpx.post(base_url + "/tokenize", json={"text": "x"}), 400)
     assert_envelope(httpx.get(base_url + "/v1/nothing"), 404)
     assert_envelope(httpx.get(base_url + "/v1/chat/completions"), 405)
+
+
+def _nested_schema(depth: int) -> dict:
+    schema: dict = {"type": "string"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
+    return schema
+
+
+def _body(extra: dict) -> bytes:
+    return httpx.Request("POST", "/", json={**OK, **extra}).content
+
+
+@pytest.mark.parametrize("body, param", [
+    # an ignored field nested 1000 levels (msgspec recurses while skipping it)
+    (b'{"messages": [{"role": "user", "content": "x"}], "metadata": ' + b"[" * 1000 + b"]" * 1000 + b"}", None),
+    (_body({"tools": [{"type": "function", "function": {"name": "f", "parameters": _nested_schema(300)}}],
+            "tool_choice": "required"}), "tools"),
+    (_body({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": _nested_schema(250)}}}),
+     "response_format"),
+])
+def test_deeply_nested_json_is_a_400(base_url: str, body: bytes, param: str | None) -> None:
+    resp = httpx.post(base_url + "/v1/chat/completions", content=body, headers={"Content-Type": "application/json"},
+                      timeout=60)
+    assert_envelope(resp, 400, param=param)
+    assert httpx.post(base_url + "/v1/chat/completions", json=OK, timeout=60).status_code == 200

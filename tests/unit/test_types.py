@@ -163,3 +163,13 @@ def test_tokenize_request():
     r = decode_request(b'{"content": "abc"}', TokenizeRequest)
     assert (r.content, r.add_special, r.parse_special, r.with_pieces) == ("abc", False, True, False)
     assert bad(b'{"content": 3}', TokenizeRequest).param == "content"
+
+
+def test_nesting_counts_lists_and_objects() -> None:
+    from skippy.engine.types import nesting
+
+    assert nesting("x") == 0 and nesting([]) == 1 and nesting({"a": [1, {"b": []}]}) == 4
+    deep: list = []
+    for _ in range(5000):  # iterative: no RecursionError
+        deep = [deep]
+    assert nesting(deep) == 5001
