@@ -373,8 +373,6 @@ class Engine:
                         reason = "tool_calls"
                     n_injected = injected + ev.injected_tokens
                     metrics.e2e.observe(trio.current_time() - t_start)
-                    metrics.prompt_tokens.inc(len(prompt) - ev.cached_tokens)
-                    metrics.tokens_predicted.inc(n_tokens)
                     info = FinishInfo(status="success", finish_reason=reason, completion_tokens=n_tokens,
                                       injected_tokens=n_injected)
                     yield _Done(deltas, [], message, reason, len(prompt) - injected, n_tokens, ev.prompt_ms,

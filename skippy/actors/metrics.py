@@ -37,8 +37,6 @@ class EngineMetrics:
                              buckets=_LATENCY_BUCKETS, registry=self.registry)
         self.e2e = Histogram("skippy:e2e_request_latency_seconds", "Time from request start to its last token",
                              buckets=_LATENCY_BUCKETS, registry=self.registry)
-        self.prompt_tokens = Counter("llamacpp:prompt_tokens", "Prompt tokens processed", registry=self.registry)
-        self.tokens_predicted = Counter("llamacpp:tokens_predicted", "Tokens generated", registry=self.registry)
         self.responses = Counter("skippy:http_responses", "HTTP responses by status class", ["status_class"],
                                  registry=self.registry)
         self.engine: Any = None
@@ -69,6 +67,10 @@ class _EngineCollector:
         yield GaugeMetricFamily("llamacpp:requests_processing", "Sequences holding a slot", value=sched.n_running)
         yield GaugeMetricFamily("llamacpp:requests_deferred", "Requests waiting for a slot", value=sched.n_waiting)
         yield GaugeMetricFamily("llamacpp:kv_cache_tokens", "KV cells holding tokens", value=sched.kv_cells_used)
+        # counted by the scheduler as it decodes: requests that time out or lose their client count too
+        yield CounterMetricFamily("llamacpp:prompt_tokens", "Prompt tokens prefilled (cached ones excluded)",
+                                  value=sched.prompt_tokens_total)
+        yield CounterMetricFamily("llamacpp:tokens_predicted", "Tokens generated", value=sched.tokens_predicted_total)
         yield CounterMetricFamily("skippy:prefix_cache_queries", "Prefix-cache lookups at admission",
                                   value=sched.prefix_queries)
         yield CounterMetricFamily("skippy:prefix_cache_hits", "Admissions that reused a cached prefix",

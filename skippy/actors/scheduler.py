@@ -177,6 +177,8 @@ class DecodeScheduler:
         self.prefix_queries = 0
         self.prefix_hits = 0
         self.cached_tokens_total = 0
+        self.prompt_tokens_total = 0  # prompt tokens prefilled (cached ones excluded), however requests ended
+        self.tokens_predicted_total = 0
 
     # -- client side (called from request tasks, same trio thread) ---------------
     def submit(self, msg: Submit) -> None:
@@ -242,6 +244,8 @@ class DecodeScheduler:
                 for s, n in plan.advance:
                     if s.n_past >= len(s.prompt):  # a generated token entered the KV cache
                         s.prompt.append(s.pending)
+                    else:
+                        self.prompt_tokens_total += n
                     s.n_past += n
                 for s, ev in results:
                     self._on_token(self._running.get(s.rid), ev)
@@ -407,6 +411,7 @@ class DecodeScheduler:
     def _accept(self, req: _Req, ev: TokenEvent) -> None:
         s = req.seq
         s.n_generated += 1
+        self.tokens_predicted_total += 1
         s.pending = ev.token
         if not self._emit(req, ev):
             self._finish(req, "cancelled")

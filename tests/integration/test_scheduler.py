@@ -216,3 +216,20 @@ def test_metrics_parse_and_move(server: Server) -> None:
         before.get("skippy:http_responses_total{status_class=4xx}", 0) + 1
     assert after["llamacpp:requests_processing"] == 0
     assert after["llamacpp:kv_cache_tokens"] > 0  # the finished conversation stays resident
+
+
+def test_token_counters_include_a_stream_its_client_left(server: Server) -> None:
+    before = _metrics(server.base_url)
+    body = {"messages": [{"role": "system", "content": f"[{time.time_ns()}] {SYSTEM_LONG}"},
+                         {"role": "user", "content": "Write a long story about a lighthouse."}],
+            "temperature": 0, "max_tokens": 400, "stream": True}
+    with httpx.stream("POST", server.base_url + "/v1/chat/completions", json=body, timeout=120) as resp:
+        for line in resp.iter_lines():
+            if line.startswith("data: {") and json.loads(line[6:])["choices"][0]["delta"].get("content"):
+                break  # the first token: leave
+    deadline = time.monotonic() + 30
+    while _metrics(server.base_url)["llamacpp:requests_processing"] > 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    after = _metrics(server.base_url)
+    assert after["llamacpp:prompt_tokens_total"] >= before["llamacpp:prompt_tokens_total"] + 300  # the new prompt
+    assert after["llamacpp:tokens_predicted_total"] >= before["llamacpp:tokens_predicted_total"] + 1
