@@ -197,14 +197,18 @@ def _freeze_heap() -> None:
 
 async def serve(config: EngineConfig, *, host: str = "127.0.0.1", port: int = 8080,
                 settings: ServerSettings | None = None) -> int:
-    """Serve until SIGINT/SIGTERM; returns the process exit code (1 if the model failed to load)."""
+    """Serve until SIGINT/SIGTERM; returns the exit code: 1 if it cannot listen or the engine fails to start."""
     settings = settings or ServerSettings()
     state = AppState()
     app = create_app(state, settings)
     hconfig = hypercorn_config(host, port, shutdown_grace=settings.shutdown_grace)
-    sockets = hconfig.create_sockets()
-    for sock in sockets.insecure_sockets:
-        sock.listen(hconfig.backlog)
+    try:
+        sockets = hconfig.create_sockets()
+        for sock in sockets.insecure_sockets:
+            sock.listen(hconfig.backlog)
+    except OSError as exc:  # the port is taken, the host does not resolve or is not ours
+        log.error("cannot listen on %s:%d: %s", host, port, exc)
+        return 1
     stop = trio.Event()
     exit_code = 0
 
@@ -218,8 +222,8 @@ async def serve(config: EngineConfig, *, host: str = "127.0.0.1", port: int = 80
                          engine.meta.n_ctx_seq, engine.meta.n_seq_max)
                 await trio.sleep_forever()
         except Exception as exc:
-            log.error("could not load the model: %s", exc)
-            state.load_error = f"model failed to load: {exc}"
+            log.error("could not start the engine: %s", exc)
+            state.load_error = f"the engine failed to start: {exc}"
             exit_code = 1
             cancel_scope.cancel()
 

@@ -554,3 +554,17 @@ def test_vanishing_clients_leave_no_live_sequence(clients_server: Server) -> Non
     # nothing counts as running either: SIGTERM exits at once, not after the 30 s default grace
     server.proc.send_signal(signal.SIGTERM)
     assert server.proc.wait(timeout=15) == 0
+
+
+def test_a_port_in_use_is_one_error_line_and_exit_code_1() -> None:
+    import subprocess
+    import sys
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "skippy", "serve", "--host", "127.0.0.1", "--port", str(port)],
+                              capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
