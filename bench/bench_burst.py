@@ -777,7 +777,9 @@ def main(argv=None) -> None:
              "note": a.note, "log": str(a.log) if a.log else None} for a in arms],
         "error": repr(error) if error else None, "summaries": summaries, "targets": rows, "markdown": md,
         "waves": waves}, indent=1, default=str))
-    print(f"\nresults: {path}")
+    table = path.with_suffix(".md")
+    table.write_text(md + "\n")
+    print(f"\nresults: {path}, tables: {table}")
     if waves:
         for p in plots(waves, summaries, stamp, max(args.concurrency)):
             print(f"plot: {p}")
