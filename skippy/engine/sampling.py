@@ -64,7 +64,7 @@ def sampling_from_request(req: SamplingFields, *, n_vocab: int, logprobs: bool =
     """
     _check(req.n is None or req.n == 1, "only n=1 is supported", "n")
     t = 0.8 if req.temperature is None else req.temperature
-    _check(0.0 <= t <= 100.0, "temperature must be >= 0", "temperature")
+    _check(0.0 <= t <= 100.0, "temperature must be in [0, 100]", "temperature")
     top_p = 0.95 if req.top_p is None else req.top_p
     _check(0.0 < top_p <= 1.0, "top_p must be in (0, 1]", "top_p")
     top_k = 40 if req.top_k is None else req.top_k

@@ -137,3 +137,9 @@ def test_seed_absent_is_random_u32():
         assert isinstance(s, int)
         assert 0 <= s <= 2**32 - 1
     assert len(seeds) > 1  # 20 draws from 2^32 values: collision-only is ~impossible
+
+
+def test_temperature_out_of_range_names_the_range():
+    for t in (-1.0, 1e308):
+        with pytest.raises(InvalidRequest, match=r"temperature must be in \[0, 100\]"):
+            params(temperature=t)
