@@ -2,7 +2,7 @@
 
 import trio
 
-from skippy.engine.hooks import NO_ACTION
+from skippy.engine.hooks.policy import NO_ACTION
 
 
 class WaitPolicy:

@@ -1,8 +1,23 @@
-"""skippy-trio: an OpenAI-compatible LLM server and embeddable trio engine on llama.cpp."""
+"""skippy-trio: an OpenAI-compatible LLM server and embeddable trio engine on llama.cpp.
 
-from skippy.actors.engine import Engine, open_engine
-from skippy.engine.config import EngineConfig
-from skippy.engine.types import ChatCompletionRequest, CompletionRequest, Message
+The public names load lazily (PEP 562), so ``import skippy.engine`` (the sans-IO core)
+imports neither trio nor the actors.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __all__ = ["ChatCompletionRequest", "CompletionRequest", "Engine", "EngineConfig", "Message", "open_engine"]
 __version__ = "0.1.0"
+
+_WHERE = {"Engine": "skippy.actors.engine", "open_engine": "skippy.actors.engine",
+          "EngineConfig": "skippy.engine.config", "ChatCompletionRequest": "skippy.engine.types",
+          "CompletionRequest": "skippy.engine.types", "Message": "skippy.engine.types"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(importlib.import_module(_WHERE[name]), name)
+    raise AttributeError(f"module 'skippy' has no attribute {name!r}")

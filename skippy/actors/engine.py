@@ -24,21 +24,22 @@ import trio
 from skippy.actors.hooks import HookEvaluator, WebhookPolicy
 from skippy.actors.metrics import EngineMetrics
 from skippy.actors.renderer import CHATML, TemplateRenderer
-from skippy.actors.scheduler import DecodeScheduler, FinishEvent, Submit, TokenEvent
+from skippy.actors.scheduler import DecodeScheduler
+from skippy.engine.scheduling.events import FinishEvent, SeqRequest, TokenEvent
 from skippy.actors.tokenizer import Tokenizer
-from skippy.engine import responses
+from skippy.engine.output import responses
 from skippy.engine.config import EngineConfig
 from skippy.engine.errors import (ContextLengthExceeded, EngineClosed, EngineError, InvalidRequest, ModelNotFound,
                                   PermissionDenied)
-from skippy.engine.hooks import Deny, Inject, Stop, load_policy_factory
-from skippy.engine.chat import PreparedTemplate, make_output_parser
-from skippy.engine.emulation import EarlyStop
-from skippy.engine.formats.base import ContentParser, Delta, ParsedMessage, StreamParser
-from skippy.engine.pipeline import EarlyStopRule, OutputPipeline
-from skippy.engine.plan import ParsePlan
+from skippy.engine.hooks.policy import Deny, Inject, Stop, load_policy_factory
+from skippy.engine.chat.prepare import PreparedTemplate, make_output_parser
+from skippy.engine.chat.emulation import EarlyStop
+from skippy.engine.chat.formats.base import ContentParser, Delta, ParsedMessage, StreamParser
+from skippy.engine.output.pipeline import EarlyStopRule, OutputPipeline
+from skippy.engine.chat.plan import ParsePlan
 from skippy.engine.runtime.base import Runtime
-from skippy.engine.sampling import SamplingParams, sampling_from_request
-from skippy.engine.signals import FinishInfo, SignalConfig
+from skippy.engine.sampling.params import SamplingParams, sampling_from_request
+from skippy.engine.hooks.signals import FinishInfo, SignalConfig
 from skippy.engine.types import ChatCompletionRequest, CompletionRequest, Message, SamplingFields
 
 
@@ -228,9 +229,9 @@ class Engine:
 
     def stats(self) -> dict[str, int]:
         """Slots and queue, llama-server ``/health``-style counts."""
-        return {"slots_idle": self.scheduler.n_slots - self.scheduler.n_running,
-                "slots_processing": self.scheduler.n_running,
-                "requests_waiting": self.scheduler.n_waiting}
+        st = self.scheduler.stats()
+        return {"slots_idle": st.n_slots - st.n_running, "slots_processing": st.n_running,
+                "requests_waiting": st.n_waiting}
 
     # -- internals ----------------------------------------------------------------
     async def _start_chat(self, req: ChatCompletionRequest) -> AsyncIterator[_Piece | _Done]:
@@ -331,9 +332,9 @@ class Engine:
         send, recv = trio.open_memory_channel[Any](math.inf)
         pipeline = OutputPipeline(self.runtime.vocab.piece, stops + list(plan.stops), parser, early_stop)
         hooks = bool(ctx and ctx.hooks)
-        self.scheduler.submit(Submit(rid, prompt, params, max_tokens, send, hooks=hooks,
-                                     signals=bool(ctx and ctx.signals), request=ctx.request if ctx else None,
-                                     cache_key=cache_key, cache_prompt=cache_prompt))
+        self.scheduler.submit(SeqRequest(rid, prompt, params, max_tokens, hooks=hooks,
+                                         signals=bool(ctx and ctx.signals), request=ctx.request if ctx else None,
+                                         cache_key=cache_key, cache_prompt=cache_prompt), send)
         n_tokens = 0
         finished = False
         info = FinishInfo(status="cancelled")

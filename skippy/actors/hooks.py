@@ -9,7 +9,7 @@ directly for ``before_chat`` and ``on_finish``.
 
 Failure rule (both paths): each policy call runs under
 ``trio.move_on_after(timeout)``. A timeout, an exception, or an invalid
-return value yields :data:`~skippy.engine.hooks.NO_ACTION` (logged on the
+return value yields :data:`~skippy.engine.hooks.policy.NO_ACTION` (logged on the
 ``skippy.hooks`` logger and counted in :class:`HookStats`), so a broken
 policy never fails a generation. With ``fail_closed=True``
 (``--hook-fail-closed``) it yields ``Stop("hook_error")`` instead for
@@ -30,7 +30,7 @@ import attrs
 import httpx
 import trio
 
-from skippy.engine.hooks import (
+from skippy.engine.hooks.policy import (
     EVENTS,
     NO_ACTION,
     Outcome,
@@ -52,8 +52,8 @@ class WebhookPolicy:
     """Hook policy that POSTs each event to ``url`` (``--hook-url``).
 
     Body: ``{"event": ..., "request": <request as JSON>, "signals": {...}}``
-    (see :func:`skippy.engine.hooks.event_body`). The response must be a
-    JSON object accepted by :func:`skippy.engine.hooks.outcome_from_json`;
+    (see :func:`skippy.engine.hooks.policy.event_body`). The response must be a
+    JSON object accepted by :func:`skippy.engine.hooks.policy.outcome_from_json`;
     for ``on_finish`` the response body is ignored. A non-2xx status or an
     invalid body raises (the evaluator counts it as an error).
 
@@ -85,7 +85,7 @@ class WebhookPolicy:
 
 @attrs.define
 class HookStats:
-    """Counters per event kind (keys are :data:`~skippy.engine.hooks.EVENTS`).
+    """Counters per event kind (keys are :data:`~skippy.engine.hooks.policy.EVENTS`).
 
     ``calls`` counts policy invocations (a missing method is not a call);
     ``timeouts`` calls that hit the timeout; ``errors`` calls that raised or
@@ -110,7 +110,7 @@ class HookCall:
 
     Attributes:
         ticket: caller-chosen id echoed in the verdict (e.g. the sequence id).
-        event: one of :data:`~skippy.engine.hooks.EVENTS`.
+        event: one of :data:`~skippy.engine.hooks.policy.EVENTS`.
         request: the chat request object passed to the policy.
         payload: the event payload (PrefillSignals, GenerationSignals,
             FinishInfo or None).
@@ -136,7 +136,7 @@ class HookEvaluator:
     """Actor that owns the hook policy and runs its callbacks concurrently.
 
     Args:
-        policy: a :class:`~skippy.engine.hooks.HookPolicy` (methods looked up
+        policy: a :class:`~skippy.engine.hooks.policy.HookPolicy` (methods looked up
             with ``getattr``; missing ones mean no action), or None.
         timeout: seconds per policy call (``--hook-timeout``), > 0.
         fail_closed: on timeout/error return ``Stop("hook_error")`` instead
@@ -189,7 +189,7 @@ class HookEvaluator:
         """Run one policy callback with the timeout/error rules; never raises for policy faults.
 
         Args:
-            event: one of :data:`~skippy.engine.hooks.EVENTS`.
+            event: one of :data:`~skippy.engine.hooks.policy.EVENTS`.
             request: the chat request. payload: the event payload (ignored
                 for ``before_chat``).
             ticket: only used in log messages.

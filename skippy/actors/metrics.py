@@ -63,7 +63,7 @@ class _EngineCollector:
 
     def collect(self) -> Iterator[Metric]:
         engine = self.metrics.engine
-        sched = engine.scheduler
+        sched = engine.scheduler.stats()
         yield GaugeMetricFamily("llamacpp:requests_processing", "Sequences holding a slot", value=sched.n_running)
         yield GaugeMetricFamily("llamacpp:requests_deferred", "Requests waiting for a slot", value=sched.n_waiting)
         yield GaugeMetricFamily("llamacpp:kv_cache_tokens", "KV cells holding tokens", value=sched.kv_cells_used)

@@ -3,7 +3,7 @@
 It owns the compiled chat template and its probed capabilities (and a
 small cache of per-request ``chat_template`` overrides). Rendering runs in
 worker threads, so a slow template never holds up the event loop or the
-decode scheduler. The work itself is :func:`skippy.engine.chat.render_chat`.
+decode scheduler. The work itself is :func:`skippy.engine.chat.prepare.render_chat`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 
 from skippy.actors.base import ThreadActor
-from skippy.engine.chat import PreparedTemplate, Rendered, render_chat
+from skippy.engine.chat.prepare import PreparedTemplate, Rendered, render_chat
 from skippy.engine.types import ChatCompletionRequest, Message
 
 # ChatML, used when the GGUF carries no chat template and none is given.

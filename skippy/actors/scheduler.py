@@ -6,7 +6,7 @@ It owns the context, the KV cache and the sequence slots. Its loop:
    without blocking, or block on it when nothing can run;
 2. free the slots of cancelled or finished sequences (``llama_memory_seq_rm``)
    and admit waiting requests into free slots, in arrival order;
-3. plan one batch (:func:`skippy.engine.batch.plan_step`): one token per
+3. plan one batch (:func:`skippy.engine.scheduling.batch.plan_step`): one token per
    generating sequence plus prefill chunks within ``step_tokens``;
 4. run ``llama_decode`` and the per-sequence samplers in one worker thread;
 5. send each sequence's :class:`TokenEvent` (or :class:`FinishEvent`) to its
@@ -48,53 +48,17 @@ import trio
 import trio.testing
 
 from skippy.actors.base import DedicatedThread
-from skippy.engine.batch import SeqState, plan_step
+from skippy.engine.scheduling.batch import SeqState, plan_step
 from skippy.engine.errors import QueueFull
-from skippy.engine.hooks import Inject, Stop
-from skippy.engine.prefix import MIN_REUSE, MIN_TAIL, Match, PrefixIndex, common_prefix_len
+from skippy.engine.hooks.policy import Inject, Stop
+from skippy.engine.scheduling.events import (FinishEvent, SchedulerStats, SeqEvent, SeqRequest, TokenEvent,
+                                             TopLogprob)
+from skippy.engine.scheduling.prefix import MIN_REUSE, MIN_TAIL, Match, PrefixIndex, common_prefix_len
 from skippy.engine.runtime.base import Runtime
-from skippy.engine.sampling import SamplingParams
-from skippy.engine.signals import GenerationSignals, PrefillSignals, SignalConfig, SignalWindow, token_signals
+from skippy.engine.sampling.params import SamplingParams
+from skippy.engine.hooks.signals import GenerationSignals, PrefillSignals, SignalConfig, SignalWindow, token_signals
 
 log = logging.getLogger("skippy.scheduler")
-
-
-@attrs.frozen
-class TopLogprob:
-    token: int
-    logprob: float
-
-
-@attrs.frozen
-class TokenEvent:
-    """One sampled token; ``logprob``/``top`` when the request asked for logprobs,
-    ``entropy``/``margin`` (nats, from the raw logits) when it asked for signals or hooks."""
-
-    token: int
-    logprob: float | None = None
-    top: tuple[TopLogprob, ...] = ()
-    entropy: float | None = None
-    margin: float | None = None
-
-
-@attrs.frozen
-class FinishEvent:
-    """End of a sequence. ``reason``: ``stop`` (EOG), ``length``, ``cancelled``,
-    ``error``, or a hook's stop reason.
-
-    Times are milliseconds; ``prompt_ms`` runs from admission to the first
-    sampled token, ``predicted_ms`` from then to the end.
-    """
-
-    reason: str
-    prompt_tokens: int
-    completion_tokens: int
-    prompt_ms: float
-    predicted_ms: float
-    error: str | None = None
-    injected_tokens: int = 0
-    stopped_by_hook: bool = False
-    cached_tokens: int = 0
 
 
 #: seconds the loop waits at most for the other tasks to go idle before a decode step
@@ -103,24 +67,14 @@ IDLE_WAIT = 0.005
 
 @attrs.frozen
 class Submit:
-    """Admit a tokenized prompt. Events go to ``events`` (an unbounded send channel).
+    """Admit ``request``; its events go to ``events`` (an unbounded send channel)."""
 
-    ``hooks``: run the hook policy for this sequence (``request`` is what the
-    policy sees); ``signals``: attach entropy and margin to token events.
-    ``cache_key`` groups prefix-cache eviction (``prompt_cache_key``);
-    ``cache_prompt=False`` prefills cold, without prefix reuse.
-    """
+    request: SeqRequest
+    events: trio.MemorySendChannel[SeqEvent]
 
-    rid: int
-    prompt: list[int]
-    params: SamplingParams
-    max_tokens: int
-    events: Any
-    hooks: bool = False
-    signals: bool = False
-    request: Any = None
-    cache_key: str | None = None
-    cache_prompt: bool = True
+    @property
+    def rid(self) -> int:
+        return self.request.rid
 
 
 @attrs.frozen
@@ -130,7 +84,8 @@ class Cancel:
 
 @attrs.define(eq=False)
 class _Req:
-    submit: Submit
+    submit: SeqRequest
+    events: Any = None
     seq: SeqState | None = None
     sampler: object = None
     t_admit: float = 0.0
@@ -151,7 +106,7 @@ class DecodeScheduler:
     ``hooks`` is the HookEvaluator's inbox (send side) or ``None``;
     ``signal_config`` the signal window and firing rule. ``prefix_cache``
     keeps finished sequences' KV resident and reuses shared prompt prefixes
-    (see :mod:`skippy.engine.prefix`); it is off for recurrent and hybrid
+    (see :mod:`skippy.engine.scheduling.prefix`); it is off for recurrent and hybrid
     models, whose KV cannot be trimmed.
     """
 
@@ -181,11 +136,22 @@ class DecodeScheduler:
         self.tokens_predicted_total = 0
 
     # -- client side (called from request tasks, same trio thread) ---------------
-    def submit(self, msg: Submit) -> None:
-        """Queue a request; raises :class:`QueueFull` when ``max_queue`` requests wait."""
+    def submit(self, request: SeqRequest, events: trio.MemorySendChannel[SeqEvent]) -> None:
+        """Queue ``request``; its events go to ``events`` (unbounded: the loop never blocks on a reader).
+
+        Raises :class:`QueueFull` when ``max_queue`` requests wait.
+        """
         if len(self._waiting) + self._inbox.statistics().current_buffer_used >= self.max_queue:
             raise QueueFull(f"the queue is full ({self.max_queue} requests waiting); retry later")
-        self._send.send_nowait(msg)
+        self._send.send_nowait(Submit(request, events))
+
+    def stats(self) -> SchedulerStats:
+        """A snapshot of the queue, slots and counters."""
+        return SchedulerStats(
+            n_slots=self.n_slots, n_running=self.n_running, n_waiting=self.n_waiting, n_parked=self.n_parked,
+            kv_cells_used=self.kv_cells_used, steps=self.steps, prompt_tokens_total=self.prompt_tokens_total,
+            tokens_predicted_total=self.tokens_predicted_total, prefix_queries=self.prefix_queries,
+            prefix_hits=self.prefix_hits, cached_tokens_total=self.cached_tokens_total)
 
     def cancel(self, rid: int) -> None:
         """Stop request ``rid`` at the next step (no-op when already finished)."""
@@ -259,7 +225,7 @@ class DecodeScheduler:
 
     def _handle(self, msg: Any) -> None:
         if isinstance(msg, Submit):
-            req = _Req(msg)
+            req = _Req(msg.request, msg.events)
             self._by_rid[msg.rid] = req
             self._waiting.append(req)
         elif isinstance(msg, Cancel):
@@ -459,7 +425,7 @@ class DecodeScheduler:
 
     def _emit(self, req: _Req, ev: Any) -> bool:
         try:
-            req.submit.events.send_nowait(ev)
+            req.events.send_nowait(ev)
             return True
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return False

@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from skippy.engine.chat import ROLES
+from skippy.engine.chat.prepare import ROLES
 from skippy.engine.types import (ApplyTemplateRequest, ChatCompletionRequest, CompletionRequest, DetokenizeRequest,
                                  TokenizeRequest)
 

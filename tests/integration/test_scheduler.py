@@ -9,7 +9,7 @@ import httpx
 import pytest
 import trio
 
-from skippy.engine.prefix import MIN_TAIL
+from skippy.engine.scheduling.prefix import MIN_TAIL
 from tests.integration.conftest import Server
 
 SYSTEM_LONG = ("You are a meticulous travel assistant for the Northwind travel agency. " * 30).strip()

@@ -1,6 +1,6 @@
 """plan_step: continuous-batching step planning (sans-IO)."""
 
-from skippy.engine.batch import SeqState, StepPlan, plan_step
+from skippy.engine.scheduling.batch import SeqState, StepPlan, plan_step
 from skippy.engine.runtime.base import BatchEntry
 
 

@@ -6,11 +6,11 @@ import copy
 
 import pytest
 
-from skippy.engine.capabilities import TemplateCaps, detect_caps, prompt_opens_thinking
+from skippy.engine.chat.capabilities import TemplateCaps, detect_caps, prompt_opens_thinking
 from skippy.engine.errors import InvalidRequest
-from skippy.engine.formats import FORMATS
-from skippy.engine.history import normalize_history
-from skippy.engine.templates import ChatTemplate, TemplateError
+from skippy.engine.chat.formats import FORMATS
+from skippy.engine.chat.history import normalize_history
+from skippy.engine.chat.templates import ChatTemplate, TemplateError
 from tests.paths import CHAT_TEMPLATES
 
 FIXTURES = CHAT_TEMPLATES
@@ -29,7 +29,7 @@ CONVERSATION = [
 ]
 
 # Kimi K2 templates call list.append(), which transformers' ImmutableSandboxedEnvironment
-# (and so skippy.engine.templates) refuses when rendering tool-call history.
+# (and so skippy.engine.chat.templates) refuses when rendering tool-call history.
 SANDBOX_LIMITED = {"Kimi-K2-Instruct", "Kimi-K2-Thinking"}
 
 _CACHE: dict[str, tuple[ChatTemplate, TemplateCaps]] = {}

@@ -10,11 +10,11 @@ import re
 
 import pytest
 
-from skippy.engine.emulation import (
+from skippy.engine.chat.emulation import (
     EarlyStop, build_grammar, build_instruction, rewrite_history, tool_signature,
 )
 from skippy.engine.errors import InvalidRequest
-from skippy.engine.formats.emulated import EmulatedToolParser
+from skippy.engine.chat.formats.emulated import EmulatedToolParser
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Get the weather\nfor a city.",
@@ -196,7 +196,7 @@ def test_ids_minted_once_and_shared():
     msg, deltas = parse(CASES["two_calls"][0], list(CASES["two_calls"][0]), id_factory=None)
     streamed = [tc.id for d in deltas for tc in d.tool_calls if tc.id]
     assert streamed == [c.id for c in msg.tool_calls]
-    msg, deltas = parse(CASES["two_calls"][0], id_factory=__import__("skippy.engine.formats.base").engine.formats.base.new_call_id)
+    msg, deltas = parse(CASES["two_calls"][0], id_factory=__import__("skippy.engine.chat.formats.base").engine.chat.formats.base.new_call_id)
     assert all(re.fullmatch(r"call_[0-9a-f]{24,}", c.id) for c in msg.tool_calls)
     assert len({c.id for c in msg.tool_calls}) == 2
 

@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from skippy.engine.formats import FORMATS, REASONING_FORMATS, make_parser
-from skippy.engine.formats.base import Delta, ParsedMessage, ToolCall
+from skippy.engine.chat.formats import FORMATS, REASONING_FORMATS, make_parser
+from skippy.engine.chat.formats.base import Delta, ParsedMessage, ToolCall
 
 ALLOWED = {"get_weather", "f", "run", "now"}
 

@@ -12,7 +12,7 @@ from quart import request as quart_request
 from quart_trio import QuartTrio
 
 from skippy.actors.hooks import HookCall, HookEvaluator, HookVerdict, WebhookPolicy
-from skippy.engine.hooks import (
+from skippy.engine.hooks.policy import (
     NO_ACTION,
     Deny,
     Inject,
@@ -24,7 +24,7 @@ from skippy.engine.hooks import (
     outcome_from_json,
     outcome_to_json,
 )
-from skippy.engine.signals import FinishInfo, GenerationSignals, PrefillSignals, WindowStats
+from skippy.engine.hooks.signals import FinishInfo, GenerationSignals, PrefillSignals, WindowStats
 
 WINDOW = WindowStats(16, 2.5, 4.0, 0.3, 0.01, 13, 0)
 GEN = GenerationSignals(WINDOW, 40)

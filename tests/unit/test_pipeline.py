@@ -2,9 +2,9 @@
 
 import pytest
 
-from skippy.engine.formats import make_parser
-from skippy.engine.formats.base import ContentParser, Delta, ParsedMessage
-from skippy.engine.pipeline import OutputPipeline
+from skippy.engine.chat.formats import make_parser
+from skippy.engine.chat.formats.base import ContentParser, Delta, ParsedMessage
+from skippy.engine.output.pipeline import OutputPipeline
 
 SMILE = "😀".encode("utf-8")  # f0 9f 98 80
 NIHON = "日".encode("utf-8")  # e6 97 a5

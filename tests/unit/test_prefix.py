@@ -1,6 +1,6 @@
 """Prefix-cache index (sans-IO)."""
 
-from skippy.engine.prefix import MIN_REUSE, Match, PrefixIndex, common_prefix_len
+from skippy.engine.scheduling.prefix import MIN_REUSE, Match, PrefixIndex, common_prefix_len
 
 
 def test_common_prefix_len() -> None:

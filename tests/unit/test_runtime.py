@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from skippy.engine.runtime.base import BatchEntry
-from skippy.engine.sampling import SamplingParams
+from skippy.engine.sampling.params import SamplingParams
 
 MODEL = os.path.expanduser("~/.cache/skippy/models/SmolLM2-135M-Instruct.Q4_1.gguf")
 

@@ -3,7 +3,7 @@
 import pytest
 
 from skippy.engine.errors import InvalidRequest
-from skippy.engine.sampling import MAX_TOP_LOGPROBS, SamplingParams, sampling_from_request
+from skippy.engine.sampling.params import MAX_TOP_LOGPROBS, SamplingParams, sampling_from_request
 from skippy.engine.types import ChatCompletionRequest, Message
 
 N_VOCAB = 49152

@@ -4,7 +4,7 @@ import attrs
 import numpy as np
 import pytest
 
-from skippy.engine.signals import (
+from skippy.engine.hooks.signals import (
     FinishInfo,
     SignalConfig,
     SignalWindow,

@@ -8,8 +8,8 @@ from pathlib import Path
 import jinja2.sandbox
 import pytest
 
-from skippy.engine import templates as T
-from skippy.engine.templates import ChatTemplate, TemplateError
+from skippy.engine.chat import templates as T
+from skippy.engine.chat.templates import ChatTemplate, TemplateError
 from tests.paths import CHAT_TEMPLATES
 
 FIXTURES = CHAT_TEMPLATES

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from skippy.engine.errors import InvalidRequest
-from skippy.engine.templates import ChatTemplate, TemplateError
+from skippy.engine.chat.templates import ChatTemplate, TemplateError
 from tests.paths import CHAT_TEMPLATES
 
 FIXTURES = CHAT_TEMPLATES

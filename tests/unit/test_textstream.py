@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from skippy.engine.textstream import StopMatcher, Utf8Stream
+from skippy.engine.output.textstream import StopMatcher, Utf8Stream
 
 REPLACEMENT = "\ufffd"
 

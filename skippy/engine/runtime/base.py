@@ -13,7 +13,7 @@ from typing import Protocol, Sequence
 import attrs
 import numpy as np
 
-from skippy.engine.sampling import SamplingParams
+from skippy.engine.sampling.params import SamplingParams
 
 
 @attrs.frozen

@@ -23,7 +23,7 @@ import llama_cpp
 import numpy as np
 
 from skippy.engine.runtime.base import BatchEntry, ModelMeta
-from skippy.engine.sampling import SamplingParams
+from skippy.engine.sampling.params import SamplingParams
 
 log = logging.getLogger("skippy.runtime")
 

@@ -3,21 +3,21 @@ and ``tool_calls``, streaming append-only deltas (see :mod:`.base`, :mod:`.core`
 
 ``make_parser(chat_format, ...)`` builds the parser for one generation;
 ``chat_format`` is one of :data:`FORMATS` (chosen per template by
-:func:`skippy.engine.capabilities.detect_caps`).
+:func:`skippy.engine.chat.capabilities.detect_caps`).
 """
 
 from __future__ import annotations
 
-from skippy.engine.formats.base import (ContentParser, Delta, IdFactory, ParsedMessage, StreamParser,
+from skippy.engine.chat.formats.base import (ContentParser, Delta, IdFactory, ParsedMessage, StreamParser,
                                         ToolCall, ToolCallDelta, new_call_id)
-from skippy.engine.formats.command_r7b import COMMAND_R7B
-from skippy.engine.formats.core import CONTENT_ONLY, REASONING_FORMATS, ChatParser, ToolSyntax
-from skippy.engine.formats.deepseek import DEEPSEEK_R1, DEEPSEEK_V3_1
-from skippy.engine.formats.functionary import FUNCTIONARY_V3_2
-from skippy.engine.formats.generic import GENERIC
-from skippy.engine.formats.hermes import HERMES_2_PRO
-from skippy.engine.formats.llama3 import LLAMA3_JSON
-from skippy.engine.formats.mistral import MISTRAL_NEMO, MISTRAL_SMALL_3_2
+from skippy.engine.chat.formats.command_r7b import COMMAND_R7B
+from skippy.engine.chat.formats.core import CONTENT_ONLY, REASONING_FORMATS, ChatParser, ToolSyntax
+from skippy.engine.chat.formats.deepseek import DEEPSEEK_R1, DEEPSEEK_V3_1
+from skippy.engine.chat.formats.functionary import FUNCTIONARY_V3_2
+from skippy.engine.chat.formats.generic import GENERIC
+from skippy.engine.chat.formats.hermes import HERMES_2_PRO
+from skippy.engine.chat.formats.llama3 import LLAMA3_JSON
+from skippy.engine.chat.formats.mistral import MISTRAL_NEMO, MISTRAL_SMALL_3_2
 
 SYNTAXES: dict[str, ToolSyntax] = {s.name: s for s in (
     CONTENT_ONLY, GENERIC, HERMES_2_PRO, LLAMA3_JSON, MISTRAL_NEMO, MISTRAL_SMALL_3_2,

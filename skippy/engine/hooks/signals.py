@@ -19,7 +19,7 @@ Definitions (all logarithms natural; units are nats):
 The hook types :class:`PrefillSignals`, :class:`GenerationSignals` and
 :class:`FinishInfo` are the payloads of the ``after_prefill``,
 ``mid_generation`` and ``on_finish`` hook events (see
-``skippy.engine.hooks``).
+``skippy.engine.hooks.policy``).
 """
 
 from __future__ import annotations

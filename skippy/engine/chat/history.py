@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from skippy.engine.capabilities import TemplateCaps
+from skippy.engine.chat.capabilities import TemplateCaps
 from skippy.engine.errors import InvalidRequest
 
 

@@ -13,15 +13,16 @@ from typing import Any
 
 import attrs
 
-from skippy.engine import emulation, grammar as grammars
-from skippy.engine.capabilities import TemplateCaps, detect_caps, prompt_opens_thinking
+from skippy.engine.chat import emulation
+from skippy.engine.sampling import grammar as grammars
+from skippy.engine.chat.capabilities import TemplateCaps, detect_caps, prompt_opens_thinking
 from skippy.engine.errors import InvalidRequest
-from skippy.engine.formats import REASONING_FORMATS, make_parser
-from skippy.engine.formats.base import StreamParser
-from skippy.engine.formats.emulated import EmulatedToolParser
-from skippy.engine.history import normalize_history
-from skippy.engine.plan import ParsePlan
-from skippy.engine.templates import ChatTemplate, TemplateError
+from skippy.engine.chat.formats import REASONING_FORMATS, make_parser
+from skippy.engine.chat.formats.base import StreamParser
+from skippy.engine.chat.formats.emulated import EmulatedToolParser
+from skippy.engine.chat.history import normalize_history
+from skippy.engine.chat.plan import ParsePlan
+from skippy.engine.chat.templates import ChatTemplate, TemplateError
 from skippy.engine.types import ChatCompletionRequest, message_dicts
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})

@@ -14,7 +14,7 @@ DeepSeek V3.1::
 
 import re
 
-from skippy.engine.formats.core import ToolSyntax
+from skippy.engine.chat.formats.core import ToolSyntax
 
 CALLS_BEGIN, CALL_BEGIN = "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>"
 SEP, CALLS_END = "<｜tool▁sep｜>", "<｜tool▁calls▁end｜>"

@@ -18,8 +18,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from skippy.engine.formats.base import Delta
-from skippy.engine.formats.core import JSON_DECODER, ToolScanner, ToolSyntax, scan_json
+from skippy.engine.chat.formats.base import Delta
+from skippy.engine.chat.formats.core import JSON_DECODER, ToolScanner, ToolSyntax, scan_json
 
 
 class GenericScanner(ToolScanner):

@@ -13,7 +13,7 @@ event               payload                      allowed outcomes
 
 ``after_prefill`` runs once, after the first token is sampled and before it
 is emitted. ``mid_generation`` runs when the signal window's firing rule
-says so (``skippy.engine.signals.SignalWindow.should_fire``). ``on_finish``
+says so (``skippy.engine.hooks.signals.SignalWindow.should_fire``). ``on_finish``
 runs exactly once per request, whatever the outcome (success, error,
 cancelled, denied).
 
@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Union
 import attrs
 
 if TYPE_CHECKING:  # payload types only; keeps this module free of numpy
-    from skippy.engine.signals import FinishInfo, GenerationSignals, PrefillSignals
+    from skippy.engine.hooks.signals import FinishInfo, GenerationSignals, PrefillSignals
 
 __all__ = [
     "EVENTS",

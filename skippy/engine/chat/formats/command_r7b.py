@@ -9,7 +9,7 @@ Output shape (``tool_call_id`` is the model's own counter, replaced by ours)::
 or ``<|START_RESPONSE|>text<|END_RESPONSE|>`` for content (markers dropped).
 """
 
-from skippy.engine.formats.core import JSON_STR, ToolSyntax
+from skippy.engine.chat.formats.core import JSON_STR, ToolSyntax
 import re
 
 COMMAND_R7B = ToolSyntax(

@@ -14,7 +14,7 @@ arguments::
 
 import re
 
-from skippy.engine.formats.core import ToolSyntax
+from skippy.engine.chat.formats.core import ToolSyntax
 
 FUNCTIONARY_V3_2 = ToolSyntax(
     name="functionary_v3_2",

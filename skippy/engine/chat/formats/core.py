@@ -38,7 +38,7 @@ from typing import Any, Iterable
 import attrs
 import partial_json_parser
 
-from skippy.engine.formats.base import (Delta, IdFactory, ParsedMessage, ToolCall,
+from skippy.engine.chat.formats.base import (Delta, IdFactory, ParsedMessage, ToolCall,
                                         ToolCallDelta, new_call_id)
 
 JSON_DECODER = json.JSONDecoder(strict=False)  # models write raw newlines inside strings
@@ -448,7 +448,7 @@ class _ReasoningSplitter:
 # ---------------------------------------------------------------- the parser
 
 class ChatParser:
-    """A :class:`~skippy.engine.formats.base.StreamParser` for one generation.
+    """A :class:`~skippy.engine.chat.formats.base.StreamParser` for one generation.
 
     Records every delta it returns; :meth:`finish` builds the
     :class:`ParsedMessage` from them, so the concatenation of streamed

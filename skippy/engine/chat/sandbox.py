@@ -69,7 +69,7 @@ class RenderBudget:
     (all values produced, output included), ``max_int_bits`` (largest
     integer an operation may produce). ``small_input_chars``: a template
     that goes over budget on an input this small is a runaway on any input
-    (see :meth:`skippy.engine.templates.ChatTemplate.render`).
+    (see :meth:`skippy.engine.chat.templates.ChatTemplate.render`).
     """
 
     max_ops: int = 1_000_000

@@ -13,7 +13,7 @@ older builds put ``[CALL_ID]id`` before ``[ARGS]``)::
 
 import re
 
-from skippy.engine.formats.core import ToolSyntax, json_wrapper_header
+from skippy.engine.chat.formats.core import ToolSyntax, json_wrapper_header
 
 MISTRAL_NEMO = ToolSyntax(
     name="mistral_nemo",

@@ -19,7 +19,7 @@ This module builds the request side of it:
   its call(s).
 
 The model's output is parsed back by
-:class:`skippy.engine.formats.emulated.EmulatedToolParser`.
+:class:`skippy.engine.chat.formats.emulated.EmulatedToolParser`.
 ``tool_choice`` is OpenAI's: ``"none"``, ``"auto"`` (default),
 ``"required"`` or ``{"type": "function", "function": {"name": ...}}``.
 Tools are OpenAI ``{"type": "function", "function": {...}}`` dicts or flat
@@ -36,8 +36,8 @@ from typing import Any
 import attrs
 
 from skippy.engine.errors import InvalidRequest
-from skippy.engine.formats.emulated import MARKER, EmulatedToolParser
-from skippy.engine.grammar import schema_converter, tool_call_rules
+from skippy.engine.chat.formats.emulated import MARKER, EmulatedToolParser
+from skippy.engine.sampling.grammar import schema_converter, tool_call_rules
 
 TOOL_RESULT_PREFIX = "Tool result for"
 

@@ -7,9 +7,9 @@ filter that keeps non-ASCII characters, and the ``raise_exception`` and
 Any error raised while rendering becomes :class:`TemplateError`, which the
 engine reports as a 400 carrying the template's own message.
 
-The environment is :class:`~skippy.engine.template_sandbox.BoundedSandbox`,
+The environment is :class:`~skippy.engine.chat.sandbox.BoundedSandbox`,
 an immutable sandbox that also bounds each render's work, time and memory
-(:class:`~skippy.engine.template_sandbox.RenderBudget`): a template can be a
+(:class:`~skippy.engine.chat.sandbox.RenderBudget`): a template can be a
 request field, and template-injection payloads (attribute walking to
 ``__class__``/``__globals__``, runaway loops, giant strings) are refused
 with a :class:`TemplateError` (400) within a bounded render time.
@@ -27,7 +27,7 @@ import jinja2.nodes
 import jinja2.sandbox
 
 from skippy.engine.errors import InvalidRequest
-from skippy.engine.template_sandbox import BoundedSandbox, BudgetExceeded, Meter, RenderBudget
+from skippy.engine.chat.sandbox import BoundedSandbox, BudgetExceeded, Meter, RenderBudget
 
 
 class TemplateError(InvalidRequest):
@@ -110,7 +110,7 @@ class ChatTemplate:
         become template variables. Raises :class:`TemplateError` with the
         template's own message when rendering fails, or when the render goes
         over its budget (operations, time, size: see
-        :class:`~skippy.engine.template_sandbox.RenderBudget`). A template
+        :class:`~skippy.engine.chat.sandbox.RenderBudget`). A template
         that goes over budget on a small input is marked as runaway and
         refused at once from then on (so probing it costs one budget, not
         one per probe).

@@ -7,10 +7,10 @@ Output shape::
     </tool_call><tool_call>...</tool_call>
 
 Qwen3 and QwQ add ``<think>...</think>`` reasoning first (handled by the
-shared reasoning splitter in :mod:`skippy.engine.formats.core`).
+shared reasoning splitter in :mod:`skippy.engine.chat.formats.core`).
 """
 
-from skippy.engine.formats.core import ToolSyntax, json_wrapper_header
+from skippy.engine.chat.formats.core import ToolSyntax, json_wrapper_header
 
 HERMES_2_PRO = ToolSyntax(
     name="hermes_2_pro",

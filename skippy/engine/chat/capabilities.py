@@ -7,7 +7,7 @@ arguments as an object vs a JSON string, a system message, thinking on vs
 off) and looking for needles in the output. A probe that raises simply means
 the template lacks that capability; :func:`detect_caps` never raises.
 
-The chat format (see :data:`skippy.engine.formats.FORMATS`) is chosen from
+The chat format (see :data:`skippy.engine.chat.formats.FORMATS`) is chosen from
 the markers the template writes around a rendered tool call.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from skippy.engine.templates import ChatTemplate
+from skippy.engine.chat.templates import ChatTemplate
 
 THINK_OPEN_TAGS = ("<think>", "<|START_THINKING|>")
 THINK_CLOSE_TAGS = ("</think>", "<|END_THINKING|>")

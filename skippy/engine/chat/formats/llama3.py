@@ -10,7 +10,7 @@ Output shape: the whole reply is one JSON object, optionally after
 Built-in tool syntax (``brave_search.call(...)``) is left as content.
 """
 
-from skippy.engine.formats.core import ToolSyntax, json_wrapper_header
+from skippy.engine.chat.formats.core import ToolSyntax, json_wrapper_header
 
 LLAMA3_JSON = ToolSyntax(
     name="llama3_json",

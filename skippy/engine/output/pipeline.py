@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Callable, Protocol
 
-from skippy.engine.formats.base import Delta, ParsedMessage, StreamParser
-from skippy.engine.textstream import StopMatcher, Utf8Stream
+from skippy.engine.chat.formats.base import Delta, ParsedMessage, StreamParser
+from skippy.engine.output.textstream import StopMatcher, Utf8Stream
 
 
 class EarlyStopRule(Protocol):

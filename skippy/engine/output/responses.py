@@ -10,7 +10,7 @@ import secrets
 import time
 from typing import Any
 
-from skippy.engine.formats.base import Delta, ParsedMessage
+from skippy.engine.chat.formats.base import Delta, ParsedMessage
 
 
 def new_id(prefix: str) -> str:

@@ -1,6 +1,6 @@
 """Parser of the emulated ``TOOL_CALL`` convention (sans-IO).
 
-Output convention (see :mod:`skippy.engine.emulation`)::
+Output convention (see :mod:`skippy.engine.chat.emulation`)::
 
     Let me check.
     TOOL_CALL {"name": "get_weather", "arguments": {"city": "Paris"}}
@@ -52,7 +52,7 @@ from __future__ import annotations
 import json
 import re
 
-from skippy.engine.formats.base import Delta, IdFactory, ParsedMessage, ToolCall, ToolCallDelta, new_call_id
+from skippy.engine.chat.formats.base import Delta, IdFactory, ParsedMessage, ToolCall, ToolCallDelta, new_call_id
 
 MARKER = "TOOL_CALL"
 THINK_OPEN = "<think>"
@@ -245,7 +245,7 @@ class _Call:
 
 
 class EmulatedToolParser:
-    """:class:`~skippy.engine.formats.base.StreamParser` for ``TOOL_CALL`` lines.
+    """:class:`~skippy.engine.chat.formats.base.StreamParser` for ``TOOL_CALL`` lines.
 
     ``allowed_tools``: names the request allows (others stay content);
     ``parallel_tool_calls``: False keeps only the first call;

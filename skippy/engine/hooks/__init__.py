@@ -1,0 +1,1 @@
+"""Signals and hooks: per-token uncertainty signals (entropy, margin, windows) and hook-policy types."""

@@ -1,0 +1,118 @@
+"""The scheduler's edges: what a request asks of it, what it answers, what it reports.
+
+:class:`SeqRequest` goes in (one tokenized prompt to generate from); per
+sequence, :class:`TokenEvent` (one per accepted token) and one final
+:class:`FinishEvent` come out; :class:`SchedulerStats` is a frozen snapshot
+of the scheduler's counters for ``/health`` and ``/metrics`` (as trio's
+``MemoryChannelStatistics`` or vLLM's ``SchedulerStats``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from skippy.engine.sampling.params import SamplingParams
+
+
+@attrs.frozen
+class SeqRequest:
+    """One tokenized prompt to admit and generate from.
+
+    ``rid`` is unique per engine; ``prompt`` the token ids (not empty);
+    ``max_tokens`` the tokens to generate at most (>= 1). ``hooks``: run the
+    hook policy for this sequence (``request`` is what the policy sees);
+    ``signals``: attach entropy and margin to token events. ``cache_key``
+    groups prefix-cache eviction (OpenAI ``prompt_cache_key``);
+    ``cache_prompt=False`` prefills cold, without prefix reuse (llama-server
+    ``cache_prompt``).
+    """
+
+    rid: int
+    prompt: tuple[int, ...] | list[int]
+    params: SamplingParams
+    max_tokens: int
+    hooks: bool = False
+    signals: bool = False
+    request: Any = None
+    cache_key: str | None = None
+    cache_prompt: bool = True
+
+
+@attrs.frozen
+class TopLogprob:
+    """One of the most likely tokens at a position: id and natural-log probability."""
+
+    token: int
+    logprob: float
+
+
+@attrs.frozen
+class TokenEvent:
+    """One sampled and accepted token.
+
+    ``logprob``/``top`` (natural log, from the raw logits) when the request asked
+    for logprobs; ``entropy``/``margin`` (nats, from the raw logits) when it asked
+    for signals or hooks.
+    """
+
+    token: int
+    logprob: float | None = None
+    top: tuple[TopLogprob, ...] = ()
+    entropy: float | None = None
+    margin: float | None = None
+
+
+@attrs.frozen
+class FinishEvent:
+    """End of a sequence; always its last event.
+
+    ``reason``: ``stop`` (an end-of-generation token), ``length``,
+    ``cancelled``, ``error`` (with ``error`` set), or a hook's stop reason
+    (``stopped_by_hook``). Times are milliseconds: ``prompt_ms`` from admission
+    to the first sampled token, ``predicted_ms`` from then to the end.
+    ``prompt_tokens`` counts the submitted prompt; ``cached_tokens`` of them
+    came from the prefix cache; ``injected_tokens`` were added by hooks.
+    """
+
+    reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    prompt_ms: float
+    predicted_ms: float
+    error: str | None = None
+    injected_tokens: int = 0
+    stopped_by_hook: bool = False
+    cached_tokens: int = 0
+
+
+#: What a sequence's event stream carries.
+SeqEvent = TokenEvent | FinishEvent
+
+
+@attrs.frozen
+class SchedulerStats:
+    """A snapshot of the scheduler (llama-server ``/health`` and ``/metrics`` names where they exist).
+
+    Gauges: ``n_slots`` (``n_seq_max``), ``n_running`` (sequences holding a
+    slot: prefilling, decoding or parked), ``n_waiting`` (queued for a slot),
+    ``n_parked`` (waiting for a hook verdict), ``kv_cells_used`` (running
+    sequences' and resident prefix-cache entries' tokens). Counters since
+    start: ``steps`` (decode calls), ``prompt_tokens_total`` (prompt tokens
+    prefilled, cached ones excluded, however the request ended),
+    ``tokens_predicted_total``, ``prefix_queries`` / ``prefix_hits`` /
+    ``cached_tokens_total`` (prefix-cache lookups at admission, hits, tokens reused).
+    """
+
+    n_slots: int
+    n_running: int = 0
+    n_waiting: int = 0
+    n_parked: int = 0
+    kv_cells_used: int = 0
+    steps: int = 0
+    prompt_tokens_total: int = 0
+    tokens_predicted_total: int = 0
+    prefix_queries: int = 0
+    prefix_hits: int = 0
+    cached_tokens_total: int = 0
