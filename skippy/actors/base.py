@@ -1,30 +1,68 @@
-"""A small base for actors that run blocking work in worker threads.
+"""The actor convention, written once.
 
-A message is an attrs object with a ``reply`` field (a trio memory send
-channel). The actor reads its inbox, runs :meth:`ThreadActor.handle` for
-each message in a worker thread (at most ``max_threads`` at once), and
-sends back an ``outcome.Outcome`` (the value or the exception), so errors
-raised in the worker reach the requester unchanged.
+An actor is one trio task (:meth:`Actor.run`) that owns its state and reads
+typed messages from its own inbox, a trio memory channel
+(``MemorySendChannel[M]``, as ``trio/_channel.py`` types them). Others hold
+only the send side (:attr:`Actor.inbox`) and never touch the actor's state;
+a message that needs an answer carries its own reply channel. The message
+types of an actor form a union handled with ``match`` and ``assert_never``.
+
+:class:`ThreadActor` is the actor for blocking work (tokenizing, template
+rendering): each message's :meth:`~ThreadActor.handle` runs in a worker
+thread (at most ``max_threads`` at once) and its ``outcome.Outcome`` (the
+value or the exception) goes back on the message's ``reply`` channel, so
+errors raised in the worker reach the requester unchanged.
 """
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
-from typing import Any
+from typing import Any, Callable, Generic, Protocol, TypeVar
 
 import outcome
 import trio
 
+M = TypeVar("M")
+R = TypeVar("R")
 
-class ThreadActor:
-    """Serve messages concurrently, each in a worker thread."""
+
+class Actor(Generic[M]):
+    """Base of every actor: a typed inbox of ``buffer`` messages (``math.inf``: never full).
+
+    Subclasses implement :meth:`run`, the actor's task, started in a nursery
+    (``nursery.start_soon(actor.run)``) and run until cancelled or until the
+    inbox closes.
+    """
+
+    def __init__(self, buffer: float = math.inf) -> None:
+        self._send, self._inbox = trio.open_memory_channel[M](buffer)
+
+    @property
+    def inbox(self) -> trio.MemorySendChannel[M]:
+        """The send side of the inbox, for other actors and request tasks."""
+        return self._send
+
+    async def run(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class Reply(Protocol[R]):
+    """A message to a :class:`ThreadActor`: anything with a ``reply`` send channel."""
+
+    reply: trio.MemorySendChannel[outcome.Outcome[R]]
+
+
+class ThreadActor(Actor[M]):
+    """Serve messages concurrently, each in a worker thread (``trio.to_thread.run_sync``)."""
 
     def __init__(self, max_threads: int = 2) -> None:
+        super().__init__(256)
         self._limiter = trio.CapacityLimiter(max_threads)
-        self._send, self._inbox = trio.open_memory_channel[Any](256)
 
-    def handle(self, msg: Any) -> Any:  # pragma: no cover - abstract
+    def handle(self, msg: M) -> Any:  # pragma: no cover - abstract
+        """Do the blocking work of ``msg`` (in a worker thread); return the answer or raise."""
         raise NotImplementedError
 
     async def run(self) -> None:
@@ -40,9 +78,9 @@ class ThreadActor:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the requester went away
 
-    async def ask(self, make_msg: Any) -> Any:
-        """Send ``make_msg(reply_channel)`` and await the result (re-raising errors)."""
-        send, recv = trio.open_memory_channel[Any](1)
+    async def ask(self, make_msg: Callable[[trio.MemorySendChannel[Any]], M]) -> Any:
+        """Send ``make_msg(reply_channel)`` and await the answer (re-raising the worker's error)."""
+        send, recv = trio.open_memory_channel[outcome.Outcome[Any]](1)
         async with recv:
             await self._send.send(make_msg(send))
             result = await recv.receive()

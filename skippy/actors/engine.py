@@ -495,13 +495,11 @@ async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None) -
         webhook_client = httpx.AsyncClient(timeout=config.hook_timeout + 1.0, trust_env=False)
         policy = WebhookPolicy(config.hook_url, webhook_client)
     evaluator = None
-    hook_send = None
     if policy is not None:
         evaluator = HookEvaluator(policy, timeout=config.hook_timeout, fail_closed=config.hook_fail_closed)
-        hook_send, hook_recv = trio.open_memory_channel[Any](math.inf)
     signal_config = SignalConfig(window=config.signal_window, high_entropy_threshold=config.high_entropy_threshold)
     scheduler = DecodeScheduler(runtime, step_tokens=config.step_tokens, max_queue=config.max_queue,
-                                hooks=hook_send, signal_config=signal_config, prefix_cache=config.prefix_cache)
+                                hooks=evaluator.inbox if evaluator else None, signal_config=signal_config, prefix_cache=config.prefix_cache)
     try:
         async with trio.open_nursery() as nursery:
             engine = Engine(config, runtime, tokenizer, renderer, scheduler, evaluator, nursery)
@@ -509,7 +507,7 @@ async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None) -
             nursery.start_soon(renderer.run)
             nursery.start_soon(scheduler.run)
             if evaluator is not None:
-                nursery.start_soon(evaluator.run, hook_recv)
+                nursery.start_soon(evaluator.run)
             try:
                 yield engine
             finally:

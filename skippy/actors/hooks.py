@@ -30,6 +30,7 @@ import attrs
 import httpx
 import trio
 
+from skippy.actors.base import Actor
 from skippy.engine.hooks.policy import (
     EVENTS,
     NO_ACTION,
@@ -121,7 +122,7 @@ class HookCall:
     event: str
     request: Any
     payload: Any
-    reply: trio.MemorySendChannel
+    reply: trio.MemorySendChannel[Any]
 
 
 @attrs.frozen
@@ -132,7 +133,7 @@ class HookVerdict:
     outcome: Outcome
 
 
-class HookEvaluator:
+class HookEvaluator(Actor[HookCall]):
     """Actor that owns the hook policy and runs its callbacks concurrently.
 
     Args:
@@ -153,6 +154,7 @@ class HookEvaluator:
     ):
         if not (isinstance(timeout, (int, float)) and timeout > 0 and not math.isnan(timeout)):
             raise ValueError(f"hook timeout must be > 0 seconds, got {timeout!r}")
+        super().__init__()
         self.policy = policy
         self.timeout = float(timeout)
         self.fail_closed = fail_closed
@@ -162,16 +164,15 @@ class HookEvaluator:
         """Whether the policy implements ``event`` (callers may skip parking if not)."""
         return callable(getattr(self.policy, event, None))
 
-    async def run(self, inbox: trio.MemoryReceiveChannel) -> None:
-        """Serve :class:`HookCall` messages until ``inbox`` is closed.
+    async def run(self) -> None:
+        """Serve :class:`HookCall` messages (sent to :attr:`inbox`) until cancelled.
 
         Each call runs in its own task, so a slow policy call never delays
-        another. Returns once the inbox is closed and in-flight calls are done
-        (each is bounded by the timeout).
+        another; each is bounded by the timeout.
         """
         async with trio.open_nursery() as nursery:
-            async with inbox:
-                async for hc in inbox:
+            async with self._inbox:
+                async for hc in self._inbox:
                     nursery.start_soon(self._serve, hc)
 
     async def _serve(self, hc: HookCall) -> None:

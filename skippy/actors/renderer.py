@@ -12,6 +12,7 @@ import functools
 from typing import Any
 
 import attrs
+import trio
 
 from skippy.actors.base import ThreadActor
 from skippy.engine.chat.prepare import PreparedTemplate, Rendered, render_chat
@@ -30,10 +31,10 @@ __all__ = ["CHATML", "RenderChat", "Rendered", "TemplateRenderer"]
 class RenderChat:
     request: ChatCompletionRequest
     add_generation_prompt: bool
-    reply: Any
+    reply: trio.MemorySendChannel[Any]
 
 
-class TemplateRenderer(ThreadActor):
+class TemplateRenderer(ThreadActor[RenderChat]):
     """Renders chat prompts with the model's (or the configured, or the request's) template.
 
     ``default_kwargs``: template variables from ``--chat-template-kwargs``;

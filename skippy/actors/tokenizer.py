@@ -6,9 +6,10 @@ never waits on a decode step and a decode step never waits on it.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Sequence, assert_never
 
 import attrs
+import trio
 
 from skippy.actors.base import ThreadActor
 from skippy.engine.runtime.base import Vocab
@@ -19,23 +20,23 @@ class Tokenize:
     text: str
     add_special: bool
     parse_special: bool
-    reply: Any
+    reply: trio.MemorySendChannel[Any]
 
 
 @attrs.frozen
 class CheckGrammar:
     gbnf: str
     lazy_patterns: tuple[str, ...]
-    reply: Any
+    reply: trio.MemorySendChannel[Any]
 
 
 @attrs.frozen
 class Detokenize:
     tokens: tuple[int, ...]
-    reply: Any
+    reply: trio.MemorySendChannel[Any]
 
 
-class Tokenizer(ThreadActor):
+class Tokenizer(ThreadActor[Tokenize | Detokenize | CheckGrammar]):
     """Tokenizer actor over a :class:`Vocab`."""
 
     def __init__(self, vocab: Vocab, *, bos_id: int = -1, max_threads: int = 2) -> None:
@@ -44,15 +45,19 @@ class Tokenizer(ThreadActor):
         self.bos_id = bos_id
 
     def handle(self, msg: Tokenize | Detokenize | CheckGrammar) -> Any:
-        if isinstance(msg, CheckGrammar):
-            return self.vocab.check_grammar(msg.gbnf, msg.lazy_patterns)
-        if isinstance(msg, Tokenize):
-            ids = self.vocab.tokenize(msg.text, add_special=msg.add_special, parse_special=msg.parse_special)
-            # a template that writes BOS itself plus add_special would give two BOS tokens
-            if msg.add_special and len(ids) >= 2 and ids[0] == ids[1] == self.bos_id:
-                ids = ids[1:]
-            return ids
-        return self.vocab.detokenize(msg.tokens)
+        match msg:
+            case CheckGrammar():
+                return self.vocab.check_grammar(msg.gbnf, msg.lazy_patterns)
+            case Tokenize():
+                ids = self.vocab.tokenize(msg.text, add_special=msg.add_special, parse_special=msg.parse_special)
+                # a template that writes BOS itself plus add_special would give two BOS tokens
+                if msg.add_special and len(ids) >= 2 and ids[0] == ids[1] == self.bos_id:
+                    ids = ids[1:]
+                return ids
+            case Detokenize():
+                return self.vocab.detokenize(msg.tokens)
+            case _:
+                assert_never(msg)
 
     async def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
         """Text -> token ids (``add_special``: the model's BOS when it wants one)."""

@@ -102,37 +102,6 @@ async def test_burst_shares_a_prefill_when_every_slot_holds_a_cache_entry(
         srv.stop()
 
 
-async def test_a_request_waiting_for_a_shared_prefix_does_not_hold_back_others(server: Server) -> None:
-    # A prefills a long new prompt over several steps; B shares A's prefix, so it waits to copy
-    # it; C shares nothing and arrived after B: it starts at once, and its first token comes
-    # before A's (which needs A's whole prefill).
-    system = {"role": "system", "content": f"[{time.time_ns()}] " + " ".join([SYSTEM_LONG] * 3)}
-    first_token: dict[str, float] = {}
-    t0 = time.perf_counter()
-
-    async def one(name: str, messages: list[dict]) -> None:
-        body = {"messages": messages, "temperature": 0, "max_tokens": 4, "stream": True}
-        async with httpx.AsyncClient(base_url=server.base_url, timeout=300) as client:
-            async with client.stream("POST", "/v1/chat/completions", json=body) as resp:
-                assert resp.status_code == 200
-                async for line in resp.aiter_lines():
-                    if line.startswith("data: {") and name not in first_token:
-                        delta = json.loads(line[6:])["choices"][0]["delta"]
-                        if delta.get("content"):
-                            first_token[name] = time.perf_counter() - t0
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(one, "A", [system, {"role": "user", "content": "Suggest a city in Italy."}])
-        async with httpx.AsyncClient(base_url=server.base_url) as client:  # B and C once A is decoding
-            while (await client.get("/health")).json()["slots_processing"] < 1:
-                await trio.sleep(0.02)
-        nursery.start_soon(one, "B", [system, {"role": "user", "content": "Suggest a beach in Spain."}])
-        await trio.sleep(0.2)
-        nursery.start_soon(one, "C", [{"role": "user", "content": "Name a colour."}])
-    assert set(first_token) == {"A", "B", "C"}
-    assert first_token["C"] < first_token["A"] < first_token["B"], first_token
-
-
 async def test_full_queue_gives_429_and_server_keeps_serving(tmp_path_factory: pytest.TempPathFactory) -> None:
     srv = Server(["--parallel", "1", "--max-queue", "1", "--n-ctx", "1024"], tmp_path_factory.mktemp("q") / "log")
     try:

@@ -1,6 +1,6 @@
 """plan_step: continuous-batching step planning (sans-IO)."""
 
-from skippy.engine.scheduling.batch import SeqState, StepPlan, plan_step
+from skippy.engine.scheduling.batch import SeqState, BatchPlan, plan_step
 from skippy.engine.runtime.base import BatchEntry
 
 
@@ -14,12 +14,12 @@ def fresh(rid, slot, prompt, n_past=0):
     return SeqState(rid=rid, slot=slot, prompt=list(prompt), max_tokens=16, n_past=n_past)
 
 
-def apply(plan: StepPlan):
+def apply(plan: BatchPlan):
     for s, n in plan.advance:
         s.n_past += n
 
 
-def check_outputs(plan: StepPlan):
+def check_outputs(plan: BatchPlan):
     """Each output index has logits; every logits entry is some sequence's output."""
     idx = [i for _, i in plan.outputs]
     assert len(set(idx)) == len(idx)

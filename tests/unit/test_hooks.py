@@ -45,10 +45,10 @@ async def test_slow_call_does_not_delay_another():
             return Inject(request)
 
     ev = HookEvaluator(Policy(), timeout=30)
-    send, inbox = trio.open_memory_channel(0)
+    send = ev.inbox
     reply_send, reply_recv = trio.open_memory_channel(float("inf"))
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(ev.run, inbox)
+        nursery.start_soon(ev.run)
         await send.send(HookCall(1, "mid_generation", "slow", GEN, reply_send))
         await send.send(HookCall(2, "mid_generation", "fast", GEN, reply_send))
         first = await reply_recv.receive()
@@ -68,11 +68,11 @@ async def test_timeout_gives_no_action_and_counts(autojump_clock, caplog):
             await trio.sleep_forever()
 
     ev = HookEvaluator(Policy(), timeout=2.0)
-    send, inbox = trio.open_memory_channel(0)
+    send = ev.inbox
     reply_send, reply_recv = trio.open_memory_channel(float("inf"))
     caplog.set_level(logging.WARNING, logger="skippy.hooks")
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(ev.run, inbox)
+        nursery.start_soon(ev.run)
         t0 = trio.current_time()
         await send.send(HookCall(7, "after_prefill", {}, PrefillSignals(1.0, 0.5, 42), reply_send))
         verdict = await reply_recv.receive()
@@ -167,11 +167,11 @@ async def test_closed_reply_channel_is_tolerated():
             return Stop("x")
 
     ev = HookEvaluator(Policy())
-    send, inbox = trio.open_memory_channel(0)
+    send = ev.inbox
     reply_send, reply_recv = trio.open_memory_channel(float("inf"))
     await reply_recv.aclose()
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(ev.run, inbox)
+        nursery.start_soon(ev.run)
         await send.send(HookCall(1, "mid_generation", {}, GEN, reply_send))
         await send.aclose()
 

@@ -41,7 +41,7 @@ class SeqState:
 
 
 @attrs.frozen
-class StepPlan:
+class BatchPlan:
     """The batch of one step, and which outputs to sample for which sequence.
 
     ``outputs`` pairs each sequence to sample with the batch index of its
@@ -70,7 +70,7 @@ def _chunk(rem: int, n: int, *, must: bool = False) -> int:
     return max(n, 1) if must else n
 
 
-def plan_step(seqs: list[SeqState], budget: int) -> StepPlan | None:
+def plan_step(seqs: list[SeqState], budget: int) -> BatchPlan | None:
     """Plan one step over ``seqs`` (in admission order) within ``budget`` tokens.
 
     Returns ``None`` when there is nothing to decode. ``budget`` must be
@@ -125,4 +125,4 @@ def plan_step(seqs: list[SeqState], budget: int) -> StepPlan | None:
             entries.append(BatchEntry(s.prompt[pos], pos, s.slot, last and i == n - 1))
         if last:
             outputs.append((s, len(entries) - 1))
-    return StepPlan(tuple(entries), tuple(outputs), tuple(take))
+    return BatchPlan(tuple(entries), tuple(outputs), tuple(take))

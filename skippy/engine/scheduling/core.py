@@ -1,0 +1,527 @@
+"""The decode scheduler's policy as a sans-IO state machine (no trio, no threads, no clock of its own).
+
+:class:`SchedulerCore` owns every rule of a request's life in the decode
+scheduler; the :class:`~skippy.actors.scheduler.DecodeScheduler` actor only
+moves messages (as vLLM v1's ``EngineCore.step()`` drives its ``Scheduler``,
+and h11's ``Connection`` leaves all I/O to its caller). One step is three calls::
+
+    step = core.plan()                            # admit, then plan one batch
+    sampled = execute(runtime, step)              # llama_decode + sampling (decode thread)
+    outputs = core.update(step, sampled)          # tokens, finishes, hook parks
+
+Inputs: :meth:`~SchedulerCore.add`, :meth:`~SchedulerCore.cancel`,
+:meth:`~SchedulerCore.on_verdict`. Outputs are ``(rid, event)`` pairs, in
+order: :class:`TokenEvent` and :class:`FinishEvent` go to the request;
+:class:`HookRequest` asks the hook evaluator for a verdict on a parked sequence.
+
+Each sequence has an explicit :class:`Phase` (llama.cpp's server names its
+``slot_state``)::
+
+    WAITING --admit--> PREFILLING --last prompt chunk--> DECODING <--verdict-- PARKED
+                             ^                               |  --hook fires-->   |
+                             +-------- hook injection -------+-------------------+
+    any phase --cancel / EOG / length / stop verdict / error--> FINISHED
+
+The rules, each with a unit test in ``tests/unit/test_scheduler_core.py``:
+
+- **Admission** in arrival order while a slot is free or a prefix-cache entry
+  can be evicted; at most ``max_queue`` requests wait (:class:`QueueFull`).
+- **Prefix reuse** (:mod:`skippy.engine.scheduling.prefix`): the resident or
+  running sequence sharing the longest prefix is reused in place (resident, no
+  free slot), or copied into a free slot (``llama_memory_seq_cp``); with no
+  match, a free slot, else the least recently used entry is evicted (of the
+  same ``prompt_cache_key`` first). A request whose prefix a running prefill
+  will soon hold waits for it without holding back the requests behind it.
+- **Slot order**: the lowest free slot is taken, so running slots stay compact
+  (llama.cpp decodes each run of consecutive sequence ids as one micro-batch).
+- **Prefill budget**: :func:`~skippy.engine.scheduling.batch.plan_step`
+  (shortest remaining prompt first, the oldest prefill's guaranteed share).
+- **Hooks**: after the first sampled token (``after_prefill``) and when the
+  signal window fires (``mid_generation``) the sequence is parked with its
+  token held; the verdict emits it (no action), discards it and finishes
+  (``Stop``), or discards it and appends the injected tokens to the sequence,
+  prefilled at the next steps (``Inject``; never sent to the client).
+- **Finish**: an end-of-generation token (``stop``), ``max_tokens`` or a full
+  context (``length``), a cancel, a hook stop, or a failed decode (``error``);
+  the prefilled prompt's KV stays resident for reuse, the rest is removed.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import logging
+import time
+from collections.abc import Callable, Sequence as Seq
+from typing import Any
+
+import attrs
+
+from skippy.engine.errors import QueueFull
+from skippy.engine.hooks.policy import Inject, Outcome, Stop
+from skippy.engine.hooks.signals import (GenerationSignals, PrefillSignals, SignalConfig, SignalWindow,
+                                         logprobs_top, token_logprob, token_signals)
+from skippy.engine.runtime.base import Runtime
+from skippy.engine.scheduling.batch import BatchPlan, SeqState, plan_step
+from skippy.engine.scheduling.events import FinishEvent, SchedulerStats, SeqRequest, TokenEvent, TopLogprob
+from skippy.engine.scheduling.prefix import MIN_REUSE, MIN_TAIL, Match, PrefixIndex, common_prefix_len
+
+log = logging.getLogger("skippy.scheduler")
+
+
+class Phase(enum.Enum):
+    """Where a sequence is in its life (see the module docstring's diagram)."""
+
+    WAITING = "waiting"        #: queued; no slot yet
+    PREFILLING = "prefilling"  #: holds a slot; prompt (or injected) tokens left to put in the KV cache
+    DECODING = "decoding"      #: holds a slot; its last sampled token goes into the next batch
+    PARKED = "parked"          #: holds a slot; its sampled token is held until a hook verdict
+    FINISHED = "finished"      #: its FinishEvent is out; slot freed or kept in the prefix cache
+
+
+@attrs.frozen
+class HookRequest:
+    """Ask the hook policy about a parked sequence: ``event`` (``after_prefill`` or
+    ``mid_generation``), the request the policy sees, and the signals payload."""
+
+    event: str
+    request: Any
+    payload: PrefillSignals | GenerationSignals
+
+
+#: What the core emits, per request id.
+Output = tuple[int, TokenEvent | FinishEvent | HookRequest]
+
+
+@attrs.define(eq=False)
+class Sequence:
+    """One request in the scheduler.
+
+    ``kv`` is its KV state once admitted (slot, tokens in the KV cache, pending
+    token; ``None`` while waiting); ``sampler`` its llama.cpp sampler chain;
+    ``held`` the sampled token held while parked; ``injected`` tokens added by
+    hooks; ``cached`` prompt tokens reused from the prefix cache. Times are
+    the core clock's seconds.
+    """
+
+    request: SeqRequest
+    phase: Phase = Phase.WAITING
+    kv: SeqState | None = None
+    sampler: object = None
+    window: SignalWindow | None = None
+    held: TokenEvent | None = None
+    injected: int = 0
+    cached: int = 0
+    t_admit: float = 0.0
+    t_first: float = 0.0
+
+    @property
+    def rid(self) -> int:
+        return self.request.rid
+
+    @property
+    def n_prefilled(self) -> int:
+        """KV tokens computed by prefill from the prompt (not generated or injected text): the
+        only ones offered for reuse.
+
+        llama.cpp computes a token decoded alone (a generated token) with other kernels than a
+        token inside a prefill batch, and the two KV values differ in their last bits (measured on
+        CPU: a 32-token prefix decoded one token at a time moved the logits 600 tokens later by up
+        to 0.3). Reusing generated tokens would make a cached prompt's greedy output differ from a
+        cold run's; a prompt's tokens are prefilled alike on both paths.
+        """
+        return min(self.kv.n_past, len(self.request.prompt)) if self.kv is not None else 0
+
+
+@attrs.frozen
+class SampleSpec:
+    """What to compute at one batch output: the sampler, and which extras the request asked for."""
+
+    rid: int
+    index: int
+    sampler: object
+    top_logprobs: int | None  # None: no logprobs; else how many alternatives (0..20)
+    signals: bool
+
+
+@attrs.frozen
+class StepPlan:
+    """One planned step: the batch (``None``: nothing to decode), what to sample from it, and
+    the outputs admission produced (finishes of requests whose sampler llama.cpp refused)."""
+
+    batch: BatchPlan | None
+    samples: tuple[SampleSpec, ...] = ()
+    outputs: tuple[Output, ...] = ()
+
+
+def execute(runtime: Runtime, step: StepPlan) -> list[TokenEvent]:
+    """Run ``step`` on ``runtime``: one ``llama_decode``, then sample every output in order.
+
+    Blocking; runs on the decode thread. Returns one :class:`TokenEvent` per
+    ``step.samples`` entry (logprobs and signals from the raw logits when
+    asked). Raises ``RuntimeError`` when llama.cpp refuses the batch.
+    """
+    assert step.batch is not None
+    runtime.decode(step.batch.entries)
+    out = []
+    for spec in step.samples:
+        lp = entropy = margin = None
+        top: tuple[TopLogprob, ...] = ()
+        raw = runtime.logits(spec.index) if spec.top_logprobs is not None or spec.signals else None
+        if raw is not None and spec.signals:
+            entropy, margin = token_signals(raw)
+        tok = runtime.sample(spec.sampler, spec.index)
+        if raw is not None and spec.top_logprobs is not None:
+            lp = token_logprob(raw, tok)
+            if spec.top_logprobs:
+                ids, lps = logprobs_top(raw, spec.top_logprobs)
+                top = tuple(TopLogprob(int(t), float(v)) for t, v in zip(ids, lps))
+        out.append(TokenEvent(tok, lp, top, entropy, margin))
+    return out
+
+
+class SchedulerCore:
+    """Continuous-batching policy over one :class:`Runtime` (see the module docstring).
+
+    ``step_tokens`` bounds the tokens of one step (prefill chunks share it with
+    the decoding sequences; at most ``n_batch``); ``max_queue`` bounds the
+    requests waiting for a slot; ``hooks`` says whether a hook evaluator is
+    there to park sequences for; ``signal_config`` is its signal window and
+    firing rule. ``prefix_cache`` keeps finished sequences' KV resident and
+    reuses shared prompt prefixes; it is off for recurrent and hybrid models,
+    whose KV cannot be trimmed. ``clock`` gives seconds (tests pass a fake).
+
+    The core calls the runtime's KV and sampler methods (``seq_rm``,
+    ``seq_cp``, ``new_sampler``, ``free_sampler``) and the vocabulary (hook
+    injections) itself, from the caller's thread; only :func:`execute` decodes.
+    Not thread-safe: one owner drives it.
+    """
+
+    def __init__(self, runtime: Runtime, *, step_tokens: int | None = None, max_queue: int = 1024,
+                 hooks: bool = False, signal_config: SignalConfig | None = None, prefix_cache: bool = True,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.runtime = runtime
+        meta = runtime.meta
+        self.n_slots = meta.n_seq_max
+        self.step_tokens = min(step_tokens or meta.n_batch, meta.n_batch)
+        self.max_queue = max_queue
+        self.hooks = hooks
+        self.signal_config = signal_config or SignalConfig()
+        self.prefix_cache = prefix_cache and not meta.is_recurrent
+        self.prefix = PrefixIndex()
+        self._clock = clock
+        self._free_slots = set(range(self.n_slots))
+        self._waiting: collections.deque[Sequence] = collections.deque()
+        self._running: dict[int, Sequence] = {}  # admitted, in admission order
+        self._seqs: dict[int, Sequence] = {}  # waiting or running, by rid
+        self._steps = 0
+        self._prefix_queries = 0
+        self._prefix_hits = 0
+        self._cached_tokens_total = 0
+        self._prompt_tokens_total = 0
+        self._tokens_predicted_total = 0
+
+    # -- inputs --------------------------------------------------------------------
+    def add(self, request: SeqRequest) -> None:
+        """Queue ``request`` (phase WAITING); raises :class:`QueueFull` when ``max_queue`` wait.
+
+        ``request.rid`` must not be in use.
+        """
+        if len(self._waiting) >= self.max_queue:
+            raise QueueFull(f"the queue is full ({self.max_queue} requests waiting); retry later")
+        assert request.rid not in self._seqs, f"rid {request.rid} is in use"
+        seq = Sequence(request)
+        self._seqs[request.rid] = seq
+        self._waiting.append(seq)
+
+    def cancel(self, rid: int) -> list[Output]:
+        """Finish ``rid`` as ``cancelled`` in whatever phase (no-op when unknown or finished).
+
+        A waiting request leaves the queue silently (its caller is gone); an
+        admitted one gets its :class:`FinishEvent` and its slot back.
+        """
+        seq = self._seqs.get(rid)
+        if seq is None:
+            return []
+        if seq.phase is Phase.WAITING:
+            self._waiting.remove(seq)
+            del self._seqs[rid]
+            seq.phase = Phase.FINISHED
+            return []
+        return [self._finish(seq, "cancelled")]
+
+    def on_verdict(self, rid: int, outcome: Outcome) -> list[Output]:
+        """Resume parked ``rid`` with a hook ``outcome`` (ignored unless it is parked).
+
+        No action (or anything but Stop/Inject): the held token is emitted and
+        decoding resumes. ``Stop(reason)``: the held token is discarded and the
+        request finishes with that reason. ``Inject(text)``: the held token is
+        discarded and ``text`` (tokenized without special tokens) is appended,
+        prefilled at the next steps where the hook fired; an injection that
+        does not fit the context is ignored like no action.
+        """
+        seq = self._seqs.get(rid)
+        if seq is None or seq.phase is not Phase.PARKED:
+            return []  # finished or cancelled while parked
+        held, seq.held = seq.held, None
+        assert held is not None and seq.kv is not None
+        if isinstance(outcome, Stop):
+            return [self._finish(seq, outcome.reason, stopped_by_hook=True)]
+        if isinstance(outcome, Inject):
+            tokens = self.runtime.vocab.tokenize(outcome.text, add_special=False, parse_special=False)
+            room = self.runtime.meta.n_ctx_seq - 1 - len(seq.kv.prompt)
+            if tokens and len(tokens) <= room:
+                seq.kv.prompt.extend(tokens)
+                seq.injected += len(tokens)
+                seq.phase = Phase.PREFILLING
+                return []
+            log.warning("hook injection of %d tokens does not fit (room %d); ignored", len(tokens), room)
+        return self._accept(seq, held)
+
+    # -- one step ------------------------------------------------------------------
+    def plan(self) -> StepPlan:
+        """Admit waiting requests, then plan one batch.
+
+        ``batch`` is ``None`` when nothing can decode (no sequences, or every
+        one parked); ``outputs`` holds admission's finishes (a request whose
+        sampler llama.cpp refuses finishes with ``error``).
+        """
+        outputs = self._admit()
+        active = [s.kv for s in self._running.values() if s.phase in (Phase.PREFILLING, Phase.DECODING)]
+        batch = plan_step(active, max(self.step_tokens, len(active))) if active else None  # type: ignore[arg-type]
+        if batch is None:
+            return StepPlan(None, (), tuple(outputs))
+        samples = []
+        for kv, index in batch.outputs:
+            seq = self._running[kv.rid]
+            req = seq.request
+            samples.append(SampleSpec(kv.rid, index, seq.sampler,
+                                      req.params.top_logprobs if req.params.logprobs else None,
+                                      req.signals or seq.window is not None))
+        return StepPlan(batch, tuple(samples), tuple(outputs))
+
+    def update(self, step: StepPlan, sampled: Seq[TokenEvent]) -> list[Output]:
+        """Apply a decoded ``step`` and its sampled tokens (from :func:`execute`, in order)."""
+        assert step.batch is not None and len(sampled) == len(step.samples)
+        self._steps += 1
+        for kv, n in step.batch.advance:
+            if kv.n_past >= len(kv.prompt):  # a generated token entered the KV cache
+                kv.prompt.append(kv.pending)  # type: ignore[arg-type]
+            else:
+                self._prompt_tokens_total += n
+            kv.n_past += n
+        outputs: list[Output] = []
+        for spec, ev in zip(step.samples, sampled):
+            seq = self._running.get(spec.rid)
+            if seq is not None:
+                outputs += self._on_token(seq, ev)
+        return outputs
+
+    def fail(self, error: str) -> list[Output]:
+        """The decode of the planned step raised: every admitted sequence finishes with ``error``."""
+        return [self._finish(seq, "error", error=error) for seq in list(self._running.values())]
+
+    def close(self) -> list[Output]:
+        """Finish everything as ``cancelled`` (shutdown): admitted sequences first, then the queue."""
+        outputs = [self._finish(seq, "cancelled") for seq in list(self._running.values())]
+        for seq in self._waiting:
+            outputs.append((seq.rid, self._finish_event(seq, "cancelled")))
+            seq.phase = Phase.FINISHED
+            del self._seqs[seq.rid]
+        self._waiting.clear()
+        return outputs
+
+    # -- reading -------------------------------------------------------------------
+    @property
+    def idle(self) -> bool:
+        """Nothing waits and nothing runs: the owner may block until the next input."""
+        return not self._running and not self._waiting
+
+    @property
+    def n_waiting(self) -> int:
+        """Requests queued for a slot."""
+        return len(self._waiting)
+
+    def phase(self, rid: int) -> Phase:
+        """The phase of ``rid`` (FINISHED once it has left, or when it never came)."""
+        seq = self._seqs.get(rid)
+        return seq.phase if seq is not None else Phase.FINISHED
+
+    def slot(self, rid: int) -> int | None:
+        """The slot ``rid`` holds, or ``None``."""
+        seq = self._seqs.get(rid)
+        return seq.kv.slot if seq is not None and seq.kv is not None else None
+
+    def stats(self) -> SchedulerStats:
+        """A frozen snapshot of the queue, slots and counters."""
+        return SchedulerStats(
+            n_slots=self.n_slots, n_running=len(self._running), n_waiting=len(self._waiting),
+            n_parked=sum(s.phase is Phase.PARKED for s in self._running.values()),
+            kv_cells_used=sum(s.kv.n_past for s in self._running.values()) + self.prefix.cells,  # type: ignore[union-attr]
+            steps=self._steps, prompt_tokens_total=self._prompt_tokens_total,
+            tokens_predicted_total=self._tokens_predicted_total, prefix_queries=self._prefix_queries,
+            prefix_hits=self._prefix_hits, cached_tokens_total=self._cached_tokens_total)
+
+    # -- admission -----------------------------------------------------------------
+    def _admit(self) -> list[Output]:
+        """Start waiting requests in arrival order while a slot (free or cached) is there.
+
+        A request whose prefix a running prefill will soon hold waits for it (and keeps its
+        place), but does not hold back the requests behind it: those that share nothing with
+        a running prefill start now. At most ``n_seq_max`` such waiters are looked past per step.
+        """
+        outputs: list[Output] = []
+        deferred: list[Sequence] = []
+        while self._waiting and (self._free_slots or len(self.prefix)):
+            seq = self._waiting.popleft()
+            req = seq.request
+            match = None
+            if self.prefix_cache and req.cache_prompt:
+                if self._share_later(req.prompt):  # copy the prefix once the running prefill holds it
+                    deferred.append(seq)
+                    if len(deferred) >= self.n_slots:
+                        break
+                    continue
+                self._prefix_queries += 1
+                match = self.prefix.best(req.prompt, ((s.kv.slot, s.kv.prompt, s.n_prefilled)  # type: ignore[union-attr]
+                                                      for s in self._running.values()))
+            slot, n_cached = self._take_slot(match, req.cache_key)
+            try:
+                seq.sampler = self.runtime.new_sampler(req.params)
+            except ValueError as exc:
+                self.runtime.seq_rm(slot)
+                self._free_slots.add(slot)
+                del self._seqs[req.rid]
+                seq.phase = Phase.FINISHED
+                outputs.append((req.rid, self._finish_event(seq, "error", error=str(exc))))
+                continue
+            if n_cached:
+                self._prefix_hits += 1
+                self._cached_tokens_total += n_cached
+            seq.cached = n_cached
+            seq.kv = SeqState(rid=req.rid, slot=slot, prompt=list(req.prompt), max_tokens=req.max_tokens,
+                              n_past=n_cached)
+            seq.phase = Phase.PREFILLING
+            seq.t_admit = self._clock()
+            if req.hooks and self.hooks:
+                seq.window = SignalWindow(self.signal_config)
+            self._running[req.rid] = seq
+        self._waiting.extendleft(reversed(deferred))
+        return outputs
+
+    def _share_later(self, prompt: Seq[int]) -> bool:
+        """True when a sequence still prefilling shares a longer prefix with ``prompt`` than it holds yet."""
+        for s in self._running.values():
+            kv = s.kv
+            if s.phase is Phase.PREFILLING and kv is not None:
+                n = min(common_prefix_len(kv.prompt, prompt), len(prompt) - MIN_TAIL)
+                if n >= MIN_REUSE and kv.n_past < n:
+                    return True
+        return False
+
+    def _pop_free_slot(self) -> int:
+        """The lowest free slot: running sequences stay on few runs of consecutive ids, and
+        llama.cpp decodes each run of consecutive sequence ids as one micro-batch."""
+        slot = min(self._free_slots)
+        self._free_slots.remove(slot)
+        return slot
+
+    def _evict(self, key: str | None) -> int:
+        """Free the least recently used resident entry (of ``key``'s group first); returns its slot."""
+        slot = self.prefix.lru(key)
+        assert slot is not None
+        self.prefix.take(slot)
+        self.runtime.seq_rm(slot)
+        return slot
+
+    def _take_slot(self, match: Match | None, key: str | None = None) -> tuple[int, int]:
+        """A slot for a new sequence and how many of its prompt tokens are already in its KV."""
+        rt = self.runtime
+        if match is None:
+            return (self._pop_free_slot() if self._free_slots else self._evict(key)), 0
+        if self._free_slots or not match.resident:  # copy the source, keep it for others
+            slot = self._pop_free_slot() if self._free_slots else self._evict(key)
+            rt.seq_cp(match.slot, slot)
+            if match.resident:
+                self.prefix.touch(match.slot)
+        else:  # a resident source and no free slot: reuse it in place
+            slot = match.slot
+            self.prefix.take(slot)
+        n = match.n
+        if not rt.seq_rm(slot, n, -1):  # cannot trim: start cold
+            rt.seq_rm(slot)
+            n = 0
+        return slot, n
+
+    # -- tokens --------------------------------------------------------------------
+    def _on_token(self, seq: Sequence, ev: TokenEvent) -> list[Output]:
+        kv = seq.kv
+        assert kv is not None
+        if kv.n_generated == 0 and not seq.t_first:
+            seq.t_first = self._clock()
+        if ev.token in self.runtime.meta.eog_ids:
+            return [self._finish(seq, "stop")]
+        if seq.window is not None:
+            first = kv.n_generated == 0 and seq.injected == 0
+            seq.window.push(ev.token, ev.entropy, ev.margin)  # type: ignore[arg-type]
+            n_decoded = kv.n_generated + 1
+            if first:
+                return self._park(seq, ev, HookRequest("after_prefill", seq.request.request,
+                                                        PrefillSignals(ev.entropy, ev.margin, ev.token)))
+            if seq.window.should_fire(n_decoded):
+                seq.window.mark_fired(n_decoded)
+                return self._park(seq, ev, HookRequest("mid_generation", seq.request.request,
+                                                        GenerationSignals(seq.window.stats(), n_decoded)))
+        return self._accept(seq, ev)
+
+    def _accept(self, seq: Sequence, ev: TokenEvent) -> list[Output]:
+        kv = seq.kv
+        assert kv is not None
+        kv.n_generated += 1
+        self._tokens_predicted_total += 1
+        kv.pending = ev.token
+        seq.phase = Phase.DECODING
+        outputs: list[Output] = [(seq.rid, ev)]
+        if kv.n_generated >= kv.max_tokens or kv.n_past + 1 >= self.runtime.meta.n_ctx_seq:
+            outputs.append(self._finish(seq, "length"))
+        return outputs
+
+    def _park(self, seq: Sequence, ev: TokenEvent, call: HookRequest) -> list[Output]:
+        seq.held = ev
+        seq.kv.pending = None  # type: ignore[union-attr]
+        seq.phase = Phase.PARKED
+        return [(seq.rid, call)]
+
+    # -- finish --------------------------------------------------------------------
+    def _finish_event(self, seq: Sequence, reason: str, error: str | None = None,
+                      stopped_by_hook: bool = False) -> FinishEvent:
+        now = self._clock()
+        t_first = seq.t_first or now
+        return FinishEvent(
+            reason=reason, prompt_tokens=len(seq.request.prompt),
+            completion_tokens=seq.kv.n_generated if seq.kv else 0,
+            prompt_ms=(t_first - seq.t_admit) * 1000.0 if seq.t_admit else 0.0,
+            predicted_ms=(now - t_first) * 1000.0 if seq.t_first else 0.0, error=error,
+            injected_tokens=seq.injected, stopped_by_hook=stopped_by_hook, cached_tokens=seq.cached)
+
+    def _finish(self, seq: Sequence, reason: str, error: str | None = None, stopped_by_hook: bool = False) -> Output:
+        """Finish an admitted sequence: its event, then its sampler and slot (kept as a cache entry
+        when its prefilled prompt is long enough to reuse)."""
+        event = self._finish_event(seq, reason, error, stopped_by_hook)
+        seq.phase = Phase.FINISHED
+        seq.held = None
+        self._running.pop(seq.rid, None)
+        self._seqs.pop(seq.rid, None)
+        if seq.sampler is not None:
+            self.runtime.free_sampler(seq.sampler)
+            seq.sampler = None
+        kv = seq.kv
+        if kv is not None:
+            n_keep = seq.n_prefilled
+            if (self.prefix_cache and reason != "error" and n_keep >= MIN_REUSE
+                    and self.runtime.seq_rm(kv.slot, n_keep, -1)):
+                self.prefix.keep(kv.slot, kv.prompt[:n_keep], seq.request.cache_key)  # KV stays for later prompts
+            else:
+                self.runtime.seq_rm(kv.slot)
+                self._free_slots.add(kv.slot)
+        return seq.rid, event

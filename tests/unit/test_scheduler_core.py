@@ -1,0 +1,513 @@
+"""SchedulerCore: every scheduling rule, driven step by step over a small deterministic fake runtime.
+
+The fake keeps a token list per KV slot and checks each decode batch the way
+llama.cpp would (positions follow the sequence's KV, sequence ids in range, at
+most ``n_batch`` tokens), so a wrong ``n_past``, copy or trim fails here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from skippy.engine.errors import QueueFull
+from skippy.engine.hooks.policy import NO_ACTION, Inject, Stop
+from skippy.engine.runtime.base import ModelMeta
+from skippy.engine.sampling.params import SamplingParams
+from skippy.engine.scheduling.core import HookRequest, Phase, SchedulerCore, execute
+from skippy.engine.scheduling.events import FinishEvent, SeqRequest, TokenEvent
+from skippy.engine.scheduling.prefix import MIN_REUSE, MIN_TAIL
+
+EOG = 0
+FILLER = 5  # what a sampler without a script produces
+N_VOCAB = 32
+
+
+class FakeVocab:
+    def tokenize(self, text, *, add_special, parse_special):
+        return [10 + (ord(c) % 20) for c in text]
+
+
+class FakeSampler:
+    def __init__(self, script):
+        self.script = list(script)
+        self.freed = False
+
+
+class FakeRuntime:
+    """KV slots as token lists; samplers play a script chosen by ``SamplingParams.seed``."""
+
+    def __init__(self, n_seq_max=2, n_batch=64, n_ctx_seq=256, recurrent=False):
+        self.meta = ModelMeta(name="fake", path="fake.gguf", chat_template=None, bos_id=1, eos_id=EOG,
+                              eog_ids=frozenset({EOG}), bos_token="<s>", eos_token="</s>", add_bos=False,
+                              n_vocab=N_VOCAB, n_ctx_train=n_ctx_seq, n_ctx_seq=n_ctx_seq, n_seq_max=n_seq_max,
+                              n_batch=n_batch, is_recurrent=recurrent)
+        self.vocab = FakeVocab()
+        self.kv = {s: [] for s in range(n_seq_max)}
+        self.scripts: dict[int, list[int]] = {}
+        self.batches = []
+        self.copies = []
+        self.samplers = []
+        self._out: dict[int, int] = {}  # batch index -> slot, of the last decode
+
+    def decode(self, entries):
+        assert 0 < len(entries) <= self.meta.n_batch
+        self._out = {}
+        for i, e in enumerate(entries):
+            assert 0 <= e.seq_id < self.meta.n_seq_max
+            assert e.pos == len(self.kv[e.seq_id]), f"slot {e.seq_id}: pos {e.pos} after {len(self.kv[e.seq_id])}"
+            self.kv[e.seq_id].append(e.token)
+            if e.logits:
+                self._out[i] = e.seq_id
+        self.batches.append(list(entries))
+
+    def logits(self, index):
+        assert index in self._out
+        x = np.zeros(N_VOCAB, dtype=np.float32)
+        x[FILLER] = 3.0
+        x[7] = 1.0
+        return x
+
+    def new_sampler(self, params):
+        if params.grammar == "bad":
+            raise ValueError("grammar refused")
+        s = FakeSampler(self.scripts.get(params.seed, []))
+        self.samplers.append(s)
+        return s
+
+    def sample(self, sampler, index):
+        assert index in self._out
+        return sampler.script.pop(0) if sampler.script else FILLER
+
+    def free_sampler(self, sampler):
+        assert not sampler.freed
+        sampler.freed = True
+
+    def seq_rm(self, seq_id, p0=-1, p1=-1):
+        if p0 < 0:
+            self.kv[seq_id] = []
+            return True
+        if self.meta.is_recurrent:
+            return False
+        assert p1 == -1
+        del self.kv[seq_id][p0:]
+        return True
+
+    def seq_cp(self, src, dst):
+        self.copies.append((src, dst))
+        self.kv[dst] = list(self.kv[src])
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        self.t += 0.001
+        return self.t
+
+
+def make(n_seq_max=2, *, step_tokens=64, max_queue=8, hooks=False, prefix_cache=True, recurrent=False,
+         n_ctx_seq=256):
+    rt = FakeRuntime(n_seq_max=n_seq_max, n_ctx_seq=n_ctx_seq, recurrent=recurrent)
+    core = SchedulerCore(rt, step_tokens=step_tokens, max_queue=max_queue, hooks=hooks, prefix_cache=prefix_cache,
+                         clock=Clock())
+    return rt, core
+
+
+def req(rid, prompt, max_tokens=4, *, script=None, seed=None, **kw):
+    params = SamplingParams(seed=rid if seed is None else seed, **kw.pop("params", {}))
+    return SeqRequest(rid, list(prompt), params, max_tokens, **kw)
+
+
+def step(rt, core, outputs=None):
+    """One plan/execute/update; returns the outputs (admission's included) or None when nothing decoded."""
+    plan = core.plan()
+    out = list(plan.outputs)
+    if plan.batch is None:
+        if outputs is not None:
+            outputs += out
+        return None if not out else out
+    out += core.update(plan, execute(rt, plan))
+    if outputs is not None:
+        outputs += out
+    return out
+
+
+def run(rt, core, limit=200):
+    """Step until nothing decodes; returns every output."""
+    outputs = []
+    for _ in range(limit):
+        if step(rt, core, outputs) is None:
+            return outputs
+    raise AssertionError("did not settle")
+
+
+def tokens_of(outputs, rid):
+    return [ev.token for r, ev in outputs if r == rid and isinstance(ev, TokenEvent)]
+
+
+def finish_of(outputs, rid) -> FinishEvent:
+    [fin] = [ev for r, ev in outputs if r == rid and isinstance(ev, FinishEvent)]
+    return fin
+
+
+PROMPT = list(range(100, 140))  # 40 tokens, > MIN_REUSE
+
+
+# -- admission -------------------------------------------------------------------------
+
+def test_admission_in_arrival_order_within_the_slot_limit():
+    rt, core = make(n_seq_max=2)
+    for rid in (1, 2, 3):
+        core.add(req(rid, [50 + rid] * 4, max_tokens=2))
+    step(rt, core)
+    assert [core.phase(r) for r in (1, 2, 3)] == [Phase.DECODING, Phase.DECODING, Phase.WAITING]
+    st = core.stats()
+    assert (st.n_running, st.n_waiting) == (2, 1)
+    out = run(rt, core)
+    assert [r for r, ev in out if isinstance(ev, FinishEvent)] == [1, 2, 3]
+    assert core.idle
+
+
+def test_queue_full_raises_and_a_freed_place_is_taken_again():
+    rt, core = make(n_seq_max=1, max_queue=2)
+    core.add(req(1, [51] * 4))
+    core.add(req(2, [52] * 4))
+    with pytest.raises(QueueFull):
+        core.add(req(3, [53] * 4))
+    step(rt, core)  # 1 is admitted: one place in the queue again
+    core.add(req(3, [53] * 4))
+
+
+def test_lowest_free_slot_keeps_running_slots_compact_and_batches_in_slot_order():
+    rt, core = make(n_seq_max=3, prefix_cache=False)
+    core.add(req(1, [51] * 4, max_tokens=1))
+    core.add(req(2, [52] * 4, max_tokens=8))
+    core.add(req(3, [53] * 4, max_tokens=8))
+    step(rt, core)  # 1 finishes at its first token: slot 0 is free
+    assert [core.slot(r) for r in (1, 2, 3)] == [None, 1, 2]
+    core.add(req(4, [54] * 4, max_tokens=8))
+    step(rt, core)
+    assert core.slot(4) == 0
+    seq_ids = [e.seq_id for e in rt.batches[-1]]
+    assert seq_ids == sorted(seq_ids) and set(seq_ids) == {0, 1, 2}
+
+
+def test_a_refused_sampler_finishes_with_error_at_admission():
+    rt, core = make()
+    core.add(req(1, [51] * 4, params={"grammar": "bad"}))
+    core.add(req(2, [52] * 4))
+    out = step(rt, core)
+    assert finish_of(out, 1).reason == "error" and "grammar" in finish_of(out, 1).error
+    assert core.phase(2) is Phase.DECODING and core.slot(2) == 0  # the slot went back
+
+
+# -- finish ----------------------------------------------------------------------------
+
+def test_max_tokens_eog_and_full_context_finish():
+    rt, core = make(n_seq_max=3, n_ctx_seq=12, prefix_cache=False)
+    rt.scripts = {2: [9, 9, EOG]}
+    core.add(req(1, [51] * 4, max_tokens=3))
+    core.add(req(2, [52] * 4, max_tokens=8))
+    core.add(req(3, [53] * 8, max_tokens=50))
+    out = run(rt, core)
+    assert tokens_of(out, 1) == [FILLER] * 3 and finish_of(out, 1).reason == "length"
+    assert tokens_of(out, 2) == [9, 9] and finish_of(out, 2).reason == "stop"  # EOG is not emitted
+    fin3 = finish_of(out, 3)
+    assert fin3.reason == "length" and 8 + fin3.completion_tokens == 12  # the context is full
+    assert (fin3.prompt_tokens, fin3.completion_tokens) == (8, 4)
+    assert all(s.freed for s in rt.samplers)
+
+
+def test_finish_event_times_and_counters():
+    rt, core = make(prefix_cache=False)
+    core.add(req(1, [51] * 6, max_tokens=3))
+    out = run(rt, core)
+    fin = finish_of(out, 1)
+    assert fin.prompt_ms > 0 and fin.predicted_ms > 0
+    st = core.stats()
+    assert (st.prompt_tokens_total, st.tokens_predicted_total, st.steps) == (6, 3, 3)
+
+
+# -- cancel ----------------------------------------------------------------------------
+
+def test_cancel_a_waiting_request_leaves_silently():
+    rt, core = make(n_seq_max=1)
+    core.add(req(1, [51] * 4, max_tokens=50))
+    core.add(req(2, [52] * 4))
+    step(rt, core)
+    assert core.cancel(2) == []
+    assert core.phase(2) is Phase.FINISHED and core.stats().n_waiting == 0
+
+
+@pytest.mark.parametrize("phase", [Phase.PREFILLING, Phase.DECODING])
+def test_cancel_a_running_sequence_frees_its_slot(phase):
+    rt, core = make(n_seq_max=1, step_tokens=8, prefix_cache=False)
+    core.add(req(1, list(range(100, 120)), max_tokens=50))
+    step(rt, core)
+    if phase is Phase.DECODING:
+        run_until = [step(rt, core) for _ in range(3)]
+        assert run_until
+    assert core.phase(1) is phase
+    [(rid, fin)] = core.cancel(1)
+    assert rid == 1 and fin.reason == "cancelled"
+    assert rt.kv[0] == [] and rt.samplers[0].freed
+    core.add(req(2, [52] * 4, max_tokens=1))
+    assert finish_of(run(rt, core), 2).reason == "length"
+
+
+# -- prefix cache ----------------------------------------------------------------------
+
+def test_reuse_in_place_when_no_slot_is_free():
+    rt, core = make(n_seq_max=1)
+    core.add(req(1, PROMPT + [1, 2, 3], max_tokens=2))
+    run(rt, core)
+    assert rt.kv[0][:len(PROMPT)] == PROMPT and len(core.prefix) == 1
+    core.add(req(2, PROMPT + [7, 8, 9], max_tokens=2))
+    out = run(rt, core)
+    assert rt.copies == []  # in place
+    assert finish_of(out, 2).cached_tokens == len(PROMPT)
+    assert core.stats().prefix_hits == 1
+
+
+def test_copy_into_a_free_slot_keeps_the_cached_entry():
+    rt, core = make(n_seq_max=2)
+    core.add(req(1, PROMPT + [1, 2, 3], max_tokens=2))
+    run(rt, core)
+    core.add(req(2, PROMPT + [7, 8, 9], max_tokens=2))
+    out = run(rt, core)
+    assert rt.copies == [(0, 1)]
+    assert finish_of(out, 2).cached_tokens == len(PROMPT)
+    assert len(core.prefix) == 2  # both slots hold a reusable prompt now
+
+
+def test_copy_from_a_running_sequence():
+    rt, core = make(n_seq_max=2)
+    core.add(req(1, PROMPT + [1, 2, 3], max_tokens=20))
+    step(rt, core)  # 1 prefilled and decoding
+    core.add(req(2, PROMPT + [7, 8, 9], max_tokens=2))
+    out = run(rt, core)
+    assert rt.copies[0] == (0, 1)
+    assert finish_of(out, 2).cached_tokens == len(PROMPT)
+
+
+def test_cached_prompt_always_prefills_its_last_tokens():
+    rt, core = make(n_seq_max=1)
+    core.add(req(1, PROMPT, max_tokens=2))
+    run(rt, core)
+    core.add(req(2, PROMPT, max_tokens=2))  # the same prompt again
+    out = run(rt, core)
+    assert finish_of(out, 2).cached_tokens == len(PROMPT) - MIN_TAIL
+
+
+def test_generated_tokens_are_not_kept_for_reuse():
+    rt, core = make(n_seq_max=1)
+    core.add(req(1, PROMPT, max_tokens=5))
+    run(rt, core)
+    assert rt.kv[0] == PROMPT  # the generated tail was removed; the prompt stays resident
+    # the next turn contains the reply verbatim: only the prompt is reused
+    core.add(req(2, PROMPT + [FILLER] * 5 + [8, 9], max_tokens=1))
+    assert finish_of(run(rt, core), 2).cached_tokens == len(PROMPT)
+
+
+def test_no_reuse_below_min_reuse_with_cache_prompt_false_or_for_recurrent_models():
+    for kw, second, expect in (({}, PROMPT[:MIN_REUSE - 1] + [1, 2, 3], 0),
+                               ({}, PROMPT + [1], len(PROMPT) - 1),
+                               ({"cache_prompt": False}, PROMPT + [1], 0)):
+        rt, core = make(n_seq_max=1)
+        core.add(req(1, PROMPT + [2, 3], max_tokens=1))
+        run(rt, core)
+        core.add(req(2, second, max_tokens=1, **kw))
+        assert finish_of(run(rt, core), 2).cached_tokens == expect, (kw, expect)
+    rt, core = make(n_seq_max=1, recurrent=True)
+    core.add(req(1, PROMPT, max_tokens=1))
+    run(rt, core)
+    core.add(req(2, PROMPT, max_tokens=1))
+    run(rt, core)
+    assert len(core.prefix) == 0 and rt.kv[0] == [] and core.stats().prefix_queries == 0
+
+
+def test_eviction_is_lru_and_prefers_the_same_prompt_cache_key():
+    rt, core = make(n_seq_max=2)
+    a, b = list(range(200, 240)), list(range(300, 340))
+    core.add(req(1, a, max_tokens=1, cache_key="x"))
+    run(rt, core)
+    core.add(req(2, b, max_tokens=1, cache_key="y"))
+    run(rt, core)  # slot 0: a (older, key x); slot 1: b (key y)
+    core.add(req(3, list(range(400, 440)), max_tokens=1, cache_key="z"))
+    run(rt, core)
+    assert core.slot(3) is None and rt.kv[0][:5] == list(range(400, 405))  # LRU (a) evicted
+    core.add(req(4, list(range(500, 540)), max_tokens=1, cache_key="z"))
+    run(rt, core)
+    assert rt.kv[0][:5] == list(range(500, 505))  # its own group's entry (slot 0), though b is the LRU
+    assert rt.kv[1][:5] == list(range(300, 305))
+
+
+def test_a_request_waits_for_a_running_prefill_of_its_prefix_without_holding_back_others():
+    rt, core = make(n_seq_max=3, step_tokens=8)
+    long_prompt = list(range(100, 164))
+    core.add(req(1, long_prompt + [1, 2], max_tokens=2))
+    step(rt, core)  # 1 prefills 8 tokens a step
+    core.add(req(2, long_prompt + [3, 4], max_tokens=2))
+    core.add(req(3, [60] * 4, max_tokens=2))
+    step(rt, core)
+    assert core.phase(2) is Phase.WAITING and core.phase(3) is not Phase.WAITING
+    out = run(rt, core)
+    assert finish_of(out, 2).cached_tokens == len(long_prompt)  # copied once 1 held it
+
+
+def test_a_burst_shares_one_prefill_when_every_slot_holds_a_cache_entry():
+    rt, core = make(n_seq_max=2, step_tokens=16)
+    for rid, base in ((1, 200), (2, 300)):
+        core.add(req(rid, list(range(base, base + 40)), max_tokens=1))
+        run(rt, core)
+    assert len(core.prefix) == 2 and core.stats().n_running == 0
+    shared = list(range(600, 664))
+    core.add(req(3, shared + [1, 2], max_tokens=2))
+    core.add(req(4, shared + [3, 4], max_tokens=2))
+    out = run(rt, core)
+    assert finish_of(out, 4).cached_tokens == len(shared)  # copied from 3 instead of prefilled again
+    assert rt.copies == [(core_slot := rt.copies[0][0], 1 - core_slot)]
+
+
+# -- prefill budget --------------------------------------------------------------------
+
+def test_every_step_stays_within_step_tokens_and_decoders_progress_while_a_long_prompt_prefills():
+    rt, core = make(n_seq_max=2, step_tokens=16, prefix_cache=False)
+    core.add(req(1, [51] * 4, max_tokens=30))
+    step(rt, core)
+    core.add(req(2, list(range(100, 200)), max_tokens=2))
+    out = []
+    for _ in range(4):
+        out += step(rt, core)
+    assert all(len(b) <= 16 for b in rt.batches)
+    assert len(tokens_of(out, 1)) == 4  # one token per step while 2 prefills
+    assert core.phase(2) is Phase.PREFILLING
+
+
+def test_a_short_prompt_gets_its_first_token_before_a_long_prefill_ends():
+    rt, core = make(n_seq_max=2, step_tokens=32, prefix_cache=False)
+    core.add(req(1, list(range(100, 300)), max_tokens=2))
+    step(rt, core)
+    core.add(req(2, [52] * 6, max_tokens=2))
+    out = step(rt, core)
+    assert tokens_of(out, 2) == [FILLER]  # shortest remaining first
+    assert core.phase(1) is Phase.PREFILLING
+    assert sum(1 for e in rt.batches[-1] if e.seq_id == core.slot(1)) >= 8  # the oldest keeps a quarter
+
+
+# -- hooks -----------------------------------------------------------------------------
+
+def hooked(**kw):
+    rt, core = make(hooks=True, prefix_cache=False, **kw)
+    core.add(req(1, [51] * 4, max_tokens=6, hooks=True, request="the request"))
+    out = step(rt, core)
+    [(rid, call)] = out
+    assert rid == 1 and isinstance(call, HookRequest) and call.event == "after_prefill"
+    assert call.request == "the request" and call.payload.token_id == FILLER
+    assert core.phase(1) is Phase.PARKED and core.stats().n_parked == 1
+    return rt, core
+
+
+def test_park_then_no_action_emits_the_held_token():
+    rt, core = hooked()
+    assert step(rt, core) is None  # parked: nothing to decode
+    out = core.on_verdict(1, NO_ACTION)
+    assert out == [(1, TokenEvent(FILLER, None, (), out[0][1].entropy, out[0][1].margin))]
+    assert core.phase(1) is Phase.DECODING
+    assert len(tokens_of(run(rt, core), 1)) == 5
+
+
+def test_stop_verdict_discards_the_held_token_and_finishes():
+    rt, core = hooked()
+    [(rid, fin)] = core.on_verdict(1, Stop("policy_says_no"))
+    assert fin.reason == "policy_says_no" and fin.stopped_by_hook and fin.completion_tokens == 0
+
+
+def test_inject_verdict_prefills_the_text_where_the_hook_fired():
+    rt, core = hooked()
+    kv_before = list(rt.kv[0])
+    assert core.on_verdict(1, Inject("abc")) == []
+    assert core.phase(1) is Phase.PREFILLING
+    out = step(rt, core)
+    injected = FakeVocab().tokenize("abc", add_special=False, parse_special=False)
+    assert rt.kv[0] == kv_before + injected  # where the hook fired; the held token never entered the KV
+    out += run(rt, core)
+    fin = finish_of(out, 1)
+    assert fin.injected_tokens == 3 and FILLER not in injected
+
+
+def test_an_injection_that_does_not_fit_is_no_action():
+    rt, core = hooked(n_ctx_seq=8)
+    out = core.on_verdict(1, Inject("x" * 50))
+    assert [type(ev) for _, ev in out] == [TokenEvent]
+
+
+def test_verdicts_for_unknown_or_unparked_sequences_are_ignored():
+    rt, core = hooked()
+    assert core.on_verdict(99, NO_ACTION) == []
+    core.on_verdict(1, NO_ACTION)
+    assert core.on_verdict(1, Stop("late")) == []
+
+
+def test_cancel_a_parked_sequence():
+    rt, core = hooked()
+    [(rid, fin)] = core.cancel(1)
+    assert fin.reason == "cancelled" and core.on_verdict(1, NO_ACTION) == []
+
+
+def test_mid_generation_fires_from_the_signal_window():
+    from skippy.engine.hooks.signals import SignalConfig
+
+    rt = FakeRuntime()
+    core = SchedulerCore(rt, hooks=True, prefix_cache=False, clock=Clock(),
+                         signal_config=SignalConfig(window=2, high_entropy_threshold=0.0))
+    core.add(req(1, [51] * 4, max_tokens=20, hooks=True))
+    events = []
+    for _ in range(30):
+        out = step(rt, core) or []
+        for rid, ev in out:
+            if isinstance(ev, HookRequest):
+                events.append(ev.event)
+                core.on_verdict(rid, NO_ACTION)
+        if core.idle:
+            break
+    assert events[0] == "after_prefill" and "mid_generation" in events
+
+
+def test_requests_without_hooks_or_without_an_evaluator_never_park():
+    rt, core = make(hooks=False)
+    core.add(req(1, [51] * 4, max_tokens=3, hooks=True))
+    assert not any(isinstance(ev, HookRequest) for _, ev in run(rt, core))
+
+
+# -- errors and shutdown ---------------------------------------------------------------
+
+def test_a_failed_decode_finishes_every_running_sequence_and_keeps_nothing():
+    rt, core = make(n_seq_max=2)
+    core.add(req(1, PROMPT, max_tokens=9))
+    core.add(req(2, [52] * 4, max_tokens=9))
+    core.add(req(3, [53] * 4))
+    step(rt, core)
+    out = core.fail("boom")
+    assert sorted((r, ev.reason) for r, ev in out) == [(1, "error"), (2, "error")]
+    assert len(core.prefix) == 0 and core.phase(3) is Phase.WAITING
+
+
+def test_close_finishes_running_and_waiting_as_cancelled():
+    rt, core = make(n_seq_max=1)
+    core.add(req(1, [51] * 4, max_tokens=9))
+    core.add(req(2, [52] * 4))
+    step(rt, core)
+    assert sorted((r, ev.reason) for r, ev in core.close()) == [(1, "cancelled"), (2, "cancelled")]
+    assert core.idle
+
+
+def test_logprobs_and_signals_come_from_the_raw_logits():
+    rt, core = make(prefix_cache=False)
+    core.add(req(1, [51] * 4, max_tokens=1, signals=True, params={"logprobs": True, "top_logprobs": 2}))
+    [ev] = [ev for _, ev in run(rt, core) if isinstance(ev, TokenEvent)]
+    assert [t.token for t in ev.top] == [FILLER, 7]
+    assert ev.logprob == pytest.approx(ev.top[0].logprob) and ev.logprob < 0
+    assert ev.entropy > 0 and ev.margin == pytest.approx(2.0)
