@@ -8,6 +8,7 @@ on the decode path); latency histograms are observed by the request tasks:
 - ``llamacpp:prompt_tokens_total``, ``llamacpp:tokens_predicted_total``
 - ``llamacpp:requests_processing``, ``llamacpp:requests_deferred``
 - ``llamacpp:kv_cache_tokens`` (KV cells holding tokens, resident prefixes included)
+- ``skippy:requests_parked`` (sequences waiting for a hook verdict), ``skippy:decode_steps_total``
 - ``skippy:prefix_cache_queries_total``, ``skippy:prefix_cache_hits_total``,
   ``skippy:prefix_cache_cached_tokens_total``
 - ``skippy:time_to_first_token_seconds``, ``skippy:inter_token_latency_seconds``,
@@ -67,6 +68,8 @@ class _EngineCollector:
         yield GaugeMetricFamily("llamacpp:requests_processing", "Sequences holding a slot", value=sched.n_running)
         yield GaugeMetricFamily("llamacpp:requests_deferred", "Requests waiting for a slot", value=sched.n_waiting)
         yield GaugeMetricFamily("llamacpp:kv_cache_tokens", "KV cells holding tokens", value=sched.kv_cells_used)
+        yield GaugeMetricFamily("skippy:requests_parked", "Sequences waiting for a hook verdict", value=sched.n_parked)
+        yield CounterMetricFamily("skippy:decode_steps", "llama_decode calls of the decode loop", value=sched.steps)
         # counted by the scheduler as it decodes: requests that time out or lose their client count too
         yield CounterMetricFamily("llamacpp:prompt_tokens", "Prompt tokens prefilled (cached ones excluded)",
                                   value=sched.prompt_tokens_total)

@@ -185,6 +185,8 @@ def test_metrics_parse_and_move(server: Server) -> None:
         before.get("skippy:http_responses_total{status_class=4xx}", 0) + 1
     assert after["llamacpp:requests_processing"] == 0
     assert after["llamacpp:kv_cache_tokens"] > 0  # the finished conversation stays resident
+    assert after["skippy:decode_steps_total"] >= before["skippy:decode_steps_total"] + 5
+    assert after["skippy:requests_parked"] == 0
 
 
 def test_token_counters_include_a_stream_its_client_left(server: Server) -> None:
