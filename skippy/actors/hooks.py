@@ -158,10 +158,6 @@ class HookEvaluator:
         self.fail_closed = fail_closed
         self.stats = stats if stats is not None else HookStats()
 
-    def has(self, event: str) -> bool:
-        """Whether the policy implements ``event`` (callers may skip parking if not)."""
-        return callable(getattr(self.policy, event, None))
-
     async def run(self, inbox: trio.MemoryReceiveChannel) -> None:
         """Serve :class:`HookCall` messages until ``inbox`` is closed.
 
