@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import httpx
@@ -11,6 +10,7 @@ import trio
 
 from tests.integration.conftest import SYSTEM, Server
 from tests.integration.hook_policy import INJECTED
+from tests.sse import DONE, aiter_sse, iter_sse
 
 ROOT = Path(__file__).resolve().parents[2]
 STORY = [SYSTEM, {"role": "user", "content": "Write a short story about a lighthouse keeper."}]
@@ -37,9 +37,8 @@ def stream_text(base_url: str, user: str, **extra) -> tuple[str, dict]:
             "stream": True, "stream_options": {"include_usage": True}, **extra}
     text, last = [], {}
     with httpx.stream("POST", base_url + "/v1/chat/completions", json=body, timeout=120) as resp:
-        for line in resp.iter_lines():
-            if line.startswith("data: {"):
-                chunk = json.loads(line[6:])
+        for chunk in iter_sse(resp):
+            if chunk != DONE:
                 for c in chunk["choices"]:
                     text.append(c["delta"].get("content") or "")
                 last = chunk
@@ -104,20 +103,20 @@ async def test_parked_sequence_does_not_stall_others(hook_server: Server) -> Non
         async def blocked() -> None:
             async with client.stream("POST", "/v1/chat/completions",
                                      json={**body, "mesh_hooks": True, "user": "block"}) as resp:
-                async for line in resp.aiter_lines():
-                    if line == "data: [DONE]":
+                async for event in aiter_sse(resp):
+                    if event == DONE:
                         events.append("block:done")
 
         async def other() -> None:
-            while True:  # wait until the blocked request is parked in its mid-generation hook
+            while True:  # poll (bounded by the fail_after below) until the blocked request is parked in its hook
                 hooks = (await client.get("/props")).json()["hooks"]["mid_generation"]
                 if hooks["calls"] > hooks_before["calls"]:
                     break
                 await trio.sleep(0.02)
             n = 0
             async with client.stream("POST", "/v1/chat/completions", json=body) as resp:
-                async for line in resp.aiter_lines():
-                    n += line.startswith("data: {")
+                async for event in aiter_sse(resp):
+                    n += event != DONE
             events.append(f"other:done:{n}")
             r = await client.post("/v1/chat/completions", json={**body, "stream": False, "max_tokens": 1,
                                                                 "mesh_hooks": True, "user": "release"})
@@ -131,7 +130,8 @@ async def test_parked_sequence_does_not_stall_others(hook_server: Server) -> Non
     assert events[0].startswith("other:done") and int(events[0].split(":")[2]) > 10
     assert events[1:] == ["released", "block:done"]
     # the blocked hook was released by the test, not by the hook timeout
-    assert httpx.get(hook_server.base_url + "/props").json()["hooks"]["mid_generation"]["timeouts"] == hooks_before["timeouts"]
+    hooks_after = httpx.get(hook_server.base_url + "/props").json()["hooks"]["mid_generation"]
+    assert hooks_after["timeouts"] == hooks_before["timeouts"]
 
 
 def test_return_signals_in_logprobs(hook_server: Server) -> None:
