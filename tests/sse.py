@@ -8,8 +8,7 @@ and no ``[DONE]``. Every reader here yields the events' payloads: the parsed JSO
 
 - :func:`sse_events`: all the events of a response (streamed or already read);
 - :func:`iter_sse` / :func:`aiter_sse`: the events as they arrive (break to stop reading);
-- :func:`sse_events_from_bytes`: the events in raw response-body bytes (a raw socket client);
-- :func:`chunks`: the JSON chunks of a list of events (``[DONE]`` left out).
+- :func:`sse_events_from_bytes`: the events in raw response-body bytes (a raw socket client).
 
 Raises ``httpx_sse.SSEError`` if the response is not ``text/event-stream``, and
 ``AssertionError`` for an event other than a plain ``data:`` message (OpenAI sends no
@@ -25,7 +24,7 @@ from typing import Any
 import httpx
 from httpx_sse import EventSource, ServerSentEvent
 
-__all__ = ["DONE", "aiter_sse", "chunks", "iter_sse", "sse_events", "sse_events_from_bytes"]
+__all__ = ["DONE", "aiter_sse", "iter_sse", "sse_events", "sse_events_from_bytes"]
 
 DONE = "[DONE]"
 
@@ -55,8 +54,3 @@ def sse_events(resp: httpx.Response) -> list[Any]:
 def sse_events_from_bytes(body: bytes) -> list[Any]:
     """The payloads of the events in a raw ``text/event-stream`` response body."""
     return sse_events(httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body))
-
-
-def chunks(events: list[Any]) -> list[dict[str, Any]]:
-    """The JSON chunks of ``events`` (the payloads of :func:`sse_events`), without ``[DONE]``."""
-    return [e for e in events if e != DONE]
