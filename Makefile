@@ -3,7 +3,9 @@
 #   make venv    .venv with the package (editable) and its test extras
 #   make pull    download the default model into the cache ($SKIPPY_HOME or ~/.cache/skippy)
 #   make run     serve the default model (SERVE_ARGS="--port 8080 ..." to pass flags)
-#   make test    run the test suite (PYTEST_ARGS="-k foo" to pass flags)
+#   make test    lint-imports (architecture contracts), ruff check, then the test suite
+#                (PYTEST_ARGS="-k foo" to pass flags to pytest)
+#   make lint    lint-imports and ruff check only
 #   make bench   run the decode benchmark (installs the bench extras)
 #   make bench-burst  c256 connect burst, skippy vs llama-cpp-python's server (BURST_ARGS="--quick ...")
 #
@@ -35,7 +37,7 @@ define install
 	@touch $(2)
 endef
 
-.PHONY: venv venv-bench pull run test bench bench-burst
+.PHONY: venv venv-bench pull run lint test bench bench-burst
 
 venv: $(STAMP_TEST)
 
@@ -53,7 +55,12 @@ pull: venv
 run: venv pull
 	$(BIN)/skippy serve $(SERVE_ARGS)
 
-test: venv pull
+# The import contracts and ruff's rules are in pyproject.toml ([tool.importlinter], [tool.ruff]).
+lint: venv
+	$(BIN)/lint-imports --no-cache
+	$(BIN)/ruff check skippy tests bench
+
+test: lint pull
 	@$(BIN)/python -m pytest -q $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests (exit code 5)" >&2; fi; \
 	exit $$rc

@@ -160,10 +160,6 @@ class HookEvaluator(Actor[HookCall]):
         self.fail_closed = fail_closed
         self.stats = stats if stats is not None else HookStats()
 
-    def has(self, event: str) -> bool:
-        """Whether the policy implements ``event`` (callers may skip parking if not)."""
-        return callable(getattr(self.policy, event, None))
-
     async def run(self) -> None:
         """Serve :class:`HookCall` messages (sent to :attr:`inbox`) until cancelled.
 

@@ -120,6 +120,24 @@ async def _worker_serve(app: AppWrapper, config: HypercornConfig, sockets: Socke
     ``graceful_timeout`` as hypercorn 0.17/0.18. The listener differs (hypercorn builds its
     ``SocketListener`` inside ``worker_serve``, with no hook to replace it), and so does the
     close of a ``Connection: close`` response (:class:`_TCPServer`).
+
+    What the copy drops from hypercorn's ``worker_serve`` (none of it is configurable in
+    ``skippy serve``):
+
+    - statsd metrics: no ``config.set_statsd_logger_class(StatsdLogger)``, so
+      ``statsd_host`` is ignored (skippy exports Prometheus ``/metrics`` instead);
+    - ``max_requests`` / ``max_requests_jitter``: ``WorkerContext(None)``, the worker is
+      never asked to restart after N requests;
+    - TLS: ``secure_sockets`` are not served (no ``create_ssl_context``, no
+      ``trio.SSLListener``, no ``https://`` binds); terminate TLS in a proxy;
+    - QUIC / HTTP/3: ``quic_sockets`` get no ``UDPServer``;
+    - creating and listening the sockets: ``sockets`` is required and already listening
+      (:func:`serve` does it, so a port in use is reported before the model loads);
+    - ``task_status.started(binds)``: it is awaited directly, not ``nursery.start``-ed;
+    - an optional ``shutdown_trigger``: ours is required.
+
+    ``tests/unit/test_serve.py`` pins a hash of the installed ``worker_serve`` source: a
+    hypercorn upgrade that changes it fails there, and this copy must be re-checked.
     """
     lifespan_state: LifespanState = {}
     lifespan = Lifespan(app, config, lifespan_state)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from tests.paths import CHAT_TEMPLATES
 
 
@@ -55,7 +56,7 @@ class Server:
         self._log.flush()
         return self.log_path.read_text()
 
-    def __enter__(self) -> "Server":
+    def __enter__(self) -> Server:
         try:
             self.wait_ready()
         except BaseException:

@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-import json
-
 import httpx
 import openai
 import pytest
 
 from tests.integration.conftest import SYSTEM
+from tests.sse import DONE, sse_events
 
 FRANCE = [SYSTEM, {"role": "user", "content": "What is the capital of France?"}]
-
-
-def sse_events(resp: httpx.Response) -> list[str]:
-    """The ``data:`` payloads of an SSE response, in order; asserts the framing."""
-    events = []
-    for block in resp.text.split("\n\n"):
-        if not block:
-            continue
-        assert block.startswith("data: "), block
-        events.append(block[len("data: "):])
-    return events
 
 
 def test_capital_of_france_greedy(client: openai.OpenAI) -> None:
@@ -54,9 +42,12 @@ def test_sse_framing_and_usage_chunk(base_url: str) -> None:
     resp = httpx.post(base_url + "/v1/chat/completions", json=body, timeout=60)
     assert resp.status_code == 200
     assert resp.headers["content-type"].startswith("text/event-stream")
+    # every event is one "data: " line and a blank line
+    assert all(block.startswith("data: ") and "\n" not in block for block in resp.text.split("\n\n")[:-1])
+    assert resp.text.endswith("\n\n")
     events = sse_events(resp)
-    assert events[-1] == "[DONE]"
-    chunks = [json.loads(e) for e in events[:-1]]
+    assert events[-1] == DONE
+    chunks = events[:-1]
     assert len({c["id"] for c in chunks}) == 1
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
@@ -72,8 +63,9 @@ def test_sse_framing_and_usage_chunk(base_url: str) -> None:
 
 def test_no_usage_chunk_without_include_usage(base_url: str) -> None:
     body = {"messages": FRANCE, "temperature": 0, "max_tokens": 5, "stream": True}
-    chunks = [json.loads(e) for e in sse_events(httpx.post(base_url + "/v1/chat/completions", json=body,
-                                                           timeout=60))[:-1]]
+    events = sse_events(httpx.post(base_url + "/v1/chat/completions", json=body, timeout=60))
+    assert events[-1] == DONE
+    chunks = events[:-1]
     assert all(c["choices"] for c in chunks)
     assert chunks[-1]["choices"][0]["finish_reason"] == "length"
 
@@ -125,7 +117,7 @@ def test_completions_stream_and_not(client: openai.OpenAI) -> None:
 def test_multibyte_output_never_replacement_char(base_url: str) -> None:
     body = {"prompt": "日本の首都は東京です。中国の首都は", "temperature": 0, "max_tokens": 24, "stream": True}
     events = sse_events(httpx.post(base_url + "/v1/completions", json=body, timeout=60))
-    texts = [json.loads(e)["choices"][0]["text"] for e in events[:-1]]
+    texts = [e["choices"][0]["text"] for e in events[:-1]]
     joined = "".join(texts)
     assert any(ord(ch) > 0x2E80 for ch in joined)  # the model does answer in CJK
     assert "\ufffd" not in joined

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from skippy.engine.types import ChatCompletionRequest
 from tests.integration.conftest import Server
+from tests.sse import DONE, iter_sse
 
 SCHEMATHESIS_SECONDS = 60  # coverage phase (boundary and negative cases), then fuzzing until the budget is spent
 HYPOTHESIS_EXAMPLES = 150
@@ -133,10 +134,8 @@ def test_hypothesis_arbitrary_json_at_chat_route(fuzz_server: Server) -> None:
             statuses[resp.status_code] = statuses.get(resp.status_code, 0) + 1
             assert 200 <= resp.status_code < 500, (resp.status_code, resp.read()[:500], body[:500])
             if resp.headers.get("content-type", "").startswith("text/event-stream"):
-                for line in resp.iter_lines():
-                    if line.startswith("data: {"):
-                        event = json.loads(line[6:])
-                        assert "error" not in event or event["error"]["type"] != "server_error", event
+                for event in iter_sse(resp):
+                    assert event == DONE or event.get("error", {}).get("type") != "server_error", event
             else:
                 payload = resp.read()
                 if resp.status_code >= 400:

@@ -25,6 +25,7 @@ import pytest
 
 from tests.integration.conftest import SYSTEM, Server
 from tests.integration.test_errors import assert_envelope
+from tests.sse import DONE, iter_sse, sse_events, sse_events_from_bytes
 
 KEY_ONE = "sk-one-" + "a" * 24
 KEY_TWO = "sk-two-" + "b" * 24  # only in the key file, given through SKIPPY_API_KEY_FILE
@@ -54,11 +55,6 @@ def eos_id(base_url: str, headers: dict[str, str] | None = None) -> int:
 def idle(base_url: str) -> bool:
     stats = httpx.get(base_url + "/health", timeout=10).json()
     return stats["slots_processing"] == 0 and stats["requests_waiting"] == 0
-
-
-def sse_events(lines: list[str]) -> list[Any]:
-    """``data:`` payloads of an SSE stream: parsed JSON, or the string ``[DONE]``."""
-    return [line[6:] if line == "data: [DONE]" else json.loads(line[6:]) for line in lines if line.startswith("data: ")]
 
 
 # -- a raw HTTP/1.1 client (h11) for clients that read slowly or vanish ---------------------------
@@ -283,12 +279,14 @@ def test_request_timeout_non_stream_is_504_and_frees_the_sequence(timeout_server
     url = timeout_server.base_url
     body = {"messages": [{"role": "user", "content": "Tell me a long story."}], "max_tokens": 1900,
             "logit_bias": {str(eos_id(url)): -100}}
-    t0 = time.monotonic()
     resp = httpx.post(url + "/v1/chat/completions", json=body, timeout=120)
     assert_envelope(resp, 504, "request_timeout")
     assert resp.json()["error"]["type"] == "timeout_error"
-    assert time.monotonic() - t0 >= 2
+    assert "--request-timeout" in resp.json()["error"]["message"]
     wait_until(lambda: idle(url), 30, "the timed-out generation to stop")
+    # the deadline stops only what runs past it: a short request on the same server completes
+    short = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
+    assert httpx.post(url + "/v1/chat/completions", json=short, timeout=120).status_code == 200
 
 
 def test_request_timeout_stream_ends_with_error_event(timeout_server: Server) -> None:
@@ -297,10 +295,10 @@ def test_request_timeout_stream_ends_with_error_event(timeout_server: Server) ->
             "logit_bias": {str(eos_id(url)): -100}, "stream": True}
     with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=120) as resp:
         assert resp.status_code == 200
-        events = sse_events(list(resp.iter_lines()))
+        events = sse_events(resp)
     assert events[0]["choices"][0]["delta"]["role"] == "assistant"
     assert events[-1]["error"]["code"] == "request_timeout"
-    assert "[DONE]" not in events
+    assert DONE not in events
     wait_until(lambda: idle(url), 30, "the timed-out generation to stop")
 
 
@@ -324,10 +322,10 @@ INJECTIONS = {
 @pytest.mark.parametrize("name", sorted(INJECTIONS))
 def test_request_chat_template_injection_is_400(hard_server: Server, name: str) -> None:
     body = {"messages": HI, "chat_template": INJECTIONS[name], "max_tokens": 1}
-    t0 = time.monotonic()
     resp = httpx.post(hard_server.base_url + "/v1/chat/completions", json=body, headers=AUTH, timeout=60)
-    assert time.monotonic() - t0 < 10
     assert_envelope(resp, 400, "template_error")
+    # refused by the sandbox's accounting, not by its wall-clock limit (tests/unit/test_template_sandbox.py)
+    assert "render time" not in resp.json()["error"]["message"]
     assert CANARY not in resp.text and "root:" not in resp.text and "<class" not in resp.text
     # the server is unharmed and its own template still works
     ok = httpx.post(hard_server.base_url + "/v1/chat/completions", json={"messages": HI, "max_tokens": 1},
@@ -363,14 +361,12 @@ class StreamReader(threading.Thread):
         try:
             with httpx.stream("POST", self.base_url + "/v1/chat/completions", json=self.body, timeout=120) as resp:
                 self.status = resp.status_code
-                for line in resp.iter_lines():
-                    if line.startswith("data: "):
-                        self.events.append(line[6:] if line == "data: [DONE]" else json.loads(line[6:]))
-                        ev = self.events[-1]
-                        if isinstance(ev, dict) and any(c["delta"].get("content") for c in ev.get("choices", ())):
-                            self.n_content += 1
-                            if self.n_content >= self.threshold:
-                                self.started.set()
+                for ev in iter_sse(resp):
+                    self.events.append(ev)
+                    if isinstance(ev, dict) and any(c["delta"].get("content") for c in ev.get("choices", ())):
+                        self.n_content += 1
+                        if self.n_content >= self.threshold:
+                            self.started.set()
         except BaseException as exc:  # noqa: BLE001 - reported by the test
             self.error = exc
         finally:
@@ -411,12 +407,12 @@ def test_graceful_shutdown(tmp_path: Path, sig: signal.Signals) -> None:
         long.join(60)
         assert short.error is None and long.error is None
         # the short stream was allowed to finish normally
-        assert short.events[-1] == "[DONE]"
+        assert short.events[-1] == DONE
         assert short.events[-2]["choices"][0]["finish_reason"] == "length"
         # the long one kept streaming during the grace period, then got a final error event
         assert len(long.events) > n_long_at_signal + 1
         assert long.events[-1]["error"]["code"] == "server_shutting_down"
-        assert "[DONE]" not in long.events
+        assert DONE not in long.events
         assert srv.proc.wait(timeout=30) == 0
     finally:
         srv.stop()
@@ -472,15 +468,15 @@ def test_slow_reader_only_slows_itself(clients_server: Server) -> None:
         # another client is served meanwhile, in full
         with httpx.stream("POST", url + "/v1/chat/completions", timeout=120,
                           json={"messages": HI, "max_tokens": 16, "temperature": 0, "stream": True}) as resp:
-            assert sse_events(list(resp.iter_lines()))[-1] == "[DONE]"
+            assert sse_events(resp)[-1] == DONE
         # the slow client's generation runs to its end while its bytes wait in its own stream buffer
         wait_until(lambda: idle(url), 180, "the slow client's generation to finish")
         status, data = read_response(slow, head)
     finally:
         slow.close()
     assert status == 200
-    events = sse_events(data.decode("utf-8", "replace").splitlines())
-    assert events[-1] == "[DONE]"
+    events = sse_events_from_bytes(data)
+    assert events[-1] == DONE
     assert events[-2]["choices"][0]["finish_reason"] == "length"
     assert sum(len(e["choices"][0]["logprobs"]["content"]) for e in events[:-1]
                if isinstance(e, dict) and e["choices"] and e["choices"][0].get("logprobs")) == 200

@@ -128,7 +128,6 @@ async def test_missing_method_is_not_a_call():
             pass
 
     ev = HookEvaluator(Policy())
-    assert not ev.has("mid_generation") and ev.has("on_finish")
     assert await ev.call("mid_generation", {}, GEN) is NO_ACTION
     assert ev.stats.calls["mid_generation"] == 0
     assert await HookEvaluator(None).call("before_chat", {}) is NO_ACTION
@@ -161,19 +160,28 @@ async def test_outcome_validation_per_event():
     assert await ev.call("on_finish", {}, FinishInfo("cancelled")) is NO_ACTION
 
 
-async def test_closed_reply_channel_is_tolerated():
+async def test_closed_reply_channel_is_tolerated(caplog):
+    """A caller that went away (its reply channel closed) loses its verdict; the actor keeps serving."""
+
     class Policy:
         async def mid_generation(self, request, signals):
-            return Stop("x")
+            return Stop(request)
 
     ev = HookEvaluator(Policy())
     send = ev.inbox
+    gone_send, gone_recv = trio.open_memory_channel(float("inf"))
+    await gone_recv.aclose()
     reply_send, reply_recv = trio.open_memory_channel(float("inf"))
-    await reply_recv.aclose()
-    async with trio.open_nursery() as nursery:
+    caplog.set_level(logging.DEBUG, logger="skippy.hooks")
+    async with trio.open_nursery() as nursery:  # a verdict sent to the closed channel would raise here
         nursery.start_soon(ev.run)
-        await send.send(HookCall(1, "mid_generation", {}, GEN, reply_send))
-        await send.aclose()
+        await send.send(HookCall(1, "mid_generation", "gone", GEN, gone_send))
+        await send.send(HookCall(2, "mid_generation", "here", GEN, reply_send))
+        assert await reply_recv.receive() == HookVerdict(2, Stop("here"))
+        await send.aclose()  # run() returns once both calls are done
+    assert ev.stats.calls["mid_generation"] == 2
+    assert [r.getMessage() for r in caplog.records if "caller gone" in r.getMessage()] == [
+        "hook mid_generation ticket 1: caller gone, verdict dropped"]
 
 
 def test_check_outcome():

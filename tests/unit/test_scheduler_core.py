@@ -39,7 +39,7 @@ class FakeRuntime:
 
     def __init__(self, n_seq_max=2, n_batch=64, n_ctx_seq=256, recurrent=False):
         self.meta = ModelMeta(name="fake", path="fake.gguf", chat_template=None, bos_id=1, eos_id=EOG,
-                              eog_ids=frozenset({EOG}), bos_token="<s>", eos_token="</s>", add_bos=False,
+                              eog_ids=frozenset({EOG}), bos_token="<s>", eos_token="</s>",
                               n_vocab=N_VOCAB, n_ctx_train=n_ctx_seq, n_ctx_seq=n_ctx_seq, n_seq_max=n_seq_max,
                               n_batch=n_batch, is_recurrent=recurrent)
         self.vocab = FakeVocab()

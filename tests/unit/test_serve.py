@@ -80,3 +80,29 @@ def test_freeze_heap_moves_the_start_up_heap_out_of_collections():
         assert gc.get_count()[0] < 50  # and the young generation starts empty
     finally:
         gc.unfreeze()
+
+
+# sha256 of inspect.getsource(hypercorn.trio.run.worker_serve) for each hypercorn release whose
+# worker_serve skippy.http.serve._worker_serve was checked against (0.17.3 and 0.18.0 differ only
+# in type annotations).
+_CHECKED_WORKER_SERVE = {
+    "22efe0285dc01572d27169c7c559b48e2404dfb33f602371ce57e2bf7cfcb682": "0.17.3",
+    "8dc8347a9fc357ca334f8c3e4bcf0368176510a96d434f21a5eb4c9ec4103726": "0.18.0",
+}
+
+
+def test_hypercorn_worker_serve_is_the_one_our_copy_follows():
+    """skippy/http/serve.py copies hypercorn's trio worker loop; a hypercorn upgrade that changes it fails here."""
+    import hashlib
+    import inspect
+    from importlib.metadata import version
+
+    from hypercorn.trio.run import worker_serve
+
+    digest = hashlib.sha256(inspect.getsource(worker_serve).encode()).hexdigest()
+    assert digest in _CHECKED_WORKER_SERVE, (
+        f"hypercorn {version('hypercorn')} changed hypercorn.trio.run.worker_serve (sha256 {digest}): "
+        "re-check its copy skippy.http.serve._worker_serve (and the list of what the copy drops in "
+        "its docstring) against the new source, port what matters, then add this digest to "
+        "_CHECKED_WORKER_SERVE in tests/unit/test_serve.py"
+    )

@@ -8,7 +8,8 @@ so the tokenizer actor may use it from any thread concurrently.
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 import attrs
 import numpy as np
@@ -33,7 +34,6 @@ class ModelMeta:
     eog_ids: frozenset[int]
     bos_token: str
     eos_token: str
-    add_bos: bool
     n_vocab: int
     n_ctx_train: int
     n_ctx_seq: int

@@ -17,7 +17,7 @@ import ctypes
 import logging
 import os
 import threading
-from typing import Sequence
+from collections.abc import Sequence
 
 import llama_cpp
 import numpy as np
@@ -173,7 +173,6 @@ class LlamaRuntime:
             bos_id=bos, eos_id=eos, eog_ids=eog,
             bos_token=self.vocab.special_piece(bos) if bos >= 0 else "",
             eos_token=self.vocab.special_piece(eos) if eos >= 0 else "",
-            add_bos=bool(llama_cpp.llama_vocab_get_add_bos(vocab)),
             n_vocab=n_vocab, n_ctx_train=n_ctx_train,
             n_ctx_seq=llama_cpp.llama_n_ctx_seq(self._ctx),
             n_seq_max=llama_cpp.llama_n_seq_max(self._ctx),
@@ -181,7 +180,6 @@ class LlamaRuntime:
             is_recurrent=bool(llama_cpp.llama_model_is_recurrent(self._model)
                               or llama_cpp.llama_model_is_hybrid(self._model)),
         )
-        self._vocab_p = vocab
 
     # -- decode -------------------------------------------------------------
     def decode(self, entries: Sequence[BatchEntry]) -> None:
