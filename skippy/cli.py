@@ -107,7 +107,9 @@ def setting_option(field: attrs.Attribute) -> Callable[[F], F]:
     info = setting_info(field)
     assert info is not None and info.flag, field.name
     flag = "--" + field.name.replace("_", "-")
-    default = field.default.factory() if isinstance(field.default, attrs.Factory) else field.default  # type: ignore[arg-type]
+    default = field.default
+    if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+        default = default.factory()
     kw: dict[str, Any] = {"help": info.help, "show_default": info.show_default, "default": default}
     if isinstance(field.validator, IsBool):
         if field.default:
