@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import click
@@ -18,7 +19,7 @@ import click
 from skippy.models import DEFAULT_MODEL, ModelError, pull as pull_model
 
 if TYPE_CHECKING:
-    from skippy.http.settings import ServerSettings
+    import attrs
 
 F = TypeVar("F", bound=Callable)
 
@@ -74,43 +75,156 @@ def _opt(name: str, **kw):
     return click.option(name, envvar=env, show_envvar=True, **{"show_default": True, **kw})
 
 
-def _hardening_options(fn: F) -> F:
-    """``serve`` options of the HTTP layer: authentication, CORS, limits, deadline, shutdown."""
-    options = [
+def _click_type(check: Any) -> Any:
+    """The click type showing (and enforcing) what a setting's validator accepts; ``None``: plain text."""
+    from skippy.engine.config import FloatRange, IntRange, OneOf
+
+    if isinstance(check, IntRange):
+        return click.IntRange(check.min, check.max)
+    if isinstance(check, FloatRange):
+        return click.FloatRange(check.min, check.max, min_open=check.min_open)
+    if isinstance(check, OneOf):
+        return click.Choice(list(check.choices))
+    return None
+
+
+def setting_option(field: attrs.Attribute) -> Callable[[F], F]:
+    """The ``skippy serve`` option generated from a setting (an attrs field made by ``setting()``).
+
+    Flag ``--n-ctx`` and environment variable ``SKIPPY_N_CTX`` for the field
+    ``n_ctx``; the field's default, help text and metavar; a click type from
+    its validator (``IntRange``/``FloatRange`` -> a click range,
+    ``OneOf`` -> ``click.Choice``, ``IsBool`` -> a flag, or
+    ``--x/--no-x`` when the default is on). A callback then runs the field's
+    own validator, so the flag refuses exactly what the class refuses
+    (e.g. ``nan``, which click's ranges let through), as a usage error
+    (exit code 2) naming the flag.
+    """
+    import attrs
+
+    from skippy.engine.config import IsBool, setting_info
+
+    info = setting_info(field)
+    assert info is not None and info.flag, field.name
+    flag = "--" + field.name.replace("_", "-")
+    default = field.default
+    if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+        default = default.factory()
+    kw: dict[str, Any] = {"help": info.help, "show_default": info.show_default, "default": default}
+    if isinstance(field.validator, IsBool):
+        if field.default:
+            flag = f"{flag}/--no-{flag[2:]}"
+        else:
+            kw["is_flag"] = True
+    elif (kind := _click_type(field.validator)) is not None:
+        kw["type"] = kind
+    if info.metavar:
+        kw["metavar"] = info.metavar
+
+    def check(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        try:
+            if field.validator is not None:
+                field.validator(None, field, value)
+        except (TypeError, ValueError) as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+        return value
+
+    return _opt(flag, callback=check, **kw)
+
+
+def _flag_fields(cls: type) -> list[attrs.Attribute]:
+    """The fields of settings class ``cls`` that ``skippy serve`` turns into flags, in declaration order."""
+    import attrs
+
+    from skippy.engine.config import setting_info
+
+    return [f for f in attrs.fields(cls) if (info := setting_info(f)) is not None and info.flag]
+
+
+def _read_template(ctx: click.Context, param: click.Parameter, path: str | None) -> str | None:
+    """``--chat-template FILE`` -> the template's text (the file is closed before the server starts)."""
+    if path is None:
+        return None
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.BadParameter(f"cannot read {path!r}: {exc}", ctx=ctx, param=param) from None
+
+
+def _parse_template_kwargs(ctx: click.Context, param: click.Parameter, text: str | None) -> dict:
+    """``--chat-template-kwargs JSON`` -> a dict of template variables (``{}`` when not given)."""
+    if not text:
+        return {}
+    try:
+        kwargs = json.loads(text)
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", ctx=ctx, param=param) from None
+    if not isinstance(kwargs, dict):
+        raise click.BadParameter("must be a JSON object", ctx=ctx, param=param)
+    return kwargs
+
+
+def _split_origins(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    from skippy.http.settings import split_origins
+
+    return split_origins(values)
+
+
+def _serve_options(fn: F) -> F:
+    """Every ``skippy serve`` option, in ``--help`` order.
+
+    Names are settings of :class:`~skippy.engine.config.EngineConfig` or
+    :class:`~skippy.http.settings.ServerSettings`, whose options are
+    generated from the fields (:func:`setting_option`); the others are the
+    few explicit adapters: a flag that is not one field as it stands (a
+    file read into text, JSON, keys from a flag and a file, comma-separated
+    origins) or not a setting of either class (the model to pull, the listen
+    address, the log level). A flag field missing from this list still gets
+    its option, at the end.
+    """
+    from skippy.engine.config import EngineConfig
+    from skippy.http.settings import ServerSettings
+
+    layout: list[Any] = [
+        _opt("--model", default=DEFAULT_MODEL, help="Model name from the cache (pulled when missing) or a GGUF path."),
+        _opt("--host", default="127.0.0.1", help="Address to listen on."),
+        _opt("--port", default=8080, type=click.IntRange(0, 65535), help="TCP port to listen on."),
+        "n_ctx", "parallel", "threads", "flash_attn",
+        _opt("--chat-template", default=None, type=click.Path(exists=True, dir_okay=False), callback=_read_template,
+             help="Jinja2 chat template file overriding the model's."),
+        _opt("--chat-template-kwargs", default=None, metavar="JSON", callback=_parse_template_kwargs,
+             help='Default template variables as a JSON object, e.g. \'{"enable_thinking": false}\'; '
+                  'requests override them.'),
+        "force_tool_emulation", "step_tokens", "clamp_max_tokens", "prefix_cache", "hook_policy", "hook_url",
+        "hook_timeout", "hook_fail_closed", "hooks_default_on", "signal_window", "high_entropy_threshold",
+        "max_queue",
+        _opt("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]),
+             help="Log level."),
         _opt("--api-key", multiple=True, metavar="KEY", show_default=False,
              help="Accepted API key (repeatable; the environment variable takes space-separated keys). "
                   "Requests must send 'Authorization: Bearer KEY'; only /health stays open. "
                   "Prefer --api-key-file: other local users can read command lines."),
         _opt("--api-key-file", default=None, type=click.Path(exists=True, dir_okay=False),
              help="File of accepted API keys, one per line ('#' starts a comment); adds to --api-key."),
-        _opt("--cors-origins", multiple=True, metavar="ORIGINS", show_default=False,
+        _opt("--cors-origins", multiple=True, metavar="ORIGINS", show_default=False, callback=_split_origins,
              help="Browser origins allowed by CORS, comma-separated or repeated, e.g. "
                   "'https://app.example.com'; '*' allows any. [default: none, CORS off]"),
-        _opt("--max-body-bytes", default=4 * 1024 * 1024, type=click.IntRange(1024, None),
-             help="Largest request body in bytes; larger ones get 413."),
-        _opt("--max-messages", default=2048, type=click.IntRange(1, None),
-             help="Most messages in one chat request; more get 400."),
-        _opt("--max-tools", default=128, type=click.IntRange(0, None),
-             help="Most tools in one chat request; more get 400."),
-        _opt("--max-chat-template-bytes", default=128 * 1024, type=click.IntRange(0, None),
-             help="Largest request 'chat_template' in bytes; larger ones get 400."),
-        _opt("--max-grammar-bytes", default=128 * 1024, type=click.IntRange(0, None),
-             help="Largest request 'grammar' in bytes; larger ones get 400."),
-        _opt("--request-timeout", default=600.0, type=click.FloatRange(0.0, None),
-             help="Seconds a request may run (0: no limit). Past it the generation stops and the client "
-                  "gets 504, or a final SSE error event once streaming has started."),
-        _opt("--shutdown-grace", default=30.0, type=click.FloatRange(0.0, None),
-             help="Seconds running requests may take to finish after SIGINT/SIGTERM; then they are "
-                  "cancelled (streams get a final SSE error event). A second signal cancels at once."),
+        "max_body_bytes", "max_messages", "max_tools", "max_chat_template_bytes", "max_grammar_bytes",
+        "request_timeout", "shutdown_grace",
     ]
-    for option in reversed(options):
-        fn = option(fn)
+    fields = {f.name: f for f in _flag_fields(EngineConfig) + _flag_fields(ServerSettings)}
+    placed = [item for item in layout if isinstance(item, str)]
+    layout += [name for name in fields if name not in placed]
+    for item in reversed(layout):
+        fn = (setting_option(fields[item]) if isinstance(item, str) else item)(fn)
     return fn
 
 
-def _server_settings(api_key: tuple[str, ...], api_key_file: str | None, cors_origins: tuple[str, ...],
-                     **limits: Any) -> "ServerSettings":
-    from skippy.http.settings import ServerSettings, read_api_key_file, split_origins
+def _api_keys(api_key: tuple[str, ...], api_key_file: str | None) -> tuple[str, ...]:
+    """``--api-key`` values plus the keys of ``--api-key-file``, without duplicates, checked like ServerSettings."""
+    import attrs
+
+    from skippy.http.settings import ServerSettings, read_api_key_file
 
     keys = list(api_key)
     if api_key_file:
@@ -118,59 +232,21 @@ def _server_settings(api_key: tuple[str, ...], api_key_file: str | None, cors_or
             keys += read_api_key_file(api_key_file)
         except (OSError, ValueError) as exc:
             raise click.BadParameter(str(exc), param_hint="--api-key-file") from None
-    if any(not k.strip() or any(c.isspace() for c in k) for k in keys):
-        raise click.BadParameter("API keys may not be empty or contain whitespace", param_hint="--api-key")
-    return ServerSettings(api_keys=tuple(dict.fromkeys(keys)), cors_origins=split_origins(cors_origins), **limits)
+    keys = tuple(dict.fromkeys(keys))
+    field = attrs.fields(ServerSettings).api_keys
+    try:
+        field.validator(None, field, keys)  # type: ignore[misc]
+    except (TypeError, ValueError) as exc:
+        raise click.BadParameter(str(exc), param_hint="--api-key") from None
+    return keys
 
 
 @main.command()
-@_opt("--model", default=DEFAULT_MODEL, help="Model name from the cache (pulled when missing) or a GGUF path.")
-@_opt("--host", default="127.0.0.1", help="Address to listen on.")
-@_opt("--port", default=8080, type=click.IntRange(0, 65535), help="TCP port to listen on.")
-@_opt("--n-ctx", default=4096, type=click.IntRange(16, None),
-      help="Context of each sequence in tokens (prompt + completion); clamped to the model's training context.")
-@_opt("--parallel", default=8, type=click.IntRange(1, 256), help="Max sequences decoding at once (slots).")
-@_opt("--threads", default=None, type=click.IntRange(1, None), help="CPU threads for llama.cpp [default: all cores].")
-@_opt("--flash-attn", default="off", type=click.Choice(["on", "off", "auto"]),
-      help="llama.cpp flash attention. Off by default: on CPU it slowed batched decode about 1.4x.")
-@_opt("--chat-template", default=None, type=click.Path(exists=True, dir_okay=False),
-      help="Jinja2 chat template file overriding the model's.")
-@_opt("--chat-template-kwargs", default=None, metavar="JSON",
-      help='Default template variables as a JSON object, e.g. \'{"enable_thinking": false}\'; requests override them.')
-@_opt("--force-tool-emulation", is_flag=True, default=False,
-      help="Use TOOL_CALL text emulation for tools even when the chat template supports tools.")
-@_opt("--step-tokens", default=256, type=click.IntRange(8, 512),
-      help="Token budget of one decode step, shared by prefill chunks and running streams (bounds ITL).")
-@_opt("--clamp-max-tokens", is_flag=True, default=False,
-      help="Clamp a max_tokens that does not fit the context to the room left (llama-server) "
-           "instead of answering 400 context_length_exceeded (OpenAI, vLLM).")
-@_opt("--prefix-cache/--no-prefix-cache", default=True,
-      help="Keep finished sequences' KV cache and reuse shared prompt prefixes.")
-@_opt("--hook-policy", default=None, metavar="MODULE:FACTORY",
-      help="Python hook policy: package.module:factory returning an object with async hook methods.")
-@_opt("--hook-url", default=None, metavar="URL",
-      help='Webhook hook policy: each event is POSTed as JSON; the reply is {"action": "none"|"inject"|"stop", ...}.')
-@_opt("--hook-timeout", default=2.0, type=click.FloatRange(0.0, None, min_open=True),
-      help="Seconds per hook call; a timeout or error means no action (logged and counted).")
-@_opt("--hook-fail-closed", is_flag=True, default=False,
-      help="A failed or timed-out hook call stops the generation (finish_reason hook_error) instead.")
-@_opt("--hooks-default-on", is_flag=True, default=False,
-      help='Run hooks for every request, not only those with "mesh_hooks": true.')
-@_opt("--signal-window", default=16, type=click.IntRange(1, 4096),
-      help="Tokens in the sliding window of uncertainty signals for the mid-generation hook.")
-@_opt("--high-entropy-threshold", default=2.0, type=click.FloatRange(0.0, None),
-      help="Entropy (nats) above which a token counts as high-entropy.")
-@_opt("--max-queue", default=1024, type=click.IntRange(1, None),
-      help="Requests waiting for a slot before new ones get 429.")
-@_opt("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]), help="Log level.")
-@_hardening_options
+@_serve_options
 @friendly_errors
-def serve(model: str, host: str, port: int, n_ctx: int, parallel: int, threads: int | None, flash_attn: str,
-          chat_template: str | None, chat_template_kwargs: str | None, force_tool_emulation: bool,
-          clamp_max_tokens: bool, step_tokens: int, prefix_cache: bool, hook_policy: str | None, hook_url: str | None,
-          hook_timeout: float, hook_fail_closed: bool,
-          hooks_default_on: bool, signal_window: int, high_entropy_threshold: float,
-          max_queue: int, log_level: str, **hardening: Any) -> None:
+def serve(model: str, host: str, port: int, chat_template: str | None, chat_template_kwargs: dict, log_level: str,
+          api_key: tuple[str, ...], api_key_file: str | None, cors_origins: tuple[str, ...],
+          **options: Any) -> None:
     """Serve the OpenAI-compatible API (``/v1/chat/completions`` and friends).
 
     The model is pulled into the cache first when it is a known name that is
@@ -182,30 +258,16 @@ def serve(model: str, host: str, port: int, n_ctx: int, parallel: int, threads: 
 
     from skippy.engine.config import EngineConfig
     from skippy.http.serve import serve as run_server
+    from skippy.http.settings import ServerSettings
     from skippy.models import ensure_model, lookup
 
-    settings = _server_settings(**hardening)
-    kwargs = {}
-    if chat_template_kwargs:
-        try:
-            kwargs = json.loads(chat_template_kwargs)
-        except ValueError as exc:
-            raise click.BadParameter(f"not JSON: {exc}", param_hint="--chat-template-kwargs") from None
-        if not isinstance(kwargs, dict):
-            raise click.BadParameter("must be a JSON object", param_hint="--chat-template-kwargs")
+    engine_options = {f.name: options.pop(f.name) for f in _flag_fields(EngineConfig)}
+    settings = ServerSettings(api_keys=_api_keys(api_key, api_key_file), cors_origins=cors_origins, **options)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     path = ensure_model(model)
-    template = open(chat_template, encoding="utf-8").read() if chat_template else None
     spec = lookup(model)
-    name = spec.name if spec else path.stem
-    config = EngineConfig(model=str(path), model_name=name, n_ctx=n_ctx, parallel=parallel, threads=threads,
-                          flash_attn=flash_attn, chat_template=template, max_queue=max_queue,
-                          chat_template_kwargs=kwargs,
-                          force_tool_emulation=force_tool_emulation, hook_policy=hook_policy, hook_url=hook_url,
-                          prefix_cache=prefix_cache, step_tokens=step_tokens, clamp_max_tokens=clamp_max_tokens,
-                          hook_timeout=hook_timeout, hook_fail_closed=hook_fail_closed,
-                          hooks_default_on=hooks_default_on, signal_window=signal_window,
-                          high_entropy_threshold=high_entropy_threshold, verbose=log_level == "debug")
+    config = EngineConfig(model=str(path), model_name=spec.name if spec else path.stem, chat_template=chat_template,
+                          chat_template_kwargs=chat_template_kwargs, verbose=log_level == "debug", **engine_options)
     sys.exit(trio.run(lambda: run_server(config, host=host, port=port, settings=settings)))
 
 

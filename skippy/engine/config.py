@@ -1,60 +1,299 @@
-"""Engine configuration (what ``skippy serve`` flags and embedders set)."""
+"""Engine configuration (what ``skippy serve`` flags and embedders set), declared once.
+
+Every setting is one attrs field made by :func:`setting`: its default, its
+validator (a range, a set of choices or a type) and its help text (in the
+field's metadata under :data:`SETTING`). ``EngineConfig(...)`` and
+``attrs.evolve(config, ...)`` run the validators, so an embedder's bad
+value raises at construction exactly where ``skippy serve`` refuses the
+flag. ``skippy/cli.py`` generates the ``skippy serve`` options from these
+fields (flag ``--n-ctx`` and environment variable ``SKIPPY_N_CTX`` for the
+field ``n_ctx``, with its default, help, type, choices and range);
+:class:`~skippy.http.settings.ServerSettings` declares the HTTP layer's
+settings the same way. Plain Python: no click here (``skippy.engine`` is
+sans-IO).
+"""
 
 from __future__ import annotations
 
+import math
+import os
 from typing import Any
 
 import attrs
 
+SETTING = "skippy.setting"
+"""Key of a field's :class:`SettingInfo` in ``attrs.Attribute.metadata``."""
+
+
+@attrs.frozen
+class SettingInfo:
+    """What a setting says about itself beyond its default and validator.
+
+    ``help``: one or two sentences for ``--help`` and the generated docs.
+    ``flag``: whether ``skippy serve`` generates a flag from the field
+    (``False`` for settings that only embedders set, or that the CLI fills
+    through an explicit adapter, such as a file path read into text).
+    ``metavar``: the flag's value placeholder (``None``: from the type).
+    ``show_default``: ``True`` to show the default in ``--help``, or a text
+    to show instead.
+    """
+
+    help: str
+    flag: bool = True
+    metavar: str | None = None
+    show_default: bool | str = True
+
+
+def setting(default: Any = attrs.NOTHING, *, help: str, check: Any, factory: Any = None, flag: bool = True,
+            metavar: str | None = None, show_default: bool | str = True, converter: Any = None) -> Any:
+    """An attrs field for a setting: ``default`` (or ``factory``), validator ``check``, ``help`` in metadata.
+
+    ``check`` is one of :class:`IntRange`, :class:`FloatRange`,
+    :class:`OneOf`, :class:`IsBool`, :class:`IsText` or another attrs
+    validator; the first five are the ones ``skippy serve`` turns into click
+    types. ``flag``, ``metavar`` and ``show_default`` go to
+    :class:`SettingInfo`.
+    """
+    info = SettingInfo(help=help, flag=flag, metavar=metavar, show_default=show_default)
+    if factory is not None:
+        default = attrs.Factory(factory)
+    return attrs.field(default=default, validator=check, converter=converter, metadata={SETTING: info})
+
+
+def setting_info(field: attrs.Attribute) -> SettingInfo | None:
+    """The :class:`SettingInfo` of a field made by :func:`setting`, else ``None``."""
+    return field.metadata.get(SETTING)
+
+
+def _int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _bounds(lo: float | None, hi: float | None, lo_open: bool = False) -> str:
+    """The range as click writes it (``1<=x<=256``, ``x>=16``, ``x>0.0``), so both paths name it alike."""
+    left = "" if lo is None else f"{lo}{'<' if lo_open else '<='}"
+    right = "" if hi is None else f"<={hi}"
+    if lo is not None and hi is None:
+        return f"x{'>' if lo_open else '>='}{lo}"
+    return f"{left}x{right}"
+
+
+@attrs.frozen
+class IntRange:
+    """Validator: an ``int`` (not a ``bool``) with ``min <= value <= max`` (``None``: unbounded).
+
+    ``optional`` also accepts ``None``. Raises ``TypeError`` for another
+    type and ``ValueError`` out of range; both messages name the field and
+    the range, e.g. ``parallel must be in the range 1<=x<=256, got 0``.
+    """
+
+    min: int | None = None
+    max: int | None = None
+    optional: bool = False
+
+    def describe(self) -> str:
+        return _bounds(self.min, self.max)
+
+    def __call__(self, inst: object, attr: attrs.Attribute, value: object) -> None:
+        if value is None and self.optional:
+            return
+        if not _int(value):
+            none = " or None" if self.optional else ""
+            raise TypeError(f"{attr.name} must be an int{none} in the range {self.describe()}, got {value!r}")
+        if (self.min is not None and value < self.min) or (self.max is not None and value > self.max):
+            raise ValueError(f"{attr.name} must be in the range {self.describe()}, got {value!r}")
+
+
+@attrs.frozen
+class FloatRange:
+    """Validator: a real number (``int`` or ``float``, never NaN) in ``[min, max]``.
+
+    ``min_open`` excludes ``min`` itself (``x>0.0``); ``finite`` also refuses
+    infinities. Raises ``TypeError`` for another type and ``ValueError``
+    out of range; both messages name the field and the range.
+    """
+
+    min: float | None = None
+    max: float | None = None
+    min_open: bool = False
+    finite: bool = False
+
+    def describe(self) -> str:
+        return _bounds(self.min, self.max, self.min_open)
+
+    def __call__(self, inst: object, attr: attrs.Attribute, value: object) -> None:
+        if not (isinstance(value, (int, float)) and not isinstance(value, bool)):
+            raise TypeError(f"{attr.name} must be a number in the range {self.describe()}, got {value!r}")
+        x = float(value)
+        low = self.min is not None and (x <= self.min if self.min_open else x < self.min)
+        high = self.max is not None and x > self.max
+        if math.isnan(x) or low or high:
+            raise ValueError(f"{attr.name} must be in the range {self.describe()}, got {value!r}")
+        if self.finite and math.isinf(x):
+            raise ValueError(f"{attr.name} must be a finite number in the range {self.describe()}, got {value!r}")
+
+
+@attrs.frozen
+class OneOf:
+    """Validator: one of ``choices`` (strings); ``ValueError`` naming the field and the choices otherwise."""
+
+    choices: tuple[str, ...]
+
+    def __call__(self, inst: object, attr: attrs.Attribute, value: object) -> None:
+        if value not in self.choices:
+            allowed = ", ".join(repr(c) for c in self.choices)
+            raise ValueError(f"{attr.name} must be one of {allowed}, got {value!r}")
+
+
+@attrs.frozen
+class IsBool:
+    """Validator: ``True`` or ``False`` (``TypeError`` otherwise: ``"no"`` would be truthy)."""
+
+    def __call__(self, inst: object, attr: attrs.Attribute, value: object) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(f"{attr.name} must be True or False, got {value!r}")
+
+
+@attrs.frozen
+class IsText:
+    """Validator: a ``str`` (``optional`` also accepts ``None``); ``nonempty`` refuses ``""``."""
+
+    optional: bool = True
+    nonempty: bool = False
+
+    def __call__(self, inst: object, attr: attrs.Attribute, value: object) -> None:
+        if value is None and self.optional:
+            return
+        if not isinstance(value, str):
+            none = " or None" if self.optional else ""
+            raise TypeError(f"{attr.name} must be a str{none}, got {value!r}")
+        if self.nonempty and not value:
+            raise ValueError(f"{attr.name} must not be empty")
+
+
+def _template_kwargs(inst: object, attr: attrs.Attribute, value: object) -> None:
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise TypeError(f"{attr.name} must be a dict with str keys (template variables), got {value!r}")
+
+
+def _hook_policy(inst: object, attr: attrs.Attribute, value: object) -> None:
+    if isinstance(value, str) and not value:
+        raise ValueError(f"{attr.name} must be 'package.module:factory', a policy object or None, got ''")
+
+
+def _fspath(value: Any) -> Any:
+    return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+
+def _n_batch_fits(inst: Any, attr: attrs.Attribute, value: int) -> None:
+    if value < inst.parallel:
+        raise ValueError(f"{attr.name} must be >= parallel ({inst.parallel}): each running sequence decodes "
+                         f"one token per step, got {value!r}")
+
+
+FLASH_ATTN_CHOICES = ("on", "off", "auto")
+
 
 @attrs.frozen
 class EngineConfig:
-    """How to load and serve one model.
+    """How to load and serve one model; every field is validated at construction.
 
-    ``model``: a GGUF path or a model-cache name (``skippy pull``).
-    ``n_ctx``: context of each sequence in tokens (prompt + completion),
-    clamped to the model's training context; the llama.cpp context holds
-    ``n_ctx * parallel`` KV cells (as Ollama's ``num_ctx`` x ``num_parallel``).
-    ``parallel``: sequences decoding at once (slots). ``threads``: CPU
-    threads for llama.cpp (``None``: all cores). ``flash_attn``: llama.cpp's
-    flash attention, ``"on"``, ``"off"`` or ``"auto"`` (llama-server's
-    ``--flash-attn``); off by default because on CPU it made batched decode
-    about 1.4x slower (bench/bench_decode.py, SmolLM2, 16 sequences). ``chat_template``: jinja2
-    text overriding the GGUF's. ``step_tokens``: token budget of one decode
-    step, shared by prefill chunks and generating sequences. ``max_queue``:
-    requests waiting for a slot before 429. ``chat_template_kwargs``: default
-    template variables (requests override them). ``force_tool_emulation``:
-    use ``TOOL_CALL`` emulation even when the template supports tools.
+    Only ``model`` is required. Each field's default, range and help text
+    are declared once below (:func:`setting`); ``skippy serve`` derives its
+    flags from them, and the list of fields with their ranges is appended
+    to this docstring. A bad value raises ``TypeError`` (wrong type) or
+    ``ValueError`` (out of range) naming the field and its range, also
+    through ``attrs.evolve``.
 
-    ``prefix_cache``: keep finished sequences' KV and reuse shared prompt
-    prefixes. ``clamp_max_tokens``: a ``max_tokens`` beyond the context is
-    clamped to the room left (llama-server) instead of a 400 (OpenAI, vLLM). Hooks: ``hook_policy`` is a policy object or a ``package.module:factory``
-    spec, ``hook_url`` a webhook policy URL (one of them at most);
-    ``hook_timeout`` seconds per call; ``hook_fail_closed`` turns a failed
-    call into a stop; ``hooks_default_on`` runs hooks for requests that do
-    not say ``mesh_hooks``; ``signal_window`` (1..4096 tokens) and
-    ``high_entropy_threshold`` (nats) configure the firing rule.
+    The llama.cpp context holds ``n_ctx * parallel`` KV cells (as Ollama's
+    ``num_ctx`` x ``num_parallel``). ``flash_attn`` follows llama-server's
+    ``--flash-attn``. ``clamp_max_tokens`` follows llama-server; without it
+    a ``max_tokens`` beyond the context is a 400, as in OpenAI and vLLM.
+    Embedders may pass a policy object as ``hook_policy`` instead of a
+    ``package.module:factory`` spec; ``hook_policy`` and ``hook_url`` are
+    exclusive (checked by ``open_engine``).
     """
 
-    model: str
-    model_name: str | None = None
-    n_ctx: int = 4096
-    parallel: int = 8
-    threads: int | None = None
-    flash_attn: str = "off"
-    chat_template: str | None = None
-    n_batch: int = 512
-    step_tokens: int = 256
-    max_queue: int = 1024
-    chat_template_kwargs: dict = attrs.field(factory=dict)
-    force_tool_emulation: bool = False
-    prefix_cache: bool = True
-    clamp_max_tokens: bool = False
-    hook_policy: Any = None
-    hook_url: str | None = None
-    hook_timeout: float = 2.0
-    hook_fail_closed: bool = False
-    hooks_default_on: bool = False
-    signal_window: int = 16
-    high_entropy_threshold: float = 2.0
-    verbose: bool = False
+    model: str = setting(help="GGUF path (str or os.PathLike) or model-cache name (skippy pull).",
+                         check=IsText(optional=False, nonempty=True), converter=_fspath, flag=False)
+    model_name: str | None = setting(None, check=IsText(),
+                                     help="Model id reported by /v1/models and in responses [default: the "
+                                          "GGUF's name].", flag=False)
+    n_ctx: int = setting(4096, check=IntRange(16),
+                         help="Context of each sequence in tokens (prompt + completion); clamped to the model's "
+                              "training context.")
+    parallel: int = setting(8, check=IntRange(1, 256), help="Max sequences decoding at once (slots).")
+    threads: int | None = setting(None, check=IntRange(1, optional=True),
+                                  help="CPU threads for llama.cpp [default: all cores].")
+    flash_attn: str = setting("off", check=OneOf(FLASH_ATTN_CHOICES),
+                              help="llama.cpp flash attention. Off by default: on CPU it slowed batched decode "
+                                   "about 1.4x.")
+    chat_template: str | None = setting(None, check=IsText(), flag=False,
+                                        help="Jinja2 chat template text overriding the model's (skippy serve "
+                                             "--chat-template reads it from a file).")
+    n_batch: int = setting(512, check=attrs.validators.and_(IntRange(1), _n_batch_fits), flag=False,
+                           help="llama.cpp n_batch: most tokens in one llama_decode call (>= parallel: each "
+                                "running sequence decodes one token per step); bounds step_tokens.")
+    step_tokens: int = setting(256, check=IntRange(8, 512),
+                               help="Token budget of one decode step, shared by prefill chunks and running "
+                                    "streams (bounds ITL).")
+    max_queue: int = setting(1024, check=IntRange(1), help="Requests waiting for a slot before new ones get 429.")
+    chat_template_kwargs: dict = setting(factory=dict, check=_template_kwargs, flag=False,
+                                         help="Default template variables (requests override them).")
+    force_tool_emulation: bool = setting(False, check=IsBool(),
+                                         help="Use TOOL_CALL text emulation for tools even when the chat template "
+                                              "supports tools.")
+    prefix_cache: bool = setting(True, check=IsBool(),
+                                 help="Keep finished sequences' KV cache and reuse shared prompt prefixes.")
+    clamp_max_tokens: bool = setting(False, check=IsBool(),
+                                     help="Clamp a max_tokens that does not fit the context to the room left "
+                                          "(llama-server) instead of answering 400 context_length_exceeded "
+                                          "(OpenAI, vLLM).")
+    hook_policy: Any = setting(None, check=_hook_policy, metavar="MODULE:FACTORY",
+                               help="Python hook policy: package.module:factory returning an object with async "
+                                    "hook methods.")
+    hook_url: str | None = setting(None, check=IsText(), metavar="URL",
+                                   help='Webhook hook policy: each event is POSTed as JSON; the reply is '
+                                        '{"action": "none"|"inject"|"stop", ...}.')
+    hook_timeout: float = setting(2.0, check=FloatRange(0.0, min_open=True),
+                                  help="Seconds per hook call; a timeout or error means no action (logged and "
+                                       "counted).")
+    hook_fail_closed: bool = setting(False, check=IsBool(),
+                                     help="A failed or timed-out hook call stops the generation (finish_reason "
+                                          "hook_error) instead.")
+    hooks_default_on: bool = setting(False, check=IsBool(),
+                                     help='Run hooks for every request, not only those with "mesh_hooks": true.')
+    signal_window: int = setting(16, check=IntRange(1, 4096),
+                                 help="Tokens in the sliding window of uncertainty signals for the "
+                                      "mid-generation hook.")
+    high_entropy_threshold: float = setting(2.0, check=FloatRange(0.0, finite=True),
+                                            help="Entropy (nats) above which a token counts as high-entropy.")
+    verbose: bool = setting(False, check=IsBool(), flag=False,
+                            help="llama.cpp's own log lines on stderr (skippy serve --log-level debug).")
+
+
+def settings_doc(cls: type) -> str:
+    """One line per setting of attrs class ``cls``: name, default, range or choices, help."""
+    lines = []
+    for field in attrs.fields(cls):
+        info = setting_info(field)
+        if info is None:
+            continue
+        check = field.validator
+        rng = ""
+        if isinstance(check, (IntRange, FloatRange)):
+            rng = f", {check.describe()}"
+        elif isinstance(check, OneOf):
+            rng = ", one of " + "/".join(check.choices)
+        default = field.default
+        if default is attrs.NOTHING:
+            shown = "required"
+        elif isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+            shown = f"default {default.factory()!r}"  # type: ignore[union-attr]
+        else:
+            shown = f"default {default!r}"
+        lines.append(f"    ``{field.name}`` ({shown}{rng}): {info.help}")
+    return "\n\nSettings:\n\n" + "\n".join(lines) + "\n"
+
+
+EngineConfig.__doc__ = (EngineConfig.__doc__ or "") + settings_doc(EngineConfig)

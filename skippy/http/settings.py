@@ -13,6 +13,8 @@ from pathlib import Path
 
 import attrs
 
+from skippy.engine.config import FloatRange, IntRange, setting, settings_doc
+
 MIB = 1024 * 1024
 KIB = 1024
 
@@ -21,31 +23,53 @@ def _strings(value: object) -> tuple[str, ...]:
     return tuple(value) if not isinstance(value, str) else (value,)
 
 
+def _api_keys(inst: object, attr: attrs.Attribute, value: tuple[str, ...]) -> None:
+    if not all(isinstance(k, str) for k in value):
+        raise TypeError(f"{attr.name} must be strings, got {value!r}")
+    if any(not k.strip() or any(c.isspace() for c in k) for k in value):
+        raise ValueError("API keys may not be empty or contain whitespace")
+
+
+def _origins(inst: object, attr: attrs.Attribute, value: tuple[str, ...]) -> None:
+    if not all(isinstance(o, str) and o for o in value):
+        raise TypeError(f"{attr.name} must be non-empty strings, got {value!r}")
+
+
 @attrs.frozen
 class ServerSettings:
-    """What the HTTP layer enforces.
+    """What the HTTP layer enforces; every field is validated at construction.
 
-    ``api_keys``: accepted bearer tokens (empty: no authentication).
-    ``cors_origins``: browser origins allowed by CORS (``"*"`` for any;
-    empty: CORS off). ``max_body_bytes``: larger request bodies get 413.
-    ``max_messages``, ``max_tools``: longest ``messages`` / ``tools`` arrays;
-    ``max_chat_template_bytes``, ``max_grammar_bytes``: largest request
-    ``chat_template`` / ``grammar`` in UTF-8 bytes (400 beyond each).
-    ``request_timeout``: seconds a request may run, from its arrival to its
-    last byte (``0``: no deadline). ``shutdown_grace``: seconds running
-    requests may take to finish after SIGINT/SIGTERM before they are
-    cancelled.
+    Each field's default, range and help text are declared once below
+    (:func:`~skippy.engine.config.setting`); ``skippy serve`` derives its
+    flags from them (``--max-body-bytes`` / ``SKIPPY_MAX_BODY_BYTES`` for
+    ``max_body_bytes``). ``api_keys`` and ``cors_origins`` come from
+    adapters (``--api-key`` with ``--api-key-file``; ``--cors-origins``,
+    comma-separated or repeated). A bad value raises ``TypeError`` or
+    ``ValueError`` naming the field and its range, also through
+    ``attrs.evolve``. ``request_timeout`` runs from a request's arrival to
+    its last byte.
     """
 
-    api_keys: tuple[str, ...] = attrs.field(default=(), converter=_strings)
-    cors_origins: tuple[str, ...] = attrs.field(default=(), converter=_strings)
-    max_body_bytes: int = 4 * MIB
-    max_messages: int = 2048
-    max_tools: int = 128
-    max_chat_template_bytes: int = 128 * KIB
-    max_grammar_bytes: int = 128 * KIB
-    request_timeout: float = 600.0
-    shutdown_grace: float = 30.0
+    api_keys: tuple[str, ...] = setting((), converter=_strings, check=_api_keys, flag=False,
+                                        help="Accepted bearer tokens (empty: no authentication).")
+    cors_origins: tuple[str, ...] = setting((), converter=_strings, check=_origins, flag=False,
+                                            help="Browser origins allowed by CORS ('*' for any; empty: CORS off).")
+    max_body_bytes: int = setting(4 * MIB, check=IntRange(1024),
+                                  help="Largest request body in bytes; larger ones get 413.")
+    max_messages: int = setting(2048, check=IntRange(1), help="Most messages in one chat request; more get 400.")
+    max_tools: int = setting(128, check=IntRange(0), help="Most tools in one chat request; more get 400.")
+    max_chat_template_bytes: int = setting(128 * KIB, check=IntRange(0),
+                                           help="Largest request 'chat_template' in bytes; larger ones get 400.")
+    max_grammar_bytes: int = setting(128 * KIB, check=IntRange(0),
+                                     help="Largest request 'grammar' in bytes; larger ones get 400.")
+    request_timeout: float = setting(600.0, check=FloatRange(0.0),
+                                     help="Seconds a request may run (0: no limit). Past it the generation stops "
+                                          "and the client gets 504, or a final SSE error event once streaming has "
+                                          "started.")
+    shutdown_grace: float = setting(30.0, check=FloatRange(0.0),
+                                    help="Seconds running requests may take to finish after SIGINT/SIGTERM; then "
+                                         "they are cancelled (streams get a final SSE error event). A second "
+                                         "signal cancels at once.")
     _key_digests: tuple[bytes, ...] = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
@@ -71,6 +95,9 @@ class ServerSettings:
     def origin_allowed(self, origin: str) -> bool:
         """True if CORS allows ``origin`` (exact match, or ``*`` configured)."""
         return "*" in self.cors_origins or origin in self.cors_origins
+
+
+ServerSettings.__doc__ = (ServerSettings.__doc__ or "") + settings_doc(ServerSettings)
 
 
 def _digest(key: str) -> bytes:

@@ -1,0 +1,234 @@
+"""``skippy serve`` options: generated from the settings, the same flags/env vars/defaults as before, parsed into them.
+
+No server starts here: a case either fails while click parses the command
+line (exit code 2), or runs with ``skippy.http.serve.serve`` and
+``skippy.models.ensure_model`` replaced by recorders, so the test sees the
+``EngineConfig`` and ``ServerSettings`` that the command line produced.
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+import warnings
+from pathlib import Path
+
+import attrs
+import click
+import pytest
+from click.testing import CliRunner
+
+from skippy.cli import main, serve
+from skippy.engine.config import EngineConfig, setting_info
+from skippy.http.settings import ServerSettings
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+# Every option of `skippy serve` as `--help` showed it before the settings were declared once:
+# (flags and metavar, "[env var; default; range]", default)
+BEFORE = [
+    ("--model TEXT", "[env var: SKIPPY_MODEL; default: SmolLM2-135M-Instruct]", "SmolLM2-135M-Instruct"),
+    ("--host TEXT", "[env var: SKIPPY_HOST; default: 127.0.0.1]", "127.0.0.1"),
+    ("--port INTEGER RANGE", "[env var: SKIPPY_PORT; default: 8080; 0<=x<=65535]", 8080),
+    ("--n-ctx INTEGER RANGE", "[env var: SKIPPY_N_CTX; default: 4096; x>=16]", 4096),
+    ("--parallel INTEGER RANGE", "[env var: SKIPPY_PARALLEL; default: 8; 1<=x<=256]", 8),
+    ("--threads INTEGER RANGE", "[env var: SKIPPY_THREADS; x>=1]", None),
+    ("--flash-attn [on|off|auto]", "[env var: SKIPPY_FLASH_ATTN; default: off]", "off"),
+    ("--chat-template FILE", "[env var: SKIPPY_CHAT_TEMPLATE]", None),
+    ("--chat-template-kwargs JSON", "[env var: SKIPPY_CHAT_TEMPLATE_KWARGS]", None),
+    ("--force-tool-emulation", "[env var: SKIPPY_FORCE_TOOL_EMULATION]", False),
+    ("--step-tokens INTEGER RANGE", "[env var: SKIPPY_STEP_TOKENS; default: 256; 8<=x<=512]", 256),
+    ("--clamp-max-tokens", "[env var: SKIPPY_CLAMP_MAX_TOKENS]", False),
+    ("--prefix-cache / --no-prefix-cache", "[env var: SKIPPY_PREFIX_CACHE; default: prefix-cache]", True),
+    ("--hook-policy MODULE:FACTORY", "[env var: SKIPPY_HOOK_POLICY]", None),
+    ("--hook-url URL", "[env var: SKIPPY_HOOK_URL]", None),
+    ("--hook-timeout FLOAT RANGE", "[env var: SKIPPY_HOOK_TIMEOUT; default: 2.0; x>0.0]", 2.0),
+    ("--hook-fail-closed", "[env var: SKIPPY_HOOK_FAIL_CLOSED]", False),
+    ("--hooks-default-on", "[env var: SKIPPY_HOOKS_DEFAULT_ON]", False),
+    ("--signal-window INTEGER RANGE", "[env var: SKIPPY_SIGNAL_WINDOW; default: 16; 1<=x<=4096]", 16),
+    ("--high-entropy-threshold FLOAT RANGE",
+     "[env var: SKIPPY_HIGH_ENTROPY_THRESHOLD; default: 2.0; x>=0.0]", 2.0),
+    ("--max-queue INTEGER RANGE", "[env var: SKIPPY_MAX_QUEUE; default: 1024; x>=1]", 1024),
+    ("--log-level [debug|info|warning|error]", "[env var: SKIPPY_LOG_LEVEL; default: info]", "info"),
+    ("--api-key KEY", "[env var: SKIPPY_API_KEY]", None),
+    ("--api-key-file FILE", "[env var: SKIPPY_API_KEY_FILE]", None),
+    ("--cors-origins ORIGINS", "[env var: SKIPPY_CORS_ORIGINS]", None),
+    ("--max-body-bytes INTEGER RANGE", "[env var: SKIPPY_MAX_BODY_BYTES; default: 4194304; x>=1024]", 4194304),
+    ("--max-messages INTEGER RANGE", "[env var: SKIPPY_MAX_MESSAGES; default: 2048; x>=1]", 2048),
+    ("--max-tools INTEGER RANGE", "[env var: SKIPPY_MAX_TOOLS; default: 128; x>=0]", 128),
+    ("--max-chat-template-bytes INTEGER RANGE",
+     "[env var: SKIPPY_MAX_CHAT_TEMPLATE_BYTES; default: 131072; x>=0]", 131072),
+    ("--max-grammar-bytes INTEGER RANGE", "[env var: SKIPPY_MAX_GRAMMAR_BYTES; default: 131072; x>=0]", 131072),
+    ("--request-timeout FLOAT RANGE", "[env var: SKIPPY_REQUEST_TIMEOUT; default: 600.0; x>=0.0]", 600.0),
+    ("--shutdown-grace FLOAT RANGE", "[env var: SKIPPY_SHUTDOWN_GRACE; default: 30.0; x>=0.0]", 30.0),
+]
+
+
+def _options() -> list[click.Option]:
+    return [p for p in serve.params if isinstance(p, click.Option) and p.name != "help"]
+
+
+def _default(p: click.Option) -> object:
+    return None if p.multiple else p.default  # click 8.2+ keeps an UNSET sentinel for multiple options
+
+
+def test_serve_options_are_the_same_as_before() -> None:
+    ctx = click.Context(serve)
+    now = []
+    for p in _options():
+        flags, text = p.get_help_record(ctx)
+        now.append((flags, text[text.rfind("  [") + 2:] if "  [" in text else "", _default(p)))
+    assert now == BEFORE
+
+
+def test_options_are_generated_from_the_settings_fields() -> None:
+    by_name = {p.name: p for p in _options()}
+    for cls in (EngineConfig, ServerSettings):
+        for field in attrs.fields(cls):
+            info = setting_info(field)
+            if info is None or not info.flag:
+                continue
+            p = by_name.pop(field.name)  # every flag field has its option
+            assert p.opts[0] == "--" + field.name.replace("_", "-")
+            assert p.envvar == "SKIPPY_" + field.name.upper()
+            assert p.default == field.default and p.help == info.help
+            assert p.show_envvar
+    # the explicit adapters: not one settings field as it stands
+    assert sorted(by_name) == ["api_key", "api_key_file", "chat_template", "chat_template_kwargs", "cors_origins",
+                               "host", "log_level", "model", "port"]
+
+
+def test_readme_flags_table_matches_the_options() -> None:
+    rows = {}
+    for line in README.read_text(encoding="utf-8").splitlines():
+        m = re.match(r"\| (`--[^|]+) \| (`SKIPPY_[^|]+) \| ([^|]+) \|", line)
+        if m:
+            flags = re.findall(r"`(--[a-z-]+)`", m.group(1))
+            envs = re.findall(r"`(SKIPPY_[A-Z_]+)`", m.group(2))
+            for flag, env in zip(flags, envs if len(envs) == len(flags) else envs * len(flags)):
+                rows[flag] = (env, m.group(3).strip())
+    shown = {"True": "on", "False": "off", "None": None}
+    for p in _options():
+        env, default = rows.pop(p.opts[0])
+        for other in p.secondary_opts:  # --no-prefix-cache
+            assert rows.pop(other) == (env, default)
+        assert env == p.envvar, p.opts
+        if isinstance(p.default, bool):
+            assert default == shown[str(p.default)], p.opts
+        elif isinstance(p.default, (int, float)):
+            first = default.split(" / ")[-1] if p.opts[0] == "--port" else default.split()[0]
+            assert float(first.strip("`")) == p.default, p.opts
+        elif isinstance(p.default, str):
+            assert f"`{p.default}`" in default, p.opts
+        else:
+            assert _default(p) is None, p.opts
+            assert default.startswith(("none", "all cores", "the GGUF's")), p.opts
+    assert not rows, rows  # the README names no flag that does not exist
+
+
+@pytest.mark.parametrize("args,env,where,message", [
+    (["--parallel", "0"], {}, "--parallel", "0 is not in the range 1<=x<=256"),
+    (["--parallel", "257"], {}, "--parallel", "1<=x<=256"),
+    (["--n-ctx", "15"], {}, "--n-ctx", "x>=16"),
+    (["--step-tokens", "513"], {}, "--step-tokens", "8<=x<=512"),
+    (["--flash-attn", "maybe"], {}, "--flash-attn", "'on', 'off', 'auto'"),
+    (["--hook-timeout", "0"], {}, "--hook-timeout", "x>0.0"),
+    (["--hook-timeout", "nan"], {}, "--hook-timeout", "hook_timeout must be in the range x>0.0"),
+    (["--high-entropy-threshold", "inf"], {}, "--high-entropy-threshold", "x>=0.0"),
+    (["--max-body-bytes", "1023"], {}, "--max-body-bytes", "x>=1024"),
+    (["--request-timeout", "-1"], {}, "--request-timeout", "x>=0.0"),
+    ([], {"SKIPPY_SIGNAL_WINDOW": "4097"}, "SKIPPY_SIGNAL_WINDOW", "1<=x<=4096"),
+    ([], {"SKIPPY_THREADS": "0"}, "SKIPPY_THREADS", "x>=1"),
+    ([], {"SKIPPY_MAX_TOOLS": "-1"}, "SKIPPY_MAX_TOOLS", "x>=0"),
+    ([], {"SKIPPY_PARALLEL": "eight"}, "SKIPPY_PARALLEL", "'eight' is not a valid integer"),
+    (["--api-key", "two words"], {}, "--api-key", "may not be empty or contain whitespace"),
+    (["--chat-template-kwargs", "[1]"], {}, "--chat-template-kwargs", "must be a JSON object"),
+    (["--chat-template-kwargs", "{"], {}, "--chat-template-kwargs", "not JSON"),
+])
+def test_an_out_of_range_value_is_a_usage_error(args: list[str], env: dict, where: str, message: str,
+                                                  serve_recorder: list) -> None:
+    result = CliRunner().invoke(main, ["serve", *args], env=env)
+    assert result.exit_code == 2, result.output
+    assert where in result.output and message in result.output, result.output
+    assert not serve_recorder  # nothing started
+
+
+@pytest.fixture
+def serve_recorder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list:
+    """Replace the model pull and the server by recorders; the list receives (config, host, port, settings)."""
+    import skippy.http.serve
+    import skippy.models
+
+    calls: list = []
+    gguf = tmp_path / "tiny.gguf"
+
+    async def fake_serve(config, *, host, port, settings):
+        calls.append((config, host, port, settings))
+        return 0
+
+    monkeypatch.setattr(skippy.models, "ensure_model", lambda name: gguf if name == "tiny" else Path(name))
+    monkeypatch.setattr(skippy.http.serve, "serve", fake_serve)
+    for name in [n for n in __import__("os").environ if n.startswith("SKIPPY_") and n != "SKIPPY_HOME"]:
+        monkeypatch.delenv(name)
+    return calls
+
+
+def _run(args: list[str], env: dict | None = None, calls: list | None = None):
+    result = CliRunner().invoke(main, ["serve", "--model", "tiny", *args], env=env or {})
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert calls is not None and len(calls) == 1
+    return calls.pop()
+
+
+def test_defaults_reach_the_engine_and_server_settings(serve_recorder: list) -> None:
+    config, host, port, settings = _run([], calls=serve_recorder)
+    assert (host, port) == ("127.0.0.1", 8080)
+    assert config.model.endswith("tiny.gguf") and config.model_name == "tiny"
+    assert attrs.evolve(config, model="m", model_name=None) == EngineConfig(model="m")
+    assert settings == ServerSettings()
+
+
+def test_env_vars_and_flags_are_parsed_into_the_settings(serve_recorder: list, tmp_path: Path) -> None:
+    template = tmp_path / "t.jinja"
+    template.write_text("{{ messages }}", encoding="utf-8")
+    keys = tmp_path / "keys"
+    keys.write_text("# keys\nsk-file\nsk-env\n", encoding="utf-8")
+    env = {"SKIPPY_PARALLEL": "4", "SKIPPY_PREFIX_CACHE": "false", "SKIPPY_FLASH_ATTN": "auto",
+           "SKIPPY_HOOK_TIMEOUT": "0.5", "SKIPPY_HOOKS_DEFAULT_ON": "1", "SKIPPY_THREADS": "2",
+           "SKIPPY_API_KEY": "sk-env sk-two", "SKIPPY_API_KEY_FILE": str(keys),
+           "SKIPPY_CORS_ORIGINS": "https://a.example/,https://b.example", "SKIPPY_CHAT_TEMPLATE": str(template),
+           "SKIPPY_CHAT_TEMPLATE_KWARGS": '{"enable_thinking": false}', "SKIPPY_MAX_BODY_BYTES": "2048",
+           "SKIPPY_REQUEST_TIMEOUT": "0", "SKIPPY_PORT": "9001", "SKIPPY_LOG_LEVEL": "warning"}
+    config, host, port, settings = _run(["--parallel", "2"], env, serve_recorder)  # a flag beats its env var
+    assert (config.parallel, config.prefix_cache, config.flash_attn, config.threads) == (2, False, "auto", 2)
+    assert (config.hook_timeout, config.hooks_default_on, config.verbose) == (0.5, True, False)
+    assert config.chat_template == "{{ messages }}" and config.chat_template_kwargs == {"enable_thinking": False}
+    assert port == 9001
+    assert settings.api_keys == ("sk-env", "sk-two", "sk-file")
+    assert settings.cors_origins == ("https://a.example", "https://b.example")
+    assert (settings.max_body_bytes, settings.request_timeout) == (2048, 0.0)
+    config, _, _, _ = _run(["--log-level", "debug", "--no-prefix-cache", "--clamp-max-tokens"], None, serve_recorder)
+    assert config.verbose and not config.prefix_cache and config.clamp_max_tokens
+
+
+def test_chat_template_file_is_closed(serve_recorder: list, tmp_path: Path) -> None:
+    template = tmp_path / "t.jinja"
+    template.write_text("{{ messages }}", encoding="utf-8")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        config, *_ = _run(["--chat-template", str(template)], calls=serve_recorder)
+        gc.collect()
+    assert config.chat_template == "{{ messages }}"
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning) and str(template) in str(w.message)]
+
+
+def test_unreadable_template_and_empty_key_file_are_usage_errors(serve_recorder: list, tmp_path: Path) -> None:
+    template = tmp_path / "latin1.jinja"
+    template.write_bytes(b"\xff{{ messages }}")
+    result = CliRunner().invoke(main, ["serve", "--chat-template", str(template)])
+    assert result.exit_code == 2 and "--chat-template" in result.output and "utf-8" in result.output
+    keys = tmp_path / "keys"
+    keys.write_text("# none\n", encoding="utf-8")
+    result = CliRunner().invoke(main, ["serve", "--api-key-file", str(keys)])
+    assert result.exit_code == 2 and "holds no API key" in result.output
+    assert not serve_recorder

@@ -1,0 +1,133 @@
+"""EngineConfig and ServerSettings validate every setting at construction (embedders too), also through evolve.
+
+The ranges pinned here are the ones ``skippy serve`` enforced with click
+before the settings were declared once; the CLI now derives its checks from
+these same fields (tests/unit/test_cli.py).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import attrs
+import pytest
+
+from skippy.engine.config import EngineConfig, setting_info
+from skippy.http.settings import ServerSettings
+
+# field -> (values refused, values accepted at the boundary, the range the message must name)
+ENGINE = {
+    "model": (["", None, 3], ["m.gguf", "SmolLM2-135M-Instruct"], None),
+    "model_name": ([3, b"x"], [None, "smollm2"], None),
+    "n_ctx": ([15, -1, 0, 16.0, "4096", True], [16, 1 << 20], "x>=16"),
+    "parallel": ([0, 257, -1, 8.0, True], [1, 256], "1<=x<=256"),
+    "threads": ([0, -2, 1.5, "4"], [None, 1, 64], "x>=1"),
+    "flash_attn": (["maybe", "ON", True, None, ""], ["on", "off", "auto"], "'on', 'off', 'auto'"),
+    "chat_template": ([b"{{ x }}", 1], [None, "", "{{ messages }}"], None),
+    "n_batch": ([7, 0, 512.0], [8, 4096], None),  # with the default parallel=8: n_batch >= parallel
+    "step_tokens": ([7, 513, 0], [8, 512], "8<=x<=512"),
+    "max_queue": ([0, -1], [1, 10**6], "x>=1"),
+    "chat_template_kwargs": ([[], None, {1: True}, "x"], [{}, {"enable_thinking": False}], None),
+    "force_tool_emulation": (["yes", 1, None], [True, False], None),
+    "prefix_cache": (["no", 0], [True, False], None),
+    "clamp_max_tokens": (["on", 1], [True, False], None),
+    "hook_policy": ([""], [None, "pkg.mod:factory", object()], None),
+    "hook_url": ([1, b"http://x"], [None, "http://127.0.0.1:9/hook"], None),
+    "hook_timeout": ([0, 0.0, -1, math.nan, "2", True], [1e-9, 2.0, 3600], "x>0.0"),
+    "hook_fail_closed": (["true", 1], [True, False], None),
+    "hooks_default_on": (["true", 0], [True, False], None),
+    "signal_window": ([0, 4097, 16.0], [1, 4096], "1<=x<=4096"),
+    "high_entropy_threshold": ([-0.1, -1, math.nan, math.inf, "2"], [0, 0.0, 20.5], "x>=0.0"),
+    "verbose": (["yes"], [True, False], None),
+}
+SERVER = {
+    "api_keys": ([("",), ("a b",), ("k\t",), (" ",), (1,)], [(), ("sk-1", "sk-2"), "sk-only"], None),
+    "cors_origins": ([("",), (None,)], [(), ("*",), ("https://a.example",)], None),
+    "max_body_bytes": ([1023, 0, -1, 4.0], [1024, 4 * 1024 * 1024], "x>=1024"),
+    "max_messages": ([0, -1], [1, 2048], "x>=1"),
+    "max_tools": ([-1, 1.0], [0, 128], "x>=0"),
+    "max_chat_template_bytes": ([-1], [0, 128 * 1024], "x>=0"),
+    "max_grammar_bytes": ([-1], [0, 128 * 1024], "x>=0"),
+    "request_timeout": ([-0.5, math.nan, "600"], [0, 0.0, 600.0, math.inf], "x>=0.0"),
+    "shutdown_grace": ([-1, math.nan], [0.0, 30], "x>=0.0"),
+}
+
+
+def _settings(cls: type) -> list[str]:
+    return [f.name for f in attrs.fields(cls) if setting_info(f) is not None]
+
+
+def test_every_setting_has_a_validator_help_and_a_case_here() -> None:
+    for cls, table in ((EngineConfig, ENGINE), (ServerSettings, SERVER)):
+        assert _settings(cls) == list(table), cls  # a new setting needs its cases above
+        for field in attrs.fields(cls):
+            info = setting_info(field)
+            if info is not None:
+                assert field.validator is not None and info.help.strip(), field.name
+
+
+def _build(cls: type, name: str, value: object):
+    base = {"model": "m.gguf"} if cls is EngineConfig and name != "model" else {}
+    return cls(**base, **{name: value})
+
+
+@pytest.mark.parametrize("cls,table", [(EngineConfig, ENGINE), (ServerSettings, SERVER)], ids=["engine", "server"])
+def test_bad_values_raise_naming_the_field_and_range(cls: type, table: dict) -> None:
+    for name, (bad, good, rng) in table.items():
+        for value in bad:
+            with pytest.raises((TypeError, ValueError)) as info:
+                _build(cls, name, value)
+            message = str(info.value)
+            if name not in ("api_keys",):  # the key check keeps its old CLI wording
+                assert name in message, (name, value, message)
+            if rng is not None:
+                assert rng in message, (name, value, message)
+        for value in good:
+            _build(cls, name, value)  # the boundary passes
+
+
+def test_defaults_are_valid_and_the_same_as_the_serve_flags_documented() -> None:
+    c = EngineConfig(model="m.gguf")
+    assert (c.n_ctx, c.parallel, c.threads, c.flash_attn, c.step_tokens, c.max_queue) == \
+        (4096, 8, None, "off", 256, 1024)
+    assert (c.prefix_cache, c.clamp_max_tokens, c.force_tool_emulation, c.hooks_default_on) == \
+        (True, False, False, False)
+    assert (c.hook_timeout, c.signal_window, c.high_entropy_threshold, c.n_batch) == (2.0, 16, 2.0, 512)
+    s = ServerSettings()
+    assert (s.max_body_bytes, s.max_messages, s.max_tools) == (4 * 1024 * 1024, 2048, 128)
+    assert (s.max_chat_template_bytes, s.max_grammar_bytes, s.request_timeout, s.shutdown_grace) == \
+        (131072, 131072, 600.0, 30.0)
+
+
+def test_required_model_and_path_like() -> None:
+    with pytest.raises(TypeError):
+        EngineConfig()  # type: ignore[call-arg]
+    assert EngineConfig(model=Path("/models/x.gguf")).model == "/models/x.gguf"
+
+
+def test_evolve_keeps_validating() -> None:
+    c = EngineConfig(model="m.gguf")
+    assert attrs.evolve(c, parallel=256).parallel == 256
+    for change in ({"parallel": 0}, {"n_ctx": -1}, {"flash_attn": "maybe"}, {"signal_window": 0},
+                   {"hook_timeout": -1}):
+        with pytest.raises(ValueError, match=next(iter(change))):
+            attrs.evolve(c, **change)
+    with pytest.raises(ValueError, match="max_body_bytes"):
+        attrs.evolve(ServerSettings(), max_body_bytes=10)
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        c.parallel = 0  # type: ignore[misc]
+
+
+def test_n_batch_must_hold_one_token_per_running_sequence() -> None:
+    assert EngineConfig(model="m", parallel=256, n_batch=256).n_batch == 256
+    with pytest.raises(ValueError, match=r"n_batch must be >= parallel \(256\)"):
+        EngineConfig(model="m", parallel=256, n_batch=255)
+
+
+def test_the_docstring_lists_every_setting_with_its_range() -> None:
+    doc = EngineConfig.__doc__ or ""
+    for name in _settings(EngineConfig):
+        assert f"``{name}``" in doc
+    assert "``parallel`` (default 8, 1<=x<=256)" in doc
+    assert "``max_body_bytes`` (default 4194304, x>=1024)" in (ServerSettings.__doc__ or "")
