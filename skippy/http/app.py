@@ -39,8 +39,17 @@ from werkzeug.exceptions import HTTPException
 
 from skippy.engine.errors import EngineError
 from skippy.http import cors
-from skippy.http.context import (EXTENSION, AppState, Lifecycle, RequestTimeout, Shared, ShuttingDown, SkippyRequest,
-                                 current, shared)
+from skippy.http.context import (
+    EXTENSION,
+    AppState,
+    Lifecycle,
+    RequestTimeout,
+    Shared,
+    ShuttingDown,
+    SkippyRequest,
+    current,
+    shared,
+)
 from skippy.http.openapi import openapi_document
 from skippy.http.replies import encode, engine_error_response, error_response
 from skippy.http.routes import PUBLIC_PATHS, blueprint, log_line

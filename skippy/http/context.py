@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
-from typing import Any, Awaitable, Iterator, cast
+from typing import Any, cast
 
 import attrs
 import trio

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import attrs
 import msgspec
@@ -27,8 +28,14 @@ import trio
 from quart import Blueprint, Response, request
 
 from skippy.engine.errors import EngineError, InvalidRequest
-from skippy.engine.types import (ApplyTemplateRequest, ChatCompletionRequest, CompletionRequest, DetokenizeRequest,
-                                 TokenizeRequest, decode_request)
+from skippy.engine.types import (
+    ApplyTemplateRequest,
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    TokenizeRequest,
+    decode_request,
+)
 from skippy.http import openapi as schemas
 from skippy.http.context import RequestContext, Shared, ShuttingDown, current, shared
 from skippy.http.replies import SSE_DONE, engine_error_response, error_response, json_response, sse

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import httpx
 import openai
@@ -146,3 +147,20 @@ def test_models_and_llama_server_routes(base_url: str) -> None:
 def test_request_log_line(server, client: openai.OpenAI) -> None:
     client.chat.completions.create(model="SmolLM2-135M-Instruct", messages=FRANCE, temperature=0, max_tokens=3)
     assert any("POST /v1/chat/completions 200 tokens=3 " in line for line in server.log().splitlines())
+
+
+def test_stream_log_line_counts_the_chunks_with_output(server, base_url: str) -> None:
+    def lines(prefix: str) -> int:
+        return sum(1 for line in server.log().splitlines() if prefix in line)
+
+    body = {"messages": FRANCE, "temperature": 0, "max_tokens": 4, "stream": True}
+    before = {n: lines(f"POST /v1/chat/completions 200 tokens={n} ") for n in range(6)}
+    resp = httpx.post(base_url + "/v1/chat/completions", json=body, timeout=60)
+    chunks = [json.loads(e) for e in sse_events(resp) if e != "[DONE]"]
+    with_output = sum(1 for c in chunks for choice in c["choices"] if choice["delta"])
+    assert 2 <= with_output <= 5  # the role chunk, then at most one content delta per token
+    expected = f"POST /v1/chat/completions 200 tokens={with_output} "
+    deadline = time.monotonic() + 30  # the line is written once the stream's last byte is sent
+    while lines(expected) == before[with_output]:
+        assert time.monotonic() < deadline, f"no new log line {expected!r}"
+        time.sleep(0.05)
