@@ -167,21 +167,35 @@ _SSE_EVENT = {"type": "object", "required": ["data"], "properties": {
     "data": {"type": "string"}, "event": {"type": "string"}, "id": {"type": "string"}, "retry": {"type": "integer"}}}
 
 
-def _operation(summary: str, ok: dict[str, Any], body: type | None = None, *,
-               sse: bool = False, secured: bool = True) -> dict[str, Any]:
-    content = _json(ok)
-    if sse:
+def _operation(route: Any) -> dict[str, Any]:
+    """The OpenAPI operation of one :class:`~skippy.http.routes.Route`."""
+    if route.content_type == "application/json":
+        content = _json(_ref(route.response) if route.response is not None else {"type": "object"})
+    else:
+        content = {route.content_type: {"schema": {"type": "string"}}}
+    if route.sse:
         content["text/event-stream"] = {"schema": _SSE_EVENT}
     op: dict[str, Any] = {
-        "summary": summary,
+        "summary": route.summary,
         "responses": {"200": {"description": "OK", "content": content},
                       "default": {"description": "OpenAI error envelope", "content": _json(_ref(ErrorEnvelope))}},
     }
-    if body is not None:
-        op["requestBody"] = {"required": True, "content": _json(_ref(body))}
-    if not secured:
+    if route.body is not None:
+        op["requestBody"] = {"required": True, "content": _json(_ref(route.body))}
+    if not route.secured:
         op["security"] = []
     return op
+
+
+def _paths() -> dict[str, Any]:
+    """``paths`` from the route table (its documented routes, first path of each)."""
+    from skippy.http.routes import ROUTES  # imported here: the table refers to this module's Structs
+
+    paths: dict[str, Any] = {}
+    for route in ROUTES:
+        if route.documented:
+            paths.setdefault(route.path, {})[route.method.lower()] = _operation(route)
+    return paths
 
 
 def _refine(components: dict[str, Any]) -> None:
@@ -203,26 +217,7 @@ def openapi_document(*, auth: bool, version: str = "0.1.0") -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {"title": "skippy-trio", "version": version,
                  "description": "OpenAI-compatible API (plus llama-server routes) served by skippy-trio."},
-        "paths": {
-            "/v1/chat/completions": {"post": _operation(
-                "OpenAI Chat Completions (SSE when stream is true)", _ref(ChatCompletion), ChatCompletionRequest,
-                sse=True)},
-            "/v1/completions": {"post": _operation(
-                "OpenAI legacy Completions (SSE when stream is true)", _ref(TextCompletion), CompletionRequest,
-                sse=True)},
-            "/v1/models": {"get": _operation("The served model", _ref(ModelList))},
-            "/health": {"get": _operation("Readiness and slot counts (503 while loading)", _ref(Health),
-                                          secured=False)},
-            "/tokenize": {"post": _operation("llama-server /tokenize", _ref(TokenizeResponse), TokenizeRequest)},
-            "/detokenize": {"post": _operation("llama-server /detokenize", _ref(DetokenizeResponse),
-                                               DetokenizeRequest)},
-            "/apply-template": {"post": _operation("llama-server /apply-template", _ref(ApplyTemplateResponse),
-                                                   ApplyTemplateRequest)},
-            "/props": {"get": _operation("llama-server /props", {"type": "object"})},
-            "/metrics": {"get": {"summary": "Prometheus metrics (text exposition format)", "responses": {
-                "200": {"description": "OK", "content": {"text/plain": {"schema": {"type": "string"}}}},
-                "default": {"description": "OpenAI error envelope", "content": _json(_ref(ErrorEnvelope))}}}},
-        },
+        "paths": _paths(),
         "components": {"schemas": components},
     }
     if auth:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import openai
 import pytest
@@ -138,3 +140,21 @@ def test_models_and_llama_server_routes(base_url: str) -> None:
 def test_request_log_line(server, client: openai.OpenAI) -> None:
     client.chat.completions.create(model="SmolLM2-135M-Instruct", messages=FRANCE, temperature=0, max_tokens=3)
     assert any("POST /v1/chat/completions 200 tokens=3 " in line for line in server.log().splitlines())
+
+
+def test_stream_log_line_counts_the_content_chunks(server, base_url: str) -> None:
+    def lines(prefix: str) -> int:
+        return sum(1 for line in server.log().splitlines() if prefix in line)
+
+    body = {"messages": FRANCE, "temperature": 0, "max_tokens": 4, "stream": True}
+    before = {n: lines(f"POST /v1/chat/completions 200 tokens={n} ") for n in range(5)}
+    resp = httpx.post(base_url + "/v1/chat/completions", json=body, timeout=60)
+    chunks = [e for e in sse_events(resp) if e != DONE]
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    with_output = sum(1 for c in chunks[1:] for choice in c["choices"] if choice["delta"])  # the role chunk aside
+    assert 1 <= with_output <= 4  # at most one content delta per token
+    expected = f"POST /v1/chat/completions 200 tokens={with_output} "
+    deadline = time.monotonic() + 30  # the line is written once the stream's last byte is sent
+    while lines(expected) == before[with_output]:
+        assert time.monotonic() < deadline, f"no new log line {expected!r}"
+        time.sleep(0.05)

@@ -1,0 +1,192 @@
+"""What the routes share, and what one request carries.
+
+App-wide: :class:`Shared` (the :class:`AppState` with the engine once loaded,
+the :class:`Lifecycle` of graceful shutdown, the
+:class:`~skippy.http.settings.ServerSettings`, the encoded ``/openapi.json``),
+stored once on the app as ``app.extensions["skippy"]`` by
+:func:`~skippy.http.app.create_app` and read with :func:`shared`.
+
+Per request: one :class:`RequestContext` (arrival time, deadline, completion
+tokens for the log line, whether the body was read), created with the request
+by :class:`SkippyRequest` and read with :func:`current`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Awaitable, Iterator
+from contextlib import contextmanager
+from typing import Any, cast
+
+import attrs
+import trio
+from quart import current_app, request
+from quart_trio.wrappers.request import TrioRequest
+
+from skippy.actors.engine import Engine
+from skippy.engine.errors import EngineError, ModelLoading
+from skippy.http.settings import ServerSettings
+
+EXTENSION = "skippy"  # the key of :class:`Shared` in ``app.extensions``
+
+
+class RequestTimeout(EngineError):
+    """504: the request ran past ``--request-timeout``; its generation was stopped."""
+
+    status = 504
+    type = "timeout_error"
+    code = "request_timeout"
+
+
+class ShuttingDown(EngineError):
+    """503: the server is shutting down (new request, or one still running when the grace period ended)."""
+
+    status = 503
+    type = "unavailable_error"
+    code = "server_shutting_down"
+
+
+class Lifecycle:
+    """Graceful shutdown shared by the routes.
+
+    :meth:`drain` (first SIGINT/SIGTERM): new requests get 503, running ones
+    go on. :meth:`expire` (grace period over, or a second signal): every
+    running request's :meth:`guard` scope is cancelled, so its handler
+    answers 503 or its stream ends with a final SSE error event.
+    """
+
+    def __init__(self) -> None:
+        self.draining = False
+        self.expired = False
+        self._scopes: set[trio.CancelScope] = set()
+        self._requests = 0
+
+    def drain(self) -> None:
+        self.draining = True
+
+    def expire(self) -> None:
+        self.draining = self.expired = True
+        for scope in list(self._scopes):
+            scope.cancel()
+
+    @property
+    def running(self) -> int:
+        """HTTP requests in progress, from their arrival to the last byte of their response."""
+        return self._requests
+
+    def count_requests(self, asgi_app: Any) -> Any:
+        """``asgi_app`` wrapped to count its HTTP requests in :attr:`running`.
+
+        At the ASGI level a request spans its whole response, a stream's body
+        included, and the count drops however it ends (done, failed,
+        cancelled because the client went away).
+        """
+        async def counted(scope: dict[str, Any], receive: Any, send: Any) -> None:
+            if scope.get("type") != "http":
+                return await asgi_app(scope, receive, send)
+            self._requests += 1
+            try:
+                await asgi_app(scope, receive, send)
+            finally:
+                self._requests -= 1
+
+        return counted
+
+    @contextmanager
+    def guard(self, deadline: float) -> Iterator[trio.CancelScope]:
+        """A cancel scope with the request's ``deadline`` (trio clock) that :meth:`expire` also cancels.
+
+        Wrap only awaits in it, never a ``yield`` of an async generator.
+        """
+        with trio.CancelScope(deadline=deadline) as scope:
+            if self.expired:
+                scope.cancel()
+            self._scopes.add(scope)
+            try:
+                yield scope
+            finally:
+                self._scopes.discard(scope)
+
+
+class AppState:
+    """What the server fills in while it runs: the engine once loaded (``None`` while loading), and the
+    :class:`Lifecycle`."""
+
+    def __init__(self) -> None:
+        self.engine: Engine | None = None
+        self.load_error: str | None = None
+        self.lifecycle = Lifecycle()
+
+
+@attrs.frozen
+class Shared:
+    """App-wide state of the routes: ``state`` (engine, lifecycle), ``settings``, and ``openapi`` (the
+    encoded ``/openapi.json`` document, built once)."""
+
+    state: AppState
+    settings: ServerSettings
+    openapi: bytes
+
+    @property
+    def lifecycle(self) -> Lifecycle:
+        return self.state.lifecycle
+
+    def engine(self) -> Engine:
+        """The loaded engine; raises :class:`~skippy.engine.errors.ModelLoading` (503) while it loads
+        (or with the load error if loading failed)."""
+        if self.state.engine is None:
+            raise ModelLoading(self.state.load_error or "the model is still loading; retry shortly")
+        return self.state.engine
+
+    def stopped(self) -> EngineError:
+        """The error of a request whose guard scope was cancelled: shutdown (503) or its deadline (504)."""
+        if self.lifecycle.expired:
+            return ShuttingDown("the server shut down before this request finished")
+        return RequestTimeout(f"the request did not finish within {self.settings.request_timeout:g} s "
+                              "(--request-timeout); its generation was stopped")
+
+    async def guarded(self, deadline: float, work: Awaitable[Any]) -> Any:
+        """Await ``work`` within ``deadline`` (trio clock) and the shutdown grace period.
+
+        Raises :class:`RequestTimeout` or :class:`ShuttingDown` (see :meth:`stopped`) when cut short.
+        """
+        with self.lifecycle.guard(deadline) as scope:
+            return await work
+        raise self.stopped() if scope.cancelled_caught else AssertionError("unreachable")
+
+
+def shared() -> Shared:
+    """The :class:`Shared` of the app serving the current request (or app context)."""
+    return cast(Shared, current_app.extensions[EXTENSION])
+
+
+@attrs.define
+class RequestContext:
+    """One request's own state, from its arrival to its response.
+
+    ``t0``: arrival, ``time.perf_counter()`` seconds (for the log line's
+    duration). ``deadline``: trio clock time past which the request is cut
+    short (``inf``: none; set from ``--request-timeout`` when the request
+    starts). ``tokens``: completion tokens of a non-streamed answer (the log
+    line's ``tokens=``). ``body_read``: whether the handler read the body (a
+    response sent before that closes the connection).
+    """
+
+    t0: float = attrs.field(factory=time.perf_counter)
+    deadline: float = math.inf
+    tokens: int = 0
+    body_read: bool = False
+
+
+class SkippyRequest(TrioRequest):
+    """quart-trio's request with one :class:`RequestContext` (``.skippy``), made with the request."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.skippy = RequestContext()
+
+
+def current() -> RequestContext:
+    """The :class:`RequestContext` of the request being handled (needs a request context)."""
+    return cast(SkippyRequest, request).skippy

@@ -1,0 +1,322 @@
+"""The routes: one table (:data:`ROUTES`) that registers them on :data:`blueprint` and documents them.
+
+Each :class:`Route` names its paths (the first is the one documented in
+``/openapi.json``; the others are aliases, e.g. ``/chat/completions``
+beside ``/v1/chat/completions`` as llama-server and vLLM accept), its
+method, its handler, and for :mod:`skippy.http.openapi` its summary,
+request body Struct, response Struct and content type. Public routes
+(``secured=False``) need no API key.
+
+Handlers are module-level and thin: decode the body into a msgspec Struct
+(:func:`~skippy.engine.types.decode_request`, 400 on bad input), call the
+:class:`~skippy.actors.engine.Engine` within the request's deadline and the
+shutdown grace (:meth:`~skippy.http.context.Shared.guarded`), encode the
+result. App-wide state comes from :func:`~skippy.http.context.shared`, the
+request's own from :func:`~skippy.http.context.current`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import attrs
+import msgspec
+import trio
+from quart import Blueprint, Response, request
+
+from skippy.engine.errors import EngineError, InvalidRequest
+from skippy.engine.types import (
+    ApplyTemplateRequest,
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    TokenizeRequest,
+    decode_request,
+)
+from skippy.http import openapi as schemas
+from skippy.http.context import RequestContext, Shared, ShuttingDown, current, shared
+from skippy.http.replies import SSE_DONE, engine_error_response, error_response, json_response, sse
+from skippy.http.settings import ServerSettings
+
+log = logging.getLogger("skippy.http")
+
+Handler = Callable[[], Awaitable[Response]]
+
+
+@attrs.frozen
+class Route:
+    """One route of the table.
+
+    ``paths``: the first is documented, the rest are aliases. ``method``:
+    ``"GET"`` or ``"POST"``. ``body``: the request Struct the handler
+    decodes (``None``: no body). ``response``: the Struct of a 200 answer
+    (``None``: a free-form JSON object, or text for a non-JSON
+    ``content_type``). ``sse``: with ``"stream": true`` the answer is
+    ``text/event-stream``. ``secured``: needs the API key when keys are set.
+    ``documented``: listed in ``/openapi.json``.
+    """
+
+    paths: tuple[str, ...]
+    method: str
+    handler: Handler
+    summary: str
+    body: type | None = None
+    response: type | None = None
+    content_type: str = "application/json"
+    sse: bool = False
+    secured: bool = True
+    documented: bool = True
+
+    @property
+    def path(self) -> str:
+        """The documented path."""
+        return self.paths[0]
+
+
+# -- what the log line counts, read from engine results (dicts or msgspec Structs) ------------------
+
+def _field(obj: Any, name: str, default: Any = None) -> Any:
+    return obj.get(name, default) if isinstance(obj, dict) else getattr(obj, name, default)
+
+
+def _completion_tokens(result: Any) -> int:
+    """``usage.completion_tokens`` of a ``chat.completion`` / ``text_completion``."""
+    return int(_field(_field(result, "usage"), "completion_tokens", 0))
+
+
+def _chunk_tokens(chunk: Any) -> int:
+    """How many choices of a stream chunk carry output: a non-empty ``delta`` or ``text``."""
+    def carries(part: Any) -> bool:
+        if part is None or isinstance(part, (str, dict)):
+            return bool(part)
+        return any(v is not None for v in msgspec.to_builtins(part).values())
+
+    return sum(1 for c in _field(chunk, "choices", ()) or () if carries(_field(c, "delta")) or _field(c, "text"))
+
+
+# -- helpers of the handlers ------------------------------------------------------------------------
+
+async def _body(type_: type, ctx: RequestContext) -> Any:
+    data = await request.get_data(cache=False)  # 413 past MAX_CONTENT_LENGTH, even while streaming in
+    ctx.body_read = True
+    return decode_request(data, type_)
+
+
+def _check_limits(settings: ServerSettings, messages: list[Any], req: ChatCompletionRequest | None = None) -> None:
+    """400 ``array_above_max_length`` / ``string_above_max_length`` past the configured limits."""
+    if len(messages) > settings.max_messages:
+        raise InvalidRequest(f"messages has {len(messages)} entries; this server accepts at most "
+                             f"{settings.max_messages} (--max-messages)", param="messages",
+                             code="array_above_max_length")
+    if req is None:
+        return
+    if req.tools is not None and len(req.tools) > settings.max_tools:
+        raise InvalidRequest(f"tools has {len(req.tools)} entries; this server accepts at most "
+                             f"{settings.max_tools} (--max-tools)", param="tools", code="array_above_max_length")
+    for field, value, limit, flag in (
+            ("chat_template", req.chat_template, settings.max_chat_template_bytes, "--max-chat-template-bytes"),
+            ("grammar", req.grammar, settings.max_grammar_bytes, "--max-grammar-bytes")):
+        if value is not None:
+            size = len(value.encode("utf-8", "surrogatepass"))
+            if size > limit:
+                raise InvalidRequest(f"{field} is {size} bytes; this server accepts at most {limit} ({flag})",
+                                     param=field, code="string_above_max_length")
+
+
+def log_line(app: Shared, status: int, tokens: int, t0: float, route: str | None = None) -> None:
+    """The access log line ``METHOD PATH STATUS tokens=N T.Tms`` (and the engine's response counter).
+
+    ``route`` defaults to the current request's method and path (pass it once the request context is gone).
+    """
+    if app.state.engine is not None:
+        app.state.engine.metrics.response(status)
+    log.info("%s %d tokens=%d %.1fms", route or f"{request.method} {request.path}", status, tokens,
+             (time.perf_counter() - t0) * 1000.0)
+
+
+async def _stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitable[AsyncIterator[Any]]]) -> Response:
+    """SSE response; the first chunk is pulled before the headers so request errors stay 4xx.
+
+    Every wait for the next chunk runs in the request's :meth:`~skippy.http.context.Lifecycle.guard`:
+    past the deadline (or the shutdown grace) the generation is cancelled, which frees its sequence,
+    and the stream ends with a final error event instead of ``[DONE]``.
+    """
+    chunks: AsyncIterator[Any] | None = None
+
+    async def open_stream() -> Any:
+        nonlocal chunks
+        chunks = await start()
+        return await chunks.__anext__()
+
+    try:
+        first = await app.guarded(ctx.deadline, open_stream())
+    except BaseException:
+        if chunks is not None:
+            with trio.CancelScope(shield=True):
+                await chunks.aclose()
+        raise
+    assert chunks is not None
+    route = f"{request.method} {request.path}"  # the request context is gone while streaming
+    lifecycle = app.lifecycle
+
+    async def events() -> AsyncIterator[bytes]:
+        tokens = 0
+        status = 200
+        try:
+            yield sse(first)
+            while True:
+                chunk = None
+                with lifecycle.guard(ctx.deadline) as scope:
+                    try:
+                        chunk = await chunks.__anext__()
+                    except StopAsyncIteration:
+                        pass
+                if scope.cancelled_caught:
+                    error = app.stopped()
+                    status = error.status
+                    yield sse(error.envelope())
+                    return
+                if chunk is None:
+                    break
+                tokens += _chunk_tokens(chunk)
+                yield sse(chunk)
+            yield SSE_DONE
+        except EngineError as exc:
+            status = exc.status
+            yield sse(exc.envelope())
+        except trio.Cancelled:
+            status = 499  # the client went away
+            raise
+        finally:
+            await chunks.aclose()
+            log_line(app, status, tokens, ctx.t0, route)
+
+    response = Response(events(), status=200, mimetype="text/event-stream",
+                        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    response.timeout = None
+    return response
+
+
+# -- handlers ---------------------------------------------------------------------------------------
+
+async def chat_completions() -> Response:
+    app, ctx = shared(), current()
+    req = await _body(ChatCompletionRequest, ctx)
+    _check_limits(app.settings, req.messages, req)
+    eng = app.engine()
+    if req.stream:
+        return await _stream(app, ctx, lambda: eng.chat_stream(req))
+    result = await app.guarded(ctx.deadline, eng.chat(req))
+    ctx.tokens = _completion_tokens(result)
+    return json_response(result)
+
+
+async def completions() -> Response:
+    app, ctx = shared(), current()
+    req = await _body(CompletionRequest, ctx)
+    eng = app.engine()
+    if req.stream:
+        return await _stream(app, ctx, lambda: eng.completion_stream(req))
+    result = await app.guarded(ctx.deadline, eng.completion(req))
+    ctx.tokens = _completion_tokens(result)
+    return json_response(result)
+
+
+async def models() -> Response:
+    eng = shared().engine()
+    return json_response({"object": "list", "data": [
+        {"id": eng.model_id, "object": "model", "created": 0, "owned_by": "skippy-trio",
+         "meta": {"n_ctx": eng.meta.n_ctx_seq, "n_ctx_train": eng.meta.n_ctx_train,
+                  "n_vocab": eng.meta.n_vocab, "parallel": eng.meta.n_seq_max}}]})
+
+
+async def health() -> Response:
+    app = shared()
+    if app.state.engine is None:
+        return error_response(503, app.state.load_error or "Loading model", "unavailable_error", code="model_loading")
+    if app.lifecycle.draining:
+        return engine_error_response(ShuttingDown("the server is shutting down"))
+    stats = app.state.engine.stats()
+    return json_response({"status": "ok", **(stats if isinstance(stats, dict) else msgspec.to_builtins(stats))})
+
+
+async def openapi_json() -> Response:
+    return Response(shared().openapi, mimetype="application/json")
+
+
+async def tokenize() -> Response:
+    app, ctx = shared(), current()
+    req = await _body(TokenizeRequest, ctx)
+    eng = app.engine()
+    tokens = await eng.tokenizer.tokenize(req.content, add_special=req.add_special, parse_special=req.parse_special)
+    if req.with_pieces:
+        out = []
+        for t in tokens:
+            piece = eng.runtime.vocab.piece(t)
+            try:
+                out.append({"id": t, "piece": piece.decode("utf-8")})
+            except UnicodeDecodeError:
+                out.append({"id": t, "piece": list(piece)})
+        return json_response({"tokens": out})
+    return json_response({"tokens": tokens})
+
+
+async def detokenize() -> Response:
+    app, ctx = shared(), current()
+    req = await _body(DetokenizeRequest, ctx)
+    eng = app.engine()
+    try:
+        content = await eng.tokenizer.detokenize(req.tokens)
+    except ValueError as exc:
+        raise InvalidRequest(str(exc), param="tokens") from exc
+    return json_response({"content": content})
+
+
+async def apply_template() -> Response:
+    app, ctx = shared(), current()
+    req = await _body(ApplyTemplateRequest, ctx)
+    _check_limits(app.settings, req.messages)
+    return json_response({"prompt": await app.guarded(ctx.deadline, app.engine().apply_template(req.messages))})
+
+
+async def props() -> Response:
+    return json_response(shared().engine().props())
+
+
+async def metrics() -> Response:
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    return Response(shared().engine().metrics.render(), mimetype=CONTENT_TYPE_LATEST.split(";")[0],
+                    headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+# -- the table --------------------------------------------------------------------------------------
+
+ROUTES: tuple[Route, ...] = (
+    Route(("/v1/chat/completions", "/chat/completions"), "POST", chat_completions,
+          "OpenAI Chat Completions (SSE when stream is true)", ChatCompletionRequest, schemas.ChatCompletion,
+          sse=True),
+    Route(("/v1/completions", "/completions"), "POST", completions,
+          "OpenAI legacy Completions (SSE when stream is true)", CompletionRequest, schemas.TextCompletion, sse=True),
+    Route(("/v1/models", "/models"), "GET", models, "The served model", response=schemas.ModelList),
+    Route(("/health",), "GET", health, "Readiness and slot counts (503 while loading)", response=schemas.Health,
+          secured=False),
+    Route(("/openapi.json",), "GET", openapi_json, "This OpenAPI document", documented=False),
+    Route(("/tokenize",), "POST", tokenize, "llama-server /tokenize", TokenizeRequest, schemas.TokenizeResponse),
+    Route(("/detokenize",), "POST", detokenize, "llama-server /detokenize", DetokenizeRequest,
+          schemas.DetokenizeResponse),
+    Route(("/apply-template",), "POST", apply_template, "llama-server /apply-template", ApplyTemplateRequest,
+          schemas.ApplyTemplateResponse),
+    Route(("/props",), "GET", props, "llama-server /props"),
+    Route(("/metrics",), "GET", metrics, "Prometheus metrics (text exposition format)", content_type="text/plain"),
+)
+
+PUBLIC_PATHS = frozenset(path for route in ROUTES if not route.secured for path in route.paths)
+
+blueprint = Blueprint("skippy", __name__)
+for _route in ROUTES:
+    for _path in _route.paths:
+        blueprint.add_url_rule(_path, view_func=_route.handler, methods=[_route.method])

@@ -1,0 +1,227 @@
+"""The HTTP app without a model (the engine still loading): route table, per-request context, auth, CORS.
+
+What needs a generation (streams, deadlines, 429) is tested against the real server in
+tests/integration/; here every route answers from the app alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import msgspec
+import pytest
+import trio
+from quart import request
+
+from skippy.http.app import AppState, create_app
+from skippy.http.context import SkippyRequest, current, shared
+from skippy.http.openapi import openapi_document
+from skippy.http.routes import PUBLIC_PATHS, ROUTES, _chunk_tokens, _completion_tokens
+from skippy.http.settings import ServerSettings
+
+ORIGIN = "https://app.example"
+KEY = "sk-test-key"
+PREFLIGHT = {"Origin": ORIGIN, "Access-Control-Request-Method": "POST"}
+BODY = b'{"messages": [{"role": "user", "content": "x"}]}'
+
+
+def client(**settings):
+    return create_app(AppState(), ServerSettings(**settings)).test_client()
+
+
+# -- the route table --------------------------------------------------------------------------------
+
+def test_the_table_registers_every_route_and_nothing_else() -> None:
+    app = create_app(AppState())
+    registered = {(rule.rule, method) for rule in app.url_map.iter_rules() if rule.endpoint.startswith("skippy.")
+                  for method in rule.methods - {"HEAD", "OPTIONS"}}
+    assert registered == {(path, route.method) for route in ROUTES for path in route.paths}
+    assert {"/v1/chat/completions", "/chat/completions", "/v1/models", "/health", "/metrics"} <= \
+        {path for path, _ in registered}
+
+
+def test_openapi_paths_are_the_documented_routes_of_the_table() -> None:
+    doc = openapi_document(auth=True)
+    documented = [r for r in ROUTES if r.documented]
+    assert set(doc["paths"]) == {r.path for r in documented}
+    for route in documented:
+        op = doc["paths"][route.path][route.method.lower()]
+        assert op["summary"] == route.summary
+        assert ("requestBody" in op) == (route.body is not None)
+        assert ("text/event-stream" in op["responses"]["200"]["content"]) == route.sse
+        assert (op.get("security") == []) == (not route.secured)
+    assert "/chat/completions" not in doc["paths"] and "/openapi.json" not in doc["paths"]
+    assert doc["paths"]["/metrics"]["get"]["responses"]["200"]["content"] == {"text/plain": {"schema": {"type":
+                                                                                                       "string"}}}
+    assert PUBLIC_PATHS == {"/health"}
+
+
+async def test_openapi_json_is_served_from_the_table() -> None:
+    resp = await client(api_keys=(KEY,)).get("/openapi.json", headers={"Authorization": f"Bearer {KEY}"})
+    assert resp.status_code == 200
+    assert msgspec.json.decode(await resp.get_data()) == openapi_document(auth=True)
+
+
+# -- authentication and the public route ------------------------------------------------------------
+
+async def test_keys_guard_every_route_but_health() -> None:
+    c = client(api_keys=(KEY,))
+    health = await c.get("/health")  # no key needed: 503 while loading, not 401
+    assert health.status_code == 503 and (await health.get_json())["error"]["code"] == "model_loading"
+    assert (await c.post("/health")).status_code == 405
+    for method, path in (("GET", "/v1/models"), ("POST", "/chat/completions"), ("GET", "/nope")):
+        resp = await c.open(path, method=method)
+        assert resp.status_code == 401, path
+        assert resp.headers["WWW-Authenticate"] == 'Bearer realm="skippy"'
+        assert (await resp.get_json())["error"]["code"] == "invalid_api_key"
+    wrong = await c.get("/v1/models", headers={"Authorization": "Bearer sk-wrong"})
+    assert (await wrong.get_json())["error"]["message"] == "Incorrect API key provided."
+    loading = await c.get("/v1/models", headers={"Authorization": f"Bearer {KEY}"})
+    assert loading.status_code == 503 and loading.headers["Retry-After"] == "1"
+
+
+async def test_draining_answers_503_except_the_preflight() -> None:
+    state = AppState()
+    state.lifecycle.drain()
+    c = create_app(state, ServerSettings(cors_origins=(ORIGIN,))).test_client()
+    resp = await c.get("/v1/models")
+    assert resp.status_code == 503 and (await resp.get_json())["error"]["code"] == "server_shutting_down"
+    assert resp.headers["Retry-After"] == "1"
+    assert (await c.options("/v1/models", headers=PREFLIGHT)).status_code == 204
+
+
+# -- the per-request context ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("timeout", [600.0, 0.0])
+async def test_each_request_has_its_own_context_with_the_deadline(timeout: float) -> None:
+    app = create_app(AppState(), ServerSettings(request_timeout=timeout))
+    async with app.test_request_context("/v1/models"):
+        assert isinstance(request._get_current_object(), SkippyRequest)
+        ctx = current()
+        assert ctx.deadline == math.inf and ctx.tokens == 0 and not ctx.body_read
+        assert shared().settings.request_timeout == timeout
+        before = trio.current_time()
+        await app.preprocess_request()
+        if timeout:
+            assert before + timeout <= ctx.deadline <= trio.current_time() + timeout
+        else:
+            assert ctx.deadline == math.inf
+        async with app.test_request_context("/health"):
+            assert current() is not ctx
+        assert current() is ctx
+
+
+async def test_a_response_before_the_body_is_read_closes_the_connection() -> None:
+    c = client(api_keys=(KEY,))
+    sized = {"Content-Length": str(len(BODY))}  # the test client sends none by itself
+    refused = await c.post("/v1/chat/completions", data=BODY, headers=sized)  # 401 before the body is read
+    assert refused.status_code == 401 and refused.headers["Connection"] == "close"
+    read = await c.post("/v1/chat/completions", data=BODY, headers={**sized, "Authorization": f"Bearer {KEY}"})
+    assert read.status_code == 503  # the body was read (and valid), then: still loading
+    assert "Connection" not in read.headers
+
+
+async def test_one_log_line_per_response(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="skippy.http")
+    c = client()
+    await c.post("/v1/chat/completions", data=BODY)
+    await c.get("/nope")
+    lines = [r.getMessage() for r in caplog.records if r.name == "skippy.http"]
+    assert [line.rsplit(" ", 1)[0] for line in lines] == ["POST /v1/chat/completions 503 tokens=0",
+                                                          "GET /nope 404 tokens=0"]
+    assert all(line.endswith("ms") for line in lines)
+
+
+# -- CORS -------------------------------------------------------------------------------------------
+
+async def test_preflight_of_an_allowed_origin() -> None:
+    c = client(cors_origins=(ORIGIN, "https://b.example"), api_keys=(KEY,))  # no key on a preflight
+    resp = await c.options("/v1/chat/completions", headers={
+        **PREFLIGHT, "Access-Control-Request-Headers": "authorization, x-custom"})
+    assert resp.status_code == 204 and await resp.get_data() == b""
+    assert resp.headers["Access-Control-Allow-Origin"] == ORIGIN
+    assert resp.headers["Access-Control-Allow-Methods"] == "GET, POST, OPTIONS"
+    assert resp.headers["Access-Control-Allow-Headers"] == "authorization, x-custom"
+    assert resp.headers["Access-Control-Max-Age"] == "600"
+    assert resp.headers["Vary"] == "Origin, Access-Control-Request-Method, Access-Control-Request-Headers"
+    assert resp.headers["Access-Control-Expose-Headers"] == "Retry-After, WWW-Authenticate"
+    default = await c.options("/any/path", headers={**PREFLIGHT, "Access-Control-Request-Method": "get"})
+    assert default.status_code == 204
+    assert default.headers["Access-Control-Allow-Headers"] == "authorization, content-type"
+
+
+@pytest.mark.parametrize("origins, headers, status, code", [
+    ((ORIGIN,), {"Origin": "https://evil.example"}, 403, "cors_origin_not_allowed"),
+    ((), {}, 403, "cors_origin_not_allowed"),  # CORS off: every preflight is refused
+    ((ORIGIN,), {"Access-Control-Request-Method": "DELETE"}, 403, "cors_method_not_allowed"),
+    ((ORIGIN,), {"Access-Control-Request-Headers": "x-ok, (bad)"}, 400, None),
+    (("*",), {"Access-Control-Request-Headers": "x y"}, 400, None),
+])
+async def test_refused_preflights_are_envelopes(origins, headers, status, code) -> None:
+    resp = await client(cors_origins=origins).options("/v1/chat/completions", headers={**PREFLIGHT, **headers})
+    assert resp.status_code == status
+    error = (await resp.get_json())["error"]
+    assert error["type"] == "invalid_request_error" and error["code"] == code
+    if code == "cors_origin_not_allowed":
+        assert "Access-Control-Allow-Origin" not in resp.headers
+
+
+async def test_cors_headers_on_answers_and_errors() -> None:
+    c = client(cors_origins=(ORIGIN,), api_keys=(KEY,))
+    for resp in (await c.get("/v1/models", headers={"Origin": ORIGIN}),  # 401
+                 await c.get("/v1/models", headers={"Origin": ORIGIN, "Authorization": f"Bearer {KEY}"}),  # 503
+                 await c.get("/nope", headers={"Origin": ORIGIN, "Authorization": f"Bearer {KEY}"})):  # 404
+        assert resp.status_code in (401, 503, 404)
+        assert resp.headers["Access-Control-Allow-Origin"] == ORIGIN
+        assert resp.headers["Access-Control-Expose-Headers"] == "Retry-After, WWW-Authenticate"
+        assert resp.headers["Vary"] == "Origin"
+    foreign = await c.get("/health", headers={"Origin": "https://evil.example"})
+    assert foreign.headers["Vary"] == "Origin" and "Access-Control-Allow-Origin" not in foreign.headers
+    plain = await c.get("/health")
+    assert "Vary" not in plain.headers and "Access-Control-Allow-Origin" not in plain.headers
+
+
+async def test_a_wildcard_origin_answers_star_and_still_varies() -> None:
+    resp = await client(cors_origins=("*",)).get("/health", headers={"Origin": "https://any.example"})
+    assert resp.headers["Access-Control-Allow-Origin"] == "*" and resp.headers["Vary"] == "Origin"
+
+
+async def test_no_cors_header_when_cors_is_off() -> None:
+    resp = await client().get("/health", headers={"Origin": ORIGIN})
+    assert not [h for h in resp.headers.keys() if h.lower().startswith("access-control") or h.lower() == "vary"]
+
+
+# -- what the log line counts, from dict and Struct results -----------------------------------------
+
+class _Delta(msgspec.Struct, omit_defaults=True):
+    role: str | None = None
+    content: str | None = None
+
+
+class _Choice(msgspec.Struct):
+    index: int
+    delta: _Delta
+
+
+class _Chunk(msgspec.Struct):
+    choices: list[_Choice]
+
+
+class _Usage(msgspec.Struct):
+    completion_tokens: int
+
+
+class _Completion(msgspec.Struct):
+    usage: _Usage
+
+
+def test_tokens_counted_from_dicts_and_structs() -> None:
+    assert _completion_tokens({"usage": {"completion_tokens": 7}}) == 7
+    assert _completion_tokens(_Completion(_Usage(3))) == 3
+    assert _chunk_tokens({"choices": [{"delta": {"role": "assistant", "content": ""}}]}) == 1
+    assert _chunk_tokens({"choices": [{"delta": {}, "finish_reason": "stop"}]}) == 0
+    assert _chunk_tokens({"choices": [], "usage": {}}) == 0
+    assert _chunk_tokens({"choices": [{"text": "a"}, {"text": ""}]}) == 1
+    assert _chunk_tokens(_Chunk([_Choice(0, _Delta(content="hi"))])) == 1
+    assert _chunk_tokens(_Chunk([_Choice(0, _Delta())])) == 0
