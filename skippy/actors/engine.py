@@ -25,8 +25,9 @@ from __future__ import annotations
 import itertools
 import math
 from collections import deque
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing, asynccontextmanager
-from typing import Any, AsyncIterator, Callable, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import attrs
 import trio
@@ -35,21 +36,21 @@ from skippy.actors.hooks import HookEvaluator, WebhookPolicy
 from skippy.actors.metrics import EngineMetrics
 from skippy.actors.renderer import CHATML, TemplateRenderer
 from skippy.actors.scheduler import DecodeScheduler
-from skippy.engine.scheduling.events import SeqEvent
 from skippy.actors.tokenizer import Tokenizer
-from skippy.engine.output import wire
-from skippy.engine.output.generation import Done, Generation, GenerationError, Piece
-from skippy.engine.output.responses import ChatReply, TextReply
+from skippy.engine.chat.emulation import EarlyStop
+from skippy.engine.chat.formats.base import ContentParser
+from skippy.engine.chat.prepare import PreparedTemplate, make_output_parser
 from skippy.engine.config import EngineConfig
 from skippy.engine.errors import (ContextLengthExceeded, EngineClosed, EngineError, InvalidRequest, ModelNotFound,
                                   PermissionDenied)
 from skippy.engine.hooks.policy import Deny, Inject, Stop, load_policy_factory
-from skippy.engine.chat.prepare import PreparedTemplate, make_output_parser
-from skippy.engine.chat.emulation import EarlyStop
-from skippy.engine.chat.formats.base import ContentParser
+from skippy.engine.hooks.signals import FinishInfo, SignalConfig
+from skippy.engine.output import wire
+from skippy.engine.output.generation import Done, Generation, GenerationError, Piece
+from skippy.engine.output.responses import ChatReply, TextReply
 from skippy.engine.runtime.base import Runtime
 from skippy.engine.sampling.params import SamplingParams, sampling_from_request
-from skippy.engine.hooks.signals import FinishInfo, SignalConfig
+from skippy.engine.scheduling.events import SeqEvent
 from skippy.engine.types import ChatCompletionRequest, CompletionRequest, Message, SamplingFields
 
 

@@ -122,7 +122,7 @@ def test_length_finish_and_a_split_utf8_character() -> None:
 def test_tool_calls_finish_and_the_early_stop_rule() -> None:
     allowed = {"get_weather"}
     gen = make(parser=EmulatedToolParser(allowed), early_stop=EarlyStop(allowed, True))
-    text, done, cancels = run(gen, CALL, finish("cancelled", n=3))
+    _, done, cancels = run(gen, CALL, finish("cancelled", n=3))
     assert cancels[-1]  # "\nThe end" after the call: the rule ends the generation
     assert done.finish_reason == "tool_calls"
     [call] = done.message.tool_calls

@@ -20,7 +20,7 @@ hook :class:`FinishInfo` for ``on_finish``.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import attrs
 

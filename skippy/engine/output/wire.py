@@ -31,12 +31,12 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 __all__ = [
-    "UNSET", "WireStruct", "ErrorBody", "ErrorEnvelope", "PromptTokensDetails", "Usage", "Timings",
-    "TopLogprob", "ChatTokenLogprob", "ChatLogprobs", "CompletionLogprobs", "FunctionCall", "ToolCall",
-    "ChatMessage", "ChatChoice", "ChatCompletion", "FunctionCallDelta", "ToolCallDelta", "ChatDelta",
-    "ChatChunkChoice", "ChatCompletionChunk", "CompletionChoice", "TextCompletion", "ModelDetails", "Model",
-    "ModelList", "Health", "TokenPiece", "TokenizeResponse", "DetokenizeResponse", "ApplyTemplateResponse",
-    "RESPONSES", "SYSTEM_FINGERPRINT",
+    "RESPONSES", "SYSTEM_FINGERPRINT", "UNSET", "ApplyTemplateResponse", "ChatChoice", "ChatChunkChoice",
+    "ChatCompletion", "ChatCompletionChunk", "ChatDelta", "ChatLogprobs", "ChatMessage", "ChatTokenLogprob",
+    "CompletionChoice", "CompletionLogprobs", "DetokenizeResponse", "ErrorBody", "ErrorEnvelope",
+    "FunctionCall", "FunctionCallDelta", "Health", "Model", "ModelDetails", "ModelList", "PromptTokensDetails",
+    "TextCompletion", "Timings", "TokenPiece", "TokenizeResponse", "ToolCall", "ToolCallDelta", "TopLogprob",
+    "Usage", "WireStruct",
 ]
 
 #: OpenAI ``system_fingerprint`` of every reply.
