@@ -583,7 +583,7 @@ def targets(summaries: list[dict], waves: list[dict], args, cache_note: str) -> 
         won = next(w for w in waves if w["arm"] == sk and w["workload"] == "multiturn")
         woff = next(w for w in waves if w["arm"] == sk + "-nocache" and w["workload"] == "multiturn")
         same = sum(a["text"] == b["text"] for a, b in zip(won["requests"], woff["requests"]))
-        rows.append((f"multi-turn turn-2 greedy output identical, cache on vs off", f"{same}/{len(won['requests'])}",
+        rows.append(("multi-turn turn-2 greedy output identical, cache on vs off", f"{same}/{len(won['requests'])}",
                      "", "", "all", "yes" if same == len(won["requests"]) else "NO"))
     else:
         rows.append((f"multi-turn turn-2 TTFT, {sk} cache on / off", "n/a", "", "", "<= 0.25x", f"n/a: {cache_note}"))

@@ -40,10 +40,10 @@ from pathlib import Path
 import httpx
 import trio
 
+from skippy.engine.chat.templates import ChatTemplate
 from skippy.engine.runtime.base import BatchEntry
 from skippy.engine.runtime.llama import LlamaRuntime
 from skippy.engine.sampling.params import SamplingParams
-from skippy.engine.chat.templates import ChatTemplate
 from skippy.models import DEFAULT_MODEL, ensure_model
 
 N, REPS, LEVELS, PARALLEL = 128, 3, (1, 4, 16), 16

@@ -137,8 +137,8 @@ def main() -> None:
             proc.terminate()
             proc.wait(timeout=60)
     n499 = log_path.read_text().count(" 499 ")
-    print(f"| clients | concurrency | storm s | clients/s | 499 logged | idle after s | RSS MiB before -> after "
-          f"| closed by server | greedy batch identical |")
+    print("| clients | concurrency | storm s | clients/s | 499 logged | idle after s | RSS MiB before -> after "
+          "| closed by server | greedy batch identical |")
     print("|---|---|---|---|---|---|---|---|---|")
     print(f"| {clients} | {concurrency} | {t_storm:.1f} | {clients / t_storm:.1f} | {n499} | {t_idle:.1f} "
           f"| {rss_before:.0f} -> {rss_after:.0f} | {outcomes.count('closed by server')} | {after == before} |")

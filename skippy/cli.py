@@ -11,12 +11,14 @@ from __future__ import annotations
 import functools
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from skippy.models import DEFAULT_MODEL, ModelError, pull as pull_model
+from skippy.models import DEFAULT_MODEL, ModelError
+from skippy.models import pull as pull_model
 
 if TYPE_CHECKING:
     import attrs

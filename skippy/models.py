@@ -26,8 +26,8 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 __all__ = [
     "DEFAULT_MODEL",

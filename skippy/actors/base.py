@@ -19,7 +19,8 @@ from __future__ import annotations
 import math
 import queue
 import threading
-from typing import Any, Callable, Generic, Protocol, TypeVar
+from collections.abc import Callable
+from typing import Any, Generic, Protocol, TypeVar
 
 import outcome
 import trio

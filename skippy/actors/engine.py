@@ -4,19 +4,30 @@ Usable from any trio program, without HTTP::
 
     async with skippy.open_engine(EngineConfig(model="SmolLM2-135M-Instruct")) as engine:
         reply = await engine.chat(ChatCompletionRequest(messages=[Message("user", "Hi")]))
-        async for chunk in engine.chat_stream(request):
+        async for chunk in await engine.chat_stream(request):
             ...
 
-Requests and chunks are OpenAI shapes (msgspec request Structs in, dicts
-out). Errors are :class:`skippy.engine.errors.EngineError` subclasses.
+Requests and replies are OpenAI shapes: msgspec request Structs in
+(:mod:`skippy.engine.types`), the :mod:`skippy.engine.output.wire` Structs out
+(they also read like dicts: ``reply["choices"][0]["message"]["content"]``).
+Errors are :class:`skippy.engine.errors.EngineError` subclasses.
+
+Per request, the facade renders and tokenizes the prompt through the actors,
+makes a sans-IO :class:`~skippy.engine.output.generation.Generation`, submits
+its sequence to the :class:`DecodeScheduler` (a full queue raises
+:class:`QueueFull` there, before any chunk), and then only moves the
+sequence's events from the scheduler's channel into the Generation; the
+replies are built by :mod:`skippy.engine.output.responses`.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing, asynccontextmanager
+from typing import Any, Generic, TypeVar
 
 import attrs
 import trio
@@ -25,58 +36,28 @@ from skippy.actors.hooks import HookEvaluator, WebhookPolicy
 from skippy.actors.metrics import EngineMetrics
 from skippy.actors.renderer import CHATML, TemplateRenderer
 from skippy.actors.scheduler import DecodeScheduler
-from skippy.engine.scheduling.events import FinishEvent, SeqRequest, TokenEvent
 from skippy.actors.tokenizer import Tokenizer
-from skippy.engine.output import responses
-from skippy.engine.config import EngineConfig
-from skippy.engine.errors import (ContextLengthExceeded, EngineClosed, EngineError, InvalidRequest, ModelNotFound,
-                                  PermissionDenied)
-from skippy.engine.hooks.policy import Deny, Inject, Stop, load_policy_factory
-from skippy.engine.chat.prepare import PreparedTemplate, make_output_parser
 from skippy.engine.chat.emulation import EarlyStop
-from skippy.engine.chat.formats.base import ContentParser, Delta, ParsedMessage, StreamParser
-from skippy.engine.output.pipeline import EarlyStopRule, OutputPipeline
-from skippy.engine.chat.plan import ParsePlan
+from skippy.engine.chat.formats.base import ContentParser
+from skippy.engine.chat.prepare import PreparedTemplate, make_output_parser
+from skippy.engine.config import EngineConfig
+from skippy.engine.errors import (
+    ContextLengthExceeded,
+    EngineClosed,
+    EngineError,
+    InvalidRequest,
+    ModelNotFound,
+    PermissionDenied,
+)
+from skippy.engine.hooks.policy import Deny, Inject, Stop, load_policy_factory
+from skippy.engine.hooks.signals import FinishInfo, SignalConfig
+from skippy.engine.output import wire
+from skippy.engine.output.generation import Done, Generation, GenerationError, Piece
+from skippy.engine.output.responses import ChatReply, TextReply
 from skippy.engine.runtime.base import Runtime
 from skippy.engine.sampling.params import SamplingParams, sampling_from_request
-from skippy.engine.hooks.signals import FinishInfo, SignalConfig
+from skippy.engine.scheduling.events import SeqEvent
 from skippy.engine.types import ChatCompletionRequest, CompletionRequest, Message, SamplingFields
-
-
-class GenerationError(EngineError):
-    """500: the runtime failed while decoding (not caused by the request)."""
-
-
-@attrs.frozen
-class _Piece:
-    deltas: list[Delta]
-    tokens: list[TokenEvent]
-
-
-@attrs.frozen
-class _Done:
-    deltas: list[Delta]
-    tokens: list[TokenEvent]
-    message: ParsedMessage
-    finish_reason: str
-    prompt_tokens: int
-    completion_tokens: int
-    prompt_ms: float
-    predicted_ms: float
-    injected_tokens: int | None = None  # None: hooks were off for this request
-    cached_tokens: int = 0
-
-    def usage(self) -> dict[str, Any]:
-        out = responses.usage(self.prompt_tokens, self.completion_tokens)
-        out["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
-        if self.injected_tokens is not None:
-            out["injected_tokens"] = self.injected_tokens
-        return out
-
-    def timings(self) -> dict[str, Any]:
-        """llama-server ``timings``: ``prompt_n`` counts the prompt tokens actually prefilled."""
-        return responses.timings(self.prompt_tokens - self.cached_tokens, self.prompt_ms, self.completion_tokens,
-                                 self.predicted_ms, cache_n=self.cached_tokens)
 
 
 @attrs.frozen
@@ -86,6 +67,9 @@ class _HookCtx:
     request: Any
     hooks: bool
     signals: bool
+
+
+T = TypeVar("T")
 
 
 class Engine:
@@ -115,93 +99,40 @@ class Engine:
             raise ModelNotFound(f"model {model!r} is not served here (this server serves {self.model_id!r})",
                                 param="model")
 
-    async def chat(self, req: ChatCompletionRequest) -> dict[str, Any]:
-        """One ``chat.completion`` object for ``req`` (``req.stream`` is ignored)."""
-        factory = responses.ChunkFactory(self.model_id)
-        gen = await self._start_chat(req)
-        done = await _drain(gen)
-        return {
-            "id": factory.id, "object": "chat.completion", "created": factory.created, "model": self.model_id,
-            "system_fingerprint": "skippy-trio",
-            "choices": [{"index": 0, "message": responses.message_dict(done.message),
-                         "logprobs": self._chat_logprobs(done.tokens, req.return_signals) if req.logprobs else None,
-                         "finish_reason": done.finish_reason}],
-            "usage": done.usage(),
-            "timings": done.timings(),
-        }
+    async def chat(self, req: ChatCompletionRequest) -> wire.ChatCompletion:
+        """One OpenAI ``chat.completion`` for ``req`` (``req.stream`` is ignored)."""
+        gen, stream = await self._start_chat(req)
+        reply = ChatReply(self.model_id, gen, logprobs=req.logprobs)
+        return reply.completion(await _drain(stream))
 
-    async def chat_stream(self, req: ChatCompletionRequest) -> AsyncIterator[dict[str, Any]]:
-        """``chat.completion.chunk`` objects: role chunk, deltas, finish chunk, optional usage chunk.
+    async def chat_stream(self, req: ChatCompletionRequest) -> AsyncIterator[wire.ChatCompletionChunk]:
+        """OpenAI ``chat.completion.chunk`` objects: role chunk, deltas, finish chunk, optional usage chunk.
 
-        Errors in the request (400/404/429) raise before the first chunk.
+        Errors in the request (400/403/404/429) raise here, before the first
+        chunk. Closing the iterator before its end cancels the generation.
         """
-        factory = responses.ChunkFactory(self.model_id)
-        gen = await self._start_chat(req)
-        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        gen, stream = await self._start_chat(req)
+        reply = ChatReply(self.model_id, gen, logprobs=req.logprobs,
+                          include_usage=bool(req.stream_options and req.stream_options.include_usage))
+        return stream.rendered(reply.first_chunks(), reply.chunks)
 
-        def choice(delta: dict[str, Any], tokens: list[TokenEvent], finish: str | None = None) -> dict[str, Any]:
-            return {"index": 0, "delta": delta,
-                    "logprobs": self._chat_logprobs(tokens, req.return_signals) if req.logprobs and tokens else None,
-                    "finish_reason": finish}
+    async def completion(self, req: CompletionRequest) -> wire.TextCompletion:
+        """One OpenAI legacy ``text_completion`` for ``req`` (string prompt)."""
+        prompt_text, gen, stream = await self._start_completion(req)
+        reply = TextReply(self.model_id, gen, prompt_text=prompt_text, echo=req.echo,
+                          logprobs=req.logprobs is not None)
+        return reply.completion(await _drain(stream))
 
-        async def chunks() -> AsyncIterator[dict[str, Any]]:
-            async with _aclosing(gen):
-                yield factory.chunk([choice({"role": "assistant", "content": ""}, [])])
-                async for item in gen:
-                    pending = list(item.tokens)
-                    for d in item.deltas:
-                        yield factory.chunk([choice(responses.delta_dict(d), pending)])
-                        pending = []
-                    if isinstance(item, _Done):
-                        yield factory.chunk([choice({}, pending, item.finish_reason)])
-                        if include_usage:
-                            yield factory.chunk([], usage=item.usage(), timings=item.timings())
-                    elif pending:
-                        yield factory.chunk([choice({}, pending)])
+    async def completion_stream(self, req: CompletionRequest) -> AsyncIterator[wire.TextCompletion]:
+        """OpenAI legacy ``text_completion`` chunks (the echoed prompt first with ``echo``).
 
-        return chunks()
-
-    async def completion(self, req: CompletionRequest) -> dict[str, Any]:
-        """One ``text_completion`` object for ``req`` (string prompt)."""
-        factory = responses.ChunkFactory(self.model_id, object_="text_completion", prefix="cmpl")
-        prompt_text, gen = await self._start_completion(req)
-        done = await _drain(gen)
-        text = (prompt_text if req.echo else "") + done.message.content
-        return {
-            "id": factory.id, "object": "text_completion", "created": factory.created, "model": self.model_id,
-            "system_fingerprint": "skippy-trio",
-            "choices": [{"index": 0, "text": text,
-                         "logprobs": self._legacy_logprobs(done.tokens) if req.logprobs is not None else None,
-                         "finish_reason": done.finish_reason}],
-            "usage": done.usage(),
-            "timings": done.timings(),
-        }
-
-    async def completion_stream(self, req: CompletionRequest) -> AsyncIterator[dict[str, Any]]:
-        """``text_completion`` chunks (legacy Completions streaming)."""
-        factory = responses.ChunkFactory(self.model_id, object_="text_completion", prefix="cmpl")
-        prompt_text, gen = await self._start_completion(req)
-        include_usage = bool(req.stream_options and req.stream_options.include_usage)
-
-        def choice(text: str, tokens: list[TokenEvent], finish: str | None = None) -> dict[str, Any]:
-            return {"index": 0, "text": text,
-                    "logprobs": self._legacy_logprobs(tokens) if req.logprobs is not None and tokens else None,
-                    "finish_reason": finish}
-
-        async def chunks() -> AsyncIterator[dict[str, Any]]:
-            async with _aclosing(gen):
-                if req.echo and prompt_text:
-                    yield factory.chunk([choice(prompt_text, [])])
-                async for item in gen:
-                    text = "".join(d.content for d in item.deltas)
-                    if isinstance(item, _Done):
-                        yield factory.chunk([choice(text, item.tokens, item.finish_reason)])
-                        if include_usage:
-                            yield factory.chunk([], usage=item.usage())
-                    elif text or item.tokens:
-                        yield factory.chunk([choice(text, item.tokens)])
-
-        return chunks()
+        Errors in the request (400/404/429) raise here, before the first chunk.
+        """
+        prompt_text, gen, stream = await self._start_completion(req)
+        reply = TextReply(self.model_id, gen, prompt_text=prompt_text, echo=req.echo,
+                          logprobs=req.logprobs is not None,
+                          include_usage=bool(req.stream_options and req.stream_options.include_usage))
+        return stream.rendered(reply.first_chunks(), reply.chunks)
 
     async def apply_template(self, messages: list[Message]) -> str:
         """Render ``messages`` with the chat template (llama-server ``/apply-template``)."""
@@ -234,7 +165,7 @@ class Engine:
                 "requests_waiting": st.n_waiting}
 
     # -- internals ----------------------------------------------------------------
-    async def _start_chat(self, req: ChatCompletionRequest) -> AsyncIterator[_Piece | _Done]:
+    async def _start_chat(self, req: ChatCompletionRequest) -> tuple[Generation, _Events]:
         self.check_model(req.model)
         params = self._sampling(req, logprobs=req.logprobs, top_logprobs=req.top_logprobs or 0)
         hooks_on = self.hooks is not None and (req.mesh_hooks if req.mesh_hooks is not None
@@ -254,12 +185,14 @@ class Engine:
             extra = await self.tokenizer.tokenize(pre.text, add_special=False, parse_special=False)
             prompt, injected = prompt + extra, len(extra)
         early = EarlyStop(set(plan.allowed_tools), plan.parallel_tool_calls) if plan.emulated else None
-        max_tokens = self._max_tokens(req, len(prompt))
+        gen = Generation(next(self._rids), prompt, params, self._max_tokens(req, len(prompt)),
+                         piece=self.runtime.vocab.piece, parser=make_output_parser(plan),
+                         stops=_stops(req.stop), early_stop=early, hooks=hooks_on, signals=req.return_signals,
+                         hook_request=req, injected=injected, cache_key=req.prompt_cache_key,
+                         cache_prompt=req.cache_prompt)
         if isinstance(pre, Stop):
-            return self._stopped_before(ctx, len(prompt), pre.reason)
-        return await _submitted(self._generate(prompt, params, max_tokens, plan, _stops(req.stop),
-                                               make_output_parser(plan), early, ctx, injected, req.prompt_cache_key,
-                                               req.cache_prompt))
+            return gen, self._stopped_before(gen, ctx, pre.reason)
+        return gen, self._submit(gen, ctx)
 
     async def _before_chat(self, ctx: _HookCtx) -> Any:
         """Run ``before_chat``; Deny raises (403, or 400 when the policy says so) after ``on_finish``."""
@@ -271,9 +204,11 @@ class Engine:
             raise PermissionDenied(outcome.message, code="denied_by_hook")
         return outcome
 
-    async def _stopped_before(self, ctx: _HookCtx, n_prompt: int, reason: str) -> AsyncIterator[_Piece | _Done]:
-        self._on_finish(ctx, FinishInfo(status="success", finish_reason=reason))
-        yield _Done([], [], ParsedMessage(), reason, n_prompt, 0, 0.0, 0.0, 0)
+    def _stopped_before(self, gen: Generation, ctx: _HookCtx, reason: str) -> _Events:
+        """A ``before_chat`` Stop: nothing is submitted; the events are only the :class:`Done`."""
+        done = gen.stopped_before(reason)
+        self._on_finish(ctx, gen.finish_info)
+        return _Events(self, gen, None, None, done)
 
     def _on_finish(self, ctx: _HookCtx | None, info: FinishInfo) -> None:
         """``on_finish`` runs in the engine's nursery: never delays or fails the request."""
@@ -283,7 +218,7 @@ class Engine:
             except RuntimeError:  # the engine is closing
                 pass
 
-    async def _start_completion(self, req: CompletionRequest) -> tuple[str, AsyncIterator[_Piece | _Done]]:
+    async def _start_completion(self, req: CompletionRequest) -> tuple[str, Generation, _Events]:
         self.check_model(req.model)
         prompt_text = req.prompt
         if isinstance(prompt_text, list):
@@ -297,9 +232,10 @@ class Engine:
         prompt = await self.tokenizer.tokenize(prompt_text, add_special=True, parse_special=True)
         if not prompt:
             raise InvalidRequest("prompt is empty", param="prompt")
-        gen = self._generate(prompt, params, self._max_tokens(req, len(prompt)), ParsePlan(),
-                             _stops(req.stop), ContentParser(), cache_prompt=req.cache_prompt)
-        return prompt_text, await _submitted(gen)
+        gen = Generation(next(self._rids), prompt, params, self._max_tokens(req, len(prompt)),
+                         piece=self.runtime.vocab.piece, parser=ContentParser(), stops=_stops(req.stop),
+                         cache_prompt=req.cache_prompt)
+        return prompt_text, gen, self._submit(gen, None)
 
     def _sampling(self, req: SamplingFields, *, logprobs: bool, top_logprobs: int) -> SamplingParams:
         if self.closed:
@@ -324,96 +260,107 @@ class Engine:
                 f"tokens; lower max_tokens to at most {n_ctx - n_prompt}", param="max_tokens")
         return min(asked, n_ctx - n_prompt)
 
-    async def _generate(self, prompt: list[int], params: SamplingParams, max_tokens: int, plan: ParsePlan,
-                        stops: list[str], parser: StreamParser, early_stop: EarlyStopRule | None = None,
-                        ctx: _HookCtx | None = None, injected: int = 0,
-                        cache_key: str | None = None, cache_prompt: bool = True) -> AsyncIterator[_Piece | _Done]:
-        rid = next(self._rids)
-        send, recv = trio.open_memory_channel[Any](math.inf)
-        pipeline = OutputPipeline(self.runtime.vocab.piece, stops + list(plan.stops), parser, early_stop)
-        hooks = bool(ctx and ctx.hooks)
-        self.scheduler.submit(SeqRequest(rid, prompt, params, max_tokens, hooks=hooks,
-                                         signals=bool(ctx and ctx.signals), request=ctx.request if ctx else None,
-                                         cache_key=cache_key, cache_prompt=cache_prompt), send)
-        n_tokens = 0
-        finished = False
-        info = FinishInfo(status="cancelled")
-        metrics = self.metrics
-        t_start = t_last = trio.current_time()
+    def _submit(self, gen: Generation, ctx: _HookCtx | None) -> _Events:
+        """Queue ``gen``'s sequence now (:class:`QueueFull`, 429, raises here, before any chunk exists)."""
+        send, recv = trio.open_memory_channel[SeqEvent](math.inf)
+        self.scheduler.submit(gen.request, send)
+        return _Events(self, gen, ctx, recv)
+
+
+class _Events:
+    """One submitted sequence's :class:`Piece` / :class:`Done` items, as an async iterator.
+
+    It only moves events: each :class:`SeqEvent` from the scheduler's channel
+    goes into the :class:`Generation`; the items it returns come out. It
+    cancels the sequence when the generation asks (a stop string matched) or
+    when it is closed before the end (the client went away), runs
+    ``on_finish`` once with the generation's :class:`FinishInfo`, and observes
+    TTFT, ITL and end-to-end latency (seconds, trio clock, from submission).
+    """
+
+    def __init__(self, engine: Engine, gen: Generation, ctx: _HookCtx | None,
+                 recv: trio.MemoryReceiveChannel[SeqEvent] | None, done: Done | None = None) -> None:
+        self._engine = engine
+        self._gen = gen
+        self._ctx = ctx
+        self._recv = recv
+        self._ready: deque[Piece | Done] = deque([done] if done is not None else [])
+        self._reported = done is not None  # on_finish already ran (a before_chat Stop)
+        self._t_start = self._t_last = trio.current_time()
+
+    def __aiter__(self) -> _Events:
+        return self
+
+    async def __anext__(self) -> Piece | Done:
+        while not self._ready:
+            if self._gen.finished or self._recv is None:
+                raise StopAsyncIteration
+            try:
+                event = await self._recv.receive()
+            except trio.EndOfChannel:  # no FinishEvent: the sequence is gone
+                await self.aclose()
+                raise StopAsyncIteration from None
+            item = self._feed(event)
+            if item is not None:
+                self._ready.append(item)
+        return self._ready.popleft()
+
+    def _feed(self, event: SeqEvent) -> Piece | Done | None:
+        gen, metrics = self._gen, self._engine.metrics
+        n = gen.completion_tokens
         try:
-            yield _SUBMITTED  # taken by _submitted(): the request is queued before any chunk goes out
-            async with recv:
-                async for ev in recv:
-                    if isinstance(ev, TokenEvent):
-                        if pipeline.stopped:
-                            continue  # decoded after the stop string matched; discarded
-                        now = trio.current_time()
-                        (metrics.itl if n_tokens else metrics.ttft).observe(now - t_last)
-                        t_last = now
-                        n_tokens += 1
-                        deltas = pipeline.feed(ev.token)
-                        if pipeline.stopped:
-                            self.scheduler.cancel(rid)  # its FinishEvent follows
-                        if deltas or params.logprobs:
-                            yield _Piece(deltas, [ev] if params.logprobs else [])
-                        continue
-                    assert isinstance(ev, FinishEvent)
-                    finished = True
-                    if ev.reason == "error":
-                        info = FinishInfo(status="error", completion_tokens=n_tokens, error=ev.error)
-                        raise GenerationError(f"generation failed: {ev.error}")
-                    if pipeline.stopped:
-                        reason = "stop"
-                    elif ev.reason == "cancelled":
-                        info = FinishInfo(status="error", completion_tokens=n_tokens, error="engine stopped")
-                        raise EngineClosed("the engine stopped before the generation finished")
-                    else:
-                        reason = ev.reason
-                    deltas, message = pipeline.finish()
-                    if message.tool_calls and not ev.stopped_by_hook:
-                        reason = "tool_calls"
-                    n_injected = injected + ev.injected_tokens
-                    metrics.e2e.observe(trio.current_time() - t_start)
-                    info = FinishInfo(status="success", finish_reason=reason, completion_tokens=n_tokens,
-                                      injected_tokens=n_injected)
-                    yield _Done(deltas, [], message, reason, len(prompt) - injected, n_tokens, ev.prompt_ms,
-                                ev.predicted_ms, n_injected if hooks else None, ev.cached_tokens)
-                    return
-        finally:
-            if not finished:
-                self.scheduler.cancel(rid)
-                info = FinishInfo(status="cancelled", completion_tokens=n_tokens)
-            self._on_finish(ctx, info)
+            item = gen.feed(event)
+        except EngineError:
+            self._report()
+            raise
+        if gen.completion_tokens != n:
+            now = trio.current_time()
+            (metrics.itl if n else metrics.ttft).observe(now - self._t_last)
+            self._t_last = now
+        if gen.wants_cancel:
+            self._engine.scheduler.cancel(gen.rid)  # its FinishEvent follows
+        if isinstance(item, Done):
+            metrics.e2e.observe(trio.current_time() - self._t_start)
+            self._report()
+        return item
 
-    def _token_text(self, token: int) -> tuple[str, list[int]]:
-        data = self.runtime.vocab.piece(token)
-        return data.decode("utf-8", errors="replace"), list(data)
+    def _report(self) -> None:
+        if not self._reported:
+            self._reported = True
+            self._engine._on_finish(self._ctx, self._gen.finish_info)
 
-    def _chat_logprobs(self, tokens: list[TokenEvent], signals: bool = False) -> dict[str, Any]:
-        """OpenAI ``logprobs.content``; with ``signals`` each entry also carries
-        ``entropy`` and ``margin`` (nats, from the raw logits; skippy extension)."""
-        content = []
-        for ev in tokens:
-            text, raw = self._token_text(ev.token)
-            top = []
-            for t in ev.top:
-                ttext, traw = self._token_text(t.token)
-                top.append({"token": ttext, "logprob": t.logprob, "bytes": traw})
-            entry = {"token": text, "logprob": ev.logprob, "bytes": raw, "top_logprobs": top}
-            if signals:
-                entry["entropy"] = ev.entropy
-                entry["margin"] = ev.margin
-            content.append(entry)
-        return {"content": content}
+    async def aclose(self) -> None:
+        """Stop here: an unfinished generation is cancelled (``on_finish`` says ``cancelled``)."""
+        if not self._gen.finished:
+            self._gen.abandon()
+            self._engine.scheduler.cancel(self._gen.rid)
+        self._report()
+        if self._recv is not None:
+            self._recv.close()
 
-    def _legacy_logprobs(self, tokens: list[TokenEvent]) -> dict[str, Any]:
-        out: dict[str, Any] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
-        for ev in tokens:
-            text, _ = self._token_text(ev.token)
-            out["tokens"].append(text)
-            out["token_logprobs"].append(ev.logprob)
-            out["top_logprobs"].append({self._token_text(t.token)[0]: t.logprob for t in ev.top})
-        return out
+    def rendered(self, head: list[T], render: Callable[[Piece | Done], list[T]]) -> _Rendered[T]:
+        """These items as reply objects: ``head`` first, then ``render(item)`` for each item."""
+        return _Rendered(self, head, render)
+
+
+class _Rendered(Generic[T]):
+    """An :class:`_Events` mapped to reply objects (stream chunks); closing it closes the events."""
+
+    def __init__(self, events: _Events, head: list[T], render: Callable[[Piece | Done], list[T]]) -> None:
+        self._events = events
+        self._ready: deque[T] = deque(head)
+        self._render = render
+
+    def __aiter__(self) -> _Rendered[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        while not self._ready:
+            self._ready.extend(self._render(await self._events.__anext__()))
+        return self._ready.popleft()
+
+    async def aclose(self) -> None:
+        await self._events.aclose()
 
 
 def _stops(stop: str | list[str] | None) -> list[str]:
@@ -425,37 +372,13 @@ def _stops(stop: str | list[str] | None) -> list[str]:
     return [s for s in stops if s]
 
 
-_SUBMITTED: Any = object()
-
-
-async def _submitted(gen: AsyncIterator[Any]) -> AsyncIterator[_Piece | _Done]:
-    """``gen`` (from :meth:`Engine._generate`) run up to its submission to the scheduler.
-
-    So request errors found there (:class:`QueueFull`, 429) raise before a stream sends its
-    first chunk (the role chunk, an echoed prompt), and the HTTP status can still say so.
-    """
-    first = await gen.__anext__()
-    assert first is _SUBMITTED
-    return gen
-
-
-async def _drain(gen: AsyncIterator[_Piece | _Done]) -> _Done:
-    """Consume a generation; the final message comes from the same parser as streaming."""
-    tokens: list[TokenEvent] = []
-    async with _aclosing(gen):
-        async for item in gen:
-            tokens += item.tokens
-            if isinstance(item, _Done):
-                return attrs.evolve(item, tokens=tokens)
+async def _drain(events: _Events) -> Done:
+    """Consume a generation to its :class:`Done` (the same parser as streaming gives the message)."""
+    async with aclosing(events):
+        async for item in events:
+            if isinstance(item, Done):
+                return item
     raise GenerationError("generation ended without a result")
-
-
-@asynccontextmanager
-async def _aclosing(gen: Any) -> AsyncIterator[Any]:
-    try:
-        yield gen
-    finally:
-        await gen.aclose()
 
 
 def load_runtime(config: EngineConfig) -> Runtime:

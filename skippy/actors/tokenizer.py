@@ -6,7 +6,8 @@ never waits on a decode step and a decode step never waits on it.
 
 from __future__ import annotations
 
-from typing import Any, Sequence, assert_never
+from collections.abc import Sequence
+from typing import Any, assert_never
 
 import attrs
 import trio

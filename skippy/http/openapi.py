@@ -1,11 +1,15 @@
 """The OpenAPI 3.1 description served at ``/openapi.json``.
 
-Request schemas are generated from the msgspec request Structs the routes
-decode (:mod:`skippy.engine.types`) with ``msgspec.json.schema_components``;
-response schemas from the Structs below, which describe what the routes
-return (OpenAI ``chat.completion`` / ``text_completion``, llama-server
-``/tokenize``...). Every route may answer with an OpenAI error envelope
-(the ``default`` response). Streaming responses are ``text/event-stream``.
+Generated with ``msgspec.json.schema_components`` from the same Structs the
+server uses: the request Structs the routes decode
+(:mod:`skippy.engine.types`) and the wire Structs the engine builds and the
+routes encode (:mod:`skippy.engine.output.wire`: OpenAI ``chat.completion``,
+``chat.completion.chunk``, ``text_completion``, llama-server ``/tokenize``...).
+A response field is ``required`` unless the server may leave it out.
+Every route may answer with an OpenAI error envelope (the ``default``
+response). Streaming responses are ``text/event-stream``; each ``data``
+event is a ``ChatCompletionChunk`` / ``TextCompletion`` (see the
+components), an ``ErrorEnvelope``, or ``[DONE]``.
 """
 
 from __future__ import annotations
@@ -15,142 +19,21 @@ from typing import Any
 import msgspec
 
 from skippy.engine.chat.prepare import ROLES
-from skippy.engine.types import (ApplyTemplateRequest, ChatCompletionRequest, CompletionRequest, DetokenizeRequest,
-                                 TokenizeRequest)
-
-
-class ErrorBody(msgspec.Struct):
-    message: str
-    type: str
-    param: str | None
-    code: str | None
-
-
-class ErrorEnvelope(msgspec.Struct):
-    """OpenAI error envelope."""
-
-    error: ErrorBody
-
-
-class Usage(msgspec.Struct):
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-
-
-class Timings(msgspec.Struct):
-    """llama-server ``timings``: counts in tokens, times in milliseconds."""
-
-    prompt_n: int
-    prompt_ms: float
-    prompt_per_token_ms: float
-    prompt_per_second: float
-    predicted_n: int
-    predicted_ms: float
-    predicted_per_token_ms: float
-    predicted_per_second: float
-
-
-class FunctionCall(msgspec.Struct):
-    name: str
-    arguments: str
-
-
-class ToolCall(msgspec.Struct):
-    id: str
-    type: str
-    function: FunctionCall
-
-
-class AssistantMessage(msgspec.Struct):
-    role: str
-    content: str | None
-    reasoning_content: str | None = None
-    tool_calls: list[ToolCall] | None = None
-
-
-class ChatChoice(msgspec.Struct):
-    index: int
-    message: AssistantMessage
-    logprobs: dict[str, Any] | None
-    finish_reason: str
-
-
-class ChatCompletion(msgspec.Struct):
-    """OpenAI ``chat.completion``."""
-
-    id: str
-    object: str
-    created: int
-    model: str
-    choices: list[ChatChoice]
-    usage: Usage
-    system_fingerprint: str | None = None
-    timings: Timings | None = None
-
-
-class TextChoice(msgspec.Struct):
-    index: int
-    text: str
-    logprobs: dict[str, Any] | None
-    finish_reason: str
-
-
-class TextCompletion(msgspec.Struct):
-    """OpenAI ``text_completion``."""
-
-    id: str
-    object: str
-    created: int
-    model: str
-    choices: list[TextChoice]
-    usage: Usage
-    system_fingerprint: str | None = None
-    timings: Timings | None = None
-
-
-class Model(msgspec.Struct):
-    id: str
-    object: str
-    created: int
-    owned_by: str
-    meta: dict[str, Any] | None = None
-
-
-class ModelList(msgspec.Struct):
-    object: str
-    data: list[Model]
-
-
-class Health(msgspec.Struct):
-    """``/health`` when the model is loaded (llama-server shape)."""
-
-    status: str
-    slots_idle: int
-    slots_processing: int
-    requests_waiting: int
-
-
-class TokenPiece(msgspec.Struct):
-    id: int
-    piece: str | list[int]
-
-
-class TokenizeResponse(msgspec.Struct):
-    tokens: list[int | TokenPiece]
-
-
-class DetokenizeResponse(msgspec.Struct):
-    content: str
-
-
-class ApplyTemplateResponse(msgspec.Struct):
-    prompt: str
-
+from skippy.engine.output import wire
+from skippy.engine.output.wire import (
+    ErrorEnvelope,
+)
+from skippy.engine.types import (
+    ApplyTemplateRequest,
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    TokenizeRequest,
+)
+from skippy.http.routes import ROUTES
 
 _REQUESTS = [ChatCompletionRequest, CompletionRequest, TokenizeRequest, DetokenizeRequest, ApplyTemplateRequest]
-_RESPONSES = [ErrorEnvelope, ChatCompletion, TextCompletion, ModelList, Health, TokenizeResponse,
-              DetokenizeResponse, ApplyTemplateResponse]
+_RESPONSES = list(wire.RESPONSES)
 _REF = "#/components/schemas/{name}"
 
 
@@ -173,8 +56,10 @@ def _operation(route: Any) -> dict[str, Any]:
         content = _json(_ref(route.response) if route.response is not None else {"type": "object"})
     else:
         content = {route.content_type: {"schema": {"type": "string"}}}
-    if route.sse:
-        content["text/event-stream"] = {"schema": _SSE_EVENT}
+    if route.sse is not None:
+        # x-sse-data: what each event's ``data`` decodes to (OpenAPI 3.1 has no item schema for SSE)
+        content["text/event-stream"] = {"schema": _SSE_EVENT,
+                                        "x-sse-data": {"oneOf": [_ref(route.sse), _ref(ErrorEnvelope)]}}
     op: dict[str, Any] = {
         "summary": route.summary,
         "responses": {"200": {"description": "OK", "content": content},
@@ -189,8 +74,6 @@ def _operation(route: Any) -> dict[str, Any]:
 
 def _paths() -> dict[str, Any]:
     """``paths`` from the route table (its documented routes, first path of each)."""
-    from skippy.http.routes import ROUTES  # imported here: the table refers to this module's Structs
-
     paths: dict[str, Any] = {}
     for route in ROUTES:
         if route.documented:
@@ -198,8 +81,25 @@ def _paths() -> dict[str, Any]:
     return paths
 
 
+def _wire_structs() -> list[type[msgspec.Struct]]:
+    return [t for t in vars(wire).values()
+            if isinstance(t, type) and issubclass(t, wire.WireStruct) and t is not wire.WireStruct]
+
+
 def _refine(components: dict[str, Any]) -> None:
-    """Constraints the routes check beyond the Struct types (message roles, at least one message)."""
+    """Constraints beyond what msgspec derives from the Struct types.
+
+    Requests: message roles, at least one message. Responses: every field
+    that is always encoded is ``required`` (msgspec marks only fields without
+    a default; ours with a default are still always sent, e.g. ``logprobs:
+    null``), only :data:`msgspec.UNSET` ones may be missing.
+    """
+    for struct in _wire_structs():
+        schema = components.get(struct.__name__)
+        if schema is not None:
+            required = [f.encode_name for f in msgspec.structs.fields(struct) if f.default is not msgspec.UNSET]
+            if required:
+                schema["required"] = required
     message = components.get("Message", {}).get("properties", {})
     if "role" in message:
         message["role"] = {"type": "string", "enum": sorted(ROLES)}

@@ -28,6 +28,7 @@ import trio
 from quart import Blueprint, Response, request
 
 from skippy.engine.errors import EngineError, InvalidRequest
+from skippy.engine.output import wire
 from skippy.engine.types import (
     ApplyTemplateRequest,
     ChatCompletionRequest,
@@ -36,7 +37,6 @@ from skippy.engine.types import (
     TokenizeRequest,
     decode_request,
 )
-from skippy.http import openapi as schemas
 from skippy.http.context import RequestContext, Shared, ShuttingDown, current, shared
 from skippy.http.replies import SSE_DONE, engine_error_response, error_response, json_response, sse
 from skippy.http.settings import ServerSettings
@@ -55,7 +55,7 @@ class Route:
     decodes (``None``: no body). ``response``: the Struct of a 200 answer
     (``None``: a free-form JSON object, or text for a non-JSON
     ``content_type``). ``sse``: with ``"stream": true`` the answer is
-    ``text/event-stream``. ``secured``: needs the API key when keys are set.
+    ``text/event-stream`` whose events carry this Struct. ``secured``: needs the API key when keys are set.
     ``documented``: listed in ``/openapi.json``.
     """
 
@@ -66,7 +66,7 @@ class Route:
     body: type | None = None
     response: type | None = None
     content_type: str = "application/json"
-    sse: bool = False
+    sse: type | None = None
     secured: bool = True
     documented: bool = True
 
@@ -297,19 +297,20 @@ async def metrics() -> Response:
 
 ROUTES: tuple[Route, ...] = (
     Route(("/v1/chat/completions", "/chat/completions"), "POST", chat_completions,
-          "OpenAI Chat Completions (SSE when stream is true)", ChatCompletionRequest, schemas.ChatCompletion,
-          sse=True),
+          "OpenAI Chat Completions (SSE when stream is true)", ChatCompletionRequest, wire.ChatCompletion,
+          sse=wire.ChatCompletionChunk),
     Route(("/v1/completions", "/completions"), "POST", completions,
-          "OpenAI legacy Completions (SSE when stream is true)", CompletionRequest, schemas.TextCompletion, sse=True),
-    Route(("/v1/models", "/models"), "GET", models, "The served model", response=schemas.ModelList),
-    Route(("/health",), "GET", health, "Readiness and slot counts (503 while loading)", response=schemas.Health,
+          "OpenAI legacy Completions (SSE when stream is true)", CompletionRequest, wire.TextCompletion,
+          sse=wire.TextCompletion),
+    Route(("/v1/models", "/models"), "GET", models, "The served model", response=wire.ModelList),
+    Route(("/health",), "GET", health, "Readiness and slot counts (503 while loading)", response=wire.Health,
           secured=False),
     Route(("/openapi.json",), "GET", openapi_json, "This OpenAPI document", documented=False),
-    Route(("/tokenize",), "POST", tokenize, "llama-server /tokenize", TokenizeRequest, schemas.TokenizeResponse),
+    Route(("/tokenize",), "POST", tokenize, "llama-server /tokenize", TokenizeRequest, wire.TokenizeResponse),
     Route(("/detokenize",), "POST", detokenize, "llama-server /detokenize", DetokenizeRequest,
-          schemas.DetokenizeResponse),
+          wire.DetokenizeResponse),
     Route(("/apply-template",), "POST", apply_template, "llama-server /apply-template", ApplyTemplateRequest,
-          schemas.ApplyTemplateResponse),
+          wire.ApplyTemplateResponse),
     Route(("/props",), "GET", props, "llama-server /props"),
     Route(("/metrics",), "GET", metrics, "Prometheus metrics (text exposition format)", content_type="text/plain"),
 )

@@ -18,8 +18,8 @@ import logging
 import signal
 import socket
 from collections import deque
+from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Awaitable, Callable
 
 import trio
 from hypercorn.config import Config as HypercornConfig

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import trio
 
-from skippy.engine.hooks.policy import Deny, Inject, NO_ACTION, Stop
+from skippy.engine.hooks.policy import NO_ACTION, Deny, Inject, Stop
 
 INJECTED = " Wait, let me reconsider this carefully and answer in French."
 

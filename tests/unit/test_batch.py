@@ -1,7 +1,7 @@
 """plan_step: continuous-batching step planning (sans-IO)."""
 
-from skippy.engine.scheduling.batch import SeqState, BatchPlan, plan_step
 from skippy.engine.runtime.base import BatchEntry
+from skippy.engine.scheduling.batch import BatchPlan, SeqState, plan_step
 
 
 def gen(rid, slot, prompt_len=3, pending=100, n_generated=1):

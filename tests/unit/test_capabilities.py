@@ -7,10 +7,10 @@ import copy
 import pytest
 
 from skippy.engine.chat.capabilities import TemplateCaps, detect_caps, prompt_opens_thinking
-from skippy.engine.errors import InvalidRequest
 from skippy.engine.chat.formats import FORMATS
 from skippy.engine.chat.history import normalize_history
 from skippy.engine.chat.templates import ChatTemplate, TemplateError
+from skippy.engine.errors import InvalidRequest
 from tests.paths import CHAT_TEMPLATES
 
 FIXTURES = CHAT_TEMPLATES

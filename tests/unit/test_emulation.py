@@ -11,10 +11,14 @@ import re
 import pytest
 
 from skippy.engine.chat.emulation import (
-    EarlyStop, build_grammar, build_instruction, rewrite_history, tool_signature,
+    EarlyStop,
+    build_grammar,
+    build_instruction,
+    rewrite_history,
+    tool_signature,
 )
-from skippy.engine.errors import InvalidRequest
 from skippy.engine.chat.formats.emulated import EmulatedToolParser
+from skippy.engine.errors import InvalidRequest
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Get the weather\nfor a city.",

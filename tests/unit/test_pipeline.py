@@ -6,8 +6,8 @@ from skippy.engine.chat.formats import make_parser
 from skippy.engine.chat.formats.base import ContentParser, Delta, ParsedMessage
 from skippy.engine.output.pipeline import OutputPipeline
 
-SMILE = "😀".encode("utf-8")  # f0 9f 98 80
-NIHON = "日".encode("utf-8")  # e6 97 a5
+SMILE = "😀".encode()  # f0 9f 98 80
+NIHON = "日".encode()  # e6 97 a5
 
 PIECES = {
     1: b"Hello",
@@ -28,7 +28,7 @@ PIECES = {
     14: b"<",
     15: b"x",
     16: b"",  # control token: renders as nothing
-    17: "é".encode("utf-8")[:1],
+    17: "é".encode()[:1],
 }
 
 

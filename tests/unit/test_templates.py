@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from skippy.engine.errors import InvalidRequest
 from skippy.engine.chat.templates import ChatTemplate, TemplateError
+from skippy.engine.errors import InvalidRequest
 from tests.paths import CHAT_TEMPLATES
 
 FIXTURES = CHAT_TEMPLATES

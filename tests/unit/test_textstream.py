@@ -38,7 +38,7 @@ def test_utf8_byte_by_byte(text):
 
 
 def test_utf8_all_splits_into_three_pieces():
-    data = "x😀y".encode("utf-8")  # 6 bytes
+    data = "x😀y".encode()  # 6 bytes
     for i, j in itertools.combinations(range(len(data) + 1), 2):
         s = Utf8Stream()
         joined = s.feed(data[:i]) + s.feed(data[i:j]) + s.feed(data[j:]) + s.flush()

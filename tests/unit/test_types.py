@@ -5,8 +5,15 @@ import json
 import pytest
 
 from skippy.engine.errors import InvalidRequest
-from skippy.engine.types import (ChatCompletionRequest, CompletionRequest, ContentPart, Message,
-                                 TokenizeRequest, decode_request, message_dicts)
+from skippy.engine.types import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    ContentPart,
+    Message,
+    TokenizeRequest,
+    decode_request,
+    message_dicts,
+)
 
 
 def body(**kw) -> bytes:

@@ -35,8 +35,8 @@ from typing import Any
 
 import attrs
 
-from skippy.engine.errors import InvalidRequest
 from skippy.engine.chat.formats.emulated import MARKER, EmulatedToolParser
+from skippy.engine.errors import InvalidRequest
 from skippy.engine.sampling.grammar import schema_converter, tool_call_rules
 
 TOOL_RESULT_PREFIX = "Tool result for"

@@ -19,7 +19,7 @@ class ParsePlan:
     ``hidden``); ``thinking_forced_open``: the prompt already opened
     ``<think>``; ``allowed_tools``: names the output may call (empty: tools
     off); ``emulated``: tool calls use the ``TOOL_CALL`` text convention;
-    ``stops``: stop strings the format adds; ``grammar``: GBNF or ``None``;
+    ``grammar``: GBNF or ``None``;
     ``grammar_lazy_patterns``: when set, the grammar applies only from the
     first match of one of these regexes on (llama.cpp lazy grammar).
     """
@@ -30,6 +30,5 @@ class ParsePlan:
     allowed_tools: frozenset[str] = frozenset()
     parallel_tool_calls: bool = True
     emulated: bool = False
-    stops: tuple[str, ...] = ()
     grammar: str | None = None
     grammar_lazy_patterns: tuple[str, ...] = ()

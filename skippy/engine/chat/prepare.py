@@ -14,15 +14,15 @@ from typing import Any
 import attrs
 
 from skippy.engine.chat import emulation
-from skippy.engine.sampling import grammar as grammars
 from skippy.engine.chat.capabilities import TemplateCaps, detect_caps, prompt_opens_thinking
-from skippy.engine.errors import InvalidRequest
 from skippy.engine.chat.formats import REASONING_FORMATS, make_parser
 from skippy.engine.chat.formats.base import StreamParser
 from skippy.engine.chat.formats.emulated import EmulatedToolParser
 from skippy.engine.chat.history import normalize_history
 from skippy.engine.chat.plan import ParsePlan
 from skippy.engine.chat.templates import ChatTemplate, TemplateError
+from skippy.engine.errors import InvalidRequest
+from skippy.engine.sampling import grammar as grammars
 from skippy.engine.types import ChatCompletionRequest, message_dicts
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
@@ -37,7 +37,7 @@ class PreparedTemplate:
     requires_alternation: bool
 
     @classmethod
-    def build(cls, source: str, *, bos_token: str = "", eos_token: str = "") -> "PreparedTemplate":
+    def build(cls, source: str, *, bos_token: str = "", eos_token: str = "") -> PreparedTemplate:
         """Compile and probe ``source``; raises :class:`TemplateError` if it does not compile."""
         template = ChatTemplate(source, bos_token=bos_token, eos_token=eos_token)
         try:

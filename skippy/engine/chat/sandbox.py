@@ -47,7 +47,8 @@ import re
 import threading
 import time
 import types
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import attrs
 import jinja2
@@ -437,7 +438,7 @@ class BoundedSandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
         m = getattr(self._local, "meter", None)
         return m if m is not None else Meter(self.budget)
 
-    def metering(self, meter: Meter) -> "_Metering":
+    def metering(self, meter: Meter) -> _Metering:
         """Context manager: renders in this thread account to ``meter``."""
         return _Metering(self._local, meter)
 

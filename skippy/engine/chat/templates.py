@@ -26,8 +26,8 @@ import jinja2.ext
 import jinja2.nodes
 import jinja2.sandbox
 
-from skippy.engine.errors import InvalidRequest
 from skippy.engine.chat.sandbox import BoundedSandbox, BudgetExceeded, Meter, RenderBudget
+from skippy.engine.errors import InvalidRequest
 
 
 class TemplateError(InvalidRequest):

@@ -1,2 +1,3 @@
-"""Generation output: incremental text decoding, stop strings, the per-request output pipeline,
-and the OpenAI response shapes."""
+"""Generation output (sans-IO): incremental text decoding and stop strings (textstream), the per-request
+output pipeline (pipeline), a request's Generation fed by scheduler events (generation), the reply
+builders (responses) and the msgspec wire model every response and chunk is encoded from (wire)."""

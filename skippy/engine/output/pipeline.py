@@ -7,7 +7,8 @@ serves streaming and non-streaming responses, so both give the same text.
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from skippy.engine.chat.formats.base import Delta, ParsedMessage, StreamParser
 from skippy.engine.output.textstream import StopMatcher, Utf8Stream

@@ -52,15 +52,23 @@ import collections
 import enum
 import logging
 import time
-from collections.abc import Callable, Sequence as Seq
+from collections.abc import Callable
+from collections.abc import Sequence as Seq
 from typing import Any
 
 import attrs
 
 from skippy.engine.errors import QueueFull
 from skippy.engine.hooks.policy import Inject, Outcome, Stop
-from skippy.engine.hooks.signals import (GenerationSignals, PrefillSignals, SignalConfig, SignalWindow,
-                                         logprobs_top, token_logprob, token_signals)
+from skippy.engine.hooks.signals import (
+    GenerationSignals,
+    PrefillSignals,
+    SignalConfig,
+    SignalWindow,
+    logprobs_top,
+    token_logprob,
+    token_signals,
+)
 from skippy.engine.runtime.base import Runtime
 from skippy.engine.scheduling.batch import BatchPlan, SeqState, plan_step
 from skippy.engine.scheduling.events import FinishEvent, SchedulerStats, SeqRequest, TokenEvent, TopLogprob

@@ -13,7 +13,7 @@ only the rest.
 from __future__ import annotations
 
 import collections
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import attrs
 

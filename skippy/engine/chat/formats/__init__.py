@@ -8,8 +8,16 @@ and ``tool_calls``, streaming append-only deltas (see :mod:`.base`, :mod:`.core`
 
 from __future__ import annotations
 
-from skippy.engine.chat.formats.base import (ContentParser, Delta, IdFactory, ParsedMessage, StreamParser,
-                                        ToolCall, ToolCallDelta, new_call_id)
+from skippy.engine.chat.formats.base import (
+    ContentParser,
+    Delta,
+    IdFactory,
+    ParsedMessage,
+    StreamParser,
+    ToolCall,
+    ToolCallDelta,
+    new_call_id,
+)
 from skippy.engine.chat.formats.command_r7b import COMMAND_R7B
 from skippy.engine.chat.formats.core import CONTENT_ONLY, REASONING_FORMATS, ChatParser, ToolSyntax
 from skippy.engine.chat.formats.deepseek import DEEPSEEK_R1, DEEPSEEK_V3_1

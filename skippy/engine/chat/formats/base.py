@@ -17,7 +17,8 @@ text at once, so both paths agree by construction.
 from __future__ import annotations
 
 import secrets
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 import attrs
 

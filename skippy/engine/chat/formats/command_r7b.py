@@ -9,8 +9,9 @@ Output shape (``tool_call_id`` is the model's own counter, replaced by ours)::
 or ``<|START_RESPONSE|>text<|END_RESPONSE|>`` for content (markers dropped).
 """
 
-from skippy.engine.chat.formats.core import JSON_STR, ToolSyntax
 import re
+
+from skippy.engine.chat.formats.core import JSON_STR, ToolSyntax
 
 COMMAND_R7B = ToolSyntax(
     name="command_r7b",

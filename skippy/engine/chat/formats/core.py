@@ -33,13 +33,13 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import attrs
 import partial_json_parser
 
-from skippy.engine.chat.formats.base import (Delta, IdFactory, ParsedMessage, ToolCall,
-                                        ToolCallDelta, new_call_id)
+from skippy.engine.chat.formats.base import Delta, IdFactory, ParsedMessage, ToolCall, ToolCallDelta, new_call_id
 
 JSON_DECODER = json.JSONDecoder(strict=False)  # models write raw newlines inside strings
 _CTRL = {i: " " for i in range(32)}
@@ -135,7 +135,7 @@ class ToolSyntax:
     think_tags: tuple[str, str] = ("<think>", "</think>")
     scanner: Any = None  # a class replacing ToolScanner (same constructor), e.g. the generic format
 
-    def tools_off(self) -> "ToolSyntax":
+    def tools_off(self) -> ToolSyntax:
         if self.keep_when_tools_off:
             return self
         return attrs.evolve(self, opens=(), at_start=False)

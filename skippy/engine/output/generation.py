@@ -1,0 +1,220 @@
+"""One request's generation, sans-IO: scheduler events in, deltas and the finish accounting out.
+
+A :class:`Generation` is made per request, before its :class:`SeqRequest`
+is submitted to the decode scheduler. Its caller (the ``Engine`` facade)
+moves each :class:`TokenEvent` / :class:`FinishEvent` of the sequence into
+:meth:`Generation.feed` and gets back a :class:`Piece` (new deltas), a
+:class:`Done` (the end: last deltas, final message, ``finish_reason``,
+usage, timings) or nothing. No trio, no clock, no I/O: the same events give
+the same output, so it is unit-tested with hand-made events.
+
+It owns the output pipeline (UTF-8 decoding, stop strings, the chat-format
+parser, an early-stop rule), stop-string cancellation
+(:attr:`Generation.wants_cancel`), finish accounting (``stop``, ``length``,
+``tool_calls``, a hook's stop reason; an ``error`` finish raises
+:class:`GenerationError`, a ``cancelled`` one :class:`EngineClosed`), OpenAI
+``usage`` (with ``prompt_tokens_details.cached_tokens`` and skippy's
+``injected_tokens``), llama-server ``timings``, logprob entries, and the
+hook :class:`FinishInfo` for ``on_finish``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import attrs
+
+from skippy.engine.chat.formats.base import Delta, ParsedMessage, StreamParser
+from skippy.engine.errors import EngineClosed, EngineError
+from skippy.engine.hooks.signals import FinishInfo
+from skippy.engine.output import wire
+from skippy.engine.output.pipeline import EarlyStopRule, OutputPipeline
+from skippy.engine.sampling.params import SamplingParams
+from skippy.engine.scheduling.events import FinishEvent, SeqEvent, SeqRequest, TokenEvent
+
+
+class GenerationError(EngineError):
+    """500: the runtime failed while decoding (not caused by the request)."""
+
+
+@attrs.frozen
+class Piece:
+    """Output of one accepted token: ``deltas`` now safe to send (may be empty), and ``tokens``, the token's
+    event when the request asked for logprobs (else empty)."""
+
+    deltas: list[Delta]
+    tokens: list[TokenEvent]
+
+
+@attrs.frozen
+class Done:
+    """The end of a generation.
+
+    ``deltas``: the last deltas (text held back until the end); ``message``:
+    the whole parsed assistant message (the same parser as streaming saw);
+    ``finish_reason``: OpenAI's (``stop``, ``length``, ``tool_calls``) or a
+    hook policy's stop reason; ``tokens``: every accepted token's event when the
+    request asked for logprobs (for a non-streamed reply), else empty.
+    """
+
+    deltas: list[Delta]
+    message: ParsedMessage
+    finish_reason: str
+    usage: wire.Usage
+    timings: wire.Timings
+    tokens: list[TokenEvent] = attrs.field(factory=list)
+
+
+class Generation:
+    """Per-request bookkeeping between the decode scheduler and the reply (see module docstring).
+
+    Args:
+        rid: the request id, unique per engine (the scheduler's sequence key).
+        prompt: the prompt token ids to submit; its last ``injected`` tokens were
+            appended by a ``before_chat`` hook (not counted in ``prompt_tokens``).
+        params: validated sampling parameters (``params.logprobs`` asks the
+            scheduler for logprobs on every token event).
+        max_tokens: tokens to generate at most (>= 1).
+        piece: ``token id -> bytes`` the token renders as (the vocabulary).
+        parser: the chat-format stream parser (a fresh one per request).
+        stops: the request's stop strings (OpenAI ``stop``); matched text is
+            never sent, and text that may start one is held back until decided.
+        early_stop: optional rule that ends generation early (emulated tool calls).
+        hooks: the hook policy runs for this request (``usage.injected_tokens`` is reported).
+        signals: entropy and margin are computed per token (``return_signals``)
+            and added to chat logprob entries.
+        hook_request: the request object the hook policy sees.
+        injected: how many trailing ``prompt`` tokens a ``before_chat`` hook appended.
+        cache_key, cache_prompt: prefix-cache controls passed to the scheduler
+            (OpenAI ``prompt_cache_key``, llama-server ``cache_prompt``).
+    """
+
+    def __init__(self, rid: int, prompt: Sequence[int], params: SamplingParams, max_tokens: int, *,
+                 piece: Callable[[int], bytes], parser: StreamParser,
+                 stops: Sequence[str] = (), early_stop: EarlyStopRule | None = None, hooks: bool = False,
+                 signals: bool = False, hook_request: object = None, injected: int = 0,
+                 cache_key: str | None = None, cache_prompt: bool = True) -> None:
+        self.request = SeqRequest(rid, list(prompt), params, max_tokens, hooks=hooks, signals=signals,
+                                  request=hook_request, cache_key=cache_key, cache_prompt=cache_prompt)
+        self._piece = piece
+        self._pipeline = OutputPipeline(piece, list(stops), parser, early_stop)
+        self._logprobs = params.logprobs
+        self._hooks = hooks
+        self._signals = signals
+        self._injected = injected
+        self._tokens: list[TokenEvent] = []
+        #: tokens accepted so far (tokens decoded after a stop string matched are not)
+        self.completion_tokens = 0
+        #: True right after the :meth:`feed` whose token matched a stop string (or the early-stop rule):
+        #: the caller cancels the sequence once; its :class:`FinishEvent` follows.
+        self.wants_cancel = False
+        #: True once a :class:`FinishEvent` was fed (or :meth:`stopped_before` / :meth:`abandon` was called)
+        self.finished = False
+        #: the hook ``on_finish`` payload; ``cancelled`` until the generation ends another way
+        self.finish_info = FinishInfo(status="cancelled")
+
+    @property
+    def rid(self) -> int:
+        return self.request.rid
+
+    def feed(self, event: SeqEvent) -> Piece | Done | None:
+        """Consume the sequence's next event.
+
+        Returns a :class:`Piece` for a token that produced deltas (or carries
+        logprobs), ``None`` for one that did not (or arrived after a stop string
+        matched: it is discarded and not counted), a :class:`Done` for the
+        :class:`FinishEvent`.
+
+        Raises :class:`GenerationError` (500) for an ``error`` finish and
+        :class:`EngineClosed` (503) for a ``cancelled`` one that no stop string
+        asked for (the engine stopped); :attr:`finish_info` says so first.
+        """
+        self.wants_cancel = False
+        if isinstance(event, TokenEvent):
+            return self._token(event)
+        return self._finish(event)
+
+    def _token(self, ev: TokenEvent) -> Piece | None:
+        pipeline = self._pipeline
+        if pipeline.stopped or self.finished:
+            return None  # decoded after the stop string matched; discarded
+        self.completion_tokens += 1
+        deltas = pipeline.feed(ev.token)
+        self.wants_cancel = pipeline.stopped
+        if self._logprobs:
+            self._tokens.append(ev)
+            return Piece(deltas, [ev])
+        return Piece(deltas, []) if deltas else None
+
+    def _finish(self, ev: FinishEvent) -> Done:
+        self.finished = True
+        n = self.completion_tokens
+        if ev.reason == "error":
+            self.finish_info = FinishInfo(status="error", completion_tokens=n, error=ev.error)
+            raise GenerationError(f"generation failed: {ev.error}")
+        if self._pipeline.stopped:
+            reason = "stop"
+        elif ev.reason == "cancelled":
+            self.finish_info = FinishInfo(status="error", completion_tokens=n, error="engine stopped")
+            raise EngineClosed("the engine stopped before the generation finished")
+        else:
+            reason = ev.reason
+        deltas, message = self._pipeline.finish()
+        if message.tool_calls and not ev.stopped_by_hook:
+            reason = "tool_calls"
+        n_injected = self._injected + ev.injected_tokens
+        self.finish_info = FinishInfo(status="success", finish_reason=reason, completion_tokens=n,
+                                      injected_tokens=n_injected)
+        prompt_tokens = len(self.request.prompt) - self._injected
+        usage = wire.Usage(prompt_tokens=prompt_tokens, completion_tokens=n, total_tokens=prompt_tokens + n,
+                           prompt_tokens_details=wire.PromptTokensDetails(cached_tokens=ev.cached_tokens),
+                           injected_tokens=n_injected if self._hooks else wire.UNSET)
+        # llama-server: prompt_n counts the prompt tokens actually prefilled
+        timings = wire.Timings.of(prompt_tokens - ev.cached_tokens, ev.prompt_ms, n, ev.predicted_ms,
+                                  cache_n=ev.cached_tokens)
+        return Done(deltas, message, reason, usage, timings, self._tokens)
+
+    def stopped_before(self, reason: str) -> Done:
+        """End without generating: a ``before_chat`` hook returned ``Stop(reason)`` (nothing was submitted)."""
+        self.finished = True
+        self.finish_info = FinishInfo(status="success", finish_reason=reason)
+        n_prompt = len(self.request.prompt)
+        usage = wire.Usage(prompt_tokens=n_prompt, completion_tokens=0, total_tokens=n_prompt,
+                           injected_tokens=0 if self._hooks else wire.UNSET)
+        return Done([], ParsedMessage(), reason, usage, wire.Timings.of(n_prompt, 0.0, 0, 0.0))
+
+    def abandon(self) -> FinishInfo:
+        """The reply is closed before the finish (the client went away): the caller cancels the sequence.
+
+        Returns (and keeps in :attr:`finish_info`) the ``cancelled`` finish info.
+        """
+        if not self.finished:
+            self.finished = True
+            self.finish_info = FinishInfo(status="cancelled", completion_tokens=self.completion_tokens)
+        return self.finish_info
+
+    # -- logprobs -----------------------------------------------------------------------------------
+    def _text(self, token: int) -> tuple[str, list[int]]:
+        data = self._piece(token)
+        return data.decode("utf-8", errors="replace"), list(data)
+
+    def chat_logprobs(self, tokens: Sequence[TokenEvent]) -> wire.ChatLogprobs:
+        """OpenAI chat ``logprobs`` for ``tokens``; with ``signals`` each entry also carries ``entropy`` and
+        ``margin`` (nats, from the raw logits; skippy extension)."""
+        content = []
+        for ev in tokens:
+            text, raw = self._text(ev.token)
+            top = [wire.TopLogprob(token=t, logprob=alt.logprob, bytes=b)
+                   for alt in ev.top for t, b in [self._text(alt.token)]]
+            entry = wire.ChatTokenLogprob(token=text, logprob=ev.logprob, bytes=raw, top_logprobs=top)
+            if self._signals:
+                entry.entropy, entry.margin = ev.entropy, ev.margin
+            content.append(entry)
+        return wire.ChatLogprobs(content=content)
+
+    def legacy_logprobs(self, tokens: Sequence[TokenEvent]) -> wire.CompletionLogprobs:
+        """OpenAI legacy Completions ``logprobs`` for ``tokens`` (``top_logprobs``: text -> logprob)."""
+        return wire.CompletionLogprobs(
+            tokens=[self._text(ev.token)[0] for ev in tokens],
+            token_logprobs=[ev.logprob for ev in tokens],
+            top_logprobs=[{self._text(t.token)[0]: t.logprob for t in ev.top} for ev in tokens])

@@ -1,0 +1,401 @@
+"""The wire model: one msgspec Struct per JSON object the server sends.
+
+The engine builds replies and stream chunks as these Structs, the HTTP layer
+encodes them with ``msgspec.json``, and ``/openapi.json`` describes them with
+``msgspec.json.schema_components`` (:mod:`skippy.http.openapi`), so the
+three cannot drift apart.
+
+Shapes follow OpenAI ``chat.completion``, ``chat.completion.chunk`` and
+(legacy) ``text_completion``, the OpenAI error envelope and model list;
+``timings``, ``/health``, ``/tokenize``, ``/detokenize`` and
+``/apply-template`` follow llama-server. skippy extensions are named where
+they appear (``reasoning_content`` as llama-server and DeepSeek send it,
+``usage.injected_tokens``, ``entropy``/``margin`` on logprob entries).
+
+Encoding rules: a field that is ``None`` is sent as ``null`` (e.g.
+``logprobs: null``, a chunk's ``finish_reason: null``); a field whose value
+is :data:`msgspec.UNSET` is left out (e.g. ``usage`` on all chunks but the
+last, ``injected_tokens`` when hooks were off for the request). In the
+OpenAPI document every field that is never left out is ``required``.
+
+Every Struct also reads like the dict it encodes to (``reply["choices"][0]
+["message"]["content"]``, ``delta.get("content", "")``), as the engine's
+replies were plain dicts before.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+__all__ = [
+    "RESPONSES", "SYSTEM_FINGERPRINT", "UNSET", "ApplyTemplateResponse", "ChatChoice", "ChatChunkChoice",
+    "ChatCompletion", "ChatCompletionChunk", "ChatDelta", "ChatLogprobs", "ChatMessage", "ChatTokenLogprob",
+    "CompletionChoice", "CompletionLogprobs", "DetokenizeResponse", "ErrorBody", "ErrorEnvelope",
+    "FunctionCall", "FunctionCallDelta", "Health", "Model", "ModelDetails", "ModelList", "PromptTokensDetails",
+    "TextCompletion", "Timings", "TokenPiece", "TokenizeResponse", "ToolCall", "ToolCallDelta", "TopLogprob",
+    "Usage", "WireStruct",
+]
+
+#: OpenAI ``system_fingerprint`` of every reply.
+SYSTEM_FINGERPRINT = "skippy-trio"
+
+
+class WireStruct(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Base of the wire Structs: fields encode in declaration order; read access like a dict.
+
+    ``s[key]`` is the field's value and raises ``KeyError`` for a field that is
+    left out of the JSON (:data:`msgspec.UNSET`) or does not exist; ``s.get(key,
+    default)``, ``key in s`` and ``len(s)`` follow. ``forbid_unknown_fields`` only makes the
+    OpenAPI schema say ``additionalProperties: false``.
+    """
+
+    def __getitem__(self, key: str) -> Any:
+        if key in self.__struct_fields__:
+            value = getattr(self, key)
+            if value is not UNSET:
+                return value
+        raise KeyError(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.get(key, UNSET) is not UNSET
+
+    def __len__(self) -> int:
+        """How many keys the JSON object has (so an empty delta is falsy, like ``{}``)."""
+        return sum(1 for name in self.__struct_fields__ if getattr(self, name) is not UNSET)
+
+
+# -- errors ---------------------------------------------------------------------------------------
+
+class ErrorBody(WireStruct, kw_only=True):
+    """OpenAI error object: ``type`` e.g. ``invalid_request_error``; ``param`` and ``code`` may be null."""
+
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorEnvelope(WireStruct, kw_only=True):
+    """OpenAI error envelope ``{"error": {...}}``: every non-2xx answer, and the last SSE event of a stream
+    that failed after its headers were sent."""
+
+    error: ErrorBody
+
+
+# -- usage and timings ----------------------------------------------------------------------------
+
+class PromptTokensDetails(WireStruct, kw_only=True):
+    """OpenAI ``usage.prompt_tokens_details``: ``cached_tokens`` prompt tokens came from the prefix cache."""
+
+    cached_tokens: int = 0
+
+
+class Usage(WireStruct, kw_only=True):
+    """OpenAI ``usage`` (tokens).
+
+    ``prompt_tokens`` excludes tokens a ``before_chat`` hook appended;
+    ``injected_tokens`` (skippy extension) counts every token hooks injected,
+    and is present only when hooks were on for the request.
+    """
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: PromptTokensDetails = msgspec.field(default_factory=PromptTokensDetails)
+    injected_tokens: int | UnsetType = UNSET
+
+
+class Timings(WireStruct, kw_only=True):
+    """llama-server ``timings``: counts in tokens, times in milliseconds, rates in tokens per second.
+
+    ``cache_n`` prompt tokens were reused from the prefix cache, ``prompt_n``
+    were prefilled (``cache_n + prompt_n`` is the prompt); ``prompt_ms`` runs
+    from admission to the first sampled token, ``predicted_ms`` from then to
+    the end; ``predicted_n`` is the completion tokens.
+    """
+
+    cache_n: int
+    prompt_n: int
+    prompt_ms: float
+    prompt_per_token_ms: float
+    prompt_per_second: float
+    predicted_n: int
+    predicted_ms: float
+    predicted_per_token_ms: float
+    predicted_per_second: float
+
+    @classmethod
+    def of(cls, prompt_n: int, prompt_ms: float, predicted_n: int, predicted_ms: float,
+           cache_n: int = 0) -> Timings:
+        """Timings from counts and durations; a rate over no tokens or no time is 0."""
+        return cls(cache_n=cache_n, prompt_n=prompt_n, prompt_ms=prompt_ms,
+                   prompt_per_token_ms=prompt_ms / prompt_n if prompt_n else 0.0,
+                   prompt_per_second=prompt_n * 1000.0 / prompt_ms if prompt_ms > 0 else 0.0,
+                   predicted_n=predicted_n, predicted_ms=predicted_ms,
+                   predicted_per_token_ms=predicted_ms / predicted_n if predicted_n else 0.0,
+                   predicted_per_second=predicted_n * 1000.0 / predicted_ms if predicted_ms > 0 else 0.0)
+
+
+# -- logprobs ---------------------------------------------------------------------------------------
+
+class TopLogprob(WireStruct, kw_only=True):
+    """One alternative at a position (OpenAI ``top_logprobs[]``): natural-log probability, UTF-8 bytes."""
+
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+class ChatTokenLogprob(WireStruct, kw_only=True):
+    """One generated token (OpenAI ``logprobs.content[]``): ``token`` is its text (invalid UTF-8 as
+    U+FFFD), ``bytes`` its raw bytes, ``logprob`` natural log, from the raw logits.
+
+    With ``return_signals`` (skippy extension) also ``entropy`` and ``margin``
+    (nats, from the raw logits: the distribution's entropy and the top-1 minus
+    top-2 logit gap).
+    """
+
+    token: str
+    logprob: float
+    bytes: list[int]
+    top_logprobs: list[TopLogprob]
+    entropy: float | None | UnsetType = UNSET
+    margin: float | None | UnsetType = UNSET
+
+
+class ChatLogprobs(WireStruct, kw_only=True):
+    """OpenAI chat ``choices[].logprobs``: one entry per generated token."""
+
+    content: list[ChatTokenLogprob]
+
+
+class CompletionLogprobs(WireStruct, kw_only=True):
+    """OpenAI legacy Completions ``choices[].logprobs``: parallel lists, one item per generated token.
+
+    ``top_logprobs[i]`` maps token text to natural-log probability for the
+    ``logprobs`` most likely tokens; ``text_offset`` is always empty here.
+    """
+
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]]
+    text_offset: list[int] = msgspec.field(default_factory=list)
+
+
+# -- chat.completion --------------------------------------------------------------------------------
+
+class FunctionCall(WireStruct, kw_only=True):
+    """``name`` and ``arguments`` (a JSON object serialised as text) of a tool call."""
+
+    name: str
+    arguments: str
+
+
+class ToolCall(WireStruct, kw_only=True):
+    """OpenAI ``message.tool_calls[]``."""
+
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ChatMessage(WireStruct, kw_only=True):
+    """The assistant message of a ``chat.completion`` (OpenAI ``choices[].message``).
+
+    ``content`` is null when the model only called tools; ``reasoning_content``
+    (llama-server / DeepSeek extension) and ``tool_calls`` are present only when
+    not empty.
+    """
+
+    role: Literal["assistant"] = "assistant"
+    content: str | None
+    reasoning_content: str | UnsetType = UNSET
+    tool_calls: list[ToolCall] | UnsetType = UNSET
+
+
+class ChatChoice(WireStruct, kw_only=True):
+    """OpenAI ``chat.completion`` ``choices[]``; ``finish_reason`` is ``stop``, ``length``, ``tool_calls``
+    or a hook policy's stop reason."""
+
+    index: int = 0
+    message: ChatMessage
+    logprobs: ChatLogprobs | None = None
+    finish_reason: str
+
+
+class ChatCompletion(WireStruct, kw_only=True):
+    """OpenAI ``chat.completion`` (plus llama-server ``timings``)."""
+
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    system_fingerprint: str = SYSTEM_FINGERPRINT
+    choices: list[ChatChoice]
+    usage: Usage
+    timings: Timings
+
+
+# -- chat.completion.chunk --------------------------------------------------------------------------
+
+class FunctionCallDelta(WireStruct, kw_only=True):
+    """A tool call's function fragment: ``name`` in its first delta, then ``arguments`` text to append."""
+
+    name: str | UnsetType = UNSET
+    arguments: str = ""
+
+
+class ToolCallDelta(WireStruct, kw_only=True):
+    """OpenAI ``delta.tool_calls[]``: the first fragment of a call carries ``id`` and ``type``."""
+
+    index: int
+    id: str | UnsetType = UNSET
+    type: Literal["function"] | UnsetType = UNSET
+    function: FunctionCallDelta
+
+
+class ChatDelta(WireStruct, kw_only=True):
+    """OpenAI ``choices[].delta``: only the fields this chunk adds (``{}`` on the finish chunk).
+
+    The first chunk of a stream is ``{"role": "assistant", "content": ""}``.
+    """
+
+    role: Literal["assistant"] | UnsetType = UNSET
+    content: str | UnsetType = UNSET
+    reasoning_content: str | UnsetType = UNSET
+    tool_calls: list[ToolCallDelta] | UnsetType = UNSET
+
+
+class ChatChunkChoice(WireStruct, kw_only=True):
+    """OpenAI ``chat.completion.chunk`` ``choices[]``: ``finish_reason`` is null until the last chunk."""
+
+    index: int = 0
+    delta: ChatDelta
+    logprobs: ChatLogprobs | None = None
+    finish_reason: str | None = None
+
+
+class ChatCompletionChunk(WireStruct, kw_only=True):
+    """OpenAI ``chat.completion.chunk``: one SSE ``data`` event of a streamed chat completion.
+
+    Every chunk of a stream has the same ``id`` and ``created``. With
+    ``stream_options.include_usage`` a last chunk has empty ``choices`` and the
+    ``usage`` (and llama-server ``timings``); other chunks have neither.
+    """
+
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    system_fingerprint: str = SYSTEM_FINGERPRINT
+    choices: list[ChatChunkChoice]
+    usage: Usage | UnsetType = UNSET
+    timings: Timings | UnsetType = UNSET
+
+
+# -- text_completion ----------------------------------------------------------------------------------
+
+class CompletionChoice(WireStruct, kw_only=True):
+    """OpenAI legacy Completions ``choices[]``: ``finish_reason`` is null on stream chunks but the last."""
+
+    index: int = 0
+    text: str
+    logprobs: CompletionLogprobs | None = None
+    finish_reason: str | None = None
+
+
+class TextCompletion(WireStruct, kw_only=True):
+    """OpenAI legacy ``text_completion``: the reply, and each SSE chunk of a streamed one.
+
+    A reply has ``usage`` and llama-server ``timings``; stream chunks have
+    neither, except a last chunk (``stream_options.include_usage``) with empty
+    ``choices`` and ``usage``.
+    """
+
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    system_fingerprint: str = SYSTEM_FINGERPRINT
+    choices: list[CompletionChoice]
+    usage: Usage | UnsetType = UNSET
+    timings: Timings | UnsetType = UNSET
+
+
+# -- models, health, llama-server utility routes ------------------------------------------------------
+
+class ModelDetails(WireStruct, kw_only=True):
+    """skippy extension on ``/v1/models`` entries: context per sequence (tokens), training context,
+    vocabulary size, sequence slots."""
+
+    n_ctx: int
+    n_ctx_train: int
+    n_vocab: int
+    parallel: int
+
+
+class Model(WireStruct, kw_only=True):
+    """OpenAI model object."""
+
+    id: str
+    object: Literal["model"] = "model"
+    created: int = 0
+    owned_by: str = "skippy-trio"
+    meta: ModelDetails | UnsetType = UNSET
+
+
+class ModelList(WireStruct, kw_only=True):
+    """OpenAI ``GET /v1/models``."""
+
+    object: Literal["list"] = "list"
+    data: list[Model]
+
+
+class Health(WireStruct, kw_only=True):
+    """llama-server ``GET /health`` once the model is loaded: slot and queue counts."""
+
+    status: Literal["ok"] = "ok"
+    slots_idle: int
+    slots_processing: int
+    requests_waiting: int
+
+
+class TokenPiece(WireStruct, kw_only=True):
+    """llama-server ``/tokenize`` with ``with_pieces``: ``piece`` is text, or the raw bytes when they are
+    not valid UTF-8 on their own."""
+
+    id: int
+    piece: str | list[int]
+
+
+class TokenizeResponse(WireStruct, kw_only=True):
+    """llama-server ``POST /tokenize``: token ids, or :class:`TokenPiece` objects with ``with_pieces``."""
+
+    tokens: list[int | TokenPiece]
+
+
+class DetokenizeResponse(WireStruct, kw_only=True):
+    """llama-server ``POST /detokenize``."""
+
+    content: str
+
+
+class ApplyTemplateResponse(WireStruct, kw_only=True):
+    """llama-server ``POST /apply-template``: the rendered prompt text."""
+
+    prompt: str
+
+
+#: Every top-level response object (for the OpenAPI components).
+RESPONSES: tuple[type[WireStruct], ...] = (
+    ErrorEnvelope, ChatCompletion, ChatCompletionChunk, TextCompletion, ModelList, Health, TokenizeResponse,
+    DetokenizeResponse, ApplyTemplateResponse)

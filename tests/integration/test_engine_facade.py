@@ -1,0 +1,120 @@
+"""The Engine facade embedded in trio, on the real model: what it does around a Generation.
+
+A full queue raises before any iterator exists, a stream closed early cancels
+its sequence, a stop string cancels it too, and ``on_finish`` hooks get the
+FinishInfo of each ending (success, cancelled, denied).
+"""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+import skippy
+from skippy import ChatCompletionRequest, CompletionRequest, EngineConfig, Message
+from skippy.engine.errors import PermissionDenied, QueueFull
+from skippy.engine.hooks.policy import NO_ACTION, Deny
+from skippy.engine.hooks.signals import FinishInfo
+from skippy.models import ensure_model
+
+QUESTION = [Message("system", "You are a helpful assistant."), Message("user", "What is the capital of France?")]
+
+
+class Recorder:
+    """A hook policy that records every on_finish (and denies user ``deny``)."""
+
+    def __init__(self) -> None:
+        self.finished: list[FinishInfo] = []
+        self.seen = trio.Event()
+
+    async def before_chat(self, request):
+        return Deny("no") if request.user == "deny" else NO_ACTION
+
+    async def on_finish(self, request, info):
+        self.finished.append(info)
+        self.seen.set()
+
+
+async def next_finish(policy: Recorder) -> FinishInfo:
+    with trio.fail_after(30):
+        await policy.seen.wait()
+    policy.seen = trio.Event()
+    return policy.finished.pop()
+
+
+async def until_idle(engine) -> None:
+    with trio.fail_after(30):
+        while engine.stats()["slots_processing"] or engine.stats()["requests_waiting"]:
+            await trio.sleep(0.01)
+
+
+@pytest.fixture
+def model() -> str:
+    return str(ensure_model("SmolLM2-135M-Instruct"))
+
+
+async def test_on_finish_success_stop_string_and_denied(model: str) -> None:
+    policy = Recorder()
+    config = EngineConfig(model=model, parallel=2, n_ctx=1024, hook_policy=policy, hooks_default_on=True)
+    async with skippy.open_engine(config) as engine:
+        reply = await engine.chat(ChatCompletionRequest(messages=QUESTION, temperature=0, max_tokens=12))
+        info = await next_finish(policy)
+        assert (info.status, info.finish_reason, info.completion_tokens) == (
+            "success", reply["choices"][0]["finish_reason"], reply["usage"]["completion_tokens"])
+        assert reply["usage"]["injected_tokens"] == 0  # hooks were on for this request
+
+        # a stop string: the sequence is cancelled, the finish is a normal "stop" without the stop text
+        stopped = await engine.chat(ChatCompletionRequest(messages=QUESTION, temperature=0, max_tokens=30,
+                                                          stop=["Paris"]))
+        assert stopped["choices"][0]["finish_reason"] == "stop"
+        assert "Paris" not in stopped["choices"][0]["message"]["content"]
+        info = await next_finish(policy)
+        assert (info.status, info.finish_reason) == ("success", "stop")
+        await until_idle(engine)
+
+        with pytest.raises(PermissionDenied):
+            await engine.chat(ChatCompletionRequest(messages=QUESTION, user="deny", max_tokens=4))
+        assert (await next_finish(policy)).status == "denied"
+
+
+async def test_a_stream_closed_early_cancels_its_sequence(model: str) -> None:
+    policy = Recorder()
+    config = EngineConfig(model=model, parallel=1, n_ctx=1024, hook_policy=policy, hooks_default_on=True)
+    async with skippy.open_engine(config) as engine:
+        no_end = {str(t): -100.0 for t in engine.meta.eog_ids}  # the model cannot end before max_tokens
+        req = ChatCompletionRequest(messages=[Message("user", "Write a long story about a lighthouse.")],
+                                    temperature=0, max_tokens=400, logit_bias=no_end)
+        chunks = await engine.chat_stream(req)
+        got = 0
+        async for chunk in chunks:
+            got += bool(chunk["choices"] and chunk["choices"][0]["delta"].get("content"))
+            if got == 3:
+                break
+        await chunks.aclose()  # what the HTTP layer does when the client goes away
+        info = await next_finish(policy)
+        assert info.status == "cancelled" and 3 <= info.completion_tokens < 400
+        await until_idle(engine)
+        assert engine.scheduler.stats().tokens_predicted_total < 100  # stopped, not decoded to 400 tokens
+        # the freed slot serves the next request
+        reply = await engine.chat(ChatCompletionRequest(messages=QUESTION, temperature=0, max_tokens=4))
+        assert reply["usage"]["completion_tokens"] == 4
+
+
+async def test_a_full_queue_raises_before_any_iterator(model: str) -> None:
+    config = EngineConfig(model=model, parallel=1, n_ctx=512, max_queue=1)
+    async with skippy.open_engine(config) as engine:
+        long = ChatCompletionRequest(messages=[Message("user", "Write a long story.")], max_tokens=300)
+        running = await engine.chat_stream(long)
+        waiting = await engine.chat_stream(long)
+        with trio.fail_after(30):  # one sequence in the only slot, one in the queue of one
+            while engine.stats() != {"slots_idle": 0, "slots_processing": 1, "requests_waiting": 1}:
+                await trio.sleep(0.01)
+        with pytest.raises(QueueFull):
+            await engine.completion_stream(CompletionRequest(prompt="Hello", max_tokens=4, echo=True))
+        with pytest.raises(QueueFull):
+            await engine.chat_stream(long)
+        with pytest.raises(QueueFull):
+            await engine.chat(long)
+        await waiting.aclose()
+        await running.aclose()
+        await until_idle(engine)

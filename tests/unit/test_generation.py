@@ -1,0 +1,316 @@
+"""Generation (sans-IO): hand-made scheduler events against a tiny fake vocabulary, no model, no event loop."""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+import pytest
+
+from skippy.engine.chat.emulation import EarlyStop
+from skippy.engine.chat.formats.base import ContentParser
+from skippy.engine.chat.formats.emulated import EmulatedToolParser
+from skippy.engine.errors import EngineClosed
+from skippy.engine.output.generation import Done, Generation, GenerationError, Piece
+from skippy.engine.output.responses import ChatReply, TextReply
+from skippy.engine.sampling.params import SamplingParams
+from skippy.engine.scheduling.events import FinishEvent, TokenEvent, TopLogprob
+
+PIECES = {
+    1: b"Hello",
+    2: b" wor",
+    3: b"ld",
+    4: b" EN",
+    5: b"D",
+    6: b" more",
+    7: b"\xc3",  # the first byte of "\xc3\xa9" (e-acute): invalid UTF-8 alone
+    8: b"\xa9",
+    9: b"TOOL_CALL ",
+    10: b'{"name": "get_weather", "arguments": {"city": "Paris"}}',
+    11: b"\nThe end",
+    12: b"",  # a control token: renders as nothing
+}
+CALL = [9, 10, 11]
+
+
+def piece(token: int) -> bytes:
+    return PIECES[token]
+
+
+def make(prompt: list[int] | None = None, *, logprobs: bool = False, stops=(),
+         parser=None, early_stop=None, **kw) -> Generation:
+    params = SamplingParams(logprobs=logprobs, top_logprobs=2 if logprobs else 0)
+    return Generation(7, prompt or [100, 101, 102, 103], params, 32, piece=piece, parser=parser or ContentParser(), stops=stops,
+                      early_stop=early_stop, **kw)
+
+
+def finish(reason: str = "stop", n: int = 0, **kw) -> FinishEvent:
+    kw.setdefault("prompt_ms", 40.0)
+    kw.setdefault("predicted_ms", 100.0)
+    return FinishEvent(reason, prompt_tokens=4, completion_tokens=n, **kw)
+
+
+def run(gen: Generation, tokens: list[int], end: FinishEvent | None = None) -> tuple[str, Done, list[bool]]:
+    """Feed ``tokens`` then ``end``; the sent text, the Done, and wants_cancel after each token."""
+    text, cancels = [], []
+    for t in tokens:
+        item = gen.feed(TokenEvent(t))
+        cancels.append(gen.wants_cancel)
+        if item is not None:
+            assert isinstance(item, Piece)
+            text += [d.content for d in item.deltas]
+    done = gen.feed(end or finish(n=len(tokens)))
+    assert isinstance(done, Done)
+    text += [d.content for d in done.deltas]
+    return "".join(text), done, cancels
+
+
+def test_the_submitted_request_carries_the_generation_settings() -> None:
+    gen = make([1, 2, 3], hooks=True, signals=True, hook_request="req", cache_key="k", cache_prompt=False)
+    r = gen.request
+    assert (r.rid, list(r.prompt), r.max_tokens, r.hooks, r.signals, r.request, r.cache_key, r.cache_prompt) == (
+        7, [1, 2, 3], 32, True, True, "req", "k", False)
+
+
+def test_eog_stop_sends_every_token_and_reports_stop() -> None:
+    text, done, cancels = run(make(), [1, 2, 3])
+    assert text == "Hello world" and done.message.content == "Hello world"
+    assert done.finish_reason == "stop" and not any(cancels)
+
+
+def test_a_stop_string_asks_to_cancel_once_and_its_text_is_never_sent() -> None:
+    gen = make(stops=["END"])
+    sent = []
+    for t in [1, 4]:  # "EN" may start "END": held back
+        item = gen.feed(TokenEvent(t))
+        sent += [d.content for d in item.deltas] if item else []
+        assert not gen.wants_cancel
+    assert "".join(sent) == "Hello "
+    item = gen.feed(TokenEvent(5))  # "D" completes the stop string
+    assert gen.wants_cancel and (item is None or not item.deltas)
+    assert gen.feed(TokenEvent(6)) is None  # decoded before the cancel took effect: dropped, not counted
+    assert not gen.wants_cancel and gen.completion_tokens == 3
+    done = gen.feed(finish("cancelled", n=4))  # the cancel's finish is a normal stop
+    assert isinstance(done, Done) and done.finish_reason == "stop"
+    assert done.deltas == [] and done.message.content == "Hello "  # neither the held "EN" nor " more"
+    assert done.usage.completion_tokens == 3
+    assert gen.finish_info.status == "success" and gen.finish_info.finish_reason == "stop"
+
+
+def test_held_back_text_that_was_not_a_stop_is_sent_at_the_end() -> None:
+    text, done, _ = run(make(stops=["END"]), [1, 4], finish("length", n=2))
+    assert text == "Hello EN" and done.finish_reason == "length"
+
+
+def test_length_finish_and_a_split_utf8_character() -> None:
+    gen = make()
+    assert gen.feed(TokenEvent(7)) is None  # half a character: nothing to send yet, but counted
+    item = gen.feed(TokenEvent(8))
+    assert [d.content for d in item.deltas] == ["é"]
+    done = gen.feed(finish("length", n=2))
+    assert done.finish_reason == "length" and done.usage.completion_tokens == 2
+
+
+def test_tool_calls_finish_and_the_early_stop_rule() -> None:
+    allowed = {"get_weather"}
+    gen = make(parser=EmulatedToolParser(allowed), early_stop=EarlyStop(allowed, True))
+    _, done, cancels = run(gen, CALL, finish("cancelled", n=3))
+    assert cancels[-1]  # "\nThe end" after the call: the rule ends the generation
+    assert done.finish_reason == "tool_calls"
+    [call] = done.message.tool_calls
+    assert call.name == "get_weather" and json.loads(call.arguments) == {"city": "Paris"}
+    assert "The end" not in done.message.content
+
+
+def test_a_hook_stop_reason_is_kept_even_with_tool_calls() -> None:
+    allowed = {"get_weather"}
+    gen = make(parser=EmulatedToolParser(allowed), hooks=True)
+    _, done, _ = run(gen, CALL[:2], finish("policy_stop", n=2, stopped_by_hook=True, injected_tokens=3))
+    assert done.message.tool_calls and done.finish_reason == "policy_stop"
+    info = gen.finish_info
+    assert (info.status, info.finish_reason, info.completion_tokens, info.injected_tokens) == (
+        "success", "policy_stop", 2, 3)
+
+
+def test_an_error_finish_raises_and_reports_the_error() -> None:
+    gen = make()
+    gen.feed(TokenEvent(1))
+    with pytest.raises(GenerationError) as err:
+        gen.feed(finish("error", n=1, error="llama_decode returned -1"))
+    assert err.value.status == 500 and "llama_decode returned -1" in err.value.message
+    assert gen.finished
+    assert (gen.finish_info.status, gen.finish_info.error, gen.finish_info.completion_tokens) == (
+        "error", "llama_decode returned -1", 1)
+
+
+def test_a_cancelled_finish_nobody_asked_for_means_the_engine_stopped() -> None:
+    gen = make()
+    with pytest.raises(EngineClosed):
+        gen.feed(finish("cancelled"))
+    assert gen.finish_info.status == "error" and gen.finish_info.error == "engine stopped"
+
+
+def test_abandon_reports_cancelled_with_the_tokens_so_far() -> None:
+    gen = make()
+    gen.feed(TokenEvent(1))
+    gen.feed(TokenEvent(2))
+    assert gen.finish_info.status == "cancelled"  # until it ends
+    info = gen.abandon()
+    assert (info.status, info.completion_tokens) == ("cancelled", 2) and gen.finished
+
+
+def test_usage_and_timings_count_cached_and_injected_tokens() -> None:
+    # 10 prompt tokens, the last 2 appended by a before_chat hook; 6 came from the prefix cache
+    gen = make(list(range(10)), hooks=True, injected=2)
+    _, done, _ = run(gen, [1, 2, 3], finish("stop", n=3, cached_tokens=6, injected_tokens=5,
+                                            prompt_ms=20.0, predicted_ms=300.0))
+    u = done.usage
+    assert (u.prompt_tokens, u.completion_tokens, u.total_tokens) == (8, 3, 11)
+    assert u.prompt_tokens_details.cached_tokens == 6 and u.injected_tokens == 7
+    t = done.timings
+    assert (t.cache_n, t.prompt_n, t.predicted_n) == (6, 2, 3)
+    assert (t.prompt_ms, t.prompt_per_token_ms, t.prompt_per_second) == (20.0, 10.0, 100.0)
+    assert (t.predicted_ms, t.predicted_per_token_ms, t.predicted_per_second) == (300.0, 100.0, 10.0)
+    assert gen.finish_info.injected_tokens == 7
+
+
+def test_usage_has_no_injected_tokens_when_hooks_are_off() -> None:
+    _, done, _ = run(make(), [1], finish("stop", n=1, prompt_ms=0.0, predicted_ms=0.0))
+    usage = json.loads(msgspec.json.encode(done.usage))
+    assert usage == {"prompt_tokens": 4, "completion_tokens": 1, "total_tokens": 5,
+                     "prompt_tokens_details": {"cached_tokens": 0}}
+    assert done.timings.prompt_per_second == 0.0 and done.timings.predicted_per_token_ms == 0.0
+
+
+def test_stopped_before_generating() -> None:
+    gen = make(hooks=True)
+    done = gen.stopped_before("policy_says_no")
+    assert done.finish_reason == "policy_says_no" and done.message.content == ""
+    assert (done.usage.prompt_tokens, done.usage.completion_tokens, done.usage.injected_tokens) == (4, 0, 0)
+    assert gen.finished and gen.finish_info.finish_reason == "policy_says_no"
+
+
+# -- logprobs ---------------------------------------------------------------------------------------
+
+def lp_event(token: int, lp: float, alts: list[tuple[int, float]], entropy=1.5, margin=0.25) -> TokenEvent:
+    return TokenEvent(token, logprob=lp, top=tuple(TopLogprob(t, v) for t, v in alts), entropy=entropy,
+                      margin=margin)
+
+
+def test_with_logprobs_every_accepted_token_is_a_piece() -> None:
+    gen = make(logprobs=True)
+    first = lp_event(7, -0.5, [(7, -0.5), (1, -1.0)])
+    item = gen.feed(first)
+    assert isinstance(item, Piece) and item.deltas == [] and item.tokens == [first]
+    second = lp_event(8, -0.1, [])
+    assert gen.feed(second).tokens == [second]
+    done = gen.feed(finish(n=2))
+    assert done.tokens == [first, second]
+
+
+def test_chat_logprobs_shape_with_and_without_signals() -> None:
+    ev = lp_event(7, -0.5, [(7, -0.5), (1, -1.25)])
+    plain = json.loads(msgspec.json.encode(make(logprobs=True).chat_logprobs([ev])))
+    assert plain == {"content": [{"token": "\ufffd", "logprob": -0.5, "bytes": [0xC3], "top_logprobs": [
+        {"token": "\ufffd", "logprob": -0.5, "bytes": [0xC3]},
+        {"token": "Hello", "logprob": -1.25, "bytes": list(b"Hello")}]}]}
+    signals = json.loads(msgspec.json.encode(make(logprobs=True, signals=True).chat_logprobs([ev])))
+    entry = signals["content"][0]
+    assert entry["entropy"] == 1.5 and entry["margin"] == 0.25
+    assert {k: v for k, v in entry.items() if k not in ("entropy", "margin")} == plain["content"][0]
+
+
+def test_legacy_logprobs_shape() -> None:
+    evs = [lp_event(1, -0.5, [(1, -0.5), (2, -2.0)]), lp_event(3, -0.25, [(3, -0.25)])]
+    out = json.loads(msgspec.json.encode(make(logprobs=True).legacy_logprobs(evs)))
+    assert out == {"tokens": ["Hello", "ld"], "token_logprobs": [-0.5, -0.25],
+                   "top_logprobs": [{"Hello": -0.5, " wor": -2.0}, {"ld": -0.25}], "text_offset": []}
+
+
+# -- replies ----------------------------------------------------------------------------------------
+
+def encode(obj) -> dict:
+    return json.loads(msgspec.json.encode(obj))
+
+
+def test_chat_stream_chunks() -> None:
+    gen = make(logprobs=True)
+    reply = ChatReply("m", gen, logprobs=True, include_usage=True, created=5)
+    chunks = [encode(c) for c in reply.first_chunks()]
+    ev = lp_event(1, -0.5, [])
+    chunks += [encode(c) for c in reply.chunks(gen.feed(ev))]
+    chunks += [encode(c) for c in reply.chunks(gen.feed(finish(n=1)))]
+    head = {"id": reply.id, "object": "chat.completion.chunk", "created": 5, "model": "m",
+            "system_fingerprint": "skippy-trio"}
+    assert reply.id.startswith("chatcmpl-")
+    assert [{k: c[k] for k in head} for c in chunks] == [head] * 4
+    assert chunks[0]["choices"] == [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                                     "finish_reason": None}]
+    assert chunks[1]["choices"][0]["delta"] == {"content": "Hello"}
+    assert chunks[1]["choices"][0]["logprobs"]["content"][0]["token"] == "Hello"
+    assert chunks[2]["choices"] == [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}]
+    assert chunks[3]["choices"] == [] and chunks[3]["usage"]["completion_tokens"] == 1
+    assert chunks[3]["timings"]["predicted_n"] == 1
+    assert "usage" not in chunks[2] and "timings" not in chunks[0]
+
+
+def test_a_streamed_tool_call_delta() -> None:
+    allowed = {"get_weather"}
+    gen = make(parser=EmulatedToolParser(allowed))
+    reply = ChatReply("m", gen)
+    deltas = []
+    for t in CALL[:2]:
+        item = gen.feed(TokenEvent(t))
+        deltas += [c.choices[0].delta for c in reply.chunks(item)] if item else []
+    deltas += [c.choices[0].delta for c in reply.chunks(gen.feed(finish(n=2)))]
+    calls = [encode(d)["tool_calls"] for d in deltas if "tool_calls" in d]
+    first = calls[0][0]
+    assert first["index"] == 0 and first["type"] == "function" and first["id"]
+    assert first["function"]["name"] == "get_weather"
+    args = "".join(c[0]["function"]["arguments"] for c in calls)
+    assert json.loads(args) == {"city": "Paris"}
+    assert all("id" not in c[0] and "type" not in c[0] for c in calls[1:])
+    assert encode(deltas[-1]) == {}
+
+
+def test_chat_completion_message_and_null_content() -> None:
+    allowed = {"get_weather"}
+    gen = make(parser=EmulatedToolParser(allowed))
+    _, done, _ = run(gen, CALL[:2])
+    out = encode(ChatReply("m", gen, created=1).completion(done))
+    choice = out["choices"][0]
+    assert choice["message"]["role"] == "assistant" and choice["message"]["content"] is None
+    assert "reasoning_content" not in choice["message"]
+    assert choice["message"]["tool_calls"][0]["type"] == "function"
+    assert choice["logprobs"] is None and choice["finish_reason"] == "tool_calls"
+    assert out["object"] == "chat.completion" and set(out) == {
+        "id", "object", "created", "model", "system_fingerprint", "choices", "usage", "timings"}
+
+
+def test_text_replies_echo_and_usage_chunk_without_timings() -> None:
+    gen = make(logprobs=True)
+    reply = TextReply("m", gen, prompt_text="Say:", echo=True, logprobs=True, include_usage=True, created=1)
+    chunks = [encode(c) for c in reply.first_chunks()]
+    chunks += [encode(c) for c in reply.chunks(gen.feed(lp_event(1, -0.5, [])))]
+    done = gen.feed(finish(n=1))
+    chunks += [encode(c) for c in reply.chunks(done)]
+    assert [c["choices"][0]["text"] for c in chunks[:3]] == ["Say:", "Hello", ""]
+    assert chunks[1]["choices"][0]["logprobs"]["tokens"] == ["Hello"]
+    assert chunks[2]["choices"][0]["finish_reason"] == "stop" and chunks[2]["choices"][0]["logprobs"] is None
+    assert chunks[3]["choices"] == [] and "usage" in chunks[3] and "timings" not in chunks[3]
+    full = encode(reply.completion(done))
+    assert full["choices"][0]["text"] == "Say:Hello" and full["choices"][0]["logprobs"]["tokens"] == ["Hello"]
+    assert full["object"] == "text_completion" and "timings" in full
+
+
+def test_replies_read_like_the_dicts_they_encode_to() -> None:
+    gen = make()
+    _, done, _ = run(gen, [1])
+    reply = ChatReply("m", gen).completion(done)
+    assert reply["choices"][0]["message"]["content"] == "Hello"
+    assert reply["usage"]["completion_tokens"] == 1
+    assert "injected_tokens" not in reply["usage"] and reply["usage"].get("injected_tokens", 0) == 0
+    with pytest.raises(KeyError):
+        reply["usage"]["injected_tokens"]
+    finish_chunk = ChatReply("m", gen).chunks(done)[-1]
+    assert not finish_chunk["choices"][0]["delta"] and finish_chunk["choices"][0]["delta"].get("content", "") == ""
