@@ -502,7 +502,8 @@ def summarize(w: dict) -> dict:
 
 def print_tables(summaries: list[dict], targets: list[tuple], arms: list[Arm]) -> str:
     lines = ["| arm | workload | c | ok / n | connect err | other err | connect p50/p99 ms | headers p50/p99 ms "
-             "| TTFT p50/p99 ms | ITL p50/p99 ms | e2e p50/p99 s | prompt / cached tok p50 | tokens | out tok/s | wall s | probe | "
+             "| TTFT p50/p99 ms | ITL p50/p99 ms | e2e p50/p99 s | prompt / cached tok p50 | tokens | out tok/s "
+             "| wall s | probe | "
              "probe p50/p99/max-ok ms (ok/n) | other CPU |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
     for s in summaries:
@@ -514,7 +515,8 @@ def print_tables(summaries: list[dict], targets: list[tuple], arms: list[Arm]) -
             f"| {fmt(s['headers_p50'])}/{fmt(s['headers_p99'])} | {fmt(s['ttft_p50'])}/{fmt(s['ttft_p99'])} "
             f"| {fmt(s['itl_p50'], 1e3, 1)}/{fmt(s['itl_p99'], 1e3, 1)} "
             f"| {fmt(s['e2e_p50'], 1, 2)}/{fmt(s['e2e_p99'], 1, 2)} "
-            f"| {s['prompt_tokens'] or '-'} / {s['cached_tokens'] if s['cached_tokens'] >= 0 else '-'} | {s['tokens']} | {s['tok_per_s']:.1f} "
+            f"| {s['prompt_tokens'] or '-'} / {s['cached_tokens'] if s['cached_tokens'] >= 0 else '-'} "
+            f"| {s['tokens']} | {s['tok_per_s']:.1f} "
             f"| {s['wall']:.1f} | {s['probe_path'] or '-'} | {probe} | {s['other_cpu']:.2f} |")
     lines += ["", "| target | value | baseline | ratio | target | met |", "|---|---:|---:|---:|---|---|"]
     for row in targets:
@@ -582,7 +584,7 @@ def targets(summaries: list[dict], waves: list[dict], args, cache_note: str) -> 
                      fmt(off["ttft_p50"]), f"{r:.2f}", "<= 0.25x", "yes" if r <= 0.25 else "NO"))
         won = next(w for w in waves if w["arm"] == sk and w["workload"] == "multiturn")
         woff = next(w for w in waves if w["arm"] == sk + "-nocache" and w["workload"] == "multiturn")
-        same = sum(a["text"] == b["text"] for a, b in zip(won["requests"], woff["requests"]))
+        same = sum(a["text"] == b["text"] for a, b in zip(won["requests"], woff["requests"], strict=False))
         rows.append(("multi-turn turn-2 greedy output identical, cache on vs off", f"{same}/{len(won['requests'])}",
                      "", "", "all", "yes" if same == len(won["requests"]) else "NO"))
     else:

@@ -111,7 +111,8 @@ def raw_baseline(model: str) -> list[dict]:
     try:
         m = rt.meta
         tmpl = ChatTemplate(m.chat_template, bos_token=m.bos_token, eos_token=m.eos_token)
-        prompts = [rt.vocab.tokenize(tmpl.render([{"role": "user", "content": p}]), add_special=True, parse_special=True)
+        prompts = [rt.vocab.tokenize(tmpl.render([{"role": "user", "content": p}]), add_special=True,
+                                     parse_special=True)
                    for p in PROMPTS[:LEVELS[-1]]]
         raw_decode_tps(rt, prompts[0])  # warm-up
         out = []
@@ -146,7 +147,7 @@ async def stream_one(client: httpx.AsyncClient, prompt: str) -> dict:
         raise RuntimeError(f"stream for {prompt!r} ended without usage or content (usage={usage})")
     n = usage["completion_tokens"]
     return {"tokens": n, "ttft": times[0], "tpot": (times[-1] - times[0]) / max(1, n - 1),
-            "itl": [b - a for a, b in zip(times, times[1:])]}
+            "itl": [b - a for a, b in zip(times, times[1:], strict=False)]}
 
 
 async def wave(client: httpx.AsyncClient, c: int, pids: list[int]) -> dict:
@@ -186,7 +187,8 @@ async def server_waves(model: str) -> list[dict]:
            "--parallel", str(PARALLEL), "--threads", str(THREADS)]
     with open(OUT / "server.log", "wb") as log:
         async with trio.open_nursery() as nursery:
-            proc = await nursery.start(partial(trio.run_process, cmd, stdout=log, stderr=subprocess.STDOUT, check=False))
+            proc = await nursery.start(partial(trio.run_process, cmd, stdout=log, stderr=subprocess.STDOUT,
+                                               check=False))
             try:
                 async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=600) as client:
                     await wait_healthy(client, proc)
@@ -213,18 +215,21 @@ def main() -> None:
     for c in LEVELS:
         ws = [w for w in waves if w["c"] == c]
         reqs = [r for w in ws for r in w["requests"]]
-        levels[c] = {"aggregate": st.median(w["aggregate"] for w in ws), "ttft_ms": 1e3 * st.median(r["ttft"] for r in reqs),
+        levels[c] = {"aggregate": st.median(w["aggregate"] for w in ws),
+                     "ttft_ms": 1e3 * st.median(r["ttft"] for r in reqs),
                      "itl_ms": 1e3 * st.median(x for r in reqs for x in r["itl"]),
                      "tpot_ms": 1e3 * st.median(r["tpot"] for r in reqs), "tokens": st.mean(r["tokens"] for r in reqs),
                      "other_cpu": max(w["other_cpu"] for w in ws)}
-    raw_tps, single = st.median(r["tps"] for r in raw), st.median(1 / w["requests"][0]["tpot"] for w in waves if w["c"] == 1)
+    raw_tps = st.median(r["tps"] for r in raw)
+    single = st.median(1 / w["requests"][0]["tpot"] for w in waves if w["c"] == 1)
     ratio, scale = single / raw_tps, levels[LEVELS[-1]]["aggregate"] / levels[1]["aggregate"]
     raw_batched = st.median(r["tps_batched"] for r in raw)
     batched_ratio = levels[LEVELS[-1]]["aggregate"] / raw_batched
     runs = ", ".join(f"{r['tps']:.1f}" for r in raw)
     print(f"\nraw decode tok/s per run: {runs} ({THREADS} threads; "
           f"max other CPU {max(r['other_cpu'] for r in raw):.2f} cores)\n")
-    print("| concurrency | aggregate tok/s | TTFT p50 ms | ITL p50 ms | TPOT p50 ms | completion tokens (mean) | other CPU (max) |")
+    print("| concurrency | aggregate tok/s | TTFT p50 ms | ITL p50 ms | TPOT p50 ms | completion tokens (mean) "
+          "| other CPU (max) |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for c, v in levels.items():
         print(f"| {c} | {v['aggregate']:.1f} | {v['ttft_ms']:.0f} | {v['itl_ms']:.1f} | {v['tpot_ms']:.1f} "
@@ -234,7 +239,8 @@ def main() -> None:
             ("server single-stream TTFT ms", f"{levels[1]['ttft_ms']:.0f}", "", ""),
             ("server / raw", f"{ratio:.2f}", ">= 0.90", "yes" if ratio >= 0.90 else "NO"),
             (f"aggregate c{LEVELS[-1]} / c1", f"{scale:.2f}", ">= 1.6", "yes" if scale >= 1.6 else "NO"),
-            (f"raw batched decode tok/s (llama.cpp, {LEVELS[-1]} sequences, prefill included)", f"{raw_batched:.1f}", "", ""),
+            (f"raw batched decode tok/s (llama.cpp, {LEVELS[-1]} sequences, prefill included)", f"{raw_batched:.1f}",
+             "", ""),
             (f"raw batched c{LEVELS[-1]} / raw c1 (what llama.cpp allows)", f"{raw_batched / raw_tps:.2f}", "", ""),
             (f"server c{LEVELS[-1]} aggregate / raw batched", f"{batched_ratio:.2f}", "(info)", "")]
     print("\n| measure | value | target | ok |\n|---|---:|---|---|")
@@ -247,7 +253,8 @@ def main() -> None:
                                 "levels": levels, "waves": waves, "summary": {
                                     "raw_tps": raw_tps, "single_tps": single, "server_over_raw": ratio,
                                     "c16_over_c1": scale,
-                                    "raw_batched_tps": raw_batched, "server_over_raw_batched": batched_ratio}}, indent=1))
+                                    "raw_batched_tps": raw_batched, "server_over_raw_batched": batched_ratio}},
+                              indent=1))
     print(f"\nresults: {path}")
 
 

@@ -62,7 +62,8 @@ def idle(url: str) -> bool:
 def greedy_batch(url: str) -> list[str]:
     def one(prompt: str) -> str:
         body = {"messages": [SYSTEM, {"role": "user", "content": prompt}], "temperature": 0, "max_tokens": 48}
-        return httpx.post(url + "/v1/chat/completions", json=body, timeout=600).json()["choices"][0]["message"]["content"]
+        reply = httpx.post(url + "/v1/chat/completions", json=body, timeout=600).json()
+        return reply["choices"][0]["message"]["content"]
 
     with concurrent.futures.ThreadPoolExecutor(len(PROMPTS)) as pool:
         return list(pool.map(one, PROMPTS))

@@ -422,7 +422,8 @@ async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None) -
         evaluator = HookEvaluator(policy, timeout=config.hook_timeout, fail_closed=config.hook_fail_closed)
     signal_config = SignalConfig(window=config.signal_window, high_entropy_threshold=config.high_entropy_threshold)
     scheduler = DecodeScheduler(runtime, step_tokens=config.step_tokens, max_queue=config.max_queue,
-                                hooks=evaluator.inbox if evaluator else None, signal_config=signal_config, prefix_cache=config.prefix_cache)
+                                hooks=evaluator.inbox if evaluator else None, signal_config=signal_config,
+                                prefix_cache=config.prefix_cache)
     try:
         async with trio.open_nursery() as nursery:
             engine = Engine(config, runtime, tokenizer, renderer, scheduler, evaluator, nursery)
@@ -445,7 +446,10 @@ async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None) -
 
 
 def _load_policy(config: EngineConfig) -> Any:
-    """The hook policy: an object, or a ``package.module:factory`` spec; ``ValueError`` when both it and a URL are set."""
+    """The hook policy: an object, or a ``package.module:factory`` spec.
+
+    Raises ``ValueError`` when both it and a hook URL are set.
+    """
     if config.hook_policy is not None and config.hook_url:
         raise ValueError("set either a hook policy or a hook URL, not both")
     if isinstance(config.hook_policy, str):

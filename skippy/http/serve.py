@@ -162,7 +162,7 @@ async def _worker_serve(app: AppWrapper, config: HypercornConfig, sockets: Socke
             except BaseExceptionGroup as error:
                 _, other_errors = error.split((ShutdownError, KeyboardInterrupt))
                 if other_errors is not None:
-                    raise other_errors
+                    raise other_errors  # noqa: B904 (as in hypercorn's worker_serve, which this copies)
             finally:
                 await context.terminated.set()
                 server_nursery.cancel_scope.deadline = trio.current_time() + config.graceful_timeout

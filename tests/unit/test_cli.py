@@ -105,7 +105,7 @@ def test_readme_flags_table_matches_the_options() -> None:
         if m:
             flags = re.findall(r"`(--[a-z-]+)`", m.group(1))
             envs = re.findall(r"`(SKIPPY_[A-Z_]+)`", m.group(2))
-            for flag, env in zip(flags, envs if len(envs) == len(flags) else envs * len(flags)):
+            for flag, env in zip(flags, envs if len(envs) == len(flags) else envs * len(flags), strict=False):
                 rows[flag] = (env, m.group(3).strip())
     shown = {"True": "on", "False": "off", "None": None}
     for p in _options():

@@ -17,6 +17,7 @@ from skippy.engine.chat.emulation import (
     rewrite_history,
     tool_signature,
 )
+from skippy.engine.chat.formats.base import new_call_id
 from skippy.engine.chat.formats.emulated import EmulatedToolParser
 from skippy.engine.errors import InvalidRequest
 
@@ -149,14 +150,15 @@ def splits(text):
     rng = random.Random(len(text))
     for _ in range(5):
         cuts = sorted(rng.sample(range(1, len(text)), min(len(text) - 1, rng.randint(1, 8))))
-        yield [text[a:b] for a, b in zip([0] + cuts, cuts + [len(text)])]
+        yield [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
 
 
 CASES = {
     "mid_line": ('Let me check. TOOL_CALL {"name": "get_weather", "arguments": {"city": "Paris"}}',
                  "Let me check.", [("get_weather", '{"city": "Paris"}')]),
     "colon": ('TOOL_CALL: {"name": "now", "arguments": {}}', "", [("now", "{}")]),
-    "nested": ('TOOL_CALL {"name": "search", "arguments": {"q": "a {b} \\"}\\" c", "opts": {"deep": [1, {"x": null}]}}}\n'
+    "nested": ('TOOL_CALL {"name": "search", "arguments": {"q": "a {b} \\"}\\" c", '
+               '"opts": {"deep": [1, {"x": null}]}}}\n'
                "done", "done", [("search", '{"q": "a {b} \\"}\\" c", "opts": {"deep": [1, {"x": null}]}}')]),
     "two_calls": ('TOOL_CALL {"name": "get_weather", "arguments": {"city": "Paris"}}\n'
                   'TOOL_CALL {"arguments": {"city": "Rome", "days": 2}, "name": "get_weather"}',
@@ -200,7 +202,7 @@ def test_ids_minted_once_and_shared():
     msg, deltas = parse(CASES["two_calls"][0], list(CASES["two_calls"][0]), id_factory=None)
     streamed = [tc.id for d in deltas for tc in d.tool_calls if tc.id]
     assert streamed == [c.id for c in msg.tool_calls]
-    msg, deltas = parse(CASES["two_calls"][0], id_factory=__import__("skippy.engine.chat.formats.base").engine.chat.formats.base.new_call_id)
+    msg, deltas = parse(CASES["two_calls"][0], id_factory=new_call_id)
     assert all(re.fullmatch(r"call_[0-9a-f]{24,}", c.id) for c in msg.tool_calls)
     assert len({c.id for c in msg.tool_calls}) == 2
 

@@ -52,7 +52,7 @@ def splits(text: str):
     rng = random.Random(len(text))
     for _ in range(5):
         cuts = sorted(rng.sample(range(1, len(text)), min(len(text) - 1, rng.randint(1, 12))))
-        yield [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])]
+        yield [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
 
 
 WEATHER = ToolCall("call_0", "get_weather", '{"city": "Paris"}')
@@ -77,8 +77,10 @@ KNOWN = [
     ("mistral_small_3_2", {}, 'Sure.[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]f[ARGS]{}',
      ParsedMessage(content="Sure.", tool_calls=(WEATHER, F_EMPTY))),
     ("deepseek_r1", {"thinking_forced_open": True},
-     'Need weather.\n</think>\n\nChecking.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n'
-     '```json\n{"city": "Paris"}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{}\n```'
+     'Need weather.\n</think>\n\nChecking.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function'
+     '<｜tool▁sep｜>get_weather\n'
+     '```json\n{"city": "Paris"}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n'
+     '```json\n{}\n```'
      '<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
      ParsedMessage(content="Checking.", reasoning_content="Need weather.", tool_calls=(WEATHER, F_EMPTY))),
     ("deepseek_v3_1", {}, '<think>hm</think><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>'

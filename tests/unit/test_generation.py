@@ -40,7 +40,8 @@ def piece(token: int) -> bytes:
 def make(prompt: list[int] | None = None, *, logprobs: bool = False, stops=(),
          parser=None, early_stop=None, **kw) -> Generation:
     params = SamplingParams(logprobs=logprobs, top_logprobs=2 if logprobs else 0)
-    return Generation(7, prompt or [100, 101, 102, 103], params, 32, piece=piece, parser=parser or ContentParser(), stops=stops,
+    return Generation(7, prompt or [100, 101, 102, 103], params, 32, piece=piece, parser=parser or ContentParser(),
+                      stops=stops,
                       early_stop=early_stop, **kw)
 
 

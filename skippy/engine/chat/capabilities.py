@@ -103,7 +103,7 @@ def choose_format(history: str, generation_prompt: str, supports_tools: bool) ->
     if re.search(r'<tool_call>\s*\{\s*"name"\s*:', history):
         return "hermes_2_pro"
     if ("<|python_tag|>" in history or "ipython" in history) and re.search(
-            r'\{\s*(?:"type"\s*:\s*"function"\s*,\s*)?"name"\s*:\s*"%s"\s*,\s*"parameters"' % _TOOL_NAME, history):
+            r'\{\s*(?:"type"\s*:\s*"function"\s*,\s*)?"name"\s*:\s*"' + _TOOL_NAME + r'"\s*,\s*"parameters"', history):
         return "llama3_json"
     return "generic" if supports_tools else "content_only"
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import importlib
 import math
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import attrs
 
@@ -105,7 +105,7 @@ class Deny:
     action: ClassVar[str] = "deny"
 
 
-Outcome = Union[NoAction, Inject, Stop, Deny]
+Outcome = NoAction | Inject | Stop | Deny
 
 _ALLOWED: dict[str, tuple[type, ...]] = {
     "before_chat": (NoAction, Inject, Stop, Deny),

@@ -25,8 +25,8 @@ class SamplingParams:
 
     ``logit_bias`` maps token id -> additive bias (OpenAI range -100..100).
     ``grammar`` is GBNF (root rule ``root``), lazy from the first match of
-    ``grammar_lazy_patterns`` when those are given. ``seed`` is always set (a random one when the request gives none), so
-    the same seed and request reproduce the same output.
+    ``grammar_lazy_patterns`` when those are given. ``seed`` is always set (a random
+    one when the request gives none), so the same seed and request reproduce the same output.
     """
 
     temperature: float = 0.8

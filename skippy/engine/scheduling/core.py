@@ -183,7 +183,7 @@ def execute(runtime: Runtime, step: StepPlan) -> list[TokenEvent]:
             lp = token_logprob(raw, tok)
             if spec.top_logprobs:
                 ids, lps = logprobs_top(raw, spec.top_logprobs)
-                top = tuple(TopLogprob(int(t), float(v)) for t, v in zip(ids, lps))
+                top = tuple(TopLogprob(int(t), float(v)) for t, v in zip(ids, lps, strict=True))
         out.append(TokenEvent(tok, lp, top, entropy, margin))
     return out
 
@@ -319,7 +319,7 @@ class SchedulerCore:
                 self._prompt_tokens_total += n
             kv.n_past += n
         outputs: list[Output] = []
-        for spec, ev in zip(step.samples, sampled):
+        for spec, ev in zip(step.samples, sampled, strict=True):
             seq = self._running.get(spec.rid)
             if seq is not None:
                 outputs += self._on_token(seq, ev)

@@ -10,7 +10,7 @@ DeepSeek R1 (and its distills)::
 DeepSeek V3.1::
 
     <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Paris"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>
-"""
+"""  # noqa: E501 (the exact marker text)
 
 import re
 
