@@ -276,6 +276,10 @@ class _Events:
     when it is closed before the end (the client went away), runs
     ``on_finish`` once with the generation's :class:`FinishInfo`, and observes
     TTFT, ITL and end-to-end latency (seconds, trio clock, from submission).
+
+    Dropped without :meth:`aclose` (an embedder's ``break`` out of ``async
+    for``), it closes itself when garbage-collected: the close is handed to the
+    trio loop (``TrioToken.run_sync_soon``), as trio finalizes async generators.
     """
 
     def __init__(self, engine: Engine, gen: Generation, ctx: _HookCtx | None,
@@ -286,7 +290,9 @@ class _Events:
         self._recv = recv
         self._ready: deque[Piece | Done] = deque([done] if done is not None else [])
         self._reported = done is not None  # on_finish already ran (a before_chat Stop)
+        self._closed = False
         self._t_start = self._t_last = trio.current_time()
+        self._token = trio.lowlevel.current_trio_token()
 
     def __aiter__(self) -> _Events:
         return self
@@ -331,12 +337,25 @@ class _Events:
 
     async def aclose(self) -> None:
         """Stop here: an unfinished generation is cancelled (``on_finish`` says ``cancelled``)."""
+        self._close()
+
+    def _close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
         if not self._gen.finished:
             self._gen.abandon()
             self._engine.scheduler.cancel(self._gen.rid)
         self._report()
         if self._recv is not None:
             self._recv.close()
+
+    def __del__(self) -> None:
+        if not self._closed:
+            try:
+                self._token.run_sync_soon(self._close)
+            except trio.RunFinishedError:  # the engine's trio run is over: nothing left to free
+                pass
 
     def rendered(self, head: list[T], render: Callable[[Piece | Done], list[T]]) -> _Rendered[T]:
         """These items as reply objects: ``head`` first, then ``render(item)`` for each item."""

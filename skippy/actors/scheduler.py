@@ -135,6 +135,13 @@ class DecodeScheduler(Actor[SchedulerMsg]):
         finally:
             decode_thread.close()
             self._deliver(self.core.close())
+            while True:  # requests submitted but not yet read from the inbox end too
+                try:
+                    msg = self._inbox.receive_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
+                if isinstance(msg, Submit):
+                    _send(msg.events, FinishEvent("cancelled", len(msg.request.prompt), 0, 0.0, 0.0))
 
     def _drain_inbox(self) -> None:
         while True:
@@ -203,12 +210,14 @@ async def _let_readers_run(readers: list[trio.MemorySendChannel[SeqEvent]]) -> N
     on its channel, or until no other task can run."""
     if not readers:
         return
-    with trio.move_on_after(IDLE_WAIT):
+    quiet = 0  # passes in a row with no other task runnable (trio runs a batch in random order,
+    with trio.move_on_after(IDLE_WAIT):  # so one pass can see a reader's turn still ahead)
         while True:
             await trio.sleep(0)
             readers = [ch for ch in readers if not ch.statistics().tasks_waiting_receive
                        and not _closed(ch)]
-            if not readers or not trio.lowlevel.current_statistics().tasks_runnable:
+            quiet = 0 if trio.lowlevel.current_statistics().tasks_runnable else quiet + 1
+            if not readers or quiet >= 2:
                 return
 
 

@@ -7,6 +7,8 @@ FinishInfo of each ending (success, cancelled, denied).
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 import trio
 
@@ -98,6 +100,30 @@ async def test_a_stream_closed_early_cancels_its_sequence(model: str) -> None:
         # the freed slot serves the next request
         reply = await engine.chat(ChatCompletionRequest(messages=QUESTION, temperature=0, max_tokens=4))
         assert reply["usage"]["completion_tokens"] == 4
+
+
+async def test_a_stream_dropped_without_aclose_cancels_its_sequence(model: str) -> None:
+    # an embedder's ``break`` out of ``async for`` without aclose(): the stream closes itself when collected
+    policy = Recorder()
+    config = EngineConfig(model=model, parallel=1, n_ctx=1024, hook_policy=policy, hooks_default_on=True)
+    async with skippy.open_engine(config) as engine:
+        no_end = {str(t): -100.0 for t in engine.meta.eog_ids}
+        req = ChatCompletionRequest(messages=[Message("user", "Write a long story about a lighthouse.")],
+                                    temperature=0, max_tokens=400, logit_bias=no_end)
+
+        async def read_three() -> None:
+            got = 0
+            async for chunk in await engine.chat_stream(req):
+                got += bool(chunk["choices"] and chunk["choices"][0]["delta"].get("content"))
+                if got == 3:
+                    break
+
+        await read_three()
+        gc.collect()
+        info = await next_finish(policy)
+        assert info.status == "cancelled" and 3 <= info.completion_tokens < 400
+        await until_idle(engine)
+        assert engine.scheduler.stats().tokens_predicted_total < 100
 
 
 async def test_a_full_queue_raises_before_any_iterator(model: str) -> None:

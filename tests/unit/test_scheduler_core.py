@@ -48,6 +48,7 @@ class FakeRuntime:
         self.batches = []
         self.copies = []
         self.samplers = []
+        self.nan_slots: set[int] = set()
         self._out: dict[int, int] = {}  # batch index -> slot, of the last decode
 
     def decode(self, entries):
@@ -63,6 +64,8 @@ class FakeRuntime:
 
     def logits(self, index):
         assert index in self._out
+        if self._out[index] in self.nan_slots:
+            return np.full(N_VOCAB, np.nan, dtype=np.float32)
         x = np.zeros(N_VOCAB, dtype=np.float32)
         x[FILLER] = 3.0
         x[7] = 1.0
@@ -511,3 +514,16 @@ def test_logprobs_and_signals_come_from_the_raw_logits():
     assert [t.token for t in ev.top] == [FILLER, 7]
     assert ev.logprob == pytest.approx(ev.top[0].logprob) and ev.logprob < 0
     assert ev.entropy > 0 and ev.margin == pytest.approx(2.0)
+
+
+def test_non_finite_logits_give_no_numbers_and_fail_no_sequence():
+    rt, core = make(hooks=True, prefix_cache=False)
+    rt.nan_slots = {0}
+    core.add(req(1, [51] * 4, max_tokens=2, hooks=True, signals=True,
+                 params={"logprobs": True, "top_logprobs": 2}))
+    core.add(req(2, [52] * 4, max_tokens=2, params={"logprobs": True}))
+    out = run(rt, core)
+    first = [ev for r, ev in out if r == 1 and isinstance(ev, TokenEvent)]
+    assert len(first) == 2 and all(ev.logprob is None and ev.entropy is None and ev.top == () for ev in first)
+    assert finish_of(out, 1).reason == "length" and finish_of(out, 2).reason == "length"
+    assert all(ev.logprob is not None for r, ev in out if r == 2 and isinstance(ev, TokenEvent))

@@ -167,7 +167,9 @@ def execute(runtime: Runtime, step: StepPlan) -> list[TokenEvent]:
 
     Blocking; runs on the decode thread. Returns one :class:`TokenEvent` per
     ``step.samples`` entry (logprobs and signals from the raw logits when
-    asked). Raises ``RuntimeError`` when llama.cpp refuses the batch.
+    asked; ``None`` when the logits have no finite maximum, so one sequence's
+    NaN logits never fail the others). Raises ``RuntimeError`` when llama.cpp
+    refuses the batch.
     """
     assert step.batch is not None
     runtime.decode(step.batch.entries)
@@ -176,14 +178,21 @@ def execute(runtime: Runtime, step: StepPlan) -> list[TokenEvent]:
         lp = entropy = margin = None
         top: tuple[TopLogprob, ...] = ()
         raw = runtime.logits(spec.index) if spec.top_logprobs is not None or spec.signals else None
+        finite = True
         if raw is not None and spec.signals:
-            entropy, margin = token_signals(raw)
+            try:
+                entropy, margin = token_signals(raw)
+            except ValueError:  # NaN or infinite logits
+                finite = False
         tok = runtime.sample(spec.sampler, spec.index)
-        if raw is not None and spec.top_logprobs is not None:
-            lp = token_logprob(raw, tok)
-            if spec.top_logprobs:
-                ids, lps = logprobs_top(raw, spec.top_logprobs)
-                top = tuple(TopLogprob(int(t), float(v)) for t, v in zip(ids, lps, strict=True))
+        try:
+            if raw is not None and finite and spec.top_logprobs is not None:
+                lp = token_logprob(raw, tok)
+                if spec.top_logprobs:
+                    ids, lps = logprobs_top(raw, spec.top_logprobs)
+                    top = tuple(TopLogprob(int(t), float(v)) for t, v in zip(ids, lps, strict=True))
+        except ValueError:  # NaN or infinite logits: no numbers rather than a failed step for every sequence
+            lp, top = None, ()
         out.append(TokenEvent(tok, lp, top, entropy, margin))
     return out
 
@@ -469,7 +478,7 @@ class SchedulerCore:
             seq.t_first = self._clock()
         if ev.token in self.runtime.meta.eog_ids:
             return [self._finish(seq, "stop")]
-        if seq.window is not None:
+        if seq.window is not None and ev.entropy is not None:  # no signals from non-finite logits
             first = kv.n_generated == 0 and seq.injected == 0
             seq.window.push(ev.token, ev.entropy, ev.margin)  # type: ignore[arg-type]
             n_decoded = kv.n_generated + 1
