@@ -210,14 +210,12 @@ async def _let_readers_run(readers: list[trio.MemorySendChannel[SeqEvent]]) -> N
     on its channel, or until no other task can run."""
     if not readers:
         return
-    quiet = 0  # passes in a row with no other task runnable (trio runs a batch in random order,
-    with trio.move_on_after(IDLE_WAIT):  # so one pass can see a reader's turn still ahead)
+    with trio.move_on_after(IDLE_WAIT):
         while True:
             await trio.sleep(0)
             readers = [ch for ch in readers if not ch.statistics().tasks_waiting_receive
                        and not _closed(ch)]
-            quiet = 0 if trio.lowlevel.current_statistics().tasks_runnable else quiet + 1
-            if not readers or quiet >= 2:
+            if not readers or not trio.lowlevel.current_statistics().tasks_runnable:
                 return
 
 
