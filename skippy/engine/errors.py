@@ -8,6 +8,8 @@ the 4xx classes below.
 
 from __future__ import annotations
 
+from skippy.engine.output.wire import ErrorBody, ErrorEnvelope
+
 
 class EngineError(Exception):
     """Base class. ``status`` is the HTTP status, ``type``/``code`` the OpenAI fields."""
@@ -23,9 +25,9 @@ class EngineError(Exception):
         if code is not None:
             self.code = code
 
-    def envelope(self) -> dict:
+    def envelope(self) -> ErrorEnvelope:
         """OpenAI error envelope: ``{"error": {"message", "type", "param", "code"}}``."""
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+        return ErrorEnvelope(error=ErrorBody(message=self.message, type=self.type, param=self.param, code=self.code))
 
 
 class InvalidRequest(EngineError):

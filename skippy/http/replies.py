@@ -13,6 +13,7 @@ import msgspec
 from quart import Response
 
 from skippy.engine.errors import EngineError
+from skippy.engine.output.wire import ErrorBody, ErrorEnvelope
 
 _json = msgspec.json.Encoder()
 
@@ -25,7 +26,7 @@ def json_response(body: Any, status: int = 200, headers: dict[str, str] | None =
 def error_response(status: int, message: str, type_: str, code: str | None = None, param: str | None = None,
                    headers: dict[str, str] | None = None) -> Response:
     """An OpenAI error envelope with HTTP ``status``."""
-    return json_response({"error": {"message": message, "type": type_, "param": param, "code": code}}, status,
+    return json_response(ErrorEnvelope(error=ErrorBody(message=message, type=type_, param=param, code=code)), status,
                          headers)
 
 

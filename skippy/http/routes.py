@@ -227,10 +227,9 @@ async def completions() -> Response:
 
 async def models() -> Response:
     eng = shared().engine()
-    return json_response({"object": "list", "data": [
-        {"id": eng.model_id, "object": "model", "created": 0, "owned_by": "skippy-trio",
-         "meta": {"n_ctx": eng.meta.n_ctx_seq, "n_ctx_train": eng.meta.n_ctx_train,
-                  "n_vocab": eng.meta.n_vocab, "parallel": eng.meta.n_seq_max}}]})
+    meta = eng.meta
+    return json_response(wire.ModelList(data=[wire.Model(id=eng.model_id, meta=wire.ModelDetails(
+        n_ctx=meta.n_ctx_seq, n_ctx_train=meta.n_ctx_train, n_vocab=meta.n_vocab, parallel=meta.n_seq_max))]))
 
 
 async def health() -> Response:
@@ -240,7 +239,7 @@ async def health() -> Response:
     if app.lifecycle.draining:
         return engine_error_response(ShuttingDown("the server is shutting down"))
     stats = app.state.engine.stats()
-    return json_response({"status": "ok", **(stats if isinstance(stats, dict) else msgspec.to_builtins(stats))})
+    return json_response(wire.Health(**stats))
 
 
 async def openapi_json() -> Response:
@@ -253,15 +252,15 @@ async def tokenize() -> Response:
     eng = app.engine()
     tokens = await eng.tokenizer.tokenize(req.content, add_special=req.add_special, parse_special=req.parse_special)
     if req.with_pieces:
-        out = []
+        out: list[int | wire.TokenPiece] = []
         for t in tokens:
             piece = eng.runtime.vocab.piece(t)
             try:
-                out.append({"id": t, "piece": piece.decode("utf-8")})
+                out.append(wire.TokenPiece(id=t, piece=piece.decode("utf-8")))
             except UnicodeDecodeError:
-                out.append({"id": t, "piece": list(piece)})
-        return json_response({"tokens": out})
-    return json_response({"tokens": tokens})
+                out.append(wire.TokenPiece(id=t, piece=list(piece)))
+        return json_response(wire.TokenizeResponse(tokens=out))
+    return json_response(wire.TokenizeResponse(tokens=list(tokens)))
 
 
 async def detokenize() -> Response:
@@ -272,14 +271,15 @@ async def detokenize() -> Response:
         content = await eng.tokenizer.detokenize(req.tokens)
     except ValueError as exc:
         raise InvalidRequest(str(exc), param="tokens") from exc
-    return json_response({"content": content})
+    return json_response(wire.DetokenizeResponse(content=content))
 
 
 async def apply_template() -> Response:
     app, ctx = shared(), current()
     req = await _body(ApplyTemplateRequest, ctx)
     _check_limits(app.settings, req.messages)
-    return json_response({"prompt": await app.guarded(ctx.deadline, app.engine().apply_template(req.messages))})
+    prompt = await app.guarded(ctx.deadline, app.engine().apply_template(req.messages))
+    return json_response(wire.ApplyTemplateResponse(prompt=prompt))
 
 
 async def props() -> Response:
