@@ -84,6 +84,7 @@ class DecodeScheduler(Actor[SchedulerMsg]):
         self.core = SchedulerCore(runtime, step_tokens=step_tokens, max_queue=max_queue, hooks=hooks is not None,
                                   signal_config=signal_config, prefix_cache=prefix_cache)
         self._events: dict[int, trio.MemorySendChannel[SeqEvent]] = {}
+        self._unread = 0  # Submit messages in the inbox (not yet added to the core)
 
     # -- client side (called from request tasks, same trio thread) ---------------
     def submit(self, request: SeqRequest, events: trio.MemorySendChannel[SeqEvent]) -> None:
@@ -94,6 +95,7 @@ class DecodeScheduler(Actor[SchedulerMsg]):
         if self._n_waiting() >= self.core.max_queue:
             raise QueueFull(f"the queue is full ({self.core.max_queue} requests waiting); retry later")
         self._send.send_nowait(Submit(request, events))
+        self._unread += 1
 
     def cancel(self, rid: int) -> None:
         """Stop request ``rid`` at the next step (no-op when already finished)."""
@@ -107,7 +109,7 @@ class DecodeScheduler(Actor[SchedulerMsg]):
         return attrs.evolve(self.core.stats(), n_waiting=self._n_waiting())
 
     def _n_waiting(self) -> int:
-        return self.core.n_waiting + self._inbox.statistics().current_buffer_used
+        return self.core.n_waiting + self._unread  # queued requests; cancels and verdicts in the inbox are not
 
     # -- the actor ---------------------------------------------------------------
     async def run(self) -> None:
@@ -141,6 +143,7 @@ class DecodeScheduler(Actor[SchedulerMsg]):
                 except (trio.WouldBlock, trio.EndOfChannel):
                     break
                 if isinstance(msg, Submit):
+                    self._unread -= 1
                     _send(msg.events, FinishEvent("cancelled", len(msg.request.prompt), 0, 0.0, 0.0))
 
     def _drain_inbox(self) -> None:
@@ -154,6 +157,7 @@ class DecodeScheduler(Actor[SchedulerMsg]):
     def _handle(self, msg: SchedulerMsg) -> None:
         match msg:
             case Submit(request, events):
+                self._unread -= 1
                 try:
                     self.core.add(request)
                 except QueueFull as exc:  # submit() checked; only a race with the inbox lands here
