@@ -33,7 +33,7 @@ BEFORE = [
     ("--n-ctx INTEGER RANGE", "[env var: SKIPPY_N_CTX; default: 4096; x>=16]", 4096),
     ("--parallel INTEGER RANGE", "[env var: SKIPPY_PARALLEL; default: 8; 1<=x<=256]", 8),
     ("--threads INTEGER RANGE", "[env var: SKIPPY_THREADS; x>=1]", None),
-    ("--flash-attn [on|off|auto]", "[env var: SKIPPY_FLASH_ATTN; default: off]", "off"),
+    ("--flash-attn [on|off|auto]", "[env var: SKIPPY_FLASH_ATTN; default: auto]", "auto"),
     ("--chat-template FILE", "[env var: SKIPPY_CHAT_TEMPLATE]", None),
     ("--chat-template-kwargs JSON", "[env var: SKIPPY_CHAT_TEMPLATE_KWARGS]", None),
     ("--force-tool-emulation", "[env var: SKIPPY_FORCE_TOOL_EMULATION]", False),
@@ -193,14 +193,14 @@ def test_env_vars_and_flags_are_parsed_into_the_settings(serve_recorder: list, t
     template.write_text("{{ messages }}", encoding="utf-8")
     keys = tmp_path / "keys"
     keys.write_text("# keys\nsk-file\nsk-env\n", encoding="utf-8")
-    env = {"SKIPPY_PARALLEL": "4", "SKIPPY_PREFIX_CACHE": "false", "SKIPPY_FLASH_ATTN": "auto",
+    env = {"SKIPPY_PARALLEL": "4", "SKIPPY_PREFIX_CACHE": "false", "SKIPPY_FLASH_ATTN": "on",
            "SKIPPY_HOOK_TIMEOUT": "0.5", "SKIPPY_HOOKS_DEFAULT_ON": "1", "SKIPPY_THREADS": "2",
            "SKIPPY_API_KEY": "sk-env sk-two", "SKIPPY_API_KEY_FILE": str(keys),
            "SKIPPY_CORS_ORIGINS": "https://a.example/,https://b.example", "SKIPPY_CHAT_TEMPLATE": str(template),
            "SKIPPY_CHAT_TEMPLATE_KWARGS": '{"enable_thinking": false}', "SKIPPY_MAX_BODY_BYTES": "2048",
            "SKIPPY_REQUEST_TIMEOUT": "0", "SKIPPY_PORT": "9001", "SKIPPY_LOG_LEVEL": "warning"}
     config, host, port, settings = _run(["--parallel", "2"], env, serve_recorder)  # a flag beats its env var
-    assert (config.parallel, config.prefix_cache, config.flash_attn, config.threads) == (2, False, "auto", 2)
+    assert (config.parallel, config.prefix_cache, config.flash_attn, config.threads) == (2, False, "on", 2)
     assert (config.hook_timeout, config.hooks_default_on, config.verbose) == (0.5, True, False)
     assert config.chat_template == "{{ messages }}" and config.chat_template_kwargs == {"enable_thinking": False}
     assert port == 9001

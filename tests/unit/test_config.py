@@ -90,7 +90,7 @@ def test_bad_values_raise_naming_the_field_and_range(cls: type, table: dict) -> 
 def test_defaults_are_valid_and_the_same_as_the_serve_flags_documented() -> None:
     c = EngineConfig(model="m.gguf")
     assert (c.n_ctx, c.parallel, c.threads, c.flash_attn, c.step_tokens, c.max_queue) == \
-        (4096, 8, None, "off", 256, 1024)
+        (4096, 8, None, "auto", 256, 1024)
     assert (c.prefix_cache, c.clamp_max_tokens, c.force_tool_emulation, c.hooks_default_on) == \
         (True, False, False, False)
     assert (c.hook_timeout, c.signal_window, c.high_entropy_threshold, c.n_batch) == (2.0, 16, 2.0, 512)

@@ -269,7 +269,7 @@ def test_flash_attn_modes() -> None:
     with pytest.raises(ValueError, match="flash_attn"):
         LlamaRuntime(MODEL, n_ctx_seq=256, n_seq_max=1, flash_attn="sometimes")
     on = LlamaRuntime(MODEL, n_ctx_seq=256, n_seq_max=1, flash_attn="on")
-    try:  # flash attention on gives the same greedy token as the default (off)
+    try:  # flash attention on gives the same greedy token as off
         prompt = on.vocab.tokenize("The capital of France is", add_special=True, parse_special=False)
         on.decode([BatchEntry(t, i, 0, i == len(prompt) - 1) for i, t in enumerate(prompt)])
         assert on.vocab.detokenize([int(np.argmax(on.logits(len(prompt) - 1)))]).strip() == "Paris"

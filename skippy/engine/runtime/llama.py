@@ -125,7 +125,7 @@ class LlamaRuntime:
     """
 
     def __init__(self, path: str, *, n_ctx_seq: int = 2048, n_seq_max: int = 16, n_batch: int = 512,
-                 n_threads: int | None = None, flash_attn: str = "off", name: str | None = None,
+                 n_threads: int | None = None, flash_attn: str = "auto", name: str | None = None,
                  verbose: bool = False) -> None:
         if flash_attn not in FLASH_ATTN:  # before loading: a refused argument must not leak the model
             raise ValueError(f"flash_attn must be one of {sorted(FLASH_ATTN)}, not {flash_attn!r}")
