@@ -217,15 +217,15 @@ async def _let_readers_run(readers: list[trio.MemorySendChannel[SeqEvent]]) -> N
     with trio.move_on_after(IDLE_WAIT):
         while True:
             await trio.sleep(0)
-            readers = [ch for ch in readers if not ch.statistics().tasks_waiting_receive
-                       and not _closed(ch)]
+            readers = [ch for ch in readers if _busy(ch)]
             if not readers or not trio.lowlevel.current_statistics().tasks_runnable:
                 return
 
 
-def _closed(ch: trio.MemorySendChannel[SeqEvent]) -> bool:
+def _busy(ch: trio.MemorySendChannel[SeqEvent]) -> bool:
+    """The reader of ``ch`` is still at work: not back waiting on it, and the channel is open."""
     stats = ch.statistics()
-    return stats.open_receive_channels == 0 or stats.open_send_channels == 0
+    return not stats.tasks_waiting_receive and stats.open_receive_channels > 0 and stats.open_send_channels > 0
 
 
 __all__ = ["Cancel", "DecodeScheduler", "IDLE_WAIT", "SchedulerMsg", "Submit"]

@@ -89,10 +89,10 @@ def _completion_tokens(result: Any) -> int:
 
 def _chunk_tokens(chunk: Any) -> int:
     """How many choices of a stream chunk carry output: a non-empty ``delta`` or ``text``."""
-    def carries(part: Any) -> bool:
+    def carries(part: Any) -> bool:  # a Struct's fields are read in place: this runs for every chunk sent
         if part is None or isinstance(part, (str, dict)):
             return bool(part)
-        return any(v is not None for v in msgspec.to_builtins(part).values())
+        return any(getattr(part, name) not in (None, msgspec.UNSET) for name in part.__struct_fields__)
 
     return sum(1 for c in _field(chunk, "choices", ()) or () if carries(_field(c, "delta")) or _field(c, "text"))
 
