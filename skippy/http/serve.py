@@ -8,7 +8,9 @@ connections are refused), requests arriving on open connections get 503,
 running requests and streams may finish for ``shutdown_grace`` seconds;
 then what still runs is cancelled (a final SSE error event for streams),
 the engine is closed and :func:`serve` returns 0. A second signal cancels
-at once.
+at once. Idle keep-alive connections are closed as soon as no request runs
+(at once when none does), as llama-server does: a client's connection pool
+never holds the exit back.
 """
 
 from __future__ import annotations
@@ -112,8 +114,13 @@ class _TCPServer(TCPServer):
             await super().protocol_send(event)
 
 
+async def _close_when(drained: trio.Event, scope: trio.CancelScope) -> None:
+    await drained.wait()
+    scope.cancel()
+
+
 async def _worker_serve(app: AppWrapper, config: HypercornConfig, sockets: Sockets,
-                        shutdown_trigger: Callable[[], Awaitable[None]]) -> None:
+                        shutdown_trigger: Callable[[], Awaitable[None]], drained: trio.Event) -> None:
     """hypercorn's ``trio.run.worker_serve`` for plain-HTTP sockets, accepting through :class:`BurstListener`.
 
     Same lifespan, connection handling (``TCPServer``), shutdown trigger and
@@ -135,6 +142,10 @@ async def _worker_serve(app: AppWrapper, config: HypercornConfig, sockets: Socke
       (:func:`serve` does it, so a port in use is reported before the model loads);
     - ``task_status.started(binds)``: it is awaited directly, not ``nursery.start``-ed;
     - an optional ``shutdown_trigger``: ours is required.
+
+    Added: once shutting down, ``drained`` (set when no request runs any more) cancels the
+    connection handlers at once: what is left are idle keep-alive connections, which
+    hypercorn would otherwise keep until ``graceful_timeout``.
 
     ``tests/unit/test_serve.py`` pins a hash of the installed ``worker_serve`` source: a
     hypercorn upgrade that changes it fails there, and this copy must be re-checked.
@@ -166,6 +177,7 @@ async def _worker_serve(app: AppWrapper, config: HypercornConfig, sockets: Socke
             finally:
                 await context.terminated.set()
                 server_nursery.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
+                server_nursery.start_soon(_close_when, drained, server_nursery.cancel_scope)
         await lifespan.wait_for_shutdown()
         lifespan_nursery.cancel_scope.cancel()
 
@@ -184,8 +196,9 @@ async def _watch_signals(stop: trio.Event, lifecycle: Lifecycle, *,
                 lifecycle.expire()
 
 
-async def _shut_down(lifecycle: Lifecycle, sockets: Sockets, grace: float) -> None:
-    """Refuse new connections, let running requests finish for ``grace`` seconds, then cancel them."""
+async def _shut_down(lifecycle: Lifecycle, sockets: Sockets, grace: float, drained: trio.Event) -> None:
+    """Refuse new connections, let running requests finish for ``grace`` seconds, then cancel them;
+    ``drained`` is set once no request runs (cancelled ones get up to 5 s to send their last event)."""
     lifecycle.drain()
     # hypercorn stops its accept loops when the shutdown trigger returns; once they are
     # cancelled, closing the listening sockets makes new connections fail fast (refused)
@@ -198,6 +211,10 @@ async def _shut_down(lifecycle: Lifecycle, sockets: Sockets, grace: float) -> No
     if lifecycle.running:
         log.info("shutdown grace of %gs is over: cancelling %d running requests", grace, lifecycle.running)
     lifecycle.expire()
+    with trio.move_on_after(5):
+        while lifecycle.running:
+            await trio.sleep(0.05)
+    drained.set()
 
 
 def _freeze_heap() -> None:
@@ -227,7 +244,7 @@ async def serve(config: EngineConfig, *, host: str = "127.0.0.1", port: int = 80
     except OSError as exc:  # the port is taken, the host does not resolve or is not ours
         log.error("cannot listen on %s:%d: %s", host, port, exc)
         return 1
-    stop = trio.Event()
+    stop, drained = trio.Event(), trio.Event()
     exit_code = 0
 
     async def load_engine(cancel_scope: trio.CancelScope) -> None:
@@ -250,11 +267,11 @@ async def serve(config: EngineConfig, *, host: str = "127.0.0.1", port: int = 80
 
         async def shutdown_trigger() -> None:
             await stop.wait()
-            nursery.start_soon(_shut_down, state.lifecycle, sockets, settings.shutdown_grace)
+            nursery.start_soon(_shut_down, state.lifecycle, sockets, settings.shutdown_grace, drained)
 
         nursery.start_soon(load_engine, nursery.cancel_scope)
         # hypercorn's worker loop on our sockets (we close them on shutdown)
         await _worker_serve(wrap_app(app, hconfig.wsgi_max_body_size, "asgi"), hconfig, sockets,
-                            shutdown_trigger)
+                            shutdown_trigger, drained)
         nursery.cancel_scope.cancel()
     return exit_code

@@ -552,6 +552,22 @@ def test_vanishing_clients_leave_no_live_sequence(clients_server: Server) -> Non
     assert server.proc.wait(timeout=15) == 0
 
 
+def test_an_idle_keep_alive_connection_does_not_hold_back_the_exit(tmp_path: Path) -> None:
+    """SIGTERM with nothing running exits at once although a client keeps its connection alive
+    (the openai client's pool does); it used to wait for the grace period plus 5 s."""
+    srv = Server(["--parallel", "1", "--n-ctx", "512", "--threads", "1", "--shutdown-grace", "30"],
+                 tmp_path / "server.log")
+    with srv, openai.OpenAI(base_url=srv.base_url + "/v1", api_key="x", max_retries=0) as client:
+        reply = client.chat.completions.create(model="SmolLM2-135M-Instruct", max_tokens=2,
+                                               messages=[{"role": "user", "content": "Hi"}])
+        assert reply.choices[0].finish_reason
+        t0 = time.monotonic()
+        srv.proc.send_signal(signal.SIGTERM)
+        assert srv.proc.wait(timeout=30) == 0
+        # a generous bound for a loaded machine: the bug waited 35 s, the fix exits in well under 1 s
+        assert time.monotonic() - t0 < 10
+
+
 def test_a_port_in_use_is_one_error_line_and_exit_code_1() -> None:
     import subprocess
     import sys
