@@ -6,8 +6,11 @@
 #   make test    lint-imports (architecture contracts), ruff check, then the test suite
 #                (PYTEST_ARGS="-k foo" to pass flags to pytest)
 #   make lint    lint-imports and ruff check only
-#   make bench   run the decode benchmark (installs the bench extras)
-#   make bench-burst  c256 connect burst, skippy vs llama-cpp-python's server (BURST_ARGS="--quick ...")
+#   make bench-peer   build llama-server from the pinned llama-cpp-python sdist's llama.cpp, once,
+#                into $SKIPPY_HOME/llama-server/<version>/ (~12 min on 2 cores): the benchmarks' peer
+#   make bench   run the decode benchmark, skippy vs raw llama.cpp and llama-server (installs the bench extras)
+#   make bench-burst  c256 connect burst, skippy vs llama-server and llama-cpp-python's server
+#                (BURST_ARGS="--quick ...")
 #
 # The venv is (re)installed only when the content of pyproject.toml changes
 # (not its mtime, which git checkouts bump): each install
@@ -37,7 +40,7 @@ define install
 	@touch $(2)
 endef
 
-.PHONY: venv venv-bench pull run lint test bench bench-burst
+.PHONY: venv venv-bench pull run lint test bench bench-burst bench-peer
 
 venv: $(STAMP_TEST)
 
@@ -65,9 +68,12 @@ test: lint pull
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests (exit code 5)" >&2; fi; \
 	exit $$rc
 
-bench: venv-bench pull
+bench-peer: venv
+	bench/build_llama_server.sh $(BIN)/python
+
+bench: venv-bench pull bench-peer
 	$(BIN)/python bench/bench_decode.py
 	$(BIN)/python bench/bench_hooks.py
 
-bench-burst: venv-bench pull
+bench-burst: venv-bench pull bench-peer
 	$(BIN)/python bench/bench_burst.py $(BURST_ARGS)

@@ -1,7 +1,10 @@
-"""Connect-burst benchmark: 256 clients at once, skippy-trio vs llama-cpp-python's server, in one run.
+"""Connect-burst benchmark: 256 clients at once, skippy-trio vs llama-server and llama-cpp-python's server.
 
 Arms (each an OpenAI-compatible server on 127.0.0.1, same GGUF, alternated in the same run):
   skippy            ``skippy serve --parallel P --n-ctx N --threads T`` (started here)
+  llama-server      llama.cpp's own server, built by ``make bench-peer`` from the llama.cpp sources of the
+                    pinned llama-cpp-python sdist (bench/peer.py): ``-np P -c N*P -t T``, its defaults
+                    otherwise (started here; the peer the issue-14 ratios compare against)
   llama-cpp-python  ``python -m llama_cpp.server --n_ctx N --n_threads T --n_threads_batch T
                     --interrupt_requests False`` (started here; one request at a time by design:
                     it serialises generations behind a lock. Its default ``interrupt_requests=True``
@@ -68,6 +71,9 @@ from pathlib import Path
 import h11
 import httpx
 import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from peer import llama_server_binary, llama_server_cmd, llama_server_path  # noqa: E402
 
 OUT = Path(__file__).parent / "out"
 HOST = "127.0.0.1"
@@ -537,7 +543,14 @@ def find(summaries: list[dict], arm: str, workload: str, c: int | None = None) -
 
 
 def targets(summaries: list[dict], waves: list[dict], args, cache_note: str) -> list[tuple]:
-    sk, base, top = args.target_arm, args.baseline_arm, max(args.concurrency)
+    """The target rows: (target, value, baseline, ratio, target, met).
+
+    Against the peer (``--peer-arm``, llama-server, issue 14): out tok/s at c1 >= 1.0x and TTFT <= 1.0x,
+    out tok/s at c16/c64/c256 >= 1.2x, agent TTFT p50 <= 0.5x and agent wall <= 0.6x. Against
+    ``--baseline-arm`` (llama-cpp-python's server, issue 6): c64 out tok/s >= 1.8x, agent TTFT p50 <= 0.5x.
+    A level or arm not in the run gives an "n/a" row.
+    """
+    sk, base, peer, top = args.target_arm, args.baseline_arm, args.peer_arm, max(args.concurrency)
     rows = []
     s = find(summaries, sk, "short", top)
     if s:
@@ -547,36 +560,47 @@ def targets(summaries: list[dict], waves: list[dict], args, cache_note: str) -> 
                      "yes" if s["connect_errors"] == 0 else "NO"))
         rows.append((f"c{top}: {s['probe_path']} p99 ms during the burst ({sk})", fmt(s["probe_p99"], 1),
                      "", "", "<= 50", "yes" if s["probe_p99"] is not None and s["probe_p99"] <= 50 else "NO"))
-    b = find(summaries, base, "short", top)
-    if b:
-        rows.append((f"c{top}: {b['probe_path']} p99 ms during the burst ({base})", fmt(b["probe_p99"], 1),
-                     "", "", "(info)", ""))
+    for other in (peer, base):
+        b = find(summaries, other, "short", top)
+        if b:
+            rows.append((f"c{top}: {b['probe_path']} p99 ms during the burst ({other})", fmt(b["probe_p99"], 1),
+                         "", "", "(info)", ""))
 
-    def ratio(name, key, c, workload, target, better_low):
-        x, y = find(summaries, sk, workload, c), find(summaries, base, workload, c)
+    def ratio(name, key, c, workload, target, better_low, against):
+        x, y = find(summaries, sk, workload, c), find(summaries, against, workload, c)
+        name = f"{name}, {sk} / {against}"
         if not x or not y or x[key] is None or y[key] is None or not y[key]:
             rows.append((name, "-", "-", "n/a", target, "n/a"))
             return
         r = x[key] / y[key]
-        scale, digits = (1, 1) if key == "tok_per_s" else (1e3, 0)
+        scale, digits = {"tok_per_s": (1, 1), "wall": (1, 1)}.get(key, (1e3, 0))
         met = ""
         if target != "(info)":
             lim = float(target.split()[-1].rstrip("x"))
             met = "yes" if (r <= lim if better_low else r >= lim) else "NO"
         rows.append((name, fmt(x[key], scale, digits), fmt(y[key], scale, digits), f"{r:.2f}", target, met))
 
-    c64 = 64 if 64 in args.concurrency else max(args.concurrency)
-    ratio(f"aggregate out tok/s at c{c64}, {sk} / {base}", "tok_per_s", c64, "short", ">= 1.8x", False)
-    ratio(f"agent TTFT p50 ms at c{args.agent_concurrency}, {sk} / {base}", "ttft_p50", args.agent_concurrency,
-          "agent", "<= 0.5x", True)
-    # Both arms prefill the shared prefix cold before any first token: the p50 ratio cannot go far below
-    # (this + 8 short suffixes) / the baseline's p50, however the rest is scheduled.
-    ratio(f"agent TTFT of the first request ms (the cold shared prefix), {sk} / {base}", "ttft_min",
-          args.agent_concurrency, "agent", "(info)", True)
-    x, y = find(summaries, sk, "multiturn"), find(summaries, base, "multiturn")
-    if x and y and x["ttft_p50"] and y["ttft_p50"]:
-        rows.append((f"multi-turn turn-2 TTFT p50 ms, {sk} / {base}", fmt(x["ttft_p50"]), fmt(y["ttft_p50"]),
-                     f"{x['ttft_p50'] / y['ttft_p50']:.2f}", "(info)", ""))
+    ac = args.agent_concurrency
+    if 1 in args.concurrency:
+        ratio("single stream out tok/s (c1)", "tok_per_s", 1, "short", ">= 1.0x", False, peer)
+        ratio("single stream TTFT p50 ms (c1)", "ttft_p50", 1, "short", "<= 1.0x", True, peer)
+    for c in args.concurrency:
+        if c >= 16:
+            ratio(f"aggregate out tok/s at c{c}", "tok_per_s", c, "short", ">= 1.2x", False, peer)
+    ratio(f"agent TTFT p50 ms at c{ac}", "ttft_p50", ac, "agent", "<= 0.5x", True, peer)
+    ratio(f"agent wall s at c{ac}", "wall", ac, "agent", "<= 0.6x", True, peer)
+    c64 = 64 if 64 in args.concurrency else top
+    ratio(f"aggregate out tok/s at c{c64}", "tok_per_s", c64, "short", ">= 1.8x", False, base)
+    ratio(f"agent TTFT p50 ms at c{ac}", "ttft_p50", ac, "agent", "<= 0.5x", True, base)
+    # Every arm prefills the shared prefix cold before any first token: the p50 ratio cannot go far below
+    # (this + the suffixes before the median request) / the other arm's p50, however the rest is scheduled.
+    for other in (peer, base):
+        ratio("agent TTFT of the first request ms (the cold shared prefix)", "ttft_min", ac, "agent", "(info)",
+              True, other)
+        x, y = find(summaries, sk, "multiturn"), find(summaries, other, "multiturn")
+        if x and y and x["ttft_p50"] and y["ttft_p50"]:
+            rows.append((f"multi-turn turn-2 TTFT p50 ms, {sk} / {other}", fmt(x["ttft_p50"]), fmt(y["ttft_p50"]),
+                         f"{x['ttft_p50'] / y['ttft_p50']:.2f}", "(info)", ""))
     on, off = find(summaries, sk, "multiturn"), find(summaries, sk + "-nocache", "multiturn")
     if on and off:
         r = on["ttft_p50"] / off["ttft_p50"]
@@ -649,22 +673,26 @@ def parse_args(argv=None):
     p.add_argument("--concurrency", default="1,4,16,64,256", help="ladder of client counts (short chat)")
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--workloads", default="short,agent,multiturn", help="subset of short,agent,multiturn")
-    p.add_argument("--agent-concurrency", type=int, default=16)
+    p.add_argument("--agent-concurrency", type=int, default=256)
     p.add_argument("--conversations", type=int, default=4, help="multi-turn conversations (sequential)")
-    p.add_argument("--arms", default="skippy,llama-cpp-python",
-                   help="built-in arms to start: skippy, llama-cpp-python (comma-separated; may be empty)")
+    p.add_argument("--arms", default="skippy,llama-server,llama-cpp-python",
+                   help="built-in arms to start: skippy, llama-server (built by `make bench-peer`), "
+                        "llama-cpp-python (comma-separated; may be empty)")
     p.add_argument("--arm", action="append", default=[], metavar="NAME=URL",
                    help="extra arm: a running OpenAI server on 127.0.0.1 (base URL with or without /v1)")
     p.add_argument("--model", default=None, help="GGUF path (default: the cached SmolLM2-135M-Instruct)")
-    p.add_argument("--parallel", type=int, default=64, help="skippy --parallel")
-    p.add_argument("--n-ctx", type=int, default=2048, help="context per sequence for both servers")
+    p.add_argument("--parallel", type=int, default=16, help="slots: skippy --parallel, llama-server -np")
+    p.add_argument("--n-ctx", type=int, default=2048, help="context per slot for every server")
+    p.add_argument("--skippy-args", default="", help="extra `skippy serve` flags (one string, split on spaces)")
+    p.add_argument("--peer-args", default="", help="extra llama-server flags (one string, split on spaces)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--cache-off-flag", default="--no-prefix-cache",
                    help="skippy serve flag that disables its prefix cache (used only if --help lists it)")
     p.add_argument("--reps", type=int, default=1, help="repeat all phases (arm order keeps alternating)")
-    p.add_argument("--request-timeout", type=float, default=300.0)
+    p.add_argument("--request-timeout", type=float, default=600.0)
     p.add_argument("--target-arm", default="skippy")
-    p.add_argument("--baseline-arm", default="llama-cpp-python")
+    p.add_argument("--peer-arm", default="llama-server", help="the arm the issue-14 ratios compare against")
+    p.add_argument("--baseline-arm", default="llama-cpp-python", help="the arm the issue-6 ratios compare against")
     args = p.parse_args(argv)
     if args.quick:
         if args.concurrency == p.get_default("concurrency"):
@@ -678,7 +706,8 @@ def parse_args(argv=None):
     args.concurrency = [int(x) for x in args.concurrency.split(",") if x]
     args.workloads = [x for x in args.workloads.split(",") if x]
     args.arms = [x for x in args.arms.split(",") if x]
-    bad = set(args.workloads) - {"short", "agent", "multiturn"} or set(args.arms) - {"skippy", "llama-cpp-python"}
+    bad = set(args.workloads) - {"short", "agent", "multiturn"} or set(args.arms) - {"skippy", "llama-server",
+                                                                                     "llama-cpp-python"}
     if bad:
         p.error(f"unknown workload or arm: {sorted(bad)}")
     return args
@@ -733,7 +762,7 @@ def main(argv=None) -> None:
     bindir = Path(sys.executable).parent
     if "skippy" in args.arms:
         base = [str(bindir / "skippy"), "serve", "--model", model, "--host", HOST, "--n-ctx", str(args.n_ctx),
-                "--parallel", str(args.parallel), "--threads", str(args.threads)]
+                "--parallel", str(args.parallel), "--threads", str(args.threads), *args.skippy_args.split()]
         arms.append(Arm("skippy", port := free_port(), base + ["--port", str(port)]))
         if "multiturn" in args.workloads:
             help_text = subprocess.run([str(bindir / "skippy"), "serve", "--help"], capture_output=True,
@@ -743,6 +772,15 @@ def main(argv=None) -> None:
                                                                                 args.cache_off_flag]))
             else:
                 cache_note = f"`skippy serve --help` has no {args.cache_off_flag} (no prefix-cache switch)"
+    if "llama-server" in args.arms:
+        binary = llama_server_binary()
+        if binary is None:
+            sys.exit(f"no llama-server at {llama_server_path()}: run `make bench-peer` first, "
+                     "or leave it out with --arms skippy,llama-cpp-python")
+        port = free_port()
+        arms.append(Arm("llama-server", port, llama_server_cmd(
+            binary, model, host=HOST, port=port, parallel=args.parallel, n_ctx=args.n_ctx, threads=args.threads,
+            extra=args.peer_args.split())))
     if "llama-cpp-python" in args.arms:
         port = free_port()
         arms.append(Arm("llama-cpp-python", port, [

@@ -12,6 +12,8 @@ Default model (SmolLM2-135M-Instruct), greedy, N=128 output tokens, all cores' t
    ``stream_options.include_usage``). This is the concurrency-1 wave of 3.
 3. aggregate output tok/s at concurrency 1, 4 and 16: each client streams a
    different prompt; aggregate = total completion tokens / wall time of the wave.
+4. the same waves against llama-server (the peer; ``-np 16 -c 4096*16``, its defaults
+   otherwise; bench/peer.py), when ``make bench-peer`` has built it; skipped otherwise.
 
 Names (as in vLLM's and llama.cpp's benchmarks):
   TTFT  time to first token: request sent -> first content chunk.
@@ -46,7 +48,10 @@ from skippy.engine.runtime.llama import LlamaRuntime
 from skippy.engine.sampling.params import SamplingParams
 from skippy.models import DEFAULT_MODEL, ensure_model
 
-N, REPS, LEVELS, PARALLEL = 128, 3, (1, 4, 16), 16
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from peer import llama_server_binary, llama_server_cmd  # noqa: E402
+
+N, REPS, LEVELS, PARALLEL, N_CTX = 128, 3, (1, 4, 16), 16, 4096
 THREADS = os.cpu_count() or 1
 OUT = Path(__file__).parent / "out"
 SUBJECTS = ["a dragon", "a lighthouse keeper", "a robot chef", "a lost city", "a time traveller", "a pirate queen",
@@ -166,7 +171,7 @@ async def wave(client: httpx.AsyncClient, c: int, pids: list[int]) -> dict:
             "other_cpu": other_cpu(a, b), "requests": results}
 
 
-async def wait_healthy(client: httpx.AsyncClient, proc: trio.Process) -> None:
+async def wait_healthy(client: httpx.AsyncClient, proc: trio.Process, log: Path) -> None:
     """Poll ``/health`` until 200 (503 while the model loads); fail if the server exits or 180 s pass."""
     with trio.fail_after(180):
         while proc.returncode is None:
@@ -176,41 +181,46 @@ async def wait_healthy(client: httpx.AsyncClient, proc: trio.Process) -> None:
             except httpx.TransportError:
                 pass
             await trio.sleep(0.2)
-    raise RuntimeError(f"server exited with {proc.returncode}; see {OUT / 'server.log'}")
+    raise RuntimeError(f"server exited with {proc.returncode}; see {log}")
 
 
-async def server_waves(model: str) -> list[dict]:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [str(Path(sys.executable).parent / "skippy"), "serve", "--model", model, "--port", str(port),
-           "--parallel", str(PARALLEL), "--threads", str(THREADS)]
-    with open(OUT / "server.log", "wb") as log:
+        return s.getsockname()[1]
+
+
+def skippy_cmd(model: str, port: int) -> list[str]:
+    return [str(Path(sys.executable).parent / "skippy"), "serve", "--model", model, "--port", str(port),
+            "--parallel", str(PARALLEL), "--n-ctx", str(N_CTX), "--threads", str(THREADS)]
+
+
+async def server_waves(name: str, cmd_for_port, log_path: Path) -> list[dict]:
+    """REPS rounds of the LEVELS waves against the server ``cmd_for_port(port)`` starts (warm-up first)."""
+    port = free_port()
+    cmd = cmd_for_port(port)
+    with open(log_path, "wb") as log:
         async with trio.open_nursery() as nursery:
             proc = await nursery.start(partial(trio.run_process, cmd, stdout=log, stderr=subprocess.STDOUT,
                                                check=False))
             try:
                 async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=600) as client:
-                    await wait_healthy(client, proc)
+                    await wait_healthy(client, proc, log_path)
                     pids = [os.getpid(), proc.pid]
                     await wave(client, 2, pids)  # warm-up
                     waves = []
                     for rep in range(REPS):
                         for c in LEVELS:
                             waves.append(w := await wave(client, c, pids))
-                            print(f"rep {rep + 1} c={c}: {w['aggregate']:.1f} tok/s aggregate, {w['wall']:.1f} s, "
-                                  f"other CPU {w['other_cpu']:.2f}", flush=True)
+                            print(f"{name} rep {rep + 1} c={c}: {w['aggregate']:.1f} tok/s aggregate, "
+                                  f"{w['wall']:.1f} s, other CPU {w['other_cpu']:.2f}", flush=True)
                     return waves
             finally:
                 nursery.cancel_scope.cancel()  # run_process sends SIGTERM (SIGKILL after 5 s)
 
 
-def main() -> None:
-    OUT.mkdir(exist_ok=True)
-    model = str(ensure_model(DEFAULT_MODEL))
-    raw = raw_baseline(model)
-    waves = trio.run(server_waves, model)
-    raw += raw_baseline(model)  # again after the server stopped: drift shows as spread
+def summarize_levels(waves: list[dict]) -> dict[int, dict]:
+    """Per concurrency level: medians over the REPS waves (aggregate, TTFT, ITL, TPOT) and the max other CPU."""
     levels = {}
     for c in LEVELS:
         ws = [w for w in waves if w["c"] == c]
@@ -219,41 +229,76 @@ def main() -> None:
                      "ttft_ms": 1e3 * st.median(r["ttft"] for r in reqs),
                      "itl_ms": 1e3 * st.median(x for r in reqs for x in r["itl"]),
                      "tpot_ms": 1e3 * st.median(r["tpot"] for r in reqs), "tokens": st.mean(r["tokens"] for r in reqs),
+                     "single_tps": st.median(1 / w["requests"][0]["tpot"] for w in ws) if c == 1 else None,
                      "other_cpu": max(w["other_cpu"] for w in ws)}
+    return levels
+
+
+def met(ok: bool) -> str:
+    return "yes" if ok else "NO"
+
+
+def main() -> None:
+    OUT.mkdir(exist_ok=True)
+    model = str(ensure_model(DEFAULT_MODEL))
+    raw = raw_baseline(model)
+    arms = {"skippy": trio.run(server_waves, "skippy", partial(skippy_cmd, model), OUT / "server.log")}
+    binary = llama_server_binary()
+    if binary is not None:
+        arms["llama-server"] = trio.run(server_waves, "llama-server", lambda port: llama_server_cmd(
+            binary, model, host="127.0.0.1", port=port, parallel=PARALLEL, n_ctx=N_CTX, threads=THREADS),
+            OUT / "llama-server.log")
+    else:
+        print("no llama-server built (make bench-peer): the peer columns are skipped", flush=True)
+    raw += raw_baseline(model)  # again after the servers stopped: drift shows as spread
+    summary = {name: summarize_levels(waves) for name, waves in arms.items()}
+    levels, peer = summary["skippy"], summary.get("llama-server")
     raw_tps = st.median(r["tps"] for r in raw)
-    single = st.median(1 / w["requests"][0]["tpot"] for w in waves if w["c"] == 1)
+    single = levels[1]["single_tps"]
     ratio, scale = single / raw_tps, levels[LEVELS[-1]]["aggregate"] / levels[1]["aggregate"]
     raw_batched = st.median(r["tps_batched"] for r in raw)
     batched_ratio = levels[LEVELS[-1]]["aggregate"] / raw_batched
     runs = ", ".join(f"{r['tps']:.1f}" for r in raw)
     print(f"\nraw decode tok/s per run: {runs} ({THREADS} threads; "
           f"max other CPU {max(r['other_cpu'] for r in raw):.2f} cores)\n")
-    print("| concurrency | aggregate tok/s | TTFT p50 ms | ITL p50 ms | TPOT p50 ms | completion tokens (mean) "
-          "| other CPU (max) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
-    for c, v in levels.items():
-        print(f"| {c} | {v['aggregate']:.1f} | {v['ttft_ms']:.0f} | {v['itl_ms']:.1f} | {v['tpot_ms']:.1f} "
-              f"| {v['tokens']:.0f} | {v['other_cpu']:.2f} |")
+    print("| server | concurrency | aggregate tok/s | TTFT p50 ms | ITL p50 ms | TPOT p50 ms "
+          "| completion tokens (mean) | other CPU (max) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name, lv in summary.items():
+        for c, v in lv.items():
+            print(f"| {name} | {c} | {v['aggregate']:.1f} | {v['ttft_ms']:.0f} | {v['itl_ms']:.1f} "
+                  f"| {v['tpot_ms']:.1f} | {v['tokens']:.0f} | {v['other_cpu']:.2f} |")
     rows = [("raw decode tok/s (llama.cpp, 1 sequence)", f"{raw_tps:.1f}", "", ""),
             ("server single-stream decode tok/s (1/TPOT)", f"{single:.1f}", "", ""),
             ("server single-stream TTFT ms", f"{levels[1]['ttft_ms']:.0f}", "", ""),
-            ("server / raw", f"{ratio:.2f}", ">= 0.90", "yes" if ratio >= 0.90 else "NO"),
-            (f"aggregate c{LEVELS[-1]} / c1", f"{scale:.2f}", ">= 1.6", "yes" if scale >= 1.6 else "NO"),
+            ("server / raw", f"{ratio:.2f}", ">= 0.95", met(ratio >= 0.95)),
+            (f"aggregate c{LEVELS[-1]} / c1", f"{scale:.2f}", ">= 1.6", met(scale >= 1.6)),
             (f"raw batched decode tok/s (llama.cpp, {LEVELS[-1]} sequences, prefill included)", f"{raw_batched:.1f}",
              "", ""),
             (f"raw batched c{LEVELS[-1]} / raw c1 (what llama.cpp allows)", f"{raw_batched / raw_tps:.2f}", "", ""),
             (f"server c{LEVELS[-1]} aggregate / raw batched", f"{batched_ratio:.2f}", "(info)", "")]
-    print("\n| measure | value | target | ok |\n|---|---:|---|---|")
+    if peer is not None:
+        r_tps = single / peer[1]["single_tps"]
+        r_ttft = levels[1]["ttft_ms"] / peer[1]["ttft_ms"]
+        rows += [("llama-server single-stream decode tok/s (1/TPOT)", f"{peer[1]['single_tps']:.1f}", "", ""),
+                 ("single-stream tok/s, skippy / llama-server", f"{r_tps:.2f}", ">= 1.0", met(r_tps >= 1.0)),
+                 ("single-stream TTFT, skippy / llama-server", f"{r_ttft:.2f}", "<= 1.0", met(r_ttft <= 1.0))]
+        for c in LEVELS[1:]:
+            r = levels[c]["aggregate"] / peer[c]["aggregate"]
+            target = 1.2 if c >= 16 else 1.0
+            rows.append((f"aggregate c{c} tok/s, skippy / llama-server", f"{r:.2f}", f">= {target}",
+                         met(r >= target)))
+    print("\n| measure | value | target | met |\n|---|---:|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")
-    if max([r["other_cpu"] for r in raw] + [w["other_cpu"] for w in waves]) > 0.1:
+    if max([r["other_cpu"] for r in raw] + [w["other_cpu"] for ws in arms.values() for w in ws]) > 0.1:
         print("\nwarning: other processes used CPU during the run (see 'other CPU'); numbers are not reliable")
     path = OUT / f"decode-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps({"n": N, "reps": REPS, "threads": THREADS, "parallel": PARALLEL, "raw": raw,
-                                "levels": levels, "waves": waves, "summary": {
+    path.write_text(json.dumps({"n": N, "reps": REPS, "threads": THREADS, "parallel": PARALLEL, "n_ctx": N_CTX,
+                                "raw": raw, "levels": summary, "waves": arms, "summary": {
                                     "raw_tps": raw_tps, "single_tps": single, "server_over_raw": ratio,
-                                    "c16_over_c1": scale,
-                                    "raw_batched_tps": raw_batched, "server_over_raw_batched": batched_ratio}},
+                                    "c16_over_c1": scale, "raw_batched_tps": raw_batched,
+                                    "server_over_raw_batched": batched_ratio, "rows": rows}},
                               indent=1))
     print(f"\nresults: {path}")
 
