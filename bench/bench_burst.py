@@ -46,6 +46,12 @@ failed, timed-out and skipped probes as infinitely slow.
 "other CPU" is the CPU time (in cores) used meanwhile by processes other than this one and the
 arm under test (idle arms included): above ~0.1 the machine was shared and numbers are noisy.
 
+Memory (after the phases, per arm): the server's RSS and peak RSS (``VmRSS`` / ``VmHWM`` of the
+process started here, or of the process listening on an external arm's port, from /proc), and its
+KV cache (types, unified or per sequence, bytes) from ``GET /props`` ``kv_cache`` where the server
+reports it (skippy does; ``--cache-type-k``/``--kv-unified`` arms are started by hand and passed
+with ``--arm``).
+
 Outputs: markdown tables on stdout; bench/out/burst-<time>.json (every request),
 burst-<time>-ttft-cdf.png, burst-<time>-throughput.png, and the server logs
 bench/out/burst-<time>-<arm>.log.
@@ -312,6 +318,7 @@ class Arm:
     model: str = ""
     probe_path: str = "/health"
     note: str = ""
+    memory: dict = field(default_factory=dict)
 
 
 def free_port() -> int:
@@ -360,6 +367,51 @@ def stop(arm: Arm) -> None:
 
 
 # --- measurement -----------------------------------------------------------------------------------------------
+
+
+def listening_pid(port: int) -> int | None:
+    """The pid of the process listening on TCP ``port`` on this machine (Linux /proc), or None."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            if f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:  # state LISTEN
+                inodes.add(f[9])
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if link.startswith("socket:[") and link[8:-1] in inodes:
+                    return int(pid)
+        except OSError:
+            continue
+    return None
+
+
+async def server_memory(arm: Arm) -> dict:
+    """RSS and peak RSS (MiB) of the arm's server process and its ``/props`` ``kv_cache`` (None if unknown)."""
+    pid = arm.proc.pid if arm.proc is not None else listening_pid(arm.port)
+    out: dict = {"pid": pid, "rss_mib": None, "peak_rss_mib": None, "kv_cache": None}
+    if pid is not None:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                key, _, value = line.partition(":")
+                if key in ("VmRSS", "VmHWM"):
+                    out["rss_mib" if key == "VmRSS" else "peak_rss_mib"] = int(value.split()[0]) / 1024
+        except OSError:
+            pass
+    try:
+        async with httpx.AsyncClient(base_url=f"http://{HOST}:{arm.port}", timeout=10) as client:
+            r = await client.get("/props")
+            if r.status_code == 200:
+                out["kv_cache"] = r.json().get("kv_cache")
+    except (httpx.HTTPError, ValueError):
+        pass
+    return out
 
 
 def cpu_snapshot(pids: list[int]) -> tuple[float, float, float]:
@@ -527,6 +579,13 @@ def print_tables(summaries: list[dict], targets: list[tuple], arms: list[Arm]) -
     lines += ["", "| target | value | baseline | ratio | target | met |", "|---|---:|---:|---:|---|---|"]
     for row in targets:
         lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "| arm | KV cache (/props) | KV MiB | RSS MiB | peak RSS MiB |", "|---|---|---:|---:|---:|"]
+    for a in arms:
+        m, kv = a.memory, a.memory.get("kv_cache")
+        what = (f"K {kv['type_k']} + V {kv['type_v']}, {kv['n_cells']} cells, "
+                f"{'unified' if kv['unified'] else 'per sequence'}") if kv else "-"
+        lines.append(f"| {a.name} | {what} | {fmt(kv['bytes'] / 2**20, 1, 1) if kv else '-'} "
+                     f"| {fmt(m.get('rss_mib'), 1, 1)} | {fmt(m.get('peak_rss_mib'), 1, 1)} |")
     notes = [f"- {a.name}: {a.note}" for a in arms if a.note]
     if notes:
         lines += ["", *notes]
@@ -745,6 +804,8 @@ async def run(args, stamp: str, arms: list[Arm], waves: list[dict]) -> None:
                       f"probe p99 {fmt(s['probe_p99'], 1)} ms, other CPU {s['other_cpu']:.2f}"
                       + (f"; errors: {s['errors_sample'][:2]}" if s["errors_sample"] else ""), flush=True)
             k += 1
+    for arm in arms:
+        arm.memory = await server_memory(arm)
 
 
 def main(argv=None) -> None:
@@ -814,7 +875,7 @@ def main(argv=None) -> None:
     path.write_text(json.dumps({
         "args": {k: v for k, v in vars(args).items()}, "arms": [
             {"name": a.name, "port": a.port, "cmd": a.cmd, "model": a.model, "probe_path": a.probe_path,
-             "note": a.note, "log": str(a.log) if a.log else None} for a in arms],
+             "note": a.note, "log": str(a.log) if a.log else None, "memory": a.memory} for a in arms],
         "error": repr(error) if error else None, "summaries": summaries, "targets": rows, "markdown": md,
         "waves": waves}, indent=1, default=str))
     table = path.with_suffix(".md")

@@ -191,7 +191,7 @@ def _serve_options(fn: F) -> F:
         _opt("--model", default=DEFAULT_MODEL, help="Model name from the cache (pulled when missing) or a GGUF path."),
         _opt("--host", default="127.0.0.1", help="Address to listen on."),
         _opt("--port", default=8080, type=click.IntRange(0, 65535), help="TCP port to listen on."),
-        "n_ctx", "parallel", "threads", "flash_attn",
+        "n_ctx", "parallel", "threads", "flash_attn", "cache_type_k", "cache_type_v", "kv_unified",
         _opt("--chat-template", default=None, type=click.Path(exists=True, dir_okay=False), callback=_read_template,
              help="Jinja2 chat template file overriding the model's."),
         _opt("--chat-template-kwargs", default=None, metavar="JSON", callback=_parse_template_kwargs,
@@ -258,7 +258,7 @@ def serve(model: str, host: str, port: int, chat_template: str | None, chat_temp
 
     import trio
 
-    from skippy.engine.config import EngineConfig
+    from skippy.engine.config import EngineConfig, check_cache_types
     from skippy.http.serve import serve as run_server
     from skippy.http.settings import ServerSettings
     from skippy.models import ensure_model, lookup
@@ -266,6 +266,12 @@ def serve(model: str, host: str, port: int, chat_template: str | None, chat_temp
     engine_options = {f.name: options.pop(f.name) for f in _flag_fields(EngineConfig)}
     settings = ServerSettings(api_keys=_api_keys(api_key, api_key_file), cors_origins=cors_origins, **options)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:  # the check across flags (a quantized V cache without flash attention), before any download
+        check_cache_types(engine_options["cache_type_v"], engine_options["flash_attn"])
+    except ValueError:
+        click.echo(f"error: --cache-type-v {engine_options['cache_type_v']} (a quantized V cache) needs "
+                   f"--flash-attn auto or on (llama.cpp refuses it without flash attention)", err=True)
+        sys.exit(1)
     path = ensure_model(model)
     spec = lookup(model)
     config = EngineConfig(model=str(path), model_name=spec.name if spec else path.stem, chat_template=chat_template,

@@ -139,7 +139,9 @@ class Engine:
         return await self.renderer.render_messages(messages)
 
     def props(self) -> dict[str, Any]:
-        """Server properties in llama-server's ``/props`` shape, plus the template capabilities."""
+        """Server properties in llama-server's ``/props`` shape, plus the template capabilities and
+        ``kv_cache`` (:meth:`~skippy.engine.runtime.base.KVCacheInfo.as_dict`: types, cells, bytes;
+        ``None`` when the runtime does not know them)."""
         tmpl = self.renderer.template
         caps = attrs.asdict(tmpl.caps)
         caps["requires_alternation"] = tmpl.requires_alternation
@@ -154,6 +156,7 @@ class Engine:
             "n_ctx": self.meta.n_ctx_seq,
             "n_ctx_train": self.meta.n_ctx_train,
             "parallel": self.meta.n_seq_max,
+            "kv_cache": self.meta.kv_cache.as_dict() if self.meta.kv_cache is not None else None,
             "force_tool_emulation": self.renderer.force_tool_emulation,
             "hooks": self.hooks.stats.snapshot() if self.hooks is not None else None,
         }
@@ -407,7 +410,8 @@ def load_runtime(config: EngineConfig) -> Runtime:
 
     path = resolve_model(config.model)
     return LlamaRuntime(str(path), n_ctx_seq=config.n_ctx, n_seq_max=config.parallel, n_batch=config.n_batch,
-                        n_threads=config.threads, flash_attn=config.flash_attn, name=config.model_name or None,
+                        n_threads=config.threads, flash_attn=config.flash_attn, type_k=config.cache_type_k,
+                        type_v=config.cache_type_v, kv_unified=config.kv_unified, name=config.model_name or None,
                         verbose=config.verbose)
 
 

@@ -8,6 +8,9 @@ on the decode path); latency histograms are observed by the request tasks:
 - ``llamacpp:prompt_tokens_total``, ``llamacpp:tokens_predicted_total``
 - ``llamacpp:requests_processing``, ``llamacpp:requests_deferred``
 - ``llamacpp:kv_cache_tokens`` (KV cells holding tokens, resident prefixes included)
+- ``skippy:kv_cache_bytes`` (the KV cache's size, allocated at start-up), ``skippy:kv_cache_used_bytes``
+  (``kv_cache_tokens`` x bytes per cell; with a unified KV cache a copied prefix shares its
+  cells, so this counts it once per sequence: an upper bound there)
 - ``skippy:requests_parked`` (sequences waiting for a hook verdict), ``skippy:decode_steps_total``
 - ``skippy:prefix_cache_queries_total``, ``skippy:prefix_cache_hits_total``,
   ``skippy:prefix_cache_cached_tokens_total``
@@ -69,6 +72,13 @@ class _EngineCollector:
         yield GaugeMetricFamily("llamacpp:requests_processing", "Sequences holding a slot", value=sched.n_running)
         yield GaugeMetricFamily("llamacpp:requests_deferred", "Requests waiting for a slot", value=sched.n_waiting)
         yield GaugeMetricFamily("llamacpp:kv_cache_tokens", "KV cells holding tokens", value=sched.kv_cells_used)
+        kv = engine.meta.kv_cache
+        if kv is not None:
+            yield GaugeMetricFamily("skippy:kv_cache_bytes", "Bytes of the KV cache (K + V, all layers)",
+                                    value=kv.bytes)
+            yield GaugeMetricFamily("skippy:kv_cache_used_bytes",
+                                    "Bytes of the KV cells holding tokens (kv_cache_tokens x bytes per cell)",
+                                    value=sched.kv_cells_used * kv.bytes_per_token)
         yield GaugeMetricFamily("skippy:requests_parked", "Sequences waiting for a hook verdict", value=sched.n_parked)
         yield CounterMetricFamily("skippy:decode_steps", "llama_decode calls of the decode loop", value=sched.steps)
         # counted by the scheduler as it decodes: requests that time out or lose their client count too

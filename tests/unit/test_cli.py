@@ -34,6 +34,11 @@ BEFORE = [
     ("--parallel INTEGER RANGE", "[env var: SKIPPY_PARALLEL; default: 8; 1<=x<=256]", 8),
     ("--threads INTEGER RANGE", "[env var: SKIPPY_THREADS; x>=1]", None),
     ("--flash-attn [on|off|auto]", "[env var: SKIPPY_FLASH_ATTN; default: auto]", "auto"),
+    ("--cache-type-k [f16|bf16|f32|q8_0|q4_0|q4_1|iq4_nl|q5_0|q5_1]",
+     "[env var: SKIPPY_CACHE_TYPE_K; default: f16]", "f16"),
+    ("--cache-type-v [f16|bf16|f32|q8_0|q4_0|q4_1|iq4_nl|q5_0|q5_1]",
+     "[env var: SKIPPY_CACHE_TYPE_V; default: f16]", "f16"),
+    ("--kv-unified", "[env var: SKIPPY_KV_UNIFIED]", False),
     ("--chat-template FILE", "[env var: SKIPPY_CHAT_TEMPLATE]", None),
     ("--chat-template-kwargs JSON", "[env var: SKIPPY_CHAT_TEMPLATE_KWARGS]", None),
     ("--force-tool-emulation", "[env var: SKIPPY_FORCE_TOOL_EMULATION]", False),
@@ -133,6 +138,8 @@ def test_readme_flags_table_matches_the_options() -> None:
     (["--step-tokens", "513"], {}, "--step-tokens", "8<=x<=512"),
     (["--flash-attn", "maybe"], {}, "--flash-attn", "'on', 'off', 'auto'"),
     (["--hook-timeout", "0"], {}, "--hook-timeout", "x>0.0"),
+    (["--cache-type-k", "q2_k"], {}, "--cache-type-k", "'f16', 'bf16', 'f32', 'q8_0'"),
+    ([], {"SKIPPY_CACHE_TYPE_V": "f8"}, "SKIPPY_CACHE_TYPE_V", "'f16', 'bf16'"),
     (["--hook-timeout", "nan"], {}, "--hook-timeout", "hook_timeout must be in the range x>0.0"),
     (["--high-entropy-threshold", "inf"], {}, "--high-entropy-threshold", "x>=0.0"),
     (["--max-body-bytes", "1023"], {}, "--max-body-bytes", "x>=1024"),
@@ -209,6 +216,24 @@ def test_env_vars_and_flags_are_parsed_into_the_settings(serve_recorder: list, t
     assert (settings.max_body_bytes, settings.request_timeout) == (2048, 0.0)
     config, _, _, _ = _run(["--log-level", "debug", "--no-prefix-cache", "--clamp-max-tokens"], None, serve_recorder)
     assert config.verbose and not config.prefix_cache and config.clamp_max_tokens
+
+
+def test_kv_cache_flags_reach_the_engine(serve_recorder: list) -> None:
+    config, _, _, _ = _run(["--cache-type-k", "q8_0", "--cache-type-v", "q4_0", "--kv-unified"], None, serve_recorder)
+    assert (config.cache_type_k, config.cache_type_v, config.kv_unified) == ("q8_0", "q4_0", True)
+    config, _, _, _ = _run([], {"SKIPPY_CACHE_TYPE_V": "bf16", "SKIPPY_FLASH_ATTN": "off"}, serve_recorder)
+    assert (config.cache_type_k, config.cache_type_v, config.kv_unified) == ("f16", "bf16", False)
+
+
+@pytest.mark.parametrize("args,env", [(["--cache-type-v", "q8_0", "--flash-attn", "off"], {}),
+                                      (["--flash-attn", "off"], {"SKIPPY_CACHE_TYPE_V": "q4_0"})])
+def test_a_quantized_v_cache_without_flash_attention_is_one_error_line(args: list[str], env: dict,
+                                                                       serve_recorder: list) -> None:
+    result = CliRunner().invoke(main, ["serve", "--model", "tiny", *args], env=env)
+    assert result.exit_code == 1, result.output
+    [line] = result.output.splitlines()
+    assert line.startswith("error: --cache-type-v q") and "--flash-attn auto or on" in line, line
+    assert not serve_recorder  # nothing started
 
 
 def test_chat_template_file_is_closed(serve_recorder: list, tmp_path: Path) -> None:

@@ -24,6 +24,9 @@ ENGINE = {
     "parallel": ([0, 257, -1, 8.0, True], [1, 256], "1<=x<=256"),
     "threads": ([0, -2, 1.5, "4"], [None, 1, 64], "x>=1"),
     "flash_attn": (["maybe", "ON", True, None, ""], ["on", "off", "auto"], "'on', 'off', 'auto'"),
+    "cache_type_k": (["q2_k", "F16", None, 1], ["f16", "q8_0", "q4_0", "bf16", "f32"], "'f16', 'bf16'"),
+    "cache_type_v": (["q2_k", "", None], ["f16", "q8_0", "q4_0", "bf16", "f32"], "'f16', 'bf16'"),
+    "kv_unified": (["yes", 1, None], [True, False], None),
     "chat_template": ([b"{{ x }}", 1], [None, "", "{{ messages }}"], None),
     "n_batch": ([7, 0, 512.0], [8, 4096], None),  # with the default parallel=8: n_batch >= parallel
     "step_tokens": ([7, 513, 0], [8, 512], "8<=x<=512"),
@@ -117,6 +120,18 @@ def test_evolve_keeps_validating() -> None:
         attrs.evolve(ServerSettings(), max_body_bytes=10)
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         c.parallel = 0  # type: ignore[misc]
+
+
+def test_a_quantized_v_cache_needs_flash_attention() -> None:
+    for v in ("q8_0", "q4_0", "q5_1", "iq4_nl"):
+        with pytest.raises(ValueError, match=f"cache_type_v {v} .*needs flash attention"):
+            EngineConfig(model="m", cache_type_v=v, flash_attn="off")
+        with pytest.raises(ValueError, match="needs flash attention"):
+            attrs.evolve(EngineConfig(model="m", cache_type_v=v), flash_attn="off")
+        for fa in ("auto", "on"):
+            assert EngineConfig(model="m", cache_type_v=v, flash_attn=fa).cache_type_v == v
+    for v in ("f16", "bf16", "f32"):  # unquantized V, and any K, work without flash attention
+        EngineConfig(model="m", cache_type_k="q4_0", cache_type_v=v, flash_attn="off")
 
 
 def test_n_batch_must_hold_one_token_per_running_sequence() -> None:

@@ -275,3 +275,75 @@ def test_flash_attn_modes() -> None:
         assert on.vocab.detokenize([int(np.argmax(on.logits(len(prompt) - 1)))]).strip() == "Paris"
     finally:
         on.close()
+
+
+# --- KV cache types, size and the unified cache --------------------------------------
+
+
+def test_kv_cache_types_and_size() -> None:
+    """The size matches what llama.cpp allocates for this model (30 layers, 3 KV heads of 64:
+    a 192-value row per layer for K and for V): f16 2 bytes a value, q8_0 34 bytes per 32 values,
+    q4_0 18 per 32 (llama.cpp's own log said 720.00 / 382.50 / 202.50 MiB at 2048 x 16 cells)."""
+    from skippy.engine.runtime.llama import LlamaRuntime
+
+    sizes = {}
+    for kv_type in ("f16", "q8_0", "q4_0"):
+        runtime = LlamaRuntime(MODEL, n_ctx_seq=256, n_seq_max=2, type_k=kv_type, type_v=kv_type)
+        try:
+            kv = runtime.meta.kv_cache
+            assert (kv.type_k, kv.type_v, kv.n_cells, kv.n_ctx_seq, kv.unified) == (kv_type, kv_type, 512, 256, False)
+            sizes[kv_type] = kv.bytes
+            assert kv.bytes_k == kv.bytes_v and kv.bytes_per_seq == kv.bytes / 2
+            # a cache of the quantized type still decodes the same greedy token
+            prompt = runtime.vocab.tokenize("The capital of France is", add_special=True, parse_special=False)
+            runtime.decode([BatchEntry(t, i, 1, i == len(prompt) - 1) for i, t in enumerate(prompt)])
+            assert runtime.vocab.detokenize([int(np.argmax(runtime.logits(len(prompt) - 1)))]).strip() == "Paris"
+        finally:
+            runtime.close()
+    assert sizes == {"f16": 30 * 192 * 2 * 2 * 512, "q8_0": 30 * 192 // 32 * 34 * 2 * 512,
+                     "q4_0": 30 * 192 // 32 * 18 * 2 * 512}
+
+
+def test_bad_kv_cache_arguments_raise_before_loading() -> None:
+    from skippy.engine.runtime.llama import LlamaRuntime
+
+    with pytest.raises(ValueError, match="type_k"):
+        LlamaRuntime(MODEL, n_ctx_seq=256, n_seq_max=1, type_k="q2_k")
+    with pytest.raises(ValueError, match="quantized V cache .*needs flash attention"):
+        LlamaRuntime(MODEL, n_ctx_seq=256, n_seq_max=1, type_v="q8_0", flash_attn="off")
+
+
+def test_prefix_copy_needs_a_unified_cache(rt):
+    toks = tok(rt, "The capital of France is")
+    prefill(rt, toks)
+    rt.seq_rm(1)
+    with pytest.raises(ValueError, match="unified"):
+        rt.seq_cp(0, 1, 3)  # llama.cpp would abort on a partial copy between streams
+    assert rt.seq_pos_max(1) == -1 and not rt.meta.kv_unified
+
+
+def test_unified_prefix_copy_shares_the_prefix() -> None:
+    """A prefix copied into another sequence (shared cells) continues exactly as the source did,
+    and every sequence still has n_ctx_seq positions of its own."""
+    from skippy.engine.runtime.llama import LlamaRuntime
+
+    runtime = LlamaRuntime(MODEL, n_ctx_seq=256, n_seq_max=2, kv_unified=True)
+    try:
+        kv = runtime.meta.kv_cache
+        assert runtime.meta.kv_unified and (kv.unified, kv.n_cells, runtime.meta.n_ctx_seq) == (True, 512, 256)
+        toks = tok(runtime, "The capital of France is Paris. The capital of Italy is")
+        n = len(toks) - 2
+        runtime.decode([BatchEntry(t, i, 0, i == len(toks) - 1) for i, t in enumerate(toks)])
+        cold = runtime.logits(len(toks) - 1).copy()
+        runtime.seq_cp(0, 1, n)
+        assert runtime.seq_pos_max(1) == n - 1
+        runtime.decode([BatchEntry(t, n + i, 1, i == 1) for i, t in enumerate(toks[n:])])
+        warm = runtime.logits(1)
+        assert int(np.argmax(warm)) == int(np.argmax(cold))
+        assert runtime.vocab.detokenize([int(np.argmax(warm))]).strip() == "Rome"
+        with pytest.raises(ValueError, match="sequence context"):
+            runtime.seq_cp(0, 1, 257)
+        with pytest.raises(ValueError, match="position 256 outside"):  # per-sequence, though 512 cells
+            runtime.decode([BatchEntry(1, 256, 1, True)])
+    finally:
+        runtime.close()

@@ -37,13 +37,18 @@ class FakeSampler:
 class FakeRuntime:
     """KV slots as token lists; samplers play a script chosen by ``SamplingParams.seed``."""
 
-    def __init__(self, n_seq_max=2, n_batch=64, n_ctx_seq=256, recurrent=False):
+    def __init__(self, n_seq_max=2, n_batch=64, n_ctx_seq=256, recurrent=False, unified=False):
         self.meta = ModelMeta(name="fake", path="fake.gguf", chat_template=None, bos_id=1, eos_id=EOG,
                               eog_ids=frozenset({EOG}), bos_token="<s>", eos_token="</s>",
                               n_vocab=N_VOCAB, n_ctx_train=n_ctx_seq, n_ctx_seq=n_ctx_seq, n_seq_max=n_seq_max,
-                              n_batch=n_batch, is_recurrent=recurrent)
+                              n_batch=n_batch, is_recurrent=recurrent, kv_unified=unified)
         self.vocab = FakeVocab()
         self.kv = {s: [] for s in range(n_seq_max)}
+        # KV cells as llama.cpp holds them: a cell id per position; a unified cache shares a copied
+        # prefix's cells between sequences, and has n_ctx_seq x n_seq_max cells in all
+        self.cells: dict[int, list[int]] = {s: [] for s in range(n_seq_max)}
+        self._next_cell = 0
+        self.max_cells_used = 0
         self.scripts: dict[int, list[int]] = {}
         self.batches = []
         self.copies = []
@@ -57,9 +62,15 @@ class FakeRuntime:
         for i, e in enumerate(entries):
             assert 0 <= e.seq_id < self.meta.n_seq_max
             assert e.pos == len(self.kv[e.seq_id]), f"slot {e.seq_id}: pos {e.pos} after {len(self.kv[e.seq_id])}"
+            assert e.pos < self.meta.n_ctx_seq
             self.kv[e.seq_id].append(e.token)
+            self.cells[e.seq_id].append(self._next_cell)
+            self._next_cell += 1
             if e.logits:
                 self._out[i] = e.seq_id
+        used = self.cells_used()  # llama_decode returns 1 when it finds no free cells
+        assert used <= self.meta.n_ctx_seq * self.meta.n_seq_max, f"{used} KV cells in use"
+        self.max_cells_used = max(self.max_cells_used, used)
         self.batches.append(list(entries))
 
     def logits(self, index):
@@ -86,19 +97,37 @@ class FakeRuntime:
         assert not sampler.freed
         sampler.freed = True
 
+    def cells_used(self):
+        return len({c for cells in self.cells.values() for c in cells})
+
     def seq_rm(self, seq_id, p0=-1, p1=-1):
         if p0 < 0:
             self.kv[seq_id] = []
+            self.cells[seq_id] = []
             return True
         if self.meta.is_recurrent:
             return False
         assert p1 == -1
         del self.kv[seq_id][p0:]
+        del self.cells[seq_id][p0:]
         return True
 
-    def seq_cp(self, src, dst):
-        self.copies.append((src, dst))
-        self.kv[dst] = list(self.kv[src])
+    def seq_cp(self, src, dst, n=None):
+        assert not self.kv[dst], "copy into an empty sequence"
+        if n is None:
+            self.copies.append((src, dst))
+            self.kv[dst] = list(self.kv[src])
+            if self.meta.kv_unified:  # shared cells
+                self.cells[dst] = list(self.cells[src])
+            else:  # another stream: new cells
+                self.cells[dst] = list(range(self._next_cell, self._next_cell + len(self.kv[src])))
+                self._next_cell += len(self.kv[src])
+            return
+        assert self.meta.kv_unified, "llama.cpp aborts on a partial copy between streams"
+        assert 0 < n <= len(self.kv[src])
+        self.copies.append((src, dst, n))
+        self.kv[dst] = self.kv[src][:n]
+        self.cells[dst] = self.cells[src][:n]
 
 
 class Clock:
@@ -111,8 +140,8 @@ class Clock:
 
 
 def make(n_seq_max=2, *, step_tokens=64, max_queue=8, hooks=False, prefix_cache=True, recurrent=False,
-         n_ctx_seq=256):
-    rt = FakeRuntime(n_seq_max=n_seq_max, n_ctx_seq=n_ctx_seq, recurrent=recurrent)
+         n_ctx_seq=256, unified=False):
+    rt = FakeRuntime(n_seq_max=n_seq_max, n_ctx_seq=n_ctx_seq, recurrent=recurrent, unified=unified)
     core = SchedulerCore(rt, step_tokens=step_tokens, max_queue=max_queue, hooks=hooks, prefix_cache=prefix_cache,
                          clock=Clock())
     return rt, core
@@ -293,6 +322,55 @@ def test_copy_from_a_running_sequence():
     out = run(rt, core)
     assert rt.copies[0] == (0, 1)
     assert finish_of(out, 2).cached_tokens == len(PROMPT)
+
+
+def test_unified_kv_copies_only_the_prefix_from_a_resident_entry():
+    rt, core = make(n_seq_max=2, unified=True)
+    core.add(req(1, PROMPT + [1, 2, 3], max_tokens=2))
+    run(rt, core)
+    core.add(req(2, PROMPT + [7, 8, 9], max_tokens=2, script=None))
+    step(rt, core)
+    assert rt.copies == [(0, 1, len(PROMPT))]  # the prefix, not the whole entry then a trim
+    assert rt.cells[1][:len(PROMPT)] == rt.cells[0][:len(PROMPT)]  # shared cells
+    out = run(rt, core)
+    assert finish_of(out, 2).cached_tokens == len(PROMPT)
+    assert rt.kv[1] == PROMPT + [7, 8, 9] and len(core.prefix) == 2
+    assert rt.cells_used() == len(PROMPT) + 3 + 3  # the prefix once, each entry's own tail
+
+
+def test_unified_kv_copies_only_the_prefix_from_a_running_sequence():
+    rt, core = make(n_seq_max=2, unified=True)
+    core.add(req(1, PROMPT + [1, 2, 3], max_tokens=20))
+    step(rt, core)
+    step(rt, core)  # 1 prefilled and has generated a token into its KV
+    assert len(rt.kv[0]) > len(PROMPT) + 3
+    core.add(req(2, PROMPT + [7, 8, 9], max_tokens=2))
+    step(rt, core)
+    assert rt.copies == [(0, 1, len(PROMPT))]
+    assert rt.kv[1] == PROMPT + [7, 8, 9]  # no generated token of 1 came along
+    out = run(rt, core)
+    assert finish_of(out, 2).cached_tokens == len(PROMPT)
+    assert tokens_of(out, 1) and finish_of(out, 1).reason == "length"
+
+
+def test_unified_kv_never_needs_more_cells_than_it_has():
+    """Full contexts in every slot, resident entries sharing prefixes with running ones: the cells
+    in use stay within n_ctx_seq x n_seq_max (the fake asserts it at every decode, as llama_decode
+    would fail), and every sequence's positions stay below n_ctx_seq."""
+    n_ctx, slots = 64, 3
+    rt, core = make(n_seq_max=slots, n_ctx_seq=n_ctx, unified=True, max_queue=64)
+    heads = [list(range(200, 230)), list(range(300, 330))]
+    rid = 0
+    for wave in range(6):
+        for i in range(4):
+            rid += 1
+            tail = [400 + wave * 10 + i] * (3 + i)
+            core.add(req(rid, heads[(wave + i) % 2] + tail, max_tokens=n_ctx))  # runs to the context end
+        out = run(rt, core, limit=2000)
+        assert all(finish_of(out, r).reason == "length" for r in range(rid - 3, rid + 1))
+    assert core.stats().prefix_hits > 10
+    assert rt.max_cells_used <= n_ctx * slots
+    assert any(len(c) == n_ctx - 1 for c in rt.cells.values()) or rt.max_cells_used > n_ctx
 
 
 def test_cached_prompt_always_prefills_its_last_tokens():

@@ -18,12 +18,58 @@ from skippy.engine.sampling.params import SamplingParams
 
 
 @attrs.frozen
+class KVCacheInfo:
+    """The KV cache a runtime allocated (llama-server's start-up line ``llama_kv_cache: size = ...``).
+
+    ``type_k`` / ``type_v``: ggml type names (``f16``, ``q8_0``...). ``n_cells``: cells of
+    the whole cache (``n_ctx_seq x n_seq_max``, unified or not). ``bytes_k`` / ``bytes_v``:
+    bytes of the K and V tensors over all layers. ``unified``: one buffer whose cells all
+    sequences share (llama.cpp ``kv_unified``), else one stream of ``n_ctx_seq`` cells per sequence.
+    """
+
+    type_k: str
+    type_v: str
+    n_cells: int
+    n_ctx_seq: int
+    n_seq_max: int
+    unified: bool
+    bytes_k: int
+    bytes_v: int
+
+    @property
+    def bytes(self) -> int:
+        """Bytes of the whole KV cache (K + V)."""
+        return self.bytes_k + self.bytes_v
+
+    @property
+    def bytes_per_token(self) -> float:
+        """Bytes of one cell (one token of one sequence, K + V over all layers)."""
+        return self.bytes / self.n_cells if self.n_cells else 0.0
+
+    @property
+    def bytes_per_seq(self) -> float:
+        """Bytes of ``n_ctx_seq`` cells: one sequence's full context."""
+        return self.bytes_per_token * self.n_ctx_seq
+
+    def as_dict(self) -> dict:
+        """The ``/props`` ``kv_cache`` object (sizes in bytes)."""
+        return {"type_k": self.type_k, "type_v": self.type_v, "n_cells": self.n_cells,
+                "n_ctx_seq": self.n_ctx_seq, "n_seq_max": self.n_seq_max, "unified": self.unified,
+                "bytes": self.bytes, "bytes_k": self.bytes_k, "bytes_v": self.bytes_v,
+                "bytes_per_token": self.bytes_per_token}
+
+
+@attrs.frozen
 class ModelMeta:
     """Model metadata read once at load.
 
     ``n_ctx_seq`` is the context of one sequence (tokens), ``n_seq_max`` the
     number of sequence slots, ``n_batch`` the most tokens one decode call
     takes. Token ids are ``int``; ``eog_ids`` are all end-of-generation ids.
+    ``kv_unified``: the KV cache is one buffer shared by all sequences (llama.cpp
+    ``kv_unified``), so :meth:`Runtime.seq_cp` also copies a prefix (``n``), nearly free;
+    otherwise only whole sequences are copied. ``kv_cache``: the KV cache's types and
+    size, when the runtime knows them.
     """
 
     name: str
@@ -40,6 +86,8 @@ class ModelMeta:
     n_seq_max: int
     n_batch: int
     is_recurrent: bool
+    kv_unified: bool = False
+    kv_cache: KVCacheInfo | None = None
 
 
 class Vocab(Protocol):
@@ -101,8 +149,9 @@ class Runtime(Protocol):
         """
         ...
 
-    def seq_cp(self, src: int, dst: int) -> None:
-        """Copy the whole sequence ``src`` to ``dst`` in the KV cache."""
+    def seq_cp(self, src: int, dst: int, n: int | None = None) -> None:
+        """Copy sequence ``src`` to ``dst`` in the KV cache: positions ``[0, n)``, or all of it
+        (``n=None``). A prefix (``n``) only when ``meta.kv_unified``; ``ValueError`` otherwise."""
         ...
 
     def close(self) -> None: ...

@@ -1,10 +1,13 @@
 """llama.cpp runtime through llama-cpp-python's low-level API.
 
 One :class:`LlamaRuntime` holds one ``llama_model`` and one
-``llama_context`` with ``n_seq_max`` sequence slots and a non-unified KV
-cache (``kv_unified=false``): each sequence gets its own KV stream of
-``n_ctx_seq`` cells, which batches better and keeps a sequence's output
-independent of its neighbours (see DESIGN.md, "Runtime facts").
+``llama_context`` with ``n_seq_max`` sequence slots. By default the KV
+cache is non-unified (``kv_unified=false``): each sequence gets its own KV
+stream of ``n_ctx_seq`` cells, which batches better and keeps a sequence's
+output independent of its neighbours (see DESIGN.md, "Runtime facts").
+With ``kv_unified=True`` all sequences share one buffer of
+``n_ctx_seq x n_seq_max`` cells, and a prefix copy shares cells instead of
+copying them (llama-server's ``--kv-unified``).
 
 llama.cpp aborts the whole process on misuse (``GGML_ASSERT``), so every
 call is validated here first: batch size <= ``n_batch``, sequence ids <
@@ -22,7 +25,7 @@ from collections.abc import Sequence
 import llama_cpp
 import numpy as np
 
-from skippy.engine.runtime.base import BatchEntry, ModelMeta
+from skippy.engine.runtime.base import BatchEntry, KVCacheInfo, ModelMeta
 from skippy.engine.sampling.params import SamplingParams
 
 log = logging.getLogger("skippy.runtime")
@@ -113,22 +116,108 @@ class LlamaVocab:
 #: ``flash_attn`` names -> llama.cpp ``llama_flash_attn_type`` values
 FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
 
+#: KV cache type names (llama-server's ``--cache-type-k`` values) -> ``ggml_type`` enum values
+CACHE_TYPES = {"f32": llama_cpp.GGML_TYPE_F32, "f16": llama_cpp.GGML_TYPE_F16, "bf16": 30,
+               "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0,
+               "q4_1": llama_cpp.GGML_TYPE_Q4_1, "iq4_nl": llama_cpp.GGML_TYPE_IQ4_NL,
+               "q5_0": llama_cpp.GGML_TYPE_Q5_0, "q5_1": llama_cpp.GGML_TYPE_Q5_1}
+
+_ggml_lock = threading.Lock()
+_ggml: ctypes.CDLL | None = None
+
+
+def _ggml_base() -> ctypes.CDLL:
+    """libggml-base, shipped next to libllama by llama-cpp-python (``ggml_row_size``, ``ggml_type_name``...)."""
+    global _ggml
+    with _ggml_lock:
+        if _ggml is None:
+            from pathlib import Path
+
+            from llama_cpp._ctypes_extensions import load_shared_library
+
+            lib = load_shared_library("ggml-base", Path(llama_cpp.__file__).parent / "lib")
+            lib.ggml_row_size.argtypes = [ctypes.c_int, ctypes.c_int64]
+            lib.ggml_row_size.restype = ctypes.c_size_t
+            lib.ggml_type_name.argtypes = [ctypes.c_int]
+            lib.ggml_type_name.restype = ctypes.c_char_p
+            lib.ggml_is_quantized.argtypes = [ctypes.c_int]
+            lib.ggml_is_quantized.restype = ctypes.c_bool
+            for name, value in CACHE_TYPES.items():  # the enum values above are ggml's
+                assert lib.ggml_type_name(value).decode() == name, (name, value)
+            _ggml = lib
+        return _ggml
+
+
+def _meta_int(model: llama_cpp.llama_model_p, key: str) -> int | None:
+    """An integer GGUF metadata value of the model (``llama_model_meta_val_str``), else ``None``."""
+    buf = ctypes.create_string_buffer(64)
+    if llama_cpp.llama_model_meta_val_str(model, key.encode(), buf, 64) < 0:
+        return None
+    try:
+        return int(buf.value)
+    except ValueError:
+        return None
+
+
+def kv_cache_size(model: llama_cpp.llama_model_p, type_k: str, type_v: str, n_cells: int) -> tuple[int, int]:
+    """Bytes of the K and V cache of ``n_cells`` cells, as llama.cpp allocates them.
+
+    llama-cpp-python exposes no size of the KV buffers (``llama_get_memory_breakdown``
+    is C++ only; ``llama_state_get_size`` is the size of a saved state), so this computes
+    what ``llama_kv_cache`` allocates: per layer one K tensor of ``n_embd_k_gqa x n_cells``
+    and one V tensor of ``n_embd_v_gqa x n_cells``, a row of each taking
+    ``ggml_row_size(type, n_embd_*_gqa)`` bytes (quantized types in blocks: q8_0 is 34 bytes
+    per 32 values, f16 64). ``n_embd_k_gqa = n_embd_head_k x n_head_kv``, with
+    ``n_embd_head_k`` from the GGUF's ``<arch>.attention.key_length`` (default
+    ``n_embd / n_head``), likewise V with ``value_length``. Assumes every layer has
+    attention with layer 0's ``n_head_kv`` (true for llama-style models; SWA and
+    recurrent layers are not modelled). Checked against llama.cpp's own start-up line
+    ``llama_kv_cache: size = ...`` by an integration test.
+    """
+    lib = _ggml_base()
+    buf = ctypes.create_string_buffer(128)
+    n = llama_cpp.llama_model_meta_val_str(model, b"general.architecture", buf, 128)
+    arch = buf.value.decode() if n >= 0 else ""
+    n_layer = llama_cpp.llama_model_n_layer(model)
+    n_head = max(1, llama_cpp.llama_model_n_head(model))
+    n_head_kv = llama_cpp.llama_model_n_head_kv(model)
+    n_embd = llama_cpp.llama_model_n_embd(model)
+    head_k = _meta_int(model, f"{arch}.attention.key_length") or n_embd // n_head
+    head_v = _meta_int(model, f"{arch}.attention.value_length") or n_embd // n_head
+    row_k = lib.ggml_row_size(CACHE_TYPES[type_k], head_k * n_head_kv)
+    row_v = lib.ggml_row_size(CACHE_TYPES[type_v], head_v * n_head_kv)
+    return n_layer * row_k * n_cells, n_layer * row_v * n_cells
+
 
 class LlamaRuntime:
     """A llama.cpp model + context (see module docstring).
 
     ``n_ctx_seq`` tokens per sequence, ``n_seq_max`` sequences; the llama.cpp
-    context holds ``n_ctx_seq * n_seq_max`` cells. ``n_threads`` defaults to
-    the number of CPUs. ``flash_attn`` is ``"on"``, ``"off"`` or ``"auto"``
-    (llama.cpp's ``flash_attn_type``). Raises ``RuntimeError`` when the model
-    or context cannot be created, ``ValueError`` for an unknown ``flash_attn``.
+    context holds ``n_ctx_seq * n_seq_max`` cells (llama.cpp rounds ``n_ctx_seq``
+    up to a multiple of 256), one stream per sequence or, with ``kv_unified``,
+    one shared buffer; either way a sequence's positions stay below ``n_ctx_seq``.
+    ``n_threads`` defaults to the number of CPUs. ``flash_attn`` is ``"on"``,
+    ``"off"`` or ``"auto"`` (llama.cpp's ``flash_attn_type``). ``type_k`` /
+    ``type_v`` are KV cache types (:data:`CACHE_TYPES`; llama-server's
+    ``--cache-type-k`` / ``--cache-type-v``). Raises ``RuntimeError`` when the
+    model or context cannot be created, ``ValueError`` for an unknown
+    ``flash_attn`` or cache type, or a quantized ``type_v`` with
+    ``flash_attn="off"`` (llama.cpp refuses it), before loading anything.
+    Logs the KV cache size at start-up (total and per sequence, MiB), as llama-server does.
     """
 
     def __init__(self, path: str, *, n_ctx_seq: int = 2048, n_seq_max: int = 16, n_batch: int = 512,
-                 n_threads: int | None = None, flash_attn: str = "auto", name: str | None = None,
+                 n_threads: int | None = None, flash_attn: str = "auto", type_k: str = "f16",
+                 type_v: str = "f16", kv_unified: bool = False, name: str | None = None,
                  verbose: bool = False) -> None:
-        if flash_attn not in FLASH_ATTN:  # before loading: a refused argument must not leak the model
+        # before loading: a refused argument must not leak the model
+        if flash_attn not in FLASH_ATTN:
             raise ValueError(f"flash_attn must be one of {sorted(FLASH_ATTN)}, not {flash_attn!r}")
+        for what, t in (("type_k", type_k), ("type_v", type_v)):
+            if t not in CACHE_TYPES:
+                raise ValueError(f"{what} must be one of {sorted(CACHE_TYPES)}, not {t!r}")
+        if flash_attn == "off" and _ggml_base().ggml_is_quantized(CACHE_TYPES[type_v]):
+            raise ValueError(f"a quantized V cache ({type_v}) needs flash attention (auto or on)")
         _init_backend(verbose)
         mparams = llama_cpp.llama_model_default_params()
         self._model = llama_cpp.llama_model_load_from_file(path.encode(), mparams)
@@ -139,12 +228,15 @@ class LlamaRuntime:
         n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
         if n_ctx_train > 0:
             n_ctx_seq = min(n_ctx_seq, n_ctx_train)
+        n_ctx_seq = -(-n_ctx_seq // 256) * 256  # llama.cpp pads a stream to 256 cells; unified mode alike
         cparams = llama_cpp.llama_context_default_params()
         cparams.n_ctx = n_ctx_seq * n_seq_max
         cparams.n_batch = n_batch
         cparams.n_ubatch = n_batch
         cparams.n_seq_max = n_seq_max
-        cparams.kv_unified = False
+        cparams.kv_unified = kv_unified
+        cparams.type_k = CACHE_TYPES[type_k]
+        cparams.type_v = CACHE_TYPES[type_v]
         threads = n_threads or os.cpu_count() or 1
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
@@ -155,6 +247,12 @@ class LlamaRuntime:
             llama_cpp.llama_model_free(self._model)
             raise RuntimeError("llama.cpp could not create a context (out of memory?)")
         self._mem = llama_cpp.llama_get_memory(self._ctx)
+        n_cells = llama_cpp.llama_n_ctx(self._ctx)
+        # llama.cpp's own n_ctx_seq: a stream's cells, or the whole buffer when unified
+        assert llama_cpp.llama_n_ctx_seq(self._ctx) == (n_cells if kv_unified else n_ctx_seq), "llama.cpp padding"
+        kv_k, kv_v = kv_cache_size(self._model, type_k, type_v, n_cells)
+        kv = KVCacheInfo(type_k=type_k, type_v=type_v, n_cells=n_cells, n_ctx_seq=n_ctx_seq, n_seq_max=n_seq_max,
+                         unified=kv_unified, bytes_k=kv_k, bytes_v=kv_v)
         self._n_vocab = n_vocab
         self._n_batch = n_batch
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
@@ -174,12 +272,17 @@ class LlamaRuntime:
             bos_token=self.vocab.special_piece(bos) if bos >= 0 else "",
             eos_token=self.vocab.special_piece(eos) if eos >= 0 else "",
             n_vocab=n_vocab, n_ctx_train=n_ctx_train,
-            n_ctx_seq=llama_cpp.llama_n_ctx_seq(self._ctx),
+            n_ctx_seq=n_ctx_seq,
             n_seq_max=llama_cpp.llama_n_seq_max(self._ctx),
             n_batch=n_batch,
             is_recurrent=bool(llama_cpp.llama_model_is_recurrent(self._model)
                               or llama_cpp.llama_model_is_hybrid(self._model)),
+            kv_unified=kv_unified,
+            kv_cache=kv,
         )
+        log.info("KV cache: %s, K %s + V %s, %d cells (%d sequences x %d): %.2f MiB total, %.2f MiB per sequence",
+                 "unified" if kv_unified else "one stream per sequence", type_k, type_v, kv.n_cells, n_seq_max,
+                 n_ctx_seq, kv.bytes / 2**20, kv.bytes_per_seq / 2**20)
 
     # -- decode -------------------------------------------------------------
     def decode(self, entries: Sequence[BatchEntry]) -> None:
@@ -299,19 +402,29 @@ class LlamaRuntime:
             raise ValueError(f"sequence id {seq_id} out of range")
         return bool(llama_cpp.llama_memory_seq_rm(self._mem, seq_id, p0, p1))
 
-    def seq_cp(self, src: int, dst: int) -> None:
-        """Copy all of sequence ``src`` to ``dst`` (``llama_memory_seq_cp`` with p0 = p1 = -1).
+    def seq_cp(self, src: int, dst: int, n: int | None = None) -> None:
+        """Copy sequence ``src`` to ``dst``: positions ``[0, n)``, or all (``n=None``)
+        (``llama_memory_seq_cp``; ``dst`` must be empty).
 
-        Only whole-sequence copies: with a non-unified KV cache llama.cpp
-        aborts on a partial copy between streams; trim the tail with
-        :meth:`seq_rm` afterwards.
+        A prefix copy (``n``) only with a unified KV cache, where it marks the source's
+        cells as also belonging to ``dst`` (no data moves, nearly free). With one stream
+        per sequence llama.cpp copies whole streams only and aborts on a partial copy, so
+        ``n`` raises ``ValueError`` there: copy all, then trim the tail with :meth:`seq_rm`.
         """
         for s in (src, dst):
             if not 0 <= s < self.meta.n_seq_max:
                 raise ValueError(f"sequence id {s} out of range")
         if src == dst:
             raise ValueError("source and destination sequence are the same")
-        llama_cpp.llama_memory_seq_cp(self._mem, src, dst, -1, -1)
+        if n is None:
+            llama_cpp.llama_memory_seq_cp(self._mem, src, dst, -1, -1)
+            return
+        if not self.meta.kv_unified:
+            raise ValueError("a prefix copy needs a unified KV cache (llama.cpp aborts on a partial copy "
+                             "between streams)")
+        if not 0 < n <= self.meta.n_ctx_seq:
+            raise ValueError(f"prefix of {n} tokens outside the sequence context {self.meta.n_ctx_seq}")
+        llama_cpp.llama_memory_seq_cp(self._mem, src, dst, 0, n)
 
     def seq_pos_max(self, seq_id: int) -> int:
         """Largest position held for ``seq_id`` in the KV cache, -1 when empty."""

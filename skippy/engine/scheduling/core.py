@@ -452,19 +452,43 @@ class SchedulerCore:
         return slot
 
     def _take_slot(self, match: Match | None, key: str | None = None) -> tuple[int, int]:
-        """A slot for a new sequence and how many of its prompt tokens are already in its KV."""
+        """A slot for a new sequence and how many of its prompt tokens are already in its KV.
+
+        A match in another slot is copied (``llama_memory_seq_cp``). With one KV stream per
+        sequence llama.cpp only copies whole streams, so the whole source is copied and its
+        tail trimmed. With a unified KV cache (``meta.kv_unified``) only the matched prefix
+        ``[0, n)`` is copied: the cells are shared, not duplicated, so the copy is nearly free.
+
+        Capacity with a unified cache: it has ``n_ctx_seq x n_seq_max`` cells, and a cell is
+        used by one or more sequences at the same position. Every sequence with KV (running,
+        or resident in the prefix cache) holds a slot, so there are at most ``n_seq_max`` of
+        them, and each holds at most ``n_ctx_seq`` positions (``0..n_ctx_seq-1``: a running
+        sequence finishes with ``length`` before its next position reaches ``n_ctx_seq``, the
+        runtime refuses a position >= ``n_ctx_seq``, and resident entries keep only a prefilled
+        prompt). A shared prefix is counted once in the cells but once per sequence in this
+        bound, so the cells in use never exceed ``sum(positions) <= n_ctx_seq x n_seq_max``; and
+        llama.cpp finds free cells anywhere in the buffer (no contiguity, ``find_slot`` with
+        ``cont=false``), so ``llama_decode`` never fails for want of a KV slot (it returns 1
+        then). The same reasoning holds per stream when non-unified. No eviction beyond the
+        slot rule is needed: resident entries only ever use cells a slot is entitled to.
+        """
         rt = self.runtime
         if match is None:
             return (self._pop_free_slot() if self._free_slots else self._evict(key)), 0
+        n = match.n
         if self._free_slots or not match.resident:  # copy the source, keep it for others
             slot = self._pop_free_slot() if self._free_slots else self._evict(key)
+            if rt.meta.kv_unified:  # the prefix only: shared cells, nothing to trim
+                rt.seq_cp(match.slot, slot, n)
+                if match.resident:
+                    self.prefix.touch(match.slot)
+                return slot, n
             rt.seq_cp(match.slot, slot)
             if match.resident:
                 self.prefix.touch(match.slot)
         else:  # a resident source and no free slot: reuse it in place
             slot = match.slot
             self.prefix.take(slot)
-        n = match.n
         if not rt.seq_rm(slot, n, -1):  # cannot trim: start cold
             rt.seq_rm(slot)
             n = 0

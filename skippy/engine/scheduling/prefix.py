@@ -6,8 +6,9 @@ for the sequence (resident or running) whose cached tokens share the
 longest prefix with the new prompt. It then reuses that slot in place, or
 copies the sequence into a free slot (``llama_memory_seq_cp`` of the whole
 sequence, then ``llama_memory_seq_rm`` of the tail: with a non-unified KV
-cache llama.cpp only copies whole sequences between streams), and prefills
-only the rest.
+cache llama.cpp only copies whole sequences between streams; with a unified
+one, ``llama_memory_seq_cp`` of the prefix alone, which shares its cells),
+and prefills only the rest.
 """
 
 from __future__ import annotations
