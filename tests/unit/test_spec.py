@@ -225,3 +225,41 @@ def test_two_sequences_speculate_side_by_side():
     assert tokens_of(out, 1) == PROMPT[10:30]
     assert tokens_of(out, 2) == other[3:13] + [FILLER, 7] + other[20:28]
     assert [e.seq_id for e in rt.batches[3]] == sorted(e.seq_id for e in rt.batches[3])  # slot order kept
+
+
+# -- the request field and the reply ----------------------------------------------------
+
+def test_the_speculative_field_maps_to_draft_tokens_or_a_400():
+    from skippy.engine.errors import InvalidRequest
+    from skippy.engine.scheduling.spec import DEFAULT_DRAFT, requested_draft
+
+    assert [requested_draft(v, 0) for v in (None, False, True, 0, 3, 16)] == [None, 0, DEFAULT_DRAFT, 0, 3, 16]
+    assert requested_draft(True, 8) == 8
+    for bad in (-1, 17):
+        with pytest.raises(InvalidRequest) as exc:
+            requested_draft(bad, 4)
+        assert exc.value.param == "speculative"
+
+
+def test_the_request_body_field_and_timings_draft_counts():
+    import msgspec
+
+    from skippy.engine.output.generation import Generation
+    from skippy.engine.scheduling.events import FinishEvent
+    from skippy.engine.types import ChatCompletionRequest, decode_request
+
+    body = b'{"messages": [{"role": "user", "content": "x"}], "speculative": %s}'
+    assert [decode_request(body % v, ChatCompletionRequest).speculative for v in (b"true", b"4", b"false")] == [
+        True, 4, False]
+    from skippy.engine.errors import InvalidRequest
+    with pytest.raises(InvalidRequest):
+        decode_request(body % b'"yes"', ChatCompletionRequest)
+
+    from skippy.engine.chat.formats.base import ContentParser
+    from skippy.engine.sampling.params import SamplingParams
+    for drafted, shown in ((0, {}), (12, {"draft_n": 12, "draft_n_accepted": 9})):
+        gen = Generation(1, [1, 2], SamplingParams(), 8, piece=lambda t: b"a", parser=ContentParser(), speculative=3)
+        assert gen.request.speculative == 3
+        done = gen.feed(FinishEvent("stop", 2, 0, 1.0, 1.0, draft_tokens=drafted, draft_accepted=9))
+        timings = msgspec.to_builtins(done.timings)
+        assert {k: timings[k] for k in ("draft_n", "draft_n_accepted") if k in timings} == shown

@@ -23,6 +23,8 @@ from collections.abc import Sequence
 
 import attrs
 
+from skippy.engine.errors import InvalidRequest
+
 #: Longest n-gram matched (vLLM's ``prompt_lookup_max``; its docs use 4).
 NGRAM_MAX = 4
 #: Shortest n-gram matched (vLLM's ``prompt_lookup_min``); unigram matches are mostly noise.
@@ -40,6 +42,23 @@ WINDOW_TOKENS = 16
 BACKOFF_FIRST = 16
 #: Longest backoff (steps).
 BACKOFF_MAX = 512
+
+
+def requested_draft(value: bool | int | None, default: int) -> int | None:
+    """Draft tokens per step that a request's ``speculative`` field asks for.
+
+    ``None`` (absent): the server's ``--spec-ngram`` (returns ``None``);
+    ``false`` or ``0``: off; ``true``: the server's ``default`` when it is on,
+    else :data:`DEFAULT_DRAFT`; an int ``1..MAX_DRAFT``: that many. Raises
+    :class:`InvalidRequest` (400, ``param="speculative"``) for another int.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return (default or DEFAULT_DRAFT) if value else 0
+    if not 0 <= value <= MAX_DRAFT:
+        raise InvalidRequest(f"speculative must be a boolean or an integer in [0, {MAX_DRAFT}]", param="speculative")
+    return value
 
 
 class NgramDrafter:
