@@ -58,6 +58,18 @@ def test_drafter_proposes_what_followed_the_longest_latest_match():
     assert d.propose([1, 2, 3, 1], 2, k=5) == (3, 1, 2)  # the continuation runs into the pending token
 
 
+def test_drafter_keeps_copying_from_where_its_last_draft_came_from():
+    src = [9, 1, 2, 3, 4, 50, 51, 52, 1, 2, 3, 4, 60, 61, 62, 8]
+    d = NgramDrafter(2, 4)
+    assert d.propose(src + [9], 1, k=4) == (2, 3, 4, 50)
+    # the text copies on (2, 3, then 4 pending): its 4-gram (1, 2, 3, 4) last occurred before 60, but the copy
+    # it follows continues with 50
+    assert d.propose(src + [9, 1, 2, 3], 4, k=4) == (50, 51, 52, 1)
+    assert NgramDrafter(2, 4).propose(src + [9, 1, 2, 3], 4, k=4) == (60, 61, 62, 8)
+    # a text that left the copy falls back to the index
+    assert d.propose(src + [9, 1, 2, 3, 4, 50, 7, 60], 61, k=2) == (62, 8)
+
+
 def test_drafter_cuts_drafts_at_end_of_generation_tokens_and_indexes_incrementally():
     d = NgramDrafter(2, 3)
     text = [10, 11, 12, 0, 13]
@@ -81,6 +93,17 @@ def test_spec_state_backs_off_after_low_acceptance_and_resets_when_it_pays():
         s.record(4, 4)
     assert s.skip == 0 and s.backoff == BACKOFF_FIRST
     assert (s.drafted, s.accepted) == (32, 16)
+
+
+def test_the_draft_length_grows_after_full_acceptance_and_shrinks_after_a_rejection():
+    s = SpecState(k=5)
+    assert s.n == 5
+    lengths = []
+    for drafted, accepted in ((5, 2), (4, 0), (3, 3), (5, 5), (5, 4), (4, 0), (3, 0), (2, 0), (1, 0)):
+        assert drafted == s.n
+        s.record(drafted, accepted)
+        lengths.append(s.n)
+    assert lengths == [4, 3, 5, 5, 4, 3, 2, 1, 1]
 
 
 # -- the scheduler --------------------------------------------------------------------
@@ -150,19 +173,25 @@ def test_a_full_context_finishes_as_without_speculation():
 
 def test_low_acceptance_stops_drafting(monkeypatch):
     pattern = [20, 21, 22, 23, 24, 25]
-    script = [t for i in range(40) for t in (20, 21, 30 + i % 40)]  # the text's (20, 21) never continues with 22
+    script = [t for i in range(100) for t in (20, 21, 30 + i % 100)]  # the text's (20, 21) never continues with 22
 
     def drafted(min_acceptance):
         monkeypatch.setattr(spec_mod, "MIN_ACCEPTANCE", min_acceptance)
-        rt, core = make(spec_ngram=4)
+        rt, core = make(spec_ngram=4, n_ctx_seq=512)
         rt.scripts = {1: list(script)}
         core.add(req(1, pattern * 5, max_tokens=len(script)))
         out = run_checked(rt, core)
         assert tokens_of(out, 1) == script
-        return core.stats().spec_draft_tokens_total
+        gaps, run = [], 0
+        for n in drafted_entries(rt, 0, n_prompt=30)[1:]:
+            run = 0 if n else run + 1
+            gaps.append(run)
+        return core.stats().spec_draft_tokens_total, max(gaps)
 
-    without = drafted(0.0)  # no backoff: a rejected draft every third token
-    assert without > 80 and drafted(0.3) < without / 2  # back off, doubling
+    without, gap0 = drafted(0.0)  # no backoff: a rejected draft every third token
+    with_backoff, gap = drafted(0.3)
+    assert without > 100 and with_backoff < 0.7 * without
+    assert gap0 < BACKOFF_FIRST and gap >= 4 * BACKOFF_FIRST  # paused, the pause doubling
 
 
 def test_the_request_field_overrides_the_server_default():

@@ -49,8 +49,8 @@ The rules, each with a unit test in ``tests/unit/test_scheduler_core.py``:
   takes the same path as one without speculation (EOG, length, logprobs), in
   order; the KV cache is trimmed past the accepted prefix. Never for hooked
   sequences (a park would leave sampled tokens unemitted) or recurrent models
-  (no trim); drafts never reach past ``max_tokens`` or the context, and back
-  off when acceptance is low.
+  (no trim); drafts never reach past ``max_tokens`` or the context, adapt
+  their length, and back off when acceptance is low.
 - **Finish**: an end-of-generation token (``stop``), ``max_tokens`` or a full
   context (``length``), a cancel, a hook stop, or a failed decode (``error``);
   the prefilled prompt's KV stays resident for reuse, the rest is removed.
@@ -551,7 +551,7 @@ class SchedulerCore:
         """
         kv, spec = seq.kv, seq.spec
         assert kv is not None and spec is not None and kv.pending is not None
-        k = min(spec.k, kv.max_tokens - kv.n_generated - 1, self.runtime.meta.n_ctx_seq - kv.n_past - 2)
+        k = min(spec.n, kv.max_tokens - kv.n_generated - 1, self.runtime.meta.n_ctx_seq - kv.n_past - 2)
         if k <= 0 or not spec.ready():
             return ()
         return spec.drafter.propose(kv.prompt, kv.pending, k, self.runtime.meta.eog_ids)
