@@ -197,8 +197,8 @@ def _serve_options(fn: F) -> F:
         _opt("--chat-template-kwargs", default=None, metavar="JSON", callback=_parse_template_kwargs,
              help='Default template variables as a JSON object, e.g. \'{"enable_thinking": false}\'; '
                   'requests override them.'),
-        "force_tool_emulation", "step_tokens", "clamp_max_tokens", "prefix_cache", "hook_policy", "hook_url",
-        "hook_timeout", "hook_fail_closed", "hooks_default_on", "signal_window", "high_entropy_threshold",
+        "force_tool_emulation", "step_tokens", "clamp_max_tokens", "prefix_cache", "spec_ngram", "hook_policy",
+        "hook_url", "hook_timeout", "hook_fail_closed", "hooks_default_on", "signal_window", "high_entropy_threshold",
         "max_queue",
         _opt("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]),
              help="Log level."),

@@ -57,6 +57,7 @@ from skippy.engine.output.responses import ChatReply, TextReply
 from skippy.engine.runtime.base import Runtime
 from skippy.engine.sampling.params import SamplingParams, sampling_from_request
 from skippy.engine.scheduling.events import SeqEvent
+from skippy.engine.scheduling.spec import requested_draft
 from skippy.engine.types import ChatCompletionRequest, CompletionRequest, Message, SamplingFields
 
 
@@ -192,7 +193,7 @@ class Engine:
                          piece=self.runtime.vocab.piece, parser=make_output_parser(plan),
                          stops=_stops(req.stop), early_stop=early, hooks=hooks_on, signals=req.return_signals,
                          hook_request=req, injected=injected, cache_key=req.prompt_cache_key,
-                         cache_prompt=req.cache_prompt)
+                         cache_prompt=req.cache_prompt, speculative=self._speculative(req))
         if isinstance(pre, Stop):
             return gen, self._stopped_before(gen, ctx, pre.reason)
         return gen, self._submit(gen, ctx)
@@ -237,13 +238,16 @@ class Engine:
             raise InvalidRequest("prompt is empty", param="prompt")
         gen = Generation(next(self._rids), prompt, params, self._max_tokens(req, len(prompt)),
                          piece=self.runtime.vocab.piece, parser=ContentParser(), stops=_stops(req.stop),
-                         cache_prompt=req.cache_prompt)
+                         cache_prompt=req.cache_prompt, speculative=self._speculative(req))
         return prompt_text, gen, self._submit(gen, None)
 
     def _sampling(self, req: SamplingFields, *, logprobs: bool, top_logprobs: int) -> SamplingParams:
         if self.closed:
             raise EngineClosed("the engine is shutting down")
         return sampling_from_request(req, n_vocab=self.meta.n_vocab, logprobs=logprobs, top_logprobs=top_logprobs)
+
+    def _speculative(self, req: SamplingFields) -> int | None:
+        return requested_draft(req.speculative, self.config.spec_ngram)
 
     def _max_tokens(self, req: SamplingFields, n_prompt: int) -> int:
         n_ctx = self.meta.n_ctx_seq
@@ -446,7 +450,7 @@ async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None) -
     signal_config = SignalConfig(window=config.signal_window, high_entropy_threshold=config.high_entropy_threshold)
     scheduler = DecodeScheduler(runtime, step_tokens=config.step_tokens, max_queue=config.max_queue,
                                 hooks=evaluator.inbox if evaluator else None, signal_config=signal_config,
-                                prefix_cache=config.prefix_cache)
+                                prefix_cache=config.prefix_cache, spec_ngram=config.spec_ngram)
     try:
         async with trio.open_nursery() as nursery:
             engine = Engine(config, runtime, tokenizer, renderer, scheduler, evaluator, nursery)

@@ -14,6 +14,8 @@ on the decode path); latency histograms are observed by the request tasks:
 - ``skippy:requests_parked`` (sequences waiting for a hook verdict), ``skippy:decode_steps_total``
 - ``skippy:prefix_cache_queries_total``, ``skippy:prefix_cache_hits_total``,
   ``skippy:prefix_cache_cached_tokens_total``
+- ``skippy:spec_draft_tokens_total``, ``skippy:spec_accepted_tokens_total`` (speculative decoding;
+  vLLM's ``spec_decode_num_draft_tokens`` / ``spec_decode_num_accepted_tokens``)
 - ``skippy:time_to_first_token_seconds``, ``skippy:inter_token_latency_seconds``,
   ``skippy:e2e_request_latency_seconds`` (histograms)
 - ``skippy:hook_calls_total``, ``skippy:hook_timeouts_total``, ``skippy:hook_errors_total`` (label ``event``)
@@ -91,6 +93,10 @@ class _EngineCollector:
                                   value=sched.prefix_hits)
         yield CounterMetricFamily("skippy:prefix_cache_cached_tokens", "Prompt tokens reused from the cache",
                                   value=sched.cached_tokens_total)
+        yield CounterMetricFamily("skippy:spec_draft_tokens", "Speculative draft tokens verified",
+                                  value=sched.spec_draft_tokens_total)
+        yield CounterMetricFamily("skippy:spec_accepted_tokens", "Speculative draft tokens accepted",
+                                  value=sched.spec_accepted_tokens_total)
         if engine.hooks is not None:
             stats = engine.hooks.stats.snapshot()
             for key in ("calls", "timeouts", "errors"):

@@ -70,19 +70,19 @@ SchedulerMsg = Submit | Cancel | HookVerdict
 class DecodeScheduler(Actor[SchedulerMsg]):
     """Continuous-batching decode loop over one :class:`Runtime`.
 
-    ``step_tokens``, ``max_queue``, ``signal_config`` and ``prefix_cache``
-    configure the :class:`SchedulerCore`; ``hooks`` is the HookEvaluator's
+    ``step_tokens``, ``max_queue``, ``signal_config``, ``prefix_cache`` and
+    ``spec_ngram`` configure the :class:`SchedulerCore`; ``hooks`` is the HookEvaluator's
     inbox (send side) or ``None``.
     """
 
     def __init__(self, runtime: Runtime, *, step_tokens: int | None = None, max_queue: int = 1024,
                  hooks: trio.MemorySendChannel[HookCall] | None = None, signal_config: SignalConfig | None = None,
-                 prefix_cache: bool = True) -> None:
+                 prefix_cache: bool = True, spec_ngram: int = 0) -> None:
         super().__init__()
         self.runtime = runtime
         self.hooks = hooks
         self.core = SchedulerCore(runtime, step_tokens=step_tokens, max_queue=max_queue, hooks=hooks is not None,
-                                  signal_config=signal_config, prefix_cache=prefix_cache)
+                                  signal_config=signal_config, prefix_cache=prefix_cache, spec_ngram=spec_ngram)
         self._events: dict[int, trio.MemorySendChannel[SeqEvent]] = {}
         self._unread = 0  # Submit messages in the inbox (not yet added to the core)
 

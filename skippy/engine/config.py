@@ -227,6 +227,10 @@ class EngineConfig:
     ``cache_type_k`` / ``cache_type_v`` and ``kv_unified`` follow llama-server's
     ``--cache-type-k`` / ``--cache-type-v`` / ``--kv-unified``; a quantized V
     cache with ``flash_attn="off"`` raises ``ValueError`` (llama.cpp refuses it).
+    ``spec_ngram`` is vLLM's ``ngram`` speculative method
+    (``num_speculative_tokens``; n-grams of 4 down to 2 tokens); output is the
+    same as without it. Off by default: on 2 CPU cores a draft token costs
+    ~0.4 of a decode step and bench/bench_spec.py measured no gain.
     ``clamp_max_tokens`` follows llama-server; without it a ``max_tokens``
     beyond the context is a 400, as in OpenAI and vLLM.
     Embedders may pass a policy object as ``hook_policy`` instead of a
@@ -276,6 +280,10 @@ class EngineConfig:
                                               "supports tools.")
     prefix_cache: bool = setting(True, check=IsBool(),
                                  help="Keep finished sequences' KV cache and reuse shared prompt prefixes.")
+    spec_ngram: int = setting(0, check=IntRange(0, 16),
+                              help="Prompt-lookup speculative decoding (vLLM's ngram method): draft up to this many "
+                                   "tokens per step from an earlier occurrence of the last n-gram, verified in one "
+                                   "batch; 0 turns it off (requests may set \"speculative\").")
     clamp_max_tokens: bool = setting(False, check=IsBool(),
                                      help="Clamp a max_tokens that does not fit the context to the room left "
                                           "(llama-server) instead of answering 400 context_length_exceeded "

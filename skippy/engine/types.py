@@ -50,6 +50,12 @@ class SamplingFields(msgspec.Struct, omit_defaults=True, kw_only=True):
     instead of reusing a cached prefix. llama.cpp logits depend slightly on
     how a prompt is split into batches, so only a cold prefill gives
     bit-for-bit reproducible greedy output.
+
+    ``speculative`` (skippy): prompt-lookup speculative decoding for this
+    request: ``false`` or ``0`` off, ``true`` on, an int ``1..16`` the draft
+    tokens per step; absent, the server's ``--spec-ngram`` decides. The output
+    is the same either way (greedy: identical tokens up to llama.cpp's
+    batch-shape rounding; sampled: the same distribution).
     """
 
     model: str | None = None
@@ -70,6 +76,7 @@ class SamplingFields(msgspec.Struct, omit_defaults=True, kw_only=True):
     n: int | None = None
     user: str | None = None
     cache_prompt: bool = True
+    speculative: bool | int | None = None
 
 
 class JsonSchemaFormat(msgspec.Struct, omit_defaults=True):

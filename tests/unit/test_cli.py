@@ -45,6 +45,7 @@ BEFORE = [
     ("--step-tokens INTEGER RANGE", "[env var: SKIPPY_STEP_TOKENS; default: 256; 8<=x<=512]", 256),
     ("--clamp-max-tokens", "[env var: SKIPPY_CLAMP_MAX_TOKENS]", False),
     ("--prefix-cache / --no-prefix-cache", "[env var: SKIPPY_PREFIX_CACHE; default: prefix-cache]", True),
+    ("--spec-ngram INTEGER RANGE", "[env var: SKIPPY_SPEC_NGRAM; default: 0; 0<=x<=16]", 0),
     ("--hook-policy MODULE:FACTORY", "[env var: SKIPPY_HOOK_POLICY]", None),
     ("--hook-url URL", "[env var: SKIPPY_HOOK_URL]", None),
     ("--hook-timeout FLOAT RANGE", "[env var: SKIPPY_HOOK_TIMEOUT; default: 2.0; x>0.0]", 2.0),

@@ -34,6 +34,7 @@ ENGINE = {
     "chat_template_kwargs": ([[], None, {1: True}, "x"], [{}, {"enable_thinking": False}], None),
     "force_tool_emulation": (["yes", 1, None], [True, False], None),
     "prefix_cache": (["no", 0], [True, False], None),
+    "spec_ngram": ([-1, 17, True, 2.0], [0, 16], "0<=x<=16"),
     "clamp_max_tokens": (["on", 1], [True, False], None),
     "hook_policy": ([""], [None, "pkg.mod:factory", object()], None),
     "hook_url": ([1, b"http://x"], [None, "http://127.0.0.1:9/hook"], None),

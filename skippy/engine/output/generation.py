@@ -87,15 +87,18 @@ class Generation:
         injected: how many trailing ``prompt`` tokens a ``before_chat`` hook appended.
         cache_key, cache_prompt: prefix-cache controls passed to the scheduler
             (OpenAI ``prompt_cache_key``, llama-server ``cache_prompt``).
+        speculative: draft tokens per step of speculative decoding (0: off;
+            ``None``: the scheduler's default).
     """
 
     def __init__(self, rid: int, prompt: Sequence[int], params: SamplingParams, max_tokens: int, *,
                  piece: Callable[[int], bytes], parser: StreamParser,
                  stops: Sequence[str] = (), early_stop: EarlyStopRule | None = None, hooks: bool = False,
                  signals: bool = False, hook_request: object = None, injected: int = 0,
-                 cache_key: str | None = None, cache_prompt: bool = True) -> None:
+                 cache_key: str | None = None, cache_prompt: bool = True, speculative: int | None = None) -> None:
         self.request = SeqRequest(rid, list(prompt), params, max_tokens, hooks=hooks, signals=signals,
-                                  request=hook_request, cache_key=cache_key, cache_prompt=cache_prompt)
+                                  request=hook_request, cache_key=cache_key, cache_prompt=cache_prompt,
+                                  speculative=speculative)
         self._piece = piece
         self._pipeline = OutputPipeline(piece, list(stops), parser, early_stop)
         self._logprobs = params.logprobs
@@ -172,6 +175,8 @@ class Generation:
         # llama-server: prompt_n counts the prompt tokens actually prefilled
         timings = wire.Timings.of(prompt_tokens - ev.cached_tokens, ev.prompt_ms, n, ev.predicted_ms,
                                   cache_n=ev.cached_tokens)
+        if ev.draft_tokens:  # llama-server reports these when it speculated
+            timings.draft_n, timings.draft_n_accepted = ev.draft_tokens, ev.draft_accepted
         return Done(deltas, message, reason, usage, timings, self._tokens)
 
     def stopped_before(self, reason: str) -> Done:

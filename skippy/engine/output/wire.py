@@ -120,7 +120,9 @@ class Timings(WireStruct, kw_only=True):
     ``cache_n`` prompt tokens were reused from the prefix cache, ``prompt_n``
     were prefilled (``cache_n + prompt_n`` is the prompt); ``prompt_ms`` runs
     from admission to the first sampled token, ``predicted_ms`` from then to
-    the end; ``predicted_n`` is the completion tokens.
+    the end; ``predicted_n`` is the completion tokens. ``draft_n`` /
+    ``draft_n_accepted``: speculative draft tokens verified and accepted, only
+    when the request speculated (llama-server's fields).
     """
 
     cache_n: int
@@ -132,6 +134,8 @@ class Timings(WireStruct, kw_only=True):
     predicted_ms: float
     predicted_per_token_ms: float
     predicted_per_second: float
+    draft_n: int | UnsetType = UNSET
+    draft_n_accepted: int | UnsetType = UNSET
 
     @classmethod
     def of(cls, prompt_n: int, prompt_ms: float, predicted_n: int, predicted_ms: float,

@@ -34,6 +34,7 @@ class SeqState:
     n_past: int = 0
     pending: int | None = None
     n_generated: int = 0
+    draft: tuple[int, ...] = ()
 
     @property
     def prefilling(self) -> bool:
@@ -46,7 +47,10 @@ class BatchPlan:
 
     ``outputs`` pairs each sequence to sample with the batch index of its
     logits (llama.cpp ``llama_get_logits_ith`` takes batch indices);
-    ``advance`` gives the tokens each sequence adds to its KV cache.
+    ``advance`` gives the tokens each sequence adds to its KV cache for good
+    (a generating sequence's draft tokens follow its pending token in
+    ``entries``, with logits, but are not in ``advance``: verification decides
+    how many stay).
     """
 
     entries: tuple[BatchEntry, ...]
@@ -78,7 +82,10 @@ def plan_step(seqs: list[SeqState], budget: int) -> BatchPlan | None:
     caller applies ``advance`` (sequence, tokens added) after a successful
     decode.
 
-    The budget goes to generating sequences first, then to prefill chunks:
+    The budget goes to generating sequences first (one token each), then to
+    prefill chunks, then to draft tokens (speculative decoding: each
+    generating sequence's ``draft`` follows its pending token, with logits;
+    drafts that do not fit are cut, in slot order, and ``draft`` is updated):
     shortest remaining prompt first (ties in admission order), so a short
     request's first token does not wait for a long prompt's whole prefill,
     while the oldest prefilling sequence always gets at least a quarter of
@@ -112,12 +119,17 @@ def plan_step(seqs: list[SeqState], budget: int) -> BatchPlan | None:
     if not take:
         return None
     take.sort(key=lambda t: t[0].slot)
+    left = budget - sum(n for _, n in take)
     entries: list[BatchEntry] = []
     outputs: list[tuple[SeqState, int]] = []
     for s, n in take:
-        if not s.prefilling:  # generating: its last sampled token
+        if not s.prefilling:  # generating: its last sampled token, then its draft
             outputs.append((s, len(entries)))
             entries.append(BatchEntry(s.pending, s.n_past, s.slot, True))  # type: ignore[arg-type]
+            if s.draft:
+                s.draft = s.draft[:max(left, 0)]
+                left -= len(s.draft)
+                entries.extend(BatchEntry(t, s.n_past + 1 + i, s.slot, True) for i, t in enumerate(s.draft))
             continue
         last = s.n_past + n == len(s.prompt)
         for i in range(n):

@@ -41,6 +41,16 @@ The rules, each with a unit test in ``tests/unit/test_scheduler_core.py``:
   token held; the verdict emits it (no action), discards it and finishes
   (``Stop``), or discards it and appends the injected tokens to the sequence,
   prefilled at the next steps (``Inject``; never sent to the client).
+- **Speculation** (:mod:`skippy.engine.scheduling.spec`, prompt lookup as
+  vLLM's ``ngram``): a decoding sequence with speculation on drafts up to
+  ``k`` tokens from an earlier occurrence of its last n-gram; the batch holds
+  its pending token and the draft (after prefill in the budget), and
+  :func:`verify_draft` samples while the draft matches. Every sampled token
+  takes the same path as one without speculation (EOG, length, logprobs), in
+  order; the KV cache is trimmed past the accepted prefix. Never for hooked
+  sequences (a park would leave sampled tokens unemitted) or recurrent models
+  (no trim); drafts never reach past ``max_tokens`` or the context, adapt
+  their length, and back off when acceptance is low.
 - **Finish**: an end-of-generation token (``stop``), ``max_tokens`` or a full
   context (``length``), a cancel, a hook stop, or a failed decode (``error``);
   the prefilled prompt's KV stays resident for reuse, the rest is removed.
@@ -73,6 +83,7 @@ from skippy.engine.runtime.base import Runtime
 from skippy.engine.scheduling.batch import BatchPlan, SeqState, plan_step
 from skippy.engine.scheduling.events import FinishEvent, SchedulerStats, SeqRequest, TokenEvent, TopLogprob
 from skippy.engine.scheduling.prefix import MIN_REUSE, MIN_TAIL, Match, PrefixIndex, common_prefix_len
+from skippy.engine.scheduling.spec import MAX_DRAFT, SpecState
 
 log = logging.getLogger("skippy.scheduler")
 
@@ -108,7 +119,8 @@ class Sequence:
     ``kv`` is its KV state once admitted (slot, tokens in the KV cache, pending
     token; ``None`` while waiting); ``sampler`` its llama.cpp sampler chain;
     ``held`` the sampled token held while parked; ``injected`` tokens added by
-    hooks; ``cached`` prompt tokens reused from the prefix cache. Times are
+    hooks; ``cached`` prompt tokens reused from the prefix cache; ``spec`` its
+    speculative-decoding state (``None``: off). Times are
     the core clock's seconds.
     """
 
@@ -120,6 +132,7 @@ class Sequence:
     held: TokenEvent | None = None
     injected: int = 0
     cached: int = 0
+    spec: SpecState | None = None
     t_admit: float = 0.0
     t_first: float = 0.0
 
@@ -143,13 +156,19 @@ class Sequence:
 
 @attrs.frozen
 class SampleSpec:
-    """What to compute at one batch output: the sampler, and which extras the request asked for."""
+    """What to compute at one batch output: the sampler, and which extras the request asked for.
+
+    ``draft``: speculative tokens placed after the sampled position at batch
+    indices ``index + 1 ..`` (each with logits); :func:`verify_draft` samples
+    them in order while they match.
+    """
 
     rid: int
     index: int
     sampler: object
     top_logprobs: int | None  # None: no logprobs; else how many alternatives (0..20)
     signals: bool
+    draft: tuple[int, ...] = ()
 
 
 @attrs.frozen
@@ -162,39 +181,74 @@ class StepPlan:
     outputs: tuple[Output, ...] = ()
 
 
-def execute(runtime: Runtime, step: StepPlan) -> list[TokenEvent]:
+#: What :func:`execute` returns per sample: one event, or (a spec with a draft) every token its
+#: verification sampled, in order.
+Sampled = TokenEvent | tuple[TokenEvent, ...]
+
+
+def execute(runtime: Runtime, step: StepPlan) -> list[Sampled]:
     """Run ``step`` on ``runtime``: one ``llama_decode``, then sample every output in order.
 
     Blocking; runs on the decode thread. Returns one :class:`TokenEvent` per
     ``step.samples`` entry (logprobs and signals from the raw logits when
     asked; ``None`` when the logits have no finite maximum, so one sequence's
-    NaN logits never fail the others). Raises ``RuntimeError`` when llama.cpp
+    NaN logits never fail the others), or for an entry with a ``draft`` the
+    tuple :func:`verify_draft` returns. Raises ``RuntimeError`` when llama.cpp
     refuses the batch.
     """
     assert step.batch is not None
     runtime.decode(step.batch.entries)
-    out = []
-    for spec in step.samples:
-        lp = entropy = margin = None
-        top: tuple[TopLogprob, ...] = ()
-        raw = runtime.logits(spec.index) if spec.top_logprobs is not None or spec.signals else None
-        finite = True
-        if raw is not None and spec.signals:
-            try:
-                entropy, margin = token_signals(raw)
-            except ValueError:  # NaN or infinite logits
-                finite = False
-        tok = runtime.sample(spec.sampler, spec.index)
-        try:
-            if raw is not None and finite and spec.top_logprobs is not None:
-                lp = token_logprob(raw, tok)
-                if spec.top_logprobs:
-                    ids, lps = logprobs_top(raw, spec.top_logprobs)
-                    top = tuple(TopLogprob(int(t), float(v)) for t, v in zip(ids, lps, strict=True))
-        except ValueError:  # NaN or infinite logits: no numbers rather than a failed step for every sequence
-            lp, top = None, ()
-        out.append(TokenEvent(tok, lp, top, entropy, margin))
+    out: list[Sampled] = [sample_at(runtime, spec, spec.index) for spec in step.samples]
+    for i, spec in enumerate(step.samples):
+        if spec.draft:
+            out[i] = verify_draft(runtime, spec, out[i])  # type: ignore[arg-type]
     return out
+
+
+def sample_at(runtime: Runtime, spec: SampleSpec, index: int) -> TokenEvent:
+    """Sample (and accept into ``spec.sampler``) one token at batch ``index``, with the extras ``spec`` asks for."""
+    lp = entropy = margin = None
+    top: tuple[TopLogprob, ...] = ()
+    raw = runtime.logits(index) if spec.top_logprobs is not None or spec.signals else None
+    finite = True
+    if raw is not None and spec.signals:
+        try:
+            entropy, margin = token_signals(raw)
+        except ValueError:  # NaN or infinite logits
+            finite = False
+    tok = runtime.sample(spec.sampler, index)
+    try:
+        if raw is not None and finite and spec.top_logprobs is not None:
+            lp = token_logprob(raw, tok)
+            if spec.top_logprobs:
+                ids, lps = logprobs_top(raw, spec.top_logprobs)
+                top = tuple(TopLogprob(int(t), float(v)) for t, v in zip(ids, lps, strict=True))
+    except ValueError:  # NaN or infinite logits: no numbers rather than a failed step for every sequence
+        lp, top = None, ()
+    return TokenEvent(tok, lp, top, entropy, margin)
+
+
+def verify_draft(runtime: Runtime, spec: SampleSpec, first: TokenEvent,
+                 sample: Callable[[Runtime, SampleSpec, int], TokenEvent] = sample_at) -> tuple[TokenEvent, ...]:
+    """Verify ``spec.draft`` given ``first``, the token sampled at ``spec.index``: the accepted tokens.
+
+    While the last sampled token equals the next draft token, the logits at the
+    next index (computed after that very token) are sampled too, with the
+    sequence's own sampler; the first token that differs (the correction), or
+    the token after a wholly accepted draft (the bonus), ends the list. So every
+    token is drawn from the distribution it would have been drawn from without
+    speculation (the draft only decided where logits were computed: this is
+    speculative sampling's rejection rule for a draft that proposes one token
+    with probability 1, accept with probability ``p(draft)``, else sample from
+    ``p`` without it), and the sampler accepts exactly the returned tokens.
+    Returns 1 + (matched draft tokens) events.
+    """
+    out = [first]
+    for i, tok in enumerate(spec.draft):
+        if out[-1].token != tok:
+            break
+        out.append(sample(runtime, spec, spec.index + 1 + i))
+    return tuple(out)
 
 
 class SchedulerCore:
@@ -206,7 +260,10 @@ class SchedulerCore:
     there to park sequences for; ``signal_config`` is its signal window and
     firing rule. ``prefix_cache`` keeps finished sequences' KV resident and
     reuses shared prompt prefixes; it is off for recurrent and hybrid models,
-    whose KV cannot be trimmed. ``clock`` gives seconds (tests pass a fake).
+    whose KV cannot be trimmed. ``spec_ngram`` is the draft tokens per step of
+    prompt-lookup speculation for requests that do not choose (0: off; a
+    request's ``speculative`` overrides it; never for recurrent models).
+    ``clock`` gives seconds (tests pass a fake).
 
     The core calls the runtime's KV and sampler methods (``seq_rm``,
     ``seq_cp``, ``new_sampler``, ``free_sampler``) and the vocabulary (hook
@@ -216,7 +273,7 @@ class SchedulerCore:
 
     def __init__(self, runtime: Runtime, *, step_tokens: int | None = None, max_queue: int = 1024,
                  hooks: bool = False, signal_config: SignalConfig | None = None, prefix_cache: bool = True,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 spec_ngram: int = 0, clock: Callable[[], float] = time.perf_counter) -> None:
         self.runtime = runtime
         meta = runtime.meta
         self.n_slots = meta.n_seq_max
@@ -226,6 +283,7 @@ class SchedulerCore:
         self.signal_config = signal_config or SignalConfig()
         self.prefix_cache = prefix_cache and not meta.is_recurrent
         self.prefix = PrefixIndex()
+        self.spec_ngram = spec_ngram
         self._clock = clock
         self._free_slots = set(range(self.n_slots))
         self._waiting: collections.deque[Sequence] = collections.deque()
@@ -237,6 +295,8 @@ class SchedulerCore:
         self._cached_tokens_total = 0
         self._prompt_tokens_total = 0
         self._tokens_predicted_total = 0
+        self._spec_drafted_total = 0
+        self._spec_accepted_total = 0
 
     # -- inputs --------------------------------------------------------------------
     def add(self, request: SeqRequest) -> None:
@@ -304,6 +364,9 @@ class SchedulerCore:
         sampler llama.cpp refuses finishes with ``error``).
         """
         outputs = self._admit()
+        for s in self._running.values():
+            if s.spec is not None and s.phase is Phase.DECODING:
+                s.kv.draft = self._draft(s)  # type: ignore[union-attr]
         active = [s.kv for s in self._running.values() if s.phase in (Phase.PREFILLING, Phase.DECODING)]
         batch = plan_step(active, max(self.step_tokens, len(active))) if active else None  # type: ignore[arg-type]
         if batch is None:
@@ -314,10 +377,10 @@ class SchedulerCore:
             req = seq.request
             samples.append(SampleSpec(kv.rid, index, seq.sampler,
                                       req.params.top_logprobs if req.params.logprobs else None,
-                                      req.signals or seq.window is not None))
+                                      req.signals or seq.window is not None, kv.draft))
         return StepPlan(batch, tuple(samples), tuple(outputs))
 
-    def update(self, step: StepPlan, sampled: Seq[TokenEvent]) -> list[Output]:
+    def update(self, step: StepPlan, sampled: Seq[Sampled]) -> list[Output]:
         """Apply a decoded ``step`` and its sampled tokens (from :func:`execute`, in order)."""
         assert step.batch is not None and len(sampled) == len(step.samples)
         self._steps += 1
@@ -330,8 +393,12 @@ class SchedulerCore:
         outputs: list[Output] = []
         for spec, ev in zip(step.samples, sampled, strict=True):
             seq = self._running.get(spec.rid)
-            if seq is not None:
-                outputs += self._on_token(seq, ev)
+            if seq is None:
+                continue
+            if spec.draft:
+                outputs += self._on_verified(seq, spec.draft, ev if isinstance(ev, tuple) else (ev,))
+            else:
+                outputs += self._on_token(seq, ev)  # type: ignore[arg-type]
         return outputs
 
     def fail(self, error: str) -> list[Output]:
@@ -377,7 +444,8 @@ class SchedulerCore:
             kv_cells_used=sum(s.kv.n_past for s in self._running.values()) + self.prefix.cells,  # type: ignore[union-attr]
             steps=self._steps, prompt_tokens_total=self._prompt_tokens_total,
             tokens_predicted_total=self._tokens_predicted_total, prefix_queries=self._prefix_queries,
-            prefix_hits=self._prefix_hits, cached_tokens_total=self._cached_tokens_total)
+            prefix_hits=self._prefix_hits, cached_tokens_total=self._cached_tokens_total,
+            spec_draft_tokens_total=self._spec_drafted_total, spec_accepted_tokens_total=self._spec_accepted_total)
 
     # -- admission -----------------------------------------------------------------
     def _admit(self) -> list[Output]:
@@ -422,6 +490,9 @@ class SchedulerCore:
             seq.t_admit = self._clock()
             if req.hooks and self.hooks:
                 seq.window = SignalWindow(self.signal_config)
+            k = self.spec_ngram if req.speculative is None else req.speculative
+            if k > 0 and seq.window is None and not self.runtime.meta.is_recurrent:
+                seq.spec = SpecState(min(k, MAX_DRAFT))
             self._running[req.rid] = seq
         self._waiting.extendleft(reversed(deferred))
         return outputs
@@ -494,6 +565,49 @@ class SchedulerCore:
             n = 0
         return slot, n
 
+    # -- speculation ---------------------------------------------------------------
+    def _draft(self, seq: Sequence) -> tuple[int, ...]:
+        """Draft tokens to verify after ``seq``'s pending token at this step (``()``: none).
+
+        At most ``k``, and few enough that every token verification may sample is
+        emitted: the last of them still leaves room for one more under
+        ``max_tokens`` and the context (so no sampled token is beyond a finish).
+        """
+        kv, spec = seq.kv, seq.spec
+        assert kv is not None and spec is not None and kv.pending is not None
+        k = min(spec.n, kv.max_tokens - kv.n_generated - 1, self.runtime.meta.n_ctx_seq - kv.n_past - 2)
+        if k <= 0 or not spec.ready():
+            return ()
+        return spec.drafter.propose(kv.prompt, kv.pending, k, self.runtime.meta.eog_ids)
+
+    def _on_verified(self, seq: Sequence, draft: tuple[int, ...], events: tuple[TokenEvent, ...]) -> list[Output]:
+        """Emit a verified draft's tokens in order (each as :meth:`_on_token`), then trim the KV cache.
+
+        ``events[i]`` was sampled with ``draft[:i]`` in the KV cache after the
+        pending token; each token after the first moves the previous one (the
+        matching draft token) into the sequence for good. Stops at a finish or
+        park; the draft tokens not accepted are removed from the KV cache.
+        """
+        kv, spec = seq.kv, seq.spec
+        assert kv is not None and spec is not None
+        kv.draft = ()
+        # counted first, so a finish among these tokens reports them: only the last token can finish
+        # (a draft holds no EOG, and _draft left room under max_tokens and the context) or park (no hooks)
+        spec.record(len(draft), len(events) - 1)
+        self._spec_drafted_total += len(draft)
+        self._spec_accepted_total += len(events) - 1
+        outputs: list[Output] = []
+        for i, ev in enumerate(events):
+            if i:
+                kv.prompt.append(kv.pending)  # type: ignore[arg-type]  # == draft[i - 1], already in the KV
+                kv.n_past += 1
+            outputs += self._on_token(seq, ev)
+            if seq.phase is not Phase.DECODING:
+                break
+        if seq.phase is not Phase.FINISHED:  # a finish trimmed the KV already
+            self.runtime.seq_rm(kv.slot, kv.n_past, -1)
+        return outputs
+
     # -- tokens --------------------------------------------------------------------
     def _on_token(self, seq: Sequence, ev: TokenEvent) -> list[Output]:
         kv = seq.kv
@@ -543,7 +657,8 @@ class SchedulerCore:
             completion_tokens=seq.kv.n_generated if seq.kv else 0,
             prompt_ms=(t_first - seq.t_admit) * 1000.0 if seq.t_admit else 0.0,
             predicted_ms=(now - t_first) * 1000.0 if seq.t_first else 0.0, error=error,
-            injected_tokens=seq.injected, stopped_by_hook=stopped_by_hook, cached_tokens=seq.cached)
+            injected_tokens=seq.injected, stopped_by_hook=stopped_by_hook, cached_tokens=seq.cached,
+            draft_tokens=seq.spec.drafted if seq.spec else 0, draft_accepted=seq.spec.accepted if seq.spec else 0)
 
     def _finish(self, seq: Sequence, reason: str, error: str | None = None, stopped_by_hook: bool = False) -> Output:
         """Finish an admitted sequence: its event, then its sampler and slot (kept as a cache entry

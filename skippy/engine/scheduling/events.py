@@ -26,7 +26,8 @@ class SeqRequest:
     ``signals``: attach entropy and margin to token events. ``cache_key``
     groups prefix-cache eviction (OpenAI ``prompt_cache_key``);
     ``cache_prompt=False`` prefills cold, without prefix reuse (llama-server
-    ``cache_prompt``).
+    ``cache_prompt``). ``speculative``: draft tokens per step of prompt-lookup
+    speculative decoding (0: off; ``None``: the scheduler's default).
     """
 
     rid: int
@@ -38,6 +39,7 @@ class SeqRequest:
     request: Any = None
     cache_key: str | None = None
     cache_prompt: bool = True
+    speculative: int | None = None
 
 
 @attrs.frozen
@@ -74,6 +76,9 @@ class FinishEvent:
     to the first sampled token, ``predicted_ms`` from then to the end.
     ``prompt_tokens`` counts the submitted prompt; ``cached_tokens`` of them
     came from the prefix cache; ``injected_tokens`` were added by hooks.
+    ``draft_tokens`` were proposed by speculative decoding and
+    ``draft_accepted`` of them verified (llama-server's ``draft_n`` and
+    ``draft_n_accepted``).
     """
 
     reason: str
@@ -85,6 +90,8 @@ class FinishEvent:
     injected_tokens: int = 0
     stopped_by_hook: bool = False
     cached_tokens: int = 0
+    draft_tokens: int = 0
+    draft_accepted: int = 0
 
 
 #: What a sequence's event stream carries.
@@ -102,7 +109,9 @@ class SchedulerStats:
     start: ``steps`` (decode calls), ``prompt_tokens_total`` (prompt tokens
     prefilled, cached ones excluded, however the request ended),
     ``tokens_predicted_total``, ``prefix_queries`` / ``prefix_hits`` /
-    ``cached_tokens_total`` (prefix-cache lookups at admission, hits, tokens reused).
+    ``cached_tokens_total`` (prefix-cache lookups at admission, hits, tokens reused),
+    ``spec_draft_tokens_total`` / ``spec_accepted_tokens_total`` (speculative
+    draft tokens verified, and accepted).
     """
 
     n_slots: int
@@ -116,3 +125,5 @@ class SchedulerStats:
     prefix_queries: int = 0
     prefix_hits: int = 0
     cached_tokens_total: int = 0
+    spec_draft_tokens_total: int = 0
+    spec_accepted_tokens_total: int = 0
