@@ -60,19 +60,12 @@ import attrs
 
 from skippy.engine.errors import QueueFull
 from skippy.engine.hooks.policy import Inject, Outcome, Stop
-from skippy.engine.hooks.signals import (
-    GenerationSignals,
-    PrefillSignals,
-    SignalConfig,
-    SignalWindow,
-    logprobs_top,
-    token_logprob,
-    token_signals,
-)
+from skippy.engine.hooks.signals import GenerationSignals, PrefillSignals, SignalConfig, SignalWindow
 from skippy.engine.runtime.base import Runtime
 from skippy.engine.scheduling.batch import BatchPlan, SeqState, plan_step
-from skippy.engine.scheduling.events import FinishEvent, SchedulerStats, SeqRequest, TokenEvent, TopLogprob
+from skippy.engine.scheduling.events import FinishEvent, SchedulerStats, SeqRequest, TokenEvent
 from skippy.engine.scheduling.prefix import MIN_REUSE, MIN_TAIL, Match, PrefixIndex, common_prefix_len
+from skippy.engine.scheduling.sample import sample_step
 
 log = logging.getLogger("skippy.scheduler")
 
@@ -163,38 +156,18 @@ class StepPlan:
 
 
 def execute(runtime: Runtime, step: StepPlan) -> list[TokenEvent]:
-    """Run ``step`` on ``runtime``: one ``llama_decode``, then sample every output in order.
+    """Run ``step`` on ``runtime``: one ``llama_decode``, then sample every output.
 
     Blocking; runs on the decode thread. Returns one :class:`TokenEvent` per
-    ``step.samples`` entry (logprobs and signals from the raw logits when
-    asked; ``None`` when the logits have no finite maximum, so one sequence's
-    NaN logits never fail the others). Raises ``RuntimeError`` when llama.cpp
+    ``step.samples`` entry, in order (see :func:`~skippy.engine.scheduling.sample.sample_step`:
+    the vectorized chain for most sequences, llama.cpp's for a grammar; logprobs and signals
+    from the raw logits when asked, ``None`` when a row has no finite maximum, so one
+    sequence's NaN logits never fail the others). Raises ``RuntimeError`` when llama.cpp
     refuses the batch.
     """
     assert step.batch is not None
     runtime.decode(step.batch.entries)
-    out = []
-    for spec in step.samples:
-        lp = entropy = margin = None
-        top: tuple[TopLogprob, ...] = ()
-        raw = runtime.logits(spec.index) if spec.top_logprobs is not None or spec.signals else None
-        finite = True
-        if raw is not None and spec.signals:
-            try:
-                entropy, margin = token_signals(raw)
-            except ValueError:  # NaN or infinite logits
-                finite = False
-        tok = runtime.sample(spec.sampler, spec.index)
-        try:
-            if raw is not None and finite and spec.top_logprobs is not None:
-                lp = token_logprob(raw, tok)
-                if spec.top_logprobs:
-                    ids, lps = logprobs_top(raw, spec.top_logprobs)
-                    top = tuple(TopLogprob(int(t), float(v)) for t, v in zip(ids, lps, strict=True))
-        except ValueError:  # NaN or infinite logits: no numbers rather than a failed step for every sequence
-            lp, top = None, ()
-        out.append(TokenEvent(tok, lp, top, entropy, margin))
-    return out
+    return sample_step(runtime, step.samples)
 
 
 class SchedulerCore:
