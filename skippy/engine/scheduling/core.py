@@ -155,7 +155,7 @@ class StepPlan:
     outputs: tuple[Output, ...] = ()
 
 
-def execute(runtime: Runtime, step: StepPlan) -> list[TokenEvent]:
+def execute(runtime: Runtime, step: StepPlan, marks: list[float] | None = None) -> list[TokenEvent]:
     """Run ``step`` on ``runtime``: one ``llama_decode``, then sample every output.
 
     Blocking; runs on the decode thread. Returns one :class:`TokenEvent` per
@@ -163,10 +163,16 @@ def execute(runtime: Runtime, step: StepPlan) -> list[TokenEvent]:
     the vectorized chain for most sequences, llama.cpp's for a grammar; logprobs and signals
     from the raw logits when asked, ``None`` when a row has no finite maximum, so one
     sequence's NaN logits never fail the others). Raises ``RuntimeError`` when llama.cpp
-    refuses the batch.
+    refuses the batch. ``marks``, when given, gets ``time.perf_counter()`` at the start and
+    at the end of ``llama_decode`` (for the step-time metrics).
     """
     assert step.batch is not None
-    runtime.decode(step.batch.entries)
+    if marks is not None:
+        marks.append(time.perf_counter())
+        runtime.decode(step.batch.entries)
+        marks.append(time.perf_counter())
+    else:
+        runtime.decode(step.batch.entries)
     return sample_step(runtime, step.samples)
 
 
