@@ -186,11 +186,13 @@ def sample_rows(logits: np.ndarray, samplers: Sequence[SeqSampler]) -> list[int]
     return out
 
 
-def _candidates(x: np.ndarray, samplers: Sequence[SeqSampler]) -> list[tuple[np.ndarray, np.ndarray]]:
+def _candidates(x: np.ndarray, samplers: Sequence[SeqSampler],
+                norms: dict[int, np.float32]) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per row, the candidate ``(ids, logits)`` that ``dist`` chooses among before ``top_p`` /
     ``min_p``, in llama.cpp's order: the top ``k`` sorted (``top_k > 0``), the whole vocabulary
     sorted (``top_k == 0`` and ``top_p < 1``), or the vocabulary in id order (then filtered by
-    ``min_p`` here already, as llama.cpp's unsorted ``min_p`` does)."""
+    ``min_p`` here already, as llama.cpp's unsorted ``min_p`` does). ``norms`` gets the softmax
+    normalizer of rows whose ``top_p`` runs on the unsorted vocabulary."""
     m, v = x.shape
     res: list[tuple[np.ndarray, np.ndarray]] = [None] * m  # type: ignore[list-item]
     # top_k rows, grouped by k: threshold from the strided slice, then exact top k among the rest
@@ -202,6 +204,9 @@ def _candidates(x: np.ndarray, samplers: Sequence[SeqSampler]) -> list[tuple[np.
         elif s.sorted:  # every token, sorted (top_k >= n_vocab, or top_k == 0 with top_p < 1)
             order = np.argsort(-x[j], kind="stable")
             res[j] = (order, x[j][order])
+            if k == 0:  # llama.cpp's top_p normalizes the unsorted array: its float32 sum runs in id order
+                with np.errstate(invalid="ignore", over="ignore"):
+                    norms[j] = np.cumsum(np.exp(x[j] - x[j].max()), dtype=_F32)[-1]
         else:  # id order; min_p filters here (llama.cpp's unsorted min_p)
             row = x[j]
             if s.min_p > 0:
@@ -240,7 +245,8 @@ def _candidates(x: np.ndarray, samplers: Sequence[SeqSampler]) -> list[tuple[np.
 def _sample_dist(x: np.ndarray, samplers: Sequence[SeqSampler]) -> list[int]:
     """top_k -> top_p -> min_p -> temp -> dist for every row of ``x`` (see the module docstring)."""
     m = len(samplers)
-    cands = _candidates(x, samplers)
+    norms: dict[int, np.float32] = {}
+    cands = _candidates(x, samplers, norms)
     width = max(len(ids) for ids, _ in cands)
     vals = np.full((m, width), -np.inf, dtype=_F32)
     ids2 = np.zeros((m, width), dtype=np.intp)
@@ -260,6 +266,8 @@ def _sample_dist(x: np.ndarray, samplers: Sequence[SeqSampler]) -> list[int]:
         if use_p.any():  # softmax over the candidates (float32 sums), the shortest prefix reaching p
             e = np.exp(vals - mx[:, None])
             z = np.cumsum(e, axis=1, dtype=_F32)[:, -1]
+            for j, norm in norms.items():
+                z[j] = norm
             cum = np.cumsum(e / z[:, None], axis=1, dtype=_F32)
             reach = (cum >= top_p[:, None]) & (cols < size[:, None])
             n_p = np.where(reach.any(axis=1), reach.argmax(axis=1) + 1, size)
