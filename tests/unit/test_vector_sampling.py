@@ -331,3 +331,36 @@ def test_execute_samples_vector_rows_together_and_grammar_rows_alone():
     assert events[2].top == () and events[1].logprob is None and events[1].entropy is None
     nan = events[3]  # NaN logits: a valid token, no numbers, the other rows unharmed
     assert 0 <= nan.token < 3000 and nan.logprob is None and nan.entropy is None and nan.top == ()
+
+
+# --- the real model: the vectorized sampler and llama.cpp's chain generate the same text ------------
+
+MODEL = __import__("os").path.expanduser("~/.cache/skippy/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+@pytest.mark.skipif(not __import__("os").path.exists(MODEL), reason="default model not downloaded (skippy pull)")
+@pytest.mark.parametrize("kw", [{"temperature": 0.0}, {"temperature": 1.0, "seed": 3},
+                                {"temperature": 0.8, "seed": 4, "repeat_penalty": 1.2, "frequency_penalty": 0.4},
+                                {"temperature": 1.2, "seed": 5, "top_k": 0, "top_p": 0.9, "min_p": 0.0}])
+def test_real_model_generation_equals_llama_cpp_chain(kw):
+    from skippy.engine.runtime.base import BatchEntry
+    from skippy.engine.runtime.llama import LlamaRuntime
+
+    outs = []
+    for vector in (True, False):
+        rt = LlamaRuntime(MODEL, n_ctx_seq=256, n_seq_max=1, n_threads=2, vector_sampling=vector)
+        try:
+            prompt = rt.vocab.tokenize("<|im_start|>user\nTell me a story.<|im_end|>\n<|im_start|>assistant\n",
+                                       add_special=False, parse_special=True)
+            s = rt.new_sampler(SamplingParams(**kw))
+            assert isinstance(s, SeqSampler) == vector
+            rt.decode([BatchEntry(t, i, 0, i == len(prompt) - 1) for i, t in enumerate(prompt)])
+            out = [rt.sample(s, len(prompt) - 1)]
+            for k in range(39):
+                rt.decode([BatchEntry(out[-1], len(prompt) + k, 0, True)])
+                out.append(sample_rows(rt.output_logits([0]), [s])[0] if vector else rt.sample(s, 0))
+            rt.free_sampler(s)
+            outs.append(out)
+        finally:
+            rt.close()
+    assert outs[0] == outs[1]
