@@ -23,10 +23,20 @@ Each measurement runs REPS times (levels interleaved); tables show medians.
 its server used meanwhile: llama.cpp's spinning threads collapse (10-50x) when
 another CPU-heavy process shares the 2 cores, so a value above ~0.1 voids a run.
 All samples go to bench/out/decode-<time>.json, the server log to bench/out/server.log.
+
+Per-step overhead: after each wave the server's ``/metrics`` step-time histograms
+(``skippy:decode_seconds``, ``skippy:step_overhead_seconds`` and its parts
+``skippy:step_sample_seconds`` and ``skippy:step_reader_wait_seconds``) are read, and a table
+gives per B (concurrent streams) the decode and overhead p50/p99 (interpolated in the histogram
+buckets, as Prometheus' ``histogram_quantile``), the mean reader wait (waiting for request tasks,
+not computing), the mean of the loop's own work (overhead minus reader wait) and the overhead
+share of the step time. ``--levels 1,16,64 --parallel 64 --quick`` measures just that
+(no raw baseline, one rep); ``--temperature 0.8`` exercises the sampled chain.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import socket
@@ -52,7 +62,49 @@ OUT = Path(__file__).parent / "out"
 SUBJECTS = ["a dragon", "a lighthouse keeper", "a robot chef", "a lost city", "a time traveller", "a pirate queen",
             "a haunted library", "a desert caravan", "a clockmaker", "a mountain village", "a space station",
             "a talking cat", "a winter festival", "a sunken ship", "a young wizard", "a forest spirit"]
-PROMPTS = [f"Write a long story about {s}." for s in SUBJECTS]
+PROMPTS = [f"{verb} about {s}." for verb in ("Write a long story", "Tell a tale", "Write a poem", "Describe a day")
+           for s in SUBJECTS]  # 64 distinct prompts
+TEMPERATURE = 0.0
+N_CTX = 4096
+STEP_METRICS = ("skippy:decode_seconds", "skippy:step_overhead_seconds", "skippy:step_sample_seconds",
+                "skippy:step_reader_wait_seconds")
+
+
+async def step_histograms(client: httpx.AsyncClient) -> dict[str, dict]:
+    """The step-time histograms of ``/metrics``: {name: {"buckets": [(le, cumulative count)], "sum", "count"}}."""
+    text = (await client.get("/metrics")).text
+    out: dict[str, dict] = {m: {"buckets": [], "sum": 0.0, "count": 0.0} for m in STEP_METRICS}
+    for line in text.splitlines():
+        for m in STEP_METRICS:
+            if line.startswith(m + "_bucket{"):
+                le = line.split('le="', 1)[1].split('"', 1)[0]
+                out[m]["buckets"].append((float(le), float(line.rsplit(" ", 1)[1])))
+            elif line.startswith(m + "_sum "):
+                out[m]["sum"] = float(line.rsplit(" ", 1)[1])
+            elif line.startswith(m + "_count "):
+                out[m]["count"] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def hist_delta(a: dict, b: dict) -> dict:
+    """Histogram ``b`` minus ``a`` (the observations between two scrapes)."""
+    return {"buckets": [(le, cb - ca) for (le, cb), (_, ca) in zip(b["buckets"], a["buckets"], strict=True)],
+            "sum": b["sum"] - a["sum"], "count": b["count"] - a["count"]}
+
+
+def quantile(h: dict, q: float) -> float:
+    """``q``-quantile (seconds) by linear interpolation inside the bucket (Prometheus ``histogram_quantile``)."""
+    total = h["count"]
+    if total <= 0:
+        return float("nan")
+    rank, lo, prev = q * total, 0.0, 0.0
+    for le, c in h["buckets"]:
+        if c >= rank:
+            if le == float("inf"):
+                return lo
+            return lo + (le - lo) * ((rank - prev) / (c - prev) if c > prev else 0.0)
+        lo, prev = le, c
+    return lo
 
 
 def cpu_snapshot(pids: list[int]) -> tuple[float, float, float]:
@@ -128,7 +180,7 @@ def raw_baseline(model: str) -> list[dict]:
 
 async def stream_one(client: httpx.AsyncClient, prompt: str) -> dict:
     """One streaming chat request: TTFT, TPOT, ITLs (seconds) and completion tokens from usage."""
-    body = {"messages": [{"role": "user", "content": prompt}], "temperature": 0, "max_tokens": N,
+    body = {"messages": [{"role": "user", "content": prompt}], "temperature": TEMPERATURE, "max_tokens": N,
             "stream": True, "stream_options": {"include_usage": True}}
     t0, times, usage = time.perf_counter(), [], None
     async with client.stream("POST", "/v1/chat/completions", json=body) as r:
@@ -157,13 +209,16 @@ async def wave(client: httpx.AsyncClient, c: int, pids: list[int]) -> dict:
     async def one(i: int) -> None:
         results[i] = await stream_one(client, PROMPTS[i])
 
+    h0 = await step_histograms(client)
     a = cpu_snapshot(pids)
     async with trio.open_nursery() as nursery:
         for i in range(c):
             nursery.start_soon(one, i)
     b = cpu_snapshot(pids)
+    h1 = await step_histograms(client)
+    steps = {m: hist_delta(h0[m], h1[m]) for m in STEP_METRICS}
     return {"c": c, "wall": b[0] - a[0], "aggregate": sum(r["tokens"] for r in results) / (b[0] - a[0]),
-            "other_cpu": other_cpu(a, b), "requests": results}
+            "other_cpu": other_cpu(a, b), "requests": results, "steps": steps}
 
 
 async def wait_healthy(client: httpx.AsyncClient, proc: trio.Process) -> None:
@@ -184,7 +239,7 @@ async def server_waves(model: str) -> list[dict]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cmd = [str(Path(sys.executable).parent / "skippy"), "serve", "--model", model, "--port", str(port),
-           "--parallel", str(PARALLEL), "--threads", str(THREADS)]
+           "--parallel", str(PARALLEL), "--threads", str(THREADS), "--n-ctx", str(N_CTX)]
     with open(OUT / "server.log", "wb") as log:
         async with trio.open_nursery() as nursery:
             proc = await nursery.start(partial(trio.run_process, cmd, stdout=log, stderr=subprocess.STDOUT,
@@ -205,9 +260,48 @@ async def server_waves(model: str) -> list[dict]:
                 nursery.cancel_scope.cancel()  # run_process sends SIGTERM (SIGKILL after 5 s)
 
 
+def overhead_table(waves: list[dict]) -> None:
+    """Per B: decode and step-overhead p50/p99 (ms), mean reader wait and loop work (ms), overhead share."""
+    print("\n| B | decode p50 ms | decode p99 ms | overhead p50 ms | overhead p99 ms | sampling p50 ms "
+          "| reader wait mean ms | loop work mean ms | overhead share |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for c in LEVELS:
+        hs = [w["steps"] for w in waves if w["c"] == c]
+        merged = {m: {"buckets": [(le, sum(h[m]["buckets"][i][1] for h in hs))
+                                  for i, (le, _) in enumerate(hs[0][m]["buckets"])],
+                      "sum": sum(h[m]["sum"] for h in hs), "count": sum(h[m]["count"] for h in hs)}
+                  for m in STEP_METRICS}
+        dec, ovh = merged["skippy:decode_seconds"], merged["skippy:step_overhead_seconds"]
+        smp, wait = merged["skippy:step_sample_seconds"], merged["skippy:step_reader_wait_seconds"]
+        n = max(1.0, ovh["count"])
+        share = ovh["sum"] / (ovh["sum"] + dec["sum"]) if dec["sum"] else float("nan")
+        print(f"| {c} | {1e3 * quantile(dec, 0.5):.2f} | {1e3 * quantile(dec, 0.99):.2f} "
+              f"| {1e3 * quantile(ovh, 0.5):.2f} | {1e3 * quantile(ovh, 0.99):.2f} | {1e3 * quantile(smp, 0.5):.2f} "
+              f"| {1e3 * wait['sum'] / n:.2f} | {1e3 * (ovh['sum'] - wait['sum']) / n:.2f} | {100 * share:.1f}% |")
+
+
 def main() -> None:
+    global LEVELS, PARALLEL, REPS, TEMPERATURE, N_CTX
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--levels", default=",".join(map(str, LEVELS)), help="concurrency levels (comma-separated)")
+    ap.add_argument("--parallel", type=int, default=PARALLEL, help="server --parallel")
+    ap.add_argument("--reps", type=int, default=REPS)
+    ap.add_argument("--temperature", type=float, default=TEMPERATURE)
+    ap.add_argument("--n-ctx", type=int, default=N_CTX, help="server --n-ctx (per sequence)")
+    ap.add_argument("--quick", action="store_true", help="no raw llama.cpp baseline; only the server waves")
+    args = ap.parse_args()
+    LEVELS = tuple(int(x) for x in args.levels.split(","))
+    PARALLEL, REPS, TEMPERATURE = max(args.parallel, max(LEVELS)), args.reps, args.temperature
+    N_CTX = args.n_ctx
     OUT.mkdir(exist_ok=True)
     model = str(ensure_model(DEFAULT_MODEL))
+    if args.quick:
+        waves = trio.run(server_waves, model)
+        overhead_table(waves)
+        path = OUT / f"overhead-{time.strftime('%Y%m%d-%H%M%S')}.json"
+        path.write_text(json.dumps({"levels": LEVELS, "temperature": TEMPERATURE, "waves": waves}, indent=1))
+        print(f"\nresults: {path}")
+        return
     raw = raw_baseline(model)
     waves = trio.run(server_waves, model)
     raw += raw_baseline(model)  # again after the server stopped: drift shows as spread
@@ -246,6 +340,7 @@ def main() -> None:
     print("\n| measure | value | target | ok |\n|---|---:|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")
+    overhead_table(waves)
     if max([r["other_cpu"] for r in raw] + [w["other_cpu"] for w in waves]) > 0.1:
         print("\nwarning: other processes used CPU during the run (see 'other CPU'); numbers are not reliable")
     path = OUT / f"decode-{time.strftime('%Y%m%d-%H%M%S')}.json"
