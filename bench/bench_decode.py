@@ -281,18 +281,19 @@ def overhead_table(waves: list[dict]) -> None:
 
 
 def main() -> None:
-    global LEVELS, PARALLEL, REPS, TEMPERATURE, N_CTX
+    global LEVELS, PARALLEL, REPS, TEMPERATURE, N_CTX, N
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--levels", default=",".join(map(str, LEVELS)), help="concurrency levels (comma-separated)")
     ap.add_argument("--parallel", type=int, default=PARALLEL, help="server --parallel")
     ap.add_argument("--reps", type=int, default=REPS)
     ap.add_argument("--temperature", type=float, default=TEMPERATURE)
+    ap.add_argument("--max-tokens", type=int, default=N, help="max_tokens of each request (N)")
     ap.add_argument("--n-ctx", type=int, default=N_CTX, help="server --n-ctx (per sequence)")
     ap.add_argument("--quick", action="store_true", help="no raw llama.cpp baseline; only the server waves")
     args = ap.parse_args()
     LEVELS = tuple(int(x) for x in args.levels.split(","))
     PARALLEL, REPS, TEMPERATURE = max(args.parallel, max(LEVELS)), args.reps, args.temperature
-    N_CTX = args.n_ctx
+    N_CTX, N = args.n_ctx, args.max_tokens
     OUT.mkdir(exist_ok=True)
     model = str(ensure_model(DEFAULT_MODEL))
     if args.quick:
