@@ -25,10 +25,20 @@ Each measurement runs REPS times (levels interleaved); tables show medians.
 its server used meanwhile: llama.cpp's spinning threads collapse (10-50x) when
 another CPU-heavy process shares the 2 cores, so a value above ~0.1 voids a run.
 All samples go to bench/out/decode-<time>.json, the server log to bench/out/server.log.
+
+Per-step overhead: after each wave the server's ``/metrics`` step-time histograms
+(``skippy:decode_seconds``, ``skippy:step_overhead_seconds`` and its parts
+``skippy:step_sample_seconds`` and ``skippy:step_reader_wait_seconds``) are read, and a table
+gives per B (concurrent streams) the decode and overhead p50/p99 (interpolated in the histogram
+buckets, as Prometheus' ``histogram_quantile``), the mean reader wait (waiting for request tasks,
+not computing), the mean of the loop's own work (overhead minus reader wait) and the overhead
+share of the step time. ``--levels 1,16,64 --parallel 64 --quick`` measures just that
+(no raw baseline, one rep); ``--temperature 0.8`` exercises the sampled chain.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import socket
@@ -57,7 +67,48 @@ OUT = Path(__file__).parent / "out"
 SUBJECTS = ["a dragon", "a lighthouse keeper", "a robot chef", "a lost city", "a time traveller", "a pirate queen",
             "a haunted library", "a desert caravan", "a clockmaker", "a mountain village", "a space station",
             "a talking cat", "a winter festival", "a sunken ship", "a young wizard", "a forest spirit"]
-PROMPTS = [f"Write a long story about {s}." for s in SUBJECTS]
+PROMPTS = [f"{verb} about {s}." for verb in ("Write a long story", "Tell a tale", "Write a poem", "Describe a day")
+           for s in SUBJECTS]  # 64 distinct prompts
+TEMPERATURE = 0.0
+STEP_METRICS = ("skippy:decode_seconds", "skippy:step_overhead_seconds", "skippy:step_sample_seconds",
+                "skippy:step_reader_wait_seconds")
+
+
+async def step_histograms(client: httpx.AsyncClient) -> dict[str, dict]:
+    """The step-time histograms of ``/metrics``: {name: {"buckets": [(le, cumulative count)], "sum", "count"}}."""
+    text = (await client.get("/metrics")).text
+    out: dict[str, dict] = {m: {"buckets": [], "sum": 0.0, "count": 0.0} for m in STEP_METRICS}
+    for line in text.splitlines():
+        for m in STEP_METRICS:
+            if line.startswith(m + "_bucket{"):
+                le = line.split('le="', 1)[1].split('"', 1)[0]
+                out[m]["buckets"].append((float(le), float(line.rsplit(" ", 1)[1])))
+            elif line.startswith(m + "_sum "):
+                out[m]["sum"] = float(line.rsplit(" ", 1)[1])
+            elif line.startswith(m + "_count "):
+                out[m]["count"] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def hist_delta(a: dict, b: dict) -> dict:
+    """Histogram ``b`` minus ``a`` (the observations between two scrapes)."""
+    return {"buckets": [(le, cb - ca) for (le, cb), (_, ca) in zip(b["buckets"], a["buckets"], strict=True)],
+            "sum": b["sum"] - a["sum"], "count": b["count"] - a["count"]}
+
+
+def quantile(h: dict, q: float) -> float:
+    """``q``-quantile (seconds) by linear interpolation inside the bucket (Prometheus ``histogram_quantile``)."""
+    total = h["count"]
+    if total <= 0:
+        return float("nan")
+    rank, lo, prev = q * total, 0.0, 0.0
+    for le, c in h["buckets"]:
+        if c >= rank:
+            if le == float("inf"):
+                return lo
+            return lo + (le - lo) * ((rank - prev) / (c - prev) if c > prev else 0.0)
+        lo, prev = le, c
+    return lo
 
 
 def cpu_snapshot(pids: list[int]) -> tuple[float, float, float]:
@@ -133,7 +184,7 @@ def raw_baseline(model: str) -> list[dict]:
 
 async def stream_one(client: httpx.AsyncClient, prompt: str) -> dict:
     """One streaming chat request: TTFT, TPOT, ITLs (seconds) and completion tokens from usage."""
-    body = {"messages": [{"role": "user", "content": prompt}], "temperature": 0, "max_tokens": N,
+    body = {"messages": [{"role": "user", "content": prompt}], "temperature": TEMPERATURE, "max_tokens": N,
             "stream": True, "stream_options": {"include_usage": True}}
     t0, times, usage = time.perf_counter(), [], None
     async with client.stream("POST", "/v1/chat/completions", json=body) as r:
@@ -162,13 +213,16 @@ async def wave(client: httpx.AsyncClient, c: int, pids: list[int]) -> dict:
     async def one(i: int) -> None:
         results[i] = await stream_one(client, PROMPTS[i])
 
+    h0 = await step_histograms(client)
     a = cpu_snapshot(pids)
     async with trio.open_nursery() as nursery:
         for i in range(c):
             nursery.start_soon(one, i)
     b = cpu_snapshot(pids)
+    h1 = await step_histograms(client)
+    steps = {m: hist_delta(h0[m], h1[m]) for m in STEP_METRICS}
     return {"c": c, "wall": b[0] - a[0], "aggregate": sum(r["tokens"] for r in results) / (b[0] - a[0]),
-            "other_cpu": other_cpu(a, b), "requests": results}
+            "other_cpu": other_cpu(a, b), "requests": results, "steps": steps}
 
 
 async def wait_healthy(client: httpx.AsyncClient, proc: trio.Process, log: Path) -> None:
@@ -219,6 +273,26 @@ async def server_waves(name: str, cmd_for_port, log_path: Path) -> list[dict]:
                 nursery.cancel_scope.cancel()  # run_process sends SIGTERM (SIGKILL after 5 s)
 
 
+def overhead_table(waves: list[dict]) -> None:
+    """Per B: decode and step-overhead p50/p99 (ms), mean reader wait and loop work (ms), overhead share."""
+    print("\n| B | decode p50 ms | decode p99 ms | overhead p50 ms | overhead p99 ms | sampling p50 ms "
+          "| reader wait mean ms | loop work mean ms | overhead share |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for c in LEVELS:
+        hs = [w["steps"] for w in waves if w["c"] == c]
+        merged = {m: {"buckets": [(le, sum(h[m]["buckets"][i][1] for h in hs))
+                                  for i, (le, _) in enumerate(hs[0][m]["buckets"])],
+                      "sum": sum(h[m]["sum"] for h in hs), "count": sum(h[m]["count"] for h in hs)}
+                  for m in STEP_METRICS}
+        dec, ovh = merged["skippy:decode_seconds"], merged["skippy:step_overhead_seconds"]
+        smp, wait = merged["skippy:step_sample_seconds"], merged["skippy:step_reader_wait_seconds"]
+        n = max(1.0, ovh["count"])
+        share = ovh["sum"] / (ovh["sum"] + dec["sum"]) if dec["sum"] else float("nan")
+        print(f"| {c} | {1e3 * quantile(dec, 0.5):.2f} | {1e3 * quantile(dec, 0.99):.2f} "
+              f"| {1e3 * quantile(ovh, 0.5):.2f} | {1e3 * quantile(ovh, 0.99):.2f} | {1e3 * quantile(smp, 0.5):.2f} "
+              f"| {1e3 * wait['sum'] / n:.2f} | {1e3 * (ovh['sum'] - wait['sum']) / n:.2f} | {100 * share:.1f}% |")
+
+
 def summarize_levels(waves: list[dict]) -> dict[int, dict]:
     """Per concurrency level: medians over the REPS waves (aggregate, TTFT, ITL, TPOT) and the max other CPU."""
     levels = {}
@@ -239,8 +313,29 @@ def met(ok: bool) -> str:
 
 
 def main() -> None:
+    global LEVELS, PARALLEL, REPS, TEMPERATURE, N_CTX, N
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--levels", default=",".join(map(str, LEVELS)), help="concurrency levels (comma-separated)")
+    ap.add_argument("--parallel", type=int, default=PARALLEL, help="server --parallel (llama-server -np)")
+    ap.add_argument("--reps", type=int, default=REPS)
+    ap.add_argument("--temperature", type=float, default=TEMPERATURE)
+    ap.add_argument("--max-tokens", type=int, default=N, help="max_tokens of each request (N)")
+    ap.add_argument("--n-ctx", type=int, default=N_CTX, help="server --n-ctx (per sequence)")
+    ap.add_argument("--quick", action="store_true",
+                    help="no raw llama.cpp baseline and no llama-server; only skippy's waves and step times")
+    args = ap.parse_args()
+    LEVELS = tuple(int(x) for x in args.levels.split(","))
+    PARALLEL, REPS, TEMPERATURE = max(args.parallel, max(LEVELS)), args.reps, args.temperature
+    N_CTX, N = args.n_ctx, args.max_tokens
     OUT.mkdir(exist_ok=True)
     model = str(ensure_model(DEFAULT_MODEL))
+    if args.quick:
+        waves = trio.run(server_waves, "skippy", partial(skippy_cmd, model), OUT / "server.log")
+        overhead_table(waves)
+        path = OUT / f"overhead-{time.strftime('%Y%m%d-%H%M%S')}.json"
+        path.write_text(json.dumps({"levels": LEVELS, "temperature": TEMPERATURE, "waves": waves}, indent=1))
+        print(f"\nresults: {path}")
+        return
     raw = raw_baseline(model)
     arms = {"skippy": trio.run(server_waves, "skippy", partial(skippy_cmd, model), OUT / "server.log")}
     binary = llama_server_binary()
@@ -291,6 +386,7 @@ def main() -> None:
     print("\n| measure | value | target | met |\n|---|---:|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")
+    overhead_table(arms["skippy"])
     if max([r["other_cpu"] for r in raw] + [w["other_cpu"] for ws in arms.values() for w in ws]) > 0.1:
         print("\nwarning: other processes used CPU during the run (see 'other CPU'); numbers are not reliable")
     path = OUT / f"decode-{time.strftime('%Y%m%d-%H%M%S')}.json"

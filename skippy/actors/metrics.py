@@ -20,6 +20,12 @@ on the decode path); latency histograms are observed by the request tasks:
   ``skippy:e2e_request_latency_seconds`` (histograms)
 - ``skippy:hook_calls_total``, ``skippy:hook_timeouts_total``, ``skippy:hook_errors_total`` (label ``event``)
 - ``skippy:http_responses_total`` (label ``status_class``: ``2xx``, ``4xx``, ``5xx``)
+- decode-loop step times (histograms, observed by the DecodeScheduler, see :class:`StepTimes`):
+  ``skippy:decode_seconds`` (one ``llama_decode``), ``skippy:step_overhead_seconds`` (end of one
+  ``llama_decode`` to the start of the next while sequences run), and two parts of that overhead:
+  ``skippy:step_sample_seconds`` (sampling on the decode thread) and
+  ``skippy:step_reader_wait_seconds`` (the cadence wait that lets request tasks write their
+  tokens before the next decode: waiting, not the loop's own work)
 """
 
 from __future__ import annotations
@@ -31,6 +37,43 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+#: Step-time buckets (seconds): 50 us .. 2.5 s, fine below 10 ms where the loop's overhead lives.
+STEP_BUCKETS = (0.00005, 0.0001, 0.0002, 0.0003, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.005,
+                0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5)
+
+
+class StepTimes:
+    """Histograms of the decode loop's step times (prometheus-client; registered by
+    :meth:`EngineMetrics.attach`). :meth:`step` is called once per decode step, from the
+    scheduler's task: a few microseconds."""
+
+    def __init__(self) -> None:
+        self.decode = Histogram("skippy:decode_seconds", "Time of one llama_decode call",
+                                buckets=STEP_BUCKETS, registry=None)
+        self.overhead = Histogram("skippy:step_overhead_seconds",
+                                  "End of one llama_decode to the start of the next, while sequences run "
+                                  "(sampling, events, scheduling, the reader wait)",
+                                  buckets=STEP_BUCKETS, registry=None)
+        self.sample = Histogram("skippy:step_sample_seconds", "Sampling of one step on the decode thread",
+                                buckets=STEP_BUCKETS, registry=None)
+        self.reader_wait = Histogram("skippy:step_reader_wait_seconds",
+                                     "Part of the step overhead spent waiting for request tasks to write the "
+                                     "last tokens (bounded by the scheduler's IDLE_WAIT)", buckets=STEP_BUCKETS,
+                                     registry=None)
+
+    def all(self) -> tuple[Histogram, ...]:
+        return self.decode, self.overhead, self.sample, self.reader_wait
+
+    def step(self, marks: list[float], last_end: float | None, waited: float) -> None:
+        """Record one step: ``marks`` = (decode start, decode end, sampling end) from
+        ``perf_counter``; ``last_end`` the previous decode's end (``None`` when the loop waited
+        for an input in between: idle time is no overhead); ``waited`` the reader wait before it."""
+        t0, t1, t2 = marks
+        self.decode.observe(t1 - t0)
+        self.sample.observe(t2 - t1)
+        if last_end is not None:
+            self.overhead.observe(t0 - last_end)
+            self.reader_wait.observe(waited)
 
 
 class EngineMetrics:
@@ -52,6 +95,9 @@ class EngineMetrics:
         """Read the live scheduler and hook counters of ``engine`` at scrape time."""
         self.engine = engine
         self.registry.register(_EngineCollector(self))
+        times = getattr(engine.scheduler, "step_times", None)
+        for hist in times.all() if times is not None else ():
+            self.registry.register(hist)
 
     def response(self, status: int) -> None:
         self.responses.labels(f"{status // 100}xx").inc()

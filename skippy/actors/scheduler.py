@@ -25,6 +25,7 @@ inputs that arrive meanwhile wait in the inbox until the step is applied.
 from __future__ import annotations
 
 import logging
+import time
 from typing import assert_never
 
 import attrs
@@ -32,12 +33,13 @@ import trio
 
 from skippy.actors.base import Actor, DedicatedThread
 from skippy.actors.hooks import HookCall, HookVerdict
+from skippy.actors.metrics import StepTimes
 from skippy.engine.errors import QueueFull
 from skippy.engine.hooks.policy import NO_ACTION
 from skippy.engine.hooks.signals import SignalConfig
 from skippy.engine.runtime.base import Runtime
-from skippy.engine.scheduling.core import HookRequest, Output, SchedulerCore, execute
-from skippy.engine.scheduling.events import FinishEvent, SchedulerStats, SeqEvent, SeqRequest
+from skippy.engine.scheduling.core import HookRequest, Output, SchedulerCore, StepPlan, execute
+from skippy.engine.scheduling.events import FinishEvent, SchedulerStats, SeqEvent, SeqRequest, TokenEvent
 
 log = logging.getLogger("skippy.scheduler")
 
@@ -84,6 +86,7 @@ class DecodeScheduler(Actor[SchedulerMsg]):
         self.core = SchedulerCore(runtime, step_tokens=step_tokens, max_queue=max_queue, hooks=hooks is not None,
                                   signal_config=signal_config, prefix_cache=prefix_cache, spec_ngram=spec_ngram)
         self._events: dict[int, trio.MemorySendChannel[SeqEvent]] = {}
+        self.step_times = StepTimes()
         self._unread = 0  # Submit messages in the inbox (not yet added to the core)
 
     # -- client side (called from request tasks, same trio thread) ---------------
@@ -116,23 +119,32 @@ class DecodeScheduler(Actor[SchedulerMsg]):
         """The scheduler task; runs until cancelled, then finishes every sequence as cancelled."""
         decode_thread = DedicatedThread("skippy-decode")  # every llama_decode on one OS thread
         readers: list[trio.MemorySendChannel[SeqEvent]] = []
+        times = self.step_times
+        last_end: float | None = None  # end of the last llama_decode; None after waiting for an input
         try:
             while True:
                 if self.core.idle:
+                    last_end = None
                     self._handle(await self._inbox.receive())
                 self._drain_inbox()
                 step = self.core.plan()
                 self._deliver(step.outputs)
                 if step.batch is None:  # nothing admitted yet can decode (all parked): wait for an input
+                    last_end = None
                     self._handle(await self._inbox.receive())
                     continue
+                t_wait = time.perf_counter()
                 await _let_readers_run(readers)
+                waited = time.perf_counter() - t_wait
                 try:
-                    sampled = await decode_thread.run_sync(execute, self.runtime, step)
+                    sampled, marks = await decode_thread.run_sync(_execute_timed, self.runtime, step)
                 except Exception as exc:  # llama.cpp refused the batch: fail these sequences, keep serving
                     log.exception("decode step failed")
                     self._deliver(self.core.fail(str(exc)))
+                    last_end = None
                     continue
+                times.step(marks, last_end, waited)
+                last_end = marks[1]
                 readers = self._deliver(self.core.update(step, sampled))
         finally:
             decode_thread.close()
@@ -198,6 +210,15 @@ class DecodeScheduler(Actor[SchedulerMsg]):
                 self._events.pop(rid, None)
                 self.core.cancel(rid)  # its finish event has nowhere to go
         return readers
+
+
+def _execute_timed(runtime: Runtime, step: StepPlan) -> tuple[list[TokenEvent], list[float]]:
+    """:func:`execute` on the decode thread, with ``perf_counter`` marks: decode start, decode end,
+    sampling end."""
+    marks: list[float] = []
+    sampled = execute(runtime, step, marks)
+    marks.append(time.perf_counter())
+    return sampled, marks
 
 
 def _send(events: trio.MemorySendChannel[SeqEvent], ev: SeqEvent) -> bool:

@@ -93,6 +93,25 @@ def test_seed_reproducible(client: openai.OpenAI) -> None:
     assert a == b and a
 
 
+def test_seeded_sampling_reproduces_inside_a_batch(client: openai.OpenAI) -> None:
+    """Each seeded request gives the same text alone and decoded in one batch with others (the
+    vectorized sampler keeps one random stream per sequence), penalties and logit_bias included."""
+    import concurrent.futures
+
+    def run(i: int) -> str:
+        extra = {"frequency_penalty": 0.5, "presence_penalty": 0.3} if i % 2 else {"logit_bias": {"28": -5}}
+        return client.chat.completions.create(
+            model="SmolLM2-135M-Instruct", temperature=0.9, max_tokens=12, seed=100 + i,
+            messages=[SYSTEM, {"role": "user", "content": f"Tell me a story about cat number {i}."}],
+            **extra).choices[0].message.content
+
+    alone = [run(i) for i in range(4)]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(run, range(4)))
+    assert together == alone
+    assert len(set(alone)) == 4
+
+
 def test_logprobs(client: openai.OpenAI) -> None:
     r = client.chat.completions.create(model="SmolLM2-135M-Instruct", messages=FRANCE, temperature=0,
                                        max_tokens=5, logprobs=True, top_logprobs=3)

@@ -132,8 +132,17 @@ class Runtime(Protocol):
         """Raw logits (float32, shape ``(n_vocab,)``) at batch index ``index`` of the last decode."""
         ...
 
+    def output_logits(self, indices: Sequence[int]) -> np.ndarray:
+        """Raw logits at batch ``indices`` of the last decode, float32, shape ``(len(indices), n_vocab)``
+        (llama.cpp ``llama_get_logits``: one row per output, in batch order)."""
+        ...
+
     def new_sampler(self, params: SamplingParams) -> object:
-        """Build a per-sequence sampler; raises ``ValueError`` for a grammar llama.cpp rejects."""
+        """Build a per-sequence sampler; raises ``ValueError`` for a grammar llama.cpp rejects.
+
+        A :class:`~skippy.engine.sampling.vector.SeqSampler` is sampled by the scheduler with the
+        step's other such rows (``sample_rows``); any other object through :meth:`sample`.
+        """
         ...
 
     def sample(self, sampler: object, index: int) -> int:

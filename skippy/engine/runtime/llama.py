@@ -27,6 +27,7 @@ import numpy as np
 
 from skippy.engine.runtime.base import BatchEntry, KVCacheInfo, ModelMeta
 from skippy.engine.sampling.params import SamplingParams
+from skippy.engine.sampling.vector import SeqSampler, sample_rows, vectorizable
 
 log = logging.getLogger("skippy.runtime")
 
@@ -199,7 +200,10 @@ class LlamaRuntime:
     ``n_threads`` defaults to the number of CPUs. ``flash_attn`` is ``"on"``,
     ``"off"`` or ``"auto"`` (llama.cpp's ``flash_attn_type``). ``type_k`` /
     ``type_v`` are KV cache types (:data:`CACHE_TYPES`; llama-server's
-    ``--cache-type-k`` / ``--cache-type-v``). Raises ``RuntimeError`` when the
+    ``--cache-type-k`` / ``--cache-type-v``). ``vector_sampling`` samples requests
+    without a grammar with :mod:`skippy.engine.sampling.vector` (all of a step's rows at
+    once; the same chain and random stream as llama.cpp's); ``False`` keeps llama.cpp's
+    sampler chain for every request (for comparisons). Raises ``RuntimeError`` when the
     model or context cannot be created, ``ValueError`` for an unknown
     ``flash_attn`` or cache type, or a quantized ``type_v`` with
     ``flash_attn="off"`` (llama.cpp refuses it), before loading anything.
@@ -209,7 +213,7 @@ class LlamaRuntime:
     def __init__(self, path: str, *, n_ctx_seq: int = 2048, n_seq_max: int = 16, n_batch: int = 512,
                  n_threads: int | None = None, flash_attn: str = "auto", type_k: str = "f16",
                  type_v: str = "f16", kv_unified: bool = False, name: str | None = None,
-                 verbose: bool = False) -> None:
+                 verbose: bool = False, vector_sampling: bool = True) -> None:
         # before loading: a refused argument must not leak the model
         if flash_attn not in FLASH_ATTN:
             raise ValueError(f"flash_attn must be one of {sorted(FLASH_ATTN)}, not {flash_attn!r}")
@@ -257,6 +261,8 @@ class LlamaRuntime:
         self._n_batch = n_batch
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
         self._outputs: list[bool] = []
+        self._rows: dict[int, int] = {}  # batch index -> row of llama_get_logits, of the last decode
+        self.vector_sampling = vector_sampling
         self._cand = np.zeros(n_vocab, dtype=[("id", np.int32), ("logit", np.float32), ("p", np.float32)])
         self._ids = np.arange(n_vocab, dtype=np.int32)
         self.vocab = LlamaVocab(vocab, n_vocab)
@@ -292,6 +298,7 @@ class LlamaRuntime:
             raise ValueError(f"batch of {n} tokens (allowed 1..{self._n_batch})")
         b = self._batch
         outputs = []
+        rows = {}
         for i, e in enumerate(entries):
             if not 0 <= e.seq_id < self.meta.n_seq_max:
                 raise ValueError(f"sequence id {e.seq_id} out of range")
@@ -305,11 +312,14 @@ class LlamaRuntime:
             b.seq_id[i][0] = e.seq_id
             b.logits[i] = e.logits
             outputs.append(e.logits)
+            if e.logits:
+                rows[i] = len(rows)
         b.n_tokens = n
         rc = llama_cpp.llama_decode(self._ctx, b)
         if rc != 0:
             raise RuntimeError(f"llama_decode failed with code {rc}")
         self._outputs = outputs
+        self._rows = rows
 
     def _check_output(self, index: int) -> None:
         if not (0 <= index < len(self._outputs) and self._outputs[index]):
@@ -320,9 +330,29 @@ class LlamaRuntime:
         ptr = llama_cpp.llama_get_logits_ith(self._ctx, index)
         return np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
 
+    def output_logits(self, indices: Sequence[int]) -> np.ndarray:
+        """The logit rows of batch ``indices`` of the last decode, shape ``(len(indices), n_vocab)``.
+
+        A view of ``llama_get_logits`` (no copy) when ``indices`` are all the outputs in batch
+        order, a copy otherwise; valid until the next decode. Raises ``IndexError`` for an index
+        without logits.
+        """
+        rows = self._rows
+        try:
+            sel = [rows[i] for i in indices]
+        except KeyError as exc:
+            raise IndexError(f"batch index {exc.args[0]} has no logits in the last decode") from None
+        ptr = llama_cpp.llama_get_logits(self._ctx)
+        view = np.ctypeslib.as_array(ptr, shape=(len(rows), self._n_vocab))
+        if len(sel) == len(rows) and sel == list(range(len(rows))):
+            return view
+        return view[sel]
+
     # -- sampling -----------------------------------------------------------
     def new_sampler(self, params: SamplingParams) -> object:
-        """The sampler chain of one sequence, plus its grammar sampler kept apart.
+        """The sampler of one sequence: a :class:`~skippy.engine.sampling.vector.SeqSampler`
+        (sampled with the step's other rows by ``sample_rows``) when ``vector_sampling`` is on and
+        the request has no grammar; else llama.cpp's sampler chain, plus its grammar sampler kept apart.
 
         The grammar is checked the way llama.cpp's ``common_sampler`` does it:
         sample from the chain first and test only the chosen token against
@@ -330,6 +360,8 @@ class LlamaRuntime:
         the whole vocabulary and sample again. Raises ``ValueError`` when
         llama.cpp rejects the grammar.
         """
+        if self.vector_sampling and vectorizable(params):
+            return SeqSampler(params)
         sparams = llama_cpp.llama_sampler_chain_default_params()
         sparams.no_perf = True
         chain = llama_cpp.llama_sampler_chain_init(sparams)
@@ -371,6 +403,8 @@ class LlamaRuntime:
 
     def sample(self, sampler: object, index: int) -> int:
         self._check_output(index)
+        if isinstance(sampler, SeqSampler):
+            return sample_rows(self.logits(index)[None, :], [sampler])[0]
         chain, grammar = sampler  # type: ignore[misc]
         if grammar is None:
             return llama_cpp.llama_sampler_sample(chain, self._ctx, index)
@@ -390,6 +424,8 @@ class LlamaRuntime:
         return token
 
     def free_sampler(self, sampler: object) -> None:
+        if isinstance(sampler, SeqSampler):
+            return
         chain, grammar = sampler  # type: ignore[misc]
         llama_cpp.llama_sampler_free(chain)
         if grammar is not None:

@@ -70,19 +70,12 @@ import attrs
 
 from skippy.engine.errors import QueueFull
 from skippy.engine.hooks.policy import Inject, Outcome, Stop
-from skippy.engine.hooks.signals import (
-    GenerationSignals,
-    PrefillSignals,
-    SignalConfig,
-    SignalWindow,
-    logprobs_top,
-    token_logprob,
-    token_signals,
-)
+from skippy.engine.hooks.signals import GenerationSignals, PrefillSignals, SignalConfig, SignalWindow
 from skippy.engine.runtime.base import Runtime
 from skippy.engine.scheduling.batch import BatchPlan, SeqState, plan_step
-from skippy.engine.scheduling.events import FinishEvent, SchedulerStats, SeqRequest, TokenEvent, TopLogprob
+from skippy.engine.scheduling.events import FinishEvent, SchedulerStats, SeqRequest, TokenEvent
 from skippy.engine.scheduling.prefix import MIN_REUSE, MIN_TAIL, Match, PrefixIndex, common_prefix_len
+from skippy.engine.scheduling.sample import sample_step
 from skippy.engine.scheduling.spec import MAX_DRAFT, SpecState
 
 log = logging.getLogger("skippy.scheduler")
@@ -186,19 +179,26 @@ class StepPlan:
 Sampled = TokenEvent | tuple[TokenEvent, ...]
 
 
-def execute(runtime: Runtime, step: StepPlan) -> list[Sampled]:
-    """Run ``step`` on ``runtime``: one ``llama_decode``, then sample every output in order.
+def execute(runtime: Runtime, step: StepPlan, marks: list[float] | None = None) -> list[Sampled]:
+    """Run ``step`` on ``runtime``: one ``llama_decode``, then sample every output.
 
     Blocking; runs on the decode thread. Returns one :class:`TokenEvent` per
-    ``step.samples`` entry (logprobs and signals from the raw logits when
-    asked; ``None`` when the logits have no finite maximum, so one sequence's
-    NaN logits never fail the others), or for an entry with a ``draft`` the
-    tuple :func:`verify_draft` returns. Raises ``RuntimeError`` when llama.cpp
-    refuses the batch.
+    ``step.samples`` entry, in order (see :func:`~skippy.engine.scheduling.sample.sample_step`:
+    the vectorized chain for most sequences, llama.cpp's for a grammar; logprobs and signals
+    from the raw logits when asked, ``None`` when a row has no finite maximum, so one
+    sequence's NaN logits never fail the others), or for an entry with a ``draft`` the tuple
+    :func:`verify_draft` returns. Raises ``RuntimeError`` when llama.cpp refuses the batch.
+    ``marks``, when given, gets ``time.perf_counter()`` at the start and at the end of
+    ``llama_decode`` (for the step-time metrics).
     """
     assert step.batch is not None
-    runtime.decode(step.batch.entries)
-    out: list[Sampled] = [sample_at(runtime, spec, spec.index) for spec in step.samples]
+    if marks is not None:
+        marks.append(time.perf_counter())
+        runtime.decode(step.batch.entries)
+        marks.append(time.perf_counter())
+    else:
+        runtime.decode(step.batch.entries)
+    out: list[Sampled] = list(sample_step(runtime, step.samples))
     for i, spec in enumerate(step.samples):
         if spec.draft:
             out[i] = verify_draft(runtime, spec, out[i])  # type: ignore[arg-type]
@@ -207,25 +207,7 @@ def execute(runtime: Runtime, step: StepPlan) -> list[Sampled]:
 
 def sample_at(runtime: Runtime, spec: SampleSpec, index: int) -> TokenEvent:
     """Sample (and accept into ``spec.sampler``) one token at batch ``index``, with the extras ``spec`` asks for."""
-    lp = entropy = margin = None
-    top: tuple[TopLogprob, ...] = ()
-    raw = runtime.logits(index) if spec.top_logprobs is not None or spec.signals else None
-    finite = True
-    if raw is not None and spec.signals:
-        try:
-            entropy, margin = token_signals(raw)
-        except ValueError:  # NaN or infinite logits
-            finite = False
-    tok = runtime.sample(spec.sampler, index)
-    try:
-        if raw is not None and finite and spec.top_logprobs is not None:
-            lp = token_logprob(raw, tok)
-            if spec.top_logprobs:
-                ids, lps = logprobs_top(raw, spec.top_logprobs)
-                top = tuple(TopLogprob(int(t), float(v)) for t, v in zip(ids, lps, strict=True))
-    except ValueError:  # NaN or infinite logits: no numbers rather than a failed step for every sequence
-        lp, top = None, ()
-    return TokenEvent(tok, lp, top, entropy, margin)
+    return sample_step(runtime, [attrs.evolve(spec, index=index)])[0]
 
 
 def verify_draft(runtime: Runtime, spec: SampleSpec, first: TokenEvent,

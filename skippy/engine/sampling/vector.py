@@ -1,0 +1,293 @@
+"""llama.cpp's common sampler chain, vectorized over all outputs of a decode step (numpy, sans-IO).
+
+The decode step leaves one logit row per sampled sequence (``llama_get_logits``:
+shape ``(n_outputs, n_vocab)``, float32, rows in batch order). Sampling each row
+through its own llama.cpp sampler chain costs a copy of the whole vocabulary into
+``llama_token_data`` and a partial sort per sequence; :func:`sample_rows` does the
+same chain for every row at once with a few numpy passes.
+
+The chain and its semantics are llama.cpp's (``src/llama-sampler.cpp`` of the
+llama.cpp that llama-cpp-python 0.3.36 vendors), in the order
+:meth:`skippy.engine.runtime.llama.LlamaRuntime.new_sampler` builds it:
+
+1. ``logit_bias``: ``logit += bias`` (float32).
+2. ``penalties`` over the last ``penalty_last_n`` accepted tokens (0: off): a token
+   seen ``c`` times gets ``logit *= repeat`` when ``logit <= 0`` else ``logit /= repeat``,
+   then ``logit -= c * frequency + presence``.
+3. greedy (``temperature <= 0``): the highest logit, lowest id on ties (llama.cpp's
+   ``greedy`` keeps the first strict maximum; ``np.argmax`` returns the first maximum).
+4. otherwise ``top_k`` (``k > 0``: the ``k`` highest, sorted), ``top_p`` (``p < 1``:
+   softmax over what is left, the shortest sorted prefix whose float32 running sum
+   reaches ``p``), ``min_p`` (``p > 0``: keep ``logit >= max + log p``),
+   ``temp`` (``logit /= t``) and ``dist``: softmax, then the first token whose running
+   double sum reaches ``sum * u`` with ``u = generate_canonical<double, 53>(mt19937)``.
+   The order of that running sum is llama.cpp's: sorted by logit when ``top_k`` or
+   ``top_p`` sorted the candidates, token id order otherwise.
+
+The random stream is llama.cpp's too: a Mersenne Twister (numpy's ``MT19937``) seeded
+like ``std::mt19937(seed)``, two 32-bit draws per sampled token, so a seeded request
+picks the same tokens as llama.cpp's chain up to float rounding of ``expf`` (numpy's
+float32 ``exp`` may differ by one ulp) and the order of exactly tied logits (which
+llama.cpp's partial sort leaves unspecified). A grammar is not implemented here: such
+requests keep llama.cpp's chain (see :func:`vectorizable`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+
+import numpy as np
+
+from skippy.engine.sampling.params import SamplingParams
+
+__all__ = ["SeqSampler", "sample_rows", "vectorizable", "mt19937_state"]
+
+#: Candidates for ``top_k`` come from the rows' ``SUBSAMPLE``-strided slice: its ``k``-th
+#: largest logit is a lower bound of the row's ``k``-th largest, so every row keeps at
+#: least ``k`` candidates (about ``k * SUBSAMPLE``) and the top ``k`` are found exactly.
+SUBSAMPLE = 8
+
+_F32 = np.float32
+
+
+def vectorizable(params: SamplingParams) -> bool:
+    """True when :func:`sample_rows` implements every sampler ``params`` asks for (no grammar)."""
+    return not params.grammar
+
+
+def mt19937_state(seed: int) -> np.random.MT19937:
+    """A numpy ``MT19937`` in the state of C++ ``std::mt19937(seed)`` (``init_genrand``).
+
+    ``seed`` is taken modulo 2**32 (llama.cpp's ``uint32_t`` seed).
+    """
+    state = np.random.RandomState(seed & 0xFFFFFFFF).get_state(legacy=False)  # numpy's legacy seeding is init_genrand
+    bitgen = np.random.MT19937()
+    bitgen.state = state
+    return bitgen
+
+
+class SeqSampler:
+    """One sequence's state of the vectorized chain: its parameters, the tokens it accepted
+    within the penalty window, and its random stream.
+
+    ``params`` must be :func:`vectorizable`. The random stream starts at
+    ``std::mt19937(params.seed)``, as llama.cpp's ``dist`` sampler does (llama.cpp's
+    ``LLAMA_DEFAULT_SEED`` 0xFFFFFFFF, "random", is taken literally here: our seeds are
+    always drawn before).
+    """
+
+    __slots__ = ("params", "greedy", "bias_ids", "bias", "penalty_last_n", "counts", "recent", "bitgen",
+                 "_raw", "temperature", "top_k", "top_p", "min_p", "log_min_p", "sorted")
+
+    def __init__(self, params: SamplingParams) -> None:
+        if not vectorizable(params):
+            raise ValueError("a grammar needs llama.cpp's sampler chain")
+        p = params
+        self.params = p
+        self.greedy = p.greedy
+        self.bias_ids = np.array([t for t, _ in p.logit_bias], dtype=np.intp) if p.logit_bias else None
+        self.bias = np.array([b for _, b in p.logit_bias], dtype=_F32) if p.logit_bias else None
+        on = p.repeat_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0
+        self.penalty_last_n = max(p.penalty_last_n, 0) if on else 0
+        self.counts: dict[int, int] = {}
+        self.recent: deque[int] = deque()
+        self.bitgen = None if p.greedy else mt19937_state(p.seed)
+        self._raw = None if self.bitgen is None else self.bitgen.random_raw
+        self.temperature = _F32(p.temperature)
+        self.top_k = p.top_k
+        self.top_p = _F32(p.top_p)
+        self.min_p = _F32(p.min_p)
+        self.log_min_p = np.log(self.min_p) if p.min_p > 0 else _F32(-np.inf)
+        self.sorted = p.top_k > 0 or p.top_p < 1.0  # llama.cpp sorts the candidates in top_k / top_p
+
+    @property
+    def modifies(self) -> bool:
+        """The row's logits change before selection (a logit bias or a penalty with history)."""
+        return self.bias_ids is not None or bool(self.counts)
+
+    def uniform(self) -> float:
+        """``std::uniform_real_distribution<double>(0, 1)`` on the stream (libstdc++'s
+        ``generate_canonical<double, 53>``: two 32-bit draws, the first the low word)."""
+        lo, hi = self._raw(2)  # type: ignore[misc]
+        u = (float(lo) + float(hi) * 4294967296.0) / 18446744073709551616.0
+        return u if u < 1.0 else 0.9999999999999999
+
+    def accept(self, token: int) -> None:
+        """Record a token the sequence generated (llama.cpp ``llama_sampler_accept``): the
+        penalty window slides (``dist`` and the other samplers keep no history)."""
+        n = self.penalty_last_n
+        if not n:
+            return
+        counts = self.counts
+        counts[token] = counts.get(token, 0) + 1
+        recent = self.recent
+        if len(recent) >= n:
+            old = recent.popleft()
+            c = counts[old] - 1
+            if c:
+                counts[old] = c
+            else:
+                del counts[old]
+        recent.append(token)
+
+    def apply_modifiers(self, row: np.ndarray) -> None:
+        """Apply logit bias, then penalties, to one float32 row in place (llama.cpp's order)."""
+        if self.bias_ids is not None:
+            row[self.bias_ids] += self.bias
+        if self.counts:
+            p = self.params
+            ids = np.fromiter(self.counts.keys(), dtype=np.intp, count=len(self.counts))
+            cnt = np.fromiter(self.counts.values(), dtype=_F32, count=len(self.counts))
+            v = row[ids]
+            rep = _F32(p.repeat_penalty)
+            v = np.where(v <= 0, v * rep, v / rep)
+            v -= cnt * _F32(p.frequency_penalty) + _F32(p.presence_penalty)
+            row[ids] = v
+
+
+def sample_rows(logits: np.ndarray, samplers: Sequence[SeqSampler]) -> list[int]:
+    """Sample one token per row of ``logits`` with each row's :class:`SeqSampler`, then accept it.
+
+    Args:
+        logits: float32, shape ``(n, n_vocab)``; row ``i`` belongs to ``samplers[i]``. Read
+            only (rows that a bias or penalty changes are copied first).
+        samplers: ``n`` sequence states.
+
+    Returns:
+        ``n`` token ids (``0 <= id < n_vocab``). A row without a finite maximum (NaN or
+        all ``-inf``) still gets a valid id (the first maximum as numpy orders NaN), never
+        an exception, as llama.cpp's chain would.
+    """
+    n = len(samplers)
+    if logits.ndim != 2 or logits.shape[0] != n:
+        raise ValueError(f"logits of shape {logits.shape} for {n} samplers")
+    if n == 0:
+        return []
+    x = logits
+    mods = [i for i, s in enumerate(samplers) if s.modifies]
+    if mods:
+        x = np.array(logits, dtype=_F32)
+        for i in mods:
+            samplers[i].apply_modifiers(x[i])
+    out = [0] * n
+    greedy = [i for i, s in enumerate(samplers) if s.greedy]
+    if greedy:
+        g = x.argmax(axis=1) if len(greedy) == n else x[greedy].argmax(axis=1)
+        for i, t in zip(greedy, g.tolist(), strict=True):
+            out[i] = t
+    if len(greedy) < n:
+        rows = [i for i, s in enumerate(samplers) if not s.greedy]
+        toks = _sample_dist(x if len(rows) == n else x[rows], [samplers[i] for i in rows])
+        for i, t in zip(rows, toks, strict=True):
+            out[i] = t
+    for s, t in zip(samplers, out, strict=True):
+        s.accept(t)
+    return out
+
+
+def _candidates(x: np.ndarray, samplers: Sequence[SeqSampler],
+                norms: dict[int, np.float32]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per row, the candidate ``(ids, logits)`` that ``dist`` chooses among before ``top_p`` /
+    ``min_p``, in llama.cpp's order: the top ``k`` sorted (``top_k > 0``), the whole vocabulary
+    sorted (``top_k == 0`` and ``top_p < 1``), or the vocabulary in id order (then filtered by
+    ``min_p`` here already, as llama.cpp's unsorted ``min_p`` does). ``norms`` gets the softmax
+    normalizer of rows whose ``top_p`` runs on the unsorted vocabulary."""
+    m, v = x.shape
+    res: list[tuple[np.ndarray, np.ndarray]] = [None] * m  # type: ignore[list-item]
+    # top_k rows, grouped by k: threshold from the strided slice, then exact top k among the rest
+    by_k: dict[int, list[int]] = {}
+    for j, s in enumerate(samplers):
+        k = s.top_k
+        if 0 < k < v:
+            by_k.setdefault(k, []).append(j)
+        elif s.sorted:  # every token, sorted (top_k >= n_vocab, or top_k == 0 with top_p < 1)
+            order = np.argsort(-x[j], kind="stable")
+            res[j] = (order, x[j][order])
+            if k == 0:  # llama.cpp's top_p normalizes the unsorted array: its float32 sum runs in id order
+                with np.errstate(invalid="ignore", over="ignore"):
+                    norms[j] = np.cumsum(np.exp(x[j] - x[j].max()), dtype=_F32)[-1]
+        else:  # id order; min_p filters here (llama.cpp's unsorted min_p)
+            row = x[j]
+            if s.min_p > 0:
+                mx = row.max()
+                ids = np.flatnonzero(row >= mx + s.log_min_p)
+                if ids.size == 0:  # NaN row: llama.cpp's fallback keeps the whole vocabulary
+                    ids = np.arange(v)
+            else:
+                ids = np.arange(v)
+            res[j] = (ids, row[ids])
+    for k, rows in by_k.items():
+        xs = x if len(rows) == m else x[rows]
+        sub = xs[:, ::SUBSAMPLE]
+        if sub.shape[1] >= k:
+            thr = np.partition(sub, sub.shape[1] - k, axis=1)[:, sub.shape[1] - k]
+            flat = np.flatnonzero(xs >= thr[:, None])
+        else:
+            flat = np.empty(0, dtype=np.intp)
+        r, c = np.divmod(flat, v)
+        starts = np.searchsorted(r, np.arange(len(rows) + 1))
+        for jj, j in enumerate(rows):
+            ids = c[starts[jj]:starts[jj + 1]]
+            if ids.size < k:  # NaN thresholds: take the row's top k directly
+                ids = np.argpartition(xs[jj], v - k)[v - k:]
+                ids.sort()
+            vals = xs[jj][ids]
+            if ids.size > k:
+                part = np.argpartition(-vals, k - 1)[:k]
+                part.sort()  # keep id order, so that equal logits sort by id below
+                ids, vals = ids[part], vals[part]
+            order = np.argsort(-vals, kind="stable")
+            res[j] = (ids[order], vals[order])
+    return res
+
+
+def _sample_dist(x: np.ndarray, samplers: Sequence[SeqSampler]) -> list[int]:
+    """top_k -> top_p -> min_p -> temp -> dist for every row of ``x`` (see the module docstring)."""
+    m = len(samplers)
+    norms: dict[int, np.float32] = {}
+    cands = _candidates(x, samplers, norms)
+    width = max(len(ids) for ids, _ in cands)
+    vals = np.full((m, width), -np.inf, dtype=_F32)
+    ids2 = np.zeros((m, width), dtype=np.intp)
+    size = np.empty(m, dtype=np.intp)
+    for j, (ids, v) in enumerate(cands):
+        vals[j, :len(v)] = v
+        ids2[j, :len(ids)] = ids
+        size[j] = len(ids)
+    is_sorted = np.array([s.sorted for s in samplers])
+    cols = np.arange(width)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        # the largest logit of each row: the first one when sorted (llama.cpp reads data[0] then)
+        mx = np.where(is_sorted, vals[:, 0], vals.max(axis=1))
+        n = size.copy()
+        top_p = np.array([s.top_p for s in samplers], dtype=_F32)
+        use_p = top_p < 1
+        if use_p.any():  # softmax over the candidates (float32 sums), the shortest prefix reaching p
+            e = np.exp(vals - mx[:, None])
+            z = np.cumsum(e, axis=1, dtype=_F32)[:, -1]
+            for j, norm in norms.items():
+                z[j] = norm
+            cum = np.cumsum(e / z[:, None], axis=1, dtype=_F32)
+            reach = (cum >= top_p[:, None]) & (cols < size[:, None])
+            n_p = np.where(reach.any(axis=1), reach.argmax(axis=1) + 1, size)
+            n = np.where(use_p, np.minimum(n, n_p), n)
+        log_min_p = np.array([s.log_min_p for s in samplers], dtype=_F32)
+        use_m = (log_min_p > -np.inf) & is_sorted  # unsorted rows were filtered in _candidates
+        if use_m.any():  # sorted: the first token always stays, then while logit >= max + log(min_p)
+            keep = vals >= (mx + log_min_p)[:, None]
+            keep[:, 0] = True
+            n_m = np.where(keep.all(axis=1), width, (~keep).argmax(axis=1))
+            n = np.where(use_m, np.minimum(n, n_m), n)
+        temp = np.array([s.temperature for s in samplers], dtype=_F32)
+        lt = vals / temp[:, None]
+        lt[cols >= n[:, None]] = -np.inf
+        lmax = np.where(is_sorted, lt[:, 0], lt.max(axis=1))
+        w = np.exp(lt - lmax[:, None]).astype(np.float64)
+        w[~np.isfinite(w)] = 0.0
+        cum = np.cumsum(w, axis=1)
+    total = cum[np.arange(m), n - 1]
+    u = np.array([s.uniform() for s in samplers])
+    pick = cum >= (total * u)[:, None]
+    sel = np.where(pick.any(axis=1), pick.argmax(axis=1), n - 1)
+    return ids2[np.arange(m), sel].tolist()
