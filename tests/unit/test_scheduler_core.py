@@ -20,7 +20,7 @@ from skippy.engine.scheduling.prefix import MIN_REUSE, MIN_TAIL
 
 EOG = 0
 FILLER = 5  # what a sampler without a script produces
-N_VOCAB = 32
+N_VOCAB = 256  # above every token id the tests use (the spec tests use ids up to ~240)
 
 
 class FakeVocab:
