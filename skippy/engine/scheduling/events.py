@@ -70,7 +70,8 @@ class FinishEvent:
 
     ``reason``: ``stop`` (an end-of-generation token), ``length``,
     ``cancelled``, ``error`` (with ``error`` set), or a hook's stop reason
-    (``stopped_by_hook``). Times are milliseconds: ``prompt_ms`` from admission
+    (``stopped_by_hook``). Times are milliseconds: ``queue_ms`` from submission to
+    admission (to the end for a request never admitted), ``prompt_ms`` from admission
     to the first sampled token, ``predicted_ms`` from then to the end.
     ``prompt_tokens`` counts the submitted prompt; ``cached_tokens`` of them
     came from the prefix cache; ``injected_tokens`` were added by hooks.
@@ -85,6 +86,7 @@ class FinishEvent:
     injected_tokens: int = 0
     stopped_by_hook: bool = False
     cached_tokens: int = 0
+    queue_ms: float = 0.0
 
 
 #: What a sequence's event stream carries.
@@ -102,7 +104,14 @@ class SchedulerStats:
     start: ``steps`` (decode calls), ``prompt_tokens_total`` (prompt tokens
     prefilled, cached ones excluded, however the request ended),
     ``tokens_predicted_total``, ``prefix_queries`` / ``prefix_hits`` /
-    ``cached_tokens_total`` (prefix-cache lookups at admission, hits, tokens reused).
+    ``cached_tokens_total`` (prefix-cache lookups at admission, hits, tokens reused),
+    ``prompt_seconds_total`` / ``predicted_seconds_total`` (finished sequences' time from
+    admission to their first token, and from it to their end: llama-server's
+    ``prompt_seconds_total`` / ``tokens_predicted_seconds_total``) and the tokens
+    prefilled and generated in those times (``timed_prompt_tokens`` /
+    ``timed_predicted_tokens``, for throughput), ``busy_slots_total``
+    (sequences in each decode batch, summed: over ``steps`` it is llama-server's
+    ``n_busy_slots_per_decode``), ``n_tokens_max`` (the longest sequence seen, prompt + generated).
     """
 
     n_slots: int
@@ -116,3 +125,9 @@ class SchedulerStats:
     prefix_queries: int = 0
     prefix_hits: int = 0
     cached_tokens_total: int = 0
+    prompt_seconds_total: float = 0.0
+    predicted_seconds_total: float = 0.0
+    busy_slots_total: int = 0
+    n_tokens_max: int = 0
+    timed_prompt_tokens: int = 0
+    timed_predicted_tokens: int = 0
