@@ -327,12 +327,13 @@ def _api_keys(api_key: tuple[str, ...], api_key_file: str | None) -> tuple[str, 
 def _context_per_sequence(ctx: click.Context, ctx_size: int | None, options: dict[str, Any]) -> None:
     """Turn llama-server's ``-c/--ctx-size`` (all slots) into ``n_ctx`` (one sequence) in ``options``.
 
-    llama-server gives each of its ``-np`` slots ``ctx-size / np`` tokens; so does this.
-    Raises a usage error when ``--n-ctx`` is given too, or when a sequence would get fewer than 16 tokens.
+    llama-server gives each of its ``-np`` slots ``ctx-size / np`` tokens; so does this (a flag beats
+    ``SKIPPY_N_CTX``). Raises a usage error when ``--n-ctx`` is on the command line too, or when a
+    sequence would get fewer than 16 tokens.
     """
     if ctx_size is None:
         return
-    if ctx.get_parameter_source("n_ctx") not in (None, click.core.ParameterSource.DEFAULT):
+    if ctx.get_parameter_source("n_ctx") is click.core.ParameterSource.COMMANDLINE:
         raise click.UsageError("give either --ctx-size/-c (total context of all slots, llama-server's meaning) or "
                                "--n-ctx (context of each sequence), not both", ctx=ctx)
     per_sequence = ctx_size // options["parallel"]

@@ -13,8 +13,9 @@ three in llama-server's shapes), ``GET /props``, ``GET /metrics`` and
 ``GET /openapi.json``) as one blueprint, and the hooks below, which apply to
 every request, unknown paths included.
 
-Hardening (:class:`~skippy.http.settings.ServerSettings`): bearer API keys
-on every route but ``/health`` (401 envelope with ``WWW-Authenticate``), CORS
+Hardening (:class:`~skippy.http.settings.ServerSettings`): API keys
+(``Authorization: Bearer KEY`` or ``X-Api-Key: KEY``, as llama-server) on
+every route but ``/health`` (401 envelope with ``WWW-Authenticate``), CORS
 with preflight (:mod:`skippy.http.cors`), body and field limits (413 / 400),
 a per-request deadline (504 before the response headers, a final SSE error
 event after them), and graceful shutdown
@@ -22,8 +23,10 @@ event after them), and graceful shutdown
 running ones finish, and what still runs when the grace period ends is
 cancelled with a final SSE error event (503 before headers).
 
-Each request's hooks run in this order: :func:`_start` (deadline, preflight,
-API key, draining) before the handler; after it :func:`_log`, then
+Each request's hooks run in this order: :func:`_start` (the request's
+:class:`~skippy.actors.engine.RequestTrace` for the engine, deadline,
+preflight, API key, draining) before the handler; after it :func:`_log`
+(``X-Request-Id`` header, the log line and response counters), then
 :func:`_cors`, then :func:`_close_if_body_unread` (Quart runs ``after_request``
 functions in reverse order of registration).
 """

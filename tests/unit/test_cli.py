@@ -267,6 +267,8 @@ def test_a_llama_server_command_line_works_as_it_is(serve_recorder: list, tmp_pa
     assert config.model.endswith("tiny.gguf") and config.n_ctx == 512
     _, _, _, settings = _run(["--no-metrics"], calls=serve_recorder)
     assert not settings.metrics
+    config, *_ = _run(["-c", "2048", "-np", "2"], {"SKIPPY_N_CTX": "4096"}, serve_recorder)  # the flag wins
+    assert config.n_ctx == 1024
 
 
 @pytest.mark.parametrize("args,message", [
