@@ -71,10 +71,11 @@ def pull(model: str, quiet: bool) -> None:
     click.echo(str(path))
 
 
-def _opt(name: str, **kw):
-    """A ``serve`` option that also reads ``SKIPPY_<NAME>`` from the environment."""
+def _opt(name: str, *aliases: str, **kw):
+    """A ``serve`` option that also reads ``SKIPPY_<NAME>`` from the environment (``aliases``: more names,
+    such as llama-server's ``-m`` for ``--model``)."""
     env = "SKIPPY_" + name.split("/")[0].lstrip("-").replace("-", "_").upper()
-    return click.option(name, envvar=env, show_envvar=True, **{"show_default": True, **kw})
+    return click.option(name, *aliases, envvar=env, show_envvar=True, **{"show_default": True, **kw})
 
 
 def _click_type(check: Any) -> Any:
@@ -97,7 +98,8 @@ def setting_option(field: attrs.Attribute) -> Callable[[F], F]:
     ``n_ctx``; the field's default, help text and metavar; a click type from
     its validator (``IntRange``/``FloatRange`` -> a click range,
     ``OneOf`` -> ``click.Choice``, ``IsBool`` -> a flag, or
-    ``--x/--no-x`` when the default is on). A callback then runs the field's
+    ``--x/--no-x`` when the default is on), and the field's aliases
+    (llama-server's ``-np`` for ``--parallel``). A callback then runs the field's
     own validator, so the flag refuses exactly what the class refuses
     (e.g. ``nan``, which click's ranges let through), as a usage error
     (exit code 2) naming the flag.
@@ -131,7 +133,7 @@ def setting_option(field: attrs.Attribute) -> Callable[[F], F]:
             raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
         return value
 
-    return _opt(flag, callback=check, **kw)
+    return _opt(flag, *info.aliases, callback=check, **kw)
 
 
 def _flag_fields(cls: type) -> list[attrs.Attribute]:
@@ -172,6 +174,67 @@ def _split_origins(ctx: click.Context, param: click.Parameter, values: tuple[str
     return split_origins(values)
 
 
+def _split_hosts(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    """``--host`` values, each possibly comma-separated (``127.0.0.1,::1``), as one tuple without duplicates."""
+    hosts = [h.strip() for value in values for h in value.split(",") if h.strip()]
+    if not hosts:
+        raise click.BadParameter("give at least one address", ctx=ctx, param=param)
+    return tuple(dict.fromkeys(hosts))
+
+
+def _gpu_layers(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    if value:
+        raise click.BadParameter(f"{value} layers: skippy runs llama.cpp on the CPU only for now (GPU offload is "
+                                 "not built yet); leave -ngl out or give 0", ctx=ctx, param=param)
+    return value
+
+
+LLAMA_SERVER_NOTE = ("skippy serve takes llama-server's flags -m, -c/--ctx-size, -np, -t, -fa, --host, --port, "
+                     "--api-key, --api-key-file, --chat-template-file, --jinja, --metrics, --slots, --no-webui, "
+                     "--ssl-key-file, --ssl-cert-file and refuses the others rather than ignore them; "
+                     "see 'skippy serve --help'")
+
+
+class ServeCommand(click.Command):
+    """``skippy serve``'s click command: an unknown option is a usage error naming it as it was typed.
+
+    click reads an unknown single-dash option such as llama-server's ``-ngl`` as the short option
+    ``-n`` (``No such option '-n'``), and ``-cb`` as ``-c b`` (a bad ``--ctx-size`` value). Like
+    llama-server's own parser, this one takes only whole option names: any word that starts with
+    ``-`` and is no option name (nor an option's value, nor a number) is refused by name, with a
+    note that skippy refuses the llama-server flags it does not support rather than ignore them.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        import difflib
+
+        options = {name: p for p in self.get_params(ctx) if isinstance(p, click.Option)
+                   for name in (*p.opts, *p.secondary_opts)}
+        takes_value = False
+        for arg in args:
+            if takes_value:
+                takes_value = False
+                continue
+            if arg == "--":
+                break
+            name = arg.split("=", 1)[0]
+            option = options.get(name)
+            if option is not None:
+                takes_value = "=" not in arg and not option.is_flag and option.nargs > 0
+            elif arg.startswith("-") and len(arg) > 1 and not _is_number(arg):
+                raise click.NoSuchOption(name, message=f"No such option '{name}' ({LLAMA_SERVER_NOTE}).",
+                                         possibilities=difflib.get_close_matches(name, options), ctx=ctx)
+        return super().parse_args(ctx, args)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _serve_options(fn: F) -> F:
     """Every ``skippy serve`` option, in ``--help`` order.
 
@@ -180,39 +243,58 @@ def _serve_options(fn: F) -> F:
     generated from the fields (:func:`setting_option`); the others are the
     few explicit adapters: a flag that is not one field as it stands (a
     file read into text, JSON, keys from a flag and a file, comma-separated
-    origins) or not a setting of either class (the model to pull, the listen
-    address, the log level). A flag field missing from this list still gets
-    its option, at the end.
+    origins, llama-server's total ``--ctx-size``) or not a setting of either
+    class (the model to pull, the listen addresses, logging, the llama-server
+    flags accepted for compatibility). A flag field missing from this list
+    still gets its option, at the end.
     """
     from skippy.engine.config import EngineConfig
     from skippy.http.settings import ServerSettings
 
     layout: list[Any] = [
-        _opt("--model", default=DEFAULT_MODEL, help="Model name from the cache (pulled when missing) or a GGUF path."),
-        _opt("--host", default="127.0.0.1", help="Address to listen on."),
+        _opt("--model", "-m", default=DEFAULT_MODEL,
+             help="Model name from the cache (pulled when missing) or a GGUF path."),
+        _opt("--host", multiple=True, default=("127.0.0.1",), metavar="ADDRESS", callback=_split_hosts,
+             help="Address to listen on; several comma-separated or repeated (e.g. '127.0.0.1,::1')."),
         _opt("--port", default=8080, type=click.IntRange(0, 65535), help="TCP port to listen on."),
-        "n_ctx", "parallel", "threads", "flash_attn", "cache_type_k", "cache_type_v", "kv_unified",
-        _opt("--chat-template", default=None, type=click.Path(exists=True, dir_okay=False), callback=_read_template,
-             help="Jinja2 chat template file overriding the model's."),
+        "n_ctx",
+        _opt("--ctx-size", "-c", default=None, type=click.IntRange(16),
+             help="llama-server's -c: total context of all slots in tokens; each sequence gets "
+                  "ctx-size / parallel (exclusive with --n-ctx, which is per sequence)."),
+        "parallel", "threads", "flash_attn", "cache_type_k", "cache_type_v", "kv_unified",
+        _opt("--n-gpu-layers", "-ngl", "--gpu-layers", default=None, type=click.IntRange(0), callback=_gpu_layers,
+             help="llama-server's -ngl, accepted as 0 only: skippy runs llama.cpp on the CPU."),
+        _opt("--chat-template", "--chat-template-file", default=None, type=click.Path(exists=True, dir_okay=False),
+             callback=_read_template, help="Jinja2 chat template file overriding the model's."),
         _opt("--chat-template-kwargs", default=None, metavar="JSON", callback=_parse_template_kwargs,
              help='Default template variables as a JSON object, e.g. \'{"enable_thinking": false}\'; '
                   'requests override them.'),
+        _opt("--jinja", is_flag=True, default=False,
+             help="Accepted for llama-server command lines: skippy always renders chat templates with jinja2."),
         "force_tool_emulation", "step_tokens", "clamp_max_tokens", "prefix_cache", "spec_ngram", "hook_policy",
-        "hook_url", "hook_timeout", "hook_fail_closed", "hooks_default_on", "signal_window", "high_entropy_threshold",
+        "hook_url",
+        "hook_timeout", "hook_fail_closed", "hooks_default_on", "signal_window", "high_entropy_threshold",
         "max_queue",
         _opt("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]),
              help="Log level."),
+        _opt("--log-format", default="text", type=click.Choice(["text", "json"]),
+             help="Log lines as text, or one JSON object per line (python-json-logger)."),
+        _opt("--log-file", default=None, type=click.Path(dir_okay=False, writable=True), metavar="PATH",
+             help="Also append the log lines to this file."),
         _opt("--api-key", multiple=True, metavar="KEY", show_default=False,
              help="Accepted API key (repeatable; the environment variable takes space-separated keys). "
-                  "Requests must send 'Authorization: Bearer KEY'; only /health stays open. "
-                  "Prefer --api-key-file: other local users can read command lines."),
+                  "Requests must send 'Authorization: Bearer KEY' or 'X-Api-Key: KEY'; only /health stays "
+                  "open. Prefer --api-key-file: other local users can read command lines."),
         _opt("--api-key-file", default=None, type=click.Path(exists=True, dir_okay=False),
              help="File of accepted API keys, one per line ('#' starts a comment); adds to --api-key."),
         _opt("--cors-origins", multiple=True, metavar="ORIGINS", show_default=False, callback=_split_origins,
              help="Browser origins allowed by CORS, comma-separated or repeated, e.g. "
-                  "'https://app.example.com'; '*' allows any. [default: none, CORS off]"),
+                  "'https://app.example.com'; 'localhost' allows any localhost, 127.0.0.1 or [::1] origin "
+                  "(any port); '*' allows any. [default: none, CORS off]"),
         "max_body_bytes", "max_messages", "max_tools", "max_chat_template_bytes", "max_grammar_bytes",
-        "request_timeout", "shutdown_grace",
+        "request_timeout", "shutdown_grace", "metrics", "slots", "ssl_key_file", "ssl_cert_file",
+        _opt("--no-webui", is_flag=True, default=False,
+             help="Accepted for llama-server command lines: skippy has no web UI."),
     ]
     fields = {f.name: f for f in _flag_fields(EngineConfig) + _flag_fields(ServerSettings)}
     placed = [item for item in layout if isinstance(item, str)]
@@ -243,29 +325,54 @@ def _api_keys(api_key: tuple[str, ...], api_key_file: str | None) -> tuple[str, 
     return keys
 
 
-@main.command()
+def _context_per_sequence(ctx: click.Context, ctx_size: int | None, options: dict[str, Any]) -> None:
+    """Turn llama-server's ``-c/--ctx-size`` (all slots) into ``n_ctx`` (one sequence) in ``options``.
+
+    llama-server gives each of its ``-np`` slots ``ctx-size / np`` tokens; so does this (a flag beats
+    ``SKIPPY_N_CTX``). Raises a usage error when ``--n-ctx`` is on the command line too, or when a
+    sequence would get fewer than 16 tokens.
+    """
+    if ctx_size is None:
+        return
+    if ctx.get_parameter_source("n_ctx") is click.core.ParameterSource.COMMANDLINE:
+        raise click.UsageError("give either --ctx-size/-c (total context of all slots, llama-server's meaning) or "
+                               "--n-ctx (context of each sequence), not both", ctx=ctx)
+    per_sequence = ctx_size // options["parallel"]
+    if per_sequence < 16:
+        raise click.BadParameter(f"{ctx_size} tokens over {options['parallel']} slots leaves {per_sequence} per "
+                                 "sequence; at least 16 are needed", ctx=ctx, param_hint="'--ctx-size' / '-c'")
+    options["n_ctx"] = per_sequence
+
+
+@main.command(cls=ServeCommand)
 @_serve_options
 @friendly_errors
-def serve(model: str, host: str, port: int, chat_template: str | None, chat_template_kwargs: dict, log_level: str,
-          api_key: tuple[str, ...], api_key_file: str | None, cors_origins: tuple[str, ...],
-          **options: Any) -> None:
+def serve(model: str, host: tuple[str, ...], port: int, ctx_size: int | None, n_gpu_layers: int | None,
+          chat_template: str | None, chat_template_kwargs: dict, jinja: bool, log_level: str, log_format: str,
+          log_file: str | None, api_key: tuple[str, ...], api_key_file: str | None, cors_origins: tuple[str, ...],
+          no_webui: bool, **options: Any) -> None:
     """Serve the OpenAI-compatible API (``/v1/chat/completions`` and friends).
 
     The model is pulled into the cache first when it is a known name that is
     not there yet. ``/health`` answers 503 while the model loads, then 200.
+    llama-server command lines work as they are (``-m``, ``-c``, ``-np``,
+    ``-t``, ``-fa``, ``--jinja``...); its other flags are refused by name.
     """
-    import logging
-
     import trio
 
     from skippy.engine.config import EngineConfig, check_cache_types
+    from skippy.http.logs import configure_logging
     from skippy.http.serve import serve as run_server
     from skippy.http.settings import ServerSettings
     from skippy.models import ensure_model, lookup
 
+    ctx = click.get_current_context()
+    _context_per_sequence(ctx, ctx_size, options)
+    if (options.get("ssl_key_file") is None) != (options.get("ssl_cert_file") is None):
+        raise click.UsageError("--ssl-key-file and --ssl-cert-file go together", ctx=ctx)
     engine_options = {f.name: options.pop(f.name) for f in _flag_fields(EngineConfig)}
     settings = ServerSettings(api_keys=_api_keys(api_key, api_key_file), cors_origins=cors_origins, **options)
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(log_level, log_format, log_file)
     try:  # the check across flags (a quantized V cache without flash attention), before any download
         check_cache_types(engine_options["cache_type_v"], engine_options["flash_attn"])
     except ValueError:

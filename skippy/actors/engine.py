@@ -22,6 +22,7 @@ replies are built by :mod:`skippy.engine.output.responses`.
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import math
 from collections import deque
@@ -56,7 +57,7 @@ from skippy.engine.output.generation import Done, Generation, GenerationError, P
 from skippy.engine.output.responses import ChatReply, TextReply
 from skippy.engine.runtime.base import Runtime
 from skippy.engine.sampling.params import SamplingParams, sampling_from_request
-from skippy.engine.scheduling.events import SeqEvent
+from skippy.engine.scheduling.events import FinishEvent, SeqEvent
 from skippy.engine.scheduling.spec import requested_draft
 from skippy.engine.types import ChatCompletionRequest, CompletionRequest, Message, SamplingFields
 
@@ -71,6 +72,39 @@ class _HookCtx:
 
 
 T = TypeVar("T")
+
+
+@attrs.define
+class RequestTrace:
+    """What the engine reports about one request while it runs, for a request log line.
+
+    The caller (the HTTP layer, or an embedder) sets one in :data:`TRACE` before
+    calling the engine; every generation started in that context fills it in:
+    ``prompt_tokens`` / ``cached_tokens`` (of them reused from the prefix cache),
+    ``completion_tokens``, ``t_first_token`` (trio clock seconds of the first
+    accepted token, ``None`` before it), ``finish_reason`` (``None`` until the
+    end; ``cancelled`` when the reply was closed first). ``request_id`` (a client's
+    ``X-Request-Id``) becomes the reply ids' suffix: ``chatcmpl-<request_id>``,
+    ``cmpl-<request_id>``. ``t_start``: trio clock seconds when the request
+    arrived (set by the caller; TTFT is ``t_first_token - t_start``).
+    """
+
+    request_id: str | None = None
+    t_start: float | None = None
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    t_first_token: float | None = None
+    finish_reason: str | None = None
+
+
+#: The :class:`RequestTrace` of the request being served in this context (``None``: nobody is listening).
+TRACE: contextvars.ContextVar[RequestTrace | None] = contextvars.ContextVar("skippy_request_trace", default=None)
+
+
+def _request_id() -> str | None:
+    trace = TRACE.get()
+    return trace.request_id if trace is not None else None
 
 
 class Engine:
@@ -103,7 +137,7 @@ class Engine:
     async def chat(self, req: ChatCompletionRequest) -> wire.ChatCompletion:
         """One OpenAI ``chat.completion`` for ``req`` (``req.stream`` is ignored)."""
         gen, stream = await self._start_chat(req)
-        reply = ChatReply(self.model_id, gen, logprobs=req.logprobs)
+        reply = ChatReply(self.model_id, gen, logprobs=req.logprobs, request_id=_request_id())
         return reply.completion(await _drain(stream))
 
     async def chat_stream(self, req: ChatCompletionRequest) -> AsyncIterator[wire.ChatCompletionChunk]:
@@ -113,7 +147,7 @@ class Engine:
         chunk. Closing the iterator before its end cancels the generation.
         """
         gen, stream = await self._start_chat(req)
-        reply = ChatReply(self.model_id, gen, logprobs=req.logprobs,
+        reply = ChatReply(self.model_id, gen, logprobs=req.logprobs, request_id=_request_id(),
                           include_usage=bool(req.stream_options and req.stream_options.include_usage))
         return stream.rendered(reply.first_chunks(), reply.chunks)
 
@@ -121,7 +155,7 @@ class Engine:
         """One OpenAI legacy ``text_completion`` for ``req`` (string prompt)."""
         prompt_text, gen, stream = await self._start_completion(req)
         reply = TextReply(self.model_id, gen, prompt_text=prompt_text, echo=req.echo,
-                          logprobs=req.logprobs is not None)
+                          logprobs=req.logprobs is not None, request_id=_request_id())
         return reply.completion(await _drain(stream))
 
     async def completion_stream(self, req: CompletionRequest) -> AsyncIterator[wire.TextCompletion]:
@@ -131,7 +165,7 @@ class Engine:
         """
         prompt_text, gen, stream = await self._start_completion(req)
         reply = TextReply(self.model_id, gen, prompt_text=prompt_text, echo=req.echo,
-                          logprobs=req.logprobs is not None,
+                          logprobs=req.logprobs is not None, request_id=_request_id(),
                           include_usage=bool(req.stream_options and req.stream_options.include_usage))
         return stream.rendered(reply.first_chunks(), reply.chunks)
 
@@ -282,7 +316,9 @@ class _Events:
     cancels the sequence when the generation asks (a stop string matched) or
     when it is closed before the end (the client went away), runs
     ``on_finish`` once with the generation's :class:`FinishInfo`, and observes
-    TTFT, ITL and end-to-end latency (seconds, trio clock, from submission).
+    TTFT, ITL and end-to-end latency (seconds, trio clock, from submission), queue
+    wait and prefill time (from the scheduler's finish), and the finish reason; it
+    fills in the :class:`RequestTrace` of the context it was made in.
 
     Dropped without :meth:`aclose` (an embedder's ``break`` out of ``async
     for``), it closes itself when garbage-collected: the close is handed to the
@@ -300,6 +336,10 @@ class _Events:
         self._closed = False
         self._t_start = self._t_last = trio.current_time()
         self._token = trio.lowlevel.current_trio_token()
+        self._trace = TRACE.get()
+        self._finish_counted = False
+        if self._trace is not None:
+            self._trace.prompt_tokens = len(gen.request.prompt)
 
     def __aiter__(self) -> _Events:
         return self
@@ -319,23 +359,43 @@ class _Events:
         return self._ready.popleft()
 
     def _feed(self, event: SeqEvent) -> Piece | Done | None:
-        gen, metrics = self._gen, self._engine.metrics
+        gen, metrics, trace = self._gen, self._engine.metrics, self._trace
         n = gen.completion_tokens
+        if isinstance(event, FinishEvent):
+            metrics.queue_wait.observe(event.queue_ms / 1000.0)
+            if event.prompt_ms > 0:
+                metrics.prefill.observe(event.prompt_ms / 1000.0)
+            if trace is not None:
+                trace.prompt_tokens, trace.cached_tokens = event.prompt_tokens, event.cached_tokens
         try:
             item = gen.feed(event)
         except EngineError:
+            self._finished("error")
             self._report()
             raise
         if gen.completion_tokens != n:
             now = trio.current_time()
             (metrics.itl if n else metrics.ttft).observe(now - self._t_last)
             self._t_last = now
+            if trace is not None:
+                trace.completion_tokens = gen.completion_tokens
+                if trace.t_first_token is None:
+                    trace.t_first_token = now
         if gen.wants_cancel:
             self._engine.scheduler.cancel(gen.rid)  # its FinishEvent follows
         if isinstance(item, Done):
             metrics.e2e.observe(trio.current_time() - self._t_start)
+            self._finished(item.finish_reason)
             self._report()
         return item
+
+    def _finished(self, reason: str) -> None:
+        """Count the finish (``skippy:finishes_total``) and tell the trace, once."""
+        if not self._finish_counted:
+            self._finish_counted = True
+            self._engine.metrics.finishes.labels(reason).inc()
+            if self._trace is not None:
+                self._trace.finish_reason = reason
 
     def _report(self) -> None:
         if not self._reported:
@@ -352,6 +412,7 @@ class _Events:
         self._closed = True
         if not self._gen.finished:
             self._gen.abandon()
+            self._finished("cancelled")
             self._engine.scheduler.cancel(self._gen.rid)
         self._report()
         if self._recv is not None:

@@ -35,26 +35,29 @@ class SettingInfo:
     through an explicit adapter, such as a file path read into text).
     ``metavar``: the flag's value placeholder (``None``: from the type).
     ``show_default``: ``True`` to show the default in ``--help``, or a text
-    to show instead.
+    to show instead. ``aliases``: more names of the flag, e.g. llama-server's
+    ``-np`` for ``--parallel`` (so a llama-server command line works as it is).
     """
 
     help: str
     flag: bool = True
     metavar: str | None = None
     show_default: bool | str = True
+    aliases: tuple[str, ...] = ()
 
 
 def setting(default: Any = attrs.NOTHING, *, help: str, check: Any, factory: Any = None, flag: bool = True,
-            metavar: str | None = None, show_default: bool | str = True, converter: Any = None) -> Any:
+            metavar: str | None = None, show_default: bool | str = True, converter: Any = None,
+            aliases: tuple[str, ...] = ()) -> Any:
     """An attrs field for a setting: ``default`` (or ``factory``), validator ``check``, ``help`` in metadata.
 
     ``check`` is one of :class:`IntRange`, :class:`FloatRange`,
     :class:`OneOf`, :class:`IsBool`, :class:`IsText` or another attrs
     validator; the first five are the ones ``skippy serve`` turns into click
-    types. ``flag``, ``metavar`` and ``show_default`` go to
+    types. ``flag``, ``metavar``, ``show_default`` and ``aliases`` go to
     :class:`SettingInfo`.
     """
-    info = SettingInfo(help=help, flag=flag, metavar=metavar, show_default=show_default)
+    info = SettingInfo(help=help, flag=flag, metavar=metavar, show_default=show_default, aliases=aliases)
     if factory is not None:
         default = attrs.Factory(factory)
     return attrs.field(default=default, validator=check, converter=converter, metadata={SETTING: info})
@@ -246,10 +249,11 @@ class EngineConfig:
     n_ctx: int = setting(4096, check=IntRange(16),
                          help="Context of each sequence in tokens (prompt + completion); clamped to the model's "
                               "training context.")
-    parallel: int = setting(8, check=IntRange(1, 256), help="Max sequences decoding at once (slots).")
+    parallel: int = setting(8, check=IntRange(1, 256), help="Max sequences decoding at once (slots).",
+                            aliases=("-np",))
     threads: int | None = setting(None, check=IntRange(1, optional=True),
-                                  help="CPU threads for llama.cpp [default: all cores].")
-    flash_attn: str = setting("auto", check=OneOf(FLASH_ATTN_CHOICES),
+                                  help="CPU threads for llama.cpp [default: all cores].", aliases=("-t",))
+    flash_attn: str = setting("auto", check=OneOf(FLASH_ATTN_CHOICES), aliases=("-fa",),
                               help="llama.cpp flash attention; auto (llama-server's default) turns it on where "
                                    "the backend supports it.")
     cache_type_k: str = setting("f16", check=OneOf(CACHE_TYPE_CHOICES),

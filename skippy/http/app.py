@@ -13,8 +13,9 @@ three in llama-server's shapes), ``GET /props``, ``GET /metrics`` and
 ``GET /openapi.json``) as one blueprint, and the hooks below, which apply to
 every request, unknown paths included.
 
-Hardening (:class:`~skippy.http.settings.ServerSettings`): bearer API keys
-on every route but ``/health`` (401 envelope with ``WWW-Authenticate``), CORS
+Hardening (:class:`~skippy.http.settings.ServerSettings`): API keys
+(``Authorization: Bearer KEY`` or ``X-Api-Key: KEY``, as llama-server) on
+every route but ``/health`` (401 envelope with ``WWW-Authenticate``), CORS
 with preflight (:mod:`skippy.http.cors`), body and field limits (413 / 400),
 a per-request deadline (504 before the response headers, a final SSE error
 event after them), and graceful shutdown
@@ -22,8 +23,10 @@ event after them), and graceful shutdown
 running ones finish, and what still runs when the grace period ends is
 cancelled with a final SSE error event (503 before headers).
 
-Each request's hooks run in this order: :func:`_start` (deadline, preflight,
-API key, draining) before the handler; after it :func:`_log`, then
+Each request's hooks run in this order: :func:`_start` (the request's
+:class:`~skippy.actors.engine.RequestTrace` for the engine, deadline,
+preflight, API key, draining) before the handler; after it :func:`_log`
+(``X-Request-Id`` header, the log line and response counters), then
 :func:`_cors`, then :func:`_close_if_body_unread` (Quart runs ``after_request``
 functions in reverse order of registration).
 """
@@ -32,11 +35,13 @@ from __future__ import annotations
 
 import logging
 
+import msgspec
 import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
+from skippy.actors.engine import TRACE
 from skippy.engine.errors import EngineError
 from skippy.http import cors
 from skippy.http.context import (
@@ -52,7 +57,7 @@ from skippy.http.context import (
 )
 from skippy.http.openapi import openapi_document
 from skippy.http.replies import encode, engine_error_response, error_response
-from skippy.http.routes import PUBLIC_PATHS, blueprint, log_line
+from skippy.http.routes import PUBLIC_PATHS, blueprint, log_line, route_rule
 from skippy.http.settings import ServerSettings
 
 __all__ = ["AppState", "Lifecycle", "RequestTimeout", "ShuttingDown", "create_app"]
@@ -86,13 +91,20 @@ def create_app(state: AppState, settings: ServerSettings | None = None) -> Quart
 
 
 def _unauthorized(settings: ServerSettings) -> Response | None:
-    """401 unless the request carries ``Authorization: Bearer <one of the keys>``."""
+    """401 unless the request carries one of the keys: ``Authorization: Bearer KEY`` (OpenAI) or
+    ``X-Api-Key: KEY`` (Anthropic's header, which llama-server accepts too; a ``Bearer`` prefix is allowed)."""
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() == "bearer" and token.strip() and settings.key_accepted(token.strip()):
         return None
-    message = ("Incorrect API key provided." if header else
-               "You didn't provide an API key. Send it in an Authorization header: Authorization: Bearer KEY.")
+    x_api_key = request.headers.get("X-Api-Key", "").strip()
+    if x_api_key[:7].lower() == "bearer ":
+        x_api_key = x_api_key[7:].strip()
+    if x_api_key and settings.key_accepted(x_api_key):
+        return None
+    message = ("Incorrect API key provided." if header or x_api_key else
+               "You didn't provide an API key. Send it in an Authorization header: Authorization: Bearer KEY "
+               "(or X-Api-Key: KEY).")
     return error_response(401, message, "invalid_request_error", code="invalid_api_key",
                           headers={"WWW-Authenticate": 'Bearer realm="skippy"'})
 
@@ -101,8 +113,11 @@ async def _start() -> Response | None:
     """Set the deadline; answer a CORS preflight, a missing or wrong API key (401), or 503 while draining."""
     app = shared()
     settings = app.settings
+    ctx = current()
+    ctx.trace.t_start = trio.current_time()
+    TRACE.set(ctx.trace)  # the engine fills it in (tokens, TTFT) for the log line; the reply id takes its id
     if settings.request_timeout > 0:
-        current().deadline = trio.current_time() + settings.request_timeout
+        ctx.deadline = trio.current_time() + settings.request_timeout
     preflight = cors.preflight(request, settings)
     if preflight is not None:
         return preflight
@@ -131,10 +146,27 @@ async def _cors(response: Response) -> Response:
     return cors.add_headers(request, response, shared().settings)
 
 
+_envelope = msgspec.json.Decoder()
+
+
+async def _error_of(response: Response) -> tuple[str | None, str | None]:
+    """The ``code`` (else ``type``) and ``message`` of an error response's envelope; ``(None, None)`` if it has none."""
+    if response.status_code < 400 or response.mimetype != "application/json":
+        return None, None
+    try:
+        error = _envelope.decode(await response.get_data())["error"]
+        return (error.get("code") or error.get("type")), error.get("message")
+    except (msgspec.DecodeError, KeyError, TypeError, AttributeError):
+        return None, None
+
+
 async def _log(response: Response) -> Response:
+    ctx = current()
+    response.headers["X-Request-Id"] = ctx.request_id
     if response.mimetype != "text/event-stream":  # a stream logs its line when it ends
-        ctx = current()
-        log_line(shared(), response.status_code, ctx.tokens, ctx.t0)
+        code, reason = await _error_of(response)
+        log_line(shared(), ctx, response.status_code, f"{request.method} {request.path}", route_rule(),
+                 code=code, reason=reason)
     return response
 
 

@@ -14,6 +14,8 @@ by :class:`SkippyRequest` and read with :func:`current`.
 from __future__ import annotations
 
 import math
+import re
+import secrets
 import time
 from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
@@ -24,7 +26,7 @@ import trio
 from quart import current_app, request
 from quart_trio.wrappers.request import TrioRequest
 
-from skippy.actors.engine import Engine
+from skippy.actors.engine import Engine, RequestTrace
 from skippy.engine.errors import EngineError, ModelLoading
 from skippy.http.settings import ServerSettings
 
@@ -110,13 +112,14 @@ class Lifecycle:
 
 
 class AppState:
-    """What the server fills in while it runs: the engine once loaded (``None`` while loading), and the
-    :class:`Lifecycle`."""
+    """What the server fills in while it runs: the engine once loaded (``None`` while loading), the
+    :class:`Lifecycle`, and ``started`` (Unix seconds)."""
 
     def __init__(self) -> None:
         self.engine: Engine | None = None
         self.load_error: str | None = None
         self.lifecycle = Lifecycle()
+        self.started = time.time()  # Unix seconds (the Process-Start-Time-Unix header where /proc is missing)
 
 
 @attrs.frozen
@@ -161,6 +164,18 @@ def shared() -> Shared:
     return cast(Shared, current_app.extensions[EXTENSION])
 
 
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,128}$")
+
+
+def request_id_from(header: str | None) -> str:
+    """The request's id: the client's ``X-Request-Id`` when it is 1-128 characters of
+    ``A-Z a-z 0-9 . _ : @ / + = -`` (a UUID, a trace id), else 24 random hex chars (a value
+    that could break a log line or a header is replaced, not echoed)."""
+    if header and _REQUEST_ID.match(header):
+        return header
+    return secrets.token_hex(12)
+
+
 @attrs.define
 class RequestContext:
     """One request's own state, from its arrival to its response.
@@ -170,13 +185,19 @@ class RequestContext:
     short (``inf``: none; set from ``--request-timeout`` when the request
     starts). ``tokens``: completion tokens of a non-streamed answer (the log
     line's ``tokens=``). ``body_read``: whether the handler read the body (a
-    response sent before that closes the connection).
+    response sent before that closes the connection). ``request_id``: see
+    :func:`request_id_from` (sent back as ``X-Request-Id``, the reply ids'
+    suffix); ``client``: ``host:port`` of the peer; ``trace``: what the engine
+    reports about the generation (:class:`~skippy.actors.engine.RequestTrace`).
     """
 
     t0: float = attrs.field(factory=time.perf_counter)
     deadline: float = math.inf
     tokens: int = 0
     body_read: bool = False
+    request_id: str = attrs.field(factory=lambda: secrets.token_hex(12))
+    client: str | None = None
+    trace: RequestTrace = attrs.field(factory=RequestTrace)
 
 
 class SkippyRequest(TrioRequest):
@@ -184,7 +205,12 @@ class SkippyRequest(TrioRequest):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.skippy = RequestContext()
+        peer = self.scope.get("client")
+        rid = request_id_from(self.headers.get("X-Request-Id"))
+        client = None
+        if peer:
+            client = f"[{peer[0]}]:{peer[1]}" if ":" in str(peer[0]) else f"{peer[0]}:{peer[1]}"
+        self.skippy = RequestContext(request_id=rid, client=client, trace=RequestTrace(request_id=rid))
 
 
 def current() -> RequestContext:

@@ -38,6 +38,7 @@ from skippy.engine.types import (
     decode_request,
 )
 from skippy.http.context import RequestContext, Shared, ShuttingDown, current, shared
+from skippy.http.logs import log_request
 from skippy.http.replies import SSE_DONE, engine_error_response, error_response, json_response, sse
 from skippy.http.settings import ServerSettings
 
@@ -126,15 +127,29 @@ def _check_limits(settings: ServerSettings, messages: list[Any], req: ChatComple
                                      param=field, code="string_above_max_length")
 
 
-def log_line(app: Shared, status: int, tokens: int, t0: float, route: str | None = None) -> None:
-    """The access log line ``METHOD PATH STATUS tokens=N T.Tms`` (and the engine's response counter).
+def route_rule() -> str:
+    """The current request's route pattern (``/slots/<int:id_slot>``), ``unmatched`` for an unknown path:
+    the metrics' ``route`` label stays bounded whatever paths clients send."""
+    rule = request.url_rule
+    return rule.rule if rule is not None else "unmatched"
 
-    ``route`` defaults to the current request's method and path (pass it once the request context is gone).
+
+def log_line(app: Shared, ctx: RequestContext, status: int, route: str, rule: str, *, code: str | None = None,
+             reason: str | None = None, disconnected: bool = False) -> None:
+    """The request's log line (:func:`~skippy.http.logs.log_request`) and its response counters.
+
+    ``route``: ``METHOD PATH``; ``rule``: the path pattern (:func:`route_rule`); ``code`` / ``reason``:
+    the error envelope's of a 4xx/5xx; ``disconnected``: the client went away before the end (no
+    per-route response is counted). Works once the request context is gone (streams).
     """
     if app.state.engine is not None:
-        app.state.engine.metrics.response(status)
-    log.info("%s %d tokens=%d %.1fms", route or f"{request.method} {request.path}", status, tokens,
-             (time.perf_counter() - t0) * 1000.0)
+        metrics = app.state.engine.metrics
+        metrics.response(status)
+        if not disconnected:
+            metrics.route_response(route.split(" ", 1)[0], rule, status, code if status >= 400 else None)
+    log_request(route, status, tokens=ctx.tokens, duration_ms=(time.perf_counter() - ctx.t0) * 1000.0,
+                request_id=ctx.request_id, client=ctx.client, trace=ctx.trace, code=code, reason=reason,
+                disconnected=disconnected)
 
 
 async def _stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitable[AsyncIterator[Any]]]) -> Response:
@@ -159,12 +174,14 @@ async def _stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitabl
                 await chunks.aclose()
         raise
     assert chunks is not None
-    route = f"{request.method} {request.path}"  # the request context is gone while streaming
+    route, rule = f"{request.method} {request.path}", route_rule()  # the request context is gone while streaming
     lifecycle = app.lifecycle
 
     async def events() -> AsyncIterator[bytes]:
         tokens = 0
         status = 200
+        code = reason = None
+        disconnected = False
         try:
             yield sse(first)
             while True:
@@ -176,7 +193,7 @@ async def _stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitabl
                         pass
                 if scope.cancelled_caught:
                     error = app.stopped()
-                    status = error.status
+                    status, code, reason = error.status, error.code or error.type, str(error)
                     yield sse(error.envelope())
                     return
                 if chunk is None:
@@ -185,14 +202,16 @@ async def _stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitabl
                 yield sse(chunk)
             yield SSE_DONE
         except EngineError as exc:
-            status = exc.status
+            status, code, reason = exc.status, exc.code or exc.type, str(exc)
             yield sse(exc.envelope())
         except trio.Cancelled:
             status = 499  # the client went away
+            disconnected = True
             raise
         finally:
             await chunks.aclose()
-            log_line(app, status, tokens, ctx.t0, route)
+            ctx.tokens = tokens
+            log_line(app, ctx, status, route, rule, code=code, reason=reason, disconnected=disconnected)
 
     response = Response(events(), status=200, mimetype="text/event-stream",
                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
@@ -289,8 +308,14 @@ async def props() -> Response:
 async def metrics() -> Response:
     from prometheus_client import CONTENT_TYPE_LATEST
 
-    return Response(shared().engine().metrics.render(), mimetype=CONTENT_TYPE_LATEST.split(";")[0],
-                    headers={"Content-Type": CONTENT_TYPE_LATEST})
+    app = shared()
+    if not app.settings.metrics:  # llama-server without --metrics
+        return error_response(501, "the metrics endpoint is off on this server (started with --no-metrics)",
+                              "not_supported_error", code="not_supported")
+    engine_metrics = app.engine().metrics
+    started = engine_metrics.registry.get_sample_value("process_start_time_seconds") or app.state.started
+    return Response(engine_metrics.render(), mimetype=CONTENT_TYPE_LATEST.split(";")[0],
+                    headers={"Content-Type": CONTENT_TYPE_LATEST, "Process-Start-Time-Unix": str(int(started))})
 
 
 # -- the table --------------------------------------------------------------------------------------

@@ -1,7 +1,11 @@
 """Run the HTTP app under hypercorn (trio worker) next to the engine.
 
 The server binds and answers ``/health`` (503) at once while the model
-loads in a worker thread; when the engine is ready ``/health`` turns 200.
+loads in a worker thread; when the engine is ready ``/health`` turns 200,
+and the start-up log says which chat template is used and, once, where the
+server runs (``Running on http://127.0.0.1:8080``). It listens on every
+address given (IPv4 and IPv6 alike), with TLS on all of them when
+``ServerSettings.ssl_cert_file`` / ``ssl_key_file`` are set.
 
 Graceful shutdown on SIGINT/SIGTERM: the listening sockets close (new
 connections are refused), requests arriving on open connections get 503,
@@ -20,7 +24,7 @@ import logging
 import signal
 import socket
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 
 import trio
@@ -33,7 +37,7 @@ from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import AppWrapper, ConnectionState, LifespanState
 from hypercorn.utils import ShutdownError, raise_shutdown, repr_socket_addr, wrap_app
 
-from skippy.actors.engine import open_engine
+from skippy.actors.engine import Engine, open_engine
 from skippy.engine.config import EngineConfig
 from skippy.http.app import AppState, Lifecycle, create_app
 from skippy.http.settings import ServerSettings
@@ -41,18 +45,25 @@ from skippy.http.settings import ServerSettings
 log = logging.getLogger("skippy.serve")
 
 
-def hypercorn_config(host: str, port: int, *, shutdown_grace: float = 30.0) -> HypercornConfig:
-    """hypercorn settings: listen backlog 2048, keep-alive on, no access log (we log per request).
+def hypercorn_config(host: str | Sequence[str], port: int, *, shutdown_grace: float = 30.0,
+                     ssl_cert_file: str | None = None, ssl_key_file: str | None = None) -> HypercornConfig:
+    """hypercorn settings: one bind per address of ``host`` (a string or several), listen backlog 2048,
+    keep-alive on, no access log (we log per request), hypercorn's messages through our logging.
 
     hypercorn's own ``graceful_timeout`` is the last resort after our grace period
-    (``shutdown_grace`` plus 5 s for the final SSE events to flush).
+    (``shutdown_grace`` plus 5 s for the final SSE events to flush). With both ``ssl_cert_file``
+    and ``ssl_key_file`` (PEM paths) every bind serves TLS (hypercorn's ``secure_sockets``).
     """
     cfg = HypercornConfig()
-    cfg.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    hosts = [host] if isinstance(host, str) else list(host)
+    cfg.bind = [f"[{h}]:{port}" if ":" in h else f"{h}:{port}" for h in hosts]
     cfg.backlog = 2048
     cfg.keep_alive_timeout = 75
     cfg.accesslog = None
+    cfg.errorlog = logging.getLogger("hypercorn.error")  # no handler of its own: the root's format (text or JSON)
     cfg.graceful_timeout = shutdown_grace + 5
+    if ssl_cert_file and ssl_key_file:
+        cfg.certfile, cfg.keyfile = ssl_cert_file, ssl_key_file
     return cfg
 
 
@@ -119,14 +130,22 @@ async def _close_when(drained: trio.Event, scope: trio.CancelScope) -> None:
     scope.cancel()
 
 
+def listen_urls(sockets: Sockets) -> list[str]:
+    """``https://ADDR:PORT`` for each TLS socket, then ``http://ADDR:PORT`` for each plain one (as hypercorn)."""
+    return ([f"https://{repr_socket_addr(s.family, s.getsockname())}" for s in sockets.secure_sockets]
+            + [f"http://{repr_socket_addr(s.family, s.getsockname())}" for s in sockets.insecure_sockets])
+
+
 async def _worker_serve(app: AppWrapper, config: HypercornConfig, sockets: Sockets,
                         shutdown_trigger: Callable[[], Awaitable[None]], drained: trio.Event) -> None:
-    """hypercorn's ``trio.run.worker_serve`` for plain-HTTP sockets, accepting through :class:`BurstListener`.
+    """hypercorn's ``trio.run.worker_serve``, accepting through :class:`BurstListener`.
 
-    Same lifespan, connection handling (``TCPServer``), shutdown trigger and
-    ``graceful_timeout`` as hypercorn 0.17/0.18. The listener differs (hypercorn builds its
-    ``SocketListener`` inside ``worker_serve``, with no hook to replace it), and so does the
-    close of a ``Connection: close`` response (:class:`_TCPServer`).
+    Same lifespan, connection handling (``TCPServer``), TLS (``trio.SSLListener`` with
+    hypercorn's ``create_ssl_context``, ``https_compatible=True``, over the burst listener
+    instead of a ``SocketListener``), shutdown trigger and ``graceful_timeout`` as hypercorn
+    0.17/0.18. The listener differs (hypercorn builds its ``SocketListener`` inside
+    ``worker_serve``, with no hook to replace it), and so does the close of a
+    ``Connection: close`` response (:class:`_TCPServer`).
 
     What the copy drops from hypercorn's ``worker_serve`` (none of it is configurable in
     ``skippy serve``):
@@ -135,8 +154,8 @@ async def _worker_serve(app: AppWrapper, config: HypercornConfig, sockets: Socke
       ``statsd_host`` is ignored (skippy exports Prometheus ``/metrics`` instead);
     - ``max_requests`` / ``max_requests_jitter``: ``WorkerContext(None)``, the worker is
       never asked to restart after N requests;
-    - TLS: ``secure_sockets`` are not served (no ``create_ssl_context``, no
-      ``trio.SSLListener``, no ``https://`` binds); terminate TLS in a proxy;
+    - the "Running on ..." lines: :func:`serve` logs them once the model is loaded (hypercorn
+      logs them as it starts listening, before the server can answer);
     - QUIC / HTTP/3: ``quic_sockets`` get no ``UDPServer``;
     - creating and listening the sockets: ``sockets`` is required and already listening
       (:func:`serve` does it, so a port in use is reported before the model loads);
@@ -157,11 +176,12 @@ async def _worker_serve(app: AppWrapper, config: HypercornConfig, sockets: Socke
         await lifespan_nursery.start(lifespan.handle_lifespan)
         await lifespan.wait_for_startup()
         async with trio.open_nursery() as server_nursery:
-            listeners = []
-            for sock in sockets.insecure_sockets:
-                listeners.append(BurstListener(sock))
-                await config.log.info(f"Running on http://{repr_socket_addr(sock.family, sock.getsockname())} "
-                                      "(CTRL + C to quit)")
+            listeners: list[trio.abc.Listener] = []
+            if sockets.secure_sockets:
+                ssl_context = config.create_ssl_context()
+                listeners += [trio.SSLListener(BurstListener(sock), ssl_context, https_compatible=True)
+                              for sock in sockets.secure_sockets]
+            listeners += [BurstListener(sock) for sock in sockets.insecure_sockets]
             handler = partial(_TCPServer, app, config, context, ConnectionState(lifespan_state.copy()))
             try:
                 async with trio.open_nursery(strict_exception_groups=True) as nursery:
@@ -230,19 +250,43 @@ def _freeze_heap() -> None:
     gc.freeze()
 
 
-async def serve(config: EngineConfig, *, host: str = "127.0.0.1", port: int = 8080,
+def _log_chat_template(engine: Engine) -> None:
+    """Say which chat template renders the prompts; warn when the GGUF has none and ChatML stands in."""
+    if engine.config.chat_template:
+        log.info("chat template: from --chat-template (%d chars)", len(engine.config.chat_template))
+    elif engine.meta.chat_template:
+        log.info("chat template: the GGUF's tokenizer.chat_template (%d chars)", len(engine.meta.chat_template))
+    else:
+        log.warning("chat template: the GGUF has none (no tokenizer.chat_template); using ChatML "
+                    "(<|im_start|>role ... <|im_end|>); give the model's own with --chat-template FILE")
+
+
+async def serve(config: EngineConfig, *, host: str | Sequence[str] = "127.0.0.1", port: int = 8080,
                 settings: ServerSettings | None = None) -> int:
-    """Serve until SIGINT/SIGTERM; returns the exit code: 1 if it cannot listen or the engine fails to start."""
+    """Serve until SIGINT/SIGTERM on every address of ``host`` (one, or several: IPv4 and IPv6 alike).
+
+    Returns the exit code: 1 if it cannot listen (or read the TLS key and certificate) or the
+    engine fails to start.
+    """
     settings = settings or ServerSettings()
     state = AppState()
     app = create_app(state, settings)
-    hconfig = hypercorn_config(host, port, shutdown_grace=settings.shutdown_grace)
+    hconfig = hypercorn_config(host, port, shutdown_grace=settings.shutdown_grace,
+                               ssl_cert_file=settings.ssl_cert_file, ssl_key_file=settings.ssl_key_file)
+    where = ", ".join(hconfig.bind)
+    if hconfig.ssl_enabled:
+        try:
+            hconfig.create_ssl_context()  # a missing or mismatched key or certificate fails now, not per connection
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+            log.error("cannot use the TLS key %s and certificate %s: %s", settings.ssl_key_file,
+                      settings.ssl_cert_file, exc)
+            return 1
     try:
         sockets = hconfig.create_sockets()
-        for sock in sockets.insecure_sockets:
+        for sock in [*sockets.secure_sockets, *sockets.insecure_sockets]:
             sock.listen(hconfig.backlog)
     except OSError as exc:  # the port is taken, the host does not resolve or is not ours
-        log.error("cannot listen on %s:%d: %s", host, port, exc)
+        log.error("cannot listen on %s: %s", where, exc)
         return 1
     stop, drained = trio.Event(), trio.Event()
     exit_code = 0
@@ -255,6 +299,9 @@ async def serve(config: EngineConfig, *, host: str = "127.0.0.1", port: int = 80
                 _freeze_heap()
                 log.info("model %s loaded: n_ctx=%d per sequence, %d parallel sequences", engine.model_id,
                          engine.meta.n_ctx_seq, engine.meta.n_seq_max)
+                _log_chat_template(engine)
+                for url in listen_urls(sockets):
+                    log.info("Running on %s (CTRL + C to quit)", url)
                 await trio.sleep_forever()
         except Exception as exc:
             log.error("could not start the engine: %s", exc)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import attrs
 
-from skippy.engine.config import FloatRange, IntRange, setting, settings_doc
+from skippy.engine.config import FloatRange, IntRange, IsBool, IsText, setting, settings_doc
 
 MIB = 1024 * 1024
 KIB = 1024
@@ -70,6 +70,16 @@ class ServerSettings:
                                     help="Seconds running requests may take to finish after SIGINT/SIGTERM; then "
                                          "they are cancelled (streams get a final SSE error event). A second "
                                          "signal cancels at once.")
+    metrics: bool = setting(True, check=IsBool(),
+                            help="Serve GET /metrics (Prometheus); --no-metrics answers it 501, as llama-server "
+                                 "without --metrics.")
+    slots: bool = setting(True, check=IsBool(),
+                          help="Serve GET /slots (llama-server's per-slot state); --no-slots answers it 501.")
+    ssl_key_file: str | None = setting(None, check=IsText(), metavar="FILE",
+                                       help="PEM private key for HTTPS (with --ssl-cert-file); every listen "
+                                            "address then serves TLS only.")
+    ssl_cert_file: str | None = setting(None, check=IsText(), metavar="FILE",
+                                        help="PEM certificate chain for HTTPS (with --ssl-key-file).")
     _key_digests: tuple[bytes, ...] = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
@@ -93,8 +103,12 @@ class ServerSettings:
         return ok
 
     def origin_allowed(self, origin: str) -> bool:
-        """True if CORS allows ``origin`` (exact match, or ``*`` configured)."""
-        return "*" in self.cors_origins or origin in self.cors_origins
+        """True if CORS allows ``origin``: an exact match, ``*`` configured, or the keyword ``localhost``
+        configured and ``origin`` a loopback origin (:func:`is_localhost_origin`, llama-server's
+        ``--cors-origins localhost``)."""
+        origins = self.cors_origins
+        return ("*" in origins or origin in origins
+                or ("localhost" in origins and is_localhost_origin(origin)))
 
 
 ServerSettings.__doc__ = (ServerSettings.__doc__ or "") + settings_doc(ServerSettings)
@@ -117,6 +131,22 @@ def read_api_key_file(path: str | Path) -> list[str]:
     if not keys:
         raise ValueError(f"{path} holds no API key (one per line; '#' starts a comment)")
     return keys
+
+
+LOCALHOST_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def is_localhost_origin(origin: str) -> bool:
+    """True if ``origin`` (``scheme://host[:port]``) is ``http``/``https`` on ``localhost``, ``127.0.0.1`` or
+    ``[::1]``, any port (llama-server's ``origin_is_localhost``); ``False`` for anything that does not parse."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(origin)
+        parts.port  # noqa: B018 (raises ValueError for a port that is not a number)
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and (parts.hostname or "") in LOCALHOST_NAMES
 
 
 def split_origins(values: tuple[str, ...] | list[str]) -> tuple[str, ...]:

@@ -183,15 +183,16 @@ def test_cors_preflight_and_response_headers(hard_server: Server) -> None:
     preflight = {"Origin": ORIGIN, "Access-Control-Request-Method": "POST",
                  "Access-Control-Request-Headers": "authorization, content-type"}
     resp = httpx.options(url, headers=preflight, timeout=10)  # no API key: browsers send none on preflight
-    assert resp.status_code == 204, resp.text
+    assert resp.status_code == 200, resp.text  # as llama-server
     assert resp.headers["Access-Control-Allow-Origin"] == ORIGIN
+    assert resp.headers["Access-Control-Allow-Credentials"] == "true"
     assert "POST" in resp.headers["Access-Control-Allow-Methods"]
     assert {"authorization", "content-type"} <= {h.strip().lower() for h in
                                                  resp.headers["Access-Control-Allow-Headers"].split(",")}
     assert int(resp.headers["Access-Control-Max-Age"]) > 0
     assert "Origin" in resp.headers["Vary"]
     other = httpx.options(url, headers={**preflight, "Origin": OTHER_ORIGIN}, timeout=10)
-    assert other.status_code == 204 and other.headers["Access-Control-Allow-Origin"] == OTHER_ORIGIN
+    assert other.status_code == 200 and other.headers["Access-Control-Allow-Origin"] == OTHER_ORIGIN
 
     evil = httpx.options(url, headers={**preflight, "Origin": "https://evil.example"}, timeout=10)
     assert_envelope(evil, 403, "cors_origin_not_allowed")
@@ -529,7 +530,7 @@ def test_vanishing_clients_leave_no_live_sequence(clients_server: Server) -> Non
             return list(pool.map(one, PROMPTS))
 
     before = greedy_batch()
-    log_before = server.log().count(" 499 ")
+    log_before = server.log().count(" client disconnected ")
     ban_eos = {str(eos_id(url)): -100}
     t0 = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(25) as pool:
@@ -538,7 +539,7 @@ def test_vanishing_clients_leave_no_live_sequence(clients_server: Server) -> Non
     # every vanished client's sequence is dropped: no slot stays busy, nothing stays queued
     wait_until(lambda: idle(url), 120, "every vanished client's sequence to be freed")
     print(f"\n{VANISHING_CLIENTS} vanishing clients: {time.monotonic() - t0:.1f}s until the server was idle")
-    assert server.log().count(" 499 ") - log_before >= VANISHING_CLIENTS // 2
+    assert server.log().count(" client disconnected ") - log_before >= VANISHING_CLIENTS // 2
     # KV cells: only resident prefix-cache entries remain, at most one finished sequence per slot
     # (prompt < 64 tokens + at most 200 generated), nothing of the 100 streams beyond that
     metrics = httpx.get(url + "/metrics", timeout=10).text

@@ -24,23 +24,26 @@ from skippy.http.settings import ServerSettings
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
-# Every option of `skippy serve` as `--help` showed it before the settings were declared once:
-# (flags and metavar, "[env var; default; range]", default)
+# Every option of `skippy serve` as `--help` shows it (the ones from before the settings were declared
+# once, plus llama-server's names and flags): (flags and metavar, "[env var; default; range]", default)
 BEFORE = [
-    ("--model TEXT", "[env var: SKIPPY_MODEL; default: SmolLM2-135M-Instruct]", "SmolLM2-135M-Instruct"),
-    ("--host TEXT", "[env var: SKIPPY_HOST; default: 127.0.0.1]", "127.0.0.1"),
+    ("-m, --model TEXT", "[env var: SKIPPY_MODEL; default: SmolLM2-135M-Instruct]", "SmolLM2-135M-Instruct"),
+    ("--host ADDRESS", "[env var: SKIPPY_HOST; default: 127.0.0.1]", None),
     ("--port INTEGER RANGE", "[env var: SKIPPY_PORT; default: 8080; 0<=x<=65535]", 8080),
     ("--n-ctx INTEGER RANGE", "[env var: SKIPPY_N_CTX; default: 4096; x>=16]", 4096),
-    ("--parallel INTEGER RANGE", "[env var: SKIPPY_PARALLEL; default: 8; 1<=x<=256]", 8),
-    ("--threads INTEGER RANGE", "[env var: SKIPPY_THREADS; x>=1]", None),
-    ("--flash-attn [on|off|auto]", "[env var: SKIPPY_FLASH_ATTN; default: auto]", "auto"),
+    ("-c, --ctx-size INTEGER RANGE", "[env var: SKIPPY_CTX_SIZE; x>=16]", None),
+    ("-np, --parallel INTEGER RANGE", "[env var: SKIPPY_PARALLEL; default: 8; 1<=x<=256]", 8),
+    ("-t, --threads INTEGER RANGE", "[env var: SKIPPY_THREADS; x>=1]", None),
+    ("-fa, --flash-attn [on|off|auto]", "[env var: SKIPPY_FLASH_ATTN; default: auto]", "auto"),
     ("--cache-type-k [f16|bf16|f32|q8_0|q4_0|q4_1|iq4_nl|q5_0|q5_1]",
      "[env var: SKIPPY_CACHE_TYPE_K; default: f16]", "f16"),
     ("--cache-type-v [f16|bf16|f32|q8_0|q4_0|q4_1|iq4_nl|q5_0|q5_1]",
      "[env var: SKIPPY_CACHE_TYPE_V; default: f16]", "f16"),
     ("--kv-unified", "[env var: SKIPPY_KV_UNIFIED]", False),
-    ("--chat-template FILE", "[env var: SKIPPY_CHAT_TEMPLATE]", None),
+    ("-ngl, --n-gpu-layers, --gpu-layers INTEGER RANGE", "[env var: SKIPPY_N_GPU_LAYERS; x>=0]", None),
+    ("--chat-template, --chat-template-file FILE", "[env var: SKIPPY_CHAT_TEMPLATE]", None),
     ("--chat-template-kwargs JSON", "[env var: SKIPPY_CHAT_TEMPLATE_KWARGS]", None),
+    ("--jinja", "[env var: SKIPPY_JINJA]", False),
     ("--force-tool-emulation", "[env var: SKIPPY_FORCE_TOOL_EMULATION]", False),
     ("--step-tokens INTEGER RANGE", "[env var: SKIPPY_STEP_TOKENS; default: 256; 8<=x<=512]", 256),
     ("--clamp-max-tokens", "[env var: SKIPPY_CLAMP_MAX_TOKENS]", False),
@@ -56,6 +59,8 @@ BEFORE = [
      "[env var: SKIPPY_HIGH_ENTROPY_THRESHOLD; default: 2.0; x>=0.0]", 2.0),
     ("--max-queue INTEGER RANGE", "[env var: SKIPPY_MAX_QUEUE; default: 1024; x>=1]", 1024),
     ("--log-level [debug|info|warning|error]", "[env var: SKIPPY_LOG_LEVEL; default: info]", "info"),
+    ("--log-format [text|json]", "[env var: SKIPPY_LOG_FORMAT; default: text]", "text"),
+    ("--log-file PATH", "[env var: SKIPPY_LOG_FILE]", None),
     ("--api-key KEY", "[env var: SKIPPY_API_KEY]", None),
     ("--api-key-file FILE", "[env var: SKIPPY_API_KEY_FILE]", None),
     ("--cors-origins ORIGINS", "[env var: SKIPPY_CORS_ORIGINS]", None),
@@ -67,6 +72,11 @@ BEFORE = [
     ("--max-grammar-bytes INTEGER RANGE", "[env var: SKIPPY_MAX_GRAMMAR_BYTES; default: 131072; x>=0]", 131072),
     ("--request-timeout FLOAT RANGE", "[env var: SKIPPY_REQUEST_TIMEOUT; default: 600.0; x>=0.0]", 600.0),
     ("--shutdown-grace FLOAT RANGE", "[env var: SKIPPY_SHUTDOWN_GRACE; default: 30.0; x>=0.0]", 30.0),
+    ("--metrics / --no-metrics", "[env var: SKIPPY_METRICS; default: metrics]", True),
+    ("--slots / --no-slots", "[env var: SKIPPY_SLOTS; default: slots]", True),
+    ("--ssl-key-file FILE", "[env var: SKIPPY_SSL_KEY_FILE]", None),
+    ("--ssl-cert-file FILE", "[env var: SKIPPY_SSL_CERT_FILE]", None),
+    ("--no-webui", "[env var: SKIPPY_NO_WEBUI]", False),
 ]
 
 
@@ -96,20 +106,22 @@ def test_options_are_generated_from_the_settings_fields() -> None:
                 continue
             p = by_name.pop(field.name)  # every flag field has its option
             assert p.opts[0] == "--" + field.name.replace("_", "-")
+            assert tuple(p.opts[1:]) == info.aliases  # llama-server's names (-np, -t, -fa)
             assert p.envvar == "SKIPPY_" + field.name.upper()
             assert p.default == field.default and p.help == info.help
             assert p.show_envvar
     # the explicit adapters: not one settings field as it stands
     assert sorted(by_name) == ["api_key", "api_key_file", "chat_template", "chat_template_kwargs", "cors_origins",
-                               "host", "log_level", "model", "port"]
+                               "ctx_size", "host", "jinja", "log_file", "log_format", "log_level", "model",
+                               "n_gpu_layers", "no_webui", "port"]
 
 
 def test_readme_flags_table_matches_the_options() -> None:
     rows = {}
     for line in README.read_text(encoding="utf-8").splitlines():
-        m = re.match(r"\| (`--[^|]+) \| (`SKIPPY_[^|]+) \| ([^|]+) \|", line)
+        m = re.match(r"\| (`-[^|]+) \| (`SKIPPY_[^|]+) \| ([^|]+) \|", line)
         if m:
-            flags = re.findall(r"`(--[a-z-]+)`", m.group(1))
+            flags = re.findall(r"`(--?[a-z][a-z-]*)`", m.group(1))
             envs = re.findall(r"`(SKIPPY_[A-Z_]+)`", m.group(2))
             for flag, env in zip(flags, envs if len(envs) == len(flags) else envs * len(flags), strict=False):
                 rows[flag] = (env, m.group(3).strip())
@@ -118,6 +130,8 @@ def test_readme_flags_table_matches_the_options() -> None:
         env, default = rows.pop(p.opts[0])
         for other in p.secondary_opts:  # --no-prefix-cache
             assert rows.pop(other) == (env, default)
+        for alias in p.opts[1:]:  # llama-server's names: -np, --chat-template-file...
+            assert rows.pop(alias) == (env, default), alias
         assert env == p.envvar, p.opts
         if isinstance(p.default, bool):
             assert default == shown[str(p.default)], p.opts
@@ -126,6 +140,8 @@ def test_readme_flags_table_matches_the_options() -> None:
             assert float(first.strip("`")) == p.default, p.opts
         elif isinstance(p.default, str):
             assert f"`{p.default}`" in default, p.opts
+        elif isinstance(p.default, tuple) and p.default:  # --host
+            assert all(f"`{d}`" in default for d in p.default), p.opts
         else:
             assert _default(p) is None, p.opts
             assert default.startswith(("none", "all cores", "the GGUF's")), p.opts
@@ -190,7 +206,7 @@ def _run(args: list[str], env: dict | None = None, calls: list | None = None):
 
 def test_defaults_reach_the_engine_and_server_settings(serve_recorder: list) -> None:
     config, host, port, settings = _run([], calls=serve_recorder)
-    assert (host, port) == ("127.0.0.1", 8080)
+    assert (host, port) == (("127.0.0.1",), 8080)
     assert config.model.endswith("tiny.gguf") and config.model_name == "tiny"
     assert attrs.evolve(config, model="m", model_name=None) == EngineConfig(model="m")
     assert settings == ServerSettings()
@@ -257,4 +273,46 @@ def test_unreadable_template_and_empty_key_file_are_usage_errors(serve_recorder:
     keys.write_text("# none\n", encoding="utf-8")
     result = CliRunner().invoke(main, ["serve", "--api-key-file", str(keys)])
     assert result.exit_code == 2 and "holds no API key" in result.output
+    assert not serve_recorder
+
+
+# -- llama-server's command line ------------------------------------------------------------------
+
+def test_a_llama_server_command_line_works_as_it_is(serve_recorder: list, tmp_path: Path) -> None:
+    template = tmp_path / "t.jinja"
+    template.write_text("{{ messages }}", encoding="utf-8")
+    config, host, port, settings = _run(
+        ["-c", "8192", "-np", "4", "-t", "2", "-fa", "on", "--port", "8081", "--host", "127.0.0.1,::1",
+         "--host", "0.0.0.0", "--jinja", "--metrics", "--no-slots", "--no-webui", "-ngl", "0",
+         "--chat-template-file", str(template), "--api-key", "sk-1"], calls=serve_recorder)
+    assert (config.n_ctx, config.parallel, config.threads, config.flash_attn) == (2048, 4, 2, "on")  # 8192 / 4
+    assert config.chat_template == "{{ messages }}"
+    assert (host, port) == (("127.0.0.1", "::1", "0.0.0.0"), 8081)
+    assert settings.metrics and not settings.slots and settings.api_keys == ("sk-1",)
+    config, *_ = _run(["-m", "tiny", "--ctx-size", "4096"], calls=serve_recorder)  # default 8 slots
+    assert config.model.endswith("tiny.gguf") and config.n_ctx == 512
+    _, _, _, settings = _run(["--no-metrics"], calls=serve_recorder)
+    assert not settings.metrics
+    config, *_ = _run(["-c", "2048", "-np", "2"], {"SKIPPY_N_CTX": "4096"}, serve_recorder)  # the flag wins
+    assert config.n_ctx == 1024
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-c", "8192", "--n-ctx", "1024"], "not both"),
+    (["-c", "64", "-np", "8"], "leaves 8 per sequence"),
+    (["-ngl", "99"], "CPU only"),
+    (["--ssl-key-file", "key.pem"], "--ssl-key-file and --ssl-cert-file go together"),
+])
+def test_llama_server_flags_that_cannot_work_are_usage_errors(args: list[str], message: str,
+                                                              serve_recorder: list) -> None:
+    result = CliRunner().invoke(main, ["serve", *args])
+    assert result.exit_code == 2 and message in result.output, result.output
+    assert not serve_recorder
+
+
+@pytest.mark.parametrize("flag", ["-cb", "-ngld", "--mlock", "-b", "--rope-scaling"])
+def test_an_unknown_llama_server_flag_is_an_error_naming_it(flag: str, serve_recorder: list) -> None:
+    result = CliRunner().invoke(main, ["serve", "-m", "tiny", flag, "1"])
+    assert result.exit_code == 2, result.output
+    assert f"No such option '{flag}'" in result.output and "refuses the others rather than ignore them" in result.output
     assert not serve_recorder

@@ -55,6 +55,10 @@ SERVER = {
     "max_grammar_bytes": ([-1], [0, 128 * 1024], "x>=0"),
     "request_timeout": ([-0.5, math.nan, "600"], [0, 0.0, 600.0, math.inf], "x>=0.0"),
     "shutdown_grace": ([-1, math.nan], [0.0, 30], "x>=0.0"),
+    "metrics": (["off", 0], [True, False], None),
+    "slots": (["on", 1], [True, False], None),
+    "ssl_key_file": ([1, b"key.pem"], [None, "key.pem"], None),
+    "ssl_cert_file": ([1, b"cert.pem"], [None, "cert.pem"], None),
 }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 
 import msgspec
 import pytest
@@ -88,7 +89,7 @@ async def test_draining_answers_503_except_the_preflight() -> None:
     resp = await c.get("/v1/models")
     assert resp.status_code == 503 and (await resp.get_json())["error"]["code"] == "server_shutting_down"
     assert resp.headers["Retry-After"] == "1"
-    assert (await c.options("/v1/models", headers=PREFLIGHT)).status_code == 204
+    assert (await c.options("/v1/models", headers=PREFLIGHT)).status_code == 200
 
 
 # -- the per-request context ------------------------------------------------------------------------
@@ -112,6 +113,24 @@ async def test_each_request_has_its_own_context_with_the_deadline(timeout: float
         assert current() is ctx
 
 
+async def test_x_api_key_is_accepted_like_a_bearer_token() -> None:
+    c = client(api_keys=(KEY,))
+    for headers in ({"X-Api-Key": KEY}, {"X-Api-Key": f"Bearer {KEY}"}, {"Authorization": f"Bearer {KEY}"}):
+        assert (await c.get("/v1/models", headers=headers)).status_code == 503, headers  # past auth: loading
+    for headers in ({"X-Api-Key": "wrong"}, {"X-Api-Key": ""}, {"X-Api-Key": KEY[:-1]}):
+        assert (await c.get("/v1/models", headers=headers)).status_code == 401, headers
+
+
+async def test_every_response_carries_the_request_id() -> None:
+    c = client()
+    given = await c.get("/nope", headers={"X-Request-Id": "trace-0123_abc"})
+    assert given.headers["X-Request-Id"] == "trace-0123_abc"
+    made = await c.get("/health")
+    assert re.fullmatch(r"[0-9a-f]{24}", made.headers["X-Request-Id"])
+    bad = await c.get("/health", headers={"X-Request-Id": "two words; x=" + "y" * 200})  # not echoed
+    assert re.fullmatch(r"[0-9a-f]{24}", bad.headers["X-Request-Id"])
+
+
 async def test_a_response_before_the_body_is_read_closes_the_connection() -> None:
     c = client(api_keys=(KEY,))
     sized = {"Content-Length": str(len(BODY))}  # the test client sends none by itself
@@ -128,9 +147,11 @@ async def test_one_log_line_per_response(caplog: pytest.LogCaptureFixture) -> No
     await c.post("/v1/chat/completions", data=BODY)
     await c.get("/nope")
     lines = [r.getMessage() for r in caplog.records if r.name == "skippy.http"]
-    assert [line.rsplit(" ", 1)[0] for line in lines] == ["POST /v1/chat/completions 503 tokens=0",
-                                                          "GET /nope 404 tokens=0"]
-    assert all(line.endswith("ms") for line in lines)
+    assert [line.split(" ")[:4] for line in lines] == [["POST", "/v1/chat/completions", "503", "tokens=0"],
+                                                       ["GET", "/nope", "404", "tokens=0"]]
+    assert all(line.split(" ")[4].endswith("ms") for line in lines)
+    assert "code=model_loading reason=" in lines[0] and "code=not_found" in lines[1]
+    assert all(re.search(r" id=[0-9a-f]{24} client=", line) for line in lines)
 
 
 # -- CORS -------------------------------------------------------------------------------------------
@@ -139,16 +160,17 @@ async def test_preflight_of_an_allowed_origin() -> None:
     c = client(cors_origins=(ORIGIN, "https://b.example"), api_keys=(KEY,))  # no key on a preflight
     resp = await c.options("/v1/chat/completions", headers={
         **PREFLIGHT, "Access-Control-Request-Headers": "authorization, x-custom"})
-    assert resp.status_code == 204 and await resp.get_data() == b""
+    assert resp.status_code == 200 and await resp.get_data() == b""  # llama-server answers 200
     assert resp.headers["Access-Control-Allow-Origin"] == ORIGIN
+    assert resp.headers["Access-Control-Allow-Credentials"] == "true"
     assert resp.headers["Access-Control-Allow-Methods"] == "GET, POST, OPTIONS"
     assert resp.headers["Access-Control-Allow-Headers"] == "authorization, x-custom"
     assert resp.headers["Access-Control-Max-Age"] == "600"
     assert resp.headers["Vary"] == "Origin, Access-Control-Request-Method, Access-Control-Request-Headers"
-    assert resp.headers["Access-Control-Expose-Headers"] == "Retry-After, WWW-Authenticate"
+    assert resp.headers["Access-Control-Expose-Headers"] == "Retry-After, WWW-Authenticate, X-Request-Id"
     default = await c.options("/any/path", headers={**PREFLIGHT, "Access-Control-Request-Method": "get"})
-    assert default.status_code == 204
-    assert default.headers["Access-Control-Allow-Headers"] == "authorization, content-type"
+    assert default.status_code == 200
+    assert default.headers["Access-Control-Allow-Headers"] == "authorization, content-type, x-api-key"
 
 
 @pytest.mark.parametrize("origins, headers, status, code", [
@@ -174,7 +196,8 @@ async def test_cors_headers_on_answers_and_errors() -> None:
                  await c.get("/nope", headers={"Origin": ORIGIN, "Authorization": f"Bearer {KEY}"})):  # 404
         assert resp.status_code in (401, 503, 404)
         assert resp.headers["Access-Control-Allow-Origin"] == ORIGIN
-        assert resp.headers["Access-Control-Expose-Headers"] == "Retry-After, WWW-Authenticate"
+        assert resp.headers["Access-Control-Expose-Headers"] == "Retry-After, WWW-Authenticate, X-Request-Id"
+        assert resp.headers["Access-Control-Allow-Credentials"] == "true"
         assert resp.headers["Vary"] == "Origin"
     foreign = await c.get("/health", headers={"Origin": "https://evil.example"})
     assert foreign.headers["Vary"] == "Origin" and "Access-Control-Allow-Origin" not in foreign.headers
@@ -182,9 +205,22 @@ async def test_cors_headers_on_answers_and_errors() -> None:
     assert "Vary" not in plain.headers and "Access-Control-Allow-Origin" not in plain.headers
 
 
-async def test_a_wildcard_origin_answers_star_and_still_varies() -> None:
+async def test_a_wildcard_origin_echoes_the_origin_and_varies() -> None:
+    # llama-server echoes the origin for '*' with credentials allowed (a credentialed fetch refuses '*')
     resp = await client(cors_origins=("*",)).get("/health", headers={"Origin": "https://any.example"})
-    assert resp.headers["Access-Control-Allow-Origin"] == "*" and resp.headers["Vary"] == "Origin"
+    assert resp.headers["Access-Control-Allow-Origin"] == "https://any.example" and resp.headers["Vary"] == "Origin"
+
+
+@pytest.mark.parametrize("origin, allowed", [
+    ("http://localhost:5173", True), ("https://localhost", True), ("http://127.0.0.1:8000", True),
+    ("http://[::1]:3000", True), ("http://localhost.evil.example", False), ("https://app.example", False),
+    ("http://127.0.0.2", False), ("null", False), ("http://localhost:notaport", False),
+])
+async def test_the_localhost_keyword_allows_loopback_origins_on_any_port(origin: str, allowed: bool) -> None:
+    c = client(cors_origins=("localhost",))
+    resp = await c.options("/v1/chat/completions", headers={**PREFLIGHT, "Origin": origin})
+    assert resp.status_code == (200 if allowed else 403)
+    assert (resp.headers.get("Access-Control-Allow-Origin") == origin) is allowed
 
 
 async def test_no_cors_header_when_cors_is_off() -> None:

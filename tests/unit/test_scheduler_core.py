@@ -265,6 +265,22 @@ def test_finish_event_times_and_counters():
     assert (st.prompt_tokens_total, st.tokens_predicted_total, st.steps) == (6, 3, 3)
 
 
+def test_llama_server_metrics_counters_queue_wait_and_busy_slots():
+    rt, core = make(n_seq_max=1, prefix_cache=False)
+    core.add(req(1, [51] * 6, max_tokens=3))
+    core.add(req(2, [52] * 5, max_tokens=2))  # waits for the only slot
+    out = run(rt, core)
+    first, second = finish_of(out, 1), finish_of(out, 2)
+    assert second.queue_ms > first.queue_ms > 0  # the second waited while the first ran
+    st = core.stats()
+    # llama-server's prompt_seconds_total / tokens_predicted_seconds_total: the sums of the finishes' times
+    assert st.prompt_seconds_total * 1000 == pytest.approx(first.prompt_ms + second.prompt_ms)
+    assert st.predicted_seconds_total * 1000 == pytest.approx(first.predicted_ms + second.predicted_ms)
+    assert st.busy_slots_total == st.steps  # one sequence in every batch (one slot)
+    assert st.n_tokens_max == 6 + 3 - 1  # the longest sequence in the KV: 6 prompt + 2 decoded (the last is not)
+    assert (st.timed_prompt_tokens, st.timed_predicted_tokens) == (6 + 5, 3 + 2)
+
+
 # -- cancel ----------------------------------------------------------------------------
 
 def test_cancel_a_waiting_request_leaves_silently():

@@ -106,3 +106,32 @@ def test_hypercorn_worker_serve_is_the_one_our_copy_follows():
         "its docstring) against the new source, port what matters, then add this digest to "
         "_CHECKED_WORKER_SERVE in tests/unit/test_serve.py"
     )
+
+
+def test_the_start_up_log_names_the_chat_template_and_warns_on_the_chatml_fallback(caplog) -> None:
+    import logging
+    from types import SimpleNamespace
+
+    from skippy.http.serve import _log_chat_template
+
+    def engine(flag: str | None, gguf: str | None) -> SimpleNamespace:
+        return SimpleNamespace(config=SimpleNamespace(chat_template=flag), meta=SimpleNamespace(chat_template=gguf))
+
+    caplog.set_level(logging.INFO, logger="skippy.serve")
+    _log_chat_template(engine("{{ x }}", "{{ gguf }}"))
+    _log_chat_template(engine(None, "{{ gguf }}"))
+    _log_chat_template(engine(None, None))
+    records = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "skippy.serve"]
+    assert records[0] == ("INFO", "chat template: from --chat-template (7 chars)")
+    assert records[1] == ("INFO", "chat template: the GGUF's tokenizer.chat_template (10 chars)")
+    assert records[2][0] == "WARNING" and "the GGUF has none" in records[2][1] and "ChatML" in records[2][1]
+
+
+def test_hypercorn_config_binds_every_address_and_enables_tls_with_both_files() -> None:
+    from skippy.http.serve import hypercorn_config
+
+    cfg = hypercorn_config(("127.0.0.1", "::1"), 8080)
+    assert cfg.bind == ["127.0.0.1:8080", "[::1]:8080"] and not cfg.ssl_enabled
+    assert hypercorn_config("0.0.0.0", 1).bind == ["0.0.0.0:1"]
+    tls = hypercorn_config("127.0.0.1", 8443, ssl_cert_file="c.pem", ssl_key_file="k.pem")
+    assert tls.ssl_enabled and (tls.certfile, tls.keyfile) == ("c.pem", "k.pem")

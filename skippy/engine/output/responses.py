@@ -50,11 +50,13 @@ class ChatReply:
     ``logprobs``: the request asked for them (OpenAI ``logprobs``);
     ``include_usage``: the stream ends with a usage chunk
     (``stream_options.include_usage``). ``created`` is Unix seconds (now by default).
+    ``request_id``: the reply ``id`` is ``chatcmpl-<request_id>`` (a client's
+    ``X-Request-Id``); ``None``: 24 random hex chars.
     """
 
     def __init__(self, model: str, generation: Generation, *, logprobs: bool = False,
-                 include_usage: bool = False, created: int | None = None) -> None:
-        self.id = new_id("chatcmpl")
+                 include_usage: bool = False, created: int | None = None, request_id: str | None = None) -> None:
+        self.id = f"chatcmpl-{request_id}" if request_id else new_id("chatcmpl")
         self.created = int(time.time()) if created is None else created
         self.model = model
         self.generation = generation
@@ -111,12 +113,14 @@ class TextReply:
 
     ``logprobs``: the request asked for them (its ``logprobs`` is not null);
     ``echo``: the prompt text is sent first / prepended; ``include_usage``: the
-    stream ends with a usage chunk (``usage`` only, no ``timings``).
+    stream ends with a usage chunk (``usage`` only, no ``timings``); ``request_id``:
+    the reply ``id`` is ``cmpl-<request_id>`` (``None``: random).
     """
 
     def __init__(self, model: str, generation: Generation, *, prompt_text: str = "", echo: bool = False,
-                 logprobs: bool = False, include_usage: bool = False, created: int | None = None) -> None:
-        self.id = new_id("cmpl")
+                 logprobs: bool = False, include_usage: bool = False, created: int | None = None,
+                 request_id: str | None = None) -> None:
+        self.id = f"cmpl-{request_id}" if request_id else new_id("cmpl")
         self.created = int(time.time()) if created is None else created
         self.model = model
         self.generation = generation

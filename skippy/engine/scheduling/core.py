@@ -126,6 +126,7 @@ class Sequence:
     injected: int = 0
     cached: int = 0
     spec: SpecState | None = None
+    t_queued: float = 0.0
     t_admit: float = 0.0
     t_first: float = 0.0
 
@@ -279,6 +280,12 @@ class SchedulerCore:
         self._tokens_predicted_total = 0
         self._spec_drafted_total = 0
         self._spec_accepted_total = 0
+        self._prompt_seconds_total = 0.0
+        self._predicted_seconds_total = 0.0
+        self._timed_prompt_tokens = 0
+        self._timed_predicted_tokens = 0
+        self._busy_slots_total = 0
+        self._n_tokens_max = 0
 
     # -- inputs --------------------------------------------------------------------
     def add(self, request: SeqRequest) -> None:
@@ -289,7 +296,7 @@ class SchedulerCore:
         if len(self._waiting) >= self.max_queue:
             raise QueueFull(f"the queue is full ({self.max_queue} requests waiting); retry later")
         assert request.rid not in self._seqs, f"rid {request.rid} is in use"
-        seq = Sequence(request)
+        seq = Sequence(request, t_queued=self._clock())
         self._seqs[request.rid] = seq
         self._waiting.append(seq)
 
@@ -366,12 +373,14 @@ class SchedulerCore:
         """Apply a decoded ``step`` and its sampled tokens (from :func:`execute`, in order)."""
         assert step.batch is not None and len(sampled) == len(step.samples)
         self._steps += 1
+        self._busy_slots_total += len(step.batch.advance)
         for kv, n in step.batch.advance:
             if kv.n_past >= len(kv.prompt):  # a generated token entered the KV cache
                 kv.prompt.append(kv.pending)  # type: ignore[arg-type]
             else:
                 self._prompt_tokens_total += n
             kv.n_past += n
+            self._n_tokens_max = max(self._n_tokens_max, kv.n_past)
         outputs: list[Output] = []
         for spec, ev in zip(step.samples, sampled, strict=True):
             seq = self._running.get(spec.rid)
@@ -427,7 +436,10 @@ class SchedulerCore:
             steps=self._steps, prompt_tokens_total=self._prompt_tokens_total,
             tokens_predicted_total=self._tokens_predicted_total, prefix_queries=self._prefix_queries,
             prefix_hits=self._prefix_hits, cached_tokens_total=self._cached_tokens_total,
-            spec_draft_tokens_total=self._spec_drafted_total, spec_accepted_tokens_total=self._spec_accepted_total)
+            spec_draft_tokens_total=self._spec_drafted_total, spec_accepted_tokens_total=self._spec_accepted_total,
+            prompt_seconds_total=self._prompt_seconds_total, predicted_seconds_total=self._predicted_seconds_total,
+            busy_slots_total=self._busy_slots_total, n_tokens_max=self._n_tokens_max,
+            timed_prompt_tokens=self._timed_prompt_tokens, timed_predicted_tokens=self._timed_predicted_tokens)
 
     # -- admission -----------------------------------------------------------------
     def _admit(self) -> list[Output]:
@@ -634,12 +646,18 @@ class SchedulerCore:
                       stopped_by_hook: bool = False) -> FinishEvent:
         now = self._clock()
         t_first = seq.t_first or now
+        prompt_s = t_first - seq.t_admit if seq.t_admit else 0.0
+        predicted_s = now - t_first if seq.t_first else 0.0
+        self._prompt_seconds_total += prompt_s
+        self._predicted_seconds_total += predicted_s
+        self._timed_prompt_tokens += max(seq.n_prefilled - seq.cached, 0)
+        self._timed_predicted_tokens += seq.kv.n_generated if seq.kv else 0
         return FinishEvent(
             reason=reason, prompt_tokens=len(seq.request.prompt),
             completion_tokens=seq.kv.n_generated if seq.kv else 0,
-            prompt_ms=(t_first - seq.t_admit) * 1000.0 if seq.t_admit else 0.0,
-            predicted_ms=(now - t_first) * 1000.0 if seq.t_first else 0.0, error=error,
+            prompt_ms=prompt_s * 1000.0, predicted_ms=predicted_s * 1000.0, error=error,
             injected_tokens=seq.injected, stopped_by_hook=stopped_by_hook, cached_tokens=seq.cached,
+            queue_ms=((seq.t_admit or now) - seq.t_queued) * 1000.0,
             draft_tokens=seq.spec.drafted if seq.spec else 0, draft_accepted=seq.spec.accepted if seq.spec else 0)
 
     def _finish(self, seq: Sequence, reason: str, error: str | None = None, stopped_by_hook: bool = False) -> Output:

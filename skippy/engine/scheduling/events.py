@@ -72,7 +72,8 @@ class FinishEvent:
 
     ``reason``: ``stop`` (an end-of-generation token), ``length``,
     ``cancelled``, ``error`` (with ``error`` set), or a hook's stop reason
-    (``stopped_by_hook``). Times are milliseconds: ``prompt_ms`` from admission
+    (``stopped_by_hook``). Times are milliseconds: ``queue_ms`` from submission to
+    admission (to the end for a request never admitted), ``prompt_ms`` from admission
     to the first sampled token, ``predicted_ms`` from then to the end.
     ``prompt_tokens`` counts the submitted prompt; ``cached_tokens`` of them
     came from the prefix cache; ``injected_tokens`` were added by hooks.
@@ -92,6 +93,7 @@ class FinishEvent:
     cached_tokens: int = 0
     draft_tokens: int = 0
     draft_accepted: int = 0
+    queue_ms: float = 0.0
 
 
 #: What a sequence's event stream carries.
@@ -111,7 +113,14 @@ class SchedulerStats:
     ``tokens_predicted_total``, ``prefix_queries`` / ``prefix_hits`` /
     ``cached_tokens_total`` (prefix-cache lookups at admission, hits, tokens reused),
     ``spec_draft_tokens_total`` / ``spec_accepted_tokens_total`` (speculative
-    draft tokens verified, and accepted).
+    draft tokens verified, and accepted), ``prompt_seconds_total`` /
+    ``predicted_seconds_total`` (finished sequences' time from admission to their
+    first token, and from it to their end: llama-server's
+    ``prompt_seconds_total`` / ``tokens_predicted_seconds_total``) and the tokens
+    prefilled and generated in those times (``timed_prompt_tokens`` /
+    ``timed_predicted_tokens``, for throughput), ``busy_slots_total``
+    (sequences in each decode batch, summed: over ``steps`` it is llama-server's
+    ``n_busy_slots_per_decode``), ``n_tokens_max`` (the longest sequence seen, prompt + generated).
     """
 
     n_slots: int
@@ -127,3 +136,9 @@ class SchedulerStats:
     cached_tokens_total: int = 0
     spec_draft_tokens_total: int = 0
     spec_accepted_tokens_total: int = 0
+    prompt_seconds_total: float = 0.0
+    predicted_seconds_total: float = 0.0
+    busy_slots_total: int = 0
+    n_tokens_max: int = 0
+    timed_prompt_tokens: int = 0
+    timed_predicted_tokens: int = 0
