@@ -37,10 +37,10 @@ import attrs
 from skippy.engine.errors import InvalidRequest
 from skippy.engine.types import ResponseFormat, SamplingFields, StructuredOutputs
 
-#: JSON whitespace llguidance allows between tokens: at most a line break or two and some
-#: indentation, like llama.cpp's json-schema-to-grammar ``space`` rule, so a small model
-#: cannot spend its whole budget on whitespace.
-JSON_WHITESPACE = r"[ \t\n\r]{0,20}"
+#: JSON whitespace llguidance allows between tokens: llama.cpp's json-schema-to-grammar
+#: ``space`` rule (nothing, one space, or one or two line breaks and up to 20 spaces or tabs
+#: of indentation), so a small model cannot spend its whole budget on whitespace.
+JSON_WHITESPACE = r"[ ]|\n{1,2}[ \t]{0,20}"
 
 
 @attrs.frozen
