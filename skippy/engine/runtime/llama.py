@@ -17,6 +17,7 @@ import ctypes
 import logging
 import os
 import threading
+import warnings
 from collections.abc import Sequence
 
 import llama_cpp
@@ -119,8 +120,10 @@ class LlamaVocab:
                 from llguidance.llamacpp import lltokenizer_from_vocab
 
                 eog = [t for t in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(self._vocab, t)]
-                self._llg = lltokenizer_from_vocab(self._vocab, n_vocab=self.n_vocab,
-                                                   eos_token=eog or llama_cpp.llama_vocab_eos(self._vocab))
+                with warnings.catch_warnings():  # it reads token attributes with a deprecated binding, per token
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    self._llg = lltokenizer_from_vocab(self._vocab, n_vocab=self.n_vocab,
+                                                       eos_token=eog or llama_cpp.llama_vocab_eos(self._vocab))
             return self._llg
 
     def check_constraint(self, grammar: str) -> str:
@@ -160,7 +163,7 @@ class LlamaSampler:
         self.stop_id = stop_id  # the end-of-generation token a finished constraint produces
 
     def suppressed(self) -> np.ndarray | None:
-        if self.suppress is None or (0 <= self.suppress_until <= self.n_sampled):
+        if self.suppress is None or (0 <= self.suppress_until < self.n_sampled):  # n_sampled counts this one
             return None
         return self.suppress
 

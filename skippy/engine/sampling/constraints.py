@@ -101,7 +101,7 @@ def json_constraint(schema: Any, param: str, *, whitespace: str | None = JSON_WH
         {"whitespace_pattern": whitespace}
     try:
         grammar = _llg().grammar_from_json_schema(schema, defaults=options)
-    except (ValueError, TypeError):
+    except Exception:  # llguidance raises ValueError for what is not a JSON schema object
         raise InvalidRequest(f"{param} is not a valid JSON schema", param=param) from None
     return Constraint(grammar, "json_schema", param)
 
