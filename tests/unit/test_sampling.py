@@ -200,3 +200,9 @@ def test_min_tokens_may_not_exceed_max_tokens():
     invalid("min_tokens", min_tokens=10, max_tokens=5)
     invalid("min_tokens", min_tokens=10, max_completion_tokens=5)
     assert params(min_tokens=5, max_tokens=5).min_tokens == 5
+
+
+def test_n_probs_out_of_range_names_n_probs_even_when_it_sets_top_logprobs():
+    with pytest.raises(InvalidRequest) as ei:
+        sampling_from_request(req(n_probs=21), n_vocab=N_VOCAB, logprobs=True, top_logprobs=21)
+    assert ei.value.param == "n_probs"

@@ -151,6 +151,8 @@ def sampling_from_request(req: SamplingFields, *, n_vocab: int, logprobs: bool =
         _check(0 <= tok < n_vocab, f"logit_bias key {key!r} is not a token id (0..{n_vocab - 1})", "logit_bias")
         _check(-100.0 <= value <= 100.0, "logit_bias values must be in [-100, 100]", "logit_bias")
         bias.append((tok, float(value)))
+    _check(req.n_probs is None or 0 <= req.n_probs <= MAX_TOP_LOGPROBS,  # before top_logprobs, which it may set
+           f"n_probs must be in [0, {MAX_TOP_LOGPROBS}]", "n_probs")
     _check(0 <= top_logprobs <= MAX_TOP_LOGPROBS, f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}]", "top_logprobs")
     whole = max(n_ctx, 1)
 
@@ -189,8 +191,6 @@ def sampling_from_request(req: SamplingFields, *, n_vocab: int, logprobs: bool =
            "repeat_last_n")
     min_keep = 0 if req.min_keep is None else req.min_keep
     _check(0 <= min_keep <= n_vocab, f"min_keep must be in [0, {n_vocab}]", "min_keep")
-    _check(req.n_probs is None or 0 <= req.n_probs <= MAX_TOP_LOGPROBS,
-           f"n_probs must be in [0, {MAX_TOP_LOGPROBS}]", "n_probs")
     min_tokens = 0 if req.min_tokens is None else req.min_tokens
     _check(min_tokens >= 0, "min_tokens must be >= 0", "min_tokens")
     asked = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
