@@ -110,7 +110,7 @@ def test_greedy_output_is_unchanged_by_the_defaults_spelled_out(client) -> None:
                 "xtc_threshold": 0.1, "top_n_sigma": -1.0, "dynatemp_range": 0.0, "dynatemp_exponent": 1.0,
                 "repeat_last_n": 64, "min_keep": 0, "repetition_penalty": 1.0, "min_tokens": 0,
                 "ignore_eos": False, "stop_token_ids": [], "include_stop_str_in_output": False}
-    assert complete(client, defaults, cache_prompt=False) == complete(client, {"cache_prompt": False})
+    assert complete(client, {**defaults, "cache_prompt": False}) == complete(client, {"cache_prompt": False})
     assert chat(client, defaults).message.content == chat(client).message.content
 
 
