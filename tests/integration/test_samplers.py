@@ -127,8 +127,8 @@ def test_dry_and_repetition_penalty_change_a_repetitive_greedy_answer(client) ->
 def test_tiny_top_n_sigma_keeps_only_the_top_token(client) -> None:
     greedy = complete(client, max_tokens=20)
     for seed in (1, 2):
-        assert complete(client, {"top_n_sigma": 0.001}, temperature=1.5, top_k=0, top_p=1.0, min_p=0.0, seed=seed,
-                        max_tokens=20) == greedy
+        assert complete(client, {"top_n_sigma": 0.001, "top_k": 0, "min_p": 0.0}, temperature=1.5, top_p=1.0,
+                        seed=seed, max_tokens=20) == greedy
 
 
 def test_n_probs_returns_top_logprobs(client) -> None:
