@@ -56,6 +56,7 @@ from skippy.engine.output import wire
 from skippy.engine.output.generation import Done, Generation, GenerationError, Piece
 from skippy.engine.output.responses import ChatReply, TextReply
 from skippy.engine.runtime.base import Runtime
+from skippy.engine.sampling.constraints import RequestConstraint, constraint_from_request
 from skippy.engine.sampling.params import SamplingParams, sampling_from_request
 from skippy.engine.scheduling.events import FinishEvent, SeqEvent
 from skippy.engine.scheduling.spec import requested_draft
@@ -137,7 +138,7 @@ class Engine:
     async def chat(self, req: ChatCompletionRequest) -> wire.ChatCompletion:
         """One OpenAI ``chat.completion`` for ``req`` (``req.stream`` is ignored)."""
         gen, stream = await self._start_chat(req)
-        reply = ChatReply(self.model_id, gen, logprobs=req.logprobs, request_id=_request_id())
+        reply = ChatReply(self.model_id, gen, logprobs=gen.request.params.logprobs, request_id=_request_id())
         return reply.completion(await _drain(stream))
 
     async def chat_stream(self, req: ChatCompletionRequest) -> AsyncIterator[wire.ChatCompletionChunk]:
@@ -147,7 +148,7 @@ class Engine:
         chunk. Closing the iterator before its end cancels the generation.
         """
         gen, stream = await self._start_chat(req)
-        reply = ChatReply(self.model_id, gen, logprobs=req.logprobs, request_id=_request_id(),
+        reply = ChatReply(self.model_id, gen, logprobs=gen.request.params.logprobs, request_id=_request_id(),
                           include_usage=bool(req.stream_options and req.stream_options.include_usage))
         return stream.rendered(reply.first_chunks(), reply.chunks)
 
@@ -155,7 +156,7 @@ class Engine:
         """One OpenAI legacy ``text_completion`` for ``req`` (string prompt)."""
         prompt_text, gen, stream = await self._start_completion(req)
         reply = TextReply(self.model_id, gen, prompt_text=prompt_text, echo=req.echo,
-                          logprobs=req.logprobs is not None, request_id=_request_id())
+                          logprobs=gen.request.params.logprobs, request_id=_request_id())
         return reply.completion(await _drain(stream))
 
     async def completion_stream(self, req: CompletionRequest) -> AsyncIterator[wire.TextCompletion]:
@@ -165,7 +166,7 @@ class Engine:
         """
         prompt_text, gen, stream = await self._start_completion(req)
         reply = TextReply(self.model_id, gen, prompt_text=prompt_text, echo=req.echo,
-                          logprobs=req.logprobs is not None, request_id=_request_id(),
+                          logprobs=gen.request.params.logprobs, request_id=_request_id(),
                           include_usage=bool(req.stream_options and req.stream_options.include_usage))
         return stream.rendered(reply.first_chunks(), reply.chunks)
 
@@ -205,18 +206,17 @@ class Engine:
     # -- internals ----------------------------------------------------------------
     async def _start_chat(self, req: ChatCompletionRequest) -> tuple[Generation, _Events]:
         self.check_model(req.model)
-        params = self._sampling(req, logprobs=req.logprobs, top_logprobs=req.top_logprobs or 0)
+        n_probs = req.n_probs or 0  # llama-server's name for top_logprobs
+        params = self._sampling(req, logprobs=req.logprobs or n_probs > 0,
+                                top_logprobs=req.top_logprobs if req.top_logprobs is not None else n_probs)
         hooks_on = self.hooks is not None and (req.mesh_hooks if req.mesh_hooks is not None
                                                else self.config.hooks_default_on)
         ctx = _HookCtx(req, hooks_on, req.return_signals)
         pre = await self._before_chat(ctx) if hooks_on else None
         rendered = await self.renderer.render(req)
         plan = rendered.plan
-        if plan.grammar is not None:
-            if not await self.tokenizer.check_grammar(plan.grammar, plan.grammar_lazy_patterns):
-                raise InvalidRequest("the grammar does not parse (llama.cpp GBNF, root rule 'root')",
-                                     param="grammar" if req.grammar is not None else "response_format")
-            params = attrs.evolve(params, grammar=plan.grammar, grammar_lazy_patterns=plan.grammar_lazy_patterns)
+        params = await self._constrained(params, RequestConstraint(plan.grammar, plan.constraint),
+                                         plan.grammar_lazy_patterns, gbnf_param="grammar" if req.grammar else "tools")
         prompt = await self.tokenizer.tokenize(rendered.prompt, add_special=True, parse_special=True)
         injected = 0
         if isinstance(pre, Inject):  # before_chat injection: appended to the prompt, never shown
@@ -227,7 +227,8 @@ class Engine:
                          piece=self.runtime.vocab.piece, parser=make_output_parser(plan),
                          stops=_stops(req.stop), early_stop=early, hooks=hooks_on, signals=req.return_signals,
                          hook_request=req, injected=injected, cache_key=req.prompt_cache_key,
-                         cache_prompt=req.cache_prompt, speculative=self._speculative(req))
+                         cache_prompt=req.cache_prompt, speculative=self._speculative(req),
+                         include_stop=req.include_stop_str_in_output)
         if isinstance(pre, Stop):
             return gen, self._stopped_before(gen, ctx, pre.reason)
         return gen, self._submit(gen, ctx)
@@ -266,19 +267,42 @@ class Engine:
         lp = req.logprobs
         if lp is not None and not 0 <= lp <= 5:
             raise InvalidRequest("logprobs must be in [0, 5]", param="logprobs")
+        if lp is None and req.n_probs:  # llama-server's name for it
+            if not 0 <= req.n_probs <= 5:
+                raise InvalidRequest("n_probs must be in [0, 5] on /v1/completions", param="n_probs")
+            lp = req.n_probs
         params = self._sampling(req, logprobs=lp is not None, top_logprobs=lp or 0)
+        params = await self._constrained(params, constraint_from_request(req))
         prompt = await self.tokenizer.tokenize(prompt_text, add_special=True, parse_special=True)
         if not prompt:
             raise InvalidRequest("prompt is empty", param="prompt")
         gen = Generation(next(self._rids), prompt, params, self._max_tokens(req, len(prompt)),
                          piece=self.runtime.vocab.piece, parser=ContentParser(), stops=_stops(req.stop),
-                         cache_prompt=req.cache_prompt, speculative=self._speculative(req))
+                         cache_prompt=req.cache_prompt, speculative=self._speculative(req),
+                         include_stop=req.include_stop_str_in_output)
         return prompt_text, gen, self._submit(gen, None)
 
     def _sampling(self, req: SamplingFields, *, logprobs: bool, top_logprobs: int) -> SamplingParams:
         if self.closed:
             raise EngineClosed("the engine is shutting down")
-        return sampling_from_request(req, n_vocab=self.meta.n_vocab, logprobs=logprobs, top_logprobs=top_logprobs)
+        return sampling_from_request(req, n_vocab=self.meta.n_vocab, logprobs=logprobs, top_logprobs=top_logprobs,
+                                     n_ctx=self.meta.n_ctx_seq)
+
+    async def _constrained(self, params: SamplingParams, rc: RequestConstraint,
+                           lazy_patterns: tuple[str, ...] = (), gbnf_param: str = "grammar") -> SamplingParams:
+        """``params`` with the request's grammar or constraint, once the vocabulary accepts it (400 naming
+        the field when it does not: llama.cpp cannot parse the GBNF, or llguidance cannot compile the rest)."""
+        if rc.gbnf is not None:
+            if not await self.tokenizer.check_grammar(rc.gbnf, lazy_patterns):
+                raise InvalidRequest("the grammar does not parse (llama.cpp GBNF, root rule 'root')", param=gbnf_param)
+            params = attrs.evolve(params, grammar=rc.gbnf, grammar_lazy_patterns=lazy_patterns)
+        if rc.constraint is not None:
+            error = await self.tokenizer.check_constraint(rc.constraint.grammar)
+            if error:
+                raise InvalidRequest(f"{rc.constraint.param} cannot be enforced: {_one_line(error)}",
+                                     param=rc.constraint.param)
+            params = attrs.evolve(params, constraint=rc.constraint)
+        return params
 
     def _speculative(self, req: SamplingFields) -> int | None:
         return requested_draft(req.speculative, self.config.spec_ngram)
@@ -448,6 +472,12 @@ class _Rendered(Generic[T]):
 
     async def aclose(self) -> None:
         await self._events.aclose()
+
+
+def _one_line(message: str, limit: int = 300) -> str:
+    """A library's (multi-line) error message as one line of at most ``limit`` characters."""
+    line = " ".join(message.split()) or "rejected"
+    return line if len(line) <= limit else line[:limit] + "..."
 
 
 def _stops(stop: str | list[str] | None) -> list[str]:

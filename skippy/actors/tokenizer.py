@@ -32,12 +32,18 @@ class CheckGrammar:
 
 
 @attrs.frozen
+class CheckConstraint:
+    grammar: str
+    reply: trio.MemorySendChannel[Any]
+
+
+@attrs.frozen
 class Detokenize:
     tokens: tuple[int, ...]
     reply: trio.MemorySendChannel[Any]
 
 
-class Tokenizer(ThreadActor[Tokenize | Detokenize | CheckGrammar]):
+class Tokenizer(ThreadActor[Tokenize | Detokenize | CheckGrammar | CheckConstraint]):
     """Tokenizer actor over a :class:`Vocab`."""
 
     def __init__(self, vocab: Vocab, *, bos_id: int = -1, max_threads: int = 2) -> None:
@@ -45,10 +51,12 @@ class Tokenizer(ThreadActor[Tokenize | Detokenize | CheckGrammar]):
         self.vocab = vocab
         self.bos_id = bos_id
 
-    def handle(self, msg: Tokenize | Detokenize | CheckGrammar) -> Any:
+    def handle(self, msg: Tokenize | Detokenize | CheckGrammar | CheckConstraint) -> Any:
         match msg:
             case CheckGrammar():
                 return self.vocab.check_grammar(msg.gbnf, msg.lazy_patterns)
+            case CheckConstraint():
+                return self.vocab.check_constraint(msg.grammar)
             case Tokenize():
                 ids = self.vocab.tokenize(msg.text, add_special=msg.add_special, parse_special=msg.parse_special)
                 # a template that writes BOS itself plus add_special would give two BOS tokens
@@ -67,6 +75,10 @@ class Tokenizer(ThreadActor[Tokenize | Detokenize | CheckGrammar]):
     async def check_grammar(self, gbnf: str, lazy_patterns: tuple[str, ...] = ()) -> bool:
         """True when llama.cpp parses the GBNF ``gbnf`` (checked against the vocabulary)."""
         return await self.ask(lambda r: CheckGrammar(gbnf, tuple(lazy_patterns), r))
+
+    async def check_constraint(self, grammar: str) -> str:
+        """``""`` when llguidance compiles ``grammar`` for the vocabulary, else its error message."""
+        return await self.ask(lambda r: CheckConstraint(grammar, r))
 
     async def detokenize(self, tokens: Sequence[int]) -> str:
         """Token ids -> text; raises ``ValueError`` for ids outside the vocabulary."""

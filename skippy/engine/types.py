@@ -4,8 +4,11 @@ Decoding a body with :func:`decode_request` validates JSON syntax and field
 types in one pass; any failure raises :class:`InvalidRequest` (400) naming
 the offending field. Unknown fields are ignored, as OpenAI clients and agent
 frameworks send extensions. Field names are OpenAI's (Chat Completions and
-legacy Completions); ``top_k``, ``min_p``, ``repeat_penalty`` and
-``grammar`` are llama-server extensions.
+legacy Completions); ``top_k``, ``min_p``, ``repeat_penalty``, the other
+llama.cpp samplers (``typical_p``, ``mirostat``, ``dry_*``, ``xtc_*`` ...),
+``grammar`` and ``json_schema`` are llama-server extensions;
+``repetition_penalty``, ``min_tokens``, ``ignore_eos``, ``stop_token_ids``,
+``include_stop_str_in_output``, ``guided_*`` and ``structured_outputs`` are vLLM's.
 """
 
 from __future__ import annotations
@@ -43,8 +46,48 @@ class StreamOptions(msgspec.Struct, omit_defaults=True):
     include_usage: bool = False
 
 
+class JsonSchemaFormat(msgspec.Struct, omit_defaults=True):
+    """OpenAI ``response_format.json_schema``: ``schema`` is enforced with a grammar."""
+
+    name: str | None = None
+    schema: dict[str, Any] | None = None
+    strict: bool | None = None
+    description: str | None = None
+
+
+class ResponseFormat(msgspec.Struct, omit_defaults=True):
+    """OpenAI ``response_format``: ``text``, ``json_object`` or ``json_schema``."""
+
+    type: str
+    json_schema: JsonSchemaFormat | None = None
+    schema: dict[str, Any] | None = None  # llama-server accepts the schema here too
+
+
+class StructuredOutputs(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
+    """vLLM ``structured_outputs``: exactly one of ``json`` (a JSON schema), ``regex``,
+    ``choice`` (a list of strings) or ``grammar`` (GBNF or Lark).
+
+    Unknown keys are refused (400), so a misspelled constraint is never dropped silently.
+    """
+
+    json: dict[str, Any] | str | None = None
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+    json_object: bool | None = None
+    disable_any_whitespace: bool | None = None
+    disable_additional_properties: bool | None = None
+    whitespace_pattern: str | None = None
+    disable_fallback: bool | None = None
+    structural_tag: Any = None
+
+
 class SamplingFields(msgspec.Struct, omit_defaults=True, kw_only=True):
-    """Sampling fields shared by chat and text completions.
+    """Sampling and constraint fields shared by chat and text completions.
+
+    Validated by :func:`skippy.engine.sampling.params.sampling_from_request`
+    (samplers) and :func:`skippy.engine.sampling.constraints.constraint_from_request`
+    (``response_format``, ``grammar``, ``json_schema``, ``guided_*``, ``structured_outputs``).
 
     ``cache_prompt`` (llama-server): ``false`` prefills the whole prompt
     instead of reusing a cached prefix. llama.cpp logits depend slightly on
@@ -77,23 +120,49 @@ class SamplingFields(msgspec.Struct, omit_defaults=True, kw_only=True):
     user: str | None = None
     cache_prompt: bool = True
     speculative: bool | int | None = None
+    # llama-server samplers (llama.cpp common_sampler names)
+    typical_p: float | None = None
+    mirostat: int | None = None
+    mirostat_tau: float | None = None
+    mirostat_eta: float | None = None
+    dry_multiplier: float | None = None
+    dry_base: float | None = None
+    dry_allowed_length: int | None = None
+    dry_penalty_last_n: int | None = None
+    dry_sequence_breakers: list[str] | None = None
+    xtc_probability: float | None = None
+    xtc_threshold: float | None = None
+    top_n_sigma: float | None = None
+    dynatemp_range: float | None = None
+    dynatemp_exponent: float | None = None
+    repeat_last_n: int | None = None
+    min_keep: int | None = None
+    n_probs: int | None = None
+    # vLLM sampling parameters
+    repetition_penalty: float | None = None
+    min_tokens: int | None = None
+    ignore_eos: bool = False
+    stop_token_ids: list[int] | None = None
+    include_stop_str_in_output: bool = False
+    # constraints (structured output), on chat and text completions alike
+    response_format: ResponseFormat | None = None
+    grammar: str | None = None
+    json_schema: dict[str, Any] | None = None
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
+    structured_outputs: StructuredOutputs | None = None
 
-
-class JsonSchemaFormat(msgspec.Struct, omit_defaults=True):
-    """OpenAI ``response_format.json_schema``: ``schema`` is enforced with a grammar."""
-
-    name: str | None = None
-    schema: dict[str, Any] | None = None
-    strict: bool | None = None
-    description: str | None = None
-
-
-class ResponseFormat(msgspec.Struct, omit_defaults=True):
-    """OpenAI ``response_format``: ``text``, ``json_object`` or ``json_schema``."""
-
-    type: str
-    json_schema: JsonSchemaFormat | None = None
-    schema: dict[str, Any] | None = None  # llama-server accepts the schema here too
+    def __post_init__(self) -> None:
+        for name in ("response_format", "json_schema", "guided_json", "structured_outputs"):
+            value = getattr(self, name)
+            if isinstance(value, ResponseFormat):
+                value = [value.schema, value.json_schema.schema if value.json_schema else None]
+            elif isinstance(value, StructuredOutputs):
+                value = value.json
+            if value is not None and nesting(value) > MAX_NESTING:
+                raise InvalidRequest(f"{name} is nested deeper than {MAX_NESTING} levels", param=name)
 
 
 class ChatCompletionRequest(SamplingFields, kw_only=True):
@@ -114,8 +183,6 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
-    response_format: ResponseFormat | None = None
-    grammar: str | None = None
     reasoning_format: str | None = None
     chat_template: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
@@ -125,10 +192,9 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     prompt_cache_key: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("tools", "tool_choice", "response_format", "chat_template_kwargs"):
+        super().__post_init__()
+        for name in ("tools", "tool_choice", "chat_template_kwargs"):
             value = getattr(self, name)
-            if isinstance(value, ResponseFormat):
-                value = [value.schema, value.json_schema.schema if value.json_schema else None]
             if value is not None and nesting(value) > MAX_NESTING:
                 raise InvalidRequest(f"{name} is nested deeper than {MAX_NESTING} levels", param=name)
 

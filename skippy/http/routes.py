@@ -34,6 +34,7 @@ from skippy.engine.types import (
     ChatCompletionRequest,
     CompletionRequest,
     DetokenizeRequest,
+    SamplingFields,
     TokenizeRequest,
     decode_request,
 )
@@ -106,7 +107,7 @@ async def _body(type_: type, ctx: RequestContext) -> Any:
     return decode_request(data, type_)
 
 
-def _check_limits(settings: ServerSettings, messages: list[Any], req: ChatCompletionRequest | None = None) -> None:
+def _check_limits(settings: ServerSettings, messages: list[Any], req: SamplingFields | None = None) -> None:
     """400 ``array_above_max_length`` / ``string_above_max_length`` past the configured limits."""
     if len(messages) > settings.max_messages:
         raise InvalidRequest(f"messages has {len(messages)} entries; this server accepts at most "
@@ -114,13 +115,22 @@ def _check_limits(settings: ServerSettings, messages: list[Any], req: ChatComple
                              code="array_above_max_length")
     if req is None:
         return
-    if req.tools is not None and len(req.tools) > settings.max_tools:
+    chat = isinstance(req, ChatCompletionRequest)
+    if chat and req.tools is not None and len(req.tools) > settings.max_tools:
         raise InvalidRequest(f"tools has {len(req.tools)} entries; this server accepts at most "
                              f"{settings.max_tools} (--max-tools)", param="tools", code="array_above_max_length")
+    so = req.structured_outputs
     for field, value, limit, flag in (
-            ("chat_template", req.chat_template, settings.max_chat_template_bytes, "--max-chat-template-bytes"),
-            ("grammar", req.grammar, settings.max_grammar_bytes, "--max-grammar-bytes")):
-        if value is not None:
+            ("chat_template", req.chat_template if chat else None, settings.max_chat_template_bytes,
+             "--max-chat-template-bytes"),
+            ("grammar", req.grammar, settings.max_grammar_bytes, "--max-grammar-bytes"),
+            ("guided_grammar", req.guided_grammar, settings.max_grammar_bytes, "--max-grammar-bytes"),
+            ("guided_regex", req.guided_regex, settings.max_grammar_bytes, "--max-grammar-bytes"),
+            ("structured_outputs.grammar", so.grammar if so else None, settings.max_grammar_bytes,
+             "--max-grammar-bytes"),
+            ("structured_outputs.regex", so.regex if so else None, settings.max_grammar_bytes,
+             "--max-grammar-bytes")):
+        if isinstance(value, str):
             size = len(value.encode("utf-8", "surrogatepass"))
             if size > limit:
                 raise InvalidRequest(f"{field} is {size} bytes; this server accepts at most {limit} ({flag})",
@@ -236,6 +246,7 @@ async def chat_completions() -> Response:
 async def completions() -> Response:
     app, ctx = shared(), current()
     req = await _body(CompletionRequest, ctx)
+    _check_limits(app.settings, [], req)
     eng = app.engine()
     if req.stream:
         return await _stream(app, ctx, lambda: eng.completion_stream(req))

@@ -61,7 +61,8 @@ class ServerSettings:
     max_chat_template_bytes: int = setting(128 * KIB, check=IntRange(0),
                                            help="Largest request 'chat_template' in bytes; larger ones get 400.")
     max_grammar_bytes: int = setting(128 * KIB, check=IntRange(0),
-                                     help="Largest request 'grammar' in bytes; larger ones get 400.")
+                                     help="Largest request grammar or regex ('grammar', 'guided_grammar', "
+                                          "'guided_regex', 'structured_outputs') in bytes; larger ones get 400.")
     request_timeout: float = setting(600.0, check=FloatRange(0.0),
                                      help="Seconds a request may run (0: no limit). Past it the generation stops "
                                           "and the client gets 504, or a final SSE error event once streaming has "

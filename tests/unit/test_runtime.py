@@ -347,3 +347,99 @@ def test_unified_prefix_copy_shares_the_prefix() -> None:
             runtime.decode([BatchEntry(1, 256, 1, True)])
     finally:
         runtime.close()
+# --- llguidance constraints and end-of-generation control --------------------------
+
+CHAT_2_2 = "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
+
+
+def constraint(**fields):
+    from skippy.engine.sampling.constraints import constraint_from_request
+    from skippy.engine.types import CompletionRequest
+
+    return constraint_from_request(CompletionRequest(prompt="x", **fields)).constraint
+
+
+@pytest.mark.parametrize("params", [GREEDY, SamplingParams(temperature=1.5, seed=3, top_k=0, min_p=0.0)])
+@pytest.mark.parametrize("fields,check", [
+    ({"guided_choice": ["red", "green", "blue"]}, lambda t: t in ("red", "green", "blue")),
+    ({"guided_regex": "[0-9]{2}-[a-z]{3}"}, lambda t: len(t) == 6 and t[:2].isdigit() and t[2] == "-"),
+    ({"json_schema": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 5, "maximum": 9}},
+                      "required": ["n"], "additionalProperties": False}},
+     lambda t: __import__("json").loads(t)["n"] in range(5, 10)),
+])
+def test_constraint_masks_every_token_until_only_eog_is_left(rt, params, fields, check):
+    s = rt.new_sampler(attrs_evolve(params, constraint=constraint(**fields)))
+    try:
+        out = generate(rt, s, tok(rt, "The capital of France is"), 40, stop_ids=rt.meta.eog_ids)
+    finally:
+        rt.free_sampler(s)
+    assert out[-1] in rt.meta.eog_ids
+    assert check(b"".join(rt.vocab.piece(t) for t in out[:-1]).decode())
+
+
+def test_vocab_check_names_what_llguidance_refuses(rt):
+    assert rt.vocab.check_constraint(constraint(guided_regex="[a-z]+").grammar) == ""
+    assert "look-around" in rt.vocab.check_constraint(constraint(guided_regex="(?=a)b").grammar)
+    with pytest.raises(ValueError):
+        rt.new_sampler(attrs_evolve(GREEDY, constraint=constraint(guided_regex="(?=a)b")))
+
+
+def test_ignore_eos_and_min_tokens_suppress_end_of_generation(rt):
+    prompt = tok(rt, CHAT_2_2)
+    plain = rt.new_sampler(GREEDY)
+    try:
+        out = generate(rt, plain, prompt, 40, stop_ids=rt.meta.eog_ids)
+    finally:
+        rt.free_sampler(plain)
+    assert out[-1] in rt.meta.eog_ids and len(out) < 20
+    n = len(out) - 1
+    for params in (attrs_evolve(GREEDY, ignore_eos=True), attrs_evolve(GREEDY, min_tokens=n + 5)):
+        s = rt.new_sampler(params)
+        try:
+            longer = generate(rt, s, prompt, n + 5, stop_ids=rt.meta.eog_ids)
+        finally:
+            rt.free_sampler(s)
+        assert not set(longer) & rt.meta.eog_ids
+        assert longer[:n] == out[:n]
+    # min_tokens keeps stop_token_ids out too; past it they are sampled again
+    stop = out[2]
+    s = rt.new_sampler(attrs_evolve(GREEDY, min_tokens=3, stop_token_ids=frozenset({stop})))
+    try:
+        got = generate(rt, s, prompt, 6)
+    finally:
+        rt.free_sampler(s)
+    assert stop not in got[:3] and got[:2] == out[:2]
+
+
+def test_a_finished_constraint_ends_even_with_ignore_eos(rt):
+    s = rt.new_sampler(attrs_evolve(GREEDY, ignore_eos=True, constraint=constraint(guided_choice=["yes", "no"])))
+    try:
+        out = generate(rt, s, tok(rt, "The capital of France is"), 10, stop_ids=rt.meta.eog_ids)
+    finally:
+        rt.free_sampler(s)
+    assert out[-1] in rt.meta.eog_ids and len(out) <= 3
+
+
+@pytest.mark.parametrize("extra", [
+    {"mirostat": 1}, {"mirostat": 2}, {"typical_p": 0.5}, {"xtc_probability": 1.0, "xtc_threshold": 0.05},
+    {"top_n_sigma": 1.0}, {"dynatemp_range": 0.5}, {"dry_multiplier": 1.0, "dry_penalty_last_n": 64},
+])
+def test_every_extended_sampler_builds_and_samples(rt, extra):
+    s = rt.new_sampler(SamplingParams(temperature=0.9, seed=5, **extra))
+    try:
+        out = generate(rt, s, tok(rt, "The capital of France is"), 8, stop_ids=rt.meta.eog_ids)
+    finally:
+        rt.free_sampler(s)
+    assert out and all(0 <= t < rt.meta.n_vocab for t in out)
+
+
+def test_dry_changes_a_repetitive_greedy_continuation(rt):
+    prompt = tok(rt, "The capital of France is")
+    outs = []
+    for params in (GREEDY, attrs_evolve(GREEDY, dry_multiplier=2.0, dry_penalty_last_n=512)):
+        s = rt.new_sampler(params)
+        try:
+            outs.append(generate(rt, s, prompt, 40, stop_ids=rt.meta.eog_ids))
+        finally:
+            rt.free_sampler(s)
+    assert outs[0] != outs[1]

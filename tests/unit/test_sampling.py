@@ -143,3 +143,66 @@ def test_temperature_out_of_range_names_the_range():
     for t in (-1.0, 1e308):
         with pytest.raises(InvalidRequest, match=r"temperature must be in \[0, 100\]"):
             params(temperature=t)
+
+
+# -- llama-server and vLLM samplers ------------------------------------------------
+
+
+def test_extended_samplers_default_off_as_in_llama_server():
+    p = params()
+    assert (p.typical_p, p.mirostat, p.dry_multiplier, p.xtc_probability, p.top_n_sigma, p.dynatemp_range) == \
+        (1.0, 0, 0.0, 0.0, -1.0, 0.0)
+    assert p.dry_sequence_breakers == ("\n", ":", '"', "*")
+    assert (p.ignore_eos, p.min_tokens, p.stop_token_ids, p.constraint) == (False, 0, frozenset(), None)
+    assert not p.extended
+
+
+def test_extended_samplers_are_kept():
+    p = params(typical_p=0.5, mirostat=2, mirostat_tau=3.0, mirostat_eta=0.2, dry_multiplier=0.8, dry_base=2.0,
+               dry_allowed_length=4, dry_penalty_last_n=100, dry_sequence_breakers=["."], xtc_probability=0.3,
+               xtc_threshold=0.2, top_n_sigma=1.5, dynatemp_range=0.4, dynatemp_exponent=2.0, min_keep=3,
+               ignore_eos=True, min_tokens=2, stop_token_ids=[5, 6])
+    assert (p.typical_p, p.mirostat, p.mirostat_tau, p.mirostat_eta) == (0.5, 2, 3.0, 0.2)
+    assert (p.dry_multiplier, p.dry_base, p.dry_allowed_length, p.dry_penalty_last_n, p.dry_sequence_breakers) == \
+        (0.8, 2.0, 4, 100, (".",))
+    assert (p.xtc_probability, p.xtc_threshold, p.top_n_sigma, p.dynatemp_range, p.dynatemp_exponent) == \
+        (0.3, 0.2, 1.5, 0.4, 2.0)
+    assert (p.min_keep, p.ignore_eos, p.min_tokens, p.stop_token_ids) == (3, True, 2, frozenset({5, 6}))
+    assert p.extended
+
+
+def test_minus_one_windows_mean_the_whole_context():
+    p = sampling_from_request(req(repeat_last_n=-1, dry_penalty_last_n=-1), n_vocab=N_VOCAB, n_ctx=2048)
+    assert (p.penalty_last_n, p.dry_penalty_last_n) == (2048, 2048)
+    assert params(repeat_last_n=0).penalty_last_n == 0
+
+
+def test_repetition_penalty_is_repeat_penalty():
+    assert params(repetition_penalty=1.3).repeat_penalty == 1.3
+    assert params(repetition_penalty=1.3, repeat_penalty=1.3).repeat_penalty == 1.3
+    invalid("repetition_penalty", repetition_penalty=1.3, repeat_penalty=1.1)
+
+
+@pytest.mark.parametrize("field,value", [
+    ("typical_p", 0.0), ("typical_p", 1.01), ("mirostat", 3), ("mirostat_tau", -0.1), ("mirostat_eta", 0.0),
+    ("dry_multiplier", -1.0), ("dry_base", 0.99), ("dry_allowed_length", -1), ("dry_penalty_last_n", -2),
+    ("dry_sequence_breakers", []), ("dry_sequence_breakers", ["a", ""]), ("dry_sequence_breakers", ["x"] * 65),
+    ("xtc_probability", 1.01), ("xtc_threshold", -0.1), ("top_n_sigma", -0.5), ("dynatemp_range", -0.1),
+    ("dynatemp_exponent", -0.1), ("repeat_last_n", -2), ("min_keep", -1), ("min_keep", N_VOCAB + 1),
+    ("n_probs", 21), ("repetition_penalty", 0.0), ("repetition_penalty", float("inf")), ("min_tokens", -1),
+    ("stop_token_ids", [N_VOCAB]), ("stop_token_ids", [-1]), ("stop_token_ids", list(range(65))),
+])
+def test_out_of_range_extended_sampler_is_400(field, value):
+    invalid(field, **{field: value})
+
+
+def test_min_tokens_may_not_exceed_max_tokens():
+    invalid("min_tokens", min_tokens=10, max_tokens=5)
+    invalid("min_tokens", min_tokens=10, max_completion_tokens=5)
+    assert params(min_tokens=5, max_tokens=5).min_tokens == 5
+
+
+def test_n_probs_out_of_range_names_n_probs_even_when_it_sets_top_logprobs():
+    with pytest.raises(InvalidRequest) as ei:
+        sampling_from_request(req(n_probs=21), n_vocab=N_VOCAB, logprobs=True, top_logprobs=21)
+    assert ei.value.param == "n_probs"

@@ -255,6 +255,18 @@ def test_max_tokens_eog_and_full_context_finish():
     assert all(s.freed for s in rt.samplers)
 
 
+def test_a_stop_token_id_finishes_like_eog_and_is_not_emitted():
+    """vLLM ``stop_token_ids``: the sampled id ends the sequence with ``stop``; other requests are not affected."""
+    rt, core = make(prefix_cache=False)
+    rt.scripts = {1: [9, 8, 7, 6], 2: [9, 8, 7, 6]}
+    core.add(req(1, [51] * 4, max_tokens=8, params={"stop_token_ids": frozenset({7})}))
+    core.add(req(2, [52] * 4, max_tokens=4))
+    out = run(rt, core)
+    assert tokens_of(out, 1) == [9, 8] and finish_of(out, 1).reason == "stop"
+    assert finish_of(out, 1).completion_tokens == 2
+    assert tokens_of(out, 2) == [9, 8, 7, 6] and finish_of(out, 2).reason == "length"
+
+
 def test_finish_event_times_and_counters():
     rt, core = make(prefix_cache=False)
     core.add(req(1, [51] * 6, max_tokens=3))

@@ -158,3 +158,14 @@ def test_concatenation_equals_truncated_text_for_any_split():
             out = [m.feed(text[:cut])[0], m.feed(text[cut:cut2])[0], m.feed(text[cut2:])[0], m.flush()]
             assert "".join(out) == "the answer is 42"
             assert m.stopped
+
+
+def test_include_keeps_the_matched_stop_string():
+    """vLLM ``include_stop_str_in_output``: the text ends with the stop string (the longest at a tie)."""
+    m = StopMatcher(["wor", "world", "!"], include=True)
+    assert m.feed("hello ") == ("hello ", False)
+    assert m.feed("wo") == ("", False)
+    assert m.feed("rld and more") == ("world", True)
+    assert m.feed("x") == ("", True)
+    plain = StopMatcher(["world"])
+    assert plain.feed("hello world") == ("hello ", True)

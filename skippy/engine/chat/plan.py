@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import attrs
 
+from skippy.engine.sampling.constraints import Constraint
+
 
 @attrs.frozen
 class ParsePlan:
@@ -21,7 +23,9 @@ class ParsePlan:
     off); ``emulated``: tool calls use the ``TOOL_CALL`` text convention;
     ``grammar``: GBNF or ``None``;
     ``grammar_lazy_patterns``: when set, the grammar applies only from the
-    first match of one of these regexes on (llama.cpp lazy grammar).
+    first match of one of these regexes on (llama.cpp lazy grammar);
+    ``constraint``: the request's llguidance constraint (``response_format``,
+    ``json_schema``, ``guided_*``, ...), never set together with ``grammar``.
     """
 
     chat_format: str = "content_only"
@@ -32,3 +36,4 @@ class ParsePlan:
     emulated: bool = False
     grammar: str | None = None
     grammar_lazy_patterns: tuple[str, ...] = ()
+    constraint: Constraint | None = None

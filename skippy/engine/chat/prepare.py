@@ -23,6 +23,7 @@ from skippy.engine.chat.plan import ParsePlan
 from skippy.engine.chat.templates import ChatTemplate, TemplateError
 from skippy.engine.errors import InvalidRequest
 from skippy.engine.sampling import grammar as grammars
+from skippy.engine.sampling.constraints import constraint_from_request
 from skippy.engine.types import ChatCompletionRequest, message_dicts
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
@@ -77,26 +78,6 @@ def _validate_tools(tools: list[dict[str, Any]] | None, tool_choice: Any) -> Non
             return
     raise InvalidRequest("tool_choice must be 'none', 'auto', 'required' or "
                          "{\"type\": \"function\", \"function\": {\"name\": ...}}", param="tool_choice")
-
-
-def _structured_grammar(req: ChatCompletionRequest) -> str | None:
-    rf = req.response_format
-    if req.grammar is not None and rf is not None and rf.type != "text":
-        raise InvalidRequest("give either grammar or response_format, not both", param="grammar")
-    if req.grammar is not None:
-        return req.grammar
-    if rf is None or rf.type == "text":
-        return None
-    if rf.type == "json_object":
-        return grammars.json_object_grammar() if rf.schema is None else grammars.json_schema_grammar(rf.schema)
-    if rf.type == "json_schema":
-        schema = rf.json_schema.schema if rf.json_schema is not None else rf.schema
-        if schema is None:
-            raise InvalidRequest("response_format json_schema needs json_schema.schema", param="response_format")
-        strict = bool(rf.json_schema is not None and rf.json_schema.strict)
-        return grammars.json_schema_grammar(schema, strict=strict)
-    raise InvalidRequest(f"response_format type {rf.type!r} is not one of text, json_object, json_schema",
-                         param="response_format")
 
 
 def _has_tool_history(messages: list[dict[str, Any]]) -> bool:
@@ -158,10 +139,10 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
                                                         emulation.select_tools(tools, tool_choice), parallel=parallel)
     prompt = tmpl.template.render(messages, tools=render_tools, add_generation_prompt=add_generation_prompt, **kwargs)
 
-    structured = _structured_grammar(req)
-    if structured is not None and tool_grammar is not None and not lazy:
-        raise InvalidRequest("a forced tool call cannot be combined with response_format or grammar",
-                             param="response_format")
+    structured = constraint_from_request(req)
+    if structured and tool_grammar is not None and not lazy:
+        raise InvalidRequest("a forced tool call cannot be combined with a constraint "
+                             f"({structured.param})", param=structured.param)
     plan = ParsePlan(
         chat_format=caps.chat_format,
         reasoning_format=reasoning,
@@ -169,8 +150,9 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
         allowed_tools=frozenset(emulation.allowed_tool_names(tools, tool_choice)) if tools_on else frozenset(),
         parallel_tool_calls=parallel,
         emulated=emulated,
-        grammar=structured if structured is not None else tool_grammar,
-        grammar_lazy_patterns=() if structured is not None else lazy,
+        grammar=structured.gbnf if structured else tool_grammar,
+        grammar_lazy_patterns=() if structured else lazy,
+        constraint=structured.constraint,
     )
     return Rendered(prompt, plan)
 

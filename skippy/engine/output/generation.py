@@ -78,7 +78,8 @@ class Generation:
         piece: ``token id -> bytes`` the token renders as (the vocabulary).
         parser: the chat-format stream parser (a fresh one per request).
         stops: the request's stop strings (OpenAI ``stop``); matched text is
-            never sent, and text that may start one is held back until decided.
+            never sent (unless ``include_stop``, vLLM's ``include_stop_str_in_output``),
+            and text that may start one is held back until decided.
         early_stop: optional rule that ends generation early (emulated tool calls).
         hooks: the hook policy runs for this request (``usage.injected_tokens`` is reported).
         signals: entropy and margin are computed per token (``return_signals``)
@@ -95,12 +96,13 @@ class Generation:
                  piece: Callable[[int], bytes], parser: StreamParser,
                  stops: Sequence[str] = (), early_stop: EarlyStopRule | None = None, hooks: bool = False,
                  signals: bool = False, hook_request: object = None, injected: int = 0,
-                 cache_key: str | None = None, cache_prompt: bool = True, speculative: int | None = None) -> None:
+                 cache_key: str | None = None, cache_prompt: bool = True, speculative: int | None = None,
+                 include_stop: bool = False) -> None:
         self.request = SeqRequest(rid, list(prompt), params, max_tokens, hooks=hooks, signals=signals,
                                   request=hook_request, cache_key=cache_key, cache_prompt=cache_prompt,
                                   speculative=speculative)
         self._piece = piece
-        self._pipeline = OutputPipeline(piece, list(stops), parser, early_stop)
+        self._pipeline = OutputPipeline(piece, list(stops), parser, early_stop, include_stop=include_stop)
         self._logprobs = params.logprobs
         self._hooks = hooks
         self._signals = signals

@@ -30,15 +30,15 @@ class OutputPipeline:
     """Turns sampled tokens into deltas for one request.
 
     ``piece(token) -> bytes`` gives a token's output bytes; ``stops`` are
-    the request's stop strings plus any the chat format adds; ``early_stop``
-    an optional :class:`EarlyStopRule`.
+    the request's stop strings plus any the chat format adds (``include_stop``:
+    a matched one is kept in the text); ``early_stop`` an optional :class:`EarlyStopRule`.
     """
 
     def __init__(self, piece: Callable[[int], bytes], stops: list[str] | tuple[str, ...],
-                 parser: StreamParser, early_stop: EarlyStopRule | None = None) -> None:
+                 parser: StreamParser, early_stop: EarlyStopRule | None = None, *, include_stop: bool = False) -> None:
         self._piece = piece
         self._utf8 = Utf8Stream()
-        self._stop = StopMatcher(stops)
+        self._stop = StopMatcher(stops, include=include_stop)
         self._parser = parser
         self._early = early_stop
         self._early_stopped = False

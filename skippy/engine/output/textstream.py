@@ -36,11 +36,15 @@ class StopMatcher:
     ``feed(text) -> (safe_text, stopped)``: ``safe_text`` may be emitted now;
     once ``stopped`` is true, everything from the stop string on is dropped
     and later feeds return ``("", True)``. ``flush()`` returns text held back
-    at the end of generation (it was not a stop string after all).
+    at the end of generation (it was not a stop string after all). With
+    ``include`` the matched stop string itself is kept (vLLM
+    ``include_stop_str_in_output``); of stop strings matching at the same
+    place, the longest.
     """
 
-    def __init__(self, stops: list[str] | tuple[str, ...]) -> None:
+    def __init__(self, stops: list[str] | tuple[str, ...], *, include: bool = False) -> None:
         self.stops = tuple(s for s in stops if s)
+        self.include = include
         self._held = ""
         self.stopped = False
 
@@ -51,15 +55,15 @@ class StopMatcher:
             return text, False
         buf = self._held + text
         # earliest full match of any stop string
-        cut = -1
+        cut, end = -1, -1
         for s in self.stops:
             i = buf.find(s)
-            if i != -1 and (cut == -1 or i < cut):
-                cut = i
+            if i != -1 and (cut == -1 or i < cut or (i == cut and i + len(s) > end)):
+                cut, end = i, i + len(s)
         if cut != -1:
             self.stopped = True
             self._held = ""
-            return buf[:cut], True
+            return buf[:end if self.include else cut], True
         # hold back the longest suffix that is a proper prefix of a stop string
         hold = 0
         for s in self.stops:

@@ -109,6 +109,10 @@ class Vocab(Protocol):
         """True when the runtime's grammar sampler accepts ``gbnf`` (root rule ``root``)."""
         ...
 
+    def check_constraint(self, grammar: str) -> str:
+        """``""`` when the runtime can enforce the llguidance ``grammar`` with this vocabulary, else why not."""
+        ...
+
 
 @attrs.frozen
 class BatchEntry:
@@ -138,7 +142,11 @@ class Runtime(Protocol):
         ...
 
     def new_sampler(self, params: SamplingParams) -> object:
-        """Build a per-sequence sampler; raises ``ValueError`` for a grammar llama.cpp rejects.
+        """Build a per-sequence sampler; raises ``ValueError`` for a grammar or constraint it cannot enforce.
+
+        ``params.constraint`` is applied as a token mask before the sampler
+        chain; ``params.ignore_eos`` / ``min_tokens`` keep end-of-generation
+        (and, for ``min_tokens``, ``stop_token_ids``) from being sampled.
 
         A :class:`~skippy.engine.sampling.vector.SeqSampler` is sampled by the scheduler with the
         step's other such rows (``sample_rows``); any other object through :meth:`sample`.

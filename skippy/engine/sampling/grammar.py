@@ -1,10 +1,13 @@
-"""GBNF grammars for structured output and forced tool calls (sans-IO).
+"""GBNF grammars for forced tool calls (sans-IO).
 
-JSON schemas become GBNF with llama-cpp-python's port of llama.cpp's
-json-schema-to-grammar (``llama_cpp.llama_grammar.SchemaConverter``); the
+Tool argument schemas become GBNF with llama-cpp-python's port of llama.cpp's
+json-schema-to-grammar (``llama_cpp.llama_grammar.SchemaConverter``), embedded
+in the call syntax of the chat format (lazy for emulated ``auto`` calls); the
 grammar is then enforced by llama.cpp's grammar sampler. Anything the
 converter cannot express is refused with :class:`InvalidRequest` (400):
-fail closed, never silently unconstrained.
+fail closed, never silently unconstrained. Request-level structured output
+(``response_format``, ``json_schema``, ``guided_*``) is compiled by
+llguidance instead: :mod:`skippy.engine.sampling.constraints`.
 """
 
 from __future__ import annotations
@@ -61,32 +64,6 @@ def prepare_schema(schema: Any, *, strict: bool, param: str) -> Any:
         raise InvalidRequest(f"strict schema uses {', '.join(keys)}, which the grammar cannot enforce "
                              "(only integer ranges with both minimum and maximum are supported)", param=param)
     return out
-
-
-def json_object_grammar() -> str:
-    """Any JSON object (OpenAI ``response_format: {"type": "json_object"}``)."""
-    from llama_cpp.llama_grammar import JSON_GBNF
-
-    return JSON_GBNF
-
-
-def json_schema_grammar(schema: Any, *, strict: bool = False, param: str = "response_format") -> str:
-    """GBNF accepting exactly the JSON documents ``schema`` describes.
-
-    Raises :class:`InvalidRequest` when the schema is not an object or uses
-    something the converter cannot handle (e.g. lookahead in ``pattern``);
-    see :func:`prepare_schema` for numeric bounds.
-    """
-    if not isinstance(schema, dict):
-        raise InvalidRequest("the JSON schema must be an object", param=param)
-    conv = schema_converter()
-    schema = prepare_schema(schema, strict=strict, param=param)
-    try:
-        resolved = conv.resolve_refs(schema, "request")
-        conv.visit(resolved, "")
-        return conv.format_grammar()
-    except Exception as exc:  # the converter raises Assertion/Value/Key/TypeError on bad schemas
-        raise InvalidRequest(f"cannot turn this JSON schema into a grammar: {exc}", param=param) from None
 
 
 def tool_call_rules(conv: Any, tools: list[dict], chosen: list[dict], *, args_key: str = "arguments") -> list[str]:

@@ -52,8 +52,12 @@ _F32 = np.float32
 
 
 def vectorizable(params: SamplingParams) -> bool:
-    """True when :func:`sample_rows` implements every sampler ``params`` asks for (no grammar)."""
-    return not params.grammar
+    """True when :func:`sample_rows` implements every sampler ``params`` asks for: no grammar or
+    llguidance constraint, none of llama.cpp's extended samplers (typical, mirostat, DRY, XTC,
+    top-n-sigma, dynamic temperature), no ``min_keep``, and no end-of-generation suppression
+    (``ignore_eos``, ``min_tokens``); those take llama.cpp's chain."""
+    return (not params.grammar and params.constraint is None and not params.extended and not params.min_keep
+            and not params.ignore_eos and not params.min_tokens)
 
 
 def mt19937_state(seed: int) -> np.random.MT19937:

@@ -608,7 +608,7 @@ class SchedulerCore:
         assert kv is not None
         if kv.n_generated == 0 and not seq.t_first:
             seq.t_first = self._clock()
-        if ev.token in self.runtime.meta.eog_ids:
+        if ev.token in self.runtime.meta.eog_ids or ev.token in seq.request.params.stop_token_ids:
             return [self._finish(seq, "stop")]
         if seq.window is not None and ev.entropy is not None:  # no signals from non-finite logits
             first = kv.n_generated == 0 and seq.injected == 0

@@ -1,0 +1,236 @@
+"""Structured-output constraints of a request, compiled with llguidance (sans-IO).
+
+Every constraint field that llama-server, vLLM or OpenAI clients send is read
+here, on chat and text completions alike, and either becomes a constraint the
+sampler enforces or a 400 naming the field; none is dropped silently:
+
+- OpenAI ``response_format``: ``text`` (none), ``json_object`` (any JSON
+  object, or llama-server's ``response_format.schema``), ``json_schema``
+  (``json_schema.schema``);
+- llama-server ``json_schema`` (a schema) and ``grammar`` (llama.cpp GBNF;
+  Lark when it starts with ``%llguidance``, as llama.cpp does);
+- vLLM ``guided_json``, ``guided_regex``, ``guided_choice``, ``guided_grammar``
+  (GBNF or Lark) and ``structured_outputs`` (``json``, ``regex``, ``choice``,
+  ``grammar``, ``json_object``).
+
+Two of these fields at once are a 400 (which one should win is a guess).
+
+Raw GBNF in ``grammar`` stays on llama.cpp's own grammar sampler (what
+llama-server does; the forced tool-call grammars use it too, with lazy
+triggers). Everything else is compiled by llguidance (the library llama.cpp
+and vLLM use for the same fields): JSON Schema including numeric bounds and
+``pattern``, regular expressions, choices and Lark grammars, so one engine
+decides what a schema means and schemas llama.cpp's GBNF converter refused
+(``pattern`` with escapes, ``minimum`` on numbers) are enforced. What
+llguidance cannot compile (look-around in a regex, unknown schema keywords)
+is refused; the runtime's vocabulary check (``Vocab.check_constraint``)
+reports those, naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import attrs
+
+from skippy.engine.errors import InvalidRequest
+from skippy.engine.types import ResponseFormat, SamplingFields, StructuredOutputs
+
+#: JSON whitespace llguidance allows between tokens: llama.cpp's json-schema-to-grammar
+#: ``space`` rule (nothing, one space, or one or two line breaks and up to 20 spaces or tabs
+#: of indentation), so a small model cannot spend its whole budget on whitespace.
+JSON_WHITESPACE = r"[ ]|\n{1,2}[ \t]{0,20}"
+
+
+@attrs.frozen
+class Constraint:
+    """A compiled constraint the runtime enforces as a token mask before its sampler chain.
+
+    ``grammar`` is an llguidance grammar (the JSON text ``LLMatcher.grammar_from_*``
+    returns; the runtime builds one ``LLMatcher`` per sequence from it); ``kind`` is
+    ``json_schema``, ``regex``, ``choice`` or ``grammar``; ``param`` names the request
+    field it came from (for 400s raised when the vocabulary check refuses it).
+    """
+
+    grammar: str
+    kind: str
+    param: str
+
+
+@attrs.frozen
+class RequestConstraint:
+    """What a request asks to constrain: llama.cpp ``gbnf`` or an llguidance ``constraint`` (never both)."""
+
+    gbnf: str | None = None
+    constraint: Constraint | None = None
+
+    @property
+    def param(self) -> str | None:
+        if self.constraint is not None:
+            return self.constraint.param
+        return "grammar" if self.gbnf is not None else None
+
+    def __bool__(self) -> bool:
+        return self.gbnf is not None or self.constraint is not None
+
+
+def _llg() -> Any:
+    from llguidance import LLMatcher
+
+    return LLMatcher
+
+
+def json_constraint(schema: Any, param: str, *, whitespace: str | None = JSON_WHITESPACE,
+                    no_additional_properties: bool = False) -> Constraint:
+    """A JSON Schema constraint (llguidance's JSON compiler; ``whitespace``: the allowed
+    whitespace regex, ``None`` for none at all). Raises :class:`InvalidRequest` naming
+    ``param`` when ``schema`` is not a JSON object or a JSON text of one."""
+    if isinstance(schema, str):
+        try:
+            schema = json.loads(schema)
+        except ValueError:
+            raise InvalidRequest(f"{param} must be a JSON schema (an object or its JSON text)", param=param) from None
+    if isinstance(schema, bool):
+        schema = {} if schema else {"not": {}}
+    if not isinstance(schema, dict):
+        raise InvalidRequest(f"{param} must be a JSON schema object", param=param)
+    if no_additional_properties:
+        schema = _close_objects(schema)
+    options: dict[str, Any] = {"whitespace_flexible": False} if whitespace is None else \
+        {"whitespace_pattern": whitespace}
+    try:
+        grammar = _llg().grammar_from_json_schema(schema, defaults=options)
+    except Exception:  # llguidance raises ValueError for what is not a JSON schema object
+        raise InvalidRequest(f"{param} is not a valid JSON schema", param=param) from None
+    return Constraint(grammar, "json_schema", param)
+
+
+def _close_objects(schema: Any) -> Any:
+    """``schema`` with ``additionalProperties: false`` on every object schema that leaves it unset
+    (vLLM ``disable_additional_properties``)."""
+    if isinstance(schema, list):
+        return [_close_objects(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _close_objects(v) for k, v in schema.items()}
+    if (out.get("type") == "object" or "properties" in out) and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    return out
+
+
+def regex_constraint(pattern: Any, param: str) -> Constraint:
+    """The output must match ``pattern`` in full (vLLM ``guided_regex``; Rust ``regex`` syntax,
+    no look-around; a leading ``^`` and trailing ``$`` are allowed)."""
+    if not isinstance(pattern, str) or not pattern:
+        raise InvalidRequest(f"{param} must be a non-empty regular expression", param=param)
+    if pattern.startswith("^"):
+        pattern = pattern[1:]
+    if pattern.endswith("$") and not pattern.endswith("\\$"):
+        pattern = pattern[:-1]
+    return Constraint(_llg().grammar_from_regex(pattern), "regex", param)
+
+
+def choice_constraint(choices: Any, param: str) -> Constraint:
+    """The output is exactly one of ``choices`` (vLLM ``guided_choice``)."""
+    if not isinstance(choices, list) or not choices or not all(isinstance(c, str) and c for c in choices):
+        raise InvalidRequest(f"{param} must be a non-empty list of non-empty strings", param=param)
+    lark = "start: " + " | ".join(json.dumps(c) for c in choices)
+    return Constraint(_llg().grammar_from_lark(lark), "choice", param)
+
+
+def grammar_constraint(text: Any, param: str) -> Constraint:
+    """A GBNF or Lark grammar compiled by llguidance (vLLM ``guided_grammar``)."""
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidRequest(f"{param} must be a non-empty grammar", param=param)
+    from llguidance import grammar_from
+
+    try:
+        grammar = grammar_from("grammar", text)
+    except Exception:  # llguidance's GBNF-to-Lark conversion raises on what it cannot read
+        raise InvalidRequest(f"{param} is neither a GBNF nor a Lark grammar llguidance can read",
+                             param=param) from None
+    return Constraint(grammar, "grammar", param)
+
+
+def _response_format(rf: ResponseFormat) -> Constraint | None:
+    param = "response_format"
+    if rf.type == "text":
+        return None
+    if rf.type == "json_object":
+        return json_constraint(rf.schema if rf.schema is not None else {"type": "object"}, param)
+    if rf.type == "json_schema":
+        schema = rf.json_schema.schema if rf.json_schema is not None else rf.schema
+        if schema is None:
+            raise InvalidRequest("response_format json_schema needs json_schema.schema", param=param)
+        return json_constraint(schema, param)
+    raise InvalidRequest(f"response_format type {rf.type!r} is not one of text, json_object, json_schema",
+                         param=param)
+
+
+def _structured_outputs(so: StructuredOutputs) -> Constraint | None:
+    param = "structured_outputs"
+    if so.structural_tag is not None:
+        raise InvalidRequest("structured_outputs.structural_tag is not supported here", param=f"{param}.structural_tag")
+    given = [k for k in ("json", "regex", "choice", "grammar") if getattr(so, k) is not None]
+    if so.json_object:
+        given.append("json_object")
+    if len(given) > 1:
+        raise InvalidRequest(f"structured_outputs takes one of json, regex, choice, grammar, json_object; "
+                             f"got {', '.join(given)}", param=f"{param}.{given[1]}")
+    if not given:
+        return None
+    key = given[0]
+    where = f"{param}.{key}"
+    if key in ("json", "json_object"):
+        whitespace = None if so.disable_any_whitespace else (so.whitespace_pattern or JSON_WHITESPACE)
+        return json_constraint(so.json if key == "json" else {"type": "object"}, where, whitespace=whitespace,
+                               no_additional_properties=bool(so.disable_additional_properties))
+    if key == "regex":
+        return regex_constraint(so.regex, where)
+    if key == "choice":
+        return choice_constraint(so.choice, where)
+    return grammar_constraint(so.grammar, where)
+
+
+def constraint_from_request(req: SamplingFields) -> RequestConstraint:
+    """Read every constraint field of ``req`` (see module docstring) into a :class:`RequestConstraint`.
+
+    Raises :class:`InvalidRequest` (400) naming the field for a malformed
+    constraint, and naming the second field when two constraint fields are
+    given. An empty result (falsy) means the output is unconstrained.
+    """
+    found: list[tuple[str, RequestConstraint]] = []
+    if req.response_format is not None:
+        c = _response_format(req.response_format)
+        if c is not None:
+            found.append(("response_format", RequestConstraint(constraint=c)))
+    if req.json_schema is not None:
+        found.append(("json_schema", RequestConstraint(constraint=json_constraint(req.json_schema, "json_schema"))))
+    if req.grammar is not None:
+        if req.grammar.lstrip().startswith("%llguidance"):  # llama.cpp hands these to llguidance too
+            found.append(("grammar", RequestConstraint(constraint=Constraint(
+                _llg().grammar_from_lark(req.grammar), "grammar", "grammar"))))
+        else:
+            if not req.grammar.strip():
+                raise InvalidRequest("grammar is empty", param="grammar")
+            found.append(("grammar", RequestConstraint(gbnf=req.grammar)))
+    if req.guided_json is not None:
+        found.append(("guided_json", RequestConstraint(constraint=json_constraint(req.guided_json, "guided_json"))))
+    if req.guided_regex is not None:
+        found.append(("guided_regex", RequestConstraint(constraint=regex_constraint(req.guided_regex,
+                                                                                    "guided_regex"))))
+    if req.guided_choice is not None:
+        found.append(("guided_choice", RequestConstraint(constraint=choice_constraint(req.guided_choice,
+                                                                                      "guided_choice"))))
+    if req.guided_grammar is not None:
+        found.append(("guided_grammar", RequestConstraint(constraint=grammar_constraint(req.guided_grammar,
+                                                                                        "guided_grammar"))))
+    if req.structured_outputs is not None:
+        c = _structured_outputs(req.structured_outputs)
+        if c is not None:
+            found.append(("structured_outputs", RequestConstraint(constraint=c)))
+    if len(found) > 1:
+        names = [name for name, _ in found]
+        raise InvalidRequest(f"give one constraint, not {' and '.join(names)}", param=names[1])
+    return found[0][1] if found else RequestConstraint()

@@ -1,0 +1,203 @@
+"""Every constraint field llama-server, vLLM and OpenAI clients send is enforced on both routes, or refused.
+
+With the official ``openai`` client (``extra_body`` for the fields OpenAI does not have), on
+``/v1/chat/completions`` and ``/v1/completions``: the output parses and validates against the
+schema, regex, choice or grammar; a constraint that cannot be enforced, or two at once, is a
+400 naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import httpx
+import jsonschema
+import openai
+import pytest
+
+MODEL = "SmolLM2-135M-Instruct"
+
+#: a schema llama.cpp's GBNF converter refused (escape in ``pattern``) or left unenforced (number bounds)
+PERSON = {
+    "type": "object",
+    "properties": {
+        "greeting": {"type": "string", "pattern": "^hello there indeed\\!$"},
+        "age": {"type": "integer", "minimum": 18, "maximum": 99},
+        "height": {"type": "number", "exclusiveMinimum": 1.0, "maximum": 2.5},
+    },
+    "required": ["greeting", "age", "height"],
+    "additionalProperties": False,
+}
+REGEX = r"[0-9]{3}-[a-z]{2,5}"
+ASK = [{"role": "user", "content": "Return a JSON object with the keys name and color for a cat."}]
+PROMPT = 'A cat as a JSON object with the keys "name" and "color": '
+CHOICES = ["red", "green", "blue"]
+
+
+def is_person(text: str) -> None:
+    jsonschema.validate(json.loads(text), PERSON)
+
+
+def is_object(text: str) -> None:
+    assert isinstance(json.loads(text), dict)
+
+
+def is_regex(text: str) -> None:
+    assert re.fullmatch(REGEX, text), text
+
+
+def is_choice(text: str) -> None:
+    assert text in CHOICES
+
+
+def is_yes_no(text: str) -> None:
+    assert text in ("yes", "no")
+
+
+def is_greek(text: str) -> None:
+    assert text in ("alpha", "beta")
+
+
+LARK = 'start: "alpha" | "beta"'
+GBNF = 'root ::= "yes" | "no"'
+
+#: (extra body, validator): every constraint field and form
+CASES = [
+    ({"response_format": {"type": "json_object"}}, is_object),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": PERSON, "strict": True}}},
+     is_person),
+    ({"response_format": {"type": "json_object", "schema": PERSON}}, is_person),  # llama-server's form
+    ({"json_schema": PERSON}, is_person),
+    ({"grammar": GBNF}, is_yes_no),
+    ({"grammar": "%llguidance {}\n" + LARK}, is_greek),
+    ({"guided_json": PERSON}, is_person),
+    ({"guided_json": json.dumps(PERSON)}, is_person),
+    ({"guided_regex": REGEX}, is_regex),
+    ({"guided_choice": CHOICES}, is_choice),
+    ({"guided_grammar": GBNF}, is_yes_no),
+    ({"guided_grammar": LARK}, is_greek),
+    ({"structured_outputs": {"json": PERSON}}, is_person),
+    ({"structured_outputs": {"json_object": True}}, is_object),
+    ({"structured_outputs": {"regex": REGEX}}, is_regex),
+    ({"structured_outputs": {"choice": CHOICES}}, is_choice),
+    ({"structured_outputs": {"grammar": LARK}}, is_greek),
+]
+IDS = [next(iter(body)) + ":" + (json.dumps(next(iter(body.values())))[:24]) for body, _ in CASES]
+
+
+@pytest.fixture
+def client(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+def chat_text(client: openai.OpenAI, extra: dict, **kw) -> tuple[str, str]:
+    response_format = extra.get("response_format")
+    rest = {k: v for k, v in extra.items() if k != "response_format"}
+    kwargs = {"response_format": response_format} if response_format else {}
+    r = client.chat.completions.create(
+        model=MODEL, **{"temperature": 0, "max_tokens": 80, **kw}, extra_body=rest, **kwargs, messages=ASK)
+    return r.choices[0].message.content, r.choices[0].finish_reason
+
+
+def completion_text(client: openai.OpenAI, extra: dict) -> tuple[str, str]:
+    r = client.completions.create(model=MODEL, prompt=PROMPT, temperature=0, max_tokens=80, extra_body=extra)
+    return r.choices[0].text, r.choices[0].finish_reason
+
+
+@pytest.mark.parametrize("extra,check", CASES, ids=IDS)
+def test_chat_output_obeys_the_constraint(client, extra: dict, check) -> None:
+    text, finish = chat_text(client, extra)
+    assert finish == "stop", text  # the constraint completed: only end of generation was left
+    check(text)
+
+
+@pytest.mark.parametrize("extra,check", CASES, ids=IDS)
+def test_completion_output_obeys_the_constraint(client, extra: dict, check) -> None:
+    text, finish = completion_text(client, extra)
+    assert finish == "stop", text
+    check(text)
+
+
+def test_sampled_output_obeys_the_constraint_too(client) -> None:
+    """Not only greedy: at temperature 1 with several seeds every output still validates."""
+    for seed in range(3):
+        r = client.completions.create(model=MODEL, prompt="Pick a code: ", temperature=1.0, seed=seed, max_tokens=30,
+                                      extra_body={"guided_regex": REGEX})
+        is_regex(r.choices[0].text)
+        text, _ = chat_text(client, {"json_schema": PERSON}, seed=seed, temperature=1.0)
+        is_person(text)
+
+
+def test_streamed_constrained_output_matches_non_streamed(client) -> None:
+    text, _ = chat_text(client, {"json_schema": PERSON})
+    stream = client.chat.completions.create(model=MODEL, temperature=0, max_tokens=80, stream=True,
+                                            extra_body={"json_schema": PERSON}, messages=ASK)
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == text
+    done, _ = completion_text(client, {"guided_choice": CHOICES})
+    stream = client.completions.create(model=MODEL, prompt=PROMPT, temperature=0, max_tokens=80, stream=True,
+                                       extra_body={"guided_choice": CHOICES})
+    assert "".join(c.choices[0].text for c in stream if c.choices) == done
+
+
+LOOKAHEAD = {"type": "object", "properties": {"a": {"type": "string", "pattern": "^(?=x)a+$"}}}
+
+#: (body fields, the param the 400 names)
+REFUSED = [
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": LOOKAHEAD}}},
+     "response_format"),
+    ({"response_format": {"type": "json_schema"}}, "response_format"),
+    ({"response_format": {"type": "yaml"}}, "response_format"),
+    ({"json_schema": LOOKAHEAD}, "json_schema"),
+    ({"json_schema": {"type": "object", "properties": {"a": {"type": "strnig"}}}}, "json_schema"),
+    ({"grammar": "root ::= nope"}, "grammar"),
+    ({"grammar": "%llguidance {}\nstart: nope"}, "grammar"),
+    ({"guided_json": "not json"}, "guided_json"),
+    ({"guided_json": LOOKAHEAD}, "guided_json"),
+    ({"guided_regex": "(?<=a)b"}, "guided_regex"),
+    ({"guided_regex": ""}, "guided_regex"),
+    ({"guided_choice": []}, "guided_choice"),
+    ({"guided_grammar": "root ::= nope"}, "guided_grammar"),
+    ({"structured_outputs": {"regex": "(?=a)b"}}, "structured_outputs.regex"),
+    ({"structured_outputs": {"json": LOOKAHEAD}}, "structured_outputs.json"),
+    ({"structured_outputs": {"choice": ["a"], "regex": "a"}}, "structured_outputs.choice"),
+    ({"structured_outputs": {"structural_tag": {"type": "structural_tag"}}}, "structured_outputs.structural_tag"),
+    ({"structured_outputs": {"jsn": {}}}, "structured_outputs"),  # a misspelled constraint is not dropped
+    # two constraint fields: which should win is a guess, so neither does
+    ({"json_schema": PERSON, "guided_regex": REGEX}, "guided_regex"),
+    ({"response_format": {"type": "json_object"}, "grammar": GBNF}, "grammar"),
+    ({"guided_choice": CHOICES, "structured_outputs": {"regex": REGEX}}, "structured_outputs"),
+]
+
+
+@pytest.mark.parametrize("route", ["chat", "completions"])
+@pytest.mark.parametrize("fields,param", REFUSED, ids=[p + ":" + json.dumps(f)[:30] for f, p in REFUSED])
+def test_unenforceable_constraint_is_400_naming_the_field(server, route: str, fields: dict, param: str) -> None:
+    body = {"max_tokens": 5, **fields}
+    if route == "chat":
+        body["messages"] = [{"role": "user", "content": "hi"}]
+    else:
+        body["prompt"] = "hi"
+    r = httpx.post(f"{server.base_url}/v1/{'chat/completions' if route == 'chat' else 'completions'}", json=body,
+                   timeout=60)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["type"] == "invalid_request_error"
+    assert err["param"] == param, err
+    assert "Traceback" not in err["message"]
+
+
+def test_unenforceable_constraint_is_400_through_the_openai_client(client) -> None:
+    with pytest.raises(openai.BadRequestError) as ei:
+        client.completions.create(model=MODEL, prompt="hi", max_tokens=5, extra_body={"guided_regex": "(?=a)b"})
+    assert ei.value.body["param"] == "guided_regex"
+
+
+def test_grammar_size_limit_covers_every_grammar_field(server) -> None:
+    """--max-grammar-bytes (128 KiB by default) applies to guided_grammar and regexes, on both routes."""
+    big = "a" * (129 * 1024)
+    for path, extra in (("chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+                        ("completions", {"prompt": "hi"})):
+        for field in ("guided_regex", "guided_grammar", "grammar"):
+            r = httpx.post(f"{server.base_url}/v1/{path}", json={**extra, field: big, "max_tokens": 2}, timeout=60)
+            assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text

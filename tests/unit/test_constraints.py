@@ -1,0 +1,106 @@
+"""constraint_from_request: every constraint field becomes a constraint or a 400 naming it (sans-IO, no vocab)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from skippy.engine.errors import InvalidRequest
+from skippy.engine.sampling.constraints import JSON_WHITESPACE, constraint_from_request
+from skippy.engine.types import ChatCompletionRequest, CompletionRequest, Message, decode_request
+
+SCHEMA = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 1}}, "required": ["a"]}
+
+
+def chat(**kw) -> ChatCompletionRequest:
+    body = {"messages": [{"role": "user", "content": "hi"}], **kw}
+    return decode_request(json.dumps(body).encode(), ChatCompletionRequest)
+
+
+def completion(**kw) -> CompletionRequest:
+    return decode_request(json.dumps({"prompt": "hi", **kw}).encode(), CompletionRequest)
+
+
+@pytest.mark.parametrize("make", [chat, completion])
+@pytest.mark.parametrize("fields,kind,param", [
+    ({"response_format": {"type": "json_object"}}, "json_schema", "response_format"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": SCHEMA}}},
+     "json_schema", "response_format"),
+    ({"json_schema": SCHEMA}, "json_schema", "json_schema"),
+    ({"guided_json": SCHEMA}, "json_schema", "guided_json"),
+    ({"guided_json": json.dumps(SCHEMA)}, "json_schema", "guided_json"),
+    ({"guided_regex": "^[a-z]+$"}, "regex", "guided_regex"),
+    ({"guided_choice": ["a", "b"]}, "choice", "guided_choice"),
+    ({"guided_grammar": 'root ::= "a"'}, "grammar", "guided_grammar"),
+    ({"guided_grammar": 'start: "a"'}, "grammar", "guided_grammar"),
+    ({"grammar": '%llguidance {}\nstart: "a"'}, "grammar", "grammar"),
+    ({"structured_outputs": {"json": SCHEMA}}, "json_schema", "structured_outputs.json"),
+    ({"structured_outputs": {"regex": "a+"}}, "regex", "structured_outputs.regex"),
+    ({"structured_outputs": {"choice": ["a"]}}, "choice", "structured_outputs.choice"),
+    ({"structured_outputs": {"grammar": 'start: "a"'}}, "grammar", "structured_outputs.grammar"),
+    ({"structured_outputs": {"json_object": True}}, "json_schema", "structured_outputs.json_object"),
+])
+def test_each_field_becomes_an_llguidance_constraint(make, fields, kind, param):
+    rc = constraint_from_request(make(**fields))
+    assert rc and rc.gbnf is None
+    assert (rc.constraint.kind, rc.constraint.param, rc.param) == (kind, param, param)
+    assert rc.constraint.grammar  # llguidance grammar text (Lark, or its JSON form)
+
+
+@pytest.mark.parametrize("make", [chat, completion])
+def test_gbnf_grammar_stays_for_llama_cpp(make):
+    rc = constraint_from_request(make(grammar='root ::= "a"'))
+    assert (rc.gbnf, rc.constraint, rc.param) == ('root ::= "a"', None, "grammar")
+
+
+def test_no_constraint_and_text_format_are_empty():
+    assert not constraint_from_request(chat())
+    assert not constraint_from_request(chat(response_format={"type": "text"}))
+    assert not constraint_from_request(completion(structured_outputs={}))
+
+
+def test_json_whitespace_follows_llama_cpp_and_can_be_turned_off():
+    rc = constraint_from_request(chat(json_schema=SCHEMA))
+    assert JSON_WHITESPACE.replace("\\", "\\\\") in rc.constraint.grammar
+    strict = constraint_from_request(chat(structured_outputs={"json": SCHEMA, "disable_any_whitespace": True}))
+    assert '"whitespace_flexible":false' in strict.constraint.grammar.replace(" ", "")
+
+
+def test_disable_additional_properties_closes_objects():
+    rc = constraint_from_request(chat(structured_outputs={"json": SCHEMA, "disable_additional_properties": True}))
+    assert '"additionalProperties":false' in rc.constraint.grammar.replace(" ", "")
+
+
+@pytest.mark.parametrize("make", [chat, completion])
+@pytest.mark.parametrize("fields,param", [
+    ({"response_format": {"type": "yaml"}}, "response_format"),
+    ({"response_format": {"type": "json_schema"}}, "response_format"),
+    ({"guided_json": "{not json"}, "guided_json"),
+    ({"guided_json": "[1, 2]"}, "guided_json"),
+    ({"guided_regex": ""}, "guided_regex"),
+    ({"guided_choice": []}, "guided_choice"),
+    ({"guided_choice": ["a", ""]}, "guided_choice"),
+    ({"guided_grammar": "   "}, "guided_grammar"),
+    ({"grammar": ""}, "grammar"),
+    ({"structured_outputs": {"regex": "a", "choice": ["a"]}}, "structured_outputs.choice"),
+    ({"structured_outputs": {"structural_tag": {}}}, "structured_outputs.structural_tag"),
+    ({"json_schema": SCHEMA, "guided_regex": "a"}, "guided_regex"),
+    ({"response_format": {"type": "json_object"}, "grammar": 'root ::= "a"'}, "grammar"),
+    ({"grammar": 'root ::= "a"', "structured_outputs": {"regex": "a"}}, "structured_outputs"),
+])
+def test_malformed_or_conflicting_constraint_is_400_naming_the_field(make, fields, param):
+    with pytest.raises(InvalidRequest) as ei:
+        constraint_from_request(make(**fields))
+    assert ei.value.param == param
+
+
+def test_unknown_structured_outputs_key_is_refused_at_decoding():
+    with pytest.raises(InvalidRequest) as ei:
+        chat(structured_outputs={"jsn": {}})
+    assert ei.value.param == "structured_outputs"
+
+
+def test_embedded_requests_take_the_same_fields():
+    req = ChatCompletionRequest(messages=[Message("user", "hi")], guided_choice=["x", "y"])
+    assert constraint_from_request(req).constraint.kind == "choice"
