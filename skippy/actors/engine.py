@@ -13,17 +13,24 @@ Requests and replies are OpenAI shapes: msgspec request Structs in
 Errors are :class:`skippy.engine.errors.EngineError` subclasses.
 
 Per request, the facade renders and tokenizes the prompt through the actors,
-makes a sans-IO :class:`~skippy.engine.output.generation.Generation`, submits
-its sequence to the :class:`DecodeScheduler` (a full queue raises
-:class:`QueueFull` there, before any chunk), and then only moves the
-sequence's events from the scheduler's channel into the Generation; the
+makes a sans-IO :class:`~skippy.engine.output.generation.Generation` per
+choice (OpenAI ``n``, times the prompts of a list on ``/v1/completions``),
+submits their sequences together to the :class:`DecodeScheduler` (a full
+queue raises :class:`QueueFull` there, before any chunk), and then only moves
+each sequence's events from one shared channel into its Generation; the
 replies are built by :mod:`skippy.engine.output.responses`.
+
+The choices of one prompt are one prompt prefilled once: they are submitted
+together, the first prefills it, and the scheduler copies its KV
+(``llama_memory_seq_cp``) to the others, which only prefill the prompt's last
+tokens (:data:`~skippy.engine.scheduling.prefix.MIN_TAIL`) before sampling.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing, asynccontextmanager
@@ -48,15 +55,17 @@ from skippy.engine.errors import (
     InvalidRequest,
     ModelNotFound,
     PermissionDenied,
+    QueueFull,
 )
 from skippy.engine.hooks.policy import Deny, Inject, Stop, load_policy_factory
 from skippy.engine.hooks.signals import FinishInfo, SignalConfig
 from skippy.engine.output import wire
 from skippy.engine.output.generation import Done, Generation, GenerationError, Piece
-from skippy.engine.output.responses import ChatReply, TextReply
+from skippy.engine.output.responses import ChatReply, Choices, TextReply, new_id
 from skippy.engine.runtime.base import Runtime
 from skippy.engine.sampling.params import SamplingParams, sampling_from_request
 from skippy.engine.scheduling.events import SeqEvent
+from skippy.engine.scheduling.prefix import MIN_REUSE, MIN_TAIL
 from skippy.engine.types import ChatCompletionRequest, CompletionRequest, Message, SamplingFields
 
 
@@ -100,39 +109,56 @@ class Engine:
                                 param="model")
 
     async def chat(self, req: ChatCompletionRequest) -> wire.ChatCompletion:
-        """One OpenAI ``chat.completion`` for ``req`` (``req.stream`` is ignored)."""
-        gen, stream = await self._start_chat(req)
-        reply = ChatReply(self.model_id, gen, logprobs=req.logprobs)
-        return reply.completion(await _drain(stream))
+        """One OpenAI ``chat.completion`` for ``req`` (``req.stream`` is ignored); ``n`` choices."""
+        gens, stream = await self._start_chat(req)
+        return self._chat_choices(req, gens).completion(await _drain(stream))  # type: ignore[return-value]
 
     async def chat_stream(self, req: ChatCompletionRequest) -> AsyncIterator[wire.ChatCompletionChunk]:
         """OpenAI ``chat.completion.chunk`` objects: role chunk, deltas, finish chunk, optional usage chunk.
 
-        Errors in the request (400/403/404/429) raise here, before the first
-        chunk. Closing the iterator before its end cancels the generation.
+        With ``n`` > 1 every choice's chunks carry its ``index`` and interleave as
+        its tokens come; one usage chunk ends the stream. Errors in the request
+        (400/403/404/429) raise here, before the first chunk. Closing the
+        iterator before its end cancels every choice.
         """
-        gen, stream = await self._start_chat(req)
-        reply = ChatReply(self.model_id, gen, logprobs=req.logprobs,
-                          include_usage=bool(req.stream_options and req.stream_options.include_usage))
-        return stream.rendered(reply.first_chunks(), reply.chunks)
+        gens, stream = await self._start_chat(req)
+        choices = self._chat_choices(req, gens, include_usage=bool(req.stream_options
+                                                                  and req.stream_options.include_usage))
+        return stream.rendered(choices.first_chunks(), choices.chunks)
 
     async def completion(self, req: CompletionRequest) -> wire.TextCompletion:
-        """One OpenAI legacy ``text_completion`` for ``req`` (string prompt)."""
-        prompt_text, gen, stream = await self._start_completion(req)
-        reply = TextReply(self.model_id, gen, prompt_text=prompt_text, echo=req.echo,
-                          logprobs=req.logprobs is not None)
-        return reply.completion(await _drain(stream))
+        """One OpenAI legacy ``text_completion`` for ``req``: ``n`` choices per prompt (a string, a list
+        of strings, token ids or lists of token ids), ``choices[prompt_i * n + j]``."""
+        texts, gens, stream = await self._start_completion(req)
+        return self._text_choices(req, texts, gens).completion(await _drain(stream))  # type: ignore[return-value]
 
     async def completion_stream(self, req: CompletionRequest) -> AsyncIterator[wire.TextCompletion]:
-        """OpenAI legacy ``text_completion`` chunks (the echoed prompt first with ``echo``).
+        """OpenAI legacy ``text_completion`` chunks (the echoed prompt first with ``echo``), each choice's
+        with its ``index``.
 
         Errors in the request (400/404/429) raise here, before the first chunk.
         """
-        prompt_text, gen, stream = await self._start_completion(req)
-        reply = TextReply(self.model_id, gen, prompt_text=prompt_text, echo=req.echo,
-                          logprobs=req.logprobs is not None,
-                          include_usage=bool(req.stream_options and req.stream_options.include_usage))
-        return stream.rendered(reply.first_chunks(), reply.chunks)
+        texts, gens, stream = await self._start_completion(req)
+        choices = self._text_choices(req, texts, gens, include_usage=bool(req.stream_options
+                                                                         and req.stream_options.include_usage))
+        return stream.rendered(choices.first_chunks(), choices.chunks)
+
+    def _chat_choices(self, req: ChatCompletionRequest, gens: list[Generation], *,
+                      include_usage: bool = False) -> Choices:
+        rid, created = new_id("chatcmpl"), int(time.time())
+        replies = [ChatReply(self.model_id, gen, logprobs=req.logprobs, index=i, id=rid, created=created)
+                   for i, gen in enumerate(gens)]
+        return Choices(replies, [0] * len(gens), include_usage=include_usage)
+
+    def _text_choices(self, req: CompletionRequest, texts: list[str], gens: list[Generation], *,
+                      include_usage: bool = False) -> Choices:
+        rid, created, n = new_id("cmpl"), int(time.time()), len(gens) // len(texts)
+        replies = [TextReply(self.model_id, gen, prompt_text=texts[i // n], echo=req.echo,
+                             logprobs=req.logprobs is not None, index=i, id=rid, created=created,
+                             prompt_source=gens[i - i % n] if gens[i - i % n].request.prompt_logprobs is not None
+                             else gen)
+                   for i, gen in enumerate(gens)]
+        return Choices(replies, [i // n for i in range(len(gens))], include_usage=include_usage)
 
     async def apply_template(self, messages: list[Message]) -> str:
         """Render ``messages`` with the chat template (llama-server ``/apply-template``)."""
@@ -165,8 +191,9 @@ class Engine:
                 "requests_waiting": st.n_waiting}
 
     # -- internals ----------------------------------------------------------------
-    async def _start_chat(self, req: ChatCompletionRequest) -> tuple[Generation, _Events]:
+    async def _start_chat(self, req: ChatCompletionRequest) -> tuple[list[Generation], _Events]:
         self.check_model(req.model)
+        n = self._n(req)
         params = self._sampling(req, logprobs=req.logprobs, top_logprobs=req.top_logprobs or 0)
         hooks_on = self.hooks is not None and (req.mesh_hooks if req.mesh_hooks is not None
                                                else self.config.hooks_default_on)
@@ -184,15 +211,17 @@ class Engine:
         if isinstance(pre, Inject):  # before_chat injection: appended to the prompt, never shown
             extra = await self.tokenizer.tokenize(pre.text, add_special=False, parse_special=False)
             prompt, injected = prompt + extra, len(extra)
-        early = EarlyStop(set(plan.allowed_tools), plan.parallel_tool_calls) if plan.emulated else None
-        gen = Generation(next(self._rids), prompt, params, self._max_tokens(req, len(prompt)),
-                         piece=self.runtime.vocab.piece, parser=make_output_parser(plan),
-                         stops=_stops(req.stop), early_stop=early, hooks=hooks_on, signals=req.return_signals,
-                         hook_request=req, injected=injected, cache_key=req.prompt_cache_key,
-                         cache_prompt=req.cache_prompt)
+        max_tokens, stops = self._max_tokens(req, len(prompt)), _stops(req.stop)
+        gens = [Generation(next(self._rids), prompt, _choice_seed(params, j), max_tokens,
+                           piece=self.runtime.vocab.piece, parser=make_output_parser(plan), stops=stops,
+                           early_stop=EarlyStop(set(plan.allowed_tools), plan.parallel_tool_calls) if plan.emulated
+                           else None, hooks=hooks_on, signals=req.return_signals, hook_request=req,
+                           injected=injected, cache_key=req.prompt_cache_key, cache_prompt=req.cache_prompt,
+                           min_reuse=_min_reuse(n, len(prompt)))
+                for j in range(n)]
         if isinstance(pre, Stop):
-            return gen, self._stopped_before(gen, ctx, pre.reason)
-        return gen, self._submit(gen, ctx)
+            return gens, self._stopped_before(gens, ctx, pre.reason)
+        return gens, self._submit(gens, ctx)
 
     async def _before_chat(self, ctx: _HookCtx) -> Any:
         """Run ``before_chat``; Deny raises (403, or 400 when the policy says so) after ``on_finish``."""
@@ -204,11 +233,11 @@ class Engine:
             raise PermissionDenied(outcome.message, code="denied_by_hook")
         return outcome
 
-    def _stopped_before(self, gen: Generation, ctx: _HookCtx, reason: str) -> _Events:
-        """A ``before_chat`` Stop: nothing is submitted; the events are only the :class:`Done`."""
-        done = gen.stopped_before(reason)
-        self._on_finish(ctx, gen.finish_info)
-        return _Events(self, gen, None, None, done)
+    def _stopped_before(self, gens: list[Generation], ctx: _HookCtx, reason: str) -> _Events:
+        """A ``before_chat`` Stop: nothing is submitted; the events are only each choice's :class:`Done`."""
+        dones = [gen.stopped_before(reason) for gen in gens]
+        self._on_finish(ctx, gens[0].finish_info)
+        return _Events(self, gens, None, None, dones=dones)
 
     def _on_finish(self, ctx: _HookCtx | None, info: FinishInfo) -> None:
         """``on_finish`` runs in the engine's nursery: never delays or fails the request."""
@@ -218,24 +247,80 @@ class Engine:
             except RuntimeError:  # the engine is closing
                 pass
 
-    async def _start_completion(self, req: CompletionRequest) -> tuple[str, Generation, _Events]:
+    async def _start_completion(self, req: CompletionRequest) -> tuple[list[str], list[Generation], _Events]:
+        """The prompt texts (for ``echo``), every choice's generation (``n`` per prompt, in order), the events."""
         self.check_model(req.model)
-        prompt_text = req.prompt
-        if isinstance(prompt_text, list):
-            if len(prompt_text) != 1:
-                raise InvalidRequest("prompt must be a string (or a list of exactly one string)", param="prompt")
-            prompt_text = prompt_text[0]
+        n = self._n(req)
         lp = req.logprobs
         if lp is not None and not 0 <= lp <= 5:
             raise InvalidRequest("logprobs must be in [0, 5]", param="logprobs")
         params = self._sampling(req, logprobs=lp is not None, top_logprobs=lp or 0)
-        prompt = await self.tokenizer.tokenize(prompt_text, add_special=True, parse_special=True)
-        if not prompt:
-            raise InvalidRequest("prompt is empty", param="prompt")
-        gen = Generation(next(self._rids), prompt, params, self._max_tokens(req, len(prompt)),
-                         piece=self.runtime.vocab.piece, parser=ContentParser(), stops=_stops(req.stop),
-                         cache_prompt=req.cache_prompt)
-        return prompt_text, gen, self._submit(gen, None)
+        prompts = await self._completion_prompts(req, n)
+        stops = _stops(req.stop)
+        scored = req.echo and lp is not None  # echo + logprobs: the prompt's tokens are scored once per prompt
+        texts, gens = [], []
+        for text, prompt in prompts:
+            texts.append(text)
+            max_tokens = self._max_tokens(req, len(prompt))
+            for j in range(n):
+                # the first choice scores the prompt (prefilled whole, so not from the cache); the others copy
+                # its KV, or, when they cannot (a prompt of MIN_TAIL tokens or less, cache_prompt false),
+                # score it themselves
+                score = scored and (j == 0 or len(prompt) <= MIN_TAIL or not req.cache_prompt)
+                gens.append(Generation(
+                    next(self._rids), prompt, _choice_seed(params, j), max_tokens, piece=self.runtime.vocab.piece,
+                    parser=ContentParser(), stops=stops, cache_prompt=req.cache_prompt and not score,
+                    min_reuse=_min_reuse(n, len(prompt)), prompt_logprobs=(lp or 0) if score else None))
+        return texts, gens, self._submit(gens, None)
+
+    async def _completion_prompts(self, req: CompletionRequest, n: int) -> list[tuple[str, list[int]]]:
+        """``prompt`` as (text, token ids) pairs: a string, a list of strings, a list of token ids, or a list
+        of lists of token ids (OpenAI). Strings are tokenized with the vocabulary's special tokens (BOS);
+        token ids are used as given and detokenized for ``echo``. Raises :class:`InvalidRequest` (``prompt``)
+        for an empty prompt, a mixed list, a token id outside the vocabulary, or more choices than the queue holds.
+        """
+        raw = req.prompt
+        items: list[str | list[int]]
+        if isinstance(raw, str):
+            items = [raw]
+        elif raw and all(isinstance(x, str) for x in raw):
+            items = list(raw)  # type: ignore[arg-type]
+        elif raw and all(isinstance(x, int) for x in raw):
+            items = [list(raw)]  # type: ignore[arg-type]
+        elif raw and all(isinstance(x, list) for x in raw):
+            items = list(raw)  # type: ignore[arg-type]
+        else:
+            raise InvalidRequest("prompt must be a string, a list of strings, a list of token ids or a list of "
+                                 "lists of token ids, not empty and not mixed", param="prompt")
+        if len(items) * n > self.config.max_queue:
+            raise InvalidRequest(f"prompt has {len(items)} prompts and n is {n}: at most {self.config.max_queue} "
+                                 "choices per request (--max-queue)", param="prompt")
+        out = []
+        n_vocab = self.meta.n_vocab
+        for item in items:
+            if isinstance(item, str):
+                tokens = await self.tokenizer.tokenize(item, add_special=True, parse_special=True)
+                text = item
+            else:
+                if any(not 0 <= t < n_vocab for t in item):
+                    raise InvalidRequest(f"prompt has a token id outside the vocabulary (0..{n_vocab - 1})",
+                                         param="prompt")
+                tokens = list(item)
+                text = await self.tokenizer.detokenize(tokens) if tokens else ""
+            if not tokens:
+                raise InvalidRequest("prompt is empty", param="prompt")
+            out.append((text, tokens))
+        return out
+
+    def _n(self, req: SamplingFields) -> int:
+        """``n`` (default 1): 1..``n_seq_max`` choices (400 ``n`` beyond: each choice needs a sequence slot)."""
+        n = 1 if req.n is None else req.n
+        if n < 1:
+            raise InvalidRequest("n must be >= 1", param="n")
+        if n > self.meta.n_seq_max:
+            raise InvalidRequest(f"n is {n}, but this server decodes at most {self.meta.n_seq_max} sequences "
+                                 "at once (--parallel)", param="n")
+        return n
 
     def _sampling(self, req: SamplingFields, *, logprobs: bool, top_logprobs: int) -> SamplingParams:
         if self.closed:
@@ -260,95 +345,125 @@ class Engine:
                 f"tokens; lower max_tokens to at most {n_ctx - n_prompt}", param="max_tokens")
         return min(asked, n_ctx - n_prompt)
 
-    def _submit(self, gen: Generation, ctx: _HookCtx | None) -> _Events:
-        """Queue ``gen``'s sequence now (:class:`QueueFull`, 429, raises here, before any chunk exists)."""
-        send, recv = trio.open_memory_channel[SeqEvent](math.inf)
-        self.scheduler.submit(gen.request, send)
-        return _Events(self, gen, ctx, recv)
+    def _submit(self, gens: list[Generation], ctx: _HookCtx | None) -> _Events:
+        """Queue every choice's sequence now, together (:class:`QueueFull`, 429, raises here, before any
+        chunk exists; the choices already queued are cancelled)."""
+        send, recv = trio.open_memory_channel[tuple[int, SeqEvent]](math.inf)
+        try:
+            for i, gen in enumerate(gens):
+                self.scheduler.submit(gen.request, _ChoiceChannel(send, i))  # type: ignore[arg-type]
+        except QueueFull:
+            for gen in gens[:i]:
+                self.scheduler.cancel(gen.rid)
+            raise
+        return _Events(self, gens, ctx, recv, send)
+
+
+class _ChoiceChannel:
+    """Choice ``index``'s end of a request's shared event channel: what the scheduler sends it arrives
+    as ``(index, event)``. The scheduler uses only ``send_nowait`` and ``statistics`` of a send channel."""
+
+    def __init__(self, send: trio.MemorySendChannel[tuple[int, SeqEvent]], index: int) -> None:
+        self._send = send
+        self._index = index
+
+    def send_nowait(self, event: SeqEvent) -> None:
+        self._send.send_nowait((self._index, event))
+
+    def statistics(self) -> Any:
+        return self._send.statistics()
 
 
 class _Events:
-    """One submitted sequence's :class:`Piece` / :class:`Done` items, as an async iterator.
+    """One request's submitted sequences (its choices): their ``(choice, Piece | Done)`` items, as an async iterator.
 
-    It only moves events: each :class:`SeqEvent` from the scheduler's channel
-    goes into the :class:`Generation`; the items it returns come out. It
-    cancels the sequence when the generation asks (a stop string matched) or
-    when it is closed before the end (the client went away), runs
-    ``on_finish`` once with the generation's :class:`FinishInfo`, and observes
-    TTFT, ITL and end-to-end latency (seconds, trio clock, from submission).
+    It only moves events: each ``(choice, SeqEvent)`` from the request's shared
+    channel goes into that choice's :class:`Generation`; the items it returns
+    come out. It cancels a choice's sequence when its generation asks (a stop
+    string matched), and every unfinished one when it is closed before the end
+    (the client went away), runs ``on_finish`` once per choice with the
+    generation's :class:`FinishInfo`, and observes TTFT, ITL and end-to-end
+    latency per choice (seconds, trio clock, from submission).
 
     Dropped without :meth:`aclose` (an embedder's ``break`` out of ``async
     for``), it closes itself when garbage-collected: the close is handed to the
     trio loop (``TrioToken.run_sync_soon``), as trio finalizes async generators.
     """
 
-    def __init__(self, engine: Engine, gen: Generation, ctx: _HookCtx | None,
-                 recv: trio.MemoryReceiveChannel[SeqEvent] | None, done: Done | None = None) -> None:
+    def __init__(self, engine: Engine, gens: list[Generation], ctx: _HookCtx | None,
+                 recv: trio.MemoryReceiveChannel[tuple[int, SeqEvent]] | None,
+                 send: trio.MemorySendChannel[tuple[int, SeqEvent]] | None = None,
+                 dones: list[Done] | None = None) -> None:
         self._engine = engine
-        self._gen = gen
+        self._gens = gens
         self._ctx = ctx
         self._recv = recv
-        self._ready: deque[Piece | Done] = deque([done] if done is not None else [])
-        self._reported = done is not None  # on_finish already ran (a before_chat Stop)
+        self._send = send
+        self._ready: deque[tuple[int, Piece | Done]] = deque(enumerate(dones or []))
+        self._reported = [dones is not None] * len(gens)  # on_finish already ran (a before_chat Stop)
         self._closed = False
-        self._t_start = self._t_last = trio.current_time()
+        self._t_start = trio.current_time()
+        self._t_last = [self._t_start] * len(gens)
         self._token = trio.lowlevel.current_trio_token()
 
     def __aiter__(self) -> _Events:
         return self
 
-    async def __anext__(self) -> Piece | Done:
+    async def __anext__(self) -> tuple[int, Piece | Done]:
         while not self._ready:
-            if self._gen.finished or self._recv is None:
+            if self._recv is None or all(gen.finished for gen in self._gens):
                 raise StopAsyncIteration
             try:
-                event = await self._recv.receive()
-            except trio.EndOfChannel:  # no FinishEvent: the sequence is gone
+                index, event = await self._recv.receive()
+            except trio.EndOfChannel:  # no FinishEvent: the sequences are gone
                 await self.aclose()
                 raise StopAsyncIteration from None
-            item = self._feed(event)
+            item = self._feed(index, event)
             if item is not None:
-                self._ready.append(item)
+                self._ready.append((index, item))
         return self._ready.popleft()
 
-    def _feed(self, event: SeqEvent) -> Piece | Done | None:
-        gen, metrics = self._gen, self._engine.metrics
+    def _feed(self, index: int, event: SeqEvent) -> Piece | Done | None:
+        gen, metrics = self._gens[index], self._engine.metrics
         n = gen.completion_tokens
         try:
             item = gen.feed(event)
         except EngineError:
-            self._report()
+            self._report(index)
             raise
         if gen.completion_tokens != n:
             now = trio.current_time()
-            (metrics.itl if n else metrics.ttft).observe(now - self._t_last)
-            self._t_last = now
+            (metrics.itl if n else metrics.ttft).observe(now - self._t_last[index])
+            self._t_last[index] = now
         if gen.wants_cancel:
             self._engine.scheduler.cancel(gen.rid)  # its FinishEvent follows
         if isinstance(item, Done):
             metrics.e2e.observe(trio.current_time() - self._t_start)
-            self._report()
+            self._report(index)
         return item
 
-    def _report(self) -> None:
-        if not self._reported:
-            self._reported = True
-            self._engine._on_finish(self._ctx, self._gen.finish_info)
+    def _report(self, index: int) -> None:
+        if not self._reported[index]:
+            self._reported[index] = True
+            self._engine._on_finish(self._ctx, self._gens[index].finish_info)
 
     async def aclose(self) -> None:
-        """Stop here: an unfinished generation is cancelled (``on_finish`` says ``cancelled``)."""
+        """Stop here: unfinished generations are cancelled (``on_finish`` says ``cancelled``)."""
         self._close()
 
     def _close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        if not self._gen.finished:
-            self._gen.abandon()
-            self._engine.scheduler.cancel(self._gen.rid)
-        self._report()
+        for index, gen in enumerate(self._gens):
+            if not gen.finished:
+                gen.abandon()
+                self._engine.scheduler.cancel(gen.rid)
+            self._report(index)
         if self._recv is not None:
             self._recv.close()
+        if self._send is not None:
+            self._send.close()
 
     def __del__(self) -> None:
         if not self._closed:
@@ -357,15 +472,15 @@ class _Events:
             except trio.RunFinishedError:  # the engine's trio run is over: nothing left to free
                 pass
 
-    def rendered(self, head: list[T], render: Callable[[Piece | Done], list[T]]) -> _Rendered[T]:
-        """These items as reply objects: ``head`` first, then ``render(item)`` for each item."""
+    def rendered(self, head: list[T], render: Callable[[int, Piece | Done], list[T]]) -> _Rendered[T]:
+        """These items as reply objects: ``head`` first, then ``render(choice, item)`` for each item."""
         return _Rendered(self, head, render)
 
 
 class _Rendered(Generic[T]):
     """An :class:`_Events` mapped to reply objects (stream chunks); closing it closes the events."""
 
-    def __init__(self, events: _Events, head: list[T], render: Callable[[Piece | Done], list[T]]) -> None:
+    def __init__(self, events: _Events, head: list[T], render: Callable[[int, Piece | Done], list[T]]) -> None:
         self._events = events
         self._ready: deque[T] = deque(head)
         self._render = render
@@ -375,7 +490,7 @@ class _Rendered(Generic[T]):
 
     async def __anext__(self) -> T:
         while not self._ready:
-            self._ready.extend(self._render(await self._events.__anext__()))
+            self._ready.extend(self._render(*await self._events.__anext__()))
         return self._ready.popleft()
 
     async def aclose(self) -> None:
@@ -391,13 +506,27 @@ def _stops(stop: str | list[str] | None) -> list[str]:
     return [s for s in stops if s]
 
 
-async def _drain(events: _Events) -> Done:
-    """Consume a generation to its :class:`Done` (the same parser as streaming gives the message)."""
+def _choice_seed(params: SamplingParams, j: int) -> SamplingParams:
+    """Choice ``j``'s sampling: the request's seed plus ``j``, so seeded choices differ and reproduce."""
+    return attrs.evolve(params, seed=(params.seed + j) & 0xFFFFFFFF) if j else params
+
+
+def _min_reuse(n: int, n_prompt: int) -> int:
+    """The shortest prefix the scheduler copies for a choice: with ``n`` > 1, also a prompt shorter than
+    ``MIN_REUSE`` is prefilled once and copied (all of it but the last ``MIN_TAIL`` tokens)."""
+    return MIN_REUSE if n == 1 else max(1, min(MIN_REUSE, n_prompt - MIN_TAIL))
+
+
+async def _drain(events: _Events) -> list[Done]:
+    """Consume every choice to its :class:`Done` (the same parser as streaming gives the message)."""
+    dones: dict[int, Done] = {}
     async with aclosing(events):
-        async for item in events:
+        async for index, item in events:
             if isinstance(item, Done):
-                return item
-    raise GenerationError("generation ended without a result")
+                dones[index] = item
+    if len(dones) != len(events._gens):
+        raise GenerationError("generation ended without a result")
+    return [dones[i] for i in range(len(dones))]
 
 
 def load_runtime(config: EngineConfig) -> Runtime:

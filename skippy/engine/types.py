@@ -127,11 +127,18 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
 
 
 class CompletionRequest(SamplingFields, kw_only=True):
-    """``POST /v1/completions`` body (OpenAI legacy Completions; string prompt)."""
+    """``POST /v1/completions`` body (OpenAI legacy Completions).
 
-    prompt: str | list[str]
+    ``prompt``: a string, a list of strings, a list of token ids, or a list of
+    lists of token ids (one set of ``n`` choices per prompt); the engine checks
+    that a list is not mixed. ``suffix``: the text after the completion
+    (fill-in-the-middle with the vocabulary's FIM tokens).
+    """
+
+    prompt: str | list[str | int | list[int]]
     logprobs: int | None = None
     echo: bool = False
+    suffix: str | None = None
 
 
 class TokenizeRequest(msgspec.Struct, kw_only=True):

@@ -179,15 +179,18 @@ class ChatLogprobs(WireStruct, kw_only=True):
 
 
 class CompletionLogprobs(WireStruct, kw_only=True):
-    """OpenAI legacy Completions ``choices[].logprobs``: parallel lists, one item per generated token.
+    """OpenAI legacy Completions ``choices[].logprobs``: parallel lists, one item per token.
 
+    The tokens are the generated ones, preceded by the prompt's with ``echo``.
     ``top_logprobs[i]`` maps token text to natural-log probability for the
-    ``logprobs`` most likely tokens; ``text_offset`` is always empty here.
+    ``logprobs`` most likely tokens; ``text_offset[i]`` is the character offset
+    of token ``i`` in the prompt text followed by the completion (OpenAI). The
+    first token of an echoed prompt has ``null`` logprob and ``top_logprobs``.
     """
 
     tokens: list[str]
-    token_logprobs: list[float]
-    top_logprobs: list[dict[str, float]]
+    token_logprobs: list[float | None]
+    top_logprobs: list[dict[str, float] | None]
     text_offset: list[int] = msgspec.field(default_factory=list)
 
 

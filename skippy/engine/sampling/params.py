@@ -59,10 +59,9 @@ def sampling_from_request(req: SamplingFields, *, n_vocab: int, logprobs: bool =
     """Validate the sampling fields of ``req`` and build :class:`SamplingParams`.
 
     Raises :class:`InvalidRequest` (400, ``param`` set) for out-of-range
-    values, ``n`` > 1 (one choice per request is supported), or a
-    ``logit_bias`` key that is not a token id of this vocabulary.
+    values or a ``logit_bias`` key that is not a token id of this vocabulary.
+    (``n`` is the engine's: one generation per choice, each with these parameters.)
     """
-    _check(req.n is None or req.n == 1, "only n=1 is supported", "n")
     t = 0.8 if req.temperature is None else req.temperature
     _check(0.0 <= t <= 100.0, "temperature must be in [0, 100]", "temperature")
     top_p = 0.95 if req.top_p is None else req.top_p
