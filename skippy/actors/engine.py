@@ -37,6 +37,7 @@ from contextlib import aclosing, asynccontextmanager
 from typing import Any, Generic, TypeVar
 
 import attrs
+import msgspec
 import trio
 
 from skippy.actors.hooks import HookEvaluator, WebhookPolicy
@@ -59,14 +60,15 @@ from skippy.engine.errors import (
 )
 from skippy.engine.hooks.policy import Deny, Inject, Stop, load_policy_factory
 from skippy.engine.hooks.signals import FinishInfo, SignalConfig
+from skippy.engine.infill import ExtraChunk, Mixed, format_infill, require_fim
 from skippy.engine.output import wire
 from skippy.engine.output.generation import Done, Generation, GenerationError, Piece
-from skippy.engine.output.responses import ChatReply, Choices, TextReply, new_id
+from skippy.engine.output.responses import ChatReply, Choices, InfillReply, TextReply, new_id
 from skippy.engine.runtime.base import Runtime
 from skippy.engine.sampling.params import SamplingParams, sampling_from_request
 from skippy.engine.scheduling.events import SeqEvent
 from skippy.engine.scheduling.prefix import MIN_REUSE, MIN_TAIL
-from skippy.engine.types import ChatCompletionRequest, CompletionRequest, Message, SamplingFields
+from skippy.engine.types import ChatCompletionRequest, CompletionRequest, InfillRequest, Message, SamplingFields
 
 
 @attrs.frozen
@@ -142,6 +144,51 @@ class Engine:
         choices = self._text_choices(req, texts, gens, include_usage=bool(req.stream_options
                                                                          and req.stream_options.include_usage))
         return stream.rendered(choices.first_chunks(), choices.chunks)
+
+    async def infill(self, req: InfillRequest) -> wire.Infill:
+        """llama-server ``/infill``: fill the gap between ``input_prefix`` and ``input_suffix`` (see
+        :mod:`skippy.engine.infill`). Raises :class:`InvalidRequest` (400) for a model without FIM tokens."""
+        gen, stream = await self._start_infill(req)
+        return InfillReply(self.model_id, gen).completion((await _drain(stream))[0])
+
+    async def infill_stream(self, req: InfillRequest) -> AsyncIterator[wire.Infill]:
+        """llama-server ``/infill`` stream events: ``content`` pieces, then the final event (``stop: true``)."""
+        gen, stream = await self._start_infill(req)
+        return stream.rendered([], InfillReply(self.model_id, gen).chunks)
+
+    async def _start_infill(self, req: InfillRequest) -> tuple[Generation, _Events]:
+        self.check_model(req.model)
+        require_fim(self.meta.fim, "input_prefix")
+        if req.n not in (None, 1):
+            raise InvalidRequest("/infill gives one completion: n must be 1", param="n")
+        if req.n_predict is not None:  # llama-server's name wins; -1: up to the context
+            req = msgspec.structs.replace(req, max_tokens=None if req.n_predict < 0 else req.n_predict,
+                                          max_completion_tokens=None)
+        params = self._sampling(req, logprobs=False, top_logprobs=0)
+        prompt = await self._infill_tokens(req.input_prefix, req.input_suffix, prompt=req.prompt,
+                                           extra=[ExtraChunk(c.text, c.filename) for c in req.input_extra],
+                                           n_predict=req.n_predict if req.n_predict is not None else -1)
+        gen = Generation(next(self._rids), prompt, params, self._max_tokens(req, len(prompt)),
+                         piece=self.runtime.vocab.piece, parser=ContentParser(), stops=_stops(req.stop),
+                         cache_prompt=req.cache_prompt)
+        return gen, self._submit([gen], None)
+
+    async def _infill_tokens(self, prefix: Mixed, suffix: Mixed, *, prompt: Mixed = "",
+                             extra: list[ExtraChunk] | None = None, n_predict: int = -1) -> list[int]:
+        """A fill-in-the-middle prompt's token ids (llama-server ``format_infill``), assembled in a worker thread."""
+        vocab, meta = self.runtime.vocab, self.meta
+        for name, x in (("prefix", prefix), ("suffix", suffix), ("prompt", prompt)):
+            if not isinstance(x, str) and any(not 0 <= t < meta.n_vocab for t in x):
+                raise InvalidRequest(f"the {name} has a token id outside the vocabulary (0..{meta.n_vocab - 1})",
+                                     param="prompt" if name == "prompt" else f"input_{name}")
+
+        def build() -> list[int]:
+            bos = meta.bos_id if vocab.tokenize("", add_special=True, parse_special=False) else None
+            return format_infill(lambda t: vocab.tokenize(t, add_special=False, parse_special=False), meta.fim,
+                                 prefix=prefix, suffix=suffix, extra=extra or (), prompt=prompt, bos=bos,
+                                 n_batch=meta.n_batch, n_predict=n_predict, n_ctx=meta.n_ctx_seq)
+
+        return await trio.to_thread.run_sync(build)
 
     def _chat_choices(self, req: ChatCompletionRequest, gens: list[Generation], *,
                       include_usage: bool = False) -> Choices:
@@ -279,6 +326,8 @@ class Engine:
         token ids are used as given and detokenized for ``echo``. Raises :class:`InvalidRequest` (``prompt``)
         for an empty prompt, a mixed list, a token id outside the vocabulary, or more choices than the queue holds.
         """
+        if req.suffix is not None:
+            require_fim(self.meta.fim, "suffix")
         raw = req.prompt
         items: list[str | list[int]]
         if isinstance(raw, str):
@@ -307,6 +356,8 @@ class Engine:
                                          param="prompt")
                 tokens = list(item)
                 text = await self.tokenizer.detokenize(tokens) if tokens else ""
+            if req.suffix is not None:  # fill in the middle: the prompt is the prefix (OpenAI suffix)
+                tokens = await self._infill_tokens(item, req.suffix)
             if not tokens:
                 raise InvalidRequest("prompt is empty", param="prompt")
             out.append((text, tokens))

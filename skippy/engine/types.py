@@ -141,6 +141,28 @@ class CompletionRequest(SamplingFields, kw_only=True):
     suffix: str | None = None
 
 
+class InfillExtra(msgspec.Struct, kw_only=True):
+    """One ``input_extra`` entry of ``/infill``: a file's ``text`` and ``filename`` (llama-server)."""
+
+    text: str = ""
+    filename: str = "tmp"
+
+
+class InfillRequest(SamplingFields, kw_only=True):
+    """``POST /infill`` body (llama-server): fill the gap between ``input_prefix`` and ``input_suffix``.
+
+    ``input_extra``: more files for context, before the prefix; ``prompt``:
+    text (or token ids) appended to the prefix. ``n_predict`` (llama-server)
+    is ``max_tokens`` (it wins when both are set; -1: no limit but the context).
+    """
+
+    input_prefix: str | list[int] = ""
+    input_suffix: str | list[int] = ""
+    input_extra: list[InfillExtra] = msgspec.field(default_factory=list)
+    prompt: str | list[int] = ""
+    n_predict: int | None = None
+
+
 class TokenizeRequest(msgspec.Struct, kw_only=True):
     """``POST /tokenize`` (llama-server): ``content`` -> ``{"tokens": [...]}``."""
 

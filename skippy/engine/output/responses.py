@@ -308,3 +308,30 @@ class Choices:
             out.append(self.replies[0].usage_chunk(usage, timings))
             self.include_usage = False
         return out
+
+
+class InfillReply:
+    """llama-server ``/infill`` replies (:class:`wire.Infill`) for one :class:`Generation`."""
+
+    def __init__(self, model: str, generation: Generation) -> None:
+        self.model = model
+        self.generation = generation
+
+    def chunks(self, index: int, item: Piece | Done) -> list[wire.Infill]:
+        """One event per item with text (``stop: false``); a :class:`Done` gives the last one with the totals."""
+        text = "".join(d.content for d in item.deltas)
+        if isinstance(item, Done):
+            return [self._final(text, item)]
+        return [wire.Infill(content=text, stop=False)] if text else []
+
+    def completion(self, done: Done) -> wire.Infill:
+        """The whole reply (non-streamed)."""
+        return self._final(done.message.content, done)
+
+    def _final(self, content: str, done: Done) -> wire.Infill:
+        usage = done.usage
+        return wire.Infill(content=content, stop=True, model=self.model,
+                           stop_type="limit" if done.finish_reason == "length" else "eos", stopping_word="",
+                           tokens_predicted=usage.completion_tokens, tokens_evaluated=usage.prompt_tokens,
+                           tokens_cached=usage.prompt_tokens_details.cached_tokens, truncated=False,
+                           timings=done.timings)

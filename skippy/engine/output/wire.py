@@ -34,7 +34,8 @@ __all__ = [
     "RESPONSES", "SYSTEM_FINGERPRINT", "UNSET", "ApplyTemplateResponse", "ChatChoice", "ChatChunkChoice",
     "ChatCompletion", "ChatCompletionChunk", "ChatDelta", "ChatLogprobs", "ChatMessage", "ChatTokenLogprob",
     "CompletionChoice", "CompletionLogprobs", "DetokenizeResponse", "ErrorBody", "ErrorEnvelope",
-    "FunctionCall", "FunctionCallDelta", "Health", "Model", "ModelDetails", "ModelList", "PromptTokensDetails",
+    "FunctionCall", "FunctionCallDelta", "Health", "Infill", "Model", "ModelDetails", "ModelList",
+    "PromptTokensDetails",
     "TextCompletion", "Timings", "TokenPiece", "TokenizeResponse", "ToolCall", "ToolCallDelta", "TopLogprob",
     "Usage", "WireStruct",
 ]
@@ -334,6 +335,32 @@ class TextCompletion(WireStruct, kw_only=True):
     timings: Timings | UnsetType = UNSET
 
 
+# -- llama-server /infill ----------------------------------------------------------------------------
+
+class Infill(WireStruct, kw_only=True):
+    """llama-server ``POST /infill`` reply (its ``/completion`` shape), and each SSE event of a streamed one.
+
+    Stream events carry the new ``content`` with ``stop: false``; the reply and
+    the last event have ``stop: true`` and the totals: ``stop_type`` (``eos``:
+    an end-of-generation token or a stop string, ``limit``: ``n_predict`` or the
+    context), ``tokens_predicted``, ``tokens_evaluated`` (the prompt),
+    ``tokens_cached`` (prompt tokens reused) and ``timings``.
+    """
+
+    index: int = 0
+    content: str
+    tokens: list[int] = msgspec.field(default_factory=list)
+    stop: bool
+    model: str | UnsetType = UNSET
+    stop_type: str | UnsetType = UNSET
+    stopping_word: str | UnsetType = UNSET
+    tokens_predicted: int | UnsetType = UNSET
+    tokens_evaluated: int | UnsetType = UNSET
+    tokens_cached: int | UnsetType = UNSET
+    truncated: bool | UnsetType = UNSET
+    timings: Timings | UnsetType = UNSET
+
+
 # -- models, health, llama-server utility routes ------------------------------------------------------
 
 class ModelDetails(WireStruct, kw_only=True):
@@ -401,4 +428,4 @@ class ApplyTemplateResponse(WireStruct, kw_only=True):
 #: Every top-level response object (for the OpenAPI components).
 RESPONSES: tuple[type[WireStruct], ...] = (
     ErrorEnvelope, ChatCompletion, ChatCompletionChunk, TextCompletion, ModelList, Health, TokenizeResponse,
-    DetokenizeResponse, ApplyTemplateResponse)
+    DetokenizeResponse, ApplyTemplateResponse, Infill)

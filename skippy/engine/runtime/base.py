@@ -18,12 +18,31 @@ from skippy.engine.sampling.params import SamplingParams
 
 
 @attrs.frozen
+class FimTokens:
+    """The vocabulary's fill-in-the-middle tokens (llama.cpp ``llama_vocab_fim_pre`` / ``_suf`` / ``_mid`` /
+    ``_pad`` / ``_rep`` / ``_sep``); -1 where it has none."""
+
+    pre: int = -1
+    suf: int = -1
+    mid: int = -1
+    pad: int = -1
+    rep: int = -1
+    sep: int = -1
+
+    @property
+    def available(self) -> bool:
+        """The model can infill: it has FIM prefix, suffix and middle tokens."""
+        return min(self.pre, self.suf, self.mid) >= 0
+
+
+@attrs.frozen
 class ModelMeta:
     """Model metadata read once at load.
 
     ``n_ctx_seq`` is the context of one sequence (tokens), ``n_seq_max`` the
     number of sequence slots, ``n_batch`` the most tokens one decode call
-    takes. Token ids are ``int``; ``eog_ids`` are all end-of-generation ids.
+    takes. Token ids are ``int``; ``eog_ids`` are all end-of-generation ids;
+    ``fim`` the fill-in-the-middle tokens.
     """
 
     name: str
@@ -40,6 +59,7 @@ class ModelMeta:
     n_seq_max: int
     n_batch: int
     is_recurrent: bool
+    fim: FimTokens = FimTokens()
 
 
 class Vocab(Protocol):

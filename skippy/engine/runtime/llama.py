@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import llama_cpp
 import numpy as np
 
-from skippy.engine.runtime.base import BatchEntry, ModelMeta
+from skippy.engine.runtime.base import BatchEntry, FimTokens, ModelMeta
 from skippy.engine.sampling.params import SamplingParams
 
 log = logging.getLogger("skippy.runtime")
@@ -179,6 +179,8 @@ class LlamaRuntime:
             n_batch=n_batch,
             is_recurrent=bool(llama_cpp.llama_model_is_recurrent(self._model)
                               or llama_cpp.llama_model_is_hybrid(self._model)),
+            fim=FimTokens(*(int(getattr(llama_cpp, f"llama_vocab_fim_{k}")(vocab))
+                            for k in ("pre", "suf", "mid", "pad", "rep", "sep"))),
         )
 
     # -- decode -------------------------------------------------------------
