@@ -202,8 +202,7 @@ class Engine:
         rid, created, n = new_id("cmpl"), int(time.time()), len(gens) // len(texts)
         replies = [TextReply(self.model_id, gen, prompt_text=texts[i // n], echo=req.echo,
                              logprobs=req.logprobs is not None, index=i, id=rid, created=created,
-                             prompt_source=gens[i - i % n] if gens[i - i % n].request.prompt_logprobs is not None
-                             else gen)
+                             prompt_source=gen if gen.request.prompt_logprobs is not None else gens[i - i % n])
                    for i, gen in enumerate(gens)]
         return Choices(replies, [i // n for i in range(len(gens))], include_usage=include_usage)
 

@@ -260,6 +260,8 @@ class Choices:
 
     def usage(self, dones: Sequence[Done]) -> tuple[wire.Usage, wire.Timings]:
         """Usage and timings of the whole request from every choice's :class:`Done` (by choice)."""
+        if len(dones) == 1:
+            return dones[0].usage, dones[0].timings
         firsts: dict[int, Done] = {}
         for p, d in zip(self.prompt_of, dones, strict=True):
             firsts.setdefault(p, d)
