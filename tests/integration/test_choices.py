@@ -18,7 +18,7 @@ import httpx
 import openai
 import pytest
 
-from skippy.engine.scheduling.prefix import MIN_TAIL
+from skippy.engine.scheduling.prefix import MIN_REUSE, MIN_TAIL
 
 MODEL = "SmolLM2-135M-Instruct"
 
@@ -99,8 +99,13 @@ def test_n_beyond_parallel_is_400_naming_n(client: openai.OpenAI) -> None:
 # -- /v1/completions: prompt lists and token ids ---------------------------------------------------
 
 def test_completions_prompt_list_gives_n_choices_per_prompt(client: openai.OpenAI, base_url: str) -> None:
-    prompts = [f"Story {nonce()}: Once upon a time", f"Fact {nonce()}: The sky is"]
+    prompts = [f"Story {nonce()}: Once upon a time", f"Fact {nonce()}: The sky is"]  # shorter than MIN_REUSE
+    before = prompt_tokens_total(base_url)
     reply = client.completions.create(model=MODEL, prompt=prompts, n=2, max_tokens=6, temperature=0)
+    # each prompt prefilled once, however short; its second choice copies it and prefills its last tokens
+    assert prompt_tokens_total(base_url) - before == reply.usage.prompt_tokens + 2 * MIN_TAIL
+    for p in prompts:  # short prompts: without n > 1 they would not be shared at all
+        assert len(httpx.post(base_url + "/tokenize", json={"content": p}, timeout=10).json()["tokens"]) < MIN_REUSE
     assert [c.index for c in reply.choices] == [0, 1, 2, 3]  # index = prompt_i * n + j
     singles = [client.completions.create(model=MODEL, prompt=p, max_tokens=6, temperature=0,
                                          extra_body={"cache_prompt": False}) for p in prompts]
