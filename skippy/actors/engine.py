@@ -13,11 +13,17 @@ Requests and replies are OpenAI shapes: msgspec request Structs in
 Errors are :class:`skippy.engine.errors.EngineError` subclasses.
 
 Per request, the facade renders and tokenizes the prompt through the actors,
-makes a sans-IO :class:`~skippy.engine.output.generation.Generation`, submits
-its sequence to the :class:`DecodeScheduler` (a full queue raises
-:class:`QueueFull` there, before any chunk), and then only moves the
-sequence's events from the scheduler's channel into the Generation; the
+makes a sans-IO :class:`~skippy.engine.output.generation.Generation` per
+choice (OpenAI ``n``, times the prompts of a list on ``/v1/completions``),
+submits their sequences together to the :class:`DecodeScheduler` (a full
+queue raises :class:`QueueFull` there, before any chunk), and then only moves
+each sequence's events from one shared channel into its Generation; the
 replies are built by :mod:`skippy.engine.output.responses`.
+
+The choices of one prompt are one prompt prefilled once: they are submitted
+together, the first prefills it, and the scheduler copies its KV
+(``llama_memory_seq_cp``) to the others, which only prefill the prompt's last
+tokens (:data:`~skippy.engine.scheduling.prefix.MIN_TAIL`) before sampling.
 """
 
 from __future__ import annotations
@@ -25,12 +31,14 @@ from __future__ import annotations
 import contextvars
 import itertools
 import math
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing, asynccontextmanager
 from typing import Any, Generic, TypeVar
 
 import attrs
+import msgspec
 import trio
 
 from skippy.actors.hooks import HookEvaluator, WebhookPolicy
@@ -49,18 +57,21 @@ from skippy.engine.errors import (
     InvalidRequest,
     ModelNotFound,
     PermissionDenied,
+    QueueFull,
 )
 from skippy.engine.hooks.policy import Deny, Inject, Stop, load_policy_factory
 from skippy.engine.hooks.signals import FinishInfo, SignalConfig
+from skippy.engine.infill import ExtraChunk, Mixed, format_infill, require_fim
 from skippy.engine.output import wire
 from skippy.engine.output.generation import Done, Generation, GenerationError, Piece
-from skippy.engine.output.responses import ChatReply, TextReply
+from skippy.engine.output.responses import ChatReply, Choices, InfillReply, TextReply, new_id
 from skippy.engine.runtime.base import Runtime
 from skippy.engine.sampling.constraints import RequestConstraint, constraint_from_request
 from skippy.engine.sampling.params import SamplingParams, sampling_from_request
 from skippy.engine.scheduling.events import FinishEvent, SeqEvent
+from skippy.engine.scheduling.prefix import MIN_REUSE, MIN_TAIL
 from skippy.engine.scheduling.spec import requested_draft
-from skippy.engine.types import ChatCompletionRequest, CompletionRequest, Message, SamplingFields
+from skippy.engine.types import ChatCompletionRequest, CompletionRequest, InfillRequest, Message, SamplingFields
 
 
 @attrs.frozen
@@ -108,6 +119,12 @@ def _request_id() -> str | None:
     return trace.request_id if trace is not None else None
 
 
+def _reply_id(prefix: str) -> str:
+    """``<prefix>-<X-Request-Id>`` when the request carries one (or the server gave it one), else a new id."""
+    rid = _request_id()
+    return f"{prefix}-{rid}" if rid else new_id(prefix)
+
+
 class Engine:
     """OpenAI chat and text completions over the actors (see module docstring)."""
 
@@ -136,39 +153,101 @@ class Engine:
                                 param="model")
 
     async def chat(self, req: ChatCompletionRequest) -> wire.ChatCompletion:
-        """One OpenAI ``chat.completion`` for ``req`` (``req.stream`` is ignored)."""
-        gen, stream = await self._start_chat(req)
-        reply = ChatReply(self.model_id, gen, logprobs=gen.request.params.logprobs, request_id=_request_id())
-        return reply.completion(await _drain(stream))
+        """One OpenAI ``chat.completion`` for ``req`` (``req.stream`` is ignored); ``n`` choices."""
+        gens, stream = await self._start_chat(req)
+        return self._chat_choices(req, gens).completion(await _drain(stream))  # type: ignore[return-value]
 
     async def chat_stream(self, req: ChatCompletionRequest) -> AsyncIterator[wire.ChatCompletionChunk]:
         """OpenAI ``chat.completion.chunk`` objects: role chunk, deltas, finish chunk, optional usage chunk.
 
-        Errors in the request (400/403/404/429) raise here, before the first
-        chunk. Closing the iterator before its end cancels the generation.
+        With ``n`` > 1 every choice's chunks carry its ``index`` and interleave as
+        its tokens come; one usage chunk ends the stream. Errors in the request
+        (400/403/404/429) raise here, before the first chunk. Closing the
+        iterator before its end cancels every choice.
         """
-        gen, stream = await self._start_chat(req)
-        reply = ChatReply(self.model_id, gen, logprobs=gen.request.params.logprobs, request_id=_request_id(),
-                          include_usage=bool(req.stream_options and req.stream_options.include_usage))
-        return stream.rendered(reply.first_chunks(), reply.chunks)
+        gens, stream = await self._start_chat(req)
+        choices = self._chat_choices(req, gens, include_usage=bool(req.stream_options
+                                                                  and req.stream_options.include_usage))
+        return stream.rendered(choices.first_chunks(), choices.chunks)
 
     async def completion(self, req: CompletionRequest) -> wire.TextCompletion:
-        """One OpenAI legacy ``text_completion`` for ``req`` (string prompt)."""
-        prompt_text, gen, stream = await self._start_completion(req)
-        reply = TextReply(self.model_id, gen, prompt_text=prompt_text, echo=req.echo,
-                          logprobs=gen.request.params.logprobs, request_id=_request_id())
-        return reply.completion(await _drain(stream))
+        """One OpenAI legacy ``text_completion`` for ``req``: ``n`` choices per prompt (a string, a list
+        of strings, token ids or lists of token ids), ``choices[prompt_i * n + j]``."""
+        texts, gens, stream = await self._start_completion(req)
+        return self._text_choices(req, texts, gens).completion(await _drain(stream))  # type: ignore[return-value]
 
     async def completion_stream(self, req: CompletionRequest) -> AsyncIterator[wire.TextCompletion]:
-        """OpenAI legacy ``text_completion`` chunks (the echoed prompt first with ``echo``).
+        """OpenAI legacy ``text_completion`` chunks (the echoed prompt first with ``echo``), each choice's
+        with its ``index``.
 
         Errors in the request (400/404/429) raise here, before the first chunk.
         """
-        prompt_text, gen, stream = await self._start_completion(req)
-        reply = TextReply(self.model_id, gen, prompt_text=prompt_text, echo=req.echo,
-                          logprobs=gen.request.params.logprobs, request_id=_request_id(),
-                          include_usage=bool(req.stream_options and req.stream_options.include_usage))
-        return stream.rendered(reply.first_chunks(), reply.chunks)
+        texts, gens, stream = await self._start_completion(req)
+        choices = self._text_choices(req, texts, gens, include_usage=bool(req.stream_options
+                                                                         and req.stream_options.include_usage))
+        return stream.rendered(choices.first_chunks(), choices.chunks)
+
+    async def infill(self, req: InfillRequest) -> wire.Infill:
+        """llama-server ``/infill``: fill the gap between ``input_prefix`` and ``input_suffix`` (see
+        :mod:`skippy.engine.infill`). Raises :class:`InvalidRequest` (400) for a model without FIM tokens."""
+        gen, stream = await self._start_infill(req)
+        return InfillReply(self.model_id, gen).completion((await _drain(stream))[0])
+
+    async def infill_stream(self, req: InfillRequest) -> AsyncIterator[wire.Infill]:
+        """llama-server ``/infill`` stream events: ``content`` pieces, then the final event (``stop: true``)."""
+        gen, stream = await self._start_infill(req)
+        return stream.rendered([], InfillReply(self.model_id, gen).chunks)
+
+    async def _start_infill(self, req: InfillRequest) -> tuple[Generation, _Events]:
+        self.check_model(req.model)
+        require_fim(self.meta.fim, "input_prefix")
+        if req.n not in (None, 1):
+            raise InvalidRequest("/infill gives one completion: n must be 1", param="n")
+        if req.n_predict is not None:  # llama-server's name wins; -1: up to the context
+            req = msgspec.structs.replace(req, max_tokens=None if req.n_predict < 0 else req.n_predict,
+                                          max_completion_tokens=None)
+        params = self._sampling(req, logprobs=False, top_logprobs=0)
+        prompt = await self._infill_tokens(req.input_prefix, req.input_suffix, prompt=req.prompt,
+                                           extra=[ExtraChunk(c.text, c.filename) for c in req.input_extra],
+                                           n_predict=req.n_predict if req.n_predict is not None else -1)
+        gen = Generation(next(self._rids), prompt, params, self._max_tokens(req, len(prompt)),
+                         piece=self.runtime.vocab.piece, parser=ContentParser(), stops=_stops(req.stop),
+                         cache_prompt=req.cache_prompt)
+        return gen, self._submit([gen], None)
+
+    async def _infill_tokens(self, prefix: Mixed, suffix: Mixed, *, prompt: Mixed = "",
+                             extra: list[ExtraChunk] | None = None, n_predict: int = -1) -> list[int]:
+        """A fill-in-the-middle prompt's token ids (llama-server ``format_infill``), assembled in a worker thread."""
+        vocab, meta = self.runtime.vocab, self.meta
+        for name, x in (("prefix", prefix), ("suffix", suffix), ("prompt", prompt)):
+            if not isinstance(x, str) and any(not 0 <= t < meta.n_vocab for t in x):
+                raise InvalidRequest(f"the {name} has a token id outside the vocabulary (0..{meta.n_vocab - 1})",
+                                     param="prompt" if name == "prompt" else f"input_{name}")
+
+        def build() -> list[int]:
+            bos = meta.bos_id if vocab.tokenize("", add_special=True, parse_special=False) else None
+            return format_infill(lambda t: vocab.tokenize(t, add_special=False, parse_special=False), meta.fim,
+                                 prefix=prefix, suffix=suffix, extra=extra or (), prompt=prompt, bos=bos,
+                                 n_batch=meta.n_batch, n_predict=n_predict, n_ctx=meta.n_ctx_seq)
+
+        return await trio.to_thread.run_sync(build)
+
+    def _chat_choices(self, req: ChatCompletionRequest, gens: list[Generation], *,
+                      include_usage: bool = False) -> Choices:
+        rid, created = _reply_id("chatcmpl"), int(time.time())
+        replies = [ChatReply(self.model_id, gen, logprobs=gen.request.params.logprobs, index=i, id=rid,
+                             created=created)
+                   for i, gen in enumerate(gens)]
+        return Choices(replies, [0] * len(gens), include_usage=include_usage)
+
+    def _text_choices(self, req: CompletionRequest, texts: list[str], gens: list[Generation], *,
+                      include_usage: bool = False) -> Choices:
+        rid, created, n = _reply_id("cmpl"), int(time.time()), len(gens) // len(texts)
+        replies = [TextReply(self.model_id, gen, prompt_text=texts[i // n], echo=req.echo,
+                             logprobs=gen.request.params.logprobs, index=i, id=rid, created=created,
+                             prompt_source=gen if gen.request.prompt_logprobs is not None else gens[i - i % n])
+                   for i, gen in enumerate(gens)]
+        return Choices(replies, [i // n for i in range(len(gens))], include_usage=include_usage)
 
     async def apply_template(self, messages: list[Message]) -> str:
         """Render ``messages`` with the chat template (llama-server ``/apply-template``)."""
@@ -204,8 +283,9 @@ class Engine:
                 "requests_waiting": st.n_waiting}
 
     # -- internals ----------------------------------------------------------------
-    async def _start_chat(self, req: ChatCompletionRequest) -> tuple[Generation, _Events]:
+    async def _start_chat(self, req: ChatCompletionRequest) -> tuple[list[Generation], _Events]:
         self.check_model(req.model)
+        n = self._n(req)
         n_probs = req.n_probs or 0  # llama-server's name for top_logprobs
         params = self._sampling(req, logprobs=req.logprobs or n_probs > 0,
                                 top_logprobs=req.top_logprobs if req.top_logprobs is not None else n_probs)
@@ -222,16 +302,18 @@ class Engine:
         if isinstance(pre, Inject):  # before_chat injection: appended to the prompt, never shown
             extra = await self.tokenizer.tokenize(pre.text, add_special=False, parse_special=False)
             prompt, injected = prompt + extra, len(extra)
-        early = EarlyStop(set(plan.allowed_tools), plan.parallel_tool_calls) if plan.emulated else None
-        gen = Generation(next(self._rids), prompt, params, self._max_tokens(req, len(prompt)),
-                         piece=self.runtime.vocab.piece, parser=make_output_parser(plan),
-                         stops=_stops(req.stop), early_stop=early, hooks=hooks_on, signals=req.return_signals,
-                         hook_request=req, injected=injected, cache_key=req.prompt_cache_key,
-                         cache_prompt=req.cache_prompt, speculative=self._speculative(req),
-                         include_stop=req.include_stop_str_in_output)
+        max_tokens, stops = self._max_tokens(req, len(prompt)), _stops(req.stop)
+        gens = [Generation(next(self._rids), prompt, _choice_seed(params, j), max_tokens,
+                           piece=self.runtime.vocab.piece, parser=make_output_parser(plan), stops=stops,
+                           early_stop=EarlyStop(set(plan.allowed_tools), plan.parallel_tool_calls) if plan.emulated
+                           else None, hooks=hooks_on, signals=req.return_signals, hook_request=req,
+                           injected=injected, cache_key=req.prompt_cache_key, cache_prompt=req.cache_prompt,
+                           min_reuse=_min_reuse(n, len(prompt)), speculative=self._speculative(req),
+                           include_stop=req.include_stop_str_in_output)
+                for j in range(n)]
         if isinstance(pre, Stop):
-            return gen, self._stopped_before(gen, ctx, pre.reason)
-        return gen, self._submit(gen, ctx)
+            return gens, self._stopped_before(gens, ctx, pre.reason)
+        return gens, self._submit(gens, ctx)
 
     async def _before_chat(self, ctx: _HookCtx) -> Any:
         """Run ``before_chat``; Deny raises (403, or 400 when the policy says so) after ``on_finish``."""
@@ -243,11 +325,11 @@ class Engine:
             raise PermissionDenied(outcome.message, code="denied_by_hook")
         return outcome
 
-    def _stopped_before(self, gen: Generation, ctx: _HookCtx, reason: str) -> _Events:
-        """A ``before_chat`` Stop: nothing is submitted; the events are only the :class:`Done`."""
-        done = gen.stopped_before(reason)
-        self._on_finish(ctx, gen.finish_info)
-        return _Events(self, gen, None, None, done)
+    def _stopped_before(self, gens: list[Generation], ctx: _HookCtx, reason: str) -> _Events:
+        """A ``before_chat`` Stop: nothing is submitted; the events are only each choice's :class:`Done`."""
+        dones = [gen.stopped_before(reason) for gen in gens]
+        self._on_finish(ctx, gens[0].finish_info)
+        return _Events(self, gens, None, None, dones=dones)
 
     def _on_finish(self, ctx: _HookCtx | None, info: FinishInfo) -> None:
         """``on_finish`` runs in the engine's nursery: never delays or fails the request."""
@@ -257,13 +339,10 @@ class Engine:
             except RuntimeError:  # the engine is closing
                 pass
 
-    async def _start_completion(self, req: CompletionRequest) -> tuple[str, Generation, _Events]:
+    async def _start_completion(self, req: CompletionRequest) -> tuple[list[str], list[Generation], _Events]:
+        """The prompt texts (for ``echo``), every choice's generation (``n`` per prompt, in order), the events."""
         self.check_model(req.model)
-        prompt_text = req.prompt
-        if isinstance(prompt_text, list):
-            if len(prompt_text) != 1:
-                raise InvalidRequest("prompt must be a string (or a list of exactly one string)", param="prompt")
-            prompt_text = prompt_text[0]
+        n = self._n(req)
         lp = req.logprobs
         if lp is not None and not 0 <= lp <= 5:
             raise InvalidRequest("logprobs must be in [0, 5]", param="logprobs")
@@ -273,14 +352,77 @@ class Engine:
             lp = req.n_probs
         params = self._sampling(req, logprobs=lp is not None, top_logprobs=lp or 0)
         params = await self._constrained(params, constraint_from_request(req))
-        prompt = await self.tokenizer.tokenize(prompt_text, add_special=True, parse_special=True)
-        if not prompt:
-            raise InvalidRequest("prompt is empty", param="prompt")
-        gen = Generation(next(self._rids), prompt, params, self._max_tokens(req, len(prompt)),
-                         piece=self.runtime.vocab.piece, parser=ContentParser(), stops=_stops(req.stop),
-                         cache_prompt=req.cache_prompt, speculative=self._speculative(req),
-                         include_stop=req.include_stop_str_in_output)
-        return prompt_text, gen, self._submit(gen, None)
+        prompts = await self._completion_prompts(req, n)
+        stops = _stops(req.stop)
+        scored = req.echo and lp is not None  # echo + logprobs: the prompt's tokens are scored once per prompt
+        texts, gens = [], []
+        for text, prompt in prompts:
+            texts.append(text)
+            max_tokens = self._max_tokens(req, len(prompt))
+            for j in range(n):
+                # the first choice scores the prompt (prefilled whole, so not from the cache); the others copy
+                # its KV, or, when they cannot (a prompt of MIN_TAIL tokens or less, cache_prompt false),
+                # score it themselves
+                score = scored and (j == 0 or len(prompt) <= MIN_TAIL or not req.cache_prompt)
+                gens.append(Generation(
+                    next(self._rids), prompt, _choice_seed(params, j), max_tokens, piece=self.runtime.vocab.piece,
+                    parser=ContentParser(), stops=stops, cache_prompt=req.cache_prompt and not score,
+                    min_reuse=_min_reuse(n, len(prompt)), prompt_logprobs=(lp or 0) if score else None,
+                    speculative=self._speculative(req), include_stop=req.include_stop_str_in_output))
+        return texts, gens, self._submit(gens, None)
+
+    async def _completion_prompts(self, req: CompletionRequest, n: int) -> list[tuple[str, list[int]]]:
+        """``prompt`` as (text, token ids) pairs: a string, a list of strings, a list of token ids, or a list
+        of lists of token ids (OpenAI). Strings are tokenized with the vocabulary's special tokens (BOS);
+        token ids are used as given and detokenized for ``echo``. Raises :class:`InvalidRequest` (``prompt``)
+        for an empty prompt, a mixed list, a token id outside the vocabulary, or more choices than the queue holds.
+        """
+        if req.suffix is not None:
+            require_fim(self.meta.fim, "suffix")
+        raw = req.prompt
+        items: list[str | list[int]]
+        if isinstance(raw, str):
+            items = [raw]
+        elif raw and all(isinstance(x, str) for x in raw):
+            items = list(raw)  # type: ignore[arg-type]
+        elif raw and all(isinstance(x, int) for x in raw):
+            items = [list(raw)]  # type: ignore[arg-type]
+        elif raw and all(isinstance(x, list) for x in raw):
+            items = list(raw)  # type: ignore[arg-type]
+        else:
+            raise InvalidRequest("prompt must be a string, a list of strings, a list of token ids or a list of "
+                                 "lists of token ids, not empty and not mixed", param="prompt")
+        if len(items) * n > self.config.max_queue:
+            raise InvalidRequest(f"prompt has {len(items)} prompts and n is {n}: at most {self.config.max_queue} "
+                                 "choices per request (--max-queue)", param="prompt")
+        out = []
+        n_vocab = self.meta.n_vocab
+        for item in items:
+            if isinstance(item, str):
+                tokens = await self.tokenizer.tokenize(item, add_special=True, parse_special=True)
+                text = item
+            else:
+                if any(not 0 <= t < n_vocab for t in item):
+                    raise InvalidRequest(f"prompt has a token id outside the vocabulary (0..{n_vocab - 1})",
+                                         param="prompt")
+                tokens = list(item)
+                text = await self.tokenizer.detokenize(tokens) if tokens else ""
+            if req.suffix is not None:  # fill in the middle: the prompt is the prefix (OpenAI suffix)
+                tokens = await self._infill_tokens(item, req.suffix)
+            if not tokens:
+                raise InvalidRequest("prompt is empty", param="prompt")
+            out.append((text, tokens))
+        return out
+
+    def _n(self, req: SamplingFields) -> int:
+        """``n`` (default 1): 1..``n_seq_max`` choices (400 ``n`` beyond: each choice needs a sequence slot)."""
+        n = 1 if req.n is None else req.n
+        if n < 1:
+            raise InvalidRequest("n must be >= 1", param="n")
+        if n > self.meta.n_seq_max:
+            raise InvalidRequest(f"n is {n}, but this server decodes at most {self.meta.n_seq_max} sequences "
+                                 "at once (--parallel)", param="n")
+        return n
 
     def _sampling(self, req: SamplingFields, *, logprobs: bool, top_logprobs: int) -> SamplingParams:
         if self.closed:
@@ -325,65 +467,93 @@ class Engine:
                 f"tokens; lower max_tokens to at most {n_ctx - n_prompt}", param="max_tokens")
         return min(asked, n_ctx - n_prompt)
 
-    def _submit(self, gen: Generation, ctx: _HookCtx | None) -> _Events:
-        """Queue ``gen``'s sequence now (:class:`QueueFull`, 429, raises here, before any chunk exists)."""
-        send, recv = trio.open_memory_channel[SeqEvent](math.inf)
-        self.scheduler.submit(gen.request, send)
-        return _Events(self, gen, ctx, recv)
+    def _submit(self, gens: list[Generation], ctx: _HookCtx | None) -> _Events:
+        """Queue every choice's sequence now, together (:class:`QueueFull`, 429, raises here, before any
+        chunk exists; the choices already queued are cancelled)."""
+        send, recv = trio.open_memory_channel[tuple[int, SeqEvent]](math.inf)
+        try:
+            for i, gen in enumerate(gens):
+                self.scheduler.submit(gen.request, _ChoiceChannel(send, i))  # type: ignore[arg-type]
+        except QueueFull:
+            for gen in gens[:i]:
+                self.scheduler.cancel(gen.rid)
+            raise
+        return _Events(self, gens, ctx, recv, send)
+
+
+class _ChoiceChannel:
+    """Choice ``index``'s end of a request's shared event channel: what the scheduler sends it arrives
+    as ``(index, event)``. The scheduler uses only ``send_nowait`` and ``statistics`` of a send channel."""
+
+    def __init__(self, send: trio.MemorySendChannel[tuple[int, SeqEvent]], index: int) -> None:
+        self._send = send
+        self._index = index
+
+    def send_nowait(self, event: SeqEvent) -> None:
+        self._send.send_nowait((self._index, event))
+
+    def statistics(self) -> Any:
+        return self._send.statistics()
 
 
 class _Events:
-    """One submitted sequence's :class:`Piece` / :class:`Done` items, as an async iterator.
+    """One request's submitted sequences (its choices): their ``(choice, Piece | Done)`` items, as an async iterator.
 
-    It only moves events: each :class:`SeqEvent` from the scheduler's channel
-    goes into the :class:`Generation`; the items it returns come out. It
-    cancels the sequence when the generation asks (a stop string matched) or
-    when it is closed before the end (the client went away), runs
-    ``on_finish`` once with the generation's :class:`FinishInfo`, and observes
-    TTFT, ITL and end-to-end latency (seconds, trio clock, from submission), queue
-    wait and prefill time (from the scheduler's finish), and the finish reason; it
-    fills in the :class:`RequestTrace` of the context it was made in.
+    It only moves events: each ``(choice, SeqEvent)`` from the request's shared
+    channel goes into that choice's :class:`Generation`; the items it returns
+    come out. It cancels a choice's sequence when its generation asks (a stop
+    string matched), and every unfinished one when it is closed before the end
+    (the client went away), runs ``on_finish`` once per choice with the
+    generation's :class:`FinishInfo`, and observes TTFT, ITL and end-to-end
+    latency per choice (seconds, trio clock, from submission).
+    Also observes queue wait and prefill time (from the scheduler's finish) and the finish
+    reason, and fills in the :class:`RequestTrace` of the context it was made in (the first
+    choice's tokens and times; completion tokens summed over the choices).
 
     Dropped without :meth:`aclose` (an embedder's ``break`` out of ``async
     for``), it closes itself when garbage-collected: the close is handed to the
     trio loop (``TrioToken.run_sync_soon``), as trio finalizes async generators.
     """
 
-    def __init__(self, engine: Engine, gen: Generation, ctx: _HookCtx | None,
-                 recv: trio.MemoryReceiveChannel[SeqEvent] | None, done: Done | None = None) -> None:
+    def __init__(self, engine: Engine, gens: list[Generation], ctx: _HookCtx | None,
+                 recv: trio.MemoryReceiveChannel[tuple[int, SeqEvent]] | None,
+                 send: trio.MemorySendChannel[tuple[int, SeqEvent]] | None = None,
+                 dones: list[Done] | None = None) -> None:
         self._engine = engine
-        self._gen = gen
+        self._gens = gens
         self._ctx = ctx
         self._recv = recv
-        self._ready: deque[Piece | Done] = deque([done] if done is not None else [])
-        self._reported = done is not None  # on_finish already ran (a before_chat Stop)
+        self._send = send
+        self._ready: deque[tuple[int, Piece | Done]] = deque(enumerate(dones or []))
+        self._reported = [dones is not None] * len(gens)  # on_finish already ran (a before_chat Stop)
         self._closed = False
-        self._t_start = self._t_last = trio.current_time()
+        self._t_start = trio.current_time()
+        self._t_last = [self._t_start] * len(gens)
         self._token = trio.lowlevel.current_trio_token()
         self._trace = TRACE.get()
-        self._finish_counted = False
+        self._finish_counted = [False] * len(gens)
         if self._trace is not None:
-            self._trace.prompt_tokens = len(gen.request.prompt)
+            self._trace.prompt_tokens = len(gens[0].request.prompt)
 
     def __aiter__(self) -> _Events:
         return self
 
-    async def __anext__(self) -> Piece | Done:
+    async def __anext__(self) -> tuple[int, Piece | Done]:
         while not self._ready:
-            if self._gen.finished or self._recv is None:
+            if self._recv is None or all(gen.finished for gen in self._gens):
                 raise StopAsyncIteration
             try:
-                event = await self._recv.receive()
-            except trio.EndOfChannel:  # no FinishEvent: the sequence is gone
+                index, event = await self._recv.receive()
+            except trio.EndOfChannel:  # no FinishEvent: the sequences are gone
                 await self.aclose()
                 raise StopAsyncIteration from None
-            item = self._feed(event)
+            item = self._feed(index, event)
             if item is not None:
-                self._ready.append(item)
+                self._ready.append((index, item))
         return self._ready.popleft()
 
-    def _feed(self, event: SeqEvent) -> Piece | Done | None:
-        gen, metrics, trace = self._gen, self._engine.metrics, self._trace
+    def _feed(self, index: int, event: SeqEvent) -> Piece | Done | None:
+        gen, metrics, trace = self._gens[index], self._engine.metrics, self._trace
         n = gen.completion_tokens
         if isinstance(event, FinishEvent):
             metrics.queue_wait.observe(event.queue_ms / 1000.0)
@@ -394,53 +564,56 @@ class _Events:
         try:
             item = gen.feed(event)
         except EngineError:
-            self._finished("error")
-            self._report()
+            self._finished(index, "error")
+            self._report(index)
             raise
         if gen.completion_tokens != n:
             now = trio.current_time()
-            (metrics.itl if n else metrics.ttft).observe(now - self._t_last)
-            self._t_last = now
+            (metrics.itl if n else metrics.ttft).observe(now - self._t_last[index])
+            self._t_last[index] = now
             if trace is not None:
-                trace.completion_tokens = gen.completion_tokens
+                trace.completion_tokens += gen.completion_tokens - n
                 if trace.t_first_token is None:
                     trace.t_first_token = now
         if gen.wants_cancel:
             self._engine.scheduler.cancel(gen.rid)  # its FinishEvent follows
         if isinstance(item, Done):
             metrics.e2e.observe(trio.current_time() - self._t_start)
-            self._finished(item.finish_reason)
-            self._report()
+            self._finished(index, item.finish_reason)
+            self._report(index)
         return item
 
-    def _finished(self, reason: str) -> None:
-        """Count the finish (``skippy:finishes_total``) and tell the trace, once."""
-        if not self._finish_counted:
-            self._finish_counted = True
+    def _finished(self, index: int, reason: str) -> None:
+        """Count a choice's finish (``skippy:finishes_total``) once, and tell the trace the first choice's."""
+        if not self._finish_counted[index]:
+            self._finish_counted[index] = True
             self._engine.metrics.finishes.labels(reason).inc()
-            if self._trace is not None:
+            if self._trace is not None and index == 0:
                 self._trace.finish_reason = reason
 
-    def _report(self) -> None:
-        if not self._reported:
-            self._reported = True
-            self._engine._on_finish(self._ctx, self._gen.finish_info)
+    def _report(self, index: int) -> None:
+        if not self._reported[index]:
+            self._reported[index] = True
+            self._engine._on_finish(self._ctx, self._gens[index].finish_info)
 
     async def aclose(self) -> None:
-        """Stop here: an unfinished generation is cancelled (``on_finish`` says ``cancelled``)."""
+        """Stop here: unfinished generations are cancelled (``on_finish`` says ``cancelled``)."""
         self._close()
 
     def _close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        if not self._gen.finished:
-            self._gen.abandon()
-            self._finished("cancelled")
-            self._engine.scheduler.cancel(self._gen.rid)
-        self._report()
+        for index, gen in enumerate(self._gens):
+            if not gen.finished:
+                gen.abandon()
+                self._finished(index, "cancelled")
+                self._engine.scheduler.cancel(gen.rid)
+            self._report(index)
         if self._recv is not None:
             self._recv.close()
+        if self._send is not None:
+            self._send.close()
 
     def __del__(self) -> None:
         if not self._closed:
@@ -449,15 +622,15 @@ class _Events:
             except trio.RunFinishedError:  # the engine's trio run is over: nothing left to free
                 pass
 
-    def rendered(self, head: list[T], render: Callable[[Piece | Done], list[T]]) -> _Rendered[T]:
-        """These items as reply objects: ``head`` first, then ``render(item)`` for each item."""
+    def rendered(self, head: list[T], render: Callable[[int, Piece | Done], list[T]]) -> _Rendered[T]:
+        """These items as reply objects: ``head`` first, then ``render(choice, item)`` for each item."""
         return _Rendered(self, head, render)
 
 
 class _Rendered(Generic[T]):
     """An :class:`_Events` mapped to reply objects (stream chunks); closing it closes the events."""
 
-    def __init__(self, events: _Events, head: list[T], render: Callable[[Piece | Done], list[T]]) -> None:
+    def __init__(self, events: _Events, head: list[T], render: Callable[[int, Piece | Done], list[T]]) -> None:
         self._events = events
         self._ready: deque[T] = deque(head)
         self._render = render
@@ -467,7 +640,7 @@ class _Rendered(Generic[T]):
 
     async def __anext__(self) -> T:
         while not self._ready:
-            self._ready.extend(self._render(await self._events.__anext__()))
+            self._ready.extend(self._render(*await self._events.__anext__()))
         return self._ready.popleft()
 
     async def aclose(self) -> None:
@@ -489,13 +662,27 @@ def _stops(stop: str | list[str] | None) -> list[str]:
     return [s for s in stops if s]
 
 
-async def _drain(events: _Events) -> Done:
-    """Consume a generation to its :class:`Done` (the same parser as streaming gives the message)."""
+def _choice_seed(params: SamplingParams, j: int) -> SamplingParams:
+    """Choice ``j``'s sampling: the request's seed plus ``j``, so seeded choices differ and reproduce."""
+    return attrs.evolve(params, seed=(params.seed + j) & 0xFFFFFFFF) if j else params
+
+
+def _min_reuse(n: int, n_prompt: int) -> int:
+    """The shortest prefix the scheduler copies for a choice: with ``n`` > 1, also a prompt shorter than
+    ``MIN_REUSE`` is prefilled once and copied (all of it but the last ``MIN_TAIL`` tokens)."""
+    return MIN_REUSE if n == 1 else max(1, min(MIN_REUSE, n_prompt - MIN_TAIL))
+
+
+async def _drain(events: _Events) -> list[Done]:
+    """Consume every choice to its :class:`Done` (the same parser as streaming gives the message)."""
+    dones: dict[int, Done] = {}
     async with aclosing(events):
-        async for item in events:
+        async for index, item in events:
             if isinstance(item, Done):
-                return item
-    raise GenerationError("generation ended without a result")
+                dones[index] = item
+    if len(dones) != len(events._gens):
+        raise GenerationError("generation ended without a result")
+    return [dones[i] for i in range(len(dones))]
 
 
 def load_runtime(config: EngineConfig) -> Runtime:

@@ -200,11 +200,40 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
 
 
 class CompletionRequest(SamplingFields, kw_only=True):
-    """``POST /v1/completions`` body (OpenAI legacy Completions; string prompt)."""
+    """``POST /v1/completions`` body (OpenAI legacy Completions).
 
-    prompt: str | list[str]
+    ``prompt``: a string, a list of strings, a list of token ids, or a list of
+    lists of token ids (one set of ``n`` choices per prompt); the engine checks
+    that a list is not mixed. ``suffix``: the text after the completion
+    (fill-in-the-middle with the vocabulary's FIM tokens).
+    """
+
+    prompt: str | list[str | int | list[int]]
     logprobs: int | None = None
     echo: bool = False
+    suffix: str | None = None
+
+
+class InfillExtra(msgspec.Struct, kw_only=True):
+    """One ``input_extra`` entry of ``/infill``: a file's ``text`` and ``filename`` (llama-server)."""
+
+    text: str = ""
+    filename: str = "tmp"
+
+
+class InfillRequest(SamplingFields, kw_only=True):
+    """``POST /infill`` body (llama-server): fill the gap between ``input_prefix`` and ``input_suffix``.
+
+    ``input_extra``: more files for context, before the prefix; ``prompt``:
+    text (or token ids) appended to the prefix. ``n_predict`` (llama-server)
+    is ``max_tokens`` (it wins when both are set; -1: no limit but the context).
+    """
+
+    input_prefix: str | list[int] = ""
+    input_suffix: str | list[int] = ""
+    input_extra: list[InfillExtra] = msgspec.field(default_factory=list)
+    prompt: str | list[int] = ""
+    n_predict: int | None = None
 
 
 class TokenizeRequest(msgspec.Struct, kw_only=True):

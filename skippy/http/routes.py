@@ -34,6 +34,7 @@ from skippy.engine.types import (
     ChatCompletionRequest,
     CompletionRequest,
     DetokenizeRequest,
+    InfillRequest,
     SamplingFields,
     TokenizeRequest,
     decode_request,
@@ -255,6 +256,17 @@ async def completions() -> Response:
     return json_response(result)
 
 
+async def infill() -> Response:
+    app, ctx = shared(), current()
+    req = await _body(InfillRequest, ctx)
+    eng = app.engine()
+    if req.stream:
+        return await _stream(app, ctx, lambda: eng.infill_stream(req))
+    result = await app.guarded(ctx.deadline, eng.infill(req))
+    ctx.tokens = result.tokens_predicted or 0
+    return json_response(result)
+
+
 async def models() -> Response:
     eng = shared().engine()
     meta = eng.meta
@@ -338,6 +350,8 @@ ROUTES: tuple[Route, ...] = (
     Route(("/v1/completions", "/completions"), "POST", completions,
           "OpenAI legacy Completions (SSE when stream is true)", CompletionRequest, wire.TextCompletion,
           sse=wire.TextCompletion),
+    Route(("/infill",), "POST", infill, "llama-server /infill: fill-in-the-middle with the model's FIM tokens "
+          "(SSE when stream is true)", InfillRequest, wire.Infill, sse=wire.Infill),
     Route(("/v1/models", "/models"), "GET", models, "The served model", response=wire.ModelList),
     Route(("/health",), "GET", health, "Readiness and slot counts (503 while loading)", response=wire.Health,
           secured=False),

@@ -27,7 +27,8 @@ def assert_envelope(resp: httpx.Response, status: int, code: str | None = None, 
     (b'{"messages": "hi"}', 400, None, "messages"),
     (b'{"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}', 400, None, "temperature"),
     (b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}', 400, None, "max_tokens"),
-    (b'{"messages": [{"role": "user", "content": "x"}], "n": 2}', 400, None, "n"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "n": 9}', 400, None, "n"),  # > --parallel 8
+    (b'{"messages": [{"role": "user", "content": "x"}], "n": 0}', 400, None, "n"),
     (b'{"messages": [{"role": "user", "content": "x"}], "top_p": 7}', 400, None, "top_p"),
     (b'{"messages": [{"role": "user", "content": "x"}], "logit_bias": {"abc": 1}}', 400, None, "logit_bias"),
     (b'{"messages": [{"role": "wizard", "content": "x"}]}', 400, None, "messages"),
@@ -60,7 +61,7 @@ def test_prompt_alone_over_context(base_url: str) -> None:
 
 
 def test_other_routes_bad_input(base_url: str) -> None:
-    assert_envelope(httpx.post(base_url + "/v1/completions", json={"prompt": ["a", "b"]}), 400, param="prompt")
+    assert_envelope(httpx.post(base_url + "/v1/completions", json={"prompt": ["a", 5]}), 400, param="prompt")  # mixed
     assert_envelope(httpx.post(base_url + "/detokenize", json={"tokens": [10**9]}), 400, param="tokens")
     assert_envelope(httpx.post(base_url + "/tokenize", json={"text": "x"}), 400)
     assert_envelope(httpx.get(base_url + "/v1/nothing"), 404)

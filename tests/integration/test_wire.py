@@ -68,7 +68,8 @@ def stream(base_url: str, path: str, body: dict[str, Any]) -> list[dict[str, Any
     {"max_tokens": 30, "stop": ["Paris"]},
     {"max_tokens": 60, "tools": TOOLS, "tool_choice": "required",
      "messages": [SYSTEM, {"role": "user", "content": "What is the weather in Paris?"}]},
-], ids=["plain", "logprobs", "stop", "tool_calls"])
+    {"max_tokens": 4, "n": 2},
+], ids=["plain", "logprobs", "stop", "tool_calls", "n"])
 def test_chat_completion(base_url: str, doc: dict[str, Any], body: dict[str, Any]) -> None:
     resp = post(base_url, "/v1/chat/completions", {"messages": MESSAGES, "temperature": 0, **body})
     assert resp.status_code == 200
@@ -82,7 +83,8 @@ def test_chat_completion(base_url: str, doc: dict[str, Any], body: dict[str, Any
     {"max_tokens": 8, "stream_options": {"include_usage": True}, "logprobs": True, "top_logprobs": 1},
     {"max_tokens": 60, "tools": TOOLS, "tool_choice": "required",
      "messages": [SYSTEM, {"role": "user", "content": "What is the weather in Paris?"}]},
-], ids=["usage_logprobs", "tool_calls"])
+    {"max_tokens": 4, "n": 2, "stream_options": {"include_usage": True}},
+], ids=["usage_logprobs", "tool_calls", "n"])
 def test_chat_completion_chunks(base_url: str, doc: dict[str, Any], body: dict[str, Any]) -> None:
     chunks = stream(base_url, "/v1/chat/completions", {"messages": MESSAGES, "temperature": 0, **body})
     schema = sse_schema(doc, "/v1/chat/completions")
@@ -94,7 +96,8 @@ def test_chat_completion_chunks(base_url: str, doc: dict[str, Any], body: dict[s
 @pytest.mark.parametrize("body", [
     {"max_tokens": 6},
     {"max_tokens": 6, "logprobs": 2, "echo": True},
-], ids=["plain", "echo_logprobs"])
+    {"max_tokens": 4, "n": 2, "prompt": ["The capital of France is", "Hello"], "logprobs": 1},
+], ids=["plain", "echo_logprobs", "n_prompt_list"])
 def test_text_completion(base_url: str, doc: dict[str, Any], body: dict[str, Any]) -> None:
     resp = post(base_url, "/v1/completions", {"prompt": "The capital of France is", "temperature": 0, **body})
     assert resp.status_code == 200

@@ -12,9 +12,9 @@ from skippy.engine.chat.formats.base import ContentParser
 from skippy.engine.chat.formats.emulated import EmulatedToolParser
 from skippy.engine.errors import EngineClosed
 from skippy.engine.output.generation import Done, Generation, GenerationError, Piece
-from skippy.engine.output.responses import ChatReply, TextReply
+from skippy.engine.output.responses import ChatReply, Choices, TextReply
 from skippy.engine.sampling.params import SamplingParams
-from skippy.engine.scheduling.events import FinishEvent, TokenEvent, TopLogprob
+from skippy.engine.scheduling.events import FinishEvent, PromptLogprobs, TokenEvent, TopLogprob
 
 PIECES = {
     1: b"Hello",
@@ -225,7 +225,7 @@ def test_legacy_logprobs_shape() -> None:
     evs = [lp_event(1, -0.5, [(1, -0.5), (2, -2.0)]), lp_event(3, -0.25, [(3, -0.25)])]
     out = json.loads(msgspec.json.encode(make(logprobs=True).legacy_logprobs(evs)))
     assert out == {"tokens": ["Hello", "ld"], "token_logprobs": [-0.5, -0.25],
-                   "top_logprobs": [{"Hello": -0.5, " wor": -2.0}, {"ld": -0.25}], "text_offset": []}
+                   "top_logprobs": [{"Hello": -0.5, " wor": -2.0}, {"ld": -0.25}], "text_offset": [0, 5]}
 
 
 # -- replies ----------------------------------------------------------------------------------------
@@ -289,19 +289,65 @@ def test_chat_completion_message_and_null_content() -> None:
 
 
 def test_text_replies_echo_and_usage_chunk_without_timings() -> None:
-    gen = make(logprobs=True)
-    reply = TextReply("m", gen, prompt_text="Say:", echo=True, logprobs=True, include_usage=True, created=1)
-    chunks = [encode(c) for c in reply.first_chunks()]
-    chunks += [encode(c) for c in reply.chunks(gen.feed(lp_event(1, -0.5, [])))]
+    gen = make([1, 2], logprobs=True, prompt_logprobs=2)  # prompt "Hello wor"
+    reply = TextReply("m", gen, prompt_text="Hello wor", echo=True, logprobs=True, include_usage=True, created=1)
+    assert reply.first_chunks() == [] and not reply.ready()  # the echo chunk waits for the prompt's scores
+    assert gen.feed(PromptLogprobs((TokenEvent(2, -1.5, (TopLogprob(2, -1.5), TopLogprob(3, -2.0))),))) is None
+    assert reply.ready()
+    chunks = [encode(c) for c in reply.chunks(gen.feed(lp_event(3, -0.5, [])))]
     done = gen.feed(finish(n=1))
     chunks += [encode(c) for c in reply.chunks(done)]
-    assert [c["choices"][0]["text"] for c in chunks[:3]] == ["Say:", "Hello", ""]
-    assert chunks[1]["choices"][0]["logprobs"]["tokens"] == ["Hello"]
+    assert [c["choices"][0]["text"] for c in chunks[:3]] == ["Hello wor", "ld", ""]
+    assert chunks[0]["choices"][0]["logprobs"] == {  # the first prompt token has no logprob (OpenAI: null)
+        "tokens": ["Hello", " wor"], "token_logprobs": [None, -1.5],
+        "top_logprobs": [None, {" wor": -1.5, "ld": -2.0}], "text_offset": [0, 5]}
+    assert chunks[1]["choices"][0]["logprobs"]["tokens"] == ["ld"]
+    assert chunks[1]["choices"][0]["logprobs"]["text_offset"] == [9]  # after the prompt text
     assert chunks[2]["choices"][0]["finish_reason"] == "stop" and chunks[2]["choices"][0]["logprobs"] is None
     assert chunks[3]["choices"] == [] and "usage" in chunks[3] and "timings" not in chunks[3]
-    full = encode(reply.completion(done))
-    assert full["choices"][0]["text"] == "Say:Hello" and full["choices"][0]["logprobs"]["tokens"] == ["Hello"]
+    full = encode(TextReply("m", gen, prompt_text="Hello wor", echo=True, logprobs=True).completion(done))
+    lp = full["choices"][0]["logprobs"]
+    assert full["choices"][0]["text"] == "Hello world"
+    assert (lp["tokens"], lp["token_logprobs"], lp["text_offset"]) == (["Hello", " wor", "ld"], [None, -1.5, -0.5],
+                                                                       [0, 5, 9])
     assert full["object"] == "text_completion" and "timings" in full
+
+
+def test_text_echo_without_logprobs_is_sent_first_and_text_offset_counts_from_the_prompt() -> None:
+    gen = make([1], logprobs=True)
+    reply = TextReply("m", gen, prompt_text="Hello", echo=True, logprobs=False, created=1)
+    assert [encode(c)["choices"][0]["text"] for c in reply.first_chunks()] == ["Hello"]
+    noecho = TextReply("m", gen, prompt_text="Hello", logprobs=True, created=1)
+    [chunk] = noecho.chunks(gen.feed(lp_event(2, -0.5, [])))
+    [chunk2] = noecho.chunks(gen.feed(lp_event(3, -0.5, [])))
+    assert chunk.choices[0].logprobs.text_offset == [5] and chunk2.choices[0].logprobs.text_offset == [9]
+
+
+def test_choices_interleave_with_their_index_and_count_usage_once_per_prompt() -> None:
+    gens = [make([1, 2, 3], logprobs=False) for _ in range(4)]
+    replies = [ChatReply("m", g, index=i, id="chatcmpl-x", created=1) for i, g in enumerate(gens)]
+    choices = Choices(replies, [0, 0, 1, 1], include_usage=True)  # two prompts, two choices each
+    first = [encode(c) for c in choices.first_chunks()]
+    assert [c["choices"][0]["index"] for c in first] == [0, 1, 2, 3] and {c["id"] for c in first} == {"chatcmpl-x"}
+    out = []
+    for i in (1, 0, 3, 2):
+        out += choices.chunks(i, gens[i].feed(TokenEvent(1 + i % 3)))
+    dones = []
+    for i, cached in ((2, 0), (0, 5), (1, 1), (3, 1)):
+        done = gens[i].feed(finish(n=1, cached_tokens=cached, predicted_ms=10.0 * (i + 1)))
+        dones.append((i, done))
+        out += choices.chunks(i, done)
+    chunks = [encode(c) for c in out]
+    assert [c["choices"][0]["index"] for c in chunks if c["choices"]][:4] == [1, 0, 3, 2]
+    assert chunks[-1]["choices"] == [] and [c for c in chunks if "usage" in c] == [chunks[-1]]
+    usage = chunks[-1]["usage"]
+    # prompts of 3 tokens, counted once per prompt; every choice's token; the first choices' cached tokens
+    assert usage == {"prompt_tokens": 6, "completion_tokens": 4, "total_tokens": 10,
+                     "prompt_tokens_details": {"cached_tokens": 5}}
+    assert chunks[-1]["timings"]["predicted_n"] == 4 and chunks[-1]["timings"]["predicted_ms"] == 40.0
+    whole = encode(Choices(replies, [0, 0, 1, 1]).completion([d for _, d in sorted(dones)]))
+    assert [c["index"] for c in whole["choices"]] == [0, 1, 2, 3] and whole["usage"] == usage
+    assert [c["message"]["content"] for c in whole["choices"]] == ["Hello", " wor", "ld", "Hello"]
 
 
 def test_replies_read_like_the_dicts_they_encode_to() -> None:

@@ -15,7 +15,7 @@ from skippy.engine.hooks.policy import NO_ACTION, Inject, Stop
 from skippy.engine.runtime.base import ModelMeta
 from skippy.engine.sampling.params import SamplingParams
 from skippy.engine.scheduling.core import HookRequest, Phase, SchedulerCore, execute
-from skippy.engine.scheduling.events import FinishEvent, SeqRequest, TokenEvent
+from skippy.engine.scheduling.events import FinishEvent, PromptLogprobs, SeqRequest, TokenEvent
 from skippy.engine.scheduling.prefix import MIN_REUSE, MIN_TAIL
 
 EOG = 0
@@ -481,6 +481,57 @@ def test_a_burst_shares_one_prefill_when_every_slot_holds_a_cache_entry():
     out = run(rt, core)
     assert finish_of(out, 4).cached_tokens == len(shared)  # copied from 3 instead of prefilled again
     assert rt.copies == [(core_slot := rt.copies[0][0], 1 - core_slot)]
+
+
+def test_the_choices_of_one_prompt_prefill_it_once_and_copy_it_even_when_short():
+    short = [40, 41, 42, 43, 44, 45]  # < MIN_REUSE: not shared by default
+    for min_reuse, expect_prefilled in ((MIN_REUSE, 3 * len(short)),
+                                        (len(short) - MIN_TAIL, len(short) + 2 * MIN_TAIL)):
+        rt, core = make(n_seq_max=3)
+        for rid in (1, 2, 3):  # n = 3 choices, submitted together
+            core.add(req(rid, short, max_tokens=2, min_reuse=min_reuse))
+        out = run(rt, core)
+        assert core.stats().prompt_tokens_total == expect_prefilled, min_reuse
+        if min_reuse < MIN_REUSE:
+            assert [finish_of(out, r).cached_tokens for r in (1, 2, 3)] == [0, 4, 4]
+            assert rt.copies == [(0, 1), (0, 2)]
+
+
+def test_a_lowered_min_reuse_shares_only_whole_prompts_and_keeps_the_short_prompt_for_later_choices():
+    rt, core = make(n_seq_max=3)
+    core.add(req(1, [40, 41, 42, 50, 51], max_tokens=1, min_reuse=3))
+    core.add(req(2, [40, 41, 42, 60, 61], max_tokens=1, min_reuse=3))  # shares 3 of its own 3 reusable tokens
+    core.add(req(3, [40, 41, 70, 71, 72], max_tokens=1, min_reuse=3))  # shares 2 < 3: cold
+    out = run(rt, core)
+    assert [finish_of(out, r).cached_tokens for r in (1, 2, 3)] == [0, 3, 0]
+
+
+def test_prompt_logprobs_score_every_prompt_token_over_chunks_before_the_first_token():
+    rt, core = make(n_seq_max=2, step_tokens=8)
+    prompt = list(range(10, 30))  # 20 tokens: prefilled in chunks of 8
+    core.add(req(1, prompt, max_tokens=2, prompt_logprobs=2, cache_prompt=False))
+    core.add(req(2, [10, 11, 12], max_tokens=2))  # a neighbour without scores
+    out = run(rt, core)
+    scored = [(i, ev) for i, (r, ev) in enumerate(out) if r == 1 and isinstance(ev, PromptLogprobs)]
+    [(at, ev)] = scored
+    first_token = next(i for i, (r, e) in enumerate(out) if r == 1 and isinstance(e, TokenEvent))
+    assert at < first_token
+    assert [t.token for t in ev.tokens] == prompt[1:]
+    # the fake's logits: FILLER 3.0, token 7 1.0, the rest 0.0 (log-softmax over N_VOCAB tokens)
+    lse = np.log(np.exp(3.0) + np.exp(1.0) + N_VOCAB - 2)
+    assert all(abs(t.logprob - (0.0 - lse)) < 1e-5 for t in ev.tokens)
+    assert [a.token for a in ev.tokens[0].top] == [FILLER, 7]
+    assert not [e for r, e in out if r == 2 and isinstance(e, PromptLogprobs)]
+    logits_per_batch = [sum(e.logits for e in b if e.seq_id == core_slot) for b in rt.batches
+                        for core_slot in [0]]
+    assert sum(logits_per_batch) == len(prompt) + 1  # every prompt position, then the one generated token
+
+
+def test_a_one_token_prompt_gets_empty_prompt_logprobs():
+    rt, core = make(n_seq_max=1)
+    core.add(req(1, [10], max_tokens=1, prompt_logprobs=0, cache_prompt=False))
+    out = run(rt, core)
+    assert [e for _, e in out if isinstance(e, PromptLogprobs)] == [PromptLogprobs(())]
 
 
 # -- prefill budget --------------------------------------------------------------------

@@ -30,7 +30,8 @@ from skippy.engine.hooks.signals import FinishInfo
 from skippy.engine.output import wire
 from skippy.engine.output.pipeline import EarlyStopRule, OutputPipeline
 from skippy.engine.sampling.params import SamplingParams
-from skippy.engine.scheduling.events import FinishEvent, SeqEvent, SeqRequest, TokenEvent
+from skippy.engine.scheduling.events import FinishEvent, PromptLogprobs, SeqEvent, SeqRequest, TokenEvent
+from skippy.engine.scheduling.prefix import MIN_REUSE
 
 
 class GenerationError(EngineError):
@@ -90,6 +91,10 @@ class Generation:
             (OpenAI ``prompt_cache_key``, llama-server ``cache_prompt``).
         speculative: draft tokens per step of speculative decoding (0: off;
             ``None``: the scheduler's default).
+        min_reuse: the shortest shared prefix the scheduler copies for this sequence
+            (see :class:`SeqRequest`).
+        prompt_logprobs: score the prompt tokens (``None``: off; else alternatives per
+            position); they arrive in :attr:`prompt_tokens` before the first token.
     """
 
     def __init__(self, rid: int, prompt: Sequence[int], params: SamplingParams, max_tokens: int, *,
@@ -97,10 +102,10 @@ class Generation:
                  stops: Sequence[str] = (), early_stop: EarlyStopRule | None = None, hooks: bool = False,
                  signals: bool = False, hook_request: object = None, injected: int = 0,
                  cache_key: str | None = None, cache_prompt: bool = True, speculative: int | None = None,
-                 include_stop: bool = False) -> None:
+                 include_stop: bool = False, min_reuse: int = MIN_REUSE, prompt_logprobs: int | None = None) -> None:
         self.request = SeqRequest(rid, list(prompt), params, max_tokens, hooks=hooks, signals=signals,
                                   request=hook_request, cache_key=cache_key, cache_prompt=cache_prompt,
-                                  speculative=speculative)
+                                  speculative=speculative, min_reuse=min_reuse, prompt_logprobs=prompt_logprobs)
         self._piece = piece
         self._pipeline = OutputPipeline(piece, list(stops), parser, early_stop, include_stop=include_stop)
         self._logprobs = params.logprobs
@@ -117,6 +122,8 @@ class Generation:
         self.finished = False
         #: the hook ``on_finish`` payload; ``cancelled`` until the generation ends another way
         self.finish_info = FinishInfo(status="cancelled")
+        #: the scored prompt tokens after the first (``prompt_logprobs``), once the prompt is prefilled
+        self.prompt_tokens: list[TokenEvent] | None = None
 
     @property
     def rid(self) -> int:
@@ -137,6 +144,9 @@ class Generation:
         self.wants_cancel = False
         if isinstance(event, TokenEvent):
             return self._token(event)
+        if isinstance(event, PromptLogprobs):
+            self.prompt_tokens = list(event.tokens)
+            return None
         return self._finish(event)
 
     def _token(self, ev: TokenEvent) -> Piece | None:
@@ -219,9 +229,23 @@ class Generation:
             content.append(entry)
         return wire.ChatLogprobs(content=content)
 
-    def legacy_logprobs(self, tokens: Sequence[TokenEvent]) -> wire.CompletionLogprobs:
-        """OpenAI legacy Completions ``logprobs`` for ``tokens`` (``top_logprobs``: text -> logprob)."""
+    def legacy_logprobs(self, tokens: Sequence[TokenEvent], offset: int = 0) -> wire.CompletionLogprobs:
+        """OpenAI legacy Completions ``logprobs`` for ``tokens`` (``top_logprobs``: text -> logprob).
+
+        ``text_offset[i]`` is the character offset of token ``i``'s text, the first at ``offset``
+        (OpenAI counts from the start of the prompt text). A token without a logprob (the first
+        token of an echoed prompt, which nothing predicts) has ``null`` in ``token_logprobs`` and
+        ``top_logprobs``, as OpenAI sends it.
+        """
+        texts, offsets = [], []
+        for ev in tokens:
+            text = self._text(ev.token)[0]
+            offsets.append(offset)
+            texts.append(text)
+            offset += len(text)
         return wire.CompletionLogprobs(
-            tokens=[self._text(ev.token)[0] for ev in tokens],
+            tokens=texts,
             token_logprobs=[ev.logprob for ev in tokens],
-            top_logprobs=[{self._text(t.token)[0]: t.logprob for t in ev.top} for ev in tokens])
+            top_logprobs=[{self._text(t.token)[0]: t.logprob for t in ev.top} if ev.logprob is not None else None
+                          for ev in tokens],
+            text_offset=offsets)

@@ -5,13 +5,19 @@
 :class:`TextReply` into legacy ``text_completion`` objects. They build the
 :mod:`skippy.engine.output.wire` Structs, nothing else: one ``id`` and
 ``created`` per reply, every chunk with ``logprobs`` and ``finish_reason``
-(``null`` until the end), as OpenAI streams them.
+(``null`` until the end), as OpenAI streams them. :class:`Choices` joins
+the replies of a request's several choices (``n`` > 1, or a list of prompts)
+into one reply and one stream.
 """
 
 from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Sequence
+from typing import Protocol
+
+import msgspec
 
 from skippy.engine.chat.formats.base import Delta, ParsedMessage
 from skippy.engine.output import wire
@@ -50,13 +56,14 @@ class ChatReply:
     ``logprobs``: the request asked for them (OpenAI ``logprobs``);
     ``include_usage``: the stream ends with a usage chunk
     (``stream_options.include_usage``). ``created`` is Unix seconds (now by default).
-    ``request_id``: the reply ``id`` is ``chatcmpl-<request_id>`` (a client's
-    ``X-Request-Id``); ``None``: 24 random hex chars.
+    ``index`` is the choice's ``choices[].index``; ``id`` the reply's (a new one by default).
     """
 
     def __init__(self, model: str, generation: Generation, *, logprobs: bool = False,
-                 include_usage: bool = False, created: int | None = None, request_id: str | None = None) -> None:
-        self.id = f"chatcmpl-{request_id}" if request_id else new_id("chatcmpl")
+                 include_usage: bool = False, created: int | None = None, index: int = 0,
+                 id: str | None = None) -> None:
+        self.id = id or new_id("chatcmpl")
+        self.index = index
         self.created = int(time.time()) if created is None else created
         self.model = model
         self.generation = generation
@@ -70,7 +77,7 @@ class ChatReply:
     def _choice(self, delta: wire.ChatDelta, tokens: list[TokenEvent],
                 finish_reason: str | None = None) -> wire.ChatChunkChoice:
         lp = self.generation.chat_logprobs(tokens) if self.logprobs and tokens else None
-        return wire.ChatChunkChoice(delta=delta, logprobs=lp, finish_reason=finish_reason)
+        return wire.ChatChunkChoice(index=self.index, delta=delta, logprobs=lp, finish_reason=finish_reason)
 
     def first_chunks(self) -> list[wire.ChatCompletionChunk]:
         """The chunk every stream starts with: ``delta`` ``{"role": "assistant", "content": ""}``."""
@@ -93,17 +100,21 @@ class ChatReply:
         if isinstance(item, Done):
             out.append(self._chunk([self._choice(wire.ChatDelta(), [], item.finish_reason)]))
             if self.include_usage:
-                out.append(self._chunk([], usage=item.usage, timings=item.timings))
+                out.append(self.usage_chunk(item.usage, item.timings))
         elif pending:
             out.append(self._chunk([self._choice(wire.ChatDelta(), pending)]))
         return out
+
+    def usage_chunk(self, usage: wire.Usage, timings: wire.Timings) -> wire.ChatCompletionChunk:
+        """The stream's last chunk with ``include_usage``: empty ``choices``, ``usage`` and ``timings``."""
+        return self._chunk([], usage=usage, timings=timings)
 
     def completion(self, done: Done) -> wire.ChatCompletion:
         """The whole ``chat.completion`` (non-streamed): ``logprobs`` cover every generated token."""
         lp = self.generation.chat_logprobs(done.tokens) if self.logprobs else None
         return wire.ChatCompletion(
             id=self.id, created=self.created, model=self.model,
-            choices=[wire.ChatChoice(message=chat_message(done.message), logprobs=lp,
+            choices=[wire.ChatChoice(index=self.index, message=chat_message(done.message), logprobs=lp,
                                      finish_reason=done.finish_reason)],
             usage=done.usage, timings=done.timings)
 
@@ -113,14 +124,22 @@ class TextReply:
 
     ``logprobs``: the request asked for them (its ``logprobs`` is not null);
     ``echo``: the prompt text is sent first / prepended; ``include_usage``: the
-    stream ends with a usage chunk (``usage`` only, no ``timings``); ``request_id``:
-    the reply ``id`` is ``cmpl-<request_id>`` (``None``: random).
+    stream ends with a usage chunk (``usage`` only, no ``timings``). ``index``
+    is the choice's ``choices[].index``, ``id`` the reply's (a new one by default).
+
+    With ``echo`` and ``logprobs`` the prompt's tokens lead the logprobs (the
+    first with ``null`` logprob, the others scored by ``prompt_source``, the
+    generation that asked for ``prompt_logprobs``: this one, or the first choice
+    of the same prompt). Streamed, the echo chunk then waits until they are
+    scored: :meth:`ready` says when. ``text_offset`` counts characters from the
+    start of the prompt text, echoed or not (OpenAI).
     """
 
     def __init__(self, model: str, generation: Generation, *, prompt_text: str = "", echo: bool = False,
                  logprobs: bool = False, include_usage: bool = False, created: int | None = None,
-                 request_id: str | None = None) -> None:
-        self.id = f"cmpl-{request_id}" if request_id else new_id("cmpl")
+                 index: int = 0, id: str | None = None, prompt_source: Generation | None = None) -> None:
+        self.id = id or new_id("cmpl")
+        self.index = index
         self.created = int(time.time()) if created is None else created
         self.model = model
         self.generation = generation
@@ -128,35 +147,193 @@ class TextReply:
         self.echo = echo
         self.logprobs = logprobs
         self.include_usage = include_usage
+        self.prompt_source = prompt_source or generation
+        self._offset = len(prompt_text)  # text_offset of the next generated token
+        self._echo_pending = echo and logprobs  # streamed: the echo chunk waits for the prompt's scores
 
     def _chunk(self, choices: list[wire.CompletionChoice], **extra: object) -> wire.TextCompletion:
         return wire.TextCompletion(id=self.id, created=self.created, model=self.model, choices=choices,
                                    **extra)  # type: ignore[arg-type]
 
+    def _logprobs(self, tokens: list[TokenEvent]) -> wire.CompletionLogprobs:
+        lp = self.generation.legacy_logprobs(tokens, self._offset)
+        if lp.tokens:
+            self._offset = lp.text_offset[-1] + len(lp.tokens[-1])
+        return lp
+
     def _choice(self, text: str, tokens: list[TokenEvent], finish_reason: str | None = None) -> wire.CompletionChoice:
-        lp = self.generation.legacy_logprobs(tokens) if self.logprobs and tokens else None
-        return wire.CompletionChoice(text=text, logprobs=lp, finish_reason=finish_reason)
+        lp = self._logprobs(tokens) if self.logprobs and tokens else None
+        return wire.CompletionChoice(index=self.index, text=text, logprobs=lp, finish_reason=finish_reason)
+
+    def _prompt_logprobs(self) -> wire.CompletionLogprobs:
+        """The echoed prompt's logprobs: its first token ``null``, the rest as scored."""
+        prompt = self.generation.request.prompt
+        scored = self.prompt_source.prompt_tokens or []
+        first = [TokenEvent(prompt[0])] if prompt else []
+        return self.generation.legacy_logprobs(first + scored, 0)
+
+    def ready(self) -> bool:
+        """The next chunks can be rendered: no echo chunk waits for prompt scores that are not there yet."""
+        return not self._echo_pending or self.prompt_source.prompt_tokens is not None or self.prompt_source.finished
 
     def first_chunks(self) -> list[wire.TextCompletion]:
-        """With ``echo``, a first chunk with the prompt text; else none."""
-        return [self._chunk([self._choice(self.prompt_text, [])])] if self.echo and self.prompt_text else []
+        """With ``echo``, a first chunk with the prompt text (with ``logprobs`` later: :meth:`ready`); else none."""
+        if self.echo and self.prompt_text and not self._echo_pending:
+            return [self._chunk([wire.CompletionChoice(index=self.index, text=self.prompt_text)])]
+        return []
 
     def chunks(self, item: Piece | Done) -> list[wire.TextCompletion]:
         """The chunks for one generation item: its text and logprobs in one chunk (none when it has
-        neither); a :class:`Done` always gives the finish chunk, then the usage chunk with ``include_usage``."""
+        neither); a :class:`Done` always gives the finish chunk, then the usage chunk with ``include_usage``.
+        The echo chunk that waited for the prompt's scores goes first."""
+        out = []
+        if self._echo_pending:
+            self._echo_pending = False
+            out.append(self._chunk([wire.CompletionChoice(index=self.index, text=self.prompt_text,
+                                                          logprobs=self._prompt_logprobs())]))
         text = "".join(d.content for d in item.deltas)
         if isinstance(item, Done):
-            out = [self._chunk([self._choice(text, [], item.finish_reason)])]
+            out.append(self._chunk([self._choice(text, [], item.finish_reason)]))
             if self.include_usage:
-                out.append(self._chunk([], usage=item.usage))
+                out.append(self.usage_chunk(item.usage, item.timings))
             return out
         if text or item.tokens:
-            return [self._chunk([self._choice(text, item.tokens)])]
-        return []
+            out.append(self._chunk([self._choice(text, item.tokens)]))
+        return out
+
+    def usage_chunk(self, usage: wire.Usage, timings: wire.Timings) -> wire.TextCompletion:
+        """The stream's last chunk with ``include_usage``: empty ``choices`` and ``usage`` (no ``timings``)."""
+        return self._chunk([], usage=usage)
 
     def completion(self, done: Done) -> wire.TextCompletion:
-        """The whole ``text_completion`` (non-streamed); with ``echo`` the text starts with the prompt."""
+        """The whole ``text_completion`` (non-streamed); with ``echo`` the text starts with the prompt
+        (and with ``logprobs`` so do the logprobs)."""
         text = (self.prompt_text if self.echo else "") + done.message.content
-        lp = self.generation.legacy_logprobs(done.tokens) if self.logprobs else None
-        return self._chunk([wire.CompletionChoice(text=text, logprobs=lp, finish_reason=done.finish_reason)],
+        lp = None
+        if self.logprobs:
+            lp = self._logprobs(done.tokens)
+            if self.echo:
+                head = self._prompt_logprobs()
+                lp = wire.CompletionLogprobs(tokens=head.tokens + lp.tokens,
+                                             token_logprobs=head.token_logprobs + lp.token_logprobs,
+                                             top_logprobs=head.top_logprobs + lp.top_logprobs,
+                                             text_offset=head.text_offset + lp.text_offset)
+        return self._chunk([wire.CompletionChoice(index=self.index, text=text, logprobs=lp,
+                                                  finish_reason=done.finish_reason)],
                            usage=done.usage, timings=done.timings)
+
+
+class Reply(Protocol):
+    """What :class:`Choices` needs of one choice's reply (:class:`ChatReply`, :class:`TextReply`)."""
+
+    generation: Generation
+
+    def first_chunks(self) -> list: ...
+    def chunks(self, item: Piece | Done) -> list: ...
+    def usage_chunk(self, usage: wire.Usage, timings: wire.Timings) -> object: ...
+    def completion(self, done: Done) -> msgspec.Struct: ...
+
+
+def ready(reply: Reply) -> bool:
+    return reply.ready() if isinstance(reply, TextReply) else True
+
+
+class Choices:
+    """The replies of one request's choices as one reply (OpenAI ``n``; a list of prompts).
+
+    ``replies[i]`` renders choice ``i`` (built with its ``index``, the shared
+    ``id`` and ``created``, and without ``include_usage``); ``prompt_of[i]`` is
+    the prompt it answers. ``usage`` counts each prompt once and every choice's
+    completion tokens (OpenAI): ``prompt_tokens`` and ``cached_tokens`` are
+    each prompt's first choice's, summed over prompts; ``timings`` likewise, with
+    ``predicted_n`` summed and the longest ``prompt_ms`` / ``predicted_ms``.
+    Streamed, each choice's chunks carry its ``index`` and interleave as its
+    tokens come; with ``include_usage`` one usage chunk follows the last finish.
+    """
+
+    def __init__(self, replies: Sequence[Reply], prompt_of: Sequence[int], *, include_usage: bool = False) -> None:
+        self.replies = list(replies)
+        self.prompt_of = list(prompt_of)
+        self.include_usage = include_usage
+        self._dones: dict[int, Done] = {}
+        self._held: dict[int, list[Piece | Done]] = {}  # items of choices that are not ready yet
+
+    def usage(self, dones: Sequence[Done]) -> tuple[wire.Usage, wire.Timings]:
+        """Usage and timings of the whole request from every choice's :class:`Done` (by choice)."""
+        if len(dones) == 1:
+            return dones[0].usage, dones[0].timings
+        firsts: dict[int, Done] = {}
+        for p, d in zip(self.prompt_of, dones, strict=True):
+            firsts.setdefault(p, d)
+        prompt = sum(d.usage.prompt_tokens for d in firsts.values())
+        completion = sum(d.usage.completion_tokens for d in dones)
+        cached = sum(d.usage.prompt_tokens_details.cached_tokens for d in firsts.values())
+        injected = [d.usage.injected_tokens for d in firsts.values() if d.usage.injected_tokens is not wire.UNSET]
+        usage = wire.Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion,
+                           prompt_tokens_details=wire.PromptTokensDetails(cached_tokens=cached),
+                           injected_tokens=sum(injected) if injected else wire.UNSET)  # type: ignore[arg-type]
+        timings = wire.Timings.of(sum(d.timings.prompt_n for d in firsts.values()),
+                                  max(d.timings.prompt_ms for d in firsts.values()), completion,
+                                  max(d.timings.predicted_ms for d in dones),
+                                  cache_n=sum(d.timings.cache_n for d in firsts.values()))
+        return usage, timings
+
+    def completion(self, dones: Sequence[Done]) -> msgspec.Struct:
+        """The whole reply (non-streamed): every choice in order, the request's usage and timings."""
+        wholes = [r.completion(d) for r, d in zip(self.replies, dones, strict=True)]
+        if len(wholes) == 1:
+            return wholes[0]
+        usage, timings = self.usage(dones)
+        whole = wholes[0]
+        extra = {"timings": timings} if whole.timings is not wire.UNSET else {}  # type: ignore[attr-defined]
+        return msgspec.structs.replace(whole, choices=[c for w in wholes for c in w.choices],  # type: ignore[attr-defined]
+                                       usage=usage, **extra)
+
+    def first_chunks(self) -> list:
+        """Every choice's first chunks, in choice order."""
+        return [c for r in self.replies for c in r.first_chunks()]
+
+    def chunks(self, index: int, item: Piece | Done) -> list:
+        """The chunks for choice ``index``'s next item (held back while that choice is not ready);
+        after the last choice's finish, the usage chunk with ``include_usage``."""
+        self._held.setdefault(index, []).append(item)
+        out = []
+        for i in list(self._held):
+            reply = self.replies[i]
+            if ready(reply):
+                for held in self._held.pop(i):
+                    out += reply.chunks(held)
+                    if isinstance(held, Done):
+                        self._dones[i] = held
+        if self.include_usage and len(self._dones) == len(self.replies) and not self._held:
+            usage, timings = self.usage([self._dones[i] for i in range(len(self.replies))])
+            out.append(self.replies[0].usage_chunk(usage, timings))
+            self.include_usage = False
+        return out
+
+
+class InfillReply:
+    """llama-server ``/infill`` replies (:class:`wire.Infill`) for one :class:`Generation`."""
+
+    def __init__(self, model: str, generation: Generation) -> None:
+        self.model = model
+        self.generation = generation
+
+    def chunks(self, index: int, item: Piece | Done) -> list[wire.Infill]:
+        """One event per item with text (``stop: false``); a :class:`Done` gives the last one with the totals."""
+        text = "".join(d.content for d in item.deltas)
+        if isinstance(item, Done):
+            return [self._final(text, item)]
+        return [wire.Infill(content=text, stop=False)] if text else []
+
+    def completion(self, done: Done) -> wire.Infill:
+        """The whole reply (non-streamed)."""
+        return self._final(done.message.content, done)
+
+    def _final(self, content: str, done: Done) -> wire.Infill:
+        usage = done.usage
+        return wire.Infill(content=content, stop=True, model=self.model,
+                           stop_type="limit" if done.finish_reason == "length" else "eos", stopping_word="",
+                           tokens_predicted=usage.completion_tokens, tokens_evaluated=usage.prompt_tokens,
+                           tokens_cached=usage.prompt_tokens_details.cached_tokens, truncated=False,
+                           timings=done.timings)

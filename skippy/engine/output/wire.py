@@ -34,7 +34,8 @@ __all__ = [
     "RESPONSES", "SYSTEM_FINGERPRINT", "UNSET", "ApplyTemplateResponse", "ChatChoice", "ChatChunkChoice",
     "ChatCompletion", "ChatCompletionChunk", "ChatDelta", "ChatLogprobs", "ChatMessage", "ChatTokenLogprob",
     "CompletionChoice", "CompletionLogprobs", "DetokenizeResponse", "ErrorBody", "ErrorEnvelope",
-    "FunctionCall", "FunctionCallDelta", "Health", "Model", "ModelDetails", "ModelList", "PromptTokensDetails",
+    "FunctionCall", "FunctionCallDelta", "Health", "Infill", "Model", "ModelDetails", "ModelList",
+    "PromptTokensDetails",
     "TextCompletion", "Timings", "TokenPiece", "TokenizeResponse", "ToolCall", "ToolCallDelta", "TopLogprob",
     "Usage", "WireStruct",
 ]
@@ -183,15 +184,18 @@ class ChatLogprobs(WireStruct, kw_only=True):
 
 
 class CompletionLogprobs(WireStruct, kw_only=True):
-    """OpenAI legacy Completions ``choices[].logprobs``: parallel lists, one item per generated token.
+    """OpenAI legacy Completions ``choices[].logprobs``: parallel lists, one item per token.
 
+    The tokens are the generated ones, preceded by the prompt's with ``echo``.
     ``top_logprobs[i]`` maps token text to natural-log probability for the
-    ``logprobs`` most likely tokens; ``text_offset`` is always empty here.
+    ``logprobs`` most likely tokens; ``text_offset[i]`` is the character offset
+    of token ``i`` in the prompt text followed by the completion (OpenAI). The
+    first token of an echoed prompt has ``null`` logprob and ``top_logprobs``.
     """
 
     tokens: list[str]
-    token_logprobs: list[float]
-    top_logprobs: list[dict[str, float]]
+    token_logprobs: list[float | None]
+    top_logprobs: list[dict[str, float] | None]
     text_offset: list[int] = msgspec.field(default_factory=list)
 
 
@@ -335,6 +339,32 @@ class TextCompletion(WireStruct, kw_only=True):
     timings: Timings | UnsetType = UNSET
 
 
+# -- llama-server /infill ----------------------------------------------------------------------------
+
+class Infill(WireStruct, kw_only=True):
+    """llama-server ``POST /infill`` reply (its ``/completion`` shape), and each SSE event of a streamed one.
+
+    Stream events carry the new ``content`` with ``stop: false``; the reply and
+    the last event have ``stop: true`` and the totals: ``stop_type`` (``eos``:
+    an end-of-generation token or a stop string, ``limit``: ``n_predict`` or the
+    context), ``tokens_predicted``, ``tokens_evaluated`` (the prompt),
+    ``tokens_cached`` (prompt tokens reused) and ``timings``.
+    """
+
+    index: int = 0
+    content: str
+    tokens: list[int] = msgspec.field(default_factory=list)
+    stop: bool
+    model: str | UnsetType = UNSET
+    stop_type: str | UnsetType = UNSET
+    stopping_word: str | UnsetType = UNSET
+    tokens_predicted: int | UnsetType = UNSET
+    tokens_evaluated: int | UnsetType = UNSET
+    tokens_cached: int | UnsetType = UNSET
+    truncated: bool | UnsetType = UNSET
+    timings: Timings | UnsetType = UNSET
+
+
 # -- models, health, llama-server utility routes ------------------------------------------------------
 
 class ModelDetails(WireStruct, kw_only=True):
@@ -402,4 +432,4 @@ class ApplyTemplateResponse(WireStruct, kw_only=True):
 #: Every top-level response object (for the OpenAPI components).
 RESPONSES: tuple[type[WireStruct], ...] = (
     ErrorEnvelope, ChatCompletion, ChatCompletionChunk, TextCompletion, ModelList, Health, TokenizeResponse,
-    DetokenizeResponse, ApplyTemplateResponse)
+    DetokenizeResponse, ApplyTemplateResponse, Infill)

@@ -57,6 +57,21 @@ class KVCacheInfo:
                 "n_ctx_seq": self.n_ctx_seq, "n_seq_max": self.n_seq_max, "unified": self.unified,
                 "bytes": self.bytes, "bytes_k": self.bytes_k, "bytes_v": self.bytes_v,
                 "bytes_per_token": self.bytes_per_token}
+class FimTokens:
+    """The vocabulary's fill-in-the-middle tokens (llama.cpp ``llama_vocab_fim_pre`` / ``_suf`` / ``_mid`` /
+    ``_pad`` / ``_rep`` / ``_sep``); -1 where it has none."""
+
+    pre: int = -1
+    suf: int = -1
+    mid: int = -1
+    pad: int = -1
+    rep: int = -1
+    sep: int = -1
+
+    @property
+    def available(self) -> bool:
+        """The model can infill: it has FIM prefix, suffix and middle tokens."""
+        return min(self.pre, self.suf, self.mid) >= 0
 
 
 @attrs.frozen
@@ -69,7 +84,7 @@ class ModelMeta:
     ``kv_unified``: the KV cache is one buffer shared by all sequences (llama.cpp
     ``kv_unified``), so :meth:`Runtime.seq_cp` also copies a prefix (``n``), nearly free;
     otherwise only whole sequences are copied. ``kv_cache``: the KV cache's types and
-    size, when the runtime knows them.
+    size, when the runtime knows them. ``fim``: the fill-in-the-middle tokens.
     """
 
     name: str
@@ -88,6 +103,7 @@ class ModelMeta:
     is_recurrent: bool
     kv_unified: bool = False
     kv_cache: KVCacheInfo | None = None
+    fim: FimTokens = FimTokens()
 
 
 class Vocab(Protocol):

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import llama_cpp
 import numpy as np
 
-from skippy.engine.runtime.base import BatchEntry, KVCacheInfo, ModelMeta
+from skippy.engine.runtime.base import BatchEntry, FimTokens, KVCacheInfo, ModelMeta
 from skippy.engine.sampling.params import SamplingParams
 from skippy.engine.sampling.vector import SeqSampler, sample_rows, vectorizable
 
@@ -343,6 +343,8 @@ class LlamaRuntime:
                               or llama_cpp.llama_model_is_hybrid(self._model)),
             kv_unified=kv_unified,
             kv_cache=kv,
+            fim=FimTokens(*(int(getattr(llama_cpp, f"llama_vocab_fim_{k}")(vocab))
+                            for k in ("pre", "suf", "mid", "pad", "rep", "sep"))),
         )
         log.info("KV cache: %s, K %s + V %s, %d cells (%d sequences x %d): %.2f MiB total, %.2f MiB per sequence",
                  "unified" if kv_unified else "one stream per sequence", type_k, type_v, kv.n_cells, n_seq_max,

@@ -115,14 +115,13 @@ def sampling_from_request(req: SamplingFields, *, n_vocab: int, logprobs: bool =
     """Validate the sampling fields of ``req`` and build :class:`SamplingParams`.
 
     Raises :class:`InvalidRequest` (400, ``param`` set) for out-of-range
-    values, ``n`` > 1 (one choice per request is supported), a
-    ``logit_bias`` key or ``stop_token_ids`` entry that is not a token id of
+    values, a ``logit_bias`` key or ``stop_token_ids`` entry that is not a token id of
     this vocabulary, or ``min_tokens`` above ``max_tokens``. ``n_ctx`` (the
     sequence context, tokens) resolves ``repeat_last_n``/``dry_penalty_last_n``
     of -1 (llama-server: the whole context). Ranges follow llama-server's
     (llama.cpp ``common_params_sampling``) and vLLM's ``SamplingParams``.
+    (``n`` is the engine's: one generation per choice, each with these parameters.)
     """
-    _check(req.n is None or req.n == 1, "only n=1 is supported", "n")
     t = 0.8 if req.temperature is None else req.temperature
     _check(0.0 <= t <= 100.0, "temperature must be in [0, 100]", "temperature")
     top_p = 0.95 if req.top_p is None else req.top_p

@@ -32,6 +32,11 @@ The rules, each with a unit test in ``tests/unit/test_scheduler_core.py``:
   match, a free slot, else the least recently used entry is evicted (of the
   same ``prompt_cache_key`` first). A request whose prefix a running prefill
   will soon hold waits for it without holding back the requests behind it.
+  A prefix is worth reusing from ``MIN_REUSE`` tokens, or from the request's
+  ``min_reuse`` (the choices of an ``n`` > 1 prompt share even a short one).
+- **Prompt logprobs**: a request with ``prompt_logprobs`` gets the logits of
+  every prompt position in its prefill batches, and one :class:`PromptLogprobs`
+  before its first token.
 - **Slot order**: the lowest free slot is taken, so running slots stay compact
   (llama.cpp decodes each run of consecutive sequence ids as one micro-batch).
 - **Prefill budget**: :func:`~skippy.engine.scheduling.batch.plan_step`
@@ -70,10 +75,24 @@ import attrs
 
 from skippy.engine.errors import QueueFull
 from skippy.engine.hooks.policy import Inject, Outcome, Stop
-from skippy.engine.hooks.signals import GenerationSignals, PrefillSignals, SignalConfig, SignalWindow
+from skippy.engine.hooks.signals import (
+    GenerationSignals,
+    PrefillSignals,
+    SignalConfig,
+    SignalWindow,
+    logprobs_top,
+    token_logprob,
+)
 from skippy.engine.runtime.base import Runtime
 from skippy.engine.scheduling.batch import BatchPlan, SeqState, plan_step
-from skippy.engine.scheduling.events import FinishEvent, SchedulerStats, SeqRequest, TokenEvent
+from skippy.engine.scheduling.events import (
+    FinishEvent,
+    PromptLogprobs,
+    SchedulerStats,
+    SeqRequest,
+    TokenEvent,
+    TopLogprob,
+)
 from skippy.engine.scheduling.prefix import MIN_REUSE, MIN_TAIL, Match, PrefixIndex, common_prefix_len
 from skippy.engine.scheduling.sample import sample_step
 from skippy.engine.scheduling.spec import MAX_DRAFT, SpecState
@@ -102,7 +121,7 @@ class HookRequest:
 
 
 #: What the core emits, per request id.
-Output = tuple[int, TokenEvent | FinishEvent | HookRequest]
+Output = tuple[int, TokenEvent | FinishEvent | PromptLogprobs | HookRequest]
 
 
 @attrs.define(eq=False)
@@ -113,8 +132,8 @@ class Sequence:
     token; ``None`` while waiting); ``sampler`` its llama.cpp sampler chain;
     ``held`` the sampled token held while parked; ``injected`` tokens added by
     hooks; ``cached`` prompt tokens reused from the prefix cache; ``spec`` its
-    speculative-decoding state (``None``: off). Times are
-    the core clock's seconds.
+    speculative-decoding state (``None``: off); ``scored`` the prompt tokens scored so far
+    (``prompt_logprobs``), sent before the first token. Times are the core clock's seconds.
     """
 
     request: SeqRequest
@@ -127,6 +146,7 @@ class Sequence:
     cached: int = 0
     spec: SpecState | None = None
     t_queued: float = 0.0
+    scored: list[TokenEvent] | None = attrs.Factory(list)  # None once sent
     t_admit: float = 0.0
     t_first: float = 0.0
 
@@ -166,13 +186,26 @@ class SampleSpec:
 
 
 @attrs.frozen
+class ScoreSpec:
+    """A prompt position to score (``prompt_logprobs``): the logprob of ``token``, the prompt's next
+    token, from the logits at batch ``index``, with ``top_logprobs`` alternatives."""
+
+    rid: int
+    index: int
+    token: int
+    top_logprobs: int
+
+
+@attrs.frozen
 class StepPlan:
-    """One planned step: the batch (``None``: nothing to decode), what to sample from it, and
-    the outputs admission produced (finishes of requests whose sampler llama.cpp refused)."""
+    """One planned step: the batch (``None``: nothing to decode), what to sample from it, which
+    prompt positions to score, and the outputs admission produced (finishes of requests whose
+    sampler llama.cpp refused)."""
 
     batch: BatchPlan | None
     samples: tuple[SampleSpec, ...] = ()
     outputs: tuple[Output, ...] = ()
+    scores: tuple[ScoreSpec, ...] = ()
 
 
 #: What :func:`execute` returns per sample: one event, or (a spec with a draft) every token its
@@ -188,7 +221,8 @@ def execute(runtime: Runtime, step: StepPlan, marks: list[float] | None = None) 
     the vectorized chain for most sequences, llama.cpp's for a grammar; logprobs and signals
     from the raw logits when asked, ``None`` when a row has no finite maximum, so one
     sequence's NaN logits never fail the others), or for an entry with a ``draft`` the tuple
-    :func:`verify_draft` returns. Raises ``RuntimeError`` when llama.cpp refuses the batch.
+    :func:`verify_draft` returns; then one per ``step.scores`` entry (the scored prompt
+    token, its logprob and alternatives). Raises ``RuntimeError`` when llama.cpp refuses the batch.
     ``marks``, when given, gets ``time.perf_counter()`` at the start and at the end of
     ``llama_decode`` (for the step-time metrics).
     """
@@ -199,11 +233,23 @@ def execute(runtime: Runtime, step: StepPlan, marks: list[float] | None = None) 
         marks.append(time.perf_counter())
     else:
         runtime.decode(step.batch.entries)
+    scored: list[Sampled] = [_score(runtime.logits(spec.index), spec.token, spec.top_logprobs)
+                             for spec in step.scores]
     out: list[Sampled] = list(sample_step(runtime, step.samples))
     for i, spec in enumerate(step.samples):
         if spec.draft:
             out[i] = verify_draft(runtime, spec, out[i])  # type: ignore[arg-type]
-    return out
+    return out + scored
+
+
+def _score(raw: Any, token: int, n_top: int) -> TokenEvent:
+    """``token``'s logprob (and ``n_top`` alternatives) under the logits ``raw``; ``None`` when not finite."""
+    try:
+        top = logprobs_top(raw, n_top) if n_top else ((), ())
+        return TokenEvent(token, token_logprob(raw, token),
+                          tuple(TopLogprob(int(t), float(v)) for t, v in zip(*top, strict=True)))
+    except ValueError:
+        return TokenEvent(token)
 
 
 def sample_at(runtime: Runtime, spec: SampleSpec, index: int) -> TokenEvent:
@@ -367,13 +413,32 @@ class SchedulerCore:
             samples.append(SampleSpec(kv.rid, index, seq.sampler,
                                       req.params.top_logprobs if req.params.logprobs else None,
                                       req.signals or seq.window is not None, kv.draft))
-        return StepPlan(batch, tuple(samples), tuple(outputs))
+        batch, scores = self._scores(batch)
+        return StepPlan(batch, tuple(samples), tuple(outputs), scores)
+
+    def _scores(self, batch: BatchPlan) -> tuple[BatchPlan, tuple[ScoreSpec, ...]]:
+        """Ask for the logits of every prompt position of the sequences with ``prompt_logprobs``."""
+        scoring = {kv.slot: self._running[kv.rid].request for kv, _ in batch.advance
+                   if self._running[kv.rid].request.prompt_logprobs is not None}
+        if not scoring:
+            return batch, ()
+        entries, scores = list(batch.entries), []
+        for i, e in enumerate(entries):
+            req = scoring.get(e.seq_id)
+            if req is not None and e.pos < len(req.prompt) - 1:
+                entries[i] = attrs.evolve(e, logits=True)
+                scores.append(ScoreSpec(req.rid, i, req.prompt[e.pos + 1], req.prompt_logprobs or 0))
+        return attrs.evolve(batch, entries=tuple(entries)), tuple(scores)
 
     def update(self, step: StepPlan, sampled: Seq[Sampled]) -> list[Output]:
         """Apply a decoded ``step`` and its sampled tokens (from :func:`execute`, in order)."""
-        assert step.batch is not None and len(sampled) == len(step.samples)
+        assert step.batch is not None and len(sampled) == len(step.samples) + len(step.scores)
         self._steps += 1
         self._busy_slots_total += len(step.batch.advance)
+        for spec, ev in zip(step.scores, sampled[len(step.samples):], strict=True):
+            seq = self._running.get(spec.rid)
+            if seq is not None and seq.scored is not None:
+                seq.scored.append(ev)
         for kv, n in step.batch.advance:
             if kv.n_past >= len(kv.prompt):  # a generated token entered the KV cache
                 kv.prompt.append(kv.pending)  # type: ignore[arg-type]
@@ -382,10 +447,14 @@ class SchedulerCore:
             kv.n_past += n
             self._n_tokens_max = max(self._n_tokens_max, kv.n_past)
         outputs: list[Output] = []
-        for spec, ev in zip(step.samples, sampled, strict=True):
+        for spec, ev in zip(step.samples, sampled[:len(step.samples)], strict=True):
             seq = self._running.get(spec.rid)
             if seq is None:
                 continue
+            if seq.request.prompt_logprobs is not None and seq.scored is not None:
+                # the prompt is prefilled: its scores go before its first token
+                outputs.append((seq.rid, PromptLogprobs(tuple(seq.scored))))
+                seq.scored = None
             if spec.draft:
                 outputs += self._on_verified(seq, spec.draft, ev if isinstance(ev, tuple) else (ev,))
             else:
@@ -456,14 +525,14 @@ class SchedulerCore:
             req = seq.request
             match = None
             if self.prefix_cache and req.cache_prompt:
-                if self._share_later(req.prompt):  # copy the prefix once the running prefill holds it
+                if self._share_later(req.prompt, req.min_reuse):  # copy the prefix once the running prefill holds it
                     deferred.append(seq)
                     if len(deferred) >= self.n_slots:
                         break
                     continue
                 self._prefix_queries += 1
                 match = self.prefix.best(req.prompt, ((s.kv.slot, s.kv.prompt, s.n_prefilled)  # type: ignore[union-attr]
-                                                      for s in self._running.values()))
+                                                      for s in self._running.values()), req.min_reuse)
             slot, n_cached = self._take_slot(match, req.cache_key)
             try:
                 seq.sampler = self.runtime.new_sampler(req.params)
@@ -491,13 +560,13 @@ class SchedulerCore:
         self._waiting.extendleft(reversed(deferred))
         return outputs
 
-    def _share_later(self, prompt: Seq[int]) -> bool:
+    def _share_later(self, prompt: Seq[int], min_reuse: int = MIN_REUSE) -> bool:
         """True when a sequence still prefilling shares a longer prefix with ``prompt`` than it holds yet."""
         for s in self._running.values():
             kv = s.kv
             if s.phase is Phase.PREFILLING and kv is not None:
                 n = min(common_prefix_len(kv.prompt, prompt), len(prompt) - MIN_TAIL)
-                if n >= MIN_REUSE and kv.n_past < n:
+                if n >= min_reuse and kv.n_past < n:
                     return True
         return False
 
@@ -674,7 +743,7 @@ class SchedulerCore:
         kv = seq.kv
         if kv is not None:
             n_keep = seq.n_prefilled
-            if (self.prefix_cache and reason != "error" and n_keep >= MIN_REUSE
+            if (self.prefix_cache and reason != "error" and n_keep >= seq.request.min_reuse
                     and self.runtime.seq_rm(kv.slot, n_keep, -1)):
                 self.prefix.keep(kv.slot, kv.prompt[:n_keep], seq.request.cache_key)  # KV stays for later prompts
             else:

@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 
 from skippy.engine.sampling.params import SamplingParams
+from skippy.engine.scheduling.prefix import MIN_REUSE
 
 
 @attrs.frozen
@@ -28,6 +29,13 @@ class SeqRequest:
     ``cache_prompt=False`` prefills cold, without prefix reuse (llama-server
     ``cache_prompt``). ``speculative``: draft tokens per step of prompt-lookup
     speculative decoding (0: off; ``None``: the scheduler's default).
+    ``min_reuse``: the shortest shared prefix worth copying
+    from another sequence (the choices of one ``n`` > 1 prompt lower it to their
+    whole prompt, so even a short prompt is prefilled once and copied).
+    ``prompt_logprobs``: the logprob of every prompt token after the first is
+    computed while prefilling (``None``: off; else how many alternatives per
+    position) and sent as one :class:`PromptLogprobs` before the first token;
+    such a prompt is prefilled whole, without prefix reuse.
     """
 
     rid: int
@@ -40,6 +48,8 @@ class SeqRequest:
     cache_key: str | None = None
     cache_prompt: bool = True
     speculative: int | None = None
+    min_reuse: int = MIN_REUSE
+    prompt_logprobs: int | None = None
 
 
 @attrs.frozen
@@ -96,8 +106,16 @@ class FinishEvent:
     queue_ms: float = 0.0
 
 
+@attrs.frozen
+class PromptLogprobs:
+    """The prompt's tokens scored by the model (a request with ``prompt_logprobs``): ``tokens[i]``
+    is prompt token ``i + 1`` with its logprob given the tokens before it, and its top alternatives."""
+
+    tokens: tuple[TokenEvent, ...]
+
+
 #: What a sequence's event stream carries.
-SeqEvent = TokenEvent | FinishEvent
+SeqEvent = TokenEvent | FinishEvent | PromptLogprobs
 
 
 @attrs.frozen

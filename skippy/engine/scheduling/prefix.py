@@ -89,8 +89,9 @@ class PrefixIndex:
                     return slot
         return next(iter(self._resident), None)
 
-    def best(self, prompt: Sequence[int], running: Iterable[tuple[int, Sequence[int], int]] = ()) -> Match | None:
-        """The resident or running sequence sharing the longest prefix (>= :data:`MIN_REUSE`) with ``prompt``.
+    def best(self, prompt: Sequence[int], running: Iterable[tuple[int, Sequence[int], int]] = (),
+             min_reuse: int = MIN_REUSE) -> Match | None:
+        """The resident or running sequence sharing the longest prefix (>= ``min_reuse``) with ``prompt``.
 
         ``running`` gives (slot, tokens, n) of sequences decoding now, whose first ``n``
         tokens are in the KV cache and reusable. At most ``len(prompt) - MIN_TAIL`` tokens
@@ -100,10 +101,10 @@ class PrefixIndex:
         limit = len(prompt) - MIN_TAIL
         for slot, tokens in self._resident.items():
             n = min(common_prefix_len(tokens, prompt), limit)
-            if n >= MIN_REUSE and (best is None or n > best.n):
+            if n >= min_reuse and (best is None or n > best.n):
                 best = Match(slot, n, True)
         for slot, tokens, n_kv in running:
             n = min(common_prefix_len(tokens, prompt), limit, n_kv)
-            if n >= MIN_REUSE and (best is None or n > best.n):
+            if n >= min_reuse and (best is None or n > best.n):
                 best = Match(slot, n, False)
         return best
