@@ -57,6 +57,9 @@ class KVCacheInfo:
                 "n_ctx_seq": self.n_ctx_seq, "n_seq_max": self.n_seq_max, "unified": self.unified,
                 "bytes": self.bytes, "bytes_k": self.bytes_k, "bytes_v": self.bytes_v,
                 "bytes_per_token": self.bytes_per_token}
+
+
+@attrs.frozen
 class FimTokens:
     """The vocabulary's fill-in-the-middle tokens (llama.cpp ``llama_vocab_fim_pre`` / ``_suf`` / ``_mid`` /
     ``_pad`` / ``_rep`` / ``_sep``); -1 where it has none."""
