@@ -206,23 +206,23 @@ async def stream_one(client: httpx.AsyncClient, prompt: str) -> dict:
             "itl": [b - a for a, b in zip(times, times[1:], strict=False)]}
 
 
-async def wave(client: httpx.AsyncClient, c: int, pids: list[int]) -> dict:
+async def wave(client: httpx.AsyncClient, c: int, pids: list[int], steps: bool = True) -> dict:
     """``c`` concurrent streams (prompts 0..c-1); aggregate = completion tokens / wall time."""
     results: list[dict] = [{}] * c
 
     async def one(i: int) -> None:
         results[i] = await stream_one(client, PROMPTS[i])
 
-    h0 = await step_histograms(client)
+    h0 = await step_histograms(client) if steps else None
     a = cpu_snapshot(pids)
     async with trio.open_nursery() as nursery:
         for i in range(c):
             nursery.start_soon(one, i)
     b = cpu_snapshot(pids)
-    h1 = await step_histograms(client)
-    steps = {m: hist_delta(h0[m], h1[m]) for m in STEP_METRICS}
+    h1 = await step_histograms(client) if steps else None
+    hists = {m: hist_delta(h0[m], h1[m]) for m in STEP_METRICS} if h0 is not None and h1 is not None else None
     return {"c": c, "wall": b[0] - a[0], "aggregate": sum(r["tokens"] for r in results) / (b[0] - a[0]),
-            "other_cpu": other_cpu(a, b), "requests": results, "steps": steps}
+            "other_cpu": other_cpu(a, b), "requests": results, "steps": hists}
 
 
 async def wait_healthy(client: httpx.AsyncClient, proc: trio.Process, log: Path) -> None:
@@ -249,7 +249,7 @@ def skippy_cmd(model: str, port: int) -> list[str]:
             "--parallel", str(PARALLEL), "--n-ctx", str(N_CTX), "--threads", str(THREADS)]
 
 
-async def server_waves(name: str, cmd_for_port, log_path: Path) -> list[dict]:
+async def server_waves(name: str, cmd_for_port, log_path: Path, steps: bool = True) -> list[dict]:
     """REPS rounds of the LEVELS waves against the server ``cmd_for_port(port)`` starts (warm-up first)."""
     port = free_port()
     cmd = cmd_for_port(port)
@@ -258,14 +258,17 @@ async def server_waves(name: str, cmd_for_port, log_path: Path) -> list[dict]:
             proc = await nursery.start(partial(trio.run_process, cmd, stdout=log, stderr=subprocess.STDOUT,
                                                check=False))
             try:
-                async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=600) as client:
+                # a new connection per request: llama-server's HTTP library drops kept-alive connections
+                # between requests ("Server disconnected without sending a response")
+                async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=600,
+                                             limits=httpx.Limits(max_keepalive_connections=0)) as client:
                     await wait_healthy(client, proc, log_path)
                     pids = [os.getpid(), proc.pid]
-                    await wave(client, 2, pids)  # warm-up
+                    await wave(client, 2, pids, steps)  # warm-up
                     waves = []
                     for rep in range(REPS):
                         for c in LEVELS:
-                            waves.append(w := await wave(client, c, pids))
+                            waves.append(w := await wave(client, c, pids, steps))
                             print(f"{name} rep {rep + 1} c={c}: {w['aggregate']:.1f} tok/s aggregate, "
                                   f"{w['wall']:.1f} s, other CPU {w['other_cpu']:.2f}", flush=True)
                     return waves
@@ -342,7 +345,7 @@ def main() -> None:
     if binary is not None:
         arms["llama-server"] = trio.run(server_waves, "llama-server", lambda port: llama_server_cmd(
             binary, model, host="127.0.0.1", port=port, parallel=PARALLEL, n_ctx=N_CTX, threads=THREADS),
-            OUT / "llama-server.log")
+            OUT / "llama-server.log", False)  # no skippy step-time histograms there
     else:
         print("no llama-server built (make bench-peer): the peer columns are skipped", flush=True)
     raw += raw_baseline(model)  # again after the servers stopped: drift shows as spread
