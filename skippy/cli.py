@@ -81,6 +81,9 @@ def _click_type(check: Any) -> Any:
     """The click type showing (and enforcing) what a setting's validator accepts; ``None``: plain text."""
     from skippy.engine.config import FloatRange, IntRange, OneOf
 
+    for part in getattr(check, "_validators", ()):  # attrs.validators.and_(IntRange(...), extra check)
+        if (kind := _click_type(part)) is not None:
+            return kind
     if isinstance(check, IntRange):
         return click.IntRange(check.min, check.max)
     if isinstance(check, FloatRange):
@@ -189,6 +192,9 @@ def _serve_options(fn: F) -> F:
 
     layout: list[Any] = [
         _opt("--model", default=DEFAULT_MODEL, help="Model name from the cache (pulled when missing) or a GGUF path."),
+        _opt("--alias", multiple=True, metavar="NAME", show_default=False,
+             help="Another name the model answers to and /v1/models lists (repeatable; the environment "
+                  "variable takes space-separated names). Requests may name any model: one is served."),
         _opt("--host", default="127.0.0.1", help="Address to listen on."),
         _opt("--port", default=8080, type=click.IntRange(0, 65535), help="TCP port to listen on."),
         "n_ctx", "parallel", "threads", "flash_attn",
@@ -212,7 +218,7 @@ def _serve_options(fn: F) -> F:
              help="Browser origins allowed by CORS, comma-separated or repeated, e.g. "
                   "'https://app.example.com'; '*' allows any. [default: none, CORS off]"),
         "max_body_bytes", "max_messages", "max_tools", "max_chat_template_bytes", "max_grammar_bytes",
-        "request_timeout", "shutdown_grace",
+        "request_timeout", "shutdown_grace", "sse_ping_interval", "strict_fields",
     ]
     fields = {f.name: f for f in _flag_fields(EngineConfig) + _flag_fields(ServerSettings)}
     placed = [item for item in layout if isinstance(item, str)]
@@ -246,7 +252,7 @@ def _api_keys(api_key: tuple[str, ...], api_key_file: str | None) -> tuple[str, 
 @main.command()
 @_serve_options
 @friendly_errors
-def serve(model: str, host: str, port: int, chat_template: str | None, chat_template_kwargs: dict, log_level: str,
+def serve(model: str, alias: tuple[str, ...], host: str, port: int, chat_template: str | None, chat_template_kwargs: dict, log_level: str,
           api_key: tuple[str, ...], api_key_file: str | None, cors_origins: tuple[str, ...],
           **options: Any) -> None:
     """Serve the OpenAI-compatible API (``/v1/chat/completions`` and friends).
@@ -269,7 +275,8 @@ def serve(model: str, host: str, port: int, chat_template: str | None, chat_temp
     path = ensure_model(model)
     spec = lookup(model)
     config = EngineConfig(model=str(path), model_name=spec.name if spec else path.stem, chat_template=chat_template,
-                          chat_template_kwargs=chat_template_kwargs, verbose=log_level == "debug", **engine_options)
+                          chat_template_kwargs=chat_template_kwargs, model_alias=alias, verbose=log_level == "debug",
+                          **engine_options)
     sys.exit(trio.run(lambda: run_server(config, host=host, port=port, settings=settings)))
 
 

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing, asynccontextmanager
@@ -88,21 +90,39 @@ class Engine:
         self._nursery = nursery
         self.metrics = EngineMetrics()
         self.metrics.attach(self)
-        self.model_id = config.model_name or runtime.meta.name
+        self.model_id = config.model_name or _cache_name(config.model) or runtime.meta.name
+        #: every name the model answers to and ``/v1/models`` lists: its id, then ``--alias`` names
+        self.served_names: tuple[str, ...] = tuple(dict.fromkeys((self.model_id, *config.model_alias)))
+        #: ``/v1/models`` ``created``: the model file's modification time (Unix seconds), else the load time
+        self.created = _file_time(runtime.meta.path)
         self._rids = itertools.count(1)
         self.closed = False
 
     # -- public API ---------------------------------------------------------------
-    def check_model(self, model: str | None) -> None:
-        """Raise :class:`ModelNotFound` (404) when ``model`` names another model."""
-        if model and model.lower() not in {self.model_id.lower(), self.meta.name.lower(), self.meta.path.lower()}:
-            raise ModelNotFound(f"model {model!r} is not served here (this server serves {self.model_id!r})",
-                                param="model")
+    def check_model(self, model: str | None) -> str:
+        """The model name a reply reports for a request's ``model``.
+
+        One model is served, so any ``model`` value is accepted (llama-server
+        does the same; a client's ``"gpt-4o"`` gets this model) and echoed in
+        the reply's ``model`` field, as llama-server does; without one, the
+        reply says :attr:`model_id`. (A server of several models would raise
+        :class:`ModelNotFound`, 404, for a name none of them answers to.)
+        """
+        return model if model else self.model_id
+
+    def find_model(self, model_id: str) -> str:
+        """The served name equal to ``model_id`` (case-insensitive; the GGUF name and path count too)
+        for ``GET /v1/models/{id}``; raises :class:`ModelNotFound` (404) for another name."""
+        for name in (*self.served_names, self.meta.name, self.meta.path):
+            if name.lower() == model_id.lower():
+                return name if name in self.served_names else self.model_id
+        raise ModelNotFound(f"model {model_id!r} is not served here (this server serves "
+                            f"{', '.join(repr(n) for n in self.served_names)})", param="model")
 
     async def chat(self, req: ChatCompletionRequest) -> wire.ChatCompletion:
         """One OpenAI ``chat.completion`` for ``req`` (``req.stream`` is ignored)."""
         gen, stream = await self._start_chat(req)
-        reply = ChatReply(self.model_id, gen, logprobs=req.logprobs)
+        reply = ChatReply(self.check_model(req.model), gen, logprobs=req.logprobs)
         return reply.completion(await _drain(stream))
 
     async def chat_stream(self, req: ChatCompletionRequest) -> AsyncIterator[wire.ChatCompletionChunk]:
@@ -112,14 +132,14 @@ class Engine:
         chunk. Closing the iterator before its end cancels the generation.
         """
         gen, stream = await self._start_chat(req)
-        reply = ChatReply(self.model_id, gen, logprobs=req.logprobs,
+        reply = ChatReply(self.check_model(req.model), gen, logprobs=req.logprobs,
                           include_usage=bool(req.stream_options and req.stream_options.include_usage))
         return stream.rendered(reply.first_chunks(), reply.chunks)
 
     async def completion(self, req: CompletionRequest) -> wire.TextCompletion:
         """One OpenAI legacy ``text_completion`` for ``req`` (string prompt)."""
         prompt_text, gen, stream = await self._start_completion(req)
-        reply = TextReply(self.model_id, gen, prompt_text=prompt_text, echo=req.echo,
+        reply = TextReply(self.check_model(req.model), gen, prompt_text=prompt_text, echo=req.echo,
                           logprobs=req.logprobs is not None)
         return reply.completion(await _drain(stream))
 
@@ -129,7 +149,7 @@ class Engine:
         Errors in the request (400/404/429) raise here, before the first chunk.
         """
         prompt_text, gen, stream = await self._start_completion(req)
-        reply = TextReply(self.model_id, gen, prompt_text=prompt_text, echo=req.echo,
+        reply = TextReply(self.check_model(req.model), gen, prompt_text=prompt_text, echo=req.echo,
                           logprobs=req.logprobs is not None,
                           include_usage=bool(req.stream_options and req.stream_options.include_usage))
         return stream.rendered(reply.first_chunks(), reply.chunks)
@@ -166,7 +186,6 @@ class Engine:
 
     # -- internals ----------------------------------------------------------------
     async def _start_chat(self, req: ChatCompletionRequest) -> tuple[Generation, _Events]:
-        self.check_model(req.model)
         params = self._sampling(req, logprobs=req.logprobs, top_logprobs=req.top_logprobs or 0)
         hooks_on = self.hooks is not None and (req.mesh_hooks if req.mesh_hooks is not None
                                                else self.config.hooks_default_on)
@@ -219,7 +238,6 @@ class Engine:
                 pass
 
     async def _start_completion(self, req: CompletionRequest) -> tuple[str, Generation, _Events]:
-        self.check_model(req.model)
         prompt_text = req.prompt
         if isinstance(prompt_text, list):
             if len(prompt_text) != 1:
@@ -380,6 +398,18 @@ class _Rendered(Generic[T]):
 
     async def aclose(self) -> None:
         await self._events.aclose()
+
+
+def _cache_name(model: str) -> str | None:
+    """``model`` when it is a model-cache name (``SmolLM2-135M-Instruct``), ``None`` for a file path."""
+    return None if ("/" in model or "\\" in model or model.lower().endswith(".gguf")) else model
+
+
+def _file_time(path: str) -> int:
+    try:
+        return int(os.path.getmtime(path))
+    except (OSError, ValueError):
+        return int(time.time())
 
 
 def _stops(stop: str | list[str] | None) -> list[str]:

@@ -14,6 +14,8 @@ components), an ``ErrorEnvelope``, or ``[DONE]``.
 
 from __future__ import annotations
 
+import re
+
 from typing import Any
 
 import msgspec
@@ -65,6 +67,10 @@ def _operation(route: Any) -> dict[str, Any]:
         "responses": {"200": {"description": "OK", "content": content},
                       "default": {"description": "OpenAI error envelope", "content": _json(_ref(ErrorEnvelope))}},
     }
+    params = re.findall(r"<(?:\w+:)?(\w+)>", route.path)
+    if params:
+        op["parameters"] = [{"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+                            for name in params]
     if route.body is not None:
         op["requestBody"] = {"required": True, "content": _json(_ref(route.body))}
     if not route.secured:
@@ -77,7 +83,7 @@ def _paths() -> dict[str, Any]:
     paths: dict[str, Any] = {}
     for route in ROUTES:
         if route.documented:
-            paths.setdefault(route.path, {})[route.method.lower()] = _operation(route)
+            paths.setdefault(re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", route.path), {})[route.method.lower()] = _operation(route)
     return paths
 
 

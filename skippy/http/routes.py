@@ -225,11 +225,20 @@ async def completions() -> Response:
     return json_response(result)
 
 
+def _model(eng: Any, name: str) -> wire.Model:
+    meta = eng.meta
+    return wire.Model(id=name, created=eng.created, meta=wire.ModelDetails(
+        n_ctx=meta.n_ctx_seq, n_ctx_train=meta.n_ctx_train, n_vocab=meta.n_vocab, parallel=meta.n_seq_max))
+
+
 async def models() -> Response:
     eng = shared().engine()
-    meta = eng.meta
-    return json_response(wire.ModelList(data=[wire.Model(id=eng.model_id, meta=wire.ModelDetails(
-        n_ctx=meta.n_ctx_seq, n_ctx_train=meta.n_ctx_train, n_vocab=meta.n_vocab, parallel=meta.n_seq_max))]))
+    return json_response(wire.ModelList(data=[_model(eng, name) for name in eng.served_names]))
+
+
+async def model(model_id: str) -> Response:
+    eng = shared().engine()
+    return json_response(_model(eng, eng.find_model(model_id)))
 
 
 async def health() -> Response:
@@ -302,7 +311,10 @@ ROUTES: tuple[Route, ...] = (
     Route(("/v1/completions", "/completions"), "POST", completions,
           "OpenAI legacy Completions (SSE when stream is true)", CompletionRequest, wire.TextCompletion,
           sse=wire.TextCompletion),
-    Route(("/v1/models", "/models"), "GET", models, "The served model", response=wire.ModelList),
+    Route(("/v1/models", "/models"), "GET", models, "The served model under each of its names (--alias)",
+          response=wire.ModelList),
+    Route(("/v1/models/<path:model_id>", "/models/<path:model_id>"), "GET", model,
+          "One served model by name (404 model_not_found for another)", response=wire.Model),
     Route(("/health",), "GET", health, "Readiness and slot counts (503 while loading)", response=wire.Health,
           secured=False),
     Route(("/openapi.json",), "GET", openapi_json, "This OpenAPI document", documented=False),

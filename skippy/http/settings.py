@@ -13,7 +13,7 @@ from pathlib import Path
 
 import attrs
 
-from skippy.engine.config import FloatRange, IntRange, setting, settings_doc
+from skippy.engine.config import FloatRange, IntRange, IsBool, setting, settings_doc
 
 MIB = 1024 * 1024
 KIB = 1024
@@ -70,6 +70,14 @@ class ServerSettings:
                                     help="Seconds running requests may take to finish after SIGINT/SIGTERM; then "
                                          "they are cancelled (streams get a final SSE error event). A second "
                                          "signal cancels at once.")
+    sse_ping_interval: float = setting(15.0, check=FloatRange(0.0, finite=True),
+                                       help="Seconds between SSE keep-alive comments while a stream waits for its "
+                                            "next chunk (queue wait, long prefill), so proxies with idle timeouts "
+                                            "keep it open (0: off).")
+    strict_fields: bool = setting(False, check=IsBool(),
+                                  help="Refuse request fields this server does not know with 400 naming the field "
+                                       "(OpenAI's behaviour) instead of ignoring them (logged and listed in the "
+                                       "X-Skippy-Ignored-Fields response header).")
     _key_digests: tuple[bytes, ...] = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:

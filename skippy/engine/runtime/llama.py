@@ -117,7 +117,8 @@ FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
 class LlamaRuntime:
     """A llama.cpp model + context (see module docstring).
 
-    ``n_ctx_seq`` tokens per sequence, ``n_seq_max`` sequences; the llama.cpp
+    ``n_ctx_seq`` tokens per sequence (clamped to the training context; ``0``:
+    the training context), ``n_seq_max`` sequences; the llama.cpp
     context holds ``n_ctx_seq * n_seq_max`` cells. ``n_threads`` defaults to
     the number of CPUs. ``flash_attn`` is ``"on"``, ``"off"`` or ``"auto"``
     (llama.cpp's ``flash_attn_type``). Raises ``RuntimeError`` when the model
@@ -137,7 +138,9 @@ class LlamaRuntime:
         vocab = llama_cpp.llama_model_get_vocab(self._model)
         n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
         n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
-        if n_ctx_train > 0:
+        if n_ctx_seq <= 0:  # llama-server -c 0: the training context
+            n_ctx_seq = n_ctx_train if n_ctx_train > 0 else 4096
+        elif n_ctx_train > 0:
             n_ctx_seq = min(n_ctx_seq, n_ctx_train)
         cparams = llama_cpp.llama_context_default_params()
         cparams.n_ctx = n_ctx_seq * n_seq_max
