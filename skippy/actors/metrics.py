@@ -15,6 +15,8 @@ on the decode path); latency histograms are observed by the request tasks:
   ``skippy:e2e_request_latency_seconds`` (histograms)
 - ``skippy:hook_calls_total``, ``skippy:hook_timeouts_total``, ``skippy:hook_errors_total`` (label ``event``)
 - ``skippy:http_responses_total`` (label ``status_class``: ``2xx``, ``4xx``, ``5xx``)
+- ``skippy:http_client_disconnects_total``: requests whose client went away before the end of the
+  response (logged with status 499); not counted as responses, as llama-server does not count them as errors
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ class EngineMetrics:
                              buckets=_LATENCY_BUCKETS, registry=self.registry)
         self.responses = Counter("skippy:http_responses", "HTTP responses by status class", ["status_class"],
                                  registry=self.registry)
+        self.disconnects = Counter("skippy:http_client_disconnects",
+                                   "Requests whose client disconnected before the response ended",
+                                   registry=self.registry)
         self.engine: Any = None
 
     def attach(self, engine: Any) -> None:
@@ -49,7 +54,11 @@ class EngineMetrics:
         self.registry.register(_EngineCollector(self))
 
     def response(self, status: int) -> None:
-        self.responses.labels(f"{status // 100}xx").inc()
+        """Count one response by status class; 499 (the client went away) is counted as a disconnect."""
+        if status == 499:
+            self.disconnects.inc()
+        else:
+            self.responses.labels(f"{status // 100}xx").inc()
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""

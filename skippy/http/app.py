@@ -76,6 +76,7 @@ def create_app(state: AppState, settings: ServerSettings | None = None) -> Quart
     app.extensions[EXTENSION] = Shared(state, settings, encode(openapi_document(auth=settings.auth_required)))
     app.before_request(_start)
     app.after_request(_close_if_body_unread)
+    app.after_request(_ignored_fields)
     app.after_request(_cors)
     app.after_request(_log)
     app.register_error_handler(EngineError, _on_engine_error)
@@ -124,6 +125,14 @@ async def _close_if_body_unread(response: Response) -> Response:
     has_body = (request.content_length or 0) > 0 or "chunked" in request.headers.get("Transfer-Encoding", "")
     if has_body and not current().body_read:
         response.headers["Connection"] = "close"
+    return response
+
+
+async def _ignored_fields(response: Response) -> Response:
+    """``X-Skippy-Ignored-Fields: a, b``: the request's unknown top-level fields (see routes ``_body``)."""
+    ignored = current().ignored_fields
+    if ignored:
+        response.headers["X-Skippy-Ignored-Fields"] = ", ".join(ignored)
     return response
 
 

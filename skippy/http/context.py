@@ -117,6 +117,8 @@ class AppState:
         self.engine: Engine | None = None
         self.load_error: str | None = None
         self.lifecycle = Lifecycle()
+        #: unknown request fields already named in a warning log line (each is logged once per server run)
+        self.warned_fields: set[str] = set()
 
 
 @attrs.frozen
@@ -170,13 +172,16 @@ class RequestContext:
     short (``inf``: none; set from ``--request-timeout`` when the request
     starts). ``tokens``: completion tokens of a non-streamed answer (the log
     line's ``tokens=``). ``body_read``: whether the handler read the body (a
-    response sent before that closes the connection).
+    response sent before that closes the connection). ``ignored_fields``:
+    top-level body fields this server does not know (the
+    ``X-Skippy-Ignored-Fields`` response header).
     """
 
     t0: float = attrs.field(factory=time.perf_counter)
     deadline: float = math.inf
     tokens: int = 0
     body_read: bool = False
+    ignored_fields: list[str] = attrs.field(factory=list)
 
 
 class SkippyRequest(TrioRequest):

@@ -14,8 +14,6 @@ components), an ``ErrorEnvelope``, or ``[DONE]``.
 
 from __future__ import annotations
 
-import re
-
 from typing import Any
 
 import msgspec
@@ -67,7 +65,7 @@ def _operation(route: Any) -> dict[str, Any]:
         "responses": {"200": {"description": "OK", "content": content},
                       "default": {"description": "OpenAI error envelope", "content": _json(_ref(ErrorEnvelope))}},
     }
-    params = re.findall(r"<(?:\w+:)?(\w+)>", route.path)
+    params = route.path_params
     if params:
         op["parameters"] = [{"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
                             for name in params]
@@ -83,7 +81,7 @@ def _paths() -> dict[str, Any]:
     paths: dict[str, Any] = {}
     for route in ROUTES:
         if route.documented:
-            paths.setdefault(re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", route.path), {})[route.method.lower()] = _operation(route)
+            paths.setdefault(route.openapi_path, {})[route.method.lower()] = _operation(route)
     return paths
 
 

@@ -18,6 +18,7 @@ request's own from :func:`~skippy.http.context.current`.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -36,9 +37,10 @@ from skippy.engine.types import (
     DetokenizeRequest,
     TokenizeRequest,
     decode_request,
+    unknown_fields,
 )
 from skippy.http.context import RequestContext, Shared, ShuttingDown, current, shared
-from skippy.http.replies import SSE_DONE, engine_error_response, error_response, json_response, sse
+from skippy.http.replies import SSE_DONE, SSE_PING, engine_error_response, error_response, json_response, sse
 from skippy.http.settings import ServerSettings
 
 log = logging.getLogger("skippy.http")
@@ -75,6 +77,17 @@ class Route:
         """The documented path."""
         return self.paths[0]
 
+    @property
+    def openapi_path(self) -> str:
+        """The documented path in OpenAPI's template syntax (``/v1/models/<path:model_id>`` ->
+        ``/v1/models/{model_id}``)."""
+        return re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", self.path)
+
+    @property
+    def path_params(self) -> list[str]:
+        """Names of the path's variables (``["model_id"]``)."""
+        return re.findall(r"<(?:\w+:)?(\w+)>", self.path)
+
 
 # -- what the log line counts, read from engine results (dicts or msgspec Structs) ------------------
 
@@ -100,9 +113,31 @@ def _chunk_tokens(chunk: Any) -> int:
 # -- helpers of the handlers ------------------------------------------------------------------------
 
 async def _body(type_: type, ctx: RequestContext) -> Any:
+    """The body decoded into ``type_`` (400 naming the field on bad input).
+
+    Unknown top-level fields are ignored, as OpenAI clients and agent
+    frameworks send vendor extensions, but never silently: each is named in
+    the ``X-Skippy-Ignored-Fields`` response header and, the first time the
+    server sees it, in a warning log line; with ``--strict-fields`` the
+    first one is a 400 naming it (OpenAI refuses unknown fields).
+    """
     data = await request.get_data(cache=False)  # 413 past MAX_CONTENT_LENGTH, even while streaming in
     ctx.body_read = True
-    return decode_request(data, type_)
+    req = decode_request(data, type_)
+    unknown = unknown_fields(data, type_)
+    if unknown:
+        app = shared()
+        if app.settings.strict_fields:
+            raise InvalidRequest(f"unknown field {unknown[0]!r} (this server refuses unknown fields: "
+                                 "--strict-fields)", param=unknown[0], code="unknown_field")
+        ctx.ignored_fields = unknown
+        new = [name for name in unknown if name not in app.state.warned_fields]
+        if new:
+            app.state.warned_fields.update(new)
+            log.warning("%s %s: ignored unknown request field(s) %s (listed in the X-Skippy-Ignored-Fields "
+                        "header; logged once per field; --strict-fields refuses them)", request.method,
+                        request.path, ", ".join(repr(n) for n in new))
+    return req
 
 
 def _check_limits(settings: ServerSettings, messages: list[Any], req: ChatCompletionRequest | None = None) -> None:
@@ -161,6 +196,17 @@ async def _stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitabl
     assert chunks is not None
     route = f"{request.method} {request.path}"  # the request context is gone while streaming
     lifecycle = app.lifecycle
+    interval = app.settings.sse_ping_interval
+    ping = object()
+
+    async def next_chunk() -> Any:
+        """The next chunk, or ``ping`` when none came within ``--sse-ping-interval`` seconds (a queue wait or
+        a long prefill). Cancelling the wait is safe: it waits on the sequence's memory channel."""
+        if interval > 0:
+            with trio.move_on_after(interval):
+                return await chunks.__anext__()
+            return ping
+        return await chunks.__anext__()
 
     async def events() -> AsyncIterator[bytes]:
         tokens = 0
@@ -171,9 +217,12 @@ async def _stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitabl
                 chunk = None
                 with lifecycle.guard(ctx.deadline) as scope:
                     try:
-                        chunk = await chunks.__anext__()
+                        chunk = await next_chunk()
                     except StopAsyncIteration:
                         pass
+                if chunk is ping:
+                    yield SSE_PING
+                    continue
                 if scope.cancelled_caught:
                     error = app.stopped()
                     status = error.status
@@ -200,6 +249,16 @@ async def _stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitabl
     return response
 
 
+async def _unless_gone(app: Shared, ctx: RequestContext, work: Awaitable[Any]) -> Any:
+    """``app.guarded(ctx.deadline, work)``; a client that disconnects first (the handler is cancelled) gets
+    the log line with status 499 and is counted as a disconnect, not as a 4xx (nginx's 499)."""
+    try:
+        return await app.guarded(ctx.deadline, work)
+    except trio.Cancelled:
+        log_line(app, 499, 0, ctx.t0)
+        raise
+
+
 # -- handlers ---------------------------------------------------------------------------------------
 
 async def chat_completions() -> Response:
@@ -209,7 +268,7 @@ async def chat_completions() -> Response:
     eng = app.engine()
     if req.stream:
         return await _stream(app, ctx, lambda: eng.chat_stream(req))
-    result = await app.guarded(ctx.deadline, eng.chat(req))
+    result = await _unless_gone(app, ctx, eng.chat(req))
     ctx.tokens = _completion_tokens(result)
     return json_response(result)
 
@@ -220,7 +279,7 @@ async def completions() -> Response:
     eng = app.engine()
     if req.stream:
         return await _stream(app, ctx, lambda: eng.completion_stream(req))
-    result = await app.guarded(ctx.deadline, eng.completion(req))
+    result = await _unless_gone(app, ctx, eng.completion(req))
     ctx.tokens = _completion_tokens(result)
     return json_response(result)
 
