@@ -252,7 +252,8 @@ def _api_keys(api_key: tuple[str, ...], api_key_file: str | None) -> tuple[str, 
 @main.command()
 @_serve_options
 @friendly_errors
-def serve(model: str, alias: tuple[str, ...], host: str, port: int, chat_template: str | None, chat_template_kwargs: dict, log_level: str,
+def serve(model: str, alias: tuple[str, ...], host: str, port: int, chat_template: str | None,
+          chat_template_kwargs: dict, log_level: str,
           api_key: tuple[str, ...], api_key_file: str | None, cors_origins: tuple[str, ...],
           **options: Any) -> None:
     """Serve the OpenAI-compatible API (``/v1/chat/completions`` and friends).

@@ -97,8 +97,8 @@ def test_options_are_generated_from_the_settings_fields() -> None:
             assert p.default == field.default and p.help == info.help
             assert p.show_envvar
     # the explicit adapters: not one settings field as it stands
-    assert sorted(by_name) == ["alias", "api_key", "api_key_file", "chat_template", "chat_template_kwargs", "cors_origins",
-                               "host", "log_level", "model", "port"]
+    assert sorted(by_name) == ["alias", "api_key", "api_key_file", "chat_template", "chat_template_kwargs",
+                               "cors_origins", "host", "log_level", "model", "port"]
 
 
 def test_readme_flags_table_matches_the_options() -> None:
