@@ -154,8 +154,11 @@ class Engine:
                           include_usage=bool(req.stream_options and req.stream_options.include_usage))
         return stream.rendered(reply.first_chunks(), reply.chunks)
 
-    async def apply_template(self, messages: list[Message]) -> str:
-        """Render ``messages`` with the chat template (llama-server ``/apply-template``)."""
+    async def apply_template(self, messages: list[Message] | ChatCompletionRequest) -> str:
+        """The prompt of ``messages``, or of a whole chat request (its tools, template variables, prefill
+        fields count), as the chat template renders it (llama-server ``/apply-template``)."""
+        if isinstance(messages, ChatCompletionRequest):
+            return (await self.renderer.render(messages)).prompt
         return await self.renderer.render_messages(messages)
 
     def props(self) -> dict[str, Any]:

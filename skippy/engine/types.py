@@ -157,10 +157,15 @@ class DetokenizeRequest(msgspec.Struct, kw_only=True):
     tokens: list[int]
 
 
-class ApplyTemplateRequest(msgspec.Struct, kw_only=True):
-    """``POST /apply-template`` (llama-server): ``messages`` -> ``{"prompt": ...}``."""
+class ApplyTemplateRequest(ChatCompletionRequest, kw_only=True):
+    """``POST /apply-template`` (llama-server): a chat body -> ``{"prompt": ...}``.
 
-    messages: list[Message]
+    As in llama-server, the whole chat body is accepted and its fields that
+    shape the prompt count (``tools``, ``tool_choice``, ``chat_template``,
+    ``chat_template_kwargs``, ``enable_thinking``, ``reasoning_effort``,
+    ``continue_final_message``, ``add_generation_prompt``); the prompt is
+    exactly what ``/v1/chat/completions`` would tokenize.
+    """
 
 
 #: Deepest nesting of lists and objects accepted in ``tools``, ``tool_choice``,

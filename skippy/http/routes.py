@@ -345,8 +345,8 @@ async def detokenize() -> Response:
 async def apply_template() -> Response:
     app, ctx = shared(), current()
     req = await _body(ApplyTemplateRequest, ctx)
-    _check_limits(app.settings, req.messages)
-    prompt = await app.guarded(ctx.deadline, app.engine().apply_template(req.messages))
+    _check_limits(app.settings, req.messages, req)
+    prompt = await app.guarded(ctx.deadline, app.engine().apply_template(req))
     return json_response(wire.ApplyTemplateResponse(prompt=prompt))
 
 

@@ -238,6 +238,7 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
         (caps.supports_parallel_tool_calls and not emulated)
     kwargs = _template_kwargs(req, default_kwargs)
     prefill = _prefill(req, messages)
+    final = messages[-1]  # as sent: a prefill continues its text parts concatenated, as llama-server does
     add_generation_prompt = add_generation_prompt and req.add_generation_prompt is not False
 
     tool_grammar: str | None = None
@@ -261,9 +262,9 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
                                                         emulation.select_tools(tools, tool_choice), parallel=parallel)
     try:
         if prefill:
-            last = messages.pop()
+            messages.pop()
             prompt = tmpl.template.render(messages, tools=render_tools, add_generation_prompt=True, **kwargs)
-            prompt += _prefill_text(last, len(messages))
+            prompt += _prefill_text(final, len(req.messages) - 1)
         else:
             prompt = tmpl.template.render(messages, tools=render_tools, add_generation_prompt=add_generation_prompt,
                                           **kwargs)
