@@ -80,8 +80,11 @@ def test_forced_tool_call_validates(request: pytest.FixtureRequest, fixture: str
     assert finishes == ["tool_calls"]
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens > 0
     assert sum(1 for c in chunks if c.usage is not None) == 1
-    # arguments arrive in several fragments, not only when the object closes
-    assert sum(1 for c in chunks if c.choices and c.choices[0].delta.tool_calls) > 2
+    fragments = sum(1 for c in chunks if c.choices and c.choices[0].delta.tool_calls)
+    if fixture == "qwen_server":  # native: arguments arrive in several fragments, not only when the object closes
+        assert fragments > 2
+    else:  # emulated: a call is sent once complete, so a call cut off by max_tokens never reaches the client
+        assert fragments == 1
 
 
 def test_emulated_follow_up_turn_answers(server) -> None:
