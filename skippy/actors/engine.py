@@ -99,7 +99,7 @@ class Engine:
         self.closed = False
 
     # -- public API ---------------------------------------------------------------
-    def check_model(self, model: str | None) -> str:
+    def reply_model(self, model: str | None) -> str:
         """The model name a reply reports for a request's ``model``.
 
         One model is served, so any ``model`` value is accepted (llama-server
@@ -122,7 +122,7 @@ class Engine:
     async def chat(self, req: ChatCompletionRequest) -> wire.ChatCompletion:
         """One OpenAI ``chat.completion`` for ``req`` (``req.stream`` is ignored)."""
         gen, stream = await self._start_chat(req)
-        reply = ChatReply(self.check_model(req.model), gen, logprobs=req.logprobs)
+        reply = ChatReply(self.reply_model(req.model), gen, logprobs=req.logprobs)
         return reply.completion(await _drain(stream))
 
     async def chat_stream(self, req: ChatCompletionRequest) -> AsyncIterator[wire.ChatCompletionChunk]:
@@ -132,14 +132,14 @@ class Engine:
         chunk. Closing the iterator before its end cancels the generation.
         """
         gen, stream = await self._start_chat(req)
-        reply = ChatReply(self.check_model(req.model), gen, logprobs=req.logprobs,
+        reply = ChatReply(self.reply_model(req.model), gen, logprobs=req.logprobs,
                           include_usage=bool(req.stream_options and req.stream_options.include_usage))
         return stream.rendered(reply.first_chunks(), reply.chunks)
 
     async def completion(self, req: CompletionRequest) -> wire.TextCompletion:
         """One OpenAI legacy ``text_completion`` for ``req`` (string prompt)."""
         prompt_text, gen, stream = await self._start_completion(req)
-        reply = TextReply(self.check_model(req.model), gen, prompt_text=prompt_text, echo=req.echo,
+        reply = TextReply(self.reply_model(req.model), gen, prompt_text=prompt_text, echo=req.echo,
                           logprobs=req.logprobs is not None)
         return reply.completion(await _drain(stream))
 
@@ -149,7 +149,7 @@ class Engine:
         Errors in the request (400/404/429) raise here, before the first chunk.
         """
         prompt_text, gen, stream = await self._start_completion(req)
-        reply = TextReply(self.check_model(req.model), gen, prompt_text=prompt_text, echo=req.echo,
+        reply = TextReply(self.reply_model(req.model), gen, prompt_text=prompt_text, echo=req.echo,
                           logprobs=req.logprobs is not None,
                           include_usage=bool(req.stream_options and req.stream_options.include_usage))
         return stream.rendered(reply.first_chunks(), reply.chunks)
