@@ -30,6 +30,7 @@ functions in reverse order of registration).
 
 from __future__ import annotations
 
+import json
 import logging
 
 import trio
@@ -128,11 +129,22 @@ async def _close_if_body_unread(response: Response) -> Response:
     return response
 
 
+#: longest ``X-Skippy-Ignored-Fields`` value in characters (nginx's default header buffer is 1 KiB)
+IGNORED_FIELDS_HEADER_MAX = 1024
+
+
 async def _ignored_fields(response: Response) -> Response:
-    """``X-Skippy-Ignored-Fields: a, b``: the request's unknown top-level fields (see routes ``_body``)."""
+    """``X-Skippy-Ignored-Fields: a, b``: the request's unknown top-level fields (see routes ``_body``).
+
+    Names are JSON-escaped to ASCII (a header carries no control or non-ASCII characters), and the value
+    ends with ``, ...`` past :data:`IGNORED_FIELDS_HEADER_MAX` characters.
+    """
     ignored = current().ignored_fields
     if ignored:
-        response.headers["X-Skippy-Ignored-Fields"] = ", ".join(ignored)
+        value = ", ".join(json.dumps(name)[1:-1] for name in ignored)
+        if len(value) > IGNORED_FIELDS_HEADER_MAX:
+            value = value[:IGNORED_FIELDS_HEADER_MAX].rsplit(", ", 1)[0] + ", ..."
+        response.headers["X-Skippy-Ignored-Fields"] = value
     return response
 
 

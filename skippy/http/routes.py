@@ -112,6 +112,11 @@ def _chunk_tokens(chunk: Any) -> int:
 
 # -- helpers of the handlers ------------------------------------------------------------------------
 
+#: distinct unknown field names remembered for the once-per-field warning; past it new names are only
+#: listed in the response header (a client sending random keys cannot grow the set without bound)
+MAX_WARNED_FIELDS = 1024
+
+
 async def _body(type_: type, ctx: RequestContext) -> Any:
     """The body decoded into ``type_`` (400 naming the field on bad input).
 
@@ -131,9 +136,10 @@ async def _body(type_: type, ctx: RequestContext) -> Any:
             raise InvalidRequest(f"unknown field {unknown[0]!r} (this server refuses unknown fields: "
                                  "--strict-fields)", param=unknown[0], code="unknown_field")
         ctx.ignored_fields = unknown
-        new = [name for name in unknown if name not in app.state.warned_fields]
+        warned = app.state.warned_fields
+        new = [name for name in unknown if name not in warned][:MAX_WARNED_FIELDS - len(warned)]
         if new:
-            app.state.warned_fields.update(new)
+            warned.update(new)
             log.warning("%s %s: ignored unknown request field(s) %s (listed in the X-Skippy-Ignored-Fields "
                         "header; logged once per field; --strict-fields refuses them)", request.method,
                         request.path, ", ".join(repr(n) for n in new))

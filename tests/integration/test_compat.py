@@ -245,6 +245,9 @@ def test_unknown_fields_are_named_in_a_header_and_logged_once(server: Server) ->
                       timeout=60) as resp:
         assert resp.headers["X-Skippy-Ignored-Fields"] == "max_tokenz, vendor_flag"
         resp.read()
+    # any key a client sends is named in an ASCII header (JSON-escaped), on every route with a body
+    odd = httpx.post(server.base_url + "/tokenize", json={"content": "hi", "naïve\n": 1}, timeout=30)
+    assert odd.status_code == 200 and odd.headers["X-Skippy-Ignored-Fields"] == "na\\u00efve\\n"
     known = _chat(server.base_url, {"messages": ASK, "max_tokens": 2, "temperature": 0})
     assert "X-Skippy-Ignored-Fields" not in known.headers
     log = server.log()
