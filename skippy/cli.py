@@ -82,6 +82,9 @@ def _click_type(check: Any) -> Any:
     """The click type showing (and enforcing) what a setting's validator accepts; ``None``: plain text."""
     from skippy.engine.config import FloatRange, IntRange, OneOf
 
+    for part in getattr(check, "_validators", ()):  # attrs.validators.and_(IntRange(...), extra check)
+        if (kind := _click_type(part)) is not None:
+            return kind
     if isinstance(check, IntRange):
         return click.IntRange(check.min, check.max)
     if isinstance(check, FloatRange):
@@ -254,6 +257,9 @@ def _serve_options(fn: F) -> F:
     layout: list[Any] = [
         _opt("--model", "-m", default=DEFAULT_MODEL,
              help="Model name from the cache (pulled when missing) or a GGUF path."),
+        _opt("--alias", multiple=True, metavar="NAME", show_default=False,
+             help="Another name the model answers to and /v1/models lists (repeatable; the environment "
+                  "variable takes space-separated names). Requests may name any model: one is served."),
         _opt("--host", multiple=True, default=("127.0.0.1",), metavar="ADDRESS", callback=_split_hosts,
              help="Address to listen on; several comma-separated or repeated (e.g. '127.0.0.1,::1')."),
         _opt("--port", default=8080, type=click.IntRange(0, 65535), help="TCP port to listen on."),
@@ -292,7 +298,8 @@ def _serve_options(fn: F) -> F:
                   "'https://app.example.com'; 'localhost' allows any localhost, 127.0.0.1 or [::1] origin "
                   "(any port); '*' allows any. [default: none, CORS off]"),
         "max_body_bytes", "max_messages", "max_tools", "max_chat_template_bytes", "max_grammar_bytes",
-        "request_timeout", "shutdown_grace", "metrics", "slots", "ssl_key_file", "ssl_cert_file",
+        "request_timeout", "shutdown_grace", "sse_ping_interval", "strict_fields", "metrics", "slots",
+        "ssl_key_file", "ssl_cert_file",
         _opt("--no-webui", is_flag=True, default=False,
              help="Accepted for llama-server command lines: skippy has no web UI."),
     ]
@@ -347,7 +354,8 @@ def _context_per_sequence(ctx: click.Context, ctx_size: int | None, options: dic
 @main.command(cls=ServeCommand)
 @_serve_options
 @friendly_errors
-def serve(model: str, host: tuple[str, ...], port: int, ctx_size: int | None, n_gpu_layers: int | None,
+def serve(model: str, alias: tuple[str, ...], host: tuple[str, ...], port: int, ctx_size: int | None,
+          n_gpu_layers: int | None,
           chat_template: str | None, chat_template_kwargs: dict, jinja: bool, log_level: str, log_format: str,
           log_file: str | None, api_key: tuple[str, ...], api_key_file: str | None, cors_origins: tuple[str, ...],
           no_webui: bool, **options: Any) -> None:
@@ -382,7 +390,8 @@ def serve(model: str, host: tuple[str, ...], port: int, ctx_size: int | None, n_
     path = ensure_model(model)
     spec = lookup(model)
     config = EngineConfig(model=str(path), model_name=spec.name if spec else path.stem, chat_template=chat_template,
-                          chat_template_kwargs=chat_template_kwargs, verbose=log_level == "debug", **engine_options)
+                          chat_template_kwargs=chat_template_kwargs, model_alias=alias, verbose=log_level == "debug",
+                          **engine_options)
     sys.exit(trio.run(lambda: run_server(config, host=host, port=port, settings=settings)))
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextvars
 import itertools
 import math
+import os
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -141,16 +142,34 @@ class Engine:
         self._nursery = nursery
         self.metrics = EngineMetrics()
         self.metrics.attach(self)
-        self.model_id = config.model_name or runtime.meta.name
+        self.model_id = config.model_name or _cache_name(config.model) or runtime.meta.name
+        #: every name the model answers to and ``/v1/models`` lists: its id, then ``--alias`` names
+        self.served_names: tuple[str, ...] = tuple(dict.fromkeys((self.model_id, *config.model_alias)))
+        #: ``/v1/models`` ``created``: the model file's modification time (Unix seconds), else the load time
+        self.created = _file_time(runtime.meta.path)
         self._rids = itertools.count(1)
         self.closed = False
 
     # -- public API ---------------------------------------------------------------
-    def check_model(self, model: str | None) -> None:
-        """Raise :class:`ModelNotFound` (404) when ``model`` names another model."""
-        if model and model.lower() not in {self.model_id.lower(), self.meta.name.lower(), self.meta.path.lower()}:
-            raise ModelNotFound(f"model {model!r} is not served here (this server serves {self.model_id!r})",
-                                param="model")
+    def reply_model(self, model: str | None) -> str:
+        """The model name a reply reports for a request's ``model``.
+
+        One model is served, so any ``model`` value is accepted (llama-server
+        does the same; a client's ``"gpt-4o"`` gets this model) and echoed in
+        the reply's ``model`` field, as llama-server does; without one, the
+        reply says :attr:`model_id`. (A server of several models would raise
+        :class:`ModelNotFound`, 404, for a name none of them answers to.)
+        """
+        return model if model else self.model_id
+
+    def find_model(self, model_id: str) -> str:
+        """The served name equal to ``model_id`` (case-insensitive; the GGUF name and path count too)
+        for ``GET /v1/models/{id}``; raises :class:`ModelNotFound` (404) for another name."""
+        for name in (*self.served_names, self.meta.name, self.meta.path):
+            if name.lower() == model_id.lower():
+                return name if name in self.served_names else self.model_id
+        raise ModelNotFound(f"model {model_id!r} is not served here (this server serves "
+                            f"{', '.join(repr(n) for n in self.served_names)})", param="model")
 
     async def chat(self, req: ChatCompletionRequest) -> wire.ChatCompletion:
         """One OpenAI ``chat.completion`` for ``req`` (``req.stream`` is ignored); ``n`` choices."""
@@ -199,7 +218,6 @@ class Engine:
         return stream.rendered([], InfillReply(self.model_id, gen).chunks)
 
     async def _start_infill(self, req: InfillRequest) -> tuple[Generation, _Events]:
-        self.check_model(req.model)
         require_fim(self.meta.fim, "input_prefix")
         if req.n not in (None, 1):
             raise InvalidRequest("/infill gives one completion: n must be 1", param="n")
@@ -235,7 +253,7 @@ class Engine:
     def _chat_choices(self, req: ChatCompletionRequest, gens: list[Generation], *,
                       include_usage: bool = False) -> Choices:
         rid, created = _reply_id("chatcmpl"), int(time.time())
-        replies = [ChatReply(self.model_id, gen, logprobs=gen.request.params.logprobs, index=i, id=rid,
+        replies = [ChatReply(self.reply_model(req.model), gen, logprobs=gen.request.params.logprobs, index=i, id=rid,
                              created=created)
                    for i, gen in enumerate(gens)]
         return Choices(replies, [0] * len(gens), include_usage=include_usage)
@@ -243,14 +261,17 @@ class Engine:
     def _text_choices(self, req: CompletionRequest, texts: list[str], gens: list[Generation], *,
                       include_usage: bool = False) -> Choices:
         rid, created, n = _reply_id("cmpl"), int(time.time()), len(gens) // len(texts)
-        replies = [TextReply(self.model_id, gen, prompt_text=texts[i // n], echo=req.echo,
+        replies = [TextReply(self.reply_model(req.model), gen, prompt_text=texts[i // n], echo=req.echo,
                              logprobs=gen.request.params.logprobs, index=i, id=rid, created=created,
                              prompt_source=gen if gen.request.prompt_logprobs is not None else gens[i - i % n])
                    for i, gen in enumerate(gens)]
         return Choices(replies, [i // n for i in range(len(gens))], include_usage=include_usage)
 
-    async def apply_template(self, messages: list[Message]) -> str:
-        """Render ``messages`` with the chat template (llama-server ``/apply-template``)."""
+    async def apply_template(self, messages: list[Message] | ChatCompletionRequest) -> str:
+        """The prompt of ``messages``, or of a whole chat request (its tools, template variables, prefill
+        fields count), as the chat template renders it (llama-server ``/apply-template``)."""
+        if isinstance(messages, ChatCompletionRequest):
+            return (await self.renderer.render(messages)).prompt
         return await self.renderer.render_messages(messages)
 
     def props(self) -> dict[str, Any]:
@@ -284,7 +305,6 @@ class Engine:
 
     # -- internals ----------------------------------------------------------------
     async def _start_chat(self, req: ChatCompletionRequest) -> tuple[list[Generation], _Events]:
-        self.check_model(req.model)
         n = self._n(req)
         n_probs = req.n_probs or 0  # llama-server's name for top_logprobs
         params = self._sampling(req, logprobs=req.logprobs or n_probs > 0,
@@ -341,7 +361,6 @@ class Engine:
 
     async def _start_completion(self, req: CompletionRequest) -> tuple[list[str], list[Generation], _Events]:
         """The prompt texts (for ``echo``), every choice's generation (``n`` per prompt, in order), the events."""
-        self.check_model(req.model)
         n = self._n(req)
         lp = req.logprobs
         if lp is not None and not 0 <= lp <= 5:
@@ -651,6 +670,18 @@ def _one_line(message: str, limit: int = 300) -> str:
     """A library's (multi-line) error message as one line of at most ``limit`` characters."""
     line = " ".join(message.split()) or "rejected"
     return line if len(line) <= limit else line[:limit] + "..."
+
+
+def _cache_name(model: str) -> str | None:
+    """``model`` when it is a model-cache name (``SmolLM2-135M-Instruct``), ``None`` for a file path."""
+    return None if ("/" in model or "\\" in model or model.lower().endswith(".gguf")) else model
+
+
+def _file_time(path: str) -> int:
+    try:
+        return int(os.path.getmtime(path))
+    except (OSError, ValueError):
+        return int(time.time())
 
 
 def _stops(stop: str | list[str] | None) -> list[str]:

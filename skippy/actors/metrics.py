@@ -46,6 +46,9 @@ observed by the request tasks:
   ``skippy:step_sample_seconds`` (sampling on the decode thread) and
   ``skippy:step_reader_wait_seconds`` (the cadence wait that lets request tasks write their
   tokens before the next decode: waiting, not the loop's own work)
+- ``skippy:http_responses_total`` (label ``status_class``: ``2xx``, ``4xx``, ``5xx``)
+- ``skippy:http_client_disconnects_total``: requests whose client went away before the end of the
+  response (logged with status 499); not counted as responses, as llama-server does not count them as errors
 """
 
 from __future__ import annotations
@@ -120,6 +123,9 @@ class EngineMetrics:
         self.finishes = Counter("skippy:finishes", "Generations finished, by finish_reason", ["finish_reason"],
                                 registry=self.registry)
         ProcessCollector(registry=self.registry)
+        self.disconnects = Counter("skippy:http_client_disconnects",
+                                   "Requests whose client disconnected before the response ended",
+                                   registry=self.registry)
         self.engine: Any = None
         self._last: Any = None  # the scheduler snapshot of the previous scrape (throughput gauges)
 
@@ -132,7 +138,11 @@ class EngineMetrics:
             self.registry.register(hist)
 
     def response(self, status: int) -> None:
-        self.responses.labels(f"{status // 100}xx").inc()
+        """Count one response by status class; 499 (the client went away) is counted as a disconnect."""
+        if status == 499:
+            self.disconnects.inc()
+        else:
+            self.responses.labels(f"{status // 100}xx").inc()
 
     def route_response(self, method: str, route: str, status: int, error_code: str | None = None) -> None:
         """Count one response of ``method`` ``route`` (the path pattern) with ``status``, and its error code."""

@@ -3,7 +3,8 @@
 Decoding a body with :func:`decode_request` validates JSON syntax and field
 types in one pass; any failure raises :class:`InvalidRequest` (400) naming
 the offending field. Unknown fields are ignored, as OpenAI clients and agent
-frameworks send extensions. Field names are OpenAI's (Chat Completions and
+frameworks send extensions; :func:`unknown_fields` names them (the HTTP
+layer reports them, or refuses them with ``--strict-fields``). Field names are OpenAI's (Chat Completions and
 legacy Completions); ``top_k``, ``min_p``, ``repeat_penalty``, the other
 llama.cpp samplers (``typical_p``, ``mirostat``, ``dry_*``, ``xtc_*`` ...),
 ``grammar`` and ``json_schema`` are llama-server extensions;
@@ -171,7 +172,11 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     Beyond OpenAI: ``reasoning_format`` (llama-server: ``auto``, ``none``,
     ``deepseek``, ``deepseek-legacy``, ``hidden``), ``chat_template`` (a
     per-request jinja2 template), ``chat_template_kwargs`` and
-    ``enable_thinking`` (template variables), ``grammar`` (raw GBNF),
+    ``enable_thinking`` (template variables), ``reasoning_effort`` (OpenAI's;
+    also a template variable, and ``enable_thinking: false`` for ``"none"`` /
+    ``"minimal"``), ``continue_final_message`` / ``add_generation_prompt``
+    (vLLM's: assistant prefill, see :func:`~skippy.engine.chat.prepare.render_chat`),
+    ``grammar`` (raw GBNF),
     ``mesh_hooks`` (run the hook policy; skippy-server's field name) and
     ``return_signals`` (per-token ``entropy`` and ``margin`` in ``logprobs``).
     ``prompt_cache_key`` (OpenAI) groups requests for prefix-cache placement.
@@ -187,6 +192,9 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     chat_template: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     enable_thinking: bool | None = None
+    reasoning_effort: str | None = None
+    continue_final_message: bool | None = None
+    add_generation_prompt: bool | None = None
     mesh_hooks: bool | None = None
     return_signals: bool = False
     prompt_cache_key: str | None = None
@@ -251,10 +259,15 @@ class DetokenizeRequest(msgspec.Struct, kw_only=True):
     tokens: list[int]
 
 
-class ApplyTemplateRequest(msgspec.Struct, kw_only=True):
-    """``POST /apply-template`` (llama-server): ``messages`` -> ``{"prompt": ...}``."""
+class ApplyTemplateRequest(ChatCompletionRequest, kw_only=True):
+    """``POST /apply-template`` (llama-server): a chat body -> ``{"prompt": ...}``.
 
-    messages: list[Message]
+    As in llama-server, the whole chat body is accepted and its fields that
+    shape the prompt count (``tools``, ``tool_choice``, ``chat_template``,
+    ``chat_template_kwargs``, ``enable_thinking``, ``reasoning_effort``,
+    ``continue_final_message``, ``add_generation_prompt``); the prompt is
+    exactly what ``/v1/chat/completions`` would tokenize.
+    """
 
 
 #: Deepest nesting of lists and objects accepted in ``tools``, ``tool_choice``,
@@ -298,6 +311,20 @@ def decode_request(body: bytes, type_: type[T]) -> T:
         raise InvalidRequest(f"malformed JSON body: {exc}") from exc
     except RecursionError as exc:  # msgspec recurses per level, in fields it skips too
         raise InvalidRequest("the JSON body is nested too deeply") from exc
+
+
+def unknown_fields(body: bytes, type_: type) -> list[str]:
+    """Top-level keys of the JSON object ``body`` that are not fields of the Struct ``type_``, in body order.
+
+    Decoding validates nothing else (values stay raw bytes); a body that is
+    not a JSON object gives ``[]`` (:func:`decode_request` reports it).
+    """
+    try:
+        keys = msgspec.json.decode(body, type=dict[str, msgspec.Raw])
+    except (msgspec.MsgspecError, RecursionError):
+        return []
+    known = set(type_.__struct_fields__)
+    return [k for k in keys if k not in known]
 
 
 def message_dicts(messages: list[Message]) -> list[dict[str, Any]]:

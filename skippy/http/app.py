@@ -33,6 +33,7 @@ functions in reverse order of registration).
 
 from __future__ import annotations
 
+import json
 import logging
 
 import msgspec
@@ -81,6 +82,7 @@ def create_app(state: AppState, settings: ServerSettings | None = None) -> Quart
     app.extensions[EXTENSION] = Shared(state, settings, encode(openapi_document(auth=settings.auth_required)))
     app.before_request(_start)
     app.after_request(_close_if_body_unread)
+    app.after_request(_ignored_fields)
     app.after_request(_cors)
     app.after_request(_log)
     app.register_error_handler(EngineError, _on_engine_error)
@@ -139,6 +141,25 @@ async def _close_if_body_unread(response: Response) -> Response:
     has_body = (request.content_length or 0) > 0 or "chunked" in request.headers.get("Transfer-Encoding", "")
     if has_body and not current().body_read:
         response.headers["Connection"] = "close"
+    return response
+
+
+#: longest ``X-Skippy-Ignored-Fields`` value in characters (nginx's default header buffer is 1 KiB)
+IGNORED_FIELDS_HEADER_MAX = 1024
+
+
+async def _ignored_fields(response: Response) -> Response:
+    """``X-Skippy-Ignored-Fields: a, b``: the request's unknown top-level fields (see routes ``_body``).
+
+    Names are JSON-escaped to ASCII (a header carries no control or non-ASCII characters), and the value
+    ends with ``, ...`` past :data:`IGNORED_FIELDS_HEADER_MAX` characters.
+    """
+    ignored = current().ignored_fields
+    if ignored:
+        value = ", ".join(json.dumps(name)[1:-1] for name in ignored)
+        if len(value) > IGNORED_FIELDS_HEADER_MAX:
+            value = value[:IGNORED_FIELDS_HEADER_MAX].rsplit(", ", 1)[0] + ", ..."
+        response.headers["X-Skippy-Ignored-Fields"] = value
     return response
 
 

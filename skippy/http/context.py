@@ -120,6 +120,8 @@ class AppState:
         self.load_error: str | None = None
         self.lifecycle = Lifecycle()
         self.started = time.time()  # Unix seconds (the Process-Start-Time-Unix header where /proc is missing)
+        #: unknown request fields already named in a warning log line (each is logged once per server run)
+        self.warned_fields: set[str] = set()
 
 
 @attrs.frozen
@@ -189,6 +191,8 @@ class RequestContext:
     :func:`request_id_from` (sent back as ``X-Request-Id``, the reply ids'
     suffix); ``client``: ``host:port`` of the peer; ``trace``: what the engine
     reports about the generation (:class:`~skippy.actors.engine.RequestTrace`).
+    ``ignored_fields``: top-level body fields this server does not know (the
+    ``X-Skippy-Ignored-Fields`` response header).
     """
 
     t0: float = attrs.field(factory=time.perf_counter)
@@ -198,6 +202,7 @@ class RequestContext:
     request_id: str = attrs.field(factory=lambda: secrets.token_hex(12))
     client: str | None = None
     trace: RequestTrace = attrs.field(factory=RequestTrace)
+    ignored_fields: list[str] = attrs.field(factory=list)
 
 
 class SkippyRequest(TrioRequest):

@@ -65,6 +65,10 @@ def _operation(route: Any) -> dict[str, Any]:
         "responses": {"200": {"description": "OK", "content": content},
                       "default": {"description": "OpenAI error envelope", "content": _json(_ref(ErrorEnvelope))}},
     }
+    params = route.path_params
+    if params:
+        op["parameters"] = [{"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+                            for name in params]
     if route.body is not None:
         op["requestBody"] = {"required": True, "content": _json(_ref(route.body))}
     if not route.secured:
@@ -77,7 +81,7 @@ def _paths() -> dict[str, Any]:
     paths: dict[str, Any] = {}
     for route in ROUTES:
         if route.documented:
-            paths.setdefault(route.path, {})[route.method.lower()] = _operation(route)
+            paths.setdefault(route.openapi_path, {})[route.method.lower()] = _operation(route)
     return paths
 
 

@@ -42,6 +42,7 @@ def sse(obj: Any) -> bytes:
 
 
 SSE_DONE = b"data: [DONE]\n\n"  # OpenAI's end-of-stream event
+SSE_PING = b": ping\n\n"  # an SSE comment: clients ignore it, proxies see traffic (keep-alive)
 
 
 def encode(obj: Any) -> bytes:

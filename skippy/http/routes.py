@@ -18,6 +18,7 @@ request's own from :func:`~skippy.http.context.current`.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -38,10 +39,11 @@ from skippy.engine.types import (
     SamplingFields,
     TokenizeRequest,
     decode_request,
+    unknown_fields,
 )
 from skippy.http.context import RequestContext, Shared, ShuttingDown, current, shared
 from skippy.http.logs import log_request
-from skippy.http.replies import SSE_DONE, engine_error_response, error_response, json_response, sse
+from skippy.http.replies import SSE_DONE, SSE_PING, engine_error_response, error_response, json_response, sse
 from skippy.http.settings import ServerSettings
 
 log = logging.getLogger("skippy.http")
@@ -78,6 +80,17 @@ class Route:
         """The documented path."""
         return self.paths[0]
 
+    @property
+    def openapi_path(self) -> str:
+        """The documented path in OpenAPI's template syntax (``/v1/models/<path:model_id>`` ->
+        ``/v1/models/{model_id}``)."""
+        return re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", self.path)
+
+    @property
+    def path_params(self) -> list[str]:
+        """Names of the path's variables (``["model_id"]``)."""
+        return re.findall(r"<(?:\w+:)?(\w+)>", self.path)
+
 
 # -- what the log line counts, read from engine results (dicts or msgspec Structs) ------------------
 
@@ -102,10 +115,38 @@ def _chunk_tokens(chunk: Any) -> int:
 
 # -- helpers of the handlers ------------------------------------------------------------------------
 
+#: distinct unknown field names remembered for the once-per-field warning; past it new names are only
+#: listed in the response header (a client sending random keys cannot grow the set without bound)
+MAX_WARNED_FIELDS = 1024
+
+
 async def _body(type_: type, ctx: RequestContext) -> Any:
+    """The body decoded into ``type_`` (400 naming the field on bad input).
+
+    Unknown top-level fields are ignored, as OpenAI clients and agent
+    frameworks send vendor extensions, but never silently: each is named in
+    the ``X-Skippy-Ignored-Fields`` response header and, the first time the
+    server sees it, in a warning log line; with ``--strict-fields`` the
+    first one is a 400 naming it (OpenAI refuses unknown fields).
+    """
     data = await request.get_data(cache=False)  # 413 past MAX_CONTENT_LENGTH, even while streaming in
     ctx.body_read = True
-    return decode_request(data, type_)
+    req = decode_request(data, type_)
+    unknown = unknown_fields(data, type_)
+    if unknown:
+        app = shared()
+        if app.settings.strict_fields:
+            raise InvalidRequest(f"unknown field {unknown[0]!r} (this server refuses unknown fields: "
+                                 "--strict-fields)", param=unknown[0], code="unknown_field")
+        ctx.ignored_fields = unknown
+        warned = app.state.warned_fields
+        new = [name for name in unknown if name not in warned][:MAX_WARNED_FIELDS - len(warned)]
+        if new:
+            warned.update(new)
+            log.warning("%s %s: ignored unknown request field(s) %s (listed in the X-Skippy-Ignored-Fields "
+                        "header; logged once per field; --strict-fields refuses them)", request.method,
+                        request.path, ", ".join(repr(n) for n in new))
+    return req
 
 
 def _check_limits(settings: ServerSettings, messages: list[Any], req: SamplingFields | None = None) -> None:
@@ -187,6 +228,17 @@ async def _stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitabl
     assert chunks is not None
     route, rule = f"{request.method} {request.path}", route_rule()  # the request context is gone while streaming
     lifecycle = app.lifecycle
+    interval = app.settings.sse_ping_interval
+    ping = object()
+
+    async def next_chunk() -> Any:
+        """The next chunk, or ``ping`` when none came within ``--sse-ping-interval`` seconds (a queue wait or
+        a long prefill). Cancelling the wait is safe: it waits on the sequence's memory channel."""
+        if interval > 0:
+            with trio.move_on_after(interval):
+                return await chunks.__anext__()
+            return ping
+        return await chunks.__anext__()
 
     async def events() -> AsyncIterator[bytes]:
         tokens = 0
@@ -199,9 +251,12 @@ async def _stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitabl
                 chunk = None
                 with lifecycle.guard(ctx.deadline) as scope:
                     try:
-                        chunk = await chunks.__anext__()
+                        chunk = await next_chunk()
                     except StopAsyncIteration:
                         pass
+                if chunk is ping:
+                    yield SSE_PING
+                    continue
                 if scope.cancelled_caught:
                     error = app.stopped()
                     status, code, reason = error.status, error.code or error.type, str(error)
@@ -230,6 +285,16 @@ async def _stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitabl
     return response
 
 
+async def _unless_gone(app: Shared, ctx: RequestContext, work: Awaitable[Any]) -> Any:
+    """``app.guarded(ctx.deadline, work)``; a client that disconnects first (the handler is cancelled) gets
+    the log line with status 499 and is counted as a disconnect, not as a 4xx (nginx's 499)."""
+    try:
+        return await app.guarded(ctx.deadline, work)
+    except trio.Cancelled:
+        log_line(app, 499, 0, ctx.t0)
+        raise
+
+
 # -- handlers ---------------------------------------------------------------------------------------
 
 async def chat_completions() -> Response:
@@ -239,7 +304,7 @@ async def chat_completions() -> Response:
     eng = app.engine()
     if req.stream:
         return await _stream(app, ctx, lambda: eng.chat_stream(req))
-    result = await app.guarded(ctx.deadline, eng.chat(req))
+    result = await _unless_gone(app, ctx, eng.chat(req))
     ctx.tokens = _completion_tokens(result)
     return json_response(result)
 
@@ -251,7 +316,7 @@ async def completions() -> Response:
     eng = app.engine()
     if req.stream:
         return await _stream(app, ctx, lambda: eng.completion_stream(req))
-    result = await app.guarded(ctx.deadline, eng.completion(req))
+    result = await _unless_gone(app, ctx, eng.completion(req))
     ctx.tokens = _completion_tokens(result)
     return json_response(result)
 
@@ -267,11 +332,20 @@ async def infill() -> Response:
     return json_response(result)
 
 
+def _model(eng: Any, name: str) -> wire.Model:
+    meta = eng.meta
+    return wire.Model(id=name, created=eng.created, meta=wire.ModelDetails(
+        n_ctx=meta.n_ctx_seq, n_ctx_train=meta.n_ctx_train, n_vocab=meta.n_vocab, parallel=meta.n_seq_max))
+
+
 async def models() -> Response:
     eng = shared().engine()
-    meta = eng.meta
-    return json_response(wire.ModelList(data=[wire.Model(id=eng.model_id, meta=wire.ModelDetails(
-        n_ctx=meta.n_ctx_seq, n_ctx_train=meta.n_ctx_train, n_vocab=meta.n_vocab, parallel=meta.n_seq_max))]))
+    return json_response(wire.ModelList(data=[_model(eng, name) for name in eng.served_names]))
+
+
+async def model(model_id: str) -> Response:
+    eng = shared().engine()
+    return json_response(_model(eng, eng.find_model(model_id)))
 
 
 async def health() -> Response:
@@ -319,8 +393,8 @@ async def detokenize() -> Response:
 async def apply_template() -> Response:
     app, ctx = shared(), current()
     req = await _body(ApplyTemplateRequest, ctx)
-    _check_limits(app.settings, req.messages)
-    prompt = await app.guarded(ctx.deadline, app.engine().apply_template(req.messages))
+    _check_limits(app.settings, req.messages, req)
+    prompt = await app.guarded(ctx.deadline, app.engine().apply_template(req))
     return json_response(wire.ApplyTemplateResponse(prompt=prompt))
 
 
@@ -352,7 +426,10 @@ ROUTES: tuple[Route, ...] = (
           sse=wire.TextCompletion),
     Route(("/infill",), "POST", infill, "llama-server /infill: fill-in-the-middle with the model's FIM tokens "
           "(SSE when stream is true)", InfillRequest, wire.Infill, sse=wire.Infill),
-    Route(("/v1/models", "/models"), "GET", models, "The served model", response=wire.ModelList),
+    Route(("/v1/models", "/models"), "GET", models, "The served model under each of its names (--alias)",
+          response=wire.ModelList),
+    Route(("/v1/models/<path:model_id>", "/models/<path:model_id>"), "GET", model,
+          "One served model by name (404 model_not_found for another)", response=wire.Model),
     Route(("/health",), "GET", health, "Readiness and slot counts (503 while loading)", response=wire.Health,
           secured=False),
     Route(("/openapi.json",), "GET", openapi_json, "This OpenAPI document", documented=False),

@@ -81,6 +81,14 @@ class ServerSettings:
                                             "address then serves TLS only.")
     ssl_cert_file: str | None = setting(None, check=IsText(), metavar="FILE",
                                         help="PEM certificate chain for HTTPS (with --ssl-key-file).")
+    sse_ping_interval: float = setting(15.0, check=FloatRange(0.0, finite=True),
+                                       help="Seconds between SSE keep-alive comments while a stream waits for its "
+                                            "next chunk (queue wait, long prefill), so proxies with idle timeouts "
+                                            "keep it open (0: off).")
+    strict_fields: bool = setting(False, check=IsBool(),
+                                  help="Refuse request fields this server does not know with 400 naming the field "
+                                       "(OpenAI's behaviour) instead of ignoring them (logged and listed in the "
+                                       "X-Skippy-Ignored-Fields response header).")
     _key_digests: tuple[bytes, ...] = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:

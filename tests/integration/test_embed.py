@@ -24,6 +24,18 @@ async def test_open_engine_chat_and_stream() -> None:
         assert engine.stats()["slots_processing"] == 0
 
 
+async def test_embedded_engine_answers_to_its_configured_model_name() -> None:
+    ensure_model("SmolLM2-135M-Instruct")
+    config = EngineConfig(model="SmolLM2-135M-Instruct", parallel=1, n_ctx=512)  # a cache name, as in the README
+    async with skippy.open_engine(config) as engine:
+        assert engine.model_id == "SmolLM2-135M-Instruct" and engine.served_names == ("SmolLM2-135M-Instruct",)
+        for model in ("SmolLM2-135M-Instruct", None):
+            reply = await engine.chat(ChatCompletionRequest(messages=[Message("user", "Hi")], model=model,
+                                                            temperature=0, max_tokens=2))
+            assert reply["model"] == "SmolLM2-135M-Instruct"
+        assert engine.find_model("smollm2-135m-instruct") == "SmolLM2-135M-Instruct"
+
+
 async def test_decoding_goes_on_beside_a_task_that_never_blocks() -> None:
     # The scheduler lets other tasks go idle before a decode step, but only for a bounded time:
     # a busy task in the embedding program (it only ever yields) must not stall generation.

@@ -239,10 +239,12 @@ def test_body_over_limit_is_413(hard_server: Server) -> None:
 
 def test_messages_tools_template_grammar_limits_are_400(hard_server: Server) -> None:
     url = hard_server.base_url + "/v1/chat/completions"
-    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
+    def tool(i: int) -> dict:  # tool names must be unique
+        return {"type": "function", "function": {"name": f"f{i}", "parameters": {"type": "object", "properties": {}}}}
+
     cases = [
         ({"messages": [{"role": "user", "content": "x"}] * 9}, "messages", "array_above_max_length"),
-        ({"messages": HI, "tools": [tool] * 5}, "tools", "array_above_max_length"),
+        ({"messages": HI, "tools": [tool(i) for i in range(5)]}, "tools", "array_above_max_length"),
         ({"messages": HI, "chat_template": "{# " + "x" * 8190 + " #}"}, "chat_template", "string_above_max_length"),
         ({"messages": HI, "grammar": 'root ::= "a"\n#' + "x" * 1020}, "grammar", "string_above_max_length"),
     ]
@@ -250,7 +252,8 @@ def test_messages_tools_template_grammar_limits_are_400(hard_server: Server) -> 
         resp = httpx.post(url, json={**body, "max_tokens": 1}, headers=AUTH, timeout=30)
         assert_envelope(resp, 400, code, param)
         assert "--max-" in resp.json()["error"]["message"]
-    at_limit = {"messages": [{"role": "user", "content": "x"}] * 8, "tools": [tool] * 4, "max_tokens": 1}
+    at_limit = {"messages": [{"role": "user", "content": "x"}] * 8, "tools": [tool(i) for i in range(4)],
+                "max_tokens": 1}
     assert httpx.post(url, json=at_limit, headers=AUTH, timeout=60).status_code == 200
     too_many = httpx.post(hard_server.base_url + "/apply-template",
                           json={"messages": [{"role": "user", "content": "x"}] * 9}, headers=AUTH, timeout=30)

@@ -80,8 +80,11 @@ def test_forced_tool_call_validates(request: pytest.FixtureRequest, fixture: str
     assert finishes == ["tool_calls"]
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens > 0
     assert sum(1 for c in chunks if c.usage is not None) == 1
-    # arguments arrive in several fragments, not only when the object closes
-    assert sum(1 for c in chunks if c.choices and c.choices[0].delta.tool_calls) > 2
+    fragments = sum(1 for c in chunks if c.choices and c.choices[0].delta.tool_calls)
+    if fixture == "qwen_server":  # native: arguments arrive in several fragments, not only when the object closes
+        assert fragments > 2
+    else:  # emulated: a call is sent once complete, so a call cut off by max_tokens never reaches the client
+        assert fragments == 1
 
 
 def test_emulated_follow_up_turn_answers(server) -> None:
@@ -95,11 +98,12 @@ def test_emulated_follow_up_turn_answers(server) -> None:
     ]
     prompt = httpx.post(server.base_url + "/apply-template", json={"messages": history}).json()["prompt"]
     assert "TOOL_CALL" in prompt and f"Tool result for get_weather ({call.id})" in prompt
-    # tool_choice "none": the model must answer from the tool result (SmolLM2 would otherwise call again)
+    # tool_choice "none": no call, and no TOOL_CALL text either (SmolLM2 writes another call here, greedy:
+    # it is stripped, so the content may be empty)
     second = client.chat.completions.create(model="SmolLM2-135M-Instruct", messages=history, tools=[WEATHER],
                                             tool_choice="none", temperature=0, max_tokens=60)
     assert second.choices[0].finish_reason in ("stop", "length")
-    assert second.choices[0].message.content and not second.choices[0].message.tool_calls
+    assert "TOOL_CALL" not in (second.choices[0].message.content or "") and not second.choices[0].message.tool_calls
     # with tools still on, the follow-up renders and is served too (the model may call again)
     again = client.chat.completions.create(model="SmolLM2-135M-Instruct", messages=history, tools=[WEATHER],
                                            temperature=0, max_tokens=60)

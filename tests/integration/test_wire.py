@@ -110,7 +110,8 @@ def test_text_completion(base_url: str, doc: dict[str, Any], body: dict[str, Any
 
 
 def test_error_envelopes(base_url: str, doc: dict[str, Any]) -> None:
-    not_found = post(base_url, "/v1/chat/completions", {"messages": MESSAGES, "model": "no-such-model"})
+    not_found = httpx.get(base_url + "/v1/models/no-such-model", timeout=10)
+    check(doc, json_schema(doc, "/v1/models/{model_id}", "get", "default"), not_found.json())
     bad_json = httpx.post(base_url + "/v1/chat/completions", content=b"{", timeout=10,
                           headers={"Content-Type": "application/json"})
     too_long = post(base_url, "/v1/completions", {"prompt": "hi", "max_tokens": 10 ** 6})
@@ -121,6 +122,8 @@ def test_error_envelopes(base_url: str, doc: dict[str, Any]) -> None:
 
 def test_models_health_and_llama_server_routes(base_url: str, doc: dict[str, Any]) -> None:
     check(doc, json_schema(doc, "/v1/models", "get"), httpx.get(base_url + "/v1/models").json())
+    check(doc, json_schema(doc, "/v1/models/{model_id}", "get"),
+          httpx.get(base_url + "/v1/models/SmolLM2-135M-Instruct").json())
     check(doc, json_schema(doc, "/health", "get"), httpx.get(base_url + "/health").json())
     for body in ({"content": "héllo wörld"}, {"content": "héllo wörld", "with_pieces": True}):
         check(doc, json_schema(doc, "/tokenize", "post"), post(base_url, "/tokenize", body).json())

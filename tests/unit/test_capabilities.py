@@ -156,7 +156,7 @@ def test_history_invalid_arguments_json_names_message_index(caps):
     with pytest.raises(InvalidRequest) as info:
         normalize_history(messages, caps)
     assert "messages[2]" in info.value.message
-    assert info.value.param == "messages"
+    assert info.value.param == "messages[2].tool_calls[0].function.arguments"
     assert info.value.status == 400
 
 

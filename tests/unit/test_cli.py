@@ -28,9 +28,10 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 # once, plus llama-server's names and flags): (flags and metavar, "[env var; default; range]", default)
 BEFORE = [
     ("-m, --model TEXT", "[env var: SKIPPY_MODEL; default: SmolLM2-135M-Instruct]", "SmolLM2-135M-Instruct"),
+    ("--alias NAME", "[env var: SKIPPY_ALIAS]", None),
     ("--host ADDRESS", "[env var: SKIPPY_HOST; default: 127.0.0.1]", None),
     ("--port INTEGER RANGE", "[env var: SKIPPY_PORT; default: 8080; 0<=x<=65535]", 8080),
-    ("--n-ctx INTEGER RANGE", "[env var: SKIPPY_N_CTX; default: 4096; x>=16]", 4096),
+    ("--n-ctx INTEGER RANGE", "[env var: SKIPPY_N_CTX; default: 8192; x>=0]", 8192),
     ("-c, --ctx-size INTEGER RANGE", "[env var: SKIPPY_CTX_SIZE; x>=16]", None),
     ("-np, --parallel INTEGER RANGE", "[env var: SKIPPY_PARALLEL; default: 8; 1<=x<=256]", 8),
     ("-t, --threads INTEGER RANGE", "[env var: SKIPPY_THREADS; x>=1]", None),
@@ -72,6 +73,8 @@ BEFORE = [
     ("--max-grammar-bytes INTEGER RANGE", "[env var: SKIPPY_MAX_GRAMMAR_BYTES; default: 131072; x>=0]", 131072),
     ("--request-timeout FLOAT RANGE", "[env var: SKIPPY_REQUEST_TIMEOUT; default: 600.0; x>=0.0]", 600.0),
     ("--shutdown-grace FLOAT RANGE", "[env var: SKIPPY_SHUTDOWN_GRACE; default: 30.0; x>=0.0]", 30.0),
+    ("--sse-ping-interval FLOAT RANGE", "[env var: SKIPPY_SSE_PING_INTERVAL; default: 15.0; x>=0.0]", 15.0),
+    ("--strict-fields", "[env var: SKIPPY_STRICT_FIELDS]", False),
     ("--metrics / --no-metrics", "[env var: SKIPPY_METRICS; default: metrics]", True),
     ("--slots / --no-slots", "[env var: SKIPPY_SLOTS; default: slots]", True),
     ("--ssl-key-file FILE", "[env var: SKIPPY_SSL_KEY_FILE]", None),
@@ -111,9 +114,9 @@ def test_options_are_generated_from_the_settings_fields() -> None:
             assert p.default == field.default and p.help == info.help
             assert p.show_envvar
     # the explicit adapters: not one settings field as it stands
-    assert sorted(by_name) == ["api_key", "api_key_file", "chat_template", "chat_template_kwargs", "cors_origins",
-                               "ctx_size", "host", "jinja", "log_file", "log_format", "log_level", "model",
-                               "n_gpu_layers", "no_webui", "port"]
+    assert sorted(by_name) == ["alias", "api_key", "api_key_file", "chat_template", "chat_template_kwargs",
+                               "cors_origins", "ctx_size", "host", "jinja", "log_file", "log_format", "log_level",
+                               "model", "n_gpu_layers", "no_webui", "port"]
 
 
 def test_readme_flags_table_matches_the_options() -> None:
@@ -151,7 +154,8 @@ def test_readme_flags_table_matches_the_options() -> None:
 @pytest.mark.parametrize("args,env,where,message", [
     (["--parallel", "0"], {}, "--parallel", "0 is not in the range 1<=x<=256"),
     (["--parallel", "257"], {}, "--parallel", "1<=x<=256"),
-    (["--n-ctx", "15"], {}, "--n-ctx", "x>=16"),
+    (["--n-ctx", "15"], {}, "--n-ctx", "n_ctx must be 0 (the model's training context) or >= 16"),
+    (["--n-ctx", "-1"], {}, "--n-ctx", "x>=0"),
     (["--step-tokens", "513"], {}, "--step-tokens", "8<=x<=512"),
     (["--flash-attn", "maybe"], {}, "--flash-attn", "'on', 'off', 'auto'"),
     (["--hook-timeout", "0"], {}, "--hook-timeout", "x>0.0"),
@@ -251,6 +255,15 @@ def test_a_quantized_v_cache_without_flash_attention_is_one_error_line(args: lis
     [line] = result.output.splitlines()
     assert line.startswith("error: --cache-type-v q") and "--flash-attn auto or on" in line, line
     assert not serve_recorder  # nothing started
+
+
+def test_alias_n_ctx_zero_and_http_compat_flags(serve_recorder: list) -> None:
+    config, _, _, settings = _run(["--alias", "gpt-4o", "--alias", "local", "--n-ctx", "0", "--strict-fields",
+                                   "--sse-ping-interval", "2.5"], None, serve_recorder)
+    assert config.model_alias == ("gpt-4o", "local") and config.n_ctx == 0
+    assert settings.strict_fields and settings.sse_ping_interval == 2.5
+    config, _, _, settings = _run([], {"SKIPPY_ALIAS": "a b", "SKIPPY_SSE_PING_INTERVAL": "0"}, serve_recorder)
+    assert config.model_alias == ("a", "b") and settings.sse_ping_interval == 0.0 and not settings.strict_fields
 
 
 def test_chat_template_file_is_closed(serve_recorder: list, tmp_path: Path) -> None:

@@ -20,7 +20,8 @@ from skippy.http.settings import ServerSettings
 ENGINE = {
     "model": (["", None, 3], ["m.gguf", "SmolLM2-135M-Instruct"], None),
     "model_name": ([3, b"x"], [None, "smollm2"], None),
-    "n_ctx": ([15, -1, 0, 16.0, "4096", True], [16, 1 << 20], "x>=16"),
+    "model_alias": ([("",), (" ",), (1,)], [(), ("gpt-4o", "local"), "one"], None),
+    "n_ctx": ([15, 1, -1, 16.0, "4096", True], [0, 16, 1 << 20], None),  # 0: the training context
     "parallel": ([0, 257, -1, 8.0, True], [1, 256], "1<=x<=256"),
     "threads": ([0, -2, 1.5, "4"], [None, 1, 64], "x>=1"),
     "flash_attn": (["maybe", "ON", True, None, ""], ["on", "off", "auto"], "'on', 'off', 'auto'"),
@@ -59,6 +60,8 @@ SERVER = {
     "slots": (["on", 1], [True, False], None),
     "ssl_key_file": ([1, b"key.pem"], [None, "key.pem"], None),
     "ssl_cert_file": ([1, b"cert.pem"], [None, "cert.pem"], None),
+    "sse_ping_interval": ([-1, math.nan, math.inf, "15"], [0, 0.5, 15.0], "x>=0.0"),
+    "strict_fields": (["yes", 1], [True, False], None),
 }
 
 
@@ -98,7 +101,7 @@ def test_bad_values_raise_naming_the_field_and_range(cls: type, table: dict) -> 
 def test_defaults_are_valid_and_the_same_as_the_serve_flags_documented() -> None:
     c = EngineConfig(model="m.gguf")
     assert (c.n_ctx, c.parallel, c.threads, c.flash_attn, c.step_tokens, c.max_queue) == \
-        (4096, 8, None, "auto", 256, 1024)
+        (8192, 8, None, "auto", 256, 1024)
     assert (c.prefix_cache, c.clamp_max_tokens, c.force_tool_emulation, c.hooks_default_on) == \
         (True, False, False, False)
     assert (c.hook_timeout, c.signal_window, c.high_entropy_threshold, c.n_batch) == (2.0, 16, 2.0, 512)
@@ -106,6 +109,7 @@ def test_defaults_are_valid_and_the_same_as_the_serve_flags_documented() -> None
     assert (s.max_body_bytes, s.max_messages, s.max_tools) == (4 * 1024 * 1024, 2048, 128)
     assert (s.max_chat_template_bytes, s.max_grammar_bytes, s.request_timeout, s.shutdown_grace) == \
         (131072, 131072, 600.0, 30.0)
+    assert (s.sse_ping_interval, s.strict_fields, c.model_alias) == (15.0, False, ())
 
 
 def test_required_model_and_path_like() -> None:

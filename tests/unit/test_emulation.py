@@ -121,9 +121,9 @@ def _ids():
     return lambda: f"call_{next(n):024x}"
 
 
-def parse(text, chunks=None, allowed=ALLOWED, parallel=True, id_factory=None):
+def parse(text, chunks=None, allowed=ALLOWED, parallel=True, id_factory=None, withhold=False):
     """Parse ``text`` fed in ``chunks`` (default: whole) and check the StreamParser invariant."""
-    p = EmulatedToolParser(allowed, parallel, id_factory=id_factory or _ids())
+    p = EmulatedToolParser(allowed, parallel, id_factory=id_factory or _ids(), withhold=withhold)
     deltas = []
     for c in chunks if chunks is not None else [text]:
         deltas += p.feed(c)
@@ -246,6 +246,50 @@ def test_announced_call_that_breaks(text, args, content):
         assert [(c.name, c.arguments) for c in msg.tool_calls] == [("search", args)]
         assert msg.content == content
         json.loads(args)
+
+
+# -- withhold (what the server uses) ---------------------------------------------
+
+@pytest.mark.parametrize("text,content", [
+    # cut off by max_tokens: dropped, its text withheld
+    ('Sure. TOOL_CALL {"name": "search", "arguments": {"q": "cats an', "Sure."),
+    ('TOOL_CALL {"name": "search", "arguments": {"q": "x", "n": 1', ""),
+    ('TOOL_CALL {"name": "sea', ""),
+    ("TOOL_CALL", ""),
+    ("Sure. TOOL_CA", "Sure."),
+    # malformed: the rest of its line is dropped
+    ('TOOL_CALL {"name": "search", "arguments": {"q": "x", "n": tru x}}\nafter', "after"),
+    # a tool not allowed: dropped too
+    ('TOOL_CALL {"name": "rm_rf", "arguments": {}}\nok', "ok"),
+])
+def test_withheld_incomplete_calls_never_reach_content_or_tool_calls(text, content):
+    for chunks in splits(text):
+        msg, deltas = parse(text, chunks, withhold=True)
+        assert msg.tool_calls == () and not any(d.tool_calls for d in deltas)
+        assert msg.content == content
+
+
+def test_withheld_call_is_announced_whole_when_it_closes():
+    text = 'Ok. TOOL_CALL {"name": "get_weather", "arguments": {"city": "Paris"}}\nTOOL_CALL {"name": "now"}'
+    for chunks in splits(text):
+        p = EmulatedToolParser(ALLOWED, True, id_factory=_ids(), withhold=True)
+        fragments = []
+        for c in chunks:
+            fragments += [tc for d in p.feed(c) for tc in d.tool_calls]
+        last, msg = p.finish()
+        fragments += [tc for d in last for tc in d.tool_calls]
+        # one delta per call, carrying its id, name and whole arguments
+        assert [(f.name, f.arguments) for f in fragments] == [("get_weather", '{"city": "Paris"}'), ("now", "{}")]
+        assert [(c.name, c.arguments) for c in msg.tool_calls] == [("get_weather", '{"city": "Paris"}'),
+                                                                   ("now", "{}")]
+        assert msg.content == "Ok."
+
+
+def test_withheld_with_no_allowed_tools_strips_every_call_line():
+    text = 'It is sunny.\nTOOL_CALL {"name": "get_weather", "arguments": {"city": "London"}}\nBye.'
+    for chunks in splits(text):
+        msg, _ = parse(text, chunks, allowed=set(), parallel=False, withhold=True)
+        assert msg.tool_calls == () and "TOOL_CALL" not in msg.content and msg.content.startswith("It is sunny.")
 
 
 # -- early stop -----------------------------------------------------------------

@@ -45,9 +45,10 @@ def test_the_table_registers_every_route_and_nothing_else() -> None:
 def test_openapi_paths_are_the_documented_routes_of_the_table() -> None:
     doc = openapi_document(auth=True)
     documented = [r for r in ROUTES if r.documented]
-    assert set(doc["paths"]) == {r.path for r in documented}
+    assert set(doc["paths"]) == {r.openapi_path for r in documented}
+    assert doc["paths"]["/v1/models/{model_id}"]["get"]["parameters"][0]["name"] == "model_id"
     for route in documented:
-        op = doc["paths"][route.path][route.method.lower()]
+        op = doc["paths"][route.openapi_path][route.method.lower()]
         assert op["summary"] == route.summary
         assert ("requestBody" in op) == (route.body is not None)
         assert ("text/event-stream" in op["responses"]["200"]["content"]) == (route.sse is not None)

@@ -221,8 +221,8 @@ def _call_line(call: Any, i: int, j: int) -> tuple[str, str, str]:
     elif isinstance(args, str):
         try:
             args = json.loads(args)
-        except ValueError as e:
-            raise InvalidRequest(f"{where}: function.arguments is not valid JSON: {e}",
+        except ValueError:
+            raise InvalidRequest(f"{where}: function.arguments is not valid JSON (a JSON object encoded as a string)",
                                  param=f"{where}.function.arguments") from None
     line = f"{MARKER} " + json.dumps({"name": fn["name"], "arguments": args}, ensure_ascii=False)
     cid = call.get("id")

@@ -25,8 +25,9 @@ from skippy.engine.chat.capabilities import TemplateCaps
 from skippy.engine.errors import InvalidRequest
 
 
-def _bad(i: int, what: str) -> InvalidRequest:
-    return InvalidRequest(f"messages[{i}]{what}", param="messages")
+def _bad(i: int, what: str, field: str = "") -> InvalidRequest:
+    """400 ``messages[i]<what>`` naming ``messages[i]<field>`` as ``param``."""
+    return InvalidRequest(f"messages[{i}]{what}", param=f"messages[{i}]{field}")
 
 
 def _content(i: int, content: Any) -> Any:
@@ -42,7 +43,8 @@ def _content(i: int, content: Any) -> Any:
             texts.append(part["text"])
         else:
             kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-            raise _bad(i, f".content[{j}]: content part type {kind!r} is not supported (only 'text')")
+            raise _bad(i, f".content[{j}]: content part type {kind!r} is not supported (only 'text')",
+                       f".content[{j}]")
     return "\n".join(texts)
 
 
@@ -59,8 +61,9 @@ def _tool_calls(i: int, calls: Any, caps: TemplateCaps) -> Any:
         if isinstance(args, str):
             try:
                 decoded = json.loads(args) if args.strip() else {}
-            except ValueError as exc:
-                raise _bad(i, f".tool_calls[{j}].function.arguments is not valid JSON: {exc}") from None
+            except ValueError:
+                raise _bad(i, f".tool_calls[{j}].function.arguments is not valid JSON (a JSON object encoded "
+                              "as a string)", f".tool_calls[{j}].function.arguments") from None
             if caps.requires_object_arguments:
                 function["arguments"] = decoded
         out.append({**call, "function": function})

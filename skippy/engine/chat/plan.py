@@ -21,6 +21,9 @@ class ParsePlan:
     ``hidden``); ``thinking_forced_open``: the prompt already opened
     ``<think>``; ``allowed_tools``: names the output may call (empty: tools
     off); ``emulated``: tool calls use the ``TOOL_CALL`` text convention;
+    ``suppress_tool_syntax``: tools are off but the emulation convention is in
+    play (offered tools, or a rewritten tool history), so ``TOOL_CALL`` lines
+    are stripped from the output;
     ``grammar``: GBNF or ``None``;
     ``grammar_lazy_patterns``: when set, the grammar applies only from the
     first match of one of these regexes on (llama.cpp lazy grammar);
@@ -34,6 +37,7 @@ class ParsePlan:
     allowed_tools: frozenset[str] = frozenset()
     parallel_tool_calls: bool = True
     emulated: bool = False
+    suppress_tool_syntax: bool = False
     grammar: str | None = None
     grammar_lazy_patterns: tuple[str, ...] = ()
     constraint: Constraint | None = None

@@ -58,17 +58,34 @@ class Rendered:
 
 
 def _validate_tools(tools: list[dict[str, Any]] | None, tool_choice: Any) -> None:
+    """400 naming the field for a malformed tool, a duplicate tool name, a ``parameters.required`` that is
+    not a list of strings, an unknown ``tool_choice``, or a forced ``tool_choice`` without ``tools``."""
+    names: dict[str, int] = {}
     for i, tool in enumerate(tools or []):
         fn = tool.get("function")
         if tool.get("type", "function") != "function" or not isinstance(fn, dict):
             raise InvalidRequest(f"tools[{i}] must be {{\"type\": \"function\", \"function\": {{...}}}}",
                                  param=f"tools[{i}]")
-        if not isinstance(fn.get("name"), str) or not fn["name"]:
-            raise InvalidRequest(f"tools[{i}].function.name must be a non-empty string", param=f"tools[{i}]")
+        name = fn.get("name")
+        if not isinstance(name, str) or not name:
+            raise InvalidRequest(f"tools[{i}].function.name must be a non-empty string",
+                                 param=f"tools[{i}].function.name")
+        if name in names:
+            raise InvalidRequest(f"tools[{i}].function.name {name!r} repeats tools[{names[name]}]: tool names "
+                                 "must be unique", param=f"tools[{i}].function.name")
+        names[name] = i
         params = fn.get("parameters")
         if params is not None and not isinstance(params, dict):
             raise InvalidRequest(f"tools[{i}].function.parameters must be a JSON schema object",
-                                 param=f"tools[{i}]")
+                                 param=f"tools[{i}].function.parameters")
+        required = params.get("required") if isinstance(params, dict) else None
+        if required is not None and not (isinstance(required, list) and all(isinstance(r, str) for r in required)):
+            raise InvalidRequest(f"tools[{i}].function.parameters.required must be a list of property names",
+                                 param=f"tools[{i}].function.parameters.required")
+    forced = tool_choice == "required" or isinstance(tool_choice, dict)
+    if forced and not tools:
+        raise InvalidRequest("tool_choice 'required' or a named tool needs a non-empty tools list",
+                             param="tool_choice")
     if tool_choice is None or tool_choice in ("none", "auto", "required"):
         return
     if isinstance(tool_choice, dict):
@@ -84,6 +101,88 @@ def _has_tool_history(messages: list[dict[str, Any]]) -> bool:
     return any(m.get("role") == "tool" or m.get("tool_calls") for m in messages)
 
 
+#: OpenAI ``reasoning_effort`` values; ``none`` and ``minimal`` also set ``enable_thinking: false``
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+#: roles whose ``content`` must be given (OpenAI requires it; templates read it unguarded)
+_CONTENT_ROLES = frozenset({"system", "developer", "user"})
+
+
+def _check_messages(messages: list[dict[str, Any]]) -> None:
+    """400 naming ``messages[i].role`` or ``messages[i].content`` (a user, system or developer message needs
+    ``content``), before a template meets them."""
+    if not messages:
+        raise InvalidRequest("messages must contain at least one message", param="messages")
+    for i, m in enumerate(messages):
+        role = m.get("role")
+        if role not in ROLES:
+            raise InvalidRequest(f"messages[{i}].role {role!r} is not one of {sorted(ROLES)}",
+                                 param=f"messages[{i}].role")
+        if role in _CONTENT_ROLES and m.get("content") is None:
+            raise InvalidRequest(f"messages[{i}].content is required for a {role} message (a string or a list "
+                                 "of content parts)", param=f"messages[{i}].content")
+
+
+def _template_kwargs(req: ChatCompletionRequest, default_kwargs: dict[str, Any] | None) -> dict[str, Any]:
+    """Template variables: server defaults < ``reasoning_effort`` < request ``chat_template_kwargs`` <
+    ``enable_thinking``. ``reasoning_effort`` reaches the template as itself (gpt-oss reads it) and, for
+    ``"none"`` / ``"minimal"``, as ``enable_thinking: false`` (Qwen3, SmolLM3, ...)."""
+    kwargs = dict(default_kwargs or {})
+    effort = req.reasoning_effort
+    if effort is not None:
+        if effort not in REASONING_EFFORTS:
+            raise InvalidRequest(f"reasoning_effort must be one of {list(REASONING_EFFORTS)}, got {effort!r}",
+                                 param="reasoning_effort")
+        kwargs["reasoning_effort"] = effort
+        if effort in ("none", "minimal"):
+            kwargs["enable_thinking"] = False
+    kwargs.update(req.chat_template_kwargs or {})
+    if req.enable_thinking is not None:
+        kwargs["enable_thinking"] = req.enable_thinking
+    for reserved in ("messages", "tools", "add_generation_prompt", "bos_token", "eos_token"):
+        kwargs.pop(reserved, None)
+    return kwargs
+
+
+def _prefill(req: ChatCompletionRequest, messages: list[dict[str, Any]]) -> bool:
+    """Whether the last message (an assistant's) is continued rather than closed (assistant prefill).
+
+    llama-server's default: a conversation that ends with an assistant
+    message (without ``tool_calls``) continues it. vLLM's fields decide when
+    given: ``continue_final_message: true`` asks for it (400 unless the last
+    message is an assistant's, or with ``add_generation_prompt: true``, as
+    vLLM), ``continue_final_message: false`` or ``add_generation_prompt:
+    false`` alone render the last message closed.
+    """
+    last = messages[-1]
+    is_assistant = last.get("role") == "assistant"
+    if req.continue_final_message:
+        if not is_assistant:
+            raise InvalidRequest("continue_final_message needs the last message to be an assistant message",
+                                 param="continue_final_message")
+        if req.add_generation_prompt:
+            raise InvalidRequest("continue_final_message and add_generation_prompt cannot both be true",
+                                 param="add_generation_prompt")
+        return True
+    if req.continue_final_message is False or req.add_generation_prompt is False:
+        return False
+    return is_assistant and not last.get("tool_calls")
+
+
+def _prefill_text(message: dict[str, Any], i: int) -> str:
+    content = message.get("content")
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
+                raise InvalidRequest(f"messages[{i}].content: an assistant message to continue may hold text "
+                                     "parts only", param=f"messages[{i}].content")
+            texts.append(part["text"])
+        return "".join(texts)
+    raise InvalidRequest(f"messages[{i}].content must be a string or a list of parts", param=f"messages[{i}].content")
+
+
 def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
                 default_kwargs: dict[str, Any] | None = None, force_tool_emulation: bool = False,
                 add_generation_prompt: bool = True) -> Rendered:
@@ -92,37 +191,42 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
     Tools are emulated (``TOOL_CALL`` lines) when the request asks for
     tools (non-empty ``tools``, ``tool_choice`` not ``"none"``) and the
     template has no native tool support, or ``force_tool_emulation``.
-    Template variables: ``default_kwargs`` (server ``--chat-template-kwargs``),
-    overridden by the request's ``chat_template_kwargs`` and ``enable_thinking``.
-    Raises :class:`InvalidRequest` (400) for bad messages, tools, schemas,
-    grammars, or template errors (with the template's message).
+    ``parallel_tool_calls`` defaults to true only where the template has
+    native parallel calls (llama-server's default), so a forced choice
+    gives exactly one call unless the request asks for more. Where the
+    emulation syntax is in play but tools are off (``tool_choice: "none"``),
+    ``TOOL_CALL`` lines are stripped from the output.
+    Template variables: see :func:`_template_kwargs`. A conversation ending
+    with an assistant message continues it (see :func:`_prefill`): the
+    prompt is the earlier messages with the generation prompt, then that
+    message's text (as llama-server does), so the reply holds only the
+    continuation.
+    Raises :class:`InvalidRequest` (400) naming the field for bad messages,
+    tools, schemas, grammars, or template errors (with the template's message).
     """
     messages = message_dicts(req.messages)
-    if not messages:
-        raise InvalidRequest("messages must contain at least one message", param="messages")
-    for i, m in enumerate(messages):
-        if m.get("role") not in ROLES:
-            raise InvalidRequest(f"messages[{i}].role {m.get('role')!r} is not one of {sorted(ROLES)}",
-                                 param="messages")
+    _check_messages(messages)
     reasoning = req.reasoning_format or "auto"
     if reasoning not in REASONING_FORMATS:
         raise InvalidRequest(f"reasoning_format must be one of {list(REASONING_FORMATS)}", param="reasoning_format")
     tools = req.tools or []
     tool_choice = req.tool_choice if req.tool_choice is not None else "auto"
     _validate_tools(tools, tool_choice)
-    parallel = req.parallel_tool_calls if req.parallel_tool_calls is not None else True
     tools_on = bool(tools) and tool_choice != "none"
     caps = tmpl.caps
     emulated = tools_on and (force_tool_emulation or not caps.supports_tools)
-    kwargs = {**(default_kwargs or {}), **(req.chat_template_kwargs or {})}
-    if req.enable_thinking is not None:
-        kwargs["enable_thinking"] = req.enable_thinking
-    for reserved in ("messages", "tools", "add_generation_prompt", "bos_token", "eos_token"):
-        kwargs.pop(reserved, None)
+    parallel = req.parallel_tool_calls if req.parallel_tool_calls is not None else \
+        (caps.supports_parallel_tool_calls and not emulated)
+    kwargs = _template_kwargs(req, default_kwargs)
+    prefill = _prefill(req, messages)
+    final = messages[-1]  # as sent: a prefill continues its text parts concatenated, as llama-server does
+    add_generation_prompt = add_generation_prompt and req.add_generation_prompt is not False
 
     tool_grammar: str | None = None
     lazy: tuple[str, ...] = ()
-    if emulated or (not caps.supports_tools and _has_tool_history(messages)):
+    rewritten = emulated or (not caps.supports_tools and _has_tool_history(messages))
+    suppress = not tools_on and (rewritten or (bool(tools) and (force_tool_emulation or not caps.supports_tools)))
+    if rewritten:
         messages = emulation.rewrite_history(messages, tools if tools_on else [], tool_choice if tools_on else "none",
                                              requires_alternation=tmpl.requires_alternation,
                                              parallel_tool_calls=parallel)
@@ -137,7 +241,18 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
         if tools_on and (tool_choice == "required" or isinstance(tool_choice, dict)):
             tool_grammar = grammars.native_tool_grammar(caps.chat_format, tools,
                                                         emulation.select_tools(tools, tool_choice), parallel=parallel)
-    prompt = tmpl.template.render(messages, tools=render_tools, add_generation_prompt=add_generation_prompt, **kwargs)
+    try:
+        if prefill:
+            messages.pop()
+            prompt = tmpl.template.render(messages, tools=render_tools, add_generation_prompt=True, **kwargs)
+            prompt += _prefill_text(final, len(req.messages) - 1)
+        else:
+            prompt = tmpl.template.render(messages, tools=render_tools, add_generation_prompt=add_generation_prompt,
+                                          **kwargs)
+    except TemplateError as exc:
+        if exc.param is None:
+            exc.param = "chat_template" if req.chat_template else "messages"
+        raise
 
     structured = constraint_from_request(req)
     if structured and tool_grammar is not None and not lazy:
@@ -150,6 +265,7 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
         allowed_tools=frozenset(emulation.allowed_tool_names(tools, tool_choice)) if tools_on else frozenset(),
         parallel_tool_calls=parallel,
         emulated=emulated,
+        suppress_tool_syntax=suppress,
         grammar=structured.gbnf if structured else tool_grammar,
         grammar_lazy_patterns=() if structured else lazy,
         constraint=structured.constraint,
@@ -160,7 +276,9 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
 def make_output_parser(plan: ParsePlan) -> StreamParser:
     """The streaming output parser the plan calls for."""
     if plan.emulated:
-        return EmulatedToolParser(set(plan.allowed_tools), plan.parallel_tool_calls)
+        return EmulatedToolParser(set(plan.allowed_tools), plan.parallel_tool_calls, withhold=True)
+    if plan.suppress_tool_syntax:  # tool_choice "none" where TOOL_CALL lines are in play: strip them
+        return EmulatedToolParser(set(), False, withhold=True)
     return make_parser(plan.chat_format, reasoning_format=plan.reasoning_format,
                        thinking_forced_open=plan.thinking_forced_open,
                        allowed_tools=set(plan.allowed_tools) or None, parallel_tool_calls=plan.parallel_tool_calls)

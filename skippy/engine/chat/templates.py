@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 from typing import Any
 
 import jinja2
@@ -28,6 +29,14 @@ import jinja2.sandbox
 
 from skippy.engine.chat.sandbox import BoundedSandbox, BudgetExceeded, Meter, RenderBudget
 from skippy.engine.errors import InvalidRequest
+
+#: what a Python exception raised while rendering means, in words (error messages carry no Python text)
+_PLAIN: dict[type, str] = {
+    TypeError: "an operation on a value of the wrong type", ValueError: "an invalid value",
+    KeyError: "a missing key", IndexError: "an index out of range", AttributeError: "a missing attribute",
+    ZeroDivisionError: "a division by zero", OverflowError: "a number too large",
+    RecursionError: "recursion too deep", MemoryError: "out of memory", UnicodeError: "invalid text encoding",
+}
 
 
 class TemplateError(InvalidRequest):
@@ -138,8 +147,14 @@ class ChatTemplate:
             if meter.input_chars <= _ENV.budget.small_input_chars:
                 self._runaway = message
             raise TemplateError(message) from exc
-        except jinja2.TemplateError as exc:
+        except jinja2.UndefinedError as exc:  # jinja's text names Python types ("'dict object' has no ...")
+            m = re.search(r"has no attribute '([^']+)'|^'([^']+)' is undefined", str(exc))
+            name = f" {(m.group(1) or m.group(2))!r}" if m else ""
+            raise TemplateError(f"chat template error: the template reads{name}, which this request does not "
+                                "have (a message field, a tool field or a template variable)") from exc
+        except jinja2.TemplateError as exc:  # the template's own raise_exception(message), or jinja's syntax text
             raise TemplateError(f"chat template error: {exc}") from exc
         except (TypeError, ValueError, KeyError, IndexError, AttributeError, ZeroDivisionError,
                 OverflowError, RecursionError, MemoryError, UnicodeError) as exc:
-            raise TemplateError(f"chat template error: {type(exc).__name__}: {exc}") from exc
+            raise TemplateError(f"chat template error: the template failed on this request "
+                                f"({_PLAIN.get(type(exc), 'an invalid operation')})") from exc

@@ -175,8 +175,8 @@ class Generation:
         else:
             reason = ev.reason
         deltas, message = self._pipeline.finish()
-        if message.tool_calls and not ev.stopped_by_hook:
-            reason = "tool_calls"
+        if message.tool_calls and not ev.stopped_by_hook and reason != "length":
+            reason = "tool_calls"  # a generation cut off by max_tokens stays "length" (OpenAI, llama-server)
         n_injected = self._injected + ev.injected_tokens
         self.finish_info = FinishInfo(status="success", finish_reason=reason, completion_tokens=n,
                                       injected_tokens=n_injected)

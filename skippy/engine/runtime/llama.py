@@ -251,7 +251,8 @@ def kv_cache_size(model: llama_cpp.llama_model_p, type_k: str, type_v: str, n_ce
 class LlamaRuntime:
     """A llama.cpp model + context (see module docstring).
 
-    ``n_ctx_seq`` tokens per sequence, ``n_seq_max`` sequences; the llama.cpp
+    ``n_ctx_seq`` tokens per sequence (clamped to the training context; ``0``:
+    the training context), ``n_seq_max`` sequences; the llama.cpp
     context holds ``n_ctx_seq * n_seq_max`` cells (llama.cpp rounds ``n_ctx_seq``
     up to a multiple of 256), one stream per sequence or, with ``kv_unified``,
     one shared buffer; either way a sequence's positions stay below ``n_ctx_seq``.
@@ -288,7 +289,9 @@ class LlamaRuntime:
         vocab = llama_cpp.llama_model_get_vocab(self._model)
         n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
         n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
-        if n_ctx_train > 0:
+        if n_ctx_seq <= 0:  # llama-server -c 0: the training context
+            n_ctx_seq = n_ctx_train if n_ctx_train > 0 else 4096
+        elif n_ctx_train > 0:
             n_ctx_seq = min(n_ctx_seq, n_ctx_train)
         n_ctx_seq = -(-n_ctx_seq // 256) * 256  # llama.cpp pads a stream to 256 cells; unified mode alike
         cparams = llama_cpp.llama_context_default_params()

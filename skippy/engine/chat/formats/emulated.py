@@ -43,6 +43,16 @@ arguments must stream as their exact source text, with known safe cuts.
 Known limit: ``<think>`` is removed before calls are parsed, so a literal
 ``<think>`` inside a call's string argument breaks that call.
 
+With ``withhold=True`` (what the server uses) a call is announced only
+once its object closes, with its whole arguments in one delta, so a call
+that never completes is never sent: a call cut off by the end of the text
+(``max_tokens``) is dropped, and the text of a call candidate that is
+malformed or names a tool not in ``allowed_tools`` is dropped to the end of
+its line. Emulation syntax then never reaches ``content`` (with an empty
+``allowed_tools`` this strips every ``TOOL_CALL`` line, for
+``tool_choice: "none"``). Agents that accumulate streamed fragments and
+parse partial JSON would otherwise run a truncated call.
+
 Ids are minted once per call with ``id_factory`` (``call_`` + 24 hex
 chars) at announcement, so streaming and the final message agree.
 """
@@ -249,13 +259,17 @@ class EmulatedToolParser:
 
     ``allowed_tools``: names the request allows (others stay content);
     ``parallel_tool_calls``: False keeps only the first call;
-    ``id_factory``: mints call ids (default ``call_`` + 24 hex chars).
+    ``id_factory``: mints call ids (default ``call_`` + 24 hex chars);
+    ``withhold``: announce a call only once it is complete, and drop
+    incomplete, malformed and not-allowed calls instead of showing their text
+    (see the module docstring).
     """
 
     def __init__(self, allowed_tools: set[str], parallel_tool_calls: bool = True,
-                 id_factory: IdFactory = new_call_id) -> None:
+                 id_factory: IdFactory = new_call_id, *, withhold: bool = False) -> None:
         self.allowed_tools = set(allowed_tools)
         self.parallel_tool_calls = parallel_tool_calls
+        self.withhold = withhold
         self._id_factory = id_factory
         self._raw = ""                 # undecided raw text (think stage)
         self._raw_done = 0             # raw chars already routed
@@ -367,8 +381,11 @@ class EmulatedToolParser:
             elif self._mode == "text":
                 i = text.find(MARKER, self._pos)
                 if i < 0:
-                    keep = 0 if final else _partial_suffix(text[self._pos:], MARKER)
-                    self._emit_content(text[self._pos:len(text) - keep])
+                    tail = _partial_suffix(text[self._pos:], MARKER)
+                    keep = 0 if final else tail
+                    # withheld: a marker cut off at the end ("TOOL_CA") is not content either
+                    drop = tail if final and self.withhold and tail >= len("TOOL_") else 0
+                    self._emit_content(text[self._pos:len(text) - keep - drop])
                     self._pos = len(text) - keep
                     break
                 self._emit_content(text[self._pos:i])
@@ -460,7 +477,7 @@ class EmulatedToolParser:
                 call.name = json.loads(call.scan.buf)
                 call.rejected = call.name not in self.allowed_tools
         if call.index < 0 and not call.silent and not call.rejected and call.name is not None \
-                and call.args is not None:
+                and call.args is not None and not self.withhold:
             self._announce()
         return r != "pushback"
 
@@ -508,13 +525,16 @@ class EmulatedToolParser:
         call = self._call
         assert call is not None
         if call.name is None or call.rejected:
+            if self.withhold:
+                self._call, self._mode = None, "text"
+                return None
             return self._to_content(self._pos)
         self._flush_args()
         if call.silent:
             self._seen_calls += 1
         else:
-            if call.index < 0:
-                self._announce(args="{}")   # no "arguments" key: no arguments
+            if call.index < 0:   # withheld until now, or no "arguments" key: no arguments
+                self._announce(args=self._args_ready() if call.args is not None else "{}")
             self._commit()
             self._call_end = self._pos
         self._call, self._mode = None, "text"
@@ -527,7 +547,8 @@ class EmulatedToolParser:
             self._commit()
             self._call_end = self._pos
             self._call, self._mode = None, "discard"
-        elif call.silent and call.name is not None and not call.rejected and call.args is not None:
+        elif self.withhold or (call.silent and call.name is not None and not call.rejected
+                                and call.args is not None):
             self._call, self._mode = None, "discard"
         else:
             self._to_content(self._pos)
@@ -547,8 +568,9 @@ class EmulatedToolParser:
             self._commit()
             self._call_end = len(self._text)
             self._call, self._mode = None, "text"
-        elif call.silent and call.name is not None and not call.rejected and call.args is not None:
-            self._call, self._mode = None, "text"
+        elif self.withhold or (call.silent and call.name is not None and not call.rejected
+                                and call.args is not None):
+            self._call, self._mode = None, "text"   # cut off (max_tokens): dropped, its text withheld
         else:
             self._to_content(len(self._text))
         self._pos = len(self._text)

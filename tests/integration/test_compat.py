@@ -1,0 +1,316 @@
+"""Client compatibility on first contact (issue 16): model names, context, assistant prefill, reasoning_effort,
+tool calls as agents need them, request validation, unknown fields, SSE keep-alive, disconnect metrics.
+
+Real model, real ``skippy serve``, the official ``openai`` client where it applies.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+
+from tests.integration.conftest import FIXTURES, SYSTEM, Server
+from tests.integration.test_tools import ASK, NAMED, WEATHER, check_call, openai_client
+
+MODEL = "SmolLM2-135M-Instruct"
+
+
+@pytest.fixture(scope="module")
+def alias_server(tmp_path_factory: pytest.TempPathFactory):
+    """Default --n-ctx, two aliases, strict fields off; 2 slots."""
+    with Server(["--parallel", "2", "--alias", "gpt-4o-mini", "--alias", "local-model"],
+                tmp_path_factory.mktemp("alias") / "server.log") as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def ping_server(tmp_path_factory: pytest.TempPathFactory):
+    """One slot (a second request waits in the queue), keep-alive every 0.2 s, --n-ctx 0, --strict-fields,
+    the Qwen3 template (it reads enable_thinking)."""
+    with Server(["--parallel", "1", "--n-ctx", "0", "--sse-ping-interval", "0.2", "--strict-fields",
+                 "--chat-template", str(FIXTURES / "Qwen-Qwen3-0.6B.jinja")],
+                tmp_path_factory.mktemp("ping") / "server.log") as srv:
+        yield srv
+
+
+def _chat(base_url: str, body: dict, **kw) -> httpx.Response:
+    return httpx.post(base_url + "/v1/chat/completions", json=body, timeout=120, **kw)
+
+
+# -- model names --------------------------------------------------------------------------------------
+
+def test_any_model_name_is_served_and_echoed(server: Server) -> None:
+    client = openai_client(server.base_url)
+    for name in ("gpt-4o", "llama3", MODEL):
+        r = client.chat.completions.create(model=name, messages=ASK, max_tokens=3, temperature=0)
+        assert r.model == name and r.choices[0].message.content is not None
+    r = client.completions.create(model="gpt-3.5-turbo-instruct", prompt="Hello", max_tokens=2)
+    assert r.model == "gpt-3.5-turbo-instruct"
+
+
+def test_aliases_models_list_and_retrieve(alias_server: Server) -> None:
+    client = openai_client(alias_server.base_url)
+    models = client.models.list().data
+    assert [m.id for m in models] == [MODEL, "gpt-4o-mini", "local-model"]
+    for m in models:
+        # a real creation time (the model file's), not 0
+        assert m.created > 1_500_000_000 and m.created <= time.time() + 60
+        assert m.model_extra["meta"]["n_ctx"] == 8192
+    got = client.models.retrieve("gpt-4o-mini")
+    assert got.id == "gpt-4o-mini" and got.created == models[0].created
+    assert client.models.retrieve(MODEL).id == MODEL
+    with pytest.raises(openai.NotFoundError) as info:
+        client.models.retrieve("no-such-model")
+    assert info.value.body["code"] == "model_not_found" and info.value.body["param"] == "model"
+    r = client.chat.completions.create(model="local-model", messages=ASK, max_tokens=2)
+    assert r.model == "local-model"
+
+
+# -- context ------------------------------------------------------------------------------------------
+
+def test_default_context_fits_max_tokens_4096(alias_server: Server) -> None:
+    client = openai_client(alias_server.base_url)
+    # SYSTEM + a greeting: the answer is short, the room asked for (4096) must fit the default context
+    r = client.chat.completions.create(model="gpt-4o-mini", messages=[SYSTEM, {"role": "user", "content": "Hi"}],
+                                       max_tokens=4096, temperature=0)
+    assert r.choices[0].finish_reason in ("stop", "length") and r.usage.completion_tokens > 0
+    props = httpx.get(alias_server.base_url + "/props", timeout=10).json()
+    assert props["n_ctx"] == 8192 == props["default_generation_settings"]["n_ctx"]
+
+
+def test_n_ctx_zero_is_the_training_context(ping_server: Server) -> None:
+    meta = httpx.get(ping_server.base_url + "/v1/models", timeout=10).json()["data"][0]["meta"]
+    assert meta["n_ctx"] == meta["n_ctx_train"] == 8192
+    assert httpx.get(ping_server.base_url + "/props", timeout=10).json()["n_ctx"] == 8192
+
+
+# -- assistant prefill --------------------------------------------------------------------------------
+
+PREFILL = [{"role": "user", "content": "List three colours, separated by commas."},
+           {"role": "assistant", "content": "Red, green,"}]
+
+
+def test_assistant_prefill_continues_the_message(server: Server) -> None:
+    client = openai_client(server.base_url)
+    prompt = httpx.post(server.base_url + "/apply-template", json={"messages": PREFILL}, timeout=30).json()["prompt"]
+    assert prompt.endswith("<|im_start|>assistant\nRed, green,")  # the turn stays open
+    r = client.chat.completions.create(model=MODEL, messages=PREFILL, max_tokens=12, temperature=0,
+                                       extra_body={"cache_prompt": False})
+    # the content is only the continuation: what the model writes after the prefilled text
+    raw = client.completions.create(model=MODEL, prompt=prompt, max_tokens=12, temperature=0,
+                                    extra_body={"cache_prompt": False})
+    assert r.choices[0].message.content == raw.choices[0].text
+    assert not r.choices[0].message.content.startswith("Red, green,")
+    # streamed: the same continuation
+    chunks = list(client.chat.completions.create(model=MODEL, messages=PREFILL, max_tokens=12, temperature=0,
+                                                 stream=True, extra_body={"cache_prompt": False}))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == r.choices[0].message.content
+
+
+def test_vllm_prefill_fields(server: Server) -> None:
+    def prompt(**fields) -> str:
+        resp = httpx.post(server.base_url + "/apply-template", json={"messages": PREFILL, **fields}, timeout=30)
+        assert resp.status_code == 200, resp.text
+        return resp.json()["prompt"]
+
+    assert prompt(continue_final_message=True, add_generation_prompt=False).endswith("Red, green,")
+    closed = prompt(continue_final_message=False)
+    assert closed.endswith("Red, green,<|im_end|>\n<|im_start|>assistant\n")
+    assert prompt(add_generation_prompt=False).endswith("Red, green,<|im_end|>\n")
+    client = openai_client(server.base_url)
+    r = client.chat.completions.create(model=MODEL, messages=PREFILL, max_tokens=4,
+                                       extra_body={"continue_final_message": True, "add_generation_prompt": False})
+    assert r.choices[0].finish_reason in ("stop", "length")
+    for body, param in (({"continue_final_message": True, "add_generation_prompt": True}, "add_generation_prompt"),
+                        ({"continue_final_message": True, "messages": ASK}, "continue_final_message")):
+        resp = _chat(server.base_url, {"messages": PREFILL, "max_tokens": 2, **body})
+        assert resp.status_code == 400 and resp.json()["error"]["param"] == param
+
+
+# -- reasoning_effort ---------------------------------------------------------------------------------
+
+def test_reasoning_effort_reaches_the_template(ping_server: Server) -> None:
+    def prompt(**fields) -> str:
+        resp = httpx.post(ping_server.base_url + "/apply-template", json={"messages": ASK, **fields}, timeout=30)
+        assert resp.status_code == 200, resp.text
+        return resp.json()["prompt"]
+
+    # Qwen3's template closes the thinking block when enable_thinking is false
+    assert prompt(reasoning_effort="none").endswith("<think>\n\n</think>\n\n")
+    assert prompt(reasoning_effort="minimal").endswith("<think>\n\n</think>\n\n")
+    assert prompt(reasoning_effort="high").endswith("<|im_start|>assistant\n")
+    assert prompt(reasoning_effort="none", enable_thinking=True).endswith("<|im_start|>assistant\n")
+    client = openai_client(ping_server.base_url)
+    none = client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=1, reasoning_effort="none")
+    high = client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=1, reasoning_effort="high")
+    assert none.usage.prompt_tokens > high.usage.prompt_tokens
+    resp = _chat(ping_server.base_url, {"messages": ASK, "reasoning_effort": "extreme"})
+    assert resp.status_code == 400 and resp.json()["error"]["param"] == "reasoning_effort"
+
+
+# -- tool calls as agents need them -------------------------------------------------------------------
+
+def test_tool_call_cut_off_by_max_tokens_is_length_without_syntax(server: Server) -> None:
+    client = openai_client(server.base_url)
+    kwargs = dict(model=MODEL, messages=ASK, tools=[WEATHER], tool_choice="required", temperature=0, max_tokens=8)
+    r = client.chat.completions.create(**kwargs)
+    choice = r.choices[0]
+    assert choice.finish_reason == "length"
+    assert not choice.message.tool_calls  # the incomplete call is dropped
+    assert "TOOL_CALL" not in (choice.message.content or "") and "{" not in (choice.message.content or "")
+    chunks = list(client.chat.completions.create(stream=True, **kwargs))
+    assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
+    assert "TOOL_CALL" not in "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["length"]
+
+
+HISTORY = ASK + [
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
+        "name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+    {"role": "user", "content": "And in London?"},
+]
+
+
+def test_tool_choice_none_output_has_no_emulation_syntax(server: Server) -> None:
+    # greedy, SmolLM2 answers this history with another TOOL_CALL line (checked through /v1/completions)
+    prompt = httpx.post(server.base_url + "/apply-template", json={"messages": HISTORY}, timeout=30).json()["prompt"]
+    raw = httpx.post(server.base_url + "/v1/completions", json={"prompt": prompt, "temperature": 0,
+                                                                  "max_tokens": 40}, timeout=60).json()
+    assert "TOOL_CALL" in raw["choices"][0]["text"]
+    client = openai_client(server.base_url)
+    for extra in ({"tools": [WEATHER], "tool_choice": "none"}, {}):
+        r = client.chat.completions.create(model=MODEL, messages=HISTORY, temperature=0, max_tokens=40, **extra)
+        assert "TOOL_CALL" not in (r.choices[0].message.content or "") and not r.choices[0].message.tool_calls
+        chunks = list(client.chat.completions.create(model=MODEL, messages=HISTORY, temperature=0, max_tokens=40,
+                                                     stream=True, **extra))
+        assert "TOOL_CALL" not in "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+
+@pytest.mark.parametrize("tool_choice", ["required", NAMED])
+def test_forced_choice_gives_one_call_unless_parallel(server: Server, tool_choice) -> None:
+    client = openai_client(server.base_url)
+    kwargs = dict(model=MODEL, messages=ASK, tools=[WEATHER], tool_choice=tool_choice, temperature=0,
+                  max_tokens=120)
+    r = client.chat.completions.create(**kwargs)
+    assert r.choices[0].finish_reason == "tool_calls" and len(r.choices[0].message.tool_calls) == 1
+    check_call(r.choices[0].message.tool_calls[0].function.name, r.choices[0].message.tool_calls[0].function.arguments)
+    # the request may still ask for parallel calls (SmolLM2 then repeats the call, greedy)
+    many = client.chat.completions.create(parallel_tool_calls=True, **kwargs)
+    assert len(many.choices[0].message.tool_calls) >= 2
+
+
+# -- request validation -------------------------------------------------------------------------------
+
+DUP = [WEATHER, WEATHER]
+BAD_REQUIRED = {"type": "function", "function": {"name": "f", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": "city"}}}
+
+
+@pytest.mark.parametrize("body, param", [
+    ({"messages": ASK, "tool_choice": "required"}, "tool_choice"),
+    ({"messages": ASK, "tool_choice": NAMED}, "tool_choice"),
+    ({"messages": ASK, "tools": [], "tool_choice": "required"}, "tool_choice"),
+    ({"messages": ASK, "tools": DUP}, "tools[1].function.name"),
+    ({"messages": ASK, "tools": [BAD_REQUIRED]}, "tools[0].function.parameters.required"),
+    ({"messages": [{"role": "user", "content": None}]}, "messages[0].content"),
+    ({"messages": [{"role": "user"}]}, "messages[0].content"),
+    ({"messages": [{"role": "system"}, {"role": "user", "content": "x"}]}, "messages[0].content"),
+    ({"messages": [SYSTEM, {"role": "user", "content": None}]}, "messages[1].content"),
+    ({"messages": ASK, "extra_body": {"chat_template": "{{ messages[0].nothing.deeper }}"}}, "chat_template"),
+])
+def test_validation_errors_name_the_field(server: Server, body: dict, param: str) -> None:
+    client = openai_client(server.base_url)
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model=MODEL, max_tokens=2, **body)
+    err = info.value.body
+    assert err["param"] == param, err
+    # no Python exception text: no jinja/Python object names, exception class names or tracebacks
+    assert not re.search(r"dict object|NoneType|Traceback|[A-Z][a-z]+Error\b|object has no attribute",
+                         err["message"]), err["message"]
+
+
+def test_unknown_fields_are_named_in_a_header_and_logged_once(server: Server) -> None:
+    body = {"messages": ASK, "max_tokenz": 5, "vendor_flag": True, "max_tokens": 2}
+    for _ in range(2):
+        resp = _chat(server.base_url, body)
+        assert resp.status_code == 200
+        assert resp.headers["X-Skippy-Ignored-Fields"] == "max_tokenz, vendor_flag"
+    with httpx.stream("POST", server.base_url + "/v1/chat/completions", json={**body, "stream": True},
+                      timeout=60) as resp:
+        assert resp.headers["X-Skippy-Ignored-Fields"] == "max_tokenz, vendor_flag"
+        resp.read()
+    # any key a client sends is named in an ASCII header (JSON-escaped), on every route with a body
+    odd = httpx.post(server.base_url + "/tokenize", json={"content": "hi", "naïve\n": 1}, timeout=30)
+    assert odd.status_code == 200 and odd.headers["X-Skippy-Ignored-Fields"] == "na\\u00efve\\n"
+    known = _chat(server.base_url, {"messages": ASK, "max_tokens": 2, "temperature": 0})
+    assert "X-Skippy-Ignored-Fields" not in known.headers
+    log = server.log()
+    warnings = [line for line in log.splitlines() if "WARNING" in line and "'max_tokenz'" in line]
+    assert len(warnings) == 1 and "'vendor_flag'" in warnings[0]
+
+
+def test_strict_fields_refuse_unknown_fields(ping_server: Server) -> None:
+    client = openai_client(ping_server.base_url)
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model=MODEL, messages=ASK, extra_body={"max_tokenz": 5})
+    assert info.value.body["param"] == "max_tokenz" and info.value.body["code"] == "unknown_field"
+    r = client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=2)
+    assert r.choices[0].finish_reason in ("stop", "length")
+
+
+def _metric(base_url: str, name: str) -> float:
+    text = httpx.get(base_url + "/metrics", timeout=10).text
+    m = re.search(rf"^{re.escape(name)} ([0-9.e+]+)$", text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def test_client_disconnect_is_counted_apart_from_4xx(server: Server) -> None:
+    gone, fourxx = "skippy:http_client_disconnects_total", 'skippy:http_responses_total{status_class="4xx"}'
+    before_gone, before_4xx = _metric(server.base_url, gone), _metric(server.base_url, fourxx)
+    body = {"messages": ASK, "max_tokens": 400, "stream": True, "temperature": 0}
+    with httpx.stream("POST", server.base_url + "/v1/chat/completions", json=body, timeout=60) as resp:
+        for line in resp.iter_lines():
+            if line.startswith("data: ") and '"content"' in line and '"content":""' not in line:
+                break  # the client goes away mid-stream
+    deadline = time.monotonic() + 60
+    while _metric(server.base_url, gone) < before_gone + 1:
+        assert time.monotonic() < deadline, "the disconnect was never counted"
+        time.sleep(0.1)
+    assert _metric(server.base_url, fourxx) == before_4xx
+
+
+# -- SSE keep-alive -----------------------------------------------------------------------------------
+
+def test_sse_keep_alive_while_queued(ping_server: Server) -> None:
+    base = ping_server.base_url
+    # the one slot is busy with 300 tokens that cannot end early (end-of-generation tokens banned)
+    long_body = {"prompt": "1, 2, 3, 4, 5,", "max_tokens": 300, "temperature": 0,
+                 "logit_bias": {"0": -100, "1": -100, "2": -100}}
+    worker = threading.Thread(target=lambda: httpx.post(base + "/v1/completions", json=long_body, timeout=600))
+    worker.start()
+    try:
+        deadline = time.monotonic() + 60
+        while httpx.get(base + "/health", timeout=10).json()["slots_processing"] < 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        with httpx.stream("POST", base + "/v1/chat/completions", timeout=120,
+                          json={"messages": ASK, "max_tokens": 3, "stream": True, "temperature": 0}) as resp:
+            assert resp.status_code == 200
+            lines = [line for line in resp.iter_lines() if line]
+        # the stream waited in the queue behind the long request: after its first chunk (the role, sent at
+        # once) keep-alive comments came until its first token
+        data = [i for i, line in enumerate(lines) if line.startswith("data: ")]
+        assert ": ping" in lines[data[0]:data[1]], lines[:8]
+        assert lines[-1] == "data: [DONE]"
+        # the openai client reads a stream with comments in it
+        client = openai_client(base)
+        chunks = list(client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=3, stream=True))
+        assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+    finally:
+        worker.join()

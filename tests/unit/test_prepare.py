@@ -1,0 +1,106 @@
+"""render_chat (sans-IO): reasoning_effort, assistant prefill, tool defaults and validation, with real templates."""
+
+from __future__ import annotations
+
+import pytest
+
+from skippy.engine.chat.formats.emulated import EmulatedToolParser
+from skippy.engine.chat.prepare import PreparedTemplate, make_output_parser, render_chat
+from skippy.engine.errors import InvalidRequest
+from skippy.engine.types import ChatCompletionRequest, Message
+from tests.paths import CHAT_TEMPLATES
+
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+ASK = [Message("user", "Weather in Paris?")]
+
+
+def _tmpl(name: str | None = None) -> PreparedTemplate:
+    source = CHATML if name is None else (CHAT_TEMPLATES / name).read_text(encoding="utf-8")
+    return PreparedTemplate.build(source, bos_token="<s>", eos_token="</s>")
+
+
+def _render(tmpl: PreparedTemplate, **fields):
+    return render_chat(tmpl, ChatCompletionRequest(**{"messages": ASK, **fields}))
+
+
+def test_reasoning_effort_reaches_gpt_oss_template() -> None:
+    tmpl = _tmpl("openai-gpt-oss-120b.jinja")
+    assert "Reasoning: high" in _render(tmpl, reasoning_effort="high").prompt
+    assert "Reasoning: low" in _render(tmpl, reasoning_effort="low").prompt
+    assert "Reasoning: medium" in _render(tmpl).prompt  # the template's default
+
+
+def test_reasoning_effort_none_turns_thinking_off_for_qwen3() -> None:
+    tmpl = _tmpl("Qwen-Qwen3-0.6B.jinja")
+    off = "<think>\n\n</think>\n\n"
+    assert _render(tmpl, reasoning_effort="none").prompt.endswith(off)
+    assert _render(tmpl, reasoning_effort="minimal").prompt.endswith(off)
+    assert not _render(tmpl, reasoning_effort="medium").prompt.endswith(off)
+    # explicit request fields win over what reasoning_effort implies
+    assert not _render(tmpl, reasoning_effort="none", enable_thinking=True).prompt.endswith(off)
+    assert not _render(tmpl, reasoning_effort="none",
+                       chat_template_kwargs={"enable_thinking": True}).prompt.endswith(off)
+    with pytest.raises(InvalidRequest) as info:
+        _render(tmpl, reasoning_effort="max")
+    assert info.value.param == "reasoning_effort"
+
+
+def test_assistant_prefill_continues_the_last_message() -> None:
+    tmpl = _tmpl()
+    messages = [*ASK, Message("assistant", "It is")]
+    prefilled = render_chat(tmpl, ChatCompletionRequest(messages=messages)).prompt
+    assert prefilled == "<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\nIt is"
+    closed = render_chat(tmpl, ChatCompletionRequest(messages=messages, continue_final_message=False)).prompt
+    assert closed.endswith("It is<|im_end|>\n<|im_start|>assistant\n")
+    no_prompt = render_chat(tmpl, ChatCompletionRequest(messages=messages, add_generation_prompt=False)).prompt
+    assert no_prompt.endswith("It is<|im_end|>\n")
+    explicit = render_chat(tmpl, ChatCompletionRequest(messages=messages, continue_final_message=True,
+                                                       add_generation_prompt=False)).prompt
+    assert explicit == prefilled
+    # a text-parts assistant message continues too
+    parts = [*ASK, Message("assistant", [{"type": "text", "text": "It "}, {"type": "text", "text": "is"}])]
+    assert render_chat(tmpl, ChatCompletionRequest(messages=parts)).prompt == prefilled
+
+
+def test_parallel_tool_calls_default_follows_the_template() -> None:
+    emulated = _render(_tmpl(), tools=[WEATHER], tool_choice="required").plan
+    assert emulated.emulated and not emulated.parallel_tool_calls
+    assert _render(_tmpl(), tools=[WEATHER], tool_choice="required", parallel_tool_calls=True).plan.parallel_tool_calls
+    qwen = _tmpl("Qwen-Qwen2.5-7B-Instruct.jinja")
+    assert qwen.caps.supports_parallel_tool_calls
+    assert _render(qwen, tools=[WEATHER]).plan.parallel_tool_calls
+    mistral = _tmpl("mistralai-Mistral-Nemo-Instruct-2407.jinja")
+    assert _render(mistral, tools=[WEATHER]).plan.parallel_tool_calls == mistral.caps.supports_parallel_tool_calls
+
+
+def test_tool_choice_none_strips_emulation_syntax() -> None:
+    plan = _render(_tmpl(), tools=[WEATHER], tool_choice="none").plan
+    assert plan.suppress_tool_syntax and not plan.emulated
+    parser = make_output_parser(plan)
+    assert isinstance(parser, EmulatedToolParser)
+    parser.feed('TOOL_CALL {"name": "get_weather", "arguments": {"city": "Paris"}}')
+    _, msg = parser.finish()
+    assert msg.content == "" and msg.tool_calls == ()
+    assert not _render(_tmpl()).plan.suppress_tool_syntax  # no tools anywhere: plain content
+    qwen = _tmpl("Qwen-Qwen2.5-7B-Instruct.jinja")  # native tools: no emulation syntax in play
+    assert not _render(qwen, tools=[WEATHER], tool_choice="none").plan.suppress_tool_syntax
+
+
+@pytest.mark.parametrize("fields, param", [
+    ({"tool_choice": "required"}, "tool_choice"),
+    ({"tool_choice": {"type": "function", "function": {"name": "get_weather"}}}, "tool_choice"),
+    ({"tools": [WEATHER, WEATHER]}, "tools[1].function.name"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"required": "x"}}}]},
+     "tools[0].function.parameters.required"),
+    ({"messages": [Message("user", None)]}, "messages[0].content"),
+    ({"messages": [Message("system", None), *ASK]}, "messages[0].content"),
+    ({"messages": [Message("wizard", "x")]}, "messages[0].role"),
+    ({"messages": ASK, "continue_final_message": True}, "continue_final_message"),
+])
+def test_validation_names_the_field(fields: dict, param: str) -> None:
+    with pytest.raises(InvalidRequest) as info:
+        _render(_tmpl(), **fields)
+    assert info.value.param == param
