@@ -29,8 +29,8 @@ _TOOLS = [{
     "function": {
         "name": _TOOL_NAME,
         "description": "Probe tool.",
-        "parameters": {"type": "object", "properties": {"arg_needle": {"type": "string"}},
-                       "required": ["arg_needle"]},
+        "parameters": {"type": "object", "required": ["arg_needle"],
+                       "properties": {"arg_needle": {"type": "string", "description": "Probe argument."}}},
     },
 }]
 _IDS = ("pr0b3id42", "pr0b3id43")  # 9 alphanumeric characters: Mistral templates insist

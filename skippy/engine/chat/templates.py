@@ -75,6 +75,29 @@ def _strftime_now(fmt: str) -> str:
     return datetime.datetime.now().strftime(fmt)
 
 
+def _llama_cpp_context(context: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    """The variables llama.cpp's template engine gives (``common_chat_template_direct_apply``), or ``None``
+    when they equal transformers'.
+
+    ``tools`` is left out when there are none, ``datetime`` (``%b %d %Y``, as
+    llama.cpp) and ``functions`` (the JSON list of the tools' ``function``
+    objects, indent 4, Firefunction v2's model card) are added unless the
+    request sets them.
+    """
+    tools = context.get("tools")
+    extra: dict[str, Any] = {}
+    if "datetime" not in kwargs:
+        extra["datetime"] = datetime.datetime.now().strftime("%b %d %Y")
+    if "functions" not in kwargs:
+        fns = [t.get("function", t) if isinstance(t, dict) else t for t in tools or []]
+        extra["functions"] = json.dumps(fns, ensure_ascii=False, indent=4) if fns else ""
+    if tools is not None and not extra:
+        return None
+    out = {k: v for k, v in context.items() if not (k == "tools" and v is None)}
+    out.update(extra)
+    return out
+
+
 def make_environment(budget: RenderBudget | None = None) -> BoundedSandbox:
     """The jinja2 environment of transformers' ``apply_chat_template``, with a render budget."""
     env = BoundedSandbox(
@@ -123,6 +146,13 @@ class ChatTemplate:
         that goes over budget on a small input is marked as runaway and
         refused at once from then on (so probing it costs one budget, not
         one per probe).
+
+        A template that fails with transformers' variables is rendered once
+        more with llama.cpp's (:func:`_llama_cpp_context`): ``tools`` left
+        undefined when there are none (so the ``tool_use`` variants of Command
+        R+ and Hermes 2 Pro, which transformers only renders with tools,
+        loop over nothing), and ``datetime`` and ``functions`` (Firefunction
+        v2). Templates that render under transformers' rules are unaffected.
         """
         if self._runaway is not None:
             raise TemplateError(self._runaway)
@@ -134,6 +164,19 @@ class ChatTemplate:
             bos_token=self.bos_token,
             eos_token=self.eos_token,
         )
+        try:
+            return self._render(context)
+        except TemplateError:
+            fallback = None if self._runaway is not None else _llama_cpp_context(context, kwargs)
+            if fallback is None:
+                raise
+            try:
+                return self._render(fallback)
+            except TemplateError:
+                pass
+            raise
+
+    def _render(self, context: dict[str, Any]) -> str:
         meter = Meter(_ENV.budget)
         try:
             meter.measure_input(context)  # the limits scale with the input's size
