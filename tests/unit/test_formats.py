@@ -131,12 +131,14 @@ KNOWN = [
     ("glm_4_5", {"tool_schemas": SCHEMAS, "thinking_forced_open": True},  # GLM 4.7: no newlines, <think> forced open
      "Need weather.</think><tool_call>run<arg_key>n</arg_key><arg_value>3</arg_value><arg_key>cmd</arg_key>"
      "<arg_value>42</arg_value></tool_call>",
-     ParsedMessage(reasoning_content="Need weather.", tool_calls=(ToolCall("call_0", "run", '{"n": 3, "cmd": "42"}'),))),
+     ParsedMessage(reasoning_content="Need weather.",
+                   tool_calls=(ToolCall("call_0", "run", '{"n": 3, "cmd": "42"}'),))),
     ("kimi_k2", {}, "<think>Need weather.</think>Checking.<|tool_calls_section_begin|><|tool_call_begin|>"
      'functions.get_weather:0<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|><|tool_call_begin|>'
      "functions.f:1<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>",
      ParsedMessage(content="Checking.", reasoning_content="Need weather.", tool_calls=(
-         ToolCall("functions.get_weather:0", "get_weather", '{"city": "Paris"}'), ToolCall("functions.f:1", "f", "{}")))),
+         ToolCall("functions.get_weather:0", "get_weather", '{"city": "Paris"}'),
+         ToolCall("functions.f:1", "f", "{}")))),
     ("granite", {}, '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "f", '
      '"arguments": {}}]', ParsedMessage(tool_calls=(WEATHER, F_EMPTY))),
     ("granite", {}, "<think>Greet.</think><response>Hello!</response>",

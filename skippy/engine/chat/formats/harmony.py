@@ -25,7 +25,7 @@ whose SHA-256 must match); no package on the registries this project uses
 ships that file, so the library cannot load offline. Our parser works on the
 detokenized text, like every other chat format here, and follows the same
 grammar as llama.cpp's ``common_chat_params_init_gpt_oss``.
-"""
+"""  # noqa: E501 (the exact marker text)
 
 from __future__ import annotations
 
