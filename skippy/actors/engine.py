@@ -57,7 +57,7 @@ from skippy.engine.output.responses import ChatReply, TextReply
 from skippy.engine.runtime.base import Runtime
 from skippy.engine.sampling.params import SamplingParams, sampling_from_request
 from skippy.engine.scheduling.events import SeqEvent
-from skippy.engine.types import ChatCompletionRequest, CompletionRequest, Message, SamplingFields
+from skippy.engine.types import ApplyTemplateRequest, ChatCompletionRequest, CompletionRequest, Message, SamplingFields
 
 
 @attrs.frozen
@@ -134,8 +134,10 @@ class Engine:
                           include_usage=bool(req.stream_options and req.stream_options.include_usage))
         return stream.rendered(reply.first_chunks(), reply.chunks)
 
-    async def apply_template(self, messages: list[Message]) -> str:
-        """Render ``messages`` with the chat template (llama-server ``/apply-template``)."""
+    async def apply_template(self, messages: list[Message] | ApplyTemplateRequest) -> str:
+        """Render ``messages`` (or an ``/apply-template`` request: ``add_generation_prompt``, ``tools``,
+        ``chat_template_kwargs``) with the chat template, as the chat route would (llama-server
+        ``/apply-template``). Raises :class:`InvalidRequest` (400) for bad messages, tools or template errors."""
         return await self.renderer.render_messages(messages)
 
     def props(self) -> dict[str, Any]:

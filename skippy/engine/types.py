@@ -150,9 +150,31 @@ class DetokenizeRequest(msgspec.Struct, kw_only=True):
 
 
 class ApplyTemplateRequest(msgspec.Struct, kw_only=True):
-    """``POST /apply-template`` (llama-server): ``messages`` -> ``{"prompt": ...}``."""
+    """``POST /apply-template`` (llama-server): ``messages`` -> ``{"prompt": ...}``.
+
+    Rendered as the chat route renders them: ``add_generation_prompt`` (default true), ``tools``
+    (native in the template, or the ``TOOL_CALL`` emulation's system text), ``chat_template_kwargs`` and
+    ``enable_thinking`` (template variables).
+    """
 
     messages: list[Message]
+    add_generation_prompt: bool = True
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    enable_thinking: bool | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("tools", "tool_choice", "chat_template_kwargs"):
+            value = getattr(self, name)
+            if value is not None and nesting(value) > MAX_NESTING:
+                raise InvalidRequest(f"{name} is nested deeper than {MAX_NESTING} levels", param=name)
+
+    def chat_request(self) -> ChatCompletionRequest:
+        """The chat request whose prompt this is (what the chat route would render)."""
+        return ChatCompletionRequest(messages=self.messages, tools=self.tools, tool_choice=self.tool_choice,
+                                     chat_template_kwargs=self.chat_template_kwargs,
+                                     enable_thinking=self.enable_thinking)
 
 
 #: Deepest nesting of lists and objects accepted in ``tools``, ``tool_choice``,

@@ -278,7 +278,10 @@ async def apply_template() -> Response:
     app, ctx = shared(), current()
     req = await _body(ApplyTemplateRequest, ctx)
     _check_limits(app.settings, req.messages)
-    prompt = await app.guarded(ctx.deadline, app.engine().apply_template(req.messages))
+    if req.tools is not None and len(req.tools) > app.settings.max_tools:
+        raise InvalidRequest(f"tools has {len(req.tools)} entries; this server accepts at most "
+                             f"{app.settings.max_tools} (--max-tools)", param="tools", code="array_above_max_length")
+    prompt = await app.guarded(ctx.deadline, app.engine().apply_template(req))
     return json_response(wire.ApplyTemplateResponse(prompt=prompt))
 
 

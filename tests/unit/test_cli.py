@@ -34,7 +34,7 @@ BEFORE = [
     ("--parallel INTEGER RANGE", "[env var: SKIPPY_PARALLEL; default: 8; 1<=x<=256]", 8),
     ("--threads INTEGER RANGE", "[env var: SKIPPY_THREADS; x>=1]", None),
     ("--flash-attn [on|off|auto]", "[env var: SKIPPY_FLASH_ATTN; default: auto]", "auto"),
-    ("--chat-template FILE", "[env var: SKIPPY_CHAT_TEMPLATE]", None),
+    ("--chat-template NAME|FILE", "[env var: SKIPPY_CHAT_TEMPLATE]", None),
     ("--chat-template-kwargs JSON", "[env var: SKIPPY_CHAT_TEMPLATE_KWARGS]", None),
     ("--force-tool-emulation", "[env var: SKIPPY_FORCE_TOOL_EMULATION]", False),
     ("--step-tokens INTEGER RANGE", "[env var: SKIPPY_STEP_TOKENS; default: 256; 8<=x<=512]", 256),

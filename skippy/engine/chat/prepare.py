@@ -99,6 +99,17 @@ def _structured_grammar(req: ChatCompletionRequest) -> str | None:
                          param="response_format")
 
 
+def template_kwargs(request_kwargs: dict[str, Any] | None, enable_thinking: bool | None = None,
+                    default_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The template variables of one render: ``enable_thinking`` defaults to true (llama-server's default,
+    and what the capability probe assumes), then the server's ``--chat-template-kwargs``, then the
+    request's ``chat_template_kwargs``, then its ``enable_thinking`` field, each overriding the last."""
+    kwargs: dict[str, Any] = {"enable_thinking": True, **(default_kwargs or {}), **(request_kwargs or {})}
+    if enable_thinking is not None:
+        kwargs["enable_thinking"] = enable_thinking
+    return kwargs
+
+
 def _has_tool_history(messages: list[dict[str, Any]]) -> bool:
     return any(m.get("role") == "tool" or m.get("tool_calls") for m in messages)
 
@@ -111,8 +122,8 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
     Tools are emulated (``TOOL_CALL`` lines) when the request asks for
     tools (non-empty ``tools``, ``tool_choice`` not ``"none"``) and the
     template has no native tool support, or ``force_tool_emulation``.
-    Template variables: ``default_kwargs`` (server ``--chat-template-kwargs``),
-    overridden by the request's ``chat_template_kwargs`` and ``enable_thinking``.
+    Template variables: ``enable_thinking`` true unless set (llama-server), ``default_kwargs`` (server
+    ``--chat-template-kwargs``), overridden by the request's ``chat_template_kwargs`` and ``enable_thinking``.
     Raises :class:`InvalidRequest` (400) for bad messages, tools, schemas,
     grammars, or template errors (with the template's message).
     """
@@ -123,6 +134,9 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
         if m.get("role") not in ROLES:
             raise InvalidRequest(f"messages[{i}].role {m.get('role')!r} is not one of {sorted(ROLES)}",
                                  param="messages")
+    if len(messages) >= 2 and messages[-1]["role"] == messages[-2]["role"] == "assistant":
+        # llama-server refuses this too (a final assistant message alone is a prefill to continue)
+        raise InvalidRequest("Cannot have 2 or more assistant messages at the end of the list.", param="messages")
     reasoning = req.reasoning_format or "auto"
     if reasoning not in REASONING_FORMATS:
         raise InvalidRequest(f"reasoning_format must be one of {list(REASONING_FORMATS)}", param="reasoning_format")
@@ -133,9 +147,7 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
     tools_on = bool(tools) and tool_choice != "none"
     caps = tmpl.caps
     emulated = tools_on and (force_tool_emulation or not caps.supports_tools)
-    kwargs = {**(default_kwargs or {}), **(req.chat_template_kwargs or {})}
-    if req.enable_thinking is not None:
-        kwargs["enable_thinking"] = req.enable_thinking
+    kwargs = template_kwargs(req.chat_template_kwargs, req.enable_thinking, default_kwargs)
     for reserved in ("messages", "tools", "add_generation_prompt", "bos_token", "eos_token"):
         kwargs.pop(reserved, None)
 
