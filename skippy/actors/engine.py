@@ -30,6 +30,7 @@ from contextlib import aclosing, asynccontextmanager
 from typing import Any, Generic, TypeVar
 
 import attrs
+import msgspec
 import trio
 
 from skippy.actors.hooks import HookEvaluator, WebhookPolicy
@@ -53,11 +54,21 @@ from skippy.engine.hooks.policy import Deny, Inject, Stop, load_policy_factory
 from skippy.engine.hooks.signals import FinishInfo, SignalConfig
 from skippy.engine.output import wire
 from skippy.engine.output.generation import Done, Generation, GenerationError, Piece
+from skippy.engine.output.native import DEFAULT_SAMPLERS, NativeReply, generation_settings
 from skippy.engine.output.responses import ChatReply, TextReply
 from skippy.engine.runtime.base import Runtime
-from skippy.engine.sampling.params import SamplingParams, sampling_from_request
+from skippy.engine.sampling import grammar as grammars
+from skippy.engine.sampling.native import apply_samplers, sampler_names
+from skippy.engine.sampling.params import MAX_TOP_LOGPROBS, SamplingParams, sampling_from_request
 from skippy.engine.scheduling.events import SeqEvent
-from skippy.engine.types import ApplyTemplateRequest, ChatCompletionRequest, CompletionRequest, Message, SamplingFields
+from skippy.engine.types import (
+    ApplyTemplateRequest,
+    ChatCompletionRequest,
+    CompletionRequest,
+    Message,
+    NativeCompletionRequest,
+    SamplingFields,
+)
 
 
 @attrs.frozen
@@ -134,6 +145,130 @@ class Engine:
                           include_usage=bool(req.stream_options and req.stream_options.include_usage))
         return stream.rendered(reply.first_chunks(), reply.chunks)
 
+    async def completion_native(self, req: NativeCompletionRequest) -> list[wire.NativeCompletion]:
+        """llama-server's native ``/completion``: one answer per prompt of ``req`` (see
+        :meth:`NativeCompletionRequest.prompts`), all generated at once. Raises like :meth:`completion`."""
+        replies = await self._start_native(req)
+        results = []
+        try:
+            for reply, events in replies:
+                async with aclosing(events):
+                    async for item in events:
+                        reply.observe(item)
+                        if isinstance(item, Done):
+                            results.append(reply.answer(item))
+                            break
+                    else:
+                        raise GenerationError("generation ended without a result")
+        finally:
+            for _, events in replies:
+                await events.aclose()
+        return results
+
+    async def completion_native_stream(self, req: NativeCompletionRequest) -> AsyncIterator[wire.NativeCompletion]:
+        """llama-server's native ``/completion`` stream: each prompt's chunks in turn (``index`` says whose;
+        all prompts are generated at once), each ending with its answer (``stop: true``)."""
+        replies = await self._start_native(req)
+        return _Chain([events.rendered([], reply.chunks) for reply, events in replies])
+
+    async def _start_native(self, req: NativeCompletionRequest) -> list[tuple[NativeReply, _Events]]:
+        self.check_model(req.model)
+        if not -1 <= req.id_slot < self.meta.n_seq_max:
+            raise InvalidRequest(f"id_slot must be -1 or a slot id (0..{self.meta.n_seq_max - 1})", param="id_slot")
+        if not 0 <= req.n_probs <= MAX_TOP_LOGPROBS:
+            raise InvalidRequest(f"n_probs must be in [0, {MAX_TOP_LOGPROBS}]", param="n_probs")
+        sreq = apply_samplers(req, req.samplers)
+        if req.repeat_last_n is not None and req.repeat_last_n < -1:
+            raise InvalidRequest("repeat_last_n must be >= -1", param="repeat_last_n")
+        params = self._sampling(sreq, logprobs=True, top_logprobs=req.n_probs)  # token ids ride on logprob events
+        if req.repeat_last_n is not None:
+            params = attrs.evolve(params, penalty_last_n=self.meta.n_ctx_seq if req.repeat_last_n == -1
+                                  else req.repeat_last_n)
+        if req.grammar is not None and req.json_schema is not None:
+            raise InvalidRequest("give either grammar or json_schema, not both", param="grammar")
+        gbnf = req.grammar if req.grammar is not None else (
+            grammars.json_schema_grammar(req.json_schema, param="json_schema") if req.json_schema is not None
+            else None)
+        if gbnf is not None:
+            if not await self.tokenizer.check_grammar(gbnf):
+                raise InvalidRequest("the grammar does not parse (llama.cpp GBNF, root rule 'root')",
+                                     param="grammar" if req.grammar is not None else "json_schema")
+            params = attrs.evolve(params, grammar=gbnf)
+        if req.ignore_eos:
+            raise InvalidRequest("ignore_eos is not supported", param="ignore_eos")
+        n_predict = req.n_predict if req.n_predict is not None else (
+            req.max_tokens if req.max_tokens is not None else -1)
+        stops = _stops(req.stop)
+        samplers = [n for n in sampler_names(req.samplers) if n in DEFAULT_SAMPLERS] if req.samplers else \
+            DEFAULT_SAMPLERS
+        prompts = []
+        for parts in req.prompts():
+            tokens: list[int] = []
+            for i, part in enumerate(parts):
+                if isinstance(part, str):
+                    tokens += await self.tokenizer.tokenize(part, add_special=i == 0, parse_special=True)
+                elif 0 <= part < self.meta.n_vocab:
+                    tokens.append(part)
+                else:
+                    raise InvalidRequest(f"token id {part} is out of range (0..{self.meta.n_vocab - 1})",
+                                         param="prompt")
+            if not tokens:
+                raise InvalidRequest("prompt is empty", param="prompt")
+            prompts.append(tokens)
+        out: list[tuple[NativeReply, _Events]] = []
+        try:
+            for index, tokens in enumerate(prompts):
+                limit = None if n_predict < 0 else n_predict
+                max_tokens = self._max_tokens(msgspec.structs.replace(sreq, max_tokens=limit,
+                                                                      max_completion_tokens=None), len(tokens))
+                gen = Generation(next(self._rids), tokens, params, max_tokens, piece=self.runtime.vocab.piece,
+                                 parser=ContentParser(), stops=stops, cache_prompt=req.cache_prompt)
+                settings = generation_settings(params, n_predict=n_predict, stop=stops, stream=req.stream,
+                                               n_probs=req.n_probs, samplers=samplers,
+                                               timings_per_token=req.timings_per_token)
+                prompt_text = await self.tokenizer.detokenize(tokens)
+                rid = gen.rid
+                reply = NativeReply(self.model_id, gen, prompt_text=prompt_text, settings=settings, index=index,
+                                    return_tokens=req.return_tokens, n_probs=req.n_probs,
+                                    timings_per_token=req.timings_per_token, return_progress=req.return_progress,
+                                    slot_info=lambda rid=rid: self.scheduler.seq_info(rid))
+                out.append((reply, self._submit(gen, None)))
+        except BaseException:
+            for _, events in out:
+                await events.aclose()
+            raise
+        return out
+
+    def slots(self) -> list[wire.Slot]:
+        """Every slot's state in llama-server's ``GET /slots`` shape."""
+        defaults = self.default_generation_settings()
+        out = []
+        for info in self.scheduler.slots():
+            params = defaults
+            if info.params is not None:
+                params = generation_settings(info.params, n_predict=info.max_tokens)
+            running = info.rid is not None
+            out.append(wire.Slot(
+                id=info.id, n_ctx=self.meta.n_ctx_seq, is_processing=running, id_task=info.rid if running else -1,
+                n_prompt_tokens=info.n_prompt, n_prompt_tokens_cache=info.n_cached, n_kv=info.n_kv, params=params,
+                next_token=[wire.SlotNextToken(has_next_token=running,
+                                               n_remain=info.max_tokens - info.n_decoded if running else -1,
+                                               n_decoded=info.n_decoded)]))
+        return out
+
+    async def slot_action(self, action: str, slot: int, path: str | None = None) -> dict[str, Any]:
+        """llama-server's ``POST /slots/{id}?action=save|restore|erase`` on idle ``slot`` (state file
+        ``path`` for save and restore); returns its reply dict. Raises :class:`SlotBusy` (409) while a
+        request runs there, :class:`InvalidRequest` (400) for a bad slot or a file that cannot be restored."""
+        if not 0 <= slot < self.meta.n_seq_max:
+            raise InvalidRequest("Invalid slot ID", param="id_slot")
+        return await self.scheduler.slot_action(action, slot, path)
+
+    def default_generation_settings(self) -> wire.GenerationSettings:
+        """llama-server's default ``generation_settings`` (a request that sets nothing; its seed is random)."""
+        params = SamplingParams(seed=0xFFFFFFFF)  # llama.cpp's LLAMA_DEFAULT_SEED: a random seed per request
+        return generation_settings(params, n_predict=-1)
+
     async def apply_template(self, messages: list[Message] | ApplyTemplateRequest) -> str:
         """Render ``messages`` (or an ``/apply-template`` request: ``add_generation_prompt``, ``tools``,
         ``chat_template_kwargs``) with the chat template, as the chat route would (llama-server
@@ -146,7 +281,8 @@ class Engine:
         caps = attrs.asdict(tmpl.caps)
         caps["requires_alternation"] = tmpl.requires_alternation
         return {
-            "default_generation_settings": {"n_ctx": self.meta.n_ctx_seq, "model": self.model_id},
+            "default_generation_settings": {"n_ctx": self.meta.n_ctx_seq, "model": self.model_id,
+                                            "params": msgspec.to_builtins(self.default_generation_settings())},
             "total_slots": self.meta.n_seq_max,
             "model_path": self.meta.path,
             "chat_template": tmpl.template.source,
@@ -382,6 +518,28 @@ class _Rendered(Generic[T]):
 
     async def aclose(self) -> None:
         await self._events.aclose()
+
+
+class _Chain(Generic[T]):
+    """Several rendered streams read one after the other; closing it closes them all."""
+
+    def __init__(self, streams: list[_Rendered[T]]) -> None:
+        self._streams = deque(streams)
+
+    def __aiter__(self) -> _Chain[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        while self._streams:
+            try:
+                return await self._streams[0].__anext__()
+            except StopAsyncIteration:
+                self._streams.popleft()
+        raise StopAsyncIteration
+
+    async def aclose(self) -> None:
+        while self._streams:
+            await self._streams.popleft().aclose()
 
 
 def _stops(stop: str | list[str] | None) -> list[str]:

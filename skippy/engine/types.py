@@ -127,11 +127,77 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
 
 
 class CompletionRequest(SamplingFields, kw_only=True):
-    """``POST /v1/completions`` body (OpenAI legacy Completions; string prompt)."""
+    """``POST /v1/completions`` body (OpenAI legacy Completions; string prompt).
+
+    ``n_predict`` (llama-server) is taken as ``max_tokens`` when neither ``max_tokens`` nor
+    ``max_completion_tokens`` is given (-1: until the context is full), as llama-server reads it there too.
+    """
 
     prompt: str | list[str]
     logprobs: int | None = None
     echo: bool = False
+    n_predict: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.n_predict is not None and self.max_tokens is None and self.max_completion_tokens is None:
+            self.max_tokens = None if self.n_predict < 0 else self.n_predict
+
+
+#: One llama-server prompt: text, token ids, or a mix of both (strings are tokenized in place).
+PromptPart = int | str
+
+
+class NativeCompletionRequest(SamplingFields, kw_only=True):
+    """llama-server's native ``POST /completion`` (and ``/completions`` without ``/v1``) body.
+
+    ``prompt``: a string, a list of token ids, a list mixing ids and strings (one prompt), or a list of
+    strings / lists (several prompts: the answer is a list, one result per prompt, ``index`` in order).
+    ``n_predict`` (-1: until the context is full) is ``max_tokens``. ``n_probs`` adds
+    ``completion_probabilities`` (that many alternatives per token, <= 20); ``return_tokens`` the
+    generated token ids; ``samplers`` (names, or llama.cpp's one-letter string) chooses which samplers
+    of the chain run (see :func:`skippy.engine.sampling.native.apply_samplers`); ``json_schema`` and
+    ``grammar`` constrain the output; ``timings_per_token`` adds ``timings`` to each streamed chunk,
+    ``return_progress`` a ``prompt_progress`` chunk once the prompt is in the KV cache. ``id_slot`` is
+    checked (-1 or a slot id) but the scheduler places the request (a slot's cached prefix is reused
+    by any request that shares it).
+    """
+
+    prompt: str | list[PromptPart | list[PromptPart]]
+    n_predict: int | None = None
+    id_slot: int = -1
+    return_tokens: bool = False
+    n_probs: int = 0
+    samplers: list[str] | str | None = None
+    json_schema: dict[str, Any] | None = None
+    grammar: str | None = None
+    timings_per_token: bool = False
+    return_progress: bool = False
+    repeat_last_n: int | None = None
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        if self.json_schema is not None and nesting(self.json_schema) > MAX_NESTING:
+            raise InvalidRequest(f"json_schema is nested deeper than {MAX_NESTING} levels", param="json_schema")
+
+    def prompts(self) -> list[list[PromptPart]]:
+        """The prompts (llama-server ``tokenize_input_prompts``): a string, or a list of ids with or without
+        strings, is one prompt; a list of strings or of lists is several."""
+        p = self.prompt
+        if isinstance(p, str):
+            return [[p]]
+        if not p:
+            raise InvalidRequest("prompt is empty", param="prompt")
+        if any(isinstance(x, int) for x in p):
+            if any(isinstance(x, list) for x in p):
+                raise InvalidRequest("prompt mixes token ids with nested lists", param="prompt")
+            return [list(p)]  # type: ignore[arg-type]
+        return [[x] if isinstance(x, str) else list(x) for x in p]
+
+
+class SlotActionRequest(msgspec.Struct, kw_only=True):
+    """``POST /slots/{id}?action=save|restore`` (llama-server): the state file's name in ``--slot-save-path``."""
+
+    filename: str
 
 
 class TokenizeRequest(msgspec.Struct, kw_only=True):

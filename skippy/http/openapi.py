@@ -14,6 +14,7 @@ components), an ``ErrorEnvelope``, or ``[DONE]``.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import msgspec
@@ -28,11 +29,14 @@ from skippy.engine.types import (
     ChatCompletionRequest,
     CompletionRequest,
     DetokenizeRequest,
+    NativeCompletionRequest,
+    SlotActionRequest,
     TokenizeRequest,
 )
 from skippy.http.routes import ROUTES
 
-_REQUESTS = [ChatCompletionRequest, CompletionRequest, TokenizeRequest, DetokenizeRequest, ApplyTemplateRequest]
+_REQUESTS = [ChatCompletionRequest, CompletionRequest, NativeCompletionRequest, TokenizeRequest, DetokenizeRequest,
+             ApplyTemplateRequest, SlotActionRequest]
 _RESPONSES = list(wire.RESPONSES)
 _REF = "#/components/schemas/{name}"
 
@@ -53,7 +57,12 @@ _SSE_EVENT = {"type": "object", "required": ["data"], "properties": {
 def _operation(route: Any) -> dict[str, Any]:
     """The OpenAPI operation of one :class:`~skippy.http.routes.Route`."""
     if route.content_type == "application/json":
-        content = _json(_ref(route.response) if route.response is not None else {"type": "object"})
+        body: dict[str, Any] = _ref(route.response) if route.response is not None else {"type": "object"}
+        if route.shape == "list":
+            body = {"type": "array", "items": body}
+        elif route.shape == "one-or-list":
+            body = {"oneOf": [body, {"type": "array", "items": body}]}
+        content = _json(body)
     else:
         content = {route.content_type: {"schema": {"type": "string"}}}
     if route.sse is not None:
@@ -66,7 +75,15 @@ def _operation(route: Any) -> dict[str, Any]:
                       "default": {"description": "OpenAI error envelope", "content": _json(_ref(ErrorEnvelope))}},
     }
     if route.body is not None:
-        op["requestBody"] = {"required": True, "content": _json(_ref(route.body))}
+        op["requestBody"] = {"required": route.body is not SlotActionRequest,
+                             "content": _json(_ref(route.body))}
+    params = [{"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+              for name in re.findall(r"<(\w+)>", route.path)]
+    if route.handler.__name__ == "slot_action":
+        params.append({"name": "action", "in": "query", "required": True,
+                       "schema": {"type": "string", "enum": ["save", "restore", "erase"]}})
+    if params:
+        op["parameters"] = params
     if not route.secured:
         op["security"] = []
     return op
@@ -77,7 +94,8 @@ def _paths() -> dict[str, Any]:
     paths: dict[str, Any] = {}
     for route in ROUTES:
         if route.documented:
-            paths.setdefault(route.path, {})[route.method.lower()] = _operation(route)
+            path = re.sub(r"<(\w+)>", r"{\1}", route.path)  # Quart's <name> is OpenAPI's {name}
+            paths.setdefault(path, {})[route.method.lower()] = _operation(route)
     return paths
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import attrs
 
-from skippy.engine.config import FloatRange, IntRange, setting, settings_doc
+from skippy.engine.config import FloatRange, IntRange, IsBool, IsText, setting, settings_doc
 
 MIB = 1024 * 1024
 KIB = 1024
@@ -70,6 +70,14 @@ class ServerSettings:
                                     help="Seconds running requests may take to finish after SIGINT/SIGTERM; then "
                                          "they are cancelled (streams get a final SSE error event). A second "
                                          "signal cancels at once.")
+    slots: bool = setting(True, check=IsBool(),
+                          help="Serve GET /slots, the per-slot state (llama-server's --slots; off: 501).")
+    slot_save_path: str | None = setting(None, check=IsText(), metavar="DIR",
+                                         help="Directory of slot state files: enables POST /slots/{id}?action="
+                                              "save|restore|erase (llama-server; without it they answer 501).")
+    props: bool = setting(False, check=IsBool(),
+                          help="Accept POST /props (llama-server's --props; it changes nothing there either and "
+                               "answers {\"success\": true}); without it POST /props answers 501.")
     _key_digests: tuple[bytes, ...] = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:

@@ -61,6 +61,10 @@ BEFORE = [
     ("--max-grammar-bytes INTEGER RANGE", "[env var: SKIPPY_MAX_GRAMMAR_BYTES; default: 131072; x>=0]", 131072),
     ("--request-timeout FLOAT RANGE", "[env var: SKIPPY_REQUEST_TIMEOUT; default: 600.0; x>=0.0]", 600.0),
     ("--shutdown-grace FLOAT RANGE", "[env var: SKIPPY_SHUTDOWN_GRACE; default: 30.0; x>=0.0]", 30.0),
+    # issue 17 (llama-server's routes)
+    ("--slots / --no-slots", "[env var: SKIPPY_SLOTS; default: slots]", True),
+    ("--slot-save-path DIR", "[env var: SKIPPY_SLOT_SAVE_PATH]", None),
+    ("--props", "[env var: SKIPPY_PROPS]", False),
 ]
 
 

@@ -43,6 +43,7 @@ class StopMatcher:
         self.stops = tuple(s for s in stops if s)
         self._held = ""
         self.stopped = False
+        self.matched = ""  # the stop string that matched (llama-server's ``stopping_word``)
 
     def feed(self, text: str) -> tuple[str, bool]:
         if self.stopped:
@@ -55,7 +56,7 @@ class StopMatcher:
         for s in self.stops:
             i = buf.find(s)
             if i != -1 and (cut == -1 or i < cut):
-                cut = i
+                cut, self.matched = i, s
         if cut != -1:
             self.stopped = True
             self._held = ""
