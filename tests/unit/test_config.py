@@ -51,6 +51,9 @@ SERVER = {
     "max_grammar_bytes": ([-1], [0, 128 * 1024], "x>=0"),
     "request_timeout": ([-0.5, math.nan, "600"], [0, 0.0, 600.0, math.inf], "x>=0.0"),
     "shutdown_grace": ([-1, math.nan], [0.0, 30], "x>=0.0"),
+    "slots": ([1, "yes", None], [True, False], None),
+    "slot_save_path": ([1, b"dir"], [None, "/tmp/slots"], None),
+    "props": ([0, "no"], [True, False], None),
 }
 
 
