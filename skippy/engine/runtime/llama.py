@@ -603,6 +603,42 @@ class LlamaRuntime:
             raise ValueError(f"sequence id {seq_id} out of range")
         return llama_cpp.llama_memory_seq_pos_max(self._mem, seq_id)
 
+    # -- sequence state files (llama-server /slots save / restore) ---------------
+    def state_seq_save(self, path: str, seq_id: int, tokens: Sequence[int]) -> int:
+        """Write sequence ``seq_id``'s KV state and its ``tokens`` to ``path`` (``llama_state_seq_save_file``).
+
+        Returns the bytes written; raises ``ValueError`` for a bad sequence id or token count,
+        ``OSError`` when llama.cpp wrote nothing.
+        """
+        if not 0 <= seq_id < self.meta.n_seq_max:
+            raise ValueError(f"sequence id {seq_id} out of range")
+        if len(tokens) > self.meta.n_ctx_seq:
+            raise ValueError(f"{len(tokens)} tokens do not fit the sequence context {self.meta.n_ctx_seq}")
+        arr = (llama_cpp.llama_token * max(1, len(tokens)))(*tokens)
+        n = llama_cpp.llama_state_seq_save_file(self._ctx, path.encode(), seq_id, arr, len(tokens))
+        if n == 0:
+            raise OSError(f"llama.cpp could not write {path!r}")
+        return int(n)
+
+    def state_seq_load(self, path: str, seq_id: int) -> tuple[int, list[int]]:
+        """Read a state file written by :meth:`state_seq_save` into sequence ``seq_id``
+        (``llama_state_seq_load_file``; the sequence is cleared first).
+
+        Returns ``(bytes read, tokens)``; ``(0, [])`` when the file is not a sequence state of this
+        model or does not fit the sequence's KV stream (the sequence is then left empty).
+        """
+        if not 0 <= seq_id < self.meta.n_seq_max:
+            raise ValueError(f"sequence id {seq_id} out of range")
+        self.seq_rm(seq_id)
+        cap = self.meta.n_ctx_seq
+        arr = (llama_cpp.llama_token * cap)()
+        count = ctypes.c_size_t(0)
+        n = llama_cpp.llama_state_seq_load_file(self._ctx, path.encode(), seq_id, arr, cap, ctypes.byref(count))
+        if n == 0:
+            self.seq_rm(seq_id)
+            return 0, []
+        return int(n), list(arr[: count.value])
+
     def close(self) -> None:
         if self._ctx:
             llama_cpp.llama_batch_free(self._batch)
