@@ -379,6 +379,14 @@ class Engine:
             return (await self.renderer.render(messages)).prompt
         return await self.renderer.render_messages(messages)
 
+    async def input_tokens(self, req: ChatCompletionRequest) -> int:
+        """How many prompt tokens chat request ``req`` would prefill: its rendered prompt (tools, tool
+        emulation, template variables and prefill count) tokenized as :meth:`chat` does, before any
+        ``before_chat`` hook injection (llama-server ``/v1/chat/completions/input_tokens``). Raises
+        :class:`InvalidRequest` (400) like :meth:`chat` for bad messages, tools or template errors."""
+        rendered = await self.renderer.render(req)
+        return len(await self.tokenizer.tokenize(rendered.prompt, add_special=True, parse_special=True))
+
     def props(self) -> dict[str, Any]:
         """Server properties in llama-server's ``/props`` shape, plus the template capabilities and
         ``kv_cache`` (:meth:`~skippy.engine.runtime.base.KVCacheInfo.as_dict`: types, cells, bytes;

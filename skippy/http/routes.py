@@ -477,6 +477,15 @@ async def apply_template() -> Response:
     return json_response(wire.ApplyTemplateResponse(prompt=prompt))
 
 
+async def input_tokens() -> Response:
+    """llama-server ``POST /v1/chat/completions/input_tokens``: a chat body -> ``{"input_tokens": N}``."""
+    app, ctx = shared(), current()
+    req = await _body(ChatCompletionRequest, ctx)
+    _check_limits(app.settings, req.messages, req)
+    n = await _unless_gone(app, ctx, app.engine().input_tokens(req))
+    return json_response(wire.InputTokens(input_tokens=n))
+
+
 async def props() -> Response:
     return json_response(shared().engine().props())
 
@@ -500,6 +509,9 @@ ROUTES: tuple[Route, ...] = (
     Route(("/v1/chat/completions", "/chat/completions"), "POST", chat_completions,
           "OpenAI Chat Completions (SSE when stream is true)", ChatCompletionRequest, wire.ChatCompletion,
           sse=wire.ChatCompletionChunk),
+    Route(("/v1/chat/completions/input_tokens", "/chat/completions/input_tokens"), "POST", input_tokens,
+          "llama-server token counting: the prompt tokens a chat request would use", ChatCompletionRequest,
+          wire.InputTokens),
     Route(("/v1/completions",), "POST", completions,
           "OpenAI legacy Completions (SSE when stream is true)", CompletionRequest, wire.TextCompletion,
           sse=wire.TextCompletion),

@@ -208,3 +208,23 @@ def test_props_generation_settings_and_post(qwq: Server, server: Server) -> None
     assert post(qwq, "/props", {"n_ctx": 1}).json() == {"success": True}
     r = post(server, "/props", {})
     assert r.status_code == 501 and "--props" in r.json()["error"]["message"]
+
+
+# -- token counting ---------------------------------------------------------------------------------
+
+def test_chat_input_tokens_counts_what_chat_prefills(server: Server) -> None:
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+                                               "parameters": {"type": "object",
+                                                              "properties": {"city": {"type": "string"}},
+                                                              "required": ["city"]}}}]
+    for body in ({"messages": [{"role": "user", "content": "Hello there, how are you?"}]},
+                 {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": tools}):
+        for path in ("/v1/chat/completions/input_tokens", "/chat/completions/input_tokens"):
+            counted = post(server, path, body)
+            assert counted.status_code == 200, counted.text
+            assert counted.json()["object"] == "response.input_tokens"
+            schema_check(server, "/v1/chat/completions/input_tokens", "post", counted.json())
+        reply = post(server, "/v1/chat/completions", {**body, "max_tokens": 1, "temperature": 0}).json()
+        assert counted.json()["input_tokens"] == reply["usage"]["prompt_tokens"]
+    bad = post(server, "/v1/chat/completions/input_tokens", {"messages": []})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "messages"

@@ -34,8 +34,8 @@ __all__ = [
     "RESPONSES", "SYSTEM_FINGERPRINT", "UNSET", "ApplyTemplateResponse", "ChatChoice", "ChatChunkChoice",
     "ChatCompletion", "ChatCompletionChunk", "ChatDelta", "ChatLogprobs", "ChatMessage", "ChatTokenLogprob",
     "CompletionChoice", "CompletionLogprobs", "DetokenizeResponse", "ErrorBody", "ErrorEnvelope",
-    "FunctionCall", "FunctionCallDelta", "GenerationSettings", "Health", "Infill", "Model", "ModelDetails",
-    "ModelList", "NativeCompletion", "NativeTokenProb", "NativeTopProb", "PromptProgress", "PromptTokensDetails",
+    "FunctionCall", "FunctionCallDelta", "GenerationSettings", "Health", "Infill", "InputTokens", "Model",
+    "ModelDetails", "ModelList", "NativeCompletion", "NativeTokenProb", "NativeTopProb", "PromptProgress", "PromptTokensDetails",
     "Slot", "SlotErased", "SlotNextToken", "SlotRestored", "SlotSaved", "TextCompletion", "Timings", "TokenPiece",
     "TokenizeResponse", "ToolCall", "ToolCallDelta", "TopLogprob", "Usage", "WireStruct",
 ]
@@ -423,6 +423,13 @@ class DetokenizeResponse(WireStruct, kw_only=True):
     content: str
 
 
+class InputTokens(WireStruct, kw_only=True):
+    """llama-server ``POST /v1/chat/completions/input_tokens``: the prompt tokens a chat request would use."""
+
+    object: str = "response.input_tokens"
+    input_tokens: int
+
+
 class ApplyTemplateResponse(WireStruct, kw_only=True):
     """llama-server ``POST /apply-template``: the rendered prompt text."""
 
@@ -602,5 +609,5 @@ class SlotErased(WireStruct, kw_only=True):
 #: Every top-level response object (for the OpenAPI components).
 RESPONSES: tuple[type[WireStruct], ...] = (
     ErrorEnvelope, ChatCompletion, ChatCompletionChunk, TextCompletion, ModelList, Health, TokenizeResponse,
-    DetokenizeResponse, ApplyTemplateResponse, Infill, NativeCompletion, Slot, SlotSaved, SlotRestored,
+    DetokenizeResponse, ApplyTemplateResponse, InputTokens, Infill, NativeCompletion, Slot, SlotSaved, SlotRestored,
     SlotErased)
