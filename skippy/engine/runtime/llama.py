@@ -36,13 +36,37 @@ _backend_lock = threading.Lock()
 _backend_ready = False
 
 
-def _init_backend(verbose: bool) -> None:
-    global _backend_ready
-    with _backend_lock:
-        if not _backend_ready:
-            from llama_cpp import _logger
+_llama_verbose = False
+#: ggml_log_level (ggml.h: NONE, DEBUG, INFO, WARN, ERROR) -> logging levels; CONT (5) continues the
+#: previous line's level
+_GGML_LEVELS = {0: logging.CRITICAL, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
+_last_level = logging.INFO
+#: llama.cpp info lines worth a start-up log line even when not verbose (llama-server prints them)
+_KEEP = ("compute buffer size",)
 
-            _logger.set_verbose(verbose)
+
+@llama_cpp.llama_log_callback
+def _llama_log(level: int, text: bytes, user_data: object) -> None:
+    """llama.cpp's log into ``skippy.runtime``: everything with ``verbose``; else warnings, errors and
+    the compute buffer sizes (what llama-server's start-up log shows)."""
+    global _last_level
+    lvl = _last_level if level == 5 else _GGML_LEVELS.get(level, logging.INFO)
+    _last_level = lvl
+    msg = text.decode("utf-8", "replace").rstrip()
+    if not msg:
+        return
+    if _llama_verbose or lvl >= logging.WARNING or any(k in msg for k in _KEEP):
+        log.log(max(lvl, logging.INFO) if not _llama_verbose else lvl, "llama.cpp: %s", msg.strip())
+
+
+def _init_backend(verbose: bool) -> None:
+    global _backend_ready, _llama_verbose
+    with _backend_lock:
+        _llama_verbose = verbose
+        if not _backend_ready:
+            import llama_cpp._logger  # noqa: F401 - it installs its own callback on import; ours replaces it
+
+            llama_cpp.llama_log_set(_llama_log, ctypes.c_void_p(0))
             llama_cpp.llama_backend_init()
             _backend_ready = True
 
