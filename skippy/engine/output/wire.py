@@ -35,8 +35,8 @@ __all__ = [
     "ChatCompletion", "ChatCompletionChunk", "ChatDelta", "ChatLogprobs", "ChatMessage", "ChatTokenLogprob",
     "CompletionChoice", "CompletionLogprobs", "DetokenizeResponse", "ErrorBody", "ErrorEnvelope",
     "FunctionCall", "FunctionCallDelta", "GenerationSettings", "Health", "Infill", "InputTokens", "Model",
-    "ModelDetails", "ModelList", "NativeCompletion", "NativeTokenProb", "NativeTopProb", "PromptProgress", "PromptTokensDetails",
-    "Slot", "SlotErased", "SlotNextToken", "SlotRestored", "SlotSaved", "TextCompletion", "Timings", "TokenPiece",
+    "ModelDetails", "ModelList", "NativeCompletion", "NativeTokenProb", "NativeTopProb", "PromptProgress",
+    "PromptTokensDetails", "Slot", "SlotErased", "SlotNextToken", "SlotRestored", "SlotSaved", "TextCompletion", "Timings", "TokenPiece",
     "TokenizeResponse", "ToolCall", "ToolCallDelta", "TopLogprob", "Usage", "WireStruct",
 ]
 
