@@ -33,10 +33,10 @@ from msgspec import UNSET, UnsetType
 __all__ = [
     "RESPONSES", "SYSTEM_FINGERPRINT", "UNSET", "ApplyTemplateResponse", "ChatChoice", "ChatChunkChoice",
     "ChatCompletion", "ChatCompletionChunk", "ChatDelta", "ChatLogprobs", "ChatMessage", "ChatTokenLogprob",
-    "CompletionChoice", "CompletionLogprobs", "DetokenizeResponse", "ErrorBody", "ErrorEnvelope",
-    "FunctionCall", "FunctionCallDelta", "GenerationSettings", "Health", "Infill", "InputTokens", "Model",
-    "ModelDetails", "ModelList", "NativeCompletion", "NativeTokenProb", "NativeTopProb", "PromptProgress",
-    "PromptTokensDetails", "Slot", "SlotErased", "SlotNextToken", "SlotRestored", "SlotSaved", "TextCompletion", "Timings", "TokenPiece",
+    "CompletionChoice", "CompletionLogprobs", "DetokenizeResponse", "ErrorBody", "ErrorEnvelope", "FunctionCall",
+    "FunctionCallDelta", "GenerationSettings", "Health", "Infill", "InputTokens", "Model", "ModelDetails",
+    "ModelList", "NativeCompletion", "NativeTokenProb", "NativeTopProb", "PromptProgress", "PromptTokensDetails",
+    "Slot", "SlotErased", "SlotNextToken", "SlotRestored", "SlotSaved", "TextCompletion", "Timings", "TokenPiece",
     "TokenizeResponse", "ToolCall", "ToolCallDelta", "TopLogprob", "Usage", "WireStruct",
 ]
 
