@@ -132,18 +132,15 @@ def test_template_made_list_growth_is_metered():
         ChatTemplate(source).render([])
 
 
-def test_render_falls_back_to_llama_cpp_variables_where_transformers_fails():
+def test_render_without_tools_falls_back_to_tools_undefined_where_transformers_fails():
     # tools undefined (not None) when there are none, as llama.cpp: "for tool in tools" loops over nothing
     assert ChatTemplate("{% for t in tools %}x{% endfor %}ok").render([]) == "ok"
     # a template that renders with tools=None is rendered as transformers does (None, not undefined)
     assert ChatTemplate("{{ tools is none }}").render([]) == "True"
-    # Firefunction v2 reads `functions` (JSON text) and `datetime`; a request's own values win
-    fire = ChatTemplate("{{ functions + '|' + datetime }}")
-    out = fire.render([], tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}])
-    assert json.loads(out.split("|")[0]) == [{"name": "f", "parameters": {}}] and out.split("|")[1]
-    assert fire.render([], functions="F", datetime="D") == "F|D"
     with pytest.raises(TemplateError, match="nope"):
         ChatTemplate("{{ raise_exception('nope') }}").render([])
+    with pytest.raises(TemplateError):  # with tools given, no retry
+        ChatTemplate("{% for t in tools %}{{ t.nope + 1 }}{% endfor %}").render([], tools=[{"type": "function"}])
 
 
 def _plain_environment() -> jinja2.sandbox.ImmutableSandboxedEnvironment:
@@ -174,13 +171,18 @@ def test_real_templates_render_as_in_plain_sandbox(path: Path) -> None:
     plain = _plain_environment().from_string(source)
     ours = ChatTemplate(source, bos_token="<s>", eos_token="</s>")
     for tools in (None, TOOLS):
-        context = dict(messages=_conversation(20), tools=tools, add_generation_prompt=True)
+        # llama.cpp's extra variables, fixed so both renders see the same (FireFunction: tools as ``functions``)
+        context = dict(messages=_conversation(20), tools=tools, add_generation_prompt=True,
+                       date_string="01 Dec 2026", datetime="Dec 01 2026 12:00:00 GMT")
+        plain_context = dict(context)
+        if ours.firefunction:
+            plain_context.update(tools=None, functions=json.dumps(tools, indent=2, ensure_ascii=False) if tools else "")
         try:
-            expected = plain.render(bos_token="<s>", eos_token="</s>", **context)
-        except Exception:  # noqa: BLE001 - transformers refuses it: we render with llama.cpp's variables
-            fallback = T._llama_cpp_context({**context, "bos_token": "<s>", "eos_token": "</s>"}, {})
+            expected = plain.render(bos_token="<s>", eos_token="</s>", **plain_context)
+        except Exception:  # noqa: BLE001 - transformers refuses it: we retry with tools undefined, as llama.cpp
+            fallback = {k: v for k, v in plain_context.items() if not (k == "tools" and v is None)}
             try:
-                expected = plain.render(**fallback)
+                expected = plain.render(bos_token="<s>", eos_token="</s>", **fallback)
             except Exception:  # noqa: BLE001 - the template refuses this input in both environments
                 with pytest.raises(TemplateError):
                     ours.render(**context)

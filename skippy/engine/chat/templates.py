@@ -75,27 +75,14 @@ def _strftime_now(fmt: str) -> str:
     return datetime.datetime.now().strftime(fmt)
 
 
-def _llama_cpp_context(context: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any] | None:
-    """The variables llama.cpp's template engine gives (``common_chat_template_direct_apply``), or ``None``
-    when they equal transformers'.
+def llama_cpp_variables(now: datetime.datetime) -> dict[str, str]:
+    """The extra template variables llama.cpp's chat code supplies (``common/chat.cpp``), for ``now``.
 
-    ``tools`` is left out when there are none, ``datetime`` (``%b %d %Y``, as
-    llama.cpp) and ``functions`` (the JSON list of the tools' ``function``
-    objects, indent 4, Firefunction v2's model card) are added unless the
-    request sets them.
+    ``date_string`` (Llama 3.x templates, e.g. ``"26 Jul 2024"``: ``%d %b %Y``) and ``datetime``
+    (FireFunction v2: ``%b %d %Y %H:%M:%S GMT``). Request or ``--chat-template-kwargs`` variables of
+    the same name override them.
     """
-    tools = context.get("tools")
-    extra: dict[str, Any] = {}
-    if "datetime" not in kwargs:
-        extra["datetime"] = datetime.datetime.now().strftime("%b %d %Y")
-    if "functions" not in kwargs:
-        fns = [t.get("function", t) if isinstance(t, dict) else t for t in tools or []]
-        extra["functions"] = json.dumps(fns, ensure_ascii=False, indent=4) if fns else ""
-    if tools is not None and not extra:
-        return None
-    out = {k: v for k, v in context.items() if not (k == "tools" and v is None)}
-    out.update(extra)
-    return out
+    return {"date_string": now.strftime("%d %b %Y"), "datetime": now.strftime("%b %d %Y %H:%M:%S GMT")}
 
 
 def make_environment(budget: RenderBudget | None = None) -> BoundedSandbox:
@@ -126,6 +113,8 @@ class ChatTemplate:
         self.bos_token = bos_token
         self.eos_token = eos_token
         self._runaway: str | None = None
+        #: FireFunction v2 (llama.cpp detects it by `` functools[``): tools are given as ``functions`` text
+        self.firefunction = " functools[" in source
         try:
             self._template = _ENV.compile_template(source)
         except jinja2.TemplateError as exc:
@@ -137,26 +126,29 @@ class ChatTemplate:
                add_generation_prompt: bool = True, **kwargs: Any) -> str:
         """Render ``messages`` (OpenAI message dicts) to prompt text.
 
-        ``tools`` is the OpenAI ``tools`` array or ``None``; extra keyword
+        ``tools`` is the OpenAI ``tools`` array or ``None`` (for FireFunction v2 templates it goes in as
+        ``functions``, JSON text indented by 2, as llama.cpp gives it); extra keyword
         arguments (``enable_thinking``, ``chat_template_kwargs`` entries...)
-        become template variables. Raises :class:`TemplateError` with the
-        template's own message when rendering fails, or when the render goes
+        become template variables, beside llama.cpp's :func:`llama_cpp_variables`.
+        Raises :class:`TemplateError` with the template's own message when rendering fails, or when the render goes
         over its budget (operations, time, size: see
         :class:`~skippy.engine.chat.sandbox.RenderBudget`). A template
         that goes over budget on a small input is marked as runaway and
         refused at once from then on (so probing it costs one budget, not
         one per probe).
 
-        A template that fails with transformers' variables is rendered once
-        more with llama.cpp's (:func:`_llama_cpp_context`): ``tools`` left
-        undefined when there are none (so the ``tool_use`` variants of Command
-        R+ and Hermes 2 Pro, which transformers only renders with tools,
-        loop over nothing), and ``datetime`` and ``functions`` (Firefunction
-        v2). Templates that render under transformers' rules are unaffected.
+        A render without tools that fails with ``tools`` set to ``None`` (as
+        transformers passes it) is tried once more with ``tools`` undefined,
+        as llama.cpp renders: the ``tool_use`` variants of Command R+ and
+        Hermes 2 Pro, which transformers only renders with tools, then loop
+        over no tools. Templates that render with ``None`` are unaffected.
         """
         if self._runaway is not None:
             raise TemplateError(self._runaway)
-        context = dict(kwargs)
+        context = {**llama_cpp_variables(datetime.datetime.now()), **kwargs}
+        if self.firefunction:  # llama.cpp: tools go in as the JSON text ``functions``, ``tools`` stays null
+            context.setdefault("functions", json.dumps(tools, indent=2, ensure_ascii=False) if tools else "")
+            tools = None
         context.update(
             messages=messages,
             tools=tools,
@@ -167,11 +159,10 @@ class ChatTemplate:
         try:
             return self._render(context)
         except TemplateError:
-            fallback = None if self._runaway is not None else _llama_cpp_context(context, kwargs)
-            if fallback is None:
+            if self._runaway is not None or tools is not None:
                 raise
-            try:
-                return self._render(fallback)
+            try:  # llama.cpp leaves ``tools`` undefined when there are none (``for t in tools`` loops over nothing)
+                return self._render({k: v for k, v in context.items() if k != "tools"})
             except TemplateError:
                 pass
             raise
