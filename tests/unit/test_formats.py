@@ -56,6 +56,10 @@ def splits(text: str):
 
 
 WEATHER = ToolCall("call_0", "get_weather", '{"city": "Paris"}')
+#: parameter schemas of the test tools: XML formats type their text values by them
+SCHEMAS = {"get_weather": {"type": "object", "properties": {"city": {"type": "string"}}},
+           "run": {"type": "object", "properties": {"cmd": {"type": "string"}, "n": {"type": "integer"},
+                                                    "opts": {"type": "object"}}}}
 F_EMPTY = ToolCall("call_1", "f", "{}")
 
 # (format, kwargs, output text, expected message)
@@ -97,6 +101,62 @@ KNOWN = [
      ParsedMessage(tool_calls=(WEATHER,))),
     ("generic", {}, '{"response": "It is sunny."}', ParsedMessage(content="It is sunny.")),
     ("generic", {}, "Plain answer.", ParsedMessage(content="Plain answer.")),
+    # ---- current families (issue 18): each family's real output syntax
+    ("gpt_oss", {}, "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary "
+     'to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>',
+     ParsedMessage(reasoning_content="Need the weather.", tool_calls=(WEATHER,))),
+    ("gpt_oss", {}, "<|channel|>analysis<|message|>Two calls.<|end|><|start|>assistant to=functions.get_weather"
+     '<|channel|>commentary json<|message|>{"city": "Paris"}<|call|><|start|>assistant<|channel|>commentary '
+     "to=functions.f<|message|>{}<|call|>",
+     ParsedMessage(reasoning_content="Two calls.", tool_calls=(WEATHER, F_EMPTY))),
+    ("gpt_oss", {}, "<|channel|>analysis<|message|>Greet.<|end|><|start|>assistant<|channel|>commentary<|message|>"
+     "Preamble. <|end|><|start|>assistant<|channel|>final<|message|>Hello!<|return|>",
+     ParsedMessage(content="Preamble. Hello!", reasoning_content="Greet.")),
+    ("gpt_oss", {}, "Just text, no channels.", ParsedMessage(content="Just text, no channels.")),
+    ("qwen3_coder", {"tool_schemas": SCHEMAS}, "Let me check.\n\n<tool_call>\n<function=get_weather>\n"
+     "<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=f>\n"
+     "</function>\n</tool_call>", ParsedMessage(content="Let me check.", tool_calls=(WEATHER, F_EMPTY))),
+    ("qwen3_coder", {"tool_schemas": SCHEMAS, "thinking_forced_open": True},  # Nemotron 3 Nano: <think> forced open
+     "Need weather.\n</think>\n<tool_call>\n<function=run>\n<parameter=cmd>\nls -l\n\necho \"a<b\"\n"
+     "</parameter>\n<parameter=n>\n3\n</parameter>\n<parameter=opts>\n{\"x\": [1, true]}\n</parameter>\n"
+     "</function>\n</tool_call>",
+     ParsedMessage(reasoning_content="Need weather.", tool_calls=(
+         ToolCall("call_0", "run", '{"cmd": "ls -l\\n\\necho \\"a<b\\"", "n": 3, "opts": {"x": [1, true]}}'),))),
+    ("seed_oss", {"tool_schemas": SCHEMAS}, "<seed:think>Need weather.</seed:think>Checking.\n\n<seed:tool_call>\n"
+     "<function=get_weather>\n<parameter=city>Paris</parameter>\n</function>\n</seed:tool_call>",
+     ParsedMessage(content="Checking.", reasoning_content="Need weather.", tool_calls=(WEATHER,))),
+    ("glm_4_5", {"tool_schemas": SCHEMAS}, "<think>Need weather.</think>\nChecking.\n<tool_call>get_weather\n"
+     "<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call><tool_call>f\n</tool_call>",
+     ParsedMessage(content="Checking.", reasoning_content="Need weather.", tool_calls=(WEATHER, F_EMPTY))),
+    ("glm_4_5", {"tool_schemas": SCHEMAS, "thinking_forced_open": True},  # GLM 4.7: no newlines, <think> forced open
+     "Need weather.</think><tool_call>run<arg_key>n</arg_key><arg_value>3</arg_value><arg_key>cmd</arg_key>"
+     "<arg_value>42</arg_value></tool_call>",
+     ParsedMessage(reasoning_content="Need weather.",
+                   tool_calls=(ToolCall("call_0", "run", '{"n": 3, "cmd": "42"}'),))),
+    ("kimi_k2", {}, "<think>Need weather.</think>Checking.<|tool_calls_section_begin|><|tool_call_begin|>"
+     'functions.get_weather:0<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|><|tool_call_begin|>'
+     "functions.f:1<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>",
+     ParsedMessage(content="Checking.", reasoning_content="Need weather.", tool_calls=(
+         ToolCall("functions.get_weather:0", "get_weather", '{"city": "Paris"}'),
+         ToolCall("functions.f:1", "f", "{}")))),
+    ("granite", {}, '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "f", '
+     '"arguments": {}}]', ParsedMessage(tool_calls=(WEATHER, F_EMPTY))),
+    ("granite", {}, "<think>Greet.</think><response>Hello!</response>",
+     ParsedMessage(content="Hello!", reasoning_content="Greet.")),
+    ("nemotron_v2", {"thinking_forced_open": True}, 'Need weather.\n</think>\n\n<TOOLCALL>[{"name": "get_weather", '
+     '"arguments": {"city": "Paris"}}, {"name": "f", "arguments": {}}]</TOOLCALL>',
+     ParsedMessage(reasoning_content="Need weather.", tool_calls=(WEATHER, F_EMPTY))),
+    ("apertus", {}, '<|inner_prefix|>Need weather.<|inner_suffix|>Checking.<|tools_prefix|>[{"get_weather": '
+     '{"city": "Paris"}}, {"f": {}}]<|tools_suffix|>',
+     ParsedMessage(content="Checking.", reasoning_content="Need weather.", tool_calls=(WEATHER, F_EMPTY))),
+    ("lfm2", {}, "<think>Need weather.</think>Checking.<|tool_call_start|>[get_weather(city='Paris'), f()]"
+     "<|tool_call_end|>",
+     ParsedMessage(content="Checking.", reasoning_content="Need weather.", tool_calls=(WEATHER, F_EMPTY))),
+    ("lfm2", {}, '<|tool_call_start|>[run(n=3, flags=[true, null], cmd="a\\"b")]<|tool_call_end|>Done.',
+     ParsedMessage(content="Done.", tool_calls=(ToolCall("call_0", "run", '{"n": 3, "flags": [true, null], '
+                                                           '"cmd": "a\\"b"}'),))),
+    ("mistral_small_3_2", {}, '[THINK]Need weather.[/THINK]Checking.[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}',
+     ParsedMessage(content="Checking.", reasoning_content="Need weather.", tool_calls=(WEATHER,))),
 ]
 
 
@@ -281,7 +341,9 @@ def test_fuzz_mixed_fragments_split_invariant():
     """Random mixtures of format fragments: never raises, same message for any split."""
     rng = random.Random(7)
     frags = ["<think>", "</think>", "\n", " ", "{", "}", '"', "\\", "[TOOL_CALLS]", "<tool_call>",
-             "</tool_call>", ">>>", "all\n", "[ARGS]"]
+             "</tool_call>", ">>>", "all\n", "[ARGS]", "<|channel|>", "<|message|>", "<|end|>", "<|start|>",
+             " to=functions.f", "<function=f>", "<parameter=", "</parameter>", "<arg_key>", "</arg_value>",
+             "<|tool_call_start|>", "[f(", ")]", "<|tool_call_begin|>", "functions.f:0"]
     for _, _, text, _ in KNOWN:
         for _ in range(4):
             a = rng.randrange(len(text))

@@ -20,8 +20,8 @@ import attrs
 
 from skippy.engine.chat.templates import ChatTemplate
 
-THINK_OPEN_TAGS = ("<think>", "<|START_THINKING|>")
-THINK_CLOSE_TAGS = ("</think>", "<|END_THINKING|>")
+THINK_OPEN_TAGS = ("<think>", "<|START_THINKING|>", "<seed:think>", "[THINK]", "<|inner_prefix|>")
+THINK_CLOSE_TAGS = ("</think>", "<|END_THINKING|>", "</seed:think>", "[/THINK]", "<|inner_suffix|>")
 
 _TOOL_NAME = "probe_tool_fn"
 _TOOLS = [{
@@ -29,8 +29,8 @@ _TOOLS = [{
     "function": {
         "name": _TOOL_NAME,
         "description": "Probe tool.",
-        "parameters": {"type": "object", "properties": {"arg_needle": {"type": "string"}},
-                       "required": ["arg_needle"]},
+        "parameters": {"type": "object", "required": ["arg_needle"],
+                       "properties": {"arg_needle": {"type": "string", "description": "Probe argument."}}},
     },
 }]
 _IDS = ("pr0b3id42", "pr0b3id43")  # 9 alphanumeric characters: Mistral templates insist
@@ -90,8 +90,27 @@ def _tool_history(template: ChatTemplate, n_calls: int, as_string: bool) -> str 
     return None
 
 
-def choose_format(history: str, generation_prompt: str, supports_tools: bool) -> str:
-    """The chat format whose markers the rendered tool-call history shows."""
+def choose_format(history: str, generation_prompt: str, supports_tools: bool, tools_prompt: str = "") -> str:
+    """The chat format whose markers the rendered tool-call history shows (or, for templates that do not
+    render past calls, e.g. Granite 3.3 and LFM2, the syntax their tools prompt teaches)."""
+    if "<|channel|>" in history and "to=functions." in history:
+        return "gpt_oss"
+    if "<|tool_calls_section_begin|>" in history or "<|tool_call_begin|>" in history:
+        return "kimi_k2"
+    if "<seed:tool_call>" in history:
+        return "seed_oss"
+    if re.search(r"<tool_call>\s*<function=", history):
+        return "qwen3_coder"
+    if re.search(r"<tool_call>\s*[^\s<>{}]+\s*<arg_key>", history):
+        return "glm_4_5"
+    if "<|tools_prefix|>" in history:
+        return "apertus"
+    if "<TOOLCALL>" in history:
+        return "nemotron_v2"
+    if "<|tool_call_start|>" in history or "<|tool_list_start|>" in tools_prompt or "List of tools: [" in tools_prompt:
+        return "lfm2"
+    if "<|tool_call|>" in history or "<|tool_call|>" in tools_prompt:
+        return "granite"
     if "<｜tool▁calls▁begin｜>" in history or "<｜tool▁call▁begin｜>" in history:
         return "deepseek_r1" if re.search(r"function\s*<｜tool▁sep｜>", history) else "deepseek_v3_1"
     if "[TOOL_CALLS]" in history:
@@ -145,9 +164,14 @@ def detect_caps(template: ChatTemplate) -> TemplateCaps:
                                     "reasoning_content": "REASONING_NEEDLE"}],
                            add_generation_prompt=False) or ""
     forced_open = prompt_opens_thinking(on if on is not None else plain)
+    chat_format = choose_format(history or with_tools, plain, supports_tools, with_tools)
     supports_thinking = (forced_open or prompt_opens_thinking(plain)
                          or (on is not None and off is not None and on != off)
-                         or "REASONING_NEEDLE" in reasoning)
+                         or "REASONING_NEEDLE" in reasoning
+                         # the default system prompt teaches the tags (Ministral/Magistral [THINK])
+                         or any(o in plain and c in plain for o, c in zip(THINK_OPEN_TAGS, THINK_CLOSE_TAGS,
+                                                                          strict=True))
+                         or chat_format == "gpt_oss")  # Harmony's analysis channel
 
     return TemplateCaps(
         supports_tools=supports_tools,
@@ -157,5 +181,5 @@ def detect_caps(template: ChatTemplate) -> TemplateCaps:
         supports_parallel_tool_calls=supports_parallel,
         requires_object_arguments=requires_object_arguments,
         thinking_forced_open=forced_open,
-        chat_format=choose_format(history or with_tools, plain, supports_tools),
+        chat_format=chat_format,
     )

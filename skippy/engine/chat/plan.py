@@ -28,7 +28,9 @@ class ParsePlan:
     ``grammar_lazy_patterns``: when set, the grammar applies only from the
     first match of one of these regexes on (llama.cpp lazy grammar);
     ``constraint``: the request's llguidance constraint (``response_format``,
-    ``json_schema``, ``guided_*``, ...), never set together with ``grammar``.
+    ``json_schema``, ``guided_*``, ...), never set together with ``grammar``;
+    ``tool_schemas``: allowed tool name -> its ``parameters`` JSON schema (the
+    XML formats type argument values by it).
     """
 
     chat_format: str = "content_only"
@@ -41,3 +43,4 @@ class ParsePlan:
     grammar: str | None = None
     grammar_lazy_patterns: tuple[str, ...] = ()
     constraint: Constraint | None = None
+    tool_schemas: dict[str, dict] = attrs.field(factory=dict, eq=False, hash=False)

@@ -15,7 +15,7 @@ import attrs
 
 from skippy.engine.chat import emulation
 from skippy.engine.chat.capabilities import TemplateCaps, detect_caps, prompt_opens_thinking
-from skippy.engine.chat.formats import REASONING_FORMATS, make_parser
+from skippy.engine.chat.formats import REASONING_FORMATS, SYNTAXES, make_parser
 from skippy.engine.chat.formats.base import StreamParser
 from skippy.engine.chat.formats.emulated import EmulatedToolParser
 from skippy.engine.chat.history import normalize_history
@@ -228,6 +228,7 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
     add_generation_prompt = add_generation_prompt and req.add_generation_prompt is not False
 
     tool_grammar: str | None = None
+    forced_native = False
     lazy: tuple[str, ...] = ()
     rewritten = emulated or (not caps.supports_tools and _has_tool_history(messages))
     suppress = not tools_on and (rewritten or (bool(tools) and (force_tool_emulation or not caps.supports_tools)))
@@ -243,7 +244,8 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
     else:
         messages = normalize_history(messages, caps)
         render_tools = tools if tools_on else None
-        if tools_on and (tool_choice == "required" or isinstance(tool_choice, dict)):
+        forced_native = tools_on and (tool_choice == "required" or isinstance(tool_choice, dict))
+        if forced_native:  # built now to fail fast (400) before rendering; rebuilt below if thinking is open
             tool_grammar = grammars.native_tool_grammar(caps.chat_format, tools,
                                                         emulation.select_tools(tools, tool_choice), parallel=parallel)
     try:
@@ -259,6 +261,11 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
             exc.param = "chat_template" if req.chat_template else "messages"
         raise
 
+    thinking_open = prompt_opens_thinking(prompt)
+    if forced_native and thinking_open:  # the reasoning the prompt opened ends before the forced call
+        tool_grammar = grammars.native_tool_grammar(
+            caps.chat_format, tools, emulation.select_tools(tools, tool_choice), parallel=parallel,
+            think_close=SYNTAXES[caps.chat_format].think_tags[1])
     structured = constraint_from_request(req)
     if structured and tool_grammar is not None and not lazy:
         raise InvalidRequest("a forced tool call cannot be combined with a constraint "
@@ -266,7 +273,7 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
     plan = ParsePlan(
         chat_format=caps.chat_format,
         reasoning_format=reasoning,
-        thinking_forced_open=prompt_opens_thinking(prompt),
+        thinking_forced_open=thinking_open,
         allowed_tools=frozenset(emulation.allowed_tool_names(tools, tool_choice)) if tools_on else frozenset(),
         parallel_tool_calls=parallel,
         emulated=emulated,
@@ -274,8 +281,19 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
         grammar=structured.gbnf if structured else tool_grammar,
         grammar_lazy_patterns=() if structured else lazy,
         constraint=structured.constraint,
+        tool_schemas=_tool_schemas(tools) if tools_on else {},
     )
     return Rendered(prompt, plan)
+
+
+def _tool_schemas(tools: list[dict[str, Any]]) -> dict[str, dict]:
+    """Tool name -> its ``parameters`` schema (validated tools; a tool without one maps to ``{}``)."""
+    out = {}
+    for tool in tools:
+        fn = tool.get("function") or {}
+        params = fn.get("parameters")
+        out[fn["name"]] = params if isinstance(params, dict) else {}
+    return out
 
 
 def make_output_parser(plan: ParsePlan) -> StreamParser:
@@ -286,4 +304,5 @@ def make_output_parser(plan: ParsePlan) -> StreamParser:
         return EmulatedToolParser(set(), False, withhold=True)
     return make_parser(plan.chat_format, reasoning_format=plan.reasoning_format,
                        thinking_forced_open=plan.thinking_forced_open,
-                       allowed_tools=set(plan.allowed_tools) or None, parallel_tool_calls=plan.parallel_tool_calls)
+                       allowed_tools=set(plan.allowed_tools) or None, parallel_tool_calls=plan.parallel_tool_calls,
+                       tool_schemas=plan.tool_schemas)

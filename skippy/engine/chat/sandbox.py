@@ -33,6 +33,13 @@ jinja2 never folds them at compile time); calls, attribute and item access
 and arithmetic use the sandbox hooks. Going over a limit raises
 :class:`BudgetExceeded`, a ``jinja2.sandbox.SecurityError``.
 
+Lists and dicts the template itself creates (``[]``, ``{}`` literals) may be
+mutated (``append``, ``pop``, ``update``...; metered like any call): input
+data (``messages``, ``tools``, variables) stays immutable, as in
+transformers' ``ImmutableSandboxedEnvironment``, but templates written for
+llama.cpp's engine (Kimi K2's ``ns.ids.append(...)``) render. transformers
+itself refuses every such call; llama.cpp allows all of them.
+
 Also refused (``SecurityError`` instead of jinja2's silent undefined):
 unsafe attributes such as ``__class__`` or ``__globals__``. The environment
 has no loader (``include``/``import``/``extends`` cannot read files) and no
@@ -371,6 +378,33 @@ def _check_str_method(m: Meter, method: Any, args: tuple, kwargs: dict) -> None:
             _check_format(m, s, args, kwargs)
 
 
+class OwnList(list):
+    """A list literal of the template: mutable from inside the template (see module docstring)."""
+
+    __slots__ = ()
+
+
+class OwnDict(dict):
+    """A dict literal of the template: mutable from inside the template (see module docstring)."""
+
+    __slots__ = ()
+
+
+#: methods of template-made lists and dicts a template may call (``sort`` and ``reverse`` included)
+_OWN_MUTATORS = {
+    OwnList: frozenset({"append", "extend", "insert", "pop", "remove", "clear", "reverse", "sort"}),
+    OwnDict: frozenset({"update", "pop", "popitem", "setdefault", "clear"}),
+}
+
+
+def _own(value: Any) -> Any:
+    if type(value) is list:
+        return OwnList(value)
+    if type(value) is dict:
+        return OwnDict(value)
+    return value
+
+
 # -- the AST rewrite ------------------------------------------------------------------------------
 
 def _metered(node: nodes.Expr, name: str, *args: nodes.Expr) -> nodes.Filter:
@@ -477,7 +511,7 @@ class BoundedSandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
         def _value(_ctx: Any, value: Any) -> Any:
             m = env.meter()
             m.tick()
-            return m.produce(value)
+            return m.produce(_own(value))
 
         @jinja2.pass_context
         def _concat(_ctx: Any, *parts: Any) -> str:
@@ -540,6 +574,11 @@ class BoundedSandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
                 items = list(args[0])
                 _check_join(m, items, target.__self__)
                 args = (items, *args[1:])
+        elif isinstance(getattr(target, "__self__", None), (OwnList, OwnDict)):
+            if target.__name__ in ("extend", "update") and args and not isinstance(args[0], (dict, str)):
+                args = (list(_MeteredIterable(args[0], m)), *args[1:])  # materialised: one op per item
+            # one op per item added: the growth of template-made lists is bounded by the op budget
+            m.tick(1 + sum(len(a) for a in (*args, *kwargs.values()) if isinstance(a, (list, dict, str))))
         elif isinstance(target, (types.BuiltinMethodType,)) and target.__name__ == "to_bytes":
             length = args[0] if args else kwargs.get("length", 1)
             m.allow(length if isinstance(length, int) else 0, "the result of to_bytes")
@@ -580,6 +619,13 @@ class BoundedSandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
         m.tick()
         value = super().getitem(obj, argument)
         return m.produce(value) if isinstance(argument, slice) else value
+
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+        """jinja2's immutable sandbox, except the mutators of the template's own lists and dicts."""
+        own = _OWN_MUTATORS.get(type(obj))
+        if own is not None and attr in own:
+            return True
+        return super().is_safe_attribute(obj, attr, value)
 
     def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
         """Attribute walking (``__class__``, ``__globals__``...) raises; mutating methods stay undefined."""

@@ -136,6 +136,12 @@ class ChatTemplate:
         that goes over budget on a small input is marked as runaway and
         refused at once from then on (so probing it costs one budget, not
         one per probe).
+
+        A render without tools that fails with ``tools`` set to ``None`` (as
+        transformers passes it) is tried once more with ``tools`` undefined,
+        as llama.cpp renders: the ``tool_use`` variants of Command R+ and
+        Hermes 2 Pro, which transformers only renders with tools, then loop
+        over no tools. Templates that render with ``None`` are unaffected.
         """
         if self._runaway is not None:
             raise TemplateError(self._runaway)
@@ -150,6 +156,18 @@ class ChatTemplate:
             bos_token=self.bos_token,
             eos_token=self.eos_token,
         )
+        try:
+            return self._render(context)
+        except TemplateError:
+            if self._runaway is not None or tools is not None:
+                raise
+            try:  # llama.cpp leaves ``tools`` undefined when there are none (``for t in tools`` loops over nothing)
+                return self._render({k: v for k, v in context.items() if k != "tools"})
+            except TemplateError:
+                pass
+            raise
+
+    def _render(self, context: dict[str, Any]) -> str:
         meter = Meter(_ENV.budget)
         try:
             meter.measure_input(context)  # the limits scale with the input's size

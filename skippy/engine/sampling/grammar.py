@@ -66,15 +66,11 @@ def prepare_schema(schema: Any, *, strict: bool, param: str) -> Any:
     return out
 
 
-def tool_call_rules(conv: Any, tools: list[dict], chosen: list[dict], *, args_key: str = "arguments") -> list[str]:
-    """Add one rule per chosen tool, ``{"name": "<tool>", "<args_key>": <its parameters schema>}``.
-
-    Returns the rule names. Raises :class:`InvalidRequest` naming ``tools[i]``
-    for a nameless tool or a parameters schema that is not an object or
-    cannot be converted.
-    """
+def _tool_schemas(conv: Any, tools: list[dict], chosen: list[dict]) -> list[tuple[str, dict, str]]:
+    """``(name, resolved parameters schema, where)`` of each chosen tool; raises :class:`InvalidRequest`
+    naming ``tools[i]`` for a nameless tool or a parameters schema that is not an object."""
     index = {id(t): i for i, t in enumerate(tools)}
-    rules = []
+    out = []
     for tool in chosen:
         i = index.get(id(tool), 0)
         fn = tool.get("function") if isinstance(tool.get("function"), dict) else tool
@@ -89,44 +85,179 @@ def tool_call_rules(conv: Any, tools: list[dict], chosen: list[dict], *, args_ke
             raise InvalidRequest(f"{where}: the arguments schema must describe an object", param=where)
         try:
             schema = conv.resolve_refs(schema, f"tool{i}")
-            args_rule = conv.visit(schema, f"{name}-args")
         except Exception as exc:
             raise InvalidRequest(f"{where}: cannot turn this JSON schema into a grammar: {exc!r}",
                                  param=where) from None
+        out.append((name, schema, where))
+    return out
+
+
+def _visit(conv: Any, schema: Any, rule: str, where: str) -> str:
+    try:
+        return conv.visit(schema, rule)
+    except Exception as exc:
+        raise InvalidRequest(f"{where}: cannot turn this JSON schema into a grammar: {exc!r}", param=where) from None
+
+
+def _fix_chars(conv: Any) -> None:
+    if "char" in conv._rules:
+        conv._rules["char"] = _JSON_CHAR
+
+
+def tool_call_rules(conv: Any, tools: list[dict], chosen: list[dict], *, args_key: str = "arguments") -> list[str]:
+    """Add one rule per chosen tool, ``{"name": "<tool>", "<args_key>": <its parameters schema>}``.
+
+    Returns the rule names. Raises :class:`InvalidRequest` naming ``tools[i]``
+    for a nameless tool or a parameters schema that is not an object or
+    cannot be converted.
+    """
+    rules = []
+    for name, schema, where in _tool_schemas(conv, tools, chosen):
+        args_rule = _visit(conv, schema, f"{name}-args", where)
         rules.append(conv._add_rule(
             f"{name}-call",
             r'"{" space "\"name\"" space ":" space ' + gbnf_literal(json.dumps(name, ensure_ascii=False))
             + r' space "," space ' + gbnf_literal(json.dumps(args_key)) + r' space ":" space ' + args_rule
             + r' "}"'))
-    if "char" in conv._rules:
-        conv._rules["char"] = _JSON_CHAR
+    _fix_chars(conv)
     return rules
 
 
-#: Native formats whose calls a grammar can force: (prefix, separator, suffix, arguments key).
+#: Native formats whose calls are one JSON object each: (prefix, separator, suffix, arguments key).
 NATIVE_CALL_SHAPES: dict[str, tuple[str, str, str, str]] = {
     "hermes_2_pro": ("<tool_call>\n", "\n</tool_call>\n<tool_call>\n", "\n</tool_call>", "arguments"),
     "llama3_json": ("", "", "", "parameters"),
     "mistral_nemo": ("[TOOL_CALLS][", ", ", "]", "arguments"),
     "generic": ('{"tool_calls": [', ", ", "]}", "arguments"),
+    "granite": ("<|tool_call|>[", ", ", "]", "arguments"),
+    "nemotron_v2": ("<TOOLCALL>[", ", ", "]</TOOLCALL>", "arguments"),
+}
+
+#: text without a closing tag (``</``): a string value of the XML formats
+_XML_TEXT = r'( [^<] | "<" [^/] )*'
+#: Harmony: an optional analysis message before the call
+_HARMONY_ANALYSIS = r'( "<|channel|>analysis<|message|>" ( [^<] | "<" [^|] )* "<|end|><|start|>assistant" )?'
+
+
+def _params(conv: Any, name: str, schema: dict, where: str, item: Any, sep: str, *, raw_strings: bool = True) -> str:
+    """GBNF of an object's properties as a sequence of ``item(key, value_rule)`` pieces: the required
+    ones in schema order, then any of the optional ones in schema order, ``sep`` between. With
+    ``raw_strings`` a ``string`` value is raw text (XML formats), else every value is JSON."""
+    props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    required = [k for k in props if k in set(schema.get("required") or ())]
+    optional = [k for k in props if k not in required]
+
+    def piece(key: str) -> str:
+        sub = props[key] if isinstance(props[key], dict) else {}
+        raw = raw_strings and sub.get("type") == "string"
+        value = _XML_TEXT if raw else _visit(conv, sub, f"{name}-{key}", where)
+        return conv._add_rule(f"{name}-{key}-param", item(key, value))
+
+    req = [piece(k) for k in required]
+    opt = [piece(k) for k in optional]
+    glue = f" {gbnf_literal(sep)} " if sep else " "
+    body = glue.join(req)
+    if opt:
+        # any subsequence of the optional ones, in order: opt_i followed by a tail of later ones
+        tails = []
+        for i in range(len(opt)):
+            tails.append(opt[i] + "".join(f" ({gbnf_literal(sep) + ' ' if sep else ''}{o})?" for o in opt[i + 1:]))
+        lead = f"{gbnf_literal(sep)} " if (sep and req) else ""
+        body = (body + " " if body else "") + f"({lead}({' | '.join(tails)}))?"
+    return body or '""'
+
+
+def _qwen_param(key: str, value: str) -> str:
+    return f"{gbnf_literal(f'<parameter={key}>' + chr(10))} {value} {gbnf_literal(chr(10) + '</parameter>' + chr(10))}"
+
+
+def _glm_param(key: str, value: str) -> str:
+    return (f"{gbnf_literal(f'<arg_key>{key}</arg_key>' + chr(10) + '<arg_value>')} {value} "
+            f"{gbnf_literal('</arg_value>' + chr(10))}")
+
+
+def _py_kwarg(key: str, value: str) -> str:
+    return f"{gbnf_literal(key + '=')} {value}"
+
+
+def _call_rules(conv: Any, chat_format: str, tools: list[dict], chosen: list[dict]) -> list[str]:
+    """One rule per chosen tool: the whole call in ``chat_format``'s own syntax."""
+    rules = []
+    for name, schema, where in _tool_schemas(conv, tools, chosen):
+        lit = gbnf_literal
+        if chat_format in ("qwen3_coder", "seed_oss"):
+            tag = "seed:tool_call" if chat_format == "seed_oss" else "tool_call"
+            params = _params(conv, name, schema, where, _qwen_param, "")
+            body = (f"{lit(f'<{tag}>' + chr(10) + f'<function={name}>' + chr(10))} {params} "
+                    f"{lit('</function>' + chr(10) + f'</{tag}>')}")
+        elif chat_format == "glm_4_5":
+            body = (f"{lit(f'<tool_call>{name}' + chr(10))} {_params(conv, name, schema, where, _glm_param, '')} "
+                    f"{lit('</tool_call>')}")
+        elif chat_format == "lfm2":
+            params = _params(conv, name, schema, where, _py_kwarg, ", ", raw_strings=False)
+            body = f"{lit(name + '(')} {params} {lit(')')}"
+        else:
+            args = _visit(conv, schema, f"{name}-args", where)
+            if chat_format == "kimi_k2":
+                body = (f"{lit(f'<|tool_call_begin|>functions.{name}:')} [0-9]+ {lit('<|tool_call_argument_begin|>')} "
+                        f"{args} {lit('<|tool_call_end|>')}")
+            elif chat_format == "apertus":
+                body = f'"{{" {lit(json.dumps(name, ensure_ascii=False))} ": " {args} "}}"'
+            elif chat_format == "mistral_small_3_2":
+                body = f"{lit(f'[TOOL_CALLS]{name}[ARGS]')} {args}"
+            else:  # gpt_oss
+                body = f"{lit(f'<|channel|>commentary to=functions.{name} <|constrain|>json<|message|>')} {args}"
+        rules.append(conv._add_rule(f"{name}-call", body))
+    _fix_chars(conv)
+    return rules
+
+
+#: Formats whose calls are not one JSON object: (prefix, separator, suffix) around the calls of :func:`_call_rules`.
+NATIVE_CALL_WRAPPERS: dict[str, tuple[str, str, str]] = {
+    "qwen3_coder": ("", "\n", ""),
+    "seed_oss": ("", "\n", ""),
+    "glm_4_5": ("", "", ""),
+    "lfm2": ("<|tool_call_start|>[", ", ", "]<|tool_call_end|>"),
+    "kimi_k2": ("<|tool_calls_section_begin|>", "", "<|tool_calls_section_end|>"),
+    "apertus": ("<|tools_prefix|>[", ", ", "]<|tools_suffix|>"),
+    "mistral_small_3_2": ("", "", ""),
+    "gpt_oss": ("", "", ""),  # one call per message: generation ends at <|call|>
 }
 
 
-def native_tool_grammar(chat_format: str, tools: list[dict], chosen: list[dict], *, parallel: bool) -> str:
+def native_tool_grammar(chat_format: str, tools: list[dict], chosen: list[dict], *, parallel: bool,
+                        think_close: str | None = None) -> str:
     """GBNF forcing one (or, with ``parallel``, several) calls in ``chat_format``'s own syntax.
 
     Used for ``tool_choice: "required"`` or a named tool. Raises
     :class:`InvalidRequest` for formats whose call syntax has no grammar here.
+    For the XML formats (Qwen3-Coder, Seed-OSS, GLM) the required parameters
+    come first in schema order, then any optional ones in schema order, and
+    a string value may not contain ``</``. gpt-oss may write one
+    ``analysis`` message first; its calls are one per message, so one.
+    ``think_close``: the prompt left a thinking block open (QwQ, GLM 4.7,
+    Nemotron): the model first ends its reasoning (text without ``</``)
+    with this tag, then calls.
     """
-    shape = NATIVE_CALL_SHAPES.get(chat_format)
-    if shape is None:
+    conv = schema_converter()
+    if chat_format in NATIVE_CALL_SHAPES:
+        prefix, sep, suffix, args_key = NATIVE_CALL_SHAPES[chat_format]
+        if chat_format == "llama3_json":
+            parallel = False  # Llama 3.x emits one JSON call per message
+        call = " | ".join(tool_call_rules(conv, tools, chosen, args_key=args_key))
+    elif chat_format in NATIVE_CALL_WRAPPERS:
+        prefix, sep, suffix = NATIVE_CALL_WRAPPERS[chat_format]
+        if chat_format == "gpt_oss":
+            parallel = False
+        call = " | ".join(_call_rules(conv, chat_format, tools, chosen))
+    else:
         raise InvalidRequest(f"tool_choice 'required' or a named tool cannot be enforced for chat format "
                              f"{chat_format!r}; use tool_choice 'auto'", param="tool_choice")
-    prefix, sep, suffix, args_key = shape
-    if chat_format == "llama3_json":
-        parallel = False  # Llama 3.x emits one JSON call per message
-    conv = schema_converter()
-    call = " | ".join(tool_call_rules(conv, tools, chosen, args_key=args_key))
     body = f"({call})" + (f" ({gbnf_literal(sep)} ({call}))*" if parallel else "")
-    conv._add_rule("root", f"{gbnf_literal(prefix)} {body} {gbnf_literal(suffix)}".replace('"" ', ""))
+    if chat_format == "gpt_oss":
+        body = f"{_HARMONY_ANALYSIS} {body}"
+    root = f"{gbnf_literal(prefix)} {body} {gbnf_literal(suffix)}"
+    if think_close:
+        root = f"{_XML_TEXT} {gbnf_literal(think_close)} [ \\t\\n]* {root}"
+    conv._add_rule("root", root.replace('"" ', ""))
     return conv.format_grammar()

@@ -21,15 +21,20 @@ from skippy.engine.chat.formats.base import (
 from skippy.engine.chat.formats.command_r7b import COMMAND_R7B
 from skippy.engine.chat.formats.core import CONTENT_ONLY, REASONING_FORMATS, ChatParser, ToolSyntax
 from skippy.engine.chat.formats.deepseek import DEEPSEEK_R1, DEEPSEEK_V3_1
+from skippy.engine.chat.formats.families import APERTUS, GRANITE, KIMI_K2, NEMOTRON_V2
 from skippy.engine.chat.formats.functionary import FUNCTIONARY_V3_2
 from skippy.engine.chat.formats.generic import GENERIC
+from skippy.engine.chat.formats.harmony import GPT_OSS
 from skippy.engine.chat.formats.hermes import HERMES_2_PRO
+from skippy.engine.chat.formats.lfm2 import LFM2
 from skippy.engine.chat.formats.llama3 import LLAMA3_JSON
 from skippy.engine.chat.formats.mistral import MISTRAL_NEMO, MISTRAL_SMALL_3_2
+from skippy.engine.chat.formats.xml import GLM_4_5, QWEN3_CODER, SEED_OSS
 
 SYNTAXES: dict[str, ToolSyntax] = {s.name: s for s in (
     CONTENT_ONLY, GENERIC, HERMES_2_PRO, LLAMA3_JSON, MISTRAL_NEMO, MISTRAL_SMALL_3_2,
-    DEEPSEEK_R1, DEEPSEEK_V3_1, FUNCTIONARY_V3_2, COMMAND_R7B)}
+    DEEPSEEK_R1, DEEPSEEK_V3_1, FUNCTIONARY_V3_2, COMMAND_R7B, GPT_OSS, QWEN3_CODER, SEED_OSS, GLM_4_5,
+    KIMI_K2, GRANITE, NEMOTRON_V2, APERTUS, LFM2)}
 
 #: Every chat-format name ``make_parser`` accepts.
 FORMATS: tuple[str, ...] = tuple(SYNTAXES)
@@ -37,7 +42,7 @@ FORMATS: tuple[str, ...] = tuple(SYNTAXES)
 
 def make_parser(chat_format: str, *, reasoning_format: str = "auto", thinking_forced_open: bool = False,
                 allowed_tools: set[str] | None = None, parallel_tool_calls: bool = True,
-                id_factory: IdFactory = new_call_id) -> StreamParser:
+                id_factory: IdFactory = new_call_id, tool_schemas: dict[str, dict] | None = None) -> StreamParser:
     """The streaming parser of one generation in ``chat_format``.
 
     ``allowed_tools``: names the request allows as calls (``tool_choice``
@@ -45,7 +50,10 @@ def make_parser(chat_format: str, *, reasoning_format: str = "auto", thinking_fo
     content (reasoning is still split). Calls naming other tools stay content.
     ``parallel_tool_calls=False`` keeps only the first call (later ones are
     dropped, as vLLM does). ``reasoning_format`` is one of
-    :data:`REASONING_FORMATS`. Raises ``ValueError`` for unknown names.
+    :data:`REASONING_FORMATS`. ``tool_schemas`` maps a tool name to its
+    ``parameters`` JSON schema: formats whose arguments are text (Qwen3-Coder,
+    GLM, Seed-OSS XML) type each value by it. Raises ``ValueError`` for
+    unknown names.
     """
     try:
         syntax = SYNTAXES[chat_format]
@@ -53,7 +61,7 @@ def make_parser(chat_format: str, *, reasoning_format: str = "auto", thinking_fo
         raise ValueError(f"unknown chat format {chat_format!r}") from None
     return ChatParser(syntax, reasoning_format=reasoning_format, thinking_forced_open=thinking_forced_open,
                       allowed_tools=allowed_tools, parallel_tool_calls=parallel_tool_calls,
-                      id_factory=id_factory)
+                      id_factory=id_factory, tool_schemas=tool_schemas)
 
 
 __all__ = ["FORMATS", "REASONING_FORMATS", "make_parser", "ChatParser", "ContentParser", "Delta",

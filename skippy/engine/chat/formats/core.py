@@ -114,8 +114,9 @@ class ToolSyntax:
     """How one chat format writes tool calls (see the module docstring).
 
     ``header`` group ``name`` is the tool name (JSON string body when
-    ``name_json``); a matched group ``content`` instead marks a content
-    segment (Functionary ``all``). ``wrapper`` = (name keys, argument keys)
+    ``name_json``); a matched group ``id`` is the model's own call id, kept
+    as the OpenAI id (Kimi K2 ``functions.NAME:IDX``); a matched group
+    ``content`` instead marks a content segment (Functionary ``all``). ``wrapper`` = (name keys, argument keys)
     when a call is one JSON object, enabling the whole-object fallback;
     ``json_lead`` characters (e.g. ``[``) may precede that object.
     """
@@ -134,6 +135,8 @@ class ToolSyntax:
     keep_when_tools_off: bool = False
     think_tags: tuple[str, str] = ("<think>", "</think>")
     scanner: Any = None  # a class replacing ToolScanner (same constructor), e.g. the generic format
+    xml: Any = None  # XML-style arguments (:class:`skippy.engine.chat.formats.xml.XmlArgs`), read by its scanner
+    own_reasoning: bool = False  # the scanner splits reasoning itself (gpt-oss channels)
 
     def tools_off(self) -> ToolSyntax:
         if self.keep_when_tools_off:
@@ -188,8 +191,9 @@ class ToolScanner:
     """Content + tool calls of the (reasoning-free) text; see module docstring."""
 
     def __init__(self, syntax: ToolSyntax, allowed: set[str] | None, parallel: bool,
-                 id_factory: IdFactory) -> None:
+                 id_factory: IdFactory, schemas: dict[str, dict] | None = None) -> None:
         self.syntax = syntax
+        self.schemas = schemas or {}  # tool name -> its parameters JSON schema (typed XML arguments)
         self.allowed = allowed or set()
         self.parallel = parallel
         self.id_factory = id_factory
@@ -210,14 +214,14 @@ class ToolScanner:
         if text:
             self.out.append(Delta(content=text))
 
-    def _call_start(self, name: str) -> int:
+    def _call_start(self, name: str, call_id: str | None = None) -> int:
         """Start a call; returns its index or -1 when suppressed (parallel_tool_calls false)."""
         if not self.parallel and self.ncalls >= 1:
             return -1
         index = self.ncalls
         self.ncalls += 1
         self.sink.cut()
-        self.out.append(Delta(tool_calls=(ToolCallDelta(index=index, id=self.id_factory(), name=name),)))
+        self.out.append(Delta(tool_calls=(ToolCallDelta(index=index, id=call_id or self.id_factory(), name=name),)))
         return index
 
     def _args(self, index: int, text: str) -> None:
@@ -274,7 +278,7 @@ class ToolScanner:
             if name not in self.allowed:
                 self._fail()
                 return True
-            self.call_index = self._call_start(name)
+            self.call_index = self._call_start(name, m.groupdict().get("id"))
             self.args_start = self.args_sent = m.end()
             self.state = _ARGS
             return True
@@ -457,15 +461,20 @@ class ChatParser:
 
     def __init__(self, syntax: ToolSyntax = CONTENT_ONLY, *, reasoning_format: str = "auto",
                  thinking_forced_open: bool = False, allowed_tools: set[str] | None = None,
-                 parallel_tool_calls: bool = True, id_factory: IdFactory = new_call_id) -> None:
+                 parallel_tool_calls: bool = True, id_factory: IdFactory = new_call_id,
+                 tool_schemas: dict[str, dict] | None = None) -> None:
         if reasoning_format not in REASONING_FORMATS:
             raise ValueError(f"unknown reasoning_format {reasoning_format!r}")
         allowed = set(allowed_tools or ())
         if not allowed:
             syntax = syntax.tools_off()
-        cls = syntax.scanner if (syntax.scanner is not None and allowed) else ToolScanner
-        scanner = cls(syntax, allowed, parallel_tool_calls, id_factory)
-        self._top = _ReasoningSplitter(scanner, reasoning_format, thinking_forced_open, syntax.think_tags)
+        own = syntax.own_reasoning
+        cls = syntax.scanner if (syntax.scanner is not None and (allowed or own)) else ToolScanner
+        scanner = cls(syntax, allowed, parallel_tool_calls, id_factory, tool_schemas)
+        if own:
+            scanner.reasoning_format = reasoning_format
+        self._top = _ReasoningSplitter(scanner, "none" if own else reasoning_format, thinking_forced_open,
+                                       syntax.think_tags)
         self._content: list[str] = []
         self._reasoning: list[str] = []
         self._calls: list[list] = []  # [id, name, [fragments]]

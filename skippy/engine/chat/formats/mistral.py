@@ -5,10 +5,11 @@ replaced by ours)::
 
     [TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "abc123def"}]
 
-Mistral Small 3.2 / Devstral / Magistral (one ``[TOOL_CALLS]`` per call;
-older builds put ``[CALL_ID]id`` before ``[ARGS]``)::
+Mistral Small 3.2 / Devstral / Ministral 3 / Magistral (one ``[TOOL_CALLS]``
+per call; older builds put ``[CALL_ID]id`` before ``[ARGS]``; the reasoning
+models think in ``[THINK]...[/THINK]`` first)::
 
-    [TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}
+    [THINK]The user wants the weather.[/THINK][TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}
 """
 
 import re
@@ -31,4 +32,5 @@ MISTRAL_SMALL_3_2 = ToolSyntax(
     opens=("[TOOL_CALLS]",),
     header=re.compile(r"\s*(?P<name>[^\s\[\]{}]+)(?:\[CALL_ID\][^\[]*)?\[ARGS\]\s*(?=\{)"),
     header_fail=re.compile(r"\[ARGS\]\s*[^\s{]"),
+    think_tags=("[THINK]", "[/THINK]"),
 )

@@ -1,0 +1,67 @@
+"""JSON-argument tool-call formats of current families (each verified against its fixture template).
+
+Kimi K2 (Instruct, Thinking; ``<think>`` reasoning). The model's own ids
+``functions.NAME:IDX`` are kept as the OpenAI ``id`` (the template renders
+them back in the history)::
+
+    <|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|><|tool_calls_section_end|>
+
+Granite 3.3 (Granite 4.x writes Hermes ``<tool_call>``; ``<think>`` reasoning,
+``<response>`` tags dropped)::
+
+    <|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris"}}]
+
+Nemotron Nano v2 (``<think>`` reasoning)::
+
+    <TOOLCALL>[{"name": "get_weather", "arguments": {"city": "Paris"}}]</TOOLCALL>
+
+Apertus (the tool name is the key; reasoning in ``<|inner_prefix|>...<|inner_suffix|>``)::
+
+    <|tools_prefix|>[{"get_weather": {"city": "Paris"}}]<|tools_suffix|>
+"""  # noqa: E501 (the exact marker text)
+
+import re
+
+from skippy.engine.chat.formats.core import JSON_STR, ToolSyntax, json_wrapper_header
+
+KIMI_K2 = ToolSyntax(
+    name="kimi_k2",
+    opens=("<|tool_calls_section_begin|>", "<|tool_call_begin|>"),
+    header=re.compile(r"\s*(?:<\|tool_call_begin\|>)?\s*(?P<id>(?:functions\.)?(?P<name>[^\s<:]+):\d+)\s*"
+                      r"<\|tool_call_argument_begin\|>\s*(?=\{)"),
+    next_call="<|tool_call_begin|>",
+    close="<|tool_calls_section_end|>",
+)
+
+GRANITE = ToolSyntax(
+    name="granite",
+    opens=("<|tool_call|>",),
+    header=json_wrapper_header("name", "arguments", lead=r"\[?"),
+    name_json=True,
+    next_call="{",
+    close="]",
+    wrapper=(("name",), ("arguments", "parameters")),
+    json_lead="[",
+    drop=("<response>", "</response>"),
+)
+
+NEMOTRON_V2 = ToolSyntax(
+    name="nemotron_v2",
+    opens=("<TOOLCALL>",),
+    header=json_wrapper_header("name", "arguments", lead=r"\[?"),
+    name_json=True,
+    next_call="{",
+    close="</TOOLCALL>",
+    wrapper=(("name",), ("arguments", "parameters")),
+    json_lead="[",
+)
+
+APERTUS = ToolSyntax(
+    name="apertus",
+    opens=("<|tools_prefix|>",),
+    header=re.compile(r"\s*\[?\s*\{\s*" + JSON_STR + r"\s*:\s*(?=\{)", re.S),
+    name_json=True,
+    next_call="{",
+    close="<|tools_suffix|>",
+    think_tags=("<|inner_prefix|>", "<|inner_suffix|>"),
+)

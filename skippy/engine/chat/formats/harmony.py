@@ -1,0 +1,158 @@
+"""gpt-oss (OpenAI Harmony response format).
+
+The generation prompt ends with ``<|start|>assistant``; the output is a
+sequence of messages, each ``[<|start|>assistant][ to=RECIPIENT]<|channel|>
+CHANNEL[ to=RECIPIENT][ [<|constrain|>]TYPE]<|message|>BODY`` ended by
+``<|end|>``, ``<|call|>`` or ``<|return|>`` (or the next ``<|start|>``)::
+
+    <|channel|>analysis<|message|>The user wants the weather.<|end|>
+    <|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>
+
+    <|channel|>final<|message|>It is sunny.<|return|>
+
+Channel ``analysis`` is reasoning (``reasoning_format`` applies: ``none``
+keeps the raw message in ``content``, ``hidden`` drops it); ``final`` and a
+``commentary`` without recipient (a preamble) are content; a message to
+``functions.NAME`` of an allowed tool is a call whose body is its JSON
+arguments, streamed as written. A message to any other recipient (a built-in
+``browser``/``python`` tool, or a tool the request does not allow) is given
+back verbatim as content. Text that is not Harmony at all is content.
+
+Why not the ``openai-harmony`` library: its ``StreamableParser`` works on
+o200k token ids and needs the ``o200k_base.tiktoken`` vocabulary, which it
+downloads on first use (``TIKTOKEN_ENCODINGS_BASE`` may point at a local copy
+whose SHA-256 must match); no package on the registries this project uses
+ships that file, so the library cannot load offline. Our parser works on the
+detokenized text, like every other chat format here, and follows the same
+grammar as llama.cpp's ``common_chat_params_init_gpt_oss``.
+"""  # noqa: E501 (the exact marker text)
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from skippy.engine.chat.formats.base import Delta
+from skippy.engine.chat.formats.core import HEADER_LIMIT, ToolScanner, ToolSyntax, find_first, holdback
+
+START, CHANNEL, MESSAGE = "<|start|>", "<|channel|>", "<|message|>"
+ENDS = ("<|end|>", "<|call|>", "<|return|>")
+_BODY_STOPS = (*ENDS, START)
+_HEADER = re.compile(
+    r"(?:<\|start\|>)?\s*(?:[A-Za-z_][\w-]*)?(?:\s+to=(?P<r1>[^\s<]+))?\s*<\|channel\|>\s*(?P<channel>[^\s<]+)"
+    r"(?:\s+to=(?P<r2>[^\s<]+))?\s*(?:<\|constrain\|>)?\s*(?:[^\s<]+)?\s*<\|message\|>", re.S)
+
+
+def _may_be_header(text: str) -> bool:
+    """True while ``text`` can still grow into a message header (a marker or the role name first)."""
+    text = text.lstrip()
+    return any(text.startswith(lead) or lead.startswith(text) for lead in ("<|", "assistant"))
+
+
+class HarmonyScanner(ToolScanner):
+    """Channels, reasoning and tool calls of gpt-oss output (see module docstring).
+
+    ``reasoning_format`` is set by :class:`~skippy.engine.chat.formats.core.ChatParser`
+    (the syntax's ``own_reasoning``).
+    """
+
+    reasoning_format = "auto"
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.mode = "header"
+        self.route = "content"  # content | reasoning | raw | call | drop
+        self.head = 0  # where the current message's header began
+
+    def skip_leading_space(self) -> None:  # the reasoning splitter is off: channels decide
+        pass
+
+    def feed(self, text: str, final: bool = False) -> list[Delta]:
+        self.buf += text
+        while self._harmony_step(final):
+            pass
+        if self.mode == "header" and self.pos > 4096:
+            self.buf, self.pos = self.buf[self.pos:], 0
+        out, self.out = self.out, []
+        return out
+
+    def finish(self) -> list[Delta]:
+        return self.feed("", final=True)
+
+    def _emit(self, route: str, text: str) -> None:
+        if not text:
+            return
+        if route == "content" or route == "raw":
+            self.out.append(Delta(content=text))
+        elif route == "reasoning":
+            self.out.append(Delta(reasoning_content=text))
+        elif route == "call":
+            self._args(self.call_index, text)
+
+    def _harmony_step(self, final: bool) -> bool:
+        buf, pos = self.buf, self.pos
+        if self.mode == "header":
+            if pos >= len(buf):
+                return False
+            # every test below gives the same answer whatever the split (the search window is bounded)
+            rest = buf[pos:]
+            i = buf.find(MESSAGE, pos, pos + HEADER_LIMIT + len(MESSAGE)) if _may_be_header(rest) else -1
+            m = _HEADER.fullmatch(buf, pos, i + len(MESSAGE)) if i >= 0 else None
+            if m is not None:
+                self._open(m)
+                return True
+            if i >= 0 or final or len(rest) > HEADER_LIMIT + len(MESSAGE) or not _may_be_header(rest):
+                self.mode, self.route = "body", "content"  # not a Harmony header: plain content
+                if buf.startswith(START, pos):  # a stray <|start|> is content too (and the scan moves on)
+                    self._emit("content", START)
+                    self.pos += len(START)
+                return True
+            return False
+        i, marker = find_first(buf, _BODY_STOPS, pos)
+        if i < 0:
+            end = len(buf) if final else len(buf) - holdback(buf[pos:], _BODY_STOPS)
+            self._body(buf[pos:end])
+            self.pos = end
+            return False
+        self._body(buf[pos:i])
+        if marker == START:
+            self.pos = i
+        else:
+            self.pos = i + len(marker)
+            if self.route == "raw" or (self.route == "reasoning" and self.reasoning_format == "deepseek-legacy"):
+                self._emit("content", marker)
+        self.mode = "header"
+        return True
+
+    def _body(self, text: str) -> None:
+        self._emit(self.route, text)
+        if self.route == "reasoning" and self.reasoning_format == "deepseek-legacy":
+            self._emit("content", text)
+
+    def _open(self, m: re.Match) -> None:
+        header = m.group(0)
+        recipient = m.group("r1") or m.group("r2")
+        channel = m.group("channel")
+        self.pos, self.mode = m.end(), "body"
+        if recipient is not None and recipient.startswith("functions.") and recipient[10:] in self.allowed:
+            self.call_index = self._call_start(recipient[10:])
+            self.route = "call" if self.call_index >= 0 else "drop"
+        elif recipient is not None and recipient != "assistant":
+            self.route = "raw"
+        elif channel == "analysis":
+            fmt = self.reasoning_format
+            self.route = {"none": "raw", "hidden": "drop"}.get(fmt, "reasoning")
+            if fmt == "deepseek-legacy":
+                self._emit("content", header)
+        else:
+            self.route = "content"
+        if self.route == "raw":
+            self._emit("raw", header)
+
+
+GPT_OSS = ToolSyntax(
+    name="gpt_oss",
+    scanner=HarmonyScanner,
+    own_reasoning=True,
+    keep_when_tools_off=True,
+)

@@ -1,0 +1,225 @@
+"""XML-argument tool-call formats: Qwen3-Coder (also Nemotron 3 Nano, Qwen3.5), Seed-OSS, GLM 4.5-4.7.
+
+Qwen3-Coder (``<think>`` reasoning where the model has it)::
+
+    <tool_call>
+    <function=get_weather>
+    <parameter=city>
+    Paris
+    </parameter>
+    <parameter=days>
+    2
+    </parameter>
+    </function>
+    </tool_call>
+
+Seed-OSS: the same inside ``<seed:tool_call>...</seed:tool_call>``, reasoning
+in ``<seed:think>...</seed:think>``. GLM 4.5 / 4.6 / 4.7 (newlines optional,
+4.7 writes none)::
+
+    <tool_call>get_weather
+    <arg_key>city</arg_key>
+    <arg_value>Paris</arg_value>
+    </tool_call>
+
+Values are text; each is typed by the tool's JSON schema (as vLLM's
+``qwen3_coder`` and ``glm45`` parsers do): a ``string`` parameter is the raw
+text (one leading and one trailing newline removed in the Qwen3-Coder form),
+anything else is parsed as JSON, falling back to the text. The arguments are
+streamed as one JSON object: ``{"key": `` as soon as a key is complete,
+string values character by character (JSON-escaped, holding back what may be
+the start of the closing tag), other values once their closing tag arrives.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import attrs
+
+from skippy.engine.chat.formats.core import _AFTER, _CONTENT, _WS, HEADER_LIMIT, ToolScanner, ToolSyntax, holdback
+
+
+@attrs.frozen
+class XmlArgs:
+    """Markers of one XML argument syntax.
+
+    A parameter is ``param_open KEY key_end [ws] value_open VALUE value_close``;
+    the call ends at ``call_close``. ``trim_newline``: one newline right
+    after ``value_open`` and one right before ``value_close`` are layout, not value.
+    """
+
+    param_open: str
+    key_end: str
+    value_open: str
+    value_close: str
+    call_close: str
+    trim_newline: bool = False
+
+
+def _types(schema: Any) -> list[str]:
+    t = schema.get("type") if isinstance(schema, dict) else None
+    return [t] if isinstance(t, str) else [x for x in t if isinstance(x, str)] if isinstance(t, list) else []
+
+
+def is_string_param(schema: Any) -> bool:
+    """True when a parameter's schema says its value is text (``"string"``, maybe nullable)."""
+    types = [t for t in _types(schema) if t != "null"]
+    return bool(types) and all(t == "string" for t in types)
+
+
+def typed_value(text: str, schema: Any) -> Any:
+    """A parameter's text as the JSON value its schema asks for (text when it does not parse)."""
+    if is_string_param(schema):
+        return text
+    try:
+        return json.loads(text.strip())
+    except ValueError:
+        return text
+
+
+def _escaped(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)[1:-1]
+
+
+class XmlScanner(ToolScanner):
+    """:class:`ToolScanner` whose calls carry XML parameters (``syntax.xml``) instead of a JSON object."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self._reset()
+
+    def _reset(self) -> None:
+        self.xs = "between"
+        self.nparams = 0
+        self.key = ""
+        self.value_start = self.value_sent = 0
+        self.lead_done = False
+        self.stream_value = False
+        self.call_name = ""
+        self.fresh = True  # the call's arguments start at ``args_start`` (set by the header step)
+
+    def _call_start(self, name: str, call_id: str | None = None) -> int:
+        self._reset()
+        self.call_name = name
+        return super()._call_start(name, call_id)
+
+    def _param_schema(self, key: str) -> Any:
+        props = self.schemas.get(self.call_name, {}).get("properties")
+        return props.get(key) if isinstance(props, dict) else None
+
+    def _close_call(self, pos: int) -> None:
+        self._args(self.call_index, "}" if self.nparams else "{}")
+        self.pos = pos
+        self.state = _CONTENT if self.syntax.xml.call_close == self.syntax.close else _AFTER
+
+    def _step_args(self, final: bool) -> bool:
+        x, buf = self.syntax.xml, self.buf
+        if self.fresh:
+            self.pos, self.fresh = self.args_start, False
+        if self.xs == "between":
+            j = _WS.match(buf, self.pos).end()
+            rest = buf[j:]
+            if rest.startswith(x.param_open):
+                self.pos, self.xs = j + len(x.param_open), "key"
+                return True
+            if rest.startswith(x.call_close):
+                self._close_call(j + len(x.call_close))
+                return True
+            if not final and (x.param_open.startswith(rest) or x.call_close.startswith(rest)):
+                return False
+            self._close_call(j)  # anything else ends the call (what follows is handled after it)
+            return True
+        if self.xs == "key":
+            k = buf.find(x.key_end, self.pos)
+            if k < 0:
+                if final or len(buf) - self.pos > HEADER_LIMIT:
+                    self._close_call(len(buf) if final else self.pos)
+                    return True
+                return False
+            key = buf[self.pos:k].strip()
+            j = k + len(x.key_end)
+            if x.value_open:
+                j2 = _WS.match(buf, j).end()
+                rest = buf[j2:]
+                if not rest.startswith(x.value_open):
+                    if not final and x.value_open.startswith(rest):
+                        return False
+                    self._close_call(j2)
+                    return True
+                j = j2 + len(x.value_open)
+            self.key, self.xs = key, "value"
+            self.value_start = self.value_sent = self.pos = j
+            self.lead_done = not x.trim_newline
+            self.stream_value = is_string_param(self._param_schema(key))
+            if self.stream_value:
+                self._args(self.call_index, ("{" if not self.nparams else ", ") + json.dumps(key, ensure_ascii=False)
+                           + ': "')
+            return True
+        # value
+        if not self.lead_done:
+            if self.value_start >= len(buf) and not final:
+                return False
+            if buf.startswith("\n", self.value_start):
+                self.value_start += 1
+                self.value_sent = self.value_start
+            self.lead_done = True
+        c = buf.find(x.value_close, self.value_start)
+        if c < 0 and not final:
+            if self.stream_value:
+                tails = ["\n" + x.value_close, x.value_close] if x.trim_newline else [x.value_close]
+                safe = len(buf) - holdback(buf[self.value_sent:], tails)
+                if safe > self.value_sent:
+                    self._args(self.call_index, _escaped(buf[self.value_sent:safe]))
+                    self.value_sent = safe
+            return False
+        end = c if c >= 0 else len(buf)
+        text_end = end - 1 if (x.trim_newline and c >= 0 and end > self.value_start
+                               and buf[end - 1] == "\n") else end
+        if self.stream_value:
+            self._args(self.call_index, _escaped(buf[self.value_sent:text_end]) + '"')
+        else:
+            value = typed_value(buf[self.value_start:text_end], self._param_schema(self.key))
+            self._args(self.call_index, ("{" if not self.nparams else ", ") + json.dumps(self.key, ensure_ascii=False)
+                       + ": " + json.dumps(value, ensure_ascii=False))
+        self.nparams += 1
+        self.xs = "between"
+        self.pos = end + len(x.value_close) if c >= 0 else end
+        if c < 0:
+            self._close_call(end)
+        return True
+
+
+_QWEN_XML = XmlArgs(param_open="<parameter=", key_end=">", value_open="", value_close="</parameter>",
+                    call_close="</function>", trim_newline=True)
+
+QWEN3_CODER = ToolSyntax(
+    name="qwen3_coder",
+    opens=("<tool_call>",),
+    header=re.compile(r"\s*<function=(?P<name>[^>\n]+)>"),
+    close="</tool_call>",
+    xml=_QWEN_XML,
+    scanner=XmlScanner,
+)
+
+SEED_OSS = ToolSyntax(
+    name="seed_oss",
+    opens=("<seed:tool_call>",),
+    header=re.compile(r"\s*<function=(?P<name>[^>\n]+)>"),
+    close="</seed:tool_call>",
+    xml=_QWEN_XML,
+    scanner=XmlScanner,
+    think_tags=("<seed:think>", "</seed:think>"),
+)
+
+GLM_4_5 = ToolSyntax(
+    name="glm_4_5",
+    opens=("<tool_call>",),
+    header=re.compile(r"\s*(?P<name>[^\s<>{}\[\]]+)\s*(?=<arg_key>|</tool_call>)"),
+    close="</tool_call>",
+    xml=XmlArgs(param_open="<arg_key>", key_end="</arg_key>", value_open="<arg_value>",
+                value_close="</arg_value>", call_close="</tool_call>"),
+    scanner=XmlScanner,
+)

@@ -1,0 +1,251 @@
+"""Tool-call formats of current families (issue 18), end to end on the sans-IO path, per family:
+
+the fixture template is detected as its format and renders a tool conversation (assistant
+tool_calls + tool result) through ``render_chat`` (what ``/apply-template`` runs); the format's
+output parser turns the family's real output syntax into the right ``tool_calls`` (and reasoning),
+whole and split at every character or in random chunks; and the forced-call grammar for
+``tool_choice`` ``required``/named compiles in llama.cpp, accepts the family's syntax, and what it
+accepts parses back into the call.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+
+import pytest
+
+from skippy.engine.chat.formats import SYNTAXES
+from skippy.engine.chat.prepare import PreparedTemplate, make_output_parser, render_chat
+from skippy.engine.sampling.grammar import native_tool_grammar
+from skippy.engine.types import ChatCompletionRequest, Message
+from tests.paths import CHAT_TEMPLATES
+from tests.unit.test_emulation import _compiles_in_llama_cpp, gbnf_matches
+from tests.unit.test_formats import check_invariant
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the weather.",
+    "parameters": {"type": "object", "required": ["city"], "properties": {
+        "city": {"type": "string", "description": "City name."},
+        "days": {"type": "integer", "description": "How many days."}}}}}
+CONVERSATION = [
+    Message("user", "Weather in Paris?"),
+    Message("assistant", "", tool_calls=[{"id": "functions.get_weather:0", "type": "function",
+                                          "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]),
+    Message("tool", "sunny, 21 C", tool_call_id="functions.get_weather:0"),
+]
+CALL = ("get_weather", {"city": "Paris", "days": 2})
+
+# family fixture -> (format, the family's real output: [reasoning +] content + a call of CALL, reasoning, content)
+FAMILIES = {
+    "openai-gpt-oss-120b": ("gpt_oss", "<|channel|>analysis<|message|>Look it up.<|end|><|start|>assistant"
+                            "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+                            '{"city": "Paris", "days": 2}<|call|>', "Look it up.", ""),
+    "Qwen3-Coder": ("qwen3_coder", "Let me check.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n"
+                    "</parameter>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>", "", "Let me check."),
+    "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": (
+        "qwen3_coder", "Look it up.\n</think>\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n"
+        "</parameter>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>\n", "Look it up.", ""),
+    "GLM-4.6": ("glm_4_5", "<think>Look it up.</think>\nLet me check.\n<tool_call>get_weather\n"
+                "<arg_key>city</arg_key>\n"
+                "<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n</tool_call>",
+                "Look it up.", "Let me check."),
+    "GLM-4.7-Flash": ("glm_4_5", "Look it up.</think><tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris"
+                      "</arg_value><arg_key>days</arg_key><arg_value>2</arg_value></tool_call>", "Look it up.", ""),
+    "moonshotai-Kimi-K2": ("kimi_k2", "Let me check.<|tool_calls_section_begin|><|tool_call_begin|>functions."
+                           'get_weather:1<|tool_call_argument_begin|>{"city": "Paris", "days": 2}<|tool_call_end|>'
+                           "<|tool_calls_section_end|>", "", "Let me check."),
+    "Kimi-K2-Instruct": ("kimi_k2", '<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:1'
+                         '<|tool_call_argument_begin|>{"city": "Paris", "days": 2}<|tool_call_end|>'
+                         "<|tool_calls_section_end|>", "", ""),
+    "Kimi-K2-Thinking": ("kimi_k2", "<think>Look it up.</think><|tool_calls_section_begin|><|tool_call_begin|>"
+                         'functions.get_weather:1<|tool_call_argument_begin|>{"city": "Paris", "days": 2}'
+                         "<|tool_call_end|><|tool_calls_section_end|>", "Look it up.", ""),
+    "ibm-granite-granite-3.3-2B-Instruct": (
+        "granite", '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}]', "", ""),
+    "ibm-granite-granite-4.0": ("hermes_2_pro", '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", '
+                                '"days": 2}}\n</tool_call>', "", ""),
+    "Apertus-8B-Instruct": ("apertus", '<|inner_prefix|>Look it up.<|inner_suffix|>Let me check.<|tools_prefix|>'
+                            '[{"get_weather": {"city": "Paris", "days": 2}}]<|tools_suffix|>', "Look it up.",
+                            "Let me check."),
+    "ByteDance-Seed-OSS": ("seed_oss", "<seed:think>Look it up.</seed:think>\n\n<seed:tool_call>\n"
+                           "<function=get_weather>"
+                           "\n<parameter=city>Paris</parameter>\n<parameter=days>2</parameter>\n</function>\n"
+                           "</seed:tool_call>", "Look it up.", ""),
+    "NVIDIA-Nemotron-Nano-v2": ("nemotron_v2", 'Look it up.\n</think>\n\n<TOOLCALL>[{"name": "get_weather", '
+                                '"arguments": {"city": "Paris", "days": 2}}]</TOOLCALL>', "Look it up.", ""),
+    "LFM2-8B-A1B": ("lfm2", "<|tool_call_start|>[get_weather(city=\"Paris\", days=2)]<|tool_call_end|>", "", ""),
+    "LFM2.5-8B-A1B": ("lfm2", "<think>Look it up.</think>Let me check.<|tool_call_start|>[get_weather(city='Paris', "
+                      "days=2)]<|tool_call_end|>", "Look it up.", "Let me check."),
+    "mistralai-Ministral-3-14B-Reasoning-2512": (
+        "mistral_small_3_2", '[THINK]Look it up.[/THINK]Let me check.[TOOL_CALLS]get_weather[ARGS]{"city": "Paris", '
+        '"days": 2}', "Look it up.", "Let me check."),
+}
+
+_TEMPLATES: dict[str, PreparedTemplate] = {}
+
+
+def _tmpl(stem: str) -> PreparedTemplate:
+    if stem not in _TEMPLATES:
+        source = (CHAT_TEMPLATES / f"{stem}.jinja").read_text(encoding="utf-8")
+        _TEMPLATES[stem] = PreparedTemplate.build(source, bos_token="<s>", eos_token="</s>")
+    return _TEMPLATES[stem]
+
+
+def _parse(plan, pieces):
+    counter = itertools.count()
+    parser = make_output_parser(plan)
+    if hasattr(parser, "_top"):  # deterministic ids for the comparison
+        parser._top.inner.id_factory = lambda: f"call_{next(counter)}"
+    deltas = []
+    for piece in pieces:
+        deltas += parser.feed(piece)
+    tail, msg = parser.finish()
+    return deltas + tail, msg
+
+
+def _pieces(text: str):
+    yield [text]
+    yield list(text)
+    rng = random.Random(len(text))
+    for _ in range(6):
+        cuts = sorted(rng.sample(range(1, len(text)), min(len(text) - 1, rng.randint(2, 15))))
+        yield [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+
+
+@pytest.mark.parametrize("stem", sorted(FAMILIES))
+def test_fixture_detected_and_renders_a_tool_conversation(stem):
+    tmpl = _tmpl(stem)
+    fmt = FAMILIES[stem][0]
+    assert tmpl.caps.chat_format == fmt
+    assert tmpl.caps.supports_tools
+    rendered = render_chat(tmpl, ChatCompletionRequest(messages=CONVERSATION, tools=[WEATHER]))
+    prompt = rendered.prompt
+    assert "get_weather" in prompt and "Paris" in prompt and "sunny, 21 C" in prompt
+    assert prompt.index("Weather in Paris?") < prompt.rindex("Paris") < prompt.index("sunny, 21 C")
+    assert rendered.plan.chat_format == fmt and rendered.plan.allowed_tools == {"get_weather"}
+
+
+@pytest.mark.parametrize("stem", sorted(FAMILIES))
+def test_family_output_parses_to_the_call_streamed_and_not(stem):
+    fmt, text, reasoning, content = FAMILIES[stem]
+    tmpl = _tmpl(stem)
+    plan = render_chat(tmpl, ChatCompletionRequest(messages=CONVERSATION[:1], tools=[WEATHER])).plan
+    results = set()
+    for pieces in _pieces(text):
+        deltas, msg = _parse(plan, pieces)
+        check_invariant(deltas, msg)
+        assert [(c.name, json.loads(c.arguments)) for c in msg.tool_calls] == [CALL], pieces
+        assert msg.reasoning_content == reasoning and msg.content == content
+        results.add(msg)
+    assert len(results) == 1
+    if fmt == "kimi_k2":  # the model's own id is the OpenAI id (the template renders it back)
+        assert results.pop().tool_calls[0].id == "functions.get_weather:1"
+
+
+@pytest.mark.parametrize("stem", sorted(FAMILIES))
+@pytest.mark.parametrize("tool_choice", ["required", {"type": "function", "function": {"name": "get_weather"}}],
+                         ids=["required", "named"])
+def test_forced_call_grammar_accepts_the_family_syntax(stem, tool_choice):
+    fmt, text, _, _ = FAMILIES[stem]
+    plan = render_chat(_tmpl(stem), ChatCompletionRequest(messages=CONVERSATION[:1], tools=[WEATHER],
+                                                          tool_choice=tool_choice)).plan
+    assert plan.grammar is not None and not plan.grammar_lazy_patterns
+    assert _compiles_in_llama_cpp(plan.grammar)
+    # what the grammar forces is the family's own syntax (the reasoning/content prefix is the model's choice)
+    forced = FORCED[fmt]
+    if plan.thinking_forced_open:  # the prompt opened the thinking block: the grammar has it closed first
+        assert not gbnf_matches(plan.grammar, forced)
+        forced = f"Look it up.\n{SYNTAXES[fmt].think_tags[1]}\n" + forced
+    assert gbnf_matches(plan.grammar, forced), forced
+    assert not gbnf_matches(plan.grammar, forced.replace("get_weather", "get_wrong"))
+    deltas, msg = _parse(plan, list(forced))
+    check_invariant(deltas, msg)
+    assert [(c.name, json.loads(c.arguments)) for c in msg.tool_calls] == [CALL]
+    assert msg.reasoning_content == ("Look it up." if plan.thinking_forced_open else "")
+
+
+# the shortest text each forced-call grammar accepts for CALL, in the family's syntax
+FORCED = {
+    "gpt_oss": '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>'
+               '{"city": "Paris", "days": 2}',
+    "qwen3_coder": "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n2\n"
+                   "</parameter>\n</function>\n</tool_call>",
+    "seed_oss": "<seed:tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n2\n"
+                "</parameter>\n</function>\n</seed:tool_call>",
+    "glm_4_5": "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
+               "<arg_key>days</arg_key>\n"
+               "<arg_value>2</arg_value>\n</tool_call>",
+    "kimi_k2": "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
+               '{"city": "Paris", "days": 2}<|tool_call_end|><|tool_calls_section_end|>',
+    "granite": '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}]',
+    "hermes_2_pro": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}\n</tool_call>',
+    "apertus": '<|tools_prefix|>[{"get_weather": {"city": "Paris", "days": 2}}]<|tools_suffix|>',
+    "nemotron_v2": '<TOOLCALL>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}]</TOOLCALL>',
+    "lfm2": '<|tool_call_start|>[get_weather(city="Paris", days=2)]<|tool_call_end|>',
+    "mistral_small_3_2": '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris", "days": 2}',
+}
+
+
+def test_gpt_oss_grammar_allows_an_analysis_message_first():
+    plan = render_chat(_tmpl("openai-gpt-oss-120b"), ChatCompletionRequest(
+        messages=CONVERSATION[:1], tools=[WEATHER], tool_choice="required")).plan
+    text = "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant" + FORCED["gpt_oss"]
+    assert gbnf_matches(plan.grammar, text)
+    _, msg = _parse(plan, [text])
+    assert msg.reasoning_content == "Need the weather." and msg.tool_calls[0].name == "get_weather"
+
+
+@pytest.mark.parametrize("fmt", ["qwen3_coder", "glm_4_5", "lfm2"])
+def test_forced_grammar_optional_parameters_any_subset_in_order(fmt):
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"}}}}}
+    gbnf = native_tool_grammar(fmt, [tool], [tool], parallel=False)
+    assert _compiles_in_llama_cpp(gbnf)
+    item = {"qwen3_coder": "<parameter={k}>\n1\n</parameter>\n", "glm_4_5": "<arg_key>{k}</arg_key>\n<arg_value>1"
+            "</arg_value>\n", "lfm2": "{k}=1"}[fmt]
+    sep = ", " if fmt == "lfm2" else ""
+    wrap = {"qwen3_coder": "<tool_call>\n<function=f>\n{}</function>\n</tool_call>",
+            "glm_4_5": "<tool_call>f\n{}</tool_call>", "lfm2": "<|tool_call_start|>[f({})]<|tool_call_end|>"}[fmt]
+    for keys in ([], ["a"], ["b"], ["c"], ["a", "c"], ["b", "c"], ["a", "b", "c"]):
+        assert gbnf_matches(gbnf, wrap.format(sep.join(item.format(k=k) for k in keys))), keys
+    assert not gbnf_matches(gbnf, wrap.format(sep.join(item.format(k=k) for k in ["b", "a"])))
+
+
+def test_xml_string_values_stream_before_the_closing_tag():
+    plan = render_chat(_tmpl("Qwen3-Coder"), ChatCompletionRequest(messages=CONVERSATION[:1], tools=[WEATHER])).plan
+    parser = make_output_parser(plan)
+    parser.feed("<tool_call>\n<function=get_weather>\n<parameter=city>\nPar")
+    deltas = parser.feed("is\n</param")
+    assert "".join(tc.arguments for d in deltas for tc in d.tool_calls) == "is"  # "\n</param" held back
+    deltas = parser.feed("eter>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>")
+    assert "".join(tc.arguments for d in deltas for tc in d.tool_calls) == '", "days": 2}'
+
+
+def test_xml_values_typed_by_schema_unknown_keys_by_json():
+    plan = render_chat(_tmpl("GLM-4.6"), ChatCompletionRequest(messages=CONVERSATION[:1], tools=[WEATHER])).plan
+    text = ("<tool_call>get_weather<arg_key>city</arg_key><arg_value>123</arg_value><arg_key>days</arg_key>"
+            "<arg_value>x</arg_value><arg_key>extra</arg_key><arg_value>[1, 2]</arg_value></tool_call>")
+    _, msg = _parse(plan, [text])
+    # city is a string by schema (kept as text), days is not valid JSON (kept as text), extra parses as JSON
+    assert json.loads(msg.tool_calls[0].arguments) == {"city": "123", "days": "x", "extra": [1, 2]}
+
+
+def test_harmony_builtin_recipient_and_disallowed_tool_stay_content():
+    plan = render_chat(_tmpl("openai-gpt-oss-120b"), ChatCompletionRequest(
+        messages=CONVERSATION[:1], tools=[WEATHER])).plan
+    text = '<|channel|>commentary to=browser.search <|constrain|>json<|message|>{"q": "x"}<|call|>'
+    _, msg = _parse(plan, [text])
+    assert msg.tool_calls == () and msg.content == text
+    text = '<|channel|>commentary to=functions.rm_rf<|message|>{}<|call|>'
+    assert _parse(plan, list(text))[1].content == text
+
+
+def test_harmony_reasoning_format_none_keeps_the_raw_analysis():
+    from skippy.engine.chat.formats import make_parser
+    text = "<|channel|>analysis<|message|>hm<|end|><|start|>assistant<|channel|>final<|message|>Hi"
+    parser = make_parser("gpt_oss", reasoning_format="none")
+    parser.feed(text)
+    _, msg = parser.finish()
+    assert msg.reasoning_content == "" and msg.content == "<|channel|>analysis<|message|>hm<|end|>Hi"
