@@ -48,6 +48,7 @@ from skippy.actors.renderer import CHATML, TemplateRenderer
 from skippy.actors.scheduler import DecodeScheduler
 from skippy.actors.tokenizer import Tokenizer
 from skippy.engine.chat.emulation import EarlyStop
+from skippy.engine.chat.formats import preserved_markers, preserved_pieces
 from skippy.engine.chat.formats.base import ContentParser
 from skippy.engine.chat.prepare import PreparedTemplate, make_output_parser
 from skippy.engine.config import EngineConfig
@@ -157,6 +158,7 @@ class Engine:
         #: ``/v1/models`` ``created``: the model file's modification time (Unix seconds), else the load time
         self.created = _file_time(runtime.meta.path)
         self._rids = itertools.count(1)
+        self._format_pieces: dict[str, Callable[[int], bytes]] = {}
         self.closed = False
 
     # -- public API ---------------------------------------------------------------
@@ -437,8 +439,9 @@ class Engine:
             extra = await self.tokenizer.tokenize(pre.text, add_special=False, parse_special=False)
             prompt, injected = prompt + extra, len(extra)
         max_tokens, stops = self._max_tokens(req, len(prompt)), _stops(req.stop)
+        piece = await self._piece_for(plan.chat_format)
         gens = [Generation(next(self._rids), prompt, _choice_seed(params, j), max_tokens,
-                           piece=self.runtime.vocab.piece, parser=make_output_parser(plan), stops=stops,
+                           piece=piece, parser=make_output_parser(plan), stops=stops,
                            early_stop=EarlyStop(set(plan.allowed_tools), plan.parallel_tool_calls) if plan.emulated
                            else None, hooks=hooks_on, signals=req.return_signals, hook_request=req,
                            injected=injected, cache_key=req.prompt_cache_key, cache_prompt=req.cache_prompt,
@@ -448,6 +451,19 @@ class Engine:
         if isinstance(pre, Stop):
             return gens, self._stopped_before(gens, ctx, pre.reason)
         return gens, self._submit(gens, ctx)
+
+    async def _piece_for(self, chat_format: str) -> Callable[[int], bytes]:
+        """The token -> text function of a chat format's generations: the vocabulary's pieces, except that
+        the format's markers that are control tokens keep their text (llama-server's ``preserved_tokens``;
+        e.g. Kimi K2's ``<|tool_call_begin|>``, gpt-oss's ``<|channel|>``), so its parser sees them."""
+        fn = self._format_pieces.get(chat_format)
+        if fn is None:
+            base, markers = self.runtime.vocab.piece, preserved_markers(chat_format)
+            ids = {m: await self.tokenizer.tokenize(m, add_special=False, parse_special=True) for m in markers}
+            kept = preserved_pieces(markers, ids.__getitem__, base)
+            fn = base if not kept else (lambda token: kept.get(token) or base(token))
+            self._format_pieces[chat_format] = fn
+        return fn
 
     async def _before_chat(self, ctx: _HookCtx) -> Any:
         """Run ``before_chat``; Deny raises (403, or 400 when the policy says so) after ``on_finish``."""

@@ -443,3 +443,22 @@ def test_dry_changes_a_repetitive_greedy_continuation(rt):
         finally:
             rt.free_sampler(s)
     assert outs[0] != outs[1]
+
+
+# --- a chat format's control-token markers (llama-server's preserved_tokens) -------------------------
+
+
+def test_preserved_pieces_keep_the_text_of_control_token_markers(rt):
+    from skippy.engine.chat.formats import preserved_markers, preserved_pieces
+
+    assert "<|tool_call_begin|>" in preserved_markers("kimi_k2") and "<|channel|>" in preserved_markers("gpt_oss")
+    markers = ("<|im_start|>", "<|im_end|>", "<think>", "Paris", "<|no_such_marker|>")
+    kept = preserved_pieces(markers, lambda m: tok(rt, m), rt.vocab.piece)
+    # only the markers that are one control token (rendered as nothing by default) need their text kept
+    assert kept == {tok(rt, "<|im_start|>")[0]: b"<|im_start|>", tok(rt, "<|im_end|>")[0]: b"<|im_end|>"}
+    assert rt.vocab.piece(tok(rt, "<|im_start|>")[0]) == b""
+    # generated text shows the marker only through the kept text
+    ids = tok(rt, 'Hi<|im_start|>{"name": "f", "arguments": {}}')
+    plain = b"".join(rt.vocab.piece(t) for t in ids).decode()
+    kept_text = b"".join(kept.get(t) or rt.vocab.piece(t) for t in ids).decode()
+    assert "<|im_start|>" not in plain and kept_text == 'Hi<|im_start|>{"name": "f", "arguments": {}}'

@@ -8,6 +8,8 @@ and ``tool_calls``, streaming append-only deltas (see :mod:`.base`, :mod:`.core`
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from skippy.engine.chat.formats.base import (
     ContentParser,
     Delta,
@@ -19,7 +21,7 @@ from skippy.engine.chat.formats.base import (
     new_call_id,
 )
 from skippy.engine.chat.formats.command_r7b import COMMAND_R7B
-from skippy.engine.chat.formats.core import CONTENT_ONLY, REASONING_FORMATS, ChatParser, ToolSyntax
+from skippy.engine.chat.formats.core import CONTENT_ONLY, REASONING_FORMATS, ChatParser, ToolSyntax, syntax_markers
 from skippy.engine.chat.formats.deepseek import DEEPSEEK_R1, DEEPSEEK_V3_1
 from skippy.engine.chat.formats.families import APERTUS, GRANITE, KIMI_K2, NEMOTRON_V2
 from skippy.engine.chat.formats.functionary import FUNCTIONARY_V3_2
@@ -64,5 +66,29 @@ def make_parser(chat_format: str, *, reasoning_format: str = "auto", thinking_fo
                       id_factory=id_factory, tool_schemas=tool_schemas)
 
 
-__all__ = ["FORMATS", "REASONING_FORMATS", "make_parser", "ChatParser", "ContentParser", "Delta",
+def preserved_markers(chat_format: str) -> tuple[str, ...]:
+    """The marker strings the parser of ``chat_format`` reads (:func:`~.core.syntax_markers`), whose
+    control tokens must reach it as text (llama-server's ``preserved_tokens``). Raises ``ValueError``
+    for unknown names."""
+    try:
+        return syntax_markers(SYNTAXES[chat_format])
+    except KeyError:
+        raise ValueError(f"unknown chat format {chat_format!r}") from None
+
+
+def preserved_pieces(markers: tuple[str, ...], tokenize: Callable[[str], list[int]],
+                     piece: Callable[[int], bytes]) -> dict[int, bytes]:
+    """Token id -> text of each marker that is one control token of the vocabulary (``tokenize``: text ->
+    ids with special tokens parsed, no BOS; ``piece``: a token's text as generated output shows it, empty
+    for control tokens). Markers that are ordinary text, or several tokens, need nothing."""
+    kept: dict[int, bytes] = {}
+    for marker in markers:
+        ids = tokenize(marker)
+        if len(ids) == 1 and not piece(ids[0]):
+            kept[ids[0]] = marker.encode("utf-8")
+    return kept
+
+
+__all__ = ["FORMATS", "preserved_markers", "preserved_pieces", "REASONING_FORMATS", "make_parser", "ChatParser",
+           "ContentParser", "Delta",
            "ParsedMessage", "StreamParser", "ToolCall", "ToolCallDelta", "new_call_id"]

@@ -137,6 +137,7 @@ class ToolSyntax:
     scanner: Any = None  # a class replacing ToolScanner (same constructor), e.g. the generic format
     xml: Any = None  # XML-style arguments (:class:`skippy.engine.chat.formats.xml.XmlArgs`), read by its scanner
     own_reasoning: bool = False  # the scanner splits reasoning itself (gpt-oss channels)
+    markers: tuple[str, ...] = ()  # more marker strings the output may hold (see :func:`syntax_markers`)
 
     def tools_off(self) -> ToolSyntax:
         if self.keep_when_tools_off:
@@ -145,6 +146,28 @@ class ToolSyntax:
 
 
 CONTENT_ONLY = ToolSyntax(name="content_only")
+
+#: marker-like strings: ``<|name|>``, ``[NAME]`` / ``[/NAME]``, ``<name>`` / ``</name>``
+_MARKER = re.compile(r"<\|[^|<>\s]+\|>|\[/?[A-Z_]+\]|</?[A-Za-z_:]+>")
+
+
+def syntax_markers(syntax: ToolSyntax) -> tuple[str, ...]:
+    """The marker strings ``syntax`` reads in generated text (its openers, closers, dropped and thinking
+    tags, the literal markers of its header regexes, and ``markers``), in order, without repeats.
+
+    Where one of them is a single control token of the vocabulary, llama.cpp renders it as nothing unless
+    asked for its special text; llama-server keeps such ``preserved_tokens`` of the chat format in the
+    output so its parser sees them, and so must we (see :class:`~skippy.engine.output.generation.Generation`'s
+    ``piece``).
+    """
+    texts = [*syntax.opens, syntax.next_call or "", syntax.close or "", *syntax.drop, *syntax.think_tags,
+             *syntax.markers]
+    if syntax.xml is not None:
+        texts += [str(v) for v in attrs.astuple(syntax.xml) if isinstance(v, str)]
+    for pattern in (syntax.header, syntax.header_fail):
+        if pattern is not None:
+            texts.append(re.sub(r"\\(.)", r"\1", re.sub(r"\(\?P<\w+>", "(", pattern.pattern)))
+    return tuple(dict.fromkeys(m for text in texts for m in _MARKER.findall(text)))
 
 
 def json_wrapper_header(name_key: str, args_keys: str, prefix: str = "", lead: str = "") -> re.Pattern:

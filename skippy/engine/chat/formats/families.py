@@ -31,6 +31,7 @@ KIMI_K2 = ToolSyntax(
                       r"<\|tool_call_argument_begin\|>\s*(?=\{)"),
     next_call="<|tool_call_begin|>",
     close="<|tool_calls_section_end|>",
+    markers=("<|tool_call_end|>",),
 )
 
 GRANITE = ToolSyntax(

@@ -155,4 +155,5 @@ GPT_OSS = ToolSyntax(
     scanner=HarmonyScanner,
     own_reasoning=True,
     keep_when_tools_off=True,
+    markers=(START, CHANNEL, MESSAGE, "<|constrain|>", *ENDS),
 )
