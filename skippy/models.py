@@ -736,3 +736,325 @@ def gguf_info(path: str | os.PathLike[str]) -> GGUFInfo:
         )
     finally:
         llama_cpp.llama_model_free(model)
+
+
+# --- skippy pull URL / hf://OWNER/REPO/FILE / OWNER/REPO:QUANT ----------------------------------------
+
+HF_ENDPOINT = "https://huggingface.co"
+"""Hugging Face's hub; ``$HF_ENDPOINT`` overrides it (huggingface_hub's variable, e.g. for a mirror)."""
+
+DEFAULT_HF_QUANT = "Q4_K_M"
+"""The quantization llama-server's ``-hf OWNER/REPO`` picks when none is named."""
+
+_RESUME_ATTEMPTS = 5
+
+
+def hf_endpoint() -> str:
+    """``$HF_ENDPOINT`` if set and non-empty, else :data:`HF_ENDPOINT`; without a trailing slash."""
+    return (os.environ.get("HF_ENDPOINT") or HF_ENDPOINT).rstrip("/")
+
+
+@dataclasses.dataclass(frozen=True)
+class HFRef:
+    """A model on Hugging Face: ``repo`` (``OWNER/NAME``) and either ``file`` (a path in the repo) or
+    ``quant`` (llama-server's ``-hf OWNER/REPO:QUANT``); ``revision`` is a branch, tag or commit."""
+
+    repo: str
+    file: str | None = None
+    quant: str | None = None
+    revision: str = "main"
+
+    def url(self, file: str | None = None) -> str:
+        """The download URL of ``file`` (default: :attr:`file`):
+        ``<endpoint>/OWNER/REPO/resolve/<revision>/<file>``, path segments percent-encoded."""
+        from urllib.parse import quote
+
+        name = file or self.file
+        if not name:
+            raise ModelError(f"hf://{self.repo}:{self.quant}: no file chosen yet (see pick_hf_file)")
+        return f"{hf_endpoint()}/{self.repo}/resolve/{quote(self.revision, safe='')}/{quote(name)}"
+
+    def api_url(self) -> str:
+        """The hub API URL that lists the repo's files (``siblings``) at :attr:`revision`."""
+        from urllib.parse import quote
+
+        return f"{hf_endpoint()}/api/models/{self.repo}/revision/{quote(self.revision, safe='')}"
+
+
+_HF_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+
+
+def parse_hf(source: str) -> HFRef | None:
+    """Parse a Hugging Face model reference; ``None`` when ``source`` is not one.
+
+    Accepted forms (``@REV`` after the repo name is optional, default ``main``):
+
+    - ``hf://OWNER/REPO/PATH/FILE.gguf`` -> that file;
+    - ``hf://OWNER/REPO:QUANT`` or ``hf://OWNER/REPO`` -> the repo's GGUF of that quantization
+      (default :data:`DEFAULT_HF_QUANT`), as llama-server's ``-hf``;
+    - ``OWNER/REPO:QUANT`` (llama-server's ``-hf`` form, without ``hf://``): only with ``:QUANT``,
+      since ``OWNER/REPO`` alone reads as a relative path.
+
+    Raises:
+        ModelError: ``hf://`` with a malformed rest.
+    """
+    import re
+
+    explicit = source.startswith("hf://")
+    rest = source[len("hf://"):] if explicit else source
+    m = re.fullmatch(rf"({_HF_NAME})/({_HF_NAME}?)(?:@([^/:]+))?(?::([A-Za-z0-9._-]+)|/(.+))?", rest)
+    if m is None or (m.group(2).endswith(".gguf") and not m.group(5)):
+        if explicit:
+            raise ModelError(f"{source!r} is not a Hugging Face reference; use hf://OWNER/REPO/FILE.gguf or "
+                             "hf://OWNER/REPO:QUANT (e.g. hf://ggml-org/gemma-3-270m-GGUF:Q8_0)")
+        return None
+    owner, repo, rev, quant, file = m.groups()
+    if not explicit and quant is None:
+        return None
+    if file is not None and (not file.lower().endswith(".gguf") or ".." in file.split("/")):
+        raise ModelError(f"{source!r}: the file must be a .gguf path inside the repo")
+    return HFRef(repo=f"{owner}/{repo}", file=file, quant=None if file else (quant or DEFAULT_HF_QUANT),
+                 revision=rev or "main")
+
+
+def pick_hf_file(files: Iterable[str], quant: str, repo: str = "") -> str:
+    """The GGUF of ``files`` (paths in a repo) whose name carries the quantization ``quant``.
+
+    Matches ``quant`` case-insensitively as a whole dash/dot/underscore-separated part of the
+    file name (``Q4_K_M`` matches ``model-Q4_K_M.gguf``, not ``model-Q4_K_M_L.gguf``); multimodal
+    projectors (``mmproj``) are skipped. llama-server asks the hub for a manifest instead; this needs
+    only the file list.
+
+    Raises:
+        ModelError: no file or several files match (the message lists the GGUF files), or the match is
+            split in several files (``-00001-of-00003.gguf``), which skippy cannot pull.
+    """
+    import re
+
+    ggufs = sorted(f for f in files if f.lower().endswith(".gguf") and "mmproj" not in f.lower())
+    pattern = re.compile(rf"(?:^|[-_.]){re.escape(quant)}(?:[-_.]|$)", re.IGNORECASE)
+    found = [f for f in ggufs if pattern.search(Path(f).stem)]
+    where = f" in {repo}" if repo else ""
+    if not found:
+        raise ModelError(f"no GGUF file of quantization {quant}{where}; its GGUF files: "
+                         f"{', '.join(ggufs) or 'none'}. Name one with hf://{repo or 'OWNER/REPO'}/FILE.gguf.")
+    split = [f for f in found if re.search(r"-\d{5}-of-\d{5}\.gguf$", f, re.IGNORECASE)]
+    if split and len(split) == len(found):
+        raise ModelError(f"the {quant} model{where} is split in {len(split)} files ({', '.join(split)}); "
+                         "skippy pulls single-file GGUFs only: pick another quantization.")
+    found = [f for f in found if f not in split]
+    if len(found) > 1:
+        raise ModelError(f"several GGUF files of quantization {quant}{where}: {', '.join(found)}; name one with "
+                         f"hf://{repo or 'OWNER/REPO'}/FILE.gguf.")
+    return found[0]
+
+
+def _hf_headers() -> dict[str, str]:
+    token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def resolve_hf(ref: HFRef) -> str:
+    """The download URL for ``ref``; for a ``:QUANT`` reference, asks the hub API for the repo's file
+    list (one small GET, with ``$HF_TOKEN`` if set) and picks the file with :func:`pick_hf_file`.
+
+    Raises:
+        ModelError: the hub cannot be reached, does not know the repo, or no single file matches.
+    """
+    if ref.file:
+        return ref.url()
+    import httpx
+
+    api = ref.api_url()
+    try:
+        r = httpx.get(api, headers=_hf_headers(), follow_redirects=True, timeout=30)
+    except httpx.HTTPError as e:
+        raise ModelError(f"cannot list the files of {ref.repo} ({api}): {e}; check the network, or name the "
+                         f"file with hf://{ref.repo}/FILE.gguf") from e
+    if r.status_code != 200:
+        raise ModelError(f"cannot list the files of {ref.repo}: {api} answered HTTP {r.status_code}"
+                         + (" (a private or gated repo needs HF_TOKEN)" if r.status_code in (401, 403) else ""))
+    try:
+        files = [s["rfilename"] for s in r.json().get("siblings", [])]
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ModelError(f"{api} did not answer the hub's JSON file list: {e}") from e
+    return ref.url(pick_hf_file(files, ref.quant or DEFAULT_HF_QUANT, ref.repo))
+
+
+def _url_file_name(url: str) -> str:
+    from urllib.parse import unquote, urlsplit
+
+    name = unquote(urlsplit(url).path.rsplit("/", 1)[-1])
+    if not name or name in (".", "..") or "/" in name or "\\" in name or name.startswith("."):
+        raise ModelError(f"cannot name a model file after the URL {url!r}; give a URL ending in the file name")
+    return name if name.lower().endswith(".gguf") else name + ".gguf"
+
+
+def _check_sha256(sha256: str | None) -> str | None:
+    import re
+
+    if sha256 is None:
+        return None
+    value = sha256.strip().lower().removeprefix("sha256:")
+    if not re.fullmatch(r"[0-9a-f]{64}", value):
+        raise ModelError(f"--sha256 {sha256!r} is not a SHA-256 (64 hexadecimal digits)")
+    return value
+
+
+def _content_range(header: str | None) -> tuple[int | None, int | None]:
+    """``Content-Range: bytes START-END/TOTAL`` (RFC 9110) -> (START, TOTAL); ``*`` or absent -> None."""
+    import re
+
+    m = re.fullmatch(r"\s*bytes\s+(?:(\d+)-\d+|\*)/(\d+|\*)\s*", header or "")
+    if m is None:
+        return None, None
+    start, total = m.groups()
+    return (int(start) if start else None), (int(total) if total and total != "*" else None)
+
+
+def _http_error(url: str, status: int) -> ModelError:
+    hint = {401: " (a private or gated Hugging Face repo needs HF_TOKEN)", 403: " (forbidden; a gated repo "
+            "needs HF_TOKEN and accepted terms)", 404: " (no such file: check the URL)"}.get(status, "")
+    return ModelError(f"cannot download {url}: HTTP {status}{hint}")
+
+
+def download(url: str, part: Path, *, headers: dict[str, str] | None = None, progress: bool = True,
+             attempts: int = _RESUME_ATTEMPTS) -> None:
+    """Download ``url`` into ``part``, resuming what ``part`` already holds (HTTP Range, RFC 9110 §14).
+
+    With bytes in ``part``, asks for ``Range: bytes=N-``: a ``206`` whose ``Content-Range`` starts at
+    ``N`` is appended; a ``200`` (the server ignores ranges) or a ``206`` starting elsewhere restarts
+    from zero; a ``416`` whose total equals ``N`` means the file is complete. A connection lost
+    mid-body is resumed the same way, up to ``attempts`` requests in all. Redirects are followed
+    (Hugging Face redirects to its CDN). Progress (tqdm, bytes) goes to stderr.
+
+    Raises:
+        ModelError: an HTTP error status, a failed connection, or still incomplete after ``attempts``
+            (the partial ``part`` is kept, so a later call resumes it).
+    """
+    import time
+
+    import httpx
+    from tqdm import tqdm
+
+    last: Exception | None = None
+    for attempt in range(attempts):
+        have = part.stat().st_size if part.is_file() else 0
+        req_headers = dict(headers or {})
+        if have:
+            req_headers["Range"] = f"bytes={have}-"
+        got_bytes = False
+        try:
+            with httpx.stream("GET", url, headers=req_headers, follow_redirects=True,
+                              timeout=httpx.Timeout(30.0, read=120.0)) as r:
+                if r.status_code == 416 and have:
+                    if _content_range(r.headers.get("content-range"))[1] == have:
+                        return  # the partial file is the whole file
+                    part.unlink()
+                    continue
+                if r.status_code == 206 and have and _content_range(r.headers.get("content-range"))[0] == have:
+                    mode, total = "ab", _content_range(r.headers.get("content-range"))[1]
+                    _say(f"resuming {part.name} at {have} bytes", progress)
+                elif r.status_code in (200, 206):
+                    if r.status_code == 206:  # a range we did not ask for: start over
+                        part.unlink(missing_ok=True)
+                        continue
+                    mode, have = "wb", 0
+                    length = r.headers.get("content-length")
+                    total = int(length) if length and length.isdigit() else None
+                else:
+                    raise _http_error(url, r.status_code)
+                with open(part, mode) as out, tqdm(total=total, initial=have, unit="B", unit_scale=True,
+                                                   unit_divisor=1024, desc=part.name.removesuffix(".part"),
+                                                   disable=not progress, file=sys.stderr,
+                                                   mininterval=0.1 if _isatty(sys.stderr) else 10.0) as bar:
+                    for chunk in r.iter_bytes(_CHUNK):
+                        out.write(chunk)
+                        bar.update(len(chunk))
+                        got_bytes = True
+            size = part.stat().st_size
+            if total is None or size == total:
+                return
+            last = ModelError(f"got {size} of {total} bytes")
+        except httpx.TransportError as e:
+            last = e
+            if not got_bytes and isinstance(e, httpx.ConnectError | httpx.ConnectTimeout | httpx.UnsupportedProtocol):
+                break  # nothing to resume: the server is not reachable
+        except OSError as e:
+            raise ModelError(f"cannot write {part}: {e.strerror or e}") from e
+        if attempt + 1 < attempts:
+            _say(f"download of {url} interrupted ({last}); resuming", progress)
+            time.sleep(min(0.5 * attempt, 5.0))
+    kept = part.stat().st_size if part.is_file() else 0
+    raise ModelError(f"cannot download {url}: {last or 'interrupted'}. {kept} bytes are kept in {part}; run the "
+                     "same skippy pull again to resume.")
+
+
+def pull_url(url: str, *, sha256: str | None = None, progress: bool = True,
+             headers: dict[str, str] | None = None) -> Path:
+    """Download a GGUF from an http(s) URL into the cache (``skippy pull URL``).
+
+    The file is named after the URL's last path segment (``.gguf`` appended if missing) and
+    downloaded into ``<name>.part`` in the cache, which survives a failure so that the next pull
+    resumes it (see :func:`download`). When complete, its SHA-256 is checked against ``sha256`` if
+    given, its GGUF magic is checked, and it is renamed into place. A file already in the cache is
+    kept if it matches ``sha256`` (or no hash is given).
+
+    Returns:
+        Path of the GGUF in the cache.
+
+    Raises:
+        ModelError: a URL that is not http(s), a malformed ``sha256``, a download failure, a hash
+            mismatch or a file that is not GGUF (both delete the download: nothing stays in the cache).
+    """
+    if not url.lower().startswith(("http://", "https://")):
+        raise ModelError(f"{url!r} is not an http:// or https:// URL")
+    want = _check_sha256(sha256)
+    target = models_dir() / _url_file_name(url)
+    part = target.with_name(target.name + ".part")
+    if target.is_file():
+        if want is None or _sha256_file(target) == want:
+            _say(f"{target.name} already present: {target}", progress)
+            return target
+        _say(f"{target} exists with another SHA-256; downloading {url} again", progress)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ModelError(f"cannot create the model cache directory {target.parent}: {e.strerror or e}") from e
+    _say(f"downloading {url}", progress)
+    download(url, part, headers=headers, progress=progress)
+    got = _sha256_file(part)
+    if want is not None and got != want:
+        part.unlink(missing_ok=True)
+        raise ModelError(f"SHA-256 mismatch for {url}: expected {want}, got {got}. The download was deleted; "
+                         "nothing was installed.")
+    with open(part, "rb") as f:
+        magic = f.read(4)
+    if magic != GGUF_MAGIC:
+        part.unlink(missing_ok=True)
+        raise ModelError(f"{url} is not a GGUF model file (it starts with {magic!r}, not {GGUF_MAGIC!r}); "
+                         "the download was deleted.")
+    os.chmod(part, 0o644)
+    os.replace(part, target)
+    _say(f"{target.name} ready (SHA-256 {got}): {target}", progress)
+    return target
+
+
+def pull_source(source: str, *, sha256: str | None = None, progress: bool = True) -> Path:
+    """``skippy pull SOURCE``: a registry name (:func:`pull`), an http(s) URL (:func:`pull_url`), or a
+    Hugging Face reference (:func:`parse_hf`; downloaded with ``$HF_TOKEN`` if set).
+
+    Raises:
+        ModelError: as the function it dispatches to; ``sha256`` with a registry name (the
+            registry pins the hash).
+    """
+    if lookup(source) is not None:
+        if sha256 is not None:
+            raise ModelError(f"--sha256 is for URLs: {source} is a registry model, whose SHA-256 is pinned")
+        return pull(source, progress=progress)
+    if source.lower().startswith(("http://", "https://")):
+        return pull_url(source, sha256=sha256, progress=progress)
+    ref = parse_hf(source)
+    if ref is not None:
+        return pull_url(resolve_hf(ref), sha256=sha256, progress=progress, headers=_hf_headers())
+    return pull(source, progress=progress)
