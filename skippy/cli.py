@@ -206,6 +206,172 @@ def rm(name: str) -> None:
         click.echo(f"deleted {path}")
 
 
+RUN_HELP = """Commands:
+  /bye            leave (so does end of input, Ctrl-D)
+  /clear          forget the conversation so far
+  /? or /help     this help
+  \"\"\"             start or end a message of several lines"""
+
+
+def read_message(readline: Callable[[], str | None], prompt: Callable[[str], None]) -> str | None:
+    """One user message from ``readline`` (a line without its newline, ``None`` at end of input).
+
+    A message starting with three double quotes goes on until a line ending with three double
+    quotes, as in ``ollama run``; the quotes are dropped and the lines joined with ``\\n``. ``prompt``
+    shows ``>>> `` before a message and ``... `` before each continuation line. Returns ``None`` at end
+    of input (an unfinished multi-line message is dropped); empty lines are skipped.
+    """
+    while True:
+        prompt(">>> ")
+        line = readline()
+        if line is None:
+            return None
+        if not line.strip():
+            continue
+        if not line.lstrip().startswith('"""'):
+            return line.strip()
+        first = line.lstrip()[3:]
+        if first.rstrip().endswith('"""'):
+            return first.rstrip()[:-3].strip()
+        lines = [first] if first else []
+        while True:
+            prompt("... ")
+            more = readline()
+            if more is None:
+                return None
+            if more.rstrip().endswith('"""'):
+                lines.append(more.rstrip()[:-3])
+                return "\n".join(lines).strip("\n")
+            lines.append(more)
+
+
+async def chat_loop(engine: Any, *, system: str | None, max_tokens: int | None, temperature: float | None,
+                    seed: int | None, readline: Callable[[], str | None], out: Any) -> None:
+    """``skippy run``'s conversation: read a message, stream the reply to ``out``, keep the history.
+
+    ``readline`` blocks (it runs in a worker thread); ``out`` is a text stream. Commands: see
+    :data:`RUN_HELP`.
+    """
+    from contextlib import aclosing
+
+    import trio
+
+    from skippy import ChatCompletionRequest, Message
+    from skippy.engine.errors import EngineError
+
+    interactive = _isatty(sys.stdin)
+    history: list[Message] = [Message("system", system)] if system else []
+
+    def show(text: str) -> None:
+        if interactive:
+            out.write(text)
+            out.flush()
+
+    while True:
+        text = await trio.to_thread.run_sync(read_message, readline, show)
+        if text is None or text == "/bye":
+            return
+        if text == "/clear":
+            history = history[:1] if system else []
+            out.write("Cleared the conversation.\n")
+            continue
+        if text in ("/?", "/help"):
+            out.write(RUN_HELP + "\n")
+            continue
+        if text.startswith("/") and len(text.split()) == 1:
+            out.write(f"Unknown command {text!r}; type /? for help.\n")
+            continue
+        history.append(Message("user", text))
+        req = ChatCompletionRequest(messages=list(history), stream=True, max_tokens=max_tokens,
+                                    temperature=temperature, seed=seed)
+        reply: list[str] = []
+        finish = None
+        try:
+            stream = await engine.chat_stream(req)
+            async with aclosing(stream):
+                async for chunk in stream:
+                    for choice in chunk.choices:
+                        delta = choice.delta.content if isinstance(choice.delta.content, str) else ""
+                        if delta:
+                            reply.append(delta)
+                            out.write(delta)
+                            out.flush()
+                        finish = choice.finish_reason or finish
+        except EngineError as e:  # e.g. the conversation outgrew the context: say so, keep the session
+            history.pop()
+            out.write(f"error: {e} (/clear starts over)\n")
+            out.flush()
+            continue
+        out.write("\n" if finish != "length" else "\n[reply cut at --max-tokens]\n")
+        out.write("\n" if interactive else "")
+        out.flush()
+        history.append(Message("assistant", "".join(reply)))
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+@main.command()
+@click.argument("name", metavar="MODEL", default=DEFAULT_MODEL)
+@_MODELS_DIR
+@click.option("--system", default=None, metavar="TEXT", help="A system message opening the conversation.")
+@click.option("--max-tokens", default=None, type=click.IntRange(1), help="Cap on each reply's tokens.  "
+              "[default: the context left]")
+@click.option("--temperature", default=None, type=click.FloatRange(0.0), help="Sampling temperature.  [default: 0.8]")
+@click.option("--seed", default=None, type=click.IntRange(0), help="Sampling seed, for repeatable replies.")
+@click.option("--n-ctx", default=4096, show_default=True, type=click.IntRange(16), help="Context in tokens.")
+@click.option("--chat-template", default=None, metavar="NAME|FILE", callback=lambda c, p, v: _read_template(c, p, v),
+              help="Chat template overriding the model's (as for 'skippy serve').")
+@friendly_errors
+def run(name: str, models_dirs: tuple[str, ...], system: str | None, max_tokens: int | None,
+        temperature: float | None, seed: int | None, n_ctx: int, chat_template: str | None) -> None:
+    """Chat with a model in the terminal, as 'ollama run' does.
+
+    The model (a known name, pulled when missing; a GGUF in the cache or
+    --models-dir by file name; or a GGUF path) runs in this process. Replies
+    stream as they are generated; the conversation is kept until /clear.
+    Type /bye (or Ctrl-D) to leave, /? for help; a message starting with
+    three double quotes goes on until a line ending with three double quotes.
+    Lines read from a pipe work too: 'echo hi | skippy run'.
+    """
+    import logging
+
+    import trio
+
+    from skippy import EngineConfig, open_engine
+    from skippy.models import ensure_model, find_model, lookup
+
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    _quiet_llama_log()
+    path = find_model(name, models_dirs)
+    if not path.is_file():
+        path = ensure_model(name)
+    spec = lookup(name)
+
+    def readline() -> str | None:
+        line = sys.stdin.readline()
+        return line.rstrip("\n") if line else None
+
+    async def session() -> None:
+        config = EngineConfig(model=str(path), model_name=spec.name if spec else path.stem, n_ctx=n_ctx,
+                              parallel=1, chat_template=chat_template)
+        async with open_engine(config) as engine:
+            if _isatty(sys.stdin):
+                click.echo(f"{engine.model_id}: type /? for help, /bye to leave")
+            await chat_loop(engine, system=system, max_tokens=max_tokens, temperature=temperature, seed=seed,
+                            readline=readline, out=sys.stdout)
+
+    try:
+        trio.run(session)
+    except KeyboardInterrupt:
+        click.echo("", err=True)
+        sys.exit(130)
+
+
 def _opt(name: str, *aliases: str, **kw):
     """A ``serve`` option that also reads ``SKIPPY_<NAME>`` from the environment (``aliases``: more names,
     such as llama-server's ``-m`` for ``--model``)."""

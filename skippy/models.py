@@ -820,8 +820,8 @@ def parse_hf(source: str) -> HFRef | None:
 def pick_hf_file(files: Iterable[str], quant: str, repo: str = "") -> str:
     """The GGUF of ``files`` (paths in a repo) whose name carries the quantization ``quant``.
 
-    Matches ``quant`` case-insensitively as a whole dash/dot/underscore-separated part of the
-    file name (``Q4_K_M`` matches ``model-Q4_K_M.gguf``, not ``model-Q4_K_M_L.gguf``); multimodal
+    Matches ``quant`` case-insensitively as a whole part of the file name (after ``-``, ``_``, ``.``
+    or the start; before ``-``, ``.`` or the end) (``Q4_K_M`` matches ``model-Q4_K_M.gguf``, not ``model-Q4_K_M_L.gguf``); multimodal
     projectors (``mmproj``) are skipped. llama-server asks the hub for a manifest instead; this needs
     only the file list.
 
@@ -832,7 +832,7 @@ def pick_hf_file(files: Iterable[str], quant: str, repo: str = "") -> str:
     import re
 
     ggufs = sorted(f for f in files if f.lower().endswith(".gguf") and "mmproj" not in f.lower())
-    pattern = re.compile(rf"(?:^|[-_.]){re.escape(quant)}(?:[-_.]|$)", re.IGNORECASE)
+    pattern = re.compile(rf"(?:^|[-_.]){re.escape(quant)}(?:[-.]|$)", re.IGNORECASE)
     found = [f for f in ggufs if pattern.search(Path(f).stem)]
     where = f" in {repo}" if repo else ""
     if not found:
@@ -968,7 +968,7 @@ def download(url: str, part: Path, *, headers: dict[str, str] | None = None, pro
                                                    unit_divisor=1024, desc=part.name.removesuffix(".part"),
                                                    disable=not progress, file=sys.stderr,
                                                    mininterval=0.1 if _isatty(sys.stderr) else 10.0) as bar:
-                    for chunk in r.iter_bytes(_CHUNK):
+                    for chunk in r.iter_bytes():  # as received: a lost connection loses no byte read
                         out.write(chunk)
                         bar.update(len(chunk))
                         got_bytes = True
