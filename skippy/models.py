@@ -821,9 +821,9 @@ def pick_hf_file(files: Iterable[str], quant: str, repo: str = "") -> str:
     """The GGUF of ``files`` (paths in a repo) whose name carries the quantization ``quant``.
 
     Matches ``quant`` case-insensitively as a whole part of the file name (after ``-``, ``_``, ``.``
-    or the start; before ``-``, ``.`` or the end) (``Q4_K_M`` matches ``model-Q4_K_M.gguf``, not ``model-Q4_K_M_L.gguf``); multimodal
-    projectors (``mmproj``) are skipped. llama-server asks the hub for a manifest instead; this needs
-    only the file list.
+    or the start; before ``-``, ``.`` or the end): ``Q4_K_M`` matches ``model-Q4_K_M.gguf``, not
+    ``model-Q4_K_M_L.gguf``. Multimodal projectors (``mmproj``) are skipped. llama-server asks the
+    hub for a manifest instead; this needs only the file list.
 
     Raises:
         ModelError: no file or several files match (the message lists the GGUF files), or the match is

@@ -307,8 +307,8 @@ def test_pull_url_wrong_sha256_exit_1_and_nothing_in_the_cache(home):
     with FileServer({"/x.gguf": data}) as srv:
         result = CliRunner().invoke(main, ["pull", "--sha256", "0" * 64, srv.url + "/x.gguf"])
     assert result.exit_code == 1
-    assert result.stderr.splitlines()[-1].startswith(f"error: SHA-256 mismatch for {srv.url}/x.gguf: expected {'0' * 64}, "
-                                    f"got {hashlib.sha256(data).hexdigest()}")
+    assert result.stderr.splitlines()[-1].startswith(
+        f"error: SHA-256 mismatch for {srv.url}/x.gguf: expected {'0' * 64}, got {hashlib.sha256(data).hexdigest()}")
     assert "Traceback" not in result.output
     assert _cache(home) == []
 
@@ -360,7 +360,8 @@ def test_cli_list_show_rm(home, tmp_path):
     assert listed.exit_code == 0, listed.output
     lines = listed.stdout.splitlines()
     assert lines[0].split() == ["NAME", "SIZE", "QUANT", "ARCH", "CONTEXT", "PATH"]
-    assert lines[1].split() == [DEFAULT_MODEL, "98.4", "MB", "Q4_1", "llama", "8192", str(home / "models" / SPEC.filename)]
+    cached = str(home / "models" / SPEC.filename)
+    assert lines[1].split() == [DEFAULT_MODEL, "98.4", "MB", "Q4_1", "llama", "8192", cached]
     assert lines[2].split()[:3] == ["gemma-3-270m", "253.1", "MB"] and "(not pulled" in lines[2]
     assert lines[3].split() == ["mine", "98.4", "MB", "Q4_1", "llama", "8192", str(other / "mine.gguf")]
     assert len(lines) == 4
