@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from skippy.models import DEFAULT_MODEL, ModelError
-from skippy.models import pull as pull_model
 
 if TYPE_CHECKING:
     import attrs
@@ -56,19 +55,321 @@ def main() -> None:
 
 
 @main.command()
-@click.argument("model", default=DEFAULT_MODEL, metavar="[MODEL]")
+@click.argument("source", default=DEFAULT_MODEL, metavar="[MODEL|URL|hf://OWNER/REPO/FILE.gguf|OWNER/REPO:QUANT]")
+@click.option("--sha256", default=None, metavar="HEX", help="Expected SHA-256 of a URL or Hugging Face download; "
+              "on a mismatch the file is deleted and the exit code is 1.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the model path (no progress).")
 @friendly_errors
-def pull(model: str, quiet: bool) -> None:
-    """Download MODEL into the model cache and verify its SHA-256.
+def pull(source: str, sha256: str | None, quiet: bool) -> None:
+    """Download a model into the model cache and verify it.
 
-    MODEL is a known model name (default: SmolLM2-135M-Instruct). The cache
-    is $SKIPPY_HOME/models (default ~/.cache/skippy/models). Does nothing if
-    the model is already present and intact. Prints the model's path on
-    stdout; progress goes to stderr.
+    SOURCE is a known model name (default: SmolLM2-135M-Instruct; see
+    'skippy list'), whose SHA-256 is pinned; an http(s) URL of a GGUF file;
+    hf://OWNER/REPO/FILE.gguf (Hugging Face's resolve/main URL of that file);
+    or hf://OWNER/REPO:QUANT / OWNER/REPO:QUANT as llama-server's -hf (the
+    repo's single GGUF of that quantization, found in the hub's file list;
+    default Q4_K_M). HF_TOKEN is sent to Hugging Face if set; HF_ENDPOINT
+    replaces https://huggingface.co. A URL download goes to FILE.part first
+    and resumes from it (HTTP Range) after a lost connection or an
+    interrupted pull. The cache is $SKIPPY_HOME/models (default
+    ~/.cache/skippy/models). Prints the model's path on stdout; progress
+    goes to stderr.
     """
-    path = pull_model(model, progress=not quiet)
+    from skippy.models import pull_source
+
+    path = pull_source(source, sha256=sha256, progress=not quiet)
     click.echo(str(path))
+
+
+def _quiet_llama_log() -> None:
+    """``list``/``show`` read GGUFs with llama.cpp: keep its load-time warnings off the terminal."""
+    import logging
+
+    logging.getLogger("skippy.runtime").setLevel(logging.ERROR)
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return ""  # pragma: no cover
+
+
+_MODELS_DIR = click.option("--models-dir", "models_dirs", multiple=True, metavar="DIR",
+                           type=click.Path(file_okay=False), help="Also a directory of GGUF files (repeatable).")
+
+
+@main.command(name="list")
+@_MODELS_DIR
+@friendly_errors
+def list_command(models_dirs: tuple[str, ...]) -> None:
+    """List the models: the known models (pulled or not), the other GGUF files of
+    the cache (e.g. pulled from a URL) and those of --models-dir, with size,
+    quantization, architecture, training context and path (read from each
+    GGUF's metadata)."""
+    from skippy.models import gguf_info, list_models
+
+    _quiet_llama_log()
+    rows = [("NAME", "SIZE", "QUANT", "ARCH", "CONTEXT", "PATH")]
+    for m in list_models(models_dirs):
+        if not m.pulled:
+            size = _size(m.spec.size) if m.spec else "-"
+            rows.append((m.name, size, "-", "-", "-", "(not pulled: skippy pull " + m.name + ")"))
+            continue
+        try:
+            info = gguf_info(m.path)
+        except ModelError as e:
+            rows.append((m.name, _size(m.path.stat().st_size), "?", "?", "?", f"{m.path} ({e})"))
+            continue
+        rows.append((m.name, _size(info.size), info.quantization or "-", info.architecture or "-",
+                     str(info.context_length or "-"), str(m.path)))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    for r in rows:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1])
+
+
+@main.command()
+@click.argument("name", metavar="MODEL")
+@click.option("--template", "template_only", is_flag=True, help="Print only the chat template.")
+@_MODELS_DIR
+@friendly_errors
+def show(name: str, template_only: bool, models_dirs: tuple[str, ...]) -> None:
+    """Show a model's GGUF metadata, chat template and its capabilities.
+
+    MODEL is a known model name, a GGUF in the cache or --models-dir (by file
+    name) or a GGUF path. The capabilities are what skippy detects by
+    rendering probe conversations through the template (system role, tools,
+    tool call ids, parallel calls, thinking), which decide native tool calls
+    or their emulation.
+    """
+    from skippy.models import find_model, gguf_info, lookup
+
+    _quiet_llama_log()
+    path = find_model(name, models_dirs)
+    if not path.is_file():
+        raise ModelError(f"{lookup(name).name if lookup(name) else name} is not pulled yet: run 'skippy pull {name}'")
+    info = gguf_info(path)
+    if template_only:
+        click.echo(info.chat_template or "", nl=bool(info.chat_template))
+        return
+    md = info.metadata
+    arch = info.architecture
+    lines = [
+        ("name", info.name or "-"), ("path", str(path)), ("size", f"{_size(info.size)} ({info.size} bytes)"),
+        ("architecture", arch or "-"), ("parameters", f"{info.n_params / 1e6:.0f}M ({info.n_params})"),
+        ("quantization", info.quantization or "-"), ("context length", str(info.context_length or "-")),
+        ("embedding length", md.get(f"{arch}.embedding_length", "-")), ("layers", md.get(f"{arch}.block_count", "-")),
+        ("attention heads", f"{md.get(f'{arch}.attention.head_count', '-')} "
+                            f"(KV {md.get(f'{arch}.attention.head_count_kv', '-')})"),
+    ]
+    if f"{arch}.attention.sliding_window" in md:
+        lines.append(("sliding window", md[f"{arch}.attention.sliding_window"]))
+    lines += [("vocabulary", f"{info.n_vocab} tokens ({md.get('tokenizer.ggml.model', '-')})"),
+              ("license", md.get("general.license", "-"))]
+    width = max(len(k) for k, _ in lines)
+    click.echo("Model")
+    for k, v in lines:
+        click.echo(f"  {k.ljust(width)}  {v}")
+    click.echo("\nChat template")
+    if info.chat_template is None:
+        click.echo("  none in the GGUF (tokenizer.chat_template): skippy falls back to ChatML "
+                   "(<|im_start|>role ... <|im_end|>); give the model's own with --chat-template")
+        return
+    import attrs
+
+    from skippy.engine.chat.capabilities import detect_caps
+    from skippy.engine.chat.templates import ChatTemplate
+
+    first = info.chat_template.strip().splitlines()[0] if info.chat_template.strip() else ""
+    click.echo(f"  {len(info.chat_template)} chars; first line: {first[:100]}")
+    click.echo("  (print it whole with 'skippy show --template " + name + "')")
+    caps = detect_caps(ChatTemplate(info.chat_template))
+    click.echo("\nCapabilities")
+    for field, value in attrs.asdict(caps).items():
+        click.echo(f"  {field.replace('_', ' ')}: {str(value).lower() if isinstance(value, bool) else value}")
+
+
+@main.command()
+@click.argument("name", metavar="MODEL")
+@friendly_errors
+def rm(name: str) -> None:
+    """Delete a model from the model cache.
+
+    MODEL is a known model name, the name of another GGUF of the cache (see
+    'skippy list'), or a path inside the cache; a partial download of it goes
+    too. Files outside the cache ($SKIPPY_HOME/models) are never deleted.
+    """
+    from skippy.models import remove_model
+
+    for path in remove_model(name):
+        click.echo(f"deleted {path}")
+
+
+RUN_HELP = """Commands:
+  /bye            leave (so does end of input, Ctrl-D)
+  /clear          forget the conversation so far
+  /? or /help     this help
+  \"\"\"             start or end a message of several lines"""
+
+
+def read_message(readline: Callable[[], str | None], prompt: Callable[[str], None]) -> str | None:
+    """One user message from ``readline`` (a line without its newline, ``None`` at end of input).
+
+    A message starting with three double quotes goes on until a line ending with three double
+    quotes, as in ``ollama run``; the quotes are dropped and the lines joined with ``\\n``. ``prompt``
+    shows ``>>> `` before a message and ``... `` before each continuation line. Returns ``None`` at end
+    of input (an unfinished multi-line message is dropped); empty lines are skipped.
+    """
+    while True:
+        prompt(">>> ")
+        line = readline()
+        if line is None:
+            return None
+        if not line.strip():
+            continue
+        if not line.lstrip().startswith('"""'):
+            return line.strip()
+        first = line.lstrip()[3:]
+        if first.rstrip().endswith('"""'):
+            return first.rstrip()[:-3].strip()
+        lines = [first] if first else []
+        while True:
+            prompt("... ")
+            more = readline()
+            if more is None:
+                return None
+            if more.rstrip().endswith('"""'):
+                lines.append(more.rstrip()[:-3])
+                return "\n".join(lines).strip("\n")
+            lines.append(more)
+
+
+async def chat_loop(engine: Any, *, system: str | None, max_tokens: int | None, temperature: float | None,
+                    seed: int | None, readline: Callable[[], str | None], out: Any) -> None:
+    """``skippy run``'s conversation: read a message, stream the reply to ``out``, keep the history.
+
+    ``readline`` blocks (it runs in a worker thread); ``out`` is a text stream. Commands: see
+    :data:`RUN_HELP`.
+    """
+    from contextlib import aclosing
+
+    import trio
+
+    from skippy import ChatCompletionRequest, Message
+    from skippy.engine.errors import EngineError
+
+    interactive = _isatty(sys.stdin)
+    history: list[Message] = [Message("system", system)] if system else []
+
+    def show(text: str) -> None:
+        if interactive:
+            out.write(text)
+            out.flush()
+
+    while True:
+        text = await trio.to_thread.run_sync(read_message, readline, show)
+        if text is None or text == "/bye":
+            return
+        if text == "/clear":
+            history = history[:1] if system else []
+            out.write("Cleared the conversation.\n")
+            continue
+        if text in ("/?", "/help"):
+            out.write(RUN_HELP + "\n")
+            continue
+        if text.startswith("/") and len(text.split()) == 1:
+            out.write(f"Unknown command {text!r}; type /? for help.\n")
+            continue
+        history.append(Message("user", text))
+        req = ChatCompletionRequest(messages=list(history), stream=True, max_tokens=max_tokens,
+                                    temperature=temperature, seed=seed)
+        reply: list[str] = []
+        finish = None
+        try:
+            stream = await engine.chat_stream(req)
+            async with aclosing(stream):
+                async for chunk in stream:
+                    for choice in chunk.choices:
+                        delta = choice.delta.content if isinstance(choice.delta.content, str) else ""
+                        if delta:
+                            reply.append(delta)
+                            out.write(delta)
+                            out.flush()
+                        finish = choice.finish_reason or finish
+        except EngineError as e:  # e.g. the conversation outgrew the context: say so, keep the session
+            history.pop()
+            out.write(f"error: {e} (/clear starts over)\n")
+            out.flush()
+            continue
+        out.write("\n" if finish != "length" else "\n[reply cut at --max-tokens]\n")
+        out.write("\n" if interactive else "")
+        out.flush()
+        history.append(Message("assistant", "".join(reply)))
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+@main.command()
+@click.argument("name", metavar="MODEL", default=DEFAULT_MODEL)
+@_MODELS_DIR
+@click.option("--system", default=None, metavar="TEXT", help="A system message opening the conversation.")
+@click.option("--max-tokens", default=None, type=click.IntRange(1), help="Cap on each reply's tokens.  "
+              "[default: the context left]")
+@click.option("--temperature", default=None, type=click.FloatRange(0.0), help="Sampling temperature.  [default: 0.8]")
+@click.option("--seed", default=None, type=click.IntRange(0), help="Sampling seed, for repeatable replies.")
+@click.option("--n-ctx", default=4096, show_default=True, type=click.IntRange(16), help="Context in tokens.")
+@click.option("--chat-template", default=None, metavar="NAME|FILE", callback=lambda c, p, v: _read_template(c, p, v),
+              help="Chat template overriding the model's (as for 'skippy serve').")
+@friendly_errors
+def run(name: str, models_dirs: tuple[str, ...], system: str | None, max_tokens: int | None,
+        temperature: float | None, seed: int | None, n_ctx: int, chat_template: str | None) -> None:
+    """Chat with a model in the terminal, as 'ollama run' does.
+
+    The model (a known name, pulled when missing; a GGUF in the cache or
+    --models-dir by file name; or a GGUF path) runs in this process. Replies
+    stream as they are generated; the conversation is kept until /clear.
+    Type /bye (or Ctrl-D) to leave, /? for help; a message starting with
+    three double quotes goes on until a line ending with three double quotes.
+    Lines read from a pipe work too: 'echo hi | skippy run'.
+    """
+    import logging
+
+    import trio
+
+    from skippy import EngineConfig, open_engine
+    from skippy.models import ensure_model, find_model, lookup
+
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    _quiet_llama_log()
+    path = find_model(name, models_dirs)
+    if not path.is_file():
+        path = ensure_model(name)
+    spec = lookup(name)
+
+    def readline() -> str | None:
+        line = sys.stdin.readline()
+        return line.rstrip("\n") if line else None
+
+    async def session() -> None:
+        config = EngineConfig(model=str(path), model_name=spec.name if spec else path.stem, n_ctx=n_ctx,
+                              parallel=1, chat_template=chat_template)
+        async with open_engine(config) as engine:
+            if _isatty(sys.stdin):
+                click.echo(f"{engine.model_id}: type /? for help, /bye to leave")
+            await chat_loop(engine, system=system, max_tokens=max_tokens, temperature=temperature, seed=seed,
+                            readline=readline, out=sys.stdout)
+
+    try:
+        trio.run(session)
+    except KeyboardInterrupt:
+        click.echo("", err=True)
+        sys.exit(130)
 
 
 def _opt(name: str, *aliases: str, **kw):

@@ -44,7 +44,7 @@ import trio
 
 from skippy.actors.hooks import HookEvaluator, WebhookPolicy
 from skippy.actors.metrics import EngineMetrics
-from skippy.actors.renderer import CHATML, TemplateRenderer
+from skippy.actors.renderer import CHATML, TemplateRenderer, fallback_stops
 from skippy.actors.scheduler import DecodeScheduler
 from skippy.actors.tokenizer import Tokenizer
 from skippy.engine.chat.emulation import EarlyStop
@@ -157,6 +157,9 @@ class Engine:
         self.served_names: tuple[str, ...] = tuple(dict.fromkeys((self.model_id, *config.model_alias)))
         #: ``/v1/models`` ``created``: the model file's modification time (Unix seconds), else the load time
         self.created = _file_time(runtime.meta.path)
+        #: stop strings every chat request gets from the template: ChatML's ``<|im_end|>`` when ChatML
+        #: stands in for a missing template and the vocabulary has no such token (see ``fallback_stops``)
+        self.template_stops: tuple[str, ...] = ()
         self._rids = itertools.count(1)
         self._format_pieces: dict[str, Callable[[int], bytes]] = {}
         self.closed = False
@@ -439,6 +442,7 @@ class Engine:
             extra = await self.tokenizer.tokenize(pre.text, add_special=False, parse_special=False)
             prompt, injected = prompt + extra, len(extra)
         max_tokens, stops = self._max_tokens(req, len(prompt)), _stops(req.stop)
+        stops += [s for s in self.template_stops if s not in stops]  # ChatML's end on a foreign vocabulary
         piece = await self._piece_for(plan.chat_format)
         gens = [Generation(next(self._rids), prompt, _choice_seed(params, j), max_tokens,
                            piece=piece, parser=make_output_parser(plan), stops=stops,
@@ -893,6 +897,8 @@ async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None) -
     try:
         async with trio.open_nursery() as nursery:
             engine = Engine(config, runtime, tokenizer, renderer, scheduler, evaluator, nursery)
+            if source is CHATML:
+                engine.template_stops = fallback_stops(runtime.vocab, meta.eog_ids)
             nursery.start_soon(tokenizer.run)
             nursery.start_soon(renderer.run)
             nursery.start_soon(scheduler.run)

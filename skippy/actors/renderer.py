@@ -24,7 +24,29 @@ CHATML = (
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 
-__all__ = ["CHATML", "RenderChat", "Rendered", "TemplateRenderer"]
+CHATML_END = "<|im_end|>"
+"""ChatML's end-of-turn marker."""
+
+__all__ = ["CHATML", "CHATML_END", "RenderChat", "Rendered", "TemplateRenderer", "fallback_stops"]
+
+
+def fallback_stops(vocab: Any, eog_ids: frozenset[int] | set[int]) -> tuple[str, ...]:
+    """Stop strings a chat needs when ChatML stands in for a GGUF without a chat template.
+
+    A model trained on ChatML (SmolLM2, Qwen) has ``<|im_end|>`` as one end-of-generation token, so
+    generation ends there. On another vocabulary (Gemma's, Llama's) the marker is ordinary text of
+    several tokens: the model can write it and run on into turns it invents. Then the marker is
+    returned as a stop string (llama-server adds its templates' end markers as stop words the same
+    way). ``vocab.tokenize(text, add_special=False, parse_special=True)`` -> token ids.
+
+    Returns:
+        ``()`` when ``<|im_end|>`` is one end-of-generation token of the vocabulary, else
+        ``("<|im_end|>",)``.
+    """
+    tokens = vocab.tokenize(CHATML_END, add_special=False, parse_special=True)
+    if len(tokens) == 1 and tokens[0] in eog_ids:
+        return ()
+    return (CHATML_END,)
 
 
 @attrs.frozen

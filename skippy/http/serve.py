@@ -259,6 +259,9 @@ def _log_chat_template(engine: Engine) -> None:
     else:
         log.warning("chat template: the GGUF has none (no tokenizer.chat_template); using ChatML "
                     "(<|im_start|>role ... <|im_end|>); give the model's own with --chat-template FILE")
+        if engine.template_stops:
+            log.warning("chat template: %s is not an end-of-generation token of this model's vocabulary; "
+                        "chat requests stop at it as a stop string", ", ".join(engine.template_stops))
 
 
 async def serve(config: EngineConfig, *, host: str | Sequence[str] = "127.0.0.1", port: int = 8080,

