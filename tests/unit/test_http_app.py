@@ -177,7 +177,7 @@ async def test_preflight_of_an_allowed_origin() -> None:
 @pytest.mark.parametrize("origins, headers, status, code", [
     ((ORIGIN,), {"Origin": "https://evil.example"}, 403, "cors_origin_not_allowed"),
     ((), {}, 403, "cors_origin_not_allowed"),  # CORS off: every preflight is refused
-    ((ORIGIN,), {"Access-Control-Request-Method": "DELETE"}, 403, "cors_method_not_allowed"),
+    ((ORIGIN,), {"Access-Control-Request-Method": "PUT"}, 403, "cors_method_not_allowed"),
     ((ORIGIN,), {"Access-Control-Request-Headers": "x-ok, (bad)"}, 400, None),
     (("*",), {"Access-Control-Request-Headers": "x y"}, 400, None),
 ])

@@ -219,9 +219,11 @@ ResponseOutputItem = ResponseOutputMessage | ResponseFunctionCall | ResponseReas
 
 
 class ResponseInputTokensDetails(WireStruct, kw_only=True):
-    """``usage.input_tokens_details``: ``cached_tokens`` input tokens came from the prefix cache."""
+    """``usage.input_tokens_details``: ``cached_tokens`` input tokens came from the prefix cache,
+    ``cache_write_tokens`` were prefilled this time (what the prefix cache keeps, when it is on)."""
 
     cached_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 class ResponseOutputTokensDetails(WireStruct, kw_only=True):
@@ -248,7 +250,7 @@ class ResponseIncompleteDetails(WireStruct, kw_only=True):
 
 
 class ResponseError(WireStruct, kw_only=True):
-    """The error of a ``failed`` response (``code``: the error envelope's code or type)."""
+    """The error of a ``failed`` response (``code``: one of OpenAI's, see :meth:`ResponseEvents.failed`)."""
 
     code: str
     message: str
@@ -736,7 +738,9 @@ def response_usage(usage: wire.Usage, reasoning_tokens: int = 0) -> ResponseUsag
     """Chat ``usage`` as Responses ``usage`` (``prompt_tokens`` -> ``input_tokens``...)."""
     return ResponseUsage(
         input_tokens=usage.prompt_tokens,
-        input_tokens_details=ResponseInputTokensDetails(cached_tokens=usage.prompt_tokens_details.cached_tokens),
+        input_tokens_details=ResponseInputTokensDetails(
+            cached_tokens=usage.prompt_tokens_details.cached_tokens,
+            cache_write_tokens=usage.prompt_tokens - usage.prompt_tokens_details.cached_tokens),
         output_tokens=usage.completion_tokens,
         output_tokens_details=ResponseOutputTokensDetails(reasoning_tokens=reasoning_tokens),
         total_tokens=usage.prompt_tokens + usage.completion_tokens)
@@ -918,7 +922,12 @@ class ResponseEvents:
 
     def failed(self, exc: EngineError) -> ResponseStreamEvent:
         """``response.failed`` for an error after the stream started (deadline, shutdown, a runtime
-        failure): ``error.code`` is the envelope's ``code`` (or its ``type``)."""
+        failure). ``error.code`` is one of OpenAI's: ``rate_limit_exceeded`` (429), ``invalid_prompt``
+        (another 4xx), ``server_error`` (5xx: 503 shutdown, 504 deadline...); the message ends with our
+        envelope's code in parentheses (e.g. ``(request_timeout)``)."""
         self._open = None
+        code = ("rate_limit_exceeded" if exc.status == 429 else "invalid_prompt" if 400 <= exc.status < 500
+                else "server_error")
+        message = f"{exc.message} ({exc.code})" if exc.code else exc.message
         return self._event("response.failed", response=self._snapshot(
-            "failed", error=ResponseError(code=exc.code or exc.type, message=exc.message)))
+            "failed", error=ResponseError(code=code, message=message)))
