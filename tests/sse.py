@@ -8,11 +8,13 @@ and no ``[DONE]``. Every reader here yields the events' payloads: the parsed JSO
 
 - :func:`sse_events`: all the events of a response (streamed or already read);
 - :func:`iter_sse` / :func:`aiter_sse`: the events as they arrive (break to stop reading);
-- :func:`sse_events_from_bytes`: the events in raw response-body bytes (a raw socket client).
+- :func:`sse_events_from_bytes`: the events in raw response-body bytes (a raw socket client);
+- :func:`iter_named_sse`: the OpenAI Responses stream, whose events are named
+  (``event: response.created``) after their payload's ``type``, with no ``[DONE]``.
 
 Raises ``httpx_sse.SSEError`` if the response is not ``text/event-stream``, and
 ``AssertionError`` for an event other than a plain ``data:`` message (OpenAI sends no
-``event:``, ``id:`` or ``retry:`` fields).
+``event:``, ``id:`` or ``retry:`` fields on chat and text completions).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 import httpx
 from httpx_sse import EventSource, ServerSentEvent
 
-__all__ = ["DONE", "aiter_sse", "iter_sse", "sse_events", "sse_events_from_bytes"]
+__all__ = ["DONE", "aiter_sse", "iter_named_sse", "iter_sse", "sse_events", "sse_events_from_bytes"]
 
 DONE = "[DONE]"
 
@@ -38,6 +40,15 @@ def iter_sse(resp: httpx.Response) -> Iterator[Any]:
     """The payloads of ``resp``'s events, read as they arrive (``httpx.stream`` / ``client.stream``)."""
     for sse in EventSource(resp).iter_sse():
         yield _payload(sse)
+
+
+def iter_named_sse(resp: httpx.Response) -> Iterator[dict[str, Any]]:
+    """The JSON payloads of a Responses stream as they arrive; asserts each event's name is its ``type``."""
+    for sse in EventSource(resp).iter_sse():
+        assert not sse.id and sse.retry is None, sse
+        payload = json.loads(sse.data)
+        assert sse.event == payload.get("type"), sse
+        yield payload
 
 
 async def aiter_sse(resp: httpx.Response) -> AsyncIterator[Any]:

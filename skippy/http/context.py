@@ -27,6 +27,7 @@ from quart import current_app, request
 from quart_trio.wrappers.request import TrioRequest
 
 from skippy.actors.engine import Engine, RequestTrace
+from skippy.engine.api.responses import ResponseStore
 from skippy.engine.errors import EngineError, ModelLoading
 from skippy.http.settings import ServerSettings
 
@@ -126,12 +127,15 @@ class AppState:
 
 @attrs.frozen
 class Shared:
-    """App-wide state of the routes: ``state`` (engine, lifecycle), ``settings``, and ``openapi`` (the
-    encoded ``/openapi.json`` document, built once)."""
+    """App-wide state of the routes: ``state`` (engine, lifecycle), ``settings``, ``openapi`` (the
+    encoded ``/openapi.json`` document, built once) and ``responses``, the stored ``/v1/responses``
+    (``--responses-store-size``)."""
 
     state: AppState
     settings: ServerSettings
     openapi: bytes
+    responses: ResponseStore = attrs.field(
+        default=attrs.Factory(lambda self: ResponseStore(self.settings.responses_store_size), takes_self=True))
 
     @property
     def lifecycle(self) -> Lifecycle:

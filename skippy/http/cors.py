@@ -55,7 +55,7 @@ from quart import Request, Response
 from skippy.http.replies import error_response
 from skippy.http.settings import ServerSettings
 
-ALLOW_METHODS = ("GET", "POST", "OPTIONS")
+ALLOW_METHODS = ("GET", "POST", "DELETE", "OPTIONS")  # DELETE: /v1/responses/{id}
 MAX_AGE = 600  # seconds a browser may cache a preflight answer
 EXPOSE_HEADERS = "Retry-After, WWW-Authenticate, X-Request-Id"
 _DEFAULT_ALLOW_HEADERS = "authorization, content-type, x-api-key"

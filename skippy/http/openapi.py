@@ -9,7 +9,10 @@ A response field is ``required`` unless the server may leave it out.
 Every route may answer with an OpenAI error envelope (the ``default``
 response). Streaming responses are ``text/event-stream``; each ``data``
 event is a ``ChatCompletionChunk`` / ``TextCompletion`` (see the
-components), an ``ErrorEnvelope``, or ``[DONE]``.
+components), an ``ErrorEnvelope``, or ``[DONE]``; ``/v1/responses``
+streams named events (``event: response.created``...) whose ``data`` is a
+``ResponseStreamEvent`` (:mod:`skippy.engine.api.responses`), with no
+``[DONE]``, and reports a late error as ``response.failed``.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 
 import msgspec
 
+from skippy.engine.api import responses as responses_api
 from skippy.engine.chat.prepare import ROLES
 from skippy.engine.output import wire
 from skippy.engine.output.wire import (
@@ -35,8 +39,8 @@ from skippy.engine.types import (
 from skippy.http.routes import ROUTES
 
 _REQUESTS = [ChatCompletionRequest, CompletionRequest, NativeCompletionRequest, TokenizeRequest, DetokenizeRequest,
-             ApplyTemplateRequest, SlotActionRequest]
-_RESPONSES = list(wire.RESPONSES)
+             ApplyTemplateRequest, SlotActionRequest, responses_api.ResponsesRequest]
+_RESPONSES = list(wire.RESPONSES) + list(responses_api.RESPONSES)
 _REF = "#/components/schemas/{name}"
 
 
@@ -98,8 +102,13 @@ def _paths() -> dict[str, Any]:
 
 
 def _wire_structs() -> list[type[msgspec.Struct]]:
-    return [t for t in vars(wire).values()
-            if isinstance(t, type) and issubclass(t, wire.WireStruct) and t is not wire.WireStruct]
+    """Every wire Struct: :mod:`~skippy.engine.output.wire`'s and the other APIs' (subclasses anywhere)."""
+    found, todo = [], list(wire.WireStruct.__subclasses__())
+    while todo:
+        t = todo.pop()
+        found.append(t)
+        todo += t.__subclasses__()
+    return found
 
 
 def _refine(components: dict[str, Any]) -> None:
@@ -114,8 +123,8 @@ def _refine(components: dict[str, Any]) -> None:
         schema = components.get(struct.__name__)
         if schema is not None:
             required = [f.encode_name for f in msgspec.structs.fields(struct) if f.default is not msgspec.UNSET]
-            if required:
-                schema["required"] = required
+            if required:  # msgspec's own (fields without a default, the tag of a tagged Struct) stay
+                schema["required"] = list(dict.fromkeys(schema.get("required", []) + required))
     message = components.get("Message", {}).get("properties", {})
     if "role" in message:
         message["role"] = {"type": "string", "enum": sorted(ROLES)}

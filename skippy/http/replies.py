@@ -41,6 +41,12 @@ def sse(obj: Any) -> bytes:
     return b"data: " + _json.encode(obj) + b"\n\n"
 
 
+def sse_event(name: str, obj: Any) -> bytes:
+    """One named server-sent event: ``event: <name>``, ``data: <json>`` and a blank line (the OpenAI
+    Responses stream names each event after its ``type``)."""
+    return b"event: " + name.encode() + b"\ndata: " + _json.encode(obj) + b"\n\n"
+
+
 SSE_DONE = b"data: [DONE]\n\n"  # OpenAI's end-of-stream event
 SSE_PING = b": ping\n\n"  # an SSE comment: clients ignore it, proxies see traffic (keep-alive)
 

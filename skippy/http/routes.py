@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ import msgspec
 import trio
 from quart import Blueprint, Response, request
 
+from skippy.engine.api import responses as rapi
 from skippy.engine.errors import EngineError, InvalidRequest, NotSupported
 from skippy.engine.output import wire
 from skippy.engine.types import (
@@ -46,7 +48,15 @@ from skippy.engine.types import (
 )
 from skippy.http.context import RequestContext, Shared, ShuttingDown, current, shared
 from skippy.http.logs import log_request
-from skippy.http.replies import SSE_DONE, SSE_PING, engine_error_response, error_response, json_response, sse
+from skippy.http.replies import (
+    SSE_DONE,
+    SSE_PING,
+    engine_error_response,
+    error_response,
+    json_response,
+    sse,
+    sse_event,
+)
 from skippy.http.settings import ServerSettings
 
 log = logging.getLogger("skippy.http")
@@ -59,7 +69,7 @@ class Route:
     """One route of the table.
 
     ``paths``: the first is documented, the rest are aliases. ``method``:
-    ``"GET"`` or ``"POST"``. ``body``: the request Struct the handler
+    ``"GET"``, ``"POST"`` or ``"DELETE"``. ``body``: the request Struct the handler
     decodes (``None``: no body). ``response``: the Struct of a 200 answer
     (``None``: a free-form JSON object, or text for a non-JSON
     ``content_type``). ``sse``: with ``"stream": true`` the answer is
@@ -209,13 +219,19 @@ def log_line(app: Shared, ctx: RequestContext, status: int, route: str, rule: st
                 disconnected=disconnected)
 
 
-async def _stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitable[AsyncIterator[Any]]],
-                  done: bool = True) -> Response:
+async def _stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitable[AsyncIterator[Any]]], *,
+                  frame: Callable[[Any], bytes] = sse, fail: Callable[[EngineError], Any] = EngineError.envelope,
+                  done: bytes | None = SSE_DONE, count: Callable[[Any], int] = _chunk_tokens) -> Response:
     """SSE response; the first chunk is pulled before the headers so request errors stay 4xx.
 
     Every wait for the next chunk runs in the request's :meth:`~skippy.http.context.Lifecycle.guard`:
     past the deadline (or the shutdown grace) the generation is cancelled, which frees its sequence,
     and the stream ends with a final error event instead of ``[DONE]``.
+
+    ``frame`` encodes a chunk as an SSE event; ``fail`` makes the final event of an error (the
+    error envelope); ``done`` ends a complete stream (``None``: nothing, as llama-server's native
+    ``/completion`` stream and the Responses stream);
+    ``count`` says how many tokens a chunk carries (the log line's).
     """
     chunks: AsyncIterator[Any] | None = None
 
@@ -252,7 +268,7 @@ async def _stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitabl
         code = reason = None
         disconnected = False
         try:
-            yield sse(first)
+            yield frame(first)
             while True:
                 chunk = None
                 with lifecycle.guard(ctx.deadline) as scope:
@@ -266,17 +282,17 @@ async def _stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitabl
                 if scope.cancelled_caught:
                     error = app.stopped()
                     status, code, reason = error.status, error.code or error.type, str(error)
-                    yield sse(error.envelope())
+                    yield frame(fail(error))
                     return
                 if chunk is None:
                     break
-                tokens += _chunk_tokens(chunk)
-                yield sse(chunk)
-            if done:  # llama-server's native /completion stream ends without [DONE]
-                yield SSE_DONE
+                tokens += count(chunk)
+                yield frame(chunk)
+            if done is not None:
+                yield done
         except EngineError as exc:
             status, code, reason = exc.status, exc.code or exc.type, str(exc)
-            yield sse(exc.envelope())
+            yield frame(fail(exc))
         except trio.Cancelled:
             status = 499  # the client went away
             disconnected = True
@@ -339,6 +355,97 @@ async def infill() -> Response:
     return json_response(result)
 
 
+# -- /v1/responses: OpenAI Responses translated onto the chat path (skippy.engine.api.responses) ------
+
+async def _reasoning_tokens(eng: Any, text: str) -> int:
+    """Tokens of the reasoning text (``usage.output_tokens_details.reasoning_tokens``)."""
+    return len(await eng.tokenizer.tokenize(text, add_special=False, parse_special=False)) if text else 0
+
+
+class _ResponseStream:
+    """The Responses events of one streamed turn over the engine's chat chunks; the response is stored
+    when it ends (``store``).
+
+    Cancel-safe like the chat stream (``_stream`` cancels a wait for a keep-alive ping): a cancelled
+    :meth:`__anext__` loses nothing, the events of a chunk wait in ``pending``, the usage chunk in ``usage``.
+    """
+
+    def __init__(self, app: Shared, eng: Any, turn: rapi.Turn, events: rapi.ResponseEvents,
+                 chunks: AsyncIterator[wire.ChatCompletionChunk]) -> None:
+        self.app, self.eng, self.turn, self.events, self.chunks = app, eng, turn, events, chunks
+        self.pending = deque(events.start())
+        self.usage: wire.Usage | None = None
+        self.ended = False
+
+    def __aiter__(self) -> _ResponseStream:
+        return self
+
+    async def __anext__(self) -> rapi.ResponseStreamEvent:
+        while not self.pending:
+            if self.ended:
+                raise StopAsyncIteration
+            if self.usage is None:
+                chunk = await self.chunks.__anext__()
+                if chunk.usage is wire.UNSET:
+                    self.pending.extend(self.events.feed(chunk))
+                    continue
+                self.usage = chunk.usage
+            n = await _reasoning_tokens(self.eng, self.events.reasoning_text)
+            self.pending.extend(self.events.finish(self.usage, reasoning_tokens=n))
+            self.ended = True
+            if self.turn.request.store and self.events.final is not None:
+                self.app.responses.put(self.turn.stored(self.events.final))
+        return self.pending.popleft()
+
+    async def aclose(self) -> None:
+        await self.chunks.aclose()  # type: ignore[attr-defined]
+
+
+def _event_tokens(event: rapi.ResponseStreamEvent) -> int:
+    return 1 if event.type.endswith(".delta") else 0
+
+
+async def responses_create() -> Response:
+    app, ctx = shared(), current()
+    req = await _body(rapi.ResponsesRequest, ctx)
+    previous = (app.responses.get(req.previous_response_id, param="previous_response_id")
+                if req.previous_response_id is not None else None)
+    eng = app.engine()
+    turn = rapi.prepare(req, previous, model=eng.reply_model(req.model))
+    try:
+        _check_limits(app.settings, turn.chat.messages, turn.chat)
+        if req.stream:
+            events = rapi.ResponseEvents(turn)
+
+            async def start() -> AsyncIterator[Any]:
+                try:
+                    return _ResponseStream(app, eng, turn, events, await eng.chat_stream(turn.chat))
+                except EngineError as exc:
+                    raise rapi.rename_params(exc) from None
+
+            return await _stream(app, ctx, start, frame=lambda e: sse_event(e.type, e), fail=events.failed,
+                                 done=None, count=_event_tokens)
+        result = await _unless_gone(app, ctx, eng.chat(turn.chat))
+    except EngineError as exc:
+        raise rapi.rename_params(exc) from None
+    ctx.tokens = _completion_tokens(result)
+    message = result.choices[0].message
+    reasoning = message.reasoning_content if message.reasoning_content is not wire.UNSET else ""
+    response = turn.from_chat(result, reasoning_tokens=await _reasoning_tokens(eng, reasoning))
+    if req.store:
+        app.responses.put(turn.stored(response))
+    return json_response(response)
+
+
+async def responses_get(response_id: str) -> Response:
+    return json_response(shared().responses.get(response_id, param="response_id").response)
+
+
+async def responses_delete(response_id: str) -> Response:
+    shared().responses.delete(response_id)
+    return json_response(rapi.ResponseDeleted(id=response_id))
+
+
 def _model(eng: Any, name: str) -> wire.Model:
     meta = eng.meta
     return wire.Model(id=name, created=eng.created, meta=wire.ModelDetails(
@@ -353,7 +460,7 @@ async def completion_native() -> Response:
     _check_limits(app.settings, [], req)
     eng = app.engine()
     if req.stream:
-        return await _stream(app, ctx, lambda: eng.completion_native_stream(req), done=False)
+        return await _stream(app, ctx, lambda: eng.completion_native_stream(req), done=None)
     results = await _unless_gone(app, ctx, eng.completion_native(req))
     ctx.tokens = sum(r.tokens_predicted for r in results)
     return json_response(results[0] if len(results) == 1 else results)  # llama-server: a list for several
@@ -515,6 +622,14 @@ ROUTES: tuple[Route, ...] = (
     Route(("/v1/completions",), "POST", completions,
           "OpenAI legacy Completions (SSE when stream is true)", CompletionRequest, wire.TextCompletion,
           sse=wire.TextCompletion),
+    Route(("/v1/responses", "/responses"), "POST", responses_create,
+          "OpenAI Responses, translated onto the chat path (SSE events when stream is true; stored by default)",
+          rapi.ResponsesRequest, rapi.ResponseObject, sse=rapi.ResponseStreamEvent),
+    Route(("/v1/responses/<response_id>", "/responses/<response_id>"), "GET", responses_get,
+          "A stored response (404 when it was not stored, was deleted or was evicted)",
+          response=rapi.ResponseObject),
+    Route(("/v1/responses/<response_id>", "/responses/<response_id>"), "DELETE", responses_delete,
+          "Forget a stored response (404 when there is none)", response=rapi.ResponseDeleted),
     Route(("/infill",), "POST", infill, "llama-server /infill: fill-in-the-middle with the model's FIM tokens "
           "(SSE when stream is true)", InfillRequest, wire.Infill, sse=wire.Infill),
     Route(("/v1/models", "/models"), "GET", models, "The served model under each of its names (--alias)",

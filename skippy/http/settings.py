@@ -95,6 +95,10 @@ class ServerSettings:
                                   help="Refuse request fields this server does not know with 400 naming the field "
                                        "(OpenAI's behaviour) instead of ignoring them (logged and listed in the "
                                        "X-Skippy-Ignored-Fields response header).")
+    responses_store_size: int = setting(1024, check=IntRange(0),
+                                        help="Responses kept in memory for GET /v1/responses/{id} and "
+                                             "previous_response_id (store: true, the default); the least "
+                                             "recently used is forgotten first (0: none are kept).")
     _key_digests: tuple[bytes, ...] = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:

@@ -197,7 +197,7 @@ def test_cors_preflight_and_response_headers(hard_server: Server) -> None:
     evil = httpx.options(url, headers={**preflight, "Origin": "https://evil.example"}, timeout=10)
     assert_envelope(evil, 403, "cors_origin_not_allowed")
     assert "Access-Control-Allow-Origin" not in evil.headers
-    bad_method = httpx.options(url, headers={**preflight, "Access-Control-Request-Method": "DELETE"}, timeout=10)
+    bad_method = httpx.options(url, headers={**preflight, "Access-Control-Request-Method": "PUT"}, timeout=10)
     assert bad_method.status_code == 403
 
     body = {"messages": HI, "max_tokens": 1}

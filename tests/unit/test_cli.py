@@ -75,6 +75,7 @@ BEFORE = [
     ("--shutdown-grace FLOAT RANGE", "[env var: SKIPPY_SHUTDOWN_GRACE; default: 30.0; x>=0.0]", 30.0),
     ("--sse-ping-interval FLOAT RANGE", "[env var: SKIPPY_SSE_PING_INTERVAL; default: 15.0; x>=0.0]", 15.0),
     ("--strict-fields", "[env var: SKIPPY_STRICT_FIELDS]", False),
+    ("--responses-store-size INTEGER RANGE", "[env var: SKIPPY_RESPONSES_STORE_SIZE; default: 1024; x>=0]", 1024),
     ("--metrics / --no-metrics", "[env var: SKIPPY_METRICS; default: metrics]", True),
     ("--slots / --no-slots", "[env var: SKIPPY_SLOTS; default: slots]", True),
     ("--ssl-key-file FILE", "[env var: SKIPPY_SSL_KEY_FILE]", None),

@@ -64,6 +64,7 @@ SERVER = {
     "ssl_cert_file": ([1, b"cert.pem"], [None, "cert.pem"], None),
     "sse_ping_interval": ([-1, math.nan, math.inf, "15"], [0, 0.5, 15.0], "x>=0.0"),
     "strict_fields": (["yes", 1], [True, False], None),
+    "responses_store_size": ([-1, 1.5, "8"], [0, 1, 1024], "x>=0"),
 }
 
 

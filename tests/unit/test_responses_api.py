@@ -1,0 +1,353 @@
+"""The Responses API translation (sans-IO): request -> chat request, chat reply / chunks -> response / events.
+
+The shapes are checked against the ``openai`` package's own pydantic types (validated strictly, not
+constructed), so the SDK parses what the server sends; the event stream is also fed to the SDK's
+stream accumulator (``ResponseStreamState``, what ``client.responses.stream`` runs).
+"""
+
+from __future__ import annotations
+
+import msgspec
+import pydantic
+import pytest
+from openai import omit
+from openai.lib.streaming.responses._responses import ResponseStreamState
+from openai.types.responses import Response, ResponseStreamEvent
+
+from skippy.engine.api import responses as rapi
+from skippy.engine.errors import EngineError, InvalidRequest, QueueFull
+from skippy.engine.output import wire
+
+EVENT = pydantic.TypeAdapter(ResponseStreamEvent)
+DEEP: list = []
+for _ in range(70):  # deeper than the chat path's MAX_NESTING (64)
+    DEEP = [DEEP]
+WEATHER = {"type": "function", "name": "get_weather", "description": "Weather of a city",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+
+
+def request(**fields) -> rapi.ResponsesRequest:
+    return msgspec.convert(fields, rapi.ResponsesRequest)
+
+
+def turn(previous: rapi.StoredResponse | None = None, **fields) -> rapi.Turn:
+    return rapi.prepare(request(**fields), previous, model="m", response_id="resp_1", created_at=1)
+
+
+def messages(t: rapi.Turn) -> list[dict]:
+    return msgspec.to_builtins(t.chat.messages)
+
+
+def bad(param: str, **fields) -> InvalidRequest:
+    with pytest.raises(InvalidRequest) as info:
+        turn(**fields)
+    assert info.value.param == param, info.value
+    return info.value
+
+
+# -- request -> chat request --------------------------------------------------------------------------
+
+def test_a_string_input_is_one_user_message_and_instructions_a_system_message() -> None:
+    t = turn(input="Hi", instructions="Be brief.", max_output_tokens=7, temperature=0.5, top_p=0.9,
+             reasoning={"effort": "low"}, user="u", prompt_cache_key="k")
+    assert messages(t) == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    c = t.chat
+    assert (c.max_completion_tokens, c.temperature, c.top_p, c.reasoning_effort, c.user, c.prompt_cache_key) == (
+        7, 0.5, 0.9, "low", "u", "k")
+    assert not c.stream and c.stream_options is None
+    assert turn(input="Hi", stream=True).chat.stream_options.include_usage  # the usage chunk ends the stream
+
+
+def test_items_become_chat_messages() -> None:
+    t = turn(input=[
+        {"role": "user", "content": [{"type": "input_text", "text": "Weather "}, {"type": "input_text", "text": "?"}]},
+        {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "I should call."}]},
+        {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+        {"type": "function_call", "call_id": "c2", "name": "get_weather", "arguments": '{"city": "Rome"}'},
+        {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+        {"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "rain"}]},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Sunny and rain."}]},
+        {"role": "developer", "content": "Thanks"},
+    ])
+    calls = [{"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+             {"id": "c2", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Rome"}'}}]
+    assert messages(t) == [
+        {"role": "user", "content": [{"type": "text", "text": "Weather "}, {"type": "text", "text": "?"}]},
+        {"role": "assistant", "reasoning_content": "I should call.", "tool_calls": calls},
+        {"role": "tool", "content": "sunny", "tool_call_id": "c1"},
+        {"role": "tool", "content": "rain", "tool_call_id": "c2"},
+        {"role": "assistant", "content": "Sunny and rain."},
+        {"role": "developer", "content": "Thanks"},
+    ]
+
+
+def test_a_function_call_after_assistant_text_joins_that_message() -> None:
+    t = turn(input=[{"role": "user", "content": "x"}, {"role": "assistant", "content": "Let me look."},
+                    {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}])
+    assert messages(t)[-1] == {"role": "assistant", "content": "Let me look.", "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}
+
+
+def test_tools_tool_choice_and_text_format_translate() -> None:
+    t = turn(input="x", tools=[WEATHER], tool_choice={"type": "function", "name": "get_weather"},
+             parallel_tool_calls=False,
+             text={"format": {"type": "json_schema", "name": "p", "schema": {"type": "object"}, "strict": True}})
+    fn = {k: v for k, v in WEATHER.items() if k != "type"}
+    assert t.chat.tools == [{"type": "function", "function": fn}]
+    assert t.chat.tool_choice == {"type": "function", "function": {"name": "get_weather"}}
+    assert t.chat.parallel_tool_calls is False
+    rf = t.chat.response_format
+    assert (rf.type, rf.json_schema.name, rf.json_schema.schema, rf.json_schema.strict) == (
+        "json_schema", "p", {"type": "object"}, True)
+    assert turn(input="x", text={"format": {"type": "json_object"}}).chat.response_format.type == "json_object"
+    assert turn(input="x", text={"format": {"type": "text"}}).chat.response_format is None
+    other = dict(WEATHER, name="get_time")
+    allowed = turn(input="x", tools=[WEATHER, other], tool_choice={
+        "type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "get_time"}]})
+    assert allowed.chat.tool_choice == "required"
+    assert [tool["function"]["name"] for tool in allowed.chat.tools] == ["get_time"]
+
+
+@pytest.mark.parametrize("param, fields", [
+    ("tools[1].type", {"input": "x", "tools": [WEATHER, {"type": "web_search"}]}),
+    ("tools[0].name", {"input": "x", "tools": [{"type": "function"}]}),
+    ("tool_choice", {"input": "x", "tools": [WEATHER], "tool_choice": {"type": "file_search"}}),
+    ("text.format.type", {"input": "x", "text": {"format": {"type": "xml"}}}),
+    ("text.format.schema", {"input": "x", "text": {"format": {"type": "json_schema", "name": "n"}}}),
+    ("input", {"input": []}),
+    ("input", {"instructions": "only this"}),
+    ("input[0].type", {"input": [{"type": "item_reference", "id": "x"}]}),
+    ("input[0].type", {"input": [{"content": "no role, no type"}]}),
+    ("input[0].role", {"input": [{"type": "message", "role": "tool", "content": "x"}]}),
+    ("input[0].content", {"input": [{"type": "message", "role": "user"}]}),
+    ("input[0].content[1].type", {"input": [{"role": "user", "content": [
+        {"type": "input_text", "text": "a"}, {"type": "input_image", "image_url": "http://x/y.png"}]}]}),
+    ("input[1].call_id", {"input": [{"role": "user", "content": "x"}, {"type": "function_call_output",
+                                                                       "output": "y"}]}),
+    ("input[0].arguments", {"input": [{"type": "function_call", "call_id": "c", "name": "f"}]}),
+    ("metadata", {"input": "x", "metadata": {str(i): "v" for i in range(17)}}),
+    ("metadata", {"input": "x", "metadata": {"k" * 65: "v"}}),
+    ("background", {"input": "x", "background": True}),
+    ("max_output_tokens", {"input": "x", "max_output_tokens": 0}),
+    ("truncation", {"input": "x", "truncation": "sometimes"}),
+    ("text.format", {"input": "x", "text": {"format": {"type": "json_schema", "name": "n", "schema": {"a": DEEP}}}}),
+])
+def test_bad_input_is_400_naming_the_responses_field(param: str, fields: dict) -> None:
+    bad(param, **fields)
+
+
+def test_chat_param_names_become_responses_names() -> None:
+    assert rapi.responses_param("messages[3].content") == "input"
+    assert rapi.responses_param("tools[2].function.parameters.required") == "tools[2].parameters.required"
+    assert rapi.responses_param("response_format") == "text.format"
+    assert rapi.responses_param("max_completion_tokens") == "max_output_tokens"
+    assert rapi.responses_param("reasoning_effort") == "reasoning.effort"
+    assert rapi.responses_param("tool_choice") == "tool_choice" and rapi.responses_param(None) is None
+
+
+def test_previous_response_conversation_comes_first_without_its_instructions() -> None:
+    first = turn(input="What is 2+2?", instructions="Be brief.")
+    reply = first.from_chat(completion("4"))
+    stored = first.stored(reply)
+    follow = turn(stored, input="And 3+3?", instructions="Answer with a number.", previous_response_id="resp_1")
+    assert messages(follow) == [{"role": "system", "content": "Answer with a number."},
+                                {"role": "user", "content": "What is 2+2?"},
+                                {"role": "assistant", "content": "4"},
+                                {"role": "user", "content": "And 3+3?"}]
+    # a bad item of this request is named by its index in this request's input, not the conversation's
+    with pytest.raises(InvalidRequest) as info:
+        turn(stored, input=[{"type": "nope"}])
+    assert info.value.param == "input[0].type"
+
+
+# -- chat reply -> response ------------------------------------------------------------------------
+
+def completion(content: str | None = "", *, calls=(), reasoning: str = "", finish: str = "stop",
+               prompt: int = 10, cached: int = 4, n: int = 5) -> wire.ChatCompletion:
+    msg = wire.ChatMessage(content=content, reasoning_content=reasoning or wire.UNSET,
+                           tool_calls=[wire.ToolCall(id=i, function=wire.FunctionCall(name=nm, arguments=a))
+                                       for i, nm, a in calls] or wire.UNSET)
+    usage = wire.Usage(prompt_tokens=prompt, completion_tokens=n, total_tokens=prompt + n,
+                       prompt_tokens_details=wire.PromptTokensDetails(cached_tokens=cached))
+    return wire.ChatCompletion(id="chatcmpl-1", created=1, model="m",
+                               choices=[wire.ChatChoice(message=msg, finish_reason=finish)],
+                               usage=usage, timings=wire.Timings.of(prompt, 1.0, n, 1.0))
+
+
+def sdk_response(obj: rapi.ResponseObject) -> Response:
+    return Response.model_validate(msgspec.to_builtins(obj), strict=False)
+
+
+def test_reply_items_and_usage_follow_the_sdk_types() -> None:
+    t = turn(input="x", tools=[WEATHER], metadata={"a": "b"}, text={"format": {"type": "json_object"}})
+    r = t.from_chat(completion("Let me check.", calls=[("call_1", "get_weather", '{"city": "Paris"}')],
+                               reasoning="think", finish="tool_calls"), reasoning_tokens=2)
+    sdk = sdk_response(r)
+    assert [o.type for o in sdk.output] == ["reasoning", "message", "function_call"]
+    assert sdk.output[0].content[0].text == "think" and sdk.output[0].summary == []
+    assert sdk.output_text == "Let me check."
+    fc = sdk.output[2]
+    assert (fc.call_id, fc.name, fc.arguments, fc.status) == ("call_1", "get_weather", '{"city": "Paris"}',
+                                                              "completed")
+    assert fc.id.startswith("fc_") and sdk.output[1].id.startswith("msg_") and sdk.output[0].id.startswith("rs_")
+    assert sdk.status == "completed" and sdk.incomplete_details is None and sdk.error is None
+    u = sdk.usage
+    assert (u.input_tokens, u.input_tokens_details.cached_tokens, u.output_tokens,
+            u.output_tokens_details.reasoning_tokens, u.total_tokens) == (10, 4, 5, 2, 15)
+    assert sdk.id == "resp_1" and sdk.model == "m" and sdk.metadata == {"a": "b"}
+    assert sdk.tools[0].name == "get_weather" and sdk.text.format.type == "json_object"
+    assert sdk.store is True and sdk.parallel_tool_calls is True and sdk.tool_choice == "auto"
+
+
+def test_length_finish_is_incomplete_and_a_call_only_reply_has_no_message() -> None:
+    r = sdk_response(turn(input="x").from_chat(completion("cut sho", finish="length")))
+    assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
+    assert r.output[-1].status == "incomplete" and r.completed_at is not None
+    calls = sdk_response(turn(input="x").from_chat(completion(None, calls=[("c", "f", "{}")], finish="tool_calls")))
+    assert [o.type for o in calls.output] == ["function_call"]
+    empty = sdk_response(turn(input="x").from_chat(completion(None)))
+    assert [o.type for o in empty.output] == ["message"] and empty.output_text == ""
+
+
+def test_stored_items_replay_the_output() -> None:
+    t = turn(input="x")
+    r = t.from_chat(completion("hi", calls=[("c", "f", "{}")], reasoning="r", finish="tool_calls"))
+    items = [msgspec.to_builtins(i) for i in t.stored(r).items]
+    assert items == [{"type": "message", "role": "user", "content": "x"},
+                     {"type": "reasoning", "content": [{"type": "reasoning_text", "text": "r"}]},
+                     {"type": "message", "role": "assistant", "content": "hi"},
+                     {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}]
+
+
+# -- chunks -> events --------------------------------------------------------------------------------
+
+def chunk(*, content=None, reasoning=None, calls=None, finish=None, usage=None) -> wire.ChatCompletionChunk:
+    if usage is not None:
+        return wire.ChatCompletionChunk(id="c", created=1, model="m", choices=[], usage=usage)
+    tcs = [wire.ToolCallDelta(index=i, id=cid if cid else wire.UNSET, type="function" if cid else wire.UNSET,
+                              function=wire.FunctionCallDelta(name=nm if nm else wire.UNSET, arguments=args))
+           for i, cid, nm, args in calls or []]
+    delta = wire.ChatDelta(content=content if content is not None else wire.UNSET,
+                           reasoning_content=reasoning if reasoning is not None else wire.UNSET,
+                           tool_calls=tcs or wire.UNSET)
+    return wire.ChatCompletionChunk(id="c", created=1, model="m",
+                                    choices=[wire.ChatChunkChoice(delta=delta, finish_reason=finish)])
+
+
+class RequestTimeout(EngineError):  # as skippy.http.context's (the engine layer may not import it)
+    status = 504
+    code = "request_timeout"
+
+
+USAGE = wire.Usage(prompt_tokens=10, completion_tokens=5, total_tokens=15)
+
+
+def run(t: rapi.Turn, chunks: list[wire.ChatCompletionChunk],
+        usage: wire.Usage = USAGE) -> tuple[list, rapi.ResponseEvents]:
+    ev = rapi.ResponseEvents(t)
+    out = ev.start()
+    for c in chunks:
+        out += ev.feed(c)
+    out += ev.finish(usage)
+    return out, ev
+
+
+def check_with_sdk(events: list) -> object:
+    """Every event validates as the SDK's type; the SDK's stream accumulator takes them all and ends with
+    the same response as the last event carries."""
+    state = ResponseStreamState(input_tools=[WEATHER], text_format=omit)
+    for e in events:
+        state.handle_event(EVENT.validate_python(msgspec.to_builtins(e)))
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    return state
+
+
+def test_text_stream_events_in_openai_order() -> None:
+    t = turn(input="x")
+    events, ev = run(t, [chunk(content=""), chunk(reasoning="hm"), chunk(content="Hel"), chunk(content="lo"),
+                         chunk(finish="stop")])
+    assert [e.type for e in events] == [
+        "response.created", "response.in_progress",
+        "response.output_item.added", "response.content_part.added", "response.reasoning_text.delta",
+        "response.reasoning_text.done", "response.content_part.done", "response.output_item.done",
+        "response.output_item.added", "response.content_part.added", "response.output_text.delta",
+        "response.output_text.delta", "response.output_text.done", "response.content_part.done",
+        "response.output_item.done", "response.completed"]
+    assert events[0].response.status == "in_progress" and events[0].response.output == []
+    final = events[-1].response
+    assert final is ev.final and final.status == "completed" and final.usage.output_tokens == 5
+    assert [o.content[0].text for o in final.output] == ["hm", "Hello"]
+    assert events[12].text == "Hello" and events[14].item.status == "completed"
+    check_with_sdk(events)
+    # the same items as the non-streamed reply of the same text (ids aside)
+    whole = t.from_chat(completion("Hello", reasoning="hm"))
+    strip = lambda r: [{k: v for k, v in msgspec.to_builtins(o).items() if k != "id"} for o in r.output]  # noqa: E731
+    assert strip(final) == strip(whole)
+
+
+def test_tool_call_stream_and_incomplete_finish() -> None:
+    t = turn(input="x", tools=[WEATHER])
+    events, ev = run(t, [chunk(content="Sure."), chunk(calls=[(0, "call_a", "get_weather", '{"ci')]),
+                         chunk(calls=[(0, None, None, 'ty": "Paris"}')]),
+                         chunk(calls=[(1, "call_b", "get_weather", '{"city": "Rome"}')]), chunk(finish="tool_calls")])
+    kinds = [e.type for e in events]
+    assert kinds.count("response.function_call_arguments.delta") == 3
+    dones = [e for e in events if e.type == "response.function_call_arguments.done"]
+    assert [d.arguments for d in dones] == ['{"city": "Paris"}', '{"city": "Rome"}']
+    added = [e.item for e in events if e.type == "response.output_item.added"]
+    assert [(i.call_id, i.name, i.arguments) for i in added[1:]] == [("call_a", "get_weather", ""),
+                                                                       ("call_b", "get_weather", "")]
+    state = check_with_sdk(events)
+    final = state._completed_response
+    assert [o.type for o in final.output] == ["message", "function_call", "function_call"]
+    assert final.output[1].arguments == '{"city": "Paris"}'
+
+    cut, _ = run(turn(input="x"), [chunk(content="abc"), chunk(finish="length")])
+    assert cut[-1].type == "response.incomplete"
+    assert cut[-1].response.incomplete_details.reason == "max_output_tokens"
+    assert cut[-2].item.status == "incomplete"
+    check_with_sdk(cut)
+
+
+def test_nothing_generated_still_gives_one_empty_message_and_failed_is_an_event() -> None:
+    events, _ = run(turn(input="x"), [chunk(content=""), chunk(finish="stop")])
+    assert [e.type for e in events][2:] == ["response.output_item.added", "response.content_part.added",
+                                            "response.output_text.done", "response.content_part.done",
+                                            "response.output_item.done", "response.completed"]
+    check_with_sdk(events)
+    ev = rapi.ResponseEvents(turn(input="x"))
+    head = ev.start() + ev.feed(chunk(content="a"))
+    failed = ev.failed(QueueFull("busy"))
+    assert failed.type == "response.failed" and failed.sequence_number == len(head)
+    sdk = EVENT.validate_python(msgspec.to_builtins(failed))
+    assert sdk.response.status == "failed" and sdk.response.error.code == "rate_limit_exceeded"
+    assert sdk.response.error.message == "busy" and sdk.response.output[0].type == "message"
+    late = ev.failed(RequestTimeout("too slow"))
+    assert late.response.error.code == "server_error" and late.response.error.message == "too slow (request_timeout)"
+
+
+# -- the store ----------------------------------------------------------------------------------------
+
+def stored(rid: str) -> rapi.StoredResponse:
+    t = rapi.prepare(request(input="x"), None, model="m", response_id=rid)
+    return t.stored(t.from_chat(completion("y")))
+
+
+def test_store_is_a_bounded_lru() -> None:
+    store = rapi.ResponseStore(2)
+    for rid in ("a", "b"):
+        store.put(stored(rid))
+    store.get("a")  # now the most recently used
+    store.put(stored("c"))
+    assert len(store) == 2 and store.get("a").response.id == "a" and store.get("c")
+    with pytest.raises(rapi.ResponseNotFound) as info:
+        store.get("b", param="previous_response_id")
+    assert info.value.status == 404 and info.value.param == "previous_response_id"
+    store.delete("a")
+    with pytest.raises(rapi.ResponseNotFound):
+        store.delete("a")
+    off = rapi.ResponseStore(0)
+    off.put(stored("z"))
+    assert len(off) == 0
+    with pytest.raises(ValueError):
+        rapi.ResponseStore(-1)
