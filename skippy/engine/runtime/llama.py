@@ -402,8 +402,8 @@ class LlamaRuntime:
         error = None
         source = "the model's GGUF" if pooling == "model" else f"--pooling {pooling}"
         if name == "none":  # llama-server's words; its native /embedding returns per-token vectors then
-            error = (f"Pooling type 'none' is not OAI compatible: no vector per input (pooling from {source}); start the server "
-                     "with --pooling mean, cls or last")
+            error = (f"Pooling type 'none' is not OAI compatible: no vector per input (pooling from {source}); "
+                     "start the server with --pooling mean, cls or last")
         elif name not in ("mean", "cls", "last"):
             error = (f"pooling type {name!r} (from {source}) gives a relevance score per input (a reranker), not an "
                      "embedding vector; start the server with --pooling mean, cls or last")
