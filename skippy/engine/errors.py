@@ -66,6 +66,15 @@ class QueueFull(EngineError):
     retry_after = 1
 
 
+class NotSupported(EngineError):
+    """501: a route this server was started without (llama-server's ``not_supported_error``, e.g.
+    ``/v1/embeddings`` without ``--embeddings``): a setting of the server, not a fault of the request."""
+
+    status = 501
+    type = "not_supported_error"
+    code = "not_supported"
+
+
 class ModelLoading(EngineError):
     """503: the model is still loading."""
 

@@ -28,11 +28,13 @@ from skippy.engine.types import (
     ChatCompletionRequest,
     CompletionRequest,
     DetokenizeRequest,
+    EmbeddingRequest,
     TokenizeRequest,
 )
 from skippy.http.routes import ROUTES
 
-_REQUESTS = [ChatCompletionRequest, CompletionRequest, TokenizeRequest, DetokenizeRequest, ApplyTemplateRequest]
+_REQUESTS = [ChatCompletionRequest, CompletionRequest, TokenizeRequest, DetokenizeRequest, ApplyTemplateRequest,
+             EmbeddingRequest]
 _RESPONSES = list(wire.RESPONSES)
 _REF = "#/components/schemas/{name}"
 

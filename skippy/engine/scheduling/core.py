@@ -619,6 +619,11 @@ class SchedulerCore:
         """Requests queued for a slot."""
         return len(self._waiting)
 
+    @property
+    def n_embed_waiting(self) -> int:
+        """Embedding requests not answered yet."""
+        return len(self._embeds)
+
     def phase(self, rid: int) -> Phase:
         """The phase of ``rid`` (FINISHED once it has left, or when it never came)."""
         seq = self._seqs.get(rid)
