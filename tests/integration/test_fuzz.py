@@ -30,8 +30,10 @@ HYPOTHESIS_EXAMPLES = 150
 
 @pytest.fixture(scope="module")
 def fuzz_server(tmp_path_factory: pytest.TempPathFactory):
-    # one llama.cpp thread: decoding does not collapse when other processes share the 2 cores
-    with Server(["--parallel", "4", "--n-ctx", "256", "--max-queue", "64", "--threads", "1"],
+    # one llama.cpp thread: decoding does not collapse when other processes share the 2 cores; embeddings on,
+    # so /v1/embeddings is fuzzed on its real path (without them it answers 501, a 5xx by schemathesis' rule)
+    with Server(["--parallel", "4", "--n-ctx", "256", "--max-queue", "64", "--threads", "1", "--embeddings",
+                 "--pooling", "mean", "--embeddings-batch", "128"],
                 tmp_path_factory.mktemp("fuzz") / "server.log") as srv:
         yield srv
 
@@ -50,7 +52,8 @@ def test_openapi_json_is_generated_from_the_request_types(fuzz_server: Server) -
     chat = doc["paths"]["/v1/chat/completions"]["post"]
     assert chat["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/ChatCompletionRequest")
     assert {"200", "default"} <= set(chat["responses"])
-    routes = {"/v1/completions", "/v1/models", "/health", "/tokenize", "/detokenize", "/apply-template"}
+    routes = {"/v1/completions", "/v1/models", "/health", "/tokenize", "/detokenize", "/apply-template",
+              "/v1/embeddings"}
     assert routes <= set(doc["paths"])
 
 
