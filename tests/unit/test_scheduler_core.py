@@ -738,7 +738,7 @@ def test_embedding_batches_fill_the_embedding_context_when_nothing_generates():
 
 
 def test_an_embedding_batch_never_starves_running_streams():
-    rt, core = make(n_seq_max=2, step_tokens=16, embeddings=EMBD, prefix_cache=False)
+    rt, core = make(n_seq_max=2, step_tokens=64, embeddings=EMBD, prefix_cache=False)
     core.add(req(1, [51] * 4, max_tokens=40))
     core.add(req(2, [52] * 4, max_tokens=40))
     step(rt, core)  # both prefilled: decoding now
@@ -747,12 +747,12 @@ def test_an_embedding_batch_never_starves_running_streams():
     n_batches = len(rt.batches)
     while core.phase(1) is Phase.DECODING and not any(r == 3 for r, _ in out):
         step(rt, core, out)
-        # every step decodes both streams, and its embedding batch takes the 14 tokens they leave
+        # every step decodes both streams, and its embedding batch takes a quarter of the 62 tokens they leave
         assert sorted(e.seq_id for e in rt.batches[-1]) == [0, 1]
-        assert sum(map(len, rt.embed_batches[-1])) <= 16 - 2
-    assert len(rt.batches) - n_batches == 6 == len(rt.embed_batches)  # 2 inputs (10 tokens) per step
+        assert sum(map(len, rt.embed_batches[-1])) == 15
+    assert len(rt.batches) - n_batches == 4 == len(rt.embed_batches)  # 3 inputs (15 tokens) per step
     assert embeddings_of(out, 3).vectors.shape == (12, 3)
-    assert len(tokens_of(out, 1)) == len(tokens_of(out, 2)) == 6  # one token per stream per step, meanwhile
+    assert len(tokens_of(out, 1)) == len(tokens_of(out, 2)) == 4  # one token per stream per step, meanwhile
 
 
 def test_an_input_longer_than_the_share_goes_alone_and_the_streams_still_decode():
@@ -776,9 +776,9 @@ def test_prefill_and_embeddings_share_the_step_budget_and_both_progress():
     for _ in range(3):
         step(rt, core, out)
         n_prefill, n_embed = len(rt.batches[-1]), sum(map(len, rt.embed_batches[-1]))
-        assert n_embed == 8 and n_prefill == 8  # half of the budget each (no stream decodes yet)
-    run(rt, core)
-    assert core.idle
+        assert (n_prefill, n_embed) == (12, 4)  # a quarter of the budget for embeddings, the rest prefills
+    out += run(rt, core)
+    assert core.idle and len(tokens_of(out, 1)) == 2 and embeddings_of(out, 2).vectors.shape == (16, 3)
 
 
 def test_a_cancelled_embedding_request_leaves_the_queue_and_its_running_batch_is_dropped():

@@ -61,9 +61,9 @@ The rules, each with a unit test in ``tests/unit/test_scheduler_core.py``:
   the prefilled prompt's KV stays resident for reuse, the rest is removed.
 - **Embeddings** (:mod:`skippy.engine.scheduling.embed`): :meth:`~SchedulerCore.add_embedding`
   queues a request's inputs; each step carries at most one embedding batch for the
-  embedding context, cut from the step's token budget while streams run (the oldest
-  input always goes), and a request gets one :class:`EmbeddingsEvent` once all its
-  inputs are embedded.
+  embedding context, a quarter of the step's token budget while anything generates
+  (the oldest input always goes), and a request gets one :class:`EmbeddingsEvent`
+  once all its inputs are embedded.
 """
 
 from __future__ import annotations

@@ -7,13 +7,15 @@ costs about its generation tokens plus its embedding tokens (the same weights do
 token), so the embedding batch is cut from the step's token budget (``step_tokens``, which bounds ITL):
 
 - **Nothing generating**: a whole embedding batch (up to the context's ``n_ctx`` tokens and
-  ``n_seq_max`` inputs): throughput.
-- **Streams running**: the step budget left after one token per decoding sequence, halved when a
-  prompt is prefilling (prefill and embeddings share it), and the generation batch is planned with
-  what the embedding batch leaves. So a step never grows past ``step_tokens`` by more than one input:
+  ``n_seq_max`` inputs), for throughput.
+- **Generating** (streams decoding or prompts prefilling): a quarter of the budget left after one
+  token per decoding sequence (the share ``plan_step`` guarantees the oldest prefill), and the
+  generation batch is planned with the rest. On CPU an embedding token costs about what a prefill
+  token costs, linearly, so a small share loses little embedding throughput while each step, and so
+  every stream's ITL, grows by a quarter of the budget instead of all of it.
 - **Progress**: the oldest waiting input always goes (an input cannot be split: llama.cpp pools a
   sequence within one micro-batch), even when it is longer than the share; the decoding sequences
-  still get their token in the same step, so neither side starves the other, and ITL grows by at
+  still get their token in the same step, so neither side starves the other, and a step grows by at
   most one embedding batch of at most ``n_ctx`` tokens.
 
 Inputs go in arrival order (FIFO over requests, then over a request's inputs), so a large request
@@ -57,17 +59,20 @@ class EmbedResult:
     error: str | None = None
 
 
+#: The embedding batch's share of the step budget left by decoding sequences, while anything generates.
+EMBED_SHARE = 4  # a quarter, as plan_step's guaranteed share of the oldest prefill
+
+
 def embed_budget(step_tokens: int, n_decoding: int, prefilling: bool, n_ctx: int) -> int:
     """Tokens the step's embedding batch may take (the module docstring's rule).
 
     ``n_decoding``: sequences that decode one token this step; ``prefilling``: a prompt is being
     prefilled; both 0/``False``: nothing generates, and the whole embedding context ``n_ctx`` is the budget.
-    May be 0 or less: the oldest input goes anyway (:func:`take_batch`).
+    May be 0: the oldest input goes anyway (:func:`take_batch`).
     """
     if not n_decoding and not prefilling:
         return n_ctx
-    left = step_tokens - n_decoding
-    return min(left // 2 if prefilling else left, n_ctx)
+    return min(max(step_tokens - n_decoding, 0) // EMBED_SHARE, n_ctx)
 
 
 def take_batch(queue: deque[EmbedItem], budget: int, n_ctx: int, n_seq_max: int) -> EmbedBatch | None:
