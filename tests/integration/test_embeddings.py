@@ -23,6 +23,7 @@ from skippy.engine.errors import InvalidRequest, NotSupported
 from skippy.engine.types import ChatCompletionRequest, EmbeddingRequest, Message
 from skippy.models import ensure_model
 from tests.integration.conftest import Server
+from tests.integration.test_wire import check, json_schema
 from tests.sse import DONE, iter_sse
 
 #: (anchor, paraphrase, unrelated): with SmolLM2-135M and mean pooling the paraphrase is closer to the
@@ -168,6 +169,18 @@ def test_chat_streams_while_embedding_batches_run(embd_client, embd_server: Serv
     assert n_done > n_sent  # tokens kept coming while the embedding batches ran
     # 64 inputs of ~17 tokens over several steps: the budget left by decoding caps each batch
     assert _metric(embd_server.base_url, "skippy:embedding_batches_total") - batches_before >= 3
+
+
+def test_replies_and_errors_validate_against_openapi_json(embd_server: Server) -> None:
+    url = embd_server.base_url
+    doc = httpx.get(url + "/openapi.json", timeout=30).json()
+    op = doc["paths"]["/v1/embeddings"]["post"]
+    assert op["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/EmbeddingRequest")
+    for fmt in ("float", "base64"):
+        resp = httpx.post(url + "/v1/embeddings", json={"input": SENTENCES[:2], "encoding_format": fmt}, timeout=300)
+        check(doc, json_schema(doc, "/v1/embeddings", "post"), resp.json())
+    resp = httpx.post(url + "/v1/embeddings", json={"input": []}, timeout=60)
+    check(doc, json_schema(doc, "/v1/embeddings", "post", "default"), resp.json())
 
 
 BAD = [
