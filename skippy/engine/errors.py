@@ -66,15 +66,6 @@ class QueueFull(EngineError):
     retry_after = 1
 
 
-class NotSupported(EngineError):
-    """501: a route this server was started without (llama-server's ``not_supported_error``, e.g.
-    ``/v1/embeddings`` without ``--embeddings``): a setting of the server, not a fault of the request."""
-
-    status = 501
-    type = "not_supported_error"
-    code = "not_supported"
-
-
 class ModelLoading(EngineError):
     """503: the model is still loading."""
 
@@ -89,3 +80,22 @@ class EngineClosed(EngineError):
     status = 503
     type = "unavailable_error"
     code = "engine_closed"
+
+
+class NotSupported(EngineError):
+    """501: a llama-server feature this server was started without (llama-server's ``not_supported_error``,
+    e.g. ``/v1/embeddings`` without ``--embeddings``): a setting of the server, not a fault of the request."""
+
+    status = 501
+    type = "not_supported_error"
+
+
+class SlotBusy(EngineError):
+    """409: the slot runs a request; its KV can be saved, restored or erased once it is idle.
+
+    llama-server defers such a slot action until the slot is idle; here the client retries.
+    """
+
+    status = 409
+    type = "invalid_request_error"
+    code = "slot_busy"

@@ -30,11 +30,14 @@ HYPOTHESIS_EXAMPLES = 150
 
 @pytest.fixture(scope="module")
 def fuzz_server(tmp_path_factory: pytest.TempPathFactory):
-    # one llama.cpp thread: decoding does not collapse when other processes share the 2 cores; embeddings on,
-    # so /v1/embeddings is fuzzed on its real path (without them it answers 501, a 5xx by schemathesis' rule)
-    with Server(["--parallel", "4", "--n-ctx", "256", "--max-queue", "64", "--threads", "1", "--embeddings",
-                 "--pooling", "mean", "--embeddings-batch", "128"],
-                tmp_path_factory.mktemp("fuzz") / "server.log") as srv:
+    # one llama.cpp thread: decoding does not collapse when other processes share the 2 cores;
+    # a slot save path, --props and --embeddings, so slot actions, POST /props and /v1/embeddings are fuzzed past
+    # llama-server's 501 for a server started without them (a 501 there is the server's configuration, not the
+    # request's fault)
+    tmp = tmp_path_factory.mktemp("fuzz")
+    with Server(["--parallel", "4", "--n-ctx", "256", "--max-queue", "64", "--threads", "1",
+                 "--slot-save-path", str(tmp / "slots"), "--props", "--embeddings", "--pooling", "mean",
+                 "--embeddings-batch", "128"], tmp / "server.log") as srv:
         yield srv
 
 
