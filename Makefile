@@ -11,6 +11,8 @@
 #   make bench   run the decode benchmark, skippy vs raw llama.cpp and llama-server (installs the bench extras)
 #   make bench-burst  c256 connect burst, skippy vs llama-server and llama-cpp-python's server
 #                (BURST_ARGS="--quick ...")
+#   make bench-embeddings  /v1/embeddings inputs/s vs llama-cpp-python's create_embedding, and the ITL of
+#                running streams beside embedding batches (EMBEDDINGS_ARGS="--reps 1 ...")
 #
 # The venv is (re)installed only when the content of pyproject.toml changes
 # (not its mtime, which git checkouts bump): each install
@@ -29,6 +31,7 @@ STAMP_BENCH := $(VENV)/.stamp-bench-$(PYPROJECT_HASH)
 SERVE_ARGS ?=
 PYTEST_ARGS ?=
 BURST_ARGS ?=
+EMBEDDINGS_ARGS ?=
 
 # pip install of the project; $(1) = extras, $(2) = stamps to write (any
 # older stamps are removed: they belong to another pyproject.toml).
@@ -40,7 +43,7 @@ define install
 	@touch $(2)
 endef
 
-.PHONY: venv venv-bench pull run lint test bench bench-burst bench-peer
+.PHONY: venv venv-bench pull run lint test bench bench-burst bench-peer bench-embeddings
 
 venv: $(STAMP_TEST)
 
@@ -77,3 +80,6 @@ bench: venv-bench pull bench-peer
 
 bench-burst: venv-bench pull bench-peer
 	$(BIN)/python bench/bench_burst.py $(BURST_ARGS)
+
+bench-embeddings: venv-bench pull
+	$(BIN)/python bench/bench_embeddings.py $(EMBEDDINGS_ARGS)

@@ -590,7 +590,7 @@ def _serve_options(fn: F) -> F:
         "force_tool_emulation", "step_tokens", "clamp_max_tokens", "prefix_cache", "spec_ngram", "hook_policy",
         "hook_url",
         "hook_timeout", "hook_fail_closed", "hooks_default_on", "signal_window", "high_entropy_threshold",
-        "max_queue",
+        "max_queue", "embeddings", "pooling", "embeddings_batch",
         _opt("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]),
              help="Log level."),
         _opt("--log-format", default="text", type=click.Choice(["text", "json"]),

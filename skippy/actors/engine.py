@@ -58,6 +58,7 @@ from skippy.engine.errors import (
     EngineError,
     InvalidRequest,
     ModelNotFound,
+    NotSupported,
     PermissionDenied,
     QueueFull,
 )
@@ -65,6 +66,7 @@ from skippy.engine.hooks.policy import Deny, Inject, Stop, load_policy_factory
 from skippy.engine.hooks.signals import FinishInfo, SignalConfig
 from skippy.engine.infill import ExtraChunk, Mixed, format_infill, require_fim
 from skippy.engine.output import wire
+from skippy.engine.output.embeddings import embedding_list, fit, split_input
 from skippy.engine.output.generation import Done, Generation, GenerationError, Piece
 from skippy.engine.output.native import DEFAULT_SAMPLERS, NativeReply, generation_settings
 from skippy.engine.output.responses import ChatReply, Choices, InfillReply, TextReply, new_id
@@ -72,12 +74,13 @@ from skippy.engine.runtime.base import Runtime
 from skippy.engine.sampling.constraints import RequestConstraint, constraint_from_request
 from skippy.engine.sampling.native import apply_samplers, sampler_names
 from skippy.engine.sampling.params import SamplingParams, sampling_from_request
-from skippy.engine.scheduling.events import FinishEvent, SeqEvent
+from skippy.engine.scheduling.events import EmbeddingsEvent, EmbedRequest, FinishEvent, SeqEvent
 from skippy.engine.scheduling.prefix import MIN_REUSE, MIN_TAIL
 from skippy.engine.scheduling.spec import requested_draft
 from skippy.engine.types import (
     ChatCompletionRequest,
     CompletionRequest,
+    EmbeddingRequest,
     InfillRequest,
     Message,
     NativeCompletionRequest,
@@ -230,6 +233,55 @@ class Engine:
         """llama-server ``/infill`` stream events: ``content`` pieces, then the final event (``stop: true``)."""
         gen, stream = await self._start_infill(req)
         return stream.rendered([], InfillReply(self.model_id, gen).chunks)
+
+    async def embeddings(self, req: EmbeddingRequest) -> wire.EmbeddingList:
+        """OpenAI ``POST /v1/embeddings``: one L2-normalized vector per input, pooled on the embedding context.
+
+        Strings are tokenized as llama-server does (the vocabulary's special tokens added and parsed);
+        the inputs are queued with the scheduler as one request and embedded in its batches beside
+        decoding (:mod:`skippy.engine.scheduling.embed`). Raises :class:`NotSupported` (501, llama-server's
+        answer) when the engine was started without ``embeddings``; :class:`InvalidRequest` (400) when the
+        model or pooling cannot embed (``pooling_not_supported``), for ``dimensions`` other than the model's,
+        and for a bad ``input`` (:func:`~skippy.engine.output.embeddings.split_input`; longer than the embedding
+        context without ``truncate``: ``context_length_exceeded``); :class:`QueueFull` (429); :class:`EngineClosed`.
+        """
+        if self.closed:
+            raise EngineClosed("the engine is shutting down")
+        info = self.meta.embeddings
+        if info is None:
+            raise NotSupported("This server does not support embeddings. Start it with `--embeddings`",
+                               code="not_supported")
+        if info.error is not None:
+            raise InvalidRequest(info.error, code="pooling_not_supported")
+        if req.dimensions is not None and req.dimensions != self.meta.n_embd:
+            raise InvalidRequest(f"dimensions is {req.dimensions}, but this model's embeddings have "
+                                 f"{self.meta.n_embd} (they cannot be shortened); leave dimensions out",
+                                 param="dimensions")
+        inputs = []
+        for i, item in enumerate(split_input(req.input, self.meta.n_vocab)):
+            tokens = (await self.tokenizer.tokenize(item, add_special=True, parse_special=True)
+                      if isinstance(item, str) else item)
+            inputs.append(fit(tokens, i, info.n_ctx, req.truncate))
+        rid = next(self._rids)
+        send, recv = trio.open_memory_channel[SeqEvent](1)
+        with send, recv:
+            self.scheduler.submit_embeddings(EmbedRequest(rid, tuple(inputs)), send)  # QueueFull: 429 here
+            try:
+                event = await recv.receive()
+            except BaseException:  # cancelled (the client left, the deadline): its inputs leave the queue
+                self.scheduler.cancel(rid)
+                raise
+        assert isinstance(event, EmbeddingsEvent)
+        if event.vectors is None:
+            if event.error == "cancelled":
+                raise EngineClosed("the engine is shutting down")
+            raise GenerationError(f"embedding failed: {event.error}")
+        self.metrics.queue_wait.observe(event.queue_ms / 1000.0)
+        trace = TRACE.get()
+        if trace is not None:
+            trace.prompt_tokens = event.prompt_tokens
+        return embedding_list(event.vectors, model=self.reply_model(req.model), prompt_tokens=event.prompt_tokens,
+                              encoding_format=req.encoding_format)
 
     async def _start_infill(self, req: InfillRequest) -> tuple[Generation, _Events]:
         require_fim(self.meta.fim, "input_prefix")
@@ -393,9 +445,11 @@ class Engine:
         return len(await self.tokenizer.tokenize(rendered.prompt, add_special=True, parse_special=True))
 
     def props(self) -> dict[str, Any]:
-        """Server properties in llama-server's ``/props`` shape, plus the template capabilities and
+        """Server properties in llama-server's ``/props`` shape, plus the template capabilities,
         ``kv_cache`` (:meth:`~skippy.engine.runtime.base.KVCacheInfo.as_dict`: types, cells, bytes;
-        ``None`` when the runtime does not know them)."""
+        ``None`` when the runtime does not know them), and ``embeddings`` (``/v1/embeddings`` answers:
+        started with ``embeddings`` and a pooling that gives vectors), ``pooling`` (the embedding
+        context's pooling type; ``None`` without ``embeddings``) and ``n_embd`` (the vector size)."""
         tmpl = self.renderer.template
         caps = attrs.asdict(tmpl.caps)
         caps["requires_alternation"] = tmpl.requires_alternation
@@ -414,6 +468,9 @@ class Engine:
             "kv_cache": self.meta.kv_cache.as_dict() if self.meta.kv_cache is not None else None,
             "force_tool_emulation": self.renderer.force_tool_emulation,
             "hooks": self.hooks.stats.snapshot() if self.hooks is not None else None,
+            "embeddings": self.meta.embeddings is not None and self.meta.embeddings.error is None,
+            "pooling": self.meta.embeddings.pooling if self.meta.embeddings is not None else None,
+            "n_embd": self.meta.n_embd,
         }
 
     def stats(self) -> dict[str, int]:
@@ -859,7 +916,8 @@ def load_runtime(config: EngineConfig) -> Runtime:
     return LlamaRuntime(str(path), n_ctx_seq=config.n_ctx, n_seq_max=config.parallel, n_batch=config.n_batch,
                         n_threads=config.threads, flash_attn=config.flash_attn, type_k=config.cache_type_k,
                         type_v=config.cache_type_v, kv_unified=config.kv_unified, name=config.model_name or None,
-                        verbose=config.verbose)
+                        verbose=config.verbose, embeddings=config.embeddings, pooling=config.pooling,
+                        embeddings_batch=config.embeddings_batch)
 
 
 @asynccontextmanager

@@ -45,7 +45,11 @@ observed by the request tasks:
   ``llama_decode`` to the start of the next while sequences run), and two parts of that overhead:
   ``skippy:step_sample_seconds`` (sampling on the decode thread) and
   ``skippy:step_reader_wait_seconds`` (the cadence wait that lets request tasks write their
-  tokens before the next decode: waiting, not the loop's own work)
+  tokens before the next decode: waiting, not the loop's own work); ``skippy:embedding_batch_seconds``
+  (one batch on the embedding context, after a step's decode; not counted as step overhead)
+- embeddings (``/v1/embeddings``): ``skippy:embedding_inputs_total``, ``skippy:embedding_tokens_total``
+  (inputs and their tokens embedded), ``skippy:embedding_batches_total``, gauge
+  ``skippy:embedding_requests_waiting`` (requests not answered yet)
 - ``skippy:http_responses_total`` (label ``status_class``: ``2xx``, ``4xx``, ``5xx``)
 - ``skippy:http_client_disconnects_total``: requests whose client went away before the end of the
   response (logged with status 499); not counted as responses, as llama-server does not count them as errors
@@ -83,20 +87,38 @@ class StepTimes:
                                      "Part of the step overhead spent waiting for request tasks to write the "
                                      "last tokens (bounded by the scheduler's IDLE_WAIT)", buckets=STEP_BUCKETS,
                                      registry=None)
+        self.embed = Histogram("skippy:embedding_batch_seconds",
+                               "Time of one batch on the embedding context (run after a step's decode)",
+                               buckets=STEP_BUCKETS, registry=None)
 
     def all(self) -> tuple[Histogram, ...]:
-        return self.decode, self.overhead, self.sample, self.reader_wait
+        return self.decode, self.overhead, self.sample, self.reader_wait, self.embed
 
-    def step(self, marks: list[float], last_end: float | None, waited: float) -> None:
-        """Record one step: ``marks`` = (decode start, decode end, sampling end) from
-        ``perf_counter``; ``last_end`` the previous decode's end (``None`` when the loop waited
-        for an input in between: idle time is no overhead); ``waited`` the reader wait before it."""
-        t0, t1, t2 = marks
-        self.decode.observe(t1 - t0)
-        self.sample.observe(t2 - t1)
-        if last_end is not None:
-            self.overhead.observe(t0 - last_end)
-            self.reader_wait.observe(waited)
+    def step(self, marks: list[float], last_end: float | None, waited: float, *, decoded: bool = True,
+             embedded: bool = False) -> float | None:
+        """Record one step; returns what ``last_end`` is for the next one.
+
+        ``marks`` from ``perf_counter``: (decode start, decode end, sampling end) when the step
+        ``decoded``, then (embedding batch start, end) when it ``embedded``; ``last_end`` the previous
+        decode's end (``None`` when the loop waited for an input in between: idle time is no overhead);
+        ``waited`` the reader wait before it. The time of an embedding batch is added to the returned
+        decode end, so it is not counted as loop overhead; a step without a decode returns ``None``.
+        """
+        end = None
+        if decoded:
+            t0, t1, t2 = marks[:3]
+            self.decode.observe(t1 - t0)
+            self.sample.observe(t2 - t1)
+            if last_end is not None:
+                self.overhead.observe(t0 - last_end)
+                self.reader_wait.observe(waited)
+            end = t1
+        if embedded:
+            e0, e1 = marks[-2:]
+            self.embed.observe(e1 - e0)
+            if end is not None:
+                end += e1 - e0
+        return end
 
 
 class EngineMetrics:
@@ -218,6 +240,14 @@ class _EngineCollector:
                                   value=sched.spec_draft_tokens_total)
         yield CounterMetricFamily("skippy:spec_accepted_tokens", "Speculative draft tokens accepted",
                                   value=sched.spec_accepted_tokens_total)
+        yield CounterMetricFamily("skippy:embedding_inputs", "Inputs embedded (/v1/embeddings)",
+                                  value=sched.embed_inputs_total)
+        yield CounterMetricFamily("skippy:embedding_tokens", "Tokens of the inputs embedded",
+                                  value=sched.embed_tokens_total)
+        yield CounterMetricFamily("skippy:embedding_batches", "Batches on the embedding context",
+                                  value=sched.embed_batches_total)
+        yield GaugeMetricFamily("skippy:embedding_requests_waiting", "Embedding requests not answered yet",
+                                value=sched.n_embed_waiting)
         if engine.hooks is not None:
             stats = engine.hooks.stats.snapshot()
             for key in ("calls", "timeouts", "errors"):

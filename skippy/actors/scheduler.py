@@ -7,9 +7,11 @@ at a time (vLLM v1's ``EngineCore.step()``)::
 
     drain the inbox -> core.plan() -> execute() on the decode thread -> core.update() -> send events
 
-Its inbox takes :data:`SchedulerMsg`: :class:`Submit`, :class:`Cancel`,
+Its inbox takes :data:`SchedulerMsg`: :class:`Submit`, :class:`SubmitEmbeddings`, :class:`Cancel`,
 hook verdicts (:class:`~skippy.actors.hooks.HookVerdict`) and llama-server slot
-actions (:class:`SlotAction`: save / restore / erase a slot's KV, run between steps). Token and finish
+actions (:class:`SlotAction`: save / restore / erase a slot's KV, run between steps). Embedding
+batches run on the same decode thread, on the runtime's embedding context, as part of the step the
+core plans (never from another task). Token and finish
 events go to each request's unbounded event channel with ``send_nowait``, so
 the loop never blocks on a slow reader; a request whose channel is closed
 (its client went away) is cancelled and its KV cells are freed. A parked
@@ -40,7 +42,15 @@ from skippy.engine.hooks.policy import NO_ACTION
 from skippy.engine.hooks.signals import SignalConfig
 from skippy.engine.runtime.base import Runtime
 from skippy.engine.scheduling.core import HookRequest, Output, SchedulerCore, SlotInfo, StepPlan, execute
-from skippy.engine.scheduling.events import FinishEvent, SchedulerStats, SeqEvent, SeqRequest, TokenEvent
+from skippy.engine.scheduling.events import (
+    EmbeddingsEvent,
+    EmbedRequest,
+    FinishEvent,
+    SchedulerStats,
+    SeqEvent,
+    SeqRequest,
+    TokenEvent,
+)
 
 log = logging.getLogger("skippy.scheduler")
 
@@ -56,6 +66,14 @@ class Submit:
     """Admit ``request``; its events go to ``events`` (an unbounded send channel)."""
 
     request: SeqRequest
+    events: trio.MemorySendChannel[SeqEvent]
+
+
+@attrs.frozen
+class SubmitEmbeddings:
+    """Embed ``request``'s inputs; its one :class:`EmbeddingsEvent` goes to ``events``."""
+
+    request: EmbedRequest
     events: trio.MemorySendChannel[SeqEvent]
 
 
@@ -79,7 +97,7 @@ class SlotAction:
 
 
 #: What the scheduler's inbox takes.
-SchedulerMsg = Submit | Cancel | HookVerdict | SlotAction
+SchedulerMsg = Submit | SubmitEmbeddings | Cancel | HookVerdict | SlotAction
 
 
 class DecodeScheduler(Actor[SchedulerMsg]):
@@ -107,11 +125,19 @@ class DecodeScheduler(Actor[SchedulerMsg]):
     def submit(self, request: SeqRequest, events: trio.MemorySendChannel[SeqEvent]) -> None:
         """Queue ``request``; its events go to ``events`` (unbounded: the loop never blocks on a reader).
 
-        Raises :class:`QueueFull` when ``max_queue`` requests wait.
+        Raises :class:`QueueFull` when ``max_queue`` requests wait (embedding requests count too).
         """
-        if self._n_waiting() >= self.core.max_queue:
+        if self._n_queued() >= self.core.max_queue:
             raise QueueFull(f"the queue is full ({self.core.max_queue} requests waiting); retry later")
         self._send.send_nowait(Submit(request, events))
+        self._unread += 1
+
+    def submit_embeddings(self, request: EmbedRequest, events: trio.MemorySendChannel[SeqEvent]) -> None:
+        """Queue an embedding request; its :class:`EmbeddingsEvent` goes to ``events``. Raises
+        :class:`QueueFull` when ``max_queue`` requests wait (generation and embedding requests together)."""
+        if self._n_queued() >= self.core.max_queue:
+            raise QueueFull(f"the queue is full ({self.core.max_queue} requests waiting); retry later")
+        self._send.send_nowait(SubmitEmbeddings(request, events))
         self._unread += 1
 
     def cancel(self, rid: int) -> None:
@@ -151,6 +177,10 @@ class DecodeScheduler(Actor[SchedulerMsg]):
     def _n_waiting(self) -> int:
         return self.core.n_waiting + self._unread  # queued requests; cancels and verdicts in the inbox are not
 
+    def _n_queued(self) -> int:
+        """What ``max_queue`` bounds: requests waiting for a slot, and embedding requests not answered yet."""
+        return self._n_waiting() + self.core.n_embed_waiting
+
     # -- the actor ---------------------------------------------------------------
     async def run(self) -> None:
         """The scheduler task; runs until cancelled, then finishes every sequence as cancelled."""
@@ -170,7 +200,7 @@ class DecodeScheduler(Actor[SchedulerMsg]):
                     await self._run_slot_actions(decode_thread)
                 step = self.core.plan()
                 self._deliver(step.outputs)
-                if step.batch is None:  # nothing admitted yet can decode (all parked): wait for an input
+                if step.empty:  # nothing admitted yet can decode (all parked): wait for an input
                     last_end = None
                     self._handle(await self._inbox.receive())
                     continue
@@ -184,8 +214,8 @@ class DecodeScheduler(Actor[SchedulerMsg]):
                     self._deliver(self.core.fail(str(exc)))
                     last_end = None
                     continue
-                times.step(marks, last_end, waited)
-                last_end = marks[1]
+                last_end = times.step(marks, last_end, waited, decoded=step.batch is not None,
+                                      embedded=step.embed is not None)
                 readers = self._deliver(self.core.update(step, sampled))
         finally:
             decode_thread.close()
@@ -198,6 +228,9 @@ class DecodeScheduler(Actor[SchedulerMsg]):
                 if isinstance(msg, Submit):
                     self._unread -= 1
                     _send(msg.events, FinishEvent("cancelled", len(msg.request.prompt), 0, 0.0, 0.0))
+                elif isinstance(msg, SubmitEmbeddings):
+                    self._unread -= 1
+                    _send(msg.events, EmbeddingsEvent(None, 0, "cancelled"))
 
     def _drain_inbox(self) -> None:
         while True:
@@ -215,6 +248,14 @@ class DecodeScheduler(Actor[SchedulerMsg]):
                     self.core.add(request)
                 except QueueFull as exc:  # submit() checked; only a race with the inbox lands here
                     _send(events, FinishEvent("error", len(request.prompt), 0, 0.0, 0.0, error=str(exc)))
+                    return
+                self._events[request.rid] = events
+            case SubmitEmbeddings(request, events):
+                self._unread -= 1
+                try:
+                    self.core.add_embedding(request)
+                except (QueueFull, ValueError) as exc:  # submit_embeddings() checked; a race or a bad input
+                    _send(events, EmbeddingsEvent(None, 0, str(exc)))
                     return
                 self._events[request.rid] = events
             case Cancel(rid):
@@ -281,22 +322,21 @@ class DecodeScheduler(Actor[SchedulerMsg]):
             events = self._events.get(rid)
             if events is None:
                 continue
-            if isinstance(ev, FinishEvent):
+            if isinstance(ev, (FinishEvent, EmbeddingsEvent)):
                 del self._events[rid]
             if events.statistics().tasks_waiting_receive:
                 readers.append(events)
-            if not _send(events, ev) and not isinstance(ev, FinishEvent):
+            if not _send(events, ev) and not isinstance(ev, (FinishEvent, EmbeddingsEvent)):
                 self._events.pop(rid, None)
                 self.core.cancel(rid)  # its finish event has nowhere to go
         return readers
 
 
 def _execute_timed(runtime: Runtime, step: StepPlan) -> tuple[list[TokenEvent], list[float]]:
-    """:func:`execute` on the decode thread, with ``perf_counter`` marks: decode start, decode end,
-    sampling end."""
+    """:func:`execute` on the decode thread, with its ``perf_counter`` marks (decode start, decode end,
+    sampling end; embedding batch start and end)."""
     marks: list[float] = []
     sampled = execute(runtime, step, marks)
-    marks.append(time.perf_counter())
     return sampled, marks
 
 
@@ -328,4 +368,4 @@ def _busy(ch: trio.MemorySendChannel[SeqEvent]) -> bool:
     return not stats.tasks_waiting_receive and stats.open_receive_channels > 0 and stats.open_send_channels > 0
 
 
-__all__ = ["Cancel", "DecodeScheduler", "IDLE_WAIT", "SchedulerMsg", "SlotAction", "Submit"]
+__all__ = ["Cancel", "DecodeScheduler", "IDLE_WAIT", "SchedulerMsg", "SlotAction", "Submit", "SubmitEmbeddings"]

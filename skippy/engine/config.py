@@ -210,6 +210,9 @@ def _n_batch_fits(inst: Any, attr: attrs.Attribute, value: int) -> None:
 
 FLASH_ATTN_CHOICES = ("on", "off", "auto")
 
+#: ``pooling`` values (llama-server's ``--pooling``; ``model``: the GGUF's ``<arch>.pooling_type``)
+POOLING_CHOICES = ("model", "mean", "cls", "last", "none")
+
 #: KV cache types (llama-server's ``--cache-type-k`` / ``--cache-type-v`` values, ggml type names)
 CACHE_TYPE_CHOICES = ("f16", "bf16", "f32", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 
@@ -313,6 +316,15 @@ class EngineConfig:
                                      help="Clamp a max_tokens that does not fit the context to the room left "
                                           "(llama-server) instead of answering 400 context_length_exceeded "
                                           "(OpenAI, vLLM).")
+    embeddings: bool = setting(False, check=IsBool(), aliases=("--embedding",),
+                               help="Serve POST /v1/embeddings from a second llama.cpp context on the same weights "
+                                    "(embeddings = true), batched beside decoding; generation stays on.")
+    pooling: str = setting("model", check=OneOf(POOLING_CHOICES),
+                           help="Pooling of the embedding context (llama-server's --pooling); model: the GGUF's "
+                                "(none for most chat models, which /v1/embeddings refuses).")
+    embeddings_batch: int = setting(512, check=IntRange(16, 65536),
+                                    help="Tokens of one embedding batch: the longest input, and what one batch "
+                                         "may add to running streams' ITL (llama-server's -ub).")
     hook_policy: Any = setting(None, check=_hook_policy, metavar="MODULE:FACTORY",
                                help="Python hook policy: package.module:factory returning an object with async "
                                     "hook methods.")

@@ -83,7 +83,8 @@ class EngineClosed(EngineError):
 
 
 class NotSupported(EngineError):
-    """501: a llama-server feature this server was started without (llama-server's ``not_supported_error``)."""
+    """501: a llama-server feature this server was started without (llama-server's ``not_supported_error``,
+    e.g. ``/v1/embeddings`` without ``--embeddings``): a setting of the server, not a fault of the request."""
 
     status = 501
     type = "not_supported_error"

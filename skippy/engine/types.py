@@ -14,7 +14,7 @@ llama.cpp samplers (``typical_p``, ``mirostat``, ``dry_*``, ``xtc_*`` ...),
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import msgspec
 
@@ -322,6 +322,26 @@ class ApplyTemplateRequest(ChatCompletionRequest, kw_only=True):
     ``continue_final_message``, ``add_generation_prompt``); the prompt is
     exactly what ``/v1/chat/completions`` would tokenize.
     """
+
+
+class EmbeddingRequest(msgspec.Struct, kw_only=True):
+    """``POST /v1/embeddings`` body (OpenAI Embeddings).
+
+    ``input``: a string, a list of strings, a list of token ids, or a list of lists of token ids
+    (one vector per input; the engine checks that a list is not mixed and not empty).
+    ``encoding_format``: ``float`` (default) or ``base64`` (the little-endian float32 bytes, as
+    OpenAI sends them). ``dimensions``: accepted only as the model's own size (no shortening).
+    ``truncate`` (llama-server's and Hugging Face TEI's field): an input longer than the embedding
+    context keeps its first tokens instead of answering 400. ``model`` may be any name (one model is
+    served); ``user`` is accepted and ignored.
+    """
+
+    input: str | list[str | int | list[int]]
+    model: str | None = None
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = None
+    user: str | None = None
+    truncate: bool = False
 
 
 #: Deepest nesting of lists and objects accepted in ``tools``, ``tool_choice``,

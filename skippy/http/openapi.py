@@ -32,6 +32,7 @@ from skippy.engine.types import (
     ChatCompletionRequest,
     CompletionRequest,
     DetokenizeRequest,
+    EmbeddingRequest,
     NativeCompletionRequest,
     SlotActionRequest,
     TokenizeRequest,
@@ -39,7 +40,8 @@ from skippy.engine.types import (
 from skippy.http.routes import ROUTES
 
 _REQUESTS = [ChatCompletionRequest, CompletionRequest, NativeCompletionRequest, TokenizeRequest, DetokenizeRequest,
-             ApplyTemplateRequest, SlotActionRequest, responses_api.ResponsesRequest]
+             ApplyTemplateRequest, SlotActionRequest, responses_api.ResponsesRequest,
+             EmbeddingRequest]
 _RESPONSES = list(wire.RESPONSES) + list(responses_api.RESPONSES)
 _REF = "#/components/schemas/{name}"
 

@@ -38,6 +38,7 @@ from skippy.engine.types import (
     ChatCompletionRequest,
     CompletionRequest,
     DetokenizeRequest,
+    EmbeddingRequest,
     InfillRequest,
     NativeCompletionRequest,
     SamplingFields,
@@ -446,6 +447,13 @@ async def responses_delete(response_id: str) -> Response:
     return json_response(rapi.ResponseDeleted(id=response_id))
 
 
+async def embeddings() -> Response:
+    app, ctx = shared(), current()
+    req = await _body(EmbeddingRequest, ctx)
+    result = await _unless_gone(app, ctx, app.engine().embeddings(req))
+    return json_response(result)
+
+
 def _model(eng: Any, name: str) -> wire.Model:
     meta = eng.meta
     return wire.Model(id=name, created=eng.created, meta=wire.ModelDetails(
@@ -632,6 +640,8 @@ ROUTES: tuple[Route, ...] = (
           "Forget a stored response (404 when there is none)", response=rapi.ResponseDeleted),
     Route(("/infill",), "POST", infill, "llama-server /infill: fill-in-the-middle with the model's FIM tokens "
           "(SSE when stream is true)", InfillRequest, wire.Infill, sse=wire.Infill),
+    Route(("/v1/embeddings",), "POST", embeddings, "OpenAI Embeddings: L2-normalized vectors from the embedding "
+          "context (501 unless the server runs with --embeddings)", EmbeddingRequest, wire.EmbeddingList),
     Route(("/v1/models", "/models"), "GET", models, "The served model under each of its names (--alias)",
           response=wire.ModelList),
     Route(("/v1/models/<path:model_id>", "/models/<path:model_id>"), "GET", model,

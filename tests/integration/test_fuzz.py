@@ -31,11 +31,13 @@ HYPOTHESIS_EXAMPLES = 150
 @pytest.fixture(scope="module")
 def fuzz_server(tmp_path_factory: pytest.TempPathFactory):
     # one llama.cpp thread: decoding does not collapse when other processes share the 2 cores;
-    # a slot save path and --props, so slot actions and POST /props are fuzzed past llama-server's 501 for a
-    # server started without them (a 501 there is the server's configuration, not the request's fault)
+    # a slot save path, --props and --embeddings, so slot actions, POST /props and /v1/embeddings are fuzzed past
+    # llama-server's 501 for a server started without them (a 501 there is the server's configuration, not the
+    # request's fault)
     tmp = tmp_path_factory.mktemp("fuzz")
     with Server(["--parallel", "4", "--n-ctx", "256", "--max-queue", "64", "--threads", "1",
-                 "--slot-save-path", str(tmp / "slots"), "--props"], tmp / "server.log") as srv:
+                 "--slot-save-path", str(tmp / "slots"), "--props", "--embeddings", "--pooling", "mean",
+                 "--embeddings-batch", "128"], tmp / "server.log") as srv:
         yield srv
 
 
@@ -53,7 +55,8 @@ def test_openapi_json_is_generated_from_the_request_types(fuzz_server: Server) -
     chat = doc["paths"]["/v1/chat/completions"]["post"]
     assert chat["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/ChatCompletionRequest")
     assert {"200", "default"} <= set(chat["responses"])
-    routes = {"/v1/completions", "/v1/models", "/health", "/tokenize", "/detokenize", "/apply-template"}
+    routes = {"/v1/completions", "/v1/models", "/health", "/tokenize", "/detokenize", "/apply-template",
+              "/v1/embeddings"}
     assert routes <= set(doc["paths"])
 
 

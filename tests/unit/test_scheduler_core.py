@@ -12,10 +12,17 @@ import pytest
 
 from skippy.engine.errors import QueueFull
 from skippy.engine.hooks.policy import NO_ACTION, Inject, Stop
-from skippy.engine.runtime.base import ModelMeta
+from skippy.engine.runtime.base import EmbeddingInfo, ModelMeta
 from skippy.engine.sampling.params import SamplingParams
 from skippy.engine.scheduling.core import HookRequest, Phase, SchedulerCore, execute
-from skippy.engine.scheduling.events import FinishEvent, PromptLogprobs, SeqRequest, TokenEvent
+from skippy.engine.scheduling.events import (
+    EmbeddingsEvent,
+    EmbedRequest,
+    FinishEvent,
+    PromptLogprobs,
+    SeqRequest,
+    TokenEvent,
+)
 from skippy.engine.scheduling.prefix import MIN_REUSE, MIN_TAIL
 
 EOG = 0
@@ -37,11 +44,12 @@ class FakeSampler:
 class FakeRuntime:
     """KV slots as token lists; samplers play a script chosen by ``SamplingParams.seed``."""
 
-    def __init__(self, n_seq_max=2, n_batch=64, n_ctx_seq=256, recurrent=False, unified=False):
+    def __init__(self, n_seq_max=2, n_batch=64, n_ctx_seq=256, recurrent=False, unified=False, embeddings=None):
         self.meta = ModelMeta(name="fake", path="fake.gguf", chat_template=None, bos_id=1, eos_id=EOG,
                               eog_ids=frozenset({EOG}), bos_token="<s>", eos_token="</s>",
                               n_vocab=N_VOCAB, n_ctx_train=n_ctx_seq, n_ctx_seq=n_ctx_seq, n_seq_max=n_seq_max,
-                              n_batch=n_batch, is_recurrent=recurrent, kv_unified=unified)
+                              n_batch=n_batch, is_recurrent=recurrent, kv_unified=unified, n_embd=3,
+                              embeddings=embeddings)
         self.vocab = FakeVocab()
         self.kv = {s: [] for s in range(n_seq_max)}
         # KV cells as llama.cpp holds them: a cell id per position; a unified cache shares a copied
@@ -54,6 +62,7 @@ class FakeRuntime:
         self.copies = []
         self.samplers = []
         self.nan_slots: set[int] = set()
+        self.embed_batches: list[list[list[int]]] = []
         self._out: dict[int, int] = {}  # batch index -> slot, of the last decode
 
     def decode(self, entries):
@@ -100,6 +109,18 @@ class FakeRuntime:
         assert not sampler.freed
         sampler.freed = True
 
+    def embed(self, inputs):
+        """The embedding context, checked as llama.cpp would take the batch; a vector per input:
+        (first token, length, sum). An input holding token 99 makes llama.cpp fail the whole batch."""
+        info = self.meta.embeddings
+        assert info is not None and info.error is None
+        assert 0 < len(inputs) <= info.n_seq_max and all(inputs)
+        assert sum(len(t) for t in inputs) <= info.n_ctx
+        self.embed_batches.append([list(t) for t in inputs])
+        if any(99 in t for t in inputs):
+            raise RuntimeError("llama_decode of the embedding batch failed with code -3")
+        return np.array([[t[0], len(t), sum(t)] for t in inputs], dtype=np.float32)
+
     def cells_used(self):
         return len({c for cells in self.cells.values() for c in cells})
 
@@ -143,8 +164,9 @@ class Clock:
 
 
 def make(n_seq_max=2, *, step_tokens=64, max_queue=8, hooks=False, prefix_cache=True, recurrent=False,
-         n_ctx_seq=256, unified=False):
-    rt = FakeRuntime(n_seq_max=n_seq_max, n_ctx_seq=n_ctx_seq, recurrent=recurrent, unified=unified)
+         n_ctx_seq=256, unified=False, embeddings=None):
+    rt = FakeRuntime(n_seq_max=n_seq_max, n_ctx_seq=n_ctx_seq, recurrent=recurrent, unified=unified,
+                     embeddings=embeddings)
     core = SchedulerCore(rt, step_tokens=step_tokens, max_queue=max_queue, hooks=hooks, prefix_cache=prefix_cache,
                          clock=Clock())
     return rt, core
@@ -159,7 +181,7 @@ def step(rt, core, outputs=None):
     """One plan/execute/update; returns the outputs (admission's included) or None when nothing decoded."""
     plan = core.plan()
     out = list(plan.outputs)
-    if plan.batch is None:
+    if plan.empty:
         if outputs is not None:
             outputs += out
         return None if not out else out
@@ -708,3 +730,125 @@ def test_slot_snapshot_erase_and_adopt_for_llama_server_slot_files():
     core.erase_slot(1)
     core.adopt_slot(1, [])  # a failed restore leaves the slot free
     assert core.slot_tokens(1) == [] and not core.slot_busy(1)
+
+
+# -- embeddings ------------------------------------------------------------------------
+
+EMBD = EmbeddingInfo(pooling="mean", n_ctx=32, n_seq_max=4)
+
+
+def embeddings_of(outputs, rid) -> EmbeddingsEvent:
+    [ev] = [ev for r, ev in outputs if r == rid and isinstance(ev, EmbeddingsEvent)]
+    return ev
+
+
+def test_embedding_batches_fill_the_embedding_context_when_nothing_generates():
+    rt, core = make(embeddings=EMBD)
+    inputs = [tuple(range(10 + i, 20 + i)) for i in range(5)] + [(7, 8)] * 6  # 5 x 10 tokens, 6 x 2
+    core.add_embedding(EmbedRequest(1, tuple(inputs)))
+    out = run(rt, core)
+    # in order, at most n_ctx tokens and n_seq_max inputs per batch (the fake asserts both)
+    assert [len(b) for b in rt.embed_batches] == [3, 4, 4]
+    assert [t for b in rt.embed_batches for t in b] == [list(t) for t in inputs]
+    ev = embeddings_of(out, 1)
+    assert ev.error is None and ev.prompt_tokens == 62 and ev.vectors.shape == (11, 3)
+    assert ev.vectors[:, 0].tolist() == [t[0] for t in inputs]  # each vector where its input was
+    assert rt.batches == [] and core.idle
+    st = core.stats()
+    assert (st.embed_inputs_total, st.embed_tokens_total, st.embed_batches_total, st.n_embed_waiting) == (11, 62, 3, 0)
+
+
+def test_an_embedding_batch_never_starves_running_streams():
+    rt, core = make(n_seq_max=2, step_tokens=64, embeddings=EMBD, prefix_cache=False)
+    core.add(req(1, [51] * 4, max_tokens=40))
+    core.add(req(2, [52] * 4, max_tokens=40))
+    step(rt, core)  # both prefilled: decoding now
+    core.add_embedding(EmbedRequest(3, tuple((20 + i,) * 5 for i in range(12))))  # 12 inputs of 5 tokens
+    out = []
+    n_batches = len(rt.batches)
+    while core.phase(1) is Phase.DECODING and not any(r == 3 for r, _ in out):
+        step(rt, core, out)
+        # every step decodes both streams, and its embedding batch takes a quarter of the 62 tokens they leave
+        assert sorted(e.seq_id for e in rt.batches[-1]) == [0, 1]
+        assert sum(map(len, rt.embed_batches[-1])) == 15
+    assert len(rt.batches) - n_batches == 4 == len(rt.embed_batches)  # 3 inputs (15 tokens) per step
+    assert embeddings_of(out, 3).vectors.shape == (12, 3)
+    assert len(tokens_of(out, 1)) == len(tokens_of(out, 2)) == 4  # one token per stream per step, meanwhile
+
+
+def test_an_input_longer_than_the_share_goes_alone_and_the_streams_still_decode():
+    rt, core = make(n_seq_max=2, step_tokens=16, embeddings=EMBD, prefix_cache=False)
+    core.add(req(1, [51] * 4, max_tokens=40))
+    step(rt, core)
+    core.add_embedding(EmbedRequest(2, ((30,) * 32, (31,) * 32, (32,) * 3)))
+    out = []
+    for _ in range(3):
+        step(rt, core, out)
+        assert [e.seq_id for e in rt.batches[-1]] == [0]  # the stream's token, every step
+    assert [sum(map(len, b)) for b in rt.embed_batches] == [32, 32, 3]  # one long input per step, whole
+    assert embeddings_of(out, 2).prompt_tokens == 67 and len(tokens_of(out, 1)) == 3
+
+
+def test_prefill_and_embeddings_share_the_step_budget_and_both_progress():
+    rt, core = make(n_seq_max=2, step_tokens=16, embeddings=EMBD, prefix_cache=False)
+    core.add(req(1, list(range(100, 160)), max_tokens=2))  # 60 prompt tokens to prefill
+    core.add_embedding(EmbedRequest(2, tuple((40 + i,) * 2 for i in range(16))))  # 16 inputs of 2 tokens
+    out = []
+    for _ in range(3):
+        step(rt, core, out)
+        n_prefill, n_embed = len(rt.batches[-1]), sum(map(len, rt.embed_batches[-1]))
+        assert (n_prefill, n_embed) == (12, 4)  # a quarter of the budget for embeddings, the rest prefills
+    out += run(rt, core)
+    assert core.idle and len(tokens_of(out, 1)) == 2 and embeddings_of(out, 2).vectors.shape == (16, 3)
+
+
+def test_a_cancelled_embedding_request_leaves_the_queue_and_its_running_batch_is_dropped():
+    rt, core = make(embeddings=EMBD)
+    core.add_embedding(EmbedRequest(1, ((5,) * 30, (6,) * 30)))
+    core.add_embedding(EmbedRequest(2, ((7,) * 4,)))
+    plan = core.plan()  # the batch holds request 1's first input
+    core.cancel(1)  # its second input leaves the queue; the batch in flight ends without it
+    out = core.update(plan, execute(rt, plan)) + run(rt, core)
+    assert [r for r, ev in out if isinstance(ev, EmbeddingsEvent)] == [2]
+    assert rt.embed_batches == [[[5] * 30], [[7] * 4]] and core.idle and core.stats().n_embed_waiting == 0
+
+
+def test_a_failed_embedding_batch_fails_its_requests_only():
+    rt, core = make(embeddings=EmbeddingInfo(pooling="mean", n_ctx=8, n_seq_max=4), prefix_cache=False)
+    core.add(req(1, [51] * 4, max_tokens=3))
+    core.add_embedding(EmbedRequest(2, ((99, 1), (2, 3) * 4)))  # its first batch fails
+    core.add_embedding(EmbedRequest(3, ((4, 5),)))
+    out = run(rt, core)
+    ev2, ev3 = embeddings_of(out, 2), embeddings_of(out, 3)
+    assert ev2.vectors is None and "embedding batch failed" in ev2.error
+    assert ev3.error is None and ev3.vectors.tolist() == [[4, 2, 9]]
+    assert [list(map(len, b)) for b in rt.embed_batches] == [[2], [2]]  # 2's second input was dropped
+    assert tokens_of(out, 1) == [FILLER] * 3 and finish_of(out, 1).reason == "length"
+
+
+def test_a_failed_decode_puts_the_embedding_batch_back_and_close_cancels_embeddings():
+    rt, core = make(embeddings=EMBD)
+    core.add(req(1, [51] * 4))
+    core.add_embedding(EmbedRequest(2, ((5,) * 3,)))
+    plan = core.plan()
+    assert plan.batch is not None and plan.embed is not None
+    out = core.fail("llama_decode failed")  # the step raised before its embedding batch ran
+    assert finish_of(out, 1).reason == "error" and not any(r == 2 for r, _ in out)
+    out = run(rt, core)
+    assert embeddings_of(out, 2).vectors.tolist() == [[5, 3, 15]]
+    core.add_embedding(EmbedRequest(3, ((5,) * 3,)))
+    assert embeddings_of(core.close(), 3).error == "cancelled" and core.idle
+
+
+def test_embedding_requests_count_in_the_queue_limit_and_bad_inputs_are_refused():
+    rt, core = make(max_queue=2, embeddings=EMBD)
+    core.add_embedding(EmbedRequest(1, ((5,),)))
+    core.add(req(2, [52] * 4))
+    with pytest.raises(QueueFull):
+        core.add_embedding(EmbedRequest(3, ((5,),)))
+    for inputs in ((), ((),), ((5,) * 33,)):
+        with pytest.raises(ValueError, match="1..32 tokens"):
+            make(embeddings=EMBD)[1].add_embedding(EmbedRequest(4, inputs))
+    for info in (None, EmbeddingInfo(pooling="none", n_ctx=32, n_seq_max=4, error="Pooling type 'none'")):
+        with pytest.raises(ValueError):
+            make(embeddings=info)[1].add_embedding(EmbedRequest(5, ((5,),)))

@@ -33,7 +33,8 @@ from msgspec import UNSET, UnsetType
 __all__ = [
     "RESPONSES", "SYSTEM_FINGERPRINT", "UNSET", "ApplyTemplateResponse", "ChatChoice", "ChatChunkChoice",
     "ChatCompletion", "ChatCompletionChunk", "ChatDelta", "ChatLogprobs", "ChatMessage", "ChatTokenLogprob",
-    "CompletionChoice", "CompletionLogprobs", "DetokenizeResponse", "ErrorBody", "ErrorEnvelope", "FunctionCall",
+    "CompletionChoice", "CompletionLogprobs", "DetokenizeResponse", "Embedding", "EmbeddingList", "EmbeddingUsage",
+    "ErrorBody", "ErrorEnvelope", "FunctionCall",
     "FunctionCallDelta", "GenerationSettings", "Health", "Infill", "InputTokens", "Model", "ModelDetails",
     "ModelList", "NativeCompletion", "NativeTokenProb", "NativeTopProb", "PromptProgress", "PromptTokensDetails",
     "Slot", "SlotErased", "SlotNextToken", "SlotRestored", "SlotSaved", "TextCompletion", "Timings", "TokenPiece",
@@ -606,8 +607,35 @@ class SlotErased(WireStruct, kw_only=True):
     n_erased: int
 
 
+# -- embeddings -----------------------------------------------------------------------------------
+
+class Embedding(WireStruct, kw_only=True):
+    """OpenAI ``embedding`` object: the L2-normalized vector of input ``index``, as floats or (``encoding_format``
+    ``base64``) the base64 of its little-endian float32 bytes."""
+
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: list[float] | str
+
+
+class EmbeddingUsage(WireStruct, kw_only=True):
+    """OpenAI embeddings ``usage``: tokens of all inputs (``total_tokens`` is the same number)."""
+
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingList(WireStruct, kw_only=True):
+    """OpenAI ``POST /v1/embeddings`` response: one :class:`Embedding` per input, in input order."""
+
+    object: Literal["list"] = "list"
+    data: list[Embedding]
+    model: str
+    usage: EmbeddingUsage
+
+
 #: Every top-level response object (for the OpenAPI components).
 RESPONSES: tuple[type[WireStruct], ...] = (
     ErrorEnvelope, ChatCompletion, ChatCompletionChunk, TextCompletion, ModelList, Health, TokenizeResponse,
     DetokenizeResponse, ApplyTemplateResponse, InputTokens, Infill, NativeCompletion, Slot, SlotSaved, SlotRestored,
-    SlotErased)
+    SlotErased, EmbeddingList)

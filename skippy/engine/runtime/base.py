@@ -78,6 +78,25 @@ class FimTokens:
 
 
 @attrs.frozen
+class EmbeddingInfo:
+    """The embedding context of a runtime: a second llama.cpp context on the same model weights, made with
+    ``embeddings = true`` (llama-server ``--embeddings``).
+
+    ``pooling``: llama.cpp's pooling type by name (``none``, ``mean``, ``cls``, ``last``, ``rank``), the
+    GGUF's (``<arch>.pooling_type``) unless one was asked for. ``n_ctx``: tokens of one embedding batch
+    (the context's ``n_batch = n_ubatch``): every input is pooled within one micro-batch, so this is also
+    the longest input. ``n_seq_max``: inputs in one batch. ``error``: why this model or pooling cannot
+    answer ``/v1/embeddings`` (pooling ``none`` gives per-token vectors and ``rank`` a relevance score,
+    neither an OpenAI embedding; or llama.cpp refused the context); ``None`` when it can.
+    """
+
+    pooling: str
+    n_ctx: int
+    n_seq_max: int
+    error: str | None = None
+
+
+@attrs.frozen
 class ModelMeta:
     """Model metadata read once at load.
 
@@ -87,7 +106,9 @@ class ModelMeta:
     ``kv_unified``: the KV cache is one buffer shared by all sequences (llama.cpp
     ``kv_unified``), so :meth:`Runtime.seq_cp` also copies a prefix (``n``), nearly free;
     otherwise only whole sequences are copied. ``kv_cache``: the KV cache's types and
-    size, when the runtime knows them. ``fim``: the fill-in-the-middle tokens.
+    size, when the runtime knows them. ``fim``: the fill-in-the-middle tokens. ``n_embd``: the size of
+    one embedding vector (llama.cpp ``llama_model_n_embd_out``). ``embeddings``: the embedding context
+    (``None``: embeddings are off).
     """
 
     name: str
@@ -107,6 +128,8 @@ class ModelMeta:
     kv_unified: bool = False
     kv_cache: KVCacheInfo | None = None
     fim: FimTokens = FimTokens()
+    n_embd: int = 0
+    embeddings: EmbeddingInfo | None = None
 
 
 class Vocab(Protocol):
@@ -188,6 +211,17 @@ class Runtime(Protocol):
     def seq_cp(self, src: int, dst: int, n: int | None = None) -> None:
         """Copy sequence ``src`` to ``dst`` in the KV cache: positions ``[0, n)``, or all of it
         (``n=None``). A prefix (``n``) only when ``meta.kv_unified``; ``ValueError`` otherwise."""
+        ...
+
+    def embed(self, inputs: Sequence[Sequence[int]]) -> np.ndarray:
+        """One embedding batch: the pooled vector of each input (token ids), float32, shape
+        ``(len(inputs), meta.n_embd)``, not normalized (llama.cpp ``llama_get_embeddings_seq``).
+
+        On the embedding context (``meta.embeddings``), from the decode thread, like :meth:`decode`.
+        Raises ``ValueError`` for a batch the embedding context cannot take (embeddings off or
+        unusable, no input, an empty input, more than ``n_seq_max`` inputs or ``n_ctx`` tokens, a token
+        outside the vocabulary) and ``RuntimeError`` when llama.cpp fails.
+        """
         ...
 
     def state_seq_save(self, path: str, seq_id: int, tokens: Sequence[int]) -> int:

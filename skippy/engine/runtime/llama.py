@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import llama_cpp
 import numpy as np
 
-from skippy.engine.runtime.base import BatchEntry, FimTokens, KVCacheInfo, ModelMeta
+from skippy.engine.runtime.base import BatchEntry, EmbeddingInfo, FimTokens, KVCacheInfo, ModelMeta
 from skippy.engine.sampling.params import SamplingParams
 from skippy.engine.sampling.vector import SeqSampler, sample_rows, vectorizable
 
@@ -205,6 +205,11 @@ CACHE_TYPES = {"f32": llama_cpp.GGML_TYPE_F32, "f16": llama_cpp.GGML_TYPE_F16, "
                "q4_1": llama_cpp.GGML_TYPE_Q4_1, "iq4_nl": llama_cpp.GGML_TYPE_IQ4_NL,
                "q5_0": llama_cpp.GGML_TYPE_Q5_0, "q5_1": llama_cpp.GGML_TYPE_Q5_1}
 
+#: ``pooling`` names (llama-server's ``--pooling`` values; ``model``: the GGUF's, llama.cpp's
+#: ``LLAMA_POOLING_TYPE_UNSPECIFIED``) -> ``llama_pooling_type`` values
+POOLING = {"model": -1, "none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}
+_POOLING_NAMES = {v: k for k, v in POOLING.items() if v >= 0}
+
 _ggml_lock = threading.Lock()
 _ggml: ctypes.CDLL | None = None
 
@@ -296,8 +301,13 @@ class LlamaRuntime:
     def __init__(self, path: str, *, n_ctx_seq: int = 2048, n_seq_max: int = 16, n_batch: int = 512,
                  n_threads: int | None = None, flash_attn: str = "auto", type_k: str = "f16",
                  type_v: str = "f16", kv_unified: bool = False, name: str | None = None,
-                 verbose: bool = False, vector_sampling: bool = True) -> None:
+                 verbose: bool = False, vector_sampling: bool = True, embeddings: bool = False,
+                 pooling: str = "model", embeddings_batch: int = 512) -> None:
         # before loading: a refused argument must not leak the model
+        if pooling not in POOLING:
+            raise ValueError(f"pooling must be one of {sorted(POOLING)}, not {pooling!r}")
+        if embeddings and embeddings_batch < 1:
+            raise ValueError(f"embeddings_batch must be >= 1, not {embeddings_batch}")
         if flash_attn not in FLASH_ATTN:
             raise ValueError(f"flash_attn must be one of {sorted(FLASH_ATTN)}, not {flash_attn!r}")
         for what, t in (("type_k", type_k), ("type_v", type_v)):
@@ -344,6 +354,7 @@ class LlamaRuntime:
                          unified=kv_unified, bytes_k=kv_k, bytes_v=kv_v)
         self._n_vocab = n_vocab
         self._n_batch = n_batch
+        self._embd_ctx: llama_cpp.llama_context_p | None = None  # made by _embedding_context
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
         self._outputs: list[bool] = []
         self._rows: dict[int, int] = {}  # batch index -> row of llama_get_logits, of the last decode
@@ -372,10 +383,63 @@ class LlamaRuntime:
             kv_cache=kv,
             fim=FimTokens(*(int(getattr(llama_cpp, f"llama_vocab_fim_{k}")(vocab))
                             for k in ("pre", "suf", "mid", "pad", "rep", "sep"))),
+            n_embd=llama_cpp.llama_model_n_embd_out(self._model),
+            embeddings=self._embedding_context(cparams, pooling, embeddings_batch, n_ctx_train) if embeddings
+            else None,
         )
         log.info("KV cache: %s, K %s + V %s, %d cells (%d sequences x %d): %.2f MiB total, %.2f MiB per sequence",
                  "unified" if kv_unified else "one stream per sequence", type_k, type_v, kv.n_cells, n_seq_max,
                  n_ctx_seq, kv.bytes / 2**20, kv.bytes_per_seq / 2**20)
+
+    def _embedding_context(self, gen: llama_cpp.llama_context_params, pooling: str, n_batch: int,
+                           n_ctx_train: int) -> EmbeddingInfo:
+        """Make the embedding context beside the generation context, on the same ``llama_model`` (the weights
+        are shared; it has its own KV cache and compute buffers): llama.cpp ``embeddings = true``, the
+        ``pooling`` asked for (``model``: the GGUF's), ``n_ctx = n_batch = n_ubatch`` tokens (clamped to the
+        training context) in one KV buffer that the inputs of a batch share (``kv_unified``), and as many
+        sequences as llama.cpp allows, up to one per token (llama-cpp-python's ``Llama(embedding=True)``
+        does the same). Threads and flash attention follow the generation context.
+
+        Never raises: a model or pooling that cannot embed leaves no context and an
+        :class:`EmbeddingInfo` whose ``error`` says why (the route answers 400 with it).
+        """
+        n_ctx = min(n_batch, n_ctx_train) if n_ctx_train > 0 else n_batch
+        n_seq = max(1, min(n_ctx, llama_cpp.llama_max_parallel_sequences()))
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = n_ctx
+        cparams.n_batch = n_ctx
+        cparams.n_ubatch = n_ctx
+        cparams.n_seq_max = n_seq
+        cparams.kv_unified = True
+        cparams.embeddings = True
+        cparams.pooling_type = POOLING[pooling]
+        cparams.n_threads = gen.n_threads
+        cparams.n_threads_batch = gen.n_threads_batch
+        cparams.flash_attn_type = gen.flash_attn_type
+        cparams.no_perf = True
+        ctx = llama_cpp.llama_init_from_model(self._model, cparams)
+        if not ctx:
+            log.warning("llama.cpp could not create the embedding context; /v1/embeddings answers 400")
+            return EmbeddingInfo(pooling=pooling, n_ctx=n_ctx, n_seq_max=n_seq,
+                                 error="llama.cpp could not create an embedding context for this model")
+        name = _POOLING_NAMES.get(llama_cpp.llama_pooling_type(ctx), "unknown")
+        error = None
+        source = "the model's GGUF" if pooling == "model" else f"--pooling {pooling}"
+        if name == "none":  # llama-server's words; its native /embedding returns per-token vectors then
+            error = (f"Pooling type 'none' is not OAI compatible: no vector per input (pooling from {source}); "
+                     "start the server with --pooling mean, cls or last")
+        elif name not in ("mean", "cls", "last"):
+            error = (f"pooling type {name!r} (from {source}) gives a relevance score per input (a reranker), not an "
+                     "embedding vector; start the server with --pooling mean, cls or last")
+        if error is not None:
+            llama_cpp.llama_free(ctx)
+            log.warning("embeddings: %s", error)
+            return EmbeddingInfo(pooling=name, n_ctx=n_ctx, n_seq_max=n_seq, error=error)
+        self._embd_ctx = ctx
+        self._embd_mem = llama_cpp.llama_get_memory(ctx)
+        self._embd_batch = llama_cpp.llama_batch_init(n_ctx, 0, 1)
+        log.info("embeddings: pooling %s, batches of up to %d tokens and %d inputs", name, n_ctx, n_seq)
+        return EmbeddingInfo(pooling=name, n_ctx=n_ctx, n_seq_max=n_seq)
 
     # -- decode -------------------------------------------------------------
     def decode(self, entries: Sequence[BatchEntry]) -> None:
@@ -627,6 +691,45 @@ class LlamaRuntime:
             raise ValueError(f"sequence id {seq_id} out of range")
         return llama_cpp.llama_memory_seq_pos_max(self._mem, seq_id)
 
+    # -- embeddings ---------------------------------------------------------
+    def embed(self, inputs: Sequence[Sequence[int]]) -> np.ndarray:
+        """One batch on the embedding context (see :meth:`Runtime.embed`): every input is its own sequence,
+        every token an output (llama.cpp pools all of a sequence's outputs, and warns and overrides when a
+        token is not one); the KV cache is cleared first (``llama_memory_clear``), so inputs never see each
+        other or an earlier batch. Returns a new array, shape ``(len(inputs), n_embd)``."""
+        info = self.meta.embeddings
+        if self._embd_ctx is None or info is None:
+            raise ValueError(info.error if info is not None and info.error else "embeddings are off")
+        n = sum(len(t) for t in inputs)
+        if not 0 < len(inputs) <= info.n_seq_max:
+            raise ValueError(f"{len(inputs)} inputs in one embedding batch (allowed 1..{info.n_seq_max})")
+        if not 0 < n <= info.n_ctx or any(not t for t in inputs):
+            raise ValueError(f"embedding batch of {n} tokens (allowed 1..{info.n_ctx}, no empty input)")
+        b = self._embd_batch
+        k = 0
+        for seq, tokens in enumerate(inputs):
+            for pos, token in enumerate(tokens):
+                if not 0 <= token < self._n_vocab:
+                    raise ValueError(f"token id {token} out of range")
+                b.token[k] = token
+                b.pos[k] = pos
+                b.n_seq_id[k] = 1
+                b.seq_id[k][0] = seq
+                b.logits[k] = True
+                k += 1
+        b.n_tokens = k
+        llama_cpp.llama_memory_clear(self._embd_mem, True)
+        rc = llama_cpp.llama_decode(self._embd_ctx, b)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode of the embedding batch failed with code {rc}")
+        out = np.empty((len(inputs), self.meta.n_embd), dtype=np.float32)
+        for seq in range(len(inputs)):
+            ptr = llama_cpp.llama_get_embeddings_seq(self._embd_ctx, seq)
+            if not ptr:
+                raise RuntimeError(f"llama.cpp has no pooled embedding for sequence {seq}")
+            out[seq] = np.ctypeslib.as_array(ptr, shape=(self.meta.n_embd,))
+        return out
+
     # -- sequence state files (llama-server /slots save / restore) ---------------
     def state_seq_save(self, path: str, seq_id: int, tokens: Sequence[int]) -> int:
         """Write sequence ``seq_id``'s KV state and its ``tokens`` to ``path`` (``llama_state_seq_save_file``).
@@ -664,6 +767,10 @@ class LlamaRuntime:
         return int(n), list(arr[: count.value])
 
     def close(self) -> None:
+        if self._embd_ctx is not None:
+            llama_cpp.llama_batch_free(self._embd_batch)
+            llama_cpp.llama_free(self._embd_ctx)
+            self._embd_ctx = None
         if self._ctx:
             llama_cpp.llama_batch_free(self._batch)
             llama_cpp.llama_free(self._ctx)

@@ -59,6 +59,11 @@ The rules, each with a unit test in ``tests/unit/test_scheduler_core.py``:
 - **Finish**: an end-of-generation token (``stop``), ``max_tokens`` or a full
   context (``length``), a cancel, a hook stop, or a failed decode (``error``);
   the prefilled prompt's KV stays resident for reuse, the rest is removed.
+- **Embeddings** (:mod:`skippy.engine.scheduling.embed`): :meth:`~SchedulerCore.add_embedding`
+  queues a request's inputs; each step carries at most one embedding batch for the
+  embedding context, a quarter of the step's token budget while anything generates
+  (the oldest input always goes), and a request gets one :class:`EmbeddingsEvent`
+  once all its inputs are embedded.
 """
 
 from __future__ import annotations
@@ -72,6 +77,7 @@ from collections.abc import Sequence as Seq
 from typing import Any
 
 import attrs
+import numpy as np
 
 from skippy.engine.errors import QueueFull
 from skippy.engine.hooks.policy import Inject, Outcome, Stop
@@ -85,7 +91,10 @@ from skippy.engine.hooks.signals import (
 )
 from skippy.engine.runtime.base import Runtime
 from skippy.engine.scheduling.batch import BatchPlan, SeqState, plan_step
+from skippy.engine.scheduling.embed import EmbedBatch, EmbedItem, EmbedResult, embed_budget, take_batch
 from skippy.engine.scheduling.events import (
+    EmbeddingsEvent,
+    EmbedRequest,
     FinishEvent,
     PromptLogprobs,
     SchedulerStats,
@@ -121,7 +130,7 @@ class HookRequest:
 
 
 #: What the core emits, per request id.
-Output = tuple[int, TokenEvent | FinishEvent | PromptLogprobs | HookRequest]
+Output = tuple[int, TokenEvent | FinishEvent | PromptLogprobs | HookRequest | EmbeddingsEvent]
 
 
 @attrs.define(eq=False)
@@ -220,22 +229,40 @@ class ScoreSpec:
 @attrs.frozen
 class StepPlan:
     """One planned step: the batch (``None``: nothing to decode), what to sample from it, which
-    prompt positions to score, and the outputs admission produced (finishes of requests whose
-    sampler llama.cpp refused)."""
+    prompt positions to score, the outputs admission produced (finishes of requests whose
+    sampler llama.cpp refused), and the embedding batch to run after it (``None``: none)."""
 
     batch: BatchPlan | None
     samples: tuple[SampleSpec, ...] = ()
     outputs: tuple[Output, ...] = ()
     scores: tuple[ScoreSpec, ...] = ()
+    embed: EmbedBatch | None = None
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to run on the decode thread."""
+        return self.batch is None and self.embed is None
+
+
+@attrs.define(eq=False)
+class _Embedding:
+    """An embedding request in the core: its vectors as they come (``None``: not yet), inputs left, times."""
+
+    request: EmbedRequest
+    vectors: list[Any]
+    left: int
+    n_tokens: int
+    t_queued: float
+    t_first: float = 0.0
 
 
 #: What :func:`execute` returns per sample: one event, or (a spec with a draft) every token its
-#: verification sampled, in order.
-Sampled = TokenEvent | tuple[TokenEvent, ...]
+#: verification sampled, in order; and for an embedding batch its :class:`EmbedResult`.
+Sampled = TokenEvent | tuple[TokenEvent, ...] | EmbedResult
 
 
 def execute(runtime: Runtime, step: StepPlan, marks: list[float] | None = None) -> list[Sampled]:
-    """Run ``step`` on ``runtime``: one ``llama_decode``, then sample every output.
+    """Run ``step`` on ``runtime``: one ``llama_decode``, then sample every output; then the embedding batch.
 
     Blocking; runs on the decode thread. Returns one :class:`TokenEvent` per
     ``step.samples`` entry, in order (see :func:`~skippy.engine.scheduling.sample.sample_step`:
@@ -243,24 +270,41 @@ def execute(runtime: Runtime, step: StepPlan, marks: list[float] | None = None) 
     from the raw logits when asked, ``None`` when a row has no finite maximum, so one
     sequence's NaN logits never fail the others), or for an entry with a ``draft`` the tuple
     :func:`verify_draft` returns; then one per ``step.scores`` entry (the scored prompt
-    token, its logprob and alternatives). Raises ``RuntimeError`` when llama.cpp refuses the batch.
-    ``marks``, when given, gets ``time.perf_counter()`` at the start and at the end of
-    ``llama_decode`` (for the step-time metrics).
+    token, its logprob and alternatives); then, when the step has an embedding batch, one
+    :class:`EmbedResult` (:meth:`Runtime.embed`'s vectors, or its error: a failed embedding batch
+    fails only its requests). Raises ``RuntimeError`` when llama.cpp refuses the decode batch.
+    ``marks``, when given, gets ``time.perf_counter()`` at the start and the end of ``llama_decode``
+    and at the end of sampling (when the step has a batch), then at the start and the end of the
+    embedding batch (when it has one); for the step-time metrics.
     """
-    assert step.batch is not None
-    if marks is not None:
-        marks.append(time.perf_counter())
-        runtime.decode(step.batch.entries)
-        marks.append(time.perf_counter())
-    else:
-        runtime.decode(step.batch.entries)
-    scored: list[Sampled] = [_score(runtime.logits(spec.index), spec.token, spec.top_logprobs)
-                             for spec in step.scores]
-    out: list[Sampled] = list(sample_step(runtime, step.samples))
-    for i, spec in enumerate(step.samples):
-        if spec.draft:
-            out[i] = verify_draft(runtime, spec, out[i])  # type: ignore[arg-type]
-    return out + scored
+    out: list[Sampled] = []
+    if step.batch is not None:
+        if marks is not None:
+            marks.append(time.perf_counter())
+            runtime.decode(step.batch.entries)
+            marks.append(time.perf_counter())
+        else:
+            runtime.decode(step.batch.entries)
+        scored: list[Sampled] = [_score(runtime.logits(spec.index), spec.token, spec.top_logprobs)
+                                 for spec in step.scores]
+        out = list(sample_step(runtime, step.samples))
+        for i, spec in enumerate(step.samples):
+            if spec.draft:
+                out[i] = verify_draft(runtime, spec, out[i])  # type: ignore[arg-type]
+        out += scored
+        if marks is not None:
+            marks.append(time.perf_counter())
+    if step.embed is not None:
+        if marks is not None:
+            marks.append(time.perf_counter())
+        try:
+            result = EmbedResult(runtime.embed([item.tokens for item in step.embed.items]))
+        except (ValueError, RuntimeError) as exc:
+            result = EmbedResult(None, str(exc))
+        out.append(result)
+        if marks is not None:
+            marks.append(time.perf_counter())
+    return out
 
 
 def _score(raw: Any, token: int, n_top: int) -> TokenEvent:
@@ -353,6 +397,12 @@ class SchedulerCore:
         self._timed_predicted_tokens = 0
         self._busy_slots_total = 0
         self._n_tokens_max = 0
+        self._embed_queue: collections.deque[EmbedItem] = collections.deque()  # inputs not yet in a batch
+        self._embeds: dict[int, _Embedding] = {}  # embedding requests not answered yet, by rid
+        self._embed_inflight: EmbedBatch | None = None  # planned, not yet updated
+        self._embed_inputs_total = 0
+        self._embed_tokens_total = 0
+        self._embed_batches_total = 0
 
     # -- inputs --------------------------------------------------------------------
     def add(self, request: SeqRequest) -> None:
@@ -360,19 +410,42 @@ class SchedulerCore:
 
         ``request.rid`` must not be in use.
         """
-        if len(self._waiting) >= self.max_queue:
+        if len(self._waiting) + len(self._embeds) >= self.max_queue:
             raise QueueFull(f"the queue is full ({self.max_queue} requests waiting); retry later")
-        assert request.rid not in self._seqs, f"rid {request.rid} is in use"
+        assert request.rid not in self._seqs and request.rid not in self._embeds, f"rid {request.rid} is in use"
         seq = Sequence(request, t_queued=self._clock())
         self._seqs[request.rid] = seq
         self._waiting.append(seq)
+
+    def add_embedding(self, request: EmbedRequest) -> None:
+        """Queue an embedding request's inputs (they go into embedding batches in arrival order).
+
+        Raises :class:`QueueFull` when ``max_queue`` requests wait (generation and embedding requests
+        together), ``ValueError`` when the runtime has no usable embedding context, or an input is empty
+        or longer than its ``n_ctx``. ``request.rid`` must not be in use.
+        """
+        info = self.runtime.meta.embeddings
+        if info is None or info.error is not None:
+            raise ValueError(info.error if info is not None and info.error else "embeddings are off")
+        if not request.inputs or any(not 0 < len(t) <= info.n_ctx for t in request.inputs):
+            raise ValueError(f"every input must have 1..{info.n_ctx} tokens")
+        if len(self._waiting) + len(self._embeds) >= self.max_queue:
+            raise QueueFull(f"the queue is full ({self.max_queue} requests waiting); retry later")
+        assert request.rid not in self._seqs and request.rid not in self._embeds, f"rid {request.rid} is in use"
+        self._embeds[request.rid] = _Embedding(request, [None] * len(request.inputs), len(request.inputs),
+                                               sum(len(t) for t in request.inputs), self._clock())
+        self._embed_queue.extend(EmbedItem(request.rid, i, tuple(t)) for i, t in enumerate(request.inputs))
 
     def cancel(self, rid: int) -> list[Output]:
         """Finish ``rid`` as ``cancelled`` in whatever phase (no-op when unknown or finished).
 
         A waiting request leaves the queue silently (its caller is gone); an
-        admitted one gets its :class:`FinishEvent` and its slot back.
+        admitted one gets its :class:`FinishEvent` and its slot back. An embedding
+        request's inputs leave the queue silently (those in a running batch are dropped when it ends).
         """
+        if self._embeds.pop(rid, None) is not None:
+            self._embed_queue = collections.deque(item for item in self._embed_queue if item.rid != rid)
+            return []
         seq = self._seqs.get(rid)
         if seq is None:
             return []
@@ -424,9 +497,11 @@ class SchedulerCore:
             if s.spec is not None and s.phase is Phase.DECODING:
                 s.kv.draft = self._draft(s)  # type: ignore[union-attr]
         active = [s.kv for s in self._running.values() if s.phase in (Phase.PREFILLING, Phase.DECODING)]
-        batch = plan_step(active, max(self.step_tokens, len(active))) if active else None  # type: ignore[arg-type]
+        embed = self._plan_embed(active)  # type: ignore[arg-type]
+        budget = self.step_tokens - (embed.n_tokens if embed is not None else 0)
+        batch = plan_step(active, max(budget, len(active))) if active else None  # type: ignore[arg-type]
         if batch is None:
-            return StepPlan(None, (), tuple(outputs))
+            return StepPlan(None, (), tuple(outputs), embed=embed)
         samples = []
         for kv, index in batch.outputs:
             seq = self._running[kv.rid]
@@ -435,7 +510,18 @@ class SchedulerCore:
                                       req.params.top_logprobs if req.params.logprobs else None,
                                       req.signals or seq.window is not None, kv.draft))
         batch, scores = self._scores(batch)
-        return StepPlan(batch, tuple(samples), tuple(outputs), scores)
+        return StepPlan(batch, tuple(samples), tuple(outputs), scores, embed)
+
+    def _plan_embed(self, active: list[SeqState]) -> EmbedBatch | None:
+        """This step's embedding batch (:mod:`~skippy.engine.scheduling.embed`'s share of the budget), if any
+        input waits; it is in flight until :meth:`update` (or :meth:`fail` puts it back)."""
+        info = self.runtime.meta.embeddings
+        if not self._embed_queue or info is None:
+            return None
+        prefilling = any(kv.prefilling for kv in active)
+        budget = embed_budget(self.step_tokens, sum(not kv.prefilling for kv in active), prefilling, info.n_ctx)
+        self._embed_inflight = take_batch(self._embed_queue, budget, info.n_ctx, info.n_seq_max)
+        return self._embed_inflight
 
     def _scores(self, batch: BatchPlan) -> tuple[BatchPlan, tuple[ScoreSpec, ...]]:
         """Ask for the logits of every prompt position of the sequences with ``prompt_logprobs``."""
@@ -452,8 +538,44 @@ class SchedulerCore:
         return attrs.evolve(batch, entries=tuple(entries)), tuple(scores)
 
     def update(self, step: StepPlan, sampled: Seq[Sampled]) -> list[Output]:
-        """Apply a decoded ``step`` and its sampled tokens (from :func:`execute`, in order)."""
-        assert step.batch is not None and len(sampled) == len(step.samples) + len(step.scores)
+        """Apply a decoded ``step`` and its sampled tokens (from :func:`execute`, in order), then its
+        embedding batch's result."""
+        n = len(step.samples) + len(step.scores)
+        assert len(sampled) == n + (step.embed is not None)
+        outputs = self._update_batch(step, sampled[:n]) if step.batch is not None else []
+        if step.embed is not None:
+            outputs += self._on_embedded(step.embed, sampled[n])  # type: ignore[arg-type]
+        return outputs
+
+    def _on_embedded(self, batch: EmbedBatch, result: EmbedResult) -> list[Output]:
+        """Store an embedding batch's vectors; a request with all its vectors gets its :class:`EmbeddingsEvent`.
+        A failed batch fails its requests (their other inputs leave the queue); cancelled ones are skipped."""
+        self._embed_inflight = None
+        self._embed_batches_total += 1
+        now = self._clock()
+        outputs: list[Output] = []
+        for k, item in enumerate(batch.items):
+            emb = self._embeds.get(item.rid)
+            if emb is None:
+                continue
+            emb.t_first = emb.t_first or now
+            if result.vectors is None:
+                self.cancel(item.rid)
+                outputs.append((item.rid, EmbeddingsEvent(None, emb.n_tokens, result.error or "embedding failed",
+                                                          queue_ms=(emb.t_first - emb.t_queued) * 1000.0)))
+                continue
+            emb.vectors[item.index] = result.vectors[k]
+            emb.left -= 1
+            self._embed_inputs_total += 1
+            self._embed_tokens_total += len(item.tokens)
+            if not emb.left:
+                del self._embeds[item.rid]
+                outputs.append((item.rid, EmbeddingsEvent(
+                    np.stack(emb.vectors), emb.n_tokens, queue_ms=(emb.t_first - emb.t_queued) * 1000.0,
+                    embed_ms=(now - emb.t_first) * 1000.0)))
+        return outputs
+
+    def _update_batch(self, step: StepPlan, sampled: Seq[Sampled]) -> list[Output]:
         self._steps += 1
         self._busy_slots_total += len(step.batch.advance)
         for spec, ev in zip(step.scores, sampled[len(step.samples):], strict=True):
@@ -483,29 +605,45 @@ class SchedulerCore:
         return outputs
 
     def fail(self, error: str) -> list[Output]:
-        """The decode of the planned step raised: every admitted sequence finishes with ``error``."""
+        """The decode of the planned step raised: every admitted sequence finishes with ``error``; the step's
+        embedding batch did not run, and its inputs go back to the front of the queue."""
+        if self._embed_inflight is not None:
+            live = [item for item in self._embed_inflight.items if item.rid in self._embeds]
+            self._embed_queue.extendleft(reversed(live))
+            self._embed_inflight = None
         return [self._finish(seq, "error", error=error) for seq in list(self._running.values())]
 
     def close(self) -> list[Output]:
-        """Finish everything as ``cancelled`` (shutdown): admitted sequences first, then the queue."""
+        """Finish everything as ``cancelled`` (shutdown): admitted sequences first, then the queue, then
+        the embedding requests."""
         outputs = [self._finish(seq, "cancelled") for seq in list(self._running.values())]
         for seq in self._waiting:
             outputs.append((seq.rid, self._finish_event(seq, "cancelled")))
             seq.phase = Phase.FINISHED
             del self._seqs[seq.rid]
         self._waiting.clear()
+        for rid, emb in self._embeds.items():
+            outputs.append((rid, EmbeddingsEvent(None, emb.n_tokens, "cancelled")))
+        self._embeds.clear()
+        self._embed_queue.clear()
+        self._embed_inflight = None
         return outputs
 
     # -- reading -------------------------------------------------------------------
     @property
     def idle(self) -> bool:
         """Nothing waits and nothing runs: the owner may block until the next input."""
-        return not self._running and not self._waiting
+        return not self._running and not self._waiting and not self._embed_queue
 
     @property
     def n_waiting(self) -> int:
         """Requests queued for a slot."""
         return len(self._waiting)
+
+    @property
+    def n_embed_waiting(self) -> int:
+        """Embedding requests not answered yet."""
+        return len(self._embeds)
 
     def phase(self, rid: int) -> Phase:
         """The phase of ``rid`` (FINISHED once it has left, or when it never came)."""
@@ -529,7 +667,9 @@ class SchedulerCore:
             spec_draft_tokens_total=self._spec_drafted_total, spec_accepted_tokens_total=self._spec_accepted_total,
             prompt_seconds_total=self._prompt_seconds_total, predicted_seconds_total=self._predicted_seconds_total,
             busy_slots_total=self._busy_slots_total, n_tokens_max=self._n_tokens_max,
-            timed_prompt_tokens=self._timed_prompt_tokens, timed_predicted_tokens=self._timed_predicted_tokens)
+            timed_prompt_tokens=self._timed_prompt_tokens, timed_predicted_tokens=self._timed_predicted_tokens,
+            n_embed_waiting=len(self._embeds), embed_inputs_total=self._embed_inputs_total,
+            embed_tokens_total=self._embed_tokens_total, embed_batches_total=self._embed_batches_total)
 
     def slots(self) -> tuple[SlotInfo, ...]:
         """Every slot's :class:`SlotInfo`, by slot id (llama-server ``GET /slots``)."""

@@ -2,7 +2,8 @@
 
 :class:`SeqRequest` goes in (one tokenized prompt to generate from); per
 sequence, :class:`TokenEvent` (one per accepted token) and one final
-:class:`FinishEvent` come out; :class:`SchedulerStats` is a frozen snapshot
+:class:`FinishEvent` come out. :class:`EmbedRequest` goes in (token ids to
+embed) and one :class:`EmbeddingsEvent` comes out; :class:`SchedulerStats` is a frozen snapshot
 of the scheduler's counters for ``/health`` and ``/metrics`` (as trio's
 ``MemoryChannelStatistics`` or vLLM's ``SchedulerStats``).
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+import numpy as np
 
 from skippy.engine.sampling.params import SamplingParams
 from skippy.engine.scheduling.prefix import MIN_REUSE
@@ -114,8 +116,35 @@ class PromptLogprobs:
     tokens: tuple[TokenEvent, ...]
 
 
+@attrs.frozen
+class EmbedRequest:
+    """Inputs to embed on the embedding context (``/v1/embeddings``): ``rid`` is unique per engine (shared
+    with :class:`SeqRequest`); ``inputs`` the token ids of each input, each 1..``meta.embeddings.n_ctx``
+    tokens (an input is pooled within one batch)."""
+
+    rid: int
+    inputs: tuple[tuple[int, ...], ...]
+
+
+@attrs.frozen(eq=False)
+class EmbeddingsEvent:
+    """The answer to an :class:`EmbedRequest`, its only event.
+
+    ``vectors``: float32, shape ``(len(inputs), n_embd)``, the pooled vectors in input order, not
+    normalized (llama.cpp ``llama_get_embeddings_seq``); ``None`` with ``error`` (``cancelled`` at
+    shutdown, else llama.cpp's message). ``prompt_tokens``: tokens of all inputs. ``queue_ms``: from
+    submission to the first batch; ``embed_ms``: from then to the last.
+    """
+
+    vectors: np.ndarray | None
+    prompt_tokens: int
+    error: str | None = None
+    queue_ms: float = 0.0
+    embed_ms: float = 0.0
+
+
 #: What a sequence's event stream carries.
-SeqEvent = TokenEvent | FinishEvent | PromptLogprobs
+SeqEvent = TokenEvent | FinishEvent | PromptLogprobs | EmbeddingsEvent
 
 
 @attrs.frozen
@@ -139,6 +168,9 @@ class SchedulerStats:
     ``timed_predicted_tokens``, for throughput), ``busy_slots_total``
     (sequences in each decode batch, summed: over ``steps`` it is llama-server's
     ``n_busy_slots_per_decode``), ``n_tokens_max`` (the longest sequence seen, prompt + generated).
+    Embeddings: ``n_embed_waiting`` (embedding requests not answered yet), ``embed_inputs_total`` /
+    ``embed_tokens_total`` (inputs and their tokens embedded), ``embed_batches_total`` (batches on the
+    embedding context; not in ``steps``).
     """
 
     n_slots: int
@@ -160,3 +192,7 @@ class SchedulerStats:
     n_tokens_max: int = 0
     timed_prompt_tokens: int = 0
     timed_predicted_tokens: int = 0
+    n_embed_waiting: int = 0
+    embed_inputs_total: int = 0
+    embed_tokens_total: int = 0
+    embed_batches_total: int = 0
