@@ -9,7 +9,10 @@ A response field is ``required`` unless the server may leave it out.
 Every route may answer with an OpenAI error envelope (the ``default``
 response). Streaming responses are ``text/event-stream``; each ``data``
 event is a ``ChatCompletionChunk`` / ``TextCompletion`` (see the
-components), an ``ErrorEnvelope``, or ``[DONE]``.
+components), an ``ErrorEnvelope``, or ``[DONE]``. The Anthropic routes
+``/v1/messages*`` answer with :mod:`skippy.engine.anthropic.wire` Structs:
+an ``AnthropicMessage``, stream events named by their ``type``, and
+``AnthropicError`` envelopes.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from typing import Any
 
 import msgspec
 
+from skippy.engine.anthropic import wire as anthropic_wire
+from skippy.engine.anthropic.types import CountTokensRequest, MessagesRequest
 from skippy.engine.chat.prepare import ROLES
 from skippy.engine.output import wire
 from skippy.engine.output.wire import (
@@ -33,7 +38,8 @@ from skippy.engine.types import (
 from skippy.http.routes import ROUTES
 
 _REQUESTS = [ChatCompletionRequest, CompletionRequest, TokenizeRequest, DetokenizeRequest, ApplyTemplateRequest]
-_RESPONSES = list(wire.RESPONSES)
+_REQUESTS += [MessagesRequest, CountTokensRequest]  # Anthropic Messages
+_RESPONSES = list(wire.RESPONSES) + list(anthropic_wire.RESPONSES)
 _REF = "#/components/schemas/{name}"
 
 
@@ -58,12 +64,14 @@ def _operation(route: Any) -> dict[str, Any]:
         content = {route.content_type: {"schema": {"type": "string"}}}
     if route.sse is not None:
         # x-sse-data: what each event's ``data`` decodes to (OpenAPI 3.1 has no item schema for SSE)
-        content["text/event-stream"] = {"schema": _SSE_EVENT,
-                                        "x-sse-data": {"oneOf": [_ref(route.sse), _ref(ErrorEnvelope)]}}
+        events = route.sse if isinstance(route.sse, tuple) else (route.sse,)
+        data = [_ref(t) for t in events] + ([_ref(route.error)] if route.error not in events else [])
+        content["text/event-stream"] = {"schema": _SSE_EVENT, "x-sse-data": {"oneOf": data}}
+    envelope = "OpenAI error envelope" if route.error is ErrorEnvelope else "Anthropic error envelope"
     op: dict[str, Any] = {
         "summary": route.summary,
         "responses": {"200": {"description": "OK", "content": content},
-                      "default": {"description": "OpenAI error envelope", "content": _json(_ref(ErrorEnvelope))}},
+                      "default": {"description": envelope, "content": _json(_ref(route.error))}},
     }
     params = route.path_params
     if params:
@@ -86,7 +94,7 @@ def _paths() -> dict[str, Any]:
 
 
 def _wire_structs() -> list[type[msgspec.Struct]]:
-    return [t for t in vars(wire).values()
+    return [t for module in (wire, anthropic_wire) for t in vars(module).values()
             if isinstance(t, type) and issubclass(t, wire.WireStruct) and t is not wire.WireStruct]
 
 
@@ -101,13 +109,15 @@ def _refine(components: dict[str, Any]) -> None:
     for struct in _wire_structs():
         schema = components.get(struct.__name__)
         if schema is not None:
-            required = [f.encode_name for f in msgspec.structs.fields(struct) if f.default is not msgspec.UNSET]
+            tag = struct.__struct_config__.tag_field  # a tagged Struct's tag (``type``) is always encoded
+            required = ([tag] if tag else []) + [f.encode_name for f in msgspec.structs.fields(struct)
+                                                 if f.default is not msgspec.UNSET]
             if required:
                 schema["required"] = required
     message = components.get("Message", {}).get("properties", {})
     if "role" in message:
         message["role"] = {"type": "string", "enum": sorted(ROLES)}
-    for name in ("ChatCompletionRequest", "ApplyTemplateRequest"):
+    for name in ("ChatCompletionRequest", "ApplyTemplateRequest", "MessagesRequest", "CountTokensRequest"):
         messages = components.get(name, {}).get("properties", {}).get("messages")
         if messages is not None:
             messages["minItems"] = 1

@@ -129,6 +129,11 @@ class Generation:
     def rid(self) -> int:
         return self.request.rid
 
+    @property
+    def stopping_word(self) -> str:
+        """The request's stop string that ended the generation ("" when none did; llama-server)."""
+        return self._pipeline.stopping_word
+
     def feed(self, event: SeqEvent) -> Piece | Done | None:
         """Consume the sequence's next event.
 
