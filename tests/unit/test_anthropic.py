@@ -54,8 +54,10 @@ def test_a_tool_round_trip_history_becomes_chat_messages() -> None:
         {"role": "system", "content": "Be brief.\nBe kind."},
         {"role": "user", "content": "Weather in Paris and Rome?"},
         {"role": "assistant", "content": "Checking.", "reasoning_content": "Two cities.", "tool_calls": [
-            {"id": "toolu_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
-            {"id": "toolu_2", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Rome"}'}}]},
+            {"id": "toolu_1", "type": "function",
+             "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+            {"id": "toolu_2", "type": "function",
+             "function": {"name": "get_weather", "arguments": '{"city": "Rome"}'}}]},
         {"role": "tool", "content": "Sunny", "tool_call_id": "toolu_1"},
         {"role": "tool", "content": "Error: timeout\nretry later", "tool_call_id": "toolu_2"},
         {"role": "user", "content": [{"type": "text", "text": "And now?"}]}]
