@@ -130,6 +130,11 @@ class Generation:
         return self.request.rid
 
     @property
+    def piece(self) -> Callable[[int], bytes]:
+        """``token id -> bytes`` the token renders as."""
+        return self._piece
+
+    @property
     def stopping_word(self) -> str:
         """The request's stop string that ended the generation ("" when none did; llama-server)."""
         return self._pipeline.stopping_word
