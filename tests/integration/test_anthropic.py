@@ -115,9 +115,10 @@ def test_tool_round_trip(srv: Server) -> None:
                                              "content": "Sunny and 22 degrees Celsius."}]}]
     answer = client.messages.create(model="m", max_tokens=24, messages=history, tools=[WEATHER],
                                     tool_choice={"type": "none"}, extra_body=GREEDY)
+    # what is guaranteed (a 135M model may well write another call, which tool_choice none strips): no call
     assert answer.stop_reason in ("end_turn", "max_tokens")
-    assert [b.type for b in answer.content] == ["text"] and answer.content[0].text.strip()
-    assert "TOOL_CALL" not in answer.content[0].text and "<tool_call>" not in answer.content[0].text
+    assert {b.type for b in answer.content} <= {"text"}
+    assert all("TOOL_CALL" not in b.text and "<tool_call>" not in b.text for b in answer.content)
     # the tool result is in the prompt: a longer result is a longer prompt, by its tokens
     longer = [*history[:2], {"role": "user", "content": [{"type": "tool_result", "tool_use_id": calls[0].id,
                                                           "content": "Sunny and 22 degrees Celsius. Light wind."}]}]
