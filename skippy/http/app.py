@@ -2,15 +2,17 @@
 
 Thin by design: parse the body into a msgspec Struct, call the
 :class:`~skippy.actors.engine.Engine`, encode the result. Every error is an
-OpenAI envelope ``{"error": {"message", "type", "param", "code"}}``; user
-input only ever produces 4xx.
+OpenAI envelope ``{"error": {"message", "type", "param", "code"}}`` (on the
+Anthropic routes ``/v1/messages*``, Anthropic's ``{"type": "error", "error":
+{"type", "message"}}``); user input only ever produces 4xx.
 
 :func:`create_app` builds the app: the routes (the table
 :data:`skippy.http.routes.ROUTES`: ``POST /v1/chat/completions``,
 ``POST /v1/completions``, ``GET /v1/models``, ``GET /health``,
 ``POST /tokenize``, ``POST /detokenize``, ``POST /apply-template`` (the last
 three in llama-server's shapes), ``GET /props``, ``GET /metrics`` and
-``GET /openapi.json``) as one blueprint, and the hooks below, which apply to
+``GET /openapi.json``; Anthropic's ``POST /v1/messages`` and
+``POST /v1/messages/count_tokens``) as one blueprint, and the hooks below, which apply to
 every request, unknown paths included.
 
 Hardening (:class:`~skippy.http.settings.ServerSettings`): API keys
@@ -25,7 +27,8 @@ cancelled with a final SSE error event (503 before headers).
 
 Each request's hooks run in this order: :func:`_start` (the request's
 :class:`~skippy.actors.engine.RequestTrace` for the engine, deadline,
-preflight, API key, draining) before the handler; after it :func:`_log`
+preflight, API key, draining) before the handler; after it
+:func:`_anthropic_errors` (Anthropic's error envelope on ``/v1/messages*``), :func:`_log`
 (``X-Request-Id`` header, the log line and response counters), then
 :func:`_cors`, then :func:`_close_if_body_unread` (Quart runs ``after_request``
 functions in reverse order of registration).
@@ -43,6 +46,7 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
 from skippy.actors.engine import TRACE
+from skippy.engine.anthropic.translate import error_for
 from skippy.engine.errors import EngineError
 from skippy.http import cors
 from skippy.http.context import (
@@ -58,7 +62,7 @@ from skippy.http.context import (
 )
 from skippy.http.openapi import openapi_document
 from skippy.http.replies import encode, engine_error_response, error_response
-from skippy.http.routes import PUBLIC_PATHS, blueprint, log_line, route_rule
+from skippy.http.routes import PUBLIC_PATHS, blueprint, is_anthropic_path, log_line, route_rule
 from skippy.http.settings import ServerSettings
 
 __all__ = ["AppState", "Lifecycle", "RequestTimeout", "ShuttingDown", "create_app"]
@@ -85,6 +89,7 @@ def create_app(state: AppState, settings: ServerSettings | None = None) -> Quart
     app.after_request(_ignored_fields)
     app.after_request(_cors)
     app.after_request(_log)
+    app.after_request(_anthropic_errors)
     app.register_error_handler(EngineError, _on_engine_error)
     app.register_error_handler(HTTPException, _on_http_error)
     app.register_error_handler(Exception, _on_unexpected)
@@ -188,6 +193,23 @@ async def _log(response: Response) -> Response:
         code, reason = await _error_of(response)
         log_line(shared(), ctx, response.status_code, f"{request.method} {request.path}", route_rule(),
                  code=code, reason=reason)
+    return response
+
+
+async def _anthropic_errors(response: Response) -> Response:
+    """On ``/v1/messages*`` an error answer becomes Anthropic's envelope ``{"type": "error", "error": {"type",
+    "message"}}`` with Anthropic's status (:func:`~skippy.engine.anthropic.translate.error_for`: 503 -> 529
+    ``overloaded_error``); every error on those paths, from the API key check to a body too large, goes
+    through here. It runs before :func:`_log`, which so logs what the client got."""
+    if response.status_code < 400 or not is_anthropic_path(request.path) or response.mimetype != "application/json":
+        return response
+    try:
+        message = str(_envelope.decode(await response.get_data())["error"]["message"])
+    except (msgspec.DecodeError, KeyError, TypeError):
+        message = response.status
+    status, envelope = error_for(response.status_code, message)
+    response.set_data(encode(envelope))
+    response.status_code = status
     return response
 
 

@@ -13,6 +13,10 @@ components), an ``ErrorEnvelope``, or ``[DONE]``; ``/v1/responses``
 streams named events (``event: response.created``...) whose ``data`` is a
 ``ResponseStreamEvent`` (:mod:`skippy.engine.api.responses`), with no
 ``[DONE]``, and reports a late error as ``response.failed``.
+The Anthropic routes
+``/v1/messages*`` answer with :mod:`skippy.engine.anthropic.wire` Structs:
+an ``AnthropicMessage``, stream events named by their ``type``, and
+``AnthropicError`` envelopes.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from typing import Any
 
 import msgspec
 
+from skippy.engine.anthropic import wire as anthropic_wire
+from skippy.engine.anthropic.types import CountTokensRequest, MessagesRequest
 from skippy.engine.api import responses as responses_api
 from skippy.engine.chat.prepare import ROLES
 from skippy.engine.output import wire
@@ -42,7 +48,8 @@ from skippy.http.routes import ROUTES
 _REQUESTS = [ChatCompletionRequest, CompletionRequest, NativeCompletionRequest, TokenizeRequest, DetokenizeRequest,
              ApplyTemplateRequest, SlotActionRequest, responses_api.ResponsesRequest,
              EmbeddingRequest]
-_RESPONSES = list(wire.RESPONSES) + list(responses_api.RESPONSES)
+_REQUESTS += [MessagesRequest, CountTokensRequest]  # Anthropic Messages
+_RESPONSES = list(wire.RESPONSES) + list(responses_api.RESPONSES) + list(anthropic_wire.RESPONSES)
 _REF = "#/components/schemas/{name}"
 
 
@@ -72,12 +79,14 @@ def _operation(route: Any) -> dict[str, Any]:
         content = {route.content_type: {"schema": {"type": "string"}}}
     if route.sse is not None:
         # x-sse-data: what each event's ``data`` decodes to (OpenAPI 3.1 has no item schema for SSE)
-        content["text/event-stream"] = {"schema": _SSE_EVENT,
-                                        "x-sse-data": {"oneOf": [_ref(route.sse), _ref(ErrorEnvelope)]}}
+        events = route.sse if isinstance(route.sse, tuple) else (route.sse,)
+        data = [_ref(t) for t in events] + ([_ref(route.error)] if route.error not in events else [])
+        content["text/event-stream"] = {"schema": _SSE_EVENT, "x-sse-data": {"oneOf": data}}
+    envelope = "OpenAI error envelope" if route.error is ErrorEnvelope else "Anthropic error envelope"
     op: dict[str, Any] = {
         "summary": route.summary,
         "responses": {"200": {"description": "OK", "content": content},
-                      "default": {"description": "OpenAI error envelope", "content": _json(_ref(ErrorEnvelope))}},
+                      "default": {"description": envelope, "content": _json(_ref(route.error))}},
     }
     params = [{"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
               for name in route.path_params]
@@ -124,13 +133,15 @@ def _refine(components: dict[str, Any]) -> None:
     for struct in _wire_structs():
         schema = components.get(struct.__name__)
         if schema is not None:
-            required = [f.encode_name for f in msgspec.structs.fields(struct) if f.default is not msgspec.UNSET]
-            if required:  # msgspec's own (fields without a default, the tag of a tagged Struct) stay
+            tag = struct.__struct_config__.tag_field  # a tagged Struct's tag (``type``) is always encoded
+            required = ([tag] if tag else []) + [f.encode_name for f in msgspec.structs.fields(struct)
+                                                 if f.default is not msgspec.UNSET]
+            if required:  # msgspec's own (fields without a default) stay
                 schema["required"] = list(dict.fromkeys(schema.get("required", []) + required))
     message = components.get("Message", {}).get("properties", {})
     if "role" in message:
         message["role"] = {"type": "string", "enum": sorted(ROLES)}
-    for name in ("ChatCompletionRequest", "ApplyTemplateRequest"):
+    for name in ("ChatCompletionRequest", "ApplyTemplateRequest", "MessagesRequest", "CountTokensRequest"):
         messages = components.get(name, {}).get("properties", {}).get("messages")
         if messages is not None:
             messages["minItems"] = 1

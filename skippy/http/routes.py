@@ -30,6 +30,9 @@ import msgspec
 import trio
 from quart import Blueprint, Response, request
 
+from skippy.engine.anthropic import translate as anthropic
+from skippy.engine.anthropic import wire as anthropic_wire
+from skippy.engine.anthropic.types import CountTokensRequest, MessagesRequest
 from skippy.engine.api import responses as rapi
 from skippy.engine.errors import EngineError, InvalidRequest, NotSupported
 from skippy.engine.output import wire
@@ -74,9 +77,11 @@ class Route:
     decodes (``None``: no body). ``response``: the Struct of a 200 answer
     (``None``: a free-form JSON object, or text for a non-JSON
     ``content_type``). ``sse``: with ``"stream": true`` the answer is
-    ``text/event-stream`` whose events carry this Struct. ``secured``: needs the API key when keys are set.
-    ``documented``: listed in ``/openapi.json``. ``shape``: the 200 body is one ``response`` (``"one"``),
-    a list of them (``"list"``) or either (``"one-or-list"``). Path parameters are written ``<name>``.
+    ``text/event-stream`` whose events carry this Struct (or one of these Structs). ``secured``: needs the
+    API key when keys are set. ``documented``: listed in ``/openapi.json``. ``shape``: the 200 body is one
+    ``response`` (``"one"``), a list of them (``"list"``) or either (``"one-or-list"``). ``error``: the
+    Struct of its error answers (OpenAI's envelope; Anthropic's on ``/v1/messages*``). Path parameters are
+    written ``<name>``.
     """
 
     paths: tuple[str, ...]
@@ -86,10 +91,11 @@ class Route:
     body: type | None = None
     response: type | None = None
     content_type: str = "application/json"
-    sse: type | None = None
+    sse: type | tuple[type, ...] | None = None
     secured: bool = True
     documented: bool = True
     shape: str = "one"
+    error: type = wire.ErrorEnvelope
 
     @property
     def path(self) -> str:
@@ -220,9 +226,26 @@ def log_line(app: Shared, ctx: RequestContext, status: int, route: str, rule: st
                 disconnected=disconnected)
 
 
-async def _stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitable[AsyncIterator[Any]]], *,
-                  frame: Callable[[Any], bytes] = sse, fail: Callable[[EngineError], Any] = EngineError.envelope,
-                  done: bytes | None = SSE_DONE, count: Callable[[Any], int] = _chunk_tokens) -> Response:
+@attrs.frozen
+class SseFormat:
+    """How :func:`_stream` frames a stream: ``event(chunk)`` and ``error(exc)`` give an event's bytes, ``ping``
+    is sent after ``--sse-ping-interval`` seconds without a chunk, ``done`` (if any) ends a complete stream,
+    ``tokens(chunk)`` counts a chunk's tokens for the log line. The default is OpenAI's: ``data:`` events,
+    ``: ping`` comments, ``data: [DONE]``."""
+
+    event: Callable[[Any], bytes] = sse
+    error: Callable[[EngineError], bytes] = lambda exc: sse(exc.envelope())
+    ping: bytes = SSE_PING
+    done: bytes | None = SSE_DONE
+    tokens: Callable[[Any], int] = _chunk_tokens
+
+
+OPENAI_SSE = SseFormat()
+NATIVE_SSE = SseFormat(done=None)  # llama-server's native /completion stream ends without [DONE]
+
+
+async def _stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitable[AsyncIterator[Any]]],
+                  fmt: SseFormat = OPENAI_SSE) -> Response:
     """SSE response; the first chunk is pulled before the headers so request errors stay 4xx.
 
     Every wait for the next chunk runs in the request's :meth:`~skippy.http.context.Lifecycle.guard`:
@@ -269,7 +292,7 @@ async def _stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitabl
         code = reason = None
         disconnected = False
         try:
-            yield frame(first)
+            yield fmt.event(first)
             while True:
                 chunk = None
                 with lifecycle.guard(ctx.deadline) as scope:
@@ -278,22 +301,22 @@ async def _stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitabl
                     except StopAsyncIteration:
                         pass
                 if chunk is ping:
-                    yield SSE_PING
+                    yield fmt.ping
                     continue
                 if scope.cancelled_caught:
                     error = app.stopped()
                     status, code, reason = error.status, error.code or error.type, str(error)
-                    yield frame(fail(error))
+                    yield fmt.error(error)
                     return
                 if chunk is None:
                     break
-                tokens += count(chunk)
-                yield frame(chunk)
-            if done is not None:
-                yield done
+                tokens += fmt.tokens(chunk)
+                yield fmt.event(chunk)
+            if fmt.done is not None:
+                yield fmt.done
         except EngineError as exc:
             status, code, reason = exc.status, exc.code or exc.type, str(exc)
-            yield frame(fail(exc))
+            yield fmt.error(exc)
         except trio.Cancelled:
             status = 499  # the client went away
             disconnected = True
@@ -402,6 +425,10 @@ class _ResponseStream:
         await self.chunks.aclose()  # type: ignore[attr-defined]
 
 
+def _response_event(event: rapi.ResponseStreamEvent) -> bytes:
+    return sse_event(event.type, event)
+
+
 def _event_tokens(event: rapi.ResponseStreamEvent) -> int:
     return 1 if event.type.endswith(".delta") else 0
 
@@ -424,8 +451,9 @@ async def responses_create() -> Response:
                 except EngineError as exc:
                     raise rapi.rename_params(exc) from None
 
-            return await _stream(app, ctx, start, frame=lambda e: sse_event(e.type, e), fail=events.failed,
-                                 done=None, count=_event_tokens)
+            return await _stream(app, ctx, start, SseFormat(
+                event=_response_event, error=lambda exc: _response_event(events.failed(exc)), done=None,
+                tokens=_event_tokens))
         result = await _unless_gone(app, ctx, eng.chat(turn.chat))
     except EngineError as exc:
         raise rapi.rename_params(exc) from None
@@ -468,7 +496,7 @@ async def completion_native() -> Response:
     _check_limits(app.settings, [], req)
     eng = app.engine()
     if req.stream:
-        return await _stream(app, ctx, lambda: eng.completion_native_stream(req), done=None)
+        return await _stream(app, ctx, lambda: eng.completion_native_stream(req), NATIVE_SSE)
     results = await _unless_gone(app, ctx, eng.completion_native(req))
     ctx.tokens = sum(r.tokens_predicted for r in results)
     return json_response(results[0] if len(results) == 1 else results)  # llama-server: a list for several
@@ -618,6 +646,100 @@ async def metrics() -> Response:
                     headers={"Content-Type": CONTENT_TYPE_LATEST, "Process-Start-Time-Unix": str(int(started))})
 
 
+# -- Anthropic Messages: a translation onto the chat path (skippy.engine.anthropic) ---------------------
+
+#: the paths whose answers, errors included, are in Anthropic's shapes
+ANTHROPIC_PATH = "/v1/messages"
+
+
+def is_anthropic_path(path: str) -> bool:
+    """``/v1/messages`` and everything under it (their errors are Anthropic envelopes)."""
+    return path == ANTHROPIC_PATH or path.startswith(ANTHROPIC_PATH + "/")
+
+
+def _anthropic_event(event: Any) -> bytes:
+    """One Anthropic SSE event: ``event: <type>`` and ``data: <json>``."""
+    return b"event: " + type(event).__struct_config__.tag.encode() + b"\n" + sse(event)
+
+
+def _anthropic_error(exc: EngineError) -> bytes:
+    return _anthropic_event(anthropic.error_for(exc.status, exc.message)[1])
+
+
+ANTHROPIC_SSE = SseFormat(
+    event=_anthropic_event, error=_anthropic_error, ping=_anthropic_event(anthropic_wire.PingEvent()), done=None,
+    tokens=lambda event: int(isinstance(event, anthropic_wire.ContentBlockDeltaEvent)))
+
+
+class _MessageEvents:
+    """A chat chunk stream as Anthropic events (:class:`~skippy.engine.anthropic.translate.MessageStream`).
+
+    Waiting for the next event may be cancelled (the ping timer of :func:`_stream`) without losing one:
+    events are queued, and only the wait for the next chunk is cancelled (it waits on a memory channel).
+    """
+
+    def __init__(self, chunks: AsyncIterator[Any], translator: anthropic.MessageStream) -> None:
+        self._chunks = chunks
+        self._translator = translator
+        self._ready: deque[Any] = deque()
+
+    def __aiter__(self) -> _MessageEvents:
+        return self
+
+    async def __anext__(self) -> Any:
+        while not self._ready:
+            if self._translator.done:
+                raise StopAsyncIteration
+            try:
+                chunk = await self._chunks.__anext__()
+            except StopAsyncIteration:
+                if not self._translator.done:  # no usage chunk: the stream was cut short
+                    raise EngineError("the generation ended without its final chunk") from None
+                raise
+            self._ready.extend(self._translator.events(chunk))
+        return self._ready.popleft()
+
+    async def aclose(self) -> None:
+        await self._chunks.aclose()  # type: ignore[attr-defined]
+
+
+async def messages() -> Response:
+    """Anthropic ``POST /v1/messages``: the body becomes a chat request (one generation path), the chat
+    completion (or its chunk stream) becomes an Anthropic ``message`` (or its events)."""
+    app, ctx = shared(), current()
+    req = await _body(MessagesRequest, ctx)
+    chat = anthropic.to_chat_request(req)
+    _check_limits(app.settings, req.messages, chat)
+    eng = app.engine()
+    stops = req.stop_sequences
+    if req.stream:
+        async def start() -> AsyncIterator[Any]:
+            chunks = await eng.chat_stream(chat)
+            # the engine has counted the prompt by now (the trace is filled when the sequence is submitted)
+            return _MessageEvents(chunks, anthropic.MessageStream(input_tokens=ctx.trace.prompt_tokens,
+                                                                  stop_sequences=stops))
+        return await _stream(app, ctx, start, ANTHROPIC_SSE)
+    result = await _unless_gone(app, ctx, eng.chat(chat))
+    ctx.tokens = _completion_tokens(result)
+    return json_response(anthropic.to_message(result, stops))
+
+
+async def count_tokens() -> Response:
+    """Anthropic ``POST /v1/messages/count_tokens``: the prompt ``/v1/messages`` would prefill, in tokens."""
+    app, ctx = shared(), current()
+    req = await _body(CountTokensRequest, ctx)
+    chat = anthropic.to_chat_request(req)
+    _check_limits(app.settings, req.messages, chat)
+    eng = app.engine()
+
+    async def count() -> int:
+        prompt = await eng.apply_template(chat)
+        return len(await eng.tokenizer.tokenize(prompt, add_special=True, parse_special=True))
+
+    n = await app.guarded(ctx.deadline, count())
+    return json_response(anthropic_wire.MessageTokensCount(input_tokens=n))
+
+
 # -- the table --------------------------------------------------------------------------------------
 
 ROUTES: tuple[Route, ...] = (
@@ -663,6 +785,10 @@ ROUTES: tuple[Route, ...] = (
     Route(("/apply-template",), "POST", apply_template, "llama-server /apply-template", ApplyTemplateRequest,
           wire.ApplyTemplateResponse),
     Route(("/props",), "GET", props, "llama-server /props"),
+    Route(("/v1/messages",), "POST", messages, "Anthropic Messages (SSE events when stream is true)", MessagesRequest,
+          anthropic_wire.AnthropicMessage, sse=anthropic_wire.STREAM_EVENTS, error=anthropic_wire.AnthropicError),
+    Route(("/v1/messages/count_tokens",), "POST", count_tokens, "Anthropic Messages token counting",
+          CountTokensRequest, anthropic_wire.MessageTokensCount, error=anthropic_wire.AnthropicError),
     Route(("/metrics",), "GET", metrics, "Prometheus metrics (text exposition format)", content_type="text/plain"),
 )
 

@@ -98,6 +98,27 @@ def test_a_stop_string_asks_to_cancel_once_and_its_text_is_never_sent() -> None:
     assert gen.finish_info.status == "success" and gen.finish_info.finish_reason == "stop"
 
 
+def test_the_matched_stop_string_is_the_replies_stop_reason() -> None:
+    gen = make(stops=["zzz", "END"])
+    text, done, _ = run(gen, [1, 4, 5, 6], finish("cancelled", n=4))
+    assert gen.stopping_word == "END"
+    reply = ChatReply("m", gen)
+    assert reply.completion(done).choices[0].stop_reason == "END"  # vLLM's choices[].stop_reason
+    finish_chunk = reply.chunks(done)[-1].choices[0]
+    assert finish_chunk.finish_reason == "stop" and finish_chunk.stop_reason == "END"
+    assert b'"stop_reason":"END"' in msgspec.json.encode(finish_chunk)
+
+
+def test_no_stop_reason_without_a_matched_stop_string() -> None:
+    gen = make(stops=["END"])
+    _, done, _ = run(gen, [1, 2, 3])
+    assert gen.stopping_word == ""
+    reply = ChatReply("m", gen)
+    assert "stop_reason" not in msgspec.json.decode(msgspec.json.encode(reply.completion(done)))["choices"][0]
+    assert all("stop_reason" not in msgspec.json.decode(msgspec.json.encode(c))["choices"][0]
+               for c in reply.chunks(done))
+
+
 def test_held_back_text_that_was_not_a_stop_is_sent_at_the_end() -> None:
     text, done, _ = run(make(stops=["END"]), [1, 4], finish("length", n=2))
     assert text == "Hello EN" and done.finish_reason == "length"

@@ -105,6 +105,22 @@ def test_stop_earliest_of_several_wins():
     assert m.feed("xxabzzz") == ("xx", True)
 
 
+def test_matched_names_the_stop_string_that_ended_the_text():
+    m = StopMatcher(["zzz", "b", "a"])
+    assert m.matched == ""
+    m.feed("xxabzzz")
+    assert m.matched == "a"  # the earliest, not the last one tried
+    m = StopMatcher(["abcd", "bc"])
+    m.feed("xab")
+    assert m.matched == ""  # only held back so far
+    m.feed("c")
+    assert m.matched == "bc"
+    m = StopMatcher(["q"])
+    m.feed("no stop here")
+    m.flush()
+    assert m.matched == ""
+
+
 def test_stop_earliest_wins_when_longer_stop_was_pending():
     m = StopMatcher(["abcd", "bc"])
     assert m.feed("xab") == ("x", False)  # "ab" could start "abcd"

@@ -77,7 +77,9 @@ class ChatReply:
     def _choice(self, delta: wire.ChatDelta, tokens: list[TokenEvent],
                 finish_reason: str | None = None) -> wire.ChatChunkChoice:
         lp = self.generation.chat_logprobs(tokens) if self.logprobs and tokens else None
-        return wire.ChatChunkChoice(index=self.index, delta=delta, logprobs=lp, finish_reason=finish_reason)
+        stop = self.generation.stopping_word if finish_reason is not None else ""
+        return wire.ChatChunkChoice(index=self.index, delta=delta, logprobs=lp, finish_reason=finish_reason,
+                                    stop_reason=stop or wire.UNSET)
 
     def first_chunks(self) -> list[wire.ChatCompletionChunk]:
         """The chunk every stream starts with: ``delta`` ``{"role": "assistant", "content": ""}``."""
@@ -115,7 +117,8 @@ class ChatReply:
         return wire.ChatCompletion(
             id=self.id, created=self.created, model=self.model,
             choices=[wire.ChatChoice(index=self.index, message=chat_message(done.message), logprobs=lp,
-                                     finish_reason=done.finish_reason)],
+                                     finish_reason=done.finish_reason,
+                                     stop_reason=self.generation.stopping_word or wire.UNSET)],
             usage=done.usage, timings=done.timings)
 
 

@@ -233,12 +233,14 @@ class ChatMessage(WireStruct, kw_only=True):
 
 class ChatChoice(WireStruct, kw_only=True):
     """OpenAI ``chat.completion`` ``choices[]``; ``finish_reason`` is ``stop``, ``length``, ``tool_calls``
-    or a hook policy's stop reason."""
+    or a hook policy's stop reason. ``stop_reason`` (vLLM's field): the request's stop string that ended
+    the generation, present only when one did (``finish_reason`` is then ``stop``)."""
 
     index: int = 0
     message: ChatMessage
     logprobs: ChatLogprobs | None = None
     finish_reason: str
+    stop_reason: str | UnsetType = UNSET
 
 
 class ChatCompletion(WireStruct, kw_only=True):
@@ -285,12 +287,14 @@ class ChatDelta(WireStruct, kw_only=True):
 
 
 class ChatChunkChoice(WireStruct, kw_only=True):
-    """OpenAI ``chat.completion.chunk`` ``choices[]``: ``finish_reason`` is null until the last chunk."""
+    """OpenAI ``chat.completion.chunk`` ``choices[]``: ``finish_reason`` is null until the last chunk; the
+    finish chunk carries ``stop_reason`` (vLLM's field) when a stop string of the request ended the generation."""
 
     index: int = 0
     delta: ChatDelta
     logprobs: ChatLogprobs | None = None
     finish_reason: str | None = None
+    stop_reason: str | UnsetType = UNSET
 
 
 class ChatCompletionChunk(WireStruct, kw_only=True):

@@ -1,0 +1,414 @@
+"""Anthropic Messages <-> OpenAI chat, both ways, as pure functions (sans-IO).
+
+:func:`to_chat_request` turns a ``/v1/messages`` body into the
+:class:`~skippy.engine.types.ChatCompletionRequest` the engine serves, so a
+Messages request is rendered, constrained, parsed and scheduled exactly as a
+chat completion; :func:`to_message` turns the engine's ``chat.completion``
+into an Anthropic ``message``, and :class:`MessageStream` turns its
+``chat.completion.chunk`` stream into Anthropic's server-sent events.
+:func:`error_for` gives Anthropic's error type and status for an HTTP error.
+
+Mapping (Anthropic -> OpenAI chat), as llama-server's
+``convert_anthropic_to_oai`` does where it has one:
+
+- ``system`` (a string or text blocks) -> a leading ``system`` message;
+- a ``user`` message's ``tool_result`` blocks -> ``tool`` messages
+  (``tool_call_id`` = ``tool_use_id``; text blocks joined with ``"\\n"``;
+  ``is_error: true`` prefixes ``"Error: "``), its text blocks -> the user
+  message (joined with ``"\\n"``), in block order;
+- an ``assistant`` message's ``text`` -> ``content``, ``thinking`` ->
+  ``reasoning_content``, ``tool_use`` -> ``tool_calls`` (``input`` as JSON
+  ``arguments``); a last assistant message is continued (prefill);
+- ``tools[].input_schema`` -> ``function.parameters``; ``tool_choice``
+  ``auto`` / ``any`` / ``tool`` / ``none`` -> ``"auto"`` / ``"required"`` /
+  a named function / ``"none"``; ``disable_parallel_tool_use`` ->
+  ``parallel_tool_calls: false``;
+- ``max_tokens``, ``stop_sequences`` (``stop``), ``temperature``, ``top_p``,
+  ``top_k``, ``metadata.user_id`` (``user``); ``thinking`` ``enabled`` /
+  ``adaptive`` / ``between_tools`` / ``disabled`` -> ``enable_thinking`` true /
+  false (absent: the template's default); ``output_config.effort`` ->
+  ``reasoning_effort`` (``max`` -> ``xhigh``), ``output_config.format`` ->
+  ``response_format`` ``json_schema``.
+
+Images and documents are refused (400): the engine reads text only.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from partial_json_parser import loads as partial_json_loads
+
+from skippy.engine.anthropic import types as at
+from skippy.engine.anthropic import wire as aw
+from skippy.engine.errors import InvalidRequest
+from skippy.engine.output import wire
+from skippy.engine.types import (
+    ChatCompletionRequest,
+    ContentPart,
+    JsonSchemaFormat,
+    Message,
+    ResponseFormat,
+    StreamOptions,
+)
+
+#: most ``stop_sequences`` one request may give (the chat route's limit on ``stop``)
+MAX_STOP_SEQUENCES = 16
+#: Anthropic's smallest ``thinking.budget_tokens``
+MIN_THINKING_BUDGET = 1024
+
+
+# -- request ----------------------------------------------------------------------------------------
+
+def _text_of(blocks: list[Any], where: str, joiner: str) -> str:
+    """The text of ``blocks`` (text blocks only; anything else is a 400 naming ``where.j``)."""
+    texts = []
+    for j, block in enumerate(blocks):
+        if not isinstance(block, at.TextBlockParam):
+            raise _unsupported(block, f"{where}.{j}")
+        texts.append(block.text)
+    return joiner.join(texts)
+
+
+def _unsupported(block: Any, where: str) -> InvalidRequest:
+    kind = type(block).__struct_config__.tag if hasattr(block, "__struct_config__") else type(block).__name__
+    if kind in ("image", "document"):
+        return InvalidRequest(f"{where}: {kind} blocks are not supported (this server's model reads text only)",
+                              param=where)
+    return InvalidRequest(f"{where}: a {kind} block is not allowed here", param=where)
+
+
+def _tool_result(block: at.ToolResultBlockParam, where: str) -> Message:
+    content = block.content
+    if content is None:
+        text = ""
+    elif isinstance(content, str):
+        text = content
+    else:
+        text = _text_of(content, f"{where}.content", "\n")
+    if block.is_error:
+        text = "Error: " + text if text else "Error"
+    return Message(role="tool", content=text, tool_call_id=block.tool_use_id)
+
+
+def _user_messages(content: list[Any], where: str) -> list[Message]:
+    """A user turn's blocks in order: ``tool_result`` blocks as ``tool`` messages, runs of text blocks as
+    one ``user`` message with text parts."""
+    out: list[Message] = []
+    parts: list[ContentPart] = []
+    for j, block in enumerate(content):
+        if isinstance(block, at.TextBlockParam):
+            parts.append(ContentPart(type="text", text=block.text))
+        elif isinstance(block, at.ToolResultBlockParam):
+            if parts:
+                out.append(Message(role="user", content=parts))
+                parts = []
+            out.append(_tool_result(block, f"{where}.{j}"))
+        else:
+            raise _unsupported(block, f"{where}.{j}")
+    if parts or not out:
+        out.append(Message(role="user", content=parts))
+    return out
+
+
+def _assistant_message(content: list[Any], where: str) -> Message:
+    texts: list[str] = []
+    thinking: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for j, block in enumerate(content):
+        if isinstance(block, at.TextBlockParam):
+            texts.append(block.text)
+        elif isinstance(block, at.ThinkingBlockParam):
+            thinking.append(block.thinking)
+        elif isinstance(block, at.RedactedThinkingBlockParam):
+            continue  # encrypted by Anthropic: nothing to render
+        elif isinstance(block, at.ToolUseBlockParam):
+            calls.append({"id": block.id, "type": "function",
+                          "function": {"name": block.name, "arguments": json.dumps(block.input, ensure_ascii=False)}})
+        else:
+            raise _unsupported(block, f"{where}.{j}")
+    return Message(role="assistant", content="".join(texts) if texts or not calls else None,
+                   tool_calls=calls or None, reasoning_content="".join(thinking) or None)
+
+
+def _messages(req: at.CountTokensRequest) -> list[Message]:
+    out: list[Message] = []
+    if req.system is not None:
+        system = req.system if isinstance(req.system, str) else _text_of(req.system, "system", "\n")
+        out.append(Message(role="system", content=system))
+    if not req.messages:
+        raise InvalidRequest("messages: at least one message is required", param="messages")
+    for i, m in enumerate(req.messages):
+        where = f"messages.{i}.content"
+        if isinstance(m.content, str):
+            out.append(Message(role=m.role, content=m.content))
+        elif m.role == "user":
+            out += _user_messages(m.content, where)
+        else:
+            out.append(_assistant_message(m.content, where))
+    return out
+
+
+def _tools(tools: list[at.ToolParam] | None) -> list[dict[str, Any]] | None:
+    if tools is None:
+        return None
+    out = []
+    for i, tool in enumerate(tools):
+        if tool.type not in (None, "custom"):
+            raise InvalidRequest(f"tools.{i}: tool type {tool.type!r} is not supported (only client tools with an "
+                                 "input_schema: server tools run on Anthropic's servers)", param=f"tools.{i}.type")
+        if tool.input_schema is None:
+            raise InvalidRequest(f"tools.{i}.input_schema: Field required", param=f"tools.{i}.input_schema")
+        function: dict[str, Any] = {"name": tool.name, "parameters": tool.input_schema}
+        if tool.description is not None:
+            function["description"] = tool.description
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def _tool_choice(choice: at.ToolChoice | None) -> tuple[str | dict[str, Any] | None, bool | None]:
+    """OpenAI ``tool_choice`` and ``parallel_tool_calls`` (``None``: the engine's default)."""
+    if choice is None:
+        return None, None
+    parallel = False if getattr(choice, "disable_parallel_tool_use", None) else None
+    if isinstance(choice, at.ToolChoiceAuto):
+        return "auto", parallel
+    if isinstance(choice, at.ToolChoiceAny):
+        return "required", parallel
+    if isinstance(choice, at.ToolChoiceTool):
+        return {"type": "function", "function": {"name": choice.name}}, parallel
+    return "none", None
+
+
+def _thinking(req: at.CountTokensRequest) -> bool | None:
+    thinking = req.thinking
+    if isinstance(thinking, (at.ThinkingAdaptive, at.ThinkingBetweenTools)):
+        return True
+    if isinstance(thinking, at.ThinkingEnabled):
+        if thinking.budget_tokens < MIN_THINKING_BUDGET:
+            raise InvalidRequest(f"thinking.budget_tokens: must be at least {MIN_THINKING_BUDGET}, got "
+                                 f"{thinking.budget_tokens}", param="thinking.budget_tokens")
+        if isinstance(req, at.MessagesRequest) and thinking.budget_tokens >= req.max_tokens:
+            raise InvalidRequest(f"thinking.budget_tokens ({thinking.budget_tokens}) must be less than max_tokens "
+                                 f"({req.max_tokens})", param="thinking.budget_tokens")
+        return True
+    if isinstance(thinking, at.ThinkingDisabled):
+        return False
+    return None
+
+
+def to_chat_request(req: at.CountTokensRequest) -> ChatCompletionRequest:
+    """The chat request that serves ``req`` (a :class:`~.types.MessagesRequest`, or a
+    :class:`~.types.CountTokensRequest` whose prompt is the same; see the module docstring for the mapping).
+
+    A streamed request asks for the usage chunk (``stream_options.include_usage``), which
+    :class:`MessageStream` turns into the ``message_delta`` usage.
+
+    Raises :class:`InvalidRequest` (400, ``param`` in Anthropic's dotted path, e.g.
+    ``messages.1.content.0``) for an image or document block, a block in the wrong role's message,
+    a server tool, a tool without ``input_schema``, more than 16 ``stop_sequences``, or a
+    ``thinking.budget_tokens`` below 1024 or not below ``max_tokens``. What the chat route checks
+    (tool names, the schema's depth, ``max_tokens`` >= 1, the sampler ranges) it checks here too.
+    """
+    tool_choice, parallel = _tool_choice(req.tool_choice)
+    fields: dict[str, Any] = {
+        "model": req.model, "messages": _messages(req), "tools": _tools(req.tools), "tool_choice": tool_choice,
+        "parallel_tool_calls": parallel, "enable_thinking": _thinking(req)}
+    out = req.output_config
+    if out is not None and out.effort is not None:
+        fields["reasoning_effort"] = "xhigh" if out.effort == "max" else out.effort
+    if out is not None and out.format is not None:
+        fields["response_format"] = ResponseFormat(type="json_schema", json_schema=JsonSchemaFormat(
+            name="output", schema=out.format.schema, strict=True))
+    if isinstance(req, at.MessagesRequest):
+        stops = req.stop_sequences
+        if stops is not None and len(stops) > MAX_STOP_SEQUENCES:
+            raise InvalidRequest(f"stop_sequences: at most {MAX_STOP_SEQUENCES} are allowed, got {len(stops)}",
+                                 param="stop_sequences")
+        fields.update(max_tokens=req.max_tokens, stop=list(stops) if stops else None, temperature=req.temperature,
+                      top_p=req.top_p, top_k=req.top_k, stream=req.stream,
+                      stream_options=StreamOptions(include_usage=True) if req.stream else None,
+                      user=req.metadata.user_id if req.metadata is not None else None)
+    return ChatCompletionRequest(**fields)
+
+
+# -- reply ------------------------------------------------------------------------------------------
+
+def message_id(chat_id: str) -> str:
+    """``msg_`` + the chat completion id's suffix (``chatcmpl-abc`` -> ``msg_abc``; an ``X-Request-Id``
+    suffix stays recognisable)."""
+    return "msg_" + chat_id.split("-", 1)[-1]
+
+
+def tool_use_id(call_id: str) -> str:
+    """``toolu_`` + the tool call id's suffix (``call_abc`` -> ``toolu_abc``)."""
+    return call_id if call_id.startswith("toolu_") else "toolu_" + call_id.split("_", 1)[-1]
+
+
+def tool_input(arguments: str) -> dict[str, Any]:
+    """A tool call's ``arguments`` text as the ``input`` object; what is not a JSON object (arguments cut off
+    by ``max_tokens``) is completed as far as it parses (partial-json-parser), else ``{}``."""
+    try:
+        value = json.loads(arguments) if arguments.strip() else {}
+    except ValueError:
+        try:
+            value = partial_json_loads(arguments)
+        except Exception:  # the library raises several kinds of errors on text that is no JSON prefix
+            value = {}
+    return value if isinstance(value, dict) else {}
+
+
+def stop_reason(finish_reason: str | None, stopping_word: str | None,
+                stop_sequences: list[str] | None) -> tuple[str, str | None]:
+    """Anthropic ``(stop_reason, stop_sequence)`` for an OpenAI ``finish_reason`` and vLLM's ``stop_reason``
+    (the stop string that matched): ``stop`` -> ``stop_sequence`` with the matched sequence when it is one
+    of ``stop_sequences``, else ``end_turn``; ``length`` -> ``max_tokens``; ``tool_calls`` -> ``tool_use``;
+    anything else (a hook policy's stop) -> ``end_turn``."""
+    if finish_reason == "length":
+        return "max_tokens", None
+    if finish_reason == "tool_calls":
+        return "tool_use", None
+    if finish_reason == "stop" and stopping_word and stopping_word in (stop_sequences or ()):
+        return "stop_sequence", stopping_word
+    return "end_turn", None
+
+
+def usage(u: wire.Usage) -> aw.AnthropicUsage:
+    """Anthropic usage of an OpenAI ``usage``: ``input_tokens`` excludes the ``cache_read_input_tokens``
+    (Anthropic counts them apart; their sum is ``prompt_tokens``)."""
+    cached = u.prompt_tokens_details.cached_tokens
+    return aw.AnthropicUsage(input_tokens=max(0, u.prompt_tokens - cached), output_tokens=u.completion_tokens,
+                             cache_read_input_tokens=cached)
+
+
+def to_message(completion: wire.ChatCompletion, stop_sequences: list[str] | None = None) -> aw.AnthropicMessage:
+    """The Anthropic ``message`` for a one-choice ``chat.completion``: blocks ``thinking`` (from
+    ``reasoning_content``), ``text`` (when not empty), then one ``tool_use`` per tool call, in that order."""
+    choice = completion.choices[0]
+    m = choice.message
+    content: list[aw.ContentBlock] = []
+    if m.reasoning_content:
+        content.append(aw.ThinkingBlock(thinking=m.reasoning_content))
+    if m.content:
+        content.append(aw.TextBlock(text=m.content))
+    for call in m.tool_calls or ():
+        content.append(aw.ToolUseBlock(id=tool_use_id(call.id), name=call.function.name,
+                                       input=tool_input(call.function.arguments)))
+    reason, sequence = stop_reason(choice.finish_reason, choice.get("stop_reason"), stop_sequences)
+    return aw.AnthropicMessage(id=message_id(completion.id), model=completion.model, content=content,
+                               stop_reason=reason, stop_sequence=sequence, usage=usage(completion.usage))
+
+
+class MessageStream:
+    """``chat.completion.chunk`` objects in, Anthropic stream events out (one request's stream).
+
+    Feed every chunk of a one-choice stream that asked for the usage chunk
+    (:func:`to_chat_request` does) to :meth:`events`. The role chunk gives
+    ``message_start`` (``usage.input_tokens`` = ``input_tokens``, the prompt
+    length: cache hits are not known yet) and a ``ping``; each delta continues
+    the open content block or closes it and starts the next
+    (``reasoning_content`` -> a ``thinking`` block, ``content`` -> ``text``,
+    each tool call -> a ``tool_use`` block whose arguments come as
+    ``input_json_delta``); the finish chunk closes the last block; the usage
+    chunk gives ``message_delta`` (``stop_reason``, ``stop_sequence``, the
+    final usage) and ``message_stop``. Blocks are numbered from 0 in order.
+    """
+
+    def __init__(self, *, input_tokens: int = 0, stop_sequences: list[str] | None = None) -> None:
+        self.input_tokens = input_tokens
+        self.stop_sequences = stop_sequences
+        self._started = False
+        self._index = -1  # the open block's index (-1: none yet)
+        self._open: str | int | None = None  # "text", "thinking", a tool call's index, or None
+        self._stop: tuple[str, str | None] = ("end_turn", None)
+        self.output_tokens = 0  # completion tokens, once the usage chunk came
+        self.done = False
+
+    def _start_block(self, key: str | int, block: aw.ContentBlock) -> list[aw.StreamEvent]:
+        out = self._close_block()
+        self._index += 1
+        self._open = key
+        out.append(aw.ContentBlockStartEvent(index=self._index, content_block=block))
+        return out
+
+    def _close_block(self) -> list[aw.StreamEvent]:
+        if self._open is None:
+            return []
+        self._open = None
+        return [aw.ContentBlockStopEvent(index=self._index)]
+
+    def _delta(self, delta: aw.TextDelta | aw.InputJSONDelta | aw.ThinkingDelta) -> aw.ContentBlockDeltaEvent:
+        return aw.ContentBlockDeltaEvent(index=self._index, delta=delta)
+
+    def events(self, chunk: wire.ChatCompletionChunk) -> list[aw.StreamEvent]:
+        """The events for one chunk (often one; none for an empty delta)."""
+        out: list[aw.StreamEvent] = []
+        if not self._started:
+            self._started = True
+            out.append(aw.MessageStartEvent(message=aw.AnthropicMessage(
+                id=message_id(chunk.id), model=chunk.model, content=[],
+                usage=aw.AnthropicUsage(input_tokens=self.input_tokens, output_tokens=0))))
+            out.append(aw.PingEvent())
+        for choice in chunk.choices:
+            d = choice.delta
+            reasoning = d.get("reasoning_content")
+            if reasoning:
+                if self._open != "thinking":
+                    out += self._start_block("thinking", aw.ThinkingBlock(thinking=""))
+                out.append(self._delta(aw.ThinkingDelta(thinking=reasoning)))
+            text = d.get("content")
+            if text:
+                if self._open != "text":
+                    out += self._start_block("text", aw.TextBlock(text=""))
+                out.append(self._delta(aw.TextDelta(text=text)))
+            for call in d.get("tool_calls") or ():
+                if self._open != call.index:
+                    name = call.function.get("name") or ""
+                    call_id = call.get("id") or f"call_{call.index}"
+                    out += self._start_block(call.index, aw.ToolUseBlock(id=tool_use_id(call_id), name=name,
+                                                                          input={}))
+                if call.function.arguments:
+                    out.append(self._delta(aw.InputJSONDelta(partial_json=call.function.arguments)))
+            if choice.finish_reason is not None:
+                out += self._close_block()
+                self._stop = stop_reason(choice.finish_reason, choice.get("stop_reason"), self.stop_sequences)
+        if chunk.get("usage") is not None:
+            out += self._finish(chunk.usage)
+        return out
+
+    def _finish(self, u: wire.Usage) -> list[aw.StreamEvent]:
+        out = self._close_block()
+        final = usage(u)
+        self.output_tokens = final.output_tokens
+        self.done = True
+        out.append(aw.MessageDeltaEvent(
+            delta=aw.MessageDelta(stop_reason=self._stop[0], stop_sequence=self._stop[1]),
+            usage=aw.MessageDeltaUsage(input_tokens=final.input_tokens, output_tokens=final.output_tokens,
+                                       cache_read_input_tokens=final.cache_read_input_tokens)))
+        out.append(aw.MessageStopEvent())
+        return out
+
+
+# -- errors -----------------------------------------------------------------------------------------
+
+#: Anthropic's error type and HTTP status for each status this server answers with; others: 4xx ->
+#: ``invalid_request_error``, 5xx -> ``api_error`` (status kept)
+_ERRORS: dict[int, tuple[str, int]] = {
+    400: ("invalid_request_error", 400),
+    401: ("authentication_error", 401),
+    403: ("permission_error", 403),
+    404: ("not_found_error", 404),
+    413: ("request_too_large", 413),
+    429: ("rate_limit_error", 429),
+    500: ("api_error", 500),
+    503: ("overloaded_error", 529),  # loading, draining: Anthropic's "temporarily overloaded", which clients retry
+    504: ("timeout_error", 504),
+}
+
+
+def error_for(status: int, message: str) -> tuple[int, aw.AnthropicError]:
+    """Anthropic's status and envelope for an HTTP error ``status`` with ``message`` (see :data:`_ERRORS`;
+    503 becomes 529 ``overloaded_error``)."""
+    type_, new_status = _ERRORS.get(status, ("invalid_request_error" if status < 500 else "api_error", status))
+    return new_status, aw.AnthropicError(error=aw.AnthropicErrorBody(type=type_, message=message))
