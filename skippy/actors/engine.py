@@ -858,7 +858,8 @@ def load_runtime(config: EngineConfig) -> Runtime:
     path = resolve_model(config.model)
     return LlamaRuntime(str(path), n_ctx_seq=config.n_ctx, n_seq_max=config.parallel, n_batch=config.n_batch,
                         n_threads=config.threads, flash_attn=config.flash_attn, type_k=config.cache_type_k,
-                        type_v=config.cache_type_v, kv_unified=config.kv_unified, name=config.model_name or None,
+                        type_v=config.cache_type_v, kv_unified=config.kv_unified, swa_full=config.swa_full,
+                        name=config.model_name or None,
                         verbose=config.verbose)
 
 

@@ -88,6 +88,11 @@ class ModelMeta:
     ``kv_unified``), so :meth:`Runtime.seq_cp` also copies a prefix (``n``), nearly free;
     otherwise only whole sequences are copied. ``kv_cache``: the KV cache's types and
     size, when the runtime knows them. ``fim``: the fill-in-the-middle tokens.
+    ``n_swa``: the sliding-window size of the model's SWA layers (llama.cpp ``llama_model_n_swa``;
+    0: no sliding-window attention, e.g. Gemma 3 has 512). ``swa_full``: the SWA layers keep a
+    full-size cache (llama.cpp ``swa_full``); otherwise llama.cpp overwrites their cells once they
+    fall out of the window, so a trimmed sequence may no longer serve a prefix
+    (:meth:`Runtime.seq_pos_min` tells).
     """
 
     name: str
@@ -107,6 +112,13 @@ class ModelMeta:
     kv_unified: bool = False
     kv_cache: KVCacheInfo | None = None
     fim: FimTokens = FimTokens()
+    n_swa: int = 0
+    swa_full: bool = False
+
+    @property
+    def is_swa(self) -> bool:
+        """The model has sliding-window attention layers (``n_swa`` > 0)."""
+        return self.n_swa > 0
 
 
 class Vocab(Protocol):
@@ -183,6 +195,12 @@ class Runtime(Protocol):
 
         Returns False when a partial removal is impossible (recurrent models).
         """
+        ...
+
+    def seq_pos_min(self, seq_id: int) -> int:
+        """Smallest position of ``seq_id`` in the KV cache, -1 when it holds none (llama.cpp
+        ``llama_memory_seq_pos_min``; with an iSWA cache, the SWA layers' smallest position, every
+        position from it up to the largest being held). Only read for a model with ``meta.is_swa``."""
         ...
 
     def seq_cp(self, src: int, dst: int, n: int | None = None) -> None:
