@@ -393,7 +393,8 @@ class Engine:
         return len(await self.tokenizer.tokenize(rendered.prompt, add_special=True, parse_special=True))
 
     def props(self) -> dict[str, Any]:
-        """Server properties in llama-server's ``/props`` shape, plus the template capabilities and
+        """Server properties in llama-server's ``/props`` shape, plus the template capabilities, its
+        source (:attr:`chat_template_source`) and
         ``kv_cache`` (:meth:`~skippy.engine.runtime.base.KVCacheInfo.as_dict`: types, cells, bytes;
         ``None`` when the runtime does not know them)."""
         tmpl = self.renderer.template
@@ -405,6 +406,7 @@ class Engine:
             "total_slots": self.meta.n_seq_max,
             "model_path": self.meta.path,
             "chat_template": tmpl.template.source,
+            "chat_template_source": self.chat_template_source,
             "chat_template_caps": caps,
             "bos_token": self.meta.bos_token,
             "eos_token": self.meta.eos_token,
@@ -415,6 +417,15 @@ class Engine:
             "force_tool_emulation": self.renderer.force_tool_emulation,
             "hooks": self.hooks.stats.snapshot() if self.hooks is not None else None,
         }
+
+    @property
+    def chat_template_source(self) -> str:
+        """Where the chat template comes from (``/props`` ``chat_template_source``): ``"--chat-template"``
+        (the server's setting), ``"gguf"`` (the model's ``tokenizer.chat_template``) or
+        ``"fallback:chatml"`` (neither: ChatML stands in, as llama-server's ``chatml`` default)."""
+        if self.config.chat_template:
+            return "--chat-template"
+        return "gguf" if self.meta.chat_template else "fallback:chatml"
 
     def stats(self) -> dict[str, int]:
         """Slots and queue, llama-server ``/health``-style counts."""
