@@ -1,7 +1,8 @@
 # skippy-trio developer tasks.
 #
 #   make venv    .venv with the package (editable) and its test extras
-#   make pull    download the default model into the cache ($SKIPPY_HOME or ~/.cache/skippy)
+#   make pull    download the default model and Gemma 3 270M (the second tested model) into the
+#                cache ($SKIPPY_HOME or ~/.cache/skippy); without network the Gemma tests skip
 #   make run     serve the default model (SERVE_ARGS="--port 8080 ..." to pass flags)
 #   make test    lint-imports (architecture contracts), ruff check, then the test suite
 #                (PYTEST_ARGS="-k foo" to pass flags to pytest)
@@ -57,6 +58,7 @@ $(STAMP_BENCH):
 
 pull: venv
 	$(BIN)/skippy pull
+	@$(BIN)/skippy pull gemma-3-270m || echo "warning: could not pull gemma-3-270m; its integration tests will skip" >&2
 
 run: venv pull
 	$(BIN)/skippy serve $(SERVE_ARGS)

@@ -576,7 +576,7 @@ def _serve_options(fn: F) -> F:
         _opt("--ctx-size", "-c", default=None, type=click.IntRange(16),
              help="llama-server's -c: total context of all slots in tokens; each sequence gets "
                   "ctx-size / parallel (exclusive with --n-ctx, which is per sequence)."),
-        "parallel", "threads", "flash_attn", "cache_type_k", "cache_type_v", "kv_unified",
+        "parallel", "threads", "flash_attn", "cache_type_k", "cache_type_v", "kv_unified", "swa_full",
         _opt("--n-gpu-layers", "-ngl", "--gpu-layers", default=None, type=click.IntRange(0), callback=_gpu_layers,
              help="llama-server's -ngl, accepted as 0 only: skippy runs llama.cpp on the CPU."),
         _opt("--chat-template", "--chat-template-file", default=None, metavar="NAME|FILE", callback=_read_template,

@@ -445,7 +445,8 @@ class Engine:
         return len(await self.tokenizer.tokenize(rendered.prompt, add_special=True, parse_special=True))
 
     def props(self) -> dict[str, Any]:
-        """Server properties in llama-server's ``/props`` shape, plus the template capabilities,
+        """Server properties in llama-server's ``/props`` shape, plus the template capabilities, its
+        source (:attr:`chat_template_source`) and
         ``kv_cache`` (:meth:`~skippy.engine.runtime.base.KVCacheInfo.as_dict`: types, cells, bytes;
         ``None`` when the runtime does not know them), and ``embeddings`` (``/v1/embeddings`` answers:
         started with ``embeddings`` and a pooling that gives vectors), ``pooling`` (the embedding
@@ -459,6 +460,7 @@ class Engine:
             "total_slots": self.meta.n_seq_max,
             "model_path": self.meta.path,
             "chat_template": tmpl.template.source,
+            "chat_template_source": self.chat_template_source,
             "chat_template_caps": caps,
             "bos_token": self.meta.bos_token,
             "eos_token": self.meta.eos_token,
@@ -472,6 +474,15 @@ class Engine:
             "pooling": self.meta.embeddings.pooling if self.meta.embeddings is not None else None,
             "n_embd": self.meta.n_embd,
         }
+
+    @property
+    def chat_template_source(self) -> str:
+        """Where the chat template comes from (``/props`` ``chat_template_source``): ``"--chat-template"``
+        (the server's setting), ``"gguf"`` (the model's ``tokenizer.chat_template``) or
+        ``"fallback:chatml"`` (neither: ChatML stands in, as llama-server's ``chatml`` default)."""
+        if self.config.chat_template:
+            return "--chat-template"
+        return "gguf" if self.meta.chat_template else "fallback:chatml"
 
     def stats(self) -> dict[str, int]:
         """Slots and queue, llama-server ``/health``-style counts."""
@@ -915,9 +926,9 @@ def load_runtime(config: EngineConfig) -> Runtime:
     path = resolve_model(config.model)
     return LlamaRuntime(str(path), n_ctx_seq=config.n_ctx, n_seq_max=config.parallel, n_batch=config.n_batch,
                         n_threads=config.threads, flash_attn=config.flash_attn, type_k=config.cache_type_k,
-                        type_v=config.cache_type_v, kv_unified=config.kv_unified, name=config.model_name or None,
-                        verbose=config.verbose, embeddings=config.embeddings, pooling=config.pooling,
-                        embeddings_batch=config.embeddings_batch)
+                        type_v=config.cache_type_v, kv_unified=config.kv_unified, swa_full=config.swa_full,
+                        name=config.model_name or None, verbose=config.verbose, embeddings=config.embeddings,
+                        pooling=config.pooling, embeddings_batch=config.embeddings_batch)
 
 
 @asynccontextmanager

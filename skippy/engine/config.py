@@ -248,8 +248,8 @@ class EngineConfig:
     ``--flash-attn`` (default ``auto``; measured twice on 2 CPU cores with
     bench/bench_decode.py, auto gave 295-309 tok/s at 16 streams against
     264-282 with off, and 139-144 against 129-135 single-stream).
-    ``cache_type_k`` / ``cache_type_v`` and ``kv_unified`` follow llama-server's
-    ``--cache-type-k`` / ``--cache-type-v`` / ``--kv-unified``; a quantized V
+    ``cache_type_k`` / ``cache_type_v``, ``kv_unified`` and ``swa_full`` follow llama-server's
+    ``--cache-type-k`` / ``--cache-type-v`` / ``--kv-unified`` / ``--swa-full``; a quantized V
     cache with ``flash_attn="off"`` raises ``ValueError`` (llama.cpp refuses it).
     ``spec_ngram`` is vLLM's ``ngram`` speculative method
     (``num_speculative_tokens``; n-grams of 4 down to 2 tokens); output is the
@@ -291,6 +291,11 @@ class EngineConfig:
                                     "(llama-server's --kv-unified): a cached prefix is shared, not copied. Off "
                                     "by default: 64 sequences decoded 12-17% slower with it here, and greedy "
                                     "output can then depend on other requests.")
+    swa_full: bool = setting(False, check=IsBool(),
+                             help="Full-size KV cache for the sliding-window attention layers (llama-server's "
+                                  "--swa-full; Gemma 2/3...): every cached prefix can be reused, at the memory of "
+                                  "a full cache. Off: those layers keep about the window (512 on Gemma 3), and a "
+                                  "prefix whose window they no longer hold is prefilled again.")
     chat_template: str | None = setting(None, check=IsText(), flag=False,
                                         help="Jinja2 chat template text overriding the model's (skippy serve "
                                              "--chat-template reads it from a file).")

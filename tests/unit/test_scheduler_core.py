@@ -44,14 +44,20 @@ class FakeSampler:
 class FakeRuntime:
     """KV slots as token lists; samplers play a script chosen by ``SamplingParams.seed``."""
 
-    def __init__(self, n_seq_max=2, n_batch=64, n_ctx_seq=256, recurrent=False, unified=False, embeddings=None):
+    def __init__(self, n_seq_max=2, n_batch=64, n_ctx_seq=256, recurrent=False, unified=False, embeddings=None,
+                 n_swa=0, swa_full=False):
         self.meta = ModelMeta(name="fake", path="fake.gguf", chat_template=None, bos_id=1, eos_id=EOG,
                               eog_ids=frozenset({EOG}), bos_token="<s>", eos_token="</s>",
                               n_vocab=N_VOCAB, n_ctx_train=n_ctx_seq, n_ctx_seq=n_ctx_seq, n_seq_max=n_seq_max,
                               n_batch=n_batch, is_recurrent=recurrent, kv_unified=unified, n_embd=3,
-                              embeddings=embeddings)
+                              embeddings=embeddings, n_swa=n_swa, swa_full=swa_full)
         self.vocab = FakeVocab()
         self.kv = {s: [] for s in range(n_seq_max)}
+        # a sliding-window cache (n_swa, not swa_full), as llama.cpp's iSWA one: the SWA layers hold
+        # positions swa_lo[s]..end only (None: none, after a trim below the window); a decode at
+        # position p needs them from max(0, p - n_swa), else llama.cpp would attend over a hole
+        self.swa = n_swa > 0 and not swa_full
+        self.swa_lo: dict[int, int | None] = {s: 0 for s in range(n_seq_max)}
         # KV cells as llama.cpp holds them: a cell id per position; a unified cache shares a copied
         # prefix's cells between sequences, and has n_ctx_seq x n_seq_max cells in all
         self.cells: dict[int, list[int]] = {s: [] for s in range(n_seq_max)}
@@ -72,11 +78,18 @@ class FakeRuntime:
             assert 0 <= e.seq_id < self.meta.n_seq_max
             assert e.pos == len(self.kv[e.seq_id]), f"slot {e.seq_id}: pos {e.pos} after {len(self.kv[e.seq_id])}"
             assert e.pos < self.meta.n_ctx_seq
+            if self.swa and e.pos > 0:
+                lo = self.swa_lo[e.seq_id]
+                assert lo is not None and lo <= max(0, e.pos - self.meta.n_swa), \
+                    f"slot {e.seq_id}: the SWA window of pos {e.pos} is lost (held from {lo})"
             self.kv[e.seq_id].append(e.token)
             self.cells[e.seq_id].append(self._next_cell)
             self._next_cell += 1
             if e.logits:
                 self._out[i] = e.seq_id
+        if self.swa:  # cells out of every later query's window are overwritten
+            for e in entries:
+                self.swa_lo[e.seq_id] = max(self.swa_lo[e.seq_id] or 0, e.pos + 1 - self.meta.n_swa)
         used = self.cells_used()  # llama_decode returns 1 when it finds no free cells
         assert used <= self.meta.n_ctx_seq * self.meta.n_seq_max, f"{used} KV cells in use"
         self.max_cells_used = max(self.max_cells_used, used)
@@ -128,16 +141,27 @@ class FakeRuntime:
         if p0 < 0:
             self.kv[seq_id] = []
             self.cells[seq_id] = []
+            self.swa_lo[seq_id] = 0
             return True
         if self.meta.is_recurrent:
             return False
         assert p1 == -1
         del self.kv[seq_id][p0:]
         del self.cells[seq_id][p0:]
+        lo = self.swa_lo[seq_id]
+        if self.swa and self.kv[seq_id] and (lo is None or p0 <= lo):
+            self.swa_lo[seq_id] = None  # the SWA layers held only positions >= p0
+        elif not self.kv[seq_id]:
+            self.swa_lo[seq_id] = 0
         return True
+
+    def seq_pos_min(self, seq_id):
+        lo = self.swa_lo[seq_id]
+        return -1 if not self.kv[seq_id] or lo is None else lo
 
     def seq_cp(self, src, dst, n=None):
         assert not self.kv[dst], "copy into an empty sequence"
+        self.swa_lo[dst] = self.swa_lo[src] if n is None or (self.swa_lo[src] or 0) < n else None
         if n is None:
             self.copies.append((src, dst))
             self.kv[dst] = list(self.kv[src])
@@ -164,11 +188,11 @@ class Clock:
 
 
 def make(n_seq_max=2, *, step_tokens=64, max_queue=8, hooks=False, prefix_cache=True, recurrent=False,
-         n_ctx_seq=256, unified=False, embeddings=None):
+         n_ctx_seq=256, unified=False, embeddings=None, n_swa=0, swa_full=False, spec_ngram=0):
     rt = FakeRuntime(n_seq_max=n_seq_max, n_ctx_seq=n_ctx_seq, recurrent=recurrent, unified=unified,
-                     embeddings=embeddings)
+                     embeddings=embeddings, n_swa=n_swa, swa_full=swa_full)
     core = SchedulerCore(rt, step_tokens=step_tokens, max_queue=max_queue, hooks=hooks, prefix_cache=prefix_cache,
-                         clock=Clock())
+                         spec_ngram=spec_ngram, clock=Clock())
     return rt, core
 
 
@@ -460,6 +484,73 @@ def test_no_reuse_below_min_reuse_with_cache_prompt_false_or_for_recurrent_model
     core.add(req(2, PROMPT, max_tokens=1))
     run(rt, core)
     assert len(core.prefix) == 0 and rt.kv[0] == [] and core.stats().prefix_queries == 0
+
+
+# -- sliding-window (iSWA) caches -----------------------------------------------------
+
+SWA = 16  # the fake model's window: PROMPT (40 tokens) reaches past it
+
+
+def test_swa_reuses_a_prefix_only_while_the_window_cells_are_held():
+    """After a 40-token prefill the SWA layers hold positions 24..39: a 30-token prefix would need
+    14..29 (its first prefilled position's window), so it is prefilled cold; the whole 40 still
+    serves (llama-server's pos_min rule). The fake asserts every decode's window is held."""
+    rt, core = make(n_seq_max=1, n_swa=SWA)
+    core.add(req(1, PROMPT, max_tokens=1))
+    run(rt, core)
+    assert rt.seq_pos_min(0) == len(PROMPT) - SWA and len(core.prefix) == 1
+    core.add(req(2, PROMPT[:30] + [1, 2, 3], max_tokens=1))
+    out = run(rt, core)
+    assert finish_of(out, 2).cached_tokens == 0 and rt.kv[0] == PROMPT[:30] + [1, 2, 3]
+    core.add(req(3, PROMPT[:30] + [1, 2, 3] + [4, 5], max_tokens=1))  # its whole prompt is resident
+    assert finish_of(run(rt, core), 3).cached_tokens == 33
+    rt, core = make(n_seq_max=1, n_swa=SWA)
+    core.add(req(1, PROMPT, max_tokens=1))
+    run(rt, core)
+    core.add(req(2, PROMPT + [1, 2, 3], max_tokens=1))
+    assert finish_of(run(rt, core), 2).cached_tokens == len(PROMPT)
+    assert core.stats().prefix_hits == 1
+
+
+def test_swa_full_reuses_any_prefix():
+    rt, core = make(n_seq_max=1, n_swa=SWA, swa_full=True)
+    core.add(req(1, PROMPT, max_tokens=1))
+    run(rt, core)
+    core.add(req(2, PROMPT[:30] + [1, 2, 3], max_tokens=1))
+    assert finish_of(run(rt, core), 2).cached_tokens == 30
+
+
+def test_swa_copies_from_the_best_source_that_still_holds_its_window():
+    """Slot 0 shares 30 tokens but lost their window; slot 1 shares 20 and holds it: slot 1 is copied."""
+    rt, core = make(n_seq_max=3, n_swa=SWA)
+    core.add(req(1, PROMPT, max_tokens=1))
+    run(rt, core)
+    core.add(req(2, PROMPT[:20], max_tokens=1))
+    run(rt, core)  # 18 < 24: prefilled cold into slot 1, whose SWA layers hold 4..19
+    assert core.slot(2) is None and rt.kv[1] == PROMPT[:20]
+    core.add(req(3, PROMPT[:30] + [9] * 3, max_tokens=1))
+    out = run(rt, core)
+    assert rt.copies == [(1, 2)] and finish_of(out, 3).cached_tokens == 20
+
+
+def test_swa_drops_a_finished_sequence_whose_window_is_gone():
+    """A long generation moves the window past the prompt: trimmed back to it, the SWA layers hold
+    nothing, so no entry is kept and the slot is free."""
+    rt, core = make(n_seq_max=1, n_swa=SWA)
+    core.add(req(1, PROMPT[:20], max_tokens=40))
+    run(rt, core)
+    assert len(core.prefix) == 0 and rt.kv[0] == []
+    core.add(req(2, PROMPT[:20] + [1, 2], max_tokens=1))
+    assert finish_of(run(rt, core), 2).cached_tokens == 0
+
+
+def test_swa_turns_speculation_off_unless_swa_full():
+    for swa_full, expect in ((False, None), (True, True)):
+        rt, core = make(n_seq_max=1, n_swa=SWA, swa_full=swa_full, spec_ngram=4)
+        core.add(req(1, PROMPT, max_tokens=1))
+        core.plan()
+        seq = core._running[1]
+        assert (seq.spec is not None if expect else seq.spec is None), swa_full
 
 
 def test_eviction_is_lru_and_prefers_the_same_prompt_cache_key():

@@ -109,6 +109,11 @@ class ModelMeta:
     size, when the runtime knows them. ``fim``: the fill-in-the-middle tokens. ``n_embd``: the size of
     one embedding vector (llama.cpp ``llama_model_n_embd_out``). ``embeddings``: the embedding context
     (``None``: embeddings are off).
+    ``n_swa``: the sliding-window size of the model's SWA layers (llama.cpp ``llama_model_n_swa``;
+    0: no sliding-window attention, e.g. Gemma 3 has 512). ``swa_full``: the SWA layers keep a
+    full-size cache (llama.cpp ``swa_full``); otherwise llama.cpp overwrites their cells once they
+    fall out of the window, so a trimmed sequence may no longer serve a prefix
+    (:meth:`Runtime.seq_pos_min` tells).
     """
 
     name: str
@@ -130,6 +135,13 @@ class ModelMeta:
     fim: FimTokens = FimTokens()
     n_embd: int = 0
     embeddings: EmbeddingInfo | None = None
+    n_swa: int = 0
+    swa_full: bool = False
+
+    @property
+    def is_swa(self) -> bool:
+        """The model has sliding-window attention layers (``n_swa`` > 0)."""
+        return self.n_swa > 0
 
 
 class Vocab(Protocol):
@@ -206,6 +218,12 @@ class Runtime(Protocol):
 
         Returns False when a partial removal is impossible (recurrent models).
         """
+        ...
+
+    def seq_pos_min(self, seq_id: int) -> int:
+        """Smallest position of ``seq_id`` in the KV cache, -1 when it holds none (llama.cpp
+        ``llama_memory_seq_pos_min``; with an iSWA cache, the SWA layers' smallest position, every
+        position from it up to the largest being held). Only read for a model with ``meta.is_swa``."""
         ...
 
     def seq_cp(self, src: int, dst: int, n: int | None = None) -> None:

@@ -288,7 +288,10 @@ class LlamaRuntime:
     ``n_threads`` defaults to the number of CPUs. ``flash_attn`` is ``"on"``,
     ``"off"`` or ``"auto"`` (llama.cpp's ``flash_attn_type``). ``type_k`` /
     ``type_v`` are KV cache types (:data:`CACHE_TYPES`; llama-server's
-    ``--cache-type-k`` / ``--cache-type-v``). ``vector_sampling`` samples requests
+    ``--cache-type-k`` / ``--cache-type-v``). ``swa_full``: a full-size cache for the
+    sliding-window attention layers of an iSWA model (llama-server's ``--swa-full``; off as in
+    llama-server, though llama.cpp's own context default is on: those layers then keep about
+    ``n_swa`` positions per sequence, see :meth:`seq_pos_min`). ``vector_sampling`` samples requests
     without a grammar with :mod:`skippy.engine.sampling.vector` (all of a step's rows at
     once; the same chain and random stream as llama.cpp's); ``False`` keeps llama.cpp's
     sampler chain for every request (for comparisons). Raises ``RuntimeError`` when the
@@ -300,7 +303,7 @@ class LlamaRuntime:
 
     def __init__(self, path: str, *, n_ctx_seq: int = 2048, n_seq_max: int = 16, n_batch: int = 512,
                  n_threads: int | None = None, flash_attn: str = "auto", type_k: str = "f16",
-                 type_v: str = "f16", kv_unified: bool = False, name: str | None = None,
+                 type_v: str = "f16", kv_unified: bool = False, swa_full: bool = False, name: str | None = None,
                  verbose: bool = False, vector_sampling: bool = True, embeddings: bool = False,
                  pooling: str = "model", embeddings_batch: int = 512) -> None:
         # before loading: a refused argument must not leak the model
@@ -334,6 +337,7 @@ class LlamaRuntime:
         cparams.n_ubatch = n_batch
         cparams.n_seq_max = n_seq_max
         cparams.kv_unified = kv_unified
+        cparams.swa_full = swa_full  # llama.cpp's context default is True; llama-server's (common) is False
         cparams.type_k = CACHE_TYPES[type_k]
         cparams.type_v = CACHE_TYPES[type_v]
         threads = n_threads or os.cpu_count() or 1
@@ -381,6 +385,8 @@ class LlamaRuntime:
                               or llama_cpp.llama_model_is_hybrid(self._model)),
             kv_unified=kv_unified,
             kv_cache=kv,
+            n_swa=max(0, int(llama_cpp.llama_model_n_swa(self._model))),
+            swa_full=swa_full,
             fim=FimTokens(*(int(getattr(llama_cpp, f"llama_vocab_fim_{k}")(vocab))
                             for k in ("pre", "suf", "mid", "pad", "rep", "sep"))),
             n_embd=llama_cpp.llama_model_n_embd_out(self._model),
@@ -684,6 +690,17 @@ class LlamaRuntime:
         if not 0 < n <= self.meta.n_ctx_seq:
             raise ValueError(f"prefix of {n} tokens outside the sequence context {self.meta.n_ctx_seq}")
         llama_cpp.llama_memory_seq_cp(self._mem, src, dst, 0, n)
+
+    def seq_pos_min(self, seq_id: int) -> int:
+        """Smallest position held for ``seq_id`` in the KV cache, -1 when empty (``llama_memory_seq_pos_min``).
+
+        With a sliding-window (iSWA) cache this is the SWA layers' smallest position: llama.cpp
+        keeps every position from it to the largest one, and overwrites older ones once they are
+        out of every query's window (unless ``swa_full``).
+        """
+        if not 0 <= seq_id < self.meta.n_seq_max:
+            raise ValueError(f"sequence id {seq_id} out of range")
+        return llama_cpp.llama_memory_seq_pos_min(self._mem, seq_id)
 
     def seq_pos_max(self, seq_id: int) -> int:
         """Largest position held for ``seq_id`` in the KV cache, -1 when empty."""

@@ -34,6 +34,13 @@ The rules, each with a unit test in ``tests/unit/test_scheduler_core.py``:
   will soon hold waits for it without holding back the requests behind it.
   A prefix is worth reusing from ``MIN_REUSE`` tokens, or from the request's
   ``min_reuse`` (the choices of an ``n`` > 1 prompt share even a short one).
+- **Sliding-window models** (Gemma 2/3...: ``meta.n_swa`` > 0, without
+  ``meta.swa_full``): llama.cpp's SWA layers overwrite cells that fell out of the
+  window, so a source is reused only when its KV still holds the window the first
+  prefilled position needs (``llama_memory_seq_pos_min(slot) <= max(0, n - n_swa)``,
+  llama-server's rule; else the next best source, else a full prefill); a finished
+  sequence whose trimmed KV can serve no prefix is not kept; no speculation (a
+  rejected draft's trim would leave a hole in the window).
 - **Prompt logprobs**: a request with ``prompt_logprobs`` gets the logits of
   every prompt position in its prefill batches, and one :class:`PromptLogprobs`
   before its first token.
@@ -53,8 +60,8 @@ The rules, each with a unit test in ``tests/unit/test_scheduler_core.py``:
   :func:`verify_draft` samples while the draft matches. Every sampled token
   takes the same path as one without speculation (EOG, length, logprobs), in
   order; the KV cache is trimmed past the accepted prefix. Never for hooked
-  sequences (a park would leave sampled tokens unemitted) or recurrent models
-  (no trim); drafts never reach past ``max_tokens`` or the context, adapt
+  sequences (a park would leave sampled tokens unemitted), recurrent models
+  (no trim) or sliding-window caches (see above); drafts never reach past ``max_tokens`` or the context, adapt
   their length, and back off when acceptance is low.
 - **Finish**: an end-of-generation token (``stop``), ``max_tokens`` or a full
   context (``length``), a cancel, a hook stop, or a failed decode (``error``);
@@ -377,6 +384,8 @@ class SchedulerCore:
         self.signal_config = signal_config or SignalConfig()
         self.prefix_cache = prefix_cache and not meta.is_recurrent
         self.prefix = PrefixIndex()
+        #: a sliding-window cache that overwrites cells out of the window: reuse needs a check
+        self._swa_check = meta.is_swa and not meta.swa_full
         self.spec_ngram = spec_ngram
         self._clock = clock
         self._free_slots = set(range(self.n_slots))
@@ -737,7 +746,8 @@ class SchedulerCore:
                     continue
                 self._prefix_queries += 1
                 match = self.prefix.best(req.prompt, ((s.kv.slot, s.kv.prompt, s.n_prefilled)  # type: ignore[union-attr]
-                                                      for s in self._running.values()), req.min_reuse)
+                                                      for s in self._running.values()), req.min_reuse,
+                                         self._swa_keeps if self._swa_check else None)
             slot, n_cached = self._take_slot(match, req.cache_key)
             try:
                 seq.sampler = self.runtime.new_sampler(req.params)
@@ -759,7 +769,7 @@ class SchedulerCore:
             if req.hooks and self.hooks:
                 seq.window = SignalWindow(self.signal_config)
             k = self.spec_ngram if req.speculative is None else req.speculative
-            if k > 0 and seq.window is None and not self.runtime.meta.is_recurrent:
+            if k > 0 and seq.window is None and not self.runtime.meta.is_recurrent and not self._swa_check:
                 seq.spec = SpecState(min(k, MAX_DRAFT))
             self._running[req.rid] = seq
         self._waiting.extendleft(reversed(deferred))
@@ -774,6 +784,21 @@ class SchedulerCore:
                 if n >= min_reuse and kv.n_past < n:
                     return True
         return False
+
+    def _swa_keeps(self, slot: int, n: int) -> bool:
+        """True when ``slot``'s KV cache still serves its first ``n`` tokens to a query at position ``n``.
+
+        A model with sliding-window attention (``meta.n_swa`` > 0) and no full-size SWA cache
+        (``meta.swa_full``) has its SWA layers overwrite the cells of positions that fell out of
+        every query's window; llama.cpp keeps every position from ``llama_memory_seq_pos_min`` to
+        the largest. The window of the first position prefilled after the prefix reaches back
+        ``n_swa`` positions, so the prefix serves when the smallest position held is at most
+        ``max(0, n - n_swa)``: llama-server's rule (``pos_min > pos_min_thold`` forces a full
+        prompt re-processing). -1 (the SWA layers hold nothing: a trim went below the window)
+        never serves.
+        """
+        pos_min = self.runtime.seq_pos_min(slot)
+        return 0 <= pos_min <= max(0, n - self.runtime.meta.n_swa)
 
     def _pop_free_slot(self) -> int:
         """The lowest free slot: running sequences stay on few runs of consecutive ids, and
@@ -949,7 +974,8 @@ class SchedulerCore:
         if kv is not None:
             n_keep = seq.n_prefilled
             if (self.prefix_cache and reason != "error" and n_keep >= seq.request.min_reuse
-                    and self.runtime.seq_rm(kv.slot, n_keep, -1)):
+                    and self.runtime.seq_rm(kv.slot, n_keep, -1)
+                    and (not self._swa_check or self._swa_keeps(kv.slot, n_keep))):
                 self.prefix.keep(kv.slot, kv.prompt[:n_keep], seq.request.cache_key)  # KV stays for later prompts
             else:
                 self.runtime.seq_rm(kv.slot)

@@ -14,7 +14,7 @@ and prefills only the rest.
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import attrs
 
@@ -94,21 +94,22 @@ class PrefixIndex:
         return next(iter(self._resident), None)
 
     def best(self, prompt: Sequence[int], running: Iterable[tuple[int, Sequence[int], int]] = (),
-             min_reuse: int = MIN_REUSE) -> Match | None:
+             min_reuse: int = MIN_REUSE, usable: Callable[[int, int], bool] | None = None) -> Match | None:
         """The resident or running sequence sharing the longest prefix (>= ``min_reuse``) with ``prompt``.
 
         ``running`` gives (slot, tokens, n) of sequences decoding now, whose first ``n``
         tokens are in the KV cache and reusable. At most ``len(prompt) - MIN_TAIL`` tokens
-        are reused (see :data:`MIN_TAIL`).
+        are reused (see :data:`MIN_TAIL`). ``usable(slot, n)``, when given, says whether the KV
+        cache of ``slot`` can still serve its first ``n`` tokens (a sliding-window cache may have
+        overwritten cells a trimmed sequence needs); a candidate it refuses is passed over.
         """
         best: Match | None = None
         limit = len(prompt) - MIN_TAIL
-        for slot, tokens in self._resident.items():
-            n = min(common_prefix_len(tokens, prompt), limit)
-            if n >= min_reuse and (best is None or n > best.n):
-                best = Match(slot, n, True)
-        for slot, tokens, n_kv in running:
-            n = min(common_prefix_len(tokens, prompt), limit, n_kv)
-            if n >= min_reuse and (best is None or n > best.n):
-                best = Match(slot, n, False)
+        candidates = [(slot, min(common_prefix_len(tokens, prompt), limit), True)
+                      for slot, tokens in self._resident.items()]
+        candidates += [(slot, min(common_prefix_len(tokens, prompt), limit, n_kv), False)
+                       for slot, tokens, n_kv in running]
+        for slot, n, resident in candidates:
+            if n >= min_reuse and (best is None or n > best.n) and (usable is None or usable(slot, n)):
+                best = Match(slot, n, resident)
         return best
