@@ -69,7 +69,7 @@ from skippy.engine.output.responses import ChatReply, Choices, InfillReply, Text
 from skippy.engine.runtime.base import Runtime
 from skippy.engine.sampling.constraints import RequestConstraint, constraint_from_request
 from skippy.engine.sampling.params import SamplingParams, sampling_from_request
-from skippy.engine.scheduling.events import FinishEvent, SeqEvent
+from skippy.engine.scheduling.events import FinishEvent, HookEvent, SeqEvent
 from skippy.engine.scheduling.prefix import MIN_REUSE, MIN_TAIL
 from skippy.engine.scheduling.spec import requested_draft
 from skippy.engine.types import ChatCompletionRequest, CompletionRequest, InfillRequest, Message, SamplingFields
@@ -322,6 +322,7 @@ class Engine:
         if isinstance(pre, Inject):  # before_chat injection: appended to the prompt, never shown
             extra = await self.tokenizer.tokenize(pre.text, add_special=False, parse_special=False)
             prompt, injected = prompt + extra, len(extra)
+        before = _before_chat_event(pre, injected) if pre is not None and req.return_hook_events else None
         max_tokens, stops = self._max_tokens(req, len(prompt)), _stops(req.stop)
         gens = [Generation(next(self._rids), prompt, _choice_seed(params, j), max_tokens,
                            piece=self.runtime.vocab.piece, parser=make_output_parser(plan), stops=stops,
@@ -329,7 +330,8 @@ class Engine:
                            else None, hooks=hooks_on, signals=req.return_signals, hook_request=req,
                            injected=injected, cache_key=req.prompt_cache_key, cache_prompt=req.cache_prompt,
                            min_reuse=_min_reuse(n, len(prompt)), speculative=self._speculative(req),
-                           include_stop=req.include_stop_str_in_output)
+                           include_stop=req.include_stop_str_in_output, hook_events=req.return_hook_events,
+                           before_chat=before)
                 for j in range(n)]
         if isinstance(pre, Stop):
             return gens, self._stopped_before(gens, ctx, pre.reason)
@@ -664,6 +666,16 @@ class _Rendered(Generic[T]):
 
     async def aclose(self) -> None:
         await self._events.aclose()
+
+
+def _before_chat_event(outcome: Any, injected: int) -> HookEvent:
+    """The reported :class:`HookEvent` of a ``before_chat`` outcome (``Deny`` raised before this) that
+    appended ``injected`` tokens to the prompt."""
+    if isinstance(outcome, Inject):
+        return HookEvent("before_chat", "inject", text=outcome.text, injected_tokens=injected)
+    if isinstance(outcome, Stop):
+        return HookEvent("before_chat", "stop", reason=outcome.reason)
+    return HookEvent("before_chat", "none")
 
 
 def _one_line(message: str, limit: int = 300) -> str:
