@@ -277,7 +277,8 @@ class Engine:
     def props(self) -> dict[str, Any]:
         """Server properties in llama-server's ``/props`` shape, plus the template capabilities and
         ``kv_cache`` (:meth:`~skippy.engine.runtime.base.KVCacheInfo.as_dict`: types, cells, bytes;
-        ``None`` when the runtime does not know them)."""
+        ``None`` when the runtime does not know them), the hook counters (``None``: no hook policy),
+        ``hooks_default_on`` and ``signals`` (``window`` in tokens, ``high_entropy_threshold`` in nats)."""
         tmpl = self.renderer.template
         caps = attrs.asdict(tmpl.caps)
         caps["requires_alternation"] = tmpl.requires_alternation
@@ -295,6 +296,9 @@ class Engine:
             "kv_cache": self.meta.kv_cache.as_dict() if self.meta.kv_cache is not None else None,
             "force_tool_emulation": self.renderer.force_tool_emulation,
             "hooks": self.hooks.stats.snapshot() if self.hooks is not None else None,
+            "hooks_default_on": self.config.hooks_default_on,
+            "signals": {"window": self.config.signal_window,
+                        "high_entropy_threshold": self.config.high_entropy_threshold},
         }
 
     def stats(self) -> dict[str, int]:

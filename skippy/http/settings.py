@@ -89,6 +89,8 @@ class ServerSettings:
                                   help="Refuse request fields this server does not know with 400 naming the field "
                                        "(OpenAI's behaviour) instead of ignoring them (logged and listed in the "
                                        "X-Skippy-Ignored-Fields response header).")
+    webui: bool = setting(True, check=IsBool(), flag=False,
+                          help="Serve the web playground at GET / (--no-webui: off, / answers 404).")
     _key_digests: tuple[bytes, ...] = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
