@@ -12,11 +12,12 @@ an address; they hold no data): the page asks for the key when the API answers
 (:attr:`~skippy.http.settings.ServerSettings.webui` false) leaves the blueprint
 out: ``/`` then answers the usual 404 envelope, as any unknown path.
 
-Every file is sent with ``Cache-Control: no-cache`` (revalidated: a new server
-version is never hidden by a stale copy) and the page with a
+Model output reaches the page as text nodes, or as markdown rendered by marked
+with raw HTML escaped (shown as text, never parsed) and the result cleaned by
+DOMPurify. Every file is sent with ``Cache-Control: no-cache`` (revalidated: a
+new server version is never hidden by a stale copy) and the page with a
 ``Content-Security-Policy`` that allows scripts, styles and connections from the
-same origin only: model output, already sanitized by DOMPurify before it is put
-into the page, could not run a script even if it got through.
+same origin only, so a script that got through anyway could not run.
 """
 
 from __future__ import annotations

@@ -165,7 +165,12 @@ async function* sseEvents(res) {
 
 // -- markdown ----------------------------------------------------------------------------------------
 
-marked.use({ gfm: true, breaks: true });
+// Raw HTML in model output is shown as text (escaped), never parsed: the page renders only the HTML
+// that marked itself generates from markdown, and DOMPurify then cleans that too (javascript: links...).
+const escapeHtml = (s) => s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+marked.use({ gfm: true, breaks: true, renderer: {
+  html: ({ text, block }) => (block ? `<p class="raw-html">${escapeHtml(text.trim())}</p>\n` : escapeHtml(text)),
+} });
 DOMPurify.addHook("afterSanitizeAttributes", (node) => {
   if (node.tagName === "A") {
     node.setAttribute("target", "_blank");
@@ -374,7 +379,9 @@ function hookLabel(h) {
 function hookNode(h) {
   const node = el("span", { class: `hook hook-${h.action}`, "data-position": h.position,
     title: `${hookLabel(h)} at token ${h.position}` + (h.entropy != null ? ` (entropy ${fmt(h.entropy, 3)} nats)` : "") });
-  node.append(el("span", { class: "hook-tag", text: h.action === "inject" ? "⚑ injected by hook" : h.action === "stop" ? "■ hook stop" : "⚐ hook" }));
+  const tag = { inject: "⚑ injected by hook", stop: "■ hook stop" }[h.action] ?? `⚐ ${h.event}`;
+  node.append(el("span", { class: "hook-tag", text: tag }));
+  if (h.action === "none") node.append(el("span", { class: "hook-text", text: "no action" }));
   if (h.action === "inject" && h.text) node.append(el("span", { class: "hook-text", text: h.text }));
   return node;
 }
