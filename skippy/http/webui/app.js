@@ -476,7 +476,7 @@ function toolCards(conv, msg, index) {
     const card = el("div", { class: "toolcard", "data-call-id": call.id });
     let args = call.function?.arguments ?? "";
     try { args = JSON.stringify(JSON.parse(args), null, 2); } catch { /* partial or not JSON: as sent */ }
-    card.append(el("div", { class: "tc-head" }, el("span", { class: "tc-icon", text: "🔧" }),
+    card.append(el("div", { class: "tc-head" }, el("span", { class: "tc-icon", text: "tool call" }),
       el("span", { class: "tc-name", text: call.function?.name ?? "?" }), el("span", { class: "tc-id", text: call.id })),
     el("pre", { class: "tc-args", text: args }));
     const answer = answers.get(call.id);
