@@ -149,9 +149,17 @@ def _flag_fields(cls: type) -> list[attrs.Attribute]:
 
 
 def _read_template(ctx: click.Context, param: click.Parameter, path: str | None) -> str | None:
-    """``--chat-template FILE`` -> the template's text (the file is closed before the server starts)."""
+    """``--chat-template NAME|FILE`` -> the template's text: a file's (closed before the server starts),
+    else llama.cpp's built-in template of that name (``chatml``, ``llama3``...)."""
     if path is None:
         return None
+    if not Path(path).exists():
+        from skippy.engine.chat.builtin import builtin_template
+
+        try:
+            return builtin_template(path)
+        except KeyError as exc:
+            raise click.BadParameter(exc.args[0], ctx=ctx, param=param) from None
     try:
         return Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -270,8 +278,9 @@ def _serve_options(fn: F) -> F:
         "parallel", "threads", "flash_attn", "cache_type_k", "cache_type_v", "kv_unified",
         _opt("--n-gpu-layers", "-ngl", "--gpu-layers", default=None, type=click.IntRange(0), callback=_gpu_layers,
              help="llama-server's -ngl, accepted as 0 only: skippy runs llama.cpp on the CPU."),
-        _opt("--chat-template", "--chat-template-file", default=None, type=click.Path(exists=True, dir_okay=False),
-             callback=_read_template, help="Jinja2 chat template file overriding the model's."),
+        _opt("--chat-template", "--chat-template-file", default=None, metavar="NAME|FILE", callback=_read_template,
+             help="Chat template overriding the model's: a jinja2 file, or one of llama.cpp's built-in template "
+                  "names (chatml, llama3, mistral-v7, gemma, phi3, command-r, deepseek3, ...)."),
         _opt("--chat-template-kwargs", default=None, metavar="JSON", callback=_parse_template_kwargs,
              help='Default template variables as a JSON object, e.g. \'{"enable_thinking": false}\'; '
                   'requests override them.'),

@@ -65,14 +65,23 @@ from skippy.engine.hooks.signals import FinishInfo, SignalConfig
 from skippy.engine.infill import ExtraChunk, Mixed, format_infill, require_fim
 from skippy.engine.output import wire
 from skippy.engine.output.generation import Done, Generation, GenerationError, Piece
+from skippy.engine.output.native import DEFAULT_SAMPLERS, NativeReply, generation_settings
 from skippy.engine.output.responses import ChatReply, Choices, InfillReply, TextReply, new_id
 from skippy.engine.runtime.base import Runtime
 from skippy.engine.sampling.constraints import RequestConstraint, constraint_from_request
+from skippy.engine.sampling.native import apply_samplers, sampler_names
 from skippy.engine.sampling.params import SamplingParams, sampling_from_request
 from skippy.engine.scheduling.events import FinishEvent, HookEvent, SeqEvent
 from skippy.engine.scheduling.prefix import MIN_REUSE, MIN_TAIL
 from skippy.engine.scheduling.spec import requested_draft
-from skippy.engine.types import ChatCompletionRequest, CompletionRequest, InfillRequest, Message, SamplingFields
+from skippy.engine.types import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    InfillRequest,
+    Message,
+    NativeCompletionRequest,
+    SamplingFields,
+)
 
 
 @attrs.frozen
@@ -267,12 +276,116 @@ class Engine:
                    for i, gen in enumerate(gens)]
         return Choices(replies, [i // n for i in range(len(gens))], include_usage=include_usage)
 
+    async def completion_native(self, req: NativeCompletionRequest) -> list[wire.NativeCompletion]:
+        """llama-server's native ``/completion``: one answer per prompt of ``req`` (see
+        :meth:`NativeCompletionRequest.prompts`), all generated at once. Raises like :meth:`completion`."""
+        replies, stream = await self._start_native(req)
+        dones: dict[int, Done] = {}
+        async with aclosing(stream):
+            async for index, item in stream:
+                replies[index].observe(item)
+                if isinstance(item, Done):
+                    dones[index] = item
+        if len(dones) != len(replies):
+            raise GenerationError("generation ended without a result")
+        return [reply.answer(dones[i]) for i, reply in enumerate(replies)]
+
+    async def completion_native_stream(self, req: NativeCompletionRequest) -> AsyncIterator[wire.NativeCompletion]:
+        """llama-server's native ``/completion`` stream: every prompt's chunks as its tokens come (``index``
+        says whose; all prompts are generated at once), each prompt's ending with its answer (``stop: true``)."""
+        replies, stream = await self._start_native(req)
+        return stream.rendered([], lambda index, item: replies[index].chunks(item))
+
+    async def _start_native(self, req: NativeCompletionRequest) -> tuple[list[NativeReply], _Events]:
+        if not -1 <= req.id_slot < self.meta.n_seq_max:
+            raise InvalidRequest(f"id_slot must be -1 or a slot id (0..{self.meta.n_seq_max - 1})", param="id_slot")
+        n_probs = req.n_probs or 0
+        sreq = apply_samplers(req, req.samplers)
+        params = self._sampling(sreq, logprobs=True, top_logprobs=n_probs)  # token ids ride on logprob events
+        params = await self._constrained(params, constraint_from_request(req))
+        n_predict = req.n_predict if req.n_predict is not None else (
+            req.max_tokens if req.max_tokens is not None else -1)
+        stops = _stops(req.stop)
+        samplers = [n for n in sampler_names(req.samplers) if n in DEFAULT_SAMPLERS] if req.samplers else \
+            DEFAULT_SAMPLERS
+        prompts = []
+        for parts in req.prompts():
+            tokens: list[int] = []
+            for i, part in enumerate(parts):
+                if isinstance(part, str):
+                    tokens += await self.tokenizer.tokenize(part, add_special=i == 0, parse_special=True)
+                elif 0 <= part < self.meta.n_vocab:
+                    tokens.append(part)
+                else:
+                    raise InvalidRequest(f"token id {part} is out of range (0..{self.meta.n_vocab - 1})",
+                                         param="prompt")
+            if not tokens:
+                raise InvalidRequest("prompt is empty", param="prompt")
+            prompts.append(tokens)
+        limit = None if n_predict < 0 else n_predict
+        gens, replies = [], []
+        for index, tokens in enumerate(prompts):
+            max_tokens = self._max_tokens(msgspec.structs.replace(sreq, max_tokens=limit, max_completion_tokens=None),
+                                          len(tokens))
+            gen = Generation(next(self._rids), tokens, params, max_tokens, piece=self.runtime.vocab.piece,
+                             parser=ContentParser(), stops=stops, cache_prompt=req.cache_prompt,
+                             speculative=self._speculative(req), include_stop=req.include_stop_str_in_output)
+            settings = generation_settings(params, n_predict=n_predict, stop=stops, stream=req.stream,
+                                           n_probs=n_probs, samplers=samplers,
+                                           timings_per_token=req.timings_per_token, ignore_eos=req.ignore_eos)
+            prompt_text = await self.tokenizer.detokenize(tokens)
+            rid = gen.rid
+            gens.append(gen)
+            replies.append(NativeReply(self.reply_model(req.model), gen, prompt_text=prompt_text, settings=settings,
+                                       index=index, return_tokens=req.return_tokens, n_probs=n_probs,
+                                       timings_per_token=req.timings_per_token, return_progress=req.return_progress,
+                                       slot_info=lambda rid=rid: self.scheduler.seq_info(rid)))
+        return replies, self._submit(gens, None)
+
+    def slots(self) -> list[wire.Slot]:
+        """Every slot's state in llama-server's ``GET /slots`` shape."""
+        defaults = self.default_generation_settings()
+        out = []
+        for info in self.scheduler.slots():
+            params = defaults
+            if info.params is not None:
+                params = generation_settings(info.params, n_predict=info.max_tokens)
+            running = info.rid is not None
+            out.append(wire.Slot(
+                id=info.id, n_ctx=self.meta.n_ctx_seq, is_processing=running, id_task=info.rid if running else -1,
+                n_prompt_tokens=info.n_prompt, n_prompt_tokens_cache=info.n_cached, n_kv=info.n_kv, params=params,
+                next_token=[wire.SlotNextToken(has_next_token=running,
+                                               n_remain=info.max_tokens - info.n_decoded if running else -1,
+                                               n_decoded=info.n_decoded)]))
+        return out
+
+    async def slot_action(self, action: str, slot: int, path: str | None = None) -> dict[str, Any]:
+        """llama-server's ``POST /slots/{id}?action=save|restore|erase`` on idle ``slot`` (state file
+        ``path`` for save and restore); returns its reply dict. Raises :class:`SlotBusy` (409) while a
+        request runs there, :class:`InvalidRequest` (400) for a bad slot or a file that cannot be restored."""
+        if not 0 <= slot < self.meta.n_seq_max:
+            raise InvalidRequest("Invalid slot ID", param="id_slot")
+        return await self.scheduler.slot_action(action, slot, path)
+
+    def default_generation_settings(self) -> wire.GenerationSettings:
+        """llama-server's default ``generation_settings`` (a request that sets nothing; its seed is random)."""
+        params = SamplingParams(seed=0xFFFFFFFF)  # llama.cpp's LLAMA_DEFAULT_SEED: a random seed per request
+        return generation_settings(params, n_predict=-1)
+
     async def apply_template(self, messages: list[Message] | ChatCompletionRequest) -> str:
         """The prompt of ``messages``, or of a whole chat request (its tools, template variables, prefill
         fields count), as the chat template renders it (llama-server ``/apply-template``)."""
         if isinstance(messages, ChatCompletionRequest):
             return (await self.renderer.render(messages)).prompt
         return await self.renderer.render_messages(messages)
+
+    async def input_tokens(self, req: ChatCompletionRequest) -> int:
+        """How many prompt tokens chat request ``req`` would prefill: its rendered prompt (tools, tool
+        emulation, template variables and prefill count) tokenized as :meth:`chat` does, before any
+        ``before_chat`` hook injection (llama-server ``/v1/chat/completions/input_tokens``). Raises
+        :class:`InvalidRequest` (400) like :meth:`chat` for bad messages, tools or template errors."""
+        rendered = await self.renderer.render(req)
+        return len(await self.tokenizer.tokenize(rendered.prompt, add_special=True, parse_special=True))
 
     def props(self) -> dict[str, Any]:
         """Server properties in llama-server's ``/props`` shape, plus the template capabilities and
@@ -283,7 +396,8 @@ class Engine:
         caps = attrs.asdict(tmpl.caps)
         caps["requires_alternation"] = tmpl.requires_alternation
         return {
-            "default_generation_settings": {"n_ctx": self.meta.n_ctx_seq, "model": self.model_id},
+            "default_generation_settings": {"n_ctx": self.meta.n_ctx_seq, "model": self.model_id,
+                                            "params": msgspec.to_builtins(self.default_generation_settings())},
             "total_slots": self.meta.n_seq_max,
             "model_path": self.meta.path,
             "chat_template": tmpl.template.source,

@@ -16,7 +16,7 @@ import trio
 
 from skippy.actors.base import ThreadActor
 from skippy.engine.chat.prepare import PreparedTemplate, Rendered, render_chat
-from skippy.engine.types import ChatCompletionRequest, Message
+from skippy.engine.types import ApplyTemplateRequest, ChatCompletionRequest, Message
 
 # ChatML, used when the GGUF carries no chat template and none is given.
 CHATML = (
@@ -62,6 +62,9 @@ class TemplateRenderer(ThreadActor[RenderChat]):
         """Render ``request``; raises :class:`InvalidRequest` (400) for bad input or template errors."""
         return await self.ask(lambda r: RenderChat(request, add_generation_prompt, r))
 
-    async def render_messages(self, messages: list[Message]) -> str:
-        """Only the prompt of ``messages`` (llama-server ``/apply-template``)."""
+    async def render_messages(self, messages: list[Message] | ApplyTemplateRequest) -> str:
+        """Only the prompt of ``messages`` or of an ``/apply-template`` request (llama-server)."""
+        if isinstance(messages, ApplyTemplateRequest):
+            return (await self.render(messages.chat_request(),
+                                      add_generation_prompt=messages.add_generation_prompt)).prompt
         return (await self.render(ChatCompletionRequest(messages=messages))).prompt

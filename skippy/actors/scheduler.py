@@ -7,8 +7,9 @@ at a time (vLLM v1's ``EngineCore.step()``)::
 
     drain the inbox -> core.plan() -> execute() on the decode thread -> core.update() -> send events
 
-Its inbox takes :data:`SchedulerMsg`: :class:`Submit`, :class:`Cancel` and
-hook verdicts (:class:`~skippy.actors.hooks.HookVerdict`). Token and finish
+Its inbox takes :data:`SchedulerMsg`: :class:`Submit`, :class:`Cancel`,
+hook verdicts (:class:`~skippy.actors.hooks.HookVerdict`) and llama-server slot
+actions (:class:`SlotAction`: save / restore / erase a slot's KV, run between steps). Token and finish
 events go to each request's unbounded event channel with ``send_nowait``, so
 the loop never blocks on a slow reader; a request whose channel is closed
 (its client went away) is cancelled and its KV cells are freed. A parked
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import assert_never
+from typing import Any, assert_never
 
 import attrs
 import trio
@@ -34,11 +35,11 @@ import trio
 from skippy.actors.base import Actor, DedicatedThread
 from skippy.actors.hooks import HookCall, HookVerdict
 from skippy.actors.metrics import StepTimes
-from skippy.engine.errors import QueueFull
+from skippy.engine.errors import InvalidRequest, QueueFull, SlotBusy
 from skippy.engine.hooks.policy import NO_ACTION
 from skippy.engine.hooks.signals import SignalConfig
 from skippy.engine.runtime.base import Runtime
-from skippy.engine.scheduling.core import HookRequest, Output, SchedulerCore, StepPlan, execute
+from skippy.engine.scheduling.core import HookRequest, Output, SchedulerCore, SlotInfo, StepPlan, execute
 from skippy.engine.scheduling.events import FinishEvent, SchedulerStats, SeqEvent, SeqRequest, TokenEvent
 
 log = logging.getLogger("skippy.scheduler")
@@ -65,8 +66,20 @@ class Cancel:
     rid: int
 
 
+@attrs.frozen
+class SlotAction:
+    """A llama-server slot action on idle slot ``slot``: ``save`` (its KV and tokens to the file ``path``),
+    ``restore`` (from ``path``) or ``erase``. The reply dict (llama-server's shape), or the
+    :class:`~skippy.engine.errors.EngineError` to raise, goes to ``reply``."""
+
+    action: str
+    slot: int
+    path: str | None
+    reply: trio.MemorySendChannel[Any]
+
+
 #: What the scheduler's inbox takes.
-SchedulerMsg = Submit | Cancel | HookVerdict
+SchedulerMsg = Submit | Cancel | HookVerdict | SlotAction
 
 
 class DecodeScheduler(Actor[SchedulerMsg]):
@@ -88,6 +101,7 @@ class DecodeScheduler(Actor[SchedulerMsg]):
         self._events: dict[int, trio.MemorySendChannel[SeqEvent]] = {}
         self.step_times = StepTimes()
         self._unread = 0  # Submit messages in the inbox (not yet added to the core)
+        self._slot_actions: list[SlotAction] = []  # run between steps, file I/O on the decode thread
 
     # -- client side (called from request tasks, same trio thread) ---------------
     def submit(self, request: SeqRequest, events: trio.MemorySendChannel[SeqEvent]) -> None:
@@ -107,6 +121,29 @@ class DecodeScheduler(Actor[SchedulerMsg]):
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             pass
 
+    async def slot_action(self, action: str, slot: int, path: str | None = None) -> dict[str, Any]:
+        """Run a llama-server slot action (see :class:`SlotAction`) between two decode steps.
+
+        Returns llama-server's reply dict. Raises :class:`SlotBusy` (409) while a request runs in
+        ``slot``, :class:`InvalidRequest` (400) for a restore from a file that is not a sequence state
+        of this model or does not fit.
+        """
+        send, recv = trio.open_memory_channel[Any](1)
+        self._send.send_nowait(SlotAction(action, slot, path, send))
+        result = await recv.receive()
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def seq_info(self, rid: int) -> tuple[int, int]:
+        """``(slot, cached prompt tokens)`` of running request ``rid`` (``(-1, 0)`` when not running)."""
+        slot = self.core.slot(rid)
+        return (slot, self.core.cached(rid)) if slot is not None else (-1, 0)
+
+    def slots(self) -> tuple[SlotInfo, ...]:
+        """Every slot's state (a snapshot; llama-server ``GET /slots``)."""
+        return self.core.slots()
+
     def stats(self) -> SchedulerStats:
         """A snapshot of the queue, slots and counters (requests still in the inbox count as waiting)."""
         return attrs.evolve(self.core.stats(), n_waiting=self._n_waiting())
@@ -123,10 +160,14 @@ class DecodeScheduler(Actor[SchedulerMsg]):
         last_end: float | None = None  # end of the last llama_decode; None after waiting for an input
         try:
             while True:
+                if self._slot_actions:
+                    await self._run_slot_actions(decode_thread)
                 if self.core.idle:
                     last_end = None
                     self._handle(await self._inbox.receive())
                 self._drain_inbox()
+                if self._slot_actions:
+                    await self._run_slot_actions(decode_thread)
                 step = self.core.plan()
                 self._deliver(step.outputs)
                 if step.batch is None:  # nothing admitted yet can decode (all parked): wait for an input
@@ -181,8 +222,46 @@ class DecodeScheduler(Actor[SchedulerMsg]):
                 self._events.pop(rid, None)
             case HookVerdict(ticket, outcome):
                 self._deliver(self.core.on_verdict(ticket, outcome))
+            case SlotAction():
+                self._slot_actions.append(msg)
             case _:
                 assert_never(msg)
+
+    async def _run_slot_actions(self, decode_thread: DedicatedThread) -> None:
+        """Run the queued slot actions: the core's slot bookkeeping here, the state file on the decode thread
+        (no step is in flight: the loop is between steps)."""
+        actions, self._slot_actions = self._slot_actions, []
+        for act in actions:
+            try:
+                result: Any = await self._slot_action(act, decode_thread)
+            except Exception as exc:  # noqa: BLE001 - the caller raises it
+                result = exc
+            try:
+                act.reply.send_nowait(result)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+
+    async def _slot_action(self, act: SlotAction, decode_thread: DedicatedThread) -> dict[str, Any]:
+        core, slot = self.core, act.slot
+        if core.slot_busy(slot):
+            raise SlotBusy(f"slot {slot} is processing a request; retry when it is idle", param="id_slot")
+        t0 = time.perf_counter()
+        if act.action == "save":
+            tokens = core.slot_tokens(slot)
+            n = await decode_thread.run_sync(self.runtime.state_seq_save, act.path, slot, tokens)
+            return {"id_slot": slot, "filename": act.path, "n_saved": len(tokens), "n_written": n,
+                    "timings": {"save_ms": (time.perf_counter() - t0) * 1000.0}}
+        if act.action == "restore":
+            core.erase_slot(slot)
+            n, tokens = await decode_thread.run_sync(self.runtime.state_seq_load, act.path, slot)
+            core.adopt_slot(slot, tokens)
+            if not n:
+                raise InvalidRequest("Unable to restore slot, no available space in KV cache or invalid slot "
+                                     "save file", param="filename")
+            return {"id_slot": slot, "filename": act.path, "n_restored": len(tokens), "n_read": n,
+                    "timings": {"restore_ms": (time.perf_counter() - t0) * 1000.0}}
+        assert act.action == "erase", act.action
+        return {"id_slot": slot, "n_erased": core.erase_slot(slot)}
 
     def _deliver(self, outputs: list[Output] | tuple[Output, ...]) -> list[trio.MemorySendChannel[SeqEvent]]:
         """Send each output where it goes; returns the event channels whose reader was waiting for it.
@@ -249,4 +328,4 @@ def _busy(ch: trio.MemorySendChannel[SeqEvent]) -> bool:
     return not stats.tasks_waiting_receive and stats.open_receive_channels > 0 and stats.open_send_channels > 0
 
 
-__all__ = ["Cancel", "DecodeScheduler", "IDLE_WAIT", "SchedulerMsg", "Submit"]
+__all__ = ["Cancel", "DecodeScheduler", "IDLE_WAIT", "SchedulerMsg", "SlotAction", "Submit"]

@@ -80,3 +80,21 @@ class EngineClosed(EngineError):
     status = 503
     type = "unavailable_error"
     code = "engine_closed"
+
+
+class NotSupported(EngineError):
+    """501: a llama-server feature this server was started without (llama-server's ``not_supported_error``)."""
+
+    status = 501
+    type = "not_supported_error"
+
+
+class SlotBusy(EngineError):
+    """409: the slot runs a request; its KV can be saved, restored or erased once it is idle.
+
+    llama-server defers such a slot action until the slot is idle; here the client retries.
+    """
+
+    status = 409
+    type = "invalid_request_error"
+    code = "slot_busy"

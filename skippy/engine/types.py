@@ -223,6 +223,12 @@ class CompletionRequest(SamplingFields, kw_only=True):
     logprobs: int | None = None
     echo: bool = False
     suffix: str | None = None
+    n_predict: int | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.n_predict is not None and self.max_tokens is None and self.max_completion_tokens is None:
+            self.max_tokens = None if self.n_predict < 0 else self.n_predict
 
 
 class InfillExtra(msgspec.Struct, kw_only=True):
@@ -245,6 +251,54 @@ class InfillRequest(SamplingFields, kw_only=True):
     input_extra: list[InfillExtra] = msgspec.field(default_factory=list)
     prompt: str | list[int] = ""
     n_predict: int | None = None
+
+
+#: One llama-server prompt: text, token ids, or a mix of both (strings are tokenized in place).
+PromptPart = int | str
+
+
+class NativeCompletionRequest(SamplingFields, kw_only=True):
+    """llama-server's native ``POST /completion`` (and ``/completions`` without ``/v1``) body.
+
+    ``prompt``: a string, a list of token ids, a list mixing ids and strings (one prompt), or a list of
+    strings / lists (several prompts: the answer is a list, one result per prompt, ``index`` in order).
+    ``n_predict`` (-1: until the context is full) is ``max_tokens``. ``n_probs`` adds
+    ``completion_probabilities`` (that many alternatives per token, <= 20); ``return_tokens`` the
+    generated token ids; ``samplers`` (names, or llama.cpp's one-letter string) chooses which samplers
+    of the chain run (see :func:`skippy.engine.sampling.native.apply_samplers`); ``json_schema`` and
+    ``grammar`` constrain the output; ``timings_per_token`` adds ``timings`` to each streamed chunk,
+    ``return_progress`` a ``prompt_progress`` chunk once the prompt is in the KV cache. ``id_slot`` is
+    checked (-1 or a slot id) but the scheduler places the request (a slot's cached prefix is reused
+    by any request that shares it).
+    """
+
+    prompt: str | list[PromptPart | list[PromptPart]]
+    n_predict: int | None = None
+    id_slot: int = -1
+    return_tokens: bool = False
+    samplers: list[str] | str | None = None
+    timings_per_token: bool = False
+    return_progress: bool = False
+
+    def prompts(self) -> list[list[PromptPart]]:
+        """The prompts (llama-server ``tokenize_input_prompts``): a string, or a list of ids with or without
+        strings, is one prompt; a list of strings or of lists is several."""
+        p = self.prompt
+        if isinstance(p, str):
+            return [[p]]
+        if not p:
+            raise InvalidRequest("prompt is empty", param="prompt")
+        if any(isinstance(x, int) for x in p):
+            if any(isinstance(x, list) for x in p):
+                raise InvalidRequest("prompt mixes token ids with nested lists", param="prompt")
+            return [list(p)]  # type: ignore[arg-type]
+        return [[x] if isinstance(x, str) else list(x) for x in p]
+
+
+class SlotActionRequest(msgspec.Struct, kw_only=True):
+    """``POST /slots/{id}?action=save|restore`` (llama-server): the state file's name in ``--slot-save-path``."""
+
+    filename: str
 
 
 class TokenizeRequest(msgspec.Struct, kw_only=True):
@@ -320,8 +374,10 @@ def unknown_fields(body: bytes, type_: type) -> list[str]:
     """Top-level keys of the JSON object ``body`` that are not fields of the Struct ``type_``, in body order.
 
     Decoding validates nothing else (values stay raw bytes); a body that is
-    not a JSON object gives ``[]`` (:func:`decode_request` reports it).
+    not a JSON object, or a ``type_`` that is no Struct (a free-form ``dict``), gives ``[]``.
     """
+    if not hasattr(type_, "__struct_fields__"):
+        return []
     try:
         keys = msgspec.json.decode(body, type=dict[str, msgspec.Raw])
     except (msgspec.MsgspecError, RecursionError):

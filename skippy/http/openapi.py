@@ -28,11 +28,14 @@ from skippy.engine.types import (
     ChatCompletionRequest,
     CompletionRequest,
     DetokenizeRequest,
+    NativeCompletionRequest,
+    SlotActionRequest,
     TokenizeRequest,
 )
 from skippy.http.routes import ROUTES
 
-_REQUESTS = [ChatCompletionRequest, CompletionRequest, TokenizeRequest, DetokenizeRequest, ApplyTemplateRequest]
+_REQUESTS = [ChatCompletionRequest, CompletionRequest, NativeCompletionRequest, TokenizeRequest, DetokenizeRequest,
+             ApplyTemplateRequest, SlotActionRequest]
 _RESPONSES = list(wire.RESPONSES)
 _REF = "#/components/schemas/{name}"
 
@@ -53,7 +56,12 @@ _SSE_EVENT = {"type": "object", "required": ["data"], "properties": {
 def _operation(route: Any) -> dict[str, Any]:
     """The OpenAPI operation of one :class:`~skippy.http.routes.Route`."""
     if route.content_type == "application/json":
-        content = _json(_ref(route.response) if route.response is not None else {"type": "object"})
+        body: dict[str, Any] = _ref(route.response) if route.response is not None else {"type": "object"}
+        if route.shape == "list":
+            body = {"type": "array", "items": body}
+        elif route.shape == "one-or-list":
+            body = {"oneOf": [body, {"type": "array", "items": body}]}
+        content = _json(body)
     else:
         content = {route.content_type: {"schema": {"type": "string"}}}
     if route.sse is not None:
@@ -65,12 +73,16 @@ def _operation(route: Any) -> dict[str, Any]:
         "responses": {"200": {"description": "OK", "content": content},
                       "default": {"description": "OpenAI error envelope", "content": _json(_ref(ErrorEnvelope))}},
     }
-    params = route.path_params
+    params = [{"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+              for name in route.path_params]
+    if route.handler.__name__ == "slot_action":
+        params.append({"name": "action", "in": "query", "required": True,
+                       "schema": {"type": "string", "enum": ["save", "restore", "erase"]}})
     if params:
-        op["parameters"] = [{"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
-                            for name in params]
+        op["parameters"] = params
     if route.body is not None:
-        op["requestBody"] = {"required": True, "content": _json(_ref(route.body))}
+        op["requestBody"] = {"required": route.body is not SlotActionRequest,
+                             "content": _json(_ref(route.body))}
     if not route.secured:
         op["security"] = []
     return op

@@ -21,6 +21,7 @@ import logging
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -28,7 +29,7 @@ import msgspec
 import trio
 from quart import Blueprint, Response, request
 
-from skippy.engine.errors import EngineError, InvalidRequest
+from skippy.engine.errors import EngineError, InvalidRequest, NotSupported
 from skippy.engine.output import wire
 from skippy.engine.types import (
     ApplyTemplateRequest,
@@ -36,7 +37,9 @@ from skippy.engine.types import (
     CompletionRequest,
     DetokenizeRequest,
     InfillRequest,
+    NativeCompletionRequest,
     SamplingFields,
+    SlotActionRequest,
     TokenizeRequest,
     decode_request,
     unknown_fields,
@@ -61,7 +64,8 @@ class Route:
     (``None``: a free-form JSON object, or text for a non-JSON
     ``content_type``). ``sse``: with ``"stream": true`` the answer is
     ``text/event-stream`` whose events carry this Struct. ``secured``: needs the API key when keys are set.
-    ``documented``: listed in ``/openapi.json``.
+    ``documented``: listed in ``/openapi.json``. ``shape``: the 200 body is one ``response`` (``"one"``),
+    a list of them (``"list"``) or either (``"one-or-list"``). Path parameters are written ``<name>``.
     """
 
     paths: tuple[str, ...]
@@ -74,6 +78,7 @@ class Route:
     sse: type | None = None
     secured: bool = True
     documented: bool = True
+    shape: str = "one"
 
     @property
     def path(self) -> str:
@@ -204,7 +209,8 @@ def log_line(app: Shared, ctx: RequestContext, status: int, route: str, rule: st
                 disconnected=disconnected)
 
 
-async def _stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitable[AsyncIterator[Any]]]) -> Response:
+async def _stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitable[AsyncIterator[Any]]],
+                  done: bool = True) -> Response:
     """SSE response; the first chunk is pulled before the headers so request errors stay 4xx.
 
     Every wait for the next chunk runs in the request's :meth:`~skippy.http.context.Lifecycle.guard`:
@@ -266,7 +272,8 @@ async def _stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitabl
                     break
                 tokens += _chunk_tokens(chunk)
                 yield sse(chunk)
-            yield SSE_DONE
+            if done:  # llama-server's native /completion stream ends without [DONE]
+                yield SSE_DONE
         except EngineError as exc:
             status, code, reason = exc.status, exc.code or exc.type, str(exc)
             yield sse(exc.envelope())
@@ -291,7 +298,7 @@ async def _unless_gone(app: Shared, ctx: RequestContext, work: Awaitable[Any]) -
     try:
         return await app.guarded(ctx.deadline, work)
     except trio.Cancelled:
-        log_line(app, 499, 0, ctx.t0)
+        log_line(app, ctx, 499, f"{request.method} {request.path}", route_rule(), disconnected=True)
         raise
 
 
@@ -327,7 +334,7 @@ async def infill() -> Response:
     eng = app.engine()
     if req.stream:
         return await _stream(app, ctx, lambda: eng.infill_stream(req))
-    result = await app.guarded(ctx.deadline, eng.infill(req))
+    result = await _unless_gone(app, ctx, eng.infill(req))
     ctx.tokens = result.tokens_predicted or 0
     return json_response(result)
 
@@ -336,6 +343,78 @@ def _model(eng: Any, name: str) -> wire.Model:
     meta = eng.meta
     return wire.Model(id=name, created=eng.created, meta=wire.ModelDetails(
         n_ctx=meta.n_ctx_seq, n_ctx_train=meta.n_ctx_train, n_vocab=meta.n_vocab, parallel=meta.n_seq_max))
+
+
+async def completion_native() -> Response:
+    """llama-server's native ``/completion``: one object for one prompt, a list for several; its SSE stream
+    has no ``[DONE]`` (llama-server ends it with the ``stop: true`` chunk)."""
+    app, ctx = shared(), current()
+    req = await _body(NativeCompletionRequest, ctx)
+    _check_limits(app.settings, [], req)
+    eng = app.engine()
+    if req.stream:
+        return await _stream(app, ctx, lambda: eng.completion_native_stream(req), done=False)
+    results = await _unless_gone(app, ctx, eng.completion_native(req))
+    ctx.tokens = sum(r.tokens_predicted for r in results)
+    return json_response(results[0] if len(results) == 1 else results)  # llama-server: a list for several
+
+
+async def slots() -> Response:
+    """llama-server ``GET /slots``: 501 with ``--no-slots``; ``?fail_on_no_slot=1`` answers 503 when no slot
+    is idle."""
+    app = shared()
+    if not app.settings.slots:
+        raise NotSupported("This server does not support slots endpoint. Start it with `--slots`")
+    states = app.engine().slots()
+    if request.args.get("fail_on_no_slot") not in (None, "", "0", "false") and all(s.is_processing for s in states):
+        return error_response(503, "no slot available", "unavailable_error", code="no_slot_available")
+    return json_response(states)
+
+
+#: a slot file name: no directory part, no hidden or parent names (llama.cpp fs_validate_filename's spirit)
+_SLOT_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,254}")
+
+
+async def slot_action(id_slot: str) -> Response:
+    """llama-server ``POST /slots/{id}?action=save|restore|erase`` (``{"filename": ...}`` for save and restore,
+    a plain name inside ``--slot-save-path``); 501 without ``--slot-save-path``."""
+    app, ctx = shared(), current()
+    save_dir = app.settings.slot_save_path
+    if save_dir is None:
+        raise NotSupported("This server does not support slots action. Start it with `--slot-save-path`")
+    try:
+        slot = int(id_slot)
+    except ValueError:
+        raise InvalidRequest("Invalid slot ID", param="id_slot") from None
+    action = request.args.get("action", "")
+    if action not in ("save", "restore", "erase"):
+        raise InvalidRequest("Invalid action", param="action")
+    path = None
+    if action != "erase":
+        body = await _body(SlotActionRequest, ctx)
+        if not _SLOT_FILE.fullmatch(body.filename) or ".." in body.filename:
+            raise InvalidRequest("Invalid filename", param="filename")
+        directory = Path(save_dir)
+        directory.mkdir(parents=True, exist_ok=True)
+        path = str(directory / body.filename)
+        if action == "restore" and not Path(path).is_file():
+            raise InvalidRequest(f"Unable to restore slot: no file {body.filename!r} in the slot save path",
+                                 param="filename")
+    result = await _unless_gone(app, ctx, app.engine().slot_action(action, slot, path))
+    if path is not None:
+        result["filename"] = Path(path).name
+    reply = {"save": wire.SlotSaved, "restore": wire.SlotRestored, "erase": wire.SlotErased}[action]
+    return json_response(reply(**result))
+
+
+async def props_change() -> Response:
+    """llama-server ``POST /props``: 501 unless started with ``--props``; then ``{"success": true}`` (llama-server
+    changes no property there either)."""
+    app, ctx = shared(), current()
+    if not app.settings.props:
+        raise NotSupported("This server does not support changing global properties. Start it with `--props`")
+    await _body(dict, ctx)  # a JSON object, as llama-server parses it
+    return json_response({"success": True})
 
 
 async def models() -> Response:
@@ -398,6 +477,15 @@ async def apply_template() -> Response:
     return json_response(wire.ApplyTemplateResponse(prompt=prompt))
 
 
+async def input_tokens() -> Response:
+    """llama-server ``POST /v1/chat/completions/input_tokens``: a chat body -> ``{"input_tokens": N}``."""
+    app, ctx = shared(), current()
+    req = await _body(ChatCompletionRequest, ctx)
+    _check_limits(app.settings, req.messages, req)
+    n = await _unless_gone(app, ctx, app.engine().input_tokens(req))
+    return json_response(wire.InputTokens(input_tokens=n))
+
+
 async def props() -> Response:
     return json_response(shared().engine().props())
 
@@ -421,7 +509,10 @@ ROUTES: tuple[Route, ...] = (
     Route(("/v1/chat/completions", "/chat/completions"), "POST", chat_completions,
           "OpenAI Chat Completions (SSE when stream is true)", ChatCompletionRequest, wire.ChatCompletion,
           sse=wire.ChatCompletionChunk),
-    Route(("/v1/completions", "/completions"), "POST", completions,
+    Route(("/v1/chat/completions/input_tokens", "/chat/completions/input_tokens"), "POST", input_tokens,
+          "llama-server token counting: the prompt tokens a chat request would use", ChatCompletionRequest,
+          wire.InputTokens),
+    Route(("/v1/completions",), "POST", completions,
           "OpenAI legacy Completions (SSE when stream is true)", CompletionRequest, wire.TextCompletion,
           sse=wire.TextCompletion),
     Route(("/infill",), "POST", infill, "llama-server /infill: fill-in-the-middle with the model's FIM tokens "
@@ -430,6 +521,14 @@ ROUTES: tuple[Route, ...] = (
           response=wire.ModelList),
     Route(("/v1/models/<path:model_id>", "/models/<path:model_id>"), "GET", model,
           "One served model by name (404 model_not_found for another)", response=wire.Model),
+    Route(("/completion", "/completions"), "POST", completion_native,
+          "llama-server native completion (a list for several prompts; SSE without [DONE] when stream is true)",
+          NativeCompletionRequest, wire.NativeCompletion, sse=wire.NativeCompletion, shape="one-or-list"),
+    Route(("/slots",), "GET", slots, "llama-server per-slot state (501 with --no-slots)", response=wire.Slot,
+          shape="list"),
+    Route(("/slots/<id_slot>",), "POST", slot_action,
+          "llama-server slot save / restore / erase (?action=; 501 without --slot-save-path)", SlotActionRequest),
+    Route(("/props",), "POST", props_change, "llama-server POST /props (501 without --props)", documented=False),
     Route(("/health",), "GET", health, "Readiness and slot counts (503 while loading)", response=wire.Health,
           secured=False),
     Route(("/openapi.json",), "GET", openapi_json, "This OpenAPI document", documented=False),

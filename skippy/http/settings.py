@@ -74,8 +74,14 @@ class ServerSettings:
     metrics: bool = setting(True, check=IsBool(),
                             help="Serve GET /metrics (Prometheus); --no-metrics answers it 501, as llama-server "
                                  "without --metrics.")
+    props: bool = setting(False, check=IsBool(),
+                          help="Accept POST /props (llama-server's --props; it changes nothing there either and "
+                               "answers {\"success\": true}); without it POST /props answers 501.")
     slots: bool = setting(True, check=IsBool(),
                           help="Serve GET /slots (llama-server's per-slot state); --no-slots answers it 501.")
+    slot_save_path: str | None = setting(None, check=IsText(), metavar="DIR",
+                                         help="Directory of slot state files: enables POST /slots/{id}?action="
+                                              "save|restore|erase (llama-server; without it they answer 501).")
     ssl_key_file: str | None = setting(None, check=IsText(), metavar="FILE",
                                        help="PEM private key for HTTPS (with --ssl-cert-file); every listen "
                                             "address then serves TLS only.")

@@ -285,6 +285,20 @@ def test_client_disconnect_is_counted_apart_from_4xx(server: Server) -> None:
     assert _metric(server.base_url, fourxx) == before_4xx
 
 
+def test_non_streamed_client_disconnect_is_counted_apart_from_4xx(server: Server) -> None:
+    gone, fourxx = "skippy:http_client_disconnects_total", 'skippy:http_responses_total{status_class="4xx"}'
+    before_gone, before_4xx = _metric(server.base_url, gone), _metric(server.base_url, fourxx)
+    body = {"messages": ASK, "max_tokens": 400, "temperature": 0, "logit_bias": {"2": -100}}
+    with pytest.raises(httpx.ReadTimeout):  # the client gives up before the reply
+        httpx.post(server.base_url + "/v1/chat/completions", json=body, timeout=0.5)
+    deadline = time.monotonic() + 60
+    while _metric(server.base_url, gone) < before_gone + 1:
+        assert time.monotonic() < deadline, "the disconnect was never counted"
+        time.sleep(0.1)
+    assert _metric(server.base_url, fourxx) == before_4xx
+    assert httpx.get(server.base_url + "/health", timeout=10).status_code == 200
+
+
 # -- SSE keep-alive -----------------------------------------------------------------------------------
 
 def test_sse_keep_alive_while_queued(ping_server: Server) -> None:

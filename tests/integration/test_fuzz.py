@@ -30,9 +30,12 @@ HYPOTHESIS_EXAMPLES = 150
 
 @pytest.fixture(scope="module")
 def fuzz_server(tmp_path_factory: pytest.TempPathFactory):
-    # one llama.cpp thread: decoding does not collapse when other processes share the 2 cores
-    with Server(["--parallel", "4", "--n-ctx", "256", "--max-queue", "64", "--threads", "1"],
-                tmp_path_factory.mktemp("fuzz") / "server.log") as srv:
+    # one llama.cpp thread: decoding does not collapse when other processes share the 2 cores;
+    # a slot save path and --props, so slot actions and POST /props are fuzzed past llama-server's 501 for a
+    # server started without them (a 501 there is the server's configuration, not the request's fault)
+    tmp = tmp_path_factory.mktemp("fuzz")
+    with Server(["--parallel", "4", "--n-ctx", "256", "--max-queue", "64", "--threads", "1",
+                 "--slot-save-path", str(tmp / "slots"), "--props"], tmp / "server.log") as srv:
         yield srv
 
 

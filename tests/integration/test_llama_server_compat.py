@@ -84,6 +84,9 @@ def test_a_llama_server_command_line_serves_with_its_meaning(llama_cli: Server) 
     loaded = next(i for i, m in enumerate(messages) if m.startswith("model SmolLM2-135M-Instruct loaded"))
     assert messages.index(running[0]) > loaded  # after the model has loaded, not when the socket opens
     assert "chat template: the GGUF's tokenizer.chat_template (368 chars)" in messages
+    # llama.cpp's compute buffer line, as llama-server prints it; llama.cpp's chatter stays out when not verbose
+    assert any(re.fullmatch(r"llama\.cpp: sched_reserve: +CPU compute buffer size = +[0-9.]+ MiB", m) for m in messages)
+    assert not any("print_info:" in m or "llama_model_loader:" in m for m in messages)
 
 
 def test_an_unknown_llama_server_flag_is_refused_by_name() -> None:

@@ -42,7 +42,7 @@ BEFORE = [
      "[env var: SKIPPY_CACHE_TYPE_V; default: f16]", "f16"),
     ("--kv-unified", "[env var: SKIPPY_KV_UNIFIED]", False),
     ("-ngl, --n-gpu-layers, --gpu-layers INTEGER RANGE", "[env var: SKIPPY_N_GPU_LAYERS; x>=0]", None),
-    ("--chat-template, --chat-template-file FILE", "[env var: SKIPPY_CHAT_TEMPLATE]", None),
+    ("--chat-template, --chat-template-file NAME|FILE", "[env var: SKIPPY_CHAT_TEMPLATE]", None),
     ("--chat-template-kwargs JSON", "[env var: SKIPPY_CHAT_TEMPLATE_KWARGS]", None),
     ("--jinja", "[env var: SKIPPY_JINJA]", False),
     ("--force-tool-emulation", "[env var: SKIPPY_FORCE_TOOL_EMULATION]", False),
@@ -80,6 +80,8 @@ BEFORE = [
     ("--ssl-key-file FILE", "[env var: SKIPPY_SSL_KEY_FILE]", None),
     ("--ssl-cert-file FILE", "[env var: SKIPPY_SSL_CERT_FILE]", None),
     ("--no-webui", "[env var: SKIPPY_NO_WEBUI]", False),
+    ("--props", "[env var: SKIPPY_PROPS]", False),
+    ("--slot-save-path DIR", "[env var: SKIPPY_SLOT_SAVE_PATH]", None),
 ]
 
 

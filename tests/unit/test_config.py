@@ -57,11 +57,14 @@ SERVER = {
     "request_timeout": ([-0.5, math.nan, "600"], [0, 0.0, 600.0, math.inf], "x>=0.0"),
     "shutdown_grace": ([-1, math.nan], [0.0, 30], "x>=0.0"),
     "metrics": (["off", 0], [True, False], None),
+    "props": ([0, "no"], [True, False], None),
     "slots": (["on", 1], [True, False], None),
+    "slot_save_path": ([1, b"dir"], [None, "/tmp/slots"], None),
     "ssl_key_file": ([1, b"key.pem"], [None, "key.pem"], None),
     "ssl_cert_file": ([1, b"cert.pem"], [None, "cert.pem"], None),
     "sse_ping_interval": ([-1, math.nan, math.inf, "15"], [0, 0.5, 15.0], "x>=0.0"),
     "strict_fields": (["yes", 1], [True, False], None),
+    "webui": (["no", 0], [True, False], None),
 }
 
 

@@ -722,3 +722,24 @@ def test_non_finite_logits_give_no_numbers_and_fail_no_sequence():
     assert len(first) == 2 and all(ev.logprob is None and ev.entropy is None and ev.top == () for ev in first)
     assert finish_of(out, 1).reason == "length" and finish_of(out, 2).reason == "length"
     assert all(ev.logprob is not None for r, ev in out if r == 2 and isinstance(ev, TokenEvent))
+
+
+def test_slot_snapshot_erase_and_adopt_for_llama_server_slot_files():
+    rt, core = make(n_seq_max=2)
+    core.add(req(1, PROMPT + [1, 2, 3], max_tokens=20))
+    step(rt, core)
+    running = core.slots()
+    assert running[0].rid == 1 and running[0].n_prompt == len(PROMPT) + 3 and running[1].rid is None
+    assert core.slot_busy(0) and not core.slot_busy(1)
+    run(rt, core)
+    kept = core.slot_tokens(0)
+    assert kept and core.slots()[0].n_kv == len(kept) and core.slots()[0].rid is None
+    assert core.erase_slot(0) == len(kept) and core.slot_tokens(0) == [] and len(core.prefix) == 0
+    rt.kv[0] = list(kept)  # what a restored state file put back into the KV
+    core.adopt_slot(0, kept)
+    core.add(req(2, PROMPT + [7, 8, 9], max_tokens=2))
+    out = run(rt, core)
+    assert finish_of(out, 2).cached_tokens == len(PROMPT)  # the adopted tokens are reused
+    core.erase_slot(1)
+    core.adopt_slot(1, [])  # a failed restore leaves the slot free
+    assert core.slot_tokens(1) == [] and not core.slot_busy(1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import jinja2.sandbox
@@ -138,9 +139,14 @@ def test_real_templates_render_as_in_plain_sandbox(path: Path) -> None:
     plain = _plain_environment().from_string(source)
     ours = ChatTemplate(source, bos_token="<s>", eos_token="</s>")
     for tools in (None, TOOLS):
-        context = dict(messages=_conversation(20), tools=tools, add_generation_prompt=True)
+        # llama.cpp's extra variables, fixed so both renders see the same (FireFunction: tools as ``functions``)
+        context = dict(messages=_conversation(20), tools=tools, add_generation_prompt=True,
+                       date_string="01 Dec 2026", datetime="Dec 01 2026 12:00:00 GMT")
+        plain_context = dict(context)
+        if ours.firefunction:
+            plain_context.update(tools=None, functions=json.dumps(tools, indent=2, ensure_ascii=False) if tools else "")
         try:
-            expected = plain.render(bos_token="<s>", eos_token="</s>", **context)
+            expected = plain.render(bos_token="<s>", eos_token="</s>", **plain_context)
         except Exception:  # noqa: BLE001 - the template refuses this input in both environments
             with pytest.raises(TemplateError):
                 ours.render(**context)

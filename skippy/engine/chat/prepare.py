@@ -120,13 +120,17 @@ def _check_messages(messages: list[dict[str, Any]]) -> None:
         if role in _CONTENT_ROLES and m.get("content") is None:
             raise InvalidRequest(f"messages[{i}].content is required for a {role} message (a string or a list "
                                  "of content parts)", param=f"messages[{i}].content")
+    if len(messages) >= 2 and messages[-1].get("role") == messages[-2].get("role") == "assistant":
+        # llama-server refuses this too (a final assistant message alone is a prefill to continue)
+        raise InvalidRequest("Cannot have 2 or more assistant messages at the end of the list.", param="messages")
 
 
 def _template_kwargs(req: ChatCompletionRequest, default_kwargs: dict[str, Any] | None) -> dict[str, Any]:
-    """Template variables: server defaults < ``reasoning_effort`` < request ``chat_template_kwargs`` <
+    """Template variables: ``enable_thinking: true`` (llama-server's default, and what the capability probe
+    assumes) < server defaults < ``reasoning_effort`` < request ``chat_template_kwargs`` <
     ``enable_thinking``. ``reasoning_effort`` reaches the template as itself (gpt-oss reads it) and, for
     ``"none"`` / ``"minimal"``, as ``enable_thinking: false`` (Qwen3, SmolLM3, ...)."""
-    kwargs = dict(default_kwargs or {})
+    kwargs: dict[str, Any] = {"enable_thinking": True, **(default_kwargs or {})}
     effort = req.reasoning_effort
     if effort is not None:
         if effort not in REASONING_EFFORTS:
@@ -196,7 +200,8 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
     gives exactly one call unless the request asks for more. Where the
     emulation syntax is in play but tools are off (``tool_choice: "none"``),
     ``TOOL_CALL`` lines are stripped from the output.
-    Template variables: see :func:`_template_kwargs`. A conversation ending
+    Template variables: see :func:`_template_kwargs` (``enable_thinking`` is
+    true unless set, llama-server's default). A conversation ending
     with an assistant message continues it (see :func:`_prefill`): the
     prompt is the earlier messages with the generation prompt, then that
     message's text (as llama-server does), so the reply holds only the

@@ -75,6 +75,16 @@ def _strftime_now(fmt: str) -> str:
     return datetime.datetime.now().strftime(fmt)
 
 
+def llama_cpp_variables(now: datetime.datetime) -> dict[str, str]:
+    """The extra template variables llama.cpp's chat code supplies (``common/chat.cpp``), for ``now``.
+
+    ``date_string`` (Llama 3.x templates, e.g. ``"26 Jul 2024"``: ``%d %b %Y``) and ``datetime``
+    (FireFunction v2: ``%b %d %Y %H:%M:%S GMT``). Request or ``--chat-template-kwargs`` variables of
+    the same name override them.
+    """
+    return {"date_string": now.strftime("%d %b %Y"), "datetime": now.strftime("%b %d %Y %H:%M:%S GMT")}
+
+
 def make_environment(budget: RenderBudget | None = None) -> BoundedSandbox:
     """The jinja2 environment of transformers' ``apply_chat_template``, with a render budget."""
     env = BoundedSandbox(
@@ -103,6 +113,8 @@ class ChatTemplate:
         self.bos_token = bos_token
         self.eos_token = eos_token
         self._runaway: str | None = None
+        #: FireFunction v2 (llama.cpp detects it by `` functools[``): tools are given as ``functions`` text
+        self.firefunction = " functools[" in source
         try:
             self._template = _ENV.compile_template(source)
         except jinja2.TemplateError as exc:
@@ -114,10 +126,11 @@ class ChatTemplate:
                add_generation_prompt: bool = True, **kwargs: Any) -> str:
         """Render ``messages`` (OpenAI message dicts) to prompt text.
 
-        ``tools`` is the OpenAI ``tools`` array or ``None``; extra keyword
+        ``tools`` is the OpenAI ``tools`` array or ``None`` (for FireFunction v2 templates it goes in as
+        ``functions``, JSON text indented by 2, as llama.cpp gives it); extra keyword
         arguments (``enable_thinking``, ``chat_template_kwargs`` entries...)
-        become template variables. Raises :class:`TemplateError` with the
-        template's own message when rendering fails, or when the render goes
+        become template variables, beside llama.cpp's :func:`llama_cpp_variables`.
+        Raises :class:`TemplateError` with the template's own message when rendering fails, or when the render goes
         over its budget (operations, time, size: see
         :class:`~skippy.engine.chat.sandbox.RenderBudget`). A template
         that goes over budget on a small input is marked as runaway and
@@ -126,7 +139,10 @@ class ChatTemplate:
         """
         if self._runaway is not None:
             raise TemplateError(self._runaway)
-        context = dict(kwargs)
+        context = {**llama_cpp_variables(datetime.datetime.now()), **kwargs}
+        if self.firefunction:  # llama.cpp: tools go in as the JSON text ``functions``, ``tools`` stays null
+            context.setdefault("functions", json.dumps(tools, indent=2, ensure_ascii=False) if tools else "")
+            tools = None
         context.update(
             messages=messages,
             tools=tools,

@@ -151,6 +151,16 @@ class Generation:
     def rid(self) -> int:
         return self.request.rid
 
+    @property
+    def piece(self) -> Callable[[int], bytes]:
+        """``token id -> bytes`` the token renders as."""
+        return self._piece
+
+    @property
+    def stopping_word(self) -> str:
+        """The request's stop string that ended the generation ("" when none did; llama-server)."""
+        return self._pipeline.stopping_word
+
     def feed(self, event: SeqEvent) -> Piece | Done | None:
         """Consume the sequence's next event.
 

@@ -48,6 +48,11 @@ class OutputPipeline:
     def stopped(self) -> bool:
         """True once a stop string matched or the early-stop rule fired: the caller ends the generation."""
         return self._stop.stopped or self._early_stopped
+    @property
+    def stopping_word(self) -> str:
+        """The stop string that ended the generation ("" when none did)."""
+        return self._stop.matched
+
     def feed(self, token: int) -> list[Delta]:
         """Consume one sampled token; return the deltas that are now safe to emit."""
         if self.stopped:

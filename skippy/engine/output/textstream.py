@@ -47,6 +47,7 @@ class StopMatcher:
         self.include = include
         self._held = ""
         self.stopped = False
+        self.matched = ""  # the stop string that matched (llama-server's ``stopping_word``)
 
     def feed(self, text: str) -> tuple[str, bool]:
         if self.stopped:
@@ -59,7 +60,7 @@ class StopMatcher:
         for s in self.stops:
             i = buf.find(s)
             if i != -1 and (cut == -1 or i < cut or (i == cut and i + len(s) > end)):
-                cut, end = i, i + len(s)
+                cut, end, self.matched = i, i + len(s), s
         if cut != -1:
             self.stopped = True
             self._held = ""

@@ -190,4 +190,14 @@ class Runtime(Protocol):
         (``n=None``). A prefix (``n``) only when ``meta.kv_unified``; ``ValueError`` otherwise."""
         ...
 
+    def state_seq_save(self, path: str, seq_id: int, tokens: Sequence[int]) -> int:
+        """Write ``seq_id``'s KV state and ``tokens`` to ``path``; returns the bytes written (llama.cpp
+        ``llama_state_seq_save_file``). Optional: only llama-server's slot save needs it."""
+        ...
+
+    def state_seq_load(self, path: str, seq_id: int) -> tuple[int, list[int]]:
+        """Load a state file into ``seq_id``; returns ``(bytes read, tokens)``, ``(0, [])`` on failure
+        (llama.cpp ``llama_state_seq_load_file``). Optional: only llama-server's slot restore needs it."""
+        ...
+
     def close(self) -> None: ...

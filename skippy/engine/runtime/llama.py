@@ -36,13 +36,37 @@ _backend_lock = threading.Lock()
 _backend_ready = False
 
 
-def _init_backend(verbose: bool) -> None:
-    global _backend_ready
-    with _backend_lock:
-        if not _backend_ready:
-            from llama_cpp import _logger
+_llama_verbose = False
+#: ggml_log_level (ggml.h: NONE, DEBUG, INFO, WARN, ERROR) -> logging levels; CONT (5) continues the
+#: previous line's level
+_GGML_LEVELS = {0: logging.CRITICAL, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
+_last_level = logging.INFO
+#: llama.cpp info lines worth a start-up log line even when not verbose (llama-server prints them)
+_KEEP = ("compute buffer size",)
 
-            _logger.set_verbose(verbose)
+
+@llama_cpp.llama_log_callback
+def _llama_log(level: int, text: bytes, user_data: object) -> None:
+    """llama.cpp's log into ``skippy.runtime``: everything with ``verbose``; else warnings, errors and
+    the compute buffer sizes (what llama-server's start-up log shows)."""
+    global _last_level
+    lvl = _last_level if level == 5 else _GGML_LEVELS.get(level, logging.INFO)
+    _last_level = lvl
+    msg = text.decode("utf-8", "replace").rstrip()
+    if not msg:
+        return
+    if _llama_verbose or lvl >= logging.WARNING or any(k in msg for k in _KEEP):
+        log.log(max(lvl, logging.INFO) if not _llama_verbose else lvl, "llama.cpp: %s", msg.strip())
+
+
+def _init_backend(verbose: bool) -> None:
+    global _backend_ready, _llama_verbose
+    with _backend_lock:
+        _llama_verbose = verbose
+        if not _backend_ready:
+            import llama_cpp._logger  # noqa: F401 - it installs its own callback on import; ours replaces it
+
+            llama_cpp.llama_log_set(_llama_log, ctypes.c_void_p(0))
             llama_cpp.llama_backend_init()
             _backend_ready = True
 
@@ -602,6 +626,42 @@ class LlamaRuntime:
         if not 0 <= seq_id < self.meta.n_seq_max:
             raise ValueError(f"sequence id {seq_id} out of range")
         return llama_cpp.llama_memory_seq_pos_max(self._mem, seq_id)
+
+    # -- sequence state files (llama-server /slots save / restore) ---------------
+    def state_seq_save(self, path: str, seq_id: int, tokens: Sequence[int]) -> int:
+        """Write sequence ``seq_id``'s KV state and its ``tokens`` to ``path`` (``llama_state_seq_save_file``).
+
+        Returns the bytes written; raises ``ValueError`` for a bad sequence id or token count,
+        ``OSError`` when llama.cpp wrote nothing.
+        """
+        if not 0 <= seq_id < self.meta.n_seq_max:
+            raise ValueError(f"sequence id {seq_id} out of range")
+        if len(tokens) > self.meta.n_ctx_seq:
+            raise ValueError(f"{len(tokens)} tokens do not fit the sequence context {self.meta.n_ctx_seq}")
+        arr = (llama_cpp.llama_token * max(1, len(tokens)))(*tokens)
+        n = llama_cpp.llama_state_seq_save_file(self._ctx, path.encode(), seq_id, arr, len(tokens))
+        if n == 0:
+            raise OSError(f"llama.cpp could not write {path!r}")
+        return int(n)
+
+    def state_seq_load(self, path: str, seq_id: int) -> tuple[int, list[int]]:
+        """Read a state file written by :meth:`state_seq_save` into sequence ``seq_id``
+        (``llama_state_seq_load_file``; the sequence is cleared first).
+
+        Returns ``(bytes read, tokens)``; ``(0, [])`` when the file is not a sequence state of this
+        model or does not fit the sequence's KV stream (the sequence is then left empty).
+        """
+        if not 0 <= seq_id < self.meta.n_seq_max:
+            raise ValueError(f"sequence id {seq_id} out of range")
+        self.seq_rm(seq_id)
+        cap = self.meta.n_ctx_seq
+        arr = (llama_cpp.llama_token * cap)()
+        count = ctypes.c_size_t(0)
+        n = llama_cpp.llama_state_seq_load_file(self._ctx, path.encode(), seq_id, arr, cap, ctypes.byref(count))
+        if n == 0:
+            self.seq_rm(seq_id)
+            return 0, []
+        return int(n), list(arr[: count.value])
 
     def close(self) -> None:
         if self._ctx:

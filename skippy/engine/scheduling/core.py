@@ -171,6 +171,27 @@ class Sequence:
 
 
 @attrs.frozen
+class SlotInfo:
+    """One slot as llama-server's ``GET /slots`` shows it (a snapshot).
+
+    ``rid``: the request holding the slot (``None``: idle); ``phase`` its phase; ``n_prompt`` its prompt
+    tokens, ``n_cached`` of them reused from the prefix cache, ``n_decoded`` tokens generated so far,
+    ``max_tokens`` its limit, ``params`` its sampling parameters. ``n_kv``: tokens in the slot's KV
+    cache (a running sequence's, or an idle slot's resident prefix-cache entry).
+    """
+
+    id: int
+    rid: int | None = None
+    phase: Phase | None = None
+    n_prompt: int = 0
+    n_cached: int = 0
+    n_decoded: int = 0
+    max_tokens: int = 0
+    params: Any = None
+    n_kv: int = 0
+
+
+@attrs.frozen
 class SampleSpec:
     """What to compute at one batch output: the sampler, and which extras the request asked for.
 
@@ -519,6 +540,50 @@ class SchedulerCore:
             prompt_seconds_total=self._prompt_seconds_total, predicted_seconds_total=self._predicted_seconds_total,
             busy_slots_total=self._busy_slots_total, n_tokens_max=self._n_tokens_max,
             timed_prompt_tokens=self._timed_prompt_tokens, timed_predicted_tokens=self._timed_predicted_tokens)
+
+    def slots(self) -> tuple[SlotInfo, ...]:
+        """Every slot's :class:`SlotInfo`, by slot id (llama-server ``GET /slots``)."""
+        out = [SlotInfo(i, n_kv=len(self.prefix.resident(i) or ())) for i in range(self.n_slots)]
+        for seq in self._running.values():
+            kv = seq.kv
+            assert kv is not None
+            out[kv.slot] = SlotInfo(kv.slot, seq.rid, seq.phase, len(seq.request.prompt), seq.cached,
+                                    kv.n_generated, kv.max_tokens, seq.request.params, kv.n_past)
+        return tuple(out)
+
+    def cached(self, rid: int) -> int:
+        """Prompt tokens of ``rid`` reused from the prefix cache (0 while waiting or once finished)."""
+        seq = self._seqs.get(rid)
+        return seq.cached if seq is not None else 0
+
+    # -- slot state (llama-server POST /slots/{id}?action=save|restore|erase) ---------
+    def slot_busy(self, slot: int) -> bool:
+        """True while a sequence runs in ``slot`` (its KV cannot be saved, restored or erased then)."""
+        return any(s.kv is not None and s.kv.slot == slot for s in self._running.values())
+
+    def slot_tokens(self, slot: int) -> list[int]:
+        """The tokens whose KV an idle ``slot`` holds (its prefix-cache entry; empty when free)."""
+        return list(self.prefix.resident(slot) or ())
+
+    def erase_slot(self, slot: int) -> int:
+        """Clear idle ``slot``'s KV and prefix-cache entry; returns how many tokens it held."""
+        assert not self.slot_busy(slot), f"slot {slot} is running"
+        tokens = self.prefix.take(slot) if self.prefix.resident(slot) is not None else []
+        self.runtime.seq_rm(slot)
+        self._free_slots.add(slot)
+        return len(tokens)
+
+    def adopt_slot(self, slot: int, tokens: list[int]) -> None:
+        """Idle ``slot``'s KV now holds ``tokens`` (a restored state file): offer them for prefix reuse.
+
+        Call :meth:`erase_slot` first; with no tokens (a failed restore) the slot stays free.
+        """
+        assert not self.slot_busy(slot) and self.prefix.resident(slot) is None, f"slot {slot} is not cleared"
+        if tokens and self.prefix_cache:
+            self._free_slots.discard(slot)
+            self.prefix.keep(slot, list(tokens))
+        else:
+            self.runtime.seq_rm(slot)
 
     # -- admission -----------------------------------------------------------------
     def _admit(self) -> list[Output]:

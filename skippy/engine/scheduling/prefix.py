@@ -71,6 +71,10 @@ class PrefixIndex:
         self._keys[slot] = key
         self._resident.move_to_end(slot)
 
+    def resident(self, slot: int) -> list[int] | None:
+        """The tokens resident in ``slot``, or ``None`` when it holds no entry."""
+        return self._resident.get(slot)
+
     def take(self, slot: int) -> list[int]:
         """Remove ``slot`` from the index (it is reused or evicted); returns its tokens."""
         self._keys.pop(slot, None)

@@ -1,0 +1,143 @@
+"""llama-server's native ``/completion`` replies from a :class:`Generation` (sans-IO builders).
+
+:class:`NativeReply` turns one prompt's :class:`Piece` / :class:`Done` items
+into :class:`~skippy.engine.output.wire.NativeCompletion` objects: stream
+chunks (``stop: false``; ``content``, ``tokens``, per-token ``timings``,
+``completion_probabilities``, a ``prompt_progress`` chunk) and the final
+answer (``stop: true``; ``stop_type``, ``generation_settings``,
+``timings``...), in llama-server's shape (``tools/server`` ``server_task_result_cmpl_*``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from skippy.engine.output import wire
+from skippy.engine.output.generation import Done, Generation, Piece
+from skippy.engine.sampling.params import SamplingParams
+from skippy.engine.scheduling.events import TokenEvent
+
+#: the sampler chain as /completion's generation_settings names it (llama.cpp's names)
+DEFAULT_SAMPLERS = ("penalties", "top_k", "top_p", "min_p", "temperature")
+
+
+def generation_settings(params: SamplingParams, *, n_predict: int, stop: Sequence[str] = (), stream: bool = False,
+                        n_probs: int = 0, samplers: Sequence[str] = DEFAULT_SAMPLERS,
+                        timings_per_token: bool = False, ignore_eos: bool = False) -> wire.GenerationSettings:
+    """llama-server's ``generation_settings`` for ``params`` (``n_predict`` -1: until the context is full)."""
+    return wire.GenerationSettings(
+        seed=params.seed, temperature=params.temperature, top_k=params.top_k, top_p=params.top_p,
+        min_p=params.min_p, repeat_last_n=params.penalty_last_n, repeat_penalty=params.repeat_penalty,
+        presence_penalty=params.presence_penalty, frequency_penalty=params.frequency_penalty, stop=list(stop),
+        max_tokens=n_predict, n_predict=n_predict, stream=stream, n_probs=n_probs, ignore_eos=ignore_eos,
+        logit_bias=[[float(t), b] for t, b in params.logit_bias], grammar=params.grammar or "",
+        samplers=list(samplers), timings_per_token=timings_per_token)
+
+
+class NativeReply:
+    """llama-server ``/completion`` replies for one prompt's :class:`Generation`.
+
+    ``index``: the prompt's position in a multi-prompt request; ``prompt_text``: the prompt as text;
+    ``settings``: its ``generation_settings``; ``return_tokens``, ``n_probs``, ``timings_per_token``,
+    ``return_progress``: the request's fields. ``slot_info()`` gives ``(slot, cached prompt tokens)`` of
+    the running sequence (read once, at its first token). ``clock`` gives seconds (per-token timings).
+    """
+
+    def __init__(self, model: str, generation: Generation, *, prompt_text: str, settings: wire.GenerationSettings,
+                 index: int = 0, return_tokens: bool = False, n_probs: int = 0, timings_per_token: bool = False,
+                 return_progress: bool = False, slot_info: Callable[[], tuple[int, int]] = lambda: (-1, 0),
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.model = model
+        self.generation = generation
+        self.prompt_text = prompt_text
+        self.settings = settings
+        self.index = index
+        self.return_tokens = return_tokens
+        self.n_probs = n_probs
+        self.timings_per_token = timings_per_token
+        self.return_progress = return_progress
+        self._slot_info = slot_info
+        self._clock = clock
+        self._t0 = clock()
+        self._t_first: float | None = None
+        self.slot = -1
+        self._cached = 0
+        self._n_prompt = len(generation.request.prompt)
+        self._n = 0
+
+    def _probs(self, tokens: Sequence[TokenEvent]) -> list[wire.NativeTokenProb] | wire.UnsetType:
+        if not self.n_probs:
+            return wire.UNSET
+        piece = self.generation.piece
+        out = []
+        for ev in tokens:
+            data = piece(ev.token)
+            top = [wire.NativeTopProb(id=alt.token, token=piece(alt.token).decode("utf-8", "replace"),
+                                      bytes=list(piece(alt.token)), logprob=alt.logprob) for alt in ev.top]
+            out.append(wire.NativeTokenProb(id=ev.token, token=data.decode("utf-8", "replace"), bytes=list(data),
+                                            logprob=ev.logprob if ev.logprob is not None else 0.0, top_logprobs=top))
+        return out
+
+    def _timings(self, now: float) -> wire.Timings:
+        first = self._t_first if self._t_first is not None else now
+        return wire.Timings.of(self._n_prompt - self._cached, (first - self._t0) * 1000.0, self._n,
+                               (now - first) * 1000.0, cache_n=self._cached)
+
+    def _chunk(self, content: str, tokens: Sequence[TokenEvent]) -> wire.NativeCompletion:
+        return wire.NativeCompletion(
+            index=self.index, content=content, tokens=[ev.token for ev in tokens] if self.return_tokens else [],
+            stop=False, tokens_predicted=self._n, tokens_evaluated=self._n_prompt,
+            timings=self._timings(self._clock()) if self.timings_per_token else wire.UNSET,
+            completion_probabilities=self._probs(tokens))
+
+    def observe(self, item: Piece | Done) -> bool:
+        """Note one generation item (its first token's time, slot and cached tokens); True for the first token."""
+        if not isinstance(item, Piece):
+            return False
+        self._n += len(item.tokens)
+        if self._t_first is not None:
+            return False
+        self._t_first = self._clock()
+        self.slot, self._cached = self._slot_info()
+        return True
+
+    def chunks(self, item: Piece | Done) -> list[wire.NativeCompletion]:
+        """The stream chunks for one generation item (a :class:`Done` ends with the final answer)."""
+        out = []
+        first = self.observe(item)
+        if isinstance(item, Piece):
+            if first:
+                if self.return_progress:
+                    progress = wire.PromptProgress(total=self._n_prompt, cache=self._cached, processed=self._n_prompt,
+                                                   time_ms=int((self._t_first - self._t0) * 1000.0))
+                    out.append(wire.NativeCompletion(index=self.index, content="", stop=False, tokens_predicted=0,
+                                                     tokens_evaluated=self._n_prompt, prompt_progress=progress))
+            out.append(self._chunk("".join(d.content for d in item.deltas), item.tokens))
+            return out
+        tail = "".join(d.content for d in item.deltas)
+        if tail:
+            out.append(self._chunk(tail, []))
+        out.append(self.answer(item, content=""))
+        return out
+
+    def answer(self, done: Done, content: str | None = None) -> wire.NativeCompletion:
+        """The final answer (``stop: true``); ``content`` defaults to the whole generated text."""
+        gen = self.generation
+        text = done.message.content if content is None else content
+        if gen.stopping_word:
+            stop_type = "word"
+        elif done.finish_reason == "length":
+            stop_type = "limit"
+        else:
+            stop_type = "eos" if done.finish_reason == "stop" else "none"
+        n = done.usage.completion_tokens
+        return wire.NativeCompletion(
+            index=self.index, content=text,
+            tokens=[ev.token for ev in done.tokens] if self.return_tokens and content is None else [],
+            id_slot=self.slot, stop=True, model=self.model, tokens_predicted=n,
+            tokens_evaluated=done.usage.prompt_tokens, generation_settings=self.settings, prompt=self.prompt_text,
+            has_new_line="\n" in done.message.content, truncated=False, stop_type=stop_type,
+            stopping_word=gen.stopping_word, tokens_cached=done.usage.prompt_tokens + max(0, n - 1),
+            timings=done.timings,
+            completion_probabilities=self._probs(done.tokens) if content is None else wire.UNSET)

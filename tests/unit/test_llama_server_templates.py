@@ -1,0 +1,102 @@
+"""llama-server's template behaviours (issue 17): enable_thinking on by default, llama.cpp's extra template
+variables, its built-in template names, and the two-assistant-messages refusal (sans-IO)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+
+import pytest
+
+from skippy.engine.chat.builtin import BUILTIN_TEMPLATES, builtin_template
+from skippy.engine.chat.prepare import PreparedTemplate, render_chat
+from skippy.engine.chat.templates import ChatTemplate
+from skippy.engine.errors import InvalidRequest
+from skippy.engine.types import ChatCompletionRequest, Message
+from tests.paths import CHAT_TEMPLATES
+
+USER = [Message("user", "What is today?")]
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather",
+                                           "parameters": {"type": "object", "properties": {}}}}]
+
+
+def prepared(name: str) -> PreparedTemplate:
+    return PreparedTemplate.build((CHAT_TEMPLATES / name).read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("name,end", [("Qwen-QwQ-32B.jinja", "<|im_start|>assistant\n<think>\n"),
+                                      ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", "<｜Assistant｜><think>\n")])
+def test_reasoning_templates_open_thinking_by_default(name: str, end: str) -> None:
+    tmpl = prepared(name)
+    rendered = render_chat(tmpl, ChatCompletionRequest(messages=USER))
+    assert rendered.prompt.endswith(end)  # llama-server: enable_thinking defaults to true
+    assert rendered.plan.thinking_forced_open and tmpl.caps.thinking_forced_open
+    off = render_chat(tmpl, ChatCompletionRequest(messages=USER, enable_thinking=False))
+    assert off.prompt.endswith("</think>") and not off.plan.thinking_forced_open
+    server_off = render_chat(tmpl, ChatCompletionRequest(messages=USER), default_kwargs={"enable_thinking": False})
+    assert server_off.prompt.endswith("</think>")
+    request_on = render_chat(tmpl, ChatCompletionRequest(messages=USER, chat_template_kwargs={"enable_thinking": True}),
+                             default_kwargs={"enable_thinking": False})
+    assert request_on.prompt.endswith(end)
+
+
+def test_two_assistant_messages_at_the_end_are_refused() -> None:
+    tmpl = prepared("Qwen-Qwen2.5-7B-Instruct.jinja")
+    msgs = [Message("user", "hi"), Message("assistant", "a"), Message("assistant", "b")]
+    with pytest.raises(InvalidRequest, match="Cannot have 2 or more assistant messages") as ei:
+        render_chat(tmpl, ChatCompletionRequest(messages=msgs))
+    assert ei.value.param == "messages"
+    render_chat(tmpl, ChatCompletionRequest(messages=[*msgs[:2], Message("user", "c"), msgs[2]]))  # not at the end
+
+
+def test_llama3_gets_todays_date_string() -> None:
+    src = (CHAT_TEMPLATES / "meta-llama-Llama-3.1-8B-Instruct.jinja").read_text(encoding="utf-8")
+    before = datetime.datetime.now()
+    out = ChatTemplate(src).render([{"role": "user", "content": "hi"}])
+    days = {f"Today Date: {t:%d %b %Y}" for t in (before, datetime.datetime.now())}  # a render across midnight
+    assert any(day in out for day in days), out[:200]
+    assert "26 Jul 2024" not in out  # the template's fallback when date_string is missing
+    assert "Today Date: 01 Jan 2030" in ChatTemplate(src).render([{"role": "user", "content": "hi"}],
+                                                                  date_string="01 Jan 2030")
+
+
+def test_firefunction_gets_functions_and_datetime() -> None:
+    src = (CHAT_TEMPLATES / "fireworks-ai-llama-3-firefunction-v2.jinja").read_text(encoding="utf-8")
+    tmpl = ChatTemplate(src)
+    assert tmpl.firefunction
+    out = tmpl.render([{"role": "user", "content": "hi"}], tools=TOOLS)
+    assert json.dumps(TOOLS, indent=2) in out  # llama.cpp: tools.dump(2)
+    assert f"Today is {datetime.datetime.now():%b %d %Y}" in out and " GMT." in out
+    assert not ChatTemplate("{{ functions }}").firefunction
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("chatml", "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\nA<|im_end|>\n"
+               "<|im_start|>user\nV<|im_end|>\n<|im_start|>assistant\n"),
+    ("llama3", "<|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n"
+               "U<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nA<|eot_id|>"
+               "<|start_header_id|>user<|end_header_id|>\n\nV<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"),
+    ("mistral-v7", "[SYSTEM_PROMPT] S[/SYSTEM_PROMPT][INST] U[/INST] A</s>[INST] V[/INST]"),
+    ("gemma", "<start_of_turn>user\nS\n\nU<end_of_turn>\n<start_of_turn>model\nA<end_of_turn>\n"
+              "<start_of_turn>user\nV<end_of_turn>\n<start_of_turn>model\n"),
+    ("command-r", "<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>S<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|USER_TOKEN|>U"
+                  "<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>A<|END_OF_TURN_TOKEN|>"
+                  "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>V<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>"),
+    ("phi3", "<|system|>\nS<|end|>\n<|user|>\nU<|end|>\n<|assistant|>\nA<|end|>\n<|user|>\nV<|end|>\n<|assistant|>\n"),
+    ("deepseek3", "S\n\n<｜User｜>U<｜Assistant｜>A<｜end▁of▁sentence｜><｜User｜>V<｜Assistant｜>"),
+    ("llama2", "[INST] S\nU [/INST]A</s>[INST] V [/INST]"),
+    ("mistral-v3", "[INST] S\n\nU[/INST] A</s>[INST] V[/INST]"),
+])
+def test_builtin_names_render_like_llama_cpp(name: str, expected: str) -> None:
+    # the strings llama.cpp's own tests (test-chat-template.cpp) expect for this conversation's shape
+    msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"},
+            {"role": "assistant", "content": "A"}, {"role": "user", "content": "V"}]
+    assert ChatTemplate(builtin_template(name)).render(msgs) == expected
+
+
+def test_every_builtin_name_compiles_and_renders_a_conversation() -> None:
+    for name, src in BUILTIN_TEMPLATES.items():
+        out = PreparedTemplate.build(src).template.render([{"role": "user", "content": "NEEDLE"}])
+        assert "NEEDLE" in out, name
+    with pytest.raises(KeyError, match="chatml"):
+        builtin_template("no-such-template")
