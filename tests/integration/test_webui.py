@@ -140,6 +140,34 @@ def test_the_page_loads_without_console_errors_and_shows_the_server(web: Page, s
     assert page.is_visible("#empty") and not page.is_visible("#hooks-box")  # this server has no hook policy
 
 
+
+def test_conversations_are_kept_renamed_and_deleted(web: Page) -> None:
+    page = web.open()
+    convs = [{"id": f"c{i}", "title": f"chat {i}", "system": f"system {i}", "created": i,
+              "messages": [{"role": "user", "content": f"question {i}"},
+                           {"role": "assistant", "content": f"**answer** {i}", "finish": "stop"}]} for i in (1, 2)]
+    page.evaluate("([k, v]) => localStorage.setItem(k, v)", [CONVERSATIONS, json.dumps(convs)])
+    web.open()
+    assert page.eval_on_selector_all(".conv-title", "ts => ts.map(t => t.textContent)") == ["chat 1", "chat 2"]
+    assert page.text_content("article.msg.assistant .body strong") == "answer"  # markdown
+    page.click('.conv[data-id="c2"] .conv-title')
+    assert page.text_content("article.msg.user .bubble") == "question 2" and page.input_value("#system") == "system 2"
+    page.hover('.conv[data-id="c2"]')
+    page.click('.conv[data-id="c2"] button[title="Rename"]')
+    page.fill(".conv-rename", "renamed")
+    page.press(".conv-rename", "Enter")
+    assert [c["title"] for c in web.stored()] == ["chat 1", "renamed"]
+    page.hover('.conv[data-id="c1"]')
+    page.click('.conv[data-id="c1"] button[title="Delete"]')  # asks first
+    assert len(web.stored()) == 2
+    page.click('.conv[data-id="c1"] button[title="Delete"]')
+    assert [c["id"] for c in web.stored()] == ["c2"]
+    page.click("#new-chat")
+    assert [c["title"] for c in web.stored()] == ["New chat", "renamed"] and page.is_visible("#empty")
+    page.reload()  # kept across reloads
+    page.wait_for_function("() => document.querySelector('#model').value !== ''")
+    assert page.eval_on_selector_all(".conv-title", "ts => ts.map(t => t.textContent)") == ["New chat", "renamed"]
+
 def test_a_message_streams_into_the_page(web: Page, server: Server) -> None:
     page = web.open()
     system = nonce_system()
