@@ -612,7 +612,7 @@ def _serve_options(fn: F) -> F:
         "metrics", "slots",
         "ssl_key_file", "ssl_cert_file",
         _opt("--no-webui", is_flag=True, default=False,
-             help="Accepted for llama-server command lines: skippy has no web UI."),
+             help="Do not serve the web playground at GET / (it answers 404), as llama-server's --no-webui."),
     ]
     fields = {f.name: f for f in _flag_fields(EngineConfig) + _flag_fields(ServerSettings)}
     placed = [item for item in layout if isinstance(item, str)]
@@ -690,7 +690,8 @@ def serve(model: str, alias: tuple[str, ...], host: tuple[str, ...], port: int, 
     if (options.get("ssl_key_file") is None) != (options.get("ssl_cert_file") is None):
         raise click.UsageError("--ssl-key-file and --ssl-cert-file go together", ctx=ctx)
     engine_options = {f.name: options.pop(f.name) for f in _flag_fields(EngineConfig)}
-    settings = ServerSettings(api_keys=_api_keys(api_key, api_key_file), cors_origins=cors_origins, **options)
+    settings = ServerSettings(api_keys=_api_keys(api_key, api_key_file), cors_origins=cors_origins,
+                              webui=not no_webui, **options)
     configure_logging(log_level, log_format, log_file)
     try:  # the check across flags (a quantized V cache without flash attention), before any download
         check_cache_types(engine_options["cache_type_v"], engine_options["flash_attn"])

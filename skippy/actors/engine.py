@@ -74,7 +74,7 @@ from skippy.engine.runtime.base import Runtime
 from skippy.engine.sampling.constraints import RequestConstraint, constraint_from_request
 from skippy.engine.sampling.native import apply_samplers, sampler_names
 from skippy.engine.sampling.params import SamplingParams, sampling_from_request
-from skippy.engine.scheduling.events import EmbeddingsEvent, EmbedRequest, FinishEvent, SeqEvent
+from skippy.engine.scheduling.events import EmbeddingsEvent, EmbedRequest, FinishEvent, HookEvent, SeqEvent
 from skippy.engine.scheduling.prefix import MIN_REUSE, MIN_TAIL
 from skippy.engine.scheduling.spec import requested_draft
 from skippy.engine.types import (
@@ -448,9 +448,11 @@ class Engine:
         """Server properties in llama-server's ``/props`` shape, plus the template capabilities, its
         source (:attr:`chat_template_source`) and
         ``kv_cache`` (:meth:`~skippy.engine.runtime.base.KVCacheInfo.as_dict`: types, cells, bytes;
-        ``None`` when the runtime does not know them), and ``embeddings`` (``/v1/embeddings`` answers:
-        started with ``embeddings`` and a pooling that gives vectors), ``pooling`` (the embedding
-        context's pooling type; ``None`` without ``embeddings``) and ``n_embd`` (the vector size)."""
+        ``None`` when the runtime does not know them), the hook counters (``None``: no hook policy),
+        ``hooks_default_on``, ``signals`` (``window`` in tokens, ``high_entropy_threshold`` in nats), and
+        ``embeddings`` (``/v1/embeddings`` answers: started with ``embeddings`` and a pooling that gives
+        vectors), ``pooling`` (the embedding context's pooling type; ``None`` without ``embeddings``) and
+        ``n_embd`` (the vector size)."""
         tmpl = self.renderer.template
         caps = attrs.asdict(tmpl.caps)
         caps["requires_alternation"] = tmpl.requires_alternation
@@ -473,6 +475,9 @@ class Engine:
             "embeddings": self.meta.embeddings is not None and self.meta.embeddings.error is None,
             "pooling": self.meta.embeddings.pooling if self.meta.embeddings is not None else None,
             "n_embd": self.meta.n_embd,
+            "hooks_default_on": self.config.hooks_default_on,
+            "signals": {"window": self.config.signal_window,
+                        "high_entropy_threshold": self.config.high_entropy_threshold},
         }
 
     @property
@@ -509,6 +514,7 @@ class Engine:
         if isinstance(pre, Inject):  # before_chat injection: appended to the prompt, never shown
             extra = await self.tokenizer.tokenize(pre.text, add_special=False, parse_special=False)
             prompt, injected = prompt + extra, len(extra)
+        before = _before_chat_event(pre, injected) if pre is not None and req.return_hook_events else None
         max_tokens, stops = self._max_tokens(req, len(prompt)), _stops(req.stop)
         stops += [s for s in self.template_stops if s not in stops]  # ChatML's end on a foreign vocabulary
         piece = await self._piece_for(plan.chat_format)
@@ -518,7 +524,8 @@ class Engine:
                            else None, hooks=hooks_on, signals=req.return_signals, hook_request=req,
                            injected=injected, cache_key=req.prompt_cache_key, cache_prompt=req.cache_prompt,
                            min_reuse=_min_reuse(n, len(prompt)), speculative=self._speculative(req),
-                           include_stop=req.include_stop_str_in_output)
+                           include_stop=req.include_stop_str_in_output, hook_events=req.return_hook_events,
+                           before_chat=before)
                 for j in range(n)]
         if isinstance(pre, Stop):
             return gens, self._stopped_before(gens, ctx, pre.reason)
@@ -866,6 +873,16 @@ class _Rendered(Generic[T]):
 
     async def aclose(self) -> None:
         await self._events.aclose()
+
+
+def _before_chat_event(outcome: Any, injected: int) -> HookEvent:
+    """The reported :class:`HookEvent` of a ``before_chat`` outcome (``Deny`` raised before this) that
+    appended ``injected`` tokens to the prompt."""
+    if isinstance(outcome, Inject):
+        return HookEvent("before_chat", "inject", text=outcome.text, injected_tokens=injected)
+    if isinstance(outcome, Stop):
+        return HookEvent("before_chat", "stop", reason=outcome.reason)
+    return HookEvent("before_chat", "none")
 
 
 def _one_line(message: str, limit: int = 300) -> str:

@@ -177,8 +177,10 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     ``"minimal"``), ``continue_final_message`` / ``add_generation_prompt``
     (vLLM's: assistant prefill, see :func:`~skippy.engine.chat.prepare.render_chat`),
     ``grammar`` (raw GBNF),
-    ``mesh_hooks`` (run the hook policy; skippy-server's field name) and
-    ``return_signals`` (per-token ``entropy`` and ``margin`` in ``logprobs``).
+    ``mesh_hooks`` (run the hook policy; skippy-server's field name),
+    ``return_signals`` (per-token ``entropy`` and ``margin`` in ``logprobs``) and
+    ``return_hook_events`` (each hook decision as a ``hook_events`` entry of the choice, streamed on
+    the chunk where it happens: :class:`~skippy.engine.output.wire.HookEvent`).
     ``prompt_cache_key`` (OpenAI) groups requests for prefix-cache placement.
     """
 
@@ -197,6 +199,7 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     add_generation_prompt: bool | None = None
     mesh_hooks: bool | None = None
     return_signals: bool = False
+    return_hook_events: bool = False
     prompt_cache_key: str | None = None
 
     def __post_init__(self) -> None:

@@ -12,12 +12,13 @@ Anthropic routes ``/v1/messages*``, Anthropic's ``{"type": "error", "error":
 ``POST /tokenize``, ``POST /detokenize``, ``POST /apply-template`` (the last
 three in llama-server's shapes), ``GET /props``, ``GET /metrics`` and
 ``GET /openapi.json``; Anthropic's ``POST /v1/messages`` and
-``POST /v1/messages/count_tokens``) as one blueprint, and the hooks below, which apply to
-every request, unknown paths included.
+``POST /v1/messages/count_tokens``) as one blueprint, the web playground (``GET /`` and its
+files, :mod:`skippy.http.webui`; left out with ``--no-webui``), and the hooks
+below, which apply to every request, unknown paths included.
 
 Hardening (:class:`~skippy.http.settings.ServerSettings`): API keys
 (``Authorization: Bearer KEY`` or ``X-Api-Key: KEY``, as llama-server) on
-every route but ``/health`` (401 envelope with ``WWW-Authenticate``), CORS
+every route but ``/health`` and the playground's page and files (401 envelope with ``WWW-Authenticate``), CORS
 with preflight (:mod:`skippy.http.cors`), body and field limits (413 / 400),
 a per-request deadline (504 before the response headers, a final SSE error
 event after them), and graceful shutdown
@@ -48,7 +49,7 @@ from werkzeug.exceptions import HTTPException
 from skippy.actors.engine import TRACE
 from skippy.engine.anthropic.translate import error_for
 from skippy.engine.errors import EngineError
-from skippy.http import cors
+from skippy.http import cors, webui
 from skippy.http.context import (
     EXTENSION,
     AppState,
@@ -94,6 +95,8 @@ def create_app(state: AppState, settings: ServerSettings | None = None) -> Quart
     app.register_error_handler(HTTPException, _on_http_error)
     app.register_error_handler(Exception, _on_unexpected)
     app.register_blueprint(blueprint)
+    if settings.webui:
+        app.register_blueprint(webui.blueprint)
     return app
 
 
@@ -128,7 +131,7 @@ async def _start() -> Response | None:
     preflight = cors.preflight(request, settings)
     if preflight is not None:
         return preflight
-    if request.path in PUBLIC_PATHS:
+    if request.path in PUBLIC_PATHS or (request.method in ("GET", "HEAD") and webui.is_public(request.path)):
         return None
     if settings.auth_required:
         refused = _unauthorized(settings)

@@ -99,6 +99,8 @@ class ServerSettings:
                                         help="Responses kept in memory for GET /v1/responses/{id} and "
                                              "previous_response_id (store: true, the default); the least "
                                              "recently used is forgotten first (0: none are kept).")
+    webui: bool = setting(True, check=IsBool(), flag=False,
+                          help="Serve the web playground at GET / (--no-webui: off, / answers 404).")
     _key_digests: tuple[bytes, ...] = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:

@@ -148,3 +148,68 @@ def test_return_signals_in_logprobs(hook_server: Server) -> None:
     r = chat(hook_server.base_url, None, mesh_hooks=False, logprobs=True, return_signals=True, max_tokens=5).json()
     for entry in r["choices"][0]["logprobs"]["content"]:
         assert entry["entropy"] >= 0 and entry["margin"] >= 0
+
+
+# -- return_hook_events: the client sees what the hook policy did, and where ---------------------------
+
+def test_hook_events_are_returned_where_they_happen_only_to_a_client_that_asks(hook_server: Server) -> None:
+    import jsonschema
+
+    from tests.integration.test_wire import check, json_schema, sse_schema
+
+    n_injected = len(httpx.post(hook_server.base_url + "/tokenize", json={"content": INJECTED}).json()["tokens"])
+    body = {"logprobs": True, "return_signals": True, "return_hook_events": True}
+    r = chat(hook_server.base_url, "inject", **body).json()
+    events = r["choices"][0]["hook_events"]
+    # threshold 0 nats: after_prefill sees the first token (no action), mid_generation fires at the 12th
+    # decoded token, which is discarded for the injection: 11 tokens came before it
+    assert [(e["event"], e["action"], e["position"]) for e in events] == [
+        ("before_chat", "none", 0), ("after_prefill", "none", 0), ("mid_generation", "inject", 11)]
+    assert events[0] == {"event": "before_chat", "action": "none", "position": 0}  # no token, no signals
+    inject = events[2]
+    assert inject["text"] == INJECTED and inject["injected_tokens"] == n_injected
+    assert inject["window"]["token_count"] == 12 and inject["entropy"] >= 0 and inject["margin"] >= 0
+    assert "text" not in events[1] and "window" not in events[1]
+    assert INJECTED.strip() not in r["choices"][0]["message"]["content"]
+    # no action emits the token the hook saw: after_prefill's numbers are the first token's
+    first = r["choices"][0]["logprobs"]["content"][0]
+    assert (events[1]["entropy"], events[1]["margin"]) == (first["entropy"], first["margin"])
+    doc = httpx.get(hook_server.base_url + "/openapi.json").json()
+    check(doc, json_schema(doc, "/v1/chat/completions", "post"), r)
+
+    # streamed: each event rides on the chunk where it happens, after `position` tokens
+    stream_body = {"messages": STORY, "temperature": 0, "max_tokens": 40, "mesh_hooks": True, "user": "stop",
+                   "stream": True, **body}
+    seen, positions, last = 0, [], None
+    with httpx.stream("POST", hook_server.base_url + "/v1/chat/completions", json=stream_body, timeout=120) as resp:
+        for chunk in iter_sse(resp):
+            if chunk == DONE:
+                continue
+            check(doc, sse_schema(doc, "/v1/chat/completions"), chunk)
+            for c in chunk["choices"]:
+                for e in c.get("hook_events", []):
+                    positions.append((e["event"], e["action"], e["position"], seen, e.get("reason")))
+                seen += len((c.get("logprobs") or {}).get("content") or [])
+                last = c["finish_reason"] or last
+    assert positions == [("before_chat", "none", 0, 0, None), ("after_prefill", "none", 0, 0, None),
+                         ("mid_generation", "stop", 11, 11, "policy_stop")]
+    assert seen == 11 and last == "policy_stop"
+
+    # not asked, or the policy did not run for this request: no field
+    assert "hook_events" not in chat(hook_server.base_url, "inject").json()["choices"][0]
+    assert "hook_events" not in chat(hook_server.base_url, None, mesh_hooks=False, return_hook_events=True
+                                     ).json()["choices"][0]
+    with pytest.raises(jsonschema.ValidationError):  # the schema really describes the field
+        jsonschema.validate({"event": "mid_generation", "action": "explode", "position": 1},
+                            {**doc["components"]["schemas"]["HookEvent"], "components": doc["components"]})
+
+
+def test_a_before_chat_decision_is_reported_on_the_first_chunk(hook_server: Server) -> None:
+    events = chat(hook_server.base_url, None, return_hook_events=True, max_tokens=3).json()
+    assert events["choices"][0]["hook_events"][0] == {"event": "before_chat", "action": "none", "position": 0}
+    body = {"messages": STORY, "temperature": 0, "max_tokens": 3, "mesh_hooks": True,
+            "stream": True, "return_hook_events": True}
+    with httpx.stream("POST", hook_server.base_url + "/v1/chat/completions", json=body, timeout=120) as resp:
+        first = next(c for c in iter_sse(resp) if c != DONE)
+    assert first["choices"][0]["delta"]["role"] == "assistant"
+    assert first["choices"][0]["hook_events"] == [{"event": "before_chat", "action": "none", "position": 0}]

@@ -220,7 +220,7 @@ def test_defaults_reach_the_engine_and_server_settings(serve_recorder: list) -> 
     assert (host, port) == (("127.0.0.1",), 8080)
     assert config.model.endswith("tiny.gguf") and config.model_name == "tiny"
     assert attrs.evolve(config, model="m", model_name=None) == EngineConfig(model="m")
-    assert settings == ServerSettings()
+    assert settings == ServerSettings() and settings.webui
 
 
 def test_env_vars_and_flags_are_parsed_into_the_settings(serve_recorder: list, tmp_path: Path) -> None:
@@ -309,6 +309,7 @@ def test_a_llama_server_command_line_works_as_it_is(serve_recorder: list, tmp_pa
     assert config.chat_template == "{{ messages }}"
     assert (host, port) == (("127.0.0.1", "::1", "0.0.0.0"), 8081)
     assert settings.metrics and not settings.slots and settings.api_keys == ("sk-1",)
+    assert not settings.webui  # --no-webui: no playground at GET /
     config, *_ = _run(["-m", "tiny", "--ctx-size", "4096"], calls=serve_recorder)  # default 8 slots
     assert config.model.endswith("tiny.gguf") and config.n_ctx == 512
     _, _, _, settings = _run(["--no-metrics"], calls=serve_recorder)

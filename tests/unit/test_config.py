@@ -69,6 +69,7 @@ SERVER = {
     "sse_ping_interval": ([-1, math.nan, math.inf, "15"], [0, 0.5, 15.0], "x>=0.0"),
     "strict_fields": (["yes", 1], [True, False], None),
     "responses_store_size": ([-1, 1.5, "8"], [0, 1, 1024], "x>=0"),
+    "webui": (["no", 0], [True, False], None),
 }
 
 

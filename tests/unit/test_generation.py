@@ -14,7 +14,7 @@ from skippy.engine.errors import EngineClosed
 from skippy.engine.output.generation import Done, Generation, GenerationError, Piece
 from skippy.engine.output.responses import ChatReply, Choices, TextReply
 from skippy.engine.sampling.params import SamplingParams
-from skippy.engine.scheduling.events import FinishEvent, PromptLogprobs, TokenEvent, TopLogprob
+from skippy.engine.scheduling.events import FinishEvent, HookEvent, PromptLogprobs, TokenEvent, TopLogprob
 
 PIECES = {
     1: b"Hello",
@@ -275,6 +275,49 @@ def test_chat_stream_chunks() -> None:
     assert chunks[3]["timings"]["predicted_n"] == 1
     assert "usage" not in chunks[2] and "timings" not in chunks[0]
 
+
+
+def test_hook_events_ride_on_the_chunk_where_they_happen_and_the_completion_lists_them() -> None:
+    window = {"token_count": 2, "mean_entropy": 1.0, "max_entropy": 1.5, "mean_margin": 0.5, "min_margin": 0.1,
+              "high_entropy_count": 1, "repetition_count": 0}
+
+    def streamed(hook_events: bool):
+        gen = make(logprobs=True, hooks=True, hook_events=hook_events,
+                   before_chat=HookEvent("before_chat", "inject", text=" psst", injected_tokens=2))
+        reply = ChatReply("m", gen, logprobs=True)
+        chunks = [encode(c) for c in reply.first_chunks()]
+        chunks += [encode(c) for c in reply.chunks(gen.feed(lp_event(1, -0.5, [])))]
+        item = gen.feed(HookEvent("mid_generation", "inject", text=" Wait.", injected_tokens=2, entropy=2.5,
+                                  margin=0.1, window=window))
+        if item is not None:
+            chunks += [encode(c) for c in reply.chunks(item)]
+        chunks += [encode(c) for c in reply.chunks(gen.feed(lp_event(2, -0.25, [])))]
+        item = gen.feed(HookEvent("mid_generation", "stop", reason="enough", entropy=3.0, margin=0.0,
+                                  window=window))
+        if item is not None:
+            chunks += [encode(c) for c in reply.chunks(item)]
+        done = gen.feed(finish("enough", n=2, stopped_by_hook=True))
+        chunks += [encode(c) for c in reply.chunks(done)]
+        return chunks, encode(reply.completion(done))
+
+    chunks, completion = streamed(True)
+    assert [c["choices"][0].get("hook_events") for c in chunks] == [
+        [{"event": "before_chat", "action": "inject", "position": 0, "text": " psst", "injected_tokens": 2}],
+        None,
+        [{"event": "mid_generation", "action": "inject", "position": 1, "text": " Wait.", "injected_tokens": 2,
+          "entropy": 2.5, "margin": 0.1, "window": window}],
+        None,
+        [{"event": "mid_generation", "action": "stop", "position": 2, "reason": "enough", "entropy": 3.0,
+          "margin": 0.0, "window": window}],
+        None]
+    assert [c["choices"][0]["delta"] for c in chunks] == [{"role": "assistant", "content": ""}, {"content": "Hello"},
+                                                          {}, {"content": " wor"}, {}, {}]
+    assert [e["position"] for e in completion["choices"][0]["hook_events"]] == [0, 1, 2]
+    assert completion["choices"][0]["message"]["content"] == "Hello wor"
+    # not asked (or hooks off for the request): no field anywhere
+    chunks, completion = streamed(False)
+    assert not any("hook_events" in c["choices"][0] for c in chunks)
+    assert "hook_events" not in completion["choices"][0] and len(chunks) == 4
 
 def test_a_streamed_tool_call_delta() -> None:
     allowed = {"get_weather"}

@@ -19,6 +19,7 @@ from skippy.engine.scheduling.events import (
     EmbeddingsEvent,
     EmbedRequest,
     FinishEvent,
+    HookEvent,
     PromptLogprobs,
     SeqRequest,
     TokenEvent,
@@ -757,6 +758,41 @@ def test_requests_without_hooks_or_without_an_evaluator_never_park():
     core.add(req(1, [51] * 4, max_tokens=3, hooks=True))
     assert not any(isinstance(ev, HookRequest) for _, ev in run(rt, core))
 
+
+
+def test_hook_events_say_what_each_verdict_did_before_its_effect_only_when_asked():
+    from skippy.engine.hooks.signals import SignalConfig
+
+    def run_with(outcomes, hook_events=True):
+        rt = FakeRuntime()
+        core = SchedulerCore(rt, hooks=True, prefix_cache=False, clock=Clock(),
+                             signal_config=SignalConfig(window=2, high_entropy_threshold=0.0, min_decoded=2,
+                                                        min_interval=2))
+        core.add(req(1, [51] * 4, max_tokens=8, hooks=True, hook_events=hook_events))
+        outs, outcomes = [], list(outcomes)
+        for _ in range(60):
+            for rid, ev in step(rt, core) or []:
+                outs.append(ev)
+                if isinstance(ev, HookRequest):
+                    outs += [e for _, e in core.on_verdict(rid, outcomes.pop(0) if outcomes else NO_ACTION)]
+            if core.idle:
+                break
+        return outs
+
+    outs = run_with([NO_ACTION, Inject("abc"), Stop("enough")])
+    kinds = [type(ev).__name__ for ev in outs]
+    # after_prefill: no action, then its held token; mid_generation: inject (no token), then stop (the finish)
+    assert kinds[:3] == ["HookRequest", "HookEvent", "TokenEvent"]
+    events = [ev for ev in outs if isinstance(ev, HookEvent)]
+    assert [(e.event, e.action) for e in events] == [("after_prefill", "none"), ("mid_generation", "inject"),
+                                                     ("mid_generation", "stop")]
+    assert events[0].window is None and events[0].entropy is not None
+    assert events[1].text == "abc" and events[1].injected_tokens == 3 and events[1].window["token_count"] == 2
+    assert events[2].reason == "enough"
+    assert outs[-2] is events[2] and outs[-1].reason == "enough"  # the stop's event comes right before its finish
+    # not asked: the same verdicts, no HookEvent
+    assert not any(isinstance(ev, HookEvent) for ev in run_with([NO_ACTION, Inject("abc"), Stop("enough")],
+                                                                 hook_events=False))
 
 # -- errors and shutdown ---------------------------------------------------------------
 

@@ -15,7 +15,8 @@ parser, an early-stop rule), stop-string cancellation
 :class:`GenerationError`, a ``cancelled`` one :class:`EngineClosed`), OpenAI
 ``usage`` (with ``prompt_tokens_details.cached_tokens`` and skippy's
 ``injected_tokens``), llama-server ``timings``, logprob entries, and the
-hook :class:`FinishInfo` for ``on_finish``.
+hook :class:`FinishInfo` for ``on_finish``, and the hook decisions a request asked to see
+(``return_hook_events``: :class:`~skippy.engine.output.wire.HookEvent`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,14 @@ from skippy.engine.hooks.signals import FinishInfo
 from skippy.engine.output import wire
 from skippy.engine.output.pipeline import EarlyStopRule, OutputPipeline
 from skippy.engine.sampling.params import SamplingParams
-from skippy.engine.scheduling.events import FinishEvent, PromptLogprobs, SeqEvent, SeqRequest, TokenEvent
+from skippy.engine.scheduling.events import (
+    FinishEvent,
+    HookEvent,
+    PromptLogprobs,
+    SeqEvent,
+    SeqRequest,
+    TokenEvent,
+)
 from skippy.engine.scheduling.prefix import MIN_REUSE
 
 
@@ -41,10 +49,12 @@ class GenerationError(EngineError):
 @attrs.frozen
 class Piece:
     """Output of one accepted token: ``deltas`` now safe to send (may be empty), and ``tokens``, the token's
-    event when the request asked for logprobs (else empty)."""
+    event when the request asked for logprobs (else empty); or of one hook decision the request asked to
+    see (``hook_events``, with no deltas or tokens)."""
 
     deltas: list[Delta]
     tokens: list[TokenEvent]
+    hook_events: list[wire.HookEvent] = attrs.field(factory=list)
 
 
 @attrs.frozen
@@ -55,7 +65,8 @@ class Done:
     the whole parsed assistant message (the same parser as streaming saw);
     ``finish_reason``: OpenAI's (``stop``, ``length``, ``tool_calls``) or a
     hook policy's stop reason; ``tokens``: every accepted token's event when the
-    request asked for logprobs (for a non-streamed reply), else empty.
+    request asked for logprobs (for a non-streamed reply), else empty; ``hook_events``: every hook
+    decision reported (``return_hook_events``, for a non-streamed reply).
     """
 
     deltas: list[Delta]
@@ -64,6 +75,7 @@ class Done:
     usage: wire.Usage
     timings: wire.Timings
     tokens: list[TokenEvent] = attrs.field(factory=list)
+    hook_events: list[wire.HookEvent] = attrs.field(factory=list)
 
 
 class Generation:
@@ -95,6 +107,10 @@ class Generation:
             (see :class:`SeqRequest`).
         prompt_logprobs: score the prompt tokens (``None``: off; else alternatives per
             position); they arrive in :attr:`prompt_tokens` before the first token.
+        hook_events: report the hook policy's decisions (``return_hook_events``): the scheduler
+            sends a :class:`HookEvent` per decision, which :meth:`feed` returns as a :class:`Piece`.
+        before_chat: the ``before_chat`` decision, already taken (reported with ``hook_events``:
+            :attr:`hook_events` starts with it).
     """
 
     def __init__(self, rid: int, prompt: Sequence[int], params: SamplingParams, max_tokens: int, *,
@@ -102,10 +118,12 @@ class Generation:
                  stops: Sequence[str] = (), early_stop: EarlyStopRule | None = None, hooks: bool = False,
                  signals: bool = False, hook_request: object = None, injected: int = 0,
                  cache_key: str | None = None, cache_prompt: bool = True, speculative: int | None = None,
-                 include_stop: bool = False, min_reuse: int = MIN_REUSE, prompt_logprobs: int | None = None) -> None:
+                 include_stop: bool = False, min_reuse: int = MIN_REUSE, prompt_logprobs: int | None = None,
+                 hook_events: bool = False, before_chat: HookEvent | None = None) -> None:
         self.request = SeqRequest(rid, list(prompt), params, max_tokens, hooks=hooks, signals=signals,
                                   request=hook_request, cache_key=cache_key, cache_prompt=cache_prompt,
-                                  speculative=speculative, min_reuse=min_reuse, prompt_logprobs=prompt_logprobs)
+                                  speculative=speculative, min_reuse=min_reuse, prompt_logprobs=prompt_logprobs,
+                                  hook_events=hook_events and hooks)
         self._piece = piece
         self._pipeline = OutputPipeline(piece, list(stops), parser, early_stop, include_stop=include_stop)
         self._logprobs = params.logprobs
@@ -124,6 +142,10 @@ class Generation:
         self.finish_info = FinishInfo(status="cancelled")
         #: the scored prompt tokens after the first (``prompt_logprobs``), once the prompt is prefilled
         self.prompt_tokens: list[TokenEvent] | None = None
+        #: the hook decisions reported so far (``return_hook_events``), ``before_chat``'s first
+        self.hook_events: list[wire.HookEvent] = []
+        if before_chat is not None and hook_events and hooks:
+            self.hook_events.append(self._hook_event(before_chat))
 
     @property
     def rid(self) -> int:
@@ -157,7 +179,25 @@ class Generation:
         if isinstance(event, PromptLogprobs):
             self.prompt_tokens = list(event.tokens)
             return None
+        if isinstance(event, HookEvent):
+            if not self.request.hook_events or self.finished or self._pipeline.stopped:
+                return None
+            info = self._hook_event(event)
+            self.hook_events.append(info)
+            return Piece([], [], [info])
         return self._finish(event)
+
+    def _hook_event(self, ev: HookEvent) -> wire.HookEvent:
+        """``ev`` on the wire, at this generation's position (the tokens accepted so far)."""
+        unset = wire.UNSET
+        return wire.HookEvent(
+            event=ev.event, action=ev.action, position=self.completion_tokens,  # type: ignore[arg-type]
+            text=ev.text if ev.text is not None else unset,
+            injected_tokens=ev.injected_tokens if ev.action == "inject" else unset,
+            reason=ev.reason if ev.reason is not None else unset,
+            entropy=ev.entropy if ev.event != "before_chat" else unset,
+            margin=ev.margin if ev.event != "before_chat" else unset,
+            window=wire.HookWindow(**ev.window) if ev.window is not None else unset)
 
     def _token(self, ev: TokenEvent) -> Piece | None:
         pipeline = self._pipeline
@@ -199,7 +239,7 @@ class Generation:
                                   cache_n=ev.cached_tokens)
         if ev.draft_tokens:  # llama-server reports these when it speculated
             timings.draft_n, timings.draft_n_accepted = ev.draft_tokens, ev.draft_accepted
-        return Done(deltas, message, reason, usage, timings, self._tokens)
+        return Done(deltas, message, reason, usage, timings, self._tokens, self.hook_events)
 
     def stopped_before(self, reason: str) -> Done:
         """End without generating: a ``before_chat`` hook returned ``Stop(reason)`` (nothing was submitted)."""
@@ -208,7 +248,8 @@ class Generation:
         n_prompt = len(self.request.prompt)
         usage = wire.Usage(prompt_tokens=n_prompt, completion_tokens=0, total_tokens=n_prompt,
                            injected_tokens=0 if self._hooks else wire.UNSET)
-        return Done([], ParsedMessage(), reason, usage, wire.Timings.of(n_prompt, 0.0, 0, 0.0))
+        return Done([], ParsedMessage(), reason, usage, wire.Timings.of(n_prompt, 0.0, 0, 0.0),
+                    hook_events=self.hook_events)
 
     def abandon(self) -> FinishInfo:
         """The reply is closed before the finish (the client went away): the caller cancels the sequence.

@@ -57,6 +57,9 @@ class ChatReply:
     ``include_usage``: the stream ends with a usage chunk
     (``stream_options.include_usage``). ``created`` is Unix seconds (now by default).
     ``index`` is the choice's ``choices[].index``; ``id`` the reply's (a new one by default).
+    When the generation reports hook decisions (``return_hook_events``), each streamed one rides
+    as ``hook_events`` on the chunk of the token that follows it (the role chunk for ``before_chat``),
+    and a ``chat.completion`` lists them all.
     """
 
     def __init__(self, model: str, generation: Generation, *, logprobs: bool = False,
@@ -74,37 +77,40 @@ class ChatReply:
         return wire.ChatCompletionChunk(id=self.id, created=self.created, model=self.model, choices=choices,
                                         **extra)  # type: ignore[arg-type]
 
-    def _choice(self, delta: wire.ChatDelta, tokens: list[TokenEvent],
-                finish_reason: str | None = None) -> wire.ChatChunkChoice:
+    def _choice(self, delta: wire.ChatDelta, tokens: list[TokenEvent], finish_reason: str | None = None,
+                hook_events: list[wire.HookEvent] | None = None) -> wire.ChatChunkChoice:
         lp = self.generation.chat_logprobs(tokens) if self.logprobs and tokens else None
         stop = self.generation.stopping_word if finish_reason is not None else ""
         return wire.ChatChunkChoice(index=self.index, delta=delta, logprobs=lp, finish_reason=finish_reason,
-                                    stop_reason=stop or wire.UNSET)
+                                    stop_reason=stop or wire.UNSET, hook_events=hook_events or wire.UNSET)
 
     def first_chunks(self) -> list[wire.ChatCompletionChunk]:
-        """The chunk every stream starts with: ``delta`` ``{"role": "assistant", "content": ""}``."""
-        return [self._chunk([self._choice(wire.ChatDelta(role="assistant", content=""), [])])]
+        """The chunk every stream starts with: ``delta`` ``{"role": "assistant", "content": ""}`` (with the
+        ``before_chat`` hook event when one is reported)."""
+        return [self._chunk([self._choice(wire.ChatDelta(role="assistant", content=""), [],
+                                          hook_events=list(self.generation.hook_events))])]
 
     def chunks(self, item: Piece | Done) -> list[wire.ChatCompletionChunk]:
         """The chunks for one generation item.
 
-        One chunk per delta (the item's logprobs ride on the first); a token
-        without deltas but with logprobs gets a chunk with an empty delta. A
+        One chunk per delta (the item's logprobs and hook events ride on the first); a token
+        without deltas but with logprobs (or a hook event) gets a chunk with an empty delta. A
         :class:`Done` ends with the finish chunk (empty delta, ``finish_reason``)
         and, with ``include_usage``, a chunk with empty ``choices``, ``usage`` and
         ``timings``.
         """
         pending = list(item.tokens) if isinstance(item, Piece) else []
+        hooks = list(item.hook_events) if isinstance(item, Piece) else []
         out = []
         for d in item.deltas:
-            out.append(self._chunk([self._choice(chat_delta(d), pending)]))
-            pending = []
+            out.append(self._chunk([self._choice(chat_delta(d), pending, hook_events=hooks)]))
+            pending, hooks = [], []
         if isinstance(item, Done):
             out.append(self._chunk([self._choice(wire.ChatDelta(), [], item.finish_reason)]))
             if self.include_usage:
                 out.append(self.usage_chunk(item.usage, item.timings))
-        elif pending:
-            out.append(self._chunk([self._choice(wire.ChatDelta(), pending)]))
+        elif pending or hooks:
+            out.append(self._chunk([self._choice(wire.ChatDelta(), pending, hook_events=hooks)]))
         return out
 
     def usage_chunk(self, usage: wire.Usage, timings: wire.Timings) -> wire.ChatCompletionChunk:
@@ -118,7 +124,9 @@ class ChatReply:
             id=self.id, created=self.created, model=self.model,
             choices=[wire.ChatChoice(index=self.index, message=chat_message(done.message), logprobs=lp,
                                      finish_reason=done.finish_reason,
-                                     stop_reason=self.generation.stopping_word or wire.UNSET)],
+                                     stop_reason=self.generation.stopping_word or wire.UNSET,
+                                     hook_events=list(done.hook_events) if self.generation.request.hook_events
+                                     else wire.UNSET)],
             usage=done.usage, timings=done.timings)
 
 

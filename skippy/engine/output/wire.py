@@ -10,7 +10,8 @@ Shapes follow OpenAI ``chat.completion``, ``chat.completion.chunk`` and
 ``timings``, ``/health``, ``/tokenize``, ``/detokenize`` and
 ``/apply-template`` follow llama-server. skippy extensions are named where
 they appear (``reasoning_content`` as llama-server and DeepSeek send it,
-``usage.injected_tokens``, ``entropy``/``margin`` on logprob entries).
+``usage.injected_tokens``, ``entropy``/``margin`` on logprob entries, ``hook_events`` on
+chat choices).
 
 Encoding rules: a field that is ``None`` is sent as ``null`` (e.g.
 ``logprobs: null``, a chunk's ``finish_reason: null``); a field whose value
@@ -33,12 +34,12 @@ from msgspec import UNSET, UnsetType
 __all__ = [
     "RESPONSES", "SYSTEM_FINGERPRINT", "UNSET", "ApplyTemplateResponse", "ChatChoice", "ChatChunkChoice",
     "ChatCompletion", "ChatCompletionChunk", "ChatDelta", "ChatLogprobs", "ChatMessage", "ChatTokenLogprob",
-    "CompletionChoice", "CompletionLogprobs", "DetokenizeResponse", "Embedding", "EmbeddingList", "EmbeddingUsage",
-    "ErrorBody", "ErrorEnvelope", "FunctionCall",
-    "FunctionCallDelta", "GenerationSettings", "Health", "Infill", "InputTokens", "Model", "ModelDetails",
-    "ModelList", "NativeCompletion", "NativeTokenProb", "NativeTopProb", "PromptProgress", "PromptTokensDetails",
-    "Slot", "SlotErased", "SlotNextToken", "SlotRestored", "SlotSaved", "TextCompletion", "Timings", "TokenPiece",
-    "TokenizeResponse", "ToolCall", "ToolCallDelta", "TopLogprob", "Usage", "WireStruct",
+    "CompletionChoice", "CompletionLogprobs", "DetokenizeResponse", "Embedding", "EmbeddingList",
+    "EmbeddingUsage", "ErrorBody", "ErrorEnvelope", "FunctionCall",
+    "FunctionCallDelta", "GenerationSettings", "Health", "HookEvent", "HookWindow", "Infill", "InputTokens", "Model",
+    "ModelDetails", "ModelList", "NativeCompletion", "NativeTokenProb", "NativeTopProb", "PromptProgress",
+    "PromptTokensDetails", "Slot", "SlotErased", "SlotNextToken", "SlotRestored", "SlotSaved", "TextCompletion",
+    "Timings", "TokenPiece", "TokenizeResponse", "ToolCall", "ToolCallDelta", "TopLogprob", "Usage", "WireStruct",
 ]
 
 #: OpenAI ``system_fingerprint`` of every reply.
@@ -200,6 +201,46 @@ class CompletionLogprobs(WireStruct, kw_only=True):
     text_offset: list[int] = msgspec.field(default_factory=list)
 
 
+# -- hook events (skippy extension) -----------------------------------------------------------------
+
+class HookWindow(WireStruct, kw_only=True):
+    """The uncertainty-signal window when ``mid_generation`` fired (the last ``--signal-window`` tokens):
+    entropy and margin in nats, counts in tokens."""
+
+    token_count: int
+    mean_entropy: float
+    max_entropy: float
+    mean_margin: float
+    min_margin: float
+    high_entropy_count: int
+    repetition_count: int
+
+
+class HookEvent(WireStruct, kw_only=True):
+    """One hook-policy decision on this choice (skippy extension; only with ``"return_hook_events": true``
+    on a request the hook policy ran for).
+
+    ``event``: ``before_chat``, ``after_prefill`` (the first token) or ``mid_generation`` (the
+    signal window fired). ``action``: ``none`` (also a hook timeout or error), ``inject`` or ``stop``.
+    ``position``: how many generated tokens (``logprobs.content`` entries) came before it: the
+    decision sits between token ``position - 1`` and token ``position``. ``text`` (``inject``):
+    the injected text, prefilled into the sequence and never part of ``content``;
+    ``injected_tokens``: its length in tokens. ``reason`` (``stop``): the ``finish_reason``.
+    ``entropy`` / ``margin`` (nats): of the token the hook saw, which was emitted (``none``)
+    or discarded (``inject``, ``stop``); absent for ``before_chat``. ``window``: at ``mid_generation``.
+    """
+
+    event: Literal["before_chat", "after_prefill", "mid_generation"]
+    action: Literal["none", "inject", "stop"]
+    position: int
+    text: str | UnsetType = UNSET
+    injected_tokens: int | UnsetType = UNSET
+    reason: str | UnsetType = UNSET
+    entropy: float | None | UnsetType = UNSET
+    margin: float | None | UnsetType = UNSET
+    window: HookWindow | UnsetType = UNSET
+
+
 # -- chat.completion --------------------------------------------------------------------------------
 
 class FunctionCall(WireStruct, kw_only=True):
@@ -241,6 +282,7 @@ class ChatChoice(WireStruct, kw_only=True):
     logprobs: ChatLogprobs | None = None
     finish_reason: str
     stop_reason: str | UnsetType = UNSET
+    hook_events: list[HookEvent] | UnsetType = UNSET
 
 
 class ChatCompletion(WireStruct, kw_only=True):
@@ -295,6 +337,7 @@ class ChatChunkChoice(WireStruct, kw_only=True):
     logprobs: ChatLogprobs | None = None
     finish_reason: str | None = None
     stop_reason: str | UnsetType = UNSET
+    hook_events: list[HookEvent] | UnsetType = UNSET
 
 
 class ChatCompletionChunk(WireStruct, kw_only=True):

@@ -103,6 +103,7 @@ from skippy.engine.scheduling.events import (
     EmbeddingsEvent,
     EmbedRequest,
     FinishEvent,
+    HookEvent,
     PromptLogprobs,
     SchedulerStats,
     SeqRequest,
@@ -137,7 +138,7 @@ class HookRequest:
 
 
 #: What the core emits, per request id.
-Output = tuple[int, TokenEvent | FinishEvent | PromptLogprobs | HookRequest | EmbeddingsEvent]
+Output = tuple[int, TokenEvent | FinishEvent | PromptLogprobs | HookEvent | HookRequest | EmbeddingsEvent]
 
 
 @attrs.define(eq=False)
@@ -146,8 +147,8 @@ class Sequence:
 
     ``kv`` is its KV state once admitted (slot, tokens in the KV cache, pending
     token; ``None`` while waiting); ``sampler`` its llama.cpp sampler chain;
-    ``held`` the sampled token held while parked; ``injected`` tokens added by
-    hooks; ``cached`` prompt tokens reused from the prefix cache; ``spec`` its
+    ``held`` the sampled token held while parked, ``parked_on`` the hook call it waits for;
+    ``injected`` tokens added by hooks; ``cached`` prompt tokens reused from the prefix cache; ``spec`` its
     speculative-decoding state (``None``: off); ``scored`` the prompt tokens scored so far
     (``prompt_logprobs``), sent before the first token. Times are the core clock's seconds.
     """
@@ -158,6 +159,7 @@ class Sequence:
     sampler: object = None
     window: SignalWindow | None = None
     held: TokenEvent | None = None
+    parked_on: HookRequest | None = None
     injected: int = 0
     cached: int = 0
     spec: SpecState | None = None
@@ -474,14 +476,20 @@ class SchedulerCore:
         discarded and ``text`` (tokenized without special tokens) is appended,
         prefilled at the next steps where the hook fired; an injection that
         does not fit the context is ignored like no action.
+
+        A request that asked for hook events (``SeqRequest.hook_events``) gets a
+        :class:`HookEvent` first, saying what was done.
         """
         seq = self._seqs.get(rid)
         if seq is None or seq.phase is not Phase.PARKED:
             return []  # finished or cancelled while parked
         held, seq.held = seq.held, None
+        call, seq.parked_on = seq.parked_on, None
         assert held is not None and seq.kv is not None
+        report = seq.request.hook_events and call is not None
         if isinstance(outcome, Stop):
-            return [self._finish(seq, outcome.reason, stopped_by_hook=True)]
+            head = [(rid, _hook_event(call, held, "stop", reason=outcome.reason))] if report else []
+            return head + [self._finish(seq, outcome.reason, stopped_by_hook=True)]
         if isinstance(outcome, Inject):
             tokens = self.runtime.vocab.tokenize(outcome.text, add_special=False, parse_special=False)
             room = self.runtime.meta.n_ctx_seq - 1 - len(seq.kv.prompt)
@@ -489,9 +497,11 @@ class SchedulerCore:
                 seq.kv.prompt.extend(tokens)
                 seq.injected += len(tokens)
                 seq.phase = Phase.PREFILLING
-                return []
+                return [(rid, _hook_event(call, held, "inject", text=outcome.text,
+                                          injected_tokens=len(tokens)))] if report else []
             log.warning("hook injection of %d tokens does not fit (room %d); ignored", len(tokens), room)
-        return self._accept(seq, held)
+        head = [(rid, _hook_event(call, held, "none"))] if report else []
+        return head + self._accept(seq, held)
 
     # -- one step ------------------------------------------------------------------
     def plan(self) -> StepPlan:
@@ -936,6 +946,7 @@ class SchedulerCore:
 
     def _park(self, seq: Sequence, ev: TokenEvent, call: HookRequest) -> list[Output]:
         seq.held = ev
+        seq.parked_on = call
         seq.kv.pending = None  # type: ignore[union-attr]
         seq.phase = Phase.PARKED
         return [(seq.rid, call)]
@@ -964,7 +975,7 @@ class SchedulerCore:
         when its prefilled prompt is long enough to reuse)."""
         event = self._finish_event(seq, reason, error, stopped_by_hook)
         seq.phase = Phase.FINISHED
-        seq.held = None
+        seq.held = seq.parked_on = None
         self._running.pop(seq.rid, None)
         self._seqs.pop(seq.rid, None)
         if seq.sampler is not None:
@@ -981,3 +992,9 @@ class SchedulerCore:
                 self.runtime.seq_rm(kv.slot)
                 self._free_slots.add(kv.slot)
         return seq.rid, event
+
+
+def _hook_event(call: HookRequest, held: TokenEvent, action: str, **fields: Any) -> HookEvent:
+    """The :class:`HookEvent` of ``call``'s verdict: ``action`` on the ``held`` token the hook saw."""
+    window = attrs.asdict(call.payload.window) if isinstance(call.payload, GenerationSignals) else None
+    return HookEvent(call.event, action, entropy=held.entropy, margin=held.margin, window=window, **fields)

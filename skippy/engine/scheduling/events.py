@@ -38,6 +38,8 @@ class SeqRequest:
     computed while prefilling (``None``: off; else how many alternatives per
     position) and sent as one :class:`PromptLogprobs` before the first token;
     such a prompt is prefilled whole, without prefix reuse.
+    ``hook_events``: report each hook decision on this sequence as a
+    :class:`HookEvent` before its effect (the client asked with ``return_hook_events``).
     """
 
     rid: int
@@ -52,6 +54,7 @@ class SeqRequest:
     speculative: int | None = None
     min_reuse: int = MIN_REUSE
     prompt_logprobs: int | None = None
+    hook_events: bool = False
 
 
 @attrs.frozen
@@ -143,8 +146,33 @@ class EmbeddingsEvent:
     embed_ms: float = 0.0
 
 
+@attrs.frozen
+class HookEvent:
+    """A hook policy's decision on a sequence (sent only to a request that asked: ``return_hook_events``).
+
+    ``event``: ``before_chat``, ``after_prefill`` or ``mid_generation``; ``action``: ``none``
+    (no action, a timeout or a failed call without ``--hook-fail-closed``), ``inject`` or ``stop``.
+    ``text``: the injected text (``inject``; prefilled into the sequence, never sent as content);
+    ``injected_tokens``: its length in tokens; ``reason``: the stop's ``finish_reason``.
+    ``entropy`` / ``margin``: nats, of the token the hook saw (held while it ran, then emitted
+    for ``none``, discarded for ``inject`` and ``stop``; ``None`` for ``before_chat``).
+    ``window``: the signal window's statistics at a ``mid_generation`` firing
+    (:class:`~skippy.engine.hooks.signals.WindowStats` as a dict). It arrives before the
+    tokens that follow the decision, so the count of tokens received so far is its position.
+    """
+
+    event: str
+    action: str
+    text: str | None = None
+    reason: str | None = None
+    injected_tokens: int = 0
+    entropy: float | None = None
+    margin: float | None = None
+    window: dict[str, Any] | None = None
+
+
 #: What a sequence's event stream carries.
-SeqEvent = TokenEvent | FinishEvent | PromptLogprobs | EmbeddingsEvent
+SeqEvent = TokenEvent | FinishEvent | PromptLogprobs | HookEvent | EmbeddingsEvent
 
 
 @attrs.frozen

@@ -1,0 +1,472 @@
+"""The web playground in a real browser: Playwright drives the OS's Chromium against the real server.
+
+No browser is downloaded: Chromium comes from the distribution's packages
+(``apt-get install -y chromium``; ``.ci/run`` installs it when it is missing).
+Every page must run without console errors or uncaught exceptions (checked
+after each test). Requests the page sends are compared with requests sent
+with httpx to the same server: both start from a cold prompt (a unique system
+prompt, ``cache_prompt: false`` on the httpx side) so the numbers are computed
+from the same batches and agree exactly.
+
+The uncertainty view's screenshot is saved to ``tmp/artifacts/`` (or
+``$SKIPPY_TEST_ARTIFACTS``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.integration.conftest import Server
+from tests.integration.webui_policy import INJECTED
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = Path(os.environ.get("SKIPPY_TEST_ARTIFACTS", ROOT / "tmp" / "artifacts"))
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+TIMEOUT_MS = 300_000  # a generation on a busy 2-core machine; every wait below ends on a page event first
+CONVERSATIONS = "skippy.conversations.v1"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.skip(f"Chromium is not installed ({CHROMIUM}): install the OS package (apt-get install -y chromium); "
+                    ".ci/run does it when it is missing")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+class Page:
+    """A fresh browser context (empty local and session storage) on one page of ``base_url``, recording
+    console errors, uncaught exceptions and the chat requests the page sends."""
+
+    def __init__(self, browser: Any, base_url: str) -> None:
+        self.base_url = base_url
+        self.context = browser.new_context(viewport={"width": 1280, "height": 860})
+        self.page = self.context.new_page()
+        self.page.set_default_timeout(TIMEOUT_MS)
+        self.errors: list[str] = []
+        self.chat_bodies: list[dict[str, Any]] = []
+        self.page.on("console", lambda m: self.errors.append(f"console.{m.type}: {m.text}") if m.type == "error"
+                     else None)
+        self.page.on("pageerror", lambda e: self.errors.append(f"uncaught: {e}"))
+        self.page.on("request", self._request)
+
+    def _request(self, req: Any) -> None:
+        if req.method == "POST" and req.url.endswith("/v1/chat/completions"):
+            self.chat_bodies.append(json.loads(req.post_data))
+
+    def open(self) -> Any:
+        self.page.goto(self.base_url + "/")
+        self.page.wait_for_function("() => document.querySelector('#model').value !== ''")  # /v1/models answered
+        return self.page
+
+    def set(self, field: str, value: Any) -> None:
+        self.page.fill(f"#{field}", str(value))
+        self.page.dispatch_event(f"#{field}", "change")
+
+    def settings(self, *, system: str, temperature: float = 0, max_tokens: int = 48, seed: int | None = 7) -> None:
+        self.page.fill("#system", system)
+        self.set("temperature", temperature)
+        self.set("max_tokens", max_tokens)
+        self.set("seed", "" if seed is None else seed)
+
+    def send(self, text: str) -> None:
+        n = self.page.locator("article.msg.assistant").count()
+        self.page.fill("#input", text)
+        self.page.press("#input", "Enter")
+        self.page.wait_for_function(f"() => document.querySelectorAll('article.msg.assistant').length > {n}")
+
+    def wait_done(self) -> None:
+        self.page.wait_for_selector("#send:not([hidden])")
+        self.page.wait_for_function("() => !document.querySelector('article.msg .live')")
+
+    def stored(self) -> list[dict[str, Any]]:
+        return json.loads(self.page.evaluate(f"localStorage.getItem('{CONVERSATIONS}')"))
+
+    def close(self) -> None:
+        self.context.close()
+
+
+@pytest.fixture
+def web(browser: Any, server: Server) -> Iterator[Page]:
+    page = Page(browser, server.base_url)
+    yield page
+    page.close()
+    assert not page.errors, page.errors
+
+
+def nonce_system() -> str:
+    # a unique first line: the prompt shares no cached prefix with earlier requests (a cold prefill)
+    return f"[{uuid.uuid4().hex[:12]}] You are a helpful assistant."
+
+
+def api_chat(base_url: str, body: dict[str, Any]) -> dict[str, Any]:
+    """The page's request, sent again with httpx without streaming, prefilled cold."""
+    body = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+    r = httpx.post(base_url + "/v1/chat/completions", json={**body, "cache_prompt": False}, timeout=600)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+# -- the page ---------------------------------------------------------------------------------------
+
+def test_the_page_loads_without_console_errors_and_shows_the_server(web: Page, server: Server) -> None:
+    resp = web.page.goto(server.base_url + "/")
+    assert resp.status == 200 and "script-src 'self'" in resp.headers["content-security-policy"]
+    page = web.open()
+    models = httpx.get(server.base_url + "/v1/models").json()["data"]
+    assert page.eval_on_selector_all("#model option", "os => os.map(o => o.value)") == [m["id"] for m in models]
+    page.wait_for_function("() => document.querySelector('#srv-status').textContent === 'ready'")
+    page.wait_for_function("() => /^\\d+ \\/ \\d+$/.test(document.querySelector('#srv-slots').textContent)")
+    total = httpx.get(server.base_url + "/props").json()["total_slots"]
+    assert page.text_content("#srv-slots").endswith(f"/ {total}")
+    page.wait_for_function("() => /hits|no lookups/.test(document.querySelector('#srv-cache').textContent)")
+    assert page.is_visible("#empty") and not page.is_visible("#hooks-box")  # this server has no hook policy
+
+
+
+def test_conversations_are_kept_renamed_and_deleted(web: Page) -> None:
+    page = web.open()
+    convs = [{"id": f"c{i}", "title": f"chat {i}", "system": f"system {i}", "created": i,
+              "messages": [{"role": "user", "content": f"question {i}"},
+                           {"role": "assistant", "content": f"**answer** {i}", "finish": "stop"}]} for i in (1, 2)]
+    page.evaluate("([k, v]) => localStorage.setItem(k, v)", [CONVERSATIONS, json.dumps(convs)])
+    web.open()
+    assert page.eval_on_selector_all(".conv-title", "ts => ts.map(t => t.textContent)") == ["chat 1", "chat 2"]
+    assert page.text_content("article.msg.assistant .body strong") == "answer"  # markdown
+    page.click('.conv[data-id="c2"] .conv-title')
+    assert page.text_content("article.msg.user .bubble") == "question 2" and page.input_value("#system") == "system 2"
+    page.hover('.conv[data-id="c2"]')
+    page.click('.conv[data-id="c2"] button[title="Rename"]')
+    page.fill(".conv-rename", "renamed")
+    page.press(".conv-rename", "Enter")
+    assert [c["title"] for c in web.stored()] == ["chat 1", "renamed"]
+    page.hover('.conv[data-id="c1"]')
+    page.click('.conv[data-id="c1"] button[title="Delete"]')  # asks first
+    assert len(web.stored()) == 2
+    page.click('.conv[data-id="c1"] button[title="Delete"]')
+    assert [c["id"] for c in web.stored()] == ["c2"]
+    page.click("#new-chat")
+    assert [c["title"] for c in web.stored()] == ["New chat", "renamed"] and page.is_visible("#empty")
+    page.reload()  # kept across reloads
+    page.wait_for_function("() => document.querySelector('#model').value !== ''")
+    assert page.eval_on_selector_all(".conv-title", "ts => ts.map(t => t.textContent)") == ["New chat", "renamed"]
+
+def test_a_message_streams_into_the_page(web: Page, server: Server) -> None:
+    page = web.open()
+    system = nonce_system()
+    web.settings(system=system, max_tokens=60)
+    # every text the reply's body showed while it streamed
+    page.evaluate("""() => {
+        window.__seen = [];
+        new MutationObserver(() => {
+            const bodies = document.querySelectorAll('article.msg.assistant .body');
+            const live = document.querySelector('article.msg .live');
+            if (bodies.length && live) window.__seen.push(bodies[bodies.length - 1].textContent);
+        }).observe(document.getElementById('messages'), {subtree: true, childList: true, characterData: true});
+    }""")
+    web.send("Name three colours of the rainbow and say one thing about each.")
+    web.wait_done()
+    seen = [s for s in page.evaluate("window.__seen") if s]
+    final = page.text_content("article.msg.assistant .body")
+    assert len(set(seen)) >= 3 and len(seen[0]) < len(final) / 2, seen  # shown in several steps while live
+    [conv] = web.stored()
+    user, reply = conv["messages"]
+    assert user == {"role": "user", "content": "Name three colours of the rainbow and say one thing about each."}
+    body = web.chat_bodies[0]
+    assert body["messages"][0] == {"role": "system", "content": system} and body["stream"] is True
+    assert (body["temperature"], body["max_tokens"], body["seed"]) == (0, 60, 7)
+    expected = api_chat(server.base_url, body)["choices"][0]
+    assert reply["content"] == expected["message"]["content"] and reply["finish"] == expected["finish_reason"]
+    assert conv["title"].startswith("Name three colours")
+
+
+def _metric(base_url: str, name: str) -> float:
+    text = httpx.get(base_url + "/metrics").text
+    return sum(float(v) for v in re.findall(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M))
+
+
+def test_stop_ends_the_generation(web: Page, server: Server) -> None:
+    page = web.open()
+    web.settings(system=nonce_system(), temperature=0.8, seed=None, max_tokens=1500)
+    disconnects = _metric(server.base_url, "skippy:http_client_disconnects_total")
+    web.send("Write a very long story about a lighthouse keeper and a storm.")
+    page.wait_for_function("() => (document.querySelector('article.msg.assistant .body')?.textContent || '')"
+                           ".length > 40")
+    assert page.is_visible("#stop") and not page.is_visible("#send")
+    page.click("#stop")
+    page.wait_for_selector("#send:not([hidden])")
+    assert page.is_hidden("#stop")
+    page.wait_for_selector("article.msg.assistant .badge.warn")
+    assert page.text_content("article.msg.assistant .badge.warn") == "stopped"
+    [conv] = web.stored()
+    reply = conv["messages"][-1]
+    assert reply["stopped"] and "finish" not in reply and "usage" not in reply and reply["content"]
+    # the server saw the client go and freed the sequence (polled: the disconnect reaches it asynchronously)
+    for _ in range(600):
+        if (httpx.get(server.base_url + "/health").json()["slots_processing"] == 0
+                and _metric(server.base_url, "skippy:http_client_disconnects_total") > disconnects):
+            break
+        page.wait_for_timeout(200)
+    else:
+        raise AssertionError("the stopped request still runs on the server")
+    # a new message works after a stop
+    web.set("max_tokens", 8)
+    web.send("Say hello.")
+    web.wait_done()
+    assert web.stored()[0]["messages"][-1]["finish"] in ("stop", "length")
+
+
+def test_a_tool_call_is_a_card_that_can_be_answered_and_the_reply_continues(web: Page, server: Server) -> None:
+    page = web.open()
+    web.settings(system=nonce_system(), max_tokens=80)
+    page.check("#tools-on")
+    page.select_option("#tool_choice", "required")
+    web.send("What is the weather in Paris?")
+    web.wait_done()
+    card = page.locator(".toolcard").first
+    assert card.locator(".tc-name").text_content() == "get_weather"
+    args = json.loads(card.locator(".tc-args").text_content())
+    assert isinstance(args.get("city"), str) and args["city"]
+    call_id = card.get_attribute("data-call-id")
+    assert call_id and web.chat_bodies[0]["tool_choice"] == "required"
+    assert web.chat_bodies[0]["tools"][0]["function"]["name"] == "get_weather"
+
+    result = '{"temperature_c": 21, "sky": "sunny"}'
+    card.locator(".tc-input").fill(result)
+    card.locator(".tc-send").click()
+    page.wait_for_function("() => document.querySelectorAll('article.msg.assistant').length === 2")
+    web.wait_done()
+    answered = page.locator(f'.toolcard.answered[data-call-id="{call_id}"]')
+    assert answered.locator(".tc-result pre").text_content() == result
+    assert page.locator(".tc-input").count() == 0 or page.locator("article.msg.assistant").nth(1).locator(
+        ".tc-input").count() > 0  # only a new call waits for an answer
+    # the continuation was asked with the tool result after the call, and answered
+    body = web.chat_bodies[1]
+    assert body["messages"][-2]["tool_calls"][0]["id"] == call_id
+    assert body["messages"][-1] == {"role": "tool", "tool_call_id": call_id, "content": result}
+    assert body["tool_choice"] == "auto"  # "required" forced the call on the user's message only
+    reply = web.stored()[0]["messages"][-1]
+    assert reply["role"] == "assistant" and "error" not in reply and reply.get("finish")
+    assert reply["content"] or reply["tool_calls"]
+    expected = api_chat(server.base_url, body)["choices"][0]["message"]
+    assert reply["content"] == (expected["content"] or "")
+
+
+def test_the_uncertainty_view_tints_every_token_and_its_tooltip_shows_the_api_numbers(web: Page,
+                                                                                     server: Server) -> None:
+    page = web.open()
+    web.settings(system=nonce_system(), max_tokens=40)
+    web.send("Explain in two sentences why the sky is blue.")
+    web.wait_done()
+    assert page.locator(".tok").count() == 0
+    page.check("#uncertainty", force=True)  # the switch's input is visually hidden behind its track
+    page.wait_for_selector(".unc svg.chart")
+
+    expected = api_chat(server.base_url, web.chat_bodies[0])["choices"][0]["logprobs"]["content"]
+    spans = page.locator("article.msg.assistant .tok")
+    assert spans.count() == len(expected) > 5
+    colours = page.eval_on_selector_all("article.msg.assistant .tok", "ts => ts.map(t => t.style.backgroundColor)")
+    assert all(c.startswith("rgba(") for c in colours), colours  # one tinted span per generated token
+    assert page.locator("svg.chart rect.bar").count() == len(expected)
+    threshold = httpx.get(server.base_url + "/props").json()["signals"]["high_entropy_threshold"]
+    assert page.locator("svg.chart line.thr").count() == 1
+    assert f"threshold ({threshold:g} nats)" in page.text_content(".unc-stats")
+    assert page.text_content(".legend-title") == "entropy (nats)"
+    high = sum(1 for e in expected if e["entropy"] > threshold)
+    assert page.locator(".tok.high").count() == high
+
+    worst = max(range(len(expected)), key=lambda i: expected[i]["entropy"])
+    for i in sorted({0, len(expected) // 2, worst, len(expected) - 1}):
+        page.hover(f'.tok[data-i="{i}"]')
+        page.wait_for_selector("#tooltip:not([hidden])")
+        tip = page.locator("#tooltip")
+        want = expected[i]
+        for field in ("logprob", "entropy", "margin"):
+            cell = tip.locator(f'[data-field="{field}"]')
+            assert float(cell.get_attribute("data-value")) == want[field], (i, field)
+            assert cell.text_content().startswith(f"{want[field]:.4f}")
+        assert tip.locator('[data-field="token"]').text_content() == json.dumps(want["token"], ensure_ascii=False)
+        alts = tip.locator('[data-field="alt-logprob"]')
+        assert [float(alts.nth(j).get_attribute("data-value")) for j in range(alts.count())] == \
+            [t["logprob"] for t in want["top_logprobs"]]
+        assert alts.count() == 5
+    page.hover(f'.tok[data-i="{worst}"]')
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "webui-uncertainty.png"))
+    # hovering the chart's bar shows the same token
+    page.hover(f'svg.chart rect.bar[data-i="{worst}"]')
+    assert float(page.get_attribute('#tooltip [data-field="entropy"]', "data-value")) == expected[worst]["entropy"]
+    page.uncheck("#uncertainty", force=True)
+    assert page.locator(".tok").count() == 0 and page.locator("article.msg.assistant .body.md").count() == 1
+
+
+PAYLOADS = [
+    "<script>window.__pwned = 'script'</script>",
+    "<img src=x onerror=\"window.__pwned = 'img'\">",
+    "[link](javascript:window.__pwned='md-link')",
+    "<a href=\"javascript:window.__pwned='a'\">a</a>",
+    "<iframe srcdoc=\"<script>parent.__pwned='iframe'</script>\"></iframe>",
+    "<svg onload=\"window.__pwned='svg'\"></svg>",
+    "<details open ontoggle=\"window.__pwned='toggle'\">x</details>",
+    "<style>body { display: none }</style>",
+    "```html\n<img src=x onerror=\"window.__pwned='code'\">\n```",
+]
+HOSTILE = "Here you go:\n\n" + "\n\n".join(PAYLOADS)
+INERT_CHECK = """() => ({
+    pwned: window.__pwned === undefined ? null : window.__pwned,
+    dangerous: [...document.querySelectorAll(
+        '#messages img, #messages script, #messages iframe, #messages style, #messages svg:not(.chart),' +
+        '#conversations img, [onerror], [onload], [ontoggle], a[href^="javascript"]')].map(e => e.outerHTML),
+    bodyShown: getComputedStyle(document.body).display !== 'none',
+})"""
+
+
+def test_model_output_with_html_is_rendered_inert(web: Page, server: Server) -> None:
+    page = web.open()
+    bad = "<img src=x onerror=\"window.__pwned='tok'\">"
+    conversation = {"id": "x", "title": "<img src=x onerror=\"window.__pwned='title'\">", "system": "",
+                    "created": 0, "messages": [
+                        {"role": "user", "content": "<script>window.__pwned='user'</script> say it"},
+                        {"role": "assistant", "content": HOSTILE, "reasoning": "thinking " + PAYLOADS[1],
+                         "tool_calls": [{"id": "call_1", "type": "function",
+                                         "function": {"name": bad, "arguments": json.dumps({"q": bad})}}],
+                         "tokens": [{"text": bad, "token": bad, "logprob": -0.5, "entropy": 1.0, "margin": 0.5,
+                                     "top": [{"token": bad, "logprob": -0.5}]}],
+                         "hooks": [{"event": "mid_generation", "action": "inject", "position": 0, "text": bad}],
+                         "finish": "stop"},
+                        {"role": "tool", "tool_call_id": "call_1", "content": bad}]}
+    page.evaluate("([k, v]) => localStorage.setItem(k, v)", [CONVERSATIONS, json.dumps([conversation])])
+    web.open()
+    page.wait_for_selector("article.msg.assistant .body.md")
+    page.click("details.reasoning summary")
+    for view in ("markdown", "tokens"):
+        if view == "tokens":
+            page.check("#uncertainty", force=True)
+            page.wait_for_selector(".tok")
+            page.hover(".tok")
+            page.wait_for_selector("#tooltip:not([hidden])")
+            assert page.text_content(".hook-inject .hook-text") == bad
+        state = page.evaluate(INERT_CHECK)
+        assert state == {"pwned": None, "dangerous": [], "bodyShown": True}, (view, state)
+    # the payloads are shown as text where the page shows text
+    assert page.text_content("article.msg.user .bubble").startswith("<script>")
+    assert page.text_content(".conv-title") == conversation["title"]
+    assert page.text_content(".tc-name") == bad and page.text_content(".tc-result pre") == bad
+    page.uncheck("#uncertainty", force=True)
+    assert "window.__pwned='code'" in page.text_content("article.msg.assistant pre code")  # a code block, as text
+
+    # and from the live model: a reply asked to contain the markup streams through the same renderer
+    web.settings(system=nonce_system(), max_tokens=60)
+    web.send("Repeat exactly, with no code block: <img src=x onerror=\"window.__pwned='live'\"> "
+             "<script>window.__pwned='live2'</script>")
+    web.wait_done()
+    state = page.evaluate(INERT_CHECK)
+    assert state == {"pwned": None, "dangerous": [], "bodyShown": True}, state
+
+
+# -- a server with a hook policy ---------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def hook_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    # threshold 0 nats: every token is high-entropy, so mid_generation fires at the 12th decoded token
+    with Server(["--parallel", "2", "--n-ctx", "1024", "--hook-policy", "tests.integration.webui_policy:make",
+                 "--high-entropy-threshold", "0"], tmp_path_factory.mktemp("webui-hooks") / "server.log",
+                env={"PYTHONPATH": str(ROOT)}) as srv:
+        yield srv
+
+
+def test_hook_decisions_appear_in_the_timeline(browser: Any, hook_server: Server) -> None:
+    web = Page(browser, hook_server.base_url)
+    try:
+        page = web.open()
+        page.wait_for_selector("#hooks-box:not([hidden])")  # the server has a hook policy: its checkbox shows
+        assert page.is_checked("#hooks-on")
+        web.settings(system=nonce_system(), max_tokens=80)
+        web.send("Write a short story about a lighthouse keeper.")
+        web.wait_done()
+        body = web.chat_bodies[0]
+        assert body["mesh_hooks"] is True and body["return_hook_events"] is True
+        reply = web.stored()[0]["messages"][-1]
+        assert [(h["event"], h["action"]) for h in reply["hooks"]] == [
+            ("before_chat", "none"), ("after_prefill", "none"), ("mid_generation", "inject"),
+            ("mid_generation", "stop")]
+        assert reply["finish"] == "policy_stop" and INJECTED.strip() not in reply["content"]
+        assert "hook policy:" in page.text_content(".hook-summary")
+
+        page.check("#uncertainty", force=True)
+        page.wait_for_selector(".unc svg.chart")
+        # the injection sits after the 11 tokens generated before the hook fired, marked as injected text
+        inject = page.locator(".tokens .hook-inject")
+        assert inject.locator(".hook-text").text_content() == INJECTED
+        assert "injected by hook" in inject.locator(".hook-tag").text_content()
+        assert page.evaluate("""() => {
+            let n = 0, node = document.querySelector('.tokens .hook-inject');
+            while ((node = node.previousElementSibling)) n += node.classList.contains('tok');
+            return n;
+        }""") == 11
+        assert page.locator(".tokens .hook-none").count() == 2  # before_chat and after_prefill: no action
+        stop = page.locator(".tokens .hook-stop")
+        assert stop.count() == 1 and "policy_stop" in stop.get_attribute("title")
+        assert stop.get_attribute("data-position") == str(len(reply["tokens"]))  # the stop ended it
+        assert page.locator("svg.chart line.hookline").count() == 4
+        assert page.locator("svg.chart line.hookline.hook-inject").count() == 1
+        assert page.text_content(".unc-stats").count("4 hook decisions") == 1
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "webui-hooks.png"))
+    finally:
+        web.close()
+    assert not web.errors, web.errors
+
+
+# -- a server with an API key --------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def key_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with Server(["--parallel", "2", "--n-ctx", "512", "--api-key", "sk-webui"],
+                tmp_path_factory.mktemp("webui-key") / "server.log") as srv:
+        yield srv
+
+
+def test_the_api_key_is_asked_once_and_kept_for_the_tab(browser: Any, key_server: Server) -> None:
+    web = Page(browser, key_server.base_url)
+    try:
+        page = web.page
+        page.goto(key_server.base_url + "/")
+        page.wait_for_selector("#key-dialog[open]")
+        assert page.is_hidden("#key-error")
+        page.fill("#key-input", "sk-wrong")
+        page.press("#key-input", "Enter")
+        page.wait_for_selector("#key-dialog[open] #key-error:not([hidden])")  # refused: asked again, saying so
+        page.fill("#key-input", "sk-webui")
+        page.press("#key-input", "Enter")
+        page.wait_for_function("() => document.querySelector('#model').value !== ''")
+        assert page.evaluate("sessionStorage.getItem('skippy.apiKey')") == "sk-webui"
+        assert page.evaluate("localStorage.getItem('skippy.apiKey')") is None
+        page.reload()  # the same tab: not asked again
+        page.wait_for_function("() => document.querySelector('#model').value !== ''")
+        assert not page.is_visible("#key-dialog")
+        web.settings(system=nonce_system(), max_tokens=4)
+        web.send("Hi")
+        web.wait_done()
+        assert "error" not in web.stored()[0]["messages"][-1]
+    finally:
+        web.close()
+    # the only errors are the 401s before the key was given
+    assert web.errors and all("401" in e for e in web.errors), web.errors
