@@ -85,6 +85,7 @@ from skippy.engine.types import (
     Message,
     NativeCompletionRequest,
     SamplingFields,
+    prompt_items,
 )
 
 
@@ -607,19 +608,7 @@ class Engine:
         """
         if req.suffix is not None:
             require_fim(self.meta.fim, "suffix")
-        raw = req.prompt
-        items: list[str | list[int]]
-        if isinstance(raw, str):
-            items = [raw]
-        elif raw and all(isinstance(x, str) for x in raw):
-            items = list(raw)  # type: ignore[arg-type]
-        elif raw and all(isinstance(x, int) for x in raw):
-            items = [list(raw)]  # type: ignore[arg-type]
-        elif raw and all(isinstance(x, list) for x in raw):
-            items = list(raw)  # type: ignore[arg-type]
-        else:
-            raise InvalidRequest("prompt must be a string, a list of strings, a list of token ids or a list of "
-                                 "lists of token ids, not empty and not mixed", param="prompt")
+        items = prompt_items(req.prompt, "prompt")
         if len(items) * n > self.config.max_queue:
             raise InvalidRequest(f"prompt has {len(items)} prompts and n is {n}: at most {self.config.max_queue} "
                                  "choices per request (--max-queue)", param="prompt")

@@ -390,6 +390,24 @@ def decode_request(body: bytes, type_: type[T]) -> T:
         raise InvalidRequest("the JSON body is nested too deeply") from exc
 
 
+def prompt_items(raw: str | list[Any], param: str) -> list[str | list[int]]:
+    """OpenAI's four prompt shapes (Completions ``prompt``, Embeddings ``input``) as a list of items:
+    a string, a list of strings, a list of token ids (one item) or a list of token-id lists.
+
+    Raises :class:`InvalidRequest` naming ``param`` for an empty or a mixed list.
+    """
+    if isinstance(raw, str):
+        return [raw]
+    if raw and all(isinstance(x, str) for x in raw):
+        return list(raw)
+    if raw and all(isinstance(x, int) for x in raw):
+        return [list(raw)]
+    if raw and all(isinstance(x, list) for x in raw):
+        return list(raw)
+    raise InvalidRequest(f"{param} must be a string, a list of strings, a list of token ids or a list of lists "
+                         "of token ids, not empty and not mixed", param=param)
+
+
 def unknown_fields(body: bytes, type_: type) -> list[str]:
     """Top-level keys of the JSON object ``body`` that are not fields of the Struct ``type_``, in body order.
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from skippy.engine.errors import InvalidRequest
 from skippy.engine.output import wire
+from skippy.engine.types import prompt_items
 
 #: Most inputs in one request: OpenAI's limit ("Input ... must be ... an array of 2048 or fewer items").
 #: vLLM and llama-server set none; the body limit (--max-body-bytes) bounds them too.
@@ -29,18 +30,7 @@ def split_input(raw: str | list[str | int | list[int]], n_vocab: int) -> list[st
     mixed list (strings with token ids, as OpenAI's four shapes allow none), more than
     :data:`MAX_INPUTS` inputs, or a token id outside ``0..n_vocab - 1``.
     """
-    items: list[str | list[int]]
-    if isinstance(raw, str):
-        items = [raw]
-    elif raw and all(isinstance(x, str) for x in raw):
-        items = list(raw)  # type: ignore[arg-type]
-    elif raw and all(isinstance(x, int) for x in raw):
-        items = [list(raw)]  # type: ignore[arg-type]
-    elif raw and all(isinstance(x, list) for x in raw):
-        items = list(raw)  # type: ignore[arg-type]
-    else:
-        raise InvalidRequest("input must be a string, a list of strings, a list of token ids or a list of lists "
-                             "of token ids, not empty and not mixed", param="input")
+    items = prompt_items(raw, "input")
     if len(items) > MAX_INPUTS:
         raise InvalidRequest(f"input has {len(items)} items; at most {MAX_INPUTS} per request", param="input",
                              code="array_above_max_length")
