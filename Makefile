@@ -1,6 +1,9 @@
 # skippy-trio developer tasks.
 #
-#   make venv    .venv with the package (editable) and its test extras
+#   make venv    .venv with the package (editable) and its test extras; llama-cpp-python is built
+#                with llama.cpp's RPC backend (GGML_RPC, for `skippy rpc-worker` / `serve --rpc`);
+#                GPU=cuda|vulkan|metal adds that GPU backend (README, "GPU offload"), e.g.
+#                `make venv GPU=cuda`
 #   make pull    download the default model and Gemma 3 270M (the second tested model) into the
 #                cache ($SKIPPY_HOME or ~/.cache/skippy); without network the Gemma tests skip
 #   make run     serve the default model (SERVE_ARGS="--port 8080 ..." to pass flags)
@@ -19,7 +22,12 @@
 # (not its mtime, which git checkouts bump): each install
 # leaves a stamp .venv/.stamp-<extras>-<hash of pyproject.toml>.
 # llama-cpp-python is compiled from source on its first install (several
-# minutes on 2 cores); pip caches the built wheel for later installs.
+# minutes on 2 cores); pip caches the built wheel for later installs. pip keys
+# that cache by the sdist, not by CMAKE_ARGS, so a cached wheel built without
+# RPC (or without the GPU asked for) would be reused silently: after each
+# install `python -m skippy.engine.runtime.backends` checks that the backend libraries are
+# there, rebuilds llama-cpp-python once without the cache if not, and fails
+# clearly if they are still missing.
 
 PYTHON ?= python3
 COMMA := ,
@@ -33,13 +41,32 @@ SERVE_ARGS ?=
 PYTEST_ARGS ?=
 BURST_ARGS ?=
 EMBEDDINGS_ARGS ?=
+# GPU backend of the llama-cpp-python build: empty (CPU only), cuda, vulkan or metal.
+GPU ?=
+GPU_CMAKE_ARGS_cuda := -DGGML_CUDA=ON
+GPU_CMAKE_ARGS_vulkan := -DGGML_VULKAN=ON
+GPU_CMAKE_ARGS_metal := -DGGML_METAL=ON
+ifneq ($(GPU),)
+ifeq ($(GPU_CMAKE_ARGS_$(GPU)),)
+$(error GPU=$(GPU) is not one of: cuda vulkan metal)
+endif
+endif
+# CMAKE_ARGS from the environment come last, so they can override these.
+LLAMA_CMAKE_ARGS := -DGGML_RPC=ON $(GPU_CMAKE_ARGS_$(GPU)) $(CMAKE_ARGS)
+LLAMA_PIN := $(shell sed -n 's/^ *"\(llama-cpp-python==[^"]*\)".*/\1/p' pyproject.toml | head -n1)
 
 # pip install of the project; $(1) = extras, $(2) = stamps to write (any
 # older stamps are removed: they belong to another pyproject.toml).
 define install
 	@test -x $(BIN)/python || { echo "creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
 	$(BIN)/python -m pip install --upgrade pip
-	CMAKE_BUILD_PARALLEL_LEVEL=$(NPROC) $(BIN)/python -m pip install -e '.[$(1)]'
+	CMAKE_ARGS='$(LLAMA_CMAKE_ARGS)' CMAKE_BUILD_PARALLEL_LEVEL=$(NPROC) $(BIN)/python -m pip install -e '.[$(1)]'
+	@$(BIN)/python -m skippy.engine.runtime.backends rpc $(GPU) || { \
+	  echo "llama-cpp-python lacks a backend (a cached wheel built with other CMAKE_ARGS?): rebuilding $(LLAMA_PIN) without pip's cache"; \
+	  CMAKE_ARGS='$(LLAMA_CMAKE_ARGS)' CMAKE_BUILD_PARALLEL_LEVEL=$(NPROC) $(BIN)/python -m pip install \
+	    --force-reinstall --no-deps --no-cache-dir --no-binary llama-cpp-python '$(LLAMA_PIN)' && \
+	  $(BIN)/python -m skippy.engine.runtime.backends rpc $(GPU); } || { \
+	  echo "error: llama-cpp-python was built without the backends above (CMAKE_ARGS='$(LLAMA_CMAKE_ARGS)')" >&2; exit 1; }
 	@rm -f $(VENV)/.stamp-*
 	@touch $(2)
 endef

@@ -372,6 +372,50 @@ def run(name: str, models_dirs: tuple[str, ...], system: str | None, max_tokens:
         sys.exit(130)
 
 
+@main.command(name="rpc-worker")
+@click.option("--host", "-H", default="127.0.0.1", show_default=True, metavar="ADDRESS",
+              help="Address to listen on. llama.cpp's RPC protocol has no authentication or encryption: keep "
+                   "the loopback default, or bind an address of a trusted network only.")
+@click.option("--port", "-p", default=50052, show_default=True, type=click.IntRange(1, 65535),
+              help="TCP port to listen on (llama.cpp rpc-server's default).")
+@click.option("--threads", "-t", default=None, type=click.IntRange(1), help="CPU threads  [default: all cores]")
+@click.option("--device", "-d", default=None, metavar="DEV1,DEV2",
+              help="Devices to serve, by llama.cpp name  [default: every GPU, else the CPU]")
+@click.option("--cache", is_flag=True, default=False,
+              help="Keep received tensors in a local file cache ($SKIPPY_HOME/rpc-cache; llama.cpp rpc-server's "
+                   "-c): a server that loads the same model again sends hashes instead of the weights.")
+def rpc_worker(host: str, port: int, threads: int | None, device: str | None, cache: bool) -> None:
+    """Serve this machine's CPU (or GPU) to 'skippy serve --rpc HOST:PORT' (llama.cpp's RPC server).
+
+    It runs llama.cpp's ggml_backend_rpc_start_server, as llama.cpp's rpc-server program does,
+    until it is stopped (SIGINT/SIGTERM). One server uses a worker at a time. The worker must
+    come from the same llama.cpp as the server (the protocol version is checked at start-up).
+    """
+    import signal
+
+    from skippy.engine.runtime.backends import parse_devices, parse_endpoint, serve_rpc_worker
+    from skippy.models import skippy_home
+
+    try:
+        parse_endpoint(f"{host}:{port}")
+        devices = parse_devices(device)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    if host not in ("127.0.0.1", "localhost"):
+        click.echo(f"warning: listening on {host}: llama.cpp's RPC protocol has no authentication; anyone who "
+                   "reaches this port can run code on this machine's devices. Use a trusted network only.", err=True)
+    cache_dir = None
+    if cache:
+        cache_dir = str(skippy_home() / "rpc-cache")
+        Path(cache_dir).mkdir(parents=True, exist_ok=True)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # the server loop is in C: let Ctrl-C end the process
+    try:
+        serve_rpc_worker(host, port, threads=threads, device_names=devices, cache_dir=cache_dir)
+    except (RuntimeError, ValueError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+
+
 def _opt(name: str, *aliases: str, **kw):
     """A ``serve`` option that also reads ``SKIPPY_<NAME>`` from the environment (``aliases``: more names,
     such as llama-server's ``-m`` for ``--model``)."""
@@ -494,16 +538,10 @@ def _split_hosts(ctx: click.Context, param: click.Parameter, values: tuple[str, 
     return tuple(dict.fromkeys(hosts))
 
 
-def _gpu_layers(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
-    if value:
-        raise click.BadParameter(f"{value} layers: skippy runs llama.cpp on the CPU only for now (GPU offload is "
-                                 "not built yet); leave -ngl out or give 0", ctx=ctx, param=param)
-    return value
-
-
 LLAMA_SERVER_NOTE = ("skippy serve takes llama-server's flags -m, -c/--ctx-size, -np, -t, -fa, --host, --port, "
                      "--api-key, --api-key-file, --chat-template-file, --jinja, --metrics, --slots, --no-webui, "
-                     "--ssl-key-file, --ssl-cert-file and refuses the others rather than ignore them; "
+                     "-ngl, -sm, -mg, -ts, -dev, --rpc, --ssl-key-file, --ssl-cert-file and refuses the others "
+                     "rather than ignore them; "
                      "see 'skippy serve --help'")
 
 
@@ -577,8 +615,7 @@ def _serve_options(fn: F) -> F:
              help="llama-server's -c: total context of all slots in tokens; each sequence gets "
                   "ctx-size / parallel (exclusive with --n-ctx, which is per sequence)."),
         "parallel", "threads", "flash_attn", "cache_type_k", "cache_type_v", "kv_unified", "swa_full",
-        _opt("--n-gpu-layers", "-ngl", "--gpu-layers", default=None, type=click.IntRange(0), callback=_gpu_layers,
-             help="llama-server's -ngl, accepted as 0 only: skippy runs llama.cpp on the CPU."),
+        "n_gpu_layers", "split_mode", "main_gpu", "tensor_split", "device", "rpc",
         _opt("--chat-template", "--chat-template-file", default=None, metavar="NAME|FILE", callback=_read_template,
              help="Chat template overriding the model's: a jinja2 file, or one of llama.cpp's built-in template "
                   "names (chatml, llama3, mistral-v7, gemma, phi3, command-r, deepseek3, ...)."),
@@ -666,7 +703,6 @@ def _context_per_sequence(ctx: click.Context, ctx_size: int | None, options: dic
 @_serve_options
 @friendly_errors
 def serve(model: str, alias: tuple[str, ...], host: tuple[str, ...], port: int, ctx_size: int | None,
-          n_gpu_layers: int | None,
           chat_template: str | None, chat_template_kwargs: dict, jinja: bool, log_level: str, log_format: str,
           log_file: str | None, api_key: tuple[str, ...], api_key_file: str | None, cors_origins: tuple[str, ...],
           no_webui: bool, **options: Any) -> None:

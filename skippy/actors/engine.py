@@ -453,7 +453,8 @@ class Engine:
         ``hooks_default_on``, ``signals`` (``window`` in tokens, ``high_entropy_threshold`` in nats), and
         ``embeddings`` (``/v1/embeddings`` answers: started with ``embeddings`` and a pooling that gives
         vectors), ``pooling`` (the embedding context's pooling type; ``None`` without ``embeddings``) and
-        ``n_embd`` (the vector size)."""
+        ``n_embd`` (the vector size), and llama.cpp's ``backends``, ``devices`` and the model's ``offload``
+        (:attr:`~skippy.engine.runtime.base.ModelMeta.devices`)."""
         tmpl = self.renderer.template
         caps = attrs.asdict(tmpl.caps)
         caps["requires_alternation"] = tmpl.requires_alternation
@@ -479,6 +480,7 @@ class Engine:
             "hooks_default_on": self.config.hooks_default_on,
             "signals": {"window": self.config.signal_window,
                         "high_entropy_threshold": self.config.high_entropy_threshold},
+            **(self.meta.devices or {}),
         }
 
     @property
@@ -489,6 +491,12 @@ class Engine:
         if self.config.chat_template:
             return "--chat-template"
         return "gguf" if self.meta.chat_template else "fallback:chatml"
+
+    def device_problem(self) -> str | None:
+        """Why the model can no longer run (an RPC worker holding layers is gone), else None; the runtime's
+        ``device_problem`` (runtimes without one have none). ``/health`` answers 503 with it."""
+        check = getattr(self.runtime, "device_problem", None)
+        return check() if check is not None else None
 
     def stats(self) -> dict[str, int]:
         """Slots and queue, llama-server ``/health``-style counts."""
@@ -934,7 +942,9 @@ def load_runtime(config: EngineConfig) -> Runtime:
                         n_threads=config.threads, flash_attn=config.flash_attn, type_k=config.cache_type_k,
                         type_v=config.cache_type_v, kv_unified=config.kv_unified, swa_full=config.swa_full,
                         name=config.model_name or None, verbose=config.verbose, embeddings=config.embeddings,
-                        pooling=config.pooling, embeddings_batch=config.embeddings_batch)
+                        pooling=config.pooling, embeddings_batch=config.embeddings_batch,
+                        n_gpu_layers=config.n_gpu_layers, split_mode=config.split_mode, main_gpu=config.main_gpu,
+                        tensor_split=config.tensor_split, devices=config.device, rpc=config.rpc)
 
 
 @asynccontextmanager

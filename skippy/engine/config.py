@@ -210,6 +210,37 @@ def _n_batch_fits(inst: Any, attr: attrs.Attribute, value: int) -> None:
 
 FLASH_ATTN_CHOICES = ("on", "off", "auto")
 
+#: ``split_mode`` values (llama-server's ``--split-mode``; its experimental ``tensor`` is left out)
+SPLIT_MODE_CHOICES = ("none", "layer", "row")
+
+
+def _parsed(name: str, parser: str) -> Any:
+    """A converter running ``skippy.engine.runtime.backends.<parser>`` (str or sequence -> tuple), whose
+    ``ValueError`` names the field; the same function is the field's validator, so the ``skippy serve``
+    flag (a str, checked before conversion) and an embedder's tuple are checked by the same code."""
+
+    def convert(value: Any) -> Any:
+        from skippy.engine.runtime import backends
+
+        try:
+            return getattr(backends, parser)(value)
+        except ValueError as exc:
+            raise ValueError(f"{name}: {exc}") from None
+
+    return convert
+
+
+def _check(convert: Any) -> Any:
+    def check(inst: Any, attr: attrs.Attribute, value: Any) -> None:
+        convert(value)
+
+    return check
+
+
+_tensor_split = _parsed("tensor_split", "parse_tensor_split")
+_devices = _parsed("device", "parse_devices")
+_rpc = _parsed("rpc", "parse_rpc")
+
 #: ``pooling`` values (llama-server's ``--pooling``; ``model``: the GGUF's ``<arch>.pooling_type``)
 POOLING_CHOICES = ("model", "mean", "cls", "last", "none")
 
@@ -296,6 +327,33 @@ class EngineConfig:
                                   "--swa-full; Gemma 2/3...): every cached prefix can be reused, at the memory of "
                                   "a full cache. Off: those layers keep about the window (512 on Gemma 3), and a "
                                   "prefix whose window they no longer hold is prefilled again.")
+    n_gpu_layers: int | None = setting(None, check=IntRange(-1, optional=True), aliases=("-ngl", "--gpu-layers"),
+                                       metavar="N", show_default=False,
+                                       help="Layers to offload to the GPU and RPC devices (llama-server's -ngl); "
+                                            "-1 or more than the model has: all [default: all when a GPU or RPC "
+                                            "device is in use, else 0]. Without one it is ignored, as in "
+                                            "llama-server.")
+    split_mode: str = setting("layer", check=OneOf(SPLIT_MODE_CHOICES), aliases=("-sm",),
+                              help="How the model is split over several devices (llama-server's --split-mode): "
+                                   "none (the --main-gpu device only), layer (layers and KV), row (weight rows).")
+    main_gpu: int = setting(0, check=IntRange(0), aliases=("-mg",),
+                            help="Index of the device used alone with --split-mode none, or for intermediate "
+                                 "results and KV with row (llama-server's --main-gpu).")
+    tensor_split: tuple[float, ...] = setting(None, check=_check(_tensor_split), converter=_tensor_split,
+                                              aliases=("-ts",), metavar="N0,N1,...", show_default=False,
+                                              help="Proportion of the model for each device, e.g. 3,1 "
+                                                   "(llama-server's --tensor-split) [default: by free memory].")
+    device: tuple[str, ...] = setting(None, check=_check(_devices), converter=_devices, aliases=("-dev",),
+                                      metavar="DEV1,DEV2|none", show_default=False,
+                                      help="Devices to offload to, by llama.cpp name (CUDA0, Vulkan0, RPC0...; "
+                                           "/props lists them), or none (llama-server's --device) [default: every "
+                                           "GPU and RPC device].")
+    rpc: tuple[str, ...] = setting(None, check=_check(_rpc), converter=_rpc, metavar="HOST:PORT,...",
+                                   show_default=False,
+                                   help="llama.cpp RPC workers (skippy rpc-worker) whose devices hold layers of "
+                                        "the model (llama-server's --rpc); a worker that does not answer is a "
+                                        "start-up error. The protocol has no authentication: trusted networks "
+                                        "only.")
     chat_template: str | None = setting(None, check=IsText(), flag=False,
                                         help="Jinja2 chat template text overriding the model's (skippy serve "
                                              "--chat-template reads it from a file).")

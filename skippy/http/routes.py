@@ -576,6 +576,8 @@ async def health() -> Response:
         return error_response(503, app.state.load_error or "Loading model", "unavailable_error", code="model_loading")
     if app.lifecycle.draining:
         return engine_error_response(ShuttingDown("the server is shutting down"))
+    if problem := app.state.engine.device_problem():  # an RPC worker is gone: a supervisor must restart the set
+        return error_response(503, problem, "unavailable_error", code="device_lost")
     stats = app.state.engine.stats()
     return json_response(wire.Health(**stats))
 

@@ -42,7 +42,12 @@ BEFORE = [
      "[env var: SKIPPY_CACHE_TYPE_V; default: f16]", "f16"),
     ("--kv-unified", "[env var: SKIPPY_KV_UNIFIED]", False),
     ("--swa-full", "[env var: SKIPPY_SWA_FULL]", False),
-    ("-ngl, --n-gpu-layers, --gpu-layers INTEGER RANGE", "[env var: SKIPPY_N_GPU_LAYERS; x>=0]", None),
+    ("-ngl, --n-gpu-layers, --gpu-layers N", "[env var: SKIPPY_N_GPU_LAYERS; x>=-1]", None),
+    ("-sm, --split-mode [none|layer|row]", "[env var: SKIPPY_SPLIT_MODE; default: layer]", "layer"),
+    ("-mg, --main-gpu INTEGER RANGE", "[env var: SKIPPY_MAIN_GPU; default: 0; x>=0]", 0),
+    ("-ts, --tensor-split N0,N1,...", "[env var: SKIPPY_TENSOR_SPLIT]", None),
+    ("-dev, --device DEV1,DEV2|none", "[env var: SKIPPY_DEVICE]", None),
+    ("--rpc HOST:PORT,...", "[env var: SKIPPY_RPC]", None),
     ("--chat-template, --chat-template-file NAME|FILE", "[env var: SKIPPY_CHAT_TEMPLATE]", None),
     ("--chat-template-kwargs JSON", "[env var: SKIPPY_CHAT_TEMPLATE_KWARGS]", None),
     ("--jinja", "[env var: SKIPPY_JINJA]", False),
@@ -123,7 +128,7 @@ def test_options_are_generated_from_the_settings_fields() -> None:
     # the explicit adapters: not one settings field as it stands
     assert sorted(by_name) == ["alias", "api_key", "api_key_file", "chat_template", "chat_template_kwargs",
                                "cors_origins", "ctx_size", "host", "jinja", "log_file", "log_format", "log_level",
-                               "model", "n_gpu_layers", "no_webui", "port"]
+                               "model", "no_webui", "port"]
 
 
 def test_readme_flags_table_matches_the_options() -> None:
@@ -154,7 +159,8 @@ def test_readme_flags_table_matches_the_options() -> None:
             assert all(f"`{d}`" in default for d in p.default), p.opts
         else:
             assert _default(p) is None, p.opts
-            assert default.startswith(("none", "all cores", "the GGUF's")), p.opts
+            assert default.startswith(("none", "all cores", "the GGUF's", "all layers", "by free memory",
+                                       "every GPU")), p.opts
     assert not rows, rows  # the README names no flag that does not exist
 
 
@@ -264,6 +270,39 @@ def test_a_quantized_v_cache_without_flash_attention_is_one_error_line(args: lis
     assert not serve_recorder  # nothing started
 
 
+def test_offload_flags_reach_the_engine(serve_recorder: list) -> None:
+    config, *_ = _run([], calls=serve_recorder)  # defaults: llama.cpp's (all layers, which is none without a device)
+    assert (config.n_gpu_layers, config.split_mode, config.main_gpu) == (None, "layer", 0)
+    assert (config.tensor_split, config.device, config.rpc) == ((), (), ())
+    config, *_ = _run(["-ngl", "99", "-sm", "row", "-mg", "1", "-ts", "3,1", "-dev", "CUDA0,CUDA1", "--rpc",
+                       "127.0.0.1:50052, worker-2:50053"], calls=serve_recorder)  # llama-server's names
+    assert (config.n_gpu_layers, config.split_mode, config.main_gpu) == (99, "row", 1)
+    assert config.tensor_split == (3.0, 1.0) and config.device == ("CUDA0", "CUDA1")
+    assert config.rpc == ("127.0.0.1:50052", "worker-2:50053")
+    config, *_ = _run(["--n-gpu-layers", "-1", "--device", "none"],
+                      {"SKIPPY_RPC": "10.0.0.2:50052", "SKIPPY_TENSOR_SPLIT": "1/2"}, serve_recorder)
+    assert (config.n_gpu_layers, config.device, config.rpc, config.tensor_split) == (
+        -1, ("none",), ("10.0.0.2:50052",), (1.0, 2.0))
+
+
+@pytest.mark.parametrize("args,where,message", [
+    (["-ngl", "-2"], "-ngl", "x>=-1"),
+    (["--split-mode", "tensor"], "--split-mode", "'none', 'layer', 'row'"),
+    (["--main-gpu", "-1"], "--main-gpu", "x>=0"),
+    (["--tensor-split", "3,x"], "--tensor-split", "'x' is not a number"),
+    (["-ts", "0,0"], "-ts", "at least one proportion must be > 0"),
+    (["--device", "none,CUDA0"], "--device", "'none' (no offload) goes alone"),
+    (["--rpc", "127.0.0.1"], "--rpc", "'127.0.0.1' is not HOST:PORT"),
+    (["--rpc", "[::1]:50052"], "--rpc", "is not HOST:PORT"),
+    (["--rpc", "host:70000"], "--rpc", "port 1-65535"),
+])
+def test_a_bad_offload_flag_is_a_usage_error(args: list[str], where: str, message: str,
+                                             serve_recorder: list) -> None:
+    result = CliRunner().invoke(main, ["serve", *args])
+    assert result.exit_code == 2 and where in result.output and message in result.output, result.output
+    assert not serve_recorder
+
+
 def test_alias_n_ctx_zero_and_http_compat_flags(serve_recorder: list) -> None:
     config, _, _, settings = _run(["--alias", "gpt-4o", "--alias", "local", "--n-ctx", "0", "--strict-fields",
                                    "--sse-ping-interval", "2.5"], None, serve_recorder)
@@ -321,7 +360,6 @@ def test_a_llama_server_command_line_works_as_it_is(serve_recorder: list, tmp_pa
 @pytest.mark.parametrize("args,message", [
     (["-c", "8192", "--n-ctx", "1024"], "not both"),
     (["-c", "64", "-np", "8"], "leaves 8 per sequence"),
-    (["-ngl", "99"], "CPU only"),
     (["--ssl-key-file", "key.pem"], "--ssl-key-file and --ssl-cert-file go together"),
 ])
 def test_llama_server_flags_that_cannot_work_are_usage_errors(args: list[str], message: str,

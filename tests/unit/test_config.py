@@ -29,6 +29,12 @@ ENGINE = {
     "cache_type_v": (["q2_k", "", None], ["f16", "q8_0", "q4_0", "bf16", "f32"], "'f16', 'bf16'"),
     "kv_unified": (["yes", 1, None], [True, False], None),
     "swa_full": (["yes", 1, None], [True, False], None),
+    "n_gpu_layers": ([-2, 1.5, "99", True], [None, -1, 0, 999], "x>=-1"),
+    "split_mode": (["tensor", "ROW", None], ["none", "layer", "row"], "'none', 'layer', 'row'"),
+    "main_gpu": ([-1, 1.0, None], [0, 7], "x>=0"),
+    "tensor_split": (["3,x", [1, -1], "0,0", [math.nan]], [None, (), "3,1", [1, 0.5], "1/2"], None),
+    "device": (["none,CUDA0", ("none", "RPC0")], [None, (), "none", "CUDA0,RPC1", ["Vulkan0"]], None),
+    "rpc": (["localhost", "h:0", "h:x", ["::1:50052"]], [None, (), "127.0.0.1:50052,h:1", ["h:65535"]], None),
     "chat_template": ([b"{{ x }}", 1], [None, "", "{{ messages }}"], None),
     "n_batch": ([7, 0, 512.0], [8, 4096], None),  # with the default parallel=8: n_batch >= parallel
     "step_tokens": ([7, 513, 0], [8, 512], "8<=x<=512"),

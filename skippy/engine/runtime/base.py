@@ -114,6 +114,9 @@ class ModelMeta:
     full-size cache (llama.cpp ``swa_full``); otherwise llama.cpp overwrites their cells once they
     fall out of the window, so a trimmed sequence may no longer serve a prefix
     (:meth:`Runtime.seq_pos_min` tells).
+    ``devices``: what ``/props`` reports about llama.cpp's backends and the model's offload, keys
+    ``backends`` (names), ``devices`` (every device found at load) and ``offload`` (the devices the
+    layers went to, layers offloaded, split settings, RPC workers); ``None`` when the runtime does not say.
     """
 
     name: str
@@ -137,6 +140,7 @@ class ModelMeta:
     embeddings: EmbeddingInfo | None = None
     n_swa: int = 0
     swa_full: bool = False
+    devices: dict | None = None
 
     @property
     def is_swa(self) -> bool:

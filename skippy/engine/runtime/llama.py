@@ -26,6 +26,7 @@ from collections.abc import Sequence
 import llama_cpp
 import numpy as np
 
+from skippy.engine.runtime.backends import SPLIT_MODES, plan_offload, rpc_connections_alive
 from skippy.engine.runtime.base import BatchEntry, EmbeddingInfo, FimTokens, KVCacheInfo, ModelMeta
 from skippy.engine.sampling.params import SamplingParams
 from skippy.engine.sampling.vector import SeqSampler, sample_rows, vectorizable
@@ -299,13 +300,20 @@ class LlamaRuntime:
     ``flash_attn`` or cache type, or a quantized ``type_v`` with
     ``flash_attn="off"`` (llama.cpp refuses it), before loading anything.
     Logs the KV cache size at start-up (total and per sequence, MiB), as llama-server does.
+    ``n_gpu_layers``, ``split_mode``, ``main_gpu``, ``tensor_split``, ``devices`` and ``rpc`` are
+    llama-server's ``-ngl``, ``--split-mode``, ``--main-gpu``, ``--tensor-split``, ``--device`` and
+    ``--rpc`` (:func:`~skippy.engine.runtime.backends.plan_offload`, which raises ``ValueError`` for a
+    device this build lacks and ``ConnectionError`` for an RPC worker that does not answer, before
+    loading); ``meta.devices`` reports the backends, the devices and the offload.
     """
 
     def __init__(self, path: str, *, n_ctx_seq: int = 2048, n_seq_max: int = 16, n_batch: int = 512,
                  n_threads: int | None = None, flash_attn: str = "auto", type_k: str = "f16",
                  type_v: str = "f16", kv_unified: bool = False, swa_full: bool = False, name: str | None = None,
                  verbose: bool = False, vector_sampling: bool = True, embeddings: bool = False,
-                 pooling: str = "model", embeddings_batch: int = 512) -> None:
+                 pooling: str = "model", embeddings_batch: int = 512, n_gpu_layers: int | None = None,
+                 split_mode: str = "layer", main_gpu: int = 0, tensor_split: Sequence[float] = (),
+                 devices: Sequence[str] = (), rpc: Sequence[str] = ()) -> None:
         # before loading: a refused argument must not leak the model
         if pooling not in POOLING:
             raise ValueError(f"pooling must be one of {sorted(POOLING)}, not {pooling!r}")
@@ -319,7 +327,20 @@ class LlamaRuntime:
         if flash_attn == "off" and _ggml_base().ggml_is_quantized(CACHE_TYPES[type_v]):
             raise ValueError(f"a quantized V cache ({type_v}) needs flash attention (auto or on)")
         _init_backend(verbose)
+        offload = plan_offload(n_gpu_layers=n_gpu_layers, split_mode=split_mode, main_gpu=main_gpu,
+                               tensor_split=tensor_split, device_names=devices, rpc=rpc)
+        self._rpc = offload.rpc
         mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = offload.n_gpu_layers
+        mparams.split_mode = SPLIT_MODES[offload.split_mode]
+        mparams.main_gpu = offload.main_gpu
+        if offload.tensor_split:  # llama.cpp reads llama_max_devices() floats
+            n_max = llama_cpp.llama_max_devices()
+            split = (ctypes.c_float * n_max)(*offload.tensor_split[:n_max])
+            mparams.tensor_split = split
+        if offload.explicit:  # --device: a NULL-terminated list (only NULL: no offload)
+            devs = (ctypes.c_void_p * (len(offload.requested) + 1))(*[d.handle for d in offload.requested], None)
+            mparams.devices = ctypes.cast(devs, ctypes.c_void_p)
         self._model = llama_cpp.llama_model_load_from_file(path.encode(), mparams)
         if not self._model:
             raise RuntimeError(f"llama.cpp could not load model {path!r}")
@@ -390,6 +411,8 @@ class LlamaRuntime:
             fim=FimTokens(*(int(getattr(llama_cpp, f"llama_vocab_fim_{k}")(vocab))
                             for k in ("pre", "suf", "mid", "pad", "rep", "sep"))),
             n_embd=llama_cpp.llama_model_n_embd_out(self._model),
+            devices={"backends": list(offload.backends), "devices": [d.as_dict() for d in offload.found],
+                     "offload": offload.as_dict(llama_cpp.llama_model_n_layer(self._model))},
             embeddings=self._embedding_context(cparams, pooling, embeddings_batch, n_ctx_train) if embeddings
             else None,
         )
@@ -783,7 +806,29 @@ class LlamaRuntime:
             return 0, []
         return int(n), list(arr[: count.value])
 
+    def device_problem(self) -> str | None:
+        """Why the model can no longer run, else None: an RPC worker holding some of its layers is gone
+        (:func:`~skippy.engine.runtime.backends.rpc_connections_alive`; no byte is sent to it).
+
+        llama.cpp cannot lose a worker: its RPC client aborts the whole process
+        (``GGML_ABORT("Remote RPC server crashed or returned malformed response")``) at the next
+        call that needs the worker, and the layers the worker held are gone. Callers report this
+        (``/health`` answers 503) so that a supervisor restarts the set.
+        """
+        if not self._rpc:
+            return None
+        lost = [e for e, alive in rpc_connections_alive(self._rpc).items() if not alive]
+        if lost:
+            return (f"lost the llama.cpp RPC worker{'s' if len(lost) > 1 else ''} {', '.join(lost)} holding layers "
+                    "of the model: restart the workers and this server")
+        return None
+
     def close(self) -> None:
+        if self._rpc and self._ctx and self.device_problem():
+            # freeing RPC buffers talks to the workers; llama.cpp aborts when one is gone: leave them to the OS
+            log.warning("not freeing the model: %s", self.device_problem())
+            self._ctx = None
+            return
         if self._embd_ctx is not None:
             llama_cpp.llama_batch_free(self._embd_batch)
             llama_cpp.llama_free(self._embd_ctx)
