@@ -74,6 +74,18 @@ class ModelLoading(EngineError):
     code = "model_loading"
 
 
+class DeviceLost(EngineError):
+    """503: a device holding layers of the model is gone (an RPC worker stopped); the server cannot recover.
+
+    llama.cpp aborts the process when it next needs the worker, so requests are refused before they
+    reach it, and ``/health`` answers 503 so that a supervisor restarts the workers and the server.
+    """
+
+    status = 503
+    type = "unavailable_error"
+    code = "device_lost"
+
+
 class EngineClosed(EngineError):
     """503: the engine is shutting down or has stopped."""
 

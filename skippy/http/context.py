@@ -28,7 +28,7 @@ from quart_trio.wrappers.request import TrioRequest
 
 from skippy.actors.engine import Engine, RequestTrace
 from skippy.engine.api.responses import ResponseStore
-from skippy.engine.errors import EngineError, ModelLoading
+from skippy.engine.errors import DeviceLost, EngineError, ModelLoading
 from skippy.http.settings import ServerSettings
 
 EXTENSION = "skippy"  # the key of :class:`Shared` in ``app.extensions``
@@ -143,9 +143,12 @@ class Shared:
 
     def engine(self) -> Engine:
         """The loaded engine; raises :class:`~skippy.engine.errors.ModelLoading` (503) while it loads
-        (or with the load error if loading failed)."""
+        (or with the load error if loading failed), :class:`~skippy.engine.errors.DeviceLost` (503) once an
+        RPC worker holding layers of the model is gone."""
         if self.state.engine is None:
             raise ModelLoading(self.state.load_error or "the model is still loading; retry shortly")
+        if problem := self.state.engine.device_problem():  # llama.cpp would abort the process on this request
+            raise DeviceLost(problem)
         return self.state.engine
 
     def stopped(self) -> EngineError:

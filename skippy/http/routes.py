@@ -34,7 +34,7 @@ from skippy.engine.anthropic import translate as anthropic
 from skippy.engine.anthropic import wire as anthropic_wire
 from skippy.engine.anthropic.types import CountTokensRequest, MessagesRequest
 from skippy.engine.api import responses as rapi
-from skippy.engine.errors import EngineError, InvalidRequest, NotSupported
+from skippy.engine.errors import DeviceLost, EngineError, InvalidRequest, NotSupported
 from skippy.engine.output import wire
 from skippy.engine.types import (
     ApplyTemplateRequest,
@@ -577,7 +577,7 @@ async def health() -> Response:
     if app.lifecycle.draining:
         return engine_error_response(ShuttingDown("the server is shutting down"))
     if problem := app.state.engine.device_problem():  # an RPC worker is gone: a supervisor must restart the set
-        return error_response(503, problem, "unavailable_error", code="device_lost")
+        return engine_error_response(DeviceLost(problem))
     stats = app.state.engine.stats()
     return json_response(wire.Health(**stats))
 

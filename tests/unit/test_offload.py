@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import threading
 from collections.abc import Iterator
@@ -76,7 +77,7 @@ def test_a_gpu_device_on_a_build_without_one_is_a_clear_error() -> None:
     with pytest.raises(ValueError) as err:
         be.plan_offload(device_names=("CUDA0",))
     assert "device 'CUDA0': no such device" in str(err.value)
-    assert "backends CPU" in str(err.value) and "rebuild with GPU=cuda" in str(err.value)
+    assert re.search(r"the backends [A-Za-z, ]*CPU", str(err.value)) and "rebuild with GPU=cuda" in str(err.value)
     with pytest.raises(ValueError, match="the CPU is no offload device"):
         be.plan_offload(device_names=("CPU",))
 

@@ -91,7 +91,7 @@ def ggml() -> ctypes.CDLL:
             from llama_cpp._ctypes_extensions import load_shared_library
 
             llama_cpp.llama_backend_init()
-            lib = load_shared_library("ggml", Path(llama_cpp.__file__).parent / "lib")
+            lib = _loaded_ggml(Path(llama_cpp.__file__).parent / "lib", load_shared_library)
             p, sz = ctypes.c_void_p, ctypes.c_size_t
             for fn, args, res in [
                 ("ggml_backend_reg_count", [], sz), ("ggml_backend_reg_get", [sz], p),
@@ -108,6 +108,19 @@ def ggml() -> ctypes.CDLL:
                 f.argtypes, f.restype = args, res
             _ggml = lib
         return _ggml
+
+
+def _loaded_ggml(lib_dir: Path, load_shared_library: Any) -> ctypes.CDLL:
+    """The ``libggml`` that libllama itself uses, by its soname (``libggml.so.0``, ``libggml.0.dylib``).
+
+    A wheel holds no symlinks: ``libggml.so`` and ``libggml.so.0`` are two copies of one library,
+    and loading the first (as ``llama_cpp._ggml`` does) maps a second registry of backends that
+    libllama never sees (RPC devices added there are never used).
+    """
+    for name in ("libggml.so.0", "libggml.0.dylib"):
+        if (lib_dir / name).exists():
+            return ctypes.CDLL(str(lib_dir / name))
+    return load_shared_library("ggml", lib_dir)
 
 
 @attrs.frozen
