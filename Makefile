@@ -15,6 +15,8 @@
 #   make bench   run the decode benchmark, skippy vs raw llama.cpp and llama-server (installs the bench extras)
 #   make bench-burst  c256 connect burst, skippy vs llama-server and llama-cpp-python's server
 #                (BURST_ARGS="--quick ...")
+#   make bench-scaleout  c64 burst: 1 replica vs 2 behind deploy/haproxy.cfg, and single-stream tok/s of
+#                a model split over 2 skippy rpc-worker processes vs local (needs haproxy; SCALEOUT_ARGS="--quick")
 #   make bench-embeddings  /v1/embeddings inputs/s vs llama-cpp-python's create_embedding, and the ITL of
 #                running streams beside embedding batches (EMBEDDINGS_ARGS="--reps 1 ...")
 #
@@ -41,6 +43,7 @@ SERVE_ARGS ?=
 PYTEST_ARGS ?=
 BURST_ARGS ?=
 EMBEDDINGS_ARGS ?=
+SCALEOUT_ARGS ?=
 # GPU backend of the llama-cpp-python build: empty (CPU only), cuda, vulkan or metal.
 GPU ?=
 GPU_CMAKE_ARGS_cuda := -DGGML_CUDA=ON
@@ -71,7 +74,7 @@ define install
 	@touch $(2)
 endef
 
-.PHONY: venv venv-bench pull run lint test bench bench-burst bench-peer bench-embeddings
+.PHONY: venv venv-bench pull run lint test bench bench-burst bench-peer bench-embeddings bench-scaleout
 
 venv: $(STAMP_TEST)
 
@@ -112,3 +115,6 @@ bench-burst: venv-bench pull bench-peer
 
 bench-embeddings: venv-bench pull
 	$(BIN)/python bench/bench_embeddings.py $(EMBEDDINGS_ARGS)
+
+bench-scaleout: venv pull
+	$(BIN)/python bench/bench_scaleout.py $(SCALEOUT_ARGS)
