@@ -40,6 +40,10 @@ class SeqRequest:
     such a prompt is prefilled whole, without prefix reuse.
     ``hook_events``: report each hook decision on this sequence as a
     :class:`HookEvent` before its effect (the client asked with ``return_hook_events``).
+    ``checkpoint_at``: prompt tokens before the generation prompt (a chat's history rendered
+    without it, :attr:`~skippy.engine.chat.plan.ParsePlan.history_chars` tokenized): where the
+    scheduler saves a context checkpoint for a later turn, on models whose cache cannot be trimmed
+    (:mod:`~skippy.engine.scheduling.checkpoint`); ``None``: no boundary (a completion prompt).
     """
 
     rid: int
@@ -55,6 +59,7 @@ class SeqRequest:
     min_reuse: int = MIN_REUSE
     prompt_logprobs: int | None = None
     hook_events: bool = False
+    checkpoint_at: int | None = None
 
 
 @attrs.frozen
@@ -199,6 +204,9 @@ class SchedulerStats:
     Embeddings: ``n_embed_waiting`` (embedding requests not answered yet), ``embed_inputs_total`` /
     ``embed_tokens_total`` (inputs and their tokens embedded), ``embed_batches_total`` (batches on the
     embedding context; not in ``steps``).
+    Context checkpoints (recurrent, hybrid and sliding-window models): ``checkpoints`` held and their
+    ``checkpoint_bytes`` (gauges), ``checkpoints_saved_total`` / ``checkpoints_restored_total`` /
+    ``checkpoints_evicted_total``, and ``checkpoint_budget`` (bytes; ``None``: no limit).
     """
 
     n_slots: int
@@ -224,3 +232,9 @@ class SchedulerStats:
     embed_inputs_total: int = 0
     embed_tokens_total: int = 0
     embed_batches_total: int = 0
+    checkpoints: int = 0
+    checkpoint_bytes: int = 0
+    checkpoints_saved_total: int = 0
+    checkpoints_restored_total: int = 0
+    checkpoints_evicted_total: int = 0
+    checkpoint_budget: int | None = None
