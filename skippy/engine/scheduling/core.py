@@ -387,7 +387,7 @@ class SchedulerCore:
     there to park sequences for; ``signal_config`` is its signal window and
     firing rule. ``prefix_cache`` keeps finished sequences' KV resident and
     reuses shared prompt prefixes; it is off for recurrent and hybrid models,
-    whose KV cannot be trimmed. ``spec_ngram`` is the draft tokens per step of
+    whose KV cannot be trimmed (they reuse through context checkpoints). ``spec_ngram`` is the draft tokens per step of
     prompt-lookup speculation for requests that do not choose (0: off; a
     request's ``speculative`` overrides it; never for recurrent models).
     ``ctx_checkpoints``: context checkpoints kept per slot for recurrent, hybrid and
