@@ -77,7 +77,7 @@ from skippy.engine.sampling.native import apply_samplers, sampler_names
 from skippy.engine.sampling.params import SamplingParams, sampling_from_request
 from skippy.engine.scheduling.budget import ReasoningBudget
 from skippy.engine.scheduling.events import EmbeddingsEvent, EmbedRequest, FinishEvent, HookEvent, SeqEvent
-from skippy.engine.scheduling.prefix import MIN_REUSE, MIN_TAIL
+from skippy.engine.scheduling.prefix import MIN_REUSE, MIN_TAIL, common_prefix_len
 from skippy.engine.scheduling.spec import requested_draft
 from skippy.engine.types import (
     ChatCompletionRequest,
@@ -521,6 +521,11 @@ class Engine:
         params = await self._constrained(params, RequestConstraint(plan.grammar, plan.constraint),
                                          plan.grammar_lazy_patterns, gbnf_param="grammar" if req.grammar else "tools")
         prompt = await self.tokenizer.tokenize(rendered.prompt, add_special=True, parse_special=True)
+        checkpoint_at = None
+        if plan.history_chars is not None and req.cache_prompt:  # the history's tokens: the checkpoint boundary
+            history = await self.tokenizer.tokenize(rendered.prompt[:plan.history_chars], add_special=True,
+                                                    parse_special=True)
+            checkpoint_at = common_prefix_len(history, prompt)
         injected = 0
         if isinstance(pre, Inject):  # before_chat injection: appended to the prompt, never shown
             extra = await self.tokenizer.tokenize(pre.text, add_special=False, parse_special=False)
@@ -537,7 +542,7 @@ class Engine:
                            injected=injected, cache_key=req.prompt_cache_key, cache_prompt=req.cache_prompt,
                            min_reuse=_min_reuse(n, len(prompt)), speculative=self._speculative(req),
                            include_stop=req.include_stop_str_in_output, hook_events=req.return_hook_events,
-                           before_chat=before, reasoning_budget=budget)
+                           before_chat=before, checkpoint_at=checkpoint_at, reasoning_budget=budget)
                 for j in range(n)]
         if isinstance(pre, Stop):
             return gens, self._stopped_before(gens, ctx, pre.reason)
@@ -995,7 +1000,10 @@ async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None) -
     signal_config = SignalConfig(window=config.signal_window, high_entropy_threshold=config.high_entropy_threshold)
     scheduler = DecodeScheduler(runtime, step_tokens=config.step_tokens, max_queue=config.max_queue,
                                 hooks=evaluator.inbox if evaluator else None, signal_config=signal_config,
-                                prefix_cache=config.prefix_cache, spec_ngram=config.spec_ngram)
+                                prefix_cache=config.prefix_cache, spec_ngram=config.spec_ngram,
+                                ctx_checkpoints=config.ctx_checkpoints,
+                                checkpoint_budget=None if config.cache_ram < 0 else config.cache_ram * 2**20)
+    renderer.history_boundary = scheduler.core.checkpoints is not None  # the chat's checkpoint boundary
     try:
         async with trio.open_nursery() as nursery:
             engine = Engine(config, runtime, tokenizer, renderer, scheduler, evaluator, nursery)

@@ -24,6 +24,9 @@ observed by the request tasks:
 - ``skippy:requests_parked`` (sequences waiting for a hook verdict), ``skippy:decode_steps_total``
 - ``skippy:prefix_cache_queries_total``, ``skippy:prefix_cache_hits_total``,
   ``skippy:prefix_cache_cached_tokens_total``
+- context checkpoints (recurrent, hybrid and sliding-window models): gauges ``skippy:ctx_checkpoints``
+  and ``skippy:ctx_checkpoint_bytes`` (host memory held), counters ``skippy:ctx_checkpoints_saved_total``,
+  ``skippy:ctx_checkpoints_restored_total``, ``skippy:ctx_checkpoints_evicted_total``
 - histograms ``skippy:time_to_first_token_seconds``, ``skippy:inter_token_latency_seconds``,
   ``skippy:e2e_request_latency_seconds``, ``skippy:queue_wait_seconds`` (submission to
   admission), ``skippy:prefill_seconds`` (admission to first token)
@@ -236,6 +239,16 @@ class _EngineCollector:
                                   value=sched.prefix_hits)
         yield CounterMetricFamily("skippy:prefix_cache_cached_tokens", "Prompt tokens reused from the cache",
                                   value=sched.cached_tokens_total)
+        yield GaugeMetricFamily("skippy:ctx_checkpoints", "Context checkpoints held (recurrent, hybrid, SWA models)",
+                                value=sched.checkpoints)
+        yield GaugeMetricFamily("skippy:ctx_checkpoint_bytes", "Host memory of the context checkpoints held, bytes",
+                                value=sched.checkpoint_bytes)
+        yield CounterMetricFamily("skippy:ctx_checkpoints_saved", "Context checkpoints saved",
+                                  value=sched.checkpoints_saved_total)
+        yield CounterMetricFamily("skippy:ctx_checkpoints_restored", "Context checkpoints restored at admission",
+                                  value=sched.checkpoints_restored_total)
+        yield CounterMetricFamily("skippy:ctx_checkpoints_evicted", "Context checkpoints evicted (per slot or bytes)",
+                                  value=sched.checkpoints_evicted_total)
         yield CounterMetricFamily("skippy:spec_draft_tokens", "Speculative draft tokens verified",
                                   value=sched.spec_draft_tokens_total)
         yield CounterMetricFamily("skippy:spec_accepted_tokens", "Speculative draft tokens accepted",

@@ -60,15 +60,19 @@ class TemplateRenderer(ThreadActor[RenderChat]):
     """Renders chat prompts with the model's (or the configured, or the request's) template.
 
     ``default_kwargs``: template variables from ``--chat-template-kwargs``;
-    ``force_tool_emulation``: emulate tools even for templates that support them.
+    ``force_tool_emulation``: emulate tools even for templates that support them;
+    ``history_boundary``: also find where the conversation without its generation prompt ends
+    (:attr:`~skippy.engine.chat.plan.ParsePlan.history_chars`, a second rendering; the engine turns
+    it on when the scheduler keeps context checkpoints).
     """
 
     def __init__(self, template: PreparedTemplate, *, default_kwargs: dict[str, Any] | None = None,
-                 force_tool_emulation: bool = False, max_threads: int = 2) -> None:
+                 force_tool_emulation: bool = False, history_boundary: bool = False, max_threads: int = 2) -> None:
         super().__init__(max_threads)
         self.template = template
         self.default_kwargs = dict(default_kwargs or {})
         self.force_tool_emulation = force_tool_emulation
+        self.history_boundary = history_boundary
         bos, eos = template.template.bos_token, template.template.eos_token
         self._override = functools.lru_cache(maxsize=16)(
             lambda source: PreparedTemplate.build(source, bos_token=bos, eos_token=eos))
@@ -78,7 +82,7 @@ class TemplateRenderer(ThreadActor[RenderChat]):
         tmpl = self._override(req.chat_template) if req.chat_template else self.template
         return render_chat(tmpl, req, default_kwargs=self.default_kwargs,
                            force_tool_emulation=self.force_tool_emulation,
-                           add_generation_prompt=msg.add_generation_prompt)
+                           add_generation_prompt=msg.add_generation_prompt, history_boundary=self.history_boundary)
 
     async def render(self, request: ChatCompletionRequest, *, add_generation_prompt: bool = True) -> Rendered:
         """Render ``request``; raises :class:`InvalidRequest` (400) for bad input or template errors."""

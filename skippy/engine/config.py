@@ -282,6 +282,9 @@ class EngineConfig:
     ``cache_type_k`` / ``cache_type_v``, ``kv_unified`` and ``swa_full`` follow llama-server's
     ``--cache-type-k`` / ``--cache-type-v`` / ``--kv-unified`` / ``--swa-full``; a quantized V
     cache with ``flash_attn="off"`` raises ``ValueError`` (llama.cpp refuses it).
+    ``ctx_checkpoints`` and ``cache_ram`` (MiB) follow llama-server's ``--ctx-checkpoints`` and
+    ``--cache-ram`` (its defaults, 32 and 8192); they matter only for recurrent, hybrid and
+    sliding-window models (:mod:`skippy.engine.scheduling.checkpoint`).
     ``spec_ngram`` is vLLM's ``ngram`` speculative method
     (``num_speculative_tokens``; n-grams of 4 down to 2 tokens); output is the
     same as without it. Off by default: on 2 CPU cores a draft token costs
@@ -373,6 +376,13 @@ class EngineConfig:
                                               "supports tools.")
     prefix_cache: bool = setting(True, check=IsBool(),
                                  help="Keep finished sequences' KV cache and reuse shared prompt prefixes.")
+    ctx_checkpoints: int = setting(32, check=IntRange(0, 1024), aliases=("-ctxcp", "--swa-checkpoints"),
+                                   help="Context checkpoints kept per slot for recurrent, hybrid and sliding-window "
+                                        "models (llama-server's --ctx-checkpoints): the state saved at a chat's "
+                                        "history boundary, restored by the next turn; 0 turns them off.")
+    cache_ram: int = setting(8192, check=IntRange(-1), aliases=("-cram",), metavar="MIB",
+                             help="Host memory for context checkpoints in MiB (llama-server's --cache-ram); "
+                                  "the least recently used go first; -1: no limit, 0: none.")
     spec_ngram: int = setting(0, check=IntRange(0, 16),
                               help="Prompt-lookup speculative decoding (vLLM's ngram method): draft up to this many "
                                    "tokens per step from an earlier occurrence of the last n-gram, verified in one "

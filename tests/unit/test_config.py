@@ -42,6 +42,8 @@ ENGINE = {
     "chat_template_kwargs": ([[], None, {1: True}, "x"], [{}, {"enable_thinking": False}], None),
     "force_tool_emulation": (["yes", 1, None], [True, False], None),
     "prefix_cache": (["no", 0], [True, False], None),
+    "ctx_checkpoints": ([-1, 1025, True, 2.0], [0, 1024], "0<=x<=1024"),
+    "cache_ram": ([-2, True, 2.0, "1"], [-1, 0, 1, 100000], "x>=-1"),
     "spec_ngram": ([-1, 17, True, 2.0], [0, 16], "0<=x<=16"),
     "clamp_max_tokens": (["on", 1], [True, False], None),
     "reasoning_budget": ([-2, 1.5, "8", True], [-1, 0, 4096], "x>=-1"),

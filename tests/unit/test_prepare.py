@@ -104,3 +104,31 @@ def test_validation_names_the_field(fields: dict, param: str) -> None:
     with pytest.raises(InvalidRequest) as info:
         _render(_tmpl(), **fields)
     assert info.value.param == param
+
+
+# -- the cache boundary (issue 21): history without the generation prompt ----------------------------
+
+@pytest.mark.parametrize("name", [None, "LFM2.5-Instruct.jinja", "ibm-granite-granite-4.0.jinja",
+                                  "Qwen-Qwen3-0.6B.jinja"])
+def test_history_boundary_is_where_the_generation_prompt_starts(name: str | None) -> None:
+    """The plan records how much of the prompt is the conversation without the generation prompt, and the
+    next turn's prompt starts with that text (so a checkpoint saved there serves it); off unless asked."""
+    tmpl = _tmpl(name)
+    turn1 = [Message("system", "Be brief."), Message("user", "Name a colour.")]
+    turn2 = turn1 + [Message("assistant", "Blue."), Message("user", "Another one?")]
+    req1 = ChatCompletionRequest(messages=turn1)
+    assert render_chat(tmpl, req1).plan.history_chars is None
+    r1 = render_chat(tmpl, req1, history_boundary=True)
+    r2 = render_chat(tmpl, ChatCompletionRequest(messages=turn2), history_boundary=True)
+    k = r1.plan.history_chars
+    assert k is not None and 0 < k < len(r1.prompt) and "Name a colour." in r1.prompt[:k]
+    assert r2.prompt.startswith(r1.prompt[:k])
+    assert r2.plan.history_chars > len(r1.prompt) and "Another one?" in r2.prompt[:r2.plan.history_chars]
+    if name is None:
+        assert r1.prompt[k:] == "<|im_start|>assistant\n"
+
+
+def test_history_boundary_of_a_continued_message_ends_before_it() -> None:
+    req = ChatCompletionRequest(messages=[Message("user", "Count to three."), Message("assistant", "One, two")])
+    r = render_chat(_tmpl(), req, history_boundary=True)
+    assert r.prompt[r.plan.history_chars:] == "<|im_start|>assistant\nOne, two"

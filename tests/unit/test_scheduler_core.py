@@ -7,6 +7,8 @@ most ``n_batch`` tokens), so a wrong ``n_past``, copy or trim fails here.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -71,6 +73,8 @@ class FakeRuntime:
         self.nan_slots: set[int] = set()
         self.embed_batches: list[list[list[int]]] = []
         self._out: dict[int, int] = {}  # batch index -> slot, of the last decode
+        self.saved: list[tuple[int, int]] = []  # (slot, tokens) of each state copied out
+        self.restored: list[tuple[int, int]] = []  # (slot, tokens) of each state restored
 
     def decode(self, entries):
         assert 0 < len(entries) <= self.meta.n_batch
@@ -160,6 +164,26 @@ class FakeRuntime:
         lo = self.swa_lo[seq_id]
         return -1 if not self.kv[seq_id] or lo is None else lo
 
+    #: bytes of a fake state per token held (the budget tests count them)
+    STATE_BYTES = 8
+
+    def state_seq_get_data(self, seq_id):
+        """The sequence's state as llama.cpp would copy it: here its tokens and SWA window, serialized."""
+        assert self.kv[seq_id], "a checkpoint of an empty sequence"
+        self.saved.append((seq_id, len(self.kv[seq_id])))
+        head = json.dumps([self.kv[seq_id], self.swa_lo[seq_id]]).encode()
+        return head.ljust(self.STATE_BYTES * len(self.kv[seq_id]) + len(head), b" ")
+
+    def state_seq_set_data(self, seq_id, data):
+        tokens, lo = json.loads(data)
+        self.seq_rm(seq_id)
+        self.restored.append((seq_id, len(tokens)))
+        self.kv[seq_id] = list(tokens)
+        self.cells[seq_id] = list(range(self._next_cell, self._next_cell + len(tokens)))
+        self._next_cell += len(tokens)
+        self.swa_lo[seq_id] = lo
+        return True
+
     def seq_cp(self, src, dst, n=None):
         assert not self.kv[dst], "copy into an empty sequence"
         self.swa_lo[dst] = self.swa_lo[src] if n is None or (self.swa_lo[src] or 0) < n else None
@@ -189,11 +213,13 @@ class Clock:
 
 
 def make(n_seq_max=2, *, step_tokens=64, max_queue=8, hooks=False, prefix_cache=True, recurrent=False,
-         n_ctx_seq=256, unified=False, embeddings=None, n_swa=0, swa_full=False, spec_ngram=0):
+         n_ctx_seq=256, unified=False, embeddings=None, n_swa=0, swa_full=False, spec_ngram=0, ctx_checkpoints=0,
+         checkpoint_budget=None):
     rt = FakeRuntime(n_seq_max=n_seq_max, n_ctx_seq=n_ctx_seq, recurrent=recurrent, unified=unified,
                      embeddings=embeddings, n_swa=n_swa, swa_full=swa_full)
     core = SchedulerCore(rt, step_tokens=step_tokens, max_queue=max_queue, hooks=hooks, prefix_cache=prefix_cache,
-                         spec_ngram=spec_ngram, clock=Clock())
+                         spec_ngram=spec_ngram, ctx_checkpoints=ctx_checkpoints,
+                         checkpoint_budget=checkpoint_budget, clock=Clock())
     return rt, core
 
 
@@ -552,6 +578,145 @@ def test_swa_turns_speculation_off_unless_swa_full():
         core.plan()
         seq = core._running[1]
         assert (seq.spec is not None if expect else seq.spec is None), swa_full
+
+
+# -- context checkpoints (recurrent, hybrid and sliding-window models) -------------------
+
+H1 = list(range(100, 140))  # a conversation's history (40 tokens)
+GEN = [7, 8, 9]  # its generation prompt
+U2 = list(range(150, 160))  # the next user message
+
+
+def turns(history=H1):
+    """Turn 1 and turn 2 of a conversation, each with its boundary (the history without GEN)."""
+    t1 = list(history) + GEN
+    t2 = t1 + [60, 61] + U2 + GEN
+    return (t1, len(history)), (t2, len(t2) - len(GEN))
+
+
+def test_recurrent_saves_a_checkpoint_at_the_boundary_and_the_next_turn_restores_it():
+    rt, core = make(n_seq_max=2, recurrent=True, ctx_checkpoints=4)
+    (t1, b1), (t2, b2) = turns()
+    core.add(req(1, t1, max_tokens=2, checkpoint_at=b1))
+    out = run(rt, core)
+    assert finish_of(out, 1).cached_tokens == 0
+    # the prefill stopped at the boundary for one step; the state was copied right after it
+    assert [e.pos for e in rt.batches[0]] == list(range(b1))
+    assert rt.saved == [(0, b1)]
+    assert [c.tokens for c in core.checkpoints] == [tuple(H1)]
+    before, prefilled = len(rt.batches), core.stats().prompt_tokens_total
+    core.add(req(2, t2, max_tokens=2, checkpoint_at=b2))
+    out = run(rt, core)
+    assert finish_of(out, 2).cached_tokens == b1 and rt.restored == [(0, b1)]
+    assert rt.batches[before][0].pos == b1  # the fake checks every position follows the restored state
+    assert core.stats().prompt_tokens_total - prefilled == len(t2) - b1
+    assert rt.saved[-1] == (0, b2) and core.stats().checkpoints == 2
+    st = core.stats()
+    assert (st.checkpoints_saved_total, st.checkpoints_restored_total, st.prefix_hits) == (2, 1, 1)
+
+
+def test_a_checkpoint_is_restored_only_when_its_tokens_are_a_prefix_of_the_prompt():
+    rt, core = make(n_seq_max=1, recurrent=True, ctx_checkpoints=4)
+    (t1, b1), (t2, b2) = turns()
+    core.add(req(1, t1, max_tokens=1, checkpoint_at=b1))
+    run(rt, core)
+    for rid, edited in ((2, [99] + t2[1:]), (3, t2[:20] + [98] + t2[21:]), (4, t2[:b1 - 1] + [97] + t2[b1:])):
+        core.add(req(rid, edited, max_tokens=1))
+        assert finish_of(run(rt, core), rid).cached_tokens == 0, rid
+    assert rt.restored == []
+    core.add(req(5, t1[:b1 + MIN_TAIL - 1], max_tokens=1))  # the checkpoint would leave < MIN_TAIL tokens
+    assert finish_of(run(rt, core), 5).cached_tokens == 0 and rt.restored == []
+
+
+def test_cache_prompt_false_neither_restores_nor_saves_a_checkpoint():
+    rt, core = make(n_seq_max=1, recurrent=True, ctx_checkpoints=4)
+    (t1, b1), (t2, b2) = turns()
+    core.add(req(1, t1, max_tokens=1, checkpoint_at=b1))
+    run(rt, core)
+    before = len(rt.batches)
+    core.add(req(2, t2, max_tokens=1, checkpoint_at=b2, cache_prompt=False))
+    assert finish_of(run(rt, core), 2).cached_tokens == 0
+    assert rt.restored == [] and rt.saved == [(0, b1)]
+    assert [len(b) for b in rt.batches[before:]] == [len(t2)]  # prefilled whole, not split at b2
+
+
+def test_no_checkpoints_for_attention_models_swa_full_or_when_off():
+    for kw in ({}, {"n_swa": 16, "swa_full": True}, {"recurrent": True, "prefix_cache": False},
+               {"recurrent": True, "checkpoint_budget": 0}):
+        rt, core = make(n_seq_max=1, ctx_checkpoints=4, **kw)
+        assert core.checkpoints is None, kw
+        (t1, b1), _ = turns()
+        core.add(req(1, t1, max_tokens=1, checkpoint_at=b1))
+        run(rt, core)
+        assert rt.saved == [] and [len(b) for b in rt.batches] == [len(t1)], kw
+    rt, core = make(n_seq_max=1, recurrent=True)  # ctx_checkpoints=0
+    assert core.checkpoints is None
+
+
+def test_checkpoints_per_slot_are_bounded_oldest_first():
+    rt, core = make(n_seq_max=1, recurrent=True, ctx_checkpoints=2)
+    heads = [[200 + 10 * k + i for i in range(30)] for k in range(3)]
+    for rid, head in enumerate(heads, 1):
+        (t1, b1), _ = turns(head)
+        core.add(req(rid, t1, max_tokens=1, checkpoint_at=b1))
+        run(rt, core)
+    assert [c.tokens for c in core.checkpoints] == [tuple(heads[1]), tuple(heads[2])]
+    assert core.stats().checkpoints_evicted_total == 1
+
+
+def test_checkpoint_bytes_stay_within_the_budget_least_recently_used_first_out():
+    rt, core = make(n_seq_max=2, recurrent=True, ctx_checkpoints=64)
+    heads = [[300 + 40 * k + i for i in range(40)] for k in range(3)]
+    (a1, ba), (a2, _) = turns(heads[0])
+    core.add(req(1, a1, max_tokens=1, checkpoint_at=ba))
+    run(rt, core)
+    one = core.stats().checkpoint_bytes
+    rt, core = make(n_seq_max=2, recurrent=True, ctx_checkpoints=64, checkpoint_budget=2 * one + one // 2)
+    for rid, head in enumerate(heads[:2], 1):
+        (t1, b1), _ = turns(head)
+        core.add(req(rid, t1, max_tokens=1, checkpoint_at=b1))
+        run(rt, core)
+    core.add(req(3, a2, max_tokens=1))  # restores the first conversation's checkpoint: now most recently used
+    assert finish_of(run(rt, core), 3).cached_tokens == 40
+    (t1, b1), _ = turns(heads[2])
+    core.add(req(4, t1, max_tokens=1, checkpoint_at=b1))
+    run(rt, core)
+    assert [c.tokens for c in core.checkpoints] == [tuple(heads[0]), tuple(heads[2])]
+    st = core.stats()
+    assert st.checkpoint_bytes <= st.checkpoint_budget and st.checkpoints_evicted_total == 1
+    for rid in range(5, 55):  # 50 conversations of two turns: never over the budget
+        head = [400 + rid] + heads[rid % 3][1:]
+        (t1, b1), (t2, b2) = turns(head)
+        core.add(req(rid * 10, t1, max_tokens=1, checkpoint_at=b1))
+        core.add(req(rid * 10 + 1, t2, max_tokens=1, checkpoint_at=b2))
+        for _ in range(200):
+            assert core.stats().checkpoint_bytes <= st.checkpoint_budget
+            if step(rt, core) is None:
+                break
+    assert core.stats().checkpoints <= 2
+
+
+def test_swa_restores_a_checkpoint_when_the_window_of_the_cached_prefix_is_gone():
+    """A long reply moves the window past the prompt, so the slot keeps nothing (see above); the
+    checkpoint at the boundary still serves the next turn. The fake asserts every window is held."""
+    rt, core = make(n_seq_max=1, n_swa=SWA, ctx_checkpoints=4)
+    (t1, b1), (t2, b2) = turns()
+    core.add(req(1, t1, max_tokens=30, checkpoint_at=b1))
+    run(rt, core)
+    assert len(core.prefix) == 0 and rt.saved == [(0, b1)]
+    core.add(req(2, t2, max_tokens=1, checkpoint_at=b2))
+    assert finish_of(run(rt, core), 2).cached_tokens == b1 and rt.restored == [(0, b1)]
+    # a resident prefix that still holds its window and is longer wins over the checkpoint
+    core.add(req(3, t2 + [70, 71, 72], max_tokens=1))
+    assert finish_of(run(rt, core), 3).cached_tokens == len(t2) and rt.restored == [(0, b1)]
+
+
+def test_swa_saves_no_checkpoint_for_a_sequence_that_cannot_outgrow_the_window():
+    rt, core = make(n_seq_max=1, n_swa=64, ctx_checkpoints=4)
+    (t1, b1), _ = turns()
+    core.add(req(1, t1, max_tokens=4, checkpoint_at=b1))  # 43 + 4 <= 64
+    run(rt, core)
+    assert rt.saved == []
 
 
 def test_eviction_is_lru_and_prefers_the_same_prompt_cache_key():

@@ -31,6 +31,11 @@ class ParsePlan:
     ``json_schema``, ``guided_*``, ...), never set together with ``grammar``;
     ``tool_schemas``: allowed tool name -> its ``parameters`` JSON schema (the
     XML formats type argument values by it).
+    ``history_chars``: how many characters the prompt begins with that are the conversation
+    without its generation prompt (the messages rendered with ``add_generation_prompt: false``;
+    skippy-server's ``recurrent_cache_prefix_text``): the cache boundary where the scheduler saves
+    a context checkpoint for the next turn (recurrent, hybrid and sliding-window models).
+    ``None``: not asked for, or the template failed to render it.
     """
 
     chat_format: str = "content_only"
@@ -44,3 +49,4 @@ class ParsePlan:
     grammar_lazy_patterns: tuple[str, ...] = ()
     constraint: Constraint | None = None
     tool_schemas: dict[str, dict] = attrs.field(factory=dict, eq=False, hash=False)
+    history_chars: int | None = None

@@ -9,6 +9,7 @@ and choose the grammar (forced tool calls, ``response_format``, raw
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import attrs
@@ -189,7 +190,7 @@ def _prefill_text(message: dict[str, Any], i: int) -> str:
 
 def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
                 default_kwargs: dict[str, Any] | None = None, force_tool_emulation: bool = False,
-                add_generation_prompt: bool = True) -> Rendered:
+                add_generation_prompt: bool = True, history_boundary: bool = False) -> Rendered:
     """Render ``req`` with ``tmpl`` and decide its :class:`ParsePlan`.
 
     Tools are emulated (``TOOL_CALL`` lines) when the request asks for
@@ -206,6 +207,10 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
     prompt is the earlier messages with the generation prompt, then that
     message's text (as llama-server does), so the reply holds only the
     continuation.
+    ``history_boundary``: also render the conversation without its generation prompt (and without
+    an assistant message being continued) and record in the plan how much of the prompt it is
+    (:attr:`ParsePlan.history_chars`: the longest common prefix of the two texts; ``None`` when the
+    template refuses that rendering).
     Raises :class:`InvalidRequest` (400) naming the field for bad messages,
     tools, schemas, grammars, or template errors (with the template's message).
     """
@@ -261,6 +266,14 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
             exc.param = "chat_template" if req.chat_template else "messages"
         raise
 
+    history_chars = None
+    if history_boundary:  # `messages` are the history now (a continued final message was popped)
+        try:
+            history = tmpl.template.render(messages, tools=render_tools, add_generation_prompt=False, **kwargs)
+            history_chars = len(os.path.commonprefix([history, prompt]))
+        except TemplateError:
+            pass
+
     thinking_open = prompt_opens_thinking(prompt)
     if forced_native and thinking_open:  # the reasoning the prompt opened ends before the forced call
         tool_grammar = grammars.native_tool_grammar(
@@ -282,6 +295,7 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
         grammar_lazy_patterns=() if structured else lazy,
         constraint=structured.constraint,
         tool_schemas=_tool_schemas(tools) if tools_on else {},
+        history_chars=history_chars,
     )
     return Rendered(prompt, plan)
 

@@ -114,6 +114,8 @@ class Generation:
             :attr:`hook_events` starts with it).
         reasoning_budget: the cap on the reasoning block (:class:`~skippy.engine.scheduling.budget.ReasoningBudget`;
             ``None``: none).
+        checkpoint_at: prompt tokens before the generation prompt, where the scheduler may save a
+            context checkpoint (:attr:`SeqRequest.checkpoint_at`; ``None``: none).
     """
 
     def __init__(self, rid: int, prompt: Sequence[int], params: SamplingParams, max_tokens: int, *,
@@ -123,11 +125,12 @@ class Generation:
                  cache_key: str | None = None, cache_prompt: bool = True, speculative: int | None = None,
                  include_stop: bool = False, min_reuse: int = MIN_REUSE, prompt_logprobs: int | None = None,
                  hook_events: bool = False, before_chat: HookEvent | None = None,
-                 reasoning_budget: ReasoningBudget | None = None) -> None:
+                 reasoning_budget: ReasoningBudget | None = None, checkpoint_at: int | None = None) -> None:
         self.request = SeqRequest(rid, list(prompt), params, max_tokens, hooks=hooks, signals=signals,
                                   request=hook_request, cache_key=cache_key, cache_prompt=cache_prompt,
                                   speculative=speculative, min_reuse=min_reuse, prompt_logprobs=prompt_logprobs,
-                                  hook_events=hook_events and hooks, reasoning_budget=reasoning_budget)
+                                  hook_events=hook_events and hooks, reasoning_budget=reasoning_budget,
+                                  checkpoint_at=checkpoint_at)
         self._piece = piece
         self._pipeline = OutputPipeline(piece, list(stops), parser, early_stop, include_stop=include_stop)
         self._logprobs = params.logprobs

@@ -24,7 +24,8 @@ class SeqState:
 
     ``prompt`` are the prompt token ids; ``n_past`` how many tokens of this
     sequence are in the KV cache; ``pending`` the last sampled token, not yet
-    in the KV cache (``None`` while prefilling).
+    in the KV cache (``None`` while prefilling). ``checkpoint_at``: a prompt position where the
+    prefill stops for a step so the scheduler can save a context checkpoint there (0: none).
     """
 
     rid: int
@@ -35,10 +36,17 @@ class SeqState:
     pending: int | None = None
     n_generated: int = 0
     draft: tuple[int, ...] = ()
+    checkpoint_at: int = 0
 
     @property
     def prefilling(self) -> bool:
         return self.n_past < len(self.prompt)
+
+    @property
+    def rem(self) -> int:
+        """Prompt tokens to prefill before the next stop: the checkpoint position, else the prompt's end."""
+        stop = self.checkpoint_at if self.n_past < self.checkpoint_at else len(self.prompt)
+        return stop - self.n_past
 
 
 @attrs.frozen
@@ -90,7 +98,8 @@ def plan_step(seqs: list[SeqState], budget: int) -> BatchPlan | None:
     request's first token does not wait for a long prompt's whole prefill,
     while the oldest prefilling sequence always gets at least a quarter of
     what is left, so a long prompt is never starved by a stream of short
-    ones; no chunk is a lone prompt token when two can go (:func:`_chunk`).
+    ones; no chunk is a lone prompt token when two can go (:func:`_chunk`), and no chunk
+    crosses a sequence's ``checkpoint_at`` (its state is saved there after the step).
     The batch itself lists each sequence's tokens together,
     in increasing slot order. With a non-unified KV cache llama.cpp splits a
     batch into micro-batches of consecutive sequence ids taken in batch order
@@ -105,12 +114,12 @@ def plan_step(seqs: list[SeqState], budget: int) -> BatchPlan | None:
     prefilling = [s for s in seqs if s.prefilling]
     if prefilling and left > 0:
         oldest = prefilling[0]  # always progresses: a quarter of the prefill budget at least (two tokens)
-        share = {oldest: _chunk(len(oldest.prompt) - oldest.n_past, max(left // 4, min(left, 2)), must=True)}
+        share = {oldest: _chunk(oldest.rem, max(left // 4, min(left, 2)), must=True)}
         left -= share[oldest]
         for s in sorted(prefilling, key=lambda s: len(s.prompt) - s.n_past):  # stable: ties by admission
             if left <= 0:
                 break
-            rem, have = len(s.prompt) - s.n_past, share.get(s, 0)
+            rem, have = s.rem, share.get(s, 0)
             n = _chunk(rem, have + min(left, rem - have), must=have > 0)
             if n > have:
                 share[s] = n

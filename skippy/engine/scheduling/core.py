@@ -41,6 +41,17 @@ The rules, each with a unit test in ``tests/unit/test_scheduler_core.py``:
   llama-server's rule; else the next best source, else a full prefill); a finished
   sequence whose trimmed KV can serve no prefix is not kept; no speculation (a
   rejected draft's trim would leave a hole in the window).
+- **Context checkpoints** (:mod:`skippy.engine.scheduling.checkpoint`; recurrent and
+  hybrid models, whose state cannot be trimmed, and sliding-window caches, with
+  ``ctx_checkpoints`` > 0): a request with a boundary (``checkpoint_at``: its chat
+  history without the generation prompt) and ``cache_prompt`` stops its prefill
+  there for one step, and its state is copied to host memory right after that step's
+  decode (``StepPlan.saves``, on the decode thread); at admission, a checkpoint whose
+  tokens are a prefix of the prompt (at most ``len - MIN_TAIL``) and longer than any
+  reusable cached prefix is restored into the new slot, and only the rest is prefilled
+  (``cached_tokens``). ``cache_prompt: false`` neither saves nor restores. At most
+  ``ctx_checkpoints`` per slot and ``checkpoint_budget`` bytes are kept, least
+  recently used first out.
 - **Prompt logprobs**: a request with ``prompt_logprobs`` gets the logits of
   every prompt position in its prefill batches, and one :class:`PromptLogprobs`
   before its first token.
@@ -99,6 +110,7 @@ from skippy.engine.hooks.signals import (
 from skippy.engine.runtime.base import Runtime
 from skippy.engine.scheduling.batch import BatchPlan, SeqState, plan_step
 from skippy.engine.scheduling.budget import BudgetState
+from skippy.engine.scheduling.checkpoint import CheckpointStore
 from skippy.engine.scheduling.embed import EmbedBatch, EmbedItem, EmbedResult, embed_budget, take_batch
 from skippy.engine.scheduling.events import (
     EmbeddingsEvent,
@@ -244,13 +256,16 @@ class ScoreSpec:
 class StepPlan:
     """One planned step: the batch (``None``: nothing to decode), what to sample from it, which
     prompt positions to score, the outputs admission produced (finishes of requests whose
-    sampler llama.cpp refused), and the embedding batch to run after it (``None``: none)."""
+    sampler llama.cpp refused), the embedding batch to run after it (``None``: none), and the
+    context checkpoints to save after the decode (``saves``: (rid, slot) of sequences whose
+    prefill reaches their ``checkpoint_at`` in this batch)."""
 
     batch: BatchPlan | None
     samples: tuple[SampleSpec, ...] = ()
     outputs: tuple[Output, ...] = ()
     scores: tuple[ScoreSpec, ...] = ()
     embed: EmbedBatch | None = None
+    saves: tuple[tuple[int, int], ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -271,8 +286,9 @@ class _Embedding:
 
 
 #: What :func:`execute` returns per sample: one event, or (a spec with a draft) every token its
-#: verification sampled, in order; and for an embedding batch its :class:`EmbedResult`.
-Sampled = TokenEvent | tuple[TokenEvent, ...] | EmbedResult
+#: verification sampled, in order; for an embedding batch its :class:`EmbedResult`; for a checkpoint
+#: save the state bytes (``None``: the runtime could not copy it).
+Sampled = TokenEvent | tuple[TokenEvent, ...] | EmbedResult | bytes | None
 
 
 def execute(runtime: Runtime, step: StepPlan, marks: list[float] | None = None) -> list[Sampled]:
@@ -286,7 +302,9 @@ def execute(runtime: Runtime, step: StepPlan, marks: list[float] | None = None) 
     :func:`verify_draft` returns; then one per ``step.scores`` entry (the scored prompt
     token, its logprob and alternatives); then, when the step has an embedding batch, one
     :class:`EmbedResult` (:meth:`Runtime.embed`'s vectors, or its error: a failed embedding batch
-    fails only its requests). Raises ``RuntimeError`` when llama.cpp refuses the decode batch.
+    fails only its requests); then one per ``step.saves`` entry, the slot's state after the decode
+    (:meth:`Runtime.state_seq_get_data`; ``None`` when it fails, which costs only the checkpoint).
+    Raises ``RuntimeError`` when llama.cpp refuses the decode batch.
     ``marks``, when given, gets ``time.perf_counter()`` at the start and the end of ``llama_decode``
     and at the end of sampling (when the step has a batch), then at the start and the end of the
     embedding batch (when it has one); for the step-time metrics.
@@ -318,6 +336,12 @@ def execute(runtime: Runtime, step: StepPlan, marks: list[float] | None = None) 
         out.append(result)
         if marks is not None:
             marks.append(time.perf_counter())
+    for _, slot in step.saves:
+        try:
+            out.append(runtime.state_seq_get_data(slot))
+        except (ValueError, RuntimeError) as exc:
+            log.warning("context checkpoint of slot %d failed: %s", slot, exc)
+            out.append(None)
     return out
 
 
@@ -368,10 +392,13 @@ class SchedulerCore:
     there to park sequences for; ``signal_config`` is its signal window and
     firing rule. ``prefix_cache`` keeps finished sequences' KV resident and
     reuses shared prompt prefixes; it is off for recurrent and hybrid models,
-    whose KV cannot be trimmed. ``spec_ngram`` is the draft tokens per step of
+    whose KV cannot be trimmed (they reuse through context checkpoints). ``spec_ngram`` is the draft tokens per step of
     prompt-lookup speculation for requests that do not choose (0: off; a
     request's ``speculative`` overrides it; never for recurrent models).
-    ``clock`` gives seconds (tests pass a fake).
+    ``ctx_checkpoints``: context checkpoints kept per slot for recurrent, hybrid and
+    sliding-window models (llama-server's ``--ctx-checkpoints``; 0: none), within
+    ``checkpoint_budget`` bytes (``None``: no limit; llama-server's ``--cache-ram``); only with
+    ``prefix_cache``. ``clock`` gives seconds (tests pass a fake).
 
     The core calls the runtime's KV and sampler methods (``seq_rm``,
     ``seq_cp``, ``new_sampler``, ``free_sampler``) and the vocabulary (hook
@@ -381,7 +408,8 @@ class SchedulerCore:
 
     def __init__(self, runtime: Runtime, *, step_tokens: int | None = None, max_queue: int = 1024,
                  hooks: bool = False, signal_config: SignalConfig | None = None, prefix_cache: bool = True,
-                 spec_ngram: int = 0, clock: Callable[[], float] = time.perf_counter) -> None:
+                 spec_ngram: int = 0, ctx_checkpoints: int = 0, checkpoint_budget: int | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self.runtime = runtime
         meta = runtime.meta
         self.n_slots = meta.n_seq_max
@@ -393,6 +421,12 @@ class SchedulerCore:
         self.prefix = PrefixIndex()
         #: a sliding-window cache that overwrites cells out of the window: reuse needs a check
         self._swa_check = meta.is_swa and not meta.swa_full
+        #: context checkpoints, where a cached prefix cannot otherwise be reused
+        self.checkpoints = CheckpointStore(ctx_checkpoints, checkpoint_budget) if (
+            prefix_cache and ctx_checkpoints > 0 and (checkpoint_budget is None or checkpoint_budget > 0)
+            and (meta.is_recurrent or self._swa_check)) else None
+        self._ckpt_saved_total = 0
+        self._ckpt_restored_total = 0
         self.spec_ngram = spec_ngram
         self._clock = clock
         self._free_slots = set(range(self.n_slots))
@@ -534,7 +568,9 @@ class SchedulerCore:
                                       req.params.top_logprobs if req.params.logprobs else None,
                                       req.signals or seq.window is not None, kv.draft))
         batch, scores = self._scores(batch)
-        return StepPlan(batch, tuple(samples), tuple(outputs), scores, embed)
+        saves = tuple((kv.rid, kv.slot) for kv, n in batch.advance
+                      if kv.checkpoint_at and kv.n_past + n == kv.checkpoint_at)
+        return StepPlan(batch, tuple(samples), tuple(outputs), scores, embed, saves)
 
     def _plan_embed(self, active: list[SeqState]) -> EmbedBatch | None:
         """This step's embedding batch (:mod:`~skippy.engine.scheduling.embed`'s share of the budget), if any
@@ -565,11 +601,23 @@ class SchedulerCore:
         """Apply a decoded ``step`` and its sampled tokens (from :func:`execute`, in order), then its
         embedding batch's result."""
         n = len(step.samples) + len(step.scores)
-        assert len(sampled) == n + (step.embed is not None)
+        m = n + (step.embed is not None)
+        assert len(sampled) == m + len(step.saves)
+        if step.saves:  # before the tokens: a finish below may end the sequence that saved
+            self._on_saved(step.saves, sampled[m:])  # type: ignore[arg-type]
         outputs = self._update_batch(step, sampled[:n]) if step.batch is not None else []
         if step.embed is not None:
             outputs += self._on_embedded(step.embed, sampled[n])  # type: ignore[arg-type]
         return outputs
+
+    def _on_saved(self, saves: Seq[tuple[int, int]], states: Seq[bytes | None]) -> None:
+        """Keep the context checkpoints saved after a step: each sequence's prompt up to its ``checkpoint_at``."""
+        for (rid, slot), data in zip(saves, states, strict=True):
+            seq = self._running.get(rid)
+            if data is None or seq is None or seq.kv is None or self.checkpoints is None:
+                continue
+            if self.checkpoints.add(slot, seq.kv.prompt[:seq.kv.checkpoint_at], data) is not None:
+                self._ckpt_saved_total += 1
 
     def _on_embedded(self, batch: EmbedBatch, result: EmbedResult) -> list[Output]:
         """Store an embedding batch's vectors; a request with all its vectors gets its :class:`EmbeddingsEvent`.
@@ -681,6 +729,7 @@ class SchedulerCore:
 
     def stats(self) -> SchedulerStats:
         """A frozen snapshot of the queue, slots and counters."""
+        ck = self.checkpoints
         return SchedulerStats(
             n_slots=self.n_slots, n_running=len(self._running), n_waiting=len(self._waiting),
             n_parked=sum(s.phase is Phase.PARKED for s in self._running.values()),
@@ -693,7 +742,11 @@ class SchedulerCore:
             busy_slots_total=self._busy_slots_total, n_tokens_max=self._n_tokens_max,
             timed_prompt_tokens=self._timed_prompt_tokens, timed_predicted_tokens=self._timed_predicted_tokens,
             n_embed_waiting=len(self._embeds), embed_inputs_total=self._embed_inputs_total,
-            embed_tokens_total=self._embed_tokens_total, embed_batches_total=self._embed_batches_total)
+            embed_tokens_total=self._embed_tokens_total, embed_batches_total=self._embed_batches_total,
+            checkpoints=len(ck) if ck is not None else 0, checkpoint_bytes=ck.nbytes if ck is not None else 0,
+            checkpoints_saved_total=self._ckpt_saved_total, checkpoints_restored_total=self._ckpt_restored_total,
+            checkpoints_evicted_total=ck.evicted if ck is not None else 0,
+            checkpoint_budget=ck.budget if ck is not None else None)
 
     def slots(self) -> tuple[SlotInfo, ...]:
         """Every slot's :class:`SlotInfo`, by slot id (llama-server ``GET /slots``)."""
@@ -759,11 +812,20 @@ class SchedulerCore:
                     if len(deferred) >= self.n_slots:
                         break
                     continue
-                self._prefix_queries += 1
                 match = self.prefix.best(req.prompt, ((s.kv.slot, s.kv.prompt, s.n_prefilled)  # type: ignore[union-attr]
                                                       for s in self._running.values()), req.min_reuse,
                                          self._swa_keeps if self._swa_check else None)
-            slot, n_cached = self._take_slot(match, req.cache_key)
+            ckpt = None
+            if req.cache_prompt and (self.prefix_cache or self.checkpoints is not None):
+                self._prefix_queries += 1
+            if self.checkpoints is not None and req.cache_prompt:
+                ckpt = self.checkpoints.best(req.prompt, len(req.prompt) - MIN_TAIL, req.min_reuse)
+                if ckpt is not None and match is not None and match.n >= ckpt.n:
+                    ckpt = None
+            if ckpt is not None:
+                slot, n_cached = self._restore(ckpt, req.cache_key)
+            else:
+                slot, n_cached = self._take_slot(match, req.cache_key)
             try:
                 seq.sampler = self.runtime.new_sampler(req.params)
             except ValueError as exc:
@@ -778,7 +840,7 @@ class SchedulerCore:
                 self._cached_tokens_total += n_cached
             seq.cached = n_cached
             seq.kv = SeqState(rid=req.rid, slot=slot, prompt=list(req.prompt), max_tokens=req.max_tokens,
-                              n_past=n_cached)
+                              n_past=n_cached, checkpoint_at=self._checkpoint_at(req, n_cached))
             seq.phase = Phase.PREFILLING
             seq.t_admit = self._clock()
             if req.hooks and self.hooks:
@@ -792,6 +854,32 @@ class SchedulerCore:
             self._running[req.rid] = seq
         self._waiting.extendleft(reversed(deferred))
         return outputs
+
+    def _checkpoint_at(self, req: SeqRequest, n_cached: int) -> int:
+        """Where to save ``req``'s context checkpoint (0: nowhere): its boundary, when checkpoints are on,
+        it may use the cache, the boundary leaves ``MIN_TAIL`` tokens and lies at least two tokens past what
+        is cached (no lone-token chunk before it); on a sliding-window cache only when the sequence can
+        outgrow the window (prompt + ``max_tokens`` > ``n_swa``), else its KV serves every prefix."""
+        b = req.checkpoint_at
+        if self.checkpoints is None or b is None or not req.cache_prompt:
+            return 0
+        if not max(req.min_reuse, 1) <= b <= len(req.prompt) - MIN_TAIL or b - n_cached < 2:
+            return 0
+        meta = self.runtime.meta
+        if not meta.is_recurrent and len(req.prompt) + req.max_tokens <= meta.n_swa:
+            return 0
+        return b
+
+    def _restore(self, ckpt: Any, key: str | None) -> tuple[int, int]:
+        """A slot (free, else the least recently used entry's) with checkpoint ``ckpt``'s state restored, and
+        the prompt tokens it holds (0 when the runtime refuses the state: the slot is then empty)."""
+        slot = self._pop_free_slot() if self._free_slots else self._evict(key)
+        if not self.runtime.state_seq_set_data(slot, ckpt.data):
+            log.warning("context checkpoint of %d tokens could not be restored into slot %d", ckpt.n, slot)
+            return slot, 0
+        self.checkpoints.touch(ckpt)  # type: ignore[union-attr]
+        self._ckpt_restored_total += 1
+        return slot, ckpt.n
 
     def _share_later(self, prompt: Seq[int], min_reuse: int = MIN_REUSE) -> bool:
         """True when a sequence still prefilling shares a longer prefix with ``prompt`` than it holds yet."""

@@ -43,6 +43,10 @@ class SeqRequest:
     :class:`HookEvent` before its effect (the client asked with ``return_hook_events``).
     ``reasoning_budget``: end the reasoning block after that many tokens by forcing its closing tag
     (:mod:`~skippy.engine.scheduling.budget`; ``None``: no cap).
+    ``checkpoint_at``: prompt tokens before the generation prompt (a chat's history rendered
+    without it, :attr:`~skippy.engine.chat.plan.ParsePlan.history_chars` tokenized): where the
+    scheduler saves a context checkpoint for a later turn, on models whose cache cannot be trimmed
+    (:mod:`~skippy.engine.scheduling.checkpoint`); ``None``: no boundary (a completion prompt).
     """
 
     rid: int
@@ -59,6 +63,7 @@ class SeqRequest:
     prompt_logprobs: int | None = None
     hook_events: bool = False
     reasoning_budget: ReasoningBudget | None = None
+    checkpoint_at: int | None = None
 
 
 @attrs.frozen
@@ -203,6 +208,9 @@ class SchedulerStats:
     Embeddings: ``n_embed_waiting`` (embedding requests not answered yet), ``embed_inputs_total`` /
     ``embed_tokens_total`` (inputs and their tokens embedded), ``embed_batches_total`` (batches on the
     embedding context; not in ``steps``).
+    Context checkpoints (recurrent, hybrid and sliding-window models): ``checkpoints`` held and their
+    ``checkpoint_bytes`` (gauges), ``checkpoints_saved_total`` / ``checkpoints_restored_total`` /
+    ``checkpoints_evicted_total``, and ``checkpoint_budget`` (bytes; ``None``: no limit).
     """
 
     n_slots: int
@@ -228,3 +236,9 @@ class SchedulerStats:
     embed_inputs_total: int = 0
     embed_tokens_total: int = 0
     embed_batches_total: int = 0
+    checkpoints: int = 0
+    checkpoint_bytes: int = 0
+    checkpoints_saved_total: int = 0
+    checkpoints_restored_total: int = 0
+    checkpoints_evicted_total: int = 0
+    checkpoint_budget: int | None = None

@@ -1,0 +1,113 @@
+"""Context checkpoints (sans-IO): sequence states saved at a conversation boundary, for models whose
+KV cache cannot be trimmed back to a shorter prefix.
+
+A recurrent model (Mamba, RWKV) keeps one state per sequence, not one entry per position, and a
+hybrid one (LFM2, Granite 4, Nemotron-H, Qwen3-Next, Jamba) has such layers beside its attention
+layers: neither can be rolled back to a prefix the way an attention KV cache is trimmed
+(``llama_memory_seq_rm`` refuses). A sliding-window (iSWA) cache overwrites the cells of positions
+that fell out of the window, so once a conversation is longer than the window a shorter prefix is
+gone too. The only reusable points are states saved on purpose: llama-server's *context
+checkpoints* (``--ctx-checkpoints``, ``--cache-ram``).
+
+The scheduler stops a prompt's prefill at the boundary its request names (the conversation without
+its generation prompt, :attr:`~skippy.engine.scheduling.events.SeqRequest.checkpoint_at`), copies
+the sequence's state to host memory there (``llama_state_seq_get_data_ext``), and finishes the
+prompt. A later prompt that starts with a checkpoint's tokens gets a slot with that state restored
+(``llama_state_seq_set_data_ext``) and prefills only the rest. This store holds the checkpoints:
+at most ``per_slot`` made by each slot and at most ``budget`` bytes in all, the least recently used
+(made or restored) evicted first.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+from collections.abc import Sequence
+
+import attrs
+
+
+@attrs.frozen(eq=False)
+class Checkpoint:
+    """One saved sequence state: the KV (and recurrent) state after the prompt tokens ``tokens``
+    (``n = len(tokens)`` positions), made by slot ``slot``; ``data`` is the runtime's opaque state."""
+
+    id: int
+    slot: int
+    tokens: tuple[int, ...]
+    data: bytes
+
+    @property
+    def n(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.data)
+
+
+class CheckpointStore:
+    """Checkpoints in least-recently-used order, bounded per slot and in bytes.
+
+    ``per_slot``: most checkpoints made by one slot (llama-server's ``--ctx-checkpoints``, per
+    slot; >= 1). ``budget``: most bytes of state data in all (``None``: no limit; llama-server's
+    ``--cache-ram`` in MiB). A checkpoint larger than the whole budget is not kept.
+    """
+
+    def __init__(self, per_slot: int, budget: int | None = None) -> None:
+        if per_slot < 1:
+            raise ValueError("per_slot must be >= 1")
+        self.per_slot = per_slot
+        self.budget = budget
+        self._lru: collections.OrderedDict[int, Checkpoint] = collections.OrderedDict()
+        self._ids = itertools.count()
+        self.nbytes = 0
+        self.evicted = 0
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+    def __iter__(self):
+        return iter(list(self._lru.values()))
+
+    def add(self, slot: int, tokens: Sequence[int], data: bytes) -> Checkpoint | None:
+        """Keep the state ``data`` of ``tokens``, made by ``slot`` (most recently used); returns it, or
+        ``None`` when it alone exceeds the budget. A checkpoint of the same tokens is replaced; then the
+        oldest of ``slot``'s beyond ``per_slot``, then the oldest of all beyond the budget, are evicted."""
+        tokens = tuple(tokens)
+        if self.budget is not None and len(data) > self.budget:
+            return None
+        for old in list(self._lru.values()):
+            if old.tokens == tokens:
+                self._drop(old, evicted=False)
+        ckpt = Checkpoint(next(self._ids), slot, tokens, data)
+        self._lru[ckpt.id] = ckpt
+        self.nbytes += ckpt.nbytes
+        mine = [c for c in self._lru.values() if c.slot == slot]
+        for old in mine[:max(0, len(mine) - self.per_slot)]:
+            self._drop(old)
+        while self.budget is not None and self.nbytes > self.budget:
+            self._drop(next(iter(self._lru.values())))
+        return ckpt
+
+    def best(self, prompt: Sequence[int], limit: int, min_reuse: int = 1) -> Checkpoint | None:
+        """The checkpoint with the most tokens, ``min_reuse <= n <= limit``, whose tokens are a prefix of ``prompt``."""
+        best: Checkpoint | None = None
+        for c in self._lru.values():
+            if min_reuse <= c.n <= limit and (best is None or c.n > best.n) and tuple(prompt[:c.n]) == c.tokens:
+                best = c
+        return best
+
+    def touch(self, ckpt: Checkpoint) -> None:
+        """``ckpt`` was restored: it is the most recently used."""
+        if ckpt.id in self._lru:
+            self._lru.move_to_end(ckpt.id)
+
+    def clear(self) -> None:
+        for c in list(self._lru.values()):
+            self._drop(c, evicted=False)
+
+    def _drop(self, ckpt: Checkpoint, evicted: bool = True) -> None:
+        del self._lru[ckpt.id]
+        self.nbytes -= ckpt.nbytes
+        self.evicted += evicted

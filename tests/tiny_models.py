@@ -1,0 +1,155 @@
+"""Tiny random-weight GGUFs of a recurrent (``mamba``) and a hybrid (``lfm2``) architecture (issue 21).
+
+No small recurrent GGUF is available to the tests, so they are written here with the ``gguf``
+package (llama.cpp's gguf-py): a few layers, a small embedding, random weights, and the vocabulary,
+special tokens and ChatML template of the default model (SmolLM2-135M's GGUF, read with
+``gguf.GGUFReader``), so the server renders and tokenizes chat requests as usual. Output quality is
+irrelevant; what the tests compare is state equality (restored checkpoint against a cold prefill).
+
+llama.cpp loads them as it would the real thing: ``llama_model_is_recurrent`` is true for
+``mamba``, ``llama_model_is_hybrid`` for ``lfm2`` (short-convolution layers with a rolling state,
+and attention layers with a KV cache).
+
+Usage: ``python -m tests.tiny_models OUT_DIR`` writes ``tiny-mamba.gguf`` and ``tiny-lfm2.gguf``;
+tests call :func:`write_tiny` from a session fixture.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ARCHS = ("mamba", "lfm2")
+N_EMBD = 64
+N_LAYER = 4
+N_CTX_TRAIN = 4096
+
+
+def _tokenizer_fields(source: Path) -> list[tuple[str, object, object, object]]:
+    """The ``tokenizer.*`` key-value pairs of ``source`` (a GGUF): (key, value, type, array item type)."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(source))
+    out = []
+    for key, field in reader.fields.items():
+        if not key.startswith("tokenizer."):
+            continue
+        vtype = field.types[0]
+        sub = field.types[1] if vtype == gguf.GGUFValueType.ARRAY else None
+        out.append((key, field.contents(), vtype, sub))
+    return out
+
+
+def write_tiny(arch: str, path: Path, tokenizer_from: Path, seed: int = 0) -> Path:
+    """Write a tiny random-weight GGUF of ``arch`` (``mamba`` or ``lfm2``) to ``path``; returns ``path``.
+
+    The vocabulary (tokens, merges, special tokens, chat template) is copied from ``tokenizer_from``.
+    Weights are f32, drawn from a fixed ``seed``: the same call writes the same file.
+    """
+    import gguf
+
+    if arch not in ARCHS:
+        raise ValueError(f"arch must be one of {ARCHS}")
+    tok = _tokenizer_fields(tokenizer_from)
+    n_vocab = next(len(v) for k, v, _, _ in tok if k == "tokenizer.ggml.tokens")
+    rng = np.random.default_rng(seed)
+
+    def w(*shape: int, scale: float = 0.08) -> np.ndarray:
+        # numpy shapes are llama.cpp's ne reversed: (rows, cols) = ({cols, rows} in llama.cpp)
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    def ones(n: int) -> np.ndarray:
+        return np.ones(n, dtype=np.float32)
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    writer = gguf.GGUFWriter(str(tmp), arch)
+    writer.add_name(f"tiny-{arch}")
+    writer.add_context_length(N_CTX_TRAIN)
+    writer.add_embedding_length(N_EMBD)
+    writer.add_block_count(N_LAYER)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_vocab_size(n_vocab)
+    writer.add_tensor("token_embd.weight", w(n_vocab, N_EMBD, scale=0.5))
+    if arch == "mamba":
+        d_inner, d_state, d_conv, dt_rank = 2 * N_EMBD, 8, 4, 4
+        writer.add_feed_forward_length(0)
+        writer.add_head_count(0)
+        writer.add_ssm_conv_kernel(d_conv)
+        writer.add_ssm_inner_size(d_inner)
+        writer.add_ssm_state_size(d_state)
+        writer.add_ssm_time_step_rank(dt_rank)
+        writer.add_tensor("output_norm.weight", ones(N_EMBD))
+        for i in range(N_LAYER):
+            p = f"blk.{i}."
+            writer.add_tensor(p + "attn_norm.weight", ones(N_EMBD))
+            writer.add_tensor(p + "ssm_in.weight", w(2 * d_inner, N_EMBD))
+            writer.add_tensor(p + "ssm_conv1d.weight", w(d_inner, d_conv, scale=0.3))
+            writer.add_tensor(p + "ssm_conv1d.bias", w(d_inner, scale=0.1))
+            writer.add_tensor(p + "ssm_x.weight", w(dt_rank + 2 * d_state, d_inner))
+            writer.add_tensor(p + "ssm_dt.weight", w(d_inner, dt_rank, scale=0.3))
+            writer.add_tensor(p + "ssm_dt.bias", w(d_inner, scale=0.1) - 2.0)
+            # A = -exp(A_log), as the converter stores it: negative, so the state decays
+            writer.add_tensor(p + "ssm_a", -np.tile(np.arange(1, d_state + 1, dtype=np.float32), (d_inner, 1)))
+            writer.add_tensor(p + "ssm_d", ones(d_inner))
+            writer.add_tensor(p + "ssm_out.weight", w(N_EMBD, d_inner))
+    else:  # lfm2: layers 0 and 2 short convolution (recurrent state), 1 and 3 attention (KV cache)
+        n_head, n_ff, l_cache = 4, 128, 3
+        head_dim = N_EMBD // n_head
+        kv_heads = [0 if i % 2 == 0 else n_head for i in range(N_LAYER)]
+        writer.add_feed_forward_length(n_ff)
+        writer.add_head_count(n_head)
+        writer.add_head_count_kv(kv_heads)
+        writer.add_rope_freq_base(10000.0)
+        writer.add_shortconv_l_cache(l_cache)
+        writer.add_tensor("token_embd_norm.weight", ones(N_EMBD))
+        for i in range(N_LAYER):
+            p = f"blk.{i}."
+            writer.add_tensor(p + "attn_norm.weight", ones(N_EMBD))
+            writer.add_tensor(p + "ffn_norm.weight", ones(N_EMBD))
+            writer.add_tensor(p + "ffn_gate.weight", w(n_ff, N_EMBD))
+            writer.add_tensor(p + "ffn_up.weight", w(n_ff, N_EMBD))
+            writer.add_tensor(p + "ffn_down.weight", w(N_EMBD, n_ff))
+            if kv_heads[i] == 0:
+                writer.add_tensor(p + "shortconv.conv.weight", w(N_EMBD, l_cache, scale=0.3))
+                writer.add_tensor(p + "shortconv.in_proj.weight", w(3 * N_EMBD, N_EMBD))
+                writer.add_tensor(p + "shortconv.out_proj.weight", w(N_EMBD, N_EMBD))
+            else:
+                writer.add_tensor(p + "attn_q_norm.weight", ones(head_dim))
+                writer.add_tensor(p + "attn_k_norm.weight", ones(head_dim))
+                writer.add_tensor(p + "attn_q.weight", w(N_EMBD, N_EMBD))
+                writer.add_tensor(p + "attn_k.weight", w(N_EMBD, N_EMBD))
+                writer.add_tensor(p + "attn_v.weight", w(N_EMBD, N_EMBD))
+                writer.add_tensor(p + "attn_output.weight", w(N_EMBD, N_EMBD))
+    for key, value, vtype, sub in tok:
+        writer.add_key_value(key, value, vtype, sub_type=sub)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    tmp.replace(path)
+    return path
+
+
+def default_tokenizer_source() -> Path:
+    """The default model's GGUF in the model cache (``skippy pull``), whose vocabulary the tiny models share."""
+    from skippy.models import resolve_model
+
+    return Path(resolve_model("SmolLM2-135M-Instruct"))
+
+
+def ensure_tiny(arch: str, directory: Path) -> Path:
+    """``directory/tiny-<arch>.gguf``, written when it is not there yet."""
+    path = directory / f"tiny-{arch}.gguf"
+    if not path.is_file():
+        write_tiny(arch, path, default_tokenizer_source())
+    return path
+
+
+if __name__ == "__main__":
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else ".")
+    for a in ARCHS:
+        print(ensure_tiny(a, out))
