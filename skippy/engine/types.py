@@ -308,12 +308,14 @@ class TokenizeRequest(msgspec.Struct, kw_only=True):
     add_special: bool = False
     parse_special: bool = True
     with_pieces: bool = False
+    model: str | None = None  # several models served: whose vocabulary (llama-server's router mode)
 
 
 class DetokenizeRequest(msgspec.Struct, kw_only=True):
     """``POST /detokenize`` (llama-server): ``tokens`` -> ``{"content": ...}``."""
 
     tokens: list[int]
+    model: str | None = None  # several models served: whose vocabulary (llama-server's router mode)
 
 
 class ApplyTemplateRequest(ChatCompletionRequest, kw_only=True):
