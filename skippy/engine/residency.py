@@ -116,13 +116,16 @@ class Residency:
 
         Returns ``(True, None)`` when the resident models, ``name`` included, are within
         ``max_loaded``; else ``(False, victim)``: the loaded model to unload first (the least
-        recently used, idle ones before those with requests; ``None``: every other resident model
-        is loading or already draining, so wait for one of them to change).
+        recently used, idle ones before those with requests; ``None``: models already draining will
+        make the room, or every other resident model is loading; wait for one of them to change).
         """
         if self.max_loaded <= 0:
             return True, None
-        if sum(m.resident for m in self.models.values()) <= self.max_loaded:
+        resident = [m for m in self.models.values() if m.resident]
+        if len(resident) <= self.max_loaded:
             return True, None
+        if sum(not m.draining for m in resident) <= self.max_loaded:
+            return False, None  # the draining ones make room once they close: unload no more
         candidates = [m for m in self.models.values()
                       if m.name != name and m.state == LOADED and not m.draining]
         if not candidates:
