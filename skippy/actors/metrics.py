@@ -1,5 +1,9 @@
 """Prometheus metrics of one engine (prometheus-client, one registry per engine).
 
+A server of several models renders :class:`PoolMetrics` instead: each loaded model's series
+below with a ``model`` label, ``skippy:model_loaded{model}``, and the HTTP counters and
+``process_*`` once for the server.
+
 Names follow llama-server's (``llamacpp:...``, its whole set as of the pinned
 llama.cpp's ``server_task_result_metrics::to_metrics``) where one exists, and
 ``skippy:...`` otherwise. Counters and gauges of the scheduler and hook
