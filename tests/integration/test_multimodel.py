@@ -186,6 +186,23 @@ def test_max_loaded_one_swaps_the_models_and_answers_stay_right(tmp_path: Path) 
         assert again == first and gemma != first  # reloaded, a model answers as before (cold prefill both times)
         assert _text(_ask(client, GEMMA)) == gemma
         assert "model SmolLM2-135M-Instruct: unloading" in srv.log()
+        # an unload waits for the model's running stream: a request for SmolLM2 while a Gemma stream runs is
+        # answered after that stream has ended whole (ordering as the client saw it)
+        events: list[str] = []
+        stream = client.completions.create(model=GEMMA, prompt="Once upon a time", max_tokens=40, temperature=0,
+                                           stream=True, extra_body={"ignore_eos": True})
+        chunks = iter(stream)
+        next(chunks)
+        other = threading.Thread(target=lambda: events.append("smol:" + _text(_ask(client, SMOL_ID))))
+        other.start()
+        finish = None
+        for chunk in chunks:
+            events.append("gemma")
+            finish = chunk.choices[0].finish_reason if chunk.choices else finish
+        events.append("gemma:end")
+        other.join(timeout=120)
+        assert finish == "length" and events.count("gemma") >= 39  # the stream was not cut short
+        assert events[-1] == "smol:" + first and events.index("gemma:end") == len(events) - 2, events
 
 
 def test_keep_alive_unloads_an_idle_model_and_a_request_loads_it_again(tmp_path: Path) -> None:
