@@ -48,8 +48,9 @@ from skippy.actors.renderer import CHATML, TemplateRenderer, fallback_stops
 from skippy.actors.scheduler import DecodeScheduler
 from skippy.actors.tokenizer import Tokenizer
 from skippy.engine.chat.emulation import EarlyStop
-from skippy.engine.chat.formats import preserved_markers, preserved_pieces
+from skippy.engine.chat.formats import SYNTAXES, preserved_markers, preserved_pieces
 from skippy.engine.chat.formats.base import ContentParser
+from skippy.engine.chat.plan import ParsePlan
 from skippy.engine.chat.prepare import PreparedTemplate, make_output_parser
 from skippy.engine.config import EngineConfig
 from skippy.engine.errors import (
@@ -74,6 +75,7 @@ from skippy.engine.runtime.base import Runtime
 from skippy.engine.sampling.constraints import RequestConstraint, constraint_from_request
 from skippy.engine.sampling.native import apply_samplers, sampler_names
 from skippy.engine.sampling.params import SamplingParams, sampling_from_request
+from skippy.engine.scheduling.budget import ReasoningBudget
 from skippy.engine.scheduling.events import EmbeddingsEvent, EmbedRequest, FinishEvent, HookEvent, SeqEvent
 from skippy.engine.scheduling.prefix import MIN_REUSE, MIN_TAIL
 from skippy.engine.scheduling.spec import requested_draft
@@ -519,6 +521,7 @@ class Engine:
         max_tokens, stops = self._max_tokens(req, len(prompt)), _stops(req.stop)
         stops += [s for s in self.template_stops if s not in stops]  # ChatML's end on a foreign vocabulary
         piece = await self._piece_for(plan.chat_format)
+        budget = await self._reasoning_budget(req, plan, piece)
         gens = [Generation(next(self._rids), prompt, _choice_seed(params, j), max_tokens,
                            piece=piece, parser=make_output_parser(plan), stops=stops,
                            early_stop=EarlyStop(set(plan.allowed_tools), plan.parallel_tool_calls) if plan.emulated
@@ -526,11 +529,25 @@ class Engine:
                            injected=injected, cache_key=req.prompt_cache_key, cache_prompt=req.cache_prompt,
                            min_reuse=_min_reuse(n, len(prompt)), speculative=self._speculative(req),
                            include_stop=req.include_stop_str_in_output, hook_events=req.return_hook_events,
-                           before_chat=before)
+                           before_chat=before, reasoning_budget=budget)
                 for j in range(n)]
         if isinstance(pre, Stop):
             return gens, self._stopped_before(gens, ctx, pre.reason)
         return gens, self._submit(gens, ctx)
+
+    async def _reasoning_budget(self, req: ChatCompletionRequest, plan: ParsePlan,
+                                piece: Callable[[int], bytes]) -> ReasoningBudget | None:
+        """The request's cap on its reasoning block: ``thinking_budget_tokens``, else the server's
+        ``--reasoning-budget`` (``None`` when unlimited, when reasoning is not parsed, or for formats whose
+        reasoning is not a ``<think>`` block: gpt-oss channels)."""
+        n = req.thinking_budget_tokens if req.thinking_budget_tokens is not None else self.config.reasoning_budget
+        syntax = SYNTAXES[plan.chat_format]
+        if n < 0 or plan.reasoning_format == "none" or syntax.own_reasoning:
+            return None
+        opener, closer = syntax.think_tags
+        forced = await self.tokenizer.tokenize((self.config.reasoning_budget_message or "") + closer,
+                                               add_special=False, parse_special=True)
+        return ReasoningBudget(n, opener, closer, tuple(forced), plan.thinking_forced_open, piece)
 
     async def _piece_for(self, chat_format: str) -> Callable[[int], bytes]:
         """The token -> text function of a chat format's generations: the vocabulary's pieces, except that

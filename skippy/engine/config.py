@@ -256,7 +256,9 @@ class EngineConfig:
     same as without it. Off by default: on 2 CPU cores a draft token costs
     ~0.4 of a decode step and bench/bench_spec.py measured no gain.
     ``clamp_max_tokens`` follows llama-server; without it a ``max_tokens``
-    beyond the context is a 400, as in OpenAI and vLLM.
+    beyond the context is a 400, as in OpenAI and vLLM. ``reasoning_budget`` and
+    ``reasoning_budget_message`` follow llama-server's ``--reasoning-budget`` /
+    ``--reasoning-budget-message`` (:mod:`skippy.engine.scheduling.budget`).
     Embedders may pass a policy object as ``hook_policy`` instead of a
     ``package.module:factory`` spec; ``hook_policy`` and ``hook_url`` are
     exclusive (checked by ``open_engine``).
@@ -321,6 +323,13 @@ class EngineConfig:
                                      help="Clamp a max_tokens that does not fit the context to the room left "
                                           "(llama-server) instead of answering 400 context_length_exceeded "
                                           "(OpenAI, vLLM).")
+    reasoning_budget: int = setting(-1, check=IntRange(-1),
+                                    help="Reasoning tokens allowed inside <think> before the closing tag is forced "
+                                         "(llama-server's --reasoning-budget): -1 unlimited, 0 close at once; "
+                                         "requests may set \"thinking_budget_tokens\".")
+    reasoning_budget_message: str | None = setting(None, check=IsText(),
+                                            help="Text forced before the closing tag when the reasoning budget is "
+                                                 "spent (llama-server's --reasoning-budget-message).")
     embeddings: bool = setting(False, check=IsBool(), aliases=("--embedding",),
                                help="Serve POST /v1/embeddings from a second llama.cpp context on the same weights "
                                     "(embeddings = true), batched beside decoding; generation stays on.")

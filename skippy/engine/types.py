@@ -182,6 +182,8 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     ``return_hook_events`` (each hook decision as a ``hook_events`` entry of the choice, streamed on
     the chunk where it happens: :class:`~skippy.engine.output.wire.HookEvent`).
     ``prompt_cache_key`` (OpenAI) groups requests for prefix-cache placement.
+    ``thinking_budget_tokens`` (llama-server's): reasoning tokens allowed inside ``<think>`` before
+    the closing tag is forced (-1: unlimited; ``None``: the server's ``--reasoning-budget``).
     """
 
     messages: list[Message]
@@ -201,9 +203,13 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     return_signals: bool = False
     return_hook_events: bool = False
     prompt_cache_key: str | None = None
+    thinking_budget_tokens: int | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.thinking_budget_tokens is not None and self.thinking_budget_tokens < -1:
+            raise InvalidRequest("thinking_budget_tokens must be >= -1 (-1: unlimited)",
+                                 param="thinking_budget_tokens")
         for name in ("tools", "tool_choice", "chat_template_kwargs"):
             value = getattr(self, name)
             if value is not None and nesting(value) > MAX_NESTING:

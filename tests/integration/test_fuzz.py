@@ -56,7 +56,8 @@ def test_openapi_json_is_generated_from_the_request_types(fuzz_server: Server) -
     assert chat["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/ChatCompletionRequest")
     assert {"200", "default"} <= set(chat["responses"])
     routes = {"/v1/completions", "/v1/models", "/health", "/tokenize", "/detokenize", "/apply-template",
-              "/v1/embeddings"}
+              "/v1/embeddings", "/v1/responses", "/v1/responses/{response_id}", "/v1/messages",
+              "/v1/messages/count_tokens"}  # so schemathesis fuzzes them too
     assert routes <= set(doc["paths"])
 
 

@@ -228,3 +228,38 @@ def test_chat_input_tokens_counts_what_chat_prefills(server: Server) -> None:
         assert counted.json()["input_tokens"] == reply["usage"]["prompt_tokens"]
     bad = post(server, "/v1/chat/completions/input_tokens", {"messages": []})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "messages"
+
+
+# -- the reasoning budget (llama-server's --reasoning-budget / thinking_budget_tokens) -------------
+
+COUNT = [{"role": "user", "content": "Count from 1 to 20, separated by commas."}]
+
+
+def test_thinking_budget_tokens_forces_the_close_after_that_many_reasoning_tokens(qwq: Server) -> None:
+    """QwQ's prompt opens <think>; SmolLM2 never closes it, so without a budget all 30 tokens are reasoning.
+    With a budget of 5 the close is forced after 5 tokens (the unlimited run's first 5, then the tag's
+    tokens with logprob 0), and the rest is content, streamed and not."""
+    body = {"model": "m", "max_tokens": 30, "temperature": 0, "logprobs": True, "messages": COUNT}
+    free = post(qwq, "/v1/chat/completions", body).json()["choices"][0]
+    assert free["message"]["reasoning_content"] and not free["message"].get("content")
+    capped = post(qwq, "/v1/chat/completions", {**body, "thinking_budget_tokens": 5}).json()["choices"][0]
+    message = capped["message"]
+    assert message["content"] and message["reasoning_content"]
+    assert free["message"]["reasoning_content"].startswith(message["reasoning_content"])
+    free_tokens = [t["token"] for t in free["logprobs"]["content"]]
+    tokens = [(t["token"], t["logprob"]) for t in capped["logprobs"]["content"]]
+    assert [t for t, _ in tokens[:5]] == free_tokens[:5]
+    assert "".join(t for t, _ in tokens[5:8]) == "</think>" and {lp for _, lp in tokens[5:8]} == {0.0}
+    with httpx.stream("POST", qwq.base_url + "/v1/chat/completions", timeout=120,
+                      json={**body, "thinking_budget_tokens": 5, "stream": True}) as resp:
+        deltas = [event["choices"][0]["delta"] for event in iter_sse(resp) if event != DONE]
+    assert "".join(d.get("reasoning_content") or "" for d in deltas) == message["reasoning_content"]
+    assert "".join(d.get("content") or "" for d in deltas) == message["content"]
+
+
+def test_a_zero_thinking_budget_closes_at_once_and_a_bad_one_is_400(qwq: Server) -> None:
+    body = {"model": "m", "max_tokens": 12, "temperature": 0, "messages": COUNT}
+    message = post(qwq, "/v1/chat/completions", {**body, "thinking_budget_tokens": 0}).json()["choices"][0]["message"]
+    assert not message.get("reasoning_content") and message["content"]
+    bad = post(qwq, "/v1/chat/completions", {**body, "thinking_budget_tokens": -2})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "thinking_budget_tokens"

@@ -264,3 +264,12 @@ def test_props_names_the_chat_template_source(model_server: Server, qwen_server:
     else:
         assert props["chat_template_source"] == "gguf"
     assert httpx.get(qwen_server.base_url + "/props", timeout=10).json()["chat_template_source"] == "--chat-template"
+
+
+def test_gemma_kv_bytes_hold_the_sliding_window_layers_at_their_window(gemma_server: Server) -> None:
+    """llama.cpp's iSWA cache for this shape (its start-up log): 3 full-attention layers of 2048 cells
+    and 15 sliding-window layers of 1024 cells (window 512 + n_ubatch 512), per stream, 4 streams;
+    rows of 256 f16 values (one KV head) in K and in V: 42 MiB each, not 72 as if every layer held
+    2048 cells."""
+    kv = httpx.get(gemma_server.base_url + "/props", timeout=10).json()["kv_cache"]
+    assert kv["bytes_k"] == kv["bytes_v"] == 512 * 4 * (3 * 2048 + 15 * 1024) == 42 * 2**20

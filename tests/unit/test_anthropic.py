@@ -94,14 +94,16 @@ def test_sampling_stop_sequences_metadata_and_stream() -> None:
     assert req.stream and req.stream_options.include_usage  # the usage chunk gives message_delta's usage
 
 
-@pytest.mark.parametrize(("thinking", "enabled"), [
-    ({"type": "enabled", "budget_tokens": 1024}, True), ({"type": "adaptive"}, True), ({"type": "disabled"}, False),
-    (None, None)])
-def test_thinking_sets_enable_thinking(thinking: dict | None, enabled: bool | None) -> None:
+@pytest.mark.parametrize(("thinking", "enabled", "budget"), [
+    ({"type": "enabled", "budget_tokens": 1024}, True, 1024), ({"type": "adaptive"}, True, None),
+    ({"type": "disabled"}, False, None), (None, None, None)])
+def test_thinking_sets_enable_thinking_and_the_budget_caps_reasoning(thinking: dict | None, enabled: bool | None,
+                                                                    budget: int | None) -> None:
     body = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2048}
     if thinking is not None:
         body["thinking"] = thinking
-    assert chat(body).enable_thinking is enabled
+    req = chat(body)
+    assert req.enable_thinking is enabled and req.thinking_budget_tokens == budget
 
 
 def test_output_config_maps_to_effort_and_a_json_schema() -> None:

@@ -88,6 +88,8 @@ BEFORE = [
     ("--ssl-key-file FILE", "[env var: SKIPPY_SSL_KEY_FILE]", None),
     ("--ssl-cert-file FILE", "[env var: SKIPPY_SSL_CERT_FILE]", None),
     ("--no-webui", "[env var: SKIPPY_NO_WEBUI]", False),
+    ("--reasoning-budget INTEGER RANGE", "[env var: SKIPPY_REASONING_BUDGET; default: -1; x>=-1]", -1),
+    ("--reasoning-budget-message TEXT", "[env var: SKIPPY_REASONING_BUDGET_MESSAGE]", None),
     ("--props", "[env var: SKIPPY_PROPS]", False),
     ("--slot-save-path DIR", "[env var: SKIPPY_SLOT_SAVE_PATH]", None),
 ]

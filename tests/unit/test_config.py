@@ -38,6 +38,8 @@ ENGINE = {
     "prefix_cache": (["no", 0], [True, False], None),
     "spec_ngram": ([-1, 17, True, 2.0], [0, 16], "0<=x<=16"),
     "clamp_max_tokens": (["on", 1], [True, False], None),
+    "reasoning_budget": ([-2, 1.5, "8", True], [-1, 0, 4096], "x>=-1"),
+    "reasoning_budget_message": ([1, b"x"], [None, "", " Let me answer now."], None),
     "embeddings": (["on", 1, None], [True, False], None),
     "pooling": (["rank", "MEAN", "", None], ["model", "mean", "cls", "last", "none"], "'model', 'mean'"),
     "embeddings_batch": ([15, 65537, 512.0, True], [16, 512, 65536], "16<=x<=65536"),

@@ -215,6 +215,8 @@ def to_chat_request(req: at.CountTokensRequest) -> ChatCompletionRequest:
     fields: dict[str, Any] = {
         "model": req.model, "messages": _messages(req), "tools": _tools(req.tools), "tool_choice": tool_choice,
         "parallel_tool_calls": parallel, "enable_thinking": _thinking(req)}
+    if isinstance(req.thinking, at.ThinkingEnabled):  # the budget caps the thinking block (llama-server does so)
+        fields["thinking_budget_tokens"] = req.thinking.budget_tokens
     out = req.output_config
     if out is not None and out.effort is not None:
         fields["reasoning_effort"] = "xhigh" if out.effort == "max" else out.effort

@@ -31,6 +31,7 @@ from skippy.engine.hooks.signals import FinishInfo
 from skippy.engine.output import wire
 from skippy.engine.output.pipeline import EarlyStopRule, OutputPipeline
 from skippy.engine.sampling.params import SamplingParams
+from skippy.engine.scheduling.budget import ReasoningBudget
 from skippy.engine.scheduling.events import (
     FinishEvent,
     HookEvent,
@@ -111,6 +112,8 @@ class Generation:
             sends a :class:`HookEvent` per decision, which :meth:`feed` returns as a :class:`Piece`.
         before_chat: the ``before_chat`` decision, already taken (reported with ``hook_events``:
             :attr:`hook_events` starts with it).
+        reasoning_budget: the cap on the reasoning block (:class:`~skippy.engine.scheduling.budget.ReasoningBudget`;
+            ``None``: none).
     """
 
     def __init__(self, rid: int, prompt: Sequence[int], params: SamplingParams, max_tokens: int, *,
@@ -119,11 +122,12 @@ class Generation:
                  signals: bool = False, hook_request: object = None, injected: int = 0,
                  cache_key: str | None = None, cache_prompt: bool = True, speculative: int | None = None,
                  include_stop: bool = False, min_reuse: int = MIN_REUSE, prompt_logprobs: int | None = None,
-                 hook_events: bool = False, before_chat: HookEvent | None = None) -> None:
+                 hook_events: bool = False, before_chat: HookEvent | None = None,
+                 reasoning_budget: ReasoningBudget | None = None) -> None:
         self.request = SeqRequest(rid, list(prompt), params, max_tokens, hooks=hooks, signals=signals,
                                   request=hook_request, cache_key=cache_key, cache_prompt=cache_prompt,
                                   speculative=speculative, min_reuse=min_reuse, prompt_logprobs=prompt_logprobs,
-                                  hook_events=hook_events and hooks)
+                                  hook_events=hook_events and hooks, reasoning_budget=reasoning_budget)
         self._piece = piece
         self._pipeline = OutputPipeline(piece, list(stops), parser, early_stop, include_stop=include_stop)
         self._logprobs = params.logprobs

@@ -19,9 +19,11 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import re
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import llama_cpp
 import numpy as np
@@ -45,6 +47,15 @@ _last_level = logging.INFO
 _KEEP = ("compute buffer size",)
 
 
+T = TypeVar("T")
+
+#: llama.cpp's lines logged while a context is created, when :func:`_kv_caches` collects them
+_captured: list[str] | None = None
+_capture_lock = threading.Lock()
+#: one KV cache's start-up line (llama_kv_cache's constructor): cells per stream, layers, seqs per stream
+_KV_LINE = re.compile(r"llama_kv_cache: size = .*?\(\s*(\d+) cells,\s*(\d+) layers,\s*(\d+)/(\d+) seqs\)")
+
+
 @llama_cpp.llama_log_callback
 def _llama_log(level: int, text: bytes, user_data: object) -> None:
     """llama.cpp's log into ``skippy.runtime``: everything with ``verbose``; else warnings, errors and
@@ -55,6 +66,8 @@ def _llama_log(level: int, text: bytes, user_data: object) -> None:
     msg = text.decode("utf-8", "replace").rstrip()
     if not msg:
         return
+    if _captured is not None:
+        _captured.append(msg)
     if _llama_verbose or lvl >= logging.WARNING or any(k in msg for k in _KEEP):
         log.log(max(lvl, logging.INFO) if not _llama_verbose else lvl, "llama.cpp: %s", msg.strip())
 
@@ -247,7 +260,28 @@ def _meta_int(model: llama_cpp.llama_model_p, key: str) -> int | None:
         return None
 
 
-def kv_cache_size(model: llama_cpp.llama_model_p, type_k: str, type_v: str, n_cells: int) -> tuple[int, int]:
+def _kv_caches(create: Callable[[], T]) -> tuple[T, list[tuple[int, int]]]:
+    """``create()`` (a llama.cpp context) and the KV caches it logged: ``(cells, layers)`` per cache,
+    cells over all streams. An iSWA model (Gemma 3) has two caches: the full-context layers and the
+    sliding-window layers, the latter with ``n_swa + n_ubatch`` cells per stream (padded to 256)."""
+    global _captured
+    with _capture_lock:
+        _captured = []
+        try:
+            made = create()
+        finally:
+            lines, _captured = _captured, None
+    caches = []
+    for line in lines:
+        m = _KV_LINE.search(line)
+        if m:
+            cells, layers, n_seq_max, n_stream = (int(g) for g in m.groups())
+            caches.append((cells * max(1, n_stream), layers))
+    return made, caches
+
+
+def kv_cache_size(model: llama_cpp.llama_model_p, type_k: str, type_v: str, n_cells: int,
+                  caches: Sequence[tuple[int, int]] = ()) -> tuple[int, int]:
     """Bytes of the K and V cache of ``n_cells`` cells, as llama.cpp allocates them.
 
     llama-cpp-python exposes no size of the KV buffers (``llama_get_memory_breakdown``
@@ -258,9 +292,11 @@ def kv_cache_size(model: llama_cpp.llama_model_p, type_k: str, type_v: str, n_ce
     per 32 values, f16 64). ``n_embd_k_gqa = n_embd_head_k x n_head_kv``, with
     ``n_embd_head_k`` from the GGUF's ``<arch>.attention.key_length`` (default
     ``n_embd / n_head``), likewise V with ``value_length``. Assumes every layer has
-    attention with layer 0's ``n_head_kv`` (true for llama-style models; SWA and
-    recurrent layers are not modelled). Checked against llama.cpp's own start-up line
-    ``llama_kv_cache: size = ...`` by an integration test.
+    attention with layer 0's ``n_head_kv``. ``caches``: ``(cells, layers)`` of each KV cache
+    llama.cpp made (:func:`_kv_caches`), for models whose layers do not all hold ``n_cells``
+    (sliding-window layers hold only their window); empty: every layer holds ``n_cells``.
+    Recurrent state is not counted. Checked against llama.cpp's own start-up line
+    ``llama_kv_cache: size = ...`` by an integration test, on SmolLM2 and Gemma 3.
     """
     lib = _ggml_base()
     buf = ctypes.create_string_buffer(128)
@@ -274,7 +310,8 @@ def kv_cache_size(model: llama_cpp.llama_model_p, type_k: str, type_v: str, n_ce
     head_v = _meta_int(model, f"{arch}.attention.value_length") or n_embd // n_head
     row_k = lib.ggml_row_size(CACHE_TYPES[type_k], head_k * n_head_kv)
     row_v = lib.ggml_row_size(CACHE_TYPES[type_v], head_v * n_head_kv)
-    return n_layer * row_k * n_cells, n_layer * row_v * n_cells
+    cell_layers = sum(c * n for c, n in caches) if caches else n_layer * n_cells
+    return row_k * cell_layers, row_v * cell_layers
 
 
 class LlamaRuntime:
@@ -345,7 +382,7 @@ class LlamaRuntime:
         cparams.n_threads_batch = threads
         cparams.no_perf = True
         cparams.flash_attn_type = FLASH_ATTN[flash_attn]
-        self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
+        self._ctx, caches = _kv_caches(lambda: llama_cpp.llama_init_from_model(self._model, cparams))
         if not self._ctx:
             llama_cpp.llama_model_free(self._model)
             raise RuntimeError("llama.cpp could not create a context (out of memory?)")
@@ -353,7 +390,7 @@ class LlamaRuntime:
         n_cells = llama_cpp.llama_n_ctx(self._ctx)
         # llama.cpp's own n_ctx_seq: a stream's cells, or the whole buffer when unified
         assert llama_cpp.llama_n_ctx_seq(self._ctx) == (n_cells if kv_unified else n_ctx_seq), "llama.cpp padding"
-        kv_k, kv_v = kv_cache_size(self._model, type_k, type_v, n_cells)
+        kv_k, kv_v = kv_cache_size(self._model, type_k, type_v, n_cells, caches)
         kv = KVCacheInfo(type_k=type_k, type_v=type_v, n_cells=n_cells, n_ctx_seq=n_ctx_seq, n_seq_max=n_seq_max,
                          unified=kv_unified, bytes_k=kv_k, bytes_v=kv_v)
         self._n_vocab = n_vocab

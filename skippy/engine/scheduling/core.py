@@ -98,6 +98,7 @@ from skippy.engine.hooks.signals import (
 )
 from skippy.engine.runtime.base import Runtime
 from skippy.engine.scheduling.batch import BatchPlan, SeqState, plan_step
+from skippy.engine.scheduling.budget import BudgetState
 from skippy.engine.scheduling.embed import EmbedBatch, EmbedItem, EmbedResult, embed_budget, take_batch
 from skippy.engine.scheduling.events import (
     EmbeddingsEvent,
@@ -150,7 +151,9 @@ class Sequence:
     ``held`` the sampled token held while parked, ``parked_on`` the hook call it waits for;
     ``injected`` tokens added by hooks; ``cached`` prompt tokens reused from the prefix cache; ``spec`` its
     speculative-decoding state (``None``: off); ``scored`` the prompt tokens scored so far
-    (``prompt_logprobs``), sent before the first token. Times are the core clock's seconds.
+    (``prompt_logprobs``), sent before the first token; ``budget`` its reasoning budget's state and
+    ``forced`` the tokens it forces next, in place of sampled ones (:mod:`.budget`). Times are the
+    core clock's seconds.
     """
 
     request: SeqRequest
@@ -163,6 +166,8 @@ class Sequence:
     injected: int = 0
     cached: int = 0
     spec: SpecState | None = None
+    budget: BudgetState | None = None
+    forced: collections.deque[int] = attrs.Factory(collections.deque)
     t_queued: float = 0.0
     scored: list[TokenEvent] | None = attrs.Factory(list)  # None once sent
     t_admit: float = 0.0
@@ -781,6 +786,9 @@ class SchedulerCore:
             k = self.spec_ngram if req.speculative is None else req.speculative
             if k > 0 and seq.window is None and not self.runtime.meta.is_recurrent and not self._swa_check:
                 seq.spec = SpecState(min(k, MAX_DRAFT))
+            if req.reasoning_budget is not None:
+                seq.budget = BudgetState(req.reasoning_budget)
+                seq.forced.extend(seq.budget.at_start())
             self._running[req.rid] = seq
         self._waiting.extendleft(reversed(deferred))
         return outputs
@@ -878,6 +886,8 @@ class SchedulerCore:
         """
         kv, spec = seq.kv, seq.spec
         assert kv is not None and spec is not None and kv.pending is not None
+        if seq.budget is not None and (seq.budget.active or seq.forced):
+            return ()  # a forced close would replace tokens a draft assumed
         k = min(spec.n, kv.max_tokens - kv.n_generated - 1, self.runtime.meta.n_ctx_seq - kv.n_past - 2)
         if k <= 0 or not spec.ready():
             return ()
@@ -917,6 +927,9 @@ class SchedulerCore:
         assert kv is not None
         if kv.n_generated == 0 and not seq.t_first:
             seq.t_first = self._clock()
+        if seq.forced:  # the reasoning budget is spent: this position takes the next forced token instead
+            forced = TokenEvent(seq.forced.popleft(), logprob=0.0 if seq.request.params.logprobs else None)
+            return self._accept(seq, forced, forced=True)  # logprob 0: the forcing left no other choice
         if ev.token in self.runtime.meta.eog_ids or ev.token in seq.request.params.stop_token_ids:
             return [self._finish(seq, "stop")]
         if seq.window is not None and ev.entropy is not None:  # no signals from non-finite logits
@@ -932,9 +945,11 @@ class SchedulerCore:
                                                         GenerationSignals(seq.window.stats(), n_decoded)))
         return self._accept(seq, ev)
 
-    def _accept(self, seq: Sequence, ev: TokenEvent) -> list[Output]:
+    def _accept(self, seq: Sequence, ev: TokenEvent, forced: bool = False) -> list[Output]:
         kv = seq.kv
         assert kv is not None
+        if seq.budget is not None and not forced:
+            seq.forced.extend(seq.budget.on_token(ev.token))
         kv.n_generated += 1
         self._tokens_predicted_total += 1
         kv.pending = ev.token

@@ -16,6 +16,7 @@ import attrs
 import numpy as np
 
 from skippy.engine.sampling.params import SamplingParams
+from skippy.engine.scheduling.budget import ReasoningBudget
 from skippy.engine.scheduling.prefix import MIN_REUSE
 
 
@@ -40,6 +41,8 @@ class SeqRequest:
     such a prompt is prefilled whole, without prefix reuse.
     ``hook_events``: report each hook decision on this sequence as a
     :class:`HookEvent` before its effect (the client asked with ``return_hook_events``).
+    ``reasoning_budget``: end the reasoning block after that many tokens by forcing its closing tag
+    (:mod:`~skippy.engine.scheduling.budget`; ``None``: no cap).
     """
 
     rid: int
@@ -55,6 +58,7 @@ class SeqRequest:
     min_reuse: int = MIN_REUSE
     prompt_logprobs: int | None = None
     hook_events: bool = False
+    reasoning_budget: ReasoningBudget | None = None
 
 
 @attrs.frozen
