@@ -538,6 +538,27 @@ def _split_hosts(ctx: click.Context, param: click.Parameter, values: tuple[str, 
     return tuple(dict.fromkeys(hosts))
 
 
+class _OneEnvValue(click.ParamType):
+    """Text whose environment variable is one value, not split at spaces (a GGUF path may hold spaces)."""
+
+    name = "text"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        return value
+
+    def split_envvar_value(self, rv: str) -> list[str]:
+        return [rv] if rv else []
+
+
+_ONE_ENV_VALUE = _OneEnvValue()
+
+
+def _not_nan(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    if value != value:
+        raise click.BadParameter("give a number of seconds", ctx=ctx, param=param)
+    return value
+
+
 LLAMA_SERVER_NOTE = ("skippy serve takes llama-server's flags -m, -c/--ctx-size, -np, -t, -fa, --host, --port, "
                      "--api-key, --api-key-file, --chat-template-file, --jinja, --metrics, --slots, --no-webui, "
                      "-ngl, -sm, -mg, -ts, -dev, --rpc, --ssl-key-file, --ssl-cert-file and refuses the others "
@@ -602,11 +623,26 @@ def _serve_options(fn: F) -> F:
     from skippy.http.settings import ServerSettings
 
     layout: list[Any] = [
-        _opt("--model", "-m", default=DEFAULT_MODEL,
-             help="Model name from the cache (pulled when missing) or a GGUF path."),
+        _opt("--model", "-m", multiple=True, default=(DEFAULT_MODEL,), type=_ONE_ENV_VALUE,
+             help="Model name from the cache (pulled when missing) or a GGUF path. Repeat it to serve several "
+                  "models: the request's model field picks one; the first is the default, loaded at start, "
+                  "the others on their first request (the environment variable names one model)."),
         _opt("--alias", multiple=True, metavar="NAME", show_default=False,
              help="Another name the model answers to and /v1/models lists (repeatable; the environment "
-                  "variable takes space-separated names). Requests may name any model: one is served."),
+                  "variable takes space-separated names). Requests may name any model when one is served; "
+                  "with several, the aliases name the first."),
+        _opt("--models-dir", "models_dirs", multiple=True, metavar="DIR", show_default=False,
+             type=click.Path(exists=True, file_okay=False, path_type=str),
+             help="Also serve every *.gguf file of this directory (repeatable; ':'-separated in the environment "
+                  "variable), each under its file name without .gguf, as llama-server's --models-dir; without "
+                  "--model, the first of them is the default."),
+        _opt("--max-loaded", default=4, type=click.IntRange(0),
+             help="Most models loaded at a time when several are served; loading one more first unloads the "
+                  "least recently used, once its running requests end (llama-server's --models-max; 0: no "
+                  "limit)."),
+        _opt("--keep-alive", default=-1.0, type=float, metavar="SECONDS", callback=_not_nan,
+             help="Unload a model idle for this many seconds; the next request loads it again (Ollama's "
+                  "keep_alive; 0: as soon as its requests end; negative: never)."),
         _opt("--host", multiple=True, default=("127.0.0.1",), metavar="ADDRESS", callback=_split_hosts,
              help="Address to listen on; several comma-separated or repeated (e.g. '127.0.0.1,::1')."),
         _opt("--port", default=8080, type=click.IntRange(0, 65535), help="TCP port to listen on."),
@@ -703,7 +739,8 @@ def _context_per_sequence(ctx: click.Context, ctx_size: int | None, options: dic
 @main.command(cls=ServeCommand)
 @_serve_options
 @friendly_errors
-def serve(model: str, alias: tuple[str, ...], host: tuple[str, ...], port: int, ctx_size: int | None,
+def serve(model: tuple[str, ...], alias: tuple[str, ...], models_dirs: tuple[str, ...], max_loaded: int,
+          keep_alive: float, host: tuple[str, ...], port: int, ctx_size: int | None,
           chat_template: str | None, chat_template_kwargs: dict, jinja: bool, log_level: str, log_format: str,
           log_file: str | None, api_key: tuple[str, ...], api_key_file: str | None, cors_origins: tuple[str, ...],
           no_webui: bool, **options: Any) -> None:
@@ -711,6 +748,9 @@ def serve(model: str, alias: tuple[str, ...], host: tuple[str, ...], port: int, 
 
     The model is pulled into the cache first when it is a known name that is
     not there yet. ``/health`` answers 503 while the model loads, then 200.
+    Several models (``--model`` repeated, ``--models-dir``) are routed by the
+    request's ``model``, loaded on demand, unloaded by ``--max-loaded`` and
+    ``--keep-alive``.
     llama-server command lines work as they are (``-m``, ``-c``, ``-np``,
     ``-t``, ``-fa``, ``--jinja``...); its other flags are refused by name.
     """
@@ -736,12 +776,30 @@ def serve(model: str, alias: tuple[str, ...], host: tuple[str, ...], port: int, 
         click.echo(f"error: --cache-type-v {engine_options['cache_type_v']} (a quantized V cache) needs "
                    f"--flash-attn auto or on (llama.cpp refuses it without flash attention)", err=True)
         sys.exit(1)
-    path = ensure_model(model)
-    spec = lookup(model)
-    config = EngineConfig(model=str(path), model_name=spec.name if spec else path.stem, chat_template=chat_template,
-                          chat_template_kwargs=chat_template_kwargs, model_alias=alias, verbose=log_level == "debug",
-                          **engine_options)
-    sys.exit(trio.run(lambda: run_server(config, host=host, port=port, settings=settings)))
+    models: list[tuple[Path, str]] = []  # (GGUF, id): --model's (pulled when missing), then --models-dir's
+    given = ctx.get_parameter_source("model") is not click.core.ParameterSource.DEFAULT
+    for name in model if given or not models_dirs else ():
+        path = ensure_model(name)
+        spec = lookup(name)
+        models.append((path, spec.name if spec else path.stem))
+    for directory in models_dirs:
+        files = sorted((p for p in Path(directory).expanduser().iterdir()
+                        if p.suffix.lower() == ".gguf" and p.is_file()), key=lambda p: p.name.casefold())
+        models += [(p, p.stem) for p in files]  # not checked here: one that cannot load answers 503
+    if not models:
+        raise ModelError(f"no .gguf file in --models-dir {', '.join(models_dirs)}")
+    seen: set[Path] = set()  # a file named twice (-m x -m x, or -m and --models-dir) is served once
+    models = [m for m in models if not (m[0].resolve() in seen or seen.add(m[0].resolve()))]
+    ids = [i.casefold() for _, i in models]
+    if len(set(ids)) != len(ids):
+        twice = sorted({i for _, i in models if ids.count(i.casefold()) > 1})
+        raise ModelError(f"two models would be served as {', '.join(twice)}; give each model once")
+    configs = [EngineConfig(model=str(path), model_name=model_id, chat_template=chat_template,
+                            chat_template_kwargs=chat_template_kwargs, model_alias=alias if i == 0 else (),
+                            verbose=log_level == "debug", **engine_options)
+               for i, (path, model_id) in enumerate(models)]
+    sys.exit(trio.run(lambda: run_server(configs[0], host=host, port=port, settings=settings,
+                                         more_models=configs[1:], max_loaded=max_loaded, keep_alive=keep_alive)))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,5 +1,9 @@
 """Prometheus metrics of one engine (prometheus-client, one registry per engine).
 
+A server of several models renders :class:`PoolMetrics` instead: each loaded model's series
+below with a ``model`` label, ``skippy:model_loaded{model}``, and the HTTP counters and
+``process_*`` once for the server.
+
 Names follow llama-server's (``llamacpp:...``, its whole set as of the pinned
 llama.cpp's ``server_task_result_metrics::to_metrics``) where one exists, and
 ``skippy:...`` otherwise. Counters and gauges of the scheduler and hook
@@ -60,7 +64,7 @@ observed by the request tasks:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, generate_latest
@@ -139,18 +143,13 @@ class EngineMetrics:
                                     buckets=_LATENCY_BUCKETS, registry=self.registry)
         self.prefill = Histogram("skippy:prefill_seconds", "Time from admission to a sequence's first token",
                                  buckets=_LATENCY_BUCKETS, registry=self.registry)
-        self.responses = Counter("skippy:http_responses", "HTTP responses by status class", ["status_class"],
-                                 registry=self.registry)
-        self.route_responses = Counter("skippy:http_route_responses", "HTTP responses by route and status code",
-                                       ["method", "route", "status"], registry=self.registry)
-        self.errors = Counter("skippy:errors", "Error responses (and late SSE error events) by error code",
-                              ["code"], registry=self.registry)
+        self.http = HttpMetrics(self.registry)
+        self.responses, self.route_responses, self.errors = (self.http.responses, self.http.route_responses,
+                                                             self.http.errors)
         self.finishes = Counter("skippy:finishes", "Generations finished, by finish_reason", ["finish_reason"],
                                 registry=self.registry)
         ProcessCollector(registry=self.registry)
-        self.disconnects = Counter("skippy:http_client_disconnects",
-                                   "Requests whose client disconnected before the response ended",
-                                   registry=self.registry)
+        self.disconnects = self.http.disconnects
         self.engine: Any = None
         self._last: Any = None  # the scheduler snapshot of the previous scrape (throughput gauges)
 
@@ -161,6 +160,40 @@ class EngineMetrics:
         times = getattr(engine.scheduler, "step_times", None)
         for hist in times.all() if times is not None else ():
             self.registry.register(hist)
+
+    def response(self, status: int) -> None:
+        """Count one response by status class; 499 (the client went away) is counted as a disconnect."""
+        self.http.response(status)
+
+    def route_response(self, method: str, route: str, status: int, error_code: str | None = None) -> None:
+        """Count one response of ``method`` ``route`` (the path pattern) with ``status``, and its error code."""
+        self.http.route_response(method, route, status, error_code)
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of every metric."""
+        return generate_latest(self.registry)
+
+
+class HttpMetrics:
+    """The HTTP face's counters, registered in ``registry``: ``skippy:http_responses`` (by status class),
+    ``skippy:http_route_responses``, ``skippy:errors``, ``skippy:http_client_disconnects`` (see the module
+    docstring). One engine's :class:`EngineMetrics` holds them when one model is served; the
+    :class:`PoolMetrics` of several models holds them once for the server."""
+
+    #: their metric family names (left out of each model's labelled series in :class:`PoolMetrics`)
+    NAMES = frozenset({"skippy:http_responses", "skippy:http_route_responses", "skippy:errors",
+                       "skippy:http_client_disconnects"})
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.responses = Counter("skippy:http_responses", "HTTP responses by status class", ["status_class"],
+                                 registry=registry)
+        self.route_responses = Counter("skippy:http_route_responses", "HTTP responses by route and status code",
+                                       ["method", "route", "status"], registry=registry)
+        self.errors = Counter("skippy:errors", "Error responses (and late SSE error events) by error code",
+                              ["code"], registry=registry)
+        self.disconnects = Counter("skippy:http_client_disconnects",
+                                   "Requests whose client disconnected before the response ended",
+                                   registry=registry)
 
     def response(self, status: int) -> None:
         """Count one response by status class; 499 (the client went away) is counted as a disconnect."""
@@ -175,9 +208,62 @@ class EngineMetrics:
         if error_code is not None:
             self.errors.labels(error_code).inc()
 
+
+class PoolMetrics:
+    """The metrics of a server of several models (:class:`~skippy.actors.pool.ModelPool`).
+
+    One registry: the server's :class:`HttpMetrics` and ``process_*`` once, each loaded model's engine
+    series (its :class:`EngineMetrics` registry but those) with a ``model`` label added (one family per
+    name, each model's samples in it), and ``skippy:model_loaded{model}`` (1 loaded, 0 not) for every
+    configured model. A model's series start again from zero when it is loaded again after an unload.
+
+    ``engines()`` yields ``(model id, EngineMetrics)`` of the loaded models; ``states()`` yields
+    ``(model id, state)`` of all of them (``loaded``, ``loading``, ``unloaded``, ``failed``).
+    """
+
+    def __init__(self, engines: Callable[[], Iterable[tuple[str, EngineMetrics]]],
+                 states: Callable[[], Iterable[tuple[str, str]]]) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.http = HttpMetrics(self.registry)
+        ProcessCollector(registry=self.registry)
+        self.registry.register(_ModelsCollector(engines, states))
+
+    def response(self, status: int) -> None:
+        self.http.response(status)
+
+    def route_response(self, method: str, route: str, status: int, error_code: str | None = None) -> None:
+        self.http.route_response(method, route, status, error_code)
+
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""
         return generate_latest(self.registry)
+
+
+class _ModelsCollector:
+    def __init__(self, engines: Callable[[], Iterable[tuple[str, EngineMetrics]]],
+                 states: Callable[[], Iterable[tuple[str, str]]]) -> None:
+        self.engines, self.states = engines, states
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        loaded = GaugeMetricFamily("skippy:model_loaded", "Whether the model is loaded (1) or not (0)",
+                                   labels=["model"])
+        for name, state in self.states():
+            loaded.add_metric([name], 1.0 if state == "loaded" else 0.0)
+        yield loaded
+        families: dict[str, Metric] = {}
+        for name, metrics in self.engines():
+            for metric in metrics.registry.collect():
+                if metric.name in HttpMetrics.NAMES or metric.name.startswith("process_"):
+                    continue
+                family = families.get(metric.name)
+                if family is None:
+                    family = families[metric.name] = Metric(metric.name, metric.documentation, metric.type,
+                                                            metric.unit)
+                family.samples += [s._replace(labels={**s.labels, "model": name}) for s in metric.samples]
+        yield from families.values()
 
 
 def _rate(tokens: float, seconds: float) -> float:

@@ -183,7 +183,7 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     the chunk where it happens: :class:`~skippy.engine.output.wire.HookEvent`).
     ``prompt_cache_key`` (OpenAI) groups requests for prefix-cache placement.
     ``thinking_budget_tokens`` (llama-server's): reasoning tokens allowed inside ``<think>`` before
-    the closing tag is forced (-1: unlimited; ``None``: the server's ``--reasoning-budget``).
+    the closing tag (and a newline) is forced (-1: unlimited; ``None``: the server's ``--reasoning-budget``).
     """
 
     messages: list[Message]
@@ -314,12 +314,14 @@ class TokenizeRequest(msgspec.Struct, kw_only=True):
     add_special: bool = False
     parse_special: bool = True
     with_pieces: bool = False
+    model: str | None = None  # several models served: whose vocabulary (llama-server's router mode)
 
 
 class DetokenizeRequest(msgspec.Struct, kw_only=True):
     """``POST /detokenize`` (llama-server): ``tokens`` -> ``{"content": ...}``."""
 
     tokens: list[int]
+    model: str | None = None  # several models served: whose vocabulary (llama-server's router mode)
 
 
 class ApplyTemplateRequest(ChatCompletionRequest, kw_only=True):

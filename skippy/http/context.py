@@ -13,13 +13,14 @@ by :class:`SkippyRequest` and read with :func:`current`.
 
 from __future__ import annotations
 
+import contextvars
 import math
 import re
 import secrets
 import time
 from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 import trio
@@ -30,6 +31,10 @@ from skippy.actors.engine import Engine, RequestTrace
 from skippy.engine.api.responses import ResponseStore
 from skippy.engine.errors import DeviceLost, EngineError, ModelLoading
 from skippy.http.settings import ServerSettings
+
+if TYPE_CHECKING:
+    from skippy.actors.metrics import EngineMetrics, PoolMetrics
+    from skippy.actors.pool import Lease, ModelPool
 
 EXTENSION = "skippy"  # the key of :class:`Shared` in ``app.extensions``
 
@@ -83,16 +88,22 @@ class Lifecycle:
 
         At the ASGI level a request spans its whole response, a stream's body
         included, and the count drops however it ends (done, failed,
-        cancelled because the client went away).
+        cancelled because the client went away). So do the request's holds on
+        the models of a :class:`~skippy.actors.pool.ModelPool` (:data:`LEASES`).
         """
         async def counted(scope: dict[str, Any], receive: Any, send: Any) -> None:
             if scope.get("type") != "http":
                 return await asgi_app(scope, receive, send)
             self._requests += 1
+            leases: list[Lease] = []
+            token = LEASES.set(leases)
             try:
                 await asgi_app(scope, receive, send)
             finally:
                 self._requests -= 1
+                LEASES.reset(token)
+                for lease in leases:  # the models this request used may be unloaded now
+                    lease.release()
 
         return counted
 
@@ -112,12 +123,19 @@ class Lifecycle:
                 self._scopes.discard(scope)
 
 
+#: the model leases (:class:`~skippy.actors.pool.Lease`) taken by the HTTP request of this context; released
+#: when its response has ended (:meth:`Lifecycle.count_requests`)
+LEASES: contextvars.ContextVar[list[Lease] | None] = contextvars.ContextVar("skippy_leases", default=None)
+
+
 class AppState:
-    """What the server fills in while it runs: the engine once loaded (``None`` while loading), the
-    :class:`Lifecycle`, and ``started`` (Unix seconds)."""
+    """What the server fills in while it runs: the engine once loaded (``None`` while loading), or the
+    :class:`~skippy.actors.pool.ModelPool` of the served models (``skippy serve`` sets ``pool``; an
+    embedder or a test may set ``engine`` alone), the :class:`Lifecycle`, and ``started`` (Unix seconds)."""
 
     def __init__(self) -> None:
         self.engine: Engine | None = None
+        self.pool: ModelPool | None = None
         self.load_error: str | None = None
         self.lifecycle = Lifecycle()
         self.started = time.time()  # Unix seconds (the Process-Start-Time-Unix header where /proc is missing)
@@ -142,14 +160,54 @@ class Shared:
         return self.state.lifecycle
 
     def engine(self) -> Engine:
-        """The loaded engine; raises :class:`~skippy.engine.errors.ModelLoading` (503) while it loads
-        (or with the load error if loading failed), :class:`~skippy.engine.errors.DeviceLost` (503) once an
-        RPC worker holding layers of the model is gone."""
-        if self.state.engine is None:
+        """The loaded engine of one model (the default model of a pool, if loaded); raises
+        :class:`~skippy.engine.errors.ModelLoading` (503) while it loads (or with the load error if
+        loading failed), :class:`~skippy.engine.errors.DeviceLost` (503) once an RPC worker holding layers
+        of the model is gone. Routes use :meth:`engine_for`."""
+        pool = self.state.pool
+        engine = self.state.engine if pool is None else pool.engine(pool.default)
+        if engine is None:
             raise ModelLoading(self.state.load_error or "the model is still loading; retry shortly")
-        if problem := self.state.engine.device_problem():  # llama.cpp would abort the process on this request
+        if problem := engine.device_problem():  # llama.cpp would abort the process on this request
             raise DeviceLost(problem)
-        return self.state.engine
+        return engine
+
+    async def engine_for(self, model: str | None, *, required: bool = True) -> Engine:
+        """The engine of the model a request names in ``model`` (its body's field or ``?model=``).
+
+        One model: it, whatever the name (llama-server's behaviour). Several
+        (:class:`~skippy.actors.pool.ModelPool`): the named one, loaded first if it is not (the
+        request waits; the other models keep serving), held loaded until the response has ended;
+        without a name, 400 when ``required`` (the generation routes, as llama-server's router mode)
+        else the default model. Raises :class:`~skippy.engine.errors.ModelLoading` (503) while the
+        server starts (the default model's first load), ``ModelNotFound`` (404) for a name no model
+        answers to, :class:`~skippy.actors.pool.ModelUnavailable` (503) when the model cannot load.
+        """
+        pool = self.state.pool
+        if pool is None:
+            return self.engine()
+        if not pool.ready.is_set():
+            raise ModelLoading(self.state.load_error or "the model is still loading; retry shortly")
+        name = pool.find(model, required=required)
+        engine = pool.engine(name)
+        leases = LEASES.get()
+        if pool.single and engine is not None and pool.residency.keep_alive < 0:
+            return engine  # one model that is never unloaded: nothing to hold
+        engine, lease = await pool.acquire(name)
+        if leases is not None:
+            leases.append(lease)
+        else:  # outside an HTTP request (no one would release it): do not hold the model
+            lease.release()
+        return engine
+
+    def metrics(self) -> EngineMetrics | PoolMetrics | None:
+        """Where the HTTP counters go: the pool's of several models, else the one engine's (``None``
+        while it is not loaded)."""
+        pool = self.state.pool
+        if pool is not None and not pool.single:
+            return pool.metrics
+        engine = self.state.engine if pool is None else pool.engine(pool.default)
+        return engine.metrics if engine is not None else None
 
     def stopped(self) -> EngineError:
         """The error of a request whose guard scope was cancelled: shutdown (503) or its deadline (504)."""

@@ -216,8 +216,8 @@ def log_line(app: Shared, ctx: RequestContext, status: int, route: str, rule: st
     the error envelope's of a 4xx/5xx; ``disconnected``: the client went away before the end (no
     per-route response is counted). Works once the request context is gone (streams).
     """
-    if app.state.engine is not None:
-        metrics = app.state.engine.metrics
+    metrics = app.metrics()
+    if metrics is not None:
         metrics.response(status)
         if not disconnected:
             metrics.route_response(route.split(" ", 1)[0], rule, status, code if status >= 400 else None)
@@ -348,7 +348,7 @@ async def chat_completions() -> Response:
     app, ctx = shared(), current()
     req = await _body(ChatCompletionRequest, ctx)
     _check_limits(app.settings, req.messages, req)
-    eng = app.engine()
+    eng = await app.engine_for(req.model)
     if req.stream:
         return await _stream(app, ctx, lambda: eng.chat_stream(req))
     result = await _unless_gone(app, ctx, eng.chat(req))
@@ -360,7 +360,7 @@ async def completions() -> Response:
     app, ctx = shared(), current()
     req = await _body(CompletionRequest, ctx)
     _check_limits(app.settings, [], req)
-    eng = app.engine()
+    eng = await app.engine_for(req.model)
     if req.stream:
         return await _stream(app, ctx, lambda: eng.completion_stream(req))
     result = await _unless_gone(app, ctx, eng.completion(req))
@@ -371,7 +371,7 @@ async def completions() -> Response:
 async def infill() -> Response:
     app, ctx = shared(), current()
     req = await _body(InfillRequest, ctx)
-    eng = app.engine()
+    eng = await app.engine_for(req.model)
     if req.stream:
         return await _stream(app, ctx, lambda: eng.infill_stream(req))
     result = await _unless_gone(app, ctx, eng.infill(req))
@@ -438,7 +438,7 @@ async def responses_create() -> Response:
     req = await _body(rapi.ResponsesRequest, ctx)
     previous = (app.responses.get(req.previous_response_id, param="previous_response_id")
                 if req.previous_response_id is not None else None)
-    eng = app.engine()
+    eng = await app.engine_for(req.model)
     turn = rapi.prepare(req, previous, model=eng.reply_model(req.model))
     try:
         _check_limits(app.settings, turn.chat.messages, turn.chat)
@@ -478,7 +478,8 @@ async def responses_delete(response_id: str) -> Response:
 async def embeddings() -> Response:
     app, ctx = shared(), current()
     req = await _body(EmbeddingRequest, ctx)
-    result = await _unless_gone(app, ctx, app.engine().embeddings(req))
+    eng = await app.engine_for(req.model)
+    result = await _unless_gone(app, ctx, eng.embeddings(req))
     return json_response(result)
 
 
@@ -494,7 +495,7 @@ async def completion_native() -> Response:
     app, ctx = shared(), current()
     req = await _body(NativeCompletionRequest, ctx)
     _check_limits(app.settings, [], req)
-    eng = app.engine()
+    eng = await app.engine_for(req.model)
     if req.stream:
         return await _stream(app, ctx, lambda: eng.completion_native_stream(req), NATIVE_SSE)
     results = await _unless_gone(app, ctx, eng.completion_native(req))
@@ -508,7 +509,7 @@ async def slots() -> Response:
     app = shared()
     if not app.settings.slots:
         raise NotSupported("This server does not support slots endpoint. Start it with `--slots`")
-    states = app.engine().slots()
+    states = (await app.engine_for(request.args.get("model"), required=False)).slots()
     if request.args.get("fail_on_no_slot") not in (None, "", "0", "false") and all(s.is_processing for s in states):
         return error_response(503, "no slot available", "unavailable_error", code="no_slot_available")
     return json_response(states)
@@ -543,7 +544,8 @@ async def slot_action(id_slot: str) -> Response:
         if action == "restore" and not Path(path).is_file():
             raise InvalidRequest(f"Unable to restore slot: no file {body.filename!r} in the slot save path",
                                  param="filename")
-    result = await _unless_gone(app, ctx, app.engine().slot_action(action, slot, path))
+    eng = await app.engine_for(request.args.get("model"), required=False)
+    result = await _unless_gone(app, ctx, eng.slot_action(action, slot, path))
     if path is not None:
         result["filename"] = Path(path).name
     reply = {"save": wire.SlotSaved, "restore": wire.SlotRestored, "erase": wire.SlotErased}[action]
@@ -560,26 +562,74 @@ async def props_change() -> Response:
     return json_response({"success": True})
 
 
+def _pool_model(pool: Any, model_id: str, name: str) -> wire.Model:
+    """A ``/v1/models`` entry of a model of several: its ``state`` and llama-server router mode's ``status``;
+    ``meta`` while it is loaded."""
+    state = pool.state(model_id)
+    eng = pool.engine(model_id)
+    entry = _model(eng, name) if eng is not None else wire.Model(id=name, created=pool.created(model_id))
+    error = pool.error(model_id)
+    entry.state = state
+    entry.status = wire.ModelStatus(value="unloaded" if state == "failed" else state,
+                                    failed=True if error else wire.UNSET, error=error or wire.UNSET)
+    return entry
+
+
+def _several(app: Shared) -> Any:
+    """The pool whose models ``/v1/models`` lists with their state: when several models are served (and the
+    server has started), or one that is unloaded (``--keep-alive``); else ``None``."""
+    pool = app.state.pool
+    if pool is None or not pool.ready.is_set() or (pool.single and pool.engine(pool.default) is not None):
+        return None
+    return pool
+
+
 async def models() -> Response:
-    eng = shared().engine()
+    """OpenAI ``GET /v1/models``: the served model under each of its names; with several models, each with its
+    ``state`` (``loaded``, ``loading``, ``unloaded``, ``failed``) and llama-server router mode's ``status``."""
+    app = shared()
+    pool = _several(app)
+    if pool is not None:
+        return json_response(wire.ModelList(data=[_pool_model(pool, i, name) for i in pool.ids()
+                                                  for name in pool.model(i).listed]))
+    eng = app.engine()
     return json_response(wire.ModelList(data=[_model(eng, name) for name in eng.served_names]))
 
 
 async def model(model_id: str) -> Response:
-    eng = shared().engine()
+    app = shared()
+    pool = _several(app)
+    if pool is not None:
+        found = pool.match(model_id)
+        return json_response(_pool_model(pool, found, model_id if model_id in pool.model(found).listed else found))
+    eng = app.engine()
     return json_response(_model(eng, eng.find_model(model_id)))
 
 
 async def health() -> Response:
+    """llama-server ``GET /health``: 503 while the (default) model loads, then 200 with slot counts (summed over
+    the loaded models when several are served: 200 while any model is loaded or can load)."""
     app = shared()
-    if app.state.engine is None:
+    pool = app.state.pool
+    if (app.state.engine is None) if pool is None else not pool.ready.is_set():
         return error_response(503, app.state.load_error or "Loading model", "unavailable_error", code="model_loading")
     if app.lifecycle.draining:
         return engine_error_response(ShuttingDown("the server is shutting down"))
-    if problem := app.state.engine.device_problem():  # an RPC worker is gone: a supervisor must restart the set
+    if pool is not None:
+        if not pool.healthy():
+            return error_response(503, "no model could be loaded: " + "; ".join(
+                f"{i}: {pool.error(i)}" for i in pool.ids()), "unavailable_error", code="model_load_failed")
+        totals = {"slots_idle": 0, "slots_processing": 0, "requests_waiting": 0}
+        for _, eng in pool.loaded_engines():
+            if problem := eng.device_problem():  # an RPC worker is gone: a supervisor must restart the set
+                return engine_error_response(DeviceLost(problem))
+            for key, value in eng.stats().items():
+                totals[key] += value
+        return json_response(wire.Health(**totals))
+    engine = app.state.engine
+    if engine is not None and (problem := engine.device_problem()):  # an RPC worker is gone: restart the set
         return engine_error_response(DeviceLost(problem))
-    stats = app.state.engine.stats()
-    return json_response(wire.Health(**stats))
+    return json_response(wire.Health(**app.engine().stats()))
 
 
 async def openapi_json() -> Response:
@@ -589,7 +639,7 @@ async def openapi_json() -> Response:
 async def tokenize() -> Response:
     app, ctx = shared(), current()
     req = await _body(TokenizeRequest, ctx)
-    eng = app.engine()
+    eng = await app.engine_for(req.model or request.args.get("model"), required=False)
     tokens = await eng.tokenizer.tokenize(req.content, add_special=req.add_special, parse_special=req.parse_special)
     if req.with_pieces:
         out: list[int | wire.TokenPiece] = []
@@ -606,7 +656,7 @@ async def tokenize() -> Response:
 async def detokenize() -> Response:
     app, ctx = shared(), current()
     req = await _body(DetokenizeRequest, ctx)
-    eng = app.engine()
+    eng = await app.engine_for(req.model or request.args.get("model"), required=False)
     try:
         content = await eng.tokenizer.detokenize(req.tokens)
     except ValueError as exc:
@@ -618,7 +668,8 @@ async def apply_template() -> Response:
     app, ctx = shared(), current()
     req = await _body(ApplyTemplateRequest, ctx)
     _check_limits(app.settings, req.messages, req)
-    prompt = await app.guarded(ctx.deadline, app.engine().apply_template(req))
+    eng = await app.engine_for(req.model or request.args.get("model"), required=False)
+    prompt = await app.guarded(ctx.deadline, eng.apply_template(req))
     return json_response(wire.ApplyTemplateResponse(prompt=prompt))
 
 
@@ -627,12 +678,14 @@ async def input_tokens() -> Response:
     app, ctx = shared(), current()
     req = await _body(ChatCompletionRequest, ctx)
     _check_limits(app.settings, req.messages, req)
-    n = await _unless_gone(app, ctx, app.engine().input_tokens(req))
+    eng = await app.engine_for(req.model)
+    n = await _unless_gone(app, ctx, eng.input_tokens(req))
     return json_response(wire.InputTokens(input_tokens=n))
 
 
 async def props() -> Response:
-    return json_response(shared().engine().props())
+    eng = await shared().engine_for(request.args.get("model"), required=False)
+    return json_response(eng.props())
 
 
 async def metrics() -> Response:
@@ -642,7 +695,9 @@ async def metrics() -> Response:
     if not app.settings.metrics:  # llama-server without --metrics
         return error_response(501, "the metrics endpoint is off on this server (started with --no-metrics)",
                               "not_supported_error", code="not_supported")
-    engine_metrics = app.engine().metrics
+    pool = app.state.pool
+    engine_metrics = (pool.metrics if pool is not None and not pool.single
+                      else (await app.engine_for(None, required=False)).metrics)
     started = engine_metrics.registry.get_sample_value("process_start_time_seconds") or app.state.started
     return Response(engine_metrics.render(), mimetype=CONTENT_TYPE_LATEST.split(";")[0],
                     headers={"Content-Type": CONTENT_TYPE_LATEST, "Process-Start-Time-Unix": str(int(started))})
@@ -712,7 +767,7 @@ async def messages() -> Response:
     req = await _body(MessagesRequest, ctx)
     chat = anthropic.to_chat_request(req)
     _check_limits(app.settings, req.messages, chat)
-    eng = app.engine()
+    eng = await app.engine_for(req.model)
     stops = req.stop_sequences
     if req.stream:
         async def start() -> AsyncIterator[Any]:
@@ -732,7 +787,7 @@ async def count_tokens() -> Response:
     req = await _body(CountTokensRequest, ctx)
     chat = anthropic.to_chat_request(req)
     _check_limits(app.settings, req.messages, chat)
-    eng = app.engine()
+    eng = await app.engine_for(req.model)
 
     async def count() -> int:
         prompt = await eng.apply_template(chat)

@@ -37,7 +37,8 @@ from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import AppWrapper, ConnectionState, LifespanState
 from hypercorn.utils import ShutdownError, raise_shutdown, repr_socket_addr, wrap_app
 
-from skippy.actors.engine import Engine, open_engine
+from skippy.actors.engine import Engine
+from skippy.actors.pool import ModelPool, PoolModel
 from skippy.engine.config import EngineConfig
 from skippy.http.app import AppState, Lifecycle, create_app
 from skippy.http.settings import ServerSettings
@@ -265,11 +266,16 @@ def _log_chat_template(engine: Engine) -> None:
 
 
 async def serve(config: EngineConfig, *, host: str | Sequence[str] = "127.0.0.1", port: int = 8080,
-                settings: ServerSettings | None = None) -> int:
+                settings: ServerSettings | None = None, more_models: Sequence[EngineConfig] = (),
+                max_loaded: int = 0, keep_alive: float = -1.0) -> int:
     """Serve until SIGINT/SIGTERM on every address of ``host`` (one, or several: IPv4 and IPv6 alike).
 
-    Returns the exit code: 1 if it cannot listen (or read the TLS key and certificate) or the
-    engine fails to start.
+    ``config`` is the (default) model, loaded at start; ``more_models`` are more models, loaded on their
+    first request (a :class:`~skippy.actors.pool.ModelPool`: the request's ``model`` picks one; at most
+    ``max_loaded`` resident, 0: no bound; unloaded after ``keep_alive`` idle seconds, negative: never).
+    Returns the exit code: 1 if it cannot listen (or read the TLS key and certificate) or, with one
+    model, the engine fails to start (with several, a model that fails to load answers 503 and the
+    others go on).
     """
     settings = settings or ServerSettings()
     state = AppState()
@@ -293,24 +299,28 @@ async def serve(config: EngineConfig, *, host: str | Sequence[str] = "127.0.0.1"
         return 1
     stop, drained = trio.Event(), trio.Event()
     exit_code = 0
+    pool = ModelPool([PoolModel.of(c) for c in (config, *more_models)], max_loaded=max_loaded,
+                     keep_alive=keep_alive, on_load=_log_chat_template)
+    state.pool = pool
 
     async def load_engine(cancel_scope: trio.CancelScope) -> None:
         nonlocal exit_code
-        try:
-            async with open_engine(config) as engine:
-                state.engine = engine
-                _freeze_heap()
-                log.info("model %s loaded: n_ctx=%d per sequence, %d parallel sequences", engine.model_id,
-                         engine.meta.n_ctx_seq, engine.meta.n_seq_max)
-                _log_chat_template(engine)
-                for url in listen_urls(sockets):
-                    log.info("Running on %s (CTRL + C to quit)", url)
-                await trio.sleep_forever()
-        except Exception as exc:
-            log.error("could not start the engine: %s", exc)
-            state.load_error = f"the engine failed to start: {exc}"
-            exit_code = 1
-            cancel_scope.cancel()
+        async with trio.open_nursery() as nursery:
+            await nursery.start(pool.run)
+            await pool.ready.wait()
+            if pool.engine(pool.default) is None and pool.single:
+                log.error("could not start the engine: %s", pool.error(pool.default))
+                state.load_error = f"the engine failed to start: {pool.error(pool.default)}"
+                exit_code = 1
+                cancel_scope.cancel()
+                return
+            _freeze_heap()
+            if not pool.single:
+                log.info("serving %d models: %s (--max-loaded %s, --keep-alive %s)", len(pool.ids()),
+                         ", ".join(pool.ids()), max_loaded or "unbounded",
+                         f"{keep_alive:g} s" if keep_alive >= 0 else "never")
+            for url in listen_urls(sockets):
+                log.info("Running on %s (CTRL + C to quit)", url)
 
     async with trio.open_nursery() as nursery:
         await nursery.start(_watch_signals, stop, state.lifecycle)

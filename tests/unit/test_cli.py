@@ -27,8 +27,11 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 # Every option of `skippy serve` as `--help` shows it (the ones from before the settings were declared
 # once, plus llama-server's names and flags): (flags and metavar, "[env var; default; range]", default)
 BEFORE = [
-    ("-m, --model TEXT", "[env var: SKIPPY_MODEL; default: SmolLM2-135M-Instruct]", "SmolLM2-135M-Instruct"),
+    ("-m, --model TEXT", "[env var: SKIPPY_MODEL; default: SmolLM2-135M-Instruct]", None),  # repeatable
     ("--alias NAME", "[env var: SKIPPY_ALIAS]", None),
+    ("--models-dir DIR", "[env var: SKIPPY_MODELS_DIR]", None),
+    ("--max-loaded INTEGER RANGE", "[env var: SKIPPY_MAX_LOADED; default: 4; x>=0]", 4),
+    ("--keep-alive SECONDS", "[env var: SKIPPY_KEEP_ALIVE; default: -1.0]", -1.0),
     ("--host ADDRESS", "[env var: SKIPPY_HOST; default: 127.0.0.1]", None),
     ("--port INTEGER RANGE", "[env var: SKIPPY_PORT; default: 8080; 0<=x<=65535]", 8080),
     ("--n-ctx INTEGER RANGE", "[env var: SKIPPY_N_CTX; default: 8192; x>=0]", 8192),
@@ -132,8 +135,8 @@ def test_options_are_generated_from_the_settings_fields() -> None:
             assert p.show_envvar
     # the explicit adapters: not one settings field as it stands
     assert sorted(by_name) == ["alias", "api_key", "api_key_file", "chat_template", "chat_template_kwargs",
-                               "cors_origins", "ctx_size", "host", "jinja", "log_file", "log_format", "log_level",
-                               "model", "no_webui", "port"]
+                               "cors_origins", "ctx_size", "host", "jinja", "keep_alive", "log_file", "log_format",
+                               "log_level", "max_loaded", "model", "models_dirs", "no_webui", "port"]
 
 
 def test_readme_flags_table_matches_the_options() -> None:
@@ -199,17 +202,26 @@ def test_an_out_of_range_value_is_a_usage_error(args: list[str], env: dict, wher
     assert not serve_recorder  # nothing started
 
 
+class _Calls(list):
+    """The recorded ``serve`` calls; ``pool``: the keyword arguments of the models past the first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pool: list[dict] = []
+
+
 @pytest.fixture
 def serve_recorder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list:
     """Replace the model pull and the server by recorders; the list receives (config, host, port, settings)."""
     import skippy.http.serve
     import skippy.models
 
-    calls: list = []
+    calls = _Calls()
     gguf = tmp_path / "tiny.gguf"
 
-    async def fake_serve(config, *, host, port, settings):
+    async def fake_serve(config, *, host, port, settings, **pool):
         calls.append((config, host, port, settings))
+        calls.pool.append(pool)
         return 0
 
     monkeypatch.setattr(skippy.models, "ensure_model", lambda name: gguf if name == "tiny" else Path(name))
@@ -379,4 +391,47 @@ def test_an_unknown_llama_server_flag_is_an_error_naming_it(flag: str, serve_rec
     result = CliRunner().invoke(main, ["serve", "-m", "tiny", flag, "1"])
     assert result.exit_code == 2, result.output
     assert f"No such option '{flag}'" in result.output and "refuses the others rather than ignore them" in result.output
+    assert not serve_recorder
+
+
+def test_several_models_reach_the_server(serve_recorder: list, tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    models.mkdir()
+    for name in ("b.gguf", "A.GGUF", "notes.txt"):
+        (models / name).write_bytes(b"GGUF")
+    config, _, _, _ = _run(["--model", str(tmp_path / "x y.gguf"), "--models-dir", str(models), "--alias", "gpt",
+                            "--max-loaded", "1", "--keep-alive", "2.5"], calls=serve_recorder)
+    pool = serve_recorder.pool.pop()
+    assert (config.model_name, config.model_alias) == ("tiny", ("gpt",))  # the first model is the default
+    assert [(c.model_name, c.model_alias) for c in pool["more_models"]] == [("x y", ()), ("A", ()), ("b", ())]
+    _run(["--model", "tiny"], calls=serve_recorder)  # a model named twice is served once
+    assert serve_recorder.pool.pop()["more_models"] == []
+    assert (pool["max_loaded"], pool["keep_alive"]) == (1, 2.5)
+    # without --model, --models-dir's files alone are served (the first is the default)
+    result = CliRunner().invoke(main, ["serve", "--models-dir", str(models)], env={})
+    assert result.exit_code == 0, result.output
+    config, pool = serve_recorder.pop()[0], serve_recorder.pool.pop()
+    assert [config.model_name, *(c.model_name for c in pool["more_models"])] == ["A", "b"]
+    # one model: as before (defaults: at most 4 loaded, never unloaded for idleness)
+    _run([], calls=serve_recorder)
+    assert serve_recorder.pool.pop() == {"more_models": [], "max_loaded": 4, "keep_alive": -1.0}
+
+
+def test_the_model_environment_variable_is_one_path(serve_recorder: list) -> None:
+    result = CliRunner().invoke(main, ["serve"], env={"SKIPPY_MODEL": "/models/with space.gguf"})
+    assert result.exit_code == 0, result.output
+    assert serve_recorder.pop()[0].model == "/models/with space.gguf"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "tiny", "--model", "{other}/tiny.gguf"], "two models would be served as tiny"),
+    (["--models-dir", "{empty}"], "no .gguf file in --models-dir"),
+    (["--keep-alive", "nan"], "give a number of seconds"),
+])
+def test_unusable_model_lists_are_refused(args: list[str], message: str, serve_recorder: list,
+                                          tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    args = [a.replace("{empty}", str(tmp_path / "empty")).replace("{other}", str(tmp_path / "empty")) for a in args]
+    result = CliRunner().invoke(main, ["serve", *args], env={})
+    assert result.exit_code in (1, 2) and message in result.output, result.output
     assert not serve_recorder

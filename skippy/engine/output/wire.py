@@ -425,14 +425,26 @@ class ModelDetails(WireStruct, kw_only=True):
     parallel: int
 
 
+class ModelStatus(WireStruct, kw_only=True):
+    """llama-server router mode's ``status`` of a ``/v1/models`` entry (several models served): ``value``
+    ``loaded``, ``loading`` or ``unloaded``; ``failed`` (with ``error``, skippy's) when its last load failed."""
+
+    value: Literal["loaded", "loading", "unloaded"]
+    failed: bool | UnsetType = UNSET
+    error: str | UnsetType = UNSET
+
+
 class Model(WireStruct, kw_only=True):
-    """OpenAI model object."""
+    """OpenAI model object; with several models served, also ``state`` (``loaded``, ``loading``, ``unloaded``,
+    ``failed``) and llama-server router mode's ``status``; ``meta`` only while the model is loaded."""
 
     id: str
     object: Literal["model"] = "model"
     created: int = 0
     owned_by: str = "skippy-trio"
     meta: ModelDetails | UnsetType = UNSET
+    state: Literal["loaded", "loading", "unloaded", "failed"] | UnsetType = UNSET
+    status: ModelStatus | UnsetType = UNSET
 
 
 class ModelList(WireStruct, kw_only=True):

@@ -1,0 +1,175 @@
+"""Which models of a multi-model server are resident: the sans-IO policy of the model pool.
+
+:class:`Residency` keeps, for each configured model, its load state, the requests
+using it and when it was last used, and decides (no I/O, no clock of its own: the
+caller passes ``now`` in seconds of any monotonic clock):
+
+- whether a model may start loading now or must first make room: with
+  ``max_loaded`` > 0 at most that many models are resident (loading, loaded or
+  still closing), and the least recently used loaded model is unloaded first
+  (llama-server's router ``--models-max``, Ollama's ``OLLAMA_MAX_LOADED_MODELS``);
+- which loaded models have been idle longer than ``keep_alive`` seconds (Ollama's
+  ``keep_alive``: a negative value keeps models loaded forever, 0 unloads a model
+  as soon as its last request ends);
+- when an unloading model may close: once it is *draining* (new requests wait for
+  it to close, then load it again) and none of its requests runs.
+
+A request that wants a model *reserves* it (:meth:`Residency.reserve`) before
+it waits for the load, and releases it when its response ends. Reservations
+protect a model from being closed under its requests; a model chosen for
+unloading while requests hold it closes after they end. The LRU order puts
+models with requests after idle ones, so an idle model is always unloaded first.
+
+The trio side (:mod:`skippy.actors.pool`) only runs what this decides.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import attrs
+
+UNLOADED = "unloaded"
+LOADING = "loading"
+LOADED = "loaded"
+FAILED = "failed"
+
+
+@attrs.define
+class ModelResidency:
+    """One model's bookkeeping.
+
+    ``state``: ``unloaded``, ``loading`` (waiting for room, or its weights are being read), ``loaded``
+    (also while draining) or ``failed`` (its load raised; ``error`` says why). ``users``: requests that
+    hold it or wait for its load. ``last_used``: when a request last took or released it (seconds,
+    the caller's clock; ``-inf``: never). ``draining``: chosen for unloading; it closes once ``users``
+    is 0, and new requests wait for that.
+    """
+
+    name: str
+    state: str = UNLOADED
+    users: int = 0
+    last_used: float = -math.inf
+    draining: bool = False
+    error: str | None = None
+
+    @property
+    def resident(self) -> bool:
+        """Holds (or is about to hold) memory: loading, loaded, or closing."""
+        return self.state in (LOADING, LOADED)
+
+
+class Residency:
+    """The load policy of a set of models (see the module docstring).
+
+    ``names``: the models, each once. ``max_loaded``: most resident models at a time (0: no bound).
+    ``keep_alive``: seconds an idle loaded model stays loaded (negative: forever).
+    Raises ``ValueError`` for no names, a repeated name or a negative ``max_loaded``.
+    """
+
+    def __init__(self, names: Iterable[str], *, max_loaded: int = 0, keep_alive: float = -1.0) -> None:
+        names = list(names)
+        if not names:
+            raise ValueError("at least one model is needed")
+        if len(set(names)) != len(names):
+            raise ValueError(f"model names must be distinct: {names}")
+        if max_loaded < 0:
+            raise ValueError(f"max_loaded must be >= 0, not {max_loaded}")
+        self.max_loaded = max_loaded
+        self.keep_alive = keep_alive
+        self.models: dict[str, ModelResidency] = {n: ModelResidency(n) for n in names}
+
+    def __getitem__(self, name: str) -> ModelResidency:
+        return self.models[name]
+
+    # -- requests -----------------------------------------------------------------------------
+    def reserve(self, name: str, now: float) -> bool:
+        """A request wants ``name``: count it as a user and return ``True``; ``False`` while the model
+        drains or has failed (the request waits for it to close, or gets the load error). A ``True``
+        on an ``unloaded`` model means: start loading it (:meth:`begin_load`)."""
+        m = self.models[name]
+        if m.draining or m.state == FAILED:
+            return False
+        m.users += 1
+        m.last_used = now
+        return True
+
+    def release(self, name: str, now: float) -> None:
+        """A request that reserved ``name`` ended (done, failed or cancelled)."""
+        m = self.models[name]
+        if m.users <= 0:
+            raise ValueError(f"{name}: release without a reservation")
+        m.users -= 1
+        m.last_used = now
+
+    # -- loading ------------------------------------------------------------------------------
+    def begin_load(self, name: str) -> None:
+        """``name`` starts loading (from ``unloaded``; a ``failed`` model may be loaded again)."""
+        m = self.models[name]
+        if m.state not in (UNLOADED, FAILED):
+            raise ValueError(f"{name} is {m.state}, cannot begin loading")
+        m.state, m.error, m.draining = LOADING, None, False
+
+    def room(self, name: str) -> tuple[bool, str | None]:
+        """May the loading model ``name`` read its weights now?
+
+        Returns ``(True, None)`` when the resident models, ``name`` included, are within
+        ``max_loaded``; else ``(False, victim)``: the loaded model to unload first (the least
+        recently used, idle ones before those with requests; ``None``: models already draining will
+        make the room, or every other resident model is loading; wait for one of them to change).
+        """
+        if self.max_loaded <= 0:
+            return True, None
+        resident = [m for m in self.models.values() if m.resident]
+        if len(resident) <= self.max_loaded:
+            return True, None
+        if sum(not m.draining for m in resident) <= self.max_loaded:
+            return False, None  # the draining ones make room once they close: unload no more
+        candidates = [m for m in self.models.values()
+                      if m.name != name and m.state == LOADED and not m.draining]
+        if not candidates:
+            return False, None
+        victim = min(candidates, key=lambda m: (m.users > 0, m.last_used))
+        return False, victim.name
+
+    def loaded(self, name: str, now: float) -> None:
+        m = self.models[name]
+        m.state = LOADED
+        m.last_used = max(m.last_used, now)
+
+    def failed(self, name: str, error: str) -> None:
+        """The load (or the running engine) of ``name`` failed: requests waiting for it get ``error``."""
+        m = self.models[name]
+        m.state, m.error, m.draining = FAILED, error, False
+
+    def unloaded(self, name: str) -> None:
+        m = self.models[name]
+        m.state, m.draining = UNLOADED, False
+
+    # -- unloading ----------------------------------------------------------------------------
+    def drain(self, name: str) -> None:
+        """Choose ``name`` for unloading: new requests wait; it closes when :meth:`may_close`."""
+        if self.models[name].state == LOADED:
+            self.models[name].draining = True
+
+    def may_close(self, name: str) -> bool:
+        """Whether the loaded model ``name`` should close now: it drains and none of its requests runs."""
+        m = self.models[name]
+        return m.draining and m.users == 0
+
+    def expired(self, now: float) -> list[str]:
+        """Loaded models idle (no request, not draining) for ``keep_alive`` seconds or more, oldest first."""
+        if self.keep_alive < 0:
+            return []
+        idle = [m for m in self.models.values() if m.state == LOADED and not m.draining and m.users == 0
+                and now - m.last_used >= self.keep_alive]
+        return [m.name for m in sorted(idle, key=lambda m: m.last_used)]
+
+    def next_expiry(self) -> float | None:
+        """When the next idle model reaches ``keep_alive`` (the caller's clock), ``None`` if none will."""
+        if self.keep_alive < 0:
+            return None
+        times = [m.last_used + self.keep_alive for m in self.models.values()
+                 if m.state == LOADED and not m.draining and m.users == 0]
+        return min(times, default=None)

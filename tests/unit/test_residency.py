@@ -1,0 +1,139 @@
+"""The model pool's policy (skippy.engine.residency): LRU unload past --max-loaded, --keep-alive, draining."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from skippy.engine.residency import FAILED, LOADED, LOADING, UNLOADED, Residency
+
+
+def _load(res: Residency, name: str, now: float) -> None:
+    """A request loads ``name`` and ends at ``now`` (reserve, load, release)."""
+    assert res.reserve(name, now)
+    res.begin_load(name)
+    assert res.room(name) == (True, None)
+    res.loaded(name, now)
+    res.release(name, now)
+
+
+def test_without_a_bound_every_model_may_load() -> None:
+    res = Residency(["a", "b", "c"])
+    for i, name in enumerate("abc"):
+        _load(res, name, float(i))
+    assert [res[n].state for n in "abc"] == [LOADED] * 3
+
+
+def test_past_max_loaded_the_least_recently_used_is_unloaded_first() -> None:
+    res = Residency(["a", "b", "c"], max_loaded=2)
+    _load(res, "a", 1.0)
+    _load(res, "b", 2.0)
+    assert res.reserve("a", 3.0)  # a is used again: b is now the least recently used
+    res.release("a", 3.5)
+    assert res.reserve("c", 4.0)
+    res.begin_load("c")
+    assert res.room("c") == (False, "b")
+    res.drain("b")
+    assert res.may_close("b") and res.room("c") == (False, None)  # b still holds its memory until it closes
+    res.unloaded("b")
+    assert res.room("c") == (True, None)
+
+
+def test_an_idle_model_is_unloaded_before_one_with_requests() -> None:
+    res = Residency(["a", "b", "c"], max_loaded=2)
+    _load(res, "a", 1.0)
+    _load(res, "b", 2.0)
+    assert res.reserve("a", 3.0)  # a stream of a runs: a is in use, b is idle (and more recent than a's start)
+    res["a"].last_used = 0.5
+    assert res.reserve("c", 4.0)
+    res.begin_load("c")
+    assert res.room("c") == (False, "b")
+
+
+def test_a_model_in_use_is_drained_after_its_requests() -> None:
+    res = Residency(["a", "b"], max_loaded=1)
+    _load(res, "a", 1.0)
+    assert res.reserve("a", 2.0)  # a request of a runs
+    assert res.reserve("b", 3.0)
+    res.begin_load("b")
+    assert res.room("b") == (False, "a")  # the only candidate, though in use
+    res.drain("a")
+    assert not res.may_close("a")  # its request is still running
+    assert not res.reserve("a", 3.5)  # a new request of a waits for the unload (then loads a again)
+    res.release("a", 4.0)
+    assert res.may_close("a")
+    res.unloaded("a")
+    assert res["a"].state == UNLOADED and not res["a"].draining
+    assert res.room("b") == (True, None)
+    assert res.reserve("a", 5.0)  # after the unload, a request may reserve a again
+
+
+def test_two_loads_waiting_for_room_do_not_unload_each_other() -> None:
+    res = Residency(["a", "b", "c"], max_loaded=1)
+    _load(res, "a", 1.0)
+    for name in "bc":
+        assert res.reserve(name, 2.0)
+        res.begin_load(name)
+    assert res.room("b") == (False, "a") and res.room("c") == (False, "a")
+    res.drain("a")
+    res.unloaded("a")
+    assert res.room("b") == (False, None)  # b and c both loading: neither is a victim while loading
+    res.loaded("b", 3.0)  # say b got in first (the pool loads one at a time per room decision)
+    assert res.room("c") == (False, "b")  # b's waiting request holds it: it drains after serving it
+    res.drain("b")
+    assert not res.may_close("b")
+    res.release("b", 4.0)
+    assert res.may_close("b")
+
+
+def test_keep_alive_unloads_idle_models_and_says_when_next() -> None:
+    res = Residency(["a", "b"], keep_alive=10.0)
+    _load(res, "a", 0.0)
+    _load(res, "b", 5.0)
+    assert res.next_expiry() == 10.0
+    assert res.expired(9.9) == []
+    assert res.expired(10.0) == ["a"]
+    assert res.expired(20.0) == ["a", "b"]  # oldest first
+    assert res.reserve("b", 12.0)  # a running request keeps b loaded however long it takes
+    assert res.expired(100.0) == ["a"] and res.next_expiry() == 10.0
+    res.release("b", 100.0)
+    assert res.next_expiry() == 10.0 and res.expired(105.0) == ["a"]
+    res.drain("a")
+    assert res.next_expiry() == 110.0  # a drains: only b's idle time counts
+
+
+def test_keep_alive_zero_unloads_when_the_last_request_ends_and_negative_never() -> None:
+    res = Residency(["a"], keep_alive=0.0)
+    _load(res, "a", 3.0)
+    assert res.expired(3.0) == ["a"]
+    never = Residency(["a"], keep_alive=-1.0)
+    _load(never, "a", 3.0)
+    assert never.expired(math.inf) == [] and never.next_expiry() is None
+
+
+def test_a_failed_load_refuses_new_requests_with_its_error() -> None:
+    res = Residency(["a", "bad"])
+    assert res.reserve("bad", 0.0)
+    res.begin_load("bad")
+    assert res["bad"].state == LOADING
+    res.failed("bad", "not a GGUF file")
+    res.release("bad", 0.1)
+    assert res["bad"].state == FAILED and res["bad"].error == "not a GGUF file"
+    assert not res.reserve("bad", 1.0)
+    assert res["bad"].users == 0 and not res["bad"].resident  # it holds no memory, counts for no bound
+
+
+def test_misuse_is_refused() -> None:
+    with pytest.raises(ValueError):
+        Residency([])
+    with pytest.raises(ValueError):
+        Residency(["a", "a"])
+    with pytest.raises(ValueError):
+        Residency(["a"], max_loaded=-1)
+    res = Residency(["a"])
+    with pytest.raises(ValueError):
+        res.release("a", 0.0)
+    res.begin_load("a")
+    with pytest.raises(ValueError):
+        res.begin_load("a")
