@@ -168,9 +168,7 @@ class Shared:
         engine = self.state.engine if pool is None else pool.engine(pool.default)
         if engine is None:
             raise ModelLoading(self.state.load_error or "the model is still loading; retry shortly")
-        if problem := engine.device_problem():  # llama.cpp would abort the process on this request
-            raise DeviceLost(problem)
-        return engine
+        return _usable(engine)
 
     async def engine_for(self, model: str | None, *, required: bool = True) -> Engine:
         """The engine of the model a request names in ``model`` (its body's field or ``?model=``).
@@ -192,13 +190,13 @@ class Shared:
         engine = pool.engine(name)
         leases = LEASES.get()
         if pool.single and engine is not None and pool.residency.keep_alive < 0:
-            return engine  # one model that is never unloaded: nothing to hold
+            return _usable(engine)  # one model that is never unloaded: nothing to hold
         engine, lease = await pool.acquire(name)
         if leases is not None:
             leases.append(lease)
         else:  # outside an HTTP request (no one would release it): do not hold the model
             lease.release()
-        return engine
+        return _usable(engine)
 
     def metrics(self) -> EngineMetrics | PoolMetrics | None:
         """Where the HTTP counters go: the pool's of several models, else the one engine's (``None``
@@ -286,3 +284,11 @@ class SkippyRequest(TrioRequest):
 def current() -> RequestContext:
     """The :class:`RequestContext` of the request being handled (needs a request context)."""
     return cast(SkippyRequest, request).skippy
+
+
+def _usable(engine: Engine) -> Engine:
+    """``engine``, unless an RPC worker holding layers of its model is gone: then
+    :class:`~skippy.engine.errors.DeviceLost` (503), since llama.cpp would abort the process on the request."""
+    if problem := engine.device_problem():
+        raise DeviceLost(problem)
+    return engine
