@@ -200,6 +200,11 @@ def test_min_tokens_may_not_exceed_max_tokens():
     assert params(min_tokens=5, max_tokens=5).min_tokens == 5
 
 
+def test_a_negative_max_tokens_is_named_not_blamed_on_min_tokens():
+    invalid("max_tokens", max_tokens=-5)
+    invalid("max_tokens", max_completion_tokens=0)
+
+
 def test_n_probs_out_of_range_names_n_probs_even_when_it_sets_top_logprobs():
     with pytest.raises(InvalidRequest) as ei:
         sampling_from_request(req(n_probs=21), n_vocab=N_VOCAB, logprobs=True, top_logprobs=21)

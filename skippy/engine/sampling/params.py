@@ -193,6 +193,7 @@ def sampling_from_request(req: SamplingFields, *, n_vocab: int, logprobs: bool =
     min_tokens = 0 if req.min_tokens is None else req.min_tokens
     _check(min_tokens >= 0, "min_tokens must be >= 0", "min_tokens")
     asked = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    _check(asked is None or asked >= 1, "max_tokens must be >= 1", "max_tokens")  # before min_tokens' rule
     _check(asked is None or min_tokens <= asked, "min_tokens must not exceed max_tokens", "min_tokens")
     stop_ids = req.stop_token_ids or []
     _check(len(stop_ids) <= MAX_STOP_TOKEN_IDS, f"stop_token_ids takes at most {MAX_STOP_TOKEN_IDS} ids",
