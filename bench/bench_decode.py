@@ -28,12 +28,14 @@ All samples go to bench/out/decode-<time>.json, the server log to bench/out/serv
 
 Per-step overhead: after each wave the server's ``/metrics`` step-time histograms
 (``skippy:decode_seconds``, ``skippy:step_overhead_seconds`` and its parts
-``skippy:step_sample_seconds`` and ``skippy:step_reader_wait_seconds``) are read, and a table
-gives per B (concurrent streams) the decode and overhead p50/p99 (interpolated in the histogram
-buckets, as Prometheus' ``histogram_quantile``), the mean reader wait (waiting for request tasks,
-not computing), the mean of the loop's own work (overhead minus reader wait) and the overhead
-share of the step time. ``--levels 1,16,64 --parallel 64 --quick`` measures just that
-(no raw baseline, one rep); ``--temperature 0.8`` exercises the sampled chain.
+``skippy:step_sample_seconds``, ``skippy:step_reader_wait_seconds`` and ``skippy:step_handoff_seconds``)
+are read, and a table gives per B (concurrent streams) the decode and overhead p50/p99 (interpolated
+in the histogram buckets, as Prometheus' ``histogram_quantile``), then the overhead's mean parts:
+sampling, the reader wait (waiting for request tasks, not computing), the handoff (the step crossing
+between the trio thread and the decode thread: waiting for the GIL or a core) and the loop's own work
+(the rest: events, scheduling), and the overhead share of the step time.
+``--levels 1,16,64 --parallel 64 --quick`` measures just that (no raw baseline, one rep);
+``--temperature 0.8`` exercises the sampled chain.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ PROMPTS = [f"{verb} about {s}." for verb in ("Write a long story", "Tell a tale"
            for s in SUBJECTS]  # 64 distinct prompts
 TEMPERATURE = 0.0
 STEP_METRICS = ("skippy:decode_seconds", "skippy:step_overhead_seconds", "skippy:step_sample_seconds",
-                "skippy:step_reader_wait_seconds")
+                "skippy:step_reader_wait_seconds", "skippy:step_handoff_seconds")
 
 
 async def step_histograms(client: httpx.AsyncClient) -> dict[str, dict]:
@@ -277,10 +279,11 @@ async def server_waves(name: str, cmd_for_port, log_path: Path, steps: bool = Tr
 
 
 def overhead_table(waves: list[dict]) -> None:
-    """Per B: decode and step-overhead p50/p99 (ms), mean reader wait and loop work (ms), overhead share."""
-    print("\n| B | decode p50 ms | decode p99 ms | overhead p50 ms | overhead p99 ms | sampling p50 ms "
-          "| reader wait mean ms | loop work mean ms | overhead share |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    """Per B: decode and step-overhead p50/p99 (ms); the overhead's mean parts (ms): sampling, reader wait,
+    thread handoff and the loop's own work (the rest); the overhead share of the step time."""
+    print("\n| B | decode p50 ms | decode p99 ms | overhead p50 ms | overhead p99 ms | sampling mean ms "
+          "| reader wait mean ms | handoff mean ms | loop work mean ms | overhead share |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for c in LEVELS:
         hs = [w["steps"] for w in waves if w["c"] == c]
         merged = {m: {"buckets": [(le, sum(h[m]["buckets"][i][1] for h in hs))
@@ -289,11 +292,14 @@ def overhead_table(waves: list[dict]) -> None:
                   for m in STEP_METRICS}
         dec, ovh = merged["skippy:decode_seconds"], merged["skippy:step_overhead_seconds"]
         smp, wait = merged["skippy:step_sample_seconds"], merged["skippy:step_reader_wait_seconds"]
-        n = max(1.0, ovh["count"])
+        hand = merged["skippy:step_handoff_seconds"]
+        mean = {k: 1e3 * h["sum"] / max(1.0, h["count"]) for k, h in (("ovh", ovh), ("smp", smp), ("wait", wait),
+                                                                      ("hand", hand))}
+        loop = mean["ovh"] - mean["smp"] - mean["wait"] - mean["hand"]
         share = ovh["sum"] / (ovh["sum"] + dec["sum"]) if dec["sum"] else float("nan")
         print(f"| {c} | {1e3 * quantile(dec, 0.5):.2f} | {1e3 * quantile(dec, 0.99):.2f} "
-              f"| {1e3 * quantile(ovh, 0.5):.2f} | {1e3 * quantile(ovh, 0.99):.2f} | {1e3 * quantile(smp, 0.5):.2f} "
-              f"| {1e3 * wait['sum'] / n:.2f} | {1e3 * (ovh['sum'] - wait['sum']) / n:.2f} | {100 * share:.1f}% |")
+              f"| {1e3 * quantile(ovh, 0.5):.2f} | {1e3 * quantile(ovh, 0.99):.2f} | {mean['smp']:.2f} "
+              f"| {mean['wait']:.2f} | {mean['hand']:.2f} | {loop:.2f} | {100 * share:.1f}% |")
 
 
 def summarize_levels(waves: list[dict]) -> dict[int, dict]:

@@ -12,8 +12,13 @@ decode tok/s = 1 / TPOT, TPOT = (last - first content chunk) / (completion token
 reply (as bench_decode.py); e2e tok/s = completion tokens / request wall time. The table shows
 medians over REPS and the on/off ratio (goal: >= 1.5x copy-heavy, >= 0.97x normal chat), the draft
 tokens and their acceptance (``timings.draft_n`` / ``draft_n_accepted``), and whether the greedy
-outputs of both arms were identical. "other CPU" is the CPU (in cores) that processes other than
-this one and its server used meanwhile (see bench_decode.py); above ~0.1 the numbers are noisy.
+outputs of both arms were identical. Before the server starts, the raw cost of a verify batch is
+measured on llama.cpp (``LlamaRuntime``, no server): the time of one ``llama_decode`` of 1..K+1 tokens
+of one sequence after a 300-token prompt, as a multiple of the 1-token step. A draft pays only when
+its tokens cost well under a step each (memory-bound decoding: large models, GPUs); on a CPU that is
+compute-bound already at one token, a batch of n costs nearly n steps. "other CPU" is the CPU (in
+cores) that processes other than this one and its server used meanwhile (see bench_decode.py);
+above ~0.1 the numbers are noisy.
 Samples go to bench/out/spec-<time>.json.
 
     python bench/bench_spec.py [--spec-ngram K] [--reps N] [--threads T]
@@ -38,6 +43,8 @@ import trio
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_decode import cpu_snapshot, other_cpu, wait_healthy  # noqa: E402
 
+from skippy.engine.runtime.base import BatchEntry  # noqa: E402
+from skippy.engine.runtime.llama import LlamaRuntime  # noqa: E402
 from skippy.models import DEFAULT_MODEL, ensure_model  # noqa: E402
 
 OUT = Path(__file__).parent / "out"
@@ -110,7 +117,7 @@ async def run(model: str, k: int, reps: int, threads: int) -> list[dict]:
                                                check=False))
             try:
                 async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=900) as client:
-                    await wait_healthy(client, proc)
+                    await wait_healthy(client, proc, OUT / "server-spec.log")
                     pids = [os.getpid(), proc.pid]
                     await one(client, "Say hello.", True)  # warm-up
                     for rep in range(reps):
@@ -129,6 +136,27 @@ async def run(model: str, k: int, reps: int, threads: int) -> list[dict]:
     return samples
 
 
+def verify_batch_cost(model: str, k: int, threads: int, reps: int = 12) -> dict[int, float]:
+    """{n: median ms of one llama_decode of n tokens of one sequence} for n = 1..k+1 (a pending token
+    plus n-1 draft tokens), after a 300-token prompt, with the server's flash attention default."""
+    rt = LlamaRuntime(model, n_ctx_seq=2048, n_seq_max=1, n_threads=threads)
+    try:
+        prompt = list(range(100, 400))
+        rt.decode([BatchEntry(t, i, 0, i == len(prompt) - 1) for i, t in enumerate(prompt)])
+        out = {}
+        for n in range(1, k + 2):
+            times = []
+            for _ in range(reps):
+                rt.seq_rm(0, len(prompt), -1)
+                t0 = time.perf_counter()
+                rt.decode([BatchEntry(500 + j, len(prompt) + j, 0, True) for j in range(n)])
+                times.append(time.perf_counter() - t0)
+            out[n] = 1e3 * st.median(times)
+        return out
+    finally:
+        rt.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--spec-ngram", type=int, default=5, help="draft tokens per step of the 'on' arm")
@@ -137,6 +165,11 @@ def main() -> None:
     args = ap.parse_args()
     OUT.mkdir(exist_ok=True)
     model = str(ensure_model(DEFAULT_MODEL))
+    cost = verify_batch_cost(model, args.spec_ngram, args.threads)
+    print("| tokens in the batch (1 pending + drafts) | " + " | ".join(str(n) for n in cost) + " |")
+    print("|---|" + "---:|" * len(cost))
+    print("| llama_decode ms | " + " | ".join(f"{ms:.2f}" for ms in cost.values()) + " |")
+    print("| x the 1-token step | " + " | ".join(f"{ms / cost[1]:.2f}" for ms in cost.values()) + " |\n")
     samples = trio.run(run, model, args.spec_ngram, args.reps, args.threads)
     print(f"\n--spec-ngram {args.spec_ngram}, {args.reps} reps, {args.threads} threads, max_tokens {MAX_TOKENS}\n")
     print("| workload | off decode tok/s | on decode tok/s | ratio | off e2e tok/s | on e2e tok/s | ratio "
@@ -162,7 +195,8 @@ def main() -> None:
         print("\nwarning: other processes used CPU during the run (see 'other CPU'); numbers are not reliable")
     path = OUT / f"spec-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps({"spec_ngram": args.spec_ngram, "reps": args.reps, "threads": args.threads,
-                                "max_tokens": MAX_TOKENS, "summary": summary, "samples": samples}, indent=1))
+                                "max_tokens": MAX_TOKENS, "verify_batch_ms": cost, "summary": summary,
+                                "samples": samples}, indent=1))
     print(f"\nresults: {path}")
 
 

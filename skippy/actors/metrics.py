@@ -52,7 +52,9 @@ observed by the request tasks:
   ``llama_decode`` to the start of the next while sequences run), and two parts of that overhead:
   ``skippy:step_sample_seconds`` (sampling on the decode thread) and
   ``skippy:step_reader_wait_seconds`` (the cadence wait that lets request tasks write their
-  tokens before the next decode: waiting, not the loop's own work); ``skippy:embedding_batch_seconds``
+  tokens before the next decode: waiting, not the loop's own work) and
+  ``skippy:step_handoff_seconds`` (the step crossing between the trio thread and the decode thread,
+  both ways: the time the receiving thread waited for the GIL or a core); ``skippy:embedding_batch_seconds``
   (one batch on the embedding context, after a step's decode; not counted as step overhead)
 - embeddings (``/v1/embeddings``): ``skippy:embedding_inputs_total``, ``skippy:embedding_tokens_total``
   (inputs and their tokens embedded), ``skippy:embedding_batches_total``, gauge
@@ -94,24 +96,33 @@ class StepTimes:
                                      "Part of the step overhead spent waiting for request tasks to write the "
                                      "last tokens (bounded by the scheduler's IDLE_WAIT)", buckets=STEP_BUCKETS,
                                      registry=None)
+        self.handoff = Histogram("skippy:step_handoff_seconds",
+                                 "Part of the step overhead spent crossing threads: the loop handing the step to "
+                                 "the decode thread until its llama_decode starts, plus the end of the last "
+                                 "step's sampling until the loop resumed (waits for the GIL or a core)",
+                                 buckets=STEP_BUCKETS, registry=None)
+        self._back: float | None = None  # the last step's sampling end -> loop resumed, seconds
         self.embed = Histogram("skippy:embedding_batch_seconds",
                                "Time of one batch on the embedding context (run after a step's decode)",
                                buckets=STEP_BUCKETS, registry=None)
 
     def all(self) -> tuple[Histogram, ...]:
-        return self.decode, self.overhead, self.sample, self.reader_wait, self.embed
+        return self.decode, self.overhead, self.sample, self.reader_wait, self.handoff, self.embed
 
     def step(self, marks: list[float], last_end: float | None, waited: float, *, decoded: bool = True,
-             embedded: bool = False) -> float | None:
+             embedded: bool = False, submitted: float | None = None, resumed: float | None = None) -> float | None:
         """Record one step; returns what ``last_end`` is for the next one.
 
         ``marks`` from ``perf_counter``: (decode start, decode end, sampling end) when the step
         ``decoded``, then (embedding batch start, end) when it ``embedded``; ``last_end`` the previous
         decode's end (``None`` when the loop waited for an input in between: idle time is no overhead);
-        ``waited`` the reader wait before it. The time of an embedding batch is added to the returned
-        decode end, so it is not counted as loop overhead; a step without a decode returns ``None``.
+        ``waited`` the reader wait before it; ``submitted`` and ``resumed`` (``perf_counter``) when the
+        loop handed the step to the decode thread and when it had the result back, for the handoff
+        part. The time of an embedding batch is added to the returned decode end, so it is not
+        counted as loop overhead; a step without a decode returns ``None``.
         """
         end = None
+        back, self._back = self._back, None
         if decoded:
             t0, t1, t2 = marks[:3]
             self.decode.observe(t1 - t0)
@@ -119,7 +130,11 @@ class StepTimes:
             if last_end is not None:
                 self.overhead.observe(t0 - last_end)
                 self.reader_wait.observe(waited)
+                if submitted is not None and back is not None:
+                    self.handoff.observe(t0 - submitted + back)
             end = t1
+            if resumed is not None:
+                self._back = resumed - marks[-1]
         if embedded:
             e0, e1 = marks[-2:]
             self.embed.observe(e1 - e0)

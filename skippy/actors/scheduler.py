@@ -208,7 +208,8 @@ class DecodeScheduler(Actor[SchedulerMsg]):
                     continue
                 t_wait = time.perf_counter()
                 await _let_readers_run(readers)
-                waited = time.perf_counter() - t_wait
+                submitted = time.perf_counter()
+                waited = submitted - t_wait
                 try:
                     sampled, marks = await decode_thread.run_sync(_execute_timed, self.runtime, step)
                 except Exception as exc:  # llama.cpp refused the batch: fail these sequences, keep serving
@@ -217,7 +218,8 @@ class DecodeScheduler(Actor[SchedulerMsg]):
                     last_end = None
                     continue
                 last_end = times.step(marks, last_end, waited, decoded=step.batch is not None,
-                                      embedded=step.embed is not None)
+                                      embedded=step.embed is not None, submitted=submitted,
+                                      resumed=time.perf_counter())
                 readers = self._deliver(self.core.update(step, sampled))
         finally:
             decode_thread.close()

@@ -287,8 +287,8 @@ class EngineConfig:
     sliding-window models (:mod:`skippy.engine.scheduling.checkpoint`).
     ``spec_ngram`` is vLLM's ``ngram`` speculative method
     (``num_speculative_tokens``; n-grams of 4 down to 2 tokens); output is the
-    same as without it. Off by default: on 2 CPU cores a draft token costs
-    ~0.4 of a decode step and bench/bench_spec.py measured no gain.
+    same as without it (up to near-ties, see the README). Off by default: on 2 CPU cores
+    a 2-token verify batch costs 2.07 decode steps and bench/bench_spec.py measured no gain.
     ``clamp_max_tokens`` follows llama-server; without it a ``max_tokens``
     beyond the context is a 400, as in OpenAI and vLLM. ``reasoning_budget`` and
     ``reasoning_budget_message`` follow llama-server's ``--reasoning-budget`` /
@@ -324,9 +324,10 @@ class EngineConfig:
                                      "needs flash attention (auto or on).")
     kv_unified: bool = setting(False, check=IsBool(),
                                help="One KV buffer whose n_ctx x parallel cells all sequences share "
-                                    "(llama-server's --kv-unified): a cached prefix is shared, not copied. Off "
-                                    "by default: 64 sequences decoded 12-17% slower with it here, and greedy "
-                                    "output can then depend on other requests.")
+                                    "(llama-server's --kv-unified): a cached prefix is shared, not copied; "
+                                    "on 2 CPU cores a 256-client burst sharing one long prompt took 7% less "
+                                    "time with it, short chats the same. Off by default: greedy output can "
+                                    "then depend on other requests.")
     swa_full: bool = setting(False, check=IsBool(),
                              help="Full-size KV cache for the sliding-window attention layers (llama-server's "
                                   "--swa-full; Gemma 2/3...): every cached prefix can be reused, at the memory of "

@@ -82,13 +82,16 @@ def test_function_tool_round_trip_with_previous_response_id(server) -> None:
                                      tools=[WEATHER], tool_choice="none", temperature=0, max_output_tokens=60)
     assert follow.previous_response_id == first.id and follow.status in ("completed", "incomplete")
     assert [o.type for o in follow.output] == ["message"]
-    # stateless, the same turn sends the whole conversation back: the same prompt (so the stored conversation
-    # was sent to the model), the same greedy answer
+    # stateless, the same turn sends the whole conversation back: the same prompt, so the stored conversation
+    # was sent to the model. (Not the same greedy text: this prompt is now cached, and with flash attention a
+    # cached prefill can part from a cold one at a near-tie; the random call id in the prompt decides whether
+    # one is hit, about half the time.)
     whole = client.responses.create(model="SmolLM2-135M-Instruct", store=False,
                                     input=[{"role": "user", "content": ASK}, call.model_dump(exclude_none=True),
                                            result],
                                     tools=[WEATHER], tool_choice="none", temperature=0, max_output_tokens=60)
-    assert whole.usage.input_tokens == follow.usage.input_tokens and whole.output_text == follow.output_text
+    assert whole.usage.input_tokens == follow.usage.input_tokens
+    assert whole.usage.input_tokens_details.cached_tokens > 0  # the same prompt as follow's
 
     # streamed, a forced call arrives as function_call events the SDK assembles
     with client.responses.stream(model="SmolLM2-135M-Instruct", input=ASK, tools=[WEATHER], tool_choice="required",

@@ -187,6 +187,14 @@ def test_metrics_parse_and_move(server: Server) -> None:
     assert after["llamacpp:kv_cache_tokens"] > 0  # the finished conversation stays resident
     assert after["skippy:decode_steps_total"] >= before["skippy:decode_steps_total"] + 5
     assert after["skippy:requests_parked"] == 0
+    # the step-time histograms: every decode timed; the overhead's parts never exceed it
+    steps = after["skippy:decode_seconds_count"] - before["skippy:decode_seconds_count"]
+    assert steps >= 5
+    overhead = after["skippy:step_overhead_seconds_sum"] - before["skippy:step_overhead_seconds_sum"]
+    for part in ("skippy:step_reader_wait_seconds", "skippy:step_handoff_seconds"):
+        n = after[part + "_count"] - before[part + "_count"]
+        assert 1 <= n <= steps
+        assert 0 < after[part + "_sum"] - before[part + "_sum"] <= overhead
 
 
 def test_token_counters_include_a_stream_its_client_left(server: Server) -> None:

@@ -6,6 +6,7 @@ import math
 
 import trio
 
+from skippy.actors.metrics import StepTimes
 from skippy.actors.scheduler import DecodeScheduler
 from skippy.engine.scheduling.events import FinishEvent, TokenEvent
 from tests.unit.test_scheduler_core import FakeRuntime, req
@@ -38,3 +39,28 @@ async def test_the_loop_serves_a_request_and_frees_its_slot() -> None:
     assert [type(e) for e in events] == [TokenEvent] * 3 + [FinishEvent] and events[-1].reason == "length"
     st = sched.stats()
     assert (st.n_running, st.n_waiting, st.tokens_predicted_total) == (0, 0, 3)
+
+
+def test_step_times_split_the_overhead_into_its_parts() -> None:
+    """The overhead of a step (last decode end -> this decode start) and its handoff part: the loop's
+    submit -> decode start, plus the last step's sampling end -> loop resumed."""
+    times = StepTimes()
+    # step 1 (after idle): submitted 0.0, decode 0.1..0.2, sampling ends 0.25, loop resumes 0.26
+    end = times.step([0.1, 0.2, 0.25], None, 0.0, submitted=0.0, resumed=0.26)
+    assert end == 0.2
+    # step 2: reader wait 0.01, submitted 0.30, decode 0.32..0.4, sampling ends 0.41, resumed 0.415
+    end = times.step([0.32, 0.4, 0.41], end, 0.01, submitted=0.30, resumed=0.415)
+    assert end == 0.4
+
+    def observed(h: object) -> tuple[float, float]:
+        samples = {s.name: s.value for m in h.collect() for s in m.samples}  # type: ignore[attr-defined]
+        return samples[h._name + "_count"], samples[h._name + "_sum"]  # type: ignore[attr-defined]
+
+    assert observed(times.decode)[0] == 2
+    count, total = observed(times.overhead)
+    assert count == 1 and math.isclose(total, 0.32 - 0.2)
+    count, total = observed(times.handoff)  # (0.32 - 0.30) + (0.26 - 0.25)
+    assert count == 1 and math.isclose(total, 0.03)
+    # a step after the loop waited for an input records no overhead, and forgets the last resume
+    times.step([1.1, 1.2, 1.21], None, 0.0, submitted=1.0, resumed=1.22)
+    assert observed(times.handoff)[0] == 1
