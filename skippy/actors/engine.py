@@ -167,6 +167,7 @@ class Engine:
         #: stands in for a missing template and the vocabulary has no such token (see ``fallback_stops``)
         self.template_stops: tuple[str, ...] = ()
         self._rids = itertools.count(1)
+        self._arrivals = itertools.count(1)  # SeqRequest.arrival: taken before any template or tokenizer work
         self._format_pieces: dict[str, Callable[[int], bytes]] = {}
         self.closed = False
 
@@ -288,6 +289,7 @@ class Engine:
 
     async def _start_infill(self, req: InfillRequest) -> tuple[Generation, _Events]:
         require_fim(self.meta.fim, "input_prefix")
+        arrival = next(self._arrivals)
         if req.n not in (None, 1):
             raise InvalidRequest("/infill gives one completion: n must be 1", param="n")
         if req.n_predict is not None:  # llama-server's name wins; -1: up to the context
@@ -299,7 +301,7 @@ class Engine:
                                            n_predict=req.n_predict if req.n_predict is not None else -1)
         gen = Generation(next(self._rids), prompt, params, self._max_tokens(req, len(prompt)),
                          piece=self.runtime.vocab.piece, parser=ContentParser(), stops=_stops(req.stop),
-                         cache_prompt=req.cache_prompt)
+                         cache_prompt=req.cache_prompt, arrival=arrival)
         return gen, self._submit([gen], None)
 
     async def _infill_tokens(self, prefix: Mixed, suffix: Mixed, *, prompt: Mixed = "",
@@ -359,6 +361,7 @@ class Engine:
     async def _start_native(self, req: NativeCompletionRequest) -> tuple[list[NativeReply], _Events]:
         if not -1 <= req.id_slot < self.meta.n_seq_max:
             raise InvalidRequest(f"id_slot must be -1 or a slot id (0..{self.meta.n_seq_max - 1})", param="id_slot")
+        arrival = next(self._arrivals)
         n_probs = req.n_probs or 0
         sreq = apply_samplers(req, req.samplers)
         params = self._sampling(sreq, logprobs=True, top_logprobs=n_probs)  # token ids ride on logprob events
@@ -389,7 +392,8 @@ class Engine:
                                           len(tokens))
             gen = Generation(next(self._rids), tokens, params, max_tokens, piece=self.runtime.vocab.piece,
                              parser=ContentParser(), stops=stops, cache_prompt=req.cache_prompt,
-                             speculative=self._speculative(req), include_stop=req.include_stop_str_in_output)
+                             speculative=self._speculative(req), include_stop=req.include_stop_str_in_output,
+                             arrival=arrival)
             settings = generation_settings(params, n_predict=n_predict, stop=stops, stream=req.stream,
                                            n_probs=n_probs, samplers=samplers,
                                            timings_per_token=req.timings_per_token, ignore_eos=req.ignore_eos)
@@ -508,6 +512,7 @@ class Engine:
 
     # -- internals ----------------------------------------------------------------
     async def _start_chat(self, req: ChatCompletionRequest) -> tuple[list[Generation], _Events]:
+        arrival = next(self._arrivals)
         n = self._n(req)
         n_probs = req.n_probs or 0  # llama-server's name for top_logprobs
         params = self._sampling(req, logprobs=req.logprobs or n_probs > 0,
@@ -542,7 +547,8 @@ class Engine:
                            injected=injected, cache_key=req.prompt_cache_key, cache_prompt=req.cache_prompt,
                            min_reuse=_min_reuse(n, len(prompt)), speculative=self._speculative(req),
                            include_stop=req.include_stop_str_in_output, hook_events=req.return_hook_events,
-                           before_chat=before, checkpoint_at=checkpoint_at, reasoning_budget=budget)
+                           before_chat=before, checkpoint_at=checkpoint_at, reasoning_budget=budget,
+                           arrival=arrival)
                 for j in range(n)]
         if isinstance(pre, Stop):
             return gens, self._stopped_before(gens, ctx, pre.reason)
@@ -603,6 +609,7 @@ class Engine:
 
     async def _start_completion(self, req: CompletionRequest) -> tuple[list[str], list[Generation], _Events]:
         """The prompt texts (for ``echo``), every choice's generation (``n`` per prompt, in order), the events."""
+        arrival = next(self._arrivals)
         n = self._n(req)
         lp = req.logprobs
         if lp is not None and not 0 <= lp <= 5:
@@ -629,7 +636,8 @@ class Engine:
                     next(self._rids), prompt, _choice_seed(params, j), max_tokens, piece=self.runtime.vocab.piece,
                     parser=ContentParser(), stops=stops, cache_prompt=req.cache_prompt and not score,
                     min_reuse=_min_reuse(n, len(prompt)), prompt_logprobs=(lp or 0) if score else None,
-                    speculative=self._speculative(req), include_stop=req.include_stop_str_in_output))
+                    speculative=self._speculative(req), include_stop=req.include_stop_str_in_output,
+                    arrival=arrival))
         return texts, gens, self._submit(gens, None)
 
     async def _completion_prompts(self, req: CompletionRequest, n: int) -> list[tuple[str, list[int]]]:

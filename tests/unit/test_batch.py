@@ -197,3 +197,30 @@ def test_plan_does_not_mutate_sequences():
     before = (s.n_past, g.n_past, g.pending)
     plan_step([s, g], 8)
     assert (s.n_past, g.n_past, g.pending) == before
+
+
+def test_a_cached_prompt_tail_beside_a_decoding_neighbour_takes_one_token_per_step():
+    """llama.cpp's micro-batch takes as many tokens from each sequence of a run: a 2-token tail beside
+    sequences decoding one token would cost a second pass, so it advances one token per step instead."""
+    a, b = gen(0, 0, pending=11), gen(1, 1, pending=12)
+    tail = fresh(2, 2, list(range(40)), n_past=38)  # all but the last two tokens cached
+    plan = plan_step([a, b, tail], 64)
+    assert [(s.rid, n) for s, n in plan.advance] == [(0, 1), (1, 1), (2, 1)]
+    assert [(s.rid, i) for s, i in plan.outputs] == [(0, 0), (1, 1)]  # no logits for the tail yet
+    apply(plan)
+    plan = plan_step([a, b, tail], 64)
+    assert [(s.rid, n) for s, n in plan.advance] == [(0, 1), (1, 1), (2, 1)]
+    assert [(s.rid, i) for s, i in plan.outputs] == [(0, 0), (1, 1), (2, 2)]  # its last token, with logits
+    check_outputs(plan)
+
+
+def test_a_tail_without_a_decoding_neighbour_is_prefilled_whole():
+    """Alone, or with no generating sequence in the next slot, the tail goes in one chunk: a token decoded
+    alone would be computed with other kernels than a prefill's."""
+    alone = fresh(0, 0, list(range(40)), n_past=38)
+    assert [(s.rid, n) for s, n in plan_step([alone], 64).advance] == [(0, 2)]
+    far = gen(1, 5, pending=11)  # decoding, but not next to slot 0
+    assert sorted((s.rid, n) for s, n in plan_step([alone, far], 64).advance) == [(0, 2), (1, 1)]
+    longer = fresh(2, 1, list(range(40)), n_past=30)  # 10 tokens left: a chunk, not one token per step
+    assert sorted((s.rid, n) for s, n in plan_step([far, longer, gen(3, 2)], 64).advance) == \
+        [(1, 1), (2, 10), (3, 1)]

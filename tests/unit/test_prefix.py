@@ -48,3 +48,23 @@ def test_eviction_prefers_the_same_prompt_cache_key() -> None:
     assert idx.lru() == 0
     assert idx.lru("b") == 1
     assert idx.lru("zzz") == 0
+
+
+def test_a_tie_takes_the_entry_no_waiting_request_claims() -> None:
+    """Three entries share a 20-token system prompt; the one holding another waiting request's whole prompt
+    is passed over for a request that shares only the system prompt, and evicted last."""
+    system = list(range(20))
+    idx = PrefixIndex()
+    idx.keep(0, system + [100, 101, 102])  # a waiting request's whole prompt: claimed
+    idx.keep(1, system + [200, 201, 202])
+    idx.keep(2, system + [300, 301, 302])
+    claims = {0: 23, 1: 20, 2: 20}
+    prompt = system + [400, 401, 402]
+    assert idx.best(prompt) == Match(0, 20, True)  # without claims: the first of the tie
+    assert idx.best(prompt, claim=claims.__getitem__) == Match(1, 20, True)
+    # a longer match still wins over a less claimed one
+    assert idx.best(system + [100, 101, 102, 5, 6], claim=claims.__getitem__) == Match(0, 23, True)
+    assert idx.lru() == 0
+    assert idx.lru(claim=claims.__getitem__) == 1  # least claimed, then least recently used
+    idx.touch(1)
+    assert idx.lru(claim=claims.__getitem__) == 2

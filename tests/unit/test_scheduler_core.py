@@ -278,6 +278,38 @@ def test_admission_in_arrival_order_within_the_slot_limit():
     assert core.idle
 
 
+def test_the_queue_keeps_arrival_order_when_requests_are_submitted_out_of_it():
+    """A request whose template or tokenizer work took longer is submitted late but keeps its place: the
+    queue is ordered by ``SeqRequest.arrival``; one without an arrival queues at the end, and nothing
+    submitted after it passes it."""
+    rt, core = make(n_seq_max=1)
+    core.add(req(1, [51] * 4, max_tokens=2, arrival=1))
+    core.add(req(3, [53] * 4, max_tokens=2, arrival=3))
+    core.add(req(2, [52] * 4, max_tokens=2, arrival=2))  # arrived before 3, submitted after it
+    core.add(req(9, [59] * 4, max_tokens=2))  # no arrival: at the end
+    core.add(req(4, [54] * 4, max_tokens=2, arrival=4))
+    out = run(rt, core)
+    assert [r for r, ev in out if isinstance(ev, FinishEvent)] == [1, 2, 3, 9, 4]
+
+
+def test_a_request_sharing_only_the_system_prompt_leaves_a_waiting_requests_entry_alone():
+    """Two resident entries share a system prompt; the one holding a waiting request's whole prompt is
+    neither reused in place nor evicted by a request that shares only the system prompt, so that
+    request still finds its prompt cached (all but MIN_TAIL tokens)."""
+    system = list(range(100, 124))
+    a, b, c = system + [1, 2, 3, 4], system + [5, 6, 7, 8], system + [9, 10, 11, 12]
+    rt, core = make(n_seq_max=2)
+    core.add(req(1, a, max_tokens=1))
+    core.add(req(2, b, max_tokens=1))
+    run(rt, core)  # both finish: slot 0 holds a, slot 1 holds b (b the most recently used)
+    assert core.prefix.resident(0) == a and core.prefix.resident(1) == b
+    core.add(req(3, c, max_tokens=1, arrival=1))  # shares only the system prompt with both entries
+    core.add(req(4, a, max_tokens=1, arrival=2))  # a again: slot 0's entry is its whole prompt
+    out = run(rt, core)
+    assert core.slot(3) is None and finish_of(out, 3).cached_tokens == len(system)  # reused b's slot in place
+    assert finish_of(out, 4).cached_tokens == len(a) - MIN_TAIL
+
+
 def test_queue_full_raises_and_a_freed_place_is_taken_again():
     rt, core = make(n_seq_max=1, max_queue=2)
     core.add(req(1, [51] * 4))

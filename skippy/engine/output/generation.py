@@ -116,6 +116,7 @@ class Generation:
             ``None``: none).
         checkpoint_at: prompt tokens before the generation prompt, where the scheduler may save a
             context checkpoint (:attr:`SeqRequest.checkpoint_at`; ``None``: none).
+        arrival: the request's place in arrival order (:attr:`SeqRequest.arrival`; 0: unknown).
     """
 
     def __init__(self, rid: int, prompt: Sequence[int], params: SamplingParams, max_tokens: int, *,
@@ -125,12 +126,13 @@ class Generation:
                  cache_key: str | None = None, cache_prompt: bool = True, speculative: int | None = None,
                  include_stop: bool = False, min_reuse: int = MIN_REUSE, prompt_logprobs: int | None = None,
                  hook_events: bool = False, before_chat: HookEvent | None = None,
-                 reasoning_budget: ReasoningBudget | None = None, checkpoint_at: int | None = None) -> None:
+                 reasoning_budget: ReasoningBudget | None = None, checkpoint_at: int | None = None,
+                 arrival: int = 0) -> None:
         self.request = SeqRequest(rid, list(prompt), params, max_tokens, hooks=hooks, signals=signals,
                                   request=hook_request, cache_key=cache_key, cache_prompt=cache_prompt,
                                   speculative=speculative, min_reuse=min_reuse, prompt_logprobs=prompt_logprobs,
                                   hook_events=hook_events and hooks, reasoning_budget=reasoning_budget,
-                                  checkpoint_at=checkpoint_at)
+                                  checkpoint_at=checkpoint_at, arrival=arrival)
         self._piece = piece
         self._pipeline = OutputPipeline(piece, list(stops), parser, early_stop, include_stop=include_stop)
         self._logprobs = params.logprobs

@@ -24,14 +24,18 @@ Each sequence has an explicit :class:`Phase` (llama.cpp's server names its
 
 The rules, each with a unit test in ``tests/unit/test_scheduler_core.py``:
 
-- **Admission** in arrival order while a slot is free or a prefix-cache entry
-  can be evicted; at most ``max_queue`` requests wait (:class:`QueueFull`).
+- **Admission** in arrival order (``SeqRequest.arrival``, else submission order) while a slot
+  is free or a prefix-cache entry can be evicted; at most ``max_queue`` requests wait
+  (:class:`QueueFull`).
 - **Prefix reuse** (:mod:`skippy.engine.scheduling.prefix`): the resident or
   running sequence sharing the longest prefix is reused in place (resident, no
   free slot), or copied into a free slot (``llama_memory_seq_cp``); with no
   match, a free slot, else the least recently used entry is evicted (of the
-  same ``prompt_cache_key`` first). A request whose prefix a running prefill
-  will soon hold waits for it without holding back the requests behind it.
+  same ``prompt_cache_key`` first). Among equally long matches, and among entries to evict,
+  the one the next waiting requests could reuse least goes first (``claim``), so a request
+  that shares only a system prompt does not take the entry holding another's whole prompt.
+  A request whose prefix a running prefill will soon hold waits for it without holding back
+  the requests behind it.
   A prefix is worth reusing from ``MIN_REUSE`` tokens, or from the request's
   ``min_reuse`` (the choices of an ``n`` > 1 prompt share even a short one).
 - **Sliding-window models** (Gemma 2/3...: ``meta.n_swa`` > 0, without
@@ -88,6 +92,7 @@ from __future__ import annotations
 
 import collections
 import enum
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -465,7 +470,12 @@ class SchedulerCore:
         assert request.rid not in self._seqs and request.rid not in self._embeds, f"rid {request.rid} is in use"
         seq = Sequence(request, t_queued=self._clock())
         self._seqs[request.rid] = seq
-        self._waiting.append(seq)
+        # arrival order (SeqRequest.arrival): behind every request that came earlier, ahead of later ones
+        k = len(self._waiting)
+        if request.arrival:
+            while k and (self._waiting[k - 1].request.arrival or 0) > request.arrival:
+                k -= 1
+        self._waiting.insert(k, seq)
 
     def add_embedding(self, request: EmbedRequest) -> None:
         """Queue an embedding request's inputs (they go into embedding batches in arrival order).
@@ -814,7 +824,7 @@ class SchedulerCore:
                     continue
                 match = self.prefix.best(req.prompt, ((s.kv.slot, s.kv.prompt, s.n_prefilled)  # type: ignore[union-attr]
                                                       for s in self._running.values()), req.min_reuse,
-                                         self._swa_keeps if self._swa_check else None)
+                                         self._swa_keeps if self._swa_check else None, self._claims())
             ckpt = None
             if req.cache_prompt and (self.prefix_cache or self.checkpoints is not None):
                 self._prefix_queries += 1
@@ -822,10 +832,11 @@ class SchedulerCore:
                 ckpt = self.checkpoints.best(req.prompt, len(req.prompt) - MIN_TAIL, req.min_reuse)
                 if ckpt is not None and match is not None and match.n >= ckpt.n:
                     ckpt = None
+            claim = self._claims() if self.prefix_cache and len(self.prefix) else None
             if ckpt is not None:
-                slot, n_cached = self._restore(ckpt, req.cache_key)
+                slot, n_cached = self._restore(ckpt, req.cache_key, claim)
             else:
-                slot, n_cached = self._take_slot(match, req.cache_key)
+                slot, n_cached = self._take_slot(match, req.cache_key, claim)
             try:
                 seq.sampler = self.runtime.new_sampler(req.params)
             except ValueError as exc:
@@ -870,10 +881,10 @@ class SchedulerCore:
             return 0
         return b
 
-    def _restore(self, ckpt: Any, key: str | None) -> tuple[int, int]:
+    def _restore(self, ckpt: Any, key: str | None, claim: Callable[[int], int] | None = None) -> tuple[int, int]:
         """A slot (free, else the least recently used entry's) with checkpoint ``ckpt``'s state restored, and
         the prompt tokens it holds (0 when the runtime refuses the state: the slot is then empty)."""
-        slot = self._pop_free_slot() if self._free_slots else self._evict(key)
+        slot = self._pop_free_slot() if self._free_slots else self._evict(key, claim)
         if not self.runtime.state_seq_set_data(slot, ckpt.data):
             log.warning("context checkpoint of %d tokens could not be restored into slot %d", ckpt.n, slot)
             return slot, 0
@@ -913,15 +924,31 @@ class SchedulerCore:
         self._free_slots.remove(slot)
         return slot
 
-    def _evict(self, key: str | None) -> int:
-        """Free the least recently used resident entry (of ``key``'s group first); returns its slot."""
-        slot = self.prefix.lru(key)
+    def _claims(self) -> Callable[[int], int]:
+        """``claim(slot)``: the longest prefix that one of the next ``n_seq_max`` waiting requests (those a
+        slot turnover admits next) could reuse of the resident entry in ``slot`` (memoized for this call)."""
+        prompts = [s.request.prompt for s in itertools.islice(self._waiting, self.n_slots)
+                   if s.request.cache_prompt]
+        memo: dict[int, int] = {}
+
+        def claim(slot: int) -> int:
+            if slot not in memo:
+                tokens = self.prefix.resident(slot) or []
+                memo[slot] = max((common_prefix_len(tokens, p) for p in prompts), default=0)
+            return memo[slot]
+        return claim
+
+    def _evict(self, key: str | None, claim: Callable[[int], int] | None = None) -> int:
+        """Free the least recently used resident entry (of ``key``'s group first; the least claimed by the
+        waiting requests first, see :meth:`PrefixIndex.lru`); returns its slot."""
+        slot = self.prefix.lru(key, claim)
         assert slot is not None
         self.prefix.take(slot)
         self.runtime.seq_rm(slot)
         return slot
 
-    def _take_slot(self, match: Match | None, key: str | None = None) -> tuple[int, int]:
+    def _take_slot(self, match: Match | None, key: str | None = None,
+                   claim: Callable[[int], int] | None = None) -> tuple[int, int]:
         """A slot for a new sequence and how many of its prompt tokens are already in its KV.
 
         A match in another slot is copied (``llama_memory_seq_cp``). With one KV stream per
@@ -944,10 +971,10 @@ class SchedulerCore:
         """
         rt = self.runtime
         if match is None:
-            return (self._pop_free_slot() if self._free_slots else self._evict(key)), 0
+            return (self._pop_free_slot() if self._free_slots else self._evict(key, claim)), 0
         n = match.n
         if self._free_slots or not match.resident:  # copy the source, keep it for others
-            slot = self._pop_free_slot() if self._free_slots else self._evict(key)
+            slot = self._pop_free_slot() if self._free_slots else self._evict(key, claim)
             if rt.meta.kv_unified:  # the prefix only: shared cells, nothing to trim
                 rt.seq_cp(match.slot, slot, n)
                 if match.resident:

@@ -47,6 +47,10 @@ class SeqRequest:
     without it, :attr:`~skippy.engine.chat.plan.ParsePlan.history_chars` tokenized): where the
     scheduler saves a context checkpoint for a later turn, on models whose cache cannot be trimmed
     (:mod:`~skippy.engine.scheduling.checkpoint`); ``None``: no boundary (a completion prompt).
+    ``arrival``: the request's place in arrival order (increasing, taken when the request reached the
+    engine, before its template and tokenizer work); the queue is kept in that order, so a request
+    whose preprocessing took longer keeps its place (first come, first served, as llama-server's
+    queue). 0: unknown: queued at the end, and no request submitted after it passes it.
     """
 
     rid: int
@@ -64,6 +68,7 @@ class SeqRequest:
     hook_events: bool = False
     reasoning_budget: ReasoningBudget | None = None
     checkpoint_at: int | None = None
+    arrival: int = 0
 
 
 @attrs.frozen

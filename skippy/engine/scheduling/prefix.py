@@ -83,18 +83,26 @@ class PrefixIndex:
     def touch(self, slot: int) -> None:
         self._resident.move_to_end(slot)
 
-    def lru(self, key: str | None = None) -> int | None:
+    def lru(self, key: str | None = None, claim: Callable[[int], int] | None = None) -> int | None:
         """The resident slot to evict, or ``None``: the least recently used one of the
         same ``prompt_cache_key`` group when there is one (a group replaces its own
-        entries before it displaces other groups'), else the least recently used."""
+        entries before it displaces other groups'), else the least recently used.
+
+        ``claim(slot)``, when given, is how many of a resident entry's tokens a waiting request
+        could reuse: the entry least claimed goes first (ties least recently used first), so an
+        eviction does not destroy the prefix the next request in the queue needs.
+        """
+        slots = list(self._resident)
         if key is not None:
-            for slot in self._resident:
-                if self._keys.get(slot) == key:
-                    return slot
-        return next(iter(self._resident), None)
+            same = [slot for slot in slots if self._keys.get(slot) == key]
+            slots = same or slots
+        if not slots:
+            return None
+        return min(slots, key=claim) if claim is not None else slots[0]
 
     def best(self, prompt: Sequence[int], running: Iterable[tuple[int, Sequence[int], int]] = (),
-             min_reuse: int = MIN_REUSE, usable: Callable[[int, int], bool] | None = None) -> Match | None:
+             min_reuse: int = MIN_REUSE, usable: Callable[[int, int], bool] | None = None,
+             claim: Callable[[int], int] | None = None) -> Match | None:
         """The resident or running sequence sharing the longest prefix (>= ``min_reuse``) with ``prompt``.
 
         ``running`` gives (slot, tokens, n) of sequences decoding now, whose first ``n``
@@ -102,6 +110,11 @@ class PrefixIndex:
         are reused (see :data:`MIN_TAIL`). ``usable(slot, n)``, when given, says whether the KV
         cache of ``slot`` can still serve its first ``n`` tokens (a sliding-window cache may have
         overwritten cells a trimmed sequence needs); a candidate it refuses is passed over.
+        Among resident candidates that share equally long prefixes, the one with the smallest
+        ``claim(slot)`` (what other waiting requests could reuse of it, see :meth:`lru`) is
+        chosen: the chosen resident entry is reused in place when no slot is free, and a request
+        that shares only a common system prompt must not take the entry that holds another
+        waiting request's whole prompt.
         """
         best: Match | None = None
         limit = len(prompt) - MIN_TAIL
@@ -109,7 +122,15 @@ class PrefixIndex:
                       for slot, tokens in self._resident.items()]
         candidates += [(slot, min(common_prefix_len(tokens, prompt), limit, n_kv), False)
                        for slot, tokens, n_kv in running]
+        best_claim = 0
         for slot, n, resident in candidates:
-            if n >= min_reuse and (best is None or n > best.n) and (usable is None or usable(slot, n)):
+            if n < min_reuse or (usable is not None and not usable(slot, n)):
+                continue
+            if best is None or n > best.n:
                 best = Match(slot, n, resident)
+                best_claim = claim(slot) if claim is not None and resident else 0
+            elif claim is not None and resident and best.resident and n == best.n:
+                c = claim(slot)
+                if c < best_claim:
+                    best, best_claim = Match(slot, n, resident), c
         return best
