@@ -1012,7 +1012,8 @@ async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None) -
                                 hooks=evaluator.inbox if evaluator else None, signal_config=signal_config,
                                 prefix_cache=config.prefix_cache, spec_ngram=config.spec_ngram,
                                 ctx_checkpoints=config.ctx_checkpoints,
-                                checkpoint_budget=None if config.cache_ram < 0 else config.cache_ram * 2**20)
+                                checkpoint_budget=None if config.cache_ram < 0 else config.cache_ram * 2**20,
+                                prompt_cache=None if config.cache_ram < 0 else config.cache_ram * 2**20)
     renderer.history_boundary = scheduler.core.checkpoints is not None  # the chat's checkpoint boundary
     try:
         async with trio.open_nursery() as nursery:

@@ -28,7 +28,8 @@ observed by the request tasks:
 - ``skippy:requests_parked`` (sequences waiting for a hook verdict), ``skippy:decode_steps_total``
 - ``skippy:prefix_cache_queries_total``, ``skippy:prefix_cache_hits_total``,
   ``skippy:prefix_cache_cached_tokens_total``
-- context checkpoints (recurrent, hybrid and sliding-window models): gauges ``skippy:ctx_checkpoints``
+- context checkpoints (recurrent, hybrid and sliding-window models; on other models the prompt cache's
+  saved prompts, ``--cache-ram``): gauges ``skippy:ctx_checkpoints``
   and ``skippy:ctx_checkpoint_bytes`` (host memory held), counters ``skippy:ctx_checkpoints_saved_total``,
   ``skippy:ctx_checkpoints_restored_total``, ``skippy:ctx_checkpoints_evicted_total``
 - histograms ``skippy:time_to_first_token_seconds``, ``skippy:inter_token_latency_seconds``,
@@ -340,7 +341,8 @@ class _EngineCollector:
                                   value=sched.prefix_hits)
         yield CounterMetricFamily("skippy:prefix_cache_cached_tokens", "Prompt tokens reused from the cache",
                                   value=sched.cached_tokens_total)
-        yield GaugeMetricFamily("skippy:ctx_checkpoints", "Context checkpoints held (recurrent, hybrid, SWA models)",
+        yield GaugeMetricFamily("skippy:ctx_checkpoints", "Context checkpoints held (recurrent, hybrid, SWA models; "
+                                "the prompt cache's saved prompts on other models)",
                                 value=sched.checkpoints)
         yield GaugeMetricFamily("skippy:ctx_checkpoint_bytes", "Host memory of the context checkpoints held, bytes",
                                 value=sched.checkpoint_bytes)

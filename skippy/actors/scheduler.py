@@ -104,20 +104,22 @@ class DecodeScheduler(Actor[SchedulerMsg]):
     """Continuous-batching decode loop over one :class:`Runtime`.
 
     ``step_tokens``, ``max_queue``, ``signal_config``, ``prefix_cache``, ``spec_ngram``,
-    ``ctx_checkpoints`` and ``checkpoint_budget`` (bytes) configure the :class:`SchedulerCore`;
+    ``ctx_checkpoints``, ``checkpoint_budget`` and ``prompt_cache`` (bytes) configure the
+    :class:`SchedulerCore`;
     ``hooks`` is the HookEvaluator's inbox (send side) or ``None``.
     """
 
     def __init__(self, runtime: Runtime, *, step_tokens: int | None = None, max_queue: int = 1024,
                  hooks: trio.MemorySendChannel[HookCall] | None = None, signal_config: SignalConfig | None = None,
                  prefix_cache: bool = True, spec_ngram: int = 0, ctx_checkpoints: int = 0,
-                 checkpoint_budget: int | None = None) -> None:
+                 checkpoint_budget: int | None = None, prompt_cache: int | None = 0) -> None:
         super().__init__()
         self.runtime = runtime
         self.hooks = hooks
         self.core = SchedulerCore(runtime, step_tokens=step_tokens, max_queue=max_queue, hooks=hooks is not None,
                                   signal_config=signal_config, prefix_cache=prefix_cache, spec_ngram=spec_ngram,
-                                  ctx_checkpoints=ctx_checkpoints, checkpoint_budget=checkpoint_budget)
+                                  ctx_checkpoints=ctx_checkpoints, checkpoint_budget=checkpoint_budget,
+                                  prompt_cache=prompt_cache)
         self._events: dict[int, trio.MemorySendChannel[SeqEvent]] = {}
         self.step_times = StepTimes()
         self._unread = 0  # Submit messages in the inbox (not yet added to the core)

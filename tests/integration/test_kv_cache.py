@@ -125,3 +125,31 @@ def test_a_quantized_v_cache_without_flash_attention_exits_with_one_line() -> No
     assert proc.stderr.splitlines() == [
         "error: --cache-type-v q8_0 (a quantized V cache) needs --flash-attn auto or on (llama.cpp refuses it "
         "without flash attention)"]
+
+
+@pytest.mark.parametrize("cache_ram", ["8192", "0"])
+def test_prompt_cache_restores_a_prompt_its_slot_no_longer_holds(cache_ram: str,
+                                                                 tmp_path_factory: pytest.TempPathFactory) -> None:
+    """llama-server's host-memory prompt cache (``--cache-ram``) on the real server, one slot: a's prompt is
+    resident, b shares only the system prompt and takes the slot in place, then a again is restored from
+    host memory (all but the last two tokens cached) and answers as the first time. With ``--cache-ram 0``
+    the third request finds only the system prompt. Flash attention is off: with it llama.cpp rounds a long
+    prefill differently from a 2-token tail, and this prompt's greedy answer parts at a near-tie after a
+    restore as after any cached prefix (README, Prefix cache); off, a cached prompt answers as a cold one."""
+    with Server(["--parallel", "1", "--n-ctx", "2048", "--cache-ram", cache_ram, "--flash-attn", "off"],
+                tmp_path_factory.mktemp(f"prompt-cache-{cache_ram}") / "server.log") as srv:
+        system = {"role": "system", "content": SYSTEM_LONG + " (prompt cache test)"}
+        a = [system, {"role": "user", "content": QUESTIONS[0]}]
+        b = [system, {"role": "user", "content": QUESTIONS[1]}]
+        first = ask(srv.base_url, a)
+        shared = _cached(ask(srv.base_url, b))  # the system prompt and the chat template's head
+        assert 0 < shared < first["usage"]["prompt_tokens"] - 2
+        again = ask(srv.base_url, a)
+        after = _metrics(srv.base_url)
+        if cache_ram == "0":
+            assert _cached(again) == shared and after["skippy:ctx_checkpoints"] == 0
+            return
+        assert _cached(again) == first["usage"]["prompt_tokens"] - 2
+        assert _content(again) == _content(first)
+        assert after["skippy:ctx_checkpoints_restored_total"] == 1
+        assert after["skippy:ctx_checkpoints"] >= 1 and after["skippy:ctx_checkpoint_bytes"] > 0

@@ -214,12 +214,12 @@ class Clock:
 
 def make(n_seq_max=2, *, step_tokens=64, max_queue=8, hooks=False, prefix_cache=True, recurrent=False,
          n_ctx_seq=256, unified=False, embeddings=None, n_swa=0, swa_full=False, spec_ngram=0, ctx_checkpoints=0,
-         checkpoint_budget=None):
+         checkpoint_budget=None, prompt_cache=0):
     rt = FakeRuntime(n_seq_max=n_seq_max, n_ctx_seq=n_ctx_seq, recurrent=recurrent, unified=unified,
                      embeddings=embeddings, n_swa=n_swa, swa_full=swa_full)
     core = SchedulerCore(rt, step_tokens=step_tokens, max_queue=max_queue, hooks=hooks, prefix_cache=prefix_cache,
                          spec_ngram=spec_ngram, ctx_checkpoints=ctx_checkpoints,
-                         checkpoint_budget=checkpoint_budget, clock=Clock())
+                         checkpoint_budget=checkpoint_budget, prompt_cache=prompt_cache, clock=Clock())
     return rt, core
 
 
@@ -308,6 +308,30 @@ def test_a_request_sharing_only_the_system_prompt_leaves_a_waiting_requests_entr
     out = run(rt, core)
     assert core.slot(3) is None and finish_of(out, 3).cached_tokens == len(system)  # reused b's slot in place
     assert finish_of(out, 4).cached_tokens == len(a) - MIN_TAIL
+
+
+def test_the_prompt_cache_keeps_an_overwritten_prompt_in_host_memory_and_restores_it():
+    """llama-server's --cache-ram prompt cache: one slot; a's prompt is resident, b shares only the system
+    prompt and reuses the slot in place (a's state is saved first), then a again is restored from host
+    memory (trimmed to all but MIN_TAIL) instead of prefilling its own part again."""
+    system = list(range(100, 124))
+    a, b = system + list(range(1, 13)), system + list(range(50, 62))
+    rt, core = make(n_seq_max=1, prompt_cache=None)
+    core.add(req(1, a, max_tokens=1))
+    run(rt, core)
+    core.add(req(2, b, max_tokens=1))
+    out = run(rt, core)
+    assert finish_of(out, 2).cached_tokens == len(system)  # in place: the slot held a
+    assert rt.saved == [(0, len(a))] and len(core.prompt_cache) == 1
+    core.add(req(3, a, max_tokens=1))
+    out = run(rt, core)
+    assert finish_of(out, 3).cached_tokens == len(a) - MIN_TAIL
+    assert rt.restored == [(0, len(a))] and rt.kv[0][:len(a)] == a
+    st = core.stats()
+    assert (st.checkpoints_saved_total, st.checkpoints_restored_total) >= (2, 1)  # b's state was kept too
+    # off by default in the core (the engine passes --cache-ram)
+    rt, core = make(n_seq_max=1)
+    assert core.prompt_cache is None
 
 
 def test_queue_full_raises_and_a_freed_place_is_taken_again():

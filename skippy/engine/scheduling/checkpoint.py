@@ -16,6 +16,12 @@ prompt. A later prompt that starts with a checkpoint's tokens gets a slot with t
 (``llama_state_seq_set_data_ext``) and prefills only the rest. This store holds the checkpoints:
 at most ``per_slot`` made by each slot and at most ``budget`` bytes in all, the least recently used
 (made or restored) evicted first.
+
+For attention models the same store is llama-server's host-memory *prompt cache* (``--cache-ram``):
+a resident prompt whose KV is about to be overwritten (its slot evicted, or reused in place by a
+prompt that shares only part of it) is saved first, and a later prompt sharing a longer prefix with
+it than with anything resident gets it restored and trimmed to the shared part
+(:meth:`CheckpointStore.best_prefix`).
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ import itertools
 from collections.abc import Sequence
 
 import attrs
+
+from skippy.engine.scheduling.prefix import common_prefix_len
 
 
 @attrs.frozen(eq=False)
@@ -51,15 +59,18 @@ class CheckpointStore:
 
     ``per_slot``: most checkpoints made by one slot (llama-server's ``--ctx-checkpoints``, per
     slot; >= 1). ``budget``: most bytes of state data in all (``None``: no limit; llama-server's
-    ``--cache-ram`` in MiB). A checkpoint larger than the whole budget is not kept.
+    ``--cache-ram`` in MiB). ``max_entries``: most checkpoints in all (``None``: no limit). A
+    checkpoint larger than the whole budget is not kept.
     """
 
-    def __init__(self, per_slot: int, budget: int | None = None) -> None:
+    def __init__(self, per_slot: int, budget: int | None = None, max_entries: int | None = None) -> None:
         if per_slot < 1:
             raise ValueError("per_slot must be >= 1")
         self.per_slot = per_slot
         self.budget = budget
+        self.max_entries = max_entries
         self._lru: collections.OrderedDict[int, Checkpoint] = collections.OrderedDict()
+        self._by_tokens: dict[tuple[int, ...], Checkpoint] = {}
         self._ids = itertools.count()
         self.nbytes = 0
         self.evicted = 0
@@ -77,16 +88,19 @@ class CheckpointStore:
         tokens = tuple(tokens)
         if self.budget is not None and len(data) > self.budget:
             return None
-        for old in list(self._lru.values()):
-            if old.tokens == tokens:
-                self._drop(old, evicted=False)
+        old = self._by_tokens.get(tokens)
+        if old is not None:
+            self._drop(old, evicted=False)
         ckpt = Checkpoint(next(self._ids), slot, tokens, data)
         self._lru[ckpt.id] = ckpt
+        self._by_tokens[tokens] = ckpt
         self.nbytes += ckpt.nbytes
         mine = [c for c in self._lru.values() if c.slot == slot]
         for old in mine[:max(0, len(mine) - self.per_slot)]:
             self._drop(old)
         while self.budget is not None and self.nbytes > self.budget:
+            self._drop(next(iter(self._lru.values())))
+        while self.max_entries is not None and len(self._lru) > self.max_entries:
             self._drop(next(iter(self._lru.values())))
         return ckpt
 
@@ -96,6 +110,21 @@ class CheckpointStore:
         for c in self._lru.values():
             if min_reuse <= c.n <= limit and (best is None or c.n > best.n) and tuple(prompt[:c.n]) == c.tokens:
                 best = c
+        return best
+
+    def has(self, tokens: Sequence[int]) -> bool:
+        """True when a state of exactly ``tokens`` is held."""
+        return tuple(tokens) in self._by_tokens
+
+    def best_prefix(self, prompt: Sequence[int], limit: int, min_reuse: int = 1) -> tuple[Checkpoint, int] | None:
+        """For states that can be trimmed (an attention KV cache): the checkpoint sharing the longest
+        prefix with ``prompt`` and that length, at most ``limit``, at least ``min_reuse``; ``None``
+        when none does. Restored, it is trimmed to that length (``llama_memory_seq_rm``)."""
+        best: tuple[Checkpoint, int] | None = None
+        for c in self._lru.values():
+            n = min(common_prefix_len(c.tokens, prompt), limit)
+            if n >= min_reuse and (best is None or n > best[1]):
+                best = (c, n)
         return best
 
     def touch(self, ckpt: Checkpoint) -> None:
@@ -109,5 +138,7 @@ class CheckpointStore:
 
     def _drop(self, ckpt: Checkpoint, evicted: bool = True) -> None:
         del self._lru[ckpt.id]
+        if self._by_tokens.get(ckpt.tokens) is ckpt:
+            del self._by_tokens[ckpt.tokens]
         self.nbytes -= ckpt.nbytes
         self.evicted += evicted

@@ -134,6 +134,9 @@ from skippy.engine.scheduling.spec import MAX_DRAFT, SpecState
 
 log = logging.getLogger("skippy.scheduler")
 
+#: Most prompts the host-memory prompt cache holds (each admission compares its prompt with all).
+PROMPT_CACHE_ENTRIES = 1024
+
 
 class Phase(enum.Enum):
     """Where a sequence is in its life (see the module docstring's diagram)."""
@@ -403,7 +406,12 @@ class SchedulerCore:
     ``ctx_checkpoints``: context checkpoints kept per slot for recurrent, hybrid and
     sliding-window models (llama-server's ``--ctx-checkpoints``; 0: none), within
     ``checkpoint_budget`` bytes (``None``: no limit; llama-server's ``--cache-ram``); only with
-    ``prefix_cache``. ``clock`` gives seconds (tests pass a fake).
+    ``prefix_cache``. ``prompt_cache``: bytes of host memory for the prompt cache of attention
+    models (llama-server's ``--cache-ram`` there: resident prompts saved before their KV is
+    overwritten and restored for a later prompt that shares more with them than with anything
+    resident; at most :data:`PROMPT_CACHE_ENTRIES` prompts; ``None``: no byte limit; 0: off;
+    only with ``prefix_cache``, not for recurrent or sliding-window caches, which use checkpoints).
+    ``clock`` gives seconds (tests pass a fake).
 
     The core calls the runtime's KV and sampler methods (``seq_rm``,
     ``seq_cp``, ``new_sampler``, ``free_sampler``) and the vocabulary (hook
@@ -414,7 +422,7 @@ class SchedulerCore:
     def __init__(self, runtime: Runtime, *, step_tokens: int | None = None, max_queue: int = 1024,
                  hooks: bool = False, signal_config: SignalConfig | None = None, prefix_cache: bool = True,
                  spec_ngram: int = 0, ctx_checkpoints: int = 0, checkpoint_budget: int | None = None,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 prompt_cache: int | None = 0, clock: Callable[[], float] = time.perf_counter) -> None:
         self.runtime = runtime
         meta = runtime.meta
         self.n_slots = meta.n_seq_max
@@ -430,6 +438,10 @@ class SchedulerCore:
         self.checkpoints = CheckpointStore(ctx_checkpoints, checkpoint_budget) if (
             prefix_cache and ctx_checkpoints > 0 and (checkpoint_budget is None or checkpoint_budget > 0)
             and (meta.is_recurrent or self._swa_check)) else None
+        #: llama-server's host-memory prompt cache, for attention models (checkpoints serve the others)
+        self.prompt_cache = CheckpointStore(PROMPT_CACHE_ENTRIES, prompt_cache, PROMPT_CACHE_ENTRIES) if (
+            self.prefix_cache and (prompt_cache is None or prompt_cache > 0) and self.checkpoints is None
+            and not self._swa_check) else None
         self._ckpt_saved_total = 0
         self._ckpt_restored_total = 0
         self.spec_ngram = spec_ngram
@@ -739,7 +751,7 @@ class SchedulerCore:
 
     def stats(self) -> SchedulerStats:
         """A frozen snapshot of the queue, slots and counters."""
-        ck = self.checkpoints
+        ck = self.checkpoints if self.checkpoints is not None else self.prompt_cache
         return SchedulerStats(
             n_slots=self.n_slots, n_running=len(self._running), n_waiting=len(self._waiting),
             n_parked=sum(s.phase is Phase.PARKED for s in self._running.values()),
@@ -828,13 +840,19 @@ class SchedulerCore:
             ckpt = None
             if req.cache_prompt and (self.prefix_cache or self.checkpoints is not None):
                 self._prefix_queries += 1
+            n_ckpt = 0
             if self.checkpoints is not None and req.cache_prompt:
                 ckpt = self.checkpoints.best(req.prompt, len(req.prompt) - MIN_TAIL, req.min_reuse)
-                if ckpt is not None and match is not None and match.n >= ckpt.n:
-                    ckpt = None
+                n_ckpt = ckpt.n if ckpt is not None else 0
+            elif self.prompt_cache is not None and req.cache_prompt:
+                found = self.prompt_cache.best_prefix(req.prompt, len(req.prompt) - MIN_TAIL,
+                                                      max(req.min_reuse, MIN_REUSE))
+                ckpt, n_ckpt = found if found is not None else (None, 0)
+            if ckpt is not None and match is not None and match.n >= n_ckpt:
+                ckpt = None
             claim = self._claims() if self.prefix_cache and len(self.prefix) else None
             if ckpt is not None:
-                slot, n_cached = self._restore(ckpt, req.cache_key, claim)
+                slot, n_cached = self._restore(ckpt, req.cache_key, claim, n_ckpt)
             else:
                 slot, n_cached = self._take_slot(match, req.cache_key, claim)
             try:
@@ -881,16 +899,23 @@ class SchedulerCore:
             return 0
         return b
 
-    def _restore(self, ckpt: Any, key: str | None, claim: Callable[[int], int] | None = None) -> tuple[int, int]:
+    def _restore(self, ckpt: Any, key: str | None, claim: Callable[[int], int] | None = None,
+                 n: int | None = None) -> tuple[int, int]:
         """A slot (free, else the least recently used entry's) with checkpoint ``ckpt``'s state restored, and
-        the prompt tokens it holds (0 when the runtime refuses the state: the slot is then empty)."""
+        the prompt tokens it holds (0 when the runtime refuses the state: the slot is then empty). ``n``: keep
+        only the first ``n`` positions (a prompt-cache state, trimmed to the prefix the prompt shares)."""
+        store = self.checkpoints if self.checkpoints is not None else self.prompt_cache
         slot = self._pop_free_slot() if self._free_slots else self._evict(key, claim)
         if not self.runtime.state_seq_set_data(slot, ckpt.data):
             log.warning("context checkpoint of %d tokens could not be restored into slot %d", ckpt.n, slot)
             return slot, 0
-        self.checkpoints.touch(ckpt)  # type: ignore[union-attr]
+        n = ckpt.n if n is None else n
+        if n < ckpt.n and not self.runtime.seq_rm(slot, n, -1):
+            self.runtime.seq_rm(slot)
+            return slot, 0
+        store.touch(ckpt)  # type: ignore[union-attr]
         self._ckpt_restored_total += 1
-        return slot, ckpt.n
+        return slot, n
 
     def _share_later(self, prompt: Seq[int], min_reuse: int = MIN_REUSE) -> bool:
         """True when a sequence still prefilling shares a longer prefix with ``prompt`` than it holds yet."""
@@ -943,9 +968,26 @@ class SchedulerCore:
         waiting requests first, see :meth:`PrefixIndex.lru`); returns its slot."""
         slot = self.prefix.lru(key, claim)
         assert slot is not None
+        self._save_prompt(slot)
         self.prefix.take(slot)
         self.runtime.seq_rm(slot)
         return slot
+
+    def _save_prompt(self, slot: int, keep: int = 0) -> None:
+        """Before the resident entry in ``slot`` loses its KV past ``keep`` positions (evicted, or reused in
+        place by a prompt sharing ``keep`` tokens), copy its state to the host-memory prompt cache (when
+        there is one, the entry is long enough and not held already)."""
+        tokens = self.prefix.resident(slot)
+        store = self.prompt_cache
+        if store is None or tokens is None or len(tokens) < MIN_REUSE or keep >= len(tokens) or store.has(tokens):
+            return
+        try:
+            data = self.runtime.state_seq_get_data(slot)
+        except (ValueError, RuntimeError) as exc:
+            log.warning("prompt cache: the state of slot %d could not be saved: %s", slot, exc)
+            return
+        if store.add(slot, tokens, data) is not None:
+            self._ckpt_saved_total += 1
 
     def _take_slot(self, match: Match | None, key: str | None = None,
                    claim: Callable[[int], int] | None = None) -> tuple[int, int]:
@@ -985,6 +1027,7 @@ class SchedulerCore:
                 self.prefix.touch(match.slot)
         else:  # a resident source and no free slot: reuse it in place
             slot = match.slot
+            self._save_prompt(slot, n)
             self.prefix.take(slot)
         if not rt.seq_rm(slot, n, -1):  # cannot trim: start cold
             rt.seq_rm(slot)
