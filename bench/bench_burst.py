@@ -601,6 +601,11 @@ def find(summaries: list[dict], arm: str, workload: str, c: int | None = None) -
     return None
 
 
+def find_all(summaries: list[dict], arm: str, workload: str, c: int | None = None) -> list[dict]:
+    """Every rep's summary of ``arm`` / ``workload`` / ``c``, in rep order."""
+    return [s for s in summaries if s["arm"] == arm and s["workload"] == workload and (c is None or s["c"] == c)]
+
+
 def targets(summaries: list[dict], waves: list[dict], args, cache_note: str) -> list[tuple]:
     """The target rows: (target, value, baseline, ratio, target, met).
 
@@ -626,12 +631,18 @@ def targets(summaries: list[dict], waves: list[dict], args, cache_note: str) -> 
                          "", "", "(info)", ""))
 
     def ratio(name, key, c, workload, target, better_low, against):
-        x, y = find(summaries, sk, workload, c), find(summaries, against, workload, c)
+        """One row; with ``--reps`` > 1 the median of the reps' ratios (each rep's two waves ran back to back),
+        next to the median values."""
+        xs, ys = find_all(summaries, sk, workload, c), find_all(summaries, against, workload, c)
         name = f"{name}, {sk} / {against}"
-        if not x or not y or x[key] is None or y[key] is None or not y[key]:
+        pairs = [(x[key], y[key]) for x, y in zip(xs, ys, strict=False) if x[key] is not None and y[key]]
+        if not pairs:
             rows.append((name, "-", "-", "n/a", target, "n/a"))
             return
-        r = x[key] / y[key]
+        x, y = {key: st.median(a for a, _ in pairs)}, {key: st.median(b for _, b in pairs)}
+        r = st.median(a / b for a, b in pairs)
+        if len(pairs) > 1:
+            name += f" (median of {len(pairs)} reps)"
         scale, digits = {"tok_per_s": (1, 1), "wall": (1, 1)}.get(key, (1e3, 0))
         met = ""
         if target != "(info)":
