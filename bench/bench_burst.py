@@ -463,18 +463,26 @@ async def prober(arm: Arm, samples: list[dict], task_status=trio.TASK_STATUS_IGN
             await trio.sleep_until(trio.current_time() + max(0.0, t_start + k * PROBE_EVERY - time.perf_counter()))
 
 
+#: Requests the single client of a c=1 wave sends one after another (single stream: one sample is noise).
+SINGLE_STREAM_REQUESTS = 8
+
+
 async def wave(arm: Arm, workload: str, c: int, args, probe: bool = True) -> dict:
-    """``c`` clients released at once, one request each; returns the wave record."""
-    results: list[Result] = [Result() for _ in range(c)]
+    """``c`` clients released at once, one request each (at c=1, :data:`SINGLE_STREAM_REQUESTS` in a row);
+    returns the wave record."""
+    per_client = SINGLE_STREAM_REQUESTS if c == 1 else 1
+    results: list[Result] = [Result() for _ in range(c * per_client)]
     go = trio.Event()
 
     async def client(i: int) -> None:
         await go.wait()
-        if workload == "short":
-            results[i] = await chat(arm.port, arm.model, short_messages(i), args.max_tokens, args.request_timeout)
-        else:
-            results[i] = await chat(arm.port, arm.model, agent_messages(i), args.max_tokens, args.request_timeout,
-                                    tools=AGENT_TOOLS)
+        for k in range(i * per_client, (i + 1) * per_client):
+            if workload == "short":
+                results[k] = await chat(arm.port, arm.model, short_messages(k), args.max_tokens,
+                                        args.request_timeout)
+            else:
+                results[k] = await chat(arm.port, arm.model, agent_messages(k), args.max_tokens,
+                                        args.request_timeout, tools=AGENT_TOOLS)
 
     pids = [os.getpid()] + ([arm.proc.pid] if arm.proc else [])
     samples: list[dict] = []
