@@ -1008,12 +1008,12 @@ async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None) -
     if policy is not None:
         evaluator = HookEvaluator(policy, timeout=config.hook_timeout, fail_closed=config.hook_fail_closed)
     signal_config = SignalConfig(window=config.signal_window, high_entropy_threshold=config.high_entropy_threshold)
+    cache_ram = None if config.cache_ram < 0 else config.cache_ram * 2**20  # bytes; None: no limit
     scheduler = DecodeScheduler(runtime, step_tokens=config.step_tokens, max_queue=config.max_queue,
                                 hooks=evaluator.inbox if evaluator else None, signal_config=signal_config,
                                 prefix_cache=config.prefix_cache, spec_ngram=config.spec_ngram,
                                 ctx_checkpoints=config.ctx_checkpoints,
-                                checkpoint_budget=None if config.cache_ram < 0 else config.cache_ram * 2**20,
-                                prompt_cache=None if config.cache_ram < 0 else config.cache_ram * 2**20)
+                                checkpoint_budget=cache_ram, prompt_cache=cache_ram)
     renderer.history_boundary = scheduler.core.checkpoints is not None  # the chat's checkpoint boundary
     try:
         async with trio.open_nursery() as nursery:

@@ -442,6 +442,8 @@ class SchedulerCore:
         self.prompt_cache = CheckpointStore(PROMPT_CACHE_ENTRIES, prompt_cache, PROMPT_CACHE_ENTRIES) if (
             self.prefix_cache and (prompt_cache is None or prompt_cache > 0) and self.checkpoints is None
             and not self._swa_check) else None
+        #: whichever of the two stores this model has (the counters and stats are theirs)
+        self._states = self.checkpoints if self.checkpoints is not None else self.prompt_cache
         self._ckpt_saved_total = 0
         self._ckpt_restored_total = 0
         self.spec_ngram = spec_ngram
@@ -751,7 +753,7 @@ class SchedulerCore:
 
     def stats(self) -> SchedulerStats:
         """A frozen snapshot of the queue, slots and counters."""
-        ck = self.checkpoints if self.checkpoints is not None else self.prompt_cache
+        ck = self._states
         return SchedulerStats(
             n_slots=self.n_slots, n_running=len(self._running), n_waiting=len(self._waiting),
             n_parked=sum(s.phase is Phase.PARKED for s in self._running.values()),
@@ -828,6 +830,7 @@ class SchedulerCore:
             seq = self._waiting.popleft()
             req = seq.request
             match = None
+            claim = self._claims() if self.prefix_cache and len(self.prefix) else None
             if self.prefix_cache and req.cache_prompt:
                 if self._share_later(req.prompt, req.min_reuse):  # copy the prefix once the running prefill holds it
                     deferred.append(seq)
@@ -836,7 +839,7 @@ class SchedulerCore:
                     continue
                 match = self.prefix.best(req.prompt, ((s.kv.slot, s.kv.prompt, s.n_prefilled)  # type: ignore[union-attr]
                                                       for s in self._running.values()), req.min_reuse,
-                                         self._swa_keeps if self._swa_check else None, self._claims())
+                                         self._swa_keeps if self._swa_check else None, claim)
             ckpt = None
             if req.cache_prompt and (self.prefix_cache or self.checkpoints is not None):
                 self._prefix_queries += 1
@@ -850,7 +853,6 @@ class SchedulerCore:
                 ckpt, n_ckpt = found if found is not None else (None, 0)
             if ckpt is not None and match is not None and match.n >= n_ckpt:
                 ckpt = None
-            claim = self._claims() if self.prefix_cache and len(self.prefix) else None
             if ckpt is not None:
                 slot, n_cached = self._restore(ckpt, req.cache_key, claim, n_ckpt)
             else:
@@ -904,7 +906,6 @@ class SchedulerCore:
         """A slot (free, else the least recently used entry's) with checkpoint ``ckpt``'s state restored, and
         the prompt tokens it holds (0 when the runtime refuses the state: the slot is then empty). ``n``: keep
         only the first ``n`` positions (a prompt-cache state, trimmed to the prefix the prompt shares)."""
-        store = self.checkpoints if self.checkpoints is not None else self.prompt_cache
         slot = self._pop_free_slot() if self._free_slots else self._evict(key, claim)
         if not self.runtime.state_seq_set_data(slot, ckpt.data):
             log.warning("context checkpoint of %d tokens could not be restored into slot %d", ckpt.n, slot)
@@ -913,7 +914,7 @@ class SchedulerCore:
         if n < ckpt.n and not self.runtime.seq_rm(slot, n, -1):
             self.runtime.seq_rm(slot)
             return slot, 0
-        store.touch(ckpt)  # type: ignore[union-attr]
+        self._states.touch(ckpt)  # type: ignore[union-attr]
         self._ckpt_restored_total += 1
         return slot, n
 
