@@ -23,7 +23,7 @@ replies are built by :mod:`skippy.engine.output.responses`.
 The choices of one prompt are one prompt prefilled once: they are submitted
 together, the first prefills it, and the scheduler copies its KV
 (``llama_memory_seq_cp``) to the others, which only prefill the prompt's last
-tokens (:data:`~skippy.engine.scheduling.prefix.MIN_TAIL`) before sampling.
+tokens (the scheduler core's ``min_tail``) before sampling.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ from skippy.engine.sampling.native import apply_samplers, sampler_names
 from skippy.engine.sampling.params import SamplingParams, sampling_from_request
 from skippy.engine.scheduling.budget import ReasoningBudget
 from skippy.engine.scheduling.events import EmbeddingsEvent, EmbedRequest, FinishEvent, HookEvent, SeqEvent
-from skippy.engine.scheduling.prefix import MIN_REUSE, MIN_TAIL, common_prefix_len
+from skippy.engine.scheduling.prefix import EXACT_TAIL, MIN_REUSE, MIN_TAIL, common_prefix_len
 from skippy.engine.scheduling.spec import requested_draft
 from skippy.engine.types import (
     ChatCompletionRequest,
@@ -154,6 +154,8 @@ class Engine:
         self.tokenizer = tokenizer
         self.renderer = renderer
         self.scheduler = scheduler
+        #: prompt tokens prefilled even when cached (the scheduler core's)
+        self.min_tail = scheduler.core.min_tail
         self.hooks = hooks
         self._nursery = nursery
         self.metrics = EngineMetrics()
@@ -545,7 +547,7 @@ class Engine:
                            early_stop=EarlyStop(set(plan.allowed_tools), plan.parallel_tool_calls) if plan.emulated
                            else None, hooks=hooks_on, signals=req.return_signals, hook_request=req,
                            injected=injected, cache_key=req.prompt_cache_key, cache_prompt=req.cache_prompt,
-                           min_reuse=_min_reuse(n, len(prompt)), speculative=self._speculative(req),
+                           min_reuse=_min_reuse(n, len(prompt), self.min_tail), speculative=self._speculative(req),
                            include_stop=req.include_stop_str_in_output, hook_events=req.return_hook_events,
                            before_chat=before, checkpoint_at=checkpoint_at, reasoning_budget=budget,
                            arrival=arrival)
@@ -629,13 +631,13 @@ class Engine:
             max_tokens = self._max_tokens(req, len(prompt))
             for j in range(n):
                 # the first choice scores the prompt (prefilled whole, so not from the cache); the others copy
-                # its KV, or, when they cannot (a prompt of MIN_TAIL tokens or less, cache_prompt false),
+                # its KV, or, when they cannot (a prompt of min_tail tokens or less, cache_prompt false),
                 # score it themselves
-                score = scored and (j == 0 or len(prompt) <= MIN_TAIL or not req.cache_prompt)
+                score = scored and (j == 0 or len(prompt) <= self.min_tail or not req.cache_prompt)
                 gens.append(Generation(
                     next(self._rids), prompt, _choice_seed(params, j), max_tokens, piece=self.runtime.vocab.piece,
                     parser=ContentParser(), stops=stops, cache_prompt=req.cache_prompt and not score,
-                    min_reuse=_min_reuse(n, len(prompt)), prompt_logprobs=(lp or 0) if score else None,
+                    min_reuse=_min_reuse(n, len(prompt), self.min_tail), prompt_logprobs=(lp or 0) if score else None,
                     speculative=self._speculative(req), include_stop=req.include_stop_str_in_output,
                     arrival=arrival))
         return texts, gens, self._submit(gens, None)
@@ -946,10 +948,10 @@ def _choice_seed(params: SamplingParams, j: int) -> SamplingParams:
     return attrs.evolve(params, seed=(params.seed + j) & 0xFFFFFFFF) if j else params
 
 
-def _min_reuse(n: int, n_prompt: int) -> int:
+def _min_reuse(n: int, n_prompt: int, min_tail: int) -> int:
     """The shortest prefix the scheduler copies for a choice: with ``n`` > 1, also a prompt shorter than
-    ``MIN_REUSE`` is prefilled once and copied (all of it but the last ``MIN_TAIL`` tokens)."""
-    return MIN_REUSE if n == 1 else max(1, min(MIN_REUSE, n_prompt - MIN_TAIL))
+    ``MIN_REUSE`` is prefilled once and copied (all of it but the last ``min_tail`` tokens)."""
+    return MIN_REUSE if n == 1 else max(1, min(MIN_REUSE, n_prompt - min_tail))
 
 
 async def _drain(events: _Events) -> list[Done]:
@@ -1013,7 +1015,8 @@ async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None) -
                                 hooks=evaluator.inbox if evaluator else None, signal_config=signal_config,
                                 prefix_cache=config.prefix_cache, spec_ngram=config.spec_ngram,
                                 ctx_checkpoints=config.ctx_checkpoints,
-                                checkpoint_budget=cache_ram, prompt_cache=cache_ram)
+                                checkpoint_budget=cache_ram, prompt_cache=cache_ram,
+                                min_tail=EXACT_TAIL if config.flash_attn == "off" else MIN_TAIL)
     renderer.history_boundary = scheduler.core.checkpoints is not None  # the chat's checkpoint boundary
     try:
         async with trio.open_nursery() as nursery:

@@ -51,6 +51,7 @@ from skippy.engine.scheduling.events import (
     SeqRequest,
     TokenEvent,
 )
+from skippy.engine.scheduling.prefix import MIN_TAIL
 
 log = logging.getLogger("skippy.scheduler")
 
@@ -104,7 +105,7 @@ class DecodeScheduler(Actor[SchedulerMsg]):
     """Continuous-batching decode loop over one :class:`Runtime`.
 
     ``step_tokens``, ``max_queue``, ``signal_config``, ``prefix_cache``, ``spec_ngram``,
-    ``ctx_checkpoints``, ``checkpoint_budget`` and ``prompt_cache`` (bytes) configure the
+    ``ctx_checkpoints``, ``checkpoint_budget``, ``prompt_cache`` (bytes) and ``min_tail`` configure the
     :class:`SchedulerCore`;
     ``hooks`` is the HookEvaluator's inbox (send side) or ``None``.
     """
@@ -112,14 +113,14 @@ class DecodeScheduler(Actor[SchedulerMsg]):
     def __init__(self, runtime: Runtime, *, step_tokens: int | None = None, max_queue: int = 1024,
                  hooks: trio.MemorySendChannel[HookCall] | None = None, signal_config: SignalConfig | None = None,
                  prefix_cache: bool = True, spec_ngram: int = 0, ctx_checkpoints: int = 0,
-                 checkpoint_budget: int | None = None, prompt_cache: int | None = 0) -> None:
+                 checkpoint_budget: int | None = None, prompt_cache: int | None = 0, min_tail: int = MIN_TAIL) -> None:
         super().__init__()
         self.runtime = runtime
         self.hooks = hooks
         self.core = SchedulerCore(runtime, step_tokens=step_tokens, max_queue=max_queue, hooks=hooks is not None,
                                   signal_config=signal_config, prefix_cache=prefix_cache, spec_ngram=spec_ngram,
                                   ctx_checkpoints=ctx_checkpoints, checkpoint_budget=checkpoint_budget,
-                                  prompt_cache=prompt_cache)
+                                  prompt_cache=prompt_cache, min_tail=min_tail)
         self._events: dict[int, trio.MemorySendChannel[SeqEvent]] = {}
         self.step_times = StepTimes()
         self._unread = 0  # Submit messages in the inbox (not yet added to the core)

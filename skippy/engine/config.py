@@ -278,7 +278,8 @@ class EngineConfig:
     ``0`` takes the model's training context (llama-server's ``-c 0``). ``flash_attn`` follows llama-server's
     ``--flash-attn`` (default ``auto``; measured twice on 2 CPU cores with
     bench/bench_decode.py, auto gave 295-309 tok/s at 16 streams against
-    264-282 with off, and 139-144 against 129-135 single-stream).
+    264-282 with off, and 139-144 against 129-135 single-stream). With ``off`` a cached prompt's last two
+    tokens are prefilled again instead of one, so its greedy answer equals a cold run's (README, Prefix cache).
     ``cache_type_k`` / ``cache_type_v``, ``kv_unified`` and ``swa_full`` follow llama-server's
     ``--cache-type-k`` / ``--cache-type-v`` / ``--kv-unified`` / ``--swa-full``; a quantized V
     cache with ``flash_attn="off"`` raises ``ValueError`` (llama.cpp refuses it).

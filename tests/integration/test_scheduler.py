@@ -69,7 +69,8 @@ def test_cache_prompt_false_prefills_cold(server: Server) -> None:
     assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
     assert again["timings"]["prompt_n"] == again["usage"]["prompt_tokens"]
     assert again["choices"][0]["message"]["content"] == first["choices"][0]["message"]["content"]
-    # the whole prompt is cached; its last MIN_TAIL tokens are prefilled again, so the output is the cold one
+    # the whole prompt is cached; its last token is prefilled again (llama-server's rule; with flash attention on,
+    # the default, a cached answer may part from the cold one at a near-tie: not on this prompt)
     assert cached["usage"]["prompt_tokens_details"]["cached_tokens"] == first["usage"]["prompt_tokens"] - MIN_TAIL
     assert cached["choices"][0]["message"]["content"] == first["choices"][0]["message"]["content"]
 

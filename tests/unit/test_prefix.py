@@ -1,6 +1,6 @@
 """Prefix-cache index (sans-IO)."""
 
-from skippy.engine.scheduling.prefix import MIN_REUSE, Match, PrefixIndex, common_prefix_len
+from skippy.engine.scheduling.prefix import EXACT_TAIL, MIN_REUSE, MIN_TAIL, Match, PrefixIndex, common_prefix_len
 
 
 def test_common_prefix_len() -> None:
@@ -11,16 +11,17 @@ def test_common_prefix_len() -> None:
     assert common_prefix_len([1, 2], [1, 2, 3]) == 2
 
 
-def test_best_prefers_longest_and_keeps_the_last_two_tokens_for_prefill() -> None:
-    idx = PrefixIndex()
-    base = list(range(100))
-    idx.keep(0, base[:40])
-    idx.keep(1, base[:90] + [7, 7])
-    assert idx.best(base) == Match(1, 90, True)
-    # the whole prompt is cached: its last two tokens are still prefilled (MIN_TAIL)
-    assert idx.best(base[:90]) == Match(1, 88, True)
-    # a running sequence with a longer shared prefix wins
-    assert idx.best(base, running=[(5, base, 95)]) == Match(5, 95, False)
+def test_best_prefers_longest_and_keeps_the_tail_for_prefill() -> None:
+    for tail in (MIN_TAIL, EXACT_TAIL):
+        idx = PrefixIndex(tail)
+        base = list(range(100))
+        idx.keep(0, base[:40])
+        idx.keep(1, base[:90] + [7, 7])
+        assert idx.best(base) == Match(1, 90, True)
+        # the whole prompt is cached: its last token (two for an exact answer) is still prefilled
+        assert idx.best(base[:90]) == Match(1, 90 - tail, True)
+        # a running sequence with a longer shared prefix wins
+        assert idx.best(base, running=[(5, base, 95)]) == Match(5, 95, False)
 
 
 def test_short_prefixes_are_not_reused() -> None:

@@ -26,7 +26,7 @@ from skippy.engine.scheduling.events import (
     SeqRequest,
     TokenEvent,
 )
-from skippy.engine.scheduling.prefix import MIN_REUSE, MIN_TAIL
+from skippy.engine.scheduling.prefix import EXACT_TAIL, MIN_REUSE, MIN_TAIL
 
 EOG = 0
 FILLER = 5  # what a sampler without a script produces
@@ -214,12 +214,13 @@ class Clock:
 
 def make(n_seq_max=2, *, step_tokens=64, max_queue=8, hooks=False, prefix_cache=True, recurrent=False,
          n_ctx_seq=256, unified=False, embeddings=None, n_swa=0, swa_full=False, spec_ngram=0, ctx_checkpoints=0,
-         checkpoint_budget=None, prompt_cache=0):
+         checkpoint_budget=None, prompt_cache=0, min_tail=MIN_TAIL):
     rt = FakeRuntime(n_seq_max=n_seq_max, n_ctx_seq=n_ctx_seq, recurrent=recurrent, unified=unified,
                      embeddings=embeddings, n_swa=n_swa, swa_full=swa_full)
     core = SchedulerCore(rt, step_tokens=step_tokens, max_queue=max_queue, hooks=hooks, prefix_cache=prefix_cache,
                          spec_ngram=spec_ngram, ctx_checkpoints=ctx_checkpoints,
-                         checkpoint_budget=checkpoint_budget, prompt_cache=prompt_cache, clock=Clock())
+                         checkpoint_budget=checkpoint_budget, prompt_cache=prompt_cache, min_tail=min_tail,
+                         clock=Clock())
     return rt, core
 
 
@@ -533,13 +534,16 @@ def test_unified_kv_never_needs_more_cells_than_it_has():
     assert any(len(c) == n_ctx - 1 for c in rt.cells.values()) or rt.max_cells_used > n_ctx
 
 
-def test_cached_prompt_always_prefills_its_last_tokens():
-    rt, core = make(n_seq_max=1)
+@pytest.mark.parametrize("tail", [MIN_TAIL, EXACT_TAIL])
+def test_cached_prompt_always_prefills_its_last_tokens(tail):
+    # one token, as llama-server; the engine asks for two (EXACT_TAIL) with flash attention off
+    rt, core = make(n_seq_max=1, min_tail=tail)
     core.add(req(1, PROMPT, max_tokens=2))
     run(rt, core)
     core.add(req(2, PROMPT, max_tokens=2))  # the same prompt again
     out = run(rt, core)
-    assert finish_of(out, 2).cached_tokens == len(PROMPT) - MIN_TAIL
+    assert finish_of(out, 2).cached_tokens == len(PROMPT) - tail
+    assert [e.pos for e in rt.batches[-2]] == list(range(len(PROMPT) - tail, len(PROMPT)))  # the tail, then a decode
 
 
 def test_generated_tokens_are_not_kept_for_reuse():
@@ -554,7 +558,7 @@ def test_generated_tokens_are_not_kept_for_reuse():
 
 def test_no_reuse_below_min_reuse_with_cache_prompt_false_or_for_recurrent_models():
     for kw, second, expect in (({}, PROMPT[:MIN_REUSE - 1] + [1, 2, 3], 0),
-                               ({}, PROMPT + [1], len(PROMPT) - 1),
+                               ({}, PROMPT + [1], len(PROMPT) + 1 - MIN_TAIL),
                                ({"cache_prompt": False}, PROMPT + [1], 0)):
         rt, core = make(n_seq_max=1)
         core.add(req(1, PROMPT + [2, 3], max_tokens=1))
@@ -828,7 +832,7 @@ def test_the_choices_of_one_prompt_prefill_it_once_and_copy_it_even_when_short()
         out = run(rt, core)
         assert core.stats().prompt_tokens_total == expect_prefilled, min_reuse
         if min_reuse < MIN_REUSE:
-            assert [finish_of(out, r).cached_tokens for r in (1, 2, 3)] == [0, 4, 4]
+            assert [finish_of(out, r).cached_tokens for r in (1, 2, 3)] == [0, *[len(short) - MIN_TAIL] * 2]
             assert rt.copies == [(0, 1), (0, 2)]
 
 

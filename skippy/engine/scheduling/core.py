@@ -51,7 +51,7 @@ The rules, each with a unit test in ``tests/unit/test_scheduler_core.py``:
   history without the generation prompt) and ``cache_prompt`` stops its prefill
   there for one step, and its state is copied to host memory right after that step's
   decode (``StepPlan.saves``, on the decode thread); at admission, a checkpoint whose
-  tokens are a prefix of the prompt (at most ``len - MIN_TAIL``) and longer than any
+  tokens are a prefix of the prompt (at most ``len - min_tail``) and longer than any
   reusable cached prefix is restored into the new slot, and only the rest is prefilled
   (``cached_tokens``). ``cache_prompt: false`` neither saves nor restores. At most
   ``ctx_checkpoints`` per slot and ``checkpoint_budget`` bytes are kept, least
@@ -411,6 +411,8 @@ class SchedulerCore:
     overwritten and restored for a later prompt that shares more with them than with anything
     resident; at most :data:`PROMPT_CACHE_ENTRIES` prompts; ``None``: no byte limit; 0: off;
     only with ``prefix_cache``, not for recurrent or sliding-window caches, which use checkpoints).
+    ``min_tail``: prompt tokens prefilled even when cached (:data:`~skippy.engine.scheduling.prefix.MIN_TAIL`,
+    or :data:`~skippy.engine.scheduling.prefix.EXACT_TAIL` for a cached answer equal to a cold run's).
     ``clock`` gives seconds (tests pass a fake).
 
     The core calls the runtime's KV and sampler methods (``seq_rm``,
@@ -422,7 +424,8 @@ class SchedulerCore:
     def __init__(self, runtime: Runtime, *, step_tokens: int | None = None, max_queue: int = 1024,
                  hooks: bool = False, signal_config: SignalConfig | None = None, prefix_cache: bool = True,
                  spec_ngram: int = 0, ctx_checkpoints: int = 0, checkpoint_budget: int | None = None,
-                 prompt_cache: int | None = 0, clock: Callable[[], float] = time.perf_counter) -> None:
+                 prompt_cache: int | None = 0, min_tail: int = MIN_TAIL,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self.runtime = runtime
         meta = runtime.meta
         self.n_slots = meta.n_seq_max
@@ -431,7 +434,8 @@ class SchedulerCore:
         self.hooks = hooks
         self.signal_config = signal_config or SignalConfig()
         self.prefix_cache = prefix_cache and not meta.is_recurrent
-        self.prefix = PrefixIndex()
+        self.min_tail = min_tail
+        self.prefix = PrefixIndex(min_tail)
         #: a sliding-window cache that overwrites cells out of the window: reuse needs a check
         self._swa_check = meta.is_swa and not meta.swa_full
         #: context checkpoints, where a cached prefix cannot otherwise be reused
@@ -845,10 +849,10 @@ class SchedulerCore:
                 self._prefix_queries += 1
             n_ckpt = 0
             if self.checkpoints is not None and req.cache_prompt:
-                ckpt = self.checkpoints.best(req.prompt, len(req.prompt) - MIN_TAIL, req.min_reuse)
+                ckpt = self.checkpoints.best(req.prompt, len(req.prompt) - self.min_tail, req.min_reuse)
                 n_ckpt = ckpt.n if ckpt is not None else 0
             elif self.prompt_cache is not None and req.cache_prompt:
-                found = self.prompt_cache.best_prefix(req.prompt, len(req.prompt) - MIN_TAIL,
+                found = self.prompt_cache.best_prefix(req.prompt, len(req.prompt) - self.min_tail,
                                                       max(req.min_reuse, MIN_REUSE))
                 ckpt, n_ckpt = found if found is not None else (None, 0)
             if ckpt is not None and match is not None and match.n >= n_ckpt:
@@ -888,13 +892,13 @@ class SchedulerCore:
 
     def _checkpoint_at(self, req: SeqRequest, n_cached: int) -> int:
         """Where to save ``req``'s context checkpoint (0: nowhere): its boundary, when checkpoints are on,
-        it may use the cache, the boundary leaves ``MIN_TAIL`` tokens and lies at least two tokens past what
+        it may use the cache, the boundary leaves ``min_tail`` tokens and lies at least two tokens past what
         is cached (no lone-token chunk before it); on a sliding-window cache only when the sequence can
         outgrow the window (prompt + ``max_tokens`` > ``n_swa``), else its KV serves every prefix."""
         b = req.checkpoint_at
         if self.checkpoints is None or b is None or not req.cache_prompt:
             return 0
-        if not max(req.min_reuse, 1) <= b <= len(req.prompt) - MIN_TAIL or b - n_cached < 2:
+        if not max(req.min_reuse, 1) <= b <= len(req.prompt) - self.min_tail or b - n_cached < 2:
             return 0
         meta = self.runtime.meta
         if not meta.is_recurrent and len(req.prompt) + req.max_tokens <= meta.n_swa:
@@ -923,7 +927,7 @@ class SchedulerCore:
         for s in self._running.values():
             kv = s.kv
             if s.phase is Phase.PREFILLING and kv is not None:
-                n = min(common_prefix_len(kv.prompt, prompt), len(prompt) - MIN_TAIL)
+                n = min(common_prefix_len(kv.prompt, prompt), len(prompt) - self.min_tail)
                 if n >= min_reuse and kv.n_past < n:
                     return True
         return False

@@ -22,10 +22,16 @@ import attrs
 MIN_REUSE = 16
 
 #: Prompt tokens always prefilled, even when cached: the last one's logits give the first
-#: sampled token, and llama.cpp computes a sequence's lone token in a batch with other kernels
-#: than two or more (measured on CPU: the first token's logits moved by up to 0.4). With two,
-#: a cached prompt's greedy output equals a cold run's.
-MIN_TAIL = 2
+#: sampled token. One, as llama-server and vLLM recompute (a 2-token batch costs about 1.8x a
+#: 1-token step on 2 CPU cores; 16 cached prompts starting together with 1- and 2-token tails
+#: cost two passes over the weights instead of one).
+MIN_TAIL = 1
+
+#: The tail that keeps a cached prompt's greedy output equal to a cold run's: llama.cpp computes
+#: a sequence's lone token in a batch with other kernels than two or more (measured on CPU: the
+#: first token's logits moved by up to 0.4). It holds only with flash attention off (the flash
+#: kernel rounds a long prefill differently from a short tail anyway), so the engine uses it there.
+EXACT_TAIL = 2
 
 
 def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
@@ -53,7 +59,9 @@ class Match:
 class PrefixIndex:
     """Resident (finished) sequences by slot, in LRU order, with their KV token lists."""
 
-    def __init__(self) -> None:
+    def __init__(self, min_tail: int = MIN_TAIL) -> None:
+        #: prompt tokens never reused (see :data:`MIN_TAIL`)
+        self.min_tail = min_tail
         self._resident: collections.OrderedDict[int, list[int]] = collections.OrderedDict()
         self._keys: dict[int, str | None] = {}
 
@@ -106,7 +114,7 @@ class PrefixIndex:
         """The resident or running sequence sharing the longest prefix (>= ``min_reuse``) with ``prompt``.
 
         ``running`` gives (slot, tokens, n) of sequences decoding now, whose first ``n``
-        tokens are in the KV cache and reusable. At most ``len(prompt) - MIN_TAIL`` tokens
+        tokens are in the KV cache and reusable. At most ``len(prompt) - min_tail`` tokens
         are reused (see :data:`MIN_TAIL`). ``usable(slot, n)``, when given, says whether the KV
         cache of ``slot`` can still serve its first ``n`` tokens (a sliding-window cache may have
         overwritten cells a trimmed sequence needs); a candidate it refuses is passed over.
@@ -117,7 +125,7 @@ class PrefixIndex:
         waiting request's whole prompt.
         """
         best: Match | None = None
-        limit = len(prompt) - MIN_TAIL
+        limit = len(prompt) - self.min_tail
         candidates = [(slot, min(common_prefix_len(tokens, prompt), limit), True)
                       for slot, tokens in self._resident.items()]
         candidates += [(slot, min(common_prefix_len(tokens, prompt), limit, n_kv), False)
