@@ -29,12 +29,13 @@ tokens (the scheduler core's ``min_tail``) before sampling.
 from __future__ import annotations
 
 import contextvars
+import functools
 import itertools
 import math
 import os
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing, asynccontextmanager
 from typing import Any, Generic, TypeVar
 
@@ -140,6 +141,21 @@ def _reply_id(prefix: str) -> str:
     """``<prefix>-<X-Request-Id>`` when the request carries one (or the server gave it one), else a new id."""
     rid = _request_id()
     return f"{prefix}-{rid}" if rid else new_id(prefix)
+
+
+def _preparing(start: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+    """Wrap an engine's ``_start_*``: while it prepares its request (template, tokenizer) and until it submits
+    it, the scheduler counts it as incoming (:meth:`DecodeScheduler.incoming`), so a burst starts as one batch."""
+
+    @functools.wraps(start)
+    async def wrapper(self: Engine, *args: Any) -> T:
+        self.scheduler.incoming(1)
+        try:
+            return await start(self, *args)
+        finally:
+            self.scheduler.incoming(-1)
+
+    return wrapper
 
 
 class Engine:
@@ -289,6 +305,7 @@ class Engine:
         return embedding_list(event.vectors, model=self.reply_model(req.model), prompt_tokens=event.prompt_tokens,
                               encoding_format=req.encoding_format)
 
+    @_preparing
     async def _start_infill(self, req: InfillRequest) -> tuple[Generation, _Events]:
         require_fim(self.meta.fim, "input_prefix")
         arrival = next(self._arrivals)
@@ -360,6 +377,7 @@ class Engine:
         replies, stream = await self._start_native(req)
         return stream.rendered([], lambda index, item: replies[index].chunks(item))
 
+    @_preparing
     async def _start_native(self, req: NativeCompletionRequest) -> tuple[list[NativeReply], _Events]:
         if not -1 <= req.id_slot < self.meta.n_seq_max:
             raise InvalidRequest(f"id_slot must be -1 or a slot id (0..{self.meta.n_seq_max - 1})", param="id_slot")
@@ -513,6 +531,7 @@ class Engine:
                 "requests_waiting": st.n_waiting}
 
     # -- internals ----------------------------------------------------------------
+    @_preparing
     async def _start_chat(self, req: ChatCompletionRequest) -> tuple[list[Generation], _Events]:
         arrival = next(self._arrivals)
         n = self._n(req)
@@ -609,6 +628,7 @@ class Engine:
             except RuntimeError:  # the engine is closing
                 pass
 
+    @_preparing
     async def _start_completion(self, req: CompletionRequest) -> tuple[list[str], list[Generation], _Events]:
         """The prompt texts (for ``echo``), every choice's generation (``n`` per prompt, in order), the events."""
         arrival = next(self._arrivals)

@@ -64,3 +64,33 @@ def test_step_times_split_the_overhead_into_its_parts() -> None:
     # a step after the loop waited for an input records no overhead, and forgets the last resume
     times.step([1.1, 1.2, 1.21], None, 0.0, submitted=1.0, resumed=1.22)
     assert observed(times.handoff)[0] == 1
+
+
+async def _first_batch_seqs(announce: bool) -> set[int]:
+    """Two requests reach an idle loop 5 ms apart; the second is announced as incoming (being prepared) when
+    the first arrives, or not: the sequences of the first decode batch."""
+    rt = FakeRuntime(n_seq_max=2)
+    sched = DecodeScheduler(rt)
+    send, recv = trio.open_memory_channel(math.inf)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sched.run)
+        if announce:
+            sched.incoming(1)
+        sched.submit(req(1, [51] * 4, max_tokens=2), send)
+        await trio.sleep(0.005)
+        sched.submit(req(2, [52] * 4, max_tokens=2), send)
+        if announce:
+            sched.incoming(-1)
+        done = 0
+        with trio.fail_after(10):
+            async for ev in recv:
+                done += isinstance(ev, FinishEvent)
+                if done == 2:
+                    break
+        nursery.cancel_scope.cancel()
+    return {e.seq_id for e in rt.batches[0]}
+
+
+async def test_an_idle_loop_waits_for_announced_requests_so_a_burst_starts_as_one_batch() -> None:
+    assert await _first_batch_seqs(announce=True) == {0, 1}
+    assert await _first_batch_seqs(announce=False) == {0}  # nothing announced: the first request does not wait
