@@ -65,9 +65,14 @@ IDLE_WAIT = 0.005
 #: still preparing (template, tokenizer: :meth:`DecodeScheduler.incoming`), so that a burst starts as
 #: one batch: on 2 CPU cores the first request's lone step ran while the other 15 of a 16-client
 #: burst were tokenized, and they joined a step later (llama-server's C++ threads tokenize a burst
-#: before its first step). Bounded, so a request prepared slowly (a long prompt, a hook) delays the
-#: first by this much at most; a request that arrives alone does not wait.
-ADMIT_WAIT = 0.02
+#: before its first step); with a 20 ms bound 5 of 16 still came a step late in one trace.
+#: Bounded, so a request prepared slowly (a long prompt, a hook) delays the first by this much at
+#: most; a request that arrives alone does not wait.
+ADMIT_WAIT = 0.05
+
+#: Once no request is being prepared, the loop goes on gathering while the next one arrives within
+#: this many seconds (a burst's later requests may still be in their HTTP parsing).
+ADMIT_GAP = 0.003
 
 
 @attrs.frozen
@@ -255,11 +260,20 @@ class DecodeScheduler(Actor[SchedulerMsg]):
                     _send(msg.events, EmbeddingsEvent(None, 0, "cancelled"))
 
     async def _gather_burst(self) -> None:
-        """Handle inbox messages while requests are still being prepared and slots would stay free,
-        for at most :data:`ADMIT_WAIT` seconds."""
+        """While requests are being prepared and slots would stay free, handle inbox messages, for at most
+        :data:`ADMIT_WAIT` seconds; once none is being prepared, go on while another arrives within
+        :data:`ADMIT_GAP` (the rest of the burst is still in its HTTP parsing). A lone request does not wait."""
+        if self._incoming <= 0:
+            return
         with trio.move_on_after(ADMIT_WAIT):
-            while self._incoming > 0 and self.core.n_waiting < self.core.n_slots:
-                self._handle(await self._inbox.receive())
+            while self.core.n_waiting < self.core.n_slots:
+                if self._incoming > 0:
+                    self._handle(await self._inbox.receive())
+                    continue
+                with trio.move_on_after(ADMIT_GAP) as gap:
+                    self._handle(await self._inbox.receive())
+                if gap.cancelled_caught:
+                    return
 
     def _drain_inbox(self) -> None:
         while True:

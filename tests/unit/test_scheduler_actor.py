@@ -66,10 +66,11 @@ def test_step_times_split_the_overhead_into_its_parts() -> None:
     assert observed(times.handoff)[0] == 1
 
 
-async def _first_batch_seqs(announce: bool) -> set[int]:
-    """Two requests reach an idle loop 5 ms apart; the second is announced as incoming (being prepared) when
-    the first arrives, or not: the sequences of the first decode batch."""
-    rt = FakeRuntime(n_seq_max=2)
+async def _first_batch_seqs(announce: bool, late: float | None = None) -> set[int]:
+    """Requests reach an idle loop with three slots: A, then B 5 ms later, announced as incoming (being
+    prepared) when A arrives or not; with ``late``, C (never announced, as one still in its HTTP parsing)
+    ``late`` seconds after B. The sequences of the first decode batch."""
+    rt = FakeRuntime(n_seq_max=3)
     sched = DecodeScheduler(rt)
     send, recv = trio.open_memory_channel(math.inf)
     async with trio.open_nursery() as nursery:
@@ -81,11 +82,14 @@ async def _first_batch_seqs(announce: bool) -> set[int]:
         sched.submit(req(2, [52] * 4, max_tokens=2), send)
         if announce:
             sched.incoming(-1)
+        if late is not None:
+            await trio.sleep(late)
+            sched.submit(req(3, [53] * 4, max_tokens=2), send)
         done = 0
         with trio.fail_after(10):
             async for ev in recv:
                 done += isinstance(ev, FinishEvent)
-                if done == 2:
+                if done == (2 if late is None else 3):
                     break
         nursery.cancel_scope.cancel()
     return {e.seq_id for e in rt.batches[0]}
@@ -94,3 +98,7 @@ async def _first_batch_seqs(announce: bool) -> set[int]:
 async def test_an_idle_loop_waits_for_announced_requests_so_a_burst_starts_as_one_batch() -> None:
     assert await _first_batch_seqs(announce=True) == {0, 1}
     assert await _first_batch_seqs(announce=False) == {0}  # nothing announced: the first request does not wait
+    # once nothing is being prepared, a request within ADMIT_GAP still joins (a burst's HTTP parsing), a later
+    # one does not
+    assert await _first_batch_seqs(announce=True, late=0.0005) == {0, 1, 2}
+    assert await _first_batch_seqs(announce=True, late=0.03) == {0, 1}
