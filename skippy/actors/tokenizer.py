@@ -1,7 +1,9 @@
 """The Tokenizer actor: tokenize / detokenize in worker threads.
 
 It owns only the read-only vocabulary (thread-safe in llama.cpp), so it
-never waits on a decode step and a decode step never waits on it.
+never waits on a decode step and a decode step never waits on it. A text of
+at most :data:`INLINE_CHARS` characters is tokenized on the caller's thread
+instead: that takes less than the trip to a worker thread and back.
 """
 
 from __future__ import annotations
@@ -14,6 +16,11 @@ import trio
 
 from skippy.actors.base import ThreadActor
 from skippy.engine.runtime.base import Vocab
+
+#: Texts up to this many characters are tokenized inline (on the trio thread): measured on 2 CPU cores
+#: with SmolLM2's vocabulary, 150 characters took 0.05 ms and 2000 took 0.46 ms; the trip through the
+#: actor and a worker thread cost a short chat request's tokenizing stage 0.71 ms (0.52 inline).
+INLINE_CHARS = 1024
 
 
 @attrs.frozen
@@ -58,18 +65,25 @@ class Tokenizer(ThreadActor[Tokenize | Detokenize | CheckGrammar | CheckConstrai
             case CheckConstraint():
                 return self.vocab.check_constraint(msg.grammar)
             case Tokenize():
-                ids = self.vocab.tokenize(msg.text, add_special=msg.add_special, parse_special=msg.parse_special)
-                # a template that writes BOS itself plus add_special would give two BOS tokens
-                if msg.add_special and len(ids) >= 2 and ids[0] == ids[1] == self.bos_id:
-                    ids = ids[1:]
-                return ids
+                return self._tokenize(msg.text, msg.add_special, msg.parse_special)
             case Detokenize():
                 return self.vocab.detokenize(msg.tokens)
             case _:
                 assert_never(msg)
 
+    def _tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
+        ids = self.vocab.tokenize(text, add_special=add_special, parse_special=parse_special)
+        # a template that writes BOS itself plus add_special would give two BOS tokens
+        if add_special and len(ids) >= 2 and ids[0] == ids[1] == self.bos_id:
+            ids = ids[1:]
+        return ids
+
     async def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
-        """Text -> token ids (``add_special``: the model's BOS when it wants one)."""
+        """Text -> token ids (``add_special``: the model's BOS when it wants one); a text of at most
+        :data:`INLINE_CHARS` characters on this thread, a longer one in a worker thread."""
+        if len(text) <= INLINE_CHARS:
+            await trio.lowlevel.checkpoint()
+            return self._tokenize(text, add_special, parse_special)
         return await self.ask(lambda r: Tokenize(text, add_special, parse_special, r))
 
     async def check_grammar(self, gbnf: str, lazy_patterns: tuple[str, ...] = ()) -> bool:
