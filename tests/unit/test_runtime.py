@@ -182,6 +182,26 @@ def test_logits_only_where_requested(rt):
         rt.free_sampler(s)
 
 
+def test_logits_views_follow_each_decode(rt):
+    """The logits views are kept between decodes (by buffer address and row count): each decode's rows
+    must still be that decode's, whatever the previous decode's output count was."""
+    a, b = tok(rt, "The capital of France is"), tok(rt, "One, two, three,")
+    rt.seq_rm(0)
+    rt.seq_rm(1)
+    rt.decode([BatchEntry(t, i, 0, i == len(a) - 1) for i, t in enumerate(a)]
+              + [BatchEntry(t, i, 1, i == len(b) - 1) for i, t in enumerate(b)])
+    both = rt.output_logits([len(a) - 1, len(a) + len(b) - 1]).copy()
+    assert both.shape == (2, rt.meta.n_vocab) and not np.array_equal(both[0], both[1])
+    assert np.array_equal(rt.logits(len(a) - 1), both[0])
+    assert np.array_equal(rt.output_logits([len(a) + len(b) - 1])[0], both[1])
+    for seq, toks, row in ((1, b, both[1]), (0, a, both[0])):  # one output now: the same rows come back
+        prefill(rt, toks, seq)
+        one = rt.output_logits([len(toks) - 1])
+        assert one.shape == (1, rt.meta.n_vocab)
+        np.testing.assert_allclose(one[0], row, rtol=0, atol=1e-3)
+        assert np.array_equal(rt.logits(len(toks) - 1), one[0])
+
+
 def test_greedy_continues_with_paris(rt):
     toks = tok(rt, "The capital of France is")
     s = rt.new_sampler(GREEDY)
