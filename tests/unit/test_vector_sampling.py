@@ -108,6 +108,51 @@ def test_same_tokens_as_llama_cpp_chain(kw):
             llama_cpp.llama_sampler_free(chain)
 
 
+@pytest.mark.parametrize("kw", [{"ignore_eos": True}, {"ignore_eos": True, "temperature": 0.0},
+                                {"min_tokens": 12, "stop_token_ids": frozenset({77})},
+                                {"min_tokens": 5, "temperature": 0.0, "repeat_penalty": 1.2, "penalty_last_n": 8}],
+                         ids=["ignore_eos", "ignore_eos-greedy", "min_tokens", "min_tokens-greedy-penalty"])
+def test_end_of_generation_suppression_matches_the_runtime_mask_before_llama_cpp_chain(kw):
+    """``ignore_eos`` / ``min_tokens`` in the vectorized chain: the same tokens as LlamaRuntime's path
+    (end-of-generation ids set to -inf, then llama.cpp's chain) on rows where those ids are the best,
+    and after ``min_tokens`` tokens the end-of-generation ids come back."""
+    eog = {3, 9}
+    rng = np.random.default_rng(11)
+    x = lm_logits(rng, 16)
+    x[:, 3] = x.max(axis=1) + 4.0  # an end-of-generation token would win every row
+    x[::2, 77] = x[::2, 3] + 1.0  # and a stop token id even more on half of them
+    for seed in range(3):
+        p = SamplingParams(seed=seed, **kw)
+        ours, chain = SeqSampler(p, eog), llama_chain(p, V)
+        suppress = sorted(eog | (p.stop_token_ids if not p.ignore_eos else set()))
+        try:
+            for step in range(20):
+                row = x[(seed + step) % 16]
+                masked = row.copy()
+                if p.ignore_eos or step < p.min_tokens:
+                    masked[suppress] = -np.inf
+                got = sample_rows(row[None, :], [ours])[0]
+                assert got == llama_sample(chain, masked), (seed, step)
+                if p.ignore_eos or step < p.min_tokens:
+                    assert got not in suppress
+                elif p.temperature == 0.0 and p.repeat_penalty == 1.0:
+                    assert got in (3, 77)
+        finally:
+            import llama_cpp
+
+            llama_cpp.llama_sampler_free(chain)
+    assert vectorizable(SamplingParams(ignore_eos=True)) and vectorizable(SamplingParams(min_tokens=3))
+
+
+def test_suppression_keeps_a_row_that_it_would_leave_without_a_finite_logit():
+    x = np.full((2, 6), -np.inf, dtype=np.float32)
+    x[0, [1, 4]] = [2.0, 1.0]  # only end-of-generation tokens are finite: the row stays as it was
+    x[1, [1, 5]] = [2.0, 1.0]
+    s = [SeqSampler(SamplingParams(temperature=0.0, ignore_eos=True), {1, 4}) for _ in range(2)]
+    assert sample_rows(x, s) == [1, 5]
+    assert x[0, 1] == 2.0  # the caller's logits are not modified
+
+
 def test_rows_are_independent_of_their_neighbours():
     """A step's rows sampled together give what each gives alone (mixed greedy, sampled, biased rows)."""
     rng = np.random.default_rng(2)

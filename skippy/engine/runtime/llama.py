@@ -598,7 +598,7 @@ class LlamaRuntime:
         llguidance the constraint.
         """
         if self.vector_sampling and vectorizable(params):
-            return SeqSampler(params)
+            return SeqSampler(params, self.meta.eog_ids)
         matcher = None
         if params.constraint is not None:
             from llguidance import LLMatcher

@@ -10,6 +10,10 @@ The chain and its semantics are llama.cpp's (``src/llama-sampler.cpp`` of the
 llama.cpp that llama-cpp-python 0.3.36 vendors), in the order
 :meth:`skippy.engine.runtime.llama.LlamaRuntime.new_sampler` builds it:
 
+0. end-of-generation suppression (``ignore_eos``: always; ``min_tokens``: for the first
+   ``min_tokens`` tokens, the request's ``stop_token_ids`` too): those tokens' logits are
+   ``-inf``, unless that leaves no finite logit (then the row is left as it was), as
+   :class:`~skippy.engine.runtime.llama.LlamaRuntime`'s mask before llama.cpp's chain does.
 1. ``logit_bias``: ``logit += bias`` (float32).
 2. ``penalties`` over the last ``penalty_last_n`` accepted tokens (0: off): a token
    seen ``c`` times gets ``logit *= repeat`` when ``logit <= 0`` else ``logit /= repeat``,
@@ -35,7 +39,7 @@ requests keep llama.cpp's chain (see :func:`vectorizable`).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import numpy as np
 
@@ -54,10 +58,8 @@ _F32 = np.float32
 def vectorizable(params: SamplingParams) -> bool:
     """True when :func:`sample_rows` implements every sampler ``params`` asks for: no grammar or
     llguidance constraint, none of llama.cpp's extended samplers (typical, mirostat, DRY, XTC,
-    top-n-sigma, dynamic temperature), no ``min_keep``, and no end-of-generation suppression
-    (``ignore_eos``, ``min_tokens``); those take llama.cpp's chain."""
-    return (not params.grammar and params.constraint is None and not params.extended and not params.min_keep
-            and not params.ignore_eos and not params.min_tokens)
+    top-n-sigma, dynamic temperature) and no ``min_keep``; those take llama.cpp's chain."""
+    return not params.grammar and params.constraint is None and not params.extended and not params.min_keep
 
 
 def mt19937_state(seed: int) -> np.random.MT19937:
@@ -75,16 +77,18 @@ class SeqSampler:
     """One sequence's state of the vectorized chain: its parameters, the tokens it accepted
     within the penalty window, and its random stream.
 
-    ``params`` must be :func:`vectorizable`. The random stream starts at
+    ``params`` must be :func:`vectorizable` (else ``ValueError``). ``eog_ids``: the vocabulary's
+    end-of-generation tokens, which ``ignore_eos`` and ``min_tokens`` suppress. The random stream starts at
     ``std::mt19937(params.seed)``, as llama.cpp's ``dist`` sampler does (llama.cpp's
     ``LLAMA_DEFAULT_SEED`` 0xFFFFFFFF, "random", is taken literally here: our seeds are
     always drawn before).
     """
 
     __slots__ = ("params", "greedy", "bias_ids", "bias", "penalty_last_n", "counts", "recent", "bitgen",
-                 "_raw", "temperature", "top_k", "top_p", "min_p", "log_min_p", "sorted")
+                 "_raw", "temperature", "top_k", "top_p", "min_p", "log_min_p", "sorted", "suppress",
+                 "suppress_until", "n_accepted")
 
-    def __init__(self, params: SamplingParams) -> None:
+    def __init__(self, params: SamplingParams, eog_ids: Collection[int] = ()) -> None:
         if not vectorizable(params):
             raise ValueError("a grammar needs llama.cpp's sampler chain")
         p = params
@@ -104,11 +108,25 @@ class SeqSampler:
         self.min_p = _F32(p.min_p)
         self.log_min_p = np.log(self.min_p) if p.min_p > 0 else _F32(-np.inf)
         self.sorted = p.top_k > 0 or p.top_p < 1.0  # llama.cpp sorts the candidates in top_k / top_p
+        suppress: Collection[int] = ()
+        self.suppress_until = -1  # suppressed while fewer tokens were accepted; -1: always (ignore_eos)
+        if p.ignore_eos:
+            suppress = eog_ids
+        elif p.min_tokens > 0:
+            suppress, self.suppress_until = set(eog_ids) | p.stop_token_ids, p.min_tokens
+        self.suppress = np.array(sorted(suppress), dtype=np.intp) if suppress else None
+        self.n_accepted = 0
+
+    @property
+    def suppressing(self) -> bool:
+        """End-of-generation tokens are suppressed for the next token (``ignore_eos``, or fewer than
+        ``min_tokens`` accepted so far)."""
+        return self.suppress is not None and (self.suppress_until < 0 or self.n_accepted < self.suppress_until)
 
     @property
     def modifies(self) -> bool:
-        """The row's logits change before selection (a logit bias or a penalty with history)."""
-        return self.bias_ids is not None or bool(self.counts)
+        """The row's logits change before selection (suppression, a logit bias, or a penalty with history)."""
+        return self.bias_ids is not None or bool(self.counts) or self.suppressing
 
     def uniform(self) -> float:
         """``std::uniform_real_distribution<double>(0, 1)`` on the stream (libstdc++'s
@@ -119,7 +137,9 @@ class SeqSampler:
 
     def accept(self, token: int) -> None:
         """Record a token the sequence generated (llama.cpp ``llama_sampler_accept``): the
-        penalty window slides (``dist`` and the other samplers keep no history)."""
+        penalty window slides and ``min_tokens`` counts it (``dist`` and the other samplers keep no
+        history)."""
+        self.n_accepted += 1
         n = self.penalty_last_n
         if not n:
             return
@@ -136,7 +156,14 @@ class SeqSampler:
         recent.append(token)
 
     def apply_modifiers(self, row: np.ndarray) -> None:
-        """Apply logit bias, then penalties, to one float32 row in place (llama.cpp's order)."""
+        """Apply end-of-generation suppression, logit bias, then penalties, to one float32 row in place
+        (the runtime's mask, then llama.cpp's order)."""
+        if self.suppressing:
+            ids = self.suppress
+            kept = row[ids]
+            row[ids] = -np.inf
+            if not np.isfinite(row.max()) and not np.isfinite(row).any():  # max: no temporary array
+                row[ids] = kept
         if self.bias_ids is not None:
             row[self.bias_ids] += self.bias
         if self.counts:
