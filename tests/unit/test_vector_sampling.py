@@ -153,6 +153,25 @@ def test_suppression_keeps_a_row_that_it_would_leave_without_a_finite_logit():
     assert x[0, 1] == 2.0  # the caller's logits are not modified
 
 
+def test_modified_logits_are_put_back_bit_for_bit_and_read_only_rows_are_copied():
+    """Suppression, bias and penalties change the caller's (writable) rows only while sampling: the
+    same bytes afterwards (NaN included); a read-only array gives the same tokens."""
+    rng = np.random.default_rng(12)
+    x = lm_logits(rng, 4)
+    x[1, 50] = np.nan
+    kws = [{"ignore_eos": True}, {"logit_bias": ((3, 5.0), (8, -2.0))},
+           {"repeat_penalty": 1.5, "penalty_last_n": 4, "temperature": 0.0},
+           {"min_tokens": 2, "logit_bias": ((3, 1.0),)}]
+    a = [SeqSampler(SamplingParams(seed=1, **kw), {3, 8}) for kw in kws]
+    b = [SeqSampler(SamplingParams(seed=1, **kw), {3, 8}) for kw in kws]
+    frozen = x.copy()
+    frozen.flags.writeable = False
+    for _ in range(4):
+        before = x.tobytes()
+        assert sample_rows(x, a) == sample_rows(frozen, b)
+        assert x.tobytes() == before
+
+
 def test_rows_are_independent_of_their_neighbours():
     """A step's rows sampled together give what each gives alone (mixed greedy, sampled, biased rows)."""
     rng = np.random.default_rng(2)

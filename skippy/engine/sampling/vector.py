@@ -155,9 +155,21 @@ class SeqSampler:
                 del counts[old]
         recent.append(token)
 
-    def apply_modifiers(self, row: np.ndarray) -> None:
+    def apply_modifiers(self, row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Apply end-of-generation suppression, logit bias, then penalties, to one float32 row in place
-        (the runtime's mask, then llama.cpp's order)."""
+        (the runtime's mask, then llama.cpp's order). Returns the ids it may have changed and their
+        values before (``row[ids] = values`` undoes it)."""
+        penalized = None
+        parts = []
+        if self.suppressing:
+            parts.append(self.suppress)
+        if self.bias_ids is not None:
+            parts.append(self.bias_ids)
+        if self.counts:
+            penalized = np.fromiter(self.counts.keys(), dtype=np.intp, count=len(self.counts))
+            parts.append(penalized)
+        touched = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, dtype=np.intp)
+        before = row[touched]
         if self.suppressing:
             ids = self.suppress
             kept = row[ids]
@@ -166,23 +178,25 @@ class SeqSampler:
                 row[ids] = kept
         if self.bias_ids is not None:
             row[self.bias_ids] += self.bias
-        if self.counts:
+        if penalized is not None:
             p = self.params
-            ids = np.fromiter(self.counts.keys(), dtype=np.intp, count=len(self.counts))
+            ids = penalized
             cnt = np.fromiter(self.counts.values(), dtype=_F32, count=len(self.counts))
             v = row[ids]
             rep = _F32(p.repeat_penalty)
             v = np.where(v <= 0, v * rep, v / rep)
             v -= cnt * _F32(p.frequency_penalty) + _F32(p.presence_penalty)
             row[ids] = v
+        return touched, before
 
 
 def sample_rows(logits: np.ndarray, samplers: Sequence[SeqSampler]) -> list[int]:
     """Sample one token per row of ``logits`` with each row's :class:`SeqSampler`, then accept it.
 
     Args:
-        logits: float32, shape ``(n, n_vocab)``; row ``i`` belongs to ``samplers[i]``. Read
-            only (rows that a bias or penalty changes are copied first).
+        logits: float32, shape ``(n, n_vocab)``; row ``i`` belongs to ``samplers[i]``. Left as
+            it was: suppression, a bias or a penalty changes a few logits of a writable array in
+            place and puts them back before returning (a read-only array is copied first).
         samplers: ``n`` sequence states.
 
     Returns:
@@ -197,10 +211,25 @@ def sample_rows(logits: np.ndarray, samplers: Sequence[SeqSampler]) -> list[int]
         return []
     x = logits
     mods = [i for i, s in enumerate(samplers) if s.modifies]
-    if mods:
+    undo: list[tuple[int, np.ndarray, np.ndarray]] = []
+    if mods and not logits.flags.writeable:
         x = np.array(logits, dtype=_F32)
+    try:
         for i in mods:
-            samplers[i].apply_modifiers(x[i])
+            undo.append((i, *samplers[i].apply_modifiers(x[i])))
+        out = _select(x, samplers)
+    finally:
+        if x is logits:
+            for i, ids, before in reversed(undo):
+                x[i, ids] = before
+    for s, t in zip(samplers, out, strict=True):
+        s.accept(t)
+    return out
+
+
+def _select(x: np.ndarray, samplers: Sequence[SeqSampler]) -> list[int]:
+    """The token of each row of ``x`` (modifiers applied): argmax for greedy rows, the chain for the rest."""
+    n = len(samplers)
     out = [0] * n
     greedy = [i for i, s in enumerate(samplers) if s.greedy]
     if greedy:
@@ -212,8 +241,6 @@ def sample_rows(logits: np.ndarray, samplers: Sequence[SeqSampler]) -> list[int]
         toks = _sample_dist(x if len(rows) == n else x[rows], [samplers[i] for i in rows])
         for i, t in zip(rows, toks, strict=True):
             out[i] = t
-    for s, t in zip(samplers, out, strict=True):
-        s.accept(t)
     return out
 
 
