@@ -20,7 +20,7 @@ INJECTED = " Wait, let me reconsider this carefully and answer in French."
 class Policy:
     def __init__(self) -> None:
         self.released = trio.Event()
-        self.injected: set[int] = set()
+        self.injected: list[object] = []  # the requests themselves: an id() is reused once one is freed
 
     async def before_chat(self, request):
         if request.user == "deny":
@@ -37,8 +37,8 @@ class Policy:
         return NO_ACTION
 
     async def mid_generation(self, request, signals):
-        if request.user == "inject" and id(request) not in self.injected:
-            self.injected.add(id(request))
+        if request.user == "inject" and not any(r is request for r in self.injected):
+            self.injected.append(request)
             return Inject(INJECTED)
         if request.user == "stop":
             return Stop("policy_stop")
