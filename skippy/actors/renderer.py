@@ -3,9 +3,7 @@
 It owns the compiled chat template and its probed capabilities (and a
 small cache of per-request ``chat_template`` overrides). Rendering runs in
 worker threads, so a slow template never holds up the event loop or the
-decode scheduler; a small plain chat (see :func:`renders_inline`) is rendered
-on the caller's thread instead, which takes less than the trip to a worker
-thread and back. The work itself is :func:`skippy.engine.chat.prepare.render_chat`.
+decode scheduler. The work itself is :func:`skippy.engine.chat.prepare.render_chat`.
 """
 
 from __future__ import annotations
@@ -18,15 +16,7 @@ import trio
 
 from skippy.actors.base import ThreadActor
 from skippy.engine.chat.prepare import PreparedTemplate, Rendered, render_chat
-from skippy.engine.sampling.constraints import has_constraint_fields
 from skippy.engine.types import ApplyTemplateRequest, ChatCompletionRequest, Message
-
-#: A chat of at most this many messages, with at most this many characters of text in all, no tools, no
-#: constraint and the server's own template, is rendered inline (on the trio thread). Measured on 2 CPU
-#: cores with SmolLM2's template: one short message renders in 0.04 ms and ten messages of 200
-#: characters in 0.15 ms, where the trip through the actor and a worker thread costs 0.5-1 ms.
-INLINE_MESSAGES = 16
-INLINE_CHARS = 4096
 
 # ChatML, used when the GGUF carries no chat template and none is given.
 CHATML = (
@@ -37,25 +27,7 @@ CHATML = (
 CHATML_END = "<|im_end|>"
 """ChatML's end-of-turn marker."""
 
-__all__ = ["CHATML", "CHATML_END", "RenderChat", "Rendered", "TemplateRenderer", "fallback_stops", "renders_inline"]
-
-
-def renders_inline(request: ChatCompletionRequest) -> bool:
-    """Whether ``request`` is small and plain enough to render on the caller's thread: the server's
-    template (no ``chat_template``), no ``tools``, no constraint field, at most :data:`INLINE_MESSAGES`
-    messages whose text (string contents, reasoning, names) totals at most :data:`INLINE_CHARS` characters,
-    and no tool calls or content parts (their rendering grows with what they hold)."""
-    if request.chat_template or request.tools or has_constraint_fields(request):
-        return False
-    messages = request.messages
-    if not isinstance(messages, list) or len(messages) > INLINE_MESSAGES:
-        return False
-    chars = 0
-    for m in messages:
-        if not isinstance(m, Message) or m.tool_calls or not (m.content is None or isinstance(m.content, str)):
-            return False
-        chars += len(m.content or "") + len(m.reasoning_content or "") + len(m.name or "")
-    return chars <= INLINE_CHARS
+__all__ = ["CHATML", "CHATML_END", "RenderChat", "Rendered", "TemplateRenderer", "fallback_stops"]
 
 
 def fallback_stops(vocab: Any, eog_ids: frozenset[int] | set[int]) -> tuple[str, ...]:
@@ -106,20 +78,14 @@ class TemplateRenderer(ThreadActor[RenderChat]):
             lambda source: PreparedTemplate.build(source, bos_token=bos, eos_token=eos))
 
     def handle(self, msg: RenderChat) -> Rendered:
-        return self._render(msg.request, msg.add_generation_prompt)
-
-    def _render(self, req: ChatCompletionRequest, add_generation_prompt: bool) -> Rendered:
+        req = msg.request
         tmpl = self._override(req.chat_template) if req.chat_template else self.template
         return render_chat(tmpl, req, default_kwargs=self.default_kwargs,
                            force_tool_emulation=self.force_tool_emulation,
-                           add_generation_prompt=add_generation_prompt, history_boundary=self.history_boundary)
+                           add_generation_prompt=msg.add_generation_prompt, history_boundary=self.history_boundary)
 
     async def render(self, request: ChatCompletionRequest, *, add_generation_prompt: bool = True) -> Rendered:
-        """Render ``request`` (on this thread when :func:`renders_inline`, else in a worker thread);
-        raises :class:`InvalidRequest` (400) for bad input or template errors."""
-        if renders_inline(request):
-            await trio.lowlevel.checkpoint()
-            return self._render(request, add_generation_prompt)
+        """Render ``request``; raises :class:`InvalidRequest` (400) for bad input or template errors."""
         return await self.ask(lambda r: RenderChat(request, add_generation_prompt, r))
 
     async def render_messages(self, messages: list[Message] | ApplyTemplateRequest) -> str:

@@ -193,16 +193,6 @@ def _structured_outputs(so: StructuredOutputs) -> Constraint | None:
     return grammar_constraint(so.grammar, where)
 
 
-#: The request fields :func:`constraint_from_request` reads.
-CONSTRAINT_FIELDS = ("response_format", "json_schema", "grammar", "guided_json", "guided_regex", "guided_choice",
-                     "guided_grammar", "structured_outputs")
-
-
-def has_constraint_fields(req: SamplingFields) -> bool:
-    """Whether any of :data:`CONSTRAINT_FIELDS` is set (even to an unconstrained ``response_format``)."""
-    return any(getattr(req, name) is not None for name in CONSTRAINT_FIELDS)
-
-
 def constraint_from_request(req: SamplingFields) -> RequestConstraint:
     """Read every constraint field of ``req`` (see module docstring) into a :class:`RequestConstraint`.
 
