@@ -545,7 +545,7 @@ class LlamaRuntime:
 
     def logits(self, index: int) -> np.ndarray:
         self._check_output(index)
-        return self._float_view(llama_cpp.llama_get_logits_ith(self._ctx, index), 1)[0]
+        return self._float_view(llama_cpp.llama_get_logits(self._ctx), len(self._rows))[self._rows[index]]
 
     def output_logits(self, indices: Sequence[int]) -> np.ndarray:
         """The logit rows of batch ``indices`` of the last decode, shape ``(len(indices), n_vocab)``.
@@ -571,14 +571,12 @@ class LlamaRuntime:
         grows), so the views are kept by address: ``np.ctypeslib.as_array`` builds a ctypes array
         type per call, ~70 us, against ~1 us for the lookup.
         """
-        addr = ctypes.cast(ptr, ctypes.c_void_p).value
-        key = (addr, n_rows)
+        key = (ctypes.cast(ptr, ctypes.c_void_p).value, n_rows)
         view = self._views.get(key)
         if view is None:
-            if len(self._views) >= 64:
+            if len(self._views) >= 64:  # one entry per output count seen at this address
                 self._views.clear()
-            view = np.ctypeslib.as_array(ptr, shape=(n_rows, self._n_vocab))  # type: ignore[arg-type]
-            self._views[key] = view
+            view = self._views[key] = np.ctypeslib.as_array(ptr, shape=(n_rows, self._n_vocab))  # type: ignore[arg-type]
         return view
 
     # -- sampling -----------------------------------------------------------

@@ -168,7 +168,7 @@ class SeqSampler:
         if self.counts:
             penalized = np.fromiter(self.counts.keys(), dtype=np.intp, count=len(self.counts))
             parts.append(penalized)
-        touched = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, dtype=np.intp)
+        touched = np.concatenate(parts) if parts else np.empty(0, dtype=np.intp)
         before = row[touched]
         if self.suppressing:
             ids = self.suppress
