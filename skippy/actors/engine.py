@@ -831,6 +831,21 @@ class _Events:
                 self._ready.append((index, item))
         return self._ready.popleft()
 
+    def next_nowait(self) -> tuple[int, Piece | Done] | None:
+        """The next item if it is there without waiting (``None``: not yet, or the end); raises as
+        ``__anext__`` does for a failed generation."""
+        while not self._ready:
+            if self._recv is None or self._closed or all(gen.finished for gen in self._gens):
+                return None
+            try:
+                index, event = self._recv.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                return None
+            item = self._feed(index, event)
+            if item is not None:
+                self._ready.append((index, item))
+        return self._ready.popleft()
+
     def _feed(self, index: int, event: SeqEvent) -> Piece | Done | None:
         gen, metrics, trace = self._gens[index], self._engine.metrics, self._trace
         n = gen.completion_tokens
@@ -913,14 +928,34 @@ class _Rendered(Generic[T]):
         self._events = events
         self._ready: deque[T] = deque(head)
         self._render = render
+        self._error: EngineError | None = None  # met by ready_nowait, raised by the next __anext__
 
     def __aiter__(self) -> _Rendered[T]:
         return self
 
     async def __anext__(self) -> T:
         while not self._ready:
+            if self._error is not None:
+                error, self._error = self._error, None
+                raise error
             self._ready.extend(self._render(*await self._events.__anext__()))
         return self._ready.popleft()
+
+    def ready_nowait(self) -> list[T]:
+        """Every reply object there is without waiting (the tokens of a multi-step run come together, and
+        the HTTP layer writes them at once); a failed generation's error is raised by the next ``__anext__``."""
+        out = list(self._ready)
+        self._ready.clear()
+        while self._error is None:
+            try:
+                item = self._events.next_nowait()
+            except EngineError as exc:
+                self._error = exc
+                break
+            if item is None:
+                break
+            out.extend(self._render(*item))
+        return out
 
     async def aclose(self) -> None:
         await self._events.aclose()
@@ -1034,7 +1069,7 @@ async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None) -
     scheduler = DecodeScheduler(runtime, step_tokens=config.step_tokens, max_queue=config.max_queue,
                                 hooks=evaluator.inbox if evaluator else None, signal_config=signal_config,
                                 prefix_cache=config.prefix_cache, spec_ngram=config.spec_ngram,
-                                ctx_checkpoints=config.ctx_checkpoints,
+                                scheduler_steps=config.scheduler_steps, ctx_checkpoints=config.ctx_checkpoints,
                                 checkpoint_budget=cache_ram, prompt_cache=cache_ram,
                                 min_tail=EXACT_TAIL if config.flash_attn == "off" else MIN_TAIL)
     renderer.history_boundary = scheduler.core.checkpoints is not None  # the chat's checkpoint boundary

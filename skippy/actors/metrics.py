@@ -115,7 +115,7 @@ class StepTimes:
         """Record one step; returns what ``last_end`` is for the next one.
 
         ``marks`` from ``perf_counter``: (decode start, decode end, sampling end) when the step
-        ``decoded``, then (embedding batch start, end) when it ``embedded``; ``last_end`` the previous
+        ``decoded`` (again for each later decode of a multi-step run, whose gaps count as overhead), then (embedding batch start, end) when it ``embedded``; ``last_end`` the previous
         decode's end (``None`` when the loop waited for an input in between: idle time is no overhead);
         ``waited`` the reader wait before it; ``submitted`` and ``resumed`` (``perf_counter``) when the
         loop handed the step to the decode thread and when it had the result back, for the handoff
@@ -134,6 +134,12 @@ class StepTimes:
                 if submitted is not None and back is not None:
                     self.handoff.observe(t0 - submitted + back)
             end = t1
+            for i in range(3, len(marks) - 2 * embedded - 2, 3):  # the later decodes of a multi-step run
+                u0, u1, u2 = marks[i:i + 3]
+                self.overhead.observe(u0 - end)
+                self.decode.observe(u1 - u0)
+                self.sample.observe(u2 - u1)
+                end = u1
             if resumed is not None:
                 self._back = resumed - marks[-1]
         if embedded:

@@ -118,22 +118,23 @@ class DecodeScheduler(Actor[SchedulerMsg]):
     """Continuous-batching decode loop over one :class:`Runtime`.
 
     ``step_tokens``, ``max_queue``, ``signal_config``, ``prefix_cache``, ``spec_ngram``,
-    ``ctx_checkpoints``, ``checkpoint_budget``, ``prompt_cache`` (bytes) and ``min_tail`` configure the
-    :class:`SchedulerCore`;
+    ``ctx_checkpoints``, ``checkpoint_budget``, ``prompt_cache`` (bytes), ``min_tail`` and ``scheduler_steps``
+    configure the :class:`SchedulerCore`; a multi-step run ends early when a message reaches the inbox;
     ``hooks`` is the HookEvaluator's inbox (send side) or ``None``.
     """
 
     def __init__(self, runtime: Runtime, *, step_tokens: int | None = None, max_queue: int = 1024,
                  hooks: trio.MemorySendChannel[HookCall] | None = None, signal_config: SignalConfig | None = None,
                  prefix_cache: bool = True, spec_ngram: int = 0, ctx_checkpoints: int = 0,
-                 checkpoint_budget: int | None = None, prompt_cache: int | None = 0, min_tail: int = MIN_TAIL) -> None:
+                 checkpoint_budget: int | None = None, prompt_cache: int | None = 0, min_tail: int = MIN_TAIL,
+                 scheduler_steps: int = 1) -> None:
         super().__init__()
         self.runtime = runtime
         self.hooks = hooks
         self.core = SchedulerCore(runtime, step_tokens=step_tokens, max_queue=max_queue, hooks=hooks is not None,
                                   signal_config=signal_config, prefix_cache=prefix_cache, spec_ngram=spec_ngram,
                                   ctx_checkpoints=ctx_checkpoints, checkpoint_budget=checkpoint_budget,
-                                  prompt_cache=prompt_cache, min_tail=min_tail)
+                                  prompt_cache=prompt_cache, min_tail=min_tail, scheduler_steps=scheduler_steps)
         self._events: dict[int, trio.MemorySendChannel[SeqEvent]] = {}
         self.step_times = StepTimes()
         self._unread = 0  # Submit messages in the inbox (not yet added to the core)
@@ -198,6 +199,11 @@ class DecodeScheduler(Actor[SchedulerMsg]):
         """A snapshot of the queue, slots and counters (requests still in the inbox count as waiting)."""
         return attrs.evolve(self.core.stats(), n_waiting=self._n_waiting())
 
+    def _pending(self) -> bool:
+        """A message waits in the inbox (asked from the decode thread between a multi-step run's decodes:
+        it only reads the channel's buffer length)."""
+        return self._send.statistics().current_buffer_used > 0
+
     def _n_waiting(self) -> int:
         return self.core.n_waiting + self._unread  # queued requests; cancels and verdicts in the inbox are not
 
@@ -234,7 +240,7 @@ class DecodeScheduler(Actor[SchedulerMsg]):
                 submitted = time.perf_counter()
                 waited = submitted - t_wait
                 try:
-                    sampled, marks = await decode_thread.run_sync(_execute_timed, self.runtime, step)
+                    sampled, marks = await decode_thread.run_sync(_execute_timed, self.runtime, step, self._pending)
                 except Exception as exc:  # llama.cpp refused the batch: fail these sequences, keep serving
                     log.exception("decode step failed")
                     self._deliver(self.core.fail(str(exc)))
@@ -375,11 +381,11 @@ class DecodeScheduler(Actor[SchedulerMsg]):
         return readers
 
 
-def _execute_timed(runtime: Runtime, step: StepPlan) -> tuple[list[TokenEvent], list[float]]:
+def _execute_timed(runtime: Runtime, step: StepPlan, interrupt: Any) -> tuple[list[TokenEvent], list[float]]:
     """:func:`execute` on the decode thread, with its ``perf_counter`` marks (decode start, decode end,
-    sampling end; embedding batch start and end)."""
+    sampling end, for each decode of a multi-step run; embedding batch start and end)."""
     marks: list[float] = []
-    sampled = execute(runtime, step, marks)
+    sampled = execute(runtime, step, marks, interrupt if step.steps > 1 else None)
     return sampled, marks
 
 

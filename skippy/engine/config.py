@@ -392,6 +392,11 @@ class EngineConfig:
                               help="Prompt-lookup speculative decoding (vLLM's ngram method): draft up to this many "
                                    "tokens per step from an earlier occurrence of the last n-gram, verified in one "
                                    "batch; 0 turns it off (requests may set \"speculative\").")
+    scheduler_steps: int = setting(1, check=IntRange(1, 64),
+                                   help="Decodes a batch without prefill may run back to back on the decode thread "
+                                        "before the loop hands out their tokens (multi-step scheduling, vLLM's "
+                                        "--num-scheduler-steps): fewer thread handoffs and socket writes per token, "
+                                        "tokens streamed in bursts of up to this many; 1 turns it off.")
     clamp_max_tokens: bool = setting(False, check=IsBool(),
                                      help="Clamp a max_tokens that does not fit the context to the room left "
                                           "(llama-server) instead of answering 400 context_length_exceeded "

@@ -276,6 +276,7 @@ async def _stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitabl
     lifecycle = app.lifecycle
     interval = app.settings.sse_ping_interval
     ping = object()
+    ready = getattr(chunks, "ready_nowait", None)  # the chunks there without waiting, written together
 
     async def next_chunk() -> Any:
         """The next chunk, or ``ping`` when none came within ``--sse-ping-interval`` seconds (a queue wait or
@@ -310,8 +311,9 @@ async def _stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitabl
                     return
                 if chunk is None:
                     break
-                tokens += fmt.tokens(chunk)
-                yield fmt.event(chunk)
+                more = ready() if ready is not None else ()
+                tokens += fmt.tokens(chunk) + sum(fmt.tokens(c) for c in more)
+                yield b"".join([fmt.event(chunk), *map(fmt.event, more)]) if more else fmt.event(chunk)
             if fmt.done is not None:
                 yield fmt.done
         except EngineError as exc:

@@ -214,13 +214,13 @@ class Clock:
 
 def make(n_seq_max=2, *, step_tokens=64, max_queue=8, hooks=False, prefix_cache=True, recurrent=False,
          n_ctx_seq=256, unified=False, embeddings=None, n_swa=0, swa_full=False, spec_ngram=0, ctx_checkpoints=0,
-         checkpoint_budget=None, prompt_cache=0, min_tail=MIN_TAIL):
+         checkpoint_budget=None, prompt_cache=0, min_tail=MIN_TAIL, scheduler_steps=1):
     rt = FakeRuntime(n_seq_max=n_seq_max, n_ctx_seq=n_ctx_seq, recurrent=recurrent, unified=unified,
                      embeddings=embeddings, n_swa=n_swa, swa_full=swa_full)
     core = SchedulerCore(rt, step_tokens=step_tokens, max_queue=max_queue, hooks=hooks, prefix_cache=prefix_cache,
                          spec_ngram=spec_ngram, ctx_checkpoints=ctx_checkpoints,
                          checkpoint_budget=checkpoint_budget, prompt_cache=prompt_cache, min_tail=min_tail,
-                         clock=Clock())
+                         scheduler_steps=scheduler_steps, clock=Clock())
     return rt, core
 
 
@@ -1204,3 +1204,84 @@ def test_embedding_requests_count_in_the_queue_limit_and_bad_inputs_are_refused(
     for info in (None, EmbeddingInfo(pooling="none", n_ctx=32, n_seq_max=4, error="Pooling type 'none'")):
         with pytest.raises(ValueError):
             make(embeddings=info)[1].add_embedding(EmbedRequest(5, ((5,),)))
+
+
+# -- multi-step runs ---------------------------------------------------------------------
+
+def _mixed_workload(steps):
+    """Four requests on three slots (one waits): an EOG, a stop token id, max_tokens and a full context."""
+    rt, core = make(n_seq_max=3, n_ctx_seq=16, scheduler_steps=steps)
+    rt.scripts = {1: [9, 8, 9, 8, 9, EOG], 2: [9, 8, 7, 6], 4: [6, 6, EOG]}
+    core.add(req(1, [51] * 4, max_tokens=12))
+    core.add(req(2, [52] * 4, max_tokens=8, params={"stop_token_ids": frozenset({7})}))
+    core.add(req(3, [53] * 9, max_tokens=50))
+    core.add(req(4, [54] * 5, max_tokens=5))
+    plans, outputs = [], []
+    for _ in range(100):
+        plan = core.plan()
+        outputs += plan.outputs
+        if plan.empty:
+            break
+        plans.append(plan)
+        outputs += core.update(plan, execute(rt, plan))
+    return rt, core, plans, outputs
+
+
+def test_a_multi_step_run_gives_every_sequence_the_tokens_and_finish_of_single_steps():
+    rt1, core1, plans1, out1 = _mixed_workload(1)
+    rt4, core4, plans4, out4 = _mixed_workload(4)
+    for rid in (1, 2, 3, 4):
+        assert tokens_of(out4, rid) == tokens_of(out1, rid)
+        fin1, fin4 = finish_of(out1, rid), finish_of(out4, rid)
+        assert (fin4.reason, fin4.completion_tokens) == (fin1.reason, fin1.completion_tokens)
+    assert finish_of(out4, 3).reason == "length" and 9 + finish_of(out4, 3).completion_tokens == 16
+    # the same tokens went into the KV cache (FakeRuntime checks every position), nothing past a finish
+    assert sum(len(b) for b in rt4.batches) == sum(len(b) for b in rt1.batches)
+    assert rt4.kv == rt1.kv
+    assert core4.stats().tokens_predicted_total == core1.stats().tokens_predicted_total
+    assert any(p.steps > 1 for p in plans4) and not any(p.steps > 1 for p in plans1)
+    assert len(plans4) < len(plans1)
+    assert core4.stats().steps == len(rt4.batches)  # every decode of a run counts as a step
+
+
+def test_a_multi_step_run_ends_when_a_sequence_finishes_while_a_request_waits():
+    rt, core = make(n_seq_max=1, scheduler_steps=8)
+    rt.scripts = {1: [9, 9, EOG]}
+    core.add(req(1, [51] * 4, max_tokens=20))
+    core.add(req(2, [52] * 4, max_tokens=3))
+    step(rt, core)  # prefill of 1 (2 waits: one slot)
+    plan = core.plan()
+    assert plan.steps == 8 and plan.until_finish
+    out = core.update(plan, execute(rt, plan))
+    assert tokens_of(out, 1) == [9] and finish_of(out, 1).reason == "stop"  # 9 then EOG: two decodes
+    assert len(rt.batches) == 3
+    plan = core.plan()  # 2 is admitted into the freed slot right away
+    assert plan.batch is not None and plan.batch.entries[0].seq_id == 0 and plan.steps == 1
+
+
+def test_a_multi_step_run_stops_at_an_interrupt():
+    rt, core = make(scheduler_steps=8)
+    core.add(req(1, [51] * 4, max_tokens=20))
+    step(rt, core)
+    plan = core.plan()
+    asked = []
+    sampled = execute(rt, plan, interrupt=lambda: asked.append(1) or len(asked) >= 3)
+    assert [len(ev) for ev in sampled] == [3]  # the first decode, then two before the third answer
+    out = core.update(plan, sampled)
+    assert tokens_of(out, 1) == [FILLER] * 3
+    assert step(rt, core)  # decoding goes on from there
+    assert rt.kv[0] == [51] * 4 + [FILLER] * (1 + 3 + 8 - 1)
+
+
+def test_no_multi_step_run_with_a_prefill_or_a_hook_window_in_the_batch():
+    rt, core = make(scheduler_steps=4, step_tokens=6)
+    core.add(req(1, [51] * 4, max_tokens=20))
+    step(rt, core)
+    core.add(req(2, [52] * 30, max_tokens=20))  # its prefill takes several steps beside 1's decode
+    assert core.plan().steps == 1
+    rt, core = make(scheduler_steps=4, hooks=True)
+    core.add(req(1, [51] * 4, max_tokens=20, hooks=True))
+    step(rt, core)  # parked after its first token
+    core.on_verdict(1, NO_ACTION)
+    plan = core.plan()
+    assert plan.batch is not None and plan.steps == 1

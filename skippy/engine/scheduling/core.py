@@ -78,6 +78,13 @@ The rules, each with a unit test in ``tests/unit/test_scheduler_core.py``:
   sequences (a park would leave sampled tokens unemitted), recurrent models
   (no trim) or sliding-window caches (see above); drafts never reach past ``max_tokens`` or the context, adapt
   their length, and back off when acceptance is low.
+- **Multi-step runs** (``scheduler_steps`` > 1, vLLM's ``num_scheduler_steps``): a batch in which
+  every running sequence decodes one token (no prefill, no embedding batch, no hook window,
+  reasoning budget or speculation) runs up to that many decodes back to back on the decode
+  thread (:func:`run_steps`), each with the tokens just sampled; a sequence leaves the run at its
+  end-of-generation or stop token, or at its last token under ``max_tokens`` and the context, so
+  nothing is decoded past a finish; the run ends early once a sequence finishes while requests
+  wait, or when an input arrives (``interrupt``). Its tokens are applied in order, as single steps'.
 - **Finish**: an end-of-generation token (``stop``), ``max_tokens`` or a full
   context (``length``), a cancel, a hook stop, or a failed decode (``error``);
   the prefilled prompt's KV stays resident for reuse, the rest is removed.
@@ -112,7 +119,7 @@ from skippy.engine.hooks.signals import (
     logprobs_top,
     token_logprob,
 )
-from skippy.engine.runtime.base import Runtime
+from skippy.engine.runtime.base import BatchEntry, Runtime
 from skippy.engine.scheduling.batch import BatchPlan, SeqState, plan_step
 from skippy.engine.scheduling.budget import BudgetState
 from skippy.engine.scheduling.checkpoint import CheckpointStore
@@ -238,7 +245,10 @@ class SampleSpec:
 
     ``draft``: speculative tokens placed after the sampled position at batch
     indices ``index + 1 ..`` (each with logits); :func:`verify_draft` samples
-    them in order while they match.
+    them in order while they match. ``steps``: tokens the sequence may sample in a multi-step
+    run (:attr:`StepPlan.steps`; the last one would finish it by ``max_tokens`` or the context);
+    ``ends``: the token ids that end it (end of generation, the request's ``stop_token_ids``),
+    after which the run decodes it no more.
     """
 
     rid: int
@@ -247,6 +257,8 @@ class SampleSpec:
     top_logprobs: int | None  # None: no logprobs; else how many alternatives (0..20)
     signals: bool
     draft: tuple[int, ...] = ()
+    steps: int = 1
+    ends: frozenset[int] = frozenset()
 
 
 @attrs.frozen
@@ -266,7 +278,13 @@ class StepPlan:
     prompt positions to score, the outputs admission produced (finishes of requests whose
     sampler llama.cpp refused), the embedding batch to run after it (``None``: none), and the
     context checkpoints to save after the decode (``saves``: (rid, slot) of sequences whose
-    prefill reaches their ``checkpoint_at`` in this batch)."""
+    prefill reaches their ``checkpoint_at`` in this batch).
+
+    ``steps`` > 1 makes it a multi-step run (vLLM's ``num_scheduler_steps``): a decode-only
+    batch whose sequences :func:`execute` decodes up to ``steps`` times back to back on the
+    decode thread, each time with the tokens it just sampled, so the loop's thread handoffs,
+    events and socket writes are paid once per run instead of once per token; ``until_finish``:
+    the run ends once a sequence finishes (requests wait for its slot)."""
 
     batch: BatchPlan | None
     samples: tuple[SampleSpec, ...] = ()
@@ -274,6 +292,8 @@ class StepPlan:
     scores: tuple[ScoreSpec, ...] = ()
     embed: EmbedBatch | None = None
     saves: tuple[tuple[int, int], ...] = ()
+    steps: int = 1
+    until_finish: bool = False
 
     @property
     def empty(self) -> bool:
@@ -299,7 +319,8 @@ class _Embedding:
 Sampled = TokenEvent | tuple[TokenEvent, ...] | EmbedResult | bytes | None
 
 
-def execute(runtime: Runtime, step: StepPlan, marks: list[float] | None = None) -> list[Sampled]:
+def execute(runtime: Runtime, step: StepPlan, marks: list[float] | None = None,
+            interrupt: Callable[[], bool] | None = None) -> list[Sampled]:
     """Run ``step`` on ``runtime``: one ``llama_decode``, then sample every output; then the embedding batch.
 
     Blocking; runs on the decode thread. Returns one :class:`TokenEvent` per
@@ -313,9 +334,12 @@ def execute(runtime: Runtime, step: StepPlan, marks: list[float] | None = None) 
     fails only its requests); then one per ``step.saves`` entry, the slot's state after the decode
     (:meth:`Runtime.state_seq_get_data`; ``None`` when it fails, which costs only the checkpoint).
     Raises ``RuntimeError`` when llama.cpp refuses the decode batch.
+    A multi-step run (``step.steps`` > 1, see :func:`run_steps`) returns per sample the tuple of
+    tokens it sampled, in order; ``interrupt()`` is asked between its decodes (true: end the run,
+    an input waits).
     ``marks``, when given, gets ``time.perf_counter()`` at the start and the end of ``llama_decode``
-    and at the end of sampling (when the step has a batch), then at the start and the end of the
-    embedding batch (when it has one); for the step-time metrics.
+    and at the end of sampling (when the step has a batch; once per decode of a multi-step run),
+    then at the start and the end of the embedding batch (when it has one); for the step-time metrics.
     """
     out: list[Sampled] = []
     if step.batch is not None:
@@ -334,6 +358,8 @@ def execute(runtime: Runtime, step: StepPlan, marks: list[float] | None = None) 
         out += scored
         if marks is not None:
             marks.append(time.perf_counter())
+        if step.steps > 1:
+            out = run_steps(runtime, step, out, marks, interrupt)  # type: ignore[arg-type]
     if step.embed is not None:
         if marks is not None:
             marks.append(time.perf_counter())
@@ -351,6 +377,44 @@ def execute(runtime: Runtime, step: StepPlan, marks: list[float] | None = None) 
             log.warning("context checkpoint of slot %d failed: %s", slot, exc)
             out.append(None)
     return out
+
+
+def run_steps(runtime: Runtime, step: StepPlan, first: list[TokenEvent], marks: list[float] | None = None,
+              interrupt: Callable[[], bool] | None = None) -> list[Sampled]:
+    """The rest of a multi-step run, after its first decode sampled ``first`` (one event per sample).
+
+    Each later decode takes, for every sequence still in the run, the token it sampled last, at
+    the next position (the batch in the first one's order, as the steps of single-step planning
+    would have it); a sequence leaves the run once it sampled one of its ``ends`` or its
+    ``steps`` tokens. The run stops after ``step.steps`` decodes, when no sequence is left, when
+    one finished and ``step.until_finish``, or when ``interrupt()`` is true. Returns per sample
+    the tuple of its tokens, in order: the core applies them as if each had come from a step
+    of its own (:meth:`SchedulerCore.update`).
+    """
+    runs = [[ev] for ev in first]
+    samples = step.samples
+    entries = step.batch.entries  # type: ignore[union-attr]
+    pos = [entries[spec.index].pos for spec in samples]
+    live = [j for j, spec in enumerate(samples) if spec.steps > 1 and first[j].token not in spec.ends]
+    for k in range(1, step.steps):
+        if not live or (step.until_finish and len(live) < len(samples)) or (interrupt is not None and interrupt()):
+            break
+        batch = [BatchEntry(runs[j][-1].token, pos[j] + k, entries[samples[j].index].seq_id, True) for j in live]
+        if marks is not None:
+            marks.append(time.perf_counter())
+        runtime.decode(batch)
+        if marks is not None:
+            marks.append(time.perf_counter())
+        events = sample_step(runtime, [attrs.evolve(samples[j], index=i) for i, j in enumerate(live)])
+        if marks is not None:
+            marks.append(time.perf_counter())
+        left = []
+        for j, ev in zip(live, events, strict=True):
+            runs[j].append(ev)
+            if len(runs[j]) < samples[j].steps and ev.token not in samples[j].ends:
+                left.append(j)
+        live = left
+    return [tuple(r) for r in runs]
 
 
 def _score(raw: Any, token: int, n_top: int) -> TokenEvent:
@@ -413,6 +477,8 @@ class SchedulerCore:
     only with ``prefix_cache``, not for recurrent or sliding-window caches, which use checkpoints).
     ``min_tail``: prompt tokens prefilled even when cached (:data:`~skippy.engine.scheduling.prefix.MIN_TAIL`,
     or :data:`~skippy.engine.scheduling.prefix.EXACT_TAIL` for a cached answer equal to a cold run's).
+    ``scheduler_steps``: decodes a decode-only batch may run back to back on the decode thread
+    (a multi-step run, see :class:`StepPlan`; 1: one step per plan).
     ``clock`` gives seconds (tests pass a fake).
 
     The core calls the runtime's KV and sampler methods (``seq_rm``,
@@ -424,7 +490,7 @@ class SchedulerCore:
     def __init__(self, runtime: Runtime, *, step_tokens: int | None = None, max_queue: int = 1024,
                  hooks: bool = False, signal_config: SignalConfig | None = None, prefix_cache: bool = True,
                  spec_ngram: int = 0, ctx_checkpoints: int = 0, checkpoint_budget: int | None = None,
-                 prompt_cache: int | None = 0, min_tail: int = MIN_TAIL,
+                 prompt_cache: int | None = 0, min_tail: int = MIN_TAIL, scheduler_steps: int = 1,
                  clock: Callable[[], float] = time.perf_counter) -> None:
         self.runtime = runtime
         meta = runtime.meta
@@ -451,6 +517,7 @@ class SchedulerCore:
         self._ckpt_saved_total = 0
         self._ckpt_restored_total = 0
         self.spec_ngram = spec_ngram
+        self.scheduler_steps = max(1, scheduler_steps)
         self._clock = clock
         self._free_slots = set(range(self.n_slots))
         self._waiting: collections.deque[Sequence] = collections.deque()
@@ -598,7 +665,28 @@ class SchedulerCore:
         batch, scores = self._scores(batch)
         saves = tuple((kv.rid, kv.slot) for kv, n in batch.advance
                       if kv.checkpoint_at and kv.n_past + n == kv.checkpoint_at)
+        if self.scheduler_steps > 1 and embed is None and len(batch.entries) == len(samples) == len(active):
+            return self._multi_step(batch, samples, tuple(outputs))
         return StepPlan(batch, tuple(samples), tuple(outputs), scores, embed, saves)
+
+    def _multi_step(self, batch: BatchPlan, samples: list[SampleSpec], outputs: tuple[Output, ...]) -> StepPlan:
+        """A decode-only batch as a multi-step run of up to ``scheduler_steps`` decodes, when every sequence in
+        it may take one: no hook window (a park would hold tokens already decoded past), no reasoning budget (a
+        forced token replaces a sampled one), no speculation (its own multi-token path), nothing else to run."""
+        n_ctx = self.runtime.meta.n_ctx_seq
+        eog = self.runtime.meta.eog_ids
+        specs = []
+        for spec, (kv, _) in zip(samples, batch.outputs, strict=True):
+            seq = self._running[kv.rid]
+            if seq.window is not None or seq.budget is not None or seq.spec is not None:
+                return StepPlan(batch, tuple(samples), outputs)
+            # the i-th token of the run finishes the sequence once n_generated + i reaches max_tokens or
+            # n_past + i + 1 the context (SchedulerCore._accept): no token is decoded past a finish
+            n = min(self.scheduler_steps, kv.max_tokens - kv.n_generated, n_ctx - 1 - kv.n_past)
+            stop_ids = seq.request.params.stop_token_ids
+            specs.append(attrs.evolve(spec, steps=max(n, 1), ends=eog | frozenset(stop_ids) if stop_ids else eog))
+        return StepPlan(batch, tuple(specs), outputs, steps=max(s.steps for s in specs),
+                        until_finish=bool(self._waiting))
 
     def _plan_embed(self, active: list[SeqState]) -> EmbedBatch | None:
         """This step's embedding batch (:mod:`~skippy.engine.scheduling.embed`'s share of the budget), if any
@@ -677,6 +765,8 @@ class SchedulerCore:
 
     def _update_batch(self, step: StepPlan, sampled: Seq[Sampled]) -> list[Output]:
         self._steps += 1
+        if step.steps > 1:  # the decodes of a multi-step run
+            self._steps += max(len(ev) for ev in sampled) - 1  # type: ignore[arg-type]
         self._busy_slots_total += len(step.batch.advance)
         for spec, ev in zip(step.scores, sampled[len(step.samples):], strict=True):
             seq = self._running.get(spec.rid)
@@ -700,6 +790,8 @@ class SchedulerCore:
                 seq.scored = None
             if spec.draft:
                 outputs += self._on_verified(seq, spec.draft, ev if isinstance(ev, tuple) else (ev,))
+            elif isinstance(ev, tuple):  # a multi-step run's tokens
+                outputs += self._on_run(seq, ev)
             else:
                 outputs += self._on_token(seq, ev)  # type: ignore[arg-type]
         return outputs
@@ -1082,6 +1174,23 @@ class SchedulerCore:
                 break
         if seq.phase is not Phase.FINISHED:  # a finish trimmed the KV already
             self.runtime.seq_rm(kv.slot, kv.n_past, -1)
+        return outputs
+
+    def _on_run(self, seq: Sequence, events: tuple[TokenEvent, ...]) -> list[Output]:
+        """Emit a multi-step run's tokens in order, each as :meth:`_on_token` after the one before entered the
+        KV cache (``events[i]`` was sampled with ``events[:i]`` decoded); a finish ends them (the run
+        decoded no further for it: :func:`run_steps` checks the same ends and limits)."""
+        kv = seq.kv
+        assert kv is not None
+        outputs: list[Output] = []
+        for i, ev in enumerate(events):
+            if i:
+                kv.prompt.append(kv.pending)  # type: ignore[arg-type]
+                kv.n_past += 1
+                self._busy_slots_total += 1
+            outputs += self._on_token(seq, ev)
+            if seq.phase is not Phase.DECODING:
+                break
         return outputs
 
     # -- tokens --------------------------------------------------------------------
