@@ -115,7 +115,8 @@ class StepTimes:
         """Record one step; returns what ``last_end`` is for the next one.
 
         ``marks`` from ``perf_counter``: (decode start, decode end, sampling end) when the step
-        ``decoded`` (again for each later decode of a multi-step run, whose gaps count as overhead), then (embedding batch start, end) when it ``embedded``; ``last_end`` the previous
+        ``decoded`` (again for each later decode of a multi-step run, whose gaps count as overhead),
+        then (embedding batch start, end) when it ``embedded``; ``last_end`` the previous
         decode's end (``None`` when the loop waited for an input in between: idle time is no overhead);
         ``waited`` the reader wait before it; ``submitted`` and ``resumed`` (``perf_counter``) when the
         loop handed the step to the decode thread and when it had the result back, for the handoff
