@@ -392,7 +392,7 @@ class EngineConfig:
                               help="Prompt-lookup speculative decoding (vLLM's ngram method): draft up to this many "
                                    "tokens per step from an earlier occurrence of the last n-gram, verified in one "
                                    "batch; 0 turns it off (requests may set \"speculative\").")
-    scheduler_steps: int = setting(1, check=IntRange(1, 64),
+    scheduler_steps: int = setting(8, check=IntRange(1, 64),
                                    help="Decodes a batch without prefill may run back to back on the decode thread "
                                         "before the loop hands out their tokens (multi-step scheduling, vLLM's "
                                         "--num-scheduler-steps): fewer thread handoffs and socket writes per token, "

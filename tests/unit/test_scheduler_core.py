@@ -1244,33 +1244,59 @@ def test_a_multi_step_run_gives_every_sequence_the_tokens_and_finish_of_single_s
     assert core4.stats().steps == len(rt4.batches)  # every decode of a run counts as a step
 
 
+def _plan_run(rt, core, steps):
+    """Step until the core plans a multi-step run of ``steps`` decodes (runs grow with the youngest sequence)."""
+    for _ in range(20):
+        plan = core.plan()
+        if plan.steps == steps:
+            return plan
+        assert plan.steps < steps
+        core.update(plan, execute(rt, plan))
+    raise AssertionError("no such run")
+
+
+def test_runs_grow_with_the_youngest_sequences_tokens():
+    rt, core = make(scheduler_steps=8)
+    core.add(req(1, [51] * 4, max_tokens=40))
+    seen = []
+    for _ in range(7):
+        plan = core.plan()
+        seen.append(plan.steps)
+        core.update(plan, execute(rt, plan))
+    assert seen == [1, 1, 2, 4, 8, 8, 8]  # the prefill, then runs as long as the tokens so far
+    core.add(req(2, [52] * 4, max_tokens=40))
+    assert [step(rt, core) is not None, core.plan().steps] == [True, 1]  # a new stream: one step at a time
+
+
 def test_a_multi_step_run_ends_when_a_sequence_finishes_while_a_request_waits():
-    rt, core = make(n_seq_max=1, scheduler_steps=8)
-    rt.scripts = {1: [9, 9, EOG]}
-    core.add(req(1, [51] * 4, max_tokens=20))
-    core.add(req(2, [52] * 4, max_tokens=3))
-    step(rt, core)  # prefill of 1 (2 waits: one slot)
-    plan = core.plan()
-    assert plan.steps == 8 and plan.until_finish
-    out = core.update(plan, execute(rt, plan))
-    assert tokens_of(out, 1) == [9] and finish_of(out, 1).reason == "stop"  # 9 then EOG: two decodes
-    assert len(rt.batches) == 3
-    plan = core.plan()  # 2 is admitted into the freed slot right away
-    assert plan.batch is not None and plan.batch.entries[0].seq_id == 0 and plan.steps == 1
+    rt, core = make(n_seq_max=2, scheduler_steps=8)
+    rt.scripts = {1: [9] * 6 + [EOG]}
+    core.add(req(1, [51] * 4, max_tokens=40))
+    core.add(req(2, [52] * 4, max_tokens=40))
+    core.add(req(3, [53] * 4, max_tokens=3))  # waits for a slot
+    plan = _plan_run(rt, core, 4)  # 1 and 2 have 4 tokens each
+    assert plan.until_finish
+    sampled = execute(rt, plan)
+    assert [len(ev) for ev in sampled] == [3, 3]  # 1's EOG at the third decode ends the run for 2 too
+    out = core.update(plan, sampled)
+    assert tokens_of(out, 1) == [9, 9] and finish_of(out, 1).reason == "stop"
+    assert tokens_of(out, 2) == [FILLER] * 3
+    plan = core.plan()  # 3 is admitted into the freed slot right away
+    assert plan.steps == 1 and {e.seq_id for e in plan.batch.entries} == {0, 1}
 
 
 def test_a_multi_step_run_stops_at_an_interrupt():
     rt, core = make(scheduler_steps=8)
-    core.add(req(1, [51] * 4, max_tokens=20))
-    step(rt, core)
-    plan = core.plan()
+    core.add(req(1, [51] * 4, max_tokens=40))
+    plan = _plan_run(rt, core, 8)
+    n_kv = len(rt.kv[0])
     asked = []
     sampled = execute(rt, plan, interrupt=lambda: asked.append(1) or len(asked) >= 3)
     assert [len(ev) for ev in sampled] == [3]  # the first decode, then two before the third answer
     out = core.update(plan, sampled)
     assert tokens_of(out, 1) == [FILLER] * 3
+    assert len(rt.kv[0]) == n_kv + 3
     assert step(rt, core)  # decoding goes on from there
-    assert rt.kv[0] == [51] * 4 + [FILLER] * (1 + 3 + 8 - 1)
 
 
 def test_no_multi_step_run_with_a_prefill_or_a_hook_window_in_the_batch():

@@ -83,8 +83,10 @@ The rules, each with a unit test in ``tests/unit/test_scheduler_core.py``:
   reasoning budget or speculation) runs up to that many decodes back to back on the decode
   thread (:func:`run_steps`), each with the tokens just sampled; a sequence leaves the run at its
   end-of-generation or stop token, or at its last token under ``max_tokens`` and the context, so
-  nothing is decoded past a finish; the run ends early once a sequence finishes while requests
-  wait, or when an input arrives (``interrupt``). Its tokens are applied in order, as single steps'.
+  nothing is decoded past a finish; a run is no longer than the tokens its youngest sequence has
+  generated (a stream's first tokens come a step apart); it ends early once a sequence finishes
+  while requests wait, or when an input arrives (``interrupt``). Its tokens are applied in order,
+  as single steps'.
 - **Finish**: an end-of-generation token (``stop``), ``max_tokens`` or a full
   context (``length``), a cancel, a hook stop, or a failed decode (``error``);
   the prefilled prompt's KV stays resident for reuse, the rest is removed.
@@ -673,6 +675,11 @@ class SchedulerCore:
         """A decode-only batch as a multi-step run of up to ``scheduler_steps`` decodes, when every sequence in
         it may take one: no hook window (a park would hold tokens already decoded past), no reasoning budget (a
         forced token replaces a sampled one), no speculation (its own multi-token path), nothing else to run."""
+        # a run is no longer than the tokens its youngest sequence has: a stream's first tokens come one
+        # step apart (its first text may wait on the next token: a stop string or a tag could begin there)
+        steps = min(self.scheduler_steps, *(kv.n_generated for kv, _ in batch.outputs))
+        if steps <= 1:
+            return StepPlan(batch, tuple(samples), outputs)
         n_ctx = self.runtime.meta.n_ctx_seq
         eog = self.runtime.meta.eog_ids
         specs = []
@@ -682,11 +689,10 @@ class SchedulerCore:
                 return StepPlan(batch, tuple(samples), outputs)
             # the i-th token of the run finishes the sequence once n_generated + i reaches max_tokens or
             # n_past + i + 1 the context (SchedulerCore._accept): no token is decoded past a finish
-            n = min(self.scheduler_steps, kv.max_tokens - kv.n_generated, n_ctx - 1 - kv.n_past)
+            n = min(steps, kv.max_tokens - kv.n_generated, n_ctx - 1 - kv.n_past)
             stop_ids = seq.request.params.stop_token_ids
             specs.append(attrs.evolve(spec, steps=max(n, 1), ends=eog | frozenset(stop_ids) if stop_ids else eog))
-        return StepPlan(batch, tuple(specs), outputs, steps=max(s.steps for s in specs),
-                        until_finish=bool(self._waiting))
+        return StepPlan(batch, tuple(specs), outputs, steps=steps, until_finish=bool(self._waiting))
 
     def _plan_embed(self, active: list[SeqState]) -> EmbedBatch | None:
         """This step's embedding batch (:mod:`~skippy.engine.scheduling.embed`'s share of the budget), if any
