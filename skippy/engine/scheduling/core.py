@@ -667,7 +667,8 @@ class SchedulerCore:
         batch, scores = self._scores(batch)
         saves = tuple((kv.rid, kv.slot) for kv, n in batch.advance
                       if kv.checkpoint_at and kv.n_past + n == kv.checkpoint_at)
-        if self.scheduler_steps > 1 and embed is None and len(batch.entries) == len(samples) == len(active):
+        if (self.scheduler_steps > 1 and embed is None and not scores and not saves
+                and len(batch.entries) == len(samples) == len(active)):
             return self._multi_step(batch, samples, tuple(outputs))
         return StepPlan(batch, tuple(samples), tuple(outputs), scores, embed, saves)
 
