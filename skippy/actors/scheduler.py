@@ -216,6 +216,7 @@ class DecodeScheduler(Actor[SchedulerMsg]):
         """The scheduler task; runs until cancelled, then finishes every sequence as cancelled."""
         decode_thread = DedicatedThread("skippy-decode")  # every llama_decode on one OS thread
         readers: list[trio.MemorySendChannel[SeqEvent]] = []
+        run = 1  # decodes in the last step (a multi-step run's), whose tokens the readers write
         times = self.step_times
         last_end: float | None = None  # end of the last llama_decode; None after waiting for an input
         try:
@@ -236,7 +237,7 @@ class DecodeScheduler(Actor[SchedulerMsg]):
                     self._handle(await self._inbox.receive())
                     continue
                 t_wait = time.perf_counter()
-                await _let_readers_run(readers)
+                await _let_readers_run(readers, IDLE_WAIT * run)
                 submitted = time.perf_counter()
                 waited = submitted - t_wait
                 try:
@@ -250,6 +251,7 @@ class DecodeScheduler(Actor[SchedulerMsg]):
                                       embedded=step.embed is not None, submitted=submitted,
                                       resumed=time.perf_counter())
                 readers = self._deliver(self.core.update(step, sampled))
+                run = len(marks) // 3 if step.steps > 1 else 1  # decodes whose tokens the readers now write
         finally:
             decode_thread.close()
             self._deliver(self.core.close())
@@ -397,13 +399,14 @@ def _send(events: trio.MemorySendChannel[SeqEvent], ev: SeqEvent) -> bool:
         return False
 
 
-async def _let_readers_run(readers: list[trio.MemorySendChannel[SeqEvent]]) -> None:
+async def _let_readers_run(readers: list[trio.MemorySendChannel[SeqEvent]], limit: float = IDLE_WAIT) -> None:
     """Before the next decode, let the request tasks that were waiting for the last step's events
-    turn them into bytes on the wire: wait (at most :data:`IDLE_WAIT`) until each is back waiting
+    turn them into bytes on the wire: wait (at most ``limit`` seconds: :data:`IDLE_WAIT` per decode
+    whose tokens they got, a multi-step run's several) until each is back waiting
     on its channel, or until no other task can run."""
     if not readers:
         return
-    with trio.move_on_after(IDLE_WAIT):
+    with trio.move_on_after(limit):
         while True:
             await trio.sleep(0)
             readers = [ch for ch in readers if _busy(ch)]
