@@ -826,9 +826,7 @@ class _Events:
             except trio.EndOfChannel:  # no FinishEvent: the sequences are gone
                 await self.aclose()
                 raise StopAsyncIteration from None
-            item = self._feed(index, event)
-            if item is not None:
-                self._ready.append((index, item))
+            self._take(index, event)
         return self._ready.popleft()
 
     def next_nowait(self) -> tuple[int, Piece | Done] | None:
@@ -841,10 +839,13 @@ class _Events:
                 index, event = self._recv.receive_nowait()
             except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                 return None
-            item = self._feed(index, event)
-            if item is not None:
-                self._ready.append((index, item))
+            self._take(index, event)
         return self._ready.popleft()
+
+    def _take(self, index: int, event: SeqEvent) -> None:
+        item = self._feed(index, event)
+        if item is not None:
+            self._ready.append((index, item))
 
     def _feed(self, index: int, event: SeqEvent) -> Piece | Done | None:
         gen, metrics, trace = self._gens[index], self._engine.metrics, self._trace

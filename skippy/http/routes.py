@@ -311,9 +311,9 @@ async def _stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitabl
                     return
                 if chunk is None:
                     break
-                more = ready() if ready is not None else ()
-                tokens += fmt.tokens(chunk) + sum(fmt.tokens(c) for c in more)
-                yield b"".join([fmt.event(chunk), *map(fmt.event, more)]) if more else fmt.event(chunk)
+                batch = [chunk, *ready()] if ready is not None else [chunk]
+                tokens += sum(map(fmt.tokens, batch))
+                yield b"".join(map(fmt.event, batch))
             if fmt.done is not None:
                 yield fmt.done
         except EngineError as exc:

@@ -102,3 +102,78 @@ async def test_an_idle_loop_waits_for_announced_requests_so_a_burst_starts_as_on
     # one does not
     assert await _first_batch_seqs(announce=True, late=0.0005) == {0, 1, 2}
     assert await _first_batch_seqs(announce=True, late=0.03) == {0, 1}
+
+
+def _observed(h: object) -> tuple[float, float]:
+    samples = {s.name: s.value for m in h.collect() for s in m.samples}  # type: ignore[attr-defined]
+    return samples[h._name + "_count"], samples[h._name + "_sum"]  # type: ignore[attr-defined]
+
+
+def test_step_times_record_every_decode_of_a_multi_step_run() -> None:
+    """A run's marks hold (start, end, sampling end) per decode: each decode and sampling is observed, and
+    the gaps inside the run count as overhead; the returned end is the last decode's."""
+    times = StepTimes()
+    end = times.step([0.1, 0.2, 0.21, 0.22, 0.3, 0.31, 0.33, 0.4, 0.41], None, 0.0, submitted=0.0, resumed=0.42)
+    assert end == 0.4
+    assert _observed(times.decode)[0] == 3 and _observed(times.sample)[0] == 3
+    count, total = _observed(times.overhead)  # (0.22 - 0.2) + (0.33 - 0.3); none before the run (idle)
+    assert count == 2 and math.isclose(total, 0.05)
+    assert _observed(times.handoff)[0] == 0
+
+
+async def test_ready_nowait_takes_what_is_there_and_defers_an_error() -> None:
+    """The chunks of a multi-step run are written together: ``_Rendered.ready_nowait`` returns every item
+    available without waiting, and a generation error met there is raised by the next ``__anext__``."""
+    from skippy.actors.engine import _Rendered
+    from skippy.engine.errors import EngineError
+
+    class Events:
+        def __init__(self, items: list) -> None:
+            self.items = items
+
+        def next_nowait(self):
+            item = self.items.pop(0) if self.items else None
+            if isinstance(item, Exception):
+                raise item
+            return item
+
+        async def __anext__(self):
+            raise AssertionError("ready_nowait must not wait")
+
+    failed = EngineError("generation failed")
+    rendered = _Rendered(Events([(0, "a"), (0, "b"), None, (0, "c")]), ["head"], lambda i, x: [x.upper()])
+    assert rendered.ready_nowait() == ["head", "A", "B"]  # up to the first "nothing yet"
+    assert rendered.ready_nowait() == ["C"]
+    rendered = _Rendered(Events([(0, "a"), failed]), [], lambda i, x: [x])
+    assert rendered.ready_nowait() == ["a"]
+    try:
+        await rendered.__anext__()
+    except EngineError as exc:
+        assert exc is failed
+    else:
+        raise AssertionError("the deferred error was not raised")
+
+
+async def test_after_a_multi_step_run_the_readers_get_idle_wait_per_decode(monkeypatch) -> None:
+    """The loop's wait for the readers of a run's tokens is IDLE_WAIT per decode of the run (they write all of
+    its chunks), IDLE_WAIT after a single step."""
+    from skippy.actors import scheduler as actor
+
+    limits = []
+
+    async def record(readers, limit=actor.IDLE_WAIT):
+        limits.append(round(limit / actor.IDLE_WAIT))
+
+    monkeypatch.setattr(actor, "_let_readers_run", record)
+    sched = DecodeScheduler(FakeRuntime(n_seq_max=1), scheduler_steps=4)
+    send, recv = trio.open_memory_channel(math.inf)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sched.run)
+        sched.submit(req(1, [51] * 4, max_tokens=12), send)
+        with trio.fail_after(10):
+            async for ev in recv:
+                if isinstance(ev, FinishEvent):
+                    break
+        nursery.cancel_scope.cancel()
+    # before each plan: the prefill's (1), then the runs of 1, 1, 2, 4, 4 decodes (the last one finishes)
+    assert limits == [1, 1, 1, 2, 4]

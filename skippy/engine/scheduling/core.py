@@ -396,18 +396,21 @@ def run_steps(runtime: Runtime, step: StepPlan, first: list[TokenEvent], marks: 
     runs = [[ev] for ev in first]
     samples = step.samples
     entries = step.batch.entries  # type: ignore[union-attr]
-    pos = [entries[spec.index].pos for spec in samples]
+    at = [entries[spec.index] for spec in samples]  # each sequence's entry in the first decode
     live = [j for j, spec in enumerate(samples) if spec.steps > 1 and first[j].token not in spec.ends]
+    specs: list[SampleSpec] = []  # the live sequences' specs at their indices in the next batch
     for k in range(1, step.steps):
         if not live or (step.until_finish and len(live) < len(samples)) or (interrupt is not None and interrupt()):
             break
-        batch = [BatchEntry(runs[j][-1].token, pos[j] + k, entries[samples[j].index].seq_id, True) for j in live]
+        if len(specs) != len(live):  # the batch changed (at the start, or a sequence left)
+            specs = [attrs.evolve(samples[j], index=i) for i, j in enumerate(live)]
+        batch = [BatchEntry(runs[j][-1].token, at[j].pos + k, at[j].seq_id, True) for j in live]
         if marks is not None:
             marks.append(time.perf_counter())
         runtime.decode(batch)
         if marks is not None:
             marks.append(time.perf_counter())
-        events = sample_step(runtime, [attrs.evolve(samples[j], index=i) for i, j in enumerate(live)])
+        events = sample_step(runtime, specs)
         if marks is not None:
             marks.append(time.perf_counter())
         left = []
