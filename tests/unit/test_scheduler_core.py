@@ -475,6 +475,46 @@ def test_copy_into_a_free_slot_keeps_the_cached_entry():
     assert len(core.prefix) == 2  # both slots hold a reusable prompt now
 
 
+def test_a_chats_next_turn_reuses_its_entry_in_place_although_a_slot_is_free():
+    """The resident entry is all prefix of the new prompt (a next turn, a repeated prompt): nothing is lost
+    in place, so no whole-stream copy (n_ctx_seq cells inside the next decode); the free slot stays free."""
+    rt, core = make(n_seq_max=2)
+    core.add(req(1, PROMPT, max_tokens=2))
+    run(rt, core)
+    core.add(req(2, PROMPT + [7, 8, 9], max_tokens=2))
+    out = run(rt, core)
+    assert rt.copies == [] and finish_of(out, 2).cached_tokens == len(PROMPT)
+    assert rt.kv[0] == PROMPT + [7, 8, 9] and len(core.prefix) == 1 and rt.kv[1] == []  # slot 1 untouched
+    core.add(req(3, PROMPT + [7, 8, 9], max_tokens=2))  # the same prompt again: all but MIN_TAIL reused
+    out = run(rt, core)
+    assert rt.copies == [] and finish_of(out, 3).cached_tokens == len(PROMPT) + 3 - MIN_TAIL
+
+
+def test_with_the_prompt_cache_an_entry_is_reused_in_place_and_its_tail_kept_in_host_memory():
+    """--cache-ram (llama-server's behaviour): saving the overwritten entry copies its own cells only,
+    cheaper than a whole-stream copy into the free slot; the saved prompt is restored when it comes back.
+    An entry a waiting request could reuse more of than this one is still copied (claim)."""
+    rt, core = make(n_seq_max=3, prompt_cache=None)
+    core.add(req(1, PROMPT + [1, 2, 3], max_tokens=2))
+    run(rt, core)
+    core.add(req(2, PROMPT + [7, 8, 9], max_tokens=2))
+    out = run(rt, core)
+    assert rt.copies == [] and finish_of(out, 2).cached_tokens == len(PROMPT)
+    assert rt.saved == [(0, len(PROMPT) + 3)] and len(core.prefix) == 1
+    core.add(req(3, PROMPT + [1, 2, 3], max_tokens=2))
+    out = run(rt, core)
+    assert finish_of(out, 3).cached_tokens == len(PROMPT) + 3 - MIN_TAIL and rt.restored
+    # an entry a waiting request could reuse more of is copied, not taken: 5 finds it whole, no restore
+    rt, core = make(n_seq_max=3, prompt_cache=None)
+    core.add(req(1, PROMPT + [1, 2, 3], max_tokens=2))
+    run(rt, core)
+    core.add(req(4, PROMPT + [4, 4, 4], max_tokens=2, arrival=1))
+    core.add(req(5, PROMPT + [1, 2, 3], max_tokens=2, arrival=2))
+    out = run(rt, core)
+    assert rt.copies == [(0, 1)] and rt.restored == [] and rt.saved == []
+    assert finish_of(out, 5).cached_tokens == len(PROMPT) + 3 - MIN_TAIL
+
+
 def test_copy_from_a_running_sequence():
     rt, core = make(n_seq_max=2)
     core.add(req(1, PROMPT + [1, 2, 3], max_tokens=20))
@@ -608,7 +648,8 @@ def test_swa_full_reuses_any_prefix():
 
 
 def test_swa_copies_from_the_best_source_that_still_holds_its_window():
-    """Slot 0 shares 30 tokens but lost their window; slot 1 shares 20 and holds it: slot 1 is copied."""
+    """Slot 0 shares 30 tokens but lost their window; slot 1 shares 20 and holds it: slot 1 is the source
+    (reused in place although slot 2 is free: its entry is all prefix, so nothing is lost)."""
     rt, core = make(n_seq_max=3, n_swa=SWA)
     core.add(req(1, PROMPT, max_tokens=1))
     run(rt, core)
@@ -617,7 +658,8 @@ def test_swa_copies_from_the_best_source_that_still_holds_its_window():
     assert core.slot(2) is None and rt.kv[1] == PROMPT[:20]
     core.add(req(3, PROMPT[:30] + [9] * 3, max_tokens=1))
     out = run(rt, core)
-    assert rt.copies == [(1, 2)] and finish_of(out, 3).cached_tokens == 20
+    assert rt.copies == [] and finish_of(out, 3).cached_tokens == 20
+    assert rt.kv[1] == PROMPT[:30] + [9] * 3 and core.prefix.resident(0) == PROMPT
 
 
 def test_swa_drops_a_finished_sequence_whose_window_is_gone():

@@ -28,8 +28,10 @@ The rules, each with a unit test in ``tests/unit/test_scheduler_core.py``:
   is free or a prefix-cache entry can be evicted; at most ``max_queue`` requests wait
   (:class:`QueueFull`).
 - **Prefix reuse** (:mod:`skippy.engine.scheduling.prefix`): the resident or
-  running sequence sharing the longest prefix is reused in place (resident, no
-  free slot), or copied into a free slot (``llama_memory_seq_cp``); with no
+  running sequence sharing the longest prefix is reused in place (resident: when no
+  slot is free, or when that loses nothing -- its tail is no longer than ``min_tail``, or
+  the host prompt cache keeps it -- since a copy between KV streams moves a whole stream),
+  or copied into a free slot (``llama_memory_seq_cp``); with no
   match, a free slot, else the least recently used entry is evicted (of the
   same ``prompt_cache_key`` first). Among equally long matches, and among entries to evict,
   the one the next waiting requests could reuse least goes first (``claim``), so a request
@@ -1083,10 +1085,12 @@ class SchedulerCore:
     def _save_prompt(self, slot: int, keep: int = 0) -> None:
         """Before the resident entry in ``slot`` loses its KV past ``keep`` positions (evicted, or reused in
         place by a prompt sharing ``keep`` tokens), copy its state to the host-memory prompt cache (when
-        there is one, the entry is long enough and not held already)."""
+        there is one, the entry is long enough, it loses more than the ``min_tail`` prefilled again anyway, and
+        the store does not hold it already)."""
         tokens = self.prefix.resident(slot)
         store = self.prompt_cache
-        if store is None or tokens is None or len(tokens) < MIN_REUSE or keep >= len(tokens) or store.has(tokens):
+        if (store is None or tokens is None or len(tokens) < MIN_REUSE or len(tokens) - keep <= self.min_tail
+                or store.has(tokens)):  # a tail of min_tail tokens is prefilled again anyway
             return
         try:
             data = self.runtime.state_seq_get_data(slot)
@@ -1100,7 +1104,8 @@ class SchedulerCore:
                    claim: Callable[[int], int] | None = None) -> tuple[int, int]:
         """A slot for a new sequence and how many of its prompt tokens are already in its KV.
 
-        A match in another slot is copied (``llama_memory_seq_cp``). With one KV stream per
+        A running match is copied into a free slot (``llama_memory_seq_cp``), a resident one is
+        reused in place unless :meth:`_in_place` says a copy pays. With one KV stream per
         sequence llama.cpp only copies whole streams, so the whole source is copied and its
         tail trimmed. With a unified KV cache (``meta.kv_unified``) only the matched prefix
         ``[0, n)`` is copied: the cells are shared, not duplicated, so the copy is nearly free.
@@ -1122,7 +1127,7 @@ class SchedulerCore:
         if match is None:
             return (self._pop_free_slot() if self._free_slots else self._evict(key, claim)), 0
         n = match.n
-        if self._free_slots or not match.resident:  # copy the source, keep it for others
+        if not match.resident or (self._free_slots and not self._in_place(match, claim)):  # copy, keep the source
             slot = self._pop_free_slot() if self._free_slots else self._evict(key, claim)
             if rt.meta.kv_unified:  # the prefix only: shared cells, nothing to trim
                 rt.seq_cp(match.slot, slot, n)
@@ -1132,7 +1137,7 @@ class SchedulerCore:
             rt.seq_cp(match.slot, slot)
             if match.resident:
                 self.prefix.touch(match.slot)
-        else:  # a resident source and no free slot: reuse it in place
+        else:  # a resident source (no free slot, or a copy would not pay): reuse it in place
             slot = match.slot
             self._save_prompt(slot, n)
             self.prefix.take(slot)
@@ -1140,6 +1145,23 @@ class SchedulerCore:
             rt.seq_rm(slot)
             n = 0
         return slot, n
+
+    def _in_place(self, match: Match, claim: Callable[[int], int] | None) -> bool:
+        """Whether a resident match is reused in its own slot although a slot is free.
+
+        With one KV stream per sequence a copy moves the whole stream (``n_ctx_seq`` cells
+        whatever ``match.n`` is: 47 MB and ~5 ms inside the next ``llama_decode`` for
+        SmolLM2-135M at 2048 cells, GiBs for an 8B model), so the entry is reused in place when
+        that loses nothing: its tail past ``match.n`` is at most the ``min_tail`` prefilled again
+        anyway (a repeated prompt, a chat's next turn), or the host prompt cache keeps the
+        overwritten entry (llama-server's ``--cache-ram``: saving it copies only its own cells),
+        and no waiting request could reuse more of it (``claim``). With a unified KV cache the copy
+        shares cells and is nearly free: always copied.
+        """
+        if self.runtime.meta.kv_unified or (claim is not None and claim(match.slot) > match.n):
+            return False
+        tokens = self.prefix.resident(match.slot) or []
+        return len(tokens) - match.n <= self.min_tail or self.prompt_cache is not None
 
     # -- speculation ---------------------------------------------------------------
     def _draft(self, seq: Sequence) -> tuple[int, ...]:
