@@ -24,10 +24,9 @@ QUESTIONS = ("Suggest a city to visit in Italy.", "Suggest a beach in Spain.")
 @pytest.fixture(scope="module", params=["per-sequence", "unified"])
 def kv_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
     # flash attention off: there the engine prefills a cached prompt's last two tokens again, so a cached
-    # answer equals a cold one (with flash attention it can part at a near-tie, README, Prefix cache); no host
-    # prompt cache: per sequence, a resident entry that a reuse would cut short is then copied into a free slot
+    # answer equals a cold one (with flash attention it can part at a near-tie, README, Prefix cache)
     extra = ["--kv-unified"] if request.param == "unified" else []
-    with Server(["--parallel", "4", "--n-ctx", "2048", "--flash-attn", "off", "--cache-ram", "0", *extra],
+    with Server(["--parallel", "4", "--n-ctx", "2048", "--flash-attn", "off", *extra],
                 tmp_path_factory.mktemp(f"kv-{request.param}") / "server.log") as srv:
         yield srv
 
@@ -47,10 +46,9 @@ def test_prefix_reuse_greedy_output_equals_a_cold_run(kv_server: Server) -> None
     """The same prompt twice, then a prompt sharing its long prefix, on a fresh server.
 
     The first request leaves its prompt resident in slot 0 and the others find free slots. With one
-    stream per sequence the same prompt again reuses slot 0 in place (a copy would move the whole
-    stream and keep nothing more), and the prompt that shares only the prefix is copied into a free
-    slot (the whole sequence then a trim), keeping the first entry; with the unified cache each reuse
-    copies the prefix alone (shared cells). With one stream per sequence the greedy
+    stream per sequence both reuse slot 0 in place (each keeps more than half of the entry, and a copy
+    would move the whole stream); with the unified cache each reuse copies the prefix alone into a
+    free slot (shared cells). With one stream per sequence the greedy
     outputs equal a cold prefill (cache_prompt false; logits differ slightly with batch splits,
     the argmax agrees for these prompts, the ones of test_scheduler.py; see DESIGN.md). With the
     unified cache a sequence's logits also depend on where its cells sit in the shared buffer
@@ -79,7 +77,7 @@ def test_prefix_reuse_greedy_output_equals_a_cold_run(kv_server: Server) -> None
     # with the unified cache the copies share the prefix's cells, which kv_cache_used_bytes
     # counts once per sequence (an upper bound there)
     tokens = metrics["llamacpp:kv_cache_tokens"]
-    assert tokens >= (3 if unified else 2) * 300
+    assert tokens >= (3 if unified else 1) * 300
     assert metrics["skippy:kv_cache_used_bytes"] == pytest.approx(tokens * props["kv_cache"]["bytes_per_token"])
     if not unified:
         for msgs, name in ((same, "first"), (same, "again"), (other, "shared")):
@@ -141,7 +139,8 @@ def test_a_quantized_v_cache_without_flash_attention_exits_with_one_line() -> No
 def test_prompt_cache_restores_a_prompt_its_slot_no_longer_holds(cache_ram: str,
                                                                  tmp_path_factory: pytest.TempPathFactory) -> None:
     """llama-server's host-memory prompt cache (``--cache-ram``) on the real server, one slot: a's prompt is
-    resident, b shares only the system prompt and takes the slot in place, then a again is restored from
+    resident, b shares only the system prompt (less than half of a) and takes the slot in place, a's state
+    saved first, then a again is restored from
     host memory (all but the last EXACT_TAIL tokens cached) and answers as the first time. With ``--cache-ram 0``
     the third request finds only the system prompt. Flash attention is off: with it llama.cpp rounds a long
     prefill differently from a short tail, and this prompt's greedy answer parts at a near-tie after a
@@ -149,8 +148,11 @@ def test_prompt_cache_restores_a_prompt_its_slot_no_longer_holds(cache_ram: str,
     tokens again and a cached prompt answers as a cold one."""
     with Server(["--parallel", "1", "--n-ctx", "2048", "--cache-ram", cache_ram, "--flash-attn", "off"],
                 tmp_path_factory.mktemp(f"prompt-cache-{cache_ram}") / "server.log") as srv:
-        system = {"role": "system", "content": SYSTEM_LONG + " (prompt cache test)"}
-        a = [system, {"role": "user", "content": QUESTIONS[0]}]
+        # b keeps the system prompt only, less than half of a (llama-server saves a's state only then)
+        system = {"role": "system", "content": "You are a meticulous travel assistant for the Northwind travel "
+                                               "agency. (prompt cache test)"}
+        a = [system, {"role": "user", "content": "My notes: " + "I like museums and quiet beaches. " * 30
+                      + QUESTIONS[0]}]
         b = [system, {"role": "user", "content": QUESTIONS[1]}]
         first = ask(srv.base_url, a)
         shared = _cached(ask(srv.base_url, b))  # the system prompt and the chat template's head

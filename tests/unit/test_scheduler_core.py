@@ -297,8 +297,8 @@ def test_a_request_sharing_only_the_system_prompt_leaves_a_waiting_requests_entr
     """Two resident entries share a system prompt; the one holding a waiting request's whole prompt is
     neither reused in place nor evicted by a request that shares only the system prompt, so that
     request still finds its prompt cached (all but MIN_TAIL tokens)."""
-    system = list(range(100, 124))
-    a, b, c = system + [1, 2, 3, 4], system + [5, 6, 7, 8], system + [9, 10, 11, 12]
+    system = list(range(100, 124))  # each prompt's own part is longer: a copy, not an in-place reuse, keeps a
+    a, b, c = (system + list(range(k, k + 30)) for k in (1000, 2000, 3000))
     rt, core = make(n_seq_max=2)
     core.add(req(1, a, max_tokens=1))
     core.add(req(2, b, max_tokens=1))
@@ -315,8 +315,8 @@ def test_the_prompt_cache_keeps_an_overwritten_prompt_in_host_memory_and_restore
     """llama-server's --cache-ram prompt cache: one slot; a's prompt is resident, b shares only the system
     prompt and reuses the slot in place (a's state is saved first), then a again is restored from host
     memory (trimmed to all but MIN_TAIL) instead of prefilling its own part again."""
-    system = list(range(100, 124))
-    a, b = system + list(range(1, 13)), system + list(range(50, 62))
+    system = list(range(100, 124))  # b keeps less than half of a (llama-server saves only then)
+    a, b = system + list(range(1, 31)), system + list(range(50, 80))
     rt, core = make(n_seq_max=1, prompt_cache=None)
     core.add(req(1, a, max_tokens=1))
     run(rt, core)
@@ -464,14 +464,15 @@ def test_reuse_in_place_when_no_slot_is_free():
     assert core.stats().prefix_hits == 1
 
 
-def test_copy_into_a_free_slot_keeps_the_cached_entry():
+def test_copy_into_a_free_slot_keeps_a_cached_entry_the_prompt_keeps_less_than_half_of():
+    """No host prompt cache: in place would lose most of the entry, so it is copied into the free slot."""
     rt, core = make(n_seq_max=2)
-    core.add(req(1, PROMPT + [1, 2, 3], max_tokens=2))
+    core.add(req(1, PROMPT[:20] + list(range(1000, 1030)), max_tokens=2))
     run(rt, core)
-    core.add(req(2, PROMPT + [7, 8, 9], max_tokens=2))
+    core.add(req(2, PROMPT[:20] + [7, 8, 9], max_tokens=2))
     out = run(rt, core)
     assert rt.copies == [(0, 1)]
-    assert finish_of(out, 2).cached_tokens == len(PROMPT)
+    assert finish_of(out, 2).cached_tokens == 20
     assert len(core.prefix) == 2  # both slots hold a reusable prompt now
 
 
@@ -490,29 +491,52 @@ def test_a_chats_next_turn_reuses_its_entry_in_place_although_a_slot_is_free():
     assert rt.copies == [] and finish_of(out, 3).cached_tokens == len(PROMPT) + 3 - MIN_TAIL
 
 
-def test_with_the_prompt_cache_an_entry_is_reused_in_place_and_its_tail_kept_in_host_memory():
-    """--cache-ram (llama-server's behaviour): saving the overwritten entry copies its own cells only,
-    cheaper than a whole-stream copy into the free slot; the saved prompt is restored when it comes back.
-    An entry a waiting request could reuse more of than this one is still copied (claim)."""
+def test_a_prompt_keeping_half_an_entry_or_more_reuses_it_in_place_and_only_a_smaller_share_is_saved():
+    """llama-server's rule (f_keep < 0.5 saves): a prompt that keeps most of a resident entry reuses it in
+    place although a slot is free, without saving it; one that keeps less than half reuses it in place
+    too when the host prompt cache saves it first (its own cells, cheaper than a whole-stream copy), and
+    the saved prompt is restored when it comes back. An entry a waiting request could reuse more of
+    than this one is copied, not taken (claim)."""
     rt, core = make(n_seq_max=3, prompt_cache=None)
     core.add(req(1, PROMPT + [1, 2, 3], max_tokens=2))
     run(rt, core)
-    core.add(req(2, PROMPT + [7, 8, 9], max_tokens=2))
+    core.add(req(2, PROMPT + [7, 8, 9], max_tokens=2))  # keeps 40 of 43
     out = run(rt, core)
-    assert rt.copies == [] and finish_of(out, 2).cached_tokens == len(PROMPT)
-    assert rt.saved == [(0, len(PROMPT) + 3)] and len(core.prefix) == 1
-    core.add(req(3, PROMPT + [1, 2, 3], max_tokens=2))
+    assert rt.copies == [] and rt.saved == [] and finish_of(out, 2).cached_tokens == len(PROMPT)
+    core.add(req(3, PROMPT[:20] + list(range(1000, 1030)), max_tokens=2))  # keeps 20 of 43: saved first
     out = run(rt, core)
-    assert finish_of(out, 3).cached_tokens == len(PROMPT) + 3 - MIN_TAIL and rt.restored
-    # an entry a waiting request could reuse more of is copied, not taken: 5 finds it whole, no restore
+    assert rt.copies == [] and rt.saved == [(0, len(PROMPT) + 3)] and finish_of(out, 3).cached_tokens == 20
+    assert len(core.prefix) == 1
+    core.add(req(4, PROMPT + [7, 8, 9], max_tokens=2))  # restored from host memory
+    out = run(rt, core)
+    assert finish_of(out, 4).cached_tokens == len(PROMPT) + 3 - MIN_TAIL and len(rt.restored) == 1
+    # a waiting request's whole prompt is not taken in place: copied into the free slot instead
     rt, core = make(n_seq_max=3, prompt_cache=None)
     core.add(req(1, PROMPT + [1, 2, 3], max_tokens=2))
     run(rt, core)
-    core.add(req(4, PROMPT + [4, 4, 4], max_tokens=2, arrival=1))
-    core.add(req(5, PROMPT + [1, 2, 3], max_tokens=2, arrival=2))
+    core.add(req(6, PROMPT + [4, 4, 4], max_tokens=2, arrival=1))
+    core.add(req(7, PROMPT + [1, 2, 3], max_tokens=2, arrival=2))
     out = run(rt, core)
     assert rt.copies == [(0, 1)] and rt.restored == [] and rt.saved == []
-    assert finish_of(out, 5).cached_tokens == len(PROMPT) + 3 - MIN_TAIL
+    assert finish_of(out, 7).cached_tokens == len(PROMPT) + 3 - MIN_TAIL
+
+
+@pytest.mark.parametrize("entry, saved", [(list(range(100, 112)) + [9] * 8, False),  # 3 keeps 12 of 20
+                                           (list(range(500, 530)), True)])  # 3 keeps none of it
+def test_an_evicted_entry_is_saved_only_when_the_request_taking_its_slot_keeps_less_than_half_of_it(entry, saved):
+    """Slot 0 decodes a long request, slot 1 holds a resident entry; a request that copies its prefix
+    from the running sequence evicts the entry, and saves it to the host prompt cache unless its own
+    prompt keeps half of it or more (its KV will hold those tokens: the state would mostly duplicate them)."""
+    shared = list(range(100, 140))
+    rt, core = make(n_seq_max=2, prompt_cache=None)
+    core.add(req(1, entry, max_tokens=1))
+    run(rt, core)  # resident in slot 0
+    core.add(req(2, shared + [3, 4], max_tokens=30))
+    step(rt, core)  # cold into the free slot 1 (it shares fewer than MIN_REUSE tokens with the entry)
+    core.add(req(3, shared + [7, 8], max_tokens=1))  # 40 from running 2 beats the entry: copy, evict slot 0
+    out = run(rt, core)
+    assert rt.copies[0] == (1, 0) and finish_of(out, 3).cached_tokens == len(shared)
+    assert rt.saved == ([(0, len(entry))] if saved else [])
 
 
 def test_copy_from_a_running_sequence():

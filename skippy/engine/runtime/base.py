@@ -235,13 +235,13 @@ class Runtime(Protocol):
         (``n=None``). A prefix (``n``) only when ``meta.kv_unified``; ``ValueError`` otherwise."""
         ...
 
-    def state_seq_get_data(self, seq_id: int) -> bytes:
+    def state_seq_get_data(self, seq_id: int) -> bytes | bytearray:
         """Sequence ``seq_id``'s whole state (KV cells and recurrent state) in host memory (llama.cpp
-        ``llama_state_seq_get_data_ext``): a context checkpoint. On the decode thread, like :meth:`decode`.
+        ``llama_state_seq_get_data_ext``): a context checkpoint, or a prompt-cache entry.
         Optional: only a scheduler with context checkpoints (recurrent, hybrid, sliding-window models) needs it."""
         ...
 
-    def state_seq_set_data(self, seq_id: int, data: bytes) -> bool:
+    def state_seq_set_data(self, seq_id: int, data: bytes | bytearray) -> bool:
         """Restore a state from :meth:`state_seq_get_data` into ``seq_id`` (cleared first; llama.cpp
         ``llama_state_seq_set_data_ext``); False when it does not fit (the sequence is left empty)."""
         ...

@@ -43,7 +43,7 @@ class Checkpoint:
     id: int
     slot: int
     tokens: tuple[int, ...]
-    data: bytes
+    data: bytes | bytearray
 
     @property
     def n(self) -> int:
@@ -81,7 +81,7 @@ class CheckpointStore:
     def __iter__(self):
         return iter(list(self._lru.values()))
 
-    def add(self, slot: int, tokens: Sequence[int], data: bytes) -> Checkpoint | None:
+    def add(self, slot: int, tokens: Sequence[int], data: bytes | bytearray) -> Checkpoint | None:
         """Keep the state ``data`` of ``tokens``, made by ``slot`` (most recently used); returns it, or
         ``None`` when it alone exceeds the budget. A checkpoint of the same tokens is replaced; then the
         oldest of ``slot``'s beyond ``per_slot``, then the oldest of all beyond the budget, are evicted."""

@@ -29,8 +29,8 @@ The rules, each with a unit test in ``tests/unit/test_scheduler_core.py``:
   (:class:`QueueFull`).
 - **Prefix reuse** (:mod:`skippy.engine.scheduling.prefix`): the resident or
   running sequence sharing the longest prefix is reused in place (resident: when no
-  slot is free, or when that loses nothing -- its tail is no longer than ``min_tail``, or
-  the host prompt cache keeps it -- since a copy between KV streams moves a whole stream),
+  slot is free, or when the new prompt keeps at least half of it or the host prompt cache
+  saves it, as llama-server does, since a copy between KV streams moves a whole stream),
   or copied into a free slot (``llama_memory_seq_cp``); with no
   match, a free slot, else the least recently used entry is evicted (of the
   same ``prompt_cache_key`` first). Among equally long matches, and among entries to evict,
@@ -147,6 +147,11 @@ log = logging.getLogger("skippy.scheduler")
 
 #: Most prompts the host-memory prompt cache holds (each admission compares its prompt with all).
 PROMPT_CACHE_ENTRIES = 1024
+
+#: A resident prompt reused in place by a prompt that keeps less than this fraction of it is saved to
+#: the host prompt cache first; one that keeps more is reused in place even when a slot is free
+#: (llama-server's ``f_keep < 0.5``: "about to lose a large portion of the existing context").
+KEEP_FRACTION = 0.5
 
 
 class Phase(enum.Enum):
@@ -962,9 +967,9 @@ class SchedulerCore:
             if ckpt is not None and match is not None and match.n >= n_ckpt:
                 ckpt = None
             if ckpt is not None:
-                slot, n_cached = self._restore(ckpt, req.cache_key, claim, n_ckpt)
+                slot, n_cached = self._restore(ckpt, req.cache_key, claim, n_ckpt, req.prompt)
             else:
-                slot, n_cached = self._take_slot(match, req.cache_key, claim)
+                slot, n_cached = self._take_slot(match, req.cache_key, claim, req.prompt)
             try:
                 seq.sampler = self.runtime.new_sampler(req.params)
             except ValueError as exc:
@@ -1010,11 +1015,11 @@ class SchedulerCore:
         return b
 
     def _restore(self, ckpt: Any, key: str | None, claim: Callable[[int], int] | None = None,
-                 n: int | None = None) -> tuple[int, int]:
+                 n: int | None = None, prompt: Seq[int] = ()) -> tuple[int, int]:
         """A slot (free, else the least recently used entry's) with checkpoint ``ckpt``'s state restored, and
         the prompt tokens it holds (0 when the runtime refuses the state: the slot is then empty). ``n``: keep
         only the first ``n`` positions (a prompt-cache state, trimmed to the prefix the prompt shares)."""
-        slot = self._pop_free_slot() if self._free_slots else self._evict(key, claim)
+        slot = self._pop_free_slot() if self._free_slots else self._evict(key, claim, prompt)
         if not self.runtime.state_seq_set_data(slot, ckpt.data):
             log.warning("context checkpoint of %d tokens could not be restored into slot %d", ckpt.n, slot)
             return slot, 0
@@ -1072,12 +1077,14 @@ class SchedulerCore:
             return memo[slot]
         return claim
 
-    def _evict(self, key: str | None, claim: Callable[[int], int] | None = None) -> int:
+    def _evict(self, key: str | None, claim: Callable[[int], int] | None = None, prompt: Seq[int] = ()) -> int:
         """Free the least recently used resident entry (of ``key``'s group first; the least claimed by the
-        waiting requests first, see :meth:`PrefixIndex.lru`); returns its slot."""
+        waiting requests first, see :meth:`PrefixIndex.lru`); returns its slot. The entry goes to the host
+        prompt cache unless ``prompt`` (the request taking the slot, whose KV will hold what they share)
+        keeps half of it or more."""
         slot = self.prefix.lru(key, claim)
         assert slot is not None
-        self._save_prompt(slot)
+        self._save_prompt(slot, common_prefix_len(self.prefix.resident(slot) or [], prompt) if prompt else 0)
         self.prefix.take(slot)
         self.runtime.seq_rm(slot)
         return slot
@@ -1085,12 +1092,12 @@ class SchedulerCore:
     def _save_prompt(self, slot: int, keep: int = 0) -> None:
         """Before the resident entry in ``slot`` loses its KV past ``keep`` positions (evicted, or reused in
         place by a prompt sharing ``keep`` tokens), copy its state to the host-memory prompt cache (when
-        there is one, the entry is long enough, it loses more than the ``min_tail`` prefilled again anyway, and
-        the store does not hold it already)."""
+        there is one, the entry is long enough, ``keep`` is less than :data:`KEEP_FRACTION` of it, and the
+        store does not hold it already)."""
         tokens = self.prefix.resident(slot)
         store = self.prompt_cache
-        if (store is None or tokens is None or len(tokens) < MIN_REUSE or len(tokens) - keep <= self.min_tail
-                or store.has(tokens)):  # a tail of min_tail tokens is prefilled again anyway
+        if (store is None or tokens is None or len(tokens) < MIN_REUSE or keep >= KEEP_FRACTION * len(tokens)
+                or store.has(tokens)):
             return
         try:
             data = self.runtime.state_seq_get_data(slot)
@@ -1101,7 +1108,7 @@ class SchedulerCore:
             self._ckpt_saved_total += 1
 
     def _take_slot(self, match: Match | None, key: str | None = None,
-                   claim: Callable[[int], int] | None = None) -> tuple[int, int]:
+                   claim: Callable[[int], int] | None = None, prompt: Seq[int] = ()) -> tuple[int, int]:
         """A slot for a new sequence and how many of its prompt tokens are already in its KV.
 
         A running match is copied into a free slot (``llama_memory_seq_cp``), a resident one is
@@ -1125,10 +1132,10 @@ class SchedulerCore:
         """
         rt = self.runtime
         if match is None:
-            return (self._pop_free_slot() if self._free_slots else self._evict(key, claim)), 0
+            return (self._pop_free_slot() if self._free_slots else self._evict(key, claim, prompt)), 0
         n = match.n
         if not match.resident or (self._free_slots and not self._in_place(match, claim)):  # copy, keep the source
-            slot = self._pop_free_slot() if self._free_slots else self._evict(key, claim)
+            slot = self._pop_free_slot() if self._free_slots else self._evict(key, claim, prompt)
             if rt.meta.kv_unified:  # the prefix only: shared cells, nothing to trim
                 rt.seq_cp(match.slot, slot, n)
                 if match.resident:
@@ -1149,19 +1156,21 @@ class SchedulerCore:
     def _in_place(self, match: Match, claim: Callable[[int], int] | None) -> bool:
         """Whether a resident match is reused in its own slot although a slot is free.
 
-        With one KV stream per sequence a copy moves the whole stream (``n_ctx_seq`` cells
-        whatever ``match.n`` is: 47 MB and ~5 ms inside the next ``llama_decode`` for
-        SmolLM2-135M at 2048 cells, GiBs for an 8B model), so the entry is reused in place when
-        that loses nothing: its tail past ``match.n`` is at most the ``min_tail`` prefilled again
-        anyway (a repeated prompt, a chat's next turn), or the host prompt cache keeps the
-        overwritten entry (llama-server's ``--cache-ram``: saving it copies only its own cells),
-        and no waiting request could reuse more of it (``claim``). With a unified KV cache the copy
+        llama-server reuses the slot it picks by prefix similarity in place and saves its old
+        prompt to the host prompt cache first when the new one keeps less than half of it
+        (:data:`KEEP_FRACTION`). Here a copy into the free slot would keep the entry, but with one
+        KV stream per sequence it moves the whole stream (``n_ctx_seq`` cells whatever
+        ``match.n`` is: 47 MB and ~5 ms inside the next ``llama_decode`` for SmolLM2-135M at
+        2048 cells, GiBs for an 8B model). So the entry is reused in place when the new prompt
+        keeps at least half of it (a chat's next turn, a repeated prompt, a shared system prompt
+        with a short question), or when the host prompt cache will keep it; and not when a
+        waiting request could reuse more of it (``claim``). With a unified KV cache the copy
         shares cells and is nearly free: always copied.
         """
         if self.runtime.meta.kv_unified or (claim is not None and claim(match.slot) > match.n):
             return False
         tokens = self.prefix.resident(match.slot) or []
-        return len(tokens) - match.n <= self.min_tail or self.prompt_cache is not None
+        return match.n >= KEEP_FRACTION * len(tokens) or self.prompt_cache is not None
 
     # -- speculation ---------------------------------------------------------------
     def _draft(self, seq: Sequence) -> tuple[int, ...]:
