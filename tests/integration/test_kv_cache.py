@@ -46,9 +46,9 @@ def test_prefix_reuse_greedy_output_equals_a_cold_run(kv_server: Server) -> None
     """The same prompt twice, then a prompt sharing its long prefix, on a fresh server.
 
     The first request leaves its prompt resident in slot 0 and the others find free slots. With one
-    stream per sequence both reuse slot 0 in place (each keeps more than half of the entry, and a copy
-    would move the whole stream); with the unified cache each reuse copies the prefix alone into a
-    free slot (shared cells). With one stream per sequence the greedy
+    stream per sequence both reuse slot 0 in place (a copy would move the whole stream): the same prompt
+    keeps all of it, the other less, so the host prompt cache saves it first; with the unified cache
+    each reuse copies the prefix alone into a free slot (shared cells). With one stream per sequence the greedy
     outputs equal a cold prefill (cache_prompt false; logits differ slightly with batch splits,
     the argmax agrees for these prompts, the ones of test_scheduler.py; see DESIGN.md). With the
     unified cache a sequence's logits also depend on where its cells sit in the shared buffer
@@ -139,7 +139,7 @@ def test_a_quantized_v_cache_without_flash_attention_exits_with_one_line() -> No
 def test_prompt_cache_restores_a_prompt_its_slot_no_longer_holds(cache_ram: str,
                                                                  tmp_path_factory: pytest.TempPathFactory) -> None:
     """llama-server's host-memory prompt cache (``--cache-ram``) on the real server, one slot: a's prompt is
-    resident, b shares only the system prompt (less than half of a) and takes the slot in place, a's state
+    resident, b shares only the system prompt and takes the slot in place, a's state
     saved first, then a again is restored from
     host memory (all but the last EXACT_TAIL tokens cached) and answers as the first time. With ``--cache-ram 0``
     the third request finds only the system prompt. Flash attention is off: with it llama.cpp rounds a long
@@ -148,7 +148,7 @@ def test_prompt_cache_restores_a_prompt_its_slot_no_longer_holds(cache_ram: str,
     tokens again and a cached prompt answers as a cold one."""
     with Server(["--parallel", "1", "--n-ctx", "2048", "--cache-ram", cache_ram, "--flash-attn", "off"],
                 tmp_path_factory.mktemp(f"prompt-cache-{cache_ram}") / "server.log") as srv:
-        # b keeps the system prompt only, less than half of a (llama-server saves a's state only then)
+        # b keeps the system prompt only, a small part of a
         system = {"role": "system", "content": "You are a meticulous travel assistant for the Northwind travel "
                                                "agency. (prompt cache test)"}
         a = [system, {"role": "user", "content": "My notes: " + "I like museums and quiet beaches. " * 30

@@ -491,16 +491,15 @@ def test_a_chats_next_turn_reuses_its_entry_in_place_although_a_slot_is_free():
     assert rt.copies == [] and finish_of(out, 3).cached_tokens == len(PROMPT) + 3 - MIN_TAIL
 
 
-def test_a_prompt_keeping_half_an_entry_or_more_reuses_it_in_place_and_only_a_smaller_share_is_saved():
-    """llama-server's rule (f_keep < 0.5 saves): a prompt that keeps most of a resident entry reuses it in
-    place although a slot is free, without saving it; one that keeps less than half reuses it in place
-    too when the host prompt cache saves it first (its own cells, cheaper than a whole-stream copy), and
-    the saved prompt is restored when it comes back. An entry a waiting request could reuse more of
-    than this one is copied, not taken (claim)."""
+def test_a_prompt_keeping_nearly_all_of_an_entry_reuses_it_in_place_and_a_smaller_share_saves_it_first():
+    """A prompt that keeps KEEP_FRACTION of a resident entry or more reuses it in place although a slot is
+    free, without saving it; one that keeps less reuses it in place too when the host prompt cache saves it
+    first (its own cells, cheaper than a whole-stream copy), and the saved prompt is restored when it comes
+    back. An entry a waiting request could reuse more of than this one is copied, not taken (claim)."""
     rt, core = make(n_seq_max=3, prompt_cache=None)
-    core.add(req(1, PROMPT + [1, 2, 3], max_tokens=2))
+    core.add(req(1, PROMPT + [1], max_tokens=2))
     run(rt, core)
-    core.add(req(2, PROMPT + [7, 8, 9], max_tokens=2))  # keeps 40 of 43
+    core.add(req(2, PROMPT + [7, 8, 9], max_tokens=2))  # keeps 40 of 41
     out = run(rt, core)
     assert rt.copies == [] and rt.saved == [] and finish_of(out, 2).cached_tokens == len(PROMPT)
     core.add(req(3, PROMPT[:20] + list(range(1000, 1030)), max_tokens=2))  # keeps 20 of 43: saved first
@@ -521,12 +520,13 @@ def test_a_prompt_keeping_half_an_entry_or_more_reuses_it_in_place_and_only_a_sm
     assert finish_of(out, 7).cached_tokens == len(PROMPT) + 3 - MIN_TAIL
 
 
-@pytest.mark.parametrize("entry, saved", [(list(range(100, 112)) + [9] * 8, False),  # 3 keeps 12 of 20
+@pytest.mark.parametrize("entry, saved", [(list(range(100, 115)) + [9], False),  # 3 keeps 15 of 16
+                                           (list(range(100, 112)) + [9] * 8, True),  # 3 keeps 12 of 20
                                            (list(range(500, 530)), True)])  # 3 keeps none of it
-def test_an_evicted_entry_is_saved_only_when_the_request_taking_its_slot_keeps_less_than_half_of_it(entry, saved):
+def test_an_evicted_entry_is_saved_only_when_the_request_taking_its_slot_keeps_less_than_nearly_all(entry, saved):
     """Slot 0 decodes a long request, slot 1 holds a resident entry; a request that copies its prefix
     from the running sequence evicts the entry, and saves it to the host prompt cache unless its own
-    prompt keeps half of it or more (its KV will hold those tokens: the state would mostly duplicate them)."""
+    prompt keeps KEEP_FRACTION of it (its KV will hold those tokens: the state would duplicate them)."""
     shared = list(range(100, 140))
     rt, core = make(n_seq_max=2, prompt_cache=None)
     core.add(req(1, entry, max_tokens=1))

@@ -29,8 +29,8 @@ The rules, each with a unit test in ``tests/unit/test_scheduler_core.py``:
   (:class:`QueueFull`).
 - **Prefix reuse** (:mod:`skippy.engine.scheduling.prefix`): the resident or
   running sequence sharing the longest prefix is reused in place (resident: when no
-  slot is free, or when the new prompt keeps at least half of it or the host prompt cache
-  saves it, as llama-server does, since a copy between KV streams moves a whole stream),
+  slot is free, or when the new prompt keeps nearly all of it or the host prompt cache
+  saves it, as in llama-server, since a copy between KV streams moves a whole stream),
   or copied into a free slot (``llama_memory_seq_cp``); with no
   match, a free slot, else the least recently used entry is evicted (of the
   same ``prompt_cache_key`` first). Among equally long matches, and among entries to evict,
@@ -148,10 +148,15 @@ log = logging.getLogger("skippy.scheduler")
 #: Most prompts the host-memory prompt cache holds (each admission compares its prompt with all).
 PROMPT_CACHE_ENTRIES = 1024
 
-#: A resident prompt reused in place by a prompt that keeps less than this fraction of it is saved to
-#: the host prompt cache first; one that keeps more is reused in place even when a slot is free
-#: (llama-server's ``f_keep < 0.5``: "about to lose a large portion of the existing context").
-KEEP_FRACTION = 0.5
+#: A resident prompt that a new sequence overwrites (reused in place, or its slot evicted) keeping less
+#: than this fraction of its tokens is saved to the host prompt cache first, or, with no prompt cache and a
+#: free slot, copied there instead; one kept at least this much is just overwritten. The costs measured
+#: on 2 CPU cores (SmolLM2-135M): prefilling a lost 9-token tail again 32-52 ms (a 9-token batch costs
+#: about four 1-token steps), saving a 39-token state 0.3-5 ms (fresh pages cost more than the copy) and
+#: restoring it ~0.2 ms; but saving a 905-token state to keep its 14 own tokens 12-80 ms, on the event
+#: loop. (llama-server saves when less than half of its slot is kept, counting the generated tokens, so in
+#: practice a short prompt with a different tail is saved there too.)
+KEEP_FRACTION = 15 / 16
 
 
 class Phase(enum.Enum):
@@ -1081,7 +1086,7 @@ class SchedulerCore:
         """Free the least recently used resident entry (of ``key``'s group first; the least claimed by the
         waiting requests first, see :meth:`PrefixIndex.lru`); returns its slot. The entry goes to the host
         prompt cache unless ``prompt`` (the request taking the slot, whose KV will hold what they share)
-        keeps half of it or more."""
+        keeps :data:`KEEP_FRACTION` of it."""
         slot = self.prefix.lru(key, claim)
         assert slot is not None
         self._save_prompt(slot, common_prefix_len(self.prefix.resident(slot) or [], prompt) if prompt else 0)
@@ -1156,16 +1161,14 @@ class SchedulerCore:
     def _in_place(self, match: Match, claim: Callable[[int], int] | None) -> bool:
         """Whether a resident match is reused in its own slot although a slot is free.
 
-        llama-server reuses the slot it picks by prefix similarity in place and saves its old
-        prompt to the host prompt cache first when the new one keeps less than half of it
-        (:data:`KEEP_FRACTION`). Here a copy into the free slot would keep the entry, but with one
-        KV stream per sequence it moves the whole stream (``n_ctx_seq`` cells whatever
-        ``match.n`` is: 47 MB and ~5 ms inside the next ``llama_decode`` for SmolLM2-135M at
-        2048 cells, GiBs for an 8B model). So the entry is reused in place when the new prompt
-        keeps at least half of it (a chat's next turn, a repeated prompt, a shared system prompt
-        with a short question), or when the host prompt cache will keep it; and not when a
-        waiting request could reuse more of it (``claim``). With a unified KV cache the copy
-        shares cells and is nearly free: always copied.
+        A copy into the free slot would keep the entry, but with one KV stream per sequence it moves
+        the whole stream (``n_ctx_seq`` cells whatever ``match.n`` is: 47 MB and ~5 ms inside the
+        next ``llama_decode`` for SmolLM2-135M at 2048 cells, GiBs for an 8B model). So, as in
+        llama-server, the entry is reused in place when the new prompt keeps nearly all of it
+        (:data:`KEEP_FRACTION`: a chat's next turn, a repeated prompt, a long shared system prompt
+        with a short question) or when the host prompt cache saves it first (its own cells only);
+        and not when a waiting request could reuse more of it (``claim``). With a unified KV
+        cache the copy shares cells and is nearly free: always copied.
         """
         if self.runtime.meta.kv_unified or (claim is not None and claim(match.slot) > match.n):
             return False
