@@ -539,6 +539,23 @@ def test_an_evicted_entry_is_saved_only_when_the_request_taking_its_slot_keeps_l
     assert rt.saved == ([(0, len(entry))] if saved else [])
 
 
+def test_an_evicted_entry_whose_prefix_another_entry_holds_is_not_saved_but_the_last_holder_is():
+    """Two resident entries share all but their last token; evicting one keeps its prefix in the other's KV
+    (nothing worth a state save), evicting the other then saves it (no one else holds it)."""
+    shared = list(range(100, 140))
+    rt, core = make(n_seq_max=2, prompt_cache=None)
+    core.add(req(1, shared + [1], max_tokens=4))
+    core.add(req(2, shared + [2], max_tokens=4))
+    run(rt, core)  # 2 copied the prefix from running 1: slots 0 and 1 hold the two entries
+    assert len(core.prefix) == 2 and rt.saved == []
+    core.add(req(3, list(range(500, 530)), max_tokens=1))  # shares nothing: evicts the least recently used
+    run(rt, core)
+    assert rt.saved == []  # the other entry holds 40 of its 41 tokens
+    core.add(req(4, list(range(600, 630)), max_tokens=1))
+    run(rt, core)
+    assert [n for _, n in rt.saved] == [41]  # the last holder of the shared prefix goes to host memory
+
+
 def test_copy_from_a_running_sequence():
     rt, core = make(n_seq_max=2)
     core.add(req(1, PROMPT + [1, 2, 3], max_tokens=20))

@@ -88,6 +88,10 @@ class PrefixIndex:
         self._keys.pop(slot, None)
         return self._resident.pop(slot)
 
+    def items(self) -> list[tuple[int, list[int]]]:
+        """(slot, tokens) of every resident entry, least recently used first."""
+        return list(self._resident.items())
+
     def touch(self, slot: int) -> None:
         self._resident.move_to_end(slot)
 
