@@ -1085,8 +1085,8 @@ class SchedulerCore:
     def _evict(self, key: str | None, claim: Callable[[int], int] | None = None, prompt: Seq[int] = ()) -> int:
         """Free the least recently used resident entry (of ``key``'s group first; the least claimed by the
         waiting requests first, see :meth:`PrefixIndex.lru`); returns its slot. The entry goes to the host
-        prompt cache unless ``prompt`` (the request taking the slot, whose KV will hold what they share)
-        keeps :data:`KEEP_FRACTION` of it."""
+        prompt cache unless ``prompt`` (the request taking the slot, whose KV will hold what they share) or
+        another sequence keeps :data:`KEEP_FRACTION` of it (:meth:`_save_prompt`)."""
         slot = self.prefix.lru(key, claim)
         assert slot is not None
         self._save_prompt(slot, common_prefix_len(self.prefix.resident(slot) or [], prompt) if prompt else 0)
@@ -1174,16 +1174,19 @@ class SchedulerCore:
         A copy into the free slot would keep the entry, but with one KV stream per sequence it moves
         the whole stream (``n_ctx_seq`` cells whatever ``match.n`` is: 47 MB and ~5 ms inside the
         next ``llama_decode`` for SmolLM2-135M at 2048 cells, GiBs for an 8B model). So, as in
-        llama-server, the entry is reused in place when the new prompt keeps nearly all of it
-        (:data:`KEEP_FRACTION`: a chat's next turn, a repeated prompt, a long shared system prompt
-        with a short question) or when the host prompt cache saves it first (its own cells only);
+        llama-server, the entry is reused in place when the new prompt (or another resident or
+        running sequence) keeps nearly all of it (:data:`KEEP_FRACTION`: a chat's next turn, a
+        repeated prompt, a long shared system prompt with a short question) or when there is a host
+        prompt cache to save it first (its own cells only, see :meth:`_save_prompt`);
         and not when a waiting request could reuse more of it (``claim``). With a unified KV
         cache the copy shares cells and is nearly free: always copied.
         """
         if self.runtime.meta.kv_unified or (claim is not None and claim(match.slot) > match.n):
             return False
         tokens = self.prefix.resident(match.slot) or []
-        return match.n >= KEEP_FRACTION * len(tokens) or self.prompt_cache is not None
+        if self.prompt_cache is not None:
+            return True
+        return max(match.n, self._held_elsewhere(match.slot, tokens)) >= KEEP_FRACTION * len(tokens)
 
     # -- speculation ---------------------------------------------------------------
     def _draft(self, seq: Sequence) -> tuple[int, ...]:
