@@ -556,6 +556,20 @@ def test_an_evicted_entry_whose_prefix_another_entry_holds_is_not_saved_but_the_
     assert [n for _, n in rt.saved] == [41]  # the last holder of the shared prefix goes to host memory
 
 
+def test_without_a_prompt_cache_an_entry_another_holds_is_reused_in_place_not_copied():
+    """No host prompt cache, a free slot: the new prompt keeps 20 of the entry's 41 tokens, but the other
+    entry holds 40 of them, so nothing worth a whole-stream copy is lost: reused in place."""
+    shared = list(range(100, 140))
+    rt, core = make(n_seq_max=3)
+    core.add(req(1, shared + [1], max_tokens=4))
+    core.add(req(2, shared + [2], max_tokens=4))
+    run(rt, core)
+    n_copies = len(rt.copies)  # 2 copied the prefix from running 1
+    core.add(req(3, shared[:20] + [9, 9, 9], max_tokens=1))
+    out = run(rt, core)
+    assert len(rt.copies) == n_copies and finish_of(out, 3).cached_tokens == 20 and len(core.prefix) == 2
+
+
 def test_copy_from_a_running_sequence():
     rt, core = make(n_seq_max=2)
     core.add(req(1, PROMPT + [1, 2, 3], max_tokens=20))
