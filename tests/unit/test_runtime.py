@@ -342,6 +342,44 @@ def test_prefix_copy_needs_a_unified_cache(rt):
     assert rt.seq_pos_max(1) == -1 and not rt.meta.kv_unified
 
 
+@pytest.mark.parametrize("filler", [0, 300], ids=["state-copy", "whole-stream"])
+def test_copy_between_streams_continues_as_the_source(filler) -> None:
+    """A copy between KV streams, by the source's state (a short source: its cells only) or by llama.cpp's
+    whole-stream copy (a source using over STATE_COPY_FRACTION of the stream), then trimmed, continues
+    exactly as the source did; a copy from a sequence whose own copy is still pending (applied in the
+    next llama_decode) takes llama.cpp's queued copy too, and a state is not restored under one."""
+    from skippy.engine.runtime.llama import STATE_COPY_FRACTION, LlamaRuntime
+
+    runtime = LlamaRuntime(MODEL, n_ctx_seq=512, n_seq_max=4)
+    try:
+        head = [1000 + i % 300 for i in range(filler)]
+        toks = head + tok(runtime, "The capital of France is Paris. The capital of Italy is")
+        assert (len(toks) > STATE_COPY_FRACTION * 512) == bool(filler)
+        n = len(toks) - 2
+        runtime.decode([BatchEntry(t, i, 0, i == len(toks) - 1) for i, t in enumerate(toks)])
+        cold = runtime.logits(len(toks) - 1).copy()
+        state = runtime.state_seq_get_data(0)
+        runtime.seq_cp(0, 1)
+        assert (1 in runtime._copying) == bool(filler)  # whole-stream copies wait for the next decode
+        runtime.seq_cp(1, 2)  # chained in the same step: from 1, whose data may not be there yet
+        assert not runtime.state_seq_set_data(1, state) or not filler  # a pending copy would overwrite it
+        if filler:
+            runtime.seq_cp(0, 1)
+        for seq in (0, 1, 2):  # the source trimmed too: the same two-token batch is the reference
+            assert runtime.seq_pos_max(seq) == len(toks) - 1
+            assert runtime.seq_rm(seq, n, -1)
+        runtime.decode([BatchEntry(t, n + i, s, i == 1) for s in (0, 1, 2) for i, t in enumerate(toks[n:])])
+        assert not runtime._copying
+        ref = runtime.logits(1).copy()
+        assert int(np.argmax(ref)) == int(np.argmax(cold))
+        for row in (3, 5):
+            assert np.allclose(runtime.logits(row), ref, atol=1e-4), row
+        if not filler:
+            assert runtime.vocab.detokenize([int(np.argmax(ref))]).strip() == "Rome"
+    finally:
+        runtime.close()
+
+
 def test_unified_prefix_copy_shares_the_prefix() -> None:
     """A prefix copied into another sequence (shared cells) continues exactly as the source did,
     and every sequence still has n_ctx_seq positions of its own."""

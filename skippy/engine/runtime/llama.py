@@ -222,6 +222,11 @@ CACHE_TYPES = {"f32": llama_cpp.GGML_TYPE_F32, "f16": llama_cpp.GGML_TYPE_F16, "
 #: ``pooling`` names (llama-server's ``--pooling`` values; ``model``: the GGUF's, llama.cpp's
 #: ``LLAMA_POOLING_TYPE_UNSPECIFIED``) -> ``llama_pooling_type`` values
 POOLING = {"model": -1, "none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}
+
+#: A sequence copy between KV streams (:meth:`LlamaRuntime.seq_cp`) goes through the source's state
+#: (its own cells, copied twice) while the source holds at most this fraction of its stream's cells,
+#: and through llama.cpp's whole-stream copy otherwise (measured in bench/bench_kv_copy.py).
+STATE_COPY_FRACTION = 0.4
 _POOLING_NAMES = {v: k for k, v in POOLING.items() if v >= 0}
 
 _ggml_lock = threading.Lock()
@@ -418,6 +423,8 @@ class LlamaRuntime:
         self._views: dict[tuple[int | None, int], np.ndarray] = {}
         self._n_batch = n_batch
         self._embd_ctx: llama_cpp.llama_context_p | None = None  # made by _embedding_context
+        self._copying: set[int] = set()  # sequences whose whole-stream copy llama_decode has yet to apply
+        self._copy_buf = bytearray()  # _state_copy's buffer
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
         self._outputs: list[bool] = []
         self._rows: dict[int, int] = {}  # batch index -> row of llama_get_logits, of the last decode
@@ -536,6 +543,7 @@ class LlamaRuntime:
         rc = llama_cpp.llama_decode(self._ctx, b)
         if rc != 0:
             raise RuntimeError(f"llama_decode failed with code {rc}")
+        self._copying.clear()  # the KV update at the start of llama_decode applied them
         self._outputs = outputs
         self._rows = rows
 
@@ -749,6 +757,11 @@ class LlamaRuntime:
         cells as also belonging to ``dst`` (no data moves, nearly free). With one stream
         per sequence llama.cpp copies whole streams only and aborts on a partial copy, so
         ``n`` raises ``ValueError`` there: copy all, then trim the tail with :meth:`seq_rm`.
+
+        Between streams llama.cpp's copy moves the whole stream (``n_ctx_seq`` cells, 47 MB for
+        SmolLM2-135M at 2048 cells, GiBs for an 8B model) inside the next ``llama_decode``, however
+        few cells ``src`` uses; so a source using at most :data:`STATE_COPY_FRACTION` of its
+        stream is copied through its state instead (:meth:`_state_copy`: its own cells only, now).
         """
         for s in (src, dst):
             if not 0 <= s < self.meta.n_seq_max:
@@ -756,7 +769,11 @@ class LlamaRuntime:
         if src == dst:
             raise ValueError("source and destination sequence are the same")
         if n is None:
+            if not self.meta.kv_unified and self._state_copy(src, dst):
+                return
             llama_cpp.llama_memory_seq_cp(self._mem, src, dst, -1, -1)
+            if not self.meta.kv_unified:
+                self._copying.add(dst)
             return
         if not self.meta.kv_unified:
             raise ValueError("a prefix copy needs a unified KV cache (llama.cpp aborts on a partial copy "
@@ -764,6 +781,28 @@ class LlamaRuntime:
         if not 0 < n <= self.meta.n_ctx_seq:
             raise ValueError(f"prefix of {n} tokens outside the sequence context {self.meta.n_ctx_seq}")
         llama_cpp.llama_memory_seq_cp(self._mem, src, dst, 0, n)
+
+    def _state_copy(self, src: int, dst: int) -> bool:
+        """Copy ``src``'s cells into ``dst`` through a reused host buffer (``llama_state_seq_get_data_ext``
+        then ``..._set_data_ext``); False, copying nothing, when llama.cpp's whole-stream copy is the
+        better one (``src`` uses more than :data:`STATE_COPY_FRACTION` of its stream), when either
+        sequence still waits for such a copy (its cells' data arrive only at the next ``llama_decode``)
+        or when llama.cpp refuses the state."""
+        if src in self._copying or dst in self._copying:
+            return False
+        n_pos = llama_cpp.llama_memory_seq_pos_max(self._mem, src) + 1
+        if n_pos > STATE_COPY_FRACTION * self.meta.n_ctx_seq:
+            return False
+        size = llama_cpp.llama_state_seq_get_size_ext(self._ctx, src, 0)
+        if len(self._copy_buf) < size:  # grown, never shrunk: its pages stay faulted in
+            self._copy_buf = bytearray(max(size, 2 * len(self._copy_buf)))
+        buf = (ctypes.c_uint8 * len(self._copy_buf)).from_buffer(self._copy_buf)
+        n = llama_cpp.llama_state_seq_get_data_ext(self._ctx, buf, size, src, 0)
+        llama_cpp.llama_memory_seq_rm(self._mem, dst, -1, -1)
+        if n == 0 or llama_cpp.llama_state_seq_set_data_ext(self._ctx, buf, n, dst, 0) == 0:
+            llama_cpp.llama_memory_seq_rm(self._mem, dst, -1, -1)
+            return False
+        return True
 
     def seq_pos_min(self, seq_id: int) -> int:
         """Smallest position held for ``seq_id`` in the KV cache, -1 when empty (``llama_memory_seq_pos_min``).
@@ -807,12 +846,13 @@ class LlamaRuntime:
     def state_seq_set_data(self, seq_id: int, data: bytes | bytearray) -> bool:
         """Put a state from :meth:`state_seq_get_data` into sequence ``seq_id`` (cleared first;
         llama.cpp ``llama_state_seq_set_data_ext``; a ``bytearray`` is passed without a copy).
-        Returns False when llama.cpp refuses it (the sequence is then left empty); raises
+        Returns False when llama.cpp refuses it, or when a whole-stream copy into ``seq_id`` waits for the
+        next ``llama_decode`` (the sequence is then left empty); raises
         ``ValueError`` for a bad sequence id."""
         if not 0 <= seq_id < self.meta.n_seq_max:
             raise ValueError(f"sequence id {seq_id} out of range")
         self.seq_rm(seq_id)
-        if not data:
+        if not data or seq_id in self._copying:  # a pending whole-stream copy would overwrite the cells
             return False
         arr = ctypes.c_uint8 * len(data)
         buf = arr.from_buffer(data) if isinstance(data, bytearray) else arr.from_buffer_copy(data)

@@ -30,7 +30,8 @@ The rules, each with a unit test in ``tests/unit/test_scheduler_core.py``:
 - **Prefix reuse** (:mod:`skippy.engine.scheduling.prefix`): the resident or
   running sequence sharing the longest prefix is reused in place (resident: when no
   slot is free, or when the new prompt keeps nearly all of it or the host prompt cache
-  saves it, as in llama-server, since a copy between KV streams moves a whole stream),
+  saves it, as in llama-server, since a copy between KV streams moves the source's cells twice
+  or a whole stream),
   or copied into a free slot (``llama_memory_seq_cp``); with no
   match, a free slot, else the least recently used entry is evicted (of the
   same ``prompt_cache_key`` first). Among equally long matches, and among entries to evict,
@@ -1126,9 +1127,9 @@ class SchedulerCore:
                    claim: Callable[[int], int] | None = None, prompt: Seq[int] = ()) -> tuple[int, int]:
         """A slot for a new sequence and how many of its prompt tokens are already in its KV.
 
-        A running match is copied into a free slot (``llama_memory_seq_cp``), a resident one is
+        A running match is copied into a free slot (:meth:`Runtime.seq_cp`), a resident one is
         reused in place unless :meth:`_in_place` says a copy pays. With one KV stream per
-        sequence llama.cpp only copies whole streams, so the whole source is copied and its
+        sequence the whole source is copied (its state, or llama.cpp's whole stream) and its
         tail trimmed. With a unified KV cache (``meta.kv_unified``) only the matched prefix
         ``[0, n)`` is copied: the cells are shared, not duplicated, so the copy is nearly free.
 
@@ -1171,9 +1172,10 @@ class SchedulerCore:
     def _in_place(self, match: Match, claim: Callable[[int], int] | None) -> bool:
         """Whether a resident match is reused in its own slot although a slot is free.
 
-        A copy into the free slot would keep the entry, but with one KV stream per sequence it moves
-        the whole stream (``n_ctx_seq`` cells whatever ``match.n`` is: 47 MB and ~5 ms inside the
-        next ``llama_decode`` for SmolLM2-135M at 2048 cells, GiBs for an 8B model). So, as in
+        A copy into the free slot would keep the entry, but with one KV stream per sequence it costs
+        the source's cells twice or the whole stream (:meth:`LlamaRuntime.seq_cp
+        <skippy.engine.runtime.llama.LlamaRuntime.seq_cp>`: 0.6 ms for a 40-token entry of
+        SmolLM2-135M, ~5 ms from half its 2048-cell stream on, GiBs for an 8B model). So, as in
         llama-server, the entry is reused in place when the new prompt (or another resident or
         running sequence) keeps nearly all of it (:data:`KEEP_FRACTION`: a chat's next turn, a
         repeated prompt, a long shared system prompt with a short question) or when there is a host

@@ -4,10 +4,10 @@ The decode scheduler keeps the KV of finished sequences resident in their
 slots (least recently used first out) and asks this index, at admission,
 for the sequence (resident or running) whose cached tokens share the
 longest prefix with the new prompt. It then reuses that slot in place, or
-copies the sequence into a free slot (``llama_memory_seq_cp`` of the whole
-sequence, then ``llama_memory_seq_rm`` of the tail: with a non-unified KV
-cache llama.cpp only copies whole sequences between streams; with a unified
-one, ``llama_memory_seq_cp`` of the prefix alone, which shares its cells),
+copies the sequence into a free slot (the whole sequence, then
+``llama_memory_seq_rm`` of the tail: with a non-unified KV cache llama.cpp
+only copies whole streams, so a short source goes through its state; with a
+unified one, ``llama_memory_seq_cp`` of the prefix alone, which shares its cells),
 and prefills only the rest.
 """
 
