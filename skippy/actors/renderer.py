@@ -1,9 +1,12 @@
 """The TemplateRenderer actor: chat request -> prompt text + parse plan.
 
 It owns the compiled chat template and its probed capabilities (and a
-small cache of per-request ``chat_template`` overrides). Rendering runs in
-worker threads, so a slow template never holds up the event loop or the
-decode scheduler. The work itself is :func:`skippy.engine.chat.prepare.render_chat`.
+small cache of per-request ``chat_template`` overrides). A request of at most
+:data:`INLINE_MESSAGES` messages and :data:`INLINE_TOOLS` tools, on the
+compiled template, renders on the caller's thread; a larger one, or one that
+brings its own template (compiled on first use), in a worker thread, so a slow
+template never holds up the event loop or the decode scheduler. The work itself
+is :func:`skippy.engine.chat.prepare.render_chat`.
 """
 
 from __future__ import annotations
@@ -27,7 +30,16 @@ CHATML = (
 CHATML_END = "<|im_end|>"
 """ChatML's end-of-turn marker."""
 
-__all__ = ["CHATML", "CHATML_END", "RenderChat", "Rendered", "TemplateRenderer", "fallback_stops"]
+#: Requests with at most this many messages and :data:`INLINE_TOOLS` tools render inline (on the trio
+#: thread). Measured on 2 CPU cores with SmolLM2's template: a short chat renders in 0.10 ms, the
+#: agent burst's request (a 600-token system prompt, 5 emulated tools) in 0.54 ms, 64 messages of
+#: 4000 characters in 1.1 ms; the trip to a worker thread and back took 5-8 ms in a 16-request burst
+#: (the worker waits for the GIL while the loop parses the other requests), and the two worker
+#: threads served the burst's renders in turn: its last request was submitted 36 ms after its first.
+INLINE_MESSAGES = 64
+INLINE_TOOLS = 32
+
+__all__ = ["CHATML", "CHATML_END", "INLINE_MESSAGES", "INLINE_TOOLS", "RenderChat", "Rendered", "TemplateRenderer", "fallback_stops"]
 
 
 def fallback_stops(vocab: Any, eog_ids: frozenset[int] | set[int]) -> tuple[str, ...]:
@@ -78,14 +90,21 @@ class TemplateRenderer(ThreadActor[RenderChat]):
             lambda source: PreparedTemplate.build(source, bos_token=bos, eos_token=eos))
 
     def handle(self, msg: RenderChat) -> Rendered:
-        req = msg.request
+        return self._render(msg.request, msg.add_generation_prompt)
+
+    def _render(self, req: ChatCompletionRequest, add_generation_prompt: bool) -> Rendered:
         tmpl = self._override(req.chat_template) if req.chat_template else self.template
         return render_chat(tmpl, req, default_kwargs=self.default_kwargs,
                            force_tool_emulation=self.force_tool_emulation,
-                           add_generation_prompt=msg.add_generation_prompt, history_boundary=self.history_boundary)
+                           add_generation_prompt=add_generation_prompt, history_boundary=self.history_boundary)
 
     async def render(self, request: ChatCompletionRequest, *, add_generation_prompt: bool = True) -> Rendered:
-        """Render ``request``; raises :class:`InvalidRequest` (400) for bad input or template errors."""
+        """Render ``request`` (inline when small, see :data:`INLINE_MESSAGES`); raises
+        :class:`InvalidRequest` (400) for bad input or template errors."""
+        if (not request.chat_template and len(request.messages) <= INLINE_MESSAGES
+                and len(request.tools or ()) <= INLINE_TOOLS):
+            await trio.lowlevel.checkpoint()
+            return self._render(request, add_generation_prompt)
         return await self.ask(lambda r: RenderChat(request, add_generation_prompt, r))
 
     async def render_messages(self, messages: list[Message] | ApplyTemplateRequest) -> str:

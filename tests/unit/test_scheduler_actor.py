@@ -66,20 +66,31 @@ def test_step_times_split_the_overhead_into_its_parts() -> None:
     assert observed(times.handoff)[0] == 1
 
 
-async def _first_batch_seqs(announce: bool, late: float | None = None) -> set[int]:
+async def _first_batch_seqs(announce: bool, late: float | None = None, parsing: bool = False) -> set[int]:
     """Requests reach an idle loop with three slots: A, then B 5 ms later, announced as incoming (being
     prepared) when A arrives or not; with ``late``, C (never announced, as one still in its HTTP parsing)
-    ``late`` seconds after B. The sequences of the first decode batch."""
+    ``late`` seconds after B; with ``parsing``, B comes from a task that stays runnable until it submits
+    (a burst's request in its HTTP parsing, its bytes read) instead of 5 ms later. The sequences of the
+    first decode batch."""
     rt = FakeRuntime(n_seq_max=3)
     sched = DecodeScheduler(rt)
     send, recv = trio.open_memory_channel(math.inf)
+
+    async def parse_then_submit() -> None:
+        for _ in range(20):
+            await trio.sleep(0)
+        sched.submit(req(2, [52] * 4, max_tokens=2), send)
+
     async with trio.open_nursery() as nursery:
         nursery.start_soon(sched.run)
         if announce:
             sched.incoming(1)
         sched.submit(req(1, [51] * 4, max_tokens=2), send)
-        await trio.sleep(0.005)
-        sched.submit(req(2, [52] * 4, max_tokens=2), send)
+        if parsing:
+            nursery.start_soon(parse_then_submit)
+        else:
+            await trio.sleep(0.005)
+            sched.submit(req(2, [52] * 4, max_tokens=2), send)
         if announce:
             sched.incoming(-1)
         if late is not None:
@@ -102,6 +113,8 @@ async def test_an_idle_loop_waits_for_announced_requests_so_a_burst_starts_as_on
     # one does not
     assert await _first_batch_seqs(announce=True, late=0.0005) == {0, 1, 2}
     assert await _first_batch_seqs(announce=True, late=0.03) == {0, 1}
+    # a request whose task can still run (its HTTP parsing) joins although nothing was announced yet
+    assert await _first_batch_seqs(announce=False, parsing=True) == {0, 1}
 
 
 def _observed(h: object) -> tuple[float, float]:
