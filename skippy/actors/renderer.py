@@ -39,7 +39,8 @@ CHATML_END = "<|im_end|>"
 INLINE_MESSAGES = 64
 INLINE_TOOLS = 32
 
-__all__ = ["CHATML", "CHATML_END", "INLINE_MESSAGES", "INLINE_TOOLS", "RenderChat", "Rendered", "TemplateRenderer", "fallback_stops"]
+__all__ = ["CHATML", "CHATML_END", "INLINE_MESSAGES", "INLINE_TOOLS", "RenderChat", "Rendered", "TemplateRenderer",
+           "fallback_stops"]
 
 
 def fallback_stops(vocab: Any, eog_ids: frozenset[int] | set[int]) -> tuple[str, ...]:
