@@ -342,16 +342,20 @@ def test_prefix_copy_needs_a_unified_cache(rt):
     assert rt.seq_pos_max(1) == -1 and not rt.meta.kv_unified
 
 
-@pytest.mark.parametrize("filler", [0, 300], ids=["state-copy", "whole-stream"])
-def test_copy_between_streams_continues_as_the_source(filler) -> None:
+@pytest.mark.parametrize("filler,host_kv", [(0, True), (300, True), (0, False)],
+                         ids=["state-copy", "whole-stream", "offloaded-kv"])
+def test_copy_between_streams_continues_as_the_source(filler, host_kv) -> None:
     """A copy between KV streams, by the source's state (a short source: its cells only) or by llama.cpp's
-    whole-stream copy (a source using over STATE_COPY_FRACTION of the stream), then trimmed, continues
-    exactly as the source did; a copy from a sequence whose own copy is still pending (applied in the
-    next llama_decode) takes llama.cpp's queued copy too, and a state is not restored under one."""
+    whole-stream copy (a source using over STATE_COPY_FRACTION of the stream, or a KV cache on a device),
+    then trimmed, continues exactly as the source did; a copy from a sequence whose own copy is still
+    pending (applied in the next llama_decode) takes llama.cpp's queued copy too, and a state is not
+    restored under one."""
     from skippy.engine.runtime.llama import STATE_COPY_FRACTION, LlamaRuntime
 
     runtime = LlamaRuntime(MODEL, n_ctx_seq=512, n_seq_max=4)
     try:
+        runtime._host_kv = host_kv  # as when layers are offloaded (no device on this machine)
+        whole = filler or not host_kv
         head = [1000 + i % 300 for i in range(filler)]
         toks = head + tok(runtime, "The capital of France is Paris. The capital of Italy is")
         assert (len(toks) > STATE_COPY_FRACTION * 512) == bool(filler)
@@ -360,10 +364,10 @@ def test_copy_between_streams_continues_as_the_source(filler) -> None:
         cold = runtime.logits(len(toks) - 1).copy()
         state = runtime.state_seq_get_data(0)
         runtime.seq_cp(0, 1)
-        assert (1 in runtime._copying) == bool(filler)  # whole-stream copies wait for the next decode
+        assert (1 in runtime._copying) == bool(whole)  # whole-stream copies wait for the next decode
         runtime.seq_cp(1, 2)  # chained in the same step: from 1, whose data may not be there yet
-        assert not runtime.state_seq_set_data(1, state) or not filler  # a pending copy would overwrite it
-        if filler:
+        assert not runtime.state_seq_set_data(1, state) or not whole  # a pending copy would overwrite it
+        if whole:
             runtime.seq_cp(0, 1)
         for seq in (0, 1, 2):  # the source trimmed too: the same two-token batch is the reference
             assert runtime.seq_pos_max(seq) == len(toks) - 1

@@ -372,6 +372,9 @@ class LlamaRuntime:
         offload = plan_offload(n_gpu_layers=n_gpu_layers, split_mode=split_mode, main_gpu=main_gpu,
                                tensor_split=tensor_split, device_names=devices, rpc=rpc)
         self._rpc = offload.rpc
+        # the KV cache lives in host memory only when no layer goes to a device (GPU or RPC worker): then a
+        # copy through the state is a host memcpy; with a device it would cross PCIe or the network twice
+        self._host_kv = not offload.devices
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = offload.n_gpu_layers
         mparams.split_mode = SPLIT_MODES[offload.split_mode]
@@ -760,8 +763,9 @@ class LlamaRuntime:
 
         Between streams llama.cpp's copy moves the whole stream (``n_ctx_seq`` cells, 47 MB for
         SmolLM2-135M at 2048 cells, GiBs for an 8B model) inside the next ``llama_decode``, however
-        few cells ``src`` uses; so a source using at most :data:`STATE_COPY_FRACTION` of its
-        stream is copied through its state instead (:meth:`_state_copy`: its own cells only, now).
+        few cells ``src`` uses; so, with the KV cache in host memory (no layer offloaded), a source
+        using at most :data:`STATE_COPY_FRACTION` of its stream is copied through its state instead
+        (:meth:`_state_copy`: its own cells only, now).
         """
         for s in (src, dst):
             if not 0 <= s < self.meta.n_seq_max:
@@ -785,10 +789,11 @@ class LlamaRuntime:
     def _state_copy(self, src: int, dst: int) -> bool:
         """Copy ``src``'s cells into ``dst`` through a reused host buffer (``llama_state_seq_get_data_ext``
         then ``..._set_data_ext``); False, copying nothing, when llama.cpp's whole-stream copy is the
-        better one (``src`` uses more than :data:`STATE_COPY_FRACTION` of its stream), when either
-        sequence still waits for such a copy (its cells' data arrive only at the next ``llama_decode``)
-        or when llama.cpp refuses the state."""
-        if src in self._copying or dst in self._copying:
+        better one (``src`` uses more than :data:`STATE_COPY_FRACTION` of its stream, or layers are
+        offloaded: their KV is on the device, where the stream copy stays and the state would not),
+        when either sequence still waits for such a copy (its cells' data arrive only at the next
+        ``llama_decode``) or when llama.cpp refuses the state."""
+        if not self._host_kv or src in self._copying or dst in self._copying:
             return False
         n_pos = llama_cpp.llama_memory_seq_pos_max(self._mem, src) + 1
         if n_pos > STATE_COPY_FRACTION * self.meta.n_ctx_seq:
