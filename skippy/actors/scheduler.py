@@ -226,6 +226,7 @@ class DecodeScheduler(Actor[SchedulerMsg]):
                     await self._run_slot_actions(decode_thread)
                 if self.core.idle:
                     last_end = None
+                    await self._save_while_idle(decode_thread)
                     self._handle(await self._inbox.receive())
                     await self._gather_burst()
                 self._drain_inbox()
@@ -267,6 +268,22 @@ class DecodeScheduler(Actor[SchedulerMsg]):
                 elif isinstance(msg, SubmitEmbeddings):
                     self._unread -= 1
                     _send(msg.events, EmbeddingsEvent(None, 0, "cancelled"))
+
+    async def _save_while_idle(self, decode_thread: DedicatedThread) -> None:
+        """Copy the resident entries the host prompt cache lacks into it (:meth:`SchedulerCore.idle_saves`),
+        one at a time on the decode thread, until one is done or an input arrives (a message in the inbox,
+        a request being prepared): a save then costs no request its time, as it would inside a plan."""
+        for slot, tokens in self.core.idle_saves():
+            if self._pending() or self._incoming > 0:
+                return
+            if not self.core.needs_idle_save(slot, tokens):  # an earlier save of this loop holds it now
+                continue
+            try:
+                data = await decode_thread.run_sync(self.runtime.state_seq_get_data, slot)
+            except (ValueError, RuntimeError) as exc:
+                log.warning("prompt cache: the state of slot %d could not be saved: %s", slot, exc)
+                continue
+            self.core.add_idle_save(slot, tokens, data)
 
     async def _gather_burst(self) -> None:
         """While requests are being prepared and slots would stay free, handle inbox messages, for at most

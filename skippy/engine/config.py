@@ -385,9 +385,10 @@ class EngineConfig:
     cache_ram: int = setting(8192, check=IntRange(-1), aliases=("-cram",), metavar="MIB",
                              help="Host memory in MiB (llama-server's --cache-ram) for context checkpoints "
                                   "and, on other models, the prompt cache: a cached prompt about to be "
-                                  "overwritten in its slot is kept here and restored for a later prompt that "
-                                  "shares it (at most 1024 prompts); the least recently used go first; -1: no "
-                                  "limit, 0: none.")
+                                  "overwritten in its slot (or, with the KV cache in host memory, any cached "
+                                  "prompt while the server is idle) is kept here and restored for a later prompt "
+                                  "that shares it (at most 1024 prompts); the least recently used go first; -1: "
+                                  "no limit, 0: none.")
     spec_ngram: int = setting(0, check=IntRange(0, 16),
                               help="Prompt-lookup speculative decoding (vLLM's ngram method): draft up to this many "
                                    "tokens per step from an earlier occurrence of the last n-gram, verified in one "

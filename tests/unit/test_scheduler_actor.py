@@ -190,3 +190,24 @@ async def test_after_a_multi_step_run_the_readers_get_idle_wait_per_decode(monke
         nursery.cancel_scope.cancel()
     # before each plan: the prefill's (1), then the runs of 1, 1, 2, 4, 4 decodes (the last one finishes)
     assert limits == [1, 1, 1, 2, 4]
+
+
+async def test_an_idle_loop_saves_resident_entries_to_the_prompt_cache() -> None:
+    """Once the loop is idle, the finished request's resident entry is copied to the host prompt cache (on the
+    decode thread), so a later eviction under load needs no save; with no prompt cache nothing is saved."""
+    for prompt_cache, saved in ((None, [(0, 40)]), (0, [])):
+        rt = FakeRuntime(n_seq_max=2)
+        sched = DecodeScheduler(rt, prompt_cache=prompt_cache)
+        send, recv = trio.open_memory_channel(math.inf)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sched.run)
+            sched.submit(req(1, list(range(100, 140)), max_tokens=2), send)
+            with trio.fail_after(10):
+                async for ev in recv:
+                    if isinstance(ev, FinishEvent):
+                        break
+                while rt.saved != saved:
+                    await trio.sleep(0.01)
+                await trio.sleep(0.05)
+            nursery.cancel_scope.cancel()
+        assert rt.saved == saved

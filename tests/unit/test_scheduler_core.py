@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import attrs
 import numpy as np
 import pytest
 
@@ -554,6 +555,41 @@ def test_an_evicted_entry_whose_prefix_another_entry_holds_is_not_saved_but_the_
     core.add(req(4, list(range(600, 630)), max_tokens=1))
     run(rt, core)
     assert [n for _, n in rt.saved] == [41]  # the last holder of the shared prefix goes to host memory
+
+
+def test_idle_saves_copy_each_entry_the_prompt_cache_lacks_so_later_evictions_save_nothing():
+    """While idle, the resident entries no held state covers to KEEP_FRACTION are listed for saving; once the
+    first of two entries sharing all but their last token is saved, the other needs nothing; evicting both
+    under load then saves nothing inside the plan. Nothing is listed while a request waits or runs, or
+    without a prompt cache."""
+    shared = list(range(100, 140))
+    rt, core = make(n_seq_max=2, prompt_cache=None)
+    core.add(req(1, shared + [1], max_tokens=4))
+    core.add(req(2, shared + [2], max_tokens=4))
+    run(rt, core)
+    todo = core.idle_saves()
+    assert sorted(slot for slot, _ in todo) == [0, 1] and rt.saved == []
+    for slot, tokens in todo:
+        if core.needs_idle_save(slot, tokens):
+            core.add_idle_save(slot, tokens, rt.state_seq_get_data(slot))
+    assert len(rt.saved) == 1 and core.idle_saves() == []  # the saved state holds 40 of the other's 41
+    core.add(req(3, list(range(500, 530)), max_tokens=1))
+    assert core.idle_saves() == []  # a request waits
+    run(rt, core)
+    core.add(req(4, list(range(600, 630)), max_tokens=1))
+    run(rt, core)
+    assert len(rt.saved) == 1  # the last holder of the shared prefix was evicted without a save
+    assert core.stats().checkpoints_saved_total == 1
+    rt, core = make(n_seq_max=2, prompt_cache=0)
+    core.add(req(1, shared + [1], max_tokens=4))
+    run(rt, core)
+    assert core.idle_saves() == []  # no prompt cache
+    rt = FakeRuntime(n_seq_max=2)
+    rt.meta = attrs.evolve(rt.meta, devices={"offload": {"devices": ["RPC0[127.0.0.1:50052]"]}})
+    core = SchedulerCore(rt, prompt_cache=None, clock=Clock())
+    core.add(req(1, shared + [1], max_tokens=4))
+    run(rt, core)
+    assert len(core.prefix) == 1 and core.idle_saves() == []  # the KV cache on a device (an RPC worker)
 
 
 def test_without_a_prompt_cache_an_entry_another_holds_is_reused_in_place_not_copied():

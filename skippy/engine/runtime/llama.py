@@ -834,10 +834,13 @@ class LlamaRuntime:
         llama.cpp writes straight into the returned ``bytearray``: one allocation, no second copy
         (fresh pages cost more than the copy itself here: 11 ms to fault in a 905-token state of
         SmolLM2, 21 MB, against 1.5 ms to copy it). Raises ``ValueError`` for a bad sequence id,
-        ``RuntimeError`` when llama.cpp copies nothing.
+        ``RuntimeError`` when llama.cpp copies nothing or a whole-stream copy into ``seq_id`` waits for
+        the next ``llama_decode``.
         """
         if not 0 <= seq_id < self.meta.n_seq_max:
             raise ValueError(f"sequence id {seq_id} out of range")
+        if seq_id in self._copying:
+            raise RuntimeError(f"sequence {seq_id} waits for a whole-stream copy: its cells hold no data yet")
         size = llama_cpp.llama_state_seq_get_size_ext(self._ctx, seq_id, 0)
         data = bytearray(max(1, size))
         n = llama_cpp.llama_state_seq_get_data_ext(self._ctx, (ctypes.c_uint8 * len(data)).from_buffer(data),
