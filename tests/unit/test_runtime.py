@@ -6,6 +6,7 @@ raises a Python exception is also a check that the process survives.
 
 import os
 
+import attrs
 import numpy as np
 import pytest
 
@@ -354,7 +355,8 @@ def test_copy_between_streams_continues_as_the_source(filler, host_kv) -> None:
 
     runtime = LlamaRuntime(MODEL, n_ctx_seq=512, n_seq_max=4)
     try:
-        runtime._host_kv = host_kv  # as when layers are offloaded (no device on this machine)
+        if not host_kv:  # as when layers are offloaded (no device on this machine)
+            runtime.meta = attrs.evolve(runtime.meta, devices={"offload": {"devices": ["CUDA0"]}})
         whole = filler or not host_kv
         head = [1000 + i % 300 for i in range(filler)]
         toks = head + tok(runtime, "The capital of France is Paris. The capital of Italy is")

@@ -147,6 +147,12 @@ class ModelMeta:
         """The model has sliding-window attention layers (``n_swa`` > 0)."""
         return self.n_swa > 0
 
+    @property
+    def kv_on_host(self) -> bool:
+        """The KV cache is in host memory: no layer went to a device (a GPU, an RPC worker) per ``devices``
+        (``None``, a runtime that does not say, counts as host memory)."""
+        return not ((self.devices or {}).get("offload") or {}).get("devices")
+
 
 class Vocab(Protocol):
     """Read-only, thread-safe vocabulary access."""

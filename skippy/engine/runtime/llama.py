@@ -222,12 +222,12 @@ CACHE_TYPES = {"f32": llama_cpp.GGML_TYPE_F32, "f16": llama_cpp.GGML_TYPE_F16, "
 #: ``pooling`` names (llama-server's ``--pooling`` values; ``model``: the GGUF's, llama.cpp's
 #: ``LLAMA_POOLING_TYPE_UNSPECIFIED``) -> ``llama_pooling_type`` values
 POOLING = {"model": -1, "none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}
+_POOLING_NAMES = {v: k for k, v in POOLING.items() if v >= 0}
 
 #: A sequence copy between KV streams (:meth:`LlamaRuntime.seq_cp`) goes through the source's state
 #: (its own cells, copied twice) while the source holds at most this fraction of its stream's cells,
 #: and through llama.cpp's whole-stream copy otherwise (measured in bench/bench_kv_copy.py).
 STATE_COPY_FRACTION = 0.4
-_POOLING_NAMES = {v: k for k, v in POOLING.items() if v >= 0}
 
 _ggml_lock = threading.Lock()
 _ggml: ctypes.CDLL | None = None
@@ -372,9 +372,6 @@ class LlamaRuntime:
         offload = plan_offload(n_gpu_layers=n_gpu_layers, split_mode=split_mode, main_gpu=main_gpu,
                                tensor_split=tensor_split, device_names=devices, rpc=rpc)
         self._rpc = offload.rpc
-        # the KV cache lives in host memory only when no layer goes to a device (GPU or RPC worker): then a
-        # copy through the state is a host memcpy; with a device it would cross PCIe or the network twice
-        self._host_kv = not offload.devices
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = offload.n_gpu_layers
         mparams.split_mode = SPLIT_MODES[offload.split_mode]
@@ -773,10 +770,10 @@ class LlamaRuntime:
         if src == dst:
             raise ValueError("source and destination sequence are the same")
         if n is None:
-            if not self.meta.kv_unified and self._state_copy(src, dst):
-                return
-            llama_cpp.llama_memory_seq_cp(self._mem, src, dst, -1, -1)
-            if not self.meta.kv_unified:
+            if self.meta.kv_unified:
+                llama_cpp.llama_memory_seq_cp(self._mem, src, dst, -1, -1)
+            elif not self._state_copy(src, dst):
+                llama_cpp.llama_memory_seq_cp(self._mem, src, dst, -1, -1)
                 self._copying.add(dst)
             return
         if not self.meta.kv_unified:
@@ -793,7 +790,7 @@ class LlamaRuntime:
         offloaded: their KV is on the device, where the stream copy stays and the state would not),
         when either sequence still waits for such a copy (its cells' data arrive only at the next
         ``llama_decode``) or when llama.cpp refuses the state."""
-        if not self._host_kv or src in self._copying or dst in self._copying:
+        if not self.meta.kv_on_host or src in self._copying or dst in self._copying:
             return False
         n_pos = llama_cpp.llama_memory_seq_pos_max(self._mem, src) + 1
         if n_pos > STATE_COPY_FRACTION * self.meta.n_ctx_seq:
@@ -803,9 +800,9 @@ class LlamaRuntime:
             self._copy_buf = bytearray(max(size, 2 * len(self._copy_buf)))
         buf = (ctypes.c_uint8 * len(self._copy_buf)).from_buffer(self._copy_buf)
         n = llama_cpp.llama_state_seq_get_data_ext(self._ctx, buf, size, src, 0)
-        llama_cpp.llama_memory_seq_rm(self._mem, dst, -1, -1)
+        self.seq_rm(dst)
         if n == 0 or llama_cpp.llama_state_seq_set_data_ext(self._ctx, buf, n, dst, 0) == 0:
-            llama_cpp.llama_memory_seq_rm(self._mem, dst, -1, -1)
+            self.seq_rm(dst)
             return False
         return True
 

@@ -532,8 +532,7 @@ class SchedulerCore:
             and not self._swa_check) else None
         #: idle saves (idle_saves) only with the KV cache in host memory: on a device (a GPU, an RPC worker)
         #: each state read crosses PCIe or the network, and a lost RPC worker aborts it in llama.cpp
-        self._idle_saves = self.prompt_cache is not None and not ((meta.devices or {}).get("offload") or {}).get(
-            "devices")
+        self._idle_saves = self.prompt_cache is not None and meta.kv_on_host
         #: whichever of the two stores this model has (the counters and stats are theirs)
         self._states = self.checkpoints if self.checkpoints is not None else self.prompt_cache
         self._ckpt_saved_total = 0
@@ -1110,7 +1109,8 @@ class SchedulerCore:
         store = self.prompt_cache
         if store is None or tokens is None or len(tokens) < MIN_REUSE or store.has(tokens):
             return
-        if max(keep, self._held_elsewhere(slot, tokens), self._held_in_store(tokens)) >= KEEP_FRACTION * len(tokens):
+        kept = KEEP_FRACTION * len(tokens)
+        if max(keep, self._held_elsewhere(slot, tokens)) >= kept or self._held_in_store(tokens) >= kept:
             return
         try:
             data = self.runtime.state_seq_get_data(slot)
@@ -1130,26 +1130,22 @@ class SchedulerCore:
         least recently used (evicted next) first: those no state in the cache holds :data:`KEEP_FRACTION`
         of. Saved now, an entry evicted later under load needs no save then (on the event loop, inside a
         plan: a 905-token agent entry's 21 MB of fresh pages cost 12-86 ms, in the TTFT of the burst that
-        evicted it). Empty
-        without a prompt cache, with layers offloaded (the KV cache on a device), or while anything waits or
-        runs. The owner reads each state
-        (:meth:`Runtime.state_seq_get_data`) and hands it to :meth:`add_idle_save`, asking
-        :meth:`needs_idle_save` first (an earlier save may cover it by then)."""
-        if not self._idle_saves or not self.idle:
-            return []
+        evicted it). Empty without a prompt cache, with layers offloaded (the KV cache on a device), or
+        while anything waits or runs. The owner reads each state (:meth:`Runtime.state_seq_get_data`) and
+        hands it to :meth:`add_idle_save`, asking :meth:`needs_idle_save` first (an earlier save may cover
+        it by then)."""
         return [(slot, list(tokens)) for slot, tokens in self.prefix.items() if self.needs_idle_save(slot, tokens)]
 
     def needs_idle_save(self, slot: int, tokens: Seq[int]) -> bool:
-        """``slot`` still holds the resident entry ``tokens``, long enough, and the prompt cache holds less
-        than :data:`KEEP_FRACTION` of it."""
-        return (self.prompt_cache is not None and self.idle and self.prefix.resident(slot) == list(tokens)
+        """Idle saves are on and the owner is idle, ``slot`` still holds the resident entry ``tokens``, long
+        enough, and the prompt cache holds less than :data:`KEEP_FRACTION` of it."""
+        return (self._idle_saves and self.idle and self.prefix.resident(slot) == list(tokens)
                 and len(tokens) >= MIN_REUSE and self._held_in_store(tokens) < KEEP_FRACTION * len(tokens))
 
     def add_idle_save(self, slot: int, tokens: Seq[int], data: bytes | bytearray) -> None:
         """Keep ``data``, the state of ``slot`` read for :meth:`idle_saves`, in the prompt cache (if ``slot``
         still holds ``tokens``)."""
-        store = self.prompt_cache
-        if store is not None and self.needs_idle_save(slot, tokens) and store.add(slot, tokens, data) is not None:
+        if self.needs_idle_save(slot, tokens) and self.prompt_cache.add(slot, tokens, data) is not None:  # type: ignore[union-attr]
             self._ckpt_saved_total += 1
 
     def _held_elsewhere(self, slot: int, tokens: list[int]) -> int:
