@@ -211,3 +211,4 @@ async def test_an_idle_loop_saves_resident_entries_to_the_prompt_cache() -> None
                 await trio.sleep(0.05)
             nursery.cancel_scope.cancel()
         assert rt.saved == saved
+
