@@ -111,7 +111,10 @@ def test_token_id_inputs_equal_their_text(embd_client, embd_server: Server) -> N
     text = _vectors(embd_client.embeddings.create(model="m", input=SENTENCES[0]))
     ids = _vectors(embd_client.embeddings.create(model="m", input=tokens))
     two = _vectors(embd_client.embeddings.create(model="m", input=[tokens, tokens[:3]]))
-    assert np.array_equal(text, ids) and np.array_equal(two[0], ids[0]) and not np.allclose(two[1], ids[0])
+    assert np.array_equal(text, ids)  # the same input in the same batch shape: the same bits
+    # beside another input the batch is larger and llama.cpp's kernels may tile it differently (on an AVX2-only
+    # CPU the last bits move): equal within float32 rounding, and the 3-token input is a different vector
+    assert np.allclose(two[0], ids[0], rtol=1e-4, atol=1e-6) and not np.allclose(two[1], ids[0], rtol=1e-2)
 
 
 def test_a_paraphrase_ranks_above_an_unrelated_sentence(embd_client) -> None:

@@ -30,19 +30,27 @@ def cold_server(tmp_path_factory: pytest.TempPathFactory):
 
 
 def test_prefix_reuse_matches_cold_run(server: Server, cold_server: Server) -> None:
-    # Greedy outputs with a cached prefix equal a cold prefill on this model (logits differ
-    # slightly with batch splits, the argmax agrees for these prompts; see DESIGN.md).
+    # A cached prefix gives nearly the logits a cold prefill gives: llama.cpp's kernels tile a 300-token and
+    # a 400-token batch differently and the rounding adds up over 30 layers (0.17 nats at most among the top 10
+    # on an AVX2-only EPYC, where the greedy texts part ways after four words; equal texts on AVX-512 CPUs;
+    # see DESIGN.md). The same split is exact: test_models' prefix test compares it with llama-cpp-python.
     system = {"role": "system", "content": SYSTEM_LONG + " (prefix test)"}
     first = ask(server.base_url, [system, {"role": "user", "content": "Suggest a city to visit in Italy."}])
     assert first["usage"]["prompt_tokens"] > 300
     second_msgs = [system, {"role": "user", "content": "Suggest a beach in Spain."}]
-    second = ask(server.base_url, second_msgs)
+    second = ask(server.base_url, second_msgs, max_tokens=1, logprobs=True, top_logprobs=10)
     cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
     assert cached >= 300 and second["timings"]["cache_n"] == cached
     assert second["timings"]["prompt_n"] == second["usage"]["prompt_tokens"] - cached
-    cold = ask(cold_server.base_url, second_msgs)
+    cold = ask(cold_server.base_url, second_msgs, max_tokens=1, logprobs=True, top_logprobs=10)
     assert cold["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
-    assert second["choices"][0]["message"]["content"] == cold["choices"][0]["message"]["content"]
+
+    def top(reply: dict) -> dict[str, float]:
+        return {t["token"]: t["logprob"] for t in reply["choices"][0]["logprobs"]["content"][0]["top_logprobs"]}
+
+    warm, ref = top(second), top(cold)
+    both = warm.keys() & ref.keys()
+    assert len(both) >= 8 and max(abs(warm[t] - ref[t]) for t in both) < 0.3, (warm, ref)
 
 
 def test_multi_turn_hits_the_cache(server: Server) -> None:
