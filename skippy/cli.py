@@ -661,7 +661,7 @@ def _serve_options(fn: F) -> F:
         _opt("--jinja", is_flag=True, default=False,
              help="Accepted for llama-server command lines: skippy always renders chat templates with jinja2."),
         "force_tool_emulation", "step_tokens", "clamp_max_tokens", "prefix_cache", "ctx_checkpoints", "cache_ram",
-        "spec_ngram", "scheduler_steps", "hook_policy",
+        "spec_ngram", "scheduler_steps", "backend_sampling", "hook_policy",
         "hook_url",
         "hook_timeout", "hook_fail_closed", "hooks_default_on", "signal_window", "high_entropy_threshold",
         "max_queue", "embeddings", "pooling", "embeddings_batch",

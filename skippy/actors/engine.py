@@ -1034,7 +1034,8 @@ def load_runtime(config: EngineConfig) -> Runtime:
                         name=config.model_name or None, verbose=config.verbose, embeddings=config.embeddings,
                         pooling=config.pooling, embeddings_batch=config.embeddings_batch,
                         n_gpu_layers=config.n_gpu_layers, split_mode=config.split_mode, main_gpu=config.main_gpu,
-                        tensor_split=config.tensor_split, devices=config.device, rpc=config.rpc)
+                        tensor_split=config.tensor_split, devices=config.device, rpc=config.rpc,
+                        backend_sampling=config.backend_sampling)
 
 
 @asynccontextmanager

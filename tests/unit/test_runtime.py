@@ -526,3 +526,34 @@ def test_preserved_pieces_keep_the_text_of_control_token_markers(rt):
     plain = b"".join(rt.vocab.piece(t) for t in ids).decode()
     kept_text = b"".join(kept.get(t) or rt.vocab.piece(t) for t in ids).decode()
     assert "<|im_start|>" not in plain and kept_text == 'Hi<|im_start|>{"name": "f", "arguments": {}}'
+
+
+def test_backend_greedy_picks_the_argmax_and_can_be_reattached(rt):
+    """llama.cpp's greedy sampler in the decode graph picks the argmax of the logits a detached decode gives; the
+    other sequence of the batch, without one, gets its raw logits unchanged; detaching and attaching again works (a
+    chain is initialized once, so each attachment takes a fresh one)."""
+    assert rt.meta.backend_sampling
+    prompts = [tok(rt, "The capital of France is"), tok(rt, "One, two, three,")]
+    n0, n1 = len(prompts[0]), len(prompts[1])
+
+    def both(attach: bool) -> tuple[np.ndarray, np.ndarray, int | None]:
+        rt.set_backend_greedy(0, attach)
+        rt.set_backend_greedy(0, attach)  # no change: nothing to do
+        rt.seq_rm(0)
+        rt.seq_rm(1)
+        rt.decode([BatchEntry(t, i, 0, i == n0 - 1) for i, t in enumerate(prompts[0])]
+                  + [BatchEntry(t, i, 1, i == n1 - 1) for i, t in enumerate(prompts[1])])
+        return rt.logits(n0 - 1).copy(), rt.logits(n0 + n1 - 1).copy(), rt.sampled_token(n0 - 1) if attach else None
+
+    ref0, ref1, _ = both(False)
+    for _ in range(2):
+        _, row1, picked = both(True)
+        assert picked == int(np.argmax(ref0)) and rt.vocab.piece(picked) == b" Paris"
+        assert np.array_equal(row1, ref1)
+        with pytest.raises(RuntimeError):
+            rt.sampled_token(n0 + n1 - 1)  # seq 1 has no backend sampler
+        assert np.array_equal(both(False)[0], ref0)
+    with pytest.raises(ValueError):
+        rt.set_backend_greedy(rt.meta.n_seq_max, True)
+    rt.seq_rm(0)
+    rt.seq_rm(1)

@@ -1444,3 +1444,92 @@ def test_no_multi_step_run_with_a_prefill_or_a_hook_window_in_the_batch():
     core.on_verdict(1, NO_ACTION)
     plan = core.plan()
     assert plan.batch is not None and plan.steps == 1
+
+
+# -- backend sampling ------------------------------------------------------------------------------
+
+class BackendFake(FakeRuntime):
+    """The fake with llama.cpp's backend greedy sampler: SeqSampler rows, logits that depend on the slot's last
+    token, a greedy token picked "in the graph" for slots with the sampler attached, whose raw rows llama.cpp
+    then leaves unset (reading them fails here)."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.meta = attrs.evolve(self.meta, backend_sampling=True)
+        self.attached: set[int] = set()
+        self.changes: list[tuple[int, bool]] = []
+
+    def logits(self, index):
+        assert index in self._out
+        slot = self._out[index]
+        assert slot not in self.attached, "raw logits of a backend-sampled sequence"
+        return self._row(slot)
+
+    def _row(self, slot):
+        x = np.zeros(N_VOCAB, dtype=np.float32)
+        x[(self.kv[slot][-1] * 7 + 3) % 200 + 20] = 2.0  # never EOG
+        x[9] = 1.0
+        return x
+
+    def new_sampler(self, params):
+        from skippy.engine.sampling.vector import SeqSampler
+
+        s = SeqSampler(params, self.meta.eog_ids)
+        self.samplers.append(s)
+        return s
+
+    def free_sampler(self, sampler):
+        pass
+
+    def set_backend_greedy(self, seq_id, on):
+        assert (seq_id in self.attached) != on, "a change that changes nothing"
+        (self.attached.add if on else self.attached.discard)(seq_id)
+        self.changes.append((seq_id, on))
+
+    def sampled_token(self, index):
+        slot = self._out[index]
+        assert slot in self.attached
+        return int(np.argmax(self._row(slot)))
+
+
+def _backend_core(backend=True, **kw):
+    rt = BackendFake(n_seq_max=2)
+    if not backend:
+        rt.meta = attrs.evolve(rt.meta, backend_sampling=False)
+    return rt, SchedulerCore(rt, step_tokens=64, max_queue=8, clock=Clock(), **kw)
+
+
+@pytest.mark.parametrize("steps", [1, 4])
+def test_plain_greedy_requests_are_sampled_in_the_graph_with_the_same_tokens(steps):
+    def serve(backend):
+        rt, core = _backend_core(backend, scheduler_steps=steps)
+        core.add(req(1, [11, 12, 13], 6, params={"temperature": 0.0}))
+        core.add(req(2, [14, 15], 6, params={"temperature": 0.0}))
+        return rt, run(rt, core)
+
+    rt, out = serve(True)
+    _, ref = serve(False)
+    assert tokens_of(out, 1) == tokens_of(ref, 1) and len(tokens_of(out, 1)) == 6
+    assert tokens_of(out, 2) == tokens_of(ref, 2)
+    assert sorted(rt.changes) == [(0, True), (1, True)]  # attached once, at admission
+
+
+def test_a_slot_is_detached_for_a_request_that_needs_its_logits_and_attached_again_after():
+    rt, core = _backend_core()
+    core.add(req(1, [11, 12, 13], 3, params={"temperature": 0.0}))
+    first = tokens_of(run(rt, core), 1)
+    assert rt.changes == [(0, True)] or rt.changes == [(1, True)]
+    slot = rt.changes[0][0]
+    # logprobs, sampling with a temperature, a logit bias or a penalty, ignore_eos: the raw logits are read
+    for rid, params in ((2, {"temperature": 0.0, "logprobs": True, "top_logprobs": 2}),
+                        (3, {"temperature": 0.8}),
+                        (4, {"temperature": 0.0, "logit_bias": ((30, 1.0),)}),
+                        (5, {"temperature": 0.0, "repeat_penalty": 1.3}),
+                        (6, {"temperature": 0.0, "ignore_eos": True})):
+        core.add(req(rid, [11, 12, 13], 3, params=params))  # the same prompt: its slot is reused
+        out = run(rt, core)
+        assert len(tokens_of(out, rid)) == 3 and finish_of(out, rid).reason == "length"
+    assert rt.changes[:2] == [(slot, True), (slot, False)] and len(rt.changes) == 2
+    core.add(req(7, [11, 12, 13], 3, params={"temperature": 0.0}))
+    assert tokens_of(run(rt, core), 7) == first and len(first) == 3
+    assert rt.changes[-1] == (slot, True) and len(rt.changes) == 3

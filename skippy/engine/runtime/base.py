@@ -114,6 +114,8 @@ class ModelMeta:
     full-size cache (llama.cpp ``swa_full``); otherwise llama.cpp overwrites their cells once they
     fall out of the window, so a trimmed sequence may no longer serve a prefix
     (:meth:`Runtime.seq_pos_min` tells).
+    ``backend_sampling``: a plain greedy sequence may be sampled inside llama.cpp's graph
+    (:meth:`Runtime.set_backend_greedy`, :meth:`Runtime.sampled_token`).
     ``devices``: what ``/props`` reports about llama.cpp's backends and the model's offload, keys
     ``backends`` (names), ``devices`` (every device found at load) and ``offload`` (the devices the
     layers went to, layers offloaded, split settings, RPC workers); ``None`` when the runtime does not say.
@@ -141,6 +143,7 @@ class ModelMeta:
     n_swa: int = 0
     swa_full: bool = False
     devices: dict | None = None
+    backend_sampling: bool = False
 
     @property
     def is_swa(self) -> bool:
@@ -222,6 +225,19 @@ class Runtime(Protocol):
         ...
 
     def free_sampler(self, sampler: object) -> None: ...
+
+    def set_backend_greedy(self, seq_id: int, on: bool) -> None:
+        """Attach (``on``) or detach llama.cpp's greedy sampler for ``seq_id`` in the decode graph (backend
+        sampling, llama.cpp ``llama_set_sampler``): the argmax of its outputs is computed in ``llama_decode``
+        and read with :meth:`sampled_token`; its raw logits are then not copied out when no sequence of the
+        batch needs them. Only when ``meta.backend_sampling``; a change costs one graph reserve in the next
+        decode. Raises ``RuntimeError`` when llama.cpp refuses."""
+        ...
+
+    def sampled_token(self, index: int) -> int:
+        """The token the backend sampler picked at batch index ``index`` of the last decode (llama.cpp
+        ``llama_get_sampled_token_ith``); ``RuntimeError`` when it picked none."""
+        ...
 
     def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
         """Remove positions ``[p0, p1)`` of ``seq_id`` from the KV cache (-1: open end).

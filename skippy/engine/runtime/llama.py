@@ -25,6 +25,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+import attrs
 import llama_cpp
 import numpy as np
 
@@ -347,6 +348,9 @@ class LlamaRuntime:
     ``--rpc`` (:func:`~skippy.engine.runtime.backends.plan_offload`, which raises ``ValueError`` for a
     device this build lacks and ``ConnectionError`` for an RPC worker that does not answer, before
     loading); ``meta.devices`` reports the backends, the devices and the offload.
+    ``backend_sampling`` lets the scheduler sample plain greedy sequences inside llama.cpp's decode graph
+    (:meth:`set_backend_greedy`; llama-server's ``--backend-sampling``); ``meta.backend_sampling`` says
+    whether llama.cpp took it (it refuses with ``--split-mode tensor``).
     """
 
     def __init__(self, path: str, *, n_ctx_seq: int = 2048, n_seq_max: int = 16, n_batch: int = 512,
@@ -355,7 +359,7 @@ class LlamaRuntime:
                  verbose: bool = False, vector_sampling: bool = True, embeddings: bool = False,
                  pooling: str = "model", embeddings_batch: int = 512, n_gpu_layers: int | None = None,
                  split_mode: str = "layer", main_gpu: int = 0, tensor_split: Sequence[float] = (),
-                 devices: Sequence[str] = (), rpc: Sequence[str] = ()) -> None:
+                 devices: Sequence[str] = (), rpc: Sequence[str] = (), backend_sampling: bool = True) -> None:
         # before loading: a refused argument must not leak the model
         if pooling not in POOLING:
             raise ValueError(f"pooling must be one of {sorted(POOLING)}, not {pooling!r}")
@@ -428,6 +432,8 @@ class LlamaRuntime:
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
         self._outputs: list[bool] = []
         self._rows: dict[int, int] = {}  # batch index -> row of llama_get_logits, of the last decode
+        self._greedy: dict[int, object] = {}  # seq_id -> the backend greedy chain attached to it
+        self._retired: list[object] = []  # detached chains, freed after the next decode (its graph drops them)
         self.vector_sampling = vector_sampling
         self._cand = np.zeros(n_vocab, dtype=[("id", np.int32), ("logit", np.float32), ("p", np.float32)])
         self._ids = np.arange(n_vocab, dtype=np.int32)
@@ -461,6 +467,8 @@ class LlamaRuntime:
             embeddings=self._embedding_context(cparams, pooling, embeddings_batch, n_ctx_train) if embeddings
             else None,
         )
+        if backend_sampling and self._probe_backend_sampling():
+            self.meta = attrs.evolve(self.meta, backend_sampling=True)
         log.info("KV cache: %s, K %s + V %s, %d cells (%d sequences x %d): %.2f MiB total, %.2f MiB per sequence",
                  "unified" if kv_unified else "one stream per sequence", type_k, type_v, kv.n_cells, n_seq_max,
                  n_ctx_seq, kv.bytes / 2**20, kv.bytes_per_seq / 2**20)
@@ -544,6 +552,8 @@ class LlamaRuntime:
         if rc != 0:
             raise RuntimeError(f"llama_decode failed with code {rc}")
         self._copying.clear()  # the KV update at the start of llama_decode applied them
+        while self._retired:
+            llama_cpp.llama_sampler_free(self._retired.pop())
         self._outputs = outputs
         self._rows = rows
 
@@ -732,6 +742,47 @@ class LlamaRuntime:
             s.matcher.consume_token(token)
         llama_cpp.llama_sampler_accept(s.chain, token)
         return token
+
+    def _probe_backend_sampling(self) -> bool:
+        """Whether llama.cpp offloads a greedy chain to the decode graph here (attached to sequence 0, then
+        detached again)."""
+        try:
+            self.set_backend_greedy(0, True)
+        except RuntimeError as exc:
+            log.info("backend sampling off: %s", exc)
+            return False
+        self.set_backend_greedy(0, False)
+        return True
+
+    def set_backend_greedy(self, seq_id: int, on: bool) -> None:
+        """Attach or detach ``seq_id``'s greedy chain (see :meth:`Runtime.set_backend_greedy`). A fresh chain
+        per attachment (llama.cpp initializes a chain's backend part once); a detached one is freed after the
+        next decode, whose graph no longer holds it."""
+        if not 0 <= seq_id < self.meta.n_seq_max:
+            raise ValueError(f"sequence id {seq_id} out of range")
+        if on == (seq_id in self._greedy):
+            return
+        chain = None
+        if on:
+            sparams = llama_cpp.llama_sampler_chain_default_params()
+            sparams.no_perf = True
+            chain = llama_cpp.llama_sampler_chain_init(sparams)
+            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
+        else:
+            self._retired.append(self._greedy.pop(seq_id))
+        if not llama_cpp.llama_set_sampler(self._ctx, seq_id, chain):
+            if chain is not None:
+                llama_cpp.llama_sampler_free(chain)
+            raise RuntimeError("llama.cpp cannot run the greedy sampler in the decode graph on this backend")
+        if chain is not None:
+            self._greedy[seq_id] = chain
+
+    def sampled_token(self, index: int) -> int:
+        self._check_output(index)
+        token = llama_cpp.llama_get_sampled_token_ith(self._ctx, index)
+        if token < 0:
+            raise RuntimeError(f"no backend-sampled token at batch index {index}")
+        return int(token)
 
     def free_sampler(self, sampler: object) -> None:
         if isinstance(sampler, SeqSampler):
@@ -971,5 +1022,9 @@ class LlamaRuntime:
         if self._ctx:
             llama_cpp.llama_batch_free(self._batch)
             llama_cpp.llama_free(self._ctx)
+            for chain in [*self._greedy.values(), *self._retired]:  # after the context, which may point at them
+                llama_cpp.llama_sampler_free(chain)
+            self._greedy.clear()
+            self._retired.clear()
             llama_cpp.llama_model_free(self._model)
             self._ctx = None

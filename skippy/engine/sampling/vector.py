@@ -124,6 +124,12 @@ class SeqSampler:
         return self.suppress is not None and (self.suppress_until < 0 or self.n_accepted < self.suppress_until)
 
     @property
+    def plain_greedy(self) -> bool:
+        """Greedy with nothing that ever changes a logit first (no suppression, logit bias or penalty): the
+        argmax of the raw row, which llama.cpp's backend greedy sampler computes in the decode graph."""
+        return self.greedy and self.suppress is None and self.bias_ids is None and not self.penalty_last_n
+
+    @property
     def modifies(self) -> bool:
         """The row's logits change before selection (suppression, a logit bias, or a penalty with history)."""
         return self.bias_ids is not None or bool(self.counts) or self.suppressing

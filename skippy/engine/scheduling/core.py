@@ -125,6 +125,7 @@ from skippy.engine.hooks.signals import (
     token_logprob,
 )
 from skippy.engine.runtime.base import BatchEntry, Runtime
+from skippy.engine.sampling.vector import SeqSampler
 from skippy.engine.scheduling.batch import BatchPlan, SeqState, plan_step
 from skippy.engine.scheduling.budget import BudgetState
 from skippy.engine.scheduling.checkpoint import CheckpointStore
@@ -214,6 +215,7 @@ class Sequence:
     scored: list[TokenEvent] | None = attrs.Factory(list)  # None once sent
     t_admit: float = 0.0
     t_first: float = 0.0
+    backend: bool = False  # sampled by llama.cpp's greedy sampler in the decode graph
 
     @property
     def rid(self) -> int:
@@ -263,7 +265,9 @@ class SampleSpec:
     them in order while they match. ``steps``: tokens the sequence may sample in a multi-step
     run (:attr:`StepPlan.steps`; the last one would finish it by ``max_tokens`` or the context);
     ``ends``: the token ids that end it (end of generation, the request's ``stop_token_ids``),
-    after which the run decodes it no more.
+    after which the run decodes it no more. ``backend``: llama.cpp's greedy sampler picked the token in
+    the decode graph (:meth:`Runtime.sampled_token`; a plain greedy sequence without logprobs, signals or
+    speculation, whose slot has the sampler attached).
     """
 
     rid: int
@@ -274,6 +278,7 @@ class SampleSpec:
     draft: tuple[int, ...] = ()
     steps: int = 1
     ends: frozenset[int] = frozenset()
+    backend: bool = False
 
 
 @attrs.frozen
@@ -299,7 +304,9 @@ class StepPlan:
     batch whose sequences :func:`execute` decodes up to ``steps`` times back to back on the
     decode thread, each time with the tokens it just sampled, so the loop's thread handoffs,
     events and socket writes are paid once per run instead of once per token; ``until_finish``:
-    the run ends once a sequence finishes (requests wait for its slot)."""
+    the run ends once a sequence finishes (requests wait for its slot). ``samplers``: (slot, on) pairs to
+    apply before the decode, attaching or detaching a slot's backend greedy sampler
+    (:meth:`Runtime.set_backend_greedy`)."""
 
     batch: BatchPlan | None
     samples: tuple[SampleSpec, ...] = ()
@@ -309,6 +316,7 @@ class StepPlan:
     saves: tuple[tuple[int, int], ...] = ()
     steps: int = 1
     until_finish: bool = False
+    samplers: tuple[tuple[int, bool], ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -348,7 +356,8 @@ def execute(runtime: Runtime, step: StepPlan, marks: list[float] | None = None,
     :class:`EmbedResult` (:meth:`Runtime.embed`'s vectors, or its error: a failed embedding batch
     fails only its requests); then one per ``step.saves`` entry, the slot's state after the decode
     (:meth:`Runtime.state_seq_get_data`; ``None`` when it fails, which costs only the checkpoint).
-    Raises ``RuntimeError`` when llama.cpp refuses the decode batch.
+    Raises ``RuntimeError`` when llama.cpp refuses the decode batch (or a ``step.samplers`` change, applied
+    before it).
     A multi-step run (``step.steps`` > 1, see :func:`run_steps`) returns per sample the tuple of
     tokens it sampled, in order; ``interrupt()`` is asked between its decodes (true: end the run,
     an input waits).
@@ -357,6 +366,8 @@ def execute(runtime: Runtime, step: StepPlan, marks: list[float] | None = None,
     then at the start and the end of the embedding batch (when it has one); for the step-time metrics.
     """
     out: list[Sampled] = []
+    for slot, on in step.samplers:
+        runtime.set_backend_greedy(slot, on)
     if step.batch is not None:
         if marks is not None:
             marks.append(time.perf_counter())
@@ -541,6 +552,8 @@ class SchedulerCore:
         self.scheduler_steps = max(1, scheduler_steps)
         self._clock = clock
         self._free_slots = set(range(self.n_slots))
+        self._backend_slots: set[int] = set()  # slots with llama.cpp's greedy sampler attached (or about to be)
+        self._sampler_changes: dict[int, bool] = {}  # slot -> attach / detach, for the next step with a batch
         self._waiting: collections.deque[Sequence] = collections.deque()
         self._running: dict[int, Sequence] = {}  # admitted, in admission order
         self._seqs: dict[int, Sequence] = {}  # waiting or running, by rid
@@ -682,14 +695,17 @@ class SchedulerCore:
             req = seq.request
             samples.append(SampleSpec(kv.rid, index, seq.sampler,
                                       req.params.top_logprobs if req.params.logprobs else None,
-                                      req.signals or seq.window is not None, kv.draft))
+                                      req.signals or seq.window is not None, kv.draft, backend=seq.backend))
         batch, scores = self._scores(batch)
         saves = tuple((kv.rid, kv.slot) for kv, n in batch.advance
                       if kv.checkpoint_at and kv.n_past + n == kv.checkpoint_at)
-        if (self.scheduler_steps > 1 and embed is None and not scores and not saves
+        samplers = ()
+        if self._sampler_changes:
+            samplers, self._sampler_changes = tuple(self._sampler_changes.items()), {}
+        if (self.scheduler_steps > 1 and embed is None and not scores and not saves and not samplers
                 and len(batch.entries) == len(samples) == len(active)):
             return self._multi_step(batch, samples, tuple(outputs))
-        return StepPlan(batch, tuple(samples), tuple(outputs), scores, embed, saves)
+        return StepPlan(batch, tuple(samples), tuple(outputs), scores, embed, saves, samplers=samplers)
 
     def _multi_step(self, batch: BatchPlan, samples: list[SampleSpec], outputs: tuple[Output, ...]) -> StepPlan:
         """A decode-only batch as a multi-step run of up to ``scheduler_steps`` decodes, when every sequence in
@@ -1004,9 +1020,23 @@ class SchedulerCore:
             if req.reasoning_budget is not None:
                 seq.budget = BudgetState(req.reasoning_budget)
                 seq.forced.extend(seq.budget.at_start())
+            if self.runtime.meta.backend_sampling:
+                self._use_backend(seq, slot)
             self._running[req.rid] = seq
         self._waiting.extendleft(reversed(deferred))
         return outputs
+
+    def _use_backend(self, seq: Sequence, slot: int) -> None:
+        """Whether llama.cpp samples ``seq`` in the decode graph: a plain greedy sampler, no logprobs, prompt
+        logprobs, signals or speculation (they read the raw logits or several outputs). The slot's backend
+        sampler is attached or detached in the next step when that differs from its state (one graph
+        reserve, ~10 ms on 2 cores; a greedy-only or sampled-only load pays it once per slot)."""
+        req = seq.request
+        seq.backend = (isinstance(seq.sampler, SeqSampler) and seq.sampler.plain_greedy and not req.params.logprobs
+                       and req.prompt_logprobs is None and not req.signals and seq.window is None and seq.spec is None)
+        if seq.backend != (slot in self._backend_slots):
+            (self._backend_slots.add if seq.backend else self._backend_slots.discard)(slot)
+            self._sampler_changes[slot] = seq.backend
 
     def _checkpoint_at(self, req: SeqRequest, n_cached: int) -> int:
         """Where to save ``req``'s context checkpoint (0: nowhere): its boundary, when checkpoints are on,

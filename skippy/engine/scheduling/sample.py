@@ -3,7 +3,8 @@
 :func:`sample_step` runs on the decode thread right after ``llama_decode``. Sequences whose
 sampler is a :class:`~skippy.engine.sampling.vector.SeqSampler` are sampled together by
 :func:`~skippy.engine.sampling.vector.sample_rows` on the step's ``llama_get_logits`` rows;
-the others (a grammar) through ``runtime.sample`` (llama.cpp's chain), one by one. Logprobs,
+the others (a grammar) through ``runtime.sample`` (llama.cpp's chain), one by one; a spec with ``backend``
+set reads the token llama.cpp's greedy sampler picked inside the decode (``runtime.sampled_token``). Logprobs,
 ``top_logprobs``, entropy and margin come from the raw logits of all rows that ask for them
 at once (one log-softmax pass over those rows).
 """
@@ -35,24 +36,38 @@ def sample_step(runtime: Runtime, specs: Sequence[SampleSpec]) -> list[TokenEven
     n = len(specs)
     if n == 0:
         return []
-    vec = [j for j, s in enumerate(specs) if isinstance(s.sampler, SeqSampler)]
-    extra = [j for j, s in enumerate(specs) if s.top_logprobs is not None or s.signals]
-    rows = runtime.output_logits([s.index for s in specs]) if vec or extra else None
     tokens = [0] * n
+    if any(s.backend for s in specs):  # picked in the decode graph; their raw logits may not be there
+        for j, s in enumerate(specs):
+            if s.backend:
+                tokens[j] = t = runtime.sampled_token(s.index)
+                s.sampler.accept(t)  # type: ignore[attr-defined]
+        rest = [j for j, s in enumerate(specs) if not s.backend]
+        if not rest:
+            return [TokenEvent(t, None, (), None, None) for t in tokens]
+    else:
+        rest = range(n)  # type: ignore[assignment]
+    vec = [j for j in rest if isinstance(specs[j].sampler, SeqSampler)]
+    extra = [j for j in rest if specs[j].top_logprobs is not None or specs[j].signals]
+    m = len(rest)
+    rows = runtime.output_logits([specs[j].index for j in rest]) if vec or extra else None
+    # row k of rows is specs[rest[k]]; with every spec in rest, k == j
+    pos = {j: k for k, j in enumerate(rest)} if m < n else None
     if vec:
         assert rows is not None
-        picked = sample_rows(rows if len(vec) == n else rows[vec], [specs[j].sampler for j in vec])  # type: ignore[misc]
+        sel = rows if len(vec) == m else rows[[pos[j] for j in vec] if pos is not None else vec]
+        picked = sample_rows(sel, [specs[j].sampler for j in vec])  # type: ignore[misc]
         for j, t in zip(vec, picked, strict=True):
             tokens[j] = t
-    if len(vec) < n:
+    if len(vec) < m:
         done = set(vec)
-        for j, s in enumerate(specs):
+        for j in rest:
             if j not in done:
-                tokens[j] = runtime.sample(s.sampler, s.index)
+                tokens[j] = runtime.sample(specs[j].sampler, specs[j].index)
     if not extra:
         return [TokenEvent(t, None, (), None, None) for t in tokens]
     assert rows is not None
-    sub = rows if len(extra) == n else rows[extra]
+    sub = rows if len(extra) == m else rows[[pos[j] for j in extra] if pos is not None else extra]
     stats = row_stats(sub, [tokens[j] for j in extra], [specs[j].top_logprobs or 0 for j in extra],
                       any(specs[j].signals for j in extra))
     out = [TokenEvent(t, None, (), None, None) for t in tokens]
