@@ -475,7 +475,8 @@ class Engine:
         """Server properties in llama-server's ``/props`` shape, plus the template capabilities, its
         source (:attr:`chat_template_source`) and
         ``kv_cache`` (:meth:`~skippy.engine.runtime.base.KVCacheInfo.as_dict`: types, cells, bytes;
-        ``None`` when the runtime does not know them), the hook counters (``None``: no hook policy),
+        ``None`` when the runtime does not know them), ``backend_sampling`` (plain greedy requests are sampled in
+        llama.cpp's decode graph), the hook counters (``None``: no hook policy),
         ``hooks_default_on``, ``signals`` (``window`` in tokens, ``high_entropy_threshold`` in nats), and
         ``embeddings`` (``/v1/embeddings`` answers: started with ``embeddings`` and a pooling that gives
         vectors), ``pooling`` (the embedding context's pooling type; ``None`` without ``embeddings``) and
@@ -499,6 +500,7 @@ class Engine:
             "parallel": self.meta.n_seq_max,
             "kv_cache": self.meta.kv_cache.as_dict() if self.meta.kv_cache is not None else None,
             "force_tool_emulation": self.renderer.force_tool_emulation,
+            "backend_sampling": self.meta.backend_sampling,
             "hooks": self.hooks.stats.snapshot() if self.hooks is not None else None,
             "embeddings": self.meta.embeddings is not None and self.meta.embeddings.error is None,
             "pooling": self.meta.embeddings.pooling if self.meta.embeddings is not None else None,

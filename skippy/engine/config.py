@@ -398,12 +398,14 @@ class EngineConfig:
                                         "before the loop hands out their tokens (multi-step scheduling, vLLM's "
                                         "--num-scheduler-steps): fewer thread handoffs and socket writes per token, "
                                         "tokens streamed in bursts of up to this many; 1 turns it off.")
-    backend_sampling: bool = setting(True, check=IsBool(),
-                                     help="Greedy requests without logprobs or hooks are sampled inside llama.cpp's "
-                                          "decode graph (llama-server's --backend-sampling, off there): no logits "
-                                          "copied out and no argmax in Python; a slot switching "
-                                          "between such and other requests costs one graph reserve (~10 ms on 2 "
-                                          "cores).")
+    backend_sampling: bool = setting(False, check=IsBool(),
+                                     help="Sample greedy requests without logprobs or hooks inside llama.cpp's "
+                                          "decode graph (llama-server's --backend-sampling, off there too): no "
+                                          "logits copied out, no argmax in Python; a slot switching between such "
+                                          "and other requests costs one graph reserve (~10 ms on 2 cores). Off by "
+                                          "default: on 2 CPU cores (bench/bench_decode.py, two runs) the step "
+                                          "overhead at 64 streams fell from 1.9 to 0.5 ms but the graph's copy "
+                                          "and argmax cost more than that, 2-7% of throughput.")
     clamp_max_tokens: bool = setting(False, check=IsBool(),
                                      help="Clamp a max_tokens that does not fit the context to the room left "
                                           "(llama-server) instead of answering 400 context_length_exceeded "

@@ -63,6 +63,7 @@ BEFORE = [
     ("-cram, --cache-ram MIB", "[env var: SKIPPY_CACHE_RAM; default: 8192; x>=-1]", 8192),
     ("--spec-ngram INTEGER RANGE", "[env var: SKIPPY_SPEC_NGRAM; default: 0; 0<=x<=16]", 0),
     ("--scheduler-steps INTEGER RANGE", "[env var: SKIPPY_SCHEDULER_STEPS; default: 8; 1<=x<=64]", 8),
+    ("--backend-sampling", "[env var: SKIPPY_BACKEND_SAMPLING]", False),
     ("--hook-policy MODULE:FACTORY", "[env var: SKIPPY_HOOK_POLICY]", None),
     ("--hook-url URL", "[env var: SKIPPY_HOOK_URL]", None),
     ("--hook-timeout FLOAT RANGE", "[env var: SKIPPY_HOOK_TIMEOUT; default: 2.0; x>0.0]", 2.0),

@@ -46,6 +46,7 @@ ENGINE = {
     "cache_ram": ([-2, True, 2.0, "1"], [-1, 0, 1, 100000], "x>=-1"),
     "spec_ngram": ([-1, 17, True, 2.0], [0, 16], "0<=x<=16"),
     "scheduler_steps": ([0, 65, True, 2.0], [1, 64], "1<=x<=64"),
+    "backend_sampling": (["yes", 1, None], [True, False], None),
     "clamp_max_tokens": (["on", 1], [True, False], None),
     "reasoning_budget": ([-2, 1.5, "8", True], [-1, 0, 4096], "x>=-1"),
     "reasoning_budget_message": ([1, b"x"], [None, "", " Let me answer now."], None),

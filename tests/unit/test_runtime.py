@@ -24,7 +24,7 @@ GREEDY = SamplingParams(temperature=0.0)
 def rt():
     from skippy.engine.runtime.llama import LlamaRuntime
 
-    runtime = LlamaRuntime(MODEL, n_ctx_seq=512, n_seq_max=2)
+    runtime = LlamaRuntime(MODEL, n_ctx_seq=512, n_seq_max=2, backend_sampling=True)
     yield runtime
     runtime.close()
     runtime.close()  # idempotent

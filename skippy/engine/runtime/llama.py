@@ -359,7 +359,7 @@ class LlamaRuntime:
                  verbose: bool = False, vector_sampling: bool = True, embeddings: bool = False,
                  pooling: str = "model", embeddings_batch: int = 512, n_gpu_layers: int | None = None,
                  split_mode: str = "layer", main_gpu: int = 0, tensor_split: Sequence[float] = (),
-                 devices: Sequence[str] = (), rpc: Sequence[str] = (), backend_sampling: bool = True) -> None:
+                 devices: Sequence[str] = (), rpc: Sequence[str] = (), backend_sampling: bool = False) -> None:
         # before loading: a refused argument must not leak the model
         if pooling not in POOLING:
             raise ValueError(f"pooling must be one of {sorted(POOLING)}, not {pooling!r}")
