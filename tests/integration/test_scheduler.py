@@ -32,7 +32,7 @@ def cold_server(tmp_path_factory: pytest.TempPathFactory):
 def test_prefix_reuse_matches_cold_run(server: Server, cold_server: Server) -> None:
     # A cached prefix gives nearly the logits a cold prefill gives: llama.cpp's kernels tile a 300-token and
     # a 400-token batch differently and the rounding adds up over 30 layers (0.17 nats at most among the top 10
-    # on an AVX2-only EPYC, where the greedy texts part ways after four words; equal texts on AVX-512 CPUs;
+    # on an AVX2-only EPYC, where the greedy texts part ways after four words; equal texts on the earlier CI machines;
     # see DESIGN.md). The same split is exact: test_models' prefix test compares it with llama-cpp-python.
     system = {"role": "system", "content": SYSTEM_LONG + " (prefix test)"}
     first = ask(server.base_url, [system, {"role": "user", "content": "Suggest a city to visit in Italy."}])
