@@ -36,38 +36,37 @@ def sample_step(runtime: Runtime, specs: Sequence[SampleSpec]) -> list[TokenEven
     n = len(specs)
     if n == 0:
         return []
-    tokens = [0] * n
     if any(s.backend for s in specs):  # picked in the decode graph; their raw logits may not be there
+        out: list[TokenEvent] = [None] * n  # type: ignore[list-item]
+        rest = []
         for j, s in enumerate(specs):
             if s.backend:
-                tokens[j] = t = runtime.sampled_token(s.index)
+                t = runtime.sampled_token(s.index)
                 s.sampler.accept(t)  # type: ignore[attr-defined]
-        rest = [j for j, s in enumerate(specs) if not s.backend]
-        if not rest:
-            return [TokenEvent(t, None, (), None, None) for t in tokens]
-    else:
-        rest = range(n)  # type: ignore[assignment]
-    vec = [j for j in rest if isinstance(specs[j].sampler, SeqSampler)]
-    extra = [j for j in rest if specs[j].top_logprobs is not None or specs[j].signals]
-    m = len(rest)
-    rows = runtime.output_logits([specs[j].index for j in rest]) if vec or extra else None
-    # row k of rows is specs[rest[k]]; with every spec in rest, k == j
-    pos = {j: k for k, j in enumerate(rest)} if m < n else None
+                out[j] = TokenEvent(t, None, (), None, None)
+            else:
+                rest.append(j)
+        for j, ev in zip(rest, sample_step(runtime, [specs[j] for j in rest]), strict=True):
+            out[j] = ev
+        return out
+    vec = [j for j, s in enumerate(specs) if isinstance(s.sampler, SeqSampler)]
+    extra = [j for j, s in enumerate(specs) if s.top_logprobs is not None or s.signals]
+    rows = runtime.output_logits([s.index for s in specs]) if vec or extra else None
+    tokens = [0] * n
     if vec:
         assert rows is not None
-        sel = rows if len(vec) == m else rows[[pos[j] for j in vec] if pos is not None else vec]
-        picked = sample_rows(sel, [specs[j].sampler for j in vec])  # type: ignore[misc]
+        picked = sample_rows(rows if len(vec) == n else rows[vec], [specs[j].sampler for j in vec])  # type: ignore[misc]
         for j, t in zip(vec, picked, strict=True):
             tokens[j] = t
-    if len(vec) < m:
+    if len(vec) < n:
         done = set(vec)
-        for j in rest:
+        for j, s in enumerate(specs):
             if j not in done:
-                tokens[j] = runtime.sample(specs[j].sampler, specs[j].index)
+                tokens[j] = runtime.sample(s.sampler, s.index)
     if not extra:
         return [TokenEvent(t, None, (), None, None) for t in tokens]
     assert rows is not None
-    sub = rows if len(extra) == m else rows[[pos[j] for j in extra] if pos is not None else extra]
+    sub = rows if len(extra) == n else rows[extra]
     stats = row_stats(sub, [tokens[j] for j in extra], [specs[j].top_logprobs or 0 for j in extra],
                       any(specs[j].signals for j in extra))
     out = [TokenEvent(t, None, (), None, None) for t in tokens]
