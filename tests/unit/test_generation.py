@@ -133,6 +133,33 @@ def test_length_finish_and_a_split_utf8_character() -> None:
     assert done.finish_reason == "length" and done.usage.completion_tokens == 2
 
 
+@pytest.mark.parametrize("tokens", [[1, 7], [7], [1, 8, 7], [1, 12, 7, 12]])
+def test_a_character_cut_by_the_end_is_dropped_not_sent_as_u_fffd(tokens: list[int]) -> None:
+    """max_tokens ends the generation after the first byte of "é" (token 7): the text ends at the last
+    whole character in the stream's last delta and in the message; the cut token's logprob keeps its
+    own bytes. (Token 8 alone, a continuation byte, is invalid UTF-8 and stays U+FFFD.)"""
+    gen = make(logprobs=True)
+    reply = ChatReply("m", gen, logprobs=True, created=5)
+    chunks = []
+    for t in tokens:
+        chunks += [encode(c) for c in reply.chunks(gen.feed(lp_event(t, -0.25, [(t, -0.25)])))]
+    done = gen.feed(finish("length", n=len(tokens)))
+    chunks += [encode(c) for c in reply.chunks(done)]
+    expected = b"".join(PIECES[t] for t in tokens[:tokens.index(7)]).decode("utf-8", "replace")
+    streamed = [c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]]
+    whole = encode(reply.completion(done))
+    assert done.finish_reason == "length" and done.usage.completion_tokens == len(tokens)
+    assert "".join(streamed) == (whole["choices"][0]["message"]["content"] or "") == done.message.content == expected
+    entries = whole["choices"][0]["logprobs"]["content"]
+    assert [e["bytes"] for e in entries] == [list(PIECES[t]) for t in tokens]
+    assert entries[tokens.index(7)]["token"] == "\ufffd"  # the token alone is half a character
+    text = TextReply("m", make(logprobs=False))
+    for t in tokens:
+        text.generation.feed(TokenEvent(t))
+    assert encode(text.completion(text.generation.feed(finish("length", n=len(tokens)))))["choices"][0][
+        "text"] == expected
+
+
 def test_tool_calls_finish_and_the_early_stop_rule() -> None:
     allowed = {"get_weather"}
     gen = make(parser=EmulatedToolParser(allowed), early_stop=EarlyStop(allowed, True))

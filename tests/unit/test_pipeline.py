@@ -69,11 +69,11 @@ def test_multibyte_split_over_tokens():
     assert msg.content == "Hello😀日ld"
 
 
-def test_incomplete_multibyte_at_finish_becomes_replacement():
+def test_incomplete_multibyte_at_finish_is_dropped():
     p, outs, tail, msg = run([1, 4, 5])
     assert outs == ["Hello", "", ""]
-    assert tail == "\ufffd"
-    assert msg.content == "Hello\ufffd"
+    assert tail == ""
+    assert msg.content == "Hello" and p.text == "Hello"
 
 
 def test_stop_string_across_tokens_sets_stopped_and_is_excluded():
@@ -120,13 +120,13 @@ def test_held_prefix_released_when_it_diverges():
     assert msg.content == "<x"
 
 
-def test_held_prefix_and_incomplete_char_both_flushed():
+def test_held_prefix_flushed_and_incomplete_char_dropped():
     p = OutputPipeline(piece, ["<|end|>"], ContentParser())
     for t in (1, 10, 17):
         p.feed(t)
     last, msg = p.finish()
-    assert msg.content == "Hello<|\ufffd"
-    assert content(last) == "<|\ufffd"
+    assert msg.content == "Hello<|"
+    assert content(last) == "<|"
 
 
 def test_empty_pieces_produce_no_deltas():

@@ -53,10 +53,18 @@ def test_utf8_incomplete_char_held_until_complete():
 
 
 @pytest.mark.parametrize("partial", [b"\xc3", b"\xe6\x97", b"\xf0\x9f\x98"])
-def test_utf8_flush_of_incomplete_char_gives_replacement(partial):
+def test_utf8_flush_drops_an_incomplete_trailing_char(partial):
     s = Utf8Stream()
     assert s.feed(b"ok" + partial) == "ok"
-    assert s.flush() == REPLACEMENT
+    assert s.pending == partial
+    assert s.flush() == ""  # the character the end cut is dropped, never U+FFFD
+    assert s.pending == b"" and s.feed(b"x") == "x"  # reset: the dropped bytes do not reach later text
+
+
+def test_utf8_flush_after_an_invalid_byte_keeps_its_replacement():
+    s = Utf8Stream()
+    assert s.feed(b"a\xf0\x9fb\xe6") == "a" + REPLACEMENT + "b"  # an interrupted sequence: U+FFFD at once
+    assert s.flush() == ""
 
 
 def test_utf8_invalid_byte_becomes_replacement_immediately():

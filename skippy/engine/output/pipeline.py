@@ -64,7 +64,11 @@ class OutputPipeline:
         return self._parse(safe)
 
     def finish(self) -> tuple[list[Delta], ParsedMessage]:
-        """End of generation: flush held text; return the last deltas and the message."""
+        """End of generation: flush held text; return the last deltas and the message.
+
+        The bytes of a character the end cut (``max_tokens`` inside a multi-byte character) are
+        dropped, never sent as U+FFFD; ``text`` and the message end at the last whole character.
+        """
         deltas: list[Delta] = []
         if not self.stopped:
             tail, _ = self._stop.feed(self._utf8.flush())

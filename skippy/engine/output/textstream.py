@@ -3,7 +3,10 @@
 :class:`Utf8Stream` decodes token pieces incrementally: a multi-byte
 character split across tokens is emitted only once complete, never as
 U+FFFD (invalid bytes that can never complete still become U+FFFD, as
-Python's ``errors="replace"`` does).
+Python's ``errors="replace"`` does). At the end of generation (``max_tokens``
+cutting a character's bytes, an end token after half a character) the
+incomplete trailing character is dropped, not sent as U+FFFD: the text ends
+at the last whole character (token logprobs keep every token's own bytes).
 
 :class:`StopMatcher` implements OpenAI ``stop``: the stop text is not
 returned, and text that may be the start of a stop string is held back
@@ -25,9 +28,17 @@ class Utf8Stream:
         """Decode ``data``; an incomplete trailing character is kept for later."""
         return self._decoder.decode(data)
 
+    @property
+    def pending(self) -> bytes:
+        """The bytes of an incomplete trailing character held for the next piece (``b""`` when none)."""
+        return self._decoder.getstate()[0]
+
     def flush(self) -> str:
-        """End of stream: an incomplete trailing character becomes U+FFFD."""
-        return self._decoder.decode(b"", final=True)
+        """End of stream: the incomplete trailing character, if any, is dropped (its bytes are the start
+        of a valid UTF-8 sequence that never completed); returns the text still to emit (always ``""``:
+        the decoder holds back nothing else). The stream is reset for reuse."""
+        self._decoder.reset()
+        return ""
 
 
 class StopMatcher:
