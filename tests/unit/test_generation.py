@@ -219,8 +219,22 @@ def test_usage_and_timings_count_cached_and_injected_tokens() -> None:
     t = done.timings
     assert (t.cache_n, t.prompt_n, t.predicted_n) == (6, 2, 3)
     assert (t.prompt_ms, t.prompt_per_token_ms, t.prompt_per_second) == (20.0, 10.0, 100.0)
-    assert (t.predicted_ms, t.predicted_per_token_ms, t.predicted_per_second) == (300.0, 100.0, 10.0)
+    # llama-server: the first token comes from the prompt's logits; the rates count the 2 decode steps after it
+    assert (t.predicted_ms, t.predicted_per_token_ms, t.predicted_per_second) == (300.0, 150.0, 2000.0 / 300.0)
     assert gen.finish_info.injected_tokens == 7
+
+
+@pytest.mark.parametrize(("n", "per_token_ms", "per_second"), [(1, 0.0, 0.0), (2, 50.0, 20.0), (5, 12.5, 80.0)])
+def test_generation_rates_count_the_decode_steps_after_the_first_token(n: int, per_token_ms: float,
+                                                                       per_second: float) -> None:
+    """llama-server's ``predicted_per_token_ms`` / ``predicted_per_second``: ``predicted_ms`` (from the first
+    token to the end) covers ``n - 1`` decodes; a one-token reply has no rate (not n tokens / ~0 ms)."""
+    _, done, _ = run(make(), [1, 2, 3, 6, 11][:n], finish("length", n=n, predicted_ms=50.0))
+    t = done.timings
+    assert (t.predicted_n, t.predicted_ms, t.predicted_per_token_ms, t.predicted_per_second) == (
+        n, 50.0, per_token_ms, per_second)
+    one = run(make(), [1], finish("length", n=1, predicted_ms=0.001))[1].timings  # 1 us, as llama-server clamps
+    assert one.predicted_per_second == 0.0 and one.predicted_per_token_ms == 0.0
 
 
 def test_usage_has_no_injected_tokens_when_hooks_are_off() -> None:
@@ -436,6 +450,8 @@ def test_choices_interleave_with_their_index_and_count_usage_once_per_prompt() -
     assert usage == {"prompt_tokens": 6, "completion_tokens": 4, "total_tokens": 10,
                      "prompt_tokens_details": {"cached_tokens": 5}}
     assert chunks[-1]["timings"]["predicted_n"] == 4 and chunks[-1]["timings"]["predicted_ms"] == 40.0
+    # every choice's one token came from its prompt's logits: no decode step, no rate
+    assert chunks[-1]["timings"]["predicted_per_second"] == chunks[-1]["timings"]["predicted_per_token_ms"] == 0.0
     whole = encode(Choices(replies, [0, 0, 1, 1]).completion([d for _, d in sorted(dones)]))
     assert [c["index"] for c in whole["choices"]] == [0, 1, 2, 3] and whole["usage"] == usage
     assert [c["message"]["content"] for c in whole["choices"]] == ["Hello", " wor", "ld", "Hello"]

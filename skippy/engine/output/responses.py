@@ -257,7 +257,8 @@ class Choices:
     the prompt it answers. ``usage`` counts each prompt once and every choice's
     completion tokens (OpenAI): ``prompt_tokens`` and ``cached_tokens`` are
     each prompt's first choice's, summed over prompts; ``timings`` likewise, with
-    ``predicted_n`` summed and the longest ``prompt_ms`` / ``predicted_ms``.
+    ``predicted_n`` summed and the longest ``prompt_ms`` / ``predicted_ms`` (the rates
+    count every choice's decode steps after its first token over the longest ``predicted_ms``).
     Streamed, each choice's chunks carry its ``index`` and interleave as its
     tokens come; with ``include_usage`` one usage chunk follows the last finish.
     """
@@ -286,7 +287,8 @@ class Choices:
         timings = wire.Timings.of(sum(d.timings.prompt_n for d in firsts.values()),
                                   max(d.timings.prompt_ms for d in firsts.values()), completion,
                                   max(d.timings.predicted_ms for d in dones),
-                                  cache_n=sum(d.timings.cache_n for d in firsts.values()))
+                                  cache_n=sum(d.timings.cache_n for d in firsts.values()),
+                                  predicted_steps=sum(max(d.timings.predicted_n - 1, 0) for d in dones))
         return usage, timings
 
     def completion(self, dones: Sequence[Done]) -> msgspec.Struct:

@@ -123,9 +123,13 @@ class Timings(WireStruct, kw_only=True):
     ``cache_n`` prompt tokens were reused from the prefix cache, ``prompt_n``
     were prefilled (``cache_n + prompt_n`` is the prompt); ``prompt_ms`` runs
     from admission to the first sampled token, ``predicted_ms`` from then to
-    the end; ``predicted_n`` is the completion tokens. ``draft_n`` /
-    ``draft_n_accepted``: speculative draft tokens verified and accepted, only
-    when the request speculated (llama-server's fields).
+    the end; ``predicted_n`` is the completion tokens. The generation rates are
+    llama-server's (``server_slot_stats``): the first token comes from the
+    prompt's logits, so ``predicted_per_token_ms`` and ``predicted_per_second``
+    count the ``predicted_n - 1`` decode steps after it over ``predicted_ms``
+    (0 for a single token). ``draft_n`` / ``draft_n_accepted``: speculative
+    draft tokens verified and accepted, only when the request speculated
+    (llama-server's fields).
     """
 
     cache_n: int
@@ -142,14 +146,20 @@ class Timings(WireStruct, kw_only=True):
 
     @classmethod
     def of(cls, prompt_n: int, prompt_ms: float, predicted_n: int, predicted_ms: float,
-           cache_n: int = 0) -> Timings:
-        """Timings from counts and durations; a rate over no tokens or no time is 0."""
+           cache_n: int = 0, predicted_steps: int | None = None) -> Timings:
+        """Timings from counts (tokens) and durations (ms); a rate over no tokens or no time is 0.
+
+        ``predicted_steps``: the decode steps ``predicted_ms`` covers, by default
+        ``predicted_n - 1`` (llama-server's ``n_gen_steps``: the first token is free);
+        a sum over several sequences decoded side by side passes its own.
+        """
+        steps = max(predicted_n - 1, 0) if predicted_steps is None else predicted_steps
         return cls(cache_n=cache_n, prompt_n=prompt_n, prompt_ms=prompt_ms,
                    prompt_per_token_ms=prompt_ms / prompt_n if prompt_n else 0.0,
                    prompt_per_second=prompt_n * 1000.0 / prompt_ms if prompt_ms > 0 else 0.0,
                    predicted_n=predicted_n, predicted_ms=predicted_ms,
-                   predicted_per_token_ms=predicted_ms / predicted_n if predicted_n else 0.0,
-                   predicted_per_second=predicted_n * 1000.0 / predicted_ms if predicted_ms > 0 else 0.0)
+                   predicted_per_token_ms=predicted_ms / steps if steps else 0.0,
+                   predicted_per_second=steps * 1000.0 / predicted_ms if steps and predicted_ms > 0 else 0.0)
 
 
 # -- logprobs ---------------------------------------------------------------------------------------
