@@ -98,16 +98,58 @@ def test_emulated_follow_up_turn_answers(server) -> None:
     ]
     prompt = httpx.post(server.base_url + "/apply-template", json={"messages": history}).json()["prompt"]
     assert "TOOL_CALL" in prompt and f"Tool result for get_weather ({call.id})" in prompt
-    # tool_choice "none": no call, and no TOOL_CALL text either (SmolLM2 writes another call here, greedy:
-    # it is stripped, so the content may be empty)
+    # tool_choice "none": no call may be made. SmolLM2 copies the history's TOOL_CALL form here (greedy): that
+    # text is the reply's content, never dropped (issue 35.11: it was stripped, leaving content null)
     second = client.chat.completions.create(model="SmolLM2-135M-Instruct", messages=history, tools=[WEATHER],
                                             tool_choice="none", temperature=0, max_tokens=60)
-    assert second.choices[0].finish_reason in ("stop", "length")
-    assert "TOOL_CALL" not in (second.choices[0].message.content or "") and not second.choices[0].message.tool_calls
+    assert second.choices[0].finish_reason in ("stop", "length") and not second.choices[0].message.tool_calls
+    assert second.usage.completion_tokens > 0 and (second.choices[0].message.content or "").strip()
+    # no tools declared at all, the same history: the same text is content too
+    bare = client.chat.completions.create(model="SmolLM2-135M-Instruct", messages=history, temperature=0,
+                                          max_tokens=60)
+    assert bare.choices[0].finish_reason in ("stop", "length") and not bare.choices[0].message.tool_calls
+    assert bare.usage.completion_tokens > 0 and (bare.choices[0].message.content or "").strip()
+    streamed = client.chat.completions.create(model="SmolLM2-135M-Instruct", messages=history, temperature=0,
+                                              max_tokens=60, stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == bare.choices[0].message.content
     # with tools still on, the follow-up renders and is served too (the model may call again)
     again = client.chat.completions.create(model="SmolLM2-135M-Instruct", messages=history, tools=[WEATHER],
                                            temperature=0, max_tokens=60)
     assert again.choices[0].finish_reason in ("stop", "length", "tool_calls")
+
+
+@pytest.mark.parametrize("temperature", [0, 0.9], ids=["greedy", "sampled"])
+def test_named_tool_choice_on_a_native_template_is_one_call(qwen_server, temperature) -> None:
+    """Issue 35.15: a named choice with the template's parallel default (Qwen 2.5: parallel) called the tool twice
+    and ran to max_tokens. Now: exactly one call, then the turn ends; a call cut by the limit is not reported and
+    none of its text leaks into content."""
+    client = openai_client(qwen_server.base_url)
+    for seed in range(3):
+        kwargs = dict(model="m", messages=ASK, tools=[WEATHER, TIME], tool_choice=NAMED, temperature=temperature,
+                      seed=seed, max_tokens=64)
+        choice = client.chat.completions.create(**kwargs).choices[0]
+        assert not (choice.message.content or "")
+        if choice.finish_reason == "length":  # a sampled string argument may outrun the limit: then no call at all
+            assert not choice.message.tool_calls
+            continue
+        assert choice.finish_reason == "tool_calls" and len(choice.message.tool_calls) == 1
+        check_call(choice.message.tool_calls[0].function.name, choice.message.tool_calls[0].function.arguments)
+        chunks = list(client.chat.completions.create(stream=True, **kwargs))
+        calls = streamed_calls(chunks)
+        assert len(calls) == 1 and calls[0]["arguments"] == choice.message.tool_calls[0].function.arguments
+        assert not "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == \
+            ["tool_calls"]
+
+
+@pytest.mark.parametrize("fixture", ["server", "qwen_server"])
+def test_a_forced_call_cut_by_max_tokens_is_not_reported(request: pytest.FixtureRequest, fixture: str) -> None:
+    client = openai_client(request.getfixturevalue(fixture).base_url)
+    for max_tokens in (3, 9):
+        choice = client.chat.completions.create(model="m", messages=ASK, tools=[WEATHER], tool_choice=NAMED,
+                                                temperature=0, max_tokens=max_tokens).choices[0]
+        assert choice.finish_reason == "length"
+        assert not choice.message.tool_calls and not (choice.message.content or ""), (max_tokens, choice.message)
 
 
 def test_json_schema_response_format(server) -> None:

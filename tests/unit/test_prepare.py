@@ -76,17 +76,33 @@ def test_parallel_tool_calls_default_follows_the_template() -> None:
     assert _render(mistral, tools=[WEATHER]).plan.parallel_tool_calls == mistral.caps.supports_parallel_tool_calls
 
 
-def test_tool_choice_none_strips_emulation_syntax() -> None:
-    plan = _render(_tmpl(), tools=[WEATHER], tool_choice="none").plan
-    assert plan.suppress_tool_syntax and not plan.emulated
+@pytest.mark.parametrize("fields", [
+    {"tools": [WEATHER], "tool_choice": "none"},  # tools declared, none may be called
+    {"messages": [*ASK, Message("assistant", None, tool_calls=[{
+        "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]),
+        Message("tool", "sunny", tool_call_id="call_1")]},  # no tools, a rewritten tool history
+], ids=["tool_choice_none", "no_tools_tool_history"])
+def test_where_no_call_may_be_made_tool_call_text_is_content(fields) -> None:
+    """Issue 35.11: the model copies the TOOL_CALL convention although no call may be made; its text is the reply."""
+    plan = _render(_tmpl(), **fields).plan
+    assert not plan.emulated and not plan.allowed_tools
     parser = make_output_parser(plan)
-    assert isinstance(parser, EmulatedToolParser)
-    parser.feed('TOOL_CALL {"name": "get_weather", "arguments": {"city": "Paris"}}')
-    _, msg = parser.finish()
-    assert msg.content == "" and msg.tool_calls == ()
-    assert not _render(_tmpl()).plan.suppress_tool_syntax  # no tools anywhere: plain content
-    qwen = _tmpl("Qwen-Qwen2.5-7B-Instruct.jinja")  # native tools: no emulation syntax in play
-    assert not _render(qwen, tools=[WEATHER], tool_choice="none").plan.suppress_tool_syntax
+    assert not isinstance(parser, EmulatedToolParser)
+    text = 'TOOL_CALL {"name": "get_weather", "arguments": {"city": "Paris"}}'
+    deltas = parser.feed(text[:20]) + parser.feed(text[20:])
+    tail, msg = parser.finish()
+    assert msg.content == text and msg.tool_calls == ()
+    assert "".join(d.content or "" for d in [*deltas, *tail]) == text
+
+
+def test_named_tool_choice_is_one_call_whatever_parallel_tool_calls_says() -> None:
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    qwen = _tmpl("Qwen-Qwen2.5-7B-Instruct.jinja")
+    for tmpl in (_tmpl(), qwen):
+        for parallel in (None, True):
+            plan = _render(tmpl, tools=[WEATHER], tool_choice=named, parallel_tool_calls=parallel).plan
+            assert not plan.parallel_tool_calls, (tmpl.caps.chat_format, parallel)
+    assert _render(qwen, tools=[WEATHER], tool_choice="required").plan.parallel_tool_calls  # the template's default
 
 
 @pytest.mark.parametrize("fields, param", [

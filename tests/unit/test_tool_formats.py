@@ -249,3 +249,48 @@ def test_harmony_reasoning_format_none_keeps_the_raw_analysis():
     parser.feed(text)
     _, msg = parser.finish()
     assert msg.reasoning_content == "" and msg.content == "<|channel|>analysis<|message|>hm<|end|>Hi"
+
+
+def _two_calls(fmt: str) -> str:
+    """FORCED[fmt]'s call twice, in the family's own parallel syntax."""
+    from skippy.engine.sampling.grammar import NATIVE_CALL_SHAPES, NATIVE_CALL_WRAPPERS
+    prefix, sep, suffix = NATIVE_CALL_SHAPES[fmt][:3] if fmt in NATIVE_CALL_SHAPES else NATIVE_CALL_WRAPPERS[fmt]
+    forced = FORCED[fmt]
+    call = forced[len(prefix):len(forced) - len(suffix)]
+    return prefix + call + sep + call + suffix
+
+
+@pytest.mark.parametrize("stem", sorted(FAMILIES))
+def test_named_tool_choice_grammar_allows_exactly_one_call(stem):
+    """Issue 35.15: a named tool choice is one call, then the turn ends (the grammar is complete: only an
+    end-of-generation token may follow), whatever the template's parallel default."""
+    fmt = FAMILIES[stem][0]
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    for parallel in (None, True):
+        plan = render_chat(_tmpl(stem), ChatCompletionRequest(messages=CONVERSATION[:1], tools=[WEATHER],
+                                                              tool_choice=named, parallel_tool_calls=parallel)).plan
+        close = f"Look it up.\n{SYNTAXES[fmt].think_tags[1]}\n" if plan.thinking_forced_open else ""
+        assert gbnf_matches(plan.grammar, close + FORCED[fmt])
+        assert not gbnf_matches(plan.grammar, close + _two_calls(fmt)), fmt
+    # `required` without parallel calls: one call too; with them (where the family has a separator), two may follow
+    one = render_chat(_tmpl(stem), ChatCompletionRequest(messages=CONVERSATION[:1], tools=[WEATHER],
+                                                         tool_choice="required", parallel_tool_calls=False)).plan
+    close = f"Look it up.\n{SYNTAXES[fmt].think_tags[1]}\n" if one.thinking_forced_open else ""
+    assert not gbnf_matches(one.grammar, close + _two_calls(fmt))
+
+
+@pytest.mark.parametrize("stem", sorted(FAMILIES))
+def test_a_call_cut_by_the_token_limit_is_neither_reported_nor_content(stem):
+    """Issue 35.15: the forced call's text cut anywhere (finish ``length``): no partial call in the message and
+    none of its syntax in ``content``; a call is reported once its arguments are whole."""
+    fmt = FAMILIES[stem][0]
+    plan = render_chat(_tmpl(stem), ChatCompletionRequest(messages=CONVERSATION[:1], tools=[WEATHER],
+                                                          tool_choice="required")).plan
+    text = (f"Look it up.\n{SYNTAXES[fmt].think_tags[1]}\n" if plan.thinking_forced_open else "") + FORCED[fmt]
+    for cut in range(1, len(text) + 1):
+        parser = make_output_parser(plan)
+        deltas = parser.feed(text[:cut])
+        _, msg = parser.finish(truncated=True)
+        assert msg.content == "", (cut, msg.content)
+        assert [(c.name, json.loads(c.arguments)) for c in msg.tool_calls] in ([], [CALL]), (cut, msg.tool_calls)
+        assert not any(d.content for d in deltas), cut

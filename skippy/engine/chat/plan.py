@@ -20,10 +20,8 @@ class ParsePlan:
     as requested (``auto``, ``none``, ``deepseek``, ``deepseek-legacy``,
     ``hidden``); ``thinking_forced_open``: the prompt already opened
     ``<think>``; ``allowed_tools``: names the output may call (empty: tools
-    off); ``emulated``: tool calls use the ``TOOL_CALL`` text convention;
-    ``suppress_tool_syntax``: tools are off but the emulation convention is in
-    play (offered tools, or a rewritten tool history), so ``TOOL_CALL`` lines
-    are stripped from the output;
+    off); ``emulated``: tool calls use the ``TOOL_CALL`` text convention
+    (where no call may be made, such text is plain content);
     ``grammar``: GBNF or ``None``;
     ``grammar_lazy_patterns``: when set, the grammar applies only from the
     first match of one of these regexes on (llama.cpp lazy grammar);
@@ -44,7 +42,6 @@ class ParsePlan:
     allowed_tools: frozenset[str] = frozenset()
     parallel_tool_calls: bool = True
     emulated: bool = False
-    suppress_tool_syntax: bool = False
     grammar: str | None = None
     grammar_lazy_patterns: tuple[str, ...] = ()
     constraint: Constraint | None = None

@@ -198,9 +198,12 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
     template has no native tool support, or ``force_tool_emulation``.
     ``parallel_tool_calls`` defaults to true only where the template has
     native parallel calls (llama-server's default), so a forced choice
-    gives exactly one call unless the request asks for more. Where the
-    emulation syntax is in play but tools are off (``tool_choice: "none"``),
-    ``TOOL_CALL`` lines are stripped from the output.
+    gives exactly one call unless the request asks for more; a named
+    ``tool_choice`` is always exactly one call (OpenAI's "forces the model to
+    call that one function"), and the grammar ends the turn after it. Where no
+    call may be made (no tools, or ``tool_choice: "none"``), text the model
+    writes in the ``TOOL_CALL`` form (copied from a rewritten tool history) is
+    content and reaches the client, as llama-server returns such text.
     Template variables: see :func:`_template_kwargs` (``enable_thinking`` is
     true unless set, llama-server's default). A conversation ending
     with an assistant message continues it (see :func:`_prefill`): the
@@ -225,8 +228,11 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
     tools_on = bool(tools) and tool_choice != "none"
     caps = tmpl.caps
     emulated = tools_on and (force_tool_emulation or not caps.supports_tools)
-    parallel = req.parallel_tool_calls if req.parallel_tool_calls is not None else \
-        (caps.supports_parallel_tool_calls and not emulated)
+    if isinstance(tool_choice, dict):
+        parallel = False  # a named tool: exactly one call of it
+    else:
+        parallel = req.parallel_tool_calls if req.parallel_tool_calls is not None else \
+            (caps.supports_parallel_tool_calls and not emulated)
     kwargs = _template_kwargs(req, default_kwargs)
     prefill = _prefill(req, messages)
     final = messages[-1]  # as sent: a prefill continues its text parts concatenated, as llama-server does
@@ -236,7 +242,6 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
     forced_native = False
     lazy: tuple[str, ...] = ()
     rewritten = emulated or (not caps.supports_tools and _has_tool_history(messages))
-    suppress = not tools_on and (rewritten or (bool(tools) and (force_tool_emulation or not caps.supports_tools)))
     if rewritten:
         messages = emulation.rewrite_history(messages, tools if tools_on else [], tool_choice if tools_on else "none",
                                              requires_alternation=tmpl.requires_alternation,
@@ -290,7 +295,6 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
         allowed_tools=frozenset(emulation.allowed_tool_names(tools, tool_choice)) if tools_on else frozenset(),
         parallel_tool_calls=parallel,
         emulated=emulated,
-        suppress_tool_syntax=suppress,
         grammar=structured.gbnf if structured else tool_grammar,
         grammar_lazy_patterns=() if structured else lazy,
         constraint=structured.constraint,
@@ -314,8 +318,6 @@ def make_output_parser(plan: ParsePlan) -> StreamParser:
     """The streaming output parser the plan calls for."""
     if plan.emulated:
         return EmulatedToolParser(set(plan.allowed_tools), plan.parallel_tool_calls, withhold=True)
-    if plan.suppress_tool_syntax:  # tool_choice "none" where TOOL_CALL lines are in play: strip them
-        return EmulatedToolParser(set(), False, withhold=True)
     return make_parser(plan.chat_format, reasoning_format=plan.reasoning_format,
                        thinking_forced_open=plan.thinking_forced_open,
                        allowed_tools=set(plan.allowed_tools) or None, parallel_tool_calls=plan.parallel_tool_calls,

@@ -233,7 +233,7 @@ class Generation:
             raise EngineClosed("the engine stopped before the generation finished")
         else:
             reason = ev.reason
-        deltas, message = self._pipeline.finish()
+        deltas, message = self._pipeline.finish(truncated=reason == "length")
         if message.tool_calls and not ev.stopped_by_hook and reason != "length":
             reason = "tool_calls"  # a generation cut off by max_tokens stays "length" (OpenAI, llama-server)
         n_injected = self._injected + ev.injected_tokens

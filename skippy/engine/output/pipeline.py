@@ -63,8 +63,11 @@ class OutputPipeline:
         safe, _ = self._stop.feed(text)
         return self._parse(safe)
 
-    def finish(self) -> tuple[list[Delta], ParsedMessage]:
+    def finish(self, *, truncated: bool = False) -> tuple[list[Delta], ParsedMessage]:
         """End of generation: flush held text; return the last deltas and the message.
+
+        ``truncated``: the token limit ended it (finish ``length``); the parser then drops the syntax the
+        limit cut instead of giving it back as content (:meth:`StreamParser.finish`).
 
         The bytes of a character the end cut (``max_tokens`` inside a multi-byte character) are
         dropped, never sent as U+FFFD; ``text`` and the message end at the last whole character.
@@ -73,7 +76,7 @@ class OutputPipeline:
         if not self.stopped:
             tail, _ = self._stop.feed(self._utf8.flush())
             deltas += self._parse(tail + self._stop.flush())
-        more, message = self._parser.finish()
+        more, message = self._parser.finish(truncated=truncated)
         return deltas + [d for d in more if not d.is_empty()], message
 
     def _parse(self, text: str) -> list[Delta]:

@@ -83,8 +83,14 @@ class StreamParser(Protocol):
         """Consume the next piece of generated text; return safe deltas."""
         ...
 
-    def finish(self) -> tuple[list[Delta], ParsedMessage]:
-        """End of generation: flush held-back text, return the final message."""
+    def finish(self, *, truncated: bool = False) -> tuple[list[Delta], ParsedMessage]:
+        """End of generation: flush held-back text, return the final message.
+
+        ``truncated``: the text was cut by the token limit (finish ``length``). Held-back text then is the
+        start of syntax the limit cut (a marker, a call's header or arguments) and is dropped, never given
+        back as content, and a call whose arguments did not complete is left out of the message (a stream
+        has already sent its fragments; its ``finish_reason: "length"`` says the call is cut).
+        """
         ...
 
 
@@ -100,5 +106,5 @@ class ContentParser:
         self._parts.append(text)
         return [Delta(content=text)]
 
-    def finish(self) -> tuple[list[Delta], ParsedMessage]:
+    def finish(self, *, truncated: bool = False) -> tuple[list[Delta], ParsedMessage]:
         return [], ParsedMessage(content="".join(self._parts))

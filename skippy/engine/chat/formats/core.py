@@ -522,15 +522,30 @@ class ChatParser:
             raise RuntimeError("feed() after finish()")
         return self._record(self._top.feed(text)) if text else []
 
-    def finish(self) -> tuple[list[Delta], ParsedMessage]:
+    def finish(self, *, truncated: bool = False) -> tuple[list[Delta], ParsedMessage]:
+        """See :meth:`StreamParser.finish`: with ``truncated`` the held-back text is dropped and a call
+        whose arguments are not a complete JSON object is left out of the message."""
         self._done = True
-        deltas = self._record(self._top.finish())
-        # a call cut off before its arguments started gets "{}" (streamed too, so both agree)
-        deltas += self._record([Delta(tool_calls=(ToolCallDelta(index=index, arguments="{}"),))
-                                for index, (_, _, frags) in enumerate(self._calls) if not "".join(frags)])
-        calls = tuple(ToolCall(id=i, name=n, arguments="".join(a)) for i, n, a in self._calls)
+        if truncated:
+            deltas: list[Delta] = []
+            calls = tuple(ToolCall(id=i, name=n, arguments="".join(a)) for i, n, a in self._calls
+                          if _complete_object("".join(a)))
+        else:
+            deltas = self._record(self._top.finish())
+            # a call cut off before its arguments started gets "{}" (streamed too, so both agree)
+            deltas += self._record([Delta(tool_calls=(ToolCallDelta(index=index, arguments="{}"),))
+                                    for index, (_, _, frags) in enumerate(self._calls) if not "".join(frags)])
+            calls = tuple(ToolCall(id=i, name=n, arguments="".join(a)) for i, n, a in self._calls)
         return deltas, ParsedMessage(content="".join(self._content),
                                      reasoning_content="".join(self._reasoning), tool_calls=calls)
+
+
+def _complete_object(text: str) -> bool:
+    """True if ``text`` is one whole JSON object (a call's finished arguments)."""
+    try:
+        return isinstance(JSON_DECODER.decode(text), dict)
+    except ValueError:
+        return False
 
 
 def _coalesce(deltas: list[Delta]) -> list[Delta]:

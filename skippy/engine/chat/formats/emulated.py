@@ -48,10 +48,10 @@ once its object closes, with its whole arguments in one delta, so a call
 that never completes is never sent: a call cut off by the end of the text
 (``max_tokens``) is dropped, and the text of a call candidate that is
 malformed or names a tool not in ``allowed_tools`` is dropped to the end of
-its line. Emulation syntax then never reaches ``content`` (with an empty
-``allowed_tools`` this strips every ``TOOL_CALL`` line, for
-``tool_choice: "none"``). Agents that accumulate streamed fragments and
-parse partial JSON would otherwise run a truncated call.
+its line. Emulation syntax then never reaches ``content`` while calls may
+be made. (Where none may be, the server does not use this parser: such text
+is plain content.) Agents that accumulate streamed fragments and parse
+partial JSON would otherwise run a truncated call.
 
 Ids are minted once per call with ``id_factory`` (``call_`` + 24 hex
 chars) at announcement, so streaming and the final message agree.
@@ -295,9 +295,12 @@ class EmulatedToolParser:
         self._call_stage(final=False)
         return self._take()
 
-    def finish(self) -> tuple[list[Delta], ParsedMessage]:
-        self._think_stage(final=True)
-        self._call_stage(final=True)
+    def finish(self, *, truncated: bool = False) -> tuple[list[Delta], ParsedMessage]:
+        """End of the text; with ``truncated`` (the token limit cut it) held-back text is dropped and a call
+        not yet complete is not kept (:meth:`StreamParser.finish`)."""
+        if not truncated:
+            self._think_stage(final=True)
+            self._call_stage(final=True)
         msg = ParsedMessage(content=self._content.text(), reasoning_content=self._reasoning.text(),
                             tool_calls=tuple(self._calls))
         return self._take(), msg
