@@ -270,12 +270,13 @@ class NativeCompletionRequest(SamplingFields, kw_only=True):
     strings / lists (several prompts: the answer is a list, one result per prompt, ``index`` in order).
     ``n_predict`` (-1: until the context is full) is ``max_tokens``. ``n_probs`` adds
     ``completion_probabilities`` (that many alternatives per token, <= 20); ``return_tokens`` the
-    generated token ids; ``samplers`` (names, or llama.cpp's one-letter string) chooses which samplers
-    of the chain run (see :func:`skippy.engine.sampling.native.apply_samplers`); ``json_schema`` and
-    ``grammar`` constrain the output; ``timings_per_token`` adds ``timings`` to each streamed chunk,
-    ``return_progress`` a ``prompt_progress`` chunk once the prompt is in the KV cache. ``id_slot`` is
-    checked (-1 or a slot id) but the scheduler places the request (a slot's cached prefix is reused
-    by any request that shares it).
+    generated token ids in the answer (stream chunks carry theirs anyway, as llama-server's);
+    ``samplers`` (names, or llama.cpp's one-letter string) chooses which samplers of the chain run (see
+    :func:`skippy.engine.sampling.native.apply_samplers`); ``json_schema`` and ``grammar`` constrain
+    the output; ``timings_per_token`` adds ``timings`` to each streamed chunk, ``return_progress`` a
+    ``prompt_progress`` chunk once the prompt is in the KV cache. ``id_slot`` is checked (-1 or a slot
+    id) but the scheduler places the request (a slot's cached prefix is reused by any request that
+    shares it).
     """
 
     prompt: str | list[PromptPart | list[PromptPart]]

@@ -6,6 +6,13 @@ chunks (``stop: false``; ``content``, ``tokens``, per-token ``timings``,
 ``completion_probabilities``, a ``prompt_progress`` chunk) and the final
 answer (``stop: true``; ``stop_type``, ``generation_settings``,
 ``timings``...), in llama-server's shape (``tools/server`` ``server_task_result_cmpl_*``).
+
+``tokens`` follows llama-server's ``send_partial_response`` / ``send_final_response``:
+each stream chunk carries the id of the token sampled for it, ``return_tokens`` or
+not (its ``content`` is the text that token released: text held back for a split
+character or a possible stop string goes out with a later token); the non-streamed
+answer carries every generated id only with ``return_tokens``; a stream's final
+chunk carries none (they were in the chunks).
 """
 
 from __future__ import annotations
@@ -39,9 +46,10 @@ class NativeReply:
     """llama-server ``/completion`` replies for one prompt's :class:`Generation`.
 
     ``index``: the prompt's position in a multi-prompt request; ``prompt_text``: the prompt as text;
-    ``settings``: its ``generation_settings``; ``return_tokens``, ``n_probs``, ``timings_per_token``,
-    ``return_progress``: the request's fields. ``slot_info()`` gives ``(slot, cached prompt tokens)`` of
-    the running sequence (read once, at its first token). ``clock`` gives seconds (per-token timings).
+    ``settings``: its ``generation_settings``; ``return_tokens`` (the answer's ``tokens``; stream chunks
+    carry theirs always), ``n_probs``, ``timings_per_token``, ``return_progress``: the request's fields.
+    ``slot_info()`` gives ``(slot, cached prompt tokens)`` of the running sequence (read once, at its
+    first token). ``clock`` gives seconds (per-token timings).
     """
 
     def __init__(self, model: str, generation: Generation, *, prompt_text: str, settings: wire.GenerationSettings,
@@ -86,7 +94,7 @@ class NativeReply:
 
     def _chunk(self, content: str, tokens: Sequence[TokenEvent]) -> wire.NativeCompletion:
         return wire.NativeCompletion(
-            index=self.index, content=content, tokens=[ev.token for ev in tokens] if self.return_tokens else [],
+            index=self.index, content=content, tokens=[ev.token for ev in tokens],
             stop=False, tokens_predicted=self._n, tokens_evaluated=self._n_prompt,
             timings=self._timings(self._clock()) if self.timings_per_token else wire.UNSET,
             completion_probabilities=self._probs(tokens))

@@ -589,7 +589,8 @@ class PromptProgress(WireStruct, kw_only=True):
 class NativeCompletion(WireStruct, kw_only=True):
     """llama-server's native ``/completion`` answer, and each SSE chunk of a streamed one.
 
-    A chunk (``stop: false``) carries the new ``content`` and, with ``return_tokens``, its ``tokens``;
+    A chunk (``stop: false``) carries the new ``content`` and its ``tokens`` (the id sampled for it, as
+    llama-server streams them, ``return_tokens`` or not; the answer has them only with ``return_tokens``);
     ``timings`` with ``timings_per_token``; ``completion_probabilities`` with ``n_probs``; a
     ``return_progress`` chunk carries ``prompt_progress`` and no content. The answer (and a stream's
     last chunk, ``stop: true``) adds ``model``, ``generation_settings``, ``prompt``, ``stop_type``
