@@ -74,7 +74,7 @@ from skippy.engine.output.native import DEFAULT_SAMPLERS, NativeReply, generatio
 from skippy.engine.output.responses import ChatReply, Choices, InfillReply, TextReply, new_id
 from skippy.engine.runtime.base import Runtime
 from skippy.engine.sampling.constraints import RequestConstraint, constraint_from_request
-from skippy.engine.sampling.native import apply_samplers, sampler_names
+from skippy.engine.sampling.native import apply_samplers, native_logit_bias, resolve_logit_bias, sampler_names
 from skippy.engine.sampling.params import SamplingParams, sampling_from_request
 from skippy.engine.scheduling.budget import ReasoningBudget
 from skippy.engine.scheduling.events import EmbeddingsEvent, EmbedRequest, FinishEvent, HookEvent, SeqEvent
@@ -383,8 +383,9 @@ class Engine:
             raise InvalidRequest(f"id_slot must be -1 or a slot id (0..{self.meta.n_seq_max - 1})", param="id_slot")
         arrival = next(self._arrivals)
         n_probs = req.n_probs or 0
-        sreq = apply_samplers(req, req.samplers)
+        sreq = msgspec.structs.replace(apply_samplers(req, req.samplers), logit_bias=None)
         params = self._sampling(sreq, logprobs=True, top_logprobs=n_probs)  # token ids ride on logprob events
+        params = attrs.evolve(params, logit_bias=await self._native_logit_bias(req))
         params = await self._constrained(params, constraint_from_request(req))
         n_predict = req.n_predict if req.n_predict is not None else (
             req.max_tokens if req.max_tokens is not None else -1)
@@ -425,6 +426,15 @@ class Engine:
                                        timings_per_token=req.timings_per_token, return_progress=req.return_progress,
                                        slot_info=lambda rid=rid: self.scheduler.seq_info(rid)))
         return replies, self._submit(gens, None)
+
+    async def _native_logit_bias(self, req: NativeCompletionRequest) -> tuple[tuple[int, float], ...]:
+        """llama-server's ``logit_bias`` forms as ``(token id, bias)`` pairs: a text's tokens (tokenized as
+        llama-server does, no special tokens) each get its bias. Raises :class:`InvalidRequest` (400,
+        ``logit_bias``) for a malformed entry or a token id outside the vocabulary."""
+        entries = native_logit_bias(req.logit_bias)
+        texts = {key for key, _ in entries if isinstance(key, str)}
+        tokenized = {t: await self.tokenizer.tokenize(t, add_special=False, parse_special=False) for t in texts}
+        return resolve_logit_bias(entries, tokenized, self.meta.n_vocab)
 
     def slots(self) -> list[wire.Slot]:
         """Every slot's state in llama-server's ``GET /slots`` shape."""

@@ -262,6 +262,10 @@ class InfillRequest(SamplingFields, kw_only=True):
 #: One llama-server prompt: text, token ids, or a mix of both (strings are tokenized in place).
 PromptPart = int | str
 
+#: llama-server's ``logit_bias``: ``[[token id or text, bias or false], ...]`` or ``{"token id or text": bias
+#: or false}`` (read by :func:`skippy.engine.sampling.native.native_logit_bias`).
+NativeLogitBias = dict[str, float | bool] | list[list[int | float | str | bool]]
+
 
 class NativeCompletionRequest(SamplingFields, kw_only=True):
     """llama-server's native ``POST /completion`` (and ``/completions`` without ``/v1``) body.
@@ -276,10 +280,12 @@ class NativeCompletionRequest(SamplingFields, kw_only=True):
     the output; ``timings_per_token`` adds ``timings`` to each streamed chunk, ``return_progress`` a
     ``prompt_progress`` chunk once the prompt is in the KV cache. ``id_slot`` is checked (-1 or a slot
     id) but the scheduler places the request (a slot's cached prefix is reused by any request that
-    shares it).
+    shares it). ``logit_bias`` takes llama-server's forms (:data:`NativeLogitBias`: pairs or an
+    object, token ids or texts, ``false`` bans), not only OpenAI's ``{"id": bias}``.
     """
 
     prompt: str | list[PromptPart | list[PromptPart]]
+    logit_bias: NativeLogitBias | None = None  # type: ignore[assignment]
     n_predict: int | None = None
     id_slot: int = -1
     return_tokens: bool = False

@@ -1,8 +1,10 @@
-"""llama-server's native ``/completion`` on the real server (issue 35): stream chunks carry their token ids."""
+"""llama-server's native ``/completion`` on the real server (issue 35): stream chunks carry their token ids,
+and ``logit_bias`` takes llama-server's forms (pairs, objects, token ids, texts, ``false`` bans)."""
 
 from __future__ import annotations
 
 import httpx
+import jsonschema
 import pytest
 
 from tests.integration.conftest import Server
@@ -45,3 +47,46 @@ def test_stream_chunks_carry_their_token_ids(server: Server, return_tokens: bool
     assert detok == whole["content"]
     # not streamed, ``tokens`` stays empty without return_tokens (llama-server's README)
     assert post(server, "/completion", {**body, "return_tokens": False}).json()["tokens"] == []
+
+
+# -- logit_bias -----------------------------------------------------------------------------------
+
+def _piece(srv: Server, token: int) -> str:
+    return post(srv, "/detokenize", {"tokens": [token]}).json()["content"]
+
+
+def test_logit_bias_in_llama_servers_forms_changes_the_output(server: Server) -> None:
+    plain = complete(server)
+    first = plain["tokens"][0]
+    text = _piece(server, first)
+    assert post(server, "/tokenize", {"content": text}).json()["tokens"] == [first]  # the text is that token
+    banned = [[[first, False]], {str(first): False}, [[text, False]], {text: False}]
+    outs = [complete(server, logit_bias=lb) for lb in banned]
+    for lb, out in zip(banned, outs, strict=True):
+        assert out["tokens"][0] != first, (lb, out)  # banned: never sampled
+    assert len({tuple(o["tokens"]) for o in outs}) == 1  # the four forms ban the same token
+    assert outs[0]["generation_settings"]["logit_bias"] == [[first, None]]  # -inf, as llama-server writes it
+    doc = httpx.get(server.base_url + "/openapi.json", timeout=10).json()
+    schema = doc["paths"]["/completion"]["post"]["responses"]["200"]["content"]["application/json"]["schema"]
+    jsonschema.validate(outs[0], {**schema, "components": doc["components"]})
+    # a positive bias forces a token, by id or by text; the numbers keep llama-server's sign and size
+    other = outs[0]["tokens"][0]
+    for lb in ([[other, 50]], [[_piece(server, other), 50.0]], {str(other): 50}):
+        assert complete(server, logit_bias=lb)["tokens"][0] == other, lb
+    assert complete(server, logit_bias=[[first, -0.001]])["tokens"] == plain["tokens"]  # a nudge changes nothing
+
+
+@pytest.mark.parametrize("logit_bias", [[[1, True]], [[1]], [["", 1]], {"1": "x"}, [[10 ** 9, 1]], [1, 2], "1"])
+def test_a_bad_logit_bias_is_a_400_naming_it(server: Server, logit_bias: object) -> None:
+    r = post(server, "/completion", {"prompt": PROMPT, "n_predict": 2, "logit_bias": logit_bias})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "logit_bias"
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+def test_openai_routes_still_take_only_id_maps(server: Server, path: str) -> None:
+    base = {"prompt": PROMPT} if path == "/v1/completions" else {"messages": [{"role": "user", "content": "Hi"}]}
+    for bad in ([[1, False]], {"1": False}, {"Hello": 1}):
+        r = post(server, path, {**base, "max_tokens": 2, "logit_bias": bad})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "logit_bias", r.text
+    assert post(server, path, {**base, "max_tokens": 2, "logit_bias": {"1": -100}}).status_code == 200

@@ -17,6 +17,7 @@ chunk carries none (they were in the chunks).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 
@@ -38,7 +39,8 @@ def generation_settings(params: SamplingParams, *, n_predict: int, stop: Sequenc
         min_p=params.min_p, repeat_last_n=params.penalty_last_n, repeat_penalty=params.repeat_penalty,
         presence_penalty=params.presence_penalty, frequency_penalty=params.frequency_penalty, stop=list(stop),
         max_tokens=n_predict, n_predict=n_predict, stream=stream, n_probs=n_probs, ignore_eos=ignore_eos,
-        logit_bias=[[float(t), b] for t, b in params.logit_bias], grammar=params.grammar or "",
+        logit_bias=[[float(t), b if math.isfinite(b) else None] for t, b in params.logit_bias],
+        grammar=params.grammar or "",
         samplers=list(samplers), timings_per_token=timings_per_token)
 
 

@@ -515,7 +515,8 @@ class GenerationSettings(WireStruct, kw_only=True):
     The samplers this server does not have are shown at the values that make them identity, which are
     the only ones it runs (``dynatemp_range`` 0, ``typical_p`` 1, ``xtc_probability`` 0,
     ``dry_multiplier`` 0, ``mirostat`` 0, ``top_n_sigma`` -1). ``n_predict`` -1: until the context is
-    full. ``samplers``: the chain in order.
+    full. ``samplers``: the chain in order. ``logit_bias``: ``[token id, bias]`` pairs, a banned token's
+    bias ``null`` (-inf, which JSON cannot write; llama-server writes it so too).
     """
 
     seed: int
@@ -547,7 +548,7 @@ class GenerationSettings(WireStruct, kw_only=True):
     n_discard: int = 0
     ignore_eos: bool = False
     stream: bool = False
-    logit_bias: list[list[float]] = msgspec.field(default_factory=list)
+    logit_bias: list[list[float | None]] = msgspec.field(default_factory=list)
     n_probs: int = 0
     min_keep: int = 0
     grammar: str = ""

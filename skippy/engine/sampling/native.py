@@ -15,16 +15,24 @@ penalties -> top_k -> top_p -> min_p -> temperature -> dist
   identity samplers;
 - an order our chain cannot run (e.g. ``temperature`` before ``top_k``),
   ``infill`` or an unknown name is a 400 naming ``samplers``.
+
+llama-server's ``logit_bias`` forms (``[[id, bias]]``, ``[[id, false]]``,
+``[["text", bias]]``, ``{"id": bias}``, ``{"text": bias}``) are read by
+:func:`native_logit_bias` and resolved to token ids by :func:`resolve_logit_bias`
+(the OpenAI routes keep their ``{"id": bias}`` maps: :mod:`skippy.engine.sampling.params`).
 """
 
 from __future__ import annotations
 
+import math
+import re
+from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
 import msgspec
 
 from skippy.engine.errors import InvalidRequest
-from skippy.engine.types import SamplingFields
+from skippy.engine.types import NativeLogitBias, SamplingFields
 
 T = TypeVar("T", bound=SamplingFields)
 
@@ -88,3 +96,82 @@ def apply_samplers(req: T, samplers: list[str] | str | None) -> T:
     if "temperature" not in names:
         changes["temperature"] = 1.0
     return msgspec.structs.replace(req, **changes)
+
+
+#: one ``logit_bias`` entry before tokenization: a token id or a text, and its additive bias (``-inf``: banned)
+BiasEntry = tuple[int | str, float]
+
+#: a bias beyond float32's range would turn a logit into +-inf (and a softmax into NaN)
+MAX_BIAS = 3.4e38
+
+_ID = re.compile(r"-?[0-9]+")
+
+
+def _bias(value: object, where: str) -> float:
+    """A bias value: a finite number, or ``false`` (-inf: the token is never sampled)."""
+    if value is False:
+        return -math.inf
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidRequest(f"logit_bias {where}: the bias must be a number or false (ban), got {value!r}",
+                             param="logit_bias")
+    if not (math.isfinite(value) and abs(value) <= MAX_BIAS):
+        raise InvalidRequest(f"logit_bias {where}: the bias must be a finite number (at most {MAX_BIAS:g} "
+                             "in magnitude) or false (ban)", param="logit_bias")
+    return float(value)
+
+
+def native_logit_bias(raw: NativeLogitBias | None) -> list[BiasEntry]:
+    """llama-server's ``logit_bias`` (``params_from_json_cmpl``) as ``(token id or text, bias)`` entries, in order.
+
+    Forms: a list of ``[id, bias]`` / ``[text, bias]`` pairs, or an object ``{"id": bias}`` /
+    ``{"text": bias}`` (a key that is a decimal integer is a token id, any other a text). ``bias``:
+    a number added to the logit, or ``false``: ``-inf`` (never sampled). A text's bias goes to every
+    token of its tokenization (:func:`resolve_logit_bias`). Where llama-server silently skips a
+    malformed entry, this raises :class:`InvalidRequest` (400, ``param="logit_bias"``): a pair that is not
+    ``[id or text, bias]``, an id that is not an integer, an empty text, a bias that is ``true``, not a
+    number or not finite. Token id ranges are checked by :func:`resolve_logit_bias`.
+    """
+    if raw is None:
+        return []
+    out: list[BiasEntry] = []
+    if isinstance(raw, dict):
+        for key, value in raw.items():
+            if not key:
+                raise InvalidRequest("logit_bias keys must be token ids or non-empty texts", param="logit_bias")
+            out.append((int(key) if _ID.fullmatch(key) else key, _bias(value, f"key {key!r}")))
+        return out
+    for i, pair in enumerate(raw):
+        where = f"entry {i}"
+        if len(pair) != 2:
+            raise InvalidRequest(f"logit_bias {where}: expected [token id or text, bias], got {pair!r}",
+                                 param="logit_bias")
+        key, value = pair
+        if isinstance(key, bool) or not isinstance(key, int | str) or key == "":
+            raise InvalidRequest(f"logit_bias {where}: the first item must be a token id (an integer) or a "
+                                 f"non-empty text, got {key!r}", param="logit_bias")
+        out.append((key, _bias(value, where)))
+    return out
+
+
+def resolve_logit_bias(entries: Sequence[BiasEntry], tokenized: Mapping[str, Sequence[int]],
+                       n_vocab: int) -> tuple[tuple[int, float], ...]:
+    """Entries of :func:`native_logit_bias` as ``(token id, bias)`` pairs for :class:`SamplingParams`.
+
+    ``tokenized`` maps each text entry to its token ids (llama-server: ``common_tokenize`` without
+    special tokens, special-token text not parsed); each of them gets the entry's bias. A token named more
+    than once gets the sum of its biases, as llama.cpp's ``logit_bias`` sampler adds every entry (``-inf``
+    stays a ban); first-seen order. Raises :class:`InvalidRequest` (``param="logit_bias"``) for a token id
+    outside ``0..n_vocab - 1`` (llama-server skips it).
+    """
+    total: dict[int, float] = {}
+    for key, bias in entries:
+        if isinstance(key, str):
+            ids: Sequence[int] = tokenized[key]
+        else:
+            if not 0 <= key < n_vocab:
+                raise InvalidRequest(f"logit_bias token id {key} is not a token id (0..{n_vocab - 1})",
+                                     param="logit_bias")
+            ids = (key,)
+        for tok in ids:
+            total[tok] = total.get(tok, 0.0) + bias
+    return tuple(total.items())
