@@ -6,7 +6,8 @@
 #                `make venv GPU=cuda`
 #   make pull    download the default model and Gemma 3 270M (the second tested model) into the
 #                cache ($SKIPPY_HOME or ~/.cache/skippy); without network the Gemma tests skip
-#   make run     serve the default model (SERVE_ARGS="--port 8080 ..." to pass flags)
+#   make run     pull the default model only, then serve it (SERVE_ARGS="--port 8080 ..." to pass flags);
+#                the `skippy` command is then .venv/bin/skippy (`source .venv/bin/activate` puts it on PATH)
 #   make test    lint-imports (architecture contracts), ruff check, then the test suite
 #                (PYTEST_ARGS="-k foo" to pass flags to pytest)
 #   make lint    lint-imports and ruff check only
@@ -74,7 +75,7 @@ define install
 	@touch $(2)
 endef
 
-.PHONY: venv venv-bench pull run lint test bench bench-burst bench-peer bench-embeddings bench-scaleout
+.PHONY: venv venv-bench pull pull-default run lint test bench bench-burst bench-peer bench-embeddings bench-scaleout
 
 venv: $(STAMP_TEST)
 
@@ -86,11 +87,14 @@ $(STAMP_TEST):
 $(STAMP_BENCH):
 	$(call install,test$(COMMA)bench,$@ $(STAMP_TEST))
 
-pull: venv
+# the default model alone: what `make run` serves
+pull-default: venv
 	$(BIN)/skippy pull
+
+pull: pull-default
 	@$(BIN)/skippy pull gemma-3-270m || echo "warning: could not pull gemma-3-270m; its integration tests will skip" >&2
 
-run: venv pull
+run: venv pull-default
 	$(BIN)/skippy serve $(SERVE_ARGS)
 
 # The import contracts and ruff's rules are in pyproject.toml ([tool.importlinter], [tool.ruff]).

@@ -4,12 +4,17 @@ No server starts here: a case either fails while click parses the command
 line (exit code 2), or runs with ``skippy.http.serve.serve`` and
 ``skippy.models.ensure_model`` replaced by recorders, so the test sees the
 ``EngineConfig`` and ``ServerSettings`` that the command line produced.
+
+Also: what ``make -n`` says ``make run`` pulls, and the README's note on where the ``skippy``
+command is.
 """
 
 from __future__ import annotations
 
 import gc
 import re
+import shutil
+import subprocess
 import warnings
 from pathlib import Path
 
@@ -437,3 +442,26 @@ def test_unusable_model_lists_are_refused(args: list[str], message: str, serve_r
     result = CliRunner().invoke(main, ["serve", *args], env={})
     assert result.exit_code in (1, 2) and message in result.output, result.output
     assert not serve_recorder
+
+
+# -- make run, and where the README says the skippy command is --------------------------------------
+
+def test_make_run_pulls_only_the_default_model() -> None:
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("no make on this machine")
+
+    def pulls(target: str) -> list[str]:
+        out = subprocess.run([make, "-n", target], cwd=README.parent, capture_output=True, text=True,
+                             check=True).stdout
+        return [line.split(" ||")[0] for line in out.splitlines() if line.startswith(".venv/bin/skippy pull")]
+
+    assert pulls("run") == [".venv/bin/skippy pull"]  # the model it serves, not Gemma
+    assert pulls("pull") == pulls("test") == [".venv/bin/skippy pull", ".venv/bin/skippy pull gemma-3-270m"]
+
+
+def test_readme_says_where_the_skippy_command_is() -> None:
+    text = README.read_text(encoding="utf-8")
+    commands = text[text.index("### Commands"):text.index("| command | what it does |")]
+    assert "`.venv/bin/`" in commands and "`source .venv/bin/activate`" in commands and "`pip install .`" in commands
+
