@@ -48,7 +48,44 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def plain_help(text: str) -> str:
+    """A help text as a terminal shows it: reStructuredText's inline literal ````x```` becomes ``'x'``.
+
+    Command docstrings and the settings' help texts (``setting(help=...)``) are written for Sphinx
+    too; every ``--help`` page goes through :class:`PlainHelpFormatter`, which applies this.
+    """
+    return text.replace("``", "'")
+
+
+class PlainHelpFormatter(click.HelpFormatter):
+    """click's help formatter with :func:`plain_help` applied to the texts (before they are wrapped)
+    and to the second column of the option and command lists."""
+
+    def write_text(self, text: str) -> None:
+        super().write_text(plain_help(text))
+
+    def write_dl(self, rows: Any, col_max: int = 30, col_spacing: int = 2) -> None:
+        super().write_dl([(first, plain_help(second)) for first, second in rows], col_max, col_spacing)
+
+
+class SkippyContext(click.Context):
+    formatter_class = PlainHelpFormatter
+
+
+class SkippyCommand(click.Command):
+    """A ``skippy`` subcommand: its ``--help`` is written by :class:`PlainHelpFormatter`."""
+
+    context_class = SkippyContext
+
+
+class SkippyGroup(click.Group):
+    """The ``skippy`` group: its own ``--help`` and every subcommand's go through :class:`PlainHelpFormatter`."""
+
+    context_class = SkippyContext
+    command_class = SkippyCommand
+
+
+@click.group(cls=SkippyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(version=_version(), prog_name="skippy", message="%(prog)s %(version)s")
 def main() -> None:
     """skippy: an OpenAI-compatible LLM inference server on trio + llama.cpp."""
@@ -141,7 +178,8 @@ def show(name: str, template_only: bool, models_dirs: tuple[str, ...]) -> None:
     name) or a GGUF path. The capabilities are what skippy detects by
     rendering probe conversations through the template (system role, tools,
     tool call ids, parallel calls, thinking), which decide native tool calls
-    or their emulation.
+    or their emulation: with a template that does not render tools, the
+    model is taught to call them with TOOL_CALL lines.
     """
     from skippy.models import find_model, gguf_info, lookup
 
@@ -187,7 +225,10 @@ def show(name: str, template_only: bool, models_dirs: tuple[str, ...]) -> None:
     caps = detect_caps(ChatTemplate(info.chat_template))
     click.echo("\nCapabilities")
     for field, value in attrs.asdict(caps).items():
-        click.echo(f"  {field.replace('_', ' ')}: {str(value).lower() if isinstance(value, bool) else value}")
+        shown = ("yes" if value else "no") if isinstance(value, bool) else value
+        if field == "supports_tools":
+            shown += " (native tool calls)" if value else " (tool calls are emulated with TOOL_CALL lines)"
+        click.echo(f"  {field.replace('_', ' ')}: {shown}")
 
 
 @main.command()
@@ -316,7 +357,7 @@ def _isatty(stream: Any) -> bool:
 
 
 @main.command()
-@click.argument("name", metavar="MODEL", default=DEFAULT_MODEL)
+@click.argument("name", metavar="[MODEL]", default=DEFAULT_MODEL)
 @_MODELS_DIR
 @click.option("--system", default=None, metavar="TEXT", help="A system message opening the conversation.")
 @click.option("--max-tokens", default=None, type=click.IntRange(1), help="Cap on each reply's tokens.  "
@@ -566,7 +607,7 @@ LLAMA_SERVER_NOTE = ("skippy serve takes llama-server's flags -m, -c/--ctx-size,
                      "see 'skippy serve --help'")
 
 
-class ServeCommand(click.Command):
+class ServeCommand(SkippyCommand):
     """``skippy serve``'s click command: an unknown option is a usage error naming it as it was typed.
 
     click reads an unknown single-dash option such as llama-server's ``-ngl`` as the short option

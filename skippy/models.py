@@ -930,7 +930,8 @@ def download(url: str, part: Path, *, headers: dict[str, str] | None = None, pro
 
     Raises:
         ModelError: an HTTP error status, a failed connection, or still incomplete after ``attempts``
-            (the partial ``part`` is kept, so a later call resumes it).
+            (the URL and the last error; a partial ``part`` with bytes in it is kept and named, so a later
+            call resumes it; an empty one is removed).
     """
     import time
 
@@ -985,9 +986,13 @@ def download(url: str, part: Path, *, headers: dict[str, str] | None = None, pro
         if attempt + 1 < attempts:
             _say(f"download of {url} interrupted ({last}); resuming", progress)
             time.sleep(min(0.5 * attempt, 5.0))
+    reason = (str(last) or type(last).__name__) if last is not None else "interrupted"
     kept = part.stat().st_size if part.is_file() else 0
-    raise ModelError(f"cannot download {url}: {last or 'interrupted'}. {kept} bytes are kept in {part}; run the "
-                     "same skippy pull again to resume.")
+    if not kept:  # nothing to resume: say so by not naming a file that is not there
+        part.unlink(missing_ok=True)
+        raise ModelError(f"cannot download {url}: {reason}")
+    raise ModelError(f"cannot download {url}: {reason}. {kept} bytes are kept in {part}; run the same skippy pull "
+                     "again to resume.")
 
 
 def pull_url(url: str, *, sha256: str | None = None, progress: bool = True,
@@ -1046,7 +1051,8 @@ def pull_source(source: str, *, sha256: str | None = None, progress: bool = True
 
     Raises:
         ModelError: as the function it dispatches to; ``sha256`` with a registry name (the
-            registry pins the hash).
+            registry pins the hash); any other name (the message names the known models and
+            the ``OWNER/REPO:QUANT`` form, with an example).
     """
     if lookup(source) is not None:
         if sha256 is not None:
@@ -1057,4 +1063,19 @@ def pull_source(source: str, *, sha256: str | None = None, progress: bool = True
     ref = parse_hf(source)
     if ref is not None:
         return pull_url(resolve_hf(ref), sha256=sha256, progress=progress, headers=_hf_headers())
-    return pull(source, progress=progress)
+    if Path(source).expanduser().is_file():
+        return pull(source, progress=progress)  # refused, saying that it is a local file
+    raise ModelError(_unknown_source(source))
+
+
+def _unknown_source(source: str) -> str:
+    """What ``skippy pull SOURCE`` says for a name that is no known model, URL or Hugging Face reference:
+    the known names and the forms that reach other models, with an example."""
+    import re
+
+    if re.fullmatch(rf"{_HF_NAME}/{_HF_NAME}", source):  # OWNER/REPO without :QUANT reads as a relative path
+        return (f"{source!r} is no known model or file; for the Hugging Face repo {source}, add the quantization: "
+                f"skippy pull {source}:{DEFAULT_HF_QUANT} (or hf://{source}/FILE.gguf)")
+    return (f"unknown model {source!r}; known names: {_known_names()}. Other models come from Hugging Face as "
+            f"OWNER/REPO:QUANT, e.g. skippy pull ggml-org/gemma-3-270m-GGUF:Q8_0 (or hf://OWNER/REPO/FILE.gguf, "
+            f"or an http(s) URL of a GGUF file).")

@@ -5,8 +5,8 @@ line (exit code 2), or runs with ``skippy.http.serve.serve`` and
 ``skippy.models.ensure_model`` replaced by recorders, so the test sees the
 ``EngineConfig`` and ``ServerSettings`` that the command line produced.
 
-Also: what ``make -n`` says ``make run`` pulls, and the README's note on where the ``skippy``
-command is.
+Also: what ``make -n`` says ``make run`` pulls, the README's note on where the ``skippy``
+command is, and every command's ``--help`` page (no reStructuredText markup, the usage lines).
 """
 
 from __future__ import annotations
@@ -465,3 +465,39 @@ def test_readme_says_where_the_skippy_command_is() -> None:
     commands = text[text.index("### Commands"):text.index("| command | what it does |")]
     assert "`.venv/bin/`" in commands and "`source .venv/bin/activate`" in commands and "`pip install .`" in commands
 
+
+# -- every command's --help ----------------------------------------------------------------------
+
+def _help_pages() -> dict[str, str]:
+    def page(*args: str):
+        return CliRunner().invoke(main, [*args, "--help"], prog_name="skippy")
+
+    pages = {"skippy": page(), **{f"skippy {name}": page(name) for name in main.commands}}
+    for name, result in pages.items():
+        assert result.exit_code == 0, (name, result.output)
+    return {name: result.output for name, result in pages.items()}
+
+
+def test_help_pages_show_no_rst_markup_and_optional_arguments_in_brackets() -> None:
+    pages = _help_pages()
+    assert {"skippy serve", "skippy run", "skippy pull", "skippy show"} <= set(pages)
+    for name, text in pages.items():
+        assert "``" not in text, (name, text)  # reStructuredText's inline literals read as 'x'
+    assert "'/v1/chat/completions'" in pages["skippy serve"] and "'--keep-alive'" in pages["skippy serve"]
+    assert "Usage: skippy run [OPTIONS] [MODEL]\n" in pages["skippy run"]  # MODEL has a default
+    assert "Usage: skippy show [OPTIONS] MODEL\n" in pages["skippy show"]  # this one is required
+
+
+def test_setting_help_texts_are_rendered_plain() -> None:
+    """The flags generated from ``setting()`` help texts go through the same formatter (the generation
+    point), whatever markup a setting's help text carries."""
+    from skippy.cli import SkippyCommand, setting_option
+    from skippy.engine.config import IsBool, setting
+
+    @attrs.frozen
+    class Demo:
+        shiny: bool = setting(False, help="Make it shine (``--dull`` undoes it; see ``/props``).", check=IsBool())
+
+    cmd = setting_option(attrs.fields(Demo).shiny)(SkippyCommand("demo", callback=lambda **kw: None))
+    text = CliRunner().invoke(cmd, ["--help"]).output
+    assert "Make it shine ('--dull' undoes it; see '/props')." in text and "``" not in text, text

@@ -326,6 +326,40 @@ def test_pull_url_errors(home):
         models.pull_url("http://127.0.0.1:9/x.gguf", progress=False)
 
 
+def test_a_failed_pull_names_a_partial_file_only_when_there_is_one_to_resume(home):
+    """Nothing downloaded: the URL and the error, no ``.part`` (there is none); some bytes kept: the
+    ``.part`` is named, it exists, and the next pull resumes it."""
+    refused = CliRunner().invoke(main, ["pull", "http://127.0.0.1:9/x.gguf"])
+    assert refused.exit_code == 1 and "Traceback" not in refused.output
+    last = refused.stderr.splitlines()[-1]
+    assert last.startswith("error: cannot download http://127.0.0.1:9/x.gguf: ") and ".part" not in last, last
+    assert _cache(home) == []  # no empty x.gguf.part left behind
+    data = _gguf_bytes()
+    part = home / "models" / "y.gguf.part"
+    with FileServer({"/y.gguf": data}, drop_after={"/y.gguf": 1000}) as srv:
+        with pytest.raises(ModelError) as cut:
+            models.download(srv.url + "/y.gguf", part, progress=False, attempts=1)
+        assert str(cut.value).startswith(f"cannot download {srv.url}/y.gguf: ")
+        assert f"1000 bytes are kept in {part}; run the same skippy pull again to resume" in str(cut.value)
+        assert part.stat().st_size == 1000
+        assert models.pull_url(srv.url + "/y.gguf", progress=False).read_bytes() == data  # resumed
+    assert srv.requests[-1] == ("/y.gguf", "bytes=1000-")
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("llama3", "Other models come from Hugging Face as OWNER/REPO:QUANT, e.g. skippy pull "
+               "ggml-org/gemma-3-270m-GGUF:Q8_0"),
+    ("bartowski/Llama-3.2-1B-Instruct-GGUF", "add the quantization: skippy pull "
+                                             "bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M"),
+])
+def test_pull_of_an_unknown_name_suggests_the_hugging_face_form(home, name, expected):
+    result = CliRunner().invoke(main, ["pull", name])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit)  # friendly_errors, no traceback
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: ") and expected in line, line
+    assert _cache(home) == []
+
+
 def test_pull_hf_quant_lists_the_repo_and_follows_the_redirect(home, monkeypatch):
     data = _gguf_bytes()
     listing = '{"siblings": [{"rfilename": "README.md"}, {"rfilename": "tiny-Q8_0.gguf"}, ' \
@@ -370,7 +404,9 @@ def test_cli_list_show_rm(home, tmp_path):
     assert shown.exit_code == 0, shown.output
     assert re.search(r"architecture\s+llama", shown.stdout)
     assert re.search(r"quantization\s+Q4_1", shown.stdout) and re.search(r"context length\s+8192", shown.stdout)
-    assert "supports system role: true" in shown.stdout and "chat format: content_only" in shown.stdout
+    assert "supports system role: yes" in shown.stdout and "chat format: content_only" in shown.stdout
+    # SmolLM2's template ignores tools: say how tool calls still work
+    assert "supports tools: no (tool calls are emulated with TOOL_CALL lines)" in shown.stdout
     template = CliRunner().invoke(main, ["show", "--template", "mine", "--models-dir", str(other)])
     assert template.stdout.startswith("{% for message in messages %}")
     assert CliRunner().invoke(main, ["show", "gemma-3-270m"]).stderr.startswith("error: gemma-3-270m is not pulled")
