@@ -481,6 +481,110 @@ async def test_chat_loop_keeps_history_and_clears_it():
     assert all(r.stream and r.max_tokens == 5 and r.seed == 1 for r in engine.requests)
 
 
+class StoppableEngine(RecordingEngine):
+    """The first chat streams 'part' and then waits (until the reply is stopped); the others answer
+    'reply N' at once. ``waiting`` is set once the first chat is waiting."""
+
+    def __init__(self):
+        super().__init__()
+        import trio
+
+        self.waiting = trio.Event()
+        self.closed = False
+
+    async def chat_stream(self, req):
+        import trio
+
+        from skippy.engine.output import wire
+
+        if self.requests:
+            return await super().chat_stream(req)
+        self.requests.append(req)
+        engine = self
+
+        async def chunks():
+            try:
+                yield wire.ChatCompletionChunk(id="c", created=0, model="m", choices=[
+                    wire.ChatChunkChoice(delta=wire.ChatDelta(content="part"))])
+                engine.waiting.set()
+                await trio.sleep_forever()
+            finally:
+                engine.closed = True
+
+        return chunks()
+
+
+async def test_chat_loop_ctrl_c_stops_the_reply_and_keeps_what_it_wrote():
+    import io
+
+    import trio
+
+    engine, out = StoppableEngine(), io.StringIO()
+    send, interrupts = trio.open_memory_channel(1)
+
+    async def press_ctrl_c():
+        await engine.waiting.wait()
+        await send.send("SIGINT")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(press_ctrl_c)
+        await chat_loop(engine, system=None, max_tokens=None, temperature=None, seed=None, out=out,
+                        interrupts=interrupts, readline=_reader(["tell a long story", "and then?", "/bye"]))
+    assert out.getvalue() == "part\n[reply stopped]\nreply 2\n"
+    assert engine.closed  # the stopped stream was closed: the engine cancels its generation
+    roles = [(m.role, m.content) for m in engine.requests[1].messages]
+    assert roles == [("user", "tell a long story"), ("assistant", "part"), ("user", "and then?")]
+
+
+def test_run_commands_set_show_and_unknown():
+    from skippy.cli import ChatState, run_command
+
+    chat = ChatState(None, {"max_tokens": 64})
+    assert run_command(chat, "/set parameter temperature 0.5") == "Set parameter 'temperature' to '0.5'"
+    assert run_command(chat, "/set parameter TOP_K 20") == "Set parameter 'top_k' to '20'"
+    assert run_command(chat, "/set parameter stop END ###") == "Set parameter 'stop' to 'END, ###'"
+    assert run_command(chat, "/set parameter num_predict -1") == "Set parameter 'num_predict' to '-1'"
+    assert run_command(chat, "/set parameter max_tokens 12") == "Set parameter 'max_tokens' to '12'"
+    assert run_command(chat, "/set system  Answer in  French. ") == "Set system message."
+    assert chat.params == {"max_tokens": 12, "temperature": 0.5, "top_k": 20, "stop": ["END", "###"]}
+    assert chat.system == "Answer in  French."
+    # refused values change nothing
+    assert run_command(chat, "/set parameter top_k many") == "error: top_k takes an integer, not 'many'"
+    assert run_command(chat, "/set parameter top_p 1.5") == "error: top_p must be in (0, 1]"
+    assert run_command(chat, "/set parameter max_tokens 0") == "error: max_tokens must be >= 1"
+    assert run_command(chat, "/set parameter seed 1 2").startswith("error: seed takes one value")
+    assert run_command(chat, "/set parameter num_ctx 8192").startswith("error: num_ctx is fixed when the model loads")
+    assert run_command(chat, "/set parameter warmth 2").startswith("Unknown parameter 'warmth'.\nAvailable parameters:")
+    assert chat.params == {"max_tokens": 12, "temperature": 0.5, "top_k": 20, "stop": ["END", "###"]}
+    assert run_command(chat, "/set parameter").startswith("Available parameters:\n  /set parameter temperature")
+    assert run_command(chat, "/set").startswith("Available commands:\n  /set parameter NAME VALUE")
+    shown = run_command(chat, "/show", [("name", "tiny")])
+    assert re.search(r"^  name +tiny$", shown, re.M) and re.search(r"^  conversation +0 messages", shown, re.M)
+    assert re.search(r"^  temperature +0\.5$", shown, re.M) and re.search(r"^  top_p +0\.95 \(default\)$", shown, re.M)
+    assert re.search(r"^  num_predict +12$", shown, re.M) and re.search(r"^  stop +'END' '###'$", shown, re.M)
+    assert shown.endswith("System message\n  Answer in  French.")
+    assert run_command(chat, "/show system") == "System message\n  Answer in  French."
+    # an unknown command, with words after it or not, is answered with the commands, never sent to the model
+    for text in ("/foo", "/foo bar baz", "/sett parameter temperature 1"):
+        answer = run_command(chat, text)
+        assert answer.startswith(f"Unknown command '{text.split()[0]}'.\nAvailable commands:"), answer
+        assert "/set parameter NAME VALUE" in answer and "/show" in answer and "/bye" in answer
+    assert run_command(chat, "/bye") is None and run_command(chat, "/exit") is None
+
+
+async def test_chat_loop_sends_the_set_parameters_and_system_message():
+    import io
+
+    engine, out = RecordingEngine(), io.StringIO()
+    await chat_loop(engine, system="be brief", max_tokens=5, temperature=None, seed=None, out=out,
+                    readline=_reader(["/set parameter temperature 0", "/set parameter stop END",
+                                      "/set system Be terse.", "/nope", "hi", '"""/usr/bin is what?"""', "/bye"]))
+    assert [(r.temperature, r.stop, r.max_tokens) for r in engine.requests] == [(0.0, ["END"], 5)] * 2
+    assert [(m.role, m.content) for m in engine.requests[0].messages] == [("system", "Be terse."), ("user", "hi")]
+    assert engine.requests[1].messages[-1].content == "/usr/bin is what?"  # in quotes: a message, not a command
+    assert "Unknown command '/nope'." in out.getvalue()
+
+
 def test_skippy_run_real_model_over_stdin(home):
     """``skippy run`` on the real model, driven through a pipe: two replies streamed, /bye ends it."""
     (home / "models").mkdir(parents=True)
@@ -492,9 +596,9 @@ def test_skippy_run_real_model_over_stdin(home):
                           capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(repo)})
     assert proc.returncode == 0, proc.stderr
-    replies = [r for r in proc.stdout.split("\n") if r and r != "[reply cut at --max-tokens]"]
+    replies = [r for r in proc.stdout.split("\n") if r and r != "[reply cut at max_tokens]"]
     assert len(replies) == 2, proc.stdout
-    assert proc.stdout.count("[reply cut at --max-tokens]") <= 2
+    assert proc.stdout.count("[reply cut at max_tokens]") <= 2
     assert "Traceback" not in proc.stderr
 
 
