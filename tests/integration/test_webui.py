@@ -470,3 +470,58 @@ def test_the_api_key_is_asked_once_and_kept_for_the_tab(browser: Any, key_server
         web.close()
     # the only errors are the 401s before the key was given
     assert web.errors and all("401" in e for e in web.errors), web.errors
+
+
+def _covers(page: Any, selector: str) -> bool:
+    """True if the element at the centre of ``selector`` is it (or inside it): nothing lies over it."""
+    return page.evaluate("""(sel) => {
+        const el = document.querySelector(sel);
+        const r = el.getBoundingClientRect();
+        const top = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
+        return r.width > 0 && r.right <= window.innerWidth + 1 && (top === el || el.contains(top));
+    }""", selector)
+
+
+def test_on_a_phone_width_screen_the_chat_stays_usable_and_settings_are_a_drawer(browser: Any,
+                                                                                  server: Server) -> None:
+    """Issue 35.9: at 390 px the settings panel covered the conversation and the message box."""
+    web = Page(browser, server.base_url)
+    web.context.close()
+    web.context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    web.page = web.context.new_page()
+    web.page.set_default_timeout(TIMEOUT_MS)
+    web.page.on("pageerror", lambda e: web.errors.append(f"uncaught: {e}"))
+    web.page.on("request", web._request)
+    try:
+        page = web.open()
+        # the drawer starts closed, whatever a wide screen left in the settings: input and send are free
+        assert not page.is_visible("#settings")
+        assert _covers(page, "#input") and _covers(page, "#send") and _covers(page, "#toggle-settings")
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390  # no sideways scrolling
+        page.screenshot(path=str(ARTIFACTS / "phone-chat.png"))
+        # open it, change a setting, close it with its button; again, closed by the backdrop and by Escape
+        page.click("#toggle-settings")
+        assert page.is_visible("#settings") and page.get_attribute("#toggle-settings", "aria-expanded") == "true"
+        page.screenshot(path=str(ARTIFACTS / "phone-settings.png"))
+        web.settings(system=nonce_system(), max_tokens=12)
+        page.click("#close-settings")
+        assert not page.is_visible("#settings") and _covers(page, "#input")
+        page.click("#toggle-settings")
+        page.mouse.click(20, 400)  # the backdrop, left of the drawer
+        assert not page.is_visible("#settings")
+        page.click("#toggle-settings")
+        page.keyboard.press("Escape")
+        assert not page.is_visible("#settings")
+        # a message goes out and its reply comes back on this screen, the settings taken
+        web.send("Say hello.")
+        web.wait_done()
+        assert page.text_content("article.msg.assistant .body")
+        assert web.chat_bodies[-1]["max_tokens"] == 12
+        assert _covers(page, "#input")
+        # a reload keeps the drawer closed; the wide layout's panel state is the desktop's own
+        page.reload()
+        page.wait_for_function("() => document.querySelector('#model').value !== ''")
+        assert not page.is_visible("#settings")
+    finally:
+        web.close()
+    assert not web.errors, web.errors

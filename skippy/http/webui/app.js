@@ -531,6 +531,28 @@ function renderLive(conv, msg) {
   });
 }
 
+// Phone-width screens (the CSS's max-width: 900px): the settings are a drawer over the chat, closed
+// until the Settings button opens it (not kept: a wide screen's open panel must not cover a phone's chat).
+const narrow = window.matchMedia("(max-width: 900px)");
+let drawerOpen = false;
+
+function settingsShown() { return narrow.matches ? drawerOpen : settings.settingsOpen; }
+
+function renderDrawer() {
+  const open = settingsShown();
+  document.body.classList.toggle("settings-closed", !open);
+  document.body.classList.toggle("drawer-open", narrow.matches && open);
+  $("drawer-backdrop").hidden = !(narrow.matches && open);
+  $("toggle-settings").setAttribute("aria-expanded", String(open));
+}
+
+function closeDrawer() {
+  if (!narrow.matches || !drawerOpen) return;
+  drawerOpen = false;
+  renderDrawer();
+  $("toggle-settings").focus();
+}
+
 function renderSettings() {
   const conv = current();
   $("system").value = conv ? conv.system : settings.system;
@@ -538,8 +560,7 @@ function renderSettings() {
   $("tools-on").checked = settings.toolsOn;
   $("hooks-on").checked = settings.hooksOn;
   $("uncertainty").checked = settings.uncertainty;
-  document.body.classList.toggle("settings-closed", !settings.settingsOpen);
-  $("toggle-settings").setAttribute("aria-expanded", String(settings.settingsOpen));
+  renderDrawer();
   checkTools();
 }
 
@@ -841,10 +862,18 @@ function bind() {
     renderMessages();
   });
   $("toggle-settings").addEventListener("click", () => {
-    settings.settingsOpen = !settings.settingsOpen;
-    saveSettings();
-    renderSettings();
+    if (narrow.matches) {
+      drawerOpen = !drawerOpen;
+    } else {
+      settings.settingsOpen = !settings.settingsOpen;
+      saveSettings();
+    }
+    renderDrawer();
   });
+  $("close-settings").addEventListener("click", closeDrawer);
+  $("drawer-backdrop").addEventListener("click", closeDrawer);
+  document.addEventListener("keydown", (ev) => { if (ev.key === "Escape") closeDrawer(); });
+  narrow.addEventListener("change", renderDrawer);
   $("system").addEventListener("input", () => {
     settings.system = $("system").value;
     const conv = current();
