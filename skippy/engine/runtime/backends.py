@@ -9,9 +9,10 @@ offloaded to the way llama-server does (``--device``, ``--rpc``, ``--split-mode`
 ggml-rpc.cpp) to check a worker before llama.cpp connects to it: llama.cpp aborts the whole
 process (``GGML_ABORT("Failed to connect to ...")``) when a worker it connects to is down.
 
-Run as ``python -m skippy.engine.runtime.backends rpc [cuda|vulkan|metal]`` it checks that the
+Run as ``python -m skippy.engine.runtime.backends rpc [cuda|vulkan|metal] [noamx]`` it checks that the
 installed llama-cpp-python holds those backends' libraries (``make venv`` runs it after each
-install) and exits 1 naming the missing ones.
+install) and exits 1 naming the missing ones; ``noamx`` also requires a CPU backend built without
+llama.cpp's AMX kernels (see :func:`cpu_has_amx`).
 """
 
 from __future__ import annotations
@@ -500,9 +501,23 @@ def serve_rpc_worker(host: str, port: int, *, threads: int | None = None, device
     raise RuntimeError(f"llama.cpp's RPC server could not start on {endpoint} (see its message above: port taken?)")
 
 
+def cpu_has_amx() -> bool:
+    """True if llama.cpp's CPU backend was compiled with its AMX kernels (``AMX_INT8 = 1`` in
+    ``llama_print_system_info``). ``-march=native`` builds them on Sapphire Rapids and later, and
+    they segfault in ``ggml_backend_amx_mul_mat`` on the first multi-token batch (llama.cpp issue
+    20824, open; seen here on a 2-core Sapphire Rapids VM, in plain llama-cpp-python too), so
+    ``make venv`` builds x86-64 without them (``-mno-amx-*``)."""
+    import llama_cpp
+
+    return "AMX_INT8 = 1" in llama_cpp.llama_print_system_info().decode(errors="replace")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m skippy.engine.runtime.backends rpc [cuda|vulkan|metal]``: exit 1 naming a missing backend."""
+    """``python -m skippy.engine.runtime.backends rpc [cuda|vulkan|metal] [noamx]``: exit 1 naming a
+    missing backend, or (``noamx``) when the CPU backend holds the AMX kernels."""
     names = [a for a in (sys.argv[1:] if argv is None else argv) if a]
+    no_amx = "noamx" in names
+    names = [n for n in names if n != "noamx"]
     missing = [n for n in names if backend_library(n) is None]
     lib = llama_cpp_lib_dir()
     for n in names:
@@ -510,6 +525,11 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"missing in {lib}: {', '.join('lib' + _LIB_STEMS[n] for n in missing)}", file=sys.stderr)
         return 1
+    if no_amx:
+        amx = cpu_has_amx()
+        print(f"llama.cpp CPU backend AMX kernels: {'BUILT IN (they crash: rebuild)' if amx else 'left out'}")
+        if amx:
+            return 1
     return 0
 
 
