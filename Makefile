@@ -26,11 +26,11 @@
 # leaves a stamp .venv/.stamp-<extras>-<hash of pyproject.toml>.
 # llama-cpp-python is compiled from source on its first install (several
 # minutes on 2 cores); pip caches the built wheel for later installs. pip keys
-# that cache by the sdist, not by CMAKE_ARGS, so a cached wheel built without
-# RPC (or without the GPU asked for) would be reused silently: after each
-# install `python -m skippy.engine.runtime.backends` checks that the backend libraries are
-# there, rebuilds llama-cpp-python once without the cache if not, and fails
-# clearly if they are still missing.
+# that cache by the sdist, not by CMAKE_ARGS or CFLAGS, so a cached wheel built
+# without RPC (or without the GPU asked for, or with the AMX kernels) would be
+# reused silently: after each install `python -m skippy.engine.runtime.backends`
+# checks the build, and if it does not match removes the wheel from pip's cache,
+# rebuilds llama-cpp-python once, and fails clearly if it still does not match.
 
 PYTHON ?= python3
 COMMA := ,
@@ -57,6 +57,17 @@ endif
 endif
 # CMAKE_ARGS from the environment come last, so they can override these.
 LLAMA_CMAKE_ARGS := -DGGML_RPC=ON $(GPU_CMAKE_ARGS_$(GPU)) $(CMAKE_ARGS)
+# llama.cpp's AMX kernels, which its -march=native build turns on for Sapphire Rapids and later x86-64
+# CPUs, segfault in ggml_backend_amx_mul_mat on the first multi-token batch (llama.cpp issue 20824, open;
+# seen on a 2-core Sapphire Rapids VM, in plain llama-cpp-python too): x86-64 builds leave them out
+# (CMake takes CFLAGS/CXXFLAGS from the environment), and the backend check after the install
+# (`noamx`) rebuilds a cached wheel that has them.
+ifeq ($(shell uname -m),x86_64)
+LLAMA_CFLAGS := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
+NOAMX := noamx
+endif
+LLAMA_BUILD_ENV = CMAKE_ARGS='$(LLAMA_CMAKE_ARGS)' CFLAGS='$(LLAMA_CFLAGS) $(CFLAGS)' CXXFLAGS='$(LLAMA_CFLAGS) $(CXXFLAGS)' \
+	CMAKE_BUILD_PARALLEL_LEVEL=$(NPROC)
 LLAMA_PIN := $(shell sed -n 's/^ *"\(llama-cpp-python==[^"]*\)".*/\1/p' pyproject.toml | head -n1)
 
 # pip install of the project; $(1) = extras, $(2) = stamps to write (any
@@ -64,12 +75,13 @@ LLAMA_PIN := $(shell sed -n 's/^ *"\(llama-cpp-python==[^"]*\)".*/\1/p' pyprojec
 define install
 	@test -x $(BIN)/python || { echo "creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
 	$(BIN)/python -m pip install --upgrade pip
-	CMAKE_ARGS='$(LLAMA_CMAKE_ARGS)' CMAKE_BUILD_PARALLEL_LEVEL=$(NPROC) $(BIN)/python -m pip install -e '.[$(1)]'
-	@$(BIN)/python -m skippy.engine.runtime.backends rpc $(GPU) || { \
-	  echo "llama-cpp-python lacks a backend (a cached wheel built with other CMAKE_ARGS?): rebuilding $(LLAMA_PIN) without pip's cache"; \
-	  CMAKE_ARGS='$(LLAMA_CMAKE_ARGS)' CMAKE_BUILD_PARALLEL_LEVEL=$(NPROC) $(BIN)/python -m pip install \
-	    --force-reinstall --no-deps --no-cache-dir --no-binary llama-cpp-python '$(LLAMA_PIN)' && \
-	  $(BIN)/python -m skippy.engine.runtime.backends rpc $(GPU); } || { \
+	$(LLAMA_BUILD_ENV) $(BIN)/python -m pip install -e '.[$(1)]'
+	@$(BIN)/python -m skippy.engine.runtime.backends rpc $(GPU) $(NOAMX) || { \
+	  echo "llama-cpp-python does not match the build asked for (a cached wheel built with other flags?): removing it from pip's cache, rebuilding $(LLAMA_PIN)"; \
+	  $(BIN)/python -m pip cache remove 'llama_cpp_python*' >/dev/null 2>&1; \
+	  $(LLAMA_BUILD_ENV) $(BIN)/python -m pip install \
+	    --force-reinstall --no-deps --no-binary llama-cpp-python '$(LLAMA_PIN)' && \
+	  $(BIN)/python -m skippy.engine.runtime.backends rpc $(GPU) $(NOAMX); } || { \
 	  echo "error: llama-cpp-python was built without the backends above (CMAKE_ARGS='$(LLAMA_CMAKE_ARGS)')" >&2; exit 1; }
 	@rm -f $(VENV)/.stamp-*
 	@touch $(2)
