@@ -193,6 +193,31 @@ def _n_ctx(inst: Any, attr: attrs.Attribute, value: int) -> None:
         raise ValueError(f"{attr.name} must be 0 (the model's training context) or >= 16, got {value!r}")
 
 
+#: most sequences of one llama.cpp context (``LLAMA_MAX_SEQ``, ``llama_max_parallel_sequences()``): the
+#: embedding context's inputs per batch
+EMBEDDING_MAX_SEQS = 256
+
+
+def check_embeddings_batch(n: int, name: str = "embeddings_batch") -> None:
+    """Raise ``ValueError`` unless ``n`` (the embedding context's ``n_ctx = n_batch = n_ubatch``) is at most
+    :data:`EMBEDDING_MAX_SEQS` or a multiple of it.
+
+    The embedding context holds ``min(n, 256)`` sequences, and llama.cpp reserves its compute graph with a
+    batch of ``n // n_seq_max`` tokens per sequence; when that division is not exact the pooling's matrix
+    product gets mismatched shapes and llama.cpp aborts the process (``GGML_ASSERT(ggml_can_mul_mat(a,
+    b))``, seen with 257, 300, 384, 800 and 1000).
+    """
+    m = EMBEDDING_MAX_SEQS
+    if n > m and n % m:
+        below, above = n - n % m, n - n % m + m
+        raise ValueError(f"{name} above {m} must be a multiple of {m} (llama.cpp splits an embedding batch "
+                         f"evenly over its {m} sequences), got {n}: use {below} or {above}")
+
+
+def _embeddings_batch(inst: Any, attr: attrs.Attribute, value: int) -> None:
+    check_embeddings_batch(value, attr.name)
+
+
 def _aliases(inst: Any, attr: attrs.Attribute, value: tuple[str, ...]) -> None:
     if not all(isinstance(a, str) and a.strip() for a in value):
         raise TypeError(f"{attr.name} must be non-empty strings, got {value!r}")
@@ -423,9 +448,10 @@ class EngineConfig:
     pooling: str = setting("model", check=OneOf(POOLING_CHOICES),
                            help="Pooling of the embedding context (llama-server's --pooling); model: the GGUF's "
                                 "(none for most chat models, which /v1/embeddings refuses).")
-    embeddings_batch: int = setting(512, check=IntRange(16, 65536),
+    embeddings_batch: int = setting(512, check=attrs.validators.and_(IntRange(16, 65536), _embeddings_batch),
                                     help="Tokens of one embedding batch: the longest input, and what one batch "
-                                         "may add to running streams' ITL (llama-server's -ub).")
+                                         "may add to running streams' ITL (llama-server's -ub); 16 to 256, or a "
+                                         "multiple of 256 (llama.cpp splits a batch evenly over 256 sequences).")
     hook_policy: Any = setting(None, check=_hook_policy, metavar="MODULE:FACTORY",
                                help="Python hook policy: package.module:factory returning an object with async "
                                     "hook methods.")

@@ -238,6 +238,27 @@ def test_without_embeddings_the_route_answers_501_as_llama_server(base_url: str)
     assert httpx.get(base_url + "/props", timeout=30).json()["embeddings"] is False
 
 
+def test_an_embeddings_batch_llama_cpp_cannot_split_is_a_clean_start_up_error(tmp_path) -> None:
+    # llama.cpp aborted the process (SIGABRT, GGML_ASSERT(ggml_can_mul_mat)) for 257..: above 256 sequences'
+    # worth, a batch must split evenly over its 256 sequences; now the flag is refused before anything loads
+    srv = Server(["--embeddings", "--pooling", "mean", "--embeddings-batch", "300"], tmp_path / "bad.log")
+    try:
+        assert srv.proc.wait(timeout=60) == 2
+        log = srv.log()
+        assert "Invalid value for '--embeddings-batch'" in log and "must be a multiple of 256" in log
+        assert "use 256 or 512" in log and "GGML_ASSERT" not in log
+    finally:
+        srv.stop()
+    # a multiple of 256 starts (768, 1024 and 2048 did; 257, 300, 384, 800 and 1000 aborted, measured) and
+    # embeds inputs up to that many tokens
+    with Server(["--parallel", "1", "--n-ctx", "256", "--embeddings", "--pooling", "mean", "--embeddings-batch",
+                 "768"], tmp_path / "good.log") as srv:
+        assert "batches of up to 768 tokens and 256 inputs" in srv.log()
+        resp = httpx.post(srv.base_url + "/v1/embeddings", json={"input": "word " * 700}, timeout=120)
+        assert resp.status_code == 200, resp.text
+        assert 512 < resp.json()["usage"]["prompt_tokens"] <= 768
+
+
 async def test_a_pooling_without_vectors_is_400_and_generation_still_works() -> None:
     # the GGUF's pooling ("model") is none for SmolLM2: llama-server's 400, and the engine serves chat as before
     config = EngineConfig(model=str(ensure_model("SmolLM2-135M-Instruct")), parallel=1, n_ctx=512, embeddings=True)

@@ -200,6 +200,7 @@ def test_readme_flags_table_matches_the_options() -> None:
     (["--api-key", "two words"], {}, "--api-key", "may not be empty or contain whitespace"),
     (["--chat-template-kwargs", "[1]"], {}, "--chat-template-kwargs", "must be a JSON object"),
     (["--chat-template-kwargs", "{"], {}, "--chat-template-kwargs", "not JSON"),
+    (["--embeddings-batch", "300"], {}, "--embeddings-batch", "must be a multiple of 256"),
 ])
 def test_an_out_of_range_value_is_a_usage_error(args: list[str], env: dict, where: str, message: str,
                                                   serve_recorder: list) -> None:

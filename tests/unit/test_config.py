@@ -13,7 +13,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from skippy.engine.config import EngineConfig, setting_info
+from skippy.engine.config import EngineConfig, check_embeddings_batch, setting_info
 from skippy.http.settings import ServerSettings
 
 # field -> (values refused, values accepted at the boundary, the range the message must name)
@@ -52,7 +52,7 @@ ENGINE = {
     "reasoning_budget_message": ([1, b"x"], [None, "", " Let me answer now."], None),
     "embeddings": (["on", 1, None], [True, False], None),
     "pooling": (["rank", "MEAN", "", None], ["model", "mean", "cls", "last", "none"], "'model', 'mean'"),
-    "embeddings_batch": ([15, 65537, 512.0, True], [16, 512, 65536], "16<=x<=65536"),
+    "embeddings_batch": ([15, 65537, 512.0, True], [16, 256, 512, 768, 65536], "16<=x<=65536"),
     "hook_policy": ([""], [None, "pkg.mod:factory", object()], None),
     "hook_url": ([1, b"http://x"], [None, "http://127.0.0.1:9/hook"], None),
     "hook_timeout": ([0, 0.0, -1, math.nan, "2", True], [1e-9, 2.0, 3600], "x>0.0"),
@@ -175,3 +175,13 @@ def test_the_docstring_lists_every_setting_with_its_range() -> None:
         assert f"``{name}``" in doc
     assert "``parallel`` (default 8, 1<=x<=256)" in doc
     assert "``max_body_bytes`` (default 4194304, x>=1024)" in (ServerSettings.__doc__ or "")
+
+
+@pytest.mark.parametrize("n", [257, 300, 384, 800, 1000])
+def test_an_embeddings_batch_that_llama_cpp_cannot_split_is_refused(n: int) -> None:
+    # llama.cpp aborts (GGML_ASSERT(ggml_can_mul_mat)) when the embedding batch does not split evenly over its
+    # min(n, 256) sequences: above 256 only multiples of 256 start; the message names the rule and both neighbours
+    with pytest.raises(ValueError, match=rf"embeddings_batch above 256 must be a multiple of 256 .*got {n}: "
+                                         rf"use {n // 256 * 256} or {n // 256 * 256 + 256}"):
+        EngineConfig(model="m.gguf", embeddings_batch=n)
+    check_embeddings_batch(n // 256 * 256)

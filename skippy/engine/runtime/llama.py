@@ -480,13 +480,20 @@ class LlamaRuntime:
         ``pooling`` asked for (``model``: the GGUF's), ``n_ctx = n_batch = n_ubatch`` tokens (clamped to the
         training context) in one KV buffer that the inputs of a batch share (``kv_unified``), and as many
         sequences as llama.cpp allows, up to one per token (llama-cpp-python's ``Llama(embedding=True)``
-        does the same). Threads and flash attention follow the generation context.
+        does the same); ``n_ctx`` is rounded down to a multiple of the sequences (llama.cpp aborts
+        otherwise; only a training context can need it, see ``check_embeddings_batch``). Threads and
+        flash attention follow the generation context.
 
         Never raises: a model or pooling that cannot embed leaves no context and an
         :class:`EmbeddingInfo` whose ``error`` says why (the route answers 400 with it).
         """
         n_ctx = min(n_batch, n_ctx_train) if n_ctx_train > 0 else n_batch
         n_seq = max(1, min(n_ctx, llama_cpp.llama_max_parallel_sequences()))
+        if n_ctx % n_seq:  # llama.cpp aborts unless the batch splits evenly over the sequences (config.py's
+            # check_embeddings_batch refuses such an --embeddings-batch; a training context can still be one)
+            log.info("embeddings: batches of %d tokens, not %d: a batch must be a multiple of its %d sequences",
+                     n_ctx - n_ctx % n_seq, n_ctx, n_seq)
+            n_ctx -= n_ctx % n_seq
         cparams = llama_cpp.llama_context_default_params()
         cparams.n_ctx = n_ctx
         cparams.n_batch = n_ctx
