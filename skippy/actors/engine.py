@@ -117,6 +117,9 @@ class RequestTrace:
     ``X-Request-Id``) becomes the reply ids' suffix: ``chatcmpl-<request_id>``,
     ``cmpl-<request_id>``. ``t_start``: trio clock seconds when the request
     arrived (set by the caller; TTFT is ``t_first_token - t_start``).
+    ``max_tokens_clamped``: ``(asked, granted)`` when a ``max_tokens`` beyond the
+    context was clamped to the room left (``clamp_max_tokens``; the smallest
+    ``granted`` when the request has several prompts), else ``None``.
     """
 
     request_id: str | None = None
@@ -126,6 +129,7 @@ class RequestTrace:
     completion_tokens: int = 0
     t_first_token: float | None = None
     finish_reason: str | None = None
+    max_tokens_clamped: tuple[int, int] | None = None
 
 
 #: The :class:`RequestTrace` of the request being served in this context (``None``: nobody is listening).
@@ -741,6 +745,10 @@ class Engine:
         return requested_draft(req.speculative, self.config.spec_ngram)
 
     def _max_tokens(self, req: SamplingFields, n_prompt: int) -> int:
+        """The completion budget of a prompt of ``n_prompt`` tokens: ``max_tokens`` (or
+        ``max_completion_tokens``), else the room left in the context. A prompt that alone fills the
+        context is a 400 ``context_length_exceeded``; so is a ``max_tokens`` beyond the room left with
+        ``clamp_max_tokens`` off, else it is clamped to the room and noted in the :class:`RequestTrace`."""
         n_ctx = self.meta.n_ctx_seq
         asked = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         if asked is not None and asked < 1:
@@ -749,14 +757,18 @@ class Engine:
             raise ContextLengthExceeded(
                 f"the prompt is {n_prompt} tokens, which does not fit this model's context of {n_ctx} tokens",
                 param="messages")
-        if asked is None:
-            return n_ctx - n_prompt  # until the context is full (finish_reason "length")
-        if n_prompt + asked > n_ctx and not self.config.clamp_max_tokens:
-            # OpenAI and vLLM refuse this; --clamp-max-tokens clamps instead, as llama-server does
+        room = n_ctx - n_prompt
+        if asked is None or asked <= room:
+            return room if asked is None else asked  # None: until the context is full (finish_reason "length")
+        if not self.config.clamp_max_tokens:  # --no-clamp-max-tokens: refused, as OpenAI and vLLM do
             raise ContextLengthExceeded(
                 f"the prompt ({n_prompt} tokens) plus max_tokens ({asked}) exceeds the context of {n_ctx} "
-                f"tokens; lower max_tokens to at most {n_ctx - n_prompt}", param="max_tokens")
-        return min(asked, n_ctx - n_prompt)
+                f"tokens; lower max_tokens to at most {room} (this server runs with --no-clamp-max-tokens; "
+                "without it max_tokens is clamped to the room left)", param="max_tokens")
+        trace = TRACE.get()  # clamped, as llama-server and Ollama do; reported in the header and the log line
+        if trace is not None and (trace.max_tokens_clamped is None or room < trace.max_tokens_clamped[1]):
+            trace.max_tokens_clamped = (asked, room)
+        return room
 
     def _submit(self, gens: list[Generation], ctx: _HookCtx | None) -> _Events:
         """Queue every choice's sequence now, together (:class:`QueueFull`, 429, raises here, before any

@@ -315,8 +315,9 @@ class EngineConfig:
     (``num_speculative_tokens``; n-grams of 4 down to 2 tokens); output is the
     same as without it (up to near-ties, see the README). Off by default: on 2 CPU cores
     a 2-token verify batch costs 2.07 decode steps and bench/bench_spec.py measured no gain.
-    ``clamp_max_tokens`` follows llama-server; without it a ``max_tokens``
-    beyond the context is a 400, as in OpenAI and vLLM. ``reasoning_budget`` and
+    ``clamp_max_tokens`` (on by default) follows llama-server and Ollama: a ``max_tokens``
+    beyond the context is clamped to the room left (Anthropic clients send 32000); off, it is a
+    400, as in OpenAI and vLLM. ``reasoning_budget`` and
     ``reasoning_budget_message`` follow llama-server's ``--reasoning-budget`` /
     ``--reasoning-budget-message`` (:mod:`skippy.engine.scheduling.budget`).
     Embedders may pass a policy object as ``hook_policy`` instead of a
@@ -431,10 +432,12 @@ class EngineConfig:
                                           "default: on 2 CPU cores (bench/bench_decode.py, two runs) the step "
                                           "overhead at 64 streams fell from 1.9 to 0.5 ms but the graph's copy "
                                           "and argmax cost more than that, 2-7% of throughput.")
-    clamp_max_tokens: bool = setting(False, check=IsBool(),
-                                     help="Clamp a max_tokens that does not fit the context to the room left "
-                                          "(llama-server) instead of answering 400 context_length_exceeded "
-                                          "(OpenAI, vLLM).")
+    clamp_max_tokens: bool = setting(True, check=IsBool(),
+                                     help="Clamp a max_tokens that does not fit the context to the room left, as "
+                                          "llama-server and Ollama do (reported in the X-Skippy-Max-Tokens-Clamped "
+                                          "header); --no-clamp-max-tokens answers 400 context_length_exceeded "
+                                          "instead (OpenAI, vLLM). A prompt that alone fills the context is a 400 "
+                                          "either way.")
     reasoning_budget: int = setting(-1, check=IntRange(-1),
                                     help="Reasoning tokens allowed inside <think> before the closing tag is forced "
                                          "(llama-server's --reasoning-budget): -1 unlimited, 0 close at once; "

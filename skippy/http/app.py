@@ -31,8 +31,9 @@ Each request's hooks run in this order: :func:`_start` (the request's
 preflight, API key, draining) before the handler; after it
 :func:`_anthropic_errors` (Anthropic's error envelope on ``/v1/messages*``), :func:`_log`
 (``X-Request-Id`` header, the log line and response counters), then
-:func:`_cors`, then :func:`_close_if_body_unread` (Quart runs ``after_request``
-functions in reverse order of registration).
+:func:`_cors`, :func:`_max_tokens_clamped`, :func:`_ignored_fields`, then
+:func:`_close_if_body_unread` (Quart runs ``after_request`` functions in reverse
+order of registration).
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ def create_app(state: AppState, settings: ServerSettings | None = None) -> Quart
     app.before_request(_start)
     app.after_request(_close_if_body_unread)
     app.after_request(_ignored_fields)
+    app.after_request(_max_tokens_clamped)
     app.after_request(_cors)
     app.after_request(_log)
     app.after_request(_anthropic_errors)
@@ -168,6 +170,16 @@ async def _ignored_fields(response: Response) -> Response:
         if len(value) > IGNORED_FIELDS_HEADER_MAX:
             value = value[:IGNORED_FIELDS_HEADER_MAX].rsplit(", ", 1)[0] + ", ..."
         response.headers["X-Skippy-Ignored-Fields"] = value
+    return response
+
+
+async def _max_tokens_clamped(response: Response) -> Response:
+    """``X-Skippy-Max-Tokens-Clamped: 32000 -> 1890``: the request's ``max_tokens`` (asked) and the room left
+    in the context that it was clamped to (granted; the least over its prompts), when it was clamped
+    (``--clamp-max-tokens``, the default; see the engine's :class:`~skippy.actors.engine.RequestTrace`)."""
+    clamped = current().trace.max_tokens_clamped
+    if clamped is not None:
+        response.headers["X-Skippy-Max-Tokens-Clamped"] = f"{clamped[0]} -> {clamped[1]}"
     return response
 
 

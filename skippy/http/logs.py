@@ -16,8 +16,10 @@ ends, as text::
 in place of the status when the client went away before the end (not a 4xx:
 no status reached it, or the 200 it got was cut short). ``tokens`` is the
 completion tokens of a JSON answer, and the chunks that carried output for a
-stream. The JSON form has the same fields (``route`` is ``METHOD PATH``;
-``status`` is ``null`` for a disconnect, with ``"disconnected": true``).
+stream. A ``max_tokens`` clamped to the room left in the context adds
+``max_tokens_asked=32000 max_tokens_granted=1890``. The JSON form has the same
+fields (``route`` is ``METHOD PATH``; ``status`` is ``null`` for a disconnect,
+with ``"disconnected": true``).
 """
 
 from __future__ import annotations
@@ -84,6 +86,10 @@ def log_request(route: str, status: int | None, *, tokens: int, duration_ms: flo
             text.append(f"ttft_ms={ttft}")
         if trace.finish_reason:
             text.append(f"finish_reason={trace.finish_reason}")
+    clamped = getattr(trace, "max_tokens_clamped", None)
+    if clamped is not None:
+        fields.update(max_tokens_asked=clamped[0], max_tokens_granted=clamped[1])
+        text += [f"max_tokens_asked={clamped[0]}", f"max_tokens_granted={clamped[1]}"]
     if disconnected:
         fields["disconnected"] = True
     elif code is not None or reason is not None:

@@ -76,9 +76,11 @@ def test_aliases_models_list_and_retrieve(alias_server: Server) -> None:
 def test_default_context_fits_max_tokens_4096(alias_server: Server) -> None:
     client = openai_client(alias_server.base_url)
     # SYSTEM + a greeting: the answer is short, the room asked for (4096) must fit the default context
-    r = client.chat.completions.create(model="gpt-4o-mini", messages=[SYSTEM, {"role": "user", "content": "Hi"}],
-                                       max_tokens=4096, temperature=0)
+    raw = client.chat.completions.with_raw_response.create(
+        model="gpt-4o-mini", messages=[SYSTEM, {"role": "user", "content": "Hi"}], max_tokens=4096, temperature=0)
+    r = raw.parse()
     assert r.choices[0].finish_reason in ("stop", "length") and r.usage.completion_tokens > 0
+    assert "x-skippy-max-tokens-clamped" not in raw.headers  # it fits: not clamped
     props = httpx.get(alias_server.base_url + "/props", timeout=10).json()
     assert props["n_ctx"] == 8192 == props["default_generation_settings"]["n_ctx"]
 

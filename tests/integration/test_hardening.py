@@ -115,7 +115,7 @@ def hard_server(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("hard")
     key_file = tmp / "keys.txt"
     key_file.write_text(f"# accepted keys\n\n{KEY_TWO}\n")
-    with Server(["--parallel", "4", "--n-ctx", "256", "--threads", "1", "--clamp-max-tokens", "--api-key", KEY_ONE,
+    with Server(["--parallel", "4", "--n-ctx", "256", "--threads", "1", "--api-key", KEY_ONE,
                  "--cors-origins", f"{ORIGIN},{OTHER_ORIGIN}", "--max-body-bytes", "65536",
                  "--max-messages", "8", "--max-tools", "4", "--max-chat-template-bytes", "8192",
                  "--max-grammar-bytes", "1024"],
@@ -261,7 +261,7 @@ def test_messages_tools_template_grammar_limits_are_400(hard_server: Server) -> 
 
 
 def test_max_tokens_clamped_to_context(hard_server: Server) -> None:
-    # n_ctx is 256 and --clamp-max-tokens: a huge max_tokens runs to the end of the context ("length")
+    # n_ctx is 256 and max_tokens is clamped by default: a huge max_tokens runs to the end of the context ("length")
     ban_eos = {str(eos_id(hard_server.base_url, AUTH)): -100}
     body = {"messages": [{"role": "user", "content": "Count to one thousand."}], "max_tokens": 100_000,
             "logit_bias": ban_eos, "temperature": 0}
@@ -271,6 +271,7 @@ def test_max_tokens_clamped_to_context(hard_server: Server) -> None:
     assert out["choices"][0]["finish_reason"] == "length"
     usage = out["usage"]
     assert 256 - 2 <= usage["prompt_tokens"] + usage["completion_tokens"] <= 256
+    assert resp.headers["X-Skippy-Max-Tokens-Clamped"] == f"100000 -> {256 - usage['prompt_tokens']}"
 
     too_long = {"messages": [{"role": "user", "content": "word " * 400}], "max_tokens": 5}
     resp = httpx.post(hard_server.base_url + "/v1/chat/completions", json=too_long, headers=AUTH, timeout=60)

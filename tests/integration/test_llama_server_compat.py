@@ -166,7 +166,8 @@ def test_json_request_log_line_has_the_request_fields(llama_cli: Server) -> None
     assert 0 < line["ttft_ms"] <= line["duration_ms"]
     assert line["finish_reason"] in ("stop", "length") and "code" not in line
 
-    bad = httpx.post(llama_cli.base_url + "/v1/chat/completions", json={**body, "max_tokens": 100_000},
+    too_long = [{"role": "user", "content": "word " * 600}]  # a prompt over the 512 tokens of a slot (-c 1024 -np 2)
+    bad = httpx.post(llama_cli.base_url + "/v1/chat/completions", json={**body, "messages": too_long},
                      headers={**auth, "X-Request-Id": "log-bad-1"}, timeout=60)
     assert bad.status_code == 400
     [line] = request_lines(llama_cli, "log-bad-1")

@@ -61,7 +61,8 @@ BEFORE = [
     ("--jinja", "[env var: SKIPPY_JINJA]", False),
     ("--force-tool-emulation", "[env var: SKIPPY_FORCE_TOOL_EMULATION]", False),
     ("--step-tokens INTEGER RANGE", "[env var: SKIPPY_STEP_TOKENS; default: 256; 8<=x<=512]", 256),
-    ("--clamp-max-tokens", "[env var: SKIPPY_CLAMP_MAX_TOKENS]", False),
+    ("--clamp-max-tokens / --no-clamp-max-tokens", "[env var: SKIPPY_CLAMP_MAX_TOKENS; default: clamp-max-tokens]",
+     True),
     ("--prefix-cache / --no-prefix-cache", "[env var: SKIPPY_PREFIX_CACHE; default: prefix-cache]", True),
     ("-ctxcp, --ctx-checkpoints, --swa-checkpoints INTEGER RANGE",
      "[env var: SKIPPY_CTX_CHECKPOINTS; default: 32; 0<=x<=1024]", 32),
@@ -274,7 +275,9 @@ def test_env_vars_and_flags_are_parsed_into_the_settings(serve_recorder: list, t
     assert settings.cors_origins == ("https://a.example", "https://b.example")
     assert (settings.max_body_bytes, settings.request_timeout) == (2048, 0.0)
     config, _, _, _ = _run(["--log-level", "debug", "--no-prefix-cache", "--clamp-max-tokens"], None, serve_recorder)
-    assert config.verbose and not config.prefix_cache and config.clamp_max_tokens
+    assert config.verbose and not config.prefix_cache and config.clamp_max_tokens  # the old flag still works
+    config, _, _, _ = _run(["--no-clamp-max-tokens"], None, serve_recorder)
+    assert not config.clamp_max_tokens  # strict: a max_tokens beyond the context is a 400
 
 
 def test_kv_cache_flags_reach_the_engine(serve_recorder: list) -> None:

@@ -123,7 +123,7 @@ def test_defaults_are_valid_and_the_same_as_the_serve_flags_documented() -> None
     assert (c.n_ctx, c.parallel, c.threads, c.flash_attn, c.step_tokens, c.max_queue) == \
         (8192, 8, None, "auto", 256, 1024)
     assert (c.prefix_cache, c.clamp_max_tokens, c.force_tool_emulation, c.hooks_default_on) == \
-        (True, False, False, False)
+        (True, True, False, False)
     assert (c.hook_timeout, c.signal_window, c.high_entropy_threshold, c.n_batch) == (2.0, 16, 2.0, 512)
     s = ServerSettings()
     assert (s.max_body_bytes, s.max_messages, s.max_tools) == (4 * 1024 * 1024, 2048, 128)
