@@ -29,6 +29,7 @@ cancelled with a final SSE error event (503 before headers).
 Each request's hooks run in this order: :func:`_start` (the request's
 :class:`~skippy.actors.engine.RequestTrace` for the engine, deadline,
 preflight, API key, draining) before the handler; after it
+:func:`_no_retry` (``X-Should-Retry: false`` on answers a retry cannot change),
 :func:`_anthropic_errors` (Anthropic's error envelope on ``/v1/messages*``), :func:`_log`
 (``X-Request-Id`` header, the log line and response counters), then
 :func:`_cors`, :func:`_max_tokens_clamped`, :func:`_ignored_fields`, then
@@ -93,6 +94,7 @@ def create_app(state: AppState, settings: ServerSettings | None = None) -> Quart
     app.after_request(_cors)
     app.after_request(_log)
     app.after_request(_anthropic_errors)
+    app.after_request(_no_retry)
     app.register_error_handler(EngineError, _on_engine_error)
     app.register_error_handler(HTTPException, _on_http_error)
     app.register_error_handler(Exception, _on_unexpected)
@@ -180,6 +182,21 @@ async def _max_tokens_clamped(response: Response) -> Response:
     clamped = current().trace.max_tokens_clamped
     if clamped is not None:
         response.headers["X-Skippy-Max-Tokens-Clamped"] = f"{clamped[0]} -> {clamped[1]}"
+    return response
+
+
+#: error codes of 503 answers that a retry cannot change (the model's load failed; a restart is needed)
+NO_RETRY_CODES = frozenset({"model_load_failed"})
+
+
+async def _no_retry(response: Response) -> Response:
+    """``X-Should-Retry: false`` on an answer that a retry cannot change, as OpenAI's API sends it: every 501
+    (a route or feature this server was started without) and a 503 whose code is in :data:`NO_RETRY_CODES`.
+    The OpenAI and Anthropic SDKs read the header before their status rules (which retry any 5xx). Runs
+    before :func:`_anthropic_errors`, so it reads the OpenAI envelope's code."""
+    status = response.status_code
+    if status == 501 or (status == 503 and (await _error_of(response))[0] in NO_RETRY_CODES):
+        response.headers["X-Should-Retry"] = "false"
     return response
 
 

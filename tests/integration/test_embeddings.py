@@ -238,6 +238,20 @@ def test_without_embeddings_the_route_answers_501_as_llama_server(base_url: str)
     assert httpx.get(base_url + "/props", timeout=30).json()["embeddings"] is False
 
 
+def test_the_sdk_does_not_retry_a_route_turned_off(server: Server) -> None:
+    # 501 carries X-Should-Retry: false (as OpenAI's API sends it), which openai-python obeys: one request
+    # reaches the server, not three (max_retries=2 retries any 5xx without it)
+    import openai
+
+    sent = []
+    http = httpx.Client(event_hooks={"request": [sent.append]})
+    client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=2, http_client=http)
+    with pytest.raises(openai.APIStatusError) as exc:
+        client.embeddings.create(model="any", input="hello")
+    assert exc.value.status_code == 501 and exc.value.response.headers["x-should-retry"] == "false"
+    assert [r.url.path for r in sent] == ["/v1/embeddings"]
+
+
 def test_an_embeddings_batch_llama_cpp_cannot_split_is_a_clean_start_up_error(tmp_path) -> None:
     # llama.cpp aborted the process (SIGABRT, GGML_ASSERT(ggml_can_mul_mat)) for 257..: above 256 sequences'
     # worth, a batch must split evenly over its 256 sequences; now the flag is refused before anything loads

@@ -155,6 +155,19 @@ async def test_one_log_line_per_response(caplog: pytest.LogCaptureFixture) -> No
     assert all(re.search(r" id=[0-9a-f]{24} client=", line) for line in lines)
 
 
+async def test_answers_a_retry_cannot_change_say_so() -> None:
+    # every 501 (a feature the server was started without) and a 503 model_load_failed carry
+    # X-Should-Retry: false, which the openai and anthropic SDKs obey; other errors leave retrying to them
+    props = await client().post("/props", json={})
+    metrics = await client(metrics=False).get("/metrics")
+    assert (props.status_code, metrics.status_code) == (501, 501)
+    assert props.headers["X-Should-Retry"] == metrics.headers["X-Should-Retry"] == "false"
+    loading = await client().post("/v1/chat/completions", data=BODY)  # 503 model_loading: a retry may succeed
+    missing = await client().get("/nope")
+    assert (loading.status_code, missing.status_code) == (503, 404)
+    assert "X-Should-Retry" not in loading.headers and "X-Should-Retry" not in missing.headers
+
+
 # -- CORS -------------------------------------------------------------------------------------------
 
 async def test_preflight_of_an_allowed_origin() -> None:
