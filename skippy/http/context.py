@@ -248,8 +248,8 @@ class RequestContext:
     ``t0``: arrival, ``time.perf_counter()`` seconds (for the log line's
     duration). ``deadline``: trio clock time past which the request is cut
     short (``inf``: none; set from ``--request-timeout`` when the request
-    starts). ``tokens``: completion tokens of a non-streamed answer (the log
-    line's ``tokens=``). ``body_read``: whether the handler read the body (a
+    starts). ``tokens``: completion tokens of the answer (the log line's
+    ``tokens=``; a stream's are its trace's). ``body_read``: whether the handler read the body (a
     response sent before that closes the connection). ``request_id``: see
     :func:`request_id_from` (sent back as ``X-Request-Id``, the reply ids'
     suffix); ``client``: ``host:port`` of the peer; ``trace``: what the engine

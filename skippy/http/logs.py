@@ -15,11 +15,15 @@ ends, as text::
 ``code``, else its ``type``, and its message), and ``client disconnected``
 in place of the status when the client went away before the end (not a 4xx:
 no status reached it, or the 200 it got was cut short). ``tokens`` is the
-completion tokens of a JSON answer, and the chunks that carried output for a
-stream. A ``max_tokens`` clamped to the room left in the context adds
-``max_tokens_asked=32000 max_tokens_granted=1890``. The JSON form has the same
-fields (``route`` is ``METHOD PATH``; ``status`` is ``null`` for a disconnect,
-with ``"disconnected": true``).
+completion tokens generated (of all choices; for a stream too, however many
+events carried them). A ``max_tokens`` clamped to the room left in the context
+adds ``max_tokens_asked=32000 max_tokens_granted=1890``. The JSON form has the
+same fields (``route`` is ``METHOD PATH``; ``status`` is ``null`` for a
+disconnect, with ``"disconnected": true``).
+
+A successful answer of the polled routes (:data:`QUIET_PATHS`: ``/health``,
+``/metrics``; the playground asks both every 3 s) is logged at DEBUG; an
+error answer of theirs, and every other line, at INFO.
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ from typing import Any
 log = logging.getLogger("skippy.http")
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+#: paths that load balancers, supervisors and the playground poll: their successful answers log at DEBUG
+QUIET_PATHS = frozenset({"/health", "/metrics"})
 
 
 def configure_logging(level: str, fmt: str = "text", path: str | None = None) -> None:
@@ -63,7 +70,8 @@ def _quote(text: str) -> str:
 def log_request(route: str, status: int | None, *, tokens: int, duration_ms: float, request_id: str,
                 client: str | None, trace: Any = None, code: str | None = None, reason: str | None = None,
                 disconnected: bool = False) -> None:
-    """Write one request's line (see the module docstring) at INFO on ``skippy.http``.
+    """Write one request's line (see the module docstring) on ``skippy.http``: at INFO, or DEBUG for a
+    status below 400 on one of :data:`QUIET_PATHS`.
 
     ``route``: ``METHOD PATH``; ``status``: the HTTP status sent; ``trace``: the
     request's :class:`~skippy.actors.engine.RequestTrace` (``None`` for routes
@@ -95,4 +103,5 @@ def log_request(route: str, status: int | None, *, tokens: int, duration_ms: flo
     elif code is not None or reason is not None:
         fields.update(code=code, reason=reason)
         text += [f"code={code or '-'}", f"reason={_quote(reason or '')}"]
-    log.info(" ".join(text), extra=fields)
+    quiet = status is not None and status < 400 and not disconnected and route.partition(" ")[2] in QUIET_PATHS
+    log.log(logging.DEBUG if quiet else logging.INFO, " ".join(text), extra=fields)

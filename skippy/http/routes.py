@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import msgspec
 import trio
 from quart import Blueprint, Response, request
 
@@ -125,16 +124,6 @@ def _completion_tokens(result: Any) -> int:
     return int(_field(_field(result, "usage"), "completion_tokens", 0))
 
 
-def _chunk_tokens(chunk: Any) -> int:
-    """How many choices of a stream chunk carry output: a non-empty ``delta`` or ``text``."""
-    def carries(part: Any) -> bool:  # a Struct's fields are read in place: this runs for every chunk sent
-        if part is None or isinstance(part, (str, dict)):
-            return bool(part)
-        return any(getattr(part, name) not in (None, msgspec.UNSET) for name in part.__struct_fields__)
-
-    return sum(1 for c in _field(chunk, "choices", ()) or () if carries(_field(c, "delta")) or _field(c, "text"))
-
-
 # -- helpers of the handlers ------------------------------------------------------------------------
 
 #: distinct unknown field names remembered for the once-per-field warning; past it new names are only
@@ -229,15 +218,13 @@ def log_line(app: Shared, ctx: RequestContext, status: int, route: str, rule: st
 @attrs.frozen
 class SseFormat:
     """How :func:`_stream` frames a stream: ``event(chunk)`` and ``error(exc)`` give an event's bytes, ``ping``
-    is sent after ``--sse-ping-interval`` seconds without a chunk, ``done`` (if any) ends a complete stream,
-    ``tokens(chunk)`` counts a chunk's tokens for the log line. The default is OpenAI's: ``data:`` events,
-    ``: ping`` comments, ``data: [DONE]``."""
+    is sent after ``--sse-ping-interval`` seconds without a chunk, ``done`` (if any) ends a complete stream.
+    The default is OpenAI's: ``data:`` events, ``: ping`` comments, ``data: [DONE]``."""
 
     event: Callable[[Any], bytes] = sse
     error: Callable[[EngineError], bytes] = lambda exc: sse(exc.envelope())
     ping: bytes = SSE_PING
     done: bytes | None = SSE_DONE
-    tokens: Callable[[Any], int] = _chunk_tokens
 
 
 OPENAI_SSE = SseFormat()
@@ -254,8 +241,8 @@ async def _stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitabl
 
     ``frame`` encodes a chunk as an SSE event; ``fail`` makes the final event of an error (the
     error envelope); ``done`` ends a complete stream (``None``: nothing, as llama-server's native
-    ``/completion`` stream and the Responses stream);
-    ``count`` says how many tokens a chunk carries (the log line's).
+    ``/completion`` stream and the Responses stream). The log line's ``tokens=`` is the completion
+    tokens the engine generated (the request's trace), not the events sent.
     """
     chunks: AsyncIterator[Any] | None = None
 
@@ -288,7 +275,6 @@ async def _stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitabl
         return await chunks.__anext__()
 
     async def events() -> AsyncIterator[bytes]:
-        tokens = 0
         status = 200
         code = reason = None
         disconnected = False
@@ -312,7 +298,6 @@ async def _stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitabl
                 if chunk is None:
                     break
                 batch = [chunk, *ready()] if ready is not None else [chunk]
-                tokens += sum(map(fmt.tokens, batch))
                 yield b"".join(map(fmt.event, batch))
             if fmt.done is not None:
                 yield fmt.done
@@ -325,7 +310,7 @@ async def _stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitabl
             raise
         finally:
             await chunks.aclose()
-            ctx.tokens = tokens
+            ctx.tokens = ctx.trace.completion_tokens  # tokens, not events (a burst of tokens can be one chunk)
             log_line(app, ctx, status, route, rule, code=code, reason=reason, disconnected=disconnected)
 
     response = Response(events(), status=200, mimetype="text/event-stream",
@@ -431,10 +416,6 @@ def _response_event(event: rapi.ResponseStreamEvent) -> bytes:
     return sse_event(event.type, event)
 
 
-def _event_tokens(event: rapi.ResponseStreamEvent) -> int:
-    return 1 if event.type.endswith(".delta") else 0
-
-
 async def responses_create() -> Response:
     app, ctx = shared(), current()
     req = await _body(rapi.ResponsesRequest, ctx)
@@ -454,8 +435,7 @@ async def responses_create() -> Response:
                     raise rapi.rename_params(exc) from None
 
             return await _stream(app, ctx, start, SseFormat(
-                event=_response_event, error=lambda exc: _response_event(events.failed(exc)), done=None,
-                tokens=_event_tokens))
+                event=_response_event, error=lambda exc: _response_event(events.failed(exc)), done=None))
         result = await _unless_gone(app, ctx, eng.chat(turn.chat))
     except EngineError as exc:
         raise rapi.rename_params(exc) from None
@@ -726,8 +706,7 @@ def _anthropic_error(exc: EngineError) -> bytes:
 
 
 ANTHROPIC_SSE = SseFormat(
-    event=_anthropic_event, error=_anthropic_error, ping=_anthropic_event(anthropic_wire.PingEvent()), done=None,
-    tokens=lambda event: int(isinstance(event, anthropic_wire.ContentBlockDeltaEvent)))
+    event=_anthropic_event, error=_anthropic_error, ping=_anthropic_event(anthropic_wire.PingEvent()), done=None)
 
 
 class _MessageEvents:

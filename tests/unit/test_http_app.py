@@ -17,8 +17,9 @@ from quart import request
 
 from skippy.http.app import AppState, create_app
 from skippy.http.context import SkippyRequest, current, shared
+from skippy.http.logs import log_request
 from skippy.http.openapi import openapi_document
-from skippy.http.routes import PUBLIC_PATHS, ROUTES, _chunk_tokens, _completion_tokens
+from skippy.http.routes import PUBLIC_PATHS, ROUTES, _completion_tokens
 from skippy.http.settings import ServerSettings
 
 ORIGIN = "https://app.example"
@@ -155,6 +156,19 @@ async def test_one_log_line_per_response(caplog: pytest.LogCaptureFixture) -> No
     assert all(re.search(r" id=[0-9a-f]{24} client=", line) for line in lines)
 
 
+async def test_polled_routes_log_at_debug_unless_they_fail(caplog: pytest.LogCaptureFixture) -> None:
+    # /health and /metrics are polled (the playground: both every 3 s); their answers below 400 log at DEBUG
+    caplog.set_level(logging.DEBUG, logger="skippy.http")
+    for route, status in (("GET /health", 200), ("GET /metrics", 200), ("GET /v1/models", 200)):
+        log_request(route, status, tokens=0, duration_ms=1.0, request_id="r", client=None)
+    await client().get("/health")  # 503: still loading
+    await client(metrics=False).get("/metrics")  # 501
+    await client().get("/v1/models")  # 503, an ordinary route
+    lines = [(r.levelname, " ".join(r.getMessage().split(" ")[:3])) for r in caplog.records if r.name == "skippy.http"]
+    assert lines == [("DEBUG", "GET /health 200"), ("DEBUG", "GET /metrics 200"), ("INFO", "GET /v1/models 200"),
+                     ("INFO", "GET /health 503"), ("INFO", "GET /metrics 501"), ("INFO", "GET /v1/models 503")]
+
+
 async def test_answers_a_retry_cannot_change_say_so() -> None:
     # every 501 (a feature the server was started without) and a 503 model_load_failed carry
     # X-Should-Retry: false, which the openai and anthropic SDKs obey; other errors leave retrying to them
@@ -244,20 +258,6 @@ async def test_no_cors_header_when_cors_is_off() -> None:
 
 # -- what the log line counts, from dict and Struct results -----------------------------------------
 
-class _Delta(msgspec.Struct, omit_defaults=True):
-    role: str | None = None
-    content: str | None = None
-
-
-class _Choice(msgspec.Struct):
-    index: int
-    delta: _Delta
-
-
-class _Chunk(msgspec.Struct):
-    choices: list[_Choice]
-
-
 class _Usage(msgspec.Struct):
     completion_tokens: int
 
@@ -269,9 +269,3 @@ class _Completion(msgspec.Struct):
 def test_tokens_counted_from_dicts_and_structs() -> None:
     assert _completion_tokens({"usage": {"completion_tokens": 7}}) == 7
     assert _completion_tokens(_Completion(_Usage(3))) == 3
-    assert _chunk_tokens({"choices": [{"delta": {"role": "assistant", "content": ""}}]}) == 1
-    assert _chunk_tokens({"choices": [{"delta": {}, "finish_reason": "stop"}]}) == 0
-    assert _chunk_tokens({"choices": [], "usage": {}}) == 0
-    assert _chunk_tokens({"choices": [{"text": "a"}, {"text": ""}]}) == 1
-    assert _chunk_tokens(_Chunk([_Choice(0, _Delta(content="hi"))])) == 1
-    assert _chunk_tokens(_Chunk([_Choice(0, _Delta())])) == 0

@@ -4,6 +4,7 @@ llama.cpp aborts the process on misuse, so every check that a bad call
 raises a Python exception is also a check that the process survives.
 """
 
+import logging
 import os
 
 import attrs
@@ -411,6 +412,37 @@ def test_unified_prefix_copy_shares_the_prefix() -> None:
             runtime.decode([BatchEntry(1, 256, 1, True)])
     finally:
         runtime.close()
+def test_the_warnings_of_readme_flags_are_said_once_in_our_words(caplog: pytest.LogCaptureFixture) -> None:
+    """--kv-unified past the training context and --embeddings --pooling mean make llama.cpp warn ("possible
+    training context overflow": it counts the shared buffer as one sequence; "model default pooling_type is
+    [-1], but [1] was specified"): expected, so they log at DEBUG and the start-up lines say what they mean."""
+    from skippy.engine.runtime.llama import LlamaRuntime
+
+    caplog.set_level(logging.DEBUG, logger="skippy.runtime")
+    runtime = LlamaRuntime(MODEL, n_ctx_seq=2304, n_seq_max=4, kv_unified=True, embeddings=True, pooling="mean",
+                           embeddings_batch=256)  # 9216 cells, past the 8192 of training
+    runtime.close()
+    records = [r for r in caplog.records if r.name == "skippy.runtime"]
+    assert not [r.getMessage() for r in records if r.levelno >= logging.WARNING]
+    expected = [r.getMessage() for r in records if r.levelno == logging.DEBUG and "(expected)" in r.getMessage()]
+    assert any("possible training context overflow" in m for m in expected)
+    assert any("model default pooling_type is" in m for m in expected)
+    info = [r.getMessage() for r in records if r.levelno == logging.INFO]
+    assert any("KV cache: unified" in m and "each sequence stays within 2304" in m for m in info)
+    assert any(m.startswith("embeddings: pooling mean (--pooling mean)") for m in info)
+
+
+def test_a_genuine_llama_cpp_warning_stays_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    # outside the creation of a context that expects it (a unified buffer with each sequence inside the
+    # training context), the same llama.cpp line keeps its level
+    from skippy.engine.runtime import llama
+
+    caplog.set_level(logging.DEBUG, logger="skippy.runtime")
+    line = "llama_context: n_ctx_seq (9216) > n_ctx_train (8192) -- possible training context overflow"
+    llama._llama_log(3, line.encode(), None)  # GGML_LOG_LEVEL_WARN
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [(logging.WARNING, "llama.cpp: " + line)]
+
+
 # --- llguidance constraints and end-of-generation control --------------------------
 
 CHAT_2_2 = "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"

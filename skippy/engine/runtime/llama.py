@@ -16,13 +16,14 @@ call is validated here first: batch size <= ``n_batch``, sequence ids <
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
 import re
 import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
 import attrs
@@ -47,6 +48,14 @@ _GGML_LEVELS = {0: logging.CRITICAL, 1: logging.DEBUG, 2: logging.INFO, 3: loggi
 _last_level = logging.INFO
 #: llama.cpp info lines worth a start-up log line even when not verbose (llama-server prints them)
 _KEEP = ("compute buffer size",)
+#: llama.cpp warnings that skippy's own flags make expected (logged at DEBUG while :data:`_expected` holds
+#: them; the start-up lines say what they mean in our words): a unified KV buffer (--kv-unified, and the
+#: embedding context) counted as one sequence's context, and ``--pooling`` over the GGUF's pooling type
+_OVERFLOW = "possible training context overflow"
+_POOLING_OVERRIDE = "model default pooling_type is"
+#: fragments of the warnings expected while the context being created now is (see :func:`_expecting`)
+_expected: tuple[str, ...] = ()
+_expect_lock = threading.Lock()
 
 
 T = TypeVar("T")
@@ -70,8 +79,23 @@ def _llama_log(level: int, text: bytes, user_data: object) -> None:
         return
     if _captured is not None:
         _captured.append(msg)
-    if _llama_verbose or lvl >= logging.WARNING or any(k in msg for k in _KEEP):
+    if lvl >= logging.WARNING and any(k in msg for k in _expected):
+        log.debug("llama.cpp (expected): %s", msg.strip())
+    elif _llama_verbose or lvl >= logging.WARNING or any(k in msg for k in _KEEP):
         log.log(max(lvl, logging.INFO) if not _llama_verbose else lvl, "llama.cpp: %s", msg.strip())
+
+
+@contextlib.contextmanager
+def _expecting(*fragments: str) -> Iterator[None]:
+    """While a context is created: llama.cpp warnings containing one of ``fragments`` log at DEBUG (one
+    context at a time: models loading in parallel create their contexts in turn)."""
+    global _expected
+    with _expect_lock:
+        _expected = fragments
+        try:
+            yield
+        finally:
+            _expected = ()
 
 
 def _init_backend(verbose: bool) -> None:
@@ -412,7 +436,11 @@ class LlamaRuntime:
         cparams.n_threads_batch = threads
         cparams.no_perf = True
         cparams.flash_attn_type = FLASH_ATTN[flash_attn]
-        self._ctx, caches = _kv_caches(lambda: llama_cpp.llama_init_from_model(self._model, cparams))
+        # unified, llama.cpp takes the whole buffer for one sequence's context and warns past the training
+        # context; each sequence still stays within n_ctx_seq (the KV cache line below says so)
+        buffer_warned = kv_unified and 0 < n_ctx_train < n_ctx_seq * n_seq_max and n_ctx_seq <= n_ctx_train
+        with _expecting(*((_OVERFLOW,) if buffer_warned else ())):
+            self._ctx, caches = _kv_caches(lambda: llama_cpp.llama_init_from_model(self._model, cparams))
         if not self._ctx:
             llama_cpp.llama_model_free(self._model)
             raise RuntimeError("llama.cpp could not create a context (out of memory?)")
@@ -469,9 +497,11 @@ class LlamaRuntime:
         )
         if backend_sampling and self._probe_backend_sampling():
             self.meta = attrs.evolve(self.meta, backend_sampling=True)
-        log.info("KV cache: %s, K %s + V %s, %d cells (%d sequences x %d): %.2f MiB total, %.2f MiB per sequence",
+        log.info("KV cache: %s, K %s + V %s, %d cells (%d sequences x %d): %.2f MiB total, %.2f MiB per sequence%s",
                  "unified" if kv_unified else "one stream per sequence", type_k, type_v, kv.n_cells, n_seq_max,
-                 n_ctx_seq, kv.bytes / 2**20, kv.bytes_per_seq / 2**20)
+                 n_ctx_seq, kv.bytes / 2**20, kv.bytes_per_seq / 2**20,
+                 f"; llama.cpp counts the shared buffer as one context of {n_cells} positions, past the training "
+                 f"context ({n_ctx_train}), but each sequence stays within {n_ctx_seq}" if buffer_warned else "")
 
     def _embedding_context(self, gen: llama_cpp.llama_context_params, pooling: str, n_batch: int,
                            n_ctx_train: int) -> EmbeddingInfo:
@@ -506,7 +536,9 @@ class LlamaRuntime:
         cparams.n_threads_batch = gen.n_threads_batch
         cparams.flash_attn_type = gen.flash_attn_type
         cparams.no_perf = True
-        ctx = llama_cpp.llama_init_from_model(self._model, cparams)
+        # expected: the shared buffer counted as one sequence (inputs stay within n_ctx), --pooling over the GGUF's
+        with _expecting(_OVERFLOW, *((_POOLING_OVERRIDE,) if pooling != "model" else ())):
+            ctx = llama_cpp.llama_init_from_model(self._model, cparams)
         if not ctx:
             log.warning("llama.cpp could not create the embedding context; /v1/embeddings answers 400")
             return EmbeddingInfo(pooling=pooling, n_ctx=n_ctx, n_seq_max=n_seq,
@@ -527,7 +559,7 @@ class LlamaRuntime:
         self._embd_ctx = ctx
         self._embd_mem = llama_cpp.llama_get_memory(ctx)
         self._embd_batch = llama_cpp.llama_batch_init(n_ctx, 0, 1)
-        log.info("embeddings: pooling %s, batches of up to %d tokens and %d inputs", name, n_ctx, n_seq)
+        log.info("embeddings: pooling %s (%s), batches of up to %d tokens and %d inputs", name, source, n_ctx, n_seq)
         return EmbeddingInfo(pooling=name, n_ctx=n_ctx, n_seq_max=n_seq)
 
     # -- decode -------------------------------------------------------------
