@@ -21,7 +21,7 @@ decoding meanwhile.
 
 Ownership: the core (and through it the runtime's KV and sampler calls) is
 touched only by this actor's task; the decode thread runs
-:func:`~skippy.engine.scheduling.core.execute` while the task awaits it, and
+:func:`~skippy.engine.scheduling.decode.execute` while the task awaits it, and
 inputs that arrive meanwhile wait in the inbox until the step is applied.
 """
 
@@ -42,17 +42,20 @@ from skippy.engine.errors import InvalidRequest, QueueFull, SlotBusy
 from skippy.engine.hooks.policy import NO_ACTION
 from skippy.engine.hooks.signals import SignalConfig
 from skippy.engine.runtime.base import Runtime
-from skippy.engine.scheduling.core import HookRequest, Output, SchedulerCore, SlotInfo, StepPlan, execute
+from skippy.engine.scheduling.core import SchedulerCore, SlotInfo
+from skippy.engine.scheduling.decode import execute
 from skippy.engine.scheduling.events import (
     EmbeddingsEvent,
     EmbedRequest,
     FinishEvent,
+    HookRequest,
+    Output,
     SchedulerStats,
     SeqEvent,
     SeqRequest,
-    TokenEvent,
 )
 from skippy.engine.scheduling.prefix import MIN_TAIL
+from skippy.engine.scheduling.step import StepPlan, StepResult
 
 log = logging.getLogger("skippy.scheduler")
 
@@ -243,7 +246,7 @@ class DecodeScheduler(Actor[SchedulerMsg]):
                 submitted = time.perf_counter()
                 waited = submitted - t_wait
                 try:
-                    sampled, marks = await decode_thread.run_sync(_execute_timed, self.runtime, step, self._pending)
+                    result, marks = await decode_thread.run_sync(_execute_timed, self.runtime, step, self._pending)
                 except Exception as exc:  # llama.cpp refused the batch: fail these sequences, keep serving
                     log.exception("decode step failed")
                     self._deliver(self.core.fail(str(exc)))
@@ -252,8 +255,8 @@ class DecodeScheduler(Actor[SchedulerMsg]):
                 last_end = times.step(marks, last_end, waited, decoded=step.batch is not None,
                                       embedded=step.embed is not None, submitted=submitted,
                                       resumed=time.perf_counter())
-                readers = self._deliver(self.core.update(step, sampled))
-                run = len(marks) // 3 if step.steps > 1 else 1  # decodes whose tokens the readers now write
+                readers = self._deliver(self.core.update(step, result))
+                run = max(result.decodes, 1)  # decodes whose tokens the readers now write
         finally:
             decode_thread.close()
             self._deliver(self.core.close())
@@ -407,12 +410,12 @@ class DecodeScheduler(Actor[SchedulerMsg]):
         return readers
 
 
-def _execute_timed(runtime: Runtime, step: StepPlan, interrupt: Any) -> tuple[list[TokenEvent], list[float]]:
+def _execute_timed(runtime: Runtime, step: StepPlan, interrupt: Any) -> tuple[StepResult, list[float]]:
     """:func:`execute` on the decode thread, with its ``perf_counter`` marks (decode start, decode end,
     sampling end, for each decode of a multi-step run; embedding batch start and end)."""
     marks: list[float] = []
-    sampled = execute(runtime, step, marks, interrupt if step.steps > 1 else None)
-    return sampled, marks
+    result = execute(runtime, step, marks, interrupt if step.steps > 1 else None)
+    return result, marks
 
 
 def _send(events: trio.MemorySendChannel[SeqEvent], ev: SeqEvent) -> bool:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-ENGINE_MODULES = ["skippy.engine.config", "skippy.engine.scheduling.core", "skippy.engine.output.generation",
+ENGINE_MODULES = ["skippy.engine.config", "skippy.engine.scheduling.core", "skippy.engine.scheduling.decode",
+                  "skippy.engine.output.generation",
                   "skippy.engine.output.wire", "skippy.engine.chat.prepare", "skippy.engine.hooks",
                   "skippy.engine.runtime.base", "skippy.engine.sampling.grammar"]
 

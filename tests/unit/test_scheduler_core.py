@@ -17,12 +17,14 @@ from skippy.engine.errors import QueueFull
 from skippy.engine.hooks.policy import NO_ACTION, Inject, Stop
 from skippy.engine.runtime.base import EmbeddingInfo, ModelMeta
 from skippy.engine.sampling.params import SamplingParams
-from skippy.engine.scheduling.core import HookRequest, Phase, SchedulerCore, execute
+from skippy.engine.scheduling.core import Phase, SchedulerCore
+from skippy.engine.scheduling.decode import execute
 from skippy.engine.scheduling.events import (
     EmbeddingsEvent,
     EmbedRequest,
     FinishEvent,
     HookEvent,
+    HookRequest,
     PromptLogprobs,
     SeqRequest,
     TokenEvent,
@@ -1409,9 +1411,10 @@ def test_a_multi_step_run_ends_when_a_sequence_finishes_while_a_request_waits():
     core.add(req(3, [53] * 4, max_tokens=3))  # waits for a slot
     plan = _plan_run(rt, core, 4)  # 1 and 2 have 4 tokens each
     assert plan.until_finish
-    sampled = execute(rt, plan)
-    assert [len(ev) for ev in sampled] == [3, 3]  # 1's EOG at the third decode ends the run for 2 too
-    out = core.update(plan, sampled)
+    result = execute(rt, plan)
+    assert [len(ev) for ev in result.tokens] == [3, 3]  # 1's EOG at the third decode ends the run for 2 too
+    assert result.decodes == 3
+    out = core.update(plan, result)
     assert tokens_of(out, 1) == [9, 9] and finish_of(out, 1).reason == "stop"
     assert tokens_of(out, 2) == [FILLER] * 3
     plan = core.plan()  # 3 is admitted into the freed slot right away
@@ -1424,9 +1427,9 @@ def test_a_multi_step_run_stops_at_an_interrupt():
     plan = _plan_run(rt, core, 8)
     n_kv = len(rt.kv[0])
     asked = []
-    sampled = execute(rt, plan, interrupt=lambda: asked.append(1) or len(asked) >= 3)
-    assert [len(ev) for ev in sampled] == [3]  # the first decode, then two before the third answer
-    out = core.update(plan, sampled)
+    result = execute(rt, plan, interrupt=lambda: asked.append(1) or len(asked) >= 3)
+    assert [len(ev) for ev in result.tokens] == [3]  # the first decode, then two before the third answer
+    out = core.update(plan, result)
     assert tokens_of(out, 1) == [FILLER] * 3
     assert len(rt.kv[0]) == n_kv + 3
     assert step(rt, core)  # decoding goes on from there

@@ -368,18 +368,21 @@ class RowsRuntime:
 def test_execute_samples_vector_rows_together_and_grammar_rows_alone():
     from skippy.engine.hooks.signals import logprobs_top, token_logprob, token_signals
     from skippy.engine.scheduling.batch import BatchPlan
-    from skippy.engine.scheduling.core import SampleSpec, StepPlan, execute
+    from skippy.engine.scheduling.decode import execute
+    from skippy.engine.scheduling.step import SampleTask, StepPlan
 
     x = lm_logits(np.random.default_rng(9), 4, v=3000)
     x[3] = np.nan
     rt = RowsRuntime(x)
     kws = [{"seed": 1}, {"temperature": 0.0}, None, {"seed": 2}]  # None: a chain (grammar) sampler
     samplers = [sampler(**kw) if kw is not None else object() for kw in kws]
-    specs = tuple(SampleSpec(rid=i, index=2 * i, sampler=s, top_logprobs=[3, None, 0, 2][i], signals=i != 1)
+    tasks = tuple(SampleTask(rid=i, index=2 * i, sampler=s, top_logprobs=[3, None, 0, 2][i], signals=i != 1)
                   for i, s in enumerate(samplers))
-    step = StepPlan(BatchPlan(entries=["e"], outputs=[], advance=[]), specs)
+    step = StepPlan(BatchPlan(entries=["e"], outputs=[], advance=[]), tasks)
     mirror = [sampler(**kw) if kw is not None else None for kw in kws]
-    events = execute(rt, step)
+    result = execute(rt, step)
+    assert all(len(t) == 1 for t in result.tokens) and result.decodes == 1
+    events = [t[0] for t in result.tokens]
     assert rt.decoded == [["e"]] and rt.output_calls == 1 and rt.chain_calls == [4]
     assert events[0].token == sample_rows(x[0:1], [mirror[0]])[0]
     assert events[1].token == int(x[1].argmax())

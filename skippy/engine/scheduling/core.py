@@ -5,9 +5,9 @@ scheduler; the :class:`~skippy.actors.scheduler.DecodeScheduler` actor only
 moves messages (as vLLM v1's ``EngineCore.step()`` drives its ``Scheduler``,
 and h11's ``Connection`` leaves all I/O to its caller). One step is three calls::
 
-    step = core.plan()                            # admit, then plan one batch
-    sampled = execute(runtime, step)              # llama_decode + sampling (decode thread)
-    outputs = core.update(step, sampled)          # tokens, finishes, hook parks
+    step = core.plan()                            # admit, then plan one batch (a StepPlan)
+    result = execute(runtime, step)               # llama_decode + sampling (decode thread): a StepResult
+    outputs = core.update(step, result)           # tokens, finishes, hook parks
 
 Inputs: :meth:`~SchedulerCore.add`, :meth:`~SchedulerCore.cancel`,
 :meth:`~SchedulerCore.on_verdict`. Outputs are ``(rid, event)`` pairs, in
@@ -75,7 +75,7 @@ The rules, each with a unit test in ``tests/unit/test_scheduler_core.py``:
   vLLM's ``ngram``): a decoding sequence with speculation on drafts up to
   ``k`` tokens from an earlier occurrence of its last n-gram; the batch holds
   its pending token and the draft (after prefill in the budget), and
-  :func:`verify_draft` samples while the draft matches. Every sampled token
+  :func:`~.decode.verify_draft` samples while the draft matches. Every sampled token
   takes the same path as one without speculation (EOG, length, logprobs), in
   order; the KV cache is trimmed past the accepted prefix. Never for hooked
   sequences (a park would leave sampled tokens unemitted), recurrent models
@@ -84,7 +84,7 @@ The rules, each with a unit test in ``tests/unit/test_scheduler_core.py``:
 - **Multi-step runs** (``scheduler_steps`` > 1, vLLM's ``num_scheduler_steps``): a batch in which
   every running sequence decodes one token (no prefill, no embedding batch, no hook window,
   reasoning budget or speculation) runs up to that many decodes back to back on the decode
-  thread (:func:`run_steps`), each with the tokens just sampled; a sequence leaves the run at its
+  thread (:func:`~.decode.run_steps`), each with the tokens just sampled; a sequence leaves the run at its
   end-of-generation or stop token, or at its last token under ``max_tokens`` and the context, so
   nothing is decoded past a finish; a run is no longer than the tokens its youngest sequence has
   generated (a stream's first tokens come a step apart); it ends early once a sequence finishes
@@ -116,15 +116,8 @@ import numpy as np
 
 from skippy.engine.errors import QueueFull
 from skippy.engine.hooks.policy import Inject, Outcome, Stop
-from skippy.engine.hooks.signals import (
-    GenerationSignals,
-    PrefillSignals,
-    SignalConfig,
-    SignalWindow,
-    logprobs_top,
-    token_logprob,
-)
-from skippy.engine.runtime.base import BatchEntry, Runtime
+from skippy.engine.hooks.signals import GenerationSignals, PrefillSignals, SignalConfig, SignalWindow
+from skippy.engine.runtime.base import Runtime
 from skippy.engine.sampling.vector import SeqSampler
 from skippy.engine.scheduling.batch import BatchPlan, SeqState, plan_step
 from skippy.engine.scheduling.budget import BudgetState
@@ -135,15 +128,16 @@ from skippy.engine.scheduling.events import (
     EmbedRequest,
     FinishEvent,
     HookEvent,
+    HookRequest,
+    Output,
     PromptLogprobs,
     SchedulerStats,
     SeqRequest,
     TokenEvent,
-    TopLogprob,
 )
 from skippy.engine.scheduling.prefix import MIN_REUSE, MIN_TAIL, Match, PrefixIndex, common_prefix_len
-from skippy.engine.scheduling.sample import sample_step
 from skippy.engine.scheduling.spec import MAX_DRAFT, SpecState
+from skippy.engine.scheduling.step import SampleTask, ScoreTask, StepPlan, StepResult
 
 log = logging.getLogger("skippy.scheduler")
 
@@ -169,20 +163,6 @@ class Phase(enum.Enum):
     DECODING = "decoding"      #: holds a slot; its last sampled token goes into the next batch
     PARKED = "parked"          #: holds a slot; its sampled token is held until a hook verdict
     FINISHED = "finished"      #: its FinishEvent is out; slot freed or kept in the prefix cache
-
-
-@attrs.frozen
-class HookRequest:
-    """Ask the hook policy about a parked sequence: ``event`` (``after_prefill`` or
-    ``mid_generation``), the request the policy sees, and the signals payload."""
-
-    event: str
-    request: Any
-    payload: PrefillSignals | GenerationSignals
-
-
-#: What the core emits, per request id.
-Output = tuple[int, TokenEvent | FinishEvent | PromptLogprobs | HookEvent | HookRequest | EmbeddingsEvent]
 
 
 @attrs.define(eq=False)
@@ -256,74 +236,6 @@ class SlotInfo:
     n_kv: int = 0
 
 
-@attrs.frozen
-class SampleSpec:
-    """What to compute at one batch output: the sampler, and which extras the request asked for.
-
-    ``draft``: speculative tokens placed after the sampled position at batch
-    indices ``index + 1 ..`` (each with logits); :func:`verify_draft` samples
-    them in order while they match. ``steps``: tokens the sequence may sample in a multi-step
-    run (:attr:`StepPlan.steps`; the last one would finish it by ``max_tokens`` or the context);
-    ``ends``: the token ids that end it (end of generation, the request's ``stop_token_ids``),
-    after which the run decodes it no more. ``backend``: llama.cpp's greedy sampler picked the token in
-    the decode graph (:meth:`Runtime.sampled_token`; a plain greedy sequence without logprobs, signals or
-    speculation, whose slot has the sampler attached).
-    """
-
-    rid: int
-    index: int
-    sampler: object
-    top_logprobs: int | None  # None: no logprobs; else how many alternatives (0..20)
-    signals: bool
-    draft: tuple[int, ...] = ()
-    steps: int = 1
-    ends: frozenset[int] = frozenset()
-    backend: bool = False
-
-
-@attrs.frozen
-class ScoreSpec:
-    """A prompt position to score (``prompt_logprobs``): the logprob of ``token``, the prompt's next
-    token, from the logits at batch ``index``, with ``top_logprobs`` alternatives."""
-
-    rid: int
-    index: int
-    token: int
-    top_logprobs: int
-
-
-@attrs.frozen
-class StepPlan:
-    """One planned step: the batch (``None``: nothing to decode), what to sample from it, which
-    prompt positions to score, the outputs admission produced (finishes of requests whose
-    sampler llama.cpp refused), the embedding batch to run after it (``None``: none), and the
-    context checkpoints to save after the decode (``saves``: (rid, slot) of sequences whose
-    prefill reaches their ``checkpoint_at`` in this batch).
-
-    ``steps`` > 1 makes it a multi-step run (vLLM's ``num_scheduler_steps``): a decode-only
-    batch whose sequences :func:`execute` decodes up to ``steps`` times back to back on the
-    decode thread, each time with the tokens it just sampled, so the loop's thread handoffs,
-    events and socket writes are paid once per run instead of once per token; ``until_finish``:
-    the run ends once a sequence finishes (requests wait for its slot). ``samplers``: (slot, on) pairs to
-    apply before the decode, attaching or detaching a slot's backend greedy sampler
-    (:meth:`Runtime.set_backend_greedy`)."""
-
-    batch: BatchPlan | None
-    samples: tuple[SampleSpec, ...] = ()
-    outputs: tuple[Output, ...] = ()
-    scores: tuple[ScoreSpec, ...] = ()
-    embed: EmbedBatch | None = None
-    saves: tuple[tuple[int, int], ...] = ()
-    steps: int = 1
-    until_finish: bool = False
-    samplers: tuple[tuple[int, bool], ...] = ()
-
-    @property
-    def empty(self) -> bool:
-        """Nothing to run on the decode thread."""
-        return self.batch is None and self.embed is None
-
-
 @attrs.define(eq=False)
 class _Embedding:
     """An embedding request in the core: its vectors as they come (``None``: not yet), inputs left, times."""
@@ -334,154 +246,6 @@ class _Embedding:
     n_tokens: int
     t_queued: float
     t_first: float = 0.0
-
-
-#: What :func:`execute` returns per sample: one event, or (a spec with a draft) every token its
-#: verification sampled, in order; for an embedding batch its :class:`EmbedResult`; for a checkpoint
-#: save the state bytes (``None``: the runtime could not copy it).
-Sampled = TokenEvent | tuple[TokenEvent, ...] | EmbedResult | bytes | None
-
-
-def execute(runtime: Runtime, step: StepPlan, marks: list[float] | None = None,
-            interrupt: Callable[[], bool] | None = None) -> list[Sampled]:
-    """Run ``step`` on ``runtime``: one ``llama_decode``, then sample every output; then the embedding batch.
-
-    Blocking; runs on the decode thread. Returns one :class:`TokenEvent` per
-    ``step.samples`` entry, in order (see :func:`~skippy.engine.scheduling.sample.sample_step`:
-    the vectorized chain for most sequences, llama.cpp's for a grammar; logprobs and signals
-    from the raw logits when asked, ``None`` when a row has no finite maximum, so one
-    sequence's NaN logits never fail the others), or for an entry with a ``draft`` the tuple
-    :func:`verify_draft` returns; then one per ``step.scores`` entry (the scored prompt
-    token, its logprob and alternatives); then, when the step has an embedding batch, one
-    :class:`EmbedResult` (:meth:`Runtime.embed`'s vectors, or its error: a failed embedding batch
-    fails only its requests); then one per ``step.saves`` entry, the slot's state after the decode
-    (:meth:`Runtime.state_seq_get_data`; ``None`` when it fails, which costs only the checkpoint).
-    Raises ``RuntimeError`` when llama.cpp refuses the decode batch (or a ``step.samplers`` change, applied
-    before it).
-    A multi-step run (``step.steps`` > 1, see :func:`run_steps`) returns per sample the tuple of
-    tokens it sampled, in order; ``interrupt()`` is asked between its decodes (true: end the run,
-    an input waits).
-    ``marks``, when given, gets ``time.perf_counter()`` at the start and the end of ``llama_decode``
-    and at the end of sampling (when the step has a batch; once per decode of a multi-step run),
-    then at the start and the end of the embedding batch (when it has one); for the step-time metrics.
-    """
-    out: list[Sampled] = []
-    for slot, on in step.samplers:
-        runtime.set_backend_greedy(slot, on)
-    if step.batch is not None:
-        if marks is not None:
-            marks.append(time.perf_counter())
-            runtime.decode(step.batch.entries)
-            marks.append(time.perf_counter())
-        else:
-            runtime.decode(step.batch.entries)
-        scored: list[Sampled] = [_score(runtime.logits(spec.index), spec.token, spec.top_logprobs)
-                                 for spec in step.scores]
-        out = list(sample_step(runtime, step.samples))
-        for i, spec in enumerate(step.samples):
-            if spec.draft:
-                out[i] = verify_draft(runtime, spec, out[i])  # type: ignore[arg-type]
-        out += scored
-        if marks is not None:
-            marks.append(time.perf_counter())
-        if step.steps > 1:
-            out = run_steps(runtime, step, out, marks, interrupt)  # type: ignore[arg-type]
-    if step.embed is not None:
-        if marks is not None:
-            marks.append(time.perf_counter())
-        try:
-            result = EmbedResult(runtime.embed([item.tokens for item in step.embed.items]))
-        except (ValueError, RuntimeError) as exc:
-            result = EmbedResult(None, str(exc))
-        out.append(result)
-        if marks is not None:
-            marks.append(time.perf_counter())
-    for _, slot in step.saves:
-        try:
-            out.append(runtime.state_seq_get_data(slot))
-        except (ValueError, RuntimeError) as exc:
-            log.warning("context checkpoint of slot %d failed: %s", slot, exc)
-            out.append(None)
-    return out
-
-
-def run_steps(runtime: Runtime, step: StepPlan, first: list[TokenEvent], marks: list[float] | None = None,
-              interrupt: Callable[[], bool] | None = None) -> list[Sampled]:
-    """The rest of a multi-step run, after its first decode sampled ``first`` (one event per sample).
-
-    Each later decode takes, for every sequence still in the run, the token it sampled last, at
-    the next position (the batch in the first one's order, as the steps of single-step planning
-    would have it); a sequence leaves the run once it sampled one of its ``ends`` or its
-    ``steps`` tokens. The run stops after ``step.steps`` decodes, when no sequence is left, when
-    one finished and ``step.until_finish``, or when ``interrupt()`` is true. Returns per sample
-    the tuple of its tokens, in order: the core applies them as if each had come from a step
-    of its own (:meth:`SchedulerCore.update`).
-    """
-    runs = [[ev] for ev in first]
-    samples = step.samples
-    entries = step.batch.entries  # type: ignore[union-attr]
-    at = [entries[spec.index] for spec in samples]  # each sequence's entry in the first decode
-    live = [j for j, spec in enumerate(samples) if spec.steps > 1 and first[j].token not in spec.ends]
-    specs: list[SampleSpec] = []  # the live sequences' specs at their indices in the next batch
-    for k in range(1, step.steps):
-        if not live or (step.until_finish and len(live) < len(samples)) or (interrupt is not None and interrupt()):
-            break
-        if len(specs) != len(live):  # the batch changed (at the start, or a sequence left)
-            specs = [attrs.evolve(samples[j], index=i) for i, j in enumerate(live)]
-        batch = [BatchEntry(runs[j][-1].token, at[j].pos + k, at[j].seq_id, True) for j in live]
-        if marks is not None:
-            marks.append(time.perf_counter())
-        runtime.decode(batch)
-        if marks is not None:
-            marks.append(time.perf_counter())
-        events = sample_step(runtime, specs)
-        if marks is not None:
-            marks.append(time.perf_counter())
-        left = []
-        for j, ev in zip(live, events, strict=True):
-            runs[j].append(ev)
-            if len(runs[j]) < samples[j].steps and ev.token not in samples[j].ends:
-                left.append(j)
-        live = left
-    return [tuple(r) for r in runs]
-
-
-def _score(raw: Any, token: int, n_top: int) -> TokenEvent:
-    """``token``'s logprob (and ``n_top`` alternatives) under the logits ``raw``; ``None`` when not finite."""
-    try:
-        top = logprobs_top(raw, n_top) if n_top else ((), ())
-        return TokenEvent(token, token_logprob(raw, token),
-                          tuple(TopLogprob(int(t), float(v)) for t, v in zip(*top, strict=True)))
-    except ValueError:
-        return TokenEvent(token)
-
-
-def sample_at(runtime: Runtime, spec: SampleSpec, index: int) -> TokenEvent:
-    """Sample (and accept into ``spec.sampler``) one token at batch ``index``, with the extras ``spec`` asks for."""
-    return sample_step(runtime, [attrs.evolve(spec, index=index)])[0]
-
-
-def verify_draft(runtime: Runtime, spec: SampleSpec, first: TokenEvent,
-                 sample: Callable[[Runtime, SampleSpec, int], TokenEvent] = sample_at) -> tuple[TokenEvent, ...]:
-    """Verify ``spec.draft`` given ``first``, the token sampled at ``spec.index``: the accepted tokens.
-
-    While the last sampled token equals the next draft token, the logits at the
-    next index (computed after that very token) are sampled too, with the
-    sequence's own sampler; the first token that differs (the correction), or
-    the token after a wholly accepted draft (the bonus), ends the list. So every
-    token is drawn from the distribution it would have been drawn from without
-    speculation (the draft only decided where logits were computed: this is
-    speculative sampling's rejection rule for a draft that proposes one token
-    with probability 1, accept with probability ``p(draft)``, else sample from
-    ``p`` without it), and the sampler accepts exactly the returned tokens.
-    Returns 1 + (matched draft tokens) events.
-    """
-    out = [first]
-    for i, tok in enumerate(spec.draft):
-        if out[-1].token != tok:
-            break
-        out.append(sample(runtime, spec, spec.index + 1 + i))
-    return tuple(out)
 
 
 class SchedulerCore:
@@ -512,7 +276,7 @@ class SchedulerCore:
 
     The core calls the runtime's KV and sampler methods (``seq_rm``,
     ``seq_cp``, ``new_sampler``, ``free_sampler``) and the vocabulary (hook
-    injections) itself, from the caller's thread; only :func:`execute` decodes.
+    injections) itself, from the caller's thread; only :func:`~.decode.execute` decodes.
     Not thread-safe: one owner drives it.
     """
 
@@ -693,7 +457,7 @@ class SchedulerCore:
         for kv, index in batch.outputs:
             seq = self._running[kv.rid]
             req = seq.request
-            samples.append(SampleSpec(kv.rid, index, seq.sampler,
+            samples.append(SampleTask(kv.rid, index, seq.sampler,
                                       req.params.top_logprobs if req.params.logprobs else None,
                                       req.signals or seq.window is not None, kv.draft, backend=seq.backend))
         batch, scores = self._scores(batch)
@@ -707,7 +471,7 @@ class SchedulerCore:
             return self._multi_step(batch, samples, tuple(outputs))
         return StepPlan(batch, tuple(samples), tuple(outputs), scores, embed, saves, samplers=samplers)
 
-    def _multi_step(self, batch: BatchPlan, samples: list[SampleSpec], outputs: tuple[Output, ...]) -> StepPlan:
+    def _multi_step(self, batch: BatchPlan, samples: list[SampleTask], outputs: tuple[Output, ...]) -> StepPlan:
         """A decode-only batch as a multi-step run of up to ``scheduler_steps`` decodes, when every sequence in
         it may take one: no hook window (a park would hold tokens already decoded past), no reasoning budget (a
         forced token replaces a sampled one), no speculation (its own multi-token path), nothing else to run."""
@@ -718,8 +482,8 @@ class SchedulerCore:
             return StepPlan(batch, tuple(samples), outputs)
         n_ctx = self.runtime.meta.n_ctx_seq
         eog = self.runtime.meta.eog_ids
-        specs = []
-        for spec, (kv, _) in zip(samples, batch.outputs, strict=True):
+        tasks = []
+        for task, (kv, _) in zip(samples, batch.outputs, strict=True):
             seq = self._running[kv.rid]
             if seq.window is not None or seq.budget is not None or seq.spec is not None:
                 return StepPlan(batch, tuple(samples), outputs)
@@ -727,8 +491,8 @@ class SchedulerCore:
             # n_past + i + 1 the context (SchedulerCore._accept): no token is decoded past a finish
             n = min(steps, kv.max_tokens - kv.n_generated, n_ctx - 1 - kv.n_past)
             stop_ids = seq.request.params.stop_token_ids
-            specs.append(attrs.evolve(spec, steps=max(n, 1), ends=eog | frozenset(stop_ids) if stop_ids else eog))
-        return StepPlan(batch, tuple(specs), outputs, steps=steps, until_finish=bool(self._waiting))
+            tasks.append(attrs.evolve(task, steps=max(n, 1), ends=eog | frozenset(stop_ids) if stop_ids else eog))
+        return StepPlan(batch, tuple(tasks), outputs, steps=steps, until_finish=bool(self._waiting))
 
     def _plan_embed(self, active: list[SeqState]) -> EmbedBatch | None:
         """This step's embedding batch (:mod:`~skippy.engine.scheduling.embed`'s share of the budget), if any
@@ -741,7 +505,7 @@ class SchedulerCore:
         self._embed_inflight = take_batch(self._embed_queue, budget, info.n_ctx, info.n_seq_max)
         return self._embed_inflight
 
-    def _scores(self, batch: BatchPlan) -> tuple[BatchPlan, tuple[ScoreSpec, ...]]:
+    def _scores(self, batch: BatchPlan) -> tuple[BatchPlan, tuple[ScoreTask, ...]]:
         """Ask for the logits of every prompt position of the sequences with ``prompt_logprobs``."""
         scoring = {kv.slot: self._running[kv.rid].request for kv, _ in batch.advance
                    if self._running[kv.rid].request.prompt_logprobs is not None}
@@ -752,20 +516,20 @@ class SchedulerCore:
             req = scoring.get(e.seq_id)
             if req is not None and e.pos < len(req.prompt) - 1:
                 entries[i] = attrs.evolve(e, logits=True)
-                scores.append(ScoreSpec(req.rid, i, req.prompt[e.pos + 1], req.prompt_logprobs or 0))
+                scores.append(ScoreTask(req.rid, i, req.prompt[e.pos + 1], req.prompt_logprobs or 0))
         return attrs.evolve(batch, entries=tuple(entries)), tuple(scores)
 
-    def update(self, step: StepPlan, sampled: Seq[Sampled]) -> list[Output]:
-        """Apply a decoded ``step`` and its sampled tokens (from :func:`execute`, in order), then its
-        embedding batch's result."""
-        n = len(step.samples) + len(step.scores)
-        m = n + (step.embed is not None)
-        assert len(sampled) == m + len(step.saves)
+    def update(self, step: StepPlan, result: StepResult) -> list[Output]:
+        """Apply a decoded ``step`` and its ``result`` (from
+        :func:`~.decode.execute`): the saved checkpoints, the sampled and scored
+        tokens, then the embedding batch's result."""
+        assert len(result.tokens) == len(step.samples) and len(result.scores) == len(step.scores)
+        assert len(result.saved) == len(step.saves) and (result.embedded is None) == (step.embed is None)
         if step.saves:  # before the tokens: a finish below may end the sequence that saved
-            self._on_saved(step.saves, sampled[m:])  # type: ignore[arg-type]
-        outputs = self._update_batch(step, sampled[:n]) if step.batch is not None else []
+            self._on_saved(step.saves, result.saved)
+        outputs = self._update_batch(step, result) if step.batch is not None else []
         if step.embed is not None:
-            outputs += self._on_embedded(step.embed, sampled[n])  # type: ignore[arg-type]
+            outputs += self._on_embedded(step.embed, result.embedded)  # type: ignore[arg-type]
         return outputs
 
     def _on_saved(self, saves: Seq[tuple[int, int]], states: Seq[bytes | None]) -> None:
@@ -805,13 +569,12 @@ class SchedulerCore:
                     embed_ms=(now - emb.t_first) * 1000.0)))
         return outputs
 
-    def _update_batch(self, step: StepPlan, sampled: Seq[Sampled]) -> list[Output]:
-        self._steps += 1
-        if step.steps > 1:  # the decodes of a multi-step run
-            self._steps += max(len(ev) for ev in sampled) - 1  # type: ignore[arg-type]
+    def _update_batch(self, step: StepPlan, result: StepResult) -> list[Output]:
+        assert step.batch is not None
+        self._steps += result.decodes  # a multi-step run's decodes count one by one
         self._busy_slots_total += len(step.batch.advance)
-        for spec, ev in zip(step.scores, sampled[len(step.samples):], strict=True):
-            seq = self._running.get(spec.rid)
+        for task, ev in zip(step.scores, result.scores, strict=True):
+            seq = self._running.get(task.rid)
             if seq is not None and seq.scored is not None:
                 seq.scored.append(ev)
         for kv, n in step.batch.advance:
@@ -822,20 +585,20 @@ class SchedulerCore:
             kv.n_past += n
             self._n_tokens_max = max(self._n_tokens_max, kv.n_past)
         outputs: list[Output] = []
-        for spec, ev in zip(step.samples, sampled[:len(step.samples)], strict=True):
-            seq = self._running.get(spec.rid)
+        for task, events in zip(step.samples, result.tokens, strict=True):
+            seq = self._running.get(task.rid)
             if seq is None:
                 continue
             if seq.request.prompt_logprobs is not None and seq.scored is not None:
                 # the prompt is prefilled: its scores go before its first token
                 outputs.append((seq.rid, PromptLogprobs(tuple(seq.scored))))
                 seq.scored = None
-            if spec.draft:
-                outputs += self._on_verified(seq, spec.draft, ev if isinstance(ev, tuple) else (ev,))
-            elif isinstance(ev, tuple):  # a multi-step run's tokens
-                outputs += self._on_run(seq, ev)
+            if task.draft:
+                outputs += self._on_verified(seq, task.draft, events)
+            elif step.steps > 1:  # a multi-step run's tokens
+                outputs += self._on_run(seq, events)
             else:
-                outputs += self._on_token(seq, ev)  # type: ignore[arg-type]
+                outputs += self._on_token(seq, events[0])
         return outputs
 
     def fail(self, error: str) -> list[Output]:
@@ -1300,7 +1063,7 @@ class SchedulerCore:
     def _on_run(self, seq: Sequence, events: tuple[TokenEvent, ...]) -> list[Output]:
         """Emit a multi-step run's tokens in order, each as :meth:`_on_token` after the one before entered the
         KV cache (``events[i]`` was sampled with ``events[:i]`` decoded); a finish ends them (the run
-        decoded no further for it: :func:`run_steps` checks the same ends and limits)."""
+        decoded no further for it: :func:`~.decode.run_steps` checks the same ends and limits)."""
         kv = seq.kv
         assert kv is not None
         outputs: list[Output] = []

@@ -52,7 +52,7 @@ class EmbedBatch:
 
 @attrs.frozen(eq=False)
 class EmbedResult:
-    """What :func:`~skippy.engine.scheduling.core.execute` got for an :class:`EmbedBatch`: the pooled
+    """What :func:`~skippy.engine.scheduling.decode.execute` got for an :class:`EmbedBatch`: the pooled
     vectors (float32, ``(len(items), n_embd)``), or llama.cpp's error (``vectors`` is then ``None``)."""
 
     vectors: np.ndarray | None

@@ -3,7 +3,9 @@
 :class:`SeqRequest` goes in (one tokenized prompt to generate from); per
 sequence, :class:`TokenEvent` (one per accepted token) and one final
 :class:`FinishEvent` come out. :class:`EmbedRequest` goes in (token ids to
-embed) and one :class:`EmbeddingsEvent` comes out; :class:`SchedulerStats` is a frozen snapshot
+embed) and one :class:`EmbeddingsEvent` comes out; a parked sequence's
+:class:`HookRequest` goes to the hook evaluator (:data:`Output`: what the core
+emits, per request id); :class:`SchedulerStats` is a frozen snapshot
 of the scheduler's counters for ``/health`` and ``/metrics`` (as trio's
 ``MemoryChannelStatistics`` or vLLM's ``SchedulerStats``).
 """
@@ -15,6 +17,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from skippy.engine.hooks.signals import GenerationSignals, PrefillSignals
 from skippy.engine.sampling.params import SamplingParams
 from skippy.engine.scheduling.budget import ReasoningBudget
 from skippy.engine.scheduling.prefix import MIN_REUSE
@@ -187,6 +190,20 @@ class HookEvent:
 
 #: What a sequence's event stream carries.
 SeqEvent = TokenEvent | FinishEvent | PromptLogprobs | HookEvent | EmbeddingsEvent
+
+
+@attrs.frozen
+class HookRequest:
+    """Ask the hook policy about a parked sequence: ``event`` (``after_prefill`` or
+    ``mid_generation``), the request the policy sees, and the signals payload."""
+
+    event: str
+    request: Any
+    payload: PrefillSignals | GenerationSignals
+
+
+#: What the scheduler core emits, per request id: the request's events, and hook calls.
+Output = tuple[int, TokenEvent | FinishEvent | PromptLogprobs | HookEvent | HookRequest | EmbeddingsEvent]
 
 
 @attrs.frozen

@@ -5,7 +5,7 @@ A decoding sequence drafts up to ``k`` tokens by matching its last n-gram
 :data:`NGRAM_MIN`) against its own earlier text, prompt and output alike: the
 draft is what followed the most recent earlier occurrence. The scheduler puts
 the pending token and the draft in one batch with logits at each position and
-verifies them (:func:`skippy.engine.scheduling.core.verify_draft`): the
+verifies them (:func:`skippy.engine.scheduling.decode.verify_draft`): the
 sequence's own sampler runs at the first position, then at the next one for as
 long as the sampled token equals the draft token there; every sampled token is
 emitted and the KV cache is trimmed past the accepted prefix.
