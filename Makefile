@@ -8,9 +8,12 @@
 #                cache ($SKIPPY_HOME or ~/.cache/skippy); without network the Gemma tests skip
 #   make run     pull the default model only, then serve it (SERVE_ARGS="--port 8080 ..." to pass flags);
 #                the `skippy` command is then .venv/bin/skippy (`source .venv/bin/activate` puts it on PATH)
-#   make test    lint-imports (architecture contracts), ruff check, then the test suite
+#   make test    lint-imports (architecture contracts), ruff check, the documentation build
+#                (mkdocs build --strict: broken links fail), then the test suite
 #                (PYTEST_ARGS="-k foo" to pass flags to pytest)
 #   make lint    lint-imports and ruff check only
+#   make docs    serve the documentation site (mkdocs.yml, docs/) on http://127.0.0.1:8000, rebuilt on edits
+#   make docs-build  build it into site/ with mkdocs build --strict (what make test runs)
 #   make bench-peer   build llama-server from the pinned llama-cpp-python sdist's llama.cpp, once,
 #                into $SKIPPY_HOME/llama-server/<version>/ (~12 min on 2 cores): the benchmarks' peer
 #   make bench   run the decode benchmark, skippy vs raw llama.cpp and llama-server (installs the bench extras)
@@ -87,7 +90,7 @@ define install
 	@touch $(2)
 endef
 
-.PHONY: venv venv-bench pull pull-default run lint test bench bench-burst bench-peer bench-embeddings bench-scaleout
+.PHONY: venv venv-bench pull pull-default run lint docs docs-build test bench bench-burst bench-peer bench-embeddings bench-scaleout
 
 venv: $(STAMP_TEST)
 
@@ -114,7 +117,17 @@ lint: venv
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/ruff check skippy tests bench
 
-test: lint pull
+# The documentation site: the flag reference is generated from the settings at build time (docs/hooks.py).
+# NO_MKDOCS_2_WARNING: mkdocs-material's banner about MkDocs 2.0, printed on every build.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
+
+docs-build: venv
+	$(MKDOCS) build --strict
+
+docs: venv
+	$(MKDOCS) serve
+
+test: lint docs-build pull
 	@$(BIN)/python -m pytest -q $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests (exit code 5)" >&2; fi; \
 	exit $$rc
