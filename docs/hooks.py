@@ -11,6 +11,9 @@
 - ``contributing.md``: ``CONTRIBUTING.md`` from the repository root, its links into ``docs/`` made
   relative to the site.
 
+``docs/`` holds a placeholder of each (so links to them work when the Markdown is read in the
+repository, on GitHub); the build replaces it.
+
 ``mkdocs.yml`` names this file under ``hooks:``; ``tests/unit/test_docs_reference.py`` imports it.
 """
 
@@ -35,11 +38,15 @@ class MissingHelp(ValueError):
 
 def on_files(files: Any, config: Any) -> Any:
     """Add the generated pages to the site's files (mkdocs 1.6 ``File.generated``: nothing is written
-    to ``docs/``)."""
+    to ``docs/``), in place of the placeholders of the same name that ``docs/`` keeps for readers of
+    the repository (they say where the page comes from, and hold none of its content)."""
     from mkdocs.structure.files import File
 
-    files.append(File.generated(config, FLAGS_PAGE, content=flags_page()))
-    files.append(File.generated(config, CONTRIBUTING_PAGE, content=contributing_page()))
+    for uri, content in ((FLAGS_PAGE, flags_page()), (CONTRIBUTING_PAGE, contributing_page())):
+        placeholder = files.get_file_from_path(uri)
+        if placeholder is not None:
+            files.remove(placeholder)
+        files.append(File.generated(config, uri, content=content))
     return files
 
 
@@ -48,14 +55,15 @@ def on_files(files: Any, config: Any) -> Any:
 _CODE = re.compile(r"(``.+?``|`[^`]+`)")
 
 
-def md_text(text: str) -> str:
+def md_text(text: str, *, table: bool = False) -> str:
     """``text`` (a help text: plain prose with reStructuredText's ````literal```` spans) as Markdown:
     the literal spans stay code, and outside them the characters Markdown or HTML would read (``*``,
-    ``_``, ``<``, ``|``, ...) are escaped, so a help text always renders as it reads in ``--help``."""
+    ``_``, ``<``, ``|``, ...) are escaped, so a help text always renders as it reads in ``--help``;
+    ``table``: for a table cell (a ``|`` inside a code span escaped too)."""
     out = []
     for i, part in enumerate(_CODE.split(text)):
         if i % 2:  # a code span: ``x`` or `x`
-            out.append(part.replace("|", "\\|"))
+            out.append(part.replace("|", "\\|") if table else part)
             continue
         part = part.replace("\\", "\\\\")
         for ch in "*_[]|#":
@@ -64,11 +72,13 @@ def md_text(text: str) -> str:
     return "".join(out)
 
 
-def code(text: str) -> str:
-    """``text`` as one inline code span (with enough backticks for what it holds), ``|`` escaped for tables."""
+def code(text: str, *, table: bool = True) -> str:
+    """``text`` as one inline code span (with enough backticks for what it holds); ``|`` escaped when it
+    goes into a table cell (where Python-Markdown's tables read ``\\|`` as ``|``; elsewhere it would show)."""
     ticks = "``" if "`" in text else "`"
     pad = " " if text.startswith("`") or text.endswith("`") else ""
-    return f"{ticks}{pad}{text}{pad}{ticks}".replace("|", "\\|")
+    span = f"{ticks}{pad}{text}{pad}{ticks}"
+    return span.replace("|", "\\|") if table else span
 
 
 # -- the flag reference ----------------------------------------------------------------------------
@@ -210,19 +220,19 @@ def flags_page() -> str:
                      f"{code(e['default']) if e['default'] else 'none'} |")
     lines += ["", "## Options", ""]
     for e in entries:
-        facts = [code(e["usage"])]
+        facts = [code(e["usage"], table=False)]
         if e["env"]:
-            facts.append(f"env {code(e['env'])}")
-        facts.append(f"default {code(e['default'])}" if e["default"] else "no default")
+            facts.append(f"env {code(e['env'], table=False)}")
+        facts.append(f"default {code(e['default'], table=False)}" if e["default"] else "no default")
         if e["range"]:
-            facts.append(code(e["range"]))
-        facts.append(f"setting {code(e['setting'])}" if e["setting"] else "a command-line option")
+            facts.append(code(e["range"], table=False))
+        facts.append(f"setting {code(e['setting'], table=False)}" if e["setting"] else "a command-line option")
         lines += [f"### `--{e['name']}` {{#{e['name']}}}", "", " · ".join(facts), "", md_text(e["help"]), ""]
     lines += ["## Settings without a flag of their own", "",
               "Set by programs that embed the engine (`EngineConfig(...)`), or by the CLI from the options "
               "named in their text.", "", "| setting | default | meaning |", "|---|---|---|"]
     for s in unflagged_settings():
-        lines.append(f"| {code(s['setting'])} | {code(s['default'])} | {md_text(s['help'])} |")
+        lines.append(f"| {code(s['setting'])} | {code(s['default'])} | {md_text(s['help'], table=True)} |")
     return "\n".join(lines) + "\n"
 
 
