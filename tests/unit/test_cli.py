@@ -148,6 +148,8 @@ def test_options_are_generated_from_the_settings_fields() -> None:
 
 
 def test_readme_flags_table_matches_the_options() -> None:
+    """The README lists the ten most used flags (docs/reference/flags.md, generated, lists them all): each
+    row's flags, environment variable and default are the option's, and every flag it names exists."""
     rows = {}
     for line in README.read_text(encoding="utf-8").splitlines():
         m = re.match(r"\| (`-[^|]+) \| (`SKIPPY_[^|]+) \| ([^|]+) \|", line)
@@ -156,28 +158,26 @@ def test_readme_flags_table_matches_the_options() -> None:
             envs = re.findall(r"`(SKIPPY_[A-Z_]+)`", m.group(2))
             for flag, env in zip(flags, envs if len(envs) == len(flags) else envs * len(flags), strict=False):
                 rows[flag] = (env, m.group(3).strip())
+    options = {name: p for p in _options() for name in (*p.opts, *p.secondary_opts)}
+    assert not set(rows) - set(options), set(rows) - set(options)  # the README names no flag that does not exist
+    assert len({options[flag].name for flag in rows}) >= 10
     shown = {"True": "on", "False": "off", "None": None}
-    for p in _options():
-        env, default = rows.pop(p.opts[0])
-        for other in p.secondary_opts:  # --no-prefix-cache
-            assert rows.pop(other) == (env, default)
-        for alias in p.opts[1:]:  # llama-server's names: -np, --chat-template-file...
-            assert rows.pop(alias) == (env, default), alias
-        assert env == p.envvar, p.opts
+    for flag, (env, default) in rows.items():
+        p = options[flag]
+        assert env == p.envvar, flag
         if isinstance(p.default, bool):
-            assert default == shown[str(p.default)], p.opts
+            assert default == shown[str(p.default)], flag
         elif isinstance(p.default, (int, float)):
-            first = default.split(" / ")[-1] if p.opts[0] == "--port" else default.split()[0]
-            assert float(first.strip("`")) == p.default, p.opts
+            first = default.split(" / ")[-1] if flag == "--port" else default.split()[0]
+            assert float(first.strip("`")) == p.default, flag
         elif isinstance(p.default, str):
-            assert f"`{p.default}`" in default, p.opts
-        elif isinstance(p.default, tuple) and p.default:  # --host
-            assert all(f"`{d}`" in default for d in p.default), p.opts
+            assert f"`{p.default}`" in default, flag
+        elif isinstance(p.default, tuple) and p.default:  # --host, --model
+            assert all(f"`{d}`" in default for d in p.default), flag
         else:
-            assert _default(p) is None, p.opts
+            assert _default(p) is None, flag
             assert default.startswith(("none", "all cores", "the GGUF's", "all layers", "by free memory",
-                                       "every GPU")), p.opts
-    assert not rows, rows  # the README names no flag that does not exist
+                                       "every GPU")), flag
 
 
 @pytest.mark.parametrize("args,env,where,message", [
