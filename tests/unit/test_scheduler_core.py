@@ -17,7 +17,7 @@ from skippy.engine.errors import QueueFull
 from skippy.engine.hooks.policy import NO_ACTION, Inject, Stop
 from skippy.engine.runtime.base import EmbeddingInfo, ModelMeta
 from skippy.engine.sampling.params import SamplingParams
-from skippy.engine.scheduling.core import Phase, SchedulerCore
+from skippy.engine.scheduling.core import SchedulerCore
 from skippy.engine.scheduling.decode import execute
 from skippy.engine.scheduling.events import (
     EmbeddingsEvent,
@@ -30,6 +30,7 @@ from skippy.engine.scheduling.events import (
     TokenEvent,
 )
 from skippy.engine.scheduling.prefix import EXACT_TAIL, MIN_REUSE, MIN_TAIL
+from skippy.engine.scheduling.request import Phase
 
 EOG = 0
 FILLER = 5  # what a sampler without a script produces

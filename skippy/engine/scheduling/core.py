@@ -103,12 +103,10 @@ The rules, each with a unit test in ``tests/unit/test_scheduler_core.py``:
 from __future__ import annotations
 
 import collections
-import enum
 import itertools
 import logging
 import time
-from collections.abc import Callable
-from collections.abc import Sequence as Seq
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -136,6 +134,7 @@ from skippy.engine.scheduling.events import (
     TokenEvent,
 )
 from skippy.engine.scheduling.prefix import MIN_REUSE, MIN_TAIL, Match, PrefixIndex, common_prefix_len
+from skippy.engine.scheduling.request import Phase, RequestState
 from skippy.engine.scheduling.spec import MAX_DRAFT, SpecState
 from skippy.engine.scheduling.step import SampleTask, ScoreTask, StepPlan, StepResult
 
@@ -153,66 +152,6 @@ PROMPT_CACHE_ENTRIES = 1024
 #: loop. (llama-server saves when less than half of its slot is kept, counting the generated tokens, so in
 #: practice a short prompt with a different tail is saved there too.)
 KEEP_FRACTION = 15 / 16
-
-
-class Phase(enum.Enum):
-    """Where a sequence is in its life (see the module docstring's diagram)."""
-
-    WAITING = "waiting"        #: queued; no slot yet
-    PREFILLING = "prefilling"  #: holds a slot; prompt (or injected) tokens left to put in the KV cache
-    DECODING = "decoding"      #: holds a slot; its last sampled token goes into the next batch
-    PARKED = "parked"          #: holds a slot; its sampled token is held until a hook verdict
-    FINISHED = "finished"      #: its FinishEvent is out; slot freed or kept in the prefix cache
-
-
-@attrs.define(eq=False)
-class Sequence:
-    """One request in the scheduler.
-
-    ``kv`` is its KV state once admitted (slot, tokens in the KV cache, pending
-    token; ``None`` while waiting); ``sampler`` its llama.cpp sampler chain;
-    ``held`` the sampled token held while parked, ``parked_on`` the hook call it waits for;
-    ``injected`` tokens added by hooks; ``cached`` prompt tokens reused from the prefix cache; ``spec`` its
-    speculative-decoding state (``None``: off); ``scored`` the prompt tokens scored so far
-    (``prompt_logprobs``), sent before the first token; ``budget`` its reasoning budget's state and
-    ``forced`` the tokens it forces next, in place of sampled ones (:mod:`.budget`). Times are the
-    core clock's seconds.
-    """
-
-    request: SeqRequest
-    phase: Phase = Phase.WAITING
-    kv: SeqState | None = None
-    sampler: object = None
-    window: SignalWindow | None = None
-    held: TokenEvent | None = None
-    parked_on: HookRequest | None = None
-    injected: int = 0
-    cached: int = 0
-    spec: SpecState | None = None
-    budget: BudgetState | None = None
-    forced: collections.deque[int] = attrs.Factory(collections.deque)
-    t_queued: float = 0.0
-    scored: list[TokenEvent] | None = attrs.Factory(list)  # None once sent
-    t_admit: float = 0.0
-    t_first: float = 0.0
-    backend: bool = False  # sampled by llama.cpp's greedy sampler in the decode graph
-
-    @property
-    def rid(self) -> int:
-        return self.request.rid
-
-    @property
-    def n_prefilled(self) -> int:
-        """KV tokens computed by prefill from the prompt (not generated or injected text): the
-        only ones offered for reuse.
-
-        llama.cpp computes a token decoded alone (a generated token) with other kernels than a
-        token inside a prefill batch, and the two KV values differ in their last bits (measured on
-        CPU: a 32-token prefix decoded one token at a time moved the logits 600 tokens later by up
-        to 0.3). Reusing generated tokens would make a cached prompt's greedy output differ from a
-        cold run's; a prompt's tokens are prefilled alike on both paths.
-        """
-        return min(self.kv.n_past, len(self.request.prompt)) if self.kv is not None else 0
 
 
 @attrs.frozen
@@ -318,9 +257,9 @@ class SchedulerCore:
         self._free_slots = set(range(self.n_slots))
         self._backend_slots: set[int] = set()  # slots with llama.cpp's greedy sampler attached (or about to be)
         self._sampler_changes: dict[int, bool] = {}  # slot -> attach / detach, for the next step with a batch
-        self._waiting: collections.deque[Sequence] = collections.deque()
-        self._running: dict[int, Sequence] = {}  # admitted, in admission order
-        self._seqs: dict[int, Sequence] = {}  # waiting or running, by rid
+        self._waiting: collections.deque[RequestState] = collections.deque()
+        self._running: dict[int, RequestState] = {}  # admitted, in admission order
+        self._seqs: dict[int, RequestState] = {}  # waiting or running, by rid
         self._steps = 0
         self._prefix_queries = 0
         self._prefix_hits = 0
@@ -351,7 +290,7 @@ class SchedulerCore:
         if len(self._waiting) + len(self._embeds) >= self.max_queue:
             raise QueueFull(f"the queue is full ({self.max_queue} requests waiting); retry later")
         assert request.rid not in self._seqs and request.rid not in self._embeds, f"rid {request.rid} is in use"
-        seq = Sequence(request, t_queued=self._clock())
+        seq = RequestState(request, t_queued=self._clock())
         self._seqs[request.rid] = seq
         # arrival order (SeqRequest.arrival): behind every request that came earlier, ahead of later ones
         k = len(self._waiting)
@@ -532,7 +471,7 @@ class SchedulerCore:
             outputs += self._on_embedded(step.embed, result.embedded)  # type: ignore[arg-type]
         return outputs
 
-    def _on_saved(self, saves: Seq[tuple[int, int]], states: Seq[bytes | None]) -> None:
+    def _on_saved(self, saves: Sequence[tuple[int, int]], states: Sequence[bytes | None]) -> None:
         """Keep the context checkpoints saved after a step: each sequence's prompt up to its ``checkpoint_at``."""
         for (rid, slot), data in zip(saves, states, strict=True):
             seq = self._running.get(rid)
@@ -726,7 +665,7 @@ class SchedulerCore:
         a running prefill start now. At most ``n_seq_max`` such waiters are looked past per step.
         """
         outputs: list[Output] = []
-        deferred: list[Sequence] = []
+        deferred: list[RequestState] = []
         while self._waiting and (self._free_slots or len(self.prefix)):
             seq = self._waiting.popleft()
             req = seq.request
@@ -789,7 +728,7 @@ class SchedulerCore:
         self._waiting.extendleft(reversed(deferred))
         return outputs
 
-    def _use_backend(self, seq: Sequence, slot: int) -> None:
+    def _use_backend(self, seq: RequestState, slot: int) -> None:
         """Whether llama.cpp samples ``seq`` in the decode graph: a plain greedy sampler, no logprobs, prompt
         logprobs, signals or speculation (they read the raw logits or several outputs). The slot's backend
         sampler is attached or detached in the next step when that differs from its state (one graph
@@ -817,7 +756,7 @@ class SchedulerCore:
         return b
 
     def _restore(self, ckpt: Any, key: str | None, claim: Callable[[int], int] | None = None,
-                 n: int | None = None, prompt: Seq[int] = ()) -> tuple[int, int]:
+                 n: int | None = None, prompt: Sequence[int] = ()) -> tuple[int, int]:
         """A slot (free, else the least recently used entry's) with checkpoint ``ckpt``'s state restored, and
         the prompt tokens it holds (0 when the runtime refuses the state: the slot is then empty). ``n``: keep
         only the first ``n`` positions (a prompt-cache state, trimmed to the prefix the prompt shares)."""
@@ -833,7 +772,7 @@ class SchedulerCore:
         self._ckpt_restored_total += 1
         return slot, n
 
-    def _share_later(self, prompt: Seq[int], min_reuse: int = MIN_REUSE) -> bool:
+    def _share_later(self, prompt: Sequence[int], min_reuse: int = MIN_REUSE) -> bool:
         """True when a sequence still prefilling shares a longer prefix with ``prompt`` than it holds yet."""
         for s in self._running.values():
             kv = s.kv
@@ -879,7 +818,7 @@ class SchedulerCore:
             return memo[slot]
         return claim
 
-    def _evict(self, key: str | None, claim: Callable[[int], int] | None = None, prompt: Seq[int] = ()) -> int:
+    def _evict(self, key: str | None, claim: Callable[[int], int] | None = None, prompt: Sequence[int] = ()) -> int:
         """Free the least recently used resident entry (of ``key``'s group first; the least claimed by the
         waiting requests first, see :meth:`PrefixIndex.lru`); returns its slot. The entry goes to the host
         prompt cache unless ``prompt`` (the request taking the slot, whose KV will hold what they share) or
@@ -913,7 +852,7 @@ class SchedulerCore:
         if store.add(slot, tokens, data) is not None:
             self._ckpt_saved_total += 1
 
-    def _held_in_store(self, tokens: Seq[int]) -> int:
+    def _held_in_store(self, tokens: Sequence[int]) -> int:
         """The longest prefix of ``tokens`` a state in the host prompt cache holds (0 without one)."""
         found = self.prompt_cache.best_prefix(tokens, len(tokens)) if self.prompt_cache is not None else None
         return found[1] if found is not None else 0
@@ -929,13 +868,13 @@ class SchedulerCore:
         it by then)."""
         return [(slot, list(tokens)) for slot, tokens in self.prefix.items() if self.needs_idle_save(slot, tokens)]
 
-    def needs_idle_save(self, slot: int, tokens: Seq[int]) -> bool:
+    def needs_idle_save(self, slot: int, tokens: Sequence[int]) -> bool:
         """Idle saves are on and the owner is idle, ``slot`` still holds the resident entry ``tokens``, long
         enough, and the prompt cache holds less than :data:`KEEP_FRACTION` of it."""
         return (self._idle_saves and self.idle and self.prefix.resident(slot) == list(tokens)
                 and len(tokens) >= MIN_REUSE and self._held_in_store(tokens) < KEEP_FRACTION * len(tokens))
 
-    def add_idle_save(self, slot: int, tokens: Seq[int], data: bytes | bytearray) -> None:
+    def add_idle_save(self, slot: int, tokens: Sequence[int], data: bytes | bytearray) -> None:
         """Keep ``data``, the state of ``slot`` read for :meth:`idle_saves`, in the prompt cache (if ``slot``
         still holds ``tokens``)."""
         if self.needs_idle_save(slot, tokens) and self.prompt_cache.add(slot, tokens, data) is not None:  # type: ignore[union-attr]
@@ -949,7 +888,7 @@ class SchedulerCore:
         return max((common_prefix_len(tokens, t) for t in others), default=0)
 
     def _take_slot(self, match: Match | None, key: str | None = None,
-                   claim: Callable[[int], int] | None = None, prompt: Seq[int] = ()) -> tuple[int, int]:
+                   claim: Callable[[int], int] | None = None, prompt: Sequence[int] = ()) -> tuple[int, int]:
         """A slot for a new sequence and how many of its prompt tokens are already in its KV.
 
         A running match is copied into a free slot (:meth:`Runtime.seq_cp`), a resident one is
@@ -1016,7 +955,7 @@ class SchedulerCore:
         return max(match.n, self._held_elsewhere(match.slot, tokens)) >= KEEP_FRACTION * len(tokens)
 
     # -- speculation ---------------------------------------------------------------
-    def _draft(self, seq: Sequence) -> tuple[int, ...]:
+    def _draft(self, seq: RequestState) -> tuple[int, ...]:
         """Draft tokens to verify after ``seq``'s pending token at this step (``()``: none).
 
         At most ``k``, and few enough that every token verification may sample is
@@ -1032,7 +971,7 @@ class SchedulerCore:
             return ()
         return spec.drafter.propose(kv.prompt, kv.pending, k, self.runtime.meta.eog_ids)
 
-    def _on_verified(self, seq: Sequence, draft: tuple[int, ...], events: tuple[TokenEvent, ...]) -> list[Output]:
+    def _on_verified(self, seq: RequestState, draft: tuple[int, ...], events: tuple[TokenEvent, ...]) -> list[Output]:
         """Emit a verified draft's tokens in order (each as :meth:`_on_token`), then trim the KV cache.
 
         ``events[i]`` was sampled with ``draft[:i]`` in the KV cache after the
@@ -1060,7 +999,7 @@ class SchedulerCore:
             self.runtime.seq_rm(kv.slot, kv.n_past, -1)
         return outputs
 
-    def _on_run(self, seq: Sequence, events: tuple[TokenEvent, ...]) -> list[Output]:
+    def _on_run(self, seq: RequestState, events: tuple[TokenEvent, ...]) -> list[Output]:
         """Emit a multi-step run's tokens in order, each as :meth:`_on_token` after the one before entered the
         KV cache (``events[i]`` was sampled with ``events[:i]`` decoded); a finish ends them (the run
         decoded no further for it: :func:`~.decode.run_steps` checks the same ends and limits)."""
@@ -1078,7 +1017,7 @@ class SchedulerCore:
         return outputs
 
     # -- tokens --------------------------------------------------------------------
-    def _on_token(self, seq: Sequence, ev: TokenEvent) -> list[Output]:
+    def _on_token(self, seq: RequestState, ev: TokenEvent) -> list[Output]:
         kv = seq.kv
         assert kv is not None
         if kv.n_generated == 0 and not seq.t_first:
@@ -1101,7 +1040,7 @@ class SchedulerCore:
                                                         GenerationSignals(seq.window.stats(), n_decoded)))
         return self._accept(seq, ev)
 
-    def _accept(self, seq: Sequence, ev: TokenEvent, forced: bool = False) -> list[Output]:
+    def _accept(self, seq: RequestState, ev: TokenEvent, forced: bool = False) -> list[Output]:
         kv = seq.kv
         assert kv is not None
         if seq.budget is not None and not forced:
@@ -1115,7 +1054,7 @@ class SchedulerCore:
             outputs.append(self._finish(seq, "length"))
         return outputs
 
-    def _park(self, seq: Sequence, ev: TokenEvent, call: HookRequest) -> list[Output]:
+    def _park(self, seq: RequestState, ev: TokenEvent, call: HookRequest) -> list[Output]:
         seq.held = ev
         seq.parked_on = call
         seq.kv.pending = None  # type: ignore[union-attr]
@@ -1123,7 +1062,7 @@ class SchedulerCore:
         return [(seq.rid, call)]
 
     # -- finish --------------------------------------------------------------------
-    def _finish_event(self, seq: Sequence, reason: str, error: str | None = None,
+    def _finish_event(self, seq: RequestState, reason: str, error: str | None = None,
                       stopped_by_hook: bool = False) -> FinishEvent:
         now = self._clock()
         t_first = seq.t_first or now
@@ -1141,7 +1080,8 @@ class SchedulerCore:
             queue_ms=((seq.t_admit or now) - seq.t_queued) * 1000.0,
             draft_tokens=seq.spec.drafted if seq.spec else 0, draft_accepted=seq.spec.accepted if seq.spec else 0)
 
-    def _finish(self, seq: Sequence, reason: str, error: str | None = None, stopped_by_hook: bool = False) -> Output:
+    def _finish(self, seq: RequestState, reason: str, error: str | None = None,
+                stopped_by_hook: bool = False) -> Output:
         """Finish an admitted sequence: its event, then its sampler and slot (kept as a cache entry
         when its prefilled prompt is long enough to reuse)."""
         event = self._finish_event(seq, reason, error, stopped_by_hook)
