@@ -26,6 +26,8 @@ from skippy.engine.scheduling.events import (
     HookEvent,
     HookRequest,
     PromptLogprobs,
+    SchedulerCounters,
+    SchedulerStats,
     SeqRequest,
     TokenEvent,
 )
@@ -1537,3 +1539,22 @@ def test_a_slot_is_detached_for_a_request_that_needs_its_logits_and_attached_aga
     core.add(req(7, [11, 12, 13], 3, params={"temperature": 0.0}))
     assert tokens_of(run(rt, core), 7) == first and len(first) == 3
     assert rt.changes[-1] == (slot, True) and len(rt.changes) == 3
+
+
+# -- stats -------------------------------------------------------------------------------
+
+def test_stats_snapshot_the_counters_and_the_gauges():
+    """``stats()`` is the core's :class:`SchedulerCounters` (the same field names) with the gauges of the
+    moment: a frozen :class:`SchedulerStats` that later steps do not change."""
+    counters = {f.name for f in attrs.fields(SchedulerCounters)}
+    assert counters < {f.name for f in attrs.fields(SchedulerStats)}
+    rt, core = make()
+    core.add(req(1, PROMPT, max_tokens=3))
+    run(rt, core)
+    st = core.stats()
+    assert {k: v for k, v in attrs.asdict(st).items() if k in counters} == attrs.asdict(core.counters)
+    assert (st.steps, st.tokens_predicted_total, st.prompt_tokens_total) == (len(rt.batches), 3, len(PROMPT))
+    assert (st.n_slots, st.n_running, st.kv_cells_used) == (2, 0, len(PROMPT))  # the prompt stays resident
+    core.add(req(2, PROMPT, max_tokens=3))
+    run(rt, core)
+    assert core.stats().tokens_predicted_total == 6 and st.tokens_predicted_total == 3

@@ -129,6 +129,7 @@ from skippy.engine.scheduling.events import (
     HookRequest,
     Output,
     PromptLogprobs,
+    SchedulerCounters,
     SchedulerStats,
     SeqRequest,
     TokenEvent,
@@ -249,37 +250,19 @@ class SchedulerCore:
         self._idle_saves = self.prompt_cache is not None and meta.kv_on_host
         #: whichever of the two stores this model has (the counters and stats are theirs)
         self._states = self.checkpoints if self.checkpoints is not None else self.prompt_cache
-        self._ckpt_saved_total = 0
-        self._ckpt_restored_total = 0
         self.spec_ngram = spec_ngram
         self.scheduler_steps = max(1, scheduler_steps)
         self._clock = clock
+        self.counters = SchedulerCounters()  # what stats() snapshots
         self._free_slots = set(range(self.n_slots))
         self._backend_slots: set[int] = set()  # slots with llama.cpp's greedy sampler attached (or about to be)
         self._sampler_changes: dict[int, bool] = {}  # slot -> attach / detach, for the next step with a batch
         self._waiting: collections.deque[RequestState] = collections.deque()
         self._running: dict[int, RequestState] = {}  # admitted, in admission order
         self._seqs: dict[int, RequestState] = {}  # waiting or running, by rid
-        self._steps = 0
-        self._prefix_queries = 0
-        self._prefix_hits = 0
-        self._cached_tokens_total = 0
-        self._prompt_tokens_total = 0
-        self._tokens_predicted_total = 0
-        self._spec_drafted_total = 0
-        self._spec_accepted_total = 0
-        self._prompt_seconds_total = 0.0
-        self._predicted_seconds_total = 0.0
-        self._timed_prompt_tokens = 0
-        self._timed_predicted_tokens = 0
-        self._busy_slots_total = 0
-        self._n_tokens_max = 0
         self._embed_queue: collections.deque[EmbedItem] = collections.deque()  # inputs not yet in a batch
         self._embeds: dict[int, _Embedding] = {}  # embedding requests not answered yet, by rid
         self._embed_inflight: EmbedBatch | None = None  # planned, not yet updated
-        self._embed_inputs_total = 0
-        self._embed_tokens_total = 0
-        self._embed_batches_total = 0
 
     # -- inputs --------------------------------------------------------------------
     def add(self, request: SeqRequest) -> None:
@@ -478,13 +461,13 @@ class SchedulerCore:
             if data is None or seq is None or seq.kv is None or self.checkpoints is None:
                 continue
             if self.checkpoints.add(slot, seq.kv.prompt[:seq.kv.checkpoint_at], data) is not None:
-                self._ckpt_saved_total += 1
+                self.counters.checkpoints_saved_total += 1
 
     def _on_embedded(self, batch: EmbedBatch, result: EmbedResult) -> list[Output]:
         """Store an embedding batch's vectors; a request with all its vectors gets its :class:`EmbeddingsEvent`.
         A failed batch fails its requests (their other inputs leave the queue); cancelled ones are skipped."""
         self._embed_inflight = None
-        self._embed_batches_total += 1
+        self.counters.embed_batches_total += 1
         now = self._clock()
         outputs: list[Output] = []
         for k, item in enumerate(batch.items):
@@ -499,8 +482,8 @@ class SchedulerCore:
                 continue
             emb.vectors[item.index] = result.vectors[k]
             emb.left -= 1
-            self._embed_inputs_total += 1
-            self._embed_tokens_total += len(item.tokens)
+            self.counters.embed_inputs_total += 1
+            self.counters.embed_tokens_total += len(item.tokens)
             if not emb.left:
                 del self._embeds[item.rid]
                 outputs.append((item.rid, EmbeddingsEvent(
@@ -510,8 +493,8 @@ class SchedulerCore:
 
     def _update_batch(self, step: StepPlan, result: StepResult) -> list[Output]:
         assert step.batch is not None
-        self._steps += result.decodes  # a multi-step run's decodes count one by one
-        self._busy_slots_total += len(step.batch.advance)
+        self.counters.steps += result.decodes  # a multi-step run's decodes count one by one
+        self.counters.busy_slots_total += len(step.batch.advance)
         for task, ev in zip(step.scores, result.scores, strict=True):
             seq = self._running.get(task.rid)
             if seq is not None and seq.scored is not None:
@@ -520,9 +503,9 @@ class SchedulerCore:
             if kv.n_past >= len(kv.prompt):  # a generated token entered the KV cache
                 kv.prompt.append(kv.pending)  # type: ignore[arg-type]
             else:
-                self._prompt_tokens_total += n
+                self.counters.prompt_tokens_total += n
             kv.n_past += n
-            self._n_tokens_max = max(self._n_tokens_max, kv.n_past)
+            self.counters.n_tokens_max = max(self.counters.n_tokens_max, kv.n_past)
         outputs: list[Output] = []
         for task, events in zip(step.samples, result.tokens, strict=True):
             seq = self._running.get(task.rid)
@@ -594,21 +577,12 @@ class SchedulerCore:
     def stats(self) -> SchedulerStats:
         """A frozen snapshot of the queue, slots and counters."""
         ck = self._states
-        return SchedulerStats(
+        return self.counters.snapshot(
             n_slots=self.n_slots, n_running=len(self._running), n_waiting=len(self._waiting),
             n_parked=sum(s.phase is Phase.PARKED for s in self._running.values()),
             kv_cells_used=sum(s.kv.n_past for s in self._running.values()) + self.prefix.cells,  # type: ignore[union-attr]
-            steps=self._steps, prompt_tokens_total=self._prompt_tokens_total,
-            tokens_predicted_total=self._tokens_predicted_total, prefix_queries=self._prefix_queries,
-            prefix_hits=self._prefix_hits, cached_tokens_total=self._cached_tokens_total,
-            spec_draft_tokens_total=self._spec_drafted_total, spec_accepted_tokens_total=self._spec_accepted_total,
-            prompt_seconds_total=self._prompt_seconds_total, predicted_seconds_total=self._predicted_seconds_total,
-            busy_slots_total=self._busy_slots_total, n_tokens_max=self._n_tokens_max,
-            timed_prompt_tokens=self._timed_prompt_tokens, timed_predicted_tokens=self._timed_predicted_tokens,
-            n_embed_waiting=len(self._embeds), embed_inputs_total=self._embed_inputs_total,
-            embed_tokens_total=self._embed_tokens_total, embed_batches_total=self._embed_batches_total,
+            n_embed_waiting=len(self._embeds),
             checkpoints=len(ck) if ck is not None else 0, checkpoint_bytes=ck.nbytes if ck is not None else 0,
-            checkpoints_saved_total=self._ckpt_saved_total, checkpoints_restored_total=self._ckpt_restored_total,
             checkpoints_evicted_total=ck.evicted if ck is not None else 0,
             checkpoint_budget=ck.budget if ck is not None else None)
 
@@ -682,7 +656,7 @@ class SchedulerCore:
                                          self._swa_keeps if self._swa_check else None, claim)
             ckpt = None
             if req.cache_prompt and (self.prefix_cache or self.checkpoints is not None):
-                self._prefix_queries += 1
+                self.counters.prefix_queries += 1
             n_ckpt = 0
             if self.checkpoints is not None and req.cache_prompt:
                 ckpt = self.checkpoints.best(req.prompt, len(req.prompt) - self.min_tail, req.min_reuse)
@@ -707,8 +681,8 @@ class SchedulerCore:
                 outputs.append((req.rid, self._finish_event(seq, "error", error=str(exc))))
                 continue
             if n_cached:
-                self._prefix_hits += 1
-                self._cached_tokens_total += n_cached
+                self.counters.prefix_hits += 1
+                self.counters.cached_tokens_total += n_cached
             seq.cached = n_cached
             seq.kv = SeqState(rid=req.rid, slot=slot, prompt=list(req.prompt), max_tokens=req.max_tokens,
                               n_past=n_cached, checkpoint_at=self._checkpoint_at(req, n_cached))
@@ -769,7 +743,7 @@ class SchedulerCore:
             self.runtime.seq_rm(slot)
             return slot, 0
         self._states.touch(ckpt)  # type: ignore[union-attr]
-        self._ckpt_restored_total += 1
+        self.counters.checkpoints_restored_total += 1
         return slot, n
 
     def _share_later(self, prompt: Sequence[int], min_reuse: int = MIN_REUSE) -> bool:
@@ -850,7 +824,7 @@ class SchedulerCore:
             log.warning("prompt cache: the state of slot %d could not be saved: %s", slot, exc)
             return
         if store.add(slot, tokens, data) is not None:
-            self._ckpt_saved_total += 1
+            self.counters.checkpoints_saved_total += 1
 
     def _held_in_store(self, tokens: Sequence[int]) -> int:
         """The longest prefix of ``tokens`` a state in the host prompt cache holds (0 without one)."""
@@ -878,7 +852,7 @@ class SchedulerCore:
         """Keep ``data``, the state of ``slot`` read for :meth:`idle_saves`, in the prompt cache (if ``slot``
         still holds ``tokens``)."""
         if self.needs_idle_save(slot, tokens) and self.prompt_cache.add(slot, tokens, data) is not None:  # type: ignore[union-attr]
-            self._ckpt_saved_total += 1
+            self.counters.checkpoints_saved_total += 1
 
     def _held_elsewhere(self, slot: int, tokens: list[int]) -> int:
         """The longest prefix of ``tokens`` that another resident entry or a running sequence holds (or
@@ -985,8 +959,8 @@ class SchedulerCore:
         # counted first, so a finish among these tokens reports them: only the last token can finish
         # (a draft holds no EOG, and _draft left room under max_tokens and the context) or park (no hooks)
         spec.record(len(draft), len(events) - 1)
-        self._spec_drafted_total += len(draft)
-        self._spec_accepted_total += len(events) - 1
+        self.counters.spec_draft_tokens_total += len(draft)
+        self.counters.spec_accepted_tokens_total += len(events) - 1
         outputs: list[Output] = []
         for i, ev in enumerate(events):
             if i:
@@ -1010,7 +984,7 @@ class SchedulerCore:
             if i:
                 kv.prompt.append(kv.pending)  # type: ignore[arg-type]
                 kv.n_past += 1
-                self._busy_slots_total += 1
+                self.counters.busy_slots_total += 1
             outputs += self._on_token(seq, ev)
             if seq.phase is not Phase.DECODING:
                 break
@@ -1046,7 +1020,7 @@ class SchedulerCore:
         if seq.budget is not None and not forced:
             seq.forced.extend(seq.budget.on_token(ev.token))
         kv.n_generated += 1
-        self._tokens_predicted_total += 1
+        self.counters.tokens_predicted_total += 1
         kv.pending = ev.token
         seq.phase = Phase.DECODING
         outputs: list[Output] = [(seq.rid, ev)]
@@ -1068,10 +1042,10 @@ class SchedulerCore:
         t_first = seq.t_first or now
         prompt_s = t_first - seq.t_admit if seq.t_admit else 0.0
         predicted_s = now - t_first if seq.t_first else 0.0
-        self._prompt_seconds_total += prompt_s
-        self._predicted_seconds_total += predicted_s
-        self._timed_prompt_tokens += max(seq.n_prefilled - seq.cached, 0)
-        self._timed_predicted_tokens += seq.kv.n_generated if seq.kv else 0
+        self.counters.prompt_seconds_total += prompt_s
+        self.counters.predicted_seconds_total += predicted_s
+        self.counters.timed_prompt_tokens += max(seq.n_prefilled - seq.cached, 0)
+        self.counters.timed_predicted_tokens += seq.kv.n_generated if seq.kv else 0
         return FinishEvent(
             reason=reason, prompt_tokens=len(seq.request.prompt),
             completion_tokens=seq.kv.n_generated if seq.kv else 0,

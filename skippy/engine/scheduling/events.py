@@ -264,3 +264,34 @@ class SchedulerStats:
     checkpoints_restored_total: int = 0
     checkpoints_evicted_total: int = 0
     checkpoint_budget: int | None = None
+
+
+@attrs.define
+class SchedulerCounters:
+    """The scheduler's counters since start: the counter fields of :class:`SchedulerStats`, with the same
+    names and meanings (see there), mutable. The core and its KV-cache manager add to one instance;
+    :meth:`snapshot` freezes them with the gauges of the moment into a :class:`SchedulerStats`."""
+
+    steps: int = 0
+    prompt_tokens_total: int = 0
+    tokens_predicted_total: int = 0
+    prefix_queries: int = 0
+    prefix_hits: int = 0
+    cached_tokens_total: int = 0
+    spec_draft_tokens_total: int = 0
+    spec_accepted_tokens_total: int = 0
+    prompt_seconds_total: float = 0.0
+    predicted_seconds_total: float = 0.0
+    busy_slots_total: int = 0
+    n_tokens_max: int = 0
+    timed_prompt_tokens: int = 0
+    timed_predicted_tokens: int = 0
+    embed_inputs_total: int = 0
+    embed_tokens_total: int = 0
+    embed_batches_total: int = 0
+    checkpoints_saved_total: int = 0
+    checkpoints_restored_total: int = 0
+
+    def snapshot(self, **gauges: Any) -> SchedulerStats:
+        """A :class:`SchedulerStats` of these counters and ``gauges`` (its other fields, by name)."""
+        return SchedulerStats(**gauges, **attrs.asdict(self, recurse=False))
