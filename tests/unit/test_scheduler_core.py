@@ -309,7 +309,7 @@ def test_a_request_sharing_only_the_system_prompt_leaves_a_waiting_requests_entr
     core.add(req(1, a, max_tokens=1))
     core.add(req(2, b, max_tokens=1))
     run(rt, core)  # both finish: slot 0 holds a, slot 1 holds b (b the most recently used)
-    assert core.prefix.resident(0) == a and core.prefix.resident(1) == b
+    assert core.kv_cache.prefix.resident(0) == a and core.kv_cache.prefix.resident(1) == b
     core.add(req(3, c, max_tokens=1, arrival=1))  # shares only the system prompt with both entries
     core.add(req(4, a, max_tokens=1, arrival=2))  # a again: slot 0's entry is its whole prompt
     out = run(rt, core)
@@ -329,7 +329,7 @@ def test_the_prompt_cache_keeps_an_overwritten_prompt_in_host_memory_and_restore
     core.add(req(2, b, max_tokens=1))
     out = run(rt, core)
     assert finish_of(out, 2).cached_tokens == len(system)  # in place: the slot held a
-    assert rt.saved == [(0, len(a))] and len(core.prompt_cache) == 1
+    assert rt.saved == [(0, len(a))] and len(core.kv_cache.prompt_cache) == 1
     core.add(req(3, a, max_tokens=1))
     out = run(rt, core)
     assert finish_of(out, 3).cached_tokens == len(a) - MIN_TAIL
@@ -338,7 +338,7 @@ def test_the_prompt_cache_keeps_an_overwritten_prompt_in_host_memory_and_restore
     assert (st.checkpoints_saved_total, st.checkpoints_restored_total) >= (2, 1)  # b's state was kept too
     # off by default in the core (the engine passes --cache-ram)
     rt, core = make(n_seq_max=1)
-    assert core.prompt_cache is None
+    assert core.kv_cache.prompt_cache is None
 
 
 def test_queue_full_raises_and_a_freed_place_is_taken_again():
@@ -462,7 +462,7 @@ def test_reuse_in_place_when_no_slot_is_free():
     rt, core = make(n_seq_max=1)
     core.add(req(1, PROMPT + [1, 2, 3], max_tokens=2))
     run(rt, core)
-    assert rt.kv[0][:len(PROMPT)] == PROMPT and len(core.prefix) == 1
+    assert rt.kv[0][:len(PROMPT)] == PROMPT and len(core.kv_cache.prefix) == 1
     core.add(req(2, PROMPT + [7, 8, 9], max_tokens=2))
     out = run(rt, core)
     assert rt.copies == []  # in place
@@ -479,7 +479,7 @@ def test_copy_into_a_free_slot_keeps_a_cached_entry_the_prompt_keeps_less_than_h
     out = run(rt, core)
     assert rt.copies == [(0, 1)]
     assert finish_of(out, 2).cached_tokens == 20
-    assert len(core.prefix) == 2  # both slots hold a reusable prompt now
+    assert len(core.kv_cache.prefix) == 2  # both slots hold a reusable prompt now
 
 
 def test_a_chats_next_turn_reuses_its_entry_in_place_although_a_slot_is_free():
@@ -491,7 +491,7 @@ def test_a_chats_next_turn_reuses_its_entry_in_place_although_a_slot_is_free():
     core.add(req(2, PROMPT + [7, 8, 9], max_tokens=2))
     out = run(rt, core)
     assert rt.copies == [] and finish_of(out, 2).cached_tokens == len(PROMPT)
-    assert rt.kv[0] == PROMPT + [7, 8, 9] and len(core.prefix) == 1 and rt.kv[1] == []  # slot 1 untouched
+    assert rt.kv[0] == PROMPT + [7, 8, 9] and len(core.kv_cache.prefix) == 1 and rt.kv[1] == []  # slot 1 untouched
     core.add(req(3, PROMPT + [7, 8, 9], max_tokens=2))  # the same prompt again: all but MIN_TAIL reused
     out = run(rt, core)
     assert rt.copies == [] and finish_of(out, 3).cached_tokens == len(PROMPT) + 3 - MIN_TAIL
@@ -511,7 +511,7 @@ def test_a_prompt_keeping_nearly_all_of_an_entry_reuses_it_in_place_and_a_smalle
     core.add(req(3, PROMPT[:20] + list(range(1000, 1030)), max_tokens=2))  # keeps 20 of 43: saved first
     out = run(rt, core)
     assert rt.copies == [] and rt.saved == [(0, len(PROMPT) + 3)] and finish_of(out, 3).cached_tokens == 20
-    assert len(core.prefix) == 1
+    assert len(core.kv_cache.prefix) == 1
     core.add(req(4, PROMPT + [7, 8, 9], max_tokens=2))  # restored from host memory
     out = run(rt, core)
     assert finish_of(out, 4).cached_tokens == len(PROMPT) + 3 - MIN_TAIL and len(rt.restored) == 1
@@ -553,7 +553,7 @@ def test_an_evicted_entry_whose_prefix_another_entry_holds_is_not_saved_but_the_
     core.add(req(1, shared + [1], max_tokens=4))
     core.add(req(2, shared + [2], max_tokens=4))
     run(rt, core)  # 2 copied the prefix from running 1: slots 0 and 1 hold the two entries
-    assert len(core.prefix) == 2 and rt.saved == []
+    assert len(core.kv_cache.prefix) == 2 and rt.saved == []
     core.add(req(3, list(range(500, 530)), max_tokens=1))  # shares nothing: evicts the least recently used
     run(rt, core)
     assert rt.saved == []  # the other entry holds 40 of its 41 tokens
@@ -594,7 +594,7 @@ def test_idle_saves_copy_each_entry_the_prompt_cache_lacks_so_later_evictions_sa
     core = SchedulerCore(rt, prompt_cache=None, clock=Clock())
     core.add(req(1, shared + [1], max_tokens=4))
     run(rt, core)
-    assert len(core.prefix) == 1 and core.idle_saves() == []  # the KV cache on a device (an RPC worker)
+    assert len(core.kv_cache.prefix) == 1 and core.idle_saves() == []  # the KV cache on a device (an RPC worker)
 
 
 def test_without_a_prompt_cache_an_entry_another_holds_is_reused_in_place_not_copied():
@@ -608,7 +608,7 @@ def test_without_a_prompt_cache_an_entry_another_holds_is_reused_in_place_not_co
     n_copies = len(rt.copies)  # 2 copied the prefix from running 1
     core.add(req(3, shared[:20] + [9, 9, 9], max_tokens=1))
     out = run(rt, core)
-    assert len(rt.copies) == n_copies and finish_of(out, 3).cached_tokens == 20 and len(core.prefix) == 2
+    assert len(rt.copies) == n_copies and finish_of(out, 3).cached_tokens == 20 and len(core.kv_cache.prefix) == 2
 
 
 def test_copy_from_a_running_sequence():
@@ -631,7 +631,7 @@ def test_unified_kv_copies_only_the_prefix_from_a_resident_entry():
     assert rt.cells[1][:len(PROMPT)] == rt.cells[0][:len(PROMPT)]  # shared cells
     out = run(rt, core)
     assert finish_of(out, 2).cached_tokens == len(PROMPT)
-    assert rt.kv[1] == PROMPT + [7, 8, 9] and len(core.prefix) == 2
+    assert rt.kv[1] == PROMPT + [7, 8, 9] and len(core.kv_cache.prefix) == 2
     assert rt.cells_used() == len(PROMPT) + 3 + 3  # the prefix once, each entry's own tail
 
 
@@ -706,7 +706,7 @@ def test_no_reuse_below_min_reuse_with_cache_prompt_false_or_for_recurrent_model
     run(rt, core)
     core.add(req(2, PROMPT, max_tokens=1))
     run(rt, core)
-    assert len(core.prefix) == 0 and rt.kv[0] == [] and core.stats().prefix_queries == 0
+    assert len(core.kv_cache.prefix) == 0 and rt.kv[0] == [] and core.stats().prefix_queries == 0
 
 
 # -- sliding-window (iSWA) caches -----------------------------------------------------
@@ -721,7 +721,7 @@ def test_swa_reuses_a_prefix_only_while_the_window_cells_are_held():
     rt, core = make(n_seq_max=1, n_swa=SWA)
     core.add(req(1, PROMPT, max_tokens=1))
     run(rt, core)
-    assert rt.seq_pos_min(0) == len(PROMPT) - SWA and len(core.prefix) == 1
+    assert rt.seq_pos_min(0) == len(PROMPT) - SWA and len(core.kv_cache.prefix) == 1
     core.add(req(2, PROMPT[:30] + [1, 2, 3], max_tokens=1))
     out = run(rt, core)
     assert finish_of(out, 2).cached_tokens == 0 and rt.kv[0] == PROMPT[:30] + [1, 2, 3]
@@ -755,7 +755,7 @@ def test_swa_copies_from_the_best_source_that_still_holds_its_window():
     core.add(req(3, PROMPT[:30] + [9] * 3, max_tokens=1))
     out = run(rt, core)
     assert rt.copies == [] and finish_of(out, 3).cached_tokens == 20
-    assert rt.kv[1] == PROMPT[:30] + [9] * 3 and core.prefix.resident(0) == PROMPT
+    assert rt.kv[1] == PROMPT[:30] + [9] * 3 and core.kv_cache.prefix.resident(0) == PROMPT
 
 
 def test_swa_drops_a_finished_sequence_whose_window_is_gone():
@@ -764,7 +764,7 @@ def test_swa_drops_a_finished_sequence_whose_window_is_gone():
     rt, core = make(n_seq_max=1, n_swa=SWA)
     core.add(req(1, PROMPT[:20], max_tokens=40))
     run(rt, core)
-    assert len(core.prefix) == 0 and rt.kv[0] == []
+    assert len(core.kv_cache.prefix) == 0 and rt.kv[0] == []
     core.add(req(2, PROMPT[:20] + [1, 2], max_tokens=1))
     assert finish_of(run(rt, core), 2).cached_tokens == 0
 
@@ -801,7 +801,7 @@ def test_recurrent_saves_a_checkpoint_at_the_boundary_and_the_next_turn_restores
     # the prefill stopped at the boundary for one step; the state was copied right after it
     assert [e.pos for e in rt.batches[0]] == list(range(b1))
     assert rt.saved == [(0, b1)]
-    assert [c.tokens for c in core.checkpoints] == [tuple(H1)]
+    assert [c.tokens for c in core.kv_cache.checkpoints] == [tuple(H1)]
     before, prefilled = len(rt.batches), core.stats().prompt_tokens_total
     core.add(req(2, t2, max_tokens=2, checkpoint_at=b2))
     out = run(rt, core)
@@ -842,13 +842,13 @@ def test_no_checkpoints_for_attention_models_swa_full_or_when_off():
     for kw in ({}, {"n_swa": 16, "swa_full": True}, {"recurrent": True, "prefix_cache": False},
                {"recurrent": True, "checkpoint_budget": 0}):
         rt, core = make(n_seq_max=1, ctx_checkpoints=4, **kw)
-        assert core.checkpoints is None, kw
+        assert core.kv_cache.checkpoints is None, kw
         (t1, b1), _ = turns()
         core.add(req(1, t1, max_tokens=1, checkpoint_at=b1))
         run(rt, core)
         assert rt.saved == [] and [len(b) for b in rt.batches] == [len(t1)], kw
     rt, core = make(n_seq_max=1, recurrent=True)  # ctx_checkpoints=0
-    assert core.checkpoints is None
+    assert core.kv_cache.checkpoints is None
 
 
 def test_checkpoints_per_slot_are_bounded_oldest_first():
@@ -858,7 +858,7 @@ def test_checkpoints_per_slot_are_bounded_oldest_first():
         (t1, b1), _ = turns(head)
         core.add(req(rid, t1, max_tokens=1, checkpoint_at=b1))
         run(rt, core)
-    assert [c.tokens for c in core.checkpoints] == [tuple(heads[1]), tuple(heads[2])]
+    assert [c.tokens for c in core.kv_cache.checkpoints] == [tuple(heads[1]), tuple(heads[2])]
     assert core.stats().checkpoints_evicted_total == 1
 
 
@@ -879,7 +879,7 @@ def test_checkpoint_bytes_stay_within_the_budget_least_recently_used_first_out()
     (t1, b1), _ = turns(heads[2])
     core.add(req(4, t1, max_tokens=1, checkpoint_at=b1))
     run(rt, core)
-    assert [c.tokens for c in core.checkpoints] == [tuple(heads[0]), tuple(heads[2])]
+    assert [c.tokens for c in core.kv_cache.checkpoints] == [tuple(heads[0]), tuple(heads[2])]
     st = core.stats()
     assert st.checkpoint_bytes <= st.checkpoint_budget and st.checkpoints_evicted_total == 1
     for rid in range(5, 55):  # 50 conversations of two turns: never over the budget
@@ -901,7 +901,7 @@ def test_swa_restores_a_checkpoint_when_the_window_of_the_cached_prefix_is_gone(
     (t1, b1), (t2, b2) = turns()
     core.add(req(1, t1, max_tokens=30, checkpoint_at=b1))
     run(rt, core)
-    assert len(core.prefix) == 0 and rt.saved == [(0, b1)]
+    assert len(core.kv_cache.prefix) == 0 and rt.saved == [(0, b1)]
     core.add(req(2, t2, max_tokens=1, checkpoint_at=b2))
     assert finish_of(run(rt, core), 2).cached_tokens == b1 and rt.restored == [(0, b1)]
     # a resident prefix that still holds its window and is longer wins over the checkpoint
@@ -951,7 +951,7 @@ def test_a_burst_shares_one_prefill_when_every_slot_holds_a_cache_entry():
     for rid, base in ((1, 200), (2, 300)):
         core.add(req(rid, list(range(base, base + 40)), max_tokens=1))
         run(rt, core)
-    assert len(core.prefix) == 2 and core.stats().n_running == 0
+    assert len(core.kv_cache.prefix) == 2 and core.stats().n_running == 0
     shared = list(range(600, 664))
     core.add(req(3, shared + [1, 2], max_tokens=2))
     core.add(req(4, shared + [3, 4], max_tokens=2))
@@ -1167,7 +1167,7 @@ def test_a_failed_decode_finishes_every_running_sequence_and_keeps_nothing():
     step(rt, core)
     out = core.fail("boom")
     assert sorted((r, ev.reason) for r, ev in out) == [(1, "error"), (2, "error")]
-    assert len(core.prefix) == 0 and core.phase(3) is Phase.WAITING
+    assert len(core.kv_cache.prefix) == 0 and core.phase(3) is Phase.WAITING
 
 
 def test_close_finishes_running_and_waiting_as_cancelled():
@@ -1211,7 +1211,7 @@ def test_slot_snapshot_erase_and_adopt_for_llama_server_slot_files():
     run(rt, core)
     kept = core.slot_tokens(0)
     assert kept and core.slots()[0].n_kv == len(kept) and core.slots()[0].rid is None
-    assert core.erase_slot(0) == len(kept) and core.slot_tokens(0) == [] and len(core.prefix) == 0
+    assert core.erase_slot(0) == len(kept) and core.slot_tokens(0) == [] and len(core.kv_cache.prefix) == 0
     rt.kv[0] = list(kept)  # what a restored state file put back into the KV
     core.adopt_slot(0, kept)
     core.add(req(2, PROMPT + [7, 8, 9], max_tokens=2))
@@ -1558,3 +1558,39 @@ def test_stats_snapshot_the_counters_and_the_gauges():
     core.add(req(2, PROMPT, max_tokens=3))
     run(rt, core)
     assert core.stats().tokens_predicted_total == 6 and st.tokens_predicted_total == 3
+
+
+# -- the KV-cache manager's invariants ---------------------------------------------------
+
+def _check_slots(rt, core):
+    """Every slot is free (KV empty), resident (KV = its entry's tokens) or running, exactly one of them."""
+    kv = core.kv_cache
+    free = set(kv._free_slots)
+    resident = dict(kv.prefix.items())
+    running = [s.kv.slot for s in core._running.values()]
+    assert len(running) == len(set(running))
+    assert not (free & set(resident)) and not (free & set(running)) and not (set(resident) & set(running))
+    assert free | set(resident) | set(running) == set(range(core.n_slots))
+    assert all(rt.kv[s] == [] for s in free)
+    assert all(rt.kv[s] == tokens for s, tokens in resident.items())
+
+
+@pytest.mark.parametrize("prompt_cache", [0, None])
+def test_every_slot_is_free_resident_or_running_through_reuse_eviction_cancel_and_refusal(prompt_cache):
+    rt, core = make(n_seq_max=3, prompt_cache=prompt_cache)
+    prompts = [PROMPT, PROMPT[:30] + [7] * 12, PROMPT + [8] * 5, [60] * 20, PROMPT[:20] + [9] * 25, [61] * 3]
+    rid = 0
+    out = []
+    for k in range(40):
+        if k % 3 == 0 and rid < 14:
+            rid += 1
+            core.add(req(rid, prompts[rid % len(prompts)], max_tokens=2 + rid % 4,
+                         params={"grammar": "bad"} if rid == 7 else {}))
+        if k == 5:
+            out += core.cancel(2)
+        out += step(rt, core) or []
+        _check_slots(rt, core)
+    out += run(rt, core)
+    _check_slots(rt, core)
+    assert core.idle and finish_of(out, 7).reason == "error"
+    assert core.stats().prefix_hits > 0 and len(core.kv_cache.prefix) > 0

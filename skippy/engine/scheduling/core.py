@@ -22,7 +22,9 @@ Each sequence has an explicit :class:`Phase` (llama.cpp's server names its
                              +-------- hook injection -------+-------------------+
     any phase --cancel / EOG / length / stop verdict / error--> FINISHED
 
-The rules, each with a unit test in ``tests/unit/test_scheduler_core.py``:
+The rules, each with a unit test in ``tests/unit/test_scheduler_core.py`` (those of prefix reuse,
+sliding-window models, context checkpoints and slot order are carried out by the core's
+:class:`~skippy.engine.scheduling.kv_cache.KVCacheManager`):
 
 - **Admission** in arrival order (``SeqRequest.arrival``, else submission order) while a slot
   is free or a prefix-cache entry can be evicted; at most ``max_queue`` requests wait
@@ -103,7 +105,6 @@ The rules, each with a unit test in ``tests/unit/test_scheduler_core.py``:
 from __future__ import annotations
 
 import collections
-import itertools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -134,26 +135,13 @@ from skippy.engine.scheduling.events import (
     SeqRequest,
     TokenEvent,
 )
-from skippy.engine.scheduling.prefix import MIN_REUSE, MIN_TAIL, Match, PrefixIndex, common_prefix_len
+from skippy.engine.scheduling.kv_cache import KVCacheManager
+from skippy.engine.scheduling.prefix import MIN_TAIL
 from skippy.engine.scheduling.request import Phase, RequestState
 from skippy.engine.scheduling.spec import MAX_DRAFT, SpecState
 from skippy.engine.scheduling.step import SampleTask, ScoreTask, StepPlan, StepResult
 
 log = logging.getLogger("skippy.scheduler")
-
-#: Most prompts the host-memory prompt cache holds (each admission compares its prompt with all).
-PROMPT_CACHE_ENTRIES = 1024
-
-#: A resident prompt that a new sequence overwrites (reused in place, or its slot evicted) keeping less
-#: than this fraction of its tokens is saved to the host prompt cache first, or, with no prompt cache and a
-#: free slot, copied there instead; one kept at least this much is just overwritten. The costs measured
-#: on 2 CPU cores (SmolLM2-135M): prefilling a lost 9-token tail again 32-52 ms (a 9-token batch costs
-#: about four 1-token steps), saving a 39-token state 0.3-5 ms (fresh pages cost more than the copy) and
-#: restoring it ~0.2 ms; but saving a 905-token state to keep its 14 own tokens 12-80 ms, on the event
-#: loop. (llama-server saves when less than half of its slot is kept, counting the generated tokens, so in
-#: practice a short prompt with a different tail is saved there too.)
-KEEP_FRACTION = 15 / 16
-
 
 @attrs.frozen
 class SlotInfo:
@@ -206,18 +194,20 @@ class SchedulerCore:
     ``prefix_cache``. ``prompt_cache``: bytes of host memory for the prompt cache of attention
     models (llama-server's ``--cache-ram`` there: resident prompts saved before their KV is
     overwritten and restored for a later prompt that shares more with them than with anything
-    resident; at most :data:`PROMPT_CACHE_ENTRIES` prompts; ``None``: no byte limit; 0: off;
+    resident; at most :data:`~.kv_cache.PROMPT_CACHE_ENTRIES` prompts; ``None``: no byte limit; 0: off;
     only with ``prefix_cache``, not for recurrent or sliding-window caches, which use checkpoints).
     ``min_tail``: prompt tokens prefilled even when cached (:data:`~skippy.engine.scheduling.prefix.MIN_TAIL`,
     or :data:`~skippy.engine.scheduling.prefix.EXACT_TAIL` for a cached answer equal to a cold run's).
     ``scheduler_steps``: decodes a decode-only batch may run back to back on the decode thread
     (a multi-step run, see :class:`StepPlan`; 1: one step per plan).
-    ``clock`` gives seconds (tests pass a fake).
+    ``clock`` gives seconds (tests pass a fake). The KV arguments (``prefix_cache``,
+    ``ctx_checkpoints``, ``checkpoint_budget``, ``prompt_cache``, ``min_tail``) configure
+    :attr:`kv_cache`, the :class:`~.kv_cache.KVCacheManager` the core delegates slots, prefix reuse,
+    the prompt cache and context checkpoints to.
 
-    The core calls the runtime's KV and sampler methods (``seq_rm``,
-    ``seq_cp``, ``new_sampler``, ``free_sampler``) and the vocabulary (hook
-    injections) itself, from the caller's thread; only :func:`~.decode.execute` decodes.
-    Not thread-safe: one owner drives it.
+    The core calls the runtime's sampler methods (``new_sampler``, ``free_sampler``, through
+    :attr:`kv_cache` its KV methods) and the vocabulary (hook injections) itself, from the caller's
+    thread; only :func:`~.decode.execute` decodes. Not thread-safe: one owner drives it.
     """
 
     def __init__(self, runtime: Runtime, *, step_tokens: int | None = None, max_queue: int = 1024,
@@ -232,34 +222,20 @@ class SchedulerCore:
         self.max_queue = max_queue
         self.hooks = hooks
         self.signal_config = signal_config or SignalConfig()
-        self.prefix_cache = prefix_cache and not meta.is_recurrent
         self.min_tail = min_tail
-        self.prefix = PrefixIndex(min_tail)
-        #: a sliding-window cache that overwrites cells out of the window: reuse needs a check
-        self._swa_check = meta.is_swa and not meta.swa_full
-        #: context checkpoints, where a cached prefix cannot otherwise be reused
-        self.checkpoints = CheckpointStore(ctx_checkpoints, checkpoint_budget) if (
-            prefix_cache and ctx_checkpoints > 0 and (checkpoint_budget is None or checkpoint_budget > 0)
-            and (meta.is_recurrent or self._swa_check)) else None
-        #: llama-server's host-memory prompt cache, for attention models (checkpoints serve the others)
-        self.prompt_cache = CheckpointStore(PROMPT_CACHE_ENTRIES, prompt_cache, PROMPT_CACHE_ENTRIES) if (
-            self.prefix_cache and (prompt_cache is None or prompt_cache > 0) and self.checkpoints is None
-            and not self._swa_check) else None
-        #: idle saves (idle_saves) only with the KV cache in host memory: on a device (a GPU, an RPC worker)
-        #: each state read crosses PCIe or the network, and a lost RPC worker aborts it in llama.cpp
-        self._idle_saves = self.prompt_cache is not None and meta.kv_on_host
-        #: whichever of the two stores this model has (the counters and stats are theirs)
-        self._states = self.checkpoints if self.checkpoints is not None else self.prompt_cache
         self.spec_ngram = spec_ngram
         self.scheduler_steps = max(1, scheduler_steps)
         self._clock = clock
         self.counters = SchedulerCounters()  # what stats() snapshots
-        self._free_slots = set(range(self.n_slots))
         self._backend_slots: set[int] = set()  # slots with llama.cpp's greedy sampler attached (or about to be)
         self._sampler_changes: dict[int, bool] = {}  # slot -> attach / detach, for the next step with a batch
         self._waiting: collections.deque[RequestState] = collections.deque()
         self._running: dict[int, RequestState] = {}  # admitted, in admission order
         self._seqs: dict[int, RequestState] = {}  # waiting or running, by rid
+        #: slots, prefix reuse, the prompt cache and context checkpoints (reads the running sequences)
+        self.kv_cache = KVCacheManager(runtime, self._running, self.counters, prefix_cache=prefix_cache,
+                                       ctx_checkpoints=ctx_checkpoints, checkpoint_budget=checkpoint_budget,
+                                       prompt_cache=prompt_cache, min_tail=min_tail)
         self._embed_queue: collections.deque[EmbedItem] = collections.deque()  # inputs not yet in a batch
         self._embeds: dict[int, _Embedding] = {}  # embedding requests not answered yet, by rid
         self._embed_inflight: EmbedBatch | None = None  # planned, not yet updated
@@ -458,10 +434,8 @@ class SchedulerCore:
         """Keep the context checkpoints saved after a step: each sequence's prompt up to its ``checkpoint_at``."""
         for (rid, slot), data in zip(saves, states, strict=True):
             seq = self._running.get(rid)
-            if data is None or seq is None or seq.kv is None or self.checkpoints is None:
-                continue
-            if self.checkpoints.add(slot, seq.kv.prompt[:seq.kv.checkpoint_at], data) is not None:
-                self.counters.checkpoints_saved_total += 1
+            if data is not None and seq is not None and seq.kv is not None:
+                self.kv_cache.keep_checkpoint(slot, seq.kv.prompt[:seq.kv.checkpoint_at], data)
 
     def _on_embedded(self, batch: EmbedBatch, result: EmbedResult) -> list[Output]:
         """Store an embedding batch's vectors; a request with all its vectors gets its :class:`EmbeddingsEvent`.
@@ -550,6 +524,11 @@ class SchedulerCore:
 
     # -- reading -------------------------------------------------------------------
     @property
+    def checkpoints(self) -> CheckpointStore | None:
+        """The context-checkpoint store (``None``: this model or configuration keeps none)."""
+        return self.kv_cache.checkpoints
+
+    @property
     def idle(self) -> bool:
         """Nothing waits and nothing runs: the owner may block until the next input."""
         return not self._running and not self._waiting and not self._embed_queue
@@ -576,11 +555,11 @@ class SchedulerCore:
 
     def stats(self) -> SchedulerStats:
         """A frozen snapshot of the queue, slots and counters."""
-        ck = self._states
+        ck = self.kv_cache.states
         return self.counters.snapshot(
             n_slots=self.n_slots, n_running=len(self._running), n_waiting=len(self._waiting),
             n_parked=sum(s.phase is Phase.PARKED for s in self._running.values()),
-            kv_cells_used=sum(s.kv.n_past for s in self._running.values()) + self.prefix.cells,  # type: ignore[union-attr]
+            kv_cells_used=sum(s.kv.n_past for s in self._running.values()) + self.kv_cache.cells,  # type: ignore[union-attr]
             n_embed_waiting=len(self._embeds),
             checkpoints=len(ck) if ck is not None else 0, checkpoint_bytes=ck.nbytes if ck is not None else 0,
             checkpoints_evicted_total=ck.evicted if ck is not None else 0,
@@ -588,7 +567,7 @@ class SchedulerCore:
 
     def slots(self) -> tuple[SlotInfo, ...]:
         """Every slot's :class:`SlotInfo`, by slot id (llama-server ``GET /slots``)."""
-        out = [SlotInfo(i, n_kv=len(self.prefix.resident(i) or ())) for i in range(self.n_slots)]
+        out = [SlotInfo(i, n_kv=len(self.kv_cache.resident(i) or ())) for i in range(self.n_slots)]
         for seq in self._running.values():
             kv = seq.kv
             assert kv is not None
@@ -608,27 +587,38 @@ class SchedulerCore:
 
     def slot_tokens(self, slot: int) -> list[int]:
         """The tokens whose KV an idle ``slot`` holds (its prefix-cache entry; empty when free)."""
-        return list(self.prefix.resident(slot) or ())
+        return self.kv_cache.slot_tokens(slot)
 
     def erase_slot(self, slot: int) -> int:
         """Clear idle ``slot``'s KV and prefix-cache entry; returns how many tokens it held."""
         assert not self.slot_busy(slot), f"slot {slot} is running"
-        tokens = self.prefix.take(slot) if self.prefix.resident(slot) is not None else []
-        self.runtime.seq_rm(slot)
-        self._free_slots.add(slot)
-        return len(tokens)
+        return self.kv_cache.erase_slot(slot)
 
     def adopt_slot(self, slot: int, tokens: list[int]) -> None:
         """Idle ``slot``'s KV now holds ``tokens`` (a restored state file): offer them for prefix reuse.
 
         Call :meth:`erase_slot` first; with no tokens (a failed restore) the slot stays free.
         """
-        assert not self.slot_busy(slot) and self.prefix.resident(slot) is None, f"slot {slot} is not cleared"
-        if tokens and self.prefix_cache:
-            self._free_slots.discard(slot)
-            self.prefix.keep(slot, list(tokens))
-        else:
-            self.runtime.seq_rm(slot)
+        assert not self.slot_busy(slot) and self.kv_cache.resident(slot) is None, f"slot {slot} is not cleared"
+        self.kv_cache.adopt_slot(slot, tokens)
+
+    # -- idle saves (KVCacheManager.idle_saves, while nothing waits or runs) ----------
+    def idle_saves(self) -> list[tuple[int, list[int]]]:
+        """Resident entries to copy to the host prompt cache while the owner is idle, as ``(slot, tokens)``
+        (:meth:`KVCacheManager.idle_saves`); empty while anything waits or runs. The owner reads each state
+        (:meth:`Runtime.state_seq_get_data`) and hands it to :meth:`add_idle_save`, asking
+        :meth:`needs_idle_save` first (an earlier save may cover it by then)."""
+        return self.kv_cache.idle_saves() if self.idle else []
+
+    def needs_idle_save(self, slot: int, tokens: Sequence[int]) -> bool:
+        """The owner is idle and :meth:`KVCacheManager.needs_idle_save`."""
+        return self.idle and self.kv_cache.needs_idle_save(slot, tokens)
+
+    def add_idle_save(self, slot: int, tokens: Sequence[int], data: bytes | bytearray) -> None:
+        """Keep ``data``, the state of ``slot`` read for :meth:`idle_saves`, in the prompt cache (if the owner
+        is still idle and ``slot`` still holds ``tokens``)."""
+        if self.idle:
+            self.kv_cache.add_idle_save(slot, tokens, data)
 
     # -- admission -----------------------------------------------------------------
     def _admit(self) -> list[Output]:
@@ -640,42 +630,20 @@ class SchedulerCore:
         """
         outputs: list[Output] = []
         deferred: list[RequestState] = []
-        while self._waiting and (self._free_slots or len(self.prefix)):
+        while self._waiting and self.kv_cache.can_allocate:
             seq = self._waiting.popleft()
             req = seq.request
-            match = None
-            claim = self._claims() if self.prefix_cache and len(self.prefix) else None
-            if self.prefix_cache and req.cache_prompt:
-                if self._share_later(req.prompt, req.min_reuse):  # copy the prefix once the running prefill holds it
-                    deferred.append(seq)
-                    if len(deferred) >= self.n_slots:
-                        break
-                    continue
-                match = self.prefix.best(req.prompt, ((s.kv.slot, s.kv.prompt, s.n_prefilled)  # type: ignore[union-attr]
-                                                      for s in self._running.values()), req.min_reuse,
-                                         self._swa_keeps if self._swa_check else None, claim)
-            ckpt = None
-            if req.cache_prompt and (self.prefix_cache or self.checkpoints is not None):
-                self.counters.prefix_queries += 1
-            n_ckpt = 0
-            if self.checkpoints is not None and req.cache_prompt:
-                ckpt = self.checkpoints.best(req.prompt, len(req.prompt) - self.min_tail, req.min_reuse)
-                n_ckpt = ckpt.n if ckpt is not None else 0
-            elif self.prompt_cache is not None and req.cache_prompt:
-                found = self.prompt_cache.best_prefix(req.prompt, len(req.prompt) - self.min_tail,
-                                                      max(req.min_reuse, MIN_REUSE))
-                ckpt, n_ckpt = found if found is not None else (None, 0)
-            if ckpt is not None and match is not None and match.n >= n_ckpt:
-                ckpt = None
-            if ckpt is not None:
-                slot, n_cached = self._restore(ckpt, req.cache_key, claim, n_ckpt, req.prompt)
-            else:
-                slot, n_cached = self._take_slot(match, req.cache_key, claim, req.prompt)
+            got = self.kv_cache.allocate(req, (s.request for s in self._waiting))
+            if got is None:  # a running prefill will soon hold its prefix: copy it then
+                deferred.append(seq)
+                if len(deferred) >= self.n_slots:
+                    break
+                continue
+            slot, n_cached = got
             try:
                 seq.sampler = self.runtime.new_sampler(req.params)
             except ValueError as exc:
-                self.runtime.seq_rm(slot)
-                self._free_slots.add(slot)
+                self.kv_cache.release(slot)
                 del self._seqs[req.rid]
                 seq.phase = Phase.FINISHED
                 outputs.append((req.rid, self._finish_event(seq, "error", error=str(exc))))
@@ -685,13 +653,13 @@ class SchedulerCore:
                 self.counters.cached_tokens_total += n_cached
             seq.cached = n_cached
             seq.kv = SeqState(rid=req.rid, slot=slot, prompt=list(req.prompt), max_tokens=req.max_tokens,
-                              n_past=n_cached, checkpoint_at=self._checkpoint_at(req, n_cached))
+                              n_past=n_cached, checkpoint_at=self.kv_cache.checkpoint_at(req, n_cached))
             seq.phase = Phase.PREFILLING
             seq.t_admit = self._clock()
             if req.hooks and self.hooks:
                 seq.window = SignalWindow(self.signal_config)
             k = self.spec_ngram if req.speculative is None else req.speculative
-            if k > 0 and seq.window is None and not self.runtime.meta.is_recurrent and not self._swa_check:
+            if k > 0 and seq.window is None and not self.runtime.meta.is_recurrent and not self.kv_cache.swa_check:
                 seq.spec = SpecState(min(k, MAX_DRAFT))
             if req.reasoning_budget is not None:
                 seq.budget = BudgetState(req.reasoning_budget)
@@ -713,220 +681,6 @@ class SchedulerCore:
         if seq.backend != (slot in self._backend_slots):
             (self._backend_slots.add if seq.backend else self._backend_slots.discard)(slot)
             self._sampler_changes[slot] = seq.backend
-
-    def _checkpoint_at(self, req: SeqRequest, n_cached: int) -> int:
-        """Where to save ``req``'s context checkpoint (0: nowhere): its boundary, when checkpoints are on,
-        it may use the cache, the boundary leaves ``min_tail`` tokens and lies at least two tokens past what
-        is cached (no lone-token chunk before it); on a sliding-window cache only when the sequence can
-        outgrow the window (prompt + ``max_tokens`` > ``n_swa``), else its KV serves every prefix."""
-        b = req.checkpoint_at
-        if self.checkpoints is None or b is None or not req.cache_prompt:
-            return 0
-        if not max(req.min_reuse, 1) <= b <= len(req.prompt) - self.min_tail or b - n_cached < 2:
-            return 0
-        meta = self.runtime.meta
-        if not meta.is_recurrent and len(req.prompt) + req.max_tokens <= meta.n_swa:
-            return 0
-        return b
-
-    def _restore(self, ckpt: Any, key: str | None, claim: Callable[[int], int] | None = None,
-                 n: int | None = None, prompt: Sequence[int] = ()) -> tuple[int, int]:
-        """A slot (free, else the least recently used entry's) with checkpoint ``ckpt``'s state restored, and
-        the prompt tokens it holds (0 when the runtime refuses the state: the slot is then empty). ``n``: keep
-        only the first ``n`` positions (a prompt-cache state, trimmed to the prefix the prompt shares)."""
-        slot = self._pop_free_slot() if self._free_slots else self._evict(key, claim, prompt)
-        if not self.runtime.state_seq_set_data(slot, ckpt.data):
-            log.warning("context checkpoint of %d tokens could not be restored into slot %d", ckpt.n, slot)
-            return slot, 0
-        n = ckpt.n if n is None else n
-        if n < ckpt.n and not self.runtime.seq_rm(slot, n, -1):
-            self.runtime.seq_rm(slot)
-            return slot, 0
-        self._states.touch(ckpt)  # type: ignore[union-attr]
-        self.counters.checkpoints_restored_total += 1
-        return slot, n
-
-    def _share_later(self, prompt: Sequence[int], min_reuse: int = MIN_REUSE) -> bool:
-        """True when a sequence still prefilling shares a longer prefix with ``prompt`` than it holds yet."""
-        for s in self._running.values():
-            kv = s.kv
-            if s.phase is Phase.PREFILLING and kv is not None:
-                n = min(common_prefix_len(kv.prompt, prompt), len(prompt) - self.min_tail)
-                if n >= min_reuse and kv.n_past < n:
-                    return True
-        return False
-
-    def _swa_keeps(self, slot: int, n: int) -> bool:
-        """True when ``slot``'s KV cache still serves its first ``n`` tokens to a query at position ``n``.
-
-        A model with sliding-window attention (``meta.n_swa`` > 0) and no full-size SWA cache
-        (``meta.swa_full``) has its SWA layers overwrite the cells of positions that fell out of
-        every query's window; llama.cpp keeps every position from ``llama_memory_seq_pos_min`` to
-        the largest. The window of the first position prefilled after the prefix reaches back
-        ``n_swa`` positions, so the prefix serves when the smallest position held is at most
-        ``max(0, n - n_swa)``: llama-server's rule (``pos_min > pos_min_thold`` forces a full
-        prompt re-processing). -1 (the SWA layers hold nothing: a trim went below the window)
-        never serves.
-        """
-        pos_min = self.runtime.seq_pos_min(slot)
-        return 0 <= pos_min <= max(0, n - self.runtime.meta.n_swa)
-
-    def _pop_free_slot(self) -> int:
-        """The lowest free slot: running sequences stay on few runs of consecutive ids, and
-        llama.cpp decodes each run of consecutive sequence ids as one micro-batch."""
-        slot = min(self._free_slots)
-        self._free_slots.remove(slot)
-        return slot
-
-    def _claims(self) -> Callable[[int], int]:
-        """``claim(slot)``: the longest prefix that one of the next ``n_seq_max`` waiting requests (those a
-        slot turnover admits next) could reuse of the resident entry in ``slot`` (memoized for this call)."""
-        prompts = [s.request.prompt for s in itertools.islice(self._waiting, self.n_slots)
-                   if s.request.cache_prompt]
-        memo: dict[int, int] = {}
-
-        def claim(slot: int) -> int:
-            if slot not in memo:
-                tokens = self.prefix.resident(slot) or []
-                memo[slot] = max((common_prefix_len(tokens, p) for p in prompts), default=0)
-            return memo[slot]
-        return claim
-
-    def _evict(self, key: str | None, claim: Callable[[int], int] | None = None, prompt: Sequence[int] = ()) -> int:
-        """Free the least recently used resident entry (of ``key``'s group first; the least claimed by the
-        waiting requests first, see :meth:`PrefixIndex.lru`); returns its slot. The entry goes to the host
-        prompt cache unless ``prompt`` (the request taking the slot, whose KV will hold what they share) or
-        another sequence keeps :data:`KEEP_FRACTION` of it (:meth:`_save_prompt`)."""
-        slot = self.prefix.lru(key, claim)
-        assert slot is not None
-        self._save_prompt(slot, common_prefix_len(self.prefix.resident(slot) or [], prompt) if prompt else 0)
-        self.prefix.take(slot)
-        self.runtime.seq_rm(slot)
-        return slot
-
-    def _save_prompt(self, slot: int, keep: int = 0) -> None:
-        """Before the resident entry in ``slot`` loses its KV past ``keep`` positions (evicted, or reused in
-        place by a prompt sharing ``keep`` tokens), copy its state to the host-memory prompt cache (when
-        there is one, the entry is long enough, the store does not hold it already, and less than
-        :data:`KEEP_FRACTION` of it stays in the KV cache: neither ``keep`` nor the prefix another resident or
-        running sequence shares with it covers that much; a 905-token entry of an agent burst shares 891
-        with its 15 neighbours, and saving it to keep its 14 own tokens cost 66 ms of fresh pages)."""
-        tokens = self.prefix.resident(slot)
-        store = self.prompt_cache
-        if store is None or tokens is None or len(tokens) < MIN_REUSE or store.has(tokens):
-            return
-        kept = KEEP_FRACTION * len(tokens)
-        if max(keep, self._held_elsewhere(slot, tokens)) >= kept or self._held_in_store(tokens) >= kept:
-            return
-        try:
-            data = self.runtime.state_seq_get_data(slot)
-        except (ValueError, RuntimeError) as exc:
-            log.warning("prompt cache: the state of slot %d could not be saved: %s", slot, exc)
-            return
-        if store.add(slot, tokens, data) is not None:
-            self.counters.checkpoints_saved_total += 1
-
-    def _held_in_store(self, tokens: Sequence[int]) -> int:
-        """The longest prefix of ``tokens`` a state in the host prompt cache holds (0 without one)."""
-        found = self.prompt_cache.best_prefix(tokens, len(tokens)) if self.prompt_cache is not None else None
-        return found[1] if found is not None else 0
-
-    def idle_saves(self) -> list[tuple[int, list[int]]]:
-        """Resident entries to copy to the host prompt cache while the owner is idle, as ``(slot, tokens)``,
-        least recently used (evicted next) first: those no state in the cache holds :data:`KEEP_FRACTION`
-        of. Saved now, an entry evicted later under load needs no save then (on the event loop, inside a
-        plan: a 905-token agent entry's 21 MB of fresh pages cost 12-86 ms, in the TTFT of the burst that
-        evicted it). Empty without a prompt cache, with layers offloaded (the KV cache on a device), or
-        while anything waits or runs. The owner reads each state (:meth:`Runtime.state_seq_get_data`) and
-        hands it to :meth:`add_idle_save`, asking :meth:`needs_idle_save` first (an earlier save may cover
-        it by then)."""
-        return [(slot, list(tokens)) for slot, tokens in self.prefix.items() if self.needs_idle_save(slot, tokens)]
-
-    def needs_idle_save(self, slot: int, tokens: Sequence[int]) -> bool:
-        """Idle saves are on and the owner is idle, ``slot`` still holds the resident entry ``tokens``, long
-        enough, and the prompt cache holds less than :data:`KEEP_FRACTION` of it."""
-        return (self._idle_saves and self.idle and self.prefix.resident(slot) == list(tokens)
-                and len(tokens) >= MIN_REUSE and self._held_in_store(tokens) < KEEP_FRACTION * len(tokens))
-
-    def add_idle_save(self, slot: int, tokens: Sequence[int], data: bytes | bytearray) -> None:
-        """Keep ``data``, the state of ``slot`` read for :meth:`idle_saves`, in the prompt cache (if ``slot``
-        still holds ``tokens``)."""
-        if self.needs_idle_save(slot, tokens) and self.prompt_cache.add(slot, tokens, data) is not None:  # type: ignore[union-attr]
-            self.counters.checkpoints_saved_total += 1
-
-    def _held_elsewhere(self, slot: int, tokens: list[int]) -> int:
-        """The longest prefix of ``tokens`` that another resident entry or a running sequence holds (or
-        will hold once prefilled) in its KV."""
-        others = [t for s, t in self.prefix.items() if s != slot]
-        others += [s.kv.prompt for s in self._running.values() if s.kv is not None and s.kv.slot != slot]
-        return max((common_prefix_len(tokens, t) for t in others), default=0)
-
-    def _take_slot(self, match: Match | None, key: str | None = None,
-                   claim: Callable[[int], int] | None = None, prompt: Sequence[int] = ()) -> tuple[int, int]:
-        """A slot for a new sequence and how many of its prompt tokens are already in its KV.
-
-        A running match is copied into a free slot (:meth:`Runtime.seq_cp`), a resident one is
-        reused in place unless :meth:`_in_place` says a copy pays. With one KV stream per
-        sequence the whole source is copied (its state, or llama.cpp's whole stream) and its
-        tail trimmed. With a unified KV cache (``meta.kv_unified``) only the matched prefix
-        ``[0, n)`` is copied: the cells are shared, not duplicated, so the copy is nearly free.
-
-        Capacity with a unified cache: it has ``n_ctx_seq x n_seq_max`` cells, and a cell is
-        used by one or more sequences at the same position. Every sequence with KV (running,
-        or resident in the prefix cache) holds a slot, so there are at most ``n_seq_max`` of
-        them, and each holds at most ``n_ctx_seq`` positions (``0..n_ctx_seq-1``: a running
-        sequence finishes with ``length`` before its next position reaches ``n_ctx_seq``, the
-        runtime refuses a position >= ``n_ctx_seq``, and resident entries keep only a prefilled
-        prompt). A shared prefix is counted once in the cells but once per sequence in this
-        bound, so the cells in use never exceed ``sum(positions) <= n_ctx_seq x n_seq_max``; and
-        llama.cpp finds free cells anywhere in the buffer (no contiguity, ``find_slot`` with
-        ``cont=false``), so ``llama_decode`` never fails for want of a KV slot (it returns 1
-        then). The same reasoning holds per stream when non-unified. No eviction beyond the
-        slot rule is needed: resident entries only ever use cells a slot is entitled to.
-        """
-        rt = self.runtime
-        if match is None:
-            return (self._pop_free_slot() if self._free_slots else self._evict(key, claim, prompt)), 0
-        n = match.n
-        if not match.resident or (self._free_slots and not self._in_place(match, claim)):  # copy, keep the source
-            slot = self._pop_free_slot() if self._free_slots else self._evict(key, claim, prompt)
-            if rt.meta.kv_unified:  # the prefix only: shared cells, nothing to trim
-                rt.seq_cp(match.slot, slot, n)
-                if match.resident:
-                    self.prefix.touch(match.slot)
-                return slot, n
-            rt.seq_cp(match.slot, slot)
-            if match.resident:
-                self.prefix.touch(match.slot)
-        else:  # a resident source (no free slot, or a copy would not pay): reuse it in place
-            slot = match.slot
-            self._save_prompt(slot, n)
-            self.prefix.take(slot)
-        if not rt.seq_rm(slot, n, -1):  # cannot trim: start cold
-            rt.seq_rm(slot)
-            n = 0
-        return slot, n
-
-    def _in_place(self, match: Match, claim: Callable[[int], int] | None) -> bool:
-        """Whether a resident match is reused in its own slot although a slot is free.
-
-        A copy into the free slot would keep the entry, but with one KV stream per sequence it costs
-        the source's cells twice or the whole stream (:meth:`LlamaRuntime.seq_cp
-        <skippy.engine.runtime.llama.LlamaRuntime.seq_cp>`: 0.6 ms for a 40-token entry of
-        SmolLM2-135M, ~5 ms from half its 2048-cell stream on, GiBs for an 8B model). So, as in
-        llama-server, the entry is reused in place when the new prompt (or another resident or
-        running sequence) keeps nearly all of it (:data:`KEEP_FRACTION`: a chat's next turn, a
-        repeated prompt, a long shared system prompt with a short question) or when there is a host
-        prompt cache to save it first (its own cells only, see :meth:`_save_prompt`);
-        and not when a waiting request could reuse more of it (``claim``). With a unified KV
-        cache the copy shares cells and is nearly free: always copied.
-        """
-        if self.runtime.meta.kv_unified or (claim is not None and claim(match.slot) > match.n):
-            return False
-        tokens = self.prefix.resident(match.slot) or []
-        if self.prompt_cache is not None:
-            return True
-        return max(match.n, self._held_elsewhere(match.slot, tokens)) >= KEEP_FRACTION * len(tokens)
 
     # -- speculation ---------------------------------------------------------------
     def _draft(self, seq: RequestState) -> tuple[int, ...]:
@@ -970,7 +724,7 @@ class SchedulerCore:
             if seq.phase is not Phase.DECODING:
                 break
         if seq.phase is not Phase.FINISHED:  # a finish trimmed the KV already
-            self.runtime.seq_rm(kv.slot, kv.n_past, -1)
+            self.kv_cache.trim(kv.slot, kv.n_past)
         return outputs
 
     def _on_run(self, seq: RequestState, events: tuple[TokenEvent, ...]) -> list[Output]:
@@ -1067,15 +821,10 @@ class SchedulerCore:
             self.runtime.free_sampler(seq.sampler)
             seq.sampler = None
         kv = seq.kv
-        if kv is not None:
+        if kv is not None:  # the prefilled prompt stays resident when it is worth reusing
             n_keep = seq.n_prefilled
-            if (self.prefix_cache and reason != "error" and n_keep >= seq.request.min_reuse
-                    and self.runtime.seq_rm(kv.slot, n_keep, -1)
-                    and (not self._swa_check or self._swa_keeps(kv.slot, n_keep))):
-                self.prefix.keep(kv.slot, kv.prompt[:n_keep], seq.request.cache_key)  # KV stays for later prompts
-            else:
-                self.runtime.seq_rm(kv.slot)
-                self._free_slots.add(kv.slot)
+            worth = reason != "error" and n_keep >= seq.request.min_reuse
+            self.kv_cache.release(kv.slot, kv.prompt, n_keep if worth else None, seq.request.cache_key)
         return seq.rid, event
 
 

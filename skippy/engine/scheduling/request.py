@@ -4,7 +4,8 @@
 from its submission to its finish (vLLM's ``Request``, llama-server's ``server_slot``): the
 :class:`~skippy.engine.scheduling.events.SeqRequest` it came as, its phase, its KV state once admitted
 (:class:`~skippy.engine.scheduling.batch.SeqState`), its sampler, hook, speculation and reasoning-budget
-state, and its times. Only the core changes it.
+state, and its times. Only the core changes it; its KV-cache manager
+(:class:`~skippy.engine.scheduling.kv_cache.KVCacheManager`) reads the running ones.
 """
 
 from __future__ import annotations
