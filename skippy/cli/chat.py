@@ -1,0 +1,77 @@
+"""``skippy run``: chat with a model in the terminal (the model runs in this process; the
+conversation is :mod:`skippy.cli.repl`'s).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from skippy.cli.common import _MODELS_DIR, _isatty, _quiet_llama_log, friendly_errors, main
+from skippy.cli.flags import _read_template
+from skippy.cli.repl import chat_loop, stdin_reader
+from skippy.models import DEFAULT_MODEL
+
+
+@main.command()
+@click.argument("name", metavar="[MODEL]", default=DEFAULT_MODEL)
+@_MODELS_DIR
+@click.option("--system", default=None, metavar="TEXT", help="A system message opening the conversation.")
+@click.option("--max-tokens", default=None, type=click.IntRange(1), help="Cap on each reply's tokens.  "
+              "[default: the context left]")
+@click.option("--temperature", default=None, type=click.FloatRange(0.0), help="Sampling temperature.  [default: 0.8]")
+@click.option("--seed", default=None, type=click.IntRange(0), help="Sampling seed, for repeatable replies.")
+@click.option("--n-ctx", default=4096, show_default=True, type=click.IntRange(16), help="Context in tokens.")
+@click.option("--chat-template", default=None, metavar="NAME|FILE", callback=lambda c, p, v: _read_template(c, p, v),
+              help="Chat template overriding the model's (as for 'skippy serve').")
+@friendly_errors
+def run(name: str, models_dirs: tuple[str, ...], system: str | None, max_tokens: int | None,
+        temperature: float | None, seed: int | None, n_ctx: int, chat_template: str | None) -> None:
+    """Chat with a model in the terminal, as 'ollama run' does.
+
+    The model (a known name, pulled when missing; a GGUF in the cache or
+    --models-dir by file name; or a GGUF path) runs in this process. Replies
+    stream as they are generated; the conversation is kept until /clear.
+    /set parameter NAME VALUE (temperature, top_p, top_k, num_predict, seed,
+    stop...) and /set system TEXT change the next replies, /show shows them;
+    /? lists the commands. Ctrl-C stops a reply (what it wrote stays in the
+    conversation); Ctrl-D, /bye or Ctrl-C twice at the prompt leave. A
+    message starting with three double quotes goes on until a line ending
+    with three double quotes. Lines read from a pipe work too:
+    'echo hi | skippy run'.
+    """
+    import logging
+    import signal
+
+    import trio
+
+    from skippy import EngineConfig, open_engine
+    from skippy.models import ensure_model, find_model, lookup
+
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    _quiet_llama_log()
+    path = find_model(name, models_dirs)
+    if not path.is_file():
+        path = ensure_model(name)
+    spec = lookup(name)
+
+    async def session() -> None:
+        config = EngineConfig(model=str(path), model_name=spec.name if spec else path.stem, n_ctx=n_ctx,
+                              parallel=1, chat_template=chat_template)
+        async with open_engine(config) as engine:
+            if _isatty(sys.stdin):
+                click.echo(f"{engine.model_id}: type /? for help, /bye to leave")
+            info = (("name", engine.model_id), ("path", str(path)),
+                    ("context", f"{engine.meta.n_ctx_seq} tokens (--n-ctx)"))
+            with trio.open_signal_receiver(signal.SIGINT) as interrupts:  # Ctrl-C: chat_loop decides
+                await chat_loop(engine, system=system, max_tokens=max_tokens, temperature=temperature, seed=seed,
+                                readline=stdin_reader(), out=sys.stdout, interrupts=interrupts, model_info=info)
+
+    try:
+        trio.run(session)
+    except (KeyboardInterrupt, BaseExceptionGroup) as exc:  # Ctrl-C while the model loads or unloads
+        if isinstance(exc, BaseExceptionGroup) and exc.split(KeyboardInterrupt)[1] is not None:
+            raise
+        click.echo("", err=True)
+        sys.exit(130)

@@ -1,0 +1,268 @@
+"""``skippy serve``: its options in ``--help`` order (:func:`_serve_options`: the settings' generated
+options and the explicit adapters), the parser that refuses llama-server flags it does not take
+(:class:`ServeCommand`), and the command, which pulls the models and runs the server.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from skippy.cli.common import F, SkippyCommand, friendly_errors, main
+from skippy.cli.flags import (
+    _ONE_ENV_VALUE,
+    _flag_fields,
+    _not_nan,
+    _opt,
+    _parse_template_kwargs,
+    _read_template,
+    _split_hosts,
+    _split_origins,
+    setting_option,
+)
+from skippy.models import DEFAULT_MODEL, ModelError
+
+LLAMA_SERVER_NOTE = ("skippy serve takes llama-server's flags -m, -c/--ctx-size, -np, -t, -fa, --host, --port, "
+                     "--api-key, --api-key-file, --chat-template-file, --jinja, --metrics, --slots, --no-webui, "
+                     "-ngl, -sm, -mg, -ts, -dev, --rpc, --ssl-key-file, --ssl-cert-file and refuses the others "
+                     "rather than ignore them; "
+                     "see 'skippy serve --help'")
+
+
+class ServeCommand(SkippyCommand):
+    """``skippy serve``'s click command: an unknown option is a usage error naming it as it was typed.
+
+    click reads an unknown single-dash option such as llama-server's ``-ngl`` as the short option
+    ``-n`` (``No such option '-n'``), and ``-cb`` as ``-c b`` (a bad ``--ctx-size`` value). Like
+    llama-server's own parser, this one takes only whole option names: any word that starts with
+    ``-`` and is no option name (nor an option's value, nor a number) is refused by name, with a
+    note that skippy refuses the llama-server flags it does not support rather than ignore them.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        import difflib
+
+        options = {name: p for p in self.get_params(ctx) if isinstance(p, click.Option)
+                   for name in (*p.opts, *p.secondary_opts)}
+        takes_value = False
+        for arg in args:
+            if takes_value:
+                takes_value = False
+                continue
+            if arg == "--":
+                break
+            name = arg.split("=", 1)[0]
+            option = options.get(name)
+            if option is not None:
+                takes_value = "=" not in arg and not option.is_flag and option.nargs > 0
+            elif arg.startswith("-") and len(arg) > 1 and not _is_number(arg):
+                raise click.NoSuchOption(name, message=f"No such option '{name}' ({LLAMA_SERVER_NOTE}).",
+                                         possibilities=difflib.get_close_matches(name, options), ctx=ctx)
+        return super().parse_args(ctx, args)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _serve_options(fn: F) -> F:
+    """Every ``skippy serve`` option, in ``--help`` order.
+
+    Names are settings of :class:`~skippy.engine.config.EngineConfig` or
+    :class:`~skippy.http.settings.ServerSettings`, whose options are
+    generated from the fields (:func:`~skippy.cli.flags.setting_option`); the others are the
+    few explicit adapters: a flag that is not one field as it stands (a
+    file read into text, JSON, keys from a flag and a file, comma-separated
+    origins, llama-server's total ``--ctx-size``) or not a setting of either
+    class (the model to pull, the listen addresses, logging, the llama-server
+    flags accepted for compatibility). A flag field missing from this list
+    still gets its option, at the end.
+    """
+    from skippy.engine.config import EngineConfig
+    from skippy.http.settings import ServerSettings
+
+    layout: list[Any] = [
+        _opt("--model", "-m", multiple=True, default=(DEFAULT_MODEL,), type=_ONE_ENV_VALUE,
+             help="Model name from the cache (pulled when missing) or a GGUF path. Repeat it to serve several "
+                  "models: the request's model field picks one; the first is the default, loaded at start, "
+                  "the others on their first request (the environment variable names one model)."),
+        _opt("--alias", multiple=True, metavar="NAME", show_default=False,
+             help="Another name the model answers to and /v1/models lists (repeatable; the environment "
+                  "variable takes space-separated names). Requests may name any model when one is served; "
+                  "with several, the aliases name the first."),
+        _opt("--models-dir", "models_dirs", multiple=True, metavar="DIR", show_default=False,
+             type=click.Path(exists=True, file_okay=False, path_type=str),
+             help="Also serve every *.gguf file of this directory (repeatable; ':'-separated in the environment "
+                  "variable), each under its file name without .gguf, as llama-server's --models-dir; without "
+                  "--model, the first of them is the default."),
+        _opt("--max-loaded", default=4, type=click.IntRange(0),
+             help="Most models loaded at a time when several are served; loading one more first unloads the "
+                  "least recently used, once its running requests end (llama-server's --models-max; 0: no "
+                  "limit)."),
+        _opt("--keep-alive", default=-1.0, type=float, metavar="SECONDS", callback=_not_nan,
+             help="Unload a model idle for this many seconds; the next request loads it again (Ollama's "
+                  "keep_alive; 0: as soon as its requests end; negative: never)."),
+        _opt("--host", multiple=True, default=("127.0.0.1",), metavar="ADDRESS", callback=_split_hosts,
+             help="Address to listen on; several comma-separated or repeated (e.g. '127.0.0.1,::1')."),
+        _opt("--port", default=8080, type=click.IntRange(0, 65535), help="TCP port to listen on."),
+        "n_ctx",
+        _opt("--ctx-size", "-c", default=None, type=click.IntRange(16),
+             help="llama-server's -c: total context of all slots in tokens; each sequence gets "
+                  "ctx-size / parallel (exclusive with --n-ctx, which is per sequence)."),
+        "parallel", "threads", "flash_attn", "cache_type_k", "cache_type_v", "kv_unified", "swa_full",
+        "n_gpu_layers", "split_mode", "main_gpu", "tensor_split", "device", "rpc",
+        _opt("--chat-template", "--chat-template-file", default=None, metavar="NAME|FILE", callback=_read_template,
+             help="Chat template overriding the model's: a jinja2 file, or one of llama.cpp's built-in template "
+                  "names (chatml, llama3, mistral-v7, gemma, phi3, command-r, deepseek3, ...)."),
+        _opt("--chat-template-kwargs", default=None, metavar="JSON", callback=_parse_template_kwargs,
+             help='Default template variables as a JSON object, e.g. \'{"enable_thinking": false}\'; '
+                  'requests override them.'),
+        _opt("--jinja", is_flag=True, default=False,
+             help="Accepted for llama-server command lines: skippy always renders chat templates with jinja2."),
+        "force_tool_emulation", "step_tokens", "clamp_max_tokens", "prefix_cache", "ctx_checkpoints", "cache_ram",
+        "spec_ngram", "scheduler_steps", "backend_sampling", "hook_policy",
+        "hook_url",
+        "hook_timeout", "hook_fail_closed", "hooks_default_on", "signal_window", "high_entropy_threshold",
+        "max_queue", "embeddings", "pooling", "embeddings_batch",
+        _opt("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]),
+             help="Log level."),
+        _opt("--log-format", default="text", type=click.Choice(["text", "json"]),
+             help="Log lines as text, or one JSON object per line (python-json-logger)."),
+        _opt("--log-file", default=None, type=click.Path(dir_okay=False, writable=True), metavar="PATH",
+             help="Also append the log lines to this file."),
+        _opt("--api-key", multiple=True, metavar="KEY", show_default=False,
+             help="Accepted API key (repeatable; the environment variable takes space-separated keys). "
+                  "Requests must send 'Authorization: Bearer KEY' or 'X-Api-Key: KEY'; only /health stays "
+                  "open. Prefer --api-key-file: other local users can read command lines."),
+        _opt("--api-key-file", default=None, type=click.Path(exists=True, dir_okay=False),
+             help="File of accepted API keys, one per line ('#' starts a comment); adds to --api-key."),
+        _opt("--cors-origins", multiple=True, metavar="ORIGINS", show_default=False, callback=_split_origins,
+             help="Browser origins allowed by CORS, comma-separated or repeated, e.g. "
+                  "'https://app.example.com'; 'localhost' allows any localhost, 127.0.0.1 or [::1] origin "
+                  "(any port); '*' allows any. [default: none, CORS off]"),
+        "max_body_bytes", "max_messages", "max_tools", "max_chat_template_bytes", "max_grammar_bytes",
+        "request_timeout", "shutdown_grace", "sse_ping_interval", "strict_fields", "responses_store_size",
+        "metrics", "slots",
+        "ssl_key_file", "ssl_cert_file",
+        _opt("--no-webui", is_flag=True, default=False,
+             help="Do not serve the web playground at GET / (it answers 404), as llama-server's --no-webui."),
+    ]
+    fields = {f.name: f for f in _flag_fields(EngineConfig) + _flag_fields(ServerSettings)}
+    placed = [item for item in layout if isinstance(item, str)]
+    layout += [name for name in fields if name not in placed]
+    for item in reversed(layout):
+        fn = (setting_option(fields[item]) if isinstance(item, str) else item)(fn)
+    return fn
+
+
+def _api_keys(api_key: tuple[str, ...], api_key_file: str | None) -> tuple[str, ...]:
+    """``--api-key`` values plus the keys of ``--api-key-file``, without duplicates, checked like ServerSettings."""
+    import attrs
+
+    from skippy.http.settings import ServerSettings, read_api_key_file
+
+    keys = list(api_key)
+    if api_key_file:
+        try:
+            keys += read_api_key_file(api_key_file)
+        except (OSError, ValueError) as exc:
+            raise click.BadParameter(str(exc), param_hint="--api-key-file") from None
+    keys = tuple(dict.fromkeys(keys))
+    field = attrs.fields(ServerSettings).api_keys
+    try:
+        field.validator(None, field, keys)  # type: ignore[misc]
+    except (TypeError, ValueError) as exc:
+        raise click.BadParameter(str(exc), param_hint="--api-key") from None
+    return keys
+
+
+def _context_per_sequence(ctx: click.Context, ctx_size: int | None, options: dict[str, Any]) -> None:
+    """Turn llama-server's ``-c/--ctx-size`` (all slots) into ``n_ctx`` (one sequence) in ``options``.
+
+    llama-server gives each of its ``-np`` slots ``ctx-size / np`` tokens; so does this (a flag beats
+    ``SKIPPY_N_CTX``). Raises a usage error when ``--n-ctx`` is on the command line too, or when a
+    sequence would get fewer than 16 tokens.
+    """
+    if ctx_size is None:
+        return
+    if ctx.get_parameter_source("n_ctx") is click.core.ParameterSource.COMMANDLINE:
+        raise click.UsageError("give either --ctx-size/-c (total context of all slots, llama-server's meaning) or "
+                               "--n-ctx (context of each sequence), not both", ctx=ctx)
+    per_sequence = ctx_size // options["parallel"]
+    if per_sequence < 16:
+        raise click.BadParameter(f"{ctx_size} tokens over {options['parallel']} slots leaves {per_sequence} per "
+                                 "sequence; at least 16 are needed", ctx=ctx, param_hint="'--ctx-size' / '-c'")
+    options["n_ctx"] = per_sequence
+
+
+@main.command(cls=ServeCommand)
+@_serve_options
+@friendly_errors
+def serve(model: tuple[str, ...], alias: tuple[str, ...], models_dirs: tuple[str, ...], max_loaded: int,
+          keep_alive: float, host: tuple[str, ...], port: int, ctx_size: int | None,
+          chat_template: str | None, chat_template_kwargs: dict, jinja: bool, log_level: str, log_format: str,
+          log_file: str | None, api_key: tuple[str, ...], api_key_file: str | None, cors_origins: tuple[str, ...],
+          no_webui: bool, **options: Any) -> None:
+    """Serve the OpenAI-compatible API (``/v1/chat/completions`` and friends).
+
+    The model is pulled into the cache first when it is a known name that is
+    not there yet. ``/health`` answers 503 while the model loads, then 200.
+    Several models (``--model`` repeated, ``--models-dir``) are routed by the
+    request's ``model``, loaded on demand, unloaded by ``--max-loaded`` and
+    ``--keep-alive``.
+    llama-server command lines work as they are (``-m``, ``-c``, ``-np``,
+    ``-t``, ``-fa``, ``--jinja``...); its other flags are refused by name.
+    """
+    import trio
+
+    from skippy.engine.config import EngineConfig, check_cache_types
+    from skippy.http.logs import configure_logging
+    from skippy.http.serve import serve as run_server
+    from skippy.http.settings import ServerSettings
+    from skippy.models import ensure_model, lookup
+
+    ctx = click.get_current_context()
+    _context_per_sequence(ctx, ctx_size, options)
+    if (options.get("ssl_key_file") is None) != (options.get("ssl_cert_file") is None):
+        raise click.UsageError("--ssl-key-file and --ssl-cert-file go together", ctx=ctx)
+    engine_options = {f.name: options.pop(f.name) for f in _flag_fields(EngineConfig)}
+    settings = ServerSettings(api_keys=_api_keys(api_key, api_key_file), cors_origins=cors_origins,
+                              webui=not no_webui, **options)
+    configure_logging(log_level, log_format, log_file)
+    try:  # the check across flags (a quantized V cache without flash attention), before any download
+        check_cache_types(engine_options["cache_type_v"], engine_options["flash_attn"])
+    except ValueError:
+        click.echo(f"error: --cache-type-v {engine_options['cache_type_v']} (a quantized V cache) needs "
+                   f"--flash-attn auto or on (llama.cpp refuses it without flash attention)", err=True)
+        sys.exit(1)
+    models: list[tuple[Path, str]] = []  # (GGUF, id): --model's (pulled when missing), then --models-dir's
+    given = ctx.get_parameter_source("model") is not click.core.ParameterSource.DEFAULT
+    for name in model if given or not models_dirs else ():
+        path = ensure_model(name)
+        spec = lookup(name)
+        models.append((path, spec.name if spec else path.stem))
+    for directory in models_dirs:
+        files = sorted((p for p in Path(directory).expanduser().iterdir()
+                        if p.suffix.lower() == ".gguf" and p.is_file()), key=lambda p: p.name.casefold())
+        models += [(p, p.stem) for p in files]  # not checked here: one that cannot load answers 503
+    if not models:
+        raise ModelError(f"no .gguf file in --models-dir {', '.join(models_dirs)}")
+    seen: set[Path] = set()  # a file named twice (-m x -m x, or -m and --models-dir) is served once
+    models = [m for m in models if not (m[0].resolve() in seen or seen.add(m[0].resolve()))]
+    ids = [i.casefold() for _, i in models]
+    if len(set(ids)) != len(ids):
+        twice = sorted({i for _, i in models if ids.count(i.casefold()) > 1})
+        raise ModelError(f"two models would be served as {', '.join(twice)}; give each model once")
+    configs = [EngineConfig(model=str(path), model_name=model_id, chat_template=chat_template,
+                            chat_template_kwargs=chat_template_kwargs, model_alias=alias if i == 0 else (),
+                            verbose=log_level == "debug", **engine_options)
+               for i, (path, model_id) in enumerate(models)]
+    sys.exit(trio.run(lambda: run_server(configs[0], host=host, port=port, settings=settings,
+                                         more_models=configs[1:], max_loaded=max_loaded, keep_alive=keep_alive)))
