@@ -294,3 +294,28 @@ def test_a_call_cut_by_the_token_limit_is_neither_reported_nor_content(stem):
         assert msg.content == "", (cut, msg.content)
         assert [(c.name, json.loads(c.arguments)) for c in msg.tool_calls] in ([], [CALL]), (cut, msg.tool_calls)
         assert not any(d.content for d in deltas), cut
+
+
+@pytest.mark.parametrize("text", ["\n\n ", "It is", "It is sunny. ", "a < b"])
+def test_a_truncated_reply_without_cut_syntax_ends_as_it_would_have(text):
+    """Held text that is not the format's syntax (trailing space, a reply of space only) is given back at a
+    ``length`` finish as at any other: only a cut marker or call is dropped."""
+    plan = render_chat(_tmpl("Qwen-Qwen2.5-7B-Instruct"), ChatCompletionRequest(
+        messages=CONVERSATION[:1], tools=[WEATHER])).plan
+    results = []
+    for truncated in (False, True):
+        parser = make_output_parser(plan)
+        deltas = parser.feed(text)
+        tail, msg = parser.finish(truncated=truncated)
+        assert "".join(d.content for d in deltas + tail) == msg.content
+        results.append(msg)
+    assert results[0] == results[1]
+    parser = make_output_parser(plan)
+    parser.feed(text + "<tool_ca")
+    assert parser.finish(truncated=True)[1].content == parser_content(plan, text)
+
+
+def parser_content(plan, text):
+    parser = make_output_parser(plan)
+    parser.feed(text)
+    return parser.finish()[1].content

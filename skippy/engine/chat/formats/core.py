@@ -498,6 +498,7 @@ class ChatParser:
             scanner.reasoning_format = reasoning_format
         self._top = _ReasoningSplitter(scanner, "none" if own else reasoning_format, thinking_forced_open,
                                        syntax.think_tags)
+        self._markers = syntax_markers(syntax)
         self._content: list[str] = []
         self._reasoning: list[str] = []
         self._calls: list[list] = []  # [id, name, [fragments]]
@@ -523,13 +524,16 @@ class ChatParser:
         return self._record(self._top.feed(text)) if text else []
 
     def finish(self, *, truncated: bool = False) -> tuple[list[Delta], ParsedMessage]:
-        """See :meth:`StreamParser.finish`: with ``truncated`` the held-back text is dropped and a call
-        whose arguments are not a complete JSON object is left out of the message."""
+        """See :meth:`StreamParser.finish`. With ``truncated``, held-back text that holds the format's
+        syntax (a marker or the start of one: a call the limit cut) is dropped, while other held text
+        (trailing space, a reply that is all space) is given back as usual; and a call whose
+        arguments were not a complete JSON object before the end is left out of the message."""
         self._done = True
-        if truncated:
-            deltas: list[Delta] = []
-            calls = tuple(ToolCall(id=i, name=n, arguments="".join(a)) for i, n, a in self._calls
-                          if _complete_object("".join(a)))
+        if truncated:  # whole: the call's arguments closed in the text, not by the end's flush
+            whole = [_complete_object("".join(a)) for _, _, a in self._calls]
+            deltas: list[Delta] = self._record(_without_cut_syntax(self._top.finish(), self._markers))
+            calls = tuple(ToolCall(id=i, name=n, arguments="".join(a)) for k, (i, n, a) in enumerate(self._calls)
+                          if k < len(whole) and whole[k])
         else:
             deltas = self._record(self._top.finish())
             # a call cut off before its arguments started gets "{}" (streamed too, so both agree)
@@ -538,6 +542,22 @@ class ChatParser:
             calls = tuple(ToolCall(id=i, name=n, arguments="".join(a)) for i, n, a in self._calls)
         return deltas, ParsedMessage(content="".join(self._content),
                                      reasoning_content="".join(self._reasoning), tool_calls=calls)
+
+
+def _without_cut_syntax(deltas: list[Delta], markers: tuple[str, ...]) -> list[Delta]:
+    """``deltas`` (what the end of the text flushed) with their content cut where it reaches one of
+    ``markers`` or ends in the start of one: that is syntax the token limit cut, never the reply's text;
+    the text before it stays."""
+    text = "".join(d.content for d in deltas)
+    i, _ = find_first(text, markers)
+    room = i if i >= 0 else len(text) - holdback(text, markers)
+    if room >= len(text):
+        return deltas
+    kept = []
+    for d in deltas:
+        content, room = d.content[:max(room, 0)], room - len(d.content)
+        kept.append(Delta(content=content, reasoning_content=d.reasoning_content, tool_calls=d.tool_calls))
+    return [d for d in kept if not d.is_empty()]
 
 
 def _complete_object(text: str) -> bool:
