@@ -33,7 +33,6 @@ from typing import Any, assert_never
 
 import attrs
 import trio
-import trio.testing
 
 from skippy.actors.base import Actor, DedicatedThread
 from skippy.actors.hooks import HookCall, HookVerdict
@@ -77,6 +76,13 @@ ADMIT_WAIT = 0.05
 #: Once no request is being prepared, the loop goes on gathering while the next one arrives within
 #: this many seconds (a burst's later requests may still be in their HTTP parsing).
 ADMIT_GAP = 0.003
+
+#: Seconds a request that reaches the idle loop with none announced waits at most for the tasks that can
+#: run to announce one (:meth:`DecodeScheduler._settle`): a burst's other connections, whose bytes are
+#: read, announce theirs in their HTTP parsing. Bounded apart from :data:`ADMIT_WAIT`, so that a task that
+#: keeps running (an embedding program's own work) delays the first step of a lone request by this much
+#: at most.
+ADMIT_SETTLE = 0.005
 
 
 @attrs.frozen
@@ -293,14 +299,12 @@ class DecodeScheduler(Actor[SchedulerMsg]):
         :data:`ADMIT_WAIT` seconds; once none is being prepared, go on while another arrives within
         :data:`ADMIT_GAP` (the rest of the burst is still in its HTTP parsing).
 
-        When none is being prepared yet, the tasks that can run first run until every task is blocked (a
-        burst's other connections whose bytes are read: their HTTP parsing, which announces their requests);
-        a lone request waits for that only (one round of the loop and its I/O poll, tens of microseconds)."""
+        When none is being prepared yet, the tasks that can run first run until one announces a request or
+        none is left to run (:meth:`_settle`); a lone request waits for that only (one round of the loop and
+        its I/O poll, tens of microseconds)."""
         with trio.move_on_after(ADMIT_WAIT):
-            if self._incoming <= 0 and not self._unread:
-                await trio.testing.wait_all_tasks_blocked()  # trio's "let the others settle", bounded above
-                if self._incoming <= 0 and not self._unread:
-                    return
+            if self._incoming <= 0 and not self._unread and not await self._settle():
+                return
             while self.core.n_waiting < self.core.n_slots:
                 if self._incoming > 0:
                     self._handle(await self._inbox.receive())
@@ -309,6 +313,29 @@ class DecodeScheduler(Actor[SchedulerMsg]):
                     self._handle(await self._inbox.receive())
                 if gap.cancelled_caught:
                     return
+
+    async def _settle(self) -> bool:
+        """Let the tasks that can run now run, one checkpoint of this task at a time, until a request is
+        announced (:meth:`incoming`, :meth:`submit`: True), or this task ran alone in a round of trio's
+        loop (False: every other task is blocked and the round's I/O poll woke none: nothing else is on
+        its way), or :data:`ADMIT_SETTLE` passed (False).
+
+        A local condition in place of ``trio.testing.wait_all_tasks_blocked`` (a test helper, unbounded but
+        for :data:`ADMIT_WAIT`): the size of each run batch is read by a :class:`_RunBatches` instrument
+        installed for these few rounds only."""
+        batches = _RunBatches()
+        trio.lowlevel.add_instrument(batches)
+        try:
+            with trio.move_on_after(ADMIT_SETTLE):
+                while True:
+                    await trio.sleep(0)
+                    if self._incoming > 0 or self._unread:
+                        return True
+                    if batches.size <= 1:  # the round that resumed this task ran nothing else
+                        return False
+        finally:
+            trio.lowlevel.remove_instrument(batches)
+        return self._incoming > 0 or self._unread > 0
 
     def _drain_inbox(self) -> None:
         while True:
@@ -416,6 +443,17 @@ def _execute_timed(runtime: Runtime, step: StepPlan, interrupt: Any) -> tuple[St
     marks: list[float] = []
     result = execute(runtime, step, marks, interrupt if step.steps > 1 else None)
     return result, marks
+
+
+class _RunBatches(trio.abc.Instrument):
+    """``size``: the tasks in trio's latest run batch (those runnable after its I/O poll), read as each
+    batch starts (``after_io_wait``)."""
+
+    def __init__(self) -> None:
+        self.size = 2  # unknown until the first batch
+
+    def after_io_wait(self, timeout: float) -> None:
+        self.size = trio.lowlevel.current_statistics().tasks_runnable
 
 
 def _send(events: trio.MemorySendChannel[SeqEvent], ev: SeqEvent) -> bool:

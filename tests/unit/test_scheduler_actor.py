@@ -117,6 +117,33 @@ async def test_an_idle_loop_waits_for_announced_requests_so_a_burst_starts_as_on
     assert await _first_batch_seqs(announce=False, parsing=True) == {0, 1}
 
 
+async def test_a_task_that_keeps_running_does_not_hold_a_lone_requests_first_step(monkeypatch) -> None:
+    """The idle loop lets runnable tasks announce their requests for ADMIT_SETTLE at most: a task of the
+    embedding program that never blocks (and never submits) does not hold decoding for ADMIT_WAIT, which
+    is made a minute here (the trio.testing.wait_all_tasks_blocked gather waited that long)."""
+    monkeypatch.setattr("skippy.actors.scheduler.ADMIT_WAIT", 60.0)
+    rt = FakeRuntime(n_seq_max=2)
+    sched = DecodeScheduler(rt)
+    send, recv = trio.open_memory_channel(math.inf)
+
+    async def busy() -> None:
+        while True:
+            await trio.sleep(0)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sched.run)
+        nursery.start_soon(busy)
+        await trio.sleep(0.01)
+        for rid in (1, 2):  # twice: the loop is idle again before the second request
+            sched.submit(req(rid, [50 + rid] * 4, max_tokens=2), send)
+            with trio.fail_after(10):
+                async for ev in recv:
+                    if isinstance(ev, FinishEvent):
+                        break
+        nursery.cancel_scope.cancel()
+    assert len(rt.batches) >= 4
+
+
 def _observed(h: object) -> tuple[float, float]:
     samples = {s.name: s.value for m in h.collect() for s in m.samples}  # type: ignore[attr-defined]
     return samples[h._name + "_count"], samples[h._name + "_sum"]  # type: ignore[attr-defined]
