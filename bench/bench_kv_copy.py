@@ -21,7 +21,7 @@ import time
 
 import llama_cpp
 
-import skippy.engine.runtime.llama as llama_rt
+import skippy.engine.runtime.kv as kv_rt  # seq_cp reads STATE_COPY_FRACTION there
 from skippy.engine.runtime.base import BatchEntry
 from skippy.engine.runtime.llama import STATE_COPY_FRACTION, LlamaRuntime
 
@@ -71,9 +71,9 @@ def main() -> None:
             whole.append(pc() - t + decode_one(cp_seq) - plain)
             rt.seq_rm(state_seq)
             t = pc()
-            llama_rt.STATE_COPY_FRACTION = 1.0  # the state copy at every length, for the measurement
+            kv_rt.STATE_COPY_FRACTION = 1.0  # the state copy at every length, for the measurement
             assert rt._state_copy(0, state_seq)
-            llama_rt.STATE_COPY_FRACTION = STATE_COPY_FRACTION
+            kv_rt.STATE_COPY_FRACTION = STATE_COPY_FRACTION
             rt.seq_rm(state_seq, TRIM, -1)
             state.append(pc() - t + decode_one(state_seq) - plain)
         w, s = 1e3 * st.median(whole[1:]), 1e3 * st.median(state[1:])

@@ -1048,18 +1048,11 @@ async def _drain(events: _Events) -> list[Done]:
 
 def load_runtime(config: EngineConfig) -> Runtime:
     """Load the llama.cpp runtime for ``config`` (blocking; run it in a thread)."""
-    from skippy.engine.runtime.llama import LlamaRuntime
+    from skippy.engine.runtime.llama import LlamaRuntime, RuntimeConfig
     from skippy.models import resolve_model
 
     path = resolve_model(config.model)
-    return LlamaRuntime(str(path), n_ctx_seq=config.n_ctx, n_seq_max=config.parallel, n_batch=config.n_batch,
-                        n_threads=config.threads, flash_attn=config.flash_attn, type_k=config.cache_type_k,
-                        type_v=config.cache_type_v, kv_unified=config.kv_unified, swa_full=config.swa_full,
-                        name=config.model_name or None, verbose=config.verbose, embeddings=config.embeddings,
-                        pooling=config.pooling, embeddings_batch=config.embeddings_batch,
-                        n_gpu_layers=config.n_gpu_layers, split_mode=config.split_mode, main_gpu=config.main_gpu,
-                        tensor_split=config.tensor_split, devices=config.device, rpc=config.rpc,
-                        backend_sampling=config.backend_sampling)
+    return LlamaRuntime(str(path), RuntimeConfig.from_engine_config(config))
 
 
 @asynccontextmanager

@@ -5,7 +5,7 @@ validator (a range, a set of choices or a type) and its help text (in the
 field's metadata under :data:`SETTING`). ``EngineConfig(...)`` and
 ``attrs.evolve(config, ...)`` run the validators, so an embedder's bad
 value raises at construction exactly where ``skippy serve`` refuses the
-flag. ``skippy/cli.py`` generates the ``skippy serve`` options from these
+flag. ``skippy/cli/flags.py`` generates the ``skippy serve`` options from these
 fields (flag ``--n-ctx`` and environment variable ``SKIPPY_N_CTX`` for the
 field ``n_ctx``, with its default, help, type, choices and range);
 :class:`~skippy.http.settings.ServerSettings` declares the HTTP layer's

@@ -77,7 +77,7 @@ def gguf_info(path: str | os.PathLike[str]) -> GGUFInfo:
 
     import llama_cpp
 
-    from skippy.engine.runtime.llama import _init_backend
+    from skippy.engine.runtime.load import _init_backend
 
     path = Path(path)
     _check_gguf(path)

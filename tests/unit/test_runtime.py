@@ -335,6 +335,26 @@ def test_bad_kv_cache_arguments_raise_before_loading() -> None:
         LlamaRuntime(MODEL, n_ctx_seq=256, n_seq_max=1, type_v="q8_0", flash_attn="off")
 
 
+def test_runtime_config_is_built_once_from_the_engine_settings() -> None:
+    # every runtime option of EngineConfig reaches RuntimeConfig (load_runtime passes nothing else)
+    from skippy.engine.config import EngineConfig
+    from skippy.engine.runtime.llama import RuntimeConfig
+
+    engine = EngineConfig(model="x.gguf", model_name="m", n_ctx=1024, parallel=3, n_batch=256, threads=2,
+                          flash_attn="on", cache_type_k="q8_0", cache_type_v="q8_0", kv_unified=True, swa_full=True,
+                          verbose=True, embeddings=True, pooling="mean", embeddings_batch=256, n_gpu_layers=0,
+                          split_mode="none", main_gpu=1, tensor_split=(1.0, 2.0), device=("none",),
+                          rpc=("127.0.0.1:50052",), backend_sampling=True)
+    assert RuntimeConfig.from_engine_config(engine) == RuntimeConfig(
+        n_ctx_seq=1024, n_seq_max=3, n_batch=256, n_threads=2, flash_attn="on", type_k="q8_0", type_v="q8_0",
+        kv_unified=True, swa_full=True, name="m", verbose=True, embeddings=True, pooling="mean",
+        embeddings_batch=256, n_gpu_layers=0, split_mode="none", main_gpu=1, tensor_split=[1.0, 2.0],
+        devices=["none"], rpc=["127.0.0.1:50052"], backend_sampling=True)
+    assert RuntimeConfig.from_engine_config(EngineConfig(model="x.gguf")).name is None  # the file name, then
+    with pytest.raises(ValueError, match="pooling must be one of"):  # refused when made, before any load
+        RuntimeConfig(pooling="median")
+
+
 def test_prefix_copy_needs_a_unified_cache(rt):
     toks = tok(rt, "The capital of France is")
     prefill(rt, toks)
@@ -435,11 +455,11 @@ def test_the_warnings_of_readme_flags_are_said_once_in_our_words(caplog: pytest.
 def test_a_genuine_llama_cpp_warning_stays_a_warning(caplog: pytest.LogCaptureFixture) -> None:
     # outside the creation of a context that expects it (a unified buffer with each sequence inside the
     # training context), the same llama.cpp line keeps its level
-    from skippy.engine.runtime import llama
+    from skippy.engine.runtime import load
 
     caplog.set_level(logging.DEBUG, logger="skippy.runtime")
     line = "llama_context: n_ctx_seq (9216) > n_ctx_train (8192) -- possible training context overflow"
-    llama._llama_log(3, line.encode(), None)  # GGML_LOG_LEVEL_WARN
+    load._llama_log(3, line.encode(), None)  # GGML_LOG_LEVEL_WARN
     assert [(r.levelno, r.getMessage()) for r in caplog.records] == [(logging.WARNING, "llama.cpp: " + line)]
 
 

@@ -1,0 +1,148 @@
+"""Decode and logits: one ``llama_decode`` of a validated batch (sizes, sequence ids, positions,
+tokens checked first: llama.cpp aborts on misuse), the logit rows of its outputs without a copy, and
+the embedding batch (:class:`DecodeMixin`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from typing import Any
+
+import llama_cpp
+import numpy as np
+
+from skippy.engine.runtime.base import BatchEntry, ModelMeta
+
+
+class DecodeMixin:
+    """:class:`~skippy.engine.runtime.llama.LlamaRuntime`'s decode: one validated ``llama_decode`` of
+    a batch, the logit rows it output (views of llama.cpp's buffer), and a batch of the embedding
+    context."""
+
+    _ctx: Any
+    _batch: Any
+    _n_batch: int
+    _n_vocab: int
+    _outputs: list[bool]
+    _rows: dict[int, int]
+    _views: dict[tuple[int | None, int], np.ndarray]
+    _copying: set[int]
+    _retired: list[object]
+    _embd_ctx: Any
+    _embd_mem: Any
+    _embd_batch: Any
+    meta: ModelMeta
+
+    # -- decode -------------------------------------------------------------
+    def decode(self, entries: Sequence[BatchEntry]) -> None:
+        """One ``llama_decode`` (see :meth:`Runtime.decode`). Validates before calling."""
+        n = len(entries)
+        if not 0 < n <= self._n_batch:
+            raise ValueError(f"batch of {n} tokens (allowed 1..{self._n_batch})")
+        b = self._batch
+        outputs = []
+        rows = {}
+        for i, e in enumerate(entries):
+            if not 0 <= e.seq_id < self.meta.n_seq_max:
+                raise ValueError(f"sequence id {e.seq_id} out of range")
+            if not 0 <= e.pos < self.meta.n_ctx_seq:
+                raise ValueError(f"position {e.pos} outside the sequence context {self.meta.n_ctx_seq}")
+            if not 0 <= e.token < self._n_vocab:
+                raise ValueError(f"token id {e.token} out of range")
+            b.token[i] = e.token
+            b.pos[i] = e.pos
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = e.seq_id
+            b.logits[i] = e.logits
+            outputs.append(e.logits)
+            if e.logits:
+                rows[i] = len(rows)
+        b.n_tokens = n
+        rc = llama_cpp.llama_decode(self._ctx, b)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode failed with code {rc}")
+        self._copying.clear()  # the KV update at the start of llama_decode applied them
+        while self._retired:
+            llama_cpp.llama_sampler_free(self._retired.pop())
+        self._outputs = outputs
+        self._rows = rows
+
+    def _check_output(self, index: int) -> None:
+        if not (0 <= index < len(self._outputs) and self._outputs[index]):
+            raise IndexError(f"batch index {index} has no logits in the last decode")
+
+    def logits(self, index: int) -> np.ndarray:
+        self._check_output(index)
+        return self._float_view(llama_cpp.llama_get_logits(self._ctx), len(self._rows))[self._rows[index]]
+
+    def output_logits(self, indices: Sequence[int]) -> np.ndarray:
+        """The logit rows of batch ``indices`` of the last decode, shape ``(len(indices), n_vocab)``.
+
+        A view of ``llama_get_logits`` (no copy) when ``indices`` are all the outputs in batch
+        order, a copy otherwise; valid until the next decode. Raises ``IndexError`` for an index
+        without logits.
+        """
+        rows = self._rows
+        try:
+            sel = [rows[i] for i in indices]
+        except KeyError as exc:
+            raise IndexError(f"batch index {exc.args[0]} has no logits in the last decode") from None
+        view = self._float_view(llama_cpp.llama_get_logits(self._ctx), len(rows))
+        if len(sel) == len(rows) and sel == list(range(len(rows))):
+            return view
+        return view[sel]
+
+    def _float_view(self, ptr: object, n_rows: int) -> np.ndarray:
+        """A float32 ``(n_rows, n_vocab)`` array over llama.cpp's buffer at ``ptr`` (no copy).
+
+        llama.cpp keeps its logits buffer between decodes (it moves only when the output buffer
+        grows), so the views are kept by address: ``np.ctypeslib.as_array`` builds a ctypes array
+        type per call, ~70 us, against ~1 us for the lookup.
+        """
+        key = (ctypes.cast(ptr, ctypes.c_void_p).value, n_rows)
+        view = self._views.get(key)
+        if view is None:
+            if len(self._views) >= 64:  # one entry per output count seen at this address
+                self._views.clear()
+            view = self._views[key] = np.ctypeslib.as_array(ptr, shape=(n_rows, self._n_vocab))  # type: ignore[arg-type]
+        return view
+
+    # -- embeddings ---------------------------------------------------------
+    def embed(self, inputs: Sequence[Sequence[int]]) -> np.ndarray:
+        """One batch on the embedding context (see :meth:`Runtime.embed`): every input is its own sequence,
+        every token an output (llama.cpp pools all of a sequence's outputs, and warns and overrides when a
+        token is not one); the KV cache is cleared first (``llama_memory_clear``), so inputs never see each
+        other or an earlier batch. Returns a new array, shape ``(len(inputs), n_embd)``."""
+        info = self.meta.embeddings
+        if self._embd_ctx is None or info is None:
+            raise ValueError(info.error if info is not None and info.error else "embeddings are off")
+        n = sum(len(t) for t in inputs)
+        if not 0 < len(inputs) <= info.n_seq_max:
+            raise ValueError(f"{len(inputs)} inputs in one embedding batch (allowed 1..{info.n_seq_max})")
+        if not 0 < n <= info.n_ctx or any(not t for t in inputs):
+            raise ValueError(f"embedding batch of {n} tokens (allowed 1..{info.n_ctx}, no empty input)")
+        b = self._embd_batch
+        k = 0
+        for seq, tokens in enumerate(inputs):
+            for pos, token in enumerate(tokens):
+                if not 0 <= token < self._n_vocab:
+                    raise ValueError(f"token id {token} out of range")
+                b.token[k] = token
+                b.pos[k] = pos
+                b.n_seq_id[k] = 1
+                b.seq_id[k][0] = seq
+                b.logits[k] = True
+                k += 1
+        b.n_tokens = k
+        llama_cpp.llama_memory_clear(self._embd_mem, True)
+        rc = llama_cpp.llama_decode(self._embd_ctx, b)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode of the embedding batch failed with code {rc}")
+        out = np.empty((len(inputs), self.meta.n_embd), dtype=np.float32)
+        for seq in range(len(inputs)):
+            ptr = llama_cpp.llama_get_embeddings_seq(self._embd_ctx, seq)
+            if not ptr:
+                raise RuntimeError(f"llama.cpp has no pooled embedding for sequence {seq}")
+            out[seq] = np.ctypeslib.as_array(ptr, shape=(self.meta.n_embd,))
+        return out

@@ -1,0 +1,258 @@
+"""Sampler chains: one sequence's sampling state (:class:`LlamaSampler`: llama.cpp's chain, a GBNF
+grammar, an llguidance matcher, end-of-generation suppression) and the runtime's sampling methods
+(:class:`SamplerMixin`), in llama.cpp ``common_sampler``'s order.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import llama_cpp
+import numpy as np
+
+from skippy.engine.runtime.base import ModelMeta
+from skippy.engine.runtime.vocab import LLG_LIMITS, LlamaVocab
+from skippy.engine.sampling.params import SamplingParams
+from skippy.engine.sampling.vector import SeqSampler, sample_rows, vectorizable
+
+log = logging.getLogger("skippy.runtime")
+
+
+class LlamaSampler:
+    """One sequence's sampling state: the llama.cpp chain, a GBNF grammar sampler kept apart,
+    an llguidance matcher (``constraint``), and the end-of-generation suppression of
+    ``ignore_eos`` / ``min_tokens`` (token ids, numpy int array, or ``None``)."""
+
+    __slots__ = ("chain", "grammar", "matcher", "suppress", "suppress_until", "n_sampled", "stop_id")
+
+    def __init__(self, chain: object, grammar: object | None, matcher: object | None,
+                 suppress: np.ndarray | None, suppress_until: int, stop_id: int) -> None:
+        self.chain = chain
+        self.grammar = grammar
+        self.matcher = matcher
+        self.suppress = suppress
+        self.suppress_until = suppress_until  # -1: always (ignore_eos)
+        self.n_sampled = 0
+        self.stop_id = stop_id  # the end-of-generation token a finished constraint produces
+
+    def suppressed(self) -> np.ndarray | None:
+        if self.suppress is None or (0 <= self.suppress_until < self.n_sampled):  # n_sampled counts this one
+            return None
+        return self.suppress
+
+
+class SamplerMixin:
+    """:class:`~skippy.engine.runtime.llama.LlamaRuntime`'s samplers: a sequence's sampler
+    (vectorized, or llama.cpp's chain with a grammar or constraint kept apart), sampling a row of the
+    last decode, and the greedy chains llama.cpp runs inside its decode graph (backend sampling)."""
+
+    _ctx: Any
+    _n_vocab: int
+    _cand: np.ndarray
+    _ids: np.ndarray
+    _greedy: dict[int, object]
+    _retired: list[object]
+    meta: ModelMeta
+    vocab: LlamaVocab
+    vector_sampling: bool
+    _check_output: Callable[[int], None]
+    logits: Callable[[int], np.ndarray]
+
+    # -- sampling -----------------------------------------------------------
+    def new_sampler(self, params: SamplingParams) -> object:
+        """The sampler of one sequence: a :class:`~skippy.engine.sampling.vector.SeqSampler`
+        (sampled with the step's other rows by ``sample_rows``) when ``vector_sampling`` is on and
+        the request needs nothing beyond the common chain (:func:`vectorizable`); else a
+        :class:`LlamaSampler`: llama.cpp's chain, plus a grammar or constraint kept apart.
+
+        Chain order is llama.cpp ``common_sampler``'s (see
+        :mod:`skippy.engine.sampling.params`). A GBNF grammar is checked the
+        way ``common_sampler`` does it: sample from the chain first and test
+        only the chosen token; only when the grammar rejects it, apply the
+        grammar to the whole vocabulary and sample again. An llguidance
+        ``constraint`` is applied as a token mask before the chain (as vLLM
+        does). Raises ``ValueError`` when llama.cpp rejects the grammar or
+        llguidance the constraint.
+        """
+        if self.vector_sampling and vectorizable(params):
+            return SeqSampler(params, self.meta.eog_ids)
+        matcher = None
+        if params.constraint is not None:
+            from llguidance import LLMatcher
+
+            matcher = LLMatcher(self.vocab.lltokenizer(), params.constraint.grammar, log_level=0,
+                                limits=LLG_LIMITS())
+            if matcher.is_error():
+                raise ValueError(f"the constraint in {params.constraint.param} does not compile")
+        grammar = None
+        if params.grammar:
+            grammar = self.vocab.grammar_sampler(params.grammar, params.grammar_lazy_patterns)
+            if not grammar:
+                raise ValueError("llama.cpp rejected the grammar")
+        chain = self._chain(params)
+        eog = sorted(self.meta.eog_ids)
+        suppress, until = None, 0
+        if params.ignore_eos:
+            suppress, until = np.array(eog, dtype=np.int64), -1
+        elif params.min_tokens > 0:
+            suppress = np.array(sorted(set(eog) | params.stop_token_ids), dtype=np.int64)
+            until = params.min_tokens
+        stop_id = self.meta.eos_id if self.meta.eos_id in self.meta.eog_ids else (eog[0] if eog else 0)
+        return LlamaSampler(chain, grammar, matcher, suppress, until, stop_id)
+
+    def _chain(self, params: SamplingParams) -> object:
+        sparams = llama_cpp.llama_sampler_chain_default_params()
+        sparams.no_perf = True
+        chain = llama_cpp.llama_sampler_chain_init(sparams)
+        add = lambda s: llama_cpp.llama_sampler_chain_add(chain, s)  # noqa: E731
+        if params.logit_bias:
+            arr = (llama_cpp.llama_logit_bias * len(params.logit_bias))()
+            for i, (tok, bias) in enumerate(params.logit_bias):
+                arr[i].token = tok
+                arr[i].bias = bias
+            add(llama_cpp.llama_sampler_init_logit_bias(self._n_vocab, len(params.logit_bias), arr))
+        if params.penalty_last_n != 0 and (params.repeat_penalty != 1.0 or params.frequency_penalty
+                                           or params.presence_penalty):
+            add(llama_cpp.llama_sampler_init_penalties(self._n_vocab, params.penalty_last_n, params.repeat_penalty,
+                                                       params.frequency_penalty, params.presence_penalty))
+        if params.dry_multiplier > 0.0 and params.dry_penalty_last_n != 0:
+            breakers = [b.encode() for b in params.dry_sequence_breakers]
+            arr = (ctypes.c_char_p * len(breakers))(*breakers)
+            add(llama_cpp.llama_sampler_init_dry(self.vocab._vocab, params.dry_multiplier, params.dry_base,
+                                                 params.dry_allowed_length, params.dry_penalty_last_n,
+                                                 arr, len(breakers)))
+        keep = max(1, params.min_keep)
+        if params.greedy:
+            add(llama_cpp.llama_sampler_init_greedy())
+        elif params.mirostat == 1:
+            add(llama_cpp.llama_sampler_init_temp(params.temperature))
+            add(llama_cpp.llama_sampler_init_mirostat(self._n_vocab, params.seed, params.mirostat_tau,
+                                                      params.mirostat_eta, 100))
+        elif params.mirostat == 2:
+            add(llama_cpp.llama_sampler_init_temp(params.temperature))
+            add(llama_cpp.llama_sampler_init_mirostat_v2(params.seed, params.mirostat_tau, params.mirostat_eta))
+        else:
+            if params.top_n_sigma > 0.0:
+                add(llama_cpp.llama_sampler_init_top_n_sigma(params.top_n_sigma))
+            if params.top_k > 0:
+                add(llama_cpp.llama_sampler_init_top_k(params.top_k))
+            if params.typical_p < 1.0:
+                add(llama_cpp.llama_sampler_init_typical(params.typical_p, keep))
+            add(llama_cpp.llama_sampler_init_top_p(params.top_p, keep))
+            add(llama_cpp.llama_sampler_init_min_p(params.min_p, keep))
+            if params.xtc_probability > 0.0 and params.xtc_threshold <= 0.5:
+                add(llama_cpp.llama_sampler_init_xtc(params.xtc_probability, params.xtc_threshold, keep,
+                                                     params.seed))
+            if params.dynatemp_range > 0.0:
+                add(llama_cpp.llama_sampler_init_temp_ext(params.temperature, params.dynatemp_range,
+                                                          params.dynatemp_exponent))
+            else:
+                add(llama_cpp.llama_sampler_init_temp(params.temperature))
+            add(llama_cpp.llama_sampler_init_dist(params.seed))
+        return chain
+
+    def _candidates(self, index: int) -> tuple[np.ndarray, llama_cpp.llama_token_data_array]:
+        cand = self._cand
+        cand["id"] = self._ids
+        cand["logit"] = self.logits(index)
+        cand["p"] = 0.0
+        cur = llama_cpp.llama_token_data_array(
+            data=cand.ctypes.data_as(llama_cpp.llama_token_data_p), size=self._n_vocab, selected=-1, sorted=False)
+        return cand, cur
+
+    def _mask(self, s: LlamaSampler, logits: np.ndarray) -> None:
+        """The token mask before the chain: the constraint's allowed tokens, then end-of-generation
+        suppression unless it would leave nothing (a finished constraint allows only those)."""
+        if s.matcher is not None:
+            bits = np.frombuffer(s.matcher.compute_bitmask(), dtype=np.uint8)
+            allowed = np.unpackbits(bits, bitorder="little")[: self._n_vocab].astype(bool)
+            logits[~allowed] = -np.inf
+        ids = s.suppressed()
+        if ids is not None:
+            kept = logits[ids].copy()
+            logits[ids] = -np.inf
+            if not np.isfinite(logits).any():
+                logits[ids] = kept
+
+    def sample(self, sampler: object, index: int) -> int:
+        self._check_output(index)
+        if isinstance(sampler, SeqSampler):
+            return sample_rows(self.logits(index)[None, :], [sampler])[0]
+        s: LlamaSampler = sampler  # type: ignore[assignment]
+        s.n_sampled += 1
+        if s.matcher is not None and s.matcher.is_stopped():
+            return s.stop_id  # the constraint is complete (or broken): only end of generation is left
+        if s.grammar is None and s.matcher is None and s.suppressed() is None:
+            return llama_cpp.llama_sampler_sample(s.chain, self._ctx, index)
+        cand, cur = self._candidates(index)
+        self._mask(s, cand["logit"])
+        llama_cpp.llama_sampler_apply(s.chain, ctypes.byref(cur))
+        token = int(cand["id"][cur.selected])
+        if s.grammar is not None:
+            one = llama_cpp.llama_token_data(id=token, logit=1.0, p=0.0)
+            single = llama_cpp.llama_token_data_array(data=ctypes.pointer(one), size=1, selected=-1, sorted=False)
+            llama_cpp.llama_sampler_apply(s.grammar, ctypes.byref(single))
+            if single.data[0].logit == float("-inf"):
+                cand, cur = self._candidates(index)
+                llama_cpp.llama_sampler_apply(s.grammar, ctypes.byref(cur))
+                self._mask(s, cand["logit"])
+                llama_cpp.llama_sampler_apply(s.chain, ctypes.byref(cur))
+                token = int(cand["id"][cur.selected])
+            llama_cpp.llama_sampler_accept(s.grammar, token)
+        if s.matcher is not None:
+            s.matcher.consume_token(token)
+        llama_cpp.llama_sampler_accept(s.chain, token)
+        return token
+
+    def _probe_backend_sampling(self) -> bool:
+        """Whether llama.cpp offloads a greedy chain to the decode graph here (attached to sequence 0, then
+        detached again)."""
+        try:
+            self.set_backend_greedy(0, True)
+        except RuntimeError as exc:
+            log.info("backend sampling off: %s", exc)
+            return False
+        self.set_backend_greedy(0, False)
+        return True
+
+    def set_backend_greedy(self, seq_id: int, on: bool) -> None:
+        """Attach or detach ``seq_id``'s greedy chain (see :meth:`Runtime.set_backend_greedy`). A fresh chain
+        per attachment (llama.cpp initializes a chain's backend part once); a detached one is freed after the
+        next decode, whose graph no longer holds it."""
+        if not 0 <= seq_id < self.meta.n_seq_max:
+            raise ValueError(f"sequence id {seq_id} out of range")
+        if on == (seq_id in self._greedy):
+            return
+        chain = None
+        if on:
+            sparams = llama_cpp.llama_sampler_chain_default_params()
+            sparams.no_perf = True
+            chain = llama_cpp.llama_sampler_chain_init(sparams)
+            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
+        else:
+            self._retired.append(self._greedy.pop(seq_id))
+        if not llama_cpp.llama_set_sampler(self._ctx, seq_id, chain):
+            if chain is not None:
+                llama_cpp.llama_sampler_free(chain)
+            raise RuntimeError("llama.cpp cannot run the greedy sampler in the decode graph on this backend")
+        if chain is not None:
+            self._greedy[seq_id] = chain
+
+    def sampled_token(self, index: int) -> int:
+        self._check_output(index)
+        token = llama_cpp.llama_get_sampled_token_ith(self._ctx, index)
+        if token < 0:
+            raise RuntimeError(f"no backend-sampled token at batch index {index}")
+        return int(token)
+
+    def free_sampler(self, sampler: object) -> None:
+        if isinstance(sampler, SeqSampler):
+            return
+        s: LlamaSampler = sampler  # type: ignore[assignment]
+        llama_cpp.llama_sampler_free(s.chain)
+        if s.grammar is not None:
+            llama_cpp.llama_sampler_free(s.grammar)
+        s.matcher = None
