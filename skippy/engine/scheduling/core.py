@@ -95,8 +95,9 @@ sliding-window models, context checkpoints and slot order are carried out by the
 - **Finish**: an end-of-generation token (``stop``), ``max_tokens`` or a full
   context (``length``), a cancel, a hook stop, or a failed decode (``error``);
   the prefilled prompt's KV stays resident for reuse, the rest is removed.
-- **Embeddings** (:mod:`skippy.engine.scheduling.embed`): :meth:`~SchedulerCore.add_embedding`
-  queues a request's inputs; each step carries at most one embedding batch for the
+- **Embeddings** (:mod:`skippy.engine.scheduling.embed`, the core's
+  :class:`~skippy.engine.scheduling.embed.EmbedQueue`): :meth:`~SchedulerCore.add_embedding` queues a request's
+  inputs; each step carries at most one embedding batch for the
   embedding context, a quarter of the step's token budget while anything generates
   (the oldest input always goes), and a request gets one :class:`EmbeddingsEvent`
   once all its inputs are embedded.
@@ -111,7 +112,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
-import numpy as np
 
 from skippy.engine.errors import QueueFull
 from skippy.engine.hooks.policy import Inject, Outcome, Stop
@@ -121,9 +121,8 @@ from skippy.engine.sampling.vector import SeqSampler
 from skippy.engine.scheduling.batch import BatchPlan, SeqState, plan_step
 from skippy.engine.scheduling.budget import BudgetState
 from skippy.engine.scheduling.checkpoint import CheckpointStore
-from skippy.engine.scheduling.embed import EmbedBatch, EmbedItem, EmbedResult, embed_budget, take_batch
+from skippy.engine.scheduling.embed import EmbedQueue
 from skippy.engine.scheduling.events import (
-    EmbeddingsEvent,
     EmbedRequest,
     FinishEvent,
     HookEvent,
@@ -162,18 +161,6 @@ class SlotInfo:
     max_tokens: int = 0
     params: Any = None
     n_kv: int = 0
-
-
-@attrs.define(eq=False)
-class _Embedding:
-    """An embedding request in the core: its vectors as they come (``None``: not yet), inputs left, times."""
-
-    request: EmbedRequest
-    vectors: list[Any]
-    left: int
-    n_tokens: int
-    t_queued: float
-    t_first: float = 0.0
 
 
 class SchedulerCore:
@@ -236,9 +223,8 @@ class SchedulerCore:
         self.kv_cache = KVCacheManager(runtime, self._running, self.counters, prefix_cache=prefix_cache,
                                        ctx_checkpoints=ctx_checkpoints, checkpoint_budget=checkpoint_budget,
                                        prompt_cache=prompt_cache, min_tail=min_tail)
-        self._embed_queue: collections.deque[EmbedItem] = collections.deque()  # inputs not yet in a batch
-        self._embeds: dict[int, _Embedding] = {}  # embedding requests not answered yet, by rid
-        self._embed_inflight: EmbedBatch | None = None  # planned, not yet updated
+        #: embedding requests, their inputs and the embedding batch in flight
+        self.embeds = EmbedQueue(runtime, self.counters, clock)
 
     # -- inputs --------------------------------------------------------------------
     def add(self, request: SeqRequest) -> None:
@@ -246,9 +232,9 @@ class SchedulerCore:
 
         ``request.rid`` must not be in use.
         """
-        if len(self._waiting) + len(self._embeds) >= self.max_queue:
+        if len(self._waiting) + len(self.embeds) >= self.max_queue:
             raise QueueFull(f"the queue is full ({self.max_queue} requests waiting); retry later")
-        assert request.rid not in self._seqs and request.rid not in self._embeds, f"rid {request.rid} is in use"
+        assert request.rid not in self._seqs and request.rid not in self.embeds, f"rid {request.rid} is in use"
         seq = RequestState(request, t_queued=self._clock())
         self._seqs[request.rid] = seq
         # arrival order (SeqRequest.arrival): behind every request that came earlier, ahead of later ones
@@ -265,17 +251,11 @@ class SchedulerCore:
         together), ``ValueError`` when the runtime has no usable embedding context, or an input is empty
         or longer than its ``n_ctx``. ``request.rid`` must not be in use.
         """
-        info = self.runtime.meta.embeddings
-        if info is None or info.error is not None:
-            raise ValueError(info.error if info is not None and info.error else "embeddings are off")
-        if not request.inputs or any(not 0 < len(t) <= info.n_ctx for t in request.inputs):
-            raise ValueError(f"every input must have 1..{info.n_ctx} tokens")
-        if len(self._waiting) + len(self._embeds) >= self.max_queue:
+        self.embeds.validate(request)
+        if len(self._waiting) + len(self.embeds) >= self.max_queue:
             raise QueueFull(f"the queue is full ({self.max_queue} requests waiting); retry later")
-        assert request.rid not in self._seqs and request.rid not in self._embeds, f"rid {request.rid} is in use"
-        self._embeds[request.rid] = _Embedding(request, [None] * len(request.inputs), len(request.inputs),
-                                               sum(len(t) for t in request.inputs), self._clock())
-        self._embed_queue.extend(EmbedItem(request.rid, i, tuple(t)) for i, t in enumerate(request.inputs))
+        assert request.rid not in self._seqs and request.rid not in self.embeds, f"rid {request.rid} is in use"
+        self.embeds.add(request)
 
     def cancel(self, rid: int) -> list[Output]:
         """Finish ``rid`` as ``cancelled`` in whatever phase (no-op when unknown or finished).
@@ -284,8 +264,7 @@ class SchedulerCore:
         admitted one gets its :class:`FinishEvent` and its slot back. An embedding
         request's inputs leave the queue silently (those in a running batch are dropped when it ends).
         """
-        if self._embeds.pop(rid, None) is not None:
-            self._embed_queue = collections.deque(item for item in self._embed_queue if item.rid != rid)
+        if self.embeds.cancel(rid):
             return []
         seq = self._seqs.get(rid)
         if seq is None:
@@ -346,7 +325,7 @@ class SchedulerCore:
             if s.spec is not None and s.phase is Phase.DECODING:
                 s.kv.draft = self._draft(s)  # type: ignore[union-attr]
         active = [s.kv for s in self._running.values() if s.phase in (Phase.PREFILLING, Phase.DECODING)]
-        embed = self._plan_embed(active)  # type: ignore[arg-type]
+        embed = self.embeds.plan(active, self.step_tokens)  # type: ignore[arg-type]
         budget = self.step_tokens - (embed.n_tokens if embed is not None else 0)
         batch = plan_step(active, max(budget, len(active))) if active else None  # type: ignore[arg-type]
         if batch is None:
@@ -392,17 +371,6 @@ class SchedulerCore:
             tasks.append(attrs.evolve(task, steps=max(n, 1), ends=eog | frozenset(stop_ids) if stop_ids else eog))
         return StepPlan(batch, tuple(tasks), outputs, steps=steps, until_finish=bool(self._waiting))
 
-    def _plan_embed(self, active: list[SeqState]) -> EmbedBatch | None:
-        """This step's embedding batch (:mod:`~skippy.engine.scheduling.embed`'s share of the budget), if any
-        input waits; it is in flight until :meth:`update` (or :meth:`fail` puts it back)."""
-        info = self.runtime.meta.embeddings
-        if not self._embed_queue or info is None:
-            return None
-        prefilling = any(kv.prefilling for kv in active)
-        budget = embed_budget(self.step_tokens, sum(not kv.prefilling for kv in active), prefilling, info.n_ctx)
-        self._embed_inflight = take_batch(self._embed_queue, budget, info.n_ctx, info.n_seq_max)
-        return self._embed_inflight
-
     def _scores(self, batch: BatchPlan) -> tuple[BatchPlan, tuple[ScoreTask, ...]]:
         """Ask for the logits of every prompt position of the sequences with ``prompt_logprobs``."""
         scoring = {kv.slot: self._running[kv.rid].request for kv, _ in batch.advance
@@ -427,7 +395,7 @@ class SchedulerCore:
             self._on_saved(step.saves, result.saved)
         outputs = self._update_batch(step, result) if step.batch is not None else []
         if step.embed is not None:
-            outputs += self._on_embedded(step.embed, result.embedded)  # type: ignore[arg-type]
+            outputs += self.embeds.update(step.embed, result.embedded)  # type: ignore[arg-type]
         return outputs
 
     def _on_saved(self, saves: Sequence[tuple[int, int]], states: Sequence[bytes | None]) -> None:
@@ -436,34 +404,6 @@ class SchedulerCore:
             seq = self._running.get(rid)
             if data is not None and seq is not None and seq.kv is not None:
                 self.kv_cache.keep_checkpoint(slot, seq.kv.prompt[:seq.kv.checkpoint_at], data)
-
-    def _on_embedded(self, batch: EmbedBatch, result: EmbedResult) -> list[Output]:
-        """Store an embedding batch's vectors; a request with all its vectors gets its :class:`EmbeddingsEvent`.
-        A failed batch fails its requests (their other inputs leave the queue); cancelled ones are skipped."""
-        self._embed_inflight = None
-        self.counters.embed_batches_total += 1
-        now = self._clock()
-        outputs: list[Output] = []
-        for k, item in enumerate(batch.items):
-            emb = self._embeds.get(item.rid)
-            if emb is None:
-                continue
-            emb.t_first = emb.t_first or now
-            if result.vectors is None:
-                self.cancel(item.rid)
-                outputs.append((item.rid, EmbeddingsEvent(None, emb.n_tokens, result.error or "embedding failed",
-                                                          queue_ms=(emb.t_first - emb.t_queued) * 1000.0)))
-                continue
-            emb.vectors[item.index] = result.vectors[k]
-            emb.left -= 1
-            self.counters.embed_inputs_total += 1
-            self.counters.embed_tokens_total += len(item.tokens)
-            if not emb.left:
-                del self._embeds[item.rid]
-                outputs.append((item.rid, EmbeddingsEvent(
-                    np.stack(emb.vectors), emb.n_tokens, queue_ms=(emb.t_first - emb.t_queued) * 1000.0,
-                    embed_ms=(now - emb.t_first) * 1000.0)))
-        return outputs
 
     def _update_batch(self, step: StepPlan, result: StepResult) -> list[Output]:
         assert step.batch is not None
@@ -500,10 +440,7 @@ class SchedulerCore:
     def fail(self, error: str) -> list[Output]:
         """The decode of the planned step raised: every admitted sequence finishes with ``error``; the step's
         embedding batch did not run, and its inputs go back to the front of the queue."""
-        if self._embed_inflight is not None:
-            live = [item for item in self._embed_inflight.items if item.rid in self._embeds]
-            self._embed_queue.extendleft(reversed(live))
-            self._embed_inflight = None
+        self.embeds.put_back()
         return [self._finish(seq, "error", error=error) for seq in list(self._running.values())]
 
     def close(self) -> list[Output]:
@@ -515,12 +452,7 @@ class SchedulerCore:
             seq.phase = Phase.FINISHED
             del self._seqs[seq.rid]
         self._waiting.clear()
-        for rid, emb in self._embeds.items():
-            outputs.append((rid, EmbeddingsEvent(None, emb.n_tokens, "cancelled")))
-        self._embeds.clear()
-        self._embed_queue.clear()
-        self._embed_inflight = None
-        return outputs
+        return outputs + self.embeds.close()
 
     # -- reading -------------------------------------------------------------------
     @property
@@ -531,7 +463,7 @@ class SchedulerCore:
     @property
     def idle(self) -> bool:
         """Nothing waits and nothing runs: the owner may block until the next input."""
-        return not self._running and not self._waiting and not self._embed_queue
+        return not self._running and not self._waiting and not self.embeds.has_inputs
 
     @property
     def n_waiting(self) -> int:
@@ -541,7 +473,7 @@ class SchedulerCore:
     @property
     def n_embed_waiting(self) -> int:
         """Embedding requests not answered yet."""
-        return len(self._embeds)
+        return len(self.embeds)
 
     def phase(self, rid: int) -> Phase:
         """The phase of ``rid`` (FINISHED once it has left, or when it never came)."""
@@ -560,7 +492,7 @@ class SchedulerCore:
             n_slots=self.n_slots, n_running=len(self._running), n_waiting=len(self._waiting),
             n_parked=sum(s.phase is Phase.PARKED for s in self._running.values()),
             kv_cells_used=sum(s.kv.n_past for s in self._running.values()) + self.kv_cache.cells,  # type: ignore[union-attr]
-            n_embed_waiting=len(self._embeds),
+            n_embed_waiting=len(self.embeds),
             checkpoints=len(ck) if ck is not None else 0, checkpoint_bytes=ck.nbytes if ck is not None else 0,
             checkpoints_evicted_total=ck.evicted if ck is not None else 0,
             checkpoint_budget=ck.budget if ck is not None else None)

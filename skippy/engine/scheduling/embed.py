@@ -20,14 +20,24 @@ token), so the embedding batch is cut from the step's token budget (``step_token
 
 Inputs go in arrival order (FIFO over requests, then over a request's inputs), so a large request
 cannot starve a later small one forever, and a later one does not overtake it.
+
+:class:`EmbedQueue` keeps the embedding requests of a
+:class:`~skippy.engine.scheduling.core.SchedulerCore` (their inputs, the batch in flight, the vectors
+as they come); :func:`embed_budget` and :func:`take_batch` are the rules above.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import attrs
 import numpy as np
+
+from skippy.engine.runtime.base import Runtime
+from skippy.engine.scheduling.batch import SeqState
+from skippy.engine.scheduling.events import EmbeddingsEvent, EmbedRequest, Output, SchedulerCounters
 
 
 @attrs.frozen
@@ -89,3 +99,123 @@ def take_batch(queue: deque[EmbedItem], budget: int, n_ctx: int, n_seq_max: int)
         items.append(item)
         n += len(item.tokens)
     return EmbedBatch(tuple(items))
+
+
+@attrs.define(eq=False)
+class _Embedding:
+    """An embedding request in the queue: its vectors as they come (``None``: not yet), inputs left, times."""
+
+    request: EmbedRequest
+    vectors: list[Any]
+    left: int
+    n_tokens: int
+    t_queued: float
+    t_first: float = 0.0
+
+
+class EmbedQueue:
+    """The embedding requests of one scheduler core, from :meth:`add` to their :class:`EmbeddingsEvent`.
+
+    Their inputs wait in arrival order; :meth:`plan` takes the step's embedding batch (in flight until
+    :meth:`update`, or put back by :meth:`put_back`); a request gets one event once all its inputs are
+    embedded, or when a batch holding one of them fails. ``runtime.meta.embeddings`` is the embedding
+    context; ``counters`` gets the embedding counters; ``clock`` gives seconds. Not thread-safe.
+    """
+
+    def __init__(self, runtime: Runtime, counters: SchedulerCounters, clock: Callable[[], float]) -> None:
+        self.runtime = runtime
+        self._counters = counters
+        self._clock = clock
+        self._queue: deque[EmbedItem] = deque()  # inputs not yet in a batch
+        self._embeds: dict[int, _Embedding] = {}  # requests not answered yet, by rid
+        self._inflight: EmbedBatch | None = None  # planned, not yet updated
+
+    def __len__(self) -> int:
+        """Embedding requests not answered yet."""
+        return len(self._embeds)
+
+    def __contains__(self, rid: int) -> bool:
+        return rid in self._embeds
+
+    @property
+    def has_inputs(self) -> bool:
+        """Inputs wait for an embedding batch."""
+        return bool(self._queue)
+
+    def validate(self, request: EmbedRequest) -> None:
+        """Raise ``ValueError`` when the runtime has no usable embedding context, or an input of ``request`` is
+        empty or longer than its ``n_ctx``."""
+        info = self.runtime.meta.embeddings
+        if info is None or info.error is not None:
+            raise ValueError(info.error if info is not None and info.error else "embeddings are off")
+        if not request.inputs or any(not 0 < len(t) <= info.n_ctx for t in request.inputs):
+            raise ValueError(f"every input must have 1..{info.n_ctx} tokens")
+
+    def add(self, request: EmbedRequest) -> None:
+        """Queue a validated request's inputs (:meth:`validate`); ``request.rid`` must not be in use."""
+        self._embeds[request.rid] = _Embedding(request, [None] * len(request.inputs), len(request.inputs),
+                                               sum(len(t) for t in request.inputs), self._clock())
+        self._queue.extend(EmbedItem(request.rid, i, tuple(t)) for i, t in enumerate(request.inputs))
+
+    def cancel(self, rid: int) -> bool:
+        """Drop request ``rid`` silently (its inputs in a running batch are dropped when it ends); False when
+        it is not an embedding request here."""
+        if self._embeds.pop(rid, None) is None:
+            return False
+        self._queue = deque(item for item in self._queue if item.rid != rid)
+        return True
+
+    def plan(self, active: Sequence[SeqState], step_tokens: int) -> EmbedBatch | None:
+        """This step's embedding batch (:func:`embed_budget`'s share of ``step_tokens`` beside the ``active``
+        generating sequences), if any input waits; it is in flight until :meth:`update`."""
+        info = self.runtime.meta.embeddings
+        if not self._queue or info is None:
+            return None
+        prefilling = any(kv.prefilling for kv in active)
+        budget = embed_budget(step_tokens, sum(not kv.prefilling for kv in active), prefilling, info.n_ctx)
+        self._inflight = take_batch(self._queue, budget, info.n_ctx, info.n_seq_max)
+        return self._inflight
+
+    def update(self, batch: EmbedBatch, result: EmbedResult) -> list[Output]:
+        """Store an embedding batch's vectors; a request with all its vectors gets its :class:`EmbeddingsEvent`.
+        A failed batch fails its requests (their other inputs leave the queue); cancelled ones are skipped."""
+        self._inflight = None
+        self._counters.embed_batches_total += 1
+        now = self._clock()
+        outputs: list[Output] = []
+        for k, item in enumerate(batch.items):
+            emb = self._embeds.get(item.rid)
+            if emb is None:
+                continue
+            emb.t_first = emb.t_first or now
+            if result.vectors is None:
+                self.cancel(item.rid)
+                outputs.append((item.rid, EmbeddingsEvent(None, emb.n_tokens, result.error or "embedding failed",
+                                                          queue_ms=(emb.t_first - emb.t_queued) * 1000.0)))
+                continue
+            emb.vectors[item.index] = result.vectors[k]
+            emb.left -= 1
+            self._counters.embed_inputs_total += 1
+            self._counters.embed_tokens_total += len(item.tokens)
+            if not emb.left:
+                del self._embeds[item.rid]
+                outputs.append((item.rid, EmbeddingsEvent(
+                    np.stack(emb.vectors), emb.n_tokens, queue_ms=(emb.t_first - emb.t_queued) * 1000.0,
+                    embed_ms=(now - emb.t_first) * 1000.0)))
+        return outputs
+
+    def put_back(self) -> None:
+        """The planned batch did not run (the step's decode raised): its inputs go back to the front."""
+        if self._inflight is not None:
+            live = [item for item in self._inflight.items if item.rid in self._embeds]
+            self._queue.extendleft(reversed(live))
+            self._inflight = None
+
+    def close(self) -> list[Output]:
+        """Answer every request ``cancelled`` (shutdown) and empty the queue."""
+        outputs: list[Output] = [(rid, EmbeddingsEvent(None, emb.n_tokens, "cancelled"))
+                                 for rid, emb in self._embeds.items()]
+        self._embeds.clear()
+        self._queue.clear()
+        self._inflight = None
+        return outputs
