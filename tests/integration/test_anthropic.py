@@ -17,7 +17,7 @@ import jsonschema
 import pytest
 from httpx_sse import EventSource
 
-from tests.integration.conftest import Server
+from tests.support import Server
 
 GREEDY = {"temperature": 0}
 WEATHER = {"name": "get_weather", "description": "Current weather in a city",

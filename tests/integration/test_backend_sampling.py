@@ -8,7 +8,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.integration.conftest import Server
+from tests.support import Server
 
 PROMPTS = ["The capital of France is", "Write a haiku about the sea.", "List three prime numbers."]
 

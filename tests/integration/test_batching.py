@@ -5,18 +5,8 @@ from __future__ import annotations
 import httpx
 import trio
 
-from tests.integration.conftest import SYSTEM
 from tests.sse import DONE, aiter_sse
-
-PROMPTS = [
-    "What is the capital of France?",
-    "Name three colors.",
-    "Write a haiku about the sea.",
-    "Give me a word that rhymes with cat.",
-    "Describe a dog in one sentence.",
-    "What is the opposite of hot?",
-    "List two fruits.",
-]
+from tests.support import BATCH_PROMPTS, SYSTEM
 
 
 async def stream_tokens(client: httpx.AsyncClient, prompt: str) -> str:
@@ -39,14 +29,14 @@ async def test_concurrent_greedy_equals_sequential(base_url: str) -> None:
     # cold prefills (cache_prompt false) keep the cache out of it, and a token routed to the
     # wrong sequence still shows as a different answer.
     async with httpx.AsyncClient(base_url=base_url, timeout=120) as client:
-        sequential = [await stream_tokens(client, p) for p in PROMPTS]
-        concurrent: list[str | None] = [None] * len(PROMPTS)
+        sequential = [await stream_tokens(client, p) for p in BATCH_PROMPTS]
+        concurrent: list[str | None] = [None] * len(BATCH_PROMPTS)
 
         async def one(i: int) -> None:
-            concurrent[i] = await stream_tokens(client, PROMPTS[i])
+            concurrent[i] = await stream_tokens(client, BATCH_PROMPTS[i])
 
         async with trio.open_nursery() as nursery:
-            for i in range(len(PROMPTS)):
+            for i in range(len(BATCH_PROMPTS)):
                 nursery.start_soon(one, i)
     assert all(sequential)
     assert concurrent == sequential

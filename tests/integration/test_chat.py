@@ -8,8 +8,8 @@ import httpx
 import openai
 import pytest
 
-from tests.integration.conftest import SYSTEM
 from tests.sse import DONE, sse_events
+from tests.support import SYSTEM
 
 FRANCE = [SYSTEM, {"role": "user", "content": "What is the capital of France?"}]
 

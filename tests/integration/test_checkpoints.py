@@ -27,8 +27,7 @@ import numpy as np
 import pytest
 
 from skippy.engine.scheduling.prefix import common_prefix_len
-from tests.integration.conftest import GEMMA, Server, gemma_path
-from tests.integration.test_models import STEP_TOKENS, Raw
+from tests.support import GEMMA, STEP_TOKENS, Raw, Server, gemma_path
 from tests.tiny_models import ensure_tiny
 
 SHAPE = ["--parallel", "4", "--n-ctx", "2048"]  # Raw's context shape: 4 streams of 2048 cells, n_batch 512

@@ -14,8 +14,8 @@ import httpx
 import openai
 import pytest
 
-from tests.integration.conftest import FIXTURES, SYSTEM, Server
-from tests.integration.test_tools import ASK, NAMED, WEATHER, check_call, openai_client
+from tests.paths import CHAT_TEMPLATES
+from tests.support import ASK, NAMED, SYSTEM, WEATHER, Server, check_call, openai_client
 
 MODEL = "SmolLM2-135M-Instruct"
 
@@ -33,7 +33,7 @@ def ping_server(tmp_path_factory: pytest.TempPathFactory):
     """One slot (a second request waits in the queue), keep-alive every 0.2 s, --n-ctx 0, --strict-fields,
     the Qwen3 template (it reads enable_thinking)."""
     with Server(["--parallel", "1", "--n-ctx", "0", "--sse-ping-interval", "0.2", "--strict-fields",
-                 "--chat-template", str(FIXTURES / "Qwen-Qwen3-0.6B.jinja")],
+                 "--chat-template", str(CHAT_TEMPLATES / "Qwen-Qwen3-0.6B.jinja")],
                 tmp_path_factory.mktemp("ping") / "server.log") as srv:
         yield srv
 

@@ -23,9 +23,8 @@ from skippy import EngineConfig
 from skippy.engine.errors import InvalidRequest, NotSupported
 from skippy.engine.types import ChatCompletionRequest, EmbeddingRequest, Message
 from skippy.models import ensure_model
-from tests.integration.conftest import Server
-from tests.integration.test_wire import check, json_schema
 from tests.sse import DONE, iter_sse
+from tests.support import Server, check, json_schema
 
 #: (anchor, paraphrase, unrelated): with SmolLM2-135M and mean pooling the paraphrase is closer to the
 #: anchor than the unrelated sentence by a cosine margin of 0.16..0.35 for each (measured when written)

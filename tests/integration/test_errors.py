@@ -5,20 +5,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.integration.conftest import SYSTEM
+from tests.support import SYSTEM, assert_envelope
 
 OK = {"messages": [SYSTEM, {"role": "user", "content": "Hi"}], "max_tokens": 2, "temperature": 0}
-
-
-def assert_envelope(resp: httpx.Response, status: int, code: str | None = None, param: str | None = None) -> None:
-    assert resp.status_code == status, resp.text
-    err = resp.json()["error"]
-    assert set(err) == {"message", "type", "param", "code"}
-    assert err["message"]
-    if code is not None:
-        assert err["code"] == code
-    if param is not None:
-        assert err["param"] == param
 
 
 @pytest.mark.parametrize("body, status, code, param", [

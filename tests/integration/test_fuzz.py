@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from skippy.engine.types import ChatCompletionRequest
-from tests.integration.conftest import Server
 from tests.sse import DONE, iter_sse
+from tests.support import Server
 
 SCHEMATHESIS_SECONDS = 60  # coverage phase (boundary and negative cases), then fuzzing until the budget is spent
 HYPOTHESIS_EXAMPLES = 150

@@ -23,9 +23,8 @@ import httpx
 import openai
 import pytest
 
-from tests.integration.conftest import SYSTEM, Server
-from tests.integration.test_errors import assert_envelope
 from tests.sse import DONE, iter_sse, sse_events, sse_events_from_bytes
+from tests.support import BATCH_PROMPTS, SYSTEM, Server, assert_envelope
 
 KEY_ONE = "sk-one-" + "a" * 24
 KEY_TWO = "sk-two-" + "b" * 24  # only in the key file, given through SKIPPY_API_KEY_FILE
@@ -517,8 +516,6 @@ def _vanishing_client(port: int, i: int, ban_eos: dict[str, float]) -> str:
 
 
 def test_vanishing_clients_leave_no_live_sequence(clients_server: Server) -> None:
-    from tests.integration.test_batching import PROMPTS
-
     server = clients_server
     url = server.base_url
     wait_until(lambda: idle(url), 120, "an idle server")
@@ -530,8 +527,8 @@ def test_vanishing_clients_leave_no_live_sequence(clients_server: Server) -> Non
             assert resp.status_code == 200, resp.text
             return resp.json()["choices"][0]["message"]["content"]
 
-        with concurrent.futures.ThreadPoolExecutor(len(PROMPTS)) as pool:
-            return list(pool.map(one, PROMPTS))
+        with concurrent.futures.ThreadPoolExecutor(len(BATCH_PROMPTS)) as pool:
+            return list(pool.map(one, BATCH_PROMPTS))
 
     before = greedy_batch()
     log_before = server.log().count(" client disconnected ")

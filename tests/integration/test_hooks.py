@@ -8,9 +8,9 @@ import httpx
 import pytest
 import trio
 
-from tests.integration.conftest import SYSTEM, Server
 from tests.integration.hook_policy import INJECTED
 from tests.sse import DONE, aiter_sse, iter_sse
+from tests.support import SYSTEM, Server, check, json_schema, sse_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 STORY = [SYSTEM, {"role": "user", "content": "Write a short story about a lighthouse keeper."}]
@@ -154,8 +154,6 @@ def test_return_signals_in_logprobs(hook_server: Server) -> None:
 
 def test_hook_events_are_returned_where_they_happen_only_to_a_client_that_asks(hook_server: Server) -> None:
     import jsonschema
-
-    from tests.integration.test_wire import check, json_schema, sse_schema
 
     n_injected = len(httpx.post(hook_server.base_url + "/tokenize", json={"content": INJECTED}).json()["tokens"])
     body = {"logprobs": True, "return_signals": True, "return_hook_events": True}

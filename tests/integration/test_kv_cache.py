@@ -15,8 +15,7 @@ import httpx
 import pytest
 
 from skippy.engine.scheduling.prefix import EXACT_TAIL
-from tests.integration.conftest import Server
-from tests.integration.test_scheduler import SYSTEM_LONG, _metrics, ask
+from tests.support import SYSTEM_LONG, Server, ask, read_metrics
 
 QUESTIONS = ("Suggest a city to visit in Italy.", "Suggest a beach in Spain.")
 
@@ -72,7 +71,7 @@ def test_prefix_reuse_greedy_output_equals_a_cold_run(kv_server: Server) -> None
     assert _cached(first) == 0
     assert _cached(replies["again"]) == first["usage"]["prompt_tokens"] - EXACT_TAIL  # flash attention off
     assert _cached(replies["shared"]) >= 300
-    metrics = _metrics(kv_server.base_url)
+    metrics = read_metrics(kv_server.base_url)
     assert metrics["skippy:prefix_cache_hits_total"] == 2
     # with the unified cache the copies share the prefix's cells, which kv_cache_used_bytes
     # counts once per sequence (an upper bound there)
@@ -110,7 +109,7 @@ def test_cache_types_are_reported_in_props_and_metrics(kv_server: Server, q8_ser
     assert q8["bytes"] * 64 == f16["bytes"] * 34
     assert f16["bytes"] == f16["bytes_k"] + f16["bytes_v"] == f16["bytes_per_token"] * f16["n_cells"]
     for srv, kv in ((kv_server, f16), (q8_server, q8)):
-        assert _metrics(srv.base_url)["skippy:kv_cache_bytes"] == kv["bytes"]
+        assert read_metrics(srv.base_url)["skippy:kv_cache_bytes"] == kv["bytes"]
     # the size is the one llama.cpp allocated (its start-up line, MiB with two decimals)
     m = re.search(r"llama_kv_cache: size = +([\d.]+) MiB .*K \(q8_0\): +([\d.]+) MiB, V \(q8_0\): +([\d.]+) MiB",
                   q8_server.log())
@@ -158,7 +157,7 @@ def test_prompt_cache_restores_a_prompt_its_slot_no_longer_holds(cache_ram: str,
         shared = _cached(ask(srv.base_url, b))  # the system prompt and the chat template's head
         assert 0 < shared < first["usage"]["prompt_tokens"] - EXACT_TAIL
         again = ask(srv.base_url, a)
-        after = _metrics(srv.base_url)
+        after = read_metrics(srv.base_url)
         if cache_ram == "0":
             assert _cached(again) == shared and after["skippy:ctx_checkpoints"] == 0
             return

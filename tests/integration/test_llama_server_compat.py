@@ -21,9 +21,8 @@ import httpx
 import openai
 import pytest
 
-from tests.integration.conftest import SYSTEM, Server, free_port
-from tests.integration.test_errors import assert_envelope
 from tests.sse import DONE, sse_events
+from tests.support import SYSTEM, Server, assert_envelope, free_port
 
 KEY = "sk-compat-" + "c" * 20
 HI = [SYSTEM, {"role": "user", "content": "Hi"}]

@@ -10,8 +10,9 @@ import httpx
 import jsonschema
 import pytest
 
-from tests.integration.conftest import FIXTURES, Server
+from tests.paths import CHAT_TEMPLATES
 from tests.sse import DONE, iter_sse
+from tests.support import Server
 
 LONG = ("The history of the printing press begins in the fifteenth century, when Johannes Gutenberg in Mainz "
         "combined movable metal type, oil-based ink and a screw press adapted from wine making. "
@@ -22,7 +23,7 @@ LONG = ("The history of the printing press begins in the fifteenth century, when
 def qwq(tmp_path_factory: pytest.TempPathFactory):
     """QwQ's template (thinking forced open), slot files in a temporary directory, POST /props on."""
     tmp = tmp_path_factory.mktemp("llama_server")
-    with Server(["--parallel", "2", "--n-ctx", "1024", "--chat-template", str(FIXTURES / "Qwen-QwQ-32B.jinja"),
+    with Server(["--parallel", "2", "--n-ctx", "1024", "--chat-template", str(CHAT_TEMPLATES / "Qwen-QwQ-32B.jinja"),
                  "--slot-save-path", str(tmp / "slots"), "--props"], tmp / "server.log") as srv:
         yield srv
 

@@ -14,8 +14,8 @@ import httpx
 import openai
 import pytest
 
-from tests.integration.conftest import Server
 from tests.sse import DONE, sse_events
+from tests.support import Server
 
 N_CTX = 256
 LONG = "word " * 200  # 200 tokens, 231 as a chat: the room left in a 256-token context is a few dozen tokens

@@ -10,23 +10,16 @@ context shape) for the same prompt and the same prefill split, tokens and logpro
 
 from __future__ import annotations
 
-import ctypes
-import os
-
 import httpx
 import llama_cpp
-import numpy as np
 import openai
 import pytest
 import trio
 
-from skippy.engine.runtime.llama import _init_backend
 from skippy.engine.scheduling.prefix import common_prefix_len
 from skippy.models import resolve_model
-from tests.integration.conftest import GEMMA, Server
 from tests.sse import DONE, aiter_sse
-
-STEP_TOKENS = 256  # the server's default prefill chunk (--step-tokens)
+from tests.support import GEMMA, Raw, Server
 
 
 def _model(server: Server) -> str:
@@ -35,75 +28,6 @@ def _model(server: Server) -> str:
 
 def _is_gemma(server: Server) -> bool:
     return "gemma" in httpx.get(server.base_url + "/props", timeout=10).json()["model_path"]
-
-
-class Raw:
-    """One model on llama-cpp-python's low-level API with the server's context shape (4 streams of
-    2048 cells, n_batch 512, no full-size SWA cache), decoding sequence 0 greedily."""
-
-    def __init__(self, path: str) -> None:
-        _init_backend(False)  # llama.cpp's log into logging (warnings only), as the server does
-        self.model = llama_cpp.llama_model_load_from_file(path.encode(), llama_cpp.llama_model_default_params())
-        cp = llama_cpp.llama_context_default_params()
-        cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max = 2048 * 4, 512, 512, 4
-        cp.kv_unified, cp.swa_full, cp.flash_attn_type = False, False, -1
-        cp.n_threads = cp.n_threads_batch = os.cpu_count() or 1
-        self.ctx = llama_cpp.llama_init_from_model(self.model, cp)
-        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
-        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
-        self.batch = llama_cpp.llama_batch_init(512, 0, 1)
-        self.n_past = 0
-
-    def close(self) -> None:
-        llama_cpp.llama_batch_free(self.batch)
-        llama_cpp.llama_free(self.ctx)
-        llama_cpp.llama_model_free(self.model)
-
-    def tokenize(self, text: str, bos: bool = False) -> list[int]:
-        data = text.encode()
-        arr = (llama_cpp.llama_token * (len(data) + 8))()
-        n = llama_cpp.llama_tokenize(self.vocab, data, len(data), arr, len(data) + 8, bos, False)
-        return list(arr[:n])
-
-    def piece(self, token: int) -> bytes:
-        buf = ctypes.create_string_buffer(64)
-        n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, 64, 0, False)
-        return buf.raw[:n]
-
-    def trim(self, n: int) -> None:
-        llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self.ctx), 0, n, -1)
-        self.n_past = n
-
-    def decode(self, tokens: list[int]) -> np.ndarray:
-        """Decode ``tokens`` after the KV in one batch; the last one's logprobs (float64)."""
-        b = self.batch
-        for i, t in enumerate(tokens):
-            b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = t, self.n_past + i, 1, i == len(tokens) - 1
-            b.seq_id[i][0] = 0
-        b.n_tokens = len(tokens)
-        assert llama_cpp.llama_decode(self.ctx, b) == 0
-        self.n_past += len(tokens)
-        x = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self.ctx, len(tokens) - 1),
-                                  shape=(self.n_vocab,)).astype(np.float64)
-        return x - (x.max() + np.log(np.exp(x - x.max()).sum()))
-
-    def prefill(self, tokens: list[int]) -> np.ndarray:
-        """Prefill in the server's chunks of ``STEP_TOKENS``."""
-        for i in range(0, len(tokens), STEP_TOKENS):
-            lp = self.decode(tokens[i:i + STEP_TOKENS])
-        return lp
-
-    def greedy(self, lp: np.ndarray, n: int) -> tuple[str, list[float]]:
-        """``n`` greedy tokens from the logprobs ``lp`` on (fewer at end of generation): text and logprobs."""
-        out, lps = b"", []
-        for _ in range(n):
-            t = int(np.argmax(lp))
-            if llama_cpp.llama_vocab_is_eog(self.vocab, t):
-                break
-            out += self.piece(t)
-            lps.append(float(lp[t]))
-            lp = self.decode([t])
-        return out.decode("utf-8", "replace"), lps
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import httpx
 import openai
 import pytest
 
-from tests.integration.conftest import GEMMA, Server, gemma_path
+from tests.support import GEMMA, Server, gemma_path
 
 SMOL_ID = "SmolLM2-135M-Instruct"  # the registry names the models' ids; "smollm2", "gemma3:270m" are aliases
 ARGS = ["--parallel", "2", "--n-ctx", "1024"]

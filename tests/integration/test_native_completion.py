@@ -7,8 +7,8 @@ import httpx
 import jsonschema
 import pytest
 
-from tests.integration.conftest import Server
 from tests.sse import iter_sse
+from tests.support import Server
 
 PROMPT = "Hello, my name is"
 

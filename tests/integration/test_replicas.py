@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.conftest import Server, free_port
+from tests.support import Server, free_port
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 REPLICA_ARGS = ["--parallel", "4", "--n-ctx", "1024"]

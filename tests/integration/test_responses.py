@@ -16,8 +16,8 @@ import jsonschema
 import openai
 import pytest
 
-from tests.integration.test_tools import openai_client
 from tests.sse import iter_named_sse
+from tests.support import openai_client
 
 WEATHER = {"type": "function", "name": "get_weather", "description": "Get the weather forecast for a city",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}

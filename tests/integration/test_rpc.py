@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from skippy.engine.runtime import backends as be
-from tests.integration.conftest import Server, free_port
+from tests.support import Server, free_port
 
 ARGS = ["--parallel", "2", "--n-ctx", "1024"]
 PROMPTS = [

@@ -10,16 +10,7 @@ import pytest
 import trio
 
 from skippy.engine.scheduling.prefix import MIN_TAIL
-from tests.integration.conftest import Server
-
-SYSTEM_LONG = ("You are a meticulous travel assistant for the Northwind travel agency. " * 30).strip()
-
-
-def ask(base_url: str, messages: list[dict], max_tokens: int = 24, **extra) -> dict:
-    r = httpx.post(base_url + "/v1/chat/completions", timeout=120,
-                   json={"messages": messages, "temperature": 0, "max_tokens": max_tokens, **extra})
-    assert r.status_code == 200, r.text
-    return r.json()
+from tests.support import SYSTEM_LONG, Server, ask, read_metrics
 
 
 @pytest.fixture(scope="module")
@@ -167,25 +158,12 @@ async def test_burst_of_64_connections_completes(server: Server) -> None:
     assert all(status == 200 and chunks >= 2 for status, chunks in results)
 
 
-def _metrics(base_url: str) -> dict[str, float]:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    resp = httpx.get(base_url + "/metrics")
-    assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/plain")
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(resp.text):
-        for sample in family.samples:
-            key = sample.name + "".join(f"{{{k}={v}}}" for k, v in sorted(sample.labels.items()))
-            out[key] = sample.value
-    return out
-
-
 def test_metrics_parse_and_move(server: Server) -> None:
-    before = _metrics(server.base_url)
+    before = read_metrics(server.base_url)
     ask(server.base_url, [{"role": "system", "content": SYSTEM_LONG + " (metrics test)"},
                           {"role": "user", "content": "Hi"}], max_tokens=5)
     httpx.post(server.base_url + "/v1/chat/completions", content=b"{", headers={"content-type": "application/json"})
-    after = _metrics(server.base_url)
+    after = read_metrics(server.base_url)
     assert after["llamacpp:prompt_tokens_total"] > before["llamacpp:prompt_tokens_total"]
     assert after["llamacpp:tokens_predicted_total"] >= before["llamacpp:tokens_predicted_total"] + 1
     assert after["skippy:time_to_first_token_seconds_count"] == before["skippy:time_to_first_token_seconds_count"] + 1
@@ -207,7 +185,7 @@ def test_metrics_parse_and_move(server: Server) -> None:
 
 
 def test_token_counters_include_a_stream_its_client_left(server: Server) -> None:
-    before = _metrics(server.base_url)
+    before = read_metrics(server.base_url)
     body = {"messages": [{"role": "system", "content": f"[{time.time_ns()}] {SYSTEM_LONG}"},
                          {"role": "user", "content": "Write a long story about a lighthouse."}],
             "temperature": 0, "max_tokens": 400, "stream": True}
@@ -216,8 +194,8 @@ def test_token_counters_include_a_stream_its_client_left(server: Server) -> None
             if line.startswith("data: {") and json.loads(line[6:])["choices"][0]["delta"].get("content"):
                 break  # the first token: leave
     deadline = time.monotonic() + 30
-    while _metrics(server.base_url)["llamacpp:requests_processing"] > 0 and time.monotonic() < deadline:
+    while read_metrics(server.base_url)["llamacpp:requests_processing"] > 0 and time.monotonic() < deadline:
         time.sleep(0.05)
-    after = _metrics(server.base_url)
+    after = read_metrics(server.base_url)
     assert after["llamacpp:prompt_tokens_total"] >= before["llamacpp:prompt_tokens_total"] + 300  # the new prompt
     assert after["llamacpp:tokens_predicted_total"] >= before["llamacpp:tokens_predicted_total"] + 1

@@ -12,7 +12,7 @@ import re
 import httpx
 import pytest
 
-from tests.integration.conftest import Server
+from tests.support import Server
 
 TEXT = ("The lighthouse keeper climbed the spiral stairs every evening at dusk, carrying a small brass lantern and "
         "a notebook bound in faded green cloth. He recorded the direction of the wind, the color of the sky over the "

@@ -6,36 +6,13 @@ import json
 
 import httpx
 import jsonschema
-import openai
 import pytest
 
-from tests.integration.conftest import FIXTURES
+from tests.paths import CHAT_TEMPLATES
+from tests.support import ASK, NAMED, WEATHER, check_call, openai_client
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the weather forecast for a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1, "maximum": 7}},
-            "required": ["city"],
-        },
-    },
-}
 TIME = {"type": "function", "function": {"name": "get_time", "description": "Current time", "parameters": {
     "type": "object", "properties": {}}}}
-ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
-NAMED = {"type": "function", "function": {"name": "get_weather"}}
-
-
-def openai_client(base_url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
-
-
-def check_call(name: str, arguments: str) -> None:
-    assert name == "get_weather"
-    jsonschema.validate(json.loads(arguments), WEATHER["function"]["parameters"])
 
 
 def streamed_calls(chunks: list) -> dict[int, dict]:
@@ -190,7 +167,7 @@ def test_bad_tool_history_is_400_then_next_request_works(qwen_server) -> None:
 
 
 def test_strict_template_alternation_error_is_400(server) -> None:
-    gemma = (FIXTURES / "google-gemma-2-2b-it.jinja").read_text()
+    gemma = (CHAT_TEMPLATES / "google-gemma-2-2b-it.jinja").read_text()
     resp = post(server.base_url, {"chat_template": gemma, "max_tokens": 3, "messages": [
         {"role": "user", "content": "a"}, {"role": "user", "content": "b"}]})
     assert resp.status_code == 400

@@ -14,8 +14,8 @@ import httpx
 import openai
 import pytest
 
-from tests.integration.conftest import Server
 from tests.sse import iter_sse
+from tests.support import Server
 
 PROMPTS = ["Emoji: 😀😃😄😁", "日本語のカタカナ: アイウエオ カキクケコ"]
 LIMITS = range(1, 8)

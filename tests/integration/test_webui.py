@@ -26,8 +26,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.conftest import Server
 from tests.integration.webui_policy import INJECTED
+from tests.support import Server
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(os.environ.get("SKIPPY_TEST_ARTIFACTS", ROOT / "tmp" / "artifacts"))

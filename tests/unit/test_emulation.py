@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import ctypes
 import json
 import random
 import re
@@ -20,6 +19,7 @@ from skippy.engine.chat.emulation import (
 from skippy.engine.chat.formats.base import new_call_id
 from skippy.engine.chat.formats.emulated import EmulatedToolParser
 from skippy.engine.errors import InvalidRequest
+from tests.support import compiles_in_llama_cpp, gbnf_matches
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Get the weather\nfor a city.",
@@ -319,117 +319,6 @@ def test_early_stop_parallel():
 
 # -- grammar ----------------------------------------------------------------------
 
-def _gbnf_rules(text):
-    """Parse a GBNF grammar (the subset the converter emits) into a small AST."""
-    esc = {"n": "\n", "r": "\r", "t": "\t"}
-
-    def char(s, i):
-        if s[i] != "\\":
-            return s[i], i + 1
-        c = s[i + 1]
-        width = {"x": 2, "u": 4, "U": 8}.get(c)
-        if width:
-            return chr(int(s[i + 2:i + 2 + width], 16)), i + 2 + width
-        return esc.get(c, c), i + 2
-
-    def alt(s, i):
-        seqs = []
-        while True:
-            items = []
-            while i < len(s) and s[i] not in "|)":
-                if s[i] == " ":
-                    i += 1
-                    continue
-                if s[i] == '"':
-                    lit, i = "", i + 1
-                    while s[i] != '"':
-                        c, i = char(s, i)
-                        lit += c
-                    node, i = ("lit", lit), i + 1
-                elif s[i] == "[":
-                    neg, i, ranges = s[i + 1] == "^", i + 1 + (s[i + 1] == "^"), []
-                    while s[i] != "]":
-                        lo, i = char(s, i)
-                        hi = lo
-                        if s[i] == "-" and s[i + 1] != "]":
-                            hi, i = char(s, i + 1)
-                        ranges.append((lo, hi))
-                    node, i = ("cls", neg, ranges), i + 1
-                elif s[i] == "(":
-                    node, i = alt(s, i + 1)
-                    i += 1
-                else:
-                    m = re.match(r"[A-Za-z0-9-]+", s[i:])
-                    node, i = ("ref", m.group()), i + m.end()
-                while i < len(s) and s[i] in "?*+":
-                    node, i = (s[i], node), i + 1
-                items.append(node)
-            seqs.append(("seq", items))
-            if i < len(s) and s[i] == "|":
-                i += 1
-                continue
-            return ("alt", seqs), i
-
-    return {name: alt(body, 0)[0] for name, body in (line.split(" ::= ", 1) for line in text.splitlines())}
-
-
-def gbnf_matches(gbnf, s, rule="root"):
-    rules = _gbnf_rules(gbnf)
-
-    def m(node, i):
-        kind = node[0]
-        if kind == "lit":
-            if s.startswith(node[1], i):
-                yield i + len(node[1])
-        elif kind == "cls":
-            if i < len(s) and (any(lo <= s[i] <= hi for lo, hi in node[2]) != node[1]):
-                yield i + 1
-        elif kind == "ref":
-            yield from m(rules[node[1]], i)
-        elif kind == "alt":
-            for seq in node[1]:
-                yield from m(seq, i)
-        elif kind == "seq":
-            def seq(k, j):
-                if k == len(node[1]):
-                    yield j
-                else:
-                    for j2 in m(node[1][k], j):
-                        yield from seq(k + 1, j2)
-            yield from seq(0, i)
-        elif kind == "?":
-            yield from m(node[1], i)
-            yield i
-        elif kind in "*+":
-            def star(j):
-                for j2 in m(node[1], j):
-                    if j2 > j:
-                        yield from star(j2)
-                yield j
-            if kind == "*":
-                yield from star(i)
-            else:
-                for j in m(node[1], i):
-                    yield from star(j)
-
-    return any(j == len(s) for j in m(("ref", rule), 0))
-
-
-def _compiles_in_llama_cpp(gbnf, patterns=()):
-    """Parse with llama.cpp itself (no vocab needed to parse a grammar)."""
-    llama_cpp = pytest.importorskip("llama_cpp")
-    if patterns:
-        arr = (ctypes.c_char_p * len(patterns))(*(p.encode() for p in patterns))
-        sampler = llama_cpp.llama_sampler_init_grammar_lazy_patterns(
-            None, gbnf.encode(), b"root", arr, len(patterns), None, 0)
-    else:
-        sampler = llama_cpp.llama_sampler_init_grammar(None, gbnf.encode(), b"root")
-    ok = bool(sampler)
-    if ok:
-        llama_cpp.llama_sampler_free(sampler)
-    return ok
-
-
 def test_grammar_auto_is_lazy_and_matches_lines():
     pytest.importorskip("llama_cpp.llama_grammar")
     g = build_grammar(TOOLS, "auto", parallel_tool_calls=True)
@@ -477,8 +366,8 @@ def test_grammar_bad_schema_is_400():
 def test_grammar_compiles_in_llama_cpp():
     pytest.importorskip("llama_cpp.llama_grammar")
     for choice, parallel in (("auto", True), ("required", False), ({"function": {"name": "get_weather"}}, True)):
-        assert _compiles_in_llama_cpp(build_grammar(TOOLS, choice, parallel).gbnf)
+        assert compiles_in_llama_cpp(build_grammar(TOOLS, choice, parallel).gbnf)
     lazy = build_grammar(TOOLS, "auto")
     assert lazy.trigger_patterns == (r"[\s\S]*?(TOOL_CALL)[\s\S]*",)
-    assert _compiles_in_llama_cpp(lazy.gbnf, lazy.trigger_patterns)
-    assert not _compiles_in_llama_cpp('root ::= "unterminated')
+    assert compiles_in_llama_cpp(lazy.gbnf, lazy.trigger_patterns)
+    assert not compiles_in_llama_cpp('root ::= "unterminated')

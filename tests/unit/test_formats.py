@@ -10,6 +10,7 @@ import pytest
 
 from skippy.engine.chat.formats import FORMATS, REASONING_FORMATS, make_parser
 from skippy.engine.chat.formats.base import Delta, ParsedMessage, ToolCall
+from tests.support import check_invariant
 
 ALLOWED = {"get_weather", "f", "run", "now"}
 
@@ -27,22 +28,6 @@ def run(fmt: str, pieces, **kw) -> tuple[list[Delta], ParsedMessage]:
         deltas += parser.feed(piece)
     tail, msg = parser.finish()
     return deltas + tail, msg
-
-
-def check_invariant(deltas: list[Delta], msg: ParsedMessage) -> None:
-    assert "".join(d.content for d in deltas) == msg.content
-    assert "".join(d.reasoning_content for d in deltas) == msg.reasoning_content
-    calls: dict[int, list] = {}
-    for d in deltas:
-        for tc in d.tool_calls:
-            if tc.index not in calls:
-                assert tc.id is not None and tc.name, "first delta of a call carries id and name"
-                assert tc.index == len(calls), "indexes count up from 0"
-                calls[tc.index] = [tc.id, tc.name, tc.arguments]
-            else:
-                assert tc.id is None and tc.name is None, "later deltas carry only arguments"
-                calls[tc.index][2] += tc.arguments
-    assert tuple(ToolCall(*c) for c in calls.values()) == msg.tool_calls
 
 
 def splits(text: str):

@@ -21,8 +21,7 @@ from skippy.engine.chat.prepare import PreparedTemplate, make_output_parser, ren
 from skippy.engine.sampling.grammar import native_tool_grammar
 from skippy.engine.types import ChatCompletionRequest, Message
 from tests.paths import CHAT_TEMPLATES
-from tests.unit.test_emulation import _compiles_in_llama_cpp, gbnf_matches
-from tests.unit.test_formats import check_invariant
+from tests.support import check_invariant, compiles_in_llama_cpp, gbnf_matches
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Get the weather.",
@@ -152,7 +151,7 @@ def test_forced_call_grammar_accepts_the_family_syntax(stem, tool_choice):
     plan = render_chat(_tmpl(stem), ChatCompletionRequest(messages=CONVERSATION[:1], tools=[WEATHER],
                                                           tool_choice=tool_choice)).plan
     assert plan.grammar is not None and not plan.grammar_lazy_patterns
-    assert _compiles_in_llama_cpp(plan.grammar)
+    assert compiles_in_llama_cpp(plan.grammar)
     # what the grammar forces is the family's own syntax (the reasoning/content prefix is the model's choice)
     forced = FORCED[fmt]
     if plan.thinking_forced_open:  # the prompt opened the thinking block: the grammar has it closed first
@@ -202,7 +201,7 @@ def test_forced_grammar_optional_parameters_any_subset_in_order(fmt):
     tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
         "a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"}}}}}
     gbnf = native_tool_grammar(fmt, [tool], [tool], parallel=False)
-    assert _compiles_in_llama_cpp(gbnf)
+    assert compiles_in_llama_cpp(gbnf)
     item = {"qwen3_coder": "<parameter={k}>\n1\n</parameter>\n", "glm_4_5": "<arg_key>{k}</arg_key>\n<arg_value>1"
             "</arg_value>\n", "lfm2": "{k}=1"}[fmt]
     sep = ", " if fmt == "lfm2" else ""
