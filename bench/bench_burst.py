@@ -66,7 +66,6 @@ import json
 import math
 import os
 import random
-import socket
 import statistics as st
 import subprocess
 import sys
@@ -79,7 +78,10 @@ import httpx
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from peer import llama_server_binary, llama_server_cmd, llama_server_path  # noqa: E402
+
+from tests.support import free_port  # noqa: E402
 
 OUT = Path(__file__).parent / "out"
 HOST = "127.0.0.1"
@@ -319,12 +321,6 @@ class Arm:
     probe_path: str = "/health"
     note: str = ""
     memory: dict = field(default_factory=dict)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
 
 
 async def wait_ready(arm: Arm, timeout: float = 300) -> None:

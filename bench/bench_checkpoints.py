@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics as st
 import subprocess
 import sys
@@ -33,15 +32,10 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from tests.support import free_port  # noqa: E402
 
 WORDS = ("harbour river signal lantern copper meadow winter engine pattern ledger orbit canvas thunder "
          "garden marble falcon velvet quarry ribbon summit").split()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(model: str, extra: list[str], log: Path) -> tuple[subprocess.Popen, str]:

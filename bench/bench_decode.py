@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics as st
 import subprocess
 import sys
@@ -61,7 +60,10 @@ from skippy.engine.sampling.params import SamplingParams
 from skippy.models import DEFAULT_MODEL, ensure_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from peer import llama_server_binary, llama_server_cmd  # noqa: E402
+
+from tests.support import free_port  # noqa: E402
 
 N, REPS, LEVELS, PARALLEL, N_CTX = 128, 3, (1, 4, 16), 16, 4096
 THREADS = os.cpu_count() or 1
@@ -238,12 +240,6 @@ async def wait_healthy(client: httpx.AsyncClient, proc: trio.Process, log: Path)
                 pass
             await trio.sleep(0.2)
     raise RuntimeError(f"server exited with {proc.returncode}; see {log}")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def skippy_cmd(model: str, port: int) -> list[str]:

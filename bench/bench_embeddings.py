@@ -39,7 +39,10 @@ from skippy.models import DEFAULT_MODEL, ensure_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_decode  # noqa: E402
-from bench_decode import SUBJECTS, cpu_snapshot, free_port, other_cpu, stream_one, wait_healthy  # noqa: E402
+from bench_decode import SUBJECTS, cpu_snapshot, other_cpu, stream_one, wait_healthy  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.support import free_port  # noqa: E402
 
 BATCHES, REPS, STREAMS, N = (1, 16, 64), 3, 4, 64
 THREADS = os.cpu_count() or 1

@@ -17,7 +17,6 @@ Run on an otherwise idle machine.
 from __future__ import annotations
 
 import json
-import socket
 import statistics as st
 import subprocess
 import sys
@@ -28,15 +27,12 @@ import httpx
 import trio
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests.support import free_port  # noqa: E402
+
 REPS = 3
 PROMPTS = [f"Write a long story about a {w}." for w in
            ("dragon", "robot", "pirate", "wizard", "astronaut", "detective", "knight", "sailor")]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def stream(client: httpx.AsyncClient, prompt: str, user: str | None, hooks: bool) -> tuple[int, float, float]:

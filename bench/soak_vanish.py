@@ -33,18 +33,15 @@ from pathlib import Path
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.support import free_port  # noqa: E402
+
 OUT = Path(__file__).parent / "out"
 PARALLEL = 8
 PROMPTS = ["What is the capital of France?", "Name three colors.", "Write a haiku about the sea.",
            "What is 2 + 2?", "Give me a word that rhymes with cat.", "Describe a dog in one sentence.",
            "What is the opposite of hot?", "List two fruits."]
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rss_mib(pid: int) -> float:
