@@ -18,16 +18,31 @@ from skippy.engine.scheduling.prefix import EXACT_TAIL
 from tests.support import SYSTEM_LONG, Server, ask, read_metrics
 
 QUESTIONS = ("Suggest a city to visit in Italy.", "Suggest a beach in Spain.")
+#: the prefix test's prompts: the same prompt twice, then one sharing its long prefix
+SYSTEM_PREFIX = {"role": "system", "content": SYSTEM_LONG + " (prefix test)"}
+SAME = [SYSTEM_PREFIX, {"role": "user", "content": QUESTIONS[0]}]
+OTHER = [SYSTEM_PREFIX, {"role": "user", "content": QUESTIONS[1]}]
+
+
+# flash attention off: there the engine prefills a cached prompt's last two tokens again, so a cached
+# answer equals a cold one (with flash attention it can part at a near-tie, README, Prefix cache)
+KV_ARGS = ["--parallel", "4", "--n-ctx", "2048", "--flash-attn", "off"]
 
 
 @pytest.fixture(scope="module", params=["per-sequence", "unified"])
 def kv_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
-    # flash attention off: there the engine prefills a cached prompt's last two tokens again, so a cached
-    # answer equals a cold one (with flash attention it can part at a near-tie, README, Prefix cache)
     extra = ["--kv-unified"] if request.param == "unified" else []
-    with Server(["--parallel", "4", "--n-ctx", "2048", "--flash-attn", "off", *extra],
-                tmp_path_factory.mktemp(f"kv-{request.param}") / "server.log") as srv:
+    with Server([*KV_ARGS, *extra], tmp_path_factory.mktemp(f"kv-{request.param}") / "server.log") as srv:
         yield srv
+
+
+@pytest.fixture(scope="module")
+def per_sequence_cold_reply(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The unified arm's reference: the greedy reply to :data:`SAME` of a cold prefill (cache_prompt false)
+    on a server of its own with one KV stream per sequence (the per-sequence arm checks its replies equal
+    such a cold run), so the unified arm runs alone too (``-k unified``)."""
+    with Server(KV_ARGS, tmp_path_factory.mktemp("kv-reference") / "server.log") as srv:
+        return _content(ask(srv.base_url, SAME, 24, cache_prompt=False))
 
 
 def _content(reply: dict) -> str:
@@ -38,10 +53,7 @@ def _cached(reply: dict) -> int:
     return reply["usage"]["prompt_tokens_details"]["cached_tokens"]
 
 
-_PER_SEQUENCE_REPLIES: dict[str, str] = {}
-
-
-def test_prefix_reuse_greedy_output_equals_a_cold_run(kv_server: Server) -> None:
+def test_prefix_reuse_greedy_output_equals_a_cold_run(kv_server: Server, request: pytest.FixtureRequest) -> None:
     """The same prompt twice, then a prompt sharing its long prefix, on a fresh server.
 
     The first request leaves its prompt resident in slot 0 and the others find free slots. With one
@@ -54,19 +66,17 @@ def test_prefix_reuse_greedy_output_equals_a_cold_run(kv_server: Server) -> None
     (measured: the same prompt prefilled into other cells moved the logits by up to 0.54, and a
     cold rerun after other requests diverged after 15 tokens), so a cold rerun there is not a
     reference; the unified server, fresh and given the same requests, must reply to the same prompt
-    twice exactly as the per-sequence one did (and so as its cold runs). The prompt that shares only
+    twice exactly as a cold run with one stream per sequence does (``per_sequence_cold_reply``, on a
+    server of its own, so that this arm needs no other to have run). The prompt that shares only
     the prefix gets its suffix prefilled into other cells of the shared buffer than the per-sequence
     stream's, and with flash attention off that tips a near-tie in its answer; it is checked for
     its cache hit only.
     """
     props = httpx.get(kv_server.base_url + "/props").json()
     unified = props["kv_cache"]["unified"]
-    system = {"role": "system", "content": SYSTEM_LONG + " (prefix test)"}
-    same = [system, {"role": "user", "content": QUESTIONS[0]}]
-    other = [system, {"role": "user", "content": QUESTIONS[1]}]
-    replies = {"first": ask(kv_server.base_url, same, 24),
-               "again": ask(kv_server.base_url, same, 24),  # the same prompt twice
-               "shared": ask(kv_server.base_url, other, 24)}  # a prompt sharing the long prefix
+    replies = {"first": ask(kv_server.base_url, SAME, 24),
+               "again": ask(kv_server.base_url, SAME, 24),  # the same prompt twice
+               "shared": ask(kv_server.base_url, OTHER, 24)}  # a prompt sharing the long prefix
     first = replies["first"]
     assert _cached(first) == 0
     assert _cached(replies["again"]) == first["usage"]["prompt_tokens"] - EXACT_TAIL  # flash attention off
@@ -79,16 +89,13 @@ def test_prefix_reuse_greedy_output_equals_a_cold_run(kv_server: Server) -> None
     assert tokens >= (3 if unified else 1) * 300
     assert metrics["skippy:kv_cache_used_bytes"] == pytest.approx(tokens * props["kv_cache"]["bytes_per_token"])
     if not unified:
-        for msgs, name in ((same, "first"), (same, "again"), (other, "shared")):
+        for msgs, name in ((SAME, "first"), (SAME, "again"), (OTHER, "shared")):
             cold = ask(kv_server.base_url, msgs, 24, cache_prompt=False)
             assert _cached(cold) == 0
             assert _content(replies[name]) == _content(cold), name
-            _PER_SEQUENCE_REPLIES[name] = _content(replies[name])
-    elif not _PER_SEQUENCE_REPLIES:
-        pytest.skip("the per-sequence arm did not run first")
     else:
-        same_prompt = ("first", "again")
-        assert {k: _content(replies[k]) for k in same_prompt} == {k: _PER_SEQUENCE_REPLIES[k] for k in same_prompt}
+        reference = request.getfixturevalue("per_sequence_cold_reply")
+        assert {k: _content(replies[k]) for k in ("first", "again")} == {"first": reference, "again": reference}
 
 
 @pytest.fixture(scope="module")
