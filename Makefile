@@ -11,6 +11,8 @@
 #   make test    lint-imports (architecture contracts), ruff check, the documentation build
 #                (mkdocs build --strict: broken links fail), then the test suite
 #                (PYTEST_ARGS="-k foo" to pass flags to pytest)
+#   make test-fast  the unit tests without the slow ones (those loading the real model; `-m "not slow"`):
+#                a check before pushing, under a minute; not a substitute for make test
 #   make lint    lint-imports and ruff check only
 #   make docs    serve the documentation site (mkdocs.yml, docs/) on http://127.0.0.1:8000, rebuilt on edits
 #   make docs-build  build it into site/ with mkdocs build --strict (what make test runs)
@@ -90,7 +92,7 @@ define install
 	@touch $(2)
 endef
 
-.PHONY: venv venv-bench pull pull-default run lint docs docs-build test bench bench-burst bench-peer bench-embeddings bench-scaleout
+.PHONY: venv venv-bench pull pull-default run lint docs docs-build test test-fast bench bench-burst bench-peer bench-embeddings bench-scaleout
 
 venv: $(STAMP_TEST)
 
@@ -131,6 +133,11 @@ test: lint docs-build pull
 	@$(BIN)/python -m pytest -q $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests (exit code 5)" >&2; fi; \
 	exit $$rc
+
+# tests/unit without the tests marked slow (pyproject.toml registers the markers; tests/conftest.py applies
+# integration and browser); a few fast unit tests read the default model's file.
+test-fast: venv pull-default
+	$(BIN)/python -m pytest -q tests/unit -m "not slow" $(PYTEST_ARGS)
 
 bench-peer: venv
 	bench/build_llama_server.sh $(BIN)/python

@@ -585,6 +585,7 @@ async def test_chat_loop_sends_the_set_parameters_and_system_message():
     assert "Unknown command '/nope'." in out.getvalue()
 
 
+@pytest.mark.slow
 def test_skippy_run_real_model_over_stdin(home):
     """``skippy run`` on the real model, driven through a pipe: two replies streamed, /bye ends it."""
     (home / "models").mkdir(parents=True)

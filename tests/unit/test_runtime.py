@@ -16,7 +16,9 @@ from skippy.engine.sampling.params import SamplingParams
 
 MODEL = os.path.expanduser("~/.cache/skippy/models/SmolLM2-135M-Instruct.Q4_1.gguf")
 
-pytestmark = pytest.mark.skipif(not os.path.exists(MODEL), reason="default model not downloaded (skippy pull)")
+# slow: the real model in llama.cpp (make test-fast leaves it out)
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not os.path.exists(MODEL), reason="default model not downloaded (skippy pull)")]
 
 GREEDY = SamplingParams(temperature=0.0)
 

@@ -405,6 +405,7 @@ def test_execute_samples_vector_rows_together_and_grammar_rows_alone():
 MODEL = __import__("os").path.expanduser("~/.cache/skippy/models/SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not __import__("os").path.exists(MODEL), reason="default model not downloaded (skippy pull)")
 @pytest.mark.parametrize("kw", [{"temperature": 0.0}, {"temperature": 1.0, "seed": 3},
                                 {"temperature": 0.8, "seed": 4, "repeat_penalty": 1.2, "frequency_penalty": 0.4},
