@@ -273,16 +273,17 @@ def test_an_embeddings_batch_llama_cpp_cannot_split_is_a_clean_start_up_error(tm
         assert 512 < resp.json()["usage"]["prompt_tokens"] <= 768
 
 
-def test_the_readme_says_what_langchain_and_the_default_batch_do(base_url: str) -> None:
+def test_the_embeddings_guide_says_what_langchain_and_the_default_batch_do(base_url: str) -> None:
     # LangChain's OpenAIEmbeddings sends tiktoken (cl100k_base) ids: "hello world" is [15339, 1917], which this
-    # vocabulary reads as " autumn bir", embedded without an error; the README says so, with the client's fix,
-    # and names the default batch's input limit
+    # vocabulary reads as " autumn bir", embedded without an error; the embeddings guide (where users read about
+    # embeddings, linked from the README) says so, with the client's fix, and names the default batch's input limit
     text = httpx.post(base_url + "/detokenize", json={"tokens": [15339, 1917]}, timeout=30).json()["content"]
     assert text == " autumn bir"
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("### Embeddings"):readme.index("## Past one machine")]
-    assert '`" autumn bir"`' in section and "check_embedding_ctx_length=False" in section
-    assert "(512 by default" in section
+    root = Path(__file__).resolve().parents[2]
+    guide = (root / "docs" / "guides" / "embeddings.md").read_text(encoding="utf-8")
+    assert '`" autumn bir"`' in guide and "check_embedding_ctx_length=False" in guide
+    assert "(512 by default" in guide
+    assert "guides/embeddings.md" in (root / "README.md").read_text(encoding="utf-8")
 
 
 async def test_a_pooling_without_vectors_is_400_and_generation_still_works() -> None:
