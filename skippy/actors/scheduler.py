@@ -320,7 +320,7 @@ class DecodeScheduler(Actor[SchedulerMsg]):
         loop (False: every other task is blocked and the round's I/O poll woke none: nothing else is on
         its way), or :data:`ADMIT_SETTLE` passed (False).
 
-        A local condition in place of ``trio.testing.wait_all_tasks_blocked`` (a test helper, unbounded but
+        A local condition in place of trio's test helper ``wait_all_tasks_blocked`` (unbounded but
         for :data:`ADMIT_WAIT`): the size of each run batch is read by a :class:`_RunBatches` instrument
         installed for these few rounds only."""
         batches = _RunBatches()
