@@ -1,7 +1,7 @@
 """A griffe extension for the API reference (mkdocstrings): the docstrings' Sphinx markup as Markdown.
 
 skippy's docstrings are written for Sphinx too (CONTRIBUTING.md, Conventions): cross-reference roles
-such as ``:class:`~skippy.engine.output.wire.HookEvent``` and ``::`` before a literal block. mkdocstrings
+such as ``:class:`~skippy.engine.protocols.openai.wire.HookEvent``` and ``::`` before a literal block. mkdocstrings
 reads Markdown, where a role would show as ``:class:`` text. This rewrites each role as inline code of
 the name (the last part with ``~``, as Sphinx shows it) and ``text::`` before an indented block as
 ``text:``; ````literal```` spans are already Markdown code. Loaded by ``mkdocs.yml`` (mkdocstrings'

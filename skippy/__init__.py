@@ -13,8 +13,9 @@ __all__ = ["ChatCompletionRequest", "CompletionRequest", "Engine", "EngineConfig
 __version__ = "0.1.0"
 
 _WHERE = {"Engine": "skippy.actors.engine", "open_engine": "skippy.actors.engine",
-          "EngineConfig": "skippy.engine.config", "ChatCompletionRequest": "skippy.engine.types",
-          "CompletionRequest": "skippy.engine.types", "Message": "skippy.engine.types"}
+          "EngineConfig": "skippy.engine.config", "ChatCompletionRequest": "skippy.engine.protocols.openai.types",
+          "CompletionRequest": "skippy.engine.protocols.openai.types",
+          "Message": "skippy.engine.protocols.openai.types"}
 
 
 def __getattr__(name: str) -> Any:

@@ -8,7 +8,7 @@ Usable from any trio program, without HTTP::
             ...
 
 Requests and replies are OpenAI shapes: msgspec request Structs in
-(:mod:`skippy.engine.types`), the :mod:`skippy.engine.output.wire` Structs out
+(:mod:`skippy.engine.protocols.openai.types`), the :mod:`skippy.engine.protocols.openai.wire` Structs out
 (they also read like dicts: ``reply["choices"][0]["message"]["content"]``).
 Errors are :class:`skippy.engine.errors.EngineError` subclasses.
 
@@ -18,7 +18,7 @@ choice (OpenAI ``n``, times the prompts of a list on ``/v1/completions``),
 submits their sequences together to the :class:`DecodeScheduler` (a full
 queue raises :class:`QueueFull` there, before any chunk), and then only moves
 each sequence's events from one shared channel into its Generation; the
-replies are built by :mod:`skippy.engine.output.responses`.
+replies are built by :mod:`skippy.engine.protocols.openai.translate`.
 
 The choices of one prompt are one prompt prefilled once: they are submitted
 together, the first prefills it, and the scheduler copies its KV
@@ -67,11 +67,26 @@ from skippy.engine.errors import (
 from skippy.engine.hooks.policy import Deny, Inject, Stop, load_policy_factory
 from skippy.engine.hooks.signals import FinishInfo, SignalConfig
 from skippy.engine.infill import ExtraChunk, Mixed, format_infill, require_fim
-from skippy.engine.output import wire
-from skippy.engine.output.embeddings import embedding_list, fit, split_input
+from skippy.engine.output.embeddings import fit, split_input
 from skippy.engine.output.generation import Done, Generation, GenerationError, Piece
-from skippy.engine.output.native import DEFAULT_SAMPLERS, NativeReply, generation_settings
-from skippy.engine.output.responses import ChatReply, Choices, InfillReply, TextReply, new_id
+from skippy.engine.protocols.llama_server import wire
+from skippy.engine.protocols.llama_server.translate import (
+    DEFAULT_SAMPLERS,
+    InfillReply,
+    NativeReply,
+    generation_settings,
+)
+from skippy.engine.protocols.llama_server.types import InfillRequest, NativeCompletionRequest
+from skippy.engine.protocols.openai import wire as openai_wire
+from skippy.engine.protocols.openai.translate import ChatReply, Choices, TextReply, embedding_list, new_id
+from skippy.engine.protocols.openai.types import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    Message,
+    SamplingFields,
+    prompt_items,
+)
 from skippy.engine.runtime.base import Runtime
 from skippy.engine.sampling.constraints import RequestConstraint, constraint_from_request
 from skippy.engine.sampling.native import apply_samplers, native_logit_bias, resolve_logit_bias, sampler_names
@@ -80,16 +95,6 @@ from skippy.engine.scheduling.budget import ReasoningBudget
 from skippy.engine.scheduling.events import EmbeddingsEvent, EmbedRequest, FinishEvent, HookEvent, SeqEvent
 from skippy.engine.scheduling.prefix import EXACT_TAIL, MIN_REUSE, MIN_TAIL, common_prefix_len
 from skippy.engine.scheduling.spec import requested_draft
-from skippy.engine.types import (
-    ChatCompletionRequest,
-    CompletionRequest,
-    EmbeddingRequest,
-    InfillRequest,
-    Message,
-    NativeCompletionRequest,
-    SamplingFields,
-    prompt_items,
-)
 
 
 @attrs.frozen
@@ -214,12 +219,12 @@ class Engine:
         raise ModelNotFound(f"model {model_id!r} is not served here (this server serves "
                             f"{', '.join(repr(n) for n in self.served_names)})", param="model")
 
-    async def chat(self, req: ChatCompletionRequest) -> wire.ChatCompletion:
+    async def chat(self, req: ChatCompletionRequest) -> openai_wire.ChatCompletion:
         """One OpenAI ``chat.completion`` for ``req`` (``req.stream`` is ignored); ``n`` choices."""
         gens, stream = await self._start_chat(req)
         return self._chat_choices(req, gens).completion(await _drain(stream))  # type: ignore[return-value]
 
-    async def chat_stream(self, req: ChatCompletionRequest) -> AsyncIterator[wire.ChatCompletionChunk]:
+    async def chat_stream(self, req: ChatCompletionRequest) -> AsyncIterator[openai_wire.ChatCompletionChunk]:
         """OpenAI ``chat.completion.chunk`` objects: role chunk, deltas, finish chunk, optional usage chunk.
 
         With ``n`` > 1 every choice's chunks carry its ``index`` and interleave as
@@ -232,13 +237,13 @@ class Engine:
                                                                   and req.stream_options.include_usage))
         return stream.rendered(choices.first_chunks(), choices.chunks)
 
-    async def completion(self, req: CompletionRequest) -> wire.TextCompletion:
+    async def completion(self, req: CompletionRequest) -> openai_wire.TextCompletion:
         """One OpenAI legacy ``text_completion`` for ``req``: ``n`` choices per prompt (a string, a list
         of strings, token ids or lists of token ids), ``choices[prompt_i * n + j]``."""
         texts, gens, stream = await self._start_completion(req)
         return self._text_choices(req, texts, gens).completion(await _drain(stream))  # type: ignore[return-value]
 
-    async def completion_stream(self, req: CompletionRequest) -> AsyncIterator[wire.TextCompletion]:
+    async def completion_stream(self, req: CompletionRequest) -> AsyncIterator[openai_wire.TextCompletion]:
         """OpenAI legacy ``text_completion`` chunks (the echoed prompt first with ``echo``), each choice's
         with its ``index``.
 
@@ -260,7 +265,7 @@ class Engine:
         gen, stream = await self._start_infill(req)
         return stream.rendered([], InfillReply(self.model_id, gen).chunks)
 
-    async def embeddings(self, req: EmbeddingRequest) -> wire.EmbeddingList:
+    async def embeddings(self, req: EmbeddingRequest) -> openai_wire.EmbeddingList:
         """OpenAI ``POST /v1/embeddings``: one L2-normalized vector per input, pooled on the embedding context.
 
         Strings are tokenized as llama-server does (the vocabulary's special tokens added and parsed);

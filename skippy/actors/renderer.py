@@ -19,7 +19,8 @@ import trio
 
 from skippy.actors.base import ThreadActor
 from skippy.engine.chat.prepare import PreparedTemplate, Rendered, render_chat
-from skippy.engine.types import ApplyTemplateRequest, ChatCompletionRequest, Message
+from skippy.engine.protocols.llama_server.types import ApplyTemplateRequest
+from skippy.engine.protocols.openai.types import ChatCompletionRequest, Message
 
 # ChatML, used when the GGUF carries no chat template and none is given.
 CHATML = (

@@ -1,4 +1,5 @@
-"""Errors the engine raises, each mapped to an OpenAI error envelope.
+"""Errors the engine raises, each mapped to an OpenAI error envelope (:meth:`ErrorEnvelope.of
+<skippy.engine.protocols.openai.wire.ErrorEnvelope.of>`).
 
 The HTTP layer turns any :class:`EngineError` into
 ``{"error": {"message", "type", "param", "code"}}`` with :attr:`status`.
@@ -7,8 +8,6 @@ the 4xx classes below.
 """
 
 from __future__ import annotations
-
-from skippy.engine.output.wire import ErrorBody, ErrorEnvelope
 
 
 class EngineError(Exception):
@@ -24,10 +23,6 @@ class EngineError(Exception):
         self.param = param
         if code is not None:
             self.code = code
-
-    def envelope(self) -> ErrorEnvelope:
-        """OpenAI error envelope: ``{"error": {"message", "type", "param", "code"}}``."""
-        return ErrorEnvelope(error=ErrorBody(message=self.message, type=self.type, param=self.param, code=self.code))
 
 
 class InvalidRequest(EngineError):

@@ -49,8 +49,8 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
 from skippy.actors.engine import TRACE
-from skippy.engine.anthropic.translate import error_for
 from skippy.engine.errors import EngineError
+from skippy.engine.protocols.anthropic.translate import error_for
 from skippy.http import cors, webui
 from skippy.http.context import (
     EXTENSION,
@@ -230,7 +230,7 @@ async def _log(response: Response) -> Response:
 
 async def _anthropic_errors(response: Response) -> Response:
     """On ``/v1/messages*`` an error answer becomes Anthropic's envelope ``{"type": "error", "error": {"type",
-    "message"}}`` with Anthropic's status (:func:`~skippy.engine.anthropic.translate.error_for`: 503 -> 529
+    "message"}}`` with Anthropic's status (:func:`~skippy.engine.protocols.anthropic.translate.error_for`: 503 -> 529
     ``overloaded_error``); every error on those paths, from the API key check to a body too large, goes
     through here. It runs before :func:`_log`, which so logs what the client got."""
     if response.status_code < 400 or not is_anthropic_path(request.path) or response.mimetype != "application/json":

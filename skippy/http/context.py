@@ -28,8 +28,8 @@ from quart import current_app, request
 from quart_trio.wrappers.request import TrioRequest
 
 from skippy.actors.engine import Engine, RequestTrace
-from skippy.engine.api.responses import ResponseStore
 from skippy.engine.errors import DeviceLost, EngineError, ModelLoading
+from skippy.engine.protocols.responses.store import ResponseStore
 from skippy.http.settings import ServerSettings
 
 if TYPE_CHECKING:

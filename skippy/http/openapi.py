@@ -2,8 +2,8 @@
 
 Generated with ``msgspec.json.schema_components`` from the same Structs the
 server uses: the request Structs the routes decode
-(:mod:`skippy.engine.types`) and the wire Structs the engine builds and the
-routes encode (:mod:`skippy.engine.output.wire`: OpenAI ``chat.completion``,
+(:mod:`skippy.engine.protocols.openai.types`) and the wire Structs the engine builds and the
+routes encode (:mod:`skippy.engine.protocols.openai.wire`: OpenAI ``chat.completion``,
 ``chat.completion.chunk``, ``text_completion``, llama-server ``/tokenize``...).
 A response field is ``required`` unless the server may leave it out.
 Every route may answer with an OpenAI error envelope (the ``default``
@@ -11,10 +11,10 @@ response). Streaming responses are ``text/event-stream``; each ``data``
 event is a ``ChatCompletionChunk`` / ``TextCompletion`` (see the
 components), an ``ErrorEnvelope``, or ``[DONE]``; ``/v1/responses``
 streams named events (``event: response.created``...) whose ``data`` is a
-``ResponseStreamEvent`` (:mod:`skippy.engine.api.responses`), with no
+``ResponseStreamEvent`` (:mod:`skippy.engine.protocols.responses.translate`), with no
 ``[DONE]``, and reports a late error as ``response.failed``.
 The Anthropic routes
-``/v1/messages*`` answer with :mod:`skippy.engine.anthropic.wire` Structs:
+``/v1/messages*`` answer with :mod:`skippy.engine.protocols.anthropic.wire` Structs:
 an ``AnthropicMessage``, stream events named by their ``type``, and
 ``AnthropicError`` envelopes.
 """
@@ -25,31 +25,30 @@ from typing import Any
 
 import msgspec
 
-from skippy.engine.anthropic import wire as anthropic_wire
-from skippy.engine.anthropic.types import CountTokensRequest, MessagesRequest
-from skippy.engine.api import responses as responses_api
 from skippy.engine.chat.prepare import ROLES
-from skippy.engine.output import wire
-from skippy.engine.output.wire import (
-    ErrorEnvelope,
-)
-from skippy.engine.types import (
+from skippy.engine.protocols.anthropic import wire as anthropic_wire
+from skippy.engine.protocols.anthropic.types import CountTokensRequest, MessagesRequest
+from skippy.engine.protocols.llama_server import wire as llama_wire
+from skippy.engine.protocols.llama_server.types import (
     ApplyTemplateRequest,
-    ChatCompletionRequest,
-    CompletionRequest,
     DetokenizeRequest,
-    EmbeddingRequest,
     NativeCompletionRequest,
     SlotActionRequest,
     TokenizeRequest,
 )
+from skippy.engine.protocols.openai import wire
+from skippy.engine.protocols.openai.types import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
+from skippy.engine.protocols.openai.wire import ErrorEnvelope
+from skippy.engine.protocols.responses import wire as responses_wire
+from skippy.engine.protocols.responses.types import ResponsesRequest
 from skippy.http.routes import ROUTES
 
 _REQUESTS = [ChatCompletionRequest, CompletionRequest, NativeCompletionRequest, TokenizeRequest, DetokenizeRequest,
-             ApplyTemplateRequest, SlotActionRequest, responses_api.ResponsesRequest,
+             ApplyTemplateRequest, SlotActionRequest, ResponsesRequest,
              EmbeddingRequest]
 _REQUESTS += [MessagesRequest, CountTokensRequest]  # Anthropic Messages
-_RESPONSES = list(wire.RESPONSES) + list(responses_api.RESPONSES) + list(anthropic_wire.RESPONSES)
+_RESPONSES = (list(wire.RESPONSES) + list(llama_wire.RESPONSES) + list(responses_wire.RESPONSES)
+              + list(anthropic_wire.RESPONSES))
 _REF = "#/components/schemas/{name}"
 
 
@@ -113,7 +112,7 @@ def _paths() -> dict[str, Any]:
 
 
 def _wire_structs() -> list[type[msgspec.Struct]]:
-    """Every wire Struct: :mod:`~skippy.engine.output.wire`'s and the other APIs' (subclasses anywhere)."""
+    """Every wire Struct: :mod:`~skippy.engine.protocols.openai.wire`'s and the other APIs' (subclasses anywhere)."""
     found, todo = [], list(wire.WireStruct.__subclasses__())
     while todo:
         t = todo.pop()

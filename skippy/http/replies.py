@@ -13,7 +13,7 @@ import msgspec
 from quart import Response
 
 from skippy.engine.errors import EngineError
-from skippy.engine.output.wire import ErrorBody, ErrorEnvelope
+from skippy.engine.protocols.openai.wire import ErrorBody, ErrorEnvelope
 
 _json = msgspec.json.Encoder()
 
@@ -33,7 +33,7 @@ def error_response(status: int, message: str, type_: str, code: str | None = Non
 def engine_error_response(exc: EngineError) -> Response:
     """``exc`` as its envelope and status; 429 and 503 add ``Retry-After`` (``exc.retry_after``, default 1 s)."""
     headers = {"Retry-After": str(getattr(exc, "retry_after", 1))} if exc.status in (429, 503) else None
-    return json_response(exc.envelope(), exc.status, headers)
+    return json_response(ErrorEnvelope.of(exc), exc.status, headers)
 
 
 def sse(obj: Any) -> bytes:

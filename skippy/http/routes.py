@@ -8,7 +8,7 @@ request body Struct, response Struct and content type. Public routes
 (``secured=False``) need no API key.
 
 Handlers are module-level and thin: decode the body into a msgspec Struct
-(:func:`~skippy.engine.types.decode_request`, 400 on bad input), call the
+(:func:`~skippy.engine.protocols.base.decode_request`, 400 on bad input), call the
 :class:`~skippy.actors.engine.Engine` within the request's deadline and the
 shutdown grace (:meth:`~skippy.http.context.Shared.guarded`), encode the
 result. App-wide state comes from :func:`~skippy.http.context.shared`, the
@@ -29,26 +29,31 @@ import attrs
 import trio
 from quart import Blueprint, Response, request
 
-from skippy.engine.anthropic import translate as anthropic
-from skippy.engine.anthropic import wire as anthropic_wire
-from skippy.engine.anthropic.types import CountTokensRequest, MessagesRequest
-from skippy.engine.api import responses as rapi
 from skippy.engine.errors import DeviceLost, EngineError, InvalidRequest, NotSupported
-from skippy.engine.output import wire
-from skippy.engine.types import (
+from skippy.engine.protocols.anthropic import translate as anthropic
+from skippy.engine.protocols.anthropic import wire as anthropic_wire
+from skippy.engine.protocols.anthropic.types import CountTokensRequest, MessagesRequest
+from skippy.engine.protocols.base import decode_request, unknown_fields
+from skippy.engine.protocols.llama_server import wire
+from skippy.engine.protocols.llama_server.types import (
     ApplyTemplateRequest,
-    ChatCompletionRequest,
-    CompletionRequest,
     DetokenizeRequest,
-    EmbeddingRequest,
     InfillRequest,
     NativeCompletionRequest,
-    SamplingFields,
     SlotActionRequest,
     TokenizeRequest,
-    decode_request,
-    unknown_fields,
 )
+from skippy.engine.protocols.openai import wire as openai_wire
+from skippy.engine.protocols.openai.types import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    SamplingFields,
+)
+from skippy.engine.protocols.openai.wire import ErrorEnvelope
+from skippy.engine.protocols.responses import translate as rapi
+from skippy.engine.protocols.responses import wire as rwire
+from skippy.engine.protocols.responses.types import ResponsesRequest
 from skippy.http.context import RequestContext, Shared, ShuttingDown, current, shared
 from skippy.http.logs import log_request
 from skippy.http.replies import (
@@ -94,7 +99,7 @@ class Route:
     secured: bool = True
     documented: bool = True
     shape: str = "one"
-    error: type = wire.ErrorEnvelope
+    error: type = openai_wire.ErrorEnvelope
 
     @property
     def path(self) -> str:
@@ -222,7 +227,7 @@ class SseFormat:
     The default is OpenAI's: ``data:`` events, ``: ping`` comments, ``data: [DONE]``."""
 
     event: Callable[[Any], bytes] = sse
-    error: Callable[[EngineError], bytes] = lambda exc: sse(exc.envelope())
+    error: Callable[[EngineError], bytes] = lambda exc: sse(ErrorEnvelope.of(exc))
     ping: bytes = SSE_PING
     done: bytes | None = SSE_DONE
 
@@ -366,7 +371,7 @@ async def infill() -> Response:
     return json_response(result)
 
 
-# -- /v1/responses: OpenAI Responses translated onto the chat path (skippy.engine.api.responses) ------
+# -- /v1/responses: OpenAI Responses translated onto the chat path (skippy.engine.protocols.responses.translate) ------
 
 async def _reasoning_tokens(eng: Any, text: str) -> int:
     """Tokens of the reasoning text (``usage.output_tokens_details.reasoning_tokens``)."""
@@ -382,16 +387,16 @@ class _ResponseStream:
     """
 
     def __init__(self, app: Shared, eng: Any, turn: rapi.Turn, events: rapi.ResponseEvents,
-                 chunks: AsyncIterator[wire.ChatCompletionChunk]) -> None:
+                 chunks: AsyncIterator[openai_wire.ChatCompletionChunk]) -> None:
         self.app, self.eng, self.turn, self.events, self.chunks = app, eng, turn, events, chunks
         self.pending = deque(events.start())
-        self.usage: wire.Usage | None = None
+        self.usage: openai_wire.Usage | None = None
         self.ended = False
 
     def __aiter__(self) -> _ResponseStream:
         return self
 
-    async def __anext__(self) -> rapi.ResponseStreamEvent:
+    async def __anext__(self) -> rwire.ResponseStreamEvent:
         while not self.pending:
             if self.ended:
                 raise StopAsyncIteration
@@ -412,13 +417,13 @@ class _ResponseStream:
         await self.chunks.aclose()  # type: ignore[attr-defined]
 
 
-def _response_event(event: rapi.ResponseStreamEvent) -> bytes:
+def _response_event(event: rwire.ResponseStreamEvent) -> bytes:
     return sse_event(event.type, event)
 
 
 async def responses_create() -> Response:
     app, ctx = shared(), current()
-    req = await _body(rapi.ResponsesRequest, ctx)
+    req = await _body(ResponsesRequest, ctx)
     previous = (app.responses.get(req.previous_response_id, param="previous_response_id")
                 if req.previous_response_id is not None else None)
     eng = await app.engine_for(req.model)
@@ -454,7 +459,7 @@ async def responses_get(response_id: str) -> Response:
 
 async def responses_delete(response_id: str) -> Response:
     shared().responses.delete(response_id)
-    return json_response(rapi.ResponseDeleted(id=response_id))
+    return json_response(rwire.ResponseDeleted(id=response_id))
 
 
 async def embeddings() -> Response:
@@ -465,9 +470,9 @@ async def embeddings() -> Response:
     return json_response(result)
 
 
-def _model(eng: Any, name: str) -> wire.Model:
+def _model(eng: Any, name: str) -> openai_wire.Model:
     meta = eng.meta
-    return wire.Model(id=name, created=eng.created, meta=wire.ModelDetails(
+    return openai_wire.Model(id=name, created=eng.created, meta=openai_wire.ModelDetails(
         n_ctx=meta.n_ctx_seq, n_ctx_train=meta.n_ctx_train, n_vocab=meta.n_vocab, parallel=meta.n_seq_max))
 
 
@@ -544,15 +549,15 @@ async def props_change() -> Response:
     return json_response({"success": True})
 
 
-def _pool_model(pool: Any, model_id: str, name: str) -> wire.Model:
+def _pool_model(pool: Any, model_id: str, name: str) -> openai_wire.Model:
     """A ``/v1/models`` entry of a model of several: its ``state`` and llama-server router mode's ``status``;
     ``meta`` while it is loaded."""
     state = pool.state(model_id)
     eng = pool.engine(model_id)
-    entry = _model(eng, name) if eng is not None else wire.Model(id=name, created=pool.created(model_id))
+    entry = _model(eng, name) if eng is not None else openai_wire.Model(id=name, created=pool.created(model_id))
     error = pool.error(model_id)
     entry.state = state
-    entry.status = wire.ModelStatus(value="unloaded" if state == "failed" else state,
+    entry.status = openai_wire.ModelStatus(value="unloaded" if state == "failed" else state,
                                     failed=True if error else wire.UNSET, error=error or wire.UNSET)
     return entry
 
@@ -572,10 +577,10 @@ async def models() -> Response:
     app = shared()
     pool = _several(app)
     if pool is not None:
-        return json_response(wire.ModelList(data=[_pool_model(pool, i, name) for i in pool.ids()
+        return json_response(openai_wire.ModelList(data=[_pool_model(pool, i, name) for i in pool.ids()
                                                   for name in pool.model(i).listed]))
     eng = app.engine()
-    return json_response(wire.ModelList(data=[_model(eng, name) for name in eng.served_names]))
+    return json_response(openai_wire.ModelList(data=[_model(eng, name) for name in eng.served_names]))
 
 
 async def model(model_id: str) -> Response:
@@ -685,7 +690,7 @@ async def metrics() -> Response:
                     headers={"Content-Type": CONTENT_TYPE_LATEST, "Process-Start-Time-Unix": str(int(started))})
 
 
-# -- Anthropic Messages: a translation onto the chat path (skippy.engine.anthropic) ---------------------
+# -- Anthropic Messages: a translation onto the chat path (skippy.engine.protocols.anthropic) ---------------------
 
 #: the paths whose answers, errors included, are in Anthropic's shapes
 ANTHROPIC_PATH = "/v1/messages"
@@ -710,7 +715,7 @@ ANTHROPIC_SSE = SseFormat(
 
 
 class _MessageEvents:
-    """A chat chunk stream as Anthropic events (:class:`~skippy.engine.anthropic.translate.MessageStream`).
+    """A chat chunk stream as Anthropic events (:class:`~skippy.engine.protocols.anthropic.translate.MessageStream`).
 
     Waiting for the next event may be cancelled (the ping timer of :func:`_stream`) without losing one:
     events are queued, and only the wait for the next chunk is cancelled (it waits on a memory channel).
@@ -782,30 +787,30 @@ async def count_tokens() -> Response:
 
 ROUTES: tuple[Route, ...] = (
     Route(("/v1/chat/completions", "/chat/completions"), "POST", chat_completions,
-          "OpenAI Chat Completions (SSE when stream is true)", ChatCompletionRequest, wire.ChatCompletion,
-          sse=wire.ChatCompletionChunk),
+          "OpenAI Chat Completions (SSE when stream is true)", ChatCompletionRequest, openai_wire.ChatCompletion,
+          sse=openai_wire.ChatCompletionChunk),
     Route(("/v1/chat/completions/input_tokens", "/chat/completions/input_tokens"), "POST", input_tokens,
           "llama-server token counting: the prompt tokens a chat request would use", ChatCompletionRequest,
           wire.InputTokens),
     Route(("/v1/completions",), "POST", completions,
-          "OpenAI legacy Completions (SSE when stream is true)", CompletionRequest, wire.TextCompletion,
-          sse=wire.TextCompletion),
+          "OpenAI legacy Completions (SSE when stream is true)", CompletionRequest, openai_wire.TextCompletion,
+          sse=openai_wire.TextCompletion),
     Route(("/v1/responses", "/responses"), "POST", responses_create,
           "OpenAI Responses, translated onto the chat path (SSE events when stream is true; stored by default)",
-          rapi.ResponsesRequest, rapi.ResponseObject, sse=rapi.ResponseStreamEvent),
+          ResponsesRequest, rwire.ResponseObject, sse=rwire.ResponseStreamEvent),
     Route(("/v1/responses/<response_id>", "/responses/<response_id>"), "GET", responses_get,
           "A stored response (404 when it was not stored, was deleted or was evicted)",
-          response=rapi.ResponseObject),
+          response=rwire.ResponseObject),
     Route(("/v1/responses/<response_id>", "/responses/<response_id>"), "DELETE", responses_delete,
-          "Forget a stored response (404 when there is none)", response=rapi.ResponseDeleted),
+          "Forget a stored response (404 when there is none)", response=rwire.ResponseDeleted),
     Route(("/infill",), "POST", infill, "llama-server /infill: fill-in-the-middle with the model's FIM tokens "
           "(SSE when stream is true)", InfillRequest, wire.Infill, sse=wire.Infill),
     Route(("/v1/embeddings",), "POST", embeddings, "OpenAI Embeddings: L2-normalized vectors from the embedding "
-          "context (501 unless the server runs with --embeddings)", EmbeddingRequest, wire.EmbeddingList),
+          "context (501 unless the server runs with --embeddings)", EmbeddingRequest, openai_wire.EmbeddingList),
     Route(("/v1/models", "/models"), "GET", models, "The served model under each of its names (--alias)",
-          response=wire.ModelList),
+          response=openai_wire.ModelList),
     Route(("/v1/models/<path:model_id>", "/models/<path:model_id>"), "GET", model,
-          "One served model by name (404 model_not_found for another)", response=wire.Model),
+          "One served model by name (404 model_not_found for another)", response=openai_wire.Model),
     Route(("/completion", "/completions"), "POST", completion_native,
           "llama-server native completion (a list for several prompts; SSE without [DONE] when stream is true)",
           NativeCompletionRequest, wire.NativeCompletion, sse=wire.NativeCompletion, shape="one-or-list"),

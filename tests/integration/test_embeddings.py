@@ -21,7 +21,7 @@ import trio
 import skippy
 from skippy import EngineConfig
 from skippy.engine.errors import InvalidRequest, NotSupported
-from skippy.engine.types import ChatCompletionRequest, EmbeddingRequest, Message
+from skippy.engine.protocols.openai.types import ChatCompletionRequest, EmbeddingRequest, Message
 from skippy.models import ensure_model
 from tests.sse import DONE, iter_sse
 from tests.support import Server, check, json_schema

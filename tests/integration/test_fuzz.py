@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from skippy.engine.types import ChatCompletionRequest
+from skippy.engine.protocols.openai.types import ChatCompletionRequest
 from tests.sse import DONE, iter_sse
 from tests.support import Server
 

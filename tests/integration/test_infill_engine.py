@@ -15,8 +15,8 @@ import trio
 import skippy
 from skippy import CompletionRequest, EngineConfig
 from skippy.engine.infill import ExtraChunk, format_infill
+from skippy.engine.protocols.llama_server.types import InfillExtra, InfillRequest
 from skippy.engine.runtime.base import FimTokens
-from skippy.engine.types import InfillExtra, InfillRequest
 from skippy.models import ensure_model
 
 FIM = FimTokens(pre=6, suf=7, mid=8)  # <filename>, <gh_stars>, <issue_start>: control tokens of SmolLM2

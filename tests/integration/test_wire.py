@@ -1,7 +1,7 @@
 """Real responses of the real server validate against the schema it serves at /openapi.json.
 
 The schema comes from the same msgspec Structs the engine builds its replies
-with (skippy.engine.output.wire); every field that is always sent is
+with (skippy.engine.protocols.openai.wire); every field that is always sent is
 ``required`` and no object admits unknown fields, so a Struct that drifts
 from what the routes really send fails here.
 """

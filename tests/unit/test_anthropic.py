@@ -7,17 +7,18 @@ import json
 import msgspec
 import pytest
 
-from skippy.engine.anthropic import translate as tr
-from skippy.engine.anthropic import wire as aw
-from skippy.engine.anthropic.types import CountTokensRequest, MessagesRequest
 from skippy.engine.chat.formats.emulated import EmulatedToolParser
 from skippy.engine.errors import InvalidRequest
-from skippy.engine.output import wire
 from skippy.engine.output.generation import Done, Generation, Piece
-from skippy.engine.output.responses import ChatReply
+from skippy.engine.protocols.anthropic import translate as tr
+from skippy.engine.protocols.anthropic import wire as aw
+from skippy.engine.protocols.anthropic.types import CountTokensRequest, MessagesRequest
+from skippy.engine.protocols.base import decode_request
+from skippy.engine.protocols.openai import wire
+from skippy.engine.protocols.openai.translate import ChatReply
+from skippy.engine.protocols.openai.types import message_dicts
 from skippy.engine.sampling.params import SamplingParams
 from skippy.engine.scheduling.events import FinishEvent, TokenEvent
-from skippy.engine.types import decode_request, message_dicts
 
 WEATHER = {"name": "get_weather", "description": "Current weather in a city",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}

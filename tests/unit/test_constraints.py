@@ -7,8 +7,9 @@ import json
 import pytest
 
 from skippy.engine.errors import InvalidRequest
+from skippy.engine.protocols.base import decode_request
+from skippy.engine.protocols.openai.types import ChatCompletionRequest, CompletionRequest, Message
 from skippy.engine.sampling.constraints import JSON_WHITESPACE, constraint_from_request
-from skippy.engine.types import ChatCompletionRequest, CompletionRequest, Message, decode_request
 
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 1}}, "required": ["a"]}
 

@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 
 from skippy.engine.errors import InvalidRequest
-from skippy.engine.output.embeddings import MAX_INPUTS, embedding_list, fit, normalize, split_input
-from skippy.engine.types import EmbeddingRequest, decode_request
+from skippy.engine.output.embeddings import MAX_INPUTS, fit, normalize, split_input
+from skippy.engine.protocols.base import decode_request
+from skippy.engine.protocols.openai.translate import embedding_list
+from skippy.engine.protocols.openai.types import EmbeddingRequest
 
 
 @pytest.mark.parametrize(("raw", "items"), [

@@ -12,7 +12,7 @@ from skippy.engine.chat.formats.base import ContentParser
 from skippy.engine.chat.formats.emulated import EmulatedToolParser
 from skippy.engine.errors import EngineClosed
 from skippy.engine.output.generation import Done, Generation, GenerationError, Piece
-from skippy.engine.output.responses import ChatReply, Choices, TextReply
+from skippy.engine.protocols.openai.translate import ChatReply, Choices, TextReply
 from skippy.engine.sampling.params import SamplingParams
 from skippy.engine.scheduling.events import FinishEvent, HookEvent, PromptLogprobs, TokenEvent, TopLogprob
 

@@ -8,7 +8,7 @@ import sys
 
 ENGINE_MODULES = ["skippy.engine.config", "skippy.engine.scheduling.core", "skippy.engine.scheduling.decode",
                   "skippy.engine.output.generation",
-                  "skippy.engine.output.wire", "skippy.engine.chat.prepare", "skippy.engine.hooks",
+                  "skippy.engine.protocols.openai.wire", "skippy.engine.chat.prepare", "skippy.engine.hooks",
                   "skippy.engine.runtime.base", "skippy.engine.sampling.grammar"]
 
 

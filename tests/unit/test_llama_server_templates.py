@@ -12,7 +12,7 @@ from skippy.engine.chat.builtin import BUILTIN_TEMPLATES, builtin_template
 from skippy.engine.chat.prepare import PreparedTemplate, render_chat
 from skippy.engine.chat.templates import ChatTemplate
 from skippy.engine.errors import InvalidRequest
-from skippy.engine.types import ChatCompletionRequest, Message
+from skippy.engine.protocols.openai.types import ChatCompletionRequest, Message
 from tests.paths import CHAT_TEMPLATES
 
 USER = [Message("user", "What is today?")]

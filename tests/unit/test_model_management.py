@@ -453,8 +453,7 @@ class RecordingEngine:
         self.requests = []
 
     async def chat_stream(self, req):
-        from skippy.engine.output import wire
-
+        from skippy.engine.protocols.openai import wire
         self.requests.append(req)
         n = len(self.requests)
 
@@ -495,8 +494,7 @@ class StoppableEngine(RecordingEngine):
     async def chat_stream(self, req):
         import trio
 
-        from skippy.engine.output import wire
-
+        from skippy.engine.protocols.openai import wire
         if self.requests:
             return await super().chat_stream(req)
         self.requests.append(req)

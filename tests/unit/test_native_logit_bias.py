@@ -8,10 +8,12 @@ import msgspec
 import pytest
 
 from skippy.engine.errors import InvalidRequest
-from skippy.engine.output.native import generation_settings
+from skippy.engine.protocols.base import decode_request
+from skippy.engine.protocols.llama_server.translate import generation_settings
+from skippy.engine.protocols.llama_server.types import NativeCompletionRequest
+from skippy.engine.protocols.openai.types import ChatCompletionRequest, CompletionRequest
 from skippy.engine.sampling.native import native_logit_bias, resolve_logit_bias
 from skippy.engine.sampling.params import SamplingParams, sampling_from_request
-from skippy.engine.types import ChatCompletionRequest, CompletionRequest, NativeCompletionRequest, decode_request
 
 INF = math.inf
 TOKENS = {"Hello": [9906], " world": [1917], "aa": [64, 64]}  # a text's tokenization (a fake vocabulary)

@@ -7,7 +7,7 @@ import pytest
 from skippy.engine.chat.formats.emulated import EmulatedToolParser
 from skippy.engine.chat.prepare import PreparedTemplate, make_output_parser, render_chat
 from skippy.engine.errors import InvalidRequest
-from skippy.engine.types import ChatCompletionRequest, Message
+from skippy.engine.protocols.openai.types import ChatCompletionRequest, Message
 from tests.paths import CHAT_TEMPLATES
 
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

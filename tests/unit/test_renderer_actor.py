@@ -9,7 +9,7 @@ import trio
 
 from skippy.actors.renderer import CHATML, INLINE_MESSAGES, TemplateRenderer
 from skippy.engine.chat.prepare import PreparedTemplate
-from skippy.engine.types import ChatCompletionRequest
+from skippy.engine.protocols.openai.types import ChatCompletionRequest
 
 
 async def test_a_small_chat_renders_inline_and_a_large_one_or_its_own_template_in_a_worker_thread() -> None:

@@ -14,9 +14,12 @@ from openai import omit
 from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import Response, ResponseStreamEvent
 
-from skippy.engine.api import responses as rapi
 from skippy.engine.errors import EngineError, InvalidRequest, QueueFull
-from skippy.engine.output import wire
+from skippy.engine.protocols.openai import wire
+from skippy.engine.protocols.responses import translate as rapi
+from skippy.engine.protocols.responses.store import ResponseNotFound, ResponseStore, StoredResponse
+from skippy.engine.protocols.responses.types import ResponsesRequest
+from skippy.engine.protocols.responses.wire import ResponseObject
 
 EVENT = pydantic.TypeAdapter(ResponseStreamEvent)
 DEEP: list = []
@@ -26,11 +29,11 @@ WEATHER = {"type": "function", "name": "get_weather", "description": "Weather of
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
 
 
-def request(**fields) -> rapi.ResponsesRequest:
-    return msgspec.convert(fields, rapi.ResponsesRequest)
+def request(**fields) -> ResponsesRequest:
+    return msgspec.convert(fields, ResponsesRequest)
 
 
-def turn(previous: rapi.StoredResponse | None = None, **fields) -> rapi.Turn:
+def turn(previous: StoredResponse | None = None, **fields) -> rapi.Turn:
     return rapi.prepare(request(**fields), previous, model="m", response_id="resp_1", created_at=1)
 
 
@@ -174,7 +177,7 @@ def completion(content: str | None = "", *, calls=(), reasoning: str = "", finis
                                usage=usage, timings=wire.Timings.of(prompt, 1.0, n, 1.0))
 
 
-def sdk_response(obj: rapi.ResponseObject) -> Response:
+def sdk_response(obj: ResponseObject) -> Response:
     return Response.model_validate(msgspec.to_builtins(obj), strict=False)
 
 
@@ -328,26 +331,26 @@ def test_nothing_generated_still_gives_one_empty_message_and_failed_is_an_event(
 
 # -- the store ----------------------------------------------------------------------------------------
 
-def stored(rid: str) -> rapi.StoredResponse:
+def stored(rid: str) -> StoredResponse:
     t = rapi.prepare(request(input="x"), None, model="m", response_id=rid)
     return t.stored(t.from_chat(completion("y")))
 
 
 def test_store_is_a_bounded_lru() -> None:
-    store = rapi.ResponseStore(2)
+    store = ResponseStore(2)
     for rid in ("a", "b"):
         store.put(stored(rid))
     store.get("a")  # now the most recently used
     store.put(stored("c"))
     assert len(store) == 2 and store.get("a").response.id == "a" and store.get("c")
-    with pytest.raises(rapi.ResponseNotFound) as info:
+    with pytest.raises(ResponseNotFound) as info:
         store.get("b", param="previous_response_id")
     assert info.value.status == 404 and info.value.param == "previous_response_id"
     store.delete("a")
-    with pytest.raises(rapi.ResponseNotFound):
+    with pytest.raises(ResponseNotFound):
         store.delete("a")
-    off = rapi.ResponseStore(0)
+    off = ResponseStore(0)
     off.put(stored("z"))
     assert len(off) == 0
     with pytest.raises(ValueError):
-        rapi.ResponseStore(-1)
+        ResponseStore(-1)

@@ -471,8 +471,8 @@ CHAT_2_2 = "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
 
 
 def constraint(**fields):
+    from skippy.engine.protocols.openai.types import CompletionRequest
     from skippy.engine.sampling.constraints import constraint_from_request
-    from skippy.engine.types import CompletionRequest
 
     return constraint_from_request(CompletionRequest(prompt="x", **fields)).constraint
 

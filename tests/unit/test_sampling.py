@@ -3,8 +3,9 @@
 import pytest
 
 from skippy.engine.errors import InvalidRequest
+from skippy.engine.protocols.openai.types import ChatCompletionRequest, Message
+from skippy.engine.protocols.openai.wire import ErrorEnvelope
 from skippy.engine.sampling.params import MAX_TOP_LOGPROBS, SamplingParams, sampling_from_request
-from skippy.engine.types import ChatCompletionRequest, Message
 
 N_VOCAB = 49152
 
@@ -22,8 +23,8 @@ def invalid(param: str, **kw) -> InvalidRequest:
         params(**kw)
     assert ei.value.param == param
     assert ei.value.status == 400
-    assert ei.value.envelope()["error"]["param"] == param
-    assert ei.value.envelope()["error"]["type"] == "invalid_request_error"
+    assert ErrorEnvelope.of(ei.value)["error"]["param"] == param
+    assert ErrorEnvelope.of(ei.value)["error"]["type"] == "invalid_request_error"
     return ei.value
 
 

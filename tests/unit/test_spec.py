@@ -274,8 +274,9 @@ def test_the_request_body_field_and_timings_draft_counts():
     import msgspec
 
     from skippy.engine.output.generation import Generation
+    from skippy.engine.protocols.base import decode_request
+    from skippy.engine.protocols.openai.types import ChatCompletionRequest
     from skippy.engine.scheduling.events import FinishEvent
-    from skippy.engine.types import ChatCompletionRequest, decode_request
 
     body = b'{"messages": [{"role": "user", "content": "x"}], "speculative": %s}'
     assert [decode_request(body % v, ChatCompletionRequest).speculative for v in (b"true", b"4", b"false")] == [

@@ -7,6 +7,7 @@ import pytest
 
 from skippy.engine.chat.templates import ChatTemplate, TemplateError
 from skippy.engine.errors import InvalidRequest
+from skippy.engine.protocols.openai.wire import ErrorEnvelope
 from tests.paths import CHAT_TEMPLATES
 
 FIXTURES = CHAT_TEMPLATES
@@ -23,8 +24,8 @@ def template_error(src: str, messages=USER, **kw) -> TemplateError:
     err = ei.value
     assert isinstance(err, InvalidRequest)
     assert err.status == 400
-    assert err.envelope()["error"]["type"] == "invalid_request_error"
-    assert err.envelope()["error"]["code"] == "template_error"
+    assert ErrorEnvelope.of(err)["error"]["type"] == "invalid_request_error"
+    assert ErrorEnvelope.of(err)["error"]["code"] == "template_error"
     return err
 
 

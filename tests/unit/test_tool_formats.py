@@ -18,8 +18,8 @@ import pytest
 
 from skippy.engine.chat.formats import SYNTAXES
 from skippy.engine.chat.prepare import PreparedTemplate, make_output_parser, render_chat
+from skippy.engine.protocols.openai.types import ChatCompletionRequest, Message
 from skippy.engine.sampling.grammar import native_tool_grammar
-from skippy.engine.types import ChatCompletionRequest, Message
 from tests.paths import CHAT_TEMPLATES
 from tests.support import check_invariant, compiles_in_llama_cpp, gbnf_matches
 

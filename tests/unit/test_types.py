@@ -5,15 +5,16 @@ import json
 import pytest
 
 from skippy.engine.errors import InvalidRequest
-from skippy.engine.types import (
+from skippy.engine.protocols.base import decode_request
+from skippy.engine.protocols.llama_server.types import TokenizeRequest
+from skippy.engine.protocols.openai.types import (
     ChatCompletionRequest,
     CompletionRequest,
     ContentPart,
     Message,
-    TokenizeRequest,
-    decode_request,
     message_dicts,
 )
+from skippy.engine.protocols.openai.wire import ErrorEnvelope
 
 
 def body(**kw) -> bytes:
@@ -26,7 +27,7 @@ def bad(data: bytes, type_=ChatCompletionRequest) -> InvalidRequest:
         decode_request(data, type_)
     err = ei.value
     assert err.status == 400
-    assert err.envelope()["error"]["type"] == "invalid_request_error"
+    assert ErrorEnvelope.of(err)["error"]["type"] == "invalid_request_error"
     return err
 
 
@@ -173,7 +174,7 @@ def test_tokenize_request():
 
 
 def test_nesting_counts_lists_and_objects() -> None:
-    from skippy.engine.types import nesting
+    from skippy.engine.protocols.base import nesting
 
     assert nesting("x") == 0 and nesting([]) == 1 and nesting({"a": [1, {"b": []}]}) == 4
     deep: list = []

@@ -23,9 +23,9 @@ from skippy.engine.chat.history import normalize_history
 from skippy.engine.chat.plan import ParsePlan
 from skippy.engine.chat.templates import ChatTemplate, TemplateError
 from skippy.engine.errors import InvalidRequest
+from skippy.engine.protocols.openai.types import ChatCompletionRequest, message_dicts
 from skippy.engine.sampling import grammar as grammars
 from skippy.engine.sampling.constraints import constraint_from_request
-from skippy.engine.types import ChatCompletionRequest, message_dicts
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 

@@ -10,13 +10,10 @@ of the little-endian float32 bytes (what the ``openai`` SDK asks for by default 
 
 from __future__ import annotations
 
-import base64
-
 import numpy as np
 
 from skippy.engine.errors import InvalidRequest
-from skippy.engine.output import wire
-from skippy.engine.types import prompt_items
+from skippy.engine.protocols.openai.types import prompt_items
 
 #: Most inputs in one request: OpenAI's limit ("Input ... must be ... an array of 2048 or fewer items").
 #: vLLM and llama-server set none; the body limit (--max-body-bytes) bounds them too.
@@ -61,15 +58,3 @@ def normalize(vectors: np.ndarray) -> np.ndarray:
     """Each row divided by its L2 norm (a zero row stays zero: llama.cpp ``common_embd_normalize``), float32."""
     norms = np.linalg.norm(vectors.astype(np.float64), axis=1, keepdims=True)
     return (vectors / np.where(norms > 0.0, norms, 1.0)).astype(np.float32)
-
-
-def embedding_list(vectors: np.ndarray, *, model: str, prompt_tokens: int, encoding_format: str) -> wire.EmbeddingList:
-    """The OpenAI reply for pooled ``vectors`` (float32, ``(n_inputs, n_embd)``, not normalized yet)."""
-    unit = normalize(vectors)
-    if encoding_format == "base64":
-        data = [wire.Embedding(index=i, embedding=base64.b64encode(row.astype("<f4").tobytes()).decode("ascii"))
-                for i, row in enumerate(unit)]
-    else:
-        data = [wire.Embedding(index=i, embedding=row.tolist()) for i, row in enumerate(unit)]
-    return wire.EmbeddingList(data=data, model=model,
-                              usage=wire.EmbeddingUsage(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens))

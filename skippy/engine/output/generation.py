@@ -16,7 +16,7 @@ parser, an early-stop rule), stop-string cancellation
 ``usage`` (with ``prompt_tokens_details.cached_tokens`` and skippy's
 ``injected_tokens``), llama-server ``timings``, logprob entries, and the
 hook :class:`FinishInfo` for ``on_finish``, and the hook decisions a request asked to see
-(``return_hook_events``: :class:`~skippy.engine.output.wire.HookEvent`).
+(``return_hook_events``: :class:`~skippy.engine.protocols.openai.wire.HookEvent`).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import attrs
 from skippy.engine.chat.formats.base import Delta, ParsedMessage, StreamParser
 from skippy.engine.errors import EngineClosed, EngineError
 from skippy.engine.hooks.signals import FinishInfo
-from skippy.engine.output import wire
 from skippy.engine.output.pipeline import EarlyStopRule, OutputPipeline
+from skippy.engine.protocols.openai import wire
 from skippy.engine.sampling.params import SamplingParams
 from skippy.engine.scheduling.budget import ReasoningBudget
 from skippy.engine.scheduling.events import (

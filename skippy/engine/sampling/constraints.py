@@ -35,7 +35,7 @@ from typing import Any
 import attrs
 
 from skippy.engine.errors import InvalidRequest
-from skippy.engine.types import ResponseFormat, SamplingFields, StructuredOutputs
+from skippy.engine.protocols.openai.types import ResponseFormat, SamplingFields, StructuredOutputs
 
 #: JSON whitespace llguidance allows between tokens: llama.cpp's json-schema-to-grammar
 #: ``space`` rule (nothing, one space, or one or two line breaks and up to 20 spaces or tabs

@@ -32,7 +32,8 @@ from typing import TypeVar
 import msgspec
 
 from skippy.engine.errors import InvalidRequest
-from skippy.engine.types import NativeLogitBias, SamplingFields
+from skippy.engine.protocols.llama_server.types import NativeLogitBias
+from skippy.engine.protocols.openai.types import SamplingFields
 
 T = TypeVar("T", bound=SamplingFields)
 

@@ -20,8 +20,8 @@ import random
 import attrs
 
 from skippy.engine.errors import InvalidRequest
+from skippy.engine.protocols.openai.types import SamplingFields
 from skippy.engine.sampling.constraints import Constraint
-from skippy.engine.types import SamplingFields
 
 #: llama.cpp's default DRY sequence breakers (common_params_sampling).
 DRY_SEQUENCE_BREAKERS = ("\n", ":", '"', "*")

@@ -1,7 +1,7 @@
 """Anthropic Messages <-> OpenAI chat, both ways, as pure functions (sans-IO).
 
 :func:`to_chat_request` turns a ``/v1/messages`` body into the
-:class:`~skippy.engine.types.ChatCompletionRequest` the engine serves, so a
+:class:`~skippy.engine.protocols.openai.types.ChatCompletionRequest` the engine serves, so a
 Messages request is rendered, constrained, parsed and scheduled exactly as a
 chat completion; :func:`to_message` turns the engine's ``chat.completion``
 into an Anthropic ``message``, and :class:`MessageStream` turns its
@@ -40,11 +40,11 @@ from typing import Any
 
 from partial_json_parser import loads as partial_json_loads
 
-from skippy.engine.anthropic import types as at
-from skippy.engine.anthropic import wire as aw
 from skippy.engine.errors import InvalidRequest
-from skippy.engine.output import wire
-from skippy.engine.types import (
+from skippy.engine.protocols.anthropic import types as at
+from skippy.engine.protocols.anthropic import wire as aw
+from skippy.engine.protocols.openai import wire
+from skippy.engine.protocols.openai.types import (
     ChatCompletionRequest,
     ContentPart,
     JsonSchemaFormat,

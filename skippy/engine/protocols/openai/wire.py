@@ -1,79 +1,50 @@
-"""The wire model: one msgspec Struct per JSON object the server sends.
+"""The OpenAI wire model: one msgspec Struct per JSON object the OpenAI routes send.
 
-The engine builds replies and stream chunks as these Structs, the HTTP layer
-encodes them with ``msgspec.json``, and ``/openapi.json`` describes them with
-``msgspec.json.schema_components`` (:mod:`skippy.http.openapi`), so the
-three cannot drift apart.
+The engine builds replies and stream chunks as these Structs
+(:mod:`skippy.engine.protocols.openai.translate`), the HTTP layer encodes them
+with ``msgspec.json``, and ``/openapi.json`` describes them with
+``msgspec.json.schema_components`` (:mod:`skippy.http.openapi`), so the three
+cannot drift apart.
 
-Shapes follow OpenAI ``chat.completion``, ``chat.completion.chunk`` and
-(legacy) ``text_completion``, the OpenAI error envelope and model list;
-``timings``, ``/health``, ``/tokenize``, ``/detokenize`` and
-``/apply-template`` follow llama-server. skippy extensions are named where
-they appear (``reasoning_content`` as llama-server and DeepSeek send it,
-``usage.injected_tokens``, ``entropy``/``margin`` on logprob entries, ``hook_events`` on
-chat choices).
+Shapes follow OpenAI ``chat.completion``, ``chat.completion.chunk``, (legacy)
+``text_completion``, ``embedding`` lists, the OpenAI error envelope and model list.
+skippy and llama-server extensions are named where they appear
+(``reasoning_content`` as llama-server and DeepSeek send it, llama-server's
+``timings``, ``usage.injected_tokens``, ``entropy``/``margin`` on logprob entries,
+``hook_events`` on chat choices).
 
-Encoding rules: a field that is ``None`` is sent as ``null`` (e.g.
-``logprobs: null``, a chunk's ``finish_reason: null``); a field whose value
-is :data:`msgspec.UNSET` is left out (e.g. ``usage`` on all chunks but the
-last, ``injected_tokens`` when hooks were off for the request). In the
-OpenAPI document every field that is never left out is ``required``.
-
-Every Struct also reads like the dict it encodes to (``reply["choices"][0]
-["message"]["content"]``, ``delta.get("content", "")``), as the engine's
-replies were plain dicts before.
+Encoding rules (:class:`~skippy.engine.protocols.base.WireStruct`): a field that
+is ``None`` is sent as ``null`` (e.g. ``logprobs: null``, a chunk's
+``finish_reason: null``); a field whose value is :data:`msgspec.UNSET` is left
+out (e.g. ``usage`` on all chunks but the last, ``injected_tokens`` when hooks
+were off for the request). In the OpenAPI document every field that is never
+left out is ``required``. Every Struct also reads like the dict it encodes to
+(``reply["choices"][0]["message"]["content"]``, ``delta.get("content", "")``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
-from msgspec import UNSET, UnsetType
+
+from skippy.engine.protocols.base import UNSET, UnsetType, WireStruct
+
+if TYPE_CHECKING:
+    from skippy.engine.errors import EngineError
 
 __all__ = [
-    "RESPONSES", "SYSTEM_FINGERPRINT", "UNSET", "ApplyTemplateResponse", "ChatChoice", "ChatChunkChoice",
-    "ChatCompletion", "ChatCompletionChunk", "ChatDelta", "ChatLogprobs", "ChatMessage", "ChatTokenLogprob",
-    "CompletionChoice", "CompletionLogprobs", "DetokenizeResponse", "Embedding", "EmbeddingList",
-    "EmbeddingUsage", "ErrorBody", "ErrorEnvelope", "FunctionCall",
-    "FunctionCallDelta", "GenerationSettings", "Health", "HookEvent", "HookWindow", "Infill", "InputTokens", "Model",
-    "ModelDetails", "ModelList", "NativeCompletion", "NativeTokenProb", "NativeTopProb", "PromptProgress",
-    "PromptTokensDetails", "Slot", "SlotErased", "SlotNextToken", "SlotRestored", "SlotSaved", "TextCompletion",
-    "Timings", "TokenPiece", "TokenizeResponse", "ToolCall", "ToolCallDelta", "TopLogprob", "Usage", "WireStruct",
+    "RESPONSES", "SYSTEM_FINGERPRINT", "UNSET", "ChatChoice", "ChatChunkChoice", "ChatCompletion",
+    "ChatCompletionChunk", "ChatDelta", "ChatLogprobs", "ChatMessage", "ChatTokenLogprob", "CompletionChoice",
+    "CompletionLogprobs", "Embedding", "EmbeddingList", "EmbeddingUsage", "ErrorBody", "ErrorEnvelope", "FunctionCall",
+    "FunctionCallDelta", "HookEvent", "HookWindow", "Model", "ModelDetails", "ModelList", "ModelStatus",
+    "PromptTokensDetails", "TextCompletion", "Timings", "ToolCall", "ToolCallDelta", "TopLogprob", "UnsetType",
+    "Usage", "WireStruct",
 ]
+
 
 #: OpenAI ``system_fingerprint`` of every reply.
 SYSTEM_FINGERPRINT = "skippy-trio"
-
-
-class WireStruct(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """Base of the wire Structs: fields encode in declaration order; read access like a dict.
-
-    ``s[key]`` is the field's value and raises ``KeyError`` for a field that is
-    left out of the JSON (:data:`msgspec.UNSET`) or does not exist; ``s.get(key,
-    default)``, ``key in s`` and ``len(s)`` follow. ``forbid_unknown_fields`` only makes the
-    OpenAPI schema say ``additionalProperties: false``.
-    """
-
-    def __getitem__(self, key: str) -> Any:
-        if key in self.__struct_fields__:
-            value = getattr(self, key)
-            if value is not UNSET:
-                return value
-        raise KeyError(key)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        try:
-            return self[key]
-        except KeyError:
-            return default
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and self.get(key, UNSET) is not UNSET
-
-    def __len__(self) -> int:
-        """How many keys the JSON object has (so an empty delta is falsy, like ``{}``)."""
-        return sum(1 for name in self.__struct_fields__ if getattr(self, name) is not UNSET)
 
 
 # -- errors ---------------------------------------------------------------------------------------
@@ -92,6 +63,11 @@ class ErrorEnvelope(WireStruct, kw_only=True):
     that failed after its headers were sent."""
 
     error: ErrorBody
+
+    @classmethod
+    def of(cls, exc: EngineError) -> ErrorEnvelope:
+        """The envelope of an engine error (its ``message``, ``type``, ``param`` and ``code``)."""
+        return cls(error=ErrorBody(message=exc.message, type=exc.type, param=exc.param, code=exc.code))
 
 
 # -- usage and timings ----------------------------------------------------------------------------
@@ -397,32 +373,6 @@ class TextCompletion(WireStruct, kw_only=True):
     timings: Timings | UnsetType = UNSET
 
 
-# -- llama-server /infill ----------------------------------------------------------------------------
-
-class Infill(WireStruct, kw_only=True):
-    """llama-server ``POST /infill`` reply (its ``/completion`` shape), and each SSE event of a streamed one.
-
-    Stream events carry the new ``content`` with ``stop: false``; the reply and
-    the last event have ``stop: true`` and the totals: ``stop_type`` (``eos``:
-    an end-of-generation token or a stop string, ``limit``: ``n_predict`` or the
-    context), ``tokens_predicted``, ``tokens_evaluated`` (the prompt),
-    ``tokens_cached`` (prompt tokens reused) and ``timings``.
-    """
-
-    index: int = 0
-    content: str
-    tokens: list[int] = msgspec.field(default_factory=list)
-    stop: bool
-    model: str | UnsetType = UNSET
-    stop_type: str | UnsetType = UNSET
-    stopping_word: str | UnsetType = UNSET
-    tokens_predicted: int | UnsetType = UNSET
-    tokens_evaluated: int | UnsetType = UNSET
-    tokens_cached: int | UnsetType = UNSET
-    truncated: bool | UnsetType = UNSET
-    timings: Timings | UnsetType = UNSET
-
-
 # -- models, health, llama-server utility routes ------------------------------------------------------
 
 class ModelDetails(WireStruct, kw_only=True):
@@ -464,220 +414,6 @@ class ModelList(WireStruct, kw_only=True):
     data: list[Model]
 
 
-class Health(WireStruct, kw_only=True):
-    """llama-server ``GET /health`` once the model is loaded: slot and queue counts."""
-
-    status: Literal["ok"] = "ok"
-    slots_idle: int
-    slots_processing: int
-    requests_waiting: int
-
-
-class TokenPiece(WireStruct, kw_only=True):
-    """llama-server ``/tokenize`` with ``with_pieces``: ``piece`` is text, or the raw bytes when they are
-    not valid UTF-8 on their own."""
-
-    id: int
-    piece: str | list[int]
-
-
-class TokenizeResponse(WireStruct, kw_only=True):
-    """llama-server ``POST /tokenize``: token ids, or :class:`TokenPiece` objects with ``with_pieces``."""
-
-    tokens: list[int | TokenPiece]
-
-
-class DetokenizeResponse(WireStruct, kw_only=True):
-    """llama-server ``POST /detokenize``."""
-
-    content: str
-
-
-class InputTokens(WireStruct, kw_only=True):
-    """llama-server ``POST /v1/chat/completions/input_tokens``: the prompt tokens a chat request would use."""
-
-    object: str = "response.input_tokens"
-    input_tokens: int
-
-
-class ApplyTemplateResponse(WireStruct, kw_only=True):
-    """llama-server ``POST /apply-template``: the rendered prompt text."""
-
-    prompt: str
-
-
-# -- llama-server native routes: /completion, /slots, /props ----------------------------------------
-
-class GenerationSettings(WireStruct, kw_only=True):
-    """llama-server ``generation_settings`` (of a ``/completion`` answer, a ``/slots`` entry's ``params``,
-    ``/props`` ``default_generation_settings.params``): the sampling parameters as they ran.
-
-    The samplers this server does not have are shown at the values that make them identity, which are
-    the only ones it runs (``dynatemp_range`` 0, ``typical_p`` 1, ``xtc_probability`` 0,
-    ``dry_multiplier`` 0, ``mirostat`` 0, ``top_n_sigma`` -1). ``n_predict`` -1: until the context is
-    full. ``samplers``: the chain in order. ``logit_bias``: ``[token id, bias]`` pairs, a banned token's
-    bias ``null`` (-inf, which JSON cannot write; llama-server writes it so too).
-    """
-
-    seed: int
-    temperature: float
-    dynatemp_range: float = 0.0
-    dynatemp_exponent: float = 1.0
-    top_k: int
-    top_p: float
-    min_p: float
-    top_n_sigma: float = -1.0
-    xtc_probability: float = 0.0
-    xtc_threshold: float = 0.1
-    typical_p: float = 1.0
-    repeat_last_n: int
-    repeat_penalty: float
-    presence_penalty: float
-    frequency_penalty: float
-    dry_multiplier: float = 0.0
-    dry_base: float = 1.75
-    dry_allowed_length: int = 2
-    dry_penalty_last_n: int = -1
-    mirostat: int = 0
-    mirostat_tau: float = 5.0
-    mirostat_eta: float = 0.1
-    stop: list[str] = msgspec.field(default_factory=list)
-    max_tokens: int
-    n_predict: int
-    n_keep: int = 0
-    n_discard: int = 0
-    ignore_eos: bool = False
-    stream: bool = False
-    logit_bias: list[list[float | None]] = msgspec.field(default_factory=list)
-    n_probs: int = 0
-    min_keep: int = 0
-    grammar: str = ""
-    samplers: list[str]
-    timings_per_token: bool = False
-
-
-class NativeTopProb(WireStruct, kw_only=True):
-    """One alternative of llama-server's ``completion_probabilities[].top_logprobs``."""
-
-    id: int
-    token: str
-    bytes: list[int]
-    logprob: float
-
-
-class NativeTokenProb(WireStruct, kw_only=True):
-    """llama-server ``completion_probabilities[]`` (``n_probs`` > 0): one generated token, its natural-log
-    probability and the ``n_probs`` most likely alternatives (from the raw logits)."""
-
-    id: int
-    token: str
-    bytes: list[int]
-    logprob: float
-    top_logprobs: list[NativeTopProb]
-
-
-class PromptProgress(WireStruct, kw_only=True):
-    """llama-server ``prompt_progress`` (``return_progress``): prompt tokens in all (``total``), reused from
-    the cache (``cache``), in the KV cache now (``processed``, cached ones included); ``time_ms`` since
-    the request was queued."""
-
-    total: int
-    cache: int
-    processed: int
-    time_ms: int
-
-
-class NativeCompletion(WireStruct, kw_only=True):
-    """llama-server's native ``/completion`` answer, and each SSE chunk of a streamed one.
-
-    A chunk (``stop: false``) carries the new ``content`` and its ``tokens`` (the id sampled for it, as
-    llama-server streams them, ``return_tokens`` or not; the answer has them only with ``return_tokens``);
-    ``timings`` with ``timings_per_token``; ``completion_probabilities`` with ``n_probs``; a
-    ``return_progress`` chunk carries ``prompt_progress`` and no content. The answer (and a stream's
-    last chunk, ``stop: true``) adds ``model``, ``generation_settings``, ``prompt``, ``stop_type``
-    (``eos``: an end-of-generation token, ``word``: a ``stop`` string, named in ``stopping_word``,
-    ``limit``: ``n_predict`` or the context), ``tokens_cached`` and ``timings``. ``id_slot`` is the slot
-    the request ran in (-1 on chunks, as llama-server).
-    """
-
-    index: int = 0
-    content: str
-    tokens: list[int] = msgspec.field(default_factory=list)
-    id_slot: int = -1
-    stop: bool
-    model: str | UnsetType = UNSET
-    tokens_predicted: int
-    tokens_evaluated: int
-    generation_settings: GenerationSettings | UnsetType = UNSET
-    prompt: str | UnsetType = UNSET
-    has_new_line: bool | UnsetType = UNSET
-    truncated: bool | UnsetType = UNSET
-    stop_type: Literal["eos", "word", "limit", "none"] | UnsetType = UNSET
-    stopping_word: str | UnsetType = UNSET
-    tokens_cached: int | UnsetType = UNSET
-    timings: Timings | UnsetType = UNSET
-    completion_probabilities: list[NativeTokenProb] | UnsetType = UNSET
-    prompt_progress: PromptProgress | UnsetType = UNSET
-
-
-class SlotNextToken(WireStruct, kw_only=True):
-    """llama-server ``/slots`` ``next_token[]``: ``n_remain`` tokens left to generate (-1: idle),
-    ``n_decoded`` generated so far."""
-
-    has_next_token: bool
-    has_new_line: bool = False
-    n_remain: int
-    n_decoded: int
-
-
-class Slot(WireStruct, kw_only=True):
-    """One slot of llama-server's ``GET /slots``.
-
-    ``id_task``: the request running in it (-1: idle); ``n_prompt_tokens`` its prompt,
-    ``n_prompt_tokens_cache`` of them reused; ``n_ctx`` the slot's context; ``params`` the running
-    request's sampling parameters (the defaults when idle); ``n_kv`` (skippy) tokens held in its KV
-    cache (a running sequence's, or an idle slot's prefix-cache entry).
-    """
-
-    id: int
-    n_ctx: int
-    speculative: bool = False
-    is_processing: bool
-    id_task: int
-    n_prompt_tokens: int
-    n_prompt_tokens_cache: int
-    n_kv: int
-    params: GenerationSettings
-    next_token: list[SlotNextToken]
-
-
-class SlotSaved(WireStruct, kw_only=True):
-    """``POST /slots/{id}?action=save`` (llama-server): tokens saved, bytes written, ``timings.save_ms``."""
-
-    id_slot: int
-    filename: str
-    n_saved: int
-    n_written: int
-    timings: dict[str, float]
-
-
-class SlotRestored(WireStruct, kw_only=True):
-    """``POST /slots/{id}?action=restore`` (llama-server): tokens restored, bytes read, ``timings.restore_ms``."""
-
-    id_slot: int
-    filename: str
-    n_restored: int
-    n_read: int
-    timings: dict[str, float]
-
-
-class SlotErased(WireStruct, kw_only=True):
-    """``POST /slots/{id}?action=erase`` (llama-server): tokens the slot held."""
-
-    id_slot: int
-    n_erased: int
-
-
 # -- embeddings -----------------------------------------------------------------------------------
 
 class Embedding(WireStruct, kw_only=True):
@@ -705,8 +441,6 @@ class EmbeddingList(WireStruct, kw_only=True):
     usage: EmbeddingUsage
 
 
-#: Every top-level response object (for the OpenAPI components).
+#: Every top-level response object of this API (for the OpenAPI components).
 RESPONSES: tuple[type[WireStruct], ...] = (
-    ErrorEnvelope, ChatCompletion, ChatCompletionChunk, TextCompletion, ModelList, Health, TokenizeResponse,
-    DetokenizeResponse, ApplyTemplateResponse, InputTokens, Infill, NativeCompletion, Slot, SlotSaved, SlotRestored,
-    SlotErased, EmbeddingList)
+    ErrorEnvelope, ChatCompletion, ChatCompletionChunk, TextCompletion, ModelList, EmbeddingList)

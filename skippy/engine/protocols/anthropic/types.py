@@ -3,11 +3,11 @@
 Field names and block types are Anthropic's (``anthropic-version: 2023-06-01``):
 content blocks are tagged by ``type`` (``text``, ``image``, ``tool_use``,
 ``tool_result``, ``thinking``, ``redacted_thinking``), ``tool_choice`` and
-``thinking`` likewise. Decoding (:func:`skippy.engine.types.decode_request`)
+``thinking`` likewise. Decoding (:func:`skippy.engine.protocols.base.decode_request`)
 checks types and required fields (400 naming the path, e.g.
 ``$.messages[0].content[0].type``); what a translation cannot carry (an image
 for this text-only engine, a server tool) is refused by
-:func:`skippy.engine.anthropic.translate.to_chat_request`. Unknown fields are
+:func:`skippy.engine.protocols.anthropic.translate.to_chat_request`. Unknown fields are
 ignored as on the OpenAI routes (named in ``X-Skippy-Ignored-Fields``);
 ``cache_control`` is accepted everywhere and ignored (the prefix cache is automatic).
 """

@@ -1,7 +1,7 @@
 """llama-server's native ``/completion`` replies from a :class:`Generation` (sans-IO builders).
 
 :class:`NativeReply` turns one prompt's :class:`Piece` / :class:`Done` items
-into :class:`~skippy.engine.output.wire.NativeCompletion` objects: stream
+into :class:`~skippy.engine.protocols.llama_server.wire.NativeCompletion` objects: stream
 chunks (``stop: false``; ``content``, ``tokens``, per-token ``timings``,
 ``completion_probabilities``, a ``prompt_progress`` chunk) and the final
 answer (``stop: true``; ``stop_type``, ``generation_settings``,
@@ -13,6 +13,8 @@ not (its ``content`` is the text that token released: text held back for a split
 character or a possible stop string goes out with a later token); the non-streamed
 answer carries every generated id only with ``return_tokens``; a stream's final
 chunk carries none (they were in the chunks).
+
+:class:`InfillReply` builds the ``/infill`` reply and stream events the same way.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ import math
 import time
 from collections.abc import Callable, Sequence
 
-from skippy.engine.output import wire
 from skippy.engine.output.generation import Done, Generation, Piece
+from skippy.engine.protocols.llama_server import wire
+from skippy.engine.protocols.openai import wire as openai_wire
 from skippy.engine.sampling.params import SamplingParams
 from skippy.engine.scheduling.events import TokenEvent
 
@@ -89,9 +92,9 @@ class NativeReply:
                                             logprob=ev.logprob if ev.logprob is not None else 0.0, top_logprobs=top))
         return out
 
-    def _timings(self, now: float) -> wire.Timings:
+    def _timings(self, now: float) -> openai_wire.Timings:
         first = self._t_first if self._t_first is not None else now
-        return wire.Timings.of(self._n_prompt - self._cached, (first - self._t0) * 1000.0, self._n,
+        return openai_wire.Timings.of(self._n_prompt - self._cached, (first - self._t0) * 1000.0, self._n,
                                (now - first) * 1000.0, cache_n=self._cached)
 
     def _chunk(self, content: str, tokens: Sequence[TokenEvent]) -> wire.NativeCompletion:
@@ -151,3 +154,30 @@ class NativeReply:
             stopping_word=gen.stopping_word, tokens_cached=done.usage.prompt_tokens + max(0, n - 1),
             timings=done.timings,
             completion_probabilities=self._probs(done.tokens) if content is None else wire.UNSET)
+
+
+class InfillReply:
+    """llama-server ``/infill`` replies (:class:`wire.Infill`) for one :class:`Generation`."""
+
+    def __init__(self, model: str, generation: Generation) -> None:
+        self.model = model
+        self.generation = generation
+
+    def chunks(self, index: int, item: Piece | Done) -> list[wire.Infill]:
+        """One event per item with text (``stop: false``); a :class:`Done` gives the last one with the totals."""
+        text = "".join(d.content for d in item.deltas)
+        if isinstance(item, Done):
+            return [self._final(text, item)]
+        return [wire.Infill(content=text, stop=False)] if text else []
+
+    def completion(self, done: Done) -> wire.Infill:
+        """The whole reply (non-streamed)."""
+        return self._final(done.message.content, done)
+
+    def _final(self, content: str, done: Done) -> wire.Infill:
+        usage = done.usage
+        return wire.Infill(content=content, stop=True, model=self.model,
+                           stop_type="limit" if done.finish_reason == "length" else "eos", stopping_word="",
+                           tokens_predicted=usage.completion_tokens, tokens_evaluated=usage.prompt_tokens,
+                           tokens_cached=usage.prompt_tokens_details.cached_tokens, truncated=False,
+                           timings=done.timings)

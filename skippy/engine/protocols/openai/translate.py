@@ -1,27 +1,32 @@
-"""Replies from a :class:`~skippy.engine.output.generation.Generation`'s output (sans-IO builders).
+"""OpenAI replies from a :class:`~skippy.engine.output.generation.Generation`'s output (sans-IO builders).
 
 :class:`ChatReply` turns :class:`Piece` / :class:`Done` items into OpenAI
 ``chat.completion.chunk`` objects or one ``chat.completion``;
 :class:`TextReply` into legacy ``text_completion`` objects. They build the
-:mod:`skippy.engine.output.wire` Structs, nothing else: one ``id`` and
+:mod:`skippy.engine.protocols.openai.wire` Structs, nothing else: one ``id`` and
 ``created`` per reply, every chunk with ``logprobs`` and ``finish_reason``
 (``null`` until the end), as OpenAI streams them. :class:`Choices` joins
 the replies of a request's several choices (``n`` > 1, or a list of prompts)
-into one reply and one stream.
+into one reply and one stream. :func:`embedding_list` builds the
+``/v1/embeddings`` reply from pooled vectors (float lists, or base64 of
+little-endian float32 with ``encoding_format: "base64"``).
 """
 
 from __future__ import annotations
 
+import base64
 import secrets
 import time
 from collections.abc import Sequence
 from typing import Protocol
 
 import msgspec
+import numpy as np
 
 from skippy.engine.chat.formats.base import Delta, ParsedMessage
-from skippy.engine.output import wire
+from skippy.engine.output.embeddings import normalize
 from skippy.engine.output.generation import Done, Generation, Piece
+from skippy.engine.protocols.openai import wire
 from skippy.engine.scheduling.events import TokenEvent
 
 
@@ -325,28 +330,13 @@ class Choices:
         return out
 
 
-class InfillReply:
-    """llama-server ``/infill`` replies (:class:`wire.Infill`) for one :class:`Generation`."""
-
-    def __init__(self, model: str, generation: Generation) -> None:
-        self.model = model
-        self.generation = generation
-
-    def chunks(self, index: int, item: Piece | Done) -> list[wire.Infill]:
-        """One event per item with text (``stop: false``); a :class:`Done` gives the last one with the totals."""
-        text = "".join(d.content for d in item.deltas)
-        if isinstance(item, Done):
-            return [self._final(text, item)]
-        return [wire.Infill(content=text, stop=False)] if text else []
-
-    def completion(self, done: Done) -> wire.Infill:
-        """The whole reply (non-streamed)."""
-        return self._final(done.message.content, done)
-
-    def _final(self, content: str, done: Done) -> wire.Infill:
-        usage = done.usage
-        return wire.Infill(content=content, stop=True, model=self.model,
-                           stop_type="limit" if done.finish_reason == "length" else "eos", stopping_word="",
-                           tokens_predicted=usage.completion_tokens, tokens_evaluated=usage.prompt_tokens,
-                           tokens_cached=usage.prompt_tokens_details.cached_tokens, truncated=False,
-                           timings=done.timings)
+def embedding_list(vectors: np.ndarray, *, model: str, prompt_tokens: int, encoding_format: str) -> wire.EmbeddingList:
+    """The OpenAI reply for pooled ``vectors`` (float32, ``(n_inputs, n_embd)``, not normalized yet)."""
+    unit = normalize(vectors)
+    if encoding_format == "base64":
+        data = [wire.Embedding(index=i, embedding=base64.b64encode(row.astype("<f4").tobytes()).decode("ascii"))
+                for i, row in enumerate(unit)]
+    else:
+        data = [wire.Embedding(index=i, embedding=row.tolist()) for i, row in enumerate(unit)]
+    return wire.EmbeddingList(data=data, model=model,
+                              usage=wire.EmbeddingUsage(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens))

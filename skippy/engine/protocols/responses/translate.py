@@ -2,7 +2,7 @@
 
 Nothing here generates: :func:`prepare` turns a Responses request (and the
 conversation of its ``previous_response_id``) into the
-:class:`~skippy.engine.types.ChatCompletionRequest` the engine already
+:class:`~skippy.engine.protocols.openai.types.ChatCompletionRequest` the engine already
 serves, so templates, tool emulation, formats, hooks and the scheduler are
 the chat route's; :meth:`Turn.from_chat` turns the ``chat.completion`` into
 a Responses ``response`` object and :class:`ResponseEvents` turns the
@@ -41,17 +41,15 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections import OrderedDict
-from typing import Any, Literal
+from typing import Any
 
 import attrs
 import msgspec
-from msgspec import UNSET, UnsetType
+from msgspec import UNSET
 
 from skippy.engine.errors import EngineError, InvalidRequest
-from skippy.engine.output import wire
-from skippy.engine.output.wire import WireStruct
-from skippy.engine.types import (
+from skippy.engine.protocols.openai import wire
+from skippy.engine.protocols.openai.types import (
     ChatCompletionRequest,
     ContentPart,
     JsonSchemaFormat,
@@ -59,297 +57,29 @@ from skippy.engine.types import (
     ResponseFormat,
     StreamOptions,
 )
-
-# -- request ----------------------------------------------------------------------------------------
-
-
-class ResponseInputContent(msgspec.Struct, omit_defaults=True, kw_only=True):
-    """One content part of an input item: ``input_text`` / ``output_text`` (``text``) in messages,
-    ``reasoning_text`` / ``summary_text`` in reasoning items. Other types (``input_image``,
-    ``input_file``, ``refusal``...) are refused with 400 (this server reads text)."""
-
-    type: str
-    text: str | None = None
-
-
-class ResponseInputItem(msgspec.Struct, omit_defaults=True, kw_only=True):
-    """One item of ``input`` (OpenAI ``ResponseInputItemParam``), all types in one Struct.
-
-    ``type`` ``message`` (or absent, with a ``role``): ``role`` and ``content``;
-    ``function_call``: ``call_id``, ``name``, ``arguments``; ``function_call_output``:
-    ``call_id``, ``output``; ``reasoning``: ``content`` (``reasoning_text``) or ``summary``
-    (``summary_text``). Which fields a type needs is checked by :func:`prepare` (400 naming
-    ``input[i].<field>``).
-    """
-
-    type: str | None = None
-    id: str | None = None
-    role: str | None = None
-    content: str | list[ResponseInputContent] | None = None
-    status: str | None = None
-    call_id: str | None = None
-    name: str | None = None
-    arguments: str | None = None
-    output: str | list[ResponseInputContent] | None = None
-    summary: list[ResponseInputContent] | None = None
-    encrypted_content: str | None = None
-
-
-class ResponseTool(msgspec.Struct, omit_defaults=True, kw_only=True):
-    """One entry of ``tools``: only ``type: "function"`` (``name``, ``description``, ``parameters``,
-    ``strict``) is served; OpenAI's hosted tools (``web_search``, ``file_search``, ``mcp``...) get 400."""
-
-    type: str
-    name: str | None = None
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
-    strict: bool | None = None
-
-
-class ResponseTextFormat(msgspec.Struct, omit_defaults=True, kw_only=True):
-    """``text.format``: ``text``, ``json_object`` or ``json_schema`` (``name``, ``schema``, ``strict``,
-    ``description``; the schema is enforced with a grammar, as ``response_format`` on chat)."""
-
-    type: str
-    name: str | None = None
-    schema: dict[str, Any] | None = None
-    description: str | None = None
-    strict: bool | None = None
-
-
-class ResponseTextConfig(msgspec.Struct, omit_defaults=True, kw_only=True):
-    """``text``: the output ``format`` (``verbosity`` is accepted and echoed, not acted on)."""
-
-    format: ResponseTextFormat | None = None
-    verbosity: str | None = None
-
-
-class ResponseReasoningConfig(msgspec.Struct, omit_defaults=True, kw_only=True):
-    """``reasoning``: ``effort`` reaches the template as chat's ``reasoning_effort``; ``summary`` is echoed
-    (no summaries are written: the reasoning text itself is the ``reasoning`` item's ``content``)."""
-
-    effort: str | None = None
-    summary: str | None = None
-
-
-class ResponsesRequest(msgspec.Struct, omit_defaults=True, kw_only=True):
-    """``POST /v1/responses`` body (OpenAI Responses ``ResponseCreateParams``).
-
-    ``input``: a string (one user message) or a list of items
-    (:class:`ResponseInputItem`). ``store`` (default ``true``, as OpenAI):
-    keep the response for ``GET /v1/responses/{id}`` and as a
-    ``previous_response_id`` (bounded: ``--responses-store-size``).
-    ``previous_response_id``: continue that stored response's conversation
-    (its input and output items come first; its ``instructions`` do not).
-    ``metadata``: up to 16 string pairs (keys up to 64 characters, values
-    up to 512), echoed. ``include``, ``truncation`` (``disabled``, or
-    ``auto`` which never has to drop anything that fits), ``prompt_cache_key``
-    and ``user`` are accepted; ``background: true`` gets 400.
-    """
-
-    model: str | None = None
-    input: str | list[ResponseInputItem] | None = None
-    instructions: str | None = None
-    tools: list[ResponseTool] | None = None
-    tool_choice: str | dict[str, Any] | None = None
-    parallel_tool_calls: bool | None = None
-    text: ResponseTextConfig | None = None
-    max_output_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    reasoning: ResponseReasoningConfig | None = None
-    metadata: dict[str, str] | None = None
-    stream: bool = False
-    store: bool = True
-    previous_response_id: str | None = None
-    include: list[str] | None = None
-    truncation: str | None = None
-    prompt_cache_key: str | None = None
-    user: str | None = None
-    background: bool | None = None
-
-
-# -- response (wire) ---------------------------------------------------------------------------------
-
-
-class ResponseOutputText(WireStruct, kw_only=True, tag_field="type", tag="output_text"):
-    """An ``output_text`` part of a ``message`` item (no annotations or logprobs are produced)."""
-
-    text: str
-    annotations: list[Any] = msgspec.field(default_factory=list)
-    logprobs: list[Any] = msgspec.field(default_factory=list)
-
-
-class ResponseReasoningText(WireStruct, kw_only=True, tag_field="type", tag="reasoning_text"):
-    """A ``reasoning_text`` part of a ``reasoning`` item: the model's reasoning (chat ``reasoning_content``)."""
-
-    text: str
-
-
-class ResponseOutputMessage(WireStruct, kw_only=True, tag_field="type", tag="message"):
-    """Output item ``message``: the assistant's text."""
-
-    id: str
-    status: Literal["in_progress", "completed", "incomplete"]
-    role: Literal["assistant"] = "assistant"
-    content: list[ResponseOutputText]
-
-
-class ResponseFunctionCall(WireStruct, kw_only=True, tag_field="type", tag="function_call"):
-    """Output item ``function_call``: ``call_id`` is what the ``function_call_output`` answering it names;
-    ``arguments`` a JSON object as text."""
-
-    id: str
-    status: Literal["in_progress", "completed", "incomplete"]
-    call_id: str
-    name: str
-    arguments: str
-
-
-class ResponseReasoningItem(WireStruct, kw_only=True, tag_field="type", tag="reasoning"):
-    """Output item ``reasoning``: ``content`` holds the reasoning text; ``summary`` is always empty."""
-
-    id: str
-    status: Literal["in_progress", "completed", "incomplete"]
-    summary: list[Any] = msgspec.field(default_factory=list)
-    content: list[ResponseReasoningText]
-
-
-ResponseOutputItem = ResponseOutputMessage | ResponseFunctionCall | ResponseReasoningItem
-
-
-class ResponseInputTokensDetails(WireStruct, kw_only=True):
-    """``usage.input_tokens_details``: ``cached_tokens`` input tokens came from the prefix cache,
-    ``cache_write_tokens`` were prefilled this time (what the prefix cache keeps, when it is on)."""
-
-    cached_tokens: int = 0
-    cache_write_tokens: int = 0
-
-
-class ResponseOutputTokensDetails(WireStruct, kw_only=True):
-    """``usage.output_tokens_details``: ``reasoning_tokens`` of the output were reasoning (counted by
-    tokenizing the reasoning text)."""
-
-    reasoning_tokens: int = 0
-
-
-class ResponseUsage(WireStruct, kw_only=True):
-    """OpenAI Responses ``usage`` (tokens)."""
-
-    input_tokens: int
-    input_tokens_details: ResponseInputTokensDetails
-    output_tokens: int
-    output_tokens_details: ResponseOutputTokensDetails
-    total_tokens: int
-
-
-class ResponseIncompleteDetails(WireStruct, kw_only=True):
-    """Why a response is ``incomplete``: ``max_output_tokens`` (or the context was full)."""
-
-    reason: str
-
-
-class ResponseError(WireStruct, kw_only=True):
-    """The error of a ``failed`` response (``code``: one of OpenAI's, see :meth:`ResponseEvents.failed`)."""
-
-    code: str
-    message: str
-
-
-class ResponseReasoningEcho(WireStruct, kw_only=True):
-    """The request's ``reasoning``, echoed."""
-
-    effort: str | None = None
-    summary: str | None = None
-
-
-class ResponseObject(WireStruct, kw_only=True):
-    """OpenAI Responses ``response`` object: the reply of ``POST /v1/responses`` (and ``GET``), and the
-    ``response`` of the lifecycle stream events.
-
-    ``status``: ``in_progress`` (stream snapshots), ``completed``,
-    ``incomplete`` (``incomplete_details.reason``: ``max_output_tokens``) or
-    ``failed`` (``error``). ``created_at`` / ``completed_at``: Unix seconds.
-    The request's settings are echoed (``tools``, ``tool_choice``, ``text``,
-    ``metadata``...); ``usage`` is ``null`` until the end.
-    """
-
-    id: str
-    object: Literal["response"] = "response"
-    created_at: int
-    status: Literal["in_progress", "completed", "incomplete", "failed"]
-    completed_at: int | None = None
-    error: ResponseError | None = None
-    incomplete_details: ResponseIncompleteDetails | None = None
-    instructions: str | None = None
-    max_output_tokens: int | None = None
-    model: str
-    output: list[ResponseOutputItem]
-    parallel_tool_calls: bool = True
-    previous_response_id: str | None = None
-    reasoning: ResponseReasoningEcho = msgspec.field(default_factory=ResponseReasoningEcho)
-    store: bool = True
-    temperature: float | None = None
-    text: dict[str, Any] = msgspec.field(default_factory=lambda: {"format": {"type": "text"}})
-    tool_choice: str | dict[str, Any] = "auto"
-    tools: list[dict[str, Any]] = msgspec.field(default_factory=list)
-    top_p: float | None = None
-    truncation: str = "disabled"
-    usage: ResponseUsage | None = None
-    user: str | None = None
-    metadata: dict[str, str] = msgspec.field(default_factory=dict)
-    background: bool = False
-
-
-class ResponseStreamEvent(WireStruct, kw_only=True):
-    """One event of a streamed response (SSE ``event: <type>``, ``data``: this object).
-
-    ``type`` and ``sequence_number`` (0, 1, 2... per response) are always
-    there; the other fields are those of the event type, as OpenAI sends them:
-    ``response.created`` / ``.in_progress`` / ``.completed`` / ``.incomplete`` /
-    ``.failed``: ``response``; ``response.output_item.added`` / ``.done``:
-    ``output_index``, ``item``; ``response.content_part.added`` / ``.done``:
-    ``item_id``, ``output_index``, ``content_index``, ``part``;
-    ``response.output_text.delta`` / ``.done``: ``item_id``, ``output_index``,
-    ``content_index``, ``delta`` / ``text``, ``logprobs``;
-    ``response.reasoning_text.delta`` / ``.done``: the same without
-    ``logprobs``; ``response.function_call_arguments.delta`` / ``.done``:
-    ``item_id``, ``output_index``, ``delta`` / ``arguments``.
-    """
-
-    type: str
-    sequence_number: int
-    response: ResponseObject | UnsetType = UNSET
-    output_index: int | UnsetType = UNSET
-    item_id: str | UnsetType = UNSET
-    content_index: int | UnsetType = UNSET
-    item: ResponseOutputItem | UnsetType = UNSET
-    part: ResponseOutputText | ResponseReasoningText | UnsetType = UNSET
-    delta: str | UnsetType = UNSET
-    text: str | UnsetType = UNSET
-    arguments: str | UnsetType = UNSET
-    logprobs: list[Any] | UnsetType = UNSET
-
-
-class ResponseDeleted(WireStruct, kw_only=True):
-    """``DELETE /v1/responses/{id}``: ``{"id", "object": "response", "deleted": true}`` (OpenAI)."""
-
-    id: str
-    object: Literal["response"] = "response"
-    deleted: bool = True
-
-
-#: the wire Structs of this API (for the OpenAPI components)
-RESPONSES: tuple[type[WireStruct], ...] = (ResponseObject, ResponseStreamEvent, ResponseDeleted)
-
-
-class ResponseNotFound(EngineError):
-    """404: no stored response has this id (never stored, deleted, or evicted from the LRU store)."""
-
-    status = 404
-    type = "invalid_request_error"
-    code = "response_not_found"
-
+from skippy.engine.protocols.responses.store import StoredResponse
+from skippy.engine.protocols.responses.types import (
+    ResponseInputContent,
+    ResponseInputItem,
+    ResponsesRequest,
+    ResponseTextConfig,
+    ResponseTool,
+)
+from skippy.engine.protocols.responses.wire import (
+    ResponseError,
+    ResponseFunctionCall,
+    ResponseIncompleteDetails,
+    ResponseInputTokensDetails,
+    ResponseObject,
+    ResponseOutputMessage,
+    ResponseOutputText,
+    ResponseOutputTokensDetails,
+    ResponseReasoningEcho,
+    ResponseReasoningItem,
+    ResponseReasoningText,
+    ResponseStreamEvent,
+    ResponseUsage,
+)
 
 # -- ids --------------------------------------------------------------------------------------------
 
@@ -358,67 +88,15 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(24)}"
 
 
-# -- the store --------------------------------------------------------------------------------------
-
-@attrs.frozen
-class StoredResponse:
-    """A stored response and its whole conversation as input items (``items``: the previous responses'
-    items, this request's input, this response's output), what a ``previous_response_id`` continues."""
-
-    response: ResponseObject
-    items: tuple[ResponseInputItem, ...]
-
-
-class ResponseStore:
-    """Stored responses by id, least recently used evicted past ``max_size`` (0: nothing is stored).
-
-    Bounded where OpenAI keeps responses for 30 days: a server in memory
-    keeps the last ``max_size`` (``--responses-store-size``). Items are
-    shared between a response and its follow-ups (a tuple of references),
-    so a long conversation is not copied per turn. Not thread-safe: one
-    event loop owns it.
-    """
-
-    def __init__(self, max_size: int) -> None:
-        if max_size < 0:
-            raise ValueError(f"max_size must be >= 0, got {max_size}")
-        self.max_size = max_size
-        self._entries: OrderedDict[str, StoredResponse] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def put(self, stored: StoredResponse) -> None:
-        """Keep ``stored`` (the most recently used), evicting the least recently used past ``max_size``."""
-        if self.max_size == 0:
-            return
-        self._entries[stored.response.id] = stored
-        self._entries.move_to_end(stored.response.id)
-        while len(self._entries) > self.max_size:
-            self._entries.popitem(last=False)
-
-    def get(self, response_id: str, *, param: str | None = None) -> StoredResponse:
-        """The stored response (now the most recently used); raises :class:`ResponseNotFound` (404,
-        naming ``param``) when there is none."""
-        stored = self._entries.get(response_id)
-        if stored is None:
-            raise ResponseNotFound(f"Response with id {response_id!r} not found (never stored, deleted, or "
-                                   f"evicted: this server keeps the last {self.max_size}, --responses-store-size)",
-                                   param=param)
-        self._entries.move_to_end(response_id)
-        return stored
-
-    def delete(self, response_id: str) -> None:
-        """Forget a stored response; raises :class:`ResponseNotFound` (404) when there is none."""
-        if self._entries.pop(response_id, None) is None:
-            raise ResponseNotFound(f"Response with id {response_id!r} not found")
-
-
 # -- request -> chat request ---------------------------------------------------------------------------
 
 #: OpenAI's ``metadata`` limits: pairs, key and value characters
 MAX_METADATA_PAIRS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 16, 64, 512
+
+
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
+
+
 _MESSAGE_ROLES = frozenset({"user", "system", "developer", "assistant"})
 
 

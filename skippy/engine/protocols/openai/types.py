@@ -1,26 +1,27 @@
-"""Request types of the OpenAI-compatible API, as msgspec Structs.
+"""Request types of the OpenAI API, as msgspec Structs: what the engine serves.
 
-Decoding a body with :func:`decode_request` validates JSON syntax and field
-types in one pass; any failure raises :class:`InvalidRequest` (400) naming
-the offending field. Unknown fields are ignored, as OpenAI clients and agent
-frameworks send extensions; :func:`unknown_fields` names them (the HTTP
-layer reports them, or refuses them with ``--strict-fields``). Field names are OpenAI's (Chat Completions and
-legacy Completions); ``top_k``, ``min_p``, ``repeat_penalty``, the other
-llama.cpp samplers (``typical_p``, ``mirostat``, ``dry_*``, ``xtc_*`` ...),
-``grammar`` and ``json_schema`` are llama-server extensions;
-``repetition_penalty``, ``min_tokens``, ``ignore_eos``, ``stop_token_ids``,
+Chat Completions (:class:`ChatCompletionRequest`), legacy Completions
+(:class:`CompletionRequest`) and Embeddings (:class:`EmbeddingRequest`); the
+other APIs translate onto them (Anthropic Messages and Responses onto a chat
+request), so they are the engine's request model. Decode a body with
+:func:`~skippy.engine.protocols.base.decode_request` (any failure:
+:class:`InvalidRequest`, 400, naming the field). Unknown fields are ignored, as
+OpenAI clients and agent frameworks send extensions. Field names are OpenAI's;
+``top_k``, ``min_p``, ``repeat_penalty``, the other llama.cpp samplers
+(``typical_p``, ``mirostat``, ``dry_*``, ``xtc_*`` ...), ``grammar`` and
+``json_schema`` are llama-server extensions; ``repetition_penalty``,
+``min_tokens``, ``ignore_eos``, ``stop_token_ids``,
 ``include_stop_str_in_output``, ``guided_*`` and ``structured_outputs`` are vLLM's.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import msgspec
 
 from skippy.engine.errors import InvalidRequest
-
-T = TypeVar("T")
+from skippy.engine.protocols.base import MAX_NESTING, nesting
 
 
 class ContentPart(msgspec.Struct, omit_defaults=True):
@@ -180,7 +181,7 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     ``mesh_hooks`` (run the hook policy; skippy-server's field name),
     ``return_signals`` (per-token ``entropy`` and ``margin`` in ``logprobs``) and
     ``return_hook_events`` (each hook decision as a ``hook_events`` entry of the choice, streamed on
-    the chunk where it happens: :class:`~skippy.engine.output.wire.HookEvent`).
+    the chunk where it happens: :class:`~skippy.engine.protocols.openai.wire.HookEvent`).
     ``prompt_cache_key`` (OpenAI) groups requests for prefix-cache placement.
     ``thinking_budget_tokens`` (llama-server's): reasoning tokens allowed inside ``<think>`` before
     the closing tag (and a newline) is forced (-1: unlimited; ``None``: the server's ``--reasoning-budget``).
@@ -237,111 +238,6 @@ class CompletionRequest(SamplingFields, kw_only=True):
             self.max_tokens = None if self.n_predict < 0 else self.n_predict
 
 
-class InfillExtra(msgspec.Struct, kw_only=True):
-    """One ``input_extra`` entry of ``/infill``: a file's ``text`` and ``filename`` (llama-server)."""
-
-    text: str = ""
-    filename: str = "tmp"
-
-
-class InfillRequest(SamplingFields, kw_only=True):
-    """``POST /infill`` body (llama-server): fill the gap between ``input_prefix`` and ``input_suffix``.
-
-    ``input_extra``: more files for context, before the prefix; ``prompt``:
-    text (or token ids) appended to the prefix. ``n_predict`` (llama-server)
-    is ``max_tokens`` (it wins when both are set; -1: no limit but the context).
-    """
-
-    input_prefix: str | list[int] = ""
-    input_suffix: str | list[int] = ""
-    input_extra: list[InfillExtra] = msgspec.field(default_factory=list)
-    prompt: str | list[int] = ""
-    n_predict: int | None = None
-
-
-#: One llama-server prompt: text, token ids, or a mix of both (strings are tokenized in place).
-PromptPart = int | str
-
-#: llama-server's ``logit_bias``: ``[[token id or text, bias or false], ...]`` or ``{"token id or text": bias
-#: or false}`` (read by :func:`skippy.engine.sampling.native.native_logit_bias`).
-NativeLogitBias = dict[str, float | bool] | list[list[int | float | str | bool]]
-
-
-class NativeCompletionRequest(SamplingFields, kw_only=True):
-    """llama-server's native ``POST /completion`` (and ``/completions`` without ``/v1``) body.
-
-    ``prompt``: a string, a list of token ids, a list mixing ids and strings (one prompt), or a list of
-    strings / lists (several prompts: the answer is a list, one result per prompt, ``index`` in order).
-    ``n_predict`` (-1: until the context is full) is ``max_tokens``. ``n_probs`` adds
-    ``completion_probabilities`` (that many alternatives per token, <= 20); ``return_tokens`` the
-    generated token ids in the answer (stream chunks carry theirs anyway, as llama-server's);
-    ``samplers`` (names, or llama.cpp's one-letter string) chooses which samplers of the chain run (see
-    :func:`skippy.engine.sampling.native.apply_samplers`); ``json_schema`` and ``grammar`` constrain
-    the output; ``timings_per_token`` adds ``timings`` to each streamed chunk, ``return_progress`` a
-    ``prompt_progress`` chunk once the prompt is in the KV cache. ``id_slot`` is checked (-1 or a slot
-    id) but the scheduler places the request (a slot's cached prefix is reused by any request that
-    shares it). ``logit_bias`` takes llama-server's forms (:data:`NativeLogitBias`: pairs or an
-    object, token ids or texts, ``false`` bans), not only OpenAI's ``{"id": bias}``.
-    """
-
-    prompt: str | list[PromptPart | list[PromptPart]]
-    logit_bias: NativeLogitBias | None = None  # type: ignore[assignment]
-    n_predict: int | None = None
-    id_slot: int = -1
-    return_tokens: bool = False
-    samplers: list[str] | str | None = None
-    timings_per_token: bool = False
-    return_progress: bool = False
-
-    def prompts(self) -> list[list[PromptPart]]:
-        """The prompts (llama-server ``tokenize_input_prompts``): a string, or a list of ids with or without
-        strings, is one prompt; a list of strings or of lists is several."""
-        p = self.prompt
-        if isinstance(p, str):
-            return [[p]]
-        if not p:
-            raise InvalidRequest("prompt is empty", param="prompt")
-        if any(isinstance(x, int) for x in p):
-            if any(isinstance(x, list) for x in p):
-                raise InvalidRequest("prompt mixes token ids with nested lists", param="prompt")
-            return [list(p)]  # type: ignore[arg-type]
-        return [[x] if isinstance(x, str) else list(x) for x in p]
-
-
-class SlotActionRequest(msgspec.Struct, kw_only=True):
-    """``POST /slots/{id}?action=save|restore`` (llama-server): the state file's name in ``--slot-save-path``."""
-
-    filename: str
-
-
-class TokenizeRequest(msgspec.Struct, kw_only=True):
-    """``POST /tokenize`` (llama-server): ``content`` -> ``{"tokens": [...]}``."""
-
-    content: str
-    add_special: bool = False
-    parse_special: bool = True
-    with_pieces: bool = False
-    model: str | None = None  # several models served: whose vocabulary (llama-server's router mode)
-
-
-class DetokenizeRequest(msgspec.Struct, kw_only=True):
-    """``POST /detokenize`` (llama-server): ``tokens`` -> ``{"content": ...}``."""
-
-    tokens: list[int]
-    model: str | None = None  # several models served: whose vocabulary (llama-server's router mode)
-
-
-class ApplyTemplateRequest(ChatCompletionRequest, kw_only=True):
-    """``POST /apply-template`` (llama-server): a chat body -> ``{"prompt": ...}``.
-
-    As in llama-server, the whole chat body is accepted and its fields that
-    shape the prompt count (``tools``, ``tool_choice``, ``chat_template``,
-    ``chat_template_kwargs``, ``enable_thinking``, ``reasoning_effort``,
-    ``continue_final_message``, ``add_generation_prompt``); the prompt is
-    exactly what ``/v1/chat/completions`` would tokenize.
-    """
-
-
 class EmbeddingRequest(msgspec.Struct, kw_only=True):
     """``POST /v1/embeddings`` body (OpenAI Embeddings).
 
@@ -362,49 +258,6 @@ class EmbeddingRequest(msgspec.Struct, kw_only=True):
     truncate: bool = False
 
 
-#: Deepest nesting of lists and objects accepted in ``tools``, ``tool_choice``,
-#: ``response_format`` and ``chat_template_kwargs``: JSON schemas are walked recursively
-#: (grammar conversion, templates' ``tojson``), and real ones nest a handful of levels.
-MAX_NESTING = 64
-
-
-def nesting(value: Any) -> int:
-    """How deeply lists and dicts nest in ``value`` (a scalar is 0, ``[]`` is 1); iterative."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        v, d = stack.pop()
-        if isinstance(v, dict):
-            v = list(v.values())
-        elif not isinstance(v, list):
-            continue
-        deepest = max(deepest, d)
-        stack.extend((x, d + 1) for x in v)
-    return deepest
-
-
-def decode_request(body: bytes, type_: type[T]) -> T:
-    """Decode and validate a JSON body into ``type_``.
-
-    Raises :class:`InvalidRequest` (400) for malformed JSON, a non-object
-    body, a missing required field or a field of the wrong type; the
-    message is msgspec's, which names the field path (e.g. ``$.messages[0].role``).
-    """
-    try:
-        return msgspec.json.decode(body, type=type_)
-    except msgspec.ValidationError as exc:
-        path = str(exc).rsplit("`$.", 1)
-        param = path[1].rstrip("`").split("[")[0].split(".")[0] if len(path) == 2 else None
-        if param is None:
-            # a missing top-level field: "Object missing required field `messages`"
-            missing = str(exc).split("missing required field `", 1)
-            param = missing[1].split("`", 1)[0] if len(missing) == 2 else None
-        raise InvalidRequest(f"invalid request: {exc}", param=param) from exc
-    except msgspec.DecodeError as exc:
-        raise InvalidRequest(f"malformed JSON body: {exc}") from exc
-    except RecursionError as exc:  # msgspec recurses per level, in fields it skips too
-        raise InvalidRequest("the JSON body is nested too deeply") from exc
-
-
 def prompt_items(raw: str | list[Any], param: str) -> list[str | list[int]]:
     """OpenAI's four prompt shapes (Completions ``prompt``, Embeddings ``input``) as a list of items:
     a string, a list of strings, a list of token ids (one item) or a list of token-id lists.
@@ -421,22 +274,6 @@ def prompt_items(raw: str | list[Any], param: str) -> list[str | list[int]]:
         return list(raw)
     raise InvalidRequest(f"{param} must be a string, a list of strings, a list of token ids or a list of lists "
                          "of token ids, not empty and not mixed", param=param)
-
-
-def unknown_fields(body: bytes, type_: type) -> list[str]:
-    """Top-level keys of the JSON object ``body`` that are not fields of the Struct ``type_``, in body order.
-
-    Decoding validates nothing else (values stay raw bytes); a body that is
-    not a JSON object, or a ``type_`` that is no Struct (a free-form ``dict``), gives ``[]``.
-    """
-    if not hasattr(type_, "__struct_fields__"):
-        return []
-    try:
-        keys = msgspec.json.decode(body, type=dict[str, msgspec.Raw])
-    except (msgspec.MsgspecError, RecursionError):
-        return []
-    known = set(type_.__struct_fields__)
-    return [k for k in keys if k not in known]
 
 
 def message_dicts(messages: list[Message]) -> list[dict[str, Any]]:

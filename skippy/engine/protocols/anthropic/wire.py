@@ -1,6 +1,6 @@
 """What ``/v1/messages`` sends: Anthropic's ``message``, its stream events, ``count_tokens`` and error objects.
 
-msgspec Structs on :class:`~skippy.engine.output.wire.WireStruct` (fields in
+msgspec Structs on :class:`~skippy.engine.protocols.base.WireStruct` (fields in
 declaration order, ``/openapi.json`` built from them, a field that is
 :data:`~msgspec.UNSET` is left out). Shapes follow Anthropic's Messages API:
 a ``message`` with ``content`` blocks (``text``, ``tool_use``, ``thinking``),
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from skippy.engine.output.wire import WireStruct
+from skippy.engine.protocols.base import WireStruct
 
 # -- content blocks ---------------------------------------------------------------------------------
 

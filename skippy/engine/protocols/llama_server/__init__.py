@@ -1,0 +1,2 @@
+"""llama-server's own routes: request types (:mod:`.types`), wire Structs (:mod:`.wire`), reply builders
+(:mod:`.translate`)."""

@@ -1,0 +1,122 @@
+"""Request types of llama-server's own routes, as msgspec Structs.
+
+``/completion`` (:class:`NativeCompletionRequest`), ``/infill``, ``/slots``
+actions, ``/tokenize``, ``/detokenize`` and ``/apply-template``, with
+llama-server's field names (``n_predict``, ``cache_prompt``, ``id_slot`` ...);
+the sampling fields are the OpenAI requests'
+(:class:`~skippy.engine.protocols.openai.types.SamplingFields`), as llama-server
+accepts both spellings.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from skippy.engine.errors import InvalidRequest
+from skippy.engine.protocols.openai.types import ChatCompletionRequest, SamplingFields
+
+
+class InfillExtra(msgspec.Struct, kw_only=True):
+    """One ``input_extra`` entry of ``/infill``: a file's ``text`` and ``filename`` (llama-server)."""
+
+    text: str = ""
+    filename: str = "tmp"
+
+
+class InfillRequest(SamplingFields, kw_only=True):
+    """``POST /infill`` body (llama-server): fill the gap between ``input_prefix`` and ``input_suffix``.
+
+    ``input_extra``: more files for context, before the prefix; ``prompt``:
+    text (or token ids) appended to the prefix. ``n_predict`` (llama-server)
+    is ``max_tokens`` (it wins when both are set; -1: no limit but the context).
+    """
+
+    input_prefix: str | list[int] = ""
+    input_suffix: str | list[int] = ""
+    input_extra: list[InfillExtra] = msgspec.field(default_factory=list)
+    prompt: str | list[int] = ""
+    n_predict: int | None = None
+
+
+#: One llama-server prompt: text, token ids, or a mix of both (strings are tokenized in place).
+PromptPart = int | str
+
+
+#: llama-server's ``logit_bias``: ``[[token id or text, bias or false], ...]`` or ``{"token id or text": bias
+#: or false}`` (read by :func:`skippy.engine.sampling.native.native_logit_bias`).
+NativeLogitBias = dict[str, float | bool] | list[list[int | float | str | bool]]
+
+
+class NativeCompletionRequest(SamplingFields, kw_only=True):
+    """llama-server's native ``POST /completion`` (and ``/completions`` without ``/v1``) body.
+
+    ``prompt``: a string, a list of token ids, a list mixing ids and strings (one prompt), or a list of
+    strings / lists (several prompts: the answer is a list, one result per prompt, ``index`` in order).
+    ``n_predict`` (-1: until the context is full) is ``max_tokens``. ``n_probs`` adds
+    ``completion_probabilities`` (that many alternatives per token, <= 20); ``return_tokens`` the
+    generated token ids in the answer (stream chunks carry theirs anyway, as llama-server's);
+    ``samplers`` (names, or llama.cpp's one-letter string) chooses which samplers of the chain run (see
+    :func:`skippy.engine.sampling.native.apply_samplers`); ``json_schema`` and ``grammar`` constrain
+    the output; ``timings_per_token`` adds ``timings`` to each streamed chunk, ``return_progress`` a
+    ``prompt_progress`` chunk once the prompt is in the KV cache. ``id_slot`` is checked (-1 or a slot
+    id) but the scheduler places the request (a slot's cached prefix is reused by any request that
+    shares it). ``logit_bias`` takes llama-server's forms (:data:`NativeLogitBias`: pairs or an
+    object, token ids or texts, ``false`` bans), not only OpenAI's ``{"id": bias}``.
+    """
+
+    prompt: str | list[PromptPart | list[PromptPart]]
+    logit_bias: NativeLogitBias | None = None  # type: ignore[assignment]
+    n_predict: int | None = None
+    id_slot: int = -1
+    return_tokens: bool = False
+    samplers: list[str] | str | None = None
+    timings_per_token: bool = False
+    return_progress: bool = False
+
+    def prompts(self) -> list[list[PromptPart]]:
+        """The prompts (llama-server ``tokenize_input_prompts``): a string, or a list of ids with or without
+        strings, is one prompt; a list of strings or of lists is several."""
+        p = self.prompt
+        if isinstance(p, str):
+            return [[p]]
+        if not p:
+            raise InvalidRequest("prompt is empty", param="prompt")
+        if any(isinstance(x, int) for x in p):
+            if any(isinstance(x, list) for x in p):
+                raise InvalidRequest("prompt mixes token ids with nested lists", param="prompt")
+            return [list(p)]  # type: ignore[arg-type]
+        return [[x] if isinstance(x, str) else list(x) for x in p]
+
+
+class SlotActionRequest(msgspec.Struct, kw_only=True):
+    """``POST /slots/{id}?action=save|restore`` (llama-server): the state file's name in ``--slot-save-path``."""
+
+    filename: str
+
+
+class TokenizeRequest(msgspec.Struct, kw_only=True):
+    """``POST /tokenize`` (llama-server): ``content`` -> ``{"tokens": [...]}``."""
+
+    content: str
+    add_special: bool = False
+    parse_special: bool = True
+    with_pieces: bool = False
+    model: str | None = None  # several models served: whose vocabulary (llama-server's router mode)
+
+
+class DetokenizeRequest(msgspec.Struct, kw_only=True):
+    """``POST /detokenize`` (llama-server): ``tokens`` -> ``{"content": ...}``."""
+
+    tokens: list[int]
+    model: str | None = None  # several models served: whose vocabulary (llama-server's router mode)
+
+
+class ApplyTemplateRequest(ChatCompletionRequest, kw_only=True):
+    """``POST /apply-template`` (llama-server): a chat body -> ``{"prompt": ...}``.
+
+    As in llama-server, the whole chat body is accepted and its fields that
+    shape the prompt count (``tools``, ``tool_choice``, ``chat_template``,
+    ``chat_template_kwargs``, ``enable_thinking``, ``reasoning_effort``,
+    ``continue_final_message``, ``add_generation_prompt``); the prompt is
+    exactly what ``/v1/chat/completions`` would tokenize.
+    """

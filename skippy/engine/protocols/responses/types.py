@@ -1,0 +1,121 @@
+"""Request types of the OpenAI Responses API (``POST /v1/responses``), as msgspec Structs.
+
+Shapes follow the ``openai`` Python package's ``openai.types.responses``: input
+items ``message`` (a string or ``input_text`` parts), ``function_call``,
+``function_call_output``, ``reasoning``; ``tools`` (``function`` only),
+``text.format``, ``reasoning``. :mod:`.translate` maps them onto a chat request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+# -- request ----------------------------------------------------------------------------------------
+
+
+class ResponseInputContent(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """One content part of an input item: ``input_text`` / ``output_text`` (``text``) in messages,
+    ``reasoning_text`` / ``summary_text`` in reasoning items. Other types (``input_image``,
+    ``input_file``, ``refusal``...) are refused with 400 (this server reads text)."""
+
+    type: str
+    text: str | None = None
+
+
+class ResponseInputItem(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """One item of ``input`` (OpenAI ``ResponseInputItemParam``), all types in one Struct.
+
+    ``type`` ``message`` (or absent, with a ``role``): ``role`` and ``content``;
+    ``function_call``: ``call_id``, ``name``, ``arguments``; ``function_call_output``:
+    ``call_id``, ``output``; ``reasoning``: ``content`` (``reasoning_text``) or ``summary``
+    (``summary_text``). Which fields a type needs is checked by :func:`prepare` (400 naming
+    ``input[i].<field>``).
+    """
+
+    type: str | None = None
+    id: str | None = None
+    role: str | None = None
+    content: str | list[ResponseInputContent] | None = None
+    status: str | None = None
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+    output: str | list[ResponseInputContent] | None = None
+    summary: list[ResponseInputContent] | None = None
+    encrypted_content: str | None = None
+
+
+class ResponseTool(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """One entry of ``tools``: only ``type: "function"`` (``name``, ``description``, ``parameters``,
+    ``strict``) is served; OpenAI's hosted tools (``web_search``, ``file_search``, ``mcp``...) get 400."""
+
+    type: str
+    name: str | None = None
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ResponseTextFormat(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """``text.format``: ``text``, ``json_object`` or ``json_schema`` (``name``, ``schema``, ``strict``,
+    ``description``; the schema is enforced with a grammar, as ``response_format`` on chat)."""
+
+    type: str
+    name: str | None = None
+    schema: dict[str, Any] | None = None
+    description: str | None = None
+    strict: bool | None = None
+
+
+class ResponseTextConfig(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """``text``: the output ``format`` (``verbosity`` is accepted and echoed, not acted on)."""
+
+    format: ResponseTextFormat | None = None
+    verbosity: str | None = None
+
+
+class ResponseReasoningConfig(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """``reasoning``: ``effort`` reaches the template as chat's ``reasoning_effort``; ``summary`` is echoed
+    (no summaries are written: the reasoning text itself is the ``reasoning`` item's ``content``)."""
+
+    effort: str | None = None
+    summary: str | None = None
+
+
+class ResponsesRequest(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """``POST /v1/responses`` body (OpenAI Responses ``ResponseCreateParams``).
+
+    ``input``: a string (one user message) or a list of items
+    (:class:`ResponseInputItem`). ``store`` (default ``true``, as OpenAI):
+    keep the response for ``GET /v1/responses/{id}`` and as a
+    ``previous_response_id`` (bounded: ``--responses-store-size``).
+    ``previous_response_id``: continue that stored response's conversation
+    (its input and output items come first; its ``instructions`` do not).
+    ``metadata``: up to 16 string pairs (keys up to 64 characters, values
+    up to 512), echoed. ``include``, ``truncation`` (``disabled``, or
+    ``auto`` which never has to drop anything that fits), ``prompt_cache_key``
+    and ``user`` are accepted; ``background: true`` gets 400.
+    """
+
+    model: str | None = None
+    input: str | list[ResponseInputItem] | None = None
+    instructions: str | None = None
+    tools: list[ResponseTool] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    text: ResponseTextConfig | None = None
+    max_output_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    reasoning: ResponseReasoningConfig | None = None
+    metadata: dict[str, str] | None = None
+    stream: bool = False
+    store: bool = True
+    previous_response_id: str | None = None
+    include: list[str] | None = None
+    truncation: str | None = None
+    prompt_cache_key: str | None = None
+    user: str | None = None
+    background: bool | None = None
