@@ -8,12 +8,12 @@
 #                cache ($SKIPPY_HOME or ~/.cache/skippy); without network the Gemma tests skip
 #   make run     pull the default model only, then serve it (SERVE_ARGS="--port 8080 ..." to pass flags);
 #                the `skippy` command is then .venv/bin/skippy (`source .venv/bin/activate` puts it on PATH)
-#   make test    lint-imports (architecture contracts), ruff check, the documentation build
+#   make test    lint-imports (architecture contracts), ruff check, mypy, the documentation build
 #                (mkdocs build --strict: broken links fail), then the test suite
 #                (PYTEST_ARGS="-k foo" to pass flags to pytest)
 #   make test-fast  the unit tests without the slow ones (those loading the real model; `-m "not slow"`):
 #                a check before pushing, under a minute; not a substitute for make test
-#   make lint    lint-imports and ruff check only
+#   make lint    lint-imports, ruff check and mypy only
 #   make docs    serve the documentation site (mkdocs.yml, docs/) on http://127.0.0.1:8000, rebuilt on edits
 #   make docs-build  build it into site/ with mkdocs build --strict (what make test runs)
 #   make bench-peer   build llama-server from the pinned llama-cpp-python sdist's llama.cpp, once,
@@ -114,10 +114,12 @@ pull: pull-default
 run: venv pull-default
 	$(BIN)/skippy serve $(SERVE_ARGS)
 
-# The import contracts and ruff's rules are in pyproject.toml ([tool.importlinter], [tool.ruff]).
+# The import contracts, ruff's rules and mypy's settings are in pyproject.toml ([tool.importlinter],
+# [tool.ruff], [tool.mypy]; mypy checks the files listed there).
 lint: venv
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/ruff check skippy tests bench
+	$(BIN)/mypy
 
 # The documentation site: the flag reference is generated from the settings at build time (docs/hooks.py).
 # NO_MKDOCS_2_WARNING: mkdocs-material's banner about MkDocs 2.0, printed on every build.
