@@ -12,7 +12,15 @@ from skippy.engine.chat.formats.base import ContentParser
 from skippy.engine.chat.formats.emulated import EmulatedToolParser
 from skippy.engine.errors import EngineClosed
 from skippy.engine.output.generation import Done, Generation, GenerationError, Piece
-from skippy.engine.protocols.openai.translate import ChatReply, Choices, TextReply
+from skippy.engine.protocols.openai.translate import (
+    ChatReply,
+    Choices,
+    TextReply,
+    chat_logprobs,
+    legacy_logprobs,
+    timings,
+    usage,
+)
 from skippy.engine.sampling.params import SamplingParams
 from skippy.engine.scheduling.events import FinishEvent, HookEvent, PromptLogprobs, TokenEvent, TopLogprob
 
@@ -94,7 +102,7 @@ def test_a_stop_string_asks_to_cancel_once_and_its_text_is_never_sent() -> None:
     done = gen.feed(finish("cancelled", n=4))  # the cancel's finish is a normal stop
     assert isinstance(done, Done) and done.finish_reason == "stop"
     assert done.deltas == [] and done.message.content == "Hello "  # neither the held "EN" nor " more"
-    assert done.usage.completion_tokens == 3
+    assert usage(done.counts).completion_tokens == 3
     assert gen.finish_info.status == "success" and gen.finish_info.finish_reason == "stop"
 
 
@@ -130,7 +138,7 @@ def test_length_finish_and_a_split_utf8_character() -> None:
     item = gen.feed(TokenEvent(8))
     assert [d.content for d in item.deltas] == ["é"]
     done = gen.feed(finish("length", n=2))
-    assert done.finish_reason == "length" and done.usage.completion_tokens == 2
+    assert done.finish_reason == "length" and usage(done.counts).completion_tokens == 2
 
 
 @pytest.mark.parametrize("tokens", [[1, 7], [7], [1, 8, 7], [1, 12, 7, 12]])
@@ -148,7 +156,7 @@ def test_a_character_cut_by_the_end_is_dropped_not_sent_as_u_fffd(tokens: list[i
     expected = b"".join(PIECES[t] for t in tokens[:tokens.index(7)]).decode("utf-8", "replace")
     streamed = [c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]]
     whole = encode(reply.completion(done))
-    assert done.finish_reason == "length" and done.usage.completion_tokens == len(tokens)
+    assert done.finish_reason == "length" and usage(done.counts).completion_tokens == len(tokens)
     assert "".join(streamed) == (whole["choices"][0]["message"]["content"] or "") == done.message.content == expected
     entries = whole["choices"][0]["logprobs"]["content"]
     assert [e["bytes"] for e in entries] == [list(PIECES[t]) for t in tokens]
@@ -213,10 +221,10 @@ def test_usage_and_timings_count_cached_and_injected_tokens() -> None:
     gen = make(list(range(10)), hooks=True, injected=2)
     _, done, _ = run(gen, [1, 2, 3], finish("stop", n=3, cached_tokens=6, injected_tokens=5,
                                             prompt_ms=20.0, predicted_ms=300.0))
-    u = done.usage
+    u = usage(done.counts)
     assert (u.prompt_tokens, u.completion_tokens, u.total_tokens) == (8, 3, 11)
     assert u.prompt_tokens_details.cached_tokens == 6 and u.injected_tokens == 7
-    t = done.timings
+    t = timings(done.counts)
     assert (t.cache_n, t.prompt_n, t.predicted_n) == (6, 2, 3)
     assert (t.prompt_ms, t.prompt_per_token_ms, t.prompt_per_second) == (20.0, 10.0, 100.0)
     # llama-server: the first token comes from the prompt's logits; the rates count the 2 decode steps after it
@@ -230,26 +238,27 @@ def test_generation_rates_count_the_decode_steps_after_the_first_token(n: int, p
     """llama-server's ``predicted_per_token_ms`` / ``predicted_per_second``: ``predicted_ms`` (from the first
     token to the end) covers ``n - 1`` decodes; a one-token reply has no rate (not n tokens / ~0 ms)."""
     _, done, _ = run(make(), [1, 2, 3, 6, 11][:n], finish("length", n=n, predicted_ms=50.0))
-    t = done.timings
+    t = timings(done.counts)
     assert (t.predicted_n, t.predicted_ms, t.predicted_per_token_ms, t.predicted_per_second) == (
         n, 50.0, per_token_ms, per_second)
-    one = run(make(), [1], finish("length", n=1, predicted_ms=0.001))[1].timings  # 1 us, as llama-server clamps
+    one = timings(run(make(), [1], finish("length", n=1, predicted_ms=0.001))[1].counts)  # 1 us, as llama-server clamps
     assert one.predicted_per_second == 0.0 and one.predicted_per_token_ms == 0.0
 
 
 def test_usage_has_no_injected_tokens_when_hooks_are_off() -> None:
     _, done, _ = run(make(), [1], finish("stop", n=1, prompt_ms=0.0, predicted_ms=0.0))
-    usage = json.loads(msgspec.json.encode(done.usage))
-    assert usage == {"prompt_tokens": 4, "completion_tokens": 1, "total_tokens": 5,
+    body = json.loads(msgspec.json.encode(usage(done.counts)))
+    assert body == {"prompt_tokens": 4, "completion_tokens": 1, "total_tokens": 5,
                      "prompt_tokens_details": {"cached_tokens": 0}}
-    assert done.timings.prompt_per_second == 0.0 and done.timings.predicted_per_token_ms == 0.0
+    assert timings(done.counts).prompt_per_second == 0.0 and timings(done.counts).predicted_per_token_ms == 0.0
 
 
 def test_stopped_before_generating() -> None:
     gen = make(hooks=True)
     done = gen.stopped_before("policy_says_no")
     assert done.finish_reason == "policy_says_no" and done.message.content == ""
-    assert (done.usage.prompt_tokens, done.usage.completion_tokens, done.usage.injected_tokens) == (4, 0, 0)
+    u = usage(done.counts)
+    assert (u.prompt_tokens, u.completion_tokens, u.injected_tokens) == (4, 0, 0)
     assert gen.finished and gen.finish_info.finish_reason == "policy_says_no"
 
 
@@ -273,11 +282,11 @@ def test_with_logprobs_every_accepted_token_is_a_piece() -> None:
 
 def test_chat_logprobs_shape_with_and_without_signals() -> None:
     ev = lp_event(7, -0.5, [(7, -0.5), (1, -1.25)])
-    plain = json.loads(msgspec.json.encode(make(logprobs=True).chat_logprobs([ev])))
+    plain = json.loads(msgspec.json.encode(chat_logprobs([ev], make(logprobs=True).piece)))
     assert plain == {"content": [{"token": "\ufffd", "logprob": -0.5, "bytes": [0xC3], "top_logprobs": [
         {"token": "\ufffd", "logprob": -0.5, "bytes": [0xC3]},
         {"token": "Hello", "logprob": -1.25, "bytes": list(b"Hello")}]}]}
-    signals = json.loads(msgspec.json.encode(make(logprobs=True, signals=True).chat_logprobs([ev])))
+    signals = json.loads(msgspec.json.encode(chat_logprobs([ev], make(logprobs=True).piece, signals=True)))
     entry = signals["content"][0]
     assert entry["entropy"] == 1.5 and entry["margin"] == 0.25
     assert {k: v for k, v in entry.items() if k not in ("entropy", "margin")} == plain["content"][0]
@@ -285,7 +294,7 @@ def test_chat_logprobs_shape_with_and_without_signals() -> None:
 
 def test_legacy_logprobs_shape() -> None:
     evs = [lp_event(1, -0.5, [(1, -0.5), (2, -2.0)]), lp_event(3, -0.25, [(3, -0.25)])]
-    out = json.loads(msgspec.json.encode(make(logprobs=True).legacy_logprobs(evs)))
+    out = json.loads(msgspec.json.encode(legacy_logprobs(evs, make(logprobs=True).piece)))
     assert out == {"tokens": ["Hello", "ld"], "token_logprobs": [-0.5, -0.25],
                    "top_logprobs": [{"Hello": -0.5, " wor": -2.0}, {"ld": -0.25}], "text_offset": [0, 5]}
 

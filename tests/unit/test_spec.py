@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 
+from skippy.engine.protocols.openai.translate import timings
 from skippy.engine.scheduling import spec as spec_mod
 from skippy.engine.scheduling.core import SchedulerCore
 from skippy.engine.scheduling.spec import BACKOFF_FIRST, NgramDrafter, SpecState
@@ -291,5 +292,5 @@ def test_the_request_body_field_and_timings_draft_counts():
         gen = Generation(1, [1, 2], SamplingParams(), 8, piece=lambda t: b"a", parser=ContentParser(), speculative=3)
         assert gen.request.speculative == 3
         done = gen.feed(FinishEvent("stop", 2, 0, 1.0, 1.0, draft_tokens=drafted, draft_accepted=9))
-        timings = msgspec.to_builtins(done.timings)
-        assert {k: timings[k] for k in ("draft_n", "draft_n_accepted") if k in timings} == shown
+        shape = msgspec.to_builtins(timings(done.counts))
+        assert {k: shape[k] for k in ("draft_n", "draft_n_accepted") if k in shape} == shown

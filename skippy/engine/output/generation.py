@@ -5,18 +5,18 @@ is submitted to the decode scheduler. Its caller (the ``Engine`` facade)
 moves each :class:`TokenEvent` / :class:`FinishEvent` of the sequence into
 :meth:`Generation.feed` and gets back a :class:`Piece` (new deltas), a
 :class:`Done` (the end: last deltas, final message, ``finish_reason``,
-usage, timings) or nothing. No trio, no clock, no I/O: the same events give
+counts) or nothing. No trio, no clock, no I/O: the same events give
 the same output, so it is unit-tested with hand-made events.
 
 It owns the output pipeline (UTF-8 decoding, stop strings, the chat-format
 parser, an early-stop rule), stop-string cancellation
 (:attr:`Generation.wants_cancel`), finish accounting (``stop``, ``length``,
 ``tool_calls``, a hook's stop reason; an ``error`` finish raises
-:class:`GenerationError`, a ``cancelled`` one :class:`EngineClosed`), OpenAI
-``usage`` (with ``prompt_tokens_details.cached_tokens`` and skippy's
-``injected_tokens``), llama-server ``timings``, logprob entries, and the
-hook :class:`FinishInfo` for ``on_finish``, and the hook decisions a request asked to see
-(``return_hook_events``: :class:`~skippy.engine.protocols.openai.wire.HookEvent`).
+:class:`GenerationError`, a ``cancelled`` one :class:`EngineClosed`), the
+:class:`Counts` behind OpenAI ``usage`` and llama-server ``timings``, the hook
+:class:`FinishInfo` for ``on_finish``, and the hook decisions a request asked to see
+(``return_hook_events``: :class:`HookReport`). It builds no wire Structs: each API's
+``translate`` module (:mod:`skippy.engine.protocols`) turns its output into replies.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from skippy.engine.chat.formats.base import Delta, ParsedMessage, StreamParser
 from skippy.engine.errors import EngineClosed, EngineError
 from skippy.engine.hooks.signals import FinishInfo
 from skippy.engine.output.pipeline import EarlyStopRule, OutputPipeline
-from skippy.engine.protocols.openai import wire
 from skippy.engine.sampling.params import SamplingParams
 from skippy.engine.scheduling.budget import ReasoningBudget
 from skippy.engine.scheduling.events import (
@@ -48,6 +47,37 @@ class GenerationError(EngineError):
 
 
 @attrs.frozen
+class Counts:
+    """What a generation used: tokens, and milliseconds (what OpenAI ``usage`` and llama-server ``timings`` report).
+
+    ``prompt_tokens``: the prompt, without the tokens a ``before_chat`` hook appended;
+    ``cached_tokens``: of them, reused from the prefix cache (the rest were prefilled);
+    ``completion_tokens``: accepted tokens; ``injected_tokens``: every token hooks injected
+    (``None``: the hook policy did not run for the request); ``prompt_ms``: from admission to the
+    first sampled token; ``predicted_ms``: from then to the end; ``draft_tokens`` /
+    ``draft_accepted``: speculative draft tokens verified / accepted (0: the request did not speculate).
+    """
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0
+    injected_tokens: int | None = None
+    prompt_ms: float = 0.0
+    predicted_ms: float = 0.0
+    draft_tokens: int = 0
+    draft_accepted: int = 0
+
+
+@attrs.frozen
+class HookReport:
+    """A hook decision reported to the request (``return_hook_events``): the scheduler's
+    :class:`HookEvent` and its ``position``, the completion tokens accepted before it."""
+
+    event: HookEvent
+    position: int
+
+
+@attrs.frozen
 class Piece:
     """Output of one accepted token: ``deltas`` now safe to send (may be empty), and ``tokens``, the token's
     event when the request asked for logprobs (else empty); or of one hook decision the request asked to
@@ -55,7 +85,7 @@ class Piece:
 
     deltas: list[Delta]
     tokens: list[TokenEvent]
-    hook_events: list[wire.HookEvent] = attrs.field(factory=list)
+    hook_events: list[HookReport] = attrs.field(factory=list)
 
 
 @attrs.frozen
@@ -65,7 +95,7 @@ class Done:
     ``deltas``: the last deltas (text held back until the end); ``message``:
     the whole parsed assistant message (the same parser as streaming saw);
     ``finish_reason``: OpenAI's (``stop``, ``length``, ``tool_calls``) or a
-    hook policy's stop reason; ``tokens``: every accepted token's event when the
+    hook policy's stop reason; ``counts``: tokens and times; ``tokens``: every accepted token's event when the
     request asked for logprobs (for a non-streamed reply), else empty; ``hook_events``: every hook
     decision reported (``return_hook_events``, for a non-streamed reply).
     """
@@ -73,10 +103,9 @@ class Done:
     deltas: list[Delta]
     message: ParsedMessage
     finish_reason: str
-    usage: wire.Usage
-    timings: wire.Timings
+    counts: Counts
     tokens: list[TokenEvent] = attrs.field(factory=list)
-    hook_events: list[wire.HookEvent] = attrs.field(factory=list)
+    hook_events: list[HookReport] = attrs.field(factory=list)
 
 
 class Generation:
@@ -152,9 +181,9 @@ class Generation:
         #: the scored prompt tokens after the first (``prompt_logprobs``), once the prompt is prefilled
         self.prompt_tokens: list[TokenEvent] | None = None
         #: the hook decisions reported so far (``return_hook_events``), ``before_chat``'s first
-        self.hook_events: list[wire.HookEvent] = []
+        self.hook_events: list[HookReport] = []
         if before_chat is not None and hook_events and hooks:
-            self.hook_events.append(self._hook_event(before_chat))
+            self.hook_events.append(HookReport(before_chat, 0))
 
     @property
     def rid(self) -> int:
@@ -164,6 +193,11 @@ class Generation:
     def piece(self) -> Callable[[int], bytes]:
         """``token id -> bytes`` the token renders as."""
         return self._piece
+
+    @property
+    def signals(self) -> bool:
+        """Entropy and margin are reported per token (``return_signals``)."""
+        return self._signals
 
     @property
     def stopping_word(self) -> str:
@@ -191,22 +225,10 @@ class Generation:
         if isinstance(event, HookEvent):
             if not self.request.hook_events or self.finished or self._pipeline.stopped:
                 return None
-            info = self._hook_event(event)
+            info = HookReport(event, self.completion_tokens)
             self.hook_events.append(info)
             return Piece([], [], [info])
         return self._finish(event)
-
-    def _hook_event(self, ev: HookEvent) -> wire.HookEvent:
-        """``ev`` on the wire, at this generation's position (the tokens accepted so far)."""
-        unset = wire.UNSET
-        return wire.HookEvent(
-            event=ev.event, action=ev.action, position=self.completion_tokens,  # type: ignore[arg-type]
-            text=ev.text if ev.text is not None else unset,
-            injected_tokens=ev.injected_tokens if ev.action == "inject" else unset,
-            reason=ev.reason if ev.reason is not None else unset,
-            entropy=ev.entropy if ev.event != "before_chat" else unset,
-            margin=ev.margin if ev.event != "before_chat" else unset,
-            window=wire.HookWindow(**ev.window) if ev.window is not None else unset)
 
     def _token(self, ev: TokenEvent) -> Piece | None:
         pipeline = self._pipeline
@@ -239,26 +261,19 @@ class Generation:
         n_injected = self._injected + ev.injected_tokens
         self.finish_info = FinishInfo(status="success", finish_reason=reason, completion_tokens=n,
                                       injected_tokens=n_injected)
-        prompt_tokens = len(self.request.prompt) - self._injected
-        usage = wire.Usage(prompt_tokens=prompt_tokens, completion_tokens=n, total_tokens=prompt_tokens + n,
-                           prompt_tokens_details=wire.PromptTokensDetails(cached_tokens=ev.cached_tokens),
-                           injected_tokens=n_injected if self._hooks else wire.UNSET)
-        # llama-server: prompt_n counts the prompt tokens actually prefilled
-        timings = wire.Timings.of(prompt_tokens - ev.cached_tokens, ev.prompt_ms, n, ev.predicted_ms,
-                                  cache_n=ev.cached_tokens)
-        if ev.draft_tokens:  # llama-server reports these when it speculated
-            timings.draft_n, timings.draft_n_accepted = ev.draft_tokens, ev.draft_accepted
-        return Done(deltas, message, reason, usage, timings, self._tokens, self.hook_events)
+        counts = Counts(prompt_tokens=len(self.request.prompt) - self._injected, completion_tokens=n,
+                        cached_tokens=ev.cached_tokens, injected_tokens=n_injected if self._hooks else None,
+                        prompt_ms=ev.prompt_ms, predicted_ms=ev.predicted_ms, draft_tokens=ev.draft_tokens,
+                        draft_accepted=ev.draft_accepted)
+        return Done(deltas, message, reason, counts, self._tokens, self.hook_events)
 
     def stopped_before(self, reason: str) -> Done:
         """End without generating: a ``before_chat`` hook returned ``Stop(reason)`` (nothing was submitted)."""
         self.finished = True
         self.finish_info = FinishInfo(status="success", finish_reason=reason)
-        n_prompt = len(self.request.prompt)
-        usage = wire.Usage(prompt_tokens=n_prompt, completion_tokens=0, total_tokens=n_prompt,
-                           injected_tokens=0 if self._hooks else wire.UNSET)
-        return Done([], ParsedMessage(), reason, usage, wire.Timings.of(n_prompt, 0.0, 0, 0.0),
-                    hook_events=self.hook_events)
+        counts = Counts(prompt_tokens=len(self.request.prompt), completion_tokens=0,
+                        injected_tokens=0 if self._hooks else None)
+        return Done([], ParsedMessage(), reason, counts, hook_events=self.hook_events)
 
     def abandon(self) -> FinishInfo:
         """The reply is closed before the finish (the client went away): the caller cancels the sequence.
@@ -269,43 +284,3 @@ class Generation:
             self.finished = True
             self.finish_info = FinishInfo(status="cancelled", completion_tokens=self.completion_tokens)
         return self.finish_info
-
-    # -- logprobs -----------------------------------------------------------------------------------
-    def _text(self, token: int) -> tuple[str, list[int]]:
-        data = self._piece(token)
-        return data.decode("utf-8", errors="replace"), list(data)
-
-    def chat_logprobs(self, tokens: Sequence[TokenEvent]) -> wire.ChatLogprobs:
-        """OpenAI chat ``logprobs`` for ``tokens``; with ``signals`` each entry also carries ``entropy`` and
-        ``margin`` (nats, from the raw logits; skippy extension)."""
-        content = []
-        for ev in tokens:
-            text, raw = self._text(ev.token)
-            top = [wire.TopLogprob(token=t, logprob=alt.logprob, bytes=b)
-                   for alt in ev.top for t, b in [self._text(alt.token)]]
-            entry = wire.ChatTokenLogprob(token=text, logprob=ev.logprob, bytes=raw, top_logprobs=top)
-            if self._signals:
-                entry.entropy, entry.margin = ev.entropy, ev.margin
-            content.append(entry)
-        return wire.ChatLogprobs(content=content)
-
-    def legacy_logprobs(self, tokens: Sequence[TokenEvent], offset: int = 0) -> wire.CompletionLogprobs:
-        """OpenAI legacy Completions ``logprobs`` for ``tokens`` (``top_logprobs``: text -> logprob).
-
-        ``text_offset[i]`` is the character offset of token ``i``'s text, the first at ``offset``
-        (OpenAI counts from the start of the prompt text). A token without a logprob (the first
-        token of an echoed prompt, which nothing predicts) has ``null`` in ``token_logprobs`` and
-        ``top_logprobs``, as OpenAI sends it.
-        """
-        texts, offsets = [], []
-        for ev in tokens:
-            text = self._text(ev.token)[0]
-            offsets.append(offset)
-            texts.append(text)
-            offset += len(text)
-        return wire.CompletionLogprobs(
-            tokens=texts,
-            token_logprobs=[ev.logprob for ev in tokens],
-            top_logprobs=[{self._text(t.token)[0]: t.logprob for t in ev.top} if ev.logprob is not None else None
-                          for ev in tokens],
-            text_offset=offsets)

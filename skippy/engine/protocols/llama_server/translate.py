@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 
 from skippy.engine.output.generation import Done, Generation, Piece
 from skippy.engine.protocols.llama_server import wire
+from skippy.engine.protocols.openai import translate as openai_translate
 from skippy.engine.protocols.openai import wire as openai_wire
 from skippy.engine.sampling.params import SamplingParams
 from skippy.engine.scheduling.events import TokenEvent
@@ -144,15 +145,15 @@ class NativeReply:
             stop_type = "limit"
         else:
             stop_type = "eos" if done.finish_reason == "stop" else "none"
-        n = done.usage.completion_tokens
+        n = done.counts.completion_tokens
         return wire.NativeCompletion(
             index=self.index, content=text,
             tokens=[ev.token for ev in done.tokens] if self.return_tokens and content is None else [],
             id_slot=self.slot, stop=True, model=self.model, tokens_predicted=n,
-            tokens_evaluated=done.usage.prompt_tokens, generation_settings=self.settings, prompt=self.prompt_text,
+            tokens_evaluated=done.counts.prompt_tokens, generation_settings=self.settings, prompt=self.prompt_text,
             has_new_line="\n" in done.message.content, truncated=False, stop_type=stop_type,
-            stopping_word=gen.stopping_word, tokens_cached=done.usage.prompt_tokens + max(0, n - 1),
-            timings=done.timings,
+            stopping_word=gen.stopping_word, tokens_cached=done.counts.prompt_tokens + max(0, n - 1),
+            timings=openai_translate.timings(done.counts),
             completion_probabilities=self._probs(done.tokens) if content is None else wire.UNSET)
 
 
@@ -175,9 +176,9 @@ class InfillReply:
         return self._final(done.message.content, done)
 
     def _final(self, content: str, done: Done) -> wire.Infill:
-        usage = done.usage
+        counts = done.counts
         return wire.Infill(content=content, stop=True, model=self.model,
                            stop_type="limit" if done.finish_reason == "length" else "eos", stopping_word="",
-                           tokens_predicted=usage.completion_tokens, tokens_evaluated=usage.prompt_tokens,
-                           tokens_cached=usage.prompt_tokens_details.cached_tokens, truncated=False,
-                           timings=done.timings)
+                           tokens_predicted=counts.completion_tokens, tokens_evaluated=counts.prompt_tokens,
+                           tokens_cached=counts.cached_tokens, truncated=False,
+                           timings=openai_translate.timings(done.counts))

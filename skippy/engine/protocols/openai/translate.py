@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import msgspec
@@ -25,7 +25,7 @@ import numpy as np
 
 from skippy.engine.chat.formats.base import Delta, ParsedMessage
 from skippy.engine.output.embeddings import normalize
-from skippy.engine.output.generation import Done, Generation, Piece
+from skippy.engine.output.generation import Counts, Done, Generation, HookReport, Piece
 from skippy.engine.protocols.openai import wire
 from skippy.engine.scheduling.events import TokenEvent
 
@@ -33,6 +33,81 @@ from skippy.engine.scheduling.events import TokenEvent
 def new_id(prefix: str) -> str:
     """``chatcmpl-`` / ``cmpl-`` + 24 random hex chars."""
     return f"{prefix}-{secrets.token_hex(12)}"
+
+
+def usage(c: Counts) -> wire.Usage:
+    """OpenAI ``usage`` of one generation (``injected_tokens`` only when hooks ran for it)."""
+    return wire.Usage(prompt_tokens=c.prompt_tokens, completion_tokens=c.completion_tokens,
+                      total_tokens=c.prompt_tokens + c.completion_tokens,
+                      prompt_tokens_details=wire.PromptTokensDetails(cached_tokens=c.cached_tokens),
+                      injected_tokens=c.injected_tokens if c.injected_tokens is not None else wire.UNSET)
+
+
+def timings(c: Counts) -> wire.Timings:
+    """llama-server ``timings`` of one generation: ``prompt_n`` counts the prompt tokens actually prefilled;
+    ``draft_n`` / ``draft_n_accepted`` only when it speculated (as llama-server reports them)."""
+    t = wire.Timings.of(c.prompt_tokens - c.cached_tokens, c.prompt_ms, c.completion_tokens, c.predicted_ms,
+                        cache_n=c.cached_tokens)
+    if c.draft_tokens:
+        t.draft_n, t.draft_n_accepted = c.draft_tokens, c.draft_accepted
+    return t
+
+
+def hook_event(r: HookReport) -> wire.HookEvent:
+    """A reported hook decision on the wire (``hook_events[]`` of a chat choice or chunk)."""
+    ev, unset = r.event, wire.UNSET
+    return wire.HookEvent(
+        event=ev.event, action=ev.action, position=r.position,  # type: ignore[arg-type]
+        text=ev.text if ev.text is not None else unset,
+        injected_tokens=ev.injected_tokens if ev.action == "inject" else unset,
+        reason=ev.reason if ev.reason is not None else unset,
+        entropy=ev.entropy if ev.event != "before_chat" else unset,
+        margin=ev.margin if ev.event != "before_chat" else unset,
+        window=wire.HookWindow(**ev.window) if ev.window is not None else unset)
+
+
+def _text(piece: Callable[[int], bytes], token: int) -> tuple[str, list[int]]:
+    data = piece(token)
+    return data.decode("utf-8", errors="replace"), list(data)
+
+
+def chat_logprobs(tokens: Sequence[TokenEvent], piece: Callable[[int], bytes], *,
+                  signals: bool = False) -> wire.ChatLogprobs:
+    """OpenAI chat ``logprobs`` for ``tokens`` (``piece``: token id -> its bytes); with ``signals`` each entry
+    also carries ``entropy`` and ``margin`` (nats, from the raw logits; skippy extension)."""
+    content = []
+    for ev in tokens:
+        text, raw = _text(piece, ev.token)
+        top = [wire.TopLogprob(token=t, logprob=alt.logprob, bytes=b)
+               for alt in ev.top for t, b in [_text(piece, alt.token)]]
+        entry = wire.ChatTokenLogprob(token=text, logprob=ev.logprob, bytes=raw, top_logprobs=top)
+        if signals:
+            entry.entropy, entry.margin = ev.entropy, ev.margin
+        content.append(entry)
+    return wire.ChatLogprobs(content=content)
+
+
+def legacy_logprobs(tokens: Sequence[TokenEvent], piece: Callable[[int], bytes],
+                    offset: int = 0) -> wire.CompletionLogprobs:
+    """OpenAI legacy Completions ``logprobs`` for ``tokens`` (``top_logprobs``: text -> logprob).
+
+    ``text_offset[i]`` is the character offset of token ``i``'s text, the first at ``offset``
+    (OpenAI counts from the start of the prompt text). A token without a logprob (the first
+    token of an echoed prompt, which nothing predicts) has ``null`` in ``token_logprobs`` and
+    ``top_logprobs``, as OpenAI sends it.
+    """
+    texts, offsets = [], []
+    for ev in tokens:
+        text = _text(piece, ev.token)[0]
+        offsets.append(offset)
+        texts.append(text)
+        offset += len(text)
+    return wire.CompletionLogprobs(
+        tokens=texts,
+        token_logprobs=[ev.logprob for ev in tokens],
+        top_logprobs=[{_text(piece, t.token)[0]: t.logprob for t in ev.top} if ev.logprob is not None else None
+                      for ev in tokens],
+        text_offset=offsets)
 
 
 def chat_delta(d: Delta) -> wire.ChatDelta:
@@ -83,11 +158,13 @@ class ChatReply:
                                         **extra)  # type: ignore[arg-type]
 
     def _choice(self, delta: wire.ChatDelta, tokens: list[TokenEvent], finish_reason: str | None = None,
-                hook_events: list[wire.HookEvent] | None = None) -> wire.ChatChunkChoice:
-        lp = self.generation.chat_logprobs(tokens) if self.logprobs and tokens else None
+                hook_events: list[HookReport] | None = None) -> wire.ChatChunkChoice:
+        gen = self.generation
+        lp = chat_logprobs(tokens, gen.piece, signals=gen.signals) if self.logprobs and tokens else None
         stop = self.generation.stopping_word if finish_reason is not None else ""
         return wire.ChatChunkChoice(index=self.index, delta=delta, logprobs=lp, finish_reason=finish_reason,
-                                    stop_reason=stop or wire.UNSET, hook_events=hook_events or wire.UNSET)
+                                    stop_reason=stop or wire.UNSET,
+                                    hook_events=[hook_event(r) for r in hook_events] if hook_events else wire.UNSET)
 
     def first_chunks(self) -> list[wire.ChatCompletionChunk]:
         """The chunk every stream starts with: ``delta`` ``{"role": "assistant", "content": ""}`` (with the
@@ -113,7 +190,7 @@ class ChatReply:
         if isinstance(item, Done):
             out.append(self._chunk([self._choice(wire.ChatDelta(), [], item.finish_reason)]))
             if self.include_usage:
-                out.append(self.usage_chunk(item.usage, item.timings))
+                out.append(self.usage_chunk(usage(item.counts), timings(item.counts)))
         elif pending or hooks:
             out.append(self._chunk([self._choice(wire.ChatDelta(), pending, hook_events=hooks)]))
         return out
@@ -124,15 +201,16 @@ class ChatReply:
 
     def completion(self, done: Done) -> wire.ChatCompletion:
         """The whole ``chat.completion`` (non-streamed): ``logprobs`` cover every generated token."""
-        lp = self.generation.chat_logprobs(done.tokens) if self.logprobs else None
+        gen = self.generation
+        lp = chat_logprobs(done.tokens, gen.piece, signals=gen.signals) if self.logprobs else None
         return wire.ChatCompletion(
             id=self.id, created=self.created, model=self.model,
             choices=[wire.ChatChoice(index=self.index, message=chat_message(done.message), logprobs=lp,
                                      finish_reason=done.finish_reason,
                                      stop_reason=self.generation.stopping_word or wire.UNSET,
-                                     hook_events=list(done.hook_events) if self.generation.request.hook_events
-                                     else wire.UNSET)],
-            usage=done.usage, timings=done.timings)
+                                     hook_events=[hook_event(r) for r in done.hook_events]
+                                     if self.generation.request.hook_events else wire.UNSET)],
+            usage=usage(done.counts), timings=timings(done.counts))
 
 
 class TextReply:
@@ -172,7 +250,7 @@ class TextReply:
                                    **extra)  # type: ignore[arg-type]
 
     def _logprobs(self, tokens: list[TokenEvent]) -> wire.CompletionLogprobs:
-        lp = self.generation.legacy_logprobs(tokens, self._offset)
+        lp = legacy_logprobs(tokens, self.generation.piece, self._offset)
         if lp.tokens:
             self._offset = lp.text_offset[-1] + len(lp.tokens[-1])
         return lp
@@ -186,7 +264,7 @@ class TextReply:
         prompt = self.generation.request.prompt
         scored = self.prompt_source.prompt_tokens or []
         first = [TokenEvent(prompt[0])] if prompt else []
-        return self.generation.legacy_logprobs(first + scored, 0)
+        return legacy_logprobs(first + scored, self.generation.piece, 0)
 
     def ready(self) -> bool:
         """The next chunks can be rendered: no echo chunk waits for prompt scores that are not there yet."""
@@ -211,7 +289,7 @@ class TextReply:
         if isinstance(item, Done):
             out.append(self._chunk([self._choice(text, [], item.finish_reason)]))
             if self.include_usage:
-                out.append(self.usage_chunk(item.usage, item.timings))
+                out.append(self.usage_chunk(usage(item.counts), timings(item.counts)))
             return out
         if text or item.tokens:
             out.append(self._chunk([self._choice(text, item.tokens)]))
@@ -236,7 +314,7 @@ class TextReply:
                                              text_offset=head.text_offset + lp.text_offset)
         return self._chunk([wire.CompletionChoice(index=self.index, text=text, logprobs=lp,
                                                   finish_reason=done.finish_reason)],
-                           usage=done.usage, timings=done.timings)
+                           usage=usage(done.counts), timings=timings(done.counts))
 
 
 class Reply(Protocol):
@@ -278,34 +356,31 @@ class Choices:
     def usage(self, dones: Sequence[Done]) -> tuple[wire.Usage, wire.Timings]:
         """Usage and timings of the whole request from every choice's :class:`Done` (by choice)."""
         if len(dones) == 1:
-            return dones[0].usage, dones[0].timings
-        firsts: dict[int, Done] = {}
+            return usage(dones[0].counts), timings(dones[0].counts)
+        firsts: dict[int, Counts] = {}
         for p, d in zip(self.prompt_of, dones, strict=True):
-            firsts.setdefault(p, d)
-        prompt = sum(d.usage.prompt_tokens for d in firsts.values())
-        completion = sum(d.usage.completion_tokens for d in dones)
-        cached = sum(d.usage.prompt_tokens_details.cached_tokens for d in firsts.values())
-        injected = [d.usage.injected_tokens for d in firsts.values() if d.usage.injected_tokens is not wire.UNSET]
-        usage = wire.Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion,
-                           prompt_tokens_details=wire.PromptTokensDetails(cached_tokens=cached),
-                           injected_tokens=sum(injected) if injected else wire.UNSET)  # type: ignore[arg-type]
-        timings = wire.Timings.of(sum(d.timings.prompt_n for d in firsts.values()),
-                                  max(d.timings.prompt_ms for d in firsts.values()), completion,
-                                  max(d.timings.predicted_ms for d in dones),
-                                  cache_n=sum(d.timings.cache_n for d in firsts.values()),
-                                  predicted_steps=sum(max(d.timings.predicted_n - 1, 0) for d in dones))
-        return usage, timings
+            firsts.setdefault(p, d.counts)
+        prompt = sum(c.prompt_tokens for c in firsts.values())
+        cached = sum(c.cached_tokens for c in firsts.values())
+        completion = sum(d.counts.completion_tokens for d in dones)
+        injected = [c.injected_tokens for c in firsts.values() if c.injected_tokens is not None]
+        total = usage(Counts(prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached,
+                             injected_tokens=sum(injected) if injected else None))
+        times = wire.Timings.of(prompt - cached, max(c.prompt_ms for c in firsts.values()), completion,
+                                max(d.counts.predicted_ms for d in dones), cache_n=cached,
+                                predicted_steps=sum(max(d.counts.completion_tokens - 1, 0) for d in dones))
+        return total, times
 
     def completion(self, dones: Sequence[Done]) -> msgspec.Struct:
         """The whole reply (non-streamed): every choice in order, the request's usage and timings."""
         wholes = [r.completion(d) for r, d in zip(self.replies, dones, strict=True)]
         if len(wholes) == 1:
             return wholes[0]
-        usage, timings = self.usage(dones)
+        total, times = self.usage(dones)
         whole = wholes[0]
-        extra = {"timings": timings} if whole.timings is not wire.UNSET else {}  # type: ignore[attr-defined]
+        extra = {"timings": times} if whole.timings is not wire.UNSET else {}  # type: ignore[attr-defined]
         return msgspec.structs.replace(whole, choices=[c for w in wholes for c in w.choices],  # type: ignore[attr-defined]
-                                       usage=usage, **extra)
+                                       usage=total, **extra)
 
     def first_chunks(self) -> list:
         """Every choice's first chunks, in choice order."""
@@ -324,8 +399,8 @@ class Choices:
                     if isinstance(held, Done):
                         self._dones[i] = held
         if self.include_usage and len(self._dones) == len(self.replies) and not self._held:
-            usage, timings = self.usage([self._dones[i] for i in range(len(self.replies))])
-            out.append(self.replies[0].usage_chunk(usage, timings))
+            total, times = self.usage([self._dones[i] for i in range(len(self.replies))])
+            out.append(self.replies[0].usage_chunk(total, times))
             self.include_usage = False
         return out
 
