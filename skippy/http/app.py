@@ -65,7 +65,9 @@ from skippy.http.context import (
 )
 from skippy.http.openapi import openapi_document
 from skippy.http.replies import encode, engine_error_response, error_response
-from skippy.http.routes import PUBLIC_PATHS, blueprint, is_anthropic_path, log_line, route_rule
+from skippy.http.routes import PUBLIC_PATHS, blueprint
+from skippy.http.routes.anthropic import is_anthropic_path
+from skippy.http.routes.base import log_line, route_rule
 from skippy.http.settings import ServerSettings
 
 __all__ = ["AppState", "Lifecycle", "RequestTimeout", "ShuttingDown", "create_app"]

@@ -19,7 +19,8 @@ from skippy.http.app import AppState, create_app
 from skippy.http.context import SkippyRequest, current, shared
 from skippy.http.logs import log_request
 from skippy.http.openapi import openapi_document
-from skippy.http.routes import PUBLIC_PATHS, ROUTES, _completion_tokens
+from skippy.http.routes import PUBLIC_PATHS, ROUTES
+from skippy.http.routes.base import completion_tokens as _completion_tokens
 from skippy.http.settings import ServerSettings
 
 ORIGIN = "https://app.example"

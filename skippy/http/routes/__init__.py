@@ -1,0 +1,121 @@
+"""The routes: one table (:data:`ROUTES`) that registers them on :data:`blueprint` and documents them.
+
+Each :class:`Route` names its paths (the first is the one documented in
+``/openapi.json``; the others are aliases, e.g. ``/chat/completions``
+beside ``/v1/chat/completions`` as llama-server and vLLM accept), its
+method, its handler, and for :mod:`skippy.http.openapi` its summary,
+request body Struct, response Struct and content type. Public routes
+(``secured=False``) need no API key.
+
+Handlers are module-level and thin: decode the body into a msgspec Struct
+(:func:`~skippy.engine.protocols.base.decode_request`, 400 on bad input), call the
+:class:`~skippy.actors.engine.Engine` within the request's deadline and the
+shutdown grace (:meth:`~skippy.http.context.Shared.guarded`), encode the
+result. App-wide state comes from :func:`~skippy.http.context.shared`, the
+request's own from :func:`~skippy.http.context.current`.
+
+The handlers live by API, mirroring :mod:`skippy.engine.protocols`: :mod:`.openai`, :mod:`.llama_server`,
+:mod:`.responses`, :mod:`.anthropic`, and :mod:`.server` for ``/health``, ``/openapi.json`` and ``/metrics``;
+:mod:`.base` holds the :class:`~.base.Route` row and what the handlers share.
+"""
+
+from __future__ import annotations
+
+from quart import Blueprint
+
+from skippy.engine.protocols.anthropic import wire as anthropic_wire
+from skippy.engine.protocols.anthropic.types import CountTokensRequest, MessagesRequest
+from skippy.engine.protocols.llama_server import wire
+from skippy.engine.protocols.llama_server.types import (
+    ApplyTemplateRequest,
+    DetokenizeRequest,
+    InfillRequest,
+    NativeCompletionRequest,
+    SlotActionRequest,
+    TokenizeRequest,
+)
+from skippy.engine.protocols.openai import wire as openai_wire
+from skippy.engine.protocols.openai.types import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
+from skippy.engine.protocols.responses import wire as rwire
+from skippy.engine.protocols.responses.types import ResponsesRequest
+from skippy.http.routes.anthropic import count_tokens, messages
+from skippy.http.routes.base import Route
+from skippy.http.routes.llama_server import (
+    apply_template,
+    completion_native,
+    detokenize,
+    infill,
+    input_tokens,
+    props,
+    props_change,
+    slot_action,
+    slots,
+    tokenize,
+)
+from skippy.http.routes.openai import chat_completions, completions, embeddings, model, models
+from skippy.http.routes.responses import responses_create, responses_delete, responses_get
+from skippy.http.routes.server import health, metrics, openapi_json
+
+__all__ = ["PUBLIC_PATHS", "ROUTES", "Route", "blueprint"]
+
+
+# -- the table --------------------------------------------------------------------------------------
+
+ROUTES: tuple[Route, ...] = (
+    Route(("/v1/chat/completions", "/chat/completions"), "POST", chat_completions,
+          "OpenAI Chat Completions (SSE when stream is true)", ChatCompletionRequest, openai_wire.ChatCompletion,
+          sse=openai_wire.ChatCompletionChunk),
+    Route(("/v1/chat/completions/input_tokens", "/chat/completions/input_tokens"), "POST", input_tokens,
+          "llama-server token counting: the prompt tokens a chat request would use", ChatCompletionRequest,
+          wire.InputTokens),
+    Route(("/v1/completions",), "POST", completions,
+          "OpenAI legacy Completions (SSE when stream is true)", CompletionRequest, openai_wire.TextCompletion,
+          sse=openai_wire.TextCompletion),
+    Route(("/v1/responses", "/responses"), "POST", responses_create,
+          "OpenAI Responses, translated onto the chat path (SSE events when stream is true; stored by default)",
+          ResponsesRequest, rwire.ResponseObject, sse=rwire.ResponseStreamEvent),
+    Route(("/v1/responses/<response_id>", "/responses/<response_id>"), "GET", responses_get,
+          "A stored response (404 when it was not stored, was deleted or was evicted)",
+          response=rwire.ResponseObject),
+    Route(("/v1/responses/<response_id>", "/responses/<response_id>"), "DELETE", responses_delete,
+          "Forget a stored response (404 when there is none)", response=rwire.ResponseDeleted),
+    Route(("/infill",), "POST", infill, "llama-server /infill: fill-in-the-middle with the model's FIM tokens "
+          "(SSE when stream is true)", InfillRequest, wire.Infill, sse=wire.Infill),
+    Route(("/v1/embeddings",), "POST", embeddings, "OpenAI Embeddings: L2-normalized vectors from the embedding "
+          "context (501 unless the server runs with --embeddings)", EmbeddingRequest, openai_wire.EmbeddingList),
+    Route(("/v1/models", "/models"), "GET", models, "The served model under each of its names (--alias)",
+          response=openai_wire.ModelList),
+    Route(("/v1/models/<path:model_id>", "/models/<path:model_id>"), "GET", model,
+          "One served model by name (404 model_not_found for another)", response=openai_wire.Model),
+    Route(("/completion", "/completions"), "POST", completion_native,
+          "llama-server native completion (a list for several prompts; SSE without [DONE] when stream is true)",
+          NativeCompletionRequest, wire.NativeCompletion, sse=wire.NativeCompletion, shape="one-or-list"),
+    Route(("/slots",), "GET", slots, "llama-server per-slot state (501 with --no-slots)", response=wire.Slot,
+          shape="list"),
+    Route(("/slots/<id_slot>",), "POST", slot_action,
+          "llama-server slot save / restore / erase (?action=; 501 without --slot-save-path)", SlotActionRequest),
+    Route(("/props",), "POST", props_change, "llama-server POST /props (501 without --props)", documented=False),
+    Route(("/health",), "GET", health, "Readiness and slot counts (503 while loading)", response=wire.Health,
+          secured=False),
+    Route(("/openapi.json",), "GET", openapi_json, "This OpenAPI document", documented=False),
+    Route(("/tokenize",), "POST", tokenize, "llama-server /tokenize", TokenizeRequest, wire.TokenizeResponse),
+    Route(("/detokenize",), "POST", detokenize, "llama-server /detokenize", DetokenizeRequest,
+          wire.DetokenizeResponse),
+    Route(("/apply-template",), "POST", apply_template, "llama-server /apply-template", ApplyTemplateRequest,
+          wire.ApplyTemplateResponse),
+    Route(("/props",), "GET", props, "llama-server /props"),
+    Route(("/v1/messages",), "POST", messages, "Anthropic Messages (SSE events when stream is true)", MessagesRequest,
+          anthropic_wire.AnthropicMessage, sse=anthropic_wire.STREAM_EVENTS, error=anthropic_wire.AnthropicError),
+    Route(("/v1/messages/count_tokens",), "POST", count_tokens, "Anthropic Messages token counting",
+          CountTokensRequest, anthropic_wire.MessageTokensCount, error=anthropic_wire.AnthropicError),
+    Route(("/metrics",), "GET", metrics, "Prometheus metrics (text exposition format)", content_type="text/plain"),
+)
+
+
+PUBLIC_PATHS = frozenset(path for route in ROUTES if not route.secured for path in route.paths)
+
+
+blueprint = Blueprint("skippy", __name__)
+for _route in ROUTES:
+    for _path in _route.paths:
+        blueprint.add_url_rule(_path, view_func=_route.handler, methods=[_route.method])

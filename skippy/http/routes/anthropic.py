@@ -1,0 +1,121 @@
+"""``/v1/messages`` and ``/v1/messages/count_tokens``: Anthropic Messages, a translation onto the chat
+path (:mod:`skippy.engine.protocols.anthropic`), with Anthropic's SSE events and error shape.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import Any
+
+from quart import Response
+
+from skippy.engine.errors import EngineError
+from skippy.engine.protocols.anthropic import translate as anthropic
+from skippy.engine.protocols.anthropic import wire as anthropic_wire
+from skippy.engine.protocols.anthropic.types import CountTokensRequest, MessagesRequest
+from skippy.http.context import current, shared
+from skippy.http.replies import (
+    json_response,
+    sse,
+)
+from skippy.http.routes.base import (
+    SseFormat,
+    check_limits,
+    completion_tokens,
+    read_body,
+    stream,
+    unless_gone,
+)
+
+# -- Anthropic Messages: a translation onto the chat path (skippy.engine.protocols.anthropic) ---------------------
+
+#: the paths whose answers, errors included, are in Anthropic's shapes
+ANTHROPIC_PATH = "/v1/messages"
+
+
+def is_anthropic_path(path: str) -> bool:
+    """``/v1/messages`` and everything under it (their errors are Anthropic envelopes)."""
+    return path == ANTHROPIC_PATH or path.startswith(ANTHROPIC_PATH + "/")
+
+
+def _anthropic_event(event: Any) -> bytes:
+    """One Anthropic SSE event: ``event: <type>`` and ``data: <json>``."""
+    return b"event: " + type(event).__struct_config__.tag.encode() + b"\n" + sse(event)
+
+
+def _anthropic_error(exc: EngineError) -> bytes:
+    return _anthropic_event(anthropic.error_for(exc.status, exc.message)[1])
+
+
+ANTHROPIC_SSE = SseFormat(
+    event=_anthropic_event, error=_anthropic_error, ping=_anthropic_event(anthropic_wire.PingEvent()), done=None)
+
+
+class _MessageEvents:
+    """A chat chunk stream as Anthropic events (:class:`~skippy.engine.protocols.anthropic.translate.MessageStream`).
+
+    Waiting for the next event may be cancelled (the ping timer of :func:`stream`) without losing one:
+    events are queued, and only the wait for the next chunk is cancelled (it waits on a memory channel).
+    """
+
+    def __init__(self, chunks: AsyncIterator[Any], translator: anthropic.MessageStream) -> None:
+        self._chunks = chunks
+        self._translator = translator
+        self._ready: deque[Any] = deque()
+
+    def __aiter__(self) -> _MessageEvents:
+        return self
+
+    async def __anext__(self) -> Any:
+        while not self._ready:
+            if self._translator.done:
+                raise StopAsyncIteration
+            try:
+                chunk = await self._chunks.__anext__()
+            except StopAsyncIteration:
+                if not self._translator.done:  # no usage chunk: the stream was cut short
+                    raise EngineError("the generation ended without its final chunk") from None
+                raise
+            self._ready.extend(self._translator.events(chunk))
+        return self._ready.popleft()
+
+    async def aclose(self) -> None:
+        await self._chunks.aclose()  # type: ignore[attr-defined]
+
+
+async def messages() -> Response:
+    """Anthropic ``POST /v1/messages``: the body becomes a chat request (one generation path), the chat
+    completion (or its chunk stream) becomes an Anthropic ``message`` (or its events)."""
+    app, ctx = shared(), current()
+    req = await read_body(MessagesRequest, ctx)
+    chat = anthropic.to_chat_request(req)
+    check_limits(app.settings, req.messages, chat)
+    eng = await app.engine_for(req.model)
+    stops = req.stop_sequences
+    if req.stream:
+        async def start() -> AsyncIterator[Any]:
+            chunks = await eng.chat_stream(chat)
+            # the engine has counted the prompt by now (the trace is filled when the sequence is submitted)
+            return _MessageEvents(chunks, anthropic.MessageStream(input_tokens=ctx.trace.prompt_tokens,
+                                                                  stop_sequences=stops))
+        return await stream(app, ctx, start, ANTHROPIC_SSE)
+    result = await unless_gone(app, ctx, eng.chat(chat))
+    ctx.tokens = completion_tokens(result)
+    return json_response(anthropic.to_message(result, stops))
+
+
+async def count_tokens() -> Response:
+    """Anthropic ``POST /v1/messages/count_tokens``: the prompt ``/v1/messages`` would prefill, in tokens."""
+    app, ctx = shared(), current()
+    req = await read_body(CountTokensRequest, ctx)
+    chat = anthropic.to_chat_request(req)
+    check_limits(app.settings, req.messages, chat)
+    eng = await app.engine_for(req.model)
+
+    async def count() -> int:
+        prompt = await eng.apply_template(chat)
+        return len(await eng.tokenizer.tokenize(prompt, add_special=True, parse_special=True))
+
+    n = await app.guarded(ctx.deadline, count())
+    return json_response(anthropic_wire.MessageTokensCount(input_tokens=n))

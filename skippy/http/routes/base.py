@@ -1,0 +1,302 @@
+"""What every route module shares: the :class:`Route` row, body decoding and limits, the access-log
+line, and the SSE stream plumbing (:func:`stream`: the first chunk awaited before the headers, keep-alive
+pings, the error event of a stream that failed after its headers, cancellation when the client goes away).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import attrs
+import trio
+from quart import Response, request
+
+from skippy.engine.errors import EngineError, InvalidRequest
+from skippy.engine.protocols.base import decode_request, unknown_fields
+from skippy.engine.protocols.openai import wire as openai_wire
+from skippy.engine.protocols.openai.types import (
+    ChatCompletionRequest,
+    SamplingFields,
+)
+from skippy.engine.protocols.openai.wire import ErrorEnvelope
+from skippy.http.context import RequestContext, Shared, shared
+from skippy.http.logs import log_request
+from skippy.http.replies import (
+    SSE_DONE,
+    SSE_PING,
+    sse,
+)
+from skippy.http.settings import ServerSettings
+
+log = logging.getLogger("skippy.http")
+
+
+Handler = Callable[[], Awaitable[Response]]
+
+
+@attrs.frozen
+class Route:
+    """One route of the table.
+
+    ``paths``: the first is documented, the rest are aliases. ``method``:
+    ``"GET"``, ``"POST"`` or ``"DELETE"``. ``body``: the request Struct the handler
+    decodes (``None``: no body). ``response``: the Struct of a 200 answer
+    (``None``: a free-form JSON object, or text for a non-JSON
+    ``content_type``). ``sse``: with ``"stream": true`` the answer is
+    ``text/event-stream`` whose events carry this Struct (or one of these Structs). ``secured``: needs the
+    API key when keys are set. ``documented``: listed in ``/openapi.json``. ``shape``: the 200 body is one
+    ``response`` (``"one"``), a list of them (``"list"``) or either (``"one-or-list"``). ``error``: the
+    Struct of its error answers (OpenAI's envelope; Anthropic's on ``/v1/messages*``). Path parameters are
+    written ``<name>``.
+    """
+
+    paths: tuple[str, ...]
+    method: str
+    handler: Handler
+    summary: str
+    body: type | None = None
+    response: type | None = None
+    content_type: str = "application/json"
+    sse: type | tuple[type, ...] | None = None
+    secured: bool = True
+    documented: bool = True
+    shape: str = "one"
+    error: type = openai_wire.ErrorEnvelope
+
+    @property
+    def path(self) -> str:
+        """The documented path."""
+        return self.paths[0]
+
+    @property
+    def openapi_path(self) -> str:
+        """The documented path in OpenAPI's template syntax (``/v1/models/<path:model_id>`` ->
+        ``/v1/models/{model_id}``)."""
+        return re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", self.path)
+
+    @property
+    def path_params(self) -> list[str]:
+        """Names of the path's variables (``["model_id"]``)."""
+        return re.findall(r"<(?:\w+:)?(\w+)>", self.path)
+
+
+# -- what the log line counts, read from engine results (dicts or msgspec Structs) ------------------
+
+def field(obj: Any, name: str, default: Any = None) -> Any:
+    return obj.get(name, default) if isinstance(obj, dict) else getattr(obj, name, default)
+
+
+def completion_tokens(result: Any) -> int:
+    """``usage.completion_tokens`` of a ``chat.completion`` / ``text_completion``."""
+    return int(field(field(result, "usage"), "completion_tokens", 0))
+
+
+# -- helpers of the handlers ------------------------------------------------------------------------
+
+#: distinct unknown field names remembered for the once-per-field warning; past it new names are only
+#: listed in the response header (a client sending random keys cannot grow the set without bound)
+MAX_WARNED_FIELDS = 1024
+
+
+async def read_body(type_: type, ctx: RequestContext) -> Any:
+    """The body decoded into ``type_`` (400 naming the field on bad input).
+
+    Unknown top-level fields are ignored, as OpenAI clients and agent
+    frameworks send vendor extensions, but never silently: each is named in
+    the ``X-Skippy-Ignored-Fields`` response header and, the first time the
+    server sees it, in a warning log line; with ``--strict-fields`` the
+    first one is a 400 naming it (OpenAI refuses unknown fields).
+    """
+    data = await request.get_data(cache=False)  # 413 past MAX_CONTENT_LENGTH, even while streaming in
+    ctx.body_read = True
+    req = decode_request(data, type_)
+    unknown = unknown_fields(data, type_)
+    if unknown:
+        app = shared()
+        if app.settings.strict_fields:
+            raise InvalidRequest(f"unknown field {unknown[0]!r} (this server refuses unknown fields: "
+                                 "--strict-fields)", param=unknown[0], code="unknown_field")
+        ctx.ignored_fields = unknown
+        warned = app.state.warned_fields
+        new = [name for name in unknown if name not in warned][:MAX_WARNED_FIELDS - len(warned)]
+        if new:
+            warned.update(new)
+            log.warning("%s %s: ignored unknown request field(s) %s (listed in the X-Skippy-Ignored-Fields "
+                        "header; logged once per field; --strict-fields refuses them)", request.method,
+                        request.path, ", ".join(repr(n) for n in new))
+    return req
+
+
+def check_limits(settings: ServerSettings, messages: list[Any], req: SamplingFields | None = None) -> None:
+    """400 ``array_above_max_length`` / ``string_above_max_length`` past the configured limits."""
+    if len(messages) > settings.max_messages:
+        raise InvalidRequest(f"messages has {len(messages)} entries; this server accepts at most "
+                             f"{settings.max_messages} (--max-messages)", param="messages",
+                             code="array_above_max_length")
+    if req is None:
+        return
+    chat = isinstance(req, ChatCompletionRequest)
+    if chat and req.tools is not None and len(req.tools) > settings.max_tools:
+        raise InvalidRequest(f"tools has {len(req.tools)} entries; this server accepts at most "
+                             f"{settings.max_tools} (--max-tools)", param="tools", code="array_above_max_length")
+    so = req.structured_outputs
+    for field, value, limit, flag in (
+            ("chat_template", req.chat_template if chat else None, settings.max_chat_template_bytes,
+             "--max-chat-template-bytes"),
+            ("grammar", req.grammar, settings.max_grammar_bytes, "--max-grammar-bytes"),
+            ("guided_grammar", req.guided_grammar, settings.max_grammar_bytes, "--max-grammar-bytes"),
+            ("guided_regex", req.guided_regex, settings.max_grammar_bytes, "--max-grammar-bytes"),
+            ("structured_outputs.grammar", so.grammar if so else None, settings.max_grammar_bytes,
+             "--max-grammar-bytes"),
+            ("structured_outputs.regex", so.regex if so else None, settings.max_grammar_bytes,
+             "--max-grammar-bytes")):
+        if isinstance(value, str):
+            size = len(value.encode("utf-8", "surrogatepass"))
+            if size > limit:
+                raise InvalidRequest(f"{field} is {size} bytes; this server accepts at most {limit} ({flag})",
+                                     param=field, code="string_above_max_length")
+
+
+def route_rule() -> str:
+    """The current request's route pattern (``/slots/<int:id_slot>``), ``unmatched`` for an unknown path:
+    the metrics' ``route`` label stays bounded whatever paths clients send."""
+    rule = request.url_rule
+    return rule.rule if rule is not None else "unmatched"
+
+
+def log_line(app: Shared, ctx: RequestContext, status: int, route: str, rule: str, *, code: str | None = None,
+             reason: str | None = None, disconnected: bool = False) -> None:
+    """The request's log line (:func:`~skippy.http.logs.log_request`) and its response counters.
+
+    ``route``: ``METHOD PATH``; ``rule``: the path pattern (:func:`route_rule`); ``code`` / ``reason``:
+    the error envelope's of a 4xx/5xx; ``disconnected``: the client went away before the end (no
+    per-route response is counted). Works once the request context is gone (streams).
+    """
+    metrics = app.metrics()
+    if metrics is not None:
+        metrics.response(status)
+        if not disconnected:
+            metrics.route_response(route.split(" ", 1)[0], rule, status, code if status >= 400 else None)
+    log_request(route, status, tokens=ctx.tokens, duration_ms=(time.perf_counter() - ctx.t0) * 1000.0,
+                request_id=ctx.request_id, client=ctx.client, trace=ctx.trace, code=code, reason=reason,
+                disconnected=disconnected)
+
+
+@attrs.frozen
+class SseFormat:
+    """How :func:`stream` frames a stream: ``event(chunk)`` and ``error(exc)`` give an event's bytes, ``ping``
+    is sent after ``--sse-ping-interval`` seconds without a chunk, ``done`` (if any) ends a complete stream.
+    The default is OpenAI's: ``data:`` events, ``: ping`` comments, ``data: [DONE]``."""
+
+    event: Callable[[Any], bytes] = sse
+    error: Callable[[EngineError], bytes] = lambda exc: sse(ErrorEnvelope.of(exc))
+    ping: bytes = SSE_PING
+    done: bytes | None = SSE_DONE
+
+
+OPENAI_SSE = SseFormat()
+
+
+NATIVE_SSE = SseFormat(done=None)  # llama-server's native /completion stream ends without [DONE]
+
+
+async def stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitable[AsyncIterator[Any]]],
+                  fmt: SseFormat = OPENAI_SSE) -> Response:
+    """SSE response; the first chunk is pulled before the headers so request errors stay 4xx.
+
+    Every wait for the next chunk runs in the request's :meth:`~skippy.http.context.Lifecycle.guard`:
+    past the deadline (or the shutdown grace) the generation is cancelled, which frees its sequence,
+    and the stream ends with a final error event instead of ``[DONE]``.
+
+    ``frame`` encodes a chunk as an SSE event; ``fail`` makes the final event of an error (the
+    error envelope); ``done`` ends a complete stream (``None``: nothing, as llama-server's native
+    ``/completion`` stream and the Responses stream). The log line's ``tokens=`` is the completion
+    tokens the engine generated (the request's trace), not the events sent.
+    """
+    chunks: AsyncIterator[Any] | None = None
+
+    async def open_stream() -> Any:
+        nonlocal chunks
+        chunks = await start()
+        return await chunks.__anext__()
+
+    try:
+        first = await app.guarded(ctx.deadline, open_stream())
+    except BaseException:
+        if chunks is not None:
+            with trio.CancelScope(shield=True):
+                await chunks.aclose()
+        raise
+    assert chunks is not None
+    route, rule = f"{request.method} {request.path}", route_rule()  # the request context is gone while streaming
+    lifecycle = app.lifecycle
+    interval = app.settings.sse_ping_interval
+    ping = object()
+    ready = getattr(chunks, "ready_nowait", None)  # the chunks there without waiting, written together
+
+    async def next_chunk() -> Any:
+        """The next chunk, or ``ping`` when none came within ``--sse-ping-interval`` seconds (a queue wait or
+        a long prefill). Cancelling the wait is safe: it waits on the sequence's memory channel."""
+        if interval > 0:
+            with trio.move_on_after(interval):
+                return await chunks.__anext__()
+            return ping
+        return await chunks.__anext__()
+
+    async def events() -> AsyncIterator[bytes]:
+        status = 200
+        code = reason = None
+        disconnected = False
+        try:
+            yield fmt.event(first)
+            while True:
+                chunk = None
+                with lifecycle.guard(ctx.deadline) as scope:
+                    try:
+                        chunk = await next_chunk()
+                    except StopAsyncIteration:
+                        pass
+                if chunk is ping:
+                    yield fmt.ping
+                    continue
+                if scope.cancelled_caught:
+                    error = app.stopped()
+                    status, code, reason = error.status, error.code or error.type, str(error)
+                    yield fmt.error(error)
+                    return
+                if chunk is None:
+                    break
+                batch = [chunk, *ready()] if ready is not None else [chunk]
+                yield b"".join(map(fmt.event, batch))
+            if fmt.done is not None:
+                yield fmt.done
+        except EngineError as exc:
+            status, code, reason = exc.status, exc.code or exc.type, str(exc)
+            yield fmt.error(exc)
+        except trio.Cancelled:
+            status = 499  # the client went away
+            disconnected = True
+            raise
+        finally:
+            await chunks.aclose()
+            ctx.tokens = ctx.trace.completion_tokens  # tokens, not events (a burst of tokens can be one chunk)
+            log_line(app, ctx, status, route, rule, code=code, reason=reason, disconnected=disconnected)
+
+    response = Response(events(), status=200, mimetype="text/event-stream",
+                        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    response.timeout = None
+    return response
+
+
+async def unless_gone(app: Shared, ctx: RequestContext, work: Awaitable[Any]) -> Any:
+    """``app.guarded(ctx.deadline, work)``; a client that disconnects first (the handler is cancelled) gets
+    the log line with status 499 and is counted as a disconnect, not as a 4xx (nginx's 499)."""
+    try:
+        return await app.guarded(ctx.deadline, work)
+    except trio.Cancelled:
+        log_line(app, ctx, 499, f"{request.method} {request.path}", route_rule(), disconnected=True)
+        raise

@@ -1,0 +1,173 @@
+"""llama-server's own routes: ``/completion``, ``/infill``, ``/slots``, ``/props``, ``/tokenize``,
+``/detokenize``, ``/apply-template``, ``/v1/chat/completions/input_tokens``
+(:mod:`skippy.engine.protocols.llama_server`).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from quart import Response, request
+
+from skippy.engine.errors import InvalidRequest, NotSupported
+from skippy.engine.protocols.llama_server import wire
+from skippy.engine.protocols.llama_server.types import (
+    ApplyTemplateRequest,
+    DetokenizeRequest,
+    InfillRequest,
+    NativeCompletionRequest,
+    SlotActionRequest,
+    TokenizeRequest,
+)
+from skippy.engine.protocols.openai.types import (
+    ChatCompletionRequest,
+)
+from skippy.http.context import current, shared
+from skippy.http.replies import (
+    error_response,
+    json_response,
+)
+from skippy.http.routes.base import (
+    NATIVE_SSE,
+    check_limits,
+    read_body,
+    stream,
+    unless_gone,
+)
+
+
+async def infill() -> Response:
+    app, ctx = shared(), current()
+    req = await read_body(InfillRequest, ctx)
+    eng = await app.engine_for(req.model)
+    if req.stream:
+        return await stream(app, ctx, lambda: eng.infill_stream(req))
+    result = await unless_gone(app, ctx, eng.infill(req))
+    ctx.tokens = result.tokens_predicted or 0
+    return json_response(result)
+
+
+async def completion_native() -> Response:
+    """llama-server's native ``/completion``: one object for one prompt, a list for several; its SSE stream
+    has no ``[DONE]`` (llama-server ends it with the ``stop: true`` chunk)."""
+    app, ctx = shared(), current()
+    req = await read_body(NativeCompletionRequest, ctx)
+    check_limits(app.settings, [], req)
+    eng = await app.engine_for(req.model)
+    if req.stream:
+        return await stream(app, ctx, lambda: eng.completion_native_stream(req), NATIVE_SSE)
+    results = await unless_gone(app, ctx, eng.completion_native(req))
+    ctx.tokens = sum(r.tokens_predicted for r in results)
+    return json_response(results[0] if len(results) == 1 else results)  # llama-server: a list for several
+
+
+async def slots() -> Response:
+    """llama-server ``GET /slots``: 501 with ``--no-slots``; ``?fail_on_no_slot=1`` answers 503 when no slot
+    is idle."""
+    app = shared()
+    if not app.settings.slots:
+        raise NotSupported("This server does not support slots endpoint. Start it with `--slots`")
+    states = (await app.engine_for(request.args.get("model"), required=False)).slots()
+    if request.args.get("fail_on_no_slot") not in (None, "", "0", "false") and all(s.is_processing for s in states):
+        return error_response(503, "no slot available", "unavailable_error", code="no_slot_available")
+    return json_response(states)
+
+
+#: a slot file name: no directory part, no hidden or parent names (llama.cpp fs_validate_filename's spirit)
+_SLOT_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,254}")
+
+
+async def slot_action(id_slot: str) -> Response:
+    """llama-server ``POST /slots/{id}?action=save|restore|erase`` (``{"filename": ...}`` for save and restore,
+    a plain name inside ``--slot-save-path``); 501 without ``--slot-save-path``."""
+    app, ctx = shared(), current()
+    save_dir = app.settings.slot_save_path
+    if save_dir is None:
+        raise NotSupported("This server does not support slots action. Start it with `--slot-save-path`")
+    try:
+        slot = int(id_slot)
+    except ValueError:
+        raise InvalidRequest("Invalid slot ID", param="id_slot") from None
+    action = request.args.get("action", "")
+    if action not in ("save", "restore", "erase"):
+        raise InvalidRequest("Invalid action", param="action")
+    path = None
+    if action != "erase":
+        body = await read_body(SlotActionRequest, ctx)
+        if not _SLOT_FILE.fullmatch(body.filename) or ".." in body.filename:
+            raise InvalidRequest("Invalid filename", param="filename")
+        directory = Path(save_dir)
+        directory.mkdir(parents=True, exist_ok=True)
+        path = str(directory / body.filename)
+        if action == "restore" and not Path(path).is_file():
+            raise InvalidRequest(f"Unable to restore slot: no file {body.filename!r} in the slot save path",
+                                 param="filename")
+    eng = await app.engine_for(request.args.get("model"), required=False)
+    result = await unless_gone(app, ctx, eng.slot_action(action, slot, path))
+    if path is not None:
+        result["filename"] = Path(path).name
+    reply = {"save": wire.SlotSaved, "restore": wire.SlotRestored, "erase": wire.SlotErased}[action]
+    return json_response(reply(**result))
+
+
+async def props_change() -> Response:
+    """llama-server ``POST /props``: 501 unless started with ``--props``; then ``{"success": true}`` (llama-server
+    changes no property there either)."""
+    app, ctx = shared(), current()
+    if not app.settings.props:
+        raise NotSupported("This server does not support changing global properties. Start it with `--props`")
+    await read_body(dict, ctx)  # a JSON object, as llama-server parses it
+    return json_response({"success": True})
+
+
+async def tokenize() -> Response:
+    app, ctx = shared(), current()
+    req = await read_body(TokenizeRequest, ctx)
+    eng = await app.engine_for(req.model or request.args.get("model"), required=False)
+    tokens = await eng.tokenizer.tokenize(req.content, add_special=req.add_special, parse_special=req.parse_special)
+    if req.with_pieces:
+        out: list[int | wire.TokenPiece] = []
+        for t in tokens:
+            piece = eng.runtime.vocab.piece(t)
+            try:
+                out.append(wire.TokenPiece(id=t, piece=piece.decode("utf-8")))
+            except UnicodeDecodeError:
+                out.append(wire.TokenPiece(id=t, piece=list(piece)))
+        return json_response(wire.TokenizeResponse(tokens=out))
+    return json_response(wire.TokenizeResponse(tokens=list(tokens)))
+
+
+async def detokenize() -> Response:
+    app, ctx = shared(), current()
+    req = await read_body(DetokenizeRequest, ctx)
+    eng = await app.engine_for(req.model or request.args.get("model"), required=False)
+    try:
+        content = await eng.tokenizer.detokenize(req.tokens)
+    except ValueError as exc:
+        raise InvalidRequest(str(exc), param="tokens") from exc
+    return json_response(wire.DetokenizeResponse(content=content))
+
+
+async def apply_template() -> Response:
+    app, ctx = shared(), current()
+    req = await read_body(ApplyTemplateRequest, ctx)
+    check_limits(app.settings, req.messages, req)
+    eng = await app.engine_for(req.model or request.args.get("model"), required=False)
+    prompt = await app.guarded(ctx.deadline, eng.apply_template(req))
+    return json_response(wire.ApplyTemplateResponse(prompt=prompt))
+
+
+async def input_tokens() -> Response:
+    """llama-server ``POST /v1/chat/completions/input_tokens``: a chat body -> ``{"input_tokens": N}``."""
+    app, ctx = shared(), current()
+    req = await read_body(ChatCompletionRequest, ctx)
+    check_limits(app.settings, req.messages, req)
+    eng = await app.engine_for(req.model)
+    n = await unless_gone(app, ctx, eng.input_tokens(req))
+    return json_response(wire.InputTokens(input_tokens=n))
+
+
+async def props() -> Response:
+    eng = await shared().engine_for(request.args.get("model"), required=False)
+    return json_response(eng.props())

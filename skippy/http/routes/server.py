@@ -1,0 +1,59 @@
+"""The server's own routes, whatever API a client speaks: ``/health``, ``/openapi.json``, ``/metrics``."""
+
+from __future__ import annotations
+
+from quart import Response
+
+from skippy.engine.errors import DeviceLost
+from skippy.engine.protocols.llama_server import wire
+from skippy.http.context import ShuttingDown, shared
+from skippy.http.replies import (
+    engine_error_response,
+    error_response,
+    json_response,
+)
+
+
+async def health() -> Response:
+    """llama-server ``GET /health``: 503 while the (default) model loads, then 200 with slot counts (summed over
+    the loaded models when several are served: 200 while any model is loaded or can load)."""
+    app = shared()
+    pool = app.state.pool
+    if (app.state.engine is None) if pool is None else not pool.ready.is_set():
+        return error_response(503, app.state.load_error or "Loading model", "unavailable_error", code="model_loading")
+    if app.lifecycle.draining:
+        return engine_error_response(ShuttingDown("the server is shutting down"))
+    if pool is not None:
+        if not pool.healthy():
+            return error_response(503, "no model could be loaded: " + "; ".join(
+                f"{i}: {pool.error(i)}" for i in pool.ids()), "unavailable_error", code="model_load_failed")
+        totals = {"slots_idle": 0, "slots_processing": 0, "requests_waiting": 0}
+        for _, eng in pool.loaded_engines():
+            if problem := eng.device_problem():  # an RPC worker is gone: a supervisor must restart the set
+                return engine_error_response(DeviceLost(problem))
+            for key, value in eng.stats().items():
+                totals[key] += value
+        return json_response(wire.Health(**totals))
+    engine = app.state.engine
+    if engine is not None and (problem := engine.device_problem()):  # an RPC worker is gone: restart the set
+        return engine_error_response(DeviceLost(problem))
+    return json_response(wire.Health(**app.engine().stats()))
+
+
+async def openapi_json() -> Response:
+    return Response(shared().openapi, mimetype="application/json")
+
+
+async def metrics() -> Response:
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    app = shared()
+    if not app.settings.metrics:  # llama-server without --metrics
+        return error_response(501, "the metrics endpoint is off on this server (started with --no-metrics)",
+                              "not_supported_error", code="not_supported")
+    pool = app.state.pool
+    engine_metrics = (pool.metrics if pool is not None and not pool.single
+                      else (await app.engine_for(None, required=False)).metrics)
+    started = engine_metrics.registry.get_sample_value("process_start_time_seconds") or app.state.started
+    return Response(engine_metrics.render(), mimetype=CONTENT_TYPE_LATEST.split(";")[0],
+                    headers={"Content-Type": CONTENT_TYPE_LATEST, "Process-Start-Time-Unix": str(int(started))})
