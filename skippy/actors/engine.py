@@ -37,7 +37,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing, asynccontextmanager
-from typing import Any, Generic, TypeVar
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
 import attrs
 import msgspec
@@ -55,7 +55,6 @@ from skippy.engine.chat.plan import ParsePlan
 from skippy.engine.chat.prepare import PreparedTemplate, make_output_parser
 from skippy.engine.config import EngineConfig
 from skippy.engine.errors import (
-    ContextLengthExceeded,
     EngineClosed,
     EngineError,
     InvalidRequest,
@@ -69,6 +68,21 @@ from skippy.engine.hooks.signals import FinishInfo, SignalConfig
 from skippy.engine.infill import ExtraChunk, Mixed, format_infill, require_fim
 from skippy.engine.output.embeddings import fit, split_input
 from skippy.engine.output.generation import Done, Generation, GenerationError, Piece
+from skippy.engine.preparation import (
+    Limits,
+    before_chat_event,
+    chat_choices,
+    choice_count,
+    choice_seed,
+    completion_budget,
+    completion_logprobs,
+    completion_prompt_items,
+    min_reuse,
+    sampling,
+    speculative,
+    stop_strings,
+    text_choices,
+)
 from skippy.engine.protocols.llama_server import wire
 from skippy.engine.protocols.llama_server.translate import (
     DEFAULT_SAMPLERS,
@@ -78,23 +92,21 @@ from skippy.engine.protocols.llama_server.translate import (
 )
 from skippy.engine.protocols.llama_server.types import InfillRequest, NativeCompletionRequest
 from skippy.engine.protocols.openai import wire as openai_wire
-from skippy.engine.protocols.openai.translate import ChatReply, Choices, TextReply, embedding_list, new_id
+from skippy.engine.protocols.openai.translate import Choices, embedding_list, new_id
 from skippy.engine.protocols.openai.types import (
     ChatCompletionRequest,
     CompletionRequest,
     EmbeddingRequest,
     Message,
     SamplingFields,
-    prompt_items,
 )
 from skippy.engine.runtime.base import Runtime
 from skippy.engine.sampling.constraints import RequestConstraint, constraint_from_request
 from skippy.engine.sampling.native import apply_samplers, native_logit_bias, resolve_logit_bias, sampler_names
-from skippy.engine.sampling.params import SamplingParams, sampling_from_request
+from skippy.engine.sampling.params import SamplingParams
 from skippy.engine.scheduling.budget import ReasoningBudget
-from skippy.engine.scheduling.events import EmbeddingsEvent, EmbedRequest, FinishEvent, HookEvent, SeqEvent
-from skippy.engine.scheduling.prefix import EXACT_TAIL, MIN_REUSE, MIN_TAIL, common_prefix_len
-from skippy.engine.scheduling.spec import requested_draft
+from skippy.engine.scheduling.events import EmbeddingsEvent, EmbedRequest, FinishEvent, SeqEvent
+from skippy.engine.scheduling.prefix import EXACT_TAIL, MIN_TAIL, common_prefix_len
 
 
 @attrs.frozen
@@ -107,6 +119,7 @@ class _HookCtx:
 
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 @attrs.define
@@ -152,15 +165,15 @@ def _reply_id(prefix: str) -> str:
     return f"{prefix}-{rid}" if rid else new_id(prefix)
 
 
-def _preparing(start: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+def _preparing(start: Callable[Concatenate[Engine, P], Awaitable[T]]) -> Callable[Concatenate[Engine, P], Awaitable[T]]:
     """Wrap an engine's ``_start_*``: while it prepares its request (template, tokenizer) and until it submits
     it, the scheduler counts it as incoming (:meth:`DecodeScheduler.incoming`), so a burst starts as one batch."""
 
     @functools.wraps(start)
-    async def wrapper(self: Engine, *args: Any) -> T:
+    async def wrapper(self: Engine, *args: P.args, **kwargs: P.kwargs) -> T:
         self.scheduler.incoming(1)
         try:
-            return await start(self, *args)
+            return await start(self, *args, **kwargs)
         finally:
             self.scheduler.incoming(-1)
 
@@ -181,6 +194,8 @@ class Engine:
         self.scheduler = scheduler
         #: prompt tokens prefilled even when cached (the scheduler core's)
         self.min_tail = scheduler.core.min_tail
+        #: what request preparation checks requests against (:mod:`skippy.engine.preparation`)
+        self.limits = Limits.of(runtime.meta, config, self.min_tail)
         self.hooks = hooks
         self._nursery = nursery
         self.metrics = EngineMetrics()
@@ -328,7 +343,7 @@ class Engine:
                                            extra=[ExtraChunk(c.text, c.filename) for c in req.input_extra],
                                            n_predict=req.n_predict if req.n_predict is not None else -1)
         gen = Generation(next(self._rids), prompt, params, self._max_tokens(req, len(prompt)),
-                         piece=self.runtime.vocab.piece, parser=ContentParser(), stops=_stops(req.stop),
+                         piece=self.runtime.vocab.piece, parser=ContentParser(), stops=stop_strings(req.stop),
                          cache_prompt=req.cache_prompt, arrival=arrival)
         return gen, self._submit([gen], None)
 
@@ -351,20 +366,13 @@ class Engine:
 
     def _chat_choices(self, req: ChatCompletionRequest, gens: list[Generation], *,
                       include_usage: bool = False) -> Choices:
-        rid, created = _reply_id("chatcmpl"), int(time.time())
-        replies = [ChatReply(self.reply_model(req.model), gen, logprobs=gen.request.params.logprobs, index=i, id=rid,
-                             created=created)
-                   for i, gen in enumerate(gens)]
-        return Choices(replies, [0] * len(gens), include_usage=include_usage)
+        return chat_choices(req, gens, model=self.reply_model(req.model), reply_id=_reply_id("chatcmpl"),
+                            created=int(time.time()), include_usage=include_usage)
 
     def _text_choices(self, req: CompletionRequest, texts: list[str], gens: list[Generation], *,
                       include_usage: bool = False) -> Choices:
-        rid, created, n = _reply_id("cmpl"), int(time.time()), len(gens) // len(texts)
-        replies = [TextReply(self.reply_model(req.model), gen, prompt_text=texts[i // n], echo=req.echo,
-                             logprobs=gen.request.params.logprobs, index=i, id=rid, created=created,
-                             prompt_source=gen if gen.request.prompt_logprobs is not None else gens[i - i % n])
-                   for i, gen in enumerate(gens)]
-        return Choices(replies, [i // n for i in range(len(gens))], include_usage=include_usage)
+        return text_choices(req, texts, gens, model=self.reply_model(req.model), reply_id=_reply_id("cmpl"),
+                            created=int(time.time()), include_usage=include_usage)
 
     async def completion_native(self, req: NativeCompletionRequest) -> list[wire.NativeCompletion]:
         """llama-server's native ``/completion``: one answer per prompt of ``req`` (see
@@ -398,7 +406,7 @@ class Engine:
         params = await self._constrained(params, constraint_from_request(req))
         n_predict = req.n_predict if req.n_predict is not None else (
             req.max_tokens if req.max_tokens is not None else -1)
-        stops = _stops(req.stop)
+        stops = stop_strings(req.stop)
         samplers = [n for n in sampler_names(req.samplers) if n in DEFAULT_SAMPLERS] if req.samplers else \
             DEFAULT_SAMPLERS
         prompts = []
@@ -422,7 +430,7 @@ class Engine:
                                           len(tokens))
             gen = Generation(next(self._rids), tokens, params, max_tokens, piece=self.runtime.vocab.piece,
                              parser=ContentParser(), stops=stops, cache_prompt=req.cache_prompt,
-                             speculative=self._speculative(req), include_stop=req.include_stop_str_in_output,
+                             speculative=speculative(req, self.limits), include_stop=req.include_stop_str_in_output,
                              arrival=arrival)
             settings = generation_settings(params, n_predict=n_predict, stop=stops, stream=req.stream,
                                            n_probs=n_probs, samplers=samplers,
@@ -555,7 +563,7 @@ class Engine:
     @_preparing
     async def _start_chat(self, req: ChatCompletionRequest) -> tuple[list[Generation], _Events]:
         arrival = next(self._arrivals)
-        n = self._n(req)
+        n = choice_count(req, self.limits)
         n_probs = req.n_probs or 0  # llama-server's name for top_logprobs
         params = self._sampling(req, logprobs=req.logprobs or n_probs > 0,
                                 top_logprobs=req.top_logprobs if req.top_logprobs is not None else n_probs)
@@ -577,17 +585,18 @@ class Engine:
         if isinstance(pre, Inject):  # before_chat injection: appended to the prompt, never shown
             extra = await self.tokenizer.tokenize(pre.text, add_special=False, parse_special=False)
             prompt, injected = prompt + extra, len(extra)
-        before = _before_chat_event(pre, injected) if pre is not None and req.return_hook_events else None
-        max_tokens, stops = self._max_tokens(req, len(prompt)), _stops(req.stop)
+        before = before_chat_event(pre, injected) if pre is not None and req.return_hook_events else None
+        max_tokens, stops = self._max_tokens(req, len(prompt)), stop_strings(req.stop)
         stops += [s for s in self.template_stops if s not in stops]  # ChatML's end on a foreign vocabulary
         piece = await self._piece_for(plan.chat_format)
         budget = await self._reasoning_budget(req, plan, piece)
-        gens = [Generation(next(self._rids), prompt, _choice_seed(params, j), max_tokens,
+        gens = [Generation(next(self._rids), prompt, choice_seed(params, j), max_tokens,
                            piece=piece, parser=make_output_parser(plan), stops=stops,
                            early_stop=EarlyStop(set(plan.allowed_tools), plan.parallel_tool_calls) if plan.emulated
                            else None, hooks=hooks_on, signals=req.return_signals, hook_request=req,
                            injected=injected, cache_key=req.prompt_cache_key, cache_prompt=req.cache_prompt,
-                           min_reuse=_min_reuse(n, len(prompt), self.min_tail), speculative=self._speculative(req),
+                           min_reuse=min_reuse(n, len(prompt), self.min_tail),
+                           speculative=speculative(req, self.limits),
                            include_stop=req.include_stop_str_in_output, hook_events=req.return_hook_events,
                            before_chat=before, checkpoint_at=checkpoint_at, reasoning_budget=budget,
                            arrival=arrival)
@@ -653,18 +662,12 @@ class Engine:
     async def _start_completion(self, req: CompletionRequest) -> tuple[list[str], list[Generation], _Events]:
         """The prompt texts (for ``echo``), every choice's generation (``n`` per prompt, in order), the events."""
         arrival = next(self._arrivals)
-        n = self._n(req)
-        lp = req.logprobs
-        if lp is not None and not 0 <= lp <= 5:
-            raise InvalidRequest("logprobs must be in [0, 5]", param="logprobs")
-        if lp is None and req.n_probs:  # llama-server's name for it
-            if not 0 <= req.n_probs <= 5:
-                raise InvalidRequest("n_probs must be in [0, 5] on /v1/completions", param="n_probs")
-            lp = req.n_probs
+        n = choice_count(req, self.limits)
+        lp = completion_logprobs(req)
         params = self._sampling(req, logprobs=lp is not None, top_logprobs=lp or 0)
         params = await self._constrained(params, constraint_from_request(req))
         prompts = await self._completion_prompts(req, n)
-        stops = _stops(req.stop)
+        stops = stop_strings(req.stop)
         scored = req.echo and lp is not None  # echo + logprobs: the prompt's tokens are scored once per prompt
         texts, gens = [], []
         for text, prompt in prompts:
@@ -676,10 +679,10 @@ class Engine:
                 # score it themselves
                 score = scored and (j == 0 or len(prompt) <= self.min_tail or not req.cache_prompt)
                 gens.append(Generation(
-                    next(self._rids), prompt, _choice_seed(params, j), max_tokens, piece=self.runtime.vocab.piece,
+                    next(self._rids), prompt, choice_seed(params, j), max_tokens, piece=self.runtime.vocab.piece,
                     parser=ContentParser(), stops=stops, cache_prompt=req.cache_prompt and not score,
-                    min_reuse=_min_reuse(n, len(prompt), self.min_tail), prompt_logprobs=(lp or 0) if score else None,
-                    speculative=self._speculative(req), include_stop=req.include_stop_str_in_output,
+                    min_reuse=min_reuse(n, len(prompt), self.min_tail), prompt_logprobs=(lp or 0) if score else None,
+                    speculative=speculative(req, self.limits), include_stop=req.include_stop_str_in_output,
                     arrival=arrival))
         return texts, gens, self._submit(gens, None)
 
@@ -691,20 +694,12 @@ class Engine:
         """
         if req.suffix is not None:
             require_fim(self.meta.fim, "suffix")
-        items = prompt_items(req.prompt, "prompt")
-        if len(items) * n > self.config.max_queue:
-            raise InvalidRequest(f"prompt has {len(items)} prompts and n is {n}: at most {self.config.max_queue} "
-                                 "choices per request (--max-queue)", param="prompt")
         out = []
-        n_vocab = self.meta.n_vocab
-        for item in items:
+        for item in completion_prompt_items(req, n, self.limits):
             if isinstance(item, str):
                 tokens = await self.tokenizer.tokenize(item, add_special=True, parse_special=True)
                 text = item
             else:
-                if any(not 0 <= t < n_vocab for t in item):
-                    raise InvalidRequest(f"prompt has a token id outside the vocabulary (0..{n_vocab - 1})",
-                                         param="prompt")
                 tokens = list(item)
                 text = await self.tokenizer.detokenize(tokens) if tokens else ""
             if req.suffix is not None:  # fill in the middle: the prompt is the prefix (OpenAI suffix)
@@ -714,21 +709,10 @@ class Engine:
             out.append((text, tokens))
         return out
 
-    def _n(self, req: SamplingFields) -> int:
-        """``n`` (default 1): 1..``n_seq_max`` choices (400 ``n`` beyond: each choice needs a sequence slot)."""
-        n = 1 if req.n is None else req.n
-        if n < 1:
-            raise InvalidRequest("n must be >= 1", param="n")
-        if n > self.meta.n_seq_max:
-            raise InvalidRequest(f"n is {n}, but this server decodes at most {self.meta.n_seq_max} sequences "
-                                 "at once (--parallel)", param="n")
-        return n
-
     def _sampling(self, req: SamplingFields, *, logprobs: bool, top_logprobs: int) -> SamplingParams:
         if self.closed:
             raise EngineClosed("the engine is shutting down")
-        return sampling_from_request(req, n_vocab=self.meta.n_vocab, logprobs=logprobs, top_logprobs=top_logprobs,
-                                     n_ctx=self.meta.n_ctx_seq)
+        return sampling(req, self.limits, logprobs=logprobs, top_logprobs=top_logprobs)
 
     async def _constrained(self, params: SamplingParams, rc: RequestConstraint,
                            lazy_patterns: tuple[str, ...] = (), gbnf_param: str = "grammar") -> SamplingParams:
@@ -746,34 +730,15 @@ class Engine:
             params = attrs.evolve(params, constraint=rc.constraint)
         return params
 
-    def _speculative(self, req: SamplingFields) -> int | None:
-        return requested_draft(req.speculative, self.config.spec_ngram)
-
     def _max_tokens(self, req: SamplingFields, n_prompt: int) -> int:
-        """The completion budget of a prompt of ``n_prompt`` tokens: ``max_tokens`` (or
-        ``max_completion_tokens``), else the room left in the context. A prompt that alone fills the
-        context is a 400 ``context_length_exceeded``; so is a ``max_tokens`` beyond the room left with
-        ``clamp_max_tokens`` off, else it is clamped to the room and noted in the :class:`RequestTrace`."""
-        n_ctx = self.meta.n_ctx_seq
-        asked = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-        if asked is not None and asked < 1:
-            raise InvalidRequest("max_tokens must be >= 1", param="max_tokens")
-        if n_prompt >= n_ctx:
-            raise ContextLengthExceeded(
-                f"the prompt is {n_prompt} tokens, which does not fit this model's context of {n_ctx} tokens",
-                param="messages")
-        room = n_ctx - n_prompt
-        if asked is None or asked <= room:
-            return room if asked is None else asked  # None: until the context is full (finish_reason "length")
-        if not self.config.clamp_max_tokens:  # --no-clamp-max-tokens: refused, as OpenAI and vLLM do
-            raise ContextLengthExceeded(
-                f"the prompt ({n_prompt} tokens) plus max_tokens ({asked}) exceeds the context of {n_ctx} "
-                f"tokens; lower max_tokens to at most {room} (this server runs with --no-clamp-max-tokens; "
-                "without it max_tokens is clamped to the room left)", param="max_tokens")
-        trace = TRACE.get()  # clamped, as llama-server and Ollama do; reported in the header and the log line
-        if trace is not None and (trace.max_tokens_clamped is None or room < trace.max_tokens_clamped[1]):
-            trace.max_tokens_clamped = (asked, room)
-        return room
+        """The completion budget of a prompt of ``n_prompt`` tokens (:func:`completion_budget`); a clamped
+        ``max_tokens`` is noted in the :class:`RequestTrace` (the header and the log line report it)."""
+        budget = completion_budget(req, n_prompt, self.limits)
+        trace = TRACE.get()
+        if budget.clamped is not None and trace is not None and (
+                trace.max_tokens_clamped is None or budget.clamped[1] < trace.max_tokens_clamped[1]):
+            trace.max_tokens_clamped = budget.clamped
+        return budget.max_tokens
 
     def _submit(self, gens: list[Generation], ctx: _HookCtx | None) -> _Events:
         """Queue every choice's sequence now, together (:class:`QueueFull`, 429, raises here, before any
@@ -781,7 +746,7 @@ class Engine:
         send, recv = trio.open_memory_channel[tuple[int, SeqEvent]](math.inf)
         try:
             for i, gen in enumerate(gens):
-                self.scheduler.submit(gen.request, _ChoiceChannel(send, i))  # type: ignore[arg-type]
+                self.scheduler.submit(gen.request, _ChoiceChannel(send, i))
         except QueueFull:
             for gen in gens[:i]:
                 self.scheduler.cancel(gen.rid)
@@ -800,7 +765,7 @@ class _ChoiceChannel:
     def send_nowait(self, event: SeqEvent) -> None:
         self._send.send_nowait((self._index, event))
 
-    def statistics(self) -> Any:
+    def statistics(self) -> trio.MemoryChannelStatistics:
         return self._send.statistics()
 
 
@@ -991,15 +956,6 @@ class _Rendered(Generic[T]):
         await self._events.aclose()
 
 
-def _before_chat_event(outcome: Any, injected: int) -> HookEvent:
-    """The reported :class:`HookEvent` of a ``before_chat`` outcome (``Deny`` raised before this) that
-    appended ``injected`` tokens to the prompt."""
-    if isinstance(outcome, Inject):
-        return HookEvent("before_chat", "inject", text=outcome.text, injected_tokens=injected)
-    if isinstance(outcome, Stop):
-        return HookEvent("before_chat", "stop", reason=outcome.reason)
-    return HookEvent("before_chat", "none")
-
 
 def _one_line(message: str, limit: int = 300) -> str:
     """A library's (multi-line) error message as one line of at most ``limit`` characters."""
@@ -1019,24 +975,7 @@ def _file_time(path: str) -> int:
         return int(time.time())
 
 
-def _stops(stop: str | list[str] | None) -> list[str]:
-    if stop is None:
-        return []
-    stops = [stop] if isinstance(stop, str) else list(stop)
-    if len(stops) > 16:
-        raise InvalidRequest("at most 16 stop strings are allowed", param="stop")
-    return [s for s in stops if s]
 
-
-def _choice_seed(params: SamplingParams, j: int) -> SamplingParams:
-    """Choice ``j``'s sampling: the request's seed plus ``j``, so seeded choices differ and reproduce."""
-    return attrs.evolve(params, seed=(params.seed + j) & 0xFFFFFFFF) if j else params
-
-
-def _min_reuse(n: int, n_prompt: int, min_tail: int) -> int:
-    """The shortest prefix the scheduler copies for a choice: with ``n`` > 1, also a prompt shorter than
-    ``MIN_REUSE`` is prefilled once and copied (all of it but the last ``min_tail`` tokens)."""
-    return MIN_REUSE if n == 1 else max(1, min(MIN_REUSE, n_prompt - min_tail))
 
 
 async def _drain(events: _Events) -> list[Done]:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, assert_never
+from typing import Any, Protocol, assert_never
 
 import attrs
 import trio
@@ -85,12 +85,22 @@ ADMIT_GAP = 0.003
 ADMIT_SETTLE = 0.005
 
 
+class EventSink(Protocol):
+    """Where a request's events go: a trio memory send channel (unbounded: the loop never blocks on a
+    reader), or anything with the two methods the loop uses (the facade's per-choice view of one shared
+    channel). ``statistics().tasks_waiting_receive`` tells the loop a reader waits for the next event."""
+
+    def send_nowait(self, value: SeqEvent, /) -> None: ...
+
+    def statistics(self) -> trio.MemoryChannelStatistics: ...
+
+
 @attrs.frozen
 class Submit:
     """Admit ``request``; its events go to ``events`` (an unbounded send channel)."""
 
     request: SeqRequest
-    events: trio.MemorySendChannel[SeqEvent]
+    events: EventSink
 
 
 @attrs.frozen
@@ -98,7 +108,7 @@ class SubmitEmbeddings:
     """Embed ``request``'s inputs; its one :class:`EmbeddingsEvent` goes to ``events``."""
 
     request: EmbedRequest
-    events: trio.MemorySendChannel[SeqEvent]
+    events: EventSink
 
 
 @attrs.frozen
@@ -145,14 +155,14 @@ class DecodeScheduler(Actor[SchedulerMsg]):
                                   signal_config=signal_config, prefix_cache=prefix_cache, spec_ngram=spec_ngram,
                                   ctx_checkpoints=ctx_checkpoints, checkpoint_budget=checkpoint_budget,
                                   prompt_cache=prompt_cache, min_tail=min_tail, scheduler_steps=scheduler_steps)
-        self._events: dict[int, trio.MemorySendChannel[SeqEvent]] = {}
+        self._events: dict[int, EventSink] = {}
         self.step_times = StepTimes()
         self._unread = 0  # Submit messages in the inbox (not yet added to the core)
         self._incoming = 0  # requests the engine is preparing (see incoming())
         self._slot_actions: list[SlotAction] = []  # run between steps, file I/O on the decode thread
 
     # -- client side (called from request tasks, same trio thread) ---------------
-    def submit(self, request: SeqRequest, events: trio.MemorySendChannel[SeqEvent]) -> None:
+    def submit(self, request: SeqRequest, events: EventSink) -> None:
         """Queue ``request``; its events go to ``events`` (unbounded: the loop never blocks on a reader).
 
         Raises :class:`QueueFull` when ``max_queue`` requests wait (embedding requests count too).
@@ -162,7 +172,7 @@ class DecodeScheduler(Actor[SchedulerMsg]):
         self._send.send_nowait(Submit(request, events))
         self._unread += 1
 
-    def submit_embeddings(self, request: EmbedRequest, events: trio.MemorySendChannel[SeqEvent]) -> None:
+    def submit_embeddings(self, request: EmbedRequest, events: EventSink) -> None:
         """Queue an embedding request; its :class:`EmbeddingsEvent` goes to ``events``. Raises
         :class:`QueueFull` when ``max_queue`` requests wait (generation and embedding requests together)."""
         if self._n_queued() >= self.core.max_queue:
@@ -225,7 +235,7 @@ class DecodeScheduler(Actor[SchedulerMsg]):
     async def run(self) -> None:
         """The scheduler task; runs until cancelled, then finishes every sequence as cancelled."""
         decode_thread = DedicatedThread("skippy-decode")  # every llama_decode on one OS thread
-        readers: list[trio.MemorySendChannel[SeqEvent]] = []
+        readers: list[EventSink] = []
         run = 1  # decodes in the last step (a multi-step run's), whose tokens the readers write
         times = self.step_times
         last_end: float | None = None  # end of the last llama_decode; None after waiting for an input
@@ -409,7 +419,7 @@ class DecodeScheduler(Actor[SchedulerMsg]):
         assert act.action == "erase", act.action
         return {"id_slot": slot, "n_erased": core.erase_slot(slot)}
 
-    def _deliver(self, outputs: list[Output] | tuple[Output, ...]) -> list[trio.MemorySendChannel[SeqEvent]]:
+    def _deliver(self, outputs: list[Output] | tuple[Output, ...]) -> list[EventSink]:
         """Send each output where it goes; returns the event channels whose reader was waiting for it.
 
         A closed event channel (the client left) cancels its sequence; a hook call
@@ -456,7 +466,7 @@ class _RunBatches(trio.abc.Instrument):
         self.size = trio.lowlevel.current_statistics().tasks_runnable
 
 
-def _send(events: trio.MemorySendChannel[SeqEvent], ev: SeqEvent) -> bool:
+def _send(events: EventSink, ev: SeqEvent) -> bool:
     try:
         events.send_nowait(ev)
         return True
@@ -464,7 +474,7 @@ def _send(events: trio.MemorySendChannel[SeqEvent], ev: SeqEvent) -> bool:
         return False
 
 
-async def _let_readers_run(readers: list[trio.MemorySendChannel[SeqEvent]], limit: float = IDLE_WAIT) -> None:
+async def _let_readers_run(readers: list[EventSink], limit: float = IDLE_WAIT) -> None:
     """Before the next decode, let the request tasks that were waiting for the last step's events
     turn them into bytes on the wire: wait (at most ``limit`` seconds: :data:`IDLE_WAIT` per decode
     whose tokens they got, a multi-step run's several) until each is back waiting
@@ -479,7 +489,7 @@ async def _let_readers_run(readers: list[trio.MemorySendChannel[SeqEvent]], limi
                 return
 
 
-def _busy(ch: trio.MemorySendChannel[SeqEvent]) -> bool:
+def _busy(ch: EventSink) -> bool:
     """The reader of ``ch`` is still at work: not back waiting on it, and the channel is open."""
     stats = ch.statistics()
     return not stats.tasks_waiting_receive and stats.open_receive_channels > 0 and stats.open_send_channels > 0

@@ -1,0 +1,106 @@
+"""skippy.engine.preparation: request preparation without I/O (choices, budget, stops, prompts, seeds)."""
+
+from __future__ import annotations
+
+import pytest
+
+from skippy.engine.errors import ContextLengthExceeded, InvalidRequest
+from skippy.engine.hooks.policy import Inject, Stop
+from skippy.engine.preparation import (
+    MAX_STOPS,
+    Budget,
+    Limits,
+    before_chat_event,
+    choice_count,
+    choice_seed,
+    completion_budget,
+    completion_logprobs,
+    completion_prompt_items,
+    min_reuse,
+    stop_strings,
+)
+from skippy.engine.protocols.openai.types import ChatCompletionRequest, CompletionRequest, Message
+from skippy.engine.sampling.params import SamplingParams
+from skippy.engine.scheduling.prefix import MIN_REUSE
+
+LIMITS = Limits(n_vocab=100, n_ctx=64, n_seq_max=4, max_queue=8, min_tail=1)
+
+
+def chat(**fields) -> ChatCompletionRequest:
+    return ChatCompletionRequest(messages=[Message("user", "hi")], **fields)
+
+
+@pytest.mark.parametrize(("n", "expected"), [(None, 1), (1, 1), (4, 4)])
+def test_choice_count_defaults_to_one_and_allows_up_to_the_sequence_slots(n, expected) -> None:
+    assert choice_count(chat(n=n), LIMITS) == expected
+
+
+@pytest.mark.parametrize(("n", "message"), [(0, "n must be >= 1"), (5, "at most 4 sequences")])
+def test_choice_count_refuses_what_the_slots_cannot_hold(n, message) -> None:
+    with pytest.raises(InvalidRequest, match=message) as ei:
+        choice_count(chat(n=n), LIMITS)
+    assert ei.value.param == "n"
+
+
+def test_budget_is_the_room_left_the_asked_tokens_or_a_clamp() -> None:
+    assert completion_budget(chat(), 10, LIMITS) == Budget(54)  # no max_tokens: until the context is full
+    assert completion_budget(chat(max_tokens=20), 10, LIMITS) == Budget(20)
+    assert completion_budget(chat(max_tokens=20, max_completion_tokens=5), 10, LIMITS) == Budget(5)
+    assert completion_budget(chat(max_tokens=500), 10, LIMITS) == Budget(54, (500, 54))
+
+
+def test_budget_refuses_a_full_prompt_a_bad_max_tokens_and_without_clamping_too_many() -> None:
+    with pytest.raises(ContextLengthExceeded) as ei:
+        completion_budget(chat(), 64, LIMITS)
+    assert ei.value.param == "messages"
+    with pytest.raises(InvalidRequest, match="max_tokens must be >= 1"):
+        completion_budget(chat(max_tokens=0), 10, LIMITS)
+    strict = Limits(n_vocab=100, n_ctx=64, n_seq_max=4, clamp_max_tokens=False)
+    with pytest.raises(ContextLengthExceeded, match="at most 54") as ei:
+        completion_budget(chat(max_tokens=500), 10, strict)
+    assert ei.value.param == "max_tokens"
+
+
+def test_stop_strings_drop_empty_ones_and_refuse_too_many() -> None:
+    assert stop_strings(None) == [] and stop_strings("x") == ["x"] and stop_strings(["a", "", "b"]) == ["a", "b"]
+    with pytest.raises(InvalidRequest, match=f"at most {MAX_STOPS}") as ei:
+        stop_strings(["s"] * (MAX_STOPS + 1))
+    assert ei.value.param == "stop"
+
+
+def test_choice_seeds_differ_and_the_first_keeps_the_request_seed() -> None:
+    params = SamplingParams(seed=0xFFFFFFFF)
+    assert choice_seed(params, 0) is params
+    assert [choice_seed(params, j).seed for j in (1, 2)] == [0, 1]  # wraps at 32 bits
+
+
+def test_min_reuse_lowers_for_several_choices_of_a_short_prompt() -> None:
+    assert min_reuse(1, 3, 1) == MIN_REUSE
+    assert min_reuse(2, 3, 1) == 2 and min_reuse(2, 1, 1) == 1
+    assert min_reuse(2, 10 * MIN_REUSE, 1) == MIN_REUSE
+
+
+def test_completion_logprobs_take_logprobs_or_llama_servers_n_probs_within_0_to_5() -> None:
+    assert completion_logprobs(CompletionRequest(prompt="x")) is None
+    assert completion_logprobs(CompletionRequest(prompt="x", logprobs=0)) == 0
+    assert completion_logprobs(CompletionRequest(prompt="x", n_probs=3)) == 3
+    for fields, param in (({"logprobs": 6}, "logprobs"), ({"n_probs": 9}, "n_probs")):
+        with pytest.raises(InvalidRequest) as ei:
+            completion_logprobs(CompletionRequest(prompt="x", **fields))
+        assert ei.value.param == param
+
+
+def test_completion_prompt_items_check_token_ids_and_the_queue() -> None:
+    assert completion_prompt_items(CompletionRequest(prompt=["a", "b"]), 2, LIMITS) == ["a", "b"]
+    assert completion_prompt_items(CompletionRequest(prompt=[[1, 2], [99]]), 1, LIMITS) == [[1, 2], [99]]
+    with pytest.raises(InvalidRequest, match="outside the vocabulary"):
+        completion_prompt_items(CompletionRequest(prompt=[1, 100]), 1, LIMITS)
+    with pytest.raises(InvalidRequest, match="at most 8 choices") as ei:
+        completion_prompt_items(CompletionRequest(prompt=["a"] * 3), 3, LIMITS)
+    assert ei.value.param == "prompt"
+
+
+def test_before_chat_event_reports_what_the_policy_did() -> None:
+    assert before_chat_event(Inject("note"), 3).injected_tokens == 3
+    assert before_chat_event(Stop("no"), 0).reason == "no"
+    assert before_chat_event(None, 0).action == "none"
