@@ -56,15 +56,13 @@ def setting_option(field: attrs.Attribute) -> Callable[[F], F]:
     (e.g. ``nan``, which click's ranges let through), as a usage error
     (exit code 2) naming the flag.
     """
-    import attrs
-
-    from skippy.engine.config import IsBool, setting_info
+    from skippy.engine.config import FACTORY, IsBool, setting_info
 
     info = setting_info(field)
     assert info is not None and info.flag, field.name
     flag = "--" + field.name.replace("_", "-")
     default = field.default
-    if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+    if isinstance(default, FACTORY):
         default = default.factory()
     kw: dict[str, Any] = {"help": info.help, "show_default": info.show_default, "default": default}
     if isinstance(field.validator, IsBool):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
+from typing import Any, TypeGuard, cast
 
 import attrs
 
@@ -63,12 +63,17 @@ def setting(default: Any = attrs.NOTHING, *, help: str, check: Any, factory: Any
     return attrs.field(default=default, validator=check, converter=converter, metadata={SETTING: info})
 
 
-def setting_info(field: attrs.Attribute) -> SettingInfo | None:
+#: the class of ``attrs.Factory(...)``, for ``isinstance`` on a field's default (attrs' stubs declare
+#: ``Factory`` a function returning the field's type)
+FACTORY = cast("type[Any]", attrs.Factory)
+
+
+def setting_info(field: attrs.Attribute[Any]) -> SettingInfo | None:
     """The :class:`SettingInfo` of a field made by :func:`setting`, else ``None``."""
     return field.metadata.get(SETTING)
 
 
-def _int(value: object) -> bool:
+def _int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -97,7 +102,7 @@ class IntRange:
     def describe(self) -> str:
         return _bounds(self.min, self.max)
 
-    def __call__(self, inst: object, attr: attrs.Attribute, value: object) -> None:
+    def __call__(self, inst: object, attr: attrs.Attribute[Any], value: object) -> None:
         if value is None and self.optional:
             return
         if not _int(value):
@@ -124,7 +129,7 @@ class FloatRange:
     def describe(self) -> str:
         return _bounds(self.min, self.max, self.min_open)
 
-    def __call__(self, inst: object, attr: attrs.Attribute, value: object) -> None:
+    def __call__(self, inst: object, attr: attrs.Attribute[Any], value: object) -> None:
         if not (isinstance(value, (int, float)) and not isinstance(value, bool)):
             raise TypeError(f"{attr.name} must be a number in the range {self.describe()}, got {value!r}")
         x = float(value)
@@ -142,7 +147,7 @@ class OneOf:
 
     choices: tuple[str, ...]
 
-    def __call__(self, inst: object, attr: attrs.Attribute, value: object) -> None:
+    def __call__(self, inst: object, attr: attrs.Attribute[Any], value: object) -> None:
         if value not in self.choices:
             allowed = ", ".join(repr(c) for c in self.choices)
             raise ValueError(f"{attr.name} must be one of {allowed}, got {value!r}")
@@ -152,7 +157,7 @@ class OneOf:
 class IsBool:
     """Validator: ``True`` or ``False`` (``TypeError`` otherwise: ``"no"`` would be truthy)."""
 
-    def __call__(self, inst: object, attr: attrs.Attribute, value: object) -> None:
+    def __call__(self, inst: object, attr: attrs.Attribute[Any], value: object) -> None:
         if not isinstance(value, bool):
             raise TypeError(f"{attr.name} must be True or False, got {value!r}")
 
@@ -164,7 +169,7 @@ class IsText:
     optional: bool = True
     nonempty: bool = False
 
-    def __call__(self, inst: object, attr: attrs.Attribute, value: object) -> None:
+    def __call__(self, inst: object, attr: attrs.Attribute[Any], value: object) -> None:
         if value is None and self.optional:
             return
         if not isinstance(value, str):
@@ -174,12 +179,12 @@ class IsText:
             raise ValueError(f"{attr.name} must not be empty")
 
 
-def _template_kwargs(inst: object, attr: attrs.Attribute, value: object) -> None:
+def _template_kwargs(inst: object, attr: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
         raise TypeError(f"{attr.name} must be a dict with str keys (template variables), got {value!r}")
 
 
-def _hook_policy(inst: object, attr: attrs.Attribute, value: object) -> None:
+def _hook_policy(inst: object, attr: attrs.Attribute[Any], value: object) -> None:
     if isinstance(value, str) and not value:
         raise ValueError(f"{attr.name} must be 'package.module:factory', a policy object or None, got ''")
 
@@ -188,7 +193,7 @@ def _fspath(value: Any) -> Any:
     return os.fspath(value) if isinstance(value, os.PathLike) else value
 
 
-def _n_ctx(inst: Any, attr: attrs.Attribute, value: int) -> None:
+def _n_ctx(inst: Any, attr: attrs.Attribute[Any], value: int) -> None:
     if 0 < value < 16:
         raise ValueError(f"{attr.name} must be 0 (the model's training context) or >= 16, got {value!r}")
 
@@ -214,11 +219,11 @@ def check_embeddings_batch(n: int, name: str = "embeddings_batch") -> None:
                          f"evenly over its {m} sequences), got {n}: use {below} or {above}")
 
 
-def _embeddings_batch(inst: Any, attr: attrs.Attribute, value: int) -> None:
+def _embeddings_batch(inst: Any, attr: attrs.Attribute[Any], value: int) -> None:
     check_embeddings_batch(value, attr.name)
 
 
-def _aliases(inst: Any, attr: attrs.Attribute, value: tuple[str, ...]) -> None:
+def _aliases(inst: Any, attr: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
     if not all(isinstance(a, str) and a.strip() for a in value):
         raise TypeError(f"{attr.name} must be non-empty strings, got {value!r}")
 
@@ -227,7 +232,7 @@ def _strings(value: Any) -> Any:
     return (value,) if isinstance(value, str) else tuple(value)
 
 
-def _n_batch_fits(inst: Any, attr: attrs.Attribute, value: int) -> None:
+def _n_batch_fits(inst: Any, attr: attrs.Attribute[Any], value: int) -> None:
     if value < inst.parallel:
         raise ValueError(f"{attr.name} must be >= parallel ({inst.parallel}): each running sequence decodes "
                          f"one token per step, got {value!r}")
@@ -256,7 +261,7 @@ def _parsed(name: str, parser: str) -> Any:
 
 
 def _check(convert: Any) -> Any:
-    def check(inst: Any, attr: attrs.Attribute, value: Any) -> None:
+    def check(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
         convert(value)
 
     return check
@@ -397,7 +402,7 @@ class EngineConfig:
                                help="Token budget of one decode step, shared by prefill chunks and running "
                                     "streams (bounds ITL).")
     max_queue: int = setting(1024, check=IntRange(1), help="Requests waiting for a slot before new ones get 429.")
-    chat_template_kwargs: dict = setting(factory=dict, check=_template_kwargs, flag=False,
+    chat_template_kwargs: dict[str, Any] = setting(factory=dict, check=_template_kwargs, flag=False,
                                          help="Default template variables (requests override them).")
     force_tool_emulation: bool = setting(False, check=IsBool(),
                                          help="Use TOOL_CALL text emulation for tools even when the chat template "
@@ -497,8 +502,8 @@ def settings_doc(cls: type) -> str:
         default = field.default
         if default is attrs.NOTHING:
             shown = "required"
-        elif isinstance(default, attrs.Factory):  # type: ignore[arg-type]
-            shown = f"default {default.factory()!r}"  # type: ignore[union-attr]
+        elif isinstance(default, FACTORY):
+            shown = f"default {default.factory()!r}"
         else:
             shown = f"default {default!r}"
         lines.append(f"    ``{field.name}`` ({shown}{rng}): {info.help}")
