@@ -111,7 +111,6 @@ class TemplateRenderer(ThreadActor[RenderChat]):
 
     async def render_messages(self, messages: list[Message] | ApplyTemplateRequest) -> str:
         """Only the prompt of ``messages`` or of an ``/apply-template`` request (llama-server)."""
-        if isinstance(messages, ApplyTemplateRequest):
-            return (await self.render(messages.chat_request(),
-                                      add_generation_prompt=messages.add_generation_prompt)).prompt
+        if isinstance(messages, ApplyTemplateRequest):  # a chat request: render_chat reads its add_generation_prompt
+            return (await self.render(messages)).prompt
         return (await self.render(ChatCompletionRequest(messages=messages))).prompt

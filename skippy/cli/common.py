@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import click
 
@@ -30,7 +30,7 @@ def friendly_errors(fn: F) -> F:
             click.echo(f"error: {e}", err=True)
             sys.exit(1)
 
-    return wrapper  # type: ignore[return-value]
+    return cast(F, wrapper)  # takes and returns what fn does
 
 
 def _version() -> str:
@@ -94,7 +94,7 @@ def _quiet_llama_log() -> None:
     logging.getLogger("skippy.runtime").setLevel(logging.ERROR)
 
 
-def _size(n: int) -> str:
+def _size(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1000 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

@@ -86,7 +86,8 @@ def show(name: str, template_only: bool, models_dirs: tuple[str, ...]) -> None:
     _quiet_llama_log()
     path = find_model(name, models_dirs)
     if not path.is_file():
-        raise ModelError(f"{lookup(name).name if lookup(name) else name} is not pulled yet: run 'skippy pull {name}'")
+        spec = lookup(name)
+        raise ModelError(f"{spec.name if spec else name} is not pulled yet: run 'skippy pull {name}'")
     info = gguf_info(path)
     if template_only:
         click.echo(info.chat_template or "", nl=bool(info.chat_template))

@@ -322,8 +322,8 @@ async def chat_loop(engine: Any, *, system: str | None, max_tokens: int | None, 
                 if line is None:
                     return
 
-    async def watch() -> None:
-        async for _ in interrupts:  # type: ignore[union-attr]
+    async def watch(signals: AsyncIterable[Any]) -> None:
+        async for _ in signals:
             ctl.hit()
 
     def write(text: str) -> None:
@@ -412,7 +412,7 @@ async def chat_loop(engine: Any, *, system: str | None, max_tokens: int | None, 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(read_lines)
         if interrupts is not None:
-            nursery.start_soon(watch)
+            nursery.start_soon(watch, interrupts)
         await converse()
         nursery.cancel_scope.cancel()
 

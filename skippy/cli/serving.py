@@ -174,13 +174,15 @@ def _api_keys(api_key: tuple[str, ...], api_key_file: str | None) -> tuple[str, 
             keys += read_api_key_file(api_key_file)
         except (OSError, ValueError) as exc:
             raise click.BadParameter(str(exc), param_hint="--api-key-file") from None
-    keys = tuple(dict.fromkeys(keys))
+    unique = tuple(dict.fromkeys(keys))
     field = attrs.fields(ServerSettings).api_keys
+    check = field.validator
+    assert check is not None  # setting() gives every field one
     try:
-        field.validator(None, field, keys)  # type: ignore[misc]
+        check(None, field, unique)
     except (TypeError, ValueError) as exc:
         raise click.BadParameter(str(exc), param_hint="--api-key") from None
-    return keys
+    return unique
 
 
 def _context_per_sequence(ctx: click.Context, ctx_size: int | None, options: dict[str, Any]) -> None:
@@ -255,7 +257,12 @@ def serve(model: tuple[str, ...], alias: tuple[str, ...], models_dirs: tuple[str
     if not models:
         raise ModelError(f"no .gguf file in --models-dir {', '.join(models_dirs)}")
     seen: set[Path] = set()  # a file named twice (-m x -m x, or -m and --models-dir) is served once
-    models = [m for m in models if not (m[0].resolve() in seen or seen.add(m[0].resolve()))]
+    unique: list[tuple[Path, str]] = []
+    for m in models:
+        if (resolved := m[0].resolve()) not in seen:
+            seen.add(resolved)
+            unique.append(m)
+    models = unique
     ids = [i.casefold() for _, i in models]
     if len(set(ids)) != len(ids):
         twice = sorted({i for _, i in models if ids.count(i.casefold()) > 1})

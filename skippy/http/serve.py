@@ -180,6 +180,7 @@ async def _worker_serve(app: AppWrapper, config: HypercornConfig, sockets: Socke
             listeners: list[trio.abc.Listener] = []
             if sockets.secure_sockets:
                 ssl_context = config.create_ssl_context()
+                assert ssl_context is not None  # create_sockets makes secure sockets only when ssl_enabled
                 listeners += [trio.SSLListener(BurstListener(sock), ssl_context, https_compatible=True)
                               for sock in sockets.secure_sockets]
             listeners += [BurstListener(sock) for sock in sockets.insecure_sockets]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Iterable
 from pathlib import Path
 
 import attrs
@@ -19,7 +20,7 @@ MIB = 1024 * 1024
 KIB = 1024
 
 
-def _strings(value: object) -> tuple[str, ...]:
+def _strings(value: str | Iterable[str]) -> tuple[str, ...]:
     return tuple(value) if not isinstance(value, str) else (value,)
 
 
