@@ -121,7 +121,8 @@ def _loaded_ggml(lib_dir: Path, load_shared_library: Any) -> ctypes.CDLL:
     for name in ("libggml.so.0", "libggml.0.dylib"):
         if (lib_dir / name).exists():
             return ctypes.CDLL(str(lib_dir / name))
-    return load_shared_library("ggml", lib_dir)
+    lib: ctypes.CDLL = load_shared_library("ggml", lib_dir)
+    return lib
 
 
 @attrs.frozen
@@ -232,9 +233,11 @@ def parse_tensor_split(value: str | Iterable[float] | None) -> tuple[float, ...]
     Raises ``ValueError`` for a non-number, a negative or non-finite value, all zeros, or more than
     :data:`MAX_DEVICES` values.
     """
+    parts: list[str] | list[float]
     if isinstance(value, str):
-        value = [v for v in value.replace("/", ",").split(",") if v.strip()]
-    parts = list(value or ())
+        parts = [v for v in value.replace("/", ",").split(",") if v.strip()]
+    else:
+        parts = list(value or ())
     out: list[float] = []
     for p in parts:
         try:
@@ -452,7 +455,7 @@ def rpc_connections_alive(endpoints: Sequence[str]) -> dict[str, bool]:
             infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except OSError:
             infos = []
-        addrs[e] = {(_plain(info[4][0]), port) for info in infos}
+        addrs[e] = {(_plain(str(info[4][0])), port) for info in infos}  # an IPv4 or IPv6 address: a str
     live = {(_plain(c.raddr.ip), c.raddr.port) for c in psutil.Process(os.getpid()).net_connections(kind="tcp")
             if c.raddr and c.status == psutil.CONN_ESTABLISHED}
     return {e: bool(a & live) for e, a in addrs.items()}

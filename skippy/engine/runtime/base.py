@@ -9,7 +9,7 @@ so the tokenizer actor may use it from any thread concurrently.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import attrs
 import numpy as np
@@ -51,7 +51,7 @@ class KVCacheInfo:
         """Bytes of ``n_ctx_seq`` cells: one sequence's full context."""
         return self.bytes_per_token * self.n_ctx_seq
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """The ``/props`` ``kv_cache`` object (sizes in bytes)."""
         return {"type_k": self.type_k, "type_v": self.type_v, "n_cells": self.n_cells,
                 "n_ctx_seq": self.n_ctx_seq, "n_seq_max": self.n_seq_max, "unified": self.unified,
@@ -142,7 +142,7 @@ class ModelMeta:
     embeddings: EmbeddingInfo | None = None
     n_swa: int = 0
     swa_full: bool = False
-    devices: dict | None = None
+    devices: dict[str, Any] | None = None
     backend_sampling: bool = False
 
     @property

@@ -42,7 +42,7 @@ class DecodeMixin:
             raise ValueError(f"batch of {n} tokens (allowed 1..{self._n_batch})")
         b = self._batch
         outputs = []
-        rows = {}
+        rows: dict[int, int] = {}  # batch index -> row of llama_get_logits
         for i, e in enumerate(entries):
             if not 0 <= e.seq_id < self.meta.n_seq_max:
                 raise ValueError(f"sequence id {e.seq_id} out of range")
@@ -74,7 +74,8 @@ class DecodeMixin:
 
     def logits(self, index: int) -> np.ndarray:
         self._check_output(index)
-        return self._float_view(llama_cpp.llama_get_logits(self._ctx), len(self._rows))[self._rows[index]]
+        row: np.ndarray = self._float_view(llama_cpp.llama_get_logits(self._ctx), len(self._rows))[self._rows[index]]
+        return row
 
     def output_logits(self, indices: Sequence[int]) -> np.ndarray:
         """The logit rows of batch ``indices`` of the last decode, shape ``(len(indices), n_vocab)``.
@@ -93,7 +94,7 @@ class DecodeMixin:
             return view
         return view[sel]
 
-    def _float_view(self, ptr: object, n_rows: int) -> np.ndarray:
+    def _float_view(self, ptr: ctypes.Array[ctypes.c_float], n_rows: int) -> np.ndarray:
         """A float32 ``(n_rows, n_vocab)`` array over llama.cpp's buffer at ``ptr`` (no copy).
 
         llama.cpp keeps its logits buffer between decodes (it moves only when the output buffer
@@ -105,7 +106,7 @@ class DecodeMixin:
         if view is None:
             if len(self._views) >= 64:  # one entry per output count seen at this address
                 self._views.clear()
-            view = self._views[key] = np.ctypeslib.as_array(ptr, shape=(n_rows, self._n_vocab))  # type: ignore[arg-type]
+            view = self._views[key] = np.ctypeslib.as_array(ptr, shape=(n_rows, self._n_vocab))
         return view
 
     # -- embeddings ---------------------------------------------------------

@@ -150,13 +150,15 @@ class KVStateMixin:
         """
         if not 0 <= seq_id < self.meta.n_seq_max:
             raise ValueError(f"sequence id {seq_id} out of range")
-        return llama_cpp.llama_memory_seq_pos_min(self._mem, seq_id)
+        pos: int = llama_cpp.llama_memory_seq_pos_min(self._mem, seq_id)
+        return pos
 
     def seq_pos_max(self, seq_id: int) -> int:
         """Largest position held for ``seq_id`` in the KV cache, -1 when empty."""
         if not 0 <= seq_id < self.meta.n_seq_max:
             raise ValueError(f"sequence id {seq_id} out of range")
-        return llama_cpp.llama_memory_seq_pos_max(self._mem, seq_id)
+        pos: int = llama_cpp.llama_memory_seq_pos_max(self._mem, seq_id)
+        return pos
 
     # -- sequence state in memory (context checkpoints) ----------------------
     def state_seq_get_data(self, seq_id: int) -> bytearray:

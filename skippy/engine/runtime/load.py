@@ -48,8 +48,7 @@ _capture_lock = threading.Lock()
 _KV_LINE = re.compile(r"llama_kv_cache: size = .*?\(\s*(\d+) cells,\s*(\d+) layers,\s*(\d+)/(\d+) seqs\)")
 
 
-@llama_cpp.llama_log_callback
-def _llama_log(level: int, text: bytes, user_data: object) -> None:
+def _on_llama_log(level: int, text: bytes, user_data: object) -> None:
     """llama.cpp's log into ``skippy.runtime``: everything with ``verbose``; else warnings, errors and
     the compute buffer sizes (what llama-server's start-up log shows)."""
     global _last_level
@@ -64,6 +63,10 @@ def _llama_log(level: int, text: bytes, user_data: object) -> None:
         log.debug("llama.cpp (expected): %s", msg.strip())
     elif _llama_verbose or lvl >= logging.WARNING or any(k in msg for k in _KEEP):
         log.log(max(lvl, logging.INFO) if not _llama_verbose else lvl, "llama.cpp: %s", msg.strip())
+
+
+#: :func:`_on_llama_log` as llama.cpp's C log callback (``llama_log_set``); this module keeps it alive
+_llama_log = llama_cpp.llama_log_callback(_on_llama_log)
 
 
 @contextlib.contextmanager

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import attrs
@@ -61,6 +62,14 @@ def _ggml_base() -> ctypes.CDLL:
                 assert lib.ggml_type_name(value).decode() == name, (name, value)
             _ggml = lib
         return _ggml
+
+
+def _floats(values: Iterable[float]) -> tuple[float, ...]:
+    return tuple(values)
+
+
+def _strs(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
 
 
 @attrs.frozen
@@ -116,9 +125,9 @@ class RuntimeConfig:
     n_gpu_layers: int | None = None
     split_mode: str = "layer"
     main_gpu: int = 0
-    tensor_split: tuple[float, ...] = attrs.field(default=(), converter=tuple)
-    devices: tuple[str, ...] = attrs.field(default=(), converter=tuple)
-    rpc: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    tensor_split: tuple[float, ...] = attrs.field(default=(), converter=_floats)
+    devices: tuple[str, ...] = attrs.field(default=(), converter=_strs)
+    rpc: tuple[str, ...] = attrs.field(default=(), converter=_strs)
     backend_sampling: bool = False
 
     def __attrs_post_init__(self) -> None:
@@ -182,7 +191,7 @@ def _seq_context(n_ctx_seq: int, n_ctx_train: int) -> int:
 def _context_params(config: RuntimeConfig, n_ctx_seq: int) -> llama_cpp.llama_context_params:
     """llama.cpp's parameters of the generation context: ``n_ctx_seq`` cells for each of the
     ``config.n_seq_max`` sequences, the batch, the KV cache layout and types, threads, flash attention."""
-    cparams = llama_cpp.llama_context_default_params()
+    cparams: llama_cpp.llama_context_params = llama_cpp.llama_context_default_params()
     cparams.n_ctx = n_ctx_seq * config.n_seq_max
     cparams.n_batch = config.n_batch
     cparams.n_ubatch = config.n_batch

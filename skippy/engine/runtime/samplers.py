@@ -8,7 +8,7 @@ from __future__ import annotations
 import ctypes
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import llama_cpp
 import numpy as np
@@ -17,6 +17,9 @@ from skippy.engine.runtime.base import ModelMeta
 from skippy.engine.runtime.vocab import LLG_LIMITS, LlamaVocab
 from skippy.engine.sampling.params import SamplingParams
 from skippy.engine.sampling.vector import SeqSampler, sample_rows, vectorizable
+
+if TYPE_CHECKING:
+    from llguidance import LLMatcher
 
 log = logging.getLogger("skippy.runtime")
 
@@ -28,7 +31,7 @@ class LlamaSampler:
 
     __slots__ = ("chain", "grammar", "matcher", "suppress", "suppress_until", "n_sampled", "stop_id")
 
-    def __init__(self, chain: object, grammar: object | None, matcher: object | None,
+    def __init__(self, chain: object, grammar: object | None, matcher: LLMatcher | None,
                  suppress: np.ndarray | None, suppress_until: int, stop_id: int) -> None:
         self.chain = chain
         self.grammar = grammar
@@ -107,23 +110,24 @@ class SamplerMixin:
         sparams = llama_cpp.llama_sampler_chain_default_params()
         sparams.no_perf = True
         chain = llama_cpp.llama_sampler_chain_init(sparams)
-        add = lambda s: llama_cpp.llama_sampler_chain_add(chain, s)  # noqa: E731
+
+        def add(s: object) -> None:
+            llama_cpp.llama_sampler_chain_add(chain, s)
+
         if params.logit_bias:
-            arr = (llama_cpp.llama_logit_bias * len(params.logit_bias))()
-            for i, (tok, bias) in enumerate(params.logit_bias):
-                arr[i].token = tok
-                arr[i].bias = bias
-            add(llama_cpp.llama_sampler_init_logit_bias(self._n_vocab, len(params.logit_bias), arr))
+            biases = [llama_cpp.llama_logit_bias(token=tok, bias=bias) for tok, bias in params.logit_bias]
+            bias_arr = (llama_cpp.llama_logit_bias * len(biases))(*biases)
+            add(llama_cpp.llama_sampler_init_logit_bias(self._n_vocab, len(biases), bias_arr))
         if params.penalty_last_n != 0 and (params.repeat_penalty != 1.0 or params.frequency_penalty
                                            or params.presence_penalty):
             add(llama_cpp.llama_sampler_init_penalties(self._n_vocab, params.penalty_last_n, params.repeat_penalty,
                                                        params.frequency_penalty, params.presence_penalty))
         if params.dry_multiplier > 0.0 and params.dry_penalty_last_n != 0:
             breakers = [b.encode() for b in params.dry_sequence_breakers]
-            arr = (ctypes.c_char_p * len(breakers))(*breakers)
+            breaker_arr = (ctypes.c_char_p * len(breakers))(*breakers)
             add(llama_cpp.llama_sampler_init_dry(self.vocab._vocab, params.dry_multiplier, params.dry_base,
                                                  params.dry_allowed_length, params.dry_penalty_last_n,
-                                                 arr, len(breakers)))
+                                                 breaker_arr, len(breakers)))
         keep = max(1, params.min_keep)
         if params.greedy:
             add(llama_cpp.llama_sampler_init_greedy())
@@ -181,12 +185,13 @@ class SamplerMixin:
         self._check_output(index)
         if isinstance(sampler, SeqSampler):
             return sample_rows(self.logits(index)[None, :], [sampler])[0]
-        s: LlamaSampler = sampler  # type: ignore[assignment]
+        s = cast(LlamaSampler, sampler)  # new_sampler made it: a SeqSampler or a LlamaSampler
         s.n_sampled += 1
         if s.matcher is not None and s.matcher.is_stopped():
             return s.stop_id  # the constraint is complete (or broken): only end of generation is left
         if s.grammar is None and s.matcher is None and s.suppressed() is None:
-            return llama_cpp.llama_sampler_sample(s.chain, self._ctx, index)
+            sampled: int = llama_cpp.llama_sampler_sample(s.chain, self._ctx, index)
+            return sampled
         cand, cur = self._candidates(index)
         self._mask(s, cand["logit"])
         llama_cpp.llama_sampler_apply(s.chain, ctypes.byref(cur))
@@ -251,7 +256,7 @@ class SamplerMixin:
     def free_sampler(self, sampler: object) -> None:
         if isinstance(sampler, SeqSampler):
             return
-        s: LlamaSampler = sampler  # type: ignore[assignment]
+        s = cast(LlamaSampler, sampler)  # new_sampler made it: a SeqSampler or a LlamaSampler
         llama_cpp.llama_sampler_free(s.chain)
         if s.grammar is not None:
             llama_cpp.llama_sampler_free(s.grammar)

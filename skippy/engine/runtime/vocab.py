@@ -8,8 +8,12 @@ import ctypes
 import threading
 import warnings
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import llama_cpp
+
+if TYPE_CHECKING:
+    from llguidance import LLParserLimits, LLTokenizer
 
 
 class LlamaVocab:
@@ -19,7 +23,7 @@ class LlamaVocab:
         self._vocab = vocab
         self.n_vocab = n_vocab
         self._pieces = [self._piece(t, special=False) for t in range(n_vocab)]
-        self._llg: object | None = None
+        self._llg: LLTokenizer | None = None
         self._llg_lock = threading.Lock()
 
     def _piece(self, token: int, *, special: bool) -> bytes:
@@ -78,7 +82,7 @@ class LlamaVocab:
         llama_cpp.llama_sampler_free(g)
         return True
 
-    def lltokenizer(self) -> object:
+    def lltokenizer(self) -> LLTokenizer:
         """llguidance's tokenizer of this vocabulary (built once, about 0.3 s; thread-safe).
 
         Its end-of-sequence tokens are all end-of-generation tokens, so a
@@ -107,7 +111,7 @@ class LlamaVocab:
         return self._piece(token, special=True).decode("utf-8", errors="replace")
 
 
-def LLG_LIMITS() -> object:  # noqa: N802 - a constant built on first use (llguidance loads lazily)
+def LLG_LIMITS() -> LLParserLimits:  # noqa: N802 - a constant built on first use (llguidance loads lazily)
     """llguidance parser limits: its defaults, with grammar internals kept out of error messages."""
     from llguidance import LLParserLimits
 
