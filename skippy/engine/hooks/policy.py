@@ -60,7 +60,7 @@ __all__ = [
 EVENTS = ("before_chat", "after_prefill", "mid_generation", "on_finish")
 
 
-def _nonempty_str(inst, attr, value):
+def _nonempty_str(inst: object, attr: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, str) or not value:
         raise ValueError(f"{type(inst).__name__}.{attr.name} must be a non-empty string, got {value!r}")
 
@@ -183,20 +183,22 @@ def outcome_from_json(obj: Any) -> Outcome:
         if action == "none":
             return NO_ACTION
         if action == "inject":
-            return Inject(obj.get("text"))
+            text: Any = obj.get("text")  # missing or not a string: Inject's validator raises ValueError
+            return Inject(text)
         if action == "stop":
             return Stop(obj.get("reason", "hook_stop"))
         if action == "deny":
             status = obj.get("status", 403)
             if isinstance(status, bool) or not isinstance(status, int):
                 raise ValueError(f"deny status must be 400 or 403, got {status!r}")
-            return Deny(obj.get("message"), status)
+            message: Any = obj.get("message")  # checked by Deny's validator, like text
+            return Deny(message, status)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"invalid hook response: {exc}") from None
     raise ValueError(f"invalid hook response: action must be none|inject|stop|deny, got {action!r}")
 
 
-def outcome_to_json(outcome: Outcome) -> dict:
+def outcome_to_json(outcome: Outcome) -> dict[str, Any]:
     """Inverse of :func:`outcome_from_json` (for logs and tests)."""
     return {"action": outcome.action, **attrs.asdict(outcome)}
 
@@ -261,7 +263,7 @@ def to_jsonable(obj: Any) -> Any:
     return to_jsonable(msgspec.to_builtins(obj))
 
 
-def event_body(event: str, request: Any, payload: Any) -> dict:
+def event_body(event: str, request: Any, payload: Any) -> dict[str, Any]:
     """The webhook POST body: ``{"event", "request", "signals"}``.
 
     ``signals`` is the JSON form of the event's payload (``{}`` for

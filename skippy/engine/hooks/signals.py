@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 import attrs
 import numpy as np
@@ -155,8 +156,8 @@ def logprobs_top(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return ids, vals[order] - lse
 
 
-def _int_range(lo: int, hi: int | None = None):
-    def check(inst, attr, value):
+def _int_range(lo: int, hi: int | None = None) -> Callable[[object, attrs.Attribute[Any], object], None]:
+    def check(inst: object, attr: attrs.Attribute[Any], value: object) -> None:
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"{attr.name} must be an int, got {value!r}")
         if value < lo or (hi is not None and value > hi):
@@ -166,12 +167,12 @@ def _int_range(lo: int, hi: int | None = None):
     return check
 
 
-def _finite_nonneg(inst, attr, value):
+def _finite_nonneg(inst: object, attr: attrs.Attribute[Any], value: object) -> None:
     if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
         raise ValueError(f"{attr.name} must be a finite number >= 0, got {value!r}")
 
 
-def _fraction(inst, attr, value):
+def _fraction(inst: object, attr: attrs.Attribute[Any], value: object) -> None:
     if not (isinstance(value, (int, float)) and 0 < value <= 1):
         raise ValueError(f"{attr.name} must be in (0, 1], got {value!r}")
 
