@@ -64,14 +64,14 @@ def prompt_opens_thinking(prompt: str) -> bool:
     return any(tail.endswith(tag) for tag in THINK_OPEN_TAGS)
 
 
-def _render(template: ChatTemplate, messages: list[dict], **kwargs: Any) -> str | None:
+def _render(template: ChatTemplate, messages: list[dict[str, Any]], **kwargs: Any) -> str | None:
     try:
         return template.render(messages, **kwargs)
     except Exception:  # noqa: BLE001 - a failing probe only means "not supported"
         return None
 
 
-def _call(i: int, args: Any) -> dict:
+def _call(i: int, args: Any) -> dict[str, Any]:
     return {"id": _IDS[i], "type": "function", "function": {"name": _TOOL_NAME, "arguments": args}}
 
 
@@ -82,7 +82,8 @@ def _tool_history(template: ChatTemplate, n_calls: int, as_string: bool) -> str 
     results = [{"role": "tool", "tool_call_id": _IDS[i], "name": _TOOL_NAME, "content": f"RESULT_{i}"}
                for i in range(n_calls)]
     for content in ("", None):
-        messages = [_USER, {"role": "assistant", "content": content, "tool_calls": calls}, *results]
+        messages: list[dict[str, Any]] = [_USER, {"role": "assistant", "content": content, "tool_calls": calls},
+                                          *results]
         for kwargs in ({"tools": _TOOLS}, {}):
             out = _render(template, messages, add_generation_prompt=False, **kwargs)
             if out is not None and "ARGVAL_0" in out:
@@ -136,7 +137,7 @@ def detect_caps(template: ChatTemplate) -> TemplateCaps:
     ``enable_thinking=True`` (llama.cpp's default), else the default prompt;
     per-request prompts can be checked with :func:`prompt_opens_thinking`.
     """
-    def render_any(messages: list[dict], **kwargs: Any) -> str | None:
+    def render_any(messages: list[dict[str, Any]], **kwargs: Any) -> str | None:
         out = _render(template, messages, **kwargs)
         return out if out is not None else _render(template, messages, tools=_TOOLS, **kwargs)
 

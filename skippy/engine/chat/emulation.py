@@ -45,18 +45,18 @@ TOOL_RESULT_PREFIX = "Tool result for"
 # tools and tool_choice
 
 
-def _function(tool: dict) -> dict:
+def _function(tool: dict[str, Any]) -> dict[str, Any]:
     fn = tool.get("function") if isinstance(tool, dict) else None
     return fn if isinstance(fn, dict) else (tool if isinstance(tool, dict) else {})
 
 
-def tool_name(tool: dict) -> str:
+def tool_name(tool: dict[str, Any]) -> str:
     """The tool's name (OpenAI ``function.name`` or flat ``name``); ``""`` if absent."""
     name = _function(tool).get("name")
     return name if isinstance(name, str) else ""
 
 
-def _schema(tool: dict) -> dict:
+def _schema(tool: dict[str, Any]) -> dict[str, Any]:
     fn = _function(tool)
     schema = fn.get("parameters", fn.get("input_schema"))
     return schema if isinstance(schema, dict) else {}
@@ -72,7 +72,7 @@ def _chosen_name(tool_choice: Any) -> str | None:
     return None
 
 
-def select_tools(tools: list[dict] | None, tool_choice: Any) -> list[dict]:
+def select_tools(tools: list[dict[str, Any]] | None, tool_choice: Any) -> list[dict[str, Any]]:
     """Tools the model may call: none for ``"none"``, the named one for a named
     choice (raises :class:`InvalidRequest` if it is not in ``tools``), else all."""
     tools = list(tools or [])
@@ -87,7 +87,7 @@ def select_tools(tools: list[dict] | None, tool_choice: Any) -> list[dict]:
     return chosen[:1]
 
 
-def allowed_tool_names(tools: list[dict] | None, tool_choice: Any) -> set[str]:
+def allowed_tool_names(tools: list[dict[str, Any]] | None, tool_choice: Any) -> set[str]:
     """The names :class:`EmulatedToolParser` should accept for this request."""
     return {tool_name(t) for t in select_tools(tools, tool_choice)} - {""}
 
@@ -126,7 +126,7 @@ def _type_text(schema: Any, depth: int = 0) -> str:
     return t if isinstance(t, str) else "any"
 
 
-def _object_signature(schema: dict, depth: int = 0) -> str:
+def _object_signature(schema: dict[str, Any], depth: int = 0) -> str:
     props = schema.get("properties")
     props = props if isinstance(props, dict) else {}
     required = schema.get("required")
@@ -135,7 +135,7 @@ def _object_signature(schema: dict, depth: int = 0) -> str:
     return "{" + ", ".join(parts) + "}"
 
 
-def tool_signature(tool: dict) -> str:
+def tool_signature(tool: dict[str, Any]) -> str:
     """Argument signature of a tool, from ``parameters`` (or ``input_schema``).
 
     Shape: ``{city: string, days?: integer}`` -- optional arguments (not in
@@ -146,7 +146,7 @@ def tool_signature(tool: dict) -> str:
     return _object_signature(_schema(tool))
 
 
-def build_instruction(tools: list[dict] | None, tool_choice: Any = "auto", *,
+def build_instruction(tools: list[dict[str, Any]] | None, tool_choice: Any = "auto", *,
                       parallel_tool_calls: bool = True) -> str:
     """The system-prompt text that teaches the ``TOOL_CALL`` convention.
 
@@ -229,8 +229,8 @@ def _call_line(call: Any, i: int, j: int) -> tuple[str, str, str]:
     return (cid if isinstance(cid, str) else ""), fn["name"], line
 
 
-def rewrite_history(messages: list[dict], tools: list[dict] | None, tool_choice: Any = "auto", *,
-                    requires_alternation: bool = False, parallel_tool_calls: bool = True) -> list[dict]:
+def rewrite_history(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, tool_choice: Any = "auto", *,
+                    requires_alternation: bool = False, parallel_tool_calls: bool = True) -> list[dict[str, Any]]:
     """Rewrite OpenAI chat messages for a template that has no tool support.
 
     Returns new dicts (the input is never mutated), every ``content`` a str:
@@ -253,7 +253,7 @@ def rewrite_history(messages: list[dict], tools: list[dict] | None, tool_choice:
     """
     instruction = build_instruction(tools, tool_choice, parallel_tool_calls=parallel_tool_calls)
     names_by_id: dict[str, str] = {}
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     seen_turn = False
     for i, msg in enumerate(messages):
         if not isinstance(msg, dict):
@@ -272,9 +272,9 @@ def rewrite_history(messages: list[dict], tools: list[dict] | None, tool_choice:
                 lines.append(line)
             text = "\n".join(([text.rstrip()] if text.strip() else []) + lines)
         elif role in ("tool", "function"):
-            cid = msg.get("tool_call_id")
-            cid = cid if isinstance(cid, str) else ""
-            name = msg.get("name") if isinstance(msg.get("name"), str) else names_by_id.get(cid, "")
+            given_id, given_name = msg.get("tool_call_id"), msg.get("name")
+            cid = given_id if isinstance(given_id, str) else ""
+            name = given_name if isinstance(given_name, str) else names_by_id.get(cid, "")
             label = " ".join(x for x in (name, f"({cid})" if cid else "") if x)
             text = f"{TOOL_RESULT_PREFIX} {label}: {text}" if label else f"Tool result: {text}"
             new = {"role": "user"}
@@ -295,7 +295,7 @@ def rewrite_history(messages: list[dict], tools: list[dict] | None, tool_choice:
                 else instruction
 
     if requires_alternation:
-        merged: list[dict] = []
+        merged: list[dict[str, Any]] = []
         for m in out:
             if merged and merged[-1].get("role") == m.get("role"):
                 prev = merged[-1]
@@ -331,7 +331,7 @@ class EmulationGrammar:
         return tuple(r"[\s\S]*?(" + re.escape(w) + r")[\s\S]*" for w in self.trigger_words)
 
 
-def build_grammar(tools: list[dict] | None, tool_choice: Any = "auto",
+def build_grammar(tools: list[dict[str, Any]] | None, tool_choice: Any = "auto",
                   parallel_tool_calls: bool = True) -> EmulationGrammar | None:
     """GBNF grammar for the ``TOOL_CALL`` line(s); None when no grammar applies.
 

@@ -70,7 +70,7 @@ def _tool_calls(i: int, calls: Any, caps: TemplateCaps) -> Any:
     return out
 
 
-def normalize_history(messages: list[dict], caps: TemplateCaps) -> list[dict]:
+def normalize_history(messages: list[dict[str, Any]], caps: TemplateCaps) -> list[dict[str, Any]]:
     """Return template-ready copies of OpenAI ``messages`` (see module docstring).
 
     Raises :class:`InvalidRequest` (400, param ``messages``) naming the

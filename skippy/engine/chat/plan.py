@@ -6,6 +6,8 @@ the output pipeline only read it. Nothing later re-derives these choices.
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 from skippy.engine.sampling.constraints import Constraint
@@ -45,5 +47,5 @@ class ParsePlan:
     grammar: str | None = None
     grammar_lazy_patterns: tuple[str, ...] = ()
     constraint: Constraint | None = None
-    tool_schemas: dict[str, dict] = attrs.field(factory=dict, eq=False, hash=False)
+    tool_schemas: dict[str, dict[str, Any]] = attrs.field(factory=dict, eq=False, hash=False)
     history_chars: int | None = None

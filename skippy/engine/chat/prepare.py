@@ -304,7 +304,7 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
     return Rendered(prompt, plan)
 
 
-def _tool_schemas(tools: list[dict[str, Any]]) -> dict[str, dict]:
+def _tool_schemas(tools: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Tool name -> its ``parameters`` schema (validated tools; a tool without one maps to ``{}``)."""
     out = {}
     for tool in tools:

@@ -54,8 +54,8 @@ import re
 import threading
 import time
 import types
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, ItemsView
+from typing import Any, TypeVar
 
 import attrs
 import jinja2
@@ -66,6 +66,8 @@ from jinja2.utils import Namespace, _PassArg
 from jinja2.visitor import NodeTransformer
 
 __all__ = ["BoundedSandbox", "BudgetExceeded", "RenderBudget"]
+
+_V = TypeVar("_V")
 
 
 @attrs.frozen
@@ -151,7 +153,7 @@ class Meter:
             raise BudgetExceeded("size", f"{what} of about {chars} characters exceeds the template limit "
                                          f"of {self.max_value} characters")
 
-    def produce(self, value: Any) -> Any:
+    def produce(self, value: _V) -> _V:
         """Check and account a value an op produced; returns it."""
         if isinstance(value, (str, bytes)):
             n = len(value)
@@ -215,8 +217,9 @@ class Meter:
         return total, depth, has_ns
 
 
-_ITEMS_VIEW = type({}.items())
-_CONTAINERS = (list, tuple, dict, set, frozenset, Namespace, type({}.keys()), type({}.values()), _ITEMS_VIEW)
+_ITEMS_VIEW: type[ItemsView[Any, Any]] = type({}.items())
+_CONTAINERS: tuple[type[Any], ...] = (list, tuple, dict, set, frozenset, Namespace, type({}.keys()),
+                                      type({}.values()), _ITEMS_VIEW)
 
 
 class _MeteredIterable:
@@ -354,7 +357,7 @@ _FILTER_CHECKS: dict[str, Callable[..., None]] = {
 }
 
 
-def _check_str_method(m: Meter, method: Any, args: tuple, kwargs: dict) -> None:
+def _check_str_method(m: Meter, method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     """Pre-checks of the amplifying ``str``/``bytes`` methods (``ljust``, ``replace``, ``join``...)."""
     s = method.__self__
     name = method.__name__
@@ -378,20 +381,20 @@ def _check_str_method(m: Meter, method: Any, args: tuple, kwargs: dict) -> None:
             _check_format(m, s, args, kwargs)
 
 
-class OwnList(list):
+class OwnList(list[Any]):
     """A list literal of the template: mutable from inside the template (see module docstring)."""
 
     __slots__ = ()
 
 
-class OwnDict(dict):
+class OwnDict(dict[Any, Any]):
     """A dict literal of the template: mutable from inside the template (see module docstring)."""
 
     __slots__ = ()
 
 
 #: methods of template-made lists and dicts a template may call (``sort`` and ``reverse`` included)
-_OWN_MUTATORS = {
+_OWN_MUTATORS: dict[type[Any], frozenset[str]] = {
     OwnList: frozenset({"append", "extend", "insert", "pop", "remove", "clear", "reverse", "sort"}),
     OwnDict: frozenset({"update", "pop", "popitem", "setdefault", "clear"}),
 }
@@ -407,7 +410,7 @@ def _own(value: Any) -> Any:
 
 # -- the AST rewrite ------------------------------------------------------------------------------
 
-def _metered(node: nodes.Expr, name: str, *args: nodes.Expr) -> nodes.Filter:
+def _metered(node: nodes.Node, name: str, *args: nodes.Expr) -> nodes.Filter:
     out = nodes.Filter(node, name, list(args), [], None, None)
     out.set_lineno(node.lineno or 1)
     return out
@@ -488,8 +491,9 @@ class BoundedSandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
     def _wrap_all(self) -> None:
         for name, fn in list(self.filters.items()):
             self.filters[name] = self._wrap(fn, _FILTER_CHECKS.get(name))
-        for name, fn in list(self.tests.items()):
-            self.tests[name] = self._wrap(fn, None)
+        tests: dict[str, Any] = self.tests  # jinja2's DEFAULT_TESTS reads as dict[str, function]
+        for name, fn in list(tests.items()):
+            tests[name] = self._wrap(fn, None)
         env = self
 
         @jinja2.pass_context
@@ -547,18 +551,18 @@ class BoundedSandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
                 result = fn(*args, **kwargs)
             return m.produce(result)
 
+        metered: Callable[..., Any] = call
         if fn is jinja2.filters.do_join or getattr(fn, "__name__", "") == "do_join":
-            inner = call
 
-            def call(ctx: Any, value: Any, d: str = "", attribute: Any = None) -> Any:  # noqa: F811
+            def join(ctx: Any, value: Any, d: str = "", attribute: Any = None) -> Any:
                 items = list(value) if not isinstance(value, (str, list, tuple)) else value
                 m = env.meter()
                 _check_join(m, list(items), d)
-                return inner(ctx, items, d, attribute)
+                return call(ctx, items, d, attribute)
 
-        wrapped = functools.update_wrapper(call, fn)
-        wrapped.jinja_pass_arg = _PassArg.context  # type: ignore[attr-defined]
-        return wrapped
+            metered = join
+
+        return jinja2.pass_context(functools.update_wrapper(metered, fn))
 
     # sandbox hooks ------------------------------------------------------------------------------
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805

@@ -122,7 +122,7 @@ class ChatTemplate:
         except (RecursionError, SyntaxError, MemoryError, ValueError, OverflowError, TypeError) as exc:
             raise TemplateError(f"chat template does not compile: {type(exc).__name__}: {exc}") from exc
 
-    def render(self, messages: list[dict[str, Any]], *, tools: list[dict] | None = None,
+    def render(self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
                add_generation_prompt: bool = True, **kwargs: Any) -> str:
         """Render ``messages`` (OpenAI message dicts) to prompt text.
 

@@ -9,6 +9,7 @@ and ``tool_calls``, streaming append-only deltas (see :mod:`.base`, :mod:`.core`
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from skippy.engine.chat.formats.base import (
     ContentParser,
@@ -44,7 +45,8 @@ FORMATS: tuple[str, ...] = tuple(SYNTAXES)
 
 def make_parser(chat_format: str, *, reasoning_format: str = "auto", thinking_forced_open: bool = False,
                 allowed_tools: set[str] | None = None, parallel_tool_calls: bool = True,
-                id_factory: IdFactory = new_call_id, tool_schemas: dict[str, dict] | None = None) -> StreamParser:
+                id_factory: IdFactory = new_call_id,
+                tool_schemas: dict[str, dict[str, Any]] | None = None) -> StreamParser:
     """The streaming parser of one generation in ``chat_format``.
 
     ``allowed_tools``: names the request allows as calls (``tool_choice``

@@ -47,6 +47,13 @@ _WS = re.compile(r"\s*")
 HEADER_LIMIT = 512  # chars a non-JSON call header may take before it is given up as content
 
 
+def _ws_end(buf: str, pos: int) -> int:
+    """Where the whitespace at ``buf[pos:]`` ends (``pos`` when there is none)."""
+    m = _WS.match(buf, pos)
+    assert m is not None  # \s* matches everywhere
+    return m.end()
+
+
 # ---------------------------------------------------------------- JSON helpers
 
 def _is_valid_prefix(text: str) -> bool:
@@ -123,7 +130,7 @@ class ToolSyntax:
 
     name: str
     opens: tuple[str, ...] = ()
-    header: re.Pattern | None = None
+    header: re.Pattern[str] | None = None
     name_json: bool = False
     at_start: bool = False
     next_call: str | None = None
@@ -131,7 +138,7 @@ class ToolSyntax:
     wrapper: tuple[tuple[str, ...], tuple[str, ...]] | None = None
     json_lead: str = ""
     drop: tuple[str, ...] = ()
-    header_fail: re.Pattern | None = None
+    header_fail: re.Pattern[str] | None = None
     keep_when_tools_off: bool = False
     think_tags: tuple[str, str] = ("<think>", "</think>")
     scanner: Any = None  # a class replacing ToolScanner (same constructor), e.g. the generic format
@@ -170,7 +177,7 @@ def syntax_markers(syntax: ToolSyntax) -> tuple[str, ...]:
     return tuple(dict.fromkeys(m for text in texts for m in _MARKER.findall(text)))
 
 
-def json_wrapper_header(name_key: str, args_keys: str, prefix: str = "", lead: str = "") -> re.Pattern:
+def json_wrapper_header(name_key: str, args_keys: str, prefix: str = "", lead: str = "") -> re.Pattern[str]:
     """Header regex for ``{<prefix>"<name_key>": "<name>", "<args_key>": {`` (args start not consumed)."""
     return re.compile(
         rf'\s*{lead}\s*\{{\s*{prefix}"{name_key}"\s*:\s*{JSON_STR}\s*,\s*"(?:{args_keys})"\s*:\s*(?=\{{)', re.S)
@@ -214,7 +221,7 @@ class ToolScanner:
     """Content + tool calls of the (reasoning-free) text; see module docstring."""
 
     def __init__(self, syntax: ToolSyntax, allowed: set[str] | None, parallel: bool,
-                 id_factory: IdFactory, schemas: dict[str, dict] | None = None) -> None:
+                 id_factory: IdFactory, schemas: dict[str, dict[str, Any]] | None = None) -> None:
         self.syntax = syntax
         self.schemas = schemas or {}  # tool name -> its parameters JSON schema (typed XML arguments)
         self.allowed = allowed or set()
@@ -306,9 +313,9 @@ class ToolScanner:
             self.state = _ARGS
             return True
         if syn.wrapper is not None:
-            j = _WS.match(buf, pos).end()
+            j = _ws_end(buf, pos)
             while j < len(buf) and buf[j] in syn.json_lead:
-                j = _WS.match(buf, j + 1).end()
+                j = _ws_end(buf, j + 1)
             if j >= len(buf):
                 if final:
                     self._fail()
@@ -334,13 +341,14 @@ class ToolScanner:
 
     def _whole_call(self, obj: Any) -> bool:
         """Fallback for a complete JSON call object whose keys the header regex did not match."""
+        assert self.syntax.wrapper is not None  # _step_header calls this only for a syntax with one
         name_keys, args_keys = self.syntax.wrapper
         if not isinstance(obj, dict):
             return False
         name = next((obj[k] for k in name_keys if isinstance(obj.get(k), str)), None)
         if name is None or name not in self.allowed:
             return False
-        args = next((obj[k] for k in args_keys if k in obj), {})
+        args: Any = next((obj[k] for k in args_keys if k in obj), {})
         if isinstance(args, str):
             try:
                 if not isinstance(json.loads(args), dict):
@@ -485,7 +493,7 @@ class ChatParser:
     def __init__(self, syntax: ToolSyntax = CONTENT_ONLY, *, reasoning_format: str = "auto",
                  thinking_forced_open: bool = False, allowed_tools: set[str] | None = None,
                  parallel_tool_calls: bool = True, id_factory: IdFactory = new_call_id,
-                 tool_schemas: dict[str, dict] | None = None) -> None:
+                 tool_schemas: dict[str, dict[str, Any]] | None = None) -> None:
         if reasoning_format not in REASONING_FORMATS:
             raise ValueError(f"unknown reasoning_format {reasoning_format!r}")
         allowed = set(allowed_tools or ())
@@ -493,7 +501,7 @@ class ChatParser:
             syntax = syntax.tools_off()
         own = syntax.own_reasoning
         cls = syntax.scanner if (syntax.scanner is not None and (allowed or own)) else ToolScanner
-        scanner = cls(syntax, allowed, parallel_tool_calls, id_factory, tool_schemas)
+        scanner: Any = cls(syntax, allowed, parallel_tool_calls, id_factory, tool_schemas)  # or the syntax's own
         if own:
             scanner.reasoning_format = reasoning_format
         self._top = _ReasoningSplitter(scanner, "none" if own else reasoning_format, thinking_forced_open,
@@ -501,7 +509,7 @@ class ChatParser:
         self._markers = syntax_markers(syntax)
         self._content: list[str] = []
         self._reasoning: list[str] = []
-        self._calls: list[list] = []  # [id, name, [fragments]]
+        self._calls: list[list[Any]] = []  # [id, name, [fragments]]
         self._done = False
 
     def _record(self, deltas: list[Delta]) -> list[Delta]:

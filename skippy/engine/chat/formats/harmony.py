@@ -129,7 +129,7 @@ class HarmonyScanner(ToolScanner):
         if self.route == "reasoning" and self.reasoning_format == "deepseek-legacy":
             self._emit("content", text)
 
-    def _open(self, m: re.Match) -> None:
+    def _open(self, m: re.Match[str]) -> None:
         header = m.group(0)
         recipient = m.group("r1") or m.group("r2")
         channel = m.group("channel")

@@ -35,7 +35,7 @@ def _literal(node: ast.AST) -> Any:
     if isinstance(node, (ast.List, ast.Tuple)):
         return [_literal(e) for e in node.elts]
     if isinstance(node, ast.Dict) and all(k is not None for k in node.keys):
-        keys = [_literal(k) for k in node.keys]
+        keys = [_literal(k) for k in node.keys if k is not None]  # all are (dict unpacking is None)
         if all(isinstance(k, str) for k in keys):
             return {k: _literal(v) for k, v in zip(keys, node.values, strict=True)}
     raise ValueError("not a literal")
@@ -74,6 +74,7 @@ class PythonicScanner(ToolScanner):
 
     def _step_header(self, final: bool) -> bool:
         close, buf, pos = self.syntax.close, self.buf, self.pos
+        assert close is not None  # a syntax with this scanner (LFM2) ends its call section with ``close``
         i = buf.find(close, pos)
         if i < 0 and not final:
             if len(buf) - pos > _MAX_SECTION:

@@ -39,7 +39,7 @@ from typing import Any
 
 import attrs
 
-from skippy.engine.chat.formats.core import _AFTER, _CONTENT, _WS, HEADER_LIMIT, ToolScanner, ToolSyntax, holdback
+from skippy.engine.chat.formats.core import _AFTER, _CONTENT, HEADER_LIMIT, ToolScanner, ToolSyntax, _ws_end, holdback
 
 
 @attrs.frozen
@@ -120,7 +120,7 @@ class XmlScanner(ToolScanner):
         if self.fresh:
             self.pos, self.fresh = self.args_start, False
         if self.xs == "between":
-            j = _WS.match(buf, self.pos).end()
+            j = _ws_end(buf, self.pos)
             rest = buf[j:]
             if rest.startswith(x.param_open):
                 self.pos, self.xs = j + len(x.param_open), "key"
@@ -142,7 +142,7 @@ class XmlScanner(ToolScanner):
             key = buf[self.pos:k].strip()
             j = k + len(x.key_end)
             if x.value_open:
-                j2 = _WS.match(buf, j).end()
+                j2 = _ws_end(buf, j)
                 rest = buf[j2:]
                 if not rest.startswith(x.value_open):
                     if not final and x.value_open.startswith(rest):
