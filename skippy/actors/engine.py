@@ -64,10 +64,10 @@ from skippy.engine.errors import (
     QueueFull,
 )
 from skippy.engine.hooks.policy import Deny, Inject, Stop, load_policy_factory
-from skippy.engine.hooks.signals import FinishInfo, SignalConfig
+from skippy.engine.hooks.signals import FinishInfo
 from skippy.engine.infill import ExtraChunk, Mixed, format_infill, require_fim
 from skippy.engine.output.embeddings import fit, split_input
-from skippy.engine.output.generation import Done, Generation, GenerationError, Piece
+from skippy.engine.output.generation import Done, Generation, GenerationError, GenerationOptions, Piece
 from skippy.engine.preparation import (
     Limits,
     before_chat_event,
@@ -105,8 +105,9 @@ from skippy.engine.sampling.constraints import RequestConstraint, constraint_fro
 from skippy.engine.sampling.native import apply_samplers, native_logit_bias, resolve_logit_bias, sampler_names
 from skippy.engine.sampling.params import SamplingParams
 from skippy.engine.scheduling.budget import ReasoningBudget
+from skippy.engine.scheduling.config import SchedulerConfig
 from skippy.engine.scheduling.events import EmbeddingsEvent, EmbedRequest, FinishEvent, SeqEvent
-from skippy.engine.scheduling.prefix import EXACT_TAIL, MIN_TAIL, common_prefix_len
+from skippy.engine.scheduling.prefix import common_prefix_len
 
 
 @attrs.frozen
@@ -342,9 +343,9 @@ class Engine:
         prompt = await self._infill_tokens(req.input_prefix, req.input_suffix, prompt=req.prompt,
                                            extra=[ExtraChunk(c.text, c.filename) for c in req.input_extra],
                                            n_predict=req.n_predict if req.n_predict is not None else -1)
+        options = GenerationOptions(stops=stop_strings(req.stop), cache_prompt=req.cache_prompt, arrival=arrival)
         gen = Generation(next(self._rids), prompt, params, self._max_tokens(req, len(prompt)),
-                         piece=self.runtime.vocab.piece, parser=ContentParser(), stops=stop_strings(req.stop),
-                         cache_prompt=req.cache_prompt, arrival=arrival)
+                         piece=self.runtime.vocab.piece, parser=ContentParser(), options=options)
         return gen, self._submit([gen], None)
 
     async def _infill_tokens(self, prefix: Mixed, suffix: Mixed, *, prompt: Mixed = "",
@@ -425,13 +426,14 @@ class Engine:
             prompts.append(tokens)
         limit = None if n_predict < 0 else n_predict
         gens, replies = [], []
+        options = GenerationOptions(stops=stops, include_stop=req.include_stop_str_in_output,
+                                    cache_prompt=req.cache_prompt, speculative=speculative(req, self.limits),
+                                    arrival=arrival)
         for index, tokens in enumerate(prompts):
             max_tokens = self._max_tokens(msgspec.structs.replace(sreq, max_tokens=limit, max_completion_tokens=None),
                                           len(tokens))
             gen = Generation(next(self._rids), tokens, params, max_tokens, piece=self.runtime.vocab.piece,
-                             parser=ContentParser(), stops=stops, cache_prompt=req.cache_prompt,
-                             speculative=speculative(req, self.limits), include_stop=req.include_stop_str_in_output,
-                             arrival=arrival)
+                             parser=ContentParser(), options=options)
             settings = generation_settings(params, n_predict=n_predict, stop=stops, stream=req.stream,
                                            n_probs=n_probs, samplers=samplers,
                                            timings_per_token=req.timings_per_token, ignore_eos=req.ignore_eos)
@@ -590,16 +592,16 @@ class Engine:
         stops += [s for s in self.template_stops if s not in stops]  # ChatML's end on a foreign vocabulary
         piece = await self._piece_for(plan.chat_format)
         budget = await self._reasoning_budget(req, plan, piece)
-        gens = [Generation(next(self._rids), prompt, choice_seed(params, j), max_tokens,
-                           piece=piece, parser=make_output_parser(plan), stops=stops,
+        options = GenerationOptions(
+            stops=stops, include_stop=req.include_stop_str_in_output, hooks=hooks_on, signals=req.return_signals,
+            hook_request=req, injected=injected, hook_events=req.return_hook_events, before_chat=before,
+            cache_key=req.prompt_cache_key, cache_prompt=req.cache_prompt,
+            min_reuse=min_reuse(n, len(prompt), self.min_tail), checkpoint_at=checkpoint_at,
+            speculative=speculative(req, self.limits), reasoning_budget=budget, arrival=arrival)
+        gens = [Generation(next(self._rids), prompt, choice_seed(params, j), max_tokens, piece=piece,
+                           parser=make_output_parser(plan), options=options,
                            early_stop=EarlyStop(set(plan.allowed_tools), plan.parallel_tool_calls) if plan.emulated
-                           else None, hooks=hooks_on, signals=req.return_signals, hook_request=req,
-                           injected=injected, cache_key=req.prompt_cache_key, cache_prompt=req.cache_prompt,
-                           min_reuse=min_reuse(n, len(prompt), self.min_tail),
-                           speculative=speculative(req, self.limits),
-                           include_stop=req.include_stop_str_in_output, hook_events=req.return_hook_events,
-                           before_chat=before, checkpoint_at=checkpoint_at, reasoning_budget=budget,
-                           arrival=arrival)
+                           else None)
                 for j in range(n)]
         if isinstance(pre, Stop):
             return gens, self._stopped_before(gens, ctx, pre.reason)
@@ -670,9 +672,12 @@ class Engine:
         stops = stop_strings(req.stop)
         scored = req.echo and lp is not None  # echo + logprobs: the prompt's tokens are scored once per prompt
         texts, gens = [], []
+        shared = GenerationOptions(stops=stops, include_stop=req.include_stop_str_in_output,
+                                   speculative=speculative(req, self.limits), arrival=arrival)
         for text, prompt in prompts:
             texts.append(text)
             max_tokens = self._max_tokens(req, len(prompt))
+            options = attrs.evolve(shared, min_reuse=min_reuse(n, len(prompt), self.min_tail))
             for j in range(n):
                 # the first choice scores the prompt (prefilled whole, so not from the cache); the others copy
                 # its KV, or, when they cannot (a prompt of min_tail tokens or less, cache_prompt false),
@@ -680,10 +685,8 @@ class Engine:
                 score = scored and (j == 0 or len(prompt) <= self.min_tail or not req.cache_prompt)
                 gens.append(Generation(
                     next(self._rids), prompt, choice_seed(params, j), max_tokens, piece=self.runtime.vocab.piece,
-                    parser=ContentParser(), stops=stops, cache_prompt=req.cache_prompt and not score,
-                    min_reuse=min_reuse(n, len(prompt), self.min_tail), prompt_logprobs=(lp or 0) if score else None,
-                    speculative=speculative(req, self.limits), include_stop=req.include_stop_str_in_output,
-                    arrival=arrival))
+                    parser=ContentParser(), options=attrs.evolve(options, cache_prompt=req.cache_prompt and not score,
+                                                                 prompt_logprobs=(lp or 0) if score else None)))
         return texts, gens, self._submit(gens, None)
 
     async def _completion_prompts(self, req: CompletionRequest, n: int) -> list[tuple[str, list[int]]]:
@@ -1027,14 +1030,8 @@ async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None) -
     evaluator = None
     if policy is not None:
         evaluator = HookEvaluator(policy, timeout=config.hook_timeout, fail_closed=config.hook_fail_closed)
-    signal_config = SignalConfig(window=config.signal_window, high_entropy_threshold=config.high_entropy_threshold)
-    cache_ram = None if config.cache_ram < 0 else config.cache_ram * 2**20  # bytes; None: no limit
-    scheduler = DecodeScheduler(runtime, step_tokens=config.step_tokens, max_queue=config.max_queue,
-                                hooks=evaluator.inbox if evaluator else None, signal_config=signal_config,
-                                prefix_cache=config.prefix_cache, spec_ngram=config.spec_ngram,
-                                scheduler_steps=config.scheduler_steps, ctx_checkpoints=config.ctx_checkpoints,
-                                checkpoint_budget=cache_ram, prompt_cache=cache_ram,
-                                min_tail=EXACT_TAIL if config.flash_attn == "off" else MIN_TAIL)
+    scheduler = DecodeScheduler(runtime, SchedulerConfig.from_engine_config(config),
+                                hooks=evaluator.inbox if evaluator else None)
     renderer.history_boundary = scheduler.core.checkpoints is not None  # the chat's checkpoint boundary
     try:
         async with trio.open_nursery() as nursery:

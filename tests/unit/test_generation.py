@@ -11,7 +11,7 @@ from skippy.engine.chat.emulation import EarlyStop
 from skippy.engine.chat.formats.base import ContentParser
 from skippy.engine.chat.formats.emulated import EmulatedToolParser
 from skippy.engine.errors import EngineClosed
-from skippy.engine.output.generation import Done, Generation, GenerationError, Piece
+from skippy.engine.output.generation import Done, Generation, GenerationError, GenerationOptions, Piece
 from skippy.engine.protocols.openai.translate import (
     ChatReply,
     Choices,
@@ -46,11 +46,10 @@ def piece(token: int) -> bytes:
 
 
 def make(prompt: list[int] | None = None, *, logprobs: bool = False, stops=(),
-         parser=None, early_stop=None, **kw) -> Generation:
+         parser=None, early_stop=None, **options) -> Generation:
     params = SamplingParams(logprobs=logprobs, top_logprobs=2 if logprobs else 0)
     return Generation(7, prompt or [100, 101, 102, 103], params, 32, piece=piece, parser=parser or ContentParser(),
-                      stops=stops,
-                      early_stop=early_stop, **kw)
+                      early_stop=early_stop, options=GenerationOptions(stops=stops, **options))
 
 
 def finish(reason: str = "stop", n: int = 0, **kw) -> FinishEvent:

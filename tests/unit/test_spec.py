@@ -274,7 +274,7 @@ def test_the_speculative_field_maps_to_draft_tokens_or_a_400():
 def test_the_request_body_field_and_timings_draft_counts():
     import msgspec
 
-    from skippy.engine.output.generation import Generation
+    from skippy.engine.output.generation import Generation, GenerationOptions
     from skippy.engine.protocols.base import decode_request
     from skippy.engine.protocols.openai.types import ChatCompletionRequest
     from skippy.engine.scheduling.events import FinishEvent
@@ -289,7 +289,8 @@ def test_the_request_body_field_and_timings_draft_counts():
     from skippy.engine.chat.formats.base import ContentParser
     from skippy.engine.sampling.params import SamplingParams
     for drafted, shown in ((0, {}), (12, {"draft_n": 12, "draft_n_accepted": 9})):
-        gen = Generation(1, [1, 2], SamplingParams(), 8, piece=lambda t: b"a", parser=ContentParser(), speculative=3)
+        gen = Generation(1, [1, 2], SamplingParams(), 8, piece=lambda t: b"a", parser=ContentParser(),
+                         options=GenerationOptions(speculative=3))
         assert gen.request.speculative == 3
         done = gen.feed(FinishEvent("stop", 2, 0, 1.0, 1.0, draft_tokens=drafted, draft_accepted=9))
         shape = msgspec.to_builtins(timings(done.counts))

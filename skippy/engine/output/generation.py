@@ -108,66 +108,90 @@ class Done:
     hook_events: list[HookReport] = attrs.field(factory=list)
 
 
+@attrs.frozen
+class GenerationOptions:
+    """How a request's generations run and report: one object per request, shared by its choices
+    (a choice that differs takes ``attrs.evolve(options, ...)``).
+
+    Attributes:
+        stops: the request's stop strings (OpenAI ``stop``); matched text is
+            never sent (unless ``include_stop``, vLLM's ``include_stop_str_in_output``),
+            and text that may start one is held back until decided.
+        hooks: the hook policy runs for this request (``usage.injected_tokens`` is reported).
+        signals: entropy and margin are computed per token (``return_signals``)
+            and added to chat logprob entries.
+        hook_request: the request object the hook policy sees.
+        injected: how many trailing prompt tokens a ``before_chat`` hook appended.
+        hook_events: report the hook policy's decisions (``return_hook_events``): the scheduler
+            sends a :class:`HookEvent` per decision, which :meth:`Generation.feed` returns as a :class:`Piece`.
+        before_chat: the ``before_chat`` decision, already taken (reported with ``hook_events``:
+            :attr:`Generation.hook_events` starts with it).
+        cache_key, cache_prompt: prefix-cache controls passed to the scheduler
+            (OpenAI ``prompt_cache_key``, llama-server ``cache_prompt``).
+        min_reuse: the shortest shared prefix the scheduler copies for this sequence
+            (see :class:`SeqRequest`).
+        checkpoint_at: prompt tokens before the generation prompt, where the scheduler may save a
+            context checkpoint (:attr:`SeqRequest.checkpoint_at`; ``None``: none).
+        speculative: draft tokens per step of speculative decoding (0: off;
+            ``None``: the scheduler's default).
+        prompt_logprobs: score the prompt tokens (``None``: off; else alternatives per
+            position); they arrive in :attr:`Generation.prompt_tokens` before the first token.
+        reasoning_budget: the cap on the reasoning block (:class:`~skippy.engine.scheduling.budget.ReasoningBudget`;
+            ``None``: none).
+        arrival: the request's place in arrival order (:attr:`SeqRequest.arrival`; 0: unknown).
+    """
+
+    stops: Sequence[str] = ()
+    include_stop: bool = False
+    hooks: bool = False
+    signals: bool = False
+    hook_request: object = None
+    injected: int = 0
+    hook_events: bool = False
+    before_chat: HookEvent | None = None
+    cache_key: str | None = None
+    cache_prompt: bool = True
+    min_reuse: int = MIN_REUSE
+    checkpoint_at: int | None = None
+    speculative: int | None = None
+    prompt_logprobs: int | None = None
+    reasoning_budget: ReasoningBudget | None = None
+    arrival: int = 0
+
+
 class Generation:
     """Per-request bookkeeping between the decode scheduler and the reply (see module docstring).
 
     Args:
         rid: the request id, unique per engine (the scheduler's sequence key).
-        prompt: the prompt token ids to submit; its last ``injected`` tokens were
+        prompt: the prompt token ids to submit; its last ``options.injected`` tokens were
             appended by a ``before_chat`` hook (not counted in ``prompt_tokens``).
         params: validated sampling parameters (``params.logprobs`` asks the
             scheduler for logprobs on every token event).
         max_tokens: tokens to generate at most (>= 1).
         piece: ``token id -> bytes`` the token renders as (the vocabulary).
-        parser: the chat-format stream parser (a fresh one per request).
-        stops: the request's stop strings (OpenAI ``stop``); matched text is
-            never sent (unless ``include_stop``, vLLM's ``include_stop_str_in_output``),
-            and text that may start one is held back until decided.
-        early_stop: optional rule that ends generation early (emulated tool calls).
-        hooks: the hook policy runs for this request (``usage.injected_tokens`` is reported).
-        signals: entropy and margin are computed per token (``return_signals``)
-            and added to chat logprob entries.
-        hook_request: the request object the hook policy sees.
-        injected: how many trailing ``prompt`` tokens a ``before_chat`` hook appended.
-        cache_key, cache_prompt: prefix-cache controls passed to the scheduler
-            (OpenAI ``prompt_cache_key``, llama-server ``cache_prompt``).
-        speculative: draft tokens per step of speculative decoding (0: off;
-            ``None``: the scheduler's default).
-        min_reuse: the shortest shared prefix the scheduler copies for this sequence
-            (see :class:`SeqRequest`).
-        prompt_logprobs: score the prompt tokens (``None``: off; else alternatives per
-            position); they arrive in :attr:`prompt_tokens` before the first token.
-        hook_events: report the hook policy's decisions (``return_hook_events``): the scheduler
-            sends a :class:`HookEvent` per decision, which :meth:`feed` returns as a :class:`Piece`.
-        before_chat: the ``before_chat`` decision, already taken (reported with ``hook_events``:
-            :attr:`hook_events` starts with it).
-        reasoning_budget: the cap on the reasoning block (:class:`~skippy.engine.scheduling.budget.ReasoningBudget`;
-            ``None``: none).
-        checkpoint_at: prompt tokens before the generation prompt, where the scheduler may save a
-            context checkpoint (:attr:`SeqRequest.checkpoint_at`; ``None``: none).
-        arrival: the request's place in arrival order (:attr:`SeqRequest.arrival`; 0: unknown).
+        parser: the chat-format stream parser (a fresh one per generation).
+        early_stop: optional rule that ends generation early (emulated tool calls; a fresh one per
+            generation: it keeps state).
+        options: the request's :class:`GenerationOptions`.
     """
 
     def __init__(self, rid: int, prompt: Sequence[int], params: SamplingParams, max_tokens: int, *,
-                 piece: Callable[[int], bytes], parser: StreamParser,
-                 stops: Sequence[str] = (), early_stop: EarlyStopRule | None = None, hooks: bool = False,
-                 signals: bool = False, hook_request: object = None, injected: int = 0,
-                 cache_key: str | None = None, cache_prompt: bool = True, speculative: int | None = None,
-                 include_stop: bool = False, min_reuse: int = MIN_REUSE, prompt_logprobs: int | None = None,
-                 hook_events: bool = False, before_chat: HookEvent | None = None,
-                 reasoning_budget: ReasoningBudget | None = None, checkpoint_at: int | None = None,
-                 arrival: int = 0) -> None:
-        self.request = SeqRequest(rid, list(prompt), params, max_tokens, hooks=hooks, signals=signals,
-                                  request=hook_request, cache_key=cache_key, cache_prompt=cache_prompt,
-                                  speculative=speculative, min_reuse=min_reuse, prompt_logprobs=prompt_logprobs,
-                                  hook_events=hook_events and hooks, reasoning_budget=reasoning_budget,
-                                  checkpoint_at=checkpoint_at, arrival=arrival)
+                 piece: Callable[[int], bytes], parser: StreamParser, early_stop: EarlyStopRule | None = None,
+                 options: GenerationOptions = GenerationOptions()) -> None:  # noqa: B008 (frozen: one shared default)
+        o = options
+        self.options = options
+        self.request = SeqRequest(rid, list(prompt), params, max_tokens, hooks=o.hooks, signals=o.signals,
+                                  request=o.hook_request, cache_key=o.cache_key, cache_prompt=o.cache_prompt,
+                                  speculative=o.speculative, min_reuse=o.min_reuse, prompt_logprobs=o.prompt_logprobs,
+                                  hook_events=o.hook_events and o.hooks, reasoning_budget=o.reasoning_budget,
+                                  checkpoint_at=o.checkpoint_at, arrival=o.arrival)
         self._piece = piece
-        self._pipeline = OutputPipeline(piece, list(stops), parser, early_stop, include_stop=include_stop)
+        self._pipeline = OutputPipeline(piece, list(o.stops), parser, early_stop, include_stop=o.include_stop)
         self._logprobs = params.logprobs
-        self._hooks = hooks
-        self._signals = signals
-        self._injected = injected
+        self._hooks = o.hooks
+        self._signals = o.signals
+        self._injected = o.injected
         self._tokens: list[TokenEvent] = []
         #: tokens accepted so far (tokens decoded after a stop string matched are not)
         self.completion_tokens = 0
@@ -182,8 +206,8 @@ class Generation:
         self.prompt_tokens: list[TokenEvent] | None = None
         #: the hook decisions reported so far (``return_hook_events``), ``before_chat``'s first
         self.hook_events: list[HookReport] = []
-        if before_chat is not None and hook_events and hooks:
-            self.hook_events.append(HookReport(before_chat, 0))
+        if o.before_chat is not None and o.hook_events and o.hooks:
+            self.hook_events.append(HookReport(o.before_chat, 0))
 
     @property
     def rid(self) -> int:
