@@ -1,10 +1,10 @@
-"""Utf8Stream and StopMatcher (sans-IO, no event loop)."""
+"""Utf8Stream, partial_suffix and StopMatcher (sans-IO, no event loop)."""
 
 import itertools
 
 import pytest
 
-from skippy.engine.output.textstream import StopMatcher, Utf8Stream
+from skippy.engine.output.textstream import StopMatcher, Utf8Stream, partial_suffix
 
 REPLACEMENT = "\ufffd"
 
@@ -71,6 +71,42 @@ def test_utf8_invalid_byte_becomes_replacement_immediately():
     s = Utf8Stream()
     assert s.feed(b"a\xffb") == "a" + REPLACEMENT + "b"
     assert s.flush() == ""
+
+
+# --- partial_suffix ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "words", "n"), [
+    ("Hello TOOL_C", ["TOOL_CALL"], 6),        # the start of a marker
+    ("Hello T", ["TOOL_CALL"], 1),
+    ("Hello", ["TOOL_CALL"], 0),
+    ("TOOL_CALL", ["TOOL_CALL"], 0),           # a whole word is not partial
+    ("x</thi", ["</think>"], 5),
+    ("ab", ["b", "abc"], 2),                   # the longest over every word
+    ("xab", ["abc", "bcd"], 2),
+    ("", ["abc"], 0),
+    ("abc", [], 0),
+    ("abc", ["", "c"], 0),                     # empty and one-character words never hold anything
+    ("aaa", ["aaaa"], 3),                      # the suffix may be the whole text
+    ("aab", ["ab", "aab!"], 3),
+])
+def test_partial_suffix(text, words, n):
+    assert partial_suffix(text, words) == n
+    assert partial_suffix(text, tuple(words)) == n == partial_suffix(text, iter(words))
+
+
+def test_partial_suffix_is_the_longest_suffix_prefix_pair_for_every_small_case():
+    def brute(text, words):
+        return max((k for w in words for k in range(1, min(len(text), len(w) - 1) + 1)
+                    if w.startswith(text[len(text) - k:])), default=0)
+    for text in ("".join(p) for r in range(5) for p in itertools.product("ab", repeat=r)):
+        for words in (["ab"], ["aab", "bab"], ["abab"], ["ba", "aaaa"]):
+            assert partial_suffix(text, words) == brute(text, words), (text, words)
+
+
+def test_partial_suffix_refuses_a_bare_string():
+    with pytest.raises(TypeError):
+        partial_suffix("TOOL_C", "TOOL_CALL")
 
 
 # --- StopMatcher -------------------------------------------------------------

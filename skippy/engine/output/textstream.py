@@ -10,12 +10,35 @@ at the last whole character (token logprobs keep every token's own bytes).
 
 :class:`StopMatcher` implements OpenAI ``stop``: the stop text is not
 returned, and text that may be the start of a stop string is held back
-until decided (llama-server's partial-stop behaviour).
+until decided (llama-server's partial-stop behaviour). :func:`partial_suffix`
+is that hold-back rule alone; the chat-format parsers hold back the start of
+their markers and tags with it too.
 """
 
 from __future__ import annotations
 
 import codecs
+from collections.abc import Iterable
+
+
+def partial_suffix(text: str, words: Iterable[str]) -> int:
+    """Length of the longest suffix of ``text`` that is a proper prefix of one of ``words``.
+
+    That suffix may still grow into a whole word (a stop string, a marker, a tag), so a stream holds
+    it back until more text decides: ``partial_suffix("Hello TOOL_C", ["TOOL_CALL"])`` is 6. A whole word
+    at the end is not partial (finding whole words is the caller's part): ``partial_suffix("ab", ["ab"])``
+    is 0, as is any ``text`` against no words or only empty ones. ``words`` is a collection of strings:
+    pass one word as ``(word,)`` (a bare string raises ``TypeError``: its characters are no words).
+    """
+    if isinstance(words, str):
+        raise TypeError("partial_suffix takes a collection of words, not one string")
+    best = 0
+    for word in words:
+        for n in range(min(len(word) - 1, len(text)), best, -1):
+            if text.endswith(word[:n]):
+                best = n
+                break
+    return best
 
 
 class Utf8Stream:
@@ -76,13 +99,7 @@ class StopMatcher:
             self.stopped = True
             self._held = ""
             return buf[:end if self.include else cut], True
-        # hold back the longest suffix that is a proper prefix of a stop string
-        hold = 0
-        for s in self.stops:
-            for n in range(min(len(s) - 1, len(buf)), hold, -1):
-                if buf.endswith(s[:n]):
-                    hold = n
-                    break
+        hold = partial_suffix(buf, self.stops)  # what may still start a stop string
         self._held = buf[len(buf) - hold:] if hold else ""
         return buf[: len(buf) - hold], False
 

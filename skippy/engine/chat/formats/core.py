@@ -40,6 +40,7 @@ import attrs
 import partial_json_parser
 
 from skippy.engine.chat.formats.base import Delta, IdFactory, ParsedMessage, ToolCall, ToolCallDelta, new_call_id
+from skippy.engine.output.textstream import partial_suffix
 
 JSON_DECODER = json.JSONDecoder(strict=False)  # models write raw newlines inside strings
 _CTRL = {i: " " for i in range(32)}
@@ -88,17 +89,6 @@ def scan_json(text: str, start: int) -> tuple[str, int]:
         else:
             hi = mid
     return "malformed", lo
-
-
-def holdback(text: str, markers: Iterable[str]) -> int:
-    """Length of the longest suffix of ``text`` that is a proper prefix of a marker."""
-    best = 0
-    for marker in markers:
-        for n in range(min(len(marker) - 1, len(text)), best, -1):
-            if text.endswith(marker[:n]):
-                best = n
-                break
-    return best
 
 
 def find_first(text: str, markers: Iterable[str], start: int = 0) -> tuple[int, str]:
@@ -281,7 +271,7 @@ class ToolScanner:
         buf, pos = self.buf, self.pos
         i, marker = find_first(buf, self.markers, pos)
         if i < 0:
-            end = len(buf) if final else len(buf) - holdback(buf[pos:], self.markers)
+            end = len(buf) if final else len(buf) - partial_suffix(buf[pos:], self.markers)
             if end > pos:
                 self._content(buf[pos:end])
                 self.pos = end
@@ -465,7 +455,7 @@ class _ReasoningSplitter:
                     self.inner.skip_leading_space()
                 self.buf = rest
             else:
-                keep = 0 if final else holdback(self.buf, [self.close])
+                keep = 0 if final else partial_suffix(self.buf, [self.close])
                 self._reason(self.buf[:len(self.buf) - keep], out)
                 self.buf = self.buf[len(self.buf) - keep:]
                 return out
@@ -558,7 +548,7 @@ def _without_cut_syntax(deltas: list[Delta], markers: tuple[str, ...]) -> list[D
     the text before it stays."""
     text = "".join(d.content for d in deltas)
     i, _ = find_first(text, markers)
-    room = i if i >= 0 else len(text) - holdback(text, markers)
+    room = i if i >= 0 else len(text) - partial_suffix(text, markers)
     if room >= len(text):
         return deltas
     kept = []

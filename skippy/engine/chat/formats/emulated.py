@@ -63,6 +63,7 @@ import json
 import re
 
 from skippy.engine.chat.formats.base import Delta, IdFactory, ParsedMessage, ToolCall, ToolCallDelta, new_call_id
+from skippy.engine.output.textstream import partial_suffix
 
 MARKER = "TOOL_CALL"
 THINK_OPEN = "<think>"
@@ -72,14 +73,6 @@ _WS = " \t\r\n"
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 _HEX = set("0123456789abcdefABCDEF")
 _LITERALS = {"t": "true", "f": "false", "n": "null"}
-
-
-def _partial_suffix(text: str, word: str) -> int:
-    """Length of the longest suffix of ``text`` that is a proper prefix of ``word``."""
-    for n in range(min(len(text), len(word) - 1), 0, -1):
-        if word.startswith(text[-n:]):
-            return n
-    return 0
 
 
 class _Trim:
@@ -352,7 +345,7 @@ class EmulatedToolParser:
                 self._raw_done += len(piece) + len(tag)
                 self._in_think = not self._in_think
                 continue
-            keep = 0 if final else _partial_suffix(self._raw, tag)
+            keep = 0 if final else partial_suffix(self._raw, (tag,))
             piece, self._raw = self._raw[:len(self._raw) - keep], self._raw[len(self._raw) - keep:]
             self._route(piece)
             self._raw_done += len(piece)
@@ -384,7 +377,7 @@ class EmulatedToolParser:
             elif self._mode == "text":
                 i = text.find(MARKER, self._pos)
                 if i < 0:
-                    tail = _partial_suffix(text[self._pos:], MARKER)
+                    tail = partial_suffix(text[self._pos:], (MARKER,))
                     keep = 0 if final else tail
                     # withheld: a marker cut off at the end ("TOOL_CA") is not content either
                     drop = tail if final and self.withhold and tail >= len("TOOL_") else 0

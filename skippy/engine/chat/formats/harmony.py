@@ -33,7 +33,8 @@ import re
 from typing import Any
 
 from skippy.engine.chat.formats.base import Delta
-from skippy.engine.chat.formats.core import HEADER_LIMIT, ToolScanner, ToolSyntax, find_first, holdback
+from skippy.engine.chat.formats.core import HEADER_LIMIT, ToolScanner, ToolSyntax, find_first
+from skippy.engine.output.textstream import partial_suffix
 
 START, CHANNEL, MESSAGE = "<|start|>", "<|channel|>", "<|message|>"
 ENDS = ("<|end|>", "<|call|>", "<|return|>")
@@ -110,7 +111,7 @@ class HarmonyScanner(ToolScanner):
             return False
         i, marker = find_first(buf, _BODY_STOPS, pos)
         if i < 0:
-            end = len(buf) if final else len(buf) - holdback(buf[pos:], _BODY_STOPS)
+            end = len(buf) if final else len(buf) - partial_suffix(buf[pos:], _BODY_STOPS)
             self._body(buf[pos:end])
             self.pos = end
             return False

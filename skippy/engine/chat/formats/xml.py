@@ -39,7 +39,8 @@ from typing import Any
 
 import attrs
 
-from skippy.engine.chat.formats.core import _AFTER, _CONTENT, HEADER_LIMIT, ToolScanner, ToolSyntax, _ws_end, holdback
+from skippy.engine.chat.formats.core import _AFTER, _CONTENT, HEADER_LIMIT, ToolScanner, ToolSyntax, _ws_end
+from skippy.engine.output.textstream import partial_suffix
 
 
 @attrs.frozen
@@ -170,7 +171,7 @@ class XmlScanner(ToolScanner):
         if c < 0 and not final:
             if self.stream_value:
                 tails = ["\n" + x.value_close, x.value_close] if x.trim_newline else [x.value_close]
-                safe = len(buf) - holdback(buf[self.value_sent:], tails)
+                safe = len(buf) - partial_suffix(buf[self.value_sent:], tails)
                 if safe > self.value_sent:
                     self._args(self.call_index, _escaped(buf[self.value_sent:safe]))
                     self.value_sent = safe
