@@ -66,14 +66,16 @@ def prepare_schema(schema: Any, *, strict: bool, param: str) -> Any:
     return out
 
 
-def _tool_schemas(conv: Any, tools: list[dict], chosen: list[dict]) -> list[tuple[str, dict, str]]:
+def _tool_schemas(conv: Any, tools: list[dict[str, Any]],
+                  chosen: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any], str]]:
     """``(name, resolved parameters schema, where)`` of each chosen tool; raises :class:`InvalidRequest`
     naming ``tools[i]`` for a nameless tool or a parameters schema that is not an object."""
     index = {id(t): i for i, t in enumerate(tools)}
     out = []
     for tool in chosen:
         i = index.get(id(tool), 0)
-        fn = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+        function = tool.get("function")
+        fn = function if isinstance(function, dict) else tool
         name = fn.get("name")
         where = f"tools[{i}].function.parameters"
         if not isinstance(name, str) or not name:
@@ -94,7 +96,8 @@ def _tool_schemas(conv: Any, tools: list[dict], chosen: list[dict]) -> list[tupl
 
 def _visit(conv: Any, schema: Any, rule: str, where: str) -> str:
     try:
-        return conv.visit(schema, rule)
+        gbnf: str = conv.visit(schema, rule)
+        return gbnf
     except Exception as exc:
         raise InvalidRequest(f"{where}: cannot turn this JSON schema into a grammar: {exc!r}", param=where) from None
 
@@ -104,7 +107,8 @@ def _fix_chars(conv: Any) -> None:
         conv._rules["char"] = _JSON_CHAR
 
 
-def tool_call_rules(conv: Any, tools: list[dict], chosen: list[dict], *, args_key: str = "arguments") -> list[str]:
+def tool_call_rules(conv: Any, tools: list[dict[str, Any]], chosen: list[dict[str, Any]], *,
+                    args_key: str = "arguments") -> list[str]:
     """Add one rule per chosen tool, ``{"name": "<tool>", "<args_key>": <its parameters schema>}``.
 
     Returns the rule names. Raises :class:`InvalidRequest` naming ``tools[i]``
@@ -139,11 +143,13 @@ _XML_TEXT = r'( [^<] | "<" [^/] )*'
 _HARMONY_ANALYSIS = r'( "<|channel|>analysis<|message|>" ( [^<] | "<" [^|] )* "<|end|><|start|>assistant" )?'
 
 
-def _params(conv: Any, name: str, schema: dict, where: str, item: Any, sep: str, *, raw_strings: bool = True) -> str:
+def _params(conv: Any, name: str, schema: dict[str, Any], where: str, item: Any, sep: str, *,
+            raw_strings: bool = True) -> str:
     """GBNF of an object's properties as a sequence of ``item(key, value_rule)`` pieces: the required
     ones in schema order, then any of the optional ones in schema order, ``sep`` between. With
     ``raw_strings`` a ``string`` value is raw text (XML formats), else every value is JSON."""
-    props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    properties = schema.get("properties")
+    props = properties if isinstance(properties, dict) else {}
     required = [k for k in props if k in set(schema.get("required") or ())]
     optional = [k for k in props if k not in required]
 
@@ -151,7 +157,8 @@ def _params(conv: Any, name: str, schema: dict, where: str, item: Any, sep: str,
         sub = props[key] if isinstance(props[key], dict) else {}
         raw = raw_strings and sub.get("type") == "string"
         value = _XML_TEXT if raw else _visit(conv, sub, f"{name}-{key}", where)
-        return conv._add_rule(f"{name}-{key}-param", item(key, value))
+        added: str = conv._add_rule(f"{name}-{key}-param", item(key, value))
+        return added
 
     req = [piece(k) for k in required]
     opt = [piece(k) for k in optional]
@@ -180,7 +187,7 @@ def _py_kwarg(key: str, value: str) -> str:
     return f"{gbnf_literal(key + '=')} {value}"
 
 
-def _call_rules(conv: Any, chat_format: str, tools: list[dict], chosen: list[dict]) -> list[str]:
+def _call_rules(conv: Any, chat_format: str, tools: list[dict[str, Any]], chosen: list[dict[str, Any]]) -> list[str]:
     """One rule per chosen tool: the whole call in ``chat_format``'s own syntax."""
     rules = []
     for name, schema, where in _tool_schemas(conv, tools, chosen):
@@ -225,7 +232,7 @@ NATIVE_CALL_WRAPPERS: dict[str, tuple[str, str, str]] = {
 }
 
 
-def native_tool_grammar(chat_format: str, tools: list[dict], chosen: list[dict], *, parallel: bool,
+def native_tool_grammar(chat_format: str, tools: list[dict[str, Any]], chosen: list[dict[str, Any]], *, parallel: bool,
                         think_close: str | None = None) -> str:
     """GBNF forcing one (or, with ``parallel``, several) calls in ``chat_format``'s own syntax.
 
@@ -260,4 +267,5 @@ def native_tool_grammar(chat_format: str, tools: list[dict], chosen: list[dict],
     if think_close:
         root = f"{_XML_TEXT} {gbnf_literal(think_close)} [ \\t\\n]* {root}"
     conv._add_rule("root", root.replace('"" ', ""))
-    return conv.format_grammar()
+    grammar: str = conv.format_grammar()
+    return grammar

@@ -146,11 +146,11 @@ def native_logit_bias(raw: NativeLogitBias | None) -> list[BiasEntry]:
         if len(pair) != 2:
             raise InvalidRequest(f"logit_bias {where}: expected [token id or text, bias], got {pair!r}",
                                  param="logit_bias")
-        key, value = pair
-        if isinstance(key, bool) or not isinstance(key, int | str) or key == "":
+        first, bias = pair
+        if isinstance(first, bool) or not isinstance(first, int | str) or first == "":
             raise InvalidRequest(f"logit_bias {where}: the first item must be a token id (an integer) or a "
-                                 f"non-empty text, got {key!r}", param="logit_bias")
-        out.append((key, _bias(value, where)))
+                                 f"non-empty text, got {first!r}", param="logit_bias")
+        out.append((first, _bias(bias, where)))
     return out
 
 

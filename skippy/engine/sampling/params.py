@@ -103,7 +103,7 @@ def _check(cond: bool, message: str, param: str) -> None:
 
 def _num(req: SamplingFields, name: str, default: float) -> float:
     """The request's value of ``name`` (``default`` when unset); 400 naming it when not finite."""
-    v = getattr(req, name)
+    v: float | None = getattr(req, name)
     if v is None:
         return default
     _check(math.isfinite(v), f"{name} must be a finite number", name)

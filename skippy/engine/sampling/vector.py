@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Collection, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -67,7 +68,8 @@ def mt19937_state(seed: int) -> np.random.MT19937:
 
     ``seed`` is taken modulo 2**32 (llama.cpp's ``uint32_t`` seed).
     """
-    state = np.random.RandomState(seed & 0xFFFFFFFF).get_state(legacy=False)  # numpy's legacy seeding is init_genrand
+    # numpy's legacy seeding is init_genrand; get_state(legacy=False) is MT19937's state dict (typed a plain dict)
+    state: Any = np.random.RandomState(seed & 0xFFFFFFFF).get_state(legacy=False)
     bitgen = np.random.MT19937()
     bitgen.state = state
     return bitgen
@@ -137,7 +139,9 @@ class SeqSampler:
     def uniform(self) -> float:
         """``std::uniform_real_distribution<double>(0, 1)`` on the stream (libstdc++'s
         ``generate_canonical<double, 53>``: two 32-bit draws, the first the low word)."""
-        lo, hi = self._raw(2)  # type: ignore[misc]
+        raw = self._raw
+        assert raw is not None  # only a sampler that is not greedy draws, and it has a stream
+        lo, hi = raw(2)
         u = (float(lo) + float(hi) * 4294967296.0) / 18446744073709551616.0
         return u if u < 1.0 else 0.9999999999999999
 
@@ -166,9 +170,10 @@ class SeqSampler:
         (the runtime's mask, then llama.cpp's order). Returns the ids it may have changed and their
         values before (``row[ids] = values`` undoes it)."""
         penalized = None
-        parts = []
-        if self.suppressing:
-            parts.append(self.suppress)
+        suppress = self.suppress if self.suppressing else None
+        parts: list[np.ndarray] = []
+        if suppress is not None:
+            parts.append(suppress)
         if self.bias_ids is not None:
             parts.append(self.bias_ids)
         if self.counts:
@@ -176,8 +181,8 @@ class SeqSampler:
             parts.append(penalized)
         touched = np.concatenate(parts) if parts else np.empty(0, dtype=np.intp)
         before = row[touched]
-        if self.suppressing:
-            ids = self.suppress
+        if suppress is not None:
+            ids = suppress
             kept = row[ids]
             row[ids] = -np.inf
             if not np.isfinite(row.max()) and not np.isfinite(row).any():  # max: no temporary array
@@ -354,4 +359,5 @@ def _sample_dist(x: np.ndarray, samplers: Sequence[SeqSampler]) -> list[int]:
     u = np.array([s.uniform() for s in samplers])
     pick = cum >= (total * u)[:, None]
     sel = np.where(pick.any(axis=1), pick.argmax(axis=1), n - 1)
-    return ids2[np.arange(m), sel].tolist()
+    tokens: list[int] = ids2[np.arange(m), sel].tolist()
+    return tokens
