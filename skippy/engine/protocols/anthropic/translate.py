@@ -375,7 +375,7 @@ class MessageStream:
             if choice.finish_reason is not None:
                 out += self._close_block()
                 self._stop = stop_reason(choice.finish_reason, choice.get("stop_reason"), self.stop_sequences)
-        if chunk.get("usage") is not None:
+        if isinstance(chunk.usage, wire.Usage):
             out += self._finish(chunk.usage)
         return out
 

@@ -82,10 +82,11 @@ class NativeCompletionRequest(SamplingFields, kw_only=True):
         if not p:
             raise InvalidRequest("prompt is empty", param="prompt")
         if any(isinstance(x, int) for x in p):
-            if any(isinstance(x, list) for x in p):
+            flat = [x for x in p if not isinstance(x, list)]
+            if len(flat) != len(p):
                 raise InvalidRequest("prompt mixes token ids with nested lists", param="prompt")
-            return [list(p)]  # type: ignore[arg-type]
-        return [[x] if isinstance(x, str) else list(x) for x in p]
+            return [flat]
+        return [list(x) if isinstance(x, list) else [x] for x in p]
 
 
 class SlotActionRequest(msgspec.Struct, kw_only=True):

@@ -278,4 +278,5 @@ def prompt_items(raw: str | list[Any], param: str) -> list[str | list[int]]:
 
 def message_dicts(messages: list[Message]) -> list[dict[str, Any]]:
     """Messages as plain dicts (what chat templates read); unset fields omitted."""
-    return msgspec.to_builtins(messages)
+    dicts: list[dict[str, Any]] = msgspec.to_builtins(messages)
+    return dicts

@@ -535,7 +535,7 @@ class ResponseEvents:
             out = [self._event("response.function_call_arguments.done", arguments=item.text, **common)]
         else:
             done = "response.output_text.done" if item.kind == "message" else "response.reasoning_text.done"
-            extra = {"logprobs": []} if item.kind == "message" else {}
+            extra: dict[str, list[Any]] = {"logprobs": []} if item.kind == "message" else {}
             out = [self._event(done, content_index=0, text=item.text, **common, **extra),
                    self._event("response.content_part.done", content_index=0, part=self._part(item), **common)]
         out.append(self._event("response.output_item.done", output_index=item.index, item=item.wire()))
