@@ -18,6 +18,10 @@ openai) when called.
   shape), :data:`STEP_TOKENS`
 - grammars and chat-format parsers (unit tests): :func:`gbnf_matches`, :func:`compiles_in_llama_cpp`,
   :func:`check_invariant`
+- the scheduling core over a fake runtime (unit tests; never imported by product code): :class:`FakeRuntime`
+  (checks every batch the way llama.cpp would), :class:`Clock`, :func:`make` (a fake runtime and a
+  ``SchedulerCore`` over it), :func:`req`, :func:`step`, :func:`run`, :func:`tokens_of`,
+  :func:`finish_of`, :data:`EOG`, :data:`FILLER`, :data:`PROMPT`
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ if TYPE_CHECKING:
     import openai
 
     from skippy.engine.chat.formats.base import Delta, ParsedMessage
+    from skippy.engine.scheduling.events import FinishEvent
 
 
 # -- servers ----------------------------------------------------------------------------------------
@@ -450,3 +455,273 @@ def check_invariant(deltas: list[Delta], msg: ParsedMessage) -> None:
                 assert tc.id is None and tc.name is None, "later deltas carry only arguments"
                 calls[tc.index][2] += tc.arguments
     assert tuple(ToolCall(*c) for c in calls.values()) == msg.tool_calls
+
+
+# -- the scheduling core over a fake runtime (unit tests) -------------------------------------------
+
+EOG = 0  # the fake model's one end-of-generation token
+FILLER = 5  # what a sampler without a script produces
+N_VOCAB = 256  # above every token id the tests use (the spec tests use ids up to ~240)
+
+
+class FakeVocab:
+    def tokenize(self, text, *, add_special, parse_special):
+        return [10 + (ord(c) % 20) for c in text]
+
+
+class FakeSampler:
+    def __init__(self, script):
+        self.script = list(script)
+        self.freed = False
+
+
+class FakeRuntime:
+    """A model runtime for the scheduling core's unit tests: KV slots as token lists, checked the way
+    llama.cpp would take each decode batch (positions follow the sequence's KV, sequence ids in range,
+    at most ``n_batch`` tokens, the cells of a unified or per-sequence cache, a sliding window's
+    cells); samplers play a script chosen by ``SamplingParams.seed`` (``scripts``), else
+    :data:`FILLER`."""
+
+    def __init__(self, n_seq_max=2, n_batch=64, n_ctx_seq=256, recurrent=False, unified=False, embeddings=None,
+                 n_swa=0, swa_full=False):
+        from skippy.engine.runtime.base import ModelMeta
+
+        self.meta = ModelMeta(name="fake", path="fake.gguf", chat_template=None, bos_id=1, eos_id=EOG,
+                              eog_ids=frozenset({EOG}), bos_token="<s>", eos_token="</s>",
+                              n_vocab=N_VOCAB, n_ctx_train=n_ctx_seq, n_ctx_seq=n_ctx_seq, n_seq_max=n_seq_max,
+                              n_batch=n_batch, is_recurrent=recurrent, kv_unified=unified, n_embd=3,
+                              embeddings=embeddings, n_swa=n_swa, swa_full=swa_full)
+        self.vocab = FakeVocab()
+        self.kv = {s: [] for s in range(n_seq_max)}
+        # a sliding-window cache (n_swa, not swa_full), as llama.cpp's iSWA one: the SWA layers hold
+        # positions swa_lo[s]..end only (None: none, after a trim below the window); a decode at
+        # position p needs them from max(0, p - n_swa), else llama.cpp would attend over a hole
+        self.swa = n_swa > 0 and not swa_full
+        self.swa_lo: dict[int, int | None] = {s: 0 for s in range(n_seq_max)}
+        # KV cells as llama.cpp holds them: a cell id per position; a unified cache shares a copied
+        # prefix's cells between sequences, and has n_ctx_seq x n_seq_max cells in all
+        self.cells: dict[int, list[int]] = {s: [] for s in range(n_seq_max)}
+        self._next_cell = 0
+        self.max_cells_used = 0
+        self.scripts: dict[int, list[int]] = {}
+        self.batches = []
+        self.copies = []
+        self.samplers = []
+        self.nan_slots: set[int] = set()
+        self.embed_batches: list[list[list[int]]] = []
+        self._out: dict[int, int] = {}  # batch index -> slot, of the last decode
+        self.saved: list[tuple[int, int]] = []  # (slot, tokens) of each state copied out
+        self.restored: list[tuple[int, int]] = []  # (slot, tokens) of each state restored
+
+    def decode(self, entries):
+        assert 0 < len(entries) <= self.meta.n_batch
+        self._out = {}
+        for i, e in enumerate(entries):
+            assert 0 <= e.seq_id < self.meta.n_seq_max
+            assert e.pos == len(self.kv[e.seq_id]), f"slot {e.seq_id}: pos {e.pos} after {len(self.kv[e.seq_id])}"
+            assert e.pos < self.meta.n_ctx_seq
+            if self.swa and e.pos > 0:
+                lo = self.swa_lo[e.seq_id]
+                assert lo is not None and lo <= max(0, e.pos - self.meta.n_swa), \
+                    f"slot {e.seq_id}: the SWA window of pos {e.pos} is lost (held from {lo})"
+            self.kv[e.seq_id].append(e.token)
+            self.cells[e.seq_id].append(self._next_cell)
+            self._next_cell += 1
+            if e.logits:
+                self._out[i] = e.seq_id
+        if self.swa:  # cells out of every later query's window are overwritten
+            for e in entries:
+                self.swa_lo[e.seq_id] = max(self.swa_lo[e.seq_id] or 0, e.pos + 1 - self.meta.n_swa)
+        used = self.cells_used()  # llama_decode returns 1 when it finds no free cells
+        assert used <= self.meta.n_ctx_seq * self.meta.n_seq_max, f"{used} KV cells in use"
+        self.max_cells_used = max(self.max_cells_used, used)
+        self.batches.append(list(entries))
+
+    def logits(self, index):
+        import numpy as np
+
+        assert index in self._out
+        if self._out[index] in self.nan_slots:
+            return np.full(N_VOCAB, np.nan, dtype=np.float32)
+        x = np.zeros(N_VOCAB, dtype=np.float32)
+        x[FILLER] = 3.0
+        x[7] = 1.0
+        return x
+
+    def output_logits(self, indices):
+        import numpy as np
+
+        return np.stack([self.logits(i) for i in indices])
+
+    def new_sampler(self, params):
+        if params.grammar == "bad":
+            raise ValueError("grammar refused")
+        s = FakeSampler(self.scripts.get(params.seed, []))
+        self.samplers.append(s)
+        return s
+
+    def sample(self, sampler, index):
+        assert index in self._out
+        return sampler.script.pop(0) if sampler.script else FILLER
+
+    def free_sampler(self, sampler):
+        assert not sampler.freed
+        sampler.freed = True
+
+    def embed(self, inputs):
+        """The embedding context, checked as llama.cpp would take the batch; a vector per input:
+        (first token, length, sum). An input holding token 99 makes llama.cpp fail the whole batch."""
+        import numpy as np
+
+        info = self.meta.embeddings
+        assert info is not None and info.error is None
+        assert 0 < len(inputs) <= info.n_seq_max and all(inputs)
+        assert sum(len(t) for t in inputs) <= info.n_ctx
+        self.embed_batches.append([list(t) for t in inputs])
+        if any(99 in t for t in inputs):
+            raise RuntimeError("llama_decode of the embedding batch failed with code -3")
+        return np.array([[t[0], len(t), sum(t)] for t in inputs], dtype=np.float32)
+
+    def cells_used(self):
+        return len({c for cells in self.cells.values() for c in cells})
+
+    def seq_rm(self, seq_id, p0=-1, p1=-1):
+        if p0 < 0:
+            self.kv[seq_id] = []
+            self.cells[seq_id] = []
+            self.swa_lo[seq_id] = 0
+            return True
+        if self.meta.is_recurrent:
+            return False
+        assert p1 == -1
+        del self.kv[seq_id][p0:]
+        del self.cells[seq_id][p0:]
+        lo = self.swa_lo[seq_id]
+        if self.swa and self.kv[seq_id] and (lo is None or p0 <= lo):
+            self.swa_lo[seq_id] = None  # the SWA layers held only positions >= p0
+        elif not self.kv[seq_id]:
+            self.swa_lo[seq_id] = 0
+        return True
+
+    def seq_pos_min(self, seq_id):
+        lo = self.swa_lo[seq_id]
+        return -1 if not self.kv[seq_id] or lo is None else lo
+
+    #: bytes of a fake state per token held (the budget tests count them)
+    STATE_BYTES = 8
+
+    def state_seq_get_data(self, seq_id):
+        """The sequence's state as llama.cpp would copy it: here its tokens and SWA window, serialized."""
+        assert self.kv[seq_id], "a checkpoint of an empty sequence"
+        self.saved.append((seq_id, len(self.kv[seq_id])))
+        head = json.dumps([self.kv[seq_id], self.swa_lo[seq_id]]).encode()
+        return head.ljust(self.STATE_BYTES * len(self.kv[seq_id]) + len(head), b" ")
+
+    def state_seq_set_data(self, seq_id, data):
+        tokens, lo = json.loads(data)
+        self.seq_rm(seq_id)
+        self.restored.append((seq_id, len(tokens)))
+        self.kv[seq_id] = list(tokens)
+        self.cells[seq_id] = list(range(self._next_cell, self._next_cell + len(tokens)))
+        self._next_cell += len(tokens)
+        self.swa_lo[seq_id] = lo
+        return True
+
+    def seq_cp(self, src, dst, n=None):
+        assert not self.kv[dst], "copy into an empty sequence"
+        self.swa_lo[dst] = self.swa_lo[src] if n is None or (self.swa_lo[src] or 0) < n else None
+        if n is None:
+            self.copies.append((src, dst))
+            self.kv[dst] = list(self.kv[src])
+            if self.meta.kv_unified:  # shared cells
+                self.cells[dst] = list(self.cells[src])
+            else:  # another stream: new cells
+                self.cells[dst] = list(range(self._next_cell, self._next_cell + len(self.kv[src])))
+                self._next_cell += len(self.kv[src])
+            return
+        assert self.meta.kv_unified, "llama.cpp aborts on a partial copy between streams"
+        assert 0 < n <= len(self.kv[src])
+        self.copies.append((src, dst, n))
+        self.kv[dst] = self.kv[src][:n]
+        self.cells[dst] = self.cells[src][:n]
+
+
+class Clock:
+    """A fake ``clock`` for :class:`~skippy.engine.scheduling.core.SchedulerCore`: a millisecond later
+    at each call."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        self.t += 0.001
+        return self.t
+
+
+def make(n_seq_max=2, *, hooks=False, recurrent=False, n_ctx_seq=256, unified=False, embeddings=None, n_swa=0,
+         swa_full=False, **config):
+    """A :class:`FakeRuntime` (``n_seq_max`` slots, its other shape arguments) and a
+    :class:`~skippy.engine.scheduling.core.SchedulerCore` over it with a :class:`Clock`; ``config``: the
+    fields of its :class:`~skippy.engine.scheduling.config.SchedulerConfig` (default here 64 step tokens,
+    8 requests queued)."""
+    from skippy.engine.scheduling.config import SchedulerConfig
+    from skippy.engine.scheduling.core import SchedulerCore
+
+    rt = FakeRuntime(n_seq_max=n_seq_max, n_ctx_seq=n_ctx_seq, recurrent=recurrent, unified=unified,
+                     embeddings=embeddings, n_swa=n_swa, swa_full=swa_full)
+    core = SchedulerCore(rt, SchedulerConfig(**{"step_tokens": 64, "max_queue": 8, **config}), hooks=hooks,
+                         clock=Clock())
+    return rt, core
+
+
+def req(rid, prompt, max_tokens=4, *, script=None, seed=None, **kw):
+    """A :class:`~skippy.engine.scheduling.events.SeqRequest` (its sampler's seed, and so the fake's
+    script, is ``rid`` unless ``seed`` is given; ``params``: more sampling parameters)."""
+    from skippy.engine.sampling.params import SamplingParams
+    from skippy.engine.scheduling.events import SeqRequest
+
+    params = SamplingParams(seed=rid if seed is None else seed, **kw.pop("params", {}))
+    return SeqRequest(rid, list(prompt), params, max_tokens, **kw)
+
+
+def step(rt, core, outputs=None):
+    """One plan/execute/update; returns the outputs (admission's included) or None when nothing decoded."""
+    from skippy.engine.scheduling.decode import execute
+
+    plan = core.plan()
+    out = list(plan.outputs)
+    if plan.empty:
+        if outputs is not None:
+            outputs += out
+        return None if not out else out
+    out += core.update(plan, execute(rt, plan))
+    if outputs is not None:
+        outputs += out
+    return out
+
+
+def run(rt, core, limit=200):
+    """Step until nothing decodes; returns every output."""
+    outputs = []
+    for _ in range(limit):
+        if step(rt, core, outputs) is None:
+            return outputs
+    raise AssertionError("did not settle")
+
+
+def tokens_of(outputs, rid):
+    """The tokens request ``rid`` was sent, in order."""
+    from skippy.engine.scheduling.events import TokenEvent
+
+    return [ev.token for r, ev in outputs if r == rid and isinstance(ev, TokenEvent)]
+
+
+def finish_of(outputs, rid) -> FinishEvent:
+    """Request ``rid``'s one finish event."""
+    from skippy.engine.scheduling.events import FinishEvent
+
+    [fin] = [ev for r, ev in outputs if r == rid and isinstance(ev, FinishEvent)]
+    return fin
+
+
+PROMPT = list(range(100, 140))  # 40 tokens, > MIN_REUSE (skippy.engine.scheduling.prefix)

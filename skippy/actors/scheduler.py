@@ -39,8 +39,8 @@ from skippy.actors.hooks import HookCall, HookVerdict
 from skippy.actors.metrics import StepTimes
 from skippy.engine.errors import InvalidRequest, QueueFull, SlotBusy
 from skippy.engine.hooks.policy import NO_ACTION
-from skippy.engine.hooks.signals import SignalConfig
 from skippy.engine.runtime.base import Runtime
+from skippy.engine.scheduling.config import SchedulerConfig
 from skippy.engine.scheduling.core import SchedulerCore, SlotInfo
 from skippy.engine.scheduling.decode import execute
 from skippy.engine.scheduling.events import (
@@ -53,7 +53,6 @@ from skippy.engine.scheduling.events import (
     SeqEvent,
     SeqRequest,
 )
-from skippy.engine.scheduling.prefix import MIN_TAIL
 from skippy.engine.scheduling.step import StepPlan, StepResult
 
 log = logging.getLogger("skippy.scheduler")
@@ -137,24 +136,17 @@ SchedulerMsg = Submit | SubmitEmbeddings | Cancel | HookVerdict | SlotAction
 class DecodeScheduler(Actor[SchedulerMsg]):
     """Continuous-batching decode loop over one :class:`Runtime`.
 
-    ``step_tokens``, ``max_queue``, ``signal_config``, ``prefix_cache``, ``spec_ngram``,
-    ``ctx_checkpoints``, ``checkpoint_budget``, ``prompt_cache`` (bytes), ``min_tail`` and ``scheduler_steps``
-    configure the :class:`SchedulerCore`; a multi-step run ends early when a message reaches the inbox;
+    ``config`` (a :class:`~skippy.engine.scheduling.config.SchedulerConfig`) configures the
+    :class:`SchedulerCore`; a multi-step run ends early when a message reaches the inbox;
     ``hooks`` is the HookEvaluator's inbox (send side) or ``None``.
     """
 
-    def __init__(self, runtime: Runtime, *, step_tokens: int | None = None, max_queue: int = 1024,
-                 hooks: trio.MemorySendChannel[HookCall] | None = None, signal_config: SignalConfig | None = None,
-                 prefix_cache: bool = True, spec_ngram: int = 0, ctx_checkpoints: int = 0,
-                 checkpoint_budget: int | None = None, prompt_cache: int | None = 0, min_tail: int = MIN_TAIL,
-                 scheduler_steps: int = 1) -> None:
+    def __init__(self, runtime: Runtime, config: SchedulerConfig, *,
+                 hooks: trio.MemorySendChannel[HookCall] | None = None) -> None:
         super().__init__()
         self.runtime = runtime
         self.hooks = hooks
-        self.core = SchedulerCore(runtime, step_tokens=step_tokens, max_queue=max_queue, hooks=hooks is not None,
-                                  signal_config=signal_config, prefix_cache=prefix_cache, spec_ngram=spec_ngram,
-                                  ctx_checkpoints=ctx_checkpoints, checkpoint_budget=checkpoint_budget,
-                                  prompt_cache=prompt_cache, min_tail=min_tail, scheduler_steps=scheduler_steps)
+        self.core = SchedulerCore(runtime, config, hooks=hooks is not None)
         self._events: dict[int, EventSink] = {}
         self.step_times = StepTimes()
         self._unread = 0  # Submit messages in the inbox (not yet added to the core)

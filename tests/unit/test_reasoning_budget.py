@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from skippy.engine.scheduling.budget import BudgetState, ReasoningBudget
-from tests.unit.test_scheduler_core import PROMPT, finish_of, make, req, run, step, tokens_of
+from tests.support import PROMPT, finish_of, make, req, run, step, tokens_of
 
 # token ids -> text pieces: 60 "<think>", 61 "</think>", 62 "\n", 63 "Hmm", 64 " ok", 65 "</", 66 "think>"
 PIECES = {60: b"<think>", 61: b"</think>", 62: b"\n", 63: b"Hmm", 64: b" ok", 65: b"</", 66: b"think>",

@@ -1,4 +1,4 @@
-"""The DecodeScheduler actor's own bookkeeping, over the fake runtime of test_scheduler_core (no model)."""
+"""The DecodeScheduler actor's own bookkeeping, over the scheduler tests' fake runtime (tests.support; no model)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ import trio
 
 from skippy.actors.metrics import StepTimes
 from skippy.actors.scheduler import DecodeScheduler
+from skippy.engine.scheduling.config import SchedulerConfig
 from skippy.engine.scheduling.events import FinishEvent, TokenEvent
-from tests.unit.test_scheduler_core import FakeRuntime, req
+from tests.support import FakeRuntime, req
 
 
 async def test_waiting_counts_queued_requests_not_other_inbox_messages() -> None:
-    sched = DecodeScheduler(FakeRuntime(n_seq_max=1), max_queue=2)
+    sched = DecodeScheduler(FakeRuntime(n_seq_max=1), SchedulerConfig(max_queue=2))
     send, _recv = trio.open_memory_channel(math.inf)
     sched.submit(req(1, [51] * 4), send)
     sched.cancel(1)
@@ -24,7 +25,7 @@ async def test_waiting_counts_queued_requests_not_other_inbox_messages() -> None
 
 
 async def test_the_loop_serves_a_request_and_frees_its_slot() -> None:
-    sched = DecodeScheduler(FakeRuntime(n_seq_max=1))
+    sched = DecodeScheduler(FakeRuntime(n_seq_max=1), SchedulerConfig())
     send, recv = trio.open_memory_channel(math.inf)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(sched.run)
@@ -73,7 +74,7 @@ async def _first_batch_seqs(announce: bool, late: float | None = None, parsing: 
     (a burst's request in its HTTP parsing, its bytes read) instead of 5 ms later. The sequences of the
     first decode batch."""
     rt = FakeRuntime(n_seq_max=3)
-    sched = DecodeScheduler(rt)
+    sched = DecodeScheduler(rt, SchedulerConfig())
     send, recv = trio.open_memory_channel(math.inf)
 
     async def parse_then_submit() -> None:
@@ -123,7 +124,7 @@ async def test_a_task_that_keeps_running_does_not_hold_a_lone_requests_first_ste
     is made a minute here (the trio.testing.wait_all_tasks_blocked gather waited that long)."""
     monkeypatch.setattr("skippy.actors.scheduler.ADMIT_WAIT", 60.0)
     rt = FakeRuntime(n_seq_max=2)
-    sched = DecodeScheduler(rt)
+    sched = DecodeScheduler(rt, SchedulerConfig())
     send, recv = trio.open_memory_channel(math.inf)
 
     async def busy() -> None:
@@ -205,7 +206,7 @@ async def test_after_a_multi_step_run_the_readers_get_idle_wait_per_decode(monke
         limits.append(round(limit / actor.IDLE_WAIT))
 
     monkeypatch.setattr(actor, "_let_readers_run", record)
-    sched = DecodeScheduler(FakeRuntime(n_seq_max=1), scheduler_steps=4)
+    sched = DecodeScheduler(FakeRuntime(n_seq_max=1), SchedulerConfig(scheduler_steps=4))
     send, recv = trio.open_memory_channel(math.inf)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(sched.run)
@@ -224,7 +225,7 @@ async def test_an_idle_loop_saves_resident_entries_to_the_prompt_cache() -> None
     decode thread), so a later eviction under load needs no save; with no prompt cache nothing is saved."""
     for prompt_cache, saved in ((None, [(0, 40)]), (0, [])):
         rt = FakeRuntime(n_seq_max=2)
-        sched = DecodeScheduler(rt, prompt_cache=prompt_cache)
+        sched = DecodeScheduler(rt, SchedulerConfig(prompt_cache=prompt_cache))
         send, recv = trio.open_memory_channel(math.inf)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(sched.run)

@@ -1,13 +1,12 @@
 """SchedulerCore: every scheduling rule, driven step by step over a small deterministic fake runtime.
 
-The fake keeps a token list per KV slot and checks each decode batch the way
-llama.cpp would (positions follow the sequence's KV, sequence ids in range, at
-most ``n_batch`` tokens), so a wrong ``n_past``, copy or trim fails here.
+The fake (:class:`tests.support.FakeRuntime`, shared with the other tests of the scheduler) keeps a
+token list per KV slot and checks each decode batch the way llama.cpp would (positions follow the
+sequence's KV, sequence ids in range, at most ``n_batch`` tokens), so a wrong ``n_past``, copy or trim
+fails here.
 """
 
 from __future__ import annotations
-
-import json
 
 import attrs
 import numpy as np
@@ -15,8 +14,8 @@ import pytest
 
 from skippy.engine.errors import QueueFull
 from skippy.engine.hooks.policy import NO_ACTION, Inject, Stop
-from skippy.engine.runtime.base import EmbeddingInfo, ModelMeta
-from skippy.engine.sampling.params import SamplingParams
+from skippy.engine.runtime.base import EmbeddingInfo
+from skippy.engine.scheduling.config import SchedulerConfig
 from skippy.engine.scheduling.core import SchedulerCore
 from skippy.engine.scheduling.decode import execute
 from skippy.engine.scheduling.events import (
@@ -28,247 +27,25 @@ from skippy.engine.scheduling.events import (
     PromptLogprobs,
     SchedulerCounters,
     SchedulerStats,
-    SeqRequest,
     TokenEvent,
 )
 from skippy.engine.scheduling.prefix import EXACT_TAIL, MIN_REUSE, MIN_TAIL
 from skippy.engine.scheduling.request import Phase
-
-EOG = 0
-FILLER = 5  # what a sampler without a script produces
-N_VOCAB = 256  # above every token id the tests use (the spec tests use ids up to ~240)
-
-
-class FakeVocab:
-    def tokenize(self, text, *, add_special, parse_special):
-        return [10 + (ord(c) % 20) for c in text]
-
-
-class FakeSampler:
-    def __init__(self, script):
-        self.script = list(script)
-        self.freed = False
-
-
-class FakeRuntime:
-    """KV slots as token lists; samplers play a script chosen by ``SamplingParams.seed``."""
-
-    def __init__(self, n_seq_max=2, n_batch=64, n_ctx_seq=256, recurrent=False, unified=False, embeddings=None,
-                 n_swa=0, swa_full=False):
-        self.meta = ModelMeta(name="fake", path="fake.gguf", chat_template=None, bos_id=1, eos_id=EOG,
-                              eog_ids=frozenset({EOG}), bos_token="<s>", eos_token="</s>",
-                              n_vocab=N_VOCAB, n_ctx_train=n_ctx_seq, n_ctx_seq=n_ctx_seq, n_seq_max=n_seq_max,
-                              n_batch=n_batch, is_recurrent=recurrent, kv_unified=unified, n_embd=3,
-                              embeddings=embeddings, n_swa=n_swa, swa_full=swa_full)
-        self.vocab = FakeVocab()
-        self.kv = {s: [] for s in range(n_seq_max)}
-        # a sliding-window cache (n_swa, not swa_full), as llama.cpp's iSWA one: the SWA layers hold
-        # positions swa_lo[s]..end only (None: none, after a trim below the window); a decode at
-        # position p needs them from max(0, p - n_swa), else llama.cpp would attend over a hole
-        self.swa = n_swa > 0 and not swa_full
-        self.swa_lo: dict[int, int | None] = {s: 0 for s in range(n_seq_max)}
-        # KV cells as llama.cpp holds them: a cell id per position; a unified cache shares a copied
-        # prefix's cells between sequences, and has n_ctx_seq x n_seq_max cells in all
-        self.cells: dict[int, list[int]] = {s: [] for s in range(n_seq_max)}
-        self._next_cell = 0
-        self.max_cells_used = 0
-        self.scripts: dict[int, list[int]] = {}
-        self.batches = []
-        self.copies = []
-        self.samplers = []
-        self.nan_slots: set[int] = set()
-        self.embed_batches: list[list[list[int]]] = []
-        self._out: dict[int, int] = {}  # batch index -> slot, of the last decode
-        self.saved: list[tuple[int, int]] = []  # (slot, tokens) of each state copied out
-        self.restored: list[tuple[int, int]] = []  # (slot, tokens) of each state restored
-
-    def decode(self, entries):
-        assert 0 < len(entries) <= self.meta.n_batch
-        self._out = {}
-        for i, e in enumerate(entries):
-            assert 0 <= e.seq_id < self.meta.n_seq_max
-            assert e.pos == len(self.kv[e.seq_id]), f"slot {e.seq_id}: pos {e.pos} after {len(self.kv[e.seq_id])}"
-            assert e.pos < self.meta.n_ctx_seq
-            if self.swa and e.pos > 0:
-                lo = self.swa_lo[e.seq_id]
-                assert lo is not None and lo <= max(0, e.pos - self.meta.n_swa), \
-                    f"slot {e.seq_id}: the SWA window of pos {e.pos} is lost (held from {lo})"
-            self.kv[e.seq_id].append(e.token)
-            self.cells[e.seq_id].append(self._next_cell)
-            self._next_cell += 1
-            if e.logits:
-                self._out[i] = e.seq_id
-        if self.swa:  # cells out of every later query's window are overwritten
-            for e in entries:
-                self.swa_lo[e.seq_id] = max(self.swa_lo[e.seq_id] or 0, e.pos + 1 - self.meta.n_swa)
-        used = self.cells_used()  # llama_decode returns 1 when it finds no free cells
-        assert used <= self.meta.n_ctx_seq * self.meta.n_seq_max, f"{used} KV cells in use"
-        self.max_cells_used = max(self.max_cells_used, used)
-        self.batches.append(list(entries))
-
-    def logits(self, index):
-        assert index in self._out
-        if self._out[index] in self.nan_slots:
-            return np.full(N_VOCAB, np.nan, dtype=np.float32)
-        x = np.zeros(N_VOCAB, dtype=np.float32)
-        x[FILLER] = 3.0
-        x[7] = 1.0
-        return x
-
-    def output_logits(self, indices):
-        return np.stack([self.logits(i) for i in indices])
-
-    def new_sampler(self, params):
-        if params.grammar == "bad":
-            raise ValueError("grammar refused")
-        s = FakeSampler(self.scripts.get(params.seed, []))
-        self.samplers.append(s)
-        return s
-
-    def sample(self, sampler, index):
-        assert index in self._out
-        return sampler.script.pop(0) if sampler.script else FILLER
-
-    def free_sampler(self, sampler):
-        assert not sampler.freed
-        sampler.freed = True
-
-    def embed(self, inputs):
-        """The embedding context, checked as llama.cpp would take the batch; a vector per input:
-        (first token, length, sum). An input holding token 99 makes llama.cpp fail the whole batch."""
-        info = self.meta.embeddings
-        assert info is not None and info.error is None
-        assert 0 < len(inputs) <= info.n_seq_max and all(inputs)
-        assert sum(len(t) for t in inputs) <= info.n_ctx
-        self.embed_batches.append([list(t) for t in inputs])
-        if any(99 in t for t in inputs):
-            raise RuntimeError("llama_decode of the embedding batch failed with code -3")
-        return np.array([[t[0], len(t), sum(t)] for t in inputs], dtype=np.float32)
-
-    def cells_used(self):
-        return len({c for cells in self.cells.values() for c in cells})
-
-    def seq_rm(self, seq_id, p0=-1, p1=-1):
-        if p0 < 0:
-            self.kv[seq_id] = []
-            self.cells[seq_id] = []
-            self.swa_lo[seq_id] = 0
-            return True
-        if self.meta.is_recurrent:
-            return False
-        assert p1 == -1
-        del self.kv[seq_id][p0:]
-        del self.cells[seq_id][p0:]
-        lo = self.swa_lo[seq_id]
-        if self.swa and self.kv[seq_id] and (lo is None or p0 <= lo):
-            self.swa_lo[seq_id] = None  # the SWA layers held only positions >= p0
-        elif not self.kv[seq_id]:
-            self.swa_lo[seq_id] = 0
-        return True
-
-    def seq_pos_min(self, seq_id):
-        lo = self.swa_lo[seq_id]
-        return -1 if not self.kv[seq_id] or lo is None else lo
-
-    #: bytes of a fake state per token held (the budget tests count them)
-    STATE_BYTES = 8
-
-    def state_seq_get_data(self, seq_id):
-        """The sequence's state as llama.cpp would copy it: here its tokens and SWA window, serialized."""
-        assert self.kv[seq_id], "a checkpoint of an empty sequence"
-        self.saved.append((seq_id, len(self.kv[seq_id])))
-        head = json.dumps([self.kv[seq_id], self.swa_lo[seq_id]]).encode()
-        return head.ljust(self.STATE_BYTES * len(self.kv[seq_id]) + len(head), b" ")
-
-    def state_seq_set_data(self, seq_id, data):
-        tokens, lo = json.loads(data)
-        self.seq_rm(seq_id)
-        self.restored.append((seq_id, len(tokens)))
-        self.kv[seq_id] = list(tokens)
-        self.cells[seq_id] = list(range(self._next_cell, self._next_cell + len(tokens)))
-        self._next_cell += len(tokens)
-        self.swa_lo[seq_id] = lo
-        return True
-
-    def seq_cp(self, src, dst, n=None):
-        assert not self.kv[dst], "copy into an empty sequence"
-        self.swa_lo[dst] = self.swa_lo[src] if n is None or (self.swa_lo[src] or 0) < n else None
-        if n is None:
-            self.copies.append((src, dst))
-            self.kv[dst] = list(self.kv[src])
-            if self.meta.kv_unified:  # shared cells
-                self.cells[dst] = list(self.cells[src])
-            else:  # another stream: new cells
-                self.cells[dst] = list(range(self._next_cell, self._next_cell + len(self.kv[src])))
-                self._next_cell += len(self.kv[src])
-            return
-        assert self.meta.kv_unified, "llama.cpp aborts on a partial copy between streams"
-        assert 0 < n <= len(self.kv[src])
-        self.copies.append((src, dst, n))
-        self.kv[dst] = self.kv[src][:n]
-        self.cells[dst] = self.cells[src][:n]
-
-
-class Clock:
-    def __init__(self):
-        self.t = 0.0
-
-    def __call__(self):
-        self.t += 0.001
-        return self.t
-
-
-def make(n_seq_max=2, *, step_tokens=64, max_queue=8, hooks=False, prefix_cache=True, recurrent=False,
-         n_ctx_seq=256, unified=False, embeddings=None, n_swa=0, swa_full=False, spec_ngram=0, ctx_checkpoints=0,
-         checkpoint_budget=None, prompt_cache=0, min_tail=MIN_TAIL, scheduler_steps=1):
-    rt = FakeRuntime(n_seq_max=n_seq_max, n_ctx_seq=n_ctx_seq, recurrent=recurrent, unified=unified,
-                     embeddings=embeddings, n_swa=n_swa, swa_full=swa_full)
-    core = SchedulerCore(rt, step_tokens=step_tokens, max_queue=max_queue, hooks=hooks, prefix_cache=prefix_cache,
-                         spec_ngram=spec_ngram, ctx_checkpoints=ctx_checkpoints,
-                         checkpoint_budget=checkpoint_budget, prompt_cache=prompt_cache, min_tail=min_tail,
-                         scheduler_steps=scheduler_steps, clock=Clock())
-    return rt, core
-
-
-def req(rid, prompt, max_tokens=4, *, script=None, seed=None, **kw):
-    params = SamplingParams(seed=rid if seed is None else seed, **kw.pop("params", {}))
-    return SeqRequest(rid, list(prompt), params, max_tokens, **kw)
-
-
-def step(rt, core, outputs=None):
-    """One plan/execute/update; returns the outputs (admission's included) or None when nothing decoded."""
-    plan = core.plan()
-    out = list(plan.outputs)
-    if plan.empty:
-        if outputs is not None:
-            outputs += out
-        return None if not out else out
-    out += core.update(plan, execute(rt, plan))
-    if outputs is not None:
-        outputs += out
-    return out
-
-
-def run(rt, core, limit=200):
-    """Step until nothing decodes; returns every output."""
-    outputs = []
-    for _ in range(limit):
-        if step(rt, core, outputs) is None:
-            return outputs
-    raise AssertionError("did not settle")
-
-
-def tokens_of(outputs, rid):
-    return [ev.token for r, ev in outputs if r == rid and isinstance(ev, TokenEvent)]
-
-
-def finish_of(outputs, rid) -> FinishEvent:
-    [fin] = [ev for r, ev in outputs if r == rid and isinstance(ev, FinishEvent)]
-    return fin
-
-
-PROMPT = list(range(100, 140))  # 40 tokens, > MIN_REUSE
-
+from tests.support import (
+    EOG,
+    FILLER,
+    N_VOCAB,
+    PROMPT,
+    Clock,
+    FakeRuntime,
+    FakeVocab,
+    finish_of,
+    make,
+    req,
+    run,
+    step,
+    tokens_of,
+)
 
 # -- admission -------------------------------------------------------------------------
 
@@ -591,7 +368,7 @@ def test_idle_saves_copy_each_entry_the_prompt_cache_lacks_so_later_evictions_sa
     assert core.idle_saves() == []  # no prompt cache
     rt = FakeRuntime(n_seq_max=2)
     rt.meta = attrs.evolve(rt.meta, devices={"offload": {"devices": ["RPC0[127.0.0.1:50052]"]}})
-    core = SchedulerCore(rt, prompt_cache=None, clock=Clock())
+    core = SchedulerCore(rt, SchedulerConfig(prompt_cache=None), clock=Clock())
     core.add(req(1, shared + [1], max_tokens=4))
     run(rt, core)
     assert len(core.kv_cache.prefix) == 1 and core.idle_saves() == []  # the KV cache on a device (an RPC worker)
@@ -1101,8 +878,9 @@ def test_mid_generation_fires_from_the_signal_window():
     from skippy.engine.hooks.signals import SignalConfig
 
     rt = FakeRuntime()
-    core = SchedulerCore(rt, hooks=True, prefix_cache=False, clock=Clock(),
-                         signal_config=SignalConfig(window=2, high_entropy_threshold=0.0))
+    core = SchedulerCore(rt, SchedulerConfig(prefix_cache=False,
+                                             signal_config=SignalConfig(window=2, high_entropy_threshold=0.0)),
+                         hooks=True, clock=Clock())
     core.add(req(1, [51] * 4, max_tokens=20, hooks=True))
     events = []
     for _ in range(30):
@@ -1128,9 +906,9 @@ def test_hook_events_say_what_each_verdict_did_before_its_effect_only_when_asked
 
     def run_with(outcomes, hook_events=True):
         rt = FakeRuntime()
-        core = SchedulerCore(rt, hooks=True, prefix_cache=False, clock=Clock(),
-                             signal_config=SignalConfig(window=2, high_entropy_threshold=0.0, min_decoded=2,
-                                                        min_interval=2))
+        signals = SignalConfig(window=2, high_entropy_threshold=0.0, min_decoded=2, min_interval=2)
+        core = SchedulerCore(rt, SchedulerConfig(prefix_cache=False, signal_config=signals), hooks=True,
+                             clock=Clock())
         core.add(req(1, [51] * 4, max_tokens=8, hooks=True, hook_events=hook_events))
         outs, outcomes = [], list(outcomes)
         for _ in range(60):
@@ -1502,7 +1280,7 @@ def _backend_core(backend=True, **kw):
     rt = BackendFake(n_seq_max=2)
     if not backend:
         rt.meta = attrs.evolve(rt.meta, backend_sampling=False)
-    return rt, SchedulerCore(rt, step_tokens=64, max_queue=8, clock=Clock(), **kw)
+    return rt, SchedulerCore(rt, SchedulerConfig(step_tokens=64, max_queue=8, **kw), clock=Clock())
 
 
 @pytest.mark.parametrize("steps", [1, 4])
@@ -1594,3 +1372,22 @@ def test_every_slot_is_free_resident_or_running_through_reuse_eviction_cancel_an
     _check_slots(rt, core)
     assert core.idle and finish_of(out, 7).reason == "error"
     assert core.stats().prefix_hits > 0 and len(core.kv_cache.prefix) > 0
+
+
+# -- the scheduler's options ------------------------------------------------------------
+
+def test_scheduler_config_is_built_once_from_the_engine_settings():
+    # every scheduler option of EngineConfig reaches SchedulerConfig (open_engine passes nothing else)
+    from skippy.engine.config import EngineConfig
+    from skippy.engine.hooks.signals import SignalConfig
+
+    engine = EngineConfig(model="x.gguf", step_tokens=128, max_queue=9, signal_window=8, high_entropy_threshold=1.5,
+                          prefix_cache=False, spec_ngram=3, ctx_checkpoints=4, cache_ram=16, scheduler_steps=2)
+    assert SchedulerConfig.from_engine_config(engine) == SchedulerConfig(
+        step_tokens=128, max_queue=9, signal_config=SignalConfig(window=8, high_entropy_threshold=1.5),
+        prefix_cache=False, spec_ngram=3, ctx_checkpoints=4, checkpoint_budget=16 * 2**20,
+        prompt_cache=16 * 2**20, min_tail=MIN_TAIL, scheduler_steps=2)
+    plain = SchedulerConfig.from_engine_config(EngineConfig(model="x.gguf", cache_ram=-1, flash_attn="off"))
+    assert (plain.checkpoint_budget, plain.prompt_cache, plain.min_tail) == (None, None, EXACT_TAIL)
+    rt, core = make(step_tokens=None)
+    assert core.step_tokens == rt.meta.n_batch and core.config.step_tokens is None  # None: the runtime's batch

@@ -1,5 +1,5 @@
 """Prompt-lookup speculative decoding: the n-gram drafter, the acceptance backoff, and the scheduler's
-draft / verify / trim path over the deterministic fake runtime of test_scheduler_core.
+draft / verify / trim path over the deterministic fake runtime of the scheduler's tests (tests.support).
 
 The fake's samplers play a script whatever the batch index, like a deterministic model whose next
 token does not depend on where its logits were computed; so with or without speculation a sequence
@@ -14,17 +14,18 @@ import pytest
 
 from skippy.engine.protocols.openai.translate import timings
 from skippy.engine.scheduling import spec as spec_mod
+from skippy.engine.scheduling.config import SchedulerConfig
 from skippy.engine.scheduling.core import SchedulerCore
 from skippy.engine.scheduling.spec import BACKOFF_FIRST, NgramDrafter, SpecState
-from tests.unit.test_scheduler_core import EOG, FILLER, Clock, FakeRuntime, finish_of, req, step, tokens_of
+from tests.support import EOG, FILLER, Clock, FakeRuntime, finish_of, req, step, tokens_of
 
 PROMPT = list(range(100, 140))  # 40 distinct tokens
 
 
 def make(*, spec_ngram=4, n_seq_max=2, step_tokens=64, n_ctx_seq=256, hooks=False, prefix_cache=True):
     rt = FakeRuntime(n_seq_max=n_seq_max, n_ctx_seq=n_ctx_seq)
-    core = SchedulerCore(rt, step_tokens=step_tokens, hooks=hooks, prefix_cache=prefix_cache,
-                         spec_ngram=spec_ngram, clock=Clock())
+    config = SchedulerConfig(step_tokens=step_tokens, prefix_cache=prefix_cache, spec_ngram=spec_ngram)
+    core = SchedulerCore(rt, config, hooks=hooks, clock=Clock())
     return rt, core
 
 

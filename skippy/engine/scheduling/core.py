@@ -115,12 +115,13 @@ import attrs
 
 from skippy.engine.errors import QueueFull
 from skippy.engine.hooks.policy import Inject, Outcome, Stop
-from skippy.engine.hooks.signals import GenerationSignals, PrefillSignals, SignalConfig, SignalWindow
+from skippy.engine.hooks.signals import GenerationSignals, PrefillSignals, SignalWindow
 from skippy.engine.runtime.base import Runtime
 from skippy.engine.sampling.vector import SeqSampler
 from skippy.engine.scheduling.batch import BatchPlan, SeqState, plan_step
 from skippy.engine.scheduling.budget import BudgetState
 from skippy.engine.scheduling.checkpoint import CheckpointStore
+from skippy.engine.scheduling.config import SchedulerConfig
 from skippy.engine.scheduling.embed import EmbedQueue
 from skippy.engine.scheduling.events import (
     EmbedRequest,
@@ -135,7 +136,6 @@ from skippy.engine.scheduling.events import (
     TokenEvent,
 )
 from skippy.engine.scheduling.kv_cache import KVCacheManager
-from skippy.engine.scheduling.prefix import MIN_TAIL
 from skippy.engine.scheduling.request import Phase, RequestState
 from skippy.engine.scheduling.spec import MAX_DRAFT, SpecState
 from skippy.engine.scheduling.step import SampleTask, ScoreTask, StepPlan, StepResult
@@ -166,52 +166,32 @@ class SlotInfo:
 class SchedulerCore:
     """Continuous-batching policy over one :class:`Runtime` (see the module docstring).
 
-    ``step_tokens`` bounds the tokens of one step (prefill chunks share it with
-    the decoding sequences; at most ``n_batch``); ``max_queue`` bounds the
-    requests waiting for a slot; ``hooks`` says whether a hook evaluator is
-    there to park sequences for; ``signal_config`` is its signal window and
-    firing rule. ``prefix_cache`` keeps finished sequences' KV resident and
-    reuses shared prompt prefixes; it is off for recurrent and hybrid models,
-    whose KV cannot be trimmed (they reuse through context checkpoints). ``spec_ngram`` is the draft tokens per step of
-    prompt-lookup speculation for requests that do not choose (0: off; a
-    request's ``speculative`` overrides it; never for recurrent models).
-    ``ctx_checkpoints``: context checkpoints kept per slot for recurrent, hybrid and
-    sliding-window models (llama-server's ``--ctx-checkpoints``; 0: none), within
-    ``checkpoint_budget`` bytes (``None``: no limit; llama-server's ``--cache-ram``); only with
-    ``prefix_cache``. ``prompt_cache``: bytes of host memory for the prompt cache of attention
-    models (llama-server's ``--cache-ram`` there: resident prompts saved before their KV is
-    overwritten and restored for a later prompt that shares more with them than with anything
-    resident; at most :data:`~.kv_cache.PROMPT_CACHE_ENTRIES` prompts; ``None``: no byte limit; 0: off;
-    only with ``prefix_cache``, not for recurrent or sliding-window caches, which use checkpoints).
-    ``min_tail``: prompt tokens prefilled even when cached (:data:`~skippy.engine.scheduling.prefix.MIN_TAIL`,
-    or :data:`~skippy.engine.scheduling.prefix.EXACT_TAIL` for a cached answer equal to a cold run's).
-    ``scheduler_steps``: decodes a decode-only batch may run back to back on the decode thread
-    (a multi-step run, see :class:`StepPlan`; 1: one step per plan).
-    ``clock`` gives seconds (tests pass a fake). The KV arguments (``prefix_cache``,
-    ``ctx_checkpoints``, ``checkpoint_budget``, ``prompt_cache``, ``min_tail``) configure
-    :attr:`kv_cache`, the :class:`~.kv_cache.KVCacheManager` the core delegates slots, prefix reuse,
-    the prompt cache and context checkpoints to.
+    ``config`` (a :class:`~.config.SchedulerConfig`) holds its options: the step's token budget, the
+    queue bound, the signal window, speculation, multi-step runs, and the KV options (``prefix_cache``,
+    ``ctx_checkpoints``, ``checkpoint_budget``, ``prompt_cache``, ``min_tail``) of :attr:`kv_cache`, the
+    :class:`~.kv_cache.KVCacheManager` the core delegates slots, prefix reuse, the prompt cache and
+    context checkpoints to. ``hooks`` says whether a hook evaluator is there to park sequences for;
+    ``clock`` gives seconds (tests pass a fake).
 
     The core calls the runtime's sampler methods (``new_sampler``, ``free_sampler``, through
     :attr:`kv_cache` its KV methods) and the vocabulary (hook injections) itself, from the caller's
     thread; only :func:`~.decode.execute` decodes. Not thread-safe: one owner drives it.
     """
 
-    def __init__(self, runtime: Runtime, *, step_tokens: int | None = None, max_queue: int = 1024,
-                 hooks: bool = False, signal_config: SignalConfig | None = None, prefix_cache: bool = True,
-                 spec_ngram: int = 0, ctx_checkpoints: int = 0, checkpoint_budget: int | None = None,
-                 prompt_cache: int | None = 0, min_tail: int = MIN_TAIL, scheduler_steps: int = 1,
+    def __init__(self, runtime: Runtime, config: SchedulerConfig, *, hooks: bool = False,
                  clock: Callable[[], float] = time.perf_counter) -> None:
         self.runtime = runtime
+        self.config = config
         meta = runtime.meta
         self.n_slots = meta.n_seq_max
-        self.step_tokens = min(step_tokens or meta.n_batch, meta.n_batch)
-        self.max_queue = max_queue
+        #: tokens of one step (``config.step_tokens``, at most ``n_batch``)
+        self.step_tokens = min(config.step_tokens or meta.n_batch, meta.n_batch)
+        self.max_queue = config.max_queue
         self.hooks = hooks
-        self.signal_config = signal_config or SignalConfig()
-        self.min_tail = min_tail
-        self.spec_ngram = spec_ngram
-        self.scheduler_steps = max(1, scheduler_steps)
+        self.signal_config = config.signal_config
+        self.min_tail = config.min_tail
+        self.spec_ngram = config.spec_ngram
+        self.scheduler_steps = max(1, config.scheduler_steps)
         self._clock = clock
         self.counters = SchedulerCounters()  # what stats() snapshots
         self._backend_slots: set[int] = set()  # slots with llama.cpp's greedy sampler attached (or about to be)
@@ -220,9 +200,7 @@ class SchedulerCore:
         self._running: dict[int, RequestState] = {}  # admitted, in admission order
         self._seqs: dict[int, RequestState] = {}  # waiting or running, by rid
         #: slots, prefix reuse, the prompt cache and context checkpoints (reads the running sequences)
-        self.kv_cache = KVCacheManager(runtime, self._running, self.counters, prefix_cache=prefix_cache,
-                                       ctx_checkpoints=ctx_checkpoints, checkpoint_budget=checkpoint_budget,
-                                       prompt_cache=prompt_cache, min_tail=min_tail)
+        self.kv_cache = KVCacheManager(runtime, self._running, self.counters, config)
         #: embedding requests, their inputs and the embedding batch in flight
         self.embeds = EmbedQueue(runtime, self.counters, clock)
 

@@ -18,8 +18,9 @@ from typing import Any
 
 from skippy.engine.runtime.base import Runtime
 from skippy.engine.scheduling.checkpoint import CheckpointStore
+from skippy.engine.scheduling.config import SchedulerConfig
 from skippy.engine.scheduling.events import SchedulerCounters, SeqRequest
-from skippy.engine.scheduling.prefix import MIN_REUSE, MIN_TAIL, Match, PrefixIndex, common_prefix_len
+from skippy.engine.scheduling.prefix import MIN_REUSE, Match, PrefixIndex, common_prefix_len
 from skippy.engine.scheduling.request import Phase, RequestState
 
 log = logging.getLogger("skippy.scheduler")
@@ -66,14 +67,15 @@ class KVCacheManager:
 
     All KV calls (``seq_rm``, ``seq_cp``, ``seq_pos_min``, ``state_seq_get_data`` / ``set_data``) are
     made from the owner's thread between decodes; it adds to ``counters`` (prefix queries, checkpoints
-    saved and restored). ``prefix_cache``, ``ctx_checkpoints``, ``checkpoint_budget``, ``prompt_cache``
-    and ``min_tail`` are :class:`~skippy.engine.scheduling.core.SchedulerCore`'s arguments of those names.
-    Not thread-safe.
+    saved and restored). It reads the KV options of ``config`` (a
+    :class:`~skippy.engine.scheduling.config.SchedulerConfig`): ``prefix_cache``, ``ctx_checkpoints``,
+    ``checkpoint_budget``, ``prompt_cache`` and ``min_tail``. Not thread-safe.
     """
 
-    def __init__(self, runtime: Runtime, running: Mapping[int, RequestState], counters: SchedulerCounters, *,
-                 prefix_cache: bool = True, ctx_checkpoints: int = 0, checkpoint_budget: int | None = None,
-                 prompt_cache: int | None = 0, min_tail: int = MIN_TAIL) -> None:
+    def __init__(self, runtime: Runtime, running: Mapping[int, RequestState], counters: SchedulerCounters,
+                 config: SchedulerConfig) -> None:
+        prefix_cache, ctx_checkpoints, min_tail = config.prefix_cache, config.ctx_checkpoints, config.min_tail
+        checkpoint_budget, prompt_cache = config.checkpoint_budget, config.prompt_cache
         self.runtime = runtime
         meta = runtime.meta
         self.n_slots = meta.n_seq_max
