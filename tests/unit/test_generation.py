@@ -12,13 +12,17 @@ from skippy.engine.chat.formats.base import ContentParser
 from skippy.engine.chat.formats.emulated import EmulatedToolParser
 from skippy.engine.errors import EngineClosed
 from skippy.engine.output.generation import Done, Generation, GenerationError, GenerationOptions, Piece
+from skippy.engine.protocols.llama_server.translate import NativeReply, generation_settings
 from skippy.engine.protocols.openai.translate import (
     ChatReply,
     Choices,
     TextReply,
+    TokenText,
+    TopText,
     chat_logprobs,
     legacy_logprobs,
     timings,
+    token_text,
     usage,
 )
 from skippy.engine.sampling.params import SamplingParams
@@ -296,6 +300,27 @@ def test_legacy_logprobs_shape() -> None:
     out = json.loads(msgspec.json.encode(legacy_logprobs(evs, make(logprobs=True).piece)))
     assert out == {"tokens": ["Hello", "ld"], "token_logprobs": [-0.5, -0.25],
                    "top_logprobs": [{"Hello": -0.5, " wor": -2.0}, {"ld": -0.25}], "text_offset": [0, 5]}
+
+
+def test_every_logprobs_shape_renders_a_token_the_same_way() -> None:
+    """Chat, legacy and llama-server's ``completion_probabilities`` take a token's text and bytes from one
+    path (token_text): a lone lead byte is U+FFFD with its raw byte in each, only the fields differ."""
+    ev = lp_event(7, -0.5, [(7, -0.5), (1, -1.25)])
+    gen = make(logprobs=True)
+    assert token_text(ev, gen.piece) == TokenText(7, "\ufffd", [0xC3], -0.5, [
+        TopText(7, "\ufffd", [0xC3], -0.5), TopText(1, "Hello", list(b"Hello"), -1.25)])
+    reply = NativeReply("m", gen, prompt_text="p", settings=generation_settings(SamplingParams(), n_predict=4),
+                        n_probs=2)
+    item = gen.feed(ev)
+    assert isinstance(item, Piece)
+    [chunk] = reply.chunks(item)
+    native = json.loads(msgspec.json.encode(chunk))["completion_probabilities"]
+    assert native == [{"id": 7, "token": "\ufffd", "bytes": [0xC3], "logprob": -0.5, "top_logprobs": [
+        {"id": 7, "token": "\ufffd", "bytes": [0xC3], "logprob": -0.5},
+        {"id": 1, "token": "Hello", "bytes": list(b"Hello"), "logprob": -1.25}]}]
+    chat = json.loads(msgspec.json.encode(chat_logprobs([ev], gen.piece)))["content"]
+    assert [{k: v for k, v in e.items() if k != "id"} for e in native[0]["top_logprobs"]] == chat[0]["top_logprobs"]
+    assert legacy_logprobs([ev], gen.piece).top_logprobs == [{"\ufffd": -0.5, "Hello": -1.25}]
 
 
 # -- replies ----------------------------------------------------------------------------------------

@@ -83,14 +83,13 @@ class NativeReply:
     def _probs(self, tokens: Sequence[TokenEvent]) -> list[wire.NativeTokenProb] | wire.UnsetType:
         if not self.n_probs:
             return wire.UNSET
-        piece = self.generation.piece
         out = []
         for ev in tokens:
-            data = piece(ev.token)
-            top = [wire.NativeTopProb(id=alt.token, token=piece(alt.token).decode("utf-8", "replace"),
-                                      bytes=list(piece(alt.token)), logprob=alt.logprob) for alt in ev.top]
-            out.append(wire.NativeTokenProb(id=ev.token, token=data.decode("utf-8", "replace"), bytes=list(data),
-                                            logprob=ev.logprob if ev.logprob is not None else 0.0, top_logprobs=top))
+            tok = openai_translate.token_text(ev, self.generation.piece)
+            top = [wire.NativeTopProb(id=alt.id, token=alt.text, bytes=alt.bytes, logprob=alt.logprob)
+                   for alt in tok.top]
+            out.append(wire.NativeTokenProb(id=tok.id, token=tok.text, bytes=tok.bytes,
+                                            logprob=tok.logprob if tok.logprob is not None else 0.0, top_logprobs=top))
         return out
 
     def _timings(self, now: float) -> openai_wire.Timings:

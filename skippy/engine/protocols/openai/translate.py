@@ -18,7 +18,7 @@ import base64
 import secrets
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import msgspec
 import numpy as np
@@ -66,9 +66,42 @@ def hook_event(r: HookReport) -> wire.HookEvent:
         window=wire.HookWindow(**ev.window) if ev.window is not None else unset)
 
 
-def _text(piece: Callable[[int], bytes], token: int) -> tuple[str, list[int]]:
+class TopText(NamedTuple):
+    """One alternative at a token's position as logprobs show it (:class:`TokenText`)."""
+
+    id: int
+    text: str
+    bytes: list[int]
+    logprob: float
+
+
+class TokenText(NamedTuple):
+    """One token as logprobs show it, OpenAI's and llama-server's alike (:func:`token_text`).
+
+    ``id`` the token id; ``text`` its bytes decoded as UTF-8, invalid bytes as U+FFFD (a token that holds
+    part of a multi-byte character); ``bytes`` those bytes as ints (0..255); ``logprob`` the natural-log
+    probability (``None``: nothing scored it, the first token of an echoed prompt); ``top`` the
+    alternatives at its position, most likely first, rendered the same way.
+    """
+
+    id: int
+    text: str
+    bytes: list[int]
+    logprob: float | None
+    top: list[TopText]
+
+
+def _decoded(piece: Callable[[int], bytes], token: int) -> tuple[str, list[int]]:
     data = piece(token)
     return data.decode("utf-8", errors="replace"), list(data)
+
+
+def token_text(ev: TokenEvent, piece: Callable[[int], bytes]) -> TokenText:
+    """``ev`` and its alternatives (``ev.top``) rendered with ``piece`` (token id -> its bytes): the one
+    token-rendering path of every logprobs shape (chat, legacy Completions, llama-server's
+    ``completion_probabilities``), which differ only in the fields they send."""
+    return TokenText(ev.token, *_decoded(piece, ev.token), ev.logprob,
+                     [TopText(alt.token, *_decoded(piece, alt.token), alt.logprob) for alt in ev.top])
 
 
 def chat_logprobs(tokens: Sequence[TokenEvent], piece: Callable[[int], bytes], *,
@@ -77,10 +110,9 @@ def chat_logprobs(tokens: Sequence[TokenEvent], piece: Callable[[int], bytes], *
     also carries ``entropy`` and ``margin`` (nats, from the raw logits; skippy extension)."""
     content = []
     for ev in tokens:
-        text, raw = _text(piece, ev.token)
-        top = [wire.TopLogprob(token=t, logprob=alt.logprob, bytes=b)
-               for alt in ev.top for t, b in [_text(piece, alt.token)]]
-        entry = wire.ChatTokenLogprob(token=text, logprob=ev.logprob, bytes=raw, top_logprobs=top)
+        tok = token_text(ev, piece)
+        top = [wire.TopLogprob(token=alt.text, logprob=alt.logprob, bytes=alt.bytes) for alt in tok.top]
+        entry = wire.ChatTokenLogprob(token=tok.text, logprob=tok.logprob, bytes=tok.bytes, top_logprobs=top)
         if signals:
             entry.entropy, entry.margin = ev.entropy, ev.margin
         content.append(entry)
@@ -96,17 +128,16 @@ def legacy_logprobs(tokens: Sequence[TokenEvent], piece: Callable[[int], bytes],
     token of an echoed prompt, which nothing predicts) has ``null`` in ``token_logprobs`` and
     ``top_logprobs``, as OpenAI sends it.
     """
-    texts, offsets = [], []
-    for ev in tokens:
-        text = _text(piece, ev.token)[0]
+    rendered = [token_text(ev, piece) for ev in tokens]
+    offsets = []
+    for tok in rendered:
         offsets.append(offset)
-        texts.append(text)
-        offset += len(text)
+        offset += len(tok.text)
     return wire.CompletionLogprobs(
-        tokens=texts,
-        token_logprobs=[ev.logprob for ev in tokens],
-        top_logprobs=[{_text(piece, t.token)[0]: t.logprob for t in ev.top} if ev.logprob is not None else None
-                      for ev in tokens],
+        tokens=[tok.text for tok in rendered],
+        token_logprobs=[tok.logprob for tok in rendered],
+        top_logprobs=[{alt.text: alt.logprob for alt in tok.top} if tok.logprob is not None else None
+                      for tok in rendered],
         text_offset=offsets)
 
 
