@@ -32,6 +32,7 @@ from skippy.engine.output.pipeline import EarlyStopRule, OutputPipeline
 from skippy.engine.sampling.params import SamplingParams
 from skippy.engine.scheduling.budget import ReasoningBudget
 from skippy.engine.scheduling.events import (
+    EmbeddingsEvent,
     FinishEvent,
     HookEvent,
     PromptLogprobs,
@@ -252,6 +253,8 @@ class Generation:
             info = HookReport(event, self.completion_tokens)
             self.hook_events.append(info)
             return Piece([], [], [info])
+        if isinstance(event, EmbeddingsEvent):
+            raise TypeError("an EmbeddingsEvent is not a generation's (embedding requests have no Generation)")
         return self._finish(event)
 
     def _token(self, ev: TokenEvent) -> Piece | None:
