@@ -175,3 +175,11 @@ def test_history_non_text_part_is_400():
     with pytest.raises(InvalidRequest) as info:
         normalize_history(messages, STR)
     assert "messages[0]" in info.value.message
+    messages = [{"role": "user", "content": ["a", {"type": "text", "text": "b"}, {"type": "input_audio"}]}]
+    with pytest.raises(InvalidRequest) as info:
+        normalize_history(messages, STR)
+    assert info.value.message == ("messages[0].content[2]: content part type 'input_audio' is not supported "
+                                  "(only 'text')")
+    assert info.value.param == "messages[0].content[2]"
+    ok = normalize_history([{"role": "user", "content": ["a", {"type": "text", "text": "b"}]}], STR)
+    assert ok[0]["content"] == "a\nb"

@@ -107,8 +107,11 @@ def test_rewrite_history_alternation_and_inserted_system():
 def test_rewrite_history_errors():
     msgs = [{"role": "user", "content": "hi"},
             {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]
-    with pytest.raises(InvalidRequest, match=r"messages\[1\]"):
+    with pytest.raises(InvalidRequest, match=r"messages\[1\]") as info:
         rewrite_history(msgs, TOOLS, "auto", requires_alternation=False)
+    assert info.value.message == ("messages[1]: content part of type 'image_url' is not supported with emulated tool "
+                                  "calls (this model's template handles text only)")
+    assert info.value.param == "messages[1].content"
     bad = [{"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "now", "arguments": "{oops"}}]}]
     with pytest.raises(InvalidRequest, match=r"messages\[0\]\.tool_calls\[0\]"):
         rewrite_history(bad, TOOLS, "auto", requires_alternation=False)

@@ -63,6 +63,12 @@ def test_assistant_prefill_continues_the_last_message() -> None:
     # a text-parts assistant message continues too
     parts = [*ASK, Message("assistant", [{"type": "text", "text": "It "}, {"type": "text", "text": "is"}])]
     assert render_chat(tmpl, ChatCompletionRequest(messages=parts)).prompt == prefilled
+    # ... but only text parts: a bare string (which the history takes as text) is not continued
+    odd = [*ASK, Message("assistant", [{"type": "text", "text": "It "}, "is"])]
+    with pytest.raises(InvalidRequest) as info:
+        render_chat(tmpl, ChatCompletionRequest(messages=odd))
+    assert info.value.message == "messages[1].content: an assistant message to continue may hold text parts only"
+    assert info.value.param == "messages[1].content"
 
 
 def test_parallel_tool_calls_default_follows_the_template() -> None:

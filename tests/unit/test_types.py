@@ -12,7 +12,9 @@ from skippy.engine.protocols.openai.types import (
     CompletionRequest,
     ContentPart,
     Message,
+    NotText,
     message_dicts,
+    part_texts,
 )
 from skippy.engine.protocols.openai.wire import ErrorEnvelope
 
@@ -150,6 +152,23 @@ def test_content_part_wrong_type():
     assert err.param == "messages"
     err = bad(body(messages=[{"role": "user", "content": [{"text": "a"}]}]))
     assert err.param == "messages"
+
+
+def test_part_texts_of_a_content_list():
+    parts = [{"type": "text", "text": "a"}, "b", {"type": "text", "text": ""}]
+    assert part_texts(parts) == ["a", "b", ""] and part_texts([]) == []
+    with pytest.raises(NotText) as info:
+        part_texts(parts, bare_strings=False)
+    assert (info.value.index, info.value.kind) == (1, "str")
+    for part, kind in [({"type": "image_url", "image_url": {"url": "x"}}, "image_url"), ({"type": "text"}, "text"),
+                       ({"type": "text", "text": 5}, "text"), ({"text": "a"}, None), (5, "int"), (None, "NoneType")]:
+        with pytest.raises(NotText) as info:
+            part_texts([{"type": "text", "text": "ok"}, part])
+        assert (info.value.index, info.value.kind) == (1, kind), part
+    # what decode_request gives, back as dicts
+    r = decode_request(body(messages=[{"role": "user", "content": [{"type": "text", "text": "x"}]}]),
+                       ChatCompletionRequest)
+    assert part_texts(message_dicts(r.messages)[0]["content"]) == ["x"]
 
 
 def test_assistant_tool_calls_and_tool_message():

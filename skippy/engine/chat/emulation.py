@@ -37,6 +37,7 @@ import attrs
 
 from skippy.engine.chat.formats.emulated import MARKER, EmulatedToolParser
 from skippy.engine.errors import InvalidRequest
+from skippy.engine.protocols.openai.types import NotText, part_texts
 from skippy.engine.sampling.grammar import schema_converter, tool_call_rules
 
 TOOL_RESULT_PREFIX = "Tool result for"
@@ -193,18 +194,12 @@ def _text(content: Any, i: int) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        texts = []
-        for part in content:
-            if isinstance(part, str):
-                texts.append(part)
-            elif isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
-                texts.append(part["text"])
-            else:
-                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-                raise InvalidRequest(
-                    f"messages[{i}]: content part of type {kind!r} is not supported with emulated tool calls "
-                    "(this model's template handles text only)", param=f"messages[{i}].content")
-        return "\n".join(texts)
+        try:
+            return "\n".join(part_texts(content))
+        except NotText as e:
+            raise InvalidRequest(
+                f"messages[{i}]: content part of type {e.kind!r} is not supported with emulated tool calls "
+                "(this model's template handles text only)", param=f"messages[{i}].content") from None
     raise InvalidRequest(f"messages[{i}]: content must be a string or a list of parts",
                          param=f"messages[{i}].content")
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from skippy.engine.chat.capabilities import TemplateCaps
 from skippy.engine.errors import InvalidRequest
+from skippy.engine.protocols.openai.types import NotText, part_texts
 
 
 def _bad(i: int, what: str, field: str = "") -> InvalidRequest:
@@ -35,17 +36,11 @@ def _content(i: int, content: Any) -> Any:
         return ""
     if not isinstance(content, list):
         return content
-    texts = []
-    for j, part in enumerate(content):
-        if isinstance(part, str):
-            texts.append(part)
-        elif isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
-            texts.append(part["text"])
-        else:
-            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-            raise _bad(i, f".content[{j}]: content part type {kind!r} is not supported (only 'text')",
-                       f".content[{j}]")
-    return "\n".join(texts)
+    try:
+        return "\n".join(part_texts(content))
+    except NotText as e:
+        raise _bad(i, f".content[{e.index}]: content part type {e.kind!r} is not supported (only 'text')",
+                   f".content[{e.index}]") from None
 
 
 def _tool_calls(i: int, calls: Any, caps: TemplateCaps) -> Any:

@@ -23,7 +23,7 @@ from skippy.engine.chat.history import normalize_history
 from skippy.engine.chat.plan import ParsePlan
 from skippy.engine.chat.templates import ChatTemplate, TemplateError
 from skippy.engine.errors import InvalidRequest
-from skippy.engine.protocols.openai.types import ChatCompletionRequest, message_dicts
+from skippy.engine.protocols.openai.types import ChatCompletionRequest, NotText, message_dicts, part_texts
 from skippy.engine.sampling import grammar as grammars
 from skippy.engine.sampling.constraints import constraint_from_request
 
@@ -178,13 +178,11 @@ def _prefill_text(message: dict[str, Any], i: int) -> str:
     if content is None or isinstance(content, str):
         return content or ""
     if isinstance(content, list):
-        texts = []
-        for part in content:
-            if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
-                raise InvalidRequest(f"messages[{i}].content: an assistant message to continue may hold text "
-                                     "parts only", param=f"messages[{i}].content")
-            texts.append(part["text"])
-        return "".join(texts)
+        try:
+            return "".join(part_texts(content, bare_strings=False))
+        except NotText:
+            raise InvalidRequest(f"messages[{i}].content: an assistant message to continue may hold text "
+                                 "parts only", param=f"messages[{i}].content") from None
     raise InvalidRequest(f"messages[{i}].content must be a string or a list of parts", param=f"messages[{i}].content")
 
 

@@ -280,3 +280,30 @@ def message_dicts(messages: list[Message]) -> list[dict[str, Any]]:
     """Messages as plain dicts (what chat templates read); unset fields omitted."""
     dicts: list[dict[str, Any]] = msgspec.to_builtins(messages)
     return dicts
+
+
+class NotText(ValueError):
+    """A content part that is not text (:func:`part_texts`): ``index`` in the list, ``kind`` its
+    ``type`` (``None`` when it has none; the Python type name for a part that is not a dict)."""
+
+    def __init__(self, index: int, kind: object) -> None:
+        super().__init__(f"content part {index} ({kind!r}) is not text")
+        self.index, self.kind = index, kind
+
+
+def part_texts(parts: list[Any], *, bare_strings: bool = True) -> list[str]:
+    """The texts of a message ``content`` given as a list of parts (the message dicts of
+    :func:`message_dicts`): a ``{"type": "text", "text": ...}`` part's string, and with ``bare_strings``
+    a part that is a plain string, as itself. Joining them is the caller's choice (templates get them
+    joined with ``"\\n"``, a prefill continues them joined with ``""``). Raises :class:`NotText` at the
+    first other part (an image, audio, a text part without a string): the caller turns it into its
+    400, naming its own field."""
+    texts = []
+    for j, part in enumerate(parts):
+        if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif bare_strings and isinstance(part, str):
+            texts.append(part)
+        else:
+            raise NotText(j, part.get("type") if isinstance(part, dict) else type(part).__name__)
+    return texts
