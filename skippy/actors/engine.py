@@ -37,7 +37,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing, asynccontextmanager
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
+from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar
 
 import attrs
 import msgspec
@@ -120,7 +120,17 @@ class _HookCtx:
 
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 P = ParamSpec("P")
+
+
+class ReplyStream(Protocol[T_co]):
+    """What the ``*_stream`` methods return: an async iterator of reply objects (stream chunks) that can be
+    closed; closing it before its end cancels the request's generations."""
+
+    def __aiter__(self) -> ReplyStream[T_co]: ...
+    async def __anext__(self) -> T_co: ...
+    async def aclose(self) -> None: ...
 
 
 @attrs.define
@@ -240,7 +250,7 @@ class Engine:
         gens, stream = await self._start_chat(req)
         return self._chat_choices(req, gens).completion(await _drain(stream))  # type: ignore[return-value]
 
-    async def chat_stream(self, req: ChatCompletionRequest) -> AsyncIterator[openai_wire.ChatCompletionChunk]:
+    async def chat_stream(self, req: ChatCompletionRequest) -> ReplyStream[openai_wire.ChatCompletionChunk]:
         """OpenAI ``chat.completion.chunk`` objects: role chunk, deltas, finish chunk, optional usage chunk.
 
         With ``n`` > 1 every choice's chunks carry its ``index`` and interleave as
@@ -259,7 +269,7 @@ class Engine:
         texts, gens, stream = await self._start_completion(req)
         return self._text_choices(req, texts, gens).completion(await _drain(stream))  # type: ignore[return-value]
 
-    async def completion_stream(self, req: CompletionRequest) -> AsyncIterator[openai_wire.TextCompletion]:
+    async def completion_stream(self, req: CompletionRequest) -> ReplyStream[openai_wire.TextCompletion]:
         """OpenAI legacy ``text_completion`` chunks (the echoed prompt first with ``echo``), each choice's
         with its ``index``.
 
@@ -276,7 +286,7 @@ class Engine:
         gen, stream = await self._start_infill(req)
         return InfillReply(self.model_id, gen).completion((await _drain(stream))[0])
 
-    async def infill_stream(self, req: InfillRequest) -> AsyncIterator[wire.Infill]:
+    async def infill_stream(self, req: InfillRequest) -> ReplyStream[wire.Infill]:
         """llama-server ``/infill`` stream events: ``content`` pieces, then the final event (``stop: true``)."""
         gen, stream = await self._start_infill(req)
         return stream.rendered([], InfillReply(self.model_id, gen).chunks)
@@ -389,7 +399,7 @@ class Engine:
             raise GenerationError("generation ended without a result")
         return [reply.answer(dones[i]) for i, reply in enumerate(replies)]
 
-    async def completion_native_stream(self, req: NativeCompletionRequest) -> AsyncIterator[wire.NativeCompletion]:
+    async def completion_native_stream(self, req: NativeCompletionRequest) -> ReplyStream[wire.NativeCompletion]:
         """llama-server's native ``/completion`` stream: every prompt's chunks as its tokens come (``index``
         says whose; all prompts are generated at once), each prompt's ending with its answer (``stop: true``)."""
         replies, stream = await self._start_native(req)

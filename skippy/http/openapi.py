@@ -113,7 +113,8 @@ def _paths() -> dict[str, Any]:
 
 def _wire_structs() -> list[type[msgspec.Struct]]:
     """Every wire Struct: :mod:`~skippy.engine.protocols.openai.wire`'s and the other APIs' (subclasses anywhere)."""
-    found, todo = [], list(wire.WireStruct.__subclasses__())
+    found: list[type[msgspec.Struct]] = []
+    todo = list(wire.WireStruct.__subclasses__())
     while todo:
         t = todo.pop()
         found.append(t)

@@ -5,11 +5,11 @@ path (:mod:`skippy.engine.protocols.anthropic`), with Anthropic's SSE events and
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator
 from typing import Any
 
 from quart import Response
 
+from skippy.actors.engine import ReplyStream
 from skippy.engine.errors import EngineError
 from skippy.engine.protocols.anthropic import translate as anthropic
 from skippy.engine.protocols.anthropic import wire as anthropic_wire
@@ -59,7 +59,7 @@ class _MessageEvents:
     events are queued, and only the wait for the next chunk is cancelled (it waits on a memory channel).
     """
 
-    def __init__(self, chunks: AsyncIterator[Any], translator: anthropic.MessageStream) -> None:
+    def __init__(self, chunks: ReplyStream[Any], translator: anthropic.MessageStream) -> None:
         self._chunks = chunks
         self._translator = translator
         self._ready: deque[Any] = deque()
@@ -81,7 +81,7 @@ class _MessageEvents:
         return self._ready.popleft()
 
     async def aclose(self) -> None:
-        await self._chunks.aclose()  # type: ignore[attr-defined]
+        await self._chunks.aclose()
 
 
 async def messages() -> Response:
@@ -94,7 +94,7 @@ async def messages() -> Response:
     eng = await app.engine_for(req.model)
     stops = req.stop_sequences
     if req.stream:
-        async def start() -> AsyncIterator[Any]:
+        async def start() -> ReplyStream[Any]:
             chunks = await eng.chat_stream(chat)
             # the engine has counted the prompt by now (the trace is filled when the sequence is submitted)
             return _MessageEvents(chunks, anthropic.MessageStream(input_tokens=ctx.trace.prompt_tokens,

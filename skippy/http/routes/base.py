@@ -9,12 +9,13 @@ import logging
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import trio
 from quart import Response, request
 
+from skippy.actors.engine import ReplyStream
 from skippy.engine.errors import EngineError, InvalidRequest
 from skippy.engine.protocols.base import decode_request, unknown_fields
 from skippy.engine.protocols.openai import wire as openai_wire
@@ -34,8 +35,11 @@ from skippy.http.settings import ServerSettings
 
 log = logging.getLogger("skippy.http")
 
+T = TypeVar("T")
 
-Handler = Callable[[], Awaitable[Response]]
+
+#: a handler takes the route's path parameters as keywords (``model_id=...``)
+Handler = Callable[..., Awaitable[Response]]
 
 
 @attrs.frozen
@@ -102,7 +106,7 @@ def completion_tokens(result: Any) -> int:
 MAX_WARNED_FIELDS = 1024
 
 
-async def read_body(type_: type, ctx: RequestContext) -> Any:
+async def read_body(type_: type[T], ctx: RequestContext) -> T:
     """The body decoded into ``type_`` (400 naming the field on bad input).
 
     Unknown top-level fields are ignored, as OpenAI clients and agent
@@ -111,7 +115,8 @@ async def read_body(type_: type, ctx: RequestContext) -> Any:
     server sees it, in a warning log line; with ``--strict-fields`` the
     first one is a 400 naming it (OpenAI refuses unknown fields).
     """
-    data = await request.get_data(cache=False)  # 413 past MAX_CONTENT_LENGTH, even while streaming in
+    # 413 past MAX_CONTENT_LENGTH, even while streaming in (as_text, parse_form_data: the bytes overload)
+    data = await request.get_data(cache=False, as_text=False, parse_form_data=False)
     ctx.body_read = True
     req = decode_request(data, type_)
     unknown = unknown_fields(data, type_)
@@ -139,13 +144,13 @@ def check_limits(settings: ServerSettings, messages: list[Any], req: SamplingFie
                              code="array_above_max_length")
     if req is None:
         return
-    chat = isinstance(req, ChatCompletionRequest)
-    if chat and req.tools is not None and len(req.tools) > settings.max_tools:
-        raise InvalidRequest(f"tools has {len(req.tools)} entries; this server accepts at most "
+    chat = req if isinstance(req, ChatCompletionRequest) else None
+    if chat is not None and chat.tools is not None and len(chat.tools) > settings.max_tools:
+        raise InvalidRequest(f"tools has {len(chat.tools)} entries; this server accepts at most "
                              f"{settings.max_tools} (--max-tools)", param="tools", code="array_above_max_length")
     so = req.structured_outputs
     for field, value, limit, flag in (
-            ("chat_template", req.chat_template if chat else None, settings.max_chat_template_bytes,
+            ("chat_template", chat.chat_template if chat is not None else None, settings.max_chat_template_bytes,
              "--max-chat-template-bytes"),
             ("grammar", req.grammar, settings.max_grammar_bytes, "--max-grammar-bytes"),
             ("guided_grammar", req.guided_grammar, settings.max_grammar_bytes, "--max-grammar-bytes"),
@@ -204,7 +209,7 @@ OPENAI_SSE = SseFormat()
 NATIVE_SSE = SseFormat(done=None)  # llama-server's native /completion stream ends without [DONE]
 
 
-async def stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitable[AsyncIterator[Any]]],
+async def stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitable[ReplyStream[Any]]],
                   fmt: SseFormat = OPENAI_SSE) -> Response:
     """SSE response; the first chunk is pulled before the headers so request errors stay 4xx.
 
@@ -217,7 +222,7 @@ async def stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitable
     ``/completion`` stream and the Responses stream). The log line's ``tokens=`` is the completion
     tokens the engine generated (the request's trace), not the events sent.
     """
-    chunks: AsyncIterator[Any] | None = None
+    chunks: ReplyStream[Any] | None = None
 
     async def open_stream() -> Any:
         nonlocal chunks

@@ -5,11 +5,11 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator
 from typing import Any
 
 from quart import Response
 
+from skippy.actors.engine import ReplyStream
 from skippy.engine.errors import EngineError
 from skippy.engine.protocols.llama_server import wire
 from skippy.engine.protocols.openai import wire as openai_wire
@@ -46,7 +46,7 @@ class _ResponseStream:
     """
 
     def __init__(self, app: Shared, eng: Any, turn: rapi.Turn, events: rapi.ResponseEvents,
-                 chunks: AsyncIterator[openai_wire.ChatCompletionChunk]) -> None:
+                 chunks: ReplyStream[openai_wire.ChatCompletionChunk]) -> None:
         self.app, self.eng, self.turn, self.events, self.chunks = app, eng, turn, events, chunks
         self.pending = deque(events.start())
         self.usage: openai_wire.Usage | None = None
@@ -73,7 +73,7 @@ class _ResponseStream:
         return self.pending.popleft()
 
     async def aclose(self) -> None:
-        await self.chunks.aclose()  # type: ignore[attr-defined]
+        await self.chunks.aclose()
 
 
 def _response_event(event: rwire.ResponseStreamEvent) -> bytes:
@@ -92,7 +92,7 @@ async def responses_create() -> Response:
         if req.stream:
             events = rapi.ResponseEvents(turn)
 
-            async def start() -> AsyncIterator[Any]:
+            async def start() -> ReplyStream[Any]:
                 try:
                     return _ResponseStream(app, eng, turn, events, await eng.chat_stream(turn.chat))
                 except EngineError as exc:

@@ -33,11 +33,17 @@ async def health() -> Response:
                 return engine_error_response(DeviceLost(problem))
             for key, value in eng.stats().items():
                 totals[key] += value
-        return json_response(wire.Health(**totals))
+        return _health(totals)
     engine = app.state.engine
     if engine is not None and (problem := engine.device_problem()):  # an RPC worker is gone: restart the set
         return engine_error_response(DeviceLost(problem))
-    return json_response(wire.Health(**app.engine().stats()))
+    return _health(app.engine().stats())
+
+
+def _health(counts: dict[str, int]) -> Response:
+    """``/health``'s answer for these counts (:meth:`~skippy.actors.engine.Engine.stats`' keys)."""
+    return json_response(wire.Health(slots_idle=counts["slots_idle"], slots_processing=counts["slots_processing"],
+                                     requests_waiting=counts["requests_waiting"]))
 
 
 async def openapi_json() -> Response:
