@@ -453,7 +453,7 @@ class Engine:
             replies.append(NativeReply(self.reply_model(req.model), gen, prompt_text=prompt_text, settings=settings,
                                        index=index, return_tokens=req.return_tokens, n_probs=n_probs,
                                        timings_per_token=req.timings_per_token, return_progress=req.return_progress,
-                                       slot_info=lambda rid=rid: self.scheduler.seq_info(rid)))
+                                       slot_info=functools.partial(self.scheduler.seq_info, rid)))
         return replies, self._submit(gens, None)
 
     async def _native_logit_bias(self, req: NativeCompletionRequest) -> tuple[tuple[int, float], ...]:
@@ -475,7 +475,8 @@ class Engine:
                 params = generation_settings(info.params, n_predict=info.max_tokens)
             running = info.rid is not None
             out.append(wire.Slot(
-                id=info.id, n_ctx=self.meta.n_ctx_seq, is_processing=running, id_task=info.rid if running else -1,
+                id=info.id, n_ctx=self.meta.n_ctx_seq, is_processing=running,
+                id_task=info.rid if info.rid is not None else -1,
                 n_prompt_tokens=info.n_prompt, n_prompt_tokens_cache=info.n_cached, n_kv=info.n_kv, params=params,
                 next_token=[wire.SlotNextToken(has_next_token=running,
                                                n_remain=info.max_tokens - info.n_decoded if running else -1,
@@ -647,7 +648,10 @@ class Engine:
         return fn
 
     async def _before_chat(self, ctx: _HookCtx) -> Any:
-        """Run ``before_chat``; Deny raises (403, or 400 when the policy says so) after ``on_finish``."""
+        """Run ``before_chat``; Deny raises (403, or 400 when the policy says so) after ``on_finish``. ``None``
+        without hooks (as when the request turns them off)."""
+        if self.hooks is None:
+            return None
         outcome = await self.hooks.call("before_chat", ctx.request)
         if isinstance(outcome, Deny):
             self._on_finish(ctx, FinishInfo(status="denied", error=outcome.message))
@@ -664,7 +668,7 @@ class Engine:
 
     def _on_finish(self, ctx: _HookCtx | None, info: FinishInfo) -> None:
         """``on_finish`` runs in the engine's nursery: never delays or fails the request."""
-        if ctx is not None and ctx.hooks and self._nursery is not None:
+        if ctx is not None and ctx.hooks and self.hooks is not None and self._nursery is not None:
             try:
                 self._nursery.start_soon(self.hooks.call, "on_finish", ctx.request, info)
             except RuntimeError:  # the engine is closing

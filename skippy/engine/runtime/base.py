@@ -193,7 +193,11 @@ class BatchEntry:
 
 class Runtime(Protocol):
     meta: ModelMeta
-    vocab: Vocab
+
+    @property
+    def vocab(self) -> Vocab:
+        """The model's vocabulary (read-only: an implementation's own :class:`Vocab` type satisfies it)."""
+        ...
 
     def decode(self, entries: Sequence[BatchEntry]) -> None:
         """One ``llama_decode`` over ``entries``; raises ``RuntimeError`` on failure."""
