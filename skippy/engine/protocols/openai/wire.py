@@ -150,7 +150,8 @@ class TopLogprob(WireStruct, kw_only=True):
 
 class ChatTokenLogprob(WireStruct, kw_only=True):
     """One generated token (OpenAI ``logprobs.content[]``): ``token`` is its text (invalid UTF-8 as
-    U+FFFD), ``bytes`` its raw bytes, ``logprob`` natural log, from the raw logits.
+    U+FFFD), ``bytes`` its raw bytes, ``logprob`` natural log, from the raw logits (``null`` when its
+    logits row was not finite, NaN or ``+inf``: nothing scored it; its ``top_logprobs`` are then empty).
 
     With ``return_signals`` (skippy extension) also ``entropy`` and ``margin``
     (nats, from the raw logits: the distribution's entropy and the top-1 minus
@@ -158,7 +159,7 @@ class ChatTokenLogprob(WireStruct, kw_only=True):
     """
 
     token: str
-    logprob: float
+    logprob: float | None
     bytes: list[int]
     top_logprobs: list[TopLogprob]
     entropy: float | None | UnsetType = UNSET
