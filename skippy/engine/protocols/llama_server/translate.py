@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
+from typing import Literal
 
 from skippy.engine.output.generation import Done, Generation, Piece
 from skippy.engine.protocols.llama_server import wire
@@ -120,12 +121,11 @@ class NativeReply:
         out = []
         first = self.observe(item)
         if isinstance(item, Piece):
-            if first:
-                if self.return_progress:
-                    progress = wire.PromptProgress(total=self._n_prompt, cache=self._cached, processed=self._n_prompt,
-                                                   time_ms=int((self._t_first - self._t0) * 1000.0))
-                    out.append(wire.NativeCompletion(index=self.index, content="", stop=False, tokens_predicted=0,
-                                                     tokens_evaluated=self._n_prompt, prompt_progress=progress))
+            if first and self.return_progress and self._t_first is not None:  # observe() just set _t_first
+                progress = wire.PromptProgress(total=self._n_prompt, cache=self._cached, processed=self._n_prompt,
+                                               time_ms=int((self._t_first - self._t0) * 1000.0))
+                out.append(wire.NativeCompletion(index=self.index, content="", stop=False, tokens_predicted=0,
+                                                 tokens_evaluated=self._n_prompt, prompt_progress=progress))
             out.append(self._chunk("".join(d.content for d in item.deltas), item.tokens))
             return out
         tail = "".join(d.content for d in item.deltas)
@@ -138,6 +138,7 @@ class NativeReply:
         """The final answer (``stop: true``); ``content`` defaults to the whole generated text."""
         gen = self.generation
         text = done.message.content if content is None else content
+        stop_type: Literal["eos", "word", "limit", "none"]
         if gen.stopping_word:
             stop_type = "word"
         elif done.finish_reason == "length":

@@ -18,7 +18,7 @@ import base64
 import secrets
 import time
 from collections.abc import Callable, Sequence
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import msgspec
 import numpy as np
@@ -353,8 +353,8 @@ class Reply(Protocol):
 
     generation: Generation
 
-    def first_chunks(self) -> list: ...
-    def chunks(self, item: Piece | Done) -> list: ...
+    def first_chunks(self) -> list[Any]: ...
+    def chunks(self, item: Piece | Done) -> list[Any]: ...
     def usage_chunk(self, usage: wire.Usage, timings: wire.Timings) -> object: ...
     def completion(self, done: Done) -> msgspec.Struct: ...
 
@@ -413,11 +413,11 @@ class Choices:
         return msgspec.structs.replace(whole, choices=[c for w in wholes for c in w.choices],  # type: ignore[attr-defined]
                                        usage=total, **extra)
 
-    def first_chunks(self) -> list:
+    def first_chunks(self) -> list[Any]:
         """Every choice's first chunks, in choice order."""
         return [c for r in self.replies for c in r.first_chunks()]
 
-    def chunks(self, index: int, item: Piece | Done) -> list:
+    def chunks(self, index: int, item: Piece | Done) -> list[Any]:
         """The chunks for choice ``index``'s next item (held back while that choice is not ready);
         after the last choice's finish, the usage chunk with ``include_usage``."""
         self._held.setdefault(index, []).append(item)
