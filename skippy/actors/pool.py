@@ -41,6 +41,7 @@ from skippy.actors.engine import Engine, open_engine
 from skippy.actors.metrics import PoolMetrics
 from skippy.engine.config import EngineConfig
 from skippy.engine.errors import EngineError, InvalidRequest, ModelNotFound
+from skippy.engine.hooks.consult import check_peers
 from skippy.engine.residency import FAILED, LOADED, LOADING, Residency
 
 log = logging.getLogger("skippy.pool")
@@ -119,12 +120,14 @@ class ModelPool:
     another); ``on_load(engine)`` runs after each load (the server logs the chat template). Run it
     with :meth:`run` in a nursery (``await nursery.start(pool.run)``).
 
-    Raises ``ValueError`` for no models, or two models with the same id.
+    Raises ``ValueError`` for no models, two models with the same id, or a ``consult`` peer that is
+    neither a URL nor another served model (:func:`~skippy.engine.hooks.consult.check_peers`).
     """
 
     def __init__(self, models: list[PoolModel], *, max_loaded: int = 0, keep_alive: float = -1.0,
                  opener: Callable[[EngineConfig], AbstractAsyncContextManager[Engine]] = open_engine,
                  on_load: Callable[[Engine], None] | None = None) -> None:
+        check_peers([(m.names, m.config.consult) for m in models])  # --consult: served names or URLs
         self.residency = Residency([m.id for m in models], max_loaded=max_loaded, keep_alive=keep_alive)
         self._slots = {m.id: _Slot(m, file_time=_file_time(m.config.model)) for m in models}
         self._order = [m.id for m in models]

@@ -74,6 +74,8 @@ def setting_option(field: attrs.Attribute) -> Callable[[F], F]:
         kw["type"] = kind
     if info.metavar:
         kw["metavar"] = info.metavar
+    if info.multiple:  # a repeatable flag: click gives the tuple of its values
+        kw["multiple"] = True
 
     def check(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
         try:

@@ -271,5 +271,13 @@ def serve(model: tuple[str, ...], alias: tuple[str, ...], models_dirs: tuple[str
                             chat_template_kwargs=chat_template_kwargs, model_alias=alias if i == 0 else (),
                             verbose=log_level == "debug", **engine_options)
                for i, (path, model_id) in enumerate(models)]
+    if any(c.consult for c in configs):  # a --consult peer must be a served model (not the only one) or a URL
+        from skippy.actors.pool import model_names
+        from skippy.engine.hooks.consult import check_peers
+
+        try:
+            check_peers([(model_names(c), c.consult) for c in configs])
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--consult'") from None
     sys.exit(trio.run(lambda: run_server(configs[0], host=host, port=port, settings=settings,
                                          more_models=configs[1:], max_loaded=max_loaded, keep_alive=keep_alive)))

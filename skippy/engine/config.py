@@ -37,6 +37,7 @@ class SettingInfo:
     ``show_default``: ``True`` to show the default in ``--help``, or a text
     to show instead. ``aliases``: more names of the flag, e.g. llama-server's
     ``-np`` for ``--parallel`` (so a llama-server command line works as it is).
+    ``multiple``: the flag is repeatable and the setting a tuple of its values (``--consult A --consult B``).
     """
 
     help: str
@@ -44,20 +45,22 @@ class SettingInfo:
     metavar: str | None = None
     show_default: bool | str = True
     aliases: tuple[str, ...] = ()
+    multiple: bool = False
 
 
 def setting(default: Any = attrs.NOTHING, *, help: str, check: Any, factory: Any = None, flag: bool = True,
             metavar: str | None = None, show_default: bool | str = True, converter: Any = None,
-            aliases: tuple[str, ...] = ()) -> Any:
+            aliases: tuple[str, ...] = (), multiple: bool = False) -> Any:
     """An attrs field for a setting: ``default`` (or ``factory``), validator ``check``, ``help`` in metadata.
 
     ``check`` is one of :class:`IntRange`, :class:`FloatRange`,
     :class:`OneOf`, :class:`IsBool`, :class:`IsText` or another attrs
     validator; the first five are the ones ``skippy serve`` turns into click
-    types. ``flag``, ``metavar``, ``show_default`` and ``aliases`` go to
+    types. ``flag``, ``metavar``, ``show_default``, ``aliases`` and ``multiple`` go to
     :class:`SettingInfo`.
     """
-    info = SettingInfo(help=help, flag=flag, metavar=metavar, show_default=show_default, aliases=aliases)
+    info = SettingInfo(help=help, flag=flag, metavar=metavar, show_default=show_default, aliases=aliases,
+                       multiple=multiple)
     if factory is not None:
         default = attrs.Factory(factory)
     return attrs.field(default=default, validator=check, converter=converter, metadata={SETTING: info})
@@ -226,6 +229,18 @@ def _embeddings_batch(inst: Any, attr: attrs.Attribute[Any], value: int) -> None
 def _aliases(inst: Any, attr: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
     if not all(isinstance(a, str) and a.strip() for a in value):
         raise TypeError(f"{attr.name} must be non-empty strings, got {value!r}")
+
+
+def _peers(inst: Any, attr: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
+    """Each consultation peer is a model name (no spaces) or an ``http(s)://host[:port][/path]`` base URL;
+    whether a name is served is checked where the served models are known
+    (:func:`skippy.engine.hooks.consult.check_peers`)."""
+    from skippy.engine.hooks.consult import peer_problem
+
+    for peer in value:
+        problem = peer_problem(peer)
+        if problem is not None:
+            raise ValueError(f"{attr.name}: {problem}")
 
 
 def _strings(value: Any) -> Any:
@@ -479,6 +494,29 @@ class EngineConfig:
                                       "mid-generation hook.")
     high_entropy_threshold: float = setting(2.0, check=FloatRange(0.0, finite=True),
                                             help="Entropy (nats) above which a token counts as high-entropy.")
+    consult: tuple[str, ...] = setting((), check=_peers, converter=_strings, metavar="PEER", multiple=True,
+                                       show_default=False,
+                                       help="Another model to consult when this one is unsure (repeatable): the name "
+                                            "of another model this server serves, or the base URL of an "
+                                            "OpenAI-compatible server (http://host:port or .../v1: another skippy, "
+                                            "llama-server, vLLM, Ollama). Its short answer is read as hidden "
+                                            "context before the model goes on (docs: guides/consult). Runs for "
+                                            "requests with hooks on (\"mesh_hooks\": true or --hooks-default-on).")
+    consult_entropy: float = setting(2.0, check=FloatRange(0.0, finite=True),
+                                     help="Consult when the first token's entropy (nats) is at or above this "
+                                          "(a provisional default: a benchmark will choose it).")
+    consult_margin: float = setting(0.5, check=FloatRange(0.0, finite=True),
+                                    help="Consult when the first token's margin (nats, top-1 minus top-2 log "
+                                         "probability) is at or below this (a provisional default: a benchmark "
+                                         "will choose it).")
+    consult_timeout: float = setting(10.0, check=FloatRange(0.0, min_open=True, finite=True),
+                                     help="Seconds one consultation may take (each peer); past it the model goes on "
+                                          "without a note. With --consult the hook timeout is at least this + 1 s.")
+    consult_max_tokens: int = setting(200, check=IntRange(1, 8192),
+                                      help="max_tokens of a consultation request (the peer's answer).")
+    consult_max_chars: int = setting(512, check=IntRange(16, 65536),
+                                     help="Characters of a peer's answer injected at most (cut at a sentence or "
+                                          "word boundary).")
     verbose: bool = setting(False, check=IsBool(), flag=False,
                             help="llama.cpp's own log lines on stderr (skippy serve --log-level debug).")
 

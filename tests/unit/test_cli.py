@@ -106,6 +106,12 @@ BEFORE = [
     ("--no-webui", "[env var: SKIPPY_NO_WEBUI]", False),
     ("--reasoning-budget INTEGER RANGE", "[env var: SKIPPY_REASONING_BUDGET; default: -1; x>=-1]", -1),
     ("--reasoning-budget-message TEXT", "[env var: SKIPPY_REASONING_BUDGET_MESSAGE]", None),
+    ("--consult PEER", "[env var: SKIPPY_CONSULT]", None),
+    ("--consult-entropy FLOAT RANGE", "[env var: SKIPPY_CONSULT_ENTROPY; default: 2.0; x>=0.0]", 2.0),
+    ("--consult-margin FLOAT RANGE", "[env var: SKIPPY_CONSULT_MARGIN; default: 0.5; x>=0.0]", 0.5),
+    ("--consult-timeout FLOAT RANGE", "[env var: SKIPPY_CONSULT_TIMEOUT; default: 10.0; x>0.0]", 10.0),
+    ("--consult-max-tokens INTEGER RANGE", "[env var: SKIPPY_CONSULT_MAX_TOKENS; default: 200; 1<=x<=8192]", 200),
+    ("--consult-max-chars INTEGER RANGE", "[env var: SKIPPY_CONSULT_MAX_CHARS; default: 512; 16<=x<=65536]", 512),
     ("--props", "[env var: SKIPPY_PROPS]", False),
     ("--slot-save-path DIR", "[env var: SKIPPY_SLOT_SAVE_PATH]", None),
 ]
@@ -505,3 +511,14 @@ def test_setting_help_texts_are_rendered_plain() -> None:
     cmd = setting_option(attrs.fields(Demo).shiny)(SkippyCommand("demo", callback=lambda **kw: None))
     text = CliRunner().invoke(cmd, ["--help"]).output
     assert "Make it shine ('--dull' undoes it; see '/props')." in text and "``" not in text, text
+
+
+def test_consult_peers_are_repeatable_and_checked_at_start_up(serve_recorder: list) -> None:
+    config, _, _, _ = _run(["--consult", "http://127.0.0.1:9/v1", "--consult", "https://h", "--consult-entropy",
+                            "0"], calls=serve_recorder)
+    assert config.consult == ("http://127.0.0.1:9/v1", "https://h") and config.consult_entropy == 0.0
+    for peer, words in (("llama", "is neither a model this server serves"), ("tiny", "cannot consult itself"),
+                        ("ftp://h", "http://")):
+        result = CliRunner().invoke(main, ["serve", "--model", "tiny", "--consult", peer])
+        assert result.exit_code == 2 and words in result.output, result.output
+    assert not serve_recorder

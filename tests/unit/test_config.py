@@ -60,6 +60,13 @@ ENGINE = {
     "hooks_default_on": (["true", 0], [True, False], None),
     "signal_window": ([0, 4097, 16.0], [1, 4096], "1<=x<=4096"),
     "high_entropy_threshold": ([-0.1, -1, math.nan, math.inf, "2"], [0, 0.0, 20.5], "x>=0.0"),
+    "consult": ([("",), ("a b",), ("ftp://h",), ("http://",), (1,)],
+                [(), ("gemma-3-270m",), "http://127.0.0.1:8080/v1", ("a", "https://h")], None),
+    "consult_entropy": ([-0.1, math.nan, math.inf, "2"], [0, 2.0, 20.5], "x>=0.0"),
+    "consult_margin": ([-0.1, math.nan, math.inf], [0, 0.5, 30], "x>=0.0"),
+    "consult_timeout": ([0, -1, math.nan, math.inf, "10"], [1e-3, 10, 600.0], "x>0.0"),
+    "consult_max_tokens": ([0, 8193, 2.0, True], [1, 200, 8192], "1<=x<=8192"),
+    "consult_max_chars": ([15, 65537, 512.0], [16, 512, 65536], "16<=x<=65536"),
     "verbose": (["yes"], [True, False], None),
 }
 SERVER = {

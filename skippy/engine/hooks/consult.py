@@ -1,0 +1,259 @@
+"""Consulting another model when the model is unsure: the rules, without I/O (sans-IO; no trio, no httpx).
+
+A model that starts unsure (its first token's entropy at or above ``consult_entropy``, or its margin at
+or below ``consult_margin``: :func:`should_consult_start`), or whose signal window fires mid-generation,
+asks a *different* model (a peer, ``--consult PEER``) the conversation's last user message and reads the
+short answer as hidden context before it goes on. The I/O (asking the peers, the timeout, the hedged
+second request) is :class:`skippy.actors.consult.ConsultPolicy`; this module decides:
+
+- which peers are valid (:func:`peer_problem`, :func:`check_peers`): a model name this server serves, or
+  the base URL of an OpenAI-compatible server (``http(s)://host[:port][/path]``, with or without ``/v1``);
+- the peer order (:func:`peer_order`): never a peer serving the asker's own model, then the larger model
+  (parameter count or file size, when known) first, then the faster (an observed latency average,
+  :class:`PeerStats`), then the order of ``--consult``;
+- the consultation request (:func:`consultation_request`): a short system instruction
+  (:data:`INSTRUCTION`), the last user message only, ``temperature`` 0.2, ``max_tokens`` =
+  ``consult_max_tokens``, ``mesh_hooks`` false (a consultation is never itself consulted, and two servers
+  that consult each other terminate), not streamed;
+- the hint (:func:`hint_text`): the answer without thinking blocks, on one line, cut to
+  ``consult_max_chars`` at a sentence or word boundary; empty means no hint;
+- the injected text (:func:`injection`): ``"\\n[Note from <model>: <hint>]\\n"``, prefilled into the asker's
+  sequence as hidden context (the client never sees it in ``content``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import attrs
+
+from skippy.engine.protocols.openai.types import ChatCompletionRequest, Message
+
+if TYPE_CHECKING:
+    from skippy.engine.hooks.signals import PrefillSignals
+
+__all__ = [
+    "INSTRUCTION",
+    "CONSULT_TEMPERATURE",
+    "ConsultRules",
+    "PeerInfo",
+    "PeerStats",
+    "should_consult_start",
+    "is_url",
+    "peer_problem",
+    "check_peers",
+    "peer_order",
+    "last_user_text",
+    "consultation_request",
+    "hint_text",
+    "injection",
+]
+
+#: The consultation's system instruction.
+INSTRUCTION = ("Answer the question briefly and directly, in at most three sentences. Give only the answer: "
+               "no preamble, no questions back.")
+
+#: The consultation's sampling temperature: near-greedy, a little room for a model stuck on one token.
+CONSULT_TEMPERATURE = 0.2
+
+#: Peers consulted at once (the first good answer wins; the other request is cancelled).
+MAX_PARALLEL = 2
+
+
+@attrs.frozen
+class ConsultRules:
+    """The consultation settings of one model (:class:`~skippy.engine.config.EngineConfig`'s ``consult_*``).
+
+    ``entropy`` / ``margin``: nats, the uncertain-start thresholds (consult at ``entropy >=`` or
+    ``margin <=``); ``timeout``: seconds per peer; ``max_tokens``: the peer's answer budget;
+    ``max_chars``: the hint's length at most.
+    """
+
+    entropy: float = 2.0
+    margin: float = 0.5
+    timeout: float = 10.0
+    max_tokens: int = 200
+    max_chars: int = 512
+
+    @classmethod
+    def from_engine_config(cls, config: Any) -> ConsultRules:
+        return cls(entropy=config.consult_entropy, margin=config.consult_margin, timeout=config.consult_timeout,
+                   max_tokens=config.consult_max_tokens, max_chars=config.consult_max_chars)
+
+
+def should_consult_start(signals: PrefillSignals, rules: ConsultRules) -> bool:
+    """Whether the first token's signals say the model starts unsure: entropy at or above ``rules.entropy``
+    or margin at or below ``rules.margin`` (nats; see :mod:`skippy.engine.hooks.signals`)."""
+    return signals.entropy >= rules.entropy or signals.margin <= rules.margin
+
+
+# -- peers ------------------------------------------------------------------------------------------
+
+def is_url(peer: str) -> bool:
+    """``peer`` names a remote server (``http://`` or ``https://``), not a model of this server."""
+    return peer.lower().startswith(("http://", "https://"))
+
+
+def peer_problem(peer: object) -> str | None:
+    """Why ``peer`` cannot be a ``--consult`` value (``None``: it can): not a non-empty string without
+    spaces, or a URL without a host, with a query or fragment, or with a bad port."""
+    if not isinstance(peer, str) or not peer.strip():
+        return f"a peer must be a model name or an http(s):// URL, got {peer!r}"
+    if any(c.isspace() for c in peer):
+        return f"a peer must not contain spaces, got {peer!r}"
+    if not is_url(peer):
+        if "://" in peer:
+            return f"a peer URL must start with http:// or https://, got {peer!r}"
+        return None
+    try:
+        parts = urlsplit(peer)
+        parts.port  # noqa: B018 (raises ValueError for a bad port)
+    except ValueError as exc:
+        return f"bad peer URL {peer!r}: {exc}"
+    if not parts.hostname:
+        return f"a peer URL needs a host, got {peer!r}"
+    if parts.query or parts.fragment:
+        return f"a peer URL is a base URL (http://host:port or http://host:port/v1), got {peer!r}"
+    return None
+
+
+def check_peers(models: Sequence[tuple[Sequence[str], Sequence[str]]]) -> None:
+    """Check every served model's ``--consult`` peers against the served models, at start-up.
+
+    ``models``: one ``(names, peers)`` per served model: every name it answers to (its id first) and its
+    ``consult`` tuple. A peer that is not a URL must be a name some served model answers to
+    (case-insensitive). With one model served, a peer naming that model is refused (it would consult
+    itself); with several, a model skips itself (:func:`peer_order`).
+
+    Raises:
+        ValueError: naming the peer and what is served.
+    """
+    served = {n.casefold() for names, _ in models for n in names}
+    listing = ", ".join(repr(names[0]) for names, _ in models if names)
+    for _, peers in models:
+        for peer in peers:
+            problem = peer_problem(peer)
+            if problem is not None:
+                raise ValueError(f"--consult: {problem}")
+            if is_url(peer):
+                continue
+            if peer.casefold() not in served:
+                raise ValueError(f"--consult {peer!r} is neither a model this server serves ({listing}) nor an "
+                                 "http(s):// URL of another server")
+            if len(models) == 1:
+                raise ValueError(f"--consult {peer!r} names the model this server serves: a model cannot consult "
+                                 "itself; serve another model too (--model) or give another server's URL")
+
+
+@attrs.define
+class PeerStats:
+    """A peer's observed answer latency: ``mean_ms``, an exponential moving average (weight ``alpha`` for
+    the newest), ``None`` before the first answer; ``n``: answers observed."""
+
+    alpha: float = 0.3
+    mean_ms: float | None = None
+    n: int = 0
+
+    def observe(self, ms: float) -> None:
+        self.n += 1
+        self.mean_ms = ms if self.mean_ms is None else self.mean_ms + self.alpha * (ms - self.mean_ms)
+
+
+@attrs.frozen
+class PeerInfo:
+    """What the peer order knows of a peer: ``name`` (as given to ``--consult``), ``model`` (the model it
+    serves: a local model's id, a remote's last answering model; ``None`` when unknown), ``size`` (its
+    parameter count or file size in bytes, ``None`` when unknown: the order compares like with like only
+    in that larger is preferred), ``latency_ms`` (:attr:`PeerStats.mean_ms`)."""
+
+    name: str
+    model: str | None = None
+    size: int | None = None
+    latency_ms: float | None = None
+
+
+def peer_order(peers: Sequence[PeerInfo], asker: Collection[str]) -> list[PeerInfo]:
+    """The peers to ask, best first.
+
+    A peer whose ``model`` is one of ``asker`` (the names the asking model answers to, case-insensitive)
+    is left out: consulting the same model adds nothing. The others: a known size before an unknown one,
+    larger first; then a known latency before an unknown one, faster first; ties keep ``peers``' order
+    (the order of ``--consult``).
+    """
+    own = {a.casefold() for a in asker}
+    eligible = [p for p in peers if p.model is None or p.model.casefold() not in own]
+    return sorted(eligible, key=lambda p: (p.size is None, -(p.size or 0),
+                                           p.latency_ms is None, p.latency_ms or 0.0))
+
+
+# -- the request and the answer ---------------------------------------------------------------------
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # text parts only; images and other parts are not passed on
+        return "\n".join(p["text"] for p in content
+                         if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str))
+    return ""
+
+
+def last_user_text(request: Any) -> str | None:
+    """The text of the last ``user`` message of a chat request (its text parts joined), ``None`` when
+    there is none or it is empty."""
+    for message in reversed(getattr(request, "messages", None) or []):
+        if getattr(message, "role", None) == "user":
+            text = _text(message.content).strip()
+            return text or None
+    return None
+
+
+def consultation_request(request: Any, rules: ConsultRules, *,
+                         model: str | None = None) -> ChatCompletionRequest | None:
+    """The chat request sent to a peer about ``request`` (the asker's chat request), ``None`` when it has no
+    user text to ask about.
+
+    Messages: :data:`INSTRUCTION` as the system message and the last user message only (the rest of the
+    conversation is not sent: shorter, and nothing else of the user's leaves); ``temperature``
+    :data:`CONSULT_TEMPERATURE`, ``max_tokens`` ``rules.max_tokens``, ``mesh_hooks`` false (the recursion
+    guard), not streamed; ``model``: the peer's model name, when it has one.
+    """
+    text = last_user_text(request)
+    if text is None:
+        return None
+    return ChatCompletionRequest(model=model, messages=[Message("system", INSTRUCTION), Message("user", text)],
+                                 temperature=CONSULT_TEMPERATURE, max_tokens=rules.max_tokens, mesh_hooks=False,
+                                 stream=False)
+
+
+_THINK = re.compile(r"<(think|thinking|reasoning)>.*?(</\1>|\Z)", re.DOTALL | re.IGNORECASE)
+_SENTENCE_END = re.compile(r"[.!?…](?=\s|$)")
+
+
+def hint_text(answer: str | None, max_chars: int) -> str | None:
+    """The hint in a peer's answer: thinking blocks (``<think>...</think>``, also unclosed) removed,
+    whitespace collapsed to single spaces, cut to ``max_chars`` characters at the last sentence end past
+    half of them, else at the last word boundary (marked ``...``); ``None`` when nothing is left."""
+    if not answer:
+        return None
+    text = " ".join(_THINK.sub(" ", answer).split())
+    if not text:
+        return None
+    if len(text) <= max_chars:
+        return text
+    head = text[:max_chars + 1]
+    ends = [m.end() for m in _SENTENCE_END.finditer(head) if m.end() <= max_chars]
+    if ends and ends[-1] >= max_chars // 2:
+        return head[:ends[-1]]
+    cut = head[:max_chars - 3]
+    space = cut.rfind(" ")
+    if space > 0:
+        cut = cut[:space]
+    return cut.rstrip(" ,;:") + "..."
+
+
+def injection(model: str, hint: str) -> str:
+    """The text injected into the asker's sequence: ``"\\n[Note from <model>: <hint>]\\n"``."""
+    return f"\n[Note from {model}: {hint}]\n"
