@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import collections
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import attrs
 
@@ -78,7 +78,7 @@ class CheckpointStore:
     def __len__(self) -> int:
         return len(self._lru)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Checkpoint]:
         return iter(list(self._lru.values()))
 
     def add(self, slot: int, tokens: Sequence[int], data: bytes | bytearray) -> Checkpoint | None:

@@ -87,7 +87,7 @@ def execute(runtime: Runtime, step: StepPlan, marks: list[float] | None = None,
             embedded = EmbedResult(None, str(exc))
         if marks is not None:
             marks.append(time.perf_counter())
-    saved: list[bytes | None] = []
+    saved: list[bytes | bytearray | None] = []
     for _, slot in step.saves:
         try:
             saved.append(runtime.state_seq_get_data(slot))

@@ -106,7 +106,7 @@ class StepResult:
     tokens: tuple[tuple[TokenEvent, ...], ...] = ()
     scores: tuple[TokenEvent, ...] = ()
     embedded: EmbedResult | None = None
-    saved: tuple[bytes | None, ...] = ()
+    saved: tuple[bytes | bytearray | None, ...] = ()
     decodes: int = 0
 
 
