@@ -36,6 +36,10 @@ observed by the request tasks:
   ``skippy:e2e_request_latency_seconds``, ``skippy:queue_wait_seconds`` (submission to
   admission), ``skippy:prefill_seconds`` (admission to first token)
 - ``skippy:hook_calls_total``, ``skippy:hook_timeouts_total``, ``skippy:hook_errors_total`` (label ``event``)
+- ``skippy:consultations_total`` (labels ``peer``: as ``--consult`` names it; ``outcome``: ``answered``,
+  ``empty``, ``error``, ``timeout``, ``cancelled``: the slower of two peers asked at once) and the histogram
+  ``skippy:consultation_seconds`` (label ``peer``; cancelled requests not observed), observed by
+  :class:`~skippy.actors.consult.ConsultPolicy`
 - ``skippy:http_responses_total`` (label ``status_class``: ``2xx``, ``4xx``, ``5xx``),
   ``skippy:http_route_responses_total`` (labels ``method``, ``route``: the route's
   path pattern, ``unmatched`` for unknown paths; ``status``: the code),
@@ -171,6 +175,11 @@ class EngineMetrics:
                                                              self.http.errors)
         self.finishes = Counter("skippy:finishes", "Generations finished, by finish_reason", ["finish_reason"],
                                 registry=self.registry)
+        self.consultations = Counter("skippy:consultations", "Consultations of another model (--consult), by peer "
+                                     "and outcome", ["peer", "outcome"], registry=self.registry)
+        self.consultation_seconds = Histogram("skippy:consultation_seconds", "Time a consulted peer took to answer "
+                                              "or fail (cancelled requests excluded)", ["peer"],
+                                              buckets=_LATENCY_BUCKETS, registry=self.registry)
         ProcessCollector(registry=self.registry)
         self.disconnects = self.http.disconnects
         self.engine: Any = None

@@ -94,6 +94,10 @@ def log_request(route: str, status: int | None, *, tokens: int, duration_ms: flo
             text.append(f"ttft_ms={ttft}")
         if trace.finish_reason:
             text.append(f"finish_reason={trace.finish_reason}")
+    consults = getattr(trace, "consults", None)
+    if consults:  # which peer was consulted, how it went, how long it took; never what it said
+        fields["consults"] = [{"peer": p, "outcome": o, "latency_ms": ms} for p, o, ms in consults]
+        text += [f"consult={p}:{o}:{ms if ms is not None else '-'}ms" for p, o, ms in consults]
     clamped = getattr(trace, "max_tokens_clamped", None)
     if clamped is not None:
         fields.update(max_tokens_asked=clamped[0], max_tokens_granted=clamped[1])

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from skippy.engine.errors import QueueFull
-from skippy.engine.hooks.policy import NO_ACTION, Inject, Stop
+from skippy.engine.hooks.policy import NO_ACTION, Inject, NoAction, Stop
 from skippy.engine.runtime.base import EmbeddingInfo
 from skippy.engine.scheduling.config import SchedulerConfig
 from skippy.engine.scheduling.core import SchedulerCore
@@ -853,6 +853,20 @@ def test_inject_verdict_prefills_the_text_where_the_hook_fired():
     out += run(rt, core)
     fin = finish_of(out, 1)
     assert fin.injected_tokens == 3 and FILLER not in injected
+
+
+def test_a_reported_verdict_sends_its_consult_report_even_unasked():
+    """A consultation's report reaches the request (its log line reads it) without return_hook_events."""
+    rt, core = hooked()
+    report = {"peer": "gemma", "outcome": "answered", "latency_ms": 12.5, "chars": 3}
+    [(rid, ev)] = core.on_verdict(1, Inject("abc", report=report))
+    assert isinstance(ev, HookEvent) and ev.action == "inject" and ev.consult == report
+    rt, core = hooked()
+    out = core.on_verdict(1, NoAction(report={"peer": "gemma", "outcome": "timeout"}))
+    assert isinstance(out[0][1], HookEvent) and out[0][1].consult == {"peer": "gemma", "outcome": "timeout"}
+    assert isinstance(out[1][1], TokenEvent)
+    rt, core = hooked()
+    assert [type(ev) for _, ev in core.on_verdict(1, NO_ACTION)] == [TokenEvent]  # no report, not asked: no event
 
 
 def test_an_injection_that_does_not_fit_is_no_action():

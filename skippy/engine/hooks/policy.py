@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import importlib
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import attrs
@@ -65,10 +66,20 @@ def _nonempty_str(inst: object, attr: attrs.Attribute[Any], value: object) -> No
         raise ValueError(f"{type(inst).__name__}.{attr.name} must be a non-empty string, got {value!r}")
 
 
+def _report(inst: object, attr: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and not (isinstance(value, Mapping) and all(isinstance(k, str) for k in value)):
+        raise TypeError(f"{type(inst).__name__}.{attr.name} must be a mapping with str keys or None, got {value!r}")
+
+
 @attrs.frozen
 class NoAction:
-    """Do nothing; the generation continues unchanged."""
+    """Do nothing; the generation continues unchanged.
 
+    ``report``: what a built-in policy tells ``return_hook_events`` about the decision (a consultation's
+    peer, latency and outcome: :mod:`skippy.actors.consult`), ``None`` otherwise.
+    """
+
+    report: Mapping[str, Any] | None = attrs.field(default=None, validator=_report, kw_only=True)
     action: ClassVar[str] = "none"
 
 
@@ -78,9 +89,11 @@ NO_ACTION = NoAction()
 
 @attrs.frozen
 class Inject:
-    """Insert ``text`` (tokenized, not sampled) into the generation, then continue."""
+    """Insert ``text`` (tokenized, not sampled) into the generation, then continue; ``report`` as for
+    :class:`NoAction`."""
 
     text: str = attrs.field(validator=_nonempty_str)
+    report: Mapping[str, Any] | None = attrs.field(default=None, validator=_report, kw_only=True)
     action: ClassVar[str] = "inject"
 
 
@@ -199,8 +212,11 @@ def outcome_from_json(obj: Any) -> Outcome:
 
 
 def outcome_to_json(outcome: Outcome) -> dict[str, Any]:
-    """Inverse of :func:`outcome_from_json` (for logs and tests)."""
-    return {"action": outcome.action, **attrs.asdict(outcome)}
+    """Inverse of :func:`outcome_from_json` (for logs and tests); a ``report`` is left out when unset."""
+    fields = attrs.asdict(outcome)
+    if fields.get("report", 0) is None:
+        del fields["report"]
+    return {"action": outcome.action, **fields}
 
 
 def load_policy_factory(spec: str) -> Any:

@@ -265,7 +265,8 @@ class SchedulerCore:
         does not fit the context is ignored like no action.
 
         A request that asked for hook events (``SeqRequest.hook_events``) gets a
-        :class:`HookEvent` first, saying what was done.
+        :class:`HookEvent` first, saying what was done; so does any request when the outcome has a
+        ``report`` (a consultation), carried as the event's ``consult``.
         """
         seq = self._seqs.get(rid)
         if seq is None or seq.phase is not Phase.PARKED:
@@ -273,7 +274,9 @@ class SchedulerCore:
         held, seq.held = seq.held, None
         call, seq.parked_on = seq.parked_on, None
         assert held is not None and seq.kv is not None
-        report = seq.request.hook_events and call is not None
+        extra = getattr(outcome, "report", None)  # a consultation's report: the log line reads it too
+        report = (seq.request.hook_events or extra is not None) and call is not None
+        consult = dict(extra) if extra is not None else None
         if isinstance(outcome, Stop):
             head = [(rid, _hook_event(call, held, "stop", reason=outcome.reason))] if report else []
             return head + [self._finish(seq, outcome.reason, stopped_by_hook=True)]
@@ -285,9 +288,9 @@ class SchedulerCore:
                 seq.injected += len(tokens)
                 seq.phase = Phase.PREFILLING
                 return [(rid, _hook_event(call, held, "inject", text=outcome.text,
-                                          injected_tokens=len(tokens)))] if report else []
+                                          injected_tokens=len(tokens), consult=consult))] if report else []
             log.warning("hook injection of %d tokens does not fit (room %d); ignored", len(tokens), room)
-        head = [(rid, _hook_event(call, held, "none"))] if report else []
+        head = [(rid, _hook_event(call, held, "none", consult=consult))] if report else []
         return head + self._accept(seq, held)
 
     # -- one step ------------------------------------------------------------------

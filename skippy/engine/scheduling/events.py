@@ -174,7 +174,10 @@ class HookEvent:
     ``entropy`` / ``margin``: nats, of the token the hook saw (held while it ran, then emitted
     for ``none``, discarded for ``inject`` and ``stop``; ``None`` for ``before_chat``).
     ``window``: the signal window's statistics at a ``mid_generation`` firing
-    (:class:`~skippy.engine.hooks.signals.WindowStats` as a dict). It arrives before the
+    (:class:`~skippy.engine.hooks.signals.WindowStats` as a dict). ``consult``: the outcome's
+    ``report`` (a consultation: peer, model, latency, outcome), ``None`` when it has none; an event with
+    one is sent even to a request that did not ask for hook events (the request's log line reads it).
+    It arrives before the
     tokens that follow the decision, so the count of tokens received so far is its position.
     """
 
@@ -186,6 +189,7 @@ class HookEvent:
     entropy: float | None = None
     margin: float | None = None
     window: dict[str, Any] | None = None
+    consult: dict[str, Any] | None = None
 
 
 #: What a sequence's event stream carries.

@@ -63,7 +63,14 @@ def hook_event(r: HookReport) -> wire.HookEvent:
         reason=ev.reason if ev.reason is not None else unset,
         entropy=ev.entropy if ev.event != "before_chat" else unset,
         margin=ev.margin if ev.event != "before_chat" else unset,
-        window=wire.HookWindow(**ev.window) if ev.window is not None else unset)
+        window=wire.HookWindow(**ev.window) if ev.window is not None else unset,
+        consult=hook_consult(ev.consult) if ev.consult is not None else unset)
+
+
+def hook_consult(report: dict[str, Any]) -> wire.HookConsult:
+    """A consultation's report (:mod:`skippy.actors.consult`) on the wire; unset keys stay absent."""
+    fields = {k: v for k, v in report.items() if v is not None and k in wire.HookConsult.__struct_fields__}
+    return wire.HookConsult(**fields)
 
 
 class TopText(NamedTuple):

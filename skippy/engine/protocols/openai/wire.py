@@ -37,7 +37,7 @@ __all__ = [
     "RESPONSES", "SYSTEM_FINGERPRINT", "UNSET", "ChatChoice", "ChatChunkChoice", "ChatCompletion",
     "ChatCompletionChunk", "ChatDelta", "ChatLogprobs", "ChatMessage", "ChatTokenLogprob", "CompletionChoice",
     "CompletionLogprobs", "Embedding", "EmbeddingList", "EmbeddingUsage", "ErrorBody", "ErrorEnvelope", "FunctionCall",
-    "FunctionCallDelta", "HookEvent", "HookWindow", "Model", "ModelDetails", "ModelList", "ModelStatus",
+    "FunctionCallDelta", "HookConsult", "HookEvent", "HookWindow", "Model", "ModelDetails", "ModelList", "ModelStatus",
     "PromptTokensDetails", "TextCompletion", "Timings", "ToolCall", "ToolCallDelta", "TopLogprob", "UnsetType",
     "Usage", "WireStruct",
 ]
@@ -190,6 +190,26 @@ class CompletionLogprobs(WireStruct, kw_only=True):
 
 # -- hook events (skippy extension) -----------------------------------------------------------------
 
+class HookConsult(WireStruct, kw_only=True):
+    """The consultation behind a hook decision (skippy extension; ``--consult``, see the consult guide).
+
+    ``peer``: the peer asked (a model of this server, or a server's base URL); ``outcome``: ``answered``
+    (its hint was injected: ``action`` is ``inject``), ``empty`` (it answered nothing usable), ``error``
+    (it failed: ``error`` says how), ``timeout`` (no answer within ``--consult-timeout``) or ``skipped``
+    (nothing to ask: no user text, no peer serving another model); ``model``: the model that answered, as
+    it named itself; ``latency_ms``: from the request to the answer (or the failure); ``chars``: the
+    hint's characters injected. With two peers asked at once, the one whose answer was used, else the
+    first one's failure.
+    """
+
+    peer: str
+    outcome: Literal["answered", "empty", "error", "timeout", "skipped"]
+    model: str | UnsetType = UNSET
+    latency_ms: float | UnsetType = UNSET
+    chars: int | UnsetType = UNSET
+    error: str | UnsetType = UNSET
+
+
 class HookWindow(WireStruct, kw_only=True):
     """The uncertainty-signal window when ``mid_generation`` fired (the last ``--signal-window`` tokens):
     entropy and margin in nats, counts in tokens."""
@@ -215,6 +235,7 @@ class HookEvent(WireStruct, kw_only=True):
     ``injected_tokens``: its length in tokens. ``reason`` (``stop``): the ``finish_reason``.
     ``entropy`` / ``margin`` (nats): of the token the hook saw, which was emitted (``none``)
     or discarded (``inject``, ``stop``); absent for ``before_chat``. ``window``: at ``mid_generation``.
+    ``consult``: the consultation of another model behind the decision (``--consult``), when there was one.
     """
 
     event: Literal["before_chat", "after_prefill", "mid_generation"]
@@ -226,6 +247,7 @@ class HookEvent(WireStruct, kw_only=True):
     entropy: float | None | UnsetType = UNSET
     margin: float | None | UnsetType = UNSET
     window: HookWindow | UnsetType = UNSET
+    consult: HookConsult | UnsetType = UNSET
 
 
 # -- chat.completion --------------------------------------------------------------------------------
