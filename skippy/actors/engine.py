@@ -43,6 +43,7 @@ import attrs
 import msgspec
 import trio
 
+from skippy.actors.consult import ComposedPolicy, LocalModels, build_consult, hook_timeout
 from skippy.actors.hooks import HookEvaluator, WebhookPolicy
 from skippy.actors.metrics import EngineMetrics
 from skippy.actors.renderer import CHATML, TemplateRenderer, fallback_stops
@@ -106,7 +107,7 @@ from skippy.engine.sampling.native import apply_samplers, native_logit_bias, res
 from skippy.engine.sampling.params import SamplingParams
 from skippy.engine.scheduling.budget import ReasoningBudget
 from skippy.engine.scheduling.config import SchedulerConfig
-from skippy.engine.scheduling.events import EmbeddingsEvent, EmbedRequest, FinishEvent, SeqEvent
+from skippy.engine.scheduling.events import EmbeddingsEvent, EmbedRequest, FinishEvent, HookEvent, SeqEvent
 from skippy.engine.scheduling.prefix import common_prefix_len
 
 
@@ -149,6 +150,8 @@ class RequestTrace:
     ``max_tokens_clamped``: ``(asked, granted)`` when a ``max_tokens`` beyond the
     context was clamped to the room left (``clamp_max_tokens``; the smallest
     ``granted`` when the request has several prompts), else ``None``.
+    ``consults``: the consultations of another model (``--consult``) of its generations, one
+    ``(peer, outcome, latency_ms)`` each (the log line names them; never their content).
     """
 
     request_id: str | None = None
@@ -159,6 +162,7 @@ class RequestTrace:
     t_first_token: float | None = None
     finish_reason: str | None = None
     max_tokens_clamped: tuple[int, int] | None = None
+    consults: list[tuple[str, str, float | None]] = attrs.field(factory=list)
 
 
 #: The :class:`RequestTrace` of the request being served in this context (``None``: nobody is listening).
@@ -861,6 +865,9 @@ class _Events:
     def _feed(self, index: int, event: SeqEvent) -> Piece | Done | None:
         gen, metrics, trace = self._gens[index], self._engine.metrics, self._trace
         n = gen.completion_tokens
+        if isinstance(event, HookEvent) and event.consult is not None and trace is not None:
+            c = event.consult
+            trace.consults.append((str(c.get("peer")), str(c.get("outcome")), c.get("latency_ms")))
         if isinstance(event, FinishEvent):
             metrics.queue_wait.observe(event.queue_ms / 1000.0)
             if event.prompt_ms > 0:
@@ -1017,8 +1024,14 @@ def load_runtime(config: EngineConfig) -> Runtime:
 
 
 @asynccontextmanager
-async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None) -> AsyncIterator[Engine]:
+async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None,
+                      models: LocalModels | None = None) -> AsyncIterator[Engine]:
     """Load the model (in a worker thread), start the actors, yield the :class:`Engine`.
+
+    ``models``: the server's other models (the :class:`~skippy.actors.pool.ModelPool` passes itself), for
+    ``config.consult`` peers that name one; with ``consult`` set the hook policy is the consultation
+    (:mod:`skippy.actors.consult`), after the user's ``hook_policy`` / ``hook_url`` when there is one, and
+    the hook timeout at least ``consult_timeout`` + 1 s.
 
     On exit the actors are cancelled, running generations end with
     :class:`EngineClosed`, and the llama.cpp context is freed.
@@ -1041,15 +1054,20 @@ async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None) -
 
         webhook_client = httpx.AsyncClient(timeout=config.hook_timeout + 1.0, trust_env=False)
         policy = WebhookPolicy(config.hook_url, webhook_client)
+    consult, consult_client = build_consult(config, models) if config.consult else (None, None)
+    if consult is not None:  # the user's policy first; the consultation when it takes no action
+        policy = consult if policy is None else ComposedPolicy(policy, consult, config.hook_timeout)
     evaluator = None
     if policy is not None:
-        evaluator = HookEvaluator(policy, timeout=config.hook_timeout, fail_closed=config.hook_fail_closed)
+        evaluator = HookEvaluator(policy, timeout=hook_timeout(config), fail_closed=config.hook_fail_closed)
     scheduler = DecodeScheduler(runtime, SchedulerConfig.from_engine_config(config),
                                 hooks=evaluator.inbox if evaluator else None)
     renderer.history_boundary = scheduler.core.checkpoints is not None  # the chat's checkpoint boundary
     try:
         async with trio.open_nursery() as nursery:
             engine = Engine(config, runtime, tokenizer, renderer, scheduler, evaluator, nursery)
+            if consult is not None:
+                consult.metrics = engine.metrics
             if source is CHATML:
                 engine.template_stops = fallback_stops(runtime.vocab, meta.eog_ids)
             nursery.start_soon(tokenizer.run)
@@ -1063,9 +1081,10 @@ async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None) -
                 engine.closed = True
                 nursery.cancel_scope.cancel()
     finally:
-        if webhook_client is not None:
-            with trio.CancelScope(shield=True):
-                await webhook_client.aclose()
+        for client in (webhook_client, consult_client):
+            if client is not None:
+                with trio.CancelScope(shield=True):
+                    await client.aclose()
         if own:
             runtime.close()
 

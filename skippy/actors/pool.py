@@ -117,7 +117,8 @@ class ModelPool:
     """Engines for ``models`` (the first is the default, loaded at start), at most ``max_loaded``
     resident at a time (0: no bound), each unloaded after ``keep_alive`` idle seconds (negative:
     never). ``opener`` opens one engine (:func:`~skippy.actors.engine.open_engine`; tests may pass
-    another); ``on_load(engine)`` runs after each load (the server logs the chat template). Run it
+    another), called as ``opener(config, models=pool)`` (the pool: the other models a ``--consult`` peer
+    may name); ``on_load(engine)`` runs after each load (the server logs the chat template). Run it
     with :meth:`run` in a nursery (``await nursery.start(pool.run)``).
 
     Raises ``ValueError`` for no models, two models with the same id, or a ``consult`` peer that is
@@ -125,7 +126,7 @@ class ModelPool:
     """
 
     def __init__(self, models: list[PoolModel], *, max_loaded: int = 0, keep_alive: float = -1.0,
-                 opener: Callable[[EngineConfig], AbstractAsyncContextManager[Engine]] = open_engine,
+                 opener: Callable[..., AbstractAsyncContextManager[Engine]] = open_engine,
                  on_load: Callable[[Engine], None] | None = None) -> None:
         check_peers([(m.names, m.config.consult) for m in models])  # --consult: served names or URLs
         self.residency = Residency([m.id for m in models], max_loaded=max_loaded, keep_alive=keep_alive)
@@ -289,7 +290,7 @@ class ModelPool:
                 await self._wait()
             log.info("model %s: loading %s", name, slot.model.config.model)
             t0 = trio.current_time()
-            async with self._opener(slot.model.config) as engine:
+            async with self._opener(slot.model.config, models=self) as engine:  # models: --consult peers
                 slot.engine = engine
                 res.loaded(name, trio.current_time())
                 log.info("model %s loaded in %.1f s: n_ctx=%d per sequence, %d parallel sequences", name,

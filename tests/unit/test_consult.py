@@ -165,3 +165,161 @@ def test_a_hint_without_spaces_is_cut_hard() -> None:
 
 def test_the_injection_format() -> None:
     assert injection("gemma-3-270m", "Lima.") == "\n[Note from gemma-3-270m: Lima.]\n"
+
+
+# -- the outcome's report on the wire --------------------------------------------------------------
+
+def test_outcomes_carry_an_optional_report_and_the_wire_omits_it_when_unset() -> None:
+    import msgspec
+
+    from skippy.engine.hooks.policy import Inject, NoAction, outcome_to_json
+    from skippy.engine.output.generation import HookReport
+    from skippy.engine.protocols.openai.translate import hook_event
+    from skippy.engine.scheduling.events import HookEvent
+
+    assert outcome_to_json(NoAction()) == {"action": "none"} and outcome_to_json(Inject("x")) == \
+        {"action": "inject", "text": "x"}
+    with pytest.raises(TypeError):
+        Inject("x", report=["not", "a", "mapping"])  # type: ignore[arg-type]
+    plain = msgspec.to_builtins(hook_event(HookReport(HookEvent("after_prefill", "none", entropy=1.0, margin=2.0), 0)))
+    assert "consult" not in plain
+    ev = HookEvent("after_prefill", "inject", text="t", injected_tokens=2, entropy=1.0, margin=2.0,
+                   consult={"peer": "http://h:1", "outcome": "answered", "model": "m", "latency_ms": 5.0,
+                            "chars": 9, "error": None, "extra": "ignored"})
+    wire = msgspec.to_builtins(hook_event(HookReport(ev, 0)))
+    assert wire["consult"] == {"peer": "http://h:1", "outcome": "answered", "model": "m", "latency_ms": 5.0,
+                               "chars": 9}
+
+
+# -- the policy (skippy/actors/consult.py) over fake peers ------------------------------------------
+
+class _Peer:
+    def __init__(self, name, answer=None, *, delay=0.0, error=None, model=None, size=None):
+        from skippy.engine.hooks.consult import PeerStats
+
+        self.name, self.answer, self.delay, self.error, self.model, self.size = name, answer, delay, error, model, size
+        self.stats = PeerStats()
+        self.asked: list = []
+        self.cancelled = False
+
+    def info(self):
+        return PeerInfo(self.name, self.model, self.size, self.stats.mean_ms)
+
+    async def ask(self, request):
+        import trio
+
+        self.asked.append(request)
+        try:
+            await trio.sleep(self.delay)
+        except trio.Cancelled:
+            self.cancelled = True
+            raise
+        if self.error is not None:
+            raise self.error
+        return self.answer, self.model or self.name
+
+
+def _policy(*peers, **rules):
+    from skippy.actors.consult import ConsultPolicy
+
+    return ConsultPolicy(ConsultRules(**{"timeout": 1.0, **rules}), peers, ["asker"])
+
+
+QUESTION = _chat(Message("user", "Capital of Peru?"), mesh_hooks=True)
+
+
+async def test_the_first_good_answer_wins_and_the_other_request_is_cancelled(autojump_clock) -> None:
+    from skippy.engine.hooks.policy import Inject
+
+    fast, slow = _Peer("fast", "Lima.", delay=0.1, size=10), _Peer("slow", "Lima!", delay=0.5, size=10)
+    out = await _policy(fast, slow).consult(QUESTION)
+    assert isinstance(out, Inject) and out.text == "\n[Note from fast: Lima.]\n"
+    assert out.report is not None and out.report["peer"] == "fast" and out.report["chars"] == 5
+    assert out.report["outcome"] == "answered" and abs(out.report["latency_ms"] - 100.0) < 1.0
+    assert slow.cancelled and not fast.cancelled
+    assert fast.asked[0].mesh_hooks is False and fast.asked[0].messages[-1].content == "Capital of Peru?"
+    assert fast.stats.n == 1 and slow.stats.n == 0
+
+
+async def test_failures_timeouts_and_empty_answers_are_no_action(autojump_clock) -> None:
+    from skippy.engine.hooks.policy import NoAction
+
+    for peer, outcome in ((_Peer("e", error=RuntimeError("boom")), "error"), (_Peer("t", "x", delay=5.0), "timeout"),
+                          (_Peer("n", "  "), "empty"), (_Peer("k", "<think>hmm</think>"), "empty")):
+        out = await _policy(peer).consult(QUESTION)
+        assert isinstance(out, NoAction) and out.report is not None, peer.name
+        assert (out.report["peer"], out.report["outcome"]) == (peer.name, outcome)
+    out = await _policy(_Peer("e", error=RuntimeError("boom"))).consult(QUESTION)
+    assert out.report["error"] == "RuntimeError"
+
+
+async def test_one_failing_peer_does_not_stop_the_other(autojump_clock) -> None:
+    from skippy.engine.hooks.policy import Inject
+
+    bad, good = _Peer("bad", error=ValueError("x"), size=100), _Peer("good", "Lima.", delay=0.3, size=1)
+    out = await _policy(bad, good).consult(QUESTION)
+    assert isinstance(out, Inject) and out.report["peer"] == "good"
+
+
+async def test_the_best_two_peers_by_size_are_asked_and_never_the_asker(autojump_clock) -> None:
+    peers = [_Peer("small", "a", size=1), _Peer("self", "b", size=99, model="asker"), _Peer("big", "c", size=50),
+             _Peer("mid", "d", size=10)]
+    await _policy(*peers).consult(QUESTION)
+    assert [p.name for p in peers if p.asked] == ["big", "mid"]
+
+
+async def test_when_not_to_consult() -> None:
+    from skippy.engine.hooks.policy import NoAction
+
+    peer = _Peer("p", "Lima.")
+    policy = _policy(peer, entropy=2.0, margin=0.5)
+    assert await policy.after_prefill(QUESTION, PrefillSignals(0.5, 3.0, 1)) is None  # sure: no consultation
+    guard = _chat(Message("user", "Capital of Peru?"), mesh_hooks=False)
+    assert (await policy.consult(guard)).action == "none"  # a consultation is never consulted
+    out = await policy.consult(_chat(Message("system", "only a system message")))
+    assert isinstance(out, NoAction) and out.report["outcome"] == "skipped"
+    out = await _policy(_Peer("self", "x", model="asker")).consult(QUESTION)
+    assert out.report["outcome"] == "skipped"
+    assert not peer.asked
+
+
+async def test_the_user_policy_runs_first() -> None:
+    from skippy.actors.consult import ComposedPolicy
+    from skippy.engine.hooks.policy import Inject, Stop
+
+    class User:
+        def __init__(self, outcome):
+            self.outcome = outcome
+
+        async def mid_generation(self, request, signals):
+            return self.outcome
+
+        async def on_finish(self, request, info):
+            return None
+
+    peer = _Peer("p", "Lima.")
+    stop = await ComposedPolicy(User(Stop("mine")), _policy(peer), 1.0).mid_generation(QUESTION, None)
+    assert stop == Stop("mine") and not peer.asked
+    out = await ComposedPolicy(User(None), _policy(peer), 1.0).mid_generation(QUESTION, None)
+    assert isinstance(out, Inject) and peer.asked
+    composed = ComposedPolicy(User(None), _policy(peer), 1.0)
+    assert hasattr(composed, "on_finish") and not hasattr(composed, "before_chat")
+
+
+def test_the_hook_timeout_leaves_room_for_a_consultation() -> None:
+    from skippy.actors.consult import hook_timeout
+
+    assert hook_timeout(EngineConfig(model="m.gguf")) == 2.0
+    assert hook_timeout(EngineConfig(model="m.gguf", consult=("http://h:1",), consult_timeout=10)) == 11.0
+    assert hook_timeout(EngineConfig(model="m.gguf", consult=("http://h:1",), hook_timeout=30.0)) == 30.0
+
+
+def test_remote_peer_urls() -> None:
+    import httpx
+
+    from skippy.actors.consult import RemotePeer
+
+    client = httpx.AsyncClient()
+    assert RemotePeer("http://h:1", client).url == "http://h:1/v1/chat/completions"
+    assert RemotePeer("http://h:1/v1/", client).url == "http://h:1/v1/chat/completions"
+    assert RemotePeer("http://h:11434/v1", client).url == "http://h:11434/v1/chat/completions"

@@ -1,0 +1,323 @@
+"""Consult another model when the model is unsure (``--consult PEER``): the hook policy and its peers.
+
+:class:`ConsultPolicy` is a hook policy (run by the :class:`~skippy.actors.hooks.HookEvaluator` like any
+other): at ``after_prefill`` it consults when the first token says the model starts unsure
+(:func:`~skippy.engine.hooks.consult.should_consult_start`), at ``mid_generation`` (the signal window
+fired) always. A consultation asks the best two peers (:func:`~skippy.engine.hooks.consult.peer_order`)
+at once in a trio nursery, each within ``--consult-timeout``; the first usable answer wins and the other
+request is cancelled (a local peer's sequence is cancelled with it, which frees its slot). Its hint is
+injected (:func:`~skippy.engine.hooks.consult.injection`) and the model goes on. A peer that fails,
+times out or answers nothing gives no action: never an error for the client.
+
+Peers: :class:`LocalPeer`, another model of the same :class:`~skippy.actors.pool.ModelPool`
+(``engine.chat(request)``, loading the model if needed), and :class:`RemotePeer`, an OpenAI-compatible
+server (``POST {base}/v1/chat/completions``, or ``{base}/chat/completions`` for a base ending in
+``/v1``) with ``"mesh_hooks": false`` in the body.
+
+Recursion guard: every consultation is a request with ``mesh_hooks`` false, so the peer runs no hooks for
+it (a consultation is never consulted) and two servers that consult each other terminate.
+
+Composition (:class:`ComposedPolicy`): with ``--hook-policy`` or ``--hook-url`` too, the user's policy
+runs first (bounded by ``--hook-timeout``) and the consultation only when it returns no action.
+
+Seeing it: each outcome carries a ``report`` (peer, model, latency, characters injected, the failure's
+kind), which ``return_hook_events`` shows as a hook event's ``consult`` object and the request's log line
+summarises (peer and milliseconds, never the content); ``/metrics`` counts consultations by peer and
+outcome (``skippy:consultations_total``) with a latency histogram (``skippy:consultation_seconds``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import httpx
+import msgspec
+import trio
+
+from skippy.engine.errors import EngineError
+from skippy.engine.hooks.consult import (
+    MAX_PARALLEL,
+    ConsultRules,
+    PeerInfo,
+    PeerStats,
+    consultation_request,
+    hint_text,
+    injection,
+    is_url,
+    peer_order,
+    should_consult_start,
+)
+from skippy.engine.hooks.policy import NO_ACTION, Inject, NoAction, Outcome
+from skippy.engine.protocols.openai.types import ChatCompletionRequest
+
+if TYPE_CHECKING:
+    from skippy.actors.engine import Engine
+    from skippy.actors.metrics import EngineMetrics
+    from skippy.engine.config import EngineConfig
+    from skippy.engine.hooks.signals import GenerationSignals, PrefillSignals
+
+__all__ = ["LocalModels", "Peer", "LocalPeer", "RemotePeer", "ConsultPolicy", "ComposedPolicy", "build_consult",
+           "hook_timeout"]
+
+log = logging.getLogger("skippy.consult")
+
+
+class LocalModels(Protocol):
+    """What a :class:`LocalPeer` needs of the server's models (a :class:`~skippy.actors.pool.ModelPool`)."""
+
+    def match(self, name: str) -> str: ...
+
+    def model(self, name: str) -> Any: ...
+
+    def use(self, name: str | None = None) -> AbstractAsyncContextManager[Engine]: ...
+
+
+class Peer(Protocol):
+    """A model to consult: ``name`` (as ``--consult`` gave it), its :class:`PeerStats`, what the peer
+    order knows (:meth:`info`), and :meth:`ask`: the answer's text and the model that answered."""
+
+    name: str
+    stats: PeerStats
+
+    def info(self) -> PeerInfo: ...
+
+    async def ask(self, request: ChatCompletionRequest) -> tuple[str | None, str | None]: ...
+
+
+def _file_size(path: Any) -> int | None:
+    try:
+        return os.path.getsize(str(path))
+    except (OSError, ValueError):
+        return None
+
+
+class LocalPeer:
+    """Another model of the same server: ``model_id`` in ``models`` (the pool). Its size is its GGUF file's."""
+
+    def __init__(self, name: str, model_id: str, models: LocalModels) -> None:
+        self.name, self.model_id, self._models = name, model_id, models
+        self.stats = PeerStats()
+        self._size = _file_size(models.model(model_id).config.model)
+
+    def info(self) -> PeerInfo:
+        return PeerInfo(self.name, self.model_id, self._size, self.stats.mean_ms)
+
+    async def ask(self, request: ChatCompletionRequest) -> tuple[str | None, str | None]:
+        """Answer ``request`` on the pool's engine of the model (loaded first if needed; a cancelled call
+        cancels its sequence, freeing the slot)."""
+        async with self._models.use(self.model_id) as engine:
+            reply = await engine.chat(msgspec.structs.replace(request, model=self.model_id))
+        return reply.choices[0].message.content, self.model_id
+
+
+class RemotePeer:
+    """An OpenAI-compatible server at ``base`` (``http://host:port`` or ``.../v1``) over ``client``."""
+
+    def __init__(self, base: str, client: httpx.AsyncClient) -> None:
+        self.name = base
+        root = base.rstrip("/")
+        self.url = root + ("/chat/completions" if root.endswith("/v1") else "/v1/chat/completions")
+        self._client = client
+        self.stats = PeerStats()
+        self.model: str | None = None  # the model its last answer named
+
+    def info(self) -> PeerInfo:
+        return PeerInfo(self.name, self.model, None, self.stats.mean_ms)
+
+    async def ask(self, request: ChatCompletionRequest) -> tuple[str | None, str | None]:
+        """POST the request (``mesh_hooks`` false, not streamed); raises ``httpx.HTTPStatusError`` for a
+        non-2xx reply, ``ValueError`` for a body that is no chat completion."""
+        body = msgspec.to_builtins(request)
+        body.update(mesh_hooks=False, stream=False)
+        resp = await self._client.post(self.url, json=body)
+        resp.raise_for_status()
+        try:
+            data = resp.json()
+            content = data["choices"][0]["message"].get("content")
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+            raise ValueError("the reply is not a chat completion") from None
+        model = data.get("model") if isinstance(data.get("model"), str) else None
+        if model:
+            self.model = model
+        return content if isinstance(content, str) else None, model
+
+
+def _error_kind(exc: BaseException) -> str:
+    """A short name of a consultation's failure for reports and logs (never the peer's text)."""
+    if isinstance(exc, httpx.HTTPStatusError):
+        return f"http_{exc.response.status_code}"
+    if isinstance(exc, httpx.ConnectError):
+        return "connect"
+    if isinstance(exc, httpx.TimeoutException):
+        return "timeout"
+    if isinstance(exc, EngineError):
+        return exc.code or exc.type
+    return type(exc).__name__
+
+
+class ConsultPolicy:
+    """The consultation hook policy (see the module docstring).
+
+    ``rules``: the settings; ``peers``: in ``--consult`` order; ``asker``: every name the asking model
+    answers to (a peer serving one of them is never asked); ``metrics``: the asking engine's
+    (:class:`~skippy.actors.metrics.EngineMetrics`; ``None``: not counted), set once the engine exists.
+    """
+
+    def __init__(self, rules: ConsultRules, peers: Sequence[Peer], asker: Sequence[str]) -> None:
+        self.rules = rules
+        self.peers = list(peers)
+        self.asker = tuple(asker)
+        self.metrics: EngineMetrics | None = None
+
+    async def after_prefill(self, request: Any, signals: PrefillSignals) -> Outcome | None:
+        if not should_consult_start(signals, self.rules):
+            return None
+        return await self.consult(request)
+
+    async def mid_generation(self, request: Any, signals: GenerationSignals) -> Outcome | None:
+        return await self.consult(request)
+
+    async def consult(self, request: Any) -> Outcome:
+        """Ask the best peers about ``request``'s last user message; an :class:`Inject` of the first usable
+        answer, else :data:`NO_ACTION` with the report (never raises for a peer's fault)."""
+        if getattr(request, "mesh_hooks", None) is False:  # a consultation is never itself consulted
+            return NO_ACTION
+        by_name = {p.name: p for p in self.peers}
+        chosen = [by_name[i.name] for i in peer_order([p.info() for p in self.peers], self.asker)][:MAX_PARALLEL]
+        question = consultation_request(request, self.rules)
+        if question is None or not chosen:
+            why = "no user text to ask about" if question is None else "no peer serves another model"
+            return NoAction(report={"peer": self.peers[0].name if self.peers else "-", "outcome": "skipped",
+                                    "error": why})
+        winner: dict[str, Any] | None = None
+        failures: list[dict[str, Any]] = []
+
+        async def one(peer: Peer, cancel: trio.CancelScope) -> None:
+            nonlocal winner
+            t0 = trio.current_time()
+            outcome, error, content, model = "answered", None, None, None
+            try:
+                with trio.move_on_after(self.rules.timeout) as scope:
+                    content, model = await peer.ask(question)
+                if scope.cancelled_caught:
+                    outcome = "timeout"
+            except trio.Cancelled:  # the other peer answered first
+                self._count(peer.name, "cancelled", None)
+                raise
+            except Exception as exc:  # a peer's failure is no action, never the client's error
+                outcome, error = "error", _error_kind(exc)
+                if error == "timeout":
+                    outcome = "timeout"
+                log.info("consultation of %s failed: %s", peer.name, error)
+            ms = (trio.current_time() - t0) * 1000.0
+            hint = hint_text(content, self.rules.max_chars) if outcome == "answered" else None
+            if outcome == "answered" and hint is None:
+                outcome = "empty"
+            self._count(peer.name, outcome, ms)
+            report: dict[str, Any] = {"peer": peer.name, "outcome": outcome, "model": model,
+                                      "latency_ms": round(ms, 1), "error": error}
+            if hint is not None and winner is None:
+                peer.stats.observe(ms)
+                winner = {**report, "chars": len(hint), "hint": hint}
+                cancel.cancel()
+            elif hint is None:
+                failures.append(report)
+
+        async with trio.open_nursery() as nursery:
+            for peer in chosen:
+                nursery.start_soon(one, peer, nursery.cancel_scope)
+        if winner is not None:
+            hint = winner.pop("hint")
+            return Inject(injection(winner["model"] or winner["peer"], hint), report=winner)
+        first = next((f for p in chosen for f in failures if f["peer"] == p.name), failures[0])
+        return NoAction(report=first)
+
+    def _count(self, peer: str, outcome: str, ms: float | None) -> None:
+        if self.metrics is not None:
+            self.metrics.consultations.labels(peer, outcome).inc()
+            if ms is not None:
+                self.metrics.consultation_seconds.labels(peer).observe(ms / 1000.0)
+
+
+class ComposedPolicy:
+    """A user's hook policy (``--hook-policy`` / ``--hook-url``) with the consultation: the user's
+    ``after_prefill`` / ``mid_generation`` runs first, within ``user_timeout`` seconds (``--hook-timeout``;
+    past it the call fails as a hook timeout would), and the consultation runs only when it returns no
+    action. ``before_chat`` and ``on_finish`` are the user's own (absent when the user's policy has none)."""
+
+    def __init__(self, user: Any, consult: ConsultPolicy, user_timeout: float) -> None:
+        self.user, self.consult, self.user_timeout = user, consult, user_timeout
+        for event in ("before_chat", "on_finish"):
+            method = getattr(user, event, None)
+            if callable(method):
+                setattr(self, event, method)
+
+    async def _user(self, event: str, request: Any, payload: Any) -> Any:
+        method = getattr(self.user, event, None)
+        if not callable(method):
+            return None
+        with trio.fail_after(self.user_timeout):
+            result = method(request, payload)
+            if inspect.isawaitable(result):
+                result = await result
+        return result
+
+    async def after_prefill(self, request: Any, signals: PrefillSignals) -> Any:
+        result = await self._user("after_prefill", request, signals)
+        if result is not None and not isinstance(result, NoAction):
+            return result
+        return await self.consult.after_prefill(request, signals)
+
+    async def mid_generation(self, request: Any, signals: GenerationSignals) -> Any:
+        result = await self._user("mid_generation", request, signals)
+        if result is not None and not isinstance(result, NoAction):
+            return result
+        return await self.consult.mid_generation(request, signals)
+
+
+def hook_timeout(config: EngineConfig) -> float:
+    """The hook evaluator's timeout: ``--hook-timeout``, and with ``--consult`` at least
+    ``--consult-timeout`` + 1 s, so the evaluator never cuts a consultation short."""
+    if config.consult:
+        return max(config.hook_timeout, config.consult_timeout + 1.0)
+    return config.hook_timeout
+
+
+def _asker_names(config: EngineConfig, models: LocalModels | None) -> list[str]:
+    path = Path(str(config.model))
+    names = [n for n in (config.model_name, *config.model_alias, path.stem, path.name) if n]
+    if models is not None:
+        try:
+            names += list(models.model(models.match(config.model_name or path.stem)).names)
+        except (EngineError, KeyError):
+            pass
+    return list(dict.fromkeys(names))
+
+
+def build_consult(config: EngineConfig, models: LocalModels | None) -> tuple[ConsultPolicy, httpx.AsyncClient | None]:
+    """The :class:`ConsultPolicy` of ``config.consult`` and the HTTP client its remote peers share (``None``
+    without one; the caller closes it). A model-name peer needs ``models`` (the pool); without it, or for
+    a name it does not serve, the peer is left out with a warning (``skippy serve`` checks the names at
+    start-up: :func:`~skippy.engine.hooks.consult.check_peers`)."""
+    client = None
+    peers: list[Peer] = []
+    for peer in config.consult:
+        if is_url(peer):
+            if client is None:
+                client = httpx.AsyncClient(timeout=config.consult_timeout + 1.0, trust_env=False)
+            peers.append(RemotePeer(peer, client))
+            continue
+        if models is None:
+            log.warning("--consult %s: no other models here (an engine outside a pool); left out", peer)
+            continue
+        try:
+            peers.append(LocalPeer(peer, models.match(peer), models))
+        except EngineError:
+            log.warning("--consult %s: not a model this server serves; left out", peer)
+    return ConsultPolicy(ConsultRules.from_engine_config(config), peers, _asker_names(config, models)), client
