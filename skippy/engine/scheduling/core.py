@@ -275,10 +275,11 @@ class SchedulerCore:
         call, seq.parked_on = seq.parked_on, None
         assert held is not None and seq.kv is not None
         extra = getattr(outcome, "report", None)  # a consultation's report: the log line reads it too
-        report = (seq.request.hook_events or extra is not None) and call is not None
+        # the call a HookEvent reports (asked for, or a consultation's), or None: no HookEvent
+        report = call if seq.request.hook_events or extra is not None else None
         consult = dict(extra) if extra is not None else None
         if isinstance(outcome, Stop):
-            head = [(rid, _hook_event(call, held, "stop", reason=outcome.reason))] if report else []
+            head = [(rid, _hook_event(report, held, "stop", reason=outcome.reason))] if report is not None else []
             return head + [self._finish(seq, outcome.reason, stopped_by_hook=True)]
         if isinstance(outcome, Inject):
             tokens = self.runtime.vocab.tokenize(outcome.text, add_special=False, parse_special=False)
@@ -287,10 +288,10 @@ class SchedulerCore:
                 seq.kv.prompt.extend(tokens)
                 seq.injected += len(tokens)
                 seq.phase = Phase.PREFILLING
-                return [(rid, _hook_event(call, held, "inject", text=outcome.text,
-                                          injected_tokens=len(tokens), consult=consult))] if report else []
+                return [(rid, _hook_event(report, held, "inject", text=outcome.text, injected_tokens=len(tokens),
+                                          consult=consult))] if report is not None else []
             log.warning("hook injection of %d tokens does not fit (room %d); ignored", len(tokens), room)
-        head = [(rid, _hook_event(call, held, "none", consult=consult))] if report else []
+        head = [(rid, _hook_event(report, held, "none", consult=consult))] if report is not None else []
         return head + self._accept(seq, held)
 
     # -- one step ------------------------------------------------------------------
@@ -321,7 +322,7 @@ class SchedulerCore:
         batch, scores = self._scores(batch)
         saves = tuple((kv.rid, kv.slot) for kv, n in batch.advance
                       if kv.checkpoint_at and kv.n_past + n == kv.checkpoint_at)
-        samplers = ()
+        samplers: tuple[tuple[int, bool], ...] = ()
         if self._sampler_changes:
             samplers, self._sampler_changes = tuple(self._sampler_changes.items()), {}
         if (self.scheduler_steps > 1 and embed is None and not scores and not saves and not samplers
@@ -379,7 +380,7 @@ class SchedulerCore:
             outputs += self.embeds.update(step.embed, result.embedded)  # type: ignore[arg-type]
         return outputs
 
-    def _on_saved(self, saves: Sequence[tuple[int, int]], states: Sequence[bytes | None]) -> None:
+    def _on_saved(self, saves: Sequence[tuple[int, int]], states: Sequence[bytes | bytearray | None]) -> None:
         """Keep the context checkpoints saved after a step: each sequence's prompt up to its ``checkpoint_at``."""
         for (rid, slot), data in zip(saves, states, strict=True):
             seq = self._running.get(rid)
@@ -390,8 +391,8 @@ class SchedulerCore:
         assert step.batch is not None
         self.counters.steps += result.decodes  # a multi-step run's decodes count one by one
         self.counters.busy_slots_total += len(step.batch.advance)
-        for task, ev in zip(step.scores, result.scores, strict=True):
-            seq = self._running.get(task.rid)
+        for score, ev in zip(step.scores, result.scores, strict=True):
+            seq = self._running.get(score.rid)
             if seq is not None and seq.scored is not None:
                 seq.scored.append(ev)
         for kv, n in step.batch.advance:
@@ -472,7 +473,7 @@ class SchedulerCore:
         return self.counters.snapshot(
             n_slots=self.n_slots, n_running=len(self._running), n_waiting=len(self._waiting),
             n_parked=sum(s.phase is Phase.PARKED for s in self._running.values()),
-            kv_cells_used=sum(s.kv.n_past for s in self._running.values()) + self.kv_cache.cells,  # type: ignore[union-attr]
+            kv_cells_used=sum(s.kv.n_past for s in self._running.values() if s.kv is not None) + self.kv_cache.cells,
             n_embed_waiting=len(self.embeds),
             checkpoints=len(ck) if ck is not None else 0, checkpoint_bytes=ck.nbytes if ck is not None else 0,
             checkpoints_evicted_total=ck.evicted if ck is not None else 0,
@@ -668,9 +669,9 @@ class SchedulerCore:
             return self._accept(seq, forced, forced=True)  # logprob 0: the forcing left no other choice
         if ev.token in self.runtime.meta.eog_ids or ev.token in seq.request.params.stop_token_ids:
             return [self._finish(seq, "stop")]
-        if seq.window is not None and ev.entropy is not None:  # no signals from non-finite logits
+        if seq.window is not None and ev.entropy is not None and ev.margin is not None:  # none: non-finite logits
             first = kv.n_generated == 0 and seq.injected == 0
-            seq.window.push(ev.token, ev.entropy, ev.margin)  # type: ignore[arg-type]
+            seq.window.push(ev.token, ev.entropy, ev.margin)
             n_decoded = kv.n_generated + 1
             if first:
                 return self._park(seq, ev, HookRequest("after_prefill", seq.request.request,
