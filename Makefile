@@ -92,7 +92,7 @@ define install
 	@touch $(2)
 endef
 
-.PHONY: venv venv-bench pull pull-default run lint docs docs-build test test-fast bench bench-burst bench-peer bench-embeddings bench-scaleout
+.PHONY: venv venv-bench pull pull-default run lint docs docs-build test test-fast bench bench-consult bench-burst bench-peer bench-embeddings bench-scaleout
 
 venv: $(STAMP_TEST)
 
@@ -147,6 +147,12 @@ bench-peer: venv
 bench: venv-bench pull bench-peer
 	$(BIN)/python bench/bench_decode.py
 	$(BIN)/python bench/bench_hooks.py
+
+# the consult benchmark: SmolLM2 alone, SmolLM2 consulting Gemma 3 270M, Gemma alone (CONSULT_ARGS="--limit 20",
+# "--thresholds" to sweep --consult-entropy/--consult-margin pairs)
+CONSULT_ARGS ?=
+bench-consult: venv-bench pull
+	$(BIN)/python bench/bench_consult.py $(CONSULT_ARGS)
 
 bench-burst: venv-bench pull bench-peer
 	$(BIN)/python bench/bench_burst.py $(BURST_ARGS)
