@@ -28,16 +28,14 @@ tokens (the scheduler core's ``min_tail``) before sampling.
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import itertools
 import math
 import os
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing, asynccontextmanager
-from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import attrs
 import msgspec
@@ -48,7 +46,9 @@ from skippy.actors.hooks import HookEvaluator, WebhookPolicy
 from skippy.actors.metrics import EngineMetrics
 from skippy.actors.renderer import CHATML, TemplateRenderer, fallback_stops
 from skippy.actors.scheduler import DecodeScheduler
+from skippy.actors.streams import ChoiceChannel, HookCtx, ReplyStream, RequestEvents, drain
 from skippy.actors.tokenizer import Tokenizer
+from skippy.actors.trace import TRACE, reply_id
 from skippy.engine.chat.emulation import EarlyStop
 from skippy.engine.chat.formats import SYNTAXES, preserved_markers, preserved_pieces
 from skippy.engine.chat.formats.base import ContentParser
@@ -57,7 +57,6 @@ from skippy.engine.chat.prepare import PreparedTemplate, make_output_parser
 from skippy.engine.config import EngineConfig
 from skippy.engine.errors import (
     EngineClosed,
-    EngineError,
     InvalidRequest,
     ModelNotFound,
     NotSupported,
@@ -68,7 +67,7 @@ from skippy.engine.hooks.policy import Deny, Inject, Stop, load_policy_factory
 from skippy.engine.hooks.signals import FinishInfo
 from skippy.engine.infill import ExtraChunk, Mixed, format_infill, require_fim
 from skippy.engine.output.embeddings import fit, split_input
-from skippy.engine.output.generation import Done, Generation, GenerationError, GenerationOptions, Piece
+from skippy.engine.output.generation import Done, Generation, GenerationError, GenerationOptions
 from skippy.engine.preparation import (
     Limits,
     before_chat_event,
@@ -93,7 +92,7 @@ from skippy.engine.protocols.llama_server.translate import (
 )
 from skippy.engine.protocols.llama_server.types import InfillRequest, NativeCompletionRequest
 from skippy.engine.protocols.openai import wire as openai_wire
-from skippy.engine.protocols.openai.translate import Choices, embedding_list, new_id
+from skippy.engine.protocols.openai.translate import Choices, embedding_list
 from skippy.engine.protocols.openai.types import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -107,77 +106,21 @@ from skippy.engine.sampling.native import apply_samplers, native_logit_bias, res
 from skippy.engine.sampling.params import SamplingParams
 from skippy.engine.scheduling.budget import ReasoningBudget
 from skippy.engine.scheduling.config import SchedulerConfig
-from skippy.engine.scheduling.events import EmbeddingsEvent, EmbedRequest, FinishEvent, HookEvent, SeqEvent
+from skippy.engine.scheduling.events import EmbeddingsEvent, EmbedRequest, SeqEvent
 from skippy.engine.scheduling.prefix import common_prefix_len
 
-
-@attrs.frozen
-class _HookCtx:
-    """Per-request hook settings: the request the policy sees, and the signal flags."""
-
-    request: Any
-    hooks: bool
-    signals: bool
-
-
 T = TypeVar("T")
-T_co = TypeVar("T_co", covariant=True)
 P = ParamSpec("P")
 
 
-class ReplyStream(Protocol[T_co]):
-    """What the ``*_stream`` methods return: an async iterator of reply objects (stream chunks) that can be
-    closed; closing it before its end cancels the request's generations."""
-
-    def __aiter__(self) -> ReplyStream[T_co]: ...
-    async def __anext__(self) -> T_co: ...
-    async def aclose(self) -> None: ...
 
 
-@attrs.define
-class RequestTrace:
-    """What the engine reports about one request while it runs, for a request log line.
-
-    The caller (the HTTP layer, or an embedder) sets one in :data:`TRACE` before
-    calling the engine; every generation started in that context fills it in:
-    ``prompt_tokens`` / ``cached_tokens`` (of them reused from the prefix cache),
-    ``completion_tokens``, ``t_first_token`` (trio clock seconds of the first
-    accepted token, ``None`` before it), ``finish_reason`` (``None`` until the
-    end; ``cancelled`` when the reply was closed first). ``request_id`` (a client's
-    ``X-Request-Id``) becomes the reply ids' suffix: ``chatcmpl-<request_id>``,
-    ``cmpl-<request_id>``. ``t_start``: trio clock seconds when the request
-    arrived (set by the caller; TTFT is ``t_first_token - t_start``).
-    ``max_tokens_clamped``: ``(asked, granted)`` when a ``max_tokens`` beyond the
-    context was clamped to the room left (``clamp_max_tokens``; the smallest
-    ``granted`` when the request has several prompts), else ``None``.
-    ``consults``: the consultations of another model (``--consult``) of its generations, one
-    ``(peer, outcome, latency_ms)`` each (the log line names them; never their content).
-    """
-
-    request_id: str | None = None
-    t_start: float | None = None
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    completion_tokens: int = 0
-    t_first_token: float | None = None
-    finish_reason: str | None = None
-    max_tokens_clamped: tuple[int, int] | None = None
-    consults: list[tuple[str, str, float | None]] = attrs.field(factory=list)
 
 
-#: The :class:`RequestTrace` of the request being served in this context (``None``: nobody is listening).
-TRACE: contextvars.ContextVar[RequestTrace | None] = contextvars.ContextVar("skippy_request_trace", default=None)
 
 
-def _request_id() -> str | None:
-    trace = TRACE.get()
-    return trace.request_id if trace is not None else None
 
 
-def _reply_id(prefix: str) -> str:
-    """``<prefix>-<X-Request-Id>`` when the request carries one (or the server gave it one), else a new id."""
-    rid = _request_id()
-    return f"{prefix}-{rid}" if rid else new_id(prefix)
 
 
 def _preparing(start: Callable[Concatenate[Engine, P], Awaitable[T]]) -> Callable[Concatenate[Engine, P], Awaitable[T]]:
@@ -252,7 +195,7 @@ class Engine:
     async def chat(self, req: ChatCompletionRequest) -> openai_wire.ChatCompletion:
         """One OpenAI ``chat.completion`` for ``req`` (``req.stream`` is ignored); ``n`` choices."""
         gens, stream = await self._start_chat(req)
-        return self._chat_choices(req, gens).completion(await _drain(stream))  # type: ignore[return-value]
+        return self._chat_choices(req, gens).completion(await drain(stream))  # type: ignore[return-value]
 
     async def chat_stream(self, req: ChatCompletionRequest) -> ReplyStream[openai_wire.ChatCompletionChunk]:
         """OpenAI ``chat.completion.chunk`` objects: role chunk, deltas, finish chunk, optional usage chunk.
@@ -271,7 +214,7 @@ class Engine:
         """One OpenAI legacy ``text_completion`` for ``req``: ``n`` choices per prompt (a string, a list
         of strings, token ids or lists of token ids), ``choices[prompt_i * n + j]``."""
         texts, gens, stream = await self._start_completion(req)
-        return self._text_choices(req, texts, gens).completion(await _drain(stream))  # type: ignore[return-value]
+        return self._text_choices(req, texts, gens).completion(await drain(stream))  # type: ignore[return-value]
 
     async def completion_stream(self, req: CompletionRequest) -> ReplyStream[openai_wire.TextCompletion]:
         """OpenAI legacy ``text_completion`` chunks (the echoed prompt first with ``echo``), each choice's
@@ -288,7 +231,7 @@ class Engine:
         """llama-server ``/infill``: fill the gap between ``input_prefix`` and ``input_suffix`` (see
         :mod:`skippy.engine.infill`). Raises :class:`InvalidRequest` (400) for a model without FIM tokens."""
         gen, stream = await self._start_infill(req)
-        return InfillReply(self.model_id, gen).completion((await _drain(stream))[0])
+        return InfillReply(self.model_id, gen).completion((await drain(stream))[0])
 
     async def infill_stream(self, req: InfillRequest) -> ReplyStream[wire.Infill]:
         """llama-server ``/infill`` stream events: ``content`` pieces, then the final event (``stop: true``)."""
@@ -345,7 +288,7 @@ class Engine:
                               encoding_format=req.encoding_format)
 
     @_preparing
-    async def _start_infill(self, req: InfillRequest) -> tuple[Generation, _Events]:
+    async def _start_infill(self, req: InfillRequest) -> tuple[Generation, RequestEvents]:
         require_fim(self.meta.fim, "input_prefix")
         arrival = next(self._arrivals)
         if req.n not in (None, 1):
@@ -381,12 +324,12 @@ class Engine:
 
     def _chat_choices(self, req: ChatCompletionRequest, gens: list[Generation], *,
                       include_usage: bool = False) -> Choices:
-        return chat_choices(req, gens, model=self.reply_model(req.model), reply_id=_reply_id("chatcmpl"),
+        return chat_choices(req, gens, model=self.reply_model(req.model), reply_id=reply_id("chatcmpl"),
                             created=int(time.time()), include_usage=include_usage)
 
     def _text_choices(self, req: CompletionRequest, texts: list[str], gens: list[Generation], *,
                       include_usage: bool = False) -> Choices:
-        return text_choices(req, texts, gens, model=self.reply_model(req.model), reply_id=_reply_id("cmpl"),
+        return text_choices(req, texts, gens, model=self.reply_model(req.model), reply_id=reply_id("cmpl"),
                             created=int(time.time()), include_usage=include_usage)
 
     async def completion_native(self, req: NativeCompletionRequest) -> list[wire.NativeCompletion]:
@@ -410,7 +353,7 @@ class Engine:
         return stream.rendered([], lambda index, item: replies[index].chunks(item))
 
     @_preparing
-    async def _start_native(self, req: NativeCompletionRequest) -> tuple[list[NativeReply], _Events]:
+    async def _start_native(self, req: NativeCompletionRequest) -> tuple[list[NativeReply], RequestEvents]:
         if not -1 <= req.id_slot < self.meta.n_seq_max:
             raise InvalidRequest(f"id_slot must be -1 or a slot id (0..{self.meta.n_seq_max - 1})", param="id_slot")
         arrival = next(self._arrivals)
@@ -578,7 +521,7 @@ class Engine:
 
     # -- internals ----------------------------------------------------------------
     @_preparing
-    async def _start_chat(self, req: ChatCompletionRequest) -> tuple[list[Generation], _Events]:
+    async def _start_chat(self, req: ChatCompletionRequest) -> tuple[list[Generation], RequestEvents]:
         arrival = next(self._arrivals)
         n = choice_count(req, self.limits)
         n_probs = req.n_probs or 0  # llama-server's name for top_logprobs
@@ -586,7 +529,7 @@ class Engine:
                                 top_logprobs=req.top_logprobs if req.top_logprobs is not None else n_probs)
         hooks_on = self.hooks is not None and (req.mesh_hooks if req.mesh_hooks is not None
                                                else self.config.hooks_default_on)
-        ctx = _HookCtx(req, hooks_on, req.return_signals)
+        ctx = HookCtx(req, hooks_on, req.return_signals)
         pre = await self._before_chat(ctx) if hooks_on else None
         rendered = await self.renderer.render(req)
         plan = rendered.plan
@@ -651,7 +594,7 @@ class Engine:
             self._format_pieces[chat_format] = fn
         return fn
 
-    async def _before_chat(self, ctx: _HookCtx) -> Any:
+    async def _before_chat(self, ctx: HookCtx) -> Any:
         """Run ``before_chat``; Deny raises (403, or 400 when the policy says so) after ``on_finish``. ``None``
         without hooks (as when the request turns them off)."""
         if self.hooks is None:
@@ -664,13 +607,13 @@ class Engine:
             raise PermissionDenied(outcome.message, code="denied_by_hook")
         return outcome
 
-    def _stopped_before(self, gens: list[Generation], ctx: _HookCtx, reason: str) -> _Events:
+    def _stopped_before(self, gens: list[Generation], ctx: HookCtx, reason: str) -> RequestEvents:
         """A ``before_chat`` Stop: nothing is submitted; the events are only each choice's :class:`Done`."""
         dones = [gen.stopped_before(reason) for gen in gens]
         self._on_finish(ctx, gens[0].finish_info)
-        return _Events(self, gens, None, None, dones=dones)
+        return RequestEvents(self, gens, None, None, dones=dones)
 
-    def _on_finish(self, ctx: _HookCtx | None, info: FinishInfo) -> None:
+    def _on_finish(self, ctx: HookCtx | None, info: FinishInfo) -> None:
         """``on_finish`` runs in the engine's nursery: never delays or fails the request."""
         if ctx is not None and ctx.hooks and self.hooks is not None and self._nursery is not None:
             try:
@@ -679,7 +622,7 @@ class Engine:
                 pass
 
     @_preparing
-    async def _start_completion(self, req: CompletionRequest) -> tuple[list[str], list[Generation], _Events]:
+    async def _start_completion(self, req: CompletionRequest) -> tuple[list[str], list[Generation], RequestEvents]:
         """The prompt texts (for ``echo``), every choice's generation (``n`` per prompt, in order), the events."""
         arrival = next(self._arrivals)
         n = choice_count(req, self.limits)
@@ -761,223 +704,24 @@ class Engine:
             trace.max_tokens_clamped = budget.clamped
         return budget.max_tokens
 
-    def _submit(self, gens: list[Generation], ctx: _HookCtx | None) -> _Events:
+    def _submit(self, gens: list[Generation], ctx: HookCtx | None) -> RequestEvents:
         """Queue every choice's sequence now, together (:class:`QueueFull`, 429, raises here, before any
         chunk exists; the choices already queued are cancelled)."""
         send, recv = trio.open_memory_channel[tuple[int, SeqEvent]](math.inf)
         try:
             for i, gen in enumerate(gens):
-                self.scheduler.submit(gen.request, _ChoiceChannel(send, i))
+                self.scheduler.submit(gen.request, ChoiceChannel(send, i))
         except QueueFull:
             for gen in gens[:i]:
                 self.scheduler.cancel(gen.rid)
             raise
-        return _Events(self, gens, ctx, recv, send)
+        return RequestEvents(self, gens, ctx, recv, send)
 
 
-class _ChoiceChannel:
-    """Choice ``index``'s end of a request's shared event channel: what the scheduler sends it arrives
-    as ``(index, event)``. The scheduler uses only ``send_nowait`` and ``statistics`` of a send channel."""
-
-    def __init__(self, send: trio.MemorySendChannel[tuple[int, SeqEvent]], index: int) -> None:
-        self._send = send
-        self._index = index
-
-    def send_nowait(self, event: SeqEvent) -> None:
-        self._send.send_nowait((self._index, event))
-
-    def statistics(self) -> trio.MemoryChannelStatistics:
-        return self._send.statistics()
 
 
-class _Events:
-    """One request's submitted sequences (its choices): their ``(choice, Piece | Done)`` items, as an async iterator.
-
-    It only moves events: each ``(choice, SeqEvent)`` from the request's shared
-    channel goes into that choice's :class:`Generation`; the items it returns
-    come out. It cancels a choice's sequence when its generation asks (a stop
-    string matched), and every unfinished one when it is closed before the end
-    (the client went away), runs ``on_finish`` once per choice with the
-    generation's :class:`FinishInfo`, and observes TTFT, ITL and end-to-end
-    latency per choice (seconds, trio clock, from submission).
-    Also observes queue wait and prefill time (from the scheduler's finish) and the finish
-    reason, and fills in the :class:`RequestTrace` of the context it was made in (the first
-    choice's tokens and times; completion tokens summed over the choices).
-
-    Dropped without :meth:`aclose` (an embedder's ``break`` out of ``async
-    for``), it closes itself when garbage-collected: the close is handed to the
-    trio loop (``TrioToken.run_sync_soon``), as trio finalizes async generators.
-    """
-
-    def __init__(self, engine: Engine, gens: list[Generation], ctx: _HookCtx | None,
-                 recv: trio.MemoryReceiveChannel[tuple[int, SeqEvent]] | None,
-                 send: trio.MemorySendChannel[tuple[int, SeqEvent]] | None = None,
-                 dones: list[Done] | None = None) -> None:
-        self._engine = engine
-        self._gens = gens
-        self._ctx = ctx
-        self._recv = recv
-        self._send = send
-        self._ready: deque[tuple[int, Piece | Done]] = deque(enumerate(dones or []))
-        self._reported = [dones is not None] * len(gens)  # on_finish already ran (a before_chat Stop)
-        self._closed = False
-        self._t_start = trio.current_time()
-        self._t_last = [self._t_start] * len(gens)
-        self._token = trio.lowlevel.current_trio_token()
-        self._trace = TRACE.get()
-        self._finish_counted = [False] * len(gens)
-        if self._trace is not None:
-            self._trace.prompt_tokens = len(gens[0].request.prompt)
-
-    def __aiter__(self) -> _Events:
-        return self
-
-    async def __anext__(self) -> tuple[int, Piece | Done]:
-        while not self._ready:
-            if self._recv is None or all(gen.finished for gen in self._gens):
-                raise StopAsyncIteration
-            try:
-                index, event = await self._recv.receive()
-            except trio.EndOfChannel:  # no FinishEvent: the sequences are gone
-                await self.aclose()
-                raise StopAsyncIteration from None
-            self._take(index, event)
-        return self._ready.popleft()
-
-    def next_nowait(self) -> tuple[int, Piece | Done] | None:
-        """The next item if it is there without waiting (``None``: not yet, or the end); raises as
-        ``__anext__`` does for a failed generation."""
-        while not self._ready:
-            if self._recv is None or self._closed or all(gen.finished for gen in self._gens):
-                return None
-            try:
-                index, event = self._recv.receive_nowait()
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                return None
-            self._take(index, event)
-        return self._ready.popleft()
-
-    def _take(self, index: int, event: SeqEvent) -> None:
-        item = self._feed(index, event)
-        if item is not None:
-            self._ready.append((index, item))
-
-    def _feed(self, index: int, event: SeqEvent) -> Piece | Done | None:
-        gen, metrics, trace = self._gens[index], self._engine.metrics, self._trace
-        n = gen.completion_tokens
-        if isinstance(event, HookEvent) and event.consult is not None and trace is not None:
-            c = event.consult
-            trace.consults.append((str(c.get("peer")), str(c.get("outcome")), c.get("latency_ms")))
-        if isinstance(event, FinishEvent):
-            metrics.queue_wait.observe(event.queue_ms / 1000.0)
-            if event.prompt_ms > 0:
-                metrics.prefill.observe(event.prompt_ms / 1000.0)
-            if trace is not None:
-                trace.prompt_tokens, trace.cached_tokens = event.prompt_tokens, event.cached_tokens
-        try:
-            item = gen.feed(event)
-        except EngineError:
-            self._finished(index, "error")
-            self._report(index)
-            raise
-        if gen.completion_tokens != n:
-            now = trio.current_time()
-            (metrics.itl if n else metrics.ttft).observe(now - self._t_last[index])
-            self._t_last[index] = now
-            if trace is not None:
-                trace.completion_tokens += gen.completion_tokens - n
-                if trace.t_first_token is None:
-                    trace.t_first_token = now
-        if gen.wants_cancel:
-            self._engine.scheduler.cancel(gen.rid)  # its FinishEvent follows
-        if isinstance(item, Done):
-            metrics.e2e.observe(trio.current_time() - self._t_start)
-            self._finished(index, item.finish_reason)
-            self._report(index)
-        return item
-
-    def _finished(self, index: int, reason: str) -> None:
-        """Count a choice's finish (``skippy:finishes_total``) once, and tell the trace the first choice's."""
-        if not self._finish_counted[index]:
-            self._finish_counted[index] = True
-            self._engine.metrics.finishes.labels(reason).inc()
-            if self._trace is not None and index == 0:
-                self._trace.finish_reason = reason
-
-    def _report(self, index: int) -> None:
-        if not self._reported[index]:
-            self._reported[index] = True
-            self._engine._on_finish(self._ctx, self._gens[index].finish_info)
-
-    async def aclose(self) -> None:
-        """Stop here: unfinished generations are cancelled (``on_finish`` says ``cancelled``)."""
-        self._close()
-
-    def _close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        for index, gen in enumerate(self._gens):
-            if not gen.finished:
-                gen.abandon()
-                self._finished(index, "cancelled")
-                self._engine.scheduler.cancel(gen.rid)
-            self._report(index)
-        if self._recv is not None:
-            self._recv.close()
-        if self._send is not None:
-            self._send.close()
-
-    def __del__(self) -> None:
-        if not self._closed:
-            try:
-                self._token.run_sync_soon(self._close)
-            except trio.RunFinishedError:  # the engine's trio run is over: nothing left to free
-                pass
-
-    def rendered(self, head: list[T], render: Callable[[int, Piece | Done], list[T]]) -> _Rendered[T]:
-        """These items as reply objects: ``head`` first, then ``render(choice, item)`` for each item."""
-        return _Rendered(self, head, render)
 
 
-class _Rendered(Generic[T]):
-    """An :class:`_Events` mapped to reply objects (stream chunks); closing it closes the events."""
-
-    def __init__(self, events: _Events, head: list[T], render: Callable[[int, Piece | Done], list[T]]) -> None:
-        self._events = events
-        self._ready: deque[T] = deque(head)
-        self._render = render
-        self._error: EngineError | None = None  # met by ready_nowait, raised by the next __anext__
-
-    def __aiter__(self) -> _Rendered[T]:
-        return self
-
-    async def __anext__(self) -> T:
-        while not self._ready:
-            if self._error is not None:
-                error, self._error = self._error, None
-                raise error
-            self._ready.extend(self._render(*await self._events.__anext__()))
-        return self._ready.popleft()
-
-    def ready_nowait(self) -> list[T]:
-        """Every reply object there is without waiting (the tokens of a multi-step run come together, and
-        the HTTP layer writes them at once); a failed generation's error is raised by the next ``__anext__``."""
-        out = list(self._ready)
-        self._ready.clear()
-        while self._error is None:
-            try:
-                item = self._events.next_nowait()
-            except EngineError as exc:
-                self._error = exc
-                break
-            if item is None:
-                break
-            out.extend(self._render(*item))
-        return out
-
-    async def aclose(self) -> None:
-        await self._events.aclose()
 
 
 
@@ -1002,16 +746,6 @@ def _file_time(path: str) -> int:
 
 
 
-async def _drain(events: _Events) -> list[Done]:
-    """Consume every choice to its :class:`Done` (the same parser as streaming gives the message)."""
-    dones: dict[int, Done] = {}
-    async with aclosing(events):
-        async for index, item in events:
-            if isinstance(item, Done):
-                dones[index] = item
-    if len(dones) != len(events._gens):
-        raise GenerationError("generation ended without a result")
-    return [dones[i] for i in range(len(dones))]
 
 
 def load_runtime(config: EngineConfig) -> Runtime:

@@ -27,7 +27,7 @@ running ones finish, and what still runs when the grace period ends is
 cancelled with a final SSE error event (503 before headers).
 
 Each request's hooks run in this order: :func:`_start` (the request's
-:class:`~skippy.actors.engine.RequestTrace` for the engine, deadline,
+:class:`~skippy.actors.trace.RequestTrace` for the engine, deadline,
 preflight, API key, draining) before the handler; after it
 :func:`_no_retry` (``X-Should-Retry: false`` on answers a retry cannot change),
 :func:`_anthropic_errors` (Anthropic's error envelope on ``/v1/messages*``), :func:`_log`
@@ -48,7 +48,7 @@ from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
-from skippy.actors.engine import TRACE
+from skippy.actors.trace import TRACE
 from skippy.engine.errors import EngineError
 from skippy.engine.protocols.anthropic.translate import error_for
 from skippy.http import cors, webui
@@ -180,7 +180,7 @@ async def _ignored_fields(response: Response) -> Response:
 async def _max_tokens_clamped(response: Response) -> Response:
     """``X-Skippy-Max-Tokens-Clamped: 32000 -> 1890``: the request's ``max_tokens`` (asked) and the room left
     in the context that it was clamped to (granted; the least over its prompts), when it was clamped
-    (``--clamp-max-tokens``, the default; see the engine's :class:`~skippy.actors.engine.RequestTrace`)."""
+    (``--clamp-max-tokens``, the default; see the engine's :class:`~skippy.actors.trace.RequestTrace`)."""
     clamped = current().trace.max_tokens_clamped
     if clamped is not None:
         response.headers["X-Skippy-Max-Tokens-Clamped"] = f"{clamped[0]} -> {clamped[1]}"

@@ -27,7 +27,8 @@ import trio
 from quart import current_app, request
 from quart_trio.wrappers.request import TrioRequest
 
-from skippy.actors.engine import Engine, RequestTrace
+from skippy.actors.engine import Engine
+from skippy.actors.trace import RequestTrace
 from skippy.engine.errors import DeviceLost, EngineError, ModelLoading
 from skippy.engine.protocols.responses.store import ResponseStore
 from skippy.http.settings import ServerSettings
@@ -253,7 +254,7 @@ class RequestContext:
     response sent before that closes the connection). ``request_id``: see
     :func:`request_id_from` (sent back as ``X-Request-Id``, the reply ids'
     suffix); ``client``: ``host:port`` of the peer; ``trace``: what the engine
-    reports about the generation (:class:`~skippy.actors.engine.RequestTrace`).
+    reports about the generation (:class:`~skippy.actors.trace.RequestTrace`).
     ``ignored_fields``: top-level body fields this server does not know (the
     ``X-Skippy-Ignored-Fields`` response header).
     """

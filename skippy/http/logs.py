@@ -74,7 +74,7 @@ def log_request(route: str, status: int | None, *, tokens: int, duration_ms: flo
     status below 400 on one of :data:`QUIET_PATHS`.
 
     ``route``: ``METHOD PATH``; ``status``: the HTTP status sent; ``trace``: the
-    request's :class:`~skippy.actors.engine.RequestTrace` (``None`` for routes
+    request's :class:`~skippy.actors.trace.RequestTrace` (``None`` for routes
     that generate nothing); ``code`` / ``reason``: the error envelope's code and
     message of a 4xx/5xx; ``disconnected``: the client went away first.
     """

@@ -163,9 +163,9 @@ def test_step_times_record_every_decode_of_a_multi_step_run() -> None:
 
 
 async def test_ready_nowait_takes_what_is_there_and_defers_an_error() -> None:
-    """The chunks of a multi-step run are written together: ``_Rendered.ready_nowait`` returns every item
+    """The chunks of a multi-step run are written together: ``Rendered.ready_nowait`` returns every item
     available without waiting, and a generation error met there is raised by the next ``__anext__``."""
-    from skippy.actors.engine import _Rendered
+    from skippy.actors.streams import Rendered as _Rendered
     from skippy.engine.errors import EngineError
 
     class Events:

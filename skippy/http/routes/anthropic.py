@@ -9,7 +9,7 @@ from typing import Any
 
 from quart import Response
 
-from skippy.actors.engine import ReplyStream
+from skippy.actors.streams import ReplyStream
 from skippy.engine.errors import EngineError
 from skippy.engine.protocols.anthropic import translate as anthropic
 from skippy.engine.protocols.anthropic import wire as anthropic_wire

@@ -15,7 +15,7 @@ import attrs
 import trio
 from quart import Response, request
 
-from skippy.actors.engine import ReplyStream
+from skippy.actors.streams import ReplyStream
 from skippy.engine.errors import EngineError, InvalidRequest
 from skippy.engine.protocols.base import decode_request, unknown_fields
 from skippy.engine.protocols.openai import wire as openai_wire

@@ -9,7 +9,7 @@ from typing import Any
 
 from quart import Response
 
-from skippy.actors.engine import ReplyStream
+from skippy.actors.streams import ReplyStream
 from skippy.engine.errors import EngineError
 from skippy.engine.protocols.llama_server import wire
 from skippy.engine.protocols.openai import wire as openai_wire
