@@ -88,7 +88,9 @@ from skippy.engine.protocols.llama_server.translate import (
     DEFAULT_SAMPLERS,
     InfillReply,
     NativeReply,
+    default_generation_settings,
     generation_settings,
+    slot_views,
 )
 from skippy.engine.protocols.llama_server.types import InfillRequest, NativeCompletionRequest
 from skippy.engine.protocols.openai import wire as openai_wire
@@ -414,21 +416,7 @@ class Engine:
 
     def slots(self) -> list[wire.Slot]:
         """Every slot's state in llama-server's ``GET /slots`` shape."""
-        defaults = self.default_generation_settings()
-        out = []
-        for info in self.scheduler.slots():
-            params = defaults
-            if info.params is not None:
-                params = generation_settings(info.params, n_predict=info.max_tokens)
-            running = info.rid is not None
-            out.append(wire.Slot(
-                id=info.id, n_ctx=self.meta.n_ctx_seq, is_processing=running,
-                id_task=info.rid if info.rid is not None else -1,
-                n_prompt_tokens=info.n_prompt, n_prompt_tokens_cache=info.n_cached, n_kv=info.n_kv, params=params,
-                next_token=[wire.SlotNextToken(has_next_token=running,
-                                               n_remain=info.max_tokens - info.n_decoded if running else -1,
-                                               n_decoded=info.n_decoded)]))
-        return out
+        return slot_views(self.scheduler.slots(), n_ctx=self.meta.n_ctx_seq)
 
     async def slot_action(self, action: str, slot: int, path: str | None = None) -> dict[str, Any]:
         """llama-server's ``POST /slots/{id}?action=save|restore|erase`` on idle ``slot`` (state file
@@ -440,8 +428,7 @@ class Engine:
 
     def default_generation_settings(self) -> wire.GenerationSettings:
         """llama-server's default ``generation_settings`` (a request that sets nothing; its seed is random)."""
-        params = SamplingParams(seed=0xFFFFFFFF)  # llama.cpp's LLAMA_DEFAULT_SEED: a random seed per request
-        return generation_settings(params, n_predict=-1)
+        return default_generation_settings()
 
     async def apply_template(self, messages: list[Message] | ChatCompletionRequest) -> str:
         """The prompt of ``messages``, or of a whole chat request (its tools, template variables, prefill

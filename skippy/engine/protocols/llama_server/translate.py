@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from skippy.engine.output.generation import Done, Generation, Piece
 from skippy.engine.protocols.llama_server import wire
@@ -30,6 +30,9 @@ from skippy.engine.protocols.openai import translate as openai_translate
 from skippy.engine.protocols.openai import wire as openai_wire
 from skippy.engine.sampling.params import SamplingParams
 from skippy.engine.scheduling.events import TokenEvent
+
+if TYPE_CHECKING:
+    from skippy.engine.scheduling.core import SlotInfo
 
 #: the sampler chain as /completion's generation_settings names it (llama.cpp's names)
 DEFAULT_SAMPLERS = ("penalties", "top_k", "top_p", "min_p", "temperature")
@@ -182,3 +185,26 @@ class InfillReply:
                            tokens_predicted=counts.completion_tokens, tokens_evaluated=counts.prompt_tokens,
                            tokens_cached=counts.cached_tokens, truncated=False,
                            timings=openai_translate.timings(done.counts))
+
+
+def default_generation_settings() -> wire.GenerationSettings:
+    """llama-server's default ``generation_settings`` (a request that sets nothing; its seed is random:
+    llama.cpp's ``LLAMA_DEFAULT_SEED``)."""
+    return generation_settings(SamplingParams(seed=0xFFFFFFFF), n_predict=-1)
+
+
+def slot_views(infos: Sequence[SlotInfo], *, n_ctx: int) -> list[wire.Slot]:
+    """``GET /slots``: each slot's state in llama-server's shape (``n_ctx``: tokens per sequence); an idle
+    slot shows the default settings, ``id_task`` -1 and ``n_remain`` -1."""
+    defaults = default_generation_settings()
+    out = []
+    for info in infos:
+        params = defaults if info.params is None else generation_settings(info.params, n_predict=info.max_tokens)
+        running = info.rid is not None
+        out.append(wire.Slot(
+            id=info.id, n_ctx=n_ctx, is_processing=running, id_task=info.rid if info.rid is not None else -1,
+            n_prompt_tokens=info.n_prompt, n_prompt_tokens_cache=info.n_cached, n_kv=info.n_kv, params=params,
+            next_token=[wire.SlotNextToken(has_next_token=running,
+                                           n_remain=info.max_tokens - info.n_decoded if running else -1,
+                                           n_decoded=info.n_decoded)]))
+    return out
