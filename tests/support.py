@@ -60,8 +60,9 @@ def free_port(host: str = "127.0.0.1") -> int:
 class Server:
     """A running ``skippy serve`` subprocess; ``with Server(...) as srv`` waits until it is ready and stops it."""
 
-    def __init__(self, args: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
-        self.port = free_port()
+    def __init__(self, args: list[str], log_path: Path, env: dict[str, str] | None = None,
+                 port: int | None = None) -> None:
+        self.port = port or free_port()  # a port chosen first: servers that must know each other's URL
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self._log = open(log_path, "w")

