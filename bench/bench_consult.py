@@ -42,7 +42,11 @@ swap the models (a registry name or a GGUF path).
 
 All samples go to bench/out/consult-<time>.json, the server logs to bench/out/consult-<arm>.log.
 ``--limit N``: the first N questions (taken alternately from both kinds); ``--reps R``; ``--thresholds
-[E:M,...]`` (default pairs 1.5:0.5,2.0:0.5,2.5:0.3,inf:0).
+[E:M,...]`` (default pairs 1.5:0.5,2.0:0.5,2.5:0.3,3.5:0.2,inf:0).
+
+The first-token signal table: from arm b's ``after_prefill`` hook events (the same prompt in every
+arm-b server, so one value per question), the entropy and margin quantiles, and their means over the
+questions arm a answered right and wrong: whether the thresholds can tell a wrong start at all.
 """
 
 from __future__ import annotations
@@ -76,7 +80,7 @@ OUT = HERE / "out"
 SYSTEM = "Answer with just the answer: a word, a name or a number. No explanation."
 MAX_TOKENS, WINDOW, REPS, THREADS = 24, 12, 2, os.cpu_count() or 1
 CONSULT_FLAGS = ("--consult", "--consult-entropy", "--consult-margin", "--consult-timeout")
-DEFAULT_PAIRS = "1.5:0.5,2.0:0.5,2.5:0.3,inf:0"
+DEFAULT_PAIRS = "1.5:0.5,2.0:0.5,2.5:0.3,3.5:0.2,inf:0"
 NEVER = 1e9  # --consult-entropy takes finite values: 1e9 nats is never reached
 
 # -- scoring ------------------------------------------------------------------------------------------------
@@ -313,6 +317,34 @@ def print_table(rows: list[tuple[str, dict]]) -> None:
               f"| {fmt(s['peer_tokens_per_consult'], '.1f')} | {s['other_cpu']:.2f} |")
 
 
+def signal_table(arms: dict[str, dict], base: dict | None) -> dict | None:
+    """First-token entropy / margin per question (arm b's ``after_prefill`` events, rep 0), their p10/p50/p90,
+    and their means where arm a was right and wrong."""
+    sig: dict[str, tuple[float, float]] = {}
+    for name, arm in arms.items():
+        if name.startswith("b"):
+            for s in arm["samples"]:
+                for e in s["hook_events"]:
+                    if e.get("event") == "after_prefill" and e.get("entropy") is not None and s["id"] not in sig:
+                        sig[s["id"]] = (e["entropy"], e["margin"])
+    if not sig:
+        return None
+    ok = {s["id"]: s["correct"] for s in base["samples"] if s["rep"] == 0} if base else {}
+    out: dict = {"questions": len(sig)}
+    print("\n| first-token signal (arm b) | p10 | p50 | p90 | mean, arm a right | mean, arm a wrong |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for k, label in ((0, "entropy (nats)"), (1, "margin (nats)")):
+        xs = [v[k] for v in sig.values()]
+        right = [v[k] for i, v in sig.items() if ok.get(i) is True]
+        wrong = [v[k] for i, v in sig.items() if ok.get(i) is False]
+        row = {"p10": pct(xs, 0.1), "p50": pct(xs, 0.5), "p90": pct(xs, 0.9),
+               "right": st.mean(right) if right else None, "wrong": st.mean(wrong) if wrong else None}
+        out[label.split()[0]] = row
+        print(f"| {label} | {row['p10']:.2f} | {row['p50']:.2f} | {row['p90']:.2f} | {fmt(row['right'], '.2f')} "
+              f"| {fmt(row['wrong'], '.2f')} |")
+    return out
+
+
 def consult_flags_available() -> bool:
     help_text = subprocess.run([str(Path(sys.executable).parent / "skippy"), "serve", "--help"],
                                capture_output=True, text=True, check=False).stdout
@@ -388,6 +420,7 @@ def main() -> None:
             per = gain / s["consulted"] if s["consulted"] else float("nan")
             print(f"| {n[3:]} | {gain:+.1f} | {s['ttft_p50'] - a['ttft_p50']:+.0f} "
                   f"| {s['total_p50'] - a['total_p50']:+.0f} | {fmt(per, '.2f')} |")
+    signals = signal_table(arms, base)
     if skipped_b:
         print(f"\n{skipped_b}")
     if any(s["other_cpu"] > 0.1 for s in summary.values()):
@@ -398,7 +431,7 @@ def main() -> None:
     path.write_text(json.dumps({"questions": len(questions), "limit": args.limit, "reps": args.reps,
                                 "max_tokens": MAX_TOKENS, "window": WINDOW, "system": SYSTEM, "threads": THREADS,
                                 "thresholds": args.thresholds, "arm_b_skipped": skipped_b, "wall": wall,
-                                "summary": summary, "arms": arms}, indent=1))
+                                "summary": summary, "signals": signals, "arms": arms}, indent=1))
     print(f"results: {path}")
 
 
