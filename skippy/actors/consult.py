@@ -12,7 +12,7 @@ times out or answers nothing gives no action: never an error for the client.
 Peers: :class:`LocalPeer`, another model of the same :class:`~skippy.actors.pool.ModelPool`
 (``engine.chat(request)``, loading the model if needed), and :class:`RemotePeer`, an OpenAI-compatible
 server (``POST {base}/v1/chat/completions``, or ``{base}/chat/completions`` for a base ending in
-``/v1``) with ``"mesh_hooks": false`` in the body.
+``/v1``) with ``"mesh_hooks": false`` in the body, its ``model`` and size read once from ``/v1/models``.
 
 Recursion guard: every consultation is a request with ``mesh_hooks`` false, so the peer runs no hooks for
 it (a consultation is never consulted) and two servers that consult each other terminate.
@@ -117,24 +117,56 @@ class LocalPeer:
 
 
 class RemotePeer:
-    """An OpenAI-compatible server at ``base`` (``http://host:port`` or ``.../v1``) over ``client``."""
+    """An OpenAI-compatible server at ``base`` (``http://host:port`` or ``.../v1``) over ``client``.
+
+    Before its first consultation it reads ``GET {base}/v1/models`` once: the first model's ``id`` becomes
+    the consultation's ``model`` (vLLM and Ollama want one; a server of one model takes any) and its
+    ``meta.n_params`` or ``meta.size`` (llama-server's) the peer's size for the peer order. A server
+    without that route is asked without a ``model``.
+    """
 
     def __init__(self, base: str, client: httpx.AsyncClient) -> None:
         self.name = base
         root = base.rstrip("/")
-        self.url = root + ("/chat/completions" if root.endswith("/v1") else "/v1/chat/completions")
+        self.v1 = root if root.endswith("/v1") else root + "/v1"
+        self.url = self.v1 + "/chat/completions"
         self._client = client
         self.stats = PeerStats()
-        self.model: str | None = None  # the model its last answer named
+        self.model: str | None = None  # the model /v1/models lists first, then the one its last answer named
+        self.size: int | None = None
+        self._listed: str | None = None
+        self._probed = False
 
     def info(self) -> PeerInfo:
-        return PeerInfo(self.name, self.model, None, self.stats.mean_ms)
+        return PeerInfo(self.name, self.model, self.size, self.stats.mean_ms)
+
+    async def _probe(self) -> None:
+        """Read the served model's id and size once (a failure leaves both unknown; never raises)."""
+        self._probed = True
+        try:
+            resp = await self._client.get(self.v1 + "/models")
+            resp.raise_for_status()
+            first = resp.json()["data"][0]
+        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+            return
+        if isinstance(first, dict) and isinstance(first.get("id"), str) and first["id"]:
+            self._listed = self.model = first["id"]
+            meta = first.get("meta")
+            if isinstance(meta, dict):
+                size = meta.get("n_params") or meta.get("size")
+                if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+                    self.size = size
 
     async def ask(self, request: ChatCompletionRequest) -> tuple[str | None, str | None]:
-        """POST the request (``mesh_hooks`` false, not streamed); raises ``httpx.HTTPStatusError`` for a
-        non-2xx reply, ``ValueError`` for a body that is no chat completion."""
+        """POST the request (``mesh_hooks`` false, not streamed; ``model`` the one ``/v1/models`` lists
+        first, when it does); raises ``httpx.HTTPStatusError`` for a non-2xx reply, ``ValueError`` for a
+        body that is no chat completion."""
+        if not self._probed:
+            await self._probe()
         body = msgspec.to_builtins(request)
         body.update(mesh_hooks=False, stream=False)
+        if self._listed is not None:
+            body["model"] = self._listed
         resp = await self._client.post(self.url, json=body)
         resp.raise_for_status()
         try:

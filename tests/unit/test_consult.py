@@ -323,3 +323,55 @@ def test_remote_peer_urls() -> None:
     assert RemotePeer("http://h:1", client).url == "http://h:1/v1/chat/completions"
     assert RemotePeer("http://h:1/v1/", client).url == "http://h:1/v1/chat/completions"
     assert RemotePeer("http://h:11434/v1", client).url == "http://h:11434/v1/chat/completions"
+
+
+async def test_a_remote_peer_reads_its_model_and_size_then_posts_without_hooks() -> None:
+    import json
+
+    import httpx
+
+    from skippy.actors.consult import RemotePeer
+
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.url.path == "/v1/models":
+            return httpx.Response(200, json={"data": [{"id": "big-model", "meta": {"n_params": 7_000_000_000}}]})
+        return httpx.Response(200, json={"model": "big-model", "choices": [{"message": {"content": "Lima."}}]})
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        peer = RemotePeer("http://h:1", client)
+        assert peer.info() == PeerInfo("http://h:1", None, None, None)
+        question = consultation_request(QUESTION, RULES)
+        assert await peer.ask(question) == ("Lima.", "big-model")
+        assert await peer.ask(question) == ("Lima.", "big-model")
+    assert [r.url.path for r in seen] == ["/v1/models", "/v1/chat/completions", "/v1/chat/completions"]
+    body = json.loads(seen[1].content)
+    assert (body["model"], body["mesh_hooks"], body["stream"], body["max_tokens"]) == ("big-model", False, False, 64)
+    assert peer.info().size == 7_000_000_000 and peer.info().model == "big-model"
+
+
+async def test_a_remote_peer_without_a_models_route_is_asked_without_a_model() -> None:
+    import json
+
+    import httpx
+
+    from skippy.actors.consult import RemotePeer
+
+    bodies: list[dict] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/models"):
+            return httpx.Response(404)
+        bodies.append(json.loads(request.content))
+        return httpx.Response(500) if len(bodies) > 1 else httpx.Response(200, json={"choices": []})
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        peer = RemotePeer("http://h:1/v1", client)
+        question = consultation_request(QUESTION, RULES)
+        with pytest.raises(ValueError):
+            await peer.ask(question)  # no choices: not a chat completion
+        with pytest.raises(httpx.HTTPStatusError):
+            await peer.ask(question)
+    assert "model" not in bodies[0] and peer.info().size is None
