@@ -27,7 +27,7 @@ import httpx
 import pytest
 
 from tests.integration.webui_policy import INJECTED
-from tests.support import Server
+from tests.support import GEMMA, Server
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(os.environ.get("SKIPPY_TEST_ARTIFACTS", ROOT / "tmp" / "artifacts"))
@@ -430,6 +430,39 @@ def test_hook_decisions_appear_in_the_timeline(browser: Any, hook_server: Server
         assert page.text_content(".unc-stats").count("4 hook decisions") == 1
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "webui-hooks.png"))
+    finally:
+        web.close()
+    assert not web.errors, web.errors
+
+
+# -- a server that consults another model (--consult) --------------------------------------------------
+
+@pytest.fixture(scope="module")
+def consult_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    # SmolLM2 consults Gemma on every start (entropy >= 0 nats: always unsure)
+    with Server(["--model", "smollm2", "--model", GEMMA, "--consult", GEMMA,
+                 "--consult-entropy", "0", "--consult-max-tokens", "32", "--parallel", "2", "--n-ctx", "1024"],
+                tmp_path_factory.mktemp("webui-consult") / "server.log") as srv:
+        yield srv
+
+
+def test_a_consultation_shows_in_the_timeline_with_its_peer(browser: Any, consult_server: Server) -> None:
+    web = Page(browser, consult_server.base_url)
+    try:
+        page = web.open()
+        page.wait_for_selector("#hooks-box:not([hidden])")  # --consult is a hook policy: its checkbox shows
+        web.settings(system=nonce_system(), max_tokens=24)
+        web.send("What is the capital of France?")
+        web.wait_done()
+        reply = web.stored()[0]["messages"][-1]
+        consulted = [h for h in reply["hooks"] if h.get("consult")]
+        assert consulted and consulted[0]["event"] == "after_prefill"
+        assert consulted[0]["consult"]["peer"] == GEMMA
+        assert f"asked {GEMMA}" in page.text_content(".hook-summary")
+        page.check("#uncertainty", force=True)
+        page.wait_for_selector(".unc svg.chart")
+        label = page.locator(".tokens .hook-consult").first.text_content()
+        assert label.startswith(f"asked {GEMMA}") and " ms" in label
     finally:
         web.close()
     assert not web.errors, web.errors

@@ -361,7 +361,8 @@ function fillMessage(node, conv, msg, index) {
   if (msg.error) node.append(el("div", { class: "msg-error", text: msg.error }));
   if (!view && msg.hooks?.length) {
     node.append(el("div", { class: "hook-summary",
-      text: "hook policy: " + msg.hooks.map((h) => `${h.event} ${h.action === "none" ? "(no action)" : h.action}`).join(", ")
+      text: "hook policy: " + msg.hooks.map((h) => `${h.event} ${h.action === "none" ? "(no action)" : h.action}`
+        + (h.consult ? ` (${consultLabel(h.consult)})` : "")).join(", ")
         + " — turn on the uncertainty view to see where" }));
   }
   if (view) {
@@ -370,7 +371,17 @@ function fillMessage(node, conv, msg, index) {
   }
 }
 
+// a consultation of another model (--consult): who was asked, what came of it, how long it took
+function consultLabel(c) {
+  const parts = [`asked ${c.peer}${c.model && c.model !== c.peer ? ` (${c.model})` : ""}: ${c.outcome}`];
+  if (c.latency_ms != null) parts.push(`${Math.round(c.latency_ms)} ms`);
+  if (c.chars != null) parts.push(`${c.chars} characters injected`);
+  if (c.error) parts.push(c.error);
+  return parts.join(", ");
+}
+
 function hookLabel(h) {
+  if (h.consult) return `hook ${h.event}: ${consultLabel(h.consult)}`;
   if (h.action === "inject") return `hook ${h.event}: injected`;
   if (h.action === "stop") return `hook ${h.event}: stop (${h.reason ?? ""})`;
   return `hook ${h.event}: no action`;
@@ -383,6 +394,7 @@ function hookNode(h) {
   node.append(el("span", { class: "hook-tag", text: tag }));
   if (h.action === "none") node.append(el("span", { class: "hook-text", text: "no action" }));
   if (h.action === "inject" && h.text) node.append(el("span", { class: "hook-text", text: h.text }));
+  if (h.consult) node.append(el("span", { class: "hook-consult", text: consultLabel(h.consult) }));
   return node;
 }
 
