@@ -19,7 +19,8 @@ unload first, which are idle past ``keep_alive``) are made by the sans-IO
   A request arriving meanwhile loads it again.
 
 With one model the pool serves it under any name (llama-server's behaviour and the OpenAI
-clients' habit of sending ``"gpt-4o"``); with several, a name must match one of them.
+clients' habit of sending ``"gpt-4o"``); with several, a name must match one of them, or be ``auto``:
+the server chooses (:mod:`skippy.engine.routing`, from the capabilities each model showed when it loaded).
 The names a model answers to: its id (the registry name, or the GGUF's file name without
 ``.gguf``), its ``--alias`` names, the registry's aliases, and the GGUF's file name and path
 (case-insensitive).
@@ -43,6 +44,7 @@ from skippy.engine.config import EngineConfig
 from skippy.engine.errors import EngineError, InvalidRequest, ModelNotFound
 from skippy.engine.hooks.consult import check_peers
 from skippy.engine.residency import FAILED, LOADED, LOADING, Residency
+from skippy.engine.routing import Candidate, ModelCapabilities, RequestTraits, Route, choose_model, is_auto
 
 log = logging.getLogger("skippy.pool")
 
@@ -111,6 +113,7 @@ class _Slot:
     model: PoolModel
     engine: Engine | None = None
     file_time: int = 0
+    caps: ModelCapabilities | None = None  # known once the model has loaded (for model "auto")
 
 
 class ModelPool:
@@ -176,11 +179,13 @@ class ModelPool:
     def loaded_engines(self) -> list[tuple[str, Engine]]:
         return [(i, e) for i in self._order if (e := self._slots[i].engine) is not None]
 
-    def find(self, name: str | None, *, required: bool = True) -> str:
+    def find(self, name: str | None, *, required: bool = True, traits: RequestTraits | None = None) -> str:
         """The id of the model a request's ``model`` names.
 
         One model: always it. Several: a name any model answers to (case-insensitive; see
-        :func:`model_names`); ``None`` or ``""`` gives the default model unless ``required``.
+        :func:`model_names`); ``None`` or ``""`` gives the default model unless ``required``;
+        ``auto`` (when no model answers to it) the model :meth:`route` chooses for ``traits`` (``None``:
+        a request with no images and no tools, so the default model).
         Raises :class:`~skippy.engine.errors.InvalidRequest` (400, ``param: model``) for a missing
         required name (llama-server's router mode answers 400 too) and
         :class:`~skippy.engine.errors.ModelNotFound` (404, as vLLM and Ollama) for another name.
@@ -193,7 +198,21 @@ class ModelPool:
             raise InvalidRequest("model is required: this server serves several models ("
                                  f"{self._served()}); name one in the request's model field", param="model",
                                  code="missing_required_parameter")
+        if is_auto(name) and not self.answers(name):
+            return self.route(traits or RequestTraits()).model
         return self.match(name)
+
+    def answers(self, name: str) -> bool:
+        """Whether some served model answers to ``name`` (case-insensitive)."""
+        key = name.casefold()
+        return any(key == n.casefold() for i in self._order for n in self._slots[i].model.names)
+
+    def route(self, traits: RequestTraits) -> Route:
+        """Where a ``model: "auto"`` request with ``traits`` goes (:func:`~skippy.engine.routing.choose_model`):
+        the models whose load has not failed, each loaded or not and with its capabilities once known."""
+        slots = [self._slots[i] for i in self._order if self.residency[i].state != FAILED]
+        candidates = [Candidate(s.model.id, loaded=s.engine is not None, caps=s.caps) for s in slots]
+        return choose_model(traits, candidates, self.default)
 
     def match(self, name: str) -> str:
         """The id of the model that answers to ``name`` (case-insensitive, one model or several); raises
@@ -245,10 +264,10 @@ class ModelPool:
             raise
 
     @asynccontextmanager
-    async def use(self, name: str | None = None) -> AsyncIterator[Engine]:
+    async def use(self, name: str | None = None, *, traits: RequestTraits | None = None) -> AsyncIterator[Engine]:
         """``async with pool.use("gemma-3-270m") as engine``: :meth:`acquire` and release around the block
-        (``name`` as for :meth:`find`; ``None``: the default model)."""
-        engine, lease = await self.acquire(self.find(name, required=False))
+        (``name`` and ``traits`` as for :meth:`find`; ``None``: the default model)."""
+        engine, lease = await self.acquire(self.find(name, required=False, traits=traits))
         try:
             yield engine
         finally:
@@ -292,6 +311,7 @@ class ModelPool:
             t0 = trio.current_time()
             async with self._opener(slot.model.config, models=self) as engine:  # models: --consult peers
                 slot.engine = engine
+                slot.caps = model_capabilities(engine)
                 res.loaded(name, trio.current_time())
                 log.info("model %s loaded in %.1f s: n_ctx=%d per sequence, %d parallel sequences", name,
                          trio.current_time() - t0, engine.meta.n_ctx_seq, engine.meta.n_seq_max)
@@ -346,6 +366,15 @@ class ModelPool:
     def _model_states(self) -> Iterator[tuple[str, str]]:
         for name in self._order:
             yield name, self.state(name)
+
+
+def model_capabilities(engine: Engine) -> ModelCapabilities:
+    """What model routing (``model: "auto"``) needs to know of a loaded engine: native tool calls (its chat
+    template's ``supports_tools``, as ``/props`` ``chat_template_caps``, unless ``--force-tool-emulation``) and
+    image input (the runtime meta's ``image_input``: no runtime has it yet, so ``False``)."""
+    renderer = engine.renderer
+    return ModelCapabilities(native_tools=renderer.template.caps.supports_tools and not renderer.force_tool_emulation,
+                             image_input=bool(getattr(engine.meta, "image_input", False)))
 
 
 def _file_time(model: Any) -> int:

@@ -20,9 +20,10 @@ import secrets
 import time
 from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import attrs
+import msgspec
 import trio
 from quart import current_app, request
 from quart_trio.wrappers.request import TrioRequest
@@ -30,7 +31,9 @@ from quart_trio.wrappers.request import TrioRequest
 from skippy.actors.engine import Engine
 from skippy.actors.trace import RequestTrace
 from skippy.engine.errors import DeviceLost, EngineError, ModelLoading
+from skippy.engine.protocols.openai.types import ChatCompletionRequest, CompletionRequest
 from skippy.engine.protocols.responses.store import ResponseStore
+from skippy.engine.routing import RequestTraits, chat_traits, is_auto
 from skippy.http.settings import ServerSettings
 
 if TYPE_CHECKING:
@@ -38,6 +41,9 @@ if TYPE_CHECKING:
     from skippy.actors.pool import Lease, ModelPool
 
 EXTENSION = "skippy"  # the key of :class:`Shared` in ``app.extensions``
+
+#: the requests :meth:`Shared.routed` takes (a ``model: "auto"`` one comes back with the chosen model)
+R = TypeVar("R", ChatCompletionRequest, CompletionRequest)
 
 
 class RequestTimeout(EngineError):
@@ -171,23 +177,26 @@ class Shared:
             raise ModelLoading(self.state.load_error or "the model is still loading; retry shortly")
         return _usable(engine)
 
-    async def engine_for(self, model: str | None, *, required: bool = True) -> Engine:
+    async def engine_for(self, model: str | None, *, required: bool = True,
+                         traits: RequestTraits | None = None) -> Engine:
         """The engine of the model a request names in ``model`` (its body's field or ``?model=``).
 
         One model: it, whatever the name (llama-server's behaviour). Several
         (:class:`~skippy.actors.pool.ModelPool`): the named one, loaded first if it is not (the
         request waits; the other models keep serving), held loaded until the response has ended;
         without a name, 400 when ``required`` (the generation routes, as llama-server's router mode)
-        else the default model. Raises :class:`~skippy.engine.errors.ModelLoading` (503) while the
-        server starts (the default model's first load), ``ModelNotFound`` (404) for a name no model
-        answers to, :class:`~skippy.actors.pool.ModelUnavailable` (503) when the model cannot load.
+        else the default model; ``auto``: the one the routing rules choose for ``traits``
+        (:mod:`skippy.engine.routing`; routes call :meth:`routed`). Raises
+        :class:`~skippy.engine.errors.ModelLoading` (503) while the server starts (the default model's first
+        load), ``ModelNotFound`` (404) for a name no model answers to,
+        :class:`~skippy.actors.pool.ModelUnavailable` (503) when the model cannot load.
         """
         pool = self.state.pool
         if pool is None:
             return self.engine()
         if not pool.ready.is_set():
             raise ModelLoading(self.state.load_error or "the model is still loading; retry shortly")
-        name = pool.find(model, required=required)
+        name = pool.find(model, required=required, traits=traits)
         engine = pool.engine(name)
         leases = LEASES.get()
         if pool.single and engine is not None and pool.residency.keep_alive < 0:
@@ -198,6 +207,26 @@ class Shared:
         else:  # outside an HTTP request (no one would release it): do not hold the model
             lease.release()
         return _usable(engine)
+
+    async def routed(self, req: R) -> tuple[Engine, R]:
+        """The engine for ``req.model`` (:meth:`engine_for`) and the request to give it.
+
+        ``req`` itself, unless its ``model`` is ``auto`` (and no served model answers to that name): then
+        the model the routing rules choose for the request's traits (its image parts and ``tools``:
+        :func:`~skippy.engine.routing.chat_traits`, :func:`~skippy.engine.routing.choose_model`), and a copy
+        of ``req`` whose ``model`` is that model's id (so the reply names the model that answered) and, for a
+        chat request, ``mesh_hooks`` true unless the request set it (``auto`` turns the hooks on; they run
+        where a hook policy or ``--consult`` is configured).
+        """
+        pool = self.state.pool
+        if not is_auto(req.model) or (pool is not None and req.model is not None and pool.answers(req.model)):
+            return await self.engine_for(req.model), req
+        if isinstance(req, ChatCompletionRequest):
+            eng = await self.engine_for(req.model, traits=chat_traits(req.messages, req.tools))
+            hooks = True if req.mesh_hooks is None else req.mesh_hooks
+            return eng, msgspec.structs.replace(req, model=eng.model_id, mesh_hooks=hooks)
+        eng = await self.engine_for(req.model, traits=RequestTraits())
+        return eng, msgspec.structs.replace(req, model=eng.model_id)
 
     def metrics(self) -> EngineMetrics | PoolMetrics | None:
         """Where the HTTP counters go: the pool's of several models, else the one engine's (``None``

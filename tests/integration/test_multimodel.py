@@ -32,7 +32,8 @@ def _client(srv: Server) -> openai.OpenAI:
 
 
 def _states(srv: Server) -> dict[str, str]:
-    return {m["id"]: m["state"] for m in httpx.get(srv.base_url + "/v1/models", timeout=30).json()["data"]}
+    return {m["id"]: m["state"] for m in httpx.get(srv.base_url + "/v1/models", timeout=30).json()["data"]
+            if m["id"] != "auto"}  # the server's choice (test_auto_model.py), listed last
 
 
 def _ask(client: openai.OpenAI, model: str) -> openai.types.Completion:
@@ -63,7 +64,8 @@ def test_each_model_answers_by_name_and_the_other_loads_on_demand(two: Server) -
     body = httpx.get(two.base_url + "/v1/models", timeout=30).json()["data"]
     assert [(m["id"], m["state"], m["status"]) for m in body] == [
         (SMOL_ID, "loaded", {"value": "loaded"}),  # the first model loads at start
-        (GEMMA, "unloaded", {"value": "unloaded"})]  # the others on their first request (llama-server router)
+        (GEMMA, "unloaded", {"value": "unloaded"}),  # the others on their first request (llama-server router)
+        ("auto", "loaded", {"value": "loaded"})]  # the server chooses (test_auto_model.py)
     assert "meta" in body[0] and "meta" not in body[1]
     client = _client(two)
     smol = _ask(client, "smollm2")

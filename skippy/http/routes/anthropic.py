@@ -91,7 +91,7 @@ async def messages() -> Response:
     req = await read_body(MessagesRequest, ctx)
     chat = anthropic.to_chat_request(req)
     check_limits(app.settings, req.messages, chat)
-    eng = await app.engine_for(req.model)
+    eng, chat = await app.routed(chat)  # model "auto": the chosen model's id, hooks on
     stops = req.stop_sequences
     if req.stream:
         async def start() -> ReplyStream[Any]:
@@ -111,7 +111,7 @@ async def count_tokens() -> Response:
     req = await read_body(CountTokensRequest, ctx)
     chat = anthropic.to_chat_request(req)
     check_limits(app.settings, req.messages, chat)
-    eng = await app.engine_for(req.model)
+    eng, chat = await app.routed(chat)
 
     async def count() -> int:
         prompt = await eng.apply_template(chat)

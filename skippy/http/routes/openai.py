@@ -15,6 +15,7 @@ from skippy.engine.protocols.openai.types import (
     CompletionRequest,
     EmbeddingRequest,
 )
+from skippy.engine.routing import AUTO, is_auto
 from skippy.http.context import Shared, current, shared
 from skippy.http.replies import (
     json_response,
@@ -33,7 +34,7 @@ async def chat_completions() -> Response:
     app, ctx = shared(), current()
     req = await read_body(ChatCompletionRequest, ctx)
     check_limits(app.settings, req.messages, req)
-    eng = await app.engine_for(req.model)
+    eng, req = await app.routed(req)  # model "auto": the chosen model's id, hooks on
     if req.stream:
         return await stream(app, ctx, lambda: eng.chat_stream(req))
     result = await unless_gone(app, ctx, eng.chat(req))
@@ -45,7 +46,7 @@ async def completions() -> Response:
     app, ctx = shared(), current()
     req = await read_body(CompletionRequest, ctx)
     check_limits(app.settings, [], req)
-    eng = await app.engine_for(req.model)
+    eng, req = await app.routed(req)  # model "auto": the default model (a prompt has no images, no tools)
     if req.stream:
         return await stream(app, ctx, lambda: eng.completion_stream(req))
     result = await unless_gone(app, ctx, eng.completion(req))
@@ -89,20 +90,60 @@ def _several(app: Shared) -> Any:
     return pool
 
 
+def _auto_model(app: Shared) -> openai_wire.Model:
+    """The ``auto`` entry: the server chooses the model (:mod:`skippy.engine.routing`). Listed among several
+    models, it has a ``state`` and ``status`` as they do: ``loaded`` while some model is (it answers without a
+    load), else ``unloaded``."""
+    entry = openai_wire.Model(id=AUTO, created=int(app.state.started))
+    pool = app.state.pool
+    if pool is not None and pool.ready.is_set():
+        entry.state = "loaded" if pool.loaded_engines() else "unloaded"
+        entry.status = openai_wire.ModelStatus(value=entry.state)
+    return entry
+
+
+def _lists_auto(app: Shared) -> bool:
+    """Whether ``/v1/models`` lists ``auto``: several models are served, or ``--consult`` peers are configured
+    (``auto`` is accepted by every server; with one model and no peers it is just that model, not listed)."""
+    pool = app.state.pool
+    if pool is None:
+        eng = app.engine()
+        return bool(getattr(eng.config, "consult", ())) and not any(is_auto(n) for n in eng.served_names)
+    if pool.answers(AUTO):  # a served model's own name: it answers, as any model name
+        return False
+    return not pool.single or any(getattr(pool.model(i).config, "consult", ()) for i in pool.ids())
+
+
+def _answers_auto(app: Shared, model_id: str) -> bool:
+    """Whether ``GET /v1/models/{model_id}`` is the ``auto`` entry (no served model answers to ``auto``)."""
+    if not is_auto(model_id):
+        return False
+    pool = app.state.pool
+    if pool is not None:
+        return not pool.answers(model_id)
+    return not any(is_auto(n) for n in app.engine().served_names)
+
+
 async def models() -> Response:
     """OpenAI ``GET /v1/models``: the served model under each of its names; with several models, each with its
-    ``state`` (``loaded``, ``loading``, ``unloaded``, ``failed``) and llama-server router mode's ``status``."""
+    ``state`` (``loaded``, ``loading``, ``unloaded``, ``failed``) and llama-server router mode's ``status``; then
+    ``auto`` (the server chooses) when several models are served or ``--consult`` peers are configured."""
     app = shared()
     pool = _several(app)
     if pool is not None:
-        return json_response(openai_wire.ModelList(data=[_pool_model(pool, i, name) for i in pool.ids()
-                                                  for name in pool.model(i).listed]))
-    eng = app.engine()
-    return json_response(openai_wire.ModelList(data=[_model(eng, name) for name in eng.served_names]))
+        data = [_pool_model(pool, i, name) for i in pool.ids() for name in pool.model(i).listed]
+    else:
+        eng = app.engine()
+        data = [_model(eng, name) for name in eng.served_names]
+    if _lists_auto(app):
+        data.append(_auto_model(app))
+    return json_response(openai_wire.ModelList(data=data))
 
 
 async def model(model_id: str) -> Response:
     app = shared()
+    if _answers_auto(app, model_id):
+        return json_response(_auto_model(app))
     pool = _several(app)
     if pool is not None:
         found = pool.match(model_id)

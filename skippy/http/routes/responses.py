@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+import attrs
 from quart import Response
 
 from skippy.actors.streams import ReplyStream
@@ -16,6 +17,7 @@ from skippy.engine.protocols.openai import wire as openai_wire
 from skippy.engine.protocols.responses import translate as rapi
 from skippy.engine.protocols.responses import wire as rwire
 from skippy.engine.protocols.responses.types import ResponsesRequest
+from skippy.engine.routing import AUTO, is_auto
 from skippy.http.context import Shared, current, shared
 from skippy.http.replies import (
     json_response,
@@ -85,8 +87,13 @@ async def responses_create() -> Response:
     req = await read_body(ResponsesRequest, ctx)
     previous = (app.responses.get(req.previous_response_id, param="previous_response_id")
                 if req.previous_response_id is not None else None)
-    eng = await app.engine_for(req.model)
-    turn = rapi.prepare(req, previous, model=eng.reply_model(req.model))
+    if is_auto(req.model):  # the chosen model depends on the translated request (its tools)
+        turn = rapi.prepare(req, previous, model=AUTO)
+        eng, chat = await app.routed(turn.chat)
+        turn = attrs.evolve(turn, model=eng.reply_model(chat.model), chat=chat)
+    else:
+        eng = await app.engine_for(req.model)
+        turn = rapi.prepare(req, previous, model=eng.reply_model(req.model))
     try:
         check_limits(app.settings, turn.chat.messages, turn.chat)
         if req.stream:
