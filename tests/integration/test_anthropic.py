@@ -68,7 +68,8 @@ def test_text_stream_events(srv: Server) -> None:
     names = [name for name, _ in events]
     assert names[:3] == ["message_start", "ping", "content_block_start"]
     assert names[-3:] == ["content_block_stop", "message_delta", "message_stop"]
-    assert set(names[3:-3]) == {"content_block_delta"}
+    # a keep-alive ping may come between deltas when a token is slow (a loaded machine), as Anthropic sends them
+    assert set(names[3:-3]) - {"ping"} == {"content_block_delta"}
     assert all(name == data["type"] for name, data in events)
     start = events[0][1]["message"]
     assert start["content"] == [] and start["stop_reason"] is None and start["usage"]["input_tokens"] > 0
