@@ -12,7 +12,7 @@ from typing import Any
 __all__ = ["ChatCompletionRequest", "CompletionRequest", "Engine", "EngineConfig", "Message", "open_engine"]
 __version__ = "0.1.0"
 
-_WHERE = {"Engine": "skippy.actors.engine", "open_engine": "skippy.actors.engine",
+_WHERE = {"Engine": "skippy.actors.engine", "open_engine": "skippy.actors.wiring",
           "EngineConfig": "skippy.engine.config", "ChatCompletionRequest": "skippy.engine.protocols.openai.types",
           "CompletionRequest": "skippy.engine.protocols.openai.types",
           "Message": "skippy.engine.protocols.openai.types"}

@@ -1,6 +1,6 @@
-"""The Engine facade: wires the actors and serves OpenAI requests in-process.
+"""The Engine facade: serves OpenAI (and llama-server) requests in-process over one model's actors.
 
-Usable from any trio program, without HTTP::
+Usable from any trio program, without HTTP (:func:`~skippy.actors.wiring.open_engine` starts the actors)::
 
     async with skippy.open_engine(EngineConfig(model="SmolLM2-135M-Instruct")) as engine:
         reply = await engine.chat(ChatCompletionRequest(messages=[Message("user", "Hi")]))
@@ -33,18 +33,17 @@ import itertools
 import math
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import aclosing, asynccontextmanager
+from collections.abc import Awaitable, Callable
+from contextlib import aclosing
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import attrs
 import msgspec
 import trio
 
-from skippy.actors.consult import ComposedPolicy, LocalModels, build_consult, hook_timeout
-from skippy.actors.hooks import HookEvaluator, WebhookPolicy
+from skippy.actors.hooks import HookEvaluator
 from skippy.actors.metrics import EngineMetrics
-from skippy.actors.renderer import CHATML, TemplateRenderer, fallback_stops
+from skippy.actors.renderer import TemplateRenderer
 from skippy.actors.scheduler import DecodeScheduler
 from skippy.actors.streams import ChoiceChannel, HookCtx, ReplyStream, RequestEvents, drain
 from skippy.actors.tokenizer import Tokenizer
@@ -53,7 +52,7 @@ from skippy.engine.chat.emulation import EarlyStop
 from skippy.engine.chat.formats import SYNTAXES, preserved_markers, preserved_pieces
 from skippy.engine.chat.formats.base import ContentParser
 from skippy.engine.chat.plan import ParsePlan
-from skippy.engine.chat.prepare import PreparedTemplate, make_output_parser
+from skippy.engine.chat.prepare import make_output_parser
 from skippy.engine.config import EngineConfig
 from skippy.engine.errors import (
     EngineClosed,
@@ -63,7 +62,7 @@ from skippy.engine.errors import (
     PermissionDenied,
     QueueFull,
 )
-from skippy.engine.hooks.policy import Deny, Inject, Stop, load_policy_factory
+from skippy.engine.hooks.policy import Deny, Inject, Stop
 from skippy.engine.hooks.signals import FinishInfo
 from skippy.engine.infill import ExtraChunk, Mixed, format_infill, require_fim
 from skippy.engine.output.embeddings import fit, split_input
@@ -107,7 +106,6 @@ from skippy.engine.sampling.constraints import RequestConstraint, constraint_fro
 from skippy.engine.sampling.native import apply_samplers, native_logit_bias, resolve_logit_bias, sampler_names
 from skippy.engine.sampling.params import SamplingParams
 from skippy.engine.scheduling.budget import ReasoningBudget
-from skippy.engine.scheduling.config import SchedulerConfig
 from skippy.engine.scheduling.events import EmbeddingsEvent, EmbedRequest, SeqEvent
 from skippy.engine.scheduling.prefix import common_prefix_len
 
@@ -728,95 +726,3 @@ def _file_time(path: str) -> int:
         return int(os.path.getmtime(path))
     except (OSError, ValueError):
         return int(time.time())
-
-
-
-
-
-
-
-def load_runtime(config: EngineConfig) -> Runtime:
-    """Load the llama.cpp runtime for ``config`` (blocking; run it in a thread)."""
-    from skippy.engine.runtime.llama import LlamaRuntime, RuntimeConfig
-    from skippy.models import resolve_model
-
-    path = resolve_model(config.model)
-    return LlamaRuntime(str(path), RuntimeConfig.from_engine_config(config))
-
-
-@asynccontextmanager
-async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None,
-                      models: LocalModels | None = None) -> AsyncIterator[Engine]:
-    """Load the model (in a worker thread), start the actors, yield the :class:`Engine`.
-
-    ``models``: the server's other models (the :class:`~skippy.actors.pool.ModelPool` passes itself), for
-    ``config.consult`` peers that name one; with ``consult`` set the hook policy is the consultation
-    (:mod:`skippy.actors.consult`), after the user's ``hook_policy`` / ``hook_url`` when there is one, and
-    the hook timeout at least ``consult_timeout`` + 1 s.
-
-    On exit the actors are cancelled, running generations end with
-    :class:`EngineClosed`, and the llama.cpp context is freed.
-    Raises ``RuntimeError`` when the model cannot be loaded.
-    """
-    own = runtime is None
-    if runtime is None:
-        runtime = await trio.to_thread.run_sync(load_runtime, config)
-    meta = runtime.meta
-    source = config.chat_template or meta.chat_template or CHATML
-    template = await trio.to_thread.run_sync(
-        lambda: PreparedTemplate.build(source, bos_token=meta.bos_token, eos_token=meta.eos_token))
-    tokenizer = Tokenizer(runtime.vocab, bos_id=meta.bos_id)
-    renderer = TemplateRenderer(template, default_kwargs=config.chat_template_kwargs,
-                                force_tool_emulation=config.force_tool_emulation)
-    policy = _load_policy(config)
-    webhook_client = None
-    if config.hook_url:
-        import httpx
-
-        webhook_client = httpx.AsyncClient(timeout=config.hook_timeout + 1.0, trust_env=False)
-        policy = WebhookPolicy(config.hook_url, webhook_client)
-    consult, consult_client = build_consult(config, models) if config.consult else (None, None)
-    if consult is not None:  # the user's policy first; the consultation when it takes no action
-        policy = consult if policy is None else ComposedPolicy(policy, consult, config.hook_timeout)
-    evaluator = None
-    if policy is not None:
-        evaluator = HookEvaluator(policy, timeout=hook_timeout(config), fail_closed=config.hook_fail_closed)
-    scheduler = DecodeScheduler(runtime, SchedulerConfig.from_engine_config(config),
-                                hooks=evaluator.inbox if evaluator else None)
-    renderer.history_boundary = scheduler.core.checkpoints is not None  # the chat's checkpoint boundary
-    try:
-        async with trio.open_nursery() as nursery:
-            engine = Engine(config, runtime, tokenizer, renderer, scheduler, evaluator, nursery)
-            if consult is not None:
-                consult.metrics = engine.metrics
-            if source is CHATML:
-                engine.template_stops = fallback_stops(runtime.vocab, meta.eog_ids)
-            nursery.start_soon(tokenizer.run)
-            nursery.start_soon(renderer.run)
-            nursery.start_soon(scheduler.run)
-            if evaluator is not None:
-                nursery.start_soon(evaluator.run)
-            try:
-                yield engine
-            finally:
-                engine.closed = True
-                nursery.cancel_scope.cancel()
-    finally:
-        for client in (webhook_client, consult_client):
-            if client is not None:
-                with trio.CancelScope(shield=True):
-                    await client.aclose()
-        if own:
-            runtime.close()
-
-
-def _load_policy(config: EngineConfig) -> Any:
-    """The hook policy: an object, or a ``package.module:factory`` spec.
-
-    Raises ``ValueError`` when both it and a hook URL are set.
-    """
-    if config.hook_policy is not None and config.hook_url:
-        raise ValueError("set either a hook policy or a hook URL, not both")
-    if isinstance(config.hook_policy, str):
-        return load_policy_factory(config.hook_policy)
-    return config.hook_policy

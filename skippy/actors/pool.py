@@ -7,7 +7,7 @@ unload first, which are idle past ``keep_alive``) are made by the sans-IO
 :class:`~skippy.engine.residency.Residency`; this module only runs them with trio:
 
 - loading a model is one task in the pool's nursery (:meth:`ModelPool._host`) that waits for
-  room, runs :func:`~skippy.actors.engine.open_engine` (llama.cpp reads the weights in a
+  room, runs :func:`~skippy.actors.wiring.open_engine` (llama.cpp reads the weights in a
   worker thread, so the other models' streams go on) and keeps the engine open;
 - a request calls :meth:`ModelPool.acquire`, which reserves the model, starts its load if
   needed, waits for it, and returns the engine with a :class:`Lease` that the caller releases
@@ -38,8 +38,9 @@ from typing import Any
 import attrs
 import trio
 
-from skippy.actors.engine import Engine, open_engine
+from skippy.actors.engine import Engine
 from skippy.actors.metrics import PoolMetrics
+from skippy.actors.wiring import open_engine
 from skippy.engine.config import EngineConfig
 from skippy.engine.errors import EngineError, InvalidRequest, ModelNotFound
 from skippy.engine.hooks.consult import check_peers
@@ -119,7 +120,7 @@ class _Slot:
 class ModelPool:
     """Engines for ``models`` (the first is the default, loaded at start), at most ``max_loaded``
     resident at a time (0: no bound), each unloaded after ``keep_alive`` idle seconds (negative:
-    never). ``opener`` opens one engine (:func:`~skippy.actors.engine.open_engine`; tests may pass
+    never). ``opener`` opens one engine (:func:`~skippy.actors.wiring.open_engine`; tests may pass
     another), called as ``opener(config, models=pool)`` (the pool: the other models a ``--consult`` peer
     may name); ``on_load(engine)`` runs after each load (the server logs the chat template). Run it
     with :meth:`run` in a nursery (``await nursery.start(pool.run)``).

@@ -1,0 +1,112 @@
+"""Wiring one model's actors: :func:`open_engine` loads the model, starts the tokenizer, the template
+renderer, the decode scheduler and the hook evaluator (with the ``--consult`` policy or the user's) in one
+nursery, and yields the :class:`~skippy.actors.engine.Engine` facade over them; :func:`load_runtime` loads
+the llama.cpp runtime alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+
+from skippy.actors.consult import ComposedPolicy, LocalModels, build_consult, hook_timeout
+from skippy.actors.engine import Engine
+from skippy.actors.hooks import HookEvaluator, WebhookPolicy
+from skippy.actors.renderer import CHATML, TemplateRenderer, fallback_stops
+from skippy.actors.scheduler import DecodeScheduler
+from skippy.actors.tokenizer import Tokenizer
+from skippy.engine.chat.prepare import PreparedTemplate
+from skippy.engine.config import EngineConfig
+from skippy.engine.hooks.policy import load_policy_factory
+from skippy.engine.runtime.base import Runtime
+from skippy.engine.scheduling.config import SchedulerConfig
+
+
+def load_runtime(config: EngineConfig) -> Runtime:
+    """Load the llama.cpp runtime for ``config`` (blocking; run it in a thread)."""
+    from skippy.engine.runtime.llama import LlamaRuntime, RuntimeConfig
+    from skippy.models import resolve_model
+
+    path = resolve_model(config.model)
+    return LlamaRuntime(str(path), RuntimeConfig.from_engine_config(config))
+
+
+@asynccontextmanager
+async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None,
+                      models: LocalModels | None = None) -> AsyncIterator[Engine]:
+    """Load the model (in a worker thread), start the actors, yield the :class:`Engine`.
+
+    ``models``: the server's other models (the :class:`~skippy.actors.pool.ModelPool` passes itself), for
+    ``config.consult`` peers that name one; with ``consult`` set the hook policy is the consultation
+    (:mod:`skippy.actors.consult`), after the user's ``hook_policy`` / ``hook_url`` when there is one, and
+    the hook timeout at least ``consult_timeout`` + 1 s.
+
+    On exit the actors are cancelled, running generations end with
+    :class:`~skippy.engine.errors.EngineClosed`, and the llama.cpp context is freed.
+    Raises ``RuntimeError`` when the model cannot be loaded.
+    """
+    own = runtime is None
+    if runtime is None:
+        runtime = await trio.to_thread.run_sync(load_runtime, config)
+    meta = runtime.meta
+    source = config.chat_template or meta.chat_template or CHATML
+    template = await trio.to_thread.run_sync(
+        lambda: PreparedTemplate.build(source, bos_token=meta.bos_token, eos_token=meta.eos_token))
+    tokenizer = Tokenizer(runtime.vocab, bos_id=meta.bos_id)
+    renderer = TemplateRenderer(template, default_kwargs=config.chat_template_kwargs,
+                                force_tool_emulation=config.force_tool_emulation)
+    policy = _load_policy(config)
+    webhook_client = None
+    if config.hook_url:
+        import httpx
+
+        webhook_client = httpx.AsyncClient(timeout=config.hook_timeout + 1.0, trust_env=False)
+        policy = WebhookPolicy(config.hook_url, webhook_client)
+    consult, consult_client = build_consult(config, models) if config.consult else (None, None)
+    if consult is not None:  # the user's policy first; the consultation when it takes no action
+        policy = consult if policy is None else ComposedPolicy(policy, consult, config.hook_timeout)
+    evaluator = None
+    if policy is not None:
+        evaluator = HookEvaluator(policy, timeout=hook_timeout(config), fail_closed=config.hook_fail_closed)
+    scheduler = DecodeScheduler(runtime, SchedulerConfig.from_engine_config(config),
+                                hooks=evaluator.inbox if evaluator else None)
+    renderer.history_boundary = scheduler.core.checkpoints is not None  # the chat's checkpoint boundary
+    try:
+        async with trio.open_nursery() as nursery:
+            engine = Engine(config, runtime, tokenizer, renderer, scheduler, evaluator, nursery)
+            if consult is not None:
+                consult.metrics = engine.metrics
+            if source is CHATML:
+                engine.template_stops = fallback_stops(runtime.vocab, meta.eog_ids)
+            nursery.start_soon(tokenizer.run)
+            nursery.start_soon(renderer.run)
+            nursery.start_soon(scheduler.run)
+            if evaluator is not None:
+                nursery.start_soon(evaluator.run)
+            try:
+                yield engine
+            finally:
+                engine.closed = True
+                nursery.cancel_scope.cancel()
+    finally:
+        for client in (webhook_client, consult_client):
+            if client is not None:
+                with trio.CancelScope(shield=True):
+                    await client.aclose()
+        if own:
+            runtime.close()
+
+
+def _load_policy(config: EngineConfig) -> Any:
+    """The hook policy: an object, or a ``package.module:factory`` spec.
+
+    Raises ``ValueError`` when both it and a hook URL are set.
+    """
+    if config.hook_policy is not None and config.hook_url:
+        raise ValueError("set either a hook policy or a hook URL, not both")
+    if isinstance(config.hook_policy, str):
+        return load_policy_factory(config.hook_policy)
+    return config.hook_policy
