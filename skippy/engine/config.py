@@ -502,13 +502,14 @@ class EngineConfig:
                                             "llama-server, vLLM, Ollama). Its short answer is read as hidden "
                                             "context before the model goes on (docs: guides/consult). Runs for "
                                             "requests with hooks on (\"mesh_hooks\": true or --hooks-default-on).")
-    consult_entropy: float = setting(2.0, check=FloatRange(0.0, finite=True),
+    consult_entropy: float = setting(3.5, check=FloatRange(0.0, finite=True),
                                      help="Consult when the first token's entropy (nats) is at or above this "
-                                          "(a provisional default: a benchmark will choose it).")
-    consult_margin: float = setting(0.5, check=FloatRange(0.0, finite=True),
+                                          "(chosen by bench_consult: the measured pair that consulted least; see "
+                                          "the consult guide).")
+    consult_margin: float = setting(0.2, check=FloatRange(0.0, finite=True),
                                     help="Consult when the first token's margin (nats, top-1 minus top-2 log "
-                                         "probability) is at or below this (a provisional default: a benchmark "
-                                         "will choose it).")
+                                         "probability) is at or below this (chosen by bench_consult with "
+                                         "--consult-entropy; see the consult guide).")
     consult_timeout: float = setting(10.0, check=FloatRange(0.0, min_open=True, finite=True),
                                      help="Seconds one consultation may take (each peer); past it the model goes on "
                                           "without a note. With --consult the hook timeout is at least this + 1 s.")

@@ -72,8 +72,8 @@ class ConsultRules:
     ``max_chars``: the hint's length at most.
     """
 
-    entropy: float = 2.0
-    margin: float = 0.5
+    entropy: float = 3.5
+    margin: float = 0.2
     timeout: float = 10.0
     max_tokens: int = 200
     max_chars: int = 512
