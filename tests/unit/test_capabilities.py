@@ -98,6 +98,17 @@ EXPECTED_FORMATS = {
     "LFM2.5-8B-A1B": "lfm2",
     "LFM2.5-Instruct": "lfm2",
     "mistralai-Ministral-3-14B-Reasoning-2512": "mistral_small_3_2",
+    # issue 41: late-2026 agent families
+    "deepseek-ai-DeepSeek-V3.2": "deepseek_v3_2",
+    "deepseek-ai-DeepSeek-V4": "deepseek_v4",
+    "deepseek-ai-DeepSeek-V4-Flash-0731": "deepseek_v4",
+    "MiniMax-M2": "minimax_m2",
+    "Kimi-K3": "kimi_k3",
+    "openbmb-MiniCPM5-1B": "minicpm5",
+    "Qwen3.5-4B": "qwen3_coder",
+    "StepFun3.5-Flash": "qwen3_coder",
+    "inclusionai-ling-3.0-flash": "glm_4_5",
+    "Cohere2MoE": "command_r7b",
     "google-gemma-2-2b-it": "content_only",
     "microsoft-Phi-3.5-mini-instruct": "content_only",
 }

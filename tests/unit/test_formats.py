@@ -142,6 +142,32 @@ KNOWN = [
                                                            '"cmd": "a\\"b"}'),))),
     ("mistral_small_3_2", {}, '[THINK]Need weather.[/THINK]Checking.[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}',
      ParsedMessage(content="Checking.", reasoning_content="Need weather.", tool_calls=(WEATHER,))),
+    # issue 41: MiniMax M2, DeepSeek V3.2 / V4 (DSML), Kimi K3, MiniCPM5
+    ("minimax_m2", {"tool_schemas": SCHEMAS, "thinking_forced_open": True},
+     'Need weather.\n</think>\n\nChecking.\n<minimax:tool_call>\n<invoke name="get_weather">\n'
+     '<parameter name="city">Paris</parameter>\n</invoke>\n<invoke name="f">\n</invoke>\n</minimax:tool_call>',
+     ParsedMessage(content="Checking.", reasoning_content="Need weather.", tool_calls=(WEATHER, F_EMPTY))),
+    ("deepseek_v3_2", {}, '<think>Need weather.</think>Checking.\n\n<｜DSML｜function_calls>\n'
+     '<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>\n'
+     '</｜DSML｜invoke>\n<｜DSML｜invoke name="f">\n</｜DSML｜invoke>\n</｜DSML｜function_calls>',
+     ParsedMessage(content="Checking.", reasoning_content="Need weather.", tool_calls=(WEATHER, F_EMPTY))),
+    ("deepseek_v4", {}, '<｜DSML｜tool_calls>\n<｜DSML｜invoke name="run">\n'
+     '<｜DSML｜parameter name="cmd" string="true">a<b "c"\nd</｜DSML｜parameter>\n'
+     '<｜DSML｜parameter name="n" string="false">3</｜DSML｜parameter>\n'
+     '<｜DSML｜parameter name="opts" string="false">{"x": [1, true]}</｜DSML｜parameter>\n'
+     "</｜DSML｜invoke>\n</｜DSML｜tool_calls>",
+     ParsedMessage(tool_calls=(
+         ToolCall("call_0", "run", '{"cmd": "a<b \\"c\\"\\nd", "n": 3, "opts": {"x": [1, true]}}'),))),
+    ("kimi_k3", {"thinking_forced_open": True},
+     "Need weather.<|close|>think<|sep|><|open|>response<|sep|>Checking.<|close|>response<|sep|><|open|>tools<|sep|>"
+     '<|open|>call tool="get_weather" index="1"<|sep|><|open|>argument key="city" type="string"<|sep|>Paris'
+     '<|close|>argument<|sep|><|close|>call<|sep|><|open|>call tool="f" index="2"<|sep|><|close|>call<|sep|>'
+     "<|close|>tools<|sep|>",
+     ParsedMessage(content="Checking.", reasoning_content="Need weather.", tool_calls=(WEATHER, F_EMPTY))),
+    ("kimi_k3", {}, '<|open|>response<|sep|>Hello!<|close|>response<|sep|>', ParsedMessage(content="Hello!")),
+    ("minicpm5", {"tool_schemas": SCHEMAS}, 'Checking.\n<function name="get_weather"><param name="city">'
+     '<![CDATA[Paris]]></param></function>\n<function name="f"></function>',
+     ParsedMessage(content="Checking.", tool_calls=(WEATHER, F_EMPTY))),
 ]
 
 

@@ -80,6 +80,47 @@ FAMILIES = {
     "mistralai-Ministral-3-14B-Reasoning-2512": (
         "mistral_small_3_2", '[THINK]Look it up.[/THINK]Let me check.[TOOL_CALLS]get_weather[ARGS]{"city": "Paris", '
         '"days": 2}', "Look it up.", "Let me check."),
+    # issue 41: the families agents run in late 2026
+    "Qwen3.5-4B": ("qwen3_coder", "Look it up.\n</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\n"
+                   "Paris\n</parameter>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>",
+                   "Look it up.", ""),
+    "StepFun3.5-Flash": ("qwen3_coder", "Look it up.\n</think>\n<tool_call>\n<function=get_weather>\n"
+                         "<parameter=city>\nParis\n</parameter>\n<parameter=days>\n2\n</parameter>\n</function>\n"
+                         "</tool_call>", "Look it up.", ""),
+    "inclusionai-ling-3.0-flash": ("glm_4_5", "Look it up.</think>\n<tool_call>get_weather\n<arg_key>city"
+                                   "</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n</tool_call>",
+                                   "Look it up.", ""),
+    "MiniMax-M2": ("minimax_m2", 'Look it up.\n</think>\n\nLet me check.\n<minimax:tool_call>\n'
+                   '<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n'
+                   '<parameter name="days">2</parameter>\n</invoke>\n'
+                   "</minimax:tool_call>", "Look it up.", "Let me check."),
+    "deepseek-ai-DeepSeek-V3.2": (
+        "deepseek_v3_2", 'Look it up.</think>Let me check.\n\n<｜DSML｜function_calls>\n'
+        '<｜DSML｜invoke name="get_weather">\n'
+        '<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>\n'
+        '<｜DSML｜parameter name="days" string="false">2</｜DSML｜parameter>\n</｜DSML｜invoke>\n'
+        "</｜DSML｜function_calls>", "Look it up.", "Let me check."),
+    "deepseek-ai-DeepSeek-V4": (
+        "deepseek_v4", 'Look it up.</think>\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather">\n'
+        '<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>\n'
+        '<｜DSML｜parameter name="days" string="false">2</｜DSML｜parameter>\n</｜DSML｜invoke>\n'
+        "</｜DSML｜tool_calls>", "Look it up.", ""),
+    "deepseek-ai-DeepSeek-V4-Flash-0731": (
+        "deepseek_v4", 'Look it up.</think>Let me check.\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather">\n'
+        '<｜DSML｜parameter name="days" string="false">2</｜DSML｜parameter>\n'
+        '<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>\n</｜DSML｜invoke>\n'
+        "</｜DSML｜tool_calls>", "Look it up.", "Let me check."),
+    "Kimi-K3": ("kimi_k3", "Look it up.<|close|>think<|sep|><|open|>response<|sep|>Let me check.<|close|>response"
+                '<|sep|><|open|>tools<|sep|><|open|>call tool="get_weather" index="1"<|sep|>'
+                '<|open|>argument key="city" type="string"<|sep|>Paris<|close|>argument<|sep|>'
+                '<|open|>argument key="days" type="number"<|sep|>2'
+                "<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>", "Look it up.", "Let me check."),
+    "Cohere2MoE": ("command_r7b", "Look it up.<|END_THINKING|><|START_ACTION|>[\n    {\"tool_call_id\": \"0\", "
+                   '"tool_name": "get_weather", "parameters": {"city": "Paris", "days": 2}}\n]<|END_ACTION|>',
+                   "Look it up.", ""),
+    "openbmb-MiniCPM5-1B": ("minicpm5", 'Look it up.\n</think>\n\nLet me check.\n<function name="get_weather">'
+                            '<param name="city"><![CDATA[Paris]]></param><param name="days">2</param></function>',
+                            "Look it up.", "Let me check."),
 }
 
 _TEMPLATES: dict[str, PreparedTemplate] = {}
@@ -184,6 +225,22 @@ FORCED = {
     "nemotron_v2": '<TOOLCALL>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}]</TOOLCALL>',
     "lfm2": '<|tool_call_start|>[get_weather(city="Paris", days=2)]<|tool_call_end|>',
     "mistral_small_3_2": '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris", "days": 2}',
+    "minimax_m2": '<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n'
+                  '<parameter name="days">2</parameter>\n</invoke>\n</minimax:tool_call>',
+    "deepseek_v3_2": '<｜DSML｜function_calls>\n<｜DSML｜invoke name="get_weather">\n'
+                     '<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>\n'
+                     '<｜DSML｜parameter name="days" string="false">2</｜DSML｜parameter>\n</｜DSML｜invoke>\n'
+                     "</｜DSML｜function_calls>",
+    "deepseek_v4": '<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather">\n'
+                   '<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>\n'
+                   '<｜DSML｜parameter name="days" string="false">2</｜DSML｜parameter>\n</｜DSML｜invoke>\n'
+                   "</｜DSML｜tool_calls>",
+    "kimi_k3": '<|open|>tools<|sep|><|open|>call tool="get_weather" index="1"<|sep|><|open|>argument key="city" '
+               'type="string"<|sep|>Paris<|close|>argument<|sep|><|open|>argument key="days" type="number"<|sep|>2'
+               "<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>",
+    "command_r7b": '<|START_ACTION|>[{"tool_call_id": "0", "tool_name": "get_weather", "parameters": '
+                   '{"city": "Paris", "days": 2}}]<|END_ACTION|>',
+    "minicpm5": '<function name="get_weather"><param name="city">Paris</param><param name="days">2</param></function>',
 }
 
 

@@ -20,8 +20,10 @@ import attrs
 
 from skippy.engine.chat.templates import ChatTemplate
 
-THINK_OPEN_TAGS = ("<think>", "<|START_THINKING|>", "<seed:think>", "[THINK]", "<|inner_prefix|>")
-THINK_CLOSE_TAGS = ("</think>", "<|END_THINKING|>", "</seed:think>", "[/THINK]", "<|inner_suffix|>")
+THINK_OPEN_TAGS = ("<think>", "<|START_THINKING|>", "<seed:think>", "[THINK]", "<|inner_prefix|>",
+                   "<|open|>think<|sep|>")
+THINK_CLOSE_TAGS = ("</think>", "<|END_THINKING|>", "</seed:think>", "[/THINK]", "<|inner_suffix|>",
+                    "<|close|>think<|sep|>")
 
 _TOOL_NAME = "probe_tool_fn"
 _TOOLS = [{
@@ -98,6 +100,16 @@ def choose_format(history: str, generation_prompt: str, supports_tools: bool, to
         return "gpt_oss"
     if "<|tool_calls_section_begin|>" in history or "<|tool_call_begin|>" in history:
         return "kimi_k2"
+    if "<|open|>call tool=" in history:
+        return "kimi_k3"
+    if "<minimax:tool_call>" in history:
+        return "minimax_m2"
+    if "<｜DSML｜function_calls>" in history:
+        return "deepseek_v3_2"
+    if "<｜DSML｜tool_calls>" in history:
+        return "deepseek_v4"
+    if re.search(r'<function name="[^"]+">\s*<param name=', history):
+        return "minicpm5"
     if "<seed:tool_call>" in history:
         return "seed_oss"
     if re.search(r"<tool_call>\s*<function=", history):

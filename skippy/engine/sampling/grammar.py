@@ -144,10 +144,11 @@ _HARMONY_ANALYSIS = r'( "<|channel|>analysis<|message|>" ( [^<] | "<" [^|] )* "<
 
 
 def _params(conv: Any, name: str, schema: dict[str, Any], where: str, item: Any, sep: str, *,
-            raw_strings: bool = True) -> str:
-    """GBNF of an object's properties as a sequence of ``item(key, value_rule)`` pieces: the required
+            raw_strings: bool = True, text: str = _XML_TEXT) -> str:
+    """GBNF of an object's properties as a sequence of ``item(key, value_rule, raw)`` pieces: the required
     ones in schema order, then any of the optional ones in schema order, ``sep`` between. With
-    ``raw_strings`` a ``string`` value is raw text (XML formats), else every value is JSON."""
+    ``raw_strings`` a ``string`` value is raw text (XML formats: the rule ``text``, by default text
+    without ``</``) and ``raw`` is true for it, else every value is JSON."""
     properties = schema.get("properties")
     props = properties if isinstance(properties, dict) else {}
     required = [k for k in props if k in set(schema.get("required") or ())]
@@ -156,8 +157,8 @@ def _params(conv: Any, name: str, schema: dict[str, Any], where: str, item: Any,
     def piece(key: str) -> str:
         sub = props[key] if isinstance(props[key], dict) else {}
         raw = raw_strings and sub.get("type") == "string"
-        value = _XML_TEXT if raw else _visit(conv, sub, f"{name}-{key}", where)
-        added: str = conv._add_rule(f"{name}-{key}-param", item(key, value))
+        value = text if raw else _visit(conv, sub, f"{name}-{key}", where)
+        added: str = conv._add_rule(f"{name}-{key}-param", item(key, value, raw))
         return added
 
     req = [piece(k) for k in required]
@@ -174,17 +175,52 @@ def _params(conv: Any, name: str, schema: dict[str, Any], where: str, item: Any,
     return body or '""'
 
 
-def _qwen_param(key: str, value: str) -> str:
+def _qwen_param(key: str, value: str, raw: bool) -> str:
     return f"{gbnf_literal(f'<parameter={key}>' + chr(10))} {value} {gbnf_literal(chr(10) + '</parameter>' + chr(10))}"
 
 
-def _glm_param(key: str, value: str) -> str:
+def _glm_param(key: str, value: str, raw: bool) -> str:
     return (f"{gbnf_literal(f'<arg_key>{key}</arg_key>' + chr(10) + '<arg_value>')} {value} "
             f"{gbnf_literal('</arg_value>' + chr(10))}")
 
 
-def _py_kwarg(key: str, value: str) -> str:
+def _py_kwarg(key: str, value: str, raw: bool) -> str:
     return f"{gbnf_literal(key + '=')} {value}"
+
+
+def _minimax_param(key: str, value: str, raw: bool) -> str:
+    tag = f'<parameter name="{key}">'
+    return f"{gbnf_literal(tag)} {value} {gbnf_literal('</parameter>' + chr(10))}"
+
+
+def _dsml_param(key: str, value: str, raw: bool) -> str:
+    tag = f'<｜DSML｜parameter name="{key}" string="{"true" if raw else "false"}">'
+    return f"{gbnf_literal(tag)} {value} {gbnf_literal('</｜DSML｜parameter>' + chr(10))}"
+
+
+def _kimi_k3_param(schema: dict[str, Any]) -> Any:
+    """Kimi K3's argument tag names the value's JSON type (``integer`` is ``number``, as its template's
+    ``xtml_type`` writes it)."""
+    props = schema.get("properties")
+
+    def item(key: str, value: str, raw: bool) -> str:
+        sub = props.get(key) if isinstance(props, dict) else None
+        kind = sub.get("type") if isinstance(sub, dict) else None
+        kind = "number" if kind == "integer" else kind
+        if raw or kind not in ("string", "number", "boolean", "null", "object", "array"):
+            kind = "string" if raw else "object"
+        tag = f'<|open|>argument key="{key}" type="{kind}"<|sep|>'
+        return f"{gbnf_literal(tag)} {value} {gbnf_literal('<|close|>argument<|sep|>')}"
+    return item
+
+
+def _minicpm_param(key: str, value: str, raw: bool) -> str:
+    tag = f'<param name="{key}">'
+    return f"{gbnf_literal(tag)} {value} {gbnf_literal('</param>')}"
+
+
+#: text without a ``<|`` (a string value of Kimi K3, whose tags all start so)
+_KIMI_TEXT = r'( [^<] | "<" [^|] )*'
 
 
 def _call_rules(conv: Any, chat_format: str, tools: list[dict[str, Any]], chosen: list[dict[str, Any]]) -> list[str]:
@@ -200,6 +236,20 @@ def _call_rules(conv: Any, chat_format: str, tools: list[dict[str, Any]], chosen
         elif chat_format == "glm_4_5":
             body = (f"{lit(f'<tool_call>{name}' + chr(10))} {_params(conv, name, schema, where, _glm_param, '')} "
                     f"{lit('</tool_call>')}")
+        elif chat_format == "minimax_m2":
+            params = _params(conv, name, schema, where, _minimax_param, "")
+            body = f"{lit(f'<invoke name={chr(34)}{name}{chr(34)}>{chr(10)}')} {params} {lit('</invoke>' + chr(10))}"
+        elif chat_format in ("deepseek_v3_2", "deepseek_v4"):
+            params = _params(conv, name, schema, where, _dsml_param, "")
+            body = f"{lit(f'<｜DSML｜invoke name={chr(34)}{name}{chr(34)}>' + chr(10))} {params} " \
+                   f"{lit('</｜DSML｜invoke>' + chr(10))}"
+        elif chat_format == "kimi_k3":
+            params = _params(conv, name, schema, where, _kimi_k3_param(schema), "", text=_KIMI_TEXT)
+            call = f'<|open|>call tool="{name}" index="'
+            body = f"{lit(call)} [0-9]+ {lit(chr(34) + '<|sep|>')} {params} {lit('<|close|>call<|sep|>')}"
+        elif chat_format == "minicpm5":
+            params = _params(conv, name, schema, where, _minicpm_param, "")
+            body = f"{lit(f'<function name={chr(34)}{name}{chr(34)}>')} {params} {lit('</function>')}"
         elif chat_format == "lfm2":
             params = _params(conv, name, schema, where, _py_kwarg, ", ", raw_strings=False)
             body = f"{lit(name + '(')} {params} {lit(')')}"
@@ -210,6 +260,10 @@ def _call_rules(conv: Any, chat_format: str, tools: list[dict[str, Any]], chosen
                         f"{args} {lit('<|tool_call_end|>')}")
             elif chat_format == "apertus":
                 body = f'"{{" {lit(json.dumps(name, ensure_ascii=False))} ": " {args} "}}"'
+            elif chat_format == "command_r7b":  # the model's own call counter, then the name and parameters
+                body = (f'{lit(chr(123) + chr(34) + "tool_call_id" + chr(34) + ": " + chr(34))} [0-9]+ '
+                        f'{lit(chr(34) + ", " + chr(34) + "tool_name" + chr(34) + ": " + json.dumps(name))} '
+                        f'{lit(", " + chr(34) + "parameters" + chr(34) + ": ")} {args} "}}"')
             elif chat_format == "mistral_small_3_2":
                 body = f"{lit(f'[TOOL_CALLS]{name}[ARGS]')} {args}"
             else:  # gpt_oss
@@ -224,10 +278,16 @@ NATIVE_CALL_WRAPPERS: dict[str, tuple[str, str, str]] = {
     "qwen3_coder": ("", "\n", ""),
     "seed_oss": ("", "\n", ""),
     "glm_4_5": ("", "", ""),
+    "minimax_m2": ("<minimax:tool_call>\n", "", "</minimax:tool_call>"),
+    "deepseek_v3_2": ("<｜DSML｜function_calls>\n", "", "</｜DSML｜function_calls>"),
+    "deepseek_v4": ("<｜DSML｜tool_calls>\n", "", "</｜DSML｜tool_calls>"),
+    "kimi_k3": ("<|open|>tools<|sep|>", "", "<|close|>tools<|sep|>"),
+    "minicpm5": ("", "\n", ""),
     "lfm2": ("<|tool_call_start|>[", ", ", "]<|tool_call_end|>"),
     "kimi_k2": ("<|tool_calls_section_begin|>", "", "<|tool_calls_section_end|>"),
     "apertus": ("<|tools_prefix|>[", ", ", "]<|tools_suffix|>"),
     "mistral_small_3_2": ("", "", ""),
+    "command_r7b": ("<|START_ACTION|>[", ", ", "]<|END_ACTION|>"),
     "gpt_oss": ("", "", ""),  # one call per message: generation ends at <|call|>
 }
 

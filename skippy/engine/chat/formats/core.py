@@ -144,8 +144,10 @@ class ToolSyntax:
 
 CONTENT_ONLY = ToolSyntax(name="content_only")
 
-#: marker-like strings: ``<|name|>``, ``[NAME]`` / ``[/NAME]``, ``<name>`` / ``</name>``
-_MARKER = re.compile(r"<\|[^|<>\s]+\|>|\[/?[A-Z_]+\]|</?[A-Za-z_:]+>")
+#: marker-like strings: ``<|name|>``, ``[NAME]`` / ``[/NAME]``, ``<name>`` / ``</name>``, DeepSeek's full-width
+#: ``<｜tool▁calls▁begin｜>`` / ``<｜DSML｜invoke``, and the start of an XML tag with attributes (``<function`` of
+#: ``<function name="...">``)
+_MARKER = re.compile(r'<\|[^|<>\s]+\|>|\[/?[A-Z_]+\]|</?[A-Za-z_:]+>|</?｜[\w｜▁]+>?|<[A-Za-z_][\w:]*(?=\s+\w+=")')
 
 
 def syntax_markers(syntax: ToolSyntax) -> tuple[str, ...]:

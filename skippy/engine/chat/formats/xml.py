@@ -1,4 +1,5 @@
-"""XML-argument tool-call formats: Qwen3-Coder (also Nemotron 3 Nano, Qwen3.5), Seed-OSS, GLM 4.5-4.7.
+"""XML-argument tool-call formats: Qwen3-Coder (also Nemotron 3 Nano, Qwen3.5, StepFun 3.5), Seed-OSS,
+GLM 4.5-4.7 (also Ling 3), MiniMax M2, DeepSeek V3.2 / V4 (DSML), Kimi K3, MiniCPM5.
 
 Qwen3-Coder (``<think>`` reasoning where the model has it)::
 
@@ -21,6 +22,33 @@ in ``<seed:think>...</seed:think>``. GLM 4.5 / 4.6 / 4.7 (newlines optional,
     <arg_key>city</arg_key>
     <arg_value>Paris</arg_value>
     </tool_call>
+
+MiniMax M2 (``<think>`` reasoning)::
+
+    <minimax:tool_call>
+    <invoke name="get_weather">
+    <parameter name="city">Paris</parameter>
+    </invoke>
+    </minimax:tool_call>
+
+DeepSeek V3.2 (``<｜DSML｜function_calls>``) and V4 (``<｜DSML｜tool_calls>``); the tag says whether a value is
+text (``string="true"``) or JSON (``"false"``)::
+
+    <｜DSML｜tool_calls>
+    <｜DSML｜invoke name="get_weather">
+    <｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>
+    </｜DSML｜invoke>
+    </｜DSML｜tool_calls>
+
+Kimi K3 (reasoning in ``<|open|>think<|sep|>...<|close|>think<|sep|>``, content in a ``response`` block
+whose tags are dropped; ``type`` is the value's JSON type)::
+
+    <|open|>tools<|sep|><|open|>call tool="get_weather" index="1"<|sep|><|open|>argument key="city"
+    type="string"<|sep|>Paris<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>
+
+MiniCPM5 (no wrapping block; a value may be one CDATA section)::
+
+    <function name="get_weather"><param name="city"><![CDATA[Paris]]></param></function>
 
 Values are text; each is typed by the tool's JSON schema (as vLLM's
 ``qwen3_coder`` and ``glm45`` parsers do): a ``string`` parameter is the raw
@@ -50,6 +78,11 @@ class XmlArgs:
     A parameter is ``param_open KEY key_end [ws] value_open VALUE value_close``;
     the call ends at ``call_close``. ``trim_newline``: one newline right
     after ``value_open`` and one right before ``value_close`` are layout, not value.
+    ``value_attrs``: a pattern matched right after ``key_end`` instead of ``value_open``, for formats
+    that say a value's type in the tag (DeepSeek's DSML ``string="true"``, Kimi K3's ``type="string"``):
+    its group ``string`` (``true``/``false``) or ``type`` (``string`` or another JSON type) decides whether
+    the value is raw text or JSON, in place of the tool's schema. ``cdata``: a value may be one
+    ``<![CDATA[...]]>`` section (MiniCPM5), whose markers are not part of the value.
     """
 
     param_open: str
@@ -58,6 +91,8 @@ class XmlArgs:
     value_close: str
     call_close: str
     trim_newline: bool = False
+    value_attrs: re.Pattern[str] | None = None
+    cdata: bool = False
 
 
 def _types(schema: Any) -> list[str]:
@@ -71,14 +106,20 @@ def is_string_param(schema: Any) -> bool:
     return bool(types) and all(t == "string" for t in types)
 
 
-def typed_value(text: str, schema: Any) -> Any:
-    """A parameter's text as the JSON value its schema asks for (text when it does not parse)."""
-    if is_string_param(schema):
-        return text
+_CDATA, _CDATA_END = "<![CDATA[", "]]>"
+
+
+def _json_or_text(text: str) -> Any:
+    """A value its tag says is not text: parsed as JSON, the text itself when it does not parse."""
     try:
         return json.loads(text.strip())
     except ValueError:
         return text
+
+
+def typed_value(text: str, schema: Any) -> Any:
+    """A parameter's text as the JSON value its schema asks for (text when it does not parse)."""
+    return text if is_string_param(schema) else _json_or_text(text)
 
 
 def _escaped(text: str) -> str:
@@ -99,6 +140,8 @@ class XmlScanner(ToolScanner):
         self.value_start = self.value_sent = 0
         self.lead_done = False
         self.stream_value = False
+        self.raw_value: bool | None = None
+        self.value_close = ""  # this value's closing text when it differs from the syntax's (a CDATA section)
         self.call_name = ""
         self.fresh = True  # the call's arguments start at ``args_start`` (set by the header step)
 
@@ -142,7 +185,18 @@ class XmlScanner(ToolScanner):
                 return False
             key = buf[self.pos:k].strip()
             j = k + len(x.key_end)
-            if x.value_open:
+            raw: bool | None = None  # the tag's own word on the value's type (value_attrs)
+            if x.value_attrs is not None:
+                m = x.value_attrs.match(buf, j)
+                if m is None:
+                    if not final and len(buf) - j <= HEADER_LIMIT and ">" not in buf[j:]:
+                        return False  # the attributes may still be arriving
+                    self._close_call(j)
+                    return True
+                kind = m.groupdict()
+                raw = (kind["string"] == "true") if kind.get("string") else (kind.get("type") or "string") == "string"
+                j = m.end()
+            elif x.value_open:
                 j2 = _ws_end(buf, j)
                 rest = buf[j2:]
                 if not rest.startswith(x.value_open):
@@ -153,8 +207,9 @@ class XmlScanner(ToolScanner):
                 j = j2 + len(x.value_open)
             self.key, self.xs = key, "value"
             self.value_start = self.value_sent = self.pos = j
-            self.lead_done = not x.trim_newline
-            self.stream_value = is_string_param(self._param_schema(key))
+            self.lead_done = not (x.trim_newline or x.cdata)
+            self.raw_value = raw
+            self.stream_value = raw if raw is not None else is_string_param(self._param_schema(key))
             if self.stream_value:
                 self._args(self.call_index, ("{" if not self.nparams else ", ") + json.dumps(key, ensure_ascii=False)
                            + ': "')
@@ -163,14 +218,23 @@ class XmlScanner(ToolScanner):
         if not self.lead_done:
             if self.value_start >= len(buf) and not final:
                 return False
-            if buf.startswith("\n", self.value_start):
+            if x.trim_newline and buf.startswith("\n", self.value_start):
                 self.value_start += 1
                 self.value_sent = self.value_start
+            if x.cdata:
+                lead = buf[self.value_start:self.value_start + len(_CDATA)]
+                if lead == _CDATA:
+                    self.value_start += len(_CDATA)
+                    self.value_sent = self.value_start
+                    self.value_close = _CDATA_END + x.value_close
+                elif not final and _CDATA.startswith(lead):
+                    return False
             self.lead_done = True
-        c = buf.find(x.value_close, self.value_start)
+        close = self.value_close or x.value_close
+        c = buf.find(close, self.value_start)
         if c < 0 and not final:
             if self.stream_value:
-                tails = ["\n" + x.value_close, x.value_close] if x.trim_newline else [x.value_close]
+                tails = ["\n" + close, close] if x.trim_newline else [close]
                 safe = len(buf) - partial_suffix(buf[self.value_sent:], tails)
                 if safe > self.value_sent:
                     self._args(self.call_index, _escaped(buf[self.value_sent:safe]))
@@ -182,12 +246,14 @@ class XmlScanner(ToolScanner):
         if self.stream_value:
             self._args(self.call_index, _escaped(buf[self.value_sent:text_end]) + '"')
         else:
-            value = typed_value(buf[self.value_start:text_end], self._param_schema(self.key))
+            text = buf[self.value_start:text_end]
+            value = typed_value(text, self._param_schema(self.key)) if self.raw_value is None else _json_or_text(text)
             self._args(self.call_index, ("{" if not self.nparams else ", ") + json.dumps(self.key, ensure_ascii=False)
                        + ": " + json.dumps(value, ensure_ascii=False))
         self.nparams += 1
         self.xs = "between"
-        self.pos = end + len(x.value_close) if c >= 0 else end
+        self.pos = end + len(close) if c >= 0 else end
+        self.value_close = ""
         if c < 0:
             self._close_call(end)
         return True
@@ -222,5 +288,60 @@ GLM_4_5 = ToolSyntax(
     close="</tool_call>",
     xml=XmlArgs(param_open="<arg_key>", key_end="</arg_key>", value_open="<arg_value>",
                 value_close="</arg_value>", call_close="</tool_call>"),
+    scanner=XmlScanner,
+)
+
+MINIMAX_M2 = ToolSyntax(
+    name="minimax_m2",
+    opens=("<minimax:tool_call>",),
+    header=re.compile(r'\s*(?:<invoke )?name="(?P<name>[^"\n]+)">'),
+    next_call="<invoke",
+    close="</minimax:tool_call>",
+    xml=XmlArgs(param_open='<parameter name="', key_end='">', value_open="", value_close="</parameter>",
+                call_close="</invoke>"),
+    scanner=XmlScanner,
+)
+
+#: DeepSeek's DSML parameter tag: ``string="true"`` raw text, ``"false"`` a JSON value
+_DSML_XML = XmlArgs(param_open='<｜DSML｜parameter name="', key_end='"', value_open="",
+                    value_close="</｜DSML｜parameter>", call_close="</｜DSML｜invoke>",
+                    value_attrs=re.compile(r'\s+string="(?P<string>true|false)"\s*>'))
+_DSML_HEADER = re.compile(r'\s*(?:<｜DSML｜invoke )?name="(?P<name>[^"\n]+)">')
+
+DEEPSEEK_V3_2 = ToolSyntax(
+    name="deepseek_v3_2",
+    opens=("<｜DSML｜function_calls>",),
+    header=_DSML_HEADER,
+    next_call="<｜DSML｜invoke",
+    close="</｜DSML｜function_calls>",
+    xml=_DSML_XML,
+    scanner=XmlScanner,
+)
+
+DEEPSEEK_V4 = attrs.evolve(DEEPSEEK_V3_2, name="deepseek_v4", opens=("<｜DSML｜tool_calls>",),
+                           close="</｜DSML｜tool_calls>")
+
+KIMI_K3 = ToolSyntax(
+    name="kimi_k3",
+    opens=("<|open|>tools<|sep|>",),
+    header=re.compile(r'\s*(?:<\|open\|>call )?tool="(?P<name>[^"\n]+)"(?:\s+index="\d+")?<\|sep\|>'),
+    next_call="<|open|>call",
+    close="<|close|>tools<|sep|>",
+    xml=XmlArgs(param_open='<|open|>argument key="', key_end='"', value_open="",
+                value_close="<|close|>argument<|sep|>", call_close="<|close|>call<|sep|>",
+                value_attrs=re.compile(r'(?:\s+type="(?P<type>\w+)")?\s*<\|sep\|>')),
+    scanner=XmlScanner,
+    think_tags=("<|open|>think<|sep|>", "<|close|>think<|sep|>"),
+    drop=("<|open|>response<|sep|>", "<|close|>response<|sep|>"),
+)
+
+MINICPM5 = ToolSyntax(
+    name="minicpm5",
+    opens=('<function name="',),
+    header=re.compile(r'(?:<function name=")?(?P<name>[^"\n]+)">'),  # the opener is matched again at a next call
+    next_call='<function name="',
+    close=None,
+    xml=XmlArgs(param_open='<param name="', key_end='">', value_open="", value_close="</param>",
+                call_close="</function>", cdata=True),
     scanner=XmlScanner,
 )
