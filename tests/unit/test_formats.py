@@ -165,6 +165,12 @@ KNOWN = [
      "<|close|>tools<|sep|>",
      ParsedMessage(content="Checking.", reasoning_content="Need weather.", tool_calls=(WEATHER, F_EMPTY))),
     ("kimi_k3", {}, '<|open|>response<|sep|>Hello!<|close|>response<|sep|>', ParsedMessage(content="Hello!")),
+    ("gigachat3", {}, 'Checking.<|message_sep|>\n\nfunction call<|role_sep|>\n{"name": "get_weather", "arguments": '
+     '{"city": "Paris"}}', ParsedMessage(content="Checking.", tool_calls=(WEATHER,))),
+    ("gigachat3", {}, "A function call is a request.<|message_sep|>",
+     ParsedMessage(content="A function call is a request.")),
+    ("gigachat3_1", {}, '<|function_call|>{"name": "get_weather", "arguments": {"city": "Paris"}}',
+     ParsedMessage(tool_calls=(WEATHER,))),
     ("minicpm5", {"tool_schemas": SCHEMAS}, 'Checking.\n<function name="get_weather"><param name="city">'
      '<![CDATA[Paris]]></param></function>\n<function name="f"></function>',
      ParsedMessage(content="Checking.", tool_calls=(WEATHER, F_EMPTY))),

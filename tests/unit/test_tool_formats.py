@@ -118,6 +118,10 @@ FAMILIES = {
     "Cohere2MoE": ("command_r7b", "Look it up.<|END_THINKING|><|START_ACTION|>[\n    {\"tool_call_id\": \"0\", "
                    '"tool_name": "get_weather", "parameters": {"city": "Paris", "days": 2}}\n]<|END_ACTION|>',
                    "Look it up.", ""),
+    "GigaChat3-10B-A1.8B": ("gigachat3", 'Let me check.<|message_sep|>\n\nfunction call<|role_sep|>\n{"name": '
+                            '"get_weather", "arguments": {"city": "Paris", "days": 2}}', "", "Let me check."),
+    "GigaChat3.1-10B-A1.8B": ("gigachat3_1", '<|function_call|>{"name": "get_weather", "arguments": {"city": "Paris", '
+                              '"days": 2}}', "", ""),
     "openbmb-MiniCPM5-1B": ("minicpm5", 'Look it up.\n</think>\n\nLet me check.\n<function name="get_weather">'
                             '<param name="city"><![CDATA[Paris]]></param><param name="days">2</param></function>',
                             "Look it up.", "Let me check."),
@@ -240,6 +244,8 @@ FORCED = {
                "<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>",
     "command_r7b": '<|START_ACTION|>[{"tool_call_id": "0", "tool_name": "get_weather", "parameters": '
                    '{"city": "Paris", "days": 2}}]<|END_ACTION|>',
+    "gigachat3": 'function call<|role_sep|>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}',
+    "gigachat3_1": '<|function_call|>{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}',
     "minicpm5": '<function name="get_weather"><param name="city">Paris</param><param name="days">2</param></function>',
 }
 

@@ -110,6 +110,10 @@ def choose_format(history: str, generation_prompt: str, supports_tools: bool, to
         return "deepseek_v4"
     if re.search(r'<function name="[^"]+">\s*<param name=', history):
         return "minicpm5"
+    if "function call<|role_sep|>" in history:
+        return "gigachat3"
+    if "<|function_call|>" in history:
+        return "gigachat3_1"
     if "<seed:tool_call>" in history:
         return "seed_oss"
     if re.search(r"<tool_call>\s*<function=", history):

@@ -135,6 +135,8 @@ NATIVE_CALL_SHAPES: dict[str, tuple[str, str, str, str]] = {
     "generic": ('{"tool_calls": [', ", ", "]}", "arguments"),
     "granite": ("<|tool_call|>[", ", ", "]", "arguments"),
     "nemotron_v2": ("<TOOLCALL>[", ", ", "]</TOOLCALL>", "arguments"),
+    "gigachat3": ("function call<|role_sep|>\n", "", "", "arguments"),
+    "gigachat3_1": ("<|function_call|>", "", "", "arguments"),
 }
 
 #: text without a closing tag (``</``): a string value of the XML formats
@@ -309,8 +311,8 @@ def native_tool_grammar(chat_format: str, tools: list[dict[str, Any]], chosen: l
     conv = schema_converter()
     if chat_format in NATIVE_CALL_SHAPES:
         prefix, sep, suffix, args_key = NATIVE_CALL_SHAPES[chat_format]
-        if chat_format == "llama3_json":
-            parallel = False  # Llama 3.x emits one JSON call per message
+        if chat_format in ("llama3_json", "gigachat3", "gigachat3_1"):
+            parallel = False  # one JSON call per message (Llama 3.x; GigaChat's template renders one)
         call = " | ".join(tool_call_rules(conv, tools, chosen, args_key=args_key))
     elif chat_format in NATIVE_CALL_WRAPPERS:
         prefix, sep, suffix = NATIVE_CALL_WRAPPERS[chat_format]

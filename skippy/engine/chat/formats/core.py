@@ -152,7 +152,8 @@ _MARKER = re.compile(r'<\|[^|<>\s]+\|>|\[/?[A-Z_]+\]|</?[A-Za-z_:]+>|</?ï½œ[\wï½
 
 def syntax_markers(syntax: ToolSyntax) -> tuple[str, ...]:
     """The marker strings ``syntax`` reads in generated text (its openers, closers, dropped and thinking
-    tags, the literal markers of its header regexes, and ``markers``), in order, without repeats.
+    tags, the literal markers of its header regexes, and ``markers``), in order, without repeats; an opener
+    that holds a marker is one too, whole.
 
     Where one of them is a single control token of the vocabulary, llama.cpp renders it as nothing unless
     asked for its special text; llama-server keeps such ``preserved_tokens`` of the chat format in the
@@ -166,7 +167,10 @@ def syntax_markers(syntax: ToolSyntax) -> tuple[str, ...]:
     for pattern in (syntax.header, syntax.header_fail):
         if pattern is not None:
             texts.append(re.sub(r"\\(.)", r"\1", re.sub(r"\(\?P<\w+>", "(", pattern.pattern)))
-    return tuple(dict.fromkeys(m for text in texts for m in _MARKER.findall(text)))
+    found = [m for text in texts for m in _MARKER.findall(text)]
+    # an opener holding a marker is syntax as a whole (GigaChat 3's ``function call<|role_sep|>``)
+    found += [o for o in syntax.opens if _MARKER.search(o) and not _MARKER.fullmatch(o)]
+    return tuple(dict.fromkeys(found))
 
 
 def json_wrapper_header(name_key: str, args_keys: str, prefix: str = "", lead: str = "") -> re.Pattern[str]:

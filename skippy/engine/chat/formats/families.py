@@ -18,9 +18,17 @@ Nemotron Nano v2 (``<think>`` reasoning)::
 Apertus (the tool name is the key; reasoning in ``<|inner_prefix|>...<|inner_suffix|>``)::
 
     <|tools_prefix|>[{"get_weather": {"city": "Paris"}}]<|tools_suffix|>
+
+GigaChat 3 (a new message of the role ``function call``; one call per message, as its template renders
+them; ``<|message_sep|>`` ends the content before it) and GigaChat 3.1 (``<|function_call|>``)::
+
+    <|message_sep|>\n\nfunction call<|role_sep|>\n{"name": "get_weather", "arguments": {"city": "Paris"}}
+    <|function_call|>{"name": "get_weather", "arguments": {"city": "Paris"}}
 """  # noqa: E501 (the exact marker text)
 
 import re
+
+import attrs
 
 from skippy.engine.chat.formats.core import JSON_STR, ToolSyntax, json_wrapper_header
 
@@ -66,3 +74,15 @@ APERTUS = ToolSyntax(
     close="<|tools_suffix|>",
     think_tags=("<|inner_prefix|>", "<|inner_suffix|>"),
 )
+
+GIGACHAT3 = ToolSyntax(
+    name="gigachat3",
+    opens=("function call<|role_sep|>",),
+    header=json_wrapper_header("name", "arguments"),
+    name_json=True,
+    close="}",
+    wrapper=(("name",), ("arguments",)),
+    drop=("<|message_sep|>",),
+)
+
+GIGACHAT3_1 = attrs.evolve(GIGACHAT3, name="gigachat3_1", opens=("<|function_call|>",))
