@@ -109,6 +109,8 @@ EXPECTED_FORMATS = {
     "StepFun3.5-Flash": "qwen3_coder",
     "inclusionai-ling-3.0-flash": "glm_4_5",
     "Cohere2MoE": "command_r7b",
+    "google-gemma-4-31B-it": "gemma4",
+    "google-gemma-4-31B-it-interleaved": "gemma4",
     "GigaChat3-10B-A1.8B": "gigachat3",
     "GigaChat3.1-10B-A1.8B": "gigachat3_1",
     "google-gemma-2-2b-it": "content_only",

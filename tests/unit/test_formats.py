@@ -171,6 +171,12 @@ KNOWN = [
      ParsedMessage(content="A function call is a request.")),
     ("gigachat3_1", {}, '<|function_call|>{"name": "get_weather", "arguments": {"city": "Paris"}}',
      ParsedMessage(tool_calls=(WEATHER,))),
+    ("gemma4", {}, '<|channel>thought\nNeed weather.<channel|>Checking.<|tool_call>call:get_weather{city:<|"|>Paris'
+     '<|"|>}<tool_call|><|tool_call>call:f{}<tool_call|>',
+     ParsedMessage(content="Checking.", reasoning_content="Need weather.", tool_calls=(WEATHER, F_EMPTY))),
+    ("gemma4", {}, '<|tool_call>call:run{cmd:<|"|>a "b"\n<|"|>,n:3,opts:{x:[1,true]}}<tool_call|>',
+     ParsedMessage(tool_calls=(
+         ToolCall("call_0", "run", '{"cmd": "a \\"b\\"\\n", "n": 3, "opts": {"x": [1, true]}}'),))),
     ("minicpm5", {"tool_schemas": SCHEMAS}, 'Checking.\n<function name="get_weather"><param name="city">'
      '<![CDATA[Paris]]></param></function>\n<function name="f"></function>',
      ParsedMessage(content="Checking.", tool_calls=(WEATHER, F_EMPTY))),

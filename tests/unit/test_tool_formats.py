@@ -122,6 +122,10 @@ FAMILIES = {
                             '"get_weather", "arguments": {"city": "Paris", "days": 2}}', "", "Let me check."),
     "GigaChat3.1-10B-A1.8B": ("gigachat3_1", '<|function_call|>{"name": "get_weather", "arguments": {"city": "Paris", '
                               '"days": 2}}', "", ""),
+    "google-gemma-4-31B-it": ("gemma4", "<|channel>thought\nLook it up.<channel|>Let me check.<|tool_call>call:"
+                              'get_weather{city:<|"|>Paris<|"|>,days:2}<tool_call|>', "Look it up.", "Let me check."),
+    "google-gemma-4-31B-it-interleaved": ("gemma4", '<|tool_call>call:get_weather{days:2,city:<|"|>Paris<|"|>}'
+                                          "<tool_call|>", "", ""),
     "openbmb-MiniCPM5-1B": ("minicpm5", 'Look it up.\n</think>\n\nLet me check.\n<function name="get_weather">'
                             '<param name="city"><![CDATA[Paris]]></param><param name="days">2</param></function>',
                             "Look it up.", "Let me check."),
@@ -246,6 +250,7 @@ FORCED = {
                    '{"city": "Paris", "days": 2}}]<|END_ACTION|>',
     "gigachat3": 'function call<|role_sep|>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}',
     "gigachat3_1": '<|function_call|>{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}',
+    "gemma4": '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:2}<tool_call|>',
     "minicpm5": '<function name="get_weather"><param name="city">Paris</param><param name="days">2</param></function>',
 }
 

@@ -110,6 +110,8 @@ def choose_format(history: str, generation_prompt: str, supports_tools: bool, to
         return "deepseek_v4"
     if re.search(r'<function name="[^"]+">\s*<param name=', history):
         return "minicpm5"
+    if "<|tool_call>call:" in history:
+        return "gemma4"
     if "function call<|role_sep|>" in history:
         return "gigachat3"
     if "<|function_call|>" in history:

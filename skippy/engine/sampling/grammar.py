@@ -225,6 +225,12 @@ def _minicpm_param(key: str, value: str, raw: bool) -> str:
 _KIMI_TEXT = r'( [^<] | "<" [^|] )*'
 
 
+def _gemma_param(key: str, value: str, raw: bool) -> str:
+    """Gemma 4's ``key:value``, a text value quoted by ``<|"|>``."""
+    quote = gbnf_literal('<|"|>')
+    return f"{gbnf_literal(key + ':')} {quote} {value} {quote}" if raw else f"{gbnf_literal(key + ':')} {value}"
+
+
 def _call_rules(conv: Any, chat_format: str, tools: list[dict[str, Any]], chosen: list[dict[str, Any]]) -> list[str]:
     """One rule per chosen tool: the whole call in ``chat_format``'s own syntax."""
     rules = []
@@ -252,6 +258,9 @@ def _call_rules(conv: Any, chat_format: str, tools: list[dict[str, Any]], chosen
         elif chat_format == "minicpm5":
             params = _params(conv, name, schema, where, _minicpm_param, "")
             body = f"{lit(f'<function name={chr(34)}{name}{chr(34)}>')} {params} {lit('</function>')}"
+        elif chat_format == "gemma4":
+            params = _params(conv, name, schema, where, _gemma_param, ",", text=_KIMI_TEXT)
+            body = f"{lit(f'<|tool_call>call:{name}{chr(123)}')} {params} {lit(chr(125) + '<tool_call|>')}"
         elif chat_format == "lfm2":
             params = _params(conv, name, schema, where, _py_kwarg, ", ", raw_strings=False)
             body = f"{lit(name + '(')} {params} {lit(')')}"
@@ -285,6 +294,7 @@ NATIVE_CALL_WRAPPERS: dict[str, tuple[str, str, str]] = {
     "deepseek_v4": ("<｜DSML｜tool_calls>\n", "", "</｜DSML｜tool_calls>"),
     "kimi_k3": ("<|open|>tools<|sep|>", "", "<|close|>tools<|sep|>"),
     "minicpm5": ("", "\n", ""),
+    "gemma4": ("", "", ""),
     "lfm2": ("<|tool_call_start|>[", ", ", "]<|tool_call_end|>"),
     "kimi_k2": ("<|tool_calls_section_begin|>", "", "<|tool_calls_section_end|>"),
     "apertus": ("<|tools_prefix|>[", ", ", "]<|tools_suffix|>"),

@@ -145,9 +145,10 @@ class ToolSyntax:
 CONTENT_ONLY = ToolSyntax(name="content_only")
 
 #: marker-like strings: ``<|name|>``, ``[NAME]`` / ``[/NAME]``, ``<name>`` / ``</name>``, DeepSeek's full-width
-#: ``<｜tool▁calls▁begin｜>`` / ``<｜DSML｜invoke``, and the start of an XML tag with attributes (``<function`` of
-#: ``<function name="...">``)
-_MARKER = re.compile(r'<\|[^|<>\s]+\|>|\[/?[A-Z_]+\]|</?[A-Za-z_:]+>|</?｜[\w｜▁]+>?|<[A-Za-z_][\w:]*(?=\s+\w+=")')
+#: ``<｜tool▁calls▁begin｜>`` / ``<｜DSML｜invoke``, Gemma 4's one-sided ``<|tool_call>`` / ``<tool_call|>``, and the
+#: start of an XML tag with attributes (``<function`` of ``<function name="...">``)
+_MARKER = re.compile(r'<\|[^|<>\s]+\|>|<\|[A-Za-z_]+>|<[A-Za-z_]+\|>|\[/?[A-Z_]+\]|</?[A-Za-z_:]+>|</?｜[\w｜▁]+>?'
+                     r'|<[A-Za-z_][\w:]*(?=\s+\w+=")')
 
 
 def syntax_markers(syntax: ToolSyntax) -> tuple[str, ...]:
