@@ -103,6 +103,7 @@ EXPECTED_FORMATS = {
     "deepseek-ai-DeepSeek-V4": "deepseek_v4",
     "deepseek-ai-DeepSeek-V4-Flash-0731": "deepseek_v4",
     "MiniMax-M2": "minimax_m2",
+    "MiniMax-M3": "minimax_m3",
     "Kimi-K3": "kimi_k3",
     "openbmb-MiniCPM5-1B": "minicpm5",
     "Qwen3.5-4B": "qwen3_coder",

@@ -177,6 +177,14 @@ KNOWN = [
     ("gemma4", {}, '<|tool_call>call:run{cmd:<|"|>a "b"\n<|"|>,n:3,opts:{x:[1,true]}}<tool_call|>',
      ParsedMessage(tool_calls=(
          ToolCall("call_0", "run", '{"cmd": "a \\"b\\"\\n", "n": 3, "opts": {"x": [1, true]}}'),))),
+    ("minimax_m3", {"tool_schemas": SCHEMAS}, "</mm:think>Checking.]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke "
+     'name="run">]<]minimax[>[<cmd>ls</b>]<]minimax[>[</cmd>]<]minimax[>[<n>3]<]minimax[>[</n>]<]minimax[>[<opts>'
+     "]<]minimax[>[<x>]<]minimax[>[<item>1]<]minimax[>[</item>]<]minimax[>[<item>true]<]minimax[>[</item>"
+     "]<]minimax[>[</x>]<]minimax[>[</opts>]<]minimax[>[</invoke>\n]<]minimax[>[<invoke name=\"f\">"
+     "]<]minimax[>[</invoke>\n]<]minimax[>[</tool_call>",
+     ParsedMessage(content="Checking.", tool_calls=(
+         ToolCall("call_0", "run", '{"cmd": "ls</b>", "n": 3, "opts": {"x": [1, true]}}'),
+         ToolCall("call_1", "f", "{}")))),
     ("minicpm5", {"tool_schemas": SCHEMAS}, 'Checking.\n<function name="get_weather"><param name="city">'
      '<![CDATA[Paris]]></param></function>\n<function name="f"></function>',
      ParsedMessage(content="Checking.", tool_calls=(WEATHER, F_EMPTY))),

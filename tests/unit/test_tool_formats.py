@@ -126,6 +126,10 @@ FAMILIES = {
                               'get_weather{city:<|"|>Paris<|"|>,days:2}<tool_call|>', "Look it up.", "Let me check."),
     "google-gemma-4-31B-it-interleaved": ("gemma4", '<|tool_call>call:get_weather{days:2,city:<|"|>Paris<|"|>}'
                                           "<tool_call|>", "", ""),
+    "MiniMax-M3": ("minimax_m3", "<mm:think>Look it up.</mm:think>Let me check.]<]minimax[>[<tool_call>\n"
+                   ']<]minimax[>[<invoke name="get_weather">]<]minimax[>[<city>Paris]<]minimax[>[</city>'
+                   "]<]minimax[>[<days>2]<]minimax[>[</days>]<]minimax[>[</invoke>\n]<]minimax[>[</tool_call>",
+                   "Look it up.", "Let me check."),
     "openbmb-MiniCPM5-1B": ("minicpm5", 'Look it up.\n</think>\n\nLet me check.\n<function name="get_weather">'
                             '<param name="city"><![CDATA[Paris]]></param><param name="days">2</param></function>',
                             "Look it up.", "Let me check."),
@@ -251,6 +255,9 @@ FORCED = {
     "gigachat3": 'function call<|role_sep|>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}',
     "gigachat3_1": '<|function_call|>{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}',
     "gemma4": '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:2}<tool_call|>',
+    "minimax_m3": ']<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name="get_weather">]<]minimax[>[<city>Paris'
+                  "]<]minimax[>[</city>]<]minimax[>[<days>2]<]minimax[>[</days>]<]minimax[>[</invoke>\n"
+                  "]<]minimax[>[</tool_call>",
     "minicpm5": '<function name="get_weather"><param name="city">Paris</param><param name="days">2</param></function>',
 }
 

@@ -21,9 +21,9 @@ import attrs
 from skippy.engine.chat.templates import ChatTemplate
 
 THINK_OPEN_TAGS = ("<think>", "<|START_THINKING|>", "<seed:think>", "[THINK]", "<|inner_prefix|>",
-                   "<|open|>think<|sep|>")
+                   "<|open|>think<|sep|>", "<mm:think>")
 THINK_CLOSE_TAGS = ("</think>", "<|END_THINKING|>", "</seed:think>", "[/THINK]", "<|inner_suffix|>",
-                    "<|close|>think<|sep|>")
+                    "<|close|>think<|sep|>", "</mm:think>")
 
 _TOOL_NAME = "probe_tool_fn"
 _TOOLS = [{
@@ -102,6 +102,8 @@ def choose_format(history: str, generation_prompt: str, supports_tools: bool, to
         return "kimi_k2"
     if "<|open|>call tool=" in history:
         return "kimi_k3"
+    if "]<]minimax[>[<tool_call>" in history:
+        return "minimax_m3"
     if "<minimax:tool_call>" in history:
         return "minimax_m2"
     if "<｜DSML｜function_calls>" in history:

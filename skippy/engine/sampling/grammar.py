@@ -216,6 +216,14 @@ def _kimi_k3_param(schema: dict[str, Any]) -> Any:
     return item
 
 
+#: MiniMax M3's namespace token, before every tag of its calls
+_M3 = "]<]minimax[>["
+
+
+def _minimax_m3_param(key: str, value: str, raw: bool) -> str:
+    return f"{gbnf_literal(f'{_M3}<{key}>')} {value} {gbnf_literal(f'{_M3}</{key}>')}"
+
+
 def _minicpm_param(key: str, value: str, raw: bool) -> str:
     tag = f'<param name="{key}">'
     return f"{gbnf_literal(tag)} {value} {gbnf_literal('</param>')}"
@@ -255,6 +263,9 @@ def _call_rules(conv: Any, chat_format: str, tools: list[dict[str, Any]], chosen
             params = _params(conv, name, schema, where, _kimi_k3_param(schema), "", text=_KIMI_TEXT)
             call = f'<|open|>call tool="{name}" index="'
             body = f"{lit(call)} [0-9]+ {lit(chr(34) + '<|sep|>')} {params} {lit('<|close|>call<|sep|>')}"
+        elif chat_format == "minimax_m3":
+            params = _params(conv, name, schema, where, _minimax_m3_param, "")
+            body = f"{lit(f'{_M3}<invoke name={chr(34)}{name}{chr(34)}>')} {params} {lit(f'{_M3}</invoke>{chr(10)}')}"
         elif chat_format == "minicpm5":
             params = _params(conv, name, schema, where, _minicpm_param, "")
             body = f"{lit(f'<function name={chr(34)}{name}{chr(34)}>')} {params} {lit('</function>')}"
@@ -295,6 +306,7 @@ NATIVE_CALL_WRAPPERS: dict[str, tuple[str, str, str]] = {
     "kimi_k3": ("<|open|>tools<|sep|>", "", "<|close|>tools<|sep|>"),
     "minicpm5": ("", "\n", ""),
     "gemma4": ("", "", ""),
+    "minimax_m3": (f"{_M3}<tool_call>\n", "", f"{_M3}</tool_call>"),
     "lfm2": ("<|tool_call_start|>[", ", ", "]<|tool_call_end|>"),
     "kimi_k2": ("<|tool_calls_section_begin|>", "", "<|tool_calls_section_end|>"),
     "apertus": ("<|tools_prefix|>[", ", ", "]<|tools_suffix|>"),

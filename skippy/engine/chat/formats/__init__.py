@@ -32,6 +32,7 @@ from skippy.engine.chat.formats.harmony import GPT_OSS
 from skippy.engine.chat.formats.hermes import HERMES_2_PRO
 from skippy.engine.chat.formats.lfm2 import LFM2
 from skippy.engine.chat.formats.llama3 import LLAMA3_JSON
+from skippy.engine.chat.formats.minimax_m3 import MINIMAX_M3
 from skippy.engine.chat.formats.mistral import MISTRAL_NEMO, MISTRAL_SMALL_3_2
 from skippy.engine.chat.formats.xml import (
     DEEPSEEK_V3_2,
@@ -48,7 +49,7 @@ SYNTAXES: dict[str, ToolSyntax] = {s.name: s for s in (
     CONTENT_ONLY, GENERIC, HERMES_2_PRO, LLAMA3_JSON, MISTRAL_NEMO, MISTRAL_SMALL_3_2,
     DEEPSEEK_R1, DEEPSEEK_V3_1, FUNCTIONARY_V3_2, COMMAND_R7B, GPT_OSS, QWEN3_CODER, SEED_OSS, GLM_4_5,
     KIMI_K2, GRANITE, NEMOTRON_V2, APERTUS, LFM2, MINIMAX_M2, DEEPSEEK_V3_2, DEEPSEEK_V4, KIMI_K3, MINICPM5, GIGACHAT3,
-    GIGACHAT3_1, GEMMA4)}
+    GIGACHAT3_1, GEMMA4, MINIMAX_M3)}
 
 #: Every chat-format name ``make_parser`` accepts.
 FORMATS: tuple[str, ...] = tuple(SYNTAXES)
