@@ -218,6 +218,8 @@ def _kimi_k3_param(schema: dict[str, Any]) -> Any:
 
 #: MiniMax M3's namespace token, before every tag of its calls
 _M3 = "]<]minimax[>["
+#: a MiniMax M3 text value: no ``<`` or ``]`` (either could start a nested tag or the namespace token)
+_M3_TEXT = r"[^<\]]*"
 
 
 def _minimax_m3_param(key: str, value: str, raw: bool) -> str:
@@ -264,7 +266,7 @@ def _call_rules(conv: Any, chat_format: str, tools: list[dict[str, Any]], chosen
             call = f'<|open|>call tool="{name}" index="'
             body = f"{lit(call)} [0-9]+ {lit(chr(34) + '<|sep|>')} {params} {lit('<|close|>call<|sep|>')}"
         elif chat_format == "minimax_m3":
-            params = _params(conv, name, schema, where, _minimax_m3_param, "")
+            params = _params(conv, name, schema, where, _minimax_m3_param, "", text=_M3_TEXT)
             body = f"{lit(f'{_M3}<invoke name={chr(34)}{name}{chr(34)}>')} {params} {lit(f'{_M3}</invoke>{chr(10)}')}"
         elif chat_format == "minicpm5":
             params = _params(conv, name, schema, where, _minicpm_param, "")
@@ -348,8 +350,9 @@ def native_tool_grammar(chat_format: str, tools: list[dict[str, Any]], chosen: l
     if chat_format == "gpt_oss":
         body = f"{_HARMONY_ANALYSIS} {body}"
     root = f"{gbnf_literal(prefix)} {body} {gbnf_literal(suffix)}"
-    if think_close:
-        root = f"{_XML_TEXT} {gbnf_literal(think_close)} [ \\t\\n]* {root}"
+    if think_close:  # reasoning text that cannot start the closing tag (Kimi K3's tags start with <|)
+        text = _KIMI_TEXT if think_close.startswith("<|") else _XML_TEXT
+        root = f"{text} {gbnf_literal(think_close)} [ \\t\\n]* {root}"
     conv._add_rule("root", root.replace('"" ', ""))
     grammar: str = conv.format_grammar()
     return grammar
