@@ -474,6 +474,7 @@ class FakeSampler:
     def __init__(self, script):
         self.script = list(script)
         self.freed = False
+        self.forced: list[int] = []  # tokens accepted without sampling (Runtime.accept)
 
 
 class FakeRuntime:
@@ -564,6 +565,10 @@ class FakeRuntime:
     def sample(self, sampler, index):
         assert index in self._out
         return sampler.script.pop(0) if sampler.script else FILLER
+
+    def accept(self, sampler, token):
+        """A forced token (the reasoning budget's): recorded, nothing sampled."""
+        sampler.forced.append(token)
 
     def free_sampler(self, sampler):
         assert not sampler.freed

@@ -21,9 +21,7 @@ from tests.support import ASK, NAMED, WEATHER, Server, check_call, openai_client
 #: fixture template -> the chat format the server must detect
 FAMILIES = {
     "deepseek-ai-DeepSeek-V4": "deepseek_v4",
-    # MiniMax M2's template always opens <think>, and SmolLM2 never closes it under the forced-call grammar
-    # (a reasoning budget's forced close is not fed to the grammar: see the issue-41 note); its format is
-    # covered by tests/unit/test_tool_formats.py
+    "MiniMax-M2": "minimax_m2",  # its template always opens <think>: a reasoning budget closes it
     "MiniMax-M3": "minimax_m3",
     "google-gemma-4-31B-it": "gemma4",
     "Kimi-K3": "kimi_k3",
@@ -46,8 +44,10 @@ def test_named_call_in_the_family_syntax_streamed_and_not(family_server) -> None
     assert json.dumps(props).count(FAMILIES[stem]) >= 1, "the family's format is reported"
     client = openai_client(srv.base_url)
     kwargs = dict(model="m", messages=ASK, tools=[WEATHER], tool_choice=NAMED, temperature=0, max_tokens=400,
-                  # thinking off (Kimi K3's template names the variable `thinking`)
-                  extra_body={"cache_prompt": False,
+                  # thinking off (Kimi K3's template names the variable `thinking`); where the template always
+                  # opens the block (MiniMax M2) the budget's forced close ends SmolLM2's reasoning, and the
+                  # forced-call grammar reads that close (it would wait for one forever otherwise)
+                  extra_body={"cache_prompt": False, "thinking_budget_tokens": 8,
                               "chat_template_kwargs": {"enable_thinking": False, "thinking": False}})
     reply = client.chat.completions.create(**kwargs)
     choice = reply.choices[0]

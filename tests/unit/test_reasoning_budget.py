@@ -39,6 +39,14 @@ def test_the_close_is_forced_after_budget_tokens_then_sampling_resumes():
     assert fin.reason == "length" and fin.completion_tokens == len(toks) == 12
 
 
+def test_a_forced_token_is_accepted_by_the_sampler_not_sampled():
+    """The forced close takes the place of sampling (a grammar then follows the text the sequence holds):
+    the sampler accepts it, and the script's next token comes after it, not replaced by it."""
+    toks, _, rt = generate([60, 63, 63, 63, 64, 70, 64, 64, 64], rule(3), max_tokens=8)
+    assert toks == [60, 63, 63, 63, 61, 64, 70, 64]
+    assert rt.samplers[0].forced == [61]
+
+
 def test_a_prompt_that_opened_thinking_counts_from_the_first_token_and_budget_zero_closes_at_once():
     toks, _, _ = generate([63] * 12, rule(2, started=True))
     assert toks[:3] == [63, 63, 61]

@@ -228,6 +228,10 @@ class Runtime(Protocol):
         """Sample (and accept) a token from the logits at batch index ``index`` of the last decode."""
         ...
 
+    def accept(self, sampler: object, token: int) -> None:
+        """Advance ``sampler`` by a token it did not sample (a forced one), as sampling it would have."""
+        ...
+
     def free_sampler(self, sampler: object) -> None: ...
 
     def set_backend_greedy(self, seq_id: int, on: bool) -> None:

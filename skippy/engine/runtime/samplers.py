@@ -212,6 +212,26 @@ class SamplerMixin:
         llama_cpp.llama_sampler_accept(s.chain, token)
         return token
 
+    def accept(self, sampler: object, token: int) -> None:
+        """Advance ``sampler`` by ``token``, which it did not sample (the reasoning budget forced it):
+        penalties count it, and its grammar and constraint read it where they allow it there (a
+        grammar that does not is left where it was: llama.cpp aborts on accepting a token its
+        grammar rejects)."""
+        if isinstance(sampler, SeqSampler):
+            sampler.accept(token)
+            return
+        s = cast(LlamaSampler, sampler)
+        s.n_sampled += 1
+        if s.grammar is not None:
+            one = llama_cpp.llama_token_data(id=token, logit=1.0, p=0.0)
+            single = llama_cpp.llama_token_data_array(data=ctypes.pointer(one), size=1, selected=-1, sorted=False)
+            llama_cpp.llama_sampler_apply(s.grammar, ctypes.byref(single))
+            if single.data[0].logit != float("-inf"):
+                llama_cpp.llama_sampler_accept(s.grammar, token)
+        if s.matcher is not None and not s.matcher.is_stopped() and s.matcher.validate_tokens([token]) == 1:
+            s.matcher.consume_token(token)
+        llama_cpp.llama_sampler_accept(s.chain, token)
+
     def _probe_backend_sampling(self) -> bool:
         """Whether llama.cpp offloads a greedy chain to the decode graph here (attached to sequence 0, then
         detached again)."""

@@ -305,7 +305,7 @@ class SchedulerCore:
         outputs = self._admit()
         for s in self._running.values():
             if s.spec is not None and s.phase is Phase.DECODING:
-                s.kv.draft = self._draft(s)  # type: ignore[union-attr]
+                s.kv.draft = () if s.forced else self._draft(s)  # type: ignore[union-attr]  # forced: no sampling
         active = [s.kv for s in self._running.values() if s.phase in (Phase.PREFILLING, Phase.DECODING)]
         embed = self.embeds.plan(active, self.step_tokens)  # type: ignore[arg-type]
         budget = self.step_tokens - (embed.n_tokens if embed is not None else 0)
@@ -316,9 +316,11 @@ class SchedulerCore:
         for kv, index in batch.outputs:
             seq = self._running[kv.rid]
             req = seq.request
+            forced = seq.forced[0] if seq.forced else None  # the reasoning budget's: accepted, not sampled
             samples.append(SampleTask(kv.rid, index, seq.sampler,
                                       req.params.top_logprobs if req.params.logprobs else None,
-                                      req.signals or seq.window is not None, kv.draft, backend=seq.backend))
+                                      req.signals or seq.window is not None, kv.draft,
+                                      backend=seq.backend and forced is None, forced=forced))
         batch, scores = self._scores(batch)
         saves = tuple((kv.rid, kv.slot) for kv, n in batch.advance
                       if kv.checkpoint_at and kv.n_past + n == kv.checkpoint_at)

@@ -188,6 +188,18 @@ def sample_step(runtime: Runtime, tasks: Sequence[SampleTask]) -> list[TokenEven
     n = len(tasks)
     if n == 0:
         return []
+    if any(s.forced is not None for s in tasks):  # the budget's forced tokens: accepted, not sampled
+        out_f: list[TokenEvent | None] = [None] * n
+        left = []
+        for j, s in enumerate(tasks):
+            if s.forced is not None:
+                runtime.accept(s.sampler, s.forced)
+                out_f[j] = TokenEvent(s.forced, None, (), None, None)
+            else:
+                left.append(j)
+        for j, ev in zip(left, sample_step(runtime, [tasks[j] for j in left]), strict=True):
+            out_f[j] = ev
+        return [ev for ev in out_f if ev is not None]
     if any(s.backend for s in tasks):  # picked in the decode graph; their raw logits may not be there
         out: list[TokenEvent] = [None] * n  # type: ignore[list-item]
         rest = []

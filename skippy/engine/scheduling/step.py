@@ -31,7 +31,10 @@ class SampleTask:
     samples them in order while they match. ``steps``: tokens the sequence may sample in a multi-step
     run (:attr:`StepPlan.steps`; the last one would finish it by ``max_tokens`` or the context);
     ``ends``: the token ids that end it (end of generation, the request's ``stop_token_ids``),
-    after which the run decodes it no more. ``backend``: llama.cpp's greedy sampler picked the token in
+    after which the run decodes it no more. ``forced``: the token this position takes instead of a
+    sampled one (the reasoning budget's closing tag): nothing is sampled, the sampler accepts it
+    (:meth:`Runtime.accept`), so a grammar follows the text the sequence really holds.
+    ``backend``: llama.cpp's greedy sampler picked the token in
     the decode graph (:meth:`Runtime.sampled_token`; a plain greedy sequence without logprobs, signals or
     speculation, whose slot has the sampler attached).
     """
@@ -45,6 +48,7 @@ class SampleTask:
     steps: int = 1
     ends: frozenset[int] = frozenset()
     backend: bool = False
+    forced: int | None = None
 
 
 @attrs.frozen
