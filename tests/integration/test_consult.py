@@ -4,7 +4,9 @@ SmolLM2-135M asks Gemma 3 270M; the thresholds are forced (``--consult-entropy 0
 request with hooks on consults. (a) one server of both models, the peer a local model; (b) a remote peer:
 another ``skippy serve`` on loopback, and peers that fail: nobody listening, a stub answering 500, a stub
 slower than ``--consult-timeout`` (a tiny HTTP stub only for those two: a real skippy cannot be made to
-fail or stall on purpose, a consultation turns its hooks off); (c) two servers consulting each other.
+fail or stall on purpose, a consultation turns its hooks off); (c) two servers consulting each other;
+(d) two remote peers raced, the slower one held back by a full slot: the first answer wins, the other
+request is cancelled and the slower peer's slot is free again.
 The client sees neither the hint nor an error either way; ``hook_events`` and ``/metrics`` say what
 happened.
 """
@@ -252,3 +254,44 @@ def test_unknown_peer_is_a_start_up_error(tmp_path: Path) -> None:
     assert srv.proc.wait(timeout=60) == 2
     assert "is neither a model this server serves" in srv.log()
     srv.stop()
+
+
+@pytest.fixture(scope="module")
+def race(tmp_path_factory: pytest.TempPathFactory):
+    """SmolLM2 consulting two remote Gemma servers at once; the second has one slot, which the test fills
+    with a long request of its own, so its consultation waits in its queue: the first answers first."""
+    tmp = tmp_path_factory.mktemp("race")
+    pf, ps = free_port(), free_port()
+    fast_url, slow_url = f"http://127.0.0.1:{pf}", f"http://127.0.0.1:{ps}"
+    with Server(["--model", GEMMA, "--parallel", "2", "--n-ctx", "1024"], tmp / "fast.log", port=pf) as fast, \
+            Server(["--model", GEMMA, "--parallel", "1", "--n-ctx", "1024"], tmp / "slow.log", port=ps) as slow, \
+            Server(["--consult", fast_url, "--consult", slow_url, "--consult-timeout", "60", *ARGS],
+                   tmp / "a.log") as a:
+        yield a, fast, slow, fast_url, slow_url
+
+
+def test_two_peers_race_the_first_answer_wins_and_the_other_is_cancelled(race) -> None:
+    a, fast, slow, fast_url, slow_url = race
+    busy = threading.Thread(target=httpx.post, args=(slow.base_url + "/completion",), kwargs={
+        "json": {"prompt": "Once upon a time", "n_predict": 160, "temperature": 0, "ignore_eos": True},
+        "timeout": 120})
+    busy.start()
+    try:
+        deadline = time.monotonic() + 30
+        while httpx.get(slow.base_url + "/health", timeout=5).json().get("slots_processing", 0) < 1:
+            assert time.monotonic() < deadline, "the slow peer's slot never filled"
+            time.sleep(0.05)
+        choice = _chat(a)["choices"][0]
+    finally:
+        busy.join()
+    [event] = _consults(choice)
+    assert (event["consult"]["peer"], event["consult"]["outcome"]) == (fast_url, "answered"), event
+    _hidden(choice["message"]["content"], choice["hook_events"])
+    assert _metric(a, slow_url, "cancelled") >= 1 and _metric(a, slow_url, "answered") == 0
+    # the slower peer saw its consultation's client go away, and its slot is free again
+    deadline = time.monotonic() + 30
+    while "client disconnected" not in slow.log():
+        assert time.monotonic() < deadline, slow.log()[-2000:]
+        time.sleep(0.1)
+    health = httpx.get(slow.base_url + "/health", timeout=5).json()
+    assert health["slots_processing"] == 0 and health["slots_idle"] == 1, health
