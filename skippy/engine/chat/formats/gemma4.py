@@ -17,10 +17,10 @@ import json
 import re
 from typing import Any
 
-from skippy.engine.chat.formats.core import _CONTENT, JSON_DECODER, ToolScanner, ToolSyntax
+from skippy.engine.chat.formats.core import JSON_DECODER, ToolSyntax
+from skippy.engine.chat.formats.whole import SectionScanner
 
 _QUOTE = '<|"|>'
-_MAX_CALL = 1 << 16  # characters one call may take before it is given up as content
 _HEADER = re.compile(r"\s*call:(?P<name>[^\s{}<>]+)\s*(?=\{)")
 _BARE = re.compile(r"[^\s,:{}\[\]<>\"]+")
 _WORDS = {"true": True, "false": False, "null": None}
@@ -113,28 +113,13 @@ def parse_gemma_object(text: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) and reader.i == len(text) else None
 
 
-class GemmaScanner(ToolScanner):
-    """Holds a ``<|tool_call>`` block until ``<tool_call|>``, then emits its call whole."""
+class GemmaScanner(SectionScanner):
+    """A ``<|tool_call>`` block: ``call:NAME`` and one object in the notation."""
 
-    def _step_header(self, final: bool) -> bool:
-        close, buf, pos = self.syntax.close, self.buf, self.pos
-        assert close is not None  # GEMMA4 ends each call with ``close``
-        i = buf.find(close, pos)
-        if i < 0 and not final:
-            if len(buf) - pos > _MAX_CALL:
-                self._fail()
-                return True
-            return False
-        body = buf[pos:i if i >= 0 else len(buf)]
-        m = _HEADER.match(body)
-        args = parse_gemma_object(body[m.end():]) if m is not None else None
-        if m is None or args is None or m.group("name") not in self.allowed:
-            self._fail()
-            return True
-        self._args(self._call_start(m.group("name")), json.dumps(args, ensure_ascii=False))
-        self.pos = i + len(close) if i >= 0 else len(buf)
-        self.state = _CONTENT
-        return True
+    def calls(self, section: str) -> list[tuple[str, dict[str, Any]]] | None:
+        m = _HEADER.match(section)
+        args = parse_gemma_object(section[m.end():]) if m is not None else None
+        return [(m.group("name"), args)] if m is not None and args is not None else None
 
 
 GEMMA4 = ToolSyntax(

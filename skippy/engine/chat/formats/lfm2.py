@@ -14,12 +14,11 @@ parse, or names a tool the request does not allow, is content verbatim.
 from __future__ import annotations
 
 import ast
-import json
 from typing import Any
 
-from skippy.engine.chat.formats.core import _CONTENT, ToolScanner, ToolSyntax
+from skippy.engine.chat.formats.core import ToolSyntax
+from skippy.engine.chat.formats.whole import SectionScanner
 
-_MAX_SECTION = 1 << 16  # characters a call section may take before it is given up as content
 _JSON_NAMES = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None}
 
 
@@ -69,27 +68,11 @@ def parse_pythonic_calls(text: str) -> list[tuple[str, dict[str, Any]]] | None:
         return None
 
 
-class PythonicScanner(ToolScanner):
-    """Holds a call section until its end marker, then emits its calls whole."""
+class PythonicScanner(SectionScanner):
+    """LFM2's section: a Python list of calls (:func:`parse_pythonic_calls`)."""
 
-    def _step_header(self, final: bool) -> bool:
-        close, buf, pos = self.syntax.close, self.buf, self.pos
-        assert close is not None  # a syntax with this scanner (LFM2) ends its call section with ``close``
-        i = buf.find(close, pos)
-        if i < 0 and not final:
-            if len(buf) - pos > _MAX_SECTION:
-                self._fail()
-                return True
-            return False
-        calls = parse_pythonic_calls(buf[pos:i if i >= 0 else len(buf)])
-        if calls is None or any(name not in self.allowed for name, _ in calls):
-            self._fail()
-            return True
-        for name, args in calls:
-            self._args(self._call_start(name), json.dumps(args, ensure_ascii=False))
-        self.pos = i + len(close) if i >= 0 else len(buf)
-        self.state = _CONTENT
-        return True
+    def calls(self, section: str) -> list[tuple[str, dict[str, Any]]] | None:
+        return parse_pythonic_calls(section)
 
 
 LFM2 = ToolSyntax(

@@ -17,15 +17,14 @@ parse, or names a tool the request does not allow, is content verbatim.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
-from skippy.engine.chat.formats.core import _CONTENT, ToolScanner, ToolSyntax
+from skippy.engine.chat.formats.core import ToolSyntax
+from skippy.engine.chat.formats.whole import SectionScanner
 from skippy.engine.chat.formats.xml import typed_value
 
 NS = "]<]minimax[>["
-_MAX_SECTION = 1 << 16  # characters a call section may take before it is given up as content
 _INVOKE = re.compile(r'\s*<invoke name="(?P<name>[^"\n]+)">')
 _OPEN = re.compile(r"<(?P<tag>[^\s<>/]+)>")
 
@@ -91,27 +90,11 @@ def parse_minimax_m3(section: str, schemas: dict[str, dict[str, Any]]) -> list[t
         i = end + len("</invoke>")
 
 
-class MinimaxM3Scanner(ToolScanner):
-    """Holds a call section until ``NS</tool_call>``, then emits its calls whole."""
+class MinimaxM3Scanner(SectionScanner):
+    """A ``NS<tool_call>`` section of ``<invoke>`` elements (:func:`parse_minimax_m3`)."""
 
-    def _step_header(self, final: bool) -> bool:
-        close, buf, pos = self.syntax.close, self.buf, self.pos
-        assert close is not None  # MINIMAX_M3 ends its call section with ``close``
-        i = buf.find(close, pos)
-        if i < 0 and not final:
-            if len(buf) - pos > _MAX_SECTION:
-                self._fail()
-                return True
-            return False
-        calls = parse_minimax_m3(buf[pos:i if i >= 0 else len(buf)], self.schemas)
-        if calls is None or any(name not in self.allowed for name, _ in calls):
-            self._fail()
-            return True
-        for name, args in calls:
-            self._args(self._call_start(name), json.dumps(args, ensure_ascii=False))
-        self.pos = i + len(close) if i >= 0 else len(buf)
-        self.state = _CONTENT
-        return True
+    def calls(self, section: str) -> list[tuple[str, dict[str, Any]]] | None:
+        return parse_minimax_m3(section, self.schemas)
 
 
 MINIMAX_M3 = ToolSyntax(
