@@ -91,7 +91,7 @@ def model_names(config: EngineConfig) -> tuple[str, ...]:
     names = [config.model_name or path.stem, *config.model_alias]
     for spec in REGISTRY.values():
         if path.name == spec.filename and path.expanduser().resolve() == (models_dir() / spec.filename).resolve():
-            names += [spec.name, *spec.aliases]
+            names += [spec.name, *spec.aliases, *((spec.ollama,) if spec.ollama else ())]
     names += [path.name, path.stem, str(config.model)]
     return tuple(dict.fromkeys(names))
 
@@ -204,9 +204,29 @@ class ModelPool:
         return self.match(name)
 
     def answers(self, name: str) -> bool:
-        """Whether some served model answers to ``name`` (case-insensitive)."""
-        key = name.casefold()
-        return any(key == n.casefold() for i in self._order for n in self._slots[i].model.names)
+        """Whether some served model answers to ``name`` (case-insensitive; see :meth:`lookup`)."""
+        return self.lookup(name) is not None
+
+    def lookup(self, name: str) -> str | None:
+        """The id of the model that answers to ``name``, else ``None``: one of a model's names
+        (case-insensitive), an Ollama spelling of one (``registry.ollama.ai/library/``, ``library/``, a
+        ``:latest`` tag: :func:`~skippy.engine.protocols.ollama.models.name_candidates`), or an alias of one
+        recorded by Ollama's ``/api/copy`` (:func:`~skippy.models.alias_target`)."""
+        from skippy.engine.protocols.ollama.models import name_candidates
+        from skippy.models import alias_target
+
+        for candidate in name_candidates(name) or (name,):
+            key = candidate.casefold()
+            for i in self._order:
+                if any(key == n.casefold() for n in self._slots[i].model.names):
+                    return i
+        for candidate in name_candidates(name):
+            target = alias_target(candidate)
+            if target is not None and target.casefold() != candidate.casefold():
+                key = target.casefold()
+                return next((i for i in self._order if any(key == n.casefold() for n in self._slots[i].model.names)),
+                            None)
+        return None
 
     def route(self, traits: RequestTraits) -> Route:
         """Where a ``model: "auto"`` request with ``traits`` goes (:func:`~skippy.engine.routing.choose_model`):
@@ -216,12 +236,11 @@ class ModelPool:
         return choose_model(traits, candidates, self.default)
 
     def match(self, name: str) -> str:
-        """The id of the model that answers to ``name`` (case-insensitive, one model or several); raises
+        """The id of the model that answers to ``name`` (:meth:`lookup`, one model or several); raises
         :class:`~skippy.engine.errors.ModelNotFound` (404) when none does."""
-        key = name.casefold()
-        for i in self._order:
-            if any(key == n.casefold() for n in self._slots[i].model.names):
-                return i
+        found = self.lookup(name)
+        if found is not None:
+            return found
         raise ModelNotFound(f"The model '{name}' does not exist on this server (it serves {self._served()})",
                             param="model")
 

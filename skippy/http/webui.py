@@ -1,4 +1,8 @@
-"""The web playground: ``GET /`` serves a single-page app, ``GET /webui/<file>`` its static files.
+"""The web playground: ``GET /`` serves a single-page app to browsers, ``GET /webui/<file>`` its static files.
+
+``/`` itself is a row of the route table (:func:`skippy.http.routes.ollama_models.root`): it calls
+:func:`index` for a browser (an ``Accept`` listing ``text/html``) and answers other clients Ollama's
+``Ollama is running``, as Ollama's clients probe it.
 
 The files live in the package (``skippy/http/webui/``: ``index.html``, ``app.js``,
 ``app.css`` and ``vendor/`` with pinned, licensed copies of marked and DOMPurify,
@@ -10,7 +14,8 @@ The page and its files need no API key (a browser cannot send one when it opens
 an address; they hold no data): the page asks for the key when the API answers
 401 and keeps it in the tab's ``sessionStorage``. ``--no-webui``
 (:attr:`~skippy.http.settings.ServerSettings.webui` false) leaves the blueprint
-out: ``/`` then answers the usual 404 envelope, as any unknown path.
+out: ``/webui/...`` then answers the usual 404 envelope, as any unknown path, and ``/`` Ollama's text to
+every client.
 
 Model output reaches the page as text nodes, or as markdown rendered by marked
 with raw HTML escaped (shown as text, never parsed) and the result cleaned by
@@ -100,5 +105,4 @@ async def asset(name: str) -> Response:
 
 
 blueprint = Blueprint("webui", __name__)
-blueprint.add_url_rule("/", view_func=index, methods=["GET"])
 blueprint.add_url_rule(PREFIX + "<path:name>", view_func=asset, methods=["GET"])

@@ -23,38 +23,51 @@ shown to a person as is (the CLI prints it as ``error: ...``).
 """
 
 from skippy.models.cache import (
+    ALIASES_FILE,
     CachedModel,
+    add_alias,
+    alias_target,
     find_model,
     glob_escape,
     list_models,
     models_dir,
+    read_aliases,
+    remove_alias,
     remove_model,
     resolve_model,
     skippy_home,
 )
 from skippy.models.downloads import download
-from skippy.models.gguf import GGUF_MAGIC, GGUFInfo, file_type_name, gguf_info
+from skippy.models.gguf import GGUF_MAGIC, GGUFInfo, file_type_name, gguf_info, gguf_metadata
 from skippy.models.hub import DEFAULT_HF_QUANT, HF_ENDPOINT, HFRef, hf_endpoint, parse_hf, pick_hf_file, resolve_hf
 from skippy.models.registry import DEFAULT_MODEL, REGISTRY, ModelError, ModelSpec, lookup
-from skippy.models.sources import ensure_model, pull_source, pull_url
+from skippy.models.sources import cached_hf_file, ensure_model, hf_model, hf_offline, hf_repo_ref, pull_source, pull_url
 from skippy.models.wheels import pull
 
 __all__ = [
+    "ALIASES_FILE",
     "DEFAULT_HF_QUANT",
     "DEFAULT_MODEL",
     "GGUF_MAGIC",
     "HF_ENDPOINT",
     "REGISTRY",
     "CachedModel",
+    "cached_hf_file",
     "GGUFInfo",
     "HFRef",
     "ModelError",
     "ModelSpec",
+    "add_alias",
+    "alias_target",
     "download",
     "ensure_model",
     "file_type_name",
     "find_model",
     "gguf_info",
+    "hf_model",
+    "hf_offline",
+    "hf_repo_ref",
+    "gguf_metadata",
     "glob_escape",
     "hf_endpoint",
     "list_models",
@@ -65,6 +78,8 @@ __all__ = [
     "pull",
     "pull_source",
     "pull_url",
+    "read_aliases",
+    "remove_alias",
     "remove_model",
     "resolve_hf",
     "resolve_model",

@@ -210,3 +210,61 @@ def glob_escape(text: str) -> str:
     import glob
 
     return glob.escape(text)
+
+
+#: the file beside the cached models that records the names of Ollama's ``/api/copy`` (``{"name": "target"}``)
+ALIASES_FILE = "aliases.json"
+
+
+def read_aliases() -> dict[str, str]:
+    """The model aliases recorded in ``models_dir() / ALIASES_FILE``: ``name -> target`` (a model name, e.g. a
+    registry name, a served model's id or a cached file's name). A missing or unreadable file is no alias."""
+    import json
+
+    try:
+        data = json.loads((models_dir() / ALIASES_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {str(k): str(v) for k, v in data.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def alias_target(name: str) -> str | None:
+    """What the alias ``name`` (case-insensitive) names, or ``None`` when it is no alias."""
+    key = name.casefold()
+    return next((target for alias, target in read_aliases().items() if alias.casefold() == key), None)
+
+
+def _write_aliases(aliases: dict[str, str]) -> None:
+    import json
+    import tempfile
+
+    directory = models_dir()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{ALIASES_FILE}.", suffix=".part", dir=directory)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(aliases, f, indent=1, sort_keys=True)
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; the names are no secret
+        os.replace(tmp, directory / ALIASES_FILE)
+    except OSError as e:
+        raise ModelError(f"cannot write the model aliases in {directory}: {e.strerror or e}") from e
+
+
+def add_alias(name: str, target: str) -> None:
+    """Record ``name`` as another name of ``target`` (replacing an alias of the same name, case-insensitive);
+    written atomically. Raises :class:`~skippy.models.registry.ModelError` when the cache is not writable."""
+    aliases = {k: v for k, v in read_aliases().items() if k.casefold() != name.casefold()}
+    aliases[name] = target
+    _write_aliases(aliases)
+
+
+def remove_alias(name: str) -> bool:
+    """Forget the alias ``name`` (case-insensitive); ``False`` when there was none."""
+    aliases = read_aliases()
+    kept = {k: v for k, v in aliases.items() if k.casefold() != name.casefold()}
+    if len(kept) == len(aliases):
+        return False
+    _write_aliases(kept)
+    return True

