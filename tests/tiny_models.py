@@ -134,6 +134,64 @@ def write_tiny(arch: str, path: Path, tokenizer_from: Path, seed: int = 0) -> Pa
     return path
 
 
+N_EXPERT = 4
+
+
+def write_tiny_moe(path: Path, tokenizer_from: Path, seed: int = 0) -> Path:
+    """Write a tiny random-weight Mixture-of-Experts GGUF (architecture ``llama`` with ``llama.expert_count``
+    4, 2 used per token, Mixtral's layout: ``blk.N.ffn_{gate,up,down}_exps`` and the router
+    ``blk.N.ffn_gate_inp``) of :data:`N_LAYER` layers to ``path``; returns ``path``. Vocabulary as
+    :func:`write_tiny`; f32 weights from a fixed ``seed``."""
+    import gguf
+
+    tok = _tokenizer_fields(tokenizer_from)
+    n_vocab = next(len(v) for k, v, _, _ in tok if k == "tokenizer.ggml.tokens")
+    rng = np.random.default_rng(seed)
+    n_head, n_ff = 4, 64
+
+    def w(*shape: int, scale: float = 0.08) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    writer = gguf.GGUFWriter(str(tmp), "llama")
+    writer.add_name("tiny-moe")
+    writer.add_context_length(N_CTX_TRAIN)
+    writer.add_embedding_length(N_EMBD)
+    writer.add_block_count(N_LAYER)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_head)
+    writer.add_rope_dimension_count(N_EMBD // n_head)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_expert_count(N_EXPERT)
+    writer.add_expert_used_count(2)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_vocab_size(n_vocab)
+    writer.add_tensor("token_embd.weight", w(n_vocab, N_EMBD, scale=0.5))
+    writer.add_tensor("output_norm.weight", np.ones(N_EMBD, dtype=np.float32))
+    writer.add_tensor("output.weight", w(n_vocab, N_EMBD))
+    for i in range(N_LAYER):
+        p = f"blk.{i}."
+        writer.add_tensor(p + "attn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
+        writer.add_tensor(p + "ffn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
+        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            writer.add_tensor(p + name + ".weight", w(N_EMBD, N_EMBD))
+        writer.add_tensor(p + "ffn_gate_inp.weight", w(N_EXPERT, N_EMBD))
+        writer.add_tensor(p + "ffn_gate_exps.weight", w(N_EXPERT, n_ff, N_EMBD))
+        writer.add_tensor(p + "ffn_up_exps.weight", w(N_EXPERT, n_ff, N_EMBD))
+        writer.add_tensor(p + "ffn_down_exps.weight", w(N_EXPERT, N_EMBD, n_ff))
+    for key, value, vtype, sub in tok:
+        writer.add_key_value(key, value, vtype, sub_type=sub)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    tmp.replace(path)
+    return path
+
+
 def default_tokenizer_source() -> Path:
     """The default model's GGUF in the model cache (``skippy pull``), whose vocabulary the tiny models share."""
     from skippy.models import resolve_model
@@ -142,9 +200,11 @@ def default_tokenizer_source() -> Path:
 
 
 def ensure_tiny(arch: str, directory: Path) -> Path:
-    """``directory/tiny-<arch>.gguf``, written when it is not there yet."""
+    """``directory/tiny-<arch>.gguf`` (``arch`` one of :data:`ARCHS` or ``moe``), written when it is not there yet."""
     path = directory / f"tiny-{arch}.gguf"
-    if not path.is_file():
+    if not path.is_file() and arch == "moe":
+        write_tiny_moe(path, default_tokenizer_source())
+    elif not path.is_file():
         write_tiny(arch, path, default_tokenizer_source())
     return path
 

@@ -425,8 +425,9 @@ class Engine:
         return await self.scheduler.slot_action(action, slot, path)
 
     def default_generation_settings(self) -> wire.GenerationSettings:
-        """llama-server's default ``generation_settings`` (a request that sets nothing; its seed is random)."""
-        return default_generation_settings()
+        """llama-server's default ``generation_settings`` (a request that sets nothing; its seed is random;
+        ``n_predict``: the server's ``-n``)."""
+        return default_generation_settings(n_predict=self.config.n_predict)
 
     async def apply_template(self, messages: list[Message] | ChatCompletionRequest) -> str:
         """The prompt of ``messages``, or of a whole chat request (its tools, template variables, prefill
@@ -452,7 +453,10 @@ class Engine:
         ``hooks_default_on``, ``signals`` (``window`` in tokens, ``high_entropy_threshold`` in nats), and
         ``embeddings`` (``/v1/embeddings`` answers: started with ``embeddings`` and a pooling that gives
         vectors), ``pooling`` (the embedding context's pooling type; ``None`` without ``embeddings``) and
-        ``n_embd`` (the vector size), and llama.cpp's ``backends``, ``devices`` and the model's ``offload``
+        ``n_embd`` (the vector size), ``reasoning_format`` and ``cache_reuse`` (the server's
+        ``--reasoning-format`` and ``--cache-reuse``), ``model_load`` (how the model was loaded:
+        :attr:`~skippy.engine.runtime.base.ModelMeta.load`, ``None`` when unknown), and llama.cpp's
+        ``backends``, ``devices`` and the model's ``offload``
         (:attr:`~skippy.engine.runtime.base.ModelMeta.devices`)."""
         tmpl = self.renderer.template
         caps = attrs.asdict(tmpl.caps)
@@ -480,6 +484,9 @@ class Engine:
             "hooks_default_on": self.config.hooks_default_on,
             "signals": {"window": self.config.signal_window,
                         "high_entropy_threshold": self.config.high_entropy_threshold},
+            "reasoning_format": self.config.reasoning_format,
+            "cache_reuse": self.config.cache_reuse,
+            "model_load": self.meta.load,
             **(self.meta.devices or {}),
         }
 

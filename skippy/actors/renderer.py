@@ -77,12 +77,15 @@ class TemplateRenderer(ThreadActor[RenderChat]):
     ``force_tool_emulation``: emulate tools even for templates that support them;
     ``history_boundary``: also find where the conversation without its generation prompt ends
     (:attr:`~skippy.engine.chat.plan.ParsePlan.history_chars`, a second rendering; the engine turns
-    it on when the scheduler keeps context checkpoints).
+    it on when the scheduler keeps context checkpoints); ``reasoning_format``: the default of a request
+    that sets none (``--reasoning-format``).
     """
 
     def __init__(self, template: PreparedTemplate, *, default_kwargs: dict[str, Any] | None = None,
-                 force_tool_emulation: bool = False, history_boundary: bool = False, max_threads: int = 2) -> None:
+                 force_tool_emulation: bool = False, history_boundary: bool = False, max_threads: int = 2,
+                 reasoning_format: str = "auto") -> None:
         super().__init__(max_threads)
+        self.reasoning_format = reasoning_format
         self.template = template
         self.default_kwargs = dict(default_kwargs or {})
         self.force_tool_emulation = force_tool_emulation
@@ -98,7 +101,8 @@ class TemplateRenderer(ThreadActor[RenderChat]):
         tmpl = self._override(req.chat_template) if req.chat_template else self.template
         return render_chat(tmpl, req, default_kwargs=self.default_kwargs,
                            force_tool_emulation=self.force_tool_emulation,
-                           add_generation_prompt=add_generation_prompt, history_boundary=self.history_boundary)
+                           add_generation_prompt=add_generation_prompt, history_boundary=self.history_boundary,
+                           reasoning_format=self.reasoning_format)
 
     async def render(self, request: ChatCompletionRequest, *, add_generation_prompt: bool = True) -> Rendered:
         """Render ``request`` (inline when small, see :data:`INLINE_MESSAGES`); raises

@@ -57,7 +57,8 @@ async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None,
         lambda: PreparedTemplate.build(source, bos_token=meta.bos_token, eos_token=meta.eos_token))
     tokenizer = Tokenizer(runtime.vocab, bos_id=meta.bos_id)
     renderer = TemplateRenderer(template, default_kwargs=config.chat_template_kwargs,
-                                force_tool_emulation=config.force_tool_emulation)
+                                force_tool_emulation=config.force_tool_emulation,
+                                reasoning_format=config.reasoning_format)
     policy = _load_policy(config)
     webhook_client = None
     if config.hook_url:

@@ -25,9 +25,11 @@ from skippy.cli.flags import (
 )
 from skippy.models import DEFAULT_MODEL, ModelError
 
-LLAMA_SERVER_NOTE = ("skippy serve takes llama-server's flags -m, -c/--ctx-size, -np, -t, -fa, --host, --port, "
-                     "--api-key, --api-key-file, --chat-template-file, --jinja, --metrics, --slots, --no-webui, "
-                     "-ngl, -sm, -mg, -ts, -dev, --rpc, --ssl-key-file, --ssl-cert-file and refuses the others "
+LLAMA_SERVER_NOTE = ("skippy serve takes llama-server's flags -m, -hf, -a, -c/--ctx-size, -np, -t, -fa, -n, -b, -ub, "
+                     "-cb, --host, --port, --api-key, --api-key-file, --chat-template-file, --jinja, --metrics, "
+                     "--slots, --no-webui, -ngl, -sm, -mg, -ts, -dev, --rpc, -ot, -cmoe, -ncmoe, --mlock, --no-mmap, "
+                     "--numa, --rope-*, --yarn-*, --reasoning-format, --cache-reuse, --ssl-key-file, "
+                     "--ssl-cert-file and refuses the others "
                      "rather than ignore them; "
                      "see 'skippy serve --help'")
 
@@ -93,7 +95,11 @@ def _serve_options(fn: F) -> F:
              help="Model name from the cache (pulled when missing) or a GGUF path. Repeat it to serve several "
                   "models: the request's model field picks one; the first is the default, loaded at start, "
                   "the others on their first request (the environment variable names one model)."),
-        _opt("--alias", multiple=True, metavar="NAME", show_default=False,
+        _opt("--hf-repo", "-hf", "-hfr", default=None, metavar="OWNER/REPO[:QUANT]", show_default=False,
+             help="A model on Hugging Face, as llama-server's -hf: the repo's GGUF of that quantization "
+                  "(default Q4_K_M), downloaded into the model cache unless it is there; the cached file when the "
+                  "hub cannot be reached or HF_HUB_OFFLINE=1. Instead of --model."),
+        _opt("--alias", "-a", multiple=True, metavar="NAME", show_default=False,
              help="Another name the model answers to and /v1/models lists (repeatable; the environment "
                   "variable takes space-separated names). Requests may name any model when one is served; "
                   "with several, the aliases name the first."),
@@ -118,6 +124,12 @@ def _serve_options(fn: F) -> F:
                   "ctx-size / parallel (exclusive with --n-ctx, which is per sequence)."),
         "parallel", "threads", "flash_attn", "cache_type_k", "cache_type_v", "kv_unified", "swa_full",
         "n_gpu_layers", "split_mode", "main_gpu", "tensor_split", "device", "rpc",
+        "override_tensor", "cpu_moe", "n_cpu_moe", "n_batch", "n_ubatch", "mlock", "mmap", "numa",
+        "rope_scaling", "rope_scale", "rope_freq_base", "rope_freq_scale", "yarn_orig_ctx", "yarn_ext_factor",
+        "yarn_attn_factor", "yarn_beta_slow", "yarn_beta_fast",
+        _opt("--cont-batching/--no-cont-batching", "-cb/-nocb", default=True, callback=_cont_batching,
+             help="Accepted for llama-server command lines: skippy always batches continuously (a new request "
+                  "joins the running batch at the next step); --no-cont-batching is refused."),
         _opt("--chat-template", "--chat-template-file", default=None, metavar="NAME|FILE", callback=_read_template,
              help="Chat template overriding the model's: a jinja2 file, or one of llama.cpp's built-in template "
                   "names (chatml, llama3, mistral-v7, gemma, phi3, command-r, deepseek3, ...)."),
@@ -126,7 +138,9 @@ def _serve_options(fn: F) -> F:
                   'requests override them.'),
         _opt("--jinja", is_flag=True, default=False,
              help="Accepted for llama-server command lines: skippy always renders chat templates with jinja2."),
-        "force_tool_emulation", "step_tokens", "clamp_max_tokens", "prefix_cache", "ctx_checkpoints", "cache_ram",
+        "n_predict", "reasoning_format",
+        "force_tool_emulation", "step_tokens", "clamp_max_tokens", "prefix_cache", "cache_reuse", "ctx_checkpoints",
+        "cache_ram",
         "spec_ngram", "scheduler_steps", "backend_sampling", "hook_policy",
         "hook_url",
         "hook_timeout", "hook_fail_closed", "hooks_default_on", "signal_window", "high_entropy_threshold",
@@ -160,6 +174,27 @@ def _serve_options(fn: F) -> F:
     for item in reversed(layout):
         fn = (setting_option(fields[item]) if isinstance(item, str) else item)(fn)
     return fn
+
+
+def _cont_batching(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    if not value:
+        raise click.BadParameter("--no-cont-batching (-nocb) is refused: skippy always batches continuously (a new "
+                                 "request joins the running batch at the next step)",
+                                 ctx=ctx, param=param)
+    return value
+
+
+def _check_overrides(engine_options: dict[str, Any]) -> None:
+    """``-ot`` / ``-cmoe`` / ``-ncmoe`` buffer types against this llama.cpp build's (a usage error naming the
+    flag, before any download or load; llama-server refuses them so, listing the available ones)."""
+    if not (engine_options["override_tensor"] or engine_options["cpu_moe"] or engine_options["n_cpu_moe"]):
+        return
+    from skippy.engine.runtime.overrides import buffer_types, check_buffers, parse_overrides
+
+    try:
+        check_buffers(parse_overrides(engine_options["override_tensor"]), buffer_types())
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--override-tensor' / '-ot'") from None
 
 
 def _api_keys(api_key: tuple[str, ...], api_key_file: str | None) -> tuple[str, ...]:
@@ -207,11 +242,12 @@ def _context_per_sequence(ctx: click.Context, ctx_size: int | None, options: dic
 @main.command(cls=ServeCommand)
 @_serve_options
 @friendly_errors
-def serve(model: tuple[str, ...], alias: tuple[str, ...], models_dirs: tuple[str, ...], max_loaded: int,
+def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], models_dirs: tuple[str, ...],
+          max_loaded: int,
           keep_alive: float, host: tuple[str, ...], port: int, ctx_size: int | None,
           chat_template: str | None, chat_template_kwargs: dict, jinja: bool, log_level: str, log_format: str,
           log_file: str | None, api_key: tuple[str, ...], api_key_file: str | None, cors_origins: tuple[str, ...],
-          no_webui: bool, **options: Any) -> None:
+          no_webui: bool, cont_batching: bool, **options: Any) -> None:
     """Serve the OpenAI-compatible API (``/v1/chat/completions`` and friends).
 
     The model is pulled into the cache first when it is a known name that is
@@ -244,8 +280,29 @@ def serve(model: tuple[str, ...], alias: tuple[str, ...], models_dirs: tuple[str
         click.echo(f"error: --cache-type-v {engine_options['cache_type_v']} (a quantized V cache) needs "
                    f"--flash-attn auto or on (llama.cpp refuses it without flash attention)", err=True)
         sys.exit(1)
+    _check_overrides(engine_options)
+    try:  # the checks across flags that click cannot make alone (-b below -np, --rope-scale against --rope-freq-scale)
+        EngineConfig(model="-", **engine_options)
+    except (TypeError, ValueError) as exc:
+        raise click.UsageError(str(exc), ctx=ctx) from None
     models: list[tuple[Path, str]] = []  # (GGUF, id): --model's (pulled when missing), then --models-dir's
     given = ctx.get_parameter_source("model") is not click.core.ParameterSource.DEFAULT
+    if hf_repo is not None:  # llama-server's -hf: the model, instead of -m
+        from skippy.models import hf_model
+
+        if given:
+            raise click.UsageError("give either --model/-m or --hf-repo/-hf, not both", ctx=ctx)
+        path = hf_model(hf_repo)
+        models.append((path, path.stem))
+        given = True
+        model = ()
+    if engine_options["cache_reuse"] > 0:
+        import logging
+
+        logging.getLogger("skippy.serve").warning(
+            "--cache-reuse %d accepted but not applied: skippy does not shift cached KV chunks; its prefix cache "
+            "(--prefix-cache, %s) reuses cached prompt prefixes instead", engine_options["cache_reuse"],
+            "on" if engine_options["prefix_cache"] else "off")
     for name in model if given or not models_dirs else ():
         path = ensure_model(name)
         spec = lookup(name)

@@ -248,6 +248,8 @@ def _strings(value: Any) -> Any:
 
 
 def _n_batch_fits(inst: Any, attr: attrs.Attribute[Any], value: int) -> None:
+    if inst is None:  # a flag checked alone (skippy serve -b): the class checks it against parallel
+        return
     if value < inst.parallel:
         raise ValueError(f"{attr.name} must be >= parallel ({inst.parallel}): each running sequence decodes "
                          f"one token per step, got {value!r}")
@@ -260,15 +262,16 @@ SPLIT_MODE_CHOICES = ("none", "layer", "row")
 
 
 def _parsed(name: str, parser: str) -> Any:
-    """A converter running ``skippy.engine.runtime.backends.<parser>`` (str or sequence -> tuple), whose
+    """A converter running ``skippy.engine.runtime.backends.<parser>`` (``overrides.parse_overrides`` for
+    ``parse_overrides``; str or sequence -> tuple), whose
     ``ValueError`` names the field; the same function is the field's validator, so the ``skippy serve``
     flag (a str, checked before conversion) and an embedder's tuple are checked by the same code."""
 
     def convert(value: Any) -> Any:
-        from skippy.engine.runtime import backends
+        from skippy.engine.runtime import backends, overrides
 
         try:
-            return getattr(backends, parser)(value)
+            return getattr(overrides if parser == "parse_overrides" else backends, parser)(value)
         except ValueError as exc:
             raise ValueError(f"{name}: {exc}") from None
 
@@ -286,6 +289,19 @@ _tensor_split = _parsed("tensor_split", "parse_tensor_split")
 _devices = _parsed("device", "parse_devices")
 _rpc = _parsed("rpc", "parse_rpc")
 
+_overrides = _parsed("override_tensor", "parse_overrides")
+
+#: ``numa`` values (llama-server's ``--numa``; ``disabled``: no NUMA set-up, ggml's GGML_NUMA_STRATEGY_DISABLED)
+NUMA_CHOICES = ("disabled", "distribute", "isolate", "numactl")
+
+#: ``rope_scaling`` values (llama-server's ``--rope-scaling``; ``model``: the GGUF's, LLAMA_ROPE_SCALING_TYPE_
+#: UNSPECIFIED)
+ROPE_SCALING_CHOICES = ("model", "none", "linear", "yarn")
+
+#: ``reasoning_format`` values: skippy.engine.chat.formats.core.REASONING_FORMATS (llama-server's
+#: --reasoning-format none, deepseek, deepseek-legacy, auto, and skippy's hidden); a test keeps them equal
+REASONING_FORMAT_CHOICES = ("auto", "none", "deepseek", "deepseek-legacy", "hidden")
+
 #: ``pooling`` values (llama-server's ``--pooling``; ``model``: the GGUF's ``<arch>.pooling_type``)
 POOLING_CHOICES = ("model", "mean", "cls", "last", "none")
 
@@ -302,6 +318,14 @@ def check_cache_types(cache_type_v: str, flash_attn: str) -> None:
     if cache_type_v in QUANTIZED_CACHE_TYPES and flash_attn == "off":
         raise ValueError(f"cache_type_v {cache_type_v} (a quantized V cache) needs flash attention: use "
                          f"flash_attn auto or on, or an f16/bf16/f32 V cache")
+
+
+def check_rope_scale(rope_scale: float, rope_freq_scale: float) -> None:
+    """Raise ``ValueError`` when ``rope_scale`` (N) and ``rope_freq_scale`` (1/N) are both set and disagree
+    (llama-server lets the later flag win; here the order is lost)."""
+    if rope_scale > 0 and rope_freq_scale > 0 and not math.isclose(1.0 / rope_scale, rope_freq_scale):
+        raise ValueError(f"rope_scale {rope_scale:g} and rope_freq_scale {rope_freq_scale:g} disagree (rope_scale N "
+                         f"is rope_freq_scale 1/N): give one of them")
 
 
 @attrs.frozen
@@ -407,12 +431,66 @@ class EngineConfig:
                                         "the model (llama-server's --rpc); a worker that does not answer is a "
                                         "start-up error. The protocol has no authentication: trusted networks "
                                         "only.")
+    override_tensor: tuple[str, ...] = setting((), check=_check(_overrides), converter=_overrides, multiple=True,
+                                               aliases=("-ot",), metavar="PATTERN=BUFFER,...", show_default=False,
+                                               help="Put the weights whose name matches the regular expression "
+                                                    "PATTERN in buffer type BUFFER (CPU, CUDA0...; llama-server's "
+                                                    "--override-tensor): repeatable or comma-separated, the first "
+                                                    "match wins; an unknown buffer type is a start-up error.")
+    cpu_moe: bool = setting(False, check=IsBool(), aliases=("-cmoe",),
+                            help="Keep every Mixture-of-Experts expert weight in CPU memory (llama-server's "
+                                 "--cpu-moe: -ot '\\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU').")
+    n_cpu_moe: int = setting(0, check=IntRange(0), aliases=("-ncmoe",), metavar="N",
+                             help="Keep the expert weights of the first N layers in CPU memory (llama-server's "
+                                  "--n-cpu-moe); more than the model's layers is a start-up error.")
+    mlock: bool = setting(False, check=IsBool(),
+                          help="Lock the model's weights in RAM (llama-server's --mlock; llama.cpp load mode "
+                               "mmap+mlock, or mlock with --no-mmap): no swapping; needs RLIMIT_MEMLOCK.")
+    mmap: bool = setting(True, check=IsBool(),
+                         help="Memory-map the GGUF (llama.cpp's default); --no-mmap reads it into memory instead "
+                              "(llama-server's --no-mmap, load mode none).")
+    numa: str = setting("disabled", check=OneOf(NUMA_CHOICES),
+                        help="NUMA optimisations (llama-server's --numa, llama_numa_init, once per process): "
+                             "distribute (threads over all nodes), isolate (the node the server started on), "
+                             "numactl (the CPU map numactl gave).")
+    rope_scaling: str = setting("model", check=OneOf(ROPE_SCALING_CHOICES),
+                                help="RoPE frequency scaling (llama-server's --rope-scaling): none, linear or yarn; "
+                                     "model: the GGUF's.")
+    rope_scale: float = setting(0.0, check=FloatRange(0.0, finite=True), metavar="N",
+                                help="RoPE context scaling factor: the context grows by N (llama-server's "
+                                     "--rope-scale; --rope-freq-scale 1/N); 0: the model's.")
+    rope_freq_base: float = setting(0.0, check=FloatRange(0.0, finite=True), metavar="N",
+                                    help="RoPE base frequency (llama-server's --rope-freq-base); 0: the model's.")
+    rope_freq_scale: float = setting(0.0, check=FloatRange(0.0, finite=True), metavar="N",
+                                     help="RoPE frequency scaling factor, the context grows by 1/N (llama-server's "
+                                          "--rope-freq-scale); 0: the model's.")
+    yarn_orig_ctx: int = setting(0, check=IntRange(0), metavar="N",
+                                 help="YaRN's original training context (llama-server's --yarn-orig-ctx); 0: the "
+                                      "model's.")
+    yarn_ext_factor: float = setting(-1.0, check=FloatRange(-1.0, finite=True), metavar="N",
+                                     help="YaRN extrapolation mix factor (llama-server's --yarn-ext-factor); 0.0: "
+                                          "full interpolation, -1: the model's.")
+    yarn_attn_factor: float = setting(-1.0, check=FloatRange(finite=True), metavar="N",
+                                      help="YaRN magnitude scaling factor (llama-server's --yarn-attn-factor); -1: "
+                                           "the model's.")
+    yarn_beta_slow: float = setting(-1.0, check=FloatRange(finite=True), metavar="N",
+                                    help="YaRN high correction dimension or alpha (llama-server's "
+                                         "--yarn-beta-slow); -1: the model's.")
+    yarn_beta_fast: float = setting(-1.0, check=FloatRange(finite=True), metavar="N",
+                                    help="YaRN low correction dimension or beta (llama-server's "
+                                         "--yarn-beta-fast); -1: the model's.")
     chat_template: str | None = setting(None, check=IsText(), flag=False,
                                         help="Jinja2 chat template text overriding the model's (skippy serve "
                                              "--chat-template reads it from a file).")
-    n_batch: int = setting(512, check=attrs.validators.and_(IntRange(1), _n_batch_fits), flag=False,
-                           help="llama.cpp n_batch: most tokens in one llama_decode call (>= parallel: each "
-                                "running sequence decodes one token per step); bounds step_tokens.")
+    n_batch: int = setting(512, check=attrs.validators.and_(IntRange(1), _n_batch_fits),
+                           aliases=("-b", "--batch-size"), metavar="N",
+                           help="llama.cpp n_batch: most tokens in one llama_decode call (llama-server's "
+                                "-b/--batch-size; >= parallel: each running sequence decodes one token per step); "
+                                "bounds step_tokens.")
+    n_ubatch: int | None = setting(None, check=IntRange(1, optional=True), aliases=("-ub", "--ubatch-size"),
+                                   metavar="N", show_default=False,
+                                   help="llama.cpp n_ubatch: most tokens of one physical batch inside a decode "
+                                        "(llama-server's -ub/--ubatch-size), at most n_batch [default: n_batch].")
     step_tokens: int = setting(256, check=IntRange(8, 512),
                                help="Token budget of one decode step, shared by prefill chunks and running "
                                     "streams (bounds ITL).")
@@ -458,6 +536,19 @@ class EngineConfig:
                                           "header); --no-clamp-max-tokens answers 400 context_length_exceeded "
                                           "instead (OpenAI, vLLM). A prompt that alone fills the context is a 400 "
                                           "either way.")
+    n_predict: int = setting(-1, check=IntRange(-1), aliases=("-n", "--predict"), metavar="N",
+                             help="Tokens to generate when a request sets no max_tokens (llama-server's "
+                                  "-n/--n-predict): -1 until the context is full; always within the room left.")
+    reasoning_format: str = setting("auto", check=OneOf(REASONING_FORMAT_CHOICES),
+                                    help="Where <think> reasoning goes when a request sets no reasoning_format "
+                                         "(llama-server's --reasoning-format): auto and deepseek in "
+                                         "reasoning_content, deepseek-legacy there and in content too, none left "
+                                         "in content, hidden dropped.")
+    cache_reuse: int = setting(0, check=IntRange(0), metavar="N",
+                               help="Accepted for llama-server command lines (--cache-reuse, KV shifting of "
+                                    "cached chunks of at least N tokens): skippy does not shift KV; its prefix "
+                                    "cache (--prefix-cache, on by default) reuses cached prompt prefixes instead, "
+                                    "and N > 0 logs a warning saying so.")
     reasoning_budget: int = setting(-1, check=IntRange(-1),
                                     help="Reasoning tokens allowed inside <think> before the closing tag is forced "
                                          "(llama-server's --reasoning-budget): -1 unlimited, 0 close at once; "
@@ -522,7 +613,8 @@ class EngineConfig:
                             help="llama.cpp's own log lines on stderr (skippy serve --log-level debug).")
 
     def __attrs_post_init__(self) -> None:
-        check_cache_types(self.cache_type_v, self.flash_attn)  # the one check across fields
+        check_cache_types(self.cache_type_v, self.flash_attn)  # the checks across fields
+        check_rope_scale(self.rope_scale, self.rope_freq_scale)
 
 
 def settings_doc(cls: type) -> str:

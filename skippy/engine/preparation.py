@@ -47,7 +47,8 @@ class Limits:
     request); ``max_queue``: sequences that may wait (``--max-queue``); ``min_tail``: prompt tokens
     prefilled even when cached (the scheduler's); ``spec_ngram``: the server's default draft length
     (0: no speculative decoding); ``clamp_max_tokens``: a ``max_tokens`` beyond the room left is
-    clamped (else refused).
+    clamped (else refused); ``n_predict``: the budget of a request that sets no ``max_tokens``
+    (llama-server's ``-n``; -1: the room left).
     """
 
     n_vocab: int
@@ -57,12 +58,14 @@ class Limits:
     min_tail: int = 1
     spec_ngram: int = 0
     clamp_max_tokens: bool = True
+    n_predict: int = -1
 
     @classmethod
     def of(cls, meta: ModelMeta, config: EngineConfig, min_tail: int) -> Limits:
         """The limits of a loaded model (``meta``) served with ``config``."""
         return cls(n_vocab=meta.n_vocab, n_ctx=meta.n_ctx_seq, n_seq_max=meta.n_seq_max, max_queue=config.max_queue,
-                   min_tail=min_tail, spec_ngram=config.spec_ngram, clamp_max_tokens=config.clamp_max_tokens)
+                   min_tail=min_tail, spec_ngram=config.spec_ngram, clamp_max_tokens=config.clamp_max_tokens,
+                   n_predict=config.n_predict)
 
 
 @attrs.frozen
@@ -93,7 +96,8 @@ def sampling(req: SamplingFields, limits: Limits, *, logprobs: bool, top_logprob
 
 def completion_budget(req: SamplingFields, n_prompt: int, limits: Limits) -> Budget:
     """The completion budget of a prompt of ``n_prompt`` tokens: ``max_tokens`` (or
-    ``max_completion_tokens``), else the room left in the context. A prompt that alone fills the
+    ``max_completion_tokens``), else the server's ``n_predict`` within the room left (at least 1), else
+    the room left in the context. A prompt that alone fills the
     context is a 400 ``context_length_exceeded``; so is a ``max_tokens`` beyond the room left when
     ``clamp_max_tokens`` is off (as OpenAI and vLLM refuse it), else it is clamped to the room (as
     llama-server and Ollama do) and :attr:`Budget.clamped` says so."""
@@ -106,6 +110,8 @@ def completion_budget(req: SamplingFields, n_prompt: int, limits: Limits) -> Bud
             f"the prompt is {n_prompt} tokens, which does not fit this model's context of {n_ctx} tokens",
             param="messages")
     room = n_ctx - n_prompt
+    if asked is None and limits.n_predict >= 0:  # the server's -n: within the room left, never a 400
+        return Budget(max(1, min(limits.n_predict, room)))
     if asked is None or asked <= room:
         return Budget(room if asked is None else asked)  # None: until the context is full (finish "length")
     if not limits.clamp_max_tokens:  # --no-clamp-max-tokens

@@ -6,12 +6,13 @@ http(s) URL (:func:`pull_url`) or a Hugging Face reference (:mod:`skippy.models.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from skippy.models.cache import models_dir, resolve_model
 from skippy.models.downloads import _say, download
 from skippy.models.gguf import GGUF_MAGIC
-from skippy.models.hub import _HF_NAME, DEFAULT_HF_QUANT, _hf_headers, parse_hf, resolve_hf
+from skippy.models.hub import _HF_NAME, DEFAULT_HF_QUANT, HFRef, _hf_headers, parse_hf, resolve_hf
 from skippy.models.registry import ModelError, _known_names, lookup
 from skippy.models.wheels import _sha256_file, pull
 
@@ -146,3 +147,75 @@ def _unknown_source(source: str) -> str:
     return (f"unknown model {source!r}; known names: {_known_names()}. Other models come from Hugging Face as "
             f"OWNER/REPO:QUANT, e.g. skippy pull ggml-org/gemma-3-270m-GGUF:Q8_0 (or hf://OWNER/REPO/FILE.gguf, "
             f"or an http(s) URL of a GGUF file).")
+
+
+def hf_offline() -> bool:
+    """Whether Hugging Face must not be asked: ``$HF_HUB_OFFLINE`` (huggingface_hub's) or ``$LLAMA_OFFLINE``
+    (llama.cpp's ``--offline``) set to 1, true, yes or on."""
+    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
+               for v in ("HF_HUB_OFFLINE", "LLAMA_OFFLINE"))
+
+
+def hf_repo_ref(spec: str) -> HFRef:
+    """llama-server's ``-hf REPO[:QUANT]`` (``OWNER/NAME``, quantization default
+    :data:`~skippy.models.hub.DEFAULT_HF_QUANT`, as llama-server) -> an :class:`~skippy.models.hub.HFRef`;
+    the ``hf://`` forms of :func:`~skippy.models.hub.parse_hf` are accepted too.
+
+    Raises:
+        ModelError: not ``OWNER/NAME[:QUANT]``.
+    """
+    text = spec.strip()
+    ref = parse_hf(text if text.startswith("hf://") else "hf://" + text)
+    assert ref is not None  # parse_hf raises for a malformed hf:// reference
+    return ref
+
+
+def cached_hf_file(ref: HFRef, names: Iterable[str]) -> str | None:
+    """Which of ``names`` (GGUF file names in the model cache) ``ref`` resolves to without asking the hub,
+    else ``None``: its file's name, or for ``:QUANT`` the one file of that quantization (as
+    :func:`~skippy.models.hub.pick_hf_file` matches it) whose name starts with the repo's name less a
+    ``-GGUF`` suffix (``ggml-org/gemma-3-270m-GGUF:Q8_0`` -> ``gemma-3-270m-Q8_0.gguf``, the name
+    ``skippy pull`` gave it)."""
+    from skippy.models.hub import pick_hf_file
+
+    files = list(names)
+    if ref.file:
+        base = ref.file.rsplit("/", 1)[-1]
+        return base if base in files else None
+    stem = ref.repo.split("/", 1)[1]
+    stem = stem[:-5] if stem.lower().endswith("-gguf") else stem
+    ours = [f for f in files if f.lower().startswith(stem.lower())]
+    try:
+        return pick_hf_file(ours, ref.quant or DEFAULT_HF_QUANT, ref.repo)
+    except ModelError:
+        return None
+
+
+def hf_model(spec: str, *, progress: bool = True) -> Path:
+    """The GGUF of llama-server's ``-hf REPO[:QUANT]``: resolved on the hub (:func:`resolve_hf`) and
+    downloaded into the cache unless already there (:func:`pull_url`); the cached file when the hub
+    cannot be reached, or without asking it when offline (:func:`hf_offline`).
+
+    Raises:
+        ModelError: a malformed ``spec``; offline, or the hub unreachable, with no cached file for it
+            (the message says how to pull it); the hub's errors (:func:`resolve_hf`).
+    """
+    from skippy.models.cache import _gguf_files
+
+    ref = hf_repo_ref(spec)
+    directory = models_dir()
+    cached = cached_hf_file(ref, [p.name for p in _gguf_files(directory)]) if directory.is_dir() else None
+    what = f"{ref.repo}/{ref.file}" if ref.file else f"{ref.repo}:{ref.quant}"
+    if hf_offline():
+        if cached is not None:
+            return directory / cached
+        raise ModelError(f"-hf {spec}: offline (HF_HUB_OFFLINE / LLAMA_OFFLINE) and {what} is not in the model cache "
+                         f"({directory}); pull it while online first: skippy pull {what}")
+    try:
+        url = resolve_hf(ref)
+    except ModelError as exc:
+        if cached is not None:
+            _say(f"{exc}; using the cached {cached}", progress)
+            return directory / cached
+        raise
+    return pull_url(url, progress=progress, headers=_hf_headers())

@@ -188,7 +188,8 @@ def _prefill_text(message: dict[str, Any], i: int) -> str:
 
 def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
                 default_kwargs: dict[str, Any] | None = None, force_tool_emulation: bool = False,
-                add_generation_prompt: bool = True, history_boundary: bool = False) -> Rendered:
+                add_generation_prompt: bool = True, history_boundary: bool = False,
+                reasoning_format: str = "auto") -> Rendered:
     """Render ``req`` with ``tmpl`` and decide its :class:`ParsePlan`.
 
     Tools are emulated (``TOOL_CALL`` lines) when the request asks for
@@ -212,12 +213,14 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
     an assistant message being continued) and record in the plan how much of the prompt it is
     (:attr:`ParsePlan.history_chars`: the longest common prefix of the two texts; ``None`` when the
     template refuses that rendering).
+    ``reasoning_format``: the server's default (llama-server's ``--reasoning-format``) for a request
+    that sets none.
     Raises :class:`InvalidRequest` (400) naming the field for bad messages,
     tools, schemas, grammars, or template errors (with the template's message).
     """
     messages = message_dicts(req.messages)
     _check_messages(messages)
-    reasoning = req.reasoning_format or "auto"
+    reasoning = req.reasoning_format or reasoning_format  # the request's, else the server's --reasoning-format
     if reasoning not in REASONING_FORMATS:
         raise InvalidRequest(f"reasoning_format must be one of {list(REASONING_FORMATS)}", param="reasoning_format")
     tools = req.tools or []

@@ -144,6 +144,9 @@ class ModelMeta:
     swa_full: bool = False
     devices: dict[str, Any] | None = None
     backend_sampling: bool = False
+    #: how the model was loaded, for ``/props`` ``model_load`` (the llama.cpp context's ``n_batch`` and
+    #: ``n_ubatch``, load mode, NUMA, tensor overrides, RoPE and YaRN settings); ``None``: not known
+    load: dict[str, Any] | None = None
 
     @property
     def is_swa(self) -> bool:

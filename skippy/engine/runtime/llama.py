@@ -52,6 +52,7 @@ from skippy.engine.runtime.params import (
     _POOLING_NAMES,
     CACHE_TYPES,
     FLASH_ATTN,
+    NUMA,
     POOLING,
     RuntimeConfig,
     _context_params,
@@ -63,6 +64,21 @@ from skippy.engine.runtime.vocab import LLG_LIMITS, LlamaVocab
 
 __all__ = ["CACHE_TYPES", "FLASH_ATTN", "LLG_LIMITS", "POOLING", "STATE_COPY_FRACTION", "LlamaRuntime",
            "LlamaSampler", "LlamaVocab", "RuntimeConfig", "kv_cache_size"]
+
+
+def _load_info(config: RuntimeConfig, ctx: llama_cpp.llama_context_p, mparams: llama_cpp.llama_model_params) \
+        -> dict[str, Any]:
+    """``ModelMeta.load``: the context's batch sizes as llama.cpp took them, the load mode by llama.cpp's name,
+    and the placement, NUMA, RoPE and YaRN settings the model was loaded with (0 / -1 / ``model``: the GGUF's)."""
+    mode = llama_cpp.llama_load_mode_name(mparams.load_mode)
+    return {"n_batch": llama_cpp.llama_n_batch(ctx), "n_ubatch": llama_cpp.llama_n_ubatch(ctx),
+            "load_mode": mode.decode() if mode else str(mparams.load_mode), "mmap": config.mmap,
+            "mlock": config.mlock, "numa": config.numa, "override_tensor": list(config.override_tensor),
+            "n_cpu_moe": config.n_cpu_moe, "rope_scaling": config.rope_scaling,
+            "rope_freq_base": config.rope_freq_base, "rope_freq_scale": config.rope_freq_scale,
+            "yarn_orig_ctx": config.yarn_orig_ctx, "yarn_ext_factor": config.yarn_ext_factor,
+            "yarn_attn_factor": config.yarn_attn_factor, "yarn_beta_slow": config.yarn_beta_slow,
+            "yarn_beta_fast": config.yarn_beta_fast}
 
 
 class LlamaRuntime(DecodeMixin, SamplerMixin, KVStateMixin):
@@ -88,16 +104,20 @@ class LlamaRuntime(DecodeMixin, SamplerMixin, KVStateMixin):
         self.config = config
         n_seq_max, n_batch, type_k, type_v = config.n_seq_max, config.n_batch, config.type_k, config.type_v
         kv_unified, swa_full = config.kv_unified, config.swa_full
-        _init_backend(config.verbose)
+        _init_backend(config.verbose, NUMA[config.numa])
         offload = plan_offload(n_gpu_layers=config.n_gpu_layers, split_mode=config.split_mode,
                                main_gpu=config.main_gpu, tensor_split=config.tensor_split,
                                device_names=config.devices, rpc=config.rpc)
         self._rpc = offload.rpc
-        mparams, arrays = _model_params(offload)
+        mparams, arrays = _model_params(offload, config)  # ValueError: an -ot buffer type this build lacks
         self._model = llama_cpp.llama_model_load_from_file(path.encode(), mparams)
-        del arrays  # what mparams pointed into, needed until the model is loaded
+        self._model_arrays = arrays  # what mparams pointed into (-ot patterns), kept as long as the model
         if not self._model:
             raise RuntimeError(f"llama.cpp could not load model {path!r}")
+        n_layer = llama_cpp.llama_model_n_layer(self._model)
+        if config.n_cpu_moe > n_layer:
+            llama_cpp.llama_model_free(self._model)
+            raise ValueError(f"--n-cpu-moe {config.n_cpu_moe}: the model has only {n_layer} layers")
         vocab = llama_cpp.llama_model_get_vocab(self._model)
         n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
         n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
@@ -161,6 +181,7 @@ class LlamaRuntime(DecodeMixin, SamplerMixin, KVStateMixin):
                      "offload": offload.as_dict(llama_cpp.llama_model_n_layer(self._model))},
             embeddings=self._embedding_context(cparams, config.pooling, config.embeddings_batch, n_ctx_train)
             if config.embeddings             else None,
+            load=_load_info(config, self._ctx, mparams),
         )
         if config.backend_sampling and self._probe_backend_sampling():
             self.meta = attrs.evolve(self.meta, backend_sampling=True)

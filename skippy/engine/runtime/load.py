@@ -82,8 +82,11 @@ def _expecting(*fragments: str) -> Iterator[None]:
             _expected = ()
 
 
-def _init_backend(verbose: bool) -> None:
-    global _backend_ready, _llama_verbose
+def _init_backend(verbose: bool, numa: int = 0) -> None:
+    """Initialise llama.cpp's backend once per process, with its log routed here; ``numa`` (a
+    ``ggml_numa_strategy``, llama-server's ``--numa``) is applied with ``llama_numa_init`` at the first
+    call that asks for one (ggml sets NUMA up once per process, as llama-server does at start)."""
+    global _backend_ready, _llama_verbose, _numa_done
     with _backend_lock:
         _llama_verbose = verbose
         if not _backend_ready:
@@ -92,6 +95,12 @@ def _init_backend(verbose: bool) -> None:
             llama_cpp.llama_log_set(_llama_log, ctypes.c_void_p(0))
             llama_cpp.llama_backend_init()
             _backend_ready = True
+        if numa and not _numa_done:
+            llama_cpp.llama_numa_init(numa)
+            _numa_done = True
+
+
+_numa_done = False
 
 
 def _kv_caches(create: Callable[[], T]) -> tuple[T, list[tuple[int, int]]]:

@@ -32,6 +32,26 @@ CACHE_TYPES = {"f32": llama_cpp.GGML_TYPE_F32, "f16": llama_cpp.GGML_TYPE_F16, "
                "q4_1": llama_cpp.GGML_TYPE_Q4_1, "iq4_nl": llama_cpp.GGML_TYPE_IQ4_NL,
                "q5_0": llama_cpp.GGML_TYPE_Q5_0, "q5_1": llama_cpp.GGML_TYPE_Q5_1}
 
+#: ``numa`` names (llama-server's ``--numa`` values) -> ``ggml_numa_strategy`` values
+NUMA = {"disabled": llama_cpp.GGML_NUMA_STRATEGY_DISABLED, "distribute": llama_cpp.GGML_NUMA_STRATEGY_DISTRIBUTE,
+        "isolate": llama_cpp.GGML_NUMA_STRATEGY_ISOLATE, "numactl": llama_cpp.GGML_NUMA_STRATEGY_NUMACTL}
+
+#: ``rope_scaling`` names (llama-server's ``--rope-scaling``; ``model``: the GGUF's) -> ``llama_rope_scaling_type``
+ROPE_SCALING = {"model": llama_cpp.LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED, "none": llama_cpp.LLAMA_ROPE_SCALING_TYPE_NONE,
+                "linear": llama_cpp.LLAMA_ROPE_SCALING_TYPE_LINEAR, "yarn": llama_cpp.LLAMA_ROPE_SCALING_TYPE_YARN}
+
+
+def load_mode(mmap: bool, mlock: bool) -> int:
+    """``llama_model_params.load_mode`` of llama-server's ``--no-mmap`` / ``--mlock`` (mmap on, mlock off:
+    llama.cpp's default, ``LLAMA_LOAD_MODE_AUTO``; the pinned llama.cpp has this enum instead of the
+    ``use_mmap`` / ``use_mlock`` booleans)."""
+    if mmap and not mlock:
+        return int(llama_cpp.LLAMA_LOAD_MODE_AUTO)
+    if mmap:
+        return int(llama_cpp.LLAMA_LOAD_MODE_MMAP_MLOCK)
+    return int(llama_cpp.LLAMA_LOAD_MODE_MLOCK if mlock else llama_cpp.LLAMA_LOAD_MODE_NONE)
+
+
 #: ``pooling`` names (llama-server's ``--pooling`` values; ``model``: the GGUF's, llama.cpp's
 #: ``LLAMA_POOLING_TYPE_UNSPECIFIED``) -> ``llama_pooling_type`` values
 POOLING = {"model": -1, "none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}
@@ -129,8 +149,29 @@ class RuntimeConfig:
     devices: tuple[str, ...] = attrs.field(default=(), converter=_strs)
     rpc: tuple[str, ...] = attrs.field(default=(), converter=_strs)
     backend_sampling: bool = False
+    n_ubatch: int | None = None
+    override_tensor: tuple[str, ...] = attrs.field(default=(), converter=_strs)
+    n_cpu_moe: int = 0
+    mmap: bool = True
+    mlock: bool = False
+    numa: str = "disabled"
+    rope_scaling: str = "model"
+    rope_freq_base: float = 0.0
+    rope_freq_scale: float = 0.0
+    yarn_orig_ctx: int = 0
+    yarn_ext_factor: float = -1.0
+    yarn_attn_factor: float = -1.0
+    yarn_beta_slow: float = -1.0
+    yarn_beta_fast: float = -1.0
 
     def __attrs_post_init__(self) -> None:
+        if self.numa not in NUMA:
+            raise ValueError(f"numa must be one of {sorted(NUMA)}, not {self.numa!r}")
+        if self.rope_scaling not in ROPE_SCALING:
+            raise ValueError(f"rope_scaling must be one of {sorted(ROPE_SCALING)}, not {self.rope_scaling!r}")
+        from skippy.engine.runtime.overrides import parse_overrides
+
+        parse_overrides(self.override_tensor)  # ValueError for a bad pattern; the buffer is checked at load
         if self.pooling not in POOLING:
             raise ValueError(f"pooling must be one of {sorted(POOLING)}, not {self.pooling!r}")
         if self.embeddings and self.embeddings_batch < 1:
@@ -146,8 +187,20 @@ class RuntimeConfig:
     @classmethod
     def from_engine_config(cls, config: EngineConfig) -> RuntimeConfig:
         """The runtime options of an engine's settings (``--n-ctx`` is per sequence, ``--parallel`` the
-        sequences, ``--cache-type-k`` / ``-v`` the KV types, ``--device`` the devices...)."""
-        return cls(n_ctx_seq=config.n_ctx, n_seq_max=config.parallel, n_batch=config.n_batch,
+        sequences, ``--cache-type-k`` / ``-v`` the KV types, ``--device`` the devices...; ``-ot`` then
+        ``-cmoe`` / ``-ncmoe`` as tensor overrides, in that order; ``--rope-scale N`` as a frequency
+        scale of 1/N, as llama-server)."""
+        from skippy.engine.runtime.overrides import moe_overrides
+
+        freq_scale = 1.0 / config.rope_scale if config.rope_scale > 0 else config.rope_freq_scale
+        return cls(n_ubatch=config.n_ubatch,
+                   override_tensor=(*config.override_tensor, *moe_overrides(config.cpu_moe, config.n_cpu_moe)),
+                   n_cpu_moe=config.n_cpu_moe, mmap=config.mmap, mlock=config.mlock, numa=config.numa,
+                   rope_scaling=config.rope_scaling, rope_freq_base=config.rope_freq_base, rope_freq_scale=freq_scale,
+                   yarn_orig_ctx=config.yarn_orig_ctx, yarn_ext_factor=config.yarn_ext_factor,
+                   yarn_attn_factor=config.yarn_attn_factor, yarn_beta_slow=config.yarn_beta_slow,
+                   yarn_beta_fast=config.yarn_beta_fast,
+                   n_ctx_seq=config.n_ctx, n_seq_max=config.parallel, n_batch=config.n_batch,
                    n_threads=config.threads, flash_attn=config.flash_attn, type_k=config.cache_type_k,
                    type_v=config.cache_type_v, kv_unified=config.kv_unified, swa_full=config.swa_full,
                    name=config.model_name or None, verbose=config.verbose, embeddings=config.embeddings,
@@ -157,15 +210,25 @@ class RuntimeConfig:
                    backend_sampling=config.backend_sampling)
 
 
-def _model_params(offload: Offload) -> tuple[llama_cpp.llama_model_params, list[object]]:
+def _model_params(offload: Offload, config: RuntimeConfig | None = None) -> tuple[llama_cpp.llama_model_params,
+                                                                                  list[object]]:
     """llama.cpp's model parameters for an offload plan (layers on the devices, split mode, main device,
-    tensor split, the devices asked for), and the ctypes arrays they point into: keep those alive until
-    the model is loaded."""
+    tensor split, the devices asked for) and ``config``'s load mode (``--no-mmap``, ``--mlock``) and tensor
+    overrides (``-ot``, ``-cmoe``, ``-ncmoe``), and the ctypes arrays they point into: keep those alive as
+    long as the model. Raises ``ValueError`` for an override naming an unknown buffer type."""
+    from skippy.engine.runtime.overrides import override_array
+
     mparams = llama_cpp.llama_model_default_params()
+    keep: list[object] = []
+    if config is not None:
+        mparams.load_mode = load_mode(config.mmap, config.mlock)
+        array, refs = override_array(config.override_tensor)
+        if array is not None:
+            mparams.tensor_buft_overrides = ctypes.cast(array, ctypes.c_void_p)
+            keep += refs
     mparams.n_gpu_layers = offload.n_gpu_layers
     mparams.split_mode = SPLIT_MODES[offload.split_mode]
     mparams.main_gpu = offload.main_gpu
-    keep: list[object] = []
     if offload.tensor_split:  # llama.cpp reads llama_max_devices() floats
         n_max = llama_cpp.llama_max_devices()
         split = (ctypes.c_float * n_max)(*offload.tensor_split[:n_max])
@@ -194,8 +257,16 @@ def _context_params(config: RuntimeConfig, n_ctx_seq: int) -> llama_cpp.llama_co
     cparams: llama_cpp.llama_context_params = llama_cpp.llama_context_default_params()
     cparams.n_ctx = n_ctx_seq * config.n_seq_max
     cparams.n_batch = config.n_batch
-    cparams.n_ubatch = config.n_batch
+    cparams.n_ubatch = min(config.n_ubatch or config.n_batch, config.n_batch)  # llama.cpp clamps it so too
     cparams.n_seq_max = config.n_seq_max
+    cparams.rope_scaling_type = ROPE_SCALING[config.rope_scaling]
+    cparams.rope_freq_base = config.rope_freq_base
+    cparams.rope_freq_scale = config.rope_freq_scale
+    cparams.yarn_orig_ctx = config.yarn_orig_ctx
+    cparams.yarn_ext_factor = config.yarn_ext_factor
+    cparams.yarn_attn_factor = config.yarn_attn_factor
+    cparams.yarn_beta_slow = config.yarn_beta_slow
+    cparams.yarn_beta_fast = config.yarn_beta_fast
     cparams.kv_unified = config.kv_unified
     cparams.swa_full = config.swa_full  # llama.cpp's context default is True; llama-server's (common) is False
     cparams.type_k = CACHE_TYPES[config.type_k]

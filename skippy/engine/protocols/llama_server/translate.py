@@ -187,10 +187,10 @@ class InfillReply:
                            timings=openai_translate.timings(done.counts))
 
 
-def default_generation_settings() -> wire.GenerationSettings:
+def default_generation_settings(n_predict: int = -1) -> wire.GenerationSettings:
     """llama-server's default ``generation_settings`` (a request that sets nothing; its seed is random:
-    llama.cpp's ``LLAMA_DEFAULT_SEED``)."""
-    return generation_settings(SamplingParams(seed=0xFFFFFFFF), n_predict=-1)
+    llama.cpp's ``LLAMA_DEFAULT_SEED``; ``n_predict``: the server's ``-n``, -1 until the context is full)."""
+    return generation_settings(SamplingParams(seed=0xFFFFFFFF), n_predict=n_predict)
 
 
 def slot_views(infos: Sequence[SlotInfo], *, n_ctx: int) -> list[wire.Slot]:

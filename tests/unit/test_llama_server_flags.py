@@ -1,0 +1,206 @@
+"""llama-server's placement and memory flags on ``skippy serve`` (issue 41, part 2): real llama-server
+command lines parse to the intended settings through the click command (no server started), the bad
+inputs are usage errors naming the flag, and the sans-IO pieces behind them: ``-ot`` / ``-cmoe`` /
+``-ncmoe`` overrides, the load mode, ``-hf`` resolution (no network), ``-n``'s default budget.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from pathlib import Path
+
+import attrs
+import pytest
+from click.testing import CliRunner
+
+from skippy.cli import main
+from skippy.cli.serving import serve
+from skippy.engine.config import REASONING_FORMAT_CHOICES, EngineConfig
+from skippy.engine.preparation import Limits, completion_budget
+from skippy.engine.protocols.openai.types import ChatCompletionRequest
+from skippy.engine.runtime.overrides import (
+    FFN_EXPS_REGEX,
+    check_buffers,
+    ffn_exps_block_regex,
+    moe_overrides,
+    parse_overrides,
+)
+from skippy.engine.runtime.params import RuntimeConfig, load_mode
+from skippy.models import ModelError, cached_hf_file, hf_model, hf_repo_ref
+
+#: a command line of the shape agent-model guides give (Unsloth's, llama.cpp's docs), less the sampling
+#: flags (--temp, --top-p, --min-p: part 1 of issue 41, not in skippy serve yet)
+GUIDE = ('-m M -ngl 99 -c 8192 -fa on --jinja -ot ".ffn_.*_exps.=CPU" -ub 2048 -b 2048 --ctx-size 16384 '
+         '--cache-reuse 256 -n 4096 -a my-model --mlock --no-mmap --numa distribute --rope-scaling yarn '
+         '--rope-scale 4 --yarn-orig-ctx 32768 -cb --reasoning-format deepseek')
+
+CASES = [
+    (GUIDE, {"n_gpu_layers": 99, "ctx_size": 16384, "flash_attn": "on", "jinja": True,
+             "override_tensor": (".ffn_.*_exps.=CPU",), "n_ubatch": 2048, "n_batch": 2048, "cache_reuse": 256,
+             "n_predict": 4096, "alias": ("my-model",), "mlock": True, "mmap": False, "numa": "distribute",
+             "rope_scaling": "yarn", "rope_scale": 4.0, "yarn_orig_ctx": 32768, "cont_batching": True,
+             "reasoning_format": "deepseek"}),
+    # Unsloth's Qwen3-30B-A3B / gpt-oss guides: all experts on the CPU, or those of the first layers
+    ("-hf unsloth/Qwen3-30B-A3B-GGUF:Q4_K_M --jinja -ngl 99 --ctx-size 16384 -cmoe",
+     {"hf_repo": "unsloth/Qwen3-30B-A3B-GGUF:Q4_K_M", "cpu_moe": True, "n_gpu_layers": 99}),
+    ("-m M --n-cpu-moe 10 -ot 'blk\\.(1[0-9])\\.ffn_.*_exps\\.=CPU,token_embd=CPU' -ot 'output=CPU'",
+     {"n_cpu_moe": 10, "override_tensor": ("blk\\.(1[0-9])\\.ffn_.*_exps\\.=CPU", "token_embd=CPU",
+                                           "output=CPU")}),
+    # llama.cpp docs: YaRN from 32k to 128k, and linear scaling with explicit RoPE values
+    ("-m M --rope-scaling yarn --rope-scale 4 --yarn-orig-ctx 32768 --yarn-ext-factor 1.0 --yarn-attn-factor 1.0 "
+     "--yarn-beta-slow 1.0 --yarn-beta-fast 32.0",
+     {"rope_scaling": "yarn", "rope_scale": 4.0, "yarn_orig_ctx": 32768, "yarn_ext_factor": 1.0,
+      "yarn_attn_factor": 1.0, "yarn_beta_slow": 1.0, "yarn_beta_fast": 32.0}),
+    ("-m M --rope-scaling linear --rope-freq-base 1000000 --rope-freq-scale 0.5 --batch-size 1024 "
+     "--ubatch-size 256 --predict 128 --reasoning-format none --alias a --alias b",
+     {"rope_scaling": "linear", "rope_freq_base": 1e6, "rope_freq_scale": 0.5, "n_batch": 1024, "n_ubatch": 256,
+      "n_predict": 128, "reasoning_format": "none", "alias": ("a", "b")}),
+    ("-m M --override-tensor exps=CPU --cont-batching --numa isolate -ncmoe 2",
+     {"override_tensor": ("exps=CPU",), "cont_batching": True, "numa": "isolate", "n_cpu_moe": 2,
+      "mlock": False, "mmap": True}),
+]
+
+
+def _params(line: str) -> dict:
+    """``skippy serve``'s parsed parameters for a command line (click's parsing and the options' callbacks,
+    not the command: nothing loads)."""
+    with serve.make_context("serve", shlex.split(line)) as ctx:
+        params = dict(ctx.params)
+    params["override_tensor"] = parse_overrides(params["override_tensor"])  # EngineConfig's converter
+    return params
+
+
+@pytest.mark.parametrize(("line", "expected"), CASES, ids=[f"line{i}" for i in range(len(CASES))])
+def test_llama_server_command_lines_parse_to_the_settings(line: str, expected: dict) -> None:
+    params = _params(line)
+    for name, value in expected.items():
+        assert params[name] == value, name
+
+
+def test_the_guide_line_makes_the_intended_runtime_config() -> None:
+    params = _params(GUIDE)
+    fields = {f.name for f in attrs.fields(EngineConfig)}
+    config = EngineConfig(model="M", **{k: v for k, v in params.items() if k in fields and k != "model"})
+    rc = RuntimeConfig.from_engine_config(config)
+    assert rc.override_tensor == (".ffn_.*_exps.=CPU",)
+    assert (rc.n_batch, rc.n_ubatch, rc.mmap, rc.mlock, rc.numa) == (2048, 2048, False, True, "distribute")
+    assert rc.rope_scaling == "yarn" and math.isclose(rc.rope_freq_scale, 0.25) and rc.yarn_orig_ctx == 32768
+    assert config.n_predict == 4096 and config.reasoning_format == "deepseek" and config.cache_reuse == 256
+
+
+def test_moe_flags_become_overrides_after_ot_in_llama_cpp_patterns() -> None:
+    config = EngineConfig(model="M", override_tensor="a=CPU", cpu_moe=True, n_cpu_moe=2)
+    assert RuntimeConfig.from_engine_config(config).override_tensor == (
+        "a=CPU", f"{FFN_EXPS_REGEX}=CPU", r"blk\.0\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU",
+        r"blk\.1\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU")
+    assert moe_overrides(False, 0) == ()
+    assert ffn_exps_block_regex(7) == r"blk\.7\.ffn_(up|down|gate|gate_up)_(ch|)exps"
+
+
+def test_parse_overrides_splits_commas_and_repeats_as_llama_cpp() -> None:
+    assert parse_overrides(["a=CPU,b=CUDA0", " c=CPU"]) == ("a=CPU", "b=CUDA0", " c=CPU")
+    assert parse_overrides("x=y") == ("x=y",)
+    assert parse_overrides(()) == ()
+    for bad, why in [("noequals", "not PATTERN=BUFFER"), ("=CPU", "not PATTERN=BUFFER"), ("a=", "not PATTERN"),
+                     ("blk.(=CPU", "not a valid regular expression")]:
+        with pytest.raises(ValueError, match=why):
+            parse_overrides(bad)
+
+
+def test_check_buffers_names_the_available_ones() -> None:
+    check_buffers(["a=CPU"], ["CPU"])
+    with pytest.raises(ValueError, match=r"unknown buffer type 'CUDA0' in 'a=CUDA0'; available buffer types: CPU"):
+        check_buffers(["a=CUDA0"], ["CPU"])
+
+
+def test_load_mode_follows_no_mmap_and_mlock() -> None:
+    import llama_cpp
+
+    assert load_mode(mmap=True, mlock=False) == llama_cpp.LLAMA_LOAD_MODE_AUTO
+    assert load_mode(mmap=True, mlock=True) == llama_cpp.LLAMA_LOAD_MODE_MMAP_MLOCK
+    assert load_mode(mmap=False, mlock=True) == llama_cpp.LLAMA_LOAD_MODE_MLOCK
+    assert load_mode(mmap=False, mlock=False) == llama_cpp.LLAMA_LOAD_MODE_NONE
+
+
+def test_reasoning_format_choices_are_the_parsers() -> None:
+    from skippy.engine.chat.formats.core import REASONING_FORMATS
+
+    assert REASONING_FORMAT_CHOICES == REASONING_FORMATS
+
+
+def test_n_predict_is_the_budget_of_a_request_without_max_tokens() -> None:
+    req = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}])
+    limits = Limits(n_vocab=10, n_ctx=100, n_seq_max=1, n_predict=30)
+    assert completion_budget(req, 10, limits).max_tokens == 30
+    assert completion_budget(req, 90, limits).max_tokens == 10  # within the room left, no 400
+    assert completion_budget(req, 10, attrs.evolve(limits, n_predict=-1)).max_tokens == 90
+    asked = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=5)
+    assert completion_budget(asked, 10, limits).max_tokens == 5  # the request's own wins
+
+
+# -- bad input: usage errors (exit 2) naming the flag ------------------------------------------------------
+
+BAD = [
+    ("-ot 'blk.(=CPU'", "--override-tensor", "not a valid regular expression"),
+    ("-ot noequals", "--override-tensor", "not PATTERN=BUFFER"),
+    ("-ot 'exps=NOPE0'", "--override-tensor", "unknown buffer type 'NOPE0'"),
+    ("-ncmoe -1", "--n-cpu-moe", "x>=0"),
+    ("--rope-scale abc", "--rope-scale", "not a valid float"),
+    ("--rope-freq-base x1", "--rope-freq-base", "not a valid float"),
+    ("--yarn-ext-factor nan", "--yarn-ext-factor", "yarn_ext_factor"),
+    ("--yarn-orig-ctx 1.5", "--yarn-orig-ctx", "not a valid integer"),
+    ("--rope-scaling ntk", "--rope-scaling", "'ntk' is not one of"),
+    ("--numa everywhere", "--numa", "'everywhere' is not one of"),
+    ("--no-cont-batching", "--no-cont-batching", "always batches continuously"),
+    ("-nocb", "--no-cont-batching", "always batches continuously"),
+    ("--reasoning-format r1", "--reasoning-format", "'r1' is not one of"),
+    ("-b 4 -np 8", "n_batch must be >= parallel", "n_batch"),
+    ("--rope-scale 4 --rope-freq-scale 0.5", "rope_scale 4 and rope_freq_scale 0.5 disagree", "give one of them"),
+    ("-ub 0", "--n-ubatch", "x>=1"),
+]
+
+
+@pytest.mark.parametrize(("args", "flag", "why"), BAD, ids=[b[0] for b in BAD])
+def test_bad_values_are_usage_errors_naming_the_flag(args: str, flag: str, why: str, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SKIPPY_HOME", str(tmp_path))  # nothing is pulled: every case fails before
+    result = CliRunner().invoke(main, ["serve", "-m", str(tmp_path / "none.gguf"), *shlex.split(args)])
+    assert result.exit_code == 2, result.output
+    assert flag in result.output and why in result.output, result.output
+
+
+# -- -hf: resolution without the network ---------------------------------------------------------------------
+
+def test_hf_repo_ref_reads_llama_servers_form() -> None:
+    ref = hf_repo_ref("ggml-org/gemma-3-270m-GGUF:Q8_0")
+    assert (ref.repo, ref.quant, ref.file) == ("ggml-org/gemma-3-270m-GGUF", "Q8_0", None)
+    assert hf_repo_ref("unsloth/Qwen3-30B-A3B-GGUF").quant == "Q4_K_M"  # llama-server's default
+    assert hf_repo_ref("hf://o/r/sub/m-Q2_K.gguf").file == "sub/m-Q2_K.gguf"
+    with pytest.raises(ModelError):
+        hf_repo_ref("not a repo")
+
+
+def test_cached_hf_file_picks_the_repos_quant_from_the_cache_names() -> None:
+    names = ["gemma-3-270m-Q8_0.gguf", "gemma-3-270m-Q4_K_M.gguf", "Qwen3-30B-A3B-Q8_0.gguf", "other.gguf"]
+    assert cached_hf_file(hf_repo_ref("ggml-org/gemma-3-270m-GGUF:Q8_0"), names) == "gemma-3-270m-Q8_0.gguf"
+    assert cached_hf_file(hf_repo_ref("ggml-org/gemma-3-270m-GGUF"), names) == "gemma-3-270m-Q4_K_M.gguf"
+    assert cached_hf_file(hf_repo_ref("unsloth/Qwen3-30B-A3B-GGUF:q8_0"), names) == "Qwen3-30B-A3B-Q8_0.gguf"
+    assert cached_hf_file(hf_repo_ref("unsloth/Qwen3-30B-A3B-GGUF:Q4_K_M"), names) is None
+    assert cached_hf_file(hf_repo_ref("hf://x/y/dir/other.gguf"), names) == "other.gguf"
+
+
+def test_hf_offline_without_the_file_is_refused_saying_how_to_pull(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SKIPPY_HOME", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelError, match=r"offline .* skippy pull ggml-org/gemma-3-270m-GGUF:Q8_0"):
+        hf_model("ggml-org/gemma-3-270m-GGUF:Q8_0")
+    cached = tmp_path / "models" / "gemma-3-270m-Q8_0.gguf"
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(b"GGUF")
+    assert hf_model("ggml-org/gemma-3-270m-GGUF:Q8_0") == cached  # offline, from the cache
+    result = CliRunner().invoke(main, ["serve", "-hf", "ggml-org/other-GGUF:Q8_0"])
+    assert result.exit_code == 1 and "offline" in result.output and "skippy pull" in result.output, result.output
+    result = CliRunner().invoke(main, ["serve", "-hf", "a/b:Q8_0", "-m", "x"])
+    assert result.exit_code == 2 and "not both" in result.output, result.output
