@@ -58,7 +58,7 @@ def test_openapi_paths_are_the_documented_routes_of_the_table() -> None:
     assert "/chat/completions" not in doc["paths"] and "/openapi.json" not in doc["paths"]
     assert doc["paths"]["/metrics"]["get"]["responses"]["200"]["content"] == {"text/plain": {"schema": {"type":
                                                                                                        "string"}}}
-    assert PUBLIC_PATHS == {"/health"}
+    assert PUBLIC_PATHS == {"/health", "/api/version"}  # /api/version: Ollama's clients probe it without a key
 
 
 async def test_openapi_json_is_served_from_the_table() -> None:
