@@ -164,3 +164,18 @@ def test_the_pool_answers_ollama_spellings_and_copies(tmp_path, monkeypatch) -> 
     add_alias("my-copy", "gemma-3-270m")
     assert pool.match("my-copy:latest") == gemma and pool.answers("my-copy")
     assert pool.lookup("llama3:8b") is None
+
+
+async def test_keys_guard_the_model_routes_but_not_the_version_or_the_root_path() -> None:
+    from skippy.http.app import AppState, create_app
+    from skippy.http.settings import ServerSettings
+
+    c = create_app(AppState(), ServerSettings(api_keys=("sk-k",))).test_client()
+    assert (await c.get("/api/version")).status_code == 200
+    root = await c.get("/")
+    assert root.status_code == 200 and await root.get_data() == b"Ollama is running"
+    for method, path in (("GET", "/api/tags"), ("POST", "/api/show"), ("GET", "/api/ps"), ("POST", "/api/pull"),
+                         ("DELETE", "/api/delete"), ("POST", "/api/copy")):
+        assert (await c.open(path, method=method)).status_code == 401, path
+    loading = await c.get("/api/tags", headers={"Authorization": "Bearer sk-k"})  # no model yet
+    assert loading.status_code == 503 and isinstance((await loading.get_json())["error"], str)
