@@ -36,7 +36,9 @@ def _click_type(check: Any) -> Any:
             return kind
     if isinstance(check, IntRange):
         return click.IntRange(check.min, check.max)
-    if isinstance(check, FloatRange):
+    if isinstance(check, FloatRange):  # unbounded: a plain float (the validator refuses NaN, infinities)
+        if check.min is None and check.max is None:
+            return click.FLOAT
         return click.FloatRange(check.min, check.max, min_open=check.min_open)
     if isinstance(check, OneOf):
         return click.Choice(list(check.choices))

@@ -33,7 +33,8 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 # once, plus llama-server's names and flags): (flags and metavar, "[env var; default; range]", default)
 BEFORE = [
     ("-m, --model TEXT", "[env var: SKIPPY_MODEL; default: SmolLM2-135M-Instruct]", None),  # repeatable
-    ("--alias NAME", "[env var: SKIPPY_ALIAS]", None),
+    ("-hf, -hfr, --hf-repo OWNER/REPO[:QUANT]", "[env var: SKIPPY_HF_REPO]", None),
+    ("-a, --alias NAME", "[env var: SKIPPY_ALIAS]", None),
     ("--models-dir DIR", "[env var: SKIPPY_MODELS_DIR]", None),
     ("--max-loaded INTEGER RANGE", "[env var: SKIPPY_MAX_LOADED; default: 4; x>=0]", 4),
     ("--keep-alive SECONDS", "[env var: SKIPPY_KEEP_ALIVE; default: -1.0]", -1.0),
@@ -56,14 +57,37 @@ BEFORE = [
     ("-ts, --tensor-split N0,N1,...", "[env var: SKIPPY_TENSOR_SPLIT]", None),
     ("-dev, --device DEV1,DEV2|none", "[env var: SKIPPY_DEVICE]", None),
     ("--rpc HOST:PORT,...", "[env var: SKIPPY_RPC]", None),
+    ("-ot, --override-tensor PATTERN=BUFFER,...", "[env var: SKIPPY_OVERRIDE_TENSOR]", None),
+    ("-cmoe, --cpu-moe", "[env var: SKIPPY_CPU_MOE]", False),
+    ("-ncmoe, --n-cpu-moe N", "[env var: SKIPPY_N_CPU_MOE; default: 0; x>=0]", 0),
+    ("-b, --n-batch, --batch-size N", "[env var: SKIPPY_N_BATCH; default: 512; x>=1]", 512),
+    ("-ub, --n-ubatch, --ubatch-size N", "[env var: SKIPPY_N_UBATCH; x>=1]", None),
+    ("--mlock", "[env var: SKIPPY_MLOCK]", False),
+    ("--mmap / --no-mmap", "[env var: SKIPPY_MMAP; default: mmap]", True),
+    ("--numa [disabled|distribute|isolate|numactl]", "[env var: SKIPPY_NUMA; default: disabled]", "disabled"),
+    ("--rope-scaling [model|none|linear|yarn]", "[env var: SKIPPY_ROPE_SCALING; default: model]", "model"),
+    ("--rope-scale N", "[env var: SKIPPY_ROPE_SCALE; default: 0.0; x>=0.0]", 0.0),
+    ("--rope-freq-base N", "[env var: SKIPPY_ROPE_FREQ_BASE; default: 0.0; x>=0.0]", 0.0),
+    ("--rope-freq-scale N", "[env var: SKIPPY_ROPE_FREQ_SCALE; default: 0.0; x>=0.0]", 0.0),
+    ("--yarn-orig-ctx N", "[env var: SKIPPY_YARN_ORIG_CTX; default: 0; x>=0]", 0),
+    ("--yarn-ext-factor N", "[env var: SKIPPY_YARN_EXT_FACTOR; default: -1.0; x>=-1.0]", -1.0),
+    ("--yarn-attn-factor N", "[env var: SKIPPY_YARN_ATTN_FACTOR; default: -1.0]", -1.0),
+    ("--yarn-beta-slow N", "[env var: SKIPPY_YARN_BETA_SLOW; default: -1.0]", -1.0),
+    ("--yarn-beta-fast N", "[env var: SKIPPY_YARN_BETA_FAST; default: -1.0]", -1.0),
+    ("-cb, --cont-batching / -nocb, --no-cont-batching",
+     "[env var: SKIPPY_CONT_BATCHING; default: cont-batching]", True),
     ("--chat-template, --chat-template-file NAME|FILE", "[env var: SKIPPY_CHAT_TEMPLATE]", None),
     ("--chat-template-kwargs JSON", "[env var: SKIPPY_CHAT_TEMPLATE_KWARGS]", None),
     ("--jinja", "[env var: SKIPPY_JINJA]", False),
+    ("-n, --n-predict, --predict N", "[env var: SKIPPY_N_PREDICT; default: -1; x>=-1]", -1),
+    ("--reasoning-format [auto|none|deepseek|deepseek-legacy|hidden]",
+     "[env var: SKIPPY_REASONING_FORMAT; default: auto]", "auto"),
     ("--force-tool-emulation", "[env var: SKIPPY_FORCE_TOOL_EMULATION]", False),
     ("--step-tokens INTEGER RANGE", "[env var: SKIPPY_STEP_TOKENS; default: 256; 8<=x<=512]", 256),
     ("--clamp-max-tokens / --no-clamp-max-tokens", "[env var: SKIPPY_CLAMP_MAX_TOKENS; default: clamp-max-tokens]",
      True),
     ("--prefix-cache / --no-prefix-cache", "[env var: SKIPPY_PREFIX_CACHE; default: prefix-cache]", True),
+    ("--cache-reuse N", "[env var: SKIPPY_CACHE_REUSE; default: 0; x>=0]", 0),
     ("-ctxcp, --ctx-checkpoints, --swa-checkpoints INTEGER RANGE",
      "[env var: SKIPPY_CTX_CHECKPOINTS; default: 32; 0<=x<=1024]", 32),
     ("-cram, --cache-ram MIB", "[env var: SKIPPY_CACHE_RAM; default: 8192; x>=-1]", 8192),
@@ -149,8 +173,9 @@ def test_options_are_generated_from_the_settings_fields() -> None:
             assert p.show_envvar
     # the explicit adapters: not one settings field as it stands
     assert sorted(by_name) == ["alias", "api_key", "api_key_file", "chat_template", "chat_template_kwargs",
-                               "cors_origins", "ctx_size", "host", "jinja", "keep_alive", "log_file", "log_format",
-                               "log_level", "max_loaded", "model", "models_dirs", "no_webui", "port"]
+                               "cont_batching", "cors_origins", "ctx_size", "hf_repo", "host", "jinja", "keep_alive",
+                               "log_file", "log_format", "log_level", "max_loaded", "model", "models_dirs",
+                               "no_webui", "port"]
 
 
 def test_readme_flags_table_matches_the_options() -> None:
@@ -403,7 +428,7 @@ def test_llama_server_flags_that_cannot_work_are_usage_errors(args: list[str], m
     assert not serve_recorder
 
 
-@pytest.mark.parametrize("flag", ["-cb", "-ngld", "--mlock", "-b", "--rope-scaling"])
+@pytest.mark.parametrize("flag", ["-ngld", "--lora", "--mmproj", "-kvo"])
 def test_an_unknown_llama_server_flag_is_an_error_naming_it(flag: str, serve_recorder: list) -> None:
     result = CliRunner().invoke(main, ["serve", "-m", "tiny", flag, "1"])
     assert result.exit_code == 2, result.output

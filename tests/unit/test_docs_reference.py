@@ -66,7 +66,7 @@ def test_the_flag_reference_shows_every_option_as_the_cli_has_it(hooks) -> None:
     assert entries["kv-unified"]["default"] == "off" and entries["prefix-cache"]["default"] == "on"
     assert entries["model"]["setting"] == ""  # --model is an adapter (pulled, repeatable), not the field
     unflagged = {s["setting"] for s in hooks.unflagged_settings()}
-    assert {"EngineConfig.n_batch", "EngineConfig.model", "ServerSettings.api_keys"} <= unflagged
+    assert {"EngineConfig.chat_template", "EngineConfig.model", "ServerSettings.api_keys"} <= unflagged
 
 
 def test_a_setting_without_help_fails_the_reference(hooks, monkeypatch) -> None:

@@ -1,0 +1,74 @@
+"""A real ``skippy serve`` started with llama-server's placement and memory flags (issue 41, part 2):
+it answers ``/health``, ``/props`` shows the values as llama.cpp took them, ``-n`` bounds a request
+without ``max_tokens``, ``-a`` names the model; on the tiny generated MoE GGUF, ``-ncmoe`` overrides the
+expert tensors (llama.cpp's debug log line: on this CPU-only machine every buffer is a CPU one anyway)
+and ``-ncmoe`` beyond the model's layers stops the start with a one-line error.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support import Server
+from tests.tiny_models import ensure_tiny
+
+FLAGS = ["-a", "my-model", "-n", "7", "-b", "256", "-ub", "128", "--no-mmap", "--numa", "distribute",
+         "--rope-scaling", "linear", "--rope-freq-scale", "1.0", "--reasoning-format", "none", "--cache-reuse", "256",
+         "-cb", "-np", "2", "-c", "4096", "--jinja"]
+
+
+@pytest.fixture(scope="module")
+def flags_server(tmp_path_factory: pytest.TempPathFactory):
+    with Server(FLAGS, tmp_path_factory.mktemp("llama-flags") / "server.log") as srv:
+        yield srv
+
+
+def test_a_guide_command_line_starts_and_props_shows_the_values(flags_server: Server) -> None:
+    assert httpx.get(flags_server.base_url + "/health").status_code == 200
+    props = httpx.get(flags_server.base_url + "/props").json()
+    load = props["model_load"]
+    assert {k: load[k] for k in ("n_batch", "n_ubatch", "load_mode", "mmap", "numa", "rope_scaling",
+                                 "rope_freq_scale")} == {
+        "n_batch": 256, "n_ubatch": 128, "load_mode": "none", "mmap": False, "numa": "distribute",
+        "rope_scaling": "linear", "rope_freq_scale": 1.0}
+    assert props["reasoning_format"] == "none" and props["cache_reuse"] == 256
+    assert props["default_generation_settings"]["params"]["n_predict"] == 7
+    assert props["n_ctx"] == 2048 and props["total_slots"] == 2
+    assert "--cache-reuse 256 accepted but not applied" in flags_server.log()
+
+
+def test_n_predict_bounds_a_request_without_max_tokens_and_the_alias_answers(flags_server: Server) -> None:
+    r = httpx.post(flags_server.base_url + "/v1/chat/completions", timeout=60, json={
+        "model": "my-model", "messages": [{"role": "user", "content": "Count from one to fifty in words."}]})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["usage"]["completion_tokens"] == 7 and body["choices"][0]["finish_reason"] == "length"
+    assert "my-model" in [m["id"] for m in httpx.get(flags_server.base_url + "/v1/models").json()["data"]]
+
+
+def test_n_cpu_moe_overrides_the_experts_of_a_moe_model(tmp_path_factory: pytest.TempPathFactory) -> None:
+    path = ensure_tiny("moe", tmp_path_factory.mktemp("tiny-moe"))
+    log = tmp_path_factory.mktemp("moe-server") / "server.log"
+    with Server(["-m", str(path), "-ncmoe", "1", "-ot", r"blk\.3\.ffn_up_exps=CPU", "--log-level", "debug",
+                 "-np", "1", "--n-ctx", "256"], log) as srv:
+        r = httpx.post(srv.base_url + "/v1/completions", timeout=60,
+                       json={"prompt": "Hello", "max_tokens": 4, "temperature": 0})
+        assert r.status_code == 200, r.text
+        text = srv.log()
+    for name in ("blk.0.ffn_gate_exps", "blk.0.ffn_up_exps", "blk.0.ffn_down_exps", "blk.3.ffn_up_exps"):
+        assert f"tensor {name}.weight" in text and f"{name}.weight (" in text
+    overridden = [line for line in text.splitlines() if "buffer type overridden to CPU" in line]
+    assert len(overridden) == 4, overridden
+
+
+def test_n_cpu_moe_beyond_the_layers_stops_the_start(tmp_path_factory: pytest.TempPathFactory) -> None:
+    path = ensure_tiny("moe", tmp_path_factory.mktemp("tiny-moe-bad"))
+    proc = subprocess.run([sys.executable, "-m", "skippy", "serve", "-m", str(path), "-ncmoe", "9", "--port", "0",
+                           "-np", "1", "--n-ctx", "256"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "--n-cpu-moe 9: the model has only 4 layers" in proc.stdout + proc.stderr, proc.stderr[-2000:]
