@@ -70,8 +70,8 @@ def test_a_llama_server_command_line_serves_with_its_meaning(llama_cli: Server) 
     auth = {"Authorization": f"Bearer {KEY}"}
     props = httpx.get(llama_cli.base_url + "/props", headers=auth, timeout=30).json()
     assert (props["total_slots"], props["n_ctx"]) == (2, 512)  # -c is the total over the slots, as llama-server
-    page = httpx.get(llama_cli.base_url + "/", headers=auth, timeout=30)  # --no-webui: no playground
-    assert page.status_code == 404 and page.json()["error"]["message"] == "no route GET /"
+    page = httpx.get(llama_cli.base_url + "/", headers={**auth, "Accept": "text/html"}, timeout=30)
+    assert page.status_code == 200 and page.text == "Ollama is running"  # --no-webui: no playground, to a browser too
     # both addresses answer (--host 127.0.0.1 from the fixture, --host ::1 here)
     for url in (llama_cli.base_url, f"http://[::1]:{llama_cli.port}"):
         assert httpx.get(url + "/health", timeout=10).status_code == 200
