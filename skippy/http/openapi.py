@@ -49,6 +49,9 @@ _REQUESTS = [ChatCompletionRequest, CompletionRequest, NativeCompletionRequest, 
 _REQUESTS += [MessagesRequest, CountTokensRequest]  # Anthropic Messages
 _RESPONSES = (list(wire.RESPONSES) + list(llama_wire.RESPONSES) + list(responses_wire.RESPONSES)
               + list(anthropic_wire.RESPONSES))
+# the body, reply and error Structs the route table names that the lists above do not (Ollama's model routes)
+_REQUESTS += [r.body for r in ROUTES if isinstance(r.body, type) and r.body not in _REQUESTS]
+_RESPONSES += [t for r in ROUTES for t in (r.response, r.error) if isinstance(t, type) and t not in _RESPONSES]
 _REF = "#/components/schemas/{name}"
 
 
@@ -81,7 +84,9 @@ def _operation(route: Any) -> dict[str, Any]:
         events = route.sse if isinstance(route.sse, tuple) else (route.sse,)
         data = [_ref(t) for t in events] + ([_ref(route.error)] if route.error not in events else [])
         content["text/event-stream"] = {"schema": _SSE_EVENT, "x-sse-data": {"oneOf": data}}
-    envelope = "OpenAI error envelope" if route.error is ErrorEnvelope else "Anthropic error envelope"
+    envelope = ("OpenAI error envelope" if route.error is ErrorEnvelope else
+                "Anthropic error envelope" if route.error is anthropic_wire.AnthropicError else
+                f"error body ({route.error.__name__})")
     op: dict[str, Any] = {
         "summary": route.summary,
         "responses": {"200": {"description": "OK", "content": content},

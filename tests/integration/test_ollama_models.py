@@ -23,7 +23,7 @@ import ollama
 import pytest
 
 from skippy.models import REGISTRY
-from tests.support import Server
+from tests.support import Server, check, json_schema
 
 SMOL = REGISTRY["SmolLM2-135M-Instruct"]
 CACHED = Path.home() / ".cache" / "skippy" / "models" / SMOL.filename
@@ -243,3 +243,18 @@ def test_bad_input_gets_ollamas_error_shape_and_the_server_keeps_serving(srv: Se
     assert err.value.status_code == 404 and err.value.error == 'model "nope:1b" not found'
     assert httpx.get(url + "/health").status_code == 200 and client(srv).list().models
 
+
+
+def test_replies_match_the_openapi_document(srv: Server) -> None:
+    """/openapi.json documents the Ollama routes from their Structs; the real replies (and errors) fit them."""
+    doc = httpx.get(srv.base_url + "/openapi.json").json()
+    url = srv.base_url
+    for method, path, body in (("get", "/api/tags", None), ("get", "/api/ps", None), ("get", "/api/version", None),
+                               ("post", "/api/show", {"model": "smollm2:135m"}),
+                               ("post", "/api/pull", {"model": "smollm2:135m", "stream": False})):
+        resp = httpx.request(method.upper(), url + path, json=body, timeout=60)
+        assert resp.status_code == 200, (path, resp.text)
+        check(doc, json_schema(doc, path, method), resp.json())
+    missing = httpx.post(url + "/api/show", json={"model": "nope"})
+    assert missing.status_code == 404
+    check(doc, json_schema(doc, "/api/show", "post", "default"), missing.json())
