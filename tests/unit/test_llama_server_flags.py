@@ -204,3 +204,15 @@ def test_hf_offline_without_the_file_is_refused_saying_how_to_pull(tmp_path: Pat
     assert result.exit_code == 1 and "offline" in result.output and "skippy pull" in result.output, result.output
     result = CliRunner().invoke(main, ["serve", "-hf", "a/b:Q8_0", "-m", "x"])
     assert result.exit_code == 2 and "not both" in result.output, result.output
+
+
+def test_reasoning_format_is_the_default_of_a_request_that_sets_none() -> None:
+    from skippy.engine.chat.prepare import PreparedTemplate, render_chat
+
+    tmpl = PreparedTemplate.build("{% for m in messages %}{{ m.content }}{% endfor %}", bos_token="", eos_token="")
+    ask = [{"role": "user", "content": "hi"}]
+    assert render_chat(tmpl, ChatCompletionRequest(messages=ask), reasoning_format="none").plan.reasoning_format \
+        == "none"
+    own = ChatCompletionRequest(messages=ask, reasoning_format="deepseek")
+    assert render_chat(tmpl, own, reasoning_format="none").plan.reasoning_format == "deepseek"
+    assert render_chat(tmpl, ChatCompletionRequest(messages=ask)).plan.reasoning_format == "auto"

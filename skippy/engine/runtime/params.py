@@ -122,7 +122,16 @@ class RuntimeConfig:
     ``backend_sampling`` lets the scheduler sample plain greedy sequences inside llama.cpp's decode graph
     (llama-server's ``--backend-sampling``).
 
-    Raises ``ValueError`` for an unknown ``flash_attn``, cache type or ``pooling``, an
+    ``n_ubatch``: llama.cpp's physical batch (``-ub``; ``None``: ``n_batch``, never more).
+    ``override_tensor``: ``PATTERN=BUFFER`` tensor buffer overrides (``-ot``, and ``-cmoe`` / ``-ncmoe``
+    made into them by :meth:`from_engine_config`; :mod:`~skippy.engine.runtime.overrides`);
+    ``n_cpu_moe`` is kept to check it against the model's layers. ``mmap`` / ``mlock``: the load mode
+    (:func:`load_mode`); ``numa``: :data:`NUMA`; ``rope_scaling`` (:data:`ROPE_SCALING`),
+    ``rope_freq_base``, ``rope_freq_scale`` and the ``yarn_*`` values go to the context as they are
+    (0, -1 or ``model``: the GGUF's), as llama-server's ``--rope-*`` / ``--yarn-*`` flags.
+
+    Raises ``ValueError`` for an unknown ``flash_attn``, cache type, ``pooling``, ``numa`` or
+    ``rope_scaling``, an ``override_tensor`` that is not ``PATTERN=BUFFER`` with a valid pattern, an
     ``embeddings_batch`` below 1 with ``embeddings``, or a quantized ``type_v`` with
     ``flash_attn="off"`` (llama.cpp refuses it).
     """
