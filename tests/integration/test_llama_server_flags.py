@@ -16,7 +16,7 @@ import pytest
 from tests.support import Server
 from tests.tiny_models import ensure_tiny
 
-FLAGS = ["-a", "my-model", "-n", "7", "-b", "256", "-ub", "128", "--no-mmap", "--numa", "distribute",
+FLAGS = ["-a", "my-model", "-n", "7", "-b", "256", "-ub", "128", "--no-mmap", "--mlock", "--numa", "distribute",
          "--rope-scaling", "linear", "--rope-freq-scale", "1.0", "--reasoning-format", "none", "--cache-reuse", "256",
          "-cb", "-np", "2", "-c", "4096", "--jinja"]
 
@@ -31,9 +31,9 @@ def test_a_guide_command_line_starts_and_props_shows_the_values(flags_server: Se
     assert httpx.get(flags_server.base_url + "/health").status_code == 200
     props = httpx.get(flags_server.base_url + "/props").json()
     load = props["model_load"]
-    assert {k: load[k] for k in ("n_batch", "n_ubatch", "load_mode", "mmap", "numa", "rope_scaling",
+    assert {k: load[k] for k in ("n_batch", "n_ubatch", "load_mode", "mmap", "mlock", "numa", "rope_scaling",
                                  "rope_freq_scale")} == {
-        "n_batch": 256, "n_ubatch": 128, "load_mode": "none", "mmap": False, "numa": "distribute",
+        "n_batch": 256, "n_ubatch": 128, "load_mode": "mlock", "mmap": False, "mlock": True, "numa": "distribute",
         "rope_scaling": "linear", "rope_freq_scale": 1.0}
     assert props["reasoning_format"] == "none" and props["cache_reuse"] == 256
     assert props["default_generation_settings"]["params"]["n_predict"] == 7
