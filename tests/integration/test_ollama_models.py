@@ -258,3 +258,47 @@ def test_replies_match_the_openapi_document(srv: Server) -> None:
     missing = httpx.post(url + "/api/show", json={"model": "nope"})
     assert missing.status_code == 404
     check(doc, json_schema(doc, "/api/show", "post", "default"), missing.json())
+
+
+# -- several models: Ollama names reach the pool's models, loaded or not ------------------------------------
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """SmolLM2 (the default, loaded at start) and Gemma 3 270M (loaded on its first request), idle models
+    unloaded after 600 s; the real model cache (nothing here writes to it)."""
+    from tests.support import gemma_path
+
+    if gemma_path() is None or not CACHED.is_file():
+        pytest.skip("SmolLM2-135M and gemma-3-270m must be in the model cache (skippy pull)")
+    with Server(["--model", "smollm2", "--model", "gemma-3-270m", "--parallel", "2", "--n-ctx", "1024",
+                 "--keep-alive", "600"], tmp_path_factory.mktemp("ollama-two") / "server.log") as s:
+        yield s
+
+
+def test_several_models_are_listed_shown_and_reached_by_their_ollama_names(two: Server) -> None:
+    import time
+
+    from skippy.actors.renderer import CHATML
+
+    c = client(two)
+    gemma = REGISTRY["gemma-3-270m"]
+    assert [(m.model, m.digest) for m in c.list().models] == [("smollm2:135m", SMOL.sha256),
+                                                              ("gemma3:270m", gemma.sha256)]
+    assert [m.model for m in c.ps().models] == ["smollm2:135m"]  # Gemma is not loaded yet
+    shown = c.show("gemma3:270m")  # from its GGUF: the base model has no chat template, ChatML stands in
+    assert shown.template == CHATML and shown.details.family == "gemma3" and shown.capabilities == ["completion"]
+    assert 'PARAMETER stop "<|im_end|>"' in shown.modelfile and shown.modelinfo["gemma3.context_length"] == 32768
+    chat = httpx.post(two.base_url + "/v1/chat/completions", timeout=120, json={
+        "model": "registry.ollama.ai/library/gemma3:270m", "max_tokens": 4, "messages": [
+            {"role": "user", "content": "Hi"}]})
+    assert chat.status_code == 200, chat.text
+    running = {m.model: m for m in c.ps().models}
+    assert set(running) == {"smollm2:135m", "gemma3:270m"}  # the Ollama name reached Gemma, which loaded
+    left = running["gemma3:270m"].expires_at.timestamp() - time.time()
+    assert 0 < left <= 600 + 5  # --keep-alive 600 from its last use (now), not forever
+    assert running["smollm2:135m"].expires_at.timestamp() - time.time() <= 600 + 5
+    assert running["gemma3:270m"].context_length > 0
+    assert c.show("gemma3:270m").template == CHATML  # the loaded engine's template: the same
+    unknown = httpx.post(two.base_url + "/v1/chat/completions", timeout=60, json={
+        "model": "llama3:8b", "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]})
+    assert unknown.status_code == 404
