@@ -306,9 +306,13 @@ async def list_running() -> Response:
         if pool is None:
             expires = None
         else:
-            res = pool.residency[s.id]
+            residency = pool.residency
+            res = residency[s.id]
+            # a model's own keep-alive where the residency keeps one per model (Ollama's request keep_alive)
+            keep_of = getattr(residency, "keep_alive_of", None)
+            keep = keep_of(s.id) if keep_of is not None else residency.keep_alive
             expires = om.expires_at(wall_now=wall, clock_now=trio.current_time(), last_used=res.last_used,
-                                    users=res.users, keep_alive=pool.residency.keep_alive)
+                                    users=res.users, keep_alive=keep)
         size, vram = _memory(s.engine, facts.size)
         out.append(om.process_model(facts, size=size, size_vram=vram, expires=expires, wall_now=wall,
                                     context_length=s.engine.meta.n_ctx_seq))
