@@ -43,11 +43,11 @@ from skippy.engine.protocols.responses import wire as responses_wire
 from skippy.engine.protocols.responses.types import ResponsesRequest
 from skippy.http.routes import ROUTES
 
-_REQUESTS = [ChatCompletionRequest, CompletionRequest, NativeCompletionRequest, TokenizeRequest, DetokenizeRequest,
-             ApplyTemplateRequest, SlotActionRequest, ResponsesRequest,
-             EmbeddingRequest]
+_REQUESTS: list[type] = [ChatCompletionRequest, CompletionRequest, NativeCompletionRequest, TokenizeRequest,
+                         DetokenizeRequest, ApplyTemplateRequest, SlotActionRequest, ResponsesRequest,
+                         EmbeddingRequest]
 _REQUESTS += [MessagesRequest, CountTokensRequest]  # Anthropic Messages
-_RESPONSES = (list(wire.RESPONSES) + list(llama_wire.RESPONSES) + list(responses_wire.RESPONSES)
+_RESPONSES: list[type] = (list(wire.RESPONSES) + list(llama_wire.RESPONSES) + list(responses_wire.RESPONSES)
               + list(anthropic_wire.RESPONSES))
 # the body, reply and error Structs the route table names that the lists above do not (Ollama's model routes)
 _REQUESTS += [r.body for r in ROUTES if isinstance(r.body, type) and r.body not in _REQUESTS]
