@@ -360,12 +360,18 @@ class ModelPool:
         res = self.residency
         while True:
             for name in res.expired(trio.current_time()):
-                log.info("model %s: idle for %g s (--keep-alive), unloading", name, res.keep_alive)
+                log.info("model %s: idle for %g s (keep-alive), unloading", name, res.keep_alive_of(name))
                 res.drain(name)
                 self._notify()
             at = res.next_expiry()
             with trio.move_on_at(at if at is not None else math.inf):
                 await self._wait()
+
+    def set_keep_alive(self, name: str, seconds: float | None) -> None:
+        """Ollama's per-request ``keep_alive`` for model ``name`` (seconds; negative: forever; 0: unload once
+        idle); the reaper re-reads the deadlines."""
+        self.residency.set_keep_alive(name, seconds)
+        self._notify()
 
     def _release(self, name: str) -> None:
         self.residency.release(name, trio.current_time())

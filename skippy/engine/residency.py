@@ -44,7 +44,8 @@ class ModelResidency:
     (also while draining) or ``failed`` (its load raised; ``error`` says why). ``users``: requests that
     hold it or wait for its load. ``last_used``: when a request last took or released it (seconds,
     the caller's clock; ``-inf``: never). ``draining``: chosen for unloading; it closes once ``users``
-    is 0, and new requests wait for that.
+    is 0, and new requests wait for that. ``keep_alive``: this model's own idle time in seconds, set by a
+    request (Ollama's per-request ``keep_alive``; negative: forever); ``None``: the set's.
     """
 
     name: str
@@ -53,6 +54,7 @@ class ModelResidency:
     last_used: float = -math.inf
     draining: bool = False
     error: str | None = None
+    keep_alive: float | None = None
 
     @property
     def resident(self) -> bool:
@@ -158,18 +160,26 @@ class Residency:
         m = self.models[name]
         return m.draining and m.users == 0
 
+    def keep_alive_of(self, name: str) -> float:
+        """The idle seconds ``name`` stays loaded: its own (a request set it) or the set's."""
+        own = self.models[name].keep_alive
+        return self.keep_alive if own is None else own
+
+    def set_keep_alive(self, name: str, seconds: float | None) -> None:
+        """A request's ``keep_alive`` for ``name`` from now on (Ollama's: the latest request's holds;
+        ``None``: back to the set's)."""
+        self.models[name].keep_alive = seconds
+
+    def _idle(self) -> list[ModelResidency]:
+        return [m for m in self.models.values() if m.state == LOADED and not m.draining and m.users == 0
+                and self.keep_alive_of(m.name) >= 0]
+
     def expired(self, now: float) -> list[str]:
-        """Loaded models idle (no request, not draining) for ``keep_alive`` seconds or more, oldest first."""
-        if self.keep_alive < 0:
-            return []
-        idle = [m for m in self.models.values() if m.state == LOADED and not m.draining and m.users == 0
-                and now - m.last_used >= self.keep_alive]
+        """Loaded models idle (no request, not draining) for their ``keep_alive`` seconds or more, oldest
+        first."""
+        idle = [m for m in self._idle() if now - m.last_used >= self.keep_alive_of(m.name)]
         return [m.name for m in sorted(idle, key=lambda m: m.last_used)]
 
     def next_expiry(self) -> float | None:
-        """When the next idle model reaches ``keep_alive`` (the caller's clock), ``None`` if none will."""
-        if self.keep_alive < 0:
-            return None
-        times = [m.last_used + self.keep_alive for m in self.models.values()
-                 if m.state == LOADED and not m.draining and m.users == 0]
-        return min(times, default=None)
+        """When the next idle model reaches its ``keep_alive`` (the caller's clock), ``None`` if none will."""
+        return min((m.last_used + self.keep_alive_of(m.name) for m in self._idle()), default=None)

@@ -30,7 +30,8 @@ Each request's hooks run in this order: :func:`_start` (the request's
 :class:`~skippy.actors.trace.RequestTrace` for the engine, deadline,
 preflight, API key, draining) before the handler; after it
 :func:`_no_retry` (``X-Should-Retry: false`` on answers a retry cannot change),
-:func:`_anthropic_errors` (Anthropic's error envelope on ``/v1/messages*``), :func:`_log`
+:func:`_anthropic_errors` (Anthropic's error envelope on ``/v1/messages*``), :func:`_ollama_errors` (Ollama's
+``{"error": ...}`` on ``/api/*``), :func:`_log`
 (``X-Request-Id`` header, the log line and response counters), then
 :func:`_cors`, :func:`_max_tokens_clamped`, :func:`_ignored_fields`, then
 :func:`_close_if_body_unread` (Quart runs ``after_request`` functions in reverse
@@ -68,6 +69,8 @@ from skippy.http.replies import encode, engine_error_response, error_response
 from skippy.http.routes import PUBLIC_PATHS, blueprint
 from skippy.http.routes.anthropic import is_anthropic_path
 from skippy.http.routes.base import log_line, route_rule
+from skippy.http.routes.ollama import error_body as ollama_error_body
+from skippy.http.routes.ollama import is_ollama_path
 from skippy.http.settings import ServerSettings
 
 __all__ = ["AppState", "Lifecycle", "RequestTimeout", "ShuttingDown", "create_app"]
@@ -96,6 +99,7 @@ def create_app(state: AppState, settings: ServerSettings | None = None) -> Quart
     app.after_request(_cors)
     app.after_request(_log)
     app.after_request(_anthropic_errors)
+    app.after_request(_ollama_errors)
     app.after_request(_no_retry)
     app.register_error_handler(EngineError, _on_engine_error)
     app.register_error_handler(HTTPException, _on_http_error)
@@ -244,6 +248,21 @@ async def _anthropic_errors(response: Response) -> Response:
     status, envelope = error_for(response.status_code, message)
     response.set_data(encode(envelope))
     response.status_code = status
+    return response
+
+
+async def _ollama_errors(response: Response) -> Response:
+    """On ``/api/...`` (Ollama's routes) an error answer becomes Ollama's ``{"error": message}``, its status
+    kept; every error there, from the API key check to an unknown route, goes through here. Runs before
+    :func:`_log`."""
+    if response.status_code < 400 or not is_ollama_path(request.path) or response.mimetype != "application/json":
+        return response
+    try:
+        body = _envelope.decode(await response.get_data())
+        message = str(body["error"]["message"]) if isinstance(body.get("error"), dict) else str(body["error"])
+    except (msgspec.DecodeError, KeyError, TypeError, AttributeError):
+        message = response.status
+    response.set_data(ollama_error_body(message))
     return response
 
 

@@ -199,7 +199,7 @@ class Shared:
         name = pool.find(model, required=required, traits=traits)
         engine = pool.engine(name)
         leases = LEASES.get()
-        if pool.single and engine is not None and pool.residency.keep_alive < 0:
+        if pool.single and engine is not None and pool.residency.keep_alive_of(name) < 0:
             return _usable(engine)  # one model that is never unloaded: nothing to hold
         engine, lease = await pool.acquire(name)
         if leases is not None:

@@ -112,6 +112,24 @@ def test_keep_alive_zero_unloads_when_the_last_request_ends_and_negative_never()
     assert never.expired(math.inf) == [] and never.next_expiry() is None
 
 
+def test_a_request_keep_alive_is_that_models_own_until_changed() -> None:
+    """Ollama's per-request keep_alive: the model a request named keeps its own idle time (0 unloads it once
+    idle, negative never), the others keep the set's; None goes back to the set's."""
+    res = Residency(["a", "b"], keep_alive=-1.0)
+    _load(res, "a", 0.0)
+    _load(res, "b", 0.0)
+    res.set_keep_alive("a", 0.0)
+    assert res.expired(0.0) == ["a"] and res.next_expiry() == 0.0
+    res.set_keep_alive("a", 30.0)
+    assert res.expired(29.0) == [] and res.expired(30.0) == ["a"] and res.keep_alive_of("b") == -1.0
+    res.set_keep_alive("a", None)
+    assert res.expired(1e9) == [] and res.next_expiry() is None
+    forever = Residency(["a"], keep_alive=5.0)
+    _load(forever, "a", 0.0)
+    forever.set_keep_alive("a", -1.0)
+    assert forever.expired(1e9) == [] and forever.next_expiry() is None
+
+
 def test_a_failed_load_refuses_new_requests_with_its_error() -> None:
     res = Residency(["a", "bad"])
     assert res.reserve("bad", 0.0)

@@ -36,6 +36,8 @@ from skippy.engine.protocols.llama_server.types import (
     TokenizeRequest,
 )
 from skippy.engine.protocols.ollama import model_wire as ollama_model_wire
+from skippy.engine.protocols.ollama import types as ollama_types
+from skippy.engine.protocols.ollama import wire as ollama_wire
 from skippy.engine.protocols.ollama.model_wire import CopyRequest, DeleteRequest, PullRequest, ShowRequest
 from skippy.engine.protocols.openai import wire as openai_wire
 from skippy.engine.protocols.openai.types import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
@@ -55,6 +57,7 @@ from skippy.http.routes.llama_server import (
     slots,
     tokenize,
 )
+from skippy.http.routes.ollama import ollama_chat, ollama_embed, ollama_embeddings, ollama_generate
 from skippy.http.routes.ollama_models import (
     copy_model,
     delete_model,
@@ -122,6 +125,18 @@ ROUTES: tuple[Route, ...] = (
     Route(("/v1/messages/count_tokens",), "POST", count_tokens, "Anthropic Messages token counting",
           CountTokensRequest, anthropic_wire.MessageTokensCount, error=anthropic_wire.AnthropicError),
     Route(("/metrics",), "GET", metrics, "Prometheus metrics (text exposition format)", content_type="text/plain"),
+    # Ollama's generation routes (routes/ollama.py): NDJSON streams unless stream is false
+    Route(("/api/chat",), "POST", ollama_chat, "Ollama chat (NDJSON lines when stream is true, Ollama's default)",
+          ollama_types.OllamaChatRequest, ollama_wire.OllamaChatResponse, error=ollama_model_wire.OllamaError),
+    Route(("/api/generate",), "POST", ollama_generate, "Ollama generate: through the chat template, raw, or "
+          "fill-in-the-middle with suffix (NDJSON lines when stream is true)", ollama_types.OllamaGenerateRequest,
+          ollama_wire.OllamaGenerateResponse, error=ollama_model_wire.OllamaError),
+    Route(("/api/embed",), "POST", ollama_embed, "Ollama embeddings of one or several inputs (501 unless the "
+          "server runs with --embeddings)", ollama_types.OllamaEmbedRequest, ollama_wire.OllamaEmbedResponse,
+          error=ollama_model_wire.OllamaError),
+    Route(("/api/embeddings",), "POST", ollama_embeddings, "Ollama's legacy embeddings of one prompt",
+          ollama_types.OllamaEmbeddingsRequest, ollama_wire.OllamaEmbeddingResponse,
+          error=ollama_model_wire.OllamaError),
     # Ollama's model management (routes/ollama_models.py); "/" is public for GET and HEAD through webui.is_public
     Route(("/api/tags",), "GET", list_tags, "Ollama: the served models under their Ollama names, and their copies",
           response=ollama_model_wire.TagList, error=ollama_model_wire.OllamaError),

@@ -194,13 +194,15 @@ def log_line(app: Shared, ctx: RequestContext, status: int, route: str, rule: st
 @attrs.frozen
 class SseFormat:
     """How :func:`stream` frames a stream: ``event(chunk)`` and ``error(exc)`` give an event's bytes, ``ping``
-    is sent after ``--sse-ping-interval`` seconds without a chunk, ``done`` (if any) ends a complete stream.
-    The default is OpenAI's: ``data:`` events, ``: ping`` comments, ``data: [DONE]``."""
+    is sent after ``--sse-ping-interval`` seconds without a chunk (``None``: never), ``done`` (if any) ends a
+    complete stream; ``media_type`` is the response's. The default is OpenAI's: ``data:`` events, ``: ping``
+    comments, ``data: [DONE]``; Ollama's NDJSON is one JSON object a line, no pings, no end marker."""
 
     event: Callable[[Any], bytes] = sse
     error: Callable[[EngineError], bytes] = lambda exc: sse(ErrorEnvelope.of(exc))
-    ping: bytes = SSE_PING
+    ping: bytes | None = SSE_PING
     done: bytes | None = SSE_DONE
+    media_type: str = "text/event-stream"
 
 
 OPENAI_SSE = SseFormat()
@@ -239,7 +241,7 @@ async def stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitable
     assert chunks is not None
     route, rule = f"{request.method} {request.path}", route_rule()  # the request context is gone while streaming
     lifecycle = app.lifecycle
-    interval = app.settings.sse_ping_interval
+    interval = app.settings.sse_ping_interval if fmt.ping is not None else 0
     ping = object()
     ready = getattr(chunks, "ready_nowait", None)  # the chunks there without waiting, written together
 
@@ -266,7 +268,7 @@ async def stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitable
                     except StopAsyncIteration:
                         pass
                 if chunk is ping:
-                    yield fmt.ping
+                    yield fmt.ping or b""
                     continue
                 if scope.cancelled_caught:
                     error = app.stopped()
@@ -291,7 +293,7 @@ async def stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitable
             ctx.tokens = ctx.trace.completion_tokens  # tokens, not events (a burst of tokens can be one chunk)
             log_line(app, ctx, status, route, rule, code=code, reason=reason, disconnected=disconnected)
 
-    response = Response(events(), status=200, mimetype="text/event-stream",
+    response = Response(events(), status=200, mimetype=fmt.media_type,
                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     response.timeout = None
     return response

@@ -1,0 +1,417 @@
+"""Ollama's native API <-> the engine's OpenAI requests and replies, both ways, as pure functions (sans-IO).
+
+Requests: :func:`chat_request` turns ``/api/chat`` into a
+:class:`~skippy.engine.protocols.openai.types.ChatCompletionRequest`; :func:`generate_request` turns
+``/api/generate`` into a chat request (the prompt as the user message, ``system`` before it: the chat
+template renders it, as Ollama's does) or, with ``raw`` or ``suffix``, into a legacy
+:class:`~skippy.engine.protocols.openai.types.CompletionRequest` (the prompt as is; fill-in-the-middle);
+:func:`embed_request` the embeddings. Replies: :func:`chat_response` / :func:`generate_response` from a
+``chat.completion`` or ``text_completion``, and :class:`ChatStream` / :class:`GenerateStream` from their
+chunk streams (one Ollama object per chunk; tool calls sent whole once the choice finishes, as Ollama's).
+
+Fields (Ollama -> engine):
+
+- ``options``: ``num_predict`` -> ``max_tokens`` (``-1`` no limit, ``-2`` fill the context: both the
+  server's clamp), ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``typical_p``, ``repeat_penalty``,
+  ``repeat_last_n``, ``presence_penalty``, ``frequency_penalty``, ``seed``, ``stop``, ``mirostat``,
+  ``mirostat_tau``, ``mirostat_eta`` -> the same sampling fields; ``num_ctx`` is checked against the
+  model's context by the route (a larger one is a 400) and otherwise not applied (the context is the
+  server's); ``num_keep`` and Ollama's load-time options (``num_gpu``, ``num_thread``, ``num_batch``...)
+  are not applied, and they and unknown options are named in ``X-Skippy-Ignored-Fields`` (Ollama
+  ignores unknown options too); a known option of the wrong type is a 400 naming it.
+- ``format``: ``"json"`` -> a JSON object constraint, a JSON schema -> that schema.
+- ``think``: ``true`` / ``false`` -> ``enable_thinking``; ``"low"`` / ``"medium"`` / ``"high"`` /
+  ``"max"`` -> thinking on with that ``reasoning_effort`` (``max`` -> ``xhigh``). The reasoning comes back
+  as ``message.thinking`` (``thinking`` on ``/api/generate``).
+- ``tools`` (OpenAI's shape already) and ``message.tool_calls`` (arguments an object) <-> OpenAI tool calls
+  (arguments a JSON string); a ``tool`` message's ``tool_name`` names the call it answers (the latest one
+  of that name).
+- ``images``: a 400 (the served models read text only); ``template`` (a Go template): a 400 (the GGUF's
+  Jinja template renders); ``context`` (deprecated): accepted, not used; ``keep_alive``: see
+  :func:`keep_alive_seconds`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from typing import Any
+
+from partial_json_parser import loads as partial_json_loads
+
+from skippy.engine.errors import InvalidRequest
+from skippy.engine.protocols.ollama import types as ot
+from skippy.engine.protocols.ollama import wire as ow
+from skippy.engine.protocols.openai import wire
+from skippy.engine.protocols.openai.types import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    JsonSchemaFormat,
+    Message,
+    ResponseFormat,
+    StreamOptions,
+)
+
+#: options applied per request, by type: Ollama's name -> (engine field, kind)
+_FLOAT, _INT = "float", "int"
+OPTIONS: dict[str, tuple[str, str]] = {
+    "temperature": ("temperature", _FLOAT), "top_p": ("top_p", _FLOAT), "min_p": ("min_p", _FLOAT),
+    "typical_p": ("typical_p", _FLOAT), "repeat_penalty": ("repeat_penalty", _FLOAT),
+    "presence_penalty": ("presence_penalty", _FLOAT), "frequency_penalty": ("frequency_penalty", _FLOAT),
+    "mirostat_tau": ("mirostat_tau", _FLOAT), "mirostat_eta": ("mirostat_eta", _FLOAT),
+    "top_k": ("top_k", _INT), "repeat_last_n": ("repeat_last_n", _INT), "seed": ("seed", _INT),
+    "mirostat": ("mirostat", _INT),
+}
+#: options checked but not applied per request (num_ctx: by the route against the model's context)
+CHECKED = {"num_predict": _INT, "num_ctx": _INT, "num_keep": _INT}
+
+_EFFORTS = {"low": "low", "medium": "medium", "high": "high", "max": "xhigh"}
+_DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(ns|us|µs|ms|s|m|h)?\s*$")
+_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _number(name: str, value: Any, kind: str) -> float | int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidRequest(f"option {name!r} must be a number, got {json.dumps(value)}", param=f"options.{name}")
+    if kind == _INT:
+        if isinstance(value, float) and not value.is_integer():
+            raise InvalidRequest(f"option {name!r} must be an integer, got {value}", param=f"options.{name}")
+        return int(value)
+    return float(value)
+
+
+def sampling(options: dict[str, Any] | None) -> tuple[dict[str, Any], list[str], int | None]:
+    """``options`` -> (the engine's sampling fields, the option names not applied, ``num_ctx`` or ``None``).
+
+    Raises :class:`InvalidRequest` naming an option of the wrong type, or a ``num_predict`` below -2.
+    """
+    fields: dict[str, Any] = {}
+    ignored: list[str] = []
+    num_ctx = None
+    for name, value in (options or {}).items():
+        if name in OPTIONS:
+            field, kind = OPTIONS[name]
+            fields[field] = _number(name, value, kind)
+        elif name == "stop":
+            if isinstance(value, str):
+                value = [value]
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise InvalidRequest("option 'stop' must be a string or a list of strings", param="options.stop")
+            if value:
+                fields["stop"] = value
+        elif name in CHECKED:
+            n = int(_number(name, value, _INT))
+            if name == "num_predict":
+                if n < -2:
+                    raise InvalidRequest("option 'num_predict' must be -1 (no limit), -2 (fill the context) or "
+                                         f"at least 0, got {n}", param="options.num_predict")
+                if n >= 0:
+                    fields["max_tokens"] = n
+            elif name == "num_ctx":
+                num_ctx = n
+            else:
+                ignored.append(name)
+        else:
+            ignored.append(name)
+    return fields, ignored, num_ctx
+
+
+def keep_alive_seconds(value: str | int | float | None) -> float | None:
+    """Ollama's ``keep_alive`` (a number of seconds, or a Go duration: ``"5m"``, ``"1h30m"`` is not Go's
+    short form and is refused, ``"-1"``) -> seconds (negative: forever; ``None``: not given).
+    Raises :class:`InvalidRequest` for text that is not a duration."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        m = _DURATION.match(value)
+        if m is not None:
+            return float(m.group(1)) * _UNITS[m.group(2) or "s"]
+    raise InvalidRequest(f"keep_alive must be a duration such as \"5m\" or a number of seconds, got "
+                         f"{json.dumps(value)}", param="keep_alive")
+
+
+def _format(fmt: str | dict[str, Any] | None) -> ResponseFormat | None:
+    if fmt is None or fmt == "":
+        return None
+    if fmt == "json":
+        return ResponseFormat(type="json_object")
+    if isinstance(fmt, dict):
+        return ResponseFormat(type="json_schema", json_schema=JsonSchemaFormat(name="ollama_format", schema=fmt))
+    raise InvalidRequest(f"format must be \"json\" or a JSON schema object, got {json.dumps(fmt)}", param="format")
+
+
+def _think(think: bool | str | None) -> tuple[bool | None, str | None]:
+    if think is None or isinstance(think, bool):
+        return think, None
+    if think in _EFFORTS:
+        return True, _EFFORTS[think]
+    raise InvalidRequest(f"think must be true, false or one of {list(_EFFORTS)}, got {json.dumps(think)}",
+                         param="think")
+
+
+def _no_images(images: list[str] | None, where: str) -> None:
+    if images:
+        raise InvalidRequest(f"{where}: images are not supported (this server's model reads text only)",
+                             param=where, code="media_not_supported")
+
+
+def _messages(messages: list[ot.OllamaMessage]) -> list[Message]:
+    out: list[Message] = []
+    calls_by_name: dict[str, list[str]] = {}  # tool name -> ids of its calls not answered yet
+    for i, m in enumerate(messages):
+        _no_images(m.images, f"messages.{i}.images")
+        if m.role == "assistant" and m.tool_calls:
+            calls = []
+            for j, call in enumerate(m.tool_calls):
+                call_id = call.id or f"call_{i}_{j}"
+                calls_by_name.setdefault(call.function.name, []).append(call_id)
+                calls.append({"id": call_id, "type": "function", "function": {
+                    "name": call.function.name, "arguments": json.dumps(call.function.arguments, ensure_ascii=False)}})
+            out.append(Message(role="assistant", content=m.content or None, tool_calls=calls,
+                               reasoning_content=m.thinking or None))
+        elif m.role == "tool":
+            pending = calls_by_name.get(m.tool_name or "", [])
+            call_id = m.tool_call_id or (pending.pop(0) if pending else None) or m.tool_name or f"call_{i}"
+            out.append(Message(role="tool", content=m.content, tool_call_id=call_id, name=m.tool_name))
+        elif m.role in ("system", "user", "assistant"):
+            out.append(Message(role=m.role, content=m.content,
+                               reasoning_content=m.thinking if m.role == "assistant" and m.thinking else None))
+        else:
+            raise InvalidRequest(f"messages.{i}.role must be system, user, assistant or tool, got {m.role!r}",
+                                 param=f"messages.{i}.role")
+    return out
+
+
+def _common(req: ot.OllamaChatRequest | ot.OllamaGenerateRequest) -> tuple[dict[str, Any], list[str], int | None]:
+    fields, ignored, num_ctx = sampling(req.options)
+    keep_alive_seconds(req.keep_alive)  # checked here; the route applies it
+    return fields, ignored, num_ctx
+
+
+def chat_request(req: ot.OllamaChatRequest) -> tuple[ChatCompletionRequest, list[str], int | None]:
+    """``/api/chat`` -> (the chat request, options not applied, ``num_ctx``). Raises :class:`InvalidRequest`."""
+    if not req.messages:
+        raise InvalidRequest("messages must not be empty", param="messages")
+    fields, ignored, num_ctx = _common(req)
+    enable, effort = _think(req.think)
+    chat = ChatCompletionRequest(
+        model=req.model, messages=_messages(req.messages), tools=req.tools or None, stream=req.stream,
+        stream_options=StreamOptions(include_usage=True) if req.stream else None,
+        response_format=_format(req.format), enable_thinking=enable, reasoning_effort=effort, **fields)
+    return chat, ignored, num_ctx
+
+
+def generate_request(req: ot.OllamaGenerateRequest) -> tuple[ChatCompletionRequest | CompletionRequest, list[str],
+                                                       int | None]:
+    """``/api/generate`` -> (a chat request, or a completion request for ``raw`` / ``suffix``, options not
+    applied, ``num_ctx``). Raises :class:`InvalidRequest`."""
+    _no_images(req.images, "images")
+    if req.template:
+        raise InvalidRequest("template is not supported: this server renders the model's own chat template (the "
+                             "GGUF's Jinja template); send raw: true with a prompt you formatted instead",
+                             param="template")
+    fields, ignored, num_ctx = _common(req)
+    if req.raw or req.suffix:
+        if req.format is not None:
+            fields["response_format"] = _format(req.format)
+        completion = CompletionRequest(
+            model=req.model, prompt=req.prompt, suffix=req.suffix or None, stream=req.stream,
+            stream_options=StreamOptions(include_usage=True) if req.stream else None, **fields)
+        return completion, ignored, num_ctx
+    enable, effort = _think(req.think)
+    messages = ([Message(role="system", content=req.system)] if req.system else []) + \
+        [Message(role="user", content=req.prompt)]
+    chat = ChatCompletionRequest(
+        model=req.model, messages=messages, stream=req.stream,
+        stream_options=StreamOptions(include_usage=True) if req.stream else None,
+        response_format=_format(req.format), enable_thinking=enable, reasoning_effort=effort, **fields)
+    return chat, ignored, num_ctx
+
+
+def embed_request(req: ot.OllamaEmbedRequest | ot.OllamaEmbeddingsRequest) -> EmbeddingRequest:
+    """``/api/embed`` (``truncate`` as Ollama: default on) or ``/api/embeddings`` -> the embeddings request."""
+    if isinstance(req, ot.OllamaEmbeddingsRequest):
+        return EmbeddingRequest(input=req.prompt, model=req.model, truncate=True)
+    if isinstance(req.input, list) and not req.input:
+        raise InvalidRequest("input must not be empty", param="input")
+    inputs: str | list[str | int | list[int]] = req.input if isinstance(req.input, str) else list(req.input)
+    return EmbeddingRequest(input=inputs, model=req.model, dimensions=req.dimensions, truncate=req.truncate)
+
+
+# -- replies ------------------------------------------------------------------------------------------
+
+def created_at(t: float | None = None) -> str:
+    """RFC 3339 UTC with microseconds, as Go writes ``time.Time``."""
+    t = time.time() if t is None else t
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int((t % 1) * 1e6):06d}Z"
+
+
+def done_reason(finish_reason: str | None) -> str:
+    """OpenAI's ``finish_reason`` -> Ollama's ``done_reason`` (``length`` stays; a tool call is ``stop``)."""
+    return "length" if finish_reason == "length" else "stop"
+
+
+def arguments(text: str) -> dict[str, Any]:
+    """A call's arguments (JSON text) as the object Ollama sends (a cut-off object's whole part)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        try:
+            value = partial_json_loads(text)
+        except Exception:  # noqa: BLE001 - not JSON at all
+            value = {}
+    return value if isinstance(value, dict) else {}
+
+
+def _calls(calls: list[tuple[str | None, str, str]]) -> list[ow.OllamaReplyToolCall]:
+    return [ow.OllamaReplyToolCall(id=call_id or f"call_{i}",
+                                   function=ow.OllamaCallFunction(name=name, arguments=arguments(args), index=i))
+            for i, (call_id, name, args) in enumerate(calls)]
+
+
+def counts(usage: wire.Usage | None, timings: wire.Timings | None, total_ns: int, load_ns: int = 0) -> dict[str, Any]:
+    """The last object's counts: durations in nanoseconds from llama.cpp's timings, counts from the usage
+    (``prompt_eval_count`` is the prompt's tokens, ``eval_count`` the generated ones)."""
+    out: dict[str, Any] = {"total_duration": total_ns, "load_duration": load_ns}
+    if usage is not None:
+        out["prompt_eval_count"] = usage.prompt_tokens
+        out["eval_count"] = usage.completion_tokens
+    if timings is not None:
+        out["prompt_eval_duration"] = int(timings.prompt_ms * 1e6)
+        out["eval_duration"] = int(timings.predicted_ms * 1e6)
+    return out
+
+
+def chat_response(completion: wire.ChatCompletion, model: str, total_ns: int,
+                  load_ns: int = 0) -> ow.OllamaChatResponse:
+    """A ``chat.completion`` -> ``/api/chat``'s reply (``model``: the name the client asked for)."""
+    choice = completion.choices[0]
+    msg = choice.message
+    calls = msg.tool_calls if isinstance(msg.tool_calls, list) else []
+    message = ow.OllamaReplyMessage(content=msg.content or "")
+    if isinstance(msg.reasoning_content, str) and msg.reasoning_content:
+        message.thinking = msg.reasoning_content
+    if calls:
+        message.tool_calls = _calls([(c.id, c.function.name, c.function.arguments) for c in calls])
+    return ow.OllamaChatResponse(model=model, created_at=created_at(), message=message, done=True,
+                           done_reason=done_reason(choice.finish_reason),
+                           **counts(completion.usage, completion.timings, total_ns, load_ns))
+
+
+def generate_response(result: wire.ChatCompletion | wire.TextCompletion, model: str, total_ns: int,
+                      load_ns: int = 0) -> ow.OllamaGenerateResponse:
+    """A ``chat.completion`` (templated) or ``text_completion`` (raw, suffix) -> ``/api/generate``'s reply."""
+    usage = result.usage if isinstance(result.usage, wire.Usage) else None
+    timings = result.timings if isinstance(result.timings, wire.Timings) else None
+    if isinstance(result, wire.TextCompletion):
+        choice = result.choices[0]
+        reply = ow.OllamaGenerateResponse(model=model, created_at=created_at(), response=choice.text, done=True,
+                                    done_reason=done_reason(choice.finish_reason),
+                                    **counts(usage, timings, total_ns, load_ns))
+        return reply
+    chat = result.choices[0]
+    reply = ow.OllamaGenerateResponse(model=model, created_at=created_at(), response=chat.message.content or "",
+                                done=True, done_reason=done_reason(chat.finish_reason),
+                                **counts(usage, timings, total_ns, load_ns))
+    if isinstance(chat.message.reasoning_content, str) and chat.message.reasoning_content:
+        reply.thinking = chat.message.reasoning_content
+    return reply
+
+
+class _Stream:
+    """What both stream translators share: the tool calls gathered until the choice finishes, the finish
+    reason, and the request's clock (``started``: ``time.monotonic()`` at its arrival)."""
+
+    def __init__(self, model: str, started: float, load_ns: int = 0) -> None:
+        self.model = model
+        self.started = started
+        self.load_ns = load_ns
+        self.finish: str | None = None
+        self.done = False
+        self._calls: dict[int, list[Any]] = {}  # index -> [id, name, arguments so far]
+
+    def _gather(self, delta: Any) -> None:
+        for call in delta.get("tool_calls") or ():
+            entry = self._calls.setdefault(call.index, [None, "", ""])
+            entry[0] = entry[0] or call.get("id")
+            entry[1] = entry[1] or (call.function.get("name") or "")
+            entry[2] += call.function.get("arguments") or ""
+
+    def _take_calls(self) -> list[ow.OllamaReplyToolCall]:
+        calls = _calls([(c[0], c[1], c[2]) for c in (self._calls[i] for i in sorted(self._calls))])
+        self._calls = {}
+        return calls
+
+    def _counts(self, chunk: Any) -> dict[str, Any]:
+        usage = chunk.usage if isinstance(chunk.usage, wire.Usage) else None
+        timings = chunk.timings if isinstance(chunk.timings, wire.Timings) else None
+        total = int((time.monotonic() - self.started) * 1e9)
+        return {"done_reason": done_reason(self.finish), **counts(usage, timings, total, self.load_ns)}
+
+
+class ChatStream(_Stream):
+    """``chat.completion.chunk`` objects in, ``/api/chat`` stream objects out: a piece of content or thinking
+    per chunk, the tool calls whole when the choice finishes, and the ``done: true`` object from the usage
+    chunk (which :func:`chat_request` asks for)."""
+
+    def lines(self, chunk: wire.ChatCompletionChunk) -> list[ow.OllamaChatResponse]:
+        out: list[ow.OllamaChatResponse] = []
+        now = created_at()
+        for choice in chunk.choices:
+            d = choice.delta
+            text, thinking = d.get("content") or "", d.get("reasoning_content") or ""
+            self._gather(d)
+            if text or thinking:
+                msg = ow.OllamaReplyMessage(content=text)
+                if thinking:
+                    msg.thinking = thinking
+                out.append(ow.OllamaChatResponse(model=self.model, created_at=now, message=msg, done=False))
+            if choice.finish_reason is not None:
+                self.finish = choice.finish_reason
+                if self._calls:
+                    calls = ow.OllamaReplyMessage(tool_calls=self._take_calls())
+                    out.append(ow.OllamaChatResponse(model=self.model, created_at=now, done=False, message=calls))
+        if isinstance(chunk.usage, wire.Usage):
+            self.done = True
+            out.append(ow.OllamaChatResponse(model=self.model, created_at=now, message=ow.OllamaReplyMessage(),
+                                             done=True, **self._counts(chunk)))
+        return out
+
+
+class GenerateStream(_Stream):
+    """``chat.completion.chunk`` or ``text_completion`` chunks in, ``/api/generate`` stream objects out."""
+
+    def lines(self, chunk: wire.ChatCompletionChunk | wire.TextCompletion) -> list[ow.OllamaGenerateResponse]:
+        out: list[ow.OllamaGenerateResponse] = []
+        now = created_at()
+        for choice in chunk.choices:
+            if isinstance(choice, wire.CompletionChoice):
+                text, thinking, finish = choice.text, "", choice.finish_reason
+            else:
+                text = choice.delta.get("content") or ""
+                thinking = choice.delta.get("reasoning_content") or ""
+                finish = choice.finish_reason
+            if text or thinking:
+                line = ow.OllamaGenerateResponse(model=self.model, created_at=now, response=text, done=False)
+                if thinking:
+                    line.thinking = thinking
+                out.append(line)
+            if finish is not None:
+                self.finish = finish
+        if isinstance(chunk.usage, wire.Usage):
+            self.done = True
+            out.append(ow.OllamaGenerateResponse(model=self.model, created_at=now, response="", done=True,
+                                           **self._counts(chunk)))
+        return out
+
+
+def embed_response(result: wire.EmbeddingList, model: str, total_ns: int, load_ns: int = 0) -> ow.OllamaEmbedResponse:
+    """The engine's embeddings -> ``/api/embed``'s reply."""
+    vectors = [list(e.embedding) if isinstance(e.embedding, list) else [] for e in result.data]
+    return ow.OllamaEmbedResponse(model=model, embeddings=vectors, total_duration=total_ns, load_duration=load_ns,
+                            prompt_eval_count=result.usage.prompt_tokens)

@@ -1,0 +1,174 @@
+"""Ollama's native generation routes: ``/api/chat``, ``/api/generate``, ``/api/embed``, ``/api/embeddings``
+(:mod:`skippy.engine.protocols.ollama`), a translation onto the chat, completions and embeddings paths.
+
+A stream (``stream`` defaults to true, as Ollama's) is NDJSON (``application/x-ndjson``): one JSON object a
+line, flushed as tokens come, no pings, no end marker; the last object has ``done: true`` and the counts. An
+error before the first line is Ollama's ``{"error": ...}`` with its status (400 bad input, 404 a model this
+server does not serve: Ollama's ``model "x" not found, try pulling it first``); after it, one last line
+``{"error": ...}``, as Ollama ends a stream that fails.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import msgspec
+from quart import Response
+
+from skippy.actors.engine import Engine
+from skippy.actors.streams import ReplyStream
+from skippy.engine.errors import InvalidRequest, ModelNotFound
+from skippy.engine.protocols.ollama import translate as ollama
+from skippy.engine.protocols.ollama.model_wire import OllamaError
+from skippy.engine.protocols.ollama.types import (
+    OllamaChatRequest,
+    OllamaEmbeddingsRequest,
+    OllamaEmbedRequest,
+    OllamaGenerateRequest,
+)
+from skippy.engine.protocols.ollama.wire import OllamaEmbeddingResponse, OllamaGenerateResponse
+from skippy.engine.protocols.openai.types import ChatCompletionRequest
+from skippy.http.context import RequestContext, Shared, current, shared
+from skippy.http.replies import encode, json_response
+from skippy.http.routes.base import (
+    SseFormat,
+    check_limits,
+    completion_tokens,
+    read_body,
+    stream,
+    unless_gone,
+)
+
+#: the paths whose answers, errors included, are in Ollama's shapes
+OLLAMA_PATH = "/api/"
+
+
+def is_ollama_path(path: str) -> bool:
+    """``/api/...``: Ollama's routes (their errors are ``{"error": ...}``)."""
+    return path.startswith(OLLAMA_PATH)
+
+
+def _line(obj: Any) -> bytes:
+    return encode(obj) + b"\n"
+
+
+def _ndjson(translator: ollama.ChatStream | ollama.GenerateStream) -> SseFormat:
+    """The NDJSON framing of one stream: each engine chunk becomes the translator's lines."""
+    return SseFormat(event=lambda chunk: b"".join(_line(o) for o in translator.lines(chunk)),
+                     error=lambda exc: _line(OllamaError(error=exc.message)), ping=None, done=None,
+                     media_type="application/x-ndjson")
+
+
+def not_found(name: str) -> ModelNotFound:
+    return ModelNotFound(f"model {msgspec.json.encode(name).decode()} not found, try pulling it first",
+                         param="model")
+
+
+async def _engine(app: Shared, name: str, keep_alive: Any) -> Engine:
+    """The engine of the served model ``name`` names (a 404 for any other name, as Ollama's, also when one
+    model is served); a request's ``keep_alive`` applies to that model from now on."""
+    seconds = ollama.keep_alive_seconds(keep_alive)
+    pool = app.state.pool
+    if pool is None:
+        return app.engine()
+    if not pool.ready.is_set():
+        return await app.engine_for(name)  # 503 while the server starts
+    found = pool.lookup(name)
+    if found is None:
+        raise not_found(name)
+    if seconds is not None:
+        pool.set_keep_alive(found, seconds)
+    return await app.engine_for(found)
+
+
+def _ignored(ctx: RequestContext, names: list[str]) -> None:
+    """Options not applied are named in ``X-Skippy-Ignored-Fields``, as unknown body fields are."""
+    ctx.ignored_fields.extend(f"options.{n}" for n in names)
+
+
+def _check_ctx(eng: Engine, num_ctx: int | None) -> None:
+    if num_ctx is not None and num_ctx > eng.meta.n_ctx_seq:
+        raise InvalidRequest(f"options.num_ctx {num_ctx} is larger than this server's context of {eng.meta.n_ctx_seq} "
+                             "tokens per sequence (skippy serve --n-ctx sets it)", param="options.num_ctx")
+
+
+def _ns_since(t0: float) -> int:
+    return int((time.monotonic() - t0) * 1e9)
+
+
+async def ollama_chat() -> Response:
+    """Ollama ``POST /api/chat``."""
+    app, ctx = shared(), current()
+    t0 = time.monotonic()
+    req = await read_body(OllamaChatRequest, ctx)
+    body, ignored, num_ctx = ollama.chat_request(req)
+    _ignored(ctx, ignored)
+    check_limits(app.settings, body.messages, body)
+    eng = await _engine(app, req.model, req.keep_alive)
+    _check_ctx(eng, num_ctx)
+    if body.stream:
+        translator = ollama.ChatStream(req.model, t0)
+        return await stream(app, ctx, lambda: eng.chat_stream(body), _ndjson(translator))
+    result = await unless_gone(app, ctx, eng.chat(body))
+    ctx.tokens = completion_tokens(result)
+    return json_response(ollama.chat_response(result, req.model, _ns_since(t0)))
+
+
+async def ollama_generate() -> Response:
+    """Ollama ``POST /api/generate``: through the chat template, or as is (``raw``), or fill-in-the-middle
+    (``suffix``). An empty prompt loads the model and answers ``done`` at once (Ollama's way to preload)."""
+    app, ctx = shared(), current()
+    t0 = time.monotonic()
+    req = await read_body(OllamaGenerateRequest, ctx)
+    body, ignored, num_ctx = ollama.generate_request(req)
+    _ignored(ctx, ignored)
+    check_limits(app.settings, body.messages if isinstance(body, ChatCompletionRequest) else [], body)
+    eng = await _engine(app, req.model, req.keep_alive)
+    _check_ctx(eng, num_ctx)
+    if not req.prompt and not req.suffix:
+        return json_response(OllamaGenerateResponse(model=req.model, created_at=ollama.created_at(), response="",
+                                              done=True, done_reason="load"))
+    if body.stream:
+        translator = ollama.GenerateStream(req.model, t0)
+
+        async def start() -> ReplyStream[Any]:
+            if isinstance(body, ChatCompletionRequest):
+                return await eng.chat_stream(body)
+            return await eng.completion_stream(body)
+
+        return await stream(app, ctx, start, _ndjson(translator))
+    result = await unless_gone(app, ctx, eng.chat(body) if isinstance(body, ChatCompletionRequest)
+                               else eng.completion(body))
+    ctx.tokens = completion_tokens(result)
+    return json_response(ollama.generate_response(result, req.model, _ns_since(t0)))
+
+
+async def ollama_embed() -> Response:
+    """Ollama ``POST /api/embed`` (501 unless the server runs with ``--embeddings``)."""
+    app, ctx = shared(), current()
+    t0 = time.monotonic()
+    req = await read_body(OllamaEmbedRequest, ctx)
+    eng = await _engine(app, req.model, req.keep_alive)
+    result = await unless_gone(app, ctx, eng.embeddings(ollama.embed_request(req)))
+    return json_response(ollama.embed_response(result, req.model, _ns_since(t0)))
+
+
+async def ollama_embeddings() -> Response:
+    """Ollama's legacy ``POST /api/embeddings``: one ``prompt`` -> ``{"embedding": [...]}``."""
+    app, ctx = shared(), current()
+    req = await read_body(OllamaEmbeddingsRequest, ctx)
+    eng = await _engine(app, req.model, req.keep_alive)
+    result = await unless_gone(app, ctx, eng.embeddings(ollama.embed_request(req)))
+    vector = result.data[0].embedding if result.data else []
+    return json_response(OllamaEmbeddingResponse(embedding=list(vector) if isinstance(vector, list) else []))
+
+
+def error_body(message: str) -> bytes:
+    """Ollama's error body, ``{"error": message}``, for an error answer on an ``/api/`` path
+    (:mod:`skippy.http.app` rewrites the OpenAI envelopes there)."""
+    return encode(OllamaError(error=message))
+
+
+__all__ = ["error_body", "is_ollama_path", "not_found", "ollama_chat", "ollama_embed", "ollama_embeddings",
+           "ollama_generate"]
