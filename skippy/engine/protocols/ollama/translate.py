@@ -23,9 +23,9 @@ Fields (Ollama -> engine):
 - ``think``: ``true`` / ``false`` -> ``enable_thinking``; ``"low"`` / ``"medium"`` / ``"high"`` /
   ``"max"`` -> thinking on with that ``reasoning_effort`` (``max`` -> ``xhigh``). The reasoning comes back
   as ``message.thinking`` (``thinking`` on ``/api/generate``).
-- ``tools`` (OpenAI's shape already) and ``message.tool_calls`` (arguments an object) <-> OpenAI tool calls
-  (arguments a JSON string); a ``tool`` message's ``tool_name`` names the call it answers (the latest one
-  of that name).
+- ``tools`` (OpenAI's shape already; OpenAI's ``tool_choice`` is taken too, an extension) and
+  ``message.tool_calls`` (arguments an object) <-> OpenAI tool calls (arguments a JSON string); a ``tool``
+  message's ``tool_name`` names the call it answers (the earliest unanswered one of that name).
 - ``images``: a 400 (the served models read text only); ``template`` (a Go template): a 400 (the GGUF's
   Jinja template renders); ``context`` (deprecated): accepted, not used; ``keep_alive``: see
   :func:`keep_alive_seconds`.
@@ -92,6 +92,8 @@ def sampling(options: dict[str, Any] | None) -> tuple[dict[str, Any], list[str],
     ignored: list[str] = []
     num_ctx = None
     for name, value in (options or {}).items():
+        if value is None:  # null: the default, as Ollama's Go decoding leaves the field unset (LlamaIndex sends it)
+            continue
         if name in OPTIONS:
             field, kind = OPTIONS[name]
             fields[field] = _number(name, value, kind)
@@ -200,7 +202,8 @@ def chat_request(req: ot.OllamaChatRequest) -> tuple[ChatCompletionRequest, list
     fields, ignored, num_ctx = _common(req)
     enable, effort = _think(req.think)
     chat = ChatCompletionRequest(
-        model=req.model, messages=_messages(req.messages), tools=req.tools or None, stream=req.stream,
+        model=req.model, messages=_messages(req.messages), tools=req.tools or None, tool_choice=req.tool_choice,
+        stream=req.stream,
         stream_options=StreamOptions(include_usage=True) if req.stream else None,
         response_format=_format(req.format), enable_thinking=enable, reasoning_effort=effort, **fields)
     return chat, ignored, num_ctx

@@ -54,10 +54,12 @@ class _Generation(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 class OllamaChatRequest(_Generation, kw_only=True):
-    """``POST /api/chat``."""
+    """``POST /api/chat``. ``tool_choice`` is not Ollama's: OpenAI's, accepted as an extension (``"auto"``,
+    ``"required"``, ``"none"`` or a named function), as llama-server takes extensions on OpenAI's routes."""
 
     messages: list[OllamaMessage] = msgspec.field(default_factory=list)
     tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
 
 
 class OllamaGenerateRequest(_Generation, kw_only=True):

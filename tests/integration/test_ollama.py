@@ -1,0 +1,219 @@
+"""Ollama's native generation API (/api/chat, /api/generate, /api/embed, /api/embeddings) on the real server,
+with the official ``ollama`` client and raw httpx for the framing and the errors.
+
+The default SmolLM2 template has no tools (they are emulated); the Qwen 2.5 template calls them natively
+(``<tool_call>``); DeepSeek V4's template opens ``<think>`` when thinking is on. Sampling is greedy
+(``temperature: 0``).
+"""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import jsonschema
+import ollama
+import pytest
+
+from tests.paths import CHAT_TEMPLATES
+from tests.support import Server
+
+MODEL = "smollm2:135m"
+GREEDY = {"temperature": 0, "num_predict": 16}
+ASK = [{"role": "user", "content": "Name a colour of the sky."}]
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
+                                            "parameters": {"type": "object", "required": ["city"],
+                                                           "properties": {"city": {"type": "string"}}}}}
+
+
+def client(srv: Server) -> ollama.Client:
+    return ollama.Client(host=srv.base_url, timeout=120)
+
+
+def ndjson(srv: Server, path: str, body: dict) -> tuple[httpx.Response, list[dict]]:
+    with httpx.stream("POST", srv.base_url + path, json=body, timeout=120) as resp:
+        lines = [line for line in resp.iter_lines() if line]
+        return resp, [json.loads(line) for line in lines]
+
+
+@pytest.fixture(scope="module")
+def thinking_server(tmp_path_factory: pytest.TempPathFactory):
+    """The default model with DeepSeek V4's template: thinking on opens <think> in the prompt, off closes it."""
+    template = CHAT_TEMPLATES / "deepseek-ai-DeepSeek-V4.jinja"
+    with Server(["--parallel", "2", "--n-ctx", "2048", "--chat-template", str(template)],
+                tmp_path_factory.mktemp("thinking") / "server.log") as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def embed_server(tmp_path_factory: pytest.TempPathFactory):
+    with Server(["--parallel", "2", "--n-ctx", "1024", "--embeddings", "--pooling", "mean"],
+                tmp_path_factory.mktemp("embed") / "server.log") as srv:
+        yield srv
+
+
+def test_chat_is_the_chat_completion_and_the_stream_the_same_text(server: Server) -> None:
+    c = client(server)
+    reply = c.chat(model=MODEL, messages=ASK, options=GREEDY, stream=False)
+    assert reply.model == MODEL and reply.done and reply.done_reason in ("stop", "length")
+    assert reply.message.role == "assistant" and reply.message.content
+    assert reply.prompt_eval_count > 0 and 0 < reply.eval_count <= 16
+    assert reply.total_duration >= reply.eval_duration > 0 and reply.prompt_eval_duration > 0
+    chat = httpx.post(server.base_url + "/v1/chat/completions", timeout=120, json={
+        "messages": ASK, "temperature": 0, "max_tokens": 16}).json()
+    assert reply.message.content == chat["choices"][0]["message"]["content"]
+    parts = list(c.chat(model=MODEL, messages=ASK, options=GREEDY, stream=True))
+    assert len(parts) > 3 and all(not p.done for p in parts[:-1]) and parts[-1].done
+    assert "".join(p.message.content for p in parts) == reply.message.content
+    assert parts[-1].eval_count == reply.eval_count and parts[-1].done_reason == reply.done_reason
+
+
+def test_stream_framing_is_ndjson_one_object_a_line(server: Server) -> None:
+    resp, lines = ndjson(server, "/api/chat", {"model": MODEL, "messages": ASK, "options": GREEDY})  # stream: default
+    assert resp.status_code == 200 and resp.headers["content-type"].startswith("application/x-ndjson")
+    assert lines[-1]["done"] is True and lines[-1]["done_reason"] in ("stop", "length")
+    for key in ("total_duration", "load_duration", "prompt_eval_count", "prompt_eval_duration", "eval_count",
+                "eval_duration"):
+        assert isinstance(lines[-1][key], int), key
+    assert all(line["done"] is False and line["model"] == MODEL and line["created_at"].endswith("Z")
+               for line in lines[:-1])
+    assert lines[-1]["eval_count"] == len(lines) - 1 or lines[-1]["eval_count"] >= len(lines) - 1
+
+
+def test_generate_templated_raw_and_streamed(server: Server) -> None:
+    c = client(server)
+    templated = c.generate(model=MODEL, prompt="Say hello.", system="You are terse.", options=GREEDY)
+    raw = c.generate(model=MODEL, prompt="The capital of France is", raw=True, options=GREEDY)
+    assert templated.done and templated.response and raw.response
+    native = httpx.post(server.base_url + "/v1/completions", timeout=120, json={
+        "prompt": "The capital of France is", "temperature": 0, "max_tokens": 16}).json()
+    assert raw.response == native["choices"][0]["text"]  # raw: the prompt as is, no template
+    parts = list(c.generate(model=MODEL, prompt="The capital of France is", raw=True, options=GREEDY, stream=True))
+    assert "".join(p.response for p in parts) == raw.response and parts[-1].done
+    loaded = c.generate(model=MODEL, prompt="")  # Ollama's preload: an empty prompt answers at once
+    assert loaded.done and loaded.done_reason == "load" and loaded.response == ""
+
+
+def test_options_seed_and_num_predict(server: Server) -> None:
+    c = client(server)
+    opts = {"temperature": 1.0, "seed": 7, "num_predict": 12, "top_k": 40, "top_p": 0.9, "repeat_penalty": 1.1}
+    a = c.chat(model=MODEL, messages=ASK, options=opts)
+    b = c.chat(model=MODEL, messages=ASK, options=opts)
+    assert a.message.content == b.message.content and a.eval_count <= 12
+    short = c.chat(model=MODEL, messages=ASK, options={"num_predict": 3, "temperature": 0})
+    assert short.eval_count == 3 and short.done_reason == "length"
+    resp = httpx.post(server.base_url + "/api/chat", timeout=120, json={
+        "model": MODEL, "messages": ASK, "stream": False, "options": {"num_predict": 2, "num_gpu": 99, "bogus": 1}})
+    assert resp.status_code == 200
+    assert set(resp.headers["x-skippy-ignored-fields"].split(", ")) == {"options.num_gpu", "options.bogus"}
+
+
+def test_format_json_schema_is_enforced(server: Server) -> None:
+    schema = {"type": "object", "properties": {"colour": {"type": "string"}, "hex": {"type": "string"}},
+              "required": ["colour", "hex"], "additionalProperties": False}
+    reply = client(server).chat(model=MODEL, messages=[{"role": "user", "content": "A colour as JSON."}],
+                                format=schema, options={"temperature": 0, "num_predict": 60})
+    jsonschema.validate(json.loads(reply.message.content), schema)
+    plain = client(server).generate(model=MODEL, prompt="A colour as JSON.", format="json",
+                                    options={"temperature": 0, "num_predict": 60})
+    assert isinstance(json.loads(plain.response), dict)
+
+
+@pytest.mark.parametrize("fixture", ["server", "qwen_server"], ids=["emulated-tools", "native-tools"])
+def test_tools_round_trip(request: pytest.FixtureRequest, fixture: str) -> None:
+    """A tool call comes back with its arguments as an object (Ollama's shape), streamed whole; its result
+    goes back with ``tool_name`` and the model answers the next turn."""
+    srv = request.getfixturevalue(fixture)
+    c = client(srv)
+    ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+    # a 135M model does not call tools on its own reliably: the call is forced with OpenAI's tool_choice, which
+    # /api/chat takes as an extension (the official client has no argument for it: raw httpx)
+    body = {"model": MODEL, "messages": ask, "tools": [WEATHER],
+            "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+            "options": {"temperature": 0, "num_predict": 200}}
+    resp = httpx.post(srv.base_url + "/api/chat", json={**body, "stream": False}, timeout=120)
+    reply = ollama.ChatResponse(**resp.json())
+    [call] = reply.message.tool_calls or []
+    assert call.function.name == "get_weather" and isinstance(resp.json()["message"]["tool_calls"][0]["function"][
+        "arguments"], dict)
+    jsonschema.validate(call.function.arguments, WEATHER["function"]["parameters"])
+    resp, lines = ndjson(srv, "/api/chat", body)
+    with_calls = [line for line in lines if line["message"].get("tool_calls")]
+    assert len(with_calls) == 1, lines  # sent whole, once
+    assert with_calls[0]["message"]["tool_calls"][0]["function"]["arguments"] == call.function.arguments
+    follow = c.chat(model=MODEL, tools=[WEATHER], options=GREEDY, messages=[
+        *ask, {"role": "assistant", "content": "", "tool_calls": [call.model_dump(exclude_none=True)]},
+        {"role": "tool", "tool_name": "get_weather", "content": "sunny, 21 C"}])
+    assert follow.done and follow.eval_count > 0  # the call and its result rendered: the model went on
+
+
+def test_think_puts_the_reasoning_in_thinking(thinking_server: Server) -> None:
+    c = client(thinking_server)
+    thinking = c.chat(model=MODEL, messages=ASK, think=True, options={"temperature": 0, "num_predict": 12})
+    assert thinking.message.thinking and not thinking.message.content  # the budget ends inside <think>
+    plain = c.chat(model=MODEL, messages=ASK, think=False, options={"temperature": 0, "num_predict": 12})
+    assert plain.message.content and not plain.message.thinking
+    gen = c.generate(model=MODEL, prompt="Name a colour.", think=True, options={"temperature": 0, "num_predict": 8})
+    assert gen.thinking and not gen.response
+    resp = httpx.post(thinking_server.base_url + "/api/chat", timeout=30, json={
+        "model": MODEL, "messages": ASK, "think": "very"})
+    assert resp.status_code == 400 and "think" in resp.json()["error"]
+
+
+def test_embed_and_legacy_embeddings(embed_server: Server) -> None:
+    c = client(embed_server)
+    out = c.embed(model=MODEL, input=["the sky is blue", "grass is green"])
+    assert len(out.embeddings) == 2 and len(out.embeddings[0]) > 100 and out.prompt_eval_count > 0
+    norm = sum(x * x for x in out.embeddings[0]) ** 0.5
+    assert abs(norm - 1.0) < 1e-3
+    one = c.embed(model=MODEL, input="the sky is blue")
+    assert one.embeddings[0] == pytest.approx(out.embeddings[0], rel=1e-4, abs=1e-5)
+    legacy = c.embeddings(model=MODEL, prompt="the sky is blue")
+    assert legacy.embedding == pytest.approx(out.embeddings[0], rel=1e-4, abs=1e-5)
+
+
+def test_embed_without_embeddings_is_an_ollama_error(server: Server) -> None:
+    resp = httpx.post(server.base_url + "/api/embed", json={"model": MODEL, "input": "x"}, timeout=30)
+    assert resp.status_code == 501 and "--embeddings" in resp.json()["error"]
+
+
+@pytest.mark.parametrize("body,status,needle", [
+    ({"model": "no-such-model:1b", "messages": ASK}, 404, 'model "no-such-model:1b" not found'),
+    ({"model": MODEL, "messages": ASK, "options": {"temperature": "hot"}}, 400, "temperature"),
+    ({"model": MODEL, "messages": ASK, "options": {"num_ctx": 10**6}}, 400, "num_ctx"),
+    ({"model": MODEL, "messages": ASK, "options": {"num_predict": -5}}, 400, "num_predict"),
+    ({"model": MODEL, "messages": ASK, "format": "yaml"}, 400, "format"),
+    ({"model": MODEL, "messages": ASK, "keep_alive": "soon"}, 400, "keep_alive"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "x", "images": ["aGk="]}]}, 400, "images"),
+    ({"model": MODEL, "messages": []}, 400, "messages"),
+    ({"model": MODEL}, 400, "messages"),
+    ({"messages": ASK}, 400, "model"),
+], ids=["unknown-model", "option-type", "num-ctx", "num-predict", "format", "keep-alive", "images", "empty",
+        "no-messages", "no-model"])
+def test_bad_chat_input_is_an_ollama_error_and_the_server_keeps_serving(server: Server, body: dict, status: int,
+                                                                         needle: str) -> None:
+    resp = httpx.post(server.base_url + "/api/chat", json={**body, "stream": False}, timeout=30)
+    assert resp.status_code == status, resp.text
+    assert set(resp.json()) == {"error"} and needle in resp.json()["error"]
+    assert client(server).chat(model=MODEL, messages=ASK, options={"num_predict": 2}).done
+
+
+@pytest.mark.parametrize("raw,status", [(b"{not json", 400), (b"[]", 400)])
+def test_malformed_bodies(server: Server, raw: bytes, status: int) -> None:
+    for path in ("/api/chat", "/api/generate", "/api/embed"):
+        resp = httpx.post(server.base_url + path, content=raw, timeout=30)
+        assert resp.status_code == status and set(resp.json()) == {"error"}, (path, resp.text)
+
+
+def test_generate_refuses_a_go_template_and_accepts_context(server: Server) -> None:
+    resp = httpx.post(server.base_url + "/api/generate", timeout=30, json={
+        "model": MODEL, "prompt": "hi", "template": "{{ .Prompt }}", "stream": False})
+    assert resp.status_code == 400 and "template" in resp.json()["error"]
+    ok = httpx.post(server.base_url + "/api/generate", timeout=60, json={
+        "model": MODEL, "prompt": "hi", "context": [1, 2, 3], "stream": False, "options": {"num_predict": 2}})
+    assert ok.status_code == 200 and ok.json()["done"] is True
+
+
+def test_unknown_api_route_is_an_ollama_404(server: Server) -> None:
+    resp = httpx.get(server.base_url + "/api/nothing", timeout=30)
+    assert resp.status_code == 404 and set(resp.json()) == {"error"}

@@ -1,0 +1,158 @@
+"""Ollama's native API onto the engine's requests and back (engine/protocols/ollama/translate.py, sans-IO)."""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+import pytest
+
+from skippy.engine.errors import InvalidRequest
+from skippy.engine.protocols.ollama import translate as t
+from skippy.engine.protocols.ollama import types as ot
+from skippy.engine.protocols.openai import wire
+from skippy.engine.protocols.openai.types import ChatCompletionRequest, CompletionRequest
+
+
+def chat(**body) -> ot.OllamaChatRequest:
+    return msgspec.convert({"model": "m", "messages": [{"role": "user", "content": "hi"}], **body},
+                           ot.OllamaChatRequest)
+
+
+def test_options_map_onto_sampling_fields_and_unapplied_ones_are_named() -> None:
+    fields, ignored, num_ctx = t.sampling({
+        "temperature": 0.5, "top_k": 40, "top_p": 0.9, "min_p": 0.05, "typical_p": 0.8, "repeat_penalty": 1.1,
+        "repeat_last_n": 64, "presence_penalty": 0.1, "frequency_penalty": 0.2, "seed": 3, "stop": "END",
+        "mirostat": 2, "mirostat_tau": 5.0, "mirostat_eta": 0.1, "num_predict": 12, "num_ctx": 4096,
+        "num_keep": 5, "num_gpu": 99, "flux": 1, "temperature_unused": None})
+    assert fields == {"temperature": 0.5, "top_k": 40, "top_p": 0.9, "min_p": 0.05, "typical_p": 0.8,
+                      "repeat_penalty": 1.1, "repeat_last_n": 64, "presence_penalty": 0.1, "frequency_penalty": 0.2,
+                      "seed": 3, "stop": ["END"], "mirostat": 2, "mirostat_tau": 5.0, "mirostat_eta": 0.1,
+                      "max_tokens": 12}
+    assert ignored == ["num_keep", "num_gpu", "flux"] and num_ctx == 4096
+
+
+@pytest.mark.parametrize("n,max_tokens", [(-1, None), (-2, None), (0, 0), (7, 7)])
+def test_num_predict(n: int, max_tokens: int | None) -> None:
+    assert t.sampling({"num_predict": n})[0].get("max_tokens") == max_tokens
+
+
+@pytest.mark.parametrize("options,needle", [
+    ({"temperature": "hot"}, "temperature"), ({"top_k": 1.5}, "top_k"), ({"seed": True}, "seed"),
+    ({"stop": [1]}, "stop"), ({"num_predict": -3}, "num_predict"), ({"temperature": float("nan")}, "temperature"),
+])
+def test_a_known_option_of_the_wrong_type_is_a_400_naming_it(options: dict, needle: str) -> None:
+    with pytest.raises(InvalidRequest) as info:
+        t.sampling(options)
+    assert needle in str(info.value) and info.value.param == f"options.{needle}"
+
+
+def test_null_options_are_the_defaults() -> None:
+    assert t.sampling({"temperature": None, "num_predict": None}) == ({}, [], None)
+
+
+@pytest.mark.parametrize("value,seconds", [(None, None), (300, 300.0), (0, 0.0), (-1, -1.0), ("5m", 300.0),
+                                           ("1h", 3600.0), ("-1", -1.0), ("30s", 30.0), ("250ms", 0.25)])
+def test_keep_alive(value, seconds) -> None:
+    assert t.keep_alive_seconds(value) == seconds
+
+
+@pytest.mark.parametrize("value", ["soon", "5 minutes", True, [1]])
+def test_keep_alive_refused(value) -> None:
+    with pytest.raises(InvalidRequest, match="keep_alive"):
+        t.keep_alive_seconds(value)
+
+
+def test_chat_request_format_think_tools_and_history() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+    req = chat(format=schema, think="max", stream=False, tools=[{"type": "function", "function": {"name": "f"}}],
+               messages=[
+                   {"role": "system", "content": "S"}, {"role": "user", "content": "U"},
+                   {"role": "assistant", "content": "", "thinking": "T", "tool_calls": [
+                       {"function": {"name": "f", "arguments": {"x": 1}}},
+                       {"function": {"name": "f", "arguments": {"x": 2}}}]},
+                   {"role": "tool", "tool_name": "f", "content": "one"},
+                   {"role": "tool", "tool_name": "f", "content": "two"}])
+    body, ignored, _ = t.chat_request(req)
+    assert isinstance(body, ChatCompletionRequest) and not body.stream and ignored == []
+    assert body.response_format is not None and body.response_format.json_schema is not None
+    assert body.response_format.json_schema.schema == schema
+    assert body.enable_thinking is True and body.reasoning_effort == "xhigh"
+    assistant, first, second = body.messages[2:]
+    assert assistant.reasoning_content == "T"
+    assert [json.loads(c["function"]["arguments"]) for c in assistant.tool_calls] == [{"x": 1}, {"x": 2}]
+    ids = [c["id"] for c in assistant.tool_calls]
+    assert (first.tool_call_id, second.tool_call_id) == tuple(ids)  # each result answers its call, in order
+    streamed, _, _ = t.chat_request(chat())
+    assert streamed.stream and streamed.stream_options is not None and streamed.stream_options.include_usage
+
+
+@pytest.mark.parametrize("body,needle", [
+    ({"format": "yaml"}, "format"), ({"think": "lots"}, "think"), ({"messages": []}, "messages"),
+    ({"messages": [{"role": "user", "content": "x", "images": ["aGk="]}]}, "images"),
+    ({"messages": [{"role": "robot", "content": "x"}]}, "role"),
+])
+def test_bad_chat_requests(body: dict, needle: str) -> None:
+    with pytest.raises(InvalidRequest) as info:
+        t.chat_request(chat(**body))
+    assert needle in str(info.value)
+
+
+def test_generate_templated_raw_and_suffix() -> None:
+    def gen(**body):
+        return t.generate_request(msgspec.convert({"model": "m", "prompt": "P", **body}, ot.OllamaGenerateRequest))[0]
+
+    templated = gen(system="S")
+    assert isinstance(templated, ChatCompletionRequest)
+    assert [(m.role, m.content) for m in templated.messages] == [("system", "S"), ("user", "P")]
+    raw = gen(raw=True, format="json")
+    assert isinstance(raw, CompletionRequest) and raw.prompt == "P" and raw.response_format.type == "json_object"
+    fim = gen(suffix="END")
+    assert isinstance(fim, CompletionRequest) and fim.suffix == "END"
+    with pytest.raises(InvalidRequest, match="template"):
+        gen(template="{{ .Prompt }}")
+    assert isinstance(gen(context=[1, 2]), ChatCompletionRequest)  # deprecated: accepted, not used
+
+
+def _chunk(delta: dict, finish: str | None = None) -> wire.ChatCompletionChunk:
+    return msgspec.convert({"id": "c", "created": 0, "model": "m", "choices": [
+        {"index": 0, "delta": delta, "finish_reason": finish}]}, wire.ChatCompletionChunk)
+
+
+def _usage_chunk() -> wire.ChatCompletionChunk:
+    return msgspec.convert({"id": "c", "created": 0, "model": "m", "choices": [], "usage": {
+        "prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
+        "timings": {"cache_n": 0, "prompt_n": 5, "prompt_ms": 2.0, "prompt_per_token_ms": 0.4,
+                    "prompt_per_second": 2500.0, "predicted_n": 3, "predicted_ms": 30.0,
+                    "predicted_per_token_ms": 15.0, "predicted_per_second": 66.0}}, wire.ChatCompletionChunk)
+
+
+def test_chat_stream_pieces_then_calls_whole_then_the_counts() -> None:
+    s = t.ChatStream("smollm2:135m", started=0.0)
+    lines = [*s.lines(_chunk({"role": "assistant", "content": ""})),
+             *s.lines(_chunk({"reasoning_content": "hm"})), *s.lines(_chunk({"content": "Hi"})),
+             *s.lines(_chunk({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                                              "function": {"name": "f", "arguments": '{"x": '}}]})),
+             *s.lines(_chunk({"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]})),
+             *s.lines(_chunk({}, "tool_calls")), *s.lines(_usage_chunk())]
+    out = [msgspec.to_builtins(x) for x in lines]
+    assert [o["message"].get("thinking") for o in out[:2]] == ["hm", None] and out[1]["message"]["content"] == "Hi"
+    assert out[2]["message"]["tool_calls"] == [{"id": "call_1", "function": {"name": "f", "arguments": {"x": 1},
+                                                                              "index": 0}}]
+    last = out[-1]
+    assert len(out) == 4 and last["done"] is True and last["done_reason"] == "stop" and s.done
+    assert (last["prompt_eval_count"], last["eval_count"]) == (5, 3)
+    assert (last["prompt_eval_duration"], last["eval_duration"]) == (2_000_000, 30_000_000)
+    assert all(o["done"] is False for o in out[:-1]) and all(o["model"] == "smollm2:135m" for o in out)
+
+
+def test_generate_stream_and_done_reason() -> None:
+    s = t.GenerateStream("m", started=0.0)
+    out = [*s.lines(_chunk({"content": "a"})), *s.lines(_chunk({}, "length")), *s.lines(_usage_chunk())]
+    assert [o.response for o in out] == ["a", ""] and out[-1].done_reason == "length"
+    assert t.done_reason("stop") == "stop" and t.done_reason("tool_calls") == "stop"
+
+
+def test_arguments_of_a_cut_call_are_its_whole_part() -> None:
+    assert t.arguments('{"a": 1}') == {"a": 1} and t.arguments('{"a": 1, "b": "x') == {"a": 1, "b": "x"}
+    assert t.arguments("not json") == {} and t.arguments("[1]") == {}
