@@ -84,6 +84,10 @@ def _operation(route: Any) -> dict[str, Any]:
         events = route.sse if isinstance(route.sse, tuple) else (route.sse,)
         data = [_ref(t) for t in events] + ([_ref(route.error)] if route.error not in events else [])
         content["text/event-stream"] = {"schema": _SSE_EVENT, "x-sse-data": {"oneOf": data}}
+    if route.ndjson is not None:
+        # x-ndjson-line: what each line decodes to (OpenAPI 3.1 has no item schema for a line stream either)
+        content["application/x-ndjson"] = {"schema": {"type": "string"},
+                                           "x-ndjson-line": {"oneOf": [_ref(route.ndjson), _ref(route.error)]}}
     envelope = ("OpenAI error envelope" if route.error is ErrorEnvelope else
                 "Anthropic error envelope" if route.error is anthropic_wire.AnthropicError else
                 f"error body ({route.error.__name__})")

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from skippy.engine.protocols.openai.types import ChatCompletionRequest
+from skippy.models import DEFAULT_MODEL, resolve_model
 from tests.sse import DONE, iter_sse
 from tests.support import Server
 
@@ -34,10 +35,16 @@ def fuzz_server(tmp_path_factory: pytest.TempPathFactory):
     # a slot save path, --props and --embeddings, so slot actions, POST /props and /v1/embeddings are fuzzed past
     # llama-server's 501 for a server started without them (a 501 there is the server's configuration, not the
     # request's fault)
+    # its own model cache (SKIPPY_HOME), the default model linked in: Ollama's /api/delete, /api/copy and
+    # /api/pull are fuzzed too, and must never touch the real cache
     tmp = tmp_path_factory.mktemp("fuzz")
-    with Server(["--parallel", "4", "--n-ctx", "256", "--max-queue", "64", "--threads", "1",
+    (tmp / "home" / "models").mkdir(parents=True)
+    model = Path(resolve_model(DEFAULT_MODEL))
+    (tmp / "home" / "models" / model.name).symlink_to(model)
+    with Server(["--model", str(tmp / "home" / "models" / model.name), "--parallel", "4", "--n-ctx", "256",
+                 "--max-queue", "64", "--threads", "1",
                  "--slot-save-path", str(tmp / "slots"), "--props", "--embeddings", "--pooling", "mean",
-                 "--embeddings-batch", "128"], tmp / "server.log") as srv:
+                 "--embeddings-batch", "128"], tmp / "server.log", env={"SKIPPY_HOME": str(tmp / "home")}) as srv:
         yield srv
 
 

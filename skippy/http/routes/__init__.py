@@ -127,10 +127,12 @@ ROUTES: tuple[Route, ...] = (
     Route(("/metrics",), "GET", metrics, "Prometheus metrics (text exposition format)", content_type="text/plain"),
     # Ollama's generation routes (routes/ollama.py): NDJSON streams unless stream is false
     Route(("/api/chat",), "POST", ollama_chat, "Ollama chat (NDJSON lines when stream is true, Ollama's default)",
-          ollama_types.OllamaChatRequest, ollama_wire.OllamaChatResponse, error=ollama_model_wire.OllamaError),
+          ollama_types.OllamaChatRequest, ollama_wire.OllamaChatResponse, ndjson=ollama_wire.OllamaChatResponse,
+          error=ollama_model_wire.OllamaError),
     Route(("/api/generate",), "POST", ollama_generate, "Ollama generate: through the chat template, raw, or "
           "fill-in-the-middle with suffix (NDJSON lines when stream is true)", ollama_types.OllamaGenerateRequest,
-          ollama_wire.OllamaGenerateResponse, error=ollama_model_wire.OllamaError),
+          ollama_wire.OllamaGenerateResponse, ndjson=ollama_wire.OllamaGenerateResponse,
+          error=ollama_model_wire.OllamaError),
     Route(("/api/embed",), "POST", ollama_embed, "Ollama embeddings of one or several inputs (501 unless the "
           "server runs with --embeddings)", ollama_types.OllamaEmbedRequest, ollama_wire.OllamaEmbedResponse,
           error=ollama_model_wire.OllamaError),
@@ -147,7 +149,7 @@ ROUTES: tuple[Route, ...] = (
           response=ollama_model_wire.ProcessList, error=ollama_model_wire.OllamaError),
     Route(("/api/pull",), "POST", pull_model, "Ollama: pull a registry model into the cache (NDJSON progress "
           "unless stream is false)", PullRequest, ollama_model_wire.ProgressStatus,
-          error=ollama_model_wire.OllamaError),
+          ndjson=ollama_model_wire.ProgressStatus, error=ollama_model_wire.OllamaError),
     Route(("/api/delete",), "DELETE", delete_model, "Ollama: delete a copy or a cached model file (400 for the "
           "served model)", DeleteRequest, error=ollama_model_wire.OllamaError),
     Route(("/api/copy",), "POST", copy_model, "Ollama: record another name of a served or cached model",

@@ -51,7 +51,8 @@ class Route:
     decodes (``None``: no body). ``response``: the Struct of a 200 answer
     (``None``: a free-form JSON object, or text for a non-JSON
     ``content_type``). ``sse``: with ``"stream": true`` the answer is
-    ``text/event-stream`` whose events carry this Struct (or one of these Structs). ``secured``: needs the
+    ``text/event-stream`` whose events carry this Struct (or one of these Structs); ``ndjson``: the answer
+    may be ``application/x-ndjson``, a line each of this Struct (Ollama's streams). ``secured``: needs the
     API key when keys are set. ``documented``: listed in ``/openapi.json``. ``shape``: the 200 body is one
     ``response`` (``"one"``), a list of them (``"list"``) or either (``"one-or-list"``). ``error``: the
     Struct of its error answers (OpenAI's envelope; Anthropic's on ``/v1/messages*``). Path parameters are
@@ -66,6 +67,7 @@ class Route:
     response: type | None = None
     content_type: str = "application/json"
     sse: type | tuple[type, ...] | None = None
+    ndjson: type | None = None
     secured: bool = True
     documented: bool = True
     shape: str = "one"
