@@ -219,6 +219,8 @@ async def _error_of(response: Response) -> tuple[str | None, str | None]:
         return None, None
     try:
         error = _envelope.decode(await response.get_data())["error"]
+        if isinstance(error, str):  # Ollama's {"error": "..."} on /api/*
+            return None, error
         return (error.get("code") or error.get("type")), error.get("message")
     except (msgspec.DecodeError, KeyError, TypeError, AttributeError):
         return None, None
@@ -227,7 +229,7 @@ async def _error_of(response: Response) -> tuple[str | None, str | None]:
 async def _log(response: Response) -> Response:
     ctx = current()
     response.headers["X-Request-Id"] = ctx.request_id
-    if response.mimetype != "text/event-stream":  # a stream logs its line when it ends
+    if not getattr(response, "logs_itself", False):  # a stream (SSE or NDJSON) logs its line when it ends
         code, reason = await _error_of(response)
         log_line(shared(), ctx, response.status_code, f"{request.method} {request.path}", route_rule(),
                  code=code, reason=reason)

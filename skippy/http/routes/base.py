@@ -298,6 +298,7 @@ async def stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitable
     response = Response(events(), status=200, mimetype=fmt.media_type,
                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     response.timeout = None
+    response.logs_itself = True  # type: ignore[attr-defined]  # its line comes when the stream ends (http.app._log)
     return response
 
 
