@@ -217,3 +217,16 @@ def test_generate_refuses_a_go_template_and_accepts_context(server: Server) -> N
 def test_unknown_api_route_is_an_ollama_404(server: Server) -> None:
     resp = httpx.get(server.base_url + "/api/nothing", timeout=30)
     assert resp.status_code == 404 and set(resp.json()) == {"error"}
+
+
+def test_a_stream_that_fails_midway_ends_with_an_error_line(tmp_path) -> None:
+    """Past --request-timeout the generation is cancelled; the NDJSON stream (already 200) ends with one
+    ``{"error": ...}`` line, as Ollama's does, and the server keeps serving."""
+    with Server(["--parallel", "1", "--n-ctx", "2048", "--threads", "1", "--request-timeout", "1"],
+                tmp_path / "server.log") as srv:
+        resp, lines = ndjson(srv, "/api/generate", {"model": MODEL, "prompt": "1, 2, 3, 4, 5, 6, 7, 8,", "raw": True,
+                                                    "options": {"num_predict": 1500, "temperature": 0}})
+        assert resp.status_code == 200 and len(lines) > 1
+        assert set(lines[-1]) == {"error"} and "--request-timeout" in lines[-1]["error"]
+        assert all(line.get("done") is False for line in lines[:-1])
+        assert client(srv).generate(model=MODEL, prompt="Hi", raw=True, options={"num_predict": 2}).done
