@@ -215,7 +215,7 @@ def test_keep_alive_unloads_an_idle_model_and_a_request_loads_it_again(tmp_path:
         reply = _ask(client, SMOL_ID)
         assert _text(reply) and reply.model == SMOL_ID
         _wait_for(srv, SMOL_ID, "unloaded")
-        assert "idle for 1 s (--keep-alive), unloading" in srv.log()
+        assert "idle for 1 s (keep-alive), unloading" in srv.log()
 
 
 def test_a_model_that_cannot_load_answers_503_and_the_others_go_on(tmp_path: Path) -> None:
