@@ -43,7 +43,8 @@ def test_a_guide_command_line_starts_and_props_shows_the_values(flags_server: Se
 
 def test_n_predict_bounds_a_request_without_max_tokens_and_the_alias_answers(flags_server: Server) -> None:
     r = httpx.post(flags_server.base_url + "/v1/chat/completions", timeout=60, json={
-        "model": "my-model", "messages": [{"role": "user", "content": "Count from one to fifty in words."}]})
+        "model": "my-model", "temperature": 0, "ignore_eos": True,
+        "messages": [{"role": "user", "content": "Count from one to fifty in words."}]})
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["usage"]["completion_tokens"] == 7 and body["choices"][0]["finish_reason"] == "length"
