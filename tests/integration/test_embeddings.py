@@ -294,7 +294,7 @@ async def test_a_pooling_without_vectors_is_400_and_generation_still_works() -> 
             await engine.embeddings(EmbeddingRequest(input="hello"))
         assert exc.value.code == "pooling_not_supported" and exc.value.status == 400
         assert engine.props()["pooling"] == "none" and engine.props()["embeddings"] is False
-        reply = await engine.chat(ChatCompletionRequest(messages=[Message("user", "Hi")], max_tokens=3))
+        reply = await engine.chat(ChatCompletionRequest(messages=[Message("user", "Hi")], max_tokens=3, temperature=0))
         assert reply["usage"]["completion_tokens"] == 3
     config = EngineConfig(model=str(ensure_model("SmolLM2-135M-Instruct")), parallel=1, n_ctx=512)
     async with skippy.open_engine(config) as engine:
