@@ -436,7 +436,8 @@ class EngineConfig:
                                                help="Put the weights whose name matches the regular expression "
                                                     "PATTERN in buffer type BUFFER (CPU, CUDA0...; llama-server's "
                                                     "--override-tensor): repeatable or comma-separated, the first "
-                                                    "match wins; an unknown buffer type is a start-up error.")
+                                                    "match wins; an unknown buffer type or a pattern that matches "
+                                                    "no tensor of the model is a start-up error.")
     cpu_moe: bool = setting(False, check=IsBool(), aliases=("-cmoe",),
                             help="Keep every Mixture-of-Experts expert weight in CPU memory (llama-server's "
                                  "--cpu-moe: -ot '\\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU').")

@@ -94,6 +94,16 @@ def test_an_unknown_buffer_type_is_refused_before_loading(moe: Path, caplog: pyt
         _load(moe, caplog, override_tensor=("exps=CUDA7",))
 
 
+def test_an_ot_pattern_that_matches_no_tensor_is_refused_before_loading(moe: Path,
+                                                                       caplog: pytest.LogCaptureFixture) -> None:
+    # llama.cpp would ignore it silently: a typo in a guide's pattern would cost the GPU memory it meant to free
+    with pytest.raises(ValueError, match=r"--override-tensor blk\\.9\\.ffn_up_exps=CPU: the pattern matches no tensor"):
+        _load(moe, caplog, override_tensor=(r"blk\.9\.ffn_up_exps=CPU",))
+    rt, overridden = _load(moe, caplog, override_tensor=(r"blk\.0\.ffn_up_exps=CPU",), n_cpu_moe=4)
+    rt.close()  # -ncmoe's own patterns are not checked (nothing to move on a dense model), the user's matched
+    assert "blk.0.ffn_up_exps.weight" in overridden
+
+
 def test_no_mmap_rope_and_batches_reach_the_context(moe: Path, caplog: pytest.LogCaptureFixture) -> None:
     rt, _ = _load(moe, caplog, mmap=False, n_ubatch=32, rope_scaling="linear", rope_scale=2.0)
     try:

@@ -48,6 +48,7 @@ from skippy.engine.runtime.load import (
     _kv_caches,
     log,
 )
+from skippy.engine.runtime.overrides import unmatched_overrides
 from skippy.engine.runtime.params import (
     _POOLING_NAMES,
     CACHE_TYPES,
@@ -110,6 +111,8 @@ class LlamaRuntime(DecodeMixin, SamplerMixin, KVStateMixin):
                                device_names=config.devices, rpc=config.rpc)
         self._rpc = offload.rpc
         mparams, arrays = _model_params(offload, config)  # ValueError: an -ot buffer type this build lacks
+        for override in unmatched_overrides(config.override_tensor, path):
+            raise ValueError(f"--override-tensor {override}: the pattern matches no tensor of {path}")
         self._model = llama_cpp.llama_model_load_from_file(path.encode(), mparams)
         self._model_arrays = arrays  # what mparams pointed into (-ot patterns), kept as long as the model
         if not self._model:

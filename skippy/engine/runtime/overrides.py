@@ -100,3 +100,20 @@ def override_array(overrides: Sequence[str]) -> tuple[ctypes.Array[ctypes.c_void
         flat += [ctypes.addressof(pattern), bufts[item.rpartition("=")[2]]]
     array = (ctypes.c_void_p * (len(flat) + 2))(*flat, None, None)
     return array, [array, *patterns]
+
+
+def unmatched_overrides(overrides: Sequence[str], path: str) -> list[str]:
+    """The ``PATTERN=BUFFER`` overrides whose pattern matches no weight of the GGUF file at ``path``
+    (names read with gguf-py's reader, matched with :func:`re.search` as llama.cpp's ``regex_search``).
+    The patterns ``-cmoe`` / ``-ncmoe`` generate are left out: on a dense model they have nothing to move,
+    and llama-server starts as it would without them. llama.cpp ignores an unmatched pattern silently;
+    a typo in a guide's ``-ot`` then costs a GPU's memory with no message, so the runtime refuses it."""
+    from gguf import GGUFReader
+
+    generated = re.compile(r"(blk\\\.\d+)?" + re.escape(FFN_EXPS_REGEX) + "=CPU")
+    asked = [o for o in overrides if not generated.fullmatch(o)]
+    if not asked:
+        return []
+    names = [t.name for t in GGUFReader(path).tensors]
+    return [o for o in asked if not any(re.search(o.rpartition("=")[0], n) for n in names)]
+
