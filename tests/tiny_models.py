@@ -10,8 +10,11 @@ llama.cpp loads them as it would the real thing: ``llama_model_is_recurrent`` is
 ``mamba``, ``llama_model_is_hybrid`` for ``lfm2`` (short-convolution layers with a rolling state,
 and attention layers with a KV cache).
 
-Usage: ``python -m tests.tiny_models OUT_DIR`` writes ``tiny-mamba.gguf`` and ``tiny-lfm2.gguf``;
-tests call :func:`write_tiny` from a session fixture.
+Usage: ``python -m tests.tiny_models OUT_DIR`` writes ``tiny-mamba.gguf``, ``tiny-lfm2.gguf`` and
+``tiny-mmproj-576.gguf``; tests call :func:`ensure_tiny` / :func:`ensure_tiny_mmproj` from a fixture.
+
+:func:`write_tiny_mmproj` writes a tiny random-weight vision projector (``--mmproj``, libmtmd's
+``clip`` GGUF: a llava-1.5-style CLIP ViT and MLP projector) that pairs with the real default model.
 """
 
 from __future__ import annotations
@@ -192,6 +195,93 @@ def write_tiny_moe(path: Path, tokenizer_from: Path, seed: int = 0) -> Path:
     return path
 
 
+#: The tiny projector's vision tower (a CLIP ViT): :data:`MMPROJ_IMAGE_SIZE` pixels square in
+#: patches of :data:`MMPROJ_PATCH_SIZE`, so every image is 16 embeddings (libmtmd resizes any image,
+#: letterboxed, to the square: the llava-1.5 preprocessing when the GGUF lists no grid pinpoints).
+MMPROJ_IMAGE_SIZE = 32
+MMPROJ_PATCH_SIZE = 8
+MMPROJ_N_EMBD = 32
+MMPROJ_N_FF = 64
+MMPROJ_N_HEAD = 2
+MMPROJ_N_LAYER = 2
+MMPROJ_IMAGE_TOKENS = (MMPROJ_IMAGE_SIZE // MMPROJ_PATCH_SIZE) ** 2
+#: The default model's (SmolLM2-135M-Instruct) embedding width: the projector's output width.
+DEFAULT_N_EMBD_TEXT = 576
+
+
+def write_tiny_mmproj(path: Path, n_embd_text: int, seed: int = 0) -> Path:
+    """Write a tiny random-weight vision projector GGUF for a text model of embedding width ``n_embd_text``
+    to ``path``; returns ``path``.
+
+    The layout is llava-1.5's as libmtmd reads it (``tools/mtmd/clip.cpp``): architecture ``clip``,
+    ``clip.projector_type`` ``mlp``, a CLIP ViT (``v.patch_embd`` convolution without bias,
+    ``v.class_embd``, ``v.position_embd`` for the patches and the class token, ``v.pre_ln``,
+    :data:`MMPROJ_N_LAYER` pre-norm blocks ``v.blk.N.{ln1,attn_q,attn_k,attn_v,attn_out,ln2,ffn_up,
+    ffn_down}`` with biases, no ``v.post_ln``) and the projector ``mm.0`` -> GELU -> ``mm.2`` into
+    ``n_embd_text``. As for llava, the embeddings come from the second-to-last block: libmtmd runs
+    ``v.blk.0`` only (it still loads ``v.blk.1``). Weights are f32 from a fixed ``seed``, scaled small.
+    """
+    import gguf
+
+    rng = np.random.default_rng(seed)
+    d, n_ff, p = MMPROJ_N_EMBD, MMPROJ_N_FF, MMPROJ_PATCH_SIZE
+    n_pos = MMPROJ_IMAGE_TOKENS + 1  # the patches and the class token
+
+    def w(*shape: int, scale: float = 0.08) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    def ones(n: int) -> np.ndarray:
+        return np.ones(n, dtype=np.float32)
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    writer = gguf.GGUFWriter(str(tmp), "clip")
+    writer.add_name("tiny-mmproj")
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_clip_has_vision_encoder(True)
+    writer.add_clip_projector_type("mlp")
+    writer.add_vision_image_size(MMPROJ_IMAGE_SIZE)
+    writer.add_vision_patch_size(p)
+    writer.add_vision_embedding_length(d)
+    writer.add_vision_feed_forward_length(n_ff)
+    writer.add_vision_projection_dim(n_embd_text)
+    writer.add_vision_block_count(MMPROJ_N_LAYER)
+    writer.add_vision_head_count(MMPROJ_N_HEAD)
+    writer.add_vision_attention_layernorm_eps(1e-5)
+    writer.add_vision_image_mean([0.48145466, 0.4578275, 0.40821073])  # CLIP's
+    writer.add_vision_image_std([0.26862954, 0.26130258, 0.27577711])
+    # numpy shapes are ggml's ne reversed; the convolution kernel is ne {p, p, 3, d}
+    writer.add_tensor("v.patch_embd.weight", w(d, 3, p, p, scale=0.05))
+    writer.add_tensor("v.class_embd", w(d, scale=0.5))
+    writer.add_tensor("v.position_embd.weight", w(n_pos, d, scale=0.5))
+    writer.add_tensor("v.pre_ln.weight", ones(d))
+    writer.add_tensor("v.pre_ln.bias", w(d, scale=0.02))
+    for i in range(MMPROJ_N_LAYER):
+        b = f"v.blk.{i}."
+        for norm in ("ln1", "ln2"):
+            writer.add_tensor(b + norm + ".weight", ones(d))
+            writer.add_tensor(b + norm + ".bias", w(d, scale=0.02))
+        for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
+            writer.add_tensor(b + name + ".weight", w(d, d, scale=0.15))
+            writer.add_tensor(b + name + ".bias", w(d, scale=0.02))
+        # ffn_down's ne[0] must be n_ff, not n_embd: libmtmd takes the other way round for an old
+        # converter's swapped up/down and swaps them back
+        writer.add_tensor(b + "ffn_up.weight", w(n_ff, d, scale=0.15))
+        writer.add_tensor(b + "ffn_up.bias", w(n_ff, scale=0.02))
+        writer.add_tensor(b + "ffn_down.weight", w(d, n_ff, scale=0.1))
+        writer.add_tensor(b + "ffn_down.bias", w(d, scale=0.02))
+    writer.add_tensor("mm.0.weight", w(n_embd_text, d, scale=0.15))
+    writer.add_tensor("mm.0.bias", w(n_embd_text, scale=0.02))
+    writer.add_tensor("mm.2.weight", w(n_embd_text, n_embd_text, scale=0.02))
+    writer.add_tensor("mm.2.bias", w(n_embd_text, scale=0.02))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    tmp.replace(path)
+    return path
+
+
 def default_tokenizer_source() -> Path:
     """The default model's GGUF in the model cache (``skippy pull``), whose vocabulary the tiny models share."""
     from skippy.models import resolve_model
@@ -209,7 +299,17 @@ def ensure_tiny(arch: str, directory: Path) -> Path:
     return path
 
 
+def ensure_tiny_mmproj(directory: Path) -> Path:
+    """``directory/tiny-mmproj-<n>.gguf``, the tiny projector for the default model (embedding width
+    :data:`DEFAULT_N_EMBD_TEXT`, SmolLM2-135M-Instruct's), written when it is not there yet."""
+    path = directory / f"tiny-mmproj-{DEFAULT_N_EMBD_TEXT}.gguf"
+    if not path.is_file():
+        write_tiny_mmproj(path, DEFAULT_N_EMBD_TEXT)
+    return path
+
+
 if __name__ == "__main__":
     out = Path(sys.argv[1] if len(sys.argv) > 1 else ".")
     for a in ARCHS:
         print(ensure_tiny(a, out))
+    print(ensure_tiny_mmproj(out))
