@@ -54,7 +54,9 @@ def test_an_image_is_one_chunk_of_the_projector_size(oracle: MtmdOracle, image: 
     chunks = oracle.chunks(_prompt(), [image])
     assert [kind for kind, _ in chunks] == ["text", "image", "text"]
     assert chunks[1][1] == MMPROJ_IMAGE_TOKENS == 16
-    assert oracle.chunks(_prompt(with_image=False), []) == [("text", chunks[0][1] + chunks[2][1])]
+    # the text around the marker is tokenized in two pieces; without the marker it may merge at the seam
+    [(kind, n_text)] = oracle.chunks(_prompt(with_image=False), [])
+    assert kind == "text" and abs(n_text - (chunks[0][1] + chunks[2][1])) <= 1
 
 
 def test_markers_and_images_must_match_in_number(oracle: MtmdOracle) -> None:
