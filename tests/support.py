@@ -514,6 +514,7 @@ class FakeRuntime:
         self._out: dict[int, int] = {}  # batch index -> slot, of the last decode
         self.saved: list[tuple[int, int]] = []  # (slot, tokens) of each state copied out
         self.restored: list[tuple[int, int]] = []  # (slot, tokens) of each state restored
+        self.media_decoded: list[tuple[int, int, int]] = []  # (slot, position, length) of each image decoded
 
     def decode(self, entries):
         assert 0 < len(entries) <= self.meta.n_batch
@@ -538,6 +539,18 @@ class FakeRuntime:
         assert used <= self.meta.n_ctx_seq * self.meta.n_seq_max, f"{used} KV cells in use"
         self.max_cells_used = max(self.max_cells_used, used)
         self.batches.append(list(entries))
+
+    def decode_media(self, span, seq_id):
+        """An image's placeholder ids enter the slot's KV at their positions, as libmtmd's embeddings would."""
+        from skippy.engine.runtime.media import placeholder_ids
+
+        assert span.start == len(self.kv[seq_id]), f"slot {seq_id}: image at {span.start} after {len(self.kv[seq_id])}"
+        for token in placeholder_ids(span.key, span.n):
+            self.kv[seq_id].append(token)
+            self.cells[seq_id].append(self._next_cell)
+            self._next_cell += 1
+        self._out = {}
+        self.media_decoded.append((seq_id, span.start, span.n))
 
     def logits(self, index):
         import numpy as np

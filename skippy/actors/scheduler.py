@@ -260,7 +260,8 @@ class DecodeScheduler(Actor[SchedulerMsg]):
                     self._deliver(self.core.fail(str(exc)))
                     last_end = None
                     continue
-                last_end = times.step(marks, last_end, waited, decoded=step.batch is not None,
+                decoded = step.batch is not None and bool(step.batch.entries)  # not an image-only step
+                last_end = times.step(marks, last_end, waited, decoded=decoded,
                                       embedded=step.embed is not None, submitted=submitted,
                                       resumed=time.perf_counter())
                 readers = self._deliver(self.core.update(step, result))

@@ -224,3 +224,47 @@ def test_a_tail_without_a_decoding_neighbour_is_prefilled_whole():
     longer = fresh(2, 1, list(range(40)), n_past=30)  # 10 tokens left: a chunk, not one token per step
     assert sorted((s.rid, n) for s, n in plan_step([far, longer, gen(3, 2)], 64).advance) == \
         [(1, 1), (2, 10), (3, 1)]
+
+
+# -- images (issue 38): a span of placeholder ids is decoded whole, alone in its sequence's chunk --------------
+
+def _image(start, n, key="a" * 64):
+    from skippy.engine.runtime.media import MediaChunk, MediaSpan, placeholder_ids
+
+    return MediaSpan(start, n, key, MediaChunk(0, n, n)), placeholder_ids(key, n)
+
+
+def test_a_chunk_stops_at_an_image_and_the_image_goes_whole_then_the_rest():
+    span, ids = _image(5, 40)
+    s = SeqState(rid=0, slot=0, prompt=[1] * 5 + ids + [2] * 7, max_tokens=16, media=(span,))
+    plan = plan_step([s], 16)
+    assert [e.token for e in plan.entries] == [1] * 5 and plan.media == () and plan.outputs == ()
+    apply(plan)
+    plan = plan_step([s], 16)  # 40 placeholder positions over a 16-token budget: the image goes whole
+    assert plan.entries == () and plan.media == ((span, 0),) and plan.advance == ((s, 40),)
+    apply(plan)
+    plan = plan_step([s], 16)
+    assert [e.token for e in plan.entries] == [2] * 7 and [e.pos for e in plan.entries] == list(range(45, 52))
+    assert plan.outputs == ((s, 6),)
+    assert all(t >= 0 for e in plan.entries for t in [e.token])
+
+
+def test_an_image_waits_for_room_beside_others_but_the_oldest_always_progresses():
+    span, ids = _image(0, 30)
+    old = fresh(0, 0, [3] * 20)
+    img = SeqState(rid=1, slot=1, prompt=ids + [2, 2], max_tokens=16, media=(span,))
+    plan = plan_step([old, img], 24)
+    assert plan.media == () and {s.rid for s, _ in plan.advance} == {0}  # 30 > what is left: it waits
+    plan = plan_step([img, old], 24)  # the oldest: taken whole even past the budget
+    assert plan.media == ((span, 1),) and dict((s.rid, n) for s, n in plan.advance)[1] == 30
+
+
+def test_placeholder_ids_are_negative_distinct_and_the_same_for_the_same_image():
+    from skippy.engine.runtime.media import MediaChunk, MediaSpan, image_key, placeholder_ids, span_start
+
+    a, b = image_key(b"one"), image_key(b"two")
+    ids = placeholder_ids(a, 64)
+    assert all(t < 0 for t in ids) and len(set(ids)) == 64 and ids == placeholder_ids(a, 64)
+    assert ids != placeholder_ids(b, 64)
+    spans = (MediaSpan(4, 10, a, MediaChunk(0, 10, 10)),)
+    assert [span_start(spans, n) for n in (0, 4, 5, 13, 14, 20)] == [0, 4, 4, 4, 14, 20]

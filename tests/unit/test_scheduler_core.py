@@ -1405,3 +1405,42 @@ def test_scheduler_config_is_built_once_from_the_engine_settings():
     assert (plain.checkpoint_budget, plain.prompt_cache, plain.min_tail) == (None, None, EXACT_TAIL)
     rt, core = make(step_tokens=None)
     assert core.step_tokens == rt.meta.n_batch and core.config.step_tokens is None  # None: the runtime's batch
+
+
+# -- images (issue 38) -------------------------------------------------------------------------------------------
+
+def _with_image(text_before, data, n, text_after):
+    from skippy.engine.runtime.media import MediaChunk, MediaSpan, image_key, placeholder_ids
+
+    key = image_key(data)
+    span = MediaSpan(len(text_before), n, key, MediaChunk(0, n, n))
+    return list(text_before) + placeholder_ids(key, n) + list(text_after), (span,)
+
+
+def test_an_image_is_decoded_whole_and_a_second_prompt_with_it_reuses_its_kv():
+    system, question = list(range(100, 124)), list(range(300, 310))
+    prompt, media = _with_image(system, b"cat.png", 48, question)
+    rt, core = make(n_seq_max=1, spec_ngram=4)
+    core.add(req(1, prompt, max_tokens=3, media=media))
+    out = run(rt, core)
+    assert rt.media_decoded == [(0, 24, 48)] and len(tokens_of(out, 1)) == 3
+    assert all(e.token >= 0 for batch in rt.batches for e in batch)  # placeholders never reach llama_decode
+    assert rt.kv[0][24:72] == prompt[24:72]
+    again, media2 = _with_image(system, b"cat.png", 48, list(range(400, 412)))
+    core.add(req(2, again, max_tokens=3, media=media2))
+    out = run(rt, core)
+    assert finish_of(out, 2).cached_tokens == 72 and len(rt.media_decoded) == 1  # the image's KV reused
+    other, media3 = _with_image(system, b"dog.png", 48, question)
+    core.add(req(3, other, max_tokens=3, media=media3))
+    out = run(rt, core)
+    assert finish_of(out, 3).cached_tokens == 24 and rt.media_decoded[-1] == (0, 24, 48)  # another image
+
+
+def test_a_reused_prefix_that_would_end_inside_an_image_starts_at_the_image():
+    prompt, media = _with_image(list(range(100, 124)), b"cat.png", 48, [7, 8])
+    rt, core = make(n_seq_max=1)
+    core.add(req(1, prompt[:24] + prompt[24:60] + [9] * 10, max_tokens=1))  # a text prompt sharing 60 ids
+    run(rt, core)
+    core.add(req(2, prompt, max_tokens=1, media=media))
+    out = run(rt, core)
+    assert finish_of(out, 2).cached_tokens == 24 and rt.media_decoded == [(0, 24, 48)]

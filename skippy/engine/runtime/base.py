@@ -9,12 +9,15 @@ so the tokenizer actor may use it from any thread concurrently.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import numpy as np
 
 from skippy.engine.sampling.params import SamplingParams
+
+if TYPE_CHECKING:
+    from skippy.engine.runtime.media import MediaSpan
 
 
 @attrs.frozen
@@ -144,6 +147,9 @@ class ModelMeta:
     swa_full: bool = False
     devices: dict[str, Any] | None = None
     backend_sampling: bool = False
+    #: images are accepted: a ``--mmproj`` projector with an image encoder is loaded
+    #: (:mod:`~skippy.engine.runtime.media`; ``/props`` ``modalities``)
+    vision: bool = False
     #: how the model was loaded, for ``/props`` ``model_load`` (the llama.cpp context's ``n_batch`` and
     #: ``n_ubatch``, load mode, NUMA, tensor overrides, RoPE and YaRN settings); ``None``: not known
     load: dict[str, Any] | None = None
@@ -204,6 +210,11 @@ class Runtime(Protocol):
 
     def decode(self, entries: Sequence[BatchEntry]) -> None:
         """One ``llama_decode`` over ``entries``; raises ``RuntimeError`` on failure."""
+        ...
+
+    def decode_media(self, span: MediaSpan, seq_id: int) -> None:
+        """Put the image of ``span`` in sequence ``seq_id``'s KV cache at its positions (a runtime with
+        ``meta.vision``); the logits of the last decode are gone after it. Raises ``RuntimeError``."""
         ...
 
     def logits(self, index: int) -> np.ndarray:

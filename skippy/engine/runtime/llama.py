@@ -48,6 +48,7 @@ from skippy.engine.runtime.load import (
     _kv_caches,
     log,
 )
+from skippy.engine.runtime.media import MediaSpan, Projector
 from skippy.engine.runtime.overrides import unmatched_overrides
 from skippy.engine.runtime.params import (
     _POOLING_NAMES,
@@ -186,6 +187,16 @@ class LlamaRuntime(DecodeMixin, SamplerMixin, KVStateMixin):
             if config.embeddings             else None,
             load=_load_info(config, self._ctx, mparams),
         )
+        self.media: Projector | None = None
+        if config.mmproj:
+            try:
+                self.media = Projector(config.mmproj, self._model, use_gpu=config.mmproj_offload,
+                                       n_threads=config.n_threads or os.cpu_count() or 1,
+                                       verbose=config.verbose)
+            except RuntimeError:
+                self.close()
+                raise
+            self.meta = attrs.evolve(self.meta, vision=True)
         if config.backend_sampling and self._probe_backend_sampling():
             self.meta = attrs.evolve(self.meta, backend_sampling=True)
         log.info("KV cache: %s, K %s + V %s, %d cells (%d sequences x %d): %.2f MiB total, %.2f MiB per sequence%s",
@@ -270,12 +281,24 @@ class LlamaRuntime(DecodeMixin, SamplerMixin, KVStateMixin):
                     "of the model: restart the workers and this server")
         return None
 
+    def decode_media(self, span: MediaSpan, seq_id: int) -> None:
+        """Put the image of ``span`` in sequence ``seq_id``'s KV cache at its positions (the projector's
+        encoder, then a ``llama_decode`` of its embeddings: :meth:`Projector.decode`). Decode thread only;
+        raises ``RuntimeError`` when no projector is loaded or libmtmd fails."""
+        if self.media is None:
+            raise RuntimeError("an image in a prompt, but no --mmproj projector is loaded")
+        self.media.decode(self._ctx, span.chunk, span.start, seq_id, self._n_batch)
+        self._outputs, self._rows = [], {}
+
     def close(self) -> None:
         if self._rpc and self._ctx and self.device_problem():
             # freeing RPC buffers talks to the workers; llama.cpp aborts when one is gone: leave them to the OS
             log.warning("not freeing the model: %s", self.device_problem())
             self._ctx = None
             return
+        if getattr(self, "media", None) is not None:
+            self.media.close()  # type: ignore[union-attr]
+            self.media = None
         if self._embd_ctx is not None:
             llama_cpp.llama_batch_free(self._embd_batch)
             llama_cpp.llama_free(self._embd_ctx)

@@ -129,6 +129,8 @@ class RuntimeConfig:
     (:func:`load_mode`); ``numa``: :data:`NUMA`; ``rope_scaling`` (:data:`ROPE_SCALING`),
     ``rope_freq_base``, ``rope_freq_scale`` and the ``yarn_*`` values go to the context as they are
     (0, -1 or ``model``: the GGUF's), as llama-server's ``--rope-*`` / ``--yarn-*`` flags.
+    ``mmproj``: the multimodal projector GGUF (llama-server's ``--mmproj``; ``None``: text only),
+    on the GPU unless ``mmproj_offload`` is off (:mod:`~skippy.engine.runtime.media`).
 
     Raises ``ValueError`` for an unknown ``flash_attn``, cache type, ``pooling``, ``numa`` or
     ``rope_scaling``, an ``override_tensor`` that is not ``PATTERN=BUFFER`` with a valid pattern, an
@@ -172,6 +174,8 @@ class RuntimeConfig:
     yarn_attn_factor: float = -1.0
     yarn_beta_slow: float = -1.0
     yarn_beta_fast: float = -1.0
+    mmproj: str | None = None
+    mmproj_offload: bool = True
 
     def __attrs_post_init__(self) -> None:
         if self.numa not in NUMA:
@@ -208,7 +212,7 @@ class RuntimeConfig:
                    rope_scaling=config.rope_scaling, rope_freq_base=config.rope_freq_base, rope_freq_scale=freq_scale,
                    yarn_orig_ctx=config.yarn_orig_ctx, yarn_ext_factor=config.yarn_ext_factor,
                    yarn_attn_factor=config.yarn_attn_factor, yarn_beta_slow=config.yarn_beta_slow,
-                   yarn_beta_fast=config.yarn_beta_fast,
+                   yarn_beta_fast=config.yarn_beta_fast, mmproj=config.mmproj, mmproj_offload=config.mmproj_offload,
                    n_ctx_seq=config.n_ctx, n_seq_max=config.parallel, n_batch=config.n_batch,
                    n_threads=config.threads, flash_attn=config.flash_attn, type_k=config.cache_type_k,
                    type_v=config.cache_type_v, kv_unified=config.kv_unified, swa_full=config.swa_full,

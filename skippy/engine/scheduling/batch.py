@@ -16,6 +16,7 @@ from __future__ import annotations
 import attrs
 
 from skippy.engine.runtime.base import BatchEntry
+from skippy.engine.runtime.media import MediaSpan
 
 
 @attrs.define(eq=False)
@@ -26,6 +27,8 @@ class SeqState:
     sequence are in the KV cache; ``pending`` the last sampled token, not yet
     in the KV cache (``None`` while prefilling). ``checkpoint_at``: a prompt position where the
     prefill stops for a step so the scheduler can save a context checkpoint there (0: none).
+    ``media``: the prompt's images (:class:`~skippy.engine.runtime.media.MediaSpan`); a prefill chunk
+    never crosses an image's start, and an image is prefilled whole, alone in its sequence's chunk.
     """
 
     rid: int
@@ -37,15 +40,30 @@ class SeqState:
     n_generated: int = 0
     draft: tuple[int, ...] = ()
     checkpoint_at: int = 0
+    media: tuple[MediaSpan, ...] = ()
 
     @property
     def prefilling(self) -> bool:
         return self.n_past < len(self.prompt)
 
     @property
+    def image(self) -> MediaSpan | None:
+        """The image whose first position is the next to prefill, if any."""
+        for span in self.media:
+            if span.start == self.n_past:
+                return span
+        return None
+
+    @property
     def rem(self) -> int:
-        """Prompt tokens to prefill before the next stop: the checkpoint position, else the prompt's end."""
+        """Prompt tokens to prefill before the next stop: the checkpoint position, else the prompt's end;
+        an image's start is a stop, and an image at ``n_past`` is its whole length."""
         stop = self.checkpoint_at if self.n_past < self.checkpoint_at else len(self.prompt)
+        for span in self.media:
+            if span.start == self.n_past:
+                return span.n
+            if self.n_past < span.start < stop:
+                stop = span.start
         return stop - self.n_past
 
 
@@ -58,12 +76,14 @@ class BatchPlan:
     ``advance`` gives the tokens each sequence adds to its KV cache for good
     (a generating sequence's draft tokens follow its pending token in
     ``entries``, with logits, but are not in ``advance``: verification decides
-    how many stay).
+    how many stay). ``media``: the images to decode before ``entries``, each with its sequence
+    (:meth:`Runtime.decode_media`); their positions are in ``advance`` but not in ``entries``.
     """
 
     entries: tuple[BatchEntry, ...]
     outputs: tuple[tuple[SeqState, int], ...]
     advance: tuple[tuple[SeqState, int], ...]
+    media: tuple[tuple[MediaSpan, int], ...] = ()
 
 
 def _chunk(rem: int, n: int, *, must: bool = False) -> int:
@@ -128,16 +148,20 @@ def plan_step(seqs: list[SeqState], budget: int) -> BatchPlan | None:
     prefilling = [s for s in seqs if s.prefilling]
     if prefilling and left > 0:
         decoding = {s.slot for s, _ in take}
-        drip = {s for s in prefilling
-                if s.rem <= DRIP_TAIL and (s.slot - 1 in decoding or s.slot + 1 in decoding)}
+        drip = {s for s in prefilling if s.rem <= DRIP_TAIL and s.image is None
+                and (s.slot - 1 in decoding or s.slot + 1 in decoding)}
         oldest = prefilling[0]  # always progresses: a quarter of the prefill budget at least (two tokens)
-        share = {oldest: 1 if oldest in drip else _chunk(oldest.rem, max(left // 4, min(left, 2)), must=True)}
+        first = oldest.rem if oldest.image is not None else 1 if oldest in drip else (
+            _chunk(oldest.rem, max(left // 4, min(left, 2)), must=True))
+        share = {oldest: first}  # an image goes whole, even past the budget
         left -= share[oldest]
         for s in sorted(prefilling, key=lambda s: len(s.prompt) - s.n_past):  # stable: ties by admission
             if left <= 0:
                 break
             rem, have = s.rem, share.get(s, 0)
-            if s in drip:
+            if s.image is not None:
+                n = rem if have or rem <= left else 0
+            elif s in drip:
                 n = 1
             else:
                 n = _chunk(rem, have + min(left, rem - have), must=have > 0)
@@ -151,7 +175,11 @@ def plan_step(seqs: list[SeqState], budget: int) -> BatchPlan | None:
     left = budget - sum(n for _, n in take)
     entries: list[BatchEntry] = []
     outputs: list[tuple[SeqState, int]] = []
+    media: list[tuple[MediaSpan, int]] = []
     for s, n in take:
+        if s.prefilling and (image := s.image) is not None:  # decoded whole before the batch; a prompt
+            media.append((image, s.slot))                       # never ends with one (no logits there)
+            continue
         if not s.prefilling:  # generating: its last sampled token, then its draft
             outputs.append((s, len(entries)))
             entries.append(BatchEntry(s.pending, s.n_past, s.slot, True))  # type: ignore[arg-type]
@@ -166,4 +194,4 @@ def plan_step(seqs: list[SeqState], budget: int) -> BatchPlan | None:
             entries.append(BatchEntry(s.prompt[pos], pos, s.slot, last and i == n - 1))
         if last:
             outputs.append((s, len(entries) - 1))
-    return BatchPlan(tuple(entries), tuple(outputs), tuple(take))
+    return BatchPlan(tuple(entries), tuple(outputs), tuple(take), tuple(media))

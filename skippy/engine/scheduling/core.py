@@ -117,6 +117,7 @@ from skippy.engine.errors import QueueFull
 from skippy.engine.hooks.policy import Inject, Outcome, Stop
 from skippy.engine.hooks.signals import GenerationSignals, PrefillSignals, SignalWindow
 from skippy.engine.runtime.base import Runtime
+from skippy.engine.runtime.media import span_start
 from skippy.engine.sampling.vector import SeqSampler
 from skippy.engine.scheduling.batch import BatchPlan, SeqState, plan_step
 from skippy.engine.scheduling.budget import BudgetState
@@ -556,6 +557,12 @@ class SchedulerCore:
                     break
                 continue
             slot, n_cached = got
+            if req.media and (start := span_start(req.media, n_cached)) < n_cached:
+                # a reused prefix never ends inside an image (cut by min_tail, say): it is decoded whole
+                if not self.runtime.seq_rm(slot, start, -1):
+                    self.runtime.seq_rm(slot, 0, -1)
+                    start = 0
+                n_cached = start
             try:
                 seq.sampler = self.runtime.new_sampler(req.params)
             except ValueError as exc:
@@ -569,13 +576,15 @@ class SchedulerCore:
                 self.counters.cached_tokens_total += n_cached
             seq.cached = n_cached
             seq.kv = SeqState(rid=req.rid, slot=slot, prompt=list(req.prompt), max_tokens=req.max_tokens,
-                              n_past=n_cached, checkpoint_at=self.kv_cache.checkpoint_at(req, n_cached))
+                              n_past=n_cached, checkpoint_at=self.kv_cache.checkpoint_at(req, n_cached),
+                              media=req.media)
             seq.phase = Phase.PREFILLING
             seq.t_admit = self._clock()
             if req.hooks and self.hooks:
                 seq.window = SignalWindow(self.signal_config)
             k = self.spec_ngram if req.speculative is None else req.speculative
-            if k > 0 and seq.window is None and not self.runtime.meta.is_recurrent and not self.kv_cache.swa_check:
+            if (k > 0 and seq.window is None and not self.runtime.meta.is_recurrent and not self.kv_cache.swa_check
+                    and not req.media):  # a draft from the prompt could hold an image's placeholder ids
                 seq.spec = SpecState(min(k, MAX_DRAFT))
             if req.reasoning_budget is not None:
                 seq.budget = BudgetState(req.reasoning_budget)

@@ -40,16 +40,17 @@ def execute(runtime: Runtime, step: StepPlan, marks: list[float] | None = None,
             interrupt: Callable[[], bool] | None = None) -> StepResult:
     """Run ``step`` on ``runtime``: one ``llama_decode``, then sample every output; then the embedding batch.
 
-    Blocking; runs on the decode thread. The :class:`StepResult` holds, per ``step.samples`` entry, the
-    tokens sampled for it (see :func:`sample_step`: the vectorized chain for most sequences, llama.cpp's
-    for a grammar; logprobs and signals from the raw logits when asked, ``None`` when a row has no finite
-    maximum, so one sequence's NaN logits never fail the others): one, or for a task with a ``draft`` what
-    :func:`verify_draft` returns; per ``step.scores`` entry the scored prompt token, its logprob and
-    alternatives; when the step has an embedding batch, its :class:`EmbedResult` (:meth:`Runtime.embed`'s
-    vectors, or its error: a failed embedding batch fails only its requests); per ``step.saves`` entry the
-    slot's state after the decode (:meth:`Runtime.state_seq_get_data`; ``None`` when it fails, which costs
-    only the checkpoint). Raises ``RuntimeError`` when llama.cpp refuses the decode batch (or a
-    ``step.samplers`` change, applied before it).
+    Blocking; runs on the decode thread. The batch's images (``step.batch.media``) are decoded first, each
+    into its sequence (:meth:`Runtime.decode_media`). The :class:`StepResult` holds, per ``step.samples``
+    entry, the tokens sampled for it (see :func:`sample_step`: the vectorized chain for most sequences,
+    llama.cpp's for a grammar; logprobs and signals from the raw logits when asked, ``None`` when a row has
+    no finite maximum, so one sequence's NaN logits never fail the others): one, or for a task with a
+    ``draft`` what :func:`verify_draft` returns; per ``step.scores`` entry the scored prompt token, its
+    logprob and alternatives; when the step has an embedding batch, its :class:`EmbedResult`
+    (:meth:`Runtime.embed`'s vectors, or its error: a failed embedding batch fails only its requests); per
+    ``step.saves`` entry the slot's state after the decode (:meth:`Runtime.state_seq_get_data`; ``None``
+    when it fails, which costs only the checkpoint). Raises ``RuntimeError`` when llama.cpp refuses the
+    decode batch (or a ``step.samplers`` change, applied before it).
     A multi-step run (``step.steps`` > 1, see :func:`run_steps`) gives per sample the tokens of each of
     its decodes, in order; ``interrupt()`` is asked between its decodes (true: end the run, an input waits).
     ``marks``, when given, gets ``time.perf_counter()`` at the start and the end of ``llama_decode``
@@ -61,7 +62,10 @@ def execute(runtime: Runtime, step: StepPlan, marks: list[float] | None = None,
     decodes = 0
     for slot, on in step.samplers:
         runtime.set_backend_greedy(slot, on)
-    if step.batch is not None:
+    if step.batch is not None and step.batch.media:
+        for span, seq_id in step.batch.media:  # images first: each is its own llama_decode of embeddings
+            runtime.decode_media(span, seq_id)
+    if step.batch is not None and step.batch.entries:
         if marks is not None:
             marks.append(time.perf_counter())
             runtime.decode(step.batch.entries)

@@ -18,6 +18,7 @@ import attrs
 import numpy as np
 
 from skippy.engine.hooks.signals import GenerationSignals, PrefillSignals
+from skippy.engine.runtime.media import MediaSpan
 from skippy.engine.sampling.params import SamplingParams
 from skippy.engine.scheduling.budget import ReasoningBudget
 from skippy.engine.scheduling.prefix import MIN_REUSE
@@ -54,6 +55,8 @@ class SeqRequest:
     engine, before its template and tokenizer work); the queue is kept in that order, so a request
     whose preprocessing took longer keeps its place (first come, first served, as llama-server's
     queue). 0: unknown: queued at the end, and no request submitted after it passes it.
+    ``media``: the prompt's images (:class:`~skippy.engine.runtime.media.MediaSpan`: where each one's
+    placeholder ids are in ``prompt``); each is decoded whole, in a step of its own kind.
     """
 
     rid: int
@@ -72,6 +75,7 @@ class SeqRequest:
     reasoning_budget: ReasoningBudget | None = None
     checkpoint_at: int | None = None
     arrival: int = 0
+    media: tuple[MediaSpan, ...] = ()
 
 
 @attrs.frozen

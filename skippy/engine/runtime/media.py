@@ -1,0 +1,217 @@
+"""Image input through libmtmd (llama.cpp's ``tools/mtmd``, shipped with llama-cpp-python): the projector
+of ``--mmproj``, prompts with images, and decoding an image into a sequence's KV cache.
+
+A prompt with images is a token list in which each image stands as a run of *placeholder ids*: negative
+numbers (never a vocabulary id) derived from the image's SHA-256, one per position the image takes in
+the KV cache, and a :class:`MediaSpan` per image saying where its run starts and which encoded chunk
+fills it. Everything that compares prompts (the prefix cache, the host prompt cache) then compares
+images by their bytes for free: the same image gives the same ids, so a second question about it
+reuses its KV (llama-server keys its cache on the image hash the same way); another image differs at
+its first position. Only the decode thread turns a span into KV (:meth:`Projector.decode`: the image
+encoder, then one ``llama_decode`` of its embeddings, libmtmd's ``mtmd_helper_eval_chunk_single``).
+
+Formats are what libmtmd's ``mtmd_helper_bitmap_init_from_buf`` decodes (stb_image: PNG, JPEG, BMP,
+GIF's first frame, PSD, TGA, HDR, PIC, PNM); anything else is a ``ValueError``. Models whose projector
+uses M-RoPE positions (Qwen2-VL and later: an image takes fewer positions than tokens) are refused at
+load for now: a span here is one position per token.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+from collections.abc import Sequence
+
+import attrs
+
+log = logging.getLogger("skippy.runtime")
+
+#: libmtmd's default media marker: where a rendered prompt holds an image (``mtmd_default_marker``)
+MARKER = "<__media__>"
+
+_ID_SPACE = 1 << 30
+
+
+def placeholder_ids(key: str, n: int) -> list[int]:
+    """The ``n`` placeholder ids of the image whose SHA-256 (hex) is ``key``: distinct negative numbers
+    in ``[-2**31, -1]``, the same for the same image, so prompt comparison sees the image's bytes."""
+    base = int(key[:15], 16)
+    return [-1 - ((base + i) % _ID_SPACE) for i in range(n)]
+
+
+def is_placeholder(token: int) -> bool:
+    """An id that stands for an image position, not a vocabulary token."""
+    return token < 0
+
+
+class MediaChunk:
+    """One image, preprocessed and tokenized by libmtmd (an owned ``mtmd_input_chunk``), not yet encoded.
+    Freed when the last reference goes (the request and the prefix cache entry that hold it)."""
+
+    def __init__(self, ptr: int, n_tokens: int, n_pos: int) -> None:
+        self.ptr = ptr
+        self.n_tokens = n_tokens
+        self.n_pos = n_pos
+
+    def __del__(self) -> None:
+        if self.ptr:
+            from llama_cpp import mtmd_cpp
+
+            mtmd_cpp.mtmd_input_chunk_free(self.ptr)
+            self.ptr = 0
+
+
+@attrs.frozen
+class MediaSpan:
+    """One image in a prompt: its placeholder ids are ``prompt[start:start + n]``; ``key`` the SHA-256 of
+    its bytes (hex); ``chunk`` what :meth:`Projector.decode` encodes and decodes there."""
+
+    start: int
+    n: int
+    key: str
+    chunk: MediaChunk = attrs.field(eq=False, repr=False)
+
+    @property
+    def end(self) -> int:
+        return self.start + self.n
+
+
+@attrs.frozen
+class MediaPrompt:
+    """A tokenized prompt with images: ``tokens`` (placeholder ids at the images) and one span per image,
+    in order."""
+
+    tokens: list[int]
+    spans: tuple[MediaSpan, ...]
+
+
+def span_start(spans: Sequence[MediaSpan], n: int) -> int:
+    """``n`` moved back to the start of the image it falls inside (a reused prefix never ends inside an
+    image: its embeddings are decoded whole); ``n`` itself when it falls on no image or on its start."""
+    for span in spans:
+        if span.start < n < span.end:
+            return span.start
+    return n
+
+
+class Projector:
+    """A loaded ``--mmproj`` projector (an ``mtmd_context``) over the text model ``model`` (a
+    ``llama_model *``). Raises ``RuntimeError`` when libmtmd cannot load ``path`` or the projector is
+    one this runtime does not drive yet (no image input, or M-RoPE positions).
+
+    ``tokenize`` may run on any thread (image decoding and preprocessing happen there, as in
+    llama-server's HTTP threads); ``decode`` only on the thread that owns the llama.cpp context.
+    """
+
+    def __init__(self, path: str, model: int, *, use_gpu: bool, n_threads: int, verbose: bool = False) -> None:
+        from llama_cpp import mtmd_cpp
+
+        from skippy.engine.runtime.load import _llama_log
+
+        mtmd_cpp.mtmd_helper_log_set(_llama_log, ctypes.c_void_p(0))  # libmtmd's log joins llama.cpp's
+        params = mtmd_cpp.mtmd_context_params_default()
+        params.use_gpu = use_gpu
+        params.n_threads = n_threads
+        params.print_timings = verbose
+        params.warmup = False
+        self._ctx = mtmd_cpp.mtmd_init_from_file(path.encode(), model, params)
+        if not self._ctx:
+            raise RuntimeError(f"llama.cpp's libmtmd could not load the projector {path!r} (--mmproj)")
+        self.path = path
+        self.vision = bool(mtmd_cpp.mtmd_support_vision(self._ctx))
+        self.audio = bool(mtmd_cpp.mtmd_support_audio(self._ctx))
+        if not self.vision:
+            self.close()
+            raise RuntimeError(f"--mmproj {path}: the projector has no image encoder (audio input is not "
+                               "supported yet)")
+        if mtmd_cpp.mtmd_decode_use_mrope(self._ctx):
+            self.close()
+            raise RuntimeError(f"--mmproj {path}: the projector uses M-RoPE positions (Qwen2-VL and later), "
+                               "which skippy does not drive yet")
+
+    def close(self) -> None:
+        if self._ctx:
+            from llama_cpp import mtmd_cpp
+
+            mtmd_cpp.mtmd_free(self._ctx)
+            self._ctx = None
+
+    def __del__(self) -> None:
+        self.close()
+
+    def image(self, data: bytes, key: str) -> list[tuple[list[int], MediaChunk | None]]:
+        """One image (file bytes) as libmtmd tokenizes it alone: the pieces in order, each either text
+        tokens around the image (a model's image begin/end tokens; ``(ids, None)``) or the image
+        (``([], chunk)``). Raises ``ValueError`` when libmtmd cannot decode the bytes as an image."""
+        from llama_cpp import mtmd_cpp
+
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        bitmap = mtmd_cpp.mtmd_helper_bitmap_init_from_buf(self._ctx, buf, len(data), False)
+        if not bitmap:
+            raise ValueError("not an image libmtmd can decode (PNG, JPEG, BMP, GIF, ...)")
+        chunks = mtmd_cpp.mtmd_input_chunks_init()
+        try:
+            mtmd_cpp.mtmd_bitmap_set_id(bitmap, key.encode())
+            text = mtmd_cpp.mtmd_input_text(MARKER.encode(), len(MARKER.encode()), False, True)
+            bitmaps = (mtmd_cpp.mtmd_bitmap_p_ctypes * 1)(bitmap)
+            rc = mtmd_cpp.mtmd_tokenize(self._ctx, chunks, ctypes.byref(text), bitmaps, 1)
+            if rc != 0:
+                raise ValueError(f"libmtmd could not preprocess the image (mtmd_tokenize returned {rc})")
+            out: list[tuple[list[int], MediaChunk | None]] = []
+            for i in range(mtmd_cpp.mtmd_input_chunks_size(chunks)):
+                chunk = mtmd_cpp.mtmd_input_chunks_get(chunks, i)
+                kind = mtmd_cpp.mtmd_input_chunk_get_type(chunk)
+                if kind == mtmd_cpp.MTMD_INPUT_CHUNK_TYPE_TEXT:
+                    n = ctypes.c_size_t()
+                    ids = mtmd_cpp.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(n))
+                    out.append(([int(ids[j]) for j in range(n.value)], None))
+                elif kind == mtmd_cpp.MTMD_INPUT_CHUNK_TYPE_IMAGE:
+                    own = mtmd_cpp.mtmd_input_chunk_copy(chunk)
+                    out.append(([], MediaChunk(own, int(mtmd_cpp.mtmd_input_chunk_get_n_tokens(own)),
+                                               int(mtmd_cpp.mtmd_input_chunk_get_n_pos(own)))))
+                else:
+                    raise ValueError("libmtmd read the input as audio, which is not supported")
+            return out
+        finally:
+            mtmd_cpp.mtmd_input_chunks_free(chunks)
+            mtmd_cpp.mtmd_bitmap_free(bitmap)
+
+    def decode(self, lctx: int, chunk: MediaChunk, pos: int, seq_id: int, n_batch: int) -> None:
+        """Encode ``chunk`` and decode its embeddings into sequence ``seq_id`` at positions ``pos ..``
+        (``mtmd_helper_eval_chunk_single``: the image encoder, then ``llama_decode`` of the embeddings in
+        ``n_batch`` pieces, non-causal where the model wants it). Decode thread only. Raises
+        ``RuntimeError`` when libmtmd or llama.cpp fails."""
+        from llama_cpp import llama_cpp, mtmd_cpp
+
+        new_n_past = llama_cpp.llama_pos(0)
+        rc = mtmd_cpp.mtmd_helper_eval_chunk_single(self._ctx, lctx, chunk.ptr, pos, seq_id, n_batch, False,
+                                                    ctypes.byref(new_n_past))
+        if rc != 0:
+            raise RuntimeError(f"libmtmd could not encode or decode an image (returned {rc})")
+
+
+def image_key(data: bytes) -> str:
+    """The SHA-256 of an image's bytes, hex: its identity in prompts and caches."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def tokenize_with_images(projector: Projector, text_tokens: Sequence[list[int]],
+                         images: Sequence[bytes]) -> MediaPrompt:
+    """A prompt whose text was split at its :data:`MARKER`\\ s and tokenized piece by piece
+    (``text_tokens``: one list more than ``images``), with each image's pieces (:meth:`Projector.image`)
+    between them. Raises ``ValueError`` for an image libmtmd cannot read."""
+    if len(text_tokens) != len(images) + 1:
+        raise ValueError(f"{len(images)} images for {len(text_tokens) - 1} markers")
+    tokens: list[int] = list(text_tokens[0])
+    spans: list[MediaSpan] = []
+    for data, after in zip(images, text_tokens[1:], strict=True):
+        key = image_key(data)
+        for ids, chunk in projector.image(data, key):
+            if chunk is None:
+                tokens.extend(ids)
+                continue
+            spans.append(MediaSpan(len(tokens), chunk.n_tokens, key, chunk))
+            tokens.extend(placeholder_ids(key, chunk.n_tokens))
+        tokens.extend(after)
+    return MediaPrompt(tokens, tuple(spans))
