@@ -102,6 +102,7 @@ from skippy.engine.protocols.openai.types import (
     SamplingFields,
 )
 from skippy.engine.runtime.base import Runtime
+from skippy.engine.runtime.media import MediaSpan
 from skippy.engine.sampling.constraints import RequestConstraint, constraint_from_request
 from skippy.engine.sampling.native import apply_samplers, native_logit_bias, resolve_logit_bias, sampler_names
 from skippy.engine.sampling.params import SamplingParams
@@ -457,7 +458,8 @@ class Engine:
         ``--reasoning-format`` and ``--cache-reuse``), ``model_load`` (how the model was loaded:
         :attr:`~skippy.engine.runtime.base.ModelMeta.load`, ``None`` when unknown), and llama.cpp's
         ``backends``, ``devices`` and the model's ``offload``
-        (:attr:`~skippy.engine.runtime.base.ModelMeta.devices`)."""
+        (:attr:`~skippy.engine.runtime.base.ModelMeta.devices`), and ``modalities`` (llama-server's:
+        ``vision`` with a ``--mmproj`` projector)."""
         tmpl = self.renderer.template
         caps = attrs.asdict(tmpl.caps)
         caps["requires_alternation"] = tmpl.requires_alternation
@@ -487,6 +489,7 @@ class Engine:
             "reasoning_format": self.config.reasoning_format,
             "cache_reuse": self.config.cache_reuse,
             "model_load": self.meta.load,
+            "modalities": {"vision": self.meta.vision, "audio": False},
             **(self.meta.devices or {}),
         }
 
@@ -527,9 +530,14 @@ class Engine:
         plan = rendered.plan
         params = await self._constrained(params, RequestConstraint(plan.grammar, plan.constraint),
                                          plan.grammar_lazy_patterns, gbnf_param="grammar" if req.grammar else "tools")
-        prompt = await self.tokenizer.tokenize(rendered.prompt, add_special=True, parse_special=True)
+        media: tuple[MediaSpan, ...] = ()
+        if rendered.images:  # libmtmd reads the images: their placeholder ids in the prompt, and their spans
+            with_media = await self.tokenizer.tokenize_media(rendered.prompt, rendered.images)
+            prompt, media = with_media.tokens, with_media.spans
+        else:
+            prompt = await self.tokenizer.tokenize(rendered.prompt, add_special=True, parse_special=True)
         checkpoint_at = None
-        if plan.history_chars is not None and req.cache_prompt:  # the history's tokens: the checkpoint boundary
+        if plan.history_chars is not None and req.cache_prompt and not media:  # the checkpoint boundary
             history = await self.tokenizer.tokenize(rendered.prompt[:plan.history_chars], add_special=True,
                                                     parse_special=True)
             checkpoint_at = common_prefix_len(history, prompt)
@@ -547,7 +555,7 @@ class Engine:
             hook_request=req, injected=injected, hook_events=req.return_hook_events, before_chat=before,
             cache_key=req.prompt_cache_key, cache_prompt=req.cache_prompt,
             min_reuse=min_reuse(n, len(prompt), self.min_tail), checkpoint_at=checkpoint_at,
-            speculative=speculative(req, self.limits), reasoning_budget=budget, arrival=arrival)
+            speculative=speculative(req, self.limits), reasoning_budget=budget, arrival=arrival, media=media)
         gens = [Generation(next(self._rids), prompt, choice_seed(params, j), max_tokens, piece=piece,
                            parser=make_output_parser(plan), options=options,
                            early_stop=EarlyStop(set(plan.allowed_tools), plan.parallel_tool_calls) if plan.emulated

@@ -397,10 +397,10 @@ class ModelPool:
 def model_capabilities(engine: Engine) -> ModelCapabilities:
     """What model routing (``model: "auto"``) needs to know of a loaded engine: native tool calls (its chat
     template's ``supports_tools``, as ``/props`` ``chat_template_caps``, unless ``--force-tool-emulation``) and
-    image input (the runtime meta's ``image_input``: no runtime has it yet, so ``False``)."""
+    image input (the runtime meta's ``vision``: a ``--mmproj`` projector is loaded)."""
     renderer = engine.renderer
     return ModelCapabilities(native_tools=renderer.template.caps.supports_tools and not renderer.force_tool_emulation,
-                             image_input=bool(getattr(engine.meta, "image_input", False)))
+                             image_input=engine.meta.vision)
 
 
 def _file_time(model: Any) -> int:

@@ -78,13 +78,14 @@ class TemplateRenderer(ThreadActor[RenderChat]):
     ``history_boundary``: also find where the conversation without its generation prompt ends
     (:attr:`~skippy.engine.chat.plan.ParsePlan.history_chars`, a second rendering; the engine turns
     it on when the scheduler keeps context checkpoints); ``reasoning_format``: the default of a request
-    that sets none (``--reasoning-format``).
+    that sets none (``--reasoning-format``); ``vision``: the model reads images (a ``--mmproj`` projector).
     """
 
     def __init__(self, template: PreparedTemplate, *, default_kwargs: dict[str, Any] | None = None,
                  force_tool_emulation: bool = False, history_boundary: bool = False, max_threads: int = 2,
-                 reasoning_format: str = "auto") -> None:
+                 reasoning_format: str = "auto", vision: bool = False) -> None:
         super().__init__(max_threads)
+        self.vision = vision
         self.reasoning_format = reasoning_format
         self.template = template
         self.default_kwargs = dict(default_kwargs or {})
@@ -102,7 +103,7 @@ class TemplateRenderer(ThreadActor[RenderChat]):
         return render_chat(tmpl, req, default_kwargs=self.default_kwargs,
                            force_tool_emulation=self.force_tool_emulation,
                            add_generation_prompt=add_generation_prompt, history_boundary=self.history_boundary,
-                           reasoning_format=self.reasoning_format)
+                           reasoning_format=self.reasoning_format, vision=self.vision)
 
     async def render(self, request: ChatCompletionRequest, *, add_generation_prompt: bool = True) -> Rendered:
         """Render ``request`` (inline when small, see :data:`INLINE_MESSAGES`); raises

@@ -15,7 +15,9 @@ import attrs
 import trio
 
 from skippy.actors.base import ThreadActor
+from skippy.engine.errors import InvalidRequest
 from skippy.engine.runtime.base import Vocab
+from skippy.engine.runtime.media import MARKER, MediaPrompt, Projector, tokenize_with_images
 
 #: Texts up to this many characters are tokenized inline (on the trio thread): measured on 2 CPU cores
 #: with SmolLM2's vocabulary, 150 characters took 0.05 ms and 2000 took 0.46 ms; the trip through the
@@ -45,20 +47,28 @@ class CheckConstraint:
 
 
 @attrs.frozen
+class TokenizeMedia:
+    text: str
+    images: tuple[bytes, ...]
+    reply: trio.MemorySendChannel[Any]
+
+
+@attrs.frozen
 class Detokenize:
     tokens: tuple[int, ...]
     reply: trio.MemorySendChannel[Any]
 
 
-class Tokenizer(ThreadActor[Tokenize | Detokenize | CheckGrammar | CheckConstraint]):
+class Tokenizer(ThreadActor[Tokenize | TokenizeMedia | Detokenize | CheckGrammar | CheckConstraint]):
     """Tokenizer actor over a :class:`Vocab`."""
 
-    def __init__(self, vocab: Vocab, *, bos_id: int = -1, max_threads: int = 2) -> None:
+    def __init__(self, vocab: Vocab, *, bos_id: int = -1, max_threads: int = 2, media: Projector | None = None) -> None:
         super().__init__(max_threads)
         self.vocab = vocab
         self.bos_id = bos_id
+        self.media = media
 
-    def handle(self, msg: Tokenize | Detokenize | CheckGrammar | CheckConstraint) -> Any:
+    def handle(self, msg: Tokenize | TokenizeMedia | Detokenize | CheckGrammar | CheckConstraint) -> Any:
         match msg:
             case CheckGrammar():
                 return self.vocab.check_grammar(msg.gbnf, msg.lazy_patterns)
@@ -66,6 +76,8 @@ class Tokenizer(ThreadActor[Tokenize | Detokenize | CheckGrammar | CheckConstrai
                 return self.vocab.check_constraint(msg.grammar)
             case Tokenize():
                 return self._tokenize(msg.text, msg.add_special, msg.parse_special)
+            case TokenizeMedia():
+                return self._tokenize_media(msg.text, msg.images)
             case Detokenize():
                 return self.vocab.detokenize(msg.tokens)
             case _:
@@ -85,6 +97,30 @@ class Tokenizer(ThreadActor[Tokenize | Detokenize | CheckGrammar | CheckConstrai
             await trio.lowlevel.checkpoint()
             return self._tokenize(text, add_special, parse_special)
         return await self.ask(lambda r: Tokenize(text, add_special, parse_special, r))
+
+    def _tokenize_media(self, text: str, images: tuple[bytes, ...]) -> MediaPrompt:
+        if self.media is None:  # the renderer refused image parts already
+            raise InvalidRequest("this model reads text only", code="media_not_supported")
+        pieces = text.split(MARKER)
+        if len(pieces) != len(images) + 1:
+            raise InvalidRequest(f"the prompt holds {len(pieces) - 1} media markers ({MARKER}) for {len(images)} "
+                                 f"images: the text must not contain {MARKER}", param="messages")
+        texts = [self._tokenize(p, i == 0, True) for i, p in enumerate(pieces)]
+        try:
+            prompt = tokenize_with_images(self.media, texts, images)
+        except ValueError as exc:
+            raise InvalidRequest(f"an image could not be read: {exc}", param="messages",
+                                 code="invalid_image") from None
+        if prompt.spans and prompt.spans[-1].end == len(prompt.tokens):
+            raise InvalidRequest("a prompt cannot end with an image", param="messages")
+        return prompt
+
+    async def tokenize_media(self, text: str, images: tuple[bytes, ...]) -> MediaPrompt:
+        """A rendered prompt with media markers and its images -> token ids with each image's placeholder ids
+        and spans (:func:`~skippy.engine.runtime.media.tokenize_with_images`), in a worker thread (libmtmd
+        decodes and resizes the images there). Raises :class:`InvalidRequest` for an image libmtmd cannot
+        read or a marker count that differs from the images'."""
+        return await self.ask(lambda r: TokenizeMedia(text, tuple(images), r))
 
     async def check_grammar(self, gbnf: str, lazy_patterns: tuple[str, ...] = ()) -> bool:
         """True when llama.cpp parses the GBNF ``gbnf`` (checked against the vocabulary)."""

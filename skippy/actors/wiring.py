@@ -55,10 +55,10 @@ async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None,
     source = config.chat_template or meta.chat_template or CHATML
     template = await trio.to_thread.run_sync(
         lambda: PreparedTemplate.build(source, bos_token=meta.bos_token, eos_token=meta.eos_token))
-    tokenizer = Tokenizer(runtime.vocab, bos_id=meta.bos_id)
+    tokenizer = Tokenizer(runtime.vocab, bos_id=meta.bos_id, media=getattr(runtime, "media", None))
     renderer = TemplateRenderer(template, default_kwargs=config.chat_template_kwargs,
                                 force_tool_emulation=config.force_tool_emulation,
-                                reasoning_format=config.reasoning_format)
+                                reasoning_format=config.reasoning_format, vision=meta.vision)
     policy = _load_policy(config)
     webhook_client = None
     if config.hook_url:

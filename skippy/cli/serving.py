@@ -126,7 +126,7 @@ def _serve_options(fn: F) -> F:
         "n_gpu_layers", "split_mode", "main_gpu", "tensor_split", "device", "rpc",
         "override_tensor", "cpu_moe", "n_cpu_moe", "n_batch", "n_ubatch", "mlock", "mmap", "numa",
         "rope_scaling", "rope_scale", "rope_freq_base", "rope_freq_scale", "yarn_orig_ctx", "yarn_ext_factor",
-        "yarn_attn_factor", "yarn_beta_slow", "yarn_beta_fast",
+        "yarn_attn_factor", "yarn_beta_slow", "yarn_beta_fast", "mmproj", "mmproj_offload",
         _opt("--cont-batching/--no-cont-batching", "-cb/-nocb", default=True, callback=_cont_batching,
              help="Accepted for llama-server command lines: skippy always batches continuously (a new request "
                   "joins the running batch at the next step); --no-cont-batching is refused."),
@@ -324,9 +324,10 @@ def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], m
     if len(set(ids)) != len(ids):
         twice = sorted({i for _, i in models if ids.count(i.casefold()) > 1})
         raise ModelError(f"two models would be served as {', '.join(twice)}; give each model once")
+    mmproj = engine_options.pop("mmproj")  # the projector of the first model (a projector per model: not yet)
     configs = [EngineConfig(model=str(path), model_name=model_id, chat_template=chat_template,
                             chat_template_kwargs=chat_template_kwargs, model_alias=alias if i == 0 else (),
-                            verbose=log_level == "debug", **engine_options)
+                            mmproj=mmproj if i == 0 else None, verbose=log_level == "debug", **engine_options)
                for i, (path, model_id) in enumerate(models)]
     if any(c.consult for c in configs):  # a --consult peer must be a served model (not the only one) or a URL
         from skippy.actors.pool import model_names

@@ -480,6 +480,13 @@ class EngineConfig:
     yarn_beta_fast: float = setting(-1.0, check=FloatRange(finite=True), metavar="N",
                                     help="YaRN low correction dimension or beta (llama-server's "
                                          "--yarn-beta-fast); -1: the model's.")
+    mmproj: str | None = setting(None, check=IsText(), converter=_fspath, metavar="FILE", show_default=False,
+                                 help="Multimodal projector GGUF of the model (llama-server's --mmproj): requests may "
+                                      "then send images (OpenAI image_url parts with base64 data URLs), read by "
+                                      "llama.cpp's libmtmd. With several models: the first one's.")
+    mmproj_offload: bool = setting(True, check=IsBool(),
+                                   help="Run the --mmproj projector on the GPU when there is one (llama-server's "
+                                        "--mmproj-offload / --no-mmproj-offload).")
     chat_template: str | None = setting(None, check=IsText(), flag=False,
                                         help="Jinja2 chat template text overriding the model's (skippy serve "
                                              "--chat-template reads it from a file).")

@@ -12,9 +12,8 @@ mesh-llm's virtual LLM has an ``auto`` model; so does this server. A request who
 
 The rules, in order (the first that picks a model wins; :attr:`Route.rule` names it):
 
-1. ``images``: the request has image parts -> a model with image input. No model has image input
-   yet (image input is a later issue: :attr:`ModelCapabilities.image_input` is ``False`` for every
-   model today), so this rule falls through.
+1. ``images``: the request has image parts -> a model with image input (loaded with a ``--mmproj``
+   projector: :attr:`ModelCapabilities.image_input`); with none, the rule falls through.
 2. ``tools``: the request has ``tools`` -> a model whose chat template calls tools natively
    (:attr:`~skippy.engine.chat.capabilities.TemplateCaps.supports_tools`; the others emulate tool
    calls). Loaded models are preferred: a loaded one with native tools first, else one known to
@@ -58,8 +57,8 @@ class RequestTraits:
 @attrs.frozen
 class ModelCapabilities:
     """What a served model can do, for routing: ``native_tools`` (its chat template renders tool
-    calls itself: ``chat_template_caps.supports_tools``), ``image_input`` (it takes image parts;
-    ``False`` for every model until image input lands)."""
+    calls itself: ``chat_template_caps.supports_tools``), ``image_input`` (it takes image parts: a
+    ``--mmproj`` projector is loaded)."""
 
     native_tools: bool = False
     image_input: bool = False

@@ -74,6 +74,8 @@ BEFORE = [
     ("--yarn-attn-factor N", "[env var: SKIPPY_YARN_ATTN_FACTOR; default: -1.0]", -1.0),
     ("--yarn-beta-slow N", "[env var: SKIPPY_YARN_BETA_SLOW; default: -1.0]", -1.0),
     ("--yarn-beta-fast N", "[env var: SKIPPY_YARN_BETA_FAST; default: -1.0]", -1.0),
+    ("--mmproj FILE", "[env var: SKIPPY_MMPROJ]", None),
+    ("--mmproj-offload / --no-mmproj-offload", "[env var: SKIPPY_MMPROJ_OFFLOAD; default: mmproj-offload]", True),
     ("-cb, --cont-batching / -nocb, --no-cont-batching",
      "[env var: SKIPPY_CONT_BATCHING; default: cont-batching]", True),
     ("--chat-template, --chat-template-file NAME|FILE", "[env var: SKIPPY_CHAT_TEMPLATE]", None),
@@ -428,7 +430,7 @@ def test_llama_server_flags_that_cannot_work_are_usage_errors(args: list[str], m
     assert not serve_recorder
 
 
-@pytest.mark.parametrize("flag", ["-ngld", "--lora", "--mmproj", "-kvo"])
+@pytest.mark.parametrize("flag", ["-ngld", "--lora", "-kvo"])
 def test_an_unknown_llama_server_flag_is_an_error_naming_it(flag: str, serve_recorder: list) -> None:
     result = CliRunner().invoke(main, ["serve", "-m", "tiny", flag, "1"])
     assert result.exit_code == 2, result.output

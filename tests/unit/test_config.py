@@ -51,6 +51,8 @@ ENGINE = {
     "yarn_attn_factor": ([math.nan, math.inf, "1"], [-1, 1.0], None),
     "yarn_beta_slow": ([math.nan, None], [-1, 1.0], None),
     "yarn_beta_fast": ([math.inf, "32"], [-1, 32.0], None),
+    "mmproj": ([3, b"x"], [None, "mmproj-model-f16.gguf"], None),
+    "mmproj_offload": (["yes", 1, None], [True, False], None),
     "chat_template": ([b"{{ x }}", 1], [None, "", "{{ messages }}"], None),
     "n_batch": ([7, 0, 512.0], [8, 4096], None),  # with the default parallel=8: n_batch >= parallel
     "n_ubatch": ([0, 1.5, "512"], [None, 1, 4096], "x>=1"),

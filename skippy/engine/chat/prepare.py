@@ -20,6 +20,7 @@ from skippy.engine.chat.formats import REASONING_FORMATS, SYNTAXES, make_parser
 from skippy.engine.chat.formats.base import StreamParser
 from skippy.engine.chat.formats.emulated import EmulatedToolParser
 from skippy.engine.chat.history import normalize_history
+from skippy.engine.chat.images import extract_images
 from skippy.engine.chat.plan import ParsePlan
 from skippy.engine.chat.templates import ChatTemplate, TemplateError
 from skippy.engine.errors import InvalidRequest
@@ -56,6 +57,8 @@ class Rendered:
 
     prompt: str
     plan: ParsePlan
+    #: the images of the request's messages (file bytes), one per media marker in ``prompt``, in order
+    images: tuple[bytes, ...] = ()
 
 
 def _validate_tools(tools: list[dict[str, Any]] | None, tool_choice: Any) -> None:
@@ -189,7 +192,7 @@ def _prefill_text(message: dict[str, Any], i: int) -> str:
 def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
                 default_kwargs: dict[str, Any] | None = None, force_tool_emulation: bool = False,
                 add_generation_prompt: bool = True, history_boundary: bool = False,
-                reasoning_format: str = "auto") -> Rendered:
+                reasoning_format: str = "auto", vision: bool = False) -> Rendered:
     """Render ``req`` with ``tmpl`` and decide its :class:`ParsePlan`.
 
     Tools are emulated (``TOOL_CALL`` lines) when the request asks for
@@ -214,11 +217,13 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
     (:attr:`ParsePlan.history_chars`: the longest common prefix of the two texts; ``None`` when the
     template refuses that rendering).
     ``reasoning_format``: the server's default (llama-server's ``--reasoning-format``) for a request
-    that sets none.
+    that sets none. ``vision``: the model reads images: image parts become media markers in the prompt
+    and their bytes :attr:`Rendered.images` (:func:`~skippy.engine.chat.images.extract_images`); without
+    it an image part is a 400 (``media_not_supported``).
     Raises :class:`InvalidRequest` (400) naming the field for bad messages,
     tools, schemas, grammars, or template errors (with the template's message).
     """
-    messages = message_dicts(req.messages)
+    messages, images = extract_images(message_dicts(req.messages), vision=vision)
     _check_messages(messages)
     reasoning = req.reasoning_format or reasoning_format  # the request's, else the server's --reasoning-format
     if reasoning not in REASONING_FORMATS:
@@ -302,7 +307,7 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
         tool_schemas=_tool_schemas(tools) if tools_on else {},
         history_chars=history_chars,
     )
-    return Rendered(prompt, plan)
+    return Rendered(prompt, plan, tuple(images))
 
 
 def _tool_schemas(tools: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -29,6 +29,7 @@ from skippy.engine.chat.formats.base import Delta, ParsedMessage, StreamParser
 from skippy.engine.errors import EngineClosed, EngineError
 from skippy.engine.hooks.signals import FinishInfo
 from skippy.engine.output.pipeline import EarlyStopRule, OutputPipeline
+from skippy.engine.runtime.media import MediaSpan
 from skippy.engine.sampling.params import SamplingParams
 from skippy.engine.scheduling.budget import ReasoningBudget
 from skippy.engine.scheduling.events import (
@@ -140,6 +141,7 @@ class GenerationOptions:
         reasoning_budget: the cap on the reasoning block (:class:`~skippy.engine.scheduling.budget.ReasoningBudget`;
             ``None``: none).
         arrival: the request's place in arrival order (:attr:`SeqRequest.arrival`; 0: unknown).
+        media: the prompt's images (:attr:`SeqRequest.media`).
     """
 
     stops: Sequence[str] = ()
@@ -158,6 +160,7 @@ class GenerationOptions:
     prompt_logprobs: int | None = None
     reasoning_budget: ReasoningBudget | None = None
     arrival: int = 0
+    media: tuple[MediaSpan, ...] = ()
 
 
 class Generation:
@@ -186,7 +189,7 @@ class Generation:
                                   request=o.hook_request, cache_key=o.cache_key, cache_prompt=o.cache_prompt,
                                   speculative=o.speculative, min_reuse=o.min_reuse, prompt_logprobs=o.prompt_logprobs,
                                   hook_events=o.hook_events and o.hooks, reasoning_budget=o.reasoning_budget,
-                                  checkpoint_at=o.checkpoint_at, arrival=o.arrival)
+                                  checkpoint_at=o.checkpoint_at, arrival=o.arrival, media=o.media)
         self._piece = piece
         self._pipeline = OutputPipeline(piece, list(o.stops), parser, early_stop, include_stop=o.include_stop)
         self._logprobs = params.logprobs

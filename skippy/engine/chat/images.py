@@ -1,0 +1,101 @@
+"""Image parts of chat messages: taken out of the messages before the template renders them (sans-IO).
+
+OpenAI chat ``content`` parts ``{"type": "image_url", "image_url": {"url": ...}}`` (the ``url`` may also
+be given bare, as some clients do) become a text part holding libmtmd's media marker
+(:data:`~skippy.engine.runtime.media.MARKER`), as llama-server's ``oaicompat_chat_params_parse`` does,
+and their bytes are returned in the order the markers appear in the messages (the order a template
+writes them). The tokenizer puts each image at its marker.
+
+Only ``data:`` URLs with base64 content are read (``data:image/png;base64,...``); an ``http(s)`` URL is
+refused: fetching images from the network is not built yet. Limits: :data:`MAX_IMAGES` images per
+request, :data:`MAX_IMAGE_BYTES` bytes per image (decoded). Every refusal is an :class:`InvalidRequest`
+(400) naming the part (``messages[i].content[j]``); a model without image input refuses any image part
+with code ``media_not_supported``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+from skippy.engine.errors import InvalidRequest
+from skippy.engine.runtime.media import MARKER
+
+#: Most images in one request (llama-server sets none; vLLM's default per-prompt limit for images is 1
+#: per model unless configured, Ollama takes any number): enough for a conversation about a few photos.
+MAX_IMAGES = 16
+#: Most bytes of one image, decoded (20 MiB: OpenAI's limit per image).
+MAX_IMAGE_BYTES = 20 * 2**20
+
+IMAGE_PART_TYPES = frozenset({"image_url"})
+
+
+def _url(part: dict[str, Any]) -> Any:
+    image = part.get("image_url")
+    return image.get("url") if isinstance(image, dict) else image
+
+
+def decode_data_url(url: Any, where: str) -> bytes:
+    """The bytes of a base64 ``data:`` URL; 400 naming ``where`` for anything else."""
+    if not isinstance(url, str) or not url:
+        raise InvalidRequest(f"{where}: image_url.url must be a non-empty string", param=where)
+    if url.startswith(("http://", "https://")):
+        raise InvalidRequest(f"{where}: image URLs are not fetched; send the image inline as a base64 data URL "
+                             "(data:image/png;base64,...)", param=where, code="image_url_not_supported")
+    head, sep, payload = url.partition(",")
+    if not url.startswith("data:") or not sep or not head.endswith(";base64"):
+        raise InvalidRequest(f"{where}: image_url.url must be a base64 data URL (data:image/png;base64,...)",
+                             param=where)
+    if len(payload) * 3 // 4 > MAX_IMAGE_BYTES + 3:
+        raise InvalidRequest(f"{where}: the image is larger than {MAX_IMAGE_BYTES} bytes", param=where,
+                             code="image_too_large")
+    try:
+        data = base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidRequest(f"{where}: the data URL's content is not valid base64", param=where) from None
+    if not data:
+        raise InvalidRequest(f"{where}: the image is empty", param=where)
+    if len(data) > MAX_IMAGE_BYTES:
+        raise InvalidRequest(f"{where}: the image is larger than {MAX_IMAGE_BYTES} bytes", param=where,
+                             code="image_too_large")
+    return data
+
+
+def has_images(messages: list[dict[str, Any]]) -> bool:
+    """Some message's ``content`` holds an image part."""
+    return any(isinstance(m, dict) and isinstance(m.get("content"), list)
+               and any(isinstance(p, dict) and p.get("type") in IMAGE_PART_TYPES for p in m["content"])
+               for m in messages)
+
+
+def extract_images(messages: list[dict[str, Any]], *, vision: bool) -> tuple[list[dict[str, Any]], list[bytes]]:
+    """``messages`` with each image part replaced by a text part holding :data:`MARKER`, and the images'
+    bytes in message order. ``vision``: the model reads images; without it any image part is a 400
+    (``media_not_supported``). The input is not mutated; without image parts it is returned as is."""
+    if not has_images(messages):
+        return messages, []
+    images: list[bytes] = []
+    out = []
+    for i, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            out.append(message)
+            continue
+        parts = []
+        for j, part in enumerate(content):
+            if not (isinstance(part, dict) and part.get("type") in IMAGE_PART_TYPES):
+                parts.append(part)
+                continue
+            where = f"messages[{i}].content[{j}]"
+            if not vision:
+                raise InvalidRequest(f"{where}: this model reads text only (image input needs the model's "
+                                     "projector: skippy serve --mmproj FILE)", param=where,
+                                     code="media_not_supported")
+            if len(images) == MAX_IMAGES:
+                raise InvalidRequest(f"{where}: more than {MAX_IMAGES} images in one request", param=where,
+                                     code="too_many_images")
+            images.append(decode_data_url(_url(part), where))
+            parts.append({"type": "text", "text": MARKER})
+        out.append({**message, "content": parts})
+    return out, images

@@ -1,0 +1,149 @@
+"""Image input on the real server (issue 38, first part): ``skippy serve --mmproj`` with SmolLM2-135M and the
+tiny random-weight projector of :func:`tests.tiny_models.write_tiny_mmproj` (no vision model can be
+pulled here). With random weights the words mean nothing, so the oracle is llama.cpp's libmtmd driven
+directly (:mod:`tests.mtmd_oracle`): the first token's logprobs for the text and the image equal the
+oracle's; another image changes them; the same image again reuses its KV; bad images are 400s and the
+server keeps serving.
+"""
+
+from __future__ import annotations
+
+import base64
+
+import httpx
+import numpy as np
+import pytest
+
+from skippy.models import DEFAULT_MODEL, ensure_model
+from tests.images import png_bytes, solid
+from tests.mtmd_oracle import first_logits
+from tests.support import Server, openai_client
+from tests.tiny_models import MMPROJ_IMAGE_TOKENS, ensure_tiny_mmproj
+
+RED, BLUE = png_bytes(40, 30, solid((255, 0, 0))), png_bytes(24, 24, solid((0, 0, 255)))
+
+
+def data_url(image: bytes, kind: str = "png") -> str:
+    return f"data:image/{kind};base64," + base64.b64encode(image).decode()
+
+
+def messages(*images: bytes | str, text: str = "Describe the picture.") -> list[dict]:
+    parts: list[dict] = [{"type": "text", "text": text}]
+    parts += [{"type": "image_url", "image_url": {"url": im if isinstance(im, str) else data_url(im)}}
+              for im in images]
+    return [{"role": "user", "content": parts}]
+
+
+@pytest.fixture(scope="module")
+def mmproj(tmp_path_factory: pytest.TempPathFactory):
+    return ensure_tiny_mmproj(tmp_path_factory.mktemp("mmproj"))
+
+
+@pytest.fixture(scope="module")
+def vision_server(mmproj, tmp_path_factory: pytest.TempPathFactory):
+    with Server(["--mmproj", str(mmproj), "--parallel", "2", "--n-ctx", "1024"],
+                tmp_path_factory.mktemp("vision") / "server.log") as srv:
+        yield srv
+
+
+def first_top(base_url: str, msgs: list[dict], **extra) -> tuple[list[tuple[str, float]], dict]:
+    r = httpx.post(base_url + "/v1/chat/completions", timeout=60, json={
+        "messages": msgs, "temperature": 0, "max_tokens": 1, "logprobs": True, "top_logprobs": 5, **extra})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    top = body["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+    return [(t["token"], t["logprob"]) for t in top], body["usage"]
+
+
+def test_props_report_vision(vision_server: Server) -> None:
+    assert httpx.get(vision_server.base_url + "/props").json()["modalities"] == {"vision": True, "audio": False}
+
+
+def test_the_first_token_equals_libmtmd_driven_directly_and_the_image_matters(vision_server: Server,
+                                                                            mmproj) -> None:
+    msgs = messages(RED)
+    prompt = httpx.post(vision_server.base_url + "/apply-template", json={"messages": msgs}).json()["prompt"]
+    assert prompt.count("<__media__>") == 1
+    logits = first_logits(ensure_model(DEFAULT_MODEL), mmproj, prompt, [RED])
+    logprobs = logits - (logits.max() + np.log(np.exp(logits - logits.max()).sum()))
+    top, usage = first_top(vision_server.base_url, msgs, cache_prompt=False)
+    ids = np.argsort(-logprobs)[:5]
+    assert [lp for _, lp in top] == pytest.approx([float(logprobs[i]) for i in ids], abs=2e-3)
+    assert usage["prompt_tokens"] > MMPROJ_IMAGE_TOKENS
+    blue, _ = first_top(vision_server.base_url, messages(BLUE), cache_prompt=False)
+    text_only, _ = first_top(vision_server.base_url, [{"role": "user", "content": "Describe the picture."}])
+    assert blue != top and text_only != top
+
+
+def test_the_same_image_again_reuses_its_kv_and_another_image_does_not(vision_server: Server) -> None:
+    text = "What colour dominates this picture, in one word?"
+    first, _ = first_top(vision_server.base_url, messages(RED, text=text))
+    again, usage = first_top(vision_server.base_url, messages(RED, text=text))
+    assert again == first
+    cached = usage["prompt_tokens_details"]["cached_tokens"]
+    assert cached >= usage["prompt_tokens"] - 2  # the whole prompt but its last token(s): the image included
+    _, other = first_top(vision_server.base_url, messages(BLUE, text=text))
+    assert other["prompt_tokens_details"]["cached_tokens"] < other["prompt_tokens"] - MMPROJ_IMAGE_TOKENS
+
+
+def test_streamed_equals_not_streamed_through_the_openai_client(vision_server: Server) -> None:
+    client = openai_client(vision_server.base_url)
+    kwargs = dict(model="m", messages=messages(RED, BLUE, text="Compare the two pictures."), temperature=0,
+                  max_tokens=12)
+    whole = client.chat.completions.create(**kwargs).choices[0].message.content
+    streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(stream=True, **kwargs)
+                       if c.choices)
+    assert whole and streamed == whole
+
+
+@pytest.mark.parametrize(("url", "code", "fragment"), [
+    ("data:image/png;base64,@@@not-base64@@@", None, "not valid base64"),
+    (data_url(b"this is not an image"), "invalid_image", "could not be read"),
+    ("https://example.com/cat.png", "image_url_not_supported", "not fetched"),
+    ("data:image/png,rawbytes", None, "base64 data URL"),
+    ("", None, "non-empty string"),
+])
+def test_bad_images_are_400s_naming_the_part_and_the_server_keeps_serving(vision_server: Server, url: str,
+                                                                          code: str | None, fragment: str) -> None:
+    r = httpx.post(vision_server.base_url + "/v1/chat/completions", timeout=60,
+                   json={"messages": messages(url), "max_tokens": 1})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert fragment in err["message"]
+    if code is not None:
+        assert err["code"] == code
+    if code != "invalid_image":  # refused while reading the request, before libmtmd
+        assert err["param"] == "messages[0].content[1]"
+    top, _ = first_top(vision_server.base_url, messages(RED))
+    assert top
+
+
+def test_too_many_images_and_a_marker_in_the_text_are_refused(vision_server: Server) -> None:
+    r = httpx.post(vision_server.base_url + "/v1/chat/completions", timeout=60,
+                   json={"messages": messages(*[RED] * 17), "max_tokens": 1})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "too_many_images"
+    r = httpx.post(vision_server.base_url + "/v1/chat/completions", timeout=60,
+                   json={"messages": messages(RED, text="a <__media__> in my text"), "max_tokens": 1})
+    assert r.status_code == 400 and "<__media__>" in r.json()["error"]["message"]
+
+
+def test_a_server_without_mmproj_refuses_images_naming_the_flag(tmp_path) -> None:
+    with Server(["--parallel", "1", "--n-ctx", "512"], tmp_path / "server.log") as srv:
+        assert httpx.get(srv.base_url + "/props").json()["modalities"]["vision"] is False
+        r = httpx.post(srv.base_url + "/v1/chat/completions", timeout=60,
+                       json={"messages": messages(RED), "max_tokens": 1})
+        assert r.status_code == 400, r.text
+        err = r.json()["error"]
+        assert err["code"] == "media_not_supported" and "--mmproj" in err["message"]
+        assert err["param"] == "messages[0].content[1]"
+
+
+def test_a_projector_that_is_no_gguf_stops_the_start(tmp_path) -> None:
+    bad = tmp_path / "bad.mmproj.gguf"
+    bad.write_bytes(b"not a projector")
+    srv = Server(["--mmproj", str(bad), "--parallel", "1", "--n-ctx", "512"], tmp_path / "server.log")
+    try:
+        assert srv.proc.wait(timeout=120) != 0
+        assert "--mmproj" in srv.log() or "projector" in srv.log()
+    finally:
+        srv.stop()
