@@ -147,3 +147,27 @@ def test_a_projector_that_is_no_gguf_stops_the_start(tmp_path) -> None:
         assert "--mmproj" in srv.log() or "projector" in srv.log()
     finally:
         srv.stop()
+
+
+def test_ollamas_images_reach_the_model_through_the_official_client(vision_server: Server) -> None:
+    import ollama
+
+    client = ollama.Client(host=vision_server.base_url)
+    reply = client.chat(model="smollm2:135m", messages=[
+        {"role": "user", "content": "Describe the picture.", "images": [RED]}], options={"temperature": 0,
+                                                                                         "num_predict": 8})
+    # Ollama puts a message's images before its text: the same message in OpenAI's shape
+    body = {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": data_url(RED)}},
+                                                       {"type": "text", "text": "Describe the picture."}]}],
+            "temperature": 0, "max_tokens": 8}
+    same = httpx.post(vision_server.base_url + "/v1/chat/completions", json=body, timeout=60).json()
+    assert reply.message.content == same["choices"][0]["message"]["content"]
+    blue = client.generate(model="smollm2:135m", prompt="Describe the picture.", images=[BLUE],
+                           options={"temperature": 0, "num_predict": 8})
+    assert blue.response and blue.response != reply.message.content
+    show = client.show("smollm2:135m")
+    assert "vision" in show.capabilities
+    resp = httpx.post(vision_server.base_url + "/api/chat", timeout=60, json={
+        "model": "smollm2:135m", "stream": False,
+        "messages": [{"role": "user", "content": "x", "images": ["@@not base64@@"]}]})
+    assert resp.status_code == 400 and "messages.0.images.0" in resp.json()["error"]

@@ -184,7 +184,7 @@ def test_embed_without_embeddings_is_an_ollama_error(server: Server) -> None:
     ({"model": MODEL, "messages": ASK, "options": {"num_predict": -5}}, 400, "num_predict"),
     ({"model": MODEL, "messages": ASK, "format": "yaml"}, 400, "format"),
     ({"model": MODEL, "messages": ASK, "keep_alive": "soon"}, 400, "keep_alive"),
-    ({"model": MODEL, "messages": [{"role": "user", "content": "x", "images": ["aGk="]}]}, 400, "images"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "x", "images": ["aGk="]}]}, 400, "--mmproj"),
     ({"model": MODEL, "messages": []}, 400, "messages"),
     ({"model": MODEL}, 400, "messages"),
     ({"messages": ASK}, 400, "model"),

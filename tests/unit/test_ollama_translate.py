@@ -89,13 +89,27 @@ def test_chat_request_format_think_tools_and_history() -> None:
 
 @pytest.mark.parametrize("body,needle", [
     ({"format": "yaml"}, "format"), ({"think": "lots"}, "think"), ({"messages": []}, "messages"),
-    ({"messages": [{"role": "user", "content": "x", "images": ["aGk="]}]}, "images"),
+    ({"messages": [{"role": "user", "content": "x", "images": ["@@not base64@@"]}]}, "messages.0.images.0"),
     ({"messages": [{"role": "robot", "content": "x"}]}, "role"),
 ])
 def test_bad_chat_requests(body: dict, needle: str) -> None:
     with pytest.raises(InvalidRequest) as info:
         t.chat_request(chat(**body))
     assert needle in str(info.value)
+
+
+def test_images_become_image_url_parts_before_the_text() -> None:
+    req, _, _ = t.chat_request(chat(messages=[{"role": "user", "content": "What is it?", "images": ["aGk=", "aGk="]}]))
+    assert msgspec.to_builtins(req.messages[0].content) == [
+        {"type": "image_url", "image_url": {"url": "data:image/*;base64,aGk="}},
+        {"type": "image_url", "image_url": {"url": "data:image/*;base64,aGk="}},
+        {"type": "text", "text": "What is it?"}]
+    gen = t.generate_request(msgspec.convert({"model": "m", "prompt": "P", "images": ["aGk="]},
+                                             ot.OllamaGenerateRequest))[0]
+    assert gen.messages[-1].content[0].image_url["url"].endswith("aGk=")
+    with pytest.raises(InvalidRequest, match="raw"):
+        t.generate_request(msgspec.convert({"model": "m", "prompt": "P", "raw": True, "images": ["aGk="]},
+                                           ot.OllamaGenerateRequest))
 
 
 def test_generate_templated_raw_and_suffix() -> None:

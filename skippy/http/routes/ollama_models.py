@@ -272,7 +272,8 @@ async def show_model() -> Response:
         return _error(404, om.not_found(name))
     facts = await _facts(s, verbose=req.verbose, name=name)
     template, fallback, native, thinking = await _template_and_caps(s, facts)
-    caps = om.capabilities(native_tools=native, thinking=thinking, embeddings=s.config.embeddings)
+    caps = om.capabilities(native_tools=native, thinking=thinking, embeddings=s.config.embeddings,
+                           vision=s.config.mmproj is not None)
     return json_response(om.show_reply(facts, template=template, caps=caps, params=_parameters(s, fallback)))
 
 

@@ -134,12 +134,14 @@ def tag_model(facts: ModelFacts) -> TagModel:
                     digest=facts.digest, details=model_details(facts))
 
 
-def capabilities(*, native_tools: bool, thinking: bool, embeddings: bool) -> list[str]:
+def capabilities(*, native_tools: bool, thinking: bool, embeddings: bool, vision: bool = False) -> list[str]:
     """``/api/show`` ``capabilities`` in Ollama's order: ``completion`` always (every served model completes),
-    ``tools`` when the chat template calls tools itself (not for skippy's emulated tools, which every
-    template gets), ``thinking`` when the template has a reasoning block, ``embedding`` when the server runs
-    with ``--embeddings``; never ``vision`` nor ``insert`` (no image input, no suffix prompts yet)."""
+    ``vision`` when the model has a ``--mmproj`` projector, ``tools`` when the chat template calls tools itself
+    (not for skippy's emulated tools, which every template gets), ``thinking`` when the template has a
+    reasoning block, ``embedding`` when the server runs with ``--embeddings``; never ``insert``."""
     caps = ["completion"]
+    if vision:
+        caps.append("vision")
     if native_tools:
         caps.append("tools")
     if thinking:

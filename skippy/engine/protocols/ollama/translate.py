@@ -26,13 +26,16 @@ Fields (Ollama -> engine):
 - ``tools`` (OpenAI's shape already; OpenAI's ``tool_choice`` is taken too, an extension) and
   ``message.tool_calls`` (arguments an object) <-> OpenAI tool calls (arguments a JSON string); a ``tool``
   message's ``tool_name`` names the call it answers (the earliest unanswered one of that name).
-- ``images``: a 400 (the served models read text only); ``template`` (a Go template): a 400 (the GGUF's
-  Jinja template renders); ``context`` (deprecated): accepted, not used; ``keep_alive``: see
-  :func:`keep_alive_seconds`.
+- ``images`` (base64 strings): OpenAI chat ``image_url`` parts with data URLs, before the message's text
+  (a model without a ``--mmproj`` projector answers 400 ``media_not_supported``); ``template`` (a Go
+  template): a 400 (the GGUF's Jinja template renders); ``context`` (deprecated): accepted, not used;
+  ``keep_alive``: see :func:`keep_alive_seconds`.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import math
 import re
@@ -48,6 +51,7 @@ from skippy.engine.protocols.openai import wire
 from skippy.engine.protocols.openai.types import (
     ChatCompletionRequest,
     CompletionRequest,
+    ContentPart,
     EmbeddingRequest,
     JsonSchemaFormat,
     Message,
@@ -156,17 +160,29 @@ def _think(think: bool | str | None) -> tuple[bool | None, str | None]:
                          param="think")
 
 
-def _no_images(images: list[str] | None, where: str) -> None:
-    if images:
-        raise InvalidRequest(f"{where}: images are not supported (this server's model reads text only)",
-                             param=where, code="media_not_supported")
+def _with_images(text: str | None, images: list[str] | None, where: str) -> str | list[ContentPart] | None:
+    """A message's ``content`` with Ollama's ``images`` (base64 strings, no ``data:`` prefix): OpenAI chat
+    ``image_url`` parts with base64 data URLs, the images before the text (as Ollama's vision templates put
+    them), so the chat path's checks and limits apply; ``text`` as is without images. A string that is not
+    base64 is a 400 naming ``where.k``."""
+    if not images:
+        return text
+    parts: list[ContentPart] = []
+    for k, image in enumerate(images):
+        if not isinstance(image, str) or not image:
+            raise InvalidRequest(f"{where}.{k} must be a non-empty base64 string", param=f"{where}.{k}")
+        try:
+            base64.b64decode(image, validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidRequest(f"{where}.{k} is not valid base64", param=f"{where}.{k}") from None
+        parts.append(ContentPart(type="image_url", image_url={"url": "data:image/*;base64," + image}))
+    return [*parts, ContentPart(type="text", text=text or "")]
 
 
 def _messages(messages: list[ot.OllamaMessage]) -> list[Message]:
     out: list[Message] = []
     calls_by_name: dict[str, list[str]] = {}  # tool name -> ids of its calls not answered yet
     for i, m in enumerate(messages):
-        _no_images(m.images, f"messages.{i}.images")
         if m.role == "assistant" and m.tool_calls:
             calls = []
             for j, call in enumerate(m.tool_calls):
@@ -181,7 +197,7 @@ def _messages(messages: list[ot.OllamaMessage]) -> list[Message]:
             call_id = m.tool_call_id or (pending.pop(0) if pending else None) or m.tool_name or f"call_{i}"
             out.append(Message(role="tool", content=m.content, tool_call_id=call_id, name=m.tool_name))
         elif m.role in ("system", "user", "assistant"):
-            out.append(Message(role=m.role, content=m.content,
+            out.append(Message(role=m.role, content=_with_images(m.content, m.images, f"messages.{i}.images"),
                                reasoning_content=m.thinking if m.role == "assistant" and m.thinking else None))
         else:
             raise InvalidRequest(f"messages.{i}.role must be system, user, assistant or tool, got {m.role!r}",
@@ -213,13 +229,15 @@ def generate_request(req: ot.OllamaGenerateRequest) -> tuple[ChatCompletionReque
                                                        int | None]:
     """``/api/generate`` -> (a chat request, or a completion request for ``raw`` / ``suffix``, options not
     applied, ``num_ctx``). Raises :class:`InvalidRequest`."""
-    _no_images(req.images, "images")
     if req.template:
         raise InvalidRequest("template is not supported: this server renders the model's own chat template (the "
                              "GGUF's Jinja template); send raw: true with a prompt you formatted instead",
                              param="template")
     fields, ignored, num_ctx = _common(req)
     if req.raw or req.suffix:
+        if req.images:
+            raise InvalidRequest("images with raw or suffix are not supported: send them without raw, so the "
+                                 "model's chat template places them", param="images")
         if req.format is not None:
             fields["response_format"] = _format(req.format)
         completion = CompletionRequest(
@@ -228,7 +246,7 @@ def generate_request(req: ot.OllamaGenerateRequest) -> tuple[ChatCompletionReque
         return completion, ignored, num_ctx
     enable, effort = _think(req.think)
     messages = ([Message(role="system", content=req.system)] if req.system else []) + \
-        [Message(role="user", content=req.prompt)]
+        [Message(role="user", content=_with_images(req.prompt, req.images, "images"))]
     chat = ChatCompletionRequest(
         model=req.model, messages=messages, stream=req.stream,
         stream_options=StreamOptions(include_usage=True) if req.stream else None,
