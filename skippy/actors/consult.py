@@ -40,18 +40,20 @@ import httpx
 import msgspec
 import trio
 
-from skippy.engine.errors import EngineError
+from skippy.engine.errors import EngineError, InvalidRequest
 from skippy.engine.hooks.consult import (
     MAX_PARALLEL,
     ConsultRules,
     PeerInfo,
     PeerStats,
     consultation_request,
+    describe_requests,
     hint_text,
     injection,
     is_url,
     peer_order,
     should_consult_start,
+    with_descriptions,
 )
 from skippy.engine.hooks.policy import NO_ACTION, Inject, NoAction, Outcome
 from skippy.engine.protocols.openai.types import ChatCompletionRequest
@@ -89,6 +91,8 @@ class Peer(Protocol):
 
     async def ask(self, request: ChatCompletionRequest) -> tuple[str | None, str | None]: ...
 
+    async def reads_images(self) -> bool: ...
+
 
 def _file_size(path: Any) -> int | None:
     try:
@@ -115,6 +119,10 @@ class LocalPeer:
             reply = await engine.chat(msgspec.structs.replace(request, model=self.model_id))
         return reply.choices[0].message.content, self.model_id
 
+    async def reads_images(self) -> bool:
+        """The model has a ``--mmproj`` projector (known from its settings, without loading it)."""
+        return self._models.model(self.model_id).config.mmproj is not None
+
 
 class RemotePeer:
     """An OpenAI-compatible server at ``base`` (``http://host:port`` or ``.../v1``) over ``client``.
@@ -136,6 +144,7 @@ class RemotePeer:
         self.size: int | None = None
         self._listed: str | None = None
         self._probed = False
+        self._vision: bool | None = None
 
     def info(self) -> PeerInfo:
         return PeerInfo(self.name, self.model, self.size, self.stats.mean_ms)
@@ -156,6 +165,21 @@ class RemotePeer:
                 size = meta.get("n_params") or meta.get("size")
                 if isinstance(size, int) and not isinstance(size, bool) and size > 0:
                     self.size = size
+
+    async def reads_images(self) -> bool:
+        """Whether the server says it reads images: ``GET {root}/props`` ``modalities.vision`` (skippy's and
+        llama-server's; read once, a later call after a failure asks again). A server without ``/props``
+        (vLLM, Ollama) is taken as text-only: it is not asked to describe images."""
+        if self._vision is None:
+            root = self.v1[:-len("/v1")]
+            try:
+                resp = await self._client.get(root + "/props")
+                resp.raise_for_status()
+                modalities = resp.json().get("modalities")
+            except (httpx.HTTPError, ValueError, AttributeError):
+                return False
+            self._vision = isinstance(modalities, dict) and modalities.get("vision") is True
+        return self._vision
 
     async def ask(self, request: ChatCompletionRequest) -> tuple[str | None, str | None]:
         """POST the request (``mesh_hooks`` false, not streamed; ``model`` the one ``/v1/models`` lists
@@ -269,6 +293,42 @@ class ConsultPolicy:
             return Inject(injection(winner["model"] or winner["peer"], hint), report=winner)
         first = next((f for p in chosen for f in failures if f["peer"] == p.name), failures[0])
         return NoAction(report=first)
+
+    async def describe_images(self, request: ChatCompletionRequest) -> ChatCompletionRequest:
+        """Media fallback (``before_chat``): ``request`` for a model that reads text only, with each message's
+        images replaced by ``[Image description: ...]`` before its text, as the first peer that reads images
+        (``--consult`` order) describes them (:func:`~skippy.engine.hooks.consult.describe_requests`, one
+        request per message, each within ``--consult-timeout``). Raises :class:`InvalidRequest` (400
+        ``media_not_supported``) naming ``--consult`` when no peer reads images or the peer fails."""
+        peer = None
+        for candidate in self.peers:
+            if await candidate.reads_images():
+                peer = candidate
+                break
+        if peer is None:
+            raise InvalidRequest("this model reads text only and no --consult peer reads images (a peer needs "
+                                 "a --mmproj projector) to describe them", param="messages", code="media_not_supported")
+        descriptions: dict[int, str] = {}
+        for i, question in describe_requests(request, self.rules):
+            t0 = trio.current_time()
+            error = None
+            content = None
+            try:
+                with trio.fail_after(self.rules.timeout):
+                    content, _ = await peer.ask(question)
+            except (Exception, trio.TooSlowError) as exc:
+                error = "timeout" if isinstance(exc, trio.TooSlowError) else _error_kind(exc)
+            ms = (trio.current_time() - t0) * 1000.0
+            hint = hint_text(content, self.rules.max_chars) if error is None else None
+            self._count(peer.name, "described" if hint else "error" if error else "empty", ms)
+            log.info("media fallback: %s described messages[%d]'s images in %.0f ms%s", peer.name, i, ms,
+                     f" (failed: {error})" if error else "" if hint else " (empty)")
+            if hint is None:
+                raise InvalidRequest(f"this model reads text only and the --consult peer {peer.name} could not "
+                                     f"describe the images of messages[{i}] ({error or 'empty answer'})",
+                                     param=f"messages[{i}]", code="media_not_supported")
+            descriptions[i] = hint
+        return with_descriptions(request, descriptions)
 
     def _count(self, peer: str, outcome: str, ms: float | None) -> None:
         if self.metrics is not None:

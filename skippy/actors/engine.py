@@ -41,6 +41,7 @@ import attrs
 import msgspec
 import trio
 
+from skippy.actors.consult import ConsultPolicy
 from skippy.actors.hooks import HookEvaluator
 from skippy.actors.metrics import EngineMetrics
 from skippy.actors.renderer import TemplateRenderer
@@ -51,6 +52,7 @@ from skippy.actors.trace import TRACE, reply_id
 from skippy.engine.chat.emulation import EarlyStop
 from skippy.engine.chat.formats import SYNTAXES, preserved_markers, preserved_pieces
 from skippy.engine.chat.formats.base import ContentParser
+from skippy.engine.chat.images import has_images
 from skippy.engine.chat.plan import ParsePlan
 from skippy.engine.chat.prepare import make_output_parser
 from skippy.engine.config import EngineConfig
@@ -100,6 +102,7 @@ from skippy.engine.protocols.openai.types import (
     EmbeddingRequest,
     Message,
     SamplingFields,
+    message_dicts,
 )
 from skippy.engine.runtime.base import Runtime
 from skippy.engine.runtime.media import MediaSpan
@@ -156,6 +159,8 @@ class Engine:
         #: what request preparation checks requests against (:mod:`skippy.engine.preparation`)
         self.limits = Limits.of(runtime.meta, config, self.min_tail)
         self.hooks = hooks
+        #: the ``--consult`` policy (its media fallback runs here, before rendering); set by ``open_engine``
+        self.consult: ConsultPolicy | None = None
         self._nursery = nursery
         self.metrics = EngineMetrics()
         self.metrics.attach(self)
@@ -524,6 +529,8 @@ class Engine:
                                 top_logprobs=req.top_logprobs if req.top_logprobs is not None else n_probs)
         hooks_on = self.hooks is not None and (req.mesh_hooks if req.mesh_hooks is not None
                                                else self.config.hooks_default_on)
+        if self.consult is not None and hooks_on and not self.meta.vision and has_images(message_dicts(req.messages)):
+            req = await self.consult.describe_images(req)  # media fallback: a peer that reads images describes them
         ctx = HookCtx(req, hooks_on, req.return_signals)
         pre = await self._before_chat(ctx) if hooks_on else None
         rendered = await self.renderer.render(req)

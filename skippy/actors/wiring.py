@@ -80,6 +80,7 @@ async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None,
             engine = Engine(config, runtime, tokenizer, renderer, scheduler, evaluator, nursery)
             if consult is not None:
                 consult.metrics = engine.metrics
+                engine.consult = consult
             if source is CHATML:
                 engine.template_stops = fallback_stops(runtime.vocab, meta.eog_ids)
             nursery.start_soon(tokenizer.run)

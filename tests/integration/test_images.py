@@ -171,3 +171,33 @@ def test_ollamas_images_reach_the_model_through_the_official_client(vision_serve
         "model": "smollm2:135m", "stream": False,
         "messages": [{"role": "user", "content": "x", "images": ["@@not base64@@"]}]})
     assert resp.status_code == 400 and "messages.0.images.0" in resp.json()["error"]
+
+
+def test_a_text_model_consults_a_peer_that_reads_images_media_fallback(vision_server: Server, tmp_path) -> None:
+    # the text-only server consults the vision server: it describes the image, the description is injected
+    with Server(["--parallel", "1", "--n-ctx", "1024", "--consult", vision_server.base_url, "--hooks-default-on"],
+                tmp_path / "text.log") as text:
+        r = httpx.post(text.base_url + "/v1/chat/completions", timeout=60, json={
+            "messages": messages(RED), "temperature": 0, "max_tokens": 8})
+        assert r.status_code == 200, r.text
+        assert r.json()["choices"][0]["message"]["content"]
+        peer_log = vision_server.log()
+        assert "POST /v1/chat/completions 200" in peer_log
+        assert "media fallback: " + vision_server.base_url in text.log()
+        prompt_tokens = r.json()["usage"]["prompt_tokens"]
+        plain = httpx.post(text.base_url + "/v1/chat/completions", timeout=60, json={
+            "messages": [{"role": "user", "content": "Describe the picture."}], "max_tokens": 1})
+        assert prompt_tokens > plain.json()["usage"]["prompt_tokens"]  # the description is in the prompt
+        # a request without hooks is not consulted: the text model's 400, naming both ways out
+        r = httpx.post(text.base_url + "/v1/chat/completions", timeout=60, json={
+            "messages": messages(RED), "max_tokens": 8, "mesh_hooks": False})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "media_not_supported"
+        assert "--consult" in r.json()["error"]["message"] and "--mmproj" in r.json()["error"]["message"]
+    # a peer that reads text only cannot describe: a 400 that names --consult
+    with Server(["--parallel", "1", "--n-ctx", "512"], tmp_path / "peer.log") as peer, \
+            Server(["--parallel", "1", "--n-ctx", "512", "--consult", peer.base_url, "--hooks-default-on"],
+                   tmp_path / "asker.log") as asker:
+        r = httpx.post(asker.base_url + "/v1/chat/completions", timeout=60, json={
+            "messages": messages(RED), "max_tokens": 8})
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["code"] == "media_not_supported" and "--consult" in r.json()["error"]["message"]

@@ -375,3 +375,27 @@ async def test_a_remote_peer_without_a_models_route_is_asked_without_a_model() -
         with pytest.raises(httpx.HTTPStatusError):
             await peer.ask(question)
     assert "model" not in bodies[0] and peer.info().size is None
+
+
+def test_media_fallback_asks_per_message_with_images_and_replaces_them_by_the_description() -> None:
+    import msgspec
+
+    from skippy.engine.hooks.consult import DESCRIBE_INSTRUCTION, describe_requests, with_descriptions
+
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,aGk="}}
+    req = msgspec.convert({"messages": [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "What colour?"}, image, image]},
+        {"role": "assistant", "content": "Red."},
+        {"role": "user", "content": [image]}]}, ChatCompletionRequest)
+    asks = describe_requests(req, RULES)
+    assert [i for i, _ in asks] == [1, 3]
+    first = msgspec.to_builtins(asks[0][1])
+    assert first["messages"][0] == {"role": "system", "content": DESCRIBE_INSTRUCTION}
+    assert first["messages"][1]["content"] == [image, image, {"type": "text", "text": "The user's text: What colour?"}]
+    assert first["mesh_hooks"] is False and first["max_tokens"] == RULES.max_tokens and not first.get("stream")
+    out = msgspec.to_builtins(with_descriptions(req, {1: "A red square.", 3: "A blue one."}))
+    assert out["messages"][1]["content"] == [{"type": "text", "text": "[Image description: A red square.]"},
+                                             {"type": "text", "text": "What colour?"}]
+    assert out["messages"][3]["content"] == [{"type": "text", "text": "[Image description: A blue one.]"}]
+    assert msgspec.to_builtins(req)["messages"][1]["content"][1] == image  # not mutated

@@ -90,7 +90,8 @@ def extract_images(messages: list[dict[str, Any]], *, vision: bool) -> tuple[lis
             where = f"messages[{i}].content[{j}]"
             if not vision:
                 raise InvalidRequest(f"{where}: this model reads text only (image input needs the model's "
-                                     "projector: skippy serve --mmproj FILE)", param=where,
+                                     "projector: skippy serve --mmproj FILE; or a --consult peer that reads "
+                                     "images describes them, for requests with hooks on)", param=where,
                                      code="media_not_supported")
             if len(images) == MAX_IMAGES:
                 raise InvalidRequest(f"{where}: more than {MAX_IMAGES} images in one request", param=where,

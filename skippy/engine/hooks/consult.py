@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import attrs
+import msgspec
 
-from skippy.engine.protocols.openai.types import ChatCompletionRequest, Message
+from skippy.engine.protocols.openai.types import ChatCompletionRequest, ContentPart, Message
 
 if TYPE_CHECKING:
     from skippy.engine.hooks.signals import PrefillSignals
@@ -257,3 +258,50 @@ def hint_text(answer: str | None, max_chars: int) -> str | None:
 def injection(model: str, hint: str) -> str:
     """The text injected into the asker's sequence: ``"\\n[Note from <model>: <hint>]\\n"``."""
     return f"\n[Note from {model}: {hint}]\n"
+
+
+# -- media fallback: a text-only model asks a peer that reads images ------------------------------------------
+
+#: What a peer that reads images is asked about each message holding images (the user's text follows).
+DESCRIBE_INSTRUCTION = ("Describe the image(s) concisely, in at most three sentences, keeping what helps "
+                        "answer the user's text; give only the description.")
+
+
+def _parts(content: Any) -> list[Any]:
+    return [p if isinstance(p, dict) else msgspec.to_builtins(p) for p in content] if isinstance(content, list) else []
+
+
+def _image_parts(content: Any) -> list[dict[str, Any]]:
+    return [p for p in _parts(content) if isinstance(p, dict) and p.get("type") == "image_url"]
+
+
+def describe_requests(request: Any, rules: ConsultRules) -> list[tuple[int, ChatCompletionRequest]]:
+    """For each message of the chat ``request`` holding ``image_url`` parts: ``(its index, the request that
+    asks a peer to describe them)``: :data:`DESCRIBE_INSTRUCTION` as the system message, then one user
+    message with the images and the message's own text (what the description should serve); temperature
+    :data:`CONSULT_TEMPERATURE`, ``rules.max_tokens``, ``mesh_hooks`` false (the recursion guard)."""
+    out = []
+    for i, message in enumerate(getattr(request, "messages", None) or []):
+        images = _image_parts(message.content)
+        if not images:
+            continue
+        text = _text(_parts(message.content)).strip() or "(no text: describe what is shown)"
+        parts = [ContentPart(type="image_url", image_url=p.get("image_url")) for p in images]
+        parts.append(ContentPart(type="text", text=f"The user's text: {text}"))
+        out.append((i, ChatCompletionRequest(
+            messages=[Message("system", DESCRIBE_INSTRUCTION), Message("user", parts)],
+            temperature=CONSULT_TEMPERATURE, max_tokens=rules.max_tokens, mesh_hooks=False, stream=False)))
+    return out
+
+
+def with_descriptions(request: Any, descriptions: dict[int, str]) -> Any:
+    """``request`` with the image parts of message ``i`` replaced by one text part ``[Image description:
+    ...]`` before the message's text, for each ``i`` in ``descriptions`` (``msgspec.structs.replace``: the
+    request is not mutated)."""
+    messages = list(request.messages)
+    for i, description in descriptions.items():
+        rest = [p for p in _parts(messages[i].content) if p.get("type") != "image_url"]
+        parts = [ContentPart(type="text", text=f"[Image description: {description}]"),
+                 *(ContentPart(type=str(p.get("type")), text=p.get("text")) for p in rest)]
+        messages[i] = msgspec.structs.replace(messages[i], content=parts)
+    return msgspec.structs.replace(request, messages=messages)
