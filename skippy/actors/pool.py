@@ -232,7 +232,8 @@ class ModelPool:
         """Where a ``model: "auto"`` request with ``traits`` goes (:func:`~skippy.engine.routing.choose_model`):
         the models whose load has not failed, each loaded or not and with its capabilities once known."""
         slots = [self._slots[i] for i in self._order if self.residency[i].state != FAILED]
-        candidates = [Candidate(s.model.id, loaded=s.engine is not None, caps=s.caps) for s in slots]
+        candidates = [Candidate(s.model.id, loaded=s.engine is not None, caps=s.caps,
+                                vision=s.model.config.mmproj is not None) for s in slots]
         return choose_model(traits, candidates, self.default)
 
     def match(self, name: str) -> str:

@@ -107,7 +107,8 @@ def _serve_options(fn: F) -> F:
              type=click.Path(exists=True, file_okay=False, path_type=str),
              help="Also serve every *.gguf file of this directory (repeatable; ':'-separated in the environment "
                   "variable), each under its file name without .gguf, as llama-server's --models-dir; without "
-                  "--model, the first of them is the default."),
+                  "--model, the first of them is the default. A NAME.mmproj.gguf beside NAME.gguf is NAME's image "
+                  "projector (--mmproj), not a model."),
         _opt("--max-loaded", default=4, type=click.IntRange(0),
              help="Most models loaded at a time when several are served; loading one more first unloads the "
                   "least recently used, once its running requests end (llama-server's --models-max; 0: no "
@@ -307,10 +308,18 @@ def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], m
         path = ensure_model(name)
         spec = lookup(name)
         models.append((path, spec.name if spec else path.stem))
+    projectors: dict[Path, str] = {}  # a model file -> the NAME.mmproj.gguf beside it in its --models-dir
     for directory in models_dirs:
         files = sorted((p for p in Path(directory).expanduser().iterdir()
                         if p.suffix.lower() == ".gguf" and p.is_file()), key=lambda p: p.name.casefold())
-        models += [(p, p.stem) for p in files]  # not checked here: one that cannot load answers 503
+        for p in files:
+            if p.name.lower().endswith(".mmproj.gguf"):
+                continue
+            projector = p.with_name(p.stem + ".mmproj.gguf")
+            if projector.is_file():
+                projectors[p.resolve()] = str(projector)
+        models += [(p, p.stem) for p in files  # not checked here: one that cannot load answers 503
+                   if not p.name.lower().endswith(".mmproj.gguf")]
     if not models:
         raise ModelError(f"no .gguf file in --models-dir {', '.join(models_dirs)}")
     seen: set[Path] = set()  # a file named twice (-m x -m x, or -m and --models-dir) is served once
@@ -324,10 +333,11 @@ def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], m
     if len(set(ids)) != len(ids):
         twice = sorted({i for _, i in models if ids.count(i.casefold()) > 1})
         raise ModelError(f"two models would be served as {', '.join(twice)}; give each model once")
-    mmproj = engine_options.pop("mmproj")  # the projector of the first model (a projector per model: not yet)
+    mmproj = engine_options.pop("mmproj")  # --mmproj: the first model's; NAME.mmproj.gguf: NAME's
     configs = [EngineConfig(model=str(path), model_name=model_id, chat_template=chat_template,
                             chat_template_kwargs=chat_template_kwargs, model_alias=alias if i == 0 else (),
-                            mmproj=mmproj if i == 0 else None, verbose=log_level == "debug", **engine_options)
+                            mmproj=mmproj if i == 0 and mmproj else projectors.get(path.resolve()),
+                            verbose=log_level == "debug", **engine_options)
                for i, (path, model_id) in enumerate(models)]
     if any(c.consult for c in configs):  # a --consult peer must be a served model (not the only one) or a URL
         from skippy.actors.pool import model_names

@@ -483,7 +483,8 @@ class EngineConfig:
     mmproj: str | None = setting(None, check=IsText(), converter=_fspath, metavar="FILE", show_default=False,
                                  help="Multimodal projector GGUF of the model (llama-server's --mmproj): requests may "
                                       "then send images (OpenAI image_url parts with base64 data URLs), read by "
-                                      "llama.cpp's libmtmd. With several models: the first one's.")
+                                      "llama.cpp's libmtmd. With several models: the first one's (--models-dir takes "
+                                      "NAME.mmproj.gguf beside NAME.gguf as NAME's).")
     mmproj_offload: bool = setting(True, check=IsBool(),
                                    help="Run the --mmproj projector on the GPU when there is one (llama-server's "
                                         "--mmproj-offload / --no-mmproj-offload).")

@@ -12,8 +12,8 @@ mesh-llm's virtual LLM has an ``auto`` model; so does this server. A request who
 
 The rules, in order (the first that picks a model wins; :attr:`Route.rule` names it):
 
-1. ``images``: the request has image parts -> a model with image input (loaded with a ``--mmproj``
-   projector: :attr:`ModelCapabilities.image_input`); with none, the rule falls through.
+1. ``images``: the request has image parts -> a model with image input (a ``--mmproj`` projector in
+   its settings, :attr:`Candidate.vision`, known before it loads); with none, the rule falls through.
 2. ``tools``: the request has ``tools`` -> a model whose chat template calls tools natively
    (:attr:`~skippy.engine.chat.capabilities.TemplateCaps.supports_tools`; the others emulate tool
    calls). Loaded models are preferred: a loaded one with native tools first, else one known to
@@ -72,6 +72,8 @@ class Candidate:
     id: str
     loaded: bool = False
     caps: ModelCapabilities | None = None
+    #: it reads images by its settings (a ``--mmproj`` projector), known before it ever loaded
+    vision: bool = False
 
 
 @attrs.frozen
@@ -108,7 +110,7 @@ def choose_model(traits: RequestTraits, candidates: Sequence[Candidate], default
     ordered = sorted(candidates, key=lambda c: not c.loaded)  # stable: loaded first, then configured order
     if traits.has_images:
         for c in ordered:
-            if c.caps is not None and c.caps.image_input:
+            if c.vision or (c.caps is not None and c.caps.image_input):
                 return Route(c.id, "images")
     if traits.has_tools:
         for c in ordered:

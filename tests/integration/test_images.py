@@ -9,6 +9,8 @@ server keeps serving.
 from __future__ import annotations
 
 import base64
+import os
+import shutil
 
 import httpx
 import numpy as np
@@ -55,8 +57,10 @@ def first_top(base_url: str, msgs: list[dict], **extra) -> tuple[list[tuple[str,
     return [(t["token"], t["logprob"]) for t in top], body["usage"]
 
 
-def test_props_report_vision(vision_server: Server) -> None:
+def test_props_and_models_report_vision(vision_server: Server) -> None:
     assert httpx.get(vision_server.base_url + "/props").json()["modalities"] == {"vision": True, "audio": False}
+    [model] = httpx.get(vision_server.base_url + "/v1/models").json()["data"]
+    assert model["architecture"] == {"input_modalities": ["text", "image"], "output_modalities": ["text"]}
 
 
 def test_the_first_token_equals_libmtmd_driven_directly_and_the_image_matters(vision_server: Server,
@@ -201,3 +205,25 @@ def test_a_text_model_consults_a_peer_that_reads_images_media_fallback(vision_se
             "messages": messages(RED), "max_tokens": 8})
         assert r.status_code == 400, r.text
         assert r.json()["error"]["code"] == "media_not_supported" and "--consult" in r.json()["error"]["message"]
+
+
+def test_models_dir_projectors_and_auto_routing_of_images(mmproj, tmp_path) -> None:
+    models = tmp_path / "models"
+    models.mkdir()
+    default = ensure_model(DEFAULT_MODEL)
+    for name in ("plain.gguf", "smol.gguf"):  # two files (a file named twice is served once): hard links
+        try:
+            os.link(default, models / name)
+        except OSError:
+            shutil.copyfile(default, models / name)
+    (models / "smol.mmproj.gguf").symlink_to(mmproj)
+    with Server(["--models-dir", str(models), "--parallel", "1", "--n-ctx", "1024"], tmp_path / "server.log") as srv:
+        listed = {m["id"]: m.get("architecture") for m in httpx.get(srv.base_url + "/v1/models").json()["data"]}
+        assert listed["smol"]["input_modalities"] == ["text", "image"]
+        assert listed["plain"]["input_modalities"] == ["text"] and "smol.mmproj" not in listed
+        r = httpx.post(srv.base_url + "/v1/chat/completions", timeout=120, json={
+            "model": "auto", "messages": messages(RED), "max_tokens": 2})
+        assert r.status_code == 200 and r.json()["model"] == "smol", r.text  # images: the model that reads them
+        r = httpx.post(srv.base_url + "/v1/chat/completions", timeout=120, json={
+            "model": "plain", "messages": messages(RED), "max_tokens": 2})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "media_not_supported"

@@ -461,6 +461,23 @@ def test_several_models_reach_the_server(serve_recorder: list, tmp_path: Path) -
     assert serve_recorder.pool.pop() == {"more_models": [], "max_loaded": 4, "keep_alive": -1.0}
 
 
+def test_a_projector_beside_a_model_in_models_dir_is_its_mmproj_not_a_model(serve_recorder: list,
+                                                                          tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    models.mkdir()
+    for name in ("eye.gguf", "eye.mmproj.gguf", "text.gguf", "orphan.mmproj.gguf"):
+        (models / name).write_bytes(b"GGUF")
+    result = CliRunner().invoke(main, ["serve", "--models-dir", str(models)], env={})
+    assert result.exit_code == 0, result.output
+    config, pool = serve_recorder.pop()[0], serve_recorder.pool.pop()
+    served = [config, *pool["more_models"]]
+    assert [(c.model_name, c.mmproj) for c in served] == [("eye", str(models / "eye.mmproj.gguf")), ("text", None)]
+    # --mmproj is the first model's, and wins over a projector beside it
+    result = CliRunner().invoke(main, ["serve", "--models-dir", str(models), "--mmproj", "/p/x.gguf"], env={})
+    config, pool = serve_recorder.pop()[0], serve_recorder.pool.pop()
+    assert config.mmproj == "/p/x.gguf" and pool["more_models"][0].mmproj is None
+
+
 def test_the_model_environment_variable_is_one_path(serve_recorder: list) -> None:
     result = CliRunner().invoke(main, ["serve"], env={"SKIPPY_MODEL": "/models/with space.gguf"})
     assert result.exit_code == 0, result.output

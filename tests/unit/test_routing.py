@@ -100,3 +100,12 @@ def test_chat_traits_from_message_dicts() -> None:
         assert chat_traits([{"role": "user", "content": [{"type": kind}]}], None).has_images
     assert chat_traits([{"role": "user", "content": "look at image_url"}], None) == PLAIN
     assert chat_traits([{"role": "assistant", "content": None}], [{"type": "function"}]) == TOOLS
+
+
+def test_images_go_to_a_model_with_a_projector_even_before_it_loaded() -> None:
+    from skippy.engine.routing import Candidate, RequestTraits, choose_model
+
+    candidates = [Candidate("text", loaded=True), Candidate("eye", vision=True)]
+    route = choose_model(RequestTraits(has_images=True), candidates, "text")
+    assert (route.model, route.rule) == ("eye", "images")
+    assert choose_model(RequestTraits(has_images=True), candidates[:1], "text").rule == "default"

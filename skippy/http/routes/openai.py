@@ -62,10 +62,15 @@ async def embeddings() -> Response:
     return json_response(result)
 
 
+def _architecture(vision: bool) -> openai_wire.ModelArchitecture:
+    return openai_wire.ModelArchitecture(input_modalities=["text", "image"] if vision else ["text"])
+
+
 def _model(eng: Any, name: str) -> openai_wire.Model:
     meta = eng.meta
     return openai_wire.Model(id=name, created=eng.created, meta=openai_wire.ModelDetails(
-        n_ctx=meta.n_ctx_seq, n_ctx_train=meta.n_ctx_train, n_vocab=meta.n_vocab, parallel=meta.n_seq_max))
+        n_ctx=meta.n_ctx_seq, n_ctx_train=meta.n_ctx_train, n_vocab=meta.n_vocab, parallel=meta.n_seq_max),
+        architecture=_architecture(meta.vision))
 
 
 def _pool_model(pool: Any, model_id: str, name: str) -> openai_wire.Model:
@@ -73,7 +78,9 @@ def _pool_model(pool: Any, model_id: str, name: str) -> openai_wire.Model:
     ``meta`` while it is loaded."""
     state = pool.state(model_id)
     eng = pool.engine(model_id)
-    entry = _model(eng, name) if eng is not None else openai_wire.Model(id=name, created=pool.created(model_id))
+    vision = pool.model(model_id).config.mmproj is not None  # known from the settings, loaded or not
+    entry = _model(eng, name) if eng is not None else openai_wire.Model(
+        id=name, created=pool.created(model_id), architecture=_architecture(vision))
     error = pool.error(model_id)
     entry.state = state
     entry.status = openai_wire.ModelStatus(value="unloaded" if state == "failed" else state,

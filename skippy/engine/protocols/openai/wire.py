@@ -417,9 +417,18 @@ class ModelStatus(WireStruct, kw_only=True):
     error: str | UnsetType = UNSET
 
 
+class ModelArchitecture(WireStruct, kw_only=True):
+    """llama-server router mode's ``architecture`` of a model: what it reads (``text``, and ``image`` with a
+    ``--mmproj`` projector) and writes."""
+
+    input_modalities: list[str]
+    output_modalities: list[str] = msgspec.field(default_factory=lambda: ["text"])
+
+
 class Model(WireStruct, kw_only=True):
     """OpenAI model object; with several models served, also ``state`` (``loaded``, ``loading``, ``unloaded``,
-    ``failed``) and llama-server router mode's ``status``; ``meta`` only while the model is loaded."""
+    ``failed``) and llama-server router mode's ``status``; ``meta`` only while the model is loaded;
+    ``architecture`` (llama-server's) says whether it reads images."""
 
     id: str
     object: Literal["model"] = "model"
@@ -428,6 +437,7 @@ class Model(WireStruct, kw_only=True):
     meta: ModelDetails | UnsetType = UNSET
     state: Literal["loaded", "loading", "unloaded", "failed"] | UnsetType = UNSET
     status: ModelStatus | UnsetType = UNSET
+    architecture: ModelArchitecture | UnsetType = UNSET
 
 
 class ModelList(WireStruct, kw_only=True):
