@@ -52,7 +52,7 @@ from skippy.actors.trace import TRACE, reply_id
 from skippy.engine.chat.emulation import EarlyStop
 from skippy.engine.chat.formats import SYNTAXES, preserved_markers, preserved_pieces
 from skippy.engine.chat.formats.base import ContentParser
-from skippy.engine.chat.images import has_images
+from skippy.engine.chat.images import decode_data_url, has_images
 from skippy.engine.chat.plan import ParsePlan
 from skippy.engine.chat.prepare import make_output_parser
 from skippy.engine.config import EngineConfig
@@ -93,7 +93,7 @@ from skippy.engine.protocols.llama_server.translate import (
     generation_settings,
     slot_views,
 )
-from skippy.engine.protocols.llama_server.types import InfillRequest, NativeCompletionRequest
+from skippy.engine.protocols.llama_server.types import InfillRequest, MultimodalPrompt, NativeCompletionRequest
 from skippy.engine.protocols.openai import wire as openai_wire
 from skippy.engine.protocols.openai.translate import Choices, embedding_list
 from skippy.engine.protocols.openai.types import (
@@ -105,7 +105,7 @@ from skippy.engine.protocols.openai.types import (
     message_dicts,
 )
 from skippy.engine.runtime.base import Runtime
-from skippy.engine.runtime.media import MediaSpan
+from skippy.engine.runtime.media import MediaPrompt, MediaSpan
 from skippy.engine.sampling.constraints import RequestConstraint, constraint_from_request
 from skippy.engine.sampling.native import apply_samplers, native_logit_bias, resolve_logit_bias, sampler_names
 from skippy.engine.sampling.params import SamplingParams
@@ -373,8 +373,12 @@ class Engine:
         stops = stop_strings(req.stop)
         samplers = [n for n in sampler_names(req.samplers) if n in DEFAULT_SAMPLERS] if req.samplers else \
             DEFAULT_SAMPLERS
-        prompts = []
+        prompts: list[tuple[list[int], tuple[MediaSpan, ...], str | None]] = []
         for parts in req.prompts():
+            if isinstance(parts, MultimodalPrompt):  # a prompt object: its images fill its media markers
+                with_media = await self._native_media(parts)
+                prompts.append((with_media.tokens, with_media.spans, parts.prompt_string))
+                continue
             tokens: list[int] = []
             for i, part in enumerate(parts):
                 if isinstance(part, str):
@@ -386,21 +390,21 @@ class Engine:
                                          param="prompt")
             if not tokens:
                 raise InvalidRequest("prompt is empty", param="prompt")
-            prompts.append(tokens)
+            prompts.append((tokens, (), None))
         limit = None if n_predict < 0 else n_predict
         gens, replies = [], []
         options = GenerationOptions(stops=stops, include_stop=req.include_stop_str_in_output,
                                     cache_prompt=req.cache_prompt, speculative=speculative(req, self.limits),
                                     arrival=arrival)
-        for index, tokens in enumerate(prompts):
+        for index, (tokens, media, text) in enumerate(prompts):
             max_tokens = self._max_tokens(msgspec.structs.replace(sreq, max_tokens=limit, max_completion_tokens=None),
                                           len(tokens))
             gen = Generation(next(self._rids), tokens, params, max_tokens, piece=self.runtime.vocab.piece,
-                             parser=ContentParser(), options=options)
+                             parser=ContentParser(), options=attrs.evolve(options, media=media) if media else options)
             settings = generation_settings(params, n_predict=n_predict, stop=stops, stream=req.stream,
                                            n_probs=n_probs, samplers=samplers,
                                            timings_per_token=req.timings_per_token, ignore_eos=req.ignore_eos)
-            prompt_text = await self.tokenizer.detokenize(tokens)
+            prompt_text = text if text is not None else await self.tokenizer.detokenize(tokens)
             rid = gen.rid
             gens.append(gen)
             replies.append(NativeReply(self.reply_model(req.model), gen, prompt_text=prompt_text, settings=settings,
@@ -408,6 +412,23 @@ class Engine:
                                        timings_per_token=req.timings_per_token, return_progress=req.return_progress,
                                        slot_info=functools.partial(self.scheduler.seq_info, rid)))
         return replies, self._submit(gens, None)
+
+    async def _native_media(self, prompt: MultimodalPrompt) -> MediaPrompt:
+        """A llama-server prompt object: its text with media markers and its ``multimodal_data`` (base64) read
+        by libmtmd (:meth:`Tokenizer.tokenize_media`). Raises :class:`InvalidRequest` (400, ``prompt``) for
+        data that is not base64, data on a model without a projector (``media_not_supported``), or markers
+        that do not match the data."""
+        images = []
+        for k, data in enumerate(prompt.multimodal_data):
+            where = f"prompt.multimodal_data[{k}]"
+            if not self.meta.vision:
+                raise InvalidRequest(f"{where}: this model reads text only (image input needs the model's "
+                                     "projector: skippy serve --mmproj FILE)", param=where, code="media_not_supported")
+            images.append(decode_data_url(f"data:application/octet-stream;base64,{data}", where))
+        if not images:
+            return MediaPrompt(await self.tokenizer.tokenize(prompt.prompt_string, add_special=True,
+                                                             parse_special=True), ())
+        return await self.tokenizer.tokenize_media(prompt.prompt_string, tuple(images), "prompt")
 
     async def _native_logit_bias(self, req: NativeCompletionRequest) -> tuple[tuple[int, float], ...]:
         """llama-server's ``logit_bias`` forms as ``(token id, bias)`` pairs: a text's tokens (tokenized as

@@ -50,6 +50,7 @@ class CheckConstraint:
 class TokenizeMedia:
     text: str
     images: tuple[bytes, ...]
+    param: str
     reply: trio.MemorySendChannel[Any]
 
 
@@ -77,7 +78,7 @@ class Tokenizer(ThreadActor[Tokenize | TokenizeMedia | Detokenize | CheckGrammar
             case Tokenize():
                 return self._tokenize(msg.text, msg.add_special, msg.parse_special)
             case TokenizeMedia():
-                return self._tokenize_media(msg.text, msg.images)
+                return self._tokenize_media(msg.text, msg.images, msg.param)
             case Detokenize():
                 return self.vocab.detokenize(msg.tokens)
             case _:
@@ -98,29 +99,28 @@ class Tokenizer(ThreadActor[Tokenize | TokenizeMedia | Detokenize | CheckGrammar
             return self._tokenize(text, add_special, parse_special)
         return await self.ask(lambda r: Tokenize(text, add_special, parse_special, r))
 
-    def _tokenize_media(self, text: str, images: tuple[bytes, ...]) -> MediaPrompt:
+    def _tokenize_media(self, text: str, images: tuple[bytes, ...], param: str) -> MediaPrompt:
         if self.media is None:  # the renderer refused image parts already
             raise InvalidRequest("this model reads text only", code="media_not_supported")
         pieces = text.split(MARKER)
         if len(pieces) != len(images) + 1:
             raise InvalidRequest(f"the prompt holds {len(pieces) - 1} media markers ({MARKER}) for {len(images)} "
-                                 f"images: the text must not contain {MARKER}", param="messages")
+                                 f"images: the text must not contain {MARKER}", param=param)
         texts = [self._tokenize(p, i == 0, True) for i, p in enumerate(pieces)]
         try:
             prompt = tokenize_with_images(self.media, texts, images)
         except ValueError as exc:
-            raise InvalidRequest(f"an image could not be read: {exc}", param="messages",
-                                 code="invalid_image") from None
+            raise InvalidRequest(f"an image could not be read: {exc}", param=param, code="invalid_image") from None
         if prompt.spans and prompt.spans[-1].end == len(prompt.tokens):
-            raise InvalidRequest("a prompt cannot end with an image", param="messages")
+            raise InvalidRequest("a prompt cannot end with an image", param=param)
         return prompt
 
-    async def tokenize_media(self, text: str, images: tuple[bytes, ...]) -> MediaPrompt:
+    async def tokenize_media(self, text: str, images: tuple[bytes, ...], param: str = "messages") -> MediaPrompt:
         """A rendered prompt with media markers and its images -> token ids with each image's placeholder ids
         and spans (:func:`~skippy.engine.runtime.media.tokenize_with_images`), in a worker thread (libmtmd
         decodes and resizes the images there). Raises :class:`InvalidRequest` for an image libmtmd cannot
-        read or a marker count that differs from the images'."""
-        return await self.ask(lambda r: TokenizeMedia(text, tuple(images), r))
+        read or a marker count that differs from the images' (naming ``param``, the request's field)."""
+        return await self.ask(lambda r: TokenizeMedia(text, tuple(images), param, r))
 
     async def check_grammar(self, gbnf: str, lazy_patterns: tuple[str, ...] = ()) -> bool:
         """True when llama.cpp parses the GBNF ``gbnf`` (checked against the vocabulary)."""

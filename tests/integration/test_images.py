@@ -140,6 +140,9 @@ def test_a_server_without_mmproj_refuses_images_naming_the_flag(tmp_path) -> Non
         err = r.json()["error"]
         assert err["code"] == "media_not_supported" and "--mmproj" in err["message"]
         assert err["param"] == "messages[0].content[1]"
+        r = httpx.post(srv.base_url + "/completion", timeout=60, json={"prompt": {
+            "prompt_string": "<__media__> What is it?", "multimodal_data": [base64.b64encode(RED).decode()]}})
+        assert r.status_code == 400 and "--mmproj" in r.json()["error"]["message"]
 
 
 def test_a_projector_that_is_no_gguf_stops_the_start(tmp_path) -> None:
@@ -227,3 +230,25 @@ def test_models_dir_projectors_and_auto_routing_of_images(mmproj, tmp_path) -> N
         r = httpx.post(srv.base_url + "/v1/chat/completions", timeout=120, json={
             "model": "plain", "messages": messages(RED), "max_tokens": 2})
         assert r.status_code == 400 and r.json()["error"]["code"] == "media_not_supported"
+
+
+def test_llama_server_completion_takes_multimodal_data(vision_server: Server, mmproj) -> None:
+    msgs = messages(RED)
+    prompt = httpx.post(vision_server.base_url + "/apply-template", json={"messages": msgs}).json()["prompt"]
+    body = {"prompt": {"prompt_string": prompt, "multimodal_data": [base64.b64encode(RED).decode()]},
+            "n_predict": 6, "temperature": 0, "cache_prompt": False}
+    native = httpx.post(vision_server.base_url + "/completion", json=body, timeout=60).json()
+    chat = httpx.post(vision_server.base_url + "/v1/chat/completions", timeout=60, json={
+        "messages": msgs, "temperature": 0, "max_tokens": 6}).json()
+    assert native["content"] == chat["choices"][0]["message"]["content"]
+    assert native["prompt"] == prompt and native["tokens_evaluated"] == chat["usage"]["prompt_tokens"]
+    # several prompts: an object with media beside a plain string
+    both = httpx.post(vision_server.base_url + "/completion", timeout=60, json={
+        **body, "prompt": [body["prompt"], "The sky is"]}).json()
+    assert [r["index"] for r in both] == [0, 1] and both[0]["content"] == native["content"]
+    bad = httpx.post(vision_server.base_url + "/completion", timeout=60, json={
+        **body, "prompt": {"prompt_string": prompt, "multimodal_data": ["@@"]}})
+    assert bad.status_code == 400 and "multimodal_data[0]" in bad.json()["error"]["message"]
+    two = httpx.post(vision_server.base_url + "/completion", timeout=60, json={
+        **body, "prompt": {"prompt_string": prompt, "multimodal_data": [body["prompt"]["multimodal_data"][0]] * 2}})
+    assert two.status_code == 400 and "media markers" in two.json()["error"]["message"]

@@ -468,6 +468,47 @@ def test_a_consultation_shows_in_the_timeline_with_its_peer(browser: Any, consul
     assert not web.errors, web.errors
 
 
+# -- images (a --mmproj server) --------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def vision_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    from tests.tiny_models import ensure_tiny_mmproj
+
+    mmproj = ensure_tiny_mmproj(tmp_path_factory.mktemp("webui-mmproj"))
+    with Server(["--mmproj", str(mmproj), "--parallel", "2", "--n-ctx", "1024"],
+                tmp_path_factory.mktemp("webui-vision") / "server.log") as srv:
+        yield srv
+
+
+def test_an_attached_image_is_sent_as_an_image_url_part_and_shown(browser: Any, vision_server: Server,
+                                                                  tmp_path: Any) -> None:
+    from tests.images import png_bytes, solid
+
+    picture = tmp_path / "red.png"
+    picture.write_bytes(png_bytes(40, 30, solid((255, 0, 0))))
+    web = Page(browser, vision_server.base_url)
+    try:
+        page = web.open()
+        web.settings(system=nonce_system(), max_tokens=8)
+        page.set_input_files("#attach-file", str(picture))
+        page.wait_for_selector("#attachments img.thumb")
+        web.send("Describe the picture.")
+        web.wait_done()
+        [body] = web.chat_bodies
+        user = body["messages"][-1]
+        assert user["content"][0]["type"] == "image_url"
+        assert user["content"][0]["image_url"]["url"].startswith("data:image/png;base64,")
+        assert user["content"][1] == {"type": "text", "text": "Describe the picture."}
+        assert page.locator("article.msg.user img.thumb").count() == 1
+        assert page.locator("#attachments img").count() == 0  # sent: the strip is empty again
+        reply = web.stored()[0]["messages"][-1]
+        expected = api_chat(vision_server.base_url, body)["choices"][0]
+        assert reply["content"] == expected["message"]["content"]
+    finally:
+        web.close()
+    assert not web.errors, web.errors
+
+
 # -- a server with an API key --------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -328,7 +328,13 @@ function messageNode(conv, msg, index) {
 function fillMessage(node, conv, msg, index) {
   node.replaceChildren();
   if (msg.role === "user") {
-    node.append(el("div", { class: "bubble", text: msg.content }));
+    const bubble = el("div", { class: "bubble", text: msg.content });
+    if (msg.images?.length) {
+      const strip = el("div", { class: "msg-images" });
+      for (const url of msg.images) strip.append(el("img", { src: url, alt: "attached image", class: "thumb" }));
+      bubble.prepend(strip);
+    }
+    node.append(bubble);
     return;
   }
   const head = el("div", { class: "meta" }, el("span", { class: "who", text: "assistant" }));
@@ -615,7 +621,10 @@ function requestBody(conv, afterUser) {
   if (conv.system.trim()) messages.push({ role: "system", content: conv.system });
   for (const m of conv.messages) {
     if (m.pending) continue;
-    if (m.role === "user") messages.push({ role: "user", content: m.content });
+    if (m.role === "user") {
+      const images = (m.images || []).map((url) => ({ type: "image_url", image_url: { url } }));
+      messages.push({ role: "user", content: images.length ? [...images, { type: "text", text: m.content }] : m.content });
+    }
     else if (m.role === "tool") messages.push({ role: "tool", tool_call_id: m.tool_call_id, content: m.content });
     else if (m.role === "assistant") {
       if (!m.content && !m.tool_calls?.length) continue; // an error or a reply stopped before its first token
@@ -697,11 +706,39 @@ async function generate(conv, afterUser) {
   }
 }
 
+// -- attached images: data URLs sent as OpenAI image_url parts (the server needs --mmproj) ----------------
+
+let attached = [];
+
+function renderAttachments() {
+  const box = $("attachments");
+  box.replaceChildren();
+  box.hidden = !attached.length;
+  attached.forEach((url, i) => {
+    const remove = el("button", { type: "button", class: "remove", text: "×", "aria-label": "Remove the image" });
+    remove.addEventListener("click", () => { attached.splice(i, 1); renderAttachments(); });
+    box.append(el("span", { class: "attachment" }, el("img", { src: url, alt: "image to send", class: "thumb" }),
+      remove));
+  });
+}
+
+function attachFiles(files) {
+  for (const file of files) {
+    if (!file.type.startsWith("image/")) continue;
+    const reader = new FileReader();
+    reader.addEventListener("load", () => { attached.push(reader.result); renderAttachments(); });
+    reader.readAsDataURL(file);
+  }
+}
+
 function send(text) {
   if (busy) return;
   let conv = current();
   if (!conv) conv = newConversation();
-  conv.messages.push({ role: "user", content: text });
+  const images = attached;
+  attached = [];
+  renderAttachments();
+  conv.messages.push(images.length ? { role: "user", content: text, images } : { role: "user", content: text });
   if (conv.title === "New chat") conv.title = text.replace(/\s+/g, " ").trim().slice(0, 48) || "New chat";
   saveConversations();
   renderConversations();
@@ -849,7 +886,7 @@ function bind() {
   $("composer").addEventListener("submit", (ev) => {
     ev.preventDefault();
     const text = $("input").value;
-    if (!text.trim() || busy) return;
+    if ((!text.trim() && !attached.length) || busy) return;
     $("input").value = "";
     send(text);
   });
@@ -857,6 +894,15 @@ function bind() {
     if (ev.key === "Enter" && !ev.shiftKey && !ev.isComposing) {
       ev.preventDefault();
       $("composer").requestSubmit();
+    }
+  });
+  $("attach").addEventListener("click", () => $("attach-file").click());
+  $("attach-file").addEventListener("change", (ev) => { attachFiles(ev.target.files); ev.target.value = ""; });
+  $("input").addEventListener("paste", (ev) => {
+    const files = [...(ev.clipboardData?.files || [])].filter((f) => f.type.startsWith("image/"));
+    if (files.length) {
+      ev.preventDefault();
+      attachFiles(files);
     }
   });
   $("stop").addEventListener("click", () => busy?.controller.abort());

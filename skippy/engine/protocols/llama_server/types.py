@@ -47,6 +47,14 @@ PromptPart = int | str
 NativeLogitBias = dict[str, float | bool] | list[list[int | float | str | bool]]
 
 
+class MultimodalPrompt(msgspec.Struct, kw_only=True):
+    """llama-server's prompt object with media: ``prompt_string`` holds one media marker (``<__media__>``)
+    per entry of ``multimodal_data`` (base64 file bytes, images here), which fill them in order."""
+
+    prompt_string: str
+    multimodal_data: list[str] = msgspec.field(default_factory=list)
+
+
 class NativeCompletionRequest(SamplingFields, kw_only=True):
     """llama-server's native ``POST /completion`` (and ``/completions`` without ``/v1``) body.
 
@@ -64,7 +72,7 @@ class NativeCompletionRequest(SamplingFields, kw_only=True):
     object, token ids or texts, ``false`` bans), not only OpenAI's ``{"id": bias}``.
     """
 
-    prompt: str | list[PromptPart | list[PromptPart]]
+    prompt: str | MultimodalPrompt | list[PromptPart | list[PromptPart] | MultimodalPrompt]
     logit_bias: NativeLogitBias | None = None  # type: ignore[assignment]
     n_predict: int | None = None
     id_slot: int = -1
@@ -73,20 +81,23 @@ class NativeCompletionRequest(SamplingFields, kw_only=True):
     timings_per_token: bool = False
     return_progress: bool = False
 
-    def prompts(self) -> list[list[PromptPart]]:
+    def prompts(self) -> list[list[PromptPart] | MultimodalPrompt]:
         """The prompts (llama-server ``tokenize_input_prompts``): a string, or a list of ids with or without
-        strings, is one prompt; a list of strings or of lists is several."""
+        strings, is one prompt; a list of strings, lists or prompt objects is several; a prompt object with
+        ``multimodal_data`` stays one (its images fill its markers)."""
         p = self.prompt
         if isinstance(p, str):
             return [[p]]
+        if isinstance(p, MultimodalPrompt):
+            return [p]
         if not p:
             raise InvalidRequest("prompt is empty", param="prompt")
         if any(isinstance(x, int) for x in p):
-            flat = [x for x in p if not isinstance(x, list)]
+            flat = [x for x in p if isinstance(x, int | str)]
             if len(flat) != len(p):
-                raise InvalidRequest("prompt mixes token ids with nested lists", param="prompt")
+                raise InvalidRequest("prompt mixes token ids with nested lists or objects", param="prompt")
             return [flat]
-        return [list(x) if isinstance(x, list) else [x] for x in p]
+        return [x if isinstance(x, MultimodalPrompt) else list(x) if isinstance(x, list) else [x] for x in p]
 
 
 class SlotActionRequest(msgspec.Struct, kw_only=True):
