@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from skippy.cli.common import _MODELS_DIR, _quiet_llama_log, _size, friendly_errors, main
@@ -88,6 +90,12 @@ def show(name: str, template_only: bool, models_dirs: tuple[str, ...]) -> None:
     if not path.is_file():
         spec = lookup(name)
         raise ModelError(f"{spec.name if spec else name} is not pulled yet: run 'skippy pull {name}'")
+    projector = _projector_info(path)
+    if projector is not None:  # a --mmproj file, not a model llama.cpp loads alone
+        click.echo("Multimodal projector (for skippy serve --mmproj)")
+        for k, v in projector:
+            click.echo(f"  {k}  {v}")
+        return
     info = gguf_info(path)
     if template_only:
         click.echo(info.chat_template or "", nl=bool(info.chat_template))
@@ -104,8 +112,11 @@ def show(name: str, template_only: bool, models_dirs: tuple[str, ...]) -> None:
     ]
     if f"{arch}.attention.sliding_window" in md:
         lines.append(("sliding window", md[f"{arch}.attention.sliding_window"]))
+    beside = path.with_name(path.stem + ".mmproj.gguf")
     lines += [("vocabulary", f"{info.n_vocab} tokens ({md.get('tokenizer.ggml.model', '-')})"),
-              ("license", md.get("general.license", "-"))]
+              ("license", md.get("general.license", "-")),
+              ("image input", f"{beside.name} beside it (its --mmproj in --models-dir)" if beside.is_file()
+               else "with its projector: skippy serve --mmproj FILE")]
     width = max(len(k) for k, _ in lines)
     click.echo("Model")
     for k, v in lines:
@@ -130,6 +141,26 @@ def show(name: str, template_only: bool, models_dirs: tuple[str, ...]) -> None:
         if field == "supports_tools":
             shown += " (native tool calls)" if value else " (tool calls are emulated with TOOL_CALL lines)"
         click.echo(f"  {field.replace('_', ' ')}: {shown}")
+
+
+def _projector_info(path: Path) -> list[tuple[str, str]] | None:
+    """The lines ``skippy show`` prints for a multimodal projector GGUF (``general.architecture`` ``clip``:
+    what ``--mmproj`` takes), else ``None`` (a model)."""
+    from skippy.models.gguf import gguf_metadata
+
+    try:
+        md, n_params = gguf_metadata(path, max_array=0)
+    except Exception:  # not readable by gguf-py: gguf_info says why
+        return None
+    if md.get("general.architecture") != "clip":
+        return None
+    inputs = [k for k in ("vision", "audio") if md.get(f"clip.has_{k}_encoder")]
+    rows = [("path        ", str(path)), ("size        ", f"{_size(path.stat().st_size)}"),
+            ("projector   ", str(md.get("clip.projector_type") or md.get("clip.vision.projector_type") or "-")),
+            ("input       ", ", ".join(inputs) or "-"), ("parameters  ", f"{n_params / 1e6:.1f}M")]
+    if "clip.vision.image_size" in md:
+        rows.append(("image size  ", f"{md['clip.vision.image_size']} px, patch {md.get('clip.vision.patch_size')}"))
+    return rows
 
 
 @main.command()

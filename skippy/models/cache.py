@@ -106,9 +106,11 @@ class CachedModel:
 
 
 def _gguf_files(directory: Path) -> list[Path]:
+    """The model files of ``directory``: its ``*.gguf`` files but the ``NAME.mmproj.gguf`` projectors (a model's
+    image input, ``skippy serve --models-dir`` pairs them with ``NAME.gguf``)."""
     try:
-        return sorted((p for p in directory.iterdir() if p.suffix.lower() == ".gguf" and p.is_file()),
-                      key=lambda p: p.name.casefold())
+        return sorted((p for p in directory.iterdir() if p.suffix.lower() == ".gguf" and p.is_file()
+                       and not p.name.lower().endswith(".mmproj.gguf")), key=lambda p: p.name.casefold())
     except OSError:
         return []
 

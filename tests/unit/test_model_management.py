@@ -390,6 +390,9 @@ def test_cli_list_show_rm(home, tmp_path):
     other.mkdir()
     os.symlink(model, other / "mine.gguf")
     (other / "notes.txt").write_text("not a model")
+    from tests.tiny_models import ensure_tiny_mmproj
+
+    ensure_tiny_mmproj(other).rename(other / "mine.mmproj.gguf")  # mine's projector: not a model of its own
     listed = CliRunner().invoke(main, ["list", "--models-dir", str(other)])
     assert listed.exit_code == 0, listed.output
     lines = listed.stdout.splitlines()
@@ -407,6 +410,12 @@ def test_cli_list_show_rm(home, tmp_path):
     assert "supports system role: yes" in shown.stdout and "chat format: content_only" in shown.stdout
     # SmolLM2's template ignores tools: say how tool calls still work
     assert "supports tools: no (tool calls are emulated with TOOL_CALL lines)" in shown.stdout
+    assert re.search(r"image input\s+with its projector: skippy serve --mmproj FILE", shown.stdout)
+    mine = CliRunner().invoke(main, ["show", "mine", "--models-dir", str(other)])
+    assert re.search(r"image input\s+mine.mmproj.gguf beside it", mine.stdout)
+    projector = CliRunner().invoke(main, ["show", str(other / "mine.mmproj.gguf")])
+    assert projector.exit_code == 0 and "Multimodal projector" in projector.stdout
+    assert re.search(r"projector\s+mlp", projector.stdout) and re.search(r"input\s+vision", projector.stdout)
     template = CliRunner().invoke(main, ["show", "--template", "mine", "--models-dir", str(other)])
     assert template.stdout.startswith("{% for message in messages %}")
     assert CliRunner().invoke(main, ["show", "gemma-3-270m"]).stderr.startswith("error: gemma-3-270m is not pulled")
