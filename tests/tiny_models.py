@@ -209,7 +209,9 @@ MMPROJ_IMAGE_TOKENS = (MMPROJ_IMAGE_SIZE // MMPROJ_PATCH_SIZE) ** 2
 DEFAULT_N_EMBD_TEXT = 576
 
 
-def write_tiny_mmproj(path: Path, n_embd_text: int, seed: int = 0) -> Path:
+def write_tiny_mmproj(path: Path, n_embd_text: int, seed: int = 0, *, image_size: int = MMPROJ_IMAGE_SIZE,
+                      patch_size: int = MMPROJ_PATCH_SIZE, n_embd: int = MMPROJ_N_EMBD, n_ff: int = MMPROJ_N_FF,
+                      n_head: int = MMPROJ_N_HEAD, n_layer: int = MMPROJ_N_LAYER) -> Path:
     """Write a tiny random-weight vision projector GGUF for a text model of embedding width ``n_embd_text``
     to ``path``; returns ``path``.
 
@@ -220,12 +222,14 @@ def write_tiny_mmproj(path: Path, n_embd_text: int, seed: int = 0) -> Path:
     ffn_down}`` with biases, no ``v.post_ln``) and the projector ``mm.0`` -> GELU -> ``mm.2`` into
     ``n_embd_text``. As for llava, the embeddings come from the second-to-last block: libmtmd runs
     ``v.blk.0`` only (it still loads ``v.blk.1``). Weights are f32 from a fixed ``seed``, scaled small.
+    The keyword arguments size the encoder (``bench/bench_images.py`` writes one of a real ViT-B/16's size:
+    224 px, 16 px patches, 768 wide, 12 blocks, to cost what a real projector costs).
     """
     import gguf
 
     rng = np.random.default_rng(seed)
-    d, n_ff, p = MMPROJ_N_EMBD, MMPROJ_N_FF, MMPROJ_PATCH_SIZE
-    n_pos = MMPROJ_IMAGE_TOKENS + 1  # the patches and the class token
+    d, p = n_embd, patch_size
+    n_pos = (image_size // patch_size) ** 2 + 1  # the patches and the class token
 
     def w(*shape: int, scale: float = 0.08) -> np.ndarray:
         return (rng.standard_normal(shape) * scale).astype(np.float32)
@@ -240,13 +244,13 @@ def write_tiny_mmproj(path: Path, n_embd_text: int, seed: int = 0) -> Path:
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     writer.add_clip_has_vision_encoder(True)
     writer.add_clip_projector_type("mlp")
-    writer.add_vision_image_size(MMPROJ_IMAGE_SIZE)
+    writer.add_vision_image_size(image_size)
     writer.add_vision_patch_size(p)
     writer.add_vision_embedding_length(d)
     writer.add_vision_feed_forward_length(n_ff)
     writer.add_vision_projection_dim(n_embd_text)
-    writer.add_vision_block_count(MMPROJ_N_LAYER)
-    writer.add_vision_head_count(MMPROJ_N_HEAD)
+    writer.add_vision_block_count(n_layer)
+    writer.add_vision_head_count(n_head)
     writer.add_vision_attention_layernorm_eps(1e-5)
     writer.add_vision_image_mean([0.48145466, 0.4578275, 0.40821073])  # CLIP's
     writer.add_vision_image_std([0.26862954, 0.26130258, 0.27577711])
@@ -256,7 +260,7 @@ def write_tiny_mmproj(path: Path, n_embd_text: int, seed: int = 0) -> Path:
     writer.add_tensor("v.position_embd.weight", w(n_pos, d, scale=0.5))
     writer.add_tensor("v.pre_ln.weight", ones(d))
     writer.add_tensor("v.pre_ln.bias", w(d, scale=0.02))
-    for i in range(MMPROJ_N_LAYER):
+    for i in range(n_layer):
         b = f"v.blk.{i}."
         for norm in ("ln1", "ln2"):
             writer.add_tensor(b + norm + ".weight", ones(d))

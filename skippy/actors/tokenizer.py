@@ -14,7 +14,7 @@ from typing import Any, assert_never
 import attrs
 import trio
 
-from skippy.actors.base import ThreadActor
+from skippy.actors.base import DedicatedThread, ThreadActor
 from skippy.engine.errors import InvalidRequest
 from skippy.engine.runtime.base import Vocab
 from skippy.engine.runtime.media import MARKER, MediaPrompt, Projector, tokenize_with_images
@@ -47,20 +47,12 @@ class CheckConstraint:
 
 
 @attrs.frozen
-class TokenizeMedia:
-    text: str
-    images: tuple[bytes, ...]
-    param: str
-    reply: trio.MemorySendChannel[Any]
-
-
-@attrs.frozen
 class Detokenize:
     tokens: tuple[int, ...]
     reply: trio.MemorySendChannel[Any]
 
 
-class Tokenizer(ThreadActor[Tokenize | TokenizeMedia | Detokenize | CheckGrammar | CheckConstraint]):
+class Tokenizer(ThreadActor[Tokenize | Detokenize | CheckGrammar | CheckConstraint]):
     """Tokenizer actor over a :class:`Vocab`."""
 
     def __init__(self, vocab: Vocab, *, bos_id: int = -1, max_threads: int = 2, media: Projector | None = None) -> None:
@@ -68,8 +60,11 @@ class Tokenizer(ThreadActor[Tokenize | TokenizeMedia | Detokenize | CheckGrammar
         self.vocab = vocab
         self.bos_id = bos_id
         self.media = media
+        # images are read and encoded on one long-lived thread: the encoder's OpenMP team stays with it
+        # (a team per calling thread would pile up and spin beside the decode thread's), one image at a time
+        self._media_thread = DedicatedThread("skippy-media") if media is not None else None
 
-    def handle(self, msg: Tokenize | TokenizeMedia | Detokenize | CheckGrammar | CheckConstraint) -> Any:
+    def handle(self, msg: Tokenize | Detokenize | CheckGrammar | CheckConstraint) -> Any:
         match msg:
             case CheckGrammar():
                 return self.vocab.check_grammar(msg.gbnf, msg.lazy_patterns)
@@ -77,8 +72,6 @@ class Tokenizer(ThreadActor[Tokenize | TokenizeMedia | Detokenize | CheckGrammar
                 return self.vocab.check_constraint(msg.grammar)
             case Tokenize():
                 return self._tokenize(msg.text, msg.add_special, msg.parse_special)
-            case TokenizeMedia():
-                return self._tokenize_media(msg.text, msg.images, msg.param)
             case Detokenize():
                 return self.vocab.detokenize(msg.tokens)
             case _:
@@ -117,10 +110,20 @@ class Tokenizer(ThreadActor[Tokenize | TokenizeMedia | Detokenize | CheckGrammar
 
     async def tokenize_media(self, text: str, images: tuple[bytes, ...], param: str = "messages") -> MediaPrompt:
         """A rendered prompt with media markers and its images -> token ids with each image's placeholder ids
-        and spans (:func:`~skippy.engine.runtime.media.tokenize_with_images`), in a worker thread (libmtmd
-        decodes and resizes the images there). Raises :class:`InvalidRequest` for an image libmtmd cannot
-        read or a marker count that differs from the images' (naming ``param``, the request's field)."""
-        return await self.ask(lambda r: TokenizeMedia(text, tuple(images), param, r))
+        and spans (:func:`~skippy.engine.runtime.media.tokenize_with_images`), on the tokenizer's media
+        thread (libmtmd decodes, resizes and encodes the images there, one request at a time). Raises
+        :class:`InvalidRequest` for an image libmtmd cannot read or a marker count that differs from the
+        images' (naming ``param``, the request's field)."""
+        if self._media_thread is None:
+            raise InvalidRequest("this model reads text only", param=param, code="media_not_supported")
+        return await self._media_thread.run_sync(self._tokenize_media, text, tuple(images), param)
+
+    async def run(self) -> None:
+        try:
+            await super().run()
+        finally:
+            if self._media_thread is not None:
+                self._media_thread.close()
 
     async def check_grammar(self, gbnf: str, lazy_patterns: tuple[str, ...] = ()) -> bool:
         """True when llama.cpp parses the GBNF ``gbnf`` (checked against the vocabulary)."""

@@ -7,8 +7,9 @@ the KV cache, and a :class:`MediaSpan` per image saying where its run starts and
 fills it. Everything that compares prompts (the prefix cache, the host prompt cache) then compares
 images by their bytes for free: the same image gives the same ids, so a second question about it
 reuses its KV (llama-server keys its cache on the image hash the same way); another image differs at
-its first position. Only the decode thread turns a span into KV (:meth:`Projector.decode`: the image
-encoder, then one ``llama_decode`` of its embeddings, libmtmd's ``mtmd_helper_eval_chunk_single``).
+its first position. The image encoder runs when the prompt is tokenized (a worker thread, one encode
+at a time); only the decode thread turns a span into KV (:meth:`Projector.decode`: a ``llama_decode`` of
+the embeddings, libmtmd's ``mtmd_helper_decode_image_chunk``).
 
 Formats are what libmtmd's ``mtmd_helper_bitmap_init_from_buf`` decodes (stb_image: PNG, JPEG, BMP,
 GIF's first frame, PSD, TGA, HDR, PIC, PNM); anything else is a ``ValueError``. Models whose projector
@@ -21,9 +22,11 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import logging
+import threading
 from collections.abc import Sequence
 
 import attrs
+import numpy as np
 
 log = logging.getLogger("skippy.runtime")
 
@@ -46,13 +49,15 @@ def is_placeholder(token: int) -> bool:
 
 
 class MediaChunk:
-    """One image, preprocessed and tokenized by libmtmd (an owned ``mtmd_input_chunk``), not yet encoded.
-    Freed when the last reference goes (the request and the prefix cache entry that hold it)."""
+    """One image, preprocessed and tokenized by libmtmd (an owned ``mtmd_input_chunk``), and its encoder
+    output once :meth:`Projector.image` encoded it (``embd``: float32, ``n_tokens`` x the model's input
+    width; ``None``: not encoded, the decode encodes it). Freed when the last reference goes."""
 
-    def __init__(self, ptr: int, n_tokens: int, n_pos: int) -> None:
+    def __init__(self, ptr: int, n_tokens: int, n_pos: int, embd: np.ndarray | None = None) -> None:
         self.ptr = ptr
         self.n_tokens = n_tokens
         self.n_pos = n_pos
+        self.embd = embd
 
     def __del__(self) -> None:
         if self.ptr:
@@ -119,6 +124,10 @@ class Projector:
         if not self._ctx:
             raise RuntimeError(f"llama.cpp's libmtmd could not load the projector {path!r} (--mmproj)")
         self.path = path
+        from llama_cpp import llama_cpp
+
+        self.n_embd = int(llama_cpp.llama_model_n_embd_inp(model))  # an image embedding's width
+        self._encoding = threading.Lock()  # one encode at a time: the encoder's buffers are the context's
         self.vision = bool(mtmd_cpp.mtmd_support_vision(self._ctx))
         self.audio = bool(mtmd_cpp.mtmd_support_audio(self._ctx))
         if not self.vision:
@@ -167,9 +176,11 @@ class Projector:
                     ids = mtmd_cpp.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(n))
                     out.append(([int(ids[j]) for j in range(n.value)], None))
                 elif kind == mtmd_cpp.MTMD_INPUT_CHUNK_TYPE_IMAGE:
-                    own = mtmd_cpp.mtmd_input_chunk_copy(chunk)
-                    out.append(([], MediaChunk(own, int(mtmd_cpp.mtmd_input_chunk_get_n_tokens(own)),
-                                               int(mtmd_cpp.mtmd_input_chunk_get_n_pos(own)))))
+                    own = MediaChunk(mtmd_cpp.mtmd_input_chunk_copy(chunk),
+                                     int(mtmd_cpp.mtmd_input_chunk_get_n_tokens(chunk)),
+                                     int(mtmd_cpp.mtmd_input_chunk_get_n_pos(chunk)))
+                    own.embd = self._encode(own)
+                    out.append(([], own))
                 else:
                     raise ValueError("libmtmd read the input as audio, which is not supported")
             return out
@@ -177,16 +188,36 @@ class Projector:
             mtmd_cpp.mtmd_input_chunks_free(chunks)
             mtmd_cpp.mtmd_bitmap_free(bitmap)
 
+    def _encode(self, chunk: MediaChunk) -> np.ndarray:
+        """The image encoder's output for ``chunk`` (``mtmd_encode_chunk``), copied out: run here, on the
+        thread that tokenizes, so the decode thread never waits for an encoder (measured with a
+        ViT-B/16-sized projector on 2 cores: ~1 s an image, which stalled every stream beside it when the
+        decode thread encoded). Raises ``ValueError`` when libmtmd fails."""
+        from llama_cpp import mtmd_cpp
+
+        with self._encoding:
+            if mtmd_cpp.mtmd_encode_chunk(self._ctx, chunk.ptr) != 0:
+                raise ValueError("libmtmd could not encode the image")
+            out = mtmd_cpp.mtmd_get_output_embd(self._ctx)
+            return np.ctypeslib.as_array(out, shape=(chunk.n_tokens * self.n_embd,)).copy()
+
     def decode(self, lctx: int, chunk: MediaChunk, pos: int, seq_id: int, n_batch: int) -> None:
-        """Encode ``chunk`` and decode its embeddings into sequence ``seq_id`` at positions ``pos ..``
-        (``mtmd_helper_eval_chunk_single``: the image encoder, then ``llama_decode`` of the embeddings in
-        ``n_batch`` pieces, non-causal where the model wants it). Decode thread only. Raises
-        ``RuntimeError`` when libmtmd or llama.cpp fails."""
+        """Decode ``chunk``'s embeddings into sequence ``seq_id`` at positions ``pos ..``
+        (``mtmd_helper_decode_image_chunk``: ``llama_decode`` of the embeddings in ``n_batch`` pieces,
+        non-causal where the model wants it); a chunk not encoded yet is encoded first
+        (``mtmd_helper_eval_chunk_single``). Decode thread only. Raises ``RuntimeError`` when libmtmd or
+        llama.cpp fails."""
         from llama_cpp import llama_cpp, mtmd_cpp
 
         new_n_past = llama_cpp.llama_pos(0)
-        rc = mtmd_cpp.mtmd_helper_eval_chunk_single(self._ctx, lctx, chunk.ptr, pos, seq_id, n_batch, False,
-                                                    ctypes.byref(new_n_past))
+        if chunk.embd is not None:
+            embd = chunk.embd.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+            rc = mtmd_cpp.mtmd_helper_decode_image_chunk(self._ctx, lctx, chunk.ptr, embd, pos, seq_id, n_batch,
+                                                         ctypes.byref(new_n_past),
+                                                         mtmd_cpp.mtmd_helper_post_decode_callback(), None)
+        else:
+            rc = mtmd_cpp.mtmd_helper_eval_chunk_single(self._ctx, lctx, chunk.ptr, pos, seq_id, n_batch, False,
+                                                        ctypes.byref(new_n_past))
         if rc != 0:
             raise RuntimeError(f"libmtmd could not encode or decode an image (returned {rc})")
 
