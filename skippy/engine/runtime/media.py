@@ -190,9 +190,9 @@ class Projector:
 
     def _encode(self, chunk: MediaChunk) -> np.ndarray:
         """The image encoder's output for ``chunk`` (``mtmd_encode_chunk``), copied out: run here, on the
-        thread that tokenizes, so the decode thread never waits for an encoder (measured with a
-        ViT-B/16-sized projector on 2 cores: ~1 s an image, which stalled every stream beside it when the
-        decode thread encoded). Raises ``ValueError`` when libmtmd fails."""
+        thread that tokenizes, so the decode thread never waits for an encoder (``bench/bench_images.py``,
+        a ViT-B/16-sized projector on 2 cores: encoding on the decode thread took 8 text streams' ITL p99
+        from 0.28 s to about 1.0 s). Raises ``ValueError`` when libmtmd fails."""
         from llama_cpp import mtmd_cpp
 
         with self._encoding:
