@@ -294,12 +294,14 @@ class ConsultPolicy:
         first = next((f for p in chosen for f in failures if f["peer"] == p.name), failures[0])
         return NoAction(report=first)
 
-    async def describe_images(self, request: ChatCompletionRequest) -> ChatCompletionRequest:
+    async def describe_images(self, request: ChatCompletionRequest) -> tuple[ChatCompletionRequest, dict[str, Any]]:
         """Media fallback (``before_chat``): ``request`` for a model that reads text only, with each message's
         images replaced by ``[Image description: ...]`` before its text, as the first peer that reads images
         (``--consult`` order) describes them (:func:`~skippy.engine.hooks.consult.describe_requests`, one
         request per message, each within ``--consult-timeout``). Raises :class:`InvalidRequest` (400
-        ``media_not_supported``) naming ``--consult`` when no peer reads images or the peer fails."""
+        ``media_not_supported``) naming ``--consult`` when no peer reads images or the peer fails. Returns
+        the new request and the report a ``before_chat`` hook event carries (peer, model, milliseconds,
+        characters, ``outcome`` ``described``)."""
         peer = None
         for candidate in self.peers:
             if await candidate.reads_images():
@@ -309,16 +311,19 @@ class ConsultPolicy:
             raise InvalidRequest("this model reads text only and no --consult peer reads images (a peer needs "
                                  "a --mmproj projector) to describe them", param="messages", code="media_not_supported")
         descriptions: dict[int, str] = {}
+        model = None
+        total_ms = 0.0
         for i, question in describe_requests(request, self.rules):
             t0 = trio.current_time()
             error = None
             content = None
             try:
                 with trio.fail_after(self.rules.timeout):
-                    content, _ = await peer.ask(question)
+                    content, model = await peer.ask(question)
             except (Exception, trio.TooSlowError) as exc:
                 error = "timeout" if isinstance(exc, trio.TooSlowError) else _error_kind(exc)
             ms = (trio.current_time() - t0) * 1000.0
+            total_ms += ms
             hint = hint_text(content, self.rules.max_chars) if error is None else None
             self._count(peer.name, "described" if hint else "error" if error else "empty", ms)
             log.info("media fallback: %s described messages[%d]'s images in %.0f ms%s", peer.name, i, ms,
@@ -328,7 +333,9 @@ class ConsultPolicy:
                                      f"describe the images of messages[{i}] ({error or 'empty answer'})",
                                      param=f"messages[{i}]", code="media_not_supported")
             descriptions[i] = hint
-        return with_descriptions(request, descriptions)
+        report = {"peer": peer.name, "model": model, "outcome": "described", "latency_ms": round(total_ms, 1),
+                  "chars": sum(len(d) for d in descriptions.values()), "error": None}
+        return with_descriptions(request, descriptions), report
 
     def _count(self, peer: str, outcome: str, ms: float | None) -> None:
         if self.metrics is not None:

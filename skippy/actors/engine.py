@@ -110,7 +110,7 @@ from skippy.engine.sampling.constraints import RequestConstraint, constraint_fro
 from skippy.engine.sampling.native import apply_samplers, native_logit_bias, resolve_logit_bias, sampler_names
 from skippy.engine.sampling.params import SamplingParams
 from skippy.engine.scheduling.budget import ReasoningBudget
-from skippy.engine.scheduling.events import EmbeddingsEvent, EmbedRequest, SeqEvent
+from skippy.engine.scheduling.events import EmbeddingsEvent, EmbedRequest, HookEvent, SeqEvent
 from skippy.engine.scheduling.prefix import common_prefix_len
 
 T = TypeVar("T")
@@ -550,8 +550,9 @@ class Engine:
                                 top_logprobs=req.top_logprobs if req.top_logprobs is not None else n_probs)
         hooks_on = self.hooks is not None and (req.mesh_hooks if req.mesh_hooks is not None
                                                else self.config.hooks_default_on)
+        described = None  # media fallback: a peer that reads images describes them for this text-only model
         if self.consult is not None and hooks_on and not self.meta.vision and has_images(message_dicts(req.messages)):
-            req = await self.consult.describe_images(req)  # media fallback: a peer that reads images describes them
+            req, described = await self.consult.describe_images(req)
         ctx = HookCtx(req, hooks_on, req.return_signals)
         pre = await self._before_chat(ctx) if hooks_on else None
         rendered = await self.renderer.render(req)
@@ -574,6 +575,8 @@ class Engine:
             extra = await self.tokenizer.tokenize(pre.text, add_special=False, parse_special=False)
             prompt, injected = prompt + extra, len(extra)
         before = before_chat_event(pre, injected) if pre is not None and req.return_hook_events else None
+        if described is not None and (before is None or before.action == "none"):
+            before = HookEvent("before_chat", "inject", consult=described)
         max_tokens, stops = self._max_tokens(req, len(prompt)), stop_strings(req.stop)
         stops += [s for s in self.template_stops if s not in stops]  # ChatML's end on a foreign vocabulary
         piece = await self._piece_for(plan.chat_format)

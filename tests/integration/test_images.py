@@ -185,9 +185,14 @@ def test_a_text_model_consults_a_peer_that_reads_images_media_fallback(vision_se
     with Server(["--parallel", "1", "--n-ctx", "1024", "--consult", vision_server.base_url, "--hooks-default-on"],
                 tmp_path / "text.log") as text:
         r = httpx.post(text.base_url + "/v1/chat/completions", timeout=60, json={
-            "messages": messages(RED), "temperature": 0, "max_tokens": 8})
+            "messages": messages(RED), "temperature": 0, "max_tokens": 8, "return_hook_events": True})
         assert r.status_code == 200, r.text
-        assert r.json()["choices"][0]["message"]["content"]
+        choice = r.json()["choices"][0]
+        assert choice["message"]["content"]
+        first = choice["hook_events"][0]
+        assert (first["event"], first["action"]) == ("before_chat", "inject")
+        assert first["consult"]["peer"] == vision_server.base_url
+        assert first["consult"]["outcome"] == "described" and first["consult"]["chars"] > 0
         peer_log = vision_server.log()
         assert "POST /v1/chat/completions 200" in peer_log
         assert "media fallback: " + vision_server.base_url in text.log()

@@ -199,7 +199,8 @@ class HookConsult(WireStruct, kw_only=True):
     (nothing to ask: no user text, no peer serving another model); ``model``: the model that answered, as
     it named itself; ``latency_ms``: from the request to the answer (or the failure); ``chars``: the
     hint's characters injected. With two peers asked at once, the one whose answer was used, else the
-    first one's failure.
+    first one's failure. The media fallback's ``before_chat`` event has ``outcome`` ``described`` (a peer
+    that reads images described the request's images; ``chars``: the descriptions').
     """
 
     peer: str
