@@ -1,11 +1,13 @@
 """Tiny PNG images for the image-input tests, written with the standard library only (``zlib`` and ``struct``).
 
 :func:`png_bytes` gives an 8-bit RGB PNG (colour type 2, no interlace, filter 0 on every row), which
-libmtmd decodes with stb_image like any other PNG.
+libmtmd decodes with stb_image like any other PNG; :func:`data_url` and :func:`image_messages` put images
+in a chat request (OpenAI ``image_url`` parts).
 """
 
 from __future__ import annotations
 
+import base64
 import random
 import struct
 import zlib
@@ -41,3 +43,17 @@ def png_bytes(width: int, height: int, pixels: Callable[[int, int], RGB] | int =
 def solid(rgb: RGB) -> Callable[[int, int], RGB]:
     """A pixel function of one colour, for :func:`png_bytes`."""
     return lambda x, y: rgb
+
+
+def data_url(image: bytes, kind: str = "png") -> str:
+    """``data:image/<kind>;base64,...`` of ``image``."""
+    return f"data:image/{kind};base64," + base64.b64encode(image).decode()
+
+
+def image_messages(*images: bytes | str, text: str = "Describe the picture.") -> list[dict]:
+    """One user message: ``text``, then an ``image_url`` part per image (bytes as a data URL, a string as
+    the ``url`` itself)."""
+    parts: list[dict] = [{"type": "text", "text": text}]
+    parts += [{"type": "image_url", "image_url": {"url": im if isinstance(im, str) else data_url(im)}}
+              for im in images]
+    return [{"role": "user", "content": parts}]

@@ -10,7 +10,8 @@ openai) when called.
 
 - servers: :func:`free_port`, :class:`Server` (a real ``skippy serve`` subprocess), :data:`SYSTEM`, the
   second real model (:data:`GEMMA`, :func:`gemma_path`), :func:`openai_client`
-- replies: :func:`ask` (a greedy chat completion), :func:`read_metrics` (``/metrics`` parsed),
+- replies: :func:`ask` (a greedy chat completion), :func:`first_top` (the first token's top logprobs),
+  :func:`read_metrics` (``/metrics`` parsed),
   :func:`assert_envelope` (an error reply's shape), :data:`SYSTEM_LONG`, :data:`BATCH_PROMPTS`
 - the served OpenAPI document: :func:`json_schema`, :func:`sse_schema`, :func:`validator`, :func:`check`
 - tool calls: :data:`WEATHER`, :data:`ASK`, :data:`NAMED`, :func:`check_call`
@@ -155,6 +156,17 @@ def ask(base_url: str, messages: list[dict], max_tokens: int = 24, **extra) -> d
                    json={"messages": messages, "temperature": 0, "max_tokens": max_tokens, **extra})
     assert r.status_code == 200, r.text
     return r.json()
+
+
+def first_top(base_url: str, messages: list[dict], **extra) -> tuple[list[tuple[str, float]], dict]:
+    """A greedy one-token chat completion that must succeed: its token's top 5 ``(token, logprob)`` and the
+    reply's ``usage``."""
+    r = httpx.post(base_url + "/v1/chat/completions", timeout=60, json={
+        "messages": messages, "temperature": 0, "max_tokens": 1, "logprobs": True, "top_logprobs": 5, **extra})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    top = body["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+    return [(t["token"], t["logprob"]) for t in top], body["usage"]
 
 
 def read_metrics(base_url: str) -> dict[str, float]:

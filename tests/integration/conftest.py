@@ -53,3 +53,11 @@ def gemma_server(tmp_path_factory: pytest.TempPathFactory):
 def model_server(request: pytest.FixtureRequest) -> Server:
     """The core tests' server, once per real model: SmolLM2-135M (the default) and Gemma 3 270M."""
     return request.getfixturevalue("server" if request.param == "smollm2" else "gemma_server")
+
+
+@pytest.fixture(scope="session")
+def mmproj(tmp_path_factory: pytest.TempPathFactory):
+    """The tiny random-weight projector for the default model (:func:`tests.tiny_models.ensure_tiny_mmproj`)."""
+    from tests.tiny_models import ensure_tiny_mmproj
+
+    return ensure_tiny_mmproj(tmp_path_factory.mktemp("mmproj"))

@@ -17,28 +17,13 @@ import numpy as np
 import pytest
 
 from skippy.models import DEFAULT_MODEL, ensure_model
-from tests.images import png_bytes, solid
+from tests.images import data_url, png_bytes, solid
+from tests.images import image_messages as messages
 from tests.mtmd_oracle import first_logits
-from tests.support import Server, openai_client
-from tests.tiny_models import MMPROJ_IMAGE_TOKENS, ensure_tiny_mmproj
+from tests.support import Server, first_top, openai_client
+from tests.tiny_models import MMPROJ_IMAGE_TOKENS
 
 RED, BLUE = png_bytes(40, 30, solid((255, 0, 0))), png_bytes(24, 24, solid((0, 0, 255)))
-
-
-def data_url(image: bytes, kind: str = "png") -> str:
-    return f"data:image/{kind};base64," + base64.b64encode(image).decode()
-
-
-def messages(*images: bytes | str, text: str = "Describe the picture.") -> list[dict]:
-    parts: list[dict] = [{"type": "text", "text": text}]
-    parts += [{"type": "image_url", "image_url": {"url": im if isinstance(im, str) else data_url(im)}}
-              for im in images]
-    return [{"role": "user", "content": parts}]
-
-
-@pytest.fixture(scope="module")
-def mmproj(tmp_path_factory: pytest.TempPathFactory):
-    return ensure_tiny_mmproj(tmp_path_factory.mktemp("mmproj"))
 
 
 @pytest.fixture(scope="module")
@@ -46,15 +31,6 @@ def vision_server(mmproj, tmp_path_factory: pytest.TempPathFactory):
     with Server(["--mmproj", str(mmproj), "--parallel", "2", "--n-ctx", "1024"],
                 tmp_path_factory.mktemp("vision") / "server.log") as srv:
         yield srv
-
-
-def first_top(base_url: str, msgs: list[dict], **extra) -> tuple[list[tuple[str, float]], dict]:
-    r = httpx.post(base_url + "/v1/chat/completions", timeout=60, json={
-        "messages": msgs, "temperature": 0, "max_tokens": 1, "logprobs": True, "top_logprobs": 5, **extra})
-    assert r.status_code == 200, r.text
-    body = r.json()
-    top = body["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
-    return [(t["token"], t["logprob"]) for t in top], body["usage"]
 
 
 def test_props_and_models_report_vision(vision_server: Server) -> None:
