@@ -43,6 +43,7 @@ import trio
 
 from skippy.actors.consult import ConsultPolicy
 from skippy.actors.hooks import HookEvaluator
+from skippy.actors.image_urls import ImageFetcher
 from skippy.actors.metrics import EngineMetrics
 from skippy.actors.renderer import TemplateRenderer
 from skippy.actors.scheduler import DecodeScheduler
@@ -161,6 +162,8 @@ class Engine:
         self.hooks = hooks
         #: the ``--consult`` policy (its media fallback runs here, before rendering); set by ``open_engine``
         self.consult: ConsultPolicy | None = None
+        #: ``--allow-image-urls``: fetches chat requests' http(s) image URLs before rendering; set by ``open_engine``
+        self.image_fetcher: ImageFetcher | None = None
         self._nursery = nursery
         self.metrics = EngineMetrics()
         self.metrics.attach(self)
@@ -200,7 +203,7 @@ class Engine:
 
     async def chat(self, req: ChatCompletionRequest) -> openai_wire.ChatCompletion:
         """One OpenAI ``chat.completion`` for ``req`` (``req.stream`` is ignored); ``n`` choices."""
-        gens, stream = await self._start_chat(req)
+        gens, stream = await self._start_chat(await self._with_image_urls(req))
         return self._chat_choices(req, gens).completion(await drain(stream))  # type: ignore[return-value]
 
     async def chat_stream(self, req: ChatCompletionRequest) -> ReplyStream[openai_wire.ChatCompletionChunk]:
@@ -211,7 +214,7 @@ class Engine:
         (400/403/404/429) raise here, before the first chunk. Closing the
         iterator before its end cancels every choice.
         """
-        gens, stream = await self._start_chat(req)
+        gens, stream = await self._start_chat(await self._with_image_urls(req))
         choices = self._chat_choices(req, gens, include_usage=bool(req.stream_options
                                                                   and req.stream_options.include_usage))
         return stream.rendered(choices.first_chunks(), choices.chunks)
@@ -460,7 +463,9 @@ class Engine:
         """The prompt of ``messages``, or of a whole chat request (its tools, template variables, prefill
         fields count), as the chat template renders it (llama-server ``/apply-template``)."""
         if isinstance(messages, ChatCompletionRequest):
-            return (await self.renderer.render(messages)).prompt
+            return (await self.renderer.render(await self._with_image_urls(messages))).prompt
+        if self.image_fetcher is not None and self.meta.vision:
+            messages = await self.image_fetcher.inline(messages)
         return await self.renderer.render_messages(messages)
 
     async def input_tokens(self, req: ChatCompletionRequest) -> int:
@@ -468,7 +473,7 @@ class Engine:
         emulation, template variables and prefill count) tokenized as :meth:`chat` does, before any
         ``before_chat`` hook injection (llama-server ``/v1/chat/completions/input_tokens``). Raises
         :class:`InvalidRequest` (400) like :meth:`chat` for bad messages, tools or template errors."""
-        rendered = await self.renderer.render(req)
+        rendered = await self.renderer.render(await self._with_image_urls(req))
         return len(await self.tokenizer.tokenize(rendered.prompt, add_special=True, parse_special=True))
 
     def props(self) -> dict[str, Any]:
@@ -541,6 +546,22 @@ class Engine:
                 "requests_waiting": st.n_waiting}
 
     # -- internals ----------------------------------------------------------------
+    def _hooks_on(self, req: ChatCompletionRequest) -> bool:
+        """The hooks run for ``req``: a hook policy, and the request's ``mesh_hooks`` (else ``--hooks-default-on``)."""
+        return self.hooks is not None and (req.mesh_hooks if req.mesh_hooks is not None
+                                           else self.config.hooks_default_on)
+
+    async def _with_image_urls(self, req: ChatCompletionRequest) -> ChatCompletionRequest:
+        """``req`` with its ``http(s)`` image URLs fetched into data URLs (``--allow-image-urls``:
+        :class:`~skippy.actors.image_urls.ImageFetcher`), when its images are read: by this model, or by a
+        ``--consult`` peer that describes them (media fallback). Before the request counts as incoming
+        (a fetch may take seconds); ``req`` itself otherwise. Raises :class:`InvalidRequest` (400 naming the
+        part) for an image URL that is refused or fails."""
+        if self.image_fetcher is None or not (self.meta.vision or (self.consult is not None and self._hooks_on(req))):
+            return req
+        messages = await self.image_fetcher.inline(req.messages)
+        return req if messages is req.messages else msgspec.structs.replace(req, messages=messages)
+
     @_preparing
     async def _start_chat(self, req: ChatCompletionRequest) -> tuple[list[Generation], RequestEvents]:
         arrival = next(self._arrivals)
@@ -548,8 +569,7 @@ class Engine:
         n_probs = req.n_probs or 0  # llama-server's name for top_logprobs
         params = self._sampling(req, logprobs=req.logprobs or n_probs > 0,
                                 top_logprobs=req.top_logprobs if req.top_logprobs is not None else n_probs)
-        hooks_on = self.hooks is not None and (req.mesh_hooks if req.mesh_hooks is not None
-                                               else self.config.hooks_default_on)
+        hooks_on = self._hooks_on(req)
         described = None  # media fallback: a peer that reads images describes them for this text-only model
         if self.consult is not None and hooks_on and not self.meta.vision and has_images(message_dicts(req.messages)):
             req, described = await self.consult.describe_images(req)

@@ -1,7 +1,8 @@
 """Wiring one model's actors: :func:`open_engine` loads the model, starts the tokenizer, the template
 renderer, the decode scheduler and the hook evaluator (with the ``--consult`` policy or the user's) in one
-nursery, and yields the :class:`~skippy.actors.engine.Engine` facade over them; :func:`load_runtime` loads
-the llama.cpp runtime alone.
+nursery, gives the engine the image URL fetcher of ``--allow-image-urls`` (:mod:`skippy.actors.image_urls`),
+and yields the :class:`~skippy.actors.engine.Engine` facade over them; :func:`load_runtime` loads the
+llama.cpp runtime alone.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import trio
 from skippy.actors.consult import ComposedPolicy, LocalModels, build_consult, hook_timeout
 from skippy.actors.engine import Engine
 from skippy.actors.hooks import HookEvaluator, WebhookPolicy
+from skippy.actors.image_urls import build_image_fetcher
 from skippy.actors.renderer import CHATML, TemplateRenderer, fallback_stops
 from skippy.actors.scheduler import DecodeScheduler
 from skippy.actors.tokenizer import Tokenizer
@@ -42,7 +44,9 @@ async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None,
     ``models``: the server's other models (the :class:`~skippy.actors.pool.ModelPool` passes itself), for
     ``config.consult`` peers that name one; with ``consult`` set the hook policy is the consultation
     (:mod:`skippy.actors.consult`), after the user's ``hook_policy`` / ``hook_url`` when there is one, and
-    the hook timeout at least ``consult_timeout`` + 1 s.
+    the hook timeout at least ``consult_timeout`` + 1 s. With ``allow_image_urls`` the engine fetches chat
+    requests' ``http(s)`` image URLs (:class:`~skippy.actors.image_urls.ImageFetcher`); its HTTP client is
+    closed on exit, as the hook and consult clients are.
 
     On exit the actors are cancelled, running generations end with
     :class:`~skippy.engine.errors.EngineClosed`, and the llama.cpp context is freed.
@@ -67,6 +71,7 @@ async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None,
         webhook_client = httpx.AsyncClient(timeout=config.hook_timeout + 1.0, trust_env=False)
         policy = WebhookPolicy(config.hook_url, webhook_client)
     consult, consult_client = build_consult(config, models) if config.consult else (None, None)
+    image_fetcher, image_client = build_image_fetcher(config) if config.allow_image_urls else (None, None)
     if consult is not None:  # the user's policy first; the consultation when it takes no action
         policy = consult if policy is None else ComposedPolicy(policy, consult, config.hook_timeout)
     evaluator = None
@@ -78,6 +83,7 @@ async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None,
     try:
         async with trio.open_nursery() as nursery:
             engine = Engine(config, runtime, tokenizer, renderer, scheduler, evaluator, nursery)
+            engine.image_fetcher = image_fetcher
             if consult is not None:
                 consult.metrics = engine.metrics
                 engine.consult = consult
@@ -94,7 +100,7 @@ async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None,
                 engine.closed = True
                 nursery.cancel_scope.cancel()
     finally:
-        for client in (webhook_client, consult_client):
+        for client in (webhook_client, consult_client, image_client):
             if client is not None:
                 with trio.CancelScope(shield=True):
                     await client.aclose()

@@ -127,7 +127,8 @@ def _serve_options(fn: F) -> F:
         "n_gpu_layers", "split_mode", "main_gpu", "tensor_split", "device", "rpc",
         "override_tensor", "cpu_moe", "n_cpu_moe", "n_batch", "n_ubatch", "mlock", "mmap", "numa",
         "rope_scaling", "rope_scale", "rope_freq_base", "rope_freq_scale", "yarn_orig_ctx", "yarn_ext_factor",
-        "yarn_attn_factor", "yarn_beta_slow", "yarn_beta_fast", "mmproj", "mmproj_offload",
+        "yarn_attn_factor", "yarn_beta_slow", "yarn_beta_fast", "mmproj", "mmproj_offload", "allow_image_urls",
+        "allow_private_image_urls",
         _opt("--cont-batching/--no-cont-batching", "-cb/-nocb", default=True, callback=_cont_batching,
              help="Accepted for llama-server command lines: skippy always batches continuously (a new request "
                   "joins the running batch at the next step); --no-cont-batching is refused."),

@@ -482,12 +482,25 @@ class EngineConfig:
                                          "--yarn-beta-fast); -1: the model's.")
     mmproj: str | None = setting(None, check=IsText(), converter=_fspath, metavar="FILE", show_default=False,
                                  help="Multimodal projector GGUF of the model (llama-server's --mmproj): requests may "
-                                      "then send images (OpenAI image_url parts with base64 data URLs), read by "
-                                      "llama.cpp's libmtmd. With several models: the first one's (--models-dir takes "
-                                      "NAME.mmproj.gguf beside NAME.gguf as NAME's).")
+                                      "then send images (OpenAI image_url parts with base64 data URLs; http(s) "
+                                      "URLs with --allow-image-urls), read by llama.cpp's libmtmd. With several "
+                                      "models: the first one's (--models-dir takes NAME.mmproj.gguf beside NAME.gguf "
+                                      "as NAME's).")
     mmproj_offload: bool = setting(True, check=IsBool(),
                                    help="Run the --mmproj projector on the GPU when there is one (llama-server's "
                                         "--mmproj-offload / --no-mmproj-offload).")
+    allow_image_urls: bool = setting(False, check=IsBool(),
+                                     help="Fetch http(s) image URLs of chat image_url parts (as vLLM and "
+                                          "llama-server do) before rendering; without it only base64 data URLs "
+                                          "are read. Public addresses only (every address the host resolves to "
+                                          "is checked, redirects too, at most 3), 10 s and 20 MiB per image, at "
+                                          "most 16 images per request.")
+    allow_private_image_urls: bool = setting(False, check=IsBool(),
+                                             help="UNSAFE: with --allow-image-urls, also fetch image URLs whose "
+                                                  "host is a private, loopback or link-local address (this "
+                                                  "machine, the local network, cloud metadata services): any "
+                                                  "client could then make the server read them. For tests and "
+                                                  "trusted networks only.")
     chat_template: str | None = setting(None, check=IsText(), flag=False,
                                         help="Jinja2 chat template text overriding the model's (skippy serve "
                                              "--chat-template reads it from a file).")

@@ -79,7 +79,7 @@ def test_streamed_equals_not_streamed_through_the_openai_client(vision_server: S
 @pytest.mark.parametrize(("url", "code", "fragment"), [
     ("data:image/png;base64,@@@not-base64@@@", None, "not valid base64"),
     (data_url(b"this is not an image"), "invalid_image", "could not be read"),
-    ("https://example.com/cat.png", "image_url_not_supported", "not fetched"),
+    ("https://example.com/cat.png", "image_url_not_supported", "start it with --allow-image-urls"),
     ("data:image/png,rawbytes", None, "base64 data URL"),
     ("", None, "non-empty string"),
 ])

@@ -76,6 +76,8 @@ BEFORE = [
     ("--yarn-beta-fast N", "[env var: SKIPPY_YARN_BETA_FAST; default: -1.0]", -1.0),
     ("--mmproj FILE", "[env var: SKIPPY_MMPROJ]", None),
     ("--mmproj-offload / --no-mmproj-offload", "[env var: SKIPPY_MMPROJ_OFFLOAD; default: mmproj-offload]", True),
+    ("--allow-image-urls", "[env var: SKIPPY_ALLOW_IMAGE_URLS]", False),
+    ("--allow-private-image-urls", "[env var: SKIPPY_ALLOW_PRIVATE_IMAGE_URLS]", False),
     ("-cb, --cont-batching / -nocb, --no-cont-batching",
      "[env var: SKIPPY_CONT_BATCHING; default: cont-batching]", True),
     ("--chat-template, --chat-template-file NAME|FILE", "[env var: SKIPPY_CHAT_TEMPLATE]", None),

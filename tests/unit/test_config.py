@@ -53,6 +53,8 @@ ENGINE = {
     "yarn_beta_fast": ([math.inf, "32"], [-1, 32.0], None),
     "mmproj": ([3, b"x"], [None, "mmproj-model-f16.gguf"], None),
     "mmproj_offload": (["yes", 1, None], [True, False], None),
+    "allow_image_urls": (["yes", 1, None], [True, False], None),
+    "allow_private_image_urls": (["no", 0, None], [True, False], None),
     "chat_template": ([b"{{ x }}", 1], [None, "", "{{ messages }}"], None),
     "n_batch": ([7, 0, 512.0], [8, 4096], None),  # with the default parallel=8: n_batch >= parallel
     "n_ubatch": ([0, 1.5, "512"], [None, 1, 4096], "x>=1"),

@@ -7,10 +7,11 @@ and their bytes are returned in the order the markers appear in the messages (th
 writes them). The tokenizer puts each image at its marker.
 
 Only ``data:`` URLs with base64 content are read (``data:image/png;base64,...``); an ``http(s)`` URL is
-refused: fetching images from the network is not built yet. Limits: :data:`MAX_IMAGES` images per
-request, :data:`MAX_IMAGE_BYTES` bytes per image (decoded). Every refusal is an :class:`InvalidRequest`
-(400) naming the part (``messages[i].content[j]``); a model without image input refuses any image part
-with code ``media_not_supported``.
+refused (``image_url_not_supported``) unless the server fetches them (``--allow-image-urls``: the actors
+layer turns each into a data URL before rendering, :mod:`skippy.engine.chat.image_urls`). Limits:
+:data:`MAX_IMAGES` images per request, :data:`MAX_IMAGE_BYTES` bytes per image (decoded). Every refusal is an
+:class:`InvalidRequest` (400) naming the part (``messages[i].content[j]``); a model without image input refuses
+any image part with code ``media_not_supported``.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ MAX_IMAGE_BYTES = 20 * 2**20
 IMAGE_PART_TYPES = frozenset({"image_url"})
 
 
-def _url(part: dict[str, Any]) -> Any:
+def part_url(part: dict[str, Any]) -> Any:
+    """The ``url`` of an image part (``image_url.url``, or ``image_url`` itself when given bare)."""
     image = part.get("image_url")
     return image.get("url") if isinstance(image, dict) else image
 
@@ -41,8 +43,9 @@ def decode_data_url(url: Any, where: str) -> bytes:
     if not isinstance(url, str) or not url:
         raise InvalidRequest(f"{where}: image_url.url must be a non-empty string", param=where)
     if url.startswith(("http://", "https://")):
-        raise InvalidRequest(f"{where}: image URLs are not fetched; send the image inline as a base64 data URL "
-                             "(data:image/png;base64,...)", param=where, code="image_url_not_supported")
+        raise InvalidRequest(f"{where}: image URLs are not fetched by this server (start it with "
+                             "--allow-image-urls to fetch http(s) image URLs); send the image inline as a base64 "
+                             "data URL (data:image/png;base64,...)", param=where, code="image_url_not_supported")
     head, sep, payload = url.partition(",")
     if not url.startswith("data:") or not sep or not head.endswith(";base64"):
         raise InvalidRequest(f"{where}: image_url.url must be a base64 data URL (data:image/png;base64,...)",
@@ -96,7 +99,7 @@ def extract_images(messages: list[dict[str, Any]], *, vision: bool) -> tuple[lis
             if len(images) == MAX_IMAGES:
                 raise InvalidRequest(f"{where}: more than {MAX_IMAGES} images in one request", param=where,
                                      code="too_many_images")
-            images.append(decode_data_url(_url(part), where))
+            images.append(decode_data_url(part_url(part), where))
             parts.append({"type": "text", "text": MARKER})
         out.append({**message, "content": parts})
     return out, images
