@@ -12,15 +12,20 @@ layer turns each into a data URL before rendering, :mod:`skippy.engine.chat.imag
 :data:`MAX_IMAGES` images per request, :data:`MAX_IMAGE_BYTES` bytes per image (decoded). Every refusal is an
 :class:`InvalidRequest` (400) naming the part (``messages[i].content[j]``); a model without image input refuses
 any image part with code ``media_not_supported``.
+
+The Responses and Anthropic translations turn their image parts into these ``image_url`` parts; their
+routes give the refusals back with their own names for the part (:func:`rename_image_error`).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import re
+from collections.abc import Sequence
 from typing import Any
 
-from skippy.engine.errors import InvalidRequest
+from skippy.engine.errors import EngineError, InvalidRequest
 from skippy.engine.runtime.media import MARKER
 
 #: Most images in one request (llama-server sets none; vLLM's default per-prompt limit for images is 1
@@ -103,3 +108,47 @@ def extract_images(messages: list[dict[str, Any]], *, vision: bool) -> tuple[lis
             parts.append({"type": "text", "text": MARKER})
         out.append({**message, "content": parts})
     return out, images
+
+
+_PART = re.compile(r"messages\[(\d+)\]\.content\[(\d+)\]")
+
+
+def _field(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+
+def image_ordinal(messages: Sequence[Any], param: str | None) -> int | None:
+    """Which image part of ``messages`` (message Structs or dicts) ``param`` names (``messages[i].content[j]``,
+    as :func:`extract_images` names a part): 0 for the first image part in message order; ``None`` when
+    ``param`` names no image part."""
+    m = _PART.fullmatch(param or "")
+    if m is None:
+        return None
+    at = (int(m[1]), int(m[2]))
+    n = 0
+    for i, message in enumerate(messages):
+        content = _field(message, "content")
+        if not isinstance(content, list):
+            continue
+        for j, part in enumerate(content):
+            if _field(part, "type") not in IMAGE_PART_TYPES:
+                continue
+            if (i, j) == at:
+                return n
+            n += 1
+    return None
+
+
+def rename_image_error(exc: EngineError, messages: Sequence[Any], paths: Sequence[str]) -> EngineError:
+    """``exc`` naming an image part of the chat ``messages`` renamed, in place, to that image's name in the
+    request it was translated from: ``paths[k]`` for the ``k``-th image part (in message order, the order a
+    translation keeps), in ``param`` and at the head of the message (``input[2].content[0]: ...``).
+    Other errors are returned as they are."""
+    k = image_ordinal(messages, exc.param)
+    if k is None or k >= len(paths):
+        return exc
+    old, exc.param = exc.param or "", paths[k]
+    if exc.message.startswith(old):
+        exc.message = paths[k] + exc.message[len(old):]
+        exc.args = (exc.message,)
+    return exc

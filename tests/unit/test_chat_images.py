@@ -1,0 +1,46 @@
+"""engine/chat/images.py's naming of an image part (sans-IO): which image a chat path error names, and the
+error renamed to the name the request it was translated from gives that image."""
+
+from __future__ import annotations
+
+import pytest
+
+from skippy.engine.chat.images import extract_images, image_ordinal, rename_image_error
+from skippy.engine.errors import InvalidRequest
+from skippy.engine.protocols.openai.types import ContentPart, Message
+
+URL = "data:image/png;base64,iVBORw0KGgo="
+IMAGE = {"type": "image_url", "image_url": {"url": URL}}
+MESSAGES = [{"role": "system", "content": "s"},
+            {"role": "user", "content": [{"type": "text", "text": "a"}, IMAGE, IMAGE]},
+            {"role": "assistant", "content": "b"},
+            {"role": "user", "content": [IMAGE, {"type": "text", "text": "c"}]}]
+
+
+@pytest.mark.parametrize(("param", "ordinal"), [
+    ("messages[1].content[1]", 0), ("messages[1].content[2]", 1), ("messages[3].content[0]", 2),
+    ("messages[1].content[0]", None), ("messages[3]", None), ("messages", None), (None, None),
+    ("messages[9].content[0]", None),
+])
+def test_image_ordinal_counts_image_parts_in_message_order(param: str | None, ordinal: int | None) -> None:
+    assert image_ordinal(MESSAGES, param) == ordinal
+    structs = [Message(m["role"], m["content"] if isinstance(m["content"], str) else
+                       [ContentPart(**p) for p in m["content"]]) for m in MESSAGES]
+    assert image_ordinal(structs, param) == ordinal
+
+
+def test_a_refusal_is_renamed_to_the_translated_requests_name() -> None:
+    paths = ["input[0].content[1]", "input[0].content[2]", "input[2].content[0]"]
+    with pytest.raises(InvalidRequest) as info:
+        extract_images(MESSAGES, vision=False)
+    err = rename_image_error(info.value, MESSAGES, paths)
+    assert err is info.value and err.param == "input[0].content[1]" and err.code == "media_not_supported"
+    assert err.message.startswith("input[0].content[1]: this model reads text only") and str(err) == err.message
+    bad = [*MESSAGES[:3], {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:x,y"}}]}]
+    with pytest.raises(InvalidRequest) as info:
+        extract_images(bad, vision=True)
+    assert rename_image_error(info.value, bad, paths).param == "input[2].content[0]"
+    other = InvalidRequest("messages: bad", param="messages")  # an error that names no image part: as it is
+    assert rename_image_error(other, MESSAGES, paths).message == "messages: bad"
+    assert rename_image_error(InvalidRequest("x", param="messages[1].content[1]"), MESSAGES, []).param == \
+        "messages[1].content[1]"  # no name for it: as it is
