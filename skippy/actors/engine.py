@@ -470,10 +470,13 @@ class Engine:
 
     async def input_tokens(self, req: ChatCompletionRequest) -> int:
         """How many prompt tokens chat request ``req`` would prefill: its rendered prompt (tools, tool
-        emulation, template variables and prefill count) tokenized as :meth:`chat` does, before any
-        ``before_chat`` hook injection (llama-server ``/v1/chat/completions/input_tokens``). Raises
-        :class:`InvalidRequest` (400) like :meth:`chat` for bad messages, tools or template errors."""
+        emulation, template variables and prefill count) tokenized as :meth:`chat` does, an image as the
+        positions it takes (libmtmd reads it), before any ``before_chat`` hook injection (llama-server
+        ``/v1/chat/completions/input_tokens``, Anthropic ``count_tokens``). Raises :class:`InvalidRequest`
+        (400) like :meth:`chat` for bad messages, images, tools or template errors."""
         rendered = await self.renderer.render(await self._with_image_urls(req))
+        if rendered.images:
+            return len((await self.tokenizer.tokenize_media(rendered.prompt, rendered.images)).tokens)
         return len(await self.tokenizer.tokenize(rendered.prompt, add_special=True, parse_special=True))
 
     def props(self) -> dict[str, Any]:

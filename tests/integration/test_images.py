@@ -76,6 +76,14 @@ def test_streamed_equals_not_streamed_through_the_openai_client(vision_server: S
     assert whole and streamed == whole
 
 
+def test_input_tokens_counts_an_images_positions(vision_server: Server) -> None:
+    r = httpx.post(vision_server.base_url + "/v1/chat/completions/input_tokens", timeout=60,
+                   json={"messages": messages(BLUE)})
+    assert r.status_code == 200, r.text
+    _, usage = first_top(vision_server.base_url, messages(BLUE))
+    assert r.json()["input_tokens"] == usage["prompt_tokens"] > MMPROJ_IMAGE_TOKENS
+
+
 @pytest.mark.parametrize(("url", "code", "fragment"), [
     ("data:image/png;base64,@@@not-base64@@@", None, "not valid base64"),
     (data_url(b"this is not an image"), "invalid_image", "could not be read"),
