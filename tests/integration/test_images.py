@@ -3,7 +3,8 @@ tiny random-weight projector of :func:`tests.tiny_models.write_tiny_mmproj` (no 
 pulled here). With random weights the words mean nothing, so the oracle is llama.cpp's libmtmd driven
 directly (:mod:`tests.mtmd_oracle`): the first token's logprobs for the text and the image equal the
 oracle's; another image changes them; the same image again reuses its KV; bad images are 400s and the
-server keeps serving.
+server keeps serving. The Ollama and Responses routes, through their official clients, give
+the reply the same image gives through chat completions.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import shutil
 
 import httpx
 import numpy as np
+import openai
 import pytest
 
 from skippy.models import DEFAULT_MODEL, ensure_model
@@ -127,6 +129,14 @@ def test_a_server_without_mmproj_refuses_images_naming_the_flag(tmp_path) -> Non
         r = httpx.post(srv.base_url + "/completion", timeout=60, json={"prompt": {
             "prompt_string": "<__media__> What is it?", "multimodal_data": [base64.b64encode(RED).decode()]}})
         assert r.status_code == 400 and "--mmproj" in r.json()["error"]["message"]
+        # the Responses route: the same refusal, named as its request names the image
+        for stream in (False, True):
+            r = httpx.post(srv.base_url + "/v1/responses", timeout=60, json={
+                "input": responses_input(RED), "max_output_tokens": 1, "stream": stream})
+            assert r.status_code == 400, r.text
+            err = r.json()["error"]
+            assert err["code"] == "media_not_supported" and err["type"] == "invalid_request_error"
+            assert err["param"] == "input[0].content[1]" and "--mmproj" in err["message"]
 
 
 def test_a_projector_that_is_no_gguf_stops_the_start(tmp_path) -> None:
@@ -241,3 +251,66 @@ def test_llama_server_completion_takes_multimodal_data(vision_server: Server, mm
     two = httpx.post(vision_server.base_url + "/completion", timeout=60, json={
         **body, "prompt": {"prompt_string": prompt, "multimodal_data": [body["prompt"]["multimodal_data"][0]] * 2}})
     assert two.status_code == 400 and "media markers" in two.json()["error"]["message"]
+
+
+# -- the Responses route: input_image parts become image_url parts -------------------------
+
+TEXT = "Describe the picture."
+
+
+def responses_input(image: bytes | str, text: str = TEXT) -> list[dict]:
+    url = image if isinstance(image, str) else data_url(image)
+    return [{"role": "user", "content": [{"type": "input_text", "text": text},
+                                         {"type": "input_image", "image_url": url, "detail": "auto"}]}]
+
+
+def chat_reply(base_url: str, image: bytes, text: str = TEXT, max_tokens: int = 6) -> dict:
+    r = httpx.post(base_url + "/v1/chat/completions", timeout=60, json={
+        "messages": messages(image, text=text), "temperature": 0, "max_tokens": max_tokens})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_responses_input_image_reaches_the_model_through_the_official_client(vision_server: Server) -> None:
+    text = "What is in this picture? Answer in a few words."
+    same = chat_reply(vision_server.base_url, RED, text)
+    client = openai_client(vision_server.base_url)
+    kwargs = dict(model="m", input=responses_input(RED, text), temperature=0, max_output_tokens=6)
+    reply = client.responses.create(**kwargs)
+    assert reply.status in ("completed", "incomplete")
+    assert reply.output_text == same["choices"][0]["message"]["content"]
+    assert reply.usage.input_tokens == same["usage"]["prompt_tokens"] > MMPROJ_IMAGE_TOKENS
+    again = client.responses.create(**kwargs)  # the same image: its KV is reused
+    assert again.output_text == reply.output_text
+    assert again.usage.input_tokens_details.cached_tokens >= again.usage.input_tokens - 2
+    with client.responses.stream(**kwargs) as stream:
+        streamed = list(stream)[-1].response  # response.incomplete when max_output_tokens ends it
+    assert streamed.output_text == reply.output_text
+    # a follow-up carries the stored conversation's image again: it is still cached
+    follow = client.responses.create(model="m", previous_response_id=reply.id, input="And its colour?",
+                                     temperature=0, max_output_tokens=2)
+    assert follow.usage.input_tokens_details.cached_tokens > MMPROJ_IMAGE_TOKENS
+    with pytest.raises(openai.BadRequestError) as err:  # no Files API: a file_id is refused
+        client.responses.create(model="m", input=[{"role": "user", "content": [
+            {"type": "input_image", "file_id": "file_1", "detail": "auto"}]}])
+    assert err.value.body["param"] == "input[0].content[0].file_id" and "Files API" in err.value.body["message"]
+
+
+@pytest.mark.parametrize(("image", "param", "code", "words"), [
+    ("data:image/png;base64,@@@not-base64@@@", "input[0].content[1]", None, "not valid base64"),
+    ("https://example.com/cat.png", "input[0].content[1]", "image_url_not_supported", "not fetched"),
+    (data_url(b"this is not an image"), "input", "invalid_image", "could not be read"),
+])
+@pytest.mark.parametrize("stream", [False, True])
+def test_bad_responses_images_are_400s_in_openais_shape_and_the_server_keeps_serving(
+        vision_server: Server, image: str, param: str, code: str | None, words: str, stream: bool) -> None:
+    r = httpx.post(vision_server.base_url + "/v1/responses", timeout=60, json={
+        "input": responses_input(image), "max_output_tokens": 1, "stream": stream})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["type"] == "invalid_request_error" and err["param"] == param and words in err["message"]
+    assert "messages[" not in err["message"]
+    if code is not None:
+        assert err["code"] == code
+    assert openai_client(vision_server.base_url).responses.create(
+        model="m", input=responses_input(RED), max_output_tokens=1).usage.input_tokens > MMPROJ_IMAGE_TOKENS

@@ -14,17 +14,21 @@ from openai import omit
 from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import Response, ResponseStreamEvent
 
+from skippy.engine.chat.images import extract_images
 from skippy.engine.errors import EngineError, InvalidRequest, QueueFull
 from skippy.engine.protocols.openai import wire
+from skippy.engine.protocols.openai.types import message_dicts
 from skippy.engine.protocols.responses import translate as rapi
 from skippy.engine.protocols.responses.store import ResponseNotFound, ResponseStore, StoredResponse
 from skippy.engine.protocols.responses.types import ResponsesRequest
 from skippy.engine.protocols.responses.wire import ResponseObject
+from skippy.engine.runtime.media import MARKER
 
 EVENT = pydantic.TypeAdapter(ResponseStreamEvent)
 DEEP: list = []
 for _ in range(70):  # deeper than the chat path's MAX_NESTING (64)
     DEEP = [DEEP]
+PNG_URL = "data:image/png;base64,iVBORw0KGgo="  # the chat path reads it; a PNG header is enough here
 WEATHER = {"type": "function", "name": "get_weather", "description": "Weather of a city",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
 
@@ -124,7 +128,17 @@ def test_tools_tool_choice_and_text_format_translate() -> None:
     ("input[0].role", {"input": [{"type": "message", "role": "tool", "content": "x"}]}),
     ("input[0].content", {"input": [{"type": "message", "role": "user"}]}),
     ("input[0].content[1].type", {"input": [{"role": "user", "content": [
-        {"type": "input_text", "text": "a"}, {"type": "input_image", "image_url": "http://x/y.png"}]}]}),
+        {"type": "input_text", "text": "a"}, {"type": "input_file", "file_id": "file_1"}]}]}),
+    ("input[0].content[0].file_id", {"input": [{"role": "user", "content": [
+        {"type": "input_image", "file_id": "file_1", "detail": "auto"}]}]}),
+    ("input[0].content[0].image_url", {"input": [{"role": "user", "content": [
+        {"type": "input_image", "detail": "auto"}]}]}),
+    ("input[0].content[0].detail", {"input": [{"role": "user", "content": [
+        {"type": "input_image", "image_url": PNG_URL, "detail": "ultra"}]}]}),
+    ("input[0].content[0].type", {"input": [{"role": "developer", "content": [
+        {"type": "input_image", "image_url": PNG_URL}]}, {"role": "user", "content": "x"}]}),
+    ("input[1].content[0].type", {"input": [{"role": "user", "content": "x"}, {"role": "assistant", "content": [
+        {"type": "input_image", "image_url": PNG_URL}]}]}),
     ("input[1].call_id", {"input": [{"role": "user", "content": "x"}, {"type": "function_call_output",
                                                                        "output": "y"}]}),
     ("input[0].arguments", {"input": [{"type": "function_call", "call_id": "c", "name": "f"}]}),
@@ -161,6 +175,66 @@ def test_previous_response_conversation_comes_first_without_its_instructions() -
     with pytest.raises(InvalidRequest) as info:
         turn(stored, input=[{"type": "nope"}])
     assert info.value.param == "input[0].type"
+
+
+def image(url: str = PNG_URL, **fields) -> dict:
+    return {"type": "input_image", "image_url": url, **fields}
+
+
+def test_input_image_parts_become_image_url_parts_in_place() -> None:
+    t = turn(instructions="Be brief.", input=[
+        {"role": "user", "content": [{"type": "input_text", "text": "Compare"}, image(detail="low"), image()]},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": [image(), {"type": "input_text", "text": "and this"}]}])
+    assert messages(t)[1] == {"role": "user", "content": [
+        {"type": "text", "text": "Compare"}, {"type": "image_url", "image_url": {"url": PNG_URL, "detail": "low"}},
+        {"type": "image_url", "image_url": {"url": PNG_URL}}]}
+    assert messages(t)[3]["content"][0] == {"type": "image_url", "image_url": {"url": PNG_URL}}
+    assert t.images == ("input[0].content[1]", "input[0].content[2]", "input[2].content[0]")
+    # the chat path reads them: three images, their markers in place
+    chat_messages, images = extract_images(message_dicts(t.chat.messages), vision=True)
+    assert len(images) == 3 and chat_messages[3]["content"][0] == {"type": "text", "text": MARKER}
+
+
+def test_images_of_a_stored_conversation_come_again_and_are_named_by_previous_response_id() -> None:
+    first = turn(input=[{"role": "user", "content": [image(), {"type": "input_text", "text": "What is it?"}]}])
+    follow = turn(first.stored(first.from_chat(completion("A dot."))), previous_response_id="resp_1",
+                  input=[{"role": "user", "content": [{"type": "input_text", "text": "And this?"}, image()]}])
+    assert [m["content"][0]["type"] if isinstance(m["content"], list) else "str" for m in messages(follow)] == [
+        "image_url", "str", "text"]
+    assert follow.images == ("previous_response_id", "input[0].content[1]")
+
+
+@pytest.mark.parametrize(("url", "vision", "code", "words"), [
+    (PNG_URL, False, "media_not_supported", "--mmproj"),
+    ("data:image/png;base64,@@@", True, None, "not valid base64"),
+    ("https://example.com/cat.png", True, "image_url_not_supported", "not fetched"),
+])
+def test_the_chat_paths_refusal_of_an_image_names_the_input_part(url: str, vision: bool, code: str | None,
+                                                                 words: str) -> None:
+    t = turn(instructions="s", input=[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"},
+                                      {"role": "user", "content": [{"type": "input_text", "text": "x"}, image(),
+                                                                   image(url)]}])
+    with pytest.raises(InvalidRequest) as info:
+        extract_images(message_dicts(t.chat.messages), vision=vision)
+    n = 2 if vision else 1  # without vision the first image is refused, else the bad one
+    assert info.value.param == f"messages[3].content[{n}]"
+    err = t.rename(info.value)
+    where = f"input[2].content[{n}]"
+    assert err.param == where and err.message.startswith(where + ": ") and words in err.message
+    assert "messages[" not in err.message and str(err) == err.message
+    if code is not None:
+        assert err.code == code
+    # another field's error is renamed as before
+    assert t.rename(InvalidRequest("bad", param="max_completion_tokens")).param == "max_output_tokens"
+
+
+def test_too_many_images_names_the_first_image_past_the_limit() -> None:
+    t = turn(input=[{"role": "user", "content": [image()] * 10}, {"role": "user", "content": [image()] * 10}])
+    with pytest.raises(InvalidRequest) as info:
+        extract_images(message_dicts(t.chat.messages), vision=True)
+    err = t.rename(info.value)
+    assert err.code == "too_many_images" and err.param == "input[1].content[6]"
 
 
 # -- chat reply -> response ------------------------------------------------------------------------

@@ -103,13 +103,13 @@ async def responses_create() -> Response:
                 try:
                     return _ResponseStream(app, eng, turn, events, await eng.chat_stream(turn.chat))
                 except EngineError as exc:
-                    raise rapi.rename_params(exc) from None
+                    raise turn.rename(exc) from None
 
             return await stream(app, ctx, start, SseFormat(
                 event=_response_event, error=lambda exc: _response_event(events.failed(exc)), done=None))
         result = await unless_gone(app, ctx, eng.chat(turn.chat))
     except EngineError as exc:
-        raise rapi.rename_params(exc) from None
+        raise turn.rename(exc) from None
     ctx.tokens = completion_tokens(result)
     message = result.choices[0].message
     reasoning = message.reasoning_content if message.reasoning_content is not wire.UNSET else ""

@@ -12,7 +12,7 @@ default) in a bounded LRU so a follow-up sends only its new items.
 
 Shapes follow the OpenAI Responses API as the ``openai`` Python package
 types it (``openai.types.responses``): input items ``message`` (a string or
-``input_text`` parts), ``function_call``, ``function_call_output``,
+``input_text`` parts; ``input_image`` parts in user messages), ``function_call``, ``function_call_output``,
 ``reasoning``; output items ``message`` (``output_text``),
 ``function_call`` (``call_id``, ``name``, ``arguments``), ``reasoning``
 (the chat message's ``reasoning_content`` as ``reasoning_text``); stream
@@ -27,6 +27,10 @@ Responses                      Chat Completions
                                items are one assistant message's
                                ``tool_calls``; ``reasoning`` becomes the next
                                assistant message's ``reasoning_content``)
+``input_image`` parts          ``image_url`` parts (``{"url": image_url}``):
+                               base64 data URLs, read as on chat
+                               (:mod:`skippy.engine.chat.images`); ``file_id``
+                               is refused (no Files API)
 ``tools`` (``function`` only)  ``tools`` (``{"type": "function", "function": ...}``)
 ``tool_choice``                ``tool_choice`` (``allowed_tools`` narrows ``tools``)
 ``text.format``                ``response_format``
@@ -47,6 +51,7 @@ import attrs
 import msgspec
 from msgspec import UNSET
 
+from skippy.engine.chat.images import rename_image_error
 from skippy.engine.errors import EngineError, InvalidRequest
 from skippy.engine.protocols.openai import wire
 from skippy.engine.protocols.openai.types import (
@@ -100,16 +105,54 @@ _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 _MESSAGE_ROLES = frozenset({"user", "system", "developer", "assistant"})
 
 
+_USER_PARTS = _TEXT_PARTS | {"input_image"}
+
+#: ``detail`` of an ``input_image`` part (OpenAI's ``ImageDetail``): accepted, not acted on (libmtmd resizes every
+#: image to the projector's input size)
+IMAGE_DETAILS = frozenset({"auto", "low", "high", "original"})
+
+
+def _text(part: ResponseInputContent, where: str, kinds: frozenset[str] = _TEXT_PARTS) -> str:
+    if part.type not in kinds:
+        also = " (input_image parts are read in user messages)" if part.type == "input_image" else ""
+        raise InvalidRequest(f"{where}.type {part.type!r} is not supported here (this server reads "
+                             f"{', '.join(sorted(kinds))} parts){also}", param=f"{where}.type")
+    if part.text is None:
+        raise InvalidRequest(f"{where}.text is required", param=f"{where}.text")
+    return part.text
+
+
 def _texts(parts: list[ResponseInputContent], param: str, kinds: frozenset[str] = _TEXT_PARTS) -> list[str]:
-    out = []
-    for j, part in enumerate(parts):
-        if part.type not in kinds:
-            raise InvalidRequest(f"{param}[{j}].type {part.type!r} is not supported here (this server reads "
-                                 f"{', '.join(sorted(kinds))} parts)", param=f"{param}[{j}].type")
-        if part.text is None:
-            raise InvalidRequest(f"{param}[{j}].text is required", param=f"{param}[{j}].text")
-        out.append(part.text)
-    return out
+    return [_text(part, f"{param}[{j}]", kinds) for j, part in enumerate(parts)]
+
+
+def image_part(part: ResponseInputContent, where: str) -> ContentPart:
+    """An ``input_image`` part as chat's ``image_url`` part (``detail`` kept), whose data URL the chat path
+    reads (:func:`~skippy.engine.chat.images.extract_images`: base64 ``data:`` URLs only, the limits). 400
+    naming ``where.<field>`` for a ``file_id`` (this server has no Files API), a missing ``image_url``, or a
+    ``detail`` that is none of :data:`IMAGE_DETAILS`."""
+    if part.file_id is not None:
+        raise InvalidRequest(f"{where}.file_id: images by file id are not supported (this server has no Files "
+                             "API); send the image inline: image_url with a base64 data URL "
+                             "(data:image/png;base64,...)", param=f"{where}.file_id")
+    if part.image_url is None:
+        raise InvalidRequest(f"{where}.image_url is required (a base64 data URL: data:image/png;base64,...)",
+                             param=f"{where}.image_url")
+    if part.detail is not None and part.detail not in IMAGE_DETAILS:
+        raise InvalidRequest(f"{where}.detail must be one of {sorted(IMAGE_DETAILS)}, got {part.detail!r}",
+                             param=f"{where}.detail")
+    image = {"url": part.image_url} if part.detail is None else {"url": part.image_url, "detail": part.detail}
+    return ContentPart(type="image_url", image_url=image)
+
+
+def _user_parts(parts: list[ResponseInputContent], param: str) -> list[ContentPart]:
+    return [image_part(part, f"{param}[{j}]") if part.type == "input_image"
+            else ContentPart(type="text", text=_text(part, f"{param}[{j}]", _USER_PARTS))
+            for j, part in enumerate(parts)]
+
+
+def _kind(item: ResponseInputItem) -> str | None:
+    return item.type if item.type is not None else ("message" if item.role is not None else None)
 
 
 def _reasoning_text(item: ResponseInputItem, param: str) -> str:
@@ -143,22 +186,24 @@ def chat_messages(instructions: str | None, items: list[ResponseInputItem] | tup
 
     for i, item in enumerate(items):
         param = f"input[{i - first}]" if i >= first else "previous_response_id"
-        kind = item.type if item.type is not None else ("message" if item.role is not None else None)
+        kind = _kind(item)
         if kind == "message":
             if item.role not in _MESSAGE_ROLES:
                 raise InvalidRequest(f"{param}.role must be one of {sorted(_MESSAGE_ROLES)}, got {item.role!r}",
                                      param=f"{param}.role")
             if item.content is None:
-                raise InvalidRequest(f"{param}.content is required (a string or a list of input_text parts)",
-                                     param=f"{param}.content")
+                raise InvalidRequest(f"{param}.content is required (a string or a list of input_text or "
+                                     "input_image parts)", param=f"{param}.content")
             if item.role == "assistant":
                 text = item.content if isinstance(item.content, str) else "".join(
                     _texts(item.content, f"{param}.content"))
                 messages.append(Message(role="assistant", content=text, reasoning_content=reasoning or None))
                 reasoning = ""
             else:
-                content: str | list[ContentPart] = item.content if isinstance(item.content, str) else [
-                    ContentPart(type="text", text=t) for t in _texts(item.content, f"{param}.content")]
+                content: str | list[ContentPart] = (
+                    item.content if isinstance(item.content, str)
+                    else _user_parts(item.content, f"{param}.content") if item.role == "user"
+                    else [ContentPart(type="text", text=t) for t in _texts(item.content, f"{param}.content")])
                 messages.append(Message(role=item.role, content=content))
         elif kind == "function_call":
             for field in ("call_id", "name", "arguments"):
@@ -186,6 +231,19 @@ def chat_messages(instructions: str | None, items: list[ResponseInputItem] | tup
             raise InvalidRequest(f"{param}.type {kind!r} is not supported (this server takes message, "
                                  "function_call, function_call_output and reasoning items)", param=f"{param}.type")
     return messages
+
+
+def image_params(items: list[ResponseInputItem] | tuple[ResponseInputItem, ...], *, first: int = 0) -> tuple[str, ...]:
+    """The Responses name of each ``input_image`` part of ``items``, in the order :func:`chat_messages` puts
+    them in the chat messages (only user messages carry images there): ``input[i].content[j]``, counted from
+    ``first`` as there; ``previous_response_id`` for an image of a stored item."""
+    out = []
+    for i, item in enumerate(items):
+        if _kind(item) != "message" or item.role != "user" or not isinstance(item.content, list):
+            continue
+        out += [f"input[{i - first}].content[{j}]" if i >= first else "previous_response_id"
+                for j, part in enumerate(item.content) if part.type == "input_image"]
+    return tuple(out)
 
 
 def _input_items(value: str | list[ResponseInputItem] | None) -> list[ResponseInputItem]:
@@ -300,7 +358,8 @@ class Turn:
 
     ``history``: the items of the ``previous_response_id`` conversation;
     ``input``: this request's items; ``id`` / ``created_at`` (Unix seconds) /
-    ``model``: the response's.
+    ``model``: the response's; ``images``: the Responses name of each image
+    part of ``chat`` (:func:`image_params`), for :meth:`rename`.
     """
 
     request: ResponsesRequest
@@ -310,6 +369,13 @@ class Turn:
     history: tuple[ResponseInputItem, ...]
     input: tuple[ResponseInputItem, ...]
     chat: ChatCompletionRequest
+    images: tuple[str, ...] = ()
+
+    def rename(self, exc: EngineError) -> EngineError:
+        """An engine error about :attr:`chat` in the Responses request's names (in place; returned for
+        ``raise``): an image part as its ``input[i].content[j]`` (param and message), the other fields by
+        :func:`rename_params`."""
+        return rename_params(rename_image_error(exc, self.chat.messages, self.images))
 
     # -- results -----------------------------------------------------------------------------------
     def response(self, output: list[Any], status: str, *, usage: ResponseUsage | None = None,
@@ -401,7 +467,7 @@ def prepare(req: ResponsesRequest, previous: StoredResponse | None, *, model: st
         raise rename_params(exc) from None
     return Turn(request=req, id=response_id or new_id("resp"),
                 created_at=int(time.time()) if created_at is None else created_at, model=model,
-                history=history, input=items, chat=chat)
+                history=history, input=items, chat=chat, images=image_params(history + items, first=len(history)))
 
 
 # -- chat result -> response ---------------------------------------------------------------------------

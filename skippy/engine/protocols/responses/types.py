@@ -1,7 +1,7 @@
 """Request types of the OpenAI Responses API (``POST /v1/responses``), as msgspec Structs.
 
 Shapes follow the ``openai`` Python package's ``openai.types.responses``: input
-items ``message`` (a string or ``input_text`` parts), ``function_call``,
+items ``message`` (a string or ``input_text`` / ``input_image`` parts), ``function_call``,
 ``function_call_output``, ``reasoning``; ``tools`` (``function`` only),
 ``text.format``, ``reasoning``. :mod:`.translate` maps them onto a chat request.
 """
@@ -17,11 +17,15 @@ import msgspec
 
 class ResponseInputContent(msgspec.Struct, omit_defaults=True, kw_only=True):
     """One content part of an input item: ``input_text`` / ``output_text`` (``text``) in messages,
-    ``reasoning_text`` / ``summary_text`` in reasoning items. Other types (``input_image``,
-    ``input_file``, ``refusal``...) are refused with 400 (this server reads text)."""
+    ``input_image`` (``image_url``: a base64 data URL; ``detail`` accepted, not acted on; ``file_id``
+    refused) in user messages, ``reasoning_text`` / ``summary_text`` in reasoning items. Other types
+    (``input_file``, ``refusal``...) are refused with 400."""
 
     type: str
     text: str | None = None
+    image_url: str | None = None
+    file_id: str | None = None
+    detail: str | None = None
 
 
 class ResponseInputItem(msgspec.Struct, omit_defaults=True, kw_only=True):
