@@ -189,7 +189,10 @@ def assert_anthropic_error(resp: httpx.Response, status: int, type_: str) -> dic
     ({"model": "m", "max_tokens": 8, "messages": [{"role": "system", "content": "x"}]}, "role"),
     ({"model": "m", "max_tokens": 8, "messages": []}, "messages"),
     ({"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": [
-        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]}]}, "image"),
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]}]},
+     "messages.0.content.0: this model reads text only"),  # no projector here: the chat path's refusal, renamed
+    ({"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}]}]}, "not fetched"),
     ({"model": "m", "max_tokens": 8, "messages": ASK, "tools": [WEATHER],
       "tool_choice": {"type": "tool", "name": "nope"}}, "nope"),
     ({"model": "m", "max_tokens": 8, "messages": ASK, "tools": [{"type": "bash_20250124", "name": "bash"}]},

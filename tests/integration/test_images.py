@@ -3,7 +3,7 @@ tiny random-weight projector of :func:`tests.tiny_models.write_tiny_mmproj` (no 
 pulled here). With random weights the words mean nothing, so the oracle is llama.cpp's libmtmd driven
 directly (:mod:`tests.mtmd_oracle`): the first token's logprobs for the text and the image equal the
 oracle's; another image changes them; the same image again reuses its KV; bad images are 400s and the
-server keeps serving. The Ollama and Responses routes, through their official clients, give
+server keeps serving. The Ollama, Responses and Anthropic routes, through their official clients, give
 the reply the same image gives through chat completions.
 """
 
@@ -13,6 +13,7 @@ import base64
 import os
 import shutil
 
+import anthropic
 import httpx
 import numpy as np
 import openai
@@ -129,7 +130,7 @@ def test_a_server_without_mmproj_refuses_images_naming_the_flag(tmp_path) -> Non
         r = httpx.post(srv.base_url + "/completion", timeout=60, json={"prompt": {
             "prompt_string": "<__media__> What is it?", "multimodal_data": [base64.b64encode(RED).decode()]}})
         assert r.status_code == 400 and "--mmproj" in r.json()["error"]["message"]
-        # the Responses route: the same refusal, named as its request names the image
+        # the Responses and Anthropic routes: the same refusal, named as their requests name the image
         for stream in (False, True):
             r = httpx.post(srv.base_url + "/v1/responses", timeout=60, json={
                 "input": responses_input(RED), "max_output_tokens": 1, "stream": stream})
@@ -137,6 +138,12 @@ def test_a_server_without_mmproj_refuses_images_naming_the_flag(tmp_path) -> Non
             err = r.json()["error"]
             assert err["code"] == "media_not_supported" and err["type"] == "invalid_request_error"
             assert err["param"] == "input[0].content[1]" and "--mmproj" in err["message"]
+            r = httpx.post(srv.base_url + "/v1/messages", timeout=60, json={
+                "model": "m", "max_tokens": 1, "messages": anthropic_messages(RED), "stream": stream})
+            assert r.status_code == 400, r.text
+            assert r.json()["type"] == "error" and r.json()["error"]["type"] == "invalid_request_error"
+            assert r.json()["error"]["message"].startswith("messages.0.content.1: ")
+            assert "--mmproj" in r.json()["error"]["message"]
 
 
 def test_a_projector_that_is_no_gguf_stops_the_start(tmp_path) -> None:
@@ -253,7 +260,7 @@ def test_llama_server_completion_takes_multimodal_data(vision_server: Server, mm
     assert two.status_code == 400 and "media markers" in two.json()["error"]["message"]
 
 
-# -- the Responses route: input_image parts become image_url parts -------------------------
+# -- the Responses and Anthropic routes: their image parts become image_url parts -------------------------
 
 TEXT = "Describe the picture."
 
@@ -262,6 +269,12 @@ def responses_input(image: bytes | str, text: str = TEXT) -> list[dict]:
     url = image if isinstance(image, str) else data_url(image)
     return [{"role": "user", "content": [{"type": "input_text", "text": text},
                                          {"type": "input_image", "image_url": url, "detail": "auto"}]}]
+
+
+def anthropic_messages(image: bytes | str, text: str = TEXT, media_type: str = "image/png") -> list[dict]:
+    data = image if isinstance(image, str) else base64.b64encode(image).decode()
+    return [{"role": "user", "content": [{"type": "text", "text": text}, {"type": "image", "source": {
+        "type": "base64", "media_type": media_type, "data": data}}]}]
 
 
 def chat_reply(base_url: str, image: bytes, text: str = TEXT, max_tokens: int = 6) -> dict:
@@ -296,6 +309,25 @@ def test_responses_input_image_reaches_the_model_through_the_official_client(vis
     assert err.value.body["param"] == "input[0].content[0].file_id" and "Files API" in err.value.body["message"]
 
 
+def test_anthropic_image_blocks_reach_the_model_through_the_official_client(vision_server: Server) -> None:
+    text = "Which colour is this picture? Answer in a few words."
+    same = chat_reply(vision_server.base_url, BLUE, text)
+    client = anthropic.Anthropic(base_url=vision_server.base_url, api_key="unused", max_retries=0, timeout=120)
+    kwargs = dict(model="m", max_tokens=6, extra_body={"temperature": 0}, messages=anthropic_messages(BLUE, text))
+    reply = client.messages.create(**kwargs)
+    assert reply.content[0].type == "text" and reply.content[0].text == same["choices"][0]["message"]["content"]
+    prompt = reply.usage.input_tokens + (reply.usage.cache_read_input_tokens or 0)
+    assert prompt == same["usage"]["prompt_tokens"] > MMPROJ_IMAGE_TOKENS
+    counted = client.messages.count_tokens(model="m", messages=kwargs["messages"]).input_tokens
+    assert counted == prompt  # count_tokens counts the image's positions, not its marker's text
+    again = client.messages.create(**kwargs)
+    assert again.content[0].text == reply.content[0].text
+    assert again.usage.cache_read_input_tokens >= prompt - 2  # the image's KV reused
+    assert again.usage.input_tokens + again.usage.cache_read_input_tokens == prompt
+    with client.messages.stream(**kwargs) as stream:
+        assert stream.get_final_message().content[0].text == reply.content[0].text
+
+
 @pytest.mark.parametrize(("image", "param", "code", "words"), [
     ("data:image/png;base64,@@@not-base64@@@", "input[0].content[1]", None, "not valid base64"),
     ("https://example.com/cat.png", "input[0].content[1]", "image_url_not_supported", "not fetched"),
@@ -314,3 +346,27 @@ def test_bad_responses_images_are_400s_in_openais_shape_and_the_server_keeps_ser
         assert err["code"] == code
     assert openai_client(vision_server.base_url).responses.create(
         model="m", input=responses_input(RED), max_output_tokens=1).usage.input_tokens > MMPROJ_IMAGE_TOKENS
+
+
+@pytest.mark.parametrize(("block", "words"), [
+    ({"type": "base64", "media_type": "image/png", "data": "@@@not-base64@@@"},
+     "messages.0.content.1.source.data is not valid base64"),
+    ({"type": "url", "url": "https://example.com/cat.png"}, "not fetched"),
+    ({"type": "base64", "media_type": "image/png", "data": base64.b64encode(b"this is not an image").decode()},
+     "could not be read"),
+    ({"type": "base64", "media_type": "image/tiff", "data": "AAAA"}, "media_type"),
+])
+def test_bad_anthropic_images_are_400s_in_anthropics_shape_and_the_server_keeps_serving(
+        vision_server: Server, block: dict, words: str) -> None:
+    body = {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": [
+        {"type": "text", "text": TEXT}, {"type": "image", "source": block}]}]}
+    for stream in (False, True):
+        r = httpx.post(vision_server.base_url + "/v1/messages", timeout=60, json={**body, "stream": stream})
+        assert r.status_code == 400, r.text
+        assert set(r.json()) == {"type", "error"} and r.json()["error"]["type"] == "invalid_request_error"
+        assert words in r.json()["error"]["message"]
+    client = anthropic.Anthropic(base_url=vision_server.base_url, api_key="unused", max_retries=0, timeout=120)
+    with pytest.raises(anthropic.BadRequestError):
+        client.messages.create(**body)
+    ok = client.messages.create(model="m", max_tokens=1, messages=anthropic_messages(RED))
+    assert ok.usage.input_tokens + ok.usage.cache_read_input_tokens > MMPROJ_IMAGE_TOKENS

@@ -8,6 +8,7 @@ import msgspec
 import pytest
 
 from skippy.engine.chat.formats.emulated import EmulatedToolParser
+from skippy.engine.chat.images import MAX_IMAGE_BYTES, extract_images
 from skippy.engine.errors import InvalidRequest
 from skippy.engine.output.generation import Done, Generation, Piece
 from skippy.engine.protocols.anthropic import translate as tr
@@ -17,6 +18,7 @@ from skippy.engine.protocols.base import decode_request
 from skippy.engine.protocols.openai import wire
 from skippy.engine.protocols.openai.translate import ChatReply
 from skippy.engine.protocols.openai.types import message_dicts
+from skippy.engine.runtime.media import MARKER
 from skippy.engine.sampling.params import SamplingParams
 from skippy.engine.scheduling.events import FinishEvent, TokenEvent
 
@@ -126,7 +128,20 @@ def test_count_tokens_needs_no_max_tokens_and_gives_the_same_prompt_fields() -> 
 
 @pytest.mark.parametrize(("body", "param"), [
     ({"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "u"}}]}]},
-     "messages.0.content.0"),
+     "messages.0.content.0.source"),
+    ({"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "file", "file_id": "f"}}]}]},
+     "messages.0.content.0.source"),
+    ({"messages": [{"role": "user", "content": [{"type": "text", "text": "x"}, {"type": "image", "source": {
+        "type": "base64", "media_type": "image/bmp", "data": "AAAA"}}]}]}, "messages.0.content.1.source.media_type"),
+    ({"messages": [{"role": "user", "content": [{"type": "image", "source": {
+        "type": "base64", "media_type": "image/png", "data": "@@not-b64@@"}}]}]}, "messages.0.content.0.source.data"),
+    ({"messages": [{"role": "user", "content": [{"type": "image", "source": {
+        "type": "base64", "media_type": "image/png", "data": ""}}]}]}, "messages.0.content.0.source.data"),
+    ({"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "bytes"}}]}]},
+     "messages.0.content.0.source.type"),
+    ({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": [{"type": "image", "source": {
+        "type": "base64", "media_type": "image/png", "data": "AAAA"}}]}]}, "messages.1.content.0"),
+    ({"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]}, "messages.0.content.0"),
     ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [
         {"type": "image", "source": {}}]}]}]}, "messages.0.content.0.content.0"),
     ({"messages": [{"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]}]},
@@ -148,6 +163,60 @@ def test_what_cannot_be_translated_is_a_400_naming_the_field(body: dict, param: 
     with pytest.raises(InvalidRequest) as err:
         chat(body)
     assert err.value.param == param and err.value.status == 400
+
+
+def test_a_url_source_is_refused_saying_urls_are_not_fetched() -> None:
+    with pytest.raises(InvalidRequest) as err:
+        chat({"messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}]}]})
+    assert "not fetched" in err.value.message and err.value.message.startswith("messages.0.content.0.source: ")
+
+
+PNG = "iVBORw0KGgo="  # base64 of a PNG header: the chat path reads it as a data URL
+
+
+def image(data: str = PNG, media_type: str = "image/png") -> dict:
+    return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data},
+            "cache_control": {"type": "ephemeral"}}
+
+
+def test_base64_image_blocks_become_image_url_parts_in_place() -> None:
+    body = {"system": "Be brief.", "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "Compare"}, image(), image(media_type="image/jpeg")]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"}, image(),
+                                     {"type": "text", "text": "and this?"}]}], "tools": [WEATHER]}
+    req = chat(body)
+    msgs = message_dicts(req.messages)
+    assert msgs[1]["content"] == [{"type": "text", "text": "Compare"},
+                                  {"type": "image_url", "image_url": {"url": "data:image/png;base64," + PNG}},
+                                  {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64," + PNG}}]
+    assert msgs[3]["role"] == "tool" and msgs[4] == {"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64," + PNG}},
+        {"type": "text", "text": "and this?"}]}
+    assert tr.image_paths(decode({"max_tokens": 8, **body})) == [
+        "messages.0.content.1", "messages.0.content.2", "messages.2.content.1"]
+    rendered, images = extract_images(msgs, vision=True)
+    assert len(images) == 3 and rendered[4]["content"][0] == {"type": "text", "text": MARKER}
+
+
+@pytest.mark.parametrize(("data", "vision", "words"), [
+    (PNG, False, "--mmproj"),
+    ("A" * ((MAX_IMAGE_BYTES // 3 + 2) * 4), True, "larger than"),
+])
+def test_the_chat_paths_refusal_of_an_image_names_the_block(data: str, vision: bool, words: str) -> None:
+    req = decode({"max_tokens": 8, "system": "s", "messages": [
+        {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"},
+        {"role": "user", "content": [{"type": "text", "text": "x"}, image(data)]}]})
+    chat_req = tr.to_chat_request(req)
+    with pytest.raises(InvalidRequest) as err:
+        extract_images(message_dicts(chat_req.messages), vision=vision)
+    assert err.value.param == "messages[3].content[1]"
+    renamed = tr.rename_images(err.value, req, chat_req)
+    assert renamed.message.startswith("messages.2.content.1: ") and words in renamed.message
+    assert renamed.param == "messages.2.content.1"
+    other = InvalidRequest("messages[0]: bad", param="messages[0]")
+    assert tr.rename_images(other, req, chat_req).message == "messages[0]: bad"
 
 
 @pytest.mark.parametrize(("body", "param"), [

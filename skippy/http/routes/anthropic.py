@@ -95,12 +95,18 @@ async def messages() -> Response:
     stops = req.stop_sequences
     if req.stream:
         async def start() -> ReplyStream[Any]:
-            chunks = await eng.chat_stream(chat)
+            try:
+                chunks = await eng.chat_stream(chat)
+            except EngineError as exc:
+                raise anthropic.rename_images(exc, req, chat) from None
             # the engine has counted the prompt by now (the trace is filled when the sequence is submitted)
             return _MessageEvents(chunks, anthropic.MessageStream(input_tokens=ctx.trace.prompt_tokens,
                                                                   stop_sequences=stops))
         return await stream(app, ctx, start, ANTHROPIC_SSE)
-    result = await unless_gone(app, ctx, eng.chat(chat))
+    try:
+        result = await unless_gone(app, ctx, eng.chat(chat))
+    except EngineError as exc:
+        raise anthropic.rename_images(exc, req, chat) from None
     ctx.tokens = completion_tokens(result)
     return json_response(anthropic.to_message(result, stops))
 
@@ -112,10 +118,8 @@ async def count_tokens() -> Response:
     chat = anthropic.to_chat_request(req)
     check_limits(app.settings, req.messages, chat)
     eng, chat = await app.routed(chat)
-
-    async def count() -> int:
-        prompt = await eng.apply_template(chat)
-        return len(await eng.tokenizer.tokenize(prompt, add_special=True, parse_special=True))
-
-    n = await app.guarded(ctx.deadline, count())
+    try:
+        n = await app.guarded(ctx.deadline, eng.input_tokens(chat))
+    except EngineError as exc:
+        raise anthropic.rename_images(exc, req, chat) from None
     return json_response(anthropic_wire.MessageTokensCount(input_tokens=n))

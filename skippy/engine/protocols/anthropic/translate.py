@@ -15,7 +15,9 @@ Mapping (Anthropic -> OpenAI chat), as llama-server's
 - a ``user`` message's ``tool_result`` blocks -> ``tool`` messages
   (``tool_call_id`` = ``tool_use_id``; text blocks joined with ``"\\n"``;
   ``is_error: true`` prefixes ``"Error: "``), its text blocks -> the user
-  message (joined with ``"\\n"``), in block order;
+  message (joined with ``"\\n"``), in block order; its ``image`` blocks with a ``base64`` source -> ``image_url``
+  parts with a data URL (``data:<media_type>;base64,<data>``), in place, read as on chat
+  (:mod:`skippy.engine.chat.images`: its limits, ``media_not_supported`` without ``--mmproj``);
 - an ``assistant`` message's ``text`` -> ``content``, ``thinking`` ->
   ``reasoning_content``, ``tool_use`` -> ``tool_calls`` (``input`` as JSON
   ``arguments``); a last assistant message is continued (prefill);
@@ -30,17 +32,22 @@ Mapping (Anthropic -> OpenAI chat), as llama-server's
   ``reasoning_effort`` (``max`` -> ``xhigh``), ``output_config.format`` ->
   ``response_format`` ``json_schema``.
 
-Images and documents are refused (400): the engine reads text only.
+Refused (400): an image with a ``url`` source (images are not fetched) or a ``file`` source (no Files API), an
+image in a ``tool_result`` or an assistant message, documents. The routes give the chat path's refusals of an
+image back with the block's name (:func:`rename_images`).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from typing import Any
 
 from partial_json_parser import loads as partial_json_loads
 
-from skippy.engine.errors import InvalidRequest
+from skippy.engine.chat.images import rename_image_error
+from skippy.engine.errors import EngineError, InvalidRequest
 from skippy.engine.protocols.anthropic import types as at
 from skippy.engine.protocols.anthropic import wire as aw
 from skippy.engine.protocols.openai import wire
@@ -73,10 +80,48 @@ def _text_of(blocks: list[Any], where: str, joiner: str) -> str:
 
 def _unsupported(block: Any, where: str) -> InvalidRequest:
     kind = type(block).__struct_config__.tag if hasattr(block, "__struct_config__") else type(block).__name__
-    if kind in ("image", "document"):
-        return InvalidRequest(f"{where}: {kind} blocks are not supported (this server's model reads text only)",
+    if kind == "image":
+        return InvalidRequest(f"{where}: image blocks are read in a user message's content only (not in a "
+                              "tool_result or an assistant message)", param=where)
+    if kind == "document":
+        return InvalidRequest(f"{where}: document blocks are not supported (this server reads text and images)",
                               param=where)
     return InvalidRequest(f"{where}: a {kind} block is not allowed here", param=where)
+
+
+#: ``source.media_type`` of a base64 image (Anthropic's list; libmtmd's decoder reads no WebP: a 400 once read)
+IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
+
+
+def image_part(block: at.ImageBlockParam, where: str) -> ContentPart:
+    """An ``image`` block as chat's ``image_url`` part with a base64 data URL, which the chat path reads
+    (:func:`~skippy.engine.chat.images.extract_images`: its limits, a model without a projector's 400). 400
+    naming ``where.source...`` for a ``url`` source (images are not fetched), a ``file`` source (no Files
+    API), another source type, a ``media_type`` not in :data:`IMAGE_MEDIA_TYPES`, ``data`` that is not
+    base64."""
+    source = block.source
+    kind = source.get("type")
+    if kind == "url":
+        raise InvalidRequest(f"{where}.source: image URLs are not fetched; send the image inline as a base64 "
+                             "source ({\"type\": \"base64\", \"media_type\": \"image/png\", \"data\": ...})",
+                             param=f"{where}.source", code="image_url_not_supported")
+    if kind == "file":
+        raise InvalidRequest(f"{where}.source: file sources are not supported (this server has no Files API); "
+                             "send the image inline as a base64 source", param=f"{where}.source")
+    if kind != "base64":
+        raise InvalidRequest(f"{where}.source.type must be 'base64' (or 'url', which is not fetched), got {kind!r}",
+                             param=f"{where}.source.type")
+    media_type, data = source.get("media_type"), source.get("data")
+    if media_type not in IMAGE_MEDIA_TYPES:
+        raise InvalidRequest(f"{where}.source.media_type must be one of {', '.join(IMAGE_MEDIA_TYPES)}, got "
+                             f"{media_type!r}", param=f"{where}.source.media_type")
+    if not isinstance(data, str) or not data:
+        raise InvalidRequest(f"{where}.source.data must be a non-empty base64 string", param=f"{where}.source.data")
+    try:
+        base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidRequest(f"{where}.source.data is not valid base64", param=f"{where}.source.data") from None
+    return ContentPart(type="image_url", image_url={"url": f"data:{media_type};base64,{data}"})
 
 
 def _tool_result(block: at.ToolResultBlockParam, where: str) -> Message:
@@ -93,13 +138,15 @@ def _tool_result(block: at.ToolResultBlockParam, where: str) -> Message:
 
 
 def _user_messages(content: list[Any], where: str) -> list[Message]:
-    """A user turn's blocks in order: ``tool_result`` blocks as ``tool`` messages, runs of text blocks as
-    one ``user`` message with text parts."""
+    """A user turn's blocks in order: ``tool_result`` blocks as ``tool`` messages, runs of text and image
+    blocks as one ``user`` message with text and ``image_url`` parts."""
     out: list[Message] = []
     parts: list[ContentPart] = []
     for j, block in enumerate(content):
         if isinstance(block, at.TextBlockParam):
             parts.append(ContentPart(type="text", text=block.text))
+        elif isinstance(block, at.ImageBlockParam):
+            parts.append(image_part(block, f"{where}.{j}"))
         elif isinstance(block, at.ToolResultBlockParam):
             if parts:
                 out.append(Message(role="user", content=parts))
@@ -148,6 +195,21 @@ def _messages(req: at.CountTokensRequest) -> list[Message]:
         else:
             out.append(_assistant_message(m.content, where))
     return out
+
+
+def image_paths(req: at.CountTokensRequest) -> list[str]:
+    """The Anthropic name of each image block of ``req`` (``messages.i.content.j``), in the order
+    :func:`to_chat_request` puts them in the chat messages (user messages only carry images there)."""
+    return [f"messages.{i}.content.{j}" for i, m in enumerate(req.messages)
+            if m.role == "user" and not isinstance(m.content, str)
+            for j, block in enumerate(m.content) if isinstance(block, at.ImageBlockParam)]
+
+
+def rename_images(exc: EngineError, req: at.CountTokensRequest, chat: ChatCompletionRequest) -> EngineError:
+    """An engine error about an image part of ``chat`` (translated from ``req``) naming the image block
+    instead (``messages.0.content.1: ...``, in the message Anthropic's envelope carries); in place, returned
+    for ``raise``."""
+    return rename_image_error(exc, chat.messages, image_paths(req))
 
 
 def _tools(tools: list[at.ToolParam] | None) -> list[dict[str, Any]] | None:
@@ -206,7 +268,8 @@ def to_chat_request(req: at.CountTokensRequest) -> ChatCompletionRequest:
     :class:`MessageStream` turns into the ``message_delta`` usage.
 
     Raises :class:`InvalidRequest` (400, ``param`` in Anthropic's dotted path, e.g.
-    ``messages.1.content.0``) for an image or document block, a block in the wrong role's message,
+    ``messages.1.content.0``) for an image it cannot send (:func:`image_part`), a document block, a block
+    in the wrong role's message,
     a server tool, a tool without ``input_schema``, more than 16 ``stop_sequences``, or a
     ``thinking.budget_tokens`` below 1024 or not below ``max_tokens``. What the chat route checks
     (tool names, the schema's depth, ``max_tokens`` >= 1, the sampler ranges) it checks here too.

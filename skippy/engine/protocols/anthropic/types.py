@@ -6,7 +6,7 @@ content blocks are tagged by ``type`` (``text``, ``image``, ``tool_use``,
 ``thinking`` likewise. Decoding (:func:`skippy.engine.protocols.base.decode_request`)
 checks types and required fields (400 naming the path, e.g.
 ``$.messages[0].content[0].type``); what a translation cannot carry (an image
-for this text-only engine, a server tool) is refused by
+by URL, a document, a server tool) is refused by
 :func:`skippy.engine.protocols.anthropic.translate.to_chat_request`. Unknown fields are
 ignored as on the OpenAI routes (named in ``X-Skippy-Ignored-Fields``);
 ``cache_control`` is accepted everywhere and ignored (the prefix cache is automatic).
@@ -30,7 +30,8 @@ class TextBlockParam(msgspec.Struct, tag="text", tag_field="type", kw_only=True,
 
 
 class ImageBlockParam(msgspec.Struct, tag="image", tag_field="type", kw_only=True, omit_defaults=True):
-    """``{"type": "image", "source": {...}}``: decoded so the refusal can name it (this engine reads text only)."""
+    """``{"type": "image", "source": {...}}``: a ``base64`` source (``media_type``, ``data``) becomes a chat
+    ``image_url`` part; a ``url`` or ``file`` source is refused (400) by the translation."""
 
     source: dict[str, Any]
     cache_control: dict[str, Any] | None = None
