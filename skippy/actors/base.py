@@ -17,6 +17,7 @@ errors raised in the worker reach the requester unchanged.
 from __future__ import annotations
 
 import math
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -100,15 +101,22 @@ class DedicatedThread:
 
     Not cancellable once submitted (like ``trio.to_thread.run_sync``): a
     cancelled caller waits for the call to finish, then sees ``Cancelled``
-    at its next checkpoint. :meth:`close` ends the thread after queued calls.
+    at its next checkpoint. :meth:`close` ends the thread after queued calls. ``nice``: the thread's
+    niceness, raised before its first call (0: the process's), so its work yields the cores to others.
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, nice: int = 0) -> None:
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._nice = nice
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:
+        if self._nice:  # this thread's niceness (Linux: per thread); threads it starts (OpenMP's) inherit it
+            try:
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self._nice)
+            except (AttributeError, OSError):
+                pass
         while (job := self._jobs.get()) is not None:
             job()
 

@@ -24,6 +24,12 @@ from skippy.engine.runtime.media import MARKER, MediaPrompt, Projector, tokenize
 #: actor and a worker thread cost a short chat request's tokenizing stage 0.71 ms (0.52 inline).
 INLINE_CHARS = 1024
 
+#: The niceness of the media thread that decodes and encodes images (and of the encoder's OpenMP threads
+#: it starts): the image encoder yields the cores to decoding. bench/bench_images.py on 2 cores (8 text
+#: streams beside 8 images, a ViT-B/16-sized projector): text ITL p99 beside images / alone 3.3-3.7x
+#: at 0 (on the decode thread or this one), 2.96x at 10, 2.37x at 19.
+MEDIA_NICE = 19
+
 
 @attrs.frozen
 class Tokenize:
@@ -62,7 +68,7 @@ class Tokenizer(ThreadActor[Tokenize | Detokenize | CheckGrammar | CheckConstrai
         self.media = media
         # images are read and encoded on one long-lived thread: the encoder's OpenMP team stays with it
         # (a team per calling thread would pile up and spin beside the decode thread's), one image at a time
-        self._media_thread = DedicatedThread("skippy-media") if media is not None else None
+        self._media_thread = DedicatedThread("skippy-media", nice=MEDIA_NICE) if media is not None else None
 
     def handle(self, msg: Tokenize | Detokenize | CheckGrammar | CheckConstraint) -> Any:
         match msg:
