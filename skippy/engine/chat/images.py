@@ -70,6 +70,18 @@ def decode_data_url(url: Any, where: str) -> bytes:
     return data
 
 
+def check_base64(data: Any, where: str) -> str:
+    """``data`` when it is a non-empty base64 string (an image sent inline by the Anthropic or Ollama API);
+    a 400 naming ``where`` otherwise. The bytes are decoded later, with the limits, from the data URL."""
+    if not isinstance(data, str) or not data:
+        raise InvalidRequest(f"{where} must be a non-empty base64 string", param=where)
+    try:
+        base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidRequest(f"{where} is not valid base64", param=where) from None
+    return data
+
+
 def has_images(messages: list[dict[str, Any]]) -> bool:
     """Some message's ``content`` holds an image part."""
     return any(isinstance(m, dict) and isinstance(m.get("content"), list)

@@ -39,14 +39,12 @@ image back with the block's name (:func:`rename_images`).
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from typing import Any
 
 from partial_json_parser import loads as partial_json_loads
 
-from skippy.engine.chat.images import rename_image_error
+from skippy.engine.chat.images import check_base64, rename_image_error
 from skippy.engine.errors import EngineError, InvalidRequest
 from skippy.engine.protocols.anthropic import types as at
 from skippy.engine.protocols.anthropic import wire as aw
@@ -115,12 +113,7 @@ def image_part(block: at.ImageBlockParam, where: str) -> ContentPart:
     if media_type not in IMAGE_MEDIA_TYPES:
         raise InvalidRequest(f"{where}.source.media_type must be one of {', '.join(IMAGE_MEDIA_TYPES)}, got "
                              f"{media_type!r}", param=f"{where}.source.media_type")
-    if not isinstance(data, str) or not data:
-        raise InvalidRequest(f"{where}.source.data must be a non-empty base64 string", param=f"{where}.source.data")
-    try:
-        base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError):
-        raise InvalidRequest(f"{where}.source.data is not valid base64", param=f"{where}.source.data") from None
+    check_base64(data, f"{where}.source.data")
     return ContentPart(type="image_url", image_url={"url": f"data:{media_type};base64,{data}"})
 
 

@@ -34,8 +34,6 @@ Fields (Ollama -> engine):
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import math
 import re
@@ -44,6 +42,7 @@ from typing import Any
 
 from partial_json_parser import loads as partial_json_loads
 
+from skippy.engine.chat.images import check_base64
 from skippy.engine.errors import InvalidRequest
 from skippy.engine.protocols.ollama import types as ot
 from skippy.engine.protocols.ollama import wire as ow
@@ -169,12 +168,7 @@ def _with_images(text: str | None, images: list[str] | None, where: str) -> str 
         return text
     parts: list[ContentPart] = []
     for k, image in enumerate(images):
-        if not isinstance(image, str) or not image:
-            raise InvalidRequest(f"{where}.{k} must be a non-empty base64 string", param=f"{where}.{k}")
-        try:
-            base64.b64decode(image, validate=True)
-        except (binascii.Error, ValueError):
-            raise InvalidRequest(f"{where}.{k} is not valid base64", param=f"{where}.{k}") from None
+        check_base64(image, f"{where}.{k}")
         parts.append(ContentPart(type="image_url", image_url={"url": "data:image/*;base64," + image}))
     return [*parts, ContentPart(type="text", text=text or "")]
 
