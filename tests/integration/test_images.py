@@ -183,7 +183,8 @@ def test_ollamas_images_reach_the_model_through_the_official_client(vision_serve
 
 def test_a_text_model_consults_a_peer_that_reads_images_media_fallback(vision_server: Server, tmp_path) -> None:
     # the text-only server consults the vision server: it describes the image, the description is injected
-    with Server(["--parallel", "1", "--n-ctx", "1024", "--consult", vision_server.base_url, "--hooks-default-on"],
+    with Server(["--parallel", "1", "--n-ctx", "1024", "--consult", vision_server.base_url, "--hooks-default-on",
+                 "--consult-timeout", "60"],  # the peer encodes and describes: a busy machine needs time
                 tmp_path / "text.log") as text:
         r = httpx.post(text.base_url + "/v1/chat/completions", timeout=60, json={
             "messages": messages(RED), "temperature": 0, "max_tokens": 8, "return_hook_events": True})
