@@ -476,7 +476,8 @@ class Engine:
         (400) like :meth:`chat` for bad messages, images, tools or template errors."""
         rendered = await self.renderer.render(await self._with_image_urls(req))
         if rendered.images:
-            return len((await self.tokenizer.tokenize_media(rendered.prompt, rendered.images)).tokens)
+            counted = await self.tokenizer.tokenize_media(rendered.prompt, rendered.images, encode=False)
+            return len(counted.tokens)
         return len(await self.tokenizer.tokenize(rendered.prompt, add_special=True, parse_special=True))
 
     def props(self) -> dict[str, Any]:

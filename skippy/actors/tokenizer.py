@@ -98,7 +98,7 @@ class Tokenizer(ThreadActor[Tokenize | Detokenize | CheckGrammar | CheckConstrai
             return self._tokenize(text, add_special, parse_special)
         return await self.ask(lambda r: Tokenize(text, add_special, parse_special, r))
 
-    def _tokenize_media(self, text: str, images: tuple[bytes, ...], param: str) -> MediaPrompt:
+    def _tokenize_media(self, text: str, images: tuple[bytes, ...], param: str, encode: bool) -> MediaPrompt:
         if self.media is None:  # the renderer refused image parts already
             raise InvalidRequest("this model reads text only", code="media_not_supported")
         pieces = text.split(MARKER)
@@ -107,22 +107,24 @@ class Tokenizer(ThreadActor[Tokenize | Detokenize | CheckGrammar | CheckConstrai
                                  f"images: the text must not contain {MARKER}", param=param)
         texts = [self._tokenize(p, i == 0, True) for i, p in enumerate(pieces)]
         try:
-            prompt = tokenize_with_images(self.media, texts, images)
+            prompt = tokenize_with_images(self.media, texts, images, encode)
         except ValueError as exc:
             raise InvalidRequest(f"an image could not be read: {exc}", param=param, code="invalid_image") from None
         if prompt.spans and prompt.spans[-1].end == len(prompt.tokens):
             raise InvalidRequest("a prompt cannot end with an image", param=param)
         return prompt
 
-    async def tokenize_media(self, text: str, images: tuple[bytes, ...], param: str = "messages") -> MediaPrompt:
+    async def tokenize_media(self, text: str, images: tuple[bytes, ...], param: str = "messages", *,
+                             encode: bool = True) -> MediaPrompt:
         """A rendered prompt with media markers and its images -> token ids with each image's placeholder ids
         and spans (:func:`~skippy.engine.runtime.media.tokenize_with_images`), on the tokenizer's media
         thread (libmtmd decodes, resizes and encodes the images there, one request at a time). Raises
         :class:`InvalidRequest` for an image libmtmd cannot read or a marker count that differs from the
-        images' (naming ``param``, the request's field)."""
+        images' (naming ``param``, the request's field). ``encode`` off: the images are not encoded (a
+        request that only counts its tokens); the decode encodes such a chunk if it ever gets one."""
         if self._media_thread is None:
             raise InvalidRequest("this model reads text only", param=param, code="media_not_supported")
-        return await self._media_thread.run_sync(self._tokenize_media, text, tuple(images), param)
+        return await self._media_thread.run_sync(self._tokenize_media, text, tuple(images), param, encode)
 
     async def run(self) -> None:
         try:

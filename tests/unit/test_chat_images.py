@@ -44,3 +44,23 @@ def test_a_refusal_is_renamed_to_the_translated_requests_name() -> None:
     assert rename_image_error(other, MESSAGES, paths).message == "messages: bad"
     assert rename_image_error(InvalidRequest("x", param="messages[1].content[1]"), MESSAGES, []).param == \
         "messages[1].content[1]"  # no name for it: as it is
+
+
+def test_an_image_declaring_too_many_pixels_is_refused_before_decoding() -> None:
+    import struct
+    import zlib
+
+    from skippy.engine.chat.images import MAX_IMAGE_PIXELS, decode_data_url
+    from tests.images import data_url, png_bytes
+
+    small = png_bytes(4, 3, 1)
+    assert decode_data_url(data_url(small), "messages[0].content[0]") == small
+    # the same file with its IHDR saying 10000 x 10000 (the pixel data need not be there: only the header is read)
+    header = struct.pack(">IIBBBBB", 10_000, 10_000, 8, 2, 0, 0, 0)
+    ihdr = struct.pack(">I", len(header)) + b"IHDR" + header + struct.pack(">I", zlib.crc32(b"IHDR" + header))
+    bomb = small[:8] + ihdr + small[8 + len(ihdr):]
+    assert 10_000 * 10_000 > MAX_IMAGE_PIXELS
+    with pytest.raises(InvalidRequest, match="100000000 pixels") as exc:
+        decode_data_url(data_url(bomb), "messages[0].content[0]")
+    assert exc.value.code == "image_too_large" and exc.value.param == "messages[0].content[0]"
+    assert decode_data_url(data_url(b"not an image at all"), "p") == b"not an image at all"  # libmtmd's call

@@ -9,7 +9,8 @@ writes them). The tokenizer puts each image at its marker.
 Only ``data:`` URLs with base64 content are read (``data:image/png;base64,...``); an ``http(s)`` URL is
 refused (``image_url_not_supported``) unless the server fetches them (``--allow-image-urls``: the actors
 layer turns each into a data URL before rendering, :mod:`skippy.engine.chat.image_urls`). Limits:
-:data:`MAX_IMAGES` images per request, :data:`MAX_IMAGE_BYTES` bytes per image (decoded). Every refusal is an
+:data:`MAX_IMAGES` images per request, :data:`MAX_IMAGE_BYTES` bytes per image (decoded), :data:`MAX_IMAGE_PIXELS`
+pixels per image (declared in its header). Every refusal is an
 :class:`InvalidRequest` (400) naming the part (``messages[i].content[j]``); a model without image input refuses
 any image part with code ``media_not_supported``.
 
@@ -21,7 +22,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import io
 import re
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,6 +36,9 @@ from skippy.engine.runtime.media import MARKER
 MAX_IMAGES = 16
 #: Most bytes of one image, decoded (20 MiB: OpenAI's limit per image).
 MAX_IMAGE_BYTES = 20 * 2**20
+#: Most pixels of one image (width x height, read from its header by Pillow before libmtmd decodes it): a
+#: small file can declare a huge picture, and stb_image would allocate 3 bytes a pixel for it.
+MAX_IMAGE_PIXELS = 50_000_000
 
 IMAGE_PART_TYPES = frozenset({"image_url"})
 
@@ -67,7 +73,28 @@ def decode_data_url(url: Any, where: str) -> bytes:
     if len(data) > MAX_IMAGE_BYTES:
         raise InvalidRequest(f"{where}: the image is larger than {MAX_IMAGE_BYTES} bytes", param=where,
                              code="image_too_large")
+    check_pixels(data, where)
     return data
+
+
+def check_pixels(data: bytes, where: str) -> None:
+    """A 400 (``image_too_large``) naming ``where`` when the image's header declares more than
+    :data:`MAX_IMAGE_PIXELS` pixels (Pillow reads the header only). A file Pillow cannot identify passes:
+    libmtmd decides whether it is an image."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with warnings.catch_warnings():  # Pillow warns past 89M pixels; the refusal below says it
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data)) as image:
+                width, height = image.size
+    except Image.DecompressionBombError:
+        width, height = MAX_IMAGE_PIXELS + 1, 1
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
+        return
+    if width * height > MAX_IMAGE_PIXELS:
+        raise InvalidRequest(f"{where}: the image has {width * height} pixels, more than {MAX_IMAGE_PIXELS}",
+                             param=where, code="image_too_large")
 
 
 def check_base64(data: Any, where: str) -> str:

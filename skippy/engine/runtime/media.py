@@ -149,7 +149,7 @@ class Projector:
     def __del__(self) -> None:
         self.close()
 
-    def image(self, data: bytes, key: str) -> list[tuple[list[int], MediaChunk | None]]:
+    def image(self, data: bytes, key: str, encode: bool = True) -> list[tuple[list[int], MediaChunk | None]]:
         """One image (file bytes) as libmtmd tokenizes it alone: the pieces in order, each either text
         tokens around the image (a model's image begin/end tokens; ``(ids, None)``) or the image
         (``([], chunk)``). Raises ``ValueError`` when libmtmd cannot decode the bytes as an image."""
@@ -179,7 +179,8 @@ class Projector:
                     own = MediaChunk(mtmd_cpp.mtmd_input_chunk_copy(chunk),
                                      int(mtmd_cpp.mtmd_input_chunk_get_n_tokens(chunk)),
                                      int(mtmd_cpp.mtmd_input_chunk_get_n_pos(chunk)))
-                    own.embd = self._encode(own)
+                    if encode:  # not for a request that only counts its tokens
+                        own.embd = self._encode(own)
                     out.append(([], own))
                 else:
                     raise ValueError("libmtmd read the input as audio, which is not supported")
@@ -228,7 +229,7 @@ def image_key(data: bytes) -> str:
 
 
 def tokenize_with_images(projector: Projector, text_tokens: Sequence[list[int]],
-                         images: Sequence[bytes]) -> MediaPrompt:
+                         images: Sequence[bytes], encode: bool = True) -> MediaPrompt:
     """A prompt whose text was split at its :data:`MARKER`\\ s and tokenized piece by piece
     (``text_tokens``: one list more than ``images``), with each image's pieces (:meth:`Projector.image`)
     between them. Raises ``ValueError`` for an image libmtmd cannot read."""
@@ -238,7 +239,7 @@ def tokenize_with_images(projector: Projector, text_tokens: Sequence[list[int]],
     spans: list[MediaSpan] = []
     for data, after in zip(images, text_tokens[1:], strict=True):
         key = image_key(data)
-        for ids, chunk in projector.image(data, key):
+        for ids, chunk in projector.image(data, key, encode):
             if chunk is None:
                 tokens.extend(ids)
                 continue
