@@ -181,3 +181,25 @@ def test_without_the_escape_hatch_no_request_goes_to_a_private_address(public_on
         assert "not a public address" in r.json()["error"]["message"]
     assert sum(site.hits.values()) == before
     still_serving(public_only)
+
+
+def test_anthropic_url_sources_are_fetched_as_chat_image_urls_are(fetching: Server, site: ImageSite) -> None:
+    import base64
+
+    import anthropic
+
+    client = anthropic.Anthropic(base_url=fetching.base_url, api_key="unused", max_retries=0, timeout=120)
+
+    def ask(source: dict) -> str:
+        reply = client.messages.create(model="m", max_tokens=6, extra_body={"temperature": 0}, messages=[
+            {"role": "user", "content": [{"type": "text", "text": "Describe the picture."},
+                                         {"type": "image", "source": source}]}])
+        return reply.content[0].text
+
+    inline = ask({"type": "base64", "media_type": "image/png", "data": base64.b64encode(RED).decode()})
+    assert ask({"type": "url", "url": site.url + "/red.png"}) == inline
+    r = httpx.post(fetching.base_url + "/v1/messages", timeout=60, json={
+        "model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "url", "url": site.url + "/missing"}}]}]})
+    assert r.status_code == 400 and r.json()["type"] == "error"
+    assert r.json()["error"]["message"].startswith("messages.0.content.0")

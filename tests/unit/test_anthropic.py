@@ -127,8 +127,8 @@ def test_count_tokens_needs_no_max_tokens_and_gives_the_same_prompt_fields() -> 
 
 
 @pytest.mark.parametrize(("body", "param"), [
-    ({"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "u"}}]}]},
-     "messages.0.content.0.source"),
+    ({"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": 3}}]}]},
+     "messages.0.content.0.source.url"),
     ({"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "file", "file_id": "f"}}]}]},
      "messages.0.content.0.source"),
     ({"messages": [{"role": "user", "content": [{"type": "text", "text": "x"}, {"type": "image", "source": {
@@ -165,11 +165,12 @@ def test_what_cannot_be_translated_is_a_400_naming_the_field(body: dict, param: 
     assert err.value.param == param and err.value.status == 400
 
 
-def test_a_url_source_is_refused_saying_urls_are_not_fetched() -> None:
-    with pytest.raises(InvalidRequest) as err:
-        chat({"messages": [{"role": "user", "content": [
-            {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}]}]})
-    assert "not fetched" in err.value.message and err.value.message.startswith("messages.0.content.0.source: ")
+def test_a_url_source_is_an_image_url_part_fetched_as_chats_are() -> None:
+    # the chat path fetches it with --allow-image-urls, else refuses it naming the flag (renamed to the block)
+    req = chat({"messages": [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}]}]})
+    assert message_dicts(req.messages)[-1]["content"] == [
+        {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]
 
 
 PNG = "iVBORw0KGgo="  # base64 of a PNG header: the chat path reads it as a data URL

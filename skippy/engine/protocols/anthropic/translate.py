@@ -92,22 +92,24 @@ IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 
 
 def image_part(block: at.ImageBlockParam, where: str) -> ContentPart:
-    """An ``image`` block as chat's ``image_url`` part with a base64 data URL, which the chat path reads
-    (:func:`~skippy.engine.chat.images.extract_images`: its limits, a model without a projector's 400). 400
-    naming ``where.source...`` for a ``url`` source (images are not fetched), a ``file`` source (no Files
-    API), another source type, a ``media_type`` not in :data:`IMAGE_MEDIA_TYPES`, ``data`` that is not
-    base64."""
+    """An ``image`` block as chat's ``image_url`` part, which the chat path reads
+    (:func:`~skippy.engine.chat.images.extract_images`: its limits, a model without a projector's 400): a
+    base64 source as a data URL; a ``url`` source as its URL, fetched as chat's are (``--allow-image-urls``,
+    else the chat path's ``image_url_not_supported``). 400 naming ``where.source...`` for a ``url`` that is
+    not a string, a ``file`` source (no Files API), another source type, a ``media_type`` not in
+    :data:`IMAGE_MEDIA_TYPES`, ``data`` that is not base64."""
     source = block.source
     kind = source.get("type")
     if kind == "url":
-        raise InvalidRequest(f"{where}.source: image URLs are not fetched; send the image inline as a base64 "
-                             "source ({\"type\": \"base64\", \"media_type\": \"image/png\", \"data\": ...})",
-                             param=f"{where}.source", code="image_url_not_supported")
+        url = source.get("url")
+        if not isinstance(url, str) or not url:
+            raise InvalidRequest(f"{where}.source.url must be a non-empty string", param=f"{where}.source.url")
+        return ContentPart(type="image_url", image_url={"url": url})
     if kind == "file":
         raise InvalidRequest(f"{where}.source: file sources are not supported (this server has no Files API); "
                              "send the image inline as a base64 source", param=f"{where}.source")
     if kind != "base64":
-        raise InvalidRequest(f"{where}.source.type must be 'base64' (or 'url', which is not fetched), got {kind!r}",
+        raise InvalidRequest(f"{where}.source.type must be 'base64' or 'url', got {kind!r}",
                              param=f"{where}.source.type")
     media_type, data = source.get("media_type"), source.get("data")
     if media_type not in IMAGE_MEDIA_TYPES:
