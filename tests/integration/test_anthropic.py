@@ -192,7 +192,8 @@ def assert_anthropic_error(resp: httpx.Response, status: int, type_: str) -> dic
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]}]},
      "messages.0.content.0: this model reads text only"),  # no projector here: the chat path's refusal, renamed
     ({"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": [
-        {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}]}]}, "not fetched"),
+        {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}]}]},
+     "messages.0.content.0: this model reads text only"),  # a url source too: no projector here
     ({"model": "m", "max_tokens": 8, "messages": ASK, "tools": [WEATHER],
       "tool_choice": {"type": "tool", "name": "nope"}}, "nope"),
     ({"model": "m", "max_tokens": 8, "messages": ASK, "tools": [{"type": "bash_20250124", "name": "bash"}]},
