@@ -8,7 +8,8 @@ Imports at the top are the standard library and httpx only, so the benchmarks (`
 :func:`free_port`) load nothing else; each helper imports what else it needs (llama_cpp, numpy, jsonschema,
 openai) when called.
 
-- servers: :func:`free_port`, :class:`Server` (a real ``skippy serve`` subprocess), :data:`SYSTEM`, the
+- servers: :func:`free_port`, :class:`Server` (a real ``skippy serve`` subprocess), :class:`RedisServer` (a
+  real ``redis-server`` on loopback), :data:`SYSTEM`, the
   second real model (:data:`GEMMA`, :func:`gemma_path`), :func:`openai_client`
 - replies: :func:`ask` (a greedy chat completion), :func:`first_top` (the first token's top logprobs),
   :func:`read_metrics` (``/metrics`` parsed),
@@ -108,6 +109,64 @@ class Server:
             self.proc.kill()
             self.proc.wait()
         self._log.close()
+
+    def kill(self) -> None:
+        """``kill -9``: the server gets no chance to clean up (a crash)."""
+        self.proc.kill()
+        self.proc.wait()
+        self._log.close()
+
+
+def redis_server_binary() -> str:
+    """Debian's ``redis-server`` (``.ci/run`` installs it); missing, the test fails under CI, else skips."""
+    import shutil
+
+    import pytest
+    path = shutil.which("redis-server") or ("/usr/bin/redis-server" if os.path.exists("/usr/bin/redis-server")
+                                            else None)
+    if path is None:
+        if os.environ.get("CI"):
+            pytest.fail("redis-server is not installed (.ci/run apt-installs it): the Redis store tests cannot run")
+        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+    return path
+
+
+class RedisServer:
+    """A real ``redis-server`` on a loopback port, in ``workdir`` (append-only file, fsync always: what
+    deploy/redis.conf sets); ``url`` is its ``redis://`` URL. :meth:`stop` ends it, :meth:`start` again on
+    the same port and data."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.binary = redis_server_binary()
+        self.workdir, self.port = workdir, free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    def start(self) -> None:
+        log = open(self.workdir / "redis.log", "ab")
+        self.proc = subprocess.Popen(
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
+             "--save", "", "--appendonly", "yes", "--appendfsync", "always"], stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
+                    sock.sendall(b"PING\r\n")
+                    if sock.recv(16).startswith(b"+PONG"):
+                        return
+            except OSError:
+                pass
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"redis-server exited: {(self.workdir / 'redis.log').read_text()}")
+            time.sleep(0.05)
+        raise RuntimeError("redis-server did not answer PING in 20 s")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=20)
+            self.proc = None
 
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}

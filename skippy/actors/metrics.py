@@ -44,7 +44,8 @@ observed by the request tasks:
   ``skippy:http_route_responses_total`` (labels ``method``, ``route``: the route's
   path pattern, ``unmatched`` for unknown paths; ``status``: the code),
   ``skippy:errors_total`` (label ``code``: the error envelope's ``code``, else its ``type``),
-  ``skippy:finishes_total`` (label ``finish_reason``)
+  ``skippy:finishes_total`` (label ``finish_reason``), ``skippy:responses_store_errors_total`` (label ``op``:
+  ``get``, ``put``, ``delete``; the store of ``/v1/responses`` failed and the request went on without it)
 - ``process_*`` (resident memory, CPU seconds, open file descriptors, start time:
   prometheus-client's ``ProcessCollector``, where ``/proc`` exists)
 - ``skippy:kv_cache_bytes`` (the KV cache's size, allocated at start-up), ``skippy:kv_cache_used_bytes``
@@ -208,13 +209,14 @@ class EngineMetrics:
 
 class HttpMetrics:
     """The HTTP face's counters, registered in ``registry``: ``skippy:http_responses`` (by status class),
-    ``skippy:http_route_responses``, ``skippy:errors``, ``skippy:http_client_disconnects`` (see the module
+    ``skippy:http_route_responses``, ``skippy:errors``, ``skippy:http_client_disconnects``,
+    ``skippy:responses_store_errors`` (see the module
     docstring). One engine's :class:`EngineMetrics` holds them when one model is served; the
     :class:`PoolMetrics` of several models holds them once for the server."""
 
     #: their metric family names (left out of each model's labelled series in :class:`PoolMetrics`)
     NAMES = frozenset({"skippy:http_responses", "skippy:http_route_responses", "skippy:errors",
-                       "skippy:http_client_disconnects"})
+                       "skippy:http_client_disconnects", "skippy:responses_store_errors"})
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.responses = Counter("skippy:http_responses", "HTTP responses by status class", ["status_class"],
@@ -226,6 +228,9 @@ class HttpMetrics:
         self.disconnects = Counter("skippy:http_client_disconnects",
                                    "Requests whose client disconnected before the response ended",
                                    registry=registry)
+        self.store_errors = Counter("skippy:responses_store_errors",
+                                    "Failed calls of the Responses store (--responses-store), by op: get, put, "
+                                    "delete", ["op"], registry=registry)
 
     def response(self, status: int) -> None:
         """Count one response by status class; 499 (the client went away) is counted as a disconnect."""

@@ -49,6 +49,7 @@ from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
+from skippy.actors.store import StoreClient
 from skippy.actors.trace import TRACE
 from skippy.engine.errors import EngineError
 from skippy.engine.protocols.anthropic.translate import error_for
@@ -78,8 +79,12 @@ __all__ = ["AppState", "Lifecycle", "RequestTimeout", "ShuttingDown", "create_ap
 log = logging.getLogger("skippy.http")
 
 
-def create_app(state: AppState, settings: ServerSettings | None = None) -> QuartTrio:
+def create_app(state: AppState, settings: ServerSettings | None = None,
+               responses: StoreClient | None = None) -> QuartTrio:
     """The app over ``state`` with the limits, keys and CORS origins of ``settings``.
+
+    ``responses``: the store of ``/v1/responses`` (``skippy serve`` opens ``--responses-store``); without
+    one, a ``memory:`` store bounded by ``settings``.
 
     ``state`` and ``settings`` are stored once as ``app.extensions["skippy"]``
     (:class:`~skippy.http.context.Shared`); the ASGI app counts its running
@@ -91,7 +96,9 @@ def create_app(state: AppState, settings: ServerSettings | None = None) -> Quart
     app.asgi_app = state.lifecycle.count_requests(app.asgi_app)  # type: ignore[method-assign]
     app.config.update(MAX_CONTENT_LENGTH=settings.max_body_bytes, RESPONSE_TIMEOUT=None, BODY_TIMEOUT=60,
                       PROVIDE_AUTOMATIC_OPTIONS=True)
-    app.extensions[EXTENSION] = Shared(state, settings, encode(openapi_document(auth=settings.auth_required)))
+    openapi = encode(openapi_document(auth=settings.auth_required))
+    app.extensions[EXTENSION] = (Shared(state, settings, openapi) if responses is None
+                                 else Shared(state, settings, openapi, responses))
     app.before_request(_start)
     app.after_request(_close_if_body_unread)
     app.after_request(_ignored_fields)

@@ -36,11 +36,15 @@ from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import AppWrapper, ConnectionState, LifespanState
 from hypercorn.utils import ShutdownError, raise_shutdown, repr_socket_addr, wrap_app
+from quart_trio import QuartTrio
 
 from skippy.actors.engine import Engine
 from skippy.actors.pool import ModelPool, PoolModel
+from skippy.actors.store import StoreClient
 from skippy.engine.config import EngineConfig
+from skippy.engine.protocols.responses.store import StoreError, open_store
 from skippy.http.app import AppState, Lifecycle, create_app
+from skippy.http.context import EXTENSION, Shared
 from skippy.http.settings import ServerSettings
 
 log = logging.getLogger("skippy.serve")
@@ -274,13 +278,51 @@ async def serve(config: EngineConfig, *, host: str | Sequence[str] = "127.0.0.1"
     ``config`` is the (default) model, loaded at start; ``more_models`` are more models, loaded on their
     first request (a :class:`~skippy.actors.pool.ModelPool`: the request's ``model`` picks one; at most
     ``max_loaded`` resident, 0: no bound; unloaded after ``keep_alive`` idle seconds, negative: never).
-    Returns the exit code: 1 if it cannot listen (or read the TLS key and certificate) or, with one
+    Returns the exit code: 1 if it cannot open the Responses store (``settings.responses_store``), listen (or
+    read the TLS key and certificate) or, with one
     model, the engine fails to start (with several, a model that fails to load answers 503 and the
     others go on).
     """
     settings = settings or ServerSettings()
     state = AppState()
-    app = create_app(state, settings)
+    store = open_response_store(settings)
+    if store is None:
+        return 1
+    app = create_app(state, settings, store)
+    shared_state: Shared = app.extensions[EXTENSION]
+
+    def store_error(op: str) -> None:
+        metrics = shared_state.metrics()
+        if metrics is not None:
+            metrics.http.store_errors.labels(op).inc()
+
+    store.on_error = store_error
+    try:
+        return await _serve(app, state, settings, config, host=host, port=port, more_models=more_models,
+                            max_loaded=max_loaded, keep_alive=keep_alive)
+    finally:
+        with trio.CancelScope(shield=True):
+            await store.aclose()
+
+
+def open_response_store(settings: ServerSettings) -> StoreClient | None:
+    """The store ``--responses-store`` names (default ``sqlite:$SKIPPY_HOME/responses.db``), or ``None``
+    after logging why it cannot be used (a start-up error: the server does not start)."""
+    from skippy.models.cache import skippy_home
+    url = settings.responses_store or f"sqlite:{skippy_home() / 'responses.db'}"
+    try:
+        store = open_store(url, max_size=settings.responses_store_size, ttl=settings.responses_ttl)
+    except (StoreError, ValueError) as exc:
+        log.error("--responses-store: %s", exc)
+        return None
+    log.info("responses store: %s (at most %d, kept %g s)", store.url, store.max_size, store.ttl)
+    return StoreClient(store)
+
+
+async def _serve(app: QuartTrio, state: AppState, settings: ServerSettings, config: EngineConfig, *,
+                 host: str | Sequence[str], port: int, more_models: Sequence[EngineConfig], max_loaded: int,
+                 keep_alive: float) -> int:
+    """:func:`serve` once the app and its Responses store are made."""
     hconfig = hypercorn_config(host, port, shutdown_grace=settings.shutdown_grace,
                                ssl_cert_file=settings.ssl_cert_file, ssl_key_file=settings.ssl_key_file)
     where = ", ".join(hconfig.bind)

@@ -96,10 +96,18 @@ class ServerSettings:
                                   help="Refuse request fields this server does not know with 400 naming the field "
                                        "(OpenAI's behaviour) instead of ignoring them (logged and listed in the "
                                        "X-Skippy-Ignored-Fields response header).")
-    responses_store_size: int = setting(1024, check=IntRange(0),
-                                        help="Responses kept in memory for GET /v1/responses/{id} and "
-                                             "previous_response_id (store: true, the default); the least "
-                                             "recently used is forgotten first (0: none are kept).")
+    responses_store: str | None = setting(
+        None, check=IsText(), metavar="URL", show_default="sqlite:$SKIPPY_HOME/responses.db",
+        help="Where stored responses (store: true, OpenAI's default) are kept for GET /v1/responses/{id} and "
+             "previous_response_id: sqlite:PATH (a file that survives restarts and crashes), "
+             "redis://HOST:PORT[/DB] (shared by replicas) or memory: (nothing on disk, lost at exit).")
+    responses_store_size: int = setting(10000, check=IntRange(0),
+                                        help="Most stored responses; past it the oldest is forgotten first "
+                                             "(0: none are kept).")
+    responses_ttl: float = setting(30 * 24 * 3600.0, check=FloatRange(0.0, min_open=True, finite=True),
+                                   metavar="SECONDS",
+                                   help="Seconds a stored response is kept after its creation (OpenAI's 30 "
+                                        "days); an expired one answers 404 like a deleted one.")
     webui: bool = setting(True, check=IsBool(), flag=False,
                           help="Serve the web playground at GET / (--no-webui: off, / answers 404).")
     _key_digests: tuple[bytes, ...] = attrs.field(init=False, repr=False, eq=False)

@@ -112,7 +112,9 @@ SERVER = {
     "ssl_cert_file": ([1, b"cert.pem"], [None, "cert.pem"], None),
     "sse_ping_interval": ([-1, math.nan, math.inf, "15"], [0, 0.5, 15.0], "x>=0.0"),
     "strict_fields": (["yes", 1], [True, False], None),
+    "responses_store": ([1, b"memory:"], [None, "memory:", "redis://127.0.0.1:6379/0"], None),
     "responses_store_size": ([-1, 1.5, "8"], [0, 1, 1024], "x>=0"),
+    "responses_ttl": ([0, -1.0, math.nan, math.inf, "60"], [1, 0.5, 2592000.0], "x>0.0"),
     "webui": (["no", 0], [True, False], None),
 }
 

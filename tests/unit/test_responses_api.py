@@ -19,7 +19,7 @@ from skippy.engine.errors import EngineError, InvalidRequest, QueueFull
 from skippy.engine.protocols.openai import wire
 from skippy.engine.protocols.openai.types import message_dicts
 from skippy.engine.protocols.responses import translate as rapi
-from skippy.engine.protocols.responses.store import ResponseNotFound, ResponseStore, StoredResponse
+from skippy.engine.protocols.responses.store import StoredResponse
 from skippy.engine.protocols.responses.types import ResponsesRequest
 from skippy.engine.protocols.responses.wire import ResponseObject
 from skippy.engine.runtime.media import MARKER
@@ -144,7 +144,8 @@ def test_tools_tool_choice_and_text_format_translate() -> None:
     ("input[0].arguments", {"input": [{"type": "function_call", "call_id": "c", "name": "f"}]}),
     ("metadata", {"input": "x", "metadata": {str(i): "v" for i in range(17)}}),
     ("metadata", {"input": "x", "metadata": {"k" * 65: "v"}}),
-    ("background", {"input": "x", "background": True}),
+    ("background", {"input": "x", "background": True, "store": False}),
+    ("stream", {"input": "x", "background": True, "stream": True}),
     ("max_output_tokens", {"input": "x", "max_output_tokens": 0}),
     ("truncation", {"input": "x", "truncation": "sometimes"}),
     ("text.format", {"input": "x", "text": {"format": {"type": "json_schema", "name": "n", "schema": {"a": DEEP}}}}),
@@ -289,11 +290,14 @@ def test_length_finish_is_incomplete_and_a_call_only_reply_has_no_message() -> N
 def test_stored_items_replay_the_output() -> None:
     t = turn(input="x")
     r = t.from_chat(completion("hi", calls=[("c", "f", "{}")], reasoning="r", finish="tool_calls"))
-    items = [msgspec.to_builtins(i) for i in t.stored(r).items]
+    kept = t.stored(r)
+    items = [msgspec.to_builtins(i) for i in kept.items]
+    assert [i.pop("id")[:3] for i in items] == ["msg", "rs_", "msg", "fc_"]  # each item gets an id
     assert items == [{"type": "message", "role": "user", "content": "x"},
                      {"type": "reasoning", "content": [{"type": "reasoning_text", "text": "r"}]},
                      {"type": "message", "role": "assistant", "content": "hi"},
                      {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}]
+    assert [i.id for i in kept.items[1:]] == [o.id for o in r.output] and kept.n_input == 1
 
 
 # -- chunks -> events --------------------------------------------------------------------------------
@@ -403,28 +407,3 @@ def test_nothing_generated_still_gives_one_empty_message_and_failed_is_an_event(
     assert late.response.error.code == "server_error" and late.response.error.message == "too slow (request_timeout)"
 
 
-# -- the store ----------------------------------------------------------------------------------------
-
-def stored(rid: str) -> StoredResponse:
-    t = rapi.prepare(request(input="x"), None, model="m", response_id=rid)
-    return t.stored(t.from_chat(completion("y")))
-
-
-def test_store_is_a_bounded_lru() -> None:
-    store = ResponseStore(2)
-    for rid in ("a", "b"):
-        store.put(stored(rid))
-    store.get("a")  # now the most recently used
-    store.put(stored("c"))
-    assert len(store) == 2 and store.get("a").response.id == "a" and store.get("c")
-    with pytest.raises(ResponseNotFound) as info:
-        store.get("b", param="previous_response_id")
-    assert info.value.status == 404 and info.value.param == "previous_response_id"
-    store.delete("a")
-    with pytest.raises(ResponseNotFound):
-        store.delete("a")
-    off = ResponseStore(0)
-    off.put(stored("z"))
-    assert len(off) == 0
-    with pytest.raises(ValueError):
-        ResponseStore(-1)

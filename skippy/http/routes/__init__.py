@@ -69,7 +69,13 @@ from skippy.http.routes.ollama_models import (
     version,
 )
 from skippy.http.routes.openai import chat_completions, completions, embeddings, model, models
-from skippy.http.routes.responses import responses_create, responses_delete, responses_get
+from skippy.http.routes.responses import (
+    responses_cancel,
+    responses_create,
+    responses_delete,
+    responses_get,
+    responses_input_items,
+)
 from skippy.http.routes.server import health, metrics, openapi_json
 
 __all__ = ["PUBLIC_PATHS", "ROUTES", "Route", "blueprint"]
@@ -91,7 +97,13 @@ ROUTES: tuple[Route, ...] = (
           "OpenAI Responses, translated onto the chat path (SSE events when stream is true; stored by default)",
           ResponsesRequest, rwire.ResponseObject, sse=rwire.ResponseStreamEvent),
     Route(("/v1/responses/<response_id>", "/responses/<response_id>"), "GET", responses_get,
-          "A stored response (404 when it was not stored, was deleted or was evicted)",
+          "A stored response (404 when it was not stored, was deleted, expired or was evicted)",
+          response=rwire.ResponseObject),
+    Route(("/v1/responses/<response_id>/input_items", "/responses/<response_id>/input_items"), "GET",
+          responses_input_items, "A page of a stored response's input items (after, limit, order)",
+          response=rwire.ResponseItemList),
+    Route(("/v1/responses/<response_id>/cancel", "/responses/<response_id>/cancel"), "POST", responses_cancel,
+          "Cancel a background or streamed response (its stored status becomes cancelled)",
           response=rwire.ResponseObject),
     Route(("/v1/responses/<response_id>", "/responses/<response_id>"), "DELETE", responses_delete,
           "Forget a stored response (404 when there is none)", response=rwire.ResponseDeleted),

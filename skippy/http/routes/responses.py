@@ -1,5 +1,6 @@
 """``/v1/responses``: OpenAI Responses translated onto the chat path
-(:mod:`skippy.engine.protocols.responses`), stored responses by id.
+(:mod:`skippy.engine.protocols.responses`), stored responses by id (``--responses-store``), their
+``input_items``, background responses and ``cancel``.
 """
 
 from __future__ import annotations
@@ -8,17 +9,22 @@ from collections import deque
 from typing import Any
 
 import attrs
-from quart import Response
+import msgspec
+import trio
+from quart import Response, current_app, request
 
+from skippy.actors.pool import Lease
+from skippy.actors.store import StoreUnavailable
 from skippy.actors.streams import ReplyStream
-from skippy.engine.errors import EngineError
+from skippy.engine.errors import EngineError, InvalidRequest
 from skippy.engine.protocols.llama_server import wire
 from skippy.engine.protocols.openai import wire as openai_wire
 from skippy.engine.protocols.responses import translate as rapi
 from skippy.engine.protocols.responses import wire as rwire
+from skippy.engine.protocols.responses.store import DEFAULT_LIST_LIMIT, page_of_items
 from skippy.engine.protocols.responses.types import ResponsesRequest
 from skippy.engine.routing import AUTO, is_auto
-from skippy.http.context import Shared, current, shared
+from skippy.http.context import LEASES, Shared, current, shared
 from skippy.http.replies import (
     json_response,
     sse_event,
@@ -41,10 +47,11 @@ async def _reasoning_tokens(eng: Any, text: str) -> int:
 
 class _ResponseStream:
     """The Responses events of one streamed turn over the engine's chat chunks; the response is stored
-    when it ends (``store``).
+    when it ends (``store``), before its last event is sent.
 
     Cancel-safe like the chat stream (``stream`` cancels a wait for a keep-alive ping): a cancelled
     :meth:`__anext__` loses nothing, the events of a chunk wait in ``pending``, the usage chunk in ``usage``.
+    :meth:`cancel` (``POST /v1/responses/{id}/cancel``) ends it with the output so far, status ``cancelled``.
     """
 
     def __init__(self, app: Shared, eng: Any, turn: rapi.Turn, events: rapi.ResponseEvents,
@@ -53,28 +60,54 @@ class _ResponseStream:
         self.pending = deque(events.start())
         self.usage: openai_wire.Usage | None = None
         self.ended = False
+        self.cancel_requested = False
+        self._reading: trio.CancelScope | None = None
+        app.running[turn.id] = self.cancel
 
     def __aiter__(self) -> _ResponseStream:
         return self
+
+    def cancel(self) -> None:
+        """Stop reading chunks; the stream ends with the output so far (``cancelled``)."""
+        self.cancel_requested = True
+        if self._reading is not None:
+            self._reading.cancel()
+
+    async def _next_chunk(self) -> openai_wire.ChatCompletionChunk | None:
+        """The next chunk, ``None`` once :meth:`cancel` was called (the chunk stream is cancel-safe)."""
+        with trio.CancelScope() as self._reading:
+            if not self.cancel_requested:
+                return await self.chunks.__anext__()
+        self._reading = None
+        return None
 
     async def __anext__(self) -> rwire.ResponseStreamEvent:
         while not self.pending:
             if self.ended:
                 raise StopAsyncIteration
             if self.usage is None:
-                chunk = await self.chunks.__anext__()
+                chunk = await self._next_chunk()
+                if chunk is None:  # cancelled
+                    self.pending.append(self.events.cancelled())
+                    await self._end()
+                    break
                 if chunk.usage is wire.UNSET:
                     self.pending.extend(self.events.feed(chunk))
                     continue
                 self.usage = chunk.usage
             n = await _reasoning_tokens(self.eng, self.events.reasoning_text)
             self.pending.extend(self.events.finish(self.usage, reasoning_tokens=n))
-            self.ended = True
-            if self.turn.request.store and self.events.final is not None:
-                self.app.responses.put(self.turn.stored(self.events.final))
+            await self._end()
         return self.pending.popleft()
 
+    async def _end(self) -> None:
+        self.ended = True
+        self.app.running.pop(self.turn.id, None)
+        if self.turn.request.store and self.events.final is not None:
+            await self.app.responses.put(self.turn.stored(self.events.final))
+
     async def aclose(self) -> None:
+        self.app.running.pop(self.turn.id, None)
         await self.chunks.aclose()
 
 
@@ -85,7 +118,7 @@ def _response_event(event: rwire.ResponseStreamEvent) -> bytes:
 async def responses_create() -> Response:
     app, ctx = shared(), current()
     req = await read_body(ResponsesRequest, ctx)
-    previous = (app.responses.get(req.previous_response_id, param="previous_response_id")
+    previous = (await app.responses.get(req.previous_response_id, param="previous_response_id")
                 if req.previous_response_id is not None else None)
     if is_auto(req.model):  # the chosen model depends on the translated request (its tools)
         turn = rapi.prepare(req, previous, model=AUTO)
@@ -96,6 +129,8 @@ async def responses_create() -> Response:
         turn = rapi.prepare(req, previous, model=eng.reply_model(req.model))
     try:
         check_limits(app.settings, turn.chat.messages, turn.chat)
+        if req.background:
+            return await _start_background(app, eng, turn)
         if req.stream:
             events = rapi.ResponseEvents(turn)
 
@@ -111,18 +146,137 @@ async def responses_create() -> Response:
     except EngineError as exc:
         raise turn.rename(exc) from None
     ctx.tokens = completion_tokens(result)
-    message = result.choices[0].message
-    reasoning = message.reasoning_content if message.reasoning_content is not wire.UNSET else ""
-    response = turn.from_chat(result, reasoning_tokens=await _reasoning_tokens(eng, reasoning))
+    response = await _from_chat(eng, turn, result)
     if req.store:
-        app.responses.put(turn.stored(response))
+        await app.responses.put(turn.stored(response))
     return json_response(response)
 
 
+async def _from_chat(eng: Any, turn: rapi.Turn, result: openai_wire.ChatCompletion) -> rwire.ResponseObject:
+    message = result.choices[0].message
+    reasoning = message.reasoning_content if message.reasoning_content is not wire.UNSET else ""
+    return turn.from_chat(result, reasoning_tokens=await _reasoning_tokens(eng, reasoning))
+
+
+# -- background responses ---------------------------------------------------------------------------------
+
+async def _start_background(app: Shared, eng: Any, turn: rapi.Turn) -> Response:
+    """Store the ``queued`` response, start its generation in the app's nursery, answer it at once.
+
+    The models the request holds (:data:`~skippy.http.context.LEASES`) pass to the generation, released
+    when it ends.
+    """
+    queued = turn.response([], "queued")
+    if not await app.responses.put(turn.stored(queued)):
+        raise StoreUnavailable("background: the response store is unavailable, so the result could not be "
+                               "fetched later; retry, or create the response without background")
+    leases = LEASES.get()
+    held = list(leases or ())
+    if leases is not None:
+        leases.clear()
+    scope = trio.CancelScope()
+    app.running[turn.id] = scope.cancel
+    current_app.add_background_task(_run_background, app, eng, turn, scope, held)
+    return json_response(queued)
+
+
+async def _run_background(app: Shared, eng: Any, turn: rapi.Turn, scope: trio.CancelScope,
+                          held: list[Lease]) -> None:
+    """Generate a background response and store its end: ``completed`` / ``incomplete``, ``failed`` (an
+    engine error, the server shutting down) or ``cancelled``; a response cancelled through the store
+    (another replica's ``/cancel``) stays cancelled."""
+    response: rwire.ResponseObject | None = None
+    try:
+        with scope:
+            await app.responses.put(turn.stored(turn.response([], "in_progress")))
+            try:
+                response = await _from_chat(eng, turn, await eng.chat(turn.chat))
+            except EngineError as exc:
+                exc = turn.rename(exc)
+                response = turn.response([], "failed", error=rwire.ResponseError(
+                    code="server_error" if exc.status >= 500 else "invalid_prompt", message=exc.message))
+        if scope.cancelled_caught:
+            response = turn.response([], "cancelled")
+    except trio.Cancelled:  # the server shuts down
+        response = turn.response([], "failed", error=rwire.ResponseError(
+            code="server_error", message="the server shut down before this background response finished"))
+        raise
+    finally:
+        app.running.pop(turn.id, None)
+        for lease in held:
+            lease.release()
+        with trio.CancelScope(shield=True):
+            if response is not None:
+                await _store_end(app, turn, response)
+
+
+async def _store_end(app: Shared, turn: rapi.Turn, response: rwire.ResponseObject) -> None:
+    if response.status != "cancelled":
+        try:
+            if (await app.responses.get(turn.id)).response.status == "cancelled":
+                return  # cancelled meanwhile by another replica (through the store)
+        except EngineError:
+            pass
+    await app.responses.put(turn.stored(response))
+
+
+# -- stored responses ---------------------------------------------------------------------------------------
+
 async def responses_get(response_id: str) -> Response:
-    return json_response(shared().responses.get(response_id, param="response_id").response)
+    return json_response((await shared().responses.get(response_id, param="response_id")).response)
 
 
 async def responses_delete(response_id: str) -> Response:
-    shared().responses.delete(response_id)
+    await shared().responses.delete(response_id)
     return json_response(rwire.ResponseDeleted(id=response_id))
+
+
+def _int_arg(name: str, default: int) -> int:
+    value = request.args.get(name)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise InvalidRequest(f"{name} must be an integer, got {value!r}", param=name) from None
+
+
+async def responses_input_items(response_id: str) -> Response:
+    """``GET /v1/responses/{id}/input_items``: one page of the stored response's input items (the earlier
+    turns' items and this request's input; ``after``, ``limit`` 1-100 (20), ``order`` ``asc`` / ``desc``
+    (``desc``), OpenAI's list)."""
+    stored = await shared().responses.get(response_id, param="response_id")
+    page, more = page_of_items(stored, after=request.args.get("after"), limit=_int_arg("limit", DEFAULT_LIST_LIMIT),
+                               order=request.args.get("order", "desc"))
+    data = [rapi.listed_item(item) for item in page]
+    return json_response(rwire.ResponseItemList(data=data, first_id=data[0]["id"] if data else None,
+                                                last_id=data[-1]["id"] if data else None, has_more=more))
+
+
+async def responses_cancel(response_id: str) -> Response:
+    """``POST /v1/responses/{id}/cancel``: stop a background or streamed response (OpenAI cancels background
+    ones only; a stream here too). Its stored status becomes ``cancelled`` with the output so far.
+
+    A response running on this server is stopped; one ``queued`` or ``in_progress`` in the store but
+    not running here (another replica's, or a server that stopped) is marked ``cancelled`` in the store.
+    Cancelling a cancelled response returns it again; a finished one (``completed``, ``incomplete``,
+    ``failed``) is a 400 naming its status; an unknown id a 404.
+    """
+    app = shared()
+    cancel = app.running.get(response_id)
+    if cancel is not None:
+        cancel()
+        with trio.move_on_after(5):  # the generation stores its cancelled end: return that when it comes
+            while response_id in app.running:
+                await trio.sleep(0.01)
+        return json_response((await app.responses.get(response_id, param="response_id")).response)
+    stored = await app.responses.get(response_id, param="response_id")
+    status = stored.response.status
+    if status == "cancelled":
+        return json_response(stored.response)
+    if status not in ("queued", "in_progress"):
+        raise InvalidRequest(f"Response {response_id!r} cannot be cancelled: its status is {status!r} "
+                             "(only queued and in_progress responses can be)", param="response_id")
+    response = msgspec.structs.replace(stored.response, status="cancelled")
+    await app.responses.put(attrs.evolve(stored, response=response))
+    return json_response(response)

@@ -400,7 +400,7 @@ class Turn:
             store=req.store, temperature=req.temperature, text=text,
             tool_choice=req.tool_choice if req.tool_choice is not None else "auto",
             tools=msgspec.to_builtins(req.tools or []), top_p=req.top_p, truncation=req.truncation or "disabled",
-            usage=usage, user=req.user, metadata=dict(req.metadata or {}))
+            usage=usage, user=req.user, metadata=dict(req.metadata or {}), background=bool(req.background))
 
     def from_chat(self, completion: wire.ChatCompletion, *, reasoning_tokens: int = 0) -> ResponseObject:
         """The ``response`` for a non-streamed ``chat.completion`` (its one choice)."""
@@ -424,8 +424,10 @@ class Turn:
         return self.response(output, status, usage=response_usage(completion.usage, reasoning_tokens))
 
     def stored(self, response: ResponseObject) -> StoredResponse:
-        """What the store keeps: the response and its conversation (history, input, output as input items)."""
-        return StoredResponse(response, self.history + self.input + tuple(as_input(response.output)))
+        """What the store keeps: the response and its conversation (history, input, output as input items),
+        each item with an ``id`` (this request's input items without one get one, as OpenAI lists them)."""
+        given = self.history + tuple(with_id(item) for item in self.input)
+        return StoredResponse(response, given + tuple(as_input(response.output)), n_input=len(given))
 
 
 def prepare(req: ResponsesRequest, previous: StoredResponse | None, *, model: str,
@@ -435,12 +437,18 @@ def prepare(req: ResponsesRequest, previous: StoredResponse | None, *, model: st
     Raises :class:`InvalidRequest` (400) naming the Responses field: an
     empty conversation (``input``), an unsupported item or part, a tool that
     is not a function (``tools[i].type``), a ``tool_choice`` or ``text.format``
-    of another kind, ``metadata`` over OpenAI's limits, ``background: true``,
+    of another kind, ``metadata`` over OpenAI's limits, ``background: true`` without ``store`` or with
+    ``stream``,
     ``max_output_tokens`` below 1. The chat path validates the rest (and
     its errors are renamed with :func:`rename_params`).
     """
-    if req.background:
-        raise InvalidRequest("background responses are not supported by this server", param="background")
+    if req.background and not req.store:
+        raise InvalidRequest("background: true needs store: true (the response is fetched by id when it is done)",
+                             param="background")
+    if req.background and req.stream:
+        raise InvalidRequest("background: true with stream: true is not supported by this server: create the "
+                             "background response without stream and poll GET /v1/responses/{id}, or stream "
+                             "it in the foreground", param="stream")
     if req.max_output_tokens is not None and req.max_output_tokens < 1:
         raise InvalidRequest(f"max_output_tokens must be at least 1, got {req.max_output_tokens}",
                              param="max_output_tokens")
@@ -490,18 +498,43 @@ def response_usage(usage: wire.Usage, reasoning_tokens: int = 0) -> ResponseUsag
         total_tokens=usage.prompt_tokens + usage.completion_tokens)
 
 
+#: the id prefix of an input item of each ``type`` without one (OpenAI's shapes)
+_ID_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
+
+
+def with_id(item: ResponseInputItem) -> ResponseInputItem:
+    """``item``, with a new id when it has none (``msg_`` for a message, ``fc_``, ``fco_``, ``rs_``)."""
+    if item.id is not None:
+        return item
+    return msgspec.structs.replace(item, id=new_id(_ID_PREFIX.get(item.type or "message", "item")))
+
+
+def listed_item(item: ResponseInputItem) -> dict[str, Any]:
+    """A stored input item as ``input_items`` lists it: its ``type`` (``message`` when it had none), a
+    message's string content as one ``input_text`` part (``output_text`` for the assistant's), a
+    message's ``status`` ``completed``."""
+    out: dict[str, Any] = msgspec.to_builtins(item)
+    kind = out.setdefault("type", "message")
+    if kind == "message":
+        if isinstance(item.content, str):
+            part = "output_text" if item.role == "assistant" else "input_text"
+            out["content"] = [{"type": part, "text": item.content}]
+        out.setdefault("status", "completed")
+    return out
+
+
 def as_input(output: list[Any]) -> list[ResponseInputItem]:
     """Output items as the input items a follow-up turn would send back (what the store keeps)."""
     items = []
     for item in output:
         if isinstance(item, ResponseOutputMessage):
-            items.append(ResponseInputItem(type="message", role="assistant", content="".join(
+            items.append(ResponseInputItem(type="message", id=item.id, role="assistant", content="".join(
                 p.text for p in item.content)))
         elif isinstance(item, ResponseFunctionCall):
-            items.append(ResponseInputItem(type="function_call", call_id=item.call_id, name=item.name,
-                                           arguments=item.arguments))
+            items.append(ResponseInputItem(type="function_call", id=item.id, call_id=item.call_id,
+                                           name=item.name, arguments=item.arguments))
         elif isinstance(item, ResponseReasoningItem):
-            items.append(ResponseInputItem(type="reasoning", content=[
+            items.append(ResponseInputItem(type="reasoning", id=item.id, content=[
                 ResponseInputContent(type="reasoning_text", text=p.text) for p in item.content]))
     return items
 
@@ -663,6 +696,16 @@ class ResponseEvents:
         self.final = self._snapshot(status, usage=response_usage(usage, reasoning_tokens))
         out.append(self._event(f"response.{status}", response=self.final))
         return out
+
+    def cancelled(self) -> ResponseStreamEvent:
+        """The last event of a stream cancelled by ``POST /v1/responses/{id}/cancel``: the open item closed
+        ``incomplete``, then ``response.incomplete`` (OpenAI has no ``response.cancelled`` event) whose
+        response (:attr:`final`, what is stored) has status ``cancelled`` and the output so far."""
+        if self._open is not None:
+            self._open.status = "incomplete"
+            self._open = None
+        self.final = self._snapshot("cancelled")
+        return self._event("response.incomplete", response=self.final)
 
     def failed(self, exc: EngineError) -> ResponseStreamEvent:
         """``response.failed`` for an error after the stream started (deadline, shutdown, a runtime

@@ -94,13 +94,16 @@ class ResponsesRequest(msgspec.Struct, omit_defaults=True, kw_only=True):
     ``input``: a string (one user message) or a list of items
     (:class:`ResponseInputItem`). ``store`` (default ``true``, as OpenAI):
     keep the response for ``GET /v1/responses/{id}`` and as a
-    ``previous_response_id`` (bounded: ``--responses-store-size``).
+    ``previous_response_id`` (``--responses-store``; bounded by ``--responses-store-size`` and
+    ``--responses-ttl``).
     ``previous_response_id``: continue that stored response's conversation
     (its input and output items come first; its ``instructions`` do not).
     ``metadata``: up to 16 string pairs (keys up to 64 characters, values
     up to 512), echoed. ``include``, ``truncation`` (``disabled``, or
     ``auto`` which never has to drop anything that fits), ``prompt_cache_key``
-    and ``user`` are accepted; ``background: true`` gets 400.
+    and ``user`` are accepted. ``background: true`` (with ``store``, without ``stream``): the reply is the
+    ``queued`` response at once, generation goes on in the server, ``GET /v1/responses/{id}`` shows it
+    ``completed`` when done and ``POST /v1/responses/{id}/cancel`` stops it.
     """
 
     model: str | None = None

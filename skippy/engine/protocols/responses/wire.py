@@ -114,9 +114,10 @@ class ResponseObject(WireStruct, kw_only=True):
     """OpenAI Responses ``response`` object: the reply of ``POST /v1/responses`` (and ``GET``), and the
     ``response`` of the lifecycle stream events.
 
-    ``status``: ``in_progress`` (stream snapshots), ``completed``,
-    ``incomplete`` (``incomplete_details.reason``: ``max_output_tokens``) or
-    ``failed`` (``error``). ``created_at`` / ``completed_at``: Unix seconds.
+    ``status``: ``queued`` (a ``background`` response not started), ``in_progress`` (stream snapshots, a
+    running background response), ``completed``, ``incomplete`` (``incomplete_details.reason``:
+    ``max_output_tokens``), ``failed`` (``error``) or ``cancelled`` (``POST /v1/responses/{id}/cancel``).
+    ``created_at`` / ``completed_at``: Unix seconds.
     The request's settings are echoed (``tools``, ``tool_choice``, ``text``,
     ``metadata``...); ``usage`` is ``null`` until the end.
     """
@@ -124,7 +125,7 @@ class ResponseObject(WireStruct, kw_only=True):
     id: str
     object: Literal["response"] = "response"
     created_at: int
-    status: Literal["in_progress", "completed", "incomplete", "failed"]
+    status: Literal["queued", "in_progress", "completed", "incomplete", "failed", "cancelled"]
     completed_at: int | None = None
     error: ResponseError | None = None
     incomplete_details: ResponseIncompleteDetails | None = None
@@ -186,5 +187,18 @@ class ResponseDeleted(WireStruct, kw_only=True):
     deleted: bool = True
 
 
+class ResponseItemList(WireStruct, kw_only=True):
+    """``GET /v1/responses/{id}/input_items``: one page of a stored response's input items (OpenAI's list:
+    ``data`` in ``order``, ``first_id`` / ``last_id`` of the page, ``null`` when it is empty; ``has_more``:
+    a next page follows, asked for with ``after=last_id``). Each item has an ``id``, a ``type`` and
+    message content as a list of parts."""
+
+    object: Literal["list"] = "list"
+    data: list[dict[str, Any]]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
 #: the wire Structs of this API (for the OpenAPI components)
-RESPONSES: tuple[type[WireStruct], ...] = (ResponseObject, ResponseStreamEvent, ResponseDeleted)
+RESPONSES: tuple[type[WireStruct], ...] = (ResponseObject, ResponseStreamEvent, ResponseDeleted, ResponseItemList)
