@@ -5,7 +5,9 @@ deploy/haproxy.cfg as it is, with the replicas' addresses and the bind ports rep
 ones. A conversation's turns land on one replica (affinity on the ``X-Session-Id`` header, or on
 OpenAI's ``prompt_cache_key``), so its second turn reuses the first one's KV cache
 (``cached_tokens`` > 0); when a replica stops, HAProxy's active health check (``GET /health``)
-takes it out and its conversations continue on the other replica without a failed request.
+takes it out and its conversations continue on the other replica without a failed request. The replicas
+share one Redis as their Responses store (``--responses-store redis://...``, as deploy/compose.yaml), so a
+``previous_response_id`` made on the stopped replica continues on the other one.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support import Server, free_port
+from tests.support import RedisServer, Server, free_port
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 REPLICA_ARGS = ["--parallel", "4", "--n-ctx", "1024"]
@@ -98,7 +100,9 @@ class Router:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Router, dict[str, Server]]]:
     haproxy()
     work = tmp_path_factory.mktemp("replicas")
-    replicas = {name: Server(REPLICA_ARGS, work / f"{name}.log") for name in ("replica-1", "replica-2")}
+    redis = RedisServer(work)
+    replicas = {name: Server(REPLICA_ARGS + ["--responses-store", redis.url], work / f"{name}.log")
+                for name in ("replica-1", "replica-2")}
     router = None
     try:
         for srv in replicas.values():
@@ -113,6 +117,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Router, 
             router.stop()
         for srv in replicas.values():
             srv.stop()
+        redis.stop()
 
 
 def chat(client: httpx.Client, messages: list[dict], session: str | None = None,
@@ -157,8 +162,14 @@ def test_a_conversation_stays_on_its_replica_and_moves_when_it_stops(cluster) ->
         assert first.headers["X-Skippy-Replica"] == second.headers["X-Skippy-Replica"]
         assert cached(second) > 0
 
-        # stop one replica (SIGTERM: skippy drains, /health answers 503, then it exits)
+        # a Responses turn on the replica about to stop
         gone = where[sessions[0]]
+        body = {"model": "m", "input": "When do you open on Mondays?",
+                "max_output_tokens": 8, "temperature": 0}
+        first = client.post("/v1/responses", json=body, headers={"X-Session-Id": sessions[0]})
+        assert first.status_code == 200 and first.headers["X-Skippy-Replica"] == gone, first.text
+
+        # stop one replica (SIGTERM: skippy drains, /health answers 503, then it exits)
         replicas[gone].stop()
         router.wait_status({gone: "DOWN"})
         other = next(n for n in replicas if n != gone)
@@ -168,3 +179,10 @@ def test_a_conversation_stays_on_its_replica_and_moves_when_it_stops(cluster) ->
             assert r.headers["X-Skippy-Replica"] == other
             if where[s] == other:
                 assert cached(r) > 0  # the conversations that did not move keep their cache
+        # the Responses conversation continues on the other replica: the store is shared (Redis)
+        body = {"model": "m", "input": "And on Sundays?", "previous_response_id": first.json()["id"],
+                "max_output_tokens": 8, "temperature": 0}
+        second = client.post("/v1/responses", json=body, headers={"X-Session-Id": sessions[0]})
+        assert second.status_code == 200 and second.headers["X-Skippy-Replica"] == other, second.text
+        used = first.json()["usage"]
+        assert second.json()["usage"]["input_tokens"] > used["input_tokens"] + used["output_tokens"]
