@@ -23,6 +23,9 @@
 #                (BURST_ARGS="--quick ...")
 #   make bench-scaleout  c64 burst: 1 replica vs 2 behind deploy/haproxy.cfg, and single-stream tok/s of
 #                a model split over 2 skippy rpc-worker processes vs local (needs haproxy; SCALEOUT_ARGS="--quick")
+#   make soak    mixed-load soak (bench/soak_mixed.py): 32 clients for 20 min of chat, completions, Responses
+#                chains, Anthropic, embeddings, disconnects and bad inputs against one server; fails on any
+#                5xx (SOAK_ARGS="--duration 120 ..."); not part of make test
 #   make bench-embeddings  /v1/embeddings inputs/s vs llama-cpp-python's create_embedding, and the ITL of
 #                running streams beside embedding batches (EMBEDDINGS_ARGS="--reps 1 ...")
 #
@@ -50,6 +53,7 @@ PYTEST_ARGS ?=
 BURST_ARGS ?=
 EMBEDDINGS_ARGS ?=
 SCALEOUT_ARGS ?=
+SOAK_ARGS ?=
 # GPU backend of the llama-cpp-python build: empty (CPU only), cuda, vulkan or metal.
 GPU ?=
 GPU_CMAKE_ARGS_cuda := -DGGML_CUDA=ON
@@ -92,7 +96,7 @@ define install
 	@touch $(2)
 endef
 
-.PHONY: venv venv-bench pull pull-default run lint docs docs-build test test-fast bench bench-consult bench-burst bench-peer bench-embeddings bench-scaleout
+.PHONY: venv venv-bench pull pull-default run lint docs docs-build test test-fast bench bench-consult bench-burst bench-peer bench-embeddings bench-scaleout soak
 
 venv: $(STAMP_TEST)
 
@@ -159,6 +163,9 @@ bench-burst: venv-bench pull bench-peer
 
 bench-embeddings: venv-bench pull
 	$(BIN)/python bench/bench_embeddings.py $(EMBEDDINGS_ARGS)
+
+soak: venv pull
+	$(BIN)/python bench/soak_mixed.py $(SOAK_ARGS)
 
 bench-scaleout: venv pull
 	$(BIN)/python bench/bench_scaleout.py $(SCALEOUT_ARGS)
