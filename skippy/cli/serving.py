@@ -109,6 +109,12 @@ def _serve_options(fn: F) -> F:
                   "variable), each under its file name without .gguf, as llama-server's --models-dir; without "
                   "--model, the first of them is the default. A NAME.mmproj.gguf beside NAME.gguf is NAME's image "
                   "projector (--mmproj), not a model."),
+        _opt("--models-preset", default=None, type=click.Path(exists=True, dir_okay=False, path_type=str),
+             metavar="FILE",
+             help="Per-model settings from an INI file, llama-server's router presets: one [MODEL] section "
+                  "per model (a served model's id, or a new one with 'model = PATH'), [*] for all; keys are "
+                  "per-model flags without their dashes ('ctx-size = 8192', 'mmproj = ...', "
+                  "'load-on-startup = true'); the command line wins over a section, a section over [*]."),
         _opt("--max-loaded", default=4, type=click.IntRange(0),
              help="Most models loaded at a time when several are served; loading one more first unloads the "
                   "least recently used, once its running requests end (llama-server's --models-max; 0: no "
@@ -245,7 +251,7 @@ def _context_per_sequence(ctx: click.Context, ctx_size: int | None, options: dic
 @_serve_options
 @friendly_errors
 def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], models_dirs: tuple[str, ...],
-          max_loaded: int,
+          models_preset: str | None, max_loaded: int,
           keep_alive: float, host: tuple[str, ...], port: int, ctx_size: int | None,
           chat_template: str | None, chat_template_kwargs: dict, jinja: bool, log_level: str, log_format: str,
           log_file: str | None, api_key: tuple[str, ...], api_key_file: str | None, cors_origins: tuple[str, ...],
@@ -262,31 +268,28 @@ def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], m
     """
     import trio
 
-    from skippy.engine.config import EngineConfig, check_cache_types
+    from skippy.engine.config import EngineConfig
     from skippy.http.logs import configure_logging
     from skippy.http.serve import serve as run_server
     from skippy.http.settings import ServerSettings
     from skippy.models import ensure_model, lookup
 
     ctx = click.get_current_context()
-    _context_per_sequence(ctx, ctx_size, options)
     if (options.get("ssl_key_file") is None) != (options.get("ssl_cert_file") is None):
         raise click.UsageError("--ssl-key-file and --ssl-cert-file go together", ctx=ctx)
-    engine_options = {f.name: options.pop(f.name) for f in _flag_fields(EngineConfig)}
+    engine_names = [f.name for f in _flag_fields(EngineConfig)]
+    engine_options = {name: options.pop(name) for name in engine_names}
+    presets = None
+    if models_preset is not None:
+        from skippy.cli.presets import read_presets
+
+        presets = read_presets(models_preset, ctx.command, ctx, engine_names)
     settings = ServerSettings(api_keys=_api_keys(api_key, api_key_file), cors_origins=cors_origins,
                               webui=not no_webui, **options)
     configure_logging(log_level, log_format, log_file)
-    try:  # the check across flags (a quantized V cache without flash attention), before any download
-        check_cache_types(engine_options["cache_type_v"], engine_options["flash_attn"])
-    except ValueError:
-        click.echo(f"error: --cache-type-v {engine_options['cache_type_v']} (a quantized V cache) needs "
-                   f"--flash-attn auto or on (llama.cpp refuses it without flash attention)", err=True)
-        sys.exit(1)
-    _check_overrides(engine_options)
-    try:  # the checks across flags that click cannot make alone (-b below -np, --rope-scale against --rope-freq-scale)
-        EngineConfig(model="-", **engine_options)
-    except (TypeError, ValueError) as exc:
-        raise click.UsageError(str(exc), ctx=ctx) from None
+    per_model = {**engine_options, "chat_template": chat_template, "chat_template_kwargs": chat_template_kwargs,
+                 "alias": alias, "ctx_size": ctx_size}
+    _check_model_options(ctx, per_model, "")  # the command line's own, before any download
     models: list[tuple[Path, str]] = []  # (GGUF, id): --model's (pulled when missing), then --models-dir's
     given = ctx.get_parameter_source("model") is not click.core.ParameterSource.DEFAULT
     if hf_repo is not None:  # llama-server's -hf: the model, instead of -m
@@ -305,7 +308,8 @@ def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], m
             "--cache-reuse %d accepted but not applied: skippy does not shift cached KV chunks; its prefix cache "
             "(--prefix-cache, %s) reuses cached prompt prefixes instead", engine_options["cache_reuse"],
             "on" if engine_options["prefix_cache"] else "off")
-    for name in model if given or not models_dirs else ():
+    preset_models = [p for p in presets.models if p.model is not None] if presets is not None else []
+    for name in model if given or not (models_dirs or preset_models) else ():
         path = ensure_model(name)
         spec = lookup(name)
         models.append((path, spec.name if spec else path.stem))
@@ -321,6 +325,10 @@ def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], m
                 projectors[p.resolve()] = str(projector)
         models += [(p, p.stem) for p in files  # not checked here: one that cannot load answers 503
                    if not p.name.lower().endswith(".mmproj.gguf")]
+    for preset in preset_models:  # a section with `model = PATH|NAME` adds a model served as its name
+        assert preset.model is not None
+        path = Path(preset.model).expanduser()
+        models.append((path if path.is_file() else ensure_model(preset.model), preset.name))
     if not models:
         raise ModelError(f"no .gguf file in --models-dir {', '.join(models_dirs)}")
     seen: set[Path] = set()  # a file named twice (-m x -m x, or -m and --models-dir) is served once
@@ -334,12 +342,37 @@ def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], m
     if len(set(ids)) != len(ids):
         twice = sorted({i for _, i in models if ids.count(i.casefold()) > 1})
         raise ModelError(f"two models would be served as {', '.join(twice)}; give each model once")
-    mmproj = engine_options.pop("mmproj")  # --mmproj: the first model's; NAME.mmproj.gguf: NAME's
-    configs = [EngineConfig(model=str(path), model_name=model_id, chat_template=chat_template,
-                            chat_template_kwargs=chat_template_kwargs, model_alias=alias if i == 0 else (),
-                            mmproj=mmproj if i == 0 and mmproj else projectors.get(path.resolve()),
-                            verbose=log_level == "debug", **engine_options)
-               for i, (path, model_id) in enumerate(models)]
+    if presets is not None:
+        from skippy.cli.presets import PresetError
+
+        unknown = [p.name for p in presets.models if p.name.casefold() not in ids]
+        if unknown:
+            raise PresetError(f"--models-preset {presets.path}: [{unknown[0]}] names no served model "
+                              f"({', '.join(i for _, i in models)}); give it 'model = PATH' to add one")
+    configs = []
+    preload = []
+    for i, (path, model_id) in enumerate(models):
+        values = dict(per_model)
+        where = ""
+        if presets is not None:
+            from skippy.cli.presets import merged
+
+            section = presets.get(model_id)
+            values = merged(ctx, presets, section, per_model)
+            where = f"--models-preset {presets.path}: [{section.name if section else '*'}] "
+            if section is not None and section.load_on_startup:
+                preload.append(model_id)
+        if i > 0:  # --alias and --mmproj on the command line name the first model
+            for name, empty in (("alias", ()), ("mmproj", None)):
+                if values[name] == per_model[name] and ctx.get_parameter_source(name) in (
+                        click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT):
+                    values[name] = empty
+        if values["mmproj"] is None:
+            values["mmproj"] = projectors.get(path.resolve())
+        _check_model_options(ctx, values, where)
+        values.pop("ctx_size")
+        configs.append(EngineConfig(model=str(path), model_name=model_id, model_alias=values.pop("alias"),
+                                    verbose=log_level == "debug", **values))
     if any(c.consult for c in configs):  # a --consult peer must be a served model (not the only one) or a URL
         from skippy.actors.pool import model_names
         from skippy.engine.hooks.consult import check_peers
@@ -349,4 +382,37 @@ def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], m
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="'--consult'") from None
     sys.exit(trio.run(lambda: run_server(configs[0], host=host, port=port, settings=settings,
-                                         more_models=configs[1:], max_loaded=max_loaded, keep_alive=keep_alive)))
+                                         more_models=configs[1:], max_loaded=max_loaded, keep_alive=keep_alive,
+                                         preload=preload)))
+
+
+def _check_model_options(ctx: click.Context, values: dict[str, Any], where: str) -> None:
+    """The checks across one model's flags that click cannot make alone, on ``values`` (parameter name ->
+    value; ``ctx_size`` turned into ``n_ctx`` per sequence here): -c against --n-ctx and --parallel, a
+    quantized V cache without flash attention (exit 1, before any download), -ot buffer types, the
+    settings' own cross-checks (-b below -np...). ``where`` is a preset section's prefix: then every
+    failure is a :class:`~skippy.cli.presets.PresetError` naming it."""
+    from skippy.engine.config import EngineConfig, check_cache_types
+
+    try:
+        _context_per_sequence(ctx, values["ctx_size"], values)
+        try:
+            check_cache_types(values["cache_type_v"], values["flash_attn"])
+        except ValueError:
+            message = (f"--cache-type-v {values['cache_type_v']} (a quantized V cache) needs --flash-attn auto or "
+                       "on (llama.cpp refuses it without flash attention)")
+            if where:
+                raise click.UsageError(message) from None
+            click.echo(f"error: {message}", err=True)
+            sys.exit(1)
+        _check_overrides(values)
+        try:
+            EngineConfig(model="-", **{k: v for k, v in values.items() if k not in ("alias", "ctx_size")})
+        except (TypeError, ValueError) as exc:
+            raise click.UsageError(str(exc), ctx=ctx) from None
+    except click.ClickException as exc:
+        if not where:
+            raise
+        from skippy.cli.presets import PresetError
+
+        raise PresetError(where + exc.format_message()) from None

@@ -42,6 +42,7 @@ from skippy.actors.engine import Engine
 from skippy.actors.pool import ModelPool, PoolModel
 from skippy.actors.store import StoreClient
 from skippy.engine.config import EngineConfig
+from skippy.engine.errors import EngineError
 from skippy.engine.protocols.responses.store import StoreError, open_store
 from skippy.http.app import AppState, Lifecycle, create_app
 from skippy.http.context import EXTENSION, Shared
@@ -272,16 +273,16 @@ def _log_chat_template(engine: Engine) -> None:
 
 async def serve(config: EngineConfig, *, host: str | Sequence[str] = "127.0.0.1", port: int = 8080,
                 settings: ServerSettings | None = None, more_models: Sequence[EngineConfig] = (),
-                max_loaded: int = 0, keep_alive: float = -1.0) -> int:
+                max_loaded: int = 0, keep_alive: float = -1.0, preload: Sequence[str] = ()) -> int:
     """Serve until SIGINT/SIGTERM on every address of ``host`` (one, or several: IPv4 and IPv6 alike).
 
     ``config`` is the (default) model, loaded at start; ``more_models`` are more models, loaded on their
-    first request (a :class:`~skippy.actors.pool.ModelPool`: the request's ``model`` picks one; at most
-    ``max_loaded`` resident, 0: no bound; unloaded after ``keep_alive`` idle seconds, negative: never).
-    Returns the exit code: 1 if it cannot open the Responses store (``settings.responses_store``), listen (or
-    read the TLS key and certificate) or, with one
-    model, the engine fails to start (with several, a model that fails to load answers 503 and the
-    others go on).
+    first request (a :class:`~skippy.actors.pool.ModelPool`: the request's ``model`` picks one; ``preload``:
+    the ids of those loaded at start instead, after the default model; at most ``max_loaded`` resident, 0:
+    no bound; unloaded after ``keep_alive`` idle seconds, negative: never). Returns the exit code: 1 if it
+    cannot open the Responses store (``settings.responses_store``), listen (or read the TLS key and
+    certificate) or, with one model, the engine fails to start (with several, a model that fails to load
+    answers 503 and the others go on).
     """
     settings = settings or ServerSettings()
     state = AppState()
@@ -299,7 +300,7 @@ async def serve(config: EngineConfig, *, host: str | Sequence[str] = "127.0.0.1"
     store.on_error = store_error
     try:
         return await _serve(app, state, settings, config, host=host, port=port, more_models=more_models,
-                            max_loaded=max_loaded, keep_alive=keep_alive)
+                            max_loaded=max_loaded, keep_alive=keep_alive, preload=preload)
     finally:
         with trio.CancelScope(shield=True):
             await store.aclose()
@@ -321,7 +322,7 @@ def open_response_store(settings: ServerSettings) -> StoreClient | None:
 
 async def _serve(app: QuartTrio, state: AppState, settings: ServerSettings, config: EngineConfig, *,
                  host: str | Sequence[str], port: int, more_models: Sequence[EngineConfig], max_loaded: int,
-                 keep_alive: float) -> int:
+                 keep_alive: float, preload: Sequence[str]) -> int:
     """:func:`serve` once the app and its Responses store are made."""
     hconfig = hypercorn_config(host, port, shutdown_grace=settings.shutdown_grace,
                                ssl_cert_file=settings.ssl_cert_file, ssl_key_file=settings.ssl_key_file)
@@ -364,6 +365,13 @@ async def _serve(app: QuartTrio, state: AppState, settings: ServerSettings, conf
                          f"{keep_alive:g} s" if keep_alive >= 0 else "never")
             for url in listen_urls(sockets):
                 log.info("Running on %s (CTRL + C to quit)", url)
+            for name in preload:  # --models-preset's load-on-startup, one after the other
+                if name != pool.default:
+                    try:
+                        _, lease = await pool.acquire(name)
+                        lease.release()
+                    except EngineError as exc:
+                        log.error("model %s (load-on-startup): %s", name, exc.message)
 
     async with trio.open_nursery() as nursery:
         await nursery.start(_watch_signals, stop, state.lifecycle)

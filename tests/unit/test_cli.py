@@ -36,6 +36,7 @@ BEFORE = [
     ("-hf, -hfr, --hf-repo OWNER/REPO[:QUANT]", "[env var: SKIPPY_HF_REPO]", None),
     ("-a, --alias NAME", "[env var: SKIPPY_ALIAS]", None),
     ("--models-dir DIR", "[env var: SKIPPY_MODELS_DIR]", None),
+    ("--models-preset FILE", "[env var: SKIPPY_MODELS_PRESET]", None),
     ("--max-loaded INTEGER RANGE", "[env var: SKIPPY_MAX_LOADED; default: 4; x>=0]", 4),
     ("--keep-alive SECONDS", "[env var: SKIPPY_KEEP_ALIVE; default: -1.0]", -1.0),
     ("--host ADDRESS", "[env var: SKIPPY_HOST; default: 127.0.0.1]", None),
@@ -181,7 +182,7 @@ def test_options_are_generated_from_the_settings_fields() -> None:
     assert sorted(by_name) == ["alias", "api_key", "api_key_file", "chat_template", "chat_template_kwargs",
                                "cont_batching", "cors_origins", "ctx_size", "hf_repo", "host", "jinja", "keep_alive",
                                "log_file", "log_format", "log_level", "max_loaded", "model", "models_dirs",
-                               "no_webui", "port"]
+                               "models_preset", "no_webui", "port"]
 
 
 def test_readme_flags_table_matches_the_options() -> None:
@@ -462,7 +463,7 @@ def test_several_models_reach_the_server(serve_recorder: list, tmp_path: Path) -
     assert [config.model_name, *(c.model_name for c in pool["more_models"])] == ["A", "b"]
     # one model: as before (defaults: at most 4 loaded, never unloaded for idleness)
     _run([], calls=serve_recorder)
-    assert serve_recorder.pool.pop() == {"more_models": [], "max_loaded": 4, "keep_alive": -1.0}
+    assert serve_recorder.pool.pop() == {"more_models": [], "max_loaded": 4, "keep_alive": -1.0, "preload": []}
 
 
 def test_a_projector_beside_a_model_in_models_dir_is_its_mmproj_not_a_model(serve_recorder: list,
@@ -480,6 +481,71 @@ def test_a_projector_beside_a_model_in_models_dir_is_its_mmproj_not_a_model(serv
     result = CliRunner().invoke(main, ["serve", "--models-dir", str(models), "--mmproj", "/p/x.gguf"], env={})
     config, pool = serve_recorder.pop()[0], serve_recorder.pool.pop()
     assert config.mmproj == "/p/x.gguf" and pool["more_models"][0].mmproj is None
+
+
+PRESET = """version = 1
+; settings every model shares
+[*]
+n-predict = 64
+-np = 3
+
+[tiny]
+c = 4096
+parallel = 2
+no-mmap = true
+alias = small
+    smol
+
+[coder]
+model = {coder}
+chat-template = chatml
+mmproj = /p/m.gguf
+load-on-startup = true
+batch-size = 1024
+"""
+
+
+def test_a_models_preset_sets_each_models_flags(serve_recorder: list, tmp_path: Path) -> None:
+    (tmp_path / "coder.gguf").write_bytes(b"GGUF")
+    preset = tmp_path / "models.ini"
+    preset.write_text(PRESET.format(coder=tmp_path / "coder.gguf"))
+    config, _, _, _ = _run(["--models-preset", str(preset), "--n-predict", "9"], calls=serve_recorder)
+    pool = serve_recorder.pool.pop()
+    (coder,) = pool["more_models"]
+    assert pool["preload"] == ["coder"]
+    # [tiny]: -c over its own parallel; [*] below it; the command line (--n-predict 9) over both
+    assert (config.model_name, config.n_ctx, config.parallel, config.mmap) == ("tiny", 2048, 2, False)
+    assert config.model_alias == ("small", "smol") and config.n_predict == 9 and config.mmproj is None
+    # [coder]: added by its `model` key, served as the section's name; [*]'s -np applies
+    assert (coder.model_name, coder.model, coder.parallel, coder.n_batch) == ("coder", str(tmp_path / "coder.gguf"),
+                                                                              3, 1024)
+    assert coder.mmproj == "/p/m.gguf" and "im_start" in coder.chat_template and coder.n_predict == 9
+    assert config.chat_template is None
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[tiny]\nparalel = 2\n", "[tiny] paralel: not a per-model flag of skippy serve (did you mean 'parallel'?)"),
+    ("[tiny]\nport = 9\n", "[tiny] port: a server-wide flag, not a model's"),
+    ("[*]\napi-key = k\n", "[*] api-key: a server-wide flag"),
+    ("[tiny]\nparallel = 0\n", "[tiny] parallel: "),
+    ("[tiny]\nmmap = maybe\n", "is not a boolean"),
+    ("[ghost]\nparallel = 2\n", "[ghost] names no served model (tiny); give it 'model = PATH'"),
+    ("version = 2\n[tiny]\n", "version '2'"),
+    ("parallel = 2\n[tiny]\n", "parallel before the first section: put settings every model shares in [*]"),
+    ("[tiny]\nparallel = 2\nparallel = 3\n", "not an INI file"),
+    ("[tiny]\nparallel = 2\nnp = 3\n", "parallel is set twice"),
+    ("[tiny]\ncache-type-v = q8_0\nflash-attn = off\n", "[tiny] --cache-type-v q8_0 (a quantized V cache) needs"),
+    ("[tiny]\nc = 20\nparallel = 4\n", "[tiny] Invalid value for '--ctx-size' / '-c': 20 tokens over 4 slots"),
+    ("[*]\nload-on-startup = true\n", "[*]: 'model' and 'load-on-startup' belong in a model's section"),
+])
+def test_a_bad_models_preset_is_a_start_up_error_naming_it(text: str, message: str, serve_recorder: list,
+                                                           tmp_path: Path) -> None:
+    preset = tmp_path / "models.ini"
+    preset.write_text(text)
+    result = CliRunner().invoke(main, ["serve", "--model", "tiny", "--models-preset", str(preset)], env={})
+    assert result.exit_code == 1, result.output
+    assert f"--models-preset {preset}" in result.output and message in result.output, result.output
+    assert not serve_recorder  # nothing started
 
 
 def test_the_model_environment_variable_is_one_path(serve_recorder: list) -> None:

@@ -31,6 +31,7 @@ from skippy.engine.protocols.llama_server.types import (
     ApplyTemplateRequest,
     DetokenizeRequest,
     InfillRequest,
+    ModelActionRequest,
     NativeCompletionRequest,
     SlotActionRequest,
     TokenizeRequest,
@@ -51,6 +52,8 @@ from skippy.http.routes.llama_server import (
     detokenize,
     infill,
     input_tokens,
+    models_load,
+    models_unload,
     props,
     props_change,
     slot_action,
@@ -120,6 +123,10 @@ ROUTES: tuple[Route, ...] = (
           NativeCompletionRequest, wire.NativeCompletion, sse=wire.NativeCompletion, shape="one-or-list"),
     Route(("/slots",), "GET", slots, "llama-server per-slot state (501 with --no-slots)", response=wire.Slot,
           shape="list"),
+    Route(("/models/load",), "POST", models_load, "llama-server router mode: load a served model now (waits "
+          "until it is loaded)", ModelActionRequest, wire.ModelActionResult),
+    Route(("/models/unload",), "POST", models_unload, "llama-server router mode: unload a served model once its "
+          "requests end", ModelActionRequest, wire.ModelActionResult),
     Route(("/slots/<id_slot>",), "POST", slot_action,
           "llama-server slot save / restore / erase (?action=; 501 without --slot-save-path)", SlotActionRequest),
     Route(("/props",), "POST", props_change, "llama-server POST /props (501 without --props)", documented=False),

@@ -16,6 +16,7 @@ from skippy.engine.protocols.llama_server.types import (
     ApplyTemplateRequest,
     DetokenizeRequest,
     InfillRequest,
+    ModelActionRequest,
     NativeCompletionRequest,
     SlotActionRequest,
     TokenizeRequest,
@@ -171,3 +172,36 @@ async def input_tokens() -> Response:
 async def props() -> Response:
     eng = await shared().engine_for(request.args.get("model"), required=False)
     return json_response(eng.props())
+
+
+# -- llama-server's router mode: /models/load, /models/unload ---------------------------------------------
+
+async def models_load() -> Response:
+    """``POST /models/load`` ``{"model"}``: load a served model now (waits until it is loaded; 503
+    ``model_unavailable`` when it cannot load), kept loaded until ``--max-loaded`` or ``--keep-alive``
+    unloads it, as if a request had used it. 404 for a name no model answers to. With one model served:
+    it is loaded already."""
+    app, ctx = shared(), current()
+    req = await read_body(ModelActionRequest, ctx)
+    pool = app.state.pool
+    if pool is None or pool.single:
+        app.engine()  # 503 while it loads
+        return json_response(wire.ModelActionResult())
+    name = pool.match(req.model)
+    _, lease = await unless_gone(app, ctx, pool.acquire(name))
+    lease.release()
+    return json_response(wire.ModelActionResult())
+
+
+async def models_unload() -> Response:
+    """``POST /models/unload`` ``{"model"}``: unload a served model once its running requests end (the
+    answer does not wait for that; a model that is not loaded stays so). 404 for a name no model answers
+    to; 400 when the server serves one model (it stays loaded)."""
+    app, ctx = shared(), current()
+    req = await read_body(ModelActionRequest, ctx)
+    pool = app.state.pool
+    if pool is None or pool.single:
+        raise InvalidRequest("this server serves one model, which stays loaded: /models/unload is for several "
+                             "(--model repeated, --models-dir, --models-preset)", param="model")
+    pool.unload(pool.match(req.model))
+    return json_response(wire.ModelActionResult())

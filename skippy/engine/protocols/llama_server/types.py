@@ -106,6 +106,13 @@ class SlotActionRequest(msgspec.Struct, kw_only=True):
     filename: str
 
 
+class ModelActionRequest(msgspec.Struct, kw_only=True):
+    """``POST /models/load`` and ``/models/unload`` (llama-server's router mode): the ``model`` to load or
+    unload (any name it answers to)."""
+
+    model: str
+
+
 class TokenizeRequest(msgspec.Struct, kw_only=True):
     """``POST /tokenize`` (llama-server): ``content`` -> ``{"tokens": [...]}``."""
 

@@ -266,7 +266,13 @@ class SlotErased(WireStruct, kw_only=True):
     n_erased: int
 
 
+class ModelActionResult(WireStruct, kw_only=True):
+    """``POST /models/load`` / ``/models/unload`` (llama-server's router mode): ``{"success": true}``."""
+
+    success: bool = True
+
+
 #: Every top-level response object of this API (for the OpenAPI components).
 RESPONSES: tuple[type[WireStruct], ...] = (
     Health, TokenizeResponse, DetokenizeResponse, ApplyTemplateResponse, InputTokens, Infill, NativeCompletion, Slot,
-    SlotSaved, SlotRestored, SlotErased)
+    SlotSaved, SlotRestored, SlotErased, ModelActionResult)
