@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from skippy.models import DEFAULT_MODEL, ensure_model
-from tests.lora_oracle import lora_logits, logprobs
+from tests.lora_oracle import logprobs, lora_logits
 from tests.support import Server, assert_envelope, openai_client
 from tests.tiny_models import write_tiny_lora
 
