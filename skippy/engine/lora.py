@@ -67,10 +67,6 @@ class LoraAdapter:
         return adapter_name(self.path)
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def parse_scales(entries: Any, n_adapters: int, prefix: str = "lora.") -> dict[int, float]:
     """``[{"id": int, "scale": number}, ...]`` (a request's ``lora``, ``POST /lora-adapters``'s body) as an
     ``id -> scale`` mapping (a later entry for an id wins).
@@ -93,7 +89,7 @@ def parse_scales(entries: Any, n_adapters: int, prefix: str = "lora.") -> dict[i
             known = f"0..{n_adapters - 1}" if n_adapters else "none: the server runs no --lora adapter"
             raise InvalidRequest(f"{where}.id must be the id of a loaded LoRA adapter ({known}), got {ident!r}",
                                  param=f"{where}.id")
-        if not _number(scale) or not math.isfinite(scale):
+        if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not math.isfinite(scale):
             raise InvalidRequest(f"{where}.scale must be a finite number, got {scale!r}", param=f"{where}.scale")
         out[ident] = float(scale)
     return out

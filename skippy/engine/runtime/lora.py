@@ -14,6 +14,7 @@ makes llama.cpp build its compute graph again at the next decode (``sched_reserv
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import math
 from collections.abc import Sequence
@@ -38,7 +39,7 @@ def load_adapters(model: llama_cpp.llama_model_p, paths: Sequence[str]) -> list[
     """
     handles: list[object] = []
     for path in paths:
-        handle, lines = _capturing(lambda p=path: llama_cpp.llama_adapter_lora_init(model, p.encode()))
+        handle, lines = _capturing(functools.partial(llama_cpp.llama_adapter_lora_init, model, path.encode()))
         if not handle:
             free_adapters(handles)
             reason = next((line.split(_REFUSED, 1)[1].strip() for line in lines if _REFUSED in line), "")
@@ -78,7 +79,7 @@ class LoraMixin:
             if not 0 <= ident < len(self._lora) or not math.isfinite(scale):
                 raise ValueError(f"LoRA set {lora!r}: adapter {ident} at scale {scale} (loaded: {len(self._lora)})")
         n = len(lora)
-        handles = (llama_cpp.llama_adapter_lora_p_ctypes * max(n, 1))(*[self._lora[i] for i, _ in lora])
+        handles = (llama_cpp.llama_adapter_lora_p_ctypes * max(n, 1))(*[self._lora[i] for i, _ in lora])  # type: ignore[misc]
         scales = (ctypes.c_float * max(n, 1))(*[s for _, s in lora])
         if llama_cpp.llama_set_adapters_lora(self._ctx, handles if n else None, n, scales if n else None) != 0:
             raise RuntimeError(f"llama.cpp refused the LoRA set {lora!r}")

@@ -315,9 +315,9 @@ class SchedulerCore:
             if s.spec is not None and s.phase is Phase.DECODING:
                 s.kv.draft = () if s.forced else self._draft(s)  # type: ignore[union-attr]  # forced: no sampling
         lora, active = self._lora_group()
-        embed = self.embeds.plan(active, self.step_tokens)  # type: ignore[arg-type]
+        embed = self.embeds.plan(active, self.step_tokens)
         budget = self.step_tokens - (embed.n_tokens if embed is not None else 0)
-        batch = plan_step(active, max(budget, len(active))) if active else None  # type: ignore[arg-type]
+        batch = plan_step(active, max(budget, len(active))) if active else None
         if batch is None:
             return StepPlan(None, (), tuple(outputs), embed=embed)
         samples = []
@@ -352,12 +352,12 @@ class SchedulerCore:
         sets = list(dict.fromkeys(s.request.lora for s in live))
         if len(sets) <= 1:
             self._lora_served.clear()
-            return (sets[0] if sets else NO_LORA), [s.kv for s in live]  # type: ignore[misc]
+            return (sets[0] if sets else NO_LORA), [s.kv for s in live if s.kv is not None]
         self._lora_served = {k: self._lora_served.get(k, -1) for k in sets}
         lora = min(sets, key=self._lora_served.__getitem__)
         self._lora_steps += 1
         self._lora_served[lora] = self._lora_steps
-        return lora, [s.kv for s in live if s.request.lora == lora]  # type: ignore[misc]
+        return lora, [s.kv for s in live if s.kv is not None and s.request.lora == lora]
 
     def _multi_step(self, batch: BatchPlan, samples: list[SampleTask], outputs: tuple[Output, ...],
                     lora: LoraSet = NO_LORA) -> StepPlan:
