@@ -340,8 +340,9 @@ class SchedulerCore:
             return self._multi_step(batch, samples, tuple(outputs), lora)
         return StepPlan(batch, tuple(samples), tuple(outputs), scores, embed, saves, samplers=samplers, lora=lora)
 
-    def _lora_group(self) -> tuple[LoraSet, list[SeqState]]:
-        """The LoRA adapter set this step decodes, and the prefilling and decoding sequences of that set.
+    def _lora_group(self) -> tuple[LoraSet | None, list[SeqState]]:
+        """The LoRA adapter set this step decodes (``None`` when the runtime has no adapters: nothing to apply),
+        and the prefilling and decoding sequences of that set.
 
         llama.cpp applies adapters to the whole context (``llama_set_adapters_lora``), not per sequence, so a
         step holds the sequences of one set; with several sets running, the steps go round them: the set
@@ -352,7 +353,8 @@ class SchedulerCore:
         sets = list(dict.fromkeys(s.request.lora for s in live))
         if len(sets) <= 1:
             self._lora_served.clear()
-            return (sets[0] if sets else NO_LORA), [s.kv for s in live if s.kv is not None]
+            one = sets[0] if sets else NO_LORA
+            return (one if self.runtime.meta.lora else None), [s.kv for s in live if s.kv is not None]
         self._lora_served = {k: self._lora_served.get(k, -1) for k in sets}
         lora = min(sets, key=self._lora_served.__getitem__)
         self._lora_steps += 1
@@ -360,7 +362,7 @@ class SchedulerCore:
         return lora, [s.kv for s in live if s.kv is not None and s.request.lora == lora]
 
     def _multi_step(self, batch: BatchPlan, samples: list[SampleTask], outputs: tuple[Output, ...],
-                    lora: LoraSet = NO_LORA) -> StepPlan:
+                    lora: LoraSet | None = None) -> StepPlan:
         """A decode-only batch as a multi-step run of up to ``scheduler_steps`` decodes, when every sequence in
         it may take one: no hook window (a park would hold tokens already decoded past), no reasoning budget (a
         forced token replaces a sampled one), no speculation (its own multi-token path), nothing else to run."""

@@ -63,7 +63,7 @@ def execute(runtime: Runtime, step: StepPlan, marks: list[float] | None = None,
     decodes = 0
     for slot, on in step.samplers:
         runtime.set_backend_greedy(slot, on)
-    if step.batch is not None and (step.lora or runtime.meta.lora):  # the batch's adapter set (per context)
+    if step.batch is not None and step.lora is not None:  # the batch's adapter set (per context)
         runtime.set_lora(step.lora)
     if step.batch is not None and step.batch.media:
         for span, seq_id in step.batch.media:  # images first: each is its own llama_decode of embeddings
