@@ -556,15 +556,20 @@ class FakeRuntime:
     :data:`FILLER`."""
 
     def __init__(self, n_seq_max=2, n_batch=64, n_ctx_seq=256, recurrent=False, unified=False, embeddings=None,
-                 n_swa=0, swa_full=False):
+                 n_swa=0, swa_full=False, lora=()):
         from skippy.engine.runtime.base import ModelMeta
 
         self.meta = ModelMeta(name="fake", path="fake.gguf", chat_template=None, bos_id=1, eos_id=EOG,
                               eog_ids=frozenset({EOG}), bos_token="<s>", eos_token="</s>",
                               n_vocab=N_VOCAB, n_ctx_train=n_ctx_seq, n_ctx_seq=n_ctx_seq, n_seq_max=n_seq_max,
                               n_batch=n_batch, is_recurrent=recurrent, kv_unified=unified, n_embd=3,
-                              embeddings=embeddings, n_swa=n_swa, swa_full=swa_full)
+                              embeddings=embeddings, n_swa=n_swa, swa_full=swa_full, lora=tuple(lora))
         self.vocab = FakeVocab()
+        # LoRA: the set applied to the context (set_lora), and per slot the set each KV position was
+        # computed under; a decode asserts that a sequence's KV was all computed under the applied set
+        self.lora = ()
+        self.lora_sets: list[tuple] = []  # the set of each decode, in order
+        self.kv_lora: dict[int, list[tuple]] = {s: [] for s in range(n_seq_max)}
         self.kv = {s: [] for s in range(n_seq_max)}
         # a sliding-window cache (n_swa, not swa_full), as llama.cpp's iSWA one: the SWA layers hold
         # positions swa_lo[s]..end only (None: none, after a trim below the window); a decode at
@@ -594,11 +599,14 @@ class FakeRuntime:
             assert 0 <= e.seq_id < self.meta.n_seq_max
             assert e.pos == len(self.kv[e.seq_id]), f"slot {e.seq_id}: pos {e.pos} after {len(self.kv[e.seq_id])}"
             assert e.pos < self.meta.n_ctx_seq
+            assert all(k == self.lora for k in self.kv_lora[e.seq_id]), \
+                f"slot {e.seq_id}: KV computed under LoRA sets {set(self.kv_lora[e.seq_id])}, decoded under {self.lora}"
             if self.swa and e.pos > 0:
                 lo = self.swa_lo[e.seq_id]
                 assert lo is not None and lo <= max(0, e.pos - self.meta.n_swa), \
                     f"slot {e.seq_id}: the SWA window of pos {e.pos} is lost (held from {lo})"
             self.kv[e.seq_id].append(e.token)
+            self.kv_lora[e.seq_id].append(self.lora)
             self.cells[e.seq_id].append(self._next_cell)
             self._next_cell += 1
             if e.logits:
@@ -610,6 +618,11 @@ class FakeRuntime:
         assert used <= self.meta.n_ctx_seq * self.meta.n_seq_max, f"{used} KV cells in use"
         self.max_cells_used = max(self.max_cells_used, used)
         self.batches.append(list(entries))
+        self.lora_sets.append(self.lora)
+
+    def set_lora(self, lora):
+        assert all(0 <= i < len(self.meta.lora) for i, _ in lora), f"LoRA set {lora}: unknown adapter"
+        self.lora = tuple(lora)
 
     def decode_media(self, span, seq_id):
         """An image's placeholder ids enter the slot's KV at their positions, as libmtmd's embeddings would."""
@@ -618,6 +631,7 @@ class FakeRuntime:
         assert span.start == len(self.kv[seq_id]), f"slot {seq_id}: image at {span.start} after {len(self.kv[seq_id])}"
         for token in placeholder_ids(span.key, span.n):
             self.kv[seq_id].append(token)
+            self.kv_lora[seq_id].append(self.lora)
             self.cells[seq_id].append(self._next_cell)
             self._next_cell += 1
         self._out = {}
@@ -678,6 +692,7 @@ class FakeRuntime:
     def seq_rm(self, seq_id, p0=-1, p1=-1):
         if p0 < 0:
             self.kv[seq_id] = []
+            self.kv_lora[seq_id] = []
             self.cells[seq_id] = []
             self.swa_lo[seq_id] = 0
             return True
@@ -685,6 +700,7 @@ class FakeRuntime:
             return False
         assert p1 == -1
         del self.kv[seq_id][p0:]
+        del self.kv_lora[seq_id][p0:]
         del self.cells[seq_id][p0:]
         lo = self.swa_lo[seq_id]
         if self.swa and self.kv[seq_id] and (lo is None or p0 <= lo):
@@ -704,14 +720,16 @@ class FakeRuntime:
         """The sequence's state as llama.cpp would copy it: here its tokens and SWA window, serialized."""
         assert self.kv[seq_id], "a checkpoint of an empty sequence"
         self.saved.append((seq_id, len(self.kv[seq_id])))
-        head = json.dumps([self.kv[seq_id], self.swa_lo[seq_id]]).encode()
+        head = json.dumps([self.kv[seq_id], self.swa_lo[seq_id], self.kv_lora[seq_id]]).encode()
         return head.ljust(self.STATE_BYTES * len(self.kv[seq_id]) + len(head), b" ")
 
     def state_seq_set_data(self, seq_id, data):
-        tokens, lo = json.loads(data)
+        tokens, lo, *loras = json.loads(data)
+        loras = loras[0] if loras else [[]] * len(tokens)
         self.seq_rm(seq_id)
         self.restored.append((seq_id, len(tokens)))
         self.kv[seq_id] = list(tokens)
+        self.kv_lora[seq_id] = [tuple(tuple(p) for p in k) for k in loras]
         self.cells[seq_id] = list(range(self._next_cell, self._next_cell + len(tokens)))
         self._next_cell += len(tokens)
         self.swa_lo[seq_id] = lo
@@ -723,6 +741,7 @@ class FakeRuntime:
         if n is None:
             self.copies.append((src, dst))
             self.kv[dst] = list(self.kv[src])
+            self.kv_lora[dst] = list(self.kv_lora[src])
             if self.meta.kv_unified:  # shared cells
                 self.cells[dst] = list(self.cells[src])
             else:  # another stream: new cells
@@ -733,6 +752,7 @@ class FakeRuntime:
         assert 0 < n <= len(self.kv[src])
         self.copies.append((src, dst, n))
         self.kv[dst] = self.kv[src][:n]
+        self.kv_lora[dst] = self.kv_lora[src][:n]
         self.cells[dst] = self.cells[src][:n]
 
 
@@ -749,16 +769,17 @@ class Clock:
 
 
 def make(n_seq_max=2, *, hooks=False, recurrent=False, n_ctx_seq=256, unified=False, embeddings=None, n_swa=0,
-         swa_full=False, **config):
+         swa_full=False, lora=(), **config):
     """A :class:`FakeRuntime` (``n_seq_max`` slots, its other shape arguments) and a
-    :class:`~skippy.engine.scheduling.core.SchedulerCore` over it with a :class:`Clock`; ``config``: the
+    :class:`~skippy.engine.scheduling.core.SchedulerCore` over it with a :class:`Clock` (``lora``: the paths of
+    its LoRA adapters, ``meta.lora``); ``config``: the
     fields of its :class:`~skippy.engine.scheduling.config.SchedulerConfig` (default here 64 step tokens,
     8 requests queued)."""
     from skippy.engine.scheduling.config import SchedulerConfig
     from skippy.engine.scheduling.core import SchedulerCore
 
     rt = FakeRuntime(n_seq_max=n_seq_max, n_ctx_seq=n_ctx_seq, recurrent=recurrent, unified=unified,
-                     embeddings=embeddings, n_swa=n_swa, swa_full=swa_full)
+                     embeddings=embeddings, n_swa=n_swa, swa_full=swa_full, lora=lora)
     core = SchedulerCore(rt, SchedulerConfig(**{"step_tokens": 64, "max_queue": 8, **config}), hooks=hooks,
                          clock=Clock())
     return rt, core

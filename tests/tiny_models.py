@@ -286,6 +286,65 @@ def write_tiny_mmproj(path: Path, n_embd_text: int, seed: int = 0, *, image_size
     return path
 
 
+#: The weights the test LoRA adapts (:func:`write_tiny_lora`): each layer's attention projections.
+LORA_TARGETS = ("attn_q", "attn_k", "attn_v", "attn_output")
+
+
+def write_tiny_lora(path: Path, base: Path, *, layers: tuple[int, ...] = (0, 1, 2), rank: int = 4,
+                    alpha: float = 8.0, seed: int = 0, scale: float = 0.05, arch: str | None = None,
+                    n_vocab: int | None = None) -> Path:
+    """Write a random LoRA adapter GGUF for the model ``base`` (a GGUF) to ``path``; returns ``path``.
+
+    The layout is what llama.cpp's ``convert_lora_to_gguf.py`` writes and ``llama-adapter.cpp`` reads:
+    ``general.type`` ``adapter``, ``general.architecture`` the base's (``arch`` overrides it: an adapter for
+    another architecture), ``adapter.type`` ``lora``, ``adapter.lora.alpha``, and for each adapted weight
+    ``W`` of ggml shape ``ne = [n_in, n_out]`` (numpy ``(n_out, n_in)``) a pair ``W.lora_a`` of ne
+    ``[n_in, rank]`` and ``W.lora_b`` of ne ``[rank, n_out]``, f32, so that llama.cpp computes
+    ``W x + s * alpha / rank * B (A x)`` at adapter scale ``s``. The adapted weights are
+    :data:`LORA_TARGETS` of ``layers``, with deltas drawn from ``seed`` (``scale``: their standard
+    deviation). ``n_vocab`` adds a pair for ``token_embd.weight`` of that vocabulary (another model's,
+    which llama.cpp refuses: ``tensor ... has incorrect shape``).
+    """
+    import gguf
+
+    reader = gguf.GGUFReader(str(base))
+    shapes = {t.name: [int(x) for x in t.shape] for t in reader.tensors}
+    base_arch = reader.fields["general.architecture"].contents()
+    rng = np.random.default_rng(seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    writer = gguf.GGUFWriter(str(tmp), arch or base_arch)
+    writer.add_type(gguf.GGUFType.ADAPTER)
+    writer.add_name(path.stem)
+    writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
+    writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(alpha))
+    if n_vocab is not None:  # token_embd's pair is transposed: A ne [rank, n_vocab], B [rank, n_embd]
+        n_embd = shapes["token_embd.weight"][0]
+        writer.add_tensor("token_embd.weight.lora_a", (rng.standard_normal((n_vocab, rank)) * scale).astype(np.float32))
+        writer.add_tensor("token_embd.weight.lora_b", (rng.standard_normal((n_embd, rank)) * scale).astype(np.float32))
+    for i in layers:
+        for target in LORA_TARGETS:
+            name = f"blk.{i}.{target}.weight"
+            n_in, n_out = shapes[name]
+            writer.add_tensor(name + ".lora_a", (rng.standard_normal((rank, n_in)) * scale).astype(np.float32))
+            writer.add_tensor(name + ".lora_b", (rng.standard_normal((n_out, rank)) * scale).astype(np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    tmp.replace(path)
+    return path
+
+
+def ensure_tiny_lora(directory: Path, name: str = "tiny-lora", **options: object) -> Path:
+    """``directory/<name>.gguf``, a LoRA adapter for the default model (:func:`write_tiny_lora` with
+    ``options``), written when it is not there yet."""
+    path = directory / f"{name}.gguf"
+    if not path.is_file():
+        write_tiny_lora(path, default_tokenizer_source(), **options)  # type: ignore[arg-type]
+    return path
+
+
 def default_tokenizer_source() -> Path:
     """The default model's GGUF in the model cache (``skippy pull``), whose vocabulary the tiny models share."""
     from skippy.models import resolve_model

@@ -68,6 +68,7 @@ from skippy.engine.errors import (
 from skippy.engine.hooks.policy import Deny, Inject, Stop
 from skippy.engine.hooks.signals import FinishInfo
 from skippy.engine.infill import ExtraChunk, Mixed, format_infill, require_fim
+from skippy.engine.lora import LoraAdapters
 from skippy.engine.output.embeddings import fit, split_input
 from skippy.engine.output.generation import Done, Generation, GenerationError, GenerationOptions
 from skippy.engine.preparation import (
@@ -175,6 +176,8 @@ class Engine:
         #: stop strings every chat request gets from the template: ChatML's ``<|im_end|>`` when ChatML
         #: stands in for a missing template and the vocabulary has no such token (see ``fallback_stops``)
         self.template_stops: tuple[str, ...] = ()
+        #: the LoRA adapters (``--lora``) and their global scales (``GET`` / ``POST /lora-adapters``)
+        self.lora = LoraAdapters(config.lora, config.lora_init_without_apply)
         self._rids = itertools.count(1)
         self._arrivals = itertools.count(1)  # SeqRequest.arrival: taken before any template or tokenizer work
         self._format_pieces: dict[str, Callable[[int], bytes]] = {}
@@ -200,6 +203,16 @@ class Engine:
                 return name if name in self.served_names else self.model_id
         raise ModelNotFound(f"model {model_id!r} is not served here (this server serves "
                             f"{', '.join(repr(n) for n in self.served_names)})", param="model")
+
+    def lora_adapters(self) -> list[wire.LoraAdapter]:
+        """llama-server ``GET /lora-adapters``: every adapter with its id, path and global scale."""
+        return [wire.LoraAdapter(**entry) for entry in self.lora.listing()]
+
+    def set_lora_adapters(self, entries: Any) -> None:
+        """llama-server ``POST /lora-adapters`` (``[{"id", "scale"}]``): the listed adapters take their scale as
+        the global one, the others 0, for the requests prepared from now on (running ones keep theirs).
+        Raises :class:`InvalidRequest` (400 naming ``N.id`` / ``N.scale``; nothing changed)."""
+        self.lora.set_global(entries)
 
     async def chat(self, req: ChatCompletionRequest) -> openai_wire.ChatCompletion:
         """One OpenAI ``chat.completion`` for ``req`` (``req.stream`` is ignored); ``n`` choices."""
@@ -300,6 +313,7 @@ class Engine:
     async def _start_infill(self, req: InfillRequest) -> tuple[Generation, RequestEvents]:
         require_fim(self.meta.fim, "input_prefix")
         arrival = next(self._arrivals)
+        lora = self.lora.for_request(req.lora)  # 400 naming lora.N.id / lora.N.scale, before any work
         if req.n not in (None, 1):
             raise InvalidRequest("/infill gives one completion: n must be 1", param="n")
         if req.n_predict is not None:  # llama-server's name wins; -1: up to the context
@@ -309,7 +323,8 @@ class Engine:
         prompt = await self._infill_tokens(req.input_prefix, req.input_suffix, prompt=req.prompt,
                                            extra=[ExtraChunk(c.text, c.filename) for c in req.input_extra],
                                            n_predict=req.n_predict if req.n_predict is not None else -1)
-        options = GenerationOptions(stops=stop_strings(req.stop), cache_prompt=req.cache_prompt, arrival=arrival)
+        options = GenerationOptions(stops=stop_strings(req.stop), cache_prompt=req.cache_prompt, arrival=arrival,
+                                    lora=lora)
         gen = Generation(next(self._rids), prompt, params, self._max_tokens(req, len(prompt)),
                          piece=self.runtime.vocab.piece, parser=ContentParser(), options=options)
         return gen, self._submit([gen], None)
@@ -366,6 +381,7 @@ class Engine:
         if not -1 <= req.id_slot < self.meta.n_seq_max:
             raise InvalidRequest(f"id_slot must be -1 or a slot id (0..{self.meta.n_seq_max - 1})", param="id_slot")
         arrival = next(self._arrivals)
+        lora = self.lora.for_request(req.lora)
         n_probs = req.n_probs or 0
         sreq = msgspec.structs.replace(apply_samplers(req, req.samplers), logit_bias=None)
         params = self._sampling(sreq, logprobs=True, top_logprobs=n_probs)  # token ids ride on logprob events
@@ -398,7 +414,7 @@ class Engine:
         gens, replies = [], []
         options = GenerationOptions(stops=stops, include_stop=req.include_stop_str_in_output,
                                     cache_prompt=req.cache_prompt, speculative=speculative(req, self.limits),
-                                    arrival=arrival)
+                                    arrival=arrival, lora=lora)
         for index, (tokens, media, text) in enumerate(prompts):
             max_tokens = self._max_tokens(msgspec.structs.replace(sreq, max_tokens=limit, max_completion_tokens=None),
                                           len(tokens))
@@ -569,6 +585,7 @@ class Engine:
     @_preparing
     async def _start_chat(self, req: ChatCompletionRequest) -> tuple[list[Generation], RequestEvents]:
         arrival = next(self._arrivals)
+        lora = self.lora.for_request(req.lora)
         n = choice_count(req, self.limits)
         n_probs = req.n_probs or 0  # llama-server's name for top_logprobs
         params = self._sampling(req, logprobs=req.logprobs or n_probs > 0,
@@ -610,7 +627,8 @@ class Engine:
             hook_request=req, injected=injected, hook_events=req.return_hook_events, before_chat=before,
             cache_key=req.prompt_cache_key, cache_prompt=req.cache_prompt,
             min_reuse=min_reuse(n, len(prompt), self.min_tail), checkpoint_at=checkpoint_at,
-            speculative=speculative(req, self.limits), reasoning_budget=budget, arrival=arrival, media=media)
+            speculative=speculative(req, self.limits), reasoning_budget=budget, arrival=arrival, media=media,
+            lora=lora)
         gens = [Generation(next(self._rids), prompt, choice_seed(params, j), max_tokens, piece=piece,
                            parser=make_output_parser(plan), options=options,
                            early_stop=EarlyStop(set(plan.allowed_tools), plan.parallel_tool_calls) if plan.emulated
@@ -680,6 +698,7 @@ class Engine:
     async def _start_completion(self, req: CompletionRequest) -> tuple[list[str], list[Generation], RequestEvents]:
         """The prompt texts (for ``echo``), every choice's generation (``n`` per prompt, in order), the events."""
         arrival = next(self._arrivals)
+        lora = self.lora.for_request(req.lora)
         n = choice_count(req, self.limits)
         lp = completion_logprobs(req)
         params = self._sampling(req, logprobs=lp is not None, top_logprobs=lp or 0)
@@ -689,7 +708,7 @@ class Engine:
         scored = req.echo and lp is not None  # echo + logprobs: the prompt's tokens are scored once per prompt
         texts, gens = [], []
         shared = GenerationOptions(stops=stops, include_stop=req.include_stop_str_in_output,
-                                   speculative=speculative(req, self.limits), arrival=arrival)
+                                   speculative=speculative(req, self.limits), arrival=arrival, lora=lora)
         for text, prompt in prompts:
             texts.append(text)
             max_tokens = self._max_tokens(req, len(prompt))

@@ -22,7 +22,8 @@ key (a GGUF path or a known model name), adds one served as the section's name. 
 llama-server: the command line (and ``SKIPPY_*`` variables) over the model's section over ``[*]`` over
 the defaults. Keys are the per-model flags: every engine setting (context, parallel, template,
 projector, cache types, offload, sampling defaults...), ``chat-template``, ``chat-template-kwargs``,
-``alias``, ``jinja`` (accepted), and ``load-on-startup`` (load the model when the server starts instead
+``alias``, ``lora`` and ``lora-scaled`` (this model's adapters, the ``lora`` ones first; ``FILE SCALE``
+per line), ``jinja`` (accepted), and ``load-on-startup`` (load the model when the server starts instead
 of at its first request). A boolean is ``true``/``false`` (``1``/``0``, ``on``/``off``); ``no-mmap = true``
 is ``mmap = false``. A repeated flag takes one value per line. Keys may keep their dashes (``-np = 3``).
 
@@ -44,7 +45,8 @@ import attrs
 import click
 
 #: the flags of `skippy serve` a preset may set besides the engine settings (by parameter name)
-MODEL_PARAMS = frozenset({"chat_template", "chat_template_kwargs", "alias", "jinja", "ctx_size"})
+MODEL_PARAMS = frozenset({"chat_template", "chat_template_kwargs", "alias", "jinja", "ctx_size", "lora",
+                          "lora_scaled"})
 #: preset-only keys
 LOAD_ON_STARTUP = "load-on-startup"
 _TOP = "__top__"
@@ -183,7 +185,13 @@ def _value(param: click.Parameter, negated: bool, raw: str, ctx: click.Context, 
     if isinstance(param, click.Option) and param.is_flag and not param.count:
         flag = _bool(raw, where)
         return (not flag) if negated else flag
-    value: Any = [line.strip() for line in raw.splitlines() if line.strip()] if param.multiple else raw.strip()
+    lines = [line.strip() for line in raw.splitlines() if line.strip()]
+    if param.nargs > 1:  # `lora-scaled = FILE SCALE`, one pair per line
+        if any(len(line.split()) != param.nargs for line in lines):
+            raise PresetError(f"{where}: each line takes {param.nargs} values separated by spaces")
+        value: Any = [tuple(line.split()) for line in lines]
+    else:
+        value = lines if param.multiple else raw.strip()
     try:
         return param.process_value(ctx, value)
     except click.BadParameter as exc:

@@ -28,10 +28,15 @@ from skippy.models import DEFAULT_MODEL, ModelError
 LLAMA_SERVER_NOTE = ("skippy serve takes llama-server's flags -m, -hf, -a, -c/--ctx-size, -np, -t, -fa, -n, -b, -ub, "
                      "-cb, --host, --port, --api-key, --api-key-file, --chat-template-file, --jinja, --metrics, "
                      "--slots, --no-webui, -ngl, -sm, -mg, -ts, -dev, --rpc, -ot, -cmoe, -ncmoe, --mlock, --no-mmap, "
-                     "--numa, --rope-*, --yarn-*, --reasoning-format, --cache-reuse, --ssl-key-file, "
+                     "--numa, --rope-*, --yarn-*, --reasoning-format, --cache-reuse, --lora, --lora-scaled, "
+                     "--lora-init-without-apply, --ssl-key-file, "
                      "--ssl-cert-file and refuses the others "
                      "rather than ignore them; "
                      "see 'skippy serve --help'")
+
+
+#: ``ctx.meta`` key: the order of the ``--lora`` / ``--lora-scaled`` options on the command line
+LORA_ORDER = "skippy.lora_order"
 
 
 class ServeCommand(SkippyCommand):
@@ -50,6 +55,7 @@ class ServeCommand(SkippyCommand):
         options = {name: p for p in self.get_params(ctx) if isinstance(p, click.Option)
                    for name in (*p.opts, *p.secondary_opts)}
         takes_value = False
+        lora_order = ctx.meta.setdefault(LORA_ORDER, [])  # --lora and --lora-scaled, as they come (adapter ids)
         for arg in args:
             if takes_value:
                 takes_value = False
@@ -59,6 +65,8 @@ class ServeCommand(SkippyCommand):
             name = arg.split("=", 1)[0]
             option = options.get(name)
             if option is not None:
+                if option.name in ("lora", "lora_scaled"):
+                    lora_order.append(option.name)
                 takes_value = "=" not in arg and not option.is_flag and option.nargs > 0
             elif arg.startswith("-") and len(arg) > 1 and not _is_number(arg):
                 raise click.NoSuchOption(name, message=f"No such option '{name}' ({LLAMA_SERVER_NOTE}).",
@@ -135,6 +143,18 @@ def _serve_options(fn: F) -> F:
         "rope_scaling", "rope_scale", "rope_freq_base", "rope_freq_scale", "yarn_orig_ctx", "yarn_ext_factor",
         "yarn_attn_factor", "yarn_beta_slow", "yarn_beta_fast", "mmproj", "mmproj_offload", "allow_image_urls",
         "allow_private_image_urls",
+        _opt("--lora", multiple=True, metavar="FILE", show_default=False,
+             type=click.Path(exists=True, dir_okay=False, path_type=str),
+             help="A LoRA adapter GGUF of the model, applied at scale 1 (llama-server's --lora; repeatable: ids "
+                  "from 0 in command-line order, with --lora-scaled). Requests pick adapters with \"lora\": "
+                  "[{\"id\", \"scale\"}] or model \"BASE:ADAPTER\" (the file name without .gguf); GET/POST "
+                  "/lora-adapters list them and set their global scales. With several models: the first one's. "
+                  "An adapter made for another model is a start-up error."),
+        _opt("--lora-scaled", "lora_scaled", multiple=True, nargs=2, metavar="FILE SCALE", show_default=False,
+             type=(click.Path(exists=True, dir_okay=False, path_type=str), float), callback=_finite_scales,
+             help="A LoRA adapter GGUF with its scale (llama-server's --lora-scaled; repeatable, ids in "
+                  "command-line order with --lora)."),
+        "lora_init_without_apply",
         _opt("--cont-batching/--no-cont-batching", "-cb/-nocb", default=True, callback=_cont_batching,
              help="Accepted for llama-server command lines: skippy always batches continuously (a new request "
                   "joins the running batch at the next step); --no-cont-batching is refused."),
@@ -182,6 +202,30 @@ def _serve_options(fn: F) -> F:
     for item in reversed(layout):
         fn = (setting_option(fields[item]) if isinstance(item, str) else item)(fn)
     return fn
+
+
+def _finite_scales(ctx: click.Context, param: click.Parameter,
+                   value: tuple[tuple[str, float], ...]) -> tuple[tuple[str, float], ...]:
+    import math
+
+    for path, scale in value:
+        if not math.isfinite(scale):
+            raise click.BadParameter(f"the scale of {path} must be a finite number, got {scale}", ctx=ctx,
+                                     param=param)
+    return value
+
+
+def _lora_adapters(ctx: click.Context, lora: tuple[str, ...],
+                   lora_scaled: tuple[tuple[str, float], ...]) -> tuple[tuple[str, float], ...]:
+    """``--lora`` and ``--lora-scaled`` as ``(path, scale)`` pairs in command-line order (llama-server numbers
+    the adapters so; the environment variables' come after, ``SKIPPY_LORA``'s first)."""
+    plain, scaled = [(p, 1.0) for p in lora], [(p, float(s)) for p, s in lora_scaled]
+    out = []
+    for name in ctx.meta.get(LORA_ORDER, []):
+        source = plain if name == "lora" else scaled
+        if source:
+            out.append(source.pop(0))
+    return tuple(out + plain + scaled)
 
 
 def _cont_batching(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
@@ -255,7 +299,8 @@ def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], m
           keep_alive: float, host: tuple[str, ...], port: int, ctx_size: int | None,
           chat_template: str | None, chat_template_kwargs: dict, jinja: bool, log_level: str, log_format: str,
           log_file: str | None, api_key: tuple[str, ...], api_key_file: str | None, cors_origins: tuple[str, ...],
-          no_webui: bool, cont_batching: bool, **options: Any) -> None:
+          no_webui: bool, cont_batching: bool, lora: tuple[str, ...], lora_scaled: tuple[tuple[str, float], ...],
+          **options: Any) -> None:
     """Serve the OpenAI-compatible API (``/v1/chat/completions`` and friends).
 
     The model is pulled into the cache first when it is a known name that is
@@ -288,7 +333,7 @@ def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], m
                               webui=not no_webui, **options)
     configure_logging(log_level, log_format, log_file)
     per_model = {**engine_options, "chat_template": chat_template, "chat_template_kwargs": chat_template_kwargs,
-                 "alias": alias, "ctx_size": ctx_size}
+                 "alias": alias, "ctx_size": ctx_size, "lora": _lora_adapters(ctx, lora, lora_scaled)}
     _check_model_options(ctx, per_model, "")  # the command line's own, before any download
     models: list[tuple[Path, str]] = []  # (GGUF, id): --model's (pulled when missing), then --models-dir's
     given = ctx.get_parameter_source("model") is not click.core.ParameterSource.DEFAULT
@@ -362,9 +407,15 @@ def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], m
             where = f"--models-preset {presets.path}: [{section.name if section else '*'}] "
             if section is not None and section.load_on_startup:
                 preload.append(model_id)
-        if i > 0:  # --alias and --mmproj on the command line name the first model
-            for name, empty in (("alias", ()), ("mmproj", None)):
-                if values[name] == per_model[name] and ctx.get_parameter_source(name) in (
+        if presets is not None and section is not None and ("lora" in section.options
+                                                             or "lora_scaled" in section.options):
+            values["lora"] = tuple([(p, 1.0) for p in section.options.get("lora", ())]
+                                   + [(p, float(x)) for p, x in section.options.get("lora_scaled", ())])
+        values.pop("lora_scaled", None)
+        if i > 0:  # --alias, --mmproj and --lora on the command line name the first model
+            for name, empty in (("alias", ()), ("mmproj", None), ("lora", ())):
+                if values[name] == per_model[name] and ctx.get_parameter_source(
+                        "lora_scaled" if name == "lora" and not lora else name) in (
                         click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT):
                     values[name] = empty
         if values["mmproj"] is None:

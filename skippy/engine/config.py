@@ -247,6 +247,22 @@ def _strings(value: Any) -> Any:
     return (value,) if isinstance(value, str) else tuple(value)
 
 
+def _lora_pairs(value: Any) -> Any:
+    """``lora``: any iterable of ``(path, scale)`` pairs as a tuple of ``(str, float)`` tuples (a path-like
+    path as its string); a value that is not such pairs is left for :func:`_lora` to refuse."""
+    try:
+        return tuple((_fspath(p), float(s)) for p, s in value)
+    except (TypeError, ValueError):
+        return value
+
+
+def _lora(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, tuple) or not all(
+            isinstance(p, str) and p and isinstance(s, float) and math.isfinite(s) for p, s in value):
+        raise TypeError(f"{attr.name} must be (path, scale) pairs with a non-empty path and a finite scale, "
+                        f"got {value!r}")
+
+
 def _n_batch_fits(inst: Any, attr: attrs.Attribute[Any], value: int) -> None:
     if inst is None:  # a flag checked alone (skippy serve -b): the class checks it against parallel
         return
@@ -489,6 +505,19 @@ class EngineConfig:
     mmproj_offload: bool = setting(True, check=IsBool(),
                                    help="Run the --mmproj projector on the GPU when there is one (llama-server's "
                                         "--mmproj-offload / --no-mmproj-offload).")
+    lora: tuple[tuple[str, float], ...] = setting((), check=_lora, converter=_lora_pairs, flag=False,
+                                                  help="LoRA adapter GGUFs of the model with their start-up "
+                                                       "scales, as (path, scale) pairs, ids from 0 in this order "
+                                                       "(skippy serve --lora FILE / --lora-scaled FILE SCALE, "
+                                                       "llama-server's flags). Requests pick adapters with "
+                                                       "\"lora\": [{\"id\", \"scale\"}] or model "
+                                                       "\"BASE:ADAPTER\"; an adapter for another model is a "
+                                                       "start-up error.")
+    lora_init_without_apply: bool = setting(False, check=IsBool(),
+                                            help="Load the --lora adapters with a global scale of 0 (requests "
+                                                 "without a lora field run the base model) until POST "
+                                                 "/lora-adapters sets one (llama-server's "
+                                                 "--lora-init-without-apply).")
     allow_image_urls: bool = setting(False, check=IsBool(),
                                      help="Fetch http(s) image URLs of chat image_url parts (as vLLM and "
                                           "llama-server do) before rendering; without it only base64 data URLs "

@@ -31,8 +31,9 @@ from quart_trio.wrappers.request import TrioRequest
 from skippy.actors.engine import Engine
 from skippy.actors.store import StoreClient
 from skippy.actors.trace import RequestTrace
-from skippy.engine.errors import DeviceLost, EngineError, ModelLoading
-from skippy.engine.protocols.openai.types import ChatCompletionRequest, CompletionRequest
+from skippy.engine.errors import DeviceLost, EngineError, ModelLoading, ModelNotFound
+from skippy.engine.lora import LoraAdapter, LoraAdapters, split_adapter_name
+from skippy.engine.protocols.openai.types import ChatCompletionRequest, CompletionRequest, SamplingFields
 from skippy.engine.protocols.responses.store import MemoryStore
 from skippy.engine.routing import RequestTraits, chat_traits, is_auto
 from skippy.http.settings import ServerSettings
@@ -45,6 +46,8 @@ EXTENSION = "skippy"  # the key of :class:`Shared` in ``app.extensions``
 
 #: the requests :meth:`Shared.routed` takes (a ``model: "auto"`` one comes back with the chosen model)
 R = TypeVar("R", ChatCompletionRequest, CompletionRequest)
+#: the requests :meth:`Shared.adapted` takes (any with a ``lora`` field)
+S = TypeVar("S", bound=SamplingFields)
 
 
 class RequestTimeout(EngineError):
@@ -222,6 +225,9 @@ class Shared:
         chat request, ``mesh_hooks`` true unless the request set it (``auto`` turns the hooks on; they run
         where a hook policy or ``--consult`` is configured).
         """
+        name, req = self.adapted(req)
+        if name != req.model:  # "BASE:ADAPTER"
+            return await self.engine_for(name), req
         pool = self.state.pool
         if not is_auto(req.model) or (pool is not None and req.model is not None and pool.answers(req.model)):
             return await self.engine_for(req.model), req
@@ -231,6 +237,52 @@ class Shared:
             return eng, msgspec.structs.replace(req, model=eng.model_id, mesh_hooks=hooks)
         eng = await self.engine_for(req.model, traits=RequestTraits())
         return eng, msgspec.structs.replace(req, model=eng.model_id)
+
+    def adapted(self, req: S) -> tuple[str | None, S]:
+        """The model name to route ``req`` by, and the request to give its engine: for vLLM's ``model:
+        "BASE:ADAPTER"`` naming a LoRA adapter of a served model (:meth:`lora_model`), ``BASE`` and ``req``
+        with that adapter alone at its start-up scale as its ``lora`` field (unless it has one, which wins;
+        the reply still names ``BASE:ADAPTER``); else ``req.model`` and ``req`` as they are. Raises
+        ``ModelNotFound`` (404) as :meth:`lora_model`."""
+        named = self.lora_model(req.model)
+        if named is None:
+            return req.model, req
+        base, adapter = named
+        if not req.lora:
+            req = msgspec.structs.replace(req, lora=[{"id": adapter.id, "scale": adapter.scale}])
+        return base, req
+
+    def lora_model(self, model: str | None) -> tuple[str, LoraAdapter] | None:
+        """``model`` as ``BASE:ADAPTER`` (:func:`~skippy.engine.lora.split_adapter_name`): the base model's
+        name and the adapter, when no served model answers to ``model`` itself, a served model answers to
+        ``BASE`` and it has ``--lora`` adapters; ``None`` otherwise (the name routes as any other). Raises
+        :class:`~skippy.engine.errors.ModelNotFound` (404 ``model_not_found``, as an unknown model) when
+        ``BASE`` has adapters but none named ``ADAPTER`` (its file name without ``.gguf``)."""
+        parts = split_adapter_name(model)
+        if parts is None or self._config_of(model) is not None:  # type: ignore[arg-type]
+            return None
+        base, name = parts
+        config = self._config_of(base)
+        if config is None or not config.lora:
+            return None
+        adapter = LoraAdapters(config.lora).named(name)
+        if adapter is None:
+            names = ", ".join(repr(f"{base}:{a.name}") for a in LoraAdapters(config.lora).adapters)
+            raise ModelNotFound(f"The model '{model}' does not exist on this server: {base!r} has no LoRA adapter "
+                                f"{name!r} (its adapters: {names})", param="model")
+        return base, adapter
+
+    def _config_of(self, name: str) -> Any:
+        """The ``EngineConfig`` of the served model that answers to ``name`` (by one of its names), else ``None``."""
+        pool = self.state.pool
+        if pool is not None:
+            found = pool.lookup(name)
+            return pool.model(found).config if found is not None else None
+        engine = self.state.engine
+        if engine is None:
+            return None
+        names = (*engine.served_names, engine.meta.name, engine.meta.path)
+        return engine.config if any(n.casefold() == name.casefold() for n in names) else None
 
     def metrics(self) -> EngineMetrics | PoolMetrics | None:
         """Where the HTTP counters go: the pool's of several models, else the one engine's (``None``

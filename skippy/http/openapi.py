@@ -104,8 +104,9 @@ def _operation(route: Any) -> dict[str, Any]:
     if params:
         op["parameters"] = params
     if route.body is not None:
+        body = _ref(route.body)
         op["requestBody"] = {"required": route.body is not SlotActionRequest,
-                             "content": _json(_ref(route.body))}
+                             "content": _json({"type": "array", "items": body} if route.body_list else body)}
     if not route.secured:
         op["security"] = []
     return op

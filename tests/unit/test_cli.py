@@ -79,6 +79,9 @@ BEFORE = [
     ("--mmproj-offload / --no-mmproj-offload", "[env var: SKIPPY_MMPROJ_OFFLOAD; default: mmproj-offload]", True),
     ("--allow-image-urls", "[env var: SKIPPY_ALLOW_IMAGE_URLS]", False),
     ("--allow-private-image-urls", "[env var: SKIPPY_ALLOW_PRIVATE_IMAGE_URLS]", False),
+    ("--lora FILE", "[env var: SKIPPY_LORA]", None),
+    ("--lora-scaled FILE SCALE", "[env var: SKIPPY_LORA_SCALED]", None),
+    ("--lora-init-without-apply", "[env var: SKIPPY_LORA_INIT_WITHOUT_APPLY]", False),
     ("-cb, --cont-batching / -nocb, --no-cont-batching",
      "[env var: SKIPPY_CONT_BATCHING; default: cont-batching]", True),
     ("--chat-template, --chat-template-file NAME|FILE", "[env var: SKIPPY_CHAT_TEMPLATE]", None),
@@ -181,8 +184,8 @@ def test_options_are_generated_from_the_settings_fields() -> None:
     # the explicit adapters: not one settings field as it stands
     assert sorted(by_name) == ["alias", "api_key", "api_key_file", "chat_template", "chat_template_kwargs",
                                "cont_batching", "cors_origins", "ctx_size", "hf_repo", "host", "jinja", "keep_alive",
-                               "log_file", "log_format", "log_level", "max_loaded", "model", "models_dirs",
-                               "models_preset", "no_webui", "port"]
+                               "log_file", "log_format", "log_level", "lora", "lora_scaled", "max_loaded", "model",
+                               "models_dirs", "models_preset", "no_webui", "port"]
 
 
 def test_readme_flags_table_matches_the_options() -> None:
@@ -435,7 +438,7 @@ def test_llama_server_flags_that_cannot_work_are_usage_errors(args: list[str], m
     assert not serve_recorder
 
 
-@pytest.mark.parametrize("flag", ["-ngld", "--lora", "-kvo"])
+@pytest.mark.parametrize("flag", ["-ngld", "--control-vector", "-kvo"])
 def test_an_unknown_llama_server_flag_is_an_error_naming_it(flag: str, serve_recorder: list) -> None:
     result = CliRunner().invoke(main, ["serve", "-m", "tiny", flag, "1"])
     assert result.exit_code == 2, result.output
@@ -498,6 +501,7 @@ alias = small
 
 [coder]
 model = {coder}
+lora-scaled = {coder} 0.5
 chat-template = chatml
 mmproj = /p/m.gguf
 load-on-startup = true
@@ -520,6 +524,7 @@ def test_a_models_preset_sets_each_models_flags(serve_recorder: list, tmp_path: 
     assert (coder.model_name, coder.model, coder.parallel, coder.n_batch) == ("coder", str(tmp_path / "coder.gguf"),
                                                                               3, 1024)
     assert coder.mmproj == "/p/m.gguf" and "im_start" in coder.chat_template and coder.n_predict == 9
+    assert coder.lora == ((str(tmp_path / "coder.gguf"), 0.5),) and config.lora == ()
     assert config.chat_template is None
 
 
@@ -546,6 +551,21 @@ def test_a_bad_models_preset_is_a_start_up_error_naming_it(text: str, message: s
     assert result.exit_code == 1, result.output
     assert f"--models-preset {preset}" in result.output and message in result.output, result.output
     assert not serve_recorder  # nothing started
+
+
+def test_lora_adapters_are_numbered_in_command_line_order_and_go_to_the_first_model(serve_recorder: list,
+                                                                                    tmp_path: Path) -> None:
+    a, b, c = (tmp_path / f"{n}.gguf" for n in "abc")
+    for f in (a, b, c):
+        f.write_bytes(b"GGUF")
+    config = _run(["--lora", str(a), "--lora-scaled", str(b), "0.5", "--lora", str(c), "--lora-init-without-apply"],
+                  calls=serve_recorder)[0]
+    assert config.lora == ((str(a), 1.0), (str(b), 0.5), (str(c), 1.0)) and config.lora_init_without_apply
+    assert _run([], calls=serve_recorder)[0].lora == ()
+    for bad in (["--lora", str(tmp_path / "missing.gguf")], ["--lora-scaled", str(a), "nan"],
+                ["--lora-scaled", str(a), "x"]):
+        result = CliRunner().invoke(main, ["serve", "--model", "tiny", *bad], env={})
+        assert result.exit_code == 2 and "lora" in result.output, result.output
 
 
 def test_the_model_environment_variable_is_one_path(serve_recorder: list) -> None:

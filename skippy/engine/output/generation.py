@@ -28,6 +28,7 @@ import attrs
 from skippy.engine.chat.formats.base import Delta, ParsedMessage, StreamParser
 from skippy.engine.errors import EngineClosed, EngineError
 from skippy.engine.hooks.signals import FinishInfo
+from skippy.engine.lora import NO_LORA, LoraSet
 from skippy.engine.output.pipeline import EarlyStopRule, OutputPipeline
 from skippy.engine.runtime.media import MediaSpan
 from skippy.engine.sampling.params import SamplingParams
@@ -142,6 +143,7 @@ class GenerationOptions:
             ``None``: none).
         arrival: the request's place in arrival order (:attr:`SeqRequest.arrival`; 0: unknown).
         media: the prompt's images (:attr:`SeqRequest.media`).
+        lora: the LoRA adapter set the request runs with (:attr:`SeqRequest.lora`; ``()``: none).
     """
 
     stops: Sequence[str] = ()
@@ -161,6 +163,7 @@ class GenerationOptions:
     reasoning_budget: ReasoningBudget | None = None
     arrival: int = 0
     media: tuple[MediaSpan, ...] = ()
+    lora: LoraSet = NO_LORA
 
 
 class Generation:
@@ -189,7 +192,8 @@ class Generation:
                                   request=o.hook_request, cache_key=o.cache_key, cache_prompt=o.cache_prompt,
                                   speculative=o.speculative, min_reuse=o.min_reuse, prompt_logprobs=o.prompt_logprobs,
                                   hook_events=o.hook_events and o.hooks, reasoning_budget=o.reasoning_budget,
-                                  checkpoint_at=o.checkpoint_at, arrival=o.arrival, media=o.media)
+                                  checkpoint_at=o.checkpoint_at, arrival=o.arrival, media=o.media,
+                                  lora=o.lora)
         self._piece = piece
         self._pipeline = OutputPipeline(piece, list(o.stops), parser, early_stop, include_stop=o.include_stop)
         self._logprobs = params.logprobs

@@ -17,6 +17,7 @@ import numpy as np
 from skippy.engine.sampling.params import SamplingParams
 
 if TYPE_CHECKING:
+    from skippy.engine.lora import LoraSet
     from skippy.engine.runtime.media import MediaSpan
 
 
@@ -153,6 +154,8 @@ class ModelMeta:
     #: how the model was loaded, for ``/props`` ``model_load`` (the llama.cpp context's ``n_batch`` and
     #: ``n_ubatch``, load mode, NUMA, tensor overrides, RoPE and YaRN settings); ``None``: not known
     load: dict[str, Any] | None = None
+    #: the LoRA adapter GGUFs loaded onto the model, by adapter id (:meth:`Runtime.set_lora`)
+    lora: tuple[str, ...] = ()
 
     @property
     def is_swa(self) -> bool:
@@ -259,6 +262,13 @@ class Runtime(Protocol):
     def sampled_token(self, index: int) -> int:
         """The token the backend sampler picked at batch index ``index`` of the last decode (llama.cpp
         ``llama_get_sampled_token_ith``); ``RuntimeError`` when it picked none."""
+        ...
+
+    def set_lora(self, lora: LoraSet) -> None:
+        """Apply the LoRA adapter set ``lora`` (``(id, scale)`` pairs of ``meta.lora``'s adapters; ``()``: none)
+        to the context for the next decodes (llama.cpp ``llama_set_adapters_lora``: per context, not per
+        sequence). Decode thread only; a no-op when it is applied already. Raises ``ValueError`` for an
+        unknown id or a scale that is not finite."""
         ...
 
     def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:

@@ -48,6 +48,7 @@ from skippy.engine.runtime.load import (
     _kv_caches,
     log,
 )
+from skippy.engine.runtime.lora import LoraMixin, free_adapters, load_adapters
 from skippy.engine.runtime.media import MediaSpan, Projector
 from skippy.engine.runtime.overrides import unmatched_overrides
 from skippy.engine.runtime.params import (
@@ -83,7 +84,7 @@ def _load_info(config: RuntimeConfig, ctx: llama_cpp.llama_context_p, mparams: l
             "yarn_beta_fast": config.yarn_beta_fast}
 
 
-class LlamaRuntime(DecodeMixin, SamplerMixin, KVStateMixin):
+class LlamaRuntime(DecodeMixin, SamplerMixin, KVStateMixin, LoraMixin):
     """A llama.cpp model + context (see module docstring).
 
     ``config`` (a :class:`RuntimeConfig`) holds the options; keyword ``options`` are its fields
@@ -97,7 +98,9 @@ class LlamaRuntime(DecodeMixin, SamplerMixin, KVStateMixin):
     ``meta.devices`` reports the backends, the devices and the offload. With ``backend_sampling``,
     the scheduler may sample plain greedy sequences inside llama.cpp's decode graph
     (:meth:`set_backend_greedy`); ``meta.backend_sampling`` says whether llama.cpp took it (it refuses
-    with ``--split-mode tensor``).
+    with ``--split-mode tensor``). ``config.lora``'s adapters are loaded onto the model before its context
+    (``ValueError`` naming the file for one llama.cpp refuses, the model freed); ``meta.lora`` lists their
+    paths, and :meth:`set_lora` applies a set of them to the context.
     """
 
     def __init__(self, path: str, config: RuntimeConfig | None = None, **options: Any) -> None:
@@ -122,6 +125,12 @@ class LlamaRuntime(DecodeMixin, SamplerMixin, KVStateMixin):
         if config.n_cpu_moe > n_layer:
             llama_cpp.llama_model_free(self._model)
             raise ValueError(f"--n-cpu-moe {config.n_cpu_moe}: the model has only {n_layer} layers")
+        self._lora: list[object] = []
+        try:  # before the context: a refused adapter costs no KV cache
+            self._lora = load_adapters(self._model, config.lora)
+        except ValueError:
+            llama_cpp.llama_model_free(self._model)
+            raise
         vocab = llama_cpp.llama_model_get_vocab(self._model)
         n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
         n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
@@ -133,6 +142,7 @@ class LlamaRuntime(DecodeMixin, SamplerMixin, KVStateMixin):
         with _expecting(*((_OVERFLOW,) if buffer_warned else ())):
             self._ctx, caches = _kv_caches(lambda: llama_cpp.llama_init_from_model(self._model, cparams))
         if not self._ctx:
+            free_adapters(self._lora)
             llama_cpp.llama_model_free(self._model)
             raise RuntimeError("llama.cpp could not create a context (out of memory?)")
         self._mem = llama_cpp.llama_get_memory(self._ctx)
@@ -186,6 +196,7 @@ class LlamaRuntime(DecodeMixin, SamplerMixin, KVStateMixin):
             embeddings=self._embedding_context(cparams, config.pooling, config.embeddings_batch, n_ctx_train)
             if config.embeddings             else None,
             load=_load_info(config, self._ctx, mparams),
+            lora=tuple(config.lora),
         )
         self.media: Projector | None = None
         if config.mmproj:
@@ -310,5 +321,6 @@ class LlamaRuntime(DecodeMixin, SamplerMixin, KVStateMixin):
                 llama_cpp.llama_sampler_free(chain)
             self._greedy.clear()
             self._retired.clear()
+            free_adapters(self._lora)
             llama_cpp.llama_model_free(self._model)
             self._ctx = None

@@ -103,10 +103,8 @@ def _init_backend(verbose: bool, numa: int = 0) -> None:
 _numa_done = False
 
 
-def _kv_caches(create: Callable[[], T]) -> tuple[T, list[tuple[int, int]]]:
-    """``create()`` (a llama.cpp context) and the KV caches it logged: ``(cells, layers)`` per cache,
-    cells over all streams. An iSWA model (Gemma 3) has two caches: the full-context layers and the
-    sliding-window layers, the latter with ``n_swa + n_ubatch`` cells per stream (padded to 256)."""
+def _capturing(create: Callable[[], T]) -> tuple[T, list[str]]:
+    """``create()`` and the lines llama.cpp logged meanwhile (one capture at a time)."""
     global _captured
     with _capture_lock:
         _captured = []
@@ -114,6 +112,14 @@ def _kv_caches(create: Callable[[], T]) -> tuple[T, list[tuple[int, int]]]:
             made = create()
         finally:
             lines, _captured = _captured, None
+    return made, lines
+
+
+def _kv_caches(create: Callable[[], T]) -> tuple[T, list[tuple[int, int]]]:
+    """``create()`` (a llama.cpp context) and the KV caches it logged: ``(cells, layers)`` per cache,
+    cells over all streams. An iSWA model (Gemma 3) has two caches: the full-context layers and the
+    sliding-window layers, the latter with ``n_swa + n_ubatch`` cells per stream (padded to 256)."""
+    made, lines = _capturing(create)
     caches = []
     for line in lines:
         m = _KV_LINE.search(line)

@@ -131,6 +131,8 @@ class RuntimeConfig:
     (0, -1 or ``model``: the GGUF's), as llama-server's ``--rope-*`` / ``--yarn-*`` flags.
     ``mmproj``: the multimodal projector GGUF (llama-server's ``--mmproj``; ``None``: text only),
     on the GPU unless ``mmproj_offload`` is off (:mod:`~skippy.engine.runtime.media`).
+    ``lora``: LoRA adapter GGUFs loaded onto the model, ids in this order (llama-server's ``--lora``;
+    :mod:`~skippy.engine.runtime.lora`); their scales are the scheduler's, per step.
 
     Raises ``ValueError`` for an unknown ``flash_attn``, cache type, ``pooling``, ``numa`` or
     ``rope_scaling``, an ``override_tensor`` that is not ``PATTERN=BUFFER`` with a valid pattern, an
@@ -176,6 +178,7 @@ class RuntimeConfig:
     yarn_beta_fast: float = -1.0
     mmproj: str | None = None
     mmproj_offload: bool = True
+    lora: tuple[str, ...] = attrs.field(default=(), converter=_strs)
 
     def __attrs_post_init__(self) -> None:
         if self.numa not in NUMA:
@@ -213,6 +216,7 @@ class RuntimeConfig:
                    yarn_orig_ctx=config.yarn_orig_ctx, yarn_ext_factor=config.yarn_ext_factor,
                    yarn_attn_factor=config.yarn_attn_factor, yarn_beta_slow=config.yarn_beta_slow,
                    yarn_beta_fast=config.yarn_beta_fast, mmproj=config.mmproj, mmproj_offload=config.mmproj_offload,
+                   lora=tuple(path for path, _ in config.lora),
                    n_ctx_seq=config.n_ctx, n_seq_max=config.parallel, n_batch=config.n_batch,
                    n_threads=config.threads, flash_attn=config.flash_attn, type_k=config.cache_type_k,
                    type_v=config.cache_type_v, kv_unified=config.kv_unified, swa_full=config.swa_full,

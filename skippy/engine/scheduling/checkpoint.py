@@ -22,6 +22,9 @@ a resident prompt whose KV is about to be overwritten (its slot evicted, or reus
 prompt that shares only part of it) is saved first, and a later prompt sharing a longer prefix with
 it than with anything resident gets it restored and trimmed to the shared part
 (:meth:`CheckpointStore.best_prefix`).
+
+Each state is tagged with the LoRA adapter set it was computed under (:data:`~skippy.engine.lora.LoraSet`);
+a prompt is served only by states of its own set.
 """
 
 from __future__ import annotations
@@ -32,18 +35,21 @@ from collections.abc import Iterator, Sequence
 
 import attrs
 
+from skippy.engine.lora import NO_LORA, LoraSet
 from skippy.engine.scheduling.prefix import common_prefix_len
 
 
 @attrs.frozen(eq=False)
 class Checkpoint:
     """One saved sequence state: the KV (and recurrent) state after the prompt tokens ``tokens``
-    (``n = len(tokens)`` positions), made by slot ``slot``; ``data`` is the runtime's opaque state."""
+    (``n = len(tokens)`` positions), made by slot ``slot`` under the LoRA adapter set ``lora``; ``data`` is
+    the runtime's opaque state."""
 
     id: int
     slot: int
     tokens: tuple[int, ...]
     data: bytes | bytearray
+    lora: LoraSet = NO_LORA
 
     @property
     def n(self) -> int:
@@ -70,7 +76,7 @@ class CheckpointStore:
         self.budget = budget
         self.max_entries = max_entries
         self._lru: collections.OrderedDict[int, Checkpoint] = collections.OrderedDict()
-        self._by_tokens: dict[tuple[int, ...], Checkpoint] = {}
+        self._by_tokens: dict[tuple[LoraSet, tuple[int, ...]], Checkpoint] = {}
         self._ids = itertools.count()
         self.nbytes = 0
         self.evicted = 0
@@ -81,19 +87,21 @@ class CheckpointStore:
     def __iter__(self) -> Iterator[Checkpoint]:
         return iter(list(self._lru.values()))
 
-    def add(self, slot: int, tokens: Sequence[int], data: bytes | bytearray) -> Checkpoint | None:
-        """Keep the state ``data`` of ``tokens``, made by ``slot`` (most recently used); returns it, or
-        ``None`` when it alone exceeds the budget. A checkpoint of the same tokens is replaced; then the
-        oldest of ``slot``'s beyond ``per_slot``, then the oldest of all beyond the budget, are evicted."""
+    def add(self, slot: int, tokens: Sequence[int], data: bytes | bytearray,
+            lora: LoraSet = NO_LORA) -> Checkpoint | None:
+        """Keep the state ``data`` of ``tokens``, made by ``slot`` under the LoRA set ``lora`` (most recently
+        used); returns it, or ``None`` when it alone exceeds the budget. A checkpoint of the same tokens and
+        set is replaced; then the oldest of ``slot``'s beyond ``per_slot``, then the oldest of all beyond the
+        budget, are evicted."""
         tokens = tuple(tokens)
         if self.budget is not None and len(data) > self.budget:
             return None
-        old = self._by_tokens.get(tokens)
+        old = self._by_tokens.get((lora, tokens))
         if old is not None:
             self._drop(old, evicted=False)
-        ckpt = Checkpoint(next(self._ids), slot, tokens, data)
+        ckpt = Checkpoint(next(self._ids), slot, tokens, data, lora)
         self._lru[ckpt.id] = ckpt
-        self._by_tokens[tokens] = ckpt
+        self._by_tokens[(lora, tokens)] = ckpt
         self.nbytes += ckpt.nbytes
         mine = [c for c in self._lru.values() if c.slot == slot]
         for old in mine[:max(0, len(mine) - self.per_slot)]:
@@ -104,24 +112,30 @@ class CheckpointStore:
             self._drop(next(iter(self._lru.values())))
         return ckpt
 
-    def best(self, prompt: Sequence[int], limit: int, min_reuse: int = 1) -> Checkpoint | None:
-        """The checkpoint with the most tokens, ``min_reuse <= n <= limit``, whose tokens are a prefix of ``prompt``."""
+    def best(self, prompt: Sequence[int], limit: int, min_reuse: int = 1,
+             lora: LoraSet = NO_LORA) -> Checkpoint | None:
+        """The checkpoint of the LoRA set ``lora`` with the most tokens, ``min_reuse <= n <= limit``, whose
+        tokens are a prefix of ``prompt``."""
         best: Checkpoint | None = None
         for c in self._lru.values():
-            if min_reuse <= c.n <= limit and (best is None or c.n > best.n) and tuple(prompt[:c.n]) == c.tokens:
+            if (c.lora == lora and min_reuse <= c.n <= limit and (best is None or c.n > best.n)
+                    and tuple(prompt[:c.n]) == c.tokens):
                 best = c
         return best
 
-    def has(self, tokens: Sequence[int]) -> bool:
-        """True when a state of exactly ``tokens`` is held."""
-        return tuple(tokens) in self._by_tokens
+    def has(self, tokens: Sequence[int], lora: LoraSet = NO_LORA) -> bool:
+        """True when a state of exactly ``tokens`` under the LoRA set ``lora`` is held."""
+        return (lora, tuple(tokens)) in self._by_tokens
 
-    def best_prefix(self, prompt: Sequence[int], limit: int, min_reuse: int = 1) -> tuple[Checkpoint, int] | None:
-        """For states that can be trimmed (an attention KV cache): the checkpoint sharing the longest
-        prefix with ``prompt`` and that length, at most ``limit``, at least ``min_reuse``; ``None``
-        when none does. Restored, it is trimmed to that length (``llama_memory_seq_rm``)."""
+    def best_prefix(self, prompt: Sequence[int], limit: int, min_reuse: int = 1,
+                    lora: LoraSet = NO_LORA) -> tuple[Checkpoint, int] | None:
+        """For states that can be trimmed (an attention KV cache): the checkpoint of the LoRA set ``lora``
+        sharing the longest prefix with ``prompt`` and that length, at most ``limit``, at least
+        ``min_reuse``; ``None`` when none does. Restored, it is trimmed to that length (``llama_memory_seq_rm``)."""
         best: tuple[Checkpoint, int] | None = None
         for c in self._lru.values():
+            if c.lora != lora:
+                continue
             n = min(common_prefix_len(c.tokens, prompt), limit)
             if n >= min_reuse and (best is None or n > best[1]):
                 best = (c, n)
@@ -138,7 +152,7 @@ class CheckpointStore:
 
     def _drop(self, ckpt: Checkpoint, evicted: bool = True) -> None:
         del self._lru[ckpt.id]
-        if self._by_tokens.get(ckpt.tokens) is ckpt:
-            del self._by_tokens[ckpt.tokens]
+        if self._by_tokens.get((ckpt.lora, ckpt.tokens)) is ckpt:
+            del self._by_tokens[(ckpt.lora, ckpt.tokens)]
         self.nbytes -= ckpt.nbytes
         self.evicted += evicted

@@ -92,6 +92,10 @@ sliding-window models, context checkpoints and slot order are carried out by the
   generated (a stream's first tokens come a step apart); it ends early once a sequence finishes
   while requests wait, or when an input arrives (``interrupt``). Its tokens are applied in order,
   as single steps'.
+- **LoRA adapter sets** (``SeqRequest.lora``): llama.cpp applies adapters to the whole context, so a
+  step decodes the sequences of one set (its :attr:`~.step.StepPlan.lora`, applied before the decode);
+  with several sets running, the steps go round them, the set served longest ago first. A cached prefix,
+  context checkpoint or prompt-cache state is reused only by a prompt of the set it was computed under.
 - **Finish**: an end-of-generation token (``stop``), ``max_tokens`` or a full
   context (``length``), a cancel, a hook stop, or a failed decode (``error``);
   the prefilled prompt's KV stays resident for reuse, the rest is removed.
@@ -116,6 +120,7 @@ import attrs
 from skippy.engine.errors import QueueFull
 from skippy.engine.hooks.policy import Inject, Outcome, Stop
 from skippy.engine.hooks.signals import GenerationSignals, PrefillSignals, SignalWindow
+from skippy.engine.lora import NO_LORA, LoraSet
 from skippy.engine.runtime.base import Runtime
 from skippy.engine.runtime.media import span_start
 from skippy.engine.sampling.vector import SeqSampler
@@ -200,6 +205,8 @@ class SchedulerCore:
         self._waiting: collections.deque[RequestState] = collections.deque()
         self._running: dict[int, RequestState] = {}  # admitted, in admission order
         self._seqs: dict[int, RequestState] = {}  # waiting or running, by rid
+        self._lora_served: dict[LoraSet, int] = {}  # LoRA set -> the plan that last served it (_lora_group)
+        self._lora_steps = 0
         #: slots, prefix reuse, the prompt cache and context checkpoints (reads the running sequences)
         self.kv_cache = KVCacheManager(runtime, self._running, self.counters, config)
         #: embedding requests, their inputs and the embedding batch in flight
@@ -307,10 +314,10 @@ class SchedulerCore:
         for s in self._running.values():
             if s.spec is not None and s.phase is Phase.DECODING:
                 s.kv.draft = () if s.forced else self._draft(s)  # type: ignore[union-attr]  # forced: no sampling
-        active = [s.kv for s in self._running.values() if s.phase in (Phase.PREFILLING, Phase.DECODING)]
-        embed = self.embeds.plan(active, self.step_tokens)  # type: ignore[arg-type]
+        lora, active = self._lora_group()
+        embed = self.embeds.plan(active, self.step_tokens)
         budget = self.step_tokens - (embed.n_tokens if embed is not None else 0)
-        batch = plan_step(active, max(budget, len(active))) if active else None  # type: ignore[arg-type]
+        batch = plan_step(active, max(budget, len(active))) if active else None
         if batch is None:
             return StepPlan(None, (), tuple(outputs), embed=embed)
         samples = []
@@ -330,10 +337,32 @@ class SchedulerCore:
             samplers, self._sampler_changes = tuple(self._sampler_changes.items()), {}
         if (self.scheduler_steps > 1 and embed is None and not scores and not saves and not samplers
                 and len(batch.entries) == len(samples) == len(active)):
-            return self._multi_step(batch, samples, tuple(outputs))
-        return StepPlan(batch, tuple(samples), tuple(outputs), scores, embed, saves, samplers=samplers)
+            return self._multi_step(batch, samples, tuple(outputs), lora)
+        return StepPlan(batch, tuple(samples), tuple(outputs), scores, embed, saves, samplers=samplers, lora=lora)
 
-    def _multi_step(self, batch: BatchPlan, samples: list[SampleTask], outputs: tuple[Output, ...]) -> StepPlan:
+    def _lora_group(self) -> tuple[LoraSet | None, list[SeqState]]:
+        """The LoRA adapter set this step decodes (``None`` when the runtime has no adapters: nothing to apply),
+        and the prefilling and decoding sequences of that set.
+
+        llama.cpp applies adapters to the whole context (``llama_set_adapters_lora``), not per sequence, so a
+        step holds the sequences of one set; with several sets running, the steps go round them: the set
+        served longest ago goes next (a new one first, ties in admission order), so every set progresses and
+        each step switches at most once (a multi-step run stays on its set for its decodes).
+        """
+        live = [s for s in self._running.values() if s.phase in (Phase.PREFILLING, Phase.DECODING)]
+        sets = list(dict.fromkeys(s.request.lora for s in live))
+        if len(sets) <= 1:
+            self._lora_served.clear()
+            one = sets[0] if sets else NO_LORA
+            return (one if self.runtime.meta.lora else None), [s.kv for s in live if s.kv is not None]
+        self._lora_served = {k: self._lora_served.get(k, -1) for k in sets}
+        lora = min(sets, key=self._lora_served.__getitem__)
+        self._lora_steps += 1
+        self._lora_served[lora] = self._lora_steps
+        return lora, [s.kv for s in live if s.kv is not None and s.request.lora == lora]
+
+    def _multi_step(self, batch: BatchPlan, samples: list[SampleTask], outputs: tuple[Output, ...],
+                    lora: LoraSet | None = None) -> StepPlan:
         """A decode-only batch as a multi-step run of up to ``scheduler_steps`` decodes, when every sequence in
         it may take one: no hook window (a park would hold tokens already decoded past), no reasoning budget (a
         forced token replaces a sampled one), no speculation (its own multi-token path), nothing else to run."""
@@ -341,20 +370,20 @@ class SchedulerCore:
         # step apart (its first text may wait on the next token: a stop string or a tag could begin there)
         steps = min(self.scheduler_steps, *(kv.n_generated for kv, _ in batch.outputs))
         if steps <= 1:
-            return StepPlan(batch, tuple(samples), outputs)
+            return StepPlan(batch, tuple(samples), outputs, lora=lora)
         n_ctx = self.runtime.meta.n_ctx_seq
         eog = self.runtime.meta.eog_ids
         tasks = []
         for task, (kv, _) in zip(samples, batch.outputs, strict=True):
             seq = self._running[kv.rid]
             if seq.window is not None or seq.budget is not None or seq.spec is not None:
-                return StepPlan(batch, tuple(samples), outputs)
+                return StepPlan(batch, tuple(samples), outputs, lora=lora)
             # the i-th token of the run finishes the sequence once n_generated + i reaches max_tokens or
             # n_past + i + 1 the context (SchedulerCore._accept): no token is decoded past a finish
             n = min(steps, kv.max_tokens - kv.n_generated, n_ctx - 1 - kv.n_past)
             stop_ids = seq.request.params.stop_token_ids
             tasks.append(attrs.evolve(task, steps=max(n, 1), ends=eog | frozenset(stop_ids) if stop_ids else eog))
-        return StepPlan(batch, tuple(tasks), outputs, steps=steps, until_finish=bool(self._waiting))
+        return StepPlan(batch, tuple(tasks), outputs, steps=steps, until_finish=bool(self._waiting), lora=lora)
 
     def _scores(self, batch: BatchPlan) -> tuple[BatchPlan, tuple[ScoreTask, ...]]:
         """Ask for the logits of every prompt position of the sequences with ``prompt_logprobs``."""
@@ -388,7 +417,7 @@ class SchedulerCore:
         for (rid, slot), data in zip(saves, states, strict=True):
             seq = self._running.get(rid)
             if data is not None and seq is not None and seq.kv is not None:
-                self.kv_cache.keep_checkpoint(slot, seq.kv.prompt[:seq.kv.checkpoint_at], data)
+                self.kv_cache.keep_checkpoint(slot, seq.kv.prompt[:seq.kv.checkpoint_at], data, seq.request.lora)
 
     def _update_batch(self, step: StepPlan, result: StepResult) -> list[Output]:
         assert step.batch is not None
@@ -749,7 +778,8 @@ class SchedulerCore:
         if kv is not None:  # the prefilled prompt stays resident when it is worth reusing
             n_keep = seq.n_prefilled
             worth = reason != "error" and n_keep >= seq.request.min_reuse
-            self.kv_cache.release(kv.slot, kv.prompt, n_keep if worth else None, seq.request.cache_key)
+            self.kv_cache.release(kv.slot, kv.prompt, n_keep if worth else None, seq.request.cache_key,
+                                  seq.request.lora)
         return seq.rid, event
 
 

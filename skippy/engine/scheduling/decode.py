@@ -50,7 +50,8 @@ def execute(runtime: Runtime, step: StepPlan, marks: list[float] | None = None,
     (:meth:`Runtime.embed`'s vectors, or its error: a failed embedding batch fails only its requests); per
     ``step.saves`` entry the slot's state after the decode (:meth:`Runtime.state_seq_get_data`; ``None``
     when it fails, which costs only the checkpoint). Raises ``RuntimeError`` when llama.cpp refuses the
-    decode batch (or a ``step.samplers`` change, applied before it).
+    decode batch (or a ``step.samplers`` change, applied before it). The step's LoRA adapter set
+    (``step.lora``) is applied to the context before anything is decoded (:meth:`Runtime.set_lora`).
     A multi-step run (``step.steps`` > 1, see :func:`run_steps`) gives per sample the tokens of each of
     its decodes, in order; ``interrupt()`` is asked between its decodes (true: end the run, an input waits).
     ``marks``, when given, gets ``time.perf_counter()`` at the start and the end of ``llama_decode``
@@ -62,6 +63,8 @@ def execute(runtime: Runtime, step: StepPlan, marks: list[float] | None = None,
     decodes = 0
     for slot, on in step.samplers:
         runtime.set_backend_greedy(slot, on)
+    if step.batch is not None and step.lora is not None:  # the batch's adapter set (per context)
+        runtime.set_lora(step.lora)
     if step.batch is not None and step.batch.media:
         for span, seq_id in step.batch.media:  # images first: each is its own llama_decode of embeddings
             runtime.decode_media(span, seq_id)

@@ -18,6 +18,7 @@ import attrs
 import numpy as np
 
 from skippy.engine.hooks.signals import GenerationSignals, PrefillSignals
+from skippy.engine.lora import NO_LORA, LoraSet
 from skippy.engine.runtime.media import MediaSpan
 from skippy.engine.sampling.params import SamplingParams
 from skippy.engine.scheduling.budget import ReasoningBudget
@@ -57,6 +58,8 @@ class SeqRequest:
     queue). 0: unknown: queued at the end, and no request submitted after it passes it.
     ``media``: the prompt's images (:class:`~skippy.engine.runtime.media.MediaSpan`: where each one's
     placeholder ids are in ``prompt``); each is decoded whole, in a step of its own kind.
+    ``lora``: the LoRA adapter set it runs with (:data:`~skippy.engine.lora.LoraSet`; ``()``: the base
+    model): a step decodes sequences of one set only, and its prompt is reused only by prompts of the same set.
     """
 
     rid: int
@@ -76,6 +79,7 @@ class SeqRequest:
     checkpoint_at: int | None = None
     arrival: int = 0
     media: tuple[MediaSpan, ...] = ()
+    lora: LoraSet = NO_LORA
 
 
 @attrs.frozen

@@ -7,6 +7,12 @@ sequence leaves resident, what is saved to host memory before it is overwritten,
 actions. The core decides who runs; this class decides where their KV comes from and where it goes. Its
 rules are the core module docstring's *Prefix reuse*, *Sliding-window models*, *Context checkpoints* and
 *Slot order*; their unit tests are in ``tests/unit/test_scheduler_core.py``.
+
+Every KV it hands out or keeps is tagged with the LoRA adapter set it was computed under
+(``SeqRequest.lora``): resident entries, running sequences offered for copies, context checkpoints and
+prompt-cache states serve only prompts of the same set (the same tokens under other adapters have other
+KV values), and the heuristics that weigh what a waiting request or another sequence keeps of an entry
+count only sequences of the entry's set.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from skippy.engine.lora import NO_LORA, LoraSet
 from skippy.engine.runtime.base import Runtime
 from skippy.engine.scheduling.checkpoint import CheckpointStore
 from skippy.engine.scheduling.config import SchedulerConfig
@@ -129,39 +136,40 @@ class KVCacheManager:
         next ``n_seq_max`` of them claim the entries they could reuse: :meth:`_claims`).
         """
         match = None
+        lora = req.lora
         claim = self._claims(waiting) if self.prefix_cache and len(self.prefix) else None
         if self.prefix_cache and req.cache_prompt:
-            if self._share_later(req.prompt, req.min_reuse):  # copy the prefix once the running prefill holds it
+            if self._share_later(req.prompt, req.min_reuse, lora):  # copy the prefix once the running prefill holds it
                 return None
             match = self.prefix.best(req.prompt, ((s.kv.slot, s.kv.prompt, s.n_prefilled)  # type: ignore[union-attr]
-                                                  for s in self._running.values()), req.min_reuse,
-                                     self._swa_keeps if self.swa_check else None, claim)
+                                                  for s in self._running.values() if s.request.lora == lora),
+                                     req.min_reuse, self._swa_keeps if self.swa_check else None, claim, lora)
         ckpt = None
         if req.cache_prompt and (self.prefix_cache or self.checkpoints is not None):
             self._counters.prefix_queries += 1
         n_ckpt = 0
         if self.checkpoints is not None and req.cache_prompt:
-            ckpt = self.checkpoints.best(req.prompt, len(req.prompt) - self.min_tail, req.min_reuse)
+            ckpt = self.checkpoints.best(req.prompt, len(req.prompt) - self.min_tail, req.min_reuse, lora)
             n_ckpt = ckpt.n if ckpt is not None else 0
         elif self.prompt_cache is not None and req.cache_prompt:
             found = self.prompt_cache.best_prefix(req.prompt, len(req.prompt) - self.min_tail,
-                                                  max(req.min_reuse, MIN_REUSE))
+                                                  max(req.min_reuse, MIN_REUSE), lora)
             ckpt, n_ckpt = found if found is not None else (None, 0)
         if ckpt is not None and match is not None and match.n >= n_ckpt:
             ckpt = None
         if ckpt is not None:
-            return self._restore(ckpt, req.cache_key, claim, n_ckpt, req.prompt)
-        return self._take_slot(match, req.cache_key, claim, req.prompt)
+            return self._restore(ckpt, req.cache_key, claim, n_ckpt, req.prompt, lora)
+        return self._take_slot(match, req.cache_key, claim, req.prompt, lora)
 
     def release(self, slot: int, prompt: list[int] | None = None, n_keep: int | None = None,
-                key: str | None = None) -> None:
+                key: str | None = None, lora: LoraSet = NO_LORA) -> None:
         """A sequence leaves ``slot``: its first ``n_keep`` ``prompt`` tokens stay resident for later prompts
-        (in ``key``'s eviction group) when the prefix cache is on, the trim succeeds and, on a
+        of its LoRA set ``lora`` (in ``key``'s eviction group) when the prefix cache is on, the trim succeeds and, on a
         sliding-window cache, the trimmed KV still serves them; else (or with ``n_keep`` ``None``) the
         slot's KV is cleared and the slot is free."""
         if (n_keep is not None and prompt is not None and self.prefix_cache and self.runtime.seq_rm(slot, n_keep, -1)
                 and (not self.swa_check or self._swa_keeps(slot, n_keep))):
-            self.prefix.keep(slot, prompt[:n_keep], key)  # KV stays for later prompts
+            self.prefix.keep(slot, prompt[:n_keep], key, lora)  # KV stays for later prompts
         else:
             self.runtime.seq_rm(slot)
             self._free_slots.add(slot)
@@ -186,10 +194,11 @@ class KVCacheManager:
             return 0
         return b
 
-    def keep_checkpoint(self, slot: int, tokens: Sequence[int], data: bytes | bytearray) -> None:
+    def keep_checkpoint(self, slot: int, tokens: Sequence[int], data: bytes | bytearray,
+                        lora: LoraSet = NO_LORA) -> None:
         """Keep ``data``, ``slot``'s state saved right after the decode that prefilled ``tokens`` (a running
-        sequence's prompt up to its ``checkpoint_at``), as a context checkpoint."""
-        if self.checkpoints is not None and self.checkpoints.add(slot, tokens, data) is not None:
+        sequence's prompt up to its ``checkpoint_at``, under the LoRA set ``lora``), as a context checkpoint."""
+        if self.checkpoints is not None and self.checkpoints.add(slot, tokens, data, lora) is not None:
             self._counters.checkpoints_saved_total += 1
 
     # -- idle saves (the owner asks only while nothing waits or runs) -----------------
@@ -204,13 +213,14 @@ class KVCacheManager:
     def needs_idle_save(self, slot: int, tokens: Sequence[int]) -> bool:
         """Idle saves are on, ``slot`` still holds the resident entry ``tokens``, long enough, and the prompt
         cache holds less than :data:`KEEP_FRACTION` of it."""
-        return (self._idle_saves and self.prefix.resident(slot) == list(tokens)
-                and len(tokens) >= MIN_REUSE and self._held_in_store(tokens) < KEEP_FRACTION * len(tokens))
+        return (self._idle_saves and self.prefix.resident(slot) == list(tokens) and len(tokens) >= MIN_REUSE
+                and self._held_in_store(tokens, self.prefix.lora(slot)) < KEEP_FRACTION * len(tokens))
 
     def add_idle_save(self, slot: int, tokens: Sequence[int], data: bytes | bytearray) -> None:
         """Keep ``data``, the state of ``slot`` read for :meth:`idle_saves`, in the prompt cache (if ``slot``
         still holds ``tokens``)."""
-        if self.needs_idle_save(slot, tokens) and self.prompt_cache.add(slot, tokens, data) is not None:  # type: ignore[union-attr]
+        if (self.needs_idle_save(slot, tokens)
+                and self.prompt_cache.add(slot, tokens, data, self.prefix.lora(slot)) is not None):  # type: ignore[union-attr]
             self._counters.checkpoints_saved_total += 1
 
     # -- slot state (llama-server POST /slots/{id}?action=save|restore|erase; idle slots only) --
@@ -227,7 +237,8 @@ class KVCacheManager:
 
     def adopt_slot(self, slot: int, tokens: list[int]) -> None:
         """Idle, cleared ``slot``'s KV now holds ``tokens`` (a restored state file): offer them for prefix
-        reuse; with no tokens (a failed restore) or no prefix cache the slot is cleared and stays free."""
+        reuse (by prompts without LoRA adapters: a state file does not say which set computed it); with no
+        tokens (a failed restore) or no prefix cache the slot is cleared and stays free."""
         if tokens and self.prefix_cache:
             self._free_slots.discard(slot)
             self.prefix.keep(slot, list(tokens))
@@ -236,11 +247,11 @@ class KVCacheManager:
 
     # -- the rules -----------------------------------------------------------------
     def _restore(self, ckpt: Any, key: str | None, claim: Callable[[int], int] | None = None,
-                 n: int | None = None, prompt: Sequence[int] = ()) -> tuple[int, int]:
+                 n: int | None = None, prompt: Sequence[int] = (), lora: LoraSet = NO_LORA) -> tuple[int, int]:
         """A slot (free, else the least recently used entry's) with checkpoint ``ckpt``'s state restored, and
         the prompt tokens it holds (0 when the runtime refuses the state: the slot is then empty). ``n``: keep
         only the first ``n`` positions (a prompt-cache state, trimmed to the prefix the prompt shares)."""
-        slot = self._pop_free_slot() if self._free_slots else self._evict(key, claim, prompt)
+        slot = self._pop_free_slot() if self._free_slots else self._evict(key, claim, prompt, lora)
         if not self.runtime.state_seq_set_data(slot, ckpt.data):
             log.warning("context checkpoint of %d tokens could not be restored into slot %d", ckpt.n, slot)
             return slot, 0
@@ -252,11 +263,12 @@ class KVCacheManager:
         self._counters.checkpoints_restored_total += 1
         return slot, n
 
-    def _share_later(self, prompt: Sequence[int], min_reuse: int = MIN_REUSE) -> bool:
-        """True when a sequence still prefilling shares a longer prefix with ``prompt`` than it holds yet."""
+    def _share_later(self, prompt: Sequence[int], min_reuse: int = MIN_REUSE, lora: LoraSet = NO_LORA) -> bool:
+        """True when a sequence of the LoRA set ``lora`` still prefilling shares a longer prefix with ``prompt``
+        than it holds yet."""
         for s in self._running.values():
             kv = s.kv
-            if s.phase is Phase.PREFILLING and kv is not None:
+            if s.phase is Phase.PREFILLING and kv is not None and s.request.lora == lora:
                 n = min(common_prefix_len(kv.prompt, prompt), len(prompt) - self.min_tail)
                 if n >= min_reuse and kv.n_past < n:
                     return True
@@ -286,25 +298,29 @@ class KVCacheManager:
 
     def _claims(self, waiting: Iterable[SeqRequest]) -> Callable[[int], int]:
         """``claim(slot)``: the longest prefix that one of the next ``n_seq_max`` ``waiting`` requests (those a
-        slot turnover admits next) could reuse of the resident entry in ``slot`` (memoized for this call)."""
-        prompts = [r.prompt for r in itertools.islice(waiting, self.n_slots) if r.cache_prompt]
+        slot turnover admits next) could reuse of the resident entry in ``slot`` (those of the entry's LoRA
+        set; memoized for this call)."""
+        prompts = [(r.prompt, r.lora) for r in itertools.islice(waiting, self.n_slots) if r.cache_prompt]
         memo: dict[int, int] = {}
 
         def claim(slot: int) -> int:
             if slot not in memo:
-                tokens = self.prefix.resident(slot) or []
-                memo[slot] = max((common_prefix_len(tokens, p) for p in prompts), default=0)
+                tokens, lora = self.prefix.resident(slot) or [], self.prefix.lora(slot)
+                memo[slot] = max((common_prefix_len(tokens, p) for p, k in prompts if k == lora), default=0)
             return memo[slot]
         return claim
 
-    def _evict(self, key: str | None, claim: Callable[[int], int] | None = None, prompt: Sequence[int] = ()) -> int:
+    def _evict(self, key: str | None, claim: Callable[[int], int] | None = None, prompt: Sequence[int] = (),
+               lora: LoraSet = NO_LORA) -> int:
         """Free the least recently used resident entry (of ``key``'s group first; the least claimed by the
         waiting requests first, see :meth:`PrefixIndex.lru`); returns its slot. The entry goes to the host
-        prompt cache unless ``prompt`` (the request taking the slot, whose KV will hold what they share) or
-        another sequence keeps :data:`KEEP_FRACTION` of it (:meth:`_save_prompt`)."""
+        prompt cache unless ``prompt`` (the request taking the slot, under the LoRA set ``lora``: its KV will
+        hold what they share when the sets are the same) or another sequence keeps :data:`KEEP_FRACTION` of
+        it (:meth:`_save_prompt`)."""
         slot = self.prefix.lru(key, claim)
         assert slot is not None
-        self._save_prompt(slot, common_prefix_len(self.prefix.resident(slot) or [], prompt) if prompt else 0)
+        same = prompt and self.prefix.lora(slot) == lora
+        self._save_prompt(slot, common_prefix_len(self.prefix.resident(slot) or [], prompt) if same else 0)
         self.prefix.take(slot)
         self.runtime.seq_rm(slot)
         return slot
@@ -316,35 +332,39 @@ class KVCacheManager:
         :data:`KEEP_FRACTION` of it stays in the KV cache: neither ``keep`` nor the prefix another resident or
         running sequence shares with it covers that much; a 905-token entry of an agent burst shares 891
         with its 15 neighbours, and saving it to keep its 14 own tokens cost 66 ms of fresh pages)."""
-        tokens = self.prefix.resident(slot)
+        tokens, lora = self.prefix.resident(slot), self.prefix.lora(slot)
         store = self.prompt_cache
-        if store is None or tokens is None or len(tokens) < MIN_REUSE or store.has(tokens):
+        if store is None or tokens is None or len(tokens) < MIN_REUSE or store.has(tokens, lora):
             return
         kept = KEEP_FRACTION * len(tokens)
-        if max(keep, self._held_elsewhere(slot, tokens)) >= kept or self._held_in_store(tokens) >= kept:
+        if max(keep, self._held_elsewhere(slot, tokens)) >= kept or self._held_in_store(tokens, lora) >= kept:
             return
         try:
             data = self.runtime.state_seq_get_data(slot)
         except (ValueError, RuntimeError) as exc:
             log.warning("prompt cache: the state of slot %d could not be saved: %s", slot, exc)
             return
-        if store.add(slot, tokens, data) is not None:
+        if store.add(slot, tokens, data, lora) is not None:
             self._counters.checkpoints_saved_total += 1
 
-    def _held_in_store(self, tokens: Sequence[int]) -> int:
-        """The longest prefix of ``tokens`` a state in the host prompt cache holds (0 without one)."""
-        found = self.prompt_cache.best_prefix(tokens, len(tokens)) if self.prompt_cache is not None else None
+    def _held_in_store(self, tokens: Sequence[int], lora: LoraSet = NO_LORA) -> int:
+        """The longest prefix of ``tokens`` a state of the LoRA set ``lora`` in the host prompt cache holds (0
+        without one)."""
+        store = self.prompt_cache
+        found = store.best_prefix(tokens, len(tokens), lora=lora) if store is not None else None
         return found[1] if found is not None else 0
 
     def _held_elsewhere(self, slot: int, tokens: list[int]) -> int:
-        """The longest prefix of ``tokens`` that another resident entry or a running sequence holds (or
-        will hold once prefilled) in its KV."""
-        others = [t for s, t in self.prefix.items() if s != slot]
-        others += [s.kv.prompt for s in self._running.values() if s.kv is not None and s.kv.slot != slot]
+        """The longest prefix of ``tokens`` (the entry in ``slot``) that another resident entry or a running
+        sequence of the entry's LoRA set holds (or will hold once prefilled) in its KV."""
+        lora = self.prefix.lora(slot)
+        others = [t for s, t in self.prefix.items() if s != slot and self.prefix.lora(s) == lora]
+        others += [s.kv.prompt for s in self._running.values()
+                   if s.kv is not None and s.kv.slot != slot and s.request.lora == lora]
         return max((common_prefix_len(tokens, t) for t in others), default=0)
 
-    def _take_slot(self, match: Match | None, key: str | None = None,
-                   claim: Callable[[int], int] | None = None, prompt: Sequence[int] = ()) -> tuple[int, int]:
+    def _take_slot(self, match: Match | None, key: str | None = None, claim: Callable[[int], int] | None = None,
+                   prompt: Sequence[int] = (), lora: LoraSet = NO_LORA) -> tuple[int, int]:
         """A slot for a new sequence and how many of its prompt tokens are already in its KV.
 
         A running match is copied into a free slot (:meth:`Runtime.seq_cp`), a resident one is
@@ -368,10 +388,10 @@ class KVCacheManager:
         """
         rt = self.runtime
         if match is None:
-            return (self._pop_free_slot() if self._free_slots else self._evict(key, claim, prompt)), 0
+            return (self._pop_free_slot() if self._free_slots else self._evict(key, claim, prompt, lora)), 0
         n = match.n
         if not match.resident or (self._free_slots and not self._in_place(match, claim)):  # copy, keep the source
-            slot = self._pop_free_slot() if self._free_slots else self._evict(key, claim, prompt)
+            slot = self._pop_free_slot() if self._free_slots else self._evict(key, claim, prompt, lora)
             if rt.meta.kv_unified:  # the prefix only: shared cells, nothing to trim
                 rt.seq_cp(match.slot, slot, n)
                 if match.resident:

@@ -9,6 +9,9 @@ copies the sequence into a free slot (the whole sequence, then
 only copies whole streams, so a short source goes through its state; with a
 unified one, ``llama_memory_seq_cp`` of the prefix alone, which shares its cells),
 and prefills only the rest.
+
+Each entry is tagged with the LoRA adapter set its KV was computed under (:data:`~skippy.engine.lora.LoraSet`):
+the same tokens under other adapters have other KV values, so a prompt matches only entries of its own set.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import collections
 from collections.abc import Callable, Iterable, Sequence
 
 import attrs
+
+from skippy.engine.lora import NO_LORA, LoraSet
 
 #: Shorter shared prefixes are not worth a copy.
 MIN_REUSE = 16
@@ -64,6 +69,7 @@ class PrefixIndex:
         self.min_tail = min_tail
         self._resident: collections.OrderedDict[int, list[int]] = collections.OrderedDict()
         self._keys: dict[int, str | None] = {}
+        self._loras: dict[int, LoraSet] = {}
 
     def __len__(self) -> int:
         return len(self._resident)
@@ -73,11 +79,17 @@ class PrefixIndex:
         """KV cells held by resident sequences."""
         return sum(len(t) for t in self._resident.values())
 
-    def keep(self, slot: int, tokens: list[int], key: str | None = None) -> None:
-        """Remember that ``slot`` holds ``tokens`` (most recently used), tagged with a ``prompt_cache_key``."""
+    def keep(self, slot: int, tokens: list[int], key: str | None = None, lora: LoraSet = NO_LORA) -> None:
+        """Remember that ``slot`` holds ``tokens`` (most recently used), tagged with a ``prompt_cache_key`` and
+        the LoRA adapter set ``lora`` its KV was computed under."""
         self._resident[slot] = tokens
         self._keys[slot] = key
+        self._loras[slot] = lora
         self._resident.move_to_end(slot)
+
+    def lora(self, slot: int) -> LoraSet:
+        """The LoRA adapter set of the entry in ``slot`` (``()`` when it holds none)."""
+        return self._loras.get(slot, NO_LORA)
 
     def resident(self, slot: int) -> list[int] | None:
         """The tokens resident in ``slot``, or ``None`` when it holds no entry."""
@@ -86,6 +98,7 @@ class PrefixIndex:
     def take(self, slot: int) -> list[int]:
         """Remove ``slot`` from the index (it is reused or evicted); returns its tokens."""
         self._keys.pop(slot, None)
+        self._loras.pop(slot, None)
         return self._resident.pop(slot)
 
     def items(self) -> list[tuple[int, list[int]]]:
@@ -114,8 +127,11 @@ class PrefixIndex:
 
     def best(self, prompt: Sequence[int], running: Iterable[tuple[int, Sequence[int], int]] = (),
              min_reuse: int = MIN_REUSE, usable: Callable[[int, int], bool] | None = None,
-             claim: Callable[[int], int] | None = None) -> Match | None:
+             claim: Callable[[int], int] | None = None, lora: LoraSet = NO_LORA) -> Match | None:
         """The resident or running sequence sharing the longest prefix (>= ``min_reuse``) with ``prompt``.
+
+        Only resident entries of the LoRA adapter set ``lora`` are candidates (the caller gives only running
+        sequences of that set).
 
         ``running`` gives (slot, tokens, n) of sequences decoding now, whose first ``n``
         tokens are in the KV cache and reusable. At most ``len(prompt) - min_tail`` tokens
@@ -131,7 +147,7 @@ class PrefixIndex:
         best: Match | None = None
         limit = len(prompt) - self.min_tail
         candidates = [(slot, min(common_prefix_len(tokens, prompt), limit), True)
-                      for slot, tokens in self._resident.items()]
+                      for slot, tokens in self._resident.items() if self._loras.get(slot, NO_LORA) == lora]
         candidates += [(slot, min(common_prefix_len(tokens, prompt), limit, n_kv), False)
                        for slot, tokens, n_kv in running]
         best_claim = 0

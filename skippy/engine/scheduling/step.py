@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import attrs
 
+from skippy.engine.lora import LoraSet
 from skippy.engine.scheduling.batch import BatchPlan
 from skippy.engine.scheduling.embed import EmbedBatch, EmbedResult
 from skippy.engine.scheduling.events import Output, TokenEvent
@@ -76,7 +77,9 @@ class StepPlan:
     handoffs, events and socket writes are paid once per run instead of once per token; ``until_finish``:
     the run ends once a sequence finishes (requests wait for its slot). ``samplers``: (slot, on) pairs to
     apply before the decode, attaching or detaching a slot's backend greedy sampler
-    (:meth:`Runtime.set_backend_greedy`)."""
+    (:meth:`Runtime.set_backend_greedy`). ``lora``: the LoRA adapter set every sequence of the batch runs
+    with, applied to the context before the decode (:meth:`Runtime.set_lora`; one set per step: llama.cpp
+    applies adapters per context); ``None`` for a runtime without adapters (nothing to apply)."""
 
     batch: BatchPlan | None
     samples: tuple[SampleTask, ...] = ()
@@ -87,6 +90,7 @@ class StepPlan:
     steps: int = 1
     until_finish: bool = False
     samplers: tuple[tuple[int, bool], ...] = ()
+    lora: LoraSet | None = None
 
     @property
     def empty(self) -> bool:

@@ -52,6 +52,8 @@ from skippy.http.routes.llama_server import (
     detokenize,
     infill,
     input_tokens,
+    lora_adapters,
+    lora_adapters_apply,
     models_load,
     models_unload,
     props,
@@ -129,6 +131,10 @@ ROUTES: tuple[Route, ...] = (
           "requests end", ModelActionRequest, wire.ModelActionResult),
     Route(("/slots/<id_slot>",), "POST", slot_action,
           "llama-server slot save / restore / erase (?action=; 501 without --slot-save-path)", SlotActionRequest),
+    Route(("/lora-adapters",), "GET", lora_adapters, "llama-server: the LoRA adapters (--lora) with their global "
+          "scales", response=wire.LoraAdapter, shape="list"),
+    Route(("/lora-adapters",), "POST", lora_adapters_apply, "llama-server: set the LoRA adapters' global scales "
+          "(those left out go to 0)", wire.LoraScale, wire.LoraApplied, body_list=True),
     Route(("/props",), "POST", props_change, "llama-server POST /props (501 without --props)", documented=False),
     Route(("/health",), "GET", health, "Readiness and slot counts (503 while loading)", response=wire.Health,
           secured=False),

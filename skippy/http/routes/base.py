@@ -55,7 +55,8 @@ class Route:
     may be ``application/x-ndjson``, a line each of this Struct (Ollama's streams). ``secured``: needs the
     API key when keys are set. ``documented``: listed in ``/openapi.json``. ``shape``: the 200 body is one
     ``response`` (``"one"``), a list of them (``"list"``) or either (``"one-or-list"``). ``error``: the
-    Struct of its error answers (OpenAI's envelope; Anthropic's on ``/v1/messages*``). Path parameters are
+    Struct of its error answers (OpenAI's envelope; Anthropic's on ``/v1/messages*``). ``body_list``: the
+    body is a JSON array of ``body`` (llama-server's ``POST /lora-adapters``). Path parameters are
     written ``<name>``.
     """
 
@@ -72,6 +73,7 @@ class Route:
     documented: bool = True
     shape: str = "one"
     error: type = openai_wire.ErrorEnvelope
+    body_list: bool = False
 
     @property
     def path(self) -> str:

@@ -41,7 +41,8 @@ from skippy.http.routes.base import (
 async def infill() -> Response:
     app, ctx = shared(), current()
     req = await read_body(InfillRequest, ctx)
-    eng = await app.engine_for(req.model)
+    name, req = app.adapted(req)  # model "BASE:ADAPTER": a LoRA adapter of BASE
+    eng = await app.engine_for(name)
     if req.stream:
         return await stream(app, ctx, lambda: eng.infill_stream(req))
     result = await unless_gone(app, ctx, eng.infill(req))
@@ -55,7 +56,8 @@ async def completion_native() -> Response:
     app, ctx = shared(), current()
     req = await read_body(NativeCompletionRequest, ctx)
     check_limits(app.settings, [], req)
-    eng = await app.engine_for(req.model)
+    name, req = app.adapted(req)  # model "BASE:ADAPTER": a LoRA adapter of BASE
+    eng = await app.engine_for(name)
     if req.stream:
         return await stream(app, ctx, lambda: eng.completion_native_stream(req), NATIVE_SSE)
     results = await unless_gone(app, ctx, eng.completion_native(req))
@@ -110,6 +112,23 @@ async def slot_action(id_slot: str) -> Response:
         result["filename"] = Path(path).name
     reply = {"save": wire.SlotSaved, "restore": wire.SlotRestored, "erase": wire.SlotErased}[action]
     return json_response(reply(**result))
+
+
+async def lora_adapters() -> Response:
+    """llama-server ``GET /lora-adapters``: ``[{"id", "path", "scale"}]`` of the model (``?model=``; default: the
+    default model), the scales being the global ones (``[]`` without ``--lora``)."""
+    eng = await shared().engine_for(request.args.get("model"), required=False)
+    return json_response(eng.lora_adapters())
+
+
+async def lora_adapters_apply() -> Response:
+    """llama-server ``POST /lora-adapters``: a list of ``{"id", "scale"}`` sets the global scales (the adapters
+    left out go to 0); ``{"success": true}``. A bad entry is a 400 naming it (``0.id``, ``1.scale``), nothing set."""
+    app, ctx = shared(), current()
+    body = await read_body(list, ctx)  # a JSON array, as llama-server requires
+    eng = await app.engine_for(request.args.get("model"), required=False)
+    eng.set_lora_adapters(body)
+    return json_response(wire.LoraApplied())
 
 
 async def props_change() -> Response:

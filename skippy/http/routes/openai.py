@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 from quart import Response
 
+from skippy.engine.lora import LoraAdapters
 from skippy.engine.protocols.llama_server import wire
 from skippy.engine.protocols.openai import wire as openai_wire
 from skippy.engine.protocols.openai.types import (
@@ -131,17 +133,29 @@ def _answers_auto(app: Shared, model_id: str) -> bool:
     return not any(is_auto(n) for n in app.engine().served_names)
 
 
+def _adapters(entry: openai_wire.Model, lora: tuple[tuple[str, float], ...]) -> list[openai_wire.Model]:
+    """The ``/v1/models`` entries of a model's LoRA adapters: ``BASE:ADAPTER`` each (vLLM's naming), as the base
+    model's ``entry`` with vLLM's ``parent`` (the base) and ``root`` (the adapter file)."""
+    return [msgspec.structs.replace(entry, id=f"{entry.id}:{a.name}", parent=entry.id, root=a.path)
+            for a in LoraAdapters(lora).adapters]
+
+
 async def models() -> Response:
     """OpenAI ``GET /v1/models``: the served model under each of its names; with several models, each with its
-    ``state`` (``loaded``, ``loading``, ``unloaded``, ``failed``) and llama-server router mode's ``status``; then
+    ``state`` (``loaded``, ``loading``, ``unloaded``, ``failed``) and llama-server router mode's ``status``; each
+    model's LoRA adapters as ``BASE:ADAPTER`` after it; then
     ``auto`` (the server chooses) when several models are served or ``--consult`` peers are configured."""
     app = shared()
     pool = _several(app)
+    data: list[openai_wire.Model] = []
     if pool is not None:
-        data = [_pool_model(pool, i, name) for i in pool.ids() for name in pool.model(i).listed]
+        for i in pool.ids():
+            entries = [_pool_model(pool, i, name) for name in pool.model(i).listed]
+            data += entries + _adapters(entries[0], pool.model(i).config.lora)
     else:
         eng = app.engine()
         data = [_model(eng, name) for name in eng.served_names]
+        data += _adapters(data[0], eng.config.lora)
     if _lists_auto(app):
         data.append(_auto_model(app))
     return json_response(openai_wire.ModelList(data=data))
@@ -151,6 +165,18 @@ async def model(model_id: str) -> Response:
     app = shared()
     if _answers_auto(app, model_id):
         return json_response(_auto_model(app))
+    named = app.lora_model(model_id)  # "BASE:ADAPTER" (404 for an adapter BASE does not have)
+    if named is not None:
+        base, adapter = named
+        pool = _several(app)
+        if pool is not None:
+            found = pool.match(base)
+            entry = _pool_model(pool, found, found)
+        else:
+            eng = app.engine()
+            entry = _model(eng, eng.model_id)
+        return json_response(msgspec.structs.replace(entry, id=f"{entry.id}:{adapter.name}", parent=entry.id,
+                                                     root=adapter.path))
     pool = _several(app)
     if pool is not None:
         found = pool.match(model_id)

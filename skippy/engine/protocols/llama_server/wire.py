@@ -21,7 +21,8 @@ from skippy.engine.protocols.openai.wire import Timings
 
 __all__ = [
     "RESPONSES", "UNSET", "ApplyTemplateResponse", "DetokenizeResponse", "GenerationSettings", "Health", "Infill",
-    "InputTokens", "NativeCompletion", "NativeTokenProb", "NativeTopProb", "PromptProgress", "Slot", "SlotErased",
+    "InputTokens", "LoraAdapter", "LoraApplied", "LoraScale", "NativeCompletion", "NativeTokenProb",
+    "NativeTopProb", "PromptProgress", "Slot", "SlotErased",
     "SlotNextToken", "SlotRestored", "SlotSaved", "TokenPiece", "TokenizeResponse", "UnsetType",
 ]
 
@@ -59,6 +60,29 @@ class Health(WireStruct, kw_only=True):
     slots_idle: int
     slots_processing: int
     requests_waiting: int
+
+
+class LoraAdapter(WireStruct, kw_only=True):
+    """llama-server ``GET /lora-adapters``: one loaded adapter (``--lora``), its id (command-line order from 0),
+    file and global scale (what a request without a ``lora`` field runs with; 0: not applied)."""
+
+    id: int
+    path: str
+    scale: float
+
+
+class LoraScale(WireStruct, kw_only=True):
+    """One entry of ``POST /lora-adapters``'s body (a list of them) and of a request's ``lora`` field: an
+    adapter id and its scale; adapters left out get 0."""
+
+    id: int
+    scale: float
+
+
+class LoraApplied(WireStruct, kw_only=True):
+    """llama-server ``POST /lora-adapters``'s reply once the global scales are set."""
+
+    success: bool = True
 
 
 class TokenPiece(WireStruct, kw_only=True):

@@ -101,6 +101,10 @@ class SamplingFields(msgspec.Struct, omit_defaults=True, kw_only=True):
     tokens per step; absent, the server's ``--spec-ngram`` decides. The output
     is the same either way (greedy: identical tokens up to llama.cpp's
     batch-shape rounding; sampled: the same distribution).
+
+    ``lora`` (llama-server): ``[{"id": int, "scale": number}]``, the LoRA adapters (``--lora``) this
+    request runs with, the others at 0; absent or empty, the server's global scales
+    (:mod:`skippy.engine.lora`; a bad entry is a 400 naming ``lora.N.id`` or ``lora.N.scale``).
     """
 
     model: str | None = None
@@ -122,6 +126,7 @@ class SamplingFields(msgspec.Struct, omit_defaults=True, kw_only=True):
     user: str | None = None
     cache_prompt: bool = True
     speculative: bool | int | None = None
+    lora: list[Any] | None = None
     # llama-server samplers (llama.cpp common_sampler names)
     typical_p: float | None = None
     mirostat: int | None = None

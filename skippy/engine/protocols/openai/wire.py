@@ -429,7 +429,8 @@ class ModelArchitecture(WireStruct, kw_only=True):
 class Model(WireStruct, kw_only=True):
     """OpenAI model object; with several models served, also ``state`` (``loaded``, ``loading``, ``unloaded``,
     ``failed``) and llama-server router mode's ``status``; ``meta`` only while the model is loaded;
-    ``architecture`` (llama-server's) says whether it reads images."""
+    ``architecture`` (llama-server's) says whether it reads images. A LoRA adapter (``--lora``) is listed as
+    its own model ``BASE:ADAPTER``, with vLLM's ``parent`` (the base model) and ``root`` (the adapter file)."""
 
     id: str
     object: Literal["model"] = "model"
@@ -439,6 +440,8 @@ class Model(WireStruct, kw_only=True):
     state: Literal["loaded", "loading", "unloaded", "failed"] | UnsetType = UNSET
     status: ModelStatus | UnsetType = UNSET
     architecture: ModelArchitecture | UnsetType = UNSET
+    parent: str | UnsetType = UNSET
+    root: str | UnsetType = UNSET
 
 
 class ModelList(WireStruct, kw_only=True):
