@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -43,6 +44,16 @@ def _tokenizer_fields(source: Path) -> list[tuple[str, object, object, object]]:
         sub = field.types[1] if vtype == gguf.GGUFValueType.ARRAY else None
         out.append((key, field.contents(), vtype, sub))
     return out
+
+
+def _finish(writer: Any, tmp: Path, path: Path) -> Path:
+    """Write ``writer``'s GGUF to ``tmp``, then move it to ``path`` (a reader never sees a partial file)."""
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    tmp.replace(path)
+    return path
 
 
 def write_tiny(arch: str, path: Path, tokenizer_from: Path, seed: int = 0) -> Path:
@@ -129,12 +140,7 @@ def write_tiny(arch: str, path: Path, tokenizer_from: Path, seed: int = 0) -> Pa
                 writer.add_tensor(p + "attn_output.weight", w(N_EMBD, N_EMBD))
     for key, value, vtype, sub in tok:
         writer.add_key_value(key, value, vtype, sub_type=sub)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    tmp.replace(path)
-    return path
+    return _finish(writer, tmp, path)
 
 
 N_EXPERT = 4
@@ -187,12 +193,7 @@ def write_tiny_moe(path: Path, tokenizer_from: Path, seed: int = 0) -> Path:
         writer.add_tensor(p + "ffn_down_exps.weight", w(N_EXPERT, N_EMBD, n_ff))
     for key, value, vtype, sub in tok:
         writer.add_key_value(key, value, vtype, sub_type=sub)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    tmp.replace(path)
-    return path
+    return _finish(writer, tmp, path)
 
 
 #: The tiny projector's vision tower (a CLIP ViT): :data:`MMPROJ_IMAGE_SIZE` pixels square in
@@ -278,12 +279,7 @@ def write_tiny_mmproj(path: Path, n_embd_text: int, seed: int = 0, *, image_size
     writer.add_tensor("mm.0.bias", w(n_embd_text, scale=0.02))
     writer.add_tensor("mm.2.weight", w(n_embd_text, n_embd_text, scale=0.02))
     writer.add_tensor("mm.2.bias", w(n_embd_text, scale=0.02))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    tmp.replace(path)
-    return path
+    return _finish(writer, tmp, path)
 
 
 #: The weights the test LoRA adapts (:func:`write_tiny_lora`): each layer's attention projections.
@@ -328,12 +324,7 @@ def write_tiny_lora(path: Path, base: Path, *, layers: tuple[int, ...] = (0, 1, 
             n_in, n_out = shapes[name]
             writer.add_tensor(name + ".lora_a", (rng.standard_normal((rank, n_in)) * scale).astype(np.float32))
             writer.add_tensor(name + ".lora_b", (rng.standard_normal((n_out, rank)) * scale).astype(np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    tmp.replace(path)
-    return path
+    return _finish(writer, tmp, path)
 
 
 def ensure_tiny_lora(directory: Path, name: str = "tiny-lora", **options: object) -> Path:
