@@ -106,7 +106,6 @@ def test_the_model_loads_with_every_layer_on_the_gpu(on_gpu: Server, gpu: str) -
     offload = props["offload"]
     assert offload["devices"] == [gpu]
     assert offload["n_gpu_layers"] == offload["n_layer"] > 0  # the output layer too
-    assert f"offloaded {offload['n_layer']}/{offload['n_layer']} layers to GPU" in on_gpu.log()
 
 
 @pytest.mark.gpu
