@@ -18,6 +18,10 @@
 #   make docs-build  build it into site/ with mkdocs build --strict (what make test runs)
 #   make bench-peer   build llama-server from the pinned llama-cpp-python sdist's llama.cpp, once,
 #                into $SKIPPY_HOME/llama-server/<version>/ (~12 min on 2 cores): the benchmarks' peer
+#   make gpu-bundle  gpu-bundle/ (ignored, under 64 MiB with the working tree): the trimmed llama.cpp source,
+#                wheels for the GPU machine's Python 3.12, the models' skeletons and bench/gpu/run.sh, which builds
+#                llama.cpp with CUDA there, runs the GPU tests and the benchmarks against llama-server in one
+#                command (docs/guides/gpu-rpc.md, "The GPU run"); GPU=none bench/gpu/run.sh OUT is its dry run here
 #   make bench   run the decode benchmark, skippy vs raw llama.cpp and llama-server (installs the bench extras)
 #   make bench-burst  c256 connect burst, skippy vs llama-server and llama-cpp-python's server
 #                (BURST_ARGS="--quick ...")
@@ -96,7 +100,7 @@ define install
 	@touch $(2)
 endef
 
-.PHONY: venv venv-bench pull pull-default run lint docs docs-build test test-fast bench bench-consult bench-burst bench-peer bench-embeddings bench-scaleout soak
+.PHONY: venv venv-bench pull pull-default run lint docs docs-build test test-fast bench bench-consult bench-burst bench-peer bench-embeddings bench-scaleout soak gpu-bundle
 
 venv: $(STAMP_TEST)
 
@@ -169,3 +173,7 @@ soak: venv pull
 
 bench-scaleout: venv pull
 	$(BIN)/python bench/bench_scaleout.py $(SCALEOUT_ARGS)
+
+# the GPU run's bundle (bench/gpu/bundle.sh): needs both models in the cache (pull) for their skeletons
+gpu-bundle: venv pull
+	bench/gpu/bundle.sh $(BIN)/python

@@ -56,6 +56,11 @@ Outputs: markdown tables on stdout; bench/out/burst-<time>.json (every request),
 burst-<time>-ttft-cdf.png, burst-<time>-throughput.png, and the server logs
 bench/out/burst-<time>-<arm>.log.
 
+For the GPU run (bench/gpu/run.sh): ``--out DIR`` (instead of bench/out) and ``--variant NAME=ARGS``: another
+skippy arm, started with ``--skippy-args`` plus ARGS (e.g. ``skippy-bs=--backend-sampling``), measured in every
+phase beside the others; its ratios to llama-server are in the JSON's summaries. Without matplotlib the plots are
+left out.
+
 Usage: ``make bench-burst`` or ``.venv/bin/python bench/bench_burst.py [--quick] [options]``.
 """
 
@@ -693,7 +698,11 @@ def targets(summaries: list[dict], waves: list[dict], args, cache_note: str) -> 
 
 
 def plots(waves: list[dict], summaries: list[dict], stamp: str, top: int) -> list[Path]:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:  # the GPU machine's venv holds no matplotlib (bench/gpu/run.sh)
+        print("no matplotlib: no plots")
+        return []
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -758,6 +767,9 @@ def parse_args(argv=None):
     p.add_argument("--parallel", type=int, default=16, help="slots: skippy --parallel, llama-server -np")
     p.add_argument("--n-ctx", type=int, default=2048, help="context per slot for every server")
     p.add_argument("--skippy-args", default="", help="extra `skippy serve` flags (one string, split on spaces)")
+    p.add_argument("--variant", action="append", default=[], metavar="NAME=ARGS",
+                   help="another skippy arm: --skippy-args plus ARGS (split on spaces); repeatable")
+    p.add_argument("--out", type=Path, default=OUT, help="folder of the JSON, tables, plots and server logs")
     p.add_argument("--peer-args", default="", help="extra llama-server flags (one string, split on spaces)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--cache-off-flag", default="--no-prefix-cache",
@@ -824,8 +836,10 @@ async def run(args, stamp: str, arms: list[Arm], waves: list[dict]) -> None:
 
 
 def main(argv=None) -> None:
+    global OUT
     args = parse_args(argv)
-    OUT.mkdir(exist_ok=True)
+    OUT = args.out
+    OUT.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     arms: list[Arm] = []
     cache_note = ""
@@ -840,6 +854,11 @@ def main(argv=None) -> None:
         base = [str(bindir / "skippy"), "serve", "--model", model, "--host", HOST, "--n-ctx", str(args.n_ctx),
                 "--parallel", str(args.parallel), "--threads", str(args.threads), *args.skippy_args.split()]
         arms.append(Arm("skippy", port := free_port(), base + ["--port", str(port)]))
+        for spec in args.variant:
+            name, _, extra = spec.partition("=")
+            if not name or name in {a.name for a in arms} | {"llama-server", "llama-cpp-python"}:
+                sys.exit(f"--variant {spec!r}: expected a new NAME=ARGS")
+            arms.append(Arm(name, port := free_port(), base + extra.split() + ["--port", str(port)]))
         if "multiturn" in args.workloads:
             help_text = subprocess.run([str(bindir / "skippy"), "serve", "--help"], capture_output=True,
                                        text=True).stdout

@@ -36,6 +36,11 @@ between the trio thread and the decode thread: waiting for the GIL or a core) an
 (the rest: events, scheduling), and the overhead share of the step time.
 ``--levels 1,16,64 --parallel 64 --quick`` measures just that (no raw baseline, one rep);
 ``--temperature 0.8`` exercises the sampled chain.
+
+For the GPU run (bench/gpu/run.sh): ``--model PATH``, ``--out DIR``, ``--skippy-args`` / ``--peer-args`` (extra
+flags of both servers, e.g. ``-ngl 99``), ``--variant NAME=ARGS`` (another skippy arm with extra flags, e.g.
+``skippy-bs=--backend-sampling``; repeatable) and ``--no-raw`` (no in-process llama.cpp baseline: each skippy arm
+against llama-server only, the ratios in one table and ``decode-<time>.json``).
 """
 
 from __future__ import annotations
@@ -242,9 +247,9 @@ async def wait_healthy(client: httpx.AsyncClient, proc: trio.Process, log: Path)
     raise RuntimeError(f"server exited with {proc.returncode}; see {log}")
 
 
-def skippy_cmd(model: str, port: int) -> list[str]:
+def skippy_cmd(model: str, port: int, extra: list[str] | None = None) -> list[str]:
     return [str(Path(sys.executable).parent / "skippy"), "serve", "--model", model, "--port", str(port),
-            "--parallel", str(PARALLEL), "--n-ctx", str(N_CTX), "--threads", str(THREADS)]
+            "--parallel", str(PARALLEL), "--n-ctx", str(N_CTX), "--threads", str(THREADS), *(extra or [])]
 
 
 async def server_waves(name: str, cmd_for_port, log_path: Path, steps: bool = True) -> list[dict]:
@@ -319,8 +324,73 @@ def met(ok: bool) -> str:
     return "yes" if ok else "NO"
 
 
+def overhead_share(waves: list[dict], c: int) -> float | None:
+    """The step overhead's share of the step time (overhead / (overhead + decode)) over the waves at ``c``."""
+    hs = [w["steps"] for w in waves if w["c"] == c and w.get("steps")]
+    dec = sum(h["skippy:decode_seconds"]["sum"] for h in hs)
+    ovh = sum(h["skippy:step_overhead_seconds"]["sum"] for h in hs)
+    return ovh / (ovh + dec) if dec else None
+
+
+def peer_only(args: argparse.Namespace, model: str) -> None:
+    """``--no-raw``: each skippy arm (``--skippy-args``, then each ``--variant``) and llama-server, the same waves;
+    a table of ratios against llama-server (the issue-14 targets) and decode-<time>.json."""
+    base = args.skippy_args.split()
+    arms_args = {"skippy": base}
+    for spec in args.variant:
+        name, _, extra = spec.partition("=")
+        if not name or name in arms_args:
+            sys.exit(f"--variant {spec!r}: expected a new NAME=ARGS")
+        arms_args[name] = base + extra.split()
+    arms: dict[str, list[dict]] = {}
+    errors: dict[str, str] = {}
+    for name, extra in arms_args.items():
+        try:
+            arms[name] = trio.run(server_waves, name, partial(skippy_cmd, model, extra=extra), OUT / f"{name}.log")
+        except Exception as e:  # the others still run; the JSON says what failed
+            errors[name] = repr(e)
+            print(f"{name} failed: {e!r}", flush=True)
+    binary = llama_server_binary()
+    if binary is not None:
+        try:
+            arms["llama-server"] = trio.run(server_waves, "llama-server", lambda port: llama_server_cmd(
+                binary, model, host="127.0.0.1", port=port, parallel=PARALLEL, n_ctx=N_CTX, threads=THREADS,
+                extra=args.peer_args.split()), OUT / "llama-server.log", False)
+        except Exception as e:
+            errors["llama-server"] = repr(e)
+            print(f"llama-server failed: {e!r}", flush=True)
+    else:
+        print("no llama-server built (make bench-peer): no peer ratios", flush=True)
+    summary = {name: summarize_levels(waves) for name, waves in arms.items()}
+    peer = summary.get("llama-server")
+    print("\n| server | concurrency | aggregate tok/s | TTFT p50 ms | TPOT p50 ms | vs llama-server tok/s "
+          "| vs llama-server TTFT | overhead share |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name, lv in summary.items():
+        for c, v in lv.items():
+            r = f"{v['aggregate'] / peer[c]['aggregate']:.2f}" if peer and name != "llama-server" else ""
+            rt = f"{v['ttft_ms'] / peer[c]['ttft_ms']:.2f}" if peer and name != "llama-server" else ""
+            share = overhead_share(arms[name], c) if name != "llama-server" else None
+            print(f"| {name} | {c} | {v['aggregate']:.1f} | {v['ttft_ms']:.1f} | {v['tpot_ms']:.2f} | {r} | {rt} "
+                  f"| {'' if share is None else f'{100 * share:.1f}%'} |")
+    for name in arms_args:
+        if name in arms:
+            print(f"\n{name}:")
+            overhead_table(arms[name])
+    path = OUT / f"decode-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps({
+        "model": model, "n": N, "reps": REPS, "threads": THREADS, "parallel": PARALLEL, "n_ctx": N_CTX,
+        "levels_run": LEVELS, "arms_args": arms_args, "peer_args": args.peer_args.split(), "errors": errors,
+        "levels": summary, "overhead_share": {name: {c: overhead_share(ws, c) for c in LEVELS}
+                                              for name, ws in arms.items() if name != "llama-server"},
+        "waves": arms}, indent=1))
+    print(f"\nresults: {path}")
+    if errors:
+        sys.exit(f"failed arms: {', '.join(errors)}")
+
+
 def main() -> None:
-    global LEVELS, PARALLEL, REPS, TEMPERATURE, N_CTX, N
+    global LEVELS, PARALLEL, REPS, TEMPERATURE, N_CTX, N, OUT
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--levels", default=",".join(map(str, LEVELS)), help="concurrency levels (comma-separated)")
     ap.add_argument("--parallel", type=int, default=PARALLEL, help="server --parallel (llama-server -np)")
@@ -330,12 +400,24 @@ def main() -> None:
     ap.add_argument("--n-ctx", type=int, default=N_CTX, help="server --n-ctx (per sequence)")
     ap.add_argument("--quick", action="store_true",
                     help="no raw llama.cpp baseline and no llama-server; only skippy's waves and step times")
+    ap.add_argument("--model", default=None, help="GGUF path (default: the cached SmolLM2-135M-Instruct)")
+    ap.add_argument("--out", type=Path, default=OUT, help="folder of the JSON and the server logs")
+    ap.add_argument("--skippy-args", default="", help="extra `skippy serve` flags (one string, split on spaces)")
+    ap.add_argument("--peer-args", default="", help="extra llama-server flags (one string, split on spaces)")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=ARGS",
+                    help="another skippy arm: --skippy-args plus ARGS (split on spaces); repeatable")
+    ap.add_argument("--no-raw", action="store_true",
+                    help="no raw llama.cpp baseline: the skippy arms against llama-server only")
     args = ap.parse_args()
     LEVELS = tuple(int(x) for x in args.levels.split(","))
     PARALLEL, REPS, TEMPERATURE = max(args.parallel, max(LEVELS)), args.reps, args.temperature
     N_CTX, N = args.n_ctx, args.max_tokens
-    OUT.mkdir(exist_ok=True)
-    model = str(ensure_model(DEFAULT_MODEL))
+    OUT = args.out
+    OUT.mkdir(parents=True, exist_ok=True)
+    model = args.model or str(ensure_model(DEFAULT_MODEL))
+    if args.no_raw:
+        peer_only(args, model)
+        return
     if args.quick:
         waves = trio.run(server_waves, "skippy", partial(skippy_cmd, model), OUT / "server.log")
         overhead_table(waves)

@@ -228,6 +228,37 @@ def first_top(base_url: str, messages: list[dict], **extra) -> tuple[list[tuple[
     return [(t["token"], t["logprob"]) for t in top], body["usage"]
 
 
+#: Two greedy runs of one model on different kernels (a GPU and the CPU, another batch shape) may part where the
+#: reference's two best tokens are this close (nats): llama.cpp's kernels round differently, and a near-tie tips.
+NEAR_TIE = 0.5
+
+
+def greedy_steps(base_url: str, messages: list[dict], max_tokens: int = 16, **extra) -> list[tuple[str, float, float]]:
+    """A greedy chat completion's tokens with logprobs: per token ``(token, its logprob, the runner-up's)``."""
+    body = ask(base_url, messages, max_tokens, logprobs=True, top_logprobs=2, **extra)
+    steps = []
+    for c in body["choices"][0]["logprobs"]["content"]:
+        top = sorted((t["logprob"] for t in c["top_logprobs"]), reverse=True) + [float("-inf")] * 2
+        steps.append((c["token"], c["logprob"], top[1]))
+    return steps
+
+
+def parting_beyond_near_tie(ref: list[tuple[str, float, float]], got: list[tuple[str, float, float]],
+                            tol: float = NEAR_TIE) -> str | None:
+    """``None`` when ``got``'s tokens equal ``ref``'s, or part from them only at a near-tie: at the first token
+    where they differ, ``ref``'s best two were within ``tol`` of each other (what follows is not compared).
+    Otherwise a description of where and how they part."""
+    for i, ((a, lp, runner_up), (b, _, _)) in enumerate(zip(ref, got, strict=False)):
+        if a != b:
+            if lp - runner_up < tol:
+                return None
+            return (f"token {i}: {b!r} instead of {a!r}, whose lead over the runner-up was {lp - runner_up:.3f} "
+                    f"(near-tie below {tol}); before it: {[t for t, _, _ in ref[:i]]}")
+    if len(ref) != len(got):
+        return f"{len(got)} tokens instead of {len(ref)}"
+    return None
+
+
 def read_metrics(base_url: str) -> dict[str, float]:
     """Every sample of ``/metrics`` (parsed by prometheus_client), keyed ``name{label=value,...}``."""
     from prometheus_client.parser import text_string_to_metric_families
