@@ -709,7 +709,7 @@ class FakeRuntime:
         import numpy as np
 
         info = self.meta.embeddings
-        assert info is not None and info.error is None
+        assert info is not None and info.usable  # vectors, or a reranker's scores
         assert 0 < len(inputs) <= info.n_seq_max and all(inputs)
         assert sum(len(t) for t in inputs) <= info.n_ctx
         self.embed_batches.append([list(t) for t in inputs])

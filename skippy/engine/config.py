@@ -318,8 +318,17 @@ ROPE_SCALING_CHOICES = ("model", "none", "linear", "yarn")
 #: --reasoning-format none, deepseek, deepseek-legacy, auto, and skippy's hidden); a test keeps them equal
 REASONING_FORMAT_CHOICES = ("auto", "none", "deepseek", "deepseek-legacy", "hidden")
 
-#: ``pooling`` values (llama-server's ``--pooling``; ``model``: the GGUF's ``<arch>.pooling_type``)
-POOLING_CHOICES = ("model", "mean", "cls", "last", "none")
+#: ``pooling`` values (llama-server's ``--pooling``; ``model``: the GGUF's ``<arch>.pooling_type``; ``rank``: a
+#: reranker's relevance score, what ``--reranking`` sets)
+POOLING_CHOICES = ("model", "mean", "cls", "last", "none", "rank")
+
+
+def check_reranking(reranking: bool, pooling: str) -> None:
+    """Raise ``ValueError`` when ``reranking`` (rank pooling) is asked for with another ``pooling``: one embedding
+    context pools one way, so it serves either embedding vectors or relevance scores, as in llama-server."""
+    if reranking and pooling not in ("model", "rank"):
+        raise ValueError(f"reranking needs rank pooling, but pooling is {pooling!r}: one embedding context serves "
+                         "either /v1/embeddings or /v1/rerank; drop --pooling or --reranking")
 
 #: KV cache types (llama-server's ``--cache-type-k`` / ``--cache-type-v`` values, ggml type names)
 CACHE_TYPE_CHOICES = ("f16", "bf16", "f32", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
@@ -612,7 +621,14 @@ class EngineConfig:
                                     "(embeddings = true), batched beside decoding; generation stays on.")
     pooling: str = setting("model", check=OneOf(POOLING_CHOICES),
                            help="Pooling of the embedding context (llama-server's --pooling); model: the GGUF's "
-                                "(none for most chat models, which /v1/embeddings refuses).")
+                                "(none for most chat models, which /v1/embeddings refuses; rank: a reranker's "
+                                "score, as --reranking sets).")
+    reranking: bool = setting(False, check=IsBool(), aliases=("--rerank",),
+                              help="Serve POST /v1/rerank, /rerank, /v2/rerank and /score (llama-server's "
+                                   "--reranking): the embedding context with rank pooling scores query-document "
+                                   "pairs with the model's classification head, batched beside decoding; for a "
+                                   "reranker GGUF (bge-reranker, ms-marco cross-encoders). /v1/embeddings is then "
+                                   "refused: one embedding context pools one way.")
     embeddings_batch: int = setting(512, check=attrs.validators.and_(IntRange(16, 65536), _embeddings_batch),
                                     help="Tokens of one embedding batch: the longest input, and what one batch "
                                          "may add to running streams' ITL (llama-server's -ub); 16 to 256, or a "
@@ -666,6 +682,7 @@ class EngineConfig:
     def __attrs_post_init__(self) -> None:
         check_cache_types(self.cache_type_v, self.flash_attn)  # the checks across fields
         check_rope_scale(self.rope_scale, self.rope_freq_scale)
+        check_reranking(self.reranking, self.pooling)
 
 
 def settings_doc(cls: type) -> str:

@@ -82,9 +82,27 @@ class FimTokens:
 
 
 @attrs.frozen
+class RerankFormat:
+    """How a reranker's vocabulary makes a query-document pair into one prompt (llama-server's
+    ``format_prompt_rerank``), read at load.
+
+    ``template``: the GGUF's rerank prompt (``tokenizer.chat_template.rerank``, e.g. Qwen3-Reranker's), whose
+    ``{query}`` and ``{document}`` are replaced by the texts and the result tokenized with special tokens
+    parsed and none added; ``None``: the pair is ``[BOS] query [EOS] [SEP] document [EOS]``, each id present
+    when the vocabulary adds that token (``llama_vocab_get_add_bos`` / ``_eos`` / ``_sep``), and ``eos`` the
+    vocabulary's EOS, else its SEP (BERT vocabularies have no EOS).
+    """
+
+    template: str | None = None
+    bos: int | None = None
+    eos: int | None = None
+    sep: int | None = None
+
+
+@attrs.frozen
 class EmbeddingInfo:
     """The embedding context of a runtime: a second llama.cpp context on the same model weights, made with
-    ``embeddings = true`` (llama-server ``--embeddings``).
+    ``embeddings = true`` (llama-server ``--embeddings``, or ``--reranking`` for rank pooling).
 
     ``pooling``: llama.cpp's pooling type by name (``none``, ``mean``, ``cls``, ``last``, ``rank``), the
     GGUF's (``<arch>.pooling_type``) unless one was asked for. ``n_ctx``: tokens of one embedding batch
@@ -92,12 +110,23 @@ class EmbeddingInfo:
     the longest input. ``n_seq_max``: inputs in one batch. ``error``: why this model or pooling cannot
     answer ``/v1/embeddings`` (pooling ``none`` gives per-token vectors and ``rank`` a relevance score,
     neither an OpenAI embedding; or llama.cpp refused the context); ``None`` when it can.
+    ``n_out``: floats llama.cpp pools per input (``llama_get_embeddings_seq``): the model's ``n_embd`` for
+    a vector (``0`` says the same), its classifier outputs (``llama_model_n_cls_out``) with ``rank``.
+    ``rerank``: with ``rank`` pooling on a usable context, how a pair becomes a prompt (``/v1/rerank``
+    answers); ``None`` otherwise.
     """
 
     pooling: str
     n_ctx: int
     n_seq_max: int
     error: str | None = None
+    n_out: int = 0
+    rerank: RerankFormat | None = None
+
+    @property
+    def usable(self) -> bool:
+        """The context runs batches: it pools vectors (``error`` is ``None``) or relevance scores (``rerank``)."""
+        return self.error is None or self.rerank is not None
 
 
 @attrs.frozen
@@ -302,7 +331,9 @@ class Runtime(Protocol):
 
     def embed(self, inputs: Sequence[Sequence[int]]) -> np.ndarray:
         """One embedding batch: the pooled vector of each input (token ids), float32, shape
-        ``(len(inputs), meta.n_embd)``, not normalized (llama.cpp ``llama_get_embeddings_seq``).
+        ``(len(inputs), meta.embeddings.n_out or meta.n_embd)``, not normalized (llama.cpp
+        ``llama_get_embeddings_seq``; with rank pooling, each input's classifier outputs, the first its
+        relevance score).
 
         On the embedding context (``meta.embeddings``), from the decode thread, like :meth:`decode`.
         Raises ``ValueError`` for a batch the embedding context cannot take (embeddings off or

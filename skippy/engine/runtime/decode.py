@@ -114,9 +114,10 @@ class DecodeMixin:
         """One batch on the embedding context (see :meth:`Runtime.embed`): every input is its own sequence,
         every token an output (llama.cpp pools all of a sequence's outputs, and warns and overrides when a
         token is not one); the KV cache is cleared first (``llama_memory_clear``), so inputs never see each
-        other or an earlier batch. Returns a new array, shape ``(len(inputs), n_embd)``."""
+        other or an earlier batch. Returns a new array, shape ``(len(inputs), n_out)`` (``EmbeddingInfo.n_out``:
+        ``n_embd``, or with rank pooling the classifier's outputs)."""
         info = self.meta.embeddings
-        if self._embd_ctx is None or info is None:
+        if self._embd_ctx is None or info is None or not info.usable:
             raise ValueError(info.error if info is not None and info.error else "embeddings are off")
         n = sum(len(t) for t in inputs)
         if not 0 < len(inputs) <= info.n_seq_max:
@@ -140,10 +141,11 @@ class DecodeMixin:
         rc = llama_cpp.llama_decode(self._embd_ctx, b)
         if rc != 0:
             raise RuntimeError(f"llama_decode of the embedding batch failed with code {rc}")
-        out = np.empty((len(inputs), self.meta.n_embd), dtype=np.float32)
+        width = info.n_out or self.meta.n_embd  # rank pooling: the classifier's outputs, the score first
+        out = np.empty((len(inputs), width), dtype=np.float32)
         for seq in range(len(inputs)):
             ptr = llama_cpp.llama_get_embeddings_seq(self._embd_ctx, seq)
             if not ptr:
                 raise RuntimeError(f"llama.cpp has no pooled embedding for sequence {seq}")
-            out[seq] = np.ctypeslib.as_array(ptr, shape=(self.meta.n_embd,))
+            out[seq] = np.ctypeslib.as_array(ptr, shape=(width,))
         return out

@@ -29,6 +29,7 @@ the rest of the runtime is one module per concern, whose names are re-exported h
 
 from __future__ import annotations
 
+import ctypes
 import os
 from typing import Any
 
@@ -37,9 +38,9 @@ import llama_cpp
 import numpy as np
 
 from skippy.engine.runtime.backends import plan_offload, rpc_connections_alive
-from skippy.engine.runtime.base import EmbeddingInfo, FimTokens, KVCacheInfo, ModelMeta
+from skippy.engine.runtime.base import EmbeddingInfo, FimTokens, KVCacheInfo, ModelMeta, RerankFormat
 from skippy.engine.runtime.decode import DecodeMixin
-from skippy.engine.runtime.kv import STATE_COPY_FRACTION, KVStateMixin, kv_cache_size
+from skippy.engine.runtime.kv import STATE_COPY_FRACTION, KVStateMixin, _meta_int, kv_cache_size
 from skippy.engine.runtime.load import (
     _OVERFLOW,
     _POOLING_OVERRIDE,
@@ -258,22 +259,60 @@ class LlamaRuntime(DecodeMixin, SamplerMixin, KVStateMixin, LoraMixin):
                                  error="llama.cpp could not create an embedding context for this model")
         name = _POOLING_NAMES.get(llama_cpp.llama_pooling_type(ctx), "unknown")
         error = None
-        source = "the model's GGUF" if pooling == "model" else f"--pooling {pooling}"
+        source = "the model's GGUF" if pooling == "model" else ("--reranking" if pooling == "rank" else
+                                                                  f"--pooling {pooling}")
         if name == "none":  # llama-server's words; its native /embedding returns per-token vectors then
             error = (f"Pooling type 'none' is not OAI compatible: no vector per input (pooling from {source}); "
                      "start the server with --pooling mean, cls or last")
+        elif name == "rank":
+            error = (f"this server reranks (pooling type 'rank', from {source}): a reranker gives a relevance "
+                     "score per query-document pair (POST /v1/rerank), not an embedding vector; for embeddings "
+                     "start the server with --embeddings --pooling mean, cls or last, without --reranking")
         elif name not in ("mean", "cls", "last"):
-            error = (f"pooling type {name!r} (from {source}) gives a relevance score per input (a reranker), not an "
-                     "embedding vector; start the server with --pooling mean, cls or last")
-        if error is not None:
+            error = f"pooling type {name!r} (from {source}) is not one this server can serve"
+        if error is not None and name != "rank":
             llama_cpp.llama_free(ctx)
             log.warning("embeddings: %s", error)
             return EmbeddingInfo(pooling=name, n_ctx=n_ctx, n_seq_max=n_seq, error=error)
         self._embd_ctx = ctx
         self._embd_mem = llama_cpp.llama_get_memory(ctx)
         self._embd_batch = llama_cpp.llama_batch_init(n_ctx, 0, 1)
+        if name == "rank":
+            return self._reranking(n_ctx, n_seq, source, error)
         log.info("embeddings: pooling %s (%s), batches of up to %d tokens and %d inputs", name, source, n_ctx, n_seq)
-        return EmbeddingInfo(pooling=name, n_ctx=n_ctx, n_seq_max=n_seq)
+        return EmbeddingInfo(pooling=name, n_ctx=n_ctx, n_seq_max=n_seq, n_out=llama_cpp.llama_model_n_embd_out(
+            self._model))
+
+    def _reranking(self, n_ctx: int, n_seq: int, source: str, error: str | None) -> EmbeddingInfo:
+        """The :class:`EmbeddingInfo` of an embedding context with rank pooling: ``n_cls_out`` floats per pair
+        (the score first, as llama-server reads it) and the vocabulary's :class:`RerankFormat`. A model whose
+        GGUF declares another pooling gets a warning: llama.cpp's rank pooling runs its classification head
+        (``cls`` / ``cls.output``) and, on a model without one, pools a hidden state whose first float means
+        nothing (measured on SmolLM2: no error, a number)."""
+        vocab = llama_cpp.llama_model_get_vocab(self._model)
+        tmpl = llama_cpp.llama_model_chat_template(self._model, b"rerank")
+        eos = llama_cpp.llama_vocab_eos(vocab)
+        if eos < 0:  # llama-server: SEP stands in for a missing EOS
+            eos = llama_cpp.llama_vocab_sep(vocab)
+        fmt = RerankFormat(
+            template=tmpl.decode("utf-8", errors="replace") if tmpl else None,
+            bos=llama_cpp.llama_vocab_bos(vocab) if llama_cpp.llama_vocab_get_add_bos(vocab) else None,
+            eos=eos if llama_cpp.llama_vocab_get_add_eos(vocab) and eos >= 0 else None,
+            sep=llama_cpp.llama_vocab_sep(vocab) if llama_cpp.llama_vocab_get_add_sep(vocab) else None)
+        fmt = attrs.evolve(fmt, **{k: None for k in ("bos", "sep") if (getattr(fmt, k) or 0) < 0})  # no such token
+        buf = ctypes.create_string_buffer(128)
+        arch = buf.value.decode() if llama_cpp.llama_model_meta_val_str(
+            self._model, b"general.architecture", buf, 128) >= 0 else ""
+        declared = _meta_int(self._model, f"{arch}.pooling_type")
+        if declared != POOLING["rank"]:
+            log.warning("reranking: the GGUF declares pooling type %s, not rank: scores come from llama.cpp's rank "
+                        "pooling of this model as it is, meaningless unless it has a classification head",
+                        _POOLING_NAMES.get(declared, "none") if declared is not None else "none")
+        n_out = max(1, int(llama_cpp.llama_model_n_cls_out(self._model)))
+        log.info("reranking: pooling rank (%s), %s, batches of up to %d tokens and %d pairs", source,
+                 "the GGUF's rerank template" if fmt.template else "pairs as [BOS] query [EOS] [SEP] document [EOS]",
+                 n_ctx, n_seq)
+        return EmbeddingInfo(pooling="rank", n_ctx=n_ctx, n_seq_max=n_seq, error=error, n_out=n_out, rerank=fmt)
 
     def device_problem(self) -> str | None:
         """Why the model can no longer run, else None: an RPC worker holding some of its layers is gone

@@ -203,7 +203,8 @@ class RuntimeConfig:
     @classmethod
     def from_engine_config(cls, config: EngineConfig) -> RuntimeConfig:
         """The runtime options of an engine's settings (``--n-ctx`` is per sequence, ``--parallel`` the
-        sequences, ``--cache-type-k`` / ``-v`` the KV types, ``--device`` the devices...; ``-ot`` then
+        sequences, ``--cache-type-k`` / ``-v`` the KV types, ``--device`` the devices, ``--reranking`` the
+        embedding context with rank pooling (llama-server's ``--embedding --pooling rank``)...; ``-ot`` then
         ``-cmoe`` / ``-ncmoe`` as tensor overrides, in that order; ``--rope-scale N`` as a frequency
         scale of 1/N, as llama-server)."""
         from skippy.engine.runtime.overrides import moe_overrides
@@ -220,8 +221,9 @@ class RuntimeConfig:
                    n_ctx_seq=config.n_ctx, n_seq_max=config.parallel, n_batch=config.n_batch,
                    n_threads=config.threads, flash_attn=config.flash_attn, type_k=config.cache_type_k,
                    type_v=config.cache_type_v, kv_unified=config.kv_unified, swa_full=config.swa_full,
-                   name=config.model_name or None, verbose=config.verbose, embeddings=config.embeddings,
-                   pooling=config.pooling, embeddings_batch=config.embeddings_batch,
+                   name=config.model_name or None, verbose=config.verbose,
+                   embeddings=config.embeddings or config.reranking,
+                   pooling="rank" if config.reranking else config.pooling, embeddings_batch=config.embeddings_batch,
                    n_gpu_layers=config.n_gpu_layers, split_mode=config.split_mode, main_gpu=config.main_gpu,
                    tensor_split=config.tensor_split, devices=config.device, rpc=config.rpc,
                    backend_sampling=config.backend_sampling)

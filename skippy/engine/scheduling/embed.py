@@ -146,7 +146,7 @@ class EmbedQueue:
         """Raise ``ValueError`` when the runtime has no usable embedding context, or an input of ``request`` is
         empty or longer than its ``n_ctx``."""
         info = self.runtime.meta.embeddings
-        if info is None or info.error is not None:
+        if info is None or not info.usable:
             raise ValueError(info.error if info is not None and info.error else "embeddings are off")
         if not request.inputs or any(not 0 < len(t) <= info.n_ctx for t in request.inputs):
             raise ValueError(f"every input must have 1..{info.n_ctx} tokens")
