@@ -33,7 +33,7 @@ import itertools
 import math
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import aclosing
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -71,6 +71,7 @@ from skippy.engine.infill import ExtraChunk, Mixed, format_infill, require_fim
 from skippy.engine.lora import LoraAdapters
 from skippy.engine.output.embeddings import fit, split_input
 from skippy.engine.output.generation import Done, Generation, GenerationError, GenerationOptions
+from skippy.engine.output.rerank import fit_pair, pair_tokens, template_prompt
 from skippy.engine.preparation import (
     Limits,
     before_chat_event,
@@ -106,6 +107,9 @@ from skippy.engine.protocols.openai.types import (
     SamplingFields,
     message_dicts,
 )
+from skippy.engine.protocols.rerank import wire as rerank_wire
+from skippy.engine.protocols.rerank.translate import rerank_response, rerank_texts, score_pairs, score_response
+from skippy.engine.protocols.rerank.types import RerankRequest, ScoreRequest
 from skippy.engine.runtime.base import Runtime
 from skippy.engine.runtime.media import MediaPrompt, MediaSpan
 from skippy.engine.sampling.constraints import RequestConstraint, constraint_from_request
@@ -288,6 +292,68 @@ class Engine:
             tokens = (await self.tokenizer.tokenize(item, add_special=True, parse_special=True)
                       if isinstance(item, str) else item)
             inputs.append(fit(tokens, i, info.n_ctx, req.truncate))
+        event = await self._pool(inputs)
+        assert event.vectors is not None
+        return embedding_list(event.vectors, model=self.reply_model(req.model), prompt_tokens=event.prompt_tokens,
+                              encoding_format=req.encoding_format)
+
+    async def rerank(self, req: RerankRequest) -> rerank_wire.RerankResponse:
+        """``POST /v1/rerank`` (Jina / Cohere, as llama-server and vLLM): ``req.documents`` scored against
+        ``req.query`` by the reranker's rank pooling, best first (:mod:`skippy.engine.protocols.rerank`).
+
+        Each query-document pair is one input of the embedding context (:meth:`_pair_scores`). Raises
+        :class:`InvalidRequest` (400) when the server does not rerank (code ``not_supported``, naming
+        ``--reranking``), for a bad field (:func:`~skippy.engine.protocols.rerank.translate.rerank_texts`) and a
+        pair longer than the embedding context (``context_length_exceeded``); :class:`QueueFull` (429);
+        :class:`EngineClosed`.
+        """
+        texts = rerank_texts(req)
+        scores, n_tokens = await self._pair_scores([(req.query, t) for t in texts], "documents")
+        return rerank_response(req, texts, scores, rid=reply_id("rerank"), model=self.reply_model(req.model),
+                               prompt_tokens=n_tokens)
+
+    async def score(self, req: ScoreRequest) -> rerank_wire.ScoreResponse:
+        """vLLM's ``POST /score``: the score of each ``(text_1, text_2)`` pair, in pair order (1:N or N:N,
+        :func:`~skippy.engine.protocols.rerank.translate.score_pairs`); errors as :meth:`rerank`."""
+        scores, n_tokens = await self._pair_scores(score_pairs(req), "text_2")
+        return score_response(scores, rid=reply_id("score"), model=self.reply_model(req.model),
+                              created=int(time.time()), prompt_tokens=n_tokens)
+
+    async def _pair_scores(self, pairs: list[tuple[str, str]], param: str) -> tuple[list[float], int]:
+        """Each pair's relevance score (the first float of its rank pooling, as llama-server reads it) and the
+        pairs' tokens. A pair is the GGUF's rerank template filled in, or ``[BOS] query [EOS] [SEP] document
+        [EOS]`` (:mod:`skippy.engine.output.rerank`); the query of consecutive pairs is tokenized once."""
+        if self.closed:
+            raise EngineClosed("the engine is shutting down")
+        info = self.meta.embeddings
+        if info is None or info.rerank is None:
+            raise InvalidRequest("This server does not support reranking. Start it with `--reranking`"
+                                 + (f" (its embedding context pools {info.pooling!r})" if info is not None else ""),
+                                 code="not_supported")
+        fmt = info.rerank
+        inputs = []
+        query_text: str | None = None
+        query: tuple[int, ...] = ()
+        for i, (q, d) in enumerate(pairs):
+            if fmt.template is not None:
+                tokens: Sequence[int] = await self.tokenizer.tokenize(template_prompt(fmt.template, q, d),
+                                                                      add_special=False, parse_special=True)
+            else:
+                if q != query_text:
+                    query_text, query = q, tuple(await self.tokenizer.tokenize(q, add_special=False,
+                                                                               parse_special=False))
+                doc = await self.tokenizer.tokenize(d, add_special=False, parse_special=False)
+                tokens = pair_tokens(fmt, query, doc)
+            inputs.append(fit_pair(tokens, i, info.n_ctx, param))
+        event = await self._pool(inputs)
+        assert event.vectors is not None
+        return [float(v) for v in event.vectors[:, 0]], event.prompt_tokens
+
+    async def _pool(self, inputs: list[tuple[int, ...]]) -> EmbeddingsEvent:
+        """Pool ``inputs`` (token ids, each fitting the embedding context) on the embedding context: queued with
+        the scheduler as one request, embedded in its batches beside decoding. Returns the event with the
+        vectors; raises :class:`QueueFull`, :class:`EngineClosed` (shutdown) or ``GenerationError`` (llama.cpp
+        failed the batch)."""
         rid = next(self._rids)
         send, recv = trio.open_memory_channel[SeqEvent](1)
         with send, recv:
@@ -306,8 +372,7 @@ class Engine:
         trace = TRACE.get()
         if trace is not None:
             trace.prompt_tokens = event.prompt_tokens
-        return embedding_list(event.vectors, model=self.reply_model(req.model), prompt_tokens=event.prompt_tokens,
-                              encoding_format=req.encoding_format)
+        return event
 
     @_preparing
     async def _start_infill(self, req: InfillRequest) -> tuple[Generation, RequestEvents]:
@@ -504,7 +569,8 @@ class Engine:
         llama.cpp's decode graph), the hook counters (``None``: no hook policy),
         ``hooks_default_on``, ``signals`` (``window`` in tokens, ``high_entropy_threshold`` in nats), and
         ``embeddings`` (``/v1/embeddings`` answers: started with ``embeddings`` and a pooling that gives
-        vectors), ``pooling`` (the embedding context's pooling type; ``None`` without ``embeddings``) and
+        vectors), ``reranking`` (``/v1/rerank`` answers: rank pooling), ``pooling`` (the embedding context's
+        pooling type; ``None`` without ``embeddings``) and
         ``n_embd`` (the vector size), ``reasoning_format`` and ``cache_reuse`` (the server's
         ``--reasoning-format`` and ``--cache-reuse``), ``model_load`` (how the model was loaded:
         :attr:`~skippy.engine.runtime.base.ModelMeta.load`, ``None`` when unknown), and llama.cpp's
@@ -532,6 +598,7 @@ class Engine:
             "backend_sampling": self.meta.backend_sampling,
             "hooks": self.hooks.stats.snapshot() if self.hooks is not None else None,
             "embeddings": self.meta.embeddings is not None and self.meta.embeddings.error is None,
+            "reranking": self.meta.embeddings is not None and self.meta.embeddings.rerank is not None,
             "pooling": self.meta.embeddings.pooling if self.meta.embeddings is not None else None,
             "n_embd": self.meta.n_embd,
             "hooks_default_on": self.config.hooks_default_on,

@@ -16,6 +16,7 @@ request's own from :func:`~skippy.http.context.current`.
 
 The handlers live by API, mirroring :mod:`skippy.engine.protocols`: :mod:`.openai`, :mod:`.llama_server`,
 :mod:`.responses`, :mod:`.anthropic`, :mod:`.ollama_models` (Ollama's ``/api/tags``, ``/api/show``... and ``/``),
+:mod:`.rerank` (``/v1/rerank``, ``/score``),
 and :mod:`.server` for ``/health``, ``/openapi.json`` and ``/metrics``;
 :mod:`.base` holds the :class:`~.base.Route` row and what the handlers share.
 """
@@ -42,6 +43,8 @@ from skippy.engine.protocols.ollama import wire as ollama_wire
 from skippy.engine.protocols.ollama.model_wire import CopyRequest, DeleteRequest, PullRequest, ShowRequest
 from skippy.engine.protocols.openai import wire as openai_wire
 from skippy.engine.protocols.openai.types import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
+from skippy.engine.protocols.rerank import wire as rerank_wire
+from skippy.engine.protocols.rerank.types import RerankRequest, ScoreRequest
 from skippy.engine.protocols.responses import wire as rwire
 from skippy.engine.protocols.responses.types import ResponsesRequest
 from skippy.http.routes.anthropic import count_tokens, messages
@@ -74,6 +77,7 @@ from skippy.http.routes.ollama_models import (
     version,
 )
 from skippy.http.routes.openai import chat_completions, completions, embeddings, model, models
+from skippy.http.routes.rerank import rerank, score
 from skippy.http.routes.responses import (
     responses_cancel,
     responses_create,
@@ -116,6 +120,11 @@ ROUTES: tuple[Route, ...] = (
           "(SSE when stream is true)", InfillRequest, wire.Infill, sse=wire.Infill),
     Route(("/v1/embeddings",), "POST", embeddings, "OpenAI Embeddings: L2-normalized vectors from the embedding "
           "context (501 unless the server runs with --embeddings)", EmbeddingRequest, openai_wire.EmbeddingList),
+    Route(("/v1/rerank", "/rerank", "/v2/rerank", "/reranking", "/v1/reranking"), "POST", rerank,
+          "Jina / Cohere reranking: documents scored against a query, best first (400 unless the server runs with "
+          "--reranking)", RerankRequest, rerank_wire.RerankResponse),
+    Route(("/score", "/v1/score"), "POST", score, "vLLM scoring: the relevance score of each text_1, text_2 pair "
+          "(400 unless the server runs with --reranking)", ScoreRequest, rerank_wire.ScoreResponse),
     Route(("/v1/models", "/models"), "GET", models, "The served model under each of its names (--alias)",
           response=openai_wire.ModelList),
     Route(("/v1/models/<path:model_id>", "/models/<path:model_id>"), "GET", model,
