@@ -336,6 +336,96 @@ def ensure_tiny_lora(directory: Path, name: str = "tiny-lora", **options: object
     return path
 
 
+#: The tiny reranker's encoder: :data:`RERANKER_N_LAYER` BERT blocks of width :data:`RERANKER_N_EMBD`, positions up
+#: to :data:`RERANKER_N_CTX` (the embedding context's default batch, so one pair fills at most one batch).
+RERANKER_N_EMBD = 64
+RERANKER_N_LAYER = 2
+RERANKER_N_CTX = 512
+#: The rerank prompt template of :func:`write_tiny_reranker`'s ``template`` variant (llama.cpp's
+#: ``tokenizer.chat_template.rerank``: ``{query}`` and ``{document}`` are replaced, special tokens parsed).
+RERANKER_TEMPLATE = "<|im_start|>query\n{query}<|im_end|>\n<|im_start|>document\n{document}<|im_end|>"
+#: Separator id of the tiny reranker's vocabulary (SmolLM2's ``<|endoftext|>``; BOS ``<|im_start|>`` is 1, EOS
+#: ``<|im_end|>`` 2): the pair prompt is ``BOS query EOS SEP document EOS`` (llama.cpp's format_prompt_rerank).
+RERANKER_SEP = 0
+
+
+def write_tiny_reranker(path: Path, tokenizer_from: Path, seed: int = 0, *, template: bool = False) -> Path:
+    """Write a tiny random-weight cross-encoder (a reranker) GGUF to ``path``; returns ``path``.
+
+    llama.cpp's ``bert`` architecture with a classification head and ``bert.pooling_type`` RANK, the layout
+    of a converted bge-reranker / ms-marco cross-encoder: token, token-type and position embeddings, an
+    embedding LayerNorm, :data:`RERANKER_N_LAYER` post-norm encoder blocks (q/k/v/output with biases,
+    GELU feed-forward), then the head llama.cpp's rank pooling runs on the first token (``cls``: dense +
+    tanh, ``cls.output``: one logit, the relevance score). The vocabulary is ``tokenizer_from``'s (as
+    :func:`write_tiny`) with BOS, EOS and SEP added around a pair (:data:`RERANKER_SEP`); ``template``
+    adds :data:`RERANKER_TEMPLATE` as ``tokenizer.chat_template.rerank``. f32 weights from a fixed ``seed``.
+    """
+    import gguf
+
+    skip = {"tokenizer.ggml.add_bos_token", "tokenizer.chat_template"}
+    tok = [t for t in _tokenizer_fields(tokenizer_from) if t[0] not in skip]
+    n_vocab = next(len(v) for k, v, _, _ in tok if k == "tokenizer.ggml.tokens")
+    rng = np.random.default_rng(seed)
+    d, n_ff, n_head = RERANKER_N_EMBD, 2 * RERANKER_N_EMBD, 4
+
+    def w(*shape: int, scale: float = 0.1) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    def ones(n: int) -> np.ndarray:
+        return np.ones(n, dtype=np.float32)
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    writer = gguf.GGUFWriter(str(tmp), "bert")
+    writer.add_name("tiny-reranker")
+    writer.add_context_length(RERANKER_N_CTX)
+    writer.add_embedding_length(d)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_block_count(RERANKER_N_LAYER)
+    writer.add_head_count(n_head)
+    writer.add_layer_norm_eps(1e-12)
+    writer.add_causal_attention(False)
+    writer.add_pooling_type(gguf.PoolingType.RANK)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_vocab_size(n_vocab)
+    writer.add_token_type_count(2)
+    writer.add_add_bos_token(True)
+    writer.add_add_eos_token(True)
+    writer.add_add_sep_token(True)
+    writer.add_sep_token_id(RERANKER_SEP)
+    if template:
+        writer.add_chat_template([{"name": "rerank", "template": RERANKER_TEMPLATE}])
+    writer.add_tensor("token_embd.weight", w(n_vocab, d, scale=0.5))
+    writer.add_tensor("token_types.weight", w(2, d))
+    writer.add_tensor("position_embd.weight", w(RERANKER_N_CTX, d))
+    writer.add_tensor("token_embd_norm.weight", ones(d))
+    writer.add_tensor("token_embd_norm.bias", w(d, scale=0.02))
+    for i in range(RERANKER_N_LAYER):
+        p = f"blk.{i}."
+        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            writer.add_tensor(p + name + ".weight", w(d, d, scale=0.2))
+            writer.add_tensor(p + name + ".bias", w(d, scale=0.02))
+        for norm in ("attn_output_norm", "layer_output_norm"):
+            writer.add_tensor(p + norm + ".weight", ones(d))
+            writer.add_tensor(p + norm + ".bias", w(d, scale=0.02))
+        writer.add_tensor(p + "ffn_up.weight", w(n_ff, d, scale=0.2))
+        writer.add_tensor(p + "ffn_up.bias", w(n_ff, scale=0.02))
+        writer.add_tensor(p + "ffn_down.weight", w(d, n_ff, scale=0.2))
+        writer.add_tensor(p + "ffn_down.bias", w(d, scale=0.02))
+    writer.add_tensor("cls.weight", w(d, d, scale=0.3))
+    writer.add_tensor("cls.bias", w(d, scale=0.05))
+    writer.add_tensor("cls.output.weight", w(1, d, scale=1.0))
+    writer.add_tensor("cls.output.bias", w(1, scale=0.1))
+    for key, value, vtype, sub in tok:
+        writer.add_key_value(key, value, vtype, sub_type=sub)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    tmp.replace(path)
+    return path
+
+
 def default_tokenizer_source() -> Path:
     """The default model's GGUF in the model cache (``skippy pull``), whose vocabulary the tiny models share."""
     from skippy.models import resolve_model
@@ -353,6 +443,15 @@ def ensure_tiny(arch: str, directory: Path) -> Path:
     return path
 
 
+def ensure_tiny_reranker(directory: Path, *, template: bool = False) -> Path:
+    """``directory/tiny-reranker.gguf`` (``tiny-reranker-template.gguf`` with ``template``: the same weights with
+    a rerank prompt template), written by :func:`write_tiny_reranker` when it is not there yet."""
+    path = directory / f"tiny-reranker{'-template' if template else ''}.gguf"
+    if not path.is_file():
+        write_tiny_reranker(path, default_tokenizer_source(), template=template)
+    return path
+
+
 def ensure_tiny_mmproj(directory: Path) -> Path:
     """``directory/tiny-mmproj-<n>.gguf``, the tiny projector for the default model (embedding width
     :data:`DEFAULT_N_EMBD_TEXT`, SmolLM2-135M-Instruct's), written when it is not there yet."""
@@ -367,3 +466,5 @@ if __name__ == "__main__":
     for a in ARCHS:
         print(ensure_tiny(a, out))
     print(ensure_tiny_mmproj(out))
+    print(ensure_tiny_reranker(out))
+    print(ensure_tiny_reranker(out, template=True))

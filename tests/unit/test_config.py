@@ -79,7 +79,8 @@ ENGINE = {
     "reasoning_budget": ([-2, 1.5, "8", True], [-1, 0, 4096], "x>=-1"),
     "reasoning_budget_message": ([1, b"x"], [None, "", " Let me answer now."], None),
     "embeddings": (["on", 1, None], [True, False], None),
-    "pooling": (["rank", "MEAN", "", None], ["model", "mean", "cls", "last", "none"], "'model', 'mean'"),
+    "pooling": (["RANK", "MEAN", "", None], ["model", "mean", "cls", "last", "none", "rank"], "'model', 'mean'"),
+    "reranking": (["on", 1, None], [True, False], None),
     "embeddings_batch": ([15, 65537, 512.0, True], [16, 256, 512, 768, 65536], "16<=x<=65536"),
     "hook_policy": ([""], [None, "pkg.mod:factory", object()], None),
     "hook_url": ([1, b"http://x"], [None, "http://127.0.0.1:9/hook"], None),
@@ -198,6 +199,19 @@ def test_a_quantized_v_cache_needs_flash_attention() -> None:
             assert EngineConfig(model="m", cache_type_v=v, flash_attn=fa).cache_type_v == v
     for v in ("f16", "bf16", "f32"):  # unquantized V, and any K, work without flash attention
         EngineConfig(model="m", cache_type_k="q4_0", cache_type_v=v, flash_attn="off")
+
+
+def test_reranking_is_rank_pooling_on_the_embedding_context() -> None:
+    from skippy.engine.runtime.params import RuntimeConfig
+
+    for pooling in ("model", "rank"):  # llama-server's --reranking: --embedding --pooling rank
+        rt = RuntimeConfig.from_engine_config(EngineConfig(model="m", reranking=True, pooling=pooling))
+        assert (rt.embeddings, rt.pooling) == (True, "rank")
+    rt = RuntimeConfig.from_engine_config(EngineConfig(model="m", embeddings=True, pooling="mean"))
+    assert (rt.embeddings, rt.pooling) == (True, "mean")
+    for pooling in ("mean", "cls", "last", "none"):  # one embedding context pools one way
+        with pytest.raises(ValueError, match=f"reranking needs rank pooling, but pooling is '{pooling}'"):
+            EngineConfig(model="m", reranking=True, pooling=pooling)
 
 
 def test_n_batch_must_hold_one_token_per_running_sequence() -> None:
