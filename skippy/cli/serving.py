@@ -172,7 +172,7 @@ def _serve_options(fn: F) -> F:
         "spec_ngram", "scheduler_steps", "backend_sampling", "hook_policy",
         "hook_url",
         "hook_timeout", "hook_fail_closed", "hooks_default_on", "signal_window", "high_entropy_threshold",
-        "max_queue", "embeddings", "pooling", "embeddings_batch",
+        "max_queue", "embeddings", "pooling", "reranking", "embeddings_batch",
         _opt("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]),
              help="Log level."),
         _opt("--log-format", default="text", type=click.Choice(["text", "json"]),

@@ -112,7 +112,8 @@ BEFORE = [
      "[env var: SKIPPY_HIGH_ENTROPY_THRESHOLD; default: 2.0; x>=0.0]", 2.0),
     ("--max-queue INTEGER RANGE", "[env var: SKIPPY_MAX_QUEUE; default: 1024; x>=1]", 1024),
     ("--embeddings, --embedding", "[env var: SKIPPY_EMBEDDINGS]", False),
-    ("--pooling [model|mean|cls|last|none]", "[env var: SKIPPY_POOLING; default: model]", "model"),
+    ("--pooling [model|mean|cls|last|none|rank]", "[env var: SKIPPY_POOLING; default: model]", "model"),
+    ("--reranking, --rerank", "[env var: SKIPPY_RERANKING]", False),
     ("--embeddings-batch INTEGER RANGE", "[env var: SKIPPY_EMBEDDINGS_BATCH; default: 512; 16<=x<=65536]", 512),
     ("--log-level [debug|info|warning|error]", "[env var: SKIPPY_LOG_LEVEL; default: info]", "info"),
     ("--log-format [text|json]", "[env var: SKIPPY_LOG_FORMAT; default: text]", "text"),
@@ -245,6 +246,7 @@ def test_readme_flags_table_matches_the_options() -> None:
     (["--chat-template-kwargs", "[1]"], {}, "--chat-template-kwargs", "must be a JSON object"),
     (["--chat-template-kwargs", "{"], {}, "--chat-template-kwargs", "not JSON"),
     (["--embeddings-batch", "300"], {}, "--embeddings-batch", "must be a multiple of 256"),
+    (["--rerank", "--pooling", "mean"], {}, "--reranking", "reranking needs rank pooling, but pooling is 'mean'"),
 ])
 def test_an_out_of_range_value_is_a_usage_error(args: list[str], env: dict, where: str, message: str,
                                                   serve_recorder: list) -> None:
