@@ -32,6 +32,8 @@
 #                5xx (SOAK_ARGS="--duration 120 ..."); not part of make test
 #   make bench-embeddings  /v1/embeddings inputs/s vs llama-cpp-python's create_embedding, and the ITL of
 #                running streams beside embedding batches (EMBEDDINGS_ARGS="--reps 1 ...")
+#   make bench-rerank  /v1/rerank pairs/s vs llama.cpp's rank pooling called directly, on a generated
+#                cross-encoder of ms-marco-MiniLM-L-6's size (RERANK_ARGS="--reps 1")
 #
 # The venv is (re)installed only when the content of pyproject.toml changes
 # (not its mtime, which git checkouts bump): each install
@@ -56,6 +58,7 @@ SERVE_ARGS ?=
 PYTEST_ARGS ?=
 BURST_ARGS ?=
 EMBEDDINGS_ARGS ?=
+RERANK_ARGS ?=
 SCALEOUT_ARGS ?=
 SOAK_ARGS ?=
 # GPU backend of the llama-cpp-python build: empty (CPU only), cuda, vulkan or metal.
@@ -100,7 +103,7 @@ define install
 	@touch $(2)
 endef
 
-.PHONY: venv venv-bench pull pull-default run lint docs docs-build test test-fast bench bench-consult bench-burst bench-peer bench-embeddings bench-scaleout soak gpu-bundle
+.PHONY: venv venv-bench pull pull-default run lint docs docs-build test test-fast bench bench-consult bench-burst bench-peer bench-embeddings bench-rerank bench-scaleout soak gpu-bundle
 
 venv: $(STAMP_TEST)
 
@@ -167,6 +170,9 @@ bench-burst: venv-bench pull bench-peer
 
 bench-embeddings: venv-bench pull
 	$(BIN)/python bench/bench_embeddings.py $(EMBEDDINGS_ARGS)
+
+bench-rerank: venv-bench pull-default
+	$(BIN)/python bench/bench_rerank.py $(RERANK_ARGS)
 
 soak: venv pull
 	$(BIN)/python bench/soak_mixed.py $(SOAK_ARGS)

@@ -349,7 +349,9 @@ RERANKER_TEMPLATE = "<|im_start|>query\n{query}<|im_end|>\n<|im_start|>document\
 RERANKER_SEP = 0
 
 
-def write_tiny_reranker(path: Path, tokenizer_from: Path, seed: int = 0, *, template: bool = False) -> Path:
+def write_tiny_reranker(path: Path, tokenizer_from: Path, seed: int = 0, *, template: bool = False,
+                        n_embd: int = RERANKER_N_EMBD, n_layer: int = RERANKER_N_LAYER, n_head: int = 4,
+                        n_ff: int = 2 * RERANKER_N_EMBD) -> Path:
     """Write a tiny random-weight cross-encoder (a reranker) GGUF to ``path``; returns ``path``.
 
     llama.cpp's ``bert`` architecture with a classification head and ``bert.pooling_type`` RANK, the layout
@@ -359,6 +361,8 @@ def write_tiny_reranker(path: Path, tokenizer_from: Path, seed: int = 0, *, temp
     tanh, ``cls.output``: one logit, the relevance score). The vocabulary is ``tokenizer_from``'s (as
     :func:`write_tiny`) with BOS, EOS and SEP added around a pair (:data:`RERANKER_SEP`); ``template``
     adds :data:`RERANKER_TEMPLATE` as ``tokenizer.chat_template.rerank``. f32 weights from a fixed ``seed``.
+    ``n_embd``, ``n_layer``, ``n_head`` and ``n_ff`` size the encoder (``bench/bench_rerank.py`` writes one of
+    ms-marco-MiniLM-L-6's size: 384 wide, 6 blocks, 12 heads, 1536 feed-forward, to cost what it costs).
     """
     import gguf
 
@@ -366,7 +370,7 @@ def write_tiny_reranker(path: Path, tokenizer_from: Path, seed: int = 0, *, temp
     tok = [t for t in _tokenizer_fields(tokenizer_from) if t[0] not in skip]
     n_vocab = next(len(v) for k, v, _, _ in tok if k == "tokenizer.ggml.tokens")
     rng = np.random.default_rng(seed)
-    d, n_ff, n_head = RERANKER_N_EMBD, 2 * RERANKER_N_EMBD, 4
+    d = n_embd
 
     def w(*shape: int, scale: float = 0.1) -> np.ndarray:
         return (rng.standard_normal(shape) * scale).astype(np.float32)
@@ -381,7 +385,7 @@ def write_tiny_reranker(path: Path, tokenizer_from: Path, seed: int = 0, *, temp
     writer.add_context_length(RERANKER_N_CTX)
     writer.add_embedding_length(d)
     writer.add_feed_forward_length(n_ff)
-    writer.add_block_count(RERANKER_N_LAYER)
+    writer.add_block_count(n_layer)
     writer.add_head_count(n_head)
     writer.add_layer_norm_eps(1e-12)
     writer.add_causal_attention(False)
@@ -400,7 +404,7 @@ def write_tiny_reranker(path: Path, tokenizer_from: Path, seed: int = 0, *, temp
     writer.add_tensor("position_embd.weight", w(RERANKER_N_CTX, d))
     writer.add_tensor("token_embd_norm.weight", ones(d))
     writer.add_tensor("token_embd_norm.bias", w(d, scale=0.02))
-    for i in range(RERANKER_N_LAYER):
+    for i in range(n_layer):
         p = f"blk.{i}."
         for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
             writer.add_tensor(p + name + ".weight", w(d, d, scale=0.2))
