@@ -422,12 +422,7 @@ def write_tiny_reranker(path: Path, tokenizer_from: Path, seed: int = 0, *, temp
     writer.add_tensor("cls.output.bias", w(1, scale=0.1))
     for key, value, vtype, sub in tok:
         writer.add_key_value(key, value, vtype, sub_type=sub)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    tmp.replace(path)
-    return path
+    return _finish(writer, tmp, path)
 
 
 def default_tokenizer_source() -> Path:
