@@ -557,6 +557,18 @@ def test_a_bad_models_preset_is_a_start_up_error_naming_it(text: str, message: s
     assert not serve_recorder  # nothing started
 
 
+def test_a_models_preset_serves_a_reranker_beside_a_chat_model(serve_recorder: list, tmp_path: Path) -> None:
+    (tmp_path / "bge.gguf").write_bytes(b"GGUF")
+    preset = tmp_path / "models.ini"
+    preset.write_text(f"[bge]\nmodel = {tmp_path / 'bge.gguf'}\nrerank = true\n")
+    config = _run(["--models-preset", str(preset)], calls=serve_recorder)[0]
+    (bge,) = serve_recorder.pool.pop()["more_models"]
+    assert (bge.model_name, bge.reranking, config.reranking) == ("bge", True, False)
+    preset.write_text("[tiny]\nreranking = true\npooling = mean\n")
+    result = CliRunner().invoke(main, ["serve", "--model", "tiny", "--models-preset", str(preset)], env={})
+    assert result.exit_code == 1 and "reranking needs rank pooling" in result.output, result.output
+
+
 def test_lora_adapters_are_numbered_in_command_line_order_and_go_to_the_first_model(serve_recorder: list,
                                                                                     tmp_path: Path) -> None:
     a, b, c = (tmp_path / f"{n}.gguf" for n in "abc")
