@@ -12,8 +12,9 @@ Responses store in a temporary folder) unless ``--base-url`` names a running ser
   each must get a 4xx.
 
 It prints one table: requests by route and status, latency p50 / p99 per route in the first and the
-last window (5 minutes, or half the run when it is shorter), the server's RSS and open file descriptors
-at start and end (``/metrics``: ``process_resident_memory_bytes``, ``process_open_fds``) and the rows in
+last window (5 minutes, or half the run when it is shorter), the server's RSS (and how much of it is the
+prompt cache, held by design up to ``--cache-ram``) and open file descriptors at start and end
+(``/metrics``: ``process_resident_memory_bytes``, ``skippy:ctx_checkpoint_bytes``, ``process_open_fds``) and the rows in
 the Responses store (when it started the server). Exit status 1 when any request got a 5xx, failed in
 transport (other than the intended disconnects) or a bad input was not refused with a 4xx.
 
@@ -288,13 +289,14 @@ async def soak(base_url: str, duration: float, concurrency: int, seed: int = 0) 
 
 # -- the server -------------------------------------------------------------------------------------
 
-def process_stats(base_url: str) -> tuple[float, float]:
-    """(RSS MiB, open file descriptors) of the server, from its /metrics."""
+def process_stats(base_url: str) -> tuple[float, float, float]:
+    """(RSS MiB, open file descriptors, MiB of the prompt cache and context checkpoints: host memory held by
+    design, bounded by --cache-ram) of the server, from its /metrics."""
     from prometheus_client.parser import text_string_to_metric_families
     text = httpx.get(base_url + "/metrics", timeout=30).text
     values = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
-    return values.get("process_resident_memory_bytes", float("nan")) / 2**20, values.get("process_open_fds",
-                                                                                       float("nan"))
+    return (values.get("process_resident_memory_bytes", float("nan")) / 2**20,
+            values.get("process_open_fds", float("nan")), values.get("skippy:ctx_checkpoint_bytes", 0.0) / 2**20)
 
 
 def start_server(store: Path, log_path: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -318,13 +320,15 @@ def start_server(store: Path, log_path: Path) -> tuple[subprocess.Popen[bytes], 
         time.sleep(0.2)
 
 
-def report(tally: Tally, start: tuple[float, float], end: tuple[float, float], rows: int | None) -> str:
+def report(tally: Tally, start: tuple[float, float, float], end: tuple[float, float, float],
+           rows: int | None) -> str:
     n = len(tally.samples)
     lines = [tally.table(), "",
-             "| requests | failed | RSS MiB start -> end | open fds start -> end | Responses store rows |",
-             "|---:|---:|---:|---:|---:|",
-             f"| {n} | {len(tally.failures)} | {start[0]:.0f} -> {end[0]:.0f} | {start[1]:.0f} -> {end[1]:.0f} "
-             f"| {rows if rows is not None else 'n/a'} |"]
+             "| requests | failed | RSS MiB start -> end | of it prompt cache MiB | open fds start -> end "
+             "| Responses store rows |",
+             "|---:|---:|---:|---:|---:|---:|",
+             f"| {n} | {len(tally.failures)} | {start[0]:.0f} -> {end[0]:.0f} | {start[2]:.0f} -> {end[2]:.0f} "
+             f"| {start[1]:.0f} -> {end[1]:.0f} | {rows if rows is not None else 'n/a'} |"]
     if tally.errors:
         lines += ["", "first failures:", *(f"- {e}" for e in tally.errors)]
     return "\n".join(lines)
