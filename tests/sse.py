@@ -10,7 +10,9 @@ and no ``[DONE]``. Every reader here yields the events' payloads: the parsed JSO
 - :func:`iter_sse` / :func:`aiter_sse`: the events as they arrive (break to stop reading);
 - :func:`sse_events_from_bytes`: the events in raw response-body bytes (a raw socket client);
 - :func:`iter_named_sse`: the OpenAI Responses stream, whose events are named
-  (``event: response.created``) after their payload's ``type``, with no ``[DONE]``.
+  (``event: response.created``) after their payload's ``type``, with no ``[DONE]``;
+- :class:`ContentStream`: a streamed chat completion read on a thread, its content pieces as they arrive
+  (a test does something else meanwhile and checks the stream went on).
 
 Raises ``httpx_sse.SSEError`` if the response is not ``text/event-stream``, and
 ``AssertionError`` for an event other than a plain ``data:`` message (OpenAI sends no
@@ -20,13 +22,14 @@ Raises ``httpx_sse.SSEError`` if the response is not ``text/event-stream``, and
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
 from httpx_sse import EventSource, ServerSentEvent
 
-__all__ = ["DONE", "aiter_sse", "iter_named_sse", "iter_sse", "sse_events", "sse_events_from_bytes"]
+__all__ = ["DONE", "ContentStream", "aiter_sse", "iter_named_sse", "iter_sse", "sse_events", "sse_events_from_bytes"]
 
 DONE = "[DONE]"
 
@@ -65,3 +68,29 @@ def sse_events(resp: httpx.Response) -> list[Any]:
 def sse_events_from_bytes(body: bytes) -> list[Any]:
     """The payloads of the events in a raw ``text/event-stream`` response body."""
     return sse_events(httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body))
+
+
+class ContentStream:
+    """``POST /v1/chat/completions`` with ``body`` (``stream: true``) read on a thread: :meth:`start`, then
+    ``events`` gets each content piece as it arrives and :data:`DONE` last; ``first`` is set at the first
+    piece; :meth:`join` waits for the end."""
+
+    def __init__(self, base_url: str, body: dict[str, Any], timeout: float = 300) -> None:
+        self.events: list[str] = []
+        self.first = threading.Event()
+        self._thread = threading.Thread(target=self._read, args=(base_url, body, timeout))
+
+    def _read(self, base_url: str, body: dict[str, Any], timeout: float) -> None:
+        with httpx.stream("POST", base_url + "/v1/chat/completions", json=body, timeout=timeout) as resp:
+            for event in iter_sse(resp):
+                if event == DONE:
+                    self.events.append(DONE)
+                elif event["choices"] and event["choices"][0]["delta"].get("content"):
+                    self.events.append(event["choices"][0]["delta"]["content"])
+                    self.first.set()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float = 300) -> None:
+        self._thread.join(timeout)

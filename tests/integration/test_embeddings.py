@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import json
 import re
-import threading
 from pathlib import Path
 
 import httpx
@@ -23,7 +22,7 @@ from skippy import EngineConfig
 from skippy.engine.errors import InvalidRequest, NotSupported
 from skippy.engine.protocols.openai.types import ChatCompletionRequest, EmbeddingRequest, Message
 from skippy.models import ensure_model
-from tests.sse import DONE, iter_sse
+from tests.sse import DONE, ContentStream
 from tests.support import Server, check, json_schema
 
 #: (anchor, paraphrase, unrelated): with SmolLM2-135M and mean pooling the paraphrase is closer to the
@@ -146,29 +145,17 @@ def test_chat_streams_while_embedding_batches_run(embd_client, embd_server: Serv
             "max_tokens": 48, "temperature": 0, "stream": True, "cache_prompt": False}
     alone = httpx.post(embd_server.base_url + "/v1/chat/completions", json={**body, "stream": False},
                        timeout=300).json()["choices"][0]["message"]["content"]
-    events: list[str] = []  # the content pieces as they arrive, then DONE
-    first = threading.Event()
-
-    def stream() -> None:
-        with httpx.stream("POST", embd_server.base_url + "/v1/chat/completions", json=body, timeout=300) as resp:
-            for event in iter_sse(resp):
-                if event == DONE:
-                    events.append(DONE)
-                elif event["choices"] and event["choices"][0]["delta"].get("content"):
-                    events.append(event["choices"][0]["delta"]["content"])
-                    first.set()
-
+    chat = ContentStream(embd_server.base_url, body)  # the content pieces as they arrive, then DONE
     batches_before = _metric(embd_server.base_url, "skippy:embedding_batches_total")
-    thread = threading.Thread(target=stream)
-    thread.start()
-    assert first.wait(300)
-    n_sent = len(events)
+    chat.start()
+    assert chat.first.wait(300)
+    n_sent = len(chat.events)
     texts = [f"Embedding input {i}: the knight rides through the forest at dawn." for i in range(64)]
     reply = embd_client.embeddings.create(model="m", input=texts)
-    n_done = len(events)
-    thread.join(300)
-    assert len(reply.data) == 64 and events.pop() == DONE
-    assert "".join(events) == alone  # the same greedy stream as without embeddings
+    n_done = len(chat.events)
+    chat.join(300)
+    assert len(reply.data) == 64 and chat.events.pop() == DONE
+    assert "".join(chat.events) == alone  # the same greedy stream as without embeddings
     assert n_done > n_sent  # tokens kept coming while the embedding batches ran
     # 64 inputs of ~17 tokens over several steps: the budget left by decoding caps each batch
     assert _metric(embd_server.base_url, "skippy:embedding_batches_total") - batches_before >= 3

@@ -8,7 +8,6 @@ rank pooling of the same pairs through llama-cpp-python's low-level API (:func:`
 from __future__ import annotations
 
 import re
-import threading
 from pathlib import Path
 
 import httpx
@@ -19,7 +18,7 @@ import skippy
 from skippy import EngineConfig
 from skippy.engine.output.rerank import MAX_DOCUMENTS
 from skippy.engine.protocols.rerank.types import RerankRequest, ScoreRequest
-from tests.sse import DONE, iter_sse
+from tests.sse import DONE, ContentStream
 from tests.support import Server, check, json_schema
 from tests.tiny_models import RERANKER_TEMPLATE, ensure_tiny_reranker
 
@@ -264,29 +263,17 @@ def test_pairs_are_batched_beside_a_chat_stream(tmp_path: Path) -> None:
                 "max_tokens": 48, "temperature": 0, "stream": True, "cache_prompt": False}
         alone = httpx.post(srv.base_url + "/v1/chat/completions", json={**body, "stream": False},
                            timeout=300).json()["choices"][0]["message"]["content"]
-        events: list[str] = []
-        first = threading.Event()
-
-        def stream() -> None:
-            with httpx.stream("POST", srv.base_url + "/v1/chat/completions", json=body, timeout=300) as resp:
-                for event in iter_sse(resp):
-                    if event == DONE:
-                        events.append(DONE)
-                    elif event["choices"] and event["choices"][0]["delta"].get("content"):
-                        events.append(event["choices"][0]["delta"]["content"])
-                        first.set()
-
+        chat = ContentStream(srv.base_url, body)
         batches = _metric(srv.base_url, "skippy:embedding_batches_total")
-        thread = threading.Thread(target=stream)
-        thread.start()
-        assert first.wait(300)
-        n_sent = len(events)
+        chat.start()
+        assert chat.first.wait(300)
+        n_sent = len(chat.events)
         docs = [f"Document {i}: the knight rides through the forest at dawn." for i in range(48)]
         resp = _rerank(srv.base_url, query="Where does the knight ride?", documents=docs)
-        n_done = len(events)
-        thread.join(300)
+        n_done = len(chat.events)
+        chat.join(300)
         assert resp.status_code == 200 and len(resp.json()["results"]) == 48
-        assert events.pop() == DONE and "".join(events) == alone  # the same greedy stream as without reranking
+        assert chat.events.pop() == DONE and "".join(chat.events) == alone  # the greedy stream as without reranking
         assert n_done > n_sent  # tokens kept coming while the rerank batches ran
         assert _metric(srv.base_url, "skippy:embedding_batches_total") - batches >= 3  # the budget cut the pairs
 
