@@ -74,8 +74,8 @@ class StoreClient:
                                    "is unavailable", param=param) from None
         if stored is None:
             raise ResponseNotFound(f"Response with id {response_id!r} not found (never stored, deleted, "
-                                   f"expired after --responses-ttl {self.store.ttl:g} s, or evicted: this "
-                                   f"server keeps the last {self.store.max_size}, --responses-store-size)",
+                                   f"expired after --responses-ttl {self.store.ttl:.0f} s, or evicted: this "
+                                   f"server keeps at most {self.store.max_size}, --responses-store-size)",
                                    param=param)
         return stored
 

@@ -372,8 +372,7 @@ def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], m
                    if not p.name.lower().endswith(".mmproj.gguf")]
     for preset in preset_models:  # a section with `model = PATH|NAME` adds a model served as its name
         assert preset.model is not None
-        path = Path(preset.model).expanduser()
-        models.append((path if path.is_file() else ensure_model(preset.model), preset.name))
+        models.append((_preset_model(presets, preset.name, preset.model, ensure_model), preset.name))
     if not models:
         raise ModelError(f"no .gguf file in --models-dir {', '.join(models_dirs)}")
     seen: set[Path] = set()  # a file named twice (-m x -m x, or -m and --models-dir) is served once
@@ -435,6 +434,26 @@ def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], m
     sys.exit(trio.run(lambda: run_server(configs[0], host=host, port=port, settings=settings,
                                          more_models=configs[1:], max_loaded=max_loaded, keep_alive=keep_alive,
                                          preload=preload)))
+
+
+def _preset_model(presets: Any, section: str, model: str, ensure_model: Any) -> Path:
+    """A preset section's ``model``: a GGUF file (its magic bytes checked now), or a model name pulled into
+    the cache; a :class:`~skippy.cli.presets.PresetError` naming the file, section and key otherwise."""
+    from skippy.cli.presets import PresetError
+    from skippy.models import ModelError
+
+    where = f"--models-preset {presets.path}: [{section}] model"
+    path = Path(model).expanduser()
+    if path.is_file():
+        with open(path, "rb") as f:
+            if f.read(4) != b"GGUF":
+                raise PresetError(f"{where}: {path} is not a GGUF file")
+        return path
+    try:
+        found: Path = ensure_model(model)
+    except ModelError as exc:
+        raise PresetError(f"{where}: {exc}") from None
+    return found
 
 
 def _check_model_options(ctx: click.Context, values: dict[str, Any], where: str) -> None:

@@ -63,8 +63,17 @@ def configure_logging(level: str, fmt: str = "text", path: str | None = None) ->
     logging.basicConfig(level=level.upper(), handlers=handlers, force=True)
 
 
+#: control characters (C0, DEL, C1) -> ``\\xNN``: a request's path or an error's text never starts a line of
+#: its own or writes a NUL into the log (a forged log line through ``%0A`` in a URL)
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7f, 0xa0))}
+
+
+def _printable(text: str) -> str:
+    return text.translate(_CONTROL)
+
+
 def _quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") + '"'
+    return '"' + _printable(text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")) + '"'
 
 
 def log_request(route: str, status: int | None, *, tokens: int, duration_ms: float, request_id: str,
@@ -80,7 +89,7 @@ def log_request(route: str, status: int | None, *, tokens: int, duration_ms: flo
     """
     fields: dict[str, Any] = {"route": route, "status": None if disconnected else status, "tokens": tokens,
                               "duration_ms": round(duration_ms, 1), "request_id": request_id, "client": client}
-    text = [route, "client disconnected" if disconnected else str(status), f"tokens={tokens}",
+    text = [_printable(route), "client disconnected" if disconnected else str(status), f"tokens={tokens}",
             f"{duration_ms:.1f}ms", f"id={request_id}", f"client={client or '-'}"]
     if trace is not None and trace.prompt_tokens:
         ttft = None

@@ -15,6 +15,7 @@ import httpx
 import openai
 import pytest
 
+from skippy.engine.protocols.responses import translate as rapi
 from skippy.engine.protocols.responses.store_sqlite import SqliteStore
 from tests.sse import iter_named_sse
 from tests.support import RedisServer, Server, openai_client, read_metrics
@@ -224,3 +225,52 @@ def test_two_replicas_on_one_redis_share_a_conversation(tmp_path: Path) -> None:
             create(b.base_url, "Still there?", previous=fourth["id"])  # written before Redis went: kept
     finally:
         redis.stop()
+
+
+def test_unfinished_background_responses_and_what_is_refused(server) -> None:
+    client = openai_client(server.base_url)
+    long = dict(model=MODEL, input="Write a very long story about a dragon and a knight.", temperature=0,
+                max_output_tokens=1500)
+    running = client.responses.create(background=True, **long)
+    # continuing a response that has not finished is refused (its output is not there yet)
+    with pytest.raises(openai.BadRequestError, match="has finished") as info:
+        client.responses.create(model=MODEL, input="And then?", previous_response_id=running.id)
+    assert info.value.body["param"] == "previous_response_id"
+    # resuming its event stream is not served: a 400, not JSON where SSE is expected
+    r = httpx.get(f"{server.base_url}/v1/responses/{running.id}", params={"stream": "true"}, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "stream"
+    # DELETE stops it: it does not come back when the generation would have ended
+    client.responses.delete(running.id)
+    time.sleep(1.0)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(running.id)
+
+
+def test_a_url_cannot_forge_a_log_line(server) -> None:
+    r = httpx.get(server.base_url + "/v1/responses/x%0A2026-12-05%2018:00:00,000%20ERROR%20skippy.serve:%20FORGED%00",
+                  timeout=30)
+    assert r.status_code == 404
+    lines = server.log().splitlines()
+    assert not any(line.startswith("2026-12-05 18:00:00,000 ERROR skippy.serve: FORGED") for line in lines)
+    assert "\x00" not in server.log() and any("x\\x0a2026-12-05" in line for line in lines)
+
+
+def test_a_background_response_a_stopped_server_left_unfinished_reads_as_failed(tmp_path: Path) -> None:
+    """A ``kill -9`` leaves a background response ``in_progress`` in the store; once it is older than
+    ``--request-timeout`` (which bounds every background generation) plus a minute, it reads ``failed``."""
+    from skippy.engine.protocols.responses.types import ResponsesRequest
+
+    path = tmp_path / "responses.db"
+    store = SqliteStore(path, max_size=100)
+    for rid, age in (("resp_stale", 3600), ("resp_fresh", 0)):
+        turn = rapi.prepare(ResponsesRequest(input="hi", background=True), None, model=MODEL, response_id=rid,
+                            created_at=int(time.time()) - age)
+        store.put(turn.stored(turn.response([], "in_progress")))
+    store.close()
+    with Server(ARGS + ["--responses-store", f"sqlite:{path}", "--request-timeout", "600"],
+                tmp_path / "server.log") as srv:
+        client = openai_client(srv.base_url)
+        stale = client.responses.retrieve("resp_stale")
+        assert stale.status == "failed" and "stopped" in stale.error.message
+        assert client.responses.retrieve("resp_fresh").status == "in_progress"  # it may still run elsewhere
+        assert client.responses.cancel("resp_fresh").status == "cancelled"

@@ -546,11 +546,14 @@ def test_a_models_preset_sets_each_models_flags(serve_recorder: list, tmp_path: 
     ("[tiny]\ncache-type-v = q8_0\nflash-attn = off\n", "[tiny] --cache-type-v q8_0 (a quantized V cache) needs"),
     ("[tiny]\nc = 20\nparallel = 4\n", "[tiny] Invalid value for '--ctx-size' / '-c': 20 tokens over 4 slots"),
     ("[*]\nload-on-startup = true\n", "[*]: 'model' and 'load-on-startup' belong in a model's section"),
+    ("[other]\nmodel = {tmp}/notes.txt\n", "[other] model: {tmp}/notes.txt is not a GGUF file"),
 ])
 def test_a_bad_models_preset_is_a_start_up_error_naming_it(text: str, message: str, serve_recorder: list,
                                                            tmp_path: Path) -> None:
     preset = tmp_path / "models.ini"
-    preset.write_text(text)
+    (tmp_path / "notes.txt").write_text("not a model")
+    preset.write_text(text.replace("{tmp}", str(tmp_path)))
+    message = message.replace("{tmp}", str(tmp_path))
     result = CliRunner().invoke(main, ["serve", "--model", "tiny", "--models-preset", str(preset)], env={})
     assert result.exit_code == 1, result.output
     assert f"--models-preset {preset}" in result.output and message in result.output, result.output

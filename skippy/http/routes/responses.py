@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import time
 from collections import deque
 from typing import Any
 
@@ -21,7 +23,7 @@ from skippy.engine.protocols.llama_server import wire
 from skippy.engine.protocols.openai import wire as openai_wire
 from skippy.engine.protocols.responses import translate as rapi
 from skippy.engine.protocols.responses import wire as rwire
-from skippy.engine.protocols.responses.store import DEFAULT_LIST_LIMIT, page_of_items
+from skippy.engine.protocols.responses.store import DEFAULT_LIST_LIMIT, StoredResponse, page_of_items
 from skippy.engine.protocols.responses.types import ResponsesRequest
 from skippy.engine.routing import AUTO, is_auto
 from skippy.http.context import LEASES, Shared, current, shared
@@ -120,6 +122,13 @@ async def responses_create() -> Response:
     req = await read_body(ResponsesRequest, ctx)
     previous = (await app.responses.get(req.previous_response_id, param="previous_response_id")
                 if req.previous_response_id is not None else None)
+    if previous is not None and previous.response.status in UNFINISHED:
+        raise InvalidRequest(f"previous_response_id: response {previous.id!r} is {previous.response.status}; "
+                             "continue it once it has finished (poll GET /v1/responses/{id})",
+                             param="previous_response_id")
+    if req.background and app.responses.store.max_size == 0:
+        raise InvalidRequest("background: true needs a response store that keeps responses; this server keeps "
+                             "none (--responses-store-size 0)", param="background")
     if is_auto(req.model):  # the chosen model depends on the translated request (its tools)
         turn = rapi.prepare(req, previous, model=AUTO)
         eng, chat = await app.routed(turn.chat)
@@ -160,6 +169,9 @@ async def _from_chat(eng: Any, turn: rapi.Turn, result: openai_wire.ChatCompleti
 
 # -- background responses ---------------------------------------------------------------------------------
 
+#: statuses of a response still being generated (background)
+UNFINISHED = ("queued", "in_progress")
+
 async def _start_background(app: Shared, eng: Any, turn: rapi.Turn) -> Response:
     """Store the ``queued`` response, start its generation in the app's nursery, answer it at once.
 
@@ -190,7 +202,12 @@ async def _run_background(app: Shared, eng: Any, turn: rapi.Turn, scope: trio.Ca
         with scope:
             await app.responses.put(turn.stored(turn.response([], "in_progress")))
             try:
-                response = await _from_chat(eng, turn, await eng.chat(turn.chat))
+                timeout = app.settings.request_timeout
+                with trio.fail_after(timeout) if timeout > 0 else contextlib.nullcontext():
+                    response = await _from_chat(eng, turn, await eng.chat(turn.chat))
+            except trio.TooSlowError:
+                response = turn.response([], "failed", error=rwire.ResponseError(
+                    code="server_error", message=f"the response took longer than --request-timeout {timeout:g} s"))
             except EngineError as exc:
                 exc = turn.rename(exc)
                 response = turn.response([], "failed", error=rwire.ResponseError(
@@ -211,24 +228,61 @@ async def _run_background(app: Shared, eng: Any, turn: rapi.Turn, scope: trio.Ca
 
 
 async def _store_end(app: Shared, turn: rapi.Turn, response: rwire.ResponseObject) -> None:
-    if response.status != "cancelled":
-        try:
-            if (await app.responses.get(turn.id)).response.status == "cancelled":
-                return  # cancelled meanwhile by another replica (through the store)
-        except EngineError:
-            pass
+    """Store a background response's end, unless it was deleted meanwhile or cancelled through the store
+    (another replica's ``/cancel``)."""
+    try:
+        stored = await app.responses.get(turn.id)
+    except EngineError:
+        return  # deleted meanwhile (or the store cannot be read: it could not be written either)
+    if response.status != "cancelled" and stored.response.status == "cancelled":
+        return
     await app.responses.put(turn.stored(response))
+
+
+def _settled(app: Shared, stored: StoredResponse) -> StoredResponse:
+    """``stored``, or, for a background response left ``queued`` / ``in_progress`` by a server that stopped
+    (not running here, older than ``--request-timeout`` plus a minute, which bounds every background
+    generation), the same response ``failed``: a client polling it gets an end."""
+    r = stored.response
+    timeout = app.settings.request_timeout
+    if (r.status in UNFINISHED and r.id not in app.running and timeout > 0
+            and time.time() - r.created_at > timeout + 60):
+        failed = msgspec.structs.replace(r, status="failed", error=rwire.ResponseError(
+            code="server_error", message="the server generating this background response stopped before it ended"))
+        return attrs.evolve(stored, response=failed)
+    return stored
 
 
 # -- stored responses ---------------------------------------------------------------------------------------
 
 async def responses_get(response_id: str) -> Response:
-    return json_response((await shared().responses.get(response_id, param="response_id")).response)
+    """``GET /v1/responses/{id}``; ``?stream=true`` (resuming a background stream) is a 400: not served."""
+    if request.args.get("stream", "").lower() in ("true", "1"):
+        raise InvalidRequest("stream: resuming a response's event stream is not supported by this server; GET it "
+                             "without stream (poll) instead", param="stream")
+    app = shared()
+    return json_response(_settled(app, await app.responses.get(response_id, param="response_id")).response)
 
 
 async def responses_delete(response_id: str) -> Response:
-    await shared().responses.delete(response_id)
+    """``DELETE /v1/responses/{id}``: forget it; a response still generated on this server is stopped first."""
+    app = shared()
+    await _stop(app, response_id)
+    await app.responses.delete(response_id)
     return json_response(rwire.ResponseDeleted(id=response_id))
+
+
+async def _stop(app: Shared, response_id: str) -> bool:
+    """Cancel a response generated on this server and wait (up to 5 s) for it to store its cancelled end;
+    ``False`` when none with that id runs here."""
+    cancel = app.running.get(response_id)
+    if cancel is None:
+        return False
+    cancel()
+    with trio.move_on_after(5):
+        while response_id in app.running:
+            await trio.sleep(0.01)
+    return True
 
 
 def _int_arg(name: str, default: int) -> int:
@@ -263,14 +317,9 @@ async def responses_cancel(response_id: str) -> Response:
     ``failed``) is a 400 naming its status; an unknown id a 404.
     """
     app = shared()
-    cancel = app.running.get(response_id)
-    if cancel is not None:
-        cancel()
-        with trio.move_on_after(5):  # the generation stores its cancelled end: return that when it comes
-            while response_id in app.running:
-                await trio.sleep(0.01)
+    if await _stop(app, response_id):  # the generation stored its cancelled end: return that
         return json_response((await app.responses.get(response_id, param="response_id")).response)
-    stored = await app.responses.get(response_id, param="response_id")
+    stored = _settled(app, await app.responses.get(response_id, param="response_id"))
     status = stored.response.status
     if status == "cancelled":
         return json_response(stored.response)
