@@ -75,6 +75,13 @@ def _chat(url: str, model: str) -> str:
     return reply.choices[0].message.content or ""
 
 
+def _common_prefix(a: str, b: str) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
 def test_two_requests_with_different_adapters_at_once_each_get_their_own(lora_server: Server) -> None:
     url = lora_server.base_url
     names = [f"{BASE}:french", f"{BASE}:german", BASE]
@@ -82,7 +89,13 @@ def test_two_requests_with_different_adapters_at_once_each_get_their_own(lora_se
     assert len(set(alone.values())) == 3, alone  # the adapters change the greedy text
     with ThreadPoolExecutor(6) as pool:
         together = list(pool.map(lambda m: (m, _chat(url, m)), names * 2))
-    assert all(text == alone[m] for m, text in together), together
+    # each text is its own set's: its solo text, or (a batch of several sequences decodes with other numerics
+    # than a batch of one, and greedy text parts at near-ties, as test_models.py saw on Gemma) closer to its
+    # solo text than to the other sets' (a step decoded under the wrong adapter set would show)
+    for m, text in together:
+        own = _common_prefix(text, alone[m])
+        assert text == alone[m] or all(own > _common_prefix(text, alone[o]) for o in names if o != m), (m, together,
+                                                                                                          alone)
     # a cached prompt of one adapter set is not reused by another (the prefix cache keys on the set)
     again = {m: _chat(url, m) for m in names}
     assert again == alone
