@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -25,6 +26,18 @@ def marker() -> str:
     from llama_cpp import mtmd_cpp
 
     return mtmd_cpp.mtmd_default_marker().decode()
+
+
+class Chunk(NamedTuple):
+    """One chunk of a tokenized prompt (:meth:`MtmdOracle.chunk_details`): ``kind`` ``text``, ``image`` or
+    ``audio``; ``n_tokens`` tokens or embeddings; ``n_pos`` the positions it takes (``n_tokens`` but for an
+    image on an M-RoPE model: max(nx, ny)); ``nx`` x ``ny`` an image's grid of embeddings (0 for text)."""
+
+    kind: str
+    n_tokens: int
+    n_pos: int
+    nx: int
+    ny: int
 
 
 class MtmdOracle:
@@ -40,6 +53,7 @@ class MtmdOracle:
         _init_backend(False)  # llama.cpp's log into logging (warnings only), as the server does
         mtmd_cpp.mtmd_helper_log_set(_llama_log, ctypes.c_void_p(0))  # and libmtmd's (else all of it on stderr)
         self.model = self.ctx = self.mctx = None
+        self.n_past = 0  # the position after the last first_logits call's input
         try:
             self.model = llama_cpp.llama_model_load_from_file(os.fsencode(model_path),
                                                               llama_cpp.llama_model_default_params())
@@ -115,6 +129,11 @@ class MtmdOracle:
     def chunks(self, prompt: str, images: list[bytes]) -> list[tuple[str, int]]:
         """The chunks ``mtmd_tokenize`` makes of ``prompt`` and ``images``: ``(kind, n_tokens)``, kind
         ``text``, ``image`` or ``audio``."""
+        return [(c.kind, c.n_tokens) for c in self.chunk_details(prompt, images)]
+
+    def chunk_details(self, prompt: str, images: list[bytes]) -> list[Chunk]:
+        """The chunks ``mtmd_tokenize`` makes of ``prompt`` and ``images``, with the positions each takes
+        (``mtmd_input_chunk_get_n_pos``) and an image's grid of embeddings: :class:`Chunk` each."""
         from llama_cpp import mtmd_cpp
 
         kinds = {mtmd_cpp.MTMD_INPUT_CHUNK_TYPE_TEXT: "text", mtmd_cpp.MTMD_INPUT_CHUNK_TYPE_IMAGE: "image",
@@ -124,14 +143,27 @@ class MtmdOracle:
             out = []
             for i in range(mtmd_cpp.mtmd_input_chunks_size(chunks)):
                 chunk = mtmd_cpp.mtmd_input_chunks_get(chunks, i)
-                out.append((kinds[mtmd_cpp.mtmd_input_chunk_get_type(chunk)],
-                            mtmd_cpp.mtmd_input_chunk_get_n_tokens(chunk)))
+                kind = kinds[mtmd_cpp.mtmd_input_chunk_get_type(chunk)]
+                nx = ny = 0
+                if kind == "image":
+                    tokens = mtmd_cpp.mtmd_input_chunk_get_tokens_image(chunk)
+                    nx, ny = mtmd_cpp.mtmd_image_tokens_get_nx(tokens), mtmd_cpp.mtmd_image_tokens_get_ny(tokens)
+                out.append(Chunk(kind, mtmd_cpp.mtmd_input_chunk_get_n_tokens(chunk),
+                                 mtmd_cpp.mtmd_input_chunk_get_n_pos(chunk), nx, ny))
             return out
         finally:
             mtmd_cpp.mtmd_input_chunks_free(chunks)
 
+    def uses_mrope(self) -> bool:
+        """``mtmd_decode_use_mrope``: the text model has M-RoPE (Qwen2-VL), so an image's embeddings sit on a
+        2-D grid of positions and it takes max(nx, ny) positions, not one per embedding."""
+        from llama_cpp import mtmd_cpp
+
+        return bool(mtmd_cpp.mtmd_decode_use_mrope(self.mctx))
+
     def first_logits(self, prompt: str, images: list[bytes]) -> np.ndarray:
-        """The logits (float32, n_vocab) after ``prompt`` with ``images`` from an empty KV cache."""
+        """The logits (float32, n_vocab) after ``prompt`` with ``images`` from an empty KV cache; :attr:`n_past`
+        is then the position after them (``mtmd_helper_eval_chunks``'s ``new_n_past``)."""
         import llama_cpp
         from llama_cpp import mtmd_cpp
 
@@ -143,6 +175,7 @@ class MtmdOracle:
                                                   ctypes.byref(n_past))
             if rc != 0:
                 raise RuntimeError(f"mtmd_helper_eval_chunks returned {rc}")
+            self.n_past = n_past.value
         finally:
             mtmd_cpp.mtmd_input_chunks_free(chunks)
         ptr = llama_cpp.llama_get_logits_ith(self.ctx, -1)

@@ -10,11 +10,14 @@ llama.cpp loads them as it would the real thing: ``llama_model_is_recurrent`` is
 ``mamba``, ``llama_model_is_hybrid`` for ``lfm2`` (short-convolution layers with a rolling state,
 and attention layers with a KV cache).
 
-Usage: ``python -m tests.tiny_models OUT_DIR`` writes ``tiny-mamba.gguf``, ``tiny-lfm2.gguf`` and
-``tiny-mmproj-576.gguf``; tests call :func:`ensure_tiny` / :func:`ensure_tiny_mmproj` from a fixture.
+Usage: ``python -m tests.tiny_models OUT_DIR`` writes ``tiny-mamba.gguf``, ``tiny-lfm2.gguf``,
+``tiny-mmproj-576.gguf``, ``tiny-qwen2vl.gguf`` with ``tiny-qwen2vl-mmproj.gguf`` and the rerankers; tests call
+:func:`ensure_tiny` / :func:`ensure_tiny_mmproj` / :func:`ensure_tiny_qwen2vl` from a fixture.
 
 :func:`write_tiny_mmproj` writes a tiny random-weight vision projector (``--mmproj``, libmtmd's
 ``clip`` GGUF: a llava-1.5-style CLIP ViT and MLP projector) that pairs with the real default model.
+:func:`write_tiny_qwen2vl` and :func:`write_tiny_qwen2vl_mmproj` write a Qwen2-VL pair (M-RoPE text model and
+its ``qwen2vl_merger`` projector), where an image of nx x ny embeddings takes max(nx, ny) positions.
 """
 
 from __future__ import annotations
@@ -282,6 +285,163 @@ def write_tiny_mmproj(path: Path, n_embd_text: int, seed: int = 0, *, image_size
     return _finish(writer, tmp, path)
 
 
+#: The tiny Qwen2-VL text model (:func:`write_tiny_qwen2vl`): llama.cpp's ``qwen2vl`` (Qwen2 with M-RoPE), 2 layers
+#: of width :data:`N_EMBD`, 4 query heads and 2 KV heads of 16 dimensions.
+QWEN2VL_N_LAYER = 2
+QWEN2VL_N_HEAD = 4
+QWEN2VL_N_HEAD_KV = 2
+QWEN2VL_N_FF = 128
+#: ``qwen2vl.rope.dimension_sections``: how the head's 8 rotary frequency pairs split between the temporal,
+#: height and width positions (and a fourth, unused): Qwen2-VL's [16, 24, 24, 0] of 64 pairs scaled to 8.
+QWEN2VL_ROPE_SECTIONS = (2, 3, 3, 0)
+#: The tiny Qwen2-VL projector's vision tower (:func:`write_tiny_qwen2vl_mmproj`): Qwen2-VL's 14-pixel patches,
+#: 2x2 of them merged into one embedding, so an image is resized (aspect kept) to multiples of 28 pixels, at least
+#: 8 merged embeddings (libmtmd's minimum for Qwen2-VL: 32x32 becomes 84x84, 3x3), at most 4096.
+QWEN2VL_MMPROJ_PATCH_SIZE = 14
+QWEN2VL_MMPROJ_N_EMBD = 32
+QWEN2VL_MMPROJ_N_FF = 128
+QWEN2VL_MMPROJ_N_HEAD = 2
+QWEN2VL_MMPROJ_N_LAYER = 2
+
+
+def write_tiny_qwen2vl(path: Path, tokenizer_from: Path, seed: int = 0) -> Path:
+    """Write a tiny random-weight Qwen2-VL text model GGUF to ``path``; returns ``path``.
+
+    llama.cpp's ``qwen2vl`` architecture (``src/models/qwen2vl.cpp``): Qwen2's decoder (pre-norm RMSNorm,
+    q/k/v projections with biases, no output bias, SwiGLU feed-forward), with M-RoPE
+    (``LLAMA_ROPE_TYPE_MROPE``: each position has temporal, height and width parts, whose frequency split is
+    ``qwen2vl.rope.dimension_sections`` :data:`QWEN2VL_ROPE_SECTIONS`), so libmtmd places an image's
+    embeddings on a 2-D grid (``mtmd_decode_use_mrope``) and an image of nx x ny embeddings advances the
+    position by max(nx, ny). :data:`QWEN2VL_N_LAYER` layers of width :data:`N_EMBD`, :data:`QWEN2VL_N_HEAD`
+    query and :data:`QWEN2VL_N_HEAD_KV` KV heads, the output tied to the token embedding (as Qwen2-VL-2B).
+    Vocabulary as :func:`write_tiny`; f32 weights from a fixed ``seed``: the same call writes the same file.
+    :func:`write_tiny_qwen2vl_mmproj` writes its projector.
+    """
+    import gguf
+
+    tok = _tokenizer_fields(tokenizer_from)
+    n_vocab = next(len(v) for k, v, _, _ in tok if k == "tokenizer.ggml.tokens")
+    rng = np.random.default_rng(seed)
+    d, head_dim = N_EMBD, N_EMBD // QWEN2VL_N_HEAD
+    n_embd_kv = head_dim * QWEN2VL_N_HEAD_KV
+    assert sum(QWEN2VL_ROPE_SECTIONS) == head_dim // 2
+
+    def w(*shape: int, scale: float = 0.08) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    def ones(n: int) -> np.ndarray:
+        return np.ones(n, dtype=np.float32)
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    writer = gguf.GGUFWriter(str(tmp), "qwen2vl")
+    writer.add_name("tiny-qwen2vl")
+    writer.add_context_length(N_CTX_TRAIN)
+    writer.add_embedding_length(d)
+    writer.add_block_count(QWEN2VL_N_LAYER)
+    writer.add_feed_forward_length(QWEN2VL_N_FF)
+    writer.add_head_count(QWEN2VL_N_HEAD)
+    writer.add_head_count_kv(QWEN2VL_N_HEAD_KV)
+    writer.add_rope_freq_base(1000000.0)
+    writer.add_rope_dimension_sections(list(QWEN2VL_ROPE_SECTIONS))
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_vocab_size(n_vocab)
+    writer.add_tensor("token_embd.weight", w(n_vocab, d, scale=0.5))
+    writer.add_tensor("output_norm.weight", ones(d))
+    for i in range(QWEN2VL_N_LAYER):
+        p = f"blk.{i}."
+        writer.add_tensor(p + "attn_norm.weight", ones(d))
+        writer.add_tensor(p + "attn_q.weight", w(d, d, scale=0.15))
+        writer.add_tensor(p + "attn_q.bias", w(d, scale=0.02))
+        writer.add_tensor(p + "attn_k.weight", w(n_embd_kv, d, scale=0.15))
+        writer.add_tensor(p + "attn_k.bias", w(n_embd_kv, scale=0.02))
+        writer.add_tensor(p + "attn_v.weight", w(n_embd_kv, d, scale=0.15))
+        writer.add_tensor(p + "attn_v.bias", w(n_embd_kv, scale=0.02))
+        writer.add_tensor(p + "attn_output.weight", w(d, d))
+        writer.add_tensor(p + "ffn_norm.weight", ones(d))
+        writer.add_tensor(p + "ffn_gate.weight", w(QWEN2VL_N_FF, d))
+        writer.add_tensor(p + "ffn_up.weight", w(QWEN2VL_N_FF, d))
+        writer.add_tensor(p + "ffn_down.weight", w(d, QWEN2VL_N_FF))
+    for key, value, vtype, sub in tok:
+        writer.add_key_value(key, value, vtype, sub_type=sub)
+    return _finish(writer, tmp, path)
+
+
+def write_tiny_qwen2vl_mmproj(path: Path, n_embd_text: int, seed: int = 0, *,
+                              patch_size: int = QWEN2VL_MMPROJ_PATCH_SIZE, n_embd: int = QWEN2VL_MMPROJ_N_EMBD,
+                              n_ff: int = QWEN2VL_MMPROJ_N_FF, n_head: int = QWEN2VL_MMPROJ_N_HEAD,
+                              n_layer: int = QWEN2VL_MMPROJ_N_LAYER) -> Path:
+    """Write a tiny random-weight Qwen2-VL vision projector GGUF for a text model of embedding width
+    ``n_embd_text`` (:func:`write_tiny_qwen2vl`'s: :data:`N_EMBD`) to ``path``; returns ``path``.
+
+    The layout is what llama.cpp's converter writes for Qwen2-VL and libmtmd reads (``tools/mtmd/clip.cpp``,
+    ``models/qwen2vl.cpp``): architecture ``clip``, ``clip.projector_type`` ``qwen2vl_merger``; the patch
+    embedding is Qwen2-VL's temporal Conv3D split into two Conv2D kernels without bias (``v.patch_embd.weight``
+    and ``v.patch_embd.weight.1``, both applied to a still image and summed); no class token, no position
+    embedding (the blocks rotate q and k with 2-D M-RoPE over the patch grid); ``n_layer`` pre-norm blocks
+    ``v.blk.N.{ln1,attn_q,attn_k,attn_v,attn_out,ln2,ffn_up,ffn_down}`` with biases (LayerNorm, quick GELU);
+    the merger's LayerNorm ``v.post_ln``; then each 2x2 block of patches, concatenated (4 * ``n_embd``), goes
+    through ``mm.0`` -> GELU -> ``mm.2`` into ``n_embd_text``. Image mean and std are Qwen2-VL's (CLIP's).
+    libmtmd has no GGUF keys for Qwen2-VL's pixel limits: its defaults (8 to 4096 merged embeddings) apply,
+    and the head size (``n_embd / n_head``) must be a multiple of 4 (four M-RoPE sections). Weights are f32
+    from a fixed ``seed``.
+    """
+    import gguf
+
+    if (n_embd // n_head) % 4:
+        raise ValueError("the head size n_embd / n_head must be a multiple of 4 (M-RoPE sections)")
+    rng = np.random.default_rng(seed)
+    d, p, d_merged = n_embd, patch_size, 4 * n_embd
+
+    def w(*shape: int, scale: float = 0.08) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    def ones(n: int) -> np.ndarray:
+        return np.ones(n, dtype=np.float32)
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    writer = gguf.GGUFWriter(str(tmp), "clip")
+    writer.add_name("tiny-qwen2vl-mmproj")
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_clip_has_vision_encoder(True)
+    writer.add_clip_projector_type("qwen2vl_merger")
+    writer.add_vision_image_size(560)  # the converter's default for Qwen2-VL; unused by the dynamic resize
+    writer.add_vision_patch_size(p)
+    writer.add_vision_embedding_length(d)
+    writer.add_vision_feed_forward_length(n_ff)
+    writer.add_vision_projection_dim(n_embd_text)
+    writer.add_vision_block_count(n_layer)
+    writer.add_vision_head_count(n_head)
+    writer.add_vision_attention_layernorm_eps(1e-6)
+    writer.add_vision_image_mean([0.48145466, 0.4578275, 0.40821073])
+    writer.add_vision_image_std([0.26862954, 0.26130258, 0.27577711])
+    # numpy shapes are ggml's ne reversed; each convolution kernel is ne {p, p, 3, d}
+    writer.add_tensor("v.patch_embd.weight", w(d, 3, p, p, scale=0.03))
+    writer.add_tensor("v.patch_embd.weight.1", w(d, 3, p, p, scale=0.03))
+    for i in range(n_layer):
+        b = f"v.blk.{i}."
+        for norm in ("ln1", "ln2"):
+            writer.add_tensor(b + norm + ".weight", ones(d))
+            writer.add_tensor(b + norm + ".bias", w(d, scale=0.02))
+        for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
+            writer.add_tensor(b + name + ".weight", w(d, d, scale=0.15))
+            writer.add_tensor(b + name + ".bias", w(d, scale=0.02))
+        # ffn_down's ne[0] must be n_ff, not n_embd (else libmtmd swaps up and down back, as for an old converter)
+        writer.add_tensor(b + "ffn_up.weight", w(n_ff, d, scale=0.15))
+        writer.add_tensor(b + "ffn_up.bias", w(n_ff, scale=0.02))
+        writer.add_tensor(b + "ffn_down.weight", w(d, n_ff, scale=0.1))
+        writer.add_tensor(b + "ffn_down.bias", w(d, scale=0.02))
+    writer.add_tensor("v.post_ln.weight", ones(d))
+    writer.add_tensor("v.post_ln.bias", w(d, scale=0.02))
+    writer.add_tensor("mm.0.weight", w(d_merged, d_merged, scale=0.1))
+    writer.add_tensor("mm.0.bias", w(d_merged, scale=0.02))
+    writer.add_tensor("mm.2.weight", w(n_embd_text, d_merged, scale=0.1))
+    writer.add_tensor("mm.2.bias", w(n_embd_text, scale=0.02))
+    return _finish(writer, tmp, path)
+
+
 #: The weights the test LoRA adapts (:func:`write_tiny_lora`): each layer's attention projections.
 LORA_TARGETS = ("attn_q", "attn_k", "attn_v", "attn_output")
 
@@ -460,10 +620,24 @@ def ensure_tiny_mmproj(directory: Path) -> Path:
     return path
 
 
+def ensure_tiny_qwen2vl(directory: Path) -> tuple[Path, Path]:
+    """``directory/tiny-qwen2vl.gguf`` and its projector ``directory/tiny-qwen2vl-mmproj.gguf``
+    (:func:`write_tiny_qwen2vl`, :func:`write_tiny_qwen2vl_mmproj`), each written when it is not there yet:
+    ``(model, mmproj)``."""
+    model = directory / "tiny-qwen2vl.gguf"
+    mmproj = directory / "tiny-qwen2vl-mmproj.gguf"
+    if not model.is_file():
+        write_tiny_qwen2vl(model, default_tokenizer_source())
+    if not mmproj.is_file():
+        write_tiny_qwen2vl_mmproj(mmproj, N_EMBD)
+    return model, mmproj
+
+
 if __name__ == "__main__":
     out = Path(sys.argv[1] if len(sys.argv) > 1 else ".")
     for a in ARCHS:
         print(ensure_tiny(a, out))
     print(ensure_tiny_mmproj(out))
+    print(*ensure_tiny_qwen2vl(out), sep="\n")
     print(ensure_tiny_reranker(out))
     print(ensure_tiny_reranker(out, template=True))
