@@ -181,6 +181,33 @@ class MtmdOracle:
         ptr = llama_cpp.llama_get_logits_ith(self.ctx, -1)
         return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).astype(np.float32, copy=True)
 
+    def greedy(self, prompt: str, images: list[bytes], n: int) -> list[tuple[int, float, float]]:
+        """``n`` greedy tokens after ``prompt`` with ``images`` (from an empty KV cache), each decoded at the
+        position after the one before (from :attr:`n_past`, so after an M-RoPE image at its n_pos): per token
+        ``(id, its logprob, the runner-up's logprob)``."""
+        import llama_cpp
+
+        logits = self.first_logits(prompt, images)
+        out = []
+        batch = llama_cpp.llama_batch_init(1, 0, 1)
+        try:
+            for i in range(n):
+                lp = logits - (logits.max() + np.log(np.exp(logits - logits.max()).sum()))
+                best, second = np.argsort(-lp)[:2]
+                out.append((int(best), float(lp[best]), float(lp[second])))
+                if i == n - 1:
+                    break
+                batch.n_tokens = 1
+                batch.token[0], batch.pos[0], batch.n_seq_id[0], batch.logits[0] = int(best), self.n_past + i, 1, True
+                batch.seq_id[0][0] = 0
+                if llama_cpp.llama_decode(self.ctx, batch) != 0:
+                    raise RuntimeError("llama_decode of a generated token failed")
+                ptr = llama_cpp.llama_get_logits_ith(self.ctx, -1)
+                logits = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).astype(np.float32, copy=True)
+        finally:
+            llama_cpp.llama_batch_free(batch)
+        return out
+
 
 def first_logits(model_path: str | Path, mmproj_path: str | Path, prompt: str, images: list[bytes]) -> np.ndarray:
     """The last position's logits (float32, n_vocab) of ``prompt``, whose media markers

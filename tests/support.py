@@ -602,6 +602,10 @@ class FakeRuntime:
         self.lora_sets: list[tuple] = []  # the set of each decode, in order
         self.kv_lora: dict[int, list[tuple]] = {s: [] for s in range(n_seq_max)}
         self.kv = {s: [] for s in range(n_seq_max)}
+        # each cell's KV position, and the position the next token takes after it (pos + 1; an M-RoPE
+        # image's cells all hold its first position, and the next token comes n_pos positions later)
+        self.pos: dict[int, list[int]] = {s: [] for s in range(n_seq_max)}
+        self.ends: dict[int, list[int]] = {s: [] for s in range(n_seq_max)}
         # a sliding-window cache (n_swa, not swa_full), as llama.cpp's iSWA one: the SWA layers hold
         # positions swa_lo[s]..end only (None: none, after a trim below the window); a decode at
         # position p needs them from max(0, p - n_swa), else llama.cpp would attend over a hole
@@ -628,7 +632,7 @@ class FakeRuntime:
         self._out = {}
         for i, e in enumerate(entries):
             assert 0 <= e.seq_id < self.meta.n_seq_max
-            assert e.pos == len(self.kv[e.seq_id]), f"slot {e.seq_id}: pos {e.pos} after {len(self.kv[e.seq_id])}"
+            assert e.pos == self.next_pos(e.seq_id), f"slot {e.seq_id}: pos {e.pos} after {self.next_pos(e.seq_id)}"
             assert e.pos < self.meta.n_ctx_seq
             assert all(k == self.lora for k in self.kv_lora[e.seq_id]), \
                 f"slot {e.seq_id}: KV computed under LoRA sets {set(self.kv_lora[e.seq_id])}, decoded under {self.lora}"
@@ -637,6 +641,8 @@ class FakeRuntime:
                 assert lo is not None and lo <= max(0, e.pos - self.meta.n_swa), \
                     f"slot {e.seq_id}: the SWA window of pos {e.pos} is lost (held from {lo})"
             self.kv[e.seq_id].append(e.token)
+            self.pos[e.seq_id].append(e.pos)
+            self.ends[e.seq_id].append(e.pos + 1)
             self.kv_lora[e.seq_id].append(self.lora)
             self.cells[e.seq_id].append(self._next_cell)
             self._next_cell += 1
@@ -655,12 +661,22 @@ class FakeRuntime:
         assert all(0 <= i < len(self.meta.lora) for i, _ in lora), f"LoRA set {lora}: unknown adapter"
         self.lora = tuple(lora)
 
+    def next_pos(self, seq_id):
+        """The position the next token of ``seq_id`` takes (llama.cpp: one past the largest held; after an
+        M-RoPE image its ``n_pos``)."""
+        return self.ends[seq_id][-1] if self.ends[seq_id] else 0
+
     def decode_media(self, span, seq_id):
-        """An image's placeholder ids enter the slot's KV at their positions, as libmtmd's embeddings would."""
+        """An image's placeholder ids enter the slot's KV at their positions, as libmtmd's embeddings would
+        (an M-RoPE image's, ``chunk.shared``, all at its first position)."""
         from skippy.engine.runtime.media import placeholder_ids
 
         assert span.start == len(self.kv[seq_id]), f"slot {seq_id}: image at {span.start} after {len(self.kv[seq_id])}"
-        for token in placeholder_ids(span.key, span.n):
+        assert span.pos == self.next_pos(seq_id), \
+            f"slot {seq_id}: image at pos {span.pos} after {self.next_pos(seq_id)}"
+        for i, token in enumerate(placeholder_ids(span.key, span.n)):
+            self.pos[seq_id].append(span.pos if span.chunk.shared else span.pos + i)
+            self.ends[seq_id].append(span.end_pos if span.chunk.shared else span.pos + i + 1)
             self.kv[seq_id].append(token)
             self.kv_lora[seq_id].append(self.lora)
             self.cells[seq_id].append(self._next_cell)
@@ -723,6 +739,7 @@ class FakeRuntime:
     def seq_rm(self, seq_id, p0=-1, p1=-1):
         if p0 < 0:
             self.kv[seq_id] = []
+            self.pos[seq_id], self.ends[seq_id] = [], []
             self.kv_lora[seq_id] = []
             self.cells[seq_id] = []
             self.swa_lo[seq_id] = 0
@@ -730,15 +747,31 @@ class FakeRuntime:
         if self.meta.is_recurrent:
             return False
         assert p1 == -1
-        del self.kv[seq_id][p0:]
-        del self.kv_lora[seq_id][p0:]
-        del self.cells[seq_id][p0:]
+        i = self._cells_before(seq_id, p0)
+        assert i == 0 or p0 >= self.ends[seq_id][i - 1], \
+            f"slot {seq_id}: removing from pos {p0} keeps an image taking positions up to {self.ends[seq_id][i - 1]}"
+        for held in (self.kv, self.pos, self.ends, self.kv_lora, self.cells):
+            del held[seq_id][i:]
         lo = self.swa_lo[seq_id]
         if self.swa and self.kv[seq_id] and (lo is None or p0 <= lo):
             self.swa_lo[seq_id] = None  # the SWA layers held only positions >= p0
         elif not self.kv[seq_id]:
             self.swa_lo[seq_id] = 0
         return True
+
+    def put_tokens(self, seq_id, tokens):
+        """Sequence ``seq_id``'s KV now holds text ``tokens`` at positions 0.. (what a state file restores)."""
+        self.seq_rm(seq_id)
+        self.kv[seq_id] = list(tokens)
+        self.pos[seq_id] = list(range(len(tokens)))
+        self.ends[seq_id] = [p + 1 for p in self.pos[seq_id]]
+        self.kv_lora[seq_id] = [self.lora] * len(tokens)
+        self.cells[seq_id] = list(range(self._next_cell, self._next_cell + len(tokens)))
+        self._next_cell += len(tokens)
+
+    def _cells_before(self, seq_id, p0):
+        """How many of ``seq_id``'s cells hold a position below ``p0`` (positions never decrease along the cells)."""
+        return sum(1 for p in self.pos[seq_id] if p < p0)
 
     def seq_pos_min(self, seq_id):
         lo = self.swa_lo[seq_id]
@@ -751,15 +784,16 @@ class FakeRuntime:
         """The sequence's state as llama.cpp would copy it: here its tokens and SWA window, serialized."""
         assert self.kv[seq_id], "a checkpoint of an empty sequence"
         self.saved.append((seq_id, len(self.kv[seq_id])))
-        head = json.dumps([self.kv[seq_id], self.swa_lo[seq_id], self.kv_lora[seq_id]]).encode()
+        head = json.dumps([self.kv[seq_id], self.swa_lo[seq_id], self.kv_lora[seq_id], self.pos[seq_id],
+                           self.ends[seq_id]]).encode()
         return head.ljust(self.STATE_BYTES * len(self.kv[seq_id]) + len(head), b" ")
 
     def state_seq_set_data(self, seq_id, data):
-        tokens, lo, *loras = json.loads(data)
-        loras = loras[0] if loras else [[]] * len(tokens)
+        tokens, lo, loras, pos, ends = json.loads(data)
         self.seq_rm(seq_id)
         self.restored.append((seq_id, len(tokens)))
         self.kv[seq_id] = list(tokens)
+        self.pos[seq_id], self.ends[seq_id] = pos, ends
         self.kv_lora[seq_id] = [tuple(tuple(p) for p in k) for k in loras]
         self.cells[seq_id] = list(range(self._next_cell, self._next_cell + len(tokens)))
         self._next_cell += len(tokens)
@@ -772,6 +806,7 @@ class FakeRuntime:
         if n is None:
             self.copies.append((src, dst))
             self.kv[dst] = list(self.kv[src])
+            self.pos[dst], self.ends[dst] = list(self.pos[src]), list(self.ends[src])
             self.kv_lora[dst] = list(self.kv_lora[src])
             if self.meta.kv_unified:  # shared cells
                 self.cells[dst] = list(self.cells[src])
@@ -780,11 +815,12 @@ class FakeRuntime:
                 self._next_cell += len(self.kv[src])
             return
         assert self.meta.kv_unified, "llama.cpp aborts on a partial copy between streams"
-        assert 0 < n <= len(self.kv[src])
-        self.copies.append((src, dst, n))
-        self.kv[dst] = self.kv[src][:n]
-        self.kv_lora[dst] = self.kv_lora[src][:n]
-        self.cells[dst] = self.cells[src][:n]
+        assert 0 < n <= self.next_pos(src)  # positions [0, n)
+        i = self._cells_before(src, n)
+        assert i == 0 or n >= self.ends[src][i - 1], f"a copy of positions [0, {n}) cuts an image of slot {src}"
+        self.copies.append((src, dst, i))
+        for held in (self.kv, self.pos, self.ends, self.kv_lora, self.cells):
+            held[dst] = held[src][:i]
 
 
 class Clock:

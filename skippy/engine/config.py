@@ -353,6 +353,12 @@ def check_rope_scale(rope_scale: float, rope_freq_scale: float) -> None:
                          f"is rope_freq_scale 1/N): give one of them")
 
 
+def check_image_tokens(image_min_tokens: int | None, image_max_tokens: int | None) -> None:
+    """Raise ``ValueError`` when both image token bounds are set and the minimum is above the maximum."""
+    if image_min_tokens and image_max_tokens and image_min_tokens > image_max_tokens:
+        raise ValueError(f"image_min_tokens ({image_min_tokens}) is above image_max_tokens ({image_max_tokens})")
+
+
 @attrs.frozen
 class EngineConfig:
     """How to load and serve one model; every field is validated at construction.
@@ -514,6 +520,14 @@ class EngineConfig:
     mmproj_offload: bool = setting(True, check=IsBool(),
                                    help="Run the --mmproj projector on the GPU when there is one (llama-server's "
                                         "--mmproj-offload / --no-mmproj-offload).")
+    image_min_tokens: int | None = setting(None, check=IntRange(1, optional=True), metavar="N", show_default=False,
+                                           help="Fewest embeddings an image becomes, for projectors that resize "
+                                                "images to a variable grid (Qwen2-VL and later; llama-server's "
+                                                "--image-min-tokens); default: the projector's.")
+    image_max_tokens: int | None = setting(None, check=IntRange(1, optional=True), metavar="N", show_default=False,
+                                           help="Most embeddings an image becomes, for projectors that resize "
+                                                "images to a variable grid (llama-server's --image-max-tokens); "
+                                                "default: the projector's.")
     lora: tuple[tuple[str, float], ...] = setting((), check=_lora, converter=_lora_pairs, flag=False,
                                                   help="LoRA adapter GGUFs of the model with their start-up "
                                                        "scales, as (path, scale) pairs, ids from 0 in this order "
@@ -683,6 +697,7 @@ class EngineConfig:
         check_cache_types(self.cache_type_v, self.flash_attn)  # the checks across fields
         check_rope_scale(self.rope_scale, self.rope_freq_scale)
         check_reranking(self.reranking, self.pooling)
+        check_image_tokens(self.image_min_tokens, self.image_max_tokens)
 
 
 def settings_doc(cls: type) -> str:

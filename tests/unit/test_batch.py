@@ -268,3 +268,39 @@ def test_placeholder_ids_are_negative_distinct_and_the_same_for_the_same_image()
     assert ids != placeholder_ids(b, 64)
     spans = (MediaSpan(4, 10, a, MediaChunk(0, 10, 10)),)
     assert [span_start(spans, n) for n in (0, 4, 5, 13, 14, 20)] == [0, 4, 4, 4, 14, 20]
+
+
+def _mrope_image(start, n, n_pos, pos=None, key="b" * 64):
+    """An M-RoPE image (Qwen2-VL): ``n`` cells all at its first position ``pos``, ``n_pos`` positions taken."""
+    from skippy.engine.runtime.media import MediaChunk, MediaSpan, placeholder_ids
+
+    chunk = MediaChunk(0, n, n_pos, shared=True)
+    return MediaSpan(start, n, key, chunk, start if pos is None else pos), placeholder_ids(key, n)
+
+
+def test_positions_after_an_m_rope_image_are_fewer_than_its_cells():
+    from skippy.engine.runtime.media import MediaChunk, MediaSpan, position
+
+    a, _ = _mrope_image(3, 12, 4)  # cells 3..14 at position 3; the next token at 7
+    b, _ = _mrope_image(20, 6, 3, pos=12, key="c" * 64)  # 5 text tokens later: cells 20..25 at 12, next 15
+    spans = (a, b)
+    assert [position(spans, n) for n in (0, 3, 4, 14, 15, 16, 20, 21, 25, 26, 30)] == \
+        [0, 3, 3, 3, 7, 8, 12, 12, 12, 15, 19]
+    flat = (MediaSpan(3, 12, "d" * 64, MediaChunk(0, 12, 12)),)  # one position per cell: the identity
+    assert [position(flat, n) for n in range(20)] == list(range(20))
+    assert position((), 17) == 17
+
+
+def test_an_m_rope_image_is_decoded_whole_and_the_text_after_it_takes_the_positions_it_left():
+    span, ids = _mrope_image(5, 40, 8)
+    s = SeqState(rid=0, slot=0, prompt=[1] * 5 + ids + [2] * 7, max_tokens=16, media=(span,))
+    apply(plan_step([s], 16))
+    plan = plan_step([s], 16)
+    assert plan.media == ((span, 0),) and plan.advance == ((s, 40),)
+    apply(plan)
+    plan = plan_step([s], 16)  # cells 45..51 at positions 13..19
+    assert [e.pos for e in plan.entries] == list(range(13, 20)) and plan.outputs == ((s, 6),)
+    apply(plan)
+    s.pending = 9
+    plan = plan_step([s], 16)  # a generated token: cell 52, position 20
+    assert [(e.token, e.pos) for e in plan.entries] == [(9, 20)]

@@ -77,6 +77,8 @@ BEFORE = [
     ("--yarn-beta-fast N", "[env var: SKIPPY_YARN_BETA_FAST; default: -1.0]", -1.0),
     ("--mmproj FILE", "[env var: SKIPPY_MMPROJ]", None),
     ("--mmproj-offload / --no-mmproj-offload", "[env var: SKIPPY_MMPROJ_OFFLOAD; default: mmproj-offload]", True),
+    ("--image-min-tokens N", "[env var: SKIPPY_IMAGE_MIN_TOKENS; x>=1]", None),
+    ("--image-max-tokens N", "[env var: SKIPPY_IMAGE_MAX_TOKENS; x>=1]", None),
     ("--allow-image-urls", "[env var: SKIPPY_ALLOW_IMAGE_URLS]", False),
     ("--allow-private-image-urls", "[env var: SKIPPY_ALLOW_PRIVATE_IMAGE_URLS]", False),
     ("--lora FILE", "[env var: SKIPPY_LORA]", None),

@@ -53,6 +53,8 @@ ENGINE = {
     "yarn_beta_fast": ([math.inf, "32"], [-1, 32.0], None),
     "mmproj": ([3, b"x"], [None, "mmproj-model-f16.gguf"], None),
     "mmproj_offload": (["yes", 1, None], [True, False], None),
+    "image_min_tokens": ([0, -1, 1.5, "8", True], [None, 1, 1024], "x>=1"),
+    "image_max_tokens": ([0, -1, 1.5, "8", True], [None, 1, 4096], "x>=1"),
     "lora": ([[("a.gguf",)], [("", 1.0)], [("a.gguf", float("nan"))], "a.gguf", [(None, 1.0)]],
              [(), [("a.gguf", 1.0)], [("a.gguf", 1), ("b.gguf", -0.5)]], None),
     "lora_init_without_apply": (["yes", 1, None], [True, False], None),

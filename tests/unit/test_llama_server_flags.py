@@ -158,6 +158,8 @@ BAD = [
     ("-b 4 -np 8", "n_batch must be >= parallel", "n_batch"),
     ("--rope-scale 4 --rope-freq-scale 0.5", "rope_scale 4 and rope_freq_scale 0.5 disagree", "give one of them"),
     ("-ub 0", "--n-ubatch", "x>=1"),
+    ("--image-min-tokens 0", "--image-min-tokens", "x>=1"),
+    ("--image-min-tokens 64 --image-max-tokens 32", "image_min_tokens (64) is above image_max_tokens (32)", "above"),
 ]
 
 

@@ -1004,7 +1004,7 @@ def test_slot_snapshot_erase_and_adopt_for_llama_server_slot_files():
     kept = core.slot_tokens(0)
     assert kept and core.slots()[0].n_kv == len(kept) and core.slots()[0].rid is None
     assert core.erase_slot(0) == len(kept) and core.slot_tokens(0) == [] and len(core.kv_cache.prefix) == 0
-    rt.kv[0] = list(kept)  # what a restored state file put back into the KV
+    rt.put_tokens(0, kept)  # what a restored state file put back into the KV
     core.adopt_slot(0, kept)
     core.add(req(2, PROMPT + [7, 8, 9], max_tokens=2))
     out = run(rt, core)
@@ -1444,3 +1444,76 @@ def test_a_reused_prefix_that_would_end_inside_an_image_starts_at_the_image():
     core.add(req(2, prompt, max_tokens=1, media=media))
     out = run(rt, core)
     assert finish_of(out, 2).cached_tokens == 24 and rt.media_decoded == [(0, 24, 48)]
+
+
+# -- M-RoPE images (Qwen2-VL and later): an image's cells share one position and take fewer positions ---------
+# The fake runtime holds each cell's position and refuses a token, an image, a trim or a copy at any other
+# position than llama.cpp would have it at (tests/support.py FakeRuntime).
+
+def _with_mrope_image(text_before, data, n, n_pos, text_after):
+    from skippy.engine.runtime.media import MediaChunk, MediaSpan, image_key, placeholder_ids
+
+    key = image_key(data)
+    span = MediaSpan(len(text_before), n, key, MediaChunk(0, n, n_pos, shared=True))
+    return list(text_before) + placeholder_ids(key, n) + list(text_after), (span,)
+
+
+def test_text_after_an_m_rope_image_takes_the_positions_the_image_left_and_a_second_prompt_reuses_it():
+    system, question = list(range(100, 124)), list(range(300, 310))
+    prompt, media = _with_mrope_image(system, b"cat.png", 48, 7, question)
+    rt, core = make(n_seq_max=1, spec_ngram=4)
+    core.add(req(1, prompt, max_tokens=3, media=media))
+    out = run(rt, core)
+    assert rt.media_decoded == [(0, 24, 48)] and len(tokens_of(out, 1)) == 3
+    assert rt.pos[0][24:72] == [24] * 48 and rt.pos[0][72:82] == list(range(31, 41))  # after it: 24 + 7
+    again, media2 = _with_mrope_image(system, b"cat.png", 48, 7, list(range(400, 412)))
+    core.add(req(2, again, max_tokens=3, media=media2))
+    out = run(rt, core)
+    assert finish_of(out, 2).cached_tokens == 72 and len(rt.media_decoded) == 1  # the image's KV reused
+    assert rt.pos[0][72:84] == list(range(31, 43))
+    other, media3 = _with_mrope_image(system, b"dog.png", 48, 7, question)
+    core.add(req(3, other, max_tokens=3, media=media3))
+    out = run(rt, core)
+    assert finish_of(out, 3).cached_tokens == 24 and rt.media_decoded[-1] == (0, 24, 48)
+
+
+def test_a_reused_prefix_ending_inside_an_m_rope_image_starts_at_the_image():
+    prompt, media = _with_mrope_image(list(range(100, 124)), b"cat.png", 48, 6, [7, 8])
+    rt, core = make(n_seq_max=1)
+    core.add(req(1, prompt[:60] + [9] * 10, max_tokens=1))  # a text prompt sharing 60 ids, 36 of the image's
+    run(rt, core)
+    core.add(req(2, prompt, max_tokens=1, media=media))
+    out = run(rt, core)
+    assert finish_of(out, 2).cached_tokens == 24 and rt.media_decoded == [(0, 24, 48)]
+    assert rt.pos[0][72:] == [30, 31]  # the 2 question tokens: 24 + 6 on
+
+
+def test_two_m_rope_images_and_their_positions_through_the_prompt_cache_and_a_unified_copy():
+    from skippy.engine.runtime.media import MediaChunk, MediaSpan, image_key, placeholder_ids
+
+    def prompt_with(tail):
+        k1, k2 = image_key(b"one"), image_key(b"two")
+        spans = (MediaSpan(10, 12, k1, MediaChunk(0, 12, 4, shared=True), 10),
+                 MediaSpan(25, 20, k2, MediaChunk(0, 20, 5, shared=True), 17))  # 10 + 4 + 3 text
+        return ([1] + list(range(100, 109)) + placeholder_ids(k1, 12) + [5, 6, 7] + placeholder_ids(k2, 20)
+                + list(range(200, 220)) + tail), spans
+
+    a, media_a = prompt_with([30, 31, 32, 33])
+    b, media_b = prompt_with([40, 41, 42, 43, 44, 45])
+    rt, core = make(n_seq_max=1, prompt_cache=None)
+    core.add(req(1, a, max_tokens=2, media=media_a))
+    run(rt, core)
+    assert rt.pos[0][45:49] == [22, 23, 24, 25]  # 17 + 5 after the second image
+    core.add(req(2, b[:10] + [1] * 40, max_tokens=2))  # text only, shares 10 tokens: a's state goes to host memory
+    run(rt, core)
+    core.add(req(3, b, max_tokens=2, media=media_b))  # restored from the prompt cache, trimmed to what b shares
+    out = run(rt, core)
+    assert rt.restored and finish_of(out, 3).cached_tokens == 65
+    assert rt.pos[0][65:71] == list(range(42, 48))
+    rt, core = make(n_seq_max=2, unified=True)
+    core.add(req(1, a, max_tokens=2, media=media_a))
+    run(rt, core)
+    core.add(req(2, b, max_tokens=2, media=media_b))
+    out = run(rt, core)
+    assert rt.copies == [(0, 1, 65)] and finish_of(out, 2).cached_tokens == 65  # positions [0, 42): 65 cells
+    assert rt.pos[1][65:71] == list(range(42, 48))

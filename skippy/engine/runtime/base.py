@@ -245,7 +245,8 @@ class Runtime(Protocol):
         ...
 
     def decode_media(self, span: MediaSpan, seq_id: int) -> None:
-        """Put the image of ``span`` in sequence ``seq_id``'s KV cache at its positions (a runtime with
+        """Put the image of ``span`` in sequence ``seq_id``'s KV cache from its first position ``span.pos``
+        (:func:`~skippy.engine.runtime.media.position`: M-RoPE images take fewer positions than cells; a runtime with
         ``meta.vision``); the logits of the last decode are gone after it. Raises ``RuntimeError``."""
         ...
 

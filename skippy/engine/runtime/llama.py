@@ -204,7 +204,8 @@ class LlamaRuntime(DecodeMixin, SamplerMixin, KVStateMixin, LoraMixin):
             try:
                 self.media = Projector(config.mmproj, self._model, use_gpu=config.mmproj_offload,
                                        n_threads=config.n_threads or os.cpu_count() or 1,
-                                       verbose=config.verbose)
+                                       verbose=config.verbose, image_min_tokens=config.image_min_tokens,
+                                       image_max_tokens=config.image_max_tokens)
             except RuntimeError:
                 self.close()
                 raise
@@ -332,12 +333,12 @@ class LlamaRuntime(DecodeMixin, SamplerMixin, KVStateMixin, LoraMixin):
         return None
 
     def decode_media(self, span: MediaSpan, seq_id: int) -> None:
-        """Put the image of ``span`` in sequence ``seq_id``'s KV cache at its positions (the projector's
-        encoder, then a ``llama_decode`` of its embeddings: :meth:`Projector.decode`). Decode thread only;
-        raises ``RuntimeError`` when no projector is loaded or libmtmd fails."""
+        """Put the image of ``span`` in sequence ``seq_id``'s KV cache from its first position ``span.pos``
+        (the projector's encoder, then a ``llama_decode`` of its embeddings: :meth:`Projector.decode`). Decode
+        thread only; raises ``RuntimeError`` when no projector is loaded or libmtmd fails."""
         if self.media is None:
             raise RuntimeError("an image in a prompt, but no --mmproj projector is loaded")
-        self.media.decode(self._ctx, span.chunk, span.start, seq_id, self._n_batch)
+        self.media.decode(self._ctx, span.chunk, span.pos, seq_id, self._n_batch)
         self._outputs, self._rows = [], {}
 
     def close(self) -> None:

@@ -12,9 +12,15 @@ at a time); only the decode thread turns a span into KV (:meth:`Projector.decode
 the embeddings, libmtmd's ``mtmd_helper_decode_image_chunk``).
 
 Formats are what libmtmd's ``mtmd_helper_bitmap_init_from_buf`` decodes (stb_image: PNG, JPEG, BMP,
-GIF's first frame, PSD, TGA, HDR, PIC, PNM); anything else is a ``ValueError``. Models whose projector
-uses M-RoPE positions (Qwen2-VL and later: an image takes fewer positions than tokens) are refused at
-load for now: a span here is one position per token.
+GIF's first frame, PSD, TGA, HDR, PIC, PNM); anything else is a ``ValueError``.
+
+**Positions.** A prompt index counts KV cells (one per token, one per image embedding); a KV position
+is what llama.cpp attends by. They are the same except after an image of an M-RoPE model (Qwen2-VL and
+later: libmtmd's ``MTMD_POS_TYPE_MROPE``), whose embeddings all sit at the image's first position
+(2-D positions inside it) and which advances the position by ``max(nx, ny)`` of its grid
+(``mtmd_image_tokens_get_n_pos``), fewer than its embeddings. Each span records its first position and
+how many positions it takes; :func:`position` maps a prompt index to its KV position, as llama-server's
+``server_tokens::pos_next`` does, and everything that decodes, trims or copies KV goes through it.
 """
 
 from __future__ import annotations
@@ -51,12 +57,16 @@ def is_placeholder(token: int) -> bool:
 class MediaChunk:
     """One image, preprocessed and tokenized by libmtmd (an owned ``mtmd_input_chunk``), and its encoder
     output once :meth:`Projector.image` encoded it (``embd``: float32, ``n_tokens`` x the model's input
-    width; ``None``: not encoded, the decode encodes it). Freed when the last reference goes."""
+    width; ``None``: not encoded, the decode encodes it). ``n_pos``: the KV positions it takes
+    (``n_tokens``, or fewer with M-RoPE); ``shared``: its embeddings' KV cells all hold its first position
+    (M-RoPE), else one position each, in order. Freed when the last reference goes."""
 
-    def __init__(self, ptr: int, n_tokens: int, n_pos: int, embd: np.ndarray | None = None) -> None:
+    def __init__(self, ptr: int, n_tokens: int, n_pos: int, embd: np.ndarray | None = None, *,
+                 shared: bool = False) -> None:
         self.ptr = ptr
         self.n_tokens = n_tokens
         self.n_pos = n_pos
+        self.shared = shared
         self.embd = embd
 
     def __del__(self) -> None:
@@ -70,16 +80,27 @@ class MediaChunk:
 @attrs.frozen
 class MediaSpan:
     """One image in a prompt: its placeholder ids are ``prompt[start:start + n]``; ``key`` the SHA-256 of
-    its bytes (hex); ``chunk`` what :meth:`Projector.decode` encodes and decodes there."""
+    its bytes (hex); ``chunk`` what :meth:`Projector.decode` encodes and decodes there; ``pos`` its first
+    KV position (``start`` unless an earlier image took fewer positions than embeddings)."""
 
     start: int
     n: int
     key: str
     chunk: MediaChunk = attrs.field(eq=False, repr=False)
+    pos: int = attrs.field(default=attrs.Factory(lambda self: self.start, takes_self=True))
 
     @property
     def end(self) -> int:
         return self.start + self.n
+
+    @property
+    def n_pos(self) -> int:
+        """The KV positions the image takes: the next token's position is ``pos + n_pos``."""
+        return self.chunk.n_pos
+
+    @property
+    def end_pos(self) -> int:
+        return self.pos + self.chunk.n_pos
 
 
 @attrs.frozen
@@ -100,16 +121,33 @@ def span_start(spans: Sequence[MediaSpan], n: int) -> int:
     return n
 
 
+def position(spans: Sequence[MediaSpan], n: int) -> int:
+    """The KV position of prompt index ``n`` (a token's, or the next one's when ``n`` is the prompt's
+    length) in a prompt whose images are ``spans`` (in order): ``n`` itself unless an earlier image takes
+    fewer positions than embeddings (M-RoPE). Inside an image, the position of its ``n``-th embedding's
+    cell, so removing the KV from there on (``llama_memory_seq_rm``) removes the image from that cell: the
+    whole image when its cells share one position."""
+    shift = 0
+    for span in spans:
+        if n <= span.start:
+            break
+        if n < span.end:
+            return span.pos if span.chunk.shared else span.pos + (n - span.start)
+        shift = span.end - span.end_pos
+    return n - shift
+
+
 class Projector:
     """A loaded ``--mmproj`` projector (an ``mtmd_context``) over the text model ``model`` (a
     ``llama_model *``). Raises ``RuntimeError`` when libmtmd cannot load ``path`` or the projector is
-    one this runtime does not drive yet (no image input, or M-RoPE positions).
+    one this runtime does not drive yet (no image input: audio only).
 
     ``tokenize`` may run on any thread (image decoding and preprocessing happen there, as in
     llama-server's HTTP threads); ``decode`` only on the thread that owns the llama.cpp context.
     """
 
-    def __init__(self, path: str, model: int, *, use_gpu: bool, n_threads: int, verbose: bool = False) -> None:
+    def __init__(self, path: str, model: int, *, use_gpu: bool, n_threads: int, verbose: bool = False,
+                 image_min_tokens: int | None = None, image_max_tokens: int | None = None) -> None:
         from llama_cpp import mtmd_cpp
 
         from skippy.engine.runtime.load import _llama_log
@@ -120,6 +158,8 @@ class Projector:
         params.n_threads = n_threads
         params.print_timings = verbose
         params.warmup = False
+        params.image_min_tokens = image_min_tokens or -1  # -1: the projector's own (dynamic-resolution models)
+        params.image_max_tokens = image_max_tokens or -1
         self._ctx = mtmd_cpp.mtmd_init_from_file(path.encode(), model, params)
         if not self._ctx:
             raise RuntimeError(f"llama.cpp's libmtmd could not load the projector {path!r} (--mmproj)")
@@ -134,10 +174,8 @@ class Projector:
             self.close()
             raise RuntimeError(f"--mmproj {path}: the projector has no image encoder (audio input is not "
                                "supported yet)")
-        if mtmd_cpp.mtmd_decode_use_mrope(self._ctx):
-            self.close()
-            raise RuntimeError(f"--mmproj {path}: the projector uses M-RoPE positions (Qwen2-VL and later), "
-                               "which skippy does not drive yet")
+        #: the model takes M-RoPE positions (Qwen2-VL and later): an image's cells share one position
+        self.mrope = bool(mtmd_cpp.mtmd_decode_use_mrope(self._ctx))
 
     def close(self) -> None:
         if self._ctx:
@@ -176,9 +214,10 @@ class Projector:
                     ids = mtmd_cpp.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(n))
                     out.append(([int(ids[j]) for j in range(n.value)], None))
                 elif kind == mtmd_cpp.MTMD_INPUT_CHUNK_TYPE_IMAGE:
-                    own = MediaChunk(mtmd_cpp.mtmd_input_chunk_copy(chunk),
-                                     int(mtmd_cpp.mtmd_input_chunk_get_n_tokens(chunk)),
-                                     int(mtmd_cpp.mtmd_input_chunk_get_n_pos(chunk)))
+                    n_tokens = int(mtmd_cpp.mtmd_input_chunk_get_n_tokens(chunk))
+                    n_pos = int(mtmd_cpp.mtmd_input_chunk_get_n_pos(chunk))
+                    own = MediaChunk(mtmd_cpp.mtmd_input_chunk_copy(chunk), n_tokens, n_pos,
+                                     shared=self._shared(chunk, n_tokens, n_pos))
                     if encode:  # not for a request that only counts its tokens
                         own.embd = self._encode(own)
                     out.append(([], own))
@@ -188,6 +227,23 @@ class Projector:
         finally:
             mtmd_cpp.mtmd_input_chunks_free(chunks)
             mtmd_cpp.mtmd_bitmap_free(bitmap)
+
+    def _shared(self, chunk: int, n_tokens: int, n_pos: int) -> bool:
+        """Whether the image ``chunk``'s KV cells all hold its first position (libmtmd's decoder positions:
+        M-RoPE's temporal position is the image's first for every embedding) rather than one position
+        each in order (every other layout, HunyuanVL's M-RoPE included). Raises ``ValueError`` for a layout
+        that is neither, which the position bookkeeping (:func:`position`) cannot follow."""
+        from llama_cpp import mtmd_cpp
+
+        if not self.mrope:
+            return False
+        tokens = mtmd_cpp.mtmd_input_chunk_get_tokens_image(chunk)
+        t = [int(mtmd_cpp.mtmd_image_tokens_get_decoder_pos(tokens, 0, i).t) for i in range(n_tokens)]
+        if not any(t) and n_pos >= 1:
+            return True
+        if t == list(range(n_tokens)) and n_pos == n_tokens:
+            return False
+        raise ValueError("libmtmd lays out this image's positions in a way skippy does not follow")
 
     def _encode(self, chunk: MediaChunk) -> np.ndarray:
         """The image encoder's output for ``chunk`` (``mtmd_encode_chunk``), copied out: run here, on the
@@ -237,13 +293,15 @@ def tokenize_with_images(projector: Projector, text_tokens: Sequence[list[int]],
         raise ValueError(f"{len(images)} images for {len(text_tokens) - 1} markers")
     tokens: list[int] = list(text_tokens[0])
     spans: list[MediaSpan] = []
+    shift = 0  # prompt index - KV position after the images so far
     for data, after in zip(images, text_tokens[1:], strict=True):
         key = image_key(data)
         for ids, chunk in projector.image(data, key, encode):
             if chunk is None:
                 tokens.extend(ids)
                 continue
-            spans.append(MediaSpan(len(tokens), chunk.n_tokens, key, chunk))
+            spans.append(MediaSpan(len(tokens), chunk.n_tokens, key, chunk, len(tokens) - shift))
+            shift += chunk.n_tokens - chunk.n_pos
             tokens.extend(placeholder_ids(key, chunk.n_tokens))
         tokens.extend(after)
     return MediaPrompt(tokens, tuple(spans))

@@ -178,6 +178,8 @@ class RuntimeConfig:
     yarn_beta_fast: float = -1.0
     mmproj: str | None = None
     mmproj_offload: bool = True
+    image_min_tokens: int | None = None
+    image_max_tokens: int | None = None
     lora: tuple[str, ...] = attrs.field(default=(), converter=_strs)
 
     def __attrs_post_init__(self) -> None:
@@ -217,6 +219,7 @@ class RuntimeConfig:
                    yarn_orig_ctx=config.yarn_orig_ctx, yarn_ext_factor=config.yarn_ext_factor,
                    yarn_attn_factor=config.yarn_attn_factor, yarn_beta_slow=config.yarn_beta_slow,
                    yarn_beta_fast=config.yarn_beta_fast, mmproj=config.mmproj, mmproj_offload=config.mmproj_offload,
+                   image_min_tokens=config.image_min_tokens, image_max_tokens=config.image_max_tokens,
                    lora=tuple(path for path, _ in config.lora),
                    n_ctx_seq=config.n_ctx, n_seq_max=config.parallel, n_batch=config.n_batch,
                    n_threads=config.threads, flash_attn=config.flash_attn, type_k=config.cache_type_k,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import attrs
 
 from skippy.engine.runtime.base import BatchEntry
-from skippy.engine.runtime.media import MediaSpan
+from skippy.engine.runtime.media import MediaSpan, position
 
 
 @attrs.define(eq=False)
@@ -29,6 +29,8 @@ class SeqState:
     prefill stops for a step so the scheduler can save a context checkpoint there (0: none).
     ``media``: the prompt's images (:class:`~skippy.engine.runtime.media.MediaSpan`); a prefill chunk
     never crosses an image's start, and an image is prefilled whole, alone in its sequence's chunk.
+    ``n_past`` and every index here count KV cells; :meth:`pos` gives the KV position of one (the same
+    number unless an M-RoPE image before it took fewer positions than cells).
     """
 
     rid: int
@@ -45,6 +47,10 @@ class SeqState:
     @property
     def prefilling(self) -> bool:
         return self.n_past < len(self.prompt)
+
+    def pos(self, i: int) -> int:
+        """The KV position of this sequence's ``i``-th cell (a prompt index, or past the prompt a generated one)."""
+        return position(self.media, i) if self.media else i
 
     @property
     def image(self) -> MediaSpan | None:
@@ -180,18 +186,18 @@ def plan_step(seqs: list[SeqState], budget: int) -> BatchPlan | None:
         if s.prefilling and (image := s.image) is not None:  # decoded whole before the batch; a prompt
             media.append((image, s.slot))                       # never ends with one (no logits there)
             continue
+        at = s.pos(s.n_past)  # a chunk holds no image: its positions follow one another
         if not s.prefilling:  # generating: its last sampled token, then its draft
             outputs.append((s, len(entries)))
-            entries.append(BatchEntry(s.pending, s.n_past, s.slot, True))  # type: ignore[arg-type]
+            entries.append(BatchEntry(s.pending, at, s.slot, True))  # type: ignore[arg-type]
             if s.draft:
                 s.draft = s.draft[:max(left, 0)]
                 left -= len(s.draft)
-                entries.extend(BatchEntry(t, s.n_past + 1 + i, s.slot, True) for i, t in enumerate(s.draft))
+                entries.extend(BatchEntry(t, at + 1 + i, s.slot, True) for i, t in enumerate(s.draft))
             continue
         last = s.n_past + n == len(s.prompt)
         for i in range(n):
-            pos = s.n_past + i
-            entries.append(BatchEntry(s.prompt[pos], pos, s.slot, last and i == n - 1))
+            entries.append(BatchEntry(s.prompt[s.n_past + i], at + i, s.slot, last and i == n - 1))
         if last:
             outputs.append((s, len(entries) - 1))
     return BatchPlan(tuple(entries), tuple(outputs), tuple(take), tuple(media))

@@ -122,7 +122,6 @@ from skippy.engine.hooks.policy import Inject, Outcome, Stop
 from skippy.engine.hooks.signals import GenerationSignals, PrefillSignals, SignalWindow
 from skippy.engine.lora import NO_LORA, LoraSet
 from skippy.engine.runtime.base import Runtime
-from skippy.engine.runtime.media import span_start
 from skippy.engine.sampling.vector import SeqSampler
 from skippy.engine.scheduling.batch import BatchPlan, SeqState, plan_step
 from skippy.engine.scheduling.budget import BudgetState
@@ -387,16 +386,19 @@ class SchedulerCore:
 
     def _scores(self, batch: BatchPlan) -> tuple[BatchPlan, tuple[ScoreTask, ...]]:
         """Ask for the logits of every prompt position of the sequences with ``prompt_logprobs``."""
-        scoring = {kv.slot: self._running[kv.rid].request for kv, _ in batch.advance
+        scoring = {kv.slot: (self._running[kv.rid].request, kv.n_past) for kv, _ in batch.advance
                    if self._running[kv.rid].request.prompt_logprobs is not None}
         if not scoring:
             return batch, ()
         entries, scores = list(batch.entries), []
-        for i, e in enumerate(entries):
-            req = scoring.get(e.seq_id)
-            if req is not None and e.pos < len(req.prompt) - 1:
+        for i, e in enumerate(entries):  # a sequence's entries are its prompt from n_past on, in order
+            if (got := scoring.get(e.seq_id)) is None:
+                continue
+            req, at = got
+            scoring[e.seq_id] = req, at + 1
+            if at < len(req.prompt) - 1 and req.prompt[at + 1] >= 0:  # no score for an image's placeholder
                 entries[i] = attrs.evolve(e, logits=True)
-                scores.append(ScoreTask(req.rid, i, req.prompt[e.pos + 1], req.prompt_logprobs or 0))
+                scores.append(ScoreTask(req.rid, i, req.prompt[at + 1], req.prompt_logprobs or 0))
         return attrs.evolve(batch, entries=tuple(entries)), tuple(scores)
 
     def update(self, step: StepPlan, result: StepResult) -> list[Output]:
@@ -585,13 +587,7 @@ class SchedulerCore:
                 if len(deferred) >= self.n_slots:
                     break
                 continue
-            slot, n_cached = got
-            if req.media and (start := span_start(req.media, n_cached)) < n_cached:
-                # a reused prefix never ends inside an image (cut by min_tail, say): it is decoded whole
-                if not self.runtime.seq_rm(slot, start, -1):
-                    self.runtime.seq_rm(slot, 0, -1)
-                    start = 0
-                n_cached = start
+            slot, n_cached = got  # never inside an image (KVCacheManager.allocate): it is decoded whole
             try:
                 seq.sampler = self.runtime.new_sampler(req.params)
             except ValueError as exc:
@@ -678,7 +674,7 @@ class SchedulerCore:
             if seq.phase is not Phase.DECODING:
                 break
         if seq.phase is not Phase.FINISHED:  # a finish trimmed the KV already
-            self.kv_cache.trim(kv.slot, kv.n_past)
+            self.kv_cache.trim(kv.slot, kv.n_past, kv.media)
         return outputs
 
     def _on_run(self, seq: RequestState, events: tuple[TokenEvent, ...]) -> list[Output]:
@@ -779,7 +775,7 @@ class SchedulerCore:
             n_keep = seq.n_prefilled
             worth = reason != "error" and n_keep >= seq.request.min_reuse
             self.kv_cache.release(kv.slot, kv.prompt, n_keep if worth else None, seq.request.cache_key,
-                                  seq.request.lora)
+                                  seq.request.lora, kv.media)
         return seq.rid, event
 
 

@@ -13,6 +13,14 @@ Every KV it hands out or keeps is tagged with the LoRA adapter set it was comput
 prompt-cache states serve only prompts of the same set (the same tokens under other adapters have other
 KV values), and the heuristics that weigh what a waiting request or another sequence keeps of an entry
 count only sequences of the entry's set.
+
+Every count here is of KV cells (prompt indexes); a call that removes or copies KV from a prompt index
+on converts it to the KV position there with the prompt's images (``SeqRequest.media``,
+:func:`~skippy.engine.runtime.media.position`: after an M-RoPE image the position is smaller), and a
+reused prefix never ends inside an image (:func:`~skippy.engine.runtime.media.span_start`: an image's
+embeddings are decoded whole). The images of a prefix are the same in every prompt that shares it (the
+same placeholder ids are the same image bytes), so the new request's spans give the positions of the KV
+it reuses.
 """
 
 from __future__ import annotations
@@ -22,8 +30,11 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import attrs
+
 from skippy.engine.lora import NO_LORA, LoraSet
 from skippy.engine.runtime.base import Runtime
+from skippy.engine.runtime.media import MediaSpan, position, span_start
 from skippy.engine.scheduling.checkpoint import CheckpointStore
 from skippy.engine.scheduling.config import SchedulerConfig
 from skippy.engine.scheduling.events import SchedulerCounters, SeqRequest
@@ -136,14 +147,17 @@ class KVCacheManager:
         next ``n_seq_max`` of them claim the entries they could reuse: :meth:`_claims`).
         """
         match = None
-        lora = req.lora
+        lora, media = req.lora, req.media
         claim = self._claims(waiting) if self.prefix_cache and len(self.prefix) else None
         if self.prefix_cache and req.cache_prompt:
             if self._share_later(req.prompt, req.min_reuse, lora):  # copy the prefix once the running prefill holds it
                 return None
+            keeps = (lambda slot, n: self._swa_keeps(slot, position(media, n))) if self.swa_check else None
             match = self.prefix.best(req.prompt, ((s.kv.slot, s.kv.prompt, s.n_prefilled)  # type: ignore[union-attr]
                                                   for s in self._running.values() if s.request.lora == lora),
-                                     req.min_reuse, self._swa_keeps if self.swa_check else None, claim, lora)
+                                     req.min_reuse, keeps, claim, lora)
+            if match is not None and media and (n := span_start(media, match.n)) < match.n:
+                match = attrs.evolve(match, n=n) if n else None  # the image is decoded whole
         ckpt = None
         if req.cache_prompt and (self.prefix_cache or self.checkpoints is not None):
             self._counters.prefix_queries += 1
@@ -155,29 +169,35 @@ class KVCacheManager:
             found = self.prompt_cache.best_prefix(req.prompt, len(req.prompt) - self.min_tail,
                                                   max(req.min_reuse, MIN_REUSE), lora)
             ckpt, n_ckpt = found if found is not None else (None, 0)
-        if ckpt is not None and match is not None and match.n >= n_ckpt:
+        if ckpt is not None and media:
+            n_ckpt = span_start(media, n_ckpt)
+        if ckpt is not None and (not n_ckpt or match is not None and match.n >= n_ckpt):
             ckpt = None
         if ckpt is not None:
-            return self._restore(ckpt, req.cache_key, claim, n_ckpt, req.prompt, lora)
-        return self._take_slot(match, req.cache_key, claim, req.prompt, lora)
+            return self._restore(ckpt, req.cache_key, claim, n_ckpt, req.prompt, lora, media)
+        return self._take_slot(match, req.cache_key, claim, req.prompt, lora, media)
 
     def release(self, slot: int, prompt: list[int] | None = None, n_keep: int | None = None,
-                key: str | None = None, lora: LoraSet = NO_LORA) -> None:
-        """A sequence leaves ``slot``: its first ``n_keep`` ``prompt`` tokens stay resident for later prompts
+                key: str | None = None, lora: LoraSet = NO_LORA, media: Sequence[MediaSpan] = ()) -> None:
+        """A sequence leaves ``slot``: its first ``n_keep`` ``prompt`` tokens (whose images are ``media``; cut
+        back to an image's start when ``n_keep`` falls inside it) stay resident for later prompts
         of its LoRA set ``lora`` (in ``key``'s eviction group) when the prefix cache is on, the trim succeeds and, on a
         sliding-window cache, the trimmed KV still serves them; else (or with ``n_keep`` ``None``) the
         slot's KV is cleared and the slot is free."""
-        if (n_keep is not None and prompt is not None and self.prefix_cache and self.runtime.seq_rm(slot, n_keep, -1)
-                and (not self.swa_check or self._swa_keeps(slot, n_keep))):
+        if n_keep is not None and media:
+            n_keep = span_start(media, n_keep) or None
+        at = position(media, n_keep) if n_keep is not None else -1
+        if (n_keep is not None and prompt is not None and self.prefix_cache and self.runtime.seq_rm(slot, at, -1)
+                and (not self.swa_check or self._swa_keeps(slot, at))):
             self.prefix.keep(slot, prompt[:n_keep], key, lora)  # KV stays for later prompts
         else:
             self.runtime.seq_rm(slot)
             self._free_slots.add(slot)
 
-    def trim(self, slot: int, n: int) -> None:
-        """Remove the running sequence in ``slot``'s KV past its first ``n`` positions (a draft's
-        rejected tokens)."""
-        self.runtime.seq_rm(slot, n, -1)
+    def trim(self, slot: int, n: int, media: Sequence[MediaSpan] = ()) -> None:
+        """Remove the running sequence in ``slot``'s KV past its first ``n`` cells (a draft's rejected
+        tokens; ``media``: its prompt's images)."""
+        self.runtime.seq_rm(slot, position(media, n), -1)
 
     def checkpoint_at(self, req: SeqRequest, n_cached: int) -> int:
         """Where to save ``req``'s context checkpoint (0: nowhere): its boundary, when checkpoints are on,
@@ -247,16 +267,18 @@ class KVCacheManager:
 
     # -- the rules -----------------------------------------------------------------
     def _restore(self, ckpt: Any, key: str | None, claim: Callable[[int], int] | None = None,
-                 n: int | None = None, prompt: Sequence[int] = (), lora: LoraSet = NO_LORA) -> tuple[int, int]:
+                 n: int | None = None, prompt: Sequence[int] = (), lora: LoraSet = NO_LORA,
+                 media: Sequence[MediaSpan] = ()) -> tuple[int, int]:
         """A slot (free, else the least recently used entry's) with checkpoint ``ckpt``'s state restored, and
         the prompt tokens it holds (0 when the runtime refuses the state: the slot is then empty). ``n``: keep
-        only the first ``n`` positions (a prompt-cache state, trimmed to the prefix the prompt shares)."""
+        only the first ``n`` cells (a prompt-cache state, trimmed to the prefix the prompt, whose images are
+        ``media``, shares)."""
         slot = self._pop_free_slot() if self._free_slots else self._evict(key, claim, prompt, lora)
         if not self.runtime.state_seq_set_data(slot, ckpt.data):
             log.warning("context checkpoint of %d tokens could not be restored into slot %d", ckpt.n, slot)
             return slot, 0
         n = ckpt.n if n is None else n
-        if n < ckpt.n and not self.runtime.seq_rm(slot, n, -1):
+        if n < ckpt.n and not self.runtime.seq_rm(slot, position(media, n), -1):
             self.runtime.seq_rm(slot)
             return slot, 0
         self.states.touch(ckpt)  # type: ignore[union-attr]
@@ -364,8 +386,10 @@ class KVCacheManager:
         return max((common_prefix_len(tokens, t) for t in others), default=0)
 
     def _take_slot(self, match: Match | None, key: str | None = None, claim: Callable[[int], int] | None = None,
-                   prompt: Sequence[int] = (), lora: LoraSet = NO_LORA) -> tuple[int, int]:
-        """A slot for a new sequence and how many of its prompt tokens are already in its KV.
+                   prompt: Sequence[int] = (), lora: LoraSet = NO_LORA,
+                   media: Sequence[MediaSpan] = ()) -> tuple[int, int]:
+        """A slot for a new sequence (whose prompt's images are ``media``) and how many of its prompt tokens
+        are already in its KV.
 
         A running match is copied into a free slot (:meth:`Runtime.seq_cp`), a resident one is
         reused in place unless :meth:`_in_place` says a copy pays. With one KV stream per
@@ -390,10 +414,11 @@ class KVCacheManager:
         if match is None:
             return (self._pop_free_slot() if self._free_slots else self._evict(key, claim, prompt, lora)), 0
         n = match.n
+        at = position(media, n)
         if not match.resident or (self._free_slots and not self._in_place(match, claim)):  # copy, keep the source
             slot = self._pop_free_slot() if self._free_slots else self._evict(key, claim, prompt, lora)
             if rt.meta.kv_unified:  # the prefix only: shared cells, nothing to trim
-                rt.seq_cp(match.slot, slot, n)
+                rt.seq_cp(match.slot, slot, at)
                 if match.resident:
                     self.prefix.touch(match.slot)
                 return slot, n
@@ -404,7 +429,7 @@ class KVCacheManager:
             slot = match.slot
             self._save_prompt(slot, n)
             self.prefix.take(slot)
-        if not rt.seq_rm(slot, n, -1):  # cannot trim: start cold
+        if not rt.seq_rm(slot, at, -1):  # cannot trim: start cold
             rt.seq_rm(slot)
             n = 0
         return slot, n
