@@ -134,3 +134,20 @@ def test_image_min_tokens_grows_the_grid_of_a_small_image(pair, server: Server, 
         assert "image_min_tokens (64) is above image_max_tokens (32)" in bad.log()
     finally:
         bad.stop()
+
+
+def test_image_and_text_requests_at_once_each_get_their_solo_first_token(server: Server) -> None:
+    """Six requests at once on two slots (three with images of two grids, three text only): llama.cpp takes every
+    batch (it refuses a token at a position that does not follow its sequence's KV) and each first token is the
+    one the request gets alone, within batched kernels' rounding."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    asks = [messages(RED, text="One?"), messages(WIDE, text="Two?"), messages(RED, WIDE, text="Three?"),
+            [{"role": "user", "content": "Four?"}], [{"role": "user", "content": "Five?"}],
+            [{"role": "user", "content": "Six?"}]]
+    solo = [first_top(server.base_url, m, cache_prompt=False)[0] for m in asks]
+    with ThreadPoolExecutor(len(asks)) as pool:
+        together = list(pool.map(lambda m: first_top(server.base_url, m, cache_prompt=False)[0], asks))
+    for alone, at_once in zip(solo, together, strict=True):
+        assert at_once[0][0] == alone[0][0] or alone[0][1] - alone[1][1] < NEAR_TIE
+        assert at_once[0][1] == pytest.approx(alone[0][1], abs=2e-2)
