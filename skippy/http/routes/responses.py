@@ -64,7 +64,7 @@ class _ResponseStream:
         self.ended = False
         self.cancel_requested = False
         self._reading: trio.CancelScope | None = None
-        app.running[turn.id] = self.cancel
+        app.running.add(turn.id, self.cancel)
 
     def __aiter__(self) -> _ResponseStream:
         return self
@@ -104,12 +104,14 @@ class _ResponseStream:
 
     async def _end(self) -> None:
         self.ended = True
-        self.app.running.pop(self.turn.id, None)
-        if self.turn.request.store and self.events.final is not None:
-            await self.app.responses.put(self.turn.stored(self.events.final))
+        try:
+            if self.turn.request.store and self.events.final is not None:
+                await self.app.responses.put(self.turn.stored(self.events.final))
+        finally:
+            self.app.running.done(self.turn.id)  # stored: a cancel waiting for it reads the end
 
     async def aclose(self) -> None:
-        self.app.running.pop(self.turn.id, None)
+        self.app.running.done(self.turn.id)
         await self.chunks.aclose()
 
 
@@ -187,7 +189,7 @@ async def _start_background(app: Shared, eng: Any, turn: rapi.Turn) -> Response:
     if leases is not None:
         leases.clear()
     scope = trio.CancelScope()
-    app.running[turn.id] = scope.cancel
+    app.running.add(turn.id, scope.cancel)
     current_app.add_background_task(_run_background, app, eng, turn, scope, held)
     return json_response(queued)
 
@@ -219,12 +221,12 @@ async def _run_background(app: Shared, eng: Any, turn: rapi.Turn, scope: trio.Ca
             code="server_error", message="the server shut down before this background response finished"))
         raise
     finally:
-        app.running.pop(turn.id, None)
         for lease in held:
             lease.release()
         with trio.CancelScope(shield=True):
             if response is not None:
                 await _store_end(app, turn, response)
+        app.running.done(turn.id)  # after the store: a cancel or delete waiting for it sees the end
 
 
 async def _store_end(app: Shared, turn: rapi.Turn, response: rwire.ResponseObject) -> None:
@@ -267,22 +269,9 @@ async def responses_get(response_id: str) -> Response:
 async def responses_delete(response_id: str) -> Response:
     """``DELETE /v1/responses/{id}``: forget it; a response still generated on this server is stopped first."""
     app = shared()
-    await _stop(app, response_id)
+    await app.running.stop(response_id)
     await app.responses.delete(response_id)
     return json_response(rwire.ResponseDeleted(id=response_id))
-
-
-async def _stop(app: Shared, response_id: str) -> bool:
-    """Cancel a response generated on this server and wait (up to 5 s) for it to store its cancelled end;
-    ``False`` when none with that id runs here."""
-    cancel = app.running.get(response_id)
-    if cancel is None:
-        return False
-    cancel()
-    with trio.move_on_after(5):
-        while response_id in app.running:
-            await trio.sleep(0.01)
-    return True
 
 
 def _int_arg(name: str, default: int) -> int:
@@ -317,7 +306,7 @@ async def responses_cancel(response_id: str) -> Response:
     ``failed``) is a 400 naming its status; an unknown id a 404.
     """
     app = shared()
-    if await _stop(app, response_id):  # the generation stored its cancelled end: return that
+    if await app.running.stop(response_id):  # the generation stored its cancelled end: return that
         return json_response((await app.responses.get(response_id, param="response_id")).response)
     stored = _settled(app, await app.responses.get(response_id, param="response_id"))
     status = stored.response.status
