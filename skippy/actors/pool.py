@@ -295,7 +295,8 @@ class ModelPool:
             lease.release()
 
     def unload(self, name: str) -> None:
-        """Unload ``name`` once its running requests end (no-op unless it is loaded)."""
+        """Unload ``name`` once its running requests end; a model still loading, once loaded and its waiting
+        requests are served (no-op when it is not loaded or loading)."""
         self.residency.drain(name)
         self._notify()
 
@@ -328,6 +329,10 @@ class ModelPool:
                     res.drain(victim)
                     self._notify()
                 await self._wait()
+            if res.may_close(name):  # unloaded while it waited for room, and no request wants it
+                log.info("model %s: unloaded before it loaded", name)
+                res.unloaded(name)
+                return
             log.info("model %s: loading %s", name, slot.model.config.model)
             t0 = trio.current_time()
             async with self._opener(slot.model.config, models=self) as engine:  # models: --consult peers

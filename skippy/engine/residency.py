@@ -151,12 +151,15 @@ class Residency:
 
     # -- unloading ----------------------------------------------------------------------------
     def drain(self, name: str) -> None:
-        """Choose ``name`` for unloading: new requests wait; it closes when :meth:`may_close`."""
-        if self.models[name].state == LOADED:
+        """Choose ``name`` for unloading: new requests wait; it closes when :meth:`may_close`. A model still
+        loading is unloaded once its load ends and the requests that waited for it are served (its load
+        cannot stop half way: llama.cpp reads the weights in one call); unloaded or failed, nothing happens."""
+        if self.models[name].state in (LOADED, LOADING):
             self.models[name].draining = True
 
     def may_close(self, name: str) -> bool:
-        """Whether the loaded model ``name`` should close now: it drains and none of its requests runs."""
+        """Whether the loaded model ``name`` should close now (or, still waiting for room, not load): it drains
+        and none of its requests runs."""
         m = self.models[name]
         return m.draining and m.users == 0
 

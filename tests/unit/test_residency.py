@@ -155,3 +155,19 @@ def test_misuse_is_refused() -> None:
     res.begin_load("a")
     with pytest.raises(ValueError):
         res.begin_load("a")
+
+
+def test_a_model_unloaded_while_it_loads_closes_once_loaded_and_its_waiting_requests_are_served() -> None:
+    res = Residency(["a", "b"])
+    assert res.reserve("a", 1.0)  # a request waits for a's load
+    res.begin_load("a")
+    res.drain("a")  # POST /models/unload while it loads
+    assert not res.reserve("a", 1.5)  # a later request waits for the unload, then loads a again
+    res.loaded("a", 2.0)
+    assert not res.may_close("a")  # the waiting request is served first
+    res.release("a", 3.0)
+    assert res.may_close("a")
+    res.unloaded("a")
+    assert res["a"].state == UNLOADED and res.reserve("a", 4.0)
+    res.drain("b")  # neither loaded nor loading: nothing to do
+    assert not res["b"].draining
