@@ -123,16 +123,6 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 
-
-
-
-
-
-
-
-
-
-
 def _preparing(start: Callable[Concatenate[Engine, P], Awaitable[T]]) -> Callable[Concatenate[Engine, P], Awaitable[T]]:
     """Wrap an engine's ``_start_*``: while it prepares its request (template, tokenizer) and until it submits
     it, the scheduler counts it as incoming (:meth:`DecodeScheduler.incoming`), so a burst starts as one batch."""
@@ -857,13 +847,6 @@ class Engine:
                 self.scheduler.cancel(gen.rid)
             raise
         return RequestEvents(self, gens, ctx, recv, send)
-
-
-
-
-
-
-
 
 
 def _one_line(message: str, limit: int = 300) -> str:

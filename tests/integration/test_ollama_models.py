@@ -244,7 +244,6 @@ def test_bad_input_gets_ollamas_error_shape_and_the_server_keeps_serving(srv: Se
     assert httpx.get(url + "/health").status_code == 200 and client(srv).list().models
 
 
-
 def test_replies_match_the_openapi_document(srv: Server) -> None:
     """/openapi.json documents the Ollama routes from their Structs; the real replies (and errors) fit them."""
     doc = httpx.get(srv.base_url + "/openapi.json").json()

@@ -140,7 +140,6 @@ def test_the_page_loads_without_console_errors_and_shows_the_server(web: Page, s
     assert page.is_visible("#empty") and not page.is_visible("#hooks-box")  # this server has no hook policy
 
 
-
 def test_conversations_are_kept_renamed_and_deleted(web: Page) -> None:
     page = web.open()
     convs = [{"id": f"c{i}", "title": f"chat {i}", "system": f"system {i}", "created": i,

@@ -350,7 +350,6 @@ def test_chat_stream_chunks() -> None:
     assert "usage" not in chunks[2] and "timings" not in chunks[0]
 
 
-
 def test_hook_events_ride_on_the_chunk_where_they_happen_and_the_completion_lists_them() -> None:
     window = {"token_count": 2, "mean_entropy": 1.0, "max_entropy": 1.5, "mean_margin": 0.5, "min_margin": 0.1,
               "high_entropy_count": 1, "repetition_count": 0}

@@ -914,7 +914,6 @@ def test_requests_without_hooks_or_without_an_evaluator_never_park():
     assert not any(isinstance(ev, HookRequest) for _, ev in run(rt, core))
 
 
-
 def test_hook_events_say_what_each_verdict_did_before_its_effect_only_when_asked():
     from skippy.engine.hooks.signals import SignalConfig
 

@@ -305,7 +305,6 @@ def rewrite_history(messages: list[dict[str, Any]], tools: list[dict[str, Any]] 
 # grammar
 
 
-
 @attrs.frozen
 class EmulationGrammar:
     """A GBNF grammar (root rule ``root``) for the decoder's grammar sampler.
