@@ -124,11 +124,17 @@ P = ParamSpec("P")
 
 
 def _preparing(start: Callable[Concatenate[Engine, P], Awaitable[T]]) -> Callable[Concatenate[Engine, P], Awaitable[T]]:
-    """Wrap an engine's ``_start_*``: while it prepares its request (template, tokenizer) and until it submits
-    it, the scheduler counts it as incoming (:meth:`DecodeScheduler.incoming`), so a burst starts as one batch."""
+    """Wrap an engine's ``_start_*`` (a generation): while it prepares its request (template, tokenizer) and until
+    it submits it, the scheduler counts it as incoming (:meth:`DecodeScheduler.incoming`), so a burst starts as one
+    batch. A model that cannot generate (an encoder: ``meta.generates``) refuses it first: :class:`InvalidRequest`
+    ``model_not_supported``."""
 
     @functools.wraps(start)
     async def wrapper(self: Engine, *args: P.args, **kwargs: P.kwargs) -> T:
+        if not self.meta.generates:
+            raise InvalidRequest(f"model {self.meta.name!r} cannot generate text: it is an encoder (BERT-like, no "
+                                 "causal attention), served for embeddings and reranking only", param="model",
+                                 code="model_not_supported")
         self.scheduler.incoming(1)
         try:
             return await start(self, *args, **kwargs)

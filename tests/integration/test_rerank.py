@@ -238,6 +238,26 @@ def test_embeddings_are_refused_on_a_reranking_server_and_nothing_is_a_server_er
     assert "Traceback" not in log and " 500 " not in log
 
 
+def test_an_encoder_does_not_generate_on_any_route(rerank_server: Server) -> None:
+    """The BERT cross-encoder has no causal attention: chat, completions, llama-server's /completion, Anthropic's
+    messages, Responses and Ollama's chat are each a 400 in the route's shape (llama.cpp would sample noise), and
+    /api/show lists no completion capability."""
+    url = rerank_server.base_url
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    for path, body in (("/v1/chat/completions", chat), ("/v1/completions", {"prompt": "hi", "max_tokens": 4}),
+                       ("/completion", {"prompt": "hi", "n_predict": 4}), ("/v1/responses", {"input": "hi"})):
+        resp = httpx.post(url + path, json=body, timeout=60)
+        assert resp.status_code == 400, (path, resp.text)
+        assert resp.json()["error"]["code"] == "model_not_supported" and "encoder" in resp.json()["error"]["message"]
+    resp = httpx.post(url + "/v1/messages", json={"model": "m", **chat}, timeout=60)
+    assert resp.status_code == 400 and resp.json()["type"] == "error" and "encoder" in resp.json()["error"]["message"]
+    resp = httpx.post(url + "/api/chat", json={"model": "tiny-reranker", "stream": False, **chat}, timeout=60)
+    assert resp.status_code == 400 and "encoder" in resp.json()["error"]
+    show = httpx.post(url + "/api/show", json={"model": "tiny-reranker"}, timeout=60).json()
+    assert "completion" not in show["capabilities"]
+    assert httpx.post(url + "/v1/rerank", json={"query": "q", "documents": ["d"]}, timeout=60).status_code == 200
+
+
 def test_without_reranking_the_routes_answer_400_naming_the_flag(base_url: str) -> None:
     for path, body in (("/v1/rerank", {"query": "q", "documents": ["a"]}), ("/score", {"text_1": "q", "text_2": "a"})):
         resp = httpx.post(base_url + path, json=body, timeout=60)

@@ -93,6 +93,9 @@ def test_capabilities_in_ollamas_order() -> None:
     assert om.capabilities(native_tools=False, thinking=False, embeddings=False) == ["completion"]
     assert om.capabilities(native_tools=True, thinking=True, embeddings=True) == ["completion", "tools", "thinking",
                                                                                   "embedding"]
+    assert om.capabilities(native_tools=True, thinking=False, embeddings=True, completion=False) == ["embedding"]
+    assert om.generates({"general.architecture": "llama"}) and om.generates(FACTS.metadata)
+    assert not om.generates({"general.architecture": "bert", "bert.attention.causal": False})
 
 
 def test_expiry_follows_the_keep_alive_residency() -> None:

@@ -185,6 +185,9 @@ class ModelMeta:
     load: dict[str, Any] | None = None
     #: the LoRA adapter GGUFs loaded onto the model, by adapter id (:meth:`Runtime.set_lora`)
     lora: tuple[str, ...] = ()
+    #: the model generates text (a decoder with causal attention); ``False``: an encoder (BERT and its kin),
+    #: served for embeddings and reranking only (:func:`~skippy.engine.runtime.kv.generates`)
+    generates: bool = True
 
     @property
     def is_swa(self) -> bool:

@@ -21,15 +21,31 @@ from skippy.engine.runtime.params import CACHE_TYPES, _ggml_base
 STATE_COPY_FRACTION = 0.4
 
 
+def _meta_str(model: llama_cpp.llama_model_p, key: str) -> str | None:
+    """A GGUF metadata value of the model as llama.cpp writes it out (``llama_model_meta_val_str``: a
+    boolean is ``true`` / ``false``; at most 127 bytes), else ``None``."""
+    buf = ctypes.create_string_buffer(128)
+    if llama_cpp.llama_model_meta_val_str(model, key.encode(), buf, 128) < 0:
+        return None
+    return buf.value.decode("utf-8", errors="replace")
+
+
 def _meta_int(model: llama_cpp.llama_model_p, key: str) -> int | None:
     """An integer GGUF metadata value of the model (``llama_model_meta_val_str``), else ``None``."""
-    buf = ctypes.create_string_buffer(64)
-    if llama_cpp.llama_model_meta_val_str(model, key.encode(), buf, 64) < 0:
-        return None
+    value = _meta_str(model, key)
     try:
-        return int(buf.value)
+        return int(value) if value is not None else None
     except ValueError:
         return None
+
+
+def generates(model: llama_cpp.llama_model_p) -> bool:
+    """Whether the model can generate text: it has a decoder and causal attention. An encoder (BERT and
+    its kin: ``<arch>.attention.causal`` false; T5's encoder alone) embeds and ranks but has no next token:
+    llama.cpp computes logits for it all the same, from attention over the whole input, and sampling them
+    gives noise."""
+    arch = _meta_str(model, "general.architecture") or ""
+    return bool(llama_cpp.llama_model_has_decoder(model)) and _meta_str(model, f"{arch}.attention.causal") != "false"
 
 
 def kv_cache_size(model: llama_cpp.llama_model_p, type_k: str, type_v: str, n_cells: int,
@@ -51,9 +67,7 @@ def kv_cache_size(model: llama_cpp.llama_model_p, type_k: str, type_v: str, n_ce
     ``llama_kv_cache: size = ...`` by an integration test, on SmolLM2 and Gemma 3.
     """
     lib = _ggml_base()
-    buf = ctypes.create_string_buffer(128)
-    n = llama_cpp.llama_model_meta_val_str(model, b"general.architecture", buf, 128)
-    arch = buf.value.decode() if n >= 0 else ""
+    arch = _meta_str(model, "general.architecture") or ""
     n_layer = llama_cpp.llama_model_n_layer(model)
     n_head = max(1, llama_cpp.llama_model_n_head(model))
     n_head_kv = llama_cpp.llama_model_n_head_kv(model)

@@ -29,7 +29,6 @@ the rest of the runtime is one module per concern, whose names are re-exported h
 
 from __future__ import annotations
 
-import ctypes
 import os
 from typing import Any
 
@@ -40,7 +39,7 @@ import numpy as np
 from skippy.engine.runtime.backends import plan_offload, rpc_connections_alive
 from skippy.engine.runtime.base import EmbeddingInfo, FimTokens, KVCacheInfo, ModelMeta, RerankFormat
 from skippy.engine.runtime.decode import DecodeMixin
-from skippy.engine.runtime.kv import STATE_COPY_FRACTION, KVStateMixin, _meta_int, kv_cache_size
+from skippy.engine.runtime.kv import STATE_COPY_FRACTION, KVStateMixin, _meta_int, _meta_str, generates, kv_cache_size
 from skippy.engine.runtime.load import (
     _OVERFLOW,
     _POOLING_OVERRIDE,
@@ -183,6 +182,7 @@ class LlamaRuntime(DecodeMixin, SamplerMixin, KVStateMixin, LoraMixin):
             n_ctx_seq=n_ctx_seq,
             n_seq_max=llama_cpp.llama_n_seq_max(self._ctx),
             n_batch=n_batch,
+            generates=generates(self._model),
             is_recurrent=bool(llama_cpp.llama_model_is_recurrent(self._model)
                               or llama_cpp.llama_model_is_hybrid(self._model)),
             kv_unified=kv_unified,
@@ -301,9 +301,7 @@ class LlamaRuntime(DecodeMixin, SamplerMixin, KVStateMixin, LoraMixin):
             eos=eos if llama_cpp.llama_vocab_get_add_eos(vocab) and eos >= 0 else None,
             sep=llama_cpp.llama_vocab_sep(vocab) if llama_cpp.llama_vocab_get_add_sep(vocab) else None)
         fmt = attrs.evolve(fmt, **{k: None for k in ("bos", "sep") if (getattr(fmt, k) or 0) < 0})  # no such token
-        buf = ctypes.create_string_buffer(128)
-        arch = buf.value.decode() if llama_cpp.llama_model_meta_val_str(
-            self._model, b"general.architecture", buf, 128) >= 0 else ""
+        arch = _meta_str(self._model, "general.architecture") or ""
         declared = _meta_int(self._model, f"{arch}.pooling_type")
         if declared != POOLING["rank"]:
             log.warning("reranking: the GGUF declares pooling type %s, not rank: scores come from llama.cpp's rank "

@@ -273,7 +273,7 @@ async def show_model() -> Response:
     facts = await _facts(s, verbose=req.verbose, name=name)
     template, fallback, native, thinking = await _template_and_caps(s, facts)
     caps = om.capabilities(native_tools=native, thinking=thinking, embeddings=s.config.embeddings,
-                           vision=s.config.mmproj is not None)
+                           vision=s.config.mmproj is not None, completion=om.generates(facts.metadata))
     return json_response(om.show_reply(facts, template=template, caps=caps, params=_parameters(s, fallback)))
 
 

@@ -134,11 +134,15 @@ def tag_model(facts: ModelFacts) -> TagModel:
                     digest=facts.digest, details=model_details(facts))
 
 
-def capabilities(*, native_tools: bool, thinking: bool, embeddings: bool, vision: bool = False) -> list[str]:
-    """``/api/show`` ``capabilities`` in Ollama's order: ``completion`` always (every served model completes),
+def capabilities(*, native_tools: bool, thinking: bool, embeddings: bool, vision: bool = False,
+                 completion: bool = True) -> list[str]:
+    """``/api/show`` ``capabilities`` in Ollama's order: ``completion`` unless the model is an encoder
+    (``completion`` false: embeddings only, as Ollama shows ``nomic-embed-text``),
     ``vision`` when the model has a ``--mmproj`` projector, ``tools`` when the chat template calls tools itself
     (not for skippy's emulated tools, which every template gets), ``thinking`` when the template has a
     reasoning block, ``embedding`` when the server runs with ``--embeddings``; never ``insert``."""
+    if not completion:
+        return ["embedding"] if embeddings else []
     caps = ["completion"]
     if vision:
         caps.append("vision")
@@ -149,6 +153,13 @@ def capabilities(*, native_tools: bool, thinking: bool, embeddings: bool, vision
     if embeddings:
         caps.append("embedding")
     return caps
+
+
+def generates(metadata: dict[str, Any]) -> bool:
+    """Whether a GGUF's metadata describe a model that generates text: not one whose attention is declared
+    non-causal (``<arch>.attention.causal`` false: BERT and its kin, encoders)."""
+    arch = metadata.get("general.architecture", "")
+    return metadata.get(f"{arch}.attention.causal", True) is not False
 
 
 def _go_value(value: Any) -> str:
