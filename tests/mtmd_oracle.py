@@ -154,6 +154,28 @@ class MtmdOracle:
         finally:
             mtmd_cpp.mtmd_input_chunks_free(chunks)
 
+    def image_embeddings(self, image: bytes) -> np.ndarray:
+        """The projector's output for ``image`` alone (``mtmd_encode_chunk``, ``mtmd_get_output_embd``): float32,
+        one row per embedding, ``llama_model_n_embd_inp`` wide (the text model's input width: ``n_embd``, or
+        more with DeepStack, Qwen3-VL)."""
+        import llama_cpp
+        from llama_cpp import mtmd_cpp
+
+        width = llama_cpp.llama_model_n_embd_inp(self.model)
+        chunks = self._tokenize(marker(), [image])
+        try:
+            for i in range(mtmd_cpp.mtmd_input_chunks_size(chunks)):
+                chunk = mtmd_cpp.mtmd_input_chunks_get(chunks, i)
+                if mtmd_cpp.mtmd_input_chunk_get_type(chunk) == mtmd_cpp.MTMD_INPUT_CHUNK_TYPE_IMAGE:
+                    n = mtmd_cpp.mtmd_input_chunk_get_n_tokens(chunk)
+                    if mtmd_cpp.mtmd_encode_chunk(self.mctx, chunk) != 0:
+                        raise RuntimeError("mtmd_encode_chunk failed")
+                    out = np.ctypeslib.as_array(mtmd_cpp.mtmd_get_output_embd(self.mctx), shape=(n * width,))
+                    return out.reshape(n, width).copy()
+            raise ValueError("libmtmd made no image chunk of the image")
+        finally:
+            mtmd_cpp.mtmd_input_chunks_free(chunks)
+
     def uses_mrope(self) -> bool:
         """``mtmd_decode_use_mrope``: the text model has M-RoPE (Qwen2-VL), so an image's embeddings sit on a
         2-D grid of positions and it takes max(nx, ny) positions, not one per embedding."""

@@ -11,13 +11,16 @@ llama.cpp loads them as it would the real thing: ``llama_model_is_recurrent`` is
 and attention layers with a KV cache).
 
 Usage: ``python -m tests.tiny_models OUT_DIR`` writes ``tiny-mamba.gguf``, ``tiny-lfm2.gguf``,
-``tiny-mmproj-576.gguf``, ``tiny-qwen2vl.gguf`` with ``tiny-qwen2vl-mmproj.gguf`` and the rerankers; tests call
-:func:`ensure_tiny` / :func:`ensure_tiny_mmproj` / :func:`ensure_tiny_qwen2vl` from a fixture.
+``tiny-mmproj-576.gguf``, ``tiny-qwen2vl.gguf`` with ``tiny-qwen2vl-mmproj.gguf``, ``tiny-qwen3vl.gguf`` with
+``tiny-qwen3vl-mmproj.gguf`` and the rerankers; tests call :func:`ensure_tiny` / :func:`ensure_tiny_mmproj` /
+:func:`ensure_tiny_qwen2vl` / :func:`ensure_tiny_qwen3vl` from a fixture.
 
 :func:`write_tiny_mmproj` writes a tiny random-weight vision projector (``--mmproj``, libmtmd's
 ``clip`` GGUF: a llava-1.5-style CLIP ViT and MLP projector) that pairs with the real default model.
 :func:`write_tiny_qwen2vl` and :func:`write_tiny_qwen2vl_mmproj` write a Qwen2-VL pair (M-RoPE text model and
-its ``qwen2vl_merger`` projector), where an image of nx x ny embeddings takes max(nx, ny) positions.
+its ``qwen2vl_merger`` projector), where an image of nx x ny embeddings takes max(nx, ny) positions;
+:func:`write_tiny_qwen3vl` and :func:`write_tiny_qwen3vl_mmproj` a Qwen3-VL pair (interleaved M-RoPE, DeepStack:
+an image embedding is wider than the text model, ``llama_model_n_embd_inp``; ``qwen3vl_merger``).
 """
 
 from __future__ import annotations
@@ -302,6 +305,22 @@ QWEN2VL_MMPROJ_N_EMBD = 32
 QWEN2VL_MMPROJ_N_FF = 128
 QWEN2VL_MMPROJ_N_HEAD = 2
 QWEN2VL_MMPROJ_N_LAYER = 2
+#: The tiny Qwen3-VL text model (:func:`write_tiny_qwen3vl`): llama.cpp's ``qwen3vl``, 3 layers of width :data:`N_EMBD`
+#: (heads as Qwen2-VL's), the first :data:`QWEN3VL_N_DEEPSTACK` of which add a DeepStack slice of the input: an
+#: input embedding is ``N_EMBD * (1 + QWEN3VL_N_DEEPSTACK)`` wide (``llama_model_n_embd_inp``: 192, not 64).
+QWEN3VL_N_LAYER = 3
+QWEN3VL_N_DEEPSTACK = 2
+#: ``qwen3vl.rope.dimension_sections``: the 8 frequency pairs interleaved t, h, w, t, h, w, t, h (IMROPE: pair i goes
+#: to section i % 3 while it is below 3 x that section's count), Qwen3-VL's [24, 20, 20, 0] of 64 pairs scaled to 8.
+QWEN3VL_ROPE_SECTIONS = (3, 3, 2, 0)
+#: The tiny Qwen3-VL projector (:func:`write_tiny_qwen3vl_mmproj`): Qwen3-VL's 16-pixel patches, 2x2 merged (images
+#: resized to multiples of 32 pixels, at least 8 merged embeddings), :data:`QWEN3VL_MMPROJ_N_LAYER` blocks, DeepStack
+#: mergers after blocks :data:`QWEN3VL_MMPROJ_DEEPSTACK` (Qwen3-VL-2B's [5, 11, 17] of 24: each but the last), and
+#: a learned position embedding of :data:`QWEN3VL_MMPROJ_POS_SIDE` squared patches (interpolated to other grids).
+QWEN3VL_MMPROJ_PATCH_SIZE = 16
+QWEN3VL_MMPROJ_N_LAYER = 3
+QWEN3VL_MMPROJ_DEEPSTACK = (0, 1)
+QWEN3VL_MMPROJ_POS_SIDE = 6
 
 
 def write_tiny_qwen2vl(path: Path, tokenizer_from: Path, seed: int = 0) -> Path:
@@ -317,6 +336,31 @@ def write_tiny_qwen2vl(path: Path, tokenizer_from: Path, seed: int = 0) -> Path:
     Vocabulary as :func:`write_tiny`; f32 weights from a fixed ``seed``: the same call writes the same file.
     :func:`write_tiny_qwen2vl_mmproj` writes its projector.
     """
+    return _write_tiny_qwenvl_text("qwen2vl", path, tokenizer_from, seed, n_layer=QWEN2VL_N_LAYER,
+                                   sections=QWEN2VL_ROPE_SECTIONS)
+
+
+def write_tiny_qwen3vl(path: Path, tokenizer_from: Path, seed: int = 0) -> Path:
+    """Write a tiny random-weight Qwen3-VL text model GGUF to ``path``; returns ``path``.
+
+    llama.cpp's ``qwen3vl`` architecture (``src/models/qwen3vl.cpp``): Qwen3's decoder (q/k/v projections
+    without biases, RMSNorm of each head's q and k: ``attn_q_norm``, ``attn_k_norm``), with interleaved M-RoPE
+    (``LLAMA_ROPE_TYPE_IMROPE``; frequency split :data:`QWEN3VL_ROPE_SECTIONS`) and DeepStack:
+    ``qwen3vl.n_deepstack_layers`` :data:`QWEN3VL_N_DEEPSTACK` means an input embedding is
+    ``n_embd * (1 + n_deepstack)`` wide (``llama_model_n_embd_inp``), the first ``n_embd`` the layer input
+    and slice ``i + 1`` added to layer ``i``'s output (zeros for a text token; an image's deepstack features
+    from :func:`write_tiny_qwen3vl_mmproj`'s mergers). :data:`QWEN3VL_N_LAYER` layers of width
+    :data:`N_EMBD`, heads as :func:`write_tiny_qwen2vl`, the output tied to the token embedding (as
+    Qwen3-VL-2B). Vocabulary as :func:`write_tiny`; f32 weights from a fixed ``seed``.
+    """
+    return _write_tiny_qwenvl_text("qwen3vl", path, tokenizer_from, seed, n_layer=QWEN3VL_N_LAYER,
+                                   sections=QWEN3VL_ROPE_SECTIONS, n_deepstack=QWEN3VL_N_DEEPSTACK)
+
+
+def _write_tiny_qwenvl_text(arch: str, path: Path, tokenizer_from: Path, seed: int, *, n_layer: int,
+                            sections: tuple[int, int, int, int], n_deepstack: int = 0) -> Path:
+    """:func:`write_tiny_qwen2vl` (``arch`` ``qwen2vl``: q/k/v biases) and :func:`write_tiny_qwen3vl`
+    (``qwen3vl``: q/k norms, ``n_deepstack`` DeepStack layers)."""
     import gguf
 
     tok = _tokenizer_fields(tokenizer_from)
@@ -324,7 +368,8 @@ def write_tiny_qwen2vl(path: Path, tokenizer_from: Path, seed: int = 0) -> Path:
     rng = np.random.default_rng(seed)
     d, head_dim = N_EMBD, N_EMBD // QWEN2VL_N_HEAD
     n_embd_kv = head_dim * QWEN2VL_N_HEAD_KV
-    assert sum(QWEN2VL_ROPE_SECTIONS) == head_dim // 2
+    assert sum(sections) == head_dim // 2
+    qwen3 = arch == "qwen3vl"
 
     def w(*shape: int, scale: float = 0.08) -> np.ndarray:
         return (rng.standard_normal(shape) * scale).astype(np.float32)
@@ -334,30 +379,33 @@ def write_tiny_qwen2vl(path: Path, tokenizer_from: Path, seed: int = 0) -> Path:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    writer = gguf.GGUFWriter(str(tmp), "qwen2vl")
-    writer.add_name("tiny-qwen2vl")
+    writer = gguf.GGUFWriter(str(tmp), arch)
+    writer.add_name(f"tiny-{arch}")
     writer.add_context_length(N_CTX_TRAIN)
     writer.add_embedding_length(d)
-    writer.add_block_count(QWEN2VL_N_LAYER)
+    writer.add_block_count(n_layer)
     writer.add_feed_forward_length(QWEN2VL_N_FF)
     writer.add_head_count(QWEN2VL_N_HEAD)
     writer.add_head_count_kv(QWEN2VL_N_HEAD_KV)
     writer.add_rope_freq_base(1000000.0)
-    writer.add_rope_dimension_sections(list(QWEN2VL_ROPE_SECTIONS))
+    writer.add_rope_dimension_sections(list(sections))
+    if qwen3:
+        writer.add_num_deepstack_layers(n_deepstack)
     writer.add_layer_norm_rms_eps(1e-6)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     writer.add_vocab_size(n_vocab)
     writer.add_tensor("token_embd.weight", w(n_vocab, d, scale=0.5))
     writer.add_tensor("output_norm.weight", ones(d))
-    for i in range(QWEN2VL_N_LAYER):
+    for i in range(n_layer):
         p = f"blk.{i}."
         writer.add_tensor(p + "attn_norm.weight", ones(d))
-        writer.add_tensor(p + "attn_q.weight", w(d, d, scale=0.15))
-        writer.add_tensor(p + "attn_q.bias", w(d, scale=0.02))
-        writer.add_tensor(p + "attn_k.weight", w(n_embd_kv, d, scale=0.15))
-        writer.add_tensor(p + "attn_k.bias", w(n_embd_kv, scale=0.02))
-        writer.add_tensor(p + "attn_v.weight", w(n_embd_kv, d, scale=0.15))
-        writer.add_tensor(p + "attn_v.bias", w(n_embd_kv, scale=0.02))
+        for name, rows in (("attn_q", d), ("attn_k", n_embd_kv), ("attn_v", n_embd_kv)):
+            writer.add_tensor(p + name + ".weight", w(rows, d, scale=0.15))
+            if not qwen3:
+                writer.add_tensor(p + name + ".bias", w(rows, scale=0.02))
+        if qwen3:
+            writer.add_tensor(p + "attn_q_norm.weight", ones(head_dim))
+            writer.add_tensor(p + "attn_k_norm.weight", ones(head_dim))
         writer.add_tensor(p + "attn_output.weight", w(d, d))
         writer.add_tensor(p + "ffn_norm.weight", ones(d))
         writer.add_tensor(p + "ffn_gate.weight", w(QWEN2VL_N_FF, d))
@@ -387,10 +435,51 @@ def write_tiny_qwen2vl_mmproj(path: Path, n_embd_text: int, seed: int = 0, *,
     and the head size (``n_embd / n_head``) must be a multiple of 4 (four M-RoPE sections). Weights are f32
     from a fixed ``seed``.
     """
+    return _write_tiny_qwenvl_mmproj("qwen2vl_merger", path, n_embd_text, seed, patch_size=patch_size,
+                                     n_embd=n_embd, n_ff=n_ff, n_head=n_head, n_layer=n_layer)
+
+
+def write_tiny_qwen3vl_mmproj(path: Path, n_embd_text: int, seed: int = 0, *,
+                              patch_size: int = QWEN3VL_MMPROJ_PATCH_SIZE, n_embd: int = QWEN2VL_MMPROJ_N_EMBD,
+                              n_ff: int = QWEN2VL_MMPROJ_N_FF, n_head: int = QWEN2VL_MMPROJ_N_HEAD,
+                              n_layer: int = QWEN3VL_MMPROJ_N_LAYER,
+                              deepstack: tuple[int, ...] = QWEN3VL_MMPROJ_DEEPSTACK,
+                              pos_side: int = QWEN3VL_MMPROJ_POS_SIDE) -> Path:
+    """Write a tiny random-weight Qwen3-VL vision projector GGUF for a text model of embedding width
+    ``n_embd_text`` (:func:`write_tiny_qwen3vl`'s: :data:`N_EMBD`) to ``path``; returns ``path``.
+
+    The layout llama.cpp's converter writes for Qwen3-VL and libmtmd reads (``tools/mtmd/clip.cpp``,
+    ``models/qwen3vl.cpp``): ``clip.projector_type`` ``qwen3vl_merger``, ``clip.use_gelu``; the temporal patch
+    Conv3D as two Conv2D kernels as for Qwen2-VL, with a bias (``v.patch_embd.bias``); a learned position
+    embedding ``v.position_embd.weight`` of ``pos_side`` x ``pos_side`` patches (``clip.vision.image_size`` is
+    ``pos_side * patch_size``), bilinearly interpolated to the image's grid; ``n_layer`` pre-norm blocks with a
+    fused ``attn_qkv`` (LayerNorms, GELU feed-forward, biases), rotating q and k with 2-D M-RoPE; after each block
+    of ``deepstack`` a DeepStack merger ``v.deepstack.N.{norm,fc1,fc2}`` (LayerNorm over the 2x2 concatenated
+    patches, fc1 -> GELU -> fc2 into ``n_embd_text``); the main merger ``v.post_ln`` then ``mm.0`` -> GELU ->
+    ``mm.2``. The encoder's output per merged embedding is the main merger's ``n_embd_text`` then each DeepStack
+    merger's: ``n_embd_text * (1 + len(deepstack))``, which must be the text model's ``llama_model_n_embd_inp``
+    (so ``len(deepstack)`` its ``n_deepstack_layers``; else ``mtmd_init_from_file`` fails). libmtmd's graph needs
+    the fused ``attn_qkv``, the patch bias and the position embedding (a square count), and counts the DeepStack
+    mergers from their tensors (``clip.vision.is_deepstack_layers``, written as the converter does, is not read).
+    Image mean and std are Qwen3-VL's (0.5). f32 weights from a fixed ``seed``.
+    """
+    return _write_tiny_qwenvl_mmproj("qwen3vl_merger", path, n_embd_text, seed, patch_size=patch_size,
+                                     n_embd=n_embd, n_ff=n_ff, n_head=n_head, n_layer=n_layer,
+                                     deepstack=deepstack, pos_side=pos_side)
+
+
+def _write_tiny_qwenvl_mmproj(projector: str, path: Path, n_embd_text: int, seed: int, *, patch_size: int,
+                              n_embd: int, n_ff: int, n_head: int, n_layer: int, deepstack: tuple[int, ...] = (),
+                              pos_side: int = 0) -> Path:
+    """:func:`write_tiny_qwen2vl_mmproj` (``projector`` ``qwen2vl_merger``) and :func:`write_tiny_qwen3vl_mmproj`
+    (``qwen3vl_merger``: patch bias, learned positions, fused qkv, ``deepstack`` mergers)."""
     import gguf
 
     if (n_embd // n_head) % 4:
         raise ValueError("the head size n_embd / n_head must be a multiple of 4 (M-RoPE sections)")
+    qwen3 = projector == "qwen3vl_merger"
+    if not all(0 <= i < n_layer for i in deepstack):
+        raise ValueError("deepstack names blocks 0 .. n_layer - 1")
     rng = np.random.default_rng(seed)
     d, p, d_merged = n_embd, patch_size, 4 * n_embd
 
@@ -403,11 +492,12 @@ def write_tiny_qwen2vl_mmproj(path: Path, n_embd_text: int, seed: int = 0, *,
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     writer = gguf.GGUFWriter(str(tmp), "clip")
-    writer.add_name("tiny-qwen2vl-mmproj")
+    writer.add_name(f"tiny-{projector.removesuffix('_merger')}-mmproj")
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     writer.add_clip_has_vision_encoder(True)
-    writer.add_clip_projector_type("qwen2vl_merger")
-    writer.add_vision_image_size(560)  # the converter's default for Qwen2-VL; unused by the dynamic resize
+    writer.add_clip_projector_type(projector)
+    # Qwen2-VL: the converter's default, unused by the dynamic resize; Qwen3-VL: the position embedding's side
+    writer.add_vision_image_size(pos_side * p if qwen3 else 560)
     writer.add_vision_patch_size(p)
     writer.add_vision_embedding_length(d)
     writer.add_vision_feed_forward_length(n_ff)
@@ -415,24 +505,45 @@ def write_tiny_qwen2vl_mmproj(path: Path, n_embd_text: int, seed: int = 0, *,
     writer.add_vision_block_count(n_layer)
     writer.add_vision_head_count(n_head)
     writer.add_vision_attention_layernorm_eps(1e-6)
-    writer.add_vision_image_mean([0.48145466, 0.4578275, 0.40821073])
-    writer.add_vision_image_std([0.26862954, 0.26130258, 0.27577711])
+    if qwen3:
+        writer.add_vision_use_gelu(True)
+        writer.add_vision_spatial_merge_size(2)
+        writer.add_vision_is_deepstack_layers([i in deepstack for i in range(n_layer)])
+        writer.add_vision_image_mean([0.5, 0.5, 0.5])
+        writer.add_vision_image_std([0.5, 0.5, 0.5])
+    else:
+        writer.add_vision_image_mean([0.48145466, 0.4578275, 0.40821073])
+        writer.add_vision_image_std([0.26862954, 0.26130258, 0.27577711])
     # numpy shapes are ggml's ne reversed; each convolution kernel is ne {p, p, 3, d}
     writer.add_tensor("v.patch_embd.weight", w(d, 3, p, p, scale=0.03))
     writer.add_tensor("v.patch_embd.weight.1", w(d, 3, p, p, scale=0.03))
+    if qwen3:
+        writer.add_tensor("v.patch_embd.bias", w(d, scale=0.02))
+        writer.add_tensor("v.position_embd.weight", w(pos_side * pos_side, d, scale=0.5))
     for i in range(n_layer):
         b = f"v.blk.{i}."
         for norm in ("ln1", "ln2"):
             writer.add_tensor(b + norm + ".weight", ones(d))
             writer.add_tensor(b + norm + ".bias", w(d, scale=0.02))
-        for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
-            writer.add_tensor(b + name + ".weight", w(d, d, scale=0.15))
-            writer.add_tensor(b + name + ".bias", w(d, scale=0.02))
+        for name in ("attn_qkv",) if qwen3 else ("attn_q", "attn_k", "attn_v"):
+            rows = 3 * d if qwen3 else d  # attn_qkv: q, k and v stacked
+            writer.add_tensor(b + name + ".weight", w(rows, d, scale=0.15))
+            writer.add_tensor(b + name + ".bias", w(rows, scale=0.02))
+        writer.add_tensor(b + "attn_out.weight", w(d, d, scale=0.15))
+        writer.add_tensor(b + "attn_out.bias", w(d, scale=0.02))
         # ffn_down's ne[0] must be n_ff, not n_embd (else libmtmd swaps up and down back, as for an old converter)
         writer.add_tensor(b + "ffn_up.weight", w(n_ff, d, scale=0.15))
         writer.add_tensor(b + "ffn_up.bias", w(n_ff, scale=0.02))
         writer.add_tensor(b + "ffn_down.weight", w(d, n_ff, scale=0.1))
         writer.add_tensor(b + "ffn_down.bias", w(d, scale=0.02))
+        if i in deepstack:  # a merger of this block's output (2x2 patches concatenated) into the text width
+            ds = f"v.deepstack.{i}."
+            writer.add_tensor(ds + "norm.weight", ones(d_merged))
+            writer.add_tensor(ds + "norm.bias", w(d_merged, scale=0.02))
+            writer.add_tensor(ds + "fc1.weight", w(d_merged, d_merged, scale=0.1))
+            writer.add_tensor(ds + "fc1.bias", w(d_merged, scale=0.02))
+            writer.add_tensor(ds + "fc2.weight", w(n_embd_text, d_merged, scale=0.1))
+            writer.add_tensor(ds + "fc2.bias", w(n_embd_text, scale=0.02))
     writer.add_tensor("v.post_ln.weight", ones(d))
     writer.add_tensor("v.post_ln.bias", w(d, scale=0.02))
     writer.add_tensor("mm.0.weight", w(d_merged, d_merged, scale=0.1))
@@ -624,12 +735,23 @@ def ensure_tiny_qwen2vl(directory: Path) -> tuple[Path, Path]:
     """``directory/tiny-qwen2vl.gguf`` and its projector ``directory/tiny-qwen2vl-mmproj.gguf``
     (:func:`write_tiny_qwen2vl`, :func:`write_tiny_qwen2vl_mmproj`), each written when it is not there yet:
     ``(model, mmproj)``."""
-    model = directory / "tiny-qwen2vl.gguf"
-    mmproj = directory / "tiny-qwen2vl-mmproj.gguf"
+    return _ensure_pair(directory, "qwen2vl", write_tiny_qwen2vl, write_tiny_qwen2vl_mmproj)
+
+
+def ensure_tiny_qwen3vl(directory: Path) -> tuple[Path, Path]:
+    """``directory/tiny-qwen3vl.gguf`` and its projector ``directory/tiny-qwen3vl-mmproj.gguf``
+    (:func:`write_tiny_qwen3vl`, :func:`write_tiny_qwen3vl_mmproj`), each written when it is not there yet:
+    ``(model, mmproj)``."""
+    return _ensure_pair(directory, "qwen3vl", write_tiny_qwen3vl, write_tiny_qwen3vl_mmproj)
+
+
+def _ensure_pair(directory: Path, name: str, write_model: Any, write_mmproj: Any) -> tuple[Path, Path]:
+    model = directory / f"tiny-{name}.gguf"
+    mmproj = directory / f"tiny-{name}-mmproj.gguf"
     if not model.is_file():
-        write_tiny_qwen2vl(model, default_tokenizer_source())
+        write_model(model, default_tokenizer_source())
     if not mmproj.is_file():
-        write_tiny_qwen2vl_mmproj(mmproj, N_EMBD)
+        write_mmproj(mmproj, N_EMBD)
     return model, mmproj
 
 
@@ -639,5 +761,6 @@ if __name__ == "__main__":
         print(ensure_tiny(a, out))
     print(ensure_tiny_mmproj(out))
     print(*ensure_tiny_qwen2vl(out), sep="\n")
+    print(*ensure_tiny_qwen3vl(out), sep="\n")
     print(ensure_tiny_reranker(out))
     print(ensure_tiny_reranker(out, template=True))

@@ -1,9 +1,11 @@
 """Images on an M-RoPE model (issue 38): ``skippy serve --mmproj`` with the tiny random-weight Qwen2-VL pair of
-:func:`tests.tiny_models.ensure_tiny_qwen2vl` (no Qwen2-VL GGUF can be pulled here). An image of nx x ny
-embeddings takes max(nx, ny) KV positions there, fewer than its cells, so every token after it, every reused
-prefix and every generated token sits at a position other than its index. The oracle is llama.cpp's libmtmd
-driven directly (:mod:`tests.mtmd_oracle`): the first token's logprobs, and the greedy tokens after it, equal
-the oracle's for one image, for two, and for a later turn that reuses the first turn's KV.
+:func:`tests.tiny_models.ensure_tiny_qwen2vl` and the Qwen3-VL pair of :func:`tests.tiny_models.ensure_tiny_qwen3vl`
+(no such GGUF can be pulled here). An image of nx x ny embeddings takes max(nx, ny) KV positions there, fewer than
+its cells, so every token after it, every reused prefix and every generated token sits at a position other than
+its index; on Qwen3-VL an image embedding is also wider than the model (DeepStack: ``llama_model_n_embd_inp``, three
+times ``n_embd`` here) and the model's positions are interleaved M-RoPE. The oracle is llama.cpp's libmtmd driven
+directly (:mod:`tests.mtmd_oracle`): the first token's logprobs, and the greedy tokens after it, equal the oracle's
+for one image, for two, and for a later turn that reuses the first turn's KV, on both models.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from tests.tiny_models import default_tokenizer_source
 pytestmark = pytest.mark.skipif(not default_tokenizer_source().is_file(),
                                 reason="default model not downloaded (skippy pull): the tiny model's vocabulary")
 
-RED = png_bytes(40, 30, solid((255, 0, 0)))  # 3 x 3 embeddings, 3 positions
-WIDE = png_bytes(200, 120, lambda x, y: (x, y * 2, 90))  # 7 x 4: 28 embeddings, 7 positions
+RED = png_bytes(40, 30, solid((255, 0, 0)))  # 3 x 3 embeddings, 3 positions (Qwen3-VL: 4 x 3, 4)
+WIDE = png_bytes(200, 120, lambda x, y: (x, y * 2, 90))  # 7 x 4: 28 embeddings, 7 positions (Qwen3-VL: 6 x 4, 6)
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +50,38 @@ def oracle(pair):
         yield o
 
 
+@pytest.fixture(scope="module")
+def qwen3vl_pair(tmp_path_factory: pytest.TempPathFactory):
+    from tests.tiny_models import ensure_tiny_qwen3vl
+
+    return ensure_tiny_qwen3vl(tmp_path_factory.mktemp("tiny-qwen3vl"))
+
+
+@pytest.fixture(scope="module")
+def qwen3vl_server(qwen3vl_pair, tmp_path_factory: pytest.TempPathFactory):
+    model, mmproj = qwen3vl_pair
+    with Server(["--model", str(model), "--mmproj", str(mmproj), "--parallel", "2", "--n-ctx", "2048"],
+                tmp_path_factory.mktemp("qwen3vl") / "server.log") as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def qwen3vl_oracle(qwen3vl_pair):
+    with MtmdOracle(*qwen3vl_pair) as o:
+        yield o
+
+
+@pytest.fixture(params=["qwen2vl", "qwen3vl"])
+def served(request: pytest.FixtureRequest) -> tuple[Server, MtmdOracle]:
+    """The server and the oracle of the Qwen2-VL pair (``server``, ``oracle``) or of the Qwen3-VL pair."""
+    prefix = "" if request.param == "qwen2vl" else "qwen3vl_"
+    return request.getfixturevalue(prefix + "server"), request.getfixturevalue(prefix + "oracle")
+
+
+def _image_cells(oracle: MtmdOracle, prompt: str, images: list[bytes]) -> int:
+    return sum(c.n_tokens for c in oracle.chunk_details(prompt, images) if c.kind == "image")
+
+
 def _logprobs(logits: np.ndarray) -> np.ndarray:
     return logits - (logits.max() + np.log(np.exp(logits - logits.max()).sum()))
 
@@ -67,26 +101,30 @@ def _assert_first_token_is_the_oracles(server: Server, oracle: MtmdOracle, msgs:
     return usage
 
 
-def test_the_model_takes_m_rope_positions_and_an_image_takes_fewer_positions_than_cells(oracle: MtmdOracle,
-                                                                                      server: Server) -> None:
+def test_the_model_takes_m_rope_positions_and_an_image_takes_fewer_positions_than_cells(
+        served: tuple[Server, MtmdOracle], request: pytest.FixtureRequest) -> None:
+    server, oracle = served
     assert oracle.uses_mrope()
     [image] = [c for c in oracle.chunk_details(_prompt(server, messages(WIDE)), [WIDE]) if c.kind == "image"]
-    assert (image.n_tokens, image.n_pos) == (28, 7)
+    want = {"qwen2vl": (28, 7), "qwen3vl": (24, 6)}[request.node.callspec.params["served"]]  # 7 x 4, 6 x 4
+    assert (image.n_tokens, image.n_pos) == want
     assert httpx.get(server.base_url + "/props").json()["modalities"]["vision"] is True
 
 
-@pytest.mark.parametrize("images", [[RED], [WIDE], [RED, WIDE]], ids=["3x3", "7x4", "two"])
-def test_the_first_token_equals_libmtmd_driven_directly(server: Server, oracle: MtmdOracle,
+@pytest.mark.parametrize("images", [[RED], [WIDE], [RED, WIDE]], ids=["red", "wide", "two"])
+def test_the_first_token_equals_libmtmd_driven_directly(served: tuple[Server, MtmdOracle],
                                                         images: list[bytes]) -> None:
-    usage = _assert_first_token_is_the_oracles(server, oracle, messages(*images, text="Compare them."), images,
-                                               cache_prompt=False)
-    assert usage["prompt_tokens"] > sum(9 if i is RED else 28 for i in images)  # cells, not positions
+    server, oracle = served
+    msgs = messages(*images, text="Compare them.")
+    usage = _assert_first_token_is_the_oracles(server, oracle, msgs, images, cache_prompt=False)
+    assert usage["prompt_tokens"] > _image_cells(oracle, _prompt(server, msgs), images)  # cells, not positions
 
 
-def test_generated_tokens_after_an_image_are_the_oracles_greedy_tokens(server: Server, oracle: MtmdOracle) -> None:
+def test_generated_tokens_after_an_image_are_the_oracles_greedy_tokens(served: tuple[Server, MtmdOracle]) -> None:
     """Each generated token's logprob and its runner-up's equal the oracle's, which decodes each token at the
     position after the last (the tiny model's greedy text is one token over and over; the logprobs still
     depend on every position before)."""
+    server, oracle = served
     msgs = messages(WIDE, RED, text="Describe both pictures.")
     prompt = _prompt(server, msgs)
     ref = oracle.greedy(prompt, [WIDE, RED], 12)
@@ -105,7 +143,8 @@ def test_generated_tokens_after_an_image_are_the_oracles_greedy_tokens(server: S
         assert (got_lp, got_runner_up) == pytest.approx((lp, runner_up), abs=2e-3), f"token {i}"
 
 
-def test_a_later_turn_reuses_the_images_kv_at_its_positions(server: Server, oracle: MtmdOracle) -> None:
+def test_a_later_turn_reuses_the_images_kv_at_its_positions(served: tuple[Server, MtmdOracle]) -> None:
+    server, oracle = served
     first = messages(WIDE, text="What is this?")
     cold = _assert_first_token_is_the_oracles(server, oracle, first, [WIDE])
     warm = _assert_first_token_is_the_oracles(server, oracle, first, [WIDE])
@@ -114,8 +153,10 @@ def test_a_later_turn_reuses_the_images_kv_at_its_positions(server: Server, orac
                      {"role": "user", "content": "And what colour is it at the top?"}]
     usage = _assert_first_token_is_the_oracles(server, oracle, later, [WIDE])
     assert usage["prompt_tokens_details"]["cached_tokens"] >= cold["prompt_tokens"] - 2
-    other = _assert_first_token_is_the_oracles(server, oracle, messages(RED, text="What is this?"), [RED])
-    assert other["prompt_tokens_details"]["cached_tokens"] < other["prompt_tokens"] - 9  # another image: no reuse
+    other_msgs = messages(RED, text="What is this?")
+    other = _assert_first_token_is_the_oracles(server, oracle, other_msgs, [RED])
+    red_cells = _image_cells(oracle, _prompt(server, other_msgs), [RED])
+    assert other["prompt_tokens_details"]["cached_tokens"] < other["prompt_tokens"] - red_cells  # another image
 
 
 def test_image_min_tokens_grows_the_grid_of_a_small_image(pair, server: Server, tmp_path) -> None:
@@ -136,12 +177,13 @@ def test_image_min_tokens_grows_the_grid_of_a_small_image(pair, server: Server, 
         bad.stop()
 
 
-def test_image_and_text_requests_at_once_each_get_their_solo_first_token(server: Server) -> None:
+def test_image_and_text_requests_at_once_each_get_their_solo_first_token(served: tuple[Server, MtmdOracle]) -> None:
     """Six requests at once on two slots (three with images of two grids, three text only): llama.cpp takes every
     batch (it refuses a token at a position that does not follow its sequence's KV) and each first token is the
     one the request gets alone, within batched kernels' rounding."""
     from concurrent.futures import ThreadPoolExecutor
 
+    server, _ = served
     asks = [messages(RED, text="One?"), messages(WIDE, text="Two?"), messages(RED, WIDE, text="Three?"),
             [{"role": "user", "content": "Four?"}], [{"role": "user", "content": "Five?"}],
             [{"role": "user", "content": "Six?"}]]
