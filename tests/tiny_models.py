@@ -62,6 +62,29 @@ def _finish(writer: Any, tmp: Path, path: Path) -> Path:
     return path
 
 
+def _random(seed: int, scale: float = 0.08) -> tuple[Any, Any]:
+    """``(w, ones)``: ``w(*shape, scale=scale)`` f32 normal weights drawn in call order from ``seed`` (numpy shapes
+    are llama.cpp's ne reversed: ``(rows, cols)`` is ``{cols, rows}`` there), ``ones(n)`` a vector of ones."""
+    rng = np.random.default_rng(seed)
+
+    def w(*shape: int, scale: float = scale) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    def ones(n: int) -> np.ndarray:
+        return np.ones(n, dtype=np.float32)
+
+    return w, ones
+
+
+def _open(path: Path, arch: str) -> tuple[Any, Path]:
+    """A GGUF writer of ``arch`` into ``path``'s temporary sibling, which :func:`_finish` moves to ``path``."""
+    import gguf
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    return gguf.GGUFWriter(str(tmp), arch), tmp
+
+
 def write_tiny(arch: str, path: Path, tokenizer_from: Path, seed: int = 0) -> Path:
     """Write a tiny random-weight GGUF of ``arch`` (``mamba`` or ``lfm2``) to ``path``; returns ``path``.
 
@@ -74,18 +97,9 @@ def write_tiny(arch: str, path: Path, tokenizer_from: Path, seed: int = 0) -> Pa
         raise ValueError(f"arch must be one of {ARCHS}")
     tok = _tokenizer_fields(tokenizer_from)
     n_vocab = next(len(v) for k, v, _, _ in tok if k == "tokenizer.ggml.tokens")
-    rng = np.random.default_rng(seed)
+    w, ones = _random(seed)
 
-    def w(*shape: int, scale: float = 0.08) -> np.ndarray:
-        # numpy shapes are llama.cpp's ne reversed: (rows, cols) = ({cols, rows} in llama.cpp)
-        return (rng.standard_normal(shape) * scale).astype(np.float32)
-
-    def ones(n: int) -> np.ndarray:
-        return np.ones(n, dtype=np.float32)
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    writer = gguf.GGUFWriter(str(tmp), arch)
+    writer, tmp = _open(path, arch)
     writer.add_name(f"tiny-{arch}")
     writer.add_context_length(N_CTX_TRAIN)
     writer.add_embedding_length(N_EMBD)
@@ -161,15 +175,10 @@ def write_tiny_moe(path: Path, tokenizer_from: Path, seed: int = 0) -> Path:
 
     tok = _tokenizer_fields(tokenizer_from)
     n_vocab = next(len(v) for k, v, _, _ in tok if k == "tokenizer.ggml.tokens")
-    rng = np.random.default_rng(seed)
+    w, ones = _random(seed)
     n_head, n_ff = 4, 64
 
-    def w(*shape: int, scale: float = 0.08) -> np.ndarray:
-        return (rng.standard_normal(shape) * scale).astype(np.float32)
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    writer = gguf.GGUFWriter(str(tmp), "llama")
+    writer, tmp = _open(path, "llama")
     writer.add_name("tiny-moe")
     writer.add_context_length(N_CTX_TRAIN)
     writer.add_embedding_length(N_EMBD)
@@ -234,19 +243,11 @@ def write_tiny_mmproj(path: Path, n_embd_text: int, seed: int = 0, *, image_size
     """
     import gguf
 
-    rng = np.random.default_rng(seed)
+    w, ones = _random(seed)
     d, p = n_embd, patch_size
     n_pos = (image_size // patch_size) ** 2 + 1  # the patches and the class token
 
-    def w(*shape: int, scale: float = 0.08) -> np.ndarray:
-        return (rng.standard_normal(shape) * scale).astype(np.float32)
-
-    def ones(n: int) -> np.ndarray:
-        return np.ones(n, dtype=np.float32)
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    writer = gguf.GGUFWriter(str(tmp), "clip")
+    writer, tmp = _open(path, "clip")
     writer.add_name("tiny-mmproj")
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     writer.add_clip_has_vision_encoder(True)
@@ -365,21 +366,13 @@ def _write_tiny_qwenvl_text(arch: str, path: Path, tokenizer_from: Path, seed: i
 
     tok = _tokenizer_fields(tokenizer_from)
     n_vocab = next(len(v) for k, v, _, _ in tok if k == "tokenizer.ggml.tokens")
-    rng = np.random.default_rng(seed)
+    w, ones = _random(seed)
     d, head_dim = N_EMBD, N_EMBD // QWEN2VL_N_HEAD
     n_embd_kv = head_dim * QWEN2VL_N_HEAD_KV
     assert sum(sections) == head_dim // 2
     qwen3 = arch == "qwen3vl"
 
-    def w(*shape: int, scale: float = 0.08) -> np.ndarray:
-        return (rng.standard_normal(shape) * scale).astype(np.float32)
-
-    def ones(n: int) -> np.ndarray:
-        return np.ones(n, dtype=np.float32)
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    writer = gguf.GGUFWriter(str(tmp), arch)
+    writer, tmp = _open(path, arch)
     writer.add_name(f"tiny-{arch}")
     writer.add_context_length(N_CTX_TRAIN)
     writer.add_embedding_length(d)
@@ -480,18 +473,10 @@ def _write_tiny_qwenvl_mmproj(projector: str, path: Path, n_embd_text: int, seed
     qwen3 = projector == "qwen3vl_merger"
     if not all(0 <= i < n_layer for i in deepstack):
         raise ValueError("deepstack names blocks 0 .. n_layer - 1")
-    rng = np.random.default_rng(seed)
+    w, ones = _random(seed)
     d, p, d_merged = n_embd, patch_size, 4 * n_embd
 
-    def w(*shape: int, scale: float = 0.08) -> np.ndarray:
-        return (rng.standard_normal(shape) * scale).astype(np.float32)
-
-    def ones(n: int) -> np.ndarray:
-        return np.ones(n, dtype=np.float32)
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    writer = gguf.GGUFWriter(str(tmp), "clip")
+    writer, tmp = _open(path, "clip")
     writer.add_name(f"tiny-{projector.removesuffix('_merger')}-mmproj")
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     writer.add_clip_has_vision_encoder(True)
@@ -578,9 +563,7 @@ def write_tiny_lora(path: Path, base: Path, *, layers: tuple[int, ...] = (0, 1, 
     shapes = {t.name: [int(x) for x in t.shape] for t in reader.tensors}
     base_arch = reader.fields["general.architecture"].contents()
     rng = np.random.default_rng(seed)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    writer = gguf.GGUFWriter(str(tmp), arch or base_arch)
+    writer, tmp = _open(path, arch or base_arch)
     writer.add_type(gguf.GGUFType.ADAPTER)
     writer.add_name(path.stem)
     writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
@@ -640,18 +623,10 @@ def write_tiny_reranker(path: Path, tokenizer_from: Path, seed: int = 0, *, temp
     skip = {"tokenizer.ggml.add_bos_token", "tokenizer.chat_template"}
     tok = [t for t in _tokenizer_fields(tokenizer_from) if t[0] not in skip]
     n_vocab = next(len(v) for k, v, _, _ in tok if k == "tokenizer.ggml.tokens")
-    rng = np.random.default_rng(seed)
+    w, ones = _random(seed, scale=0.1)
     d = n_embd
 
-    def w(*shape: int, scale: float = 0.1) -> np.ndarray:
-        return (rng.standard_normal(shape) * scale).astype(np.float32)
-
-    def ones(n: int) -> np.ndarray:
-        return np.ones(n, dtype=np.float32)
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    writer = gguf.GGUFWriter(str(tmp), "bert")
+    writer, tmp = _open(path, "bert")
     writer.add_name("tiny-reranker")
     writer.add_context_length(RERANKER_N_CTX)
     writer.add_embedding_length(d)

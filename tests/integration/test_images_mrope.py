@@ -11,6 +11,7 @@ for one image, for two, and for a later turn that reuses the first turn's KV, on
 from __future__ import annotations
 
 import base64
+import contextlib
 
 import httpx
 import numpy as np
@@ -29,53 +30,38 @@ RED = png_bytes(40, 30, solid((255, 0, 0)))  # 3 x 3 embeddings, 3 positions (Qw
 WIDE = png_bytes(200, 120, lambda x, y: (x, y * 2, 90))  # 7 x 4: 28 embeddings, 7 positions (Qwen3-VL: 6 x 4, 6)
 
 
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory):
-    from tests.tiny_models import ensure_tiny_qwen2vl
-
-    return ensure_tiny_qwen2vl(tmp_path_factory.mktemp("tiny-qwen2vl"))
+#: each tiny pair's writer (text model, projector), by the fixture that serves it
+PAIRS = {"qwen2vl": "ensure_tiny_qwen2vl", "qwen3vl": "ensure_tiny_qwen3vl"}
 
 
-@pytest.fixture(scope="module")
-def server(pair, tmp_path_factory: pytest.TempPathFactory):
-    model, mmproj = pair
-    with Server(["--model", str(model), "--mmproj", str(mmproj), "--parallel", "2", "--n-ctx", "2048"],
-                tmp_path_factory.mktemp("qwen2vl") / "server.log") as srv:
-        yield srv
+@contextlib.contextmanager
+def _serving(name: str, tmp_path_factory: pytest.TempPathFactory):
+    """The pair ``name`` written, served (2 slots, 2048 cells each) and loaded by the oracle."""
+    import tests.tiny_models
 
-
-@pytest.fixture(scope="module")
-def oracle(pair):
-    with MtmdOracle(*pair) as o:
-        yield o
+    model, mmproj = getattr(tests.tiny_models, PAIRS[name])(tmp_path_factory.mktemp(f"tiny-{name}"))
+    with (Server(["--model", str(model), "--mmproj", str(mmproj), "--parallel", "2", "--n-ctx", "2048"],
+                 tmp_path_factory.mktemp(name) / "server.log") as srv, MtmdOracle(model, mmproj) as oracle):
+        yield (model, mmproj), srv, oracle
 
 
 @pytest.fixture(scope="module")
-def qwen3vl_pair(tmp_path_factory: pytest.TempPathFactory):
-    from tests.tiny_models import ensure_tiny_qwen3vl
-
-    return ensure_tiny_qwen3vl(tmp_path_factory.mktemp("tiny-qwen3vl"))
-
-
-@pytest.fixture(scope="module")
-def qwen3vl_server(qwen3vl_pair, tmp_path_factory: pytest.TempPathFactory):
-    model, mmproj = qwen3vl_pair
-    with Server(["--model", str(model), "--mmproj", str(mmproj), "--parallel", "2", "--n-ctx", "2048"],
-                tmp_path_factory.mktemp("qwen3vl") / "server.log") as srv:
-        yield srv
+def qwen2vl(tmp_path_factory: pytest.TempPathFactory):
+    with _serving("qwen2vl", tmp_path_factory) as served:
+        yield served
 
 
 @pytest.fixture(scope="module")
-def qwen3vl_oracle(qwen3vl_pair):
-    with MtmdOracle(*qwen3vl_pair) as o:
-        yield o
+def qwen3vl(tmp_path_factory: pytest.TempPathFactory):
+    with _serving("qwen3vl", tmp_path_factory) as served:
+        yield served
 
 
-@pytest.fixture(params=["qwen2vl", "qwen3vl"])
+@pytest.fixture(params=list(PAIRS))
 def served(request: pytest.FixtureRequest) -> tuple[Server, MtmdOracle]:
-    """The server and the oracle of the Qwen2-VL pair (``server``, ``oracle``) or of the Qwen3-VL pair."""
-    prefix = "" if request.param == "qwen2vl" else "qwen3vl_"
-    return request.getfixturevalue(prefix + "server"), request.getfixturevalue(prefix + "oracle")
+    """The server and the oracle of the Qwen2-VL pair or of the Qwen3-VL pair."""
+    _, server, oracle = request.getfixturevalue(request.param)
+    return server, oracle
 
 
 def _image_cells(oracle: MtmdOracle, prompt: str, images: list[bytes]) -> int:
@@ -159,10 +145,10 @@ def test_a_later_turn_reuses_the_images_kv_at_its_positions(served: tuple[Server
     assert other["prompt_tokens_details"]["cached_tokens"] < other["prompt_tokens"] - red_cells  # another image
 
 
-def test_image_min_tokens_grows_the_grid_of_a_small_image(pair, server: Server, tmp_path) -> None:
+def test_image_min_tokens_grows_the_grid_of_a_small_image(qwen2vl, tmp_path) -> None:
     """llama-server's ``--image-min-tokens``: the 40x30 image, 3 x 3 embeddings by the projector's own minimum
     (8), becomes at least 16; a minimum above the maximum stops the start naming both."""
-    model, mmproj = pair
+    (model, mmproj), server, _ = qwen2vl
     _, default = first_top(server.base_url, messages(RED), cache_prompt=False)
     with Server(["--model", str(model), "--mmproj", str(mmproj), "--parallel", "1", "--n-ctx", "1024",
                  "--image-min-tokens", "16"], tmp_path / "min.log") as srv:
