@@ -321,6 +321,10 @@ class ModelPool:
         res, slot = self.residency, self._slots[name]
         try:
             while True:
+                if res.may_close(name):  # unloaded while it waited for room, and no request wants it
+                    log.info("model %s: unloaded before it loaded", name)
+                    res.unloaded(name)
+                    return
                 ok, victim = res.room(name)
                 if ok:
                     break
@@ -329,10 +333,6 @@ class ModelPool:
                     res.drain(victim)
                     self._notify()
                 await self._wait()
-            if res.may_close(name):  # unloaded while it waited for room, and no request wants it
-                log.info("model %s: unloaded before it loaded", name)
-                res.unloaded(name)
-                return
             log.info("model %s: loading %s", name, slot.model.config.model)
             t0 = trio.current_time()
             async with self._opener(slot.model.config, models=self) as engine:  # models: --consult peers

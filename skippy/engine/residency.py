@@ -5,8 +5,9 @@ using it and when it was last used, and decides (no I/O, no clock of its own: th
 caller passes ``now`` in seconds of any monotonic clock):
 
 - whether a model may start loading now or must first make room: with
-  ``max_loaded`` > 0 at most that many models are resident (loading, loaded or
-  still closing), and the least recently used loaded model is unloaded first
+  ``max_loaded`` > 0 at most that many models hold memory (reading their weights,
+  loaded, or still closing), the models waiting for room go in the order they asked,
+  and the least recently used loaded model is unloaded to make it
   (llama-server's router ``--models-max``, Ollama's ``OLLAMA_MAX_LOADED_MODELS``);
 - which loaded models have been idle longer than ``keep_alive`` seconds (Ollama's
   ``keep_alive``: a negative value keeps models loaded forever, 0 unloads a model
@@ -40,8 +41,9 @@ FAILED = "failed"
 class ModelResidency:
     """One model's bookkeeping.
 
-    ``state``: ``unloaded``, ``loading`` (waiting for room, or its weights are being read), ``loaded``
-    (also while draining) or ``failed`` (its load raised; ``error`` says why). ``users``: requests that
+    ``state``: ``unloaded``, ``loading`` (waiting for room, or its weights are being read: ``admitted``),
+    ``loaded`` (also while draining) or ``failed`` (its load raised; ``error`` says why). ``queued``: the
+    order in which loading models asked for room (first come, first admitted). ``users``: requests that
     hold it or wait for its load. ``last_used``: when a request last took or released it (seconds,
     the caller's clock; ``-inf``: never). ``draining``: chosen for unloading; it closes once ``users``
     is 0, and new requests wait for that. ``keep_alive``: this model's own idle time in seconds, set by a
@@ -55,11 +57,18 @@ class ModelResidency:
     draining: bool = False
     error: str | None = None
     keep_alive: float | None = None
+    admitted: bool = False
+    queued: int = 0
 
     @property
-    def resident(self) -> bool:
-        """Holds (or is about to hold) memory: loading, loaded, or closing."""
-        return self.state in (LOADING, LOADED)
+    def holds_memory(self) -> bool:
+        """Reading its weights, loaded, or closing."""
+        return self.state == LOADED or (self.state == LOADING and self.admitted)
+
+    @property
+    def waits_for_room(self) -> bool:
+        """Loading but not admitted yet, and still wanted (not drained with no request waiting for it)."""
+        return self.state == LOADING and not self.admitted and not (self.draining and self.users == 0)
 
 
 class Residency:
@@ -81,6 +90,7 @@ class Residency:
         self.max_loaded = max_loaded
         self.keep_alive = keep_alive
         self.models: dict[str, ModelResidency] = {n: ModelResidency(n) for n in names}
+        self._queued = 0
 
     def __getitem__(self, name: str) -> ModelResidency:
         return self.models[name]
@@ -111,28 +121,37 @@ class Residency:
         m = self.models[name]
         if m.state not in (UNLOADED, FAILED):
             raise ValueError(f"{name} is {m.state}, cannot begin loading")
-        m.state, m.error, m.draining = LOADING, None, False
+        self._queued += 1
+        m.state, m.error, m.draining, m.admitted, m.queued = LOADING, None, False, False, self._queued
 
     def room(self, name: str) -> tuple[bool, str | None]:
-        """May the loading model ``name`` read its weights now?
+        """May the loading model ``name`` read its weights now? ``(True, None)`` admits it (it then holds
+        memory until it is unloaded or fails).
 
-        Returns ``(True, None)`` when the resident models, ``name`` included, are within
-        ``max_loaded``; else ``(False, victim)``: the loaded model to unload first (the least
-        recently used, idle ones before those with requests; ``None``: models already draining will
-        make the room, or every other resident model is loading; wait for one of them to change).
+        The models waiting for room are admitted in the order they asked, while fewer than ``max_loaded``
+        models hold memory (:attr:`ModelResidency.holds_memory`). Else ``(False, victim)``: the loaded model
+        to unload so that ``name``'s turn comes (the least recently used, idle ones before those with
+        requests); ``None``: wait, because the models already draining make the room it needs, ``name`` is
+        not the next in line for a model to close, or the models holding memory are all still loading.
         """
-        if self.max_loaded <= 0:
+        m = self.models[name]
+        if m.admitted or self.max_loaded <= 0:
+            m.admitted = True
             return True, None
-        resident = [m for m in self.models.values() if m.resident]
-        if len(resident) <= self.max_loaded:
+        holding = [x for x in self.models.values() if x.holds_memory]
+        waiting = sorted((x for x in self.models.values() if x.waits_for_room), key=lambda x: x.queued)
+        if m not in waiting:  # drained while it waited, with nothing waiting for it: it will not load
+            return False, None
+        free, rank = self.max_loaded - len(holding), waiting.index(m)
+        if rank < free:
+            m.admitted = True
             return True, None
-        if sum(not m.draining for m in resident) <= self.max_loaded:
-            return False, None  # the draining ones make room once they close: unload no more
-        candidates = [m for m in self.models.values()
-                      if m.name != name and m.state == LOADED and not m.draining]
+        if sum(x.draining for x in holding) >= rank + 1 - free:
+            return False, None  # the draining ones make room for it once they close: unload no more
+        candidates = [x for x in holding if x.state == LOADED and not x.draining]
         if not candidates:
             return False, None
-        victim = min(candidates, key=lambda m: (m.users > 0, m.last_used))
+        victim = min(candidates, key=lambda x: (x.users > 0, x.last_used))
         return False, victim.name
 
     def loaded(self, name: str, now: float) -> None:
@@ -143,11 +162,11 @@ class Residency:
     def failed(self, name: str, error: str) -> None:
         """The load (or the running engine) of ``name`` failed: requests waiting for it get ``error``."""
         m = self.models[name]
-        m.state, m.error, m.draining = FAILED, error, False
+        m.state, m.error, m.draining, m.admitted = FAILED, error, False, False
 
     def unloaded(self, name: str) -> None:
         m = self.models[name]
-        m.state, m.draining = UNLOADED, False
+        m.state, m.draining, m.admitted = UNLOADED, False, False
 
     # -- unloading ----------------------------------------------------------------------------
     def drain(self, name: str) -> None:

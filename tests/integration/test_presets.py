@@ -89,3 +89,23 @@ def test_unload_of_a_model_still_loading_unloads_it_once_its_waiting_request_is_
         assert long.result().status_code == 200 and load.result().status_code == 200
         wait_for(srv, "tiny-gemma", "unloaded")
         assert "model tiny-gemma: unloading" in srv.log()
+
+
+def test_a_burst_over_more_models_than_max_loaded_is_served_one_model_after_another(tmp_path: Path) -> None:
+    """--max-loaded 1 and nine requests at once over three models: the loads wait their turn, in order, and
+    every request is answered (three models waiting for room, the loaded one gone, used to wait forever)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.tiny_models import ensure_tiny
+
+    tiny = ensure_tiny("lfm2", tmp_path)
+    preset = tmp_path / "models.ini"
+    preset.write_text(f"version = 1\n[*]\nn-ctx = 512\nparallel = 2\n\n[tiny-gemma]\nmodel = {gemma_path()}\n\n"
+                      f"[tiny-lfm2]\nmodel = {tiny}\n")
+    with Server(["-m", "smollm2", "--models-preset", str(preset), "--max-loaded", "1"],
+                tmp_path / "server.log") as srv, ThreadPoolExecutor(9) as pool:
+        names = [SMOL_ID, "tiny-gemma", "tiny-lfm2"] * 3
+        replies = list(pool.map(lambda m: httpx.post(srv.base_url + "/v1/completions", timeout=120, json={
+            "model": m, "prompt": "The sky is", "max_tokens": 2, "temperature": 0}), names))
+        assert [r.status_code for r in replies] == [200] * 9, [r.text for r in replies]
+        assert sum(s == "loaded" for s in states(srv).values()) <= 1

@@ -75,16 +75,47 @@ def test_two_loads_waiting_for_room_do_not_unload_each_other() -> None:
     for name in "bc":
         assert res.reserve(name, 2.0)
         res.begin_load(name)
-    assert res.room("b") == (False, "a") and res.room("c") == (False, "a")
+    assert res.room("b") == (False, "a")  # b asked first: a goes for it
     res.drain("a")
+    assert res.room("c") == (False, None)  # a's close makes room for b, not for c: nothing more unloads
     res.unloaded("a")
-    assert res.room("b") == (False, None)  # b and c both loading: neither is a victim while loading
-    res.loaded("b", 3.0)  # say b got in first (the pool loads one at a time per room decision)
+    assert res.room("c") == (False, None) and res.room("b") == (True, None)  # first come, first admitted
+    assert res.room("c") == (False, None)  # b reads its weights: no victim while it loads
+    res.loaded("b", 3.0)
     assert res.room("c") == (False, "b")  # b's waiting request holds it: it drains after serving it
     res.drain("b")
     assert not res.may_close("b")
     res.release("b", 4.0)
     assert res.may_close("b")
+    res.unloaded("b")
+    assert res.room("c") == (True, None)
+
+
+def test_more_loads_waiting_than_room_are_admitted_one_after_another() -> None:
+    """--max-loaded 1, four models asked for at once while one is loaded (a burst over several models): each
+    gets its turn in the order it asked; none waits forever (every waiting model used to count as holding
+    memory, so once the loaded one had gone nothing was left to unload and nothing was admitted)."""
+    res = Residency(["a", "b", "c", "d"], max_loaded=1)
+    _load(res, "a", 0.0)
+    for name in "bcd":
+        assert res.reserve(name, 1.0)
+        res.begin_load(name)
+    order = []
+    for step in range(20):
+        for name in "abcd":
+            m = res[name]
+            if m.state == LOADING:
+                ok, victim = res.room(name)
+                if victim is not None:
+                    res.drain(victim)
+                if ok:  # it loads, serves its waiting request and is then idle
+                    res.loaded(name, float(step))
+                    res.release(name, float(step))
+                    order.append(name)
+            elif m.state == LOADED and res.may_close(name):
+                res.unloaded(name)
+        assert sum(res[n].holds_memory for n in "abcd") <= 1
+    assert order == ["b", "c", "d"]
 
 
 def test_keep_alive_unloads_idle_models_and_says_when_next() -> None:
@@ -139,7 +170,7 @@ def test_a_failed_load_refuses_new_requests_with_its_error() -> None:
     res.release("bad", 0.1)
     assert res["bad"].state == FAILED and res["bad"].error == "not a GGUF file"
     assert not res.reserve("bad", 1.0)
-    assert res["bad"].users == 0 and not res["bad"].resident  # it holds no memory, counts for no bound
+    assert res["bad"].users == 0 and not res["bad"].holds_memory  # it holds no memory, counts for no bound
 
 
 def test_misuse_is_refused() -> None:
