@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import configparser
 import difflib
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -200,16 +200,20 @@ def _value(param: click.Parameter, negated: bool, raw: str, ctx: click.Context, 
         raise PresetError(f"{where}: {exc.format_message()}") from None
 
 
-def merged(ctx: click.Context, presets: Presets, preset: Preset | None, cli: dict[str, Any]) -> dict[str, Any]:
+def merged(ctx: click.Context, presets: Presets, preset: Preset | None, cli: dict[str, Any],
+           not_given: Collection[str] = ()) -> dict[str, Any]:
     """``cli`` (parameter name -> value) with the preset's settings applied: a value given on the command
-    line or in the environment wins, then the model's section, then ``[*]``, then the default."""
+    line or in the environment wins, then the model's section, then ``[*]``, then the default. ``not_given``:
+    parameters whose command-line value does not bind this model (``--mmproj`` and the other first-model
+    flags, for the other models): the preset's value applies to them."""
     out = dict(cli)
     for layer in (presets.defaults, preset):
         if layer is None:
             continue
         for name, value in layer.options.items():
             source = ctx.get_parameter_source(name)
-            if source in (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT):
+            if name not in not_given and source in (click.core.ParameterSource.COMMANDLINE,
+                                                    click.core.ParameterSource.ENVIRONMENT):
                 continue
             out[name] = value
     return out

@@ -25,6 +25,10 @@ from skippy.cli.flags import (
 )
 from skippy.models import DEFAULT_MODEL, ModelError
 
+#: per-model flags that, given on the command line, name the first model only (a preset section's value
+#: applies to the others)
+FIRST_MODEL_ONLY = ("alias", "mmproj", "lora", "lora_scaled")
+
 LLAMA_SERVER_NOTE = ("skippy serve takes llama-server's flags -m, -hf, -a, -c/--ctx-size, -np, -t, -fa, -n, -b, -ub, "
                      "-cb, --host, --port, --api-key, --api-key-file, --chat-template-file, --jinja, --metrics, "
                      "--slots, --no-webui, -ngl, -sm, -mg, -ts, -dev, --rpc, -ot, -cmoe, -ncmoe, --mlock, --no-mmap, "
@@ -371,10 +375,7 @@ def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], m
                 projectors[p.resolve()] = str(projector)
         models += [(p, p.stem) for p in files  # not checked here: one that cannot load answers 503
                    if not p.name.lower().endswith(".mmproj.gguf")]
-    for preset in preset_models:  # a section with `model = PATH|NAME` adds a model served as its name
-        assert preset.model is not None
-        models.append((_preset_model(presets, preset.name, preset.model, ensure_model), preset.name))
-    if not models:
+    if not models and not preset_models:
         raise ModelError(f"no .gguf file in --models-dir {', '.join(models_dirs)}")
     seen: set[Path] = set()  # a file named twice (-m x -m x, or -m and --models-dir) is served once
     unique: list[tuple[Path, str]] = []
@@ -383,6 +384,9 @@ def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], m
             seen.add(resolved)
             unique.append(m)
     models = unique
+    for preset in preset_models:  # a section with `model = PATH|NAME` adds a model served as its name, even a
+        assert preset.model is not None  # file served already (its own instance, with the section's settings)
+        models.append((_preset_model(presets, preset.name, preset.model, ensure_model), preset.name))
     ids = [i.casefold() for _, i in models]
     if len(set(ids)) != len(ids):
         twice = sorted({i for _, i in models if ids.count(i.casefold()) > 1})
@@ -398,12 +402,17 @@ def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], m
     preload = []
     for i, (path, model_id) in enumerate(models):
         values = dict(per_model)
+        if i > 0:  # --alias, --mmproj and --lora on the command line name the first model
+            for name, empty in (("alias", ()), ("mmproj", None), ("lora", ())):
+                if ctx.get_parameter_source("lora_scaled" if name == "lora" and not lora else name) in (
+                        click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT):
+                    values[name] = empty
         where = ""
         if presets is not None:
             from skippy.cli.presets import merged
 
             section = presets.get(model_id)
-            values = merged(ctx, presets, section, per_model)
+            values = merged(ctx, presets, section, values, () if i == 0 else FIRST_MODEL_ONLY)
             where = f"--models-preset {presets.path}: [{section.name if section else '*'}] "
             if section is not None and section.load_on_startup:
                 preload.append(model_id)
@@ -412,12 +421,6 @@ def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], m
             values["lora"] = tuple([(p, 1.0) for p in section.options.get("lora", ())]
                                    + [(p, float(x)) for p, x in section.options.get("lora_scaled", ())])
         values.pop("lora_scaled", None)
-        if i > 0:  # --alias, --mmproj and --lora on the command line name the first model
-            for name, empty in (("alias", ()), ("mmproj", None), ("lora", ())):
-                if values[name] == per_model[name] and ctx.get_parameter_source(
-                        "lora_scaled" if name == "lora" and not lora else name) in (
-                        click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT):
-                    values[name] = empty
         if values["mmproj"] is None:
             values["mmproj"] = projectors.get(path.resolve())
         _check_model_options(ctx, values, where)

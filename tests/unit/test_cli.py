@@ -562,6 +562,25 @@ def test_a_bad_models_preset_is_a_start_up_error_naming_it(text: str, message: s
     assert not serve_recorder  # nothing started
 
 
+def test_the_command_lines_mmproj_is_the_first_models_and_a_sections_own_applies_to_its_model(
+        serve_recorder: list, tmp_path: Path) -> None:
+    """--mmproj, --alias and --lora on the command line name the first model; a preset section's own values
+    still apply to its model (they were dropped when the command line gave the flag too). A section may serve
+    the first model's file again under its own name, with its own settings (llama-server's router: a section
+    is an instance)."""
+    (tmp_path / "qvl.gguf").write_bytes(b"GGUF")
+    preset = tmp_path / "models.ini"
+    preset.write_text(f"[qvl]\nmodel = {tmp_path / 'qvl.gguf'}\nmmproj = /p/qvl.mmproj.gguf\nalias = q\n\n"
+                      "[plain]\nmodel = tiny\n\n[again]\nmodel = tiny\nmmproj = /p/tiny.mmproj.gguf\n")
+    config = _run(["--mmproj", "/p/first.gguf", "--alias", "first", "--models-preset", str(preset)],
+                  calls=serve_recorder)[0]
+    qvl, plain, again = serve_recorder.pool.pop()["more_models"]
+    assert (config.mmproj, config.model_alias) == ("/p/first.gguf", ("first",))
+    assert (qvl.model_name, qvl.mmproj, qvl.model_alias) == ("qvl", "/p/qvl.mmproj.gguf", ("q",))
+    assert (plain.model_name, plain.mmproj, plain.model_alias, plain.model) == ("plain", None, (), config.model)
+    assert (again.model_name, again.mmproj) == ("again", "/p/tiny.mmproj.gguf")
+
+
 def test_a_models_preset_serves_a_reranker_beside_a_chat_model(serve_recorder: list, tmp_path: Path) -> None:
     (tmp_path / "bge.gguf").write_bytes(b"GGUF")
     preset = tmp_path / "models.ini"
