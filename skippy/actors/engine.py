@@ -131,10 +131,7 @@ def _preparing(start: Callable[Concatenate[Engine, P], Awaitable[T]]) -> Callabl
 
     @functools.wraps(start)
     async def wrapper(self: Engine, *args: P.args, **kwargs: P.kwargs) -> T:
-        if not self.meta.generates:
-            raise InvalidRequest(f"model {self.meta.name!r} cannot generate text: it is an encoder (BERT-like, no "
-                                 "causal attention), served for embeddings and reranking only", param="model",
-                                 code="model_not_supported")
+        self.require_generation()
         self.scheduler.incoming(1)
         try:
             return await start(self, *args, **kwargs)
@@ -184,6 +181,14 @@ class Engine:
         self.closed = False
 
     # -- public API ---------------------------------------------------------------
+    def require_generation(self) -> None:
+        """Raise :class:`InvalidRequest` ``model_not_supported`` when the model cannot generate (an encoder:
+        ``meta.generates``)."""
+        if not self.meta.generates:
+            raise InvalidRequest(f"model {self.meta.name!r} cannot generate text: it is an encoder (BERT-like, no "
+                                 "causal attention), served for embeddings and reranking only", param="model",
+                                 code="model_not_supported")
+
     def reply_model(self, model: str | None) -> str:
         """The model name a reply reports for a request's ``model``.
 
@@ -508,7 +513,8 @@ class Engine:
         if not images:
             return MediaPrompt(await self.tokenizer.tokenize(prompt.prompt_string, add_special=True,
                                                              parse_special=True), ())
-        return await self.tokenizer.tokenize_media(prompt.prompt_string, tuple(images), "prompt")
+        return await self.tokenizer.tokenize_media(prompt.prompt_string, tuple(images), "prompt", where=tuple(
+            f"prompt.multimodal_data[{k}]" for k in range(len(images))))
 
     async def _native_logit_bias(self, req: NativeCompletionRequest) -> tuple[tuple[int, float], ...]:
         """llama-server's ``logit_bias`` forms as ``(token id, bias)`` pairs: a text's tokens (tokenized as
@@ -553,7 +559,8 @@ class Engine:
         (400) like :meth:`chat` for bad messages, images, tools or template errors."""
         rendered = await self.renderer.render(await self._with_image_urls(req))
         if rendered.images:
-            counted = await self.tokenizer.tokenize_media(rendered.prompt, rendered.images, encode=False)
+            counted = await self.tokenizer.tokenize_media(rendered.prompt, rendered.images, encode=False,
+                                                          where=rendered.image_params)
             return len(counted.tokens)
         return len(await self.tokenizer.tokenize(rendered.prompt, add_special=True, parse_special=True))
 
@@ -665,7 +672,8 @@ class Engine:
                                          plan.grammar_lazy_patterns, gbnf_param="grammar" if req.grammar else "tools")
         media: tuple[MediaSpan, ...] = ()
         if rendered.images:  # libmtmd reads the images: their placeholder ids in the prompt, and their spans
-            with_media = await self.tokenizer.tokenize_media(rendered.prompt, rendered.images)
+            with_media = await self.tokenizer.tokenize_media(rendered.prompt, rendered.images,
+                                                             where=rendered.image_params)
             prompt, media = with_media.tokens, with_media.spans
         else:
             prompt = await self.tokenizer.tokenize(rendered.prompt, add_special=True, parse_special=True)

@@ -17,7 +17,7 @@ import trio
 from skippy.actors.base import DedicatedThread, ThreadActor
 from skippy.engine.errors import InvalidRequest
 from skippy.engine.runtime.base import Vocab
-from skippy.engine.runtime.media import MARKER, MediaPrompt, Projector, tokenize_with_images
+from skippy.engine.runtime.media import MARKER, BadImage, MediaPrompt, Projector, tokenize_with_images
 
 #: Texts up to this many characters are tokenized inline (on the trio thread): measured on 2 CPU cores
 #: with SmolLM2's vocabulary, 150 characters took 0.05 ms and 2000 took 0.46 ms; the trip through the
@@ -98,7 +98,8 @@ class Tokenizer(ThreadActor[Tokenize | Detokenize | CheckGrammar | CheckConstrai
             return self._tokenize(text, add_special, parse_special)
         return await self.ask(lambda r: Tokenize(text, add_special, parse_special, r))
 
-    def _tokenize_media(self, text: str, images: tuple[bytes, ...], param: str, encode: bool) -> MediaPrompt:
+    def _tokenize_media(self, text: str, images: tuple[bytes, ...], param: str, encode: bool,
+                        where: tuple[str, ...]) -> MediaPrompt:
         if self.media is None:  # the renderer refused image parts already
             raise InvalidRequest("this model reads text only", code="media_not_supported")
         pieces = text.split(MARKER)
@@ -108,6 +109,9 @@ class Tokenizer(ThreadActor[Tokenize | Detokenize | CheckGrammar | CheckConstrai
         texts = [self._tokenize(p, i == 0, True) for i, p in enumerate(pieces)]
         try:
             prompt = tokenize_with_images(self.media, texts, images, encode)
+        except BadImage as exc:
+            at = where[exc.index] if exc.index < len(where) else param
+            raise InvalidRequest(f"{at}: the image could not be read: {exc}", param=at, code="invalid_image") from None
         except ValueError as exc:
             raise InvalidRequest(f"an image could not be read: {exc}", param=param, code="invalid_image") from None
         if prompt.spans and prompt.spans[-1].end == len(prompt.tokens):
@@ -115,16 +119,18 @@ class Tokenizer(ThreadActor[Tokenize | Detokenize | CheckGrammar | CheckConstrai
         return prompt
 
     async def tokenize_media(self, text: str, images: tuple[bytes, ...], param: str = "messages", *,
-                             encode: bool = True) -> MediaPrompt:
+                             encode: bool = True, where: tuple[str, ...] = ()) -> MediaPrompt:
         """A rendered prompt with media markers and its images -> token ids with each image's placeholder ids
         and spans (:func:`~skippy.engine.runtime.media.tokenize_with_images`), on the tokenizer's media
         thread (libmtmd decodes, resizes and encodes the images there, one request at a time). Raises
-        :class:`InvalidRequest` for an image libmtmd cannot read or a marker count that differs from the
-        images' (naming ``param``, the request's field). ``encode`` off: the images are not encoded (a
+        :class:`InvalidRequest` for an image libmtmd cannot read (naming its field in ``where``, one per image,
+        else ``param``) or a marker count that differs from the images' (naming ``param``, the request's
+        field). ``encode`` off: the images are not encoded (a
         request that only counts its tokens); the decode encodes such a chunk if it ever gets one."""
         if self._media_thread is None:
             raise InvalidRequest("this model reads text only", param=param, code="media_not_supported")
-        return await self._media_thread.run_sync(self._tokenize_media, text, tuple(images), param, encode)
+        return await self._media_thread.run_sync(self._tokenize_media, text, tuple(images), param, encode,
+                                                 tuple(where))
 
     async def run(self) -> None:
         try:

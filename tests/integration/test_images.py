@@ -103,8 +103,7 @@ def test_bad_images_are_400s_naming_the_part_and_the_server_keeps_serving(vision
     assert fragment in err["message"]
     if code is not None:
         assert err["code"] == code
-    if code != "invalid_image":  # refused while reading the request, before libmtmd
-        assert err["param"] == "messages[0].content[1]"
+    assert err["param"] == "messages[0].content[1]"  # libmtmd's refusal (invalid_image) too
     top, _ = first_top(vision_server.base_url, messages(RED))
     assert top
 
@@ -116,6 +115,7 @@ def test_too_many_images_and_a_marker_in_the_text_are_refused(vision_server: Ser
     r = httpx.post(vision_server.base_url + "/v1/chat/completions", timeout=60,
                    json={"messages": messages(RED, text="a <__media__> in my text"), "max_tokens": 1})
     assert r.status_code == 400 and "<__media__>" in r.json()["error"]["message"]
+    assert r.json()["error"]["param"] == "messages[0].content[0]"
 
 
 def test_a_server_without_mmproj_refuses_images_naming_the_flag(tmp_path) -> None:
@@ -256,6 +256,10 @@ def test_llama_server_completion_takes_multimodal_data(vision_server: Server, mm
     bad = httpx.post(vision_server.base_url + "/completion", timeout=60, json={
         **body, "prompt": {"prompt_string": prompt, "multimodal_data": ["@@"]}})
     assert bad.status_code == 400 and "multimodal_data[0]" in bad.json()["error"]["message"]
+    unreadable = httpx.post(vision_server.base_url + "/completion", timeout=60, json={
+        **body, "prompt": {"prompt_string": prompt, "multimodal_data": [base64.b64encode(b"no image").decode()]}})
+    assert unreadable.status_code == 400 and unreadable.json()["error"]["code"] == "invalid_image"
+    assert unreadable.json()["error"]["message"].startswith("prompt.multimodal_data[0]: the image could not be read")
     two = httpx.post(vision_server.base_url + "/completion", timeout=60, json={
         **body, "prompt": {"prompt_string": prompt, "multimodal_data": [body["prompt"]["multimodal_data"][0]] * 2}})
     assert two.status_code == 400 and "media markers" in two.json()["error"]["message"]
@@ -332,7 +336,7 @@ def test_anthropic_image_blocks_reach_the_model_through_the_official_client(visi
 @pytest.mark.parametrize(("image", "param", "code", "words"), [
     ("data:image/png;base64,@@@not-base64@@@", "input[0].content[1]", None, "not valid base64"),
     ("https://example.com/cat.png", "input[0].content[1]", "image_url_not_supported", "not fetched"),
-    (data_url(b"this is not an image"), "input", "invalid_image", "could not be read"),
+    (data_url(b"this is not an image"), "input[0].content[1]", "invalid_image", "could not be read"),
 ])
 @pytest.mark.parametrize("stream", [False, True])
 def test_bad_responses_images_are_400s_in_openais_shape_and_the_server_keeps_serving(
@@ -354,7 +358,7 @@ def test_bad_responses_images_are_400s_in_openais_shape_and_the_server_keeps_ser
      "messages.0.content.1.source.data is not valid base64"),
     ({"type": "url", "url": "https://example.com/cat.png"}, "not fetched"),
     ({"type": "base64", "media_type": "image/png", "data": base64.b64encode(b"this is not an image").decode()},
-     "could not be read"),
+     "messages.0.content.1: the image could not be read"),
     ({"type": "base64", "media_type": "image/tiff", "data": "AAAA"}, "media_type"),
 ])
 def test_bad_anthropic_images_are_400s_in_anthropics_shape_and_the_server_keeps_serving(

@@ -245,7 +245,8 @@ def test_an_encoder_does_not_generate_on_any_route(rerank_server: Server) -> Non
     url = rerank_server.base_url
     chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
     for path, body in (("/v1/chat/completions", chat), ("/v1/completions", {"prompt": "hi", "max_tokens": 4}),
-                       ("/completion", {"prompt": "hi", "n_predict": 4}), ("/v1/responses", {"input": "hi"})):
+                       ("/completion", {"prompt": "hi", "n_predict": 4}), ("/v1/responses", {"input": "hi"}),
+                       ("/v1/responses", {"input": "hi", "background": True})):
         resp = httpx.post(url + path, json=body, timeout=60)
         assert resp.status_code == 400, (path, resp.text)
         assert resp.json()["error"]["code"] == "model_not_supported" and "encoder" in resp.json()["error"]["message"]

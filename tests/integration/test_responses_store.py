@@ -239,6 +239,11 @@ def test_unfinished_background_responses_and_what_is_refused(server) -> None:
     # resuming its event stream is not served: a 400, not JSON where SSE is expected
     r = httpx.get(f"{server.base_url}/v1/responses/{running.id}", params={"stream": "true"}, timeout=30)
     assert r.status_code == 400 and r.json()["error"]["param"] == "stream"
+    # a background request is checked as a foreground one: bad input is a 400 now, not a failed response later
+    with pytest.raises(openai.BadRequestError) as info:
+        client.responses.create(model=MODEL, background=True, input=[{"role": "user", "content": [
+            {"type": "input_text", "text": "hi"}, {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}]}])
+    assert info.value.body["code"] == "media_not_supported" and info.value.body["param"] == "input[0].content[1]"
     # DELETE stops it: it does not come back when the generation would have ended
     client.responses.delete(running.id)
     time.sleep(1.0)

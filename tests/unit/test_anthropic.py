@@ -197,7 +197,7 @@ def test_base64_image_blocks_become_image_url_parts_in_place() -> None:
         {"type": "text", "text": "and this?"}]}
     assert tr.image_paths(decode({"max_tokens": 8, **body})) == [
         "messages.0.content.1", "messages.0.content.2", "messages.2.content.1"]
-    rendered, images = extract_images(msgs, vision=True)
+    rendered, images, _ = extract_images(msgs, vision=True)
     assert len(images) == 3 and rendered[4]["content"][0] == {"type": "text", "text": MARKER}
 
 

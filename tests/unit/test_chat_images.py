@@ -64,3 +64,20 @@ def test_an_image_declaring_too_many_pixels_is_refused_before_decoding() -> None
         decode_data_url(data_url(bomb), "messages[0].content[0]")
     assert exc.value.code == "image_too_large" and exc.value.param == "messages[0].content[0]"
     assert decode_data_url(data_url(b"not an image at all"), "p") == b"not an image at all"  # libmtmd's call
+
+
+def test_each_image_is_named_by_its_part_and_a_marker_in_the_text_is_refused_naming_it() -> None:
+    from tests.images import data_url, png_bytes
+
+    url = {"type": "image_url", "image_url": {"url": data_url(png_bytes(4, 3, 1))}}
+    msgs = [{"role": "system", "content": "Be brief."},
+            {"role": "user", "content": [{"type": "text", "text": "Two:"}, url, url]}]
+    _, images, wheres = extract_images(msgs, vision=True)
+    assert len(images) == 2 and wheres == ["messages[1].content[1]", "messages[1].content[2]"]
+    for bad, where in (([{"role": "user", "content": [url, {"type": "text", "text": "a <__media__> here"}]}],
+                        "messages[0].content[1]"),
+                       ([{"role": "system", "content": "<__media__>"}, {"role": "user", "content": [url]}],
+                        "messages[0].content")):
+        with pytest.raises(InvalidRequest) as info:
+            extract_images(bad, vision=True)
+        assert info.value.param == where and "<__media__>" in info.value.message

@@ -193,7 +193,7 @@ def test_input_image_parts_become_image_url_parts_in_place() -> None:
     assert messages(t)[3]["content"][0] == {"type": "image_url", "image_url": {"url": PNG_URL}}
     assert t.images == ("input[0].content[1]", "input[0].content[2]", "input[2].content[0]")
     # the chat path reads them: three images, their markers in place
-    chat_messages, images = extract_images(message_dicts(t.chat.messages), vision=True)
+    chat_messages, images, _ = extract_images(message_dicts(t.chat.messages), vision=True)
     assert len(images) == 3 and chat_messages[3]["content"][0] == {"type": "text", "text": MARKER}
 
 

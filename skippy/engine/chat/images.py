@@ -116,22 +116,30 @@ def has_images(messages: list[dict[str, Any]]) -> bool:
                for m in messages)
 
 
-def extract_images(messages: list[dict[str, Any]], *, vision: bool) -> tuple[list[dict[str, Any]], list[bytes]]:
-    """``messages`` with each image part replaced by a text part holding :data:`MARKER`, and the images'
-    bytes in message order. ``vision``: the model reads images; without it any image part is a 400
-    (``media_not_supported``). The input is not mutated; without image parts it is returned as is."""
+def extract_images(messages: list[dict[str, Any]], *,
+                   vision: bool) -> tuple[list[dict[str, Any]], list[bytes], list[str]]:
+    """``messages`` with each image part replaced by a text part holding :data:`MARKER`, the images' bytes in
+    message order, and each image's part (``messages[i].content[j]``, to name it in a later error).
+    ``vision``: the model reads images; without it any image part is a 400 (``media_not_supported``). A text
+    holding :data:`MARKER` itself beside images is a 400 naming it (the marker would take an image's place).
+    The input is not mutated; without image parts it is returned as is."""
     if not has_images(messages):
-        return messages, []
+        return messages, [], []
     images: list[bytes] = []
+    wheres: list[str] = []
     out = []
     for i, message in enumerate(messages):
         content = message.get("content") if isinstance(message, dict) else None
         if not isinstance(content, list):
+            if isinstance(content, str) and MARKER in content:
+                _marker_in_text(f"messages[{i}].content")
             out.append(message)
             continue
         parts = []
         for j, part in enumerate(content):
             if not (isinstance(part, dict) and part.get("type") in IMAGE_PART_TYPES):
+                if isinstance(part, dict) and isinstance(part.get("text"), str) and MARKER in part["text"]:
+                    _marker_in_text(f"messages[{i}].content[{j}]")
                 parts.append(part)
                 continue
             where = f"messages[{i}].content[{j}]"
@@ -144,9 +152,15 @@ def extract_images(messages: list[dict[str, Any]], *, vision: bool) -> tuple[lis
                 raise InvalidRequest(f"{where}: more than {MAX_IMAGES} images in one request", param=where,
                                      code="too_many_images")
             images.append(decode_data_url(part_url(part), where))
+            wheres.append(where)
             parts.append({"type": "text", "text": MARKER})
         out.append({**message, "content": parts})
-    return out, images
+    return out, images, wheres
+
+
+def _marker_in_text(where: str) -> None:
+    raise InvalidRequest(f"{where}: the text holds {MARKER}, libmtmd's media marker, which marks where an image "
+                         "goes: remove it from the text", param=where)
 
 
 _PART = re.compile(r"messages\[(\d+)\]\.content\[(\d+)\]")

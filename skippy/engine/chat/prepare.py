@@ -59,6 +59,8 @@ class Rendered:
     plan: ParsePlan
     #: the images of the request's messages (file bytes), one per media marker in ``prompt``, in order
     images: tuple[bytes, ...] = ()
+    #: each image's part in the request (``messages[i].content[j]``), to name it when libmtmd cannot read it
+    image_params: tuple[str, ...] = ()
 
 
 def _validate_tools(tools: list[dict[str, Any]] | None, tool_choice: Any) -> None:
@@ -223,7 +225,7 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
     Raises :class:`InvalidRequest` (400) naming the field for bad messages,
     tools, schemas, grammars, or template errors (with the template's message).
     """
-    messages, images = extract_images(message_dicts(req.messages), vision=vision)
+    messages, images, image_params = extract_images(message_dicts(req.messages), vision=vision)
     _check_messages(messages)
     reasoning = req.reasoning_format or reasoning_format  # the request's, else the server's --reasoning-format
     if reasoning not in REASONING_FORMATS:
@@ -307,7 +309,7 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
         tool_schemas=_tool_schemas(tools) if tools_on else {},
         history_chars=history_chars,
     )
-    return Rendered(prompt, plan, tuple(images))
+    return Rendered(prompt, plan, tuple(images), tuple(image_params))
 
 
 def _tool_schemas(tools: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -162,7 +162,9 @@ class Projector:
         params.image_max_tokens = image_max_tokens or -1
         self._ctx = mtmd_cpp.mtmd_init_from_file(path.encode(), model, params)
         if not self._ctx:
-            raise RuntimeError(f"llama.cpp's libmtmd could not load the projector {path!r} (--mmproj)")
+            bounds = (" or refused --image-min-tokens / --image-max-tokens (outside the projector's own range: "
+                      "llama.cpp's log line above says which)" if image_min_tokens or image_max_tokens else "")
+            raise RuntimeError(f"llama.cpp's libmtmd could not load the projector {path!r} (--mmproj){bounds}")
         self.path = path
         from llama_cpp import llama_cpp
 
@@ -279,6 +281,14 @@ class Projector:
             raise RuntimeError(f"libmtmd could not encode or decode an image (returned {rc})")
 
 
+class BadImage(ValueError):
+    """libmtmd could not read image number ``index`` (0-based, in prompt order) of a prompt."""
+
+    def __init__(self, index: int, message: str) -> None:
+        super().__init__(message)
+        self.index = index
+
+
 def image_key(data: bytes) -> str:
     """The SHA-256 of an image's bytes, hex: its identity in prompts and caches."""
     return hashlib.sha256(data).hexdigest()
@@ -288,15 +298,20 @@ def tokenize_with_images(projector: Projector, text_tokens: Sequence[list[int]],
                          images: Sequence[bytes], encode: bool = True) -> MediaPrompt:
     """A prompt whose text was split at its :data:`MARKER`\\ s and tokenized piece by piece
     (``text_tokens``: one list more than ``images``), with each image's pieces (:meth:`Projector.image`)
-    between them. Raises ``ValueError`` for an image libmtmd cannot read."""
+    between them. Raises :class:`BadImage` (a ``ValueError``) for an image libmtmd cannot read, ``ValueError``
+    when the pieces and images do not match."""
     if len(text_tokens) != len(images) + 1:
         raise ValueError(f"{len(images)} images for {len(text_tokens) - 1} markers")
     tokens: list[int] = list(text_tokens[0])
     spans: list[MediaSpan] = []
     shift = 0  # prompt index - KV position after the images so far
-    for data, after in zip(images, text_tokens[1:], strict=True):
+    for k, (data, after) in enumerate(zip(images, text_tokens[1:], strict=True)):
         key = image_key(data)
-        for ids, chunk in projector.image(data, key, encode):
+        try:
+            pieces = projector.image(data, key, encode)
+        except ValueError as exc:
+            raise BadImage(k, str(exc)) from None
+        for ids, chunk in pieces:
             if chunk is None:
                 tokens.extend(ids)
                 continue

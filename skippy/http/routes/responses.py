@@ -177,9 +177,13 @@ UNFINISHED = ("queued", "in_progress")
 async def _start_background(app: Shared, eng: Any, turn: rapi.Turn) -> Response:
     """Store the ``queued`` response, start its generation in the app's nursery, answer it at once.
 
-    The models the request holds (:data:`~skippy.http.context.LEASES`) pass to the generation, released
-    when it ends.
+    The request is checked first as a foreground one would be (a model that cannot generate; the messages,
+    tools and images rendered and tokenized, images not encoded), so bad input is a 400 now, not a ``failed``
+    response later. The models the request holds (:data:`~skippy.http.context.LEASES`) pass to the
+    generation, released when it ends.
     """
+    eng.require_generation()
+    await eng.input_tokens(turn.chat)
     queued = turn.response([], "queued")
     if not await app.responses.put(turn.stored(queued)):
         raise StoreUnavailable("background: the response store is unavailable, so the result could not be "
