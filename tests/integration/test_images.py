@@ -179,6 +179,17 @@ def test_ollamas_images_reach_the_model_through_the_official_client(vision_serve
         "model": "smollm2:135m", "stream": False,
         "messages": [{"role": "user", "content": "x", "images": ["@@not base64@@"]}]})
     assert resp.status_code == 400 and "messages.0.images.0" in resp.json()["error"]
+    # errors found after the translation name the image as Ollama's request has it too
+    unreadable = base64.b64encode(b"not an image").decode()
+    for stream in (False, True):
+        resp = httpx.post(vision_server.base_url + "/api/chat", timeout=60, json={
+            "model": "smollm2:135m", "stream": stream, "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "Two?", "images": [base64.b64encode(RED).decode(), unreadable]}]})
+        assert resp.status_code == 400 and resp.json()["error"].startswith("messages.1.images.1: the image could")
+    resp = httpx.post(vision_server.base_url + "/api/generate", timeout=60, json={
+        "model": "smollm2:135m", "stream": False, "prompt": "x", "images": [base64.b64encode(RED).decode()] * 17})
+    assert resp.status_code == 400 and resp.json()["error"].startswith("images.16: more than 16 images")
 
 
 def test_a_text_model_consults_a_peer_that_reads_images_media_fallback(vision_server: Server, tmp_path) -> None:

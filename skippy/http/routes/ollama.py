@@ -11,14 +11,16 @@ server does not serve: Ollama's ``model "x" not found, try pulling it first``); 
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 import msgspec
 from quart import Response
 
 from skippy.actors.engine import Engine
 from skippy.actors.streams import ReplyStream
-from skippy.engine.errors import InvalidRequest, ModelNotFound
+from skippy.engine.chat.images import rename_image_error
+from skippy.engine.errors import EngineError, InvalidRequest, ModelNotFound
 from skippy.engine.protocols.ollama import translate as ollama
 from skippy.engine.protocols.ollama.model_wire import OllamaError
 from skippy.engine.protocols.ollama.types import (
@@ -39,6 +41,8 @@ from skippy.http.routes.base import (
     stream,
     unless_gone,
 )
+
+T = TypeVar("T")
 
 #: the paths whose answers, errors included, are in Ollama's shapes
 OLLAMA_PATH = "/api/"
@@ -93,6 +97,17 @@ def _check_ctx(eng: Engine, num_ctx: int | None) -> None:
                              "tokens per sequence (skippy serve --n-ctx sets it)", param="options.num_ctx")
 
 
+async def _renamed(call: Awaitable[T], body: Any, req: OllamaChatRequest | OllamaGenerateRequest) -> T:
+    """``await call``; an error naming an image part of the translated ``body`` named as Ollama's request has
+    it (``messages.0.images.1``)."""
+    try:
+        return await call
+    except EngineError as exc:
+        if isinstance(body, ChatCompletionRequest):
+            raise rename_image_error(exc, body.messages, ollama.image_paths(req)) from None
+        raise
+
+
 def _ns_since(t0: float) -> int:
     return int((time.monotonic() - t0) * 1e9)
 
@@ -109,8 +124,8 @@ async def ollama_chat() -> Response:
     _check_ctx(eng, num_ctx)
     if body.stream:
         translator = ollama.ChatStream(req.model, t0)
-        return await stream(app, ctx, lambda: eng.chat_stream(body), _ndjson(translator))
-    result = await unless_gone(app, ctx, eng.chat(body))
+        return await stream(app, ctx, lambda: _renamed(eng.chat_stream(body), body, req), _ndjson(translator))
+    result = await unless_gone(app, ctx, _renamed(eng.chat(body), body, req))
     ctx.tokens = completion_tokens(result)
     return json_response(ollama.chat_response(result, req.model, _ns_since(t0)))
 
@@ -134,11 +149,11 @@ async def ollama_generate() -> Response:
 
         async def start() -> ReplyStream[Any]:
             if isinstance(body, ChatCompletionRequest):
-                return await eng.chat_stream(body)
+                return await _renamed(eng.chat_stream(body), body, req)
             return await eng.completion_stream(body)
 
         return await stream(app, ctx, start, _ndjson(translator))
-    result = await unless_gone(app, ctx, eng.chat(body) if isinstance(body, ChatCompletionRequest)
+    result = await unless_gone(app, ctx, _renamed(eng.chat(body), body, req) if isinstance(body, ChatCompletionRequest)
                                else eng.completion(body))
     ctx.tokens = completion_tokens(result)
     return json_response(ollama.generate_response(result, req.model, _ns_since(t0)))

@@ -248,6 +248,17 @@ def generate_request(req: ot.OllamaGenerateRequest) -> tuple[ChatCompletionReque
     return chat, ignored, num_ctx
 
 
+def image_paths(req: ot.OllamaChatRequest | ot.OllamaGenerateRequest) -> list[str]:
+    """Each image of the request by its Ollama name (``messages.N.images.K``, or ``images.K`` on
+    ``/api/generate``), in the order the translated chat request holds their image parts: an error naming a
+    part is renamed to it (:func:`~skippy.engine.chat.images.rename_image_error`)."""
+    if isinstance(req, ot.OllamaGenerateRequest):
+        return [f"images.{k}" for k in range(len(req.images or []))]
+    return [f"messages.{i}.images.{k}" for i, m in enumerate(req.messages)
+            if m.role in ("system", "user", "assistant") and not (m.role == "assistant" and m.tool_calls)
+            for k in range(len(m.images or []))]
+
+
 def embed_request(req: ot.OllamaEmbedRequest | ot.OllamaEmbeddingsRequest) -> EmbeddingRequest:
     """``/api/embed`` (``truncate`` as Ollama: default on) or ``/api/embeddings`` -> the embeddings request."""
     if isinstance(req, ot.OllamaEmbeddingsRequest):
