@@ -79,6 +79,27 @@ def test_streamed_equals_not_streamed_through_the_openai_client(vision_server: S
     assert whole and streamed == whole
 
 
+def test_formats_libmtmd_does_not_read_are_decoded_by_pillow(vision_server: Server) -> None:
+    """WebP (OpenAI and Anthropic list it) and TIFF: Pillow decodes them, libmtmd gets the pixels; a lossless
+    WebP of the PNG's pixels gives the PNG's first token exactly."""
+    import io
+
+    from PIL import Image
+
+    def encoded(fmt: str, **options) -> bytes:
+        out = io.BytesIO()
+        Image.open(io.BytesIO(RED)).save(out, fmt, **options)
+        return out.getvalue()
+
+    png, _ = first_top(vision_server.base_url, messages(RED), cache_prompt=False)
+    for data in (encoded("WEBP", lossless=True), encoded("TIFF")):
+        top, _ = first_top(vision_server.base_url, messages(data), cache_prompt=False)
+        assert top == png
+    r = httpx.post(vision_server.base_url + "/v1/messages", timeout=60, json={
+        "model": "m", "max_tokens": 1, "messages": anthropic_messages(encoded("WEBP"), media_type="image/webp")})
+    assert r.status_code == 200, r.text
+
+
 def test_input_tokens_counts_an_images_positions(vision_server: Server) -> None:
     r = httpx.post(vision_server.base_url + "/v1/chat/completions/input_tokens", timeout=60,
                    json={"messages": messages(BLUE)})

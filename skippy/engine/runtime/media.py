@@ -12,7 +12,9 @@ at a time); only the decode thread turns a span into KV (:meth:`Projector.decode
 the embeddings, libmtmd's ``mtmd_helper_decode_image_chunk``).
 
 Formats are what libmtmd's ``mtmd_helper_bitmap_init_from_buf`` decodes (stb_image: PNG, JPEG, BMP,
-GIF's first frame, PSD, TGA, HDR, PIC, PNM); anything else is a ``ValueError``.
+GIF's first frame, PSD, TGA, HDR, PIC, PNM), and what Pillow decodes beyond those (WebP, TIFF, AVIF, ICO...:
+the first frame, as RGB pixels handed to libmtmd's ``mtmd_bitmap_init``, as vLLM reads images with
+Pillow); anything else is a ``ValueError``.
 
 **Positions.** A prompt index counts KV cells (one per token, one per image embedding); a KV position
 is what llama.cpp attends by. They are the same except after an image of an M-RoPE model (Qwen2-VL and
@@ -196,9 +198,9 @@ class Projector:
         from llama_cpp import mtmd_cpp
 
         buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-        bitmap = mtmd_cpp.mtmd_helper_bitmap_init_from_buf(self._ctx, buf, len(data), False)
+        bitmap = mtmd_cpp.mtmd_helper_bitmap_init_from_buf(self._ctx, buf, len(data), False) or _pillow_bitmap(data)
         if not bitmap:
-            raise ValueError("not an image libmtmd can decode (PNG, JPEG, BMP, GIF, ...)")
+            raise ValueError("not an image libmtmd or Pillow can decode (PNG, JPEG, WebP, GIF, BMP, TIFF, ...)")
         chunks = mtmd_cpp.mtmd_input_chunks_init()
         try:
             mtmd_cpp.mtmd_bitmap_set_id(bitmap, key.encode())
@@ -279,6 +281,26 @@ class Projector:
                                                         ctypes.byref(new_n_past))
         if rc != 0:
             raise RuntimeError(f"libmtmd could not encode or decode an image (returned {rc})")
+
+
+def _pillow_bitmap(data: bytes) -> int | None:
+    """An ``mtmd_bitmap`` of the image file ``data`` as Pillow decodes it (its first frame, RGB), for the formats
+    libmtmd's stb_image does not read (WebP, TIFF, AVIF...); ``None`` when Pillow cannot read it either."""
+    import io
+
+    from llama_cpp import mtmd_cpp
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            image.seek(0)
+            rgb = image.convert("RGB")
+    except Exception:  # Pillow raises many kinds for a broken file (UnidentifiedImageError, OSError, SyntaxError...)
+        return None
+    raw = rgb.tobytes()
+    pixels = (ctypes.c_uint8 * len(raw)).from_buffer_copy(raw)
+    bitmap: int | None = mtmd_cpp.mtmd_bitmap_init(rgb.width, rgb.height, pixels)
+    return bitmap or None
 
 
 class BadImage(ValueError):
