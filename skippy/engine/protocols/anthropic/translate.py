@@ -87,7 +87,7 @@ def _unsupported(block: Any, where: str) -> InvalidRequest:
     return InvalidRequest(f"{where}: a {kind} block is not allowed here", param=where)
 
 
-#: ``source.media_type`` of a base64 image (Anthropic's list; libmtmd's decoder reads no WebP: a 400 once read)
+#: ``source.media_type`` of a base64 image (Anthropic's list; WebP is decoded by Pillow, libmtmd's decoder reads no WebP)
 IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 
 
