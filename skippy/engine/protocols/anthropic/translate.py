@@ -87,7 +87,7 @@ def _unsupported(block: Any, where: str) -> InvalidRequest:
     return InvalidRequest(f"{where}: a {kind} block is not allowed here", param=where)
 
 
-#: ``source.media_type`` of a base64 image (Anthropic's list; WebP is decoded by Pillow, libmtmd's decoder reads no WebP)
+#: ``source.media_type`` of a base64 image (Anthropic's list; WebP is decoded by Pillow, stb_image reads none)
 IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 
 
