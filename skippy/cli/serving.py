@@ -26,8 +26,8 @@ from skippy.cli.flags import (
 from skippy.models import DEFAULT_MODEL, ModelError
 
 #: per-model flags that, given on the command line, name the first model only (a preset section's value
-#: applies to the others)
-FIRST_MODEL_ONLY = ("alias", "mmproj", "lora", "lora_scaled")
+#: applies to the others), with the value the other models have without one
+FIRST_MODEL_ONLY: dict[str, Any] = {"alias": (), "mmproj": None, "lora": ()}
 
 LLAMA_SERVER_NOTE = ("skippy serve takes llama-server's flags -m, -hf, -a, -c/--ctx-size, -np, -t, -fa, -n, -b, -ub, "
                      "-cb, --host, --port, --api-key, --api-key-file, --chat-template-file, --jinja, --metrics, "
@@ -403,7 +403,7 @@ def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], m
     for i, (path, model_id) in enumerate(models):
         values = dict(per_model)
         if i > 0:  # --alias, --mmproj and --lora on the command line name the first model
-            for name, empty in (("alias", ()), ("mmproj", None), ("lora", ())):
+            for name, empty in FIRST_MODEL_ONLY.items():
                 if ctx.get_parameter_source("lora_scaled" if name == "lora" and not lora else name) in (
                         click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT):
                     values[name] = empty
@@ -412,7 +412,7 @@ def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], m
             from skippy.cli.presets import merged
 
             section = presets.get(model_id)
-            values = merged(ctx, presets, section, values, () if i == 0 else FIRST_MODEL_ONLY)
+            values = merged(ctx, presets, section, values, () if i == 0 else (*FIRST_MODEL_ONLY, "lora_scaled"))
             where = f"--models-preset {presets.path}: [{section.name if section else '*'}] "
             if section is not None and section.load_on_startup:
                 preload.append(model_id)

@@ -76,17 +76,17 @@ def test_unload_of_a_model_still_loading_unloads_it_once_its_waiting_request_is_
     preset = tmp_path / "models.ini"
     preset.write_text(f"version = 1\n[*]\nn-ctx = 512\n\n[tiny-gemma]\nmodel = {gemma_path()}\nparallel = 1\n")
     with Server(["-m", "smollm2", "--models-preset", str(preset), "--max-loaded", "1"],
-                tmp_path / "server.log") as srv, ThreadPoolExecutor(2) as pool:
-        wait_for(srv, SMOL_ID, "loaded")
-        long = pool.submit(httpx.post, srv.base_url + "/v1/completions", timeout=120, json={
-            "model": SMOL_ID, "prompt": "Once upon a time", "max_tokens": 200, "temperature": 0, "ignore_eos": True})
-        wait_for(srv, SMOL_ID, "loaded")
-        time.sleep(0.5)  # the long request holds SmolLM2
+                tmp_path / "server.log") as srv, ThreadPoolExecutor(1) as pool, httpx.stream(
+                "POST", srv.base_url + "/v1/completions", timeout=120, json={
+                    "model": SMOL_ID, "prompt": "Once upon a time", "max_tokens": 200, "temperature": 0,
+                    "ignore_eos": True, "stream": True}) as long:
+        chunks = long.iter_lines()
+        next(line for line in chunks if line.startswith("data: "))  # the long request holds SmolLM2 now
         load = pool.submit(httpx.post, srv.base_url + "/models/load", json={"model": "tiny-gemma"}, timeout=120)
         wait_for(srv, "tiny-gemma", "loading")  # waits for room: SmolLM2 drains after its request
         r = httpx.post(srv.base_url + "/models/unload", json={"model": "tiny-gemma"}, timeout=30)
         assert r.status_code == 200
-        assert long.result().status_code == 200 and load.result().status_code == 200
+        assert [line for line in chunks if line][-1] == "data: [DONE]" and load.result().status_code == 200
         wait_for(srv, "tiny-gemma", "unloaded")
         assert "model tiny-gemma: unloading" in srv.log()
 

@@ -97,15 +97,14 @@ def _check_ctx(eng: Engine, num_ctx: int | None) -> None:
                              "tokens per sequence (skippy serve --n-ctx sets it)", param="options.num_ctx")
 
 
-async def _renamed(call: Awaitable[T], body: Any, req: OllamaChatRequest | OllamaGenerateRequest) -> T:
+async def _renamed(call: Awaitable[T], body: ChatCompletionRequest,
+                   req: OllamaChatRequest | OllamaGenerateRequest) -> T:
     """``await call``; an error naming an image part of the translated ``body`` named as Ollama's request has
     it (``messages.0.images.1``)."""
     try:
         return await call
     except EngineError as exc:
-        if isinstance(body, ChatCompletionRequest):
-            raise rename_image_error(exc, body.messages, ollama.image_paths(req)) from None
-        raise
+        raise rename_image_error(exc, body.messages, ollama.image_paths(req)) from None
 
 
 def _ns_since(t0: float) -> int:
