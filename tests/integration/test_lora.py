@@ -18,7 +18,7 @@ import pytest
 
 from skippy.models import DEFAULT_MODEL, ensure_model
 from tests.lora_oracle import logprobs, lora_logits
-from tests.support import Server, assert_envelope, openai_client
+from tests.support import Server, assert_envelope, greedy_steps, openai_client, parting_beyond_near_tie
 from tests.tiny_models import write_tiny_lora
 
 BASE = DEFAULT_MODEL
@@ -85,20 +85,21 @@ def _common_prefix(a: str, b: str) -> int:
 def test_two_requests_with_different_adapters_at_once_each_get_their_own(lora_server: Server) -> None:
     url = lora_server.base_url
     names = [f"{BASE}:french", f"{BASE}:german", BASE]
-    alone = {m: _chat(url, m) for m in names}
-    assert len(set(alone.values())) == 3, alone  # the adapters change the greedy text
+    alone = {m: greedy_steps(url, CHAT, 16, model=m) for m in names}
+    assert len({tuple(t for t, _, _ in steps) for steps in alone.values()}) == 3, alone  # the adapters matter
     with ThreadPoolExecutor(6) as pool:
-        together = list(pool.map(lambda m: (m, _chat(url, m)), names * 2))
-    # each text is its own set's: its solo text, or (a batch of several sequences decodes with other numerics
-    # than a batch of one, and greedy text parts at near-ties, as test_models.py saw on Gemma) closer to its
-    # solo text than to the other sets' (a step decoded under the wrong adapter set would show)
-    for m, text in together:
-        own = _common_prefix(text, alone[m])
-        assert text == alone[m] or all(own > _common_prefix(text, alone[o]) for o in names if o != m), (m, together,
-                                                                                                          alone)
+        together = list(pool.map(lambda m: (m, greedy_steps(url, CHAT, 16, model=m)), names * 2))
+    # each request's tokens are its solo tokens, parting only where the solo run's two best were nearly tied: a
+    # batch of several sequences rounds the f32 LoRA products otherwise than a batch of one (measured: leads
+    # 0.1-0.4 nats apart from the solo run's by the 16th token, with four requests of one set and no switching),
+    # and the french text parts at a 0.03-nat tie. That a step never decodes a sequence under another set is
+    # checked where it can be exactly: the fake runtime's per-position set in tests/unit/test_scheduler_core.py
+    for m, got in together:
+        assert parting_beyond_near_tie(alone[m], got) is None, (m, got, alone[m])
     # a cached prompt of one adapter set is not reused by another (the prefix cache keys on the set)
-    again = {m: _chat(url, m) for m in names}
-    assert again == alone
+    again = {m: greedy_steps(url, CHAT, 16, model=m) for m in names}
+    assert {m: [t for t, _, _ in steps] for m, steps in again.items()} == \
+        {m: [t for t, _, _ in steps] for m, steps in alone.items()}
 
 
 def test_routes_list_and_set_the_adapters(lora_server: Server, adapters) -> None:
