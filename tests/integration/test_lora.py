@@ -69,19 +69,6 @@ def test_the_logprobs_with_adapters_equal_llama_cpps_own(lora_server: Server, ad
     assert named == pytest.approx(_oracle_top([(german, 2.0)]), abs=2e-3)
 
 
-def _chat(url: str, model: str) -> str:
-    reply = openai_client(url).chat.completions.create(model=model, messages=CHAT, max_tokens=16, temperature=0)
-    assert reply.model == model
-    return reply.choices[0].message.content or ""
-
-
-def _common_prefix(a: str, b: str) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
-
-
 def test_two_requests_with_different_adapters_at_once_each_get_their_own(lora_server: Server) -> None:
     url = lora_server.base_url
     names = [f"{BASE}:french", f"{BASE}:german", BASE]

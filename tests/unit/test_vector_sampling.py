@@ -80,6 +80,7 @@ CHAINS = [
     {"temperature": 0.0},
     {"temperature": 1.5, "top_k": 0, "top_p": 1.0, "min_p": 0.05},  # unsorted: dist in token-id order
     {"temperature": 1.0, "top_k": 0, "top_p": 0.9, "min_p": 0.0},
+    {"temperature": 1.0, "top_k": 0, "top_p": 0.9, "min_p": 0.1},
     {"temperature": 2.0, "top_k": 100, "top_p": 1.0, "min_p": 0.0},
     {"temperature": 0.7, "repeat_penalty": 1.3, "frequency_penalty": 0.5, "presence_penalty": 0.3, "penalty_last_n": 8},
     {"temperature": 1.0, "logit_bias": ((5, 8.0), (100, -3.0))},
@@ -106,6 +107,30 @@ def test_same_tokens_as_llama_cpp_chain(kw):
             import llama_cpp
 
             llama_cpp.llama_sampler_free(chain)
+
+
+@pytest.mark.parametrize("scale", [0.3, 1.0, 3.0])
+def test_nucleus_over_the_whole_vocabulary_matches_llama_cpp_on_flat_rows(scale):
+    """top_k 0 with top_p < 1: the sorted head that top_p reaches may be thousands of tokens long on a
+    flat row (Gaussian logits; the smaller ``scale``, the flatter); the same tokens as llama.cpp's chain,
+    with and without min_p, several rows at once."""
+    rng = np.random.default_rng(int(scale * 10))
+    x = (rng.standard_normal((4, V)) * scale).astype(np.float32)
+    for kw in ({"top_p": 0.5, "min_p": 0.0}, {"top_p": 0.95, "min_p": 0.0}, {"top_p": 0.999, "min_p": 0.0},
+               {"top_p": 0.9, "min_p": 0.3}):
+        params = [SamplingParams(seed=seed, temperature=1.0, top_k=0, **kw) for seed in range(4)]
+        ours = [SeqSampler(p) for p in params]
+        chains = [llama_chain(p, V) for p in params]
+        try:
+            for step in range(6):
+                rows = np.roll(x, step, axis=0)
+                want = [llama_sample(c, rows[i]) for i, c in enumerate(chains)]
+                assert sample_rows(rows, ours) == want, (kw, step)
+        finally:
+            import llama_cpp
+
+            for c in chains:
+                llama_cpp.llama_sampler_free(c)
 
 
 @pytest.mark.parametrize("kw", [{"ignore_eos": True}, {"ignore_eos": True, "temperature": 0.0},
@@ -275,6 +300,46 @@ def test_top_k_one_is_greedy_and_top_p_small_keeps_the_best():
     for kw in ({"top_k": 1}, {"top_k": 0, "top_p": 1e-6}, {"min_p": 1.0}):
         s = [sampler(seed=i, temperature=1.0, **kw) for i in range(8)]
         assert sample_rows(x, s) == x.argmax(axis=1).tolist(), kw
+
+
+def _top_k_reference(row: np.ndarray, k: int) -> tuple[list[int], list[float]]:
+    """The k highest logits of a row without NaN by a full sort: logit descending, then id."""
+    order = sorted(range(len(row)), key=lambda i: (-row[i], i))[:k]
+    return order, [float(row[i]) for i in order]
+
+
+@pytest.mark.parametrize("v", [7, 100, 1000, 4099, V])
+def test_top_k_candidates_are_the_exact_top_k_for_any_shape(v):
+    """The grouped threshold (vector._top_k) against a full sort: the same logits in the same order on
+    every row, ties by id, for k from 1 to v - 1, with ties, -inf stretches and whole -inf rows;
+    a NaN row still gets k distinct ids."""
+    from skippy.engine.sampling.vector import _top_k
+
+    rng = np.random.default_rng(v)
+    ks = sorted({1, 2, min(40, v - 1), v // 2, v - 1} | set(rng.integers(1, v, 3).tolist()))
+    x = lm_logits(rng, 6, v) if v >= 8 else rng.standard_normal((6, v)).astype(np.float32)
+    x[1] = np.round(x[1])  # many exact ties
+    x[2, : v // 2] = -np.inf  # half the vocabulary banned
+    x[3] = -np.inf  # everything banned
+    x[4, rng.choice(v, max(1, v // 3), replace=False)] = -np.inf
+    x[5] = 0.0  # one tie over the whole row
+    for k in ks:
+        got = _top_k(x, k)
+        for j in range(6):
+            ids, vals = got[j]
+            ref_ids, ref_vals = _top_k_reference(x[j], k)
+            assert vals.tolist() == ref_vals, (v, k, j)
+            assert len(set(ids.tolist())) == k and (x[j][ids] == vals).all()
+            same = [i for i in range(k - 1) if vals[i] == vals[i + 1]]
+            assert all(ids[i] < ids[i + 1] for i in same), (v, k, j)
+            # the tokens strictly above the k-th logit are the reference's
+            assert {i for i, u in zip(ids.tolist(), vals.tolist(), strict=True) if u > vals[-1]} == \
+                {i for i, u in zip(ref_ids, ref_vals, strict=True) if u > ref_vals[-1]}
+    nan = x[:1].copy()
+    nan[0, rng.choice(v, max(1, v // 10), replace=False)] = np.nan
+    for k in ks:
+        ids, _ = _top_k(nan, k)[0]
+        assert len(set(ids.tolist())) == k and ((0 <= ids) & (ids < v)).all()
 
 
 def test_logit_bias_and_penalties_follow_llama_cpp():

@@ -48,10 +48,11 @@ from skippy.engine.sampling.params import SamplingParams
 
 __all__ = ["SeqSampler", "sample_rows", "vectorizable", "mt19937_state"]
 
-#: Candidates for ``top_k`` come from the rows' ``SUBSAMPLE``-strided slice: its ``k``-th
-#: largest logit is a lower bound of the row's ``k``-th largest, so every row keeps at
-#: least ``k`` candidates (about ``k * SUBSAMPLE``) and the top ``k`` are found exactly.
-SUBSAMPLE = 8
+#: Candidates for ``top_k``: the row's tokens fall into ``max(GROUPS, 8 * k)`` groups (token ``i`` in
+#: group ``i mod`` their number); the ``k``-th highest of the groups' maxima is a lower bound of the
+#: row's ``k``-th largest logit (``k`` distinct tokens reach it) and close to it, so the tokens at or
+#: above it (``k`` and a few more) hold the top ``k`` exactly. Each pass runs over all rows at once.
+GROUPS = 512
 
 _F32 = np.float32
 
@@ -88,7 +89,7 @@ class SeqSampler:
 
     __slots__ = ("params", "greedy", "bias_ids", "bias", "penalty_last_n", "counts", "recent", "bitgen",
                  "_raw", "temperature", "top_k", "top_p", "min_p", "log_min_p", "sorted", "suppress",
-                 "suppress_until", "n_accepted")
+                 "suppress_set", "suppress_until", "n_accepted")
 
     def __init__(self, params: SamplingParams, eog_ids: Collection[int] = ()) -> None:
         if not vectorizable(params):
@@ -117,6 +118,7 @@ class SeqSampler:
         elif p.min_tokens > 0:
             suppress, self.suppress_until = set(eog_ids) | p.stop_token_ids, p.min_tokens
         self.suppress = np.array(sorted(suppress), dtype=np.intp) if suppress else None
+        self.suppress_set = frozenset(suppress)
         self.n_accepted = 0
 
     @property
@@ -221,7 +223,11 @@ def sample_rows(logits: np.ndarray, samplers: Sequence[SeqSampler]) -> list[int]
     if n == 0:
         return []
     x = logits
-    mods = [i for i, s in enumerate(samplers) if s.modifies]
+    mods: list[int] = []
+    lazy: list[int] = []  # greedy rows whose only modifier is suppression: it matters when the argmax is suppressed
+    for i, s in enumerate(samplers):
+        if s.modifies:
+            (lazy if s.greedy and s.bias_ids is None and not s.counts else mods).append(i)
     undo: list[tuple[int, np.ndarray, np.ndarray]] = []
     if mods and not logits.flags.writeable:
         x = np.array(logits, dtype=_F32)
@@ -233,6 +239,12 @@ def sample_rows(logits: np.ndarray, samplers: Sequence[SeqSampler]) -> list[int]
         if x is logits:
             for i, ids, before in reversed(undo):
                 x[i, ids] = before
+    for i in lazy:
+        s = samplers[i]
+        if out[i] in s.suppress_set:  # else suppressing leaves that first maximum where it is
+            row = np.array(logits[i], dtype=_F32)
+            s.apply_modifiers(row)
+            out[i] = int(row.argmax())
     for s, t in zip(samplers, out, strict=True):
         s.accept(t)
     return out
@@ -258,24 +270,27 @@ def _select(x: np.ndarray, samplers: Sequence[SeqSampler]) -> list[int]:
 def _candidates(x: np.ndarray, samplers: Sequence[SeqSampler],
                 norms: dict[int, np.float32]) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per row, the candidate ``(ids, logits)`` that ``dist`` chooses among before ``top_p`` /
-    ``min_p``, in llama.cpp's order: the top ``k`` sorted (``top_k > 0``), the whole vocabulary
-    sorted (``top_k == 0`` and ``top_p < 1``), or the vocabulary in id order (then filtered by
+    ``min_p``, in llama.cpp's order: the top ``k`` sorted (``top_k > 0``), the sorted head of the
+    vocabulary that ``top_p`` and ``min_p`` can keep (``top_k == 0`` and ``top_p < 1``: :func:`_nucleus`),
+    every token sorted (``top_k >= n_vocab``), or the vocabulary in id order (then filtered by
     ``min_p`` here already, as llama.cpp's unsorted ``min_p`` does). ``norms`` gets the softmax
     normalizer of rows whose ``top_p`` runs on the unsorted vocabulary."""
     m, v = x.shape
     res: list[tuple[np.ndarray, np.ndarray]] = [None] * m  # type: ignore[list-item]
-    # top_k rows, grouped by k: threshold from the strided slice, then exact top k among the rest
+    # top_k rows, grouped by k: a threshold from the group maxima, then the exact top k above it (_top_k)
     by_k: dict[int, list[int]] = {}
     for j, s in enumerate(samplers):
         k = s.top_k
         if 0 < k < v:
             by_k.setdefault(k, []).append(j)
-        elif s.sorted:  # every token, sorted (top_k >= n_vocab, or top_k == 0 with top_p < 1)
+        elif s.sorted and k == 0:  # top_p < 1 over the whole vocabulary, sorted as far as top_p / min_p reach
+            # llama.cpp's top_p normalizes the unsorted array: its float32 sum runs in id order
+            with np.errstate(invalid="ignore", over="ignore"):
+                norms[j] = np.cumsum(np.exp(x[j] - x[j].max()), dtype=_F32)[-1]
+            res[j] = _nucleus(x[j], s, norms[j])
+        elif s.sorted:  # top_k >= n_vocab: every token, sorted (top_p normalizes in that order)
             order = np.argsort(-x[j], kind="stable")
             res[j] = (order, x[j][order])
-            if k == 0:  # llama.cpp's top_p normalizes the unsorted array: its float32 sum runs in id order
-                with np.errstate(invalid="ignore", over="ignore"):
-                    norms[j] = np.cumsum(np.exp(x[j] - x[j].max()), dtype=_F32)[-1]
         else:  # id order; min_p filters here (llama.cpp's unsorted min_p)
             row = x[j]
             if s.min_p > 0:
@@ -287,27 +302,81 @@ def _candidates(x: np.ndarray, samplers: Sequence[SeqSampler],
                 ids = np.arange(v)
             res[j] = (ids, row[ids])
     for k, rows in by_k.items():
-        xs = x if len(rows) == m else x[rows]
-        sub = xs[:, ::SUBSAMPLE]
-        if sub.shape[1] >= k:
-            thr = np.partition(sub, sub.shape[1] - k, axis=1)[:, sub.shape[1] - k]
-            flat = np.flatnonzero(xs >= thr[:, None])
-        else:
-            flat = np.empty(0, dtype=np.intp)
-        r, c = np.divmod(flat, v)
-        starts = np.searchsorted(r, np.arange(len(rows) + 1))
-        for jj, j in enumerate(rows):
-            ids = c[starts[jj]:starts[jj + 1]]
-            if ids.size < k:  # NaN thresholds: take the row's top k directly
-                ids = np.argpartition(xs[jj], v - k)[v - k:]
-                ids.sort()
-            vals = xs[jj][ids]
-            if ids.size > k:
-                part = np.argpartition(-vals, k - 1)[:k]
-                part.sort()  # keep id order, so that equal logits sort by id below
-                ids, vals = ids[part], vals[part]
-            order = np.argsort(-vals, kind="stable")
-            res[j] = (ids[order], vals[order])
+        for j, cand in zip(rows, _top_k(x if len(rows) == m else x[rows], k), strict=True):
+            res[j] = cand
+    return res
+
+
+def _nucleus(row: np.ndarray, s: SeqSampler, norm: np.float32) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted head of ``row`` (logit descending, then id) that ``top_p`` (normalizer ``norm``) and
+    ``min_p`` can keep: the candidates of a ``top_k == 0`` row, exactly as the whole vocabulary sorted
+    would give them to :func:`_sample_dist`, without sorting it all.
+
+    With ``min_p``: the tokens at or above ``max + log(min_p)`` (``min_p`` ends the sorted prefix at the
+    first token below, whatever ``top_p`` kept). Without: the top 256, 2048, ... tokens until their float32
+    running sum of ``exp(logit - max) / norm`` reaches ``top_p``, as :func:`_sample_dist` computes it.
+    A NaN row is sorted whole.
+    """
+    v = row.shape[0]
+    with np.errstate(invalid="ignore", over="ignore"):
+        mx = row.max()
+        if s.min_p > 0:
+            ids = np.flatnonzero(row >= mx + s.log_min_p)
+            if ids.size:
+                vals = row[ids]
+                order = np.argsort(-vals, kind="stable")
+                return ids[order], vals[order]
+        elif np.isfinite(mx):
+            k = 256
+            while k < v // 2:
+                ids, vals = _top_k(row[None, :], k)[0]
+                if np.cumsum(np.exp(vals - vals[0]) / norm, dtype=_F32)[-1] >= s.top_p:
+                    return ids, vals
+                k *= 8
+    order = np.argsort(-row, kind="stable")
+    return order, row[order]
+
+
+def _top_k(xs: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The ``k`` highest logits ``(ids, logits)`` of each row of ``xs`` (float32, ``(r, v)``, ``0 < k < v``),
+    sorted by logit descending then id (llama.cpp leaves the order of ties unspecified).
+
+    The candidates are the tokens at or above the ``k``-th highest group maximum (see :data:`GROUPS`),
+    gathered into one ``(r, width)`` array padded with ``-inf`` (padding only follows rows whose every
+    candidate is above ``-inf``); a row with fewer than ``k`` candidates (NaN logits) takes its top ``k``
+    by ``argpartition``, NaN last.
+    """
+    r, v = xs.shape
+    ng = min(v, max(GROUPS, 8 * k))
+    per = v // ng
+    with np.errstate(invalid="ignore"):
+        gmax = xs[:, :ng * per].reshape(r, per, ng).max(axis=1)  # (r, ng); NaN propagates
+        thr = np.partition(gmax, ng - k, axis=1)[:, ng - k]
+        flat = np.flatnonzero(xs >= thr[:, None])
+    rows, cols = np.divmod(flat, v)
+    counts = np.bincount(rows, minlength=r)
+    starts = np.zeros(r + 1, dtype=np.intp)
+    np.cumsum(counts, out=starts[1:])
+    res: list[tuple[np.ndarray, np.ndarray]] = [None] * r  # type: ignore[list-item]
+    width = int(counts.max()) if flat.size else 0
+    if width >= k:
+        off = np.arange(width)
+        idx = np.minimum(starts[:-1, None] + off, flat.size - 1)
+        cids = cols[idx]
+        cvals = np.where(off < counts[:, None], np.take_along_axis(xs, cids, axis=1), -np.inf).astype(_F32)
+        if width > k:
+            sel = np.argpartition(cvals, width - k, axis=1)[:, width - k:]
+            cids, cvals = np.take_along_axis(cids, sel, axis=1), np.take_along_axis(cvals, sel, axis=1)
+        order = np.lexsort((cids, -cvals), axis=1)
+        ids2, vals2 = np.take_along_axis(cids, order, axis=1), np.take_along_axis(cvals, order, axis=1)
+        for j in range(r):
+            res[j] = (ids2[j], vals2[j])
+    for j in np.flatnonzero(counts < k).tolist():  # NaN thresholds: the row's top k directly
+        ids = np.argpartition(xs[j], v - k)[v - k:]
+        ids.sort()
+        vals = xs[j][ids]
+        order = np.argsort(-vals, kind="stable")
+        res[j] = (ids[order], vals[order])
     return res
 
 
@@ -316,14 +385,17 @@ def _sample_dist(x: np.ndarray, samplers: Sequence[SeqSampler]) -> list[int]:
     m = len(samplers)
     norms: dict[int, np.float32] = {}
     cands = _candidates(x, samplers, norms)
-    width = max(len(ids) for ids, _ in cands)
-    vals = np.full((m, width), -np.inf, dtype=_F32)
-    ids2 = np.zeros((m, width), dtype=np.intp)
-    size = np.empty(m, dtype=np.intp)
-    for j, (ids, v) in enumerate(cands):
-        vals[j, :len(v)] = v
-        ids2[j, :len(ids)] = ids
-        size[j] = len(ids)
+    size = np.fromiter((len(ids) for ids, _ in cands), dtype=np.intp, count=m)
+    width = int(size.max())
+    if (size == width).all():  # every row top_k with the same k (the default chain), or the whole vocabulary
+        vals = np.stack([v for _, v in cands]).astype(_F32, copy=False)
+        ids2 = np.stack([ids for ids, _ in cands]).astype(np.intp, copy=False)
+    else:
+        vals = np.full((m, width), -np.inf, dtype=_F32)
+        ids2 = np.zeros((m, width), dtype=np.intp)
+        for j, (ids, v) in enumerate(cands):
+            vals[j, :len(v)] = v
+            ids2[j, :len(ids)] = ids
     is_sorted = np.array([s.sorted for s in samplers])
     cols = np.arange(width)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):

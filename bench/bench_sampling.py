@@ -1,0 +1,210 @@
+"""Host sampling per decode step: skippy's vectorized chain against llama.cpp's chain per sequence.
+
+After each decode llama-server samples every slot's row in turn through ``common_sampler`` (the
+vocabulary copied into ``llama_token_data``, then the chain). skippy samples all rows of the step at
+once (:func:`skippy.engine.sampling.vector.sample_rows`). On a CPU build this is a small share of a
+step; on a GPU, where a 64-sequence decode of a small model takes a few milliseconds, it is a large
+one (the per-step overhead goal of the GPU issue: at most 10% of the step at B = 64).
+
+The rows are real: the model's logits after ``B`` different prompts (``--model``, default SmolLM2-135M;
+Gemma 3 270M has a 262144-token vocabulary). Per B and chain, the median ms per step of ``--reps``
+(after a warm-up) of:
+
+- ``skippy``: ``sample_rows`` over the ``(B, n_vocab)`` rows, each sequence with its own sampler;
+- ``llama.cpp``: per row, the logits copied into a ``llama_token_data`` array and the same chain
+  applied (``llama_sampler_apply``), as ``common_sampler_sample`` does, one row after another;
+
+and their ratio (below 1: skippy spends less). Then ``--loop`` (B = the largest level): the scheduler's whole
+host loop per decode (plan, a multi-step run of ``--scheduler-steps``, sampling, update) for B sequences of the
+model, with ``llama_decode`` skipped once every sequence decodes (the logits stay those of the last real decode),
+so what is left is what the host adds to each step however fast the device is.
+
+Chains: ``greedy`` (temperature 0), ``default``
+(llama-server's defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05), ``ignore_eos``
+(greedy with the end-of-generation tokens suppressed: llama-server's ``-inf`` logit bias), ``top_p``
+(top_k 0, top_p 0.9: the whole vocabulary sorted). Nothing else runs; all samples go to
+``bench/out/sampling-<time>.json``.
+
+    python bench/bench_sampling.py [--model NAME|PATH] [--levels 1,16,64] [--reps 30] [--loop]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import statistics as st
+import sys
+import time
+from pathlib import Path
+
+import llama_cpp
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from skippy.engine.runtime.base import BatchEntry  # noqa: E402
+from skippy.engine.runtime.llama import LlamaRuntime  # noqa: E402
+from skippy.engine.sampling.params import SamplingParams  # noqa: E402
+from skippy.engine.sampling.vector import SeqSampler, sample_rows  # noqa: E402
+from skippy.engine.scheduling.config import SchedulerConfig  # noqa: E402
+from skippy.engine.scheduling.core import SchedulerCore  # noqa: E402
+from skippy.engine.scheduling.decode import execute  # noqa: E402
+from skippy.engine.scheduling.events import SeqRequest  # noqa: E402
+from skippy.models import DEFAULT_MODEL, ensure_model  # noqa: E402
+
+OUT = Path(__file__).parent / "out"
+CHAINS = {
+    "greedy": {"temperature": 0.0},
+    "default": {},
+    "ignore_eos": {"temperature": 0.0, "ignore_eos": True},
+    "top_p": {"top_k": 0, "top_p": 0.9},
+}
+
+
+def real_logits(model: str, n: int, threads: int) -> tuple[np.ndarray, tuple[int, ...]]:
+    """``(n, n_vocab)`` float32 logits: the last row after each of ``n`` different short prompts; and the
+    model's end-of-generation ids."""
+    rt = LlamaRuntime(model, n_ctx_seq=256, n_seq_max=n, n_threads=threads)
+    rows = []
+    for s in range(n):
+        prompt = rt.vocab.tokenize(f"Write a story about the number {s * 37 + 11} and a", add_special=True,
+                                   parse_special=False)
+        rt.decode([BatchEntry(t, i, s, i == len(prompt) - 1) for i, t in enumerate(prompt)])
+        rows.append(np.array(rt.logits(len(prompt) - 1), dtype=np.float32))
+    eog = tuple(rt.meta.eog_ids)
+    rt.close()
+    return np.stack(rows), eog
+
+
+def llama_chain(p: SamplingParams, n_vocab: int, eog: tuple[int, ...]) -> object:
+    """llama.cpp's chain for ``p`` as ``common_sampler`` builds it (``ignore_eos``: a ``-inf`` logit bias)."""
+    chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+
+    def add(s: object) -> None:
+        llama_cpp.llama_sampler_chain_add(chain, s)
+
+    if p.ignore_eos:
+        biases = (llama_cpp.llama_logit_bias * len(eog))(*[llama_cpp.llama_logit_bias(token=t, bias=float("-inf"))
+                                                          for t in eog])
+        add(llama_cpp.llama_sampler_init_logit_bias(n_vocab, len(eog), biases))
+    if p.greedy:
+        add(llama_cpp.llama_sampler_init_greedy())
+    else:
+        add(llama_cpp.llama_sampler_init_top_k(p.top_k))
+        add(llama_cpp.llama_sampler_init_top_p(p.top_p, 1))
+        add(llama_cpp.llama_sampler_init_min_p(p.min_p, 1))
+        add(llama_cpp.llama_sampler_init_temp(p.temperature))
+        add(llama_cpp.llama_sampler_init_dist(p.seed))
+    return chain
+
+
+def time_llama(x: np.ndarray, chains: list[object], reps: int) -> list[float]:
+    """ms per step: every row copied into ``llama_token_data`` and its chain applied, one row after another."""
+    n, v = x.shape
+    dtype = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True)
+    cand = np.zeros(v, dtype=dtype)
+    ids = np.arange(v, dtype=np.int32)
+    out = []
+    for _ in range(reps + 1):
+        t0 = time.perf_counter()
+        for i in range(n):
+            cand["id"] = ids
+            cand["logit"] = x[i]
+            cand["p"] = 0.0
+            cur = llama_cpp.llama_token_data_array(data=cand.ctypes.data_as(llama_cpp.llama_token_data_p), size=v,
+                                                   selected=-1, sorted=False)
+            llama_cpp.llama_sampler_apply(chains[i], ctypes.byref(cur))
+            llama_cpp.llama_sampler_accept(chains[i], int(cand["id"][cur.selected]))
+        out.append((time.perf_counter() - t0) * 1e3)
+    return out[1:]
+
+
+def time_skippy(x: np.ndarray, samplers: list[SeqSampler], reps: int) -> list[float]:
+    """ms per step of :func:`sample_rows` over all rows."""
+    out = []
+    for _ in range(reps + 1):
+        t0 = time.perf_counter()
+        sample_rows(x, samplers)
+        out.append((time.perf_counter() - t0) * 1e3)
+    return out[1:]
+
+
+def time_loop(model: str, b: int, kw: dict, steps: int, threads: int, decodes: int = 400) -> float:
+    """ms of host work per decode: ``b`` sequences through :class:`SchedulerCore` and :func:`execute`, with
+    ``llama_decode`` skipped after a few real steps (the last logits sampled again each time)."""
+    rt = LlamaRuntime(model, n_ctx_seq=1024, n_seq_max=b, n_threads=threads)
+    core = SchedulerCore(rt, SchedulerConfig(step_tokens=2048, max_queue=b, scheduler_steps=steps,
+                                             prefix_cache=False, prompt_cache=None))
+    for i in range(b):  # no end of generation: the fixed logits would end a sequence at once or never
+        core.add(SeqRequest(i + 1, [1, 100 + i, 200 + i, 300], SamplingParams(seed=i + 1, **kw), 1 << 30))
+
+    def step() -> None:
+        plan = core.plan()
+        core.update(plan, execute(rt, plan))
+
+    for _ in range(4):
+        step()
+    n = 0
+
+    def skip(entries: object) -> None:
+        nonlocal n
+        n += 1
+
+    rt.decode = skip  # type: ignore[method-assign]
+    t0 = time.perf_counter()
+    while n < decodes:
+        step()
+    ms = (time.perf_counter() - t0) * 1e3 / n
+    rt.close()
+    return ms
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default=DEFAULT_MODEL, help="a catalogue name or a GGUF path")
+    ap.add_argument("--levels", default="1,16,64", help="sequences per step (B), comma-separated")
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--threads", type=int, default=2, help="llama.cpp threads for the prompts' decode")
+    ap.add_argument("--loop", action="store_true", help="also time the scheduler's host loop per decode")
+    ap.add_argument("--scheduler-steps", type=int, default=8, help="decodes per multi-step run in --loop")
+    a = ap.parse_args()
+    levels = [int(b) for b in a.levels.split(",")]
+    model = a.model if Path(a.model).is_file() else str(ensure_model(a.model))
+    llama_cpp.llama_backend_init()
+    x_all, eog = real_logits(model, max(levels), a.threads)
+    v = x_all.shape[1]
+    results = []
+    print(f"{Path(model).name}, n_vocab {v}, median of {a.reps} steps (ms per step)\n")
+    print("| chain | B | skippy | llama.cpp per row | skippy / llama.cpp |")
+    print("|---|---:|---:|---:|---:|")
+    for name, kw in CHAINS.items():
+        for b in levels:
+            x = np.ascontiguousarray(x_all[:b])
+            params = [SamplingParams(seed=i + 1, **kw) for i in range(b)]
+            chains = [llama_chain(p, v, eog) for p in params]
+            ours = time_skippy(x, [SeqSampler(p, eog) for p in params], a.reps)
+            theirs = time_llama(x, chains, a.reps)
+            for c in chains:
+                llama_cpp.llama_sampler_free(c)
+            s, t = st.median(ours), st.median(theirs)
+            results.append({"chain": name, "B": b, "skippy_ms": ours, "llama_ms": theirs})
+            print(f"| {name} | {b} | {s:.3f} | {t:.3f} | {s / t:.2f} |")
+    loop = {}
+    if a.loop:
+        b = max(levels)
+        print(f"\nscheduler host loop, B = {b}, decode skipped, {a.scheduler_steps} decodes per run\n")
+        print("| chain | ms per decode |")
+        print("|---|---:|")
+        for name, kw in CHAINS.items():
+            loop[name] = time_loop(model, b, kw, a.scheduler_steps, a.threads)
+            print(f"| {name} | {loop[name]:.3f} |")
+    OUT.mkdir(exist_ok=True)
+    path = OUT / f"sampling-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps({"model": Path(model).name, "n_vocab": v, "levels": levels, "results": results,
+                                "loop_ms": loop}))
+    print(f"\nsamples: {path}")
+
+
+if __name__ == "__main__":
+    main()
