@@ -23,7 +23,7 @@ Chains: ``greedy`` (temperature 0), ``default``
 (llama-server's defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05), ``ignore_eos``
 (greedy with the end-of-generation tokens suppressed: llama-server's ``-inf`` logit bias), ``top_p``
 (top_k 0, top_p 0.9: the whole vocabulary sorted). Nothing else runs; all samples go to
-``bench/out/sampling-<time>.json``.
+``sampling-<time>.json`` in ``--out`` (``bench/out``).
 
     python bench/bench_sampling.py [--model NAME|PATH] [--levels 1,16,64] [--reps 30] [--loop]
 """
@@ -168,6 +168,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="llama.cpp threads for the prompts' decode")
     ap.add_argument("--loop", action="store_true", help="also time the scheduler's host loop per decode")
     ap.add_argument("--scheduler-steps", type=int, default=8, help="decodes per multi-step run in --loop")
+    ap.add_argument("--out", type=Path, default=OUT, help="the folder of the JSON (default bench/out)")
     a = ap.parse_args()
     levels = [int(b) for b in a.levels.split(",")]
     model = a.model if Path(a.model).is_file() else str(ensure_model(a.model))
@@ -199,8 +200,8 @@ def main() -> None:
         for name, kw in CHAINS.items():
             loop[name] = time_loop(model, b, kw, a.scheduler_steps, a.threads)
             print(f"| {name} | {loop[name]:.3f} |")
-    OUT.mkdir(exist_ok=True)
-    path = OUT / f"sampling-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    a.out.mkdir(parents=True, exist_ok=True)
+    path = a.out / f"sampling-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps({"model": Path(model).name, "n_vocab": v, "levels": levels, "results": results,
                                 "loop_ms": loop}))
     print(f"\nsamples: {path}")

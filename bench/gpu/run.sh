@@ -26,6 +26,9 @@
 #   decode-M, burst-M   per model M: bench/bench_decode.py --no-raw and bench/bench_burst.py --quick, skippy
 #            (-ngl 99) and skippy --backend-sampling against llama-server (-ngl 99), the same slots and context,
 #            at LEVELS; JSON and server logs in OUTDIR/M/.
+#   sampling (the first model) bench/bench_sampling.py --loop: host sampling per step, skippy's vectorized chain
+#            against llama.cpp's per row, and the scheduler's host loop per decode with the decode skipped (the
+#            per-step overhead whatever the device); its tables printed before the report, JSON in OUTDIR/M/.
 #   report   bench/gpu/report.py OUTDIR: the table, last.
 #
 # Knobs (environment): GPU (cuda | none), BUNDLE (gpu-bundle/), WORK (/tmp/skippy-gpu), BUDGET_S (530),
@@ -221,6 +224,14 @@ bench_burst_one() {
         "${variant[@]}"
 }
 
+bench_sampling_one() {
+    cd "$REPO"
+    local levels=1,16,64 reps=10
+    [ "$GPU" = none ] && levels=1 reps=1
+    "$PY" bench/bench_sampling.py --model "$SKIPPY_HOME/models/$MODEL" --levels "$levels" --reps "$reps" --loop \
+        --out "$OUTDIR/$TAG/sampling"
+}
+
 echo "skippy GPU run: GPU=$GPU, llama-cpp-python $VERSION, budget ${BUDGET_S}s, levels $LEVELS, models $MODELS"
 echo "repo $REPO, bundle $BUNDLE, work $WORK, out $OUTDIR"
 export -f max_level
@@ -236,9 +247,15 @@ if (( ready )); then
         phase "decode-$TAG" 150 30 bench_decode_one
         phase "burst-$TAG" 120 30 bench_burst_one
     done
+    MODEL="${MODELS%% *}"; TAG="$(tr '[:upper:]' '[:lower:]' <<<"${MODEL%%-*}")"
+    export MODEL TAG
+    phase "sampling-$TAG" 60 20 bench_sampling_one
 fi
 echo "=== total $(( $(date +%s) - START ))s"
 echo
+for f in "$OUTDIR"/logs/sampling-*.log; do
+    [ -f "$f" ] && { echo "=== ${f##*/}"; grep -E '^\||n_vocab|host loop' "$f"; echo; }
+done
 echo "=== results (also in OUTDIR/summary.md; logs and JSON under OUTDIR$([ "$PACK" = 1 ] && echo ", packed into results.tar.gz"))"
 "$PY" "$REPO/bench/gpu/report.py" "$OUTDIR" 2>/dev/null || python3 "$REPO/bench/gpu/report.py" "$OUTDIR" || FAILED=1
 if [ "$PACK" = 1 ]; then  # only 8 files come back from the device tool's $OUT: the rest goes into one archive

@@ -69,7 +69,8 @@ def test_the_dry_run_goes_through_every_phase_and_prints_the_table_last(tmp_path
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log
     phases = [line.split("\t") for line in (out / "phases.tsv").read_text().splitlines()]
-    assert [p[0] for p in phases] == ["build", "venv", "models", "tests", "decode-smollm2", "burst-smollm2"], log
+    assert [p[0] for p in phases] == ["build", "venv", "models", "tests", "decode-smollm2", "burst-smollm2",
+                                       "sampling-smollm2"], log
     assert all(p[1] == "ok" for p in phases), phases
     assert "GPU tests: 2 passed, 0 failed, 0 errors, 6 skipped" in log
     # packed for the device tool's $OUT (at most 8 files come back): the table, the log, the phases, the archive
@@ -79,6 +80,8 @@ def test_the_dry_run_goes_through_every_phase_and_prints_the_table_last(tmp_path
         names = tar.getnames()
     assert any(n.startswith("./smollm2/decode/decode-") and n.endswith(".json") for n in names), names
     assert any(n.startswith("./smollm2/burst/burst-") and n.endswith(".json") for n in names), names
+    assert any(n.startswith("./smollm2/sampling/sampling-") and n.endswith(".json") for n in names), names
+    assert "| default | 1 |" in log and "scheduler host loop, B = 1" in log  # the sampling tables, printed
     table = (out / "summary.md").read_text().strip()
     assert proc.stdout.rstrip().endswith(table.splitlines()[-1])  # the table comes last
     rows = [r for r in table.splitlines() if r.startswith("| smollm2 |")]
