@@ -17,7 +17,8 @@ Gemma 3 270M has a 262144-token vocabulary). Per B and chain, the median ms per 
 and their ratio (below 1: skippy spends less). Then ``--loop`` (B = the largest level): the scheduler's whole
 host loop per decode (plan, a multi-step run of ``--scheduler-steps``, sampling, update) for B sequences of the
 model, with ``llama_decode`` skipped once every sequence decodes (the logits stay those of the last real decode),
-so what is left is what the host adds to each step however fast the device is.
+so what is left is what the host adds to each step however fast the device is; greedy once more with
+``--backend-sampling`` (the argmax in the decode graph: no logits read on the host).
 
 Chains: ``greedy`` (temperature 0), ``default``
 (llama-server's defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05), ``ignore_eos``
@@ -130,10 +131,12 @@ def time_skippy(x: np.ndarray, samplers: list[SeqSampler], reps: int) -> list[fl
     return out[1:]
 
 
-def time_loop(model: str, b: int, kw: dict, steps: int, threads: int, decodes: int = 400) -> float:
+def time_loop(model: str, b: int, kw: dict, steps: int, threads: int, decodes: int = 400,
+              backend: bool = False) -> float:
     """ms of host work per decode: ``b`` sequences through :class:`SchedulerCore` and :func:`execute`, with
-    ``llama_decode`` skipped after a few real steps (the last logits sampled again each time)."""
-    rt = LlamaRuntime(model, n_ctx_seq=1024, n_seq_max=b, n_threads=threads)
+    ``llama_decode`` skipped after a few real steps (the last logits sampled again each time; with
+    ``backend``, llama.cpp's greedy sampler attached to the slots, whose last tokens are read again)."""
+    rt = LlamaRuntime(model, n_ctx_seq=1024, n_seq_max=b, n_threads=threads, backend_sampling=backend)
     core = SchedulerCore(rt, SchedulerConfig(step_tokens=2048, max_queue=b, scheduler_steps=steps,
                                              prefix_cache=False, prompt_cache=None))
     for i in range(b):  # no end of generation: the fixed logits would end a sequence at once or never
@@ -197,8 +200,8 @@ def main() -> None:
         print(f"\nscheduler host loop, B = {b}, decode skipped, {a.scheduler_steps} decodes per run\n")
         print("| chain | ms per decode |")
         print("|---|---:|")
-        for name, kw in CHAINS.items():
-            loop[name] = time_loop(model, b, kw, a.scheduler_steps, a.threads)
+        for name, kw in [*CHAINS.items(), ("greedy, --backend-sampling", CHAINS["greedy"])]:
+            loop[name] = time_loop(model, b, kw, a.scheduler_steps, a.threads, backend="backend" in name)
             print(f"| {name} | {loop[name]:.3f} |")
     a.out.mkdir(parents=True, exist_ok=True)
     path = a.out / f"sampling-{time.strftime('%Y%m%d-%H%M%S')}.json"
