@@ -63,40 +63,30 @@ CHAINS = {
 }
 
 
-def real_logits(model: str, n: int, threads: int) -> tuple[np.ndarray, tuple[int, ...]]:
-    """``(n, n_vocab)`` float32 logits: the last row after each of ``n`` different short prompts; and the
-    model's end-of-generation ids."""
-    rt = LlamaRuntime(model, n_ctx_seq=256, n_seq_max=n, n_threads=threads)
+def real_logits(rt: LlamaRuntime, n: int) -> np.ndarray:
+    """``(n, n_vocab)`` float32 logits of ``rt``'s model: the last row after each of ``n`` different short
+    prompts (sequences ``0..n-1``)."""
     rows = []
     for s in range(n):
         prompt = rt.vocab.tokenize(f"Write a story about the number {s * 37 + 11} and a", add_special=True,
                                    parse_special=False)
         rt.decode([BatchEntry(t, i, s, i == len(prompt) - 1) for i, t in enumerate(prompt)])
         rows.append(np.array(rt.logits(len(prompt) - 1), dtype=np.float32))
-    eog = tuple(rt.meta.eog_ids)
-    rt.close()
-    return np.stack(rows), eog
+    return np.stack(rows)
 
 
-def llama_chain(p: SamplingParams, n_vocab: int, eog: tuple[int, ...]) -> object:
-    """llama.cpp's chain for ``p`` as ``common_sampler`` builds it (``ignore_eos``: a ``-inf`` logit bias)."""
+def llama_chain(rt: LlamaRuntime, p: SamplingParams) -> object:
+    """llama.cpp's chain for ``p`` as ``common_sampler`` builds it (the runtime's own, :meth:`_chain`), after a
+    ``-inf`` logit bias on the end-of-generation tokens for ``ignore_eos`` (llama-server's way)."""
+    inner = rt._chain(p)
+    if not p.ignore_eos:
+        return inner
+    eog = rt.meta.eog_ids
     chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
-
-    def add(s: object) -> None:
-        llama_cpp.llama_sampler_chain_add(chain, s)
-
-    if p.ignore_eos:
-        biases = (llama_cpp.llama_logit_bias * len(eog))(*[llama_cpp.llama_logit_bias(token=t, bias=float("-inf"))
-                                                          for t in eog])
-        add(llama_cpp.llama_sampler_init_logit_bias(n_vocab, len(eog), biases))
-    if p.greedy:
-        add(llama_cpp.llama_sampler_init_greedy())
-    else:
-        add(llama_cpp.llama_sampler_init_top_k(p.top_k))
-        add(llama_cpp.llama_sampler_init_top_p(p.top_p, 1))
-        add(llama_cpp.llama_sampler_init_min_p(p.min_p, 1))
-        add(llama_cpp.llama_sampler_init_temp(p.temperature))
-        add(llama_cpp.llama_sampler_init_dist(p.seed))
+    biases = (llama_cpp.llama_logit_bias * len(eog))(*[llama_cpp.llama_logit_bias(token=t, bias=float("-inf"))
+                                                      for t in eog])
+    llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_logit_bias(rt.meta.n_vocab, len(eog), biases))
+    llama_cpp.llama_sampler_chain_add(chain, inner)  # a chain is a sampler: freed with the outer one
     return chain
 
 
@@ -175,8 +165,9 @@ def main() -> None:
     a = ap.parse_args()
     levels = [int(b) for b in a.levels.split(",")]
     model = a.model if Path(a.model).is_file() else str(ensure_model(a.model))
-    llama_cpp.llama_backend_init()
-    x_all, eog = real_logits(model, max(levels), a.threads)
+    rt = LlamaRuntime(model, n_ctx_seq=256, n_seq_max=max(levels), n_threads=a.threads)
+    x_all = real_logits(rt, max(levels))
+    eog = tuple(rt.meta.eog_ids)
     v = x_all.shape[1]
     results = []
     print(f"{Path(model).name}, n_vocab {v}, median of {a.reps} steps (ms per step)\n")
@@ -186,7 +177,7 @@ def main() -> None:
         for b in levels:
             x = np.ascontiguousarray(x_all[:b])
             params = [SamplingParams(seed=i + 1, **kw) for i in range(b)]
-            chains = [llama_chain(p, v, eog) for p in params]
+            chains = [llama_chain(rt, p) for p in params]
             ours = time_skippy(x, [SeqSampler(p, eog) for p in params], a.reps)
             theirs = time_llama(x, chains, a.reps)
             for c in chains:
@@ -194,6 +185,7 @@ def main() -> None:
             s, t = st.median(ours), st.median(theirs)
             results.append({"chain": name, "B": b, "skippy_ms": ours, "llama_ms": theirs})
             print(f"| {name} | {b} | {s:.3f} | {t:.3f} | {s / t:.2f} |")
+    rt.close()
     loop = {}
     if a.loop:
         b = max(levels)
