@@ -325,8 +325,8 @@ def test_top_k_candidates_are_the_exact_top_k_for_any_shape(v):
     x[5] = 0.0  # one tie over the whole row
     for k in ks:
         got = _top_k(x, k)
-        for j in range(6):
-            ids, vals = got[j]
+        alone = [_top_k(x[j:j + 1], k)[0] for j in range(6)]  # one row: its own path
+        for j, (ids, vals) in [*enumerate(got), *enumerate(alone)]:
             ref_ids, ref_vals = _top_k_reference(x[j], k)
             assert vals.tolist() == ref_vals, (v, k, j)
             assert len(set(ids.tolist())) == k and (x[j][ids] == vals).all()
@@ -338,8 +338,8 @@ def test_top_k_candidates_are_the_exact_top_k_for_any_shape(v):
     nan = x[:1].copy()
     nan[0, rng.choice(v, max(1, v // 10), replace=False)] = np.nan
     for k in ks:
-        ids, _ = _top_k(nan, k)[0]
-        assert len(set(ids.tolist())) == k and ((0 <= ids) & (ids < v)).all()
+        for ids, _ in (_top_k(nan, k)[0], _top_k(np.vstack([nan, x[:1]]), k)[0]):  # alone, and beside a row
+            assert len(set(ids.tolist())) == k and ((0 <= ids) & (ids < v)).all()
 
 
 def test_logit_bias_and_penalties_follow_llama_cpp():

@@ -343,8 +343,8 @@ def _top_k(xs: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
 
     The candidates are the tokens at or above the ``k``-th highest group maximum (see :data:`GROUPS`),
     gathered into one ``(r, width)`` array padded with ``-inf`` (padding only follows rows whose every
-    candidate is above ``-inf``); a row with fewer than ``k`` candidates (NaN logits) takes its top ``k``
-    by ``argpartition``, NaN last.
+    candidate is above ``-inf``; one row alone is not padded); a row with fewer than ``k`` candidates (NaN
+    logits) takes its top ``k`` by ``argpartition``, NaN last.
     """
     r, v = xs.shape
     ng = min(v, max(GROUPS, 8 * k))
@@ -353,6 +353,9 @@ def _top_k(xs: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
         gmax = xs[:, :ng * per].reshape(r, per, ng).max(axis=1)  # (r, ng); NaN propagates
         thr = np.partition(gmax, ng - k, axis=1)[:, ng - k]
         flat = np.flatnonzero(xs >= thr[:, None])
+    if r == 1:  # one row: its candidates directly (the padded array's fixed costs would dominate)
+        ids = flat if flat.size >= k else np.sort(np.argpartition(xs[0], v - k)[v - k:])
+        return [_head(xs[0], ids, k)]
     rows, cols = np.divmod(flat, v)
     counts = np.bincount(rows, minlength=r)
     starts = np.zeros(r + 1, dtype=np.intp)
@@ -372,12 +375,20 @@ def _top_k(xs: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
         for j in range(r):
             res[j] = (ids2[j], vals2[j])
     for j in np.flatnonzero(counts < k).tolist():  # NaN thresholds: the row's top k directly
-        ids = np.argpartition(xs[j], v - k)[v - k:]
-        ids.sort()
-        vals = xs[j][ids]
-        order = np.argsort(-vals, kind="stable")
-        res[j] = (ids[order], vals[order])
+        res[j] = _head(xs[j], np.sort(np.argpartition(xs[j], v - k)[v - k:]), k)
     return res
+
+
+def _head(row: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` highest logits of ``row`` among ``ids`` (ascending, at least ``k``, holding the row's top ``k``)
+    as ``(ids, logits)``, sorted by logit descending then id."""
+    vals = row[ids]
+    if ids.size > k:
+        part = np.argpartition(-vals, k - 1)[:k]
+        part.sort()  # keep id order, so that equal logits sort by id below
+        ids, vals = ids[part], vals[part]
+    order = np.argsort(-vals, kind="stable")
+    return ids[order], vals[order]
 
 
 def _sample_dist(x: np.ndarray, samplers: Sequence[SeqSampler]) -> list[int]:
