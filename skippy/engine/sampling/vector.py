@@ -323,9 +323,7 @@ def _nucleus(row: np.ndarray, s: SeqSampler, norm: np.float32) -> tuple[np.ndarr
         if s.min_p > 0:
             ids = np.flatnonzero(row >= mx + s.log_min_p)
             if ids.size:
-                vals = row[ids]
-                order = np.argsort(-vals, kind="stable")
-                return ids[order], vals[order]
+                return _head(row, ids, ids.size)
         elif np.isfinite(mx):
             k = 256
             while k < v // 2:
@@ -354,8 +352,7 @@ def _top_k(xs: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
         thr = np.partition(gmax, ng - k, axis=1)[:, ng - k]
         flat = np.flatnonzero(xs >= thr[:, None])
     if r == 1:  # one row: its candidates directly (the padded array's fixed costs would dominate)
-        ids = flat if flat.size >= k else np.sort(np.argpartition(xs[0], v - k)[v - k:])
-        return [_head(xs[0], ids, k)]
+        return [_head(xs[0], flat, k) if flat.size >= k else _top_k_direct(xs[0], k)]
     rows, cols = np.divmod(flat, v)
     counts = np.bincount(rows, minlength=r)
     starts = np.zeros(r + 1, dtype=np.intp)
@@ -375,8 +372,14 @@ def _top_k(xs: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
         for j in range(r):
             res[j] = (ids2[j], vals2[j])
     for j in np.flatnonzero(counts < k).tolist():  # NaN thresholds: the row's top k directly
-        res[j] = _head(xs[j], np.sort(np.argpartition(xs[j], v - k)[v - k:]), k)
+        res[j] = _top_k_direct(xs[j], k)
     return res
+
+
+def _top_k_direct(row: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` highest logits of ``row`` by ``argpartition`` over all of it (NaN last), as :func:`_head`."""
+    v = row.shape[0]
+    return _head(row, np.sort(np.argpartition(row, v - k)[v - k:]), k)
 
 
 def _head(row: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
