@@ -1,6 +1,14 @@
 """Prefix-cache index (sans-IO)."""
 
-from skippy.engine.scheduling.prefix import EXACT_TAIL, MIN_REUSE, MIN_TAIL, Match, PrefixIndex, common_prefix_len
+from skippy.engine.scheduling.prefix import (
+    EXACT_TAIL,
+    MIN_REUSE,
+    MIN_TAIL,
+    Match,
+    PrefixIndex,
+    common_prefix_len,
+    longest_prefix_among,
+)
 
 
 def test_common_prefix_len() -> None:
@@ -69,3 +77,17 @@ def test_a_tie_takes_the_entry_no_waiting_request_claims() -> None:
     assert idx.lru(claim=claims.__getitem__) == 1  # least claimed, then least recently used
     idx.touch(1)
     assert idx.lru(claim=claims.__getitem__) == 2
+
+
+def test_longest_prefix_among_sorted_prompts_equals_the_scan_over_all() -> None:
+    """The bisection's answer is the longest prefix shared with any of the prompts, found by scanning them all."""
+    import random
+
+    rng = random.Random(7)
+    for _ in range(300):
+        system = [rng.randrange(5) for _ in range(rng.randrange(0, 40))]
+        prompts = sorted(system[:rng.randrange(len(system) + 1)] + [rng.randrange(5) for _ in range(rng.randrange(6))]
+                         for _ in range(rng.randrange(0, 12)))
+        tokens = system[:rng.randrange(len(system) + 1)] + [rng.randrange(5) for _ in range(rng.randrange(6))]
+        want = max((common_prefix_len(tokens, p) for p in prompts), default=0)
+        assert longest_prefix_among(tokens, prompts) == want

@@ -38,7 +38,7 @@ from skippy.engine.runtime.media import MediaSpan, position, span_start
 from skippy.engine.scheduling.checkpoint import CheckpointStore
 from skippy.engine.scheduling.config import SchedulerConfig
 from skippy.engine.scheduling.events import SchedulerCounters, SeqRequest
-from skippy.engine.scheduling.prefix import MIN_REUSE, Match, PrefixIndex, common_prefix_len
+from skippy.engine.scheduling.prefix import MIN_REUSE, Match, PrefixIndex, common_prefix_len, longest_prefix_among
 from skippy.engine.scheduling.request import Phase, RequestState
 
 log = logging.getLogger("skippy.scheduler")
@@ -321,14 +321,22 @@ class KVCacheManager:
     def _claims(self, waiting: Iterable[SeqRequest]) -> Callable[[int], int]:
         """``claim(slot)``: the longest prefix that one of the next ``n_seq_max`` ``waiting`` requests (those a
         slot turnover admits next) could reuse of the resident entry in ``slot`` (those of the entry's LoRA
-        set; memoized for this call)."""
-        prompts = [(r.prompt, r.lora) for r in itertools.islice(waiting, self.n_slots) if r.cache_prompt]
+        set; memoized for this call). The prompts are sorted per LoRA set at the first call, so a claim costs a
+        bisection and two prefix scans (:func:`longest_prefix_among`), not one scan per waiting request: a burst of
+        requests sharing a system prompt ties every resident entry, and every tie asks its claim."""
+        waiters = [r for r in itertools.islice(waiting, self.n_slots) if r.cache_prompt]
         memo: dict[int, int] = {}
+        ordered: dict[LoraSet, list[list[int]]] = {}
 
         def claim(slot: int) -> int:
             if slot not in memo:
-                tokens, lora = self.prefix.resident(slot) or [], self.prefix.lora(slot)
-                memo[slot] = max((common_prefix_len(tokens, p) for p, k in prompts if k == lora), default=0)
+                if not ordered and waiters:
+                    for r in waiters:
+                        ordered.setdefault(r.lora, []).append(_as_list(r.prompt))
+                    for prompts in ordered.values():
+                        prompts.sort()
+                tokens = _as_list(self.prefix.resident(slot) or [])
+                memo[slot] = longest_prefix_among(tokens, ordered.get(self.prefix.lora(slot), []))
             return memo[slot]
         return claim
 
@@ -454,3 +462,8 @@ class KVCacheManager:
         if self.prompt_cache is not None:
             return True
         return max(match.n, self._held_elsewhere(match.slot, tokens)) >= KEEP_FRACTION * len(tokens)
+
+
+def _as_list(tokens: Sequence[int]) -> list[int]:
+    """``tokens`` as a list (lists and tuples do not compare with each other)."""
+    return tokens if isinstance(tokens, list) else list(tokens)

@@ -16,6 +16,7 @@ the same tokens under other adapters have other KV values, so a prompt matches o
 
 from __future__ import annotations
 
+import bisect
 import collections
 from collections.abc import Callable, Iterable, Sequence
 
@@ -50,6 +51,18 @@ def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
     while i < n and a[i] == b[i]:
         i += 1
     return i
+
+
+def longest_prefix_among(tokens: list[int], ordered: Sequence[list[int]]) -> int:
+    """The longest common prefix of ``tokens`` with any list of ``ordered`` (ascending lexicographic order).
+
+    Two :func:`common_prefix_len` calls and a bisection (``O(log n)`` list comparisons) instead of ``n``
+    prefix scans: the longest is with a neighbour of ``tokens``' insertion point, since for lists
+    ``a <= b <= c``, ``lcp(a, c) = min(lcp(a, b), lcp(b, c))``. 0 when ``ordered`` is empty.
+    """
+    i = bisect.bisect_left(ordered, tokens)
+    below = common_prefix_len(tokens, ordered[i - 1]) if i else 0
+    return max(below, common_prefix_len(tokens, ordered[i])) if i < len(ordered) else below
 
 
 @attrs.frozen
