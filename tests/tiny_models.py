@@ -10,7 +10,8 @@ llama.cpp loads them as it would the real thing: ``llama_model_is_recurrent`` is
 ``mamba``, ``llama_model_is_hybrid`` for ``lfm2`` (short-convolution layers with a rolling state,
 and attention layers with a KV cache).
 
-Usage: ``python -m tests.tiny_models OUT_DIR`` writes ``tiny-mamba.gguf``, ``tiny-lfm2.gguf``,
+Usage: ``python -m tests.tiny_models OUT_DIR`` writes ``tiny-mamba.gguf``, ``tiny-lfm2.gguf``, ``tiny-moe.gguf``,
+``tiny-dense.gguf`` (:func:`write_tiny_dense`: a GPU-like step time on the CPU, for the benchmarks),
 ``tiny-mmproj-576.gguf``, ``tiny-qwen2vl.gguf`` with ``tiny-qwen2vl-mmproj.gguf``, ``tiny-qwen3vl.gguf`` with
 ``tiny-qwen3vl-mmproj.gguf`` and the rerankers; tests call :func:`ensure_tiny` / :func:`ensure_tiny_mmproj` /
 :func:`ensure_tiny_qwen2vl` / :func:`ensure_tiny_qwen3vl` from a fixture.
@@ -206,6 +207,61 @@ def write_tiny_moe(path: Path, tokenizer_from: Path, seed: int = 0) -> Path:
         writer.add_tensor(p + "ffn_gate_exps.weight", w(N_EXPERT, n_ff, N_EMBD))
         writer.add_tensor(p + "ffn_up_exps.weight", w(N_EXPERT, n_ff, N_EMBD))
         writer.add_tensor(p + "ffn_down_exps.weight", w(N_EXPERT, N_EMBD, n_ff))
+    for key, value, vtype, sub in tok:
+        writer.add_key_value(key, value, vtype, sub_type=sub)
+    return _finish(writer, tmp, path)
+
+
+#: The dense model's width: small enough that a 64-sequence decode step takes a few milliseconds on 2 CPU cores.
+DENSE_N_EMBD = 16
+
+
+def write_tiny_dense(path: Path, tokenizer_from: Path, seed: int = 0) -> Path:
+    """Write a tiny random-weight dense ``llama`` GGUF to ``path`` (2 layers of width :data:`DENSE_N_EMBD`,
+    2 heads, SwiGLU, an untied output); returns ``path``. Vocabulary as :func:`write_tiny`; f32 weights from
+    a fixed ``seed``.
+
+    A stand-in for a GPU's step time on the CPU: its decode is mostly the output projection and the logits
+    (a 64-sequence step ~6 ms on 2 cores, against ~200 ms for SmolLM2-135M), so what a server adds per step
+    and per token decides its throughput, as with a small model on a GPU (``bench/bench_burst.py --model``).
+    The output rows of the special tokens (the first 17 ids of SmolLM2's vocabulary) are zero, so their logit is
+    0 while the largest of the other ~49k is far above it: greedy generation never ends before ``max_tokens``.
+    """
+    import gguf
+
+    tok = _tokenizer_fields(tokenizer_from)
+    n_vocab = next(len(v) for k, v, _, _ in tok if k == "tokenizer.ggml.tokens")
+    w, ones = _random(seed)
+    d, n_head, n_layer = DENSE_N_EMBD, 2, 2
+    n_ff = 2 * d
+
+    writer, tmp = _open(path, "llama")
+    writer.add_name("tiny-dense")
+    writer.add_context_length(N_CTX_TRAIN)
+    writer.add_embedding_length(d)
+    writer.add_block_count(n_layer)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_head)
+    writer.add_rope_dimension_count(d // n_head)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_vocab_size(n_vocab)
+    writer.add_tensor("token_embd.weight", w(n_vocab, d, scale=0.5))
+    writer.add_tensor("output_norm.weight", ones(d))
+    output = w(n_vocab, d, scale=1.0)
+    output[:17] = 0.0
+    writer.add_tensor("output.weight", output)
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        writer.add_tensor(p + "attn_norm.weight", ones(d))
+        writer.add_tensor(p + "ffn_norm.weight", ones(d))
+        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            writer.add_tensor(p + name + ".weight", w(d, d))
+        writer.add_tensor(p + "ffn_gate.weight", w(n_ff, d))
+        writer.add_tensor(p + "ffn_up.weight", w(n_ff, d))
+        writer.add_tensor(p + "ffn_down.weight", w(d, n_ff))
     for key, value, vtype, sub in tok:
         writer.add_key_value(key, value, vtype, sub_type=sub)
     return _finish(writer, tmp, path)
@@ -679,10 +735,11 @@ def default_tokenizer_source() -> Path:
 
 
 def ensure_tiny(arch: str, directory: Path) -> Path:
-    """``directory/tiny-<arch>.gguf`` (``arch`` one of :data:`ARCHS` or ``moe``), written when it is not there yet."""
+    """``directory/tiny-<arch>.gguf`` (``arch`` one of :data:`ARCHS`, ``moe`` or ``dense``), written when it is not
+    there yet."""
     path = directory / f"tiny-{arch}.gguf"
-    if not path.is_file() and arch == "moe":
-        write_tiny_moe(path, default_tokenizer_source())
+    if not path.is_file() and arch in ("moe", "dense"):
+        (write_tiny_moe if arch == "moe" else write_tiny_dense)(path, default_tokenizer_source())
     elif not path.is_file():
         write_tiny(arch, path, default_tokenizer_source())
     return path
@@ -732,7 +789,7 @@ def _ensure_pair(directory: Path, name: str, write_model: Any, write_mmproj: Any
 
 if __name__ == "__main__":
     out = Path(sys.argv[1] if len(sys.argv) > 1 else ".")
-    for a in ARCHS:
+    for a in (*ARCHS, "moe", "dense"):
         print(ensure_tiny(a, out))
     print(ensure_tiny_mmproj(out))
     print(*ensure_tiny_qwen2vl(out), sep="\n")
