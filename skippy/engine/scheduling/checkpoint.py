@@ -29,6 +29,7 @@ a prompt is served only by states of its own set.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import itertools
 from collections.abc import Iterator, Sequence
@@ -37,6 +38,9 @@ import attrs
 
 from skippy.engine.lora import NO_LORA, LoraSet
 from skippy.engine.scheduling.prefix import common_prefix_len
+
+#: Greater than any token id: a token list's prefix followed by it sorts after every list with that prefix.
+_ABOVE_ANY_TOKEN = 1 << 62
 
 
 @attrs.frozen(eq=False)
@@ -77,6 +81,9 @@ class CheckpointStore:
         self.max_entries = max_entries
         self._lru: collections.OrderedDict[int, Checkpoint] = collections.OrderedDict()
         self._by_tokens: dict[tuple[LoraSet, tuple[int, ...]], Checkpoint] = {}
+        self._sorted: dict[LoraSet, list[tuple[tuple[int, ...], int]]] = {}  # each set's (tokens, id), in order
+        self._used: dict[int, int] = {}  # id -> when last made or restored (a use counter)
+        self._uses = itertools.count()
         self._ids = itertools.count()
         self.nbytes = 0
         self.evicted = 0
@@ -102,6 +109,8 @@ class CheckpointStore:
         ckpt = Checkpoint(next(self._ids), slot, tokens, data, lora)
         self._lru[ckpt.id] = ckpt
         self._by_tokens[(lora, tokens)] = ckpt
+        bisect.insort(self._sorted.setdefault(lora, []), (tokens, ckpt.id))
+        self._used[ckpt.id] = next(self._uses)
         self.nbytes += ckpt.nbytes
         mine = [c for c in self._lru.values() if c.slot == slot]
         for old in mine[:max(0, len(mine) - self.per_slot)]:
@@ -131,20 +140,32 @@ class CheckpointStore:
                     lora: LoraSet = NO_LORA) -> tuple[Checkpoint, int] | None:
         """For states that can be trimmed (an attention KV cache): the checkpoint of the LoRA set ``lora``
         sharing the longest prefix with ``prompt`` and that length, at most ``limit``, at least
-        ``min_reuse``; ``None`` when none does. Restored, it is trimmed to that length (``llama_memory_seq_rm``)."""
-        best: tuple[Checkpoint, int] | None = None
-        for c in self._lru.values():
-            if c.lora != lora:
-                continue
-            n = min(common_prefix_len(c.tokens, prompt), limit)
-            if n >= min_reuse and (best is None or n > best[1]):
-                best = (c, n)
-        return best
+        ``min_reuse``; ``None`` when none does; of several sharing as much, the least recently used. Restored,
+        it is trimmed to that length (``llama_memory_seq_rm``).
+
+        A bisection of the set's token lists in lexicographic order, not a scan of every state (a prompt cache
+        holds thousands): the longest shared prefix is with a neighbour of the prompt's place (for lists
+        ``a <= b <= c``, ``lcp(a, c) = min(lcp(a, b), lcp(b, c))``), and the states sharing it are one run of
+        that order."""
+        ordered = self._sorted.get(lora)
+        if not ordered:
+            return None
+        key = tuple(prompt)
+        i = bisect.bisect_left(ordered, (key,))
+        n = min(max(common_prefix_len(key, ordered[j][0]) for j in (i - 1, i) if 0 <= j < len(ordered)), limit)
+        if n < min_reuse:
+            return None
+        head = key[:n]
+        lo = bisect.bisect_left(ordered, (head,))
+        hi = bisect.bisect_left(ordered, ((*head, _ABOVE_ANY_TOKEN),), lo)
+        used = self._used
+        return self._lru[min((ident for _, ident in ordered[lo:hi]), key=used.__getitem__)], n
 
     def touch(self, ckpt: Checkpoint) -> None:
         """``ckpt`` was restored: it is the most recently used."""
         if ckpt.id in self._lru:
             self._lru.move_to_end(ckpt.id)
+            self._used[ckpt.id] = next(self._uses)
 
     def clear(self) -> None:
         for c in list(self._lru.values()):
@@ -152,7 +173,12 @@ class CheckpointStore:
 
     def _drop(self, ckpt: Checkpoint, evicted: bool = True) -> None:
         del self._lru[ckpt.id]
+        del self._used[ckpt.id]
         if self._by_tokens.get((ckpt.lora, ckpt.tokens)) is ckpt:
             del self._by_tokens[(ckpt.lora, ckpt.tokens)]
+            ordered = self._sorted[ckpt.lora]
+            del ordered[bisect.bisect_left(ordered, (ckpt.tokens, ckpt.id))]
+            if not ordered:
+                del self._sorted[ckpt.lora]
         self.nbytes -= ckpt.nbytes
         self.evicted += evicted
