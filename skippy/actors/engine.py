@@ -134,9 +134,11 @@ def _preparing(start: Callable[Concatenate[Engine, P], Awaitable[T]]) -> Callabl
         self.require_generation()
         self.scheduler.incoming(1)
         try:
-            return await start(self, *args, **kwargs)
+            started = await start(self, *args, **kwargs)
         finally:
             self.scheduler.incoming(-1)
+        await trio.lowlevel.cancel_shielded_checkpoint()  # the scheduler plans the first step before the headers go
+        return started
 
     return wrapper
 

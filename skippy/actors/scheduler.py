@@ -152,6 +152,7 @@ class DecodeScheduler(Actor[SchedulerMsg]):
         self._unread = 0  # Submit messages in the inbox (not yet added to the core)
         self._incoming = 0  # requests the engine is preparing (see incoming())
         self._slot_actions: list[SlotAction] = []  # run between steps, file I/O on the decode thread
+        self._batches: _RunBatches | None = None  # trio's run batches, watched while the loop is idle
 
     # -- client side (called from request tasks, same trio thread) ---------------
     def submit(self, request: SeqRequest, events: EventSink) -> None:
@@ -163,6 +164,8 @@ class DecodeScheduler(Actor[SchedulerMsg]):
             raise QueueFull(f"the queue is full ({self.core.max_queue} requests waiting); retry later")
         self._send.send_nowait(Submit(request, events))
         self._unread += 1
+        if self._batches is not None:
+            self._batches.ignore(trio.lowlevel.current_task())
 
     def submit_embeddings(self, request: EmbedRequest, events: EventSink) -> None:
         """Queue an embedding request; its :class:`EmbeddingsEvent` goes to ``events``. Raises
@@ -238,8 +241,7 @@ class DecodeScheduler(Actor[SchedulerMsg]):
                 if self.core.idle:
                     last_end = None
                     await self._save_while_idle(decode_thread)
-                    self._handle(await self._inbox.receive())
-                    await self._gather_burst()
+                    await self._wait_and_gather()
                 self._drain_inbox()
                 if self._slot_actions:
                     await self._run_slot_actions(decode_thread)
@@ -297,16 +299,29 @@ class DecodeScheduler(Actor[SchedulerMsg]):
                 continue
             self.core.add_idle_save(slot, tokens, data)
 
-    async def _gather_burst(self) -> None:
+    async def _wait_and_gather(self) -> None:
+        """Idle: wait for an inbox message, handle it, then :meth:`_gather_burst`; trio's run batches are watched
+        from the start (:class:`_RunBatches`), so a request's task, made runnable by its submit, is known as such."""
+        self._batches = batches = _RunBatches()
+        trio.lowlevel.add_instrument(batches)
+        try:
+            self._handle(await self._inbox.receive())
+            await self._gather_burst(batches)
+        finally:
+            trio.lowlevel.remove_instrument(batches)
+            self._batches = None
+
+    async def _gather_burst(self, batches: _RunBatches) -> None:
         """While requests are being prepared and slots would stay free, handle inbox messages, for at most
         :data:`ADMIT_WAIT` seconds; once none is being prepared, go on while another arrives within
         :data:`ADMIT_GAP` (the rest of the burst is still in its HTTP parsing).
 
         When none is being prepared yet, the tasks that can run first run until one announces a request or
-        none is left to run (:meth:`_settle`); a lone request waits for that only (one round of the loop and
-        its I/O poll, tens of microseconds)."""
+        none is left to run but those that submitted one (:meth:`_settle`); a lone request waits for that only
+        (one round of the loop and its I/O poll, tens of microseconds), not for its own task to send the
+        response's headers: they go out while its first step decodes."""
         with trio.move_on_after(ADMIT_WAIT):
-            if self._incoming <= 0 and not self._unread and not await self._settle():
+            if self._incoming <= 0 and not self._unread and not await self._settle(batches):
                 return
             while self.core.n_waiting < self.core.n_slots:
                 if self._incoming > 0:
@@ -317,27 +332,23 @@ class DecodeScheduler(Actor[SchedulerMsg]):
                 if gap.cancelled_caught:
                     return
 
-    async def _settle(self) -> bool:
+    async def _settle(self, batches: _RunBatches) -> bool:
         """Let the tasks that can run now run, one checkpoint of this task at a time, until a request is
         announced (:meth:`incoming`, :meth:`submit`: True), or this task ran alone in a round of trio's
-        loop (False: every other task is blocked and the round's I/O poll woke none: nothing else is on
-        its way), or :data:`ADMIT_SETTLE` passed (False).
+        loop but for the tasks that submitted since the loop woke (False: every other task is blocked and
+        the round's I/O poll woke none: nothing else is on its way; a task that submitted is only starting
+        its response), or :data:`ADMIT_SETTLE` passed (False).
 
         A local condition in place of trio's test helper ``wait_all_tasks_blocked`` (unbounded but
         for :data:`ADMIT_WAIT`): the size of each run batch is read by a :class:`_RunBatches` instrument
-        installed for these few rounds only."""
-        batches = _RunBatches()
-        trio.lowlevel.add_instrument(batches)
-        try:
-            with trio.move_on_after(ADMIT_SETTLE):
-                while True:
-                    await trio.sleep(0)
-                    if self._incoming > 0 or self._unread:
-                        return True
-                    if batches.size <= 1:  # the round that resumed this task ran nothing else
-                        return False
-        finally:
-            trio.lowlevel.remove_instrument(batches)
+        installed while the loop is idle."""
+        with trio.move_on_after(ADMIT_SETTLE):
+            while True:
+                await trio.sleep(0)
+                if self._incoming > 0 or self._unread:
+                    return True
+                if batches.size <= 1:  # the round that resumed this task ran nothing else (but submitters)
+                    return False
         return self._incoming > 0 or self._unread > 0
 
     def _drain_inbox(self) -> None:
@@ -450,13 +461,27 @@ def _execute_timed(runtime: Runtime, step: StepPlan, interrupt: Any) -> tuple[St
 
 class _RunBatches(trio.abc.Instrument):
     """``size``: the tasks in trio's latest run batch (those runnable after its I/O poll), read as each
-    batch starts (``after_io_wait``)."""
+    batch starts (``after_io_wait``), less the ignored ones (:meth:`ignore`) known to be among them (made runnable
+    after they were ignored and not run since: ignored tasks are undercounted, never others)."""
 
     def __init__(self) -> None:
         self.size = 2  # unknown until the first batch
+        self._ignore: set[trio.lowlevel.Task] = set()
+        self._ready: set[trio.lowlevel.Task] = set()  # ignored tasks runnable now
+
+    def ignore(self, task: trio.lowlevel.Task) -> None:
+        """Leave ``task`` out of ``size`` from now on (it submitted a request: what it does next is its response)."""
+        self._ignore.add(task)
+
+    def task_scheduled(self, task: trio.lowlevel.Task) -> None:
+        if task in self._ignore:
+            self._ready.add(task)
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self._ready.discard(task)
 
     def after_io_wait(self, timeout: float) -> None:
-        self.size = trio.lowlevel.current_statistics().tasks_runnable
+        self.size = trio.lowlevel.current_statistics().tasks_runnable - len(self._ready)
 
 
 def _send(events: EventSink, ev: SeqEvent) -> bool:

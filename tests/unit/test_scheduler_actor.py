@@ -145,6 +145,31 @@ async def test_a_task_that_keeps_running_does_not_hold_a_lone_requests_first_ste
     assert len(rt.batches) >= 4
 
 
+async def test_a_lone_requests_own_task_does_not_hold_its_first_step(monkeypatch) -> None:
+    """The task that submitted goes on to start its response (headers, the role chunk) without blocking; the
+    idle loop plans the first step meanwhile instead of waiting for it to block (here it never does, and
+    ADMIT_SETTLE is made a minute), so on a host with cores to spare the headers go out while it decodes."""
+    monkeypatch.setattr("skippy.actors.scheduler.ADMIT_SETTLE", 60.0)
+    monkeypatch.setattr("skippy.actors.scheduler.ADMIT_WAIT", 60.0)
+    rt = FakeRuntime(n_seq_max=2)
+    sched = DecodeScheduler(rt, SchedulerConfig())
+    send, recv = trio.open_memory_channel(math.inf)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sched.run)
+        await trio.sleep(0.01)
+        sched.submit(req(1, [51] * 4, max_tokens=2), send)
+        rounds = 0
+        while not rt.batches and rounds < 2000:
+            await trio.sleep(0)
+            rounds += 1
+        assert rt.batches, "the first step waited for the submitting task"
+        with trio.fail_after(10):
+            async for ev in recv:
+                if isinstance(ev, FinishEvent):
+                    break
+        nursery.cancel_scope.cancel()
+
+
 def _observed(h: object) -> tuple[float, float]:
     samples = {s.name: s.value for m in h.collect() for s in m.samples}  # type: ignore[attr-defined]
     return samples[h._name + "_count"], samples[h._name + "_sum"]  # type: ignore[attr-defined]
