@@ -86,6 +86,27 @@ def _open(path: Path, arch: str) -> tuple[Any, Path]:
     return gguf.GGUFWriter(str(tmp), arch), tmp
 
 
+def _open_llama(path: Path, name: str, d: int, n_layer: int, n_ff: int, n_head: int, n_vocab: int) -> tuple[Any, Path]:
+    """:func:`_open` for architecture ``llama`` with its hyperparameters written: width ``d``, ``n_layer`` layers,
+    ``n_head`` query and KV heads, RoPE base 10000, f32 weights."""
+    import gguf
+
+    writer, tmp = _open(path, "llama")
+    writer.add_name(name)
+    writer.add_context_length(N_CTX_TRAIN)
+    writer.add_embedding_length(d)
+    writer.add_block_count(n_layer)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_head)
+    writer.add_rope_dimension_count(d // n_head)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_vocab_size(n_vocab)
+    return writer, tmp
+
+
 def write_tiny(arch: str, path: Path, tokenizer_from: Path, seed: int = 0) -> Path:
     """Write a tiny random-weight GGUF of ``arch`` (``mamba`` or ``lfm2``) to ``path``; returns ``path``.
 
@@ -172,28 +193,15 @@ def write_tiny_moe(path: Path, tokenizer_from: Path, seed: int = 0) -> Path:
     4, 2 used per token, Mixtral's layout: ``blk.N.ffn_{gate,up,down}_exps`` and the router
     ``blk.N.ffn_gate_inp``) of :data:`N_LAYER` layers to ``path``; returns ``path``. Vocabulary as
     :func:`write_tiny`; f32 weights from a fixed ``seed``."""
-    import gguf
 
     tok = _tokenizer_fields(tokenizer_from)
     n_vocab = next(len(v) for k, v, _, _ in tok if k == "tokenizer.ggml.tokens")
     w, ones = _random(seed)
     n_head, n_ff = 4, 64
 
-    writer, tmp = _open(path, "llama")
-    writer.add_name("tiny-moe")
-    writer.add_context_length(N_CTX_TRAIN)
-    writer.add_embedding_length(N_EMBD)
-    writer.add_block_count(N_LAYER)
-    writer.add_feed_forward_length(n_ff)
-    writer.add_head_count(n_head)
-    writer.add_head_count_kv(n_head)
-    writer.add_rope_dimension_count(N_EMBD // n_head)
-    writer.add_rope_freq_base(10000.0)
-    writer.add_layer_norm_rms_eps(1e-5)
+    writer, tmp = _open_llama(path, "tiny-moe", N_EMBD, N_LAYER, n_ff, n_head, n_vocab)
     writer.add_expert_count(N_EXPERT)
     writer.add_expert_used_count(2)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-    writer.add_vocab_size(n_vocab)
     writer.add_tensor("token_embd.weight", w(n_vocab, N_EMBD, scale=0.5))
     writer.add_tensor("output_norm.weight", np.ones(N_EMBD, dtype=np.float32))
     writer.add_tensor("output.weight", w(n_vocab, N_EMBD))
@@ -227,7 +235,6 @@ def write_tiny_dense(path: Path, tokenizer_from: Path, seed: int = 0) -> Path:
     The output rows of the special tokens (the first 17 ids of SmolLM2's vocabulary) are zero, so their logit is
     0 while the largest of the other ~49k is far above it: greedy generation never ends before ``max_tokens``.
     """
-    import gguf
 
     tok = _tokenizer_fields(tokenizer_from)
     n_vocab = next(len(v) for k, v, _, _ in tok if k == "tokenizer.ggml.tokens")
@@ -235,19 +242,7 @@ def write_tiny_dense(path: Path, tokenizer_from: Path, seed: int = 0) -> Path:
     d, n_head, n_layer = DENSE_N_EMBD, 2, 2
     n_ff = 2 * d
 
-    writer, tmp = _open(path, "llama")
-    writer.add_name("tiny-dense")
-    writer.add_context_length(N_CTX_TRAIN)
-    writer.add_embedding_length(d)
-    writer.add_block_count(n_layer)
-    writer.add_feed_forward_length(n_ff)
-    writer.add_head_count(n_head)
-    writer.add_head_count_kv(n_head)
-    writer.add_rope_dimension_count(d // n_head)
-    writer.add_rope_freq_base(10000.0)
-    writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-    writer.add_vocab_size(n_vocab)
+    writer, tmp = _open_llama(path, "tiny-dense", d, n_layer, n_ff, n_head, n_vocab)
     writer.add_tensor("token_embd.weight", w(n_vocab, d, scale=0.5))
     writer.add_tensor("output_norm.weight", ones(d))
     output = w(n_vocab, d, scale=1.0)
