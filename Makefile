@@ -25,6 +25,9 @@
 #   make bench   run the decode benchmark, skippy vs raw llama.cpp and llama-server (installs the bench extras)
 #   make bench-burst  c256 connect burst, skippy vs llama-server and llama-cpp-python's server
 #                (BURST_ARGS="--quick ...")
+#   make bench-gpu-proxy  the burst ladder (c1 to c256, 64 slots, two reps) on tiny-dense, a generated model whose
+#                64-sequence step takes ~6 ms on 2 cores (a small model's regime on a GPU, where the host's work per step
+#                and token decides): skippy, skippy --backend-sampling and llama-server (BURST_ARGS adds flags)
 #   make bench-scaleout  c64 burst: 1 replica vs 2 behind deploy/haproxy.cfg, and single-stream tok/s of
 #                a model split over 2 skippy rpc-worker processes vs local (needs haproxy; SCALEOUT_ARGS="--quick")
 #   make soak    mixed-load soak (bench/soak_mixed.py): 32 clients for 20 min of chat, completions, Responses
@@ -103,7 +106,7 @@ define install
 	@touch $(2)
 endef
 
-.PHONY: venv venv-bench pull pull-default run lint docs docs-build test test-fast bench bench-consult bench-burst bench-peer bench-embeddings bench-rerank bench-scaleout soak gpu-bundle
+.PHONY: venv venv-bench pull pull-default run lint docs docs-build test test-fast bench bench-consult bench-burst bench-gpu-proxy bench-peer bench-embeddings bench-rerank bench-scaleout soak gpu-bundle
 
 venv: $(STAMP_TEST)
 
@@ -167,6 +170,12 @@ bench-consult: venv-bench pull
 
 bench-burst: venv-bench pull bench-peer
 	$(BIN)/python bench/bench_burst.py $(BURST_ARGS)
+
+bench-gpu-proxy: venv-bench pull bench-peer
+	$(BIN)/python bench/bench_burst.py --arms skippy,llama-server --variant skippy-bs=--backend-sampling \
+		--workloads short --concurrency 1,16,64,256 --parallel 64 --n-ctx 512 --max-tokens 64 --reps 2 \
+		--model "$$($(BIN)/python -c 'from pathlib import Path; from tests.tiny_models import ensure_tiny; \
+		print(ensure_tiny("dense", Path("bench/out/models")))')" $(BURST_ARGS)
 
 bench-embeddings: venv-bench pull
 	$(BIN)/python bench/bench_embeddings.py $(EMBEDDINGS_ARGS)
