@@ -7,7 +7,9 @@ from skippy.engine.scheduling.prefix import (
     Match,
     PrefixIndex,
     common_prefix_len,
+    common_prefix_packed,
     longest_prefix_among,
+    pack,
 )
 
 
@@ -91,3 +93,33 @@ def test_longest_prefix_among_sorted_prompts_equals_the_scan_over_all() -> None:
         tokens = system[:rng.randrange(len(system) + 1)] + [rng.randrange(5) for _ in range(rng.randrange(6))]
         want = max((common_prefix_len(tokens, p) for p in prompts), default=0)
         assert longest_prefix_among(tokens, prompts) == want
+
+
+def test_packed_prefixes_equal_the_list_scan() -> None:
+    """:func:`common_prefix_packed` on packed token lists gives :func:`common_prefix_len`'s answer, token ids of any
+    size included (a difference in any byte of a token ends the prefix at that token)."""
+    import random
+
+    rng = random.Random(3)
+    for _ in range(500):
+        n = rng.randrange(0, 300)
+        a = [rng.randrange(1 << 31) for _ in range(n)]
+        b = list(a[:rng.randrange(n + 1)])
+        if rng.random() < 0.7:
+            b += [rng.choice((a[len(b)] ^ (1 << rng.randrange(31)), rng.randrange(1 << 31))) if len(b) < n
+                  else rng.randrange(1 << 31)]
+        b += [rng.randrange(5) for _ in range(rng.randrange(4))]
+        assert common_prefix_packed(pack(a), pack(b)) == common_prefix_len(a, b)
+        assert common_prefix_packed(pack(b), pack(a)) == common_prefix_len(a, b)
+
+
+def test_best_with_packed_running_sequences_matches_lists() -> None:
+    idx = PrefixIndex()
+    base = list(range(1000, 1100))
+    idx.keep(0, base[:40])
+    idx.keep(1, base[:90] + [7, 7])
+    running = [(5, base, 95), (6, base[:60] + [3] * 50, 110)]
+    for prompt in (base, base[:90], base[:60] + [3] * 30, [9] * 20):
+        want = idx.best(prompt, running)
+        assert idx.best(prompt, [(s, pack(t), n) for s, t, n in running]) == want
+    assert idx.best(base, running) == Match(5, 95, False)

@@ -153,7 +153,7 @@ class KVCacheManager:
             if self._share_later(req.prompt, req.min_reuse, lora):  # copy the prefix once the running prefill holds it
                 return None
             keeps = (lambda slot, n: self._swa_keeps(slot, position(media, n))) if self.swa_check else None
-            match = self.prefix.best(req.prompt, ((s.kv.slot, s.kv.prompt, s.n_prefilled)  # type: ignore[union-attr]
+            match = self.prefix.best(req.prompt, ((s.kv.slot, s.packed_prompt, s.n_prefilled)  # type: ignore[union-attr]
                                                   for s in self._running.values() if s.request.lora == lora),
                                      req.min_reuse, keeps, claim, lora)
             if match is not None and media and (n := span_start(media, match.n)) < match.n:

@@ -16,6 +16,7 @@ the same tokens under other adapters have other KV values, so a prompt matches o
 
 from __future__ import annotations
 
+import array
 import bisect
 import collections
 from collections.abc import Callable, Iterable, Sequence
@@ -65,6 +66,32 @@ def longest_prefix_among(tokens: list[int], ordered: Sequence[list[int]]) -> int
     return max(below, common_prefix_len(tokens, ordered[i])) if i < len(ordered) else below
 
 
+def pack(tokens: Sequence[int]) -> bytes:
+    """``tokens`` as bytes, 4 a token (C ``int``): what :func:`common_prefix_packed` compares."""
+    return array.array("i", tokens).tobytes()
+
+
+def common_prefix_packed(a: bytes, b: bytes) -> int:
+    """:func:`common_prefix_len` of two token lists packed by :func:`pack`, in tokens.
+
+    Comparisons of bytes (``memcmp``) in a bisection for the first differing token, instead of comparing
+    Python ints one by one: ~3 µs for two 4000-token prompts that share all but their tails, against ~23.
+    """
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n // 4
+    lo, hi = 0, n // 4  # tokens before lo are equal; the first differing one is before hi
+    while hi - lo > 8:
+        mid = (lo + hi) // 2
+        if a[4 * lo:4 * mid] == b[4 * lo:4 * mid]:
+            lo = mid
+        else:
+            hi = mid
+    while a[4 * lo:4 * lo + 4] == b[4 * lo:4 * lo + 4]:
+        lo += 1
+    return lo
+
+
 @attrs.frozen
 class Match:
     """The best source for a prompt: ``slot`` holds ``n`` reusable tokens; ``resident`` if idle."""
@@ -81,6 +108,7 @@ class PrefixIndex:
         #: prompt tokens never reused (see :data:`MIN_TAIL`)
         self.min_tail = min_tail
         self._resident: collections.OrderedDict[int, list[int]] = collections.OrderedDict()
+        self._packed: dict[int, bytes] = {}  # the resident tokens, packed (:func:`pack`)
         self._keys: dict[int, str | None] = {}
         self._loras: dict[int, LoraSet] = {}
 
@@ -96,6 +124,7 @@ class PrefixIndex:
         """Remember that ``slot`` holds ``tokens`` (most recently used), tagged with a ``prompt_cache_key`` and
         the LoRA adapter set ``lora`` its KV was computed under."""
         self._resident[slot] = tokens
+        self._packed[slot] = pack(tokens)
         self._keys[slot] = key
         self._loras[slot] = lora
         self._resident.move_to_end(slot)
@@ -112,6 +141,7 @@ class PrefixIndex:
         """Remove ``slot`` from the index (it is reused or evicted); returns its tokens."""
         self._keys.pop(slot, None)
         self._loras.pop(slot, None)
+        self._packed.pop(slot, None)
         return self._resident.pop(slot)
 
     def items(self) -> list[tuple[int, list[int]]]:
@@ -138,7 +168,7 @@ class PrefixIndex:
             return None
         return min(slots, key=claim) if claim is not None else slots[0]
 
-    def best(self, prompt: Sequence[int], running: Iterable[tuple[int, Sequence[int], int]] = (),
+    def best(self, prompt: Sequence[int], running: Iterable[tuple[int, Sequence[int] | bytes, int]] = (),
              min_reuse: int = MIN_REUSE, usable: Callable[[int, int], bool] | None = None,
              claim: Callable[[int], int] | None = None, lora: LoraSet = NO_LORA) -> Match | None:
         """The resident or running sequence sharing the longest prefix (>= ``min_reuse``) with ``prompt``.
@@ -147,10 +177,10 @@ class PrefixIndex:
         sequences of that set).
 
         ``running`` gives (slot, tokens, n) of sequences decoding now, whose first ``n``
-        tokens are in the KV cache and reusable. At most ``len(prompt) - min_tail`` tokens
-        are reused (see :data:`MIN_TAIL`). ``usable(slot, n)``, when given, says whether the KV
-        cache of ``slot`` can still serve its first ``n`` tokens (a sliding-window cache may have
-        overwritten cells a trimmed sequence needs); a candidate it refuses is passed over.
+        tokens are in the KV cache and reusable (``tokens`` a list, or bytes from :func:`pack`, compared
+        faster). At most ``len(prompt) - min_tail`` tokens are reused (see :data:`MIN_TAIL`). ``usable(slot, n)``,
+        when given, says whether the KV cache of ``slot`` can still serve its first ``n`` tokens (a sliding-window
+        cache may have overwritten cells a trimmed sequence needs); a candidate it refuses is passed over.
         Among resident candidates that share equally long prefixes, the one with the smallest
         ``claim(slot)`` (what other waiting requests could reuse of it, see :meth:`lru`) is
         chosen: the chosen resident entry is reused in place when no slot is free, and a request
@@ -159,9 +189,11 @@ class PrefixIndex:
         """
         best: Match | None = None
         limit = len(prompt) - self.min_tail
-        candidates = [(slot, min(common_prefix_len(tokens, prompt), limit), True)
-                      for slot, tokens in self._resident.items() if self._loras.get(slot, NO_LORA) == lora]
-        candidates += [(slot, min(common_prefix_len(tokens, prompt), limit, n_kv), False)
+        packed = pack(prompt)
+        candidates = [(slot, min(common_prefix_packed(self._packed[slot], packed), limit), True)
+                      for slot in self._resident if self._loras.get(slot, NO_LORA) == lora]
+        candidates += [(slot, min(common_prefix_packed(tokens, packed) if isinstance(tokens, bytes)
+                                  else common_prefix_len(tokens, prompt), limit, n_kv), False)
                        for slot, tokens, n_kv in running]
         best_claim = 0
         for slot, n, resident in candidates:

@@ -19,6 +19,7 @@ from skippy.engine.hooks.signals import SignalWindow
 from skippy.engine.scheduling.batch import SeqState
 from skippy.engine.scheduling.budget import BudgetState
 from skippy.engine.scheduling.events import HookRequest, SeqRequest, TokenEvent
+from skippy.engine.scheduling.prefix import pack
 from skippy.engine.scheduling.spec import SpecState
 
 
@@ -63,10 +64,18 @@ class RequestState:
     t_admit: float = 0.0
     t_first: float = 0.0
     backend: bool = False  # sampled by llama.cpp's greedy sampler in the decode graph
+    _packed: bytes | None = None  # the prompt packed for prefix comparisons (made once, when first asked)
 
     @property
     def rid(self) -> int:
         return self.request.rid
+
+    @property
+    def packed_prompt(self) -> bytes:
+        """The request's prompt as :func:`~skippy.engine.scheduling.prefix.pack` gives it (made once)."""
+        if self._packed is None:
+            self._packed = pack(self.request.prompt)
+        return self._packed
 
     @property
     def n_prefilled(self) -> int:
