@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import trio
+import trio.testing
 
 from skippy.actors.metrics import StepTimes
 from skippy.actors.scheduler import DecodeScheduler
@@ -156,7 +157,7 @@ async def test_a_lone_requests_own_task_does_not_hold_its_first_step(monkeypatch
     send, recv = trio.open_memory_channel(math.inf)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(sched.run)
-        await trio.sleep(0.01)
+        await trio.testing.wait_all_tasks_blocked()  # the loop is idle, waiting on its inbox
         sched.submit(req(1, [51] * 4, max_tokens=2), send)
         rounds = 0
         while not rt.batches and rounds < 2000:
