@@ -25,7 +25,7 @@
 #   tests    tests/integration/test_gpu.py with CI=true (GPU=cuda): a GPU test never skips there.
 #   decode-M, burst-M   per model M: bench/bench_decode.py --no-raw and bench/bench_burst.py --quick, skippy
 #            (-ngl 99) and skippy --backend-sampling against llama-server (-ngl 99), the same slots and context,
-#            at LEVELS; JSON and server logs in OUTDIR/M/.
+#            at LEVELS (bench_decode also skippy --reader-wait on); JSON and server logs in OUTDIR/M/.
 #   sampling (the first model) bench/bench_sampling.py --loop: host sampling per step, skippy's vectorized chain
 #            against llama.cpp's per row, and the scheduler's host loop per decode with the decode skipped (the
 #            per-step overhead whatever the device); its tables printed before the report, JSON in OUTDIR/M/.
@@ -209,9 +209,12 @@ max_level() { tr ',' '\n' <<<"$LEVELS" | sort -n | tail -1; }
 
 bench_decode_one() {
     cd "$REPO"
+    # skippy-wait: the reader wait that --reader-wait auto leaves off with every layer on the GPU, to see it pays
+    local wait=(--variant "skippy-wait=--reader-wait on")
+    [ "$GPU" = none ] && wait=()
     "$PY" bench/bench_decode.py --no-raw --model "$SKIPPY_HOME/models/$MODEL" --out "$OUTDIR/$TAG/decode" \
         --levels "$LEVELS" --parallel "$(max_level)" --n-ctx 512 --max-tokens "$MAX_TOKENS" --reps "$REPS" \
-        --skippy-args "$OFFLOAD" --peer-args "$OFFLOAD" --variant "skippy-bs=--backend-sampling"
+        --skippy-args "$OFFLOAD" --peer-args "$OFFLOAD" --variant "skippy-bs=--backend-sampling" "${wait[@]}"
 }
 
 bench_burst_one() {

@@ -252,7 +252,8 @@ class DecodeScheduler(Actor[SchedulerMsg]):
                     self._handle(await self._inbox.receive())
                     continue
                 t_wait = time.perf_counter()
-                await _let_readers_run(readers, IDLE_WAIT * run)
+                if self.core.config.reader_wait:
+                    await _let_readers_run(readers, IDLE_WAIT * run)
                 submitted = time.perf_counter()
                 waited = submitted - t_wait
                 try:

@@ -7,6 +7,7 @@ llama.cpp runtime alone.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -24,7 +25,7 @@ from skippy.engine.chat.prepare import PreparedTemplate
 from skippy.engine.config import EngineConfig
 from skippy.engine.hooks.policy import load_policy_factory
 from skippy.engine.runtime.base import Runtime
-from skippy.engine.scheduling.config import SchedulerConfig
+from skippy.engine.scheduling.config import SchedulerConfig, host_bound
 
 
 def load_runtime(config: EngineConfig) -> Runtime:
@@ -34,6 +35,14 @@ def load_runtime(config: EngineConfig) -> Runtime:
 
     path = resolve_model(config.model)
     return LlamaRuntime(str(path), RuntimeConfig.from_engine_config(config))
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the OS has one, else all)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
 
 
 @asynccontextmanager
@@ -77,7 +86,8 @@ async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None,
     evaluator = None
     if policy is not None:
         evaluator = HookEvaluator(policy, timeout=hook_timeout(config), fail_closed=config.hook_fail_closed)
-    scheduler = DecodeScheduler(runtime, SchedulerConfig.from_engine_config(config),
+    bound = host_bound(meta, config.threads or os.cpu_count() or 1, usable_cores())
+    scheduler = DecodeScheduler(runtime, SchedulerConfig.from_engine_config(config, host_bound=bound),
                                 hooks=evaluator.inbox if evaluator else None)
     renderer.history_boundary = scheduler.core.checkpoints is not None  # the chat's checkpoint boundary
     try:

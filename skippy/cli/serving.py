@@ -174,7 +174,7 @@ def _serve_options(fn: F) -> F:
         "n_predict", "reasoning_format",
         "force_tool_emulation", "step_tokens", "clamp_max_tokens", "prefix_cache", "cache_reuse", "ctx_checkpoints",
         "cache_ram",
-        "spec_ngram", "scheduler_steps", "backend_sampling", "hook_policy",
+        "spec_ngram", "scheduler_steps", "backend_sampling", "reader_wait", "hook_policy",
         "hook_url",
         "hook_timeout", "hook_fail_closed", "hooks_default_on", "signal_window", "high_entropy_threshold",
         "max_queue", "embeddings", "pooling", "reranking", "embeddings_batch",

@@ -318,6 +318,11 @@ ROPE_SCALING_CHOICES = ("model", "none", "linear", "yarn")
 #: --reasoning-format none, deepseek, deepseek-legacy, auto, and skippy's hidden); a test keeps them equal
 REASONING_FORMAT_CHOICES = ("auto", "none", "deepseek", "deepseek-legacy", "hidden")
 
+#: ``reader_wait`` values: whether the decode loop waits for request tasks to write a step's tokens before the
+#: next decode (``auto``: where llama.cpp computes on the event loop's cores;
+#: :func:`~skippy.engine.scheduling.config.host_bound`)
+READER_WAIT_CHOICES = ("auto", "on", "off")
+
 #: ``pooling`` values (llama-server's ``--pooling``; ``model``: the GGUF's ``<arch>.pooling_type``; ``rank``: a
 #: reranker's relevance score, what ``--reranking`` sets)
 POOLING_CHOICES = ("model", "mean", "cls", "last", "none", "rank")
@@ -604,6 +609,13 @@ class EngineConfig:
                                           "default: on 2 CPU cores (bench/bench_decode.py, two runs) the step "
                                           "overhead at 64 streams fell from 1.9 to 0.5 ms but the graph's copy "
                                           "and argmax cost more than that, 2-7% of throughput.")
+    reader_wait: str = setting("auto", check=OneOf(READER_WAIT_CHOICES),
+                               help="Before a decode, wait (at most 5 ms a decode) until the request tasks have "
+                                    "written the tokens of the last one (on), or let them write while the next "
+                                    "decode runs (off). auto: wait only where llama.cpp computes on the cores the "
+                                    "event loop runs on (some layer or expert on the CPU and --threads taking every "
+                                    "core), where Python beside llama.cpp's spinning threads stalls its steps; "
+                                    "with every layer on a GPU the writes overlap the decode.")
     clamp_max_tokens: bool = setting(True, check=IsBool(),
                                      help="Clamp a max_tokens that does not fit the context to the room left, as "
                                           "llama-server and Ollama do (reported in the X-Skippy-Max-Tokens-Clamped "

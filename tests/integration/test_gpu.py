@@ -106,6 +106,7 @@ def test_the_model_loads_with_every_layer_on_the_gpu(on_gpu: Server, gpu: str) -
     offload = props["offload"]
     assert offload["devices"] == [gpu]
     assert offload["n_gpu_layers"] == offload["n_layer"] > 0  # the output layer too
+    assert props["reader_wait"] is False  # --reader-wait auto: the request tasks write beside the GPU's decode
 
 
 @pytest.mark.gpu

@@ -104,6 +104,7 @@ BEFORE = [
     ("--spec-ngram INTEGER RANGE", "[env var: SKIPPY_SPEC_NGRAM; default: 0; 0<=x<=16]", 0),
     ("--scheduler-steps INTEGER RANGE", "[env var: SKIPPY_SCHEDULER_STEPS; default: 8; 1<=x<=64]", 8),
     ("--backend-sampling", "[env var: SKIPPY_BACKEND_SAMPLING]", False),
+    ("--reader-wait [auto|on|off]", "[env var: SKIPPY_READER_WAIT; default: auto]", "auto"),
     ("--hook-policy MODULE:FACTORY", "[env var: SKIPPY_HOOK_POLICY]", None),
     ("--hook-url URL", "[env var: SKIPPY_HOOK_URL]", None),
     ("--hook-timeout FLOAT RANGE", "[env var: SKIPPY_HOOK_TIMEOUT; default: 2.0; x>0.0]", 2.0),

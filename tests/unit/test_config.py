@@ -73,6 +73,7 @@ ENGINE = {
     "spec_ngram": ([-1, 17, True, 2.0], [0, 16], "0<=x<=16"),
     "scheduler_steps": ([0, 65, True, 2.0], [1, 64], "1<=x<=64"),
     "backend_sampling": (["yes", 1, None], [True, False], None),
+    "reader_wait": (["yes", True, "AUTO", None], ["auto", "on", "off"], "'auto', 'on'"),
     "clamp_max_tokens": (["on", 1], [True, False], None),
     "n_predict": ([-2, 1.5, "8", True], [-1, 0, 4096], "x>=-1"),
     "reasoning_format": (["r1", "DeepSeek", None], ["auto", "none", "deepseek", "deepseek-legacy", "hidden"],

@@ -246,6 +246,32 @@ async def test_after_a_multi_step_run_the_readers_get_idle_wait_per_decode(monke
     assert limits == [1, 1, 1, 2, 4]
 
 
+async def test_without_reader_wait_the_loop_decodes_while_the_readers_write(monkeypatch) -> None:
+    """``reader_wait=False`` (--reader-wait off, or auto with the model on a GPU): the loop never waits for the
+    readers before a decode, and the request still gets every token."""
+    from skippy.actors import scheduler as actor
+
+    calls = []
+
+    async def record(readers, limit=actor.IDLE_WAIT):
+        calls.append(limit)
+
+    monkeypatch.setattr(actor, "_let_readers_run", record)
+    sched = DecodeScheduler(FakeRuntime(n_seq_max=1), SchedulerConfig(scheduler_steps=4, reader_wait=False))
+    send, recv = trio.open_memory_channel(math.inf)
+    events = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sched.run)
+        sched.submit(req(1, [51] * 4, max_tokens=12), send)
+        with trio.fail_after(10):
+            async for ev in recv:
+                events.append(ev)
+                if isinstance(ev, FinishEvent):
+                    break
+        nursery.cancel_scope.cancel()
+    assert calls == [] and len(events) == 13 and events[-1].reason == "length"
+
+
 async def test_an_idle_loop_saves_resident_entries_to_the_prompt_cache() -> None:
     """Once the loop is idle, the finished request's resident entry is copied to the host prompt cache (on the
     decode thread), so a later eviction under load needs no save; with no prompt cache nothing is saved."""

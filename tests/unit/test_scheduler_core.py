@@ -1402,8 +1402,31 @@ def test_scheduler_config_is_built_once_from_the_engine_settings():
         prompt_cache=16 * 2**20, min_tail=MIN_TAIL, scheduler_steps=2)
     plain = SchedulerConfig.from_engine_config(EngineConfig(model="x.gguf", cache_ram=-1, flash_attn="off"))
     assert (plain.checkpoint_budget, plain.prompt_cache, plain.min_tail) == (None, None, EXACT_TAIL)
+    # --reader-wait: on and off as given; auto as host_bound says
+    for setting, bound, wait in (("auto", True, True), ("auto", False, False), ("on", False, True),
+                                 ("off", True, False)):
+        cfg = EngineConfig(model="x.gguf", reader_wait=setting)
+        assert SchedulerConfig.from_engine_config(cfg, host_bound=bound).reader_wait is wait
     rt, core = make(step_tokens=None)
     assert core.step_tokens == rt.meta.n_batch and core.config.step_tokens is None  # None: the runtime's batch
+
+
+def test_host_bound_says_whether_llamas_threads_share_the_event_loops_cores():
+    from skippy.engine.scheduling.config import host_bound
+
+    def meta(offload=None, **load):
+        rt = FakeRuntime()
+        return attrs.evolve(rt.meta, devices=None if offload is None else {"offload": offload}, load=load or None)
+
+    on_gpu = {"devices": ["CUDA0"], "n_gpu_layers": 31, "n_layer": 31}
+    assert host_bound(meta(), 2, 2)  # a runtime that says nothing: all on the CPU
+    assert host_bound(meta({"devices": [], "n_gpu_layers": 0, "n_layer": 31}), 16, 16)
+    assert not host_bound(meta(), 1, 2)  # a core left for the loop
+    assert not host_bound(meta(on_gpu), 16, 16)  # every layer on the GPU
+    assert host_bound(meta(dict(on_gpu, n_gpu_layers=20)), 16, 16)  # 11 layers on the CPU
+    assert host_bound(meta(on_gpu, n_cpu_moe=4), 16, 16)  # experts on the CPU
+    assert host_bound(meta(on_gpu, override_tensor=["exps=CPU"]), 16, 16)
+    assert not host_bound(meta(on_gpu, n_cpu_moe=0, override_tensor=[]), 16, 16)
 
 
 # -- images (issue 38) -------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from skippy.engine.scheduling.prefix import EXACT_TAIL, MIN_TAIL
 
 if TYPE_CHECKING:
     from skippy.engine.config import EngineConfig
+    from skippy.engine.runtime.base import ModelMeta
 
 
 @attrs.frozen
@@ -48,6 +49,9 @@ class SchedulerConfig:
     - ``scheduler_steps``: decodes (steps) a decode-only batch may run back to back on the decode
       thread (a multi-step run, see :class:`~skippy.engine.scheduling.step.StepPlan`; 1, or less: one
       step per plan).
+    - ``reader_wait``: before a decode the loop waits (boundedly) until the request tasks have written the
+      tokens of the last one, so their Python does not run beside llama.cpp's threads on shared cores
+      (``--reader-wait``; :func:`host_bound` decides ``auto``); ``False``: they write while the next decode runs.
     """
 
     step_tokens: int | None = None
@@ -60,15 +64,17 @@ class SchedulerConfig:
     prompt_cache: int | None = 0
     min_tail: int = MIN_TAIL
     scheduler_steps: int = 1
+    reader_wait: bool = True
 
     @classmethod
-    def from_engine_config(cls, config: EngineConfig) -> SchedulerConfig:
+    def from_engine_config(cls, config: EngineConfig, *, host_bound: bool = True) -> SchedulerConfig:
         """The scheduler options of an engine's settings: ``--step-tokens``, ``--max-queue``, the signal
         window and threshold, ``--prefix-cache``, ``--spec-ngram``, ``--ctx-checkpoints``,
         ``--scheduler-steps``; ``--cache-ram`` (MiB, -1: no limit) is the byte budget of both the
         checkpoints and the prompt cache (a model uses one of them); with ``--flash-attn off`` a cached
         prompt's last :data:`~skippy.engine.scheduling.prefix.EXACT_TAIL` tokens are prefilled again
-        (its greedy output then equals a cold run's)."""
+        (its greedy output then equals a cold run's); ``--reader-wait`` (``auto``: ``host_bound``, what
+        :func:`host_bound` says of the loaded model)."""
         cache_ram = None if config.cache_ram < 0 else config.cache_ram * 2**20  # bytes; None: no limit
         return cls(step_tokens=config.step_tokens, max_queue=config.max_queue,
                    signal_config=SignalConfig(window=config.signal_window,
@@ -76,4 +82,20 @@ class SchedulerConfig:
                    prefix_cache=config.prefix_cache, spec_ngram=config.spec_ngram,
                    ctx_checkpoints=config.ctx_checkpoints, checkpoint_budget=cache_ram, prompt_cache=cache_ram,
                    min_tail=EXACT_TAIL if config.flash_attn == "off" else MIN_TAIL,
-                   scheduler_steps=config.scheduler_steps)
+                   scheduler_steps=config.scheduler_steps,
+                   reader_wait=config.reader_wait == "on" or (config.reader_wait == "auto" and host_bound))
+
+
+def host_bound(meta: ModelMeta, n_threads: int, n_cores: int) -> bool:
+    """llama.cpp's decode computes on the cores the event loop runs on: some of the model stays on the CPU
+    (a layer not offloaded, ``--n-cpu-moe`` experts, a tensor override) and its ``n_threads`` threads take
+    all ``n_cores`` cores this process may run on. Then the request tasks' Python (SSE framing, socket
+    writes) beside llama.cpp's threads, which spin on barriers, stalls every step, and the loop had better
+    let them finish before it decodes; otherwise (every layer on a GPU or an RPC worker, or a core left
+    free) they write while the next decode runs. From ``meta.devices["offload"]`` and ``meta.load``
+    (a runtime that reports neither counts as all on the CPU)."""
+    offload = (meta.devices or {}).get("offload") or {}
+    load = meta.load or {}
+    on_device = (bool(offload.get("devices")) and offload.get("n_gpu_layers", 0) >= offload.get("n_layer", 1)
+                 and not load.get("n_cpu_moe") and not load.get("override_tensor"))
+    return not on_device and n_threads >= n_cores
