@@ -31,9 +31,15 @@ from quart_trio.wrappers.request import TrioRequest
 from skippy.actors.engine import Engine
 from skippy.actors.store import StoreClient
 from skippy.actors.trace import RequestTrace
+from skippy.engine.chat.images import extract_images, has_images
 from skippy.engine.errors import DeviceLost, EngineError, ModelLoading, ModelNotFound
 from skippy.engine.lora import LoraAdapter, LoraAdapters, split_adapter_name
-from skippy.engine.protocols.openai.types import ChatCompletionRequest, CompletionRequest, SamplingFields
+from skippy.engine.protocols.openai.types import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    SamplingFields,
+    message_dicts,
+)
 from skippy.engine.protocols.responses.store import MemoryStore
 from skippy.engine.routing import RequestTraits, chat_traits, is_auto
 from skippy.http.settings import ServerSettings
@@ -41,6 +47,7 @@ from skippy.http.settings import ServerSettings
 if TYPE_CHECKING:
     from skippy.actors.metrics import EngineMetrics, PoolMetrics
     from skippy.actors.pool import Lease, ModelPool
+    from skippy.engine.config import EngineConfig
 
 EXTENSION = "skippy"  # the key of :class:`Shared` in ``app.extensions``
 
@@ -218,7 +225,7 @@ class Shared:
         return _usable(engine)
 
     async def engine_for(self, model: str | None, *, required: bool = True,
-                         traits: RequestTraits | None = None) -> Engine:
+                         traits: RequestTraits | None = None, chat: ChatCompletionRequest | None = None) -> Engine:
         """The engine of the model a request names in ``model`` (its body's field or ``?model=``).
 
         One model: it, whatever the name (llama-server's behaviour). Several
@@ -229,7 +236,9 @@ class Shared:
         (:mod:`skippy.engine.routing`; routes call :meth:`routed`). Raises
         :class:`~skippy.engine.errors.ModelLoading` (503) while the server starts (the default model's first
         load), ``ModelNotFound`` (404) for a name no model answers to,
-        :class:`~skippy.actors.pool.ModelUnavailable` (503) when the model cannot load.
+        :class:`~skippy.actors.pool.ModelUnavailable` (503) when the model cannot load. ``chat``: the chat
+        request the engine is for; one with image parts that a model not loaded could not read gets its
+        400 before the model loads (:func:`_refuse_unreadable_images`).
         """
         pool = self.state.pool
         if pool is None:
@@ -238,6 +247,8 @@ class Shared:
             raise ModelLoading(self.state.load_error or "the model is still loading; retry shortly")
         name = pool.find(model, required=required, traits=traits)
         engine = pool.engine(name)
+        if engine is None and chat is not None:
+            _refuse_unreadable_images(pool.model(name).config, chat)
         leases = LEASES.get()
         if pool.single and engine is not None and pool.residency.keep_alive_of(name) < 0:
             return _usable(engine)  # one model that is never unloaded: nothing to hold
@@ -259,13 +270,14 @@ class Shared:
         where a hook policy or ``--consult`` is configured).
         """
         name, req = self.adapted(req)
+        chat = req if isinstance(req, ChatCompletionRequest) else None
         if name != req.model:  # "BASE:ADAPTER"
-            return await self.engine_for(name), req
+            return await self.engine_for(name, chat=chat), req
         pool = self.state.pool
         if not is_auto(req.model) or (pool is not None and req.model is not None and pool.answers(req.model)):
-            return await self.engine_for(req.model), req
+            return await self.engine_for(req.model, chat=chat), req
         if isinstance(req, ChatCompletionRequest):
-            eng = await self.engine_for(req.model, traits=chat_traits(req.messages, req.tools))
+            eng = await self.engine_for(req.model, traits=chat_traits(req.messages, req.tools), chat=req)
             hooks = True if req.mesh_hooks is None else req.mesh_hooks
             return eng, msgspec.structs.replace(req, model=eng.model_id, mesh_hooks=hooks)
         eng = await self.engine_for(req.model, traits=RequestTraits())
@@ -403,6 +415,19 @@ class SkippyRequest(TrioRequest):
 def current() -> RequestContext:
     """The :class:`RequestContext` of the request being handled (needs a request context)."""
     return cast(SkippyRequest, request).skippy
+
+
+def _refuse_unreadable_images(config: EngineConfig, req: ChatCompletionRequest) -> None:
+    """Raise the 400 (``media_not_supported``, naming the first image part) that the engine of a model with
+    ``config`` would answer ``req``, when ``req`` has image parts and the model cannot read them: no
+    ``--mmproj`` projector, and no ``--consult`` peer to describe them for this request (hooks off). Known
+    from the settings, so a model that is not loaded is not loaded (and another not unloaded) for a 400."""
+    hooks_on = req.mesh_hooks if req.mesh_hooks is not None else config.hooks_default_on
+    if config.mmproj is not None or (config.consult and hooks_on):
+        return
+    messages = message_dicts(req.messages)
+    if has_images(messages):
+        extract_images(messages, vision=False)
 
 
 def _usable(engine: Engine) -> Engine:

@@ -253,7 +253,7 @@ def test_models_dir_projectors_and_auto_routing_of_images(mmproj, tmp_path) -> N
     models = tmp_path / "models"
     models.mkdir()
     default = ensure_model(DEFAULT_MODEL)
-    for name in ("plain.gguf", "smol.gguf"):  # two files (a file named twice is served once): hard links
+    for name in ("plain.gguf", "smol.gguf", "text.gguf"):  # files (a file named twice is served once): hard links
         try:
             os.link(default, models / name)
         except OSError:
@@ -269,6 +269,19 @@ def test_models_dir_projectors_and_auto_routing_of_images(mmproj, tmp_path) -> N
         r = httpx.post(srv.base_url + "/v1/chat/completions", timeout=120, json={
             "model": "plain", "messages": messages(RED), "max_tokens": 2})
         assert r.status_code == 400 and r.json()["error"]["code"] == "media_not_supported"
+        # a text-only model that is not loaded refuses images from its settings: it is not loaded for a 400
+        states = {m["id"]: m["state"] for m in httpx.get(srv.base_url + "/v1/models").json()["data"]}
+        assert states["text"] == "unloaded", states
+        r = httpx.post(srv.base_url + "/v1/chat/completions", timeout=120, json={
+            "model": "text", "messages": messages(RED), "max_tokens": 2})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "media_not_supported", r.text
+        assert r.json()["error"]["param"] == "messages[0].content[1]"
+        r = httpx.post(srv.base_url + "/api/chat", timeout=120, json={
+            "model": "text", "stream": False,
+            "messages": [{"role": "user", "content": "colour?", "images": [base64.b64encode(RED).decode()]}]})
+        assert r.status_code == 400 and r.json()["error"].startswith("messages.0.images.0: "), r.text
+        states = {m["id"]: m["state"] for m in httpx.get(srv.base_url + "/v1/models").json()["data"]}
+        assert states["text"] == "unloaded", states
 
 
 def test_llama_server_completion_takes_multimodal_data(vision_server: Server, mmproj) -> None:

@@ -69,9 +69,11 @@ def not_found(name: str) -> ModelNotFound:
                          param="model")
 
 
-async def _engine(app: Shared, name: str, keep_alive: Any) -> Engine:
+async def _engine(app: Shared, name: str, keep_alive: Any, chat: ChatCompletionRequest | None = None) -> Engine:
     """The engine of the served model ``name`` names (a 404 for any other name, as Ollama's, also when one
-    model is served); a request's ``keep_alive`` applies to that model from now on."""
+    model is served); a request's ``keep_alive`` applies to that model from now on. ``chat``: the translated
+    chat request, whose images a model that cannot read them refuses before it loads
+    (:meth:`Shared.engine_for`)."""
     seconds = ollama.keep_alive_seconds(keep_alive)
     pool = app.state.pool
     if pool is None:
@@ -83,7 +85,7 @@ async def _engine(app: Shared, name: str, keep_alive: Any) -> Engine:
         raise not_found(name)
     if seconds is not None:
         pool.set_keep_alive(found, seconds)
-    return await app.engine_for(found)
+    return await app.engine_for(found, chat=chat)
 
 
 def _ignored(ctx: RequestContext, names: list[str]) -> None:
@@ -119,7 +121,7 @@ async def ollama_chat() -> Response:
     body, ignored, num_ctx = ollama.chat_request(req)
     _ignored(ctx, ignored)
     check_limits(app.settings, body.messages, body)
-    eng = await _engine(app, req.model, req.keep_alive)
+    eng = await _renamed(_engine(app, req.model, req.keep_alive, body), body, req)
     _check_ctx(eng, num_ctx)
     if body.stream:
         translator = ollama.ChatStream(req.model, t0)
@@ -138,7 +140,10 @@ async def ollama_generate() -> Response:
     body, ignored, num_ctx = ollama.generate_request(req)
     _ignored(ctx, ignored)
     check_limits(app.settings, body.messages if isinstance(body, ChatCompletionRequest) else [], body)
-    eng = await _engine(app, req.model, req.keep_alive)
+    if isinstance(body, ChatCompletionRequest):
+        eng = await _renamed(_engine(app, req.model, req.keep_alive, body), body, req)
+    else:
+        eng = await _engine(app, req.model, req.keep_alive)
     _check_ctx(eng, num_ctx)
     if not req.prompt and not req.suffix:
         return json_response(OllamaGenerateResponse(model=req.model, created_at=ollama.created_at(), response="",
