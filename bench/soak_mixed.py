@@ -13,7 +13,8 @@ Responses store in a temporary folder) unless ``--base-url`` names a running ser
 
 It prints one table: requests by route and status, latency p50 / p99 per route in the first and the
 last window (5 minutes, or half the run when it is shorter), the server's RSS (and how much of it is the
-prompt cache, held by design up to ``--cache-ram``) and open file descriptors at start and end
+prompt cache, held by design up to ``--cache-ram``) at start, at the end of the first window (warmed up: the
+baseline a leak grows from) and at the end, and open file descriptors at start and end
 (``/metrics``: ``process_resident_memory_bytes``, ``skippy:ctx_checkpoint_bytes``, ``process_open_fds``) and the rows in
 the Responses store (when it started the server). Exit status 1 when any request got a 5xx, failed in
 transport (other than the intended disconnects) or a bad input was not refused with a 4xx.
@@ -92,6 +93,9 @@ class Tally:
     duration: float
     samples: list[Sample] = attrs.field(factory=list)
     errors: list[str] = attrs.field(factory=list)
+    #: :func:`process_stats` at the end of the first window: the server warmed up (its compute buffers,
+    #: templates, grammars, store), the baseline a leak would grow from
+    warm: tuple[float, float, float] | None = None
 
     def add(self, sample: Sample, error: str | None = None) -> None:
         self.samples.append(sample)
@@ -281,9 +285,15 @@ async def soak(base_url: str, duration: float, concurrency: int, seed: int = 0) 
             while time.monotonic() < end:
                 await rng.choices(scenarios, weights)[0](client, rng, record)
 
+    async def warmed() -> None:
+        await trio.sleep(tally.window)
+        tally.warm = await trio.to_thread.run_sync(process_stats, base_url)
+
     async with trio.open_nursery() as nursery:
         for i in range(concurrency):
             nursery.start_soon(worker, i)
+        with trio.move_on_after(duration):
+            await warmed()
     return tally
 
 
@@ -323,12 +333,16 @@ def start_server(store: Path, log_path: Path) -> tuple[subprocess.Popen[bytes], 
 def report(tally: Tally, start: tuple[float, float, float], end: tuple[float, float, float],
            rows: int | None) -> str:
     n = len(tally.samples)
+    warm = tally.warm or (float("nan"),) * 3
     lines = [tally.table(), "",
-             "| requests | failed | RSS MiB start -> end | of it prompt cache MiB | open fds start -> end "
-             "| Responses store rows |",
-             "|---:|---:|---:|---:|---:|---:|",
-             f"| {n} | {len(tally.failures)} | {start[0]:.0f} -> {end[0]:.0f} | {start[2]:.0f} -> {end[2]:.0f} "
-             f"| {start[1]:.0f} -> {end[1]:.0f} | {rows if rows is not None else 'n/a'} |"]
+             "| requests | failed | RSS MiB start -> warm -> end | of it prompt cache MiB "
+             "| RSS outside it, warm -> end | open fds start -> end | Responses store rows |",
+             "|---:|---:|---:|---:|---:|---:|---:|",
+             f"| {n} | {len(tally.failures)} | {start[0]:.0f} -> {warm[0]:.0f} -> {end[0]:.0f} "
+             f"| {start[2]:.0f} -> {warm[2]:.0f} -> {end[2]:.0f} | {warm[0] - warm[2]:.0f} -> {end[0] - end[2]:.0f} "
+             f"| {start[1]:.0f} -> {end[1]:.0f} | {rows if rows is not None else 'n/a'} |",
+             "", f"warm: at the end of the first window ({tally.window:g} s); a leak grows the RSS outside the "
+             "prompt cache from there (the first requests' one-time allocations come before it)"]
     if tally.errors:
         lines += ["", "first failures:", *(f"- {e}" for e in tally.errors)]
     return "\n".join(lines)
