@@ -139,6 +139,34 @@ def test_decode_validation_raises_value_error(rt, entries):
         rt.decode(entries)
 
 
+def test_decode_validation_names_the_value(rt):
+    for entries, message in (([BatchEntry(1, 0, 0, True), BatchEntry(1, 0, 5, True)], "sequence id 5 out of range"),
+                             ([BatchEntry(1, 600, 1, True)], "position 600 outside the sequence context 512"),
+                             ([BatchEntry(7, 0, 0, True), BatchEntry(-3, 1, 0, True)], "token id -3 out of range")):
+        with pytest.raises(ValueError, match=message):
+            rt.decode(entries)
+
+
+def test_a_batch_whose_sequences_swap_places_decodes_each_in_its_own(rt):
+    """The batch's sequence ids are written only where they change (a multi-step run keeps them): tokens of two
+    sequences in one order, then in the other, land in their own sequences (the same logits per sequence)."""
+    a, b = tok(rt, "The capital of France is"), tok(rt, "Once upon a time")
+    rows = {}
+    for order in ((0, 1), (1, 0)):
+        for s, t in ((0, a), (1, b)):
+            rt.seq_rm(s)
+            rt.decode([BatchEntry(x, i, s, i == len(t) - 1) for i, x in enumerate(t)])
+        nxt = {0: (a[-1], len(a)), 1: (b[-1], len(b))}
+        rt.decode([BatchEntry(nxt[s][0], nxt[s][1], s, True) for s in order])
+        rows[order] = {s: rt.logits(i).copy() for i, s in enumerate(order)}
+    for s in (0, 1):
+        assert int(rows[(0, 1)][s].argmax()) == int(rows[(1, 0)][s].argmax())
+        np.testing.assert_allclose(rows[(0, 1)][s], rows[(1, 0)][s], atol=1e-2)
+    assert int(rows[(0, 1)][0].argmax()) != int(rows[(0, 1)][1].argmax())  # two different continuations
+    rt.seq_rm(0)
+    rt.seq_rm(1)
+
+
 def test_inconsistent_positions_raise_runtime_error(rt):
     rt.seq_rm(0)
     rt.decode([BatchEntry(1, 0, 0, True)])

@@ -6,13 +6,56 @@ the embedding batch (:class:`DecodeMixin`).
 from __future__ import annotations
 
 import ctypes
+import operator
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
 import llama_cpp
 import numpy as np
 
 from skippy.engine.runtime.base import BatchEntry, ModelMeta
+
+_TOKEN, _POS, _SEQ, _LOGITS = (operator.attrgetter(k) for k in ("token", "pos", "seq_id", "logits"))
+
+
+@attrs.define
+class BatchColumns:
+    """numpy views of a ``llama_batch``'s ``token``, ``pos`` and ``logits`` arrays (``n_batch`` entries each, no
+    copy), so a decode fills them a column at a time, and the sequence id each index holds now
+    (``seq_id[i][0]``: a pointer per token, written only where it changes; llama.cpp reads the batch and never
+    writes it). Every ``n_seq_id`` is 1 (each token in one sequence), written once by :meth:`over`."""
+
+    token: np.ndarray
+    pos: np.ndarray
+    logits: np.ndarray
+    seq: list[int]
+    _identity: dict[int, dict[int, int]] = attrs.field(factory=dict)
+
+    def identity(self, n: int) -> dict[int, int]:
+        """``{i: i for i in range(n)}``, made once per ``n`` (the rows of a batch whose every token has logits;
+        read, never changed, by its users)."""
+        rows = self._identity.get(n)
+        if rows is None:
+            rows = self._identity[n] = {i: i for i in range(n)}
+        return rows
+
+    @classmethod
+    def over(cls, batch: Any, n_batch: int) -> BatchColumns:
+        """The columns of ``batch`` (``llama_batch_init(n_batch, 0, 1)``: one sequence id per token)."""
+        for i in range(n_batch):
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = 0
+        return cls(np.ctypeslib.as_array(batch.token, shape=(n_batch,)),
+                   np.ctypeslib.as_array(batch.pos, shape=(n_batch,)),
+                   np.ctypeslib.as_array(batch.logits, shape=(n_batch,)), [0] * n_batch)
+
+
+def _check_range(values: np.ndarray, stop: int, message: str) -> None:
+    """``ValueError(message.format(v))`` for the first of ``values`` outside ``0 .. stop - 1``."""
+    if values.min() < 0 or values.max() >= stop:
+        bad = values[(values < 0) | (values >= stop)]
+        raise ValueError(message.format(int(bad[0])))
 
 
 class DecodeMixin:
@@ -22,6 +65,7 @@ class DecodeMixin:
 
     _ctx: Any
     _batch: Any
+    _batch_columns: BatchColumns
     _n_batch: int
     _n_vocab: int
     _outputs: list[bool]
@@ -36,28 +80,29 @@ class DecodeMixin:
 
     # -- decode -------------------------------------------------------------
     def decode(self, entries: Sequence[BatchEntry]) -> None:
-        """One ``llama_decode`` (see :meth:`Runtime.decode`). Validates before calling."""
+        """One ``llama_decode`` (see :meth:`Runtime.decode`). Validates before calling: a batch of 0 or more than
+        ``n_batch`` entries, a sequence id, position or token out of range is a ``ValueError`` (llama.cpp would
+        abort); nothing is decoded then. The batch is written a column at a time (:class:`BatchColumns`)."""
         n = len(entries)
         if not 0 < n <= self._n_batch:
             raise ValueError(f"batch of {n} tokens (allowed 1..{self._n_batch})")
-        b = self._batch
-        outputs = []
-        rows: dict[int, int] = {}  # batch index -> row of llama_get_logits
-        for i, e in enumerate(entries):
-            if not 0 <= e.seq_id < self.meta.n_seq_max:
-                raise ValueError(f"sequence id {e.seq_id} out of range")
-            if not 0 <= e.pos < self.meta.n_ctx_seq:
-                raise ValueError(f"position {e.pos} outside the sequence context {self.meta.n_ctx_seq}")
-            if not 0 <= e.token < self._n_vocab:
-                raise ValueError(f"token id {e.token} out of range")
-            b.token[i] = e.token
-            b.pos[i] = e.pos
-            b.n_seq_id[i] = 1
-            b.seq_id[i][0] = e.seq_id
-            b.logits[i] = e.logits
-            outputs.append(e.logits)
-            if e.logits:
-                rows[i] = len(rows)
+        seq = list(map(_SEQ, entries))
+        pos = np.fromiter(map(_POS, entries), np.int64, n)
+        tok = np.fromiter(map(_TOKEN, entries), np.int64, n)
+        out = np.fromiter(map(_LOGITS, entries), np.bool_, n)
+        if min(seq) < 0 or max(seq) >= self.meta.n_seq_max:
+            raise ValueError(f"sequence id {next(s for s in seq if not 0 <= s < self.meta.n_seq_max)} out of range")
+        _check_range(pos, self.meta.n_ctx_seq, "position {} outside the sequence context " + str(self.meta.n_ctx_seq))
+        _check_range(tok, self._n_vocab, "token id {} out of range")
+        b, cols = self._batch, self._batch_columns
+        cols.token[:n] = tok
+        cols.pos[:n] = pos
+        cols.logits[:n] = out
+        held = cols.seq
+        if seq != held[:n]:  # a multi-step run's decodes keep the sequences where they were
+            for i, s in enumerate(seq):
+                if s != held[i]:
+                    b.seq_id[i][0] = held[i] = s
         b.n_tokens = n
         rc = llama_cpp.llama_decode(self._ctx, b)
         if rc != 0:
@@ -65,8 +110,12 @@ class DecodeMixin:
         self._copying.clear()  # the KV update at the start of llama_decode applied them
         while self._retired:
             llama_cpp.llama_sampler_free(self._retired.pop())
-        self._outputs = outputs
-        self._rows = rows
+        self._outputs = out.tolist()
+        if out.all():  # batch index -> row of llama_get_logits
+            self._rows = cols.identity(n)
+        else:
+            rows = np.flatnonzero(out).tolist()
+            self._rows = dict(zip(rows, range(len(rows)), strict=True))
 
     def _check_output(self, index: int) -> None:
         if not (0 <= index < len(self._outputs) and self._outputs[index]):

@@ -38,7 +38,7 @@ import numpy as np
 
 from skippy.engine.runtime.backends import plan_offload, rpc_connections_alive
 from skippy.engine.runtime.base import EmbeddingInfo, FimTokens, KVCacheInfo, ModelMeta, RerankFormat
-from skippy.engine.runtime.decode import DecodeMixin
+from skippy.engine.runtime.decode import BatchColumns, DecodeMixin
 from skippy.engine.runtime.kv import STATE_COPY_FRACTION, KVStateMixin, _meta_int, _meta_str, generates, kv_cache_size
 from skippy.engine.runtime.load import (
     _OVERFLOW,
@@ -159,6 +159,7 @@ class LlamaRuntime(DecodeMixin, SamplerMixin, KVStateMixin, LoraMixin):
         self._copying: set[int] = set()  # sequences whose whole-stream copy llama_decode has yet to apply
         self._copy_buf = bytearray()  # _state_copy's buffer
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+        self._batch_columns = BatchColumns.over(self._batch, n_batch)
         self._outputs: list[bool] = []
         self._rows: dict[int, int] = {}  # batch index -> row of llama_get_logits, of the last decode
         self._greedy: dict[int, object] = {}  # seq_id -> the backend greedy chain attached to it
