@@ -10,8 +10,24 @@ import trio.testing
 from skippy.actors.metrics import StepTimes
 from skippy.actors.scheduler import DecodeScheduler
 from skippy.engine.scheduling.config import SchedulerConfig
-from skippy.engine.scheduling.events import FinishEvent, TokenEvent
+from skippy.engine.scheduling.events import FinishEvent, SeqRequest, TokenEvent
 from tests.support import FakeRuntime, req
+
+
+async def _serve_one(sched: DecodeScheduler, request: SeqRequest) -> list[object]:
+    """Run ``sched``'s loop until ``request`` finishes; its events, the finish last."""
+    send, recv = trio.open_memory_channel(math.inf)
+    events = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sched.run)
+        sched.submit(request, send)
+        with trio.fail_after(10):
+            async for ev in recv:
+                events.append(ev)
+                if isinstance(ev, FinishEvent):
+                    break
+        nursery.cancel_scope.cancel()
+    return events
 
 
 async def test_waiting_counts_queued_requests_not_other_inbox_messages() -> None:
@@ -27,17 +43,7 @@ async def test_waiting_counts_queued_requests_not_other_inbox_messages() -> None
 
 async def test_the_loop_serves_a_request_and_frees_its_slot() -> None:
     sched = DecodeScheduler(FakeRuntime(n_seq_max=1), SchedulerConfig())
-    send, recv = trio.open_memory_channel(math.inf)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(sched.run)
-        sched.submit(req(1, [51] * 4, max_tokens=3), send)
-        events = []
-        with trio.fail_after(10):
-            async for ev in recv:
-                events.append(ev)
-                if isinstance(ev, FinishEvent):
-                    break
-        nursery.cancel_scope.cancel()
+    events = await _serve_one(sched, req(1, [51] * 4, max_tokens=3))
     assert [type(e) for e in events] == [TokenEvent] * 3 + [FinishEvent] and events[-1].reason == "length"
     st = sched.stats()
     assert (st.n_running, st.n_waiting, st.tokens_predicted_total) == (0, 0, 3)
@@ -233,15 +239,7 @@ async def test_after_a_multi_step_run_the_readers_get_idle_wait_per_decode(monke
 
     monkeypatch.setattr(actor, "_let_readers_run", record)
     sched = DecodeScheduler(FakeRuntime(n_seq_max=1), SchedulerConfig(scheduler_steps=4))
-    send, recv = trio.open_memory_channel(math.inf)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(sched.run)
-        sched.submit(req(1, [51] * 4, max_tokens=12), send)
-        with trio.fail_after(10):
-            async for ev in recv:
-                if isinstance(ev, FinishEvent):
-                    break
-        nursery.cancel_scope.cancel()
+    await _serve_one(sched, req(1, [51] * 4, max_tokens=12))
     # before each plan: the prefill's (1), then the runs of 1, 1, 2, 4, 4 decodes (the last one finishes)
     assert limits == [1, 1, 1, 2, 4]
 
@@ -258,17 +256,7 @@ async def test_without_reader_wait_the_loop_decodes_while_the_readers_write(monk
 
     monkeypatch.setattr(actor, "_let_readers_run", record)
     sched = DecodeScheduler(FakeRuntime(n_seq_max=1), SchedulerConfig(scheduler_steps=4, reader_wait=False))
-    send, recv = trio.open_memory_channel(math.inf)
-    events = []
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(sched.run)
-        sched.submit(req(1, [51] * 4, max_tokens=12), send)
-        with trio.fail_after(10):
-            async for ev in recv:
-                events.append(ev)
-                if isinstance(ev, FinishEvent):
-                    break
-        nursery.cancel_scope.cancel()
+    events = await _serve_one(sched, req(1, [51] * 4, max_tokens=12))
     assert calls == [] and len(events) == 13 and events[-1].reason == "length"
 
 
