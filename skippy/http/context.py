@@ -31,7 +31,7 @@ from quart_trio.wrappers.request import TrioRequest
 from skippy.actors.engine import Engine
 from skippy.actors.store import StoreClient
 from skippy.actors.trace import RequestTrace
-from skippy.engine.chat.images import extract_images, has_images
+from skippy.engine.chat.images import extract_images
 from skippy.engine.errors import DeviceLost, EngineError, ModelLoading, ModelNotFound
 from skippy.engine.lora import LoraAdapter, LoraAdapters, split_adapter_name
 from skippy.engine.protocols.openai.types import (
@@ -425,9 +425,7 @@ def _refuse_unreadable_images(config: EngineConfig, req: ChatCompletionRequest) 
     hooks_on = req.mesh_hooks if req.mesh_hooks is not None else config.hooks_default_on
     if config.mmproj is not None or (config.consult and hooks_on):
         return
-    messages = message_dicts(req.messages)
-    if has_images(messages):
-        extract_images(messages, vision=False)
+    extract_images(message_dicts(req.messages), vision=False)
 
 
 def _usable(engine: Engine) -> Engine:
