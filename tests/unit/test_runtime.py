@@ -11,7 +11,7 @@ import attrs
 import numpy as np
 import pytest
 
-from skippy.engine.runtime.base import BatchEntry
+from skippy.engine.runtime.base import BatchEntry, NextTokens
 from skippy.engine.sampling.params import SamplingParams
 
 MODEL = os.path.expanduser("~/.cache/skippy/models/SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -163,6 +163,34 @@ def test_a_batch_whose_sequences_swap_places_decodes_each_in_its_own(rt):
         assert int(rows[(0, 1)][s].argmax()) == int(rows[(1, 0)][s].argmax())
         np.testing.assert_allclose(rows[(0, 1)][s], rows[(1, 0)][s], atol=1e-2)
     assert int(rows[(0, 1)][0].argmax()) != int(rows[(0, 1)][1].argmax())  # two different continuations
+    rt.seq_rm(0)
+    rt.seq_rm(1)
+
+
+def test_next_tokens_decode_as_their_entries(rt):
+    """A multi-step run's :class:`NextTokens` (columns, every token an output) decodes as the same entries would:
+    the same logits per sequence; columns of another length than the sequence ids, or a token out of range, are a
+    ``ValueError`` before anything is decoded."""
+    a, b = tok(rt, "The capital of France is"), tok(rt, "Once upon a time")
+    rows = []
+    for columns in (False, True):
+        for s, t in ((0, a), (1, b)):
+            prefill(rt, t, s)
+        tokens, pos = np.array([b[-1], a[-1]]), np.array([len(b), len(a)])
+        if columns:
+            rt.decode(NextTokens(tokens, pos, [1, 0]))
+        else:
+            rt.decode([BatchEntry(int(t), int(p), s, True) for t, p, s in zip(tokens, pos, (1, 0), strict=True)])
+        rows.append(rt.output_logits([0, 1]).copy())
+    np.testing.assert_allclose(rows[0], rows[1], atol=1e-3)
+    assert list(NextTokens(np.array([7]), np.array([3]), [1])) == [BatchEntry(7, 3, 1, True)]
+    n_past = (rt.seq_pos_max(0), rt.seq_pos_max(1))
+    for bad, message in ((NextTokens(np.array([5]), np.array([len(a), len(b)]), [0, 1]), "2 sequences"),
+                         (NextTokens(np.array([5, 49152]), np.array([len(a) + 1, len(b) + 1]), [0, 1]),
+                          "token id 49152 out of range")):
+        with pytest.raises(ValueError, match=message):
+            rt.decode(bad)
+    assert (rt.seq_pos_max(0), rt.seq_pos_max(1)) == n_past  # nothing decoded
     rt.seq_rm(0)
     rt.seq_rm(1)
 

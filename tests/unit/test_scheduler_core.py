@@ -1311,6 +1311,56 @@ def test_plain_greedy_requests_are_sampled_in_the_graph_with_the_same_tokens(ste
     assert sorted(rt.changes) == [(0, True), (1, True)]  # attached once, at admission
 
 
+class WalkFake(BackendFake):
+    """:class:`BackendFake` whose greedy token walks with the slot's last three tokens and is sometimes the EOG
+    (a run's sequences then end at different decodes)."""
+
+    def _row(self, slot):
+        x = np.zeros(N_VOCAB, dtype=np.float32)
+        t = (sum(self.kv[slot][-3:]) * 7 + 3) % 60 + 20
+        x[EOG if t % 13 == 0 else t] = 2.0
+        x[9] = 1.0
+        return x
+
+
+@pytest.mark.parametrize("backend", [False, True])
+def test_a_plain_run_a_column_at_a_time_equals_the_general_loop(backend, monkeypatch):
+    """Multi-step runs of plain greedy sequences (argmax of the rows, or the backend sampler's pick) go through
+    the columnar loop; made to take the general one instead, every token, finish, KV position and decode
+    batch is the same: EOGs, a stop token id, max_tokens, the context's end and a waiting request among them."""
+    import skippy.engine.scheduling.decode as decode_mod
+
+    def serve(steps=8):
+        rt = WalkFake(n_seq_max=3, n_ctx_seq=40)
+        if not backend:
+            rt.meta = attrs.evolve(rt.meta, backend_sampling=False)
+        core = SchedulerCore(rt, SchedulerConfig(step_tokens=64, max_queue=8, scheduler_steps=steps), clock=Clock())
+        greedy = {"temperature": 0.0}
+        core.add(req(1, [11, 12, 13], 30, params=greedy))
+        core.add(req(2, [14, 15], 25, params={**greedy, "stop_token_ids": frozenset({41, 44, 47})}))
+        core.add(req(3, [16] * 10, 200, params=greedy))
+        core.add(req(4, [17, 18, 19, 20], 9, params=greedy))
+        core.add(req(5, [21, 22], 12, params=greedy))
+        return rt, core, run(rt, core)
+
+    rt, core, out = serve()
+    assert any(len(b) > 1 and all(e.logits for e in b) for b in rt.batches[3:])  # runs decoded
+    monkeypatch.setattr(decode_mod, "_plain", lambda task: False)
+    rt_ref, core_ref, ref = serve()
+    assert out == ref and rt.batches == rt_ref.batches and rt.kv == rt_ref.kv
+    assert core.stats() == core_ref.stats()
+    assert {finish_of(out, r).reason for r in range(1, 6)} >= {"stop", "length"}
+    assert [s.n_accepted for s in rt.samplers] == [s.n_accepted for s in rt_ref.samplers]  # an EOG counts too
+    # and as single steps (the core takes a run's tokens at once): the same tokens, finishes and counters
+    rt_one, core_one, one = serve(steps=1)
+    for r in range(1, 6):
+        assert tokens_of(out, r) == tokens_of(one, r)
+        assert finish_of(out, r).reason == finish_of(one, r).reason
+    assert rt.kv == rt_one.kv
+    untimed = {"steps": 0, "prompt_seconds_total": 0.0, "predicted_seconds_total": 0.0}
+    assert attrs.evolve(core.stats(), **untimed) == attrs.evolve(core_one.stats(), **untimed)
+
+
 def test_a_slot_is_detached_for_a_request_that_needs_its_logits_and_attached_again_after():
     rt, core = _backend_core()
     core.add(req(1, [11, 12, 13], 3, params={"temperature": 0.0}))

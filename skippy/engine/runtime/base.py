@@ -235,6 +235,28 @@ class BatchEntry:
     logits: bool
 
 
+@attrs.frozen(eq=False)
+class NextTokens(Sequence[BatchEntry]):
+    """A decode batch of one token per sequence, every one an output (a multi-step run's later decodes), held
+    as columns: ``tokens`` and ``pos`` (integer arrays, shape ``(n,)``) and ``seq_ids`` (``n`` ints).
+
+    It is a ``Sequence[BatchEntry]`` (entry ``i`` is ``BatchEntry(tokens[i], pos[i], seq_ids[i], True)``, made
+    when read), so any :meth:`Runtime.decode` takes it; a runtime that knows it reads the columns without
+    making the entries."""
+
+    tokens: np.ndarray
+    pos: np.ndarray
+    seq_ids: list[int]
+
+    def __len__(self) -> int:
+        return len(self.seq_ids)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        return BatchEntry(int(self.tokens[i]), int(self.pos[i]), self.seq_ids[i], True)
+
+
 class Runtime(Protocol):
     meta: ModelMeta
 

@@ -14,7 +14,7 @@ import attrs
 import llama_cpp
 import numpy as np
 
-from skippy.engine.runtime.base import BatchEntry, ModelMeta
+from skippy.engine.runtime.base import BatchEntry, ModelMeta, NextTokens
 
 _TOKEN, _POS, _SEQ, _LOGITS = (operator.attrgetter(k) for k in ("token", "pos", "seq_id", "logits"))
 
@@ -82,14 +82,21 @@ class DecodeMixin:
     def decode(self, entries: Sequence[BatchEntry]) -> None:
         """One ``llama_decode`` (see :meth:`Runtime.decode`). Validates before calling: a batch of 0 or more than
         ``n_batch`` entries, a sequence id, position or token out of range is a ``ValueError`` (llama.cpp would
-        abort); nothing is decoded then. The batch is written a column at a time (:class:`BatchColumns`)."""
+        abort); nothing is decoded then. The batch is written a column at a time (:class:`BatchColumns`); a
+        :class:`~skippy.engine.runtime.base.NextTokens` batch gives its columns as they are."""
         n = len(entries)
         if not 0 < n <= self._n_batch:
             raise ValueError(f"batch of {n} tokens (allowed 1..{self._n_batch})")
-        seq = list(map(_SEQ, entries))
-        pos = np.fromiter(map(_POS, entries), np.int64, n)
-        tok = np.fromiter(map(_TOKEN, entries), np.int64, n)
-        out = np.fromiter(map(_LOGITS, entries), np.bool_, n)
+        out: np.ndarray | None
+        if isinstance(entries, NextTokens):  # a multi-step run's: columns already, every token an output
+            seq, pos, tok, out = entries.seq_ids, entries.pos, entries.tokens, None
+            if pos.shape != (n,) or tok.shape != (n,):
+                raise ValueError(f"a batch of {n} sequences with {tok.shape} tokens at {pos.shape} positions")
+        else:
+            seq = list(map(_SEQ, entries))
+            pos = np.fromiter(map(_POS, entries), np.int64, n)
+            tok = np.fromiter(map(_TOKEN, entries), np.int64, n)
+            out = np.fromiter(map(_LOGITS, entries), np.bool_, n)
         if min(seq) < 0 or max(seq) >= self.meta.n_seq_max:
             raise ValueError(f"sequence id {next(s for s in seq if not 0 <= s < self.meta.n_seq_max)} out of range")
         _check_range(pos, self.meta.n_ctx_seq, "position {} outside the sequence context " + str(self.meta.n_ctx_seq))
@@ -97,7 +104,7 @@ class DecodeMixin:
         b, cols = self._batch, self._batch_columns
         cols.token[:n] = tok
         cols.pos[:n] = pos
-        cols.logits[:n] = out
+        cols.logits[:n] = True if out is None else out
         held = cols.seq
         if seq != held[:n]:  # a multi-step run's decodes keep the sequences where they were
             for i, s in enumerate(seq):
@@ -110,10 +117,11 @@ class DecodeMixin:
         self._copying.clear()  # the KV update at the start of llama_decode applied them
         while self._retired:
             llama_cpp.llama_sampler_free(self._retired.pop())
-        self._outputs = out.tolist()
-        if out.all():  # batch index -> row of llama_get_logits
+        if out is None or out.all():  # batch index -> row of llama_get_logits
+            self._outputs = [True] * n
             self._rows = cols.identity(n)
         else:
+            self._outputs = out.tolist()
             rows = np.flatnonzero(out).tolist()
             self._rows = dict(zip(rows, range(len(rows)), strict=True))
 

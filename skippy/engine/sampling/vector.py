@@ -167,6 +167,14 @@ class SeqSampler:
                 del counts[old]
         recent.append(token)
 
+    def accept_many(self, tokens: Sequence[int]) -> None:
+        """:meth:`accept` each of ``tokens`` in order (without a penalty window, one count)."""
+        if self.penalty_last_n:
+            for t in tokens:
+                self.accept(t)
+        else:
+            self.n_accepted += len(tokens)
+
     def apply_modifiers(self, row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Apply end-of-generation suppression, logit bias, then penalties, to one float32 row in place
         (the runtime's mask, then llama.cpp's order). Returns the ids it may have changed and their

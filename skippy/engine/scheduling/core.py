@@ -683,6 +683,24 @@ class SchedulerCore:
         decoded no further for it: :func:`~.decode.run_steps` checks the same ends and limits)."""
         kv = seq.kv
         assert kv is not None
+        head = events[:-1]
+        if head and seq.window is None and seq.budget is None and not seq.forced:
+            # the tokens before the last neither end the sequence nor reach a limit (the run stopped it there),
+            # checked here at once: they enter the KV cache and go out in one go, the last as any token
+            toks = [ev.token for ev in head]
+            n = len(toks)
+            if (kv.n_generated + n < kv.max_tokens and kv.n_past + n + 1 < self.runtime.meta.n_ctx_seq
+                    and self.runtime.meta.eog_ids.isdisjoint(toks)
+                    and seq.request.params.stop_token_ids.isdisjoint(toks)):
+                kv.prompt.extend(toks)
+                kv.n_past += n
+                kv.n_generated += n
+                self.counters.busy_slots_total += n
+                self.counters.tokens_predicted_total += n
+                kv.pending = toks[-1]
+                self.counters.n_tokens_max = max(self.counters.n_tokens_max, kv.n_past)
+                rid = seq.rid
+                return [(rid, ev) for ev in head] + self._on_token(seq, events[-1])
         outputs: list[Output] = []
         for i, ev in enumerate(events):
             if i:
@@ -692,6 +710,7 @@ class SchedulerCore:
             outputs += self._on_token(seq, ev)
             if seq.phase is not Phase.DECODING:
                 break
+        self.counters.n_tokens_max = max(self.counters.n_tokens_max, kv.n_past)
         return outputs
 
     # -- tokens --------------------------------------------------------------------

@@ -27,10 +27,10 @@ import attrs
 import numpy as np
 
 from skippy.engine.hooks.signals import logprobs_top, token_logprob
-from skippy.engine.runtime.base import BatchEntry, Runtime
+from skippy.engine.runtime.base import BatchEntry, NextTokens, Runtime
 from skippy.engine.sampling.vector import SeqSampler, sample_rows
 from skippy.engine.scheduling.embed import EmbedResult
-from skippy.engine.scheduling.events import TokenEvent, TopLogprob
+from skippy.engine.scheduling.events import TokenEvent, TopLogprob, plain_event
 from skippy.engine.scheduling.step import SampleTask, StepPlan, StepResult
 
 log = logging.getLogger("skippy.scheduler")
@@ -116,6 +116,8 @@ def run_steps(runtime: Runtime, step: StepPlan, first: Sequence[TokenEvent], mar
     the tuple of its tokens, in order (the core applies them as if each had come from a step
     of its own: :meth:`SchedulerCore.update`), and the decodes made, the first one included.
     """
+    if all(map(_plain, step.samples)):
+        return _run_plain(runtime, step, first, marks, interrupt)
     runs = [[ev] for ev in first]
     samples = step.samples
     entries = step.batch.entries  # type: ignore[union-attr]
@@ -145,6 +147,80 @@ def run_steps(runtime: Runtime, step: StepPlan, first: Sequence[TokenEvent], mar
                 left.append(j)
         live = left
     return [tuple(r) for r in runs], decodes
+
+
+def _plain(task: SampleTask) -> bool:
+    """``task`` takes the argmax of its raw logits (plain greedy, or picked by llama.cpp's backend sampler) and
+    nothing else: no logprobs, signals, draft or forced token."""
+    return (task.top_logprobs is None and not task.signals and not task.draft and task.forced is None
+            and (task.backend or (isinstance(task.sampler, SeqSampler) and task.sampler.plain_greedy)))
+
+
+def _run_plain(runtime: Runtime, step: StepPlan, first: Sequence[TokenEvent], marks: list[float] | None,
+               interrupt: Callable[[], bool] | None) -> tuple[list[tuple[TokenEvent, ...]], int]:
+    """:func:`run_steps` for a run whose every sequence is :func:`_plain`, a column at a time: each decode's
+    batch is :class:`NextTokens` of the live sequences' last tokens (no entry made per sequence), its tokens
+    the argmax of the logit rows in one call (or read from the backend sampler), the run's ends and limits
+    checked on arrays; the samplers accept each sequence's tokens and the events are made once, at the end
+    (:func:`plain_event`). The same tokens, decodes and ends as the general loop."""
+    samples = step.samples
+    n = len(samples)
+    entries = step.batch.entries  # type: ignore[union-attr]
+    at = [entries[task.index] for task in samples]
+    pos0 = np.fromiter((e.pos for e in at), np.int64, n)
+    seq_ids = [e.seq_id for e in at]
+    limits = np.fromiter((task.steps for task in samples), np.int64, n)
+    ends = samples[0].ends
+    shared = all(task.ends == ends for task in samples)
+    end_ids = np.fromiter(ends, np.int64, len(ends))
+    backend = [task.backend for task in samples]
+    toks = np.empty((step.steps, n), np.int64)  # toks[k, j]: sequence j's token from the run's decode k
+    toks[0] = [ev.token for ev in first]
+    counts = np.ones(n, np.int64)
+    ended = np.fromiter((ev.token in task.ends for ev, task in zip(first, samples, strict=True)), np.bool_, n)
+    live = np.flatnonzero((limits > 1) & ~ended)
+    seqs: list[int] = []
+    picks: list[int] = []  # rows of the live batch sampled by argmax
+    picked: list[int] = []  # and those read from the backend sampler
+    decodes = 1
+    for k in range(1, step.steps):
+        m = live.size
+        if not m or (step.until_finish and m < n) or (interrupt is not None and interrupt()):
+            break
+        if len(seqs) != m:  # the batch changed (at the start, or a sequence left)
+            rows = live.tolist()
+            seqs = [seq_ids[j] for j in rows]
+            picks = [i for i, j in enumerate(rows) if not backend[j]]
+            picked = [i for i, j in enumerate(rows) if backend[j]]
+        if marks is not None:
+            marks.append(time.perf_counter())
+        runtime.decode(NextTokens(toks[k - 1, live], pos0[live] + k, seqs))
+        decodes += 1
+        if marks is not None:
+            marks.append(time.perf_counter())
+        new = np.empty(m, np.int64)
+        if picks:
+            new[picks] = runtime.output_logits(picks).argmax(axis=1)
+        for i in picked:
+            new[i] = runtime.sampled_token(i)
+        if marks is not None:
+            marks.append(time.perf_counter())
+        toks[k, live] = new
+        counts[live] += 1
+        if shared:
+            ended = (new[:, None] == end_ids).any(axis=1)  # a few ids: cheaper than np.isin's sort
+        else:
+            ended = np.fromiter((t in samples[j].ends for t, j in zip(new.tolist(), live.tolist(), strict=True)),
+                                np.bool_, m)
+        go_on = ~ended & (counts[live] < limits[live])
+        if not go_on.all():
+            live = live[go_on]
+    runs = []
+    for ev, task, col, c in zip(first, samples, toks[:decodes].T.tolist(), counts.tolist(), strict=True):
+        later = col[1:c]
+        task.sampler.accept_many(later)  # type: ignore[attr-defined]  # a SeqSampler (_plain)
+        runs.append((ev, *map(plain_event, later)))
+    return runs, decodes
 
 
 def _score(raw: Any, token: int, n_top: int) -> TokenEvent:
