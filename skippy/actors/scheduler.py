@@ -431,6 +431,7 @@ class DecodeScheduler(Actor[SchedulerMsg]):
         that cannot be sent (the evaluator is gone) counts as no action.
         """
         readers = []
+        last = None  # a run's events of a sequence come one after another: its reader is looked at once
         for rid, ev in outputs:
             if isinstance(ev, HookRequest):
                 try:
@@ -444,8 +445,10 @@ class DecodeScheduler(Actor[SchedulerMsg]):
                 continue
             if isinstance(ev, (FinishEvent, EmbeddingsEvent)):
                 del self._events[rid]
-            if events.statistics().tasks_waiting_receive:
-                readers.append(events)
+            if events is not last:
+                last = events
+                if events.statistics().tasks_waiting_receive:
+                    readers.append(events)
             if not _send(events, ev) and not isinstance(ev, (FinishEvent, EmbeddingsEvent)):
                 self._events.pop(rid, None)
                 self.core.cancel(rid)  # its finish event has nowhere to go
