@@ -662,6 +662,11 @@ def test_backend_greedy_picks_the_argmax_and_can_be_reattached(rt):
         assert np.array_equal(row1, ref1)
         with pytest.raises(RuntimeError):
             rt.sampled_token(n0 + n1 - 1)  # seq 1 has no backend sampler
+        assert rt.sampled_tokens([n0 - 1]) == [picked] and rt.sampled_tokens([]) == []
+        with pytest.raises(RuntimeError, match=f"batch index {n0 + n1 - 1}"):
+            rt.sampled_tokens([n0 - 1, n0 + n1 - 1])
+        with pytest.raises(IndexError, match="batch index 0 has no logits"):
+            rt.sampled_tokens([n0 - 1, 0])
         assert np.array_equal(both(False)[0], ref0)
     with pytest.raises(ValueError):
         rt.set_backend_greedy(rt.meta.n_seq_max, True)

@@ -1288,6 +1288,9 @@ class BackendFake(FakeRuntime):
         assert slot in self.attached
         return int(np.argmax(self._row(slot)))
 
+    def sampled_tokens(self, indices):
+        return [self.sampled_token(i) for i in indices]
+
 
 def _backend_core(backend=True, **kw):
     rt = BackendFake(n_seq_max=2)

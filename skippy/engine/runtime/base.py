@@ -319,6 +319,10 @@ class Runtime(Protocol):
         ``llama_get_sampled_token_ith``); ``RuntimeError`` when it picked none."""
         ...
 
+    def sampled_tokens(self, indices: Sequence[int]) -> list[int]:
+        """:meth:`sampled_token` at each of batch ``indices``, in order (one check for them all)."""
+        ...
+
     def set_lora(self, lora: LoraSet) -> None:
         """Apply the LoRA adapter set ``lora`` (``(id, scale)`` pairs of ``meta.lora``'s adapters; ``()``: none)
         to the context for the next decodes (llama.cpp ``llama_set_adapters_lora``: per context, not per

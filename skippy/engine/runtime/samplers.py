@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import llama_cpp
@@ -58,6 +58,7 @@ class SamplerMixin:
     _ids: np.ndarray
     _greedy: dict[int, object]
     _retired: list[object]
+    _rows: dict[int, int]
     meta: ModelMeta
     vocab: LlamaVocab
     vector_sampling: bool
@@ -272,6 +273,18 @@ class SamplerMixin:
         if token < 0:
             raise RuntimeError(f"no backend-sampled token at batch index {index}")
         return int(token)
+
+    def sampled_tokens(self, indices: Sequence[int]) -> list[int]:
+        if not indices:
+            return []
+        if not self._rows.keys() >= set(indices):
+            bad = next(i for i in indices if i not in self._rows)
+            raise IndexError(f"batch index {bad} has no logits in the last decode")
+        get, ctx = llama_cpp.llama_get_sampled_token_ith, self._ctx
+        tokens = [get(ctx, i) for i in indices]
+        if min(tokens) < 0:
+            raise RuntimeError(f"no backend-sampled token at batch index {indices[tokens.index(min(tokens))]}")
+        return tokens
 
     def free_sampler(self, sampler: object) -> None:
         if isinstance(sampler, SeqSampler):

@@ -201,8 +201,8 @@ def _run_plain(runtime: Runtime, step: StepPlan, first: Sequence[TokenEvent], ma
         new = np.empty(m, np.int64)
         if picks:
             new[picks] = runtime.output_logits(picks).argmax(axis=1)
-        for i in picked:
-            new[i] = runtime.sampled_token(i)
+        if picked:
+            new[picked] = runtime.sampled_tokens(picked)
         if marks is not None:
             marks.append(time.perf_counter())
         toks[k, live] = new
