@@ -689,7 +689,7 @@ class SchedulerCore:
             # checked here at once: they enter the KV cache and go out in one go, the last as any token
             toks = [ev.token for ev in head]
             n = len(toks)
-            if (kv.n_generated + n < kv.max_tokens and kv.n_past + n + 1 < self.runtime.meta.n_ctx_seq
+            if (kv.n_generated + n < kv.max_tokens and kv.n_past + n < self.runtime.meta.n_ctx_seq
                     and self.runtime.meta.eog_ids.isdisjoint(toks)
                     and seq.request.params.stop_token_ids.isdisjoint(toks)):
                 kv.prompt.extend(toks)
