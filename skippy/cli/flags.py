@@ -131,9 +131,21 @@ def _parse_template_kwargs(ctx: click.Context, param: click.Parameter, text: str
 
 
 def _split_origins(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
-    from skippy.http.settings import split_origins
+    from skippy.http.settings import ServerSettings, split_origins
 
-    return split_origins(values)
+    origins = split_origins(values)
+    try:
+        ServerSettings(cors_origins=origins)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+    return origins
+
+
+def _aliases(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    """``--alias`` names: not empty, not only space (the environment variable splits on space)."""
+    if any(not v.strip() for v in values):
+        raise click.BadParameter("an alias must name the model: not empty or only space", ctx=ctx, param=param)
+    return values
 
 
 def _split_hosts(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ import click
 from skippy.cli.common import F, SkippyCommand, friendly_errors, main
 from skippy.cli.flags import (
     _ONE_ENV_VALUE,
+    _aliases,
     _flag_fields,
     _not_nan,
     _opt,
@@ -111,7 +112,7 @@ def _serve_options(fn: F) -> F:
              help="A model on Hugging Face, as llama-server's -hf: the repo's GGUF of that quantization "
                   "(default Q4_K_M), downloaded into the model cache unless it is there; the cached file when the "
                   "hub cannot be reached or HF_HUB_OFFLINE=1. Instead of --model."),
-        _opt("--alias", "-a", multiple=True, metavar="NAME", show_default=False,
+        _opt("--alias", "-a", multiple=True, metavar="NAME", show_default=False, callback=_aliases,
              help="Another name the model answers to and /v1/models lists (repeatable; the environment "
                   "variable takes space-separated names). Requests may name any model when one is served; "
                   "with several, the aliases name the first."),

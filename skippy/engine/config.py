@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import urllib.parse
 from typing import Any, TypeGuard, cast
 
 import attrs
@@ -229,6 +230,15 @@ def _embeddings_batch(inst: Any, attr: attrs.Attribute[Any], value: int) -> None
 def _aliases(inst: Any, attr: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
     if not all(isinstance(a, str) and a.strip() for a in value):
         raise TypeError(f"{attr.name} must be non-empty strings, got {value!r}")
+
+
+def _http_url(inst: Any, attr: attrs.Attribute[Any], value: str | None) -> None:
+    """``None``, or an ``http(s)://host[:port][/path]`` URL."""
+    IsText()(inst, attr, value)
+    if value is not None:
+        url = urllib.parse.urlsplit(value)
+        if url.scheme not in ("http", "https") or not url.hostname or any(c.isspace() for c in value):
+            raise ValueError(f"{attr.name} must be an http:// or https:// URL, got {value!r}")
 
 
 def _peers(inst: Any, attr: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
@@ -662,7 +672,7 @@ class EngineConfig:
     hook_policy: Any = setting(None, check=_hook_policy, metavar="MODULE:FACTORY",
                                help="Python hook policy: package.module:factory returning an object with async "
                                     "hook methods.")
-    hook_url: str | None = setting(None, check=IsText(), metavar="URL",
+    hook_url: str | None = setting(None, check=_http_url, metavar="URL",
                                    help='Webhook hook policy: each event is POSTed as JSON; the reply is '
                                         '{"action": "none"|"inject"|"stop", ...}.')
     hook_timeout: float = setting(2.0, check=FloatRange(0.0, min_open=True),

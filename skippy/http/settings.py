@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -31,9 +32,24 @@ def _api_keys(inst: object, attr: attrs.Attribute, value: tuple[str, ...]) -> No
         raise ValueError("API keys may not be empty or contain whitespace")
 
 
+#: a browser origin as the ``Origin`` header sends it: ``scheme://host[:port]``, no path (RFC 6454)
+_ORIGIN = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^/\s?#]+")
+
+
 def _origins(inst: object, attr: attrs.Attribute, value: tuple[str, ...]) -> None:
     if not all(isinstance(o, str) and o for o in value):
         raise TypeError(f"{attr.name} must be non-empty strings, got {value!r}")
+    bad = [o for o in value if o not in ("*", "localhost") and not _ORIGIN.fullmatch(o)]
+    if bad:
+        raise ValueError(f"{bad[0]!r} is not an origin: give scheme://host[:port] as browsers send it "
+                         "(e.g. https://app.example.com), 'localhost' or '*'")
+
+
+def _directory(inst: object, attr: attrs.Attribute, value: str | None) -> None:
+    """``None``, or a path that is a directory or not there yet (made on first use)."""
+    IsText()(inst, attr, value)
+    if value is not None and (not value or (Path(value).exists() and not Path(value).is_dir())):
+        raise ValueError(f"{attr.name} must be a directory (made when missing), got {value!r}")
 
 
 @attrs.frozen
@@ -80,7 +96,7 @@ class ServerSettings:
                                "answers {\"success\": true}); without it POST /props answers 501.")
     slots: bool = setting(True, check=IsBool(),
                           help="Serve GET /slots (llama-server's per-slot state); --no-slots answers it 501.")
-    slot_save_path: str | None = setting(None, check=IsText(), metavar="DIR",
+    slot_save_path: str | None = setting(None, check=_directory, metavar="DIR",
                                          help="Directory of slot state files: enables POST /slots/{id}?action="
                                               "save|restore|erase (llama-server; without it they answer 501).")
     ssl_key_file: str | None = setting(None, check=IsText(), metavar="FILE",

@@ -197,5 +197,10 @@ def test_history_non_text_part_is_400():
     assert info.value.message == ("messages[0].content[2]: content part type 'input_audio' is not supported "
                                   "(only 'text')")
     assert info.value.param == "messages[0].content[2]"
+    for part in ({"type": "text"}, {"type": "text", "text": 5}):  # a text part without its string: says so
+        with pytest.raises(InvalidRequest) as info:
+            normalize_history([{"role": "user", "content": ["a", part]}], STR)
+        assert info.value.message == "messages[0].content[1].text: a text part needs a 'text' string"
+        assert info.value.param == "messages[0].content[1].text"
     ok = normalize_history([{"role": "user", "content": ["a", {"type": "text", "text": "b"}]}], STR)
     assert ok[0]["content"] == "a\nb"

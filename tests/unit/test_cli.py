@@ -250,6 +250,13 @@ def test_readme_flags_table_matches_the_options() -> None:
     (["--chat-template-kwargs", "{"], {}, "--chat-template-kwargs", "not JSON"),
     (["--embeddings-batch", "300"], {}, "--embeddings-batch", "must be a multiple of 256"),
     (["--rerank", "--pooling", "mean"], {}, "--reranking", "reranking needs rank pooling, but pooling is 'mean'"),
+    (["--alias", ""], {}, "--alias", "an alias must name the model"),
+    (["--alias", "gpt", "--alias", "  "], {}, "--alias", "an alias must name the model"),
+    (["--cors-origins", "notaurl"], {}, "--cors-origins", "'notaurl' is not an origin"),
+    (["--cors-origins", "https://a.example,app.example"], {}, "--cors-origins", "'app.example' is not an origin"),
+    (["--hook-url", "not a url"], {}, "--hook-url", "hook_url must be an http:// or https:// URL"),
+    ([], {"SKIPPY_HOOK_URL": "ftp://x"}, "SKIPPY_HOOK_URL", "hook_url must be an http:// or https:// URL"),
+    (["--slot-save-path", __file__], {}, "--slot-save-path", "slot_save_path must be a directory"),
 ])
 def test_an_out_of_range_value_is_a_usage_error(args: list[str], env: dict, where: str, message: str,
                                                   serve_recorder: list) -> None:

@@ -197,6 +197,9 @@ def _text(content: Any, i: int) -> str:
         try:
             return "\n".join(part_texts(content))
         except NotText as e:
+            if e.missing_text:
+                raise InvalidRequest(f"messages[{i}].content[{e.index}].text: a text part needs a 'text' string",
+                                     param=f"messages[{i}].content[{e.index}].text") from None
             raise InvalidRequest(
                 f"messages[{i}]: content part of type {e.kind!r} is not supported with emulated tool calls "
                 "(this model's template handles text only)", param=f"messages[{i}].content") from None

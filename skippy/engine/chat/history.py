@@ -39,6 +39,9 @@ def _content(i: int, content: Any) -> Any:
     try:
         return "\n".join(part_texts(content))
     except NotText as e:
+        if e.missing_text:
+            raise _bad(i, f".content[{e.index}].text: a text part needs a 'text' string",
+                       f".content[{e.index}].text") from None
         raise _bad(i, f".content[{e.index}]: content part type {e.kind!r} is not supported (only 'text')",
                    f".content[{e.index}]") from None
 

@@ -295,6 +295,11 @@ class NotText(ValueError):
         super().__init__(f"content part {index} ({kind!r}) is not text")
         self.index, self.kind = index, kind
 
+    @property
+    def missing_text(self) -> bool:
+        """The part says it is text but holds no ``text`` string (the fault is its field, not its type)."""
+        return self.kind == "text"
+
 
 def part_texts(parts: list[Any], *, bare_strings: bool = True) -> list[str]:
     """The texts of a message ``content`` given as a list of parts (the message dicts of
