@@ -27,7 +27,7 @@ import attrs
 import numpy as np
 
 from skippy.engine.hooks.signals import logprobs_top, token_logprob
-from skippy.engine.runtime.base import BatchEntry, NextTokens, Runtime
+from skippy.engine.runtime.base import NextTokens, Runtime
 from skippy.engine.sampling.vector import SeqSampler, sample_rows
 from skippy.engine.scheduling.embed import EmbedResult
 from skippy.engine.scheduling.events import TokenEvent, TopLogprob, plain_event
@@ -124,16 +124,20 @@ def run_steps(runtime: Runtime, step: StepPlan, first: Sequence[TokenEvent], mar
     at = [entries[task.index] for task in samples]  # each sequence's entry in the first decode
     live = [j for j, task in enumerate(samples) if task.steps > 1 and first[j].token not in task.ends]
     tasks: list[SampleTask] = []  # the live sequences' tasks at their indices in the next batch
+    seqs: list[int] = []
+    pos = np.empty(0, np.int64)
     decodes = 1
     for k in range(1, step.steps):
         if not live or (step.until_finish and len(live) < len(samples)) or (interrupt is not None and interrupt()):
             break
         if len(tasks) != len(live):  # the batch changed (at the start, or a sequence left)
             tasks = [attrs.evolve(samples[j], index=i) for i, j in enumerate(live)]
-        batch = [BatchEntry(runs[j][-1].token, at[j].pos + k, at[j].seq_id, True) for j in live]
+            seqs = [at[j].seq_id for j in live]
+            pos = np.fromiter((at[j].pos for j in live), np.int64, len(live))
+        last = np.fromiter((runs[j][-1].token for j in live), np.int64, len(live))
         if marks is not None:
             marks.append(time.perf_counter())
-        runtime.decode(batch)
+        runtime.decode(NextTokens(last, pos + k, seqs))
         decodes += 1
         if marks is not None:
             marks.append(time.perf_counter())
