@@ -266,7 +266,8 @@ class Runtime(Protocol):
         ...
 
     def decode(self, entries: Sequence[BatchEntry]) -> None:
-        """One ``llama_decode`` over ``entries``; raises ``RuntimeError`` on failure."""
+        """One ``llama_decode`` over ``entries`` (any sequence of entries; a multi-step run gives
+        :class:`NextTokens`); raises ``RuntimeError`` on failure."""
         ...
 
     def decode_media(self, span: MediaSpan, seq_id: int) -> None:

@@ -13,7 +13,9 @@ the decode thread while the scheduler's task waits (nothing here touches the sch
   at once (one log-softmax pass over those rows: :func:`row_stats`).
 - **Draft verification** (:func:`verify_draft`): a speculative draft is sampled in order while it matches.
 - **Multi-step runs** (:func:`run_steps`): a decode-only batch decoded again with the tokens just sampled,
-  up to ``StepPlan.steps`` times.
+  up to ``StepPlan.steps`` times; each later decode's batch is a
+  :class:`~skippy.engine.runtime.base.NextTokens` (columns, no entry per sequence), and a run of plain
+  greedy or backend-sampled sequences is sampled a column at a time (:func:`_run_plain`).
 """
 
 from __future__ import annotations
@@ -115,6 +117,7 @@ def run_steps(runtime: Runtime, step: StepPlan, first: Sequence[TokenEvent], mar
     one finished and ``step.until_finish``, or when ``interrupt()`` is true. Returns per sample
     the tuple of its tokens, in order (the core applies them as if each had come from a step
     of its own: :meth:`SchedulerCore.update`), and the decodes made, the first one included.
+    When every sample is :func:`_plain`, :func:`_run_plain` does the same on arrays.
     """
     if all(map(_plain, step.samples)):
         return _run_plain(runtime, step, first, marks, interrupt)
