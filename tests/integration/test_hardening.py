@@ -236,6 +236,20 @@ def test_body_over_limit_is_413(hard_server: Server) -> None:
     assert ok.status_code == 200
 
 
+def test_a_compressed_body_is_400_naming_the_encoding(hard_server: Server) -> None:
+    import gzip
+
+    url = hard_server.base_url + "/v1/chat/completions"
+    body = gzip.compress(json.dumps({"messages": HI, "max_tokens": 1}).encode())
+    resp = httpx.post(url, content=body, timeout=30,
+                      headers={**AUTH, "Content-Type": "application/json", "Content-Encoding": "gzip"})
+    assert_envelope(resp, 400, "unsupported_content_encoding")
+    assert "Content-Encoding 'gzip' is not supported" in resp.json()["error"]["message"]
+    ok = httpx.post(url, json={"messages": HI, "max_tokens": 1}, timeout=60,
+                    headers={**AUTH, "Content-Encoding": "identity"})
+    assert ok.status_code == 200
+
+
 def test_messages_tools_template_grammar_limits_are_400(hard_server: Server) -> None:
     url = hard_server.base_url + "/v1/chat/completions"
     def tool(i: int) -> dict:  # tool names must be unique

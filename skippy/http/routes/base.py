@@ -111,7 +111,7 @@ MAX_WARNED_FIELDS = 1024
 
 
 async def read_body(type_: type[T], ctx: RequestContext) -> T:
-    """The body decoded into ``type_`` (400 naming the field on bad input).
+    """The body decoded into ``type_`` (400 naming the field on bad input; 400 for a compressed body).
 
     Unknown top-level fields are ignored, as OpenAI clients and agent
     frameworks send vendor extensions, but never silently: each is named in
@@ -119,6 +119,10 @@ async def read_body(type_: type[T], ctx: RequestContext) -> T:
     server sees it, in a warning log line; with ``--strict-fields`` the
     first one is a 400 naming it (OpenAI refuses unknown fields).
     """
+    coding = request.headers.get("Content-Encoding", "").strip().lower()
+    if coding not in ("", "identity"):  # no route decompresses (llama-server, vLLM neither): say so, not "bad JSON"
+        raise InvalidRequest(f"Content-Encoding {coding!r} is not supported: send the request body uncompressed",
+                             code="unsupported_content_encoding")
     # 413 past MAX_CONTENT_LENGTH, even while streaming in (as_text, parse_form_data: the bytes overload)
     data = await request.get_data(cache=False, as_text=False, parse_form_data=False)
     ctx.body_read = True
