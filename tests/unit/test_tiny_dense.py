@@ -30,3 +30,13 @@ def test_greedy_generation_on_the_dense_model_never_reaches_a_special_token(tmp_
             assert min(tokens) >= 17, tokens  # SmolLM2's special tokens are ids 0..16
     finally:
         rt.close()
+
+
+def test_a_context_llama_cpp_refuses_says_why(tmp_path) -> None:
+    """A quantized K cache whose block (32) does not divide the head size (8 here): the start-up error gives
+    llama.cpp's reason, not only a guess at memory."""
+    from skippy.engine.runtime.llama import LlamaRuntime
+
+    with pytest.raises(RuntimeError, match=r"could not create a context \(K cache type q4_0 with block size 32 "
+                                           r"does not divide n_embd_head_k=8\)"):
+        LlamaRuntime(str(ensure_tiny("dense", tmp_path)), n_ctx_seq=128, n_seq_max=1, type_k="q4_0")

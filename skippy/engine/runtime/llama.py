@@ -140,11 +140,12 @@ class LlamaRuntime(DecodeMixin, SamplerMixin, KVStateMixin, LoraMixin):
         # context; each sequence still stays within n_ctx_seq (the KV cache line below says so)
         buffer_warned = kv_unified and 0 < n_ctx_train < n_ctx_seq * n_seq_max and n_ctx_seq <= n_ctx_train
         with _expecting(*((_OVERFLOW,) if buffer_warned else ())):
-            self._ctx, caches = _kv_caches(lambda: llama_cpp.llama_init_from_model(self._model, cparams))
+            self._ctx, caches, errors = _kv_caches(lambda: llama_cpp.llama_init_from_model(self._model, cparams))
         if not self._ctx:
             free_adapters(self._lora)
             llama_cpp.llama_model_free(self._model)
-            raise RuntimeError("llama.cpp could not create a context (out of memory?)")
+            why = errors[-1].removeprefix("llama_init_from_model: ") if errors else "out of memory?"
+            raise RuntimeError(f"llama.cpp could not create a context ({why})")
         self._mem = llama_cpp.llama_get_memory(self._ctx)
         n_cells = llama_cpp.llama_n_ctx(self._ctx)
         # llama.cpp's own n_ctx_seq: a stream's cells, or the whole buffer when unified

@@ -41,8 +41,8 @@ _expect_lock = threading.Lock()
 
 T = TypeVar("T")
 
-#: llama.cpp's lines logged while a context is created, when :func:`_kv_caches` collects them
-_captured: list[str] | None = None
+#: llama.cpp's lines logged while a context is created (logging level, text), when :func:`_kv_caches` collects them
+_captured: list[tuple[int, str]] | None = None
 _capture_lock = threading.Lock()
 #: one KV cache's start-up line (llama_kv_cache's constructor): cells per stream, layers, seqs per stream
 _KV_LINE = re.compile(r"llama_kv_cache: size = .*?\(\s*(\d+) cells,\s*(\d+) layers,\s*(\d+)/(\d+) seqs\)")
@@ -58,7 +58,7 @@ def _on_llama_log(level: int, text: bytes, user_data: object) -> None:
     if not msg:
         return
     if _captured is not None:
-        _captured.append(msg)
+        _captured.append((lvl, msg))
     if lvl >= logging.WARNING and any(k in msg for k in _expected):
         log.debug("llama.cpp (expected): %s", msg.strip())
     elif _llama_verbose or lvl >= logging.WARNING or any(k in msg for k in _KEEP):
@@ -103,8 +103,9 @@ def _init_backend(verbose: bool, numa: int = 0) -> None:
 _numa_done = False
 
 
-def _capturing(create: Callable[[], T]) -> tuple[T, list[str]]:
-    """``create()`` and the lines llama.cpp logged meanwhile (one capture at a time)."""
+def _capturing(create: Callable[[], T]) -> tuple[T, list[tuple[int, str]]]:
+    """``create()`` and the lines llama.cpp logged meanwhile, with their logging levels (one capture at a
+    time)."""
     global _captured
     with _capture_lock:
         _captured = []
@@ -115,15 +116,17 @@ def _capturing(create: Callable[[], T]) -> tuple[T, list[str]]:
     return made, lines
 
 
-def _kv_caches(create: Callable[[], T]) -> tuple[T, list[tuple[int, int]]]:
-    """``create()`` (a llama.cpp context) and the KV caches it logged: ``(cells, layers)`` per cache,
-    cells over all streams. An iSWA model (Gemma 3) has two caches: the full-context layers and the
-    sliding-window layers, the latter with ``n_swa + n_ubatch`` cells per stream (padded to 256)."""
+def _kv_caches(create: Callable[[], T]) -> tuple[T, list[tuple[int, int]], list[str]]:
+    """``create()`` (a llama.cpp context), the KV caches it logged: ``(cells, layers)`` per cache,
+    cells over all streams, and the errors it logged (why a context was not made: a KV cache type whose
+    block size does not divide the head size...). An iSWA model (Gemma 3) has two caches: the full-context
+    layers and the sliding-window layers, the latter with ``n_swa + n_ubatch`` cells per stream (padded
+    to 256)."""
     made, lines = _capturing(create)
     caches = []
-    for line in lines:
+    for _, line in lines:
         m = _KV_LINE.search(line)
         if m:
             cells, layers, n_seq_max, n_stream = (int(g) for g in m.groups())
             caches.append((cells * max(1, n_stream), layers))
-    return made, caches
+    return made, caches, [line.strip() for lvl, line in lines if lvl >= logging.ERROR]

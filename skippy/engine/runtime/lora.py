@@ -42,7 +42,7 @@ def load_adapters(model: llama_cpp.llama_model_p, paths: Sequence[str]) -> list[
         handle, lines = _capturing(functools.partial(llama_cpp.llama_adapter_lora_init, model, path.encode()))
         if not handle:
             free_adapters(handles)
-            reason = next((line.split(_REFUSED, 1)[1].strip() for line in lines if _REFUSED in line), "")
+            reason = next((line.split(_REFUSED, 1)[1].strip() for _, line in lines if _REFUSED in line), "")
             raise ValueError(f"--lora {path}: llama.cpp cannot load this LoRA adapter onto the model"
                              f"{': ' + reason if reason else ''} (an adapter made for another model?)")
         handles.append(handle)
