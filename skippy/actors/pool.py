@@ -375,9 +375,10 @@ class ModelPool:
 
     def set_keep_alive(self, name: str, seconds: float | None) -> None:
         """Ollama's per-request ``keep_alive`` for model ``name`` (seconds; negative: forever; 0: unload once
-        idle); the reaper re-reads the deadlines."""
-        self.residency.set_keep_alive(name, seconds)
-        self._notify()
+        idle; ``None``: the server's); the reaper re-reads the deadlines when it changes."""
+        if self.residency.models[name].keep_alive != seconds:
+            self.residency.set_keep_alive(name, seconds)
+            self._notify()
 
     def _release(self, name: str) -> None:
         self.residency.release(name, trio.current_time())

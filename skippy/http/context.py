@@ -225,7 +225,8 @@ class Shared:
         return _usable(engine)
 
     async def engine_for(self, model: str | None, *, required: bool = True,
-                         traits: RequestTraits | None = None, chat: ChatCompletionRequest | None = None) -> Engine:
+                         traits: RequestTraits | None = None, chat: ChatCompletionRequest | None = None,
+                         keep_alive: float | None = None) -> Engine:
         """The engine of the model a request names in ``model`` (its body's field or ``?model=``).
 
         One model: it, whatever the name (llama-server's behaviour). Several
@@ -238,7 +239,10 @@ class Shared:
         load), ``ModelNotFound`` (404) for a name no model answers to,
         :class:`~skippy.actors.pool.ModelUnavailable` (503) when the model cannot load. ``chat``: the chat
         request the engine is for; one with image parts that a model not loaded could not read gets its
-        400 before the model loads (:func:`_refuse_unreadable_images`).
+        400 before the model loads (:func:`_refuse_unreadable_images`). ``keep_alive``: the request's idle
+        seconds for the model from now on (Ollama's per-request ``keep_alive``); a request (``required``)
+        without one returns the model to ``--keep-alive``, as Ollama's default applies to a request that
+        sets none: the latest request's holds.
         """
         pool = self.state.pool
         if pool is None:
@@ -246,6 +250,8 @@ class Shared:
         if not pool.ready.is_set():
             raise ModelLoading(self.state.load_error or "the model is still loading; retry shortly")
         name = pool.find(model, required=required, traits=traits)
+        if required:
+            pool.set_keep_alive(name, keep_alive)
         engine = pool.engine(name)
         if engine is None and chat is not None:
             _refuse_unreadable_images(pool.model(name).config, chat)

@@ -301,3 +301,27 @@ def test_several_models_are_listed_shown_and_reached_by_their_ollama_names(two: 
     unknown = httpx.post(two.base_url + "/v1/chat/completions", timeout=60, json={
         "model": "llama3:8b", "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]})
     assert unknown.status_code == 404
+
+
+def test_a_request_keep_alive_holds_until_a_request_without_one(two: Server) -> None:
+    """Ollama's rule: the latest request's ``keep_alive`` sets how long the model stays loaded; a request that
+    sets none (an Ollama one without it, or any OpenAI one) gets the server's default again (here
+    ``--keep-alive 600``), so one client's short keep-alive does not stick to the model for everyone."""
+    import time
+
+    c = client(two)
+
+    def left() -> float:
+        expires = {m.model: m.expires_at for m in c.ps().models}["smollm2:135m"]
+        return expires.timestamp() - time.time()
+
+    c.generate(model="smollm2:135m", prompt="Hi", keep_alive="90s", options={"num_predict": 2})
+    assert 0 < left() <= 90 + 5
+    c.generate(model="smollm2:135m", prompt="Hi", options={"num_predict": 2})  # an Ollama request without one
+    assert 90 + 5 < left() <= 600 + 5
+    c.generate(model="smollm2:135m", prompt="Hi", keep_alive="90s", options={"num_predict": 2})
+    assert 0 < left() <= 90 + 5
+    reply = httpx.post(two.base_url + "/v1/chat/completions", timeout=120, json={
+        "model": "smollm2:135m", "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]})
+    assert reply.status_code == 200, reply.text
+    assert 90 + 5 < left() <= 600 + 5  # an OpenAI request: the default again

@@ -71,7 +71,8 @@ def not_found(name: str) -> ModelNotFound:
 
 async def _engine(app: Shared, name: str, keep_alive: Any, chat: ChatCompletionRequest | None = None) -> Engine:
     """The engine of the served model ``name`` names (a 404 for any other name, as Ollama's, also when one
-    model is served); a request's ``keep_alive`` applies to that model from now on. ``chat``: the translated
+    model is served); a request's ``keep_alive`` applies to that model from now on, one without it returns
+    the model to ``--keep-alive`` (Ollama: the latest request's holds). ``chat``: the translated
     chat request, whose images a model that cannot read them refuses before it loads
     (:meth:`Shared.engine_for`)."""
     seconds = ollama.keep_alive_seconds(keep_alive)
@@ -83,9 +84,7 @@ async def _engine(app: Shared, name: str, keep_alive: Any, chat: ChatCompletionR
     found = pool.lookup(name)
     if found is None:
         raise not_found(name)
-    if seconds is not None:
-        pool.set_keep_alive(found, seconds)
-    return await app.engine_for(found, chat=chat)
+    return await app.engine_for(found, chat=chat, keep_alive=seconds)
 
 
 def _ignored(ctx: RequestContext, names: list[str]) -> None:
