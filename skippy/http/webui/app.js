@@ -129,7 +129,9 @@ async function api(path, opts = {}) {
     const res = await fetch(path, { ...opts, headers });
     if (res.status !== 401) return res;
     await res.body?.cancel();
-    if (key) sessionStorage.removeItem(SS_KEY);
+    const now = sessionStorage.getItem(SS_KEY);
+    if (now && now !== key) continue;  // a prompt for another request stored a new key meanwhile: try that one
+    if (key) sessionStorage.removeItem(SS_KEY);  // the refused key, not one entered since
     await askKey(Boolean(key));
   }
 }
