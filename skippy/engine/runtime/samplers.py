@@ -268,11 +268,7 @@ class SamplerMixin:
             self._greedy[seq_id] = chain
 
     def sampled_token(self, index: int) -> int:
-        self._check_output(index)
-        token = llama_cpp.llama_get_sampled_token_ith(self._ctx, index)
-        if token < 0:
-            raise RuntimeError(f"no backend-sampled token at batch index {index}")
-        return int(token)
+        return self.sampled_tokens([index])[0]
 
     def sampled_tokens(self, indices: Sequence[int]) -> list[int]:
         if not indices:

@@ -292,14 +292,11 @@ def sample_step(runtime: Runtime, tasks: Sequence[SampleTask]) -> list[TokenEven
         return [ev for ev in out_f if ev is not None]
     if any(s.backend for s in tasks):  # picked in the decode graph; their raw logits may not be there
         out: list[TokenEvent] = [None] * n  # type: ignore[list-item]
-        rest = []
-        for j, s in enumerate(tasks):
-            if s.backend:
-                t = runtime.sampled_token(s.index)
-                s.sampler.accept(t)  # type: ignore[attr-defined]
-                out[j] = TokenEvent(t, None, (), None, None)
-            else:
-                rest.append(j)
+        picked = [j for j, s in enumerate(tasks) if s.backend]
+        rest = [j for j, s in enumerate(tasks) if not s.backend]
+        for j, t in zip(picked, runtime.sampled_tokens([tasks[j].index for j in picked]), strict=True):
+            tasks[j].sampler.accept(t)  # type: ignore[attr-defined]
+            out[j] = plain_event(t)
         for j, ev in zip(rest, sample_step(runtime, [tasks[j] for j in rest]), strict=True):
             out[j] = ev
         return out
