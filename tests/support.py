@@ -17,7 +17,7 @@ openai) when called.
 - the served OpenAPI document: :func:`json_schema`, :func:`sse_schema`, :func:`validator`, :func:`check`
 - tool calls: :data:`WEATHER`, :data:`ASK`, :data:`NAMED`, :func:`check_call`
 - llama.cpp as the reference: :class:`Raw` (llama-cpp-python's low-level API with the server's context
-  shape), :data:`STEP_TOKENS`
+  shape), :data:`STEP_TOKENS`, :class:`VocabOnly` (a GGUF's vocabulary without its weights)
 - grammars and chat-format parsers (unit tests): :func:`gbnf_matches`, :func:`compiles_in_llama_cpp`,
   :func:`check_invariant`
 - the scheduling core over a fake runtime (unit tests; never imported by product code): :class:`FakeRuntime`
@@ -338,6 +338,40 @@ def check_call(name: str, arguments: str) -> None:
 STEP_TOKENS = 256  # the server's default prefill chunk (--step-tokens)
 
 
+class VocabOnly:
+    """llama.cpp's vocabulary of a GGUF loaded without its weights (``vocab_only``), as the server's
+    :class:`~skippy.engine.runtime.vocab.LlamaVocab` (``.vocab``); a context manager that frees the model."""
+
+    def __init__(self, path: str) -> None:
+        import llama_cpp
+
+        from skippy.engine.runtime.load import _init_backend
+        from skippy.engine.runtime.vocab import LlamaVocab
+
+        _init_backend(verbose=False)  # llama.cpp's log through logging, as the server's (quiet)
+        params = llama_cpp.llama_model_default_params()
+        params.vocab_only = True
+        self.model = llama_cpp.llama_model_load_from_file(path.encode(), params)
+        assert self.model, f"llama.cpp could not read the vocabulary of {path}"
+        vocab = llama_cpp.llama_model_get_vocab(self.model)
+        self.vocab = LlamaVocab(vocab, llama_cpp.llama_vocab_n_tokens(vocab))
+        self.bos_id = llama_cpp.llama_vocab_bos(vocab)
+
+    def prompt_tokens(self, text: str) -> list[int]:
+        """``text`` as the server tokenizes a rendered prompt: BOS added where the model wants one, special
+        tokens parsed, one BOS where the template wrote one too."""
+        ids = self.vocab.tokenize(text, add_special=True, parse_special=True)
+        return ids[1:] if len(ids) >= 2 and ids[0] == ids[1] == self.bos_id else ids
+
+    def __enter__(self) -> VocabOnly:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import llama_cpp
+
+        llama_cpp.llama_model_free(self.model)
+
+
 class Raw:
     """One model on llama-cpp-python's low-level API with the server's context shape (4 streams of
     2048 cells, n_batch 512, no full-size SWA cache), decoding sequence 0 greedily."""
@@ -570,6 +604,9 @@ N_VOCAB = 256  # above every token id the tests use (the spec tests use ids up t
 class FakeVocab:
     def tokenize(self, text, *, add_special, parse_special):
         return [10 + (ord(c) % 20) for c in text]
+
+    def special_tokens(self):
+        return None
 
 
 class FakeSampler:

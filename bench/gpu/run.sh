@@ -219,9 +219,11 @@ bench_decode_one() {
 
 bench_burst_one() {
     cd "$REPO"
-    local variant=(--variant "skippy-bs=--backend-sampling")
+    local variant=(--variant "skippy-bs=--backend-sampling") arms=skippy,llama-server
     [ "$GPU" = none ] && variant=()  # the dry run: one skippy arm is enough to exercise the path
-    "$PY" bench/bench_burst.py --quick --arms skippy,llama-server --workloads short --concurrency "$LEVELS" \
+    # no peer binary (models() said so): skippy alone, as bench_decode runs without it
+    [ -x "$SKIPPY_HOME/llama-server/$VERSION/bin/llama-server" ] || arms=skippy
+    "$PY" bench/bench_burst.py --quick --arms "$arms" --workloads short --concurrency "$LEVELS" \
         --model "$SKIPPY_HOME/models/$MODEL" --out "$OUTDIR/$TAG/burst" --parallel "$(max_level)" --n-ctx 512 \
         --max-tokens "$(( MAX_TOKENS < 16 ? MAX_TOKENS : 16 ))" --skippy-args "$OFFLOAD" --peer-args "$OFFLOAD" \
         "${variant[@]}"

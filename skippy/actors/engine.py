@@ -572,7 +572,9 @@ class Engine:
         ``kv_cache`` (:meth:`~skippy.engine.runtime.base.KVCacheInfo.as_dict`: types, cells, bytes;
         ``None`` when the runtime does not know them), ``backend_sampling`` (plain greedy requests are sampled in
         llama.cpp's decode graph), ``reader_wait`` (the decode loop waits for the request tasks to write a step's
-        tokens before the next decode: ``--reader-wait``, resolved), the hook counters (``None``: no hook policy),
+        tokens before the next decode: ``--reader-wait``, resolved), ``tokenization_cache``
+        (:meth:`~skippy.engine.runtime.tokenization.TokenizationCache.stats`; ``None`` where the vocabulary
+        has none), the hook counters (``None``: no hook policy),
         ``hooks_default_on``, ``signals`` (``window`` in tokens, ``high_entropy_threshold`` in nats), and
         ``embeddings`` (``/v1/embeddings`` answers: started with ``embeddings`` and a pooling that gives
         vectors), ``reranking`` (``/v1/rerank`` answers: rank pooling), ``pooling`` (the embedding context's
@@ -603,6 +605,7 @@ class Engine:
             "force_tool_emulation": self.renderer.force_tool_emulation,
             "backend_sampling": self.meta.backend_sampling,
             "reader_wait": self.scheduler.core.config.reader_wait,
+            "tokenization_cache": self.tokenizer.cache.stats() if self.tokenizer.cache is not None else None,
             "hooks": self.hooks.stats.snapshot() if self.hooks is not None else None,
             "embeddings": self.meta.embeddings is not None and self.meta.embeddings.error is None,
             "reranking": self.meta.embeddings is not None and self.meta.embeddings.rerank is not None,

@@ -3,11 +3,16 @@
 It owns only the read-only vocabulary (thread-safe in llama.cpp), so it
 never waits on a decode step and a decode step never waits on it. A text of
 at most :data:`INLINE_CHARS` characters is tokenized on the caller's thread
-instead: that takes less than the trip to a worker thread and back.
+instead: that takes less than the trip to a worker thread and back. A longer
+text with special tokens parsed goes through the
+:class:`~skippy.engine.runtime.tokenization.TokenizationCache` when the
+vocabulary allows one: only the pieces no earlier prompt had are tokenized, on
+the caller's thread when they are short.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any, assert_never
 
@@ -18,6 +23,9 @@ from skippy.actors.base import DedicatedThread, ThreadActor
 from skippy.engine.errors import InvalidRequest
 from skippy.engine.runtime.base import Vocab
 from skippy.engine.runtime.media import MARKER, BadImage, MediaPrompt, Projector, tokenize_with_images
+from skippy.engine.runtime.tokenization import Plan, TokenizationCache
+
+log = logging.getLogger("skippy.tokenizer")
 
 #: Texts up to this many characters are tokenized inline (on the trio thread): measured on 2 CPU cores
 #: with SmolLM2's vocabulary, 150 characters took 0.05 ms and 2000 took 0.46 ms; the trip through the
@@ -40,6 +48,12 @@ class Tokenize:
 
 
 @attrs.frozen
+class Complete:
+    plan: Plan
+    reply: trio.MemorySendChannel[Any]
+
+
+@attrs.frozen
 class CheckGrammar:
     gbnf: str
     lazy_patterns: tuple[str, ...]
@@ -58,19 +72,23 @@ class Detokenize:
     reply: trio.MemorySendChannel[Any]
 
 
-class Tokenizer(ThreadActor[Tokenize | Detokenize | CheckGrammar | CheckConstraint]):
-    """Tokenizer actor over a :class:`Vocab`."""
+class Tokenizer(ThreadActor[Tokenize | Complete | Detokenize | CheckGrammar | CheckConstraint]):
+    """Tokenizer actor over a :class:`Vocab`; ``cache``: the vocabulary's tokenization cache, if any
+    (:func:`tokenization_cache`)."""
 
-    def __init__(self, vocab: Vocab, *, bos_id: int = -1, max_threads: int = 2, media: Projector | None = None) -> None:
+    def __init__(self, vocab: Vocab, *, bos_id: int = -1, max_threads: int = 2, media: Projector | None = None,
+                 cache: TokenizationCache | None = None) -> None:
         super().__init__(max_threads)
         self.vocab = vocab
         self.bos_id = bos_id
         self.media = media
+        self.cache = cache
+        self._told = False  # the cache's self-check failure was logged
         # images are read and encoded on one long-lived thread: the encoder's OpenMP team stays with it
         # (a team per calling thread would pile up and spin beside the decode thread's), one image at a time
         self._media_thread = DedicatedThread("skippy-media", nice=MEDIA_NICE) if media is not None else None
 
-    def handle(self, msg: Tokenize | Detokenize | CheckGrammar | CheckConstraint) -> Any:
+    def handle(self, msg: Tokenize | Complete | Detokenize | CheckGrammar | CheckConstraint) -> Any:
         match msg:
             case CheckGrammar():
                 return self.vocab.check_grammar(msg.gbnf, msg.lazy_patterns)
@@ -78,13 +96,26 @@ class Tokenizer(ThreadActor[Tokenize | Detokenize | CheckGrammar | CheckConstrai
                 return self.vocab.check_constraint(msg.grammar)
             case Tokenize():
                 return self._tokenize(msg.text, msg.add_special, msg.parse_special)
+            case Complete():
+                return self._complete(msg.plan)
             case Detokenize():
                 return self.vocab.detokenize(msg.tokens)
             case _:
                 assert_never(msg)
 
     def _tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
-        ids = self.vocab.tokenize(text, add_special=add_special, parse_special=parse_special)
+        return self._one_bos(self.vocab.tokenize(text, add_special=add_special, parse_special=parse_special),
+                             add_special)
+
+    def _complete(self, plan: Plan) -> list[int]:
+        assert self.cache is not None
+        ids = self.cache.complete(plan)
+        if self.cache.disabled and not self._told:
+            self._told = True
+            log.warning("tokenization cache off: %s", self.cache.disabled)
+        return self._one_bos(ids, plan.add_special)
+
+    def _one_bos(self, ids: list[int], add_special: bool) -> list[int]:
         # a template that writes BOS itself plus add_special would give two BOS tokens
         if add_special and len(ids) >= 2 and ids[0] == ids[1] == self.bos_id:
             ids = ids[1:]
@@ -92,11 +123,19 @@ class Tokenizer(ThreadActor[Tokenize | Detokenize | CheckGrammar | CheckConstrai
 
     async def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
         """Text -> token ids (``add_special``: the model's BOS when it wants one); a text of at most
-        :data:`INLINE_CHARS` characters on this thread, a longer one in a worker thread."""
+        :data:`INLINE_CHARS` characters on this thread, a longer one in a worker thread, or, through the
+        cache, its pieces no earlier text had: on this thread when they hold at most :data:`INLINE_CHARS`
+        characters and the cache does not check this text against its whole tokenization."""
         if len(text) <= INLINE_CHARS:
             await trio.lowlevel.checkpoint()
             return self._tokenize(text, add_special, parse_special)
-        return await self.ask(lambda r: Tokenize(text, add_special, parse_special, r))
+        if self.cache is None or not parse_special:
+            return await self.ask(lambda r: Tokenize(text, add_special, parse_special, r))
+        plan = self.cache.plan(text, add_special)
+        if plan.uncached_chars <= INLINE_CHARS and not plan.check:
+            await trio.lowlevel.checkpoint()
+            return self._complete(plan)
+        return await self.ask(lambda r: Complete(plan, r))
 
     def _tokenize_media(self, text: str, images: tuple[bytes, ...], param: str, encode: bool,
                         where: tuple[str, ...]) -> MediaPrompt:

@@ -25,6 +25,7 @@ from skippy.engine.chat.prepare import PreparedTemplate
 from skippy.engine.config import EngineConfig
 from skippy.engine.hooks.policy import load_policy_factory
 from skippy.engine.runtime.base import Runtime
+from skippy.engine.runtime.tokenization import cache_for
 from skippy.engine.scheduling.config import SchedulerConfig, host_bound
 
 
@@ -68,7 +69,8 @@ async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None,
     source = config.chat_template or meta.chat_template or CHATML
     template = await trio.to_thread.run_sync(
         lambda: PreparedTemplate.build(source, bos_token=meta.bos_token, eos_token=meta.eos_token))
-    tokenizer = Tokenizer(runtime.vocab, bos_id=meta.bos_id, media=getattr(runtime, "media", None))
+    cache = await trio.to_thread.run_sync(cache_for, runtime.vocab)
+    tokenizer = Tokenizer(runtime.vocab, bos_id=meta.bos_id, media=getattr(runtime, "media", None), cache=cache)
     renderer = TemplateRenderer(template, default_kwargs=config.chat_template_kwargs,
                                 force_tool_emulation=config.force_tool_emulation,
                                 reasoning_format=config.reasoning_format, vision=meta.vision)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import random
+
 import pytest
 
 from skippy.engine.chat.formats.emulated import EmulatedToolParser
-from skippy.engine.chat.prepare import PreparedTemplate, make_output_parser, render_chat
+from skippy.engine.chat.prepare import PreparedTemplate, common_prefix_chars, make_output_parser, render_chat
 from skippy.engine.errors import InvalidRequest
 from skippy.engine.protocols.openai.types import ChatCompletionRequest, Message
 from tests.paths import CHAT_TEMPLATES
@@ -154,3 +157,13 @@ def test_history_boundary_of_a_continued_message_ends_before_it() -> None:
     req = ChatCompletionRequest(messages=[Message("user", "Count to three."), Message("assistant", "One, two")])
     r = render_chat(_tmpl(), req, history_boundary=True)
     assert r.prompt[r.plan.history_chars:] == "<|im_start|>assistant\nOne, two"
+
+
+def test_common_prefix_chars_is_os_path_commonprefix_s_length() -> None:
+    rnd = random.Random(5)
+    for _ in range(3000):
+        base = "".join(rnd.choice("ab\u00e9") for _ in range(rnd.choice([0, 1, 4095, 4096, 4097, 9000])))
+        a = base + "".join(rnd.choice("ab") for _ in range(rnd.randint(0, 5)))
+        b = base + "".join(rnd.choice("ab") for _ in range(rnd.randint(0, 5)))
+        b = b[:rnd.randint(0, len(b))] if rnd.random() < 0.3 else b
+        assert common_prefix_chars(a, b) == len(os.path.commonprefix([a, b])) == common_prefix_chars(b, a)

@@ -9,7 +9,6 @@ and choose the grammar (forced tool calls, ``response_format``, raw
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import attrs
@@ -283,7 +282,7 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
     if history_boundary:  # `messages` are the history now (a continued final message was popped)
         try:
             history = tmpl.template.render(messages, tools=render_tools, add_generation_prompt=False, **kwargs)
-            history_chars = len(os.path.commonprefix([history, prompt]))
+            history_chars = common_prefix_chars(history, prompt)
         except TemplateError:
             pass
 
@@ -310,6 +309,26 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
         history_chars=history_chars,
     )
     return Rendered(prompt, plan, tuple(images), tuple(image_params))
+
+
+def common_prefix_chars(a: str, b: str) -> int:
+    """How many characters ``a`` and ``b`` begin with alike (``len(os.path.commonprefix([a, b]))``, which
+    compares a character at a time in Python: 3.7 ms for 120k characters): 4096-character slices compared in
+    C, then a bisection of the one that differs."""
+    n = min(len(a), len(b))
+    lo = 0
+    while lo < n:
+        hi = min(lo + 4096, n)
+        if a[lo:hi] != b[lo:hi]:
+            while hi - lo > 1:  # a[:lo] == b[:lo]; a[lo:hi] != b[lo:hi]
+                mid = (lo + hi) // 2
+                if a[lo:mid] == b[lo:mid]:
+                    lo = mid
+                else:
+                    hi = mid
+            return lo
+        lo = hi
+    return n
 
 
 def _tool_schemas(tools: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

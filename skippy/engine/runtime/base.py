@@ -19,6 +19,7 @@ from skippy.engine.sampling.params import SamplingParams
 if TYPE_CHECKING:
     from skippy.engine.lora import LoraSet
     from skippy.engine.runtime.media import MediaSpan
+    from skippy.engine.runtime.tokenization import SpecialTokens
 
 
 @attrs.frozen
@@ -222,6 +223,11 @@ class Vocab(Protocol):
 
     def check_constraint(self, grammar: str) -> str:
         """``""`` when the runtime can enforce the llguidance ``grammar`` with this vocabulary, else why not."""
+        ...
+
+    def special_tokens(self) -> SpecialTokens | None:
+        """The tokens the tokenizer cuts a text at, for :class:`~skippy.engine.runtime.tokenization.TokenizationCache`
+        (``None``: the cache does not apply to this vocabulary)."""
         ...
 
 

@@ -8,12 +8,19 @@ import ctypes
 import threading
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import llama_cpp
 
+from skippy.engine.runtime.tokenization import SpecialTokens
+
 if TYPE_CHECKING:
     from llguidance import LLParserLimits, LLTokenizer
+
+
+#: The token attributes llama.cpp cuts a text at when it parses special tokens (``cache_special_tokens``).
+_SPLIT: Final = (llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
+                 | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN)
 
 
 class LlamaVocab:
@@ -44,6 +51,24 @@ class LlamaVocab:
             arr = (llama_cpp.llama_token * cap)()
             n = llama_cpp.llama_tokenize(self._vocab, data, len(data), arr, cap, add_special, parse_special)
         return list(arr[:n])
+
+    def special_tokens(self) -> SpecialTokens | None:
+        """The tokens llama.cpp cuts a text at (see :class:`~skippy.engine.runtime.tokenization.SpecialTokens`),
+        or ``None`` where :class:`~skippy.engine.runtime.tokenization.TokenizationCache` does not apply: a
+        vocabulary other than BPE or SentencePiece, or one that appends an EOS to a tokenized text."""
+        kind = llama_cpp.llama_vocab_type(self._vocab)
+        if kind not in (llama_cpp.LLAMA_VOCAB_TYPE_BPE, llama_cpp.LLAMA_VOCAB_TYPE_SPM) \
+                or llama_cpp.llama_vocab_get_add_eos(self._vocab):
+            return None
+        texts: dict[int, str] = {}
+        rstrip = set()
+        for t in range(self.n_vocab):
+            attr = llama_cpp.llama_vocab_get_attr(self._vocab, t)
+            if attr & _SPLIT:
+                texts[t] = (llama_cpp.llama_vocab_get_text(self._vocab, t) or b"").decode("utf-8", errors="replace")
+                if attr & llama_cpp.LLAMA_TOKEN_ATTR_RSTRIP:
+                    rstrip.add(t)
+        return SpecialTokens(texts, frozenset(rstrip))
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         for t in tokens:
