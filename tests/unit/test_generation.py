@@ -411,6 +411,13 @@ def test_a_streamed_tool_call_delta() -> None:
     assert encode(deltas[-1]) == {}
 
 
+def test_an_empty_reply_without_tool_calls_has_empty_string_content() -> None:
+    gen = make(stops=("TOOL_CALL",))  # the stop string is the first token: nothing is generated
+    text, done, _ = run(gen, [9], finish(n=1))
+    message = encode(ChatReply("m", gen, created=1).completion(done))["choices"][0]["message"]
+    assert text == "" and message["content"] == "" and "tool_calls" not in message
+
+
 def test_chat_completion_message_and_null_content() -> None:
     allowed = {"get_weather"}
     gen = make(parser=EmulatedToolParser(allowed))

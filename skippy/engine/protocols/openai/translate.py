@@ -161,11 +161,13 @@ def chat_delta(d: Delta) -> wire.ChatDelta:
 
 
 def chat_message(m: ParsedMessage) -> wire.ChatMessage:
-    """The final assistant message (OpenAI ``choices[].message``): empty ``content`` is ``null``."""
+    """The final assistant message (OpenAI ``choices[].message``): ``content`` is ``null`` when the model
+    only called tools, else a string, empty where nothing was generated (a stop string or an end at the first
+    token: as the stream's and llama-server's)."""
     calls = [wire.ToolCall(id=c.id, function=wire.FunctionCall(name=c.name, arguments=c.arguments))
              for c in m.tool_calls]
-    return wire.ChatMessage(content=m.content or None, reasoning_content=m.reasoning_content or wire.UNSET,
-                            tool_calls=calls or wire.UNSET)
+    return wire.ChatMessage(content=m.content or (None if calls else ""),
+                            reasoning_content=m.reasoning_content or wire.UNSET, tool_calls=calls or wire.UNSET)
 
 
 class ChatReply:
