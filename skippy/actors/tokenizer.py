@@ -115,6 +115,12 @@ class Tokenizer(ThreadActor[Tokenize | Complete | Detokenize | CheckGrammar | Ch
             log.warning("tokenization cache off: %s", self.cache.disabled)
         return self._one_bos(ids, plan.add_special)
 
+    def _cached(self, text: str, add_special: bool) -> list[int]:
+        """``text`` with special tokens parsed, through the cache where there is one (on any thread)."""
+        if self.cache is None or len(text) <= INLINE_CHARS:
+            return self._tokenize(text, add_special, True)
+        return self._complete(self.cache.plan(text, add_special))
+
     def _one_bos(self, ids: list[int], add_special: bool) -> list[int]:
         # a template that writes BOS itself plus add_special would give two BOS tokens
         if add_special and len(ids) >= 2 and ids[0] == ids[1] == self.bos_id:
@@ -145,7 +151,7 @@ class Tokenizer(ThreadActor[Tokenize | Complete | Detokenize | CheckGrammar | Ch
         if len(pieces) != len(images) + 1:
             raise InvalidRequest(f"the prompt holds {len(pieces) - 1} media markers ({MARKER}) for {len(images)} "
                                  f"images: the text must not contain {MARKER}", param=param)
-        texts = [self._tokenize(p, i == 0, True) for i, p in enumerate(pieces)]
+        texts = [self._cached(p, i == 0) for i, p in enumerate(pieces)]
         try:
             prompt = tokenize_with_images(self.media, texts, images, encode)
         except BadImage as exc:

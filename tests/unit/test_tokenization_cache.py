@@ -240,3 +240,7 @@ async def test_the_tokenizer_actor_tokenizes_a_cached_prompt_s_new_pieces_inline
     here = threading.get_ident()
     # the first (checked, and all new) in a worker thread; the next two have a few new characters: inline
     assert threads[0] != here and threads[1:] == [here, here]
+    # the text between two images of a prompt (the media thread's pieces) goes through the cache too
+    before = cache.reused_chars
+    assert tok._cached(text + "<|im_end|>\n", True) == _whole(smollm, text + "<|im_end|>\n", True)
+    assert cache.reused_chars - before == len(text) - len("assistant\n")
