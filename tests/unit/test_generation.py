@@ -418,6 +418,14 @@ def test_an_empty_reply_without_tool_calls_has_empty_string_content() -> None:
     assert text == "" and message["content"] == "" and "tool_calls" not in message
 
 
+def test_a_native_answer_names_its_slot_also_without_a_token() -> None:
+    gen = make()  # llama-server's /completion: the end of generation was the first token sampled
+    reply = NativeReply("m", gen, prompt_text="p", settings=generation_settings(SamplingParams(), n_predict=4),
+                        slot_info=lambda: (-1, 0))  # read at the first token, which never came
+    [answer] = reply.chunks(gen.feed(finish(n=0, slot=3)))
+    assert encode(answer)["id_slot"] == 3
+
+
 def test_chat_completion_message_and_null_content() -> None:
     allowed = {"get_weather"}
     gen = make(parser=EmulatedToolParser(allowed))

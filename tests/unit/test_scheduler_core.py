@@ -92,6 +92,7 @@ def test_a_request_sharing_only_the_system_prompt_leaves_a_waiting_requests_entr
     out = run(rt, core)
     assert core.slot(3) is None and finish_of(out, 3).cached_tokens == len(system)  # reused b's slot in place
     assert finish_of(out, 4).cached_tokens == len(a) - MIN_TAIL
+    assert (finish_of(out, 3).slot, finish_of(out, 4).slot) == (1, 0)  # the finish names the slot it ran in
 
 
 def test_the_prompt_cache_keeps_an_overwritten_prompt_in_host_memory_and_restores_it():

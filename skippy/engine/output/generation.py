@@ -58,7 +58,8 @@ class Counts:
     ``completion_tokens``: accepted tokens; ``injected_tokens``: every token hooks injected
     (``None``: the hook policy did not run for the request); ``prompt_ms``: from admission to the
     first sampled token; ``predicted_ms``: from then to the end; ``draft_tokens`` /
-    ``draft_accepted``: speculative draft tokens verified / accepted (0: the request did not speculate).
+    ``draft_accepted``: speculative draft tokens verified / accepted (0: the request did not speculate);
+    ``slot``: the slot it ran in (-1: none).
     """
 
     prompt_tokens: int
@@ -69,6 +70,7 @@ class Counts:
     predicted_ms: float = 0.0
     draft_tokens: int = 0
     draft_accepted: int = 0
+    slot: int = -1
 
 
 @attrs.frozen
@@ -298,7 +300,7 @@ class Generation:
         counts = Counts(prompt_tokens=len(self.request.prompt) - self._injected, completion_tokens=n,
                         cached_tokens=ev.cached_tokens, injected_tokens=n_injected if self._hooks else None,
                         prompt_ms=ev.prompt_ms, predicted_ms=ev.predicted_ms, draft_tokens=ev.draft_tokens,
-                        draft_accepted=ev.draft_accepted)
+                        draft_accepted=ev.draft_accepted, slot=ev.slot)
         return Done(deltas, message, reason, counts, self._tokens, self.hook_events)
 
     def stopped_before(self, reason: str) -> Done:

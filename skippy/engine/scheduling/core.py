@@ -775,7 +775,8 @@ class SchedulerCore:
             prompt_ms=prompt_s * 1000.0, predicted_ms=predicted_s * 1000.0, error=error,
             injected_tokens=seq.injected, stopped_by_hook=stopped_by_hook, cached_tokens=seq.cached,
             queue_ms=((seq.t_admit or now) - seq.t_queued) * 1000.0,
-            draft_tokens=seq.spec.drafted if seq.spec else 0, draft_accepted=seq.spec.accepted if seq.spec else 0)
+            draft_tokens=seq.spec.drafted if seq.spec else 0, draft_accepted=seq.spec.accepted if seq.spec else 0,
+            slot=seq.kv.slot if seq.kv else -1)
 
     def _finish(self, seq: RequestState, reason: str, error: str | None = None,
                 stopped_by_hook: bool = False) -> Output:

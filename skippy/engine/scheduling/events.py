@@ -134,7 +134,7 @@ class FinishEvent:
     came from the prefix cache; ``injected_tokens`` were added by hooks.
     ``draft_tokens`` were proposed by speculative decoding and
     ``draft_accepted`` of them verified (llama-server's ``draft_n`` and
-    ``draft_n_accepted``).
+    ``draft_n_accepted``). ``slot``: the slot the sequence ran in (-1: never admitted).
     """
 
     reason: str
@@ -149,6 +149,7 @@ class FinishEvent:
     draft_tokens: int = 0
     draft_accepted: int = 0
     queue_ms: float = 0.0
+    slot: int = -1
 
 
 @attrs.frozen

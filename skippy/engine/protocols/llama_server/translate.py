@@ -152,7 +152,7 @@ class NativeReply:
         return wire.NativeCompletion(
             index=self.index, content=text,
             tokens=[ev.token for ev in done.tokens] if self.return_tokens and content is None else [],
-            id_slot=self.slot, stop=True, model=self.model, tokens_predicted=n,
+            id_slot=self.slot if self.slot >= 0 else done.counts.slot, stop=True, model=self.model, tokens_predicted=n,
             tokens_evaluated=done.counts.prompt_tokens, generation_settings=self.settings, prompt=self.prompt_text,
             has_new_line="\n" in done.message.content, truncated=False, stop_type=stop_type,
             stopping_word=gen.stopping_word, tokens_cached=done.counts.prompt_tokens + max(0, n - 1),
