@@ -356,12 +356,13 @@ class VocabOnly:
         vocab = llama_cpp.llama_model_get_vocab(self.model)
         self.vocab = LlamaVocab(vocab, llama_cpp.llama_vocab_n_tokens(vocab))
         self.bos_id = llama_cpp.llama_vocab_bos(vocab)
+        self.adds_bos = bool(llama_cpp.llama_vocab_get_add_bos(vocab))
 
     def prompt_tokens(self, text: str) -> list[int]:
         """``text`` as the server tokenizes a rendered prompt: BOS added where the model wants one, special
         tokens parsed, one BOS where the template wrote one too."""
         ids = self.vocab.tokenize(text, add_special=True, parse_special=True)
-        return ids[1:] if len(ids) >= 2 and ids[0] == ids[1] == self.bos_id else ids
+        return ids[1:] if self.adds_bos and len(ids) >= 2 and ids[0] == ids[1] == self.bos_id else ids
 
     def __enter__(self) -> VocabOnly:
         return self

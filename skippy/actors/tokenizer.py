@@ -74,13 +74,16 @@ class Detokenize:
 
 class Tokenizer(ThreadActor[Tokenize | Complete | Detokenize | CheckGrammar | CheckConstraint]):
     """Tokenizer actor over a :class:`Vocab`; ``cache``: the vocabulary's tokenization cache, if any
-    (:func:`tokenization_cache`)."""
+    (:func:`~skippy.engine.runtime.tokenization.cache_for`). ``bos_id``: the model's BOS; where the
+    vocabulary adds it (``add_special``) and the text begins with it too (a template that writes it), one is
+    dropped. A vocabulary that adds none (SmolLM2's BOS is ``<|im_start|>``) keeps every token the text has."""
 
     def __init__(self, vocab: Vocab, *, bos_id: int = -1, max_threads: int = 2, media: Projector | None = None,
                  cache: TokenizationCache | None = None) -> None:
         super().__init__(max_threads)
         self.vocab = vocab
-        self.bos_id = bos_id
+        adds_bos = bos_id >= 0 and vocab.tokenize("", add_special=True, parse_special=False)[:1] == [bos_id]
+        self.bos_id = bos_id if adds_bos else -1
         self.media = media
         self.cache = cache
         self._told = False  # the cache's self-check failure was logged

@@ -166,6 +166,10 @@ def test_markers_are_tokens_whose_every_occurrence_is_a_cut() -> None:
     assert "'a|b>'" in marker_problem(8, special)  # "<a|b>": the longer "a|b>" is found first, over its end
     assert marker_problem(10, special) == ""  # "<a|" is shorter: looked for after "a|b>" was cut out
     assert "'e>>'" in marker_problem(11, special)  # "<e>>": an equal length, in no order llama.cpp promises
+    # lengths in bytes, as llama.cpp sorts them: "céé" (3 characters, 5 bytes) is looked for before "<abc"
+    # (4 and 4), and takes the "c" of "<abcéé"
+    accents = SpecialTokens({20: "<abc", 21: "céé"})
+    assert "'céé'" in marker_problem(20, accents) and marker_problem(21, accents) == ""
 
 
 def test_a_marker_that_strips_whitespace_is_never_a_cut() -> None:

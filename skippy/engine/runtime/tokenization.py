@@ -17,8 +17,8 @@ A special token is a cut point (a *marker*) only where the cut provably changes 
 
 - its text starts and ends with no whitespace and is not empty, and the token does not strip the
   whitespace after it (``rstrip``: the next piece would keep what the whole text loses);
-- no special token of at least its length (those llama.cpp looks for before it, or in an unspecified order
-  beside it) can overlap one of its occurrences: not containing it, nor sharing a border with it, nor it
+- no special token of at least its length in bytes (those llama.cpp looks for before it, or in an unspecified
+  order beside it) can overlap one of its occurrences: not containing it, nor sharing a border with it, nor it
   with itself. Then every occurrence of the marker in any text is a token of llama.cpp's partition, and no
   other token's occurrence crosses the cut, so the partition of the whole is the partitions of the pieces.
 
@@ -75,8 +75,9 @@ def marker_problem(token: int, special: SpecialTokens) -> str:
         return "it strips the whitespace after it"
     if _border(text, text):
         return "its occurrences can overlap each other"
+    size = len(text.encode())  # llama.cpp orders the special tokens by their length in bytes
     for other, t in special.texts.items():
-        if other == token or len(t) < len(text):
+        if other == token or len(t.encode()) < size:
             continue
         if text in t or _border(t, text) or _border(text, t):
             return f"the special token {t!r} can overlap it"
