@@ -387,6 +387,22 @@ def test_mt19937_matches_the_cpp_standard():
     assert int(mt19937_state(5489).random_raw(10000)[-1]) == 4123659995
 
 
+@pytest.mark.parametrize("seed", [0, 1, 5489, 2**31, 2**32 - 1, 2**32 + 5, 2**40 + 7])
+def test_mt19937_state_is_random_states_legacy_seeding(seed):
+    # the fast path (legacy seeding on a generator made without entropy) against RandomState's own state
+    want = np.random.RandomState(seed & 0xFFFFFFFF).get_state(legacy=False)["state"]
+    got = mt19937_state(seed).state["state"]
+    assert got["pos"] == want["pos"]
+    assert np.array_equal(got["key"], want["key"])
+
+
+def test_mt19937_generators_of_one_seed_are_independent():
+    a, b = mt19937_state(7), mt19937_state(7)
+    first = a.random_raw(3)
+    assert np.array_equal(b.random_raw(3), first)  # b did not move with a
+    assert not np.array_equal(a.random_raw(3), first)
+
+
 def test_nan_row_still_gives_a_valid_token():
     x = lm_logits(np.random.default_rng(8), 3)
     x[1] = np.nan
