@@ -83,7 +83,7 @@ def mt19937_state(seed: int) -> np.random.MT19937:
     a numpy lacks that method, ``RandomState``'s state copied over (~250 us, once per sampled request).
     """
     seed &= 0xFFFFFFFF
-    bitgen = np.random.MT19937(_NO_ENTROPY)
+    bitgen = np.random.MT19937(_NO_ENTROPY)  # type: ignore[arg-type]  # numpy takes any ISeedSequence; its stubs name SeedSequence
     legacy = getattr(bitgen, "_legacy_seeding", None)  # numpy >= 1.17: RandomState.seed's own call
     if legacy is not None:
         legacy(seed)
