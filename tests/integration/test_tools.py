@@ -144,6 +144,38 @@ def test_json_schema_response_format(server) -> None:
     assert streamed == content
 
 
+def test_a_schema_with_properties_takes_no_other_keys(server) -> None:
+    """llama.cpp's json-schema-to-grammar rule, so llama-server's and Ollama's: properties without
+    additionalProperties close the object. Before, greedy and seeded SmolLM2 added job, hobbies, city... and
+    two of three ran to the token limit."""
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+              "required": ["name", "age"]}
+    client = openai_client(server.base_url)
+    ask = [{"role": "user", "content": "Describe a person as JSON: name, age, job, hobbies, city."}]
+    for extra in ({"response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": schema}}},
+                  {"extra_body": {"guided_json": schema}}):
+        for seed in (0, 1):
+            r = client.chat.completions.create(model="m", messages=ask, temperature=0.8 if seed else 0, seed=seed,
+                                               max_tokens=64, **extra)
+            assert r.choices[0].finish_reason == "stop", r.choices[0].message.content
+            assert sorted(json.loads(r.choices[0].message.content)) == ["age", "name"]
+
+
+@pytest.mark.parametrize("fixture", ["server", "qwen_server"])
+def test_a_tool_without_parameters_is_called_without_arguments(request: pytest.FixtureRequest, fixture: str) -> None:
+    """OpenAI: leaving out ``parameters`` defines an empty parameter list. Before, the grammar took any
+    object (SmolLM2 invented ``{"options": {...}}`` or ran to the token limit)."""
+    client = openai_client(request.getfixturevalue(fixture).base_url)
+    for seed in range(3):
+        choice = client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "ping the server"}], seed=seed, max_tokens=40,
+            tools=[{"type": "function", "function": {"name": "ping"}}], tool_choice="required",
+            parallel_tool_calls=False).choices[0]
+        assert choice.finish_reason == "tool_calls", choice.message
+        calls = [(c.function.name, json.loads(c.function.arguments)) for c in choice.message.tool_calls]
+        assert calls == [("ping", {})]
+
+
 def test_json_object_response_format(server) -> None:
     r = openai_client(server.base_url).chat.completions.create(
         model="SmolLM2-135M-Instruct", temperature=0, max_tokens=300, response_format={"type": "json_object"},

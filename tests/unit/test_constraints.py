@@ -73,6 +73,42 @@ def test_disable_additional_properties_closes_objects():
     assert '"additionalProperties":false' in rc.constraint.grammar.replace(" ", "")
 
 
+def test_objects_with_properties_are_closed_as_llama_cpp_closes_them():
+    from skippy.engine.sampling.constraints import close_objects
+
+    inner = {"type": "object", "properties": {"x": {"type": "integer"}}}
+    schema = {"type": "object", "properties": {
+        "a": inner, "list": {"type": "array", "items": inner}, "either": {"anyOf": [inner, {"type": "null"}]},
+        "properties": {"type": "object", "properties": {"type": {"type": "string"}}},  # names, not keywords
+        "open": {**inner, "additionalProperties": True}, "bare": {"type": "object"}, "ref": {"$ref": "#/$defs/d"}},
+        "$defs": {"d": inner}}
+    out = close_objects(schema)
+    assert out["additionalProperties"] is False
+    props = out["properties"]
+    assert props["a"]["additionalProperties"] is False
+    assert props["list"]["items"]["additionalProperties"] is False
+    assert props["either"]["anyOf"][0]["additionalProperties"] is False and "additionalProperties" not in \
+        props["either"]["anyOf"][1]
+    assert props["properties"]["additionalProperties"] is False
+    assert "additionalProperties" not in props["properties"]["properties"]  # the map of names is left alone
+    assert props["open"]["additionalProperties"] is True  # said explicitly: kept
+    assert "additionalProperties" not in props["bare"]  # {"type": "object"} alone: any object, as llama.cpp
+    assert out["$defs"]["d"]["additionalProperties"] is False
+    assert "additionalProperties" not in schema and "additionalProperties" not in inner  # the input unchanged
+    bare = close_objects(schema, bare=True)  # vLLM disable_additional_properties: bare objects too
+    assert bare["properties"]["bare"]["additionalProperties"] is False
+    assert close_objects({"type": ["object", "null"]}, bare=True)["additionalProperties"] is False
+
+
+def test_every_json_field_closes_objects_by_default():
+    for fields in ({"json_schema": SCHEMA}, {"guided_json": SCHEMA}, {"structured_outputs": {"json": SCHEMA}},
+                   {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": SCHEMA}}}):
+        assert '"additionalProperties":false' in constraint_from_request(chat(**fields)).constraint.grammar.replace(
+            " ", ""), fields
+    any_object = constraint_from_request(chat(response_format={"type": "json_object"})).constraint.grammar
+    assert '"additionalProperties":false' not in any_object.replace(" ", "")
+
+
 @pytest.mark.parametrize("make", [chat, completion])
 @pytest.mark.parametrize("fields,param", [
     ({"response_format": {"type": "yaml"}}, "response_format"),

@@ -85,7 +85,14 @@ def json_constraint(schema: Any, param: str, *, whitespace: str | None = JSON_WH
                     no_additional_properties: bool = False) -> Constraint:
     """A JSON Schema constraint (llguidance's JSON compiler; ``whitespace``: the allowed
     whitespace regex, ``None`` for none at all). Raises :class:`InvalidRequest` naming
-    ``param`` when ``schema`` is not a JSON object or a JSON text of one."""
+    ``param`` when ``schema`` is not a JSON object or a JSON text of one.
+
+    Objects are closed as llama.cpp's json-schema-to-grammar (``common/json-schema.cpp``) closes them, and
+    so llama-server and Ollama: an object schema with ``properties`` and no ``additionalProperties`` takes no
+    other keys (JSON Schema itself would allow any: a small model then adds keys until its token limit);
+    ``{"type": "object"}`` alone stays any object, an explicit ``additionalProperties`` is kept.
+    ``no_additional_properties`` (vLLM ``disable_additional_properties``) closes every object schema,
+    bare ones too."""
     if isinstance(schema, str):
         try:
             schema = json.loads(schema)
@@ -95,8 +102,7 @@ def json_constraint(schema: Any, param: str, *, whitespace: str | None = JSON_WH
         schema = {} if schema else {"not": {}}
     if not isinstance(schema, dict):
         raise InvalidRequest(f"{param} must be a JSON schema object", param=param)
-    if no_additional_properties:
-        schema = _close_objects(schema)
+    schema = close_objects(schema, bare=no_additional_properties)
     options: dict[str, Any] = {"whitespace_flexible": False} if whitespace is None else \
         {"whitespace_pattern": whitespace}
     try:
@@ -106,15 +112,34 @@ def json_constraint(schema: Any, param: str, *, whitespace: str | None = JSON_WH
     return Constraint(grammar, "json_schema", param)
 
 
-def _close_objects(schema: Any) -> Any:
-    """``schema`` with ``additionalProperties: false`` on every object schema that leaves it unset
-    (vLLM ``disable_additional_properties``)."""
-    if isinstance(schema, list):
-        return [_close_objects(s) for s in schema]
+#: JSON Schema keywords whose value is a schema, a list of schemas, or a map of names to schemas
+_ONE = ("items", "additionalProperties", "additionalItems", "not", "if", "then", "else", "contains",
+        "propertyNames", "unevaluatedProperties", "unevaluatedItems")
+_LIST = ("anyOf", "oneOf", "allOf", "prefixItems", "items")
+_MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+
+
+def close_objects(schema: Any, *, bare: bool = False) -> Any:
+    """``schema`` with ``additionalProperties: false`` added to every object schema that has ``properties``
+    and leaves it unset (llama.cpp's rule, see :func:`json_constraint`); ``bare``: also to object schemas
+    without ``properties`` (``"type": "object"``; vLLM ``disable_additional_properties``). Walks the
+    subschemas only (``properties``' values, ``items``, ``anyOf``, ``$defs``...), so a property named
+    ``properties`` or ``type`` is not taken for a keyword. Returns a new schema; ``schema`` is unchanged."""
     if not isinstance(schema, dict):
         return schema
-    out = {k: _close_objects(v) for k, v in schema.items()}
-    if (out.get("type") == "object" or "properties" in out) and "additionalProperties" not in out:
+    out = dict(schema)
+    for key in _ONE:
+        if isinstance(out.get(key), dict):
+            out[key] = close_objects(out[key], bare=bare)
+    for key in _LIST:
+        if isinstance(out.get(key), list):
+            out[key] = [close_objects(s, bare=bare) for s in out[key]]
+    for key in _MAP:
+        if isinstance(out.get(key), dict):
+            out[key] = {name: close_objects(s, bare=bare) for name, s in out[key].items()}
+    typ = out.get("type")
+    is_object = typ == "object" or (isinstance(typ, list) and "object" in typ)
+    if "additionalProperties" not in out and ("properties" in out or (bare and is_object)):
         out["additionalProperties"] = False
     return out
 

@@ -81,8 +81,10 @@ def _tool_schemas(conv: Any, tools: list[dict[str, Any]],
         if not isinstance(name, str) or not name:
             raise InvalidRequest(f"tools[{i}]: a tool needs a name", param=f"tools[{i}].function.name")
         schema = fn.get("parameters", fn.get("input_schema"))
+        # no parameters: an empty parameter list, as OpenAI defines it (llama.cpp's converter reads a bare
+        # {"type": "object"} as any object, and a small model then invents arguments)
         schema = prepare_schema(schema, strict=bool(fn.get("strict")), param=where) \
-            if isinstance(schema, dict) else {"type": "object"}
+            if isinstance(schema, dict) else {"type": "object", "properties": {}}
         if schema.get("type", "object") != "object":
             raise InvalidRequest(f"{where}: the arguments schema must describe an object", param=where)
         try:
