@@ -152,6 +152,9 @@ def test_models_and_llama_server_routes(base_url: str) -> None:
     assert httpx.post(base_url + "/detokenize", json={"tokens": tok}).json()["content"] == "Hello world"
     pieces = httpx.post(base_url + "/tokenize", json={"content": "Hello world", "with_pieces": True}).json()
     assert [p["piece"] for p in pieces["tokens"]] == ["Hello", " world"]
+    # special tokens show their text, as llama-server's common_token_to_piece(special=true) (they were "")
+    pieces = httpx.post(base_url + "/tokenize", json={"content": "<|im_start|>user", "with_pieces": True}).json()
+    assert [p["piece"] for p in pieces["tokens"]] == ["<|im_start|>", "user"]
     prompt = httpx.post(base_url + "/apply-template", json={"messages": FRANCE}).json()["prompt"]
     assert prompt.endswith("<|im_start|>assistant\n") and "capital of France" in prompt
 

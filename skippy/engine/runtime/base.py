@@ -217,6 +217,11 @@ class Vocab(Protocol):
         """The bytes of one token as generated output (control tokens render as b"")."""
         ...
 
+    def special_piece(self, token: int) -> bytes:
+        """The bytes of one token with control tokens rendered as their text (llama.cpp
+        ``common_token_to_piece(vocab, token, special=true)``, what llama-server's ``/tokenize`` shows)."""
+        ...
+
     def check_grammar(self, gbnf: str, lazy_patterns: tuple[str, ...] = ()) -> bool:
         """True when the runtime's grammar sampler accepts ``gbnf`` (root rule ``root``)."""
         ...

@@ -132,8 +132,8 @@ class LlamaVocab:
                                                                        limits=LLG_LIMITS())
         return messages[0] if is_error and messages else ""
 
-    def special_piece(self, token: int) -> str:
-        return self._piece(token, special=True).decode("utf-8", errors="replace")
+    def special_piece(self, token: int) -> bytes:
+        return self._piece(token, special=True)
 
 
 def LLG_LIMITS() -> LLParserLimits:  # noqa: N802 - a constant built on first use (llguidance loads lazily)

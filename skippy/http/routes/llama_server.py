@@ -149,7 +149,7 @@ async def tokenize() -> Response:
     if req.with_pieces:
         out: list[int | wire.TokenPiece] = []
         for t in tokens:
-            piece = eng.runtime.vocab.piece(t)
+            piece = eng.runtime.vocab.special_piece(t)  # special tokens as their text, as llama-server
             try:
                 out.append(wire.TokenPiece(id=t, piece=piece.decode("utf-8")))
             except UnicodeDecodeError:
