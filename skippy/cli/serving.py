@@ -31,7 +31,8 @@ from skippy.models import DEFAULT_MODEL, ModelError
 FIRST_MODEL_ONLY: dict[str, Any] = {"alias": (), "mmproj": None, "lora": ()}
 
 LLAMA_SERVER_NOTE = ("skippy serve takes llama-server's flags -m, -hf, -a, -c/--ctx-size, -np, -t, -fa, -n, -b, -ub, "
-                     "-cb, --host, --port, --api-key, --api-key-file, --chat-template-file, --jinja, --metrics, "
+                     "-cb, -ctk, -ctv, -kvu, -mm, -bs, --host, --port, --api-key, --api-key-file, "
+                     "--chat-template-file, --jinja, --metrics, "
                      "--slots, --no-webui, -ngl, -sm, -mg, -ts, -dev, --rpc, -ot, -cmoe, -ncmoe, --mlock, --no-mmap, "
                      "--numa, --rope-*, --yarn-*, --reasoning-format, --cache-reuse, --lora, --lora-scaled, "
                      "--lora-init-without-apply, --ssl-key-file, "
@@ -187,8 +188,9 @@ def _serve_options(fn: F) -> F:
              help="Also append the log lines to this file."),
         _opt("--api-key", multiple=True, metavar="KEY", show_default=False,
              help="Accepted API key (repeatable; the environment variable takes space-separated keys). "
-                  "Requests must send 'Authorization: Bearer KEY' or 'X-Api-Key: KEY'; only /health stays "
-                  "open. Prefer --api-key-file: other local users can read command lines."),
+                  "Requests must send 'Authorization: Bearer KEY' or 'X-Api-Key: KEY'; /health, Ollama's GET "
+                  "/api/version and the playground's page and files (GET /, /webui/...) stay open. Prefer "
+                  "--api-key-file: other local users can read command lines."),
         _opt("--api-key-file", default=None, type=click.Path(exists=True, dir_okay=False),
              help="File of accepted API keys, one per line ('#' starts a comment); adds to --api-key."),
         _opt("--cors-origins", multiple=True, metavar="ORIGINS", show_default=False, callback=_split_origins,

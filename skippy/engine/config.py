@@ -433,13 +433,13 @@ class EngineConfig:
     flash_attn: str = setting("auto", check=OneOf(FLASH_ATTN_CHOICES), aliases=("-fa",),
                               help="llama.cpp flash attention; auto (llama-server's default) turns it on where "
                                    "the backend supports it.")
-    cache_type_k: str = setting("f16", check=OneOf(CACHE_TYPE_CHOICES),
+    cache_type_k: str = setting("f16", aliases=("-ctk",), check=OneOf(CACHE_TYPE_CHOICES),
                                 help="KV cache type of K (llama-server's --cache-type-k); q8_0 takes 53% of f16's "
                                      "memory, q4_0 28%.")
-    cache_type_v: str = setting("f16", check=OneOf(CACHE_TYPE_CHOICES),
+    cache_type_v: str = setting("f16", aliases=("-ctv",), check=OneOf(CACHE_TYPE_CHOICES),
                                 help="KV cache type of V (llama-server's --cache-type-v); a quantized V cache "
                                      "needs flash attention (auto or on).")
-    kv_unified: bool = setting(False, check=IsBool(),
+    kv_unified: bool = setting(False, aliases=("-kvu",), check=IsBool(),
                                help="One KV buffer whose n_ctx x parallel cells all sequences share "
                                     "(llama-server's --kv-unified): a cached prefix is shared, not copied; "
                                     "on 2 CPU cores a 256-client burst sharing one long prompt took 7% less "
@@ -526,7 +526,8 @@ class EngineConfig:
     yarn_beta_fast: float = setting(-1.0, check=FloatRange(finite=True), metavar="N",
                                     help="YaRN low correction dimension or beta (llama-server's "
                                          "--yarn-beta-fast); -1: the model's.")
-    mmproj: str | None = setting(None, check=IsText(), converter=_fspath, metavar="FILE", show_default=False,
+    mmproj: str | None = setting(None, aliases=("-mm",), check=IsText(), converter=_fspath, metavar="FILE",
+                                 show_default=False,
                                  help="Multimodal projector GGUF of the model (llama-server's --mmproj): requests may "
                                       "then send images (OpenAI image_url parts with base64 data URLs; http(s) "
                                       "URLs with --allow-image-urls), read by llama.cpp's libmtmd. With several "
@@ -611,7 +612,7 @@ class EngineConfig:
                                         "before the loop hands out their tokens (multi-step scheduling, vLLM's "
                                         "--num-scheduler-steps): fewer thread handoffs and socket writes per token, "
                                         "tokens streamed in bursts of up to this many; 1 turns it off.")
-    backend_sampling: bool = setting(False, check=IsBool(),
+    backend_sampling: bool = setting(False, aliases=("-bs",), check=IsBool(),
                                      help="Sample greedy requests without logprobs or hooks inside llama.cpp's "
                                           "decode graph (llama-server's --backend-sampling, off there too): no "
                                           "logits copied out, no argmax in Python; a slot switching between such "

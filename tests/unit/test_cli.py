@@ -46,11 +46,11 @@ BEFORE = [
     ("-np, --parallel INTEGER RANGE", "[env var: SKIPPY_PARALLEL; default: 8; 1<=x<=256]", 8),
     ("-t, --threads INTEGER RANGE", "[env var: SKIPPY_THREADS; x>=1]", None),
     ("-fa, --flash-attn [on|off|auto]", "[env var: SKIPPY_FLASH_ATTN; default: auto]", "auto"),
-    ("--cache-type-k [f16|bf16|f32|q8_0|q4_0|q4_1|iq4_nl|q5_0|q5_1]",
+    ("-ctk, --cache-type-k [f16|bf16|f32|q8_0|q4_0|q4_1|iq4_nl|q5_0|q5_1]",
      "[env var: SKIPPY_CACHE_TYPE_K; default: f16]", "f16"),
-    ("--cache-type-v [f16|bf16|f32|q8_0|q4_0|q4_1|iq4_nl|q5_0|q5_1]",
+    ("-ctv, --cache-type-v [f16|bf16|f32|q8_0|q4_0|q4_1|iq4_nl|q5_0|q5_1]",
      "[env var: SKIPPY_CACHE_TYPE_V; default: f16]", "f16"),
-    ("--kv-unified", "[env var: SKIPPY_KV_UNIFIED]", False),
+    ("-kvu, --kv-unified", "[env var: SKIPPY_KV_UNIFIED]", False),
     ("--swa-full", "[env var: SKIPPY_SWA_FULL]", False),
     ("-ngl, --n-gpu-layers, --gpu-layers N", "[env var: SKIPPY_N_GPU_LAYERS; x>=-1]", None),
     ("-sm, --split-mode [none|layer|row]", "[env var: SKIPPY_SPLIT_MODE; default: layer]", "layer"),
@@ -75,7 +75,7 @@ BEFORE = [
     ("--yarn-attn-factor N", "[env var: SKIPPY_YARN_ATTN_FACTOR; default: -1.0]", -1.0),
     ("--yarn-beta-slow N", "[env var: SKIPPY_YARN_BETA_SLOW; default: -1.0]", -1.0),
     ("--yarn-beta-fast N", "[env var: SKIPPY_YARN_BETA_FAST; default: -1.0]", -1.0),
-    ("--mmproj FILE", "[env var: SKIPPY_MMPROJ]", None),
+    ("-mm, --mmproj FILE", "[env var: SKIPPY_MMPROJ]", None),
     ("--mmproj-offload / --no-mmproj-offload", "[env var: SKIPPY_MMPROJ_OFFLOAD; default: mmproj-offload]", True),
     ("--image-min-tokens N", "[env var: SKIPPY_IMAGE_MIN_TOKENS; x>=1]", None),
     ("--image-max-tokens N", "[env var: SKIPPY_IMAGE_MAX_TOKENS; x>=1]", None),
@@ -103,7 +103,7 @@ BEFORE = [
     ("-cram, --cache-ram MIB", "[env var: SKIPPY_CACHE_RAM; default: 8192; x>=-1]", 8192),
     ("--spec-ngram INTEGER RANGE", "[env var: SKIPPY_SPEC_NGRAM; default: 0; 0<=x<=16]", 0),
     ("--scheduler-steps INTEGER RANGE", "[env var: SKIPPY_SCHEDULER_STEPS; default: 8; 1<=x<=64]", 8),
-    ("--backend-sampling", "[env var: SKIPPY_BACKEND_SAMPLING]", False),
+    ("-bs, --backend-sampling", "[env var: SKIPPY_BACKEND_SAMPLING]", False),
     ("--reader-wait [auto|on|off]", "[env var: SKIPPY_READER_WAIT; default: auto]", "auto"),
     ("--hook-policy MODULE:FACTORY", "[env var: SKIPPY_HOOK_POLICY]", None),
     ("--hook-url URL", "[env var: SKIPPY_HOOK_URL]", None),
@@ -438,6 +438,11 @@ def test_a_llama_server_command_line_works_as_it_is(serve_recorder: list, tmp_pa
     assert not settings.metrics
     config, *_ = _run(["-c", "2048", "-np", "2"], {"SKIPPY_N_CTX": "4096"}, serve_recorder)  # the flag wins
     assert config.n_ctx == 1024
+    # llama-server's short forms of the KV cache, projector and backend sampling flags
+    config, *_ = _run(["-ctk", "q8_0", "-ctv", "q8_0", "-kvu", "-bs", "-mm", "proj.gguf"], calls=serve_recorder)
+    assert (config.cache_type_k, config.cache_type_v, config.kv_unified, config.backend_sampling) == \
+        ("q8_0", "q8_0", True, True)
+    assert config.mmproj is not None and config.mmproj.endswith("proj.gguf")
 
 
 @pytest.mark.parametrize("args,message", [
