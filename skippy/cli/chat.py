@@ -16,6 +16,7 @@ from skippy.models import DEFAULT_MODEL
 
 @main.command()
 @click.argument("name", metavar="[MODEL]", default=DEFAULT_MODEL)
+@click.argument("prompt", nargs=-1, metavar="[PROMPT]...")
 @_MODELS_DIR
 @click.option("--system", default=None, metavar="TEXT", help="A system message opening the conversation.")
 @click.option("--max-tokens", default=None, type=click.IntRange(1), help="Cap on each reply's tokens.  "
@@ -26,8 +27,9 @@ from skippy.models import DEFAULT_MODEL
 @click.option("--chat-template", default=None, metavar="NAME|FILE", callback=lambda c, p, v: _read_template(c, p, v),
               help="Chat template overriding the model's (as for 'skippy serve').")
 @friendly_errors
-def run(name: str, models_dirs: tuple[str, ...], system: str | None, max_tokens: int | None,
-        temperature: float | None, seed: int | None, n_ctx: int, chat_template: str | None) -> None:
+def run(name: str, prompt: tuple[str, ...], models_dirs: tuple[str, ...], system: str | None,
+        max_tokens: int | None, temperature: float | None, seed: int | None, n_ctx: int,
+        chat_template: str | None) -> None:
     """Chat with a model in the terminal, as 'ollama run' does.
 
     The model (a known name, pulled when missing; a GGUF in the cache or
@@ -40,6 +42,10 @@ def run(name: str, models_dirs: tuple[str, ...], system: str | None, max_tokens:
     message starting with three double quotes goes on until a line ending
     with three double quotes. Lines read from a pipe work too:
     'echo hi | skippy run'.
+
+    With a PROMPT (its words joined by spaces) it answers that once and
+    exits, as 'ollama run MODEL PROMPT' does; text piped in then goes
+    before it: 'cat notes.txt | skippy run smollm2 Summarize this'.
     """
     import logging
     import signal
@@ -55,18 +61,22 @@ def run(name: str, models_dirs: tuple[str, ...], system: str | None, max_tokens:
     if not path.is_file():
         path = ensure_model(name)
     spec = lookup(name)
+    once = " ".join(prompt) if prompt else None
+    if once is not None and not _isatty(sys.stdin):  # ollama run: piped input, then the prompt
+        once = " ".join(t for t in (sys.stdin.read(), once) if t)
 
     async def session() -> None:
         config = EngineConfig(model=str(path), model_name=spec.name if spec else path.stem, n_ctx=n_ctx,
                               parallel=1, chat_template=chat_template)
         async with open_engine(config) as engine:
-            if _isatty(sys.stdin):
+            if once is None and _isatty(sys.stdin):
                 click.echo(f"{engine.model_id}: type /? for help, /bye to leave")
             info = (("name", engine.model_id), ("path", str(path)),
                     ("context", f"{engine.meta.n_ctx_seq} tokens (--n-ctx)"))
             with trio.open_signal_receiver(signal.SIGINT) as interrupts:  # Ctrl-C: chat_loop decides
                 await chat_loop(engine, system=system, max_tokens=max_tokens, temperature=temperature, seed=seed,
-                                readline=stdin_reader(), out=sys.stdout, interrupts=interrupts, model_info=info)
+                                readline=stdin_reader(), out=sys.stdout, interrupts=interrupts, model_info=info,
+                                prompt=once)
 
     try:
         trio.run(session)

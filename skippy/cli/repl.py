@@ -294,7 +294,7 @@ class _Interrupts:
 async def chat_loop(engine: Any, *, system: str | None, max_tokens: int | None, temperature: float | None,
                     seed: int | None, readline: Callable[[], str | None], out: Any,
                     interrupts: AsyncIterable[Any] | None = None,
-                    model_info: Sequence[tuple[str, str]] = ()) -> None:
+                    model_info: Sequence[tuple[str, str]] = (), prompt: str | None = None) -> None:
     """``skippy run``'s conversation: read a message, stream the reply to ``out``, keep the history.
 
     ``readline`` blocks; it runs in a worker thread, one call at a time, and a call still blocked when
@@ -304,7 +304,8 @@ async def chat_loop(engine: Any, *, system: str | None, max_tokens: int | None, 
     reply it stops the reply, which stays in the conversation (a reply stopped before any text is
     dropped with its message); at the prompt it drops an unfinished message of several lines, else
     prints a hint, and a second Ctrl-C in a row ends the chat. Returns at ``/bye``, at the end of
-    input or at that second Ctrl-C.
+    input or at that second Ctrl-C. With ``prompt`` (``skippy run MODEL PROMPT``, as ``ollama run``): one
+    reply to it, a message whatever it starts with, then returns; ``readline`` is not read.
     """
     import trio
 
@@ -331,6 +332,9 @@ async def chat_loop(engine: Any, *, system: str | None, max_tokens: int | None, 
         out.flush()
 
     async def converse() -> None:
+        if prompt is not None:
+            await reply(prompt)
+            return
         reader = MessageReader()
         hinted = False  # the last thing at the prompt was a Ctrl-C that printed the hint
         while True:
@@ -406,11 +410,12 @@ async def chat_loop(engine: Any, *, system: str | None, max_tokens: int | None, 
                   "\n[reply cut: the context is full]\n")
         else:
             write("\n")
-        if interactive:
+        if interactive and prompt is None:
             write("\n")
 
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(read_lines)
+        if prompt is None:
+            nursery.start_soon(read_lines)
         if interrupts is not None:
             nursery.start_soon(watch, interrupts)
         await converse()

@@ -489,6 +489,19 @@ async def test_chat_loop_keeps_history_and_clears_it():
     assert all(r.stream and r.max_tokens == 5 and r.seed == 1 for r in engine.requests)
 
 
+async def test_chat_loop_with_a_prompt_answers_it_once_without_reading_input():
+    import io
+
+    def never() -> str | None:
+        raise AssertionError("the input was read")
+
+    engine, out = RecordingEngine(), io.StringIO()
+    await chat_loop(engine, system=None, max_tokens=None, temperature=None, seed=None, out=out, readline=never,
+                    prompt="/bye is a command?")  # a message, whatever it starts with
+    assert out.getvalue() == "reply 1\n"
+    assert [[(m.role, m.content) for m in r.messages] for r in engine.requests] == [[("user", "/bye is a command?")]]
+
+
 class StoppableEngine(RecordingEngine):
     """The first chat streams 'part' and then waits (until the reply is stopped); the others answer
     'reply N' at once. ``waiting`` is set once the first chat is waiting."""
@@ -607,6 +620,21 @@ def test_skippy_run_real_model_over_stdin(home):
     replies = [r for r in proc.stdout.split("\n") if r and r != "[reply cut at max_tokens]"]
     assert len(replies) == 2, proc.stdout
     assert proc.stdout.count("[reply cut at max_tokens]") <= 2
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_skippy_run_with_a_prompt_answers_once_as_ollama_run(home):
+    """``skippy run MODEL PROMPT...`` (``ollama run``'s form): the words joined, piped text before them, one reply,
+    then exit 0 (it was "unexpected extra argument")."""
+    (home / "models").mkdir(parents=True)
+    os.symlink(_real_model(), home / "models" / SPEC.filename)
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-m", "skippy", "run", "smollm2", "Name", "a", "color.", "--max-tokens", "4",
+                           "--temperature", "0", "--n-ctx", "512"], input="Context: the sky.\n", cwd=repo,
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(repo)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() and proc.stdout.endswith("\n") and "/bye" not in proc.stdout, proc.stdout
     assert "Traceback" not in proc.stderr
 
 
