@@ -213,6 +213,34 @@ def test_copy_makes_an_alias_that_delete_removes(srv: Server, home: Path) -> Non
     assert CACHED.is_file() and (home / "models" / SMOL.filename).is_file()
 
 
+def test_copy_takes_a_namespaced_name_and_refuses_path_tricks(srv: Server, home: Path) -> None:
+    """Ollama's names are ``[host/][namespace/]model[:tag]``: ``/api/copy`` to ``my/copy`` makes an alias that
+    every route reaches; what is no such name (``..``, an absolute path, an empty part) is a 400 on
+    ``/api/copy`` and ``/api/delete``, and a path never reaches the cache's files."""
+    c = client(srv)
+    aliases = home / "models" / "aliases.json"
+    assert c.copy("smollm2:135m", "my/copy").status == "success"
+    assert json.loads(aliases.read_text()) == {"my/copy": SMOL.name}
+    assert "my/copy:latest" in [m.model for m in c.list().models]
+    assert c.show("my/copy:latest").details.family == "llama"
+    assert c.chat(model="my/copy", messages=[{"role": "user", "content": "Hi"}], options={"num_predict": 2}).done
+    assert c.copy("smollm2:135m", "example.com/team/smol:v1").status == "success"
+    assert c.generate(model="example.com/team/smol:v1", prompt="Hi", options={"num_predict": 2}).done
+    assert c.delete("my/copy").status == "success" and c.delete("example.com/team/smol:v1").status == "success"
+    assert json.loads(aliases.read_text()) == {}
+    scratch = home / "models" / "scratch-path.gguf"
+    scratch.write_bytes(b"GGUF" + b"\0" * 60)
+    for bad in ("../evil", "/tmp/evil", "a//b", "a/", "..", "ns.x/m", str(scratch), "models/../scratch-path"):
+        with pytest.raises(ollama.ResponseError) as err:
+            c.copy("smollm2:135m", bad)
+        assert err.value.status_code == 400 and "is invalid" in err.value.error, bad
+        with pytest.raises(ollama.ResponseError) as err:
+            c.delete(bad)
+        assert err.value.status_code == 400 and "is invalid" in err.value.error, bad
+    assert scratch.is_file() and json.loads(aliases.read_text()) == {}
+    scratch.unlink()
+
+
 def test_delete_refuses_the_served_model_and_removes_a_cached_file(srv: Server, home: Path) -> None:
     scratch = home / "models" / "scratch.gguf"
     scratch.write_bytes(b"GGUF" + b"\0" * 60)  # a file of this server's own cache, not the real model
@@ -325,3 +353,4 @@ def test_a_request_keep_alive_holds_until_a_request_without_one(two: Server) -> 
         "model": "smollm2:135m", "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]})
     assert reply.status_code == 200, reply.text
     assert 90 + 5 < left() <= 600 + 5  # an OpenAI request: the default again
+

@@ -41,6 +41,20 @@ def test_name_candidates_drop_the_library_prefix_and_the_latest_tag(name: str, e
     assert om.name_candidates(name) == expected
 
 
+@pytest.mark.parametrize("name", ["smollm2:135m", "my-smol", "my/copy", "my/copy:v1.2", "example.com/team/m:7b",
+                                  "registry.ollama.ai/library/smollm2:135m", "hf.co/owner/repo:Q4_K_M", "a_b.c-d",
+                                  "x" * 128])
+def test_valid_names_follow_ollamas_grammar_with_a_namespace(name: str) -> None:
+    assert om.valid_name(name)
+
+
+@pytest.mark.parametrize("name", ["", "a b", "..", "../x", "a/../b", "x..y", "/abs", "/etc/passwd", "a//b", "a/",
+                                  "/", ".", "a/./b", "x\\y", "ns.dot/m", "h/n.s/m", "a:b:c", "m:", ":t", "a/b/c/d",
+                                  "h:80/n/m", "m+Q4_0", "m@sha256-00", "x" * 129, "caf\u00e9"])
+def test_invalid_names_include_every_path_trick(name: str) -> None:
+    assert not om.valid_name(name)
+
+
 def test_display_name_adds_the_latest_tag_and_not_found_quotes_as_go() -> None:
     assert om.display_name("smollm2:135m") == "smollm2:135m"
     assert om.display_name("SmolLM2-135M-Instruct") == "SmolLM2-135M-Instruct:latest"

@@ -448,8 +448,9 @@ async def pull_model() -> Response:
 
 @_guarded
 async def delete_model() -> Response:
-    """``DELETE /api/delete``: an ``/api/copy`` alias, or a model file of the cache; 400 for a served model,
-    404 for a name that is neither."""
+    """``DELETE /api/delete``: an ``/api/copy`` alias, or a model file of the cache (by its name, never a path);
+    400 for a served model or a name that is no Ollama name (:func:`~om.valid_name`), 404 for a name that is
+    neither."""
     from skippy.models import ModelError, alias_target, remove_alias, remove_model
 
     app, ctx = shared(), current()
@@ -457,6 +458,8 @@ async def delete_model() -> Response:
     name = req.model or req.name
     if not name:
         return _error(400, "model is required")
+    if not om.valid_name(name.strip()):  # Ollama's 400; and no path reaches the cache's file removal
+        return _error(400, f"name {msgspec.json.encode(name).decode()} is invalid")
     for candidate in om.name_candidates(name):
         if alias_target(candidate) is not None:
             await trio.to_thread.run_sync(remove_alias, candidate)
@@ -471,6 +474,8 @@ async def delete_model() -> Response:
     def remove() -> str | None:
         errors = []
         for candidate in om.name_candidates(name):
+            if "/" in candidate:  # a cached file is named without one; remove_model would take it as a path
+                continue
             try:
                 remove_model(candidate)
                 return None
@@ -505,7 +510,8 @@ def _source_target(app: Shared, source: str) -> str | None:
 @_guarded
 async def copy_model() -> Response:
     """``POST /api/copy``: ``destination`` becomes an alias of ``source`` (404 when ``source`` is no served or
-    cached model; 400 when ``destination`` is already a model's name)."""
+    cached model; 400 when ``destination`` is already a model's name, or no Ollama name: :func:`~om.valid_name`,
+    which takes a namespace, ``my/copy``, as Ollama does). An alias is a key of ``aliases.json``, no file."""
     from skippy.models import add_alias
 
     app, ctx = shared(), current()
@@ -516,10 +522,11 @@ async def copy_model() -> Response:
     target = await trio.to_thread.run_sync(_source_target, app, source)
     if target is None:
         return _error(404, om.not_found(source))
+    if not om.valid_name(destination):
+        return _error(400, f"destination {msgspec.json.encode(destination).decode()} is invalid (a model name: "
+                           "[host/][namespace/]model[:tag], of letters, digits, '_', '-' and '.', at most "
+                           f"{om.MAX_NAME_LEN} characters)")
     dest = om.name_candidates(destination)[-1]  # stored without library/ prefix and :latest
-    if "/" in dest or any(c.isspace() for c in dest) or len(dest) > 256:
-        return _error(400, f"destination {msgspec.json.encode(destination).decode()} is invalid (a model name: no "
-                           "'/', no spaces, at most 256 characters)")
     taken = _find_served(app, dest)
     if (taken is not None and taken.id.casefold() != target.casefold()) or _registry_spec(dest) is not None:
         return _error(400, f"destination {msgspec.json.encode(destination).decode()} is already the name of a "

@@ -10,15 +10,16 @@ Ollama's API reference (docs/api.md) and its server (``server/routes.go``): ``de
 ``general.name`` and ``tokenizer.chat_template``, times RFC 3339 in UTC.
 
 Names: an Ollama name is ``[host/][namespace/]model[:tag]``, the tag ``latest`` when absent
-(docs/api.md, "Model names"). :func:`name_candidates` gives the spellings to try against the names a
-server knows: the name as sent, without the ``registry.ollama.ai/library/`` or ``library/`` prefix
-Ollama clients may add, and without ``:latest``. :func:`display_name` writes a name the way
-``/api/tags`` lists it (with its tag).
+(docs/api.md, "Model names"); :func:`valid_name` checks that grammar. :func:`name_candidates` gives the
+spellings to try against the names a server knows: the name as sent, without the ``registry.ollama.ai/library/``
+or ``library/`` prefix Ollama clients may add, and without ``:latest``. :func:`display_name` writes a name the
+way ``/api/tags`` lists it (with its tag).
 """
 
 from __future__ import annotations
 
 import datetime
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -29,7 +30,7 @@ from skippy.engine.protocols.ollama.model_wire import ModelDetails, ProcessModel
 
 __all__ = ["FOREVER_NS", "LIBRARY_PREFIXES", "OLLAMA_VERSION", "ModelFacts", "capabilities", "display_name",
            "expires_at", "human_number", "model_details", "modelfile", "name_candidates", "not_found",
-           "parameter_lines", "process_model", "pulling", "rfc3339", "show_reply", "tag_model"]
+           "parameter_lines", "process_model", "pulling", "rfc3339", "show_reply", "tag_model", "valid_name"]
 
 #: the Ollama version ``/api/version`` reports: clients (Open WebUI, the ollama CLI) compare it against the
 #: release that brought a feature; the model-management and generation routes here follow the API of 0.12
@@ -60,6 +61,30 @@ def name_candidates(name: str) -> tuple[str, ...]:
     if current.casefold().endswith(":latest"):
         out.append(current[: -len(":latest")])
     return tuple(dict.fromkeys(n for n in out if n))
+
+
+#: the longest model name Ollama takes (``MaxNamePartLen`` of its ``types/model/name.go``)
+MAX_NAME_LEN = 128
+_NAME_PART = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def valid_name(name: str) -> bool:
+    """Whether ``name`` is a model name by Ollama's grammar (``ParseName`` of its ``types/model/name.go``):
+    ``[host/][namespace/]model[:tag]``, at most :data:`MAX_NAME_LEN` characters, each part non-empty and of
+    letters, digits, ``_``, ``-`` and ``.`` (no ``.`` in the namespace), no ``..`` anywhere. So
+    ``my/copy`` and ``example.com/team/model:7b`` are names, and what could act as a path is not: ``..``,
+    ``/abs``, ``a//b``, ``a/``, ``.`` as a part, a backslash, spaces. Ollama's ``+build`` and ``@digest``
+    suffixes are not taken."""
+    if not name or len(name) > MAX_NAME_LEN or ".." in name:
+        return False
+    *prefix, last = name.split("/")
+    if len(prefix) > 2:
+        return False
+    model, colon, tag = last.partition(":")
+    parts = [*prefix, model, *([tag] if colon else [])]
+    if any(p in ("", ".") or not _NAME_PART.fullmatch(p) for p in parts):
+        return False
+    return not (len(prefix) >= 1 and "." in prefix[-1])  # the namespace (host/namespace/model or namespace/model)
 
 
 def display_name(name: str) -> str:
