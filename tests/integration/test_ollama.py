@@ -160,6 +160,42 @@ def test_think_puts_the_reasoning_in_thinking(thinking_server: Server) -> None:
     assert resp.status_code == 400 and "think" in resp.json()["error"]
 
 
+def test_think_on_a_model_that_cannot_think_is_refused_as_ollama(server: Server) -> None:
+    """SmolLM2's template has no reasoning block (``/api/show`` lists no ``thinking``): Ollama answers ``think``
+    on (``true`` or an effort) with 400 ``"<model>" does not support thinking`` on both routes, raw included;
+    ``think: false`` and no ``think`` are ordinary requests."""
+    c = client(server)
+    assert "thinking" not in c.show(MODEL).capabilities
+    with pytest.raises(ollama.ResponseError) as err:
+        c.chat(model=MODEL, messages=ASK, think=True, options=GREEDY)
+    assert err.value.status_code == 400 and err.value.error == f'"{MODEL}" does not support thinking'
+    for path, body in (("/api/chat", {"messages": ASK}), ("/api/generate", {"prompt": "Hi"}),
+                       ("/api/generate", {"prompt": "Hi", "raw": True}), ("/api/chat", {"messages": []})):
+        for think in (True, "high"):
+            resp = httpx.post(server.base_url + path, timeout=60, json={"model": MODEL, "think": think, **body})
+            assert resp.status_code == 400, (path, body, think, resp.text)
+            assert resp.json() == {"error": f'"{MODEL}" does not support thinking'}
+    assert c.chat(model=MODEL, messages=ASK, think=False, options=GREEDY).message.content
+    assert c.generate(model=MODEL, prompt="Hi", think=False, options=GREEDY).response
+    assert c.chat(model=MODEL, messages=ASK, options=GREEDY).message.content
+
+
+def test_no_messages_loads_the_model_as_an_empty_prompt_does(server: Server) -> None:
+    """Ollama's "Load a model" on ``/api/chat``: no ``messages`` (empty, or the field left out) answers one final
+    object at once, ``done_reason: "load"``, an empty assistant message and no counts, streamed or not."""
+    c = client(server)
+    loaded = c.chat(model=MODEL, messages=[])
+    assert loaded.done and loaded.done_reason == "load" and loaded.model == MODEL
+    assert loaded.message.role == "assistant" and loaded.message.content == "" and loaded.eval_count is None
+    for body in ({"model": MODEL}, {"model": MODEL, "messages": [], "stream": True}):
+        resp = httpx.post(server.base_url + "/api/chat", json=body, timeout=60)
+        assert resp.status_code == 200, resp.text
+        reply = resp.json()
+        assert reply.pop("created_at").endswith("Z")
+        assert reply == {"model": MODEL, "message": {"role": "assistant", "content": ""}, "done": True,
+                         "done_reason": "load"}
+
+
 def test_embed_and_legacy_embeddings(embed_server: Server) -> None:
     c = client(embed_server)
     out = c.embed(model=MODEL, input=["the sky is blue", "grass is green"])
@@ -185,11 +221,10 @@ def test_embed_without_embeddings_is_an_ollama_error(server: Server) -> None:
     ({"model": MODEL, "messages": ASK, "format": "yaml"}, 400, "format"),
     ({"model": MODEL, "messages": ASK, "keep_alive": "soon"}, 400, "keep_alive"),
     ({"model": MODEL, "messages": [{"role": "user", "content": "x", "images": ["aGk="]}]}, 400, "--mmproj"),
-    ({"model": MODEL, "messages": []}, 400, "messages"),
-    ({"model": MODEL}, 400, "messages"),
+    ({"model": MODEL, "messages": ASK, "think": True}, 400, f'"{MODEL}" does not support thinking'),
     ({"messages": ASK}, 400, "model"),
-], ids=["unknown-model", "option-type", "num-ctx", "num-predict", "format", "keep-alive", "images", "empty",
-        "no-messages", "no-model"])
+], ids=["unknown-model", "option-type", "num-ctx", "num-predict", "format", "keep-alive", "images", "think",
+        "no-model"])
 def test_bad_chat_input_is_an_ollama_error_and_the_server_keeps_serving(server: Server, body: dict, status: int,
                                                                          needle: str) -> None:
     resp = httpx.post(server.base_url + "/api/chat", json={**body, "stream": False}, timeout=30)

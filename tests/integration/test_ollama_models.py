@@ -354,3 +354,36 @@ def test_a_request_keep_alive_holds_until_a_request_without_one(two: Server) -> 
     assert reply.status_code == 200, reply.text
     assert 90 + 5 < left() <= 600 + 5  # an OpenAI request: the default again
 
+
+def test_no_messages_or_prompt_loads_the_model_and_keep_alive_0_unloads_it(two: Server) -> None:
+    """Ollama's "Load a model" and "Unload a model" (docs/api.md) on both generation routes: an empty
+    ``messages`` or ``prompt`` answers ``done`` at once with ``done_reason: "load"`` and the model loaded; with
+    ``keep_alive: 0`` the model unloads and the answer says ``"unload"``. Gemma's template (ChatML standing in)
+    cannot think either: ``think: true`` is Ollama's 400."""
+    import time
+
+    c = client(two)
+
+    def loaded() -> bool:
+        return "gemma3:270m" in {m.model for m in c.ps().models}
+
+    def unloads() -> bool:  # the idle model goes once the request has let go of it
+        deadline = time.monotonic() + 60
+        while loaded() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return not loaded()
+
+    assert c.chat(model="gemma3:270m", messages=[]).done_reason == "load" and loaded()
+    unloaded = c.chat(model="gemma3:270m", messages=[], keep_alive=0)
+    assert unloaded.done and unloaded.done_reason == "unload" and unloaded.message.content == ""
+    assert unloads()
+    preloaded = c.generate(model="gemma3:270m", prompt="")
+    assert preloaded.done_reason == "load" and preloaded.response == "" and loaded()
+    gone = c.generate(model="gemma3:270m", keep_alive=0)  # no prompt at all, as docs/api.md's example
+    assert gone.done and gone.done_reason == "unload" and gone.response == ""
+    assert unloads()
+    with pytest.raises(ollama.ResponseError) as err:
+        c.chat(model="gemma3:270m", messages=[{"role": "user", "content": "Hi"}], think=True)
+    assert err.value.status_code == 400 and err.value.error == '"gemma3:270m" does not support thinking'
+    assert "thinking" not in c.show("gemma3:270m").capabilities
+    assert c.generate(model="gemma3:270m", prompt="Hi", think=False, options={"num_predict": 2}).done

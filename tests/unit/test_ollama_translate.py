@@ -88,7 +88,7 @@ def test_chat_request_format_think_tools_and_history() -> None:
 
 
 @pytest.mark.parametrize("body,needle", [
-    ({"format": "yaml"}, "format"), ({"think": "lots"}, "think"), ({"messages": []}, "messages"),
+    ({"format": "yaml"}, "format"), ({"think": "lots"}, "think"),
     ({"messages": [{"role": "user", "content": "x", "images": ["@@not base64@@"]}]}, "messages.0.images.0"),
     ({"messages": [{"role": "robot", "content": "x"}]}, "role"),
 ])
@@ -96,6 +96,44 @@ def test_bad_chat_requests(body: dict, needle: str) -> None:
     with pytest.raises(InvalidRequest) as info:
         t.chat_request(chat(**body))
     assert needle in str(info.value)
+
+
+def test_no_messages_or_prompt_only_loads_and_keep_alive_0_unloads() -> None:
+    """Ollama's "Load a model" / "Unload a model" (docs/api.md): done at once, ``done_reason`` load or unload."""
+    def gen(**body) -> ot.OllamaGenerateRequest:
+        return msgspec.convert({"model": "m", **body}, ot.OllamaGenerateRequest)
+
+    empty = chat(messages=[])
+    assert t.loads_only(empty) and t.loads_only(msgspec.convert({"model": "m"}, ot.OllamaChatRequest))
+    assert t.chat_request(empty)[0].messages == []  # no 400: the route answers it without generating
+    assert not t.loads_only(chat()) and not t.loads_only(gen(prompt="P")) and not t.loads_only(gen(suffix="S"))
+    loaded = msgspec.to_builtins(t.load_response(empty))
+    assert {k: v for k, v in loaded.items() if k != "created_at"} == {
+        "model": "m", "message": {"role": "assistant", "content": ""}, "done": True, "done_reason": "load"}
+    for keep_alive in (0, "0", "0s", 0.0):
+        assert t.load_response(chat(messages=[], keep_alive=keep_alive)).done_reason == "unload", keep_alive
+        unloaded = t.load_response(gen(prompt="", keep_alive=keep_alive))
+        assert (unloaded.done_reason, unloaded.response, unloaded.done) == ("unload", "", True)
+    assert t.load_response(gen(prompt="", keep_alive="5m")).done_reason == "load"
+    assert t.load_response(gen(prompt="", keep_alive=-1)).done_reason == "load"
+
+
+@pytest.mark.parametrize("think", [True, "low", "medium", "high", "max"])
+def test_thinking_on_for_a_template_that_cannot_think_is_refused_as_ollama(think) -> None:
+    gen = msgspec.convert({"model": "my/m:1b", "prompt": "P", "raw": True, "think": think}, ot.OllamaGenerateRequest)
+    for req in (chat(think=think), gen, chat(messages=[], think=think)):
+        t.check_thinking(req, supports_thinking=True)
+        with pytest.raises(InvalidRequest) as info:
+            t.check_thinking(req, supports_thinking=False)
+        assert str(info.value) == f'"{req.model}" does not support thinking' and info.value.param == "think"
+    t.check_thinking(chat(messages=[], think=think, keep_alive=0), supports_thinking=False)  # unloads first
+
+
+def test_thinking_off_or_absent_is_taken_by_any_template() -> None:
+    for req in (chat(think=False), chat(), chat(messages=[])):
+        t.check_thinking(req, supports_thinking=False)
+    with pytest.raises(InvalidRequest, match="think"):
+        t.check_thinking(chat(think="lots"), supports_thinking=True)
 
 
 def test_images_become_image_url_parts_before_the_text() -> None:

@@ -29,7 +29,7 @@ from skippy.engine.protocols.ollama.types import (
     OllamaEmbedRequest,
     OllamaGenerateRequest,
 )
-from skippy.engine.protocols.ollama.wire import OllamaEmbeddingResponse, OllamaGenerateResponse
+from skippy.engine.protocols.ollama.wire import OllamaEmbeddingResponse
 from skippy.engine.protocols.openai.types import ChatCompletionRequest
 from skippy.http.context import RequestContext, Shared, current, shared
 from skippy.http.replies import encode, json_response
@@ -98,6 +98,19 @@ def _check_ctx(eng: Engine, num_ctx: int | None) -> None:
                              "tokens per sequence (skippy serve --n-ctx sets it)", param="options.num_ctx")
 
 
+def _checked(eng: Engine, req: OllamaChatRequest | OllamaGenerateRequest, num_ctx: int | None) -> Response | None:
+    """What both generation routes check once they hold the model's engine: ``num_ctx`` against its context,
+    ``think`` against its chat template (:func:`~skippy.engine.protocols.ollama.translate.check_thinking`);
+    then the answer to a request that only loads the model, or unloads it with ``keep_alive`` 0 (Ollama's
+    ``done_reason`` ``load`` / ``unload``: the engine call above loaded it, and its ``keep_alive`` of 0 unloads
+    it once this request ends), else ``None``: the route generates."""
+    _check_ctx(eng, num_ctx)
+    ollama.check_thinking(req, eng.renderer.template.caps.supports_thinking)
+    if ollama.loads_only(req):
+        return json_response(ollama.load_response(req))
+    return None
+
+
 async def _renamed(call: Awaitable[T], body: ChatCompletionRequest,
                    req: OllamaChatRequest | OllamaGenerateRequest) -> T:
     """``await call``; an error naming an image part of the translated ``body`` named as Ollama's request has
@@ -113,7 +126,8 @@ def _ns_since(t0: float) -> int:
 
 
 async def ollama_chat() -> Response:
-    """Ollama ``POST /api/chat``."""
+    """Ollama ``POST /api/chat``. No ``messages`` loads the model and answers ``done`` at once (Ollama's way to
+    preload; with ``keep_alive`` 0, to unload)."""
     app, ctx = shared(), current()
     t0 = time.monotonic()
     req = await read_body(OllamaChatRequest, ctx)
@@ -121,7 +135,8 @@ async def ollama_chat() -> Response:
     _ignored(ctx, ignored)
     check_limits(app.settings, body.messages, body)
     eng = await _renamed(_engine(app, req.model, req.keep_alive, body), body, req)
-    _check_ctx(eng, num_ctx)
+    if (loaded := _checked(eng, req, num_ctx)) is not None:
+        return loaded
     if body.stream:
         translator = ollama.ChatStream(req.model, t0)
         return await stream(app, ctx, lambda: _renamed(eng.chat_stream(body), body, req), _ndjson(translator))
@@ -132,7 +147,8 @@ async def ollama_chat() -> Response:
 
 async def ollama_generate() -> Response:
     """Ollama ``POST /api/generate``: through the chat template, or as is (``raw``), or fill-in-the-middle
-    (``suffix``). An empty prompt loads the model and answers ``done`` at once (Ollama's way to preload)."""
+    (``suffix``). An empty prompt loads the model and answers ``done`` at once (Ollama's way to preload; with
+    ``keep_alive`` 0, to unload)."""
     app, ctx = shared(), current()
     t0 = time.monotonic()
     req = await read_body(OllamaGenerateRequest, ctx)
@@ -143,10 +159,8 @@ async def ollama_generate() -> Response:
         eng = await _renamed(_engine(app, req.model, req.keep_alive, body), body, req)
     else:
         eng = await _engine(app, req.model, req.keep_alive)
-    _check_ctx(eng, num_ctx)
-    if not req.prompt and not req.suffix:
-        return json_response(OllamaGenerateResponse(model=req.model, created_at=ollama.created_at(), response="",
-                                              done=True, done_reason="load"))
+    if (loaded := _checked(eng, req, num_ctx)) is not None:
+        return loaded
     if body.stream:
         translator = ollama.GenerateStream(req.model, t0)
 

@@ -22,7 +22,11 @@ Fields (Ollama -> engine):
 - ``format``: ``"json"`` -> a JSON object constraint, a JSON schema -> that schema.
 - ``think``: ``true`` / ``false`` -> ``enable_thinking``; ``"low"`` / ``"medium"`` / ``"high"`` /
   ``"max"`` -> thinking on with that ``reasoning_effort`` (``max`` -> ``xhigh``). The reasoning comes back
-  as ``message.thinking`` (``thinking`` on ``/api/generate``).
+  as ``message.thinking`` (``thinking`` on ``/api/generate``). Thinking on for a model whose template cannot
+  think is a 400, as Ollama's (:func:`check_thinking`).
+- no ``messages`` (``/api/chat``), no ``prompt`` (``/api/generate``): Ollama's load request, answered at once
+  with ``done_reason`` ``"load"``, or ``"unload"`` with ``keep_alive`` 0 (:func:`loads_only`,
+  :func:`load_response`).
 - ``tools`` (OpenAI's shape already; OpenAI's ``tool_choice`` is taken too, an extension) and
   ``message.tool_calls`` (arguments an object) <-> OpenAI tool calls (arguments a JSON string); a ``tool``
   message's ``tool_name`` names the call it answers (the earliest unanswered one of that name).
@@ -206,9 +210,9 @@ def _common(req: ot.OllamaChatRequest | ot.OllamaGenerateRequest) -> tuple[dict[
 
 
 def chat_request(req: ot.OllamaChatRequest) -> tuple[ChatCompletionRequest, list[str], int | None]:
-    """``/api/chat`` -> (the chat request, options not applied, ``num_ctx``). Raises :class:`InvalidRequest`."""
-    if not req.messages:
-        raise InvalidRequest("messages must not be empty", param="messages")
+    """``/api/chat`` -> (the chat request, options not applied, ``num_ctx``). Raises :class:`InvalidRequest`.
+    No ``messages`` is no error: Ollama's load request (:func:`loads_only`); the route answers it without
+    generating."""
     fields, ignored, num_ctx = _common(req)
     enable, effort = _think(req.think)
     chat = ChatCompletionRequest(
@@ -246,6 +250,31 @@ def generate_request(req: ot.OllamaGenerateRequest) -> tuple[ChatCompletionReque
         stream_options=StreamOptions(include_usage=True) if req.stream else None,
         response_format=_format(req.format), enable_thinking=enable, reasoning_effort=effort, **fields)
     return chat, ignored, num_ctx
+
+
+def loads_only(req: ot.OllamaChatRequest | ot.OllamaGenerateRequest) -> bool:
+    """Whether ``req`` only loads the model (Ollama's preload, docs/api.md "Load a model"): ``/api/chat``
+    without ``messages``, ``/api/generate`` without a ``prompt`` (nor a ``suffix``). With ``keep_alive`` 0
+    it unloads the model instead ("Unload a model"; :func:`load_response`)."""
+    if isinstance(req, ot.OllamaChatRequest):
+        return not req.messages
+    return not req.prompt and not req.suffix
+
+
+def _unloads(req: ot.OllamaChatRequest | ot.OllamaGenerateRequest) -> bool:
+    return loads_only(req) and keep_alive_seconds(req.keep_alive) == 0
+
+
+def check_thinking(req: ot.OllamaChatRequest | ot.OllamaGenerateRequest, supports_thinking: bool) -> None:
+    """Refuse ``think`` on (``true`` or an effort) for a model whose chat template cannot think
+    (``supports_thinking``: :attr:`~skippy.engine.chat.capabilities.TemplateCaps.supports_thinking`, what
+    ``/api/show`` lists as the ``thinking`` capability), as Ollama's server does on ``/api/chat`` and
+    ``/api/generate``: 400 ``"<model>" does not support thinking`` (Go's ``%q``). ``think: false`` and no
+    ``think`` pass, and so does an unload request (Ollama unloads before it looks at ``think``). Raises
+    :class:`InvalidRequest`, also for a ``think`` value that is not Ollama's."""
+    enable, _ = _think(req.think)
+    if enable and not supports_thinking and not _unloads(req):
+        raise InvalidRequest(f"{json.dumps(req.model, ensure_ascii=False)} does not support thinking", param="think")
 
 
 def image_paths(req: ot.OllamaChatRequest | ot.OllamaGenerateRequest) -> list[str]:
@@ -347,6 +376,20 @@ def generate_response(result: wire.ChatCompletion | wire.TextCompletion, model: 
     if isinstance(chat.message.reasoning_content, str) and chat.message.reasoning_content:
         reply.thinking = chat.message.reasoning_content
     return reply
+
+
+def load_response(req: ot.OllamaChatRequest | ot.OllamaGenerateRequest) -> ow.OllamaChatResponse | \
+        ow.OllamaGenerateResponse:
+    """The answer to a request that only loads the model (:func:`loads_only`), as Ollama's server writes it
+    (``server/routes.go``): ``done: true`` at once, an empty ``message`` (``/api/chat``) or ``response``
+    (``/api/generate``), no counts, and ``done_reason`` ``"unload"`` when ``keep_alive`` is 0 (the model is
+    unloaded), else ``"load"``."""
+    reason = "unload" if _unloads(req) else "load"
+    if isinstance(req, ot.OllamaChatRequest):
+        return ow.OllamaChatResponse(model=req.model, created_at=created_at(), message=ow.OllamaReplyMessage(),
+                                     done=True, done_reason=reason)
+    return ow.OllamaGenerateResponse(model=req.model, created_at=created_at(), response="", done=True,
+                                     done_reason=reason)
 
 
 class _Stream:
