@@ -681,7 +681,7 @@ def test_help_pages_show_no_rst_markup_and_optional_arguments_in_brackets() -> N
     for name, text in pages.items():
         assert "``" not in text, (name, text)  # reStructuredText's inline literals read as 'x'
     assert "'/v1/chat/completions'" in pages["skippy serve"] and "'--keep-alive'" in pages["skippy serve"]
-    assert "Usage: skippy run [OPTIONS] [MODEL]\n" in pages["skippy run"]  # MODEL has a default
+    assert "Usage: skippy run [OPTIONS] [MODEL] [PROMPT]...\n" in pages["skippy run"]  # MODEL has a default
     assert "Usage: skippy show [OPTIONS] MODEL\n" in pages["skippy show"]  # this one is required
 
 

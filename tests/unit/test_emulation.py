@@ -328,13 +328,14 @@ def test_grammar_auto_is_lazy_and_matches_lines():
     assert g.lazy and g.trigger_words == ("TOOL_CALL",)
     good = ['TOOL_CALL {"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}',
             'TOOL_CALL: {"name": "get_weather", "arguments": {"city": "Rome", "unit": "c", "tags": ["a"]}}\n',
-            'TOOL_CALL {"name": "now", "arguments": {"anything": [1, true]}}\n'
+            'TOOL_CALL {"name": "now", "arguments": {}}\n'
             'TOOL_CALL {"name": "search", "arguments": {"q": "x"}}']
     bad = ['TOOL_CALL {"name": "get_weather", "arguments": {"days": 3}}',         # city required
            'TOOL_CALL {"name": "get_weather", "arguments": {"city": 5}}',         # wrong type
            'TOOL_CALL {"name": "rm", "arguments": {}}',                           # unknown tool
            'TOOL_CALL {"name": "search", "arguments": {"q": "a\nb"}}',            # raw newline
-           'TOOL_CALL {"name": "now", "arguments": {}} trailing']
+           'TOOL_CALL {"name": "now", "arguments": {}} trailing',
+           'TOOL_CALL {"name": "now", "arguments": {"anything": [1, true]}}']  # no parameters: an empty list
     for line in good:
         assert gbnf_matches(g.gbnf, line), line
         msg, _ = parse(line)
