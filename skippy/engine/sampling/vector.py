@@ -79,18 +79,10 @@ def mt19937_state(seed: int) -> np.random.MT19937:
     """A numpy ``MT19937`` in the state of C++ ``std::mt19937(seed)`` (``init_genrand``).
 
     ``seed`` is taken modulo 2**32 (llama.cpp's ``uint32_t`` seed). ~28 us a generator: numpy's legacy
-    seeding (``init_genrand``, what ``RandomState(seed)`` runs) on a generator made without entropy; where
-    a numpy lacks that method, ``RandomState``'s state copied over (~250 us, once per sampled request).
+    seeding (``init_genrand``, the call ``RandomState(seed)`` makes) on a generator made without entropy.
     """
-    seed &= 0xFFFFFFFF
     bitgen = np.random.MT19937(_NO_ENTROPY)  # type: ignore[arg-type]  # numpy takes any ISeedSequence; its stubs name SeedSequence
-    legacy = getattr(bitgen, "_legacy_seeding", None)  # numpy >= 1.17: RandomState.seed's own call
-    if legacy is not None:
-        legacy(seed)
-        return bitgen
-    # get_state(legacy=False) is MT19937's state dict (typed a plain dict)
-    state: Any = np.random.RandomState(seed).get_state(legacy=False)
-    bitgen.state = state
+    bitgen._legacy_seeding(seed & 0xFFFFFFFF)
     return bitgen
 
 
