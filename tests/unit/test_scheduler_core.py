@@ -169,6 +169,24 @@ def test_max_tokens_eog_and_full_context_finish():
     assert all(s.freed for s in rt.samplers)
 
 
+def test_max_tokens_zero_prefills_the_prompt_and_finishes_without_sampling():
+    """llama-server's ``n_predict`` 0 (a FIM client's cache warm-up): the prompt goes into the KV cache
+    (over several chunks, no logits asked), the sequence finishes ``length`` with no token, and the
+    prompt stays resident: the same prompt again reuses it."""
+    rt, core = make(n_seq_max=2, step_tokens=8)
+    core.add(req(1, PROMPT, max_tokens=0))
+    core.add(req(2, [52] * 4, max_tokens=3))  # decodes beside it
+    out = run(rt, core)
+    assert tokens_of(out, 1) == [] and finish_of(out, 1).reason == "length"
+    assert (finish_of(out, 1).prompt_tokens, finish_of(out, 1).completion_tokens) == (len(PROMPT), 0)
+    assert tokens_of(out, 2) == [FILLER] * 3
+    assert not any(e.logits for b in rt.batches for e in b if e.seq_id == finish_of(out, 1).slot)
+    assert all(s.freed for s in rt.samplers)
+    assert core.kv_cache.prefix.resident(finish_of(out, 1).slot) == PROMPT
+    core.add(req(3, PROMPT, max_tokens=1))
+    assert finish_of(run(rt, core), 3).cached_tokens == len(PROMPT) - MIN_TAIL
+
+
 def test_a_stop_token_id_finishes_like_eog_and_is_not_emitted():
     """vLLM ``stop_token_ids``: the sampled id ends the sequence with ``stop``; other requests are not affected."""
     rt, core = make(prefix_cache=False)

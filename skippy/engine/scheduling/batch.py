@@ -6,7 +6,8 @@ Each decode step is one ``llama_decode`` over a batch built by
 prompts, shortest remaining first (the oldest always progresses), until the
 step's token budget is spent. A prompt's
 last chunk requests logits at its final position, from which the first
-token is sampled. So a request that arrives while others decode joins the
+token is sampled (unless the sequence may generate nothing: ``max_tokens`` 0
+only puts its prompt in the KV cache). So a request that arrives while others decode joins the
 running batch at the next step, and a long prompt prefills over several
 steps while running streams keep producing one token per step.
 """
@@ -195,7 +196,7 @@ def plan_step(seqs: list[SeqState], budget: int) -> BatchPlan | None:
                 left -= len(s.draft)
                 entries.extend(BatchEntry(t, at + 1 + i, s.slot, True) for i, t in enumerate(s.draft))
             continue
-        last = s.n_past + n == len(s.prompt)
+        last = s.n_past + n == len(s.prompt) and s.max_tokens > 0  # max_tokens 0: the prompt only, no logits
         for i in range(n):
             entries.append(BatchEntry(s.prompt[s.n_past + i], at + i, s.slot, last and i == n - 1))
         if last:

@@ -97,7 +97,8 @@ sliding-window models, context checkpoints and slot order are carried out by the
   with several sets running, the steps go round them, the set served longest ago first. A cached prefix,
   context checkpoint or prompt-cache state is reused only by a prompt of the set it was computed under.
 - **Finish**: an end-of-generation token (``stop``), ``max_tokens`` or a full
-  context (``length``), a cancel, a hook stop, or a failed decode (``error``);
+  context (``length``; ``max_tokens`` 0 finishes once the prompt is prefilled), a cancel, a hook stop,
+  or a failed decode (``error``);
   the prefilled prompt's KV stays resident for reuse, the rest is removed.
 - **Embeddings** (:mod:`skippy.engine.scheduling.embed`, the core's
   :class:`~skippy.engine.scheduling.embed.EmbedQueue`): :meth:`~SchedulerCore.add_embedding` queues a request's
@@ -437,6 +438,12 @@ class SchedulerCore:
             kv.n_past += n
             self.counters.n_tokens_max = max(self.counters.n_tokens_max, kv.n_past)
         outputs: list[Output] = []
+        for kv, _ in step.batch.advance:  # max_tokens 0: the prompt is in the KV cache, nothing to sample
+            if kv.max_tokens == 0 and not kv.prefilling and (seq := self._running.get(kv.rid)) is not None:
+                if seq.request.prompt_logprobs is not None and seq.scored is not None:
+                    outputs.append((seq.rid, PromptLogprobs(tuple(seq.scored))))
+                    seq.scored = None
+                outputs.append(self._finish(seq, "length"))
         for task, events in zip(step.samples, result.tokens, strict=True):
             seq = self._running.get(task.rid)
             if seq is None:

@@ -30,7 +30,8 @@ class SeqRequest:
     """One tokenized prompt to admit and generate from.
 
     ``rid`` is unique per engine; ``prompt`` the token ids (not empty);
-    ``max_tokens`` the tokens to generate at most (>= 1). ``hooks``: run the
+    ``max_tokens`` the tokens to generate at most (>= 0; 0: the prompt is prefilled into the
+    KV cache and the sequence finishes ``length`` without sampling, llama-server's ``n_predict`` 0). ``hooks``: run the
     hook policy for this sequence (``request`` is what the policy sees);
     ``signals``: attach entropy and margin to token events. ``cache_key``
     groups prefix-cache eviction (OpenAI ``prompt_cache_key``);
