@@ -71,6 +71,7 @@ from skippy.engine.infill import ExtraChunk, Mixed, format_infill, require_fim
 from skippy.engine.lora import LoraAdapters
 from skippy.engine.output.embeddings import fit, split_input
 from skippy.engine.output.generation import Done, Generation, GenerationError, GenerationOptions
+from skippy.engine.output.line_limits import LineLimits
 from skippy.engine.output.rerank import fit_pair, pair_tokens, template_prompt
 from skippy.engine.preparation import (
     Limits,
@@ -90,13 +91,19 @@ from skippy.engine.preparation import (
 from skippy.engine.protocols.llama_server import wire
 from skippy.engine.protocols.llama_server.translate import (
     DEFAULT_SAMPLERS,
-    InfillReply,
+    NativeAnswer,
     NativeReply,
     default_generation_settings,
     generation_settings,
     slot_views,
 )
-from skippy.engine.protocols.llama_server.types import InfillRequest, MultimodalPrompt, NativeCompletionRequest
+from skippy.engine.protocols.llama_server.types import (
+    InfillRequest,
+    MultimodalPrompt,
+    NativeCompletionRequest,
+    NativeFields,
+    native_n_predict,
+)
 from skippy.engine.protocols.openai import wire as openai_wire
 from skippy.engine.protocols.openai.translate import Choices, embedding_list
 from skippy.engine.protocols.openai.types import (
@@ -113,7 +120,14 @@ from skippy.engine.protocols.rerank.types import RerankRequest, ScoreRequest
 from skippy.engine.runtime.base import Runtime
 from skippy.engine.runtime.media import MediaPrompt, MediaSpan
 from skippy.engine.sampling.constraints import RequestConstraint, constraint_from_request
-from skippy.engine.sampling.native import apply_samplers, native_logit_bias, resolve_logit_bias, sampler_names
+from skippy.engine.sampling.native import (
+    CHAIN,
+    apply_samplers,
+    native_logit_bias,
+    resolve_logit_bias,
+    sampler_names,
+    wants_infill,
+)
 from skippy.engine.sampling.params import SamplingParams
 from skippy.engine.scheduling.budget import ReasoningBudget
 from skippy.engine.scheduling.events import EmbeddingsEvent, EmbedRequest, HookEvent, SeqEvent
@@ -256,16 +270,16 @@ class Engine:
                                                                          and req.stream_options.include_usage))
         return stream.rendered(choices.first_chunks(), choices.chunks)
 
-    async def infill(self, req: InfillRequest) -> wire.Infill:
+    async def infill(self, req: InfillRequest) -> NativeAnswer:
         """llama-server ``/infill``: fill the gap between ``input_prefix`` and ``input_suffix`` (see
-        :mod:`skippy.engine.infill`). Raises :class:`InvalidRequest` (400) for a model without FIM tokens."""
-        gen, stream = await self._start_infill(req)
-        return InfillReply(self.model_id, gen).completion((await drain(stream))[0])
+        :mod:`skippy.engine.infill`); the answer is ``/completion``'s (:meth:`completion_native`). Raises
+        :class:`InvalidRequest` (400) for a model without FIM tokens."""
+        return (await self._native_answers(*await self._start_infill(req)))[0]
 
-    async def infill_stream(self, req: InfillRequest) -> ReplyStream[wire.Infill]:
-        """llama-server ``/infill`` stream events: ``content`` pieces, then the final event (``stop: true``)."""
-        gen, stream = await self._start_infill(req)
-        return stream.rendered([], InfillReply(self.model_id, gen).chunks)
+    async def infill_stream(self, req: InfillRequest) -> ReplyStream[NativeAnswer]:
+        """llama-server ``/infill`` stream: ``/completion``'s chunks (:meth:`completion_native_stream`)."""
+        replies, stream = await self._start_infill(req)
+        return stream.rendered([], lambda index, item: replies[index].chunks(item))
 
     async def embeddings(self, req: EmbeddingRequest) -> openai_wire.EmbeddingList:
         """OpenAI ``POST /v1/embeddings``: one L2-normalized vector per input, pooled on the embedding context.
@@ -378,24 +392,14 @@ class Engine:
         return event
 
     @_preparing
-    async def _start_infill(self, req: InfillRequest) -> tuple[Generation, RequestEvents]:
+    async def _start_infill(self, req: InfillRequest) -> tuple[list[NativeReply], RequestEvents]:
         require_fim(self.meta.fim, "input_prefix")
-        arrival = next(self._arrivals)
-        lora = self.lora.for_request(req.lora)  # 400 naming lora.N.id / lora.N.scale, before any work
         if req.n not in (None, 1):
             raise InvalidRequest("/infill gives one completion: n must be 1", param="n")
-        if req.n_predict is not None:  # llama-server's name wins; -1: up to the context
-            req = msgspec.structs.replace(req, max_tokens=None if req.n_predict < 0 else req.n_predict,
-                                          max_completion_tokens=None)
-        params = self._sampling(req, logprobs=False, top_logprobs=0)
         prompt = await self._infill_tokens(req.input_prefix, req.input_suffix, prompt=req.prompt,
                                            extra=[ExtraChunk(c.text, c.filename) for c in req.input_extra],
-                                           n_predict=req.n_predict if req.n_predict is not None else -1)
-        options = GenerationOptions(stops=stop_strings(req.stop), cache_prompt=req.cache_prompt, arrival=arrival,
-                                    lora=lora)
-        gen = Generation(next(self._rids), prompt, params, self._max_tokens(req, len(prompt)),
-                         piece=self.runtime.vocab.piece, parser=ContentParser(), options=options)
-        return gen, self._submit([gen], None)
+                                           n_predict=native_n_predict(req))
+        return await self._native(req, [(prompt, (), None)])
 
     async def _infill_tokens(self, prefix: Mixed, suffix: Mixed, *, prompt: Mixed = "",
                              extra: list[ExtraChunk] | None = None, n_predict: int = -1) -> list[int]:
@@ -424,10 +428,22 @@ class Engine:
         return text_choices(req, texts, gens, model=self.reply_model(req.model), reply_id=reply_id("cmpl"),
                             created=int(time.time()), include_usage=include_usage)
 
-    async def completion_native(self, req: NativeCompletionRequest) -> list[wire.NativeCompletion]:
+    async def completion_native(self, req: NativeCompletionRequest) -> list[NativeAnswer]:
         """llama-server's native ``/completion``: one answer per prompt of ``req`` (see
-        :meth:`NativeCompletionRequest.prompts`), all generated at once. Raises like :meth:`completion`."""
+        :meth:`NativeCompletionRequest.prompts`), all generated at once; ``response_fields`` makes each a dict
+        of those fields (:func:`~skippy.engine.protocols.llama_server.translate.select_fields`). Raises like
+        :meth:`completion`."""
+        return await self._native_answers(*await self._start_native(req))
+
+    async def completion_native_stream(self, req: NativeCompletionRequest) -> ReplyStream[NativeAnswer]:
+        """llama-server's native ``/completion`` stream: every prompt's chunks as its tokens come (``index``
+        says whose; all prompts are generated at once), each prompt's ending with its answer (``stop: true``)."""
         replies, stream = await self._start_native(req)
+        return stream.rendered([], lambda index, item: replies[index].chunks(item))
+
+    @staticmethod
+    async def _native_answers(replies: list[NativeReply], stream: RequestEvents) -> list[NativeAnswer]:
+        """Each prompt's answer once every prompt's generation is done."""
         dones: dict[int, Done] = {}
         async with aclosing(stream):
             async for index, item in stream:
@@ -436,30 +452,10 @@ class Engine:
                     dones[index] = item
         if len(dones) != len(replies):
             raise GenerationError("generation ended without a result")
-        return [reply.answer(dones[i]) for i, reply in enumerate(replies)]
-
-    async def completion_native_stream(self, req: NativeCompletionRequest) -> ReplyStream[wire.NativeCompletion]:
-        """llama-server's native ``/completion`` stream: every prompt's chunks as its tokens come (``index``
-        says whose; all prompts are generated at once), each prompt's ending with its answer (``stop: true``)."""
-        replies, stream = await self._start_native(req)
-        return stream.rendered([], lambda index, item: replies[index].chunks(item))
+        return [reply.final(dones[i]) for i, reply in enumerate(replies)]
 
     @_preparing
     async def _start_native(self, req: NativeCompletionRequest) -> tuple[list[NativeReply], RequestEvents]:
-        if not -1 <= req.id_slot < self.meta.n_seq_max:
-            raise InvalidRequest(f"id_slot must be -1 or a slot id (0..{self.meta.n_seq_max - 1})", param="id_slot")
-        arrival = next(self._arrivals)
-        lora = self.lora.for_request(req.lora)
-        n_probs = req.n_probs or 0
-        sreq = msgspec.structs.replace(apply_samplers(req, req.samplers), logit_bias=None)
-        params = self._sampling(sreq, logprobs=True, top_logprobs=n_probs)  # token ids ride on logprob events
-        params = attrs.evolve(params, logit_bias=await self._native_logit_bias(req))
-        params = await self._constrained(params, constraint_from_request(req))
-        n_predict = req.n_predict if req.n_predict is not None else (
-            req.max_tokens if req.max_tokens is not None else -1)
-        stops = stop_strings(req.stop)
-        samplers = [n for n in sampler_names(req.samplers) if n in DEFAULT_SAMPLERS] if req.samplers else \
-            DEFAULT_SAMPLERS
         prompts: list[tuple[list[int], tuple[MediaSpan, ...], str | None]] = []
         for parts in req.prompts():
             if isinstance(parts, MultimodalPrompt):  # a prompt object: its images fill its media markers
@@ -478,16 +474,40 @@ class Engine:
             if not tokens:
                 raise InvalidRequest("prompt is empty", param="prompt")
             prompts.append((tokens, (), None))
+        return await self._native(req, prompts)
+
+    async def _native(self, req: NativeFields, prompts: list[tuple[list[int], tuple[MediaSpan, ...], str | None]]
+                      ) -> tuple[list[NativeReply], RequestEvents]:
+        """Submit ``/completion`` or ``/infill`` generations: one per prompt (its token ids, images, and text
+        when it came as text), with the request's sampling, ``n_predict`` and line limits."""
+        if not -1 <= req.id_slot < self.meta.n_seq_max:
+            raise InvalidRequest(f"id_slot must be -1 or a slot id (0..{self.meta.n_seq_max - 1})", param="id_slot")
+        if req.n_indent < 0:
+            raise InvalidRequest("n_indent must be >= 0", param="n_indent")
+        arrival = next(self._arrivals)
+        lora = self.lora.for_request(req.lora)
+        n_probs = req.n_probs or 0
+        n_predict = native_n_predict(req)
         limit = None if n_predict < 0 else n_predict
+        # max_tokens is n_predict (0 is taken here: the prompt only); the sampling checks see a positive one
+        sreq = msgspec.structs.replace(apply_samplers(req, req.samplers), logit_bias=None, max_completion_tokens=None,
+                                       max_tokens=limit or None)
+        params = self._sampling(sreq, logprobs=True, top_logprobs=n_probs)  # token ids ride on logprob events
+        params = attrs.evolve(params, logit_bias=await self._native_logit_bias(req), infill=wants_infill(req.samplers))
+        params = await self._constrained(params, constraint_from_request(req))
+        stops = stop_strings(req.stop)
+        samplers = [n for n in sampler_names(req.samplers) if n in CHAIN] if req.samplers is not None else \
+            DEFAULT_SAMPLERS
         gens, replies = [], []
         options = GenerationOptions(stops=stops, include_stop=req.include_stop_str_in_output,
                                     cache_prompt=req.cache_prompt, speculative=speculative(req, self.limits),
                                     arrival=arrival, lora=lora)
         for index, (tokens, media, text) in enumerate(prompts):
-            max_tokens = self._max_tokens(msgspec.structs.replace(sreq, max_tokens=limit, max_completion_tokens=None),
-                                          len(tokens))
+            max_tokens = self._max_tokens(msgspec.structs.replace(sreq, max_tokens=limit), len(tokens), allow_zero=True)
+            limits = LineLimits(req.n_indent, req.t_max_predict_ms, clock=time.perf_counter)
             gen = Generation(next(self._rids), tokens, params, max_tokens, piece=self.runtime.vocab.piece,
-                             parser=ContentParser(), options=attrs.evolve(options, media=media) if media else options)
+                             parser=ContentParser(), early_stop=limits if limits.active else None,
+                             options=attrs.evolve(options, media=media) if media else options)
             settings = generation_settings(params, n_predict=n_predict, stop=stops, stream=req.stream,
                                            n_probs=n_probs, samplers=samplers,
                                            timings_per_token=req.timings_per_token, ignore_eos=req.ignore_eos)
@@ -497,6 +517,7 @@ class Engine:
             replies.append(NativeReply(self.reply_model(req.model), gen, prompt_text=prompt_text, settings=settings,
                                        index=index, return_tokens=req.return_tokens, n_probs=n_probs,
                                        timings_per_token=req.timings_per_token, return_progress=req.return_progress,
+                                       response_fields=req.response_fields,
                                        slot_info=functools.partial(self.scheduler.seq_info, rid)))
         return replies, self._submit(gens, None)
 
@@ -518,7 +539,7 @@ class Engine:
         return await self.tokenizer.tokenize_media(prompt.prompt_string, tuple(images), "prompt", where=tuple(
             f"prompt.multimodal_data[{k}]" for k in range(len(images))))
 
-    async def _native_logit_bias(self, req: NativeCompletionRequest) -> tuple[tuple[int, float], ...]:
+    async def _native_logit_bias(self, req: NativeFields) -> tuple[tuple[int, float], ...]:
         """llama-server's ``logit_bias`` forms as ``(token id, bias)`` pairs: a text's tokens (tokenized as
         llama-server does, no special tokens) each get its bias. Raises :class:`InvalidRequest` (400,
         ``logit_bias``) for a malformed entry or a token id outside the vocabulary."""
@@ -846,10 +867,10 @@ class Engine:
             params = attrs.evolve(params, constraint=rc.constraint)
         return params
 
-    def _max_tokens(self, req: SamplingFields, n_prompt: int) -> int:
+    def _max_tokens(self, req: SamplingFields, n_prompt: int, *, allow_zero: bool = False) -> int:
         """The completion budget of a prompt of ``n_prompt`` tokens (:func:`completion_budget`); a clamped
         ``max_tokens`` is noted in the :class:`RequestTrace` (the header and the log line report it)."""
-        budget = completion_budget(req, n_prompt, self.limits)
+        budget = completion_budget(req, n_prompt, self.limits, allow_zero=allow_zero)
         trace = TRACE.get()
         if budget.clamped is not None and trace is not None and (
                 trace.max_tokens_clamped is None or budget.clamped[1] < trace.max_tokens_clamped[1]):

@@ -94,16 +94,17 @@ def sampling(req: SamplingFields, limits: Limits, *, logprobs: bool, top_logprob
                                  n_ctx=limits.n_ctx)
 
 
-def completion_budget(req: SamplingFields, n_prompt: int, limits: Limits) -> Budget:
+def completion_budget(req: SamplingFields, n_prompt: int, limits: Limits, *, allow_zero: bool = False) -> Budget:
     """The completion budget of a prompt of ``n_prompt`` tokens: ``max_tokens`` (or
     ``max_completion_tokens``), else the server's ``n_predict`` within the room left (at least 1), else
-    the room left in the context. A prompt that alone fills the
+    the room left in the context. ``max_tokens`` 0 is a 400 unless ``allow_zero`` (llama-server's
+    ``n_predict`` 0: the prompt is prefilled, nothing generated). A prompt that alone fills the
     context is a 400 ``context_length_exceeded``; so is a ``max_tokens`` beyond the room left when
     ``clamp_max_tokens`` is off (as OpenAI and vLLM refuse it), else it is clamped to the room (as
     llama-server and Ollama do) and :attr:`Budget.clamped` says so."""
     n_ctx = limits.n_ctx
     asked = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-    if asked is not None and asked < 1:
+    if asked is not None and asked < (0 if allow_zero else 1):
         raise InvalidRequest("max_tokens must be >= 1", param="max_tokens")
     if n_prompt >= n_ctx:
         raise ContextLengthExceeded(

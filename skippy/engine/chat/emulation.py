@@ -379,6 +379,8 @@ class EarlyStop:
     exactly as :class:`EmulatedToolParser` does (``<think>`` spans skipped).
     """
 
+    finish_reason = "stop"
+
     def __init__(self, allowed_tools: set[str], parallel_tool_calls: bool = True) -> None:
         self._parser = EmulatedToolParser(allowed_tools, parallel_tool_calls, id_factory=lambda: "")
         self.parallel_tool_calls = parallel_tool_calls

@@ -285,7 +285,7 @@ class Generation:
             self.finish_info = FinishInfo(status="error", completion_tokens=n, error=ev.error)
             raise GenerationError(f"generation failed: {ev.error}")
         if self._pipeline.stopped:
-            reason = "stop"
+            reason = self._pipeline.finish_reason  # a stop string; an early-stop rule's (a limit: length)
         elif ev.reason == "cancelled":
             self.finish_info = FinishInfo(status="error", completion_tokens=n, error="engine stopped")
             raise EngineClosed("the engine stopped before the generation finished")

@@ -18,10 +18,12 @@ class EarlyStopRule(Protocol):
     """Decides from the text so far that generation is complete (e.g. a finished tool call).
 
     ``feed(text) -> bool``; once true, ``keep`` is how many characters of
-    all text fed belong to the answer.
+    all text fed belong to the answer, and ``finish_reason`` the generation's finish
+    (``stop``; ``length`` for a limit, as llama-server's ``n_indent``).
     """
 
     keep: int | None
+    finish_reason: str
 
     def feed(self, text: str) -> bool: ...
 
@@ -48,6 +50,12 @@ class OutputPipeline:
     def stopped(self) -> bool:
         """True once a stop string matched or the early-stop rule fired: the caller ends the generation."""
         return self._stop.stopped or self._early_stopped
+
+    @property
+    def finish_reason(self) -> str:
+        """The finish a stop gives: the early-stop rule's once it fired, else ``stop`` (a stop string)."""
+        return self._early.finish_reason if self._early_stopped and self._early is not None else "stop"
+
     @property
     def stopping_word(self) -> str:
         """The stop string that ended the generation ("" when none did)."""

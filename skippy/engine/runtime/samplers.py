@@ -148,6 +148,8 @@ class SamplerMixin:
                 add(llama_cpp.llama_sampler_init_typical(params.typical_p, keep))
             add(llama_cpp.llama_sampler_init_top_p(params.top_p, keep))
             add(llama_cpp.llama_sampler_init_min_p(params.min_p, keep))
+            if params.infill:
+                add(llama_cpp.llama_sampler_init_infill(self.vocab._vocab))
             if params.xtc_probability > 0.0 and params.xtc_threshold <= 0.5:
                 add(llama_cpp.llama_sampler_init_xtc(params.xtc_probability, params.xtc_threshold, keep,
                                                      params.seed))

@@ -13,8 +13,12 @@ penalties -> top_k -> top_p -> min_p -> temperature -> dist
 - ``dry``, ``typ_p``, ``xtc`` and ``top_n_sigma`` are accepted and do nothing:
   at llama-server's defaults (which are the only values we take) they are
   identity samplers;
-- an order our chain cannot run (e.g. ``temperature`` before ``top_k``),
-  ``infill`` or an unknown name is a 400 naming ``samplers``.
+- ``infill`` (llama.cpp's infill sampler, which code-completion clients such as
+  llama.vim ask for) runs between ``min_p`` and ``temperature``
+  (:attr:`SamplingParams.infill <skippy.engine.sampling.params.SamplingParams>`, see
+  :func:`wants_infill`);
+- an order our chain cannot run (e.g. ``temperature`` before ``top_k``)
+  or an unknown name is a 400 naming ``samplers``.
 
 llama-server's ``logit_bias`` forms (``[[id, bias]]``, ``[[id, false]]``,
 ``[["text", bias]]``, ``{"id": bias}``, ``{"text": bias}``) are read by
@@ -38,7 +42,7 @@ from skippy.engine.protocols.openai.types import SamplingFields
 T = TypeVar("T", bound=SamplingFields)
 
 #: our chain, in order
-CHAIN = ("penalties", "top_k", "top_p", "min_p", "temperature")
+CHAIN = ("penalties", "top_k", "top_p", "min_p", "infill", "temperature")
 #: identity at llama-server's defaults: accepted, nothing to run
 NEUTRAL = frozenset({"dry", "typ_p", "xtc", "top_n_sigma"})
 #: llama.cpp's names and aliases -> canonical name
@@ -79,8 +83,6 @@ def apply_samplers(req: T, samplers: list[str] | str | None) -> T:
     if samplers is None:
         return req
     names = [n for n in sampler_names(samplers) if n not in NEUTRAL]
-    if "infill" in names:
-        raise InvalidRequest("the infill sampler is not supported", param="samplers")
     order = [CHAIN.index(n) for n in names]
     if order != sorted(set(order)):
         raise InvalidRequest(f"samplers must keep this server's chain order {list(CHAIN)} (each once), "
@@ -97,6 +99,11 @@ def apply_samplers(req: T, samplers: list[str] | str | None) -> T:
     if "temperature" not in names:
         changes["temperature"] = 1.0
     return msgspec.structs.replace(req, **changes)
+
+
+def wants_infill(samplers: list[str] | str | None) -> bool:
+    """Whether ``samplers`` names llama.cpp's infill sampler (checked by :func:`apply_samplers`)."""
+    return samplers is not None and "infill" in sampler_names(samplers)
 
 
 #: one ``logit_bias`` entry before tokenization: a token id or a text, and its additive bias (``-inf``: banned)

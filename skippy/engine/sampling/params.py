@@ -6,7 +6,7 @@ other samplers off (typical_p 1.0, mirostat 0, dry_multiplier 0,
 xtc_probability 0, top_n_sigma -1, dynatemp_range 0). A temperature of 0
 means greedy decoding. The llama.cpp sampler chain order is llama.cpp
 ``common_sampler``'s: logit_bias -> penalties -> dry -> top_n_sigma -> top_k
--> typical_p -> top_p -> min_p -> xtc -> temperature (dynatemp) ->
+-> typical_p -> top_p -> min_p (-> infill, when asked) -> xtc -> temperature (dynatemp) ->
 dist(seed); with ``mirostat`` 1 or 2 the part after dry is temperature ->
 mirostat instead (llama.cpp drops penalties and DRY there; we keep them
 when asked for, since a client that sends them expects them applied).
@@ -48,7 +48,9 @@ class SamplingParams:
     sampled; a sampled token of ``stop_token_ids`` ends the sequence like an
     end-of-generation token (the scheduler checks it). A finished constraint
     still ends the sequence. ``penalty_last_n`` and ``dry_penalty_last_n`` are
-    token counts (-1 already resolved to the sequence context).
+    token counts (-1 already resolved to the sequence context). ``infill``: llama.cpp's infill
+    sampler runs after ``min_p`` (llama-server's ``samplers`` naming ``infill``, as code-completion
+    clients do: it merges candidates that are prefixes of one another and favours ending the fill).
     """
 
     temperature: float = 0.8
@@ -84,6 +86,7 @@ class SamplingParams:
     ignore_eos: bool = False
     min_tokens: int = 0
     stop_token_ids: frozenset[int] = frozenset()
+    infill: bool = False
 
     @property
     def greedy(self) -> bool:
@@ -93,7 +96,8 @@ class SamplingParams:
     def extended(self) -> bool:
         """True when a sampler beyond penalties/top_k/top_p/min_p/temperature is on (they need llama.cpp's chain)."""
         return (self.typical_p < 1.0 or self.mirostat != 0 or self.dry_multiplier > 0.0
-                or self.xtc_probability > 0.0 or self.top_n_sigma > 0.0 or self.dynatemp_range > 0.0)
+                or self.xtc_probability > 0.0 or self.top_n_sigma > 0.0 or self.dynatemp_range > 0.0
+                or self.infill)
 
 
 def _check(cond: bool, message: str, param: str) -> None:

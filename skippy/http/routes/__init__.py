@@ -116,8 +116,9 @@ ROUTES: tuple[Route, ...] = (
           response=rwire.ResponseObject),
     Route(("/v1/responses/<response_id>", "/responses/<response_id>"), "DELETE", responses_delete,
           "Forget a stored response (404 when there is none)", response=rwire.ResponseDeleted),
-    Route(("/infill",), "POST", infill, "llama-server /infill: fill-in-the-middle with the model's FIM tokens "
-          "(SSE when stream is true)", InfillRequest, wire.Infill, sse=wire.Infill),
+    Route(("/infill",), "POST", infill, "llama-server /infill: fill-in-the-middle with the model's FIM tokens, "
+          "answered as /completion (SSE without [DONE] when stream is true)", InfillRequest, wire.NativeCompletion,
+          sse=wire.NativeCompletion),
     Route(("/v1/embeddings",), "POST", embeddings, "OpenAI Embeddings: L2-normalized vectors from the embedding "
           "context (501 unless the server runs with --embeddings)", EmbeddingRequest, openai_wire.EmbeddingList),
     Route(("/v1/rerank", "/rerank", "/v2/rerank", "/reranking", "/v1/reranking"), "POST", rerank,

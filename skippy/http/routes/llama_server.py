@@ -44,9 +44,9 @@ async def infill() -> Response:
     name, req = app.adapted(req)  # model "BASE:ADAPTER": a LoRA adapter of BASE
     eng = await app.engine_for(name)
     if req.stream:
-        return await stream(app, ctx, lambda: eng.infill_stream(req))
+        return await stream(app, ctx, lambda: eng.infill_stream(req), NATIVE_SSE)
     result = await unless_gone(app, ctx, eng.infill(req))
-    ctx.tokens = result.tokens_predicted or 0
+    ctx.tokens = ctx.trace.completion_tokens
     return json_response(result)
 
 
@@ -61,7 +61,7 @@ async def completion_native() -> Response:
     if req.stream:
         return await stream(app, ctx, lambda: eng.completion_native_stream(req), NATIVE_SSE)
     results = await unless_gone(app, ctx, eng.completion_native(req))
-    ctx.tokens = sum(r.tokens_predicted for r in results)
+    ctx.tokens = ctx.trace.completion_tokens
     return json_response(results[0] if len(results) == 1 else results)  # llama-server: a list for several
 
 

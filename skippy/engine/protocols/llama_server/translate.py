@@ -14,7 +14,8 @@ character or a possible stop string goes out with a later token); the non-stream
 answer carries every generated id only with ``return_tokens``; a stream's final
 chunk carries none (they were in the chunks).
 
-:class:`InfillReply` builds the ``/infill`` reply and stream events the same way.
+``/infill`` answers in the same shape (llama-server runs it as a completion of its fill-in-the-middle
+prompt). ``response_fields`` keeps only the named fields of the final answer (:func:`select_fields`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+import msgspec
 
 from skippy.engine.output.generation import Done, Generation, Piece
 from skippy.engine.protocols.llama_server import wire
@@ -58,13 +61,15 @@ class NativeReply:
     ``index``: the prompt's position in a multi-prompt request; ``prompt_text``: the prompt as text;
     ``settings``: its ``generation_settings``; ``return_tokens`` (the answer's ``tokens``; stream chunks
     carry theirs always), ``n_probs``, ``timings_per_token``, ``return_progress``: the request's fields.
-    ``slot_info()`` gives ``(slot, cached prompt tokens)`` of the running sequence (read once, at its
-    first token). ``clock`` gives seconds (per-token timings).
+    ``response_fields``: the fields the final answer keeps (``None``: all). ``slot_info()`` gives
+    ``(slot, cached prompt tokens)`` of the running sequence (read once, at its first token). ``clock``
+    gives seconds (per-token timings).
     """
 
     def __init__(self, model: str, generation: Generation, *, prompt_text: str, settings: wire.GenerationSettings,
                  index: int = 0, return_tokens: bool = False, n_probs: int = 0, timings_per_token: bool = False,
-                 return_progress: bool = False, slot_info: Callable[[], tuple[int, int]] = lambda: (-1, 0),
+                 return_progress: bool = False, response_fields: Sequence[str] | None = None,
+                 slot_info: Callable[[], tuple[int, int]] = lambda: (-1, 0),
                  clock: Callable[[], float] = time.perf_counter) -> None:
         self.model = model
         self.generation = generation
@@ -75,6 +80,7 @@ class NativeReply:
         self.n_probs = n_probs
         self.timings_per_token = timings_per_token
         self.return_progress = return_progress
+        self.response_fields = response_fields
         self._slot_info = slot_info
         self._clock = clock
         self._t0 = clock()
@@ -119,9 +125,9 @@ class NativeReply:
         self.slot, self._cached = self._slot_info()
         return True
 
-    def chunks(self, item: Piece | Done) -> list[wire.NativeCompletion]:
+    def chunks(self, item: Piece | Done) -> list[NativeAnswer]:
         """The stream chunks for one generation item (a :class:`Done` ends with the final answer)."""
-        out = []
+        out: list[NativeAnswer] = []
         first = self.observe(item)
         if isinstance(item, Piece):
             if first and self.return_progress and self._t_first is not None:  # observe() just set _t_first
@@ -134,8 +140,13 @@ class NativeReply:
         tail = "".join(d.content for d in item.deltas)
         if tail:
             out.append(self._chunk(tail, []))
-        out.append(self.answer(item, content=""))
+        out.append(self.final(item, content=""))
         return out
+
+    def final(self, done: Done, content: str | None = None) -> NativeAnswer:
+        """The final answer (:meth:`answer`) with only the ``response_fields`` asked for, if any."""
+        answer = self.answer(done, content)
+        return answer if self.response_fields is None else select_fields(answer, self.response_fields)
 
     def answer(self, done: Done, content: str | None = None) -> wire.NativeCompletion:
         """The final answer (``stop: true``); ``content`` defaults to the whole generated text."""
@@ -160,31 +171,25 @@ class NativeReply:
             completion_probabilities=self._probs(done.tokens) if content is None else wire.UNSET)
 
 
-class InfillReply:
-    """llama-server ``/infill`` replies (:class:`wire.Infill`) for one :class:`Generation`."""
+#: A ``/completion`` or ``/infill`` answer: the whole one, or the ``response_fields`` kept (:func:`select_fields`)
+NativeAnswer = wire.NativeCompletion | dict[str, Any]
 
-    def __init__(self, model: str, generation: Generation) -> None:
-        self.model = model
-        self.generation = generation
 
-    def chunks(self, index: int, item: Piece | Done) -> list[wire.Infill]:
-        """One event per item with text (``stop: false``); a :class:`Done` gives the last one with the totals."""
-        text = "".join(d.content for d in item.deltas)
-        if isinstance(item, Done):
-            return [self._final(text, item)]
-        return [wire.Infill(content=text, stop=False)] if text else []
-
-    def completion(self, done: Done) -> wire.Infill:
-        """The whole reply (non-streamed)."""
-        return self._final(done.message.content, done)
-
-    def _final(self, content: str, done: Done) -> wire.Infill:
-        counts = done.counts
-        return wire.Infill(content=content, stop=True, model=self.model,
-                           stop_type="limit" if done.finish_reason == "length" else "eos", stopping_word="",
-                           tokens_predicted=counts.completion_tokens, tokens_evaluated=counts.prompt_tokens,
-                           tokens_cached=counts.cached_tokens, truncated=False,
-                           timings=openai_translate.timings(done.counts))
+def select_fields(answer: wire.NativeCompletion, paths: Sequence[str]) -> dict[str, Any]:
+    """llama-server's ``response_fields`` (its ``json_get_nested_values``): the answer's value at each path,
+    under the path itself (``"timings/prompt_n"`` walks into ``timings`` and is one key of the result); a
+    path the answer lacks is left out (``[""]`` keeps nothing)."""
+    whole = msgspec.to_builtins(answer)
+    out: dict[str, Any] = {}
+    for path in paths:
+        value: Any = whole
+        for key in path.split("/"):
+            if not isinstance(value, dict) or key not in value:
+                break
+            value = value[key]
+        else:
+            out[path] = value
+    return out
 
 
 def default_generation_settings(n_predict: int = -1) -> wire.GenerationSettings:

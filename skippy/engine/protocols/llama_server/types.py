@@ -23,21 +23,6 @@ class InfillExtra(msgspec.Struct, kw_only=True):
     filename: str = "tmp"
 
 
-class InfillRequest(SamplingFields, kw_only=True):
-    """``POST /infill`` body (llama-server): fill the gap between ``input_prefix`` and ``input_suffix``.
-
-    ``input_extra``: more files for context, before the prefix; ``prompt``:
-    text (or token ids) appended to the prefix. ``n_predict`` (llama-server)
-    is ``max_tokens`` (it wins when both are set; -1: no limit but the context).
-    """
-
-    input_prefix: str | list[int] = ""
-    input_suffix: str | list[int] = ""
-    input_extra: list[InfillExtra] = msgspec.field(default_factory=list)
-    prompt: str | list[int] = ""
-    n_predict: int | None = None
-
-
 #: One llama-server prompt: text, token ids, or a mix of both (strings are tokenized in place).
 PromptPart = int | str
 
@@ -55,24 +40,26 @@ class MultimodalPrompt(msgspec.Struct, kw_only=True):
     multimodal_data: list[str] = msgspec.field(default_factory=list)
 
 
-class NativeCompletionRequest(SamplingFields, kw_only=True):
-    """llama-server's native ``POST /completion`` (and ``/completions`` without ``/v1``) body.
+class NativeFields(SamplingFields, kw_only=True):
+    """The fields llama-server's ``/completion`` and ``/infill`` share beyond the OpenAI ones (its
+    ``params_from_json_cmpl``).
 
-    ``prompt``: a string, a list of token ids, a list mixing ids and strings (one prompt), or a list of
-    strings / lists (several prompts: the answer is a list, one result per prompt, ``index`` in order).
-    ``n_predict`` (-1: until the context is full) is ``max_tokens``. ``n_probs`` adds
+    ``n_predict`` (-1: until the context is full; 0: the prompt is put in the KV cache and nothing is
+    generated, a code-completion client's cache warm-up) is ``max_tokens``. ``n_probs`` adds
     ``completion_probabilities`` (that many alternatives per token, <= 20); ``return_tokens`` the
     generated token ids in the answer (stream chunks carry theirs anyway, as llama-server's);
     ``samplers`` (names, or llama.cpp's one-letter string) chooses which samplers of the chain run (see
     :func:`skippy.engine.sampling.native.apply_samplers`); ``json_schema`` and ``grammar`` constrain
     the output; ``timings_per_token`` adds ``timings`` to each streamed chunk, ``return_progress`` a
-    ``prompt_progress`` chunk once the prompt is in the KV cache. ``id_slot`` is checked (-1 or a slot
-    id) but the scheduler places the request (a slot's cached prefix is reused by any request that
+    ``prompt_progress`` chunk once the prompt is in the KV cache. ``n_indent`` and ``t_max_predict_ms``
+    end a completion at a line (:mod:`skippy.engine.output.line_limits`); ``response_fields`` keeps only
+    those fields of the answer, a ``/`` path naming a nested one (``"timings/prompt_n"``, a key of its
+    own in the answer, as llama-server's ``json_get_nested_values``). ``id_slot`` is checked (-1 or a
+    slot id) but the scheduler places the request (a slot's cached prefix is reused by any request that
     shares it). ``logit_bias`` takes llama-server's forms (:data:`NativeLogitBias`: pairs or an
     object, token ids or texts, ``false`` bans), not only OpenAI's ``{"id": bias}``.
     """
 
-    prompt: str | MultimodalPrompt | list[PromptPart | list[PromptPart] | MultimodalPrompt]
     logit_bias: NativeLogitBias | None = None  # type: ignore[assignment]
     n_predict: int | None = None
     id_slot: int = -1
@@ -80,6 +67,42 @@ class NativeCompletionRequest(SamplingFields, kw_only=True):
     samplers: list[str] | str | None = None
     timings_per_token: bool = False
     return_progress: bool = False
+    n_indent: int = 0
+    t_max_predict_ms: int = -1
+    response_fields: list[str] | None = None
+
+
+def native_n_predict(req: NativeFields) -> int:
+    """The tokens ``req`` may generate: ``n_predict``, else ``max_tokens`` (llama-server reads both), else -1
+    (until the context is full); 0 generates nothing."""
+    if req.n_predict is not None:
+        return req.n_predict
+    return req.max_tokens if req.max_tokens is not None else -1
+
+
+class InfillRequest(NativeFields, kw_only=True):
+    """``POST /infill`` body (llama-server): fill the gap between ``input_prefix`` and ``input_suffix``.
+
+    ``input_extra``: more files for context, before the prefix; ``prompt``: text (or token ids)
+    appended to the prefix. The other fields are ``/completion``'s (:class:`NativeFields`), and so
+    is the answer.
+    """
+
+    input_prefix: str | list[int] = ""
+    input_suffix: str | list[int] = ""
+    input_extra: list[InfillExtra] = msgspec.field(default_factory=list)
+    prompt: str | list[int] = ""
+
+
+class NativeCompletionRequest(NativeFields, kw_only=True):
+    """llama-server's native ``POST /completion`` (and ``/completions`` without ``/v1``) body.
+
+    ``prompt``: a string, a list of token ids, a list mixing ids and strings (one prompt), or a list of
+    strings / lists (several prompts: the answer is a list, one result per prompt, ``index`` in order);
+    the other fields: :class:`NativeFields`.
+    """
+
+    prompt: str | MultimodalPrompt | list[PromptPart | list[PromptPart] | MultimodalPrompt]
 
     def prompts(self) -> list[list[PromptPart] | MultimodalPrompt]:
         """The prompts (llama-server ``tokenize_input_prompts``): a string, or a list of ids with or without

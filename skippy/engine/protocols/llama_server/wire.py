@@ -1,6 +1,6 @@
 """The llama-server wire model: the JSON objects of llama-server's own routes, as msgspec Structs.
 
-``/completion`` (:class:`NativeCompletion`), ``/infill``, ``/health``,
+``/completion`` and ``/infill`` (:class:`NativeCompletion`), ``/health``,
 ``/tokenize``, ``/detokenize``, ``/apply-template``,
 ``/v1/chat/completions/input_tokens``, ``/slots`` and ``/props``'
 ``generation_settings``, in the shapes of llama.cpp's ``tools/server``. Encoding
@@ -20,37 +20,11 @@ from skippy.engine.protocols.base import UNSET, UnsetType, WireStruct
 from skippy.engine.protocols.openai.wire import Timings
 
 __all__ = [
-    "RESPONSES", "UNSET", "ApplyTemplateResponse", "DetokenizeResponse", "GenerationSettings", "Health", "Infill",
+    "RESPONSES", "UNSET", "ApplyTemplateResponse", "DetokenizeResponse", "GenerationSettings", "Health",
     "InputTokens", "LoraAdapter", "LoraApplied", "LoraScale", "NativeCompletion", "NativeTokenProb",
     "NativeTopProb", "PromptProgress", "Slot", "SlotErased",
     "SlotNextToken", "SlotRestored", "SlotSaved", "TokenPiece", "TokenizeResponse", "UnsetType",
 ]
-
-
-# -- llama-server /infill ----------------------------------------------------------------------------
-
-class Infill(WireStruct, kw_only=True):
-    """llama-server ``POST /infill`` reply (its ``/completion`` shape), and each SSE event of a streamed one.
-
-    Stream events carry the new ``content`` with ``stop: false``; the reply and
-    the last event have ``stop: true`` and the totals: ``stop_type`` (``eos``:
-    an end-of-generation token or a stop string, ``limit``: ``n_predict`` or the
-    context), ``tokens_predicted``, ``tokens_evaluated`` (the prompt),
-    ``tokens_cached`` (prompt tokens reused) and ``timings``.
-    """
-
-    index: int = 0
-    content: str
-    tokens: list[int] = msgspec.field(default_factory=list)
-    stop: bool
-    model: str | UnsetType = UNSET
-    stop_type: str | UnsetType = UNSET
-    stopping_word: str | UnsetType = UNSET
-    tokens_predicted: int | UnsetType = UNSET
-    tokens_evaluated: int | UnsetType = UNSET
-    tokens_cached: int | UnsetType = UNSET
-    truncated: bool | UnsetType = UNSET
-    timings: Timings | UnsetType = UNSET
 
 
 class Health(WireStruct, kw_only=True):
@@ -298,5 +272,5 @@ class ModelActionResult(WireStruct, kw_only=True):
 
 #: Every top-level response object of this API (for the OpenAPI components).
 RESPONSES: tuple[type[WireStruct], ...] = (
-    Health, TokenizeResponse, DetokenizeResponse, ApplyTemplateResponse, InputTokens, Infill, NativeCompletion, Slot,
+    Health, TokenizeResponse, DetokenizeResponse, ApplyTemplateResponse, InputTokens, NativeCompletion, Slot,
     SlotSaved, SlotRestored, SlotErased, ModelActionResult)

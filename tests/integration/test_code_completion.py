@@ -1,0 +1,80 @@
+"""What code-completion clients of llama-server (llama.vim, llama.vscode) send to ``/completion`` and
+``/infill``, on the real server and model: ``n_predict`` 0 (a cache warm-up: the prompt goes into the KV
+cache, nothing is generated), ``n_indent`` and ``t_max_predict_ms`` (a completion ends at a line),
+``response_fields`` (only the fields asked for) and the ``infill`` sampler."""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.sse import iter_sse
+from tests.support import Server
+
+#: a prompt long enough for its prefix to be reused (MIN_REUSE)
+PROMPT = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number, computed iteratively.\"\"\"\n" * 3
+#: llama.vim's response_fields for a completion (its autoload/llama.vim)
+VIM_FIELDS = ["content", "timings/prompt_n", "timings/prompt_ms", "timings/prompt_per_token_ms",
+              "timings/prompt_per_second", "timings/predicted_n", "timings/predicted_ms",
+              "timings/predicted_per_token_ms", "timings/predicted_per_second", "truncated", "tokens_cached"]
+
+
+def complete(srv: Server, **body) -> dict:
+    r = httpx.post(srv.base_url + "/completion", json={"prompt": PROMPT, "temperature": 0, **body}, timeout=120)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_n_predict_0_puts_the_prompt_in_the_cache_and_generates_nothing(server: Server) -> None:
+    warm = complete(server, n_predict=0, cache_prompt=True)
+    assert warm["content"] == "" and warm["tokens_predicted"] == 0 and warm["stop_type"] == "limit"
+    n = warm["tokens_evaluated"]
+    assert n > 32 and warm["timings"]["predicted_n"] == 0
+    # the next request with that prompt reuses it: all but its last tokens come from the cache
+    after = complete(server, n_predict=2, cache_prompt=True)
+    assert after["tokens_predicted"] == 2 and after["timings"]["cache_n"] >= n - 2
+    # max_tokens 0 (llama-server reads it as n_predict) and a stream: one final chunk
+    assert complete(server, max_tokens=0)["tokens_predicted"] == 0
+    with httpx.stream("POST", server.base_url + "/completion", json={"prompt": PROMPT, "n_predict": 0, "stream": True},
+                      timeout=120) as r:
+        assert r.status_code == 200
+        [only] = list(iter_sse(r))
+    assert only["stop"] is True and only["content"] == "" and only["tokens_predicted"] == 0
+    # the OpenAI routes keep OpenAI's rule
+    r = httpx.post(server.base_url + "/v1/completions", json={"prompt": PROMPT, "max_tokens": 0}, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens"
+
+
+def test_n_indent_ends_the_completion_at_a_line_indented_less(server: Server) -> None:
+    grammar = 'root ::= "if x:\\n    y = 1\\n    z = 2\\nprint(y)\\nprint(z)\\n"'
+    whole = complete(server, grammar=grammar, n_predict=60)
+    assert whole["content"] == "if x:\n    y = 1\n    z = 2\nprint(y)\nprint(z)\n"
+    cut = complete(server, grammar=grammar, n_predict=60, n_indent=4)
+    assert cut["content"] == "if x:\n    y = 1\n    z = 2\n"
+    assert cut["stop_type"] == "limit" and cut["tokens_predicted"] < whole["tokens_predicted"]
+    r = httpx.post(server.base_url + "/completion", json={"prompt": PROMPT, "n_indent": -1}, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "n_indent"
+
+
+def test_t_max_predict_ms_ends_the_completion_at_a_newline_past_the_budget(server: Server) -> None:
+    grammar = 'root ::= ("x = 1\\n")+'
+    whole = complete(server, grammar=grammar, n_predict=40)
+    assert whole["tokens_predicted"] == 40 and whole["stop_type"] == "limit"
+    timed = complete(server, grammar=grammar, n_predict=40, t_max_predict_ms=1)
+    # a decode step takes longer than 1 ms: the first newline after the first piece ends it
+    assert timed["content"] in ("x = 1\n", "x = 1\nx = 1\n") and timed["stop_type"] == "limit"
+
+
+def test_response_fields_keep_only_the_fields_asked_for(server: Server) -> None:
+    got = complete(server, n_predict=3, response_fields=VIM_FIELDS)
+    assert set(got) == set(VIM_FIELDS) and got["timings/predicted_n"] == 3
+    assert complete(server, n_predict=0, response_fields=[""]) == {}
+    with httpx.stream("POST", server.base_url + "/completion", timeout=120, json={
+            "prompt": PROMPT, "n_predict": 2, "stream": True, "response_fields": ["content", "stop"]}) as r:
+        *chunks, last = list(iter_sse(r))
+    assert last == {"content": "", "stop": True} and all("tokens_predicted" in c for c in chunks)
+
+
+def test_the_infill_sampler_is_taken(server: Server) -> None:
+    got = complete(server, n_predict=4, top_k=40, top_p=0.9, seed=1, samplers=["top_k", "top_p", "infill"])
+    assert got["generation_settings"]["samplers"] == ["top_k", "top_p", "infill"]
+    assert got["tokens_predicted"] >= 1
