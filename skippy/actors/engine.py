@@ -102,6 +102,7 @@ from skippy.engine.protocols.llama_server.types import (
     MultimodalPrompt,
     NativeCompletionRequest,
     NativeFields,
+    native_n_cmpl,
     native_n_predict,
 )
 from skippy.engine.protocols.openai import wire as openai_wire
@@ -270,11 +271,11 @@ class Engine:
                                                                          and req.stream_options.include_usage))
         return stream.rendered(choices.first_chunks(), choices.chunks)
 
-    async def infill(self, req: InfillRequest) -> NativeAnswer:
+    async def infill(self, req: InfillRequest) -> list[NativeAnswer]:
         """llama-server ``/infill``: fill the gap between ``input_prefix`` and ``input_suffix`` (see
-        :mod:`skippy.engine.infill`); the answer is ``/completion``'s (:meth:`completion_native`). Raises
-        :class:`InvalidRequest` (400) for a model without FIM tokens."""
-        return (await self._native_answers(*await self._start_infill(req)))[0]
+        :mod:`skippy.engine.infill`); the answers are ``/completion``'s (:meth:`completion_native`: one per
+        completion, ``n_cmpl``). Raises :class:`InvalidRequest` (400) for a model without FIM tokens."""
+        return await self._native_answers(*await self._start_infill(req))
 
     async def infill_stream(self, req: InfillRequest) -> ReplyStream[NativeAnswer]:
         """llama-server ``/infill`` stream: ``/completion``'s chunks (:meth:`completion_native_stream`)."""
@@ -394,8 +395,6 @@ class Engine:
     @_preparing
     async def _start_infill(self, req: InfillRequest) -> tuple[list[NativeReply], RequestEvents]:
         require_fim(self.meta.fim, "input_prefix")
-        if req.n not in (None, 1):
-            raise InvalidRequest("/infill gives one completion: n must be 1", param="n")
         prompt = await self._infill_tokens(req.input_prefix, req.input_suffix, prompt=req.prompt,
                                            extra=[ExtraChunk(c.text, c.filename) for c in req.input_extra],
                                            n_predict=native_n_predict(req))
@@ -478,10 +477,16 @@ class Engine:
 
     async def _native(self, req: NativeFields, prompts: list[tuple[list[int], tuple[MediaSpan, ...], str | None]]
                       ) -> tuple[list[NativeReply], RequestEvents]:
-        """Submit ``/completion`` or ``/infill`` generations: one per prompt (its token ids, images, and text
-        when it came as text), with the request's sampling, ``n_predict`` and line limits."""
+        """Submit ``/completion`` or ``/infill`` generations: ``n_cmpl`` per prompt (its token ids, images, and
+        text when it came as text), with the request's sampling, ``n_predict`` and line limits. The replies are
+        in llama-server's order: a prompt's completions together (the ``j``-th with the seed plus ``j``), the
+        prompts in order."""
         if not -1 <= req.id_slot < self.meta.n_seq_max:
             raise InvalidRequest(f"id_slot must be -1 or a slot id (0..{self.meta.n_seq_max - 1})", param="id_slot")
+        n_cmpl = native_n_cmpl(req)
+        if not 1 <= n_cmpl <= self.meta.n_seq_max:
+            raise InvalidRequest(f"n_cmpl is {n_cmpl}, but it must be in [1, {self.meta.n_seq_max}] (each completion "
+                                 "needs a sequence slot: --parallel)", param="n_cmpl")
         if req.n_indent < 0:
             raise InvalidRequest("n_indent must be >= 0", param="n_indent")
         arrival = next(self._arrivals)
@@ -498,27 +503,29 @@ class Engine:
         stops = stop_strings(req.stop)
         samplers = [n for n in sampler_names(req.samplers) if n in CHAIN] if req.samplers is not None else \
             DEFAULT_SAMPLERS
-        gens, replies = [], []
+        gens: list[Generation] = []
+        replies: list[NativeReply] = []
         options = GenerationOptions(stops=stops, include_stop=req.include_stop_str_in_output,
                                     cache_prompt=req.cache_prompt, speculative=speculative(req, self.limits),
                                     arrival=arrival, lora=lora)
-        for index, (tokens, media, text) in enumerate(prompts):
+        for tokens, media, text in prompts:
             max_tokens = self._max_tokens(msgspec.structs.replace(sreq, max_tokens=limit), len(tokens), allow_zero=True)
-            limits = LineLimits(req.n_indent, req.t_max_predict_ms, clock=time.perf_counter)
-            gen = Generation(next(self._rids), tokens, params, max_tokens, piece=self.runtime.vocab.piece,
-                             parser=ContentParser(), early_stop=limits if limits.active else None,
-                             options=attrs.evolve(options, media=media) if media else options)
-            settings = generation_settings(params, n_predict=n_predict, stop=stops, stream=req.stream,
-                                           n_probs=n_probs, samplers=samplers,
-                                           timings_per_token=req.timings_per_token, ignore_eos=req.ignore_eos)
             prompt_text = text if text is not None else await self.tokenizer.detokenize(tokens)
-            rid = gen.rid
-            gens.append(gen)
-            replies.append(NativeReply(self.reply_model(req.model), gen, prompt_text=prompt_text, settings=settings,
-                                       index=index, return_tokens=req.return_tokens, n_probs=n_probs,
-                                       timings_per_token=req.timings_per_token, return_progress=req.return_progress,
-                                       response_fields=req.response_fields,
-                                       slot_info=functools.partial(self.scheduler.seq_info, rid)))
+            shared = attrs.evolve(options, media=media, min_reuse=min_reuse(n_cmpl, len(tokens), self.min_tail))
+            for j in range(n_cmpl):
+                limits = LineLimits(req.n_indent, req.t_max_predict_ms, clock=time.perf_counter)
+                seeded = choice_seed(params, j)
+                gen = Generation(next(self._rids), tokens, seeded, max_tokens, piece=self.runtime.vocab.piece,
+                                 parser=ContentParser(), early_stop=limits if limits.active else None, options=shared)
+                settings = generation_settings(seeded, n_predict=n_predict, stop=stops, stream=req.stream,
+                                               n_probs=n_probs, samplers=samplers,
+                                               timings_per_token=req.timings_per_token, ignore_eos=req.ignore_eos)
+                replies.append(NativeReply(
+                    self.reply_model(req.model), gen, prompt_text=prompt_text, settings=settings, index=len(gens),
+                    return_tokens=req.return_tokens, n_probs=n_probs, timings_per_token=req.timings_per_token,
+                    return_progress=req.return_progress, response_fields=req.response_fields,
+                    slot_info=functools.partial(self.scheduler.seq_info, gen.rid)))
+                gens.append(gen)
         return replies, self._submit(gens, None)
 
     async def _native_media(self, prompt: MultimodalPrompt) -> MediaPrompt:

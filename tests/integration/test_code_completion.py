@@ -78,3 +78,21 @@ def test_the_infill_sampler_is_taken(server: Server) -> None:
     got = complete(server, n_predict=4, top_k=40, top_p=0.9, seed=1, samplers=["top_k", "top_p", "infill"])
     assert got["generation_settings"]["samplers"] == ["top_k", "top_p", "infill"]
     assert got["tokens_predicted"] >= 1
+
+
+def test_n_cmpl_gives_several_completions_of_each_prompt_in_llama_servers_order(server: Server) -> None:
+    """llama-server's ``n_cmpl`` (alias ``n``): a prompt's completions together, the prompts in order, the
+    ``j``-th seeded with ``seed`` + ``j``; one completion in all stays one object."""
+    body = {"prompt": ["Once upon a time", "The capital of France is"], "n_predict": 3, "temperature": 1.0, "seed": 5}
+    r = httpx.post(server.base_url + "/completion", json={**body, "n_cmpl": 2}, timeout=120)
+    assert r.status_code == 200, r.text
+    answers = r.json()
+    assert [a["index"] for a in answers] == [0, 1, 2, 3]
+    assert [a["prompt"] for a in answers] == ["Once upon a time"] * 2 + ["The capital of France is"] * 2
+    assert [a["generation_settings"]["seed"] for a in answers] == [5, 6, 5, 6]
+    assert all(a["tokens_predicted"] == 3 for a in answers)
+    two = httpx.post(server.base_url + "/completion", json={**body, "prompt": "Once upon a time", "n": 2},
+                     timeout=120).json()
+    assert isinstance(two, list) and len(two) == 2  # "n" is its alias
+    r = httpx.post(server.base_url + "/completion", json={**body, "n_cmpl": 64}, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "n_cmpl"

@@ -50,7 +50,7 @@ async def test_infill_reply_and_stream(engine) -> None:
     req = InfillRequest(input_prefix="def add(a, b):\n    ", input_suffix="\n\nprint(add(1, 2))\n",
                         input_extra=[InfillExtra(text="x = 1\n", filename="util.py")], n_predict=6, temperature=0,
                         logit_bias=no_end(engine))
-    reply = await engine.infill(req)
+    [reply] = await engine.infill(req)
     prompt = expected_prompt(engine, req.input_prefix, req.input_suffix, extra=[ExtraChunk("x = 1\n", "util.py")],
                              n_predict=6)
     assert reply.stop is True and reply.tokens_evaluated == len(prompt)
@@ -67,6 +67,6 @@ async def test_completions_suffix_is_a_fim_prompt(engine) -> None:
                                                       echo=True, logit_bias=no_end(engine)))
     assert reply.usage.prompt_tokens == len(expected_prompt(engine, prefix, suffix))
     assert reply.choices[0].text.startswith(prefix)  # echo: the prompt as given, not the FIM layout
-    same = await engine.infill(InfillRequest(input_prefix=prefix, input_suffix=suffix, n_predict=4, temperature=0,
+    [same] = await engine.infill(InfillRequest(input_prefix=prefix, input_suffix=suffix, n_predict=4, temperature=0,
                                                  logit_bias=no_end(engine)))
     assert reply.choices[0].text == prefix + same.content

@@ -117,8 +117,8 @@ ROUTES: tuple[Route, ...] = (
     Route(("/v1/responses/<response_id>", "/responses/<response_id>"), "DELETE", responses_delete,
           "Forget a stored response (404 when there is none)", response=rwire.ResponseDeleted),
     Route(("/infill",), "POST", infill, "llama-server /infill: fill-in-the-middle with the model's FIM tokens, "
-          "answered as /completion (SSE without [DONE] when stream is true)", InfillRequest, wire.NativeCompletion,
-          sse=wire.NativeCompletion),
+          "answered as /completion (a list for n_cmpl > 1; SSE without [DONE] when stream is true)", InfillRequest,
+          wire.NativeCompletion, sse=wire.NativeCompletion, shape="one-or-list"),
     Route(("/v1/embeddings",), "POST", embeddings, "OpenAI Embeddings: L2-normalized vectors from the embedding "
           "context (501 unless the server runs with --embeddings)", EmbeddingRequest, openai_wire.EmbeddingList),
     Route(("/v1/rerank", "/rerank", "/v2/rerank", "/reranking", "/v1/reranking"), "POST", rerank,

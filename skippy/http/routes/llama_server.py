@@ -45,9 +45,9 @@ async def infill() -> Response:
     eng = await app.engine_for(name)
     if req.stream:
         return await stream(app, ctx, lambda: eng.infill_stream(req), NATIVE_SSE)
-    result = await unless_gone(app, ctx, eng.infill(req))
+    results = await unless_gone(app, ctx, eng.infill(req))
     ctx.tokens = ctx.trace.completion_tokens
-    return json_response(result)
+    return json_response(results[0] if len(results) == 1 else results)  # llama-server: a list for several
 
 
 async def completion_native() -> Response:

@@ -54,7 +54,9 @@ class NativeFields(SamplingFields, kw_only=True):
     ``prompt_progress`` chunk once the prompt is in the KV cache. ``n_indent`` and ``t_max_predict_ms``
     end a completion at a line (:mod:`skippy.engine.output.line_limits`); ``response_fields`` keeps only
     those fields of the answer, a ``/`` path naming a nested one (``"timings/prompt_n"``, a key of its
-    own in the answer, as llama-server's ``json_get_nested_values``). ``id_slot`` is checked (-1 or a
+    own in the answer, as llama-server's ``json_get_nested_values``). ``n_cmpl`` (or ``n``): completions
+    per prompt, 1..``--parallel`` (more than one answer in all: a list, a prompt's completions together,
+    the ``j``-th seeded with ``seed`` + ``j``). ``id_slot`` is checked (-1 or a
     slot id) but the scheduler places the request (a slot's cached prefix is reused by any request that
     shares it). ``logit_bias`` takes llama-server's forms (:data:`NativeLogitBias`: pairs or an
     object, token ids or texts, ``false`` bans), not only OpenAI's ``{"id": bias}``.
@@ -70,6 +72,7 @@ class NativeFields(SamplingFields, kw_only=True):
     n_indent: int = 0
     t_max_predict_ms: int = -1
     response_fields: list[str] | None = None
+    n_cmpl: int | None = None
 
 
 def native_n_predict(req: NativeFields) -> int:
@@ -78,6 +81,13 @@ def native_n_predict(req: NativeFields) -> int:
     if req.n_predict is not None:
         return req.n_predict
     return req.max_tokens if req.max_tokens is not None else -1
+
+
+def native_n_cmpl(req: NativeFields) -> int:
+    """The completions ``req`` asks for per prompt: ``n_cmpl``, else ``n`` (llama-server's alias), else 1."""
+    if req.n_cmpl is not None:
+        return req.n_cmpl
+    return req.n if req.n is not None else 1
 
 
 class InfillRequest(NativeFields, kw_only=True):
