@@ -632,7 +632,8 @@ class FakeRuntime:
                               eog_ids=frozenset({EOG}), bos_token="<s>", eos_token="</s>",
                               n_vocab=N_VOCAB, n_ctx_train=n_ctx_seq, n_ctx_seq=n_ctx_seq, n_seq_max=n_seq_max,
                               n_batch=n_batch, is_recurrent=recurrent, kv_unified=unified, n_embd=3,
-                              embeddings=embeddings, n_swa=n_swa, swa_full=swa_full, lora=tuple(lora))
+                              embeddings=embeddings, n_swa=n_swa, swa_full=swa_full, lora=tuple(lora),
+                              can_shift=not recurrent)
         self.vocab = FakeVocab()
         # LoRA: the set applied to the context (set_lora), and per slot the set each KV position was
         # computed under; a decode asserts that a sequence's KV was all computed under the applied set
@@ -657,6 +658,7 @@ class FakeRuntime:
         self.scripts: dict[int, list[int]] = {}
         self.batches = []
         self.copies = []
+        self.shifts: list[tuple[int, int, int, int]] = []  # (slot, p0, p1, delta) of each seq_add
         self.samplers = []
         self.nan_slots: set[int] = set()
         self.embed_batches: list[list[list[int]]] = []
@@ -784,7 +786,12 @@ class FakeRuntime:
             return True
         if self.meta.is_recurrent:
             return False
-        assert p1 == -1
+        if p1 >= 0:  # a range inside the sequence (--cache-reuse moves what follows it down)
+            assert not self.swa and not any(e - p > 1 for p, e in zip(self.pos[seq_id], self.ends[seq_id], strict=True))
+            keep = [i for i, p in enumerate(self.pos[seq_id]) if not p0 <= p < p1]
+            for held in (self.kv, self.pos, self.ends, self.kv_lora, self.cells):
+                held[seq_id] = [held[seq_id][i] for i in keep]
+            return True
         i = self._cells_before(seq_id, p0)
         assert i == 0 or p0 >= self.ends[seq_id][i - 1], \
             f"slot {seq_id}: removing from pos {p0} keeps an image taking positions up to {self.ends[seq_id][i - 1]}"
@@ -806,6 +813,18 @@ class FakeRuntime:
         self.kv_lora[seq_id] = [self.lora] * len(tokens)
         self.cells[seq_id] = list(range(self._next_cell, self._next_cell + len(tokens)))
         self._next_cell += len(tokens)
+
+    def seq_add(self, seq_id, p0, p1, delta):
+        """Move the cells at positions [p0, p1) by ``delta``; llama.cpp's positions must stay distinct, and
+        here increasing along the cells (what --cache-reuse does keeps them so)."""
+        assert self.meta.can_shift and not self.meta.kv_unified
+        self.shifts.append((seq_id, p0, p1, delta))
+        for i, p in enumerate(self.pos[seq_id]):
+            if p0 <= p < p1:
+                self.pos[seq_id][i] += delta
+                self.ends[seq_id][i] += delta
+        pos = self.pos[seq_id]
+        assert all(a < b for a, b in zip(pos, pos[1:], strict=False)), f"slot {seq_id}: positions {pos} after a shift"
 
     def _cells_before(self, seq_id, p0):
         """How many of ``seq_id``'s cells hold a position below ``p0`` (positions never decrease along the cells)."""

@@ -354,13 +354,6 @@ def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], m
         models.append((path, path.stem))
         given = True
         model = ()
-    if engine_options["cache_reuse"] > 0:
-        import logging
-
-        logging.getLogger("skippy.serve").warning(
-            "--cache-reuse %d accepted but not applied: skippy does not shift cached KV chunks; its prefix cache "
-            "(--prefix-cache, %s) reuses cached prompt prefixes instead", engine_options["cache_reuse"],
-            "on" if engine_options["prefix_cache"] else "off")
     preset_models = [p for p in presets.models if p.model is not None] if presets is not None else []
     for name in model if given or not (models_dirs or preset_models) else ():
         path = ensure_model(name)

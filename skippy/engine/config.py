@@ -642,10 +642,11 @@ class EngineConfig:
                                          "reasoning_content, deepseek-legacy there and in content too, none left "
                                          "in content, hidden dropped.")
     cache_reuse: int = setting(0, check=IntRange(0), metavar="N",
-                               help="Accepted for llama-server command lines (--cache-reuse, KV shifting of "
-                                    "cached chunks of at least N tokens): skippy does not shift KV; its prefix "
-                                    "cache (--prefix-cache, on by default) reuses cached prompt prefixes instead, "
-                                    "and N > 0 logs a warning saying so.")
+                               help="Past a prompt's cached prefix, reuse cached chunks of at least N tokens "
+                                    "that the prompt holds further on by shifting their KV to the new positions "
+                                    "(llama-server's --cache-reuse; code-completion clients such as llama.vim "
+                                    "ask for 256); 0: off. Not with --kv-unified, sliding-window or recurrent "
+                                    "models, or images (a warning says so).")
     reasoning_budget: int = setting(-1, check=IntRange(-1),
                                     help="Reasoning tokens allowed inside <think> before the closing tag is forced "
                                          "(llama-server's --reasoning-budget): -1 unlimited, 0 close at once; "

@@ -478,6 +478,38 @@ def test_cached_prompt_always_prefills_its_last_tokens(tail):
     assert [e.pos for e in rt.batches[-2]] == list(range(len(PROMPT) - tail, len(PROMPT)))  # the tail, then a decode
 
 
+@pytest.mark.parametrize("n_seq_max", [1, 2])  # the entry reused in place, or copied into the free slot
+def test_cache_reuse_moves_cached_chunks_that_continue_the_prompt(n_seq_max):
+    """llama-server's --cache-reuse N (an editor's file seen again with a line removed and one added): past the
+    shared prefix, a cached run of >= N tokens that continues the prompt moves to its new positions instead
+    of being prefilled; a run that does not continue it (after the added line) is not reused, nor one
+    shorter than N, nor anything with --cache-reuse 0."""
+    head, a, b, c, x = (list(range(k, k + 20)) for k in (100, 120, 140, 160, 200))
+    prompt = head + b + x[:3] + c
+    for reuse, cached in ((8, 40), (21, 20), (0, 20)):
+        rt, core = make(n_seq_max=n_seq_max, cache_reuse=reuse)
+        core.add(req(1, head + a + b + c, max_tokens=1))
+        run(rt, core)
+        core.add(req(2, prompt, max_tokens=2))
+        out = run(rt, core)
+        slot = finish_of(out, 2).slot
+        assert finish_of(out, 2).cached_tokens == cached
+        assert rt.shifts == ([(slot, 40, 60, -20)] if cached == 40 else [])
+        assert rt.kv[slot][:len(prompt)] == prompt and rt.pos[slot][:len(prompt)] == list(range(len(prompt)))
+
+
+def test_cache_reuse_keeps_the_prompts_last_tokens_for_prefill():
+    """A moved run stops MIN_TAIL tokens before the prompt's end: those are prefilled (the first token's logits)."""
+    head, a, b = (list(range(k, k + 20)) for k in (100, 120, 140))
+    rt, core = make(n_seq_max=1, cache_reuse=4)
+    core.add(req(1, head + a + b, max_tokens=1))
+    run(rt, core)
+    core.add(req(2, head + b, max_tokens=1))
+    out = run(rt, core)
+    assert finish_of(out, 2).cached_tokens == 40 - MIN_TAIL
+    assert rt.shifts == [(0, 40, 60 - MIN_TAIL, -20)]
+
+
 def test_generated_tokens_are_not_kept_for_reuse():
     rt, core = make(n_seq_max=1)
     core.add(req(1, PROMPT, max_tokens=5))

@@ -189,6 +189,9 @@ class ModelMeta:
     #: the model generates text (a decoder with causal attention); ``False``: an encoder (BERT and its kin),
     #: served for embeddings and reranking only (:func:`~skippy.engine.runtime.kv.generates`)
     generates: bool = True
+    #: cached KV can move to other positions (:meth:`Runtime.seq_add`; llama.cpp ``llama_memory_can_shift``:
+    #: not for M-RoPE or recurrent models)
+    can_shift: bool = False
 
     @property
     def is_swa(self) -> bool:
@@ -347,6 +350,12 @@ class Runtime(Protocol):
 
         Returns False when a partial removal is impossible (recurrent models).
         """
+        ...
+
+    def seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
+        """Move ``seq_id``'s KV at positions ``[p0, p1)`` by ``delta`` positions (llama.cpp
+        ``llama_memory_seq_add``; the keys are rotated again at the next decode). Only when
+        ``meta.can_shift``; with a unified KV cache a cell another sequence shares moves for it too."""
         ...
 
     def seq_pos_min(self, seq_id: int) -> int:

@@ -98,6 +98,15 @@ class KVStateMixin:
             raise ValueError(f"sequence id {seq_id} out of range")
         return bool(llama_cpp.llama_memory_seq_rm(self._mem, seq_id, p0, p1))
 
+    def seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
+        """``llama_memory_seq_add``: move positions ``[p0, p1)`` of ``seq_id`` by ``delta`` (``ValueError``
+        for a sequence id out of range or a model whose KV cannot shift)."""
+        if not 0 <= seq_id < self.meta.n_seq_max:
+            raise ValueError(f"sequence id {seq_id} out of range")
+        if not self.meta.can_shift:
+            raise ValueError("this model's KV cache cannot shift positions")
+        llama_cpp.llama_memory_seq_add(self._mem, seq_id, p0, p1, delta)
+
     def seq_cp(self, src: int, dst: int, n: int | None = None) -> None:
         """Copy sequence ``src`` to ``dst``: positions ``[0, n)``, or all (``n=None``)
         (``llama_memory_seq_cp``; ``dst`` must be empty).

@@ -200,6 +200,7 @@ class LlamaRuntime(DecodeMixin, SamplerMixin, KVStateMixin, LoraMixin):
             if config.embeddings             else None,
             load=_load_info(config, self._ctx, mparams),
             lora=tuple(config.lora),
+            can_shift=bool(llama_cpp.llama_memory_can_shift(self._mem)),
         )
         self.media: Projector | None = None
         if config.mmproj:

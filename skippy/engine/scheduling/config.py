@@ -46,6 +46,10 @@ class SchedulerConfig:
     - ``min_tail``: prompt tokens prefilled even when cached
       (:data:`~skippy.engine.scheduling.prefix.MIN_TAIL`, or
       :data:`~skippy.engine.scheduling.prefix.EXACT_TAIL` for a cached answer equal to a cold run's).
+    - ``cache_reuse``: llama-server's ``--cache-reuse``: past the shared prefix, chunks of at least this
+      many tokens of a slot's cached prompt that the new prompt holds further on are moved to their new
+      positions instead of prefilled again (0: off; see
+      :meth:`~skippy.engine.scheduling.kv_cache.KVCacheManager.allocate`).
     - ``scheduler_steps``: decodes (steps) a decode-only batch may run back to back on the decode
       thread (a multi-step run, see :class:`~skippy.engine.scheduling.step.StepPlan`; 1, or less: one
       step per plan).
@@ -63,13 +67,14 @@ class SchedulerConfig:
     checkpoint_budget: int | None = None
     prompt_cache: int | None = 0
     min_tail: int = MIN_TAIL
+    cache_reuse: int = 0
     scheduler_steps: int = 1
     reader_wait: bool = True
 
     @classmethod
     def from_engine_config(cls, config: EngineConfig, *, host_bound: bool = True) -> SchedulerConfig:
         """The scheduler options of an engine's settings: ``--step-tokens``, ``--max-queue``, the signal
-        window and threshold, ``--prefix-cache``, ``--spec-ngram``, ``--ctx-checkpoints``,
+        window and threshold, ``--prefix-cache``, ``--spec-ngram``, ``--ctx-checkpoints``, ``--cache-reuse``,
         ``--scheduler-steps``; ``--cache-ram`` (MiB, -1: no limit) is the byte budget of both the
         checkpoints and the prompt cache (a model uses one of them); with ``--flash-attn off`` a cached
         prompt's last :data:`~skippy.engine.scheduling.prefix.EXACT_TAIL` tokens are prefilled again
@@ -81,7 +86,7 @@ class SchedulerConfig:
                                               high_entropy_threshold=config.high_entropy_threshold),
                    prefix_cache=config.prefix_cache, spec_ngram=config.spec_ngram,
                    ctx_checkpoints=config.ctx_checkpoints, checkpoint_budget=cache_ram, prompt_cache=cache_ram,
-                   min_tail=EXACT_TAIL if config.flash_attn == "off" else MIN_TAIL,
+                   min_tail=EXACT_TAIL if config.flash_attn == "off" else MIN_TAIL, cache_reuse=config.cache_reuse,
                    scheduler_steps=config.scheduler_steps,
                    reader_wait=config.reader_wait == "on" or (config.reader_wait == "auto" and host_bound))
 

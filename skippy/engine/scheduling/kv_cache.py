@@ -115,6 +115,15 @@ class KVCacheManager:
         self._idle_saves = self.prompt_cache is not None and meta.kv_on_host
         #: whichever of the two stores this model has (the counters and stats are theirs)
         self.states = self.checkpoints if self.checkpoints is not None else self.prompt_cache
+        #: llama-server's --cache-reuse (:meth:`_reuse_chunks`), with one KV stream per sequence only: in a
+        #: unified cache a moved cell that another sequence shares would move for it too
+        why = ("the prefix cache is off" if not self.prefix_cache else "this model's KV cannot shift"
+               if not meta.can_shift else "with --kv-unified" if meta.kv_unified else "on a sliding-window cache"
+               if self.swa_check else None)
+        self.cache_reuse = config.cache_reuse if why is None else 0
+        if config.cache_reuse > 0 and why is not None:
+            log.warning("--cache-reuse %d is not applied: %s (cached prompt prefixes are still reused)",
+                        config.cache_reuse, why)
         self._running = running
         self._counters = counters
         self._free_slots = set(range(self.n_slots))
@@ -423,6 +432,7 @@ class KVCacheManager:
             return (self._pop_free_slot() if self._free_slots else self._evict(key, claim, prompt, lora)), 0
         n = match.n
         at = position(media, n)
+        source = self.prefix.resident(match.slot) if self.cache_reuse and match.resident and not media else None
         if not match.resident or (self._free_slots and not self._in_place(match, claim)):  # copy, keep the source
             slot = self._pop_free_slot() if self._free_slots else self._evict(key, claim, prompt, lora)
             if rt.meta.kv_unified:  # the prefix only: shared cells, nothing to trim
@@ -437,10 +447,42 @@ class KVCacheManager:
             slot = match.slot
             self._save_prompt(slot, n)
             self.prefix.take(slot)
+        if source is not None:  # the slot holds the whole entry: move its chunks the prompt holds further on
+            n = at = self._reuse_chunks(slot, source, prompt, n)
         if not rt.seq_rm(slot, at, -1):  # cannot trim: start cold
             rt.seq_rm(slot)
             n = 0
         return slot, n
+
+    def _reuse_chunks(self, slot: int, cached: Sequence[int], prompt: Sequence[int], n: int) -> int:
+        """llama-server's ``--cache-reuse`` (its ``n_cache_reuse`` loop): ``slot``'s KV holds ``cached``, whose
+        first ``n`` tokens the prompt shares; past them, each run of at least :attr:`cache_reuse` tokens of
+        ``cached`` that continues the prompt where its reused part ends is moved there (``seq_rm`` of the
+        cells between, ``seq_add`` of the run), skipping the cached tokens that do not. Returns the prompt
+        tokens the slot's KV now holds, at positions ``0..n-1``; the cells past them are the caller's to
+        trim. Never reaches the prompt's last ``min_tail`` tokens (they are prefilled for the logits), nor
+        an image's placeholder (a text prompt's entry only). A moved key is rotated to its new position at
+        the next decode; its values were computed after the cached context, not the new one, which
+        llama-server accepts for this speed (an editor's file seen again with lines added or removed)."""
+        rt, limit, want = self.runtime, len(prompt) - self.min_tail, self.cache_reuse
+        head_c = head_p = n
+        if any(t < 0 for t in cached):  # an image's placeholder ids
+            return n
+        while head_c < len(cached) and head_p < limit:
+            m = 0
+            while head_c + m < len(cached) and head_p + m < limit and cached[head_c + m] == prompt[head_p + m]:
+                m += 1
+            if m < want:
+                head_c += 1
+                continue
+            if head_c > head_p:
+                rt.seq_rm(slot, head_p, head_c)
+                rt.seq_add(slot, head_c, head_c + m, head_p - head_c)
+            head_c += m
+            head_p += m
+        if head_p > n:  # counted as cached tokens by the core, as the prefix is
+            log.debug("slot %d: --cache-reuse moved %d cached tokens (prefix %d -> %d)", slot, head_p - n, n, head_p)
+        return head_p
 
     def _in_place(self, match: Match, claim: Callable[[int], int] | None) -> bool:
         """Whether a resident match is reused in its own slot although a slot is free.
