@@ -121,14 +121,7 @@ from skippy.engine.protocols.rerank.types import RerankRequest, ScoreRequest
 from skippy.engine.runtime.base import Runtime
 from skippy.engine.runtime.media import MediaPrompt, MediaSpan
 from skippy.engine.sampling.constraints import RequestConstraint, constraint_from_request
-from skippy.engine.sampling.native import (
-    CHAIN,
-    apply_samplers,
-    native_logit_bias,
-    resolve_logit_bias,
-    sampler_names,
-    wants_infill,
-)
+from skippy.engine.sampling.native import CHAIN, native_logit_bias, resolve_logit_bias, sampler_names
 from skippy.engine.sampling.params import SamplingParams
 from skippy.engine.scheduling.budget import ReasoningBudget
 from skippy.engine.scheduling.events import EmbeddingsEvent, EmbedRequest, HookEvent, SeqEvent
@@ -495,10 +488,10 @@ class Engine:
         n_predict = native_n_predict(req)
         limit = None if n_predict < 0 else n_predict
         # max_tokens is n_predict (0 is taken here: the prompt only); the sampling checks see a positive one
-        sreq = msgspec.structs.replace(apply_samplers(req, req.samplers), logit_bias=None, max_completion_tokens=None,
-                                       max_tokens=limit or None)
+        sreq = msgspec.structs.replace(req, logit_bias=None, max_completion_tokens=None, max_tokens=limit or None,
+                                       n_predict=None)
         params = self._sampling(sreq, logprobs=True, top_logprobs=n_probs)  # token ids ride on logprob events
-        params = attrs.evolve(params, logit_bias=await self._native_logit_bias(req), infill=wants_infill(req.samplers))
+        params = attrs.evolve(params, logit_bias=await self._native_logit_bias(req))
         params = await self._constrained(params, constraint_from_request(req))
         stops = stop_strings(req.stop)
         samplers = [n for n in sampler_names(req.samplers) if n in CHAIN] if req.samplers is not None else \

@@ -29,6 +29,7 @@ from skippy.engine.output.generation import Generation
 from skippy.engine.protocols.openai.translate import ChatReply, Choices, TextReply
 from skippy.engine.protocols.openai.types import ChatCompletionRequest, CompletionRequest, SamplingFields, prompt_items
 from skippy.engine.runtime.base import ModelMeta
+from skippy.engine.sampling.native import apply_samplers, wants_infill
 from skippy.engine.sampling.params import SamplingParams, sampling_from_request
 from skippy.engine.scheduling.events import HookEvent
 from skippy.engine.scheduling.prefix import MIN_REUSE
@@ -89,16 +90,20 @@ def choice_count(req: SamplingFields, limits: Limits) -> int:
 
 
 def sampling(req: SamplingFields, limits: Limits, *, logprobs: bool, top_logprobs: int) -> SamplingParams:
-    """The request's sampling parameters, validated (:func:`~skippy.engine.sampling.params.sampling_from_request`)."""
-    return sampling_from_request(req, n_vocab=limits.n_vocab, logprobs=logprobs, top_logprobs=top_logprobs,
-                                 n_ctx=limits.n_ctx)
+    """The request's sampling parameters, validated (:func:`~skippy.engine.sampling.params.sampling_from_request`),
+    with the samplers its ``samplers`` leaves out turned off (:func:`~skippy.engine.sampling.native.apply_samplers`,
+    400 naming ``samplers`` for what the chain cannot run)."""
+    params = sampling_from_request(apply_samplers(req, req.samplers), n_vocab=limits.n_vocab, logprobs=logprobs,
+                                   top_logprobs=top_logprobs, n_ctx=limits.n_ctx)
+    return attrs.evolve(params, infill=True) if wants_infill(req.samplers) else params
 
 
 def completion_budget(req: SamplingFields, n_prompt: int, limits: Limits, *, allow_zero: bool = False) -> Budget:
-    """The completion budget of a prompt of ``n_prompt`` tokens: ``max_tokens`` (or
-    ``max_completion_tokens``), else the server's ``n_predict`` within the room left (at least 1), else
-    the room left in the context. ``max_tokens`` 0 is a 400 unless ``allow_zero`` (llama-server's
-    ``n_predict`` 0: the prompt is prefilled, nothing generated). A prompt that alone fills the
+    """The completion budget of a prompt of ``n_prompt`` tokens: the request's ``n_predict`` (llama-server's
+    name, which wins; -1: none given), else ``max_tokens`` (or ``max_completion_tokens``), else the server's
+    ``n_predict`` within the room left (at least 1), else the room left in the context. ``max_tokens`` 0 is
+    a 400 unless ``allow_zero`` (llama-server's native routes, where it is ``n_predict``'s alias);
+    ``n_predict`` 0 is taken: the prompt is prefilled, nothing generated. A prompt that alone fills the
     context is a 400 ``context_length_exceeded``; so is a ``max_tokens`` beyond the room left when
     ``clamp_max_tokens`` is off (as OpenAI and vLLM refuse it), else it is clamped to the room (as
     llama-server and Ollama do) and :attr:`Budget.clamped` says so."""
@@ -106,6 +111,8 @@ def completion_budget(req: SamplingFields, n_prompt: int, limits: Limits, *, all
     asked = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     if asked is not None and asked < (0 if allow_zero else 1):
         raise InvalidRequest("max_tokens must be >= 1", param="max_tokens")
+    if req.n_predict is not None:
+        asked = None if req.n_predict < 0 else req.n_predict
     if n_prompt >= n_ctx:
         raise ContextLengthExceeded(
             f"the prompt is {n_prompt} tokens, which does not fit this model's context of {n_ctx} tokens",

@@ -96,3 +96,28 @@ def test_n_cmpl_gives_several_completions_of_each_prompt_in_llama_servers_order(
     assert isinstance(two, list) and len(two) == 2  # "n" is its alias
     r = httpx.post(server.base_url + "/completion", json={**body, "n_cmpl": 64}, timeout=60)
     assert r.status_code == 400 and r.json()["error"]["param"] == "n_cmpl"
+
+
+def test_llama_vims_instruction_mode_on_the_chat_route(server: Server) -> None:
+    """llama.vim's instruction mode warms the cache with a chat body of ``n_predict`` 0 (llama-server's name wins
+    over ``max_tokens`` on every route), then streams the answer with ``samplers`` ["min_p", "temperature"]."""
+    system = {"role": "system", "content": "You are a text-editing assistant. Respond only with the result.\n"
+              "--- SELECTION ---\n" + PROMPT}
+    warm = httpx.post(server.base_url + "/v1/chat/completions", timeout=120, json={
+        "id_slot": 0, "messages": [system, {"role": "user", "content": ""}], "samplers": [], "n_predict": 0,
+        "stream": False, "cache_prompt": True, "response_fields": [""]})
+    assert warm.status_code == 200, warm.text
+    body = warm.json()
+    assert body["choices"][0]["message"]["content"] == "" and body["choices"][0]["finish_reason"] == "length"
+    assert body["usage"]["completion_tokens"] == 0
+    msgs = [system, {"role": "user", "content": "INSTRUCTION: add a docstring"}]
+    answer = httpx.post(server.base_url + "/v1/chat/completions", timeout=120, json={
+        "id_slot": 1, "messages": msgs, "min_p": 0.1, "temperature": 0.1, "samplers": ["min_p", "temperature"],
+        "cache_prompt": True, "n_predict": 8, "max_tokens": 100})
+    assert answer.status_code == 200, answer.text
+    usage = answer.json()["usage"]
+    assert usage["completion_tokens"] <= 8  # n_predict wins over max_tokens
+    assert usage["prompt_tokens_details"]["cached_tokens"] > 32  # the warm-up's system prompt
+    bad = httpx.post(server.base_url + "/v1/chat/completions", timeout=60,
+                     json={"messages": msgs, "samplers": ["temperature", "top_k"]})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "samplers"

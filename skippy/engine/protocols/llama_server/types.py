@@ -63,10 +63,8 @@ class NativeFields(SamplingFields, kw_only=True):
     """
 
     logit_bias: NativeLogitBias | None = None  # type: ignore[assignment]
-    n_predict: int | None = None
     id_slot: int = -1
     return_tokens: bool = False
-    samplers: list[str] | str | None = None
     timings_per_token: bool = False
     return_progress: bool = False
     n_indent: int = 0

@@ -102,6 +102,11 @@ class SamplingFields(msgspec.Struct, omit_defaults=True, kw_only=True):
     is the same either way (greedy: identical tokens up to llama.cpp's
     batch-shape rounding; sampled: the same distribution).
 
+    ``n_predict`` (llama-server's name for the completion budget) wins over ``max_tokens``: -1 or
+    less the server's default, 0 the prompt only (put into the KV cache, nothing generated: a client's
+    warm-up), which ``max_tokens`` may not ask (OpenAI's rule: >= 1). ``samplers`` (llama-server):
+    which samplers of the chain run (:func:`skippy.engine.sampling.native.apply_samplers`).
+
     ``lora`` (llama-server): ``[{"id": int, "scale": number}]``, the LoRA adapters (``--lora``) this
     request runs with, the others at 0; absent or empty, the server's global scales
     (:mod:`skippy.engine.lora`; a bad entry is a 400 naming ``lora.N.id`` or ``lora.N.scale``).
@@ -145,6 +150,8 @@ class SamplingFields(msgspec.Struct, omit_defaults=True, kw_only=True):
     repeat_last_n: int | None = None
     min_keep: int | None = None
     n_probs: int | None = None
+    n_predict: int | None = None
+    samplers: list[str] | str | None = None
     # vLLM sampling parameters
     repetition_penalty: float | None = None
     min_tokens: int | None = None
@@ -235,12 +242,6 @@ class CompletionRequest(SamplingFields, kw_only=True):
     logprobs: int | None = None
     echo: bool = False
     suffix: str | None = None
-    n_predict: int | None = None
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.n_predict is not None and self.max_tokens is None and self.max_completion_tokens is None:
-            self.max_tokens = None if self.n_predict < 0 else self.n_predict
 
 
 class EmbeddingRequest(msgspec.Struct, kw_only=True):
