@@ -174,6 +174,12 @@ SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
 #: The second real model (issue 18): Gemma 3 270M, sliding-window attention, no chat template.
 GEMMA = "gemma-3-270m"
 
+#: ``--override-kv`` values that declare three control tokens of the default model (SmolLM2-135M: <filename>,
+#: <gh_stars>, <issue_start>) its FIM prefix, suffix and middle tokens; its GGUF has none (``/infill`` answers 400
+#: without them). The model is no infiller, but every fill-in-the-middle path runs for real.
+FIM_KV = ("tokenizer.ggml.fim_pre_token_id=int:6", "tokenizer.ggml.fim_suf_token_id=int:7",
+          "tokenizer.ggml.fim_mid_token_id=int:8")
+
 
 def gemma_path() -> Path | None:
     """The pulled Gemma 3 GGUF (``make test`` pulls it), or ``None`` when it is not in the cache."""

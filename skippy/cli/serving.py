@@ -33,7 +33,8 @@ FIRST_MODEL_ONLY: dict[str, Any] = {"alias": (), "mmproj": None, "lora": ()}
 LLAMA_SERVER_NOTE = ("skippy serve takes llama-server's flags -m, -hf, -a, -c/--ctx-size, -np, -t, -fa, -n, -b, -ub, "
                      "-cb, -ctk, -ctv, -kvu, -mm, -bs, --host, --port, --api-key, --api-key-file, "
                      "--chat-template-file, --jinja, --metrics, "
-                     "--slots, --no-webui, -ngl, -sm, -mg, -ts, -dev, --rpc, -ot, -cmoe, -ncmoe, --mlock, --no-mmap, "
+                     "--slots, --no-webui, -ngl, -sm, -mg, -ts, -dev, --rpc, -ot, --override-kv, -cmoe, -ncmoe, "
+                     "--mlock, --no-mmap, "
                      "--numa, --rope-*, --yarn-*, --reasoning-format, --cache-reuse, --lora, --lora-scaled, "
                      "--lora-init-without-apply, --ssl-key-file, "
                      "--ssl-cert-file and refuses the others "
@@ -145,7 +146,7 @@ def _serve_options(fn: F) -> F:
                   "ctx-size / parallel (exclusive with --n-ctx, which is per sequence)."),
         "parallel", "threads", "flash_attn", "cache_type_k", "cache_type_v", "kv_unified", "swa_full",
         "n_gpu_layers", "split_mode", "main_gpu", "tensor_split", "device", "rpc",
-        "override_tensor", "cpu_moe", "n_cpu_moe", "n_batch", "n_ubatch", "mlock", "mmap", "numa",
+        "override_tensor", "override_kv", "cpu_moe", "n_cpu_moe", "n_batch", "n_ubatch", "mlock", "mmap", "numa",
         "rope_scaling", "rope_scale", "rope_freq_base", "rope_freq_scale", "yarn_orig_ctx", "yarn_ext_factor",
         "yarn_attn_factor", "yarn_beta_slow", "yarn_beta_fast", "mmproj", "mmproj_offload", "image_min_tokens",
         "image_max_tokens", "allow_image_urls",

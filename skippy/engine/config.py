@@ -18,9 +18,12 @@ from __future__ import annotations
 import math
 import os
 import urllib.parse
-from typing import Any, TypeGuard, cast
+from typing import TYPE_CHECKING, Any, TypeGuard, cast
 
 import attrs
+
+if TYPE_CHECKING:
+    from skippy.engine.runtime.overrides import KVOverride
 
 SETTING = "skippy.setting"
 """Key of a field's :class:`SettingInfo` in ``attrs.Attribute.metadata``."""
@@ -288,8 +291,8 @@ SPLIT_MODE_CHOICES = ("none", "layer", "row")
 
 
 def _parsed(name: str, parser: str) -> Any:
-    """A converter running ``skippy.engine.runtime.backends.<parser>`` (``overrides.parse_overrides`` for
-    ``parse_overrides``; str or sequence -> tuple), whose
+    """A converter running ``skippy.engine.runtime.backends.<parser>`` (``overrides.<parser>`` for
+    ``parse_overrides`` and ``parse_kv_overrides``; str or sequence -> tuple), whose
     ``ValueError`` names the field; the same function is the field's validator, so the ``skippy serve``
     flag (a str, checked before conversion) and an embedder's tuple are checked by the same code."""
 
@@ -297,7 +300,7 @@ def _parsed(name: str, parser: str) -> Any:
         from skippy.engine.runtime import backends, overrides
 
         try:
-            return getattr(overrides if parser == "parse_overrides" else backends, parser)(value)
+            return getattr(overrides if hasattr(overrides, parser) else backends, parser)(value)
         except ValueError as exc:
             raise ValueError(f"{name}: {exc}") from None
 
@@ -316,6 +319,7 @@ _devices = _parsed("device", "parse_devices")
 _rpc = _parsed("rpc", "parse_rpc")
 
 _overrides = _parsed("override_tensor", "parse_overrides")
+_kv_overrides = _parsed("override_kv", "parse_kv_overrides")
 
 #: ``numa`` values (llama-server's ``--numa``; ``disabled``: no NUMA set-up, ggml's GGML_NUMA_STRATEGY_DISABLED)
 NUMA_CHOICES = ("disabled", "distribute", "isolate", "numactl")
@@ -484,6 +488,16 @@ class EngineConfig:
                                                     "--override-tensor): repeatable or comma-separated, the first "
                                                     "match wins; an unknown buffer type or a pattern that matches "
                                                     "no tensor of the model is a start-up error.")
+    override_kv: tuple[KVOverride, ...] = setting((), check=_check(_kv_overrides), converter=_kv_overrides,
+                                                 multiple=True, metavar="KEY=TYPE:VALUE,...", show_default=False,
+                                                 help="Load the model as if its GGUF metadata held VALUE for KEY "
+                                                      "(llama-server's --override-kv), e.g. "
+                                                      "tokenizer.ggml.add_bos_token=bool:false; TYPE is int, "
+                                                      "float, bool (true or false) or str (at most 127 bytes). "
+                                                      "Repeatable or comma-separated (double-quote an item "
+                                                      "holding a comma); the first of a key given twice wins. "
+                                                      "A type other than the one llama.cpp reads for KEY is "
+                                                      "ignored with a warning in the log.")
     cpu_moe: bool = setting(False, check=IsBool(), aliases=("-cmoe",),
                             help="Keep every Mixture-of-Experts expert weight in CPU memory (llama-server's "
                                  "--cpu-moe: -ot '\\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU').")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from tests.paths import CHAT_TEMPLATES
-from tests.support import GEMMA, Server, gemma_path, openai_client
+from tests.support import FIM_KV, GEMMA, Server, gemma_path, openai_client
 
 
 @pytest.fixture(scope="session")
@@ -47,6 +47,21 @@ def gemma_server(tmp_path_factory: pytest.TempPathFactory):
     with Server(["--model", GEMMA, "--parallel", "4", "--n-ctx", "2048"],
                 tmp_path_factory.mktemp("gemma") / "server.log") as srv:
         yield srv
+
+
+@pytest.fixture(scope="session")
+def fim_server_process(tmp_path_factory: pytest.TempPathFactory):
+    """The default model with FIM tokens given by ``--override-kv`` (:data:`tests.support.FIM_KV`), 2 slots of
+    2048 tokens: ``/infill`` and ``suffix`` run for real. Its :class:`~tests.support.Server` (log included)."""
+    flags = [arg for kv in FIM_KV for arg in ("--override-kv", kv)]
+    with Server([*flags, "--parallel", "2", "--n-ctx", "2048"], tmp_path_factory.mktemp("fim") / "server.log") as srv:
+        yield srv
+
+
+@pytest.fixture
+def fim_server(fim_server_process: Server) -> str:
+    """The base URL of :func:`fim_server_process` (``http://127.0.0.1:PORT``)."""
+    return fim_server_process.base_url
 
 
 @pytest.fixture(scope="session", params=["smollm2", "gemma"])

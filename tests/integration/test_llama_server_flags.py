@@ -2,7 +2,8 @@
 it answers ``/health``, ``/props`` shows the values as llama.cpp took them, ``-n`` bounds a request
 without ``max_tokens``, ``-a`` names the model; on the tiny generated MoE GGUF, ``-ncmoe`` overrides the
 expert tensors (llama.cpp's debug log line: on this CPU-only machine every buffer is a CPU one anyway)
-and ``-ncmoe`` beyond the model's layers stops the start with a one-line error.
+and ``-ncmoe`` beyond the model's layers stops the start with a one-line error; ``--override-kv`` gives the
+default model FIM tokens its GGUF lacks, so ``/infill`` answers 200 (400 without them: test_choices.py).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 import httpx
 import pytest
 
-from tests.support import Server
+from tests.support import FIM_KV, Server
 from tests.tiny_models import ensure_tiny
 
 FLAGS = ["-a", "my-model", "-n", "7", "-b", "256", "-ub", "128", "--no-mmap", "--mlock", "--numa", "distribute",
@@ -114,3 +115,19 @@ def test_a_moved_chunk_still_reads_as_the_text_it_holds(flags_server: Server) ->
     moved = complete(h + k, 8, cache=True)
     assert moved["timings"]["cache_n"] >= len(k) - 4  # the prefix and k (the token at the seam may differ)
     assert moved["content"] == cold["content"]
+
+
+def test_override_kv_gives_the_model_the_fim_tokens_infill_needs(fim_server_process: Server, fim_server: str) -> None:
+    r = httpx.post(fim_server + "/infill", timeout=60, json={
+        "input_prefix": "def add(a, b):\n    ", "input_suffix": "\n\nprint(add(1, 2))\n", "n_predict": 4,
+        "temperature": 0, "return_tokens": True})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["tokens_predicted"] == len(body["tokens"]) > 0 and body["tokens_evaluated"] > 3
+    r = httpx.post(fim_server + "/v1/completions", timeout=60, json={
+        "prompt": "def add(a, b):", "suffix": "\n    return c", "max_tokens": 4, "temperature": 0})
+    assert r.status_code == 200, r.text
+    props = httpx.get(fim_server + "/props").json()
+    assert props["model_load"]["kv_overrides"] == list(FIM_KV)
+    text = fim_server_process.log()
+    assert "Traceback" not in text and "override" not in text.lower(), text[-3000:]  # no type warning either

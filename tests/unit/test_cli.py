@@ -59,6 +59,7 @@ BEFORE = [
     ("-dev, --device DEV1,DEV2|none", "[env var: SKIPPY_DEVICE]", None),
     ("--rpc HOST:PORT,...", "[env var: SKIPPY_RPC]", None),
     ("-ot, --override-tensor PATTERN=BUFFER,...", "[env var: SKIPPY_OVERRIDE_TENSOR]", None),
+    ("--override-kv KEY=TYPE:VALUE,...", "[env var: SKIPPY_OVERRIDE_KV]", None),
     ("-cmoe, --cpu-moe", "[env var: SKIPPY_CPU_MOE]", False),
     ("-ncmoe, --n-cpu-moe N", "[env var: SKIPPY_N_CPU_MOE; default: 0; x>=0]", 0),
     ("-b, --n-batch, --batch-size N", "[env var: SKIPPY_N_BATCH; default: 512; x>=1]", 512),

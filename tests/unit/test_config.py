@@ -37,6 +37,8 @@ ENGINE = {
     "rpc": (["localhost", "h:0", "h:x", ["::1:50052"]], [None, (), "127.0.0.1:50052,h:1", ["h:65535"]], None),
     "override_tensor": (["x", "=CPU", "a=", "blk.(=CPU", ["ok=CPU", "(=CPU"]],
                         [(), "a=CPU", "a=CPU,b=CUDA0", ["\\.ffn_.*_exps\\.=CPU"]], None),
+    "override_kv": (["x", "=int:1", "a=int:x", "a=bool:yes", "a=list:1", "a=int:1,", ["a=str:" + "x" * 128]],
+                    [(), "a=int:-1", "a=bool:true,b=float:1e-5", ['"k=str:a,b"', "k=str:" + "x" * 127]], None),
     "cpu_moe": (["yes", 1, None], [True, False], None),
     "n_cpu_moe": ([-1, 1.5, "2", True], [0, 1, 999], "x>=0"),
     "mlock": (["yes", 1, None], [True, False], None),

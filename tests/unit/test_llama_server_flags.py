@@ -21,12 +21,15 @@ from skippy.engine.preparation import Limits, completion_budget
 from skippy.engine.protocols.openai.types import ChatCompletionRequest
 from skippy.engine.runtime.overrides import (
     FFN_EXPS_REGEX,
+    KVOverride,
     check_buffers,
     ffn_exps_block_regex,
+    kv_override_array,
     moe_overrides,
+    parse_kv_overrides,
     parse_overrides,
 )
-from skippy.engine.runtime.params import RuntimeConfig, load_mode
+from skippy.engine.runtime.params import RuntimeConfig, _model_params, load_mode
 from skippy.models import ModelError, cached_hf_file, hf_model, hf_repo_ref
 
 #: a command line of the shape agent-model guides give (Unsloth's, llama.cpp's docs), less the sampling
@@ -108,6 +111,57 @@ def test_parse_overrides_splits_commas_and_repeats_as_llama_cpp() -> None:
             parse_overrides(bad)
 
 
+def test_parse_kv_overrides_reads_llama_servers_key_type_value() -> None:
+    """--override-kv as llama.cpp's string_parse_kv_override and parse_csv_row read it: the key before the
+    first '=', a type prefix, a comma between overrides unless double-quoted, a repeated flag in order."""
+    got = parse_kv_overrides(["tokenizer.ggml.add_bos_token=bool:false,general.name=str:a=b:c", "n=int:-3",
+                              'x=float:1e-5,"s=str:one, two ""2""",t=str:', "b=bool:true"])
+    assert got == (KVOverride("tokenizer.ggml.add_bos_token", "bool", False),
+                   KVOverride("general.name", "str", "a=b:c"), KVOverride("n", "int", -3),
+                   KVOverride("x", "float", 1e-5), KVOverride("s", "str", 'one, two "2"'), KVOverride("t", "str", ""),
+                   KVOverride("b", "bool", True))
+    assert [str(o) for o in got[:3]] == ["tokenizer.ggml.add_bos_token=bool:false", "general.name=str:a=b:c",
+                                         "n=int:-3"]
+    assert parse_kv_overrides(got) == got and parse_kv_overrides(()) == parse_kv_overrides(None) == ()
+    assert parse_kv_overrides("k=str:" + "é" * 63) == (KVOverride("k", "str", "é" * 63),)  # 126 bytes
+    for bad, why in [("noequals", "not KEY=TYPE:VALUE"), ("=int:1", "not KEY=TYPE:VALUE"),
+                     ("a=1", "type must be one of int, float, bool, str"), ("a=list:1", "type must be one of"),
+                     ("a=int:1.5", "'1.5' is not an integer within int64"), ("a=int:", "not an integer"),
+                     ("a=int:9223372036854775808", "not an integer within int64"), ("a=float:x", "not a number"),
+                     ("a=bool:True", "'True' is not true or false"), ("a=bool:1", "not true or false"),
+                     ("a=str:" + "x" * 128, "at most 127 bytes, this one has 128"),
+                     ("k=str:" + "é" * 64, "this one has 128"), ("k" * 128 + "=int:1", "key is longer than 127"),
+                     ("a=int:1,", "an empty override"), ("", "an empty override"), ("a=str:x\ny", "new-line")]:
+        with pytest.raises(ValueError, match=why):
+            parse_kv_overrides(bad)
+
+
+def test_kv_overrides_reach_llama_model_params_ending_with_an_empty_key() -> None:
+    import ctypes
+
+    import llama_cpp
+
+    from skippy.engine.runtime.backends import plan_offload
+
+    overrides = parse_kv_overrides("a=int:-7,b=float:0.5,c=bool:true,d=str:" + "z" * 127)
+    array = kv_override_array(overrides)
+    assert array is not None and len(array) == 5 and kv_override_array(()) is None
+    assert [(o.key, o.tag) for o in array] == [(b"a", llama_cpp.LLAMA_KV_OVERRIDE_TYPE_INT),
+                                               (b"b", llama_cpp.LLAMA_KV_OVERRIDE_TYPE_FLOAT),
+                                               (b"c", llama_cpp.LLAMA_KV_OVERRIDE_TYPE_BOOL),
+                                               (b"d", llama_cpp.LLAMA_KV_OVERRIDE_TYPE_STR), (b"", 0)]
+    assert (array[0].value.val_i64, array[1].value.val_f64, array[2].value.val_bool) == (-7, 0.5, True)
+    assert array[3].value.val_str == b"z" * 127
+    config = RuntimeConfig.from_engine_config(EngineConfig(model="M", override_kv=("a=int:-7", "b=float:0.5")))
+    assert config.kv_overrides == overrides[:2]
+    mparams, keep = _model_params(plan_offload(), config)
+    kept = [k for k in keep if isinstance(k, ctypes.Array) and k._type_ is llama_cpp.llama_model_kv_override]
+    assert len(kept) == 1  # alive as long as the model: the runtime holds `keep`
+    assert ctypes.addressof(mparams.kv_overrides.contents) == ctypes.addressof(kept[0])
+    assert mparams.kv_overrides[0].key == b"a" and mparams.kv_overrides[2].key == b""
+    assert not _model_params(plan_offload(), RuntimeConfig())[0].kv_overrides  # NULL: none
+
+
 def test_check_buffers_names_the_available_ones() -> None:
     check_buffers(["a=CPU"], ["CPU"])
     with pytest.raises(ValueError, match=r"unknown buffer type 'CUDA0' in 'a=CUDA0'; available buffer types: CPU"):
@@ -145,6 +199,9 @@ BAD = [
     ("-ot 'blk.(=CPU'", "--override-tensor", "not a valid regular expression"),
     ("-ot noequals", "--override-tensor", "not PATTERN=BUFFER"),
     ("-ot 'exps=NOPE0'", "--override-tensor", "unknown buffer type 'NOPE0'"),
+    ("--override-kv tokenizer.ggml.add_bos_token", "--override-kv", "not KEY=TYPE:VALUE"),
+    ("--override-kv a=int:1 --override-kv a=bool:yes", "--override-kv", "'yes' is not true or false"),
+    ("--override-kv a=int:0x10", "--override-kv", "not an integer within int64"),
     ("-ncmoe -1", "--n-cpu-moe", "x>=0"),
     ("--rope-scale abc", "--rope-scale", "not a valid float"),
     ("--rope-freq-base x1", "--rope-freq-base", "not a valid float"),

@@ -182,7 +182,7 @@ class ModelMeta:
     #: (:mod:`~skippy.engine.runtime.media`; ``/props`` ``modalities``)
     vision: bool = False
     #: how the model was loaded, for ``/props`` ``model_load`` (the llama.cpp context's ``n_batch`` and
-    #: ``n_ubatch``, load mode, NUMA, tensor overrides, RoPE and YaRN settings); ``None``: not known
+    #: ``n_ubatch``, load mode, NUMA, tensor and metadata overrides, RoPE and YaRN settings); ``None``: not known
     load: dict[str, Any] | None = None
     #: the LoRA adapter GGUFs loaded onto the model, by adapter id (:meth:`Runtime.set_lora`)
     lora: tuple[str, ...] = ()

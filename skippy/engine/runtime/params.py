@@ -21,6 +21,7 @@ from skippy.engine.runtime.backends import SPLIT_MODES
 if TYPE_CHECKING:
     from skippy.engine.config import EngineConfig
     from skippy.engine.runtime.backends import Offload
+    from skippy.engine.runtime.overrides import KVOverride
 
 
 #: ``flash_attn`` names -> llama.cpp ``llama_flash_attn_type`` values
@@ -92,6 +93,12 @@ def _strs(values: Iterable[str]) -> tuple[str, ...]:
     return tuple(values)
 
 
+def _kv_overrides(values: str | KVOverride | Iterable[str | KVOverride] | None) -> tuple[KVOverride, ...]:
+    from skippy.engine.runtime.overrides import parse_kv_overrides
+
+    return parse_kv_overrides(values)  # ValueError for an item it refuses
+
+
 @attrs.frozen
 class RuntimeConfig:
     """Every option of a :class:`~skippy.engine.runtime.llama.LlamaRuntime`, checked once when made,
@@ -125,8 +132,10 @@ class RuntimeConfig:
     ``n_ubatch``: llama.cpp's physical batch (``-ub``; ``None``: ``n_batch``, never more).
     ``override_tensor``: ``PATTERN=BUFFER`` tensor buffer overrides (``-ot``, and ``-cmoe`` / ``-ncmoe``
     made into them by :meth:`from_engine_config`; :mod:`~skippy.engine.runtime.overrides`);
-    ``n_cpu_moe`` is kept to check it against the model's layers. ``mmap`` / ``mlock``: the load mode
-    (:func:`load_mode`); ``numa``: :data:`NUMA`; ``rope_scaling`` (:data:`ROPE_SCALING`),
+    ``n_cpu_moe`` is kept to check it against the model's layers. ``kv_overrides``: GGUF metadata
+    overrides (llama-server's ``--override-kv``; ``KEY=TYPE:VALUE`` strings or
+    :class:`~skippy.engine.runtime.overrides.KVOverride` objects, made into the latter). ``mmap`` /
+    ``mlock``: the load mode (:func:`load_mode`); ``numa``: :data:`NUMA`; ``rope_scaling`` (:data:`ROPE_SCALING`),
     ``rope_freq_base``, ``rope_freq_scale`` and the ``yarn_*`` values go to the context as they are
     (0, -1 or ``model``: the GGUF's), as llama-server's ``--rope-*`` / ``--yarn-*`` flags.
     ``mmproj``: the multimodal projector GGUF (llama-server's ``--mmproj``; ``None``: text only),
@@ -135,7 +144,8 @@ class RuntimeConfig:
     :mod:`~skippy.engine.runtime.lora`); their scales are the scheduler's, per step.
 
     Raises ``ValueError`` for an unknown ``flash_attn``, cache type, ``pooling``, ``numa`` or
-    ``rope_scaling``, an ``override_tensor`` that is not ``PATTERN=BUFFER`` with a valid pattern, an
+    ``rope_scaling``, an ``override_tensor`` that is not ``PATTERN=BUFFER`` with a valid pattern, a
+    ``kv_overrides`` item :func:`~skippy.engine.runtime.overrides.parse_kv_override` refuses, an
     ``embeddings_batch`` below 1 with ``embeddings``, or a quantized ``type_v`` with
     ``flash_attn="off"`` (llama.cpp refuses it).
     """
@@ -165,6 +175,7 @@ class RuntimeConfig:
     n_ubatch: int | None = None
     override_tensor: tuple[str, ...] = attrs.field(default=(), converter=_strs)
     n_cpu_moe: int = 0
+    kv_overrides: tuple[KVOverride, ...] = attrs.field(default=(), converter=_kv_overrides)
     mmap: bool = True
     mlock: bool = False
     numa: str = "disabled"
@@ -214,7 +225,8 @@ class RuntimeConfig:
         freq_scale = 1.0 / config.rope_scale if config.rope_scale > 0 else config.rope_freq_scale
         return cls(n_ubatch=config.n_ubatch,
                    override_tensor=(*config.override_tensor, *moe_overrides(config.cpu_moe, config.n_cpu_moe)),
-                   n_cpu_moe=config.n_cpu_moe, mmap=config.mmap, mlock=config.mlock, numa=config.numa,
+                   n_cpu_moe=config.n_cpu_moe, kv_overrides=config.override_kv, mmap=config.mmap, mlock=config.mlock,
+                   numa=config.numa,
                    rope_scaling=config.rope_scaling, rope_freq_base=config.rope_freq_base, rope_freq_scale=freq_scale,
                    yarn_orig_ctx=config.yarn_orig_ctx, yarn_ext_factor=config.yarn_ext_factor,
                    yarn_attn_factor=config.yarn_attn_factor, yarn_beta_slow=config.yarn_beta_slow,
@@ -235,10 +247,11 @@ class RuntimeConfig:
 def _model_params(offload: Offload, config: RuntimeConfig | None = None) -> tuple[llama_cpp.llama_model_params,
                                                                                   list[object]]:
     """llama.cpp's model parameters for an offload plan (layers on the devices, split mode, main device,
-    tensor split, the devices asked for) and ``config``'s load mode (``--no-mmap``, ``--mlock``) and tensor
-    overrides (``-ot``, ``-cmoe``, ``-ncmoe``), and the ctypes arrays they point into: keep those alive as
-    long as the model. Raises ``ValueError`` for an override naming an unknown buffer type."""
-    from skippy.engine.runtime.overrides import override_array
+    tensor split, the devices asked for) and ``config``'s load mode (``--no-mmap``, ``--mlock``), tensor
+    overrides (``-ot``, ``-cmoe``, ``-ncmoe``) and metadata overrides (``--override-kv``), and the ctypes
+    arrays they point into: keep those alive as long as the model. Raises ``ValueError`` for an override
+    naming an unknown buffer type."""
+    from skippy.engine.runtime.overrides import kv_override_array, override_array
 
     mparams = llama_cpp.llama_model_default_params()
     keep: list[object] = []
@@ -248,6 +261,10 @@ def _model_params(offload: Offload, config: RuntimeConfig | None = None) -> tupl
         if array is not None:
             mparams.tensor_buft_overrides = ctypes.cast(array, ctypes.c_void_p)
             keep += refs
+        kv = kv_override_array(config.kv_overrides)
+        if kv is not None:  # llama.cpp reads it up to the element with an empty key
+            mparams.kv_overrides = kv
+            keep.append(kv)
     mparams.n_gpu_layers = offload.n_gpu_layers
     mparams.split_mode = SPLIT_MODES[offload.split_mode]
     mparams.main_gpu = offload.main_gpu
