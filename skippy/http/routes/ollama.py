@@ -87,6 +87,19 @@ async def _engine(app: Shared, name: str, keep_alive: Any, chat: ChatCompletionR
     return await app.engine_for(found, chat=chat, keep_alive=seconds)
 
 
+def _unload_unloaded(app: Shared, req: OllamaChatRequest | OllamaGenerateRequest) -> Response | None:
+    """The answer to an unload request (:func:`~skippy.engine.protocols.ollama.translate.unloads`) for a served
+    model that is not loaded: ``done_reason`` ``unload`` at once, nothing loaded first (Ollama does not load a
+    model to unload it); ``None`` otherwise (the route goes on: a loaded model unloads once it ends)."""
+    pool = app.state.pool
+    if not ollama.unloads(req) or pool is None or not pool.ready.is_set():
+        return None
+    found = pool.lookup(req.model)
+    if found is None:
+        raise not_found(req.model)
+    return json_response(ollama.load_response(req)) if pool.engine(found) is None else None
+
+
 def _ignored(ctx: RequestContext, names: list[str]) -> None:
     """Options not applied are named in ``X-Skippy-Ignored-Fields``, as unknown body fields are."""
     ctx.ignored_fields.extend(f"options.{n}" for n in names)
@@ -134,6 +147,8 @@ async def ollama_chat() -> Response:
     body, ignored, num_ctx = ollama.chat_request(req)
     _ignored(ctx, ignored)
     check_limits(app.settings, body.messages, body)
+    if (unloaded := _unload_unloaded(app, req)) is not None:
+        return unloaded
     eng = await _renamed(_engine(app, req.model, req.keep_alive, body), body, req)
     if (loaded := _checked(eng, req, num_ctx)) is not None:
         return loaded
@@ -155,6 +170,8 @@ async def ollama_generate() -> Response:
     body, ignored, num_ctx = ollama.generate_request(req)
     _ignored(ctx, ignored)
     check_limits(app.settings, body.messages if isinstance(body, ChatCompletionRequest) else [], body)
+    if (unloaded := _unload_unloaded(app, req)) is not None:
+        return unloaded
     if isinstance(body, ChatCompletionRequest):
         eng = await _renamed(_engine(app, req.model, req.keep_alive, body), body, req)
     else:

@@ -261,7 +261,8 @@ def loads_only(req: ot.OllamaChatRequest | ot.OllamaGenerateRequest) -> bool:
     return not req.prompt and not req.suffix
 
 
-def _unloads(req: ot.OllamaChatRequest | ot.OllamaGenerateRequest) -> bool:
+def unloads(req: ot.OllamaChatRequest | ot.OllamaGenerateRequest) -> bool:
+    """Whether ``req`` unloads the model (Ollama's "Unload a model": :func:`loads_only` with ``keep_alive`` 0)."""
     return loads_only(req) and keep_alive_seconds(req.keep_alive) == 0
 
 
@@ -273,7 +274,7 @@ def check_thinking(req: ot.OllamaChatRequest | ot.OllamaGenerateRequest, support
     ``think`` pass, and so does an unload request (Ollama unloads before it looks at ``think``). Raises
     :class:`InvalidRequest`, also for a ``think`` value that is not Ollama's."""
     enable, _ = _think(req.think)
-    if enable and not supports_thinking and not _unloads(req):
+    if enable and not supports_thinking and not unloads(req):
         raise InvalidRequest(f"{json.dumps(req.model, ensure_ascii=False)} does not support thinking", param="think")
 
 
@@ -384,7 +385,7 @@ def load_response(req: ot.OllamaChatRequest | ot.OllamaGenerateRequest) -> ow.Ol
     (``server/routes.go``): ``done: true`` at once, an empty ``message`` (``/api/chat``) or ``response``
     (``/api/generate``), no counts, and ``done_reason`` ``"unload"`` when ``keep_alive`` is 0 (the model is
     unloaded), else ``"load"``."""
-    reason = "unload" if _unloads(req) else "load"
+    reason = "unload" if unloads(req) else "load"
     if isinstance(req, ot.OllamaChatRequest):
         return ow.OllamaChatResponse(model=req.model, created_at=created_at(), message=ow.OllamaReplyMessage(),
                                      done=True, done_reason=reason)
