@@ -52,9 +52,11 @@ def gemma_server(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="session")
 def fim_server_process(tmp_path_factory: pytest.TempPathFactory):
     """The default model with FIM tokens given by ``--override-kv`` (:data:`tests.support.FIM_KV`), 2 slots of
-    2048 tokens: ``/infill`` and ``suffix`` run for real. Its :class:`~tests.support.Server` (log included)."""
+    2048 tokens, ``--cache-reuse 64`` (as code-completion plugins advise, with a smaller chunk): ``/infill`` and
+    ``suffix`` run for real. Its :class:`~tests.support.Server` (log included)."""
     flags = [arg for kv in FIM_KV for arg in ("--override-kv", kv)]
-    with Server([*flags, "--parallel", "2", "--n-ctx", "2048"], tmp_path_factory.mktemp("fim") / "server.log") as srv:
+    with Server([*flags, "--parallel", "2", "--n-ctx", "2048", "--cache-reuse", "64"],
+                tmp_path_factory.mktemp("fim") / "server.log") as srv:
         yield srv
 
 

@@ -121,3 +121,35 @@ def test_llama_vims_instruction_mode_on_the_chat_route(server: Server) -> None:
     bad = httpx.post(server.base_url + "/v1/chat/completions", timeout=60,
                      json={"messages": msgs, "samplers": ["temperature", "top_k"]})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "samplers"
+
+
+def llama_vim_fim(lines: list[str], y: int, extra: list[dict]) -> dict:
+    """llama.vim's completion request with the cursor at the start of line ``y`` (its autoload/llama.vim)."""
+    indent = len(lines[y]) - len(lines[y].lstrip())
+    return {"id_slot": 0, "input_prefix": "\n".join(lines[max(0, y - 64):y]) + "\n",
+            "input_suffix": "\n" + "\n".join(lines[y + 1:y + 17]) + "\n", "input_extra": extra,
+            "prompt": lines[y][:indent], "n_predict": 16, "stop": [], "n_indent": indent, "top_k": 40, "top_p": 0.90,
+            "samplers": ["top_k", "top_p", "infill"], "stream": False, "cache_prompt": True, "t_max_prompt_ms": 500,
+            "t_max_predict_ms": 1000, "response_fields": VIM_FIELDS}
+
+
+def test_infill_as_llama_vim_sends_it(fim_server: str) -> None:
+    """llama.vim's two /infill bodies, replayed: the ring-buffer warm-up answers ``{}`` and puts the extra
+    context in the cache; a completion answers the fields it asks for; the next one, a line further down (the
+    prefix window slid by one line), prefills only a little of its prompt (the shared start, and with
+    --cache-reuse the prefix lines that moved up)."""
+    lines = [f"def step_{i}(values):\n    return [v * {i} for v in values if v > {i}]\n" for i in range(60)]
+    lines = "".join(lines).split("\n")
+    extra = [{"filename": "util.py", "text": "".join(f"CONST_{i} = {i * i}\n" for i in range(40))}]
+    warm = httpx.post(fim_server + "/infill", timeout=120, json={
+        "id_slot": 0, "input_prefix": "", "input_suffix": "", "input_extra": extra, "prompt": "", "n_predict": 0,
+        "temperature": 0.0, "samplers": [], "stream": False, "cache_prompt": True, "t_max_prompt_ms": 1,
+        "t_max_predict_ms": 1, "response_fields": [""]})
+    assert warm.status_code == 200 and warm.json() == {}
+    first = httpx.post(fim_server + "/infill", json=llama_vim_fim(lines, 80, extra), timeout=120).json()
+    assert set(first) == set(VIM_FIELDS) and first["timings/predicted_n"] >= 1
+    assert first["timings/prompt_n"] < first["tokens_cached"] - 300  # the extra context came from the warm-up
+    second = httpx.post(fim_server + "/infill", json=llama_vim_fim(lines, 81, extra), timeout=120).json()
+    # the prefix's 63 kept lines moved up a line: reused; prefilled are the line the cursor left, the suffix
+    # (one line further down, so not a continuation of the cached prompt) and the middle
+    assert second["timings/prompt_n"] < first["timings/prompt_n"] / 3, (first, second)
