@@ -37,7 +37,8 @@ LLAMA_SERVER_NOTE = ("skippy serve takes llama-server's flags -m, -hf, -a, -c/--
                      "--mlock, --no-mmap, "
                      "--numa, --rope-*, --yarn-*, --reasoning-format, --cache-reuse, --lora, --lora-scaled, "
                      "--lora-init-without-apply, --ssl-key-file, "
-                     "--ssl-cert-file and refuses the others "
+                     "--ssl-cert-file, -dt (ignored), the presets --fim-qwen-*-default and --embd-gemma-default, "
+                     "and refuses the others "
                      "rather than ignore them; "
                      "see 'skippy serve --help'")
 
@@ -54,31 +55,43 @@ class ServeCommand(SkippyCommand):
     llama-server's own parser, this one takes only whole option names: any word that starts with
     ``-`` and is no option name (nor an option's value, nor a number) is refused by name, with a
     note that skippy refuses the llama-server flags it does not support rather than ignore them.
+    llama-server's preset flags (``--fim-qwen-1.5b-default``...) are replaced by the flags they stand for
+    where they stand (:mod:`skippy.cli.llama_presets`), before click reads the line.
     """
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         import difflib
 
+        from skippy.cli.llama_presets import PRESETS, expansion
+
         options = {name: p for p in self.get_params(ctx) if isinstance(p, click.Option)
                    for name in (*p.opts, *p.secondary_opts)}
         takes_value = False
         lora_order = ctx.meta.setdefault(LORA_ORDER, [])  # --lora and --lora-scaled, as they come (adapter ids)
-        for arg in args:
+        pending = args[::-1]  # a stack: a preset flag's expansion is pushed back and read next, in its place
+        parsed: list[str] = []
+        while pending:
+            arg = pending.pop()
             if takes_value:
                 takes_value = False
-                continue
-            if arg == "--":
+            elif arg == "--":
+                parsed += [arg, *pending[::-1]]
                 break
-            name = arg.split("=", 1)[0]
-            option = options.get(name)
-            if option is not None:
-                if option.name in ("lora", "lora_scaled"):
-                    lora_order.append(option.name)
-                takes_value = "=" not in arg and not option.is_flag and option.nargs > 0
-            elif arg.startswith("-") and len(arg) > 1 and not _is_number(arg):
-                raise click.NoSuchOption(name, message=f"No such option '{name}' ({LLAMA_SERVER_NOTE}).",
-                                         possibilities=difflib.get_close_matches(name, options), ctx=ctx)
-        return super().parse_args(ctx, args)
+            elif arg in PRESETS:  # llama-server's --fim-qwen-1.5b-default...: its flags, where it stands
+                pending += expansion(ctx, arg)[::-1]
+                continue
+            else:
+                name = arg.split("=", 1)[0]
+                option = options.get(name)
+                if option is not None:
+                    if option.name in ("lora", "lora_scaled"):
+                        lora_order.append(option.name)
+                    takes_value = "=" not in arg and not option.is_flag and option.nargs > 0
+                elif arg.startswith("-") and len(arg) > 1 and not _is_number(arg):
+                    raise click.NoSuchOption(name, message=f"No such option '{name}' ({LLAMA_SERVER_NOTE}).",
+                                             possibilities=difflib.get_close_matches(name, options), ctx=ctx)
+            parsed.append(arg)
+        return super().parse_args(ctx, parsed)
 
 
 def _is_number(text: str) -> bool:
@@ -102,6 +115,7 @@ def _serve_options(fn: F) -> F:
     flags accepted for compatibility). A flag field missing from this list
     still gets its option, at the end.
     """
+    from skippy.cli.llama_presets import preset_options
     from skippy.engine.config import EngineConfig
     from skippy.http.settings import ServerSettings
 
@@ -112,8 +126,9 @@ def _serve_options(fn: F) -> F:
                   "the others on their first request (the environment variable names one model)."),
         _opt("--hf-repo", "-hf", "-hfr", default=None, metavar="OWNER/REPO[:QUANT]", show_default=False,
              help="A model on Hugging Face, as llama-server's -hf: the repo's GGUF of that quantization "
-                  "(default Q4_K_M), downloaded into the model cache unless it is there; the cached file when the "
-                  "hub cannot be reached or HF_HUB_OFFLINE=1. Instead of --model."),
+                  "(default Q4_K_M), or one file as hf://OWNER/REPO/FILE.gguf, downloaded into the model cache "
+                  "unless it is there; the cached file when the hub cannot be reached or HF_HUB_OFFLINE=1. Instead "
+                  "of --model."),
         _opt("--alias", "-a", multiple=True, metavar="NAME", show_default=False, callback=_aliases,
              help="Another name the model answers to and /v1/models lists (repeatable; the environment "
                   "variable takes space-separated names). Requests may name any model when one is served; "
@@ -141,9 +156,10 @@ def _serve_options(fn: F) -> F:
              help="Address to listen on; several comma-separated or repeated (e.g. '127.0.0.1,::1')."),
         _opt("--port", default=8080, type=click.IntRange(0, 65535), help="TCP port to listen on."),
         "n_ctx",
-        _opt("--ctx-size", "-c", default=None, type=click.IntRange(16),
+        _opt("--ctx-size", "-c", default=None, type=click.IntRange(0), callback=_ctx_size,
              help="llama-server's -c: total context of all slots in tokens; each sequence gets "
-                  "ctx-size / parallel (exclusive with --n-ctx, which is per sequence)."),
+                  "ctx-size / parallel (exclusive with --n-ctx, which is per sequence); 0: the model's training "
+                  "context (read from its GGUF when the server starts), shared so."),
         "parallel", "threads", "flash_attn", "cache_type_k", "cache_type_v", "kv_unified", "swa_full",
         "n_gpu_layers", "split_mode", "main_gpu", "tensor_split", "device", "rpc",
         "override_tensor", "override_kv", "cpu_moe", "n_cpu_moe", "n_batch", "n_ubatch", "mlock", "mmap", "numa",
@@ -166,6 +182,9 @@ def _serve_options(fn: F) -> F:
         _opt("--cont-batching/--no-cont-batching", "-cb/-nocb", default=True, callback=_cont_batching,
              help="Accepted for llama-server command lines: skippy always batches continuously (a new request "
                   "joins the running batch at the next step); --no-cont-batching is refused."),
+        _opt("--defrag-thold", "-dt", default=None, type=float, metavar="N", show_default=False,
+             help="Accepted for llama-server command lines (llama.cpp's KV cache defragmentation threshold, "
+                  "deprecated there and no longer needed): no effect; a warning says so."),
         _opt("--chat-template", "--chat-template-file", default=None, metavar="NAME|FILE", callback=_read_template,
              help="Chat template overriding the model's: a jinja2 file, or one of llama.cpp's built-in template "
                   "names (chatml, llama3, mistral-v7, gemma, phi3, command-r, deepseek3, ...)."),
@@ -208,6 +227,7 @@ def _serve_options(fn: F) -> F:
     fields = {f.name: f for f in _flag_fields(EngineConfig) + _flag_fields(ServerSettings)}
     placed = [item for item in layout if isinstance(item, str)]
     layout += [name for name in fields if name not in placed]
+    layout += preset_options()  # llama-server's --fim-qwen-1.5b-default..., last
     for item in reversed(layout):
         fn = (setting_option(fields[item]) if isinstance(item, str) else item)(fn)
     return fn
@@ -235,6 +255,14 @@ def _lora_adapters(ctx: click.Context, lora: tuple[str, ...],
         if source:
             out.append(source.pop(0))
     return tuple(out + plain + scaled)
+
+
+def _ctx_size(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    """``-c``: 0 (the model's training context, as llama-server's ``-c 0``) or at least 16 tokens."""
+    if value is not None and 0 < value < 16:
+        raise click.BadParameter(f"give 0 (the model's training context) or at least 16 tokens, got {value}",
+                                 ctx=ctx, param=param)
+    return value
 
 
 def _cont_batching(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
@@ -285,14 +313,20 @@ def _context_per_sequence(ctx: click.Context, ctx_size: int | None, options: dic
     """Turn llama-server's ``-c/--ctx-size`` (all slots) into ``n_ctx`` (one sequence) in ``options``.
 
     llama-server gives each of its ``-np`` slots ``ctx-size / np`` tokens; so does this (a flag beats
-    ``SKIPPY_N_CTX``). Raises a usage error when ``--n-ctx`` is on the command line too, or when a
-    sequence would get fewer than 16 tokens.
+    ``SKIPPY_N_CTX``). ``-c 0`` (the training context) sets ``n_ctx`` 0 here; :func:`_training_share`
+    divides the model's own once its GGUF is there. Raises a usage error when ``--n-ctx`` is on the
+    command line too, or when a sequence would get fewer than 16 tokens.
     """
     if ctx_size is None:
         return
     if ctx.get_parameter_source("n_ctx") is click.core.ParameterSource.COMMANDLINE:
+        from skippy.cli.llama_presets import preset_note
+
         raise click.UsageError("give either --ctx-size/-c (total context of all slots, llama-server's meaning) or "
-                               "--n-ctx (context of each sequence), not both", ctx=ctx)
+                               f"--n-ctx (context of each sequence), not both{preset_note(ctx, '-c')}", ctx=ctx)
+    if ctx_size == 0:
+        options["n_ctx"] = 0
+        return
     per_sequence = ctx_size // options["parallel"]
     if per_sequence < 16:
         raise click.BadParameter(f"{ctx_size} tokens over {options['parallel']} slots leaves {per_sequence} per "
@@ -308,8 +342,8 @@ def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], m
           keep_alive: float, host: tuple[str, ...], port: int, ctx_size: int | None,
           chat_template: str | None, chat_template_kwargs: dict, jinja: bool, log_level: str, log_format: str,
           log_file: str | None, api_key: tuple[str, ...], api_key_file: str | None, cors_origins: tuple[str, ...],
-          no_webui: bool, cont_batching: bool, lora: tuple[str, ...], lora_scaled: tuple[tuple[str, float], ...],
-          **options: Any) -> None:
+          no_webui: bool, cont_batching: bool, defrag_thold: float | None, lora: tuple[str, ...],
+          lora_scaled: tuple[tuple[str, float], ...], **options: Any) -> None:
     """Serve the OpenAI-compatible API (``/v1/chat/completions`` and friends).
 
     The model is pulled into the cache first when it is a known name that is
@@ -318,7 +352,8 @@ def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], m
     request's ``model``, loaded on demand, unloaded by ``--max-loaded`` and
     ``--keep-alive``.
     llama-server command lines work as they are (``-m``, ``-c``, ``-np``,
-    ``-t``, ``-fa``, ``--jinja``...); its other flags are refused by name.
+    ``-t``, ``-fa``, ``--jinja``...), and its presets (``--fim-qwen-1.5b-default``...);
+    its other flags are refused by name.
     """
     import trio
 
@@ -341,6 +376,11 @@ def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], m
     settings = ServerSettings(api_keys=_api_keys(api_key, api_key_file), cors_origins=cors_origins,
                               webui=not no_webui, **options)
     configure_logging(log_level, log_format, log_file)
+    if defrag_thold is not None:  # llama-server warns so too, and goes on
+        import logging
+
+        logging.getLogger("skippy.serve").warning("--defrag-thold/-dt is deprecated in llama.cpp and no longer "
+                                                  "necessary to specify: skippy ignores it")
     per_model = {**engine_options, "chat_template": chat_template, "chat_template_kwargs": chat_template_kwargs,
                  "alias": alias, "ctx_size": ctx_size, "lora": _lora_adapters(ctx, lora, lora_scaled)}
     _check_model_options(ctx, per_model, "")  # the command line's own, before any download
@@ -350,7 +390,10 @@ def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], m
         from skippy.models import hf_model
 
         if given:
-            raise click.UsageError("give either --model/-m or --hf-repo/-hf, not both", ctx=ctx)
+            from skippy.cli.llama_presets import preset_note
+
+            raise click.UsageError(f"give either --model/-m or --hf-repo/-hf, not both{preset_note(ctx, '-hf')}",
+                                   ctx=ctx)
         path = hf_model(hf_repo)
         models.append((path, path.stem))
         given = True
@@ -421,6 +464,8 @@ def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], m
         if values["mmproj"] is None:
             values["mmproj"] = projectors.get(path.resolve())
         _check_model_options(ctx, values, where)
+        if values["ctx_size"] == 0:  # -c 0: the model's training context over its slots
+            values["n_ctx"] = _training_share(ctx, path, values["parallel"], where)
         values.pop("ctx_size")
         configs.append(EngineConfig(model=str(path), model_name=model_id, model_alias=values.pop("alias"),
                                     verbose=log_level == "debug", **values))
@@ -455,6 +500,47 @@ def _preset_model(presets: Any, section: str, model: str, ensure_model: Any) -> 
     except ModelError as exc:
         raise PresetError(f"{where}: {exc}") from None
     return found
+
+
+def _training_context(path: Path) -> int:
+    """The training context of the GGUF at ``path`` in tokens (``<arch>.context_length``, read by llama.cpp
+    without the weights, about a second for a large vocabulary; its load-time warnings are left for the load);
+    0 when the GGUF names none or cannot be read (its load then says why)."""
+    import logging
+
+    from skippy.models import ModelError
+    from skippy.models.gguf import gguf_info
+
+    runtime_log = logging.getLogger("skippy.runtime")
+    level = runtime_log.level
+    runtime_log.setLevel(logging.ERROR)
+    try:
+        return gguf_info(path).context_length
+    except ModelError:
+        return 0
+    finally:
+        runtime_log.setLevel(level)
+
+
+def _training_share(ctx: click.Context, path: Path, parallel: int, where: str) -> int:
+    """llama-server's ``-c 0`` for the model at ``path``: its training context (:func:`_training_context`) over
+    the ``parallel`` slots, as ``-c N`` shares N: the context of each sequence (``n_ctx``). 0 (each sequence
+    the training context, as the engine reads ``n_ctx`` 0) when the GGUF names none. Raises a usage error (a
+    :class:`~skippy.cli.presets.PresetError` with a preset section's ``where``) when a sequence would get
+    fewer than 16 tokens."""
+    n_ctx_train = _training_context(path)
+    if not n_ctx_train:
+        return 0
+    per_sequence = n_ctx_train // parallel
+    if per_sequence < 16:
+        message = (f"-c 0: the training context of {path.name} ({n_ctx_train} tokens) over {parallel} slots leaves "
+                   f"{per_sequence} per sequence; at least 16 are needed")
+        if where:
+            from skippy.cli.presets import PresetError
+
+            raise PresetError(where + message)
+        raise click.UsageError(message, ctx=ctx)
+    return per_sequence
 
 
 def _check_model_options(ctx: click.Context, values: dict[str, Any], where: str) -> None:

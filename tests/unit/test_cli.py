@@ -24,6 +24,7 @@ import pytest
 from click.testing import CliRunner
 
 from skippy.cli import main, serve
+from skippy.cli.llama_presets import PRESETS
 from skippy.engine.config import EngineConfig, setting_info
 from skippy.http.settings import ServerSettings
 
@@ -42,7 +43,7 @@ BEFORE = [
     ("--host ADDRESS", "[env var: SKIPPY_HOST; default: 127.0.0.1]", None),
     ("--port INTEGER RANGE", "[env var: SKIPPY_PORT; default: 8080; 0<=x<=65535]", 8080),
     ("--n-ctx INTEGER RANGE", "[env var: SKIPPY_N_CTX; default: 8192; x>=0]", 8192),
-    ("-c, --ctx-size INTEGER RANGE", "[env var: SKIPPY_CTX_SIZE; x>=16]", None),
+    ("-c, --ctx-size INTEGER RANGE", "[env var: SKIPPY_CTX_SIZE; x>=0]", None),
     ("-np, --parallel INTEGER RANGE", "[env var: SKIPPY_PARALLEL; default: 8; 1<=x<=256]", 8),
     ("-t, --threads INTEGER RANGE", "[env var: SKIPPY_THREADS; x>=1]", None),
     ("-fa, --flash-attn [on|off|auto]", "[env var: SKIPPY_FLASH_ATTN; default: auto]", "auto"),
@@ -87,6 +88,7 @@ BEFORE = [
     ("--lora-init-without-apply", "[env var: SKIPPY_LORA_INIT_WITHOUT_APPLY]", False),
     ("-cb, --cont-batching / -nocb, --no-cont-batching",
      "[env var: SKIPPY_CONT_BATCHING; default: cont-batching]", True),
+    ("-dt, --defrag-thold N", "[env var: SKIPPY_DEFRAG_THOLD]", None),
     ("--chat-template, --chat-template-file NAME|FILE", "[env var: SKIPPY_CHAT_TEMPLATE]", None),
     ("--chat-template-kwargs JSON", "[env var: SKIPPY_CHAT_TEMPLATE_KWARGS]", None),
     ("--jinja", "[env var: SKIPPY_JINJA]", False),
@@ -153,6 +155,11 @@ BEFORE = [
     ("--consult-max-chars INTEGER RANGE", "[env var: SKIPPY_CONSULT_MAX_CHARS; default: 512; 16<=x<=65536]", 512),
     ("--props", "[env var: SKIPPY_PROPS]", False),
     ("--slot-save-path DIR", "[env var: SKIPPY_SLOT_SAVE_PATH]", None),
+    # llama-server's presets: flags that stand for others where they are (no environment variable)
+    *[(flag, "", False) for flag in ("--embd-gemma-default", "--fim-qwen-1.5b-default", "--fim-qwen-3b-default",
+                                     "--fim-qwen-7b-default", "--fim-qwen-7b-spec", "--fim-qwen-14b-spec",
+                                     "--fim-qwen-30b-default", "--gpt-oss-20b-default", "--gpt-oss-120b-default",
+                                     "--vision-gemma-4b-default", "--vision-gemma-12b-default", "--spec-default")],
 ]
 
 
@@ -187,10 +194,12 @@ def test_options_are_generated_from_the_settings_fields() -> None:
             assert p.default == field.default and p.help == info.help
             assert p.show_envvar
     # the explicit adapters: not one settings field as it stands
-    assert sorted(by_name) == ["alias", "api_key", "api_key_file", "chat_template", "chat_template_kwargs",
-                               "cont_batching", "cors_origins", "ctx_size", "hf_repo", "host", "jinja", "keep_alive",
-                               "log_file", "log_format", "log_level", "lora", "lora_scaled", "max_loaded", "model",
-                               "models_dirs", "models_preset", "no_webui", "port"]
+    presets = {p.name for p in by_name.values() if not p.expose_value}  # llama-server's presets: no value
+    assert sorted(presets) == sorted(flag[2:].replace("-", "_").replace(".", "_") for flag in PRESETS)
+    assert sorted(set(by_name) - presets) == [
+        "alias", "api_key", "api_key_file", "chat_template", "chat_template_kwargs", "cont_batching", "cors_origins",
+        "ctx_size", "defrag_thold", "hf_repo", "host", "jinja", "keep_alive", "log_file", "log_format", "log_level",
+        "lora", "lora_scaled", "max_loaded", "model", "models_dirs", "models_preset", "no_webui", "port"]
 
 
 def test_readme_flags_table_matches_the_options() -> None:

@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from skippy.cli import main
+from skippy.cli.llama_presets import PRESETS
 from skippy.cli.serving import serve
 from skippy.engine.config import REASONING_FORMAT_CHOICES, EngineConfig
 from skippy.engine.preparation import Limits, completion_budget
@@ -275,3 +276,176 @@ def test_reasoning_format_is_the_default_of_a_request_that_sets_none() -> None:
     own = ChatCompletionRequest(messages=ask, reasoning_format="deepseek")
     assert render_chat(tmpl, own, reasoning_format="none").plan.reasoning_format == "deepseek"
     assert render_chat(tmpl, ChatCompletionRequest(messages=ask)).plan.reasoning_format == "auto"
+
+
+
+# -- -dt and llama-server's presets (--fim-qwen-1.5b-default...) ------------------------------------------------
+
+#: llama.vim's doc (less its bare -fa, which the pinned llama-server refuses too: -fa takes on|off|auto)
+LLAMA_VIM = "-m M --port 8012 -ngl 99 -fa on -dt 0.1 --ubatch-size 512 --batch-size 1024 --ctx-size 0 --cache-reuse 256"
+
+QWEN_15B = "hf://ggml-org/Qwen2.5-Coder-1.5B-Q8_0-GGUF/qwen2.5-coder-1.5b-q8_0.gguf"
+QWEN_7B = "hf://ggml-org/Qwen2.5-Coder-7B-Q8_0-GGUF/qwen2.5-coder-7b-q8_0.gguf"
+GEMMA_EMBD = "hf://ggml-org/embeddinggemma-300M-qat-q4_0-GGUF/embeddinggemma-300M-qat-Q4_0.gguf"
+FIM = {"port": 8012, "n_ubatch": 1024, "n_batch": 1024, "ctx_size": 0, "cache_reuse": 256}
+
+PRESET_CASES = [
+    (LLAMA_VIM, {"port": 8012, "n_gpu_layers": 99, "flash_attn": "on", "defrag_thold": 0.1, "n_ubatch": 512,
+                 "n_batch": 1024, "ctx_size": 0, "cache_reuse": 256}),
+    ("--defrag-thold -1", {"defrag_thold": -1.0}),
+    ("", {"defrag_thold": None, "ctx_size": None, "hf_repo": None, "port": 8080}),
+    ("--fim-qwen-1.5b-default", {"hf_repo": QWEN_15B, **FIM}),
+    ("--fim-qwen-3b-default", {"hf_repo": "hf://ggml-org/Qwen2.5-Coder-3B-Q8_0-GGUF/qwen2.5-coder-3b-q8_0.gguf",
+                               **FIM}),
+    ("--fim-qwen-7b-default", {"hf_repo": QWEN_7B, **FIM}),
+    ("--fim-qwen-30b-default", {"hf_repo": "hf://ggml-org/Qwen3-Coder-30B-A3B-Instruct-Q8_0-GGUF/"
+                                           "qwen3-coder-30b-a3b-instruct-q8_0.gguf", **FIM}),
+    ("--embd-gemma-default", {"hf_repo": GEMMA_EMBD, "port": 8011, "n_ubatch": 2048, "n_batch": 2048, "parallel": 32,
+                              "ctx_size": 65536, "embeddings": True, "embeddings_batch": 2048, "cache_reuse": 0}),
+    # in order, as llama-server parses: a flag after the preset overrides it, one before it is overridden
+    ("--fim-qwen-1.5b-default --port 9000 -c 8192 -ub 256 --cache-reuse 64 -hf a/b:Q8_0",
+     {**FIM, "hf_repo": "a/b:Q8_0", "port": 9000, "ctx_size": 8192, "n_ubatch": 256, "cache_reuse": 64}),
+    ("-hf a/b:Q8_0 --port 9000 -c 8192 -ub 256 --cache-reuse 64 -np 2 --fim-qwen-1.5b-default",
+     {"hf_repo": QWEN_15B, **FIM, "parallel": 2}),
+    ("--fim-qwen-7b-default --embd-gemma-default", {"hf_repo": GEMMA_EMBD, "port": 8011, "ctx_size": 65536,
+                                                    "cache_reuse": 256}),  # the first's flags the second sets not
+    ("--alias --fim-qwen-1.5b-default", {"alias": ("--fim-qwen-1.5b-default",), "hf_repo": None}),  # a value
+]
+
+
+@pytest.mark.parametrize(("line", "expected"), PRESET_CASES, ids=[f"line{i}" for i in range(len(PRESET_CASES))])
+def test_dt_and_the_presets_parse_to_the_settings_in_order(line: str, expected: dict) -> None:
+    params = _params(line)
+    for name, value in expected.items():
+        assert params[name] == value, name
+
+
+REFUSED = [
+    ("--fim-qwen-7b-spec", "a 0.5B draft model", "skippy serve --fim-qwen-7b-default --spec-ngram 4"),
+    ("--fim-qwen-14b-spec", "draft model", "-hf hf://ggml-org/Qwen2.5-Coder-14B-Q8_0-GGUF/qwen2.5-coder-14b-q8_0.gguf "
+                                           "--port 8012 -ub 1024 -b 1024 -c 0 --cache-reuse 256 --spec-ngram 4"),
+    ("--spec-default", "ngram-mod", "--spec-ngram 4"),
+    ("--gpt-oss-20b-default", "server-wide sampling defaults", "min_p 0.01 in each request"),
+    ("--gpt-oss-120b-default", "server-wide sampling defaults",
+     "-m FILE.gguf (ggml-org/gpt-oss-120b-GGUF's first file) --port 8013 --jinja -ub 2048 -b 32768 -np 2 -c 262144"),
+    ("--vision-gemma-4b-default", "does not fetch the repo's projector",
+     "-hf ggml-org/gemma-3-4b-it-qat-GGUF:Q4_0 --mmproj FILE"),
+    ("--vision-gemma-12b-default", "projector", "skippy pull hf://ggml-org/gemma-3-12b-it-qat-GGUF/FILE"),
+]
+
+
+@pytest.mark.parametrize(("flag", "why", "closest"), REFUSED, ids=[r[0] for r in REFUSED])
+def test_a_preset_skippy_cannot_serve_is_refused_by_name_saying_the_closest(flag: str, why: str, closest: str,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    import skippy.models
+
+    monkeypatch.setattr(skippy.models, "hf_model", _no_download)
+    result = CliRunner().invoke(main, ["serve", "--port", "1", flag, "-np", "2"], terminal_width=1000)
+    assert result.exit_code == 2, result.output
+    assert f"{flag} is refused" in result.output and why in result.output and closest in result.output, result.output
+
+
+def _no_download(spec: str, **kw: object) -> Path:
+    raise AssertionError(f"downloaded {spec}")
+
+
+def test_help_and_a_dry_parse_of_a_preset_download_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    import skippy.models
+
+    monkeypatch.setattr(skippy.models, "hf_model", _no_download)
+    result = CliRunner().invoke(main, ["serve", "--fim-qwen-1.5b-default", "--help"], terminal_width=200)
+    assert result.exit_code == 0, (result.output, result.exception)
+    for flag, preset in PRESETS.items():  # each preset on one line of its own, with its description
+        assert any(line.split()[:1] == [flag] for line in result.output.splitlines()), flag
+        assert "".join(preset.help.split()) in "".join(result.output.split())  # click wraps long words too
+    assert _params("--fim-qwen-1.5b-default")["hf_repo"] == QWEN_15B  # parsed, not fetched
+
+
+@pytest.fixture
+def started(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list:
+    """``skippy serve`` up to the server: ``-hf`` offline from a cache in ``tmp_path`` holding the Qwen 1.5B and
+    EmbeddingGemma files (4 bytes each), their training contexts 32768 and 2048, the server a recorder of its
+    (config, port) calls."""
+    import skippy.cli.serving
+    import skippy.http.serve
+
+    calls: list = []
+
+    async def fake_serve(config, *, host, port, settings, **pool):
+        calls.append((config, port))
+        return 0
+
+    monkeypatch.setenv("SKIPPY_HOME", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for name in [n for n in __import__("os").environ if n.startswith("SKIPPY_") and n != "SKIPPY_HOME"]:
+        monkeypatch.delenv(name)
+    (tmp_path / "models").mkdir()
+    trained = {"qwen2.5-coder-1.5b-q8_0.gguf": 32768, "embeddinggemma-300M-qat-Q4_0.gguf": 2048}
+    for name in trained:
+        (tmp_path / "models" / name).write_bytes(b"GGUF")
+    monkeypatch.setattr(skippy.cli.serving, "_training_context", lambda path: trained[path.name])
+    monkeypatch.setattr(skippy.http.serve, "serve", fake_serve)
+    return calls
+
+
+def test_a_preset_serves_its_model_with_its_settings(started: list) -> None:
+    result = CliRunner().invoke(main, ["serve", "--fim-qwen-1.5b-default"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    [(config, port)] = started
+    assert (config.model_name, port) == ("qwen2.5-coder-1.5b-q8_0", 8012)
+    assert (config.n_batch, config.n_ubatch, config.cache_reuse, config.parallel) == (1024, 1024, 256, 8)
+    assert config.n_ctx == 32768 // 8  # -c 0: the training context over the slots, as -c N
+    started.clear()
+    result = CliRunner().invoke(main, ["serve", "--fim-qwen-1.5b-default", "-np", "1", "--port", "9000"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    [(config, port)] = started
+    assert (config.n_ctx, config.parallel, port) == (32768, 1, 9000)
+    started.clear()
+    result = CliRunner().invoke(main, ["serve", "--embd-gemma-default"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    [(config, port)] = started
+    assert (config.n_ctx, config.parallel, config.embeddings, config.embeddings_batch, port) == (2048, 32, True, 2048,
+                                                                                                 8011)
+
+
+def test_dt_is_accepted_with_one_warning_line(started: list) -> None:
+    result = CliRunner().invoke(main, ["serve", "--fim-qwen-1.5b-default", "-dt", "0.1"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    [warning] = [line for line in result.output.splitlines() if "WARNING" in line]
+    assert "--defrag-thold/-dt is deprecated in llama.cpp and no longer necessary" in warning
+    assert [c.n_ctx for c, _ in started] == [4096]  # nothing else changed
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--fim-qwen-1.5b-default", "-m", "x.gguf"], "not both (-hf comes from --fim-qwen-1.5b-default)"),
+    (["--n-ctx", "2048", "--fim-qwen-1.5b-default"], "not both (-c comes from --fim-qwen-1.5b-default)"),
+    (["-c", "8"], "give 0 (the model's training context) or at least 16 tokens, got 8"),
+])
+def test_conflicts_name_the_preset_and_c_takes_0_or_16(args: list[str], message: str, started: list) -> None:
+    result = CliRunner().invoke(main, ["serve", *args], terminal_width=1000)
+    assert result.exit_code == 2 and message in result.output, result.output
+    assert not started
+
+
+def test_c_0_over_too_many_slots_is_a_usage_error(started: list, monkeypatch: pytest.MonkeyPatch) -> None:
+    import skippy.cli.serving
+
+    monkeypatch.setattr(skippy.cli.serving, "_training_context", lambda path: 512)
+    result = CliRunner().invoke(main, ["serve", "--fim-qwen-1.5b-default", "-np", "64"], terminal_width=1000)
+    assert result.exit_code == 2, result.output
+    assert "-c 0: the training context of qwen2.5-coder-1.5b-q8_0.gguf (512 tokens) over 64 slots leaves 8" \
+        in result.output
+    assert not started
+
+
+def test_training_context_is_the_ggufs_read_by_llama_cpp(tmp_path: Path) -> None:
+    from skippy.cli.serving import _training_context
+    from skippy.models import DEFAULT_MODEL, REGISTRY
+
+    not_gguf = tmp_path / "x.gguf"
+    not_gguf.write_bytes(b"nope")
+    assert _training_context(not_gguf) == 0 and _training_context(tmp_path / "missing.gguf") == 0
+    real = Path.home() / ".cache" / "skippy" / "models" / REGISTRY[DEFAULT_MODEL].filename
+    if not real.is_file():
+        pytest.skip(f"{real} is not pulled")
+    assert _training_context(real) == 8192  # SmolLM2-135M's
