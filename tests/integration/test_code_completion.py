@@ -153,3 +153,23 @@ def test_infill_as_llama_vim_sends_it(fim_server: str) -> None:
     # the prefix's 63 kept lines moved up a line: reused; prefilled are the line the cursor left, the suffix
     # (one line further down, so not a continuation of the cached prompt) and the middle
     assert second["timings/prompt_n"] < first["timings/prompt_n"] / 3, (first, second)
+
+
+def test_a_ring_whose_oldest_chunk_was_dropped_is_reused(fim_server: str) -> None:
+    """llama.vim's ring buffer, full, drops its oldest chunk for a new one: the prompt then shares only the
+    repository header with the cached one (fewer tokens than the prefix cache's minimum), but with
+    --cache-reuse the chunks that stayed are moved up and reused, not prefilled again."""
+    chunks = [{"filename": f"f{i}.py", "text": "".join(f"VALUE_{i}_{j} = {i * j + 7}\n" for j in range(40))}
+              for i in range(4)]
+
+    def warm(extra: list[dict]) -> dict:
+        r = httpx.post(fim_server + "/infill", timeout=120, json={
+            "input_prefix": "", "input_suffix": "", "input_extra": extra, "prompt": "", "n_predict": 0,
+            "samplers": [], "cache_prompt": True})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    first = warm(chunks[:3])
+    second = warm(chunks[1:])
+    assert second["timings"]["prompt_n"] < first["timings"]["prompt_n"] / 2, (first["timings"], second["timings"])
+    assert second["timings"]["cache_n"] > first["timings"]["prompt_n"] / 2

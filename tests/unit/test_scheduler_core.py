@@ -498,6 +498,28 @@ def test_cache_reuse_moves_cached_chunks_that_continue_the_prompt(n_seq_max):
         assert rt.kv[slot][:len(prompt)] == prompt and rt.pos[slot][:len(prompt)] == list(range(len(prompt)))
 
 
+@pytest.mark.parametrize("n_seq_max", [1, 2])
+def test_cache_reuse_needs_no_shared_prefix_of_min_reuse_tokens(n_seq_max):
+    """A ring of files whose oldest one was dropped (llama.vim's extra context): the prompt shares only a
+    5-token header with the cached one, below MIN_REUSE, yet the cached files that follow it are moved up
+    and reused: in place with one slot, in a copy when a slot is free (the new prompt keeps under 15/16 of
+    the entry, which stays for a later prompt)."""
+    p, a, b, c, d = [7, 8, 9, 10, 11], *(list(range(k, k + 20)) for k in (120, 140, 160, 180))
+    rt, core = make(n_seq_max=n_seq_max, cache_reuse=8)
+    core.add(req(1, p + a + b + c, max_tokens=1))
+    run(rt, core)
+    core.add(req(2, p + b + c + d, max_tokens=1))
+    out = run(rt, core)
+    fin = finish_of(out, 2)
+    assert fin.cached_tokens == 45 and fin.slot == n_seq_max - 1  # the header, then b and c moved 20 down
+    assert rt.shifts == [(fin.slot, 25, 65, -20)] and len(rt.copies) == n_seq_max - 1
+    rt, core = make(n_seq_max=n_seq_max, cache_reuse=0)  # without --cache-reuse: nothing is shared
+    core.add(req(1, p + a + b + c, max_tokens=1))
+    run(rt, core)
+    core.add(req(2, p + b + c + d, max_tokens=1))
+    assert finish_of(run(rt, core), 2).cached_tokens == 0
+
+
 def test_cache_reuse_keeps_the_prompts_last_tokens_for_prefill():
     """A moved run stops MIN_TAIL tokens before the prompt's end: those are prefilled (the first token's logits)."""
     head, a, b = (list(range(k, k + 20)) for k in (100, 120, 140))

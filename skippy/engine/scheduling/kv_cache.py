@@ -167,6 +167,10 @@ class KVCacheManager:
                                      req.min_reuse, keeps, claim, lora)
             if match is not None and media and (n := span_start(media, match.n)) < match.n:
                 match = attrs.evolve(match, n=n) if n else None  # the image is decoded whole
+        served = match.n if match is not None else 0  # prompt tokens the match's KV serves
+        if self.cache_reuse and req.cache_prompt and not media and (moved := self._best_reuse(req.prompt, lora)):
+            if moved[1] > served:  # an entry whose chunks, moved, serve more than the longest prefix
+                match, served = moved
         ckpt = None
         if req.cache_prompt and (self.prefix_cache or self.checkpoints is not None):
             self._counters.prefix_queries += 1
@@ -180,11 +184,11 @@ class KVCacheManager:
             ckpt, n_ckpt = found if found is not None else (None, 0)
         if ckpt is not None and media:
             n_ckpt = span_start(media, n_ckpt)
-        if ckpt is not None and (not n_ckpt or match is not None and match.n >= n_ckpt):
+        if ckpt is not None and (not n_ckpt or served >= n_ckpt):
             ckpt = None
         if ckpt is not None:
             return self._restore(ckpt, req.cache_key, claim, n_ckpt, req.prompt, lora, media)
-        return self._take_slot(match, req.cache_key, claim, req.prompt, lora, media)
+        return self._take_slot(match, req.cache_key, claim, req.prompt, lora, media, served)
 
     def release(self, slot: int, prompt: list[int] | None = None, n_keep: int | None = None,
                 key: str | None = None, lora: LoraSet = NO_LORA, media: Sequence[MediaSpan] = ()) -> None:
@@ -404,9 +408,10 @@ class KVCacheManager:
 
     def _take_slot(self, match: Match | None, key: str | None = None, claim: Callable[[int], int] | None = None,
                    prompt: Sequence[int] = (), lora: LoraSet = NO_LORA,
-                   media: Sequence[MediaSpan] = ()) -> tuple[int, int]:
+                   media: Sequence[MediaSpan] = (), served: int = 0) -> tuple[int, int]:
         """A slot for a new sequence (whose prompt's images are ``media``) and how many of its prompt tokens
-        are already in its KV.
+        are already in its KV. ``served``: what a resident match serves once its chunks are moved
+        (``--cache-reuse``), which counts as kept when weighing a copy against reusing the entry in place.
 
         A running match is copied into a free slot (:meth:`Runtime.seq_cp`), a resident one is
         reused in place unless :meth:`_in_place` says a copy pays. With one KV stream per
@@ -433,7 +438,8 @@ class KVCacheManager:
         n = match.n
         at = position(media, n)
         source = self.prefix.resident(match.slot) if self.cache_reuse and match.resident and not media else None
-        if not match.resident or (self._free_slots and not self._in_place(match, claim)):  # copy, keep the source
+        kept = max(n, served)
+        if not match.resident or (self._free_slots and not self._in_place(match, claim, kept)):  # copy, keep the source
             slot = self._pop_free_slot() if self._free_slots else self._evict(key, claim, prompt, lora)
             if rt.meta.kv_unified:  # the prefix only: shared cells, nothing to trim
                 rt.seq_cp(match.slot, slot, at)
@@ -445,7 +451,7 @@ class KVCacheManager:
                 self.prefix.touch(match.slot)
         else:  # a resident source (no free slot, or a copy would not pay): reuse it in place
             slot = match.slot
-            self._save_prompt(slot, n)
+            self._save_prompt(slot, kept)
             self.prefix.take(slot)
         if source is not None:  # the slot holds the whole entry: move its chunks the prompt holds further on
             n = at = self._reuse_chunks(slot, source, prompt, n)
@@ -455,36 +461,37 @@ class KVCacheManager:
         return slot, n
 
     def _reuse_chunks(self, slot: int, cached: Sequence[int], prompt: Sequence[int], n: int) -> int:
-        """llama-server's ``--cache-reuse`` (its ``n_cache_reuse`` loop): ``slot``'s KV holds ``cached``, whose
-        first ``n`` tokens the prompt shares; past them, each run of at least :attr:`cache_reuse` tokens of
-        ``cached`` that continues the prompt where its reused part ends is moved there (``seq_rm`` of the
-        cells between, ``seq_add`` of the run), skipping the cached tokens that do not. Returns the prompt
-        tokens the slot's KV now holds, at positions ``0..n-1``; the cells past them are the caller's to
-        trim. Never reaches the prompt's last ``min_tail`` tokens (they are prefilled for the logits), nor
-        an image's placeholder (a text prompt's entry only). A moved key is rotated to its new position at
-        the next decode; its values were computed after the cached context, not the new one, which
-        llama-server accepts for this speed (an editor's file seen again with lines added or removed)."""
-        rt, limit, want = self.runtime, len(prompt) - self.min_tail, self.cache_reuse
-        head_c = head_p = n
-        if any(t < 0 for t in cached):  # an image's placeholder ids
-            return n
-        while head_c < len(cached) and head_p < limit:
-            m = 0
-            while head_c + m < len(cached) and head_p + m < limit and cached[head_c + m] == prompt[head_p + m]:
-                m += 1
-            if m < want:
-                head_c += 1
-                continue
-            if head_c > head_p:
-                rt.seq_rm(slot, head_p, head_c)
-                rt.seq_add(slot, head_c, head_c + m, head_p - head_c)
-            head_c += m
-            head_p += m
-        if head_p > n:  # counted as cached tokens by the core, as the prefix is
-            log.debug("slot %d: --cache-reuse moved %d cached tokens (prefix %d -> %d)", slot, head_p - n, n, head_p)
-        return head_p
+        """llama-server's ``--cache-reuse``: ``slot``'s KV holds ``cached``, whose first ``n`` tokens the prompt
+        shares; the runs :func:`chunk_moves` finds are moved into place (``seq_rm`` of the cells between,
+        ``seq_add`` of the run). Returns the prompt tokens the slot's KV now holds, at positions ``0..n-1``;
+        the cells past them are the caller's to trim. A moved key is rotated to its new position at the next
+        decode; its values were computed after the cached context, not the new one, which llama-server
+        accepts for this speed (an editor's file seen again with lines added or removed)."""
+        moves, end = chunk_moves(cached, prompt, n, self.cache_reuse, len(prompt) - self.min_tail)
+        for head_c, head_p, m in moves:
+            self.runtime.seq_rm(slot, head_p, head_c)
+            self.runtime.seq_add(slot, head_c, head_c + m, head_p - head_c)
+        if end > n:  # counted as cached tokens by the core, as the prefix is
+            log.debug("slot %d: --cache-reuse moved %d cached tokens (prefix %d -> %d)", slot, end - n, n, end)
+        return end
 
-    def _in_place(self, match: Match, claim: Callable[[int], int] | None) -> bool:
+    def _best_reuse(self, prompt: Sequence[int], lora: LoraSet) -> tuple[Match, int] | None:
+        """With ``--cache-reuse``: the resident entry of the LoRA set ``lora`` whose KV serves most of ``prompt``
+        once its chunks are moved (:func:`chunk_moves`; its shared prefix may be shorter than ``MIN_REUSE``, even
+        empty: a ring of files whose oldest one was dropped), as a :class:`Match` on its shared prefix, and the
+        tokens it serves in all; ``None`` when none serves any."""
+        limit = len(prompt) - self.min_tail
+        best: tuple[Match, int] | None = None
+        for slot, tokens in self.prefix.items():
+            if self.prefix.lora(slot) != lora or any(t < 0 for t in tokens):  # an image's placeholder ids
+                continue
+            n = min(common_prefix_len(tokens, prompt), limit)
+            _, total = chunk_moves(tokens, prompt, n, self.cache_reuse, limit)
+            if total > (best[1] if best is not None else 0):
+                best = Match(slot, n, True), total
+        return best
+
+    def _in_place(self, match: Match, claim: Callable[[int], int] | None, kept: int = 0) -> bool:
         """Whether a resident match is reused in its own slot although a slot is free.
 
         A copy into the free slot would keep the entry, but with one KV stream per sequence it costs
@@ -495,6 +502,7 @@ class KVCacheManager:
         running sequence) keeps nearly all of it (:data:`KEEP_FRACTION`: a chat's next turn, a
         repeated prompt, a long shared system prompt with a short question) or when there is a host
         prompt cache to save it first (its own cells only, see :meth:`_save_prompt`);
+        ``kept``: what ``--cache-reuse`` keeps of it besides the prefix (its moved chunks);
         and not when a waiting request could reuse more of it (``claim``). With a unified KV
         cache the copy shares cells and is nearly free: always copied.
         """
@@ -503,7 +511,32 @@ class KVCacheManager:
         tokens = self.prefix.resident(match.slot) or []
         if self.prompt_cache is not None:
             return True
-        return max(match.n, self._held_elsewhere(match.slot, tokens)) >= KEEP_FRACTION * len(tokens)
+        return max(match.n, kept, self._held_elsewhere(match.slot, tokens)) >= KEEP_FRACTION * len(tokens)
+
+
+def chunk_moves(cached: Sequence[int], prompt: Sequence[int], n: int, want: int, limit: int
+                ) -> tuple[list[tuple[int, int, int]], int]:
+    """llama-server's ``--cache-reuse`` plan (its ``n_cache_reuse`` loop) for a KV cache holding ``cached``, of which
+    the prompt shares the first ``n`` tokens: past them, each run of at least ``want`` cached tokens that
+    continues the prompt where its reused part ends is to move there; the cached tokens that do not are
+    skipped. The prompt is reused up to ``limit`` tokens at most (its last ones are prefilled for the logits).
+
+    Returns the moves, ``(cached index, prompt index, length)`` each, in order, and the prompt tokens the
+    KV cache then holds (``n`` when nothing moves)."""
+    moves: list[tuple[int, int, int]] = []
+    head_c = head_p = n
+    while head_c < len(cached) and head_p < limit:
+        m = 0
+        while head_c + m < len(cached) and head_p + m < limit and cached[head_c + m] == prompt[head_p + m]:
+            m += 1
+        if m < want:
+            head_c += 1
+            continue
+        if head_c > head_p:
+            moves.append((head_c, head_p, m))
+        head_c += m
+        head_p += m
+    return moves, head_p
 
 
 def _as_list(tokens: Sequence[int]) -> list[int]:
