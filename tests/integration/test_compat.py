@@ -271,6 +271,16 @@ def test_strict_fields_refuse_unknown_fields(ping_server: Server) -> None:
     assert info.value.body["param"] == "max_tokenz" and info.value.body["code"] == "unknown_field"
     r = client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=2)
     assert r.choices[0].finish_reason in ("stop", "length")
+    # llama-server's own fields are known fields: llama.vim's requests pass (its chat warm-up, its streamed
+    # instruction, a /completion with its FIM fields)
+    for path, body in (("/v1/chat/completions", {"messages": ASK, "id_slot": 0, "n_predict": 0, "samplers": [],
+                                                 "cache_prompt": True, "response_fields": [""]}),
+                       ("/v1/chat/completions", {"messages": ASK, "id_slot": 3, "samplers": ["min_p", "temperature"],
+                                                 "max_tokens": 2}),
+                       ("/completion", {"prompt": "x = 1", "id_slot": 0, "n_predict": 2, "t_max_prompt_ms": 500,
+                                        "t_max_predict_ms": 1000, "n_indent": 4, "response_fields": ["content"]})):
+        got = httpx.post(ping_server.base_url + path, json=body, timeout=60)
+        assert got.status_code == 200, (path, got.text)
 
 
 def _metric(base_url: str, name: str) -> float:

@@ -63,13 +63,11 @@ class NativeFields(SamplingFields, kw_only=True):
     """
 
     logit_bias: NativeLogitBias | None = None  # type: ignore[assignment]
-    id_slot: int = -1
     return_tokens: bool = False
     timings_per_token: bool = False
     return_progress: bool = False
     n_indent: int = 0
     t_max_predict_ms: int = -1
-    response_fields: list[str] | None = None
     n_cmpl: int | None = None
 
 

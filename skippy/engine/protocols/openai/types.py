@@ -105,7 +105,11 @@ class SamplingFields(msgspec.Struct, omit_defaults=True, kw_only=True):
     ``n_predict`` (llama-server's name for the completion budget) wins over ``max_tokens``: -1 or
     less the server's default, 0 the prompt only (put into the KV cache, nothing generated: a client's
     warm-up), which ``max_tokens`` may not ask (OpenAI's rule: >= 1). ``samplers`` (llama-server):
-    which samplers of the chain run (:func:`skippy.engine.sampling.native.apply_samplers`).
+    which samplers of the chain run (:func:`skippy.engine.sampling.native.apply_samplers`). ``id_slot``,
+    ``response_fields`` and ``t_max_prompt_ms`` (llama-server's) are taken on every route, so clients that
+    send them (llama.vim) pass ``--strict-fields``: ``id_slot`` is checked and ``response_fields`` applied on
+    llama-server's own routes only (as llama-server, whose OpenAI replies keep every field), and
+    ``t_max_prompt_ms`` does nothing (llama-server does not implement it either).
 
     ``lora`` (llama-server): ``[{"id": int, "scale": number}]``, the LoRA adapters (``--lora``) this
     request runs with, the others at 0; absent or empty, the server's global scales
@@ -152,6 +156,9 @@ class SamplingFields(msgspec.Struct, omit_defaults=True, kw_only=True):
     n_probs: int | None = None
     n_predict: int | None = None
     samplers: list[str] | str | None = None
+    id_slot: int = -1
+    response_fields: list[str] | None = None
+    t_max_prompt_ms: int | None = None
     # vLLM sampling parameters
     repetition_penalty: float | None = None
     min_tokens: int | None = None
