@@ -452,6 +452,8 @@ class Engine:
         for parts in req.prompts():
             if isinstance(parts, MultimodalPrompt):  # a prompt object: its images fill its media markers
                 with_media = await self._native_media(parts)
+                if not with_media.tokens:  # an empty prompt_string (the scheduler needs a token to start from)
+                    raise InvalidRequest("prompt is empty", param="prompt")
                 prompts.append((with_media.tokens, with_media.spans, parts.prompt_string))
                 continue
             tokens: list[int] = []

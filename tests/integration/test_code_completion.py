@@ -173,3 +173,10 @@ def test_a_ring_whose_oldest_chunk_was_dropped_is_reused(fim_server: str) -> Non
     second = warm(chunks[1:])
     assert second["timings"]["prompt_n"] < first["timings"]["prompt_n"] / 2, (first["timings"], second["timings"])
     assert second["timings"]["cache_n"] > first["timings"]["prompt_n"] / 2
+
+
+def test_an_empty_prompt_object_is_a_400_not_a_wait(server: Server) -> None:
+    """A prompt object whose prompt_string is empty tokenizes to nothing (SmolLM2 adds no BOS): a 400, where
+    the request used to wait forever in the queue (found by the schema fuzzer)."""
+    r = httpx.post(server.base_url + "/completion", json={"prompt": {"prompt_string": ""}}, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt"

@@ -10,7 +10,7 @@ import pytest
 from skippy.engine.chat.emulation import EarlyStop
 from skippy.engine.chat.formats.base import ContentParser
 from skippy.engine.chat.formats.emulated import EmulatedToolParser
-from skippy.engine.errors import EngineClosed
+from skippy.engine.errors import EngineClosed, InvalidRequest
 from skippy.engine.output.generation import Done, Generation, GenerationError, GenerationOptions, Piece
 from skippy.engine.protocols.llama_server.translate import NativeReply, generation_settings
 from skippy.engine.protocols.openai.translate import (
@@ -515,3 +515,9 @@ def test_replies_read_like_the_dicts_they_encode_to() -> None:
         reply["usage"]["injected_tokens"]
     finish_chunk = ChatReply("m", gen).chunks(done)[-1]
     assert not finish_chunk["choices"][0]["delta"] and finish_chunk["choices"][0]["delta"].get("content", "") == ""
+
+
+def test_an_empty_prompt_is_refused_before_it_can_wait_forever() -> None:
+    with pytest.raises(InvalidRequest) as err:
+        Generation(1, [], SamplingParams(), 4, piece=piece, parser=ContentParser())
+    assert err.value.param == "prompt"

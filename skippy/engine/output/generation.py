@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 import attrs
 
 from skippy.engine.chat.formats.base import Delta, ParsedMessage, StreamParser
-from skippy.engine.errors import EngineClosed, EngineError
+from skippy.engine.errors import EngineClosed, EngineError, InvalidRequest
 from skippy.engine.hooks.signals import FinishInfo
 from skippy.engine.lora import NO_LORA, LoraSet
 from skippy.engine.output.pipeline import EarlyStopRule, OutputPipeline
@@ -177,17 +177,22 @@ class Generation:
             appended by a ``before_chat`` hook (not counted in ``prompt_tokens``).
         params: validated sampling parameters (``params.logprobs`` asks the
             scheduler for logprobs on every token event).
-        max_tokens: tokens to generate at most (>= 1).
+        max_tokens: tokens to generate at most (>= 0; 0: the prompt only).
         piece: ``token id -> bytes`` the token renders as (the vocabulary).
         parser: the chat-format stream parser (a fresh one per generation).
         early_stop: optional rule that ends generation early (emulated tool calls; a fresh one per
             generation: it keeps state).
         options: the request's :class:`GenerationOptions`.
+
+    Raises :class:`InvalidRequest` (400, ``prompt``) for an empty ``prompt``: the scheduler needs a token to
+    start from (every route's own checks come first; this one keeps an empty prompt from waiting forever).
     """
 
     def __init__(self, rid: int, prompt: Sequence[int], params: SamplingParams, max_tokens: int, *,
                  piece: Callable[[int], bytes], parser: StreamParser, early_stop: EarlyStopRule | None = None,
                  options: GenerationOptions = GenerationOptions()) -> None:  # noqa: B008 (frozen: one shared default)
+        if not prompt:  # the scheduler would never start it (nothing to prefill, no token to decode)
+            raise InvalidRequest("prompt is empty", param="prompt")
         o = options
         self.options = options
         self.request = SeqRequest(rid, list(prompt), params, max_tokens, hooks=o.hooks, signals=o.signals,
