@@ -388,10 +388,11 @@ class Engine:
     @_preparing
     async def _start_infill(self, req: InfillRequest) -> tuple[list[NativeReply], RequestEvents]:
         require_fim(self.meta.fim, "input_prefix")
+        arrival = next(self._arrivals)  # its place in the queue: before its tokenizer work
         prompt = await self._infill_tokens(req.input_prefix, req.input_suffix, prompt=req.prompt,
                                            extra=[ExtraChunk(c.text, c.filename) for c in req.input_extra],
                                            n_predict=native_n_predict(req))
-        return await self._native(req, [(prompt, (), None)])
+        return await self._native(req, [(prompt, (), None)], arrival)
 
     async def _infill_tokens(self, prefix: Mixed, suffix: Mixed, *, prompt: Mixed = "",
                              extra: list[ExtraChunk] | None = None, n_predict: int = -1) -> list[int]:
@@ -448,6 +449,7 @@ class Engine:
 
     @_preparing
     async def _start_native(self, req: NativeCompletionRequest) -> tuple[list[NativeReply], RequestEvents]:
+        arrival = next(self._arrivals)  # its place in the queue: before its tokenizer work
         prompts: list[tuple[list[int], tuple[MediaSpan, ...], str | None]] = []
         for parts in req.prompts():
             if isinstance(parts, MultimodalPrompt):  # a prompt object: its images fill its media markers
@@ -468,14 +470,14 @@ class Engine:
             if not tokens:
                 raise InvalidRequest("prompt is empty", param="prompt")
             prompts.append((tokens, (), None))
-        return await self._native(req, prompts)
+        return await self._native(req, prompts, arrival)
 
-    async def _native(self, req: NativeFields, prompts: list[tuple[list[int], tuple[MediaSpan, ...], str | None]]
-                      ) -> tuple[list[NativeReply], RequestEvents]:
+    async def _native(self, req: NativeFields, prompts: list[tuple[list[int], tuple[MediaSpan, ...], str | None]],
+                      arrival: int) -> tuple[list[NativeReply], RequestEvents]:
         """Submit ``/completion`` or ``/infill`` generations: ``n_cmpl`` per prompt (its token ids, images, and
         text when it came as text), with the request's sampling, ``n_predict`` and line limits. The replies are
         in llama-server's order: a prompt's completions together (the ``j``-th with the seed plus ``j``), the
-        prompts in order."""
+        prompts in order; all queued at ``arrival``, taken when the request reached the engine."""
         if not -1 <= req.id_slot < self.meta.n_seq_max:
             raise InvalidRequest(f"id_slot must be -1 or a slot id (0..{self.meta.n_seq_max - 1})", param="id_slot")
         n_cmpl = native_n_cmpl(req)
@@ -484,7 +486,6 @@ class Engine:
                                  "needs a sequence slot: --parallel)", param="n_cmpl")
         if req.n_indent < 0:
             raise InvalidRequest("n_indent must be >= 0", param="n_indent")
-        arrival = next(self._arrivals)
         lora = self.lora.for_request(req.lora)
         n_probs = req.n_probs or 0
         n_predict = native_n_predict(req)

@@ -168,7 +168,8 @@ class KVCacheManager:
             if match is not None and media and (n := span_start(media, match.n)) < match.n:
                 match = attrs.evolve(match, n=n) if n else None  # the image is decoded whole
         served = match.n if match is not None else 0  # prompt tokens the match's KV serves
-        if self.cache_reuse and req.cache_prompt and not media and (moved := self._best_reuse(req.prompt, lora)):
+        if (self.cache_reuse and req.cache_prompt and not media and served < len(req.prompt) - self.min_tail
+                and (moved := self._best_reuse(req.prompt, lora))):
             if moved[1] > served:  # an entry whose chunks, moved, serve more than the longest prefix
                 match, served = moved
         ckpt = None
