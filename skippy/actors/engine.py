@@ -392,7 +392,7 @@ class Engine:
         prompt = await self._infill_tokens(req.input_prefix, req.input_suffix, prompt=req.prompt,
                                            extra=[ExtraChunk(c.text, c.filename) for c in req.input_extra],
                                            n_predict=native_n_predict(req))
-        return await self._native(req, [(prompt, (), None)], arrival)
+        return await self._native(req, [(prompt, (), None)], arrival, save_replaced=False)
 
     async def _infill_tokens(self, prefix: Mixed, suffix: Mixed, *, prompt: Mixed = "",
                              extra: list[ExtraChunk] | None = None, n_predict: int = -1) -> list[int]:
@@ -473,11 +473,12 @@ class Engine:
         return await self._native(req, prompts, arrival)
 
     async def _native(self, req: NativeFields, prompts: list[tuple[list[int], tuple[MediaSpan, ...], str | None]],
-                      arrival: int) -> tuple[list[NativeReply], RequestEvents]:
+                      arrival: int, save_replaced: bool = True) -> tuple[list[NativeReply], RequestEvents]:
         """Submit ``/completion`` or ``/infill`` generations: ``n_cmpl`` per prompt (its token ids, images, and
         text when it came as text), with the request's sampling, ``n_predict`` and line limits. The replies are
         in llama-server's order: a prompt's completions together (the ``j``-th with the seed plus ``j``), the
-        prompts in order; all queued at ``arrival``, taken when the request reached the engine."""
+        prompts in order; all queued at ``arrival``, taken when the request reached the engine.
+        ``save_replaced``: :attr:`GenerationOptions.save_replaced` (False for ``/infill``)."""
         if not -1 <= req.id_slot < self.meta.n_seq_max:
             raise InvalidRequest(f"id_slot must be -1 or a slot id (0..{self.meta.n_seq_max - 1})", param="id_slot")
         n_cmpl = native_n_cmpl(req)
@@ -503,7 +504,7 @@ class Engine:
         replies: list[NativeReply] = []
         options = GenerationOptions(stops=stops, include_stop=req.include_stop_str_in_output,
                                     cache_prompt=req.cache_prompt, speculative=speculative(req, self.limits),
-                                    arrival=arrival, lora=lora)
+                                    arrival=arrival, lora=lora, save_replaced=save_replaced)
         for tokens, media, text in prompts:
             max_tokens = self._max_tokens(msgspec.structs.replace(sreq, max_tokens=limit), len(tokens), allow_zero=True)
             prompt_text = text if text is not None else await self.tokenizer.detokenize(tokens)

@@ -83,6 +83,15 @@ ADMIT_GAP = 0.003
 #: at most.
 ADMIT_SETTLE = 0.005
 
+#: Seconds the loop waits idle, with nothing arriving, before it copies resident prompts to the host prompt
+#: cache (:meth:`DecodeScheduler._save_while_idle`). A save is one llama.cpp call that cannot stop (about
+#: 23 KB a token on SmolLM2: 27 ms for a 1950-token prompt here, a multiple of that for bigger models), and
+#: a request that arrives meanwhile waits for it: an editor plugin's completions, one per cursor move, paid
+#: it in every request. A client in the middle of a session (the next completion, an agent's next turn after
+#: a tool) comes back within this and mostly extends or reuses its own resident prompt, which needs no saved
+#: copy; a server quiet this long is likely to stay so for a save.
+IDLE_SAVE_DELAY = 1.0
+
 
 class EventSink(Protocol):
     """Where a request's events go: a trio memory send channel (unbounded: the loop never blocks on a
@@ -240,8 +249,7 @@ class DecodeScheduler(Actor[SchedulerMsg]):
                     await self._run_slot_actions(decode_thread)
                 if self.core.idle:
                     last_end = None
-                    await self._save_while_idle(decode_thread)
-                    await self._wait_and_gather()
+                    await self._wait_and_gather(decode_thread)
                 self._drain_inbox()
                 if self._slot_actions:
                     await self._run_slot_actions(decode_thread)
@@ -284,11 +292,23 @@ class DecodeScheduler(Actor[SchedulerMsg]):
                     self._unread -= 1
                     _send(msg.events, EmbeddingsEvent(None, 0, "cancelled"))
 
-    async def _save_while_idle(self, decode_thread: DedicatedThread) -> None:
-        """Copy the resident entries the host prompt cache lacks into it (:meth:`SchedulerCore.idle_saves`),
-        one at a time on the decode thread, until one is done or an input arrives (a message in the inbox,
-        a request being prepared): a save then costs no request its time, as it would inside a plan."""
-        for slot, tokens in self.core.idle_saves():
+    async def _idle_receive(self, decode_thread: DedicatedThread) -> SchedulerMsg:
+        """The next inbox message, waited for idle; when resident entries need saving
+        (:meth:`SchedulerCore.idle_saves`) and nothing arrives or is being prepared within
+        :data:`IDLE_SAVE_DELAY`, they are saved meanwhile (:meth:`_save_while_idle`)."""
+        saves = self.core.idle_saves()
+        if saves:
+            with trio.move_on_after(IDLE_SAVE_DELAY):
+                return await self._inbox.receive()
+            if self._incoming <= 0:
+                await self._save_while_idle(decode_thread, saves)
+        return await self._inbox.receive()
+
+    async def _save_while_idle(self, decode_thread: DedicatedThread, saves: list[tuple[int, list[int]]]) -> None:
+        """Copy ``saves``, the resident entries the host prompt cache lacks (:meth:`SchedulerCore.idle_saves`),
+        into it, one at a time on the decode thread, until one is done or an input arrives (a message in the
+        inbox, a request being prepared): a save then costs no request its time, as it would inside a plan."""
+        for slot, tokens in saves:
             if self._pending() or self._incoming > 0:
                 return
             if not self.core.needs_idle_save(slot, tokens):  # an earlier save of this loop holds it now
@@ -300,13 +320,14 @@ class DecodeScheduler(Actor[SchedulerMsg]):
                 continue
             self.core.add_idle_save(slot, tokens, data)
 
-    async def _wait_and_gather(self) -> None:
-        """Idle: wait for an inbox message, handle it, then :meth:`_gather_burst`; trio's run batches are watched
-        from the start (:class:`_RunBatches`), so a request's task, made runnable by its submit, is known as such."""
+    async def _wait_and_gather(self, decode_thread: DedicatedThread) -> None:
+        """Idle: wait for an inbox message (:meth:`_idle_receive`), handle it, then :meth:`_gather_burst`; trio's
+        run batches are watched from the start (:class:`_RunBatches`), so a request's task, made runnable by its
+        submit, is known as such."""
         self._batches = batches = _RunBatches()
         trio.lowlevel.add_instrument(batches)
         try:
-            self._handle(await self._inbox.receive())
+            self._handle(await self._idle_receive(decode_thread))
             await self._gather_burst(batches)
         finally:
             trio.lowlevel.remove_instrument(batches)

@@ -260,9 +260,16 @@ async def test_without_reader_wait_the_loop_decodes_while_the_readers_write(monk
     assert calls == [] and len(events) == 13 and events[-1].reason == "length"
 
 
-async def test_an_idle_loop_saves_resident_entries_to_the_prompt_cache() -> None:
+async def _finish(recv: trio.MemoryReceiveChannel) -> None:
+    async for ev in recv:
+        if isinstance(ev, FinishEvent):
+            return
+
+
+async def test_an_idle_loop_saves_resident_entries_to_the_prompt_cache(monkeypatch) -> None:
     """Once the loop is idle, the finished request's resident entry is copied to the host prompt cache (on the
     decode thread), so a later eviction under load needs no save; with no prompt cache nothing is saved."""
+    monkeypatch.setattr("skippy.actors.scheduler.IDLE_SAVE_DELAY", 0.01)
     for prompt_cache, saved in ((None, [(0, 40)]), (0, [])):
         rt = FakeRuntime(n_seq_max=2)
         sched = DecodeScheduler(rt, SchedulerConfig(prompt_cache=prompt_cache))
@@ -280,3 +287,28 @@ async def test_an_idle_loop_saves_resident_entries_to_the_prompt_cache() -> None
             nursery.cancel_scope.cancel()
         assert rt.saved == saved
 
+
+
+async def test_the_idle_save_waits_for_a_quiet_loop_so_the_next_request_of_a_session_does_not_wait_for_it(
+        monkeypatch) -> None:
+    """A save cannot stop once begun: the loop saves only after :data:`IDLE_SAVE_DELAY` with nothing arriving.
+    A request that comes within it (an editor plugin's next completion) runs with no save before it; once the
+    loop stays quiet, both resident entries are saved."""
+    monkeypatch.setattr("skippy.actors.scheduler.IDLE_SAVE_DELAY", 0.3)
+    rt = FakeRuntime(n_seq_max=2)
+    sched = DecodeScheduler(rt, SchedulerConfig(prompt_cache=None))
+    send1, recv1 = trio.open_memory_channel(math.inf)
+    send2, recv2 = trio.open_memory_channel(math.inf)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sched.run)
+        with trio.fail_after(10):
+            sched.submit(req(1, list(range(100, 140)), max_tokens=2), send1)
+            await _finish(recv1)
+            await trio.sleep(0.05)  # the loop is idle, well within the delay
+            sched.submit(req(2, list(range(200, 240)), max_tokens=2), send2)
+            await _finish(recv2)
+            assert rt.saved == []  # no save ran between the two requests
+            while len(rt.saved) < 2:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    assert sorted(rt.saved) == [(0, 40), (1, 40)]

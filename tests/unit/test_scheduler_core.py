@@ -322,6 +322,27 @@ def test_a_prompt_keeping_nearly_all_of_an_entry_reuses_it_in_place_and_a_smalle
     assert finish_of(out, 7).cached_tokens == len(PROMPT) + 3 - MIN_TAIL
 
 
+
+@pytest.mark.parametrize("prompt_cache", [None, 0])
+def test_a_request_that_does_not_save_what_it_replaces_takes_the_entry_in_place(prompt_cache):
+    """save_replaced False (llama-server's /infill: the prompt is rebuilt around the editor's cursor each time):
+    a resident entry it keeps 20 of 41 tokens of is reused in place, neither saved to the host prompt cache
+    first nor copied to the free slot; the same request with the default saves it (prompt cache) or copies it."""
+    for save_replaced in (False, True):
+        rt, core = make(n_seq_max=2, prompt_cache=prompt_cache)
+        core.add(req(1, PROMPT + [1], max_tokens=2))
+        run(rt, core)
+        core.add(req(2, PROMPT[:20] + list(range(1000, 1030)), max_tokens=2, save_replaced=save_replaced))
+        out = run(rt, core)
+        assert finish_of(out, 2).cached_tokens == 20
+        if not save_replaced:
+            assert rt.saved == [] and rt.copies == [] and len(core.kv_cache.prefix) == 1
+        elif prompt_cache is None:
+            assert rt.saved == [(0, len(PROMPT) + 1)] and rt.copies == []
+        else:
+            assert rt.saved == [] and rt.copies == [(0, 1)] and len(core.kv_cache.prefix) == 2
+
+
 @pytest.mark.parametrize("entry, saved", [(list(range(100, 115)) + [9], False),  # 3 keeps 15 of 16
                                            (list(range(100, 112)) + [9] * 8, True),  # 3 keeps 12 of 20
                                            (list(range(500, 530)), True)])  # 3 keeps none of it

@@ -135,6 +135,8 @@ class GenerationOptions:
             (OpenAI ``prompt_cache_key``, llama-server ``cache_prompt``).
         min_reuse: the shortest shared prefix the scheduler copies for this sequence
             (see :class:`SeqRequest`).
+        save_replaced: a resident prompt this sequence reuses in place is saved to the host prompt cache
+            first when it keeps too little of it (:attr:`SeqRequest.save_replaced`).
         checkpoint_at: prompt tokens before the generation prompt, where the scheduler may save a
             context checkpoint (:attr:`SeqRequest.checkpoint_at`; ``None``: none).
         speculative: draft tokens per step of speculative decoding (0: off;
@@ -159,6 +161,7 @@ class GenerationOptions:
     cache_key: str | None = None
     cache_prompt: bool = True
     min_reuse: int = MIN_REUSE
+    save_replaced: bool = True
     checkpoint_at: int | None = None
     speculative: int | None = None
     prompt_logprobs: int | None = None
@@ -197,7 +200,8 @@ class Generation:
         self.options = options
         self.request = SeqRequest(rid, list(prompt), params, max_tokens, hooks=o.hooks, signals=o.signals,
                                   request=o.hook_request, cache_key=o.cache_key, cache_prompt=o.cache_prompt,
-                                  speculative=o.speculative, min_reuse=o.min_reuse, prompt_logprobs=o.prompt_logprobs,
+                                  speculative=o.speculative, min_reuse=o.min_reuse, save_replaced=o.save_replaced,
+                                  prompt_logprobs=o.prompt_logprobs,
                                   hook_events=o.hook_events and o.hooks, reasoning_budget=o.reasoning_budget,
                                   checkpoint_at=o.checkpoint_at, arrival=o.arrival, media=o.media,
                                   lora=o.lora)

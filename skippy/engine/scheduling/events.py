@@ -41,6 +41,11 @@ class SeqRequest:
     ``min_reuse``: the shortest shared prefix worth copying
     from another sequence (the choices of one ``n`` > 1 prompt lower it to their
     whole prompt, so even a short prompt is prefilled once and copied).
+    ``save_replaced``: when the sequence reuses a resident prompt in place keeping less than 15/16
+    of it, that prompt is saved to the host prompt cache first, or copied to a free slot without one
+    (False: the resident prompt is reused in place and not kept; llama-server's ``/infill``, whose
+    prompt is rebuilt around an editor's cursor at every request: llama-server saves prompts for
+    completion tasks only).
     ``prompt_logprobs``: the logprob of every prompt token after the first is
     computed while prefilling (``None``: off; else how many alternatives per
     position) and sent as one :class:`PromptLogprobs` before the first token;
@@ -74,6 +79,7 @@ class SeqRequest:
     cache_prompt: bool = True
     speculative: int | None = None
     min_reuse: int = MIN_REUSE
+    save_replaced: bool = True
     prompt_logprobs: int | None = None
     hook_events: bool = False
     reasoning_budget: ReasoningBudget | None = None

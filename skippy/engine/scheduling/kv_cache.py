@@ -189,7 +189,7 @@ class KVCacheManager:
             ckpt = None
         if ckpt is not None:
             return self._restore(ckpt, req.cache_key, claim, n_ckpt, req.prompt, lora, media)
-        return self._take_slot(match, req.cache_key, claim, req.prompt, lora, media, served)
+        return self._take_slot(match, req.cache_key, claim, req.prompt, lora, media, served, req.save_replaced)
 
     def release(self, slot: int, prompt: list[int] | None = None, n_keep: int | None = None,
                 key: str | None = None, lora: LoraSet = NO_LORA, media: Sequence[MediaSpan] = ()) -> None:
@@ -409,10 +409,12 @@ class KVCacheManager:
 
     def _take_slot(self, match: Match | None, key: str | None = None, claim: Callable[[int], int] | None = None,
                    prompt: Sequence[int] = (), lora: LoraSet = NO_LORA,
-                   media: Sequence[MediaSpan] = (), served: int = 0) -> tuple[int, int]:
+                   media: Sequence[MediaSpan] = (), served: int = 0, save: bool = True) -> tuple[int, int]:
         """A slot for a new sequence (whose prompt's images are ``media``) and how many of its prompt tokens
         are already in its KV. ``served``: what a resident match serves once its chunks are moved
         (``--cache-reuse``), which counts as kept when weighing a copy against reusing the entry in place.
+        ``save``: a resident entry reused in place may be saved first (:meth:`_save_prompt`; False:
+        :attr:`SeqRequest.save_replaced`).
 
         A running match is copied into a free slot (:meth:`Runtime.seq_cp`), a resident one is
         reused in place unless :meth:`_in_place` says a copy pays. With one KV stream per
@@ -440,7 +442,8 @@ class KVCacheManager:
         at = position(media, n)
         source = self.prefix.resident(match.slot) if self.cache_reuse and match.resident and not media else None
         kept = max(n, served)
-        if not match.resident or (self._free_slots and not self._in_place(match, claim, kept)):  # copy, keep the source
+        # copy, keep the source
+        if not match.resident or (self._free_slots and not self._in_place(match, claim, kept, save)):
             slot = self._pop_free_slot() if self._free_slots else self._evict(key, claim, prompt, lora)
             if rt.meta.kv_unified:  # the prefix only: shared cells, nothing to trim
                 rt.seq_cp(match.slot, slot, at)
@@ -452,7 +455,8 @@ class KVCacheManager:
                 self.prefix.touch(match.slot)
         else:  # a resident source (no free slot, or a copy would not pay): reuse it in place
             slot = match.slot
-            self._save_prompt(slot, kept)
+            if save:
+                self._save_prompt(slot, kept)
             self.prefix.take(slot)
         if source is not None:  # the slot holds the whole entry: move its chunks the prompt holds further on
             n = at = self._reuse_chunks(slot, source, prompt, n)
@@ -492,7 +496,7 @@ class KVCacheManager:
                 best = Match(slot, n, True), total
         return best
 
-    def _in_place(self, match: Match, claim: Callable[[int], int] | None, kept: int = 0) -> bool:
+    def _in_place(self, match: Match, claim: Callable[[int], int] | None, kept: int = 0, save: bool = True) -> bool:
         """Whether a resident match is reused in its own slot although a slot is free.
 
         A copy into the free slot would keep the entry, but with one KV stream per sequence it costs
@@ -505,12 +509,14 @@ class KVCacheManager:
         prompt cache to save it first (its own cells only, see :meth:`_save_prompt`);
         ``kept``: what ``--cache-reuse`` keeps of it besides the prefix (its moved chunks);
         and not when a waiting request could reuse more of it (``claim``). With a unified KV
-        cache the copy shares cells and is nearly free: always copied.
+        cache the copy shares cells and is nearly free: always copied. ``save`` False (the new
+        sequence does not keep what it replaces, :attr:`SeqRequest.save_replaced`): in place, as
+        llama-server's ``/infill`` takes its slot.
         """
         if self.runtime.meta.kv_unified or (claim is not None and claim(match.slot) > match.n):
             return False
         tokens = self.prefix.resident(match.slot) or []
-        if self.prompt_cache is not None:
+        if self.prompt_cache is not None or not save:
             return True
         return max(match.n, kept, self._held_elsewhere(match.slot, tokens)) >= KEEP_FRACTION * len(tokens)
 
