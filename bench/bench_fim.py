@@ -117,7 +117,8 @@ def wait_healthy(base: str, proc: subprocess.Popen, log: Path) -> None:
 
 
 def start(arm: str, model: str, port: int, threads: int, n_ctx: int, log: Path) -> subprocess.Popen:
-    kv = [a for x in FIM_KV for a in ("--override-kv", x)]
+    # one comma-separated value: llama-server keeps only the last of a repeated --override-kv
+    kv = ["--override-kv", ",".join(FIM_KV)]
     if arm == "llama-server":
         binary = llama_server_binary()
         assert binary is not None
