@@ -33,9 +33,16 @@ class InvalidRequest(EngineError):
 
 
 class ContextLengthExceeded(InvalidRequest):
-    """400: prompt plus ``max_tokens`` does not fit the sequence context (``n_ctx``)."""
+    """400: prompt plus ``max_tokens`` does not fit the sequence context (``n_ctx``). ``n_prompt``, ``n_ctx`` and
+    ``max_tokens`` (``None``: the prompt alone does not fit) give the numbers, for the routes that word the
+    message their API's way (Anthropic's ``prompt is too long: N tokens > M maximum``)."""
 
     code = "context_length_exceeded"
+
+    def __init__(self, message: str, *, param: str | None = None, n_prompt: int | None = None,
+                 n_ctx: int | None = None, max_tokens: int | None = None):
+        super().__init__(message, param=param)
+        self.n_prompt, self.n_ctx, self.max_tokens = n_prompt, n_ctx, max_tokens
 
 
 class PermissionDenied(EngineError):

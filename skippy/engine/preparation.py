@@ -116,7 +116,7 @@ def completion_budget(req: SamplingFields, n_prompt: int, limits: Limits, *, all
     if n_prompt >= n_ctx:
         raise ContextLengthExceeded(
             f"the prompt is {n_prompt} tokens, which does not fit this model's context of {n_ctx} tokens",
-            param="messages")
+            param="messages", n_prompt=n_prompt, n_ctx=n_ctx)
     room = n_ctx - n_prompt
     if asked is None and limits.n_predict >= 0:  # the server's -n: within the room left, never a 400
         return Budget(max(1, min(limits.n_predict, room)))
@@ -126,7 +126,8 @@ def completion_budget(req: SamplingFields, n_prompt: int, limits: Limits, *, all
         raise ContextLengthExceeded(
             f"the prompt ({n_prompt} tokens) plus max_tokens ({asked}) exceeds the context of {n_ctx} "
             f"tokens; lower max_tokens to at most {room} (this server runs with --no-clamp-max-tokens; "
-            "without it max_tokens is clamped to the room left)", param="max_tokens")
+            "without it max_tokens is clamped to the room left)", param="max_tokens", n_prompt=n_prompt, n_ctx=n_ctx,
+            max_tokens=asked)
     return Budget(room, (asked, room))
 
 

@@ -9,6 +9,7 @@ sampling is greedy (``temperature: 0``, sent as ``extra_body``: the SDK no longe
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import anthropic
@@ -186,7 +187,8 @@ def assert_anthropic_error(resp: httpx.Response, status: int, type_: str) -> dic
     ({"model": "m", "messages": ASK}, "max_tokens"),
     ({"model": "m", "max_tokens": 8}, "messages"),
     ({"model": "m", "max_tokens": 0, "messages": ASK}, "max_tokens"),
-    ({"model": "m", "max_tokens": 8, "messages": [{"role": "system", "content": "x"}]}, "role"),
+    ({"model": "m", "max_tokens": 8, "messages": [{"role": "system", "content": "x"}]}, "user or assistant"),
+    ({"model": "m", "max_tokens": 8, "messages": [{"role": "tool", "content": "x"}]}, "role"),
     ({"model": "m", "max_tokens": 8, "messages": []}, "messages"),
     ({"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": [
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]}]},
@@ -280,3 +282,40 @@ def test_replies_validate_against_openapi(server: Server) -> None:
     check(count["responses"]["200"]["content"]["application/json"]["schema"],
           httpx.post(server.base_url + "/v1/messages/count_tokens", json={"messages": ASK}, timeout=60).json())
     assert count["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/CountTokensRequest")
+
+
+#: Claude Code's ``Workflow`` tool: a property without a type (any value), which its tools have
+WORKFLOW = {"name": "Workflow", "description": "Run a workflow script", "input_schema": {
+    "type": "object", "required": ["script"], "properties": {
+        "script": {"type": "string"},
+        "args": {"description": "Optional input value exposed to the script as the global `args`"}}}}
+
+
+def test_what_claude_code_sends_is_served(server: Server) -> None:
+    """Claude Code's first requests as it sends them for a model it does not know (here, the one served): a
+    system message among the messages (the mid-conversation system beta), its billing header as the first system
+    block, a tool whose property has no type; and a prompt beyond the context refused in Anthropic's words, which
+    it recognises to compact the conversation."""
+    client = sdk(server)
+    billing = {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.197.c23; cc_entrypoint=cli; "
+                                       "cch=a5145;"}
+    system = [billing, {"type": "text", "text": "You are a helpful assistant."}]
+    messages = [*ASK, {"role": "system", "content": "Available agent types: none."}]
+    msg = client.messages.create(model="claude-sonnet-4-6", max_tokens=8, system=system, messages=messages,
+                                 tools=[WEATHER, WORKFLOW], extra_body=GREEDY,
+                                 extra_headers={"anthropic-beta": "mid-conversation-system-2026-04-07"})
+    assert msg.stop_reason in ("end_turn", "max_tokens", "tool_use") and msg.usage.input_tokens > 0
+    # the billing header is not in the prompt: a changed stamp changes nothing
+    counts = {client.messages.count_tokens(model="m", system=[{**billing, "text": billing["text"].replace(stamp, new)},
+                                                              system[1]], messages=messages).input_tokens
+              for stamp, new in (("a5145", "a5145"), ("a5145", "0f0f0"), ("c23", "3bb"))}
+    without = client.messages.count_tokens(model="m", system=[system[1]], messages=messages).input_tokens
+    assert counts == {without}
+    # a call of the tool forced: the grammar takes the any-value property (the 135M model then writes a string
+    # to the token limit, so only the acceptance is checked here; tests/unit/test_emulation.py checks the grammar)
+    call = client.messages.create(model="m", max_tokens=8, messages=ASK, tools=[WORKFLOW], extra_body=GREEDY,
+                                  tool_choice={"type": "tool", "name": "Workflow", "disable_parallel_tool_use": True})
+    assert call.stop_reason in ("max_tokens", "tool_use")
+    with pytest.raises(anthropic.BadRequestError) as err:
+        client.messages.create(model="m", max_tokens=8, messages=[{"role": "user", "content": "word " * 9000}])
+    assert re.fullmatch(r"prompt is too long: \d+ tokens > \d+ maximum", err.value.body["error"]["message"])

@@ -213,16 +213,16 @@ def test_the_chat_paths_refusal_of_an_image_names_the_block(data: str, vision: b
     with pytest.raises(InvalidRequest) as err:
         extract_images(message_dicts(chat_req.messages), vision=vision)
     assert err.value.param == "messages[3].content[1]"
-    renamed = tr.rename_images(err.value, req, chat_req)
+    renamed = tr.restate_error(err.value, req, chat_req)
     assert renamed.message.startswith("messages.2.content.1: ") and words in renamed.message
     assert renamed.param == "messages.2.content.1"
     other = InvalidRequest("messages[0]: bad", param="messages[0]")
-    assert tr.rename_images(other, req, chat_req).message == "messages[0]: bad"
+    assert tr.restate_error(other, req, chat_req).message == "messages[0]: bad"
 
 
 @pytest.mark.parametrize(("body", "param"), [
     ({"messages": [{"role": "user", "content": "x"}]}, "max_tokens"),
-    ({"max_tokens": 5, "messages": [{"role": "system", "content": "x"}]}, "messages"),
+    ({"max_tokens": 5, "messages": [{"role": "tool", "content": "x"}]}, "messages"),
     ({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "audio"}]}]}, "messages"),
     ({"max_tokens": 5, "messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "some"}},
      "tool_choice"),
@@ -393,3 +393,60 @@ def test_error_for(status: int, expected_status: int, type_: str) -> None:
 def test_stream_events_are_tagged_by_type() -> None:
     for struct in aw.STREAM_EVENTS:
         assert struct.__struct_config__.tag_field == "type" and isinstance(struct.__struct_config__.tag, str)
+
+
+def test_a_system_message_among_the_messages_stays_at_its_place() -> None:
+    """Anthropic's mid-conversation system messages (Claude Code sends one for a model name it does not know):
+    a system message where it stands, after the top-level system prompt; text blocks joined as a system's are."""
+    req = decode({"max_tokens": 8, "system": "top", "messages": [
+        {"role": "user", "content": "Hi"},
+        {"role": "system", "content": [{"type": "text", "text": "Agent types:"}, {"type": "text", "text": "a, b"}]},
+        {"role": "assistant", "content": "Hello"}, {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Go"}]})
+    msgs = message_dicts(tr.to_chat_request(req).messages)
+    assert [(m["role"], m["content"]) for m in msgs] == [
+        ("system", "top"), ("user", "Hi"), ("system", "Agent types:\na, b"), ("assistant", "Hello"),
+        ("system", "Be brief."), ("user", "Go")]
+    with pytest.raises(InvalidRequest) as err:
+        tr.to_chat_request(decode({"max_tokens": 8, "messages": [
+            {"role": "user", "content": "Hi"}, {"role": "system", "content": [image(PNG)]}]}))
+    assert err.value.param == "messages.1.content.0"
+
+
+@pytest.mark.parametrize(("system", "expected"), [
+    # Claude Code's first system block: only the header (its version suffix and cch change at every start)
+    ([{"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.197.c23; cc_entrypoint=cli; cch=a5145;"},
+      {"type": "text", "text": "You are Claude Code."}, {"type": "text", "text": "Rules."}],
+     "You are Claude Code.\nRules."),
+    # the header and the prompt in one text (llama-server's example)
+    ("x-anthropic-billing-header: cc_version=2.1.101.e51; cc_entrypoint=cli; cch=a5145;You are Claude Code.",
+     "You are Claude Code."),
+    ("x-anthropic-billing-header: cc_version=2.1.101.e51; cch=00000;\nYou are Claude Code.", "You are Claude Code."),
+    # anywhere but at the start, it is the user's text
+    ("Note: x-anthropic-billing-header: cch=a5145;", "Note: x-anthropic-billing-header: cch=a5145;"),
+])
+def test_claude_codes_billing_header_is_left_out_so_the_prefix_cache_reaches_past_it(system, expected) -> None:
+    req = decode({"max_tokens": 8, "system": system, "messages": [{"role": "user", "content": "Hi"}]})
+    assert message_dicts(tr.to_chat_request(req).messages)[0] == {"role": "system", "content": expected}
+
+
+def test_errors_are_restated_in_anthropics_terms() -> None:
+    """A prompt beyond the context in Anthropic's words (Claude Code compacts on them), a tool's schema by its
+    Anthropic name."""
+    from skippy.engine.errors import ContextLengthExceeded
+
+    req = decode({"max_tokens": 8, "messages": [{"role": "user", "content": "Hi"}],
+                  "tools": [{"name": "a", "input_schema": {"type": "object"}}]})
+    chat_req = tr.to_chat_request(req)
+    over = ContextLengthExceeded("the prompt is 18503 tokens, which does not fit", param="messages", n_prompt=18503,
+                                 n_ctx=8192)
+    assert tr.restate_error(over, req, chat_req).message == "prompt is too long: 18503 tokens > 8192 maximum"
+    both = ContextLengthExceeded("x", param="max_tokens", n_prompt=100, n_ctx=8192, max_tokens=32000)
+    assert tr.restate_error(both, req, chat_req).message == (
+        "input length and `max_tokens` exceed context limit: 100 + 32000 > 8192, decrease input length or "
+        "`max_tokens` and try again")
+    schema = InvalidRequest("tools[0].function.parameters: cannot turn this JSON schema into a grammar: no",
+                            param="tools[0].function.parameters")
+    restated = tr.restate_error(schema, req, chat_req)
+    assert restated.param == "tools.0.input_schema"
+    assert restated.message == "tools.0.input_schema: cannot turn this JSON schema into a grammar: no"

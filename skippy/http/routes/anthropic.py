@@ -98,7 +98,7 @@ async def messages() -> Response:
             try:
                 chunks = await eng.chat_stream(chat)
             except EngineError as exc:
-                raise anthropic.rename_images(exc, req, chat) from None
+                raise anthropic.restate_error(exc, req, chat) from None
             # the engine has counted the prompt by now (the trace is filled when the sequence is submitted)
             return _MessageEvents(chunks, anthropic.MessageStream(input_tokens=ctx.trace.prompt_tokens,
                                                                   stop_sequences=stops))
@@ -106,7 +106,7 @@ async def messages() -> Response:
     try:
         result = await unless_gone(app, ctx, eng.chat(chat))
     except EngineError as exc:
-        raise anthropic.rename_images(exc, req, chat) from None
+        raise anthropic.restate_error(exc, req, chat) from None
     ctx.tokens = completion_tokens(result)
     return json_response(anthropic.to_message(result, stops))
 
@@ -121,5 +121,5 @@ async def count_tokens() -> Response:
     try:
         n = await app.guarded(ctx.deadline, eng.input_tokens(chat))
     except EngineError as exc:
-        raise anthropic.rename_images(exc, req, chat) from None
+        raise anthropic.restate_error(exc, req, chat) from None
     return json_response(anthropic_wire.MessageTokensCount(input_tokens=n))

@@ -11,7 +11,10 @@ into an Anthropic ``message``, and :class:`MessageStream` turns its
 Mapping (Anthropic -> OpenAI chat), as llama-server's
 ``convert_anthropic_to_oai`` does where it has one:
 
-- ``system`` (a string or text blocks) -> a leading ``system`` message;
+- ``system`` (a string or text blocks) -> a leading ``system`` message, without Claude Code's
+  ``x-anthropic-billing-header: ...;`` line (a per-run stamp that changes at every start and would keep
+  the prefix cache from reaching past it; llama-server rewrites its ``cch`` part); a ``system``
+  message among ``messages`` (Anthropic's mid-conversation system beta) -> a ``system`` message there;
 - a ``user`` message's ``tool_result`` blocks -> ``tool`` messages
   (``tool_call_id`` = ``tool_use_id``; text blocks joined with ``"\\n"``;
   ``is_error: true`` prefixes ``"Error: "``), its text blocks -> the user
@@ -34,18 +37,19 @@ Mapping (Anthropic -> OpenAI chat), as llama-server's
 
 Refused (400): an image with a ``url`` source (images are not fetched) or a ``file`` source (no Files API), an
 image in a ``tool_result`` or an assistant message, documents. The routes give the chat path's refusals of an
-image back with the block's name (:func:`rename_images`).
+image back with the block's name (:func:`restate_error`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from partial_json_parser import loads as partial_json_loads
 
 from skippy.engine.chat.images import check_base64, rename_image_error
-from skippy.engine.errors import EngineError, InvalidRequest
+from skippy.engine.errors import ContextLengthExceeded, EngineError, InvalidRequest
 from skippy.engine.protocols.anthropic import types as at
 from skippy.engine.protocols.anthropic import wire as aw
 from skippy.engine.protocols.openai import wire
@@ -174,16 +178,45 @@ def _assistant_message(content: list[Any], where: str) -> Message:
                    tool_calls=calls or None, reasoning_content="".join(thinking) or None)
 
 
+#: Claude Code's first system text: ``x-anthropic-billing-header: cc_version=2.1.197.c23; cc_entrypoint=cli;
+#: cch=a5145;`` (its ``key=value;`` pairs, then maybe the prompt itself); the version's suffix and ``cch`` change
+#: from run to run
+_BILLING_HEADER = re.compile(r"x-anthropic-billing-header:(?:\s*[\w.-]+=[^;\n]*;)*[ \t]*\n?")
+
+
+def _without_billing_header(text: str) -> str:
+    """``text`` without a leading ``x-anthropic-billing-header:`` line (:data:`_BILLING_HEADER`)."""
+    return _BILLING_HEADER.sub("", text, count=1) if text.startswith("x-anthropic-billing-header:") else text
+
+
+def _system_text(system: str | list[at.TextBlockParam], where: str) -> str:
+    """The top-level ``system`` as one text (blocks joined with ``"\\n"``; a block other than text is a 400), its
+    billing header left out (a first block holding only that header goes, its joiner with it)."""
+    if isinstance(system, str):
+        return _without_billing_header(system)
+    _text_of(system, where, "")  # text blocks only
+    texts = [b.text for b in system]
+    if texts and texts[0].startswith("x-anthropic-billing-header:"):
+        texts[0] = _without_billing_header(texts[0])
+        if not texts[0]:
+            del texts[0]
+    return "\n".join(texts)
+
+
 def _messages(req: at.CountTokensRequest) -> list[Message]:
     out: list[Message] = []
     if req.system is not None:
-        system = req.system if isinstance(req.system, str) else _text_of(req.system, "system", "\n")
-        out.append(Message(role="system", content=system))
+        out.append(Message(role="system", content=_system_text(req.system, "system")))
     if not req.messages:
         raise InvalidRequest("messages: at least one message is required", param="messages")
+    if all(m.role == "system" for m in req.messages):
+        raise InvalidRequest("messages: at least one user or assistant message is required", param="messages")
     for i, m in enumerate(req.messages):
         where = f"messages.{i}.content"
-        if isinstance(m.content, str):
+        if m.role == "system":
+            text = m.content if isinstance(m.content, str) else _text_of(m.content, where, "\n")
+            out.append(Message(role="system", content=text))
+        elif isinstance(m.content, str):
             out.append(Message(role=m.role, content=m.content))
         elif m.role == "user":
             out += _user_messages(m.content, where)
@@ -200,11 +233,29 @@ def image_paths(req: at.CountTokensRequest) -> list[str]:
             for j, block in enumerate(m.content) if isinstance(block, at.ImageBlockParam)]
 
 
-def rename_images(exc: EngineError, req: at.CountTokensRequest, chat: ChatCompletionRequest) -> EngineError:
-    """An engine error about an image part of ``chat`` (translated from ``req``) naming the image block
-    instead (``messages.0.content.1: ...``, in the message Anthropic's envelope carries); in place, returned
-    for ``raise``."""
-    return rename_image_error(exc, chat.messages, image_paths(req))
+#: a chat tool's parameters, as the engine's errors name them (``tools[3].function.parameters``)
+_CHAT_TOOL_PARAMS = re.compile(r"tools\[(\d+)\]\.function\.parameters")
+
+
+def restate_error(exc: EngineError, req: at.CountTokensRequest, chat: ChatCompletionRequest) -> EngineError:
+    """An engine error on ``chat`` (translated from ``req``) as Anthropic's API would put it, in place, returned
+    for ``raise``: an image part named by its block (``messages.0.content.1: ...``); a tool's parameters by
+    ``tools.N.input_schema``; a prompt beyond the context in Anthropic's words (``prompt is too long: N tokens
+    > M maximum``, and ``input length and `max_tokens` exceed context limit: ...``), which clients such as
+    Claude Code recognise (to compact the conversation)."""
+    exc = rename_image_error(exc, chat.messages, image_paths(req))
+    if exc.param is not None and _CHAT_TOOL_PARAMS.match(exc.param):
+        exc.message = _CHAT_TOOL_PARAMS.sub(r"tools.\1.input_schema", exc.message)
+        exc.param = _CHAT_TOOL_PARAMS.sub(r"tools.\1.input_schema", exc.param)
+        exc.args = (exc.message,)
+    if isinstance(exc, ContextLengthExceeded) and exc.n_prompt is not None and exc.n_ctx is not None:
+        if exc.max_tokens is None:
+            exc.message = f"prompt is too long: {exc.n_prompt} tokens > {exc.n_ctx} maximum"
+        else:
+            exc.message = (f"input length and `max_tokens` exceed context limit: {exc.n_prompt} + {exc.max_tokens} > "
+                           f"{exc.n_ctx}, decrease input length or `max_tokens` and try again")
+        exc.args = (exc.message,)
+    return exc
 
 
 def _tools(tools: list[at.ToolParam] | None) -> list[dict[str, Any]] | None:

@@ -82,9 +82,11 @@ ContentBlockParam = (TextBlockParam | ImageBlockParam | DocumentBlockParam | Too
 
 
 class MessageParam(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """One turn: ``role`` ``user`` or ``assistant``; ``content`` a string or a list of blocks."""
+    """One turn: ``role`` ``user`` or ``assistant``; ``content`` a string or a list of blocks. ``system``: a
+    system message at its place in the conversation (Anthropic's ``mid-conversation-system`` beta, which
+    Claude Code sends for a non-Claude model name): a string or text blocks."""
 
-    role: Literal["user", "assistant"]
+    role: Literal["user", "assistant", "system"]
     content: str | list[ContentBlockParam]
 
 
