@@ -375,3 +375,31 @@ def test_grammar_compiles_in_llama_cpp():
     assert lazy.trigger_patterns == (r"[\s\S]*?(TOOL_CALL)[\s\S]*",)
     assert compiles_in_llama_cpp(lazy.gbnf, lazy.trigger_patterns)
     assert not compiles_in_llama_cpp('root ::= "unterminated')
+
+
+#: a tool's parameters as Claude Code's ``Workflow`` and MCP servers write them: properties that constrain nothing
+ANY_ARGS = {"type": "function", "function": {"name": "run", "parameters": {
+    "type": "object", "required": ["script", "args"], "properties": {
+        "script": {"type": "string"},
+        "args": {"description": "Optional input value exposed to the script as the global `args`"},
+        "flag": True, "meta": {"title": "Meta", "default": {"k": 1}, "examples": [1]}, "obj": {},
+        "odd": {"not": {"type": "string"}}, "cond": {"if": {"type": "string"}, "then": {"minLength": 2}}}}}}
+
+
+def test_a_property_that_constrains_nothing_takes_any_json_value():
+    """JSON Schema's "any value" (``true``, or only annotations) is accepted, as Anthropic and OpenAI accept it,
+    and the grammar lets the model write any JSON value there (llama.cpp's converter refused it, and read ``{}``
+    as any object); ``not`` and ``if``/``then`` are left unenforced, or refused for a ``strict`` tool."""
+    pytest.importorskip("llama_cpp.llama_grammar")
+    g = build_grammar([ANY_ARGS], "required")
+    assert compiles_in_llama_cpp(g.gbnf)
+    for value in ('"text"', "3", "[1, {\"a\": null}]", "{\"k\": [true]}", "null"):
+        for key in ("args", "flag", "meta", "obj", "odd", "cond"):
+            extra = "" if key == "args" else f', "{key}": {value}'
+            line = f'TOOL_CALL {{"name": "run", "arguments": {{"script": "s", "args": {value}{extra}}}}}\n'
+            assert gbnf_matches(g.gbnf, line), line
+    assert not gbnf_matches(g.gbnf, 'TOOL_CALL {"name": "run", "arguments": {"script": "s"}}\n')  # args required
+    strict = {"type": "function", "function": {**ANY_ARGS["function"], "strict": True}}
+    with pytest.raises(InvalidRequest, match="'not'") as err:
+        build_grammar([strict], "required")
+    assert err.value.param == "tools[0].function.parameters" and "Error(" not in err.value.message

@@ -66,6 +66,55 @@ def prepare_schema(schema: Any, *, strict: bool, param: str) -> Any:
     return out
 
 
+#: keywords the converter builds a value's rule from; a schema with none of them allows any JSON value
+_SHAPING = frozenset(("type", "$ref", "anyOf", "oneOf", "allOf", "const", "enum", "properties", "additionalProperties",
+                      "items", "prefixItems", "pattern", "format", "minLength", "maxLength", "minItems", "maxItems",
+                      "required"))
+#: keywords whose value is one subschema, a list of them, or a map of names to them
+_ONE, _LIST, _MAP = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames"), \
+    ("anyOf", "oneOf", "allOf", "prefixItems"), ("properties", "$defs", "definitions", "patternProperties")
+#: conditions the grammar cannot express (left unenforced, or refused when ``strict``)
+_CONDITIONS = ("not", "if", "then", "else")
+
+
+def any_value_schemas(schema: Any, *, strict: bool, param: str) -> Any:
+    """``schema`` (a tool's parameters) with what llama.cpp's converter cannot read made explicit (a new schema):
+    a subschema that constrains nothing (``true``, or only annotations such as ``description``: JSON Schema's
+    "any value", as Anthropic and OpenAI accept it in tools; MCP tools have them) becomes the converter's
+    ``value`` rule (any JSON value: it read ``{}`` as any object and refused the rest); ``not`` and
+    ``if``/``then``/``else`` are left unenforced, or refused with ``strict`` (:class:`InvalidRequest`).
+    The top level is the arguments object; ``default``, ``const``, ``enum`` and ``examples`` are data, never
+    rewritten."""
+
+    def walk(s: Any, top: bool = False) -> Any:
+        if s is True:
+            return {"type": "value"}
+        if not isinstance(s, dict):
+            return s
+        out = dict(s)
+        for key in _CONDITIONS:
+            if key in out:
+                if strict:
+                    raise InvalidRequest(f"strict schema uses {key!r}, which the grammar cannot enforce", param=param)
+                del out[key]
+        for key in _ONE:
+            if isinstance(out.get(key), dict) or (out.get(key) is True and key != "additionalProperties"):
+                out[key] = walk(out[key])
+        for key in _LIST:
+            if isinstance(out.get(key), list):
+                out[key] = [walk(x) for x in out[key]]
+        for key in _MAP:
+            if isinstance(out.get(key), dict):
+                out[key] = {k: walk(v) for k, v in out[key].items()}
+        if isinstance(out.get("items"), list):  # the old tuple form
+            out["items"] = [walk(x) for x in out["items"]]
+        if not top and not any(k in out for k in _SHAPING):
+            out["type"] = "value"
+        return out
+
+    return walk(schema, top=True)
+
+
 def _tool_schemas(conv: Any, tools: list[dict[str, Any]],
                   chosen: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any], str]]:
     """``(name, resolved parameters schema, where)`` of each chosen tool; raises :class:`InvalidRequest`
@@ -83,17 +132,25 @@ def _tool_schemas(conv: Any, tools: list[dict[str, Any]],
         schema = fn.get("parameters", fn.get("input_schema"))
         # no parameters: an empty parameter list, as OpenAI defines it (llama.cpp's converter reads a bare
         # {"type": "object"} as any object, and a small model then invents arguments)
-        schema = prepare_schema(schema, strict=bool(fn.get("strict")), param=where) \
+        strict = bool(fn.get("strict"))
+        schema = any_value_schemas(prepare_schema(schema, strict=strict, param=where), strict=strict, param=where) \
             if isinstance(schema, dict) else {"type": "object", "properties": {}}
         if schema.get("type", "object") != "object":
             raise InvalidRequest(f"{where}: the arguments schema must describe an object", param=where)
         try:
             schema = conv.resolve_refs(schema, f"tool{i}")
         except Exception as exc:
-            raise InvalidRequest(f"{where}: cannot turn this JSON schema into a grammar: {exc!r}",
+            raise InvalidRequest(f"{where}: cannot turn this JSON schema into a grammar: {_why(exc)}",
                                  param=where) from None
         out.append((name, schema, where))
     return out
+
+
+def _why(exc: Exception) -> str:
+    """What the converter said: its own message (``Unrecognized schema: ...``), not a Python error's repr."""
+    said = str(exc)
+    return said if isinstance(exc, (AssertionError, ValueError)) and said else \
+        "it uses a construct the grammar converter does not support"
 
 
 def _visit(conv: Any, schema: Any, rule: str, where: str) -> str:
@@ -101,7 +158,8 @@ def _visit(conv: Any, schema: Any, rule: str, where: str) -> str:
         gbnf: str = conv.visit(schema, rule)
         return gbnf
     except Exception as exc:
-        raise InvalidRequest(f"{where}: cannot turn this JSON schema into a grammar: {exc!r}", param=where) from None
+        raise InvalidRequest(f"{where}: cannot turn this JSON schema into a grammar: {_why(exc)}",
+                             param=where) from None
 
 
 def _fix_chars(conv: Any) -> None:
