@@ -204,3 +204,29 @@ def test_history_non_text_part_is_400():
         assert info.value.param == "messages[0].content[1].text"
     ok = normalize_history([{"role": "user", "content": ["a", {"type": "text", "text": "b"}]}], STR)
     assert ok[0]["content"] == "a\nb"
+
+
+@pytest.mark.parametrize("path", TEMPLATE_FILES, ids=lambda p: p.stem)
+def test_a_system_message_in_mid_conversation_reaches_the_prompt_with_every_template(path):
+    """OpenAI clients and Anthropic's mid-conversation system messages (Claude Code) put a system message after
+    the conversation has begun. Templates that raise on one (Qwen 3.5, Mistral's alternation) or drop it
+    (gpt-oss, MiniMax) get it folded into a user message (``System: ...``); the others render it where it
+    stands. Only a template with no system role at all (Gemma 2) refuses it, as it refuses a leading one."""
+    from skippy.engine.chat.prepare import PreparedTemplate, render_chat
+    from skippy.engine.protocols.openai.types import ChatCompletionRequest
+    import msgspec
+
+    template, caps = load(path.name)
+    tmpl = PreparedTemplate.build(path.read_text(), bos_token="<s>", eos_token="</s>")
+    req = msgspec.convert({"messages": [
+        {"role": "system", "content": "You are helpful."}, {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello"}, {"role": "system", "content": "Answer in French."},
+        {"role": "user", "content": "Go"}]}, ChatCompletionRequest)
+    if not caps.supports_system_role:
+        with pytest.raises(InvalidRequest):
+            render_chat(tmpl, req)
+        return
+    prompt = render_chat(tmpl, req).prompt
+    assert "Answer in French." in prompt and "You are helpful." in prompt
+    assert prompt.index("Hi") < prompt.index("Answer in French.") < prompt.rindex("Go")
+    assert ("System: Answer in French." in prompt) == (not caps.supports_late_system)

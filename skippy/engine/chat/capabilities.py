@@ -48,11 +48,16 @@ class TemplateCaps:
     (history normalisation then decodes JSON-string arguments).
     ``thinking_forced_open``: the default generation prompt ends inside a
     thinking block (``<think>``), so the output starts in reasoning.
+    ``supports_late_system``: a system message after the conversation has begun is rendered where it
+    stands, the first one kept (some templates raise on it, drop it, keep only the last system message or
+    gather them all at the top: it is then folded into a user message where it stands,
+    :func:`~skippy.engine.chat.history.fold_late_system`, which also keeps the prompt's prefix cacheable).
     """
 
     supports_tools: bool = False
     supports_tool_call_ids: bool = False
     supports_system_role: bool = False
+    supports_late_system: bool = False
     supports_thinking: bool = False
     supports_parallel_tool_calls: bool = False
     requires_object_arguments: bool = False
@@ -168,6 +173,13 @@ def detect_caps(template: ChatTemplate) -> TemplateCaps:
 
     system = render_any([{"role": "system", "content": "SYS_NEEDLE"}, _USER]) or ""
     supports_system_role = "SYS_NEEDLE" in system
+    # a later system message rendered where it stands, the first one kept (some templates keep only the last
+    # system message, or gather them all at the top)
+    late = render_any([{"role": "system", "content": "SYS_NEEDLE"}, _USER,
+                       {"role": "assistant", "content": "ANSWER_NEEDLE"},
+                       {"role": "system", "content": "LATE_NEEDLE"}, _USER]) or ""
+    supports_late_system = "SYS_NEEDLE" in late and "ANSWER_NEEDLE" in late and \
+        late.find("ANSWER_NEEDLE") < late.find("LATE_NEEDLE")
 
     obj_history = _tool_history(template, 1, as_string=False)
     str_history = _tool_history(template, 1, as_string=True)
@@ -198,6 +210,7 @@ def detect_caps(template: ChatTemplate) -> TemplateCaps:
         supports_tools=supports_tools,
         supports_tool_call_ids=supports_tool_call_ids,
         supports_system_role=supports_system_role,
+        supports_late_system=supports_late_system,
         supports_thinking=supports_thinking,
         supports_parallel_tool_calls=supports_parallel,
         requires_object_arguments=requires_object_arguments,

@@ -14,6 +14,10 @@ never mutated):
   ``messages``) and becomes the decoded object for templates that require
   object arguments (:attr:`TemplateCaps.requires_object_arguments`), as
   Hugging Face chat templates expect.
+
+:func:`fold_late_system` rewrites a conversation for a template that refuses a system message once the
+conversation has begun (see there); :func:`~skippy.engine.chat.prepare.render_chat` renders with it when
+the template raises on the conversation as sent.
 """
 
 from __future__ import annotations
@@ -85,3 +89,32 @@ def normalize_history(messages: list[dict[str, Any]], caps: TemplateCaps) -> lis
             new["tool_calls"] = _tool_calls(i, new["tool_calls"], caps)
         out.append(new)
     return out
+
+
+#: roles of a system message (OpenAI's ``developer`` is one)
+SYSTEM_ROLES = ("system", "developer")
+
+
+def fold_late_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """``messages`` with each system (or developer) message after the first other one made a ``user``
+    message ``System: <text>``, and consecutive user messages then merged (joined by a blank line), as the
+    tool emulation does for templates that require alternation; ``None`` when there is no such message.
+
+    Clients put system messages anywhere (OpenAI chat; Anthropic's mid-conversation system messages, which
+    Claude Code sends), and some templates raise on one that is not first (Qwen 3.5: "System message must be
+    at the beginning"; Mistral's: roles must alternate). ``content`` must be a string already
+    (:func:`normalize_history`); the input is not mutated.
+    """
+    late = False
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        role = m.get("role")
+        if role in SYSTEM_ROLES and any(x.get("role") not in SYSTEM_ROLES for x in out):
+            late = True
+            m = {"role": "user", "content": f"System: {m.get('content') or ''}"}
+        if out and role is not None and m.get("role") == "user" and out[-1].get("role") == "user" \
+                and isinstance(out[-1].get("content"), str) and isinstance(m.get("content"), str):
+            out[-1] = {**out[-1], "content": "\n\n".join(x for x in (out[-1]["content"], m["content"]) if x)}
+        else:
+            out.append(dict(m))
+    return out if late else None

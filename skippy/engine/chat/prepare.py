@@ -18,7 +18,7 @@ from skippy.engine.chat.capabilities import TemplateCaps, detect_caps, prompt_op
 from skippy.engine.chat.formats import REASONING_FORMATS, SYNTAXES, make_parser
 from skippy.engine.chat.formats.base import StreamParser
 from skippy.engine.chat.formats.emulated import EmulatedToolParser
-from skippy.engine.chat.history import normalize_history
+from skippy.engine.chat.history import fold_late_system, normalize_history
 from skippy.engine.chat.images import extract_images
 from skippy.engine.chat.plan import ParsePlan
 from skippy.engine.chat.templates import ChatTemplate, TemplateError
@@ -265,14 +265,19 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
         if forced_native:  # built now to fail fast (400) before rendering; rebuilt below if thinking is open
             tool_grammar = grammars.native_tool_grammar(caps.chat_format, tools,
                                                         emulation.select_tools(tools, tool_choice), parallel=parallel)
-    try:
+    if prefill:
+        messages.pop()
+
+    def render(msgs: list[dict[str, Any]]) -> str:
         if prefill:
-            messages.pop()
-            prompt = tmpl.template.render(messages, tools=render_tools, add_generation_prompt=True, **kwargs)
-            prompt += _prefill_text(final, len(req.messages) - 1)
-        else:
-            prompt = tmpl.template.render(messages, tools=render_tools, add_generation_prompt=add_generation_prompt,
-                                          **kwargs)
+            text = tmpl.template.render(msgs, tools=render_tools, add_generation_prompt=True, **kwargs)
+            return text + _prefill_text(final, len(req.messages) - 1)
+        return tmpl.template.render(msgs, tools=render_tools, add_generation_prompt=add_generation_prompt, **kwargs)
+
+    if not caps.supports_late_system:  # a system message the template refuses or drops where it stands
+        messages = fold_late_system(messages) or messages
+    try:
+        prompt = render(messages)
     except TemplateError as exc:
         if exc.param is None:
             exc.param = "chat_template" if req.chat_template else "messages"
