@@ -212,9 +212,10 @@ def test_a_system_message_in_mid_conversation_reaches_the_prompt_with_every_temp
     the conversation has begun. Templates that raise on one (Qwen 3.5, Mistral's alternation) or drop it
     (gpt-oss, MiniMax) get it folded into a user message (``System: ...``); the others render it where it
     stands. Only a template with no system role at all (Gemma 2) refuses it, as it refuses a leading one."""
+    import msgspec
+
     from skippy.engine.chat.prepare import PreparedTemplate, render_chat
     from skippy.engine.protocols.openai.types import ChatCompletionRequest
-    import msgspec
 
     template, caps = load(path.name)
     tmpl = PreparedTemplate.build(path.read_text(), bos_token="<s>", eos_token="</s>")
