@@ -104,6 +104,59 @@ def test_function_tool_round_trip_with_previous_response_id(server) -> None:
     assert [d.arguments for d in done] == [call.arguments]
 
 
+AGENT = {"type": "object", "properties": {"agent_type": {"type": "string", "enum": ["worker", "explorer"]}},
+         "required": ["agent_type"], "additionalProperties": False}  # an enum: the tiny model's call ends
+#: what Codex CLI sends by default (trimmed): function tools, its multi-agent namespace, a hosted web_search
+CODEX_TOOLS = [
+    {"type": "function", "name": "exec_command", "description": "Run a shell command", "strict": False,
+     "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}},
+    {"type": "namespace", "name": "multi_agent_v1", "description": "Tools for spawning and managing sub-agents.",
+     "tools": [{"type": "function", "name": "spawn_agent", "description": "Start a sub-agent with a task",
+                "strict": False, "parameters": AGENT},
+               {"type": "function", "name": "close_agent", "description": "Close a sub-agent", "strict": False,
+                "parameters": {"type": "object", "properties": {"target": {"type": "string"}},
+                               "required": ["target"]}}]},
+    {"type": "web_search", "external_web_access": False},
+]
+
+
+def test_codex_tools_namespace_and_hosted_web_search(server) -> None:
+    client = openai_client(server.base_url)
+    plain = client.responses.create(model="SmolLM2-135M-Instruct", input="Say hi.", tools=CODEX_TOOLS,
+                                    temperature=0, max_output_tokens=8, store=False)
+    assert plain.status in ("completed", "incomplete")  # 200: the namespace is served, web_search left out
+    assert [t.type for t in plain.tools] == ["function", "namespace", "web_search"]
+    assert "ignored hosted tool type(s) web_search" in server.log()
+
+    # a forced call to a namespaced function comes back as OpenAI's function_call: name + namespace
+    task = "Start a worker sub-agent."
+    forced = client.responses.create(model="SmolLM2-135M-Instruct", input=task, tools=CODEX_TOOLS,
+                                     tool_choice={"type": "function", "name": "spawn_agent"}, temperature=0,
+                                     max_output_tokens=80, store=False)
+    call = [o for o in forced.output if o.type == "function_call"][0]
+    assert (call.name, call.namespace) == ("spawn_agent", "multi_agent_v1")
+    jsonschema.validate(json.loads(call.arguments), AGENT)
+
+    # streamed: the items of the events carry the namespace too (what Codex reads)
+    with client.responses.stream(model="SmolLM2-135M-Instruct", input=task, tools=CODEX_TOOLS, store=False,
+                                 tool_choice={"type": "function", "name": "spawn_agent"}, temperature=0,
+                                 max_output_tokens=80) as stream:
+        events = list(stream)
+        streamed = stream.get_final_response()
+    items = [e.item for e in events if e.type in ("response.output_item.added", "response.output_item.done")
+             and e.item.type == "function_call"]
+    assert [(i.name, i.namespace) for i in items] == [("spawn_agent", "multi_agent_v1")] * 2
+    assert items[-1].arguments == call.arguments == streamed.output[-1].arguments
+
+    # Codex sends the call back with its namespace and the tool's output: the next turn is served
+    follow = client.responses.create(model="SmolLM2-135M-Instruct", tools=CODEX_TOOLS, tool_choice="none",
+                                     input=[{"role": "user", "content": task}, call.model_dump(exclude_none=True),
+                                            {"type": "function_call_output", "call_id": call.call_id,
+                                             "output": "agent_1 started"}],
+                                     temperature=0, max_output_tokens=8, store=False)
+    assert [o.type for o in follow.output] == ["message"]
+
+
 def test_json_schema_text_format(server) -> None:
     schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
               "required": ["name", "age"], "additionalProperties": False}
@@ -146,7 +199,8 @@ def test_store_get_delete_and_unknown_ids(server) -> None:
 
 
 @pytest.mark.parametrize("body, param", [
-    ({"input": "x", "tools": [{"type": "web_search"}]}, "tools[0].type"),
+    ({"input": "x", "tools": [{"type": "custom", "name": "apply_patch"}]}, "tools[0].type"),
+    ({"input": "x", "tools": [{"type": "web_search"}], "tool_choice": {"type": "web_search"}}, "tool_choice"),
     ({"input": "x", "tools": [{"type": "function"}]}, "tools[0].name"),
     ({"input": "x", "text": {"format": {"type": "xml"}}}, "text.format.type"),
     ({"input": [{"type": "computer_call_output", "call_id": "c"}]}, "input[0].type"),

@@ -15,6 +15,7 @@ from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import Response, ResponseStreamEvent
 
 from skippy.engine.chat.images import extract_images
+from skippy.engine.chat.prepare import _validate_tools
 from skippy.engine.errors import EngineError, InvalidRequest, QueueFull
 from skippy.engine.protocols.openai import wire
 from skippy.engine.protocols.openai.types import message_dicts
@@ -116,9 +117,17 @@ def test_tools_tool_choice_and_text_format_translate() -> None:
 
 
 @pytest.mark.parametrize("param, fields", [
-    ("tools[1].type", {"input": "x", "tools": [WEATHER, {"type": "web_search"}]}),
+    # a custom tool (freeform input, a custom_tool_call back) is not served; hosted ones are left out (below)
+    ("tools[1].type", {"input": "x", "tools": [WEATHER, {"type": "custom", "name": "apply_patch"}]}),
     ("tools[0].name", {"input": "x", "tools": [{"type": "function"}]}),
     ("tool_choice", {"input": "x", "tools": [WEATHER], "tool_choice": {"type": "file_search"}}),
+    ("tool_choice", {"input": "x", "tools": [WEATHER, {"type": "web_search"}], "tool_choice": {"type": "web_search"}}),
+    ("tools[0].name", {"input": "x", "tools": [{"type": "namespace", "description": "d", "tools": [WEATHER]}]}),
+    ("tools[0].tools", {"input": "x", "tools": [{"type": "namespace", "name": "ns", "description": "d"}]}),
+    ("tools[1].tools[1].type", {"input": "x", "tools": [WEATHER, {
+        "type": "namespace", "name": "ns", "description": "d", "tools": [WEATHER, {"type": "custom", "name": "c"}]}]}),
+    ("tools[0].tools[0].name", {"input": "x", "tools": [{"type": "namespace", "name": "ns", "description": "d",
+                                                         "tools": [{"type": "function"}]}]}),
     ("text.format.type", {"input": "x", "text": {"format": {"type": "xml"}}}),
     ("text.format.schema", {"input": "x", "text": {"format": {"type": "json_schema", "name": "n"}}}),
     ("input", {"input": []}),
@@ -161,6 +170,129 @@ def test_chat_param_names_become_responses_names() -> None:
     assert rapi.responses_param("max_completion_tokens") == "max_output_tokens"
     assert rapi.responses_param("reasoning_effort") == "reasoning.effort"
     assert rapi.responses_param("tool_choice") == "tool_choice" and rapi.responses_param(None) is None
+
+
+# -- namespace tools and hosted tools (what Codex sends) ------------------------------------------------
+
+def fn(name: str, **fields) -> dict:
+    return {"type": "function", "name": name, "description": f"{name} it", "strict": False,
+            "parameters": {"type": "object", "properties": {"target": {"type": "string"}}, "required": ["target"]},
+            **fields}
+
+
+AGENTS = {"type": "namespace", "name": "multi_agent_v1", "description": "Tools for sub-agents.",
+          "tools": [fn("close_agent"), fn("spawn_agent")]}
+CODEX_TOOLS = [fn("exec_command"), AGENTS, {"type": "web_search", "external_web_access": False},
+               {"type": "image_generation"}, {"type": "web_search"}]
+
+
+def test_namespace_functions_are_flattened_and_hosted_tools_left_out() -> None:
+    t = turn(input="x", tools=CODEX_TOOLS)
+    close = {k: v for k, v in fn("close_agent").items() if k != "type"}
+    assert t.chat.tools == [{"type": "function", "function": {k: v for k, v in fn("exec_command").items()
+                                                               if k != "type"}},
+                            {"type": "function", "function": {**close, "name": "multi_agent_v1__close_agent"}},
+                            {"type": "function", "function": {**{k: v for k, v in fn("spawn_agent").items()
+                                                                 if k != "type"},
+                                                              "name": "multi_agent_v1__spawn_agent"}}]
+    assert t.tools.ignored == ("web_search", "image_generation")  # each type once, in request order
+    assert t.tools.params == ("tools[0]", "tools[1].tools[0]", "tools[1].tools[1]")
+    assert t.tools.namespaced == {"multi_agent_v1__close_agent": ("multi_agent_v1", "close_agent"),
+                                  "multi_agent_v1__spawn_agent": ("multi_agent_v1", "spawn_agent")}
+    # the echo keeps what was sent, namespace and hosted tools included (the SDK reads it back)
+    sdk = sdk_response(t.response([], "completed"))
+    assert [tool.type for tool in sdk.tools] == ["function", "namespace", "web_search", "image_generation",
+                                                 "web_search"]
+    assert [tool.name for tool in sdk.tools[1].tools] == ["close_agent", "spawn_agent"]
+    # only hosted tools: the model sees none; a request without tools has none
+    assert turn(input="x", tools=[{"type": "web_search"}]).chat.tools == []
+    assert turn(input="x").tools.ignored == () and turn(input="x").chat.tools is None
+
+
+def test_flattened_names_join_with_one_double_underscore() -> None:
+    assert rapi.namespaced_name("multi_agent_v1", "spawn_agent") == "multi_agent_v1__spawn_agent"
+    assert rapi.namespaced_name("mcp__docs__", "__search") == "mcp__docs__search"  # Codex's canonical_flat_name
+
+
+@pytest.mark.parametrize("tools", [
+    [fn("ns__f"), {"type": "namespace", "name": "ns", "description": "d", "tools": [fn("f")]}],
+    [{"type": "namespace", "name": "ns", "description": "d", "tools": [fn("f")]},
+     {"type": "namespace", "name": "ns_", "description": "d", "tools": [fn("f")]}],
+])
+def test_two_tools_the_model_would_see_under_one_name_are_400(tools: list) -> None:
+    err = bad("tools[1].tools[0].name", input="x", tools=tools)
+    assert "'ns__f'" in err.message and "tools[" in err.message
+
+
+def test_the_same_function_name_in_two_namespaces_is_two_tools() -> None:
+    t = turn(input="x", tools=[{"type": "namespace", "name": "a", "description": "d", "tools": [fn("search")]},
+                               {"type": "namespace", "name": "b", "description": "d", "tools": [fn("search")]}])
+    assert [tool["function"]["name"] for tool in t.chat.tools] == ["a__search", "b__search"]
+    assert t.tools.call("b__search") == ("search", "b")
+    assert t.tools.call("search") == ("search", None)  # ambiguous bare name: left as the model wrote it
+
+
+def test_a_chat_error_about_a_flattened_tool_names_its_responses_field() -> None:
+    broken = fn("spawn_agent", parameters={"type": "object", "required": "target"})
+    t = turn(input="x", tools=[{"type": "web_search"}, fn("exec_command"), {**AGENTS, "tools": [fn("close_agent"),
+                                                                                               broken]}])
+    with pytest.raises(InvalidRequest) as info:  # the chat path's check, as it runs when the request is prepared
+        _validate_tools(t.chat.tools, t.chat.tool_choice)
+    assert info.value.param == "tools[2].function.parameters.required"  # chat's third tool
+    assert t.rename(info.value).param == "tools[2].tools[1].parameters.required"
+    assert t.rename(InvalidRequest("x", param="tools[0].function")).param == "tools[1]"
+
+
+def test_tool_choice_names_a_namespaced_function_every_way() -> None:
+    forced = {"type": "function", "function": {"name": "multi_agent_v1__spawn_agent"}}
+    for choice in ({"type": "function", "name": "multi_agent_v1__spawn_agent"},
+                   {"type": "function", "name": "spawn_agent", "namespace": "multi_agent_v1"},
+                   {"type": "function", "name": "spawn_agent"}):
+        assert turn(input="x", tools=CODEX_TOOLS, tool_choice=choice).chat.tool_choice == forced
+    assert turn(input="x", tools=CODEX_TOOLS, tool_choice={"type": "function", "name": "exec_command"}
+                ).chat.tool_choice == {"type": "function", "function": {"name": "exec_command"}}
+    allowed = turn(input="x", tools=CODEX_TOOLS, tool_choice={"type": "allowed_tools", "mode": "required", "tools": [
+        {"type": "function", "name": "close_agent", "namespace": "multi_agent_v1"}, {"type": "web_search"}]})
+    assert allowed.chat.tool_choice == "required"
+    assert [tool["function"]["name"] for tool in allowed.chat.tools] == ["multi_agent_v1__close_agent"]
+
+
+def test_a_namespaced_call_comes_back_with_its_name_and_namespace() -> None:
+    t = turn(input="x", tools=CODEX_TOOLS)
+    r = t.from_chat(completion(None, calls=[("call_1", "multi_agent_v1__close_agent", '{"target": "a"}'),
+                                            ("call_2", "exec_command", '{"target": "b"}'),
+                                            ("call_3", "spawn_agent", "{}")], finish="tool_calls"))
+    sdk = sdk_response(r)
+    assert [(o.name, o.namespace, o.call_id) for o in sdk.output] == [
+        ("close_agent", "multi_agent_v1", "call_1"), ("exec_command", None, "call_2"),
+        ("spawn_agent", "multi_agent_v1", "call_3")]  # a bare name only one namespace has is mapped too
+    assert "namespace" not in msgspec.to_builtins(r.output[1])  # a plain function's call has no namespace key
+    # the stored conversation keeps the namespace, and the next turn shows the model the name it called
+    kept = t.stored(r)
+    assert msgspec.to_builtins(kept.items[1])["namespace"] == "multi_agent_v1"
+    follow = turn(kept, previous_response_id="resp_1", tools=CODEX_TOOLS, input=[
+        {"type": "function_call_output", "call_id": "call_1", "output": "closed"}])
+    calls = [c["function"]["name"] for c in messages(follow)[1]["tool_calls"]]
+    assert calls == ["multi_agent_v1__close_agent", "exec_command", "multi_agent_v1__spawn_agent"]
+    # items sent back by the client, as Codex does (store: false), map the same way
+    sent = turn(input=[{"role": "user", "content": "x"},
+                       {"type": "function_call", "call_id": "c", "name": "close_agent", "namespace": "multi_agent_v1",
+                        "arguments": "{}"},
+                       {"type": "function_call_output", "call_id": "c", "output": "ok"}], tools=CODEX_TOOLS)
+    assert messages(sent)[1]["tool_calls"][0]["function"]["name"] == "multi_agent_v1__close_agent"
+
+
+def test_a_streamed_namespaced_call_carries_its_namespace_in_every_event() -> None:
+    t = turn(input="x", tools=CODEX_TOOLS)
+    events, ev = run(t, [chunk(calls=[(0, "call_a", "multi_agent_v1__spawn_agent", '{"tar')]),
+                         chunk(calls=[(0, None, None, 'get": "w"}')]), chunk(finish="tool_calls")])
+    items = [e.item for e in events if e.type in ("response.output_item.added", "response.output_item.done")]
+    assert [(i.name, i.namespace, i.arguments) for i in items] == [
+        ("spawn_agent", "multi_agent_v1", ""), ("spawn_agent", "multi_agent_v1", '{"target": "w"}')]
+    state = check_with_sdk(events)
+    final = state._completed_response
+    assert (final.output[0].name, final.output[0].namespace) == ("spawn_agent", "multi_agent_v1")
+    assert ev.final.output[0].namespace == "multi_agent_v1"
 
 
 def test_previous_response_conversation_comes_first_without_its_instructions() -> None:

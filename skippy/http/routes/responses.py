@@ -35,6 +35,7 @@ from skippy.http.routes.base import (
     SseFormat,
     check_limits,
     completion_tokens,
+    log,
     read_body,
     stream,
     unless_gone,
@@ -138,6 +139,10 @@ async def responses_create() -> Response:
     else:
         eng = await app.engine_for(req.model)
         turn = rapi.prepare(req, previous, model=eng.reply_model(req.model))
+    if turn.tools.ignored:  # one line per request: the client asked for tools the model will not see
+        log.warning("POST /v1/responses: ignored hosted tool type(s) %s: this server runs function tools only, so "
+                    "the model does not see them (a tool_choice forcing one is refused)",
+                    ", ".join(turn.tools.ignored))
     try:
         check_limits(app.settings, turn.chat.messages, turn.chat)
         if req.background:

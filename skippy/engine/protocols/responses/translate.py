@@ -31,7 +31,13 @@ Responses                      Chat Completions
                                base64 data URLs, read as on chat
                                (:mod:`skippy.engine.chat.images`); ``file_id``
                                is refused (no Files API)
-``tools`` (``function`` only)  ``tools`` (``{"type": "function", "function": ...}``)
+``tools`` ``function``         ``tools`` (``{"type": "function", "function": ...}``)
+``tools`` ``namespace``        one function tool per function, named
+                               ``namespace__name`` (:func:`namespaced_name`);
+                               a call comes back as ``function_call``
+                               ``name`` + ``namespace``
+``tools`` hosted types         left out (:data:`HOSTED_TOOL_TYPES`; the
+                               route logs them)
 ``tool_choice``                ``tool_choice`` (``allowed_tools`` narrows ``tools``)
 ``text.format``                ``response_format``
 ``max_output_tokens``          ``max_completion_tokens``
@@ -211,8 +217,9 @@ def chat_messages(instructions: str | None, items: list[ResponseInputItem] | tup
                     raise InvalidRequest(f"{param}.{field} is required for a function_call item",
                                          param=f"{param}.{field}")
             message = assistant()
+            name = item.name if item.namespace is None else namespaced_name(item.namespace, item.name or "")
             message.tool_calls = (message.tool_calls or []) + [
-                {"id": item.call_id, "type": "function", "function": {"name": item.name, "arguments": item.arguments}}]
+                {"id": item.call_id, "type": "function", "function": {"name": name, "arguments": item.arguments}}]
         elif kind == "function_call_output":
             if item.call_id is None:
                 raise InvalidRequest(f"{param}.call_id is required for a function_call_output item",
@@ -254,36 +261,152 @@ def _input_items(value: str | list[ResponseInputItem] | None) -> list[ResponseIn
     return list(value)
 
 
-def _chat_tools(tools: list[ResponseTool] | None) -> list[dict[str, Any]] | None:
+#: OpenAI's hosted and built-in tool types (``openai.types.responses.Tool``): their calls run on OpenAI's side or
+#: come back as items of their own (``web_search_call``, ``local_shell_call``...), which this server neither
+#: runs nor produces. :func:`chat_tools` leaves them out of what the model sees (as llama-server's and vLLM's
+#: Responses translations do); a ``tool_choice`` forcing one is a 400.
+HOSTED_TOOL_TYPES = frozenset({
+    "web_search", "web_search_2025_08_26", "web_search_preview", "web_search_preview_2025_03_11", "file_search",
+    "code_interpreter", "image_generation", "computer", "computer_use", "computer_use_preview", "mcp",
+    "local_shell", "shell", "apply_patch", "tool_search", "programmatic_tool_calling"})
+
+
+def namespaced_name(namespace: str, name: str) -> str:
+    """The name the model sees for function ``name`` of namespace tool ``namespace``: ``namespace__name``, with
+    ``_`` trimmed off the end of the namespace and the start of the name so one ``__`` joins them
+    (``("multi_agent_v1", "spawn_agent")`` -> ``multi_agent_v1__spawn_agent``; ``("mcp__docs__", "search")`` ->
+    ``mcp__docs__search``). This is Codex's own flat name (``ToolName::canonical_flat_name``, codex-rs
+    ``protocol/src/tool_name.rs``) and, for names without those underscores, vLLM's Responses API's
+    (``flat_namespace_tool_name``: ``namespace__name``). A call is mapped back through the request's own tools
+    (:attr:`ChatTools.namespaced`), never by splitting the name."""
+    return f"{namespace.rstrip('_')}__{name.lstrip('_')}"
+
+
+@attrs.frozen
+class ChatTools:
+    """A request's ``tools`` as the chat path takes them.
+
+    ``tools``: chat's function tools, those of each ``namespace`` tool flattened in place under
+    :func:`namespaced_name` (``None`` when the request had no ``tools``); ``params``: the Responses field
+    each chat tool came from (``tools[i]`` or ``tools[i].tools[j]``), to name it in errors; ``namespaced``:
+    each flattened name -> ``(namespace, name)``; ``ignored``: the hosted tool types left out, each once, in
+    request order.
+    """
+
+    tools: list[dict[str, Any]] | None = None
+    params: tuple[str, ...] = ()
+    namespaced: dict[str, tuple[str, str]] = attrs.field(factory=dict)
+    ignored: tuple[str, ...] = ()
+
+    def resolve(self, name: str, namespace: str | None = None) -> str:
+        """The chat tool name for a function named by the client (``tool_choice``): ``namespace`` + ``name``
+        when a namespace is given; else ``name`` itself when the model sees it, or the one namespaced function
+        of that name (``close_agent`` -> ``multi_agent_v1__close_agent``); else ``name`` unchanged (the chat
+        path then says no such tool is offered)."""
+        if namespace is not None:
+            return namespaced_name(namespace, name)
+        if any(t["function"]["name"] == name for t in self.tools or []):
+            return name
+        matches = [flat for flat, (_, fn) in self.namespaced.items() if fn == name]
+        return matches[0] if len(matches) == 1 else name
+
+    def call(self, name: str) -> tuple[str, str | None]:
+        """A chat tool call's name as the Responses ``function_call`` names it: ``(name, namespace)``; a
+        namespaced function's flattened name gives its function name and namespace (also a bare function name
+        that no plain tool has and exactly one namespace has: a model that dropped the prefix), any other
+        name ``(name, None)``."""
+        if name in self.namespaced:
+            namespace, fn = self.namespaced[name]
+            return fn, namespace
+        resolved = self.resolve(name)
+        if resolved != name:
+            namespace, fn = self.namespaced[resolved]
+            return fn, namespace
+        return name, None
+
+
+def _function(tool: ResponseTool, param: str, name: str | None = None) -> dict[str, Any]:
+    if tool.type != "function":
+        raise InvalidRequest(f"{param}.type {tool.type!r} is not supported: this server runs function tools, "
+                             "namespace tools of functions, and leaves hosted tools out", param=f"{param}.type")
+    if not tool.name:
+        raise InvalidRequest(f"{param}.name is required for a function tool", param=f"{param}.name")
+    fn: dict[str, Any] = {"name": name or tool.name}
+    for key in ("description", "parameters", "strict"):
+        if getattr(tool, key) is not None:
+            fn[key] = getattr(tool, key)
+    return {"type": "function", "function": fn}
+
+
+def chat_tools(tools: list[ResponseTool] | None) -> ChatTools:
+    """Chat's tools for the Responses ``tools`` (see :class:`ChatTools`).
+
+    ``function`` tools pass as they are; a ``namespace`` tool's functions become function tools named
+    :func:`namespaced_name` (their description, parameters and ``strict`` unchanged; the namespace's
+    description is not repeated into each); a hosted type (:data:`HOSTED_TOOL_TYPES`) is left out and
+    listed in ``ignored``. Raises :class:`InvalidRequest` (400) naming the field: another tool type
+    (``custom``...), a function without ``name``, a namespace without ``name`` or ``tools``, a tool inside a
+    namespace that is not a function, and two tools the model would see under one name (a function named
+    like a flattened one, a namespace or function listed twice): a call could not be told apart.
+    """
     if tools is None:
-        return None
-    out = []
+        return ChatTools()
+    out: list[dict[str, Any]] = []
+    params: list[str] = []
+    namespaced: dict[str, tuple[str, str]] = {}
+    ignored: list[str] = []
     for i, tool in enumerate(tools):
-        if tool.type != "function":
-            raise InvalidRequest(f"tools[{i}].type {tool.type!r} is not supported: this server runs function "
-                                 "tools only", param=f"tools[{i}].type")
+        param = f"tools[{i}]"
+        if tool.type in HOSTED_TOOL_TYPES:
+            if tool.type not in ignored:
+                ignored.append(tool.type)
+            continue
+        if tool.type != "namespace":
+            out.append(_function(tool, param))
+            params.append(param)
+            continue
         if not tool.name:
-            raise InvalidRequest(f"tools[{i}].name is required for a function tool", param=f"tools[{i}].name")
-        fn: dict[str, Any] = {"name": tool.name}
-        for key in ("description", "parameters", "strict"):
-            if getattr(tool, key) is not None:
-                fn[key] = getattr(tool, key)
-        out.append({"type": "function", "function": fn})
-    return out
+            raise InvalidRequest(f"{param}.name is required for a namespace tool", param=f"{param}.name")
+        if tool.tools is None:
+            raise InvalidRequest(f"{param}.tools is required for a namespace tool (the function tools it groups)",
+                                 param=f"{param}.tools")
+        for j, inner in enumerate(tool.tools):
+            where = f"{param}.tools[{j}]"
+            if inner.type != "function":
+                raise InvalidRequest(f"{where}.type {inner.type!r} is not supported in a namespace: this server "
+                                     "runs function tools", param=f"{where}.type")
+            fn = _function(inner, where, namespaced_name(tool.name, inner.name or ""))
+            namespaced[fn["function"]["name"]] = (tool.name, inner.name or "")
+            out.append(fn)
+            params.append(where)
+    seen: dict[str, str] = {}
+    for tool_, param in zip(out, params, strict=True):
+        name = tool_["function"]["name"]
+        if name in seen:
+            raise InvalidRequest(f"{param}: the model would see it as {name!r}, as {seen[name]}: tool names must be "
+                                 "unique once namespaces are flattened (namespace__name)", param=f"{param}.name")
+        seen[name] = param
+    return ChatTools(out, tuple(params), namespaced, tuple(ignored))
 
 
 def _chat_tool_choice(choice: str | dict[str, Any] | None,
-                      tools: list[dict[str, Any]] | None) -> tuple[Any, list[dict[str, Any]] | None]:
-    """Chat's ``tool_choice`` and ``tools``: a named function -> chat's named form; ``allowed_tools``
-    keeps only the listed function tools, with ``mode`` ``auto`` or ``required``."""
+                      tools: ChatTools) -> tuple[Any, list[dict[str, Any]] | None]:
+    """Chat's ``tool_choice`` and ``tools``: a named function -> chat's named form (a namespaced function
+    named by its flattened name, by ``name`` with a ``namespace`` key, or by its bare name when one namespace
+    has it); ``allowed_tools`` keeps only the listed function tools, with ``mode`` ``auto`` or ``required``
+    (hosted tools listed there are left out, as in ``tools``). A hosted tool forced by type (``{"type":
+    "web_search"}``, ``mcp``...) is a 400: it cannot be honoured here."""
     if choice is None or isinstance(choice, str):
-        return choice, tools
+        return choice, tools.tools
     kind = choice.get("type")
+    namespace = choice.get("namespace")
+    if namespace is not None and not isinstance(namespace, str):
+        raise InvalidRequest("tool_choice.namespace must be a string", param="tool_choice")
     if kind == "function":
         name = choice.get("name")
         if not isinstance(name, str) or not name:
             raise InvalidRequest("tool_choice.name is required for a function tool choice", param="tool_choice")
-        return {"type": "function", "function": {"name": name}}, tools
+        return {"type": "function", "function": {"name": tools.resolve(name, namespace)}}, tools.tools
     if kind == "allowed_tools":
         mode, listed = choice.get("mode", "auto"), choice.get("tools")
         if mode not in ("auto", "required") or not isinstance(listed, list):
@@ -291,11 +414,17 @@ def _chat_tool_choice(choice: str | dict[str, Any] | None,
                                  param="tool_choice")
         names = set()
         for t in listed:
-            if not (isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("name"), str)):
-                raise InvalidRequest("tool_choice allowed_tools lists function tools only ({\"type\": "
-                                     "\"function\", \"name\": ...})", param="tool_choice")
-            names.add(t["name"])
-        return mode, [t for t in tools or [] if t["function"]["name"] in names]
+            if isinstance(t, dict) and t.get("type") in HOSTED_TOOL_TYPES:
+                continue
+            if not (isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("name"), str)
+                    and isinstance(t.get("namespace", ""), str)):
+                raise InvalidRequest("tool_choice allowed_tools lists function tools ({\"type\": \"function\", "
+                                     "\"name\": ...}; hosted ones are left out)", param="tool_choice")
+            names.add(tools.resolve(t["name"], t.get("namespace")))
+        return mode, [t for t in tools.tools or [] if t["function"]["name"] in names]
+    if kind in HOSTED_TOOL_TYPES:
+        raise InvalidRequest(f"tool_choice forces the hosted tool {kind!r}, which this server cannot run (it runs "
+                             "function tools only)", param="tool_choice")
     raise InvalidRequest(f"tool_choice type {kind!r} is not supported (use 'auto', 'none', 'required', "
                          "{\"type\": \"function\", \"name\": ...} or allowed_tools)", param="tool_choice")
 
@@ -332,23 +461,30 @@ _PARAMS = (("messages", "input"), ("response_format", "text.format"), ("json_sch
            ("max_tokens", "max_output_tokens"))
 
 
-def responses_param(param: str | None) -> str | None:
+def responses_param(param: str | None, tool_params: tuple[str, ...] = ()) -> str | None:
     """A chat request's field name (as an engine error names it) as the Responses field it came from:
     ``messages[3].content`` -> ``input``, ``tools[0].function.name`` -> ``tools[0].name``,
-    ``response_format`` -> ``text.format``, ``max_completion_tokens`` -> ``max_output_tokens``."""
+    ``response_format`` -> ``text.format``, ``max_completion_tokens`` -> ``max_output_tokens``.
+    ``tool_params``: the Responses field of each chat tool (:attr:`ChatTools.params`), as chat's ``tools[k]``
+    are flattened namespaces and leave hosted tools out (``tools[3].function.parameters`` ->
+    ``tools[4].tools[1].parameters``)."""
     if param is None:
         return None
     for chat, ours in _PARAMS:
         if param == chat or param.startswith(chat + "[") or param.startswith(chat + "."):
             return ours
-    if param.startswith("tools[") and ".function." in param:
-        return param.replace(".function.", ".", 1)
+    if param.startswith("tools["):
+        index, _, rest = param[len("tools["):].partition("]")
+        if index.isdigit() and int(index) < len(tool_params):
+            param = tool_params[int(index)] + rest
+        if ".function." in param or param.endswith(".function"):
+            param = param.replace(".function", "", 1)
     return param
 
 
-def rename_params(exc: EngineError) -> EngineError:
+def rename_params(exc: EngineError, tool_params: tuple[str, ...] = ()) -> EngineError:
     """``exc`` with its ``param`` renamed by :func:`responses_param` (in place; returned for ``raise``)."""
-    exc.param = responses_param(exc.param)
+    exc.param = responses_param(exc.param, tool_params)
     return exc
 
 
@@ -359,7 +495,8 @@ class Turn:
     ``history``: the items of the ``previous_response_id`` conversation;
     ``input``: this request's items; ``id`` / ``created_at`` (Unix seconds) /
     ``model``: the response's; ``images``: the Responses name of each image
-    part of ``chat`` (:func:`image_params`), for :meth:`rename`.
+    part of ``chat`` (:func:`image_params`), for :meth:`rename`; ``tools``: the request's tools as chat's
+    (:class:`ChatTools`: which hosted types were left out, how a namespaced call maps back).
     """
 
     request: ResponsesRequest
@@ -370,12 +507,20 @@ class Turn:
     input: tuple[ResponseInputItem, ...]
     chat: ChatCompletionRequest
     images: tuple[str, ...] = ()
+    tools: ChatTools = attrs.field(factory=ChatTools)
 
     def rename(self, exc: EngineError) -> EngineError:
         """An engine error about :attr:`chat` in the Responses request's names (in place; returned for
         ``raise``): an image part as its ``input[i].content[j]`` (param and message), the other fields by
         :func:`rename_params`."""
-        return rename_params(rename_image_error(exc, self.chat.messages, self.images))
+        return rename_params(rename_image_error(exc, self.chat.messages, self.images), self.tools.params)
+
+    def function_call(self, *, id: str, status: str, call_id: str, name: str, arguments: str) -> ResponseFunctionCall:
+        """The ``function_call`` output item for a chat tool call named ``name`` (a namespaced function's
+        flattened name comes back as its ``name`` and ``namespace``: :meth:`ChatTools.call`)."""
+        fn, namespace = self.tools.call(name)
+        return ResponseFunctionCall(id=id, status=status, call_id=call_id, name=fn,  # type: ignore[arg-type]
+                                    namespace=UNSET if namespace is None else namespace, arguments=arguments)
 
     # -- results -----------------------------------------------------------------------------------
     def response(self, output: list[Any], status: str, *, usage: ResponseUsage | None = None,
@@ -417,8 +562,8 @@ class Turn:
         if m.content or not calls:
             output.append(ResponseOutputMessage(id=new_id("msg"), status="completed",
                                                 content=[ResponseOutputText(text=m.content or "")]))
-        output += [ResponseFunctionCall(id=new_id("fc"), status="completed", call_id=cid, name=name,
-                                        arguments=args) for cid, name, args in calls]
+        output += [self.function_call(id=new_id("fc"), status="completed", call_id=cid, name=name, arguments=args)
+                   for cid, name, args in calls]
         if status == "incomplete":
             output[-1] = msgspec.structs.replace(output[-1], status="incomplete")
         return self.response(output, status, usage=response_usage(completion.usage, reasoning_tokens))
@@ -436,8 +581,9 @@ def prepare(req: ResponsesRequest, previous: StoredResponse | None, *, model: st
 
     Raises :class:`InvalidRequest` (400) naming the Responses field: an
     empty conversation (``input``), an unsupported item or part, a tool that
-    is not a function (``tools[i].type``), a ``tool_choice`` or ``text.format``
-    of another kind, ``metadata`` over OpenAI's limits, ``background: true`` without ``store`` or with
+    is neither a function, a namespace of functions nor a hosted tool (``tools[i].type``; hosted tools are
+    left out: :func:`chat_tools`), a ``tool_choice`` forcing a hosted tool, or of another kind, a
+    ``text.format`` of another kind, ``metadata`` over OpenAI's limits, ``background: true`` without ``store`` or with
     ``stream``,
     ``max_output_tokens`` below 1. The chat path validates the rest (and
     its errors are renamed with :func:`rename_params`).
@@ -460,22 +606,23 @@ def prepare(req: ResponsesRequest, previous: StoredResponse | None, *, model: st
     messages = chat_messages(req.instructions, history + items, first=len(history))
     if not any(m.role != "system" for m in messages):
         raise InvalidRequest("input must hold at least one item (a string or a list of items)", param="input")
-    tools = _chat_tools(req.tools)
-    tool_choice, tools = _chat_tool_choice(req.tool_choice, tools)
+    tools = chat_tools(req.tools)
+    tool_choice, chat_tool_list = _chat_tool_choice(req.tool_choice, tools)
     try:
         chat = ChatCompletionRequest(
             model=req.model, messages=messages, stream=req.stream,
             stream_options=StreamOptions(include_usage=True) if req.stream else None,
             max_completion_tokens=req.max_output_tokens, temperature=req.temperature, top_p=req.top_p,
-            user=req.user, response_format=_response_format(req.text), tools=tools, tool_choice=tool_choice,
+            user=req.user, response_format=_response_format(req.text), tools=chat_tool_list, tool_choice=tool_choice,
             parallel_tool_calls=req.parallel_tool_calls,
             reasoning_effort=req.reasoning.effort if req.reasoning is not None else None,
             prompt_cache_key=req.prompt_cache_key)
     except EngineError as exc:
-        raise rename_params(exc) from None
+        raise rename_params(exc, tools.params) from None
     return Turn(request=req, id=response_id or new_id("resp"),
                 created_at=int(time.time()) if created_at is None else created_at, model=model,
-                history=history, input=items, chat=chat, images=image_params(history + items, first=len(history)))
+                history=history, input=items, chat=chat, images=image_params(history + items, first=len(history)),
+                tools=tools)
 
 
 # -- chat result -> response ---------------------------------------------------------------------------
@@ -532,7 +679,8 @@ def as_input(output: list[Any]) -> list[ResponseInputItem]:
                 p.text for p in item.content)))
         elif isinstance(item, ResponseFunctionCall):
             items.append(ResponseInputItem(type="function_call", id=item.id, call_id=item.call_id,
-                                           name=item.name, arguments=item.arguments))
+                                           name=item.name, arguments=item.arguments,
+                                           namespace=item.namespace if item.namespace is not UNSET else None))
         elif isinstance(item, ResponseReasoningItem):
             items.append(ResponseInputItem(type="reasoning", id=item.id, content=[
                 ResponseInputContent(type="reasoning_text", text=p.text) for p in item.content]))
@@ -552,6 +700,8 @@ class _Item:
     name: str = ""
     tool_index: int = -1
     status: str = "in_progress"
+    #: the chat tool call's name, mapped back by :meth:`Turn.function_call`
+    turn: Turn | None = None
 
     def wire(self) -> Any:
         if self.kind == "message":
@@ -562,8 +712,9 @@ class _Item:
             return ResponseReasoningItem(id=self.id, status=self.status,  # type: ignore[arg-type]
                                          content=[ResponseReasoningText(text=self.text)]
                                          if self.status != "in_progress" else [])
-        return ResponseFunctionCall(id=self.id, status=self.status, call_id=self.call_id,  # type: ignore[arg-type]
-                                    name=self.name, arguments=self.text)
+        assert self.turn is not None
+        return self.turn.function_call(id=self.id, status=self.status, call_id=self.call_id, name=self.name,
+                                       arguments=self.text)
 
 
 class ResponseEvents:
@@ -656,7 +807,7 @@ class ResponseEvents:
         out: list[ResponseStreamEvent] = []
         name = tc.function.name if tc.function.name is not UNSET else ""
         if tc.id is not UNSET:  # a call's first fragment
-            out += self._add("function_call", call_id=tc.id, name=name, tool_index=tc.index)
+            out += self._add("function_call", call_id=tc.id, name=name, tool_index=tc.index, turn=self.turn)
         item = next((i for i in reversed(self.items) if i.kind == "function_call" and i.tool_index == tc.index),
                     None)
         if item is None:  # a fragment of a call that never started: not sent by any chat format

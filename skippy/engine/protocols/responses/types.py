@@ -2,7 +2,7 @@
 
 Shapes follow the ``openai`` Python package's ``openai.types.responses``: input
 items ``message`` (a string or ``input_text`` / ``input_image`` parts), ``function_call``,
-``function_call_output``, ``reasoning``; ``tools`` (``function`` only),
+``function_call_output``, ``reasoning``; ``tools`` (``function`` and ``namespace``),
 ``text.format``, ``reasoning``. :mod:`.translate` maps them onto a chat request.
 """
 
@@ -34,8 +34,9 @@ class ResponseInputItem(msgspec.Struct, omit_defaults=True, kw_only=True):
     ``type`` ``message`` (or absent, with a ``role``): ``role`` and ``content``;
     ``function_call``: ``call_id``, ``name``, ``arguments``; ``function_call_output``:
     ``call_id``, ``output``; ``reasoning``: ``content`` (``reasoning_text``) or ``summary``
-    (``summary_text``). Which fields a type needs is checked by :func:`prepare` (400 naming
-    ``input[i].<field>``).
+    (``summary_text``). ``namespace``: the namespace tool of a ``function_call``'s function (OpenAI's
+    ``ResponseFunctionToolCall.namespace``; accepted on a ``function_call_output``, not needed there).
+    Which fields a type needs is checked by :func:`prepare` (400 naming ``input[i].<field>``).
     """
 
     type: str | None = None
@@ -46,20 +47,26 @@ class ResponseInputItem(msgspec.Struct, omit_defaults=True, kw_only=True):
     call_id: str | None = None
     name: str | None = None
     arguments: str | None = None
+    namespace: str | None = None
     output: str | list[ResponseInputContent] | None = None
     summary: list[ResponseInputContent] | None = None
     encrypted_content: str | None = None
 
 
 class ResponseTool(msgspec.Struct, omit_defaults=True, kw_only=True):
-    """One entry of ``tools``: only ``type: "function"`` (``name``, ``description``, ``parameters``,
-    ``strict``) is served; OpenAI's hosted tools (``web_search``, ``file_search``, ``mcp``...) get 400."""
+    """One entry of ``tools``: ``type: "function"`` (``name``, ``description``, ``parameters``, ``strict``), or
+    ``type: "namespace"`` (OpenAI's ``NamespaceTool``: ``name``, ``description`` and the function ``tools``
+    it groups, each called as ``namespace``/``name``). OpenAI's hosted and built-in tools (``web_search``,
+    ``file_search``, ``mcp``...: :data:`~skippy.engine.protocols.responses.translate.HOSTED_TOOL_TYPES`) are
+    left out of what the model sees; other types get 400 (see :func:`.translate.prepare`). Fields of other
+    tool types (``external_web_access``...) are ignored."""
 
     type: str
     name: str | None = None
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
+    tools: list[ResponseTool] | None = None
 
 
 class ResponseTextFormat(msgspec.Struct, omit_defaults=True, kw_only=True):

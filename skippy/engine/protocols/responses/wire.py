@@ -1,7 +1,7 @@
 """The Responses API wire model: the ``response`` object, its output items and stream events.
 
 Output items ``message`` (``output_text``), ``function_call`` (``call_id``,
-``name``, ``arguments``), ``reasoning`` (the chat message's
+``name``, ``namespace``, ``arguments``), ``reasoning`` (the chat message's
 ``reasoning_content`` as ``reasoning_text``); stream events carry a
 ``sequence_number`` from 0. Encoding rules are
 :class:`~skippy.engine.protocols.base.WireStruct`'s.
@@ -44,12 +44,14 @@ class ResponseOutputMessage(WireStruct, kw_only=True, tag_field="type", tag="mes
 
 class ResponseFunctionCall(WireStruct, kw_only=True, tag_field="type", tag="function_call"):
     """Output item ``function_call``: ``call_id`` is what the ``function_call_output`` answering it names;
-    ``arguments`` a JSON object as text."""
+    ``arguments`` a JSON object as text. A call to a function of a ``namespace`` tool names the function in
+    ``name`` and its namespace in ``namespace`` (OpenAI's ``ResponseFunctionToolCall``); absent otherwise."""
 
     id: str
     status: Literal["in_progress", "completed", "incomplete"]
     call_id: str
     name: str
+    namespace: str | UnsetType = UNSET
     arguments: str
 
 
