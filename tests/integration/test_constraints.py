@@ -201,3 +201,21 @@ def test_grammar_size_limit_covers_every_grammar_field(server) -> None:
         for field in ("guided_regex", "guided_grammar", "grammar"):
             r = httpx.post(f"{server.base_url}/v1/{path}", json={**extra, field: big, "max_tokens": 2}, timeout=60)
             assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
+
+
+def test_a_deeply_nested_grammar_is_a_400_and_the_server_lives(server) -> None:
+    """A GBNF nesting 20,000 groups (60 KB, within --max-grammar-bytes) made llama.cpp's recursive parser overflow
+    the stack: a segmentation fault of the whole server. It is refused before llama.cpp sees it; so is a tool
+    grammar that deep (a schema's huge maxLength is left unenforced instead: Claude Code's Workflow tool)."""
+    deep = "root ::= " + "(" * 20000 + '"a"' + ")?" * 20000
+    for path, extra in (("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+                        ("/completion", {"prompt": "hi"})):
+        r = httpx.post(server.base_url + path, json={**extra, "grammar": deep, "max_tokens": 2}, timeout=60)
+        assert r.status_code == 400 and "20000 levels deep" in r.text, r.text
+    script = {"type": "function", "function": {"name": "run", "parameters": {
+        "type": "object", "required": ["script"], "properties": {"script": {"type": "string", "maxLength": 524288}}}}}
+    r = httpx.post(server.base_url + "/v1/chat/completions", timeout=120, json={
+        "messages": [{"role": "user", "content": "hi"}], "tools": [script], "max_tokens": 4,
+        "tool_choice": {"type": "function", "function": {"name": "run"}}})
+    assert r.status_code == 200, r.text
+    assert httpx.get(server.base_url + "/health", timeout=10).status_code == 200

@@ -403,3 +403,30 @@ def test_a_property_that_constrains_nothing_takes_any_json_value():
     with pytest.raises(InvalidRequest, match="'not'") as err:
         build_grammar([strict], "required")
     assert err.value.param == "tools[0].function.parameters" and "Error(" not in err.value.message
+
+
+def test_gbnf_depth_counts_groups_outside_literals_classes_and_comments():
+    from skippy.engine.sampling.grammar import gbnf_depth
+
+    assert gbnf_depth('root ::= "a"') == 0
+    assert gbnf_depth('root ::= ("(" [(] (a (b))) # ((((\nx ::= "\\"(" ( [\\]( ] )') == 3
+    assert gbnf_depth("root ::= " + "(" * 1500 + '"a"' + ")?" * 1500) == 1500
+
+
+def test_a_huge_length_bound_is_left_unenforced_not_written_out():
+    """maxLength 524288 (Claude Code's Workflow script) was half a million nested groups, which crashed llama.cpp's
+    parser: bounds above MAX_REPETITION_BOUND are left unenforced; smaller ones still hold."""
+    pytest.importorskip("llama_cpp.llama_grammar")
+    from skippy.engine.sampling.grammar import MAX_GBNF_DEPTH, gbnf_depth
+
+    tool = {"type": "function", "function": {"name": "run", "parameters": {
+        "type": "object", "required": ["script", "tag"], "properties": {
+            "script": {"type": "string", "maxLength": 524288},
+            "tag": {"type": "string", "maxLength": 3},
+            "items": {"type": "array", "items": {"type": "integer"}, "minItems": 100000}}}}}
+    g = build_grammar([tool], "required")
+    assert len(g.gbnf) < 20000 and gbnf_depth(g.gbnf) < MAX_GBNF_DEPTH and compiles_in_llama_cpp(g.gbnf)
+    long_script = "x" * 300  # past the unenforced bound's cap, within the model's reach
+    call = '{"name": "run", "arguments": {"script": "' + long_script + '", "tag": "ab"}}'
+    assert gbnf_matches(g.gbnf, f"TOOL_CALL {call}\n")
+    assert not gbnf_matches(g.gbnf, 'TOOL_CALL {"name": "run", "arguments": {"script": "x", "tag": "abcd"}}\n')

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Final
 import llama_cpp
 
 from skippy.engine.runtime.tokenization import SpecialTokens
+from skippy.engine.sampling.grammar import MAX_GBNF_DEPTH, gbnf_depth
 
 if TYPE_CHECKING:
     from llguidance import LLParserLimits, LLTokenizer
@@ -91,8 +92,12 @@ class LlamaVocab:
         """A llama.cpp grammar sampler (root rule ``root``), or a null pointer when the GBNF does not parse.
 
         With ``lazy_patterns`` the grammar applies only from the first regex
-        match on (``llama_sampler_init_grammar_lazy_patterns``).
+        match on (``llama_sampler_init_grammar_lazy_patterns``). A grammar nested deeper than
+        :data:`~skippy.engine.sampling.grammar.MAX_GBNF_DEPTH` is not handed to llama.cpp, whose parser would
+        overflow the stack (null).
         """
+        if gbnf_depth(gbnf) > MAX_GBNF_DEPTH:
+            return None
         if not lazy_patterns:
             return llama_cpp.llama_sampler_init_grammar(self._vocab, gbnf.encode(), b"root")
         pats = (ctypes.c_char_p * len(lazy_patterns))(*[p.encode() for p in lazy_patterns])

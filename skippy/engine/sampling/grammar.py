@@ -36,6 +36,40 @@ def gbnf_literal(s: str) -> str:
 #: Numeric keywords the converter ignores (integer ranges are rewritten to enums instead).
 _NUMERIC_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
 _MAX_ENUM_RANGE = 4096
+#: Length and item bounds the converter writes out as one nested optional group per allowed repetition
+_REPETITION_BOUNDS = ("minLength", "maxLength", "minItems", "maxItems")
+#: The largest such bound enforced: a larger one is left unenforced (Claude Code's ``Workflow`` script has
+#: ``maxLength: 524288``, half a million nested groups, which crashed llama.cpp's parser; the token limit
+#: bounds a generation long before such a bound would).
+MAX_REPETITION_BOUND = 256
+#: The deepest nesting of groups a GBNF grammar may have (:func:`gbnf_depth`): llama.cpp's parser recurses
+#: once per level and overflowed the stack at 100,000 levels (a segmentation fault of the whole server); it
+#: gives up by itself past about 2,000.
+MAX_GBNF_DEPTH = 1000
+
+
+def gbnf_depth(gbnf: str) -> int:
+    """The deepest nesting of parentheses in ``gbnf``, outside string literals, character classes and
+    comments."""
+    depth = deepest = 0
+    i, n = 0, len(gbnf)
+    while i < n:
+        c = gbnf[i]
+        if c in "\"[":  # a literal or a class: skip to its unescaped end
+            end = '"' if c == '"' else "]"
+            i += 1
+            while i < n and gbnf[i] != end:
+                i += 2 if gbnf[i] == "\\" else 1
+        elif c == "#":
+            while i < n and gbnf[i] != "\n":
+                i += 1
+        elif c == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c == ")":
+            depth -= 1
+        i += 1
+    return deepest
 
 
 def prepare_schema(schema: Any, *, strict: bool, param: str) -> Any:
@@ -46,12 +80,14 @@ def prepare_schema(schema: Any, *, strict: bool, param: str) -> Any:
     them, which the grammar enforces exactly. Other numeric bounds cannot be
     enforced: with ``strict`` (OpenAI structured outputs) they are refused
     with :class:`InvalidRequest`, otherwise they are left unenforced.
+    A length or item bound above :data:`MAX_REPETITION_BOUND` is left unenforced.
     """
     if isinstance(schema, list):
         return [prepare_schema(s, strict=strict, param=param) for s in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {k: prepare_schema(v, strict=strict, param=param) for k, v in schema.items()}
+    out = {k: prepare_schema(v, strict=strict, param=param) for k, v in schema.items()
+           if not (k in _REPETITION_BOUNDS and isinstance(v, int) and v > MAX_REPETITION_BOUND)}
     if not any(k in out for k in _NUMERIC_BOUNDS):
         return out
     lo, hi = out.get("minimum"), out.get("maximum")
