@@ -442,9 +442,9 @@ def test_errors_are_restated_in_anthropics_terms() -> None:
                                  n_ctx=8192)
     assert tr.restate_error(over, req, chat_req).message == "prompt is too long: 18503 tokens > 8192 maximum"
     both = ContextLengthExceeded("x", param="max_tokens", n_prompt=100, n_ctx=8192, max_tokens=32000)
-    assert tr.restate_error(both, req, chat_req).message == (
+    assert tr.restate_error(both, req, chat_req).message.startswith(
         "input length and `max_tokens` exceed context limit: 100 + 32000 > 8192, decrease input length or "
-        "`max_tokens` and try again")
+        "`max_tokens` and try again (this server runs with --no-clamp-max-tokens")
     schema = InvalidRequest("tools[0].function.parameters: cannot turn this JSON schema into a grammar: no",
                             param="tools[0].function.parameters")
     restated = tr.restate_error(schema, req, chat_req)

@@ -253,7 +253,8 @@ def restate_error(exc: EngineError, req: at.CountTokensRequest, chat: ChatComple
             exc.message = f"prompt is too long: {exc.n_prompt} tokens > {exc.n_ctx} maximum"
         else:
             exc.message = (f"input length and `max_tokens` exceed context limit: {exc.n_prompt} + {exc.max_tokens} > "
-                           f"{exc.n_ctx}, decrease input length or `max_tokens` and try again")
+                           f"{exc.n_ctx}, decrease input length or `max_tokens` and try again (this server runs "
+                           "with --no-clamp-max-tokens; without it max_tokens is clamped to the room left)")
         exc.args = (exc.message,)
     return exc
 
