@@ -121,7 +121,7 @@ from skippy.engine.protocols.rerank.types import RerankRequest, ScoreRequest
 from skippy.engine.runtime.base import Runtime
 from skippy.engine.runtime.media import MediaPrompt, MediaSpan
 from skippy.engine.sampling.constraints import RequestConstraint, constraint_from_request
-from skippy.engine.sampling.grammar import MAX_GBNF_DEPTH, gbnf_depth
+from skippy.engine.sampling.grammar import require_gbnf_depth
 from skippy.engine.sampling.native import CHAIN, native_logit_bias, resolve_logit_bias, sampler_names
 from skippy.engine.sampling.params import SamplingParams
 from skippy.engine.scheduling.budget import ReasoningBudget
@@ -861,9 +861,7 @@ class Engine:
         """``params`` with the request's grammar or constraint, once the vocabulary accepts it (400 naming
         the field when it does not: llama.cpp cannot parse the GBNF, or llguidance cannot compile the rest)."""
         if rc.gbnf is not None:
-            if (depth := gbnf_depth(rc.gbnf)) > MAX_GBNF_DEPTH:  # llama.cpp's parser would overflow its stack
-                raise InvalidRequest(f"the grammar nests groups {depth} levels deep; at most {MAX_GBNF_DEPTH} are "
-                                     "taken", param=gbnf_param)
+            require_gbnf_depth(rc.gbnf, gbnf_param)
             if not await self.tokenizer.check_grammar(rc.gbnf, lazy_patterns):
                 raise InvalidRequest("the grammar does not parse (llama.cpp GBNF, root rule 'root')", param=gbnf_param)
             params = attrs.evolve(params, grammar=rc.gbnf, grammar_lazy_patterns=lazy_patterns)

@@ -15,9 +15,9 @@ never mutated):
   object arguments (:attr:`TemplateCaps.requires_object_arguments`), as
   Hugging Face chat templates expect.
 
-:func:`fold_late_system` rewrites a conversation for a template that refuses a system message once the
-conversation has begun (see there); :func:`~skippy.engine.chat.prepare.render_chat` renders with it when
-the template raises on the conversation as sent.
+:func:`fold_late_system` rewrites a conversation for a template that refuses, drops or moves a system
+message once the conversation has begun (see there); :func:`~skippy.engine.chat.prepare.render_chat` renders
+with it where the template's probe says so (:attr:`TemplateCaps.supports_late_system`).
 """
 
 from __future__ import annotations
@@ -105,14 +105,16 @@ def fold_late_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]] | N
     at the beginning"; Mistral's: roles must alternate). ``content`` must be a string already
     (:func:`normalize_history`); the input is not mutated.
     """
-    late = False
+    late = begun = False
     out: list[dict[str, Any]] = []
     for m in messages:
-        role = m.get("role")
-        if role in SYSTEM_ROLES and any(x.get("role") not in SYSTEM_ROLES for x in out):
-            late = True
-            m = {"role": "user", "content": f"System: {m.get('content') or ''}"}
-        if out and role is not None and m.get("role") == "user" and out[-1].get("role") == "user" \
+        if m.get("role") in SYSTEM_ROLES:
+            if begun:
+                late = True
+                m = {"role": "user", "content": f"System: {m.get('content') or ''}"}
+        else:
+            begun = True
+        if out and m.get("role") == "user" and out[-1].get("role") == "user" \
                 and isinstance(out[-1].get("content"), str) and isinstance(m.get("content"), str):
             out[-1] = {**out[-1], "content": "\n\n".join(x for x in (out[-1]["content"], m["content"]) if x)}
         else:

