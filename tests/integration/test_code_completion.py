@@ -180,3 +180,36 @@ def test_an_empty_prompt_object_is_a_400_not_a_wait(server: Server) -> None:
     the request used to wait forever in the queue (found by the schema fuzzer)."""
     r = httpx.post(server.base_url + "/completion", json={"prompt": {"prompt_string": ""}}, timeout=30)
     assert r.status_code == 400 and r.json()["error"]["param"] == "prompt"
+
+
+def _saved(base: str) -> float:
+    """The server's ``skippy:ctx_checkpoints_saved_total`` (prompt-cache saves included)."""
+    text = httpx.get(base + "/metrics", timeout=30).text
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith("skippy:ctx_checkpoints_saved_total"))
+
+
+def test_a_completion_does_not_save_the_prompt_it_replaces_where_completion_does(fim_server: str) -> None:
+    """llama-server saves a slot's prompt to its prompt cache for completion tasks only: an /infill prompt is
+    rebuilt around the cursor at each request, and saving the one it replaces (~45 MB for 2000 tokens) cost each
+    completion ~25 ms. Two completions in different files that share the ring's extra chunk: /infill takes the
+    first one's slot without a save; /completion, with prompts of the same shape as text, saves it first. (Each second
+    request follows its first at once: well within the idle scheduler's save delay.)"""
+    extra = [{"filename": "ring.py", "text": "".join(f"RING_{i} = {i * 7}\n" for i in range(60))}]
+
+    def file(name: str) -> str:
+        return "\n".join([f"def {name}_{i}(x):" for i in range(40)] + [f"    return x * {i}" for i in range(40)]) + "\n"
+
+    for route in ("/infill", "/completion"):
+        names = (f"alpha{route[1]}", f"beta{route[1]}")
+        if route == "/infill":
+            bodies = [{"input_extra": extra, "input_prefix": file(n), "input_suffix": "\n", "prompt": ""}
+                      for n in names]
+        else:  # the same shape as text: the ring's chunk, then the file
+            bodies = [{"prompt": extra[0]["text"] + file(n)} for n in names]
+        for body in bodies:
+            body.update(n_predict=1, temperature=0, cache_prompt=True)
+        assert httpx.post(fim_server + route, json=bodies[0], timeout=120).status_code == 200
+        before = _saved(fim_server)
+        assert httpx.post(fim_server + route, json=bodies[1], timeout=120).status_code == 200
+        assert (_saved(fim_server) - before) == (0 if route == "/infill" else 1), route
