@@ -510,8 +510,13 @@ def _gbnf_rules(text):
                 else:
                     m = re.match(r"[A-Za-z0-9-]+", s[i:])
                     node, i = ("ref", m.group()), i + m.end()
-                while i < len(s) and s[i] in "?*+":
-                    node, i = (s[i], node), i + 1
+                while i < len(s) and s[i] in "?*+{":
+                    if s[i] == "{":  # {m}, {m,} or {m,n}
+                        r = re.match(r"\{(\d+)(,(\d*))?\}", s[i:])
+                        lo, hi = int(r.group(1)), r.group(3)
+                        node, i = ("rep", node, lo, lo if r.group(2) is None else int(hi) if hi else None), i + r.end()
+                    else:
+                        node, i = (s[i], node), i + 1
                 items.append(node)
             seqs.append(("seq", items))
             if i < len(s) and s[i] == "|":
@@ -550,6 +555,15 @@ def gbnf_matches(gbnf, s, rule="root"):
         elif kind == "?":
             yield from m(node[1], i)
             yield i
+        elif kind == "rep":
+            def rep(j, n):
+                if n >= node[2]:
+                    yield j
+                if node[3] is None or n < node[3]:
+                    for j2 in m(node[1], j):
+                        if j2 > j:
+                            yield from rep(j2, n + 1)
+            yield from rep(i, 0)
         elif kind in "*+":
             def star(j):
                 for j2 in m(node[1], j):

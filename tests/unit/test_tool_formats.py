@@ -287,6 +287,38 @@ def test_forced_grammar_optional_parameters_any_subset_in_order(fmt):
     assert not gbnf_matches(gbnf, wrap.format(sep.join(item.format(k=k) for k in ["b", "a"])))
 
 
+@pytest.mark.parametrize("fmt", ["qwen3_coder", "minimax_m2", "kimi_k3", "minimax_m3", "gemma4"])
+def test_forced_grammar_raw_text_values_keep_enum_and_length(fmt):
+    """A text parameter written raw (the XML-like formats) is held to its ``enum`` and its length bounds, as a
+    JSON string is; an unbounded one takes any text up to the closing marker."""
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+        "code": {"type": "string", "minLength": 2, "maxLength": 5},
+        "note": {"type": "string"}}, "required": ["unit", "code", "note"]}}}
+    gbnf = native_tool_grammar(fmt, [tool], [tool], parallel=False)
+    assert compiles_in_llama_cpp(gbnf)
+    item = {"qwen3_coder": "<parameter={k}>\n{v}\n</parameter>\n",
+            "minimax_m2": '<parameter name="{k}">{v}</parameter>\n',
+            "kimi_k3": '<|open|>argument key="{k}" type="string"<|sep|>{v}<|close|>argument<|sep|>',
+            "minimax_m3": "]<]minimax[>[<{k}>{v}]<]minimax[>[</{k}>",
+            "gemma4": '{k}:<|"|>{v}<|"|>'}[fmt]
+    wrap = {"qwen3_coder": "<tool_call>\n<function=f>\n{}</function>\n</tool_call>",
+            "minimax_m2": '<minimax:tool_call>\n<invoke name="f">\n{}</invoke>\n</minimax:tool_call>',
+            "kimi_k3": '<|open|>tools<|sep|><|open|>call tool="f" index="1"<|sep|>{}<|close|>call<|sep|>'
+                       "<|close|>tools<|sep|>",
+            "minimax_m3": "]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name=\"f\">{}]<]minimax[>[</invoke>\n"
+                          "]<]minimax[>[</tool_call>",
+            "gemma4": "<|tool_call>call:f{{{}}}<tool_call|>"}[fmt]
+    sep = "," if fmt == "gemma4" else ""
+
+    def call(unit, code, note="a long free note"):
+        return wrap.format(sep.join(item.format(k=k, v=v) for k, v in (("unit", unit), ("code", code),
+                                                                        ("note", note))))
+    assert gbnf_matches(gbnf, call("celsius", "ab")) and gbnf_matches(gbnf, call("fahrenheit", "abcde"))
+    assert not gbnf_matches(gbnf, call("kelvin", "ab")), "a value outside the enum"
+    assert not gbnf_matches(gbnf, call("celsius", "a")) and not gbnf_matches(gbnf, call("celsius", "abcdef"))
+
+
 def test_xml_string_values_stream_before_the_closing_tag():
     plan = render_chat(_tmpl("Qwen3-Coder"), ChatCompletionRequest(messages=CONVERSATION[:1], tools=[WEATHER])).plan
     parser = make_output_parser(plan)

@@ -240,6 +240,25 @@ _XML_TEXT = r'( [^<] | "<" [^/] )*'
 _HARMONY_ANALYSIS = r'( "<|channel|>analysis<|message|>" ( [^<] | "<" [^|] )* "<|end|><|start|>assistant" )?'
 
 
+def _raw_value(schema: dict[str, Any], text: str) -> str:
+    """The rule of a raw text value (an XML format's ``string`` parameter) under its schema: its ``const`` or
+    ``enum`` strings as literals; with ``minLength``/``maxLength``, that many characters other than ``<`` (the
+    run is counted in characters, so a bounded value cannot hold one); else ``text``, any text without the
+    format's closing marker. ``pattern`` and ``format`` are left unenforced, as llama.cpp leaves them for
+    these formats."""
+    choices = [schema["const"]] if "const" in schema else schema.get("enum")
+    strings = [c for c in choices if isinstance(c, str)] if isinstance(choices, list) else []
+    if strings:
+        return "(" + " | ".join(gbnf_literal(c) for c in strings) + ")"
+    lo, hi = schema.get("minLength", 0), schema.get("maxLength")
+    lo = lo if isinstance(lo, int) and lo > 0 else 0
+    hi = hi if isinstance(hi, int) and hi >= lo else None
+    if lo == 0 and hi is None:
+        return text
+    char = _TEXT_CHAR.get(text, "[^<]")
+    return f"{char}{{{lo},{'' if hi is None else hi}}}"
+
+
 def _params(conv: Any, name: str, schema: dict[str, Any], where: str, item: Any, sep: str, *,
             raw_strings: bool = True, text: str = _XML_TEXT) -> str:
     """GBNF of an object's properties as a sequence of ``item(key, value_rule, raw)`` pieces: the required
@@ -254,7 +273,7 @@ def _params(conv: Any, name: str, schema: dict[str, Any], where: str, item: Any,
     def piece(key: str) -> str:
         sub = props[key] if isinstance(props[key], dict) else {}
         raw = raw_strings and sub.get("type") == "string"
-        value = text if raw else _visit(conv, sub, f"{name}-{key}", where)
+        value = _raw_value(sub, text) if raw else _visit(conv, sub, f"{name}-{key}", where)
         added: str = conv._add_rule(f"{name}-{key}-param", item(key, value, raw))
         return added
 
@@ -328,6 +347,9 @@ def _minicpm_param(key: str, value: str, raw: bool) -> str:
 
 #: text without a ``<|`` (a string value of Kimi K3, whose tags all start so)
 _KIMI_TEXT = r'( [^<] | "<" [^|] )*'
+
+#: one character of a bounded raw text value (:func:`_raw_value`), per format's text rule
+_TEXT_CHAR = {_XML_TEXT: "[^<]", _KIMI_TEXT: "[^<]", _M3_TEXT: r"[^<\]]"}
 
 
 def _gemma_param(key: str, value: str, raw: bool) -> str:
@@ -421,7 +443,8 @@ def native_tool_grammar(chat_format: str, tools: list[dict[str, Any]], chosen: l
     :class:`InvalidRequest` for formats whose call syntax has no grammar here.
     For the XML formats (Qwen3-Coder, Seed-OSS, GLM) the required parameters
     come first in schema order, then any optional ones in schema order, and
-    a string value may not contain ``</``. gpt-oss may write one
+    a string value is raw text that may not contain ``</``, held to its
+    ``enum``/``const`` and length bounds (:func:`_raw_value`). gpt-oss may write one
     ``analysis`` message first; its calls are one per message, so one.
     ``think_close``: the prompt left a thinking block open (QwQ, GLM 4.7,
     Nemotron): the model first ends its reasoning (text without ``</``)
