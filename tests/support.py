@@ -913,17 +913,18 @@ class Clock:
 
 
 def make(n_seq_max=2, *, hooks=False, recurrent=False, n_ctx_seq=256, unified=False, embeddings=None, n_swa=0,
-         swa_full=False, lora=(), **config):
+         swa_full=False, lora=(), n_batch=64, **config):
     """A :class:`FakeRuntime` (``n_seq_max`` slots, its other shape arguments) and a
     :class:`~skippy.engine.scheduling.core.SchedulerCore` over it with a :class:`Clock` (``lora``: the paths of
     its LoRA adapters, ``meta.lora``); ``config``: the
     fields of its :class:`~skippy.engine.scheduling.config.SchedulerConfig` (default here 64 step tokens,
-    8 requests queued)."""
+    8 requests queued). ``n_batch``: the fake's (a prefill with no stream decoding takes that many tokens
+    a step, not ``step_tokens``)."""
     from skippy.engine.scheduling.config import SchedulerConfig
     from skippy.engine.scheduling.core import SchedulerCore
 
     rt = FakeRuntime(n_seq_max=n_seq_max, n_ctx_seq=n_ctx_seq, recurrent=recurrent, unified=unified,
-                     embeddings=embeddings, n_swa=n_swa, swa_full=swa_full, lora=lora)
+                     embeddings=embeddings, n_swa=n_swa, swa_full=swa_full, lora=lora, n_batch=n_batch)
     core = SchedulerCore(rt, SchedulerConfig(**{"step_tokens": 64, "max_queue": 8, **config}), hooks=hooks,
                          clock=Clock())
     return rt, core

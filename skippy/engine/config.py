@@ -596,8 +596,9 @@ class EngineConfig:
                                    help="llama.cpp n_ubatch: most tokens of one physical batch inside a decode "
                                         "(llama-server's -ub/--ubatch-size), at most n_batch [default: n_batch].")
     step_tokens: int = setting(256, check=IntRange(8, 512),
-                               help="Token budget of one decode step, shared by prefill chunks and running "
-                                    "streams (bounds ITL).")
+                               help="Token budget of one decode step while a stream is decoding, shared by "
+                                    "prefill chunks and running streams (bounds ITL); a step with no stream "
+                                    "decoding prefills up to -b/--batch-size tokens.")
     max_queue: int = setting(1024, check=IntRange(1), help="Requests waiting for a slot before new ones get 429.")
     chat_template_kwargs: dict[str, Any] = setting(factory=dict, check=_template_kwargs, flag=False,
                                          help="Default template variables (requests override them).")

@@ -30,6 +30,13 @@ FAMILIES = {
 }
 
 
+#: WEATHER with a bounded city: each family's grammar ends the value within 24 characters, so the call ends
+#: whatever SmolLM2 would write there (under MiniMax M2's template its greedy city never ends)
+BOUNDED = {"type": "function", "function": {**WEATHER["function"], "parameters": {
+    **WEATHER["function"]["parameters"], "properties": {**WEATHER["function"]["parameters"]["properties"],
+                                                        "city": {"type": "string", "maxLength": 24}}}}}
+
+
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
 def family_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
     template = CHAT_TEMPLATES / f"{request.param}.jinja"
@@ -43,7 +50,7 @@ def test_named_call_in_the_family_syntax_streamed_and_not(family_server) -> None
     props = httpx.get(srv.base_url + "/props", timeout=30).json()
     assert json.dumps(props).count(FAMILIES[stem]) >= 1, "the family's format is reported"
     client = openai_client(srv.base_url)
-    kwargs = dict(model="m", messages=ASK, tools=[WEATHER], tool_choice=NAMED, temperature=0, max_tokens=400,
+    kwargs = dict(model="m", messages=ASK, tools=[BOUNDED], tool_choice=NAMED, temperature=0, max_tokens=400,
                   # thinking off (Kimi K3's template names the variable `thinking`); where the template always
                   # opens the block (MiniMax M2) the budget's forced close ends SmolLM2's reasoning, and the
                   # forced-call grammar reads that close (it would wait for one forever otherwise)

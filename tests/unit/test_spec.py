@@ -22,8 +22,8 @@ from tests.support import EOG, FILLER, Clock, FakeRuntime, finish_of, req, step,
 PROMPT = list(range(100, 140))  # 40 distinct tokens
 
 
-def make(*, spec_ngram=4, n_seq_max=2, step_tokens=64, n_ctx_seq=256, hooks=False, prefix_cache=True):
-    rt = FakeRuntime(n_seq_max=n_seq_max, n_ctx_seq=n_ctx_seq)
+def make(*, spec_ngram=4, n_seq_max=2, step_tokens=64, n_ctx_seq=256, hooks=False, prefix_cache=True, n_batch=64):
+    rt = FakeRuntime(n_seq_max=n_seq_max, n_ctx_seq=n_ctx_seq, n_batch=n_batch)
     config = SchedulerConfig(step_tokens=step_tokens, prefix_cache=prefix_cache, spec_ngram=spec_ngram)
     core = SchedulerCore(rt, config, hooks=hooks, clock=Clock())
     return rt, core
@@ -221,7 +221,7 @@ def test_hooked_sequences_never_draft():
 
 
 def test_drafts_share_the_step_budget_after_prefill():
-    rt, core = make(spec_ngram=8, step_tokens=12, prefix_cache=False)
+    rt, core = make(spec_ngram=8, step_tokens=12, n_batch=12, prefix_cache=False)
     rt.scripts = {1: PROMPT[10:40]}
     core.add(req(1, PROMPT, max_tokens=30))
     out = []
