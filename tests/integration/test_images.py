@@ -378,6 +378,62 @@ def test_anthropic_image_blocks_reach_the_model_through_the_official_client(visi
         assert stream.get_final_message().content[0].text == reply.content[0].text
 
 
+SHOT = {"type": "function", "function": {"name": "screenshot", "description": "A screenshot of the screen",
+                                          "parameters": {"type": "object", "properties": {}}}}
+
+
+def test_a_tool_results_image_reaches_the_model_on_chat_anthropic_responses_and_ollama(vision_server: Server) -> None:
+    """An agent's tool that returns a picture (a screenshot, an image file it read): the image in the tool's
+    result is read as a user message's would be, the same prompt on every route as on chat's tool message."""
+    base = vision_server.base_url
+    data = base64.b64encode(BLUE).decode()
+    chat_messages = [{"role": "user", "content": "Take a screenshot."},
+                     {"role": "assistant", "content": None, "tool_calls": [
+                         {"id": "c1", "type": "function", "function": {"name": "screenshot", "arguments": "{}"}}]},
+                     {"role": "tool", "tool_call_id": "c1", "content": [
+                         {"type": "text", "text": "The screen:"},
+                         {"type": "image_url", "image_url": {"url": data_url(BLUE)}}]}]
+    r = httpx.post(base + "/v1/chat/completions", timeout=60, json={
+        "messages": chat_messages, "tools": [SHOT], "temperature": 0, "max_tokens": 4})
+    assert r.status_code == 200, r.text
+    same = r.json()
+    text_only = httpx.post(base + "/v1/chat/completions", timeout=60, json={
+        "messages": [*chat_messages[:2], {**chat_messages[2], "content": "The screen:"}], "tools": [SHOT],
+        "max_tokens": 1}).json()
+    assert same["usage"]["prompt_tokens"] >= text_only["usage"]["prompt_tokens"] + MMPROJ_IMAGE_TOKENS
+
+    client = anthropic.Anthropic(base_url=base, api_key="unused", max_retries=0, timeout=120)
+    reply = client.messages.create(model="m", max_tokens=4, extra_body={"temperature": 0}, tools=[
+        {"name": "screenshot", "description": "A screenshot of the screen",
+         "input_schema": SHOT["function"]["parameters"]}],
+        messages=[{"role": "user", "content": "Take a screenshot."},
+                  {"role": "assistant", "content": [
+                      {"type": "tool_use", "id": "c1", "name": "screenshot", "input": {}}]},
+                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1", "content": [
+                      {"type": "text", "text": "The screen:"},
+                      {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}]}]}])
+    assert reply.usage.input_tokens + (reply.usage.cache_read_input_tokens or 0) == same["usage"]["prompt_tokens"]
+    said = "".join(b.text for b in reply.content if b.type == "text")
+    assert said == (same["choices"][0]["message"]["content"] or "")
+
+    response = openai_client(base).responses.create(model="m", max_output_tokens=4, temperature=0, tools=[
+        {"type": "function", **SHOT["function"]}], input=[
+        {"role": "user", "content": "Take a screenshot."},
+        {"type": "function_call", "call_id": "c1", "name": "screenshot", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": [
+            {"type": "input_text", "text": "The screen:"}, {"type": "input_image", "image_url": data_url(BLUE)}]}])
+    assert response.usage.input_tokens == same["usage"]["prompt_tokens"]
+
+    import ollama
+
+    ollama_reply = ollama.Client(host=base).chat(model="smollm2:135m", tools=[SHOT], options={"num_predict": 1},
+                                                 messages=[
+        {"role": "user", "content": "Take a screenshot."},
+        {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "screenshot", "arguments": {}}}]},
+        {"role": "tool", "tool_name": "screenshot", "content": "The screen:", "images": [BLUE]}])
+    assert ollama_reply.prompt_eval_count >= text_only["usage"]["prompt_tokens"] + MMPROJ_IMAGE_TOKENS
+
+
 @pytest.mark.parametrize(("image", "param", "code", "words"), [
     ("data:image/png;base64,@@@not-base64@@@", "input[0].content[1]", None, "not valid base64"),
     ("https://example.com/cat.png", "input[0].content[1]", "image_url_not_supported", "not fetched"),

@@ -143,7 +143,9 @@ def test_count_tokens_needs_no_max_tokens_and_gives_the_same_prompt_fields() -> 
         "type": "base64", "media_type": "image/png", "data": "AAAA"}}]}]}, "messages.1.content.0"),
     ({"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]}, "messages.0.content.0"),
     ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [
-        {"type": "image", "source": {}}]}]}]}, "messages.0.content.0.content.0"),
+        {"type": "image", "source": {}}]}]}]}, "messages.0.content.0.content.0.source.type"),
+    ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [
+        {"type": "document", "source": {}}]}]}]}, "messages.0.content.0.content.0"),
     ({"messages": [{"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]}]},
      "messages.0.content.0"),
     ({"messages": [{"role": "assistant", "content": [{"type": "tool_result", "tool_use_id": "t"}]}]},
@@ -163,6 +165,23 @@ def test_what_cannot_be_translated_is_a_400_naming_the_field(body: dict, param: 
     with pytest.raises(InvalidRequest) as err:
         chat(body)
     assert err.value.param == param and err.value.status == 400
+
+
+def test_a_tool_results_images_become_image_url_parts_of_the_tool_message_in_block_order() -> None:
+    body = {"messages": [
+        {"role": "user", "content": [{"type": "text", "text": "Look"}, image()]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "screenshot", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "is_error": True, "content": [
+            {"type": "text", "text": "partial"}, image(media_type="image/jpeg")]}, image()]}]}
+    msgs = message_dicts(chat(body).messages)
+    assert msgs[2] == {"role": "tool", "tool_call_id": "toolu_1", "content": [
+        {"type": "text", "text": "Error: "}, {"type": "text", "text": "partial"},
+        {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64," + PNG}}]}
+    assert msgs[3]["content"] == [{"type": "image_url", "image_url": {"url": "data:image/png;base64," + PNG}}]
+    assert tr.image_paths(decode({"max_tokens": 8, **body})) == [
+        "messages.0.content.1", "messages.2.content.0.content.1", "messages.2.content.1"]
+    _, images, _ = extract_images(msgs, vision=True)
+    assert len(images) == 3
 
 
 def test_a_url_source_is_an_image_url_part_fetched_as_chats_are() -> None:

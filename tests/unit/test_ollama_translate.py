@@ -136,6 +136,18 @@ def test_thinking_off_or_absent_is_taken_by_any_template() -> None:
         t.check_thinking(chat(think="lots"), supports_thinking=True)
 
 
+def test_a_tool_messages_images_reach_the_chat_message() -> None:
+    req, _, _ = t.chat_request(chat(messages=[
+        {"role": "user", "content": "Look"},
+        {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "shot", "arguments": {}}}]},
+        {"role": "tool", "tool_name": "shot", "content": "the screen", "images": ["aGk="]}]))
+    tool = req.messages[-1]
+    assert tool.role == "tool" and tool.tool_call_id == req.messages[1].tool_calls[0]["id"]
+    assert [p.type for p in tool.content] == ["image_url", "text"]
+    assert t.image_paths(chat(messages=[{"role": "tool", "tool_name": "shot", "content": "x", "images": ["aGk="]}])) \
+        == ["messages.0.images.0"]
+
+
 def test_images_become_image_url_parts_before_the_text() -> None:
     req, _, _ = t.chat_request(chat(messages=[{"role": "user", "content": "What is it?", "images": ["aGk=", "aGk="]}]))
     assert msgspec.to_builtins(req.messages[0].content) == [

@@ -329,6 +329,20 @@ def test_input_image_parts_become_image_url_parts_in_place() -> None:
     assert len(images) == 3 and chat_messages[3]["content"][0] == {"type": "text", "text": MARKER}
 
 
+def test_a_function_call_outputs_images_become_image_url_parts_of_the_tool_message() -> None:
+    t = turn(input=[
+        {"role": "user", "content": "Take a screenshot"},
+        {"type": "function_call", "call_id": "c1", "name": "screenshot", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": [
+            {"type": "input_text", "text": "the screen:"}, image(detail="high")]}])
+    assert messages(t)[2] == {"role": "tool", "tool_call_id": "c1", "content": [
+        {"type": "text", "text": "the screen:"},
+        {"type": "image_url", "image_url": {"url": PNG_URL, "detail": "high"}}]}
+    assert t.images == ("input[2].output[1]",)
+    _, images, _ = extract_images(message_dicts(t.chat.messages), vision=True)
+    assert len(images) == 1
+
+
 def test_images_of_a_stored_conversation_come_again_and_are_named_by_previous_response_id() -> None:
     first = turn(input=[{"role": "user", "content": [image(), {"type": "input_text", "text": "What is it?"}]}])
     follow = turn(first.stored(first.from_chat(completion("A dot."))), previous_response_id="resp_1",

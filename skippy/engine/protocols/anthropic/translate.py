@@ -16,8 +16,8 @@ Mapping (Anthropic -> OpenAI chat), as llama-server's
   the prefix cache from reaching past it; llama-server rewrites its ``cch`` part); a ``system``
   message among ``messages`` (Anthropic's mid-conversation system beta) -> a ``system`` message there;
 - a ``user`` message's ``tool_result`` blocks -> ``tool`` messages
-  (``tool_call_id`` = ``tool_use_id``; text blocks joined with ``"\\n"``;
-  ``is_error: true`` prefixes ``"Error: "``), its text blocks -> the user
+  (``tool_call_id`` = ``tool_use_id``; text blocks joined with ``"\\n"``, or text and image parts where
+  it has images; ``is_error: true`` prefixes ``"Error: "``), its text blocks -> the user
   message (joined with ``"\\n"``), in block order; its ``image`` blocks with a ``base64`` source -> ``image_url``
   parts with a data URL (``data:<media_type>;base64,<data>``), in place, read as on chat
   (:mod:`skippy.engine.chat.images`: its limits, ``media_not_supported`` without ``--mmproj``);
@@ -35,9 +35,9 @@ Mapping (Anthropic -> OpenAI chat), as llama-server's
   ``reasoning_effort`` (``max`` -> ``xhigh``), ``output_config.format`` ->
   ``response_format`` ``json_schema``.
 
-Refused (400): an image with a ``url`` source (images are not fetched) or a ``file`` source (no Files API), an
-image in a ``tool_result`` or an assistant message, documents. The routes give the chat path's refusals of an
-image back with the block's name (:func:`restate_error`).
+Refused (400): an image with a ``file`` source (no Files API), or with a ``url`` source unless the server
+fetches image URLs (``--allow-image-urls``), an image in an assistant message, documents. The routes give the
+chat path's refusals of an image back with the block's name (:func:`restate_error`).
 """
 
 from __future__ import annotations
@@ -83,8 +83,8 @@ def _text_of(blocks: list[Any], where: str, joiner: str) -> str:
 def _unsupported(block: Any, where: str) -> InvalidRequest:
     kind = type(block).__struct_config__.tag if hasattr(block, "__struct_config__") else type(block).__name__
     if kind == "image":
-        return InvalidRequest(f"{where}: image blocks are read in a user message's content only (not in a "
-                              "tool_result or an assistant message)", param=where)
+        return InvalidRequest(f"{where}: image blocks are read in a user message's content and in a "
+                              "tool_result (not in an assistant message)", param=where)
     if kind == "document":
         return InvalidRequest(f"{where}: document blocks are not supported (this server reads text and images)",
                               param=where)
@@ -124,7 +124,18 @@ def image_part(block: at.ImageBlockParam, where: str) -> ContentPart:
 
 
 def _tool_result(block: at.ToolResultBlockParam, where: str) -> Message:
+    """A ``tool_result`` block as a ``tool`` message: its text blocks joined with ``"\n"``; with ``image``
+    blocks (a screenshot, a file read by an agent), text and ``image_url`` parts in block order, which the chat
+    path reads as a user message's (llama-server converts them the same way). ``is_error`` prefixes
+    ``Error: ``."""
     content = block.content
+    if isinstance(content, list) and any(isinstance(b, at.ImageBlockParam) for b in content):
+        parts = [image_part(b, f"{where}.content.{j}") if isinstance(b, at.ImageBlockParam)
+                 else ContentPart(type="text", text=_text_of([b], f"{where}.content", ""))
+                 for j, b in enumerate(content)]
+        if block.is_error:
+            parts.insert(0, ContentPart(type="text", text="Error: "))
+        return Message(role="tool", content=parts, tool_call_id=block.tool_use_id)
     if content is None:
         text = ""
     elif isinstance(content, str):
@@ -224,11 +235,20 @@ def _messages(req: at.CountTokensRequest) -> list[Message]:
 
 
 def image_paths(req: at.CountTokensRequest) -> list[str]:
-    """The Anthropic name of each image block of ``req`` (``messages.i.content.j``), in the order
-    :func:`to_chat_request` puts them in the chat messages (user messages only carry images there)."""
-    return [f"messages.{i}.content.{j}" for i, m in enumerate(req.messages)
-            if m.role == "user" and not isinstance(m.content, str)
-            for j, block in enumerate(m.content) if isinstance(block, at.ImageBlockParam)]
+    """The Anthropic name of each image block of ``req`` (``messages.i.content.j``, or
+    ``messages.i.content.j.content.k`` in a ``tool_result``), in the order :func:`to_chat_request` puts them in
+    the chat messages (block order; user messages only carry images there)."""
+    out = []
+    for i, m in enumerate(req.messages):
+        if m.role != "user" or isinstance(m.content, str):
+            continue
+        for j, block in enumerate(m.content):
+            if isinstance(block, at.ImageBlockParam):
+                out.append(f"messages.{i}.content.{j}")
+            elif isinstance(block, at.ToolResultBlockParam) and isinstance(block.content, list):
+                out.extend(f"messages.{i}.content.{j}.content.{k}" for k, b in enumerate(block.content)
+                           if isinstance(b, at.ImageBlockParam))
+    return out
 
 
 #: a chat tool's parameters, as the engine's errors name them (``tools[3].function.parameters``)

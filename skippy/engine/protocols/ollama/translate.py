@@ -30,10 +30,10 @@ Fields (Ollama -> engine):
 - ``tools`` (OpenAI's shape already; OpenAI's ``tool_choice`` is taken too, an extension) and
   ``message.tool_calls`` (arguments an object) <-> OpenAI tool calls (arguments a JSON string); a ``tool``
   message's ``tool_name`` names the call it answers (the earliest unanswered one of that name).
-- ``images`` (base64 strings): OpenAI chat ``image_url`` parts with data URLs, before the message's text
-  (a model without a ``--mmproj`` projector answers 400 ``media_not_supported``); ``template`` (a Go
-  template): a 400 (the GGUF's Jinja template renders); ``context`` (deprecated): accepted, not used;
-  ``keep_alive``: see :func:`keep_alive_seconds`.
+- ``images`` (base64 strings, on any message, a tool result's too): OpenAI chat ``image_url`` parts with data
+  URLs, before the message's text (a model without a ``--mmproj`` projector answers 400
+  ``media_not_supported``); ``template`` (a Go template): a 400 (the GGUF's Jinja template renders);
+  ``context`` (deprecated): accepted, not used; ``keep_alive``: see :func:`keep_alive_seconds`.
 """
 
 from __future__ import annotations
@@ -193,7 +193,8 @@ def _messages(messages: list[ot.OllamaMessage]) -> list[Message]:
         elif m.role == "tool":
             pending = calls_by_name.get(m.tool_name or "", [])
             call_id = m.tool_call_id or (pending.pop(0) if pending else None) or m.tool_name or f"call_{i}"
-            out.append(Message(role="tool", content=m.content, tool_call_id=call_id, name=m.tool_name))
+            out.append(Message(role="tool", content=_with_images(m.content, m.images, f"messages.{i}.images"),
+                               tool_call_id=call_id, name=m.tool_name))
         elif m.role in ("system", "user", "assistant"):
             out.append(Message(role=m.role, content=_with_images(m.content, m.images, f"messages.{i}.images"),
                                reasoning_content=m.thinking if m.role == "assistant" and m.thinking else None))
@@ -285,7 +286,7 @@ def image_paths(req: ot.OllamaChatRequest | ot.OllamaGenerateRequest) -> list[st
     if isinstance(req, ot.OllamaGenerateRequest):
         return [f"images.{k}" for k in range(len(req.images or []))]
     return [f"messages.{i}.images.{k}" for i, m in enumerate(req.messages)
-            if m.role in ("system", "user", "assistant") and not (m.role == "assistant" and m.tool_calls)
+            if m.role in ("system", "user", "assistant", "tool") and not (m.role == "assistant" and m.tool_calls)
             for k in range(len(m.images or []))]
 
 

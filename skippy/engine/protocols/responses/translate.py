@@ -12,7 +12,8 @@ default) in a bounded LRU so a follow-up sends only its new items.
 
 Shapes follow the OpenAI Responses API as the ``openai`` Python package
 types it (``openai.types.responses``): input items ``message`` (a string or
-``input_text`` parts; ``input_image`` parts in user messages), ``function_call``, ``function_call_output``,
+``input_text`` parts; ``input_image`` parts in user messages), ``function_call``, ``function_call_output``
+(a string, or ``input_text`` and ``input_image`` parts: a tool's screenshot),
 ``reasoning``; output items ``message`` (``output_text``),
 ``function_call`` (``call_id``, ``name``, ``arguments``), ``reasoning``
 (the chat message's ``reasoning_content`` as ``reasoning_text``); stream
@@ -120,7 +121,8 @@ IMAGE_DETAILS = frozenset({"auto", "low", "high", "original"})
 
 def _text(part: ResponseInputContent, where: str, kinds: frozenset[str] = _TEXT_PARTS) -> str:
     if part.type not in kinds:
-        also = " (input_image parts are read in user messages)" if part.type == "input_image" else ""
+        also = " (input_image parts are read in user messages and function_call_output)" \
+            if part.type == "input_image" else ""
         raise InvalidRequest(f"{where}.type {part.type!r} is not supported here (this server reads "
                              f"{', '.join(sorted(kinds))} parts){also}", param=f"{where}.type")
     if part.text is None:
@@ -225,9 +227,13 @@ def chat_messages(instructions: str | None, items: list[ResponseInputItem] | tup
                 raise InvalidRequest(f"{param}.call_id is required for a function_call_output item",
                                      param=f"{param}.call_id")
             if item.output is None:
-                raise InvalidRequest(f"{param}.output is required (a string or a list of input_text parts)",
+                raise InvalidRequest(f"{param}.output is required (a string or a list of input_text and input_image "
+                                     "parts)",
                                      param=f"{param}.output")
-            output = item.output if isinstance(item.output, str) else "".join(_texts(item.output, f"{param}.output"))
+            output: str | list[ContentPart] = (
+                item.output if isinstance(item.output, str)
+                else _user_parts(item.output, f"{param}.output") if any(p.type == "input_image" for p in item.output)
+                else "".join(_texts(item.output, f"{param}.output")))
             messages.append(Message(role="tool", content=output, tool_call_id=item.call_id))
         elif kind == "reasoning":
             reasoning += _reasoning_text(item, param)
@@ -242,14 +248,18 @@ def chat_messages(instructions: str | None, items: list[ResponseInputItem] | tup
 
 def image_params(items: list[ResponseInputItem] | tuple[ResponseInputItem, ...], *, first: int = 0) -> tuple[str, ...]:
     """The Responses name of each ``input_image`` part of ``items``, in the order :func:`chat_messages` puts
-    them in the chat messages (only user messages carry images there): ``input[i].content[j]``, counted from
-    ``first`` as there; ``previous_response_id`` for an image of a stored item."""
+    them in the chat messages (user messages and ``function_call_output`` items carry images there):
+    ``input[i].content[j]`` or ``input[i].output[j]``, counted from ``first`` as there; ``previous_response_id``
+    for an image of a stored item."""
     out = []
     for i, item in enumerate(items):
-        if _kind(item) != "message" or item.role != "user" or not isinstance(item.content, list):
+        kind = _kind(item)
+        field, parts = ("content", item.content) if kind == "message" and item.role == "user" else \
+            ("output", item.output) if kind == "function_call_output" else ("", None)
+        if not isinstance(parts, list):
             continue
-        out += [f"input[{i - first}].content[{j}]" if i >= first else "previous_response_id"
-                for j, part in enumerate(item.content) if part.type == "input_image"]
+        out += [f"input[{i - first}].{field}[{j}]" if i >= first else "previous_response_id"
+                for j, part in enumerate(parts) if part.type == "input_image"]
     return tuple(out)
 
 
