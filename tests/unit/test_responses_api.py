@@ -20,7 +20,9 @@ from skippy.engine.errors import EngineError, InvalidRequest, QueueFull
 from skippy.engine.protocols.openai import wire
 from skippy.engine.protocols.openai.types import message_dicts
 from skippy.engine.protocols.responses import translate as rapi
+from skippy.engine.protocols.responses.events import ResponseEvents
 from skippy.engine.protocols.responses.store import StoredResponse
+from skippy.engine.protocols.responses.tools import namespaced_name
 from skippy.engine.protocols.responses.types import ResponsesRequest
 from skippy.engine.protocols.responses.wire import ResponseObject
 from skippy.engine.runtime.media import MARKER
@@ -210,8 +212,8 @@ def test_namespace_functions_are_flattened_and_hosted_tools_left_out() -> None:
 
 
 def test_flattened_names_join_with_one_double_underscore() -> None:
-    assert rapi.namespaced_name("multi_agent_v1", "spawn_agent") == "multi_agent_v1__spawn_agent"
-    assert rapi.namespaced_name("mcp__docs__", "__search") == "mcp__docs__search"  # Codex's canonical_flat_name
+    assert namespaced_name("multi_agent_v1", "spawn_agent") == "multi_agent_v1__spawn_agent"
+    assert namespaced_name("mcp__docs__", "__search") == "mcp__docs__search"  # Codex's canonical_flat_name
 
 
 @pytest.mark.parametrize("tools", [
@@ -470,8 +472,8 @@ USAGE = wire.Usage(prompt_tokens=10, completion_tokens=5, total_tokens=15)
 
 
 def run(t: rapi.Turn, chunks: list[wire.ChatCompletionChunk],
-        usage: wire.Usage = USAGE) -> tuple[list, rapi.ResponseEvents]:
-    ev = rapi.ResponseEvents(t)
+        usage: wire.Usage = USAGE) -> tuple[list, ResponseEvents]:
+    ev = ResponseEvents(t)
     out = ev.start()
     for c in chunks:
         out += ev.feed(c)
@@ -542,7 +544,7 @@ def test_nothing_generated_still_gives_one_empty_message_and_failed_is_an_event(
                                             "response.output_text.done", "response.content_part.done",
                                             "response.output_item.done", "response.completed"]
     check_with_sdk(events)
-    ev = rapi.ResponseEvents(turn(input="x"))
+    ev = ResponseEvents(turn(input="x"))
     head = ev.start() + ev.feed(chunk(content="a"))
     failed = ev.failed(QueueFull("busy"))
     assert failed.type == "response.failed" and failed.sequence_number == len(head)

@@ -23,6 +23,7 @@ from skippy.engine.protocols.llama_server import wire
 from skippy.engine.protocols.openai import wire as openai_wire
 from skippy.engine.protocols.responses import translate as rapi
 from skippy.engine.protocols.responses import wire as rwire
+from skippy.engine.protocols.responses.events import ResponseEvents
 from skippy.engine.protocols.responses.store import DEFAULT_LIST_LIMIT, StoredResponse, page_of_items
 from skippy.engine.protocols.responses.types import ResponsesRequest
 from skippy.engine.routing import AUTO, is_auto
@@ -57,7 +58,7 @@ class _ResponseStream:
     :meth:`cancel` (``POST /v1/responses/{id}/cancel``) ends it with the output so far, status ``cancelled``.
     """
 
-    def __init__(self, app: Shared, eng: Any, turn: rapi.Turn, events: rapi.ResponseEvents,
+    def __init__(self, app: Shared, eng: Any, turn: rapi.Turn, events: ResponseEvents,
                  chunks: ReplyStream[openai_wire.ChatCompletionChunk]) -> None:
         self.app, self.eng, self.turn, self.events, self.chunks = app, eng, turn, events, chunks
         self.pending = deque(events.start())
@@ -148,7 +149,7 @@ async def responses_create() -> Response:
         if req.background:
             return await _start_background(app, eng, turn)
         if req.stream:
-            events = rapi.ResponseEvents(turn)
+            events = ResponseEvents(turn)
 
             async def start() -> ReplyStream[Any]:
                 try:

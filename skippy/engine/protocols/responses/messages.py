@@ -1,0 +1,181 @@
+"""Responses input items as Chat Completions messages (sans-IO).
+
+:func:`chat_messages` turns ``instructions`` and the input items (this request's, after those of its
+``previous_response_id`` conversation) into chat messages: ``message`` items (a string, or ``input_text``
+parts; ``input_image`` parts in user messages), ``function_call`` items (consecutive ones are one assistant
+message's ``tool_calls``; a namespaced one under :func:`~skippy.engine.protocols.responses.tools.namespaced_name`),
+``function_call_output`` items (a string, or ``input_text`` and ``input_image`` parts: a tool's screenshot)
+as ``tool`` messages, and ``reasoning`` items as the next assistant message's ``reasoning_content``.
+:func:`image_params` names each image part as the Responses request does, for errors.
+"""
+
+from __future__ import annotations
+
+from skippy.engine.errors import InvalidRequest
+from skippy.engine.protocols.openai.types import ContentPart, Message
+from skippy.engine.protocols.responses.tools import namespaced_name
+from skippy.engine.protocols.responses.types import ResponseInputContent, ResponseInputItem
+
+_TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
+
+
+_MESSAGE_ROLES = frozenset({"user", "system", "developer", "assistant"})
+
+
+_USER_PARTS = _TEXT_PARTS | {"input_image"}
+
+#: ``detail`` of an ``input_image`` part (OpenAI's ``ImageDetail``): accepted, not acted on (libmtmd resizes every
+#: image to the projector's input size)
+IMAGE_DETAILS = frozenset({"auto", "low", "high", "original"})
+
+
+def _text(part: ResponseInputContent, where: str, kinds: frozenset[str] = _TEXT_PARTS) -> str:
+    if part.type not in kinds:
+        also = " (input_image parts are read in user messages and function_call_output)" \
+            if part.type == "input_image" else ""
+        raise InvalidRequest(f"{where}.type {part.type!r} is not supported here (this server reads "
+                             f"{', '.join(sorted(kinds))} parts){also}", param=f"{where}.type")
+    if part.text is None:
+        raise InvalidRequest(f"{where}.text is required", param=f"{where}.text")
+    return part.text
+
+
+def _texts(parts: list[ResponseInputContent], param: str, kinds: frozenset[str] = _TEXT_PARTS) -> list[str]:
+    return [_text(part, f"{param}[{j}]", kinds) for j, part in enumerate(parts)]
+
+
+def image_part(part: ResponseInputContent, where: str) -> ContentPart:
+    """An ``input_image`` part as chat's ``image_url`` part (``detail`` kept), whose data URL the chat path
+    reads (:func:`~skippy.engine.chat.images.extract_images`: base64 ``data:`` URLs only, the limits). 400
+    naming ``where.<field>`` for a ``file_id`` (this server has no Files API), a missing ``image_url``, or a
+    ``detail`` that is none of :data:`IMAGE_DETAILS`."""
+    if part.file_id is not None:
+        raise InvalidRequest(f"{where}.file_id: images by file id are not supported (this server has no Files "
+                             "API); send the image inline: image_url with a base64 data URL "
+                             "(data:image/png;base64,...)", param=f"{where}.file_id")
+    if part.image_url is None:
+        raise InvalidRequest(f"{where}.image_url is required (a base64 data URL: data:image/png;base64,...)",
+                             param=f"{where}.image_url")
+    if part.detail is not None and part.detail not in IMAGE_DETAILS:
+        raise InvalidRequest(f"{where}.detail must be one of {sorted(IMAGE_DETAILS)}, got {part.detail!r}",
+                             param=f"{where}.detail")
+    image = {"url": part.image_url} if part.detail is None else {"url": part.image_url, "detail": part.detail}
+    return ContentPart(type="image_url", image_url=image)
+
+
+def _user_parts(parts: list[ResponseInputContent], param: str) -> list[ContentPart]:
+    return [image_part(part, f"{param}[{j}]") if part.type == "input_image"
+            else ContentPart(type="text", text=_text(part, f"{param}[{j}]", _USER_PARTS))
+            for j, part in enumerate(parts)]
+
+
+def _kind(item: ResponseInputItem) -> str | None:
+    return item.type if item.type is not None else ("message" if item.role is not None else None)
+
+
+def _reasoning_text(item: ResponseInputItem, param: str) -> str:
+    if isinstance(item.content, list) and item.content:
+        return "".join(_texts(item.content, f"{param}.content", frozenset({"reasoning_text"})))
+    return "\n".join(_texts(item.summary or [], f"{param}.summary", frozenset({"summary_text"})))
+
+
+def chat_messages(instructions: str | None, items: list[ResponseInputItem] | tuple[ResponseInputItem, ...],
+                  *, first: int = 0) -> list[Message]:
+    """Chat messages for ``instructions`` and the input ``items`` (see the module table).
+
+    ``first``: the index of ``items[0]`` in the request's ``input`` (errors name
+    ``input[first + i]``: items before it came from the store). Raises
+    :class:`InvalidRequest` (400) naming ``input[i].<field>`` for an unknown
+    item type, a missing field, or a content part that is not text.
+    """
+    messages: list[Message] = [Message(role="system", content=instructions)] if instructions is not None else []
+    reasoning = ""  # a reasoning item's text, for the next assistant message
+
+    def assistant() -> Message:
+        """The assistant message a function call joins: the last one, unless a tool result or a user turn
+        came after it."""
+        nonlocal reasoning
+        last = messages[-1] if messages else None
+        if last is not None and last.role == "assistant" and not reasoning:
+            return last
+        messages.append(Message(role="assistant", content=None, reasoning_content=reasoning or None))
+        reasoning = ""
+        return messages[-1]
+
+    for i, item in enumerate(items):
+        param = f"input[{i - first}]" if i >= first else "previous_response_id"
+        kind = _kind(item)
+        if kind == "message":
+            if item.role not in _MESSAGE_ROLES:
+                raise InvalidRequest(f"{param}.role must be one of {sorted(_MESSAGE_ROLES)}, got {item.role!r}",
+                                     param=f"{param}.role")
+            if item.content is None:
+                raise InvalidRequest(f"{param}.content is required (a string or a list of input_text or "
+                                     "input_image parts)", param=f"{param}.content")
+            if item.role == "assistant":
+                text = item.content if isinstance(item.content, str) else "".join(
+                    _texts(item.content, f"{param}.content"))
+                messages.append(Message(role="assistant", content=text, reasoning_content=reasoning or None))
+                reasoning = ""
+            else:
+                content: str | list[ContentPart] = (
+                    item.content if isinstance(item.content, str)
+                    else _user_parts(item.content, f"{param}.content") if item.role == "user"
+                    else [ContentPart(type="text", text=t) for t in _texts(item.content, f"{param}.content")])
+                messages.append(Message(role=item.role, content=content))
+        elif kind == "function_call":
+            for field in ("call_id", "name", "arguments"):
+                if getattr(item, field) is None:
+                    raise InvalidRequest(f"{param}.{field} is required for a function_call item",
+                                         param=f"{param}.{field}")
+            message = assistant()
+            name = item.name if item.namespace is None else namespaced_name(item.namespace, item.name or "")
+            message.tool_calls = (message.tool_calls or []) + [
+                {"id": item.call_id, "type": "function", "function": {"name": name, "arguments": item.arguments}}]
+        elif kind == "function_call_output":
+            if item.call_id is None:
+                raise InvalidRequest(f"{param}.call_id is required for a function_call_output item",
+                                     param=f"{param}.call_id")
+            if item.output is None:
+                raise InvalidRequest(f"{param}.output is required (a string or a list of input_text and input_image "
+                                     "parts)",
+                                     param=f"{param}.output")
+            output: str | list[ContentPart] = (
+                item.output if isinstance(item.output, str)
+                else _user_parts(item.output, f"{param}.output") if any(p.type == "input_image" for p in item.output)
+                else "".join(_texts(item.output, f"{param}.output")))
+            messages.append(Message(role="tool", content=output, tool_call_id=item.call_id))
+        elif kind == "reasoning":
+            reasoning += _reasoning_text(item, param)
+        elif kind is None:
+            raise InvalidRequest(f"{param} needs a type (message, function_call, function_call_output, reasoning) "
+                                 "or a role", param=f"{param}.type")
+        else:
+            raise InvalidRequest(f"{param}.type {kind!r} is not supported (this server takes message, "
+                                 "function_call, function_call_output and reasoning items)", param=f"{param}.type")
+    return messages
+
+
+def image_params(items: list[ResponseInputItem] | tuple[ResponseInputItem, ...], *, first: int = 0) -> tuple[str, ...]:
+    """The Responses name of each ``input_image`` part of ``items``, in the order :func:`chat_messages` puts
+    them in the chat messages (user messages and ``function_call_output`` items carry images there):
+    ``input[i].content[j]`` or ``input[i].output[j]``, counted from ``first`` as there; ``previous_response_id``
+    for an image of a stored item."""
+    out = []
+    for i, item in enumerate(items):
+        kind = _kind(item)
+        field, parts = ("content", item.content) if kind == "message" and item.role == "user" else \
+            ("output", item.output) if kind == "function_call_output" else ("", None)
+        if not isinstance(parts, list):
+            continue
+        out += [f"input[{i - first}].{field}[{j}]" if i >= first else "previous_response_id"
+                for j, part in enumerate(parts) if part.type == "input_image"]
+    return tuple(out)
+
+
+def input_items(value: str | list[ResponseInputItem] | None) -> list[ResponseInputItem]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [ResponseInputItem(type="message", role="user", content=value)]
+    return list(value)
