@@ -157,6 +157,48 @@ def test_codex_tools_namespace_and_hosted_web_search(server) -> None:
     assert [o.type for o in follow.output] == ["message"]
 
 
+PIN = {"type": "custom", "name": "set_pin", "description": "Set the door's PIN code",
+       "format": {"type": "grammar", "syntax": "regex", "definition": "[0-9]{4}"}}
+PATCH = {"type": "custom", "name": "apply_patch", "description": "Edit a file with a patch"}
+
+
+def test_custom_tools_freeform_and_regex_calls_streamed_and_stored(server) -> None:
+    """A ``custom`` tool's call is a ``custom_tool_call`` whose ``input`` is the model's text; a regex format
+    holds that text (a forced call is under the grammar); the stream gives the same call; the call and its
+    ``custom_tool_call_output`` continue the conversation."""
+    client = openai_client(server.base_url)
+    kwargs = dict(model="SmolLM2-135M-Instruct", input="Set the PIN to 1234.", tools=[PIN, PATCH],
+                  tool_choice={"type": "custom", "name": "set_pin"}, temperature=0, max_output_tokens=40)
+    r = client.responses.create(**kwargs)
+    [call] = [o for o in r.output if o.type == "custom_tool_call"]
+    assert call.name == "set_pin" and len(call.input) == 4 and call.input.isdigit(), call
+    assert call.id.startswith("ctc_") and r.status == "completed"
+
+    with client.responses.stream(**{**kwargs, "store": False}) as stream:
+        events = list(stream)
+        streamed = stream.get_final_response()
+    assert [o.input for o in streamed.output if o.type == "custom_tool_call"] == [call.input]
+    assert "".join(e.delta for e in events if e.type == "response.custom_tool_call_input.delta") == call.input
+    assert [e.input for e in events if e.type == "response.custom_tool_call_input.done"] == [call.input]
+
+    # the stored call and the tool's output: the next turn is served, the call shown to the model as written
+    follow = client.responses.create(model="SmolLM2-135M-Instruct", previous_response_id=r.id, tools=[PIN, PATCH],
+                                     tool_choice="none", temperature=0, max_output_tokens=8, input=[
+                                         {"type": "custom_tool_call_output", "call_id": call.call_id,
+                                          "output": "PIN set"}])
+    assert [o.type for o in follow.output] == ["message"]
+    items = client.responses.input_items.list(follow.id, order="asc").data
+    assert [i.type for i in items][-2:] == ["custom_tool_call", "custom_tool_call_output"]
+
+    # a free-form tool: any text; a Lark grammar is shown to the model, and the log says it is not enforced
+    free = client.responses.create(model="SmolLM2-135M-Instruct", input="Rename x to y in a.py.", tools=[
+        PATCH, {**PATCH, "name": "apply_lark", "format": {"type": "grammar", "syntax": "lark",
+                                                          "definition": 'start: "*** Begin Patch" /.+/'}}],
+        tool_choice={"type": "custom", "name": "apply_patch"}, temperature=0, max_output_tokens=60, store=False)
+    assert [o.type for o in free.output if o.type != "message"] == ["custom_tool_call"]
+    assert "custom tool(s) apply_lark have a Lark grammar" in server.log()
+
+
 def test_json_schema_text_format(server) -> None:
     schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
               "required": ["name", "age"], "additionalProperties": False}
@@ -199,7 +241,11 @@ def test_store_get_delete_and_unknown_ids(server) -> None:
 
 
 @pytest.mark.parametrize("body, param", [
-    ({"input": "x", "tools": [{"type": "custom", "name": "apply_patch"}]}, "tools[0].type"),
+    ({"input": "x", "tools": [{"type": "custom", "name": "apply_patch", "format": {"type": "json"}}]},
+     "tools[0].format"),
+    ({"input": "x", "tool_choice": {"type": "custom", "name": "c"}, "tools": [
+        {"type": "custom", "name": "c", "format": {"type": "grammar", "syntax": "regex", "definition": "(?=a)b"}}]},
+     "tools[0].format"),  # a regex the grammar cannot hold
     ({"input": "x", "tools": [{"type": "web_search"}], "tool_choice": {"type": "web_search"}}, "tool_choice"),
     ({"input": "x", "tools": [{"type": "function"}]}, "tools[0].name"),
     ({"input": "x", "text": {"format": {"type": "xml"}}}, "text.format.type"),

@@ -7,6 +7,8 @@ stream accumulator (``ResponseStreamState``, what ``client.responses.stream`` ru
 
 from __future__ import annotations
 
+import json
+
 import msgspec
 import pydantic
 import pytest
@@ -119,15 +121,16 @@ def test_tools_tool_choice_and_text_format_translate() -> None:
 
 
 @pytest.mark.parametrize("param, fields", [
-    # a custom tool (freeform input, a custom_tool_call back) is not served; hosted ones are left out (below)
-    ("tools[1].type", {"input": "x", "tools": [WEATHER, {"type": "custom", "name": "apply_patch"}]}),
+    # a tool type of neither kind (custom tools below; hosted ones are left out, below)
+    ("tools[1].type", {"input": "x", "tools": [WEATHER, {"type": "local_calculator", "name": "c"}]}),
     ("tools[0].name", {"input": "x", "tools": [{"type": "function"}]}),
     ("tool_choice", {"input": "x", "tools": [WEATHER], "tool_choice": {"type": "file_search"}}),
     ("tool_choice", {"input": "x", "tools": [WEATHER, {"type": "web_search"}], "tool_choice": {"type": "web_search"}}),
     ("tools[0].name", {"input": "x", "tools": [{"type": "namespace", "description": "d", "tools": [WEATHER]}]}),
     ("tools[0].tools", {"input": "x", "tools": [{"type": "namespace", "name": "ns", "description": "d"}]}),
     ("tools[1].tools[1].type", {"input": "x", "tools": [WEATHER, {
-        "type": "namespace", "name": "ns", "description": "d", "tools": [WEATHER, {"type": "custom", "name": "c"}]}]}),
+        "type": "namespace", "name": "ns", "description": "d",
+        "tools": [WEATHER, {"type": "namespace", "name": "c"}]}]}),
     ("tools[0].tools[0].name", {"input": "x", "tools": [{"type": "namespace", "name": "ns", "description": "d",
                                                          "tools": [{"type": "function"}]}]}),
     ("text.format.type", {"input": "x", "text": {"format": {"type": "xml"}}}),
@@ -555,3 +558,79 @@ def test_nothing_generated_still_gives_one_empty_message_and_failed_is_an_event(
     assert late.response.error.code == "server_error" and late.response.error.message == "too slow (request_timeout)"
 
 
+
+
+# -- custom tools ------------------------------------------------------------------------------------
+
+PATCH = {"type": "custom", "name": "apply_patch", "description": "Edit files with a patch."}
+LARK = {**PATCH, "format": {"type": "grammar", "syntax": "lark", "definition": 'start: "*** Begin Patch" /.+/'}}
+DIGITS = {"type": "custom", "name": "pin", "format": {"type": "grammar", "syntax": "regex", "definition": "[0-9]{4}"}}
+
+
+def test_a_custom_tool_is_a_function_of_one_text_input_and_its_format_is_kept() -> None:
+    t = turn(input="x", tools=[PATCH, LARK | {"name": "apply_lark"}, DIGITS, {**fn("f")}])
+    free, lark, pin, plain = (tool["function"] for tool in t.chat.tools)
+    assert free == {"name": "apply_patch", "description": "Edit files with a patch.", "parameters": {
+        "type": "object", "properties": {"input": {"type": "string", "description": "The tool's input, as free-form "
+                                                   "text"}}, "required": ["input"], "additionalProperties": False}}
+    assert lark["description"].endswith('Lark grammar:\nstart: "*** Begin Patch" /.+/')  # shown, not enforced
+    assert pin["parameters"]["properties"]["input"]["pattern"] == "^([0-9]{4})$"  # enforced as a JSON pattern
+    assert plain["name"] == "f"
+    assert t.tools.custom == {"apply_patch", "apply_lark", "pin"} and t.tools.unenforced == ("apply_lark",)
+    _validate_tools(t.chat.tools, t.chat.tool_choice)  # the chat path takes them
+    named = turn(input="x", tools=[PATCH], tool_choice={"type": "custom", "name": "apply_patch"})
+    assert named.chat.tool_choice == {"type": "function", "function": {"name": "apply_patch"}}
+    allowed = turn(input="x", tools=[PATCH, fn("f")], tool_choice={
+        "type": "allowed_tools", "mode": "auto", "tools": [{"type": "custom", "name": "apply_patch"}]})
+    assert [tool["function"]["name"] for tool in allowed.chat.tools] == ["apply_patch"]
+    bad("tools[0].format", input="x", tools=[{**PATCH, "format": {"type": "grammar", "syntax": "ebnf",
+                                                                  "definition": "x"}}])
+    bad("tools[0].name", input="x", tools=[{"type": "custom"}])
+    # a regex the grammar cannot take is named by the custom tool's format
+    err = InvalidRequest("cannot turn this JSON schema into a grammar", param="tools[2].function.parameters")
+    assert t.rename(err).param == "tools[2].format"
+    assert t.rename(InvalidRequest("x", param="tools[3].function.parameters")).param == "tools[3].parameters"
+
+
+def test_a_custom_tool_call_comes_back_with_its_text_and_goes_back_as_the_argument() -> None:
+    t = turn(input="Fix it", tools=[PATCH, WEATHER])
+    patch = "*** Begin Patch\n*** Update File: a.py\n-x = 1\n+x = 2\n*** End Patch"
+    r = t.from_chat(completion(None, calls=[("call_1", "apply_patch", json.dumps({"input": patch})),
+                                            ("call_2", "get_weather", '{"city": "Paris"}')], finish="tool_calls"))
+    sdk = sdk_response(r)
+    assert [o.type for o in sdk.output] == ["custom_tool_call", "function_call"]
+    assert (sdk.output[0].name, sdk.output[0].input, sdk.output[0].call_id) == ("apply_patch", patch, "call_1")
+    assert r.output[0].id.startswith("ctc_")
+    # stored, then continued with the tool's output: the model sees its own call and the result
+    follow = turn(t.stored(r), previous_response_id="resp_1", tools=[PATCH, WEATHER], input=[
+        {"type": "custom_tool_call_output", "call_id": "call_1", "output": "Done"},
+        {"type": "function_call_output", "call_id": "call_2", "output": "sunny"}])
+    assistant, done, sunny = messages(follow)[1:]
+    assert assistant["tool_calls"][0]["function"] == {"name": "apply_patch", "arguments": json.dumps({"input": patch})}
+    assert (done["role"], done["tool_call_id"], done["content"]) == ("tool", "call_1", "Done")
+    # items a client sends back itself (store: false)
+    sent = turn(tools=[PATCH], input=[{"role": "user", "content": "x"}, {
+        "type": "custom_tool_call", "call_id": "c", "name": "apply_patch", "input": "diff"},
+        {"type": "custom_tool_call_output", "call_id": "c", "output": [{"type": "input_text", "text": "ok"}]}])
+    assert messages(sent)[1]["tool_calls"][0]["function"]["arguments"] == '{"input": "diff"}'
+    assert messages(sent)[2]["content"] == "ok"
+    bad("input[1].input", tools=[PATCH], input=[{"role": "user", "content": "x"}, {
+        "type": "custom_tool_call", "call_id": "c", "name": "apply_patch"}])
+    # a model that wrote no such object: its arguments text is the input
+    odd = t.from_chat(completion(None, calls=[("call_3", "apply_patch", "not json")], finish="tool_calls"))
+    assert odd.output[0].input == "not json"
+
+
+def test_a_streamed_custom_tool_call_gives_its_input_events() -> None:
+    t = turn(input="x", tools=[PATCH])
+    events, ev = run(t, [chunk(calls=[(0, "call_a", "apply_patch", '{"input": "*** Begin')]),
+                         chunk(calls=[(0, None, None, ' Patch\\n"}')]), chunk(finish="tool_calls")])
+    kinds = [e.type for e in events]
+    assert kinds[2:] == ["response.output_item.added", "response.custom_tool_call_input.delta",
+                         "response.custom_tool_call_input.done", "response.output_item.done", "response.completed"]
+    assert events[2].item.input == "" and events[3].delta == "*** Begin Patch\n"
+    assert events[4].input == "*** Begin Patch\n" and events[5].item.input == "*** Begin Patch\n"
+    state = check_with_sdk(events)
+    final = state._completed_response
+    assert final.output[0].type == "custom_tool_call" and final.output[0].input == "*** Begin Patch\n"
+    assert ev.final.output[0].id == events[2].item.id

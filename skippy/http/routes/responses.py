@@ -141,9 +141,12 @@ async def responses_create() -> Response:
         eng = await app.engine_for(req.model)
         turn = rapi.prepare(req, previous, model=eng.reply_model(req.model))
     if turn.tools.ignored:  # one line per request: the client asked for tools the model will not see
-        log.warning("POST /v1/responses: ignored hosted tool type(s) %s: this server runs function tools only, so "
-                    "the model does not see them (a tool_choice forcing one is refused)",
+        log.warning("POST /v1/responses: ignored hosted tool type(s) %s: this server runs function and custom tools "
+                    "only, so the model does not see them (a tool_choice forcing one is refused)",
                     ", ".join(turn.tools.ignored))
+    if turn.tools.unenforced:
+        log.warning("POST /v1/responses: custom tool(s) %s have a Lark grammar: the model is shown it, the "
+                    "grammar does not hold the input (a regex format does)", ", ".join(turn.tools.unenforced))
     try:
         check_limits(app.settings, turn.chat.messages, turn.chat)
         if req.background:

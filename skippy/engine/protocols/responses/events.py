@@ -15,7 +15,7 @@ from msgspec import UNSET
 
 from skippy.engine.errors import EngineError
 from skippy.engine.protocols.openai import wire
-from skippy.engine.protocols.responses.translate import Turn, finish_status, new_id, response_usage
+from skippy.engine.protocols.responses.translate import Turn, custom_input, finish_status, new_id, response_usage
 from skippy.engine.protocols.responses.wire import (
     ResponseError,
     ResponseObject,
@@ -26,11 +26,17 @@ from skippy.engine.protocols.responses.wire import (
     ResponseStreamEvent,
 )
 
+#: the id prefix of each streamed item kind (OpenAI's shapes)
+_ID_PREFIXES = {"message": "msg", "reasoning": "rs", "function_call": "fc", "custom_tool_call": "ctc"}
+#: the item kinds of tool calls (no content parts)
+_CALLS = ("function_call", "custom_tool_call")
+
 
 @attrs.define
 class _Item:
-    """An output item being streamed: ``kind`` ``message`` / ``reasoning`` / ``function_call``; ``text`` its
-    text or arguments so far; ``tool_index`` the chat delta's ``tool_calls[].index``."""
+    """An output item being streamed: ``kind`` ``message`` / ``reasoning`` / ``function_call`` /
+    ``custom_tool_call``; ``text`` its text or arguments so far; ``tool_index`` the chat delta's
+    ``tool_calls[].index``."""
 
     kind: str
     id: str
@@ -66,7 +72,10 @@ class ResponseEvents:
     then ``response.output_text.delta`` / ``response.reasoning_text.delta`` /
     ``response.function_call_arguments.delta``; an item is closed (its
     ``.done`` events, then ``response.output_item.done``) when another one
-    starts or the choice finishes. :meth:`finish` (the usage chunk):
+    starts or the choice finishes. A ``custom_tool_call``'s input comes in one
+    ``response.custom_tool_call_input.delta`` when the call is complete (the
+    model writes it as the JSON argument of a function: the text is known once
+    that argument is), then ``response.custom_tool_call_input.done``. :meth:`finish` (the usage chunk):
     ``response.completed`` or ``response.incomplete``, with the whole
     response (:attr:`final`). :meth:`failed`: ``response.failed``.
     ``sequence_number`` counts every event from 0. The output items are the
@@ -105,12 +114,11 @@ class ResponseEvents:
 
     def _add(self, kind: str, **fields: Any) -> list[ResponseStreamEvent]:
         out = self._close()
-        item = _Item(kind, new_id({"message": "msg", "reasoning": "rs", "function_call": "fc"}[kind]),
-                     len(self.items), **fields)
+        item = _Item(kind, new_id(_ID_PREFIXES[kind]), len(self.items), **fields)
         self.items.append(item)
         self._open = item
         out.append(self._event("response.output_item.added", output_index=item.index, item=item.wire()))
-        if kind != "function_call":
+        if kind not in _CALLS:
             out.append(self._event("response.content_part.added", item_id=item.id, output_index=item.index,
                                    content_index=0, part=self._part(item)))
         return out
@@ -123,6 +131,10 @@ class ResponseEvents:
         common = {"item_id": item.id, "output_index": item.index}
         if item.kind == "function_call":
             out = [self._event("response.function_call_arguments.done", arguments=item.text, **common)]
+        elif item.kind == "custom_tool_call":
+            text = custom_input(item.text)
+            out = [self._event("response.custom_tool_call_input.delta", delta=text, **common)] if text else []
+            out.append(self._event("response.custom_tool_call_input.done", input=text, **common))
         else:
             done = "response.output_text.done" if item.kind == "message" else "response.reasoning_text.done"
             extra: dict[str, list[Any]] = {"logprobs": []} if item.kind == "message" else {}
@@ -147,17 +159,18 @@ class ResponseEvents:
         out: list[ResponseStreamEvent] = []
         name = tc.function.name if tc.function.name is not UNSET else ""
         if tc.id is not UNSET:  # a call's first fragment
-            out += self._add("function_call", call_id=tc.id, name=name, tool_index=tc.index, turn=self.turn)
-        item = next((i for i in reversed(self.items) if i.kind == "function_call" and i.tool_index == tc.index),
-                    None)
+            kind = "custom_tool_call" if self.turn.is_custom(name) else "function_call"
+            out += self._add(kind, call_id=tc.id, name=name, tool_index=tc.index, turn=self.turn)
+        item = next((i for i in reversed(self.items) if i.kind in _CALLS and i.tool_index == tc.index), None)
         if item is None:  # a fragment of a call that never started: not sent by any chat format
             return out
         if name and not item.name:
             item.name = name
         if tc.function.arguments:
             item.text += tc.function.arguments
-            out.append(self._event("response.function_call_arguments.delta", item_id=item.id,
-                                   output_index=item.index, delta=tc.function.arguments))
+            if item.kind == "function_call":
+                out.append(self._event("response.function_call_arguments.delta", item_id=item.id,
+                                       output_index=item.index, delta=tc.function.arguments))
         return out
 
     def feed(self, chunk: wire.ChatCompletionChunk) -> list[ResponseStreamEvent]:

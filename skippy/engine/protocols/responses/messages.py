@@ -4,16 +4,20 @@
 ``previous_response_id`` conversation) into chat messages: ``message`` items (a string, or ``input_text``
 parts; ``input_image`` parts in user messages), ``function_call`` items (consecutive ones are one assistant
 message's ``tool_calls``; a namespaced one under :func:`~skippy.engine.protocols.responses.tools.namespaced_name`),
-``function_call_output`` items (a string, or ``input_text`` and ``input_image`` parts: a tool's screenshot)
-as ``tool`` messages, and ``reasoning`` items as the next assistant message's ``reasoning_content``.
+``custom_tool_call`` items (its ``input`` as the one argument of the function the model sees for the tool),
+``function_call_output`` and ``custom_tool_call_output`` items (a string, or ``input_text`` and
+``input_image`` parts: a tool's screenshot) as ``tool`` messages, and ``reasoning`` items as the next
+assistant message's ``reasoning_content``.
 :func:`image_params` names each image part as the Responses request does, for errors.
 """
 
 from __future__ import annotations
 
+import json
+
 from skippy.engine.errors import InvalidRequest
 from skippy.engine.protocols.openai.types import ContentPart, Message
-from skippy.engine.protocols.responses.tools import namespaced_name
+from skippy.engine.protocols.responses.tools import CUSTOM_INPUT, namespaced_name
 from skippy.engine.protocols.responses.types import ResponseInputContent, ResponseInputItem
 
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
@@ -31,7 +35,7 @@ IMAGE_DETAILS = frozenset({"auto", "low", "high", "original"})
 
 def _text(part: ResponseInputContent, where: str, kinds: frozenset[str] = _TEXT_PARTS) -> str:
     if part.type not in kinds:
-        also = " (input_image parts are read in user messages and function_call_output)" \
+        also = " (input_image parts are read in user messages and tool call outputs)" \
             if part.type == "input_image" else ""
         raise InvalidRequest(f"{where}.type {part.type!r} is not supported here (this server reads "
                              f"{', '.join(sorted(kinds))} parts){also}", param=f"{where}.type")
@@ -79,6 +83,11 @@ def _reasoning_text(item: ResponseInputItem, param: str) -> str:
     return "\n".join(_texts(item.summary or [], f"{param}.summary", frozenset({"summary_text"})))
 
 
+#: the input item types :func:`chat_messages` takes, as its errors list them
+_ITEM_TYPES = ("message, function_call, function_call_output, custom_tool_call, custom_tool_call_output, "
+               "reasoning")
+
+
 def chat_messages(instructions: str | None, items: list[ResponseInputItem] | tuple[ResponseInputItem, ...],
                   *, first: int = 0) -> list[Message]:
     """Chat messages for ``instructions`` and the input ``items`` (see the module table).
@@ -123,19 +132,20 @@ def chat_messages(instructions: str | None, items: list[ResponseInputItem] | tup
                     else _user_parts(item.content, f"{param}.content") if item.role == "user"
                     else [ContentPart(type="text", text=t) for t in _texts(item.content, f"{param}.content")])
                 messages.append(Message(role=item.role, content=content))
-        elif kind == "function_call":
-            for field in ("call_id", "name", "arguments"):
+        elif kind in ("function_call", "custom_tool_call"):
+            for field in ("call_id", "name", "arguments" if kind == "function_call" else "input"):
                 if getattr(item, field) is None:
-                    raise InvalidRequest(f"{param}.{field} is required for a function_call item",
-                                         param=f"{param}.{field}")
+                    raise InvalidRequest(f"{param}.{field} is required for a {kind} item", param=f"{param}.{field}")
             message = assistant()
             name = item.name if item.namespace is None else namespaced_name(item.namespace, item.name or "")
+            # a custom tool's input is the one string argument of the function the model sees for it
+            arguments = item.arguments if kind == "function_call" else \
+                json.dumps({CUSTOM_INPUT: item.input}, ensure_ascii=False)
             message.tool_calls = (message.tool_calls or []) + [
-                {"id": item.call_id, "type": "function", "function": {"name": name, "arguments": item.arguments}}]
-        elif kind == "function_call_output":
+                {"id": item.call_id, "type": "function", "function": {"name": name, "arguments": arguments}}]
+        elif kind in ("function_call_output", "custom_tool_call_output"):
             if item.call_id is None:
-                raise InvalidRequest(f"{param}.call_id is required for a function_call_output item",
-                                     param=f"{param}.call_id")
+                raise InvalidRequest(f"{param}.call_id is required for a {kind} item", param=f"{param}.call_id")
             if item.output is None:
                 raise InvalidRequest(f"{param}.output is required (a string or a list of input_text and input_image "
                                      "parts)",
@@ -148,24 +158,23 @@ def chat_messages(instructions: str | None, items: list[ResponseInputItem] | tup
         elif kind == "reasoning":
             reasoning += _reasoning_text(item, param)
         elif kind is None:
-            raise InvalidRequest(f"{param} needs a type (message, function_call, function_call_output, reasoning) "
-                                 "or a role", param=f"{param}.type")
+            raise InvalidRequest(f"{param} needs a type ({_ITEM_TYPES}) or a role", param=f"{param}.type")
         else:
-            raise InvalidRequest(f"{param}.type {kind!r} is not supported (this server takes message, "
-                                 "function_call, function_call_output and reasoning items)", param=f"{param}.type")
+            raise InvalidRequest(f"{param}.type {kind!r} is not supported (this server takes {_ITEM_TYPES} items)",
+                                 param=f"{param}.type")
     return messages
 
 
 def image_params(items: list[ResponseInputItem] | tuple[ResponseInputItem, ...], *, first: int = 0) -> tuple[str, ...]:
     """The Responses name of each ``input_image`` part of ``items``, in the order :func:`chat_messages` puts
-    them in the chat messages (user messages and ``function_call_output`` items carry images there):
+    them in the chat messages (user messages and tool outputs carry images there):
     ``input[i].content[j]`` or ``input[i].output[j]``, counted from ``first`` as there; ``previous_response_id``
     for an image of a stored item."""
     out = []
     for i, item in enumerate(items):
         kind = _kind(item)
         field, parts = ("content", item.content) if kind == "message" and item.role == "user" else \
-            ("output", item.output) if kind == "function_call_output" else ("", None)
+            ("output", item.output) if kind in ("function_call_output", "custom_tool_call_output") else ("", None)
         if not isinstance(parts, list):
             continue
         out += [f"input[{i - first}].{field}[{j}]" if i >= first else "previous_response_id"

@@ -5,17 +5,18 @@ conversation of its ``previous_response_id``) into the
 :class:`~skippy.engine.protocols.openai.types.ChatCompletionRequest` the engine already
 serves, so templates, tool emulation, formats, hooks and the scheduler are
 the chat route's; :meth:`Turn.from_chat` turns the ``chat.completion`` into
-a Responses ``response`` object and :class:`ResponseEvents` turns the
-``chat.completion.chunk`` stream into the Responses event stream. The
-:class:`ResponseStore` keeps stored responses (``store: true``, OpenAI's
-default) in a bounded LRU so a follow-up sends only its new items.
+a Responses ``response`` object and :class:`~.events.ResponseEvents` turns the
+``chat.completion.chunk`` stream into the Responses event stream (:mod:`.messages` translates the input
+items, :mod:`.tools` the tools). The store (:mod:`.store`) keeps stored responses (``store: true``, OpenAI's
+default) so a follow-up sends only its new items.
 
 Shapes follow the OpenAI Responses API as the ``openai`` Python package
 types it (``openai.types.responses``): input items ``message`` (a string or
-``input_text`` parts; ``input_image`` parts in user messages), ``function_call``, ``function_call_output``
+``input_text`` parts; ``input_image`` parts in user messages), ``function_call``, ``custom_tool_call``,
+``function_call_output``, ``custom_tool_call_output``
 (a string, or ``input_text`` and ``input_image`` parts: a tool's screenshot),
 ``reasoning``; output items ``message`` (``output_text``),
-``function_call`` (``call_id``, ``name``, ``arguments``), ``reasoning``
+``function_call`` (``call_id``, ``name``, ``arguments``), ``custom_tool_call`` (``input``), ``reasoning``
 (the chat message's ``reasoning_content`` as ``reasoning_text``); stream
 events with ``sequence_number`` from 0. What the translation maps:
 
@@ -33,11 +34,15 @@ Responses                      Chat Completions
                                (:mod:`skippy.engine.chat.images`); ``file_id``
                                is refused (no Files API)
 ``tools`` ``function``         ``tools`` (``{"type": "function", "function": ...}``)
+``tools`` ``custom``           a function tool of one string parameter,
+                               ``input`` (a ``regex`` format its
+                               ``pattern``); a call comes back as
+                               ``custom_tool_call`` with that text
 ``tools`` ``namespace``        one function tool per function, named
-                               ``namespace__name`` (:func:`namespaced_name`);
+                               ``namespace__name`` (:func:`.tools.namespaced_name`);
                                a call comes back as ``function_call``
                                ``name`` + ``namespace``
-``tools`` hosted types         left out (:data:`HOSTED_TOOL_TYPES`; the
+``tools`` hosted types         left out (:data:`.tools.HOSTED_TOOL_TYPES`; the
                                route logs them)
 ``tool_choice``                ``tool_choice`` (``allowed_tools`` narrows ``tools``)
 ``text.format``                ``response_format``
@@ -50,6 +55,7 @@ finish ``length``              ``status: "incomplete"``,
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from typing import Any
@@ -69,7 +75,7 @@ from skippy.engine.protocols.openai.types import (
 )
 from skippy.engine.protocols.responses.messages import chat_messages, image_params, input_items
 from skippy.engine.protocols.responses.store import StoredResponse
-from skippy.engine.protocols.responses.tools import ChatTools, chat_tool_choice, chat_tools
+from skippy.engine.protocols.responses.tools import CUSTOM_INPUT, ChatTools, chat_tool_choice, chat_tools
 from skippy.engine.protocols.responses.types import (
     ResponseInputContent,
     ResponseInputItem,
@@ -77,6 +83,7 @@ from skippy.engine.protocols.responses.types import (
     ResponseTextConfig,
 )
 from skippy.engine.protocols.responses.wire import (
+    ResponseCustomToolCall,
     ResponseError,
     ResponseFunctionCall,
     ResponseIncompleteDetails,
@@ -184,16 +191,31 @@ class Turn:
 
     def rename(self, exc: EngineError) -> EngineError:
         """An engine error about :attr:`chat` in the Responses request's names (in place; returned for
-        ``raise``): an image part as its ``input[i].content[j]`` (param and message), the other fields by
-        :func:`rename_params`."""
-        return rename_params(rename_image_error(exc, self.chat.messages, self.images), self.tools.params)
+        ``raise``): an image part as its ``input[i].content[j]`` (param and message), a custom tool's
+        parameters (its regex, which the grammar could not take) as its ``tools[i].format``, the other fields
+        by :func:`rename_params`."""
+        exc = rename_params(rename_image_error(exc, self.chat.messages, self.images), self.tools.params)
+        for tool, param in zip(self.tools.tools or [], self.tools.params, strict=False):
+            if tool["function"]["name"] in self.tools.custom and exc.param is not None \
+                    and exc.param.startswith(param + ".parameters"):
+                exc.param = param + ".format"
+        return exc
 
-    def function_call(self, *, id: str, status: str, call_id: str, name: str, arguments: str) -> ResponseFunctionCall:
-        """The ``function_call`` output item for a chat tool call named ``name`` (a namespaced function's
-        flattened name comes back as its ``name`` and ``namespace``: :meth:`ChatTools.call`)."""
+    def is_custom(self, name: str) -> bool:
+        """Whether a chat tool call named ``name`` calls one of the request's ``custom`` tools."""
+        return self.tools.resolve(name) in self.tools.custom
+
+    def function_call(self, *, id: str, status: str, call_id: str, name: str,
+                      arguments: str) -> ResponseFunctionCall | ResponseCustomToolCall:
+        """The output item for a chat tool call named ``name``: ``function_call``, or ``custom_tool_call`` for a
+        ``custom`` tool, whose ``input`` is the call's one string argument (:func:`custom_input`); a
+        namespaced tool's flattened name comes back as its ``name`` and ``namespace`` (:meth:`ChatTools.call`)."""
         fn, namespace = self.tools.call(name)
+        ns = UNSET if namespace is None else namespace
+        if self.is_custom(name):
+            return ResponseCustomToolCall(id=id, call_id=call_id, name=fn, namespace=ns, input=custom_input(arguments))
         return ResponseFunctionCall(id=id, status=status, call_id=call_id, name=fn,  # type: ignore[arg-type]
-                                    namespace=UNSET if namespace is None else namespace, arguments=arguments)
+                                    namespace=ns, arguments=arguments)
 
     # -- results -----------------------------------------------------------------------------------
     def response(self, output: list[Any], status: str, *, usage: ResponseUsage | None = None,
@@ -235,9 +257,10 @@ class Turn:
         if m.content or not calls:
             output.append(ResponseOutputMessage(id=new_id("msg"), status="completed",
                                                 content=[ResponseOutputText(text=m.content or "")]))
-        output += [self.function_call(id=new_id("fc"), status="completed", call_id=cid, name=name, arguments=args)
+        output += [self.function_call(id=new_id("ctc" if self.is_custom(name) else "fc"), status="completed",
+                                      call_id=cid, name=name, arguments=args)
                    for cid, name, args in calls]
-        if status == "incomplete":
+        if status == "incomplete" and hasattr(output[-1], "status"):
             output[-1] = msgspec.structs.replace(output[-1], status="incomplete")
         return self.response(output, status, usage=response_usage(completion.usage, reasoning_tokens))
 
@@ -300,6 +323,18 @@ def prepare(req: ResponsesRequest, previous: StoredResponse | None, *, model: st
 
 # -- chat result -> response ---------------------------------------------------------------------------
 
+def custom_input(arguments: str) -> str:
+    """A ``custom`` tool call's ``input``: the one string argument (:data:`CUSTOM_INPUT`) of the function the
+    model called for it; the arguments text itself when they are not that object (a call cut by the token
+    limit, a model that wrote something else)."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return arguments
+    given = value.get(CUSTOM_INPUT) if isinstance(value, dict) else None
+    return given if isinstance(given, str) else arguments
+
+
 def finish_status(finish_reason: str | None) -> str:
     """``incomplete`` for chat's ``length`` (``max_output_tokens`` or the context), else ``completed``
     (``stop``, ``tool_calls``, a hook policy's stop reason)."""
@@ -319,7 +354,8 @@ def response_usage(usage: wire.Usage, reasoning_tokens: int = 0) -> ResponseUsag
 
 
 #: the id prefix of an input item of each ``type`` without one (OpenAI's shapes)
-_ID_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
+_ID_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "custom_tool_call": "ctc",
+              "custom_tool_call_output": "ctco", "reasoning": "rs"}
 
 
 def with_id(item: ResponseInputItem) -> ResponseInputItem:
@@ -353,6 +389,10 @@ def as_input(output: list[Any]) -> list[ResponseInputItem]:
         elif isinstance(item, ResponseFunctionCall):
             items.append(ResponseInputItem(type="function_call", id=item.id, call_id=item.call_id,
                                            name=item.name, arguments=item.arguments,
+                                           namespace=item.namespace if item.namespace is not UNSET else None))
+        elif isinstance(item, ResponseCustomToolCall):
+            items.append(ResponseInputItem(type="custom_tool_call", id=item.id, call_id=item.call_id, name=item.name,
+                                           input=item.input,
                                            namespace=item.namespace if item.namespace is not UNSET else None))
         elif isinstance(item, ResponseReasoningItem):
             items.append(ResponseInputItem(type="reasoning", id=item.id, content=[

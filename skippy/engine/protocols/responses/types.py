@@ -2,7 +2,8 @@
 
 Shapes follow the ``openai`` Python package's ``openai.types.responses``: input
 items ``message`` (a string or ``input_text`` / ``input_image`` parts), ``function_call``,
-``function_call_output``, ``reasoning``; ``tools`` (``function`` and ``namespace``),
+``function_call_output``, ``custom_tool_call``, ``custom_tool_call_output``, ``reasoning``; ``tools``
+(``function``, ``custom`` and ``namespace``),
 ``text.format``, ``reasoning``. :mod:`.translate` maps them onto a chat request.
 """
 
@@ -33,7 +34,9 @@ class ResponseInputItem(msgspec.Struct, omit_defaults=True, kw_only=True):
 
     ``type`` ``message`` (or absent, with a ``role``): ``role`` and ``content``;
     ``function_call``: ``call_id``, ``name``, ``arguments``; ``function_call_output``:
-    ``call_id``, ``output``; ``reasoning``: ``content`` (``reasoning_text``) or ``summary``
+    ``call_id``, ``output``; ``custom_tool_call``: ``call_id``, ``name``, ``input`` (the text the model
+    wrote for a ``custom`` tool); ``custom_tool_call_output``: ``call_id``, ``output``; ``reasoning``:
+    ``content`` (``reasoning_text``) or ``summary``
     (``summary_text``). ``namespace``: the namespace tool of a ``function_call``'s function (OpenAI's
     ``ResponseFunctionToolCall.namespace``; accepted on a ``function_call_output``, not needed there).
     Which fields a type needs is checked by :func:`prepare` (400 naming ``input[i].<field>``).
@@ -47,6 +50,7 @@ class ResponseInputItem(msgspec.Struct, omit_defaults=True, kw_only=True):
     call_id: str | None = None
     name: str | None = None
     arguments: str | None = None
+    input: str | None = None
     namespace: str | None = None
     output: str | list[ResponseInputContent] | None = None
     summary: list[ResponseInputContent] | None = None
@@ -54,10 +58,12 @@ class ResponseInputItem(msgspec.Struct, omit_defaults=True, kw_only=True):
 
 
 class ResponseTool(msgspec.Struct, omit_defaults=True, kw_only=True):
-    """One entry of ``tools``: ``type: "function"`` (``name``, ``description``, ``parameters``, ``strict``), or
-    ``type: "namespace"`` (OpenAI's ``NamespaceTool``: ``name``, ``description`` and the function ``tools``
-    it groups, each called as ``namespace``/``name``). OpenAI's hosted and built-in tools (``web_search``,
-    ``file_search``, ``mcp``...: :data:`~skippy.engine.protocols.responses.translate.HOSTED_TOOL_TYPES`) are
+    """One entry of ``tools``: ``type: "function"`` (``name``, ``description``, ``parameters``, ``strict``),
+    ``type: "custom"`` (``name``, ``description``, ``format``: ``{"type": "text"}`` or ``{"type": "grammar",
+    "syntax": "regex" | "lark", "definition": ...}``: the model writes the tool's input as text), or
+    ``type: "namespace"`` (OpenAI's ``NamespaceTool``: ``name``, ``description`` and the function or custom
+    ``tools`` it groups, each called as ``namespace``/``name``). OpenAI's hosted and built-in tools (``web_search``,
+    ``file_search``, ``mcp``...: :data:`~skippy.engine.protocols.responses.tools.HOSTED_TOOL_TYPES`) are
     left out of what the model sees; other types get 400 (see :func:`.translate.prepare`). Fields of other
     tool types (``external_web_access``...) are ignored."""
 
@@ -66,6 +72,7 @@ class ResponseTool(msgspec.Struct, omit_defaults=True, kw_only=True):
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
+    format: dict[str, Any] | None = None
     tools: list[ResponseTool] | None = None
 
 

@@ -1,7 +1,8 @@
 """The Responses API wire model: the ``response`` object, its output items and stream events.
 
 Output items ``message`` (``output_text``), ``function_call`` (``call_id``,
-``name``, ``namespace``, ``arguments``), ``reasoning`` (the chat message's
+``name``, ``namespace``, ``arguments``), ``custom_tool_call`` (``call_id``, ``name``, ``input``: a ``custom``
+tool's raw text), ``reasoning`` (the chat message's
 ``reasoning_content`` as ``reasoning_text``); stream events carry a
 ``sequence_number`` from 0. Encoding rules are
 :class:`~skippy.engine.protocols.base.WireStruct`'s.
@@ -55,6 +56,18 @@ class ResponseFunctionCall(WireStruct, kw_only=True, tag_field="type", tag="func
     arguments: str
 
 
+class ResponseCustomToolCall(WireStruct, kw_only=True, tag_field="type", tag="custom_tool_call"):
+    """Output item ``custom_tool_call``: a call of a ``custom`` tool, whose ``input`` is the model's text as it
+    is (OpenAI's ``ResponseCustomToolCall``; no ``status`` there); the ``custom_tool_call_output`` answering it
+    names its ``call_id``. ``namespace`` as on :class:`ResponseFunctionCall`."""
+
+    id: str
+    call_id: str
+    name: str
+    namespace: str | UnsetType = UNSET
+    input: str
+
+
 class ResponseReasoningItem(WireStruct, kw_only=True, tag_field="type", tag="reasoning"):
     """Output item ``reasoning``: ``content`` holds the reasoning text; ``summary`` is always empty."""
 
@@ -64,7 +77,7 @@ class ResponseReasoningItem(WireStruct, kw_only=True, tag_field="type", tag="rea
     content: list[ResponseReasoningText]
 
 
-ResponseOutputItem = ResponseOutputMessage | ResponseFunctionCall | ResponseReasoningItem
+ResponseOutputItem = ResponseOutputMessage | ResponseFunctionCall | ResponseCustomToolCall | ResponseReasoningItem
 
 
 class ResponseInputTokensDetails(WireStruct, kw_only=True):
@@ -164,7 +177,8 @@ class ResponseStreamEvent(WireStruct, kw_only=True):
     ``content_index``, ``delta`` / ``text``, ``logprobs``;
     ``response.reasoning_text.delta`` / ``.done``: the same without
     ``logprobs``; ``response.function_call_arguments.delta`` / ``.done``:
-    ``item_id``, ``output_index``, ``delta`` / ``arguments``.
+    ``item_id``, ``output_index``, ``delta`` / ``arguments``; ``response.custom_tool_call_input.delta`` /
+    ``.done``: ``item_id``, ``output_index``, ``delta`` / ``input``.
     """
 
     type: str
@@ -178,6 +192,7 @@ class ResponseStreamEvent(WireStruct, kw_only=True):
     delta: str | UnsetType = UNSET
     text: str | UnsetType = UNSET
     arguments: str | UnsetType = UNSET
+    input: str | UnsetType = UNSET
     logprobs: list[Any] | UnsetType = UNSET
 
 
