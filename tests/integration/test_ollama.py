@@ -94,6 +94,30 @@ def test_generate_templated_raw_and_streamed(server: Server) -> None:
     assert loaded.done and loaded.done_reason == "load" and loaded.response == ""
 
 
+def test_logprobs_and_top_logprobs_through_the_official_client(server: Server) -> None:
+    """Ollama's ``logprobs`` / ``top_logprobs``: one entry per generated token (the chat route's, in Ollama's
+    shape), the stream's lines adding up to the same list; raw generate has them too."""
+    c = client(server)
+    reply = c.chat(model=MODEL, messages=ASK, options=GREEDY, logprobs=True, top_logprobs=3)
+    assert len(reply.logprobs) == reply.eval_count and "".join(e.token for e in reply.logprobs) == \
+        reply.message.content
+    assert all(len(e.top_logprobs) == 3 and e.top_logprobs[0].logprob >= e.top_logprobs[2].logprob
+               for e in reply.logprobs)
+    chat = httpx.post(server.base_url + "/v1/chat/completions", timeout=120, json={
+        "messages": ASK, "temperature": 0, "max_tokens": 16, "logprobs": True, "top_logprobs": 3}).json()
+    assert [(e.token, e.logprob) for e in reply.logprobs] == [
+        (e["token"], e["logprob"]) for e in chat["choices"][0]["logprobs"]["content"]]
+    parts = list(c.chat(model=MODEL, messages=ASK, options=GREEDY, logprobs=True, top_logprobs=3, stream=True))
+    streamed = [e for p in parts for e in (p.logprobs or [])]
+    assert [(e.token, e.logprob) for e in streamed] == [(e.token, e.logprob) for e in reply.logprobs]
+    raw = c.generate(model=MODEL, prompt="The capital of France is", raw=True, options=GREEDY, logprobs=True)
+    assert len(raw.logprobs) == raw.eval_count and "".join(e.token for e in raw.logprobs) == raw.response
+    assert c.chat(model=MODEL, messages=ASK, options=GREEDY).logprobs is None  # not asked: not sent
+    resp = httpx.post(server.base_url + "/api/chat", timeout=60, json={
+        "model": MODEL, "messages": ASK, "stream": False, "logprobs": True, "top_logprobs": 21})
+    assert resp.status_code == 400 and "top_logprobs" in resp.json()["error"]
+
+
 def test_options_seed_and_num_predict(server: Server) -> None:
     c = client(server)
     opts = {"temperature": 1.0, "seed": 7, "num_predict": 12, "top_k": 40, "top_p": 0.9, "repeat_penalty": 1.1}

@@ -220,3 +220,58 @@ def test_generate_stream_and_done_reason() -> None:
 def test_arguments_of_a_cut_call_are_its_whole_part() -> None:
     assert t.arguments('{"a": 1}') == {"a": 1} and t.arguments('{"a": 1, "b": "x') == {"a": 1, "b": "x"}
     assert t.arguments("not json") == {} and t.arguments("[1]") == {}
+
+
+def test_logprobs_and_top_logprobs_ask_the_engine_and_are_bounded() -> None:
+    body, _, _ = t.chat_request(chat(logprobs=True, top_logprobs=3))
+    assert (body.logprobs, body.top_logprobs) == (True, 3)
+    only_top, _, _ = t.chat_request(chat(top_logprobs=2))  # alternatives asked for: the logprobs come too
+    assert (only_top.logprobs, only_top.top_logprobs) == (True, 2)
+    plain, _, _ = t.chat_request(chat())
+    assert plain.logprobs is False and plain.top_logprobs is None
+    gen = msgspec.convert({"model": "m", "prompt": "P", "raw": True, "logprobs": True, "top_logprobs": 4},
+                          ot.OllamaGenerateRequest)
+    raw, _, _ = t.generate_request(gen)
+    assert isinstance(raw, CompletionRequest) and raw.logprobs == 4
+    for bad in (21, -1):
+        with pytest.raises(InvalidRequest) as info:
+            t.chat_request(chat(logprobs=True, top_logprobs=bad))
+        assert info.value.param == "top_logprobs"
+
+
+def _lp(*tokens: str, top: int = 1) -> dict:
+    return {"content": [{"token": tok, "logprob": -0.5, "bytes": list(tok.encode()), "top_logprobs": [
+        {"token": tok, "logprob": -0.5, "bytes": list(tok.encode())}][:top]} for tok in tokens]}
+
+
+def test_logprobs_come_back_in_ollamas_shape_whole_and_streamed() -> None:
+    completion = msgspec.convert({"id": "c", "created": 0, "model": "m", "choices": [{
+        "index": 0, "message": {"role": "assistant", "content": "Hi!"}, "finish_reason": "stop",
+        "logprobs": _lp("Hi", "!")}], "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
+        "timings": msgspec.to_builtins(_usage_chunk().timings)}, wire.ChatCompletion)
+    reply = msgspec.to_builtins(t.chat_response(completion, "m", 1))
+    assert reply["logprobs"] == [
+        {"token": "Hi", "logprob": -0.5, "bytes": [72, 105], "top_logprobs": [
+            {"token": "Hi", "logprob": -0.5, "bytes": [72, 105]}]},
+        {"token": "!", "logprob": -0.5, "bytes": [33], "top_logprobs": [
+            {"token": "!", "logprob": -0.5, "bytes": [33]}]}]
+    # streamed: each line carries the logprobs of its text; held-back tokens ride on the next line; the last
+    # line has what is left (an empty list when nothing is)
+    s = t.ChatStream("m", started=0.0)
+
+    def chunk(content: str, lp: dict | None) -> wire.ChatCompletionChunk:
+        return msgspec.convert({"id": "c", "created": 0, "model": "m", "choices": [
+            {"index": 0, "delta": {"content": content}, "logprobs": lp, "finish_reason": None}]},
+            wire.ChatCompletionChunk)
+    lines = [*s.lines(chunk("", _lp("H", top=0))), *s.lines(chunk("Hi", _lp("i", top=0))),
+             *s.lines(chunk("!", _lp("!", top=0))), *s.lines(_usage_chunk())]
+    out = [msgspec.to_builtins(x) for x in lines]
+    assert [[e["token"] for e in o["logprobs"]] for o in out] == [["H", "i"], ["!"], []]
+    assert "top_logprobs" not in out[0]["logprobs"][0]  # none asked for: absent, as Ollama's omitempty
+    assert "logprobs" not in msgspec.to_builtins(t.ChatStream("m", started=0.0).lines(_usage_chunk())[0])
+    legacy = wire.CompletionLogprobs(tokens=["a", "b"], token_logprobs=[-1.0, -2.0],
+                                     top_logprobs=[{"a": -1.0, "c": -3.0}, {}])
+    assert msgspec.to_builtins(t.logprobs(legacy)) == [
+        {"token": "a", "logprob": -1.0, "top_logprobs": [{"token": "a", "logprob": -1.0}, {"token": "c",
+                                                                                           "logprob": -3.0}]},
+        {"token": "b", "logprob": -2.0}]

@@ -20,6 +20,9 @@ Fields (Ollama -> engine):
   are not applied, and they and unknown options are named in ``X-Skippy-Ignored-Fields`` (Ollama
   ignores unknown options too); a known option of the wrong type is a 400 naming it.
 - ``format``: ``"json"`` -> a JSON object constraint, a JSON schema -> that schema.
+- ``logprobs`` / ``top_logprobs`` (0-20) -> chat's ``logprobs`` / ``top_logprobs`` (a raw or suffix
+  prompt's: the legacy ``logprobs`` count); the reply's ``logprobs`` lists Ollama's entries (``token``,
+  ``logprob``, ``bytes``, ``top_logprobs``), a stream line those of the text it carries.
 - ``think``: ``true`` / ``false`` -> ``enable_thinking``; ``"low"`` / ``"medium"`` / ``"high"`` /
   ``"max"`` -> thinking on with that ``reasoning_effort`` (``max`` -> ``xhigh``). The reasoning comes back
   as ``message.thinking`` (``thinking`` on ``/api/generate``). Thinking on for a model whose template cannot
@@ -204,6 +207,23 @@ def _messages(messages: list[ot.OllamaMessage]) -> list[Message]:
     return out
 
 
+#: the most ``top_logprobs`` one request may ask for (Ollama's limit, and OpenAI's)
+MAX_TOP_LOGPROBS = 20
+
+
+def _logprobs(req: ot.OllamaChatRequest | ot.OllamaGenerateRequest, *, legacy: bool) -> dict[str, Any]:
+    """The engine's fields for ``logprobs`` / ``top_logprobs``: chat's ``logprobs`` and ``top_logprobs``, or,
+    for a raw or suffix prompt (``legacy``), the legacy completion's ``logprobs`` count. ``top_logprobs``
+    above 0 asks for them without ``logprobs`` too. 400 naming ``top_logprobs`` outside 0-20, as Ollama's."""
+    top = req.top_logprobs
+    if top is not None and not 0 <= top <= MAX_TOP_LOGPROBS:
+        raise InvalidRequest(f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}, got {top}",
+                             param="top_logprobs")
+    if not req.logprobs and not top:
+        return {}
+    return {"logprobs": top or 0} if legacy else {"logprobs": True, "top_logprobs": top or 0}
+
+
 def _common(req: ot.OllamaChatRequest | ot.OllamaGenerateRequest) -> tuple[dict[str, Any], list[str], int | None]:
     fields, ignored, num_ctx = sampling(req.options)
     keep_alive_seconds(req.keep_alive)  # checked here; the route applies it
@@ -220,7 +240,8 @@ def chat_request(req: ot.OllamaChatRequest) -> tuple[ChatCompletionRequest, list
         model=req.model, messages=_messages(req.messages), tools=req.tools or None, tool_choice=req.tool_choice,
         stream=req.stream,
         stream_options=StreamOptions(include_usage=True) if req.stream else None,
-        response_format=_format(req.format), enable_thinking=enable, reasoning_effort=effort, **fields)
+        response_format=_format(req.format), enable_thinking=enable, reasoning_effort=effort,
+        **_logprobs(req, legacy=False), **fields)
     return chat, ignored, num_ctx
 
 
@@ -241,7 +262,8 @@ def generate_request(req: ot.OllamaGenerateRequest) -> tuple[ChatCompletionReque
             fields["response_format"] = _format(req.format)
         completion = CompletionRequest(
             model=req.model, prompt=req.prompt, suffix=req.suffix or None, stream=req.stream,
-            stream_options=StreamOptions(include_usage=True) if req.stream else None, **fields)
+            stream_options=StreamOptions(include_usage=True) if req.stream else None,
+            **_logprobs(req, legacy=True), **fields)
         return completion, ignored, num_ctx
     enable, effort = _think(req.think)
     messages = ([Message(role="system", content=req.system)] if req.system else []) + \
@@ -249,7 +271,8 @@ def generate_request(req: ot.OllamaGenerateRequest) -> tuple[ChatCompletionReque
     chat = ChatCompletionRequest(
         model=req.model, messages=messages, stream=req.stream,
         stream_options=StreamOptions(include_usage=True) if req.stream else None,
-        response_format=_format(req.format), enable_thinking=enable, reasoning_effort=effort, **fields)
+        response_format=_format(req.format), enable_thinking=enable, reasoning_effort=effort,
+        **_logprobs(req, legacy=False), **fields)
     return chat, ignored, num_ctx
 
 
@@ -344,6 +367,29 @@ def counts(usage: wire.Usage | None, timings: wire.Timings | None, total_ns: int
     return out
 
 
+def logprobs(lp: wire.ChatLogprobs | wire.CompletionLogprobs | None) -> list[ow.OllamaLogprob]:
+    """The engine's ``logprobs`` (chat's entries, or a legacy completion's parallel lists) as Ollama's: one
+    entry per token, ``token``, ``logprob``, ``bytes`` (chat's) and, where asked for, ``top_logprobs``."""
+    if isinstance(lp, wire.ChatLogprobs):
+        out = []
+        for t in lp.content:
+            entry = ow.OllamaLogprob(token=t.token, logprob=t.logprob, bytes=t.bytes)
+            if t.top_logprobs:
+                entry.top_logprobs = [ow.OllamaTokenLogprob(token=a.token, logprob=a.logprob, bytes=a.bytes)
+                                      for a in t.top_logprobs]
+            out.append(entry)
+        return out
+    if isinstance(lp, wire.CompletionLogprobs):
+        out = []
+        for token, value, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, strict=False):
+            entry = ow.OllamaLogprob(token=token, logprob=value)
+            if top:
+                entry.top_logprobs = [ow.OllamaTokenLogprob(token=k, logprob=v) for k, v in top.items()]
+            out.append(entry)
+        return out
+    return []
+
+
 def chat_response(completion: wire.ChatCompletion, model: str, total_ns: int,
                   load_ns: int = 0) -> ow.OllamaChatResponse:
     """A ``chat.completion`` -> ``/api/chat``'s reply (``model``: the name the client asked for)."""
@@ -355,9 +401,12 @@ def chat_response(completion: wire.ChatCompletion, model: str, total_ns: int,
         message.thinking = msg.reasoning_content
     if calls:
         message.tool_calls = _calls([(c.id, c.function.name, c.function.arguments) for c in calls])
-    return ow.OllamaChatResponse(model=model, created_at=created_at(), message=message, done=True,
-                           done_reason=done_reason(choice.finish_reason),
-                           **counts(completion.usage, completion.timings, total_ns, load_ns))
+    reply = ow.OllamaChatResponse(model=model, created_at=created_at(), message=message, done=True,
+                                  done_reason=done_reason(choice.finish_reason),
+                                  **counts(completion.usage, completion.timings, total_ns, load_ns))
+    if choice.logprobs is not None:
+        reply.logprobs = logprobs(choice.logprobs)
+    return reply
 
 
 def generate_response(result: wire.ChatCompletion | wire.TextCompletion, model: str, total_ns: int,
@@ -370,6 +419,8 @@ def generate_response(result: wire.ChatCompletion | wire.TextCompletion, model: 
         reply = ow.OllamaGenerateResponse(model=model, created_at=created_at(), response=choice.text, done=True,
                                     done_reason=done_reason(choice.finish_reason),
                                     **counts(usage, timings, total_ns, load_ns))
+        if choice.logprobs is not None:
+            reply.logprobs = logprobs(choice.logprobs)
         return reply
     chat = result.choices[0]
     reply = ow.OllamaGenerateResponse(model=model, created_at=created_at(), response=chat.message.content or "",
@@ -377,6 +428,8 @@ def generate_response(result: wire.ChatCompletion | wire.TextCompletion, model: 
                                 **counts(usage, timings, total_ns, load_ns))
     if isinstance(chat.message.reasoning_content, str) and chat.message.reasoning_content:
         reply.thinking = chat.message.reasoning_content
+    if chat.logprobs is not None:
+        reply.logprobs = logprobs(chat.logprobs)
     return reply
 
 
@@ -405,6 +458,20 @@ class _Stream:
         self.finish: str | None = None
         self.done = False
         self._calls: dict[int, list[Any]] = {}  # index -> [id, name, arguments so far]
+        self._logprobs: list[ow.OllamaLogprob] = []  # of tokens whose text no line carried yet
+        self._asked = False  # the request asked for logprobs (a chunk carried them)
+
+    def _gather_logprobs(self, lp: Any) -> None:
+        if lp is not None:
+            self._asked = True
+            self._logprobs += logprobs(lp)
+
+    def _take_logprobs(self, line: Any) -> Any:
+        """``line`` with the logprobs gathered since the last line that carried some (an empty list on the last
+        line of a request that asked for them), returned."""
+        if self._logprobs or (self._asked and line.done):
+            line.logprobs, self._logprobs = self._logprobs, []
+        return line
 
     def _gather(self, delta: Any) -> None:
         for call in delta.get("tool_calls") or ():
@@ -437,11 +504,13 @@ class ChatStream(_Stream):
             d = choice.delta
             text, thinking = d.get("content") or "", d.get("reasoning_content") or ""
             self._gather(d)
+            self._gather_logprobs(choice.logprobs)
             if text or thinking:
                 msg = ow.OllamaReplyMessage(content=text)
                 if thinking:
                     msg.thinking = thinking
-                out.append(ow.OllamaChatResponse(model=self.model, created_at=now, message=msg, done=False))
+                out.append(self._take_logprobs(ow.OllamaChatResponse(model=self.model, created_at=now, message=msg,
+                                                                     done=False)))
             if choice.finish_reason is not None:
                 self.finish = choice.finish_reason
                 if self._calls:
@@ -449,8 +518,8 @@ class ChatStream(_Stream):
                     out.append(ow.OllamaChatResponse(model=self.model, created_at=now, done=False, message=calls))
         if isinstance(chunk.usage, wire.Usage):
             self.done = True
-            out.append(ow.OllamaChatResponse(model=self.model, created_at=now, message=ow.OllamaReplyMessage(),
-                                             done=True, **self._counts(chunk)))
+            out.append(self._take_logprobs(ow.OllamaChatResponse(
+                model=self.model, created_at=now, message=ow.OllamaReplyMessage(), done=True, **self._counts(chunk))))
         return out
 
 
@@ -467,17 +536,18 @@ class GenerateStream(_Stream):
                 text = choice.delta.get("content") or ""
                 thinking = choice.delta.get("reasoning_content") or ""
                 finish = choice.finish_reason
+            self._gather_logprobs(choice.logprobs)
             if text or thinking:
                 line = ow.OllamaGenerateResponse(model=self.model, created_at=now, response=text, done=False)
                 if thinking:
                     line.thinking = thinking
-                out.append(line)
+                out.append(self._take_logprobs(line))
             if finish is not None:
                 self.finish = finish
         if isinstance(chunk.usage, wire.Usage):
             self.done = True
-            out.append(ow.OllamaGenerateResponse(model=self.model, created_at=now, response="", done=True,
-                                           **self._counts(chunk)))
+            out.append(self._take_logprobs(ow.OllamaGenerateResponse(model=self.model, created_at=now, response="",
+                                                                     done=True, **self._counts(chunk))))
         return out
 
 

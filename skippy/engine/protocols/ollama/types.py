@@ -30,8 +30,8 @@ class OllamaToolCall(msgspec.Struct, omit_defaults=True):
 
 class OllamaMessage(msgspec.Struct, omit_defaults=True):
     """One chat message: ``role`` system / user / assistant / tool; ``thinking`` an assistant's reasoning;
-    ``tool_name`` names the tool a ``tool`` message answers; ``images`` base64 images (refused: the served
-    models read text only)."""
+    ``tool_name`` names the tool a ``tool`` message answers; ``images`` base64 images (read by a model served
+    with its ``--mmproj`` projector)."""
 
     role: str
     content: str = ""
@@ -43,7 +43,8 @@ class OllamaMessage(msgspec.Struct, omit_defaults=True):
 
 
 class _Generation(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """What both generation routes take."""
+    """What both generation routes take. ``logprobs``: each generated token's log probability in the reply;
+    ``top_logprobs`` (0-20): that many alternatives at each position too (Ollama 0.12.11's fields)."""
 
     model: str
     stream: bool = True
@@ -51,6 +52,8 @@ class _Generation(msgspec.Struct, kw_only=True, omit_defaults=True):
     options: dict[str, Any] | None = None
     think: bool | str | None = None
     keep_alive: str | int | float | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
 
 
 class OllamaChatRequest(_Generation, kw_only=True):
@@ -65,7 +68,8 @@ class OllamaChatRequest(_Generation, kw_only=True):
 class OllamaGenerateRequest(_Generation, kw_only=True):
     """``POST /api/generate``: ``prompt`` (with ``system``) through the chat template, or as is with
     ``raw``; ``suffix`` makes it fill-in-the-middle; ``template`` is refused (the GGUF's Jinja template is
-    what renders); ``context`` (deprecated token list) is accepted and not used; ``images`` refused."""
+    what renders); ``context`` (deprecated token list) is accepted and not used; ``images`` as a chat message's
+    (refused with ``raw`` or ``suffix``)."""
 
     prompt: str = ""
     suffix: str | None = None

@@ -5,7 +5,8 @@ A stream is one of these objects per line (NDJSON): ``done: false`` while tokens
 ``done: true``, ``done_reason`` and the counts. Durations are nanoseconds: ``total_duration`` (the request
 from its arrival), ``load_duration`` (loading the model for it: 0 when it was loaded), ``prompt_eval_count`` /
 ``prompt_eval_duration`` (the prompt tokens prefilled, cache hits excluded, as llama.cpp's ``prompt_n``) and
-``eval_count`` / ``eval_duration`` (the generated tokens). ``created_at`` is RFC 3339 UTC. Errors use
+``eval_count`` / ``eval_duration`` (the generated tokens). ``created_at`` is RFC 3339 UTC. ``logprobs``
+(asked for): one entry per generated token, a stream line carrying those of its piece. Errors use
 :class:`~skippy.engine.protocols.ollama.model_wire.OllamaError`.
 """
 
@@ -40,6 +41,22 @@ class OllamaReplyMessage(WireStruct, kw_only=True):
     tool_calls: list[OllamaReplyToolCall] | UnsetType = UNSET
 
 
+class OllamaTokenLogprob(WireStruct, kw_only=True):
+    """One token and its natural-log probability (Ollama's ``api.TokenLogprob``); ``bytes`` its UTF-8 bytes
+    (absent where the engine's shape has none: the raw completion path's alternatives)."""
+
+    token: str
+    logprob: float | None
+    bytes: list[int] | UnsetType = UNSET
+
+
+class OllamaLogprob(OllamaTokenLogprob, kw_only=True):
+    """A generated token's entry of ``logprobs`` (Ollama's ``api.Logprob``): with ``top_logprobs``, the most
+    likely tokens at its position (``top_logprobs`` of the request, most likely first)."""
+
+    top_logprobs: list[OllamaTokenLogprob] | UnsetType = UNSET
+
+
 class _Final(WireStruct, kw_only=True):
     """The counts of the last object (``done: true``); absent from the others."""
 
@@ -59,6 +76,7 @@ class OllamaChatResponse(_Final, kw_only=True):
     created_at: str
     message: OllamaReplyMessage
     done: bool
+    logprobs: list[OllamaLogprob] | UnsetType = UNSET
 
 
 class OllamaGenerateResponse(_Final, kw_only=True):
@@ -70,6 +88,7 @@ class OllamaGenerateResponse(_Final, kw_only=True):
     response: str
     thinking: str | UnsetType = UNSET
     done: bool
+    logprobs: list[OllamaLogprob] | UnsetType = UNSET
 
 
 class OllamaEmbedResponse(WireStruct, kw_only=True):
