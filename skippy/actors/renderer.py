@@ -18,6 +18,7 @@ import attrs
 import trio
 
 from skippy.actors.base import ThreadActor
+from skippy.engine.chat.documents import has_files
 from skippy.engine.chat.prepare import PreparedTemplate, Rendered, render_chat
 from skippy.engine.protocols.llama_server.types import ApplyTemplateRequest
 from skippy.engine.protocols.openai.types import ChatCompletionRequest, Message
@@ -106,10 +107,11 @@ class TemplateRenderer(ThreadActor[RenderChat]):
                            reasoning_format=self.reasoning_format, vision=self.vision)
 
     async def render(self, request: ChatCompletionRequest, *, add_generation_prompt: bool = True) -> Rendered:
-        """Render ``request`` (inline when small, see :data:`INLINE_MESSAGES`); raises
-        :class:`InvalidRequest` (400) for bad input or template errors."""
+        """Render ``request`` (inline when small, see :data:`INLINE_MESSAGES`; never with a document to read,
+        :mod:`skippy.engine.chat.documents`); raises :class:`InvalidRequest` (400) for bad input or template
+        errors."""
         if (not request.chat_template and len(request.messages) <= INLINE_MESSAGES
-                and len(request.tools or ()) <= INLINE_TOOLS):
+                and len(request.tools or ()) <= INLINE_TOOLS and not has_files(request.messages)):
             await trio.lowlevel.checkpoint()
             return self._render(request, add_generation_prompt)
         return await self.ask(lambda r: RenderChat(request, add_generation_prompt, r))

@@ -253,7 +253,7 @@ def test_store_get_delete_and_unknown_ids(server) -> None:
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x/y.png"}]}]},
      "input[0].content[0]"),  # this server's model has no projector: media_not_supported, named by its input part
     ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file_1"}]}]},
-     "input[0].content[0].type"),
+     "input[0].content[0].file_id"),
     ({"input": 5}, "input"),
     ({"input": "x", "max_output_tokens": "many"}, "max_output_tokens"),
     ({"input": "x", "max_output_tokens": 0}, "max_output_tokens"),

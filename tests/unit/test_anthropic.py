@@ -141,11 +141,20 @@ def test_count_tokens_needs_no_max_tokens_and_gives_the_same_prompt_fields() -> 
      "messages.0.content.0.source.type"),
     ({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": [{"type": "image", "source": {
         "type": "base64", "media_type": "image/png", "data": "AAAA"}}]}]}, "messages.1.content.0"),
-    ({"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]}, "messages.0.content.0"),
+    ({"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]},
+     "messages.0.content.0.source.type"),
+    ({"messages": [{"role": "user", "content": [{"type": "document", "source": {
+        "type": "url", "url": "https://example.com/a.pdf"}}]}]}, "messages.0.content.0.source"),
+    ({"messages": [{"role": "user", "content": [{"type": "document", "source": {
+        "type": "base64", "media_type": "application/msword", "data": "AAAA"}}]}]},
+     "messages.0.content.0.source.media_type"),
+    ({"messages": [{"role": "user", "content": [{"type": "document", "source": {
+        "type": "base64", "media_type": "application/pdf", "data": "@@"}}]}]}, "messages.0.content.0.source.data"),
     ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [
         {"type": "image", "source": {}}]}]}]}, "messages.0.content.0.content.0.source.type"),
     ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [
-        {"type": "document", "source": {}}]}]}]}, "messages.0.content.0.content.0"),
+        {"type": "document", "source": {"type": "file", "file_id": "f"}}]}]}]},
+     "messages.0.content.0.content.0.source"),
     ({"messages": [{"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]}]},
      "messages.0.content.0"),
     ({"messages": [{"role": "assistant", "content": [{"type": "tool_result", "tool_use_id": "t"}]}]},

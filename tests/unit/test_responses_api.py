@@ -141,8 +141,10 @@ def test_tools_tool_choice_and_text_format_translate() -> None:
     ("input[0].type", {"input": [{"content": "no role, no type"}]}),
     ("input[0].role", {"input": [{"type": "message", "role": "tool", "content": "x"}]}),
     ("input[0].content", {"input": [{"type": "message", "role": "user"}]}),
-    ("input[0].content[1].type", {"input": [{"role": "user", "content": [
+    ("input[0].content[1].file_id", {"input": [{"role": "user", "content": [
         {"type": "input_text", "text": "a"}, {"type": "input_file", "file_id": "file_1"}]}]}),
+    ("input[0].content[1].type", {"input": [{"role": "user", "content": [
+        {"type": "input_text", "text": "a"}, {"type": "input_audio", "file_id": "file_1"}]}]}),
     ("input[0].content[0].file_id", {"input": [{"role": "user", "content": [
         {"type": "input_image", "file_id": "file_1", "detail": "auto"}]}]}),
     ("input[0].content[0].image_url", {"input": [{"role": "user", "content": [

@@ -15,6 +15,7 @@ import attrs
 
 from skippy.engine.chat import emulation
 from skippy.engine.chat.capabilities import TemplateCaps, detect_caps, prompt_opens_thinking
+from skippy.engine.chat.documents import extract_documents
 from skippy.engine.chat.formats import REASONING_FORMATS, SYNTAXES, make_parser
 from skippy.engine.chat.formats.base import StreamParser
 from skippy.engine.chat.formats.emulated import EmulatedToolParser
@@ -218,13 +219,15 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
     (:attr:`ParsePlan.history_chars`: the longest common prefix of the two texts; ``None`` when the
     template refuses that rendering).
     ``reasoning_format``: the server's default (llama-server's ``--reasoning-format``) for a request
-    that sets none. ``vision``: the model reads images: image parts become media markers in the prompt
+    that sets none. A ``file`` part becomes its document's text (:func:`~skippy.engine.chat.documents.
+    extract_documents`: PDFs and text files). ``vision``: the model reads images: image parts become media
+    markers in the prompt
     and their bytes :attr:`Rendered.images` (:func:`~skippy.engine.chat.images.extract_images`); without
     it an image part is a 400 (``media_not_supported``).
     Raises :class:`InvalidRequest` (400) naming the field for bad messages,
     tools, schemas, grammars, or template errors (with the template's message).
     """
-    messages, images, image_params = extract_images(message_dicts(req.messages), vision=vision)
+    messages, images, image_params = extract_images(extract_documents(message_dicts(req.messages)), vision=vision)
     _check_messages(messages)
     reasoning = req.reasoning_format or reasoning_format  # the request's, else the server's --reasoning-format
     if reasoning not in REASONING_FORMATS:

@@ -48,6 +48,7 @@ from typing import Any
 
 from partial_json_parser import loads as partial_json_loads
 
+from skippy.engine.chat.documents import data_url, document_text
 from skippy.engine.chat.images import check_base64, rename_image_error
 from skippy.engine.errors import ContextLengthExceeded, EngineError, InvalidRequest
 from skippy.engine.protocols.anthropic import types as at
@@ -82,12 +83,9 @@ def _text_of(blocks: list[Any], where: str, joiner: str) -> str:
 
 def _unsupported(block: Any, where: str) -> InvalidRequest:
     kind = type(block).__struct_config__.tag if hasattr(block, "__struct_config__") else type(block).__name__
-    if kind == "image":
-        return InvalidRequest(f"{where}: image blocks are read in a user message's content and in a "
+    if kind in ("image", "document"):
+        return InvalidRequest(f"{where}: {kind} blocks are read in a user message's content and in a "
                               "tool_result (not in an assistant message)", param=where)
-    if kind == "document":
-        return InvalidRequest(f"{where}: document blocks are not supported (this server reads text and images)",
-                              param=where)
     return InvalidRequest(f"{where}: a {kind} block is not allowed here", param=where)
 
 
@@ -123,16 +121,73 @@ def image_part(block: at.ImageBlockParam, where: str) -> ContentPart:
     return ContentPart(type="image_url", image_url={"url": f"data:{media_type};base64,{data}"})
 
 
+#: ``source.media_type`` of a base64 or text document read (PDF's text by pypdf; a text file as UTF-8)
+DOCUMENT_MEDIA_TYPES = ("application/pdf", "text/plain")
+
+
+def document_parts(block: at.DocumentBlockParam, where: str) -> list[ContentPart]:
+    """A ``document`` block as chat parts (:mod:`skippy.engine.chat.documents`), ``context`` first as text:
+    a ``base64`` source (PDF or plain text) -> a ``file`` part (read when the prompt is rendered); a ``text``
+    source -> its text; a ``content`` source (a string, or text and image blocks) -> its text, then its images
+    as ``image_url`` parts. ``title`` names the document. 400 naming ``where.source...`` for a ``url`` source
+    (not fetched), a ``file`` source (no Files API), another source type or media type, data that is not
+    base64 (or not a string)."""
+    source, title = block.source, block.title
+    kind = source.get("type")
+    parts = [ContentPart(type="text", text=block.context)] if block.context else []
+    if kind in ("base64", "text"):
+        media_type, data = source.get("media_type"), source.get("data")
+        if media_type not in DOCUMENT_MEDIA_TYPES:
+            raise InvalidRequest(f"{where}.source.media_type must be one of {', '.join(DOCUMENT_MEDIA_TYPES)}, got "
+                                 f"{media_type!r}", param=f"{where}.source.media_type")
+        if not isinstance(data, str):
+            raise InvalidRequest(f"{where}.source.data must be a string", param=f"{where}.source.data")
+        if kind == "text":
+            return [*parts, ContentPart(type="text", text=document_text(title, data))]
+        check_base64(data, f"{where}.source.data")
+        name = title or ("document.pdf" if media_type == "application/pdf" else "document.txt")
+        return [*parts, ContentPart(type="file", file={"file_data": data_url(media_type, data), "filename": name})]
+    if kind == "content":
+        content = source.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        if not isinstance(blocks, list):
+            raise InvalidRequest(f"{where}.source.content must be a string or a list of text and image blocks",
+                                 param=f"{where}.source.content")
+        texts, images = [], []
+        for k, b in enumerate(blocks):
+            at_k = f"{where}.source.content.{k}"
+            if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str):
+                texts.append(b["text"])
+            elif isinstance(b, dict) and b.get("type") == "image" and isinstance(b.get("source"), dict):
+                images.append(image_part(at.ImageBlockParam(source=b["source"]), at_k))
+            else:
+                raise InvalidRequest(f"{at_k}: a document's content holds text and image blocks", param=at_k)
+        return [*parts, ContentPart(type="text", text=document_text(title, "\n".join(texts))), *images]
+    if kind == "url":
+        raise InvalidRequest(f"{where}.source: document URLs are not fetched by this server; send the document "
+                             "inline as a base64 source", param=f"{where}.source")
+    if kind == "file":
+        raise InvalidRequest(f"{where}.source: file sources are not supported (this server has no Files API); "
+                             "send the document inline as a base64 source", param=f"{where}.source")
+    raise InvalidRequest(f"{where}.source.type must be 'base64', 'text' or 'content', got {kind!r}",
+                         param=f"{where}.source.type")
+
+
 def _tool_result(block: at.ToolResultBlockParam, where: str) -> Message:
     """A ``tool_result`` block as a ``tool`` message: its text blocks joined with ``"\n"``; with ``image``
     blocks (a screenshot, a file read by an agent), text and ``image_url`` parts in block order, which the chat
     path reads as a user message's (llama-server converts them the same way). ``is_error`` prefixes
     ``Error: ``."""
     content = block.content
-    if isinstance(content, list) and any(isinstance(b, at.ImageBlockParam) for b in content):
-        parts = [image_part(b, f"{where}.content.{j}") if isinstance(b, at.ImageBlockParam)
-                 else ContentPart(type="text", text=_text_of([b], f"{where}.content", ""))
-                 for j, b in enumerate(content)]
+    if isinstance(content, list) and any(isinstance(b, (at.ImageBlockParam, at.DocumentBlockParam)) for b in content):
+        parts = []
+        for j, b in enumerate(content):
+            if isinstance(b, at.ImageBlockParam):
+                parts.append(image_part(b, f"{where}.content.{j}"))
+            elif isinstance(b, at.DocumentBlockParam):
+                parts += document_parts(b, f"{where}.content.{j}")
+            else:
+                parts.append(ContentPart(type="text", text=_text_of([b], f"{where}.content", "")))
         if block.is_error:
             parts.insert(0, ContentPart(type="text", text="Error: "))
         return Message(role="tool", content=parts, tool_call_id=block.tool_use_id)
@@ -157,6 +212,8 @@ def _user_messages(content: list[Any], where: str) -> list[Message]:
             parts.append(ContentPart(type="text", text=block.text))
         elif isinstance(block, at.ImageBlockParam):
             parts.append(image_part(block, f"{where}.{j}"))
+        elif isinstance(block, at.DocumentBlockParam):
+            parts += document_parts(block, f"{where}.{j}")
         elif isinstance(block, at.ToolResultBlockParam):
             if parts:
                 out.append(Message(role="user", content=parts))
@@ -238,17 +295,20 @@ def image_paths(req: at.CountTokensRequest) -> list[str]:
     """The Anthropic name of each image block of ``req`` (``messages.i.content.j``, or
     ``messages.i.content.j.content.k`` in a ``tool_result``), in the order :func:`to_chat_request` puts them in
     the chat messages (block order; user messages only carry images there)."""
-    out = []
-    for i, m in enumerate(req.messages):
-        if m.role != "user" or isinstance(m.content, str):
-            continue
-        for j, block in enumerate(m.content):
+    def of(blocks: list[Any], path: str) -> list[str]:
+        out = []
+        for j, block in enumerate(blocks):
             if isinstance(block, at.ImageBlockParam):
-                out.append(f"messages.{i}.content.{j}")
+                out.append(f"{path}.{j}")
+            elif isinstance(block, at.DocumentBlockParam) and isinstance(block.source.get("content"), list):
+                out.extend(f"{path}.{j}.source.content.{k}" for k, b in enumerate(block.source["content"])
+                           if isinstance(b, dict) and b.get("type") == "image")
             elif isinstance(block, at.ToolResultBlockParam) and isinstance(block.content, list):
-                out.extend(f"messages.{i}.content.{j}.content.{k}" for k, b in enumerate(block.content)
-                           if isinstance(b, at.ImageBlockParam))
-    return out
+                out.extend(of(list(block.content), f"{path}.{j}.content"))
+        return out
+
+    return [name for i, m in enumerate(req.messages) if m.role == "user" and not isinstance(m.content, str)
+            for name in of(list(m.content), f"messages.{i}.content")]
 
 
 #: a chat tool's parameters, as the engine's errors name them (``tools[3].function.parameters``)

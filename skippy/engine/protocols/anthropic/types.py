@@ -5,8 +5,8 @@ content blocks are tagged by ``type`` (``text``, ``image``, ``tool_use``,
 ``tool_result``, ``thinking``, ``redacted_thinking``), ``tool_choice`` and
 ``thinking`` likewise. Decoding (:func:`skippy.engine.protocols.base.decode_request`)
 checks types and required fields (400 naming the path, e.g.
-``$.messages[0].content[0].type``); what a translation cannot carry (an image
-by URL, a document, a server tool) is refused by
+``$.messages[0].content[0].type``); what a translation cannot carry (a
+file by id, a server tool) is refused by
 :func:`skippy.engine.protocols.anthropic.translate.to_chat_request`. Unknown fields are
 ignored as on the OpenAI routes (named in ``X-Skippy-Ignored-Fields``);
 ``cache_control`` is accepted everywhere and ignored (the prefix cache is automatic).
@@ -38,9 +38,15 @@ class ImageBlockParam(msgspec.Struct, tag="image", tag_field="type", kw_only=Tru
 
 
 class DocumentBlockParam(msgspec.Struct, tag="document", tag_field="type", kw_only=True, omit_defaults=True):
-    """``{"type": "document", "source": {...}}``: decoded so the refusal can name it."""
+    """``{"type": "document", "source": {...}, "title": ..., "context": ...}``: a ``base64`` PDF or text file
+    becomes a chat ``file`` part, a ``text`` or ``content`` source its text (see
+    :func:`~skippy.engine.protocols.anthropic.translate.document_parts`); ``citations`` is accepted and
+    ignored (no citations are produced)."""
 
     source: dict[str, Any]
+    title: str | None = None
+    context: str | None = None
+    citations: Any = None
     cache_control: dict[str, Any] | None = None
 
 

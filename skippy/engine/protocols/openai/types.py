@@ -25,12 +25,15 @@ from skippy.engine.protocols.base import MAX_NESTING, nesting
 
 
 class ContentPart(msgspec.Struct, omit_defaults=True):
-    """One part of a multi-part message content (``{"type": "text", "text": ...}``)."""
+    """One part of a multi-part message content (``{"type": "text", "text": ...}``; ``image_url``; ``file``:
+    ``{"file_data": "data:application/pdf;base64,...", "filename": ...}``, read by
+    :mod:`skippy.engine.chat.documents`)."""
 
     type: str
     text: str | None = None
     image_url: Any = None
     input_audio: Any = None
+    file: Any = None
 
 
 class Message(msgspec.Struct, omit_defaults=True):

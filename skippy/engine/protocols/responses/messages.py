@@ -2,8 +2,9 @@
 
 :func:`chat_messages` turns ``instructions`` and the input items (this request's, after those of its
 ``previous_response_id`` conversation) into chat messages: ``message`` items (a string, or ``input_text``
-parts; ``input_image`` parts in user messages), ``function_call`` items (consecutive ones are one assistant
-message's ``tool_calls``; a namespaced one under :func:`~skippy.engine.protocols.responses.tools.namespaced_name`),
+parts; ``input_image`` and ``input_file`` parts in user messages), ``function_call`` items (consecutive ones
+are one assistant message's ``tool_calls``; a namespaced one under
+:func:`~skippy.engine.protocols.responses.tools.namespaced_name`),
 ``custom_tool_call`` items (its ``input`` as the one argument of the function the model sees for the tool),
 ``function_call_output`` and ``custom_tool_call_output`` items (a string, or ``input_text`` and
 ``input_image`` parts: a tool's screenshot) as ``tool`` messages, and ``reasoning`` items as the next
@@ -26,7 +27,7 @@ _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 _MESSAGE_ROLES = frozenset({"user", "system", "developer", "assistant"})
 
 
-_USER_PARTS = _TEXT_PARTS | {"input_image"}
+_USER_PARTS = _TEXT_PARTS | {"input_image", "input_file"}
 
 #: ``detail`` of an ``input_image`` part (OpenAI's ``ImageDetail``): accepted, not acted on (libmtmd resizes every
 #: image to the projector's input size)
@@ -35,8 +36,8 @@ IMAGE_DETAILS = frozenset({"auto", "low", "high", "original"})
 
 def _text(part: ResponseInputContent, where: str, kinds: frozenset[str] = _TEXT_PARTS) -> str:
     if part.type not in kinds:
-        also = " (input_image parts are read in user messages and tool call outputs)" \
-            if part.type == "input_image" else ""
+        also = f" ({part.type} parts are read in user messages and tool call outputs)" \
+            if part.type in ("input_image", "input_file") else ""
         raise InvalidRequest(f"{where}.type {part.type!r} is not supported here (this server reads "
                              f"{', '.join(sorted(kinds))} parts){also}", param=f"{where}.type")
     if part.text is None:
@@ -67,8 +68,29 @@ def image_part(part: ResponseInputContent, where: str) -> ContentPart:
     return ContentPart(type="image_url", image_url=image)
 
 
+def file_part(part: ResponseInputContent, where: str) -> ContentPart:
+    """An ``input_file`` part as chat's ``file`` part (``file_data``: a base64 data URL, ``filename``), whose
+    document the chat path reads (:mod:`skippy.engine.chat.documents`: PDFs and text files). 400 naming
+    ``where.<field>`` for a ``file_id`` (this server has no Files API), a ``file_url`` (not fetched), a missing
+    ``file_data``."""
+    if part.file_id is not None:
+        raise InvalidRequest(f"{where}.file_id: files by id are not supported (this server has no Files API); send "
+                             "the file inline: file_data with a base64 data URL (data:application/pdf;base64,...)",
+                             param=f"{where}.file_id")
+    if part.file_url is not None:
+        raise InvalidRequest(f"{where}.file_url: file URLs are not fetched by this server; send the file inline: "
+                             "file_data with a base64 data URL", param=f"{where}.file_url")
+    if part.file_data is None:
+        raise InvalidRequest(f"{where}.file_data is required (a base64 data URL: data:application/pdf;base64,...)",
+                             param=f"{where}.file_data")
+    file = {"file_data": part.file_data} if part.filename is None else \
+        {"file_data": part.file_data, "filename": part.filename}
+    return ContentPart(type="file", file=file)
+
+
 def _user_parts(parts: list[ResponseInputContent], param: str) -> list[ContentPart]:
     return [image_part(part, f"{param}[{j}]") if part.type == "input_image"
+            else file_part(part, f"{param}[{j}]") if part.type == "input_file"
             else ContentPart(type="text", text=_text(part, f"{param}[{j}]", _USER_PARTS))
             for j, part in enumerate(parts)]
 
@@ -152,7 +174,8 @@ def chat_messages(instructions: str | None, items: list[ResponseInputItem] | tup
                                      param=f"{param}.output")
             output: str | list[ContentPart] = (
                 item.output if isinstance(item.output, str)
-                else _user_parts(item.output, f"{param}.output") if any(p.type == "input_image" for p in item.output)
+                else _user_parts(item.output, f"{param}.output")
+                if any(p.type in ("input_image", "input_file") for p in item.output)
                 else "".join(_texts(item.output, f"{param}.output")))
             messages.append(Message(role="tool", content=output, tool_call_id=item.call_id))
         elif kind == "reasoning":

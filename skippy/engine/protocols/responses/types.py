@@ -19,14 +19,18 @@ import msgspec
 class ResponseInputContent(msgspec.Struct, omit_defaults=True, kw_only=True):
     """One content part of an input item: ``input_text`` / ``output_text`` (``text``) in messages,
     ``input_image`` (``image_url``: a base64 data URL; ``detail`` accepted, not acted on; ``file_id``
-    refused) in user messages, ``reasoning_text`` / ``summary_text`` in reasoning items. Other types
-    (``input_file``, ``refusal``...) are refused with 400."""
+    refused) and ``input_file`` (``file_data``: a base64 data URL of a PDF or text file, ``filename``;
+    ``file_id`` and ``file_url`` refused) in user messages and tool outputs, ``reasoning_text`` /
+    ``summary_text`` in reasoning items. Other types (``refusal``...) are refused with 400."""
 
     type: str
     text: str | None = None
     image_url: str | None = None
     file_id: str | None = None
     detail: str | None = None
+    file_data: str | None = None
+    file_url: str | None = None
+    filename: str | None = None
 
 
 class ResponseInputItem(msgspec.Struct, omit_defaults=True, kw_only=True):
