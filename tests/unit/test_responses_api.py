@@ -629,10 +629,29 @@ def test_a_streamed_custom_tool_call_gives_its_input_events() -> None:
                          chunk(calls=[(0, None, None, ' Patch\\n"}')]), chunk(finish="tool_calls")])
     kinds = [e.type for e in events]
     assert kinds[2:] == ["response.output_item.added", "response.custom_tool_call_input.delta",
-                         "response.custom_tool_call_input.done", "response.output_item.done", "response.completed"]
-    assert events[2].item.input == "" and events[3].delta == "*** Begin Patch\n"
-    assert events[4].input == "*** Begin Patch\n" and events[5].item.input == "*** Begin Patch\n"
+                         "response.custom_tool_call_input.delta", "response.custom_tool_call_input.done",
+                         "response.output_item.done", "response.completed"]
+    assert events[2].item.input == "" and [events[3].delta, events[4].delta] == ["*** Begin", " Patch\n"]
+    assert events[5].input == "*** Begin Patch\n" and events[6].item.input == "*** Begin Patch\n"
     state = check_with_sdk(events)
     final = state._completed_response
     assert final.output[0].type == "custom_tool_call" and final.output[0].input == "*** Begin Patch\n"
     assert ev.final.output[0].id == events[2].item.id
+
+
+@pytest.mark.parametrize(("pieces", "deltas", "final"), [
+    # escapes split across pieces: a lone backslash and a high surrogate wait for the rest
+    (['{"input": "a\\', 'nb \\u00e9', '\\ud83d', '\\ude00 \\"q\\" end"}'],
+     ["a", "\nb \u00e9", "\U0001F600 \"q\" end"], "a\nb \u00e9\U0001F600 \"q\" end"),
+    (['{', '"input"', ': "', 'x', '"}'], ["x"], "x"),
+    (['{"input": "cut', " off\\"], ["cut", " off"], "cut off"),  # cut by the token limit: the text so far
+    (['{"other": 1}'], ['{"other": 1}'], '{"other": 1}'),  # not the JSON asked for: its text, at the end
+])
+def test_a_custom_calls_input_streams_as_it_is_decoded(pieces: list[str], deltas: list[str], final: str) -> None:
+    t = turn(input="x", tools=[PATCH])
+    calls = [(0, "c", "apply_patch", pieces[0])] + [(0, None, None, p) for p in pieces[1:]]
+    events, ev = run(t, [chunk(calls=[c]) for c in calls] + [chunk(finish="tool_calls")])
+    assert [e.delta for e in events if e.type == "response.custom_tool_call_input.delta"] == deltas
+    assert [e.input for e in events if e.type == "response.custom_tool_call_input.done"] == [final]
+    assert ev.final.output[0].input == final == rapi.custom_input("".join(pieces))
+    check_with_sdk(events)

@@ -15,7 +15,14 @@ from msgspec import UNSET
 
 from skippy.engine.errors import EngineError
 from skippy.engine.protocols.openai import wire
-from skippy.engine.protocols.responses.translate import Turn, custom_input, finish_status, new_id, response_usage
+from skippy.engine.protocols.responses.translate import (
+    InputStream,
+    Turn,
+    custom_input,
+    finish_status,
+    new_id,
+    response_usage,
+)
 from skippy.engine.protocols.responses.wire import (
     ResponseError,
     ResponseObject,
@@ -48,6 +55,8 @@ class _Item:
     status: str = "in_progress"
     #: the chat tool call's name, mapped back by :meth:`Turn.function_call`
     turn: Turn | None = None
+    #: a custom call's input streamed so far
+    input: InputStream = attrs.field(factory=InputStream)
 
     def wire(self) -> Any:
         if self.kind == "message":
@@ -72,10 +81,10 @@ class ResponseEvents:
     then ``response.output_text.delta`` / ``response.reasoning_text.delta`` /
     ``response.function_call_arguments.delta``; an item is closed (its
     ``.done`` events, then ``response.output_item.done``) when another one
-    starts or the choice finishes. A ``custom_tool_call``'s input comes in one
-    ``response.custom_tool_call_input.delta`` when the call is complete (the
-    model writes it as the JSON argument of a function: the text is known once
-    that argument is), then ``response.custom_tool_call_input.done``. :meth:`finish` (the usage chunk):
+    starts or the choice finishes. A ``custom_tool_call``'s input comes in
+    ``response.custom_tool_call_input.delta`` events as the model writes it (the
+    JSON string argument of a function, decoded as it arrives:
+    :class:`~.translate.InputStream`), then ``response.custom_tool_call_input.done``. :meth:`finish` (the usage chunk):
     ``response.completed`` or ``response.incomplete``, with the whole
     response (:attr:`final`). :meth:`failed`: ``response.failed``.
     ``sequence_number`` counts every event from 0. The output items are the
@@ -132,8 +141,9 @@ class ResponseEvents:
         if item.kind == "function_call":
             out = [self._event("response.function_call_arguments.done", arguments=item.text, **common)]
         elif item.kind == "custom_tool_call":
-            text = custom_input(item.text)
-            out = [self._event("response.custom_tool_call_input.delta", delta=text, **common)] if text else []
+            text, sent = custom_input(item.text), item.input.sent
+            rest = text[len(sent):] if text.startswith(sent) else ""
+            out = [self._event("response.custom_tool_call_input.delta", delta=rest, **common)] if rest else []
             out.append(self._event("response.custom_tool_call_input.done", input=text, **common))
         else:
             done = "response.output_text.done" if item.kind == "message" else "response.reasoning_text.done"
@@ -171,6 +181,9 @@ class ResponseEvents:
             if item.kind == "function_call":
                 out.append(self._event("response.function_call_arguments.delta", item_id=item.id,
                                        output_index=item.index, delta=tc.function.arguments))
+            elif text := item.input.more(item.text):
+                out.append(self._event("response.custom_tool_call_input.delta", item_id=item.id,
+                                       output_index=item.index, delta=text))
         return out
 
     def feed(self, chunk: wire.ChatCompletionChunk) -> list[ResponseStreamEvent]:

@@ -56,6 +56,7 @@ finish ``length``              ``status: "incomplete"``,
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import time
 from typing import Any
@@ -323,14 +324,60 @@ def prepare(req: ResponsesRequest, previous: StoredResponse | None, *, model: st
 
 # -- chat result -> response ---------------------------------------------------------------------------
 
+#: the start of a custom call's arguments, up to its input string's opening quote
+_INPUT_START = re.compile(r'\s*\{\s*"input"\s*:\s*"')
+#: a run of a JSON string's characters whose escapes are complete
+_STRING_RUN = re.compile(r'(?:[^"\\]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*')
+#: a high surrogate's escape at the end of a run: its pair has not come yet
+_HIGH_SURROGATE = re.compile(r'\\u[dD][89abAB][0-9a-fA-F]{2}$')
+
+
+@attrs.define
+class InputStream:
+    """A custom call's input text as its arguments' JSON (``{"input": "...``) arrives: :meth:`more` decodes the
+    string's characters whose escapes are complete (a trailing partial escape, or a high surrogate without its
+    pair, waits for the next piece), scanning only what is new; nothing before the string's opening quote or
+    after its closing one."""
+
+    start: int = -1  # where the string's characters begin in the arguments (-1: not seen yet)
+    end: int = 0  # the arguments decoded so far end here
+    closed: bool = False
+    sent: str = ""
+
+    def more(self, arguments: str) -> str:
+        """The input's text that ``arguments`` (all so far) adds to :attr:`sent`."""
+        if self.closed:
+            return ""
+        if self.start < 0:
+            m = _INPUT_START.match(arguments)
+            if m is None:
+                return ""
+            self.start = self.end = m.end()
+        run = _STRING_RUN.match(arguments, self.end)
+        stop = run.end() if run else self.end
+        if stop < len(arguments) and arguments[stop] == '"':
+            self.closed = True
+        elif (tail := _HIGH_SURROGATE.search(arguments, self.end, stop)) is not None:
+            stop = tail.start()
+        try:
+            text = json.loads('"' + arguments[self.end:stop] + '"')
+        except ValueError:
+            self.closed = True  # not the JSON the model should write: the final input says what it was
+            return ""
+        self.end = stop
+        self.sent += text
+        return str(text)
+
+
 def custom_input(arguments: str) -> str:
     """A ``custom`` tool call's ``input``: the one string argument (:data:`CUSTOM_INPUT`) of the function the
-    model called for it; the arguments text itself when they are not that object (a call cut by the token
-    limit, a model that wrote something else)."""
+    model called for it; of a call cut by the token limit, the input's text so far (what its stream sent:
+    :class:`InputStream`); the arguments text itself when they are not that object (a model that wrote
+    something else)."""
     try:
         value = json.loads(arguments)
     except ValueError:
-        return arguments
+        return InputStream().more(arguments) if _INPUT_START.match(arguments) else arguments
     given = value.get(CUSTOM_INPUT) if isinstance(value, dict) else None
     return given if isinstance(given, str) else arguments
 
