@@ -646,6 +646,7 @@ def test_a_streamed_custom_tool_call_gives_its_input_events() -> None:
     (['{', '"input"', ': "', 'x', '"}'], ["x"], "x"),
     (['{"input": "cut', " off\\"], ["cut", " off"], "cut off"),  # cut by the token limit: the text so far
     (['{"other": 1}'], ['{"other": 1}'], '{"other": 1}'),  # not the JSON asked for: its text, at the end
+    (['{"input": "line one\n', 'line two"}'], ["line one\n", "line two"], "line one\nline two"),  # raw newline
 ])
 def test_a_custom_calls_input_streams_as_it_is_decoded(pieces: list[str], deltas: list[str], final: str) -> None:
     t = turn(input="x", tools=[PATCH])

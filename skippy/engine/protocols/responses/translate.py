@@ -325,7 +325,7 @@ def prepare(req: ResponsesRequest, previous: StoredResponse | None, *, model: st
 # -- chat result -> response ---------------------------------------------------------------------------
 
 #: the start of a custom call's arguments, up to its input string's opening quote
-_INPUT_START = re.compile(r'\s*\{\s*"input"\s*:\s*"')
+_INPUT_START = re.compile(r'\s*\{\s*"' + CUSTOM_INPUT + r'"\s*:\s*"')
 #: a run of a JSON string's characters whose escapes are complete
 _STRING_RUN = re.compile(r'(?:[^"\\]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*')
 #: a high surrogate's escape at the end of a run: its pair has not come yet
@@ -360,7 +360,7 @@ class InputStream:
         elif (tail := _HIGH_SURROGATE.search(arguments, self.end, stop)) is not None:
             stop = tail.start()
         try:
-            text = json.loads('"' + arguments[self.end:stop] + '"')
+            text = json.loads('"' + arguments[self.end:stop] + '"', strict=False)  # raw newlines as models write
         except ValueError:
             self.closed = True  # not the JSON the model should write: the final input says what it was
             return ""
@@ -375,7 +375,7 @@ def custom_input(arguments: str) -> str:
     :class:`InputStream`); the arguments text itself when they are not that object (a model that wrote
     something else)."""
     try:
-        value = json.loads(arguments)
+        value = json.loads(arguments, strict=False)
     except ValueError:
         return InputStream().more(arguments) if _INPUT_START.match(arguments) else arguments
     given = value.get(CUSTOM_INPUT) if isinstance(value, dict) else None
