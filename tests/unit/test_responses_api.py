@@ -588,6 +588,9 @@ def test_a_custom_tool_is_a_function_of_one_text_input_and_its_format_is_kept() 
     bad("tools[0].format", input="x", tools=[{**PATCH, "format": {"type": "grammar", "syntax": "ebnf",
                                                                   "definition": "x"}}])
     bad("tools[0].name", input="x", tools=[{"type": "custom"}])
+    err = bad("tools[0].format.definition", input="x", tools=[
+        {**LARK, "format": {"type": "grammar", "syntax": "lark", "definition": "start: patch_body"}}])
+    assert 'unknown name: "patch_body"' in err.message  # llguidance's own words
     # a regex the grammar cannot take is named by the custom tool's format
     err = InvalidRequest("cannot turn this JSON schema into a grammar", param="tools[2].function.parameters")
     assert t.rename(err).param == "tools[2].format"

@@ -164,6 +164,19 @@ def choice_constraint(choices: Any, param: str) -> Constraint:
     return Constraint(_llg().grammar_from_lark(lark), "choice", param)
 
 
+def check_lark(text: str, param: str) -> None:
+    """400 naming ``param`` when ``text`` is not a Lark grammar llguidance reads (its first error line), as
+    OpenAI refuses a custom tool's grammar it cannot read."""
+    llg = _llg()
+    try:
+        error = llg.validate_grammar(llg.grammar_from_lark(text))
+    except Exception as exc:  # noqa: BLE001 - llguidance raises ValueError (or its own) on unreadable input
+        error = str(exc) or type(exc).__name__
+    if error:
+        first = next((line.strip() for line in error.splitlines() if line.strip()), error)
+        raise InvalidRequest(f"{param}: not a Lark grammar this server reads: {first}", param=param)
+
+
 def grammar_constraint(text: Any, param: str) -> Constraint:
     """A GBNF or Lark grammar compiled by llguidance (vLLM ``guided_grammar``)."""
     if not isinstance(text, str) or not text.strip():

@@ -17,6 +17,7 @@ import attrs
 
 from skippy.engine.errors import InvalidRequest
 from skippy.engine.protocols.responses.types import ResponseTool
+from skippy.engine.sampling.constraints import check_lark
 
 #: OpenAI's hosted and built-in tool types (``openai.types.responses.Tool``): their calls run on OpenAI's side or
 #: come back as items of their own (``web_search_call``, ``local_shell_call``...), which this server neither
@@ -95,7 +96,8 @@ def custom_function(tool: ResponseTool, param: str, name: str | None = None) -> 
     ``text`` (or none) leaves the text free; a ``regex`` grammar becomes the parameter's ``pattern``, held
     wherever a tool's parameters are (a forced call; the emulation's calls), as a JSON string's; a ``lark``
     grammar is written into the description, for the model to follow, and not enforced (llama.cpp's tool
-    grammars cannot hold a JSON string to a Lark grammar). 400 naming ``param.format`` for another format."""
+    grammars cannot hold a JSON string to a Lark grammar); one llguidance cannot read is a 400 naming
+    ``param.format.definition``. 400 naming ``param.format`` for another format."""
     if not tool.name:
         raise InvalidRequest(f"{param}.name is required for a custom tool", param=f"{param}.name")
     fmt = tool.format or {"type": "text"}
@@ -108,6 +110,7 @@ def custom_function(tool: ResponseTool, param: str, name: str | None = None) -> 
             prop["pattern"] = anchored
             prop["description"] = f"The tool's input, as text matching the regular expression {definition}"
         else:
+            check_lark(definition, f"{param}.format.definition")
             description = (description + "\n\n" if description else "") + \
                 f"Its input is text in this Lark grammar:\n{definition}"
     elif kind != "text":
