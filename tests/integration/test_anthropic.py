@@ -133,6 +133,28 @@ def test_tool_round_trip(srv: Server) -> None:
     assert client.messages.count_tokens(model="m", messages=longer, tools=[WEATHER]).input_tokens > n
 
 
+def test_anthropic_defined_client_tools_are_called_with_their_documented_input(server: Server) -> None:
+    """Anthropic's quickstarts give Claude ``bash`` and the text editor by ``type`` alone: the model here is
+    given their documented input (in the prompt; a forced call is held to it); a server tool (web search) is
+    left out and the log says so."""
+    client = sdk(server)
+    tools = [{"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"},
+             {"type": "bash_20250124", "name": "bash"}, {"type": "web_search_20250305", "name": "web_search"}]
+    ask = [{"role": "user", "content": "Run ls in /tmp"}]
+    forced = {"type": "tool", "name": "bash", "disable_parallel_tool_use": True}
+    msg = client.messages.create(model="m", max_tokens=80, extra_body=GREEDY, tools=tools, messages=ask,
+                                 tool_choice=forced)
+    assert "left out server tool(s) web_search_20250305" in server.log()
+    # a 135M model may run a string on to the token limit; a finished call is one of the documented input
+    calls = [b for b in msg.content if b.type == "tool_use"]
+    assert msg.stop_reason in ("tool_use", "max_tokens")
+    for call in calls:
+        assert call.name == "bash" and set(call.input) <= {"command", "restart"}
+    with_tools = client.messages.count_tokens(model="m", tools=tools, messages=ask).input_tokens
+    bare = client.messages.count_tokens(model="m", tools=tools[1:2], messages=ask).input_tokens
+    assert with_tools > bare + 50  # the text editor's commands and parameters are in the prompt
+
+
 def test_streamed_tool_use(srv: Server) -> None:
     body = {"model": "m", "max_tokens": 80, "messages": ASK, "tools": [WEATHER], "tool_choice": ONE_CALL, **GREEDY}
     events = raw_events(srv, body)
@@ -198,8 +220,10 @@ def assert_anthropic_error(resp: httpx.Response, status: int, type_: str) -> dic
      "messages.0.content.0: this model reads text only"),  # a url source too: no projector here
     ({"model": "m", "max_tokens": 8, "messages": ASK, "tools": [WEATHER],
       "tool_choice": {"type": "tool", "name": "nope"}}, "nope"),
-    ({"model": "m", "max_tokens": 8, "messages": ASK, "tools": [{"type": "bash_20250124", "name": "bash"}]},
-     "bash_20250124"),
+    ({"model": "m", "max_tokens": 8, "messages": ASK, "tools": [{"type": "computer_20250124", "name": "computer"}]},
+     "computer_20250124"),
+    ({"model": "m", "max_tokens": 8, "messages": ASK, "tools": [{"type": "web_search_20250305", "name": "web_search"}],
+      "tool_choice": {"type": "tool", "name": "web_search"}}, "web_search"),  # left out: it cannot be forced
     ({"model": "m", "max_tokens": 8, "messages": ASK, "temperature": -1}, "temperature"),
     ({"model": "m", "max_tokens": 8, "messages": ASK, "stream": True, "top_k": "x"}, "top_k"),
     ({"model": "m", "max_tokens": 8, "messages": ASK, "thinking": {"type": "enabled", "budget_tokens": 10}},

@@ -159,7 +159,7 @@ def test_count_tokens_needs_no_max_tokens_and_gives_the_same_prompt_fields() -> 
      "messages.0.content.0"),
     ({"messages": [{"role": "assistant", "content": [{"type": "tool_result", "tool_use_id": "t"}]}]},
      "messages.0.content.0"),
-    ({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "web_search_20250305", "name": "s"}]},
+    ({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "computer_20250124", "name": "s"}]},
      "tools.0.type"),
     ({"messages": [{"role": "user", "content": "x"}], "tools": [{"name": "f"}]}, "tools.0.input_schema"),
     ({"messages": [{"role": "user", "content": "x"}], "stop_sequences": [str(i) for i in range(17)]},
@@ -191,6 +191,27 @@ def test_a_tool_results_images_become_image_url_parts_of_the_tool_message_in_blo
         "messages.0.content.1", "messages.2.content.0.content.1", "messages.2.content.1"]
     _, images, _ = extract_images(msgs, vision=True)
     assert len(images) == 3
+
+
+def test_anthropic_defined_client_tools_get_their_schema_and_server_tools_are_left_out() -> None:
+    body = {"messages": [{"role": "user", "content": "Fix the typo in a.py"}], "tools": [
+        {"type": "web_search_20250305", "name": "web_search", "max_uses": 3},
+        {"type": "text_editor_20250728", "name": "str_replace_based_edit_tool", "max_characters": 10000},
+        {"type": "bash_20250124", "name": "bash"}, WEATHER]}
+    req = chat(body)
+    names = [t["function"]["name"] for t in req.tools]
+    assert names == ["str_replace_based_edit_tool", "bash", "get_weather"]  # web_search runs on Anthropic's side
+    editor = req.tools[0]["function"]["parameters"]
+    assert editor["required"] == ["command", "path"]
+    assert editor["properties"]["command"]["enum"] == ["view", "create", "str_replace", "insert"]
+    assert set(req.tools[1]["function"]["parameters"]["properties"]) == {"command", "restart"}
+    assert tr.server_tools(decode({"max_tokens": 8, **body})) == ["web_search_20250305"]
+    old = chat({**body, "tools": [{"type": "text_editor_20250124", "name": "str_replace_editor"}]})
+    assert "undo_edit" in old.tools[0]["function"]["parameters"]["properties"]["command"]["enum"]
+    # a chat error about the k-th tool the model sees names that tool's own index
+    err = tr.restate_error(InvalidRequest("tools[2].function.parameters: bad", param="tools[2].function.parameters"),
+                           decode({"max_tokens": 8, **body}), req)
+    assert err.param == "tools.3.input_schema" and err.message.startswith("tools.3.input_schema")
 
 
 def test_a_url_source_is_an_image_url_part_fetched_as_chats_are() -> None:

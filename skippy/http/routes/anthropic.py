@@ -23,6 +23,7 @@ from skippy.http.routes.base import (
     SseFormat,
     check_limits,
     completion_tokens,
+    log,
     read_body,
     stream,
     unless_gone,
@@ -90,6 +91,9 @@ async def messages() -> Response:
     app, ctx = shared(), current()
     req = await read_body(MessagesRequest, ctx)
     chat = anthropic.to_chat_request(req)
+    if left := anthropic.server_tools(req):  # one line per request: tools the model will not see
+        log.warning("POST /v1/messages: left out server tool(s) %s: they run on Anthropic's servers, so the model "
+                    "does not see them", ", ".join(left))
     check_limits(app.settings, req.messages, chat)
     eng, chat = await app.routed(chat)  # model "auto": the chosen model's id, hooks on
     stops = req.stop_sequences

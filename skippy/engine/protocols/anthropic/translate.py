@@ -323,8 +323,14 @@ def restate_error(exc: EngineError, req: at.CountTokensRequest, chat: ChatComple
     Claude Code recognise (to compact the conversation)."""
     exc = rename_image_error(exc, chat.messages, image_paths(req))
     if exc.param is not None and _CHAT_TOOL_PARAMS.match(exc.param):
-        exc.message = _CHAT_TOOL_PARAMS.sub(r"tools.\1.input_schema", exc.message)
-        exc.param = _CHAT_TOOL_PARAMS.sub(r"tools.\1.input_schema", exc.param)
+        # chat's tools[k] is the k-th tool the model sees: server tools are left out of them
+        seen = [i for i, t in enumerate(req.tools or ()) if not (t.type or "").startswith(SERVER_TOOL_PREFIXES)]
+
+        def name(m: re.Match[str]) -> str:
+            k = int(m.group(1))
+            return f"tools.{seen[k] if k < len(seen) else k}.input_schema"
+        exc.message = _CHAT_TOOL_PARAMS.sub(name, exc.message)
+        exc.param = _CHAT_TOOL_PARAMS.sub(name, exc.param)
         exc.args = (exc.message,)
     if isinstance(exc, ContextLengthExceeded) and exc.n_prompt is not None and exc.n_ctx is not None:
         if exc.max_tokens is None:
@@ -337,14 +343,67 @@ def restate_error(exc: EngineError, req: at.CountTokensRequest, chat: ChatComple
     return exc
 
 
+#: Anthropic's server tools (``type`` prefixes): they run on Anthropic's servers, so a local model cannot call
+#: them; :func:`to_chat_request` leaves them out of what the model sees (:func:`server_tools` names them for
+#: the route's warning), as the Responses translation leaves OpenAI's hosted tools out
+SERVER_TOOL_PREFIXES = ("web_search_", "web_fetch_", "code_execution_", "tool_search_tool_")
+
+_TEXT_EDITOR_PROPERTIES = {
+    "path": {"type": "string", "description": "Absolute path to the file or directory"},
+    "file_text": {"type": "string", "description": "create: the new file's content"},
+    "old_str": {"type": "string", "description": "str_replace: the exact text to replace"},
+    "new_str": {"type": "string", "description": "str_replace: the replacement; insert: the text to insert"},
+    "insert_line": {"type": "integer", "description": "insert: the line after which to insert (0: the start)"},
+    "view_range": {"type": "array", "items": {"type": "integer"},
+                   "description": "view: the first and last line to show (-1: to the end)"}}
+
+
+def _text_editor(commands: list[str]) -> tuple[str, dict[str, Any]]:
+    return ("View, create and edit text files: view shows a file with line numbers or lists a directory, create "
+            "writes a new file, str_replace replaces one exact occurrence of old_str with new_str, insert adds "
+            "new_str after insert_line" + (", undo_edit reverts the last edit" if "undo_edit" in commands else ""),
+            {"type": "object", "required": ["command", "path"], "properties": {
+                "command": {"type": "string", "enum": commands}, **_TEXT_EDITOR_PROPERTIES}})
+
+
+_BASH = ("Run a command in a bash shell; the session persists between calls",
+         {"type": "object", "properties": {"command": {"type": "string", "description": "The command to run"},
+                                           "restart": {"type": "boolean", "description": "Restart the shell"}}})
+
+#: Anthropic-defined client tools (the client runs them; Claude knows their input by their ``type``): the
+#: description and input schema another model is given for them, from Anthropic's tool documentation
+CLIENT_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
+    "bash_20241022": _BASH, "bash_20250124": _BASH,
+    "text_editor_20241022": _text_editor(["view", "create", "str_replace", "insert", "undo_edit"]),
+    "text_editor_20250124": _text_editor(["view", "create", "str_replace", "insert", "undo_edit"]),
+    "text_editor_20250429": _text_editor(["view", "create", "str_replace", "insert"]),
+    "text_editor_20250728": _text_editor(["view", "create", "str_replace", "insert"]),
+}
+
+
+def server_tools(req: at.CountTokensRequest) -> list[str]:
+    """The ``type`` of each server tool of ``req`` left out of what the model sees (:data:`SERVER_TOOL_PREFIXES`),
+    in request order."""
+    return [t.type for t in req.tools or () if t.type and t.type.startswith(SERVER_TOOL_PREFIXES)]
+
+
 def _tools(tools: list[at.ToolParam] | None) -> list[dict[str, Any]] | None:
     if tools is None:
         return None
     out = []
     for i, tool in enumerate(tools):
+        if tool.type is not None and tool.type.startswith(SERVER_TOOL_PREFIXES):
+            continue
+        if tool.type in CLIENT_TOOLS:
+            description, schema = CLIENT_TOOLS[tool.type]
+            out.append({"type": "function", "function": {"name": tool.name, "description": description,
+                                                         "parameters": schema}})
+            continue
         if tool.type not in (None, "custom"):
-            raise InvalidRequest(f"tools.{i}: tool type {tool.type!r} is not supported (only client tools with an "
-                                 "input_schema: server tools run on Anthropic's servers)", param=f"tools.{i}.type")
+            raise InvalidRequest(f"tools.{i}: tool type {tool.type!r} is not supported (this server runs client "
+                                 f"tools with an input_schema and {', '.join(sorted(CLIENT_TOOLS))}; server tools "
+                                 f"({', '.join(p + '*' for p in SERVER_TOOL_PREFIXES)}) are left out)",
+                                 param=f"tools.{i}.type")
         if tool.input_schema is None:
             raise InvalidRequest(f"tools.{i}.input_schema: Field required", param=f"tools.{i}.input_schema")
         function: dict[str, Any] = {"name": tool.name, "parameters": tool.input_schema}
@@ -395,11 +454,17 @@ def to_chat_request(req: at.CountTokensRequest) -> ChatCompletionRequest:
     Raises :class:`InvalidRequest` (400, ``param`` in Anthropic's dotted path, e.g.
     ``messages.1.content.0``) for an image it cannot send (:func:`image_part`), a document block, a block
     in the wrong role's message,
-    a server tool, a tool without ``input_schema``, more than 16 ``stop_sequences``, or a
+    a tool type it does not know (server tools are left out, Anthropic's ``bash`` and ``text_editor`` client
+    tools get their documented input: :data:`CLIENT_TOOLS`), a tool without ``input_schema``, a
+    ``tool_choice`` naming a server tool, more than 16 ``stop_sequences``, or a
     ``thinking.budget_tokens`` below 1024 or not below ``max_tokens``. What the chat route checks
     (tool names, the schema's depth, ``max_tokens`` >= 1, the sampler ranges) it checks here too.
     """
     tool_choice, parallel = _tool_choice(req.tool_choice)
+    server = {t.name for t in req.tools or () if (t.type or "").startswith(SERVER_TOOL_PREFIXES)}
+    if isinstance(req.tool_choice, at.ToolChoiceTool) and req.tool_choice.name in server:
+        raise InvalidRequest(f"tool_choice names the server tool {req.tool_choice.name!r}, which runs on Anthropic's "
+                             "servers: this server leaves it out, so it cannot be forced", param="tool_choice")
     fields: dict[str, Any] = {
         "model": req.model, "messages": _messages(req), "tools": _tools(req.tools), "tool_choice": tool_choice,
         "parallel_tool_calls": parallel, "enable_thinking": _thinking(req)}

@@ -102,8 +102,10 @@ class MessageParam(msgspec.Struct, kw_only=True, omit_defaults=True):
 class ToolParam(msgspec.Struct, kw_only=True, omit_defaults=True):
     """A client tool: ``name``, ``description``, ``input_schema`` (a JSON schema object).
 
-    ``type`` is ``custom`` or absent; Anthropic's server tools (``web_search_...``,
-    ``bash_...``, ``text_editor_...``) have other types and are refused (400).
+    ``type`` is ``custom`` or absent; Anthropic's ``bash_...`` and ``text_editor_...`` client tools have no
+    ``input_schema`` (the translation gives the model their documented one); server tools (``web_search_...``,
+    ``web_fetch_...``, ``code_execution_...``) are left out; other types are refused (400). Other fields
+    (``max_characters``, ``max_uses``...) are ignored.
     """
 
     name: str
