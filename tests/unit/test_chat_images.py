@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from skippy.engine.chat.images import extract_images, image_ordinal, rename_image_error
+from skippy.engine.chat.images import extract_images, part_ordinal, rename_image_error
 from skippy.engine.errors import InvalidRequest
 from skippy.engine.protocols.openai.types import ContentPart, Message
 
@@ -22,11 +22,11 @@ MESSAGES = [{"role": "system", "content": "s"},
     ("messages[1].content[0]", None), ("messages[3]", None), ("messages", None), (None, None),
     ("messages[9].content[0]", None),
 ])
-def test_image_ordinal_counts_image_parts_in_message_order(param: str | None, ordinal: int | None) -> None:
-    assert image_ordinal(MESSAGES, param) == ordinal
+def test_part_ordinal_counts_image_parts_in_message_order(param: str | None, ordinal: int | None) -> None:
+    assert part_ordinal(MESSAGES, param) == ordinal
     structs = [Message(m["role"], m["content"] if isinstance(m["content"], str) else
                        [ContentPart(**p) for p in m["content"]]) for m in MESSAGES]
-    assert image_ordinal(structs, param) == ordinal
+    assert part_ordinal(structs, param) == ordinal
 
 
 def test_a_refusal_is_renamed_to_the_translated_requests_name() -> None:

@@ -56,8 +56,12 @@ def too_many_pages() -> str:
     (part("AAAA", "application/msword", "a.doc"), "'application/msword' are not read"),
     (part(base64.b64encode(b"%PDF-1.4 this is no pdf").decode()), "the PDF could not be read"),
     (None, f"at most {MAX_PDF_PAGES} are read"),
+    (part(base64.b64encode(pdf_bytes(["old"], flate="/Fl")).decode()), "could not be read"),  # pypdf: DeprecationError
+    ("bomb", "could not be read"),  # a stream inflating past pypdf's limit (LimitReachedError): a 400, not a 500
 ])
-def test_unreadable_files_are_400s_naming_the_part(bad: dict | None, words: str) -> None:
+def test_unreadable_files_are_400s_naming_the_part(bad: dict | str | None, words: str) -> None:
+    if bad == "bomb":
+        bad = part(base64.b64encode(pdf_bytes(["boom"], flate="/FlateDecode", padding=80_000_000)).decode())
     bad = bad if bad is not None else part(too_many_pages())
     with pytest.raises(InvalidRequest) as err:
         extract_documents([{"role": "user", "content": [{"type": "text", "text": "x"}, bad]}])
@@ -111,3 +115,36 @@ def test_responses_input_file_parts_become_file_parts() -> None:
             rapi.prepare(msgspec.convert({"input": [{"role": "user", "content": [
                 {"type": "input_file", field: value}]}]}, ResponsesRequest), None, model="m")
         assert err.value.param == f"input[0].content[0].{field}"
+
+
+BROKEN = base64.b64encode(b"%PDF-1.4\nnot a pdf at all").decode()
+
+
+def first_error(chat_messages: list) -> InvalidRequest:
+    with pytest.raises(InvalidRequest) as err:
+        extract_documents(message_dicts(chat_messages))
+    return err.value
+
+
+def test_a_documents_error_is_named_by_the_routes_own_path() -> None:
+    doc = {"type": "document", "context": "ctx", "source": {"type": "base64", "media_type": "application/pdf",
+                                                             "data": BROKEN}}
+    for messages, name in [
+        ([{"role": "user", "content": [{"type": "text", "text": "a"}, doc]}], "messages.0.content.1"),
+        ([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+          {"role": "user", "content": [doc]}], "messages.2.content.0"),
+        ([{"role": "user", "content": "read"},
+          {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Read", "input": {}}]},
+          {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [
+              {"type": "text", "text": "t"}, doc]}]}], "messages.2.content.0.content.1"),
+    ]:
+        req = msgspec.convert({"model": "m", "max_tokens": 8, "system": "s", "messages": messages}, MessagesRequest)
+        chat = atr.to_chat_request(req)
+        err = atr.restate_error(first_error(chat.messages), req, chat)
+        assert err.param == name and err.message.startswith(name + ": the PDF could not be read"), err.message
+    turn = rapi.prepare(msgspec.convert({"instructions": "be nice", "input": [
+        {"role": "user", "content": "first"}, {"role": "user", "content": [
+            {"type": "input_text", "text": "hi"}, {"type": "input_file", "file_data": BROKEN, "filename": "g.pdf"}]}]},
+        ResponsesRequest), None, model="m")  # bare base64: the file name tells the type
+    err = turn.rename(first_error(turn.chat.messages))
+    assert err.param == "input[1].content[1]" and err.message.startswith("input[1].content[1]: the PDF")

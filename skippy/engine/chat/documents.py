@@ -63,14 +63,16 @@ def data_url(media_type: str, data: str) -> str:
 def _decode(url: Any, where: str) -> tuple[str, bytes]:
     """``(media type, bytes)`` of a base64 ``data:`` URL; 400 naming ``where`` for anything else."""
     if not isinstance(url, str) or not url:
-        raise InvalidRequest(f"{where}: file.file_data must be a base64 data URL (data:application/pdf;base64,...)",
+        raise InvalidRequest(f"{where}: file_data must be a base64 data URL (data:application/pdf;base64,...)",
                              param=where)
     if url.startswith(("http://", "https://")):
         raise InvalidRequest(f"{where}: file URLs are not fetched by this server; send the file inline as a base64 "
                              "data URL (data:application/pdf;base64,...)", param=where, code="invalid_file")
     head, sep, payload = url.partition(",")
-    if not url.startswith("data:") or not sep or not head.endswith(";base64"):
-        raise InvalidRequest(f"{where}: file.file_data must be a base64 data URL (data:application/pdf;base64,...)",
+    if not url.startswith("data:"):  # bare base64, as some clients send it: the file name tells the type
+        head, sep, payload = "data:;base64", ",", url
+    if not sep or not head.endswith(";base64"):
+        raise InvalidRequest(f"{where}: file_data must be a base64 data URL (data:application/pdf;base64,...)",
                              param=where)
     media_type = head[len("data:"):-len(";base64")].split(";")[0].strip().lower()
     if len(payload) * 3 // 4 > MAX_FILE_BYTES + 3:
@@ -105,10 +107,10 @@ def readable(media_type: str) -> bool:
 
 def pdf_text(data: bytes, where: str) -> str:
     """The text of a PDF's pages (pypdf's extraction, in layout order), pages apart by a blank line; 400
-    (``invalid_file``) naming ``where`` for a file pypdf cannot read, an encrypted one it cannot open, or one
-    of more than :data:`MAX_PDF_PAGES` pages."""
+    (``invalid_file``) naming ``where`` for a file pypdf cannot read (pypdf's decompression limits included: a
+    stream that inflates past them is refused), an encrypted one it cannot open, or one of more than
+    :data:`MAX_PDF_PAGES` pages."""
     import pypdf
-    from pypdf.errors import PdfReadError
 
     logging.getLogger("pypdf").setLevel(logging.ERROR)  # its warnings on sloppy files are not the client's
     try:
@@ -122,8 +124,9 @@ def pdf_text(data: bytes, where: str) -> str:
         return "\n\n".join(page.extract_text().strip() for page in reader.pages).strip()
     except InvalidRequest:
         raise
-    except (PdfReadError, ValueError, KeyError, TypeError, AttributeError, IndexError, OSError,
-            NotImplementedError, RecursionError) as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure on the client's file is the client's 400, never a 500:
+        # pypdf raises its own errors (PdfReadError, LimitReachedError on a decompression bomb, DeprecationError
+        # on an old filter name) and Python's (KeyError, TypeError...) on malformed objects
         raise InvalidRequest(f"{where}: the PDF could not be read ({type(exc).__name__})", param=where,
                              code="invalid_file") from None
 

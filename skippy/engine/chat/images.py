@@ -170,11 +170,12 @@ def _field(obj: Any, name: str) -> Any:
     return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
 
 
-def image_ordinal(messages: Sequence[Any], param: str | None) -> int | None:
-    """Which image part of ``messages`` (message Structs or dicts) ``param`` names (``messages[i].content[j]``,
-    as :func:`extract_images` names a part): 0 for the first image part in message order; ``None`` when
-    ``param`` names no image part."""
-    m = _PART.fullmatch(param or "")
+def part_ordinal(messages: Sequence[Any], param: str | None,
+                 types: frozenset[str] = IMAGE_PART_TYPES) -> int | None:
+    """Which part of a type in ``types`` of ``messages`` (message Structs or dicts) ``param`` names
+    (``messages[i].content[j]``, maybe with a field after it, as :func:`extract_images` and the document reader
+    name a part): 0 for the first such part in message order; ``None`` when ``param`` names none."""
+    m = _PART.match(param or "")
     if m is None:
         return None
     at = (int(m[1]), int(m[2]))
@@ -184,7 +185,7 @@ def image_ordinal(messages: Sequence[Any], param: str | None) -> int | None:
         if not isinstance(content, list):
             continue
         for j, part in enumerate(content):
-            if _field(part, "type") not in IMAGE_PART_TYPES:
+            if _field(part, "type") not in types:
                 continue
             if (i, j) == at:
                 return n
@@ -192,16 +193,24 @@ def image_ordinal(messages: Sequence[Any], param: str | None) -> int | None:
     return None
 
 
-def rename_image_error(exc: EngineError, messages: Sequence[Any], paths: Sequence[str]) -> EngineError:
-    """``exc`` naming an image part of the chat ``messages`` renamed, in place, to that image's name in the
-    request it was translated from: ``paths[k]`` for the ``k``-th image part (in message order, the order a
-    translation keeps), in ``param`` and at the head of the message (``input[2].content[0]: ...``).
+def rename_part_error(exc: EngineError, messages: Sequence[Any], paths: Sequence[str],
+                      types: frozenset[str] = IMAGE_PART_TYPES) -> EngineError:
+    """``exc`` naming a part of a type in ``types`` of the chat ``messages`` renamed, in place, to that part's
+    name in the request it was translated from: ``paths[k]`` for the ``k``-th such part (in message order, the
+    order a translation keeps), in ``param`` and at the head of the message (``input[2].content[0]: ...``).
     Other errors are returned as they are."""
-    k = image_ordinal(messages, exc.param)
+    k = part_ordinal(messages, exc.param, types)
     if k is None or k >= len(paths):
         return exc
-    old, exc.param = exc.param or "", paths[k]
-    if exc.message.startswith(old):
-        exc.message = paths[k] + exc.message[len(old):]
+    old = _PART.match(exc.param or "")
+    head = old[0] if old else ""
+    exc.param = paths[k]
+    if exc.message.startswith(head):
+        exc.message = paths[k] + exc.message[len(head):]
         exc.args = (exc.message,)
     return exc
+
+
+def rename_image_error(exc: EngineError, messages: Sequence[Any], paths: Sequence[str]) -> EngineError:
+    """:func:`rename_part_error` for image parts."""
+    return rename_part_error(exc, messages, paths, IMAGE_PART_TYPES)

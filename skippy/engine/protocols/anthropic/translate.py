@@ -48,8 +48,8 @@ from typing import Any
 
 from partial_json_parser import loads as partial_json_loads
 
-from skippy.engine.chat.documents import data_url, document_text
-from skippy.engine.chat.images import check_base64, rename_image_error
+from skippy.engine.chat.documents import FILE_PART_TYPES, data_url, document_text
+from skippy.engine.chat.images import check_base64, rename_image_error, rename_part_error
 from skippy.engine.errors import ContextLengthExceeded, EngineError, InvalidRequest
 from skippy.engine.protocols.anthropic import types as at
 from skippy.engine.protocols.anthropic import wire as aw
@@ -291,6 +291,23 @@ def _messages(req: at.CountTokensRequest) -> list[Message]:
     return out
 
 
+def document_paths(req: at.CountTokensRequest) -> list[str]:
+    """The Anthropic name of each ``document`` block of ``req`` that becomes a chat ``file`` part (a ``base64``
+    source; ``messages.i.content.j``, or ``messages.i.content.j.content.k`` in a ``tool_result``), in the order
+    :func:`to_chat_request` puts them in the chat messages."""
+    def of(blocks: list[Any], path: str) -> list[str]:
+        out = []
+        for j, block in enumerate(blocks):
+            if isinstance(block, at.DocumentBlockParam) and block.source.get("type") == "base64":
+                out.append(f"{path}.{j}")
+            elif isinstance(block, at.ToolResultBlockParam) and isinstance(block.content, list):
+                out.extend(of(list(block.content), f"{path}.{j}.content"))
+        return out
+
+    return [name for i, m in enumerate(req.messages) if m.role == "user" and not isinstance(m.content, str)
+            for name in of(list(m.content), f"messages.{i}.content")]
+
+
 def image_paths(req: at.CountTokensRequest) -> list[str]:
     """The Anthropic name of each image block of ``req`` (``messages.i.content.j``, or
     ``messages.i.content.j.content.k`` in a ``tool_result``), in the order :func:`to_chat_request` puts them in
@@ -317,11 +334,13 @@ _CHAT_TOOL_PARAMS = re.compile(r"tools\[(\d+)\]\.function\.parameters")
 
 def restate_error(exc: EngineError, req: at.CountTokensRequest, chat: ChatCompletionRequest) -> EngineError:
     """An engine error on ``chat`` (translated from ``req``) as Anthropic's API would put it, in place, returned
-    for ``raise``: an image part named by its block (``messages.0.content.1: ...``); a tool's parameters by
+    for ``raise``: an image part or a document named by its block (``messages.0.content.1: ...``); a tool's
+    parameters by
     ``tools.N.input_schema``; a prompt beyond the context in Anthropic's words (``prompt is too long: N tokens
     > M maximum``, and ``input length and `max_tokens` exceed context limit: ...``), which clients such as
     Claude Code recognise (to compact the conversation)."""
     exc = rename_image_error(exc, chat.messages, image_paths(req))
+    exc = rename_part_error(exc, chat.messages, document_paths(req), FILE_PART_TYPES)
     if exc.param is not None and _CHAT_TOOL_PARAMS.match(exc.param):
         # chat's tools[k] is the k-th tool the model sees: server tools are left out of them
         seen = [i for i, t in enumerate(req.tools or ()) if not (t.type or "").startswith(SERVER_TOOL_PREFIXES)]

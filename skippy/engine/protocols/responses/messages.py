@@ -188,8 +188,15 @@ def chat_messages(instructions: str | None, items: list[ResponseInputItem] | tup
     return messages
 
 
-def image_params(items: list[ResponseInputItem] | tuple[ResponseInputItem, ...], *, first: int = 0) -> tuple[str, ...]:
-    """The Responses name of each ``input_image`` part of ``items``, in the order :func:`chat_messages` puts
+def file_params(items: list[ResponseInputItem] | tuple[ResponseInputItem, ...], *, first: int = 0) -> tuple[str, ...]:
+    """:func:`image_params` for ``input_file`` parts (which become chat ``file`` parts)."""
+    return image_params(items, first=first, part_type="input_file")
+
+
+def image_params(items: list[ResponseInputItem] | tuple[ResponseInputItem, ...], *, first: int = 0,
+                 part_type: str = "input_image") -> tuple[str, ...]:
+    """The Responses name of each ``input_image`` part (or ``part_type`` part) of ``items``, in the order
+    :func:`chat_messages` puts
     them in the chat messages (user messages and tool outputs carry images there):
     ``input[i].content[j]`` or ``input[i].output[j]``, counted from ``first`` as there; ``previous_response_id``
     for an image of a stored item."""
@@ -201,7 +208,7 @@ def image_params(items: list[ResponseInputItem] | tuple[ResponseInputItem, ...],
         if not isinstance(parts, list):
             continue
         out += [f"input[{i - first}].{field}[{j}]" if i >= first else "previous_response_id"
-                for j, part in enumerate(parts) if part.type == "input_image"]
+                for j, part in enumerate(parts) if part.type == part_type]
     return tuple(out)
 
 

@@ -65,7 +65,8 @@ import attrs
 import msgspec
 from msgspec import UNSET
 
-from skippy.engine.chat.images import rename_image_error
+from skippy.engine.chat.documents import FILE_PART_TYPES
+from skippy.engine.chat.images import rename_image_error, rename_part_error
 from skippy.engine.errors import EngineError, InvalidRequest
 from skippy.engine.protocols.openai import wire
 from skippy.engine.protocols.openai.types import (
@@ -74,7 +75,7 @@ from skippy.engine.protocols.openai.types import (
     ResponseFormat,
     StreamOptions,
 )
-from skippy.engine.protocols.responses.messages import chat_messages, image_params, input_items
+from skippy.engine.protocols.responses.messages import chat_messages, file_params, image_params, input_items
 from skippy.engine.protocols.responses.store import StoredResponse
 from skippy.engine.protocols.responses.tools import CUSTOM_INPUT, ChatTools, chat_tool_choice, chat_tools
 from skippy.engine.protocols.responses.types import (
@@ -189,12 +190,14 @@ class Turn:
     chat: ChatCompletionRequest
     images: tuple[str, ...] = ()
     tools: ChatTools = attrs.field(factory=ChatTools)
+    files: tuple[str, ...] = ()
 
     def rename(self, exc: EngineError) -> EngineError:
         """An engine error about :attr:`chat` in the Responses request's names (in place; returned for
         ``raise``): an image part as its ``input[i].content[j]`` (param and message), a custom tool's
         parameters (its regex, which the grammar could not take) as its ``tools[i].format``, the other fields
         by :func:`rename_params`."""
+        exc = rename_part_error(exc, self.chat.messages, self.files, FILE_PART_TYPES)
         exc = rename_params(rename_image_error(exc, self.chat.messages, self.images), self.tools.params)
         for tool, param in zip(self.tools.tools or [], self.tools.params, strict=False):
             if tool["function"]["name"] in self.tools.custom and exc.param is not None \
@@ -319,7 +322,7 @@ def prepare(req: ResponsesRequest, previous: StoredResponse | None, *, model: st
     return Turn(request=req, id=response_id or new_id("resp"),
                 created_at=int(time.time()) if created_at is None else created_at, model=model,
                 history=history, input=items, chat=chat, images=image_params(history + items, first=len(history)),
-                tools=tools)
+                tools=tools, files=file_params(history + items, first=len(history)))
 
 
 # -- chat result -> response ---------------------------------------------------------------------------
