@@ -229,6 +229,8 @@ def test_logprobs_and_top_logprobs_ask_the_engine_and_are_bounded() -> None:
     assert (only_top.logprobs, only_top.top_logprobs) == (True, 2)
     plain, _, _ = t.chat_request(chat())
     assert plain.logprobs is False and plain.top_logprobs is None
+    nulls, _, _ = t.chat_request(chat(logprobs=None, top_logprobs=None))  # Ollama (Go) reads null as not set
+    assert nulls.logprobs is False
     gen = msgspec.convert({"model": "m", "prompt": "P", "raw": True, "logprobs": True, "top_logprobs": 4},
                           ot.OllamaGenerateRequest)
     raw, _, _ = t.generate_request(gen)

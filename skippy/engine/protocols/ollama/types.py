@@ -52,7 +52,7 @@ class _Generation(msgspec.Struct, kw_only=True, omit_defaults=True):
     options: dict[str, Any] | None = None
     think: bool | str | None = None
     keep_alive: str | int | float | None = None
-    logprobs: bool = False
+    logprobs: bool | None = None
     top_logprobs: int | None = None
 
 

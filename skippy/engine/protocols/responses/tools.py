@@ -106,8 +106,13 @@ def custom_function(tool: ResponseTool, param: str, name: str | None = None) -> 
     description = tool.description or ""
     if kind == "grammar" and syntax in ("regex", "lark") and isinstance(definition, str) and definition:
         if syntax == "regex":
-            anchored = definition if definition.startswith("^") and definition.endswith("$") else f"^({definition})$"
-            prop["pattern"] = anchored
+            if any(c in definition for c in ('"', "\n")) or "\\n" in definition:
+                raise InvalidRequest(f"{param}.format.definition: a quote or a newline in the expression cannot be "
+                                     "held inside the call's JSON argument here; match them with a character class "
+                                     "of other characters, or use a text format", param=f"{param}.format.definition")
+            body = definition[1:] if definition.startswith("^") else definition
+            body = body[:-1] if body.endswith("$") and not body.endswith("\\$") else body
+            prop["pattern"] = f"^({body})$"  # the whole input, as OpenAI matches it
             prop["description"] = f"The tool's input, as text matching the regular expression {definition}"
         else:
             check_lark(definition, f"{param}.format.definition")
