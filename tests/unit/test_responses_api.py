@@ -590,9 +590,6 @@ def test_a_custom_tool_is_a_function_of_one_text_input_and_its_format_is_kept() 
     bad("tools[0].name", input="x", tools=[{"type": "custom"}])
     anchored = turn(input="x", tools=[{**DIGITS, "format": {**DIGITS["format"], "definition": "^ab+$"}}])
     assert anchored.chat.tools[0]["function"]["parameters"]["properties"]["input"]["pattern"] == "^(ab+)$"
-    for quoted in ('say "[a-z]{3}"', "line1\nline2", "a\\nb"):
-        bad("tools[0].format.definition", input="x", tools=[{**DIGITS, "format": {**DIGITS["format"],
-                                                                                  "definition": quoted}}])
     err = bad("tools[0].format.definition", input="x", tools=[
         {**LARK, "format": {"type": "grammar", "syntax": "lark", "definition": "start: patch_body"}}])
     assert 'unknown name: "patch_body"' in err.message  # llguidance's own words

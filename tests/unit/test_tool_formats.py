@@ -425,3 +425,27 @@ def parser_content(plan, text):
     parser = make_output_parser(plan)
     parser.feed(text)
     return parser.finish()[1].content
+
+
+@pytest.mark.parametrize(("pattern", "good", "bad"), [
+    (r"^\d{4}-\d{2}-\d{2}$", ["2024-01-31"], ["2024-1-31", "abcd-01-31"]),  # \d: the converter wrote "\d"
+    (r"^[\w.-]+@[\w-]+\.[a-z]{2,}$", ["a.b-c@x-y.com"], ["a@b.c", "a b@x.com"]),
+    (r"^\$\d+(\.\d{2})?$", ["$12.50", "$3"], ["12"]),  # escaped metacharacters: "\." was an invalid escape
+    (r'^say "[a-z]{3}"$', ['say "abc"'], ["say abc"]),  # a quote: written unescaped, it broke the call's JSON
+    (r"^line1\nline[0-9]$", ["line1\nline2"], ["line1 line2"]),  # a newline: matched as JSON's \n
+    (r"^\S+\s\S+$", ["ab cd"], ["abcd"]),
+    (r"^[a\-z]+$", ["a-z"], ["b"]),
+])
+def test_tool_schema_patterns_hold_the_decoded_value(pattern: str, good: list[str], bad: list[str]) -> None:
+    """A string ``pattern`` in a tool's parameters holds the value the call's JSON decodes to, for the regular
+    expressions tool schemas use (llama-cpp-python's converter read few escapes, and llama.cpp refused the
+    grammar: the request was a 400)."""
+    tool = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"x": {"type": "string", "pattern": pattern}}, "required": ["x"]}}}
+    gbnf = native_tool_grammar("hermes_2_pro", [tool], [tool], parallel=False)
+    assert compiles_in_llama_cpp(gbnf)
+
+    def call(value: str) -> str:
+        return "<tool_call>\n" + json.dumps({"name": "f", "arguments": {"x": value}}) + "\n</tool_call>"
+    assert all(gbnf_matches(gbnf, call(v)) for v in good)
+    assert not any(gbnf_matches(gbnf, call(v)) for v in bad)

@@ -71,6 +71,65 @@ def require_gbnf_depth(gbnf: str, param: str) -> None:
                              param=param)
 
 
+#: shorthand classes of a regular expression, written out (``\s``: a space only, the one blank a JSON string
+#: holds unescaped)
+_SHORTHANDS = {"d": "0-9", "w": "0-9A-Za-z_", "s": " "}
+#: JSON's two-character escapes of control characters a pattern may name
+_JSON_ESCAPES = {"n": "\\\\n", "t": "\\\\t", "r": "\\\\r", "\n": "\\\\n", "\t": "\\\\t", "\r": "\\\\r"}
+
+
+def json_pattern(pattern: str) -> str:
+    """A JSON schema ``pattern`` rewritten for llama-cpp-python's converter, which writes a regular expression
+    out as GBNF inside a JSON string but reads only part of the syntax: ``\\d``, ``\\w``, ``\\s`` (and ``\\D``,
+    ``\\W``, ``\\S``) become classes; an escaped character that is no metacharacter (``\\.``, ``\\-``,
+    ``\\/``) becomes that character, ``\\.`` a one-character class; and what a JSON string must escape is
+    matched in its escaped form (a ``"`` as ``\\"``, a newline, tab or carriage return, written or as
+    ``\\n``, as ``\\n``), so the value the call's JSON decodes to is the one the pattern describes. Inside a
+    class, shorthands are written out and other escapes become ``\\x`` hex escapes."""
+    out: list[str] = []
+    i, n, in_class = 0, len(pattern), False
+    while i < n:
+        c = pattern[i]
+        if c == "\\" and i + 1 < n:
+            e = pattern[i + 1]
+            i += 2
+            lower = e.lower()
+            if lower in _SHORTHANDS:
+                body = _SHORTHANDS[lower] if lower != "s" or e == "s" else " \\t\\r\\n"
+                if in_class:
+                    out.append(body if e.islower() else "")  # a negated shorthand in a class: left out
+                else:
+                    out.append(f"[{body}]" if e.islower() else f"[^{body}]")
+            elif e in _JSON_ESCAPES:
+                out.append(_JSON_ESCAPES[e] if not in_class else "")
+            elif in_class:
+                out.append(f"\\x{ord(e):02X}" if ord(e) < 128 else e)
+            elif e in ".^$":
+                out.append(f"[\\x{ord(e):02X}]")  # a class: the converter reads no escaped . ^ $
+            elif e in "[](){}|*+?":
+                out.append("\\" + e)
+            else:
+                out.append(e)  # \- \/ \: ...: the character itself
+            continue
+        if in_class:
+            in_class = c != "]" or out[-1] in ("[", "[^")
+            out.append(c)
+        elif c == "[":
+            in_class = True
+            negated = i + 1 < n and pattern[i + 1] == "^"
+            out.append("[^" if negated else "[")
+            i += 2 if negated else 1
+            continue
+        elif c == '"':
+            out.append('\\\\"')
+        elif c in "\n\t\r":
+            out.append(_JSON_ESCAPES[c])
+        else:
+            out.append(c)
+        i += 1
+    return "".join(out)
+
+
 def prepare_schema(schema: Any, *, strict: bool, param: str) -> Any:
     """Make numeric bounds enforceable before conversion (returns a new schema).
 
@@ -87,6 +146,8 @@ def prepare_schema(schema: Any, *, strict: bool, param: str) -> Any:
         return schema
     out = {k: prepare_schema(v, strict=strict, param=param) for k, v in schema.items()
            if not (k in _REPETITION_BOUNDS and isinstance(v, int) and v > MAX_REPETITION_BOUND)}
+    if isinstance(out.get("pattern"), str) and out.get("type") == "string":
+        out["pattern"] = json_pattern(out["pattern"])
     if not any(k in out for k in _NUMERIC_BOUNDS):
         return out
     lo, hi = out.get("minimum"), out.get("maximum")

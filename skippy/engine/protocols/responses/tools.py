@@ -106,10 +106,6 @@ def custom_function(tool: ResponseTool, param: str, name: str | None = None) -> 
     description = tool.description or ""
     if kind == "grammar" and syntax in ("regex", "lark") and isinstance(definition, str) and definition:
         if syntax == "regex":
-            if any(c in definition for c in ('"', "\n")) or "\\n" in definition:
-                raise InvalidRequest(f"{param}.format.definition: a quote or a newline in the expression cannot be "
-                                     "held inside the call's JSON argument here; match them with a character class "
-                                     "of other characters, or use a text format", param=f"{param}.format.definition")
             body = definition[1:] if definition.startswith("^") else definition
             body = body[:-1] if body.endswith("$") and not body.endswith("\\$") else body
             prop["pattern"] = f"^({body})$"  # the whole input, as OpenAI matches it
