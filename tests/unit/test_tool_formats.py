@@ -449,3 +449,20 @@ def test_tool_schema_patterns_hold_the_decoded_value(pattern: str, good: list[st
         return "<tool_call>\n" + json.dumps({"name": "f", "arguments": {"x": value}}) + "\n</tool_call>"
     assert all(gbnf_matches(gbnf, call(v)) for v in good)
     assert not any(gbnf_matches(gbnf, call(v)) for v in bad)
+
+
+def test_a_nullable_string_enum_is_raw_text_held_to_the_enum_and_null_is_null() -> None:
+    """Qwen3-Coder's XML: a ``["string", "null"]`` parameter is written raw, as the parser reads it (the grammar
+    had let the model write a JSON value, which came back with its quotes inside the string); the word null is
+    null."""
+    tool = {"type": "function", "function": {"name": "pick", "parameters": {"type": "object", "properties": {
+        "c": {"type": ["string", "null"], "enum": ["a", "b", None]}}, "required": ["c"]}}}
+    plan = render_chat(_tmpl("Qwen3-Coder"), ChatCompletionRequest(messages=CONVERSATION[:1], tools=[tool],
+                                                                  tool_choice="required")).plan
+    call = "<tool_call>\n<function=pick>\n<parameter=c>\n{}\n</parameter>\n</function>\n</tool_call>"
+    assert gbnf_matches(plan.grammar, call.format("a")) and gbnf_matches(plan.grammar, call.format("null"))
+    assert not gbnf_matches(plan.grammar, call.format('"a"')) and not gbnf_matches(plan.grammar, call.format("c"))
+    for value, expected in (("a", "a"), ("null", None)):
+        deltas, msg = _parse(plan, list(call.format(value)))
+        check_invariant(deltas, msg)
+        assert json.loads(msg.tool_calls[0].arguments) == {"c": expected}

@@ -301,6 +301,18 @@ _XML_TEXT = r'( [^<] | "<" [^/] )*'
 _HARMONY_ANALYSIS = r'( "<|channel|>analysis<|message|>" ( [^<] | "<" [^|] )* "<|end|><|start|>assistant" )?'
 
 
+def _types(schema: dict[str, Any]) -> list[str]:
+    t = schema.get("type")
+    return [t] if isinstance(t, str) else [x for x in t if isinstance(x, str)] if isinstance(t, list) else []
+
+
+def _is_text(schema: dict[str, Any]) -> bool:
+    """A ``string`` parameter, maybe nullable (``["string", "null"]``): written raw in the XML formats, as the
+    parsers read it (:func:`skippy.engine.chat.formats.xml.is_string_param`)."""
+    types = [t for t in _types(schema) if t != "null"]
+    return bool(types) and all(t == "string" for t in types)
+
+
 def _raw_value(schema: dict[str, Any], text: str) -> str:
     """The rule of a raw text value (an XML format's ``string`` parameter) under its schema: its ``const`` or
     ``enum`` strings as literals; with ``minLength``/``maxLength``, that many characters other than ``<`` (the
@@ -310,6 +322,8 @@ def _raw_value(schema: dict[str, Any], text: str) -> str:
     choices = [schema["const"]] if "const" in schema else schema.get("enum")
     strings = [c for c in choices if isinstance(c, str)] if isinstance(choices, list) else []
     if strings:
+        if isinstance(choices, list) and None in choices and "null" in _types(schema):  # null: the word null
+            strings.append("null")
         return "(" + " | ".join(gbnf_literal(c) for c in strings) + ")"
     lo, hi = schema.get("minLength", 0), schema.get("maxLength")
     lo = lo if isinstance(lo, int) and lo > 0 else 0
@@ -333,7 +347,7 @@ def _params(conv: Any, name: str, schema: dict[str, Any], where: str, item: Any,
 
     def piece(key: str) -> str:
         sub = props[key] if isinstance(props[key], dict) else {}
-        raw = raw_strings and sub.get("type") == "string"
+        raw = raw_strings and _is_text(sub)
         value = _raw_value(sub, text) if raw else _visit(conv, sub, f"{name}-{key}", where)
         added: str = conv._add_rule(f"{name}-{key}-param", item(key, value, raw))
         return added

@@ -118,7 +118,10 @@ def _json_or_text(text: str) -> Any:
 
 
 def typed_value(text: str, schema: Any) -> Any:
-    """A parameter's text as the JSON value its schema asks for (text when it does not parse)."""
+    """A parameter's text as the JSON value its schema asks for (text when it does not parse); ``null`` for the
+    word ``null`` where the schema allows null (a nullable string's, as vLLM's XML parsers read it)."""
+    if text.strip() == "null" and "null" in _types(schema):
+        return None
     return text if is_string_param(schema) else _json_or_text(text)
 
 
@@ -209,7 +212,9 @@ class XmlScanner(ToolScanner):
             self.value_start = self.value_sent = self.pos = j
             self.lead_done = not (x.trim_newline or x.cdata)
             self.raw_value = raw
-            self.stream_value = raw if raw is not None else is_string_param(self._param_schema(key))
+            # a nullable string waits for its closing tag: the word null is null (typed_value)
+            schema = self._param_schema(key)
+            self.stream_value = raw if raw is not None else is_string_param(schema) and "null" not in _types(schema)
             if self.stream_value:
                 self._args(self.call_index, ("{" if not self.nparams else ", ") + json.dumps(key, ensure_ascii=False)
                            + ': "')
