@@ -25,12 +25,11 @@ renderer renders a request with documents on its worker thread, never on the eve
 
 from __future__ import annotations
 
-import base64
-import binascii
 import io
 import logging
 from typing import Any
 
+from skippy.engine.chat.images import decode_base64
 from skippy.engine.errors import InvalidRequest
 
 #: Most bytes of one file, decoded (32 MiB: OpenAI's limit per file in a request).
@@ -75,14 +74,7 @@ def _decode(url: Any, where: str) -> tuple[str, bytes]:
         raise InvalidRequest(f"{where}: file_data must be a base64 data URL (data:application/pdf;base64,...)",
                              param=where)
     media_type = head[len("data:"):-len(";base64")].split(";")[0].strip().lower()
-    if len(payload) * 3 // 4 > MAX_FILE_BYTES + 3:
-        raise InvalidRequest(f"{where}: the file is larger than {MAX_FILE_BYTES} bytes", param=where,
-                             code="invalid_file")
-    try:
-        data = base64.b64decode(payload, validate=True)
-    except (binascii.Error, ValueError):
-        raise InvalidRequest(f"{where}: the file's data is not valid base64", param=where) from None
-    return media_type, data
+    return media_type, decode_base64(payload, where, what="file", limit=MAX_FILE_BYTES, code="invalid_file")
 
 
 def media_type_of(media_type: str, filename: str | None) -> str:

@@ -61,19 +61,24 @@ def decode_data_url(url: Any, where: str) -> bytes:
     if not url.startswith("data:") or not sep or not head.endswith(";base64"):
         raise InvalidRequest(f"{where}: image_url.url must be a base64 data URL (data:image/png;base64,...)",
                              param=where)
-    if len(payload) * 3 // 4 > MAX_IMAGE_BYTES + 3:
-        raise InvalidRequest(f"{where}: the image is larger than {MAX_IMAGE_BYTES} bytes", param=where,
-                             code="image_too_large")
+    data = decode_base64(payload, where, what="image", limit=MAX_IMAGE_BYTES, code="image_too_large")
+    if not data:
+        raise InvalidRequest(f"{where}: the image is empty", param=where)
+    check_pixels(data, where)
+    return data
+
+
+def decode_base64(payload: str, where: str, *, what: str, limit: int, code: str) -> bytes:
+    """The bytes of a base64 ``payload`` (a data URL's content), at most ``limit`` of them; 400 naming
+    ``where``: the ``what`` is larger (``code``), or the content is not valid base64."""
+    if len(payload) * 3 // 4 > limit + 3:  # before decoding: a huge payload is refused without its copy
+        raise InvalidRequest(f"{where}: the {what} is larger than {limit} bytes", param=where, code=code)
     try:
         data = base64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError):
         raise InvalidRequest(f"{where}: the data URL's content is not valid base64", param=where) from None
-    if not data:
-        raise InvalidRequest(f"{where}: the image is empty", param=where)
-    if len(data) > MAX_IMAGE_BYTES:
-        raise InvalidRequest(f"{where}: the image is larger than {MAX_IMAGE_BYTES} bytes", param=where,
-                             code="image_too_large")
-    check_pixels(data, where)
+    if len(data) > limit:
+        raise InvalidRequest(f"{where}: the {what} is larger than {limit} bytes", param=where, code=code)
     return data
 
 
