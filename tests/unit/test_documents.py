@@ -148,3 +148,10 @@ def test_a_documents_error_is_named_by_the_routes_own_path() -> None:
         ResponsesRequest), None, model="m")  # bare base64: the file name tells the type
     err = turn.rename(first_error(turn.chat.messages))
     assert err.param == "input[1].content[1]" and err.message.startswith("input[1].content[1]: the PDF")
+
+
+def test_a_pdf_without_text_says_so_and_the_media_marker_is_kept_out() -> None:
+    blank = base64.b64encode(pdf_bytes([""])).decode()
+    assert "no text to read" in file_text(part(blank), "w")
+    marked = base64.b64encode(b"see <__media__> here").decode()
+    assert file_text(part(marked, "text/plain", "m.txt"), "w") == '<document name="m.txt">\nsee  here\n</document>'

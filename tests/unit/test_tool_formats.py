@@ -18,6 +18,7 @@ import pytest
 
 from skippy.engine.chat.formats import SYNTAXES
 from skippy.engine.chat.prepare import PreparedTemplate, make_output_parser, render_chat
+from skippy.engine.errors import InvalidRequest
 from skippy.engine.protocols.openai.types import ChatCompletionRequest, Message
 from skippy.engine.sampling.grammar import native_tool_grammar
 from tests.paths import CHAT_TEMPLATES
@@ -466,3 +467,13 @@ def test_a_nullable_string_enum_is_raw_text_held_to_the_enum_and_null_is_null() 
         deltas, msg = _parse(plan, list(call.format(value)))
         check_invariant(deltas, msg)
         assert json.loads(msg.tool_calls[0].arguments) == {"c": expected}
+
+
+@pytest.mark.parametrize("bounds", [{"minLength": 5, "maxLength": 2}, {"minItems": 3, "maxItems": 1}])
+def test_bounds_no_value_fits_are_a_400(bounds: dict) -> None:
+    kind = {"type": "string"} if "minLength" in bounds else {"type": "array", "items": {"type": "string"}}
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "x": {**kind, **bounds}}, "required": ["x"]}}}
+    for fmt in ("hermes_2_pro", "qwen3_coder"):
+        with pytest.raises(InvalidRequest, match="no value fits"):
+            native_tool_grammar(fmt, [tool], [tool], parallel=False)

@@ -31,6 +31,7 @@ from typing import Any
 
 from skippy.engine.chat.images import decode_base64
 from skippy.engine.errors import InvalidRequest
+from skippy.engine.runtime.media import MARKER
 
 #: Most bytes of one file, decoded (32 MiB: OpenAI's limit per file in a request).
 MAX_FILE_BYTES = 32 * 2**20
@@ -41,6 +42,8 @@ TEXT_MEDIA_TYPES = frozenset({"application/json", "application/xml", "applicatio
 PDF = "application/pdf"
 
 FILE_PART_TYPES = frozenset({"file"})
+#: what a PDF without a text layer reads as (its pages are pictures: a scan), so the model knows it got one
+NO_TEXT = "(this PDF has no text to read: its pages may be scanned images)"
 
 
 def has_files(messages: list[Any]) -> bool:
@@ -142,7 +145,9 @@ def file_text(part: dict[str, Any], where: str) -> str:
         raise InvalidRequest(f"{where}: files of type {media_type or 'unknown'!r} are not read (this server reads "
                              "PDFs and text files)", param=where, code="invalid_file")
     text = pdf_text(data, where) if media_type == PDF else data.decode("utf-8", errors="replace")
-    return document_text(filename, text)
+    if not text.strip() and media_type == PDF:
+        text = NO_TEXT
+    return document_text(filename, text.replace(MARKER, ""))  # the media marker is the images' own
 
 
 def document_text(name: str | None, text: str) -> str:

@@ -138,12 +138,17 @@ def prepare_schema(schema: Any, *, strict: bool, param: str) -> Any:
     them, which the grammar enforces exactly. Other numeric bounds cannot be
     enforced: with ``strict`` (OpenAI structured outputs) they are refused
     with :class:`InvalidRequest`, otherwise they are left unenforced.
-    A length or item bound above :data:`MAX_REPETITION_BOUND` is left unenforced.
+    A length or item bound above :data:`MAX_REPETITION_BOUND` is left unenforced; a lower bound above its
+    upper one (``minLength`` > ``maxLength``, ``minItems`` > ``maxItems``) is a 400: no value fits.
     """
     if isinstance(schema, list):
         return [prepare_schema(s, strict=strict, param=param) for s in schema]
     if not isinstance(schema, dict):
         return schema
+    for low, high in (("minLength", "maxLength"), ("minItems", "maxItems")):
+        if isinstance(schema.get(low), int) and isinstance(schema.get(high), int) and schema[low] > schema[high]:
+            raise InvalidRequest(f"{param}: {low} {schema[low]} is above {high} {schema[high]}: no value fits",
+                                 param=param)
     out = {k: prepare_schema(v, strict=strict, param=param) for k, v in schema.items()
            if not (k in _REPETITION_BOUNDS and isinstance(v, int) and v > MAX_REPETITION_BOUND)}
     if isinstance(out.get("pattern"), str) and out.get("type") == "string":
