@@ -436,6 +436,7 @@ def parser_content(plan, text):
     (r"^line1\nline[0-9]$", ["line1\nline2"], ["line1 line2"]),  # a newline: matched as JSON's \n
     (r"^\S+\s\S+$", ["ab cd"], ["abcd"]),
     (r"^[a\-z]+$", ["a-z"], ["b"]),
+    (r'^x\\y\"z[0-9]$', ['x\\y"z1'], ['xy"z1', 'x\\yz1']),  # an escaped backslash and quote
 ])
 def test_tool_schema_patterns_hold_the_decoded_value(pattern: str, good: list[str], bad: list[str]) -> None:
     """A string ``pattern`` in a tool's parameters holds the value the call's JSON decodes to, for the regular

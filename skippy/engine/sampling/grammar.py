@@ -102,6 +102,8 @@ def json_pattern(pattern: str) -> str:
                     out.append(f"[{body}]" if e.islower() else f"[^{body}]")
             elif e in _JSON_ESCAPES:
                 out.append(_JSON_ESCAPES[e] if not in_class else "")
+            elif e in ('"', "\\") and not in_class:  # JSON writes both escaped: \" and \\
+                out.append('\\\\"' if e == '"' else "\\\\\\\\")
             elif in_class:
                 out.append(f"\\x{ord(e):02X}" if ord(e) < 128 else e)
             elif e in ".^$":
