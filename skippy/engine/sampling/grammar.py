@@ -308,15 +308,16 @@ _XML_TEXT = r'( [^<] | "<" [^/] )*'
 _HARMONY_ANALYSIS = r'( "<|channel|>analysis<|message|>" ( [^<] | "<" [^|] )* "<|end|><|start|>assistant" )?'
 
 
-def _types(schema: dict[str, Any]) -> list[str]:
-    t = schema.get("type")
+def json_types(schema: Any) -> list[str]:
+    """The JSON types a schema's ``type`` names (a string or a list of them; none when absent)."""
+    t = schema.get("type") if isinstance(schema, dict) else None
     return [t] if isinstance(t, str) else [x for x in t if isinstance(x, str)] if isinstance(t, list) else []
 
 
-def _is_text(schema: dict[str, Any]) -> bool:
-    """A ``string`` parameter, maybe nullable (``["string", "null"]``): written raw in the XML formats, as the
-    parsers read it (:func:`skippy.engine.chat.formats.xml.is_string_param`)."""
-    types = [t for t in _types(schema) if t != "null"]
+def is_string_param(schema: Any) -> bool:
+    """True when a parameter's schema says its value is text (``"string"``, maybe nullable): the XML formats
+    write it raw, in the grammar and in their parsers alike."""
+    types = [t for t in json_types(schema) if t != "null"]
     return bool(types) and all(t == "string" for t in types)
 
 
@@ -329,7 +330,7 @@ def _raw_value(schema: dict[str, Any], text: str) -> str:
     choices = [schema["const"]] if "const" in schema else schema.get("enum")
     strings = [c for c in choices if isinstance(c, str)] if isinstance(choices, list) else []
     if strings:
-        if isinstance(choices, list) and None in choices and "null" in _types(schema):  # null: the word null
+        if isinstance(choices, list) and None in choices and "null" in json_types(schema):  # null: the word null
             strings.append("null")
         return "(" + " | ".join(gbnf_literal(c) for c in strings) + ")"
     lo, hi = schema.get("minLength", 0), schema.get("maxLength")
@@ -354,7 +355,7 @@ def _params(conv: Any, name: str, schema: dict[str, Any], where: str, item: Any,
 
     def piece(key: str) -> str:
         sub = props[key] if isinstance(props[key], dict) else {}
-        raw = raw_strings and _is_text(sub)
+        raw = raw_strings and is_string_param(sub)
         value = _raw_value(sub, text) if raw else _visit(conv, sub, f"{name}-{key}", where)
         added: str = conv._add_rule(f"{name}-{key}-param", item(key, value, raw))
         return added

@@ -69,6 +69,7 @@ import attrs
 
 from skippy.engine.chat.formats.core import _AFTER, _CONTENT, HEADER_LIMIT, ToolScanner, ToolSyntax, _ws_end
 from skippy.engine.output.textstream import partial_suffix
+from skippy.engine.sampling.grammar import is_string_param, json_types
 
 
 @attrs.frozen
@@ -95,17 +96,6 @@ class XmlArgs:
     cdata: bool = False
 
 
-def _types(schema: Any) -> list[str]:
-    t = schema.get("type") if isinstance(schema, dict) else None
-    return [t] if isinstance(t, str) else [x for x in t if isinstance(x, str)] if isinstance(t, list) else []
-
-
-def is_string_param(schema: Any) -> bool:
-    """True when a parameter's schema says its value is text (``"string"``, maybe nullable)."""
-    types = [t for t in _types(schema) if t != "null"]
-    return bool(types) and all(t == "string" for t in types)
-
-
 _CDATA, _CDATA_END = "<![CDATA[", "]]>"
 
 
@@ -120,7 +110,7 @@ def _json_or_text(text: str) -> Any:
 def typed_value(text: str, schema: Any) -> Any:
     """A parameter's text as the JSON value its schema asks for (text when it does not parse); ``null`` for the
     word ``null`` where the schema allows null (a nullable string's, as vLLM's XML parsers read it)."""
-    if text.strip() == "null" and "null" in _types(schema):
+    if text.strip() == "null" and "null" in json_types(schema):
         return None
     return text if is_string_param(schema) else _json_or_text(text)
 
@@ -214,7 +204,7 @@ class XmlScanner(ToolScanner):
             self.raw_value = raw
             # a nullable string waits for its closing tag: the word null is null (typed_value)
             schema = self._param_schema(key)
-            self.stream_value = raw if raw is not None else is_string_param(schema) and "null" not in _types(schema)
+            self.stream_value = raw if raw is not None else is_string_param(schema) and "null" not in json_types(schema)
             if self.stream_value:
                 self._args(self.call_index, ("{" if not self.nparams else ", ") + json.dumps(key, ensure_ascii=False)
                            + ': "')

@@ -343,7 +343,7 @@ def restate_error(exc: EngineError, req: at.CountTokensRequest, chat: ChatComple
     exc = rename_part_error(exc, chat.messages, document_paths(req), FILE_PART_TYPES)
     if exc.param is not None and _CHAT_TOOL_PARAMS.match(exc.param):
         # chat's tools[k] is the k-th tool the model sees: server tools are left out of them
-        seen = [i for i, t in enumerate(req.tools or ()) if not (t.type or "").startswith(SERVER_TOOL_PREFIXES)]
+        seen = [i for i, t in enumerate(req.tools or ()) if not _server_tool(t)]
 
         def name(m: re.Match[str]) -> str:
             k = int(m.group(1))
@@ -400,10 +400,14 @@ CLIENT_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
+def _server_tool(tool: at.ToolParam) -> bool:
+    return (tool.type or "").startswith(SERVER_TOOL_PREFIXES)
+
+
 def server_tools(req: at.CountTokensRequest) -> list[str]:
     """The ``type`` of each server tool of ``req`` left out of what the model sees (:data:`SERVER_TOOL_PREFIXES`),
     in request order."""
-    return [t.type for t in req.tools or () if t.type and t.type.startswith(SERVER_TOOL_PREFIXES)]
+    return [t.type for t in req.tools or () if t.type and _server_tool(t)]
 
 
 def _tools(tools: list[at.ToolParam] | None) -> list[dict[str, Any]] | None:
@@ -411,7 +415,7 @@ def _tools(tools: list[at.ToolParam] | None) -> list[dict[str, Any]] | None:
         return None
     out = []
     for i, tool in enumerate(tools):
-        if tool.type is not None and tool.type.startswith(SERVER_TOOL_PREFIXES):
+        if _server_tool(tool):
             continue
         if tool.type in CLIENT_TOOLS:
             description, schema = CLIENT_TOOLS[tool.type]
@@ -480,7 +484,7 @@ def to_chat_request(req: at.CountTokensRequest) -> ChatCompletionRequest:
     (tool names, the schema's depth, ``max_tokens`` >= 1, the sampler ranges) it checks here too.
     """
     tool_choice, parallel = _tool_choice(req.tool_choice)
-    server = {t.name for t in req.tools or () if (t.type or "").startswith(SERVER_TOOL_PREFIXES)}
+    server = {t.name for t in req.tools or () if _server_tool(t)}
     if isinstance(req.tool_choice, at.ToolChoiceTool) and req.tool_choice.name in server:
         raise InvalidRequest(f"tool_choice names the server tool {req.tool_choice.name!r}, which runs on Anthropic's "
                              "servers: this server leaves it out, so it cannot be forced", param="tool_choice")

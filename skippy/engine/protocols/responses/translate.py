@@ -342,8 +342,7 @@ class InputStream:
     pair, waits for the next piece), scanning only what is new; nothing before the string's opening quote or
     after its closing one."""
 
-    start: int = -1  # where the string's characters begin in the arguments (-1: not seen yet)
-    end: int = 0  # the arguments decoded so far end here
+    end: int = 0  # the arguments decoded so far end here (0: the string's opening quote not seen yet)
     closed: bool = False
     sent: str = ""
 
@@ -351,11 +350,11 @@ class InputStream:
         """The input's text that ``arguments`` (all so far) adds to :attr:`sent`."""
         if self.closed:
             return ""
-        if self.start < 0:
+        if self.end == 0:
             m = _INPUT_START.match(arguments)
             if m is None:
                 return ""
-            self.start = self.end = m.end()
+            self.end = m.end()
         run = _STRING_RUN.match(arguments, self.end)
         stop = run.end() if run else self.end
         if stop < len(arguments) and arguments[stop] == '"':
