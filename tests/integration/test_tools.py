@@ -206,6 +206,18 @@ def test_strict_template_alternation_error_is_400(server) -> None:
     assert "alternate" in resp.json()["error"]["message"]
 
 
+def test_a_template_without_a_system_role_takes_a_system_prompt_and_tools(server) -> None:
+    """Gemma 2's template raises on a system message; it and the tool emulation's instruction reach the model
+    in the first user message (llama.cpp's polyfill) instead of a 400."""
+    gemma = (CHAT_TEMPLATES / "google-gemma-2-2b-it.jinja").read_text()
+    resp = post(server.base_url, {"chat_template": gemma, "max_tokens": 3, "tools": [WEATHER], "messages": [
+        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Paris?"}]})
+    assert resp.status_code == 200, resp.text
+    plain = post(server.base_url, {"chat_template": gemma, "max_tokens": 3, "messages": [
+        {"role": "user", "content": "Weather in Paris?"}]}).json()
+    assert resp.json()["usage"]["prompt_tokens"] > plain["usage"]["prompt_tokens"] + 50  # the instruction
+
+
 @pytest.mark.parametrize("body", [
     {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
         "type": "object", "properties": {"a": {"type": "string", "pattern": "^(?=x)a+$"}}}}}},

@@ -8,6 +8,7 @@ import random
 import pytest
 
 from skippy.engine.chat.formats.emulated import EmulatedToolParser
+from skippy.engine.chat.history import fold_leading_system
 from skippy.engine.chat.prepare import PreparedTemplate, common_prefix_chars, make_output_parser, render_chat
 from skippy.engine.errors import InvalidRequest
 from skippy.engine.protocols.openai.types import ChatCompletionRequest, Message
@@ -112,6 +113,29 @@ def test_named_tool_choice_is_one_call_whatever_parallel_tool_calls_says() -> No
             plan = _render(tmpl, tools=[WEATHER], tool_choice=named, parallel_tool_calls=parallel).plan
             assert not plan.parallel_tool_calls, (tmpl.caps.chat_format, parallel)
     assert _render(qwen, tools=[WEATHER], tool_choice="required").plan.parallel_tool_calls  # the template's default
+
+
+def test_a_template_without_a_system_role_gets_it_in_the_first_user_message() -> None:
+    """Gemma 2 raises "System role not supported": llama.cpp's polyfill puts the system text before the first
+    user message's (llama-server's /apply-template gives this prompt); the tool emulation's instruction, a
+    system message, reaches the model the same way instead of a 400."""
+    gemma = _tmpl("google-gemma-2-2b-it.jinja")
+    prompt = _render(gemma, messages=[Message("system", "Be brief."), Message("user", "hi")]).prompt
+    assert prompt == "<s><start_of_turn>user\nBe brief.\nhi<end_of_turn>\n<start_of_turn>model\n"
+    prompt = _render(gemma, tools=[WEATHER]).prompt
+    assert prompt.startswith("<s><start_of_turn>user\nYou can call tools.")
+    assert prompt.endswith("Weather in Paris?<end_of_turn>\n<start_of_turn>model\n")
+    prompt = _render(gemma, messages=[Message("system", "A"), Message("developer", "B"),  # none begins it
+                                      Message("assistant", "yo"), Message("user", "hi")]).prompt
+    assert prompt.startswith("<s><start_of_turn>user\nA\nB<end_of_turn>\n<start_of_turn>model\nyo<end_of_turn>")
+
+
+def test_fold_leading_system_keeps_parts_and_leaves_other_conversations() -> None:
+    image = {"type": "image_url", "image_url": {"url": "data:,"}}
+    folded = fold_leading_system([{"role": "system", "content": "S"}, {"role": "user", "content": [image]}])
+    assert folded == [{"role": "user", "content": [{"type": "text", "text": "S"}, image]}]
+    assert fold_leading_system([{"role": "user", "content": "u"}, {"role": "system", "content": "S"}]) is None
+    assert fold_leading_system([{"role": "system", "content": "S"}]) == [{"role": "user", "content": "S"}]
 
 
 @pytest.mark.parametrize("fields, param", [

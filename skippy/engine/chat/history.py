@@ -120,3 +120,30 @@ def fold_late_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]] | N
         else:
             out.append(dict(m))
     return out if late else None
+
+
+def fold_leading_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """``messages`` with the system (or developer) messages before the first other one moved into the first
+    user message, for a template that has no system role (Gemma 2 raises "System role not supported");
+    ``None`` when the conversation does not start with one.
+
+    llama.cpp's rule (minja's system-role polyfill): the system texts, joined by ``"\\n"``, go before the
+    user's text with a ``"\\n"`` between them; a list ``content`` (images) gets them as a first text part.
+    When the next message is not a user one (or there is none), they become a user message of their own.
+    ``content`` must be a string or a list of parts already; the input is not mutated.
+    """
+    n = 0
+    while n < len(messages) and messages[n].get("role") in SYSTEM_ROLES:
+        n += 1
+    if n == 0:
+        return None
+    text = "\n".join(str(m.get("content") or "") for m in messages[:n])
+    rest = messages[n:]
+    if rest and rest[0].get("role") == "user":
+        content = rest[0].get("content")
+        if isinstance(content, list):
+            content = [{"type": "text", "text": text}, *content]
+        else:
+            content = "\n".join(x for x in (text, content or "") if x)
+        return [{**rest[0], "content": content}, *rest[1:]]
+    return [{"role": "user", "content": text}, *rest]

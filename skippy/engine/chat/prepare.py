@@ -19,7 +19,7 @@ from skippy.engine.chat.documents import extract_documents
 from skippy.engine.chat.formats import REASONING_FORMATS, SYNTAXES, make_parser
 from skippy.engine.chat.formats.base import StreamParser
 from skippy.engine.chat.formats.emulated import EmulatedToolParser
-from skippy.engine.chat.history import fold_late_system, normalize_history
+from skippy.engine.chat.history import fold_late_system, fold_leading_system, normalize_history
 from skippy.engine.chat.images import extract_images
 from skippy.engine.chat.plan import ParsePlan
 from skippy.engine.chat.templates import ChatTemplate, TemplateError
@@ -279,6 +279,8 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
 
     if not caps.supports_late_system:  # a system message the template refuses or drops where it stands
         messages = fold_late_system(messages) or messages
+    if not caps.supports_system_role:  # no system role at all (Gemma 2): the first user message carries it
+        messages = fold_leading_system(messages) or messages
     try:
         prompt = render(messages)
     except TemplateError as exc:
