@@ -219,3 +219,35 @@ def test_a_deeply_nested_grammar_is_a_400_and_the_server_lives(server) -> None:
         "tool_choice": {"type": "function", "function": {"name": "run"}}})
     assert r.status_code == 200, r.text
     assert httpx.get(server.base_url + "/health", timeout=10).status_code == 200
+
+
+NOTHING = r"root ::= [^\x00-\U0010FFFF]"  # a character class that holds no character: it matches nothing
+
+
+@pytest.mark.parametrize("path, fields", [
+    ("/completion", {"prompt": "Hi", "grammar": NOTHING}),
+    ("/completion", {"prompt": "Hi", "grammar": 'root ::= "a"', "logit_bias": [[81, False]]}),  # bans "a"
+    ("/completion", {"prompt": "Hi", "json_schema": {"const": 7}, "logit_bias": [["7", False]]}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "grammar": NOTHING}),
+])
+def test_a_grammar_that_allows_no_token_is_a_400_and_the_others_go_on(server, path: str, fields: dict) -> None:
+    """llama.cpp aborts the process when it accepts a token its grammar rejects ("Unexpected empty grammar
+    stack"), which a grammar that matches nothing, or logit_bias banning every token it allows, made the
+    sampler pick: the whole server died. Now that request is a 400 (``no_token_allowed``; a llguidance
+    constraint no longer answers a token outside it either) while another request's stream goes on."""
+    other = {"prompt": "Count: 1, 2, 3,", "n_predict": 24, "temperature": 0, "ignore_eos": True, "stream": True}
+    with httpx.Client(base_url=server.base_url, timeout=120) as client:
+        with client.stream("POST", "/completion", json=other) as stream:
+            lines = stream.iter_lines()
+            assert next(line for line in lines if line.startswith("data: "))
+            r = client.post(path, json={**fields, "max_tokens": 3, "n_predict": 3})
+            assert r.status_code == 400, r.text
+            assert r.json()["error"]["code"] == "no_token_allowed"
+            last = json.loads([line for line in lines if line.startswith("data: ")][-1][6:])
+        assert last["stop"] and last["tokens_predicted"] == 24, last
+        streamed = client.post("/completion", json={"prompt": "Hi", "n_predict": 3, "stream": True,
+                                                    "grammar": 'root ::= "ab" [^\\x00-\\U0010FFFF]'})
+        events = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: ")]
+        assert "".join(e.get("content", "") for e in events[:-1]) == "ab", events
+        assert events[-1]["error"]["code"] == "no_token_allowed", events
+        assert client.get("/health").status_code == 200

@@ -255,7 +255,8 @@ class Generation:
         matched: it is discarded and not counted), a :class:`Done` for the
         :class:`FinishEvent`.
 
-        Raises :class:`GenerationError` (500) for an ``error`` finish and
+        Raises :class:`GenerationError` (500) for an ``error`` finish, :class:`InvalidRequest` (400,
+        ``no_token_allowed``) for a ``no_token`` one (the request's grammar left nothing to sample), and
         :class:`EngineClosed` (503) for a ``cancelled`` one that no stop string
         asked for (the engine stopped); :attr:`finish_info` says so first.
         """
@@ -293,6 +294,10 @@ class Generation:
         if ev.reason == "error":
             self.finish_info = FinishInfo(status="error", completion_tokens=n, error=ev.error)
             raise GenerationError(f"generation failed: {ev.error}")
+        if ev.reason == "no_token":
+            self.finish_info = FinishInfo(status="error", completion_tokens=n, error="no token allowed")
+            raise InvalidRequest(f"after {n} generated token(s) the grammar or schema allows no token: it matches "
+                                 "nothing there, or logit_bias bans every token it allows", code="no_token_allowed")
         if self._pipeline.stopped:
             reason = self._pipeline.finish_reason  # a stop string; an early-stop rule's (a limit: length)
         elif ev.reason == "cancelled":

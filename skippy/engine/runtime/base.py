@@ -22,6 +22,12 @@ if TYPE_CHECKING:
     from skippy.engine.runtime.tokenization import SpecialTokens
 
 
+#: what :meth:`Runtime.sample` returns when a grammar or constraint leaves no token to sample (a grammar that
+#: matches nothing, or ``logit_bias`` banning every token it allows): the sequence ends there with finish
+#: reason ``no_token`` (llama.cpp would abort on accepting a token its grammar rejects)
+NO_TOKEN = -1
+
+
 @attrs.frozen
 class KVCacheInfo:
     """The KV cache a runtime allocated (llama-server's start-up line ``llama_kv_cache: size = ...``).
@@ -312,7 +318,8 @@ class Runtime(Protocol):
         ...
 
     def sample(self, sampler: object, index: int) -> int:
-        """Sample (and accept) a token from the logits at batch index ``index`` of the last decode."""
+        """Sample (and accept) a token from the logits at batch index ``index`` of the last decode; :data:`NO_TOKEN`
+        (nothing accepted) when the sampler's grammar or constraint, with its ``logit_bias``, allows no token."""
         ...
 
     def accept(self, sampler: object, token: int) -> None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 import llama_cpp
 import numpy as np
 
-from skippy.engine.runtime.base import ModelMeta
+from skippy.engine.runtime.base import NO_TOKEN, ModelMeta
 from skippy.engine.runtime.vocab import LLG_LIMITS, LlamaVocab
 from skippy.engine.sampling.params import SamplingParams
 from skippy.engine.sampling.vector import SeqSampler, sample_rows, vectorizable
@@ -209,8 +209,12 @@ class SamplerMixin:
                 self._mask(s, cand["logit"])
                 llama_cpp.llama_sampler_apply(s.chain, ctypes.byref(cur))
                 token = int(cand["id"][cur.selected])
+                if cand["logit"][cur.selected] == -np.inf:  # the grammar (with logit_bias) allows no token
+                    return NO_TOKEN
             llama_cpp.llama_sampler_accept(s.grammar, token)
         if s.matcher is not None:
+            if cand["logit"][cur.selected] == -np.inf:  # the constraint (with logit_bias) allows no token
+                return NO_TOKEN
             s.matcher.consume_token(token)
         llama_cpp.llama_sampler_accept(s.chain, token)
         return token

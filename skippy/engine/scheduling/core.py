@@ -122,7 +122,7 @@ from skippy.engine.errors import QueueFull
 from skippy.engine.hooks.policy import Inject, Outcome, Stop
 from skippy.engine.hooks.signals import GenerationSignals, PrefillSignals, SignalWindow
 from skippy.engine.lora import NO_LORA, LoraSet
-from skippy.engine.runtime.base import Runtime
+from skippy.engine.runtime.base import NO_TOKEN, Runtime
 from skippy.engine.sampling.vector import SeqSampler
 from skippy.engine.scheduling.batch import BatchPlan, SeqState, plan_step
 from skippy.engine.scheduling.budget import BudgetState
@@ -736,6 +736,8 @@ class SchedulerCore:
         if seq.forced:  # the reasoning budget is spent: this position takes the next forced token instead
             forced = TokenEvent(seq.forced.popleft(), logprob=0.0 if seq.request.params.logprobs else None)
             return self._accept(seq, forced, forced=True)  # logprob 0: the forcing left no other choice
+        if ev.token == NO_TOKEN:  # its grammar or constraint allows no token: nothing more can be sampled
+            return [self._finish(seq, "no_token")]
         if ev.token in self.runtime.meta.eog_ids or ev.token in seq.request.params.stop_token_ids:
             return [self._finish(seq, "stop")]
         if seq.window is not None and ev.entropy is not None and ev.margin is not None:  # none: non-finite logits

@@ -29,7 +29,7 @@ import attrs
 import numpy as np
 
 from skippy.engine.hooks.signals import logprobs_top, token_logprob
-from skippy.engine.runtime.base import NextTokens, Runtime
+from skippy.engine.runtime.base import NO_TOKEN, NextTokens, Runtime
 from skippy.engine.sampling.vector import SeqSampler, sample_rows
 from skippy.engine.scheduling.embed import EmbedResult
 from skippy.engine.scheduling.events import TokenEvent, TopLogprob, plain_event
@@ -112,7 +112,7 @@ def run_steps(runtime: Runtime, step: StepPlan, first: Sequence[TokenEvent], mar
 
     Each later decode takes, for every sequence still in the run, the token it sampled last, at
     the next position (the batch in the first one's order, as the steps of single-step planning
-    would have it); a sequence leaves the run once it sampled one of its ``ends`` or its
+    would have it); a sequence leaves the run once it sampled one of its ``ends`` (or ``NO_TOKEN``) or its
     ``steps`` tokens. The run stops after ``step.steps`` decodes, when no sequence is left, when
     one finished and ``step.until_finish``, or when ``interrupt()`` is true. Returns per sample
     the tuple of its tokens, in order (the core applies them as if each had come from a step
@@ -125,7 +125,8 @@ def run_steps(runtime: Runtime, step: StepPlan, first: Sequence[TokenEvent], mar
     samples = step.samples
     entries = step.batch.entries  # type: ignore[union-attr]
     at = [entries[task.index] for task in samples]  # each sequence's entry in the first decode
-    live = [j for j, task in enumerate(samples) if task.steps > 1 and first[j].token not in task.ends]
+    live = [j for j, task in enumerate(samples)
+            if task.steps > 1 and first[j].token not in task.ends and first[j].token != NO_TOKEN]
     tasks: list[SampleTask] = []  # the live sequences' tasks at their indices in the next batch
     seqs: list[int] = []
     pos = np.empty(0, np.int64)
@@ -150,7 +151,7 @@ def run_steps(runtime: Runtime, step: StepPlan, first: Sequence[TokenEvent], mar
         left = []
         for j, ev in zip(live, events, strict=True):
             runs[j].append(ev)
-            if len(runs[j]) < samples[j].steps and ev.token not in samples[j].ends:
+            if len(runs[j]) < samples[j].steps and ev.token not in samples[j].ends and ev.token != NO_TOKEN:
                 left.append(j)
         live = left
     return [tuple(r) for r in runs], decodes

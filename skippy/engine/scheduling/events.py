@@ -133,7 +133,8 @@ class FinishEvent:
     """End of a sequence; always its last event.
 
     ``reason``: ``stop`` (an end-of-generation token), ``length``,
-    ``cancelled``, ``error`` (with ``error`` set), or a hook's stop reason
+    ``cancelled``, ``error`` (with ``error`` set), ``no_token`` (the grammar or constraint allowed no
+    token: :data:`~skippy.engine.runtime.base.NO_TOKEN`), or a hook's stop reason
     (``stopped_by_hook``). Times are milliseconds: ``queue_ms`` from submission to
     admission (to the end for a request never admitted), ``prompt_ms`` from admission
     to the first sampled token, ``predicted_ms`` from then to the end.
