@@ -119,7 +119,6 @@ def test_every_json_field_closes_objects_by_default():
     ({"guided_choice": []}, "guided_choice"),
     ({"guided_choice": ["a", ""]}, "guided_choice"),
     ({"guided_grammar": "   "}, "guided_grammar"),
-    ({"grammar": ""}, "grammar"),
     ({"structured_outputs": {"regex": "a", "choice": ["a"]}}, "structured_outputs.choice"),
     ({"structured_outputs": {"structural_tag": {}}}, "structured_outputs.structural_tag"),
     ({"json_schema": SCHEMA, "guided_regex": "a"}, "guided_regex"),
@@ -130,6 +129,13 @@ def test_malformed_or_conflicting_constraint_is_400_naming_the_field(make, field
     with pytest.raises(InvalidRequest) as ei:
         constraint_from_request(make(**fields))
     assert ei.value.param == param
+
+
+@pytest.mark.parametrize("make", [chat, completion])
+def test_an_empty_grammar_is_no_grammar(make):
+    """llama-server reads ``grammar: ""`` as none (the llama.cpp web UI and many scripts send it)."""
+    for grammar in ("", "  \n"):
+        assert not constraint_from_request(make(grammar=grammar))
 
 
 def test_unknown_structured_outputs_key_is_refused_at_decoding():
