@@ -17,8 +17,11 @@ penalties -> top_k -> top_p -> min_p -> temperature -> dist
   llama.vim ask for) runs between ``min_p`` and ``temperature``
   (:attr:`SamplingParams.infill <skippy.engine.sampling.params.SamplingParams>`, see
   :func:`wants_infill`);
-- an order our chain cannot run (e.g. ``temperature`` before ``top_k``)
-  or an unknown name is a 400 naming ``samplers``.
+- an unknown name or code is skipped with a logged warning, as llama.cpp's
+  ``common_sampler_types_from_names`` does (older llama.cpp web UI settings hold
+  ``tfs_z`` / ``f``, since removed);
+- an order our chain cannot run (e.g. ``temperature`` before ``top_k``) is a 400
+  naming ``samplers``.
 
 llama-server's ``logit_bias`` forms (``[[id, bias]]``, ``[[id, false]]``,
 ``[["text", bias]]``, ``{"id": bias}``, ``{"text": bias}``) are read by
@@ -28,6 +31,7 @@ llama-server's ``logit_bias`` forms (``[[id, bias]]``, ``[[id, false]]``,
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -40,6 +44,8 @@ from skippy.engine.protocols.llama_server.types import NativeLogitBias
 from skippy.engine.protocols.openai.types import SamplingFields
 
 T = TypeVar("T", bound=SamplingFields)
+
+log = logging.getLogger(__name__)
 
 #: our chain, in order
 CHAIN = ("penalties", "top_k", "top_p", "min_p", "infill", "temperature")
@@ -61,7 +67,7 @@ CHARS = {"e": "penalties", "d": "dry", "k": "top_k", "y": "typ_p", "p": "top_p",
 def sampler_names(samplers: list[str] | str) -> list[str]:
     """Canonical names of a ``samplers`` field (a list of names, or a string of one-letter codes).
 
-    Raises :class:`InvalidRequest` (``param="samplers"``) for an unknown name or code.
+    An unknown name or code is left out, with a logged warning (llama.cpp's rule).
     """
     items = list(samplers) if isinstance(samplers, str) else samplers
     table = CHARS if isinstance(samplers, str) else NAMES
@@ -69,8 +75,8 @@ def sampler_names(samplers: list[str] | str) -> list[str]:
     for item in items:
         name = table.get(item if isinstance(samplers, str) else item.lower())
         if name is None:
-            raise InvalidRequest(f"unknown sampler {item!r} in samplers (known: {', '.join(sorted(NAMES))})",
-                                 param="samplers")
+            log.warning("samplers: unknown sampler %r left out (known: %s)", item, ", ".join(sorted(NAMES)))
+            continue
         out.append(name)
     return out
 
