@@ -300,3 +300,6 @@ def test_sse_stream_of_the_compat_server_ends_with_done(llama_cli: Server) -> No
                       json={"messages": HI, "max_tokens": 2, "stream": True})
     events = sse_events(resp)
     assert events[-1] == DONE and resp.headers["X-Request-Id"]
+    finish = events[-2]  # the finish chunk carries its timings, as llama-server's (the llama.cpp web UI reads them)
+    assert finish["choices"][0]["finish_reason"] and finish["timings"]["predicted_n"] >= 1, finish
+    assert all("timings" not in e for e in events[:-2])

@@ -347,7 +347,8 @@ def test_chat_stream_chunks() -> None:
     assert chunks[2]["choices"] == [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}]
     assert chunks[3]["choices"] == [] and chunks[3]["usage"]["completion_tokens"] == 1
     assert chunks[3]["timings"]["predicted_n"] == 1
-    assert "usage" not in chunks[2] and "timings" not in chunks[0]
+    assert "usage" not in chunks[2] and "timings" not in chunks[0] and "timings" not in chunks[1]
+    assert chunks[2]["timings"]["predicted_n"] == 1  # the finish chunk's, as llama-server's (its web UI reads it)
 
 
 def test_hook_events_ride_on_the_chunk_where_they_happen_and_the_completion_lists_them() -> None:

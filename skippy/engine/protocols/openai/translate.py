@@ -217,9 +217,9 @@ class ChatReply:
 
         One chunk per delta (the item's logprobs and hook events ride on the first); a token
         without deltas but with logprobs (or a hook event) gets a chunk with an empty delta. A
-        :class:`Done` ends with the finish chunk (empty delta, ``finish_reason``)
-        and, with ``include_usage``, a chunk with empty ``choices``, ``usage`` and
-        ``timings``.
+        :class:`Done` ends with the finish chunk (empty delta, ``finish_reason``, and the choice's llama-server
+        ``timings``, which the llama.cpp web UI reads) and, with ``include_usage``, a chunk with empty
+        ``choices``, ``usage`` and ``timings``.
         """
         pending = list(item.tokens) if isinstance(item, Piece) else []
         hooks = list(item.hook_events) if isinstance(item, Piece) else []
@@ -227,8 +227,9 @@ class ChatReply:
         for d in item.deltas:
             out.append(self._chunk([self._choice(chat_delta(d), pending, hook_events=hooks)]))
             pending, hooks = [], []
-        if isinstance(item, Done):
-            out.append(self._chunk([self._choice(wire.ChatDelta(), [], item.finish_reason)]))
+        if isinstance(item, Done):  # the finish chunk carries the choice's timings, as llama-server's does
+            out.append(self._chunk([self._choice(wire.ChatDelta(), [], item.finish_reason)],
+                                   timings=timings(item.counts)))
             if self.include_usage:
                 out.append(self.usage_chunk(usage(item.counts), timings(item.counts)))
         elif pending or hooks:

@@ -355,7 +355,8 @@ class ChatCompletionChunk(WireStruct, kw_only=True):
 
     Every chunk of a stream has the same ``id`` and ``created``. With
     ``stream_options.include_usage`` a last chunk has empty ``choices`` and the
-    ``usage`` (and llama-server ``timings``); other chunks have neither.
+    ``usage`` (and llama-server ``timings``); a choice's finish chunk has its ``timings`` (llama-server's);
+    other chunks have neither.
     """
 
     id: str
