@@ -69,7 +69,7 @@ from skippy.engine.hooks.policy import Deny, Inject, Stop
 from skippy.engine.hooks.signals import FinishInfo
 from skippy.engine.infill import ExtraChunk, Mixed, format_infill, require_fim
 from skippy.engine.lora import LoraAdapters
-from skippy.engine.output.embeddings import fit, split_input
+from skippy.engine.output.embeddings import fit, normalize_embd, split_input
 from skippy.engine.output.generation import Done, Generation, GenerationError, GenerationOptions
 from skippy.engine.output.line_limits import LineLimits
 from skippy.engine.output.rerank import fit_pair, pair_tokens, template_prompt
@@ -101,6 +101,7 @@ from skippy.engine.protocols.llama_server.types import (
     InfillRequest,
     MultimodalPrompt,
     NativeCompletionRequest,
+    NativeEmbeddingRequest,
     NativeFields,
     native_n_cmpl,
     native_n_predict,
@@ -287,6 +288,32 @@ class Engine:
         and for a bad ``input`` (:func:`~skippy.engine.output.embeddings.split_input`; longer than the embedding
         context without ``truncate``: ``context_length_exceeded``); :class:`QueueFull` (429); :class:`EngineClosed`.
         """
+        if req.dimensions is not None and req.dimensions != self.meta.n_embd:
+            raise InvalidRequest(f"dimensions is {req.dimensions}, but this model's embeddings have "
+                                 f"{self.meta.n_embd} (they cannot be shortened); leave dimensions out",
+                                 param="dimensions")
+        event = await self._embed(req.input, req.truncate)
+        assert event.vectors is not None
+        return embedding_list(event.vectors, model=self.reply_model(req.model), prompt_tokens=event.prompt_tokens,
+                              encoding_format=req.encoding_format)
+
+    async def embeddings_native(self, req: NativeEmbeddingRequest) -> list[wire.NativeEmbedding]:
+        """llama-server's ``POST /embedding``: one entry per input, its pooled vector normalized as
+        ``embd_normalize`` says (:func:`~skippy.engine.output.embeddings.normalize_embd`). Raises as
+        :meth:`embeddings`, and :class:`InvalidRequest` (400) for an ``embd_normalize`` below -1."""
+        if req.embd_normalize < -1:
+            raise InvalidRequest("embd_normalize must be -1 (none), 0 (max absolute), 1 (taxicab), 2 (Euclidean) "
+                                 "or a p-norm above 2", param="embd_normalize")
+        event = await self._embed(req.inputs(), req.truncate, param="content" if req.input is None else "input")
+        assert event.vectors is not None
+        rows = normalize_embd(event.vectors, req.embd_normalize)
+        return [wire.NativeEmbedding(index=i, embedding=[row.tolist()]) for i, row in enumerate(rows)]
+
+    async def _embed(self, raw: str | list[str | int | list[int]], truncate: bool,
+                     param: str = "input") -> EmbeddingsEvent:
+        """Pool the inputs of ``raw`` (OpenAI's ``input`` shapes; strings tokenized as llama-server does, the
+        vocabulary's special tokens added and parsed). Raises :class:`NotSupported` (501) without
+        ``embeddings``, :class:`InvalidRequest` (400) as :meth:`embeddings` says, naming ``param``."""
         if self.closed:
             raise EngineClosed("the engine is shutting down")
         info = self.meta.embeddings
@@ -295,19 +322,16 @@ class Engine:
                                code="not_supported")
         if info.error is not None:
             raise InvalidRequest(info.error, code="pooling_not_supported")
-        if req.dimensions is not None and req.dimensions != self.meta.n_embd:
-            raise InvalidRequest(f"dimensions is {req.dimensions}, but this model's embeddings have "
-                                 f"{self.meta.n_embd} (they cannot be shortened); leave dimensions out",
-                                 param="dimensions")
         inputs = []
-        for i, item in enumerate(split_input(req.input, self.meta.n_vocab)):
-            tokens = (await self.tokenizer.tokenize(item, add_special=True, parse_special=True)
-                      if isinstance(item, str) else item)
-            inputs.append(fit(tokens, i, info.n_ctx, req.truncate))
-        event = await self._pool(inputs)
-        assert event.vectors is not None
-        return embedding_list(event.vectors, model=self.reply_model(req.model), prompt_tokens=event.prompt_tokens,
-                              encoding_format=req.encoding_format)
+        try:
+            for i, item in enumerate(split_input(raw, self.meta.n_vocab)):
+                tokens = (await self.tokenizer.tokenize(item, add_special=True, parse_special=True)
+                          if isinstance(item, str) else item)
+                inputs.append(fit(tokens, i, info.n_ctx, truncate))
+        except InvalidRequest as exc:
+            exc.param = param if exc.param == "input" else exc.param
+            raise
+        return await self._pool(inputs)
 
     async def rerank(self, req: RerankRequest) -> rerank_wire.RerankResponse:
         """``POST /v1/rerank`` (Jina / Cohere, as llama-server and vLLM): ``req.documents`` scored against

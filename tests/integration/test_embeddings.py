@@ -217,9 +217,36 @@ def test_malformed_json_and_the_log_have_no_server_error(embd_server: Server) ->
     assert "Traceback" not in log and " 500 " not in log
 
 
+def test_llama_servers_own_embedding_route_normalizes_as_embd_normalize_says(embd_server: Server) -> None:
+    """``POST /embedding`` (and ``/embeddings``), llama-server's own shape: ``[{"index", "embedding": [[...]]}]``,
+    each row normalized by ``embd_normalize`` as llama.cpp's ``common_embd_normalize``; the vectors are
+    ``/v1/embeddings``' (checked against llama.cpp above) before their normalization."""
+    texts = SENTENCES[:3]
+    data = httpx.post(embd_server.base_url + "/v1/embeddings", json={"input": texts}, timeout=60).json()["data"]
+    unit = np.array([d["embedding"] for d in data], dtype=np.float64)
+
+    def native(path: str = "/embedding", **body) -> np.ndarray:
+        reply = httpx.post(embd_server.base_url + path, json=body, timeout=60)
+        assert reply.status_code == 200, reply.text
+        assert [e["index"] for e in reply.json()] == list(range(len(reply.json())))
+        return np.array([e["embedding"][0] for e in reply.json()], dtype=np.float64)
+
+    assert np.abs(native(content=texts) - unit).max() < 1e-6  # 2, Euclidean: the default
+    raw = native("/embeddings", input=texts, embd_normalize=-1)
+    assert np.abs(raw / np.linalg.norm(raw, axis=1, keepdims=True) - unit).max() < 1e-6
+    assert np.allclose(np.abs(native(content=texts, embd_normalize=0)).max(axis=1), 32760.0)
+    assert np.allclose(np.abs(native(content=texts, embd_normalize=1)).sum(axis=1), 1.0)
+    assert np.allclose((np.abs(native(content=texts, embd_normalize=3)) ** 3).sum(axis=1), 1.0)
+    for body, param in (({}, "content"), ({"content": ""}, "content"), ({"content": "x", "embd_normalize": -2},
+                                                                         "embd_normalize")):
+        reply = httpx.post(embd_server.base_url + "/embedding", json=body, timeout=60)
+        assert reply.status_code == 400 and reply.json()["error"]["param"] == param, reply.text
+
+
 def test_without_embeddings_the_route_answers_501_as_llama_server(base_url: str) -> None:
     resp = httpx.post(base_url + "/v1/embeddings", json={"input": "hello"}, timeout=60)
     assert resp.status_code == 501
+    assert httpx.post(base_url + "/embedding", json={"content": "hello"}, timeout=60).status_code == 501
     error = resp.json()["error"]
     assert error["type"] == "not_supported_error" and "--embeddings" in error["message"]
     assert httpx.get(base_url + "/props", timeout=30).json()["embeddings"] is False

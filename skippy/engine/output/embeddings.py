@@ -58,3 +58,19 @@ def normalize(vectors: np.ndarray) -> np.ndarray:
     """Each row divided by its L2 norm (a zero row stays zero: llama.cpp ``common_embd_normalize``), float32."""
     norms = np.linalg.norm(vectors.astype(np.float64), axis=1, keepdims=True)
     return (vectors / np.where(norms > 0.0, norms, 1.0)).astype(np.float32)
+
+
+def normalize_embd(vectors: np.ndarray, mode: int) -> np.ndarray:
+    """Each row normalized as llama.cpp's ``common_embd_normalize(..., embd_norm=mode)``: -1 as it is, 0 scaled
+    so its largest absolute value is 32760 (int16's range), 2 to Euclidean length 1, any other ``p`` (1:
+    taxicab) to p-norm 1; a zero row stays zero. Float32, shape kept."""
+    x = vectors.astype(np.float64)
+    if mode == -1:
+        return vectors.astype(np.float32)
+    if mode == 0:
+        norms = np.abs(x).max(axis=1, keepdims=True) / 32760.0
+    elif mode == 2:
+        norms = np.sqrt((x * x).sum(axis=1, keepdims=True))
+    else:
+        norms = (np.abs(x) ** mode).sum(axis=1, keepdims=True) ** (1.0 / mode)
+    return (x / np.where(norms > 0.0, norms, 1.0)).astype(np.float32)

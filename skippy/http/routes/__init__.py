@@ -34,6 +34,7 @@ from skippy.engine.protocols.llama_server.types import (
     InfillRequest,
     ModelActionRequest,
     NativeCompletionRequest,
+    NativeEmbeddingRequest,
     SlotActionRequest,
     TokenizeRequest,
 )
@@ -53,6 +54,7 @@ from skippy.http.routes.llama_server import (
     apply_template,
     completion_native,
     detokenize,
+    embedding,
     infill,
     input_tokens,
     lora_adapters,
@@ -121,6 +123,9 @@ ROUTES: tuple[Route, ...] = (
           wire.NativeCompletion, sse=wire.NativeCompletion, shape="one-or-list"),
     Route(("/v1/embeddings",), "POST", embeddings, "OpenAI Embeddings: L2-normalized vectors from the embedding "
           "context (501 unless the server runs with --embeddings)", EmbeddingRequest, openai_wire.EmbeddingList),
+    Route(("/embedding", "/embeddings"), "POST", embedding, "llama-server embeddings: one entry per input, "
+          "its pooled vector normalized as embd_normalize says (501 unless the server runs with --embeddings)",
+          NativeEmbeddingRequest, wire.NativeEmbedding, shape="list"),
     Route(("/v1/rerank", "/rerank", "/v2/rerank", "/reranking", "/v1/reranking"), "POST", rerank,
           "Jina / Cohere reranking: documents scored against a query, best first (400 unless the server runs with "
           "--reranking)", RerankRequest, rerank_wire.RerankResponse),

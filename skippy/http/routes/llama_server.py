@@ -18,6 +18,7 @@ from skippy.engine.protocols.llama_server.types import (
     InfillRequest,
     ModelActionRequest,
     NativeCompletionRequest,
+    NativeEmbeddingRequest,
     SlotActionRequest,
     TokenizeRequest,
 )
@@ -139,6 +140,14 @@ async def props_change() -> Response:
         raise NotSupported("This server does not support changing global properties. Start it with `--props`")
     await read_body(dict, ctx)  # a JSON object, as llama-server parses it
     return json_response({"success": True})
+
+
+async def embedding() -> Response:
+    """llama-server ``POST /embedding`` (``/embeddings``): its own shape, not OpenAI's (``/v1/embeddings``)."""
+    app, ctx = shared(), current()
+    req = await read_body(NativeEmbeddingRequest, ctx)
+    eng = await app.engine_for(req.model)
+    return json_response(await unless_gone(app, ctx, eng.embeddings_native(req)))
 
 
 async def tokenize() -> Response:

@@ -152,6 +152,27 @@ class TokenizeRequest(msgspec.Struct, kw_only=True):
     model: str | None = None  # several models served: whose vocabulary (llama-server's router mode)
 
 
+class NativeEmbeddingRequest(msgspec.Struct, kw_only=True):
+    """``POST /embedding`` (``/embeddings``, llama-server's own embeddings): ``content`` (or ``input``) in the
+    shapes of OpenAI's ``input`` (a string, strings, token ids, lists of token ids), one vector per input;
+    ``embd_normalize`` (llama.cpp ``common_embd_normalize``): -1 none, 0 max-absolute scaled to int16's range,
+    1 taxicab, 2 Euclidean (the default, as ``--embd-normalize``'s), above 2 the p-norm."""
+
+    content: str | list[str | int | list[int]] | None = None
+    input: str | list[str | int | list[int]] | None = None
+    embd_normalize: int = 2
+    truncate: bool = False
+    model: str | None = None  # several models served: whose embeddings (llama-server's router mode)
+
+    def inputs(self) -> str | list[str | int | list[int]]:
+        """``input`` when given (llama-server reads it first), else ``content``. Raises :class:`InvalidRequest`
+        (400) when neither is."""
+        raw = self.input if self.input is not None else self.content
+        if raw is None:
+            raise InvalidRequest('"input" or "content" must be provided', param="content")
+        return raw
+
+
 class DetokenizeRequest(msgspec.Struct, kw_only=True):
     """``POST /detokenize`` (llama-server): ``tokens`` -> ``{"content": ...}``."""
 

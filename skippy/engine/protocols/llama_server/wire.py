@@ -73,6 +73,14 @@ class TokenizeResponse(WireStruct, kw_only=True):
     tokens: list[int | TokenPiece]
 
 
+class NativeEmbedding(WireStruct, kw_only=True):
+    """One input's entry of llama-server's ``POST /embedding`` reply (a list of them, in input order):
+    ``embedding`` holds one row, the pooled vector normalized as the request's ``embd_normalize`` says."""
+
+    index: int
+    embedding: list[list[float]]
+
+
 class DetokenizeResponse(WireStruct, kw_only=True):
     """llama-server ``POST /detokenize``."""
 
