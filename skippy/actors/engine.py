@@ -58,6 +58,7 @@ from skippy.engine.chat.plan import ParsePlan
 from skippy.engine.chat.prepare import make_output_parser
 from skippy.engine.config import EngineConfig
 from skippy.engine.errors import (
+    ContextLengthExceeded,
     EngineClosed,
     InvalidRequest,
     ModelNotFound,
@@ -531,7 +532,12 @@ class Engine:
                                     cache_prompt=req.cache_prompt, speculative=speculative(req, self.limits),
                                     arrival=arrival, lora=lora, save_replaced=save_replaced)
         for tokens, media, text in prompts:
-            max_tokens = self._max_tokens(msgspec.structs.replace(sreq, max_tokens=limit), len(tokens), allow_zero=True)
+            try:
+                max_tokens = self._max_tokens(msgspec.structs.replace(sreq, max_tokens=limit), len(tokens),
+                                              allow_zero=True, prompt_param="prompt")
+            except ContextLengthExceeded as exc:
+                exc.type = "exceed_context_size_error"  # llama-server's type on its own routes
+                raise
             prompt_text = text if text is not None else await self.tokenizer.detokenize(tokens)
             shared = attrs.evolve(options, media=media, min_reuse=min_reuse(n_cmpl, len(tokens), self.min_tail))
             for j in range(n_cmpl):
@@ -839,7 +845,7 @@ class Engine:
                                    speculative=speculative(req, self.limits), arrival=arrival, lora=lora)
         for text, prompt in prompts:
             texts.append(text)
-            max_tokens = self._max_tokens(req, len(prompt))
+            max_tokens = self._max_tokens(req, len(prompt), prompt_param="prompt")
             options = attrs.evolve(shared, min_reuse=min_reuse(n, len(prompt), self.min_tail))
             for j in range(n):
                 # the first choice scores the prompt (prefilled whole, so not from the cache); the others copy
@@ -897,10 +903,11 @@ class Engine:
             params = attrs.evolve(params, constraint=rc.constraint)
         return params
 
-    def _max_tokens(self, req: SamplingFields, n_prompt: int, *, allow_zero: bool = False) -> int:
+    def _max_tokens(self, req: SamplingFields, n_prompt: int, *, allow_zero: bool = False,
+                    prompt_param: str = "messages") -> int:
         """The completion budget of a prompt of ``n_prompt`` tokens (:func:`completion_budget`); a clamped
         ``max_tokens`` is noted in the :class:`RequestTrace` (the header and the log line report it)."""
-        budget = completion_budget(req, n_prompt, self.limits, allow_zero=allow_zero)
+        budget = completion_budget(req, n_prompt, self.limits, allow_zero=allow_zero, prompt_param=prompt_param)
         trace = TRACE.get()
         if budget.clamped is not None and trace is not None and (
                 trace.max_tokens_clamped is None or budget.clamped[1] < trace.max_tokens_clamped[1]):

@@ -98,7 +98,8 @@ def sampling(req: SamplingFields, limits: Limits, *, logprobs: bool, top_logprob
     return attrs.evolve(params, infill=True) if wants_infill(req.samplers) else params
 
 
-def completion_budget(req: SamplingFields, n_prompt: int, limits: Limits, *, allow_zero: bool = False) -> Budget:
+def completion_budget(req: SamplingFields, n_prompt: int, limits: Limits, *, allow_zero: bool = False,
+                      prompt_param: str = "messages") -> Budget:
     """The completion budget of a prompt of ``n_prompt`` tokens: the request's ``n_predict`` (llama-server's
     name, which wins; -1: none given), else ``max_tokens`` (or ``max_completion_tokens``), else the server's
     ``n_predict`` within the room left (at least 1), else the room left in the context. ``max_tokens`` 0 is
@@ -106,7 +107,9 @@ def completion_budget(req: SamplingFields, n_prompt: int, limits: Limits, *, all
     ``n_predict`` 0 is taken: the prompt is prefilled, nothing generated. A prompt that alone fills the
     context is a 400 ``context_length_exceeded``; so is a ``max_tokens`` beyond the room left when
     ``clamp_max_tokens`` is off (as OpenAI and vLLM refuse it), else it is clamped to the room (as
-    llama-server and Ollama do) and :attr:`Budget.clamped` says so."""
+    llama-server and Ollama do) and :attr:`Budget.clamped` says so. The prompt's error names ``prompt_param``
+    and words it as llama-server does (``request (N tokens) exceeds the available context size (M tokens)``)
+    and as OpenAI does (``maximum context length is M tokens``): clients recognise either."""
     n_ctx = limits.n_ctx
     asked = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     if asked is not None and asked < (0 if allow_zero else 1):
@@ -115,8 +118,9 @@ def completion_budget(req: SamplingFields, n_prompt: int, limits: Limits, *, all
         asked = None if req.n_predict < 0 else req.n_predict
     if n_prompt >= n_ctx:
         raise ContextLengthExceeded(
-            f"the prompt is {n_prompt} tokens, which does not fit this model's context of {n_ctx} tokens",
-            param="messages", n_prompt=n_prompt, n_ctx=n_ctx)
+            f"request ({n_prompt} tokens) exceeds the available context size ({n_ctx} tokens): this model's "
+            f"maximum context length is {n_ctx} tokens; shorten the prompt or serve it with a larger --ctx-size",
+            param=prompt_param, n_prompt=n_prompt, n_ctx=n_ctx)
     room = n_ctx - n_prompt
     if asked is None and limits.n_predict >= 0:  # the server's -n: within the room left, never a 400
         return Budget(max(1, min(limits.n_predict, room)))

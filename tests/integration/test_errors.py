@@ -43,7 +43,14 @@ def test_prompt_alone_over_context(base_url: str) -> None:
     long = "word " * 3000  # the test server runs --n-ctx 2048
     resp = httpx.post(base_url + "/v1/chat/completions",
                       json={"messages": [{"role": "user", "content": long}]}, timeout=60)
-    assert_envelope(resp, 400, "context_length_exceeded")
+    assert_envelope(resp, 400, "context_length_exceeded", "messages")
+    assert resp.json()["error"]["n_ctx"] == 2048  # llama-server's numbers beside OpenAI's code
+    for path, body in (("/v1/completions", {"prompt": long}), ("/completion", {"prompt": long})):
+        resp = httpx.post(base_url + path, json=body, timeout=60)
+        error = resp.json()["error"]
+        assert resp.status_code == 400 and error["param"] == "prompt", resp.text
+        assert error["n_ctx"] == 2048 and error["n_prompt_tokens"] > 2048
+    assert error["type"] == "exceed_context_size_error"  # llama-server's type on its own route
 
 
 def test_other_routes_bad_input(base_url: str) -> None:

@@ -290,7 +290,9 @@ def test_max_tokens_clamped_to_context(hard_server: Server) -> None:
     resp = httpx.post(hard_server.base_url + "/v1/chat/completions", json=too_long, headers=AUTH, timeout=60)
     assert_envelope(resp, 400, "context_length_exceeded")
     message = resp.json()["error"]["message"]
-    assert "256" in message and "does not fit" in message
+    assert "exceeds the available context size (256 tokens)" in message  # llama-server's words
+    assert "maximum context length is 256 tokens" in message  # OpenAI's: clients recognise either
+    assert resp.json()["error"]["n_ctx"] == 256 and resp.json()["error"]["n_prompt_tokens"] > 256
 
 
 def test_request_timeout_non_stream_is_504_and_frees_the_sequence(timeout_server: Server) -> None:

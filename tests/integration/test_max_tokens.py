@@ -111,7 +111,7 @@ def test_a_prompt_that_alone_fills_the_context_is_still_400(clamp_server: Server
     with pytest.raises(openai.BadRequestError) as exc:
         _oai(clamp_server).chat.completions.create(
             model="any", messages=[{"role": "user", "content": "word " * 400}], max_tokens=32000)
-    assert exc.value.body["code"] == "context_length_exceeded" and "does not fit" in exc.value.body["message"]
+    assert exc.value.body["code"] == "context_length_exceeded" and "exceeds the available" in exc.value.body["message"]
 
 
 def test_strict_server_refuses_naming_the_flag(strict_server: Server) -> None:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
+from skippy.engine.errors import ContextLengthExceeded
 from skippy.engine.protocols.base import UNSET, UnsetType, WireStruct
 
 if TYPE_CHECKING:
@@ -50,12 +51,15 @@ SYSTEM_FINGERPRINT = "skippy-trio"
 # -- errors ---------------------------------------------------------------------------------------
 
 class ErrorBody(WireStruct, kw_only=True):
-    """OpenAI error object: ``type`` e.g. ``invalid_request_error``; ``param`` and ``code`` may be null."""
+    """OpenAI error object: ``type`` e.g. ``invalid_request_error``; ``param`` and ``code`` may be null. A prompt
+    beyond the context adds llama-server's ``n_prompt_tokens`` and ``n_ctx`` (clients trim their history by them)."""
 
     message: str
     type: str
     param: str | None = None
     code: str | None = None
+    n_prompt_tokens: int | UnsetType = UNSET
+    n_ctx: int | UnsetType = UNSET
 
 
 class ErrorEnvelope(WireStruct, kw_only=True):
@@ -66,8 +70,12 @@ class ErrorEnvelope(WireStruct, kw_only=True):
 
     @classmethod
     def of(cls, exc: EngineError) -> ErrorEnvelope:
-        """The envelope of an engine error (its ``message``, ``type``, ``param`` and ``code``)."""
-        return cls(error=ErrorBody(message=exc.message, type=exc.type, param=exc.param, code=exc.code))
+        """The envelope of an engine error (its ``message``, ``type``, ``param`` and ``code``; a
+        :class:`ContextLengthExceeded`'s numbers)."""
+        sizes: dict[str, int] = {}
+        if isinstance(exc, ContextLengthExceeded) and exc.n_prompt is not None and exc.n_ctx is not None:
+            sizes = {"n_prompt_tokens": exc.n_prompt, "n_ctx": exc.n_ctx}
+        return cls(error=ErrorBody(message=exc.message, type=exc.type, param=exc.param, code=exc.code, **sizes))
 
 
 # -- usage and timings ----------------------------------------------------------------------------
