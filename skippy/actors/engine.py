@@ -673,7 +673,9 @@ class Engine:
             "reasoning_format": self.config.reasoning_format,
             "cache_reuse": self.config.cache_reuse,
             "model_load": self.meta.load,
-            "modalities": {"vision": self.meta.vision, "audio": False},
+            "modalities": {"vision": self.meta.vision, "audio": False, "video": False},
+            "model_alias": self.model_id,
+            "is_sleeping": False,
             **(self.meta.devices or {}),
         }
 

@@ -211,6 +211,10 @@ def test_props_generation_settings_and_post(qwq: Server, server: Server) -> None
     assert post(qwq, "/props", {"n_ctx": 1}).json() == {"success": True}
     r = post(server, "/props", {})
     assert r.status_code == 501 and "--props" in r.json()["error"]["message"]
+    props = httpx.get(qwq.base_url + "/props", timeout=10).json()  # llama-server's fields its web UI reads
+    assert props["build_info"].startswith("skippy-trio ") and props["is_sleeping"] is False
+    assert (props["endpoint_slots"], props["endpoint_props"], props["endpoint_metrics"]) == (True, True, True)
+    assert props["modalities"] == {"vision": False, "audio": False, "video": False} and props["model_alias"]
 
 
 # -- token counting ---------------------------------------------------------------------------------

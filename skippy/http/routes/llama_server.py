@@ -8,7 +8,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import llama_cpp
 from quart import Response, request
+
+import skippy
 
 from skippy.engine.errors import InvalidRequest, NotSupported
 from skippy.engine.protocols.llama_server import wire
@@ -198,8 +201,14 @@ async def input_tokens() -> Response:
 
 
 async def props() -> Response:
-    eng = await shared().engine_for(request.args.get("model"), required=False)
-    return json_response(eng.props())
+    """llama-server ``GET /props``: the engine's (:meth:`Engine.props`), with the server's ``build_info`` and which
+    optional routes answer (``endpoint_slots``, ``endpoint_props``, ``endpoint_metrics``), as llama-server's."""
+    app = shared()
+    eng = await app.engine_for(request.args.get("model"), required=False)
+    return json_response({**eng.props(), "build_info": f"skippy-trio {skippy.__version__} (llama-cpp-python "
+                                                       f"{llama_cpp.__version__})",
+                          "endpoint_slots": app.settings.slots, "endpoint_props": app.settings.props,
+                          "endpoint_metrics": app.settings.metrics})
 
 
 # -- llama-server's router mode: /models/load, /models/unload ---------------------------------------------
