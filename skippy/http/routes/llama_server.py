@@ -12,7 +12,6 @@ import llama_cpp
 from quart import Response, request
 
 import skippy
-
 from skippy.engine.errors import InvalidRequest, NotSupported
 from skippy.engine.protocols.llama_server import wire
 from skippy.engine.protocols.llama_server.types import (
