@@ -172,6 +172,20 @@ def test_streamed_tool_use(srv: Server) -> None:
     assert final.stop_reason == "tool_use" and call.input == json.loads("".join(parts))
 
 
+def test_structured_output_by_output_config_or_the_betas_output_format(server: Server) -> None:
+    """``output_config.format`` and the structured-outputs beta's ``output_format`` (CrewAI's Anthropic provider,
+    older SDKs' ``beta.messages.parse``) hold the reply's text to the schema; the beta's name was ignored."""
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
+                                               "country": {"type": "string", "maxLength": 20}},
+              "required": ["name", "country"], "additionalProperties": False}
+    fmt = {"type": "json_schema", "schema": schema}
+    for extra in ({"output_config": {"format": fmt}}, {"output_format": fmt}):
+        reply = sdk(server).messages.create(
+            model="claude-sonnet-4-5", max_tokens=80, messages=[{"role": "user", "content": "Paris"}],
+            extra_body=extra, extra_headers={"anthropic-beta": "structured-outputs-2025-11-13"})
+        jsonschema.validate(json.loads(reply.content[0].text), schema)
+
+
 def test_count_tokens_is_the_prompt_messages_prefills(srv: Server) -> None:
     client = sdk(srv)
     messages = [{"role": "user", "content": f"Count me, port {srv.port}."}]

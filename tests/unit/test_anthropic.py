@@ -117,6 +117,16 @@ def test_output_config_maps_to_effort_and_a_json_schema() -> None:
     assert req.response_format.type == "json_schema" and req.response_format.json_schema.schema == schema
 
 
+def test_the_structured_outputs_betas_output_format_is_output_config_format() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    fmt = {"type": "json_schema", "schema": schema}
+    req = chat({"messages": [{"role": "user", "content": "x"}], "output_format": fmt})
+    assert req.response_format.type == "json_schema" and req.response_format.json_schema.schema == schema
+    with pytest.raises(InvalidRequest) as info:
+        chat({"messages": [{"role": "user", "content": "x"}], "output_format": fmt, "output_config": {"format": fmt}})
+    assert info.value.param == "output_format"
+
+
 def test_count_tokens_needs_no_max_tokens_and_gives_the_same_prompt_fields() -> None:
     body = {"system": "s", "messages": [{"role": "user", "content": "x"}], "tools": [WEATHER],
             "tool_choice": {"type": "any"}}

@@ -32,8 +32,8 @@ Mapping (Anthropic -> OpenAI chat), as llama-server's
   ``top_k``, ``metadata.user_id`` (``user``); ``thinking`` ``enabled`` /
   ``adaptive`` / ``between_tools`` / ``disabled`` -> ``enable_thinking`` true /
   false (absent: the template's default); ``output_config.effort`` ->
-  ``reasoning_effort`` (``max`` -> ``xhigh``), ``output_config.format`` ->
-  ``response_format`` ``json_schema``.
+  ``reasoning_effort`` (``max`` -> ``xhigh``), ``output_config.format`` (or the
+  structured-outputs beta's ``output_format``) -> ``response_format`` ``json_schema``.
 
 Refused (400): an image with a ``file`` source (no Files API), or with a ``url`` source unless the server
 fetches image URLs (``--allow-image-urls``), an image in an assistant message, documents. The routes give the
@@ -496,9 +496,13 @@ def to_chat_request(req: at.CountTokensRequest) -> ChatCompletionRequest:
     out = req.output_config
     if out is not None and out.effort is not None:
         fields["reasoning_effort"] = "xhigh" if out.effort == "max" else out.effort
-    if out is not None and out.format is not None:
+    fmt = out.format if out is not None and out.format is not None else req.output_format  # the beta's name
+    if out is not None and out.format is not None and req.output_format is not None:
+        raise InvalidRequest("give output_config.format or output_format (its beta name), not both",
+                             param="output_format")
+    if fmt is not None:
         fields["response_format"] = ResponseFormat(type="json_schema", json_schema=JsonSchemaFormat(
-            name="output", schema=out.format.schema, strict=True))
+            name="output", schema=fmt.schema, strict=True))
     if isinstance(req, at.MessagesRequest):
         stops = req.stop_sequences
         if stops is not None and len(stops) > MAX_STOP_SEQUENCES:

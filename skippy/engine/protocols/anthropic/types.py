@@ -193,7 +193,9 @@ class Metadata(msgspec.Struct, kw_only=True, omit_defaults=True):
 class CountTokensRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
     """``POST /v1/messages/count_tokens`` body: what shapes the prompt (``model``, ``system``, ``messages``,
     ``tools``, ``tool_choice``, ``thinking``, ``output_config``). ``system``: a string or text blocks;
-    ``cache_control`` (automatic prompt caching) is accepted and ignored."""
+    ``cache_control`` (automatic prompt caching) is accepted and ignored. ``output_format`` is the
+    structured-outputs beta's name (``structured-outputs-2025-11-13``, which CrewAI and older SDKs'
+    ``beta.messages.parse`` send) for ``output_config.format``."""
 
     model: str | None = None
     messages: list[MessageParam]
@@ -202,6 +204,7 @@ class CountTokensRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
     tool_choice: ToolChoice | None = None
     thinking: ThinkingConfig | None = None
     output_config: OutputConfig | None = None
+    output_format: JSONOutputFormat | None = None
     cache_control: dict[str, Any] | None = None
 
 
