@@ -30,6 +30,7 @@ reports those, naming the field.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import attrs
@@ -177,14 +178,20 @@ def check_lark(text: str, param: str) -> None:
         raise InvalidRequest(f"{param}: not a Lark grammar this server reads: {first}", param=param)
 
 
+#: a Lark grammar's start rule, inlined (``?start:``, outlines' grammars) or not; llguidance's own test
+#: (``is_lark_syntax``) knows only ``start:`` and read ``?start:`` as GBNF, which it is not
+_LARK_START = re.compile(r"(?m)^\s*(%llguidance\b|\??start\s*:)")
+
+
 def grammar_constraint(text: Any, param: str) -> Constraint:
-    """A GBNF or Lark grammar compiled by llguidance (vLLM ``guided_grammar``)."""
+    """A GBNF or Lark grammar compiled by llguidance (vLLM ``guided_grammar``); Lark when it has a ``start``
+    (or ``?start``) rule, else GBNF."""
     if not isinstance(text, str) or not text.strip():
         raise InvalidRequest(f"{param} must be a non-empty grammar", param=param)
     from llguidance import grammar_from
 
     try:
-        grammar = grammar_from("grammar", text)
+        grammar = grammar_from("lark" if _LARK_START.search(text) else "grammar", text)
     except Exception:  # llguidance's GBNF-to-Lark conversion raises on what it cannot read
         raise InvalidRequest(f"{param} is neither a GBNF nor a Lark grammar llguidance can read",
                              param=param) from None
