@@ -77,7 +77,7 @@ class Pooling:
         event = await self._embed(req.input, req.truncate)
         assert event.vectors is not None
         return embedding_list(event.vectors, model=self.reply_model(req.model), prompt_tokens=event.prompt_tokens,
-                              encoding_format=req.encoding_format)
+                              encoding_format=req.encoding_format, rid=reply_id("embd"), created=int(time.time()))
 
     async def embeddings_native(self, req: NativeEmbeddingRequest) -> list[wire.NativeEmbedding]:
         """llama-server's ``POST /embedding``: one entry per input, its pooled vector normalized as

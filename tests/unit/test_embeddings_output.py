@@ -71,12 +71,13 @@ def test_vectors_are_l2_normalized_and_a_zero_vector_stays_zero() -> None:
 
 def test_base64_is_the_little_endian_float32_bytes_of_the_float_reply() -> None:
     vectors = np.array([[1.0, -2.0, 2.0], [0.5, 0.25, 0.0]], dtype=np.float32)
-    floats = embedding_list(vectors, model="m", prompt_tokens=7, encoding_format="float")
-    b64 = embedding_list(vectors, model="m", prompt_tokens=7, encoding_format="base64")
+    floats = embedding_list(vectors, model="m", prompt_tokens=7, encoding_format="float", rid="embd-1", created=5)
+    b64 = embedding_list(vectors, model="m", prompt_tokens=7, encoding_format="base64", rid="embd-1", created=5)
     for f, b in zip(floats.data, b64.data, strict=True):
         assert np.frombuffer(base64.b64decode(b.embedding), dtype="<f4").tolist() == f.embedding
     assert floats.data[0].embedding == pytest.approx([1 / 3, -2 / 3, 2 / 3])
     reply = msgspec.json.decode(msgspec.json.encode(floats))
     assert reply["object"] == "list" and reply["model"] == "m"
+    assert (reply["id"], reply["created"]) == ("embd-1", 5)  # vLLM's fields; Mistral's SDK requires the id
     assert reply["usage"] == {"prompt_tokens": 7, "total_tokens": 7}
     assert [(d["object"], d["index"]) for d in reply["data"]] == [("embedding", 0), ("embedding", 1)]

@@ -115,6 +115,12 @@ def test_named_tool_choice_is_one_call_whatever_parallel_tool_calls_says() -> No
     assert _render(qwen, tools=[WEATHER], tool_choice="required").plan.parallel_tool_calls  # the template's default
 
 
+def test_tool_choice_any_is_mistrals_name_for_required() -> None:
+    for tmpl in (_tmpl(), _tmpl("Qwen-Qwen2.5-7B-Instruct.jinja")):
+        required = _render(tmpl, tools=[WEATHER], tool_choice="required").plan
+        assert _render(tmpl, tools=[WEATHER], tool_choice="any").plan == required and required.grammar
+
+
 def test_a_template_without_a_system_role_gets_it_in_the_first_user_message() -> None:
     """Gemma 2 raises "System role not supported": llama.cpp's polyfill puts the system text before the first
     user message's (llama-server's /apply-template gives this prompt); the tool emulation's instruction, a

@@ -99,7 +99,7 @@ def _validate_tools(tools: list[dict[str, Any]] | None, tool_choice: Any) -> Non
         if isinstance(fn, dict) and isinstance(fn.get("name"), str):
             emulation.select_tools(tools, tool_choice)  # raises when the named tool is missing
             return
-    raise InvalidRequest("tool_choice must be 'none', 'auto', 'required' or "
+    raise InvalidRequest("tool_choice must be 'none', 'auto', 'required' ('any', Mistral's name) or "
                          "{\"type\": \"function\", \"function\": {\"name\": ...}}", param="tool_choice")
 
 
@@ -234,6 +234,8 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
         raise InvalidRequest(f"reasoning_format must be one of {list(REASONING_FORMATS)}", param="reasoning_format")
     tools = req.tools or []
     tool_choice = req.tool_choice if req.tool_choice is not None else "auto"
+    if tool_choice == "any":  # Mistral's API (and its SDK) name for "required"
+        tool_choice = "required"
     _validate_tools(tools, tool_choice)
     tools_on = bool(tools) and tool_choice != "none"
     caps = tmpl.caps

@@ -446,13 +446,15 @@ class Choices:
         return out
 
 
-def embedding_list(vectors: np.ndarray, *, model: str, prompt_tokens: int, encoding_format: str) -> wire.EmbeddingList:
-    """The OpenAI reply for pooled ``vectors`` (float32, ``(n_inputs, n_embd)``, not normalized yet)."""
+def embedding_list(vectors: np.ndarray, *, model: str, prompt_tokens: int, encoding_format: str, rid: str,
+                   created: int) -> wire.EmbeddingList:
+    """The OpenAI reply for pooled ``vectors`` (float32, ``(n_inputs, n_embd)``, not normalized yet); ``rid`` and
+    ``created`` (Unix seconds) are its ``id`` and ``created``."""
     unit = normalize(vectors)
     if encoding_format == "base64":
         data = [wire.Embedding(index=i, embedding=base64.b64encode(row.astype("<f4").tobytes()).decode("ascii"))
                 for i, row in enumerate(unit)]
     else:
         data = [wire.Embedding(index=i, embedding=row.tolist()) for i, row in enumerate(unit)]
-    return wire.EmbeddingList(data=data, model=model,
+    return wire.EmbeddingList(id=rid, created=created, data=data, model=model,
                               usage=wire.EmbeddingUsage(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens))

@@ -479,9 +479,12 @@ class EmbeddingUsage(WireStruct, kw_only=True):
 
 
 class EmbeddingList(WireStruct, kw_only=True):
-    """OpenAI ``POST /v1/embeddings`` response: one :class:`Embedding` per input, in input order."""
+    """OpenAI ``POST /v1/embeddings`` response: one :class:`Embedding` per input, in input order; with vLLM's
+    ``id`` and ``created`` (Unix seconds), which Mistral's SDK requires."""
 
+    id: str
     object: Literal["list"] = "list"
+    created: int
     data: list[Embedding]
     model: str
     usage: EmbeddingUsage
