@@ -186,6 +186,18 @@ def test_structured_output_by_output_config_or_the_betas_output_format(server: S
         jsonschema.validate(json.loads(reply.content[0].text), schema)
 
 
+def test_the_anthropic_sdks_models_list_gets_anthropics_shape(server: Server) -> None:
+    """The SDKs send ``anthropic-version``: ``GET /v1/models`` then answers Anthropic's page (``type``,
+    ``display_name``, ``created_at``), where the OpenAI list left those ``None``; without it, OpenAI's list."""
+    page = sdk(server).models.list()
+    names = [m.id for m in page.data]
+    openai_list = httpx.get(server.base_url + "/v1/models", timeout=30).json()
+    assert names == [m["id"] for m in openai_list["data"]] and openai_list["object"] == "list"
+    first = page.data[0]
+    assert first.type == "model" and first.display_name == first.id and first.created_at.year >= 2024
+    assert sdk(server).models.retrieve(names[0]).id == names[0]
+
+
 def test_count_tokens_is_the_prompt_messages_prefills(srv: Server) -> None:
     client = sdk(srv)
     messages = [{"role": "user", "content": f"Count me, port {srv.port}."}]

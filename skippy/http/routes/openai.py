@@ -7,9 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from quart import Response
+from quart import Response, request
 
 from skippy.engine.lora import LoraAdapters
+from skippy.engine.protocols.anthropic.translate import model_info, model_info_list
 from skippy.engine.protocols.llama_server import wire
 from skippy.engine.protocols.openai import wire as openai_wire
 from skippy.engine.protocols.openai.types import (
@@ -158,13 +159,23 @@ async def models() -> Response:
         data += _adapters(data[0], eng.config.lora)
     if _lists_auto(app):
         data.append(_auto_model(app))
+    if request.headers.get("anthropic-version"):  # the Anthropic SDKs' models.list: Anthropic's page
+        return json_response(model_info_list([model_info(m.id, m.created) for m in data]))
     return json_response(openai_wire.ModelList(data=data))
 
 
 async def model(model_id: str) -> Response:
+    """OpenAI ``GET /v1/models/{id}`` (Anthropic's ``ModelInfo`` when the request has ``anthropic-version``)."""
+    entry = await _one_model(model_id)
+    if request.headers.get("anthropic-version"):
+        return json_response(model_info(entry.id, entry.created))
+    return json_response(entry)
+
+
+async def _one_model(model_id: str) -> openai_wire.Model:
     app = shared()
     if _answers_auto(app, model_id):
-        return json_response(_auto_model(app))
+        return _auto_model(app)
     named = app.lora_model(model_id)  # "BASE:ADAPTER" (404 for an adapter BASE does not have)
     if named is not None:
         base, adapter = named
@@ -175,11 +186,10 @@ async def model(model_id: str) -> Response:
         else:
             eng = app.engine()
             entry = _model(eng, eng.model_id)
-        return json_response(msgspec.structs.replace(entry, id=f"{entry.id}:{adapter.name}", parent=entry.id,
-                                                     root=adapter.path))
+        return msgspec.structs.replace(entry, id=f"{entry.id}:{adapter.name}", parent=entry.id, root=adapter.path)
     pool = _several(app)
     if pool is not None:
         found = pool.match(model_id)
-        return json_response(_pool_model(pool, found, model_id if model_id in pool.model(found).listed else found))
+        return _pool_model(pool, found, model_id if model_id in pool.model(found).listed else found)
     eng = app.engine()
-    return json_response(_model(eng, eng.find_model(model_id)))
+    return _model(eng, eng.find_model(model_id))

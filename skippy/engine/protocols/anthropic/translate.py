@@ -42,6 +42,7 @@ chat path's refusals of an image back with the block's name (:func:`restate_erro
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 from typing import Any
@@ -694,3 +695,17 @@ def error_for(status: int, message: str) -> tuple[int, aw.AnthropicError]:
     503 becomes 529 ``overloaded_error``)."""
     type_, new_status = _ERRORS.get(status, ("invalid_request_error" if status < 500 else "api_error", status))
     return new_status, aw.AnthropicError(error=aw.AnthropicErrorBody(type=type_, message=message))
+
+
+# -- models -----------------------------------------------------------------------------------------
+
+def model_info(model_id: str, created: int) -> aw.ModelInfo:
+    """The Anthropic ``/v1/models`` entry of a served name (``created``: Unix seconds)."""
+    stamp = datetime.datetime.fromtimestamp(created, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return aw.ModelInfo(id=model_id, display_name=model_id, created_at=stamp)
+
+
+def model_info_list(entries: list[aw.ModelInfo]) -> aw.ModelInfoList:
+    """Anthropic's ``GET /v1/models`` page of ``entries`` (all of them: ``has_more`` false)."""
+    return aw.ModelInfoList(data=entries, first_id=entries[0].id if entries else None,
+                            last_id=entries[-1].id if entries else None)

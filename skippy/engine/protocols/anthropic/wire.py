@@ -84,6 +84,23 @@ class MessageTokensCount(WireStruct, kw_only=True):
 # -- errors -----------------------------------------------------------------------------------------
 
 
+class ModelInfo(WireStruct, tag="model", tag_field="type", kw_only=True):
+    """Anthropic ``GET /v1/models`` entry: ``created_at`` is RFC 3339 (UTC)."""
+
+    id: str
+    display_name: str
+    created_at: str
+
+
+class ModelInfoList(WireStruct, kw_only=True):
+    """Anthropic ``GET /v1/models``: one page (``has_more`` false: every served model fits it)."""
+
+    data: list[ModelInfo]
+    has_more: bool = False
+    first_id: str | None = None
+    last_id: str | None = None
+
+
 class AnthropicErrorBody(WireStruct, kw_only=True):
     """Anthropic error object: ``type`` e.g. ``invalid_request_error``, ``authentication_error``,
     ``not_found_error``, ``request_too_large``, ``rate_limit_error``, ``api_error``, ``overloaded_error``."""
