@@ -49,12 +49,14 @@ class Limits:
     prefilled even when cached (the scheduler's); ``spec_ngram``: the server's default draft length
     (0: no speculative decoding); ``clamp_max_tokens``: a ``max_tokens`` beyond the room left is
     clamped (else refused); ``n_predict``: the budget of a request that sets no ``max_tokens``
-    (llama-server's ``-n``; -1: the room left).
+    (llama-server's ``-n``; -1: the room left); ``n_ctx_train``: the model's training context (0: unknown),
+    the most ``n_ctx`` can be.
     """
 
     n_vocab: int
     n_ctx: int
     n_seq_max: int
+    n_ctx_train: int = 0
     max_queue: int = 1024
     min_tail: int = 1
     spec_ngram: int = 0
@@ -64,7 +66,8 @@ class Limits:
     @classmethod
     def of(cls, meta: ModelMeta, config: EngineConfig, min_tail: int) -> Limits:
         """The limits of a loaded model (``meta``) served with ``config``."""
-        return cls(n_vocab=meta.n_vocab, n_ctx=meta.n_ctx_seq, n_seq_max=meta.n_seq_max, max_queue=config.max_queue,
+        return cls(n_vocab=meta.n_vocab, n_ctx=meta.n_ctx_seq, n_seq_max=meta.n_seq_max, n_ctx_train=meta.n_ctx_train,
+                   max_queue=config.max_queue,
                    min_tail=min_tail, spec_ngram=config.spec_ngram, clamp_max_tokens=config.clamp_max_tokens,
                    n_predict=config.n_predict)
 
@@ -117,10 +120,11 @@ def completion_budget(req: SamplingFields, n_prompt: int, limits: Limits, *, all
     if req.n_predict is not None:
         asked = None if req.n_predict < 0 else req.n_predict
     if n_prompt >= n_ctx:
+        larger = ("shorten the prompt or serve it with a larger --ctx-size" if n_ctx < limits.n_ctx_train else
+                  "shorten the prompt (the model was trained for no more)")
         raise ContextLengthExceeded(
             f"request ({n_prompt} tokens) exceeds the available context size ({n_ctx} tokens): this model's "
-            f"maximum context length is {n_ctx} tokens; shorten the prompt or serve it with a larger --ctx-size",
-            param=prompt_param, n_prompt=n_prompt, n_ctx=n_ctx)
+            f"maximum context length is {n_ctx} tokens; {larger}", param=prompt_param, n_prompt=n_prompt, n_ctx=n_ctx)
     room = n_ctx - n_prompt
     if asked is None and limits.n_predict >= 0:  # the server's -n: within the room left, never a 400
         return Budget(max(1, min(limits.n_predict, room)))

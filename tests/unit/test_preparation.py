@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from skippy.engine.errors import ContextLengthExceeded, InvalidRequest
@@ -53,6 +54,12 @@ def test_budget_refuses_a_full_prompt_a_bad_max_tokens_and_without_clamping_too_
     with pytest.raises(ContextLengthExceeded) as ei:
         completion_budget(chat(), 64, LIMITS)
     assert ei.value.param == "messages"
+    assert "exceeds the available context size (64 tokens)" in ei.value.message  # llama-server's words
+    assert "maximum context length is 64 tokens" in ei.value.message  # OpenAI's
+    assert "the model was trained for no more" in ei.value.message  # LIMITS knows no training context
+    with pytest.raises(ContextLengthExceeded, match="larger --ctx-size") as ei:  # there is room to grow
+        completion_budget(chat(), 64, attrs.evolve(LIMITS, n_ctx_train=8192), prompt_param="prompt")
+    assert ei.value.param == "prompt"
     with pytest.raises(InvalidRequest, match="max_tokens must be >= 1"):
         completion_budget(chat(max_tokens=0), 10, LIMITS)
     strict = Limits(n_vocab=100, n_ctx=64, n_seq_max=4, clamp_max_tokens=False)

@@ -137,6 +137,9 @@ class LlamaRuntime(DecodeMixin, SamplerMixin, KVStateMixin, LoraMixin):
         n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
         n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
         n_ctx_seq = _seq_context(config.n_ctx_seq, n_ctx_train)
+        if 0 < n_ctx_train < config.n_ctx_seq:
+            log.warning("the context asked for (%d tokens per sequence) is beyond the model's training context: each "
+                        "sequence gets %d tokens", config.n_ctx_seq, n_ctx_seq)
         cparams = _context_params(config, n_ctx_seq)
         # unified, llama.cpp takes the whole buffer for one sequence's context and warns past the training
         # context; each sequence still stays within n_ctx_seq (the KV cache line below says so)
