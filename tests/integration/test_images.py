@@ -37,7 +37,8 @@ def vision_server(mmproj, tmp_path_factory: pytest.TempPathFactory):
 
 
 def test_props_and_models_report_vision(vision_server: Server) -> None:
-    assert httpx.get(vision_server.base_url + "/props").json()["modalities"] == {"vision": True, "audio": False, "video": False}
+    modalities = httpx.get(vision_server.base_url + "/props").json()["modalities"]
+    assert modalities == {"vision": True, "audio": False, "video": False}
     [model] = httpx.get(vision_server.base_url + "/v1/models").json()["data"]
     assert model["architecture"] == {"input_modalities": ["text", "image"], "output_modalities": ["text"]}
 
