@@ -230,6 +230,11 @@ NOTHING = r"root ::= [^\x00-\U0010FFFF]"  # a character class that holds no char
     ("/completion", {"prompt": "Hi", "grammar": 'root ::= "a"', "logit_bias": [[81, False]]}),  # bans "a"
     ("/completion", {"prompt": "Hi", "json_schema": {"const": 7}, "logit_bias": [["7", False]]}),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "grammar": NOTHING}),
+    # llguidance answers a dead end by allowing only end of generation: the output had ended as "stop" there
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "guided_regex": r"ab[^\s\S]"}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                              "guided_grammar": '?start: "x" /[^\\s\\S]/'}),
+    ("/completion", {"prompt": "Hi", "grammar": '%llguidance {}\nstart: "ab" /[^\\s\\S]/'}),
 ])
 def test_a_grammar_that_allows_no_token_is_a_400_and_the_others_go_on(server, path: str, fields: dict) -> None:
     """llama.cpp aborts the process when it accepts a token its grammar rejects ("Unexpected empty grammar

@@ -170,12 +170,17 @@ class SamplerMixin:
             data=cand.ctypes.data_as(llama_cpp.llama_token_data_p), size=self._n_vocab, selected=-1, sorted=False)
         return cand, cur
 
-    def _mask(self, s: LlamaSampler, logits: np.ndarray) -> None:
+    def _mask(self, s: LlamaSampler, logits: np.ndarray) -> bool:
         """The token mask before the chain: the constraint's allowed tokens, then end-of-generation
-        suppression unless it would leave nothing (a finished constraint allows only those)."""
+        suppression unless it would leave nothing (a finished constraint allows only those). True when the
+        constraint is at a dead end: it allows only end of generation but does not accept the text so far
+        (llguidance's answer where its grammar allows no token: a regex that matches nothing)."""
         if s.matcher is not None:
             bits = np.frombuffer(s.matcher.compute_bitmask(), dtype=np.uint8)
             allowed = np.unpackbits(bits, bitorder="little")[: self._n_vocab].astype(bool)
+            eog = np.fromiter(self.meta.eog_ids, np.int64, len(self.meta.eog_ids))
+            if allowed.sum() == allowed[eog].sum() and not s.matcher.is_accepting():
+                return True
             logits[~allowed] = -np.inf
         ids = s.suppressed()
         if ids is not None:
@@ -183,6 +188,7 @@ class SamplerMixin:
             logits[ids] = -np.inf
             if not np.isfinite(logits).any():
                 logits[ids] = kept
+        return False
 
     def sample(self, sampler: object, index: int) -> int:
         self._check_output(index)
@@ -190,13 +196,14 @@ class SamplerMixin:
             return sample_rows(self.logits(index)[None, :], [sampler])[0]
         s = cast(LlamaSampler, sampler)  # new_sampler made it: a SeqSampler or a LlamaSampler
         s.n_sampled += 1
-        if s.matcher is not None and s.matcher.is_stopped():
-            return s.stop_id  # the constraint is complete (or broken): only end of generation is left
+        if s.matcher is not None and s.matcher.is_stopped():  # complete: only end of generation is left
+            return NO_TOKEN if s.matcher.is_error() else s.stop_id  # broken: it allowed no token
         if s.grammar is None and s.matcher is None and s.suppressed() is None:
             sampled: int = llama_cpp.llama_sampler_sample(s.chain, self._ctx, index)
             return sampled
         cand, cur = self._candidates(index)
-        self._mask(s, cand["logit"])
+        if self._mask(s, cand["logit"]):
+            return NO_TOKEN
         llama_cpp.llama_sampler_apply(s.chain, ctypes.byref(cur))
         token = int(cand["id"][cur.selected])
         if s.grammar is not None:
@@ -206,7 +213,8 @@ class SamplerMixin:
             if single.data[0].logit == float("-inf"):
                 cand, cur = self._candidates(index)
                 llama_cpp.llama_sampler_apply(s.grammar, ctypes.byref(cur))
-                self._mask(s, cand["logit"])
+                if self._mask(s, cand["logit"]):
+                    return NO_TOKEN
                 llama_cpp.llama_sampler_apply(s.chain, ctypes.byref(cur))
                 token = int(cand["id"][cur.selected])
                 if cand["logit"][cur.selected] == -np.inf:  # the grammar (with logit_bias) allows no token
