@@ -230,6 +230,8 @@ NOTHING = r"root ::= [^\x00-\U0010FFFF]"  # a character class that holds no char
     ("/completion", {"prompt": "Hi", "grammar": 'root ::= "a"', "logit_bias": [[81, False]]}),  # bans "a"
     ("/completion", {"prompt": "Hi", "json_schema": {"const": 7}, "logit_bias": [["7", False]]}),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "grammar": NOTHING}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "grammar": 'root ::= "a"',
+                              "logit_bias": {"81": False}}),  # llama-server's ban, on the OpenAI route too
     # llguidance answers a dead end by allowing only end of generation: the output had ended as "stop" there
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "guided_regex": r"ab[^\s\S]"}),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],

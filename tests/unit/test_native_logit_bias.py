@@ -62,13 +62,17 @@ def test_a_bad_form_is_a_400_naming_logit_bias(logit_bias: str) -> None:
 
 
 @pytest.mark.parametrize("request_type", [ChatCompletionRequest, CompletionRequest])
-def test_openai_routes_keep_their_id_maps(request_type: type) -> None:
-    """OpenAI chat and completions take ``{"id": bias}`` with biases in [-100, 100], nothing else."""
+def test_openai_routes_take_id_maps_and_llama_servers_id_forms(request_type: type) -> None:
+    """OpenAI chat and completions take ``{"id": bias}`` with biases in [-100, 100], and llama-server's
+    ``false`` (never sampled) and ``[[id, bias]]`` pairs, which its OpenAI routes take too; token ids only."""
     base = '"messages": [{"role": "user", "content": "x"}]' if request_type is ChatCompletionRequest else \
         '"prompt": "x"'
     ok = decode_request(f'{{{base}, "logit_bias": {{"15": -100, "16": 5}}}}'.encode(), request_type)
     assert sampling_from_request(ok, n_vocab=100).logit_bias == ((15, -100.0), (16, 5.0))
-    for bad in ('[[15, 1]]', '{"15": false}', '{"Hello": 1}', '{"15": 101}'):
+    for form in ('{"15": false, "16": 5}', '[[15, false], [16, 5]]'):
+        ok = decode_request(f'{{{base}, "logit_bias": {form}}}'.encode(), request_type)
+        assert sampling_from_request(ok, n_vocab=100).logit_bias == ((15, -INF), (16, 5.0))
+    for bad in ('[[15]]', '{"15": true}', '[[15, true]]', '{"Hello": 1}', '{"15": 101}', '[[1.5, 1]]'):
         with pytest.raises(InvalidRequest) as exc:
             sampling_from_request(decode_request(f'{{{base}, "logit_bias": {bad}}}'.encode(), request_type),
                                   n_vocab=100)

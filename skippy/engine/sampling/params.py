@@ -35,7 +35,8 @@ MAX_TOP_LOGPROBS = 20
 class SamplingParams:
     """What the decode scheduler needs to build a sequence's sampler.
 
-    ``logit_bias`` maps token id -> additive bias (OpenAI range -100..100).
+    ``logit_bias`` maps token id -> additive bias (OpenAI range -100..100; ``-inf`` for llama-server's
+    ``false``, never sampled).
     ``grammar`` is GBNF (root rule ``root``), lazy from the first match of
     ``grammar_lazy_patterns`` when those are given. ``constraint`` is an
     llguidance constraint the runtime applies as a token mask before the
@@ -146,13 +147,21 @@ def sampling_from_request(req: SamplingFields, *, n_vocab: int, logprobs: bool =
                "repetition_penalty and repeat_penalty disagree; give one", "repetition_penalty")
         rp = v
     bias: list[tuple[int, float]] = []
-    for key, value in (req.logit_bias or {}).items():
+    raw = req.logit_bias or {}
+    pairs = list(raw.items()) if isinstance(raw, dict) else raw
+    for pair in pairs:
+        _check(len(pair) == 2, f"logit_bias entry {pair!r} is not a [token id, bias] pair", "logit_bias")
+        key, value = pair
         try:
-            tok = int(key)
+            tok = -1 if isinstance(key, bool | float) else int(key)
         except ValueError:
             tok = -1
         _check(0 <= tok < n_vocab, f"logit_bias key {key!r} is not a token id (0..{n_vocab - 1})", "logit_bias")
-        _check(-100.0 <= value <= 100.0, "logit_bias values must be in [-100, 100]", "logit_bias")
+        if value is False:  # llama-server's ban: never sampled
+            bias.append((tok, float("-inf")))
+            continue
+        _check(not isinstance(value, bool) and -100.0 <= value <= 100.0,
+               "logit_bias values must be in [-100, 100] (or false: never sampled)", "logit_bias")
         bias.append((tok, float(value)))
     _check(req.n_probs is None or 0 <= req.n_probs <= MAX_TOP_LOGPROBS,  # before top_logprobs, which it may set
            f"n_probs must be in [0, {MAX_TOP_LOGPROBS}]", "n_probs")

@@ -133,7 +133,8 @@ class SamplingFields(msgspec.Struct, omit_defaults=True, kw_only=True):
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     repeat_penalty: float | None = None
-    logit_bias: dict[str, float] | None = None
+    #: OpenAI's ``{"token id": bias}``; llama-server also takes ``false`` (never sampled) and ``[[id, bias]]`` pairs
+    logit_bias: dict[str, float | bool] | list[list[int | float | bool]] | None = None
     n: int | None = None
     user: str | None = None
     cache_prompt: bool = True
