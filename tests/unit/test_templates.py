@@ -70,6 +70,13 @@ def test_undefined_variable_attribute_is_template_error():
     assert "missing" in err.message
 
 
+def test_an_item_of_an_empty_list_is_named_so():
+    """Gemma 2's template reads ``messages[0]``: with no message before a continued assistant one, jinja says
+    "list object has no element 0", and the error said "the template reads, which ..." with nothing named."""
+    err = template_error("{{ messages[0]['role'] }}", [])
+    assert "reads item 0 of a list, which this request does not have" in err.message
+
+
 def test_undefined_alone_renders_empty():
     # jinja2 default Undefined: printing it is fine (transformers behaves the same)
     assert render("[{{ not_defined }}]") == "[]"

@@ -182,10 +182,13 @@ class ChatTemplate:
                 self._runaway = message
             raise TemplateError(message) from exc
         except jinja2.UndefinedError as exc:  # jinja's text names Python types ("'dict object' has no ...")
-            m = re.search(r"has no attribute '([^']+)'|^'([^']+)' is undefined", str(exc))
-            name = f" {(m.group(1) or m.group(2))!r}" if m else ""
+            m = re.search(r"has no attribute '([^']+)'|^'([^']+)' is undefined|has no element (\d+)", str(exc))
+            if m is not None and m.group(3) is not None:  # messages[0] of no messages, say
+                name = f" item {m.group(3)} of a list"
+            else:
+                name = f" {(m.group(1) or m.group(2))!r}" if m else " a value"
             raise TemplateError(f"chat template error: the template reads{name}, which this request does not "
-                                "have (a message field, a tool field or a template variable)") from exc
+                                "have (a message, a message field, a tool field or a template variable)") from exc
         except jinja2.TemplateError as exc:  # the template's own raise_exception(message), or jinja's syntax text
             raise TemplateError(f"chat template error: {exc}") from exc
         except (TypeError, ValueError, KeyError, IndexError, AttributeError, ZeroDivisionError,
