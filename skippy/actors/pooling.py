@@ -60,7 +60,8 @@ class Pooling:
         self._closed = closed
 
     async def embeddings(self, req: EmbeddingRequest) -> openai_wire.EmbeddingList:
-        """OpenAI ``POST /v1/embeddings``: one L2-normalized vector per input, pooled on the embedding context.
+        """OpenAI ``POST /v1/embeddings``: one L2-normalized vector per input (``embd_normalize`` otherwise),
+        pooled on the embedding context.
 
         Strings are tokenized as llama-server does (the vocabulary's special tokens added and parsed);
         the inputs are queued with the scheduler as one request and embedded in its batches beside
@@ -70,6 +71,7 @@ class Pooling:
         and for a bad ``input`` (:func:`~skippy.engine.output.embeddings.split_input`; longer than the embedding
         context without ``truncate``: ``context_length_exceeded``); :class:`QueueFull` (429); :class:`EngineClosed`.
         """
+        _check_normalize(req.embd_normalize)
         if req.dimensions is not None and req.dimensions != self.meta.n_embd:
             raise InvalidRequest(f"dimensions is {req.dimensions}, but this model's embeddings have "
                                  f"{self.meta.n_embd} (they cannot be shortened); leave dimensions out",
@@ -77,15 +79,14 @@ class Pooling:
         event = await self._embed(req.input, req.truncate)
         assert event.vectors is not None
         return embedding_list(event.vectors, model=self.reply_model(req.model), prompt_tokens=event.prompt_tokens,
-                              encoding_format=req.encoding_format, rid=reply_id("embd"), created=int(time.time()))
+                              encoding_format=req.encoding_format, rid=reply_id("embd"), created=int(time.time()),
+                              embd_normalize=req.embd_normalize)
 
     async def embeddings_native(self, req: NativeEmbeddingRequest) -> list[wire.NativeEmbedding]:
         """llama-server's ``POST /embedding``: one entry per input, its pooled vector normalized as
         ``embd_normalize`` says (:func:`~skippy.engine.output.embeddings.normalize_embd`). Raises as
         :meth:`embeddings`, and :class:`InvalidRequest` (400) for an ``embd_normalize`` below -1."""
-        if req.embd_normalize < -1:
-            raise InvalidRequest("embd_normalize must be -1 (none), 0 (max absolute), 1 (taxicab), 2 (Euclidean) "
-                                 "or a p-norm above 2", param="embd_normalize")
+        _check_normalize(req.embd_normalize)
         event = await self._embed(req.inputs(), req.truncate, param="content" if req.input is None else "input")
         assert event.vectors is not None
         rows = normalize_embd(event.vectors, req.embd_normalize)
@@ -191,3 +192,10 @@ class Pooling:
         if trace is not None:
             trace.prompt_tokens = event.prompt_tokens
         return event
+
+
+def _check_normalize(mode: int) -> None:
+    """400 naming ``embd_normalize`` for a mode below -1 (llama.cpp would take a negative p-norm)."""
+    if mode < -1:
+        raise InvalidRequest("embd_normalize must be -1 (none), 0 (max absolute), 1 (taxicab), 2 (Euclidean) "
+                             "or a p-norm above 2", param="embd_normalize")

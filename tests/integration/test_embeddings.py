@@ -237,6 +237,8 @@ def test_llama_servers_own_embedding_route_normalizes_as_embd_normalize_says(emb
     assert np.allclose(np.abs(native(content=texts, embd_normalize=0)).max(axis=1), 32760.0)
     assert np.allclose(np.abs(native(content=texts, embd_normalize=1)).sum(axis=1), 1.0)
     assert np.allclose((np.abs(native(content=texts, embd_normalize=3)) ** 3).sum(axis=1), 1.0)
+    oai = httpx.post(embd_server.base_url + "/v1/embeddings", json={"input": texts, "embd_normalize": -1}, timeout=60)
+    assert np.abs(np.array([d["embedding"] for d in oai.json()["data"]]) - raw).max() < 1e-6  # llama-server's too
     for body, param in (({}, "content"), ({"content": ""}, "content"), ({"content": "x", "embd_normalize": -2},
                                                                          "embd_normalize")):
         reply = httpx.post(embd_server.base_url + "/embedding", json=body, timeout=60)

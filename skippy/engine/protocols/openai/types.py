@@ -263,8 +263,9 @@ class EmbeddingRequest(msgspec.Struct, kw_only=True):
     ``encoding_format``: ``float`` (default) or ``base64`` (the little-endian float32 bytes, as
     OpenAI sends them). ``dimensions``: accepted only as the model's own size (no shortening).
     ``truncate`` (llama-server's and Hugging Face TEI's field): an input longer than the embedding
-    context keeps its first tokens instead of answering 400. ``model`` may be any name (one model is
-    served); ``user`` is accepted and ignored.
+    context keeps its first tokens instead of answering 400. ``embd_normalize`` (llama-server's, which its
+    ``/v1/embeddings`` honours too): how each vector is normalized, 2 (unit length) by default. ``model`` may
+    be any name (one model is served); ``user`` is accepted and ignored.
     """
 
     input: str | list[str | int | list[int]]
@@ -273,6 +274,7 @@ class EmbeddingRequest(msgspec.Struct, kw_only=True):
     dimensions: int | None = None
     user: str | None = None
     truncate: bool = False
+    embd_normalize: int = 2  # llama-server's: -1 none, 0 int16 range, 1 taxicab, 2 Euclidean (OpenAI's), p
 
 
 def prompt_items(raw: str | list[Any], param: str) -> list[str | list[int]]:
