@@ -244,11 +244,14 @@ async def _log(response: Response) -> Response:
 
 
 async def _anthropic_errors(response: Response) -> Response:
-    """On ``/v1/messages*`` an error answer becomes Anthropic's envelope ``{"type": "error", "error": {"type",
+    """On ``/v1/messages*`` (and ``/v1/models*`` asked with ``anthropic-version``) an error answer becomes
+    Anthropic's envelope ``{"type": "error", "error": {"type",
     "message"}}`` with Anthropic's status (:func:`~skippy.engine.protocols.anthropic.translate.error_for`: 503 -> 529
     ``overloaded_error``); every error on those paths, from the API key check to a body too large, goes
     through here. It runs before :func:`_log`, which so logs what the client got."""
-    if response.status_code < 400 or not is_anthropic_path(request.path) or response.mimetype != "application/json":
+    anthropic = is_anthropic_path(request.path) or (  # the Anthropic SDKs' models.list / retrieve too
+        request.path.startswith("/v1/models") and bool(request.headers.get("anthropic-version")))
+    if response.status_code < 400 or not anthropic or response.mimetype != "application/json":
         return response
     try:
         message = str(_envelope.decode(await response.get_data())["error"]["message"])

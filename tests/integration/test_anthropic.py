@@ -196,6 +196,12 @@ def test_the_anthropic_sdks_models_list_gets_anthropics_shape(server: Server) ->
     first = page.data[0]
     assert first.type == "model" and first.display_name == first.id and first.created_at.year >= 2024
     assert sdk(server).models.retrieve(names[0]).id == names[0]
+    with pytest.raises(anthropic.NotFoundError) as info:  # in Anthropic's envelope
+        sdk(server).models.retrieve("no-such-model")
+    assert info.value.body["error"]["type"] == "not_found_error"
+    after = sdk(server).models.list(after_id=names[-1])  # the page after the last: empty
+    assert after.data == [] and not after.has_more
+    assert [m.id for m in sdk(server).models.list(limit=1).data] == names[:1]
 
 
 def test_count_tokens_is_the_prompt_messages_prefills(srv: Server) -> None:

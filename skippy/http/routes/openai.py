@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 from quart import Response, request
 
+from skippy.engine.errors import InvalidRequest
 from skippy.engine.lora import LoraAdapters
 from skippy.engine.protocols.anthropic.translate import model_info, model_info_list
 from skippy.engine.protocols.llama_server import wire
@@ -160,7 +161,13 @@ async def models() -> Response:
     if _lists_auto(app):
         data.append(_auto_model(app))
     if request.headers.get("anthropic-version"):  # the Anthropic SDKs' models.list: Anthropic's page
-        return json_response(model_info_list([model_info(m.id, m.created) for m in data]))
+        try:
+            limit = int(request.args.get("limit", "20"))
+        except ValueError:
+            raise InvalidRequest("limit must be an integer", param="limit") from None
+        return json_response(model_info_list([model_info(m.id, m.created) for m in data], limit=limit,
+                                             after_id=request.args.get("after_id"),
+                                             before_id=request.args.get("before_id")))
     return json_response(openai_wire.ModelList(data=data))
 
 

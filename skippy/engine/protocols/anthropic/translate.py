@@ -705,7 +705,21 @@ def model_info(model_id: str, created: int) -> aw.ModelInfo:
     return aw.ModelInfo(id=model_id, display_name=model_id, created_at=stamp)
 
 
-def model_info_list(entries: list[aw.ModelInfo]) -> aw.ModelInfoList:
-    """Anthropic's ``GET /v1/models`` page of ``entries`` (all of them: ``has_more`` false)."""
-    return aw.ModelInfoList(data=entries, first_id=entries[0].id if entries else None,
-                            last_id=entries[-1].id if entries else None)
+def model_info_list(entries: list[aw.ModelInfo], *, after_id: str | None = None, before_id: str | None = None,
+                    limit: int = 20) -> aw.ModelInfoList:
+    """Anthropic's ``GET /v1/models`` page of ``entries``: those after ``after_id`` (or before ``before_id``; an id
+    not listed gives an empty page), at most ``limit`` (1..1000, Anthropic's default 20). Raises
+    :class:`InvalidRequest` (400) for a ``limit`` outside 1..1000."""
+    if not 1 <= limit <= 1000:
+        raise InvalidRequest("limit must be between 1 and 1000", param="limit")
+    ids = [e.id for e in entries]
+    if after_id is not None:
+        entries = entries[ids.index(after_id) + 1:] if after_id in ids else []
+        page, more = entries[:limit], len(entries) > limit
+    elif before_id is not None:
+        entries = entries[:ids.index(before_id)] if before_id in ids else []
+        page, more = entries[-limit:], len(entries) > limit
+    else:
+        page, more = entries[:limit], len(entries) > limit
+    return aw.ModelInfoList(data=page, has_more=more, first_id=page[0].id if page else None,
+                            last_id=page[-1].id if page else None)
