@@ -252,11 +252,13 @@ def constraint_from_request(req: SamplingFields) -> RequestConstraint:
             found.append(("response_format", RequestConstraint(constraint=c)))
     if req.json_schema is not None:
         found.append(("json_schema", RequestConstraint(constraint=json_constraint(req.json_schema, "json_schema"))))
-    if req.grammar is not None and req.grammar.strip():  # "" is no grammar, as llama-server reads it (its web UI)
+    if req.grammar:  # "" is no grammar, as llama-server reads it (its web UI sends it)
         if req.grammar.lstrip().startswith("%llguidance"):  # llama.cpp hands these to llguidance too
             found.append(("grammar", RequestConstraint(constraint=Constraint(
                 _llg().grammar_from_lark(req.grammar), "grammar", "grammar"))))
         else:
+            if not req.grammar.strip():  # llama-server: "failed to parse grammar"
+                raise InvalidRequest("grammar is only whitespace", param="grammar")
             found.append(("grammar", RequestConstraint(gbnf=req.grammar)))
     if req.guided_json is not None:
         found.append(("guided_json", RequestConstraint(constraint=json_constraint(req.guided_json, "guided_json"))))
