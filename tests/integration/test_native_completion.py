@@ -84,9 +84,12 @@ def test_a_bad_logit_bias_is_a_400_naming_it(server: Server, logit_bias: object)
 
 
 @pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
-def test_openai_routes_still_take_only_id_maps(server: Server, path: str) -> None:
+def test_openai_routes_take_token_ids_in_every_form(server: Server, path: str) -> None:
+    """llama-server's OpenAI routes take its ``false`` ban and ``[[id, bias]]`` pairs too; texts stay its native
+    routes' (a text key is a 400 here, as OpenAI's)."""
     base = {"prompt": PROMPT} if path == "/v1/completions" else {"messages": [{"role": "user", "content": "Hi"}]}
-    for bad in ([[1, False]], {"1": False}, {"Hello": 1}):
+    for bad in ({"Hello": 1}, [["Hello", 1]], {"1": True}):
         r = post(server, path, {**base, "max_tokens": 2, "logit_bias": bad})
         assert r.status_code == 400 and r.json()["error"]["param"] == "logit_bias", r.text
-    assert post(server, path, {**base, "max_tokens": 2, "logit_bias": {"1": -100}}).status_code == 200
+    for ok in ({"1": -100}, {"1": False}, [[1, False]], [[1, 5]]):
+        assert post(server, path, {**base, "max_tokens": 2, "logit_bias": ok}).status_code == 200, ok

@@ -62,7 +62,8 @@ def test_non_object_body(data):
     ("seed", [1], "int"),
     ("stop", 5, "str"),
     ("logit_bias", {"1": "x"}, "float"),
-    ("logit_bias", [1, 2], "object"),
+    ("logit_bias", [1, 2], "array"),  # a list must hold [id, bias] pairs (llama-server's form)
+    ("logit_bias", "x", "object"),
     ("stream_options", {"include_usage": "yes"}, "bool"),
     ("messages", "hello", "array"),
     ("top_logprobs", "3", "int"),
