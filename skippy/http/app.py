@@ -68,7 +68,7 @@ from skippy.http.context import (
 from skippy.http.openapi import openapi_document
 from skippy.http.replies import encode, engine_error_response, error_response
 from skippy.http.routes import PUBLIC_PATHS, blueprint
-from skippy.http.routes.anthropic import is_anthropic_path
+from skippy.http.routes.anthropic import is_anthropic_models_call, is_anthropic_path
 from skippy.http.routes.base import log_line, route_rule
 from skippy.http.routes.ollama import error_body as ollama_error_body
 from skippy.http.routes.ollama import is_ollama_path
@@ -249,8 +249,7 @@ async def _anthropic_errors(response: Response) -> Response:
     "message"}}`` with Anthropic's status (:func:`~skippy.engine.protocols.anthropic.translate.error_for`: 503 -> 529
     ``overloaded_error``); every error on those paths, from the API key check to a body too large, goes
     through here. It runs before :func:`_log`, which so logs what the client got."""
-    anthropic = is_anthropic_path(request.path) or (  # the Anthropic SDKs' models.list / retrieve too
-        request.path.startswith("/v1/models") and bool(request.headers.get("anthropic-version")))
+    anthropic = is_anthropic_path(request.path) or is_anthropic_models_call()  # the SDKs' models.list too
     if response.status_code < 400 or not anthropic or response.mimetype != "application/json":
         return response
     try:

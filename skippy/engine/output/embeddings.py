@@ -64,13 +64,13 @@ def normalize_embd(vectors: np.ndarray, mode: int) -> np.ndarray:
     """Each row normalized as llama.cpp's ``common_embd_normalize(..., embd_norm=mode)``: -1 as it is, 0 scaled
     so its largest absolute value is 32760 (int16's range), 2 to Euclidean length 1, any other ``p`` (1:
     taxicab) to p-norm 1; a zero row stays zero. Float32, shape kept."""
-    x = vectors.astype(np.float64)
     if mode == -1:
         return vectors.astype(np.float32)
+    if mode == 2:
+        return normalize(vectors)
+    x = vectors.astype(np.float64)
     if mode == 0:
         norms = np.abs(x).max(axis=1, keepdims=True) / 32760.0
-    elif mode == 2:
-        norms = np.sqrt((x * x).sum(axis=1, keepdims=True))
     else:
         norms = (np.abs(x) ** mode).sum(axis=1, keepdims=True) ** (1.0 / mode)
     return (x / np.where(norms > 0.0, norms, 1.0)).astype(np.float32)

@@ -178,8 +178,9 @@ class SamplerMixin:
         if s.matcher is not None:
             bits = np.frombuffer(s.matcher.compute_bitmask(), dtype=np.uint8)
             allowed = np.unpackbits(bits, bitorder="little")[: self._n_vocab].astype(bool)
-            eog = np.fromiter(self.meta.eog_ids, np.int64, len(self.meta.eog_ids))
-            if allowed.sum() == allowed[eog].sum() and not s.matcher.is_accepting():
+            n_allowed = int(allowed.sum())  # a dead end is rare: the cheap test first
+            eog = self.meta.eog_ids
+            if n_allowed <= len(eog) and not s.matcher.is_accepting() and n_allowed == int(allowed[list(eog)].sum()):
                 return True
             logits[~allowed] = -np.inf
         ids = s.suppressed()
@@ -217,12 +218,11 @@ class SamplerMixin:
                     return NO_TOKEN
                 llama_cpp.llama_sampler_apply(s.chain, ctypes.byref(cur))
                 token = int(cand["id"][cur.selected])
-                if cand["logit"][cur.selected] == -np.inf:  # the grammar (with logit_bias) allows no token
-                    return NO_TOKEN
+        if cand["logit"][cur.selected] == -np.inf:  # the grammar or constraint, with logit_bias, allows no token
+            return NO_TOKEN
+        if s.grammar is not None:
             llama_cpp.llama_sampler_accept(s.grammar, token)
         if s.matcher is not None:
-            if cand["logit"][cur.selected] == -np.inf:  # the constraint (with logit_bias) allows no token
-                return NO_TOKEN
             s.matcher.consume_token(token)
         llama_cpp.llama_sampler_accept(s.chain, token)
         return token

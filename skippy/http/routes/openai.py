@@ -24,6 +24,7 @@ from skippy.http.context import Shared, current, shared
 from skippy.http.replies import (
     json_response,
 )
+from skippy.http.routes.anthropic import is_anthropic_client
 from skippy.http.routes.base import (
     check_limits,
     completion_tokens,
@@ -160,7 +161,7 @@ async def models() -> Response:
         data += _adapters(data[0], eng.config.lora)
     if _lists_auto(app):
         data.append(_auto_model(app))
-    if request.headers.get("anthropic-version"):  # the Anthropic SDKs' models.list: Anthropic's page
+    if is_anthropic_client():  # the Anthropic SDKs' models.list: Anthropic's page
         try:
             limit = int(request.args.get("limit", "20"))
         except ValueError:
@@ -174,7 +175,7 @@ async def models() -> Response:
 async def model(model_id: str) -> Response:
     """OpenAI ``GET /v1/models/{id}`` (Anthropic's ``ModelInfo`` when the request has ``anthropic-version``)."""
     entry = await _one_model(model_id)
-    if request.headers.get("anthropic-version"):
+    if is_anthropic_client():
         return json_response(model_info(entry.id, entry.created))
     return json_response(entry)
 

@@ -81,7 +81,7 @@ class MessageTokensCount(WireStruct, kw_only=True):
     input_tokens: int
 
 
-# -- errors -----------------------------------------------------------------------------------------
+# -- models -----------------------------------------------------------------------------------------
 
 
 class ModelInfo(WireStruct, tag="model", tag_field="type", kw_only=True):
@@ -93,12 +93,15 @@ class ModelInfo(WireStruct, tag="model", tag_field="type", kw_only=True):
 
 
 class ModelInfoList(WireStruct, kw_only=True):
-    """Anthropic ``GET /v1/models``: one page (``has_more`` false: every served model fits it)."""
+    """Anthropic ``GET /v1/models``: one page of models (``has_more``: more follow ``last_id``)."""
 
     data: list[ModelInfo]
     has_more: bool = False
     first_id: str | None = None
     last_id: str | None = None
+
+
+# -- errors -----------------------------------------------------------------------------------------
 
 
 class AnthropicErrorBody(WireStruct, kw_only=True):

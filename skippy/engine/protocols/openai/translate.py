@@ -24,7 +24,7 @@ import msgspec
 import numpy as np
 
 from skippy.engine.chat.formats.base import Delta, ParsedMessage
-from skippy.engine.output.embeddings import normalize, normalize_embd
+from skippy.engine.output.embeddings import normalize_embd
 from skippy.engine.output.generation import Counts, Done, Generation, HookReport, Piece
 from skippy.engine.protocols.openai import wire
 from skippy.engine.scheduling.events import TokenEvent
@@ -451,7 +451,7 @@ def embedding_list(vectors: np.ndarray, *, model: str, prompt_tokens: int, encod
     """The OpenAI reply for pooled ``vectors`` (float32, ``(n_inputs, n_embd)``, not normalized yet), each
     normalized as ``embd_normalize`` says (:func:`~skippy.engine.output.embeddings.normalize_embd`; 2: unit
     length, OpenAI's); ``rid`` and ``created`` (Unix seconds) are its ``id`` and ``created``."""
-    unit = normalize(vectors) if embd_normalize == 2 else normalize_embd(vectors, embd_normalize)
+    unit = normalize_embd(vectors, embd_normalize)
     if encoding_format == "base64":
         data = [wire.Embedding(index=i, embedding=base64.b64encode(row.astype("<f4").tobytes()).decode("ascii"))
                 for i, row in enumerate(unit)]
