@@ -68,8 +68,8 @@ from skippy.http.context import (
 from skippy.http.openapi import openapi_document
 from skippy.http.replies import encode, engine_error_response, error_response
 from skippy.http.routes import PUBLIC_PATHS, blueprint
-from skippy.http.routes.anthropic import is_anthropic_models_call, is_anthropic_path
-from skippy.http.routes.base import log_line, route_rule
+from skippy.http.routes.anthropic import is_anthropic_path
+from skippy.http.routes.base import is_anthropic_models_call, log_line, route_rule
 from skippy.http.routes.ollama import error_body as ollama_error_body
 from skippy.http.routes.ollama import is_ollama_path
 from skippy.http.settings import ServerSettings

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from quart import Response, request
+from quart import Response
 
 from skippy.actors.streams import ReplyStream
 from skippy.engine.errors import EngineError
@@ -38,17 +38,6 @@ ANTHROPIC_PATH = "/v1/messages"
 def is_anthropic_path(path: str) -> bool:
     """``/v1/messages`` and everything under it (their errors are Anthropic envelopes)."""
     return path == ANTHROPIC_PATH or path.startswith(ANTHROPIC_PATH + "/")
-
-
-def is_anthropic_client() -> bool:
-    """The request carries ``anthropic-version``, which the Anthropic SDKs send with every call: ``/v1/models``
-    then answers in Anthropic's shape, its errors in Anthropic's envelope."""
-    return bool(request.headers.get("anthropic-version"))
-
-
-def is_anthropic_models_call() -> bool:
-    """``/v1/models*`` asked by an Anthropic client (:func:`is_anthropic_client`)."""
-    return request.path.startswith("/v1/models") and is_anthropic_client()
 
 
 def _anthropic_event(event: Any) -> bytes:

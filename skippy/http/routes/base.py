@@ -174,6 +174,17 @@ def check_limits(settings: ServerSettings, messages: list[Any], req: SamplingFie
                                      param=field, code="string_above_max_length")
 
 
+def is_anthropic_client() -> bool:
+    """The request carries ``anthropic-version``, which the Anthropic SDKs send with every call: ``/v1/models``
+    then answers in Anthropic's shape, its errors in Anthropic's envelope."""
+    return bool(request.headers.get("anthropic-version"))
+
+
+def is_anthropic_models_call() -> bool:
+    """``/v1/models*`` asked by an Anthropic client (:func:`is_anthropic_client`)."""
+    return request.path.startswith("/v1/models") and is_anthropic_client()
+
+
 def route_rule() -> str:
     """The current request's route pattern (``/slots/<int:id_slot>``), ``unmatched`` for an unknown path:
     the metrics' ``route`` label stays bounded whatever paths clients send."""

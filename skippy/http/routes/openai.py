@@ -24,10 +24,10 @@ from skippy.http.context import Shared, current, shared
 from skippy.http.replies import (
     json_response,
 )
-from skippy.http.routes.anthropic import is_anthropic_client
 from skippy.http.routes.base import (
     check_limits,
     completion_tokens,
+    is_anthropic_client,
     read_body,
     stream,
     unless_gone,
