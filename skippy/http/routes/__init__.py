@@ -16,7 +16,7 @@ request's own from :func:`~skippy.http.context.current`.
 
 The handlers live by API, mirroring :mod:`skippy.engine.protocols`: :mod:`.openai`, :mod:`.llama_server`,
 :mod:`.responses`, :mod:`.anthropic`, :mod:`.ollama_models` (Ollama's ``/api/tags``, ``/api/show``... and ``/``),
-:mod:`.rerank` (``/v1/rerank``, ``/score``),
+:mod:`.rerank` (``/v1/rerank``, ``/score``), :mod:`.mistral` (``/v1/fim/completions``),
 and :mod:`.server` for ``/health``, ``/openapi.json`` and ``/metrics``;
 :mod:`.base` holds the :class:`~.base.Route` row and what the handlers share.
 """
@@ -38,6 +38,7 @@ from skippy.engine.protocols.llama_server.types import (
     SlotActionRequest,
     TokenizeRequest,
 )
+from skippy.engine.protocols.mistral.types import FimCompletionRequest
 from skippy.engine.protocols.ollama import model_wire as ollama_model_wire
 from skippy.engine.protocols.ollama import types as ollama_types
 from skippy.engine.protocols.ollama import wire as ollama_wire
@@ -67,6 +68,7 @@ from skippy.http.routes.llama_server import (
     slots,
     tokenize,
 )
+from skippy.http.routes.mistral import fim_completions
 from skippy.http.routes.ollama import ollama_chat, ollama_embed, ollama_embeddings, ollama_generate
 from skippy.http.routes.ollama_models import (
     copy_model,
@@ -104,6 +106,10 @@ ROUTES: tuple[Route, ...] = (
     Route(("/v1/completions",), "POST", completions,
           "OpenAI legacy Completions (SSE when stream is true)", CompletionRequest, openai_wire.TextCompletion,
           sse=openai_wire.TextCompletion),
+    Route(("/v1/fim/completions", "/fim/completions"), "POST", fim_completions,
+          "Mistral FIM (Codestral's): prompt and suffix filled with the model's FIM tokens, answered as a "
+          "chat.completion (SSE chunks when stream is true, the last with usage)", FimCompletionRequest,
+          openai_wire.ChatCompletion, sse=openai_wire.ChatCompletionChunk),
     Route(("/v1/responses", "/responses"), "POST", responses_create,
           "OpenAI Responses, translated onto the chat path (SSE events when stream is true; stored by default)",
           ResponsesRequest, rwire.ResponseObject, sse=rwire.ResponseStreamEvent),

@@ -4,7 +4,6 @@ path (:mod:`skippy.engine.protocols.anthropic`), with Anthropic's SSE events and
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Any
 
 from quart import Response
@@ -21,6 +20,7 @@ from skippy.http.replies import (
 )
 from skippy.http.routes.base import (
     SseFormat,
+    TranslatedStream,
     check_limits,
     completion_tokens,
     log,
@@ -53,38 +53,6 @@ ANTHROPIC_SSE = SseFormat(
     event=_anthropic_event, error=_anthropic_error, ping=_anthropic_event(anthropic_wire.PingEvent()), done=None)
 
 
-class _MessageEvents:
-    """A chat chunk stream as Anthropic events (:class:`~skippy.engine.protocols.anthropic.translate.MessageStream`).
-
-    Waiting for the next event may be cancelled (the ping timer of :func:`stream`) without losing one:
-    events are queued, and only the wait for the next chunk is cancelled (it waits on a memory channel).
-    """
-
-    def __init__(self, chunks: ReplyStream[Any], translator: anthropic.MessageStream) -> None:
-        self._chunks = chunks
-        self._translator = translator
-        self._ready: deque[Any] = deque()
-
-    def __aiter__(self) -> _MessageEvents:
-        return self
-
-    async def __anext__(self) -> Any:
-        while not self._ready:
-            if self._translator.done:
-                raise StopAsyncIteration
-            try:
-                chunk = await self._chunks.__anext__()
-            except StopAsyncIteration:
-                if not self._translator.done:  # no usage chunk: the stream was cut short
-                    raise EngineError("the generation ended without its final chunk") from None
-                raise
-            self._ready.extend(self._translator.events(chunk))
-        return self._ready.popleft()
-
-    async def aclose(self) -> None:
-        await self._chunks.aclose()
-
-
 async def messages() -> Response:
     """Anthropic ``POST /v1/messages``: the body becomes a chat request (one generation path), the chat
     completion (or its chunk stream) becomes an Anthropic ``message`` (or its events)."""
@@ -104,7 +72,7 @@ async def messages() -> Response:
             except EngineError as exc:
                 raise anthropic.restate_error(exc, req, chat) from None
             # the engine has counted the prompt by now (the trace is filled when the sequence is submitted)
-            return _MessageEvents(chunks, anthropic.MessageStream(input_tokens=ctx.trace.prompt_tokens,
+            return TranslatedStream(chunks, anthropic.MessageStream(input_tokens=ctx.trace.prompt_tokens,
                                                                   stop_sequences=stops))
         return await stream(app, ctx, start, ANTHROPIC_SSE)
     try:

@@ -8,8 +8,9 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import attrs
 import trio
@@ -225,6 +226,49 @@ class SseFormat:
 
 
 OPENAI_SSE = SseFormat()
+
+
+class Translator(Protocol):
+    """A sans-IO stream translation (Anthropic's ``MessageStream``, Mistral's ``FimStream``): the events one engine
+    chunk becomes, and whether the last event was made."""
+
+    done: bool
+
+    def events(self, chunk: Any) -> list[Any]: ...
+
+
+class TranslatedStream:
+    """An engine chunk stream as another API's events, through a :class:`Translator`.
+
+    Waiting for the next event may be cancelled (the ping timer of :func:`stream`) without losing one:
+    events are queued, and only the wait for the next chunk is cancelled (it waits on a memory channel).
+    A stream that ends before the translator's last event (no usage chunk: the generation was cut short)
+    raises :class:`~skippy.engine.errors.EngineError`, so :func:`stream` ends it with an error event.
+    """
+
+    def __init__(self, chunks: ReplyStream[Any], translator: Translator) -> None:
+        self._chunks = chunks
+        self._translator = translator
+        self._ready: deque[Any] = deque()
+
+    def __aiter__(self) -> TranslatedStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        while not self._ready:
+            if self._translator.done:
+                raise StopAsyncIteration
+            try:
+                chunk = await self._chunks.__anext__()
+            except StopAsyncIteration:
+                if not self._translator.done:
+                    raise EngineError("the generation ended without its final chunk") from None
+                raise
+            self._ready.extend(self._translator.events(chunk))
+        return self._ready.popleft()
+
+    async def aclose(self) -> None:
+        await self._chunks.aclose()
 
 
 NATIVE_SSE = SseFormat(done=None)  # llama-server's native /completion stream ends without [DONE]
