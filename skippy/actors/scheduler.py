@@ -232,8 +232,9 @@ class DecodeScheduler(Actor[SchedulerMsg]):
         return self.core.n_waiting + self._unread  # queued requests; cancels and verdicts in the inbox are not
 
     def _n_queued(self) -> int:
-        """What ``max_queue`` bounds: requests waiting for a slot, and embedding requests not answered yet."""
-        return self._n_waiting() + self.core.n_embed_waiting
+        """What ``max_queue`` bounds: requests waiting for a slot that no running sequence holds (those in the inbox
+        included), and embedding requests not answered yet (:meth:`SchedulerCore.n_queued`)."""
+        return self.core.n_queued(self._unread)
 
     # -- the actor ---------------------------------------------------------------
     async def run(self) -> None:

@@ -599,7 +599,8 @@ class EngineConfig:
                                help="Token budget of one decode step while a stream is decoding, shared by "
                                     "prefill chunks and running streams (bounds ITL); a step with no stream "
                                     "decoding prefills up to -b/--batch-size tokens.")
-    max_queue: int = setting(1024, check=IntRange(1), help="Requests waiting for a slot before new ones get 429.")
+    max_queue: int = setting(1024, check=IntRange(1), help="Requests waiting for a slot before new ones get 429 "
+                                                           "(a request a free slot takes does not wait).")
     chat_template_kwargs: dict[str, Any] = setting(factory=dict, check=_template_kwargs, flag=False,
                                          help="Default template variables (requests override them).")
     force_tool_emulation: bool = setting(False, check=IsBool(),

@@ -121,12 +121,30 @@ def test_the_prompt_cache_keeps_an_overwritten_prompt_in_host_memory_and_restore
 
 def test_queue_full_raises_and_a_freed_place_is_taken_again():
     rt, core = make(n_seq_max=1, max_queue=2)
-    core.add(req(1, [51] * 4))
-    core.add(req(2, [52] * 4))
+    core.add(req(1, [51] * 4, max_tokens=1))  # the free slot's
+    core.add(req(2, [52] * 4))  # waits
+    core.add(req(3, [53] * 4))  # waits
     with pytest.raises(QueueFull):
-        core.add(req(3, [53] * 4))
-    step(rt, core)  # 1 is admitted: one place in the queue again
-    core.add(req(3, [53] * 4))
+        core.add(req(4, [54] * 4))
+    step(rt, core)  # 1 is admitted and ends at its first token: 2 takes the slot, a place in the queue is free
+    step(rt, core)
+    core.add(req(4, [54] * 4))
+
+
+def test_a_burst_on_free_slots_is_not_refused():
+    """``max_queue`` counts the requests that wait for a slot no running sequence holds: a burst as large as the
+    free slots plus the queue is taken at once, on an idle scheduler and with some slots running."""
+    rt, core = make(n_seq_max=4, max_queue=1)
+    for rid in range(1, 6):  # 4 slots free, 1 place in the queue
+        core.add(req(rid, [50 + rid] * 4))
+    with pytest.raises(QueueFull):
+        core.add(req(6, [56] * 4))
+    assert core.n_queued() == 1
+    step(rt, core)  # 4 admitted, 1 waits
+    assert core.n_queued() == 1
+    with pytest.raises(QueueFull):
+        core.add(req(6, [56] * 4))
+    assert core.n_queued(incoming=2) == 3
 
 
 def test_lowest_free_slot_keeps_running_slots_compact_and_batches_in_slot_order():
@@ -1216,9 +1234,10 @@ def test_a_failed_decode_puts_the_embedding_batch_back_and_close_cancels_embeddi
 
 
 def test_embedding_requests_count_in_the_queue_limit_and_bad_inputs_are_refused():
-    rt, core = make(max_queue=2, embeddings=EMBD)
+    rt, core = make(n_seq_max=1, max_queue=2, embeddings=EMBD)
     core.add_embedding(EmbedRequest(1, ((5,),)))
-    core.add(req(2, [52] * 4))
+    core.add(req(2, [52] * 4))  # the free slot's
+    core.add(req(6, [56] * 4))  # waits for it
     with pytest.raises(QueueFull):
         core.add_embedding(EmbedRequest(3, ((5,),)))
     for inputs in ((), ((),), ((5,) * 33,)):

@@ -25,8 +25,8 @@ class SchedulerConfig:
 
     - ``step_tokens``: tokens of one step, prefill chunks and decoding sequences together (``None``: the
       runtime's ``n_batch``; never more than it).
-    - ``max_queue``: requests waiting for a slot (generation and embedding requests together) before
-      :class:`~skippy.engine.errors.QueueFull`.
+    - ``max_queue``: requests waiting for a slot, beyond the free ones (generation and embedding requests together)
+      before :class:`~skippy.engine.errors.QueueFull`.
     - ``signal_config``: the hook signal window (tokens) and its mid-generation firing rule.
     - ``prefix_cache``: keep finished sequences' KV resident and reuse shared prompt prefixes (off by
       itself for recurrent and hybrid models, whose KV cannot be trimmed: they reuse through context

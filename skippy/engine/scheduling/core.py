@@ -223,7 +223,7 @@ class SchedulerCore:
 
         ``request.rid`` must not be in use.
         """
-        if len(self._waiting) + len(self.embeds) >= self.max_queue:
+        if self.n_queued() >= self.max_queue:
             raise QueueFull(f"the queue is full ({self.max_queue} requests waiting); retry later")
         assert request.rid not in self._seqs and request.rid not in self.embeds, f"rid {request.rid} is in use"
         seq = RequestState(request, t_queued=self._clock())
@@ -243,7 +243,7 @@ class SchedulerCore:
         or longer than its ``n_ctx``. ``request.rid`` must not be in use.
         """
         self.embeds.validate(request)
-        if len(self._waiting) + len(self.embeds) >= self.max_queue:
+        if self.n_queued() >= self.max_queue:
             raise QueueFull(f"the queue is full ({self.max_queue} requests waiting); retry later")
         assert request.rid not in self._seqs and request.rid not in self.embeds, f"rid {request.rid} is in use"
         self.embeds.add(request)
@@ -504,6 +504,13 @@ class SchedulerCore:
     def n_embed_waiting(self) -> int:
         """Embedding requests not answered yet."""
         return len(self.embeds)
+
+    def n_queued(self, incoming: int = 0) -> int:
+        """What ``max_queue`` bounds: the requests that wait for a slot no running sequence holds (the queued ones
+        plus ``incoming`` not added yet, less the slots free for them), and embedding requests not answered yet.
+        A burst on an idle server is not refused while it fills free slots."""
+        free = self.n_slots - len(self._running)
+        return max(0, len(self._waiting) + incoming - free) + len(self.embeds)
 
     def phase(self, rid: int) -> Phase:
         """The phase of ``rid`` (FINISHED once it has left, or when it never came)."""
