@@ -126,6 +126,33 @@ async def test_a_stream_dropped_without_aclose_cancels_its_sequence(model: str) 
         assert engine.scheduler.stats().tokens_predicted_total < 100
 
 
+async def test_a_burst_as_large_as_the_free_slots_is_served_with_a_queue_of_one(model: str) -> None:
+    # max_queue bounds the requests that wait for a slot: 4 at once on 4 idle slots all run; with 4 running,
+    # a 5th waits in the one place of the queue and a 6th is refused
+    config = EngineConfig(model=model, parallel=4, n_ctx=1024, max_queue=1, threads=1)
+    async with skippy.open_engine(config) as engine:
+        req = ChatCompletionRequest(messages=[Message("user", "Hi")], max_tokens=4, temperature=0)
+        outcomes: list[str] = []
+
+        async def one() -> None:
+            try:
+                await engine.chat(req)
+                outcomes.append("ok")
+            except QueueFull:
+                outcomes.append("429")
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(4):
+                nursery.start_soon(one)
+        assert outcomes == ["ok"] * 4
+        streams = [await engine.chat_stream(ChatCompletionRequest(messages=[Message("user", "Write a long story.")],
+                                                                  max_tokens=300)) for _ in range(5)]
+        with pytest.raises(QueueFull):
+            await engine.chat_stream(req)
+        for stream in streams:
+            await stream.aclose()
+
+
 async def test_a_full_queue_raises_before_any_iterator(model: str) -> None:
     config = EngineConfig(model=model, parallel=1, n_ctx=512, max_queue=1)
     async with skippy.open_engine(config) as engine:
