@@ -64,35 +64,36 @@ async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None,
     """
     own = runtime is None
     if runtime is None:
-        runtime = await trio.to_thread.run_sync(load_runtime, config)
-    meta = runtime.meta
-    source = config.chat_template or meta.chat_template or CHATML
-    template = await trio.to_thread.run_sync(
-        lambda: PreparedTemplate.build(source, bos_token=meta.bos_token, eos_token=meta.eos_token))
-    cache = await trio.to_thread.run_sync(cache_for, runtime.vocab)
-    tokenizer = Tokenizer(runtime.vocab, bos_id=meta.bos_id, media=getattr(runtime, "media", None), cache=cache)
-    renderer = TemplateRenderer(template, default_kwargs=config.chat_template_kwargs,
-                                force_tool_emulation=config.force_tool_emulation,
-                                reasoning_format=config.reasoning_format, vision=meta.vision)
-    policy = _load_policy(config)
-    webhook_client = None
-    if config.hook_url:
-        import httpx
+        runtime = await _load(config)
+    webhook_client = consult_client = image_client = None
+    try:  # from here on, what was loaded is freed however the set-up or the engine's life ends
+        await trio.lowlevel.checkpoint()
+        meta = runtime.meta
+        source = config.chat_template or meta.chat_template or CHATML
+        template = await trio.to_thread.run_sync(
+            lambda: PreparedTemplate.build(source, bos_token=meta.bos_token, eos_token=meta.eos_token))
+        cache = await trio.to_thread.run_sync(cache_for, runtime.vocab)
+        tokenizer = Tokenizer(runtime.vocab, bos_id=meta.bos_id, media=getattr(runtime, "media", None), cache=cache)
+        renderer = TemplateRenderer(template, default_kwargs=config.chat_template_kwargs,
+                                    force_tool_emulation=config.force_tool_emulation,
+                                    reasoning_format=config.reasoning_format, vision=meta.vision)
+        policy = _load_policy(config)
+        if config.hook_url:
+            import httpx
 
-        webhook_client = httpx.AsyncClient(timeout=config.hook_timeout + 1.0, trust_env=False)
-        policy = WebhookPolicy(config.hook_url, webhook_client)
-    consult, consult_client = build_consult(config, models) if config.consult else (None, None)
-    image_fetcher, image_client = build_image_fetcher(config) if config.allow_image_urls else (None, None)
-    if consult is not None:  # the user's policy first; the consultation when it takes no action
-        policy = consult if policy is None else ComposedPolicy(policy, consult, config.hook_timeout)
-    evaluator = None
-    if policy is not None:
-        evaluator = HookEvaluator(policy, timeout=hook_timeout(config), fail_closed=config.hook_fail_closed)
-    bound = host_bound(meta, config.threads or os.cpu_count() or 1, usable_cores())
-    scheduler = DecodeScheduler(runtime, SchedulerConfig.from_engine_config(config, host_bound=bound),
-                                hooks=evaluator.inbox if evaluator else None)
-    renderer.history_boundary = scheduler.core.checkpoints is not None  # the chat's checkpoint boundary
-    try:
+            webhook_client = httpx.AsyncClient(timeout=config.hook_timeout + 1.0, trust_env=False)
+            policy = WebhookPolicy(config.hook_url, webhook_client)
+        consult, consult_client = build_consult(config, models) if config.consult else (None, None)
+        image_fetcher, image_client = build_image_fetcher(config) if config.allow_image_urls else (None, None)
+        if consult is not None:  # the user's policy first; the consultation when it takes no action
+            policy = consult if policy is None else ComposedPolicy(policy, consult, config.hook_timeout)
+        evaluator = None
+        if policy is not None:
+            evaluator = HookEvaluator(policy, timeout=hook_timeout(config), fail_closed=config.hook_fail_closed)
+        bound = host_bound(meta, config.threads or os.cpu_count() or 1, usable_cores())
+        scheduler = DecodeScheduler(runtime, SchedulerConfig.from_engine_config(config, host_bound=bound),
+                                    hooks=evaluator.inbox if evaluator else None)
+        renderer.history_boundary = scheduler.core.checkpoints is not None  # the chat's checkpoint boundary
         async with trio.open_nursery() as nursery:
             engine = Engine(config, runtime, tokenizer, renderer, scheduler, evaluator, nursery)
             engine.image_fetcher = image_fetcher
@@ -118,6 +119,14 @@ async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None,
                     await client.aclose()
         if own:
             runtime.close()
+
+
+async def _load(config: EngineConfig) -> Runtime:
+    """The model loaded in a worker thread. A cancellation waits for the load (trio does not abandon the thread)
+    and is not raised here: the caller's next checkpoint raises it, where the loaded model is freed."""
+    with trio.CancelScope(shield=True):
+        runtime: Runtime = await trio.to_thread.run_sync(load_runtime, config)
+    return runtime
 
 
 def _load_policy(config: EngineConfig) -> Any:

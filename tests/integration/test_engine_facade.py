@@ -17,6 +17,7 @@ from skippy import ChatCompletionRequest, CompletionRequest, EngineConfig, Messa
 from skippy.engine.errors import PermissionDenied, QueueFull
 from skippy.engine.hooks.policy import NO_ACTION, Deny
 from skippy.engine.hooks.signals import FinishInfo
+from skippy.actors import wiring
 from skippy.models import ensure_model
 
 QUESTION = [Message("system", "You are a helpful assistant."), Message("user", "What is the capital of France?")]
@@ -171,3 +172,20 @@ async def test_a_full_queue_raises_before_any_iterator(model: str) -> None:
         await waiting.aclose()
         await running.aclose()
         await until_idle(engine)
+
+
+async def test_an_open_that_fails_or_is_cancelled_after_the_load_frees_the_model(
+        model: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    loaded = []
+    real = wiring.load_runtime
+    monkeypatch.setattr(wiring, "load_runtime", lambda config: loaded.append(real(config)) or loaded[-1])
+    # the template fails after the model is loaded
+    with pytest.raises(Exception, match="template"):
+        async with skippy.open_engine(EngineConfig(model=model, n_ctx=256, threads=1, chat_template="{% if %}")):
+            pass
+    # cancelled while the model loads: the load finishes in its thread, then the model is freed
+    with trio.move_on_after(0.01) as scope:
+        async with skippy.open_engine(EngineConfig(model=model, n_ctx=256, threads=1)):
+            pass
+    assert scope.cancelled_caught
+    assert len(loaded) == 2 and all(rt._ctx is None for rt in loaded)  # llama_free'd
