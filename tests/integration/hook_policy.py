@@ -5,7 +5,8 @@ What it does depends on the request's ``user`` field, so one server serves
 every scenario: ``inject`` (inject once at the first mid-generation firing),
 ``stop``, ``deny``, ``deny400``, ``slow`` (sleeps past the timeout),
 ``raise``, ``block`` (parks until a request with ``user=release`` arrives),
-``release``. Other users get no action.
+``release``, ``inject_always`` (injects at the first token and at every mid-generation firing).
+Other users get no action.
 """
 
 from __future__ import annotations
@@ -34,11 +35,15 @@ class Policy:
     async def after_prefill(self, request, signals):
         if request.user == "raise":
             raise RuntimeError("policy bug")
+        if request.user == "inject_always":
+            return Inject(INJECTED)
         return NO_ACTION
 
     async def mid_generation(self, request, signals):
         if request.user == "inject" and not any(r is request for r in self.injected):
             self.injected.append(request)
+            return Inject(INJECTED)
+        if request.user == "inject_always":
             return Inject(INJECTED)
         if request.user == "stop":
             return Stop("policy_stop")

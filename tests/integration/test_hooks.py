@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
@@ -72,6 +73,29 @@ def test_inject_changes_continuation_and_stays_hidden(hook_server: Server) -> No
     streamed, usage_chunk = stream_text(hook_server.base_url, "inject")
     assert streamed == text
     assert usage_chunk["usage"]["injected_tokens"] == n_injected
+
+
+def test_injections_keep_a_forced_tool_call_and_a_json_schema_whole(hook_server: Server) -> None:
+    """A grammar took the token sampled before an injection: it is kept, so a forced call and a schema's JSON
+    stay whole however many times the policy injects (the first token's was lost: 'OOL_CALL', 'et_weather')."""
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    weather = [{"role": "user", "content": "What is the weather in Paris?"}]
+    r = chat(hook_server.base_url, "inject_always", messages=weather, tools=tools, tool_choice="required",
+             max_tokens=48, return_hook_events=True).json()
+    choice = r["choices"][0]
+    assert "inject" in [e["action"] for e in choice["hook_events"]] and r["usage"]["injected_tokens"] > 0
+    assert choice["finish_reason"] == "tool_calls", choice
+    [call] = choice["message"]["tool_calls"]
+    assert call["function"]["name"] == "get_weather" and "city" in json.loads(call["function"]["arguments"])
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"}},
+              "required": ["name", "age"], "additionalProperties": False}
+    r = chat(hook_server.base_url, "inject_always", messages=[{"role": "user", "content": "Invent a person."}],
+             response_format={"type": "json_schema", "json_schema": {"name": "p", "schema": schema}},
+             max_tokens=60).json()
+    assert r["usage"]["injected_tokens"] > 0 and r["choices"][0]["finish_reason"] == "stop"
+    person = json.loads(r["choices"][0]["message"]["content"])
+    assert set(person) == {"name", "age"} and isinstance(person["age"], int)
 
 
 def test_stop_outcome_reports_its_reason(hook_server: Server) -> None:

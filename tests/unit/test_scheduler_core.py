@@ -928,9 +928,9 @@ def test_a_short_prompt_gets_its_first_token_before_a_long_prefill_ends():
 
 # -- hooks -----------------------------------------------------------------------------
 
-def hooked(**kw):
+def hooked(params=None, **kw):
     rt, core = make(hooks=True, prefix_cache=False, **kw)
-    core.add(req(1, [51] * 4, max_tokens=6, hooks=True, request="the request"))
+    core.add(req(1, [51] * 4, max_tokens=6, hooks=True, request="the request", params=params or {}))
     out = step(rt, core)
     [(rid, call)] = out
     assert rid == 1 and isinstance(call, HookRequest) and call.event == "after_prefill"
@@ -965,6 +965,26 @@ def test_inject_verdict_prefills_the_text_where_the_hook_fired():
     out += run(rt, core)
     fin = finish_of(out, 1)
     assert fin.injected_tokens == 3 and FILLER not in injected
+
+
+def test_a_constrained_sequence_keeps_its_held_token_before_the_injection():
+    """Its grammar (or constraint) took the held token when it was sampled, and cannot take it back: the token is
+    emitted and enters the KV cache, then the injection (discarding it left the output outside the grammar)."""
+    rt, core = hooked(params={"grammar": 'root ::= [a-z]*'})
+    kv_before = list(rt.kv[0])
+    out = core.on_verdict(1, Inject("abc"))
+    assert out == [(1, TokenEvent(FILLER, None, (), out[0][1].entropy, out[0][1].margin))]
+    assert core.phase(1) is Phase.PREFILLING
+    step(rt, core)
+    injected = FakeVocab().tokenize("abc", add_special=False, parse_special=False)
+    assert rt.kv[0] == kv_before + [FILLER] + injected
+    fin = finish_of(run(rt, core), 1)
+    assert fin.injected_tokens == 3 and fin.completion_tokens == 6  # the held token counts as generated
+    # at its last token under max_tokens the injection would be cut off: no action
+    rt, core = make(hooks=True, prefix_cache=False)
+    core.add(req(1, [51] * 4, max_tokens=1, hooks=True, params={"grammar": 'root ::= [a-z]*'}))
+    step(rt, core)
+    assert [type(ev) for _, ev in core.on_verdict(1, Inject("abc"))] == [TokenEvent, FinishEvent]
 
 
 def test_a_reported_verdict_sends_its_consult_report_even_unasked():

@@ -275,7 +275,9 @@ class SchedulerCore:
         request finishes with that reason. ``Inject(text)``: the held token is
         discarded and ``text`` (tokenized without special tokens) is appended,
         prefilled at the next steps where the hook fired; an injection that
-        does not fit the context is ignored like no action.
+        does not fit the context is ignored like no action. A sequence with a grammar or constraint keeps
+        its held token (emitted, then the injection after it in the KV cache): the grammar took it when it
+        was sampled and cannot take it back, so discarding it would leave the output outside the grammar.
 
         A request that asked for hook events (``SeqRequest.hook_events``) gets a
         :class:`HookEvent` first, saying what was done; so does any request when the outcome has a
@@ -296,13 +298,21 @@ class SchedulerCore:
             return head + [self._finish(seq, outcome.reason, stopped_by_hook=True)]
         if isinstance(outcome, Inject):
             tokens = self.runtime.vocab.tokenize(outcome.text, add_special=False, parse_special=False)
-            room = self.runtime.meta.n_ctx_seq - 1 - len(seq.kv.prompt)
-            if tokens and len(tokens) <= room:
+            # a grammar or constraint took the held token when it was sampled (neither can take one back): it is
+            # kept, before the injection, so the output stays in the grammar's language
+            keep = seq.request.params.grammar is not None or seq.request.params.constraint is not None
+            room = self.runtime.meta.n_ctx_seq - 1 - len(seq.kv.prompt) - keep
+            if tokens and len(tokens) <= room and not (keep and seq.kv.n_generated + 1 >= seq.kv.max_tokens):
+                out: list[Output] = [(rid, _hook_event(report, held, "inject", text=outcome.text,
+                                                       injected_tokens=len(tokens), consult=consult))] \
+                    if report is not None else []
+                if keep:
+                    out.append(self._count(seq, held))
+                    seq.kv.prompt.append(held.token)
                 seq.kv.prompt.extend(tokens)
                 seq.injected += len(tokens)
                 seq.phase = Phase.PREFILLING
-                return [(rid, _hook_event(report, held, "inject", text=outcome.text, injected_tokens=len(tokens),
-                                          consult=consult))] if report is not None else []
+                return out
             log.warning("hook injection of %d tokens does not fit (room %d); ignored", len(tokens), room)
         head = [(rid, _hook_event(report, held, "none", consult=consult))] if report is not None else []
         return head + self._accept(seq, held)
@@ -760,16 +770,20 @@ class SchedulerCore:
                                                         GenerationSignals(seq.window.stats(), n_decoded)))
         return self._accept(seq, ev)
 
+    def _count(self, seq: RequestState, ev: TokenEvent, forced: bool = False) -> Output:
+        """``ev`` as a generated token: counted, seen by the reasoning budget (unless ``forced``), and its output."""
+        if seq.budget is not None and not forced:
+            seq.forced.extend(seq.budget.on_token(ev.token))
+        seq.kv.n_generated += 1  # type: ignore[union-attr]
+        self.counters.tokens_predicted_total += 1
+        return (seq.rid, ev)
+
     def _accept(self, seq: RequestState, ev: TokenEvent, forced: bool = False) -> list[Output]:
         kv = seq.kv
         assert kv is not None
-        if seq.budget is not None and not forced:
-            seq.forced.extend(seq.budget.on_token(ev.token))
-        kv.n_generated += 1
-        self.counters.tokens_predicted_total += 1
+        outputs: list[Output] = [self._count(seq, ev, forced)]
         kv.pending = ev.token
         seq.phase = Phase.DECODING
-        outputs: list[Output] = [(seq.rid, ev)]
         if kv.n_generated >= kv.max_tokens or kv.n_past + 1 >= self.runtime.meta.n_ctx_seq:
             outputs.append(self._finish(seq, "length"))
         return outputs
