@@ -505,6 +505,15 @@ def test_choices_interleave_with_their_index_and_count_usage_once_per_prompt() -
     assert [c["message"]["content"] for c in whole["choices"]] == ["Hello", " wor", "ld", "Hello"]
 
 
+def test_choices_count_a_prompts_before_chat_injection_once_and_every_choices_own() -> None:
+    # two choices of one prompt whose before_chat hook appended 2 tokens; the choices injected 3 and 5 more
+    gens = [make(list(range(10)), hooks=True, injected=2) for _ in range(2)]
+    replies = [ChatReply("m", g, index=i, id="chatcmpl-x", created=1) for i, g in enumerate(gens)]
+    dones = [run(g, [1], finish("stop", n=1, injected_tokens=k))[1] for g, k in zip(gens, (3, 5), strict=True)]
+    usage = encode(Choices(replies, [0, 0]).completion(dones))["usage"]
+    assert usage["injected_tokens"] == 2 + 3 + 5 and usage["prompt_tokens"] == 8
+
+
 def test_replies_read_like_the_dicts_they_encode_to() -> None:
     gen = make()
     _, done, _ = run(gen, [1])

@@ -56,7 +56,8 @@ class Counts:
     ``prompt_tokens``: the prompt, without the tokens a ``before_chat`` hook appended;
     ``cached_tokens``: of them, reused from the prefix cache (the rest were prefilled);
     ``completion_tokens``: accepted tokens; ``injected_tokens``: every token hooks injected
-    (``None``: the hook policy did not run for the request); ``prompt_ms``: from admission to the
+    (``None``: the hook policy did not run for the request), ``prompt_injected`` of them by ``before_chat``
+    (into the prompt, which the choices of one prompt share); ``prompt_ms``: from admission to the
     first sampled token; ``predicted_ms``: from then to the end; ``draft_tokens`` /
     ``draft_accepted``: speculative draft tokens verified / accepted (0: the request did not speculate);
     ``slot``: the slot it ran in (-1: none).
@@ -66,6 +67,7 @@ class Counts:
     completion_tokens: int
     cached_tokens: int = 0
     injected_tokens: int | None = None
+    prompt_injected: int = 0
     prompt_ms: float = 0.0
     predicted_ms: float = 0.0
     draft_tokens: int = 0
@@ -313,8 +315,8 @@ class Generation:
                                       injected_tokens=n_injected)
         counts = Counts(prompt_tokens=len(self.request.prompt) - self._injected, completion_tokens=n,
                         cached_tokens=ev.cached_tokens, injected_tokens=n_injected if self._hooks else None,
-                        prompt_ms=ev.prompt_ms, predicted_ms=ev.predicted_ms, draft_tokens=ev.draft_tokens,
-                        draft_accepted=ev.draft_accepted, slot=ev.slot)
+                        prompt_injected=self._injected, prompt_ms=ev.prompt_ms, predicted_ms=ev.predicted_ms,
+                        draft_tokens=ev.draft_tokens, draft_accepted=ev.draft_accepted, slot=ev.slot)
         return Done(deltas, message, reason, counts, self._tokens, self.hook_events)
 
     def stopped_before(self, reason: str) -> Done:

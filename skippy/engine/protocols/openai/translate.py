@@ -404,7 +404,9 @@ class Choices:
         prompt = sum(c.prompt_tokens for c in firsts.values())
         cached = sum(c.cached_tokens for c in firsts.values())
         completion = sum(d.counts.completion_tokens for d in dones)
-        injected = [c.injected_tokens for c in firsts.values() if c.injected_tokens is not None]
+        # a prompt's before_chat injection once, every choice's own injections
+        injected = [c.prompt_injected for c in firsts.values() if c.injected_tokens is not None] + \
+            [d.counts.injected_tokens - d.counts.prompt_injected for d in dones if d.counts.injected_tokens is not None]
         total = usage(Counts(prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached,
                              injected_tokens=sum(injected) if injected else None))
         times = wire.Timings.of(prompt - cached, max(c.prompt_ms for c in firsts.values()), completion,
