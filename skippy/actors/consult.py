@@ -89,6 +89,8 @@ class Peer(Protocol):
 
     def info(self) -> PeerInfo: ...
 
+    async def probe(self) -> None: ...
+
     async def ask(self, request: ChatCompletionRequest) -> tuple[str | None, str | None]: ...
 
     async def reads_images(self) -> bool: ...
@@ -111,6 +113,9 @@ class LocalPeer:
 
     def info(self) -> PeerInfo:
         return PeerInfo(self.name, self.model_id, self._size, self.stats.mean_ms)
+
+    async def probe(self) -> None:
+        """Nothing to learn: the pool knows the model's name and size."""
 
     async def ask(self, request: ChatCompletionRequest) -> tuple[str | None, str | None]:
         """Answer ``request`` on the pool's engine of the model (loaded first if needed; a cancelled call
@@ -149,8 +154,11 @@ class RemotePeer:
     def info(self) -> PeerInfo:
         return PeerInfo(self.name, self.model, self.size, self.stats.mean_ms)
 
-    async def _probe(self) -> None:
-        """Read the served model's id and size once (a failure leaves both unknown; never raises)."""
+    async def probe(self) -> None:
+        """Read the served model's id and size, once (a failure leaves both unknown; never raises): the peer
+        order then knows it before the first consultation (a peer serving the asker's own model is left out)."""
+        if self._probed:
+            return
         self._probed = True
         try:
             resp = await self._client.get(self.v1 + "/models")
@@ -185,8 +193,7 @@ class RemotePeer:
         """POST the request (``mesh_hooks`` false, not streamed; ``model`` the one ``/v1/models`` lists
         first, when it does); raises ``httpx.HTTPStatusError`` for a non-2xx reply, ``ValueError`` for a
         body that is no chat completion."""
-        if not self._probed:
-            await self._probe()
+        await self.probe()
         body = msgspec.to_builtins(request)
         body.update(mesh_hooks=False, stream=False)
         if self._listed is not None:
@@ -244,6 +251,10 @@ class ConsultPolicy:
         answer, else :data:`NO_ACTION` with the report (never raises for a peer's fault)."""
         if getattr(request, "mesh_hooks", None) is False:  # a consultation is never itself consulted
             return NO_ACTION
+        with trio.move_on_after(self.rules.timeout):  # each remote peer's /v1/models, read once, before the order
+            async with trio.open_nursery() as nursery:
+                for peer in self.peers:
+                    nursery.start_soon(peer.probe)
         by_name = {p.name: p for p in self.peers}
         chosen = [by_name[i.name] for i in peer_order([p.info() for p in self.peers], self.asker)][:MAX_PARALLEL]
         question = consultation_request(request, self.rules)

@@ -195,9 +195,14 @@ def peer_order(peers: Sequence[PeerInfo], asker: Collection[str]) -> list[PeerIn
 def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
-    if isinstance(content, list):  # text parts only; images and other parts are not passed on
-        return "\n".join(p["text"] for p in content
-                         if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str))
+    if isinstance(content, list):  # text parts only (ContentPart Structs, or dicts); images and the rest stay here
+        texts = []
+        for p in content:
+            kind, text = (p.get("type"), p.get("text")) if isinstance(p, dict) else \
+                (getattr(p, "type", None), getattr(p, "text", None))
+            if kind == "text" and isinstance(text, str):
+                texts.append(text)
+        return "\n".join(texts)
     return ""
 
 
@@ -255,9 +260,16 @@ def hint_text(answer: str | None, max_chars: int) -> str | None:
     return cut.rstrip(" ,;:") + "..."
 
 
+#: the longest peer model name a note carries (characters)
+MAX_NAME_CHARS = 64
+
+
 def injection(model: str, hint: str) -> str:
-    """The text injected into the asker's sequence: ``"\\n[Note from <model>: <hint>]\\n"``."""
-    return f"\n[Note from {model}: {hint}]\n"
+    """The text injected into the asker's sequence: ``"\\n[Note from <model>: <hint>]\\n"``. ``model`` (a peer's
+    own word for itself) is cleaned as the hint is: whitespace collapsed to single spaces, square brackets
+    dropped (they would close the note), cut to :data:`MAX_NAME_CHARS` characters."""
+    name = " ".join(model.replace("[", " ").replace("]", " ").split())[:MAX_NAME_CHARS].strip() or "a peer"
+    return f"\n[Note from {name}: {hint}]\n"
 
 
 # -- media fallback: a text-only model asks a peer that reads images ------------------------------------------
