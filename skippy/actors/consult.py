@@ -119,9 +119,34 @@ class LocalPeer:
 
     async def ask(self, request: ChatCompletionRequest) -> tuple[str | None, str | None]:
         """Answer ``request`` on the pool's engine of the model (loaded first if needed; a cancelled call
-        cancels its sequence, freeing the slot)."""
+        cancels its sequence, freeing the slot). The consultation goes ahead of the requests waiting there
+        (``priority`` -1: the asker's slot waits on it). Raises :class:`PeerBusy` when every slot there holds a
+        sequence parked on its own hook, at once or as soon as it happens while the consultation waits for a
+        slot: none can free its slot before its verdict, which may be waiting on this very consultation (two
+        models that consult each other, under load)."""
         async with self._models.use(self.model_id) as engine:
-            reply = await engine.chat(msgspec.structs.replace(request, model=self.model_id))
+            def stuck() -> bool:
+                stats = engine.scheduler.stats()
+                return stats.n_parked >= stats.n_slots  # then this consultation is not running (it never parks)
+
+            if stuck():
+                raise PeerBusy(f"every slot of {self.model_id} waits on a hook")
+            reply = None
+            async with trio.open_nursery() as nursery:
+                async def answer() -> None:
+                    nonlocal reply
+                    reply = await engine.chat(msgspec.structs.replace(request, model=self.model_id), priority=-1)
+                    nursery.cancel_scope.cancel()
+
+                async def watch() -> None:  # the slots may all park while this consultation waits for one
+                    while not stuck():
+                        await trio.sleep(BUSY_POLL)
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(answer)
+                nursery.start_soon(watch)
+            if reply is None:
+                raise PeerBusy(f"every slot of {self.model_id} waits on a hook")
         return reply.choices[0].message.content, self.model_id
 
     async def reads_images(self) -> bool:
@@ -211,8 +236,18 @@ class RemotePeer:
         return content if isinstance(content, str) else None, model
 
 
+#: seconds between two looks at a local peer's slots while a consultation waits for one
+BUSY_POLL = 0.05
+
+
+class PeerBusy(Exception):
+    """A local peer cannot take a consultation now (every slot holds a parked sequence): reported as ``busy``."""
+
+
 def _error_kind(exc: BaseException) -> str:
     """A short name of a consultation's failure for reports and logs (never the peer's text)."""
+    if isinstance(exc, PeerBusy):
+        return "busy"
     if isinstance(exc, httpx.HTTPStatusError):
         return f"http_{exc.response.status_code}"
     if isinstance(exc, httpx.ConnectError):

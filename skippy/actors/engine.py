@@ -232,20 +232,22 @@ class Engine:
         Raises :class:`InvalidRequest` (400 naming ``N.id`` / ``N.scale``; nothing changed)."""
         self.lora.set_global(entries)
 
-    async def chat(self, req: ChatCompletionRequest) -> openai_wire.ChatCompletion:
-        """One OpenAI ``chat.completion`` for ``req`` (``req.stream`` is ignored); ``n`` choices."""
-        gens, stream = await self._start_chat(await self._with_image_urls(req))
+    async def chat(self, req: ChatCompletionRequest, *, priority: int = 0) -> openai_wire.ChatCompletion:
+        """One OpenAI ``chat.completion`` for ``req`` (``req.stream`` is ignored); ``n`` choices. ``priority``:
+        a lower one is admitted before waiting requests of a higher one (vLLM's ``priority``; 0 by default)."""
+        gens, stream = await self._start_chat(await self._with_image_urls(req), priority)
         return self._chat_choices(req, gens).completion(await drain(stream))  # type: ignore[return-value]
 
-    async def chat_stream(self, req: ChatCompletionRequest) -> ReplyStream[openai_wire.ChatCompletionChunk]:
+    async def chat_stream(self, req: ChatCompletionRequest, *,
+                          priority: int = 0) -> ReplyStream[openai_wire.ChatCompletionChunk]:
         """OpenAI ``chat.completion.chunk`` objects: role chunk, deltas, finish chunk, optional usage chunk.
 
         With ``n`` > 1 every choice's chunks carry its ``index`` and interleave as
         its tokens come; one usage chunk ends the stream. Errors in the request
         (400/403/404/429) raise here, before the first chunk. Closing the
-        iterator before its end cancels every choice.
+        iterator before its end cancels every choice. ``priority`` as :meth:`chat`'s.
         """
-        gens, stream = await self._start_chat(await self._with_image_urls(req))
+        gens, stream = await self._start_chat(await self._with_image_urls(req), priority)
         choices = self._chat_choices(req, gens, include_usage=bool(req.stream_options
                                                                   and req.stream_options.include_usage))
         return stream.rendered(choices.first_chunks(), choices.chunks)
@@ -602,7 +604,8 @@ class Engine:
         return req if messages is req.messages else msgspec.structs.replace(req, messages=messages)
 
     @_preparing
-    async def _start_chat(self, req: ChatCompletionRequest) -> tuple[list[Generation], RequestEvents]:
+    async def _start_chat(self, req: ChatCompletionRequest,
+                          priority: int = 0) -> tuple[list[Generation], RequestEvents]:
         arrival = next(self._arrivals)
         lora = self.lora.for_request(req.lora)
         n = choice_count(req, self.limits)
@@ -647,8 +650,8 @@ class Engine:
             hook_request=req, injected=injected, hook_events=req.return_hook_events, before_chat=before,
             cache_key=req.prompt_cache_key, cache_prompt=req.cache_prompt,
             min_reuse=min_reuse(n, len(prompt), self.min_tail), checkpoint_at=checkpoint_at,
-            speculative=speculative(req, self.limits), reasoning_budget=budget, arrival=arrival, media=media,
-            lora=lora)
+            speculative=speculative(req, self.limits), reasoning_budget=budget, arrival=arrival, priority=priority,
+            media=media, lora=lora)
         gens = [Generation(next(self._rids), prompt, choice_seed(params, j), max_tokens, piece=piece,
                            parser=make_output_parser(plan), options=options,
                            early_stop=EarlyStop(set(plan.allowed_tools), plan.parallel_tool_calls) if plan.emulated

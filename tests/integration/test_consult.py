@@ -111,6 +111,33 @@ def test_the_peer_itself_is_not_consulted_for_its_own_requests(duo: Server) -> N
     assert event["action"] == "none" and event["consult"]["outcome"] == "skipped"
 
 
+def test_two_local_models_consulting_each_other_under_load_never_wait_out_the_timeout(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Each model's slots fill with sequences parked on a consultation of the other: a consultation goes ahead
+    of the waiting requests, and one whose peer has every slot parked is ``busy`` at once (it waited out
+    ``--consult-timeout`` there: 8 of 14 timed out)."""
+    import trio
+
+    with Server(["--model", "smollm2", "--model", GEMMA, "--consult", "smollm2", "--consult", GEMMA, *ARGS,
+                 "--consult-timeout", "600"], tmp_path_factory.mktemp("mutual") / "server.log") as srv:
+        replies: list[dict] = []
+
+        async def one(client: httpx.AsyncClient, model: str) -> None:
+            r = await client.post("/v1/chat/completions", json={**BODY, "model": model})
+            assert r.status_code == 200, r.text
+            replies.append(r.json())
+
+        async def burst() -> None:
+            async with httpx.AsyncClient(base_url=srv.base_url, timeout=600) as client, trio.open_nursery() as n:
+                for i in range(8):
+                    n.start_soon(one, client, "smollm2" if i % 2 else GEMMA)
+
+        trio.run(burst)
+    outcomes = [e["consult"]["outcome"] for r in replies for e in _consults(r["choices"][0])]
+    assert len(replies) == 8 and "timeout" not in outcomes, outcomes
+    assert "answered" in outcomes
+
+
 # -- remote peers -----------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -131,6 +131,20 @@ def test_queue_full_raises_and_a_freed_place_is_taken_again():
     core.add(req(4, [54] * 4))
 
 
+def test_a_lower_priority_is_admitted_first_then_arrival_order():
+    rt, core = make(n_seq_max=1, prefix_cache=False)
+    core.add(req(1, [51] * 4, max_tokens=2, arrival=1))
+    order = [rid for rid, ev in step(rt, core) if isinstance(ev, FinishEvent)]  # 1 takes the slot
+    core.add(req(2, [52] * 4, max_tokens=2, arrival=2))
+    core.add(req(3, [53] * 4, max_tokens=2, arrival=4))
+    core.add(req(4, [54] * 4, max_tokens=2, arrival=5, priority=-1))  # a consultation: ahead of 2 and 3
+    core.add(req(5, [55] * 4, max_tokens=2, arrival=3))  # an earlier arrival: between 2 and 3
+    core.add(req(6, [56] * 4, max_tokens=2, priority=-1))  # arrival unknown: behind 4
+    for out in iter(lambda: step(rt, core), None):
+        order += [rid for rid, ev in out if isinstance(ev, FinishEvent)]
+    assert order == [1, 4, 6, 2, 5, 3]
+
+
 def test_a_burst_on_free_slots_is_not_refused():
     """``max_queue`` counts the requests that wait for a slot no running sequence holds: a burst as large as the
     free slots plus the queue is taken at once, on an idle scheduler and with some slots running."""

@@ -148,6 +148,7 @@ class GenerationOptions:
         reasoning_budget: the cap on the reasoning block (:class:`~skippy.engine.scheduling.budget.ReasoningBudget`;
             ``None``: none).
         arrival: the request's place in arrival order (:attr:`SeqRequest.arrival`; 0: unknown).
+        priority: lower is admitted first (:attr:`SeqRequest.priority`).
         media: the prompt's images (:attr:`SeqRequest.media`).
         lora: the LoRA adapter set the request runs with (:attr:`SeqRequest.lora`; ``()``: none).
     """
@@ -169,6 +170,7 @@ class GenerationOptions:
     prompt_logprobs: int | None = None
     reasoning_budget: ReasoningBudget | None = None
     arrival: int = 0
+    priority: int = 0
     media: tuple[MediaSpan, ...] = ()
     lora: LoraSet = NO_LORA
 
@@ -205,7 +207,7 @@ class Generation:
                                   speculative=o.speculative, min_reuse=o.min_reuse, save_replaced=o.save_replaced,
                                   prompt_logprobs=o.prompt_logprobs,
                                   hook_events=o.hook_events and o.hooks, reasoning_budget=o.reasoning_budget,
-                                  checkpoint_at=o.checkpoint_at, arrival=o.arrival, media=o.media,
+                                  checkpoint_at=o.checkpoint_at, arrival=o.arrival, priority=o.priority, media=o.media,
                                   lora=o.lora)
         self._piece = piece
         self._pipeline = OutputPipeline(piece, list(o.stops), parser, early_stop, include_stop=o.include_stop)

@@ -228,11 +228,11 @@ class SchedulerCore:
         assert request.rid not in self._seqs and request.rid not in self.embeds, f"rid {request.rid} is in use"
         seq = RequestState(request, t_queued=self._clock())
         self._seqs[request.rid] = seq
-        # arrival order (SeqRequest.arrival): behind every request that came earlier, ahead of later ones
+        # priority, then arrival order (SeqRequest.priority, .arrival): behind every request of a lower priority
+        # and every one of its own that came earlier, ahead of the rest
         k = len(self._waiting)
-        if request.arrival:
-            while k and (self._waiting[k - 1].request.arrival or 0) > request.arrival:
-                k -= 1
+        while k and _queued_after(self._waiting[k - 1].request, request):
+            k -= 1
         self._waiting.insert(k, seq)
 
     def add_embedding(self, request: EmbedRequest) -> None:
@@ -834,6 +834,14 @@ class SchedulerCore:
             self.kv_cache.release(kv.slot, kv.prompt, n_keep if worth else None, seq.request.cache_key,
                                   seq.request.lora, kv.media)
         return seq.rid, event
+
+
+def _queued_after(queued: SeqRequest, new: SeqRequest) -> bool:
+    """``queued`` waits behind ``new``: a higher priority, or the same and a later arrival (a new request of
+    arrival 0, unknown, goes behind every one of its priority)."""
+    if queued.priority != new.priority:
+        return queued.priority > new.priority
+    return bool(new.arrival) and (queued.arrival or 0) > new.arrival
 
 
 def _hook_event(call: HookRequest, held: TokenEvent, action: str, **fields: Any) -> HookEvent:

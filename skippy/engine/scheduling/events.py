@@ -62,6 +62,8 @@ class SeqRequest:
     engine, before its template and tokenizer work); the queue is kept in that order, so a request
     whose preprocessing took longer keeps its place (first come, first served, as llama-server's
     queue). 0: unknown: queued at the end, and no request submitted after it passes it.
+    ``priority``: a lower one is admitted before a higher one, whatever their arrival (vLLM's ``priority``;
+    0 by default; the server's consultations of a local model run at -1, ahead of the requests they serve).
     ``media``: the prompt's images (:class:`~skippy.engine.runtime.media.MediaSpan`: where each one's
     placeholder ids are in ``prompt``); each is decoded whole, in a step of its own kind.
     ``lora``: the LoRA adapter set it runs with (:data:`~skippy.engine.lora.LoraSet`; ``()``: the base
@@ -85,6 +87,7 @@ class SeqRequest:
     reasoning_budget: ReasoningBudget | None = None
     checkpoint_at: int | None = None
     arrival: int = 0
+    priority: int = 0
     media: tuple[MediaSpan, ...] = ()
     lora: LoraSet = NO_LORA
 
