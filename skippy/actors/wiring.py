@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, NoReturn
 
 import trio
 
@@ -60,12 +60,16 @@ async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None,
 
     On exit the actors are cancelled, running generations end with
     :class:`~skippy.engine.errors.EngineClosed`, and the llama.cpp context is freed.
+    An exception raised in the ``async with`` body comes out as itself, not inside the nursery's
+    ``ExceptionGroup``; an actor's failure comes out in a ``BaseExceptionGroup`` (with the body's exception
+    beside it when both failed).
     Raises ``RuntimeError`` when the model cannot be loaded.
     """
     own = runtime is None
     if runtime is None:
         runtime = await _load(config)
     webhook_client = consult_client = image_client = None
+    body_error: BaseException | None = None
     try:  # from here on, what was loaded is freed however the set-up or the engine's life ends
         await trio.lowlevel.checkpoint()
         meta = runtime.meta
@@ -109,9 +113,16 @@ async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None,
                 nursery.start_soon(evaluator.run)
             try:
                 yield engine
+            except BaseException as exc:
+                body_error = exc
+                raise
             finally:
                 engine.closed = True
                 nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        if body_error is not None and len(group.exceptions) == 1 and group.exceptions[0] is body_error:
+            _raise_unwrapped(body_error)
+        raise
     finally:
         for client in (webhook_client, consult_client, image_client):
             if client is not None:
@@ -127,6 +138,18 @@ async def _load(config: EngineConfig) -> Runtime:
     with trio.CancelScope(shield=True):
         runtime: Runtime = await trio.to_thread.run_sync(load_runtime, config)
     return runtime
+
+
+def _raise_unwrapped(exc: BaseException) -> NoReturn:
+    """Raise ``exc``, the one exception of the nursery's group, as itself (trio's pattern for a context manager
+    around a nursery: the caller's ``except`` matches what its own block raised). Its traceback, ``__cause__``
+    and ``__context__`` stay as they were (re-raising inside ``except`` would set the group as its context)."""
+    context = exc.__context__
+    try:
+        raise exc
+    finally:
+        exc.__context__ = context
+        del exc, context
 
 
 def _load_policy(config: EngineConfig) -> Any:

@@ -15,7 +15,7 @@ import trio
 import skippy
 from skippy import ChatCompletionRequest, CompletionRequest, EngineConfig, Message
 from skippy.actors import wiring
-from skippy.engine.errors import PermissionDenied, QueueFull
+from skippy.engine.errors import InvalidRequest, PermissionDenied, QueueFull
 from skippy.engine.hooks.policy import NO_ACTION, Deny
 from skippy.engine.hooks.signals import FinishInfo
 from skippy.models import ensure_model
@@ -189,3 +189,31 @@ async def test_an_open_that_fails_or_is_cancelled_after_the_load_frees_the_model
             pass
     assert scope.cancelled_caught
     assert len(loaded) == 2 and all(rt._ctx is None for rt in loaded)  # llama_free'd
+
+
+async def test_an_exception_from_the_body_comes_out_as_itself(model: str) -> None:
+    # trio's nursery wraps what leaves it in an ExceptionGroup; open_engine unwraps the body's own exception
+    config = EngineConfig(model=model, parallel=1, n_ctx=512)
+    with pytest.raises(InvalidRequest) as caught:
+        async with skippy.open_engine(config) as engine:
+            await engine.chat(ChatCompletionRequest(messages=QUESTION, max_tokens=4, n=0))
+    assert not isinstance(caught.value.__context__, BaseExceptionGroup)
+    assert any(entry.name == "test_an_exception_from_the_body_comes_out_as_itself" for entry in caught.traceback)
+
+    class Mine(Exception):
+        pass
+
+    with pytest.raises(Mine):
+        async with skippy.open_engine(config):
+            raise Mine("the embedder's own")
+
+
+async def test_an_actor_failure_stays_in_its_group(model: str) -> None:
+    async def broken_actor() -> None:
+        raise RuntimeError("actor died")
+
+    with pytest.raises(BaseExceptionGroup) as caught:
+        async with skippy.open_engine(EngineConfig(model=model, parallel=1, n_ctx=512)) as engine:
+            engine._nursery.start_soon(broken_actor)  # a task of the engine's nursery, as its actors are
+            await trio.sleep_forever()
+    assert [type(e) for e in caught.value.exceptions] == [RuntimeError]
