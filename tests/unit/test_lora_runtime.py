@@ -85,5 +85,7 @@ def test_an_adapter_for_another_model_is_a_load_error_naming_the_file(tmp_path, 
         LlamaRuntime(MODEL, n_ctx_seq=256, n_seq_max=1, lora=(str(good), str(bad)))
     assert str(bad) in str(err.value) and reason in str(err.value)
     missing = tmp_path / "missing.gguf"
-    with pytest.raises(ValueError, match="missing.gguf"):
-        LlamaRuntime(MODEL, n_ctx_seq=256, n_seq_max=1, lora=(str(missing),))
+    with pytest.raises(ValueError, match="missing.gguf: the LoRA adapter file does not exist"):
+        LlamaRuntime(MODEL, n_ctx_seq=256, n_seq_max=1, lora=(str(good), str(missing)))
+    with pytest.raises(ValueError, match="the LoRA adapter file is not a file"):
+        LlamaRuntime(MODEL, n_ctx_seq=256, n_seq_max=1, lora=(str(tmp_path),))

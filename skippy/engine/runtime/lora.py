@@ -17,6 +17,7 @@ import ctypes
 import functools
 import logging
 import math
+import os
 from collections.abc import Sequence
 
 import llama_cpp
@@ -33,12 +34,17 @@ _REFUSED = "failed to apply lora adapter: "
 def load_adapters(model: llama_cpp.llama_model_p, paths: Sequence[str]) -> list[object]:
     """Load every adapter of ``paths`` onto ``model``, in order (ids 0, 1, ...); returns their handles.
 
-    Raises ``ValueError`` naming the file and llama.cpp's reason (``model arch and LoRA arch mismatch``,
+    Raises ``ValueError`` naming a file that does not exist (or is not a file), else naming the file and
+    llama.cpp's reason (``model arch and LoRA arch mismatch``,
     ``tensor 'token_embd.weight' has incorrect shape``, a file that is no GGUF...) for the first adapter
     llama.cpp refuses; the adapters loaded before it are freed (nothing stays loaded half-way).
     """
     handles: list[object] = []
     for path in paths:
+        if not os.path.isfile(path):  # llama.cpp's refusal would not say why
+            free_adapters(handles)
+            what = "is not a file" if os.path.exists(path) else "does not exist"
+            raise ValueError(f"--lora {path}: the LoRA adapter file {what}")
         handle, lines = _capturing(functools.partial(llama_cpp.llama_adapter_lora_init, model, path.encode()))
         if not handle:
             free_adapters(handles)
