@@ -594,7 +594,8 @@ class EngineConfig:
     n_ubatch: int | None = setting(None, check=IntRange(1, optional=True), aliases=("-ub", "--ubatch-size"),
                                    metavar="N", show_default=False,
                                    help="llama.cpp n_ubatch: most tokens of one physical batch inside a decode "
-                                        "(llama-server's -ub/--ubatch-size), at most n_batch [default: n_batch].")
+                                        "(llama-server's -ub/--ubatch-size); more than n_batch is clamped to "
+                                        "n_batch, as llama.cpp does [default: n_batch].")
     step_tokens: int = setting(256, check=IntRange(8, 512),
                                help="Token budget of one decode step while a stream is decoding, shared by "
                                     "prefill chunks and running streams (bounds ITL); a step with no stream "

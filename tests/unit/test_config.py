@@ -241,3 +241,16 @@ def test_an_embeddings_batch_that_llama_cpp_cannot_split_is_refused(n: int) -> N
                                          rf"use {n // 256 * 256} or {n // 256 * 256 + 256}"):
         EngineConfig(model="m.gguf", embeddings_batch=n)
     check_embeddings_batch(n // 256 * 256)
+
+
+def test_n_ubatch_above_n_batch_is_clamped_as_llama_cpp_does() -> None:
+    # llama.cpp's llama_context: n_ubatch = min(n_batch, n_ubatch); llama-server command lines rely on it
+    from skippy.engine.runtime.params import RuntimeConfig
+
+    config = EngineConfig(model="m.gguf", n_batch=512, n_ubatch=1024)
+    assert config.n_ubatch == 1024  # kept as given: attrs.evolve(config, n_batch=2048) still means 1024
+    assert RuntimeConfig.from_engine_config(config).n_ubatch == 512
+    assert RuntimeConfig.from_engine_config(attrs.evolve(config, n_batch=2048)).n_ubatch == 1024
+    assert RuntimeConfig.from_engine_config(EngineConfig(model="m.gguf")).n_ubatch is None  # n_batch's
+    help = setting_info(attrs.fields(EngineConfig).n_ubatch).help
+    assert "clamped to n_batch" in help

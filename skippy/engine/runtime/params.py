@@ -219,11 +219,12 @@ class RuntimeConfig:
         sequences, ``--cache-type-k`` / ``-v`` the KV types, ``--device`` the devices, ``--reranking`` the
         embedding context with rank pooling (llama-server's ``--embedding --pooling rank``)...; ``-ot`` then
         ``-cmoe`` / ``-ncmoe`` as tensor overrides, in that order; ``--rope-scale N`` as a frequency
-        scale of 1/N, as llama-server)."""
+        scale of 1/N, as llama-server; ``-ub`` above ``-b`` clamped to ``-b``, as llama.cpp does)."""
         from skippy.engine.runtime.overrides import moe_overrides
 
         freq_scale = 1.0 / config.rope_scale if config.rope_scale > 0 else config.rope_freq_scale
-        return cls(n_ubatch=config.n_ubatch,
+        n_ubatch = None if config.n_ubatch is None else min(config.n_ubatch, config.n_batch)  # llama.cpp's clamp
+        return cls(n_ubatch=n_ubatch,
                    override_tensor=(*config.override_tensor, *moe_overrides(config.cpu_moe, config.n_cpu_moe)),
                    n_cpu_moe=config.n_cpu_moe, kv_overrides=config.override_kv, mmap=config.mmap, mlock=config.mlock,
                    numa=config.numa,
