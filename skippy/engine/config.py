@@ -192,8 +192,22 @@ def _template_kwargs(inst: object, attr: attrs.Attribute[Any], value: object) ->
 
 
 def _hook_policy(inst: object, attr: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, str) and not value:
-        raise ValueError(f"{attr.name} must be 'package.module:factory', a policy object or None, got ''")
+    """``None``, a ``package.module:factory`` spec (imported by ``open_engine``) or a policy object: one with
+    any of the hook methods (:data:`~skippy.engine.hooks.policy.EVENTS`), as the hooks guide defines a policy.
+    Raises ``ValueError`` for a malformed spec, ``TypeError`` for any other value."""
+    from skippy.engine.hooks.policy import EVENTS, check_policy_spec
+
+    if value is None:
+        return
+    if isinstance(value, str):
+        try:
+            check_policy_spec(value)
+        except ValueError:
+            raise ValueError(f"{attr.name} must be 'package.module:factory', a policy object or None, "
+                             f"got {value!r}") from None
+    elif not any(callable(getattr(value, event, None)) for event in EVENTS):
+        raise TypeError(f"{attr.name} must be 'package.module:factory', None or a policy object with any of the "
+                        f"hook methods {', '.join(EVENTS)}, got {value!r}")
 
 
 def _fspath(value: Any) -> Any:
@@ -231,7 +245,7 @@ def _embeddings_batch(inst: Any, attr: attrs.Attribute[Any], value: int) -> None
 
 
 def _aliases(inst: Any, attr: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
-    if not all(isinstance(a, str) and a.strip() for a in value):
+    if not isinstance(value, tuple) or not all(isinstance(a, str) and a.strip() for a in value):
         raise TypeError(f"{attr.name} must be non-empty strings, got {value!r}")
 
 
@@ -250,6 +264,8 @@ def _peers(inst: Any, attr: attrs.Attribute[Any], value: tuple[str, ...]) -> Non
     (:func:`skippy.engine.hooks.consult.check_peers`)."""
     from skippy.engine.hooks.consult import peer_problem
 
+    if not isinstance(value, tuple):
+        raise TypeError(f"{attr.name} must be a str or a sequence of str, got {value!r}")
     for peer in value:
         problem = peer_problem(peer)
         if problem is not None:
@@ -257,7 +273,14 @@ def _peers(inst: Any, attr: attrs.Attribute[Any], value: tuple[str, ...]) -> Non
 
 
 def _strings(value: Any) -> Any:
-    return (value,) if isinstance(value, str) else tuple(value)
+    """A str as a 1-tuple, another iterable as a tuple; anything else is left for the validator to refuse
+    (a ``TypeError`` naming the field)."""
+    if isinstance(value, str):
+        return (value,)
+    try:
+        return tuple(value)
+    except TypeError:
+        return value
 
 
 def _lora_pairs(value: Any) -> Any:
@@ -293,7 +316,8 @@ SPLIT_MODE_CHOICES = ("none", "layer", "row")
 def _parsed(name: str, parser: str) -> Any:
     """A converter running ``skippy.engine.runtime.backends.<parser>`` (``overrides.<parser>`` for
     ``parse_overrides`` and ``parse_kv_overrides``; str or sequence -> tuple), whose
-    ``ValueError`` names the field; the same function is the field's validator, so the ``skippy serve``
+    ``ValueError`` names the field (a value that is neither a str nor a sequence: ``TypeError`` naming it); the
+    same function is the field's validator, so the ``skippy serve``
     flag (a str, checked before conversion) and an embedder's tuple are checked by the same code."""
 
     def convert(value: Any) -> Any:
@@ -303,6 +327,8 @@ def _parsed(name: str, parser: str) -> Any:
             return getattr(overrides if hasattr(overrides, parser) else backends, parser)(value)
         except ValueError as exc:
             raise ValueError(f"{name}: {exc}") from None
+        except TypeError:  # not a str nor an iterable (device=123)
+            raise TypeError(f"{name} must be a comma-separated str or a sequence of values, got {value!r}") from None
 
     return convert
 
@@ -694,7 +720,7 @@ class EngineConfig:
     hook_url: str | None = setting(None, check=_http_url, metavar="URL",
                                    help='Webhook hook policy: each event is POSTed as JSON; the reply is '
                                         '{"action": "none"|"inject"|"stop", ...}.')
-    hook_timeout: float = setting(2.0, check=FloatRange(0.0, min_open=True),
+    hook_timeout: float = setting(2.0, check=FloatRange(0.0, min_open=True, finite=True),
                                   help="Seconds per hook call; a timeout or error means no action (logged and "
                                        "counted).")
     hook_fail_closed: bool = setting(False, check=IsBool(),

@@ -249,6 +249,8 @@ def test_readme_flags_table_matches_the_options() -> None:
     ([], {"SKIPPY_CACHE_TYPE_V": "f8"}, "SKIPPY_CACHE_TYPE_V", "'f16', 'bf16'"),
     (["--hook-timeout", "nan"], {}, "--hook-timeout", "hook_timeout must be in the range x>0.0"),
     (["--high-entropy-threshold", "inf"], {}, "--high-entropy-threshold", "x>=0.0"),
+    (["--hook-timeout", "inf"], {}, "--hook-timeout", "hook_timeout must be a finite number in the range x>0.0"),
+    (["--hook-policy", "mypolicies"], {}, "--hook-policy", "hook_policy must be 'package.module:factory'"),
     (["--max-body-bytes", "1023"], {}, "--max-body-bytes", "x>=1024"),
     (["--request-timeout", "-1"], {}, "--request-timeout", "x>=0.0"),
     ([], {"SKIPPY_SIGNAL_WINDOW": "4097"}, "SKIPPY_SIGNAL_WINDOW", "1<=x<=4096"),

@@ -16,11 +16,21 @@ import pytest
 from skippy.engine.config import EngineConfig, check_embeddings_batch, setting_info
 from skippy.http.settings import ServerSettings
 
+
+class Policy:
+    """A hook policy as the hooks guide defines one: an object with any of the hook methods."""
+
+    async def on_finish(self, request, info):
+        pass
+
+
+POLICY = Policy()
+
 # field -> (values refused, values accepted at the boundary, the range the message must name)
 ENGINE = {
     "model": (["", None, 3], ["m.gguf", "SmolLM2-135M-Instruct"], None),
     "model_name": ([3, b"x"], [None, "smollm2"], None),
-    "model_alias": ([("",), (" ",), (1,)], [(), ("gpt-4o", "local"), "one"], None),
+    "model_alias": ([("",), (" ",), (1,), 5], [(), ("gpt-4o", "local"), "one"], None),
     "n_ctx": ([15, 1, -1, 16.0, "4096", True], [0, 16, 1 << 20], None),  # 0: the training context
     "parallel": ([0, 257, -1, 8.0, True], [1, 256], "1<=x<=256"),
     "threads": ([0, -2, 1.5, "4"], [None, 1, 64], "x>=1"),
@@ -32,12 +42,12 @@ ENGINE = {
     "n_gpu_layers": ([-2, 1.5, "99", True], [None, -1, 0, 999], "x>=-1"),
     "split_mode": (["tensor", "ROW", None], ["none", "layer", "row"], "'none', 'layer', 'row'"),
     "main_gpu": ([-1, 1.0, None], [0, 7], "x>=0"),
-    "tensor_split": (["3,x", [1, -1], "0,0", [math.nan]], [None, (), "3,1", [1, 0.5], "1/2"], None),
-    "device": (["none,CUDA0", ("none", "RPC0")], [None, (), "none", "CUDA0,RPC1", ["Vulkan0"]], None),
-    "rpc": (["localhost", "h:0", "h:x", ["::1:50052"]], [None, (), "127.0.0.1:50052,h:1", ["h:65535"]], None),
-    "override_tensor": (["x", "=CPU", "a=", "blk.(=CPU", ["ok=CPU", "(=CPU"]],
+    "tensor_split": (["3,x", [1, -1], "0,0", [math.nan], 5], [None, (), "3,1", [1, 0.5], "1/2"], None),
+    "device": (["none,CUDA0", ("none", "RPC0"), 123], [None, (), "none", "CUDA0,RPC1", ["Vulkan0"]], None),
+    "rpc": (["localhost", "h:0", "h:x", ["::1:50052"], 5], [None, (), "127.0.0.1:50052,h:1", ["h:65535"]], None),
+    "override_tensor": (["x", "=CPU", "a=", "blk.(=CPU", ["ok=CPU", "(=CPU"], 3],
                         [(), "a=CPU", "a=CPU,b=CUDA0", ["\\.ffn_.*_exps\\.=CPU"]], None),
-    "override_kv": (["x", "=int:1", "a=int:x", "a=bool:yes", "a=list:1", "a=int:1,", ["a=str:" + "x" * 128]],
+    "override_kv": ([7, "x", "=int:1", "a=int:x", "a=bool:yes", "a=list:1", "a=int:1,", ["a=str:" + "x" * 128]],
                     [(), "a=int:-1", "a=bool:true,b=float:1e-5", ['"k=str:a,b"', "k=str:" + "x" * 127]], None),
     "cpu_moe": (["yes", 1, None], [True, False], None),
     "n_cpu_moe": ([-1, 1.5, "2", True], [0, 1, 999], "x>=0"),
@@ -87,14 +97,15 @@ ENGINE = {
     "pooling": (["RANK", "MEAN", "", None], ["model", "mean", "cls", "last", "none", "rank"], "'model', 'mean'"),
     "reranking": (["on", 1, None], [True, False], None),
     "embeddings_batch": ([15, 65537, 512.0, True], [16, 256, 512, 768, 65536], "16<=x<=65536"),
-    "hook_policy": ([""], [None, "pkg.mod:factory", object()], None),
+    "hook_policy": (["", "pkg.mod", "pkg.mod:", ":make", "a:b:c", "m:not an id", 5, object(), True],
+                    [None, "pkg.mod:factory", "m:Class.create", POLICY], None),
     "hook_url": ([1, b"http://x"], [None, "http://127.0.0.1:9/hook"], None),
-    "hook_timeout": ([0, 0.0, -1, math.nan, "2", True], [1e-9, 2.0, 3600], "x>0.0"),
+    "hook_timeout": ([0, 0.0, -1, math.nan, math.inf, "2", True], [1e-9, 2.0, 3600], "x>0.0"),
     "hook_fail_closed": (["true", 1], [True, False], None),
     "hooks_default_on": (["true", 0], [True, False], None),
     "signal_window": ([0, 4097, 16.0], [1, 4096], "1<=x<=4096"),
     "high_entropy_threshold": ([-0.1, -1, math.nan, math.inf, "2"], [0, 0.0, 20.5], "x>=0.0"),
-    "consult": ([("",), ("a b",), ("ftp://h",), ("http://",), (1,)],
+    "consult": ([("",), ("a b",), ("ftp://h",), ("http://",), (1,), 5],
                 [(), ("gemma-3-270m",), "http://127.0.0.1:8080/v1", ("a", "https://h")], None),
     "consult_entropy": ([-0.1, math.nan, math.inf, "2"], [0, 2.0, 20.5], "x>=0.0"),
     "consult_margin": ([-0.1, math.nan, math.inf], [0, 0.5, 30], "x>=0.0"),

@@ -219,6 +219,20 @@ def outcome_to_json(outcome: Outcome) -> dict[str, Any]:
     return {"action": outcome.action, **fields}
 
 
+def check_policy_spec(spec: str) -> tuple[str, str]:
+    """``package.module:factory`` -> ``(module, attribute path)``, without importing anything.
+
+    Raises ``ValueError`` unless ``spec`` is a str with one ``:``, a module name before it and a dotted
+    path of identifiers after it.
+    """
+    if not isinstance(spec, str) or spec.count(":") != 1:
+        raise ValueError(f"--hook-policy must look like 'package.module:factory', got {spec!r}")
+    mod_name, attr_path = spec.split(":")
+    if not mod_name or not attr_path or not all(p.isidentifier() for p in attr_path.split(".")):
+        raise ValueError(f"--hook-policy must look like 'package.module:factory', got {spec!r}")
+    return mod_name, attr_path
+
+
 def load_policy_factory(spec: str) -> Any:
     """Import ``package.module:factory`` and call ``factory()`` to get a policy.
 
@@ -230,11 +244,7 @@ def load_policy_factory(spec: str) -> Any:
             missing or not callable, the factory raised, or the result has
             none of the hook methods (:data:`EVENTS`).
     """
-    if not isinstance(spec, str) or spec.count(":") != 1:
-        raise ValueError(f"--hook-policy must look like 'package.module:factory', got {spec!r}")
-    mod_name, attr_path = spec.split(":")
-    if not mod_name or not attr_path or not all(p.isidentifier() for p in attr_path.split(".")):
-        raise ValueError(f"--hook-policy must look like 'package.module:factory', got {spec!r}")
+    mod_name, attr_path = check_policy_spec(spec)
     try:
         obj: Any = importlib.import_module(mod_name)
     except ImportError as exc:
