@@ -217,3 +217,15 @@ async def test_an_actor_failure_stays_in_its_group(model: str) -> None:
             engine._nursery.start_soon(broken_actor)  # a task of the engine's nursery, as its actors are
             await trio.sleep_forever()
     assert [type(e) for e in caught.value.exceptions] == [RuntimeError]
+
+
+async def test_a_request_built_with_plain_dicts_streams_as_over_http(model: str) -> None:
+    async with skippy.open_engine(EngineConfig(model=model, parallel=1, n_ctx=512)) as engine:
+        req = ChatCompletionRequest(messages=[{"role": "user", "content": "Hi"}], max_tokens=4, temperature=0,
+                                    stream_options={"include_usage": True},
+                                    response_format={"type": "json_schema",
+                                                     "json_schema": {"name": "n", "schema": {"type": "integer"}}})
+        chunks = [chunk async for chunk in await engine.chat_stream(req)]
+        assert chunks[-1]["usage"]["completion_tokens"] >= 1 and not chunks[-1]["choices"]
+        text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+        assert text.strip().lstrip("-").isdigit()  # the schema held

@@ -201,3 +201,53 @@ def test_nesting_counts_lists_and_objects() -> None:
     for _ in range(5000):  # iterative: no RecursionError
         deep = [deep]
     assert nesting(deep) == 5001
+
+
+# -- request Structs built in Python: plain dicts and lists for their Struct fields, as JSON decodes them --
+
+NESTED = {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+          "stream_options": {"include_usage": True},
+          "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}},
+          "structured_outputs": {"regex": "[a-z]+"}}
+
+
+def test_plain_dicts_built_in_python_equal_the_decoded_body() -> None:
+    built = ChatCompletionRequest(**NESTED)
+    assert built == decode_request(json.dumps(NESTED).encode(), ChatCompletionRequest)
+    assert built.stream_options.include_usage is True and built.response_format.json_schema.name == "x"
+    assert built.messages[0].content == [ContentPart(type="text", text="hi")]
+    fields = {k: v for k, v in NESTED.items() if k != "messages"}
+    completion = CompletionRequest(prompt="x", **fields)
+    assert completion == decode_request(json.dumps({"prompt": "x", **fields}).encode(), CompletionRequest)
+
+
+def test_more_request_structs_take_plain_dicts() -> None:
+    from skippy.engine.protocols.llama_server.types import (
+        InfillExtra,
+        InfillRequest,
+        MultimodalPrompt,
+        NativeCompletionRequest,
+    )
+    from skippy.engine.protocols.rerank.types import RerankDocument, RerankRequest
+
+    assert InfillRequest(input_extra=[{"text": "a"}]).input_extra == [InfillExtra(text="a")]
+    assert NativeCompletionRequest(prompt={"prompt_string": "a"}).prompt == MultimodalPrompt(prompt_string="a")
+    assert NativeCompletionRequest(prompt=[1, "a"]).prompt == [1, "a"]
+    assert RerankRequest(query="q", documents=["a", {"text": "b"}]).documents == ["a", RerankDocument("b")]
+
+
+@pytest.mark.parametrize("field,value,path", [
+    ("stream_options", {"include_usage": "yes"}, "$.stream_options.include_usage"),
+    ("stream_options", 5, "$.stream_options"),
+    ("response_format", {"json_schema": {}}, "$.response_format"),
+    ("structured_outputs", {"regexp": "x"}, "$.structured_outputs"),
+    ("messages", [{"content": "hi"}], "$.messages[0]"),
+    ("messages", ["hi"], "$.messages[0]"),
+])
+def test_a_bad_plain_value_is_a_400_naming_the_field(field, value, path) -> None:
+    fields = {"messages": [Message("user", "hi")], field: value}
+    with pytest.raises(InvalidRequest) as ei:
+        ChatCompletionRequest(**fields)
+    assert ei.value.status == 400 and ei.value.param == field and path in str(ei.value)
+    decoded = bad(json.dumps(fields, default=lambda m: {"role": m.role, "content": m.content}).encode())
+    assert decoded.param == field  # the same body over HTTP: the same field

@@ -10,6 +10,8 @@ Struct does not have (reported, or refused with ``--strict-fields``).
 
 from __future__ import annotations
 
+import functools
+import typing
 from typing import Any, TypeVar
 
 import msgspec
@@ -17,7 +19,8 @@ from msgspec import UNSET, UnsetType
 
 from skippy.engine.errors import InvalidRequest
 
-__all__ = ["MAX_NESTING", "UNSET", "UnsetType", "WireStruct", "decode_request", "nesting", "unknown_fields"]
+__all__ = ["MAX_NESTING", "UNSET", "UnsetType", "WireStruct", "convert_nested", "decode_request", "nesting",
+           "unknown_fields"]
 
 
 class WireStruct(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -71,6 +74,52 @@ def nesting(value: Any) -> int:
         deepest = max(deepest, d)
         stack.extend((x, d + 1) for x in v)
     return deepest
+
+
+def _struct_classes(type_: Any) -> tuple[type, ...]:
+    """The Struct classes a field's type names anywhere (``list[Message]``, ``StreamOptions | None`` ...)."""
+    found: list[type] = []
+    stack = [type_]
+    while stack:
+        t = stack.pop()
+        if isinstance(t, type) and issubclass(t, msgspec.Struct):
+            found.append(t)
+        stack.extend(typing.get_args(t))
+    return tuple(found)
+
+
+@functools.cache
+def _nested_fields(cls: type) -> tuple[tuple[str, Any, tuple[type, ...]], ...]:
+    """``(name, type, Struct classes)`` of the fields of Struct ``cls`` whose type holds a Struct."""
+    return tuple((f.name, f.type, classes) for f in msgspec.structs.fields(cls)
+                 if (classes := _struct_classes(f.type)))
+
+
+def convert_nested(struct: msgspec.Struct) -> None:
+    """Make the fields of ``struct`` typed with Structs hold them when Python code built it with plain values
+    (``stream_options={"include_usage": True}``, ``messages=[{"role": "user", "content": "hi"}]``), as
+    decoding the same JSON body does: each such field is converted with ``msgspec.convert`` in place (call
+    it from ``__post_init__``). A field that is ``None``, a Struct of its type or a list of them is left as
+    it is, so a decoded request costs an ``isinstance`` per such field (per item of a list).
+
+    Raises :class:`InvalidRequest` (400) naming the field, with msgspec's message and the path a decoded
+    body would report (``$.stream_options.include_usage``), for a value the field's type does not accept.
+    """
+    for name, type_, classes in _nested_fields(type(struct)):
+        value = getattr(struct, name)
+        if value is None or isinstance(value, classes) or (
+                isinstance(value, list) and all(isinstance(item, classes) for item in value)):
+            continue
+        try:
+            converted = msgspec.convert(value, type=type_)
+        except msgspec.ValidationError as exc:
+            message = str(exc)
+            where = f"`$.{name}"
+            message = message.replace("`$", where, 1) if " - at `$" in message else f"{message} - at {where}`"
+            raise InvalidRequest(f"invalid request: {message}", param=name) from exc
+        except RecursionError as exc:
+            raise InvalidRequest(f"{name} is nested too deeply", param=name) from exc
+        setattr(struct, name, converted)
 
 
 def decode_request(body: bytes, type_: type[T]) -> T:

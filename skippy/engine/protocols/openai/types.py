@@ -21,7 +21,7 @@ from typing import Any, Literal
 import msgspec
 
 from skippy.engine.errors import InvalidRequest
-from skippy.engine.protocols.base import MAX_NESTING, nesting
+from skippy.engine.protocols.base import MAX_NESTING, convert_nested, nesting
 
 
 class ContentPart(msgspec.Struct, omit_defaults=True):
@@ -90,6 +90,10 @@ class StructuredOutputs(msgspec.Struct, omit_defaults=True, forbid_unknown_field
 class SamplingFields(msgspec.Struct, omit_defaults=True, kw_only=True):
     """Sampling and constraint fields shared by chat and text completions.
 
+    Built in Python, a field typed with a Struct (``stream_options``, ``response_format``,
+    ``structured_outputs``; a subclass's ``messages``, ``input_extra``, ``prompt`` objects) also takes the
+    plain dicts and lists its JSON would hold, converted at construction
+    (:func:`~skippy.engine.protocols.base.convert_nested`; a bad one: :class:`InvalidRequest` naming it).
     Validated by :func:`skippy.engine.sampling.params.sampling_from_request`
     (samplers) and :func:`skippy.engine.sampling.constraints.constraint_from_request`
     (``response_format``, ``grammar``, ``json_schema``, ``guided_*``, ``structured_outputs``).
@@ -180,6 +184,7 @@ class SamplingFields(msgspec.Struct, omit_defaults=True, kw_only=True):
     structured_outputs: StructuredOutputs | None = None
 
     def __post_init__(self) -> None:
+        convert_nested(self)  # plain dicts given in Python (stream_options={...}, messages=[{...}]), as JSON decodes
         for name in ("response_format", "json_schema", "guided_json", "structured_outputs"):
             value = getattr(self, name)
             if isinstance(value, ResponseFormat):

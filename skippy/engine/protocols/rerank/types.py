@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import msgspec
 
+from skippy.engine.protocols.base import convert_nested
+
 
 class RerankDocument(msgspec.Struct):
     """A document given as an object (Jina's and Cohere v1's ``{"text": ...}``); its other fields are ignored."""
@@ -29,6 +31,9 @@ class RerankRequest(msgspec.Struct, kw_only=True):
     model: str | None = None
     top_n: int | None = None
     return_documents: bool = False
+
+    def __post_init__(self) -> None:
+        convert_nested(self)  # documents=[{"text": ...}] built in Python, as JSON decodes them
 
 
 class ScoreRequest(msgspec.Struct, kw_only=True):
