@@ -39,7 +39,8 @@ class HookCtx:
 
 class ReplyStream(Protocol[T_co]):
     """What the ``*_stream`` methods return: an async iterator of reply objects (stream chunks) that can be
-    closed; closing it before its end cancels the request's generations."""
+    closed; closing it before its end cancels the request's generations, and iteration ends there
+    (``StopAsyncIteration``, as an async generator's after ``aclose()``), chunks already made or not."""
 
     def __aiter__(self) -> ReplyStream[T_co]: ...
     async def __anext__(self) -> T_co: ...
@@ -104,6 +105,8 @@ class RequestEvents:
         return self
 
     async def __anext__(self) -> tuple[int, Piece | Done]:
+        if self._closed:  # closed: nothing more, not even items already taken (an async generator's aclose)
+            raise StopAsyncIteration
         while not self._ready:
             if self._recv is None or all(gen.finished for gen in self._gens):
                 raise StopAsyncIteration
@@ -188,6 +191,7 @@ class RequestEvents:
         if self._closed:
             return
         self._closed = True
+        self._ready.clear()
         for index, gen in enumerate(self._gens):
             if not gen.finished:
                 gen.abandon()
@@ -212,18 +216,22 @@ class RequestEvents:
 
 
 class Rendered(Generic[T]):
-    """An :class:`RequestEvents` mapped to reply objects (stream chunks); closing it closes the events."""
+    """An :class:`RequestEvents` mapped to reply objects (stream chunks); closing it closes the events and
+    ends the iteration (the reply objects not yet read are dropped)."""
 
     def __init__(self, events: RequestEvents, head: list[T], render: Callable[[int, Piece | Done], list[T]]) -> None:
         self._events = events
         self._ready: deque[T] = deque(head)
         self._render = render
         self._error: EngineError | None = None  # met by ready_nowait, raised by the next __anext__
+        self._closed = False
 
     def __aiter__(self) -> Rendered[T]:
         return self
 
     async def __anext__(self) -> T:
+        if self._closed:
+            raise StopAsyncIteration
         while not self._ready:
             if self._error is not None:
                 error, self._error = self._error, None
@@ -236,7 +244,7 @@ class Rendered(Generic[T]):
         the HTTP layer writes them at once); a failed generation's error is raised by the next ``__anext__``."""
         out = list(self._ready)
         self._ready.clear()
-        while self._error is None:
+        while self._error is None and not self._closed:
             try:
                 item = self._events.next_nowait()
             except EngineError as exc:
@@ -248,6 +256,9 @@ class Rendered(Generic[T]):
         return out
 
     async def aclose(self) -> None:
+        self._closed = True
+        self._ready.clear()
+        self._error = None
         await self._events.aclose()
 
 

@@ -229,3 +229,22 @@ async def test_a_request_built_with_plain_dicts_streams_as_over_http(model: str)
         assert chunks[-1]["usage"]["completion_tokens"] >= 1 and not chunks[-1]["choices"]
         text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
         assert text.strip().lstrip("-").isdigit()  # the schema held
+
+
+async def test_a_closed_stream_ends_at_once(model: str) -> None:
+    # as an async generator after aclose(): StopAsyncIteration, even for the chunks made before the first read
+    async with skippy.open_engine(EngineConfig(model=model, parallel=1, n_ctx=512)) as engine:
+        req = ChatCompletionRequest(messages=QUESTION, max_tokens=8)
+        unread = await engine.chat_stream(req)  # its role chunk is made already
+        await unread.aclose()
+        assert [chunk async for chunk in unread] == []
+        started = await engine.chat_stream(req)
+        assert (await started.__anext__())["choices"][0]["delta"]["role"] == "assistant"
+        await started.aclose()
+        await started.aclose()  # closing twice is harmless
+        with pytest.raises(StopAsyncIteration):
+            await started.__anext__()
+        echoed = await engine.completion_stream(CompletionRequest(prompt="Hello", max_tokens=4, echo=True))
+        await echoed.aclose()
+        assert [chunk async for chunk in echoed] == []
+        await until_idle(engine)
