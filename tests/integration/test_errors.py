@@ -85,3 +85,18 @@ def test_deeply_nested_json_is_a_400(base_url: str, body: bytes, param: str | No
                       timeout=60)
     assert_envelope(resp, 400, param=param)
     assert httpx.post(base_url + "/v1/chat/completions", json=OK, timeout=60).status_code == 200
+
+
+def test_null_for_an_optional_field_is_its_default_on_every_route(base_url: str) -> None:
+    # OpenAI clients send null for fields they leave unset; a required field given null stays a 400
+    nulls = {"return_hook_events": None, "stream": None, "cache_prompt": None, "logprobs": None}
+    resp = httpx.post(base_url + "/v1/chat/completions", json={**OK, **nulls}, timeout=60)
+    assert resp.status_code == 200 and resp.json()["object"] == "chat.completion", resp.text
+    resp = httpx.post(base_url + "/v1/completions", json={"prompt": "Hi", "max_tokens": 2, "echo": None,
+                                                          "stream": None}, timeout=60)
+    assert resp.status_code == 200 and resp.json()["object"] == "text_completion", resp.text
+    resp = httpx.post(base_url + "/v1/messages", json={"model": "m", "max_tokens": 2, "stream": None,
+                                                       "messages": [{"role": "user", "content": "Hi"}]}, timeout=60)
+    assert resp.status_code == 200 and resp.json()["type"] == "message", resp.text
+    assert_envelope(httpx.post(base_url + "/v1/chat/completions", json={"messages": None, "stream": None}),
+                    400, param="messages")

@@ -251,3 +251,34 @@ def test_a_bad_plain_value_is_a_400_naming_the_field(field, value, path) -> None
     assert ei.value.status == 400 and ei.value.param == field and path in str(ei.value)
     decoded = bad(json.dumps(fields, default=lambda m: {"role": m.role, "content": m.content}).encode())
     assert decoded.param == field  # the same body over HTTP: the same field
+
+
+# -- a top-level null for an optional field: absent, its default (OpenAI clients send null for unset fields) --
+
+def test_null_for_a_field_with_a_default_is_the_default() -> None:
+    r = decode_request(body(return_hook_events=None, stream=None, cache_prompt=None, logprobs=None, mesh_hooks=None),
+                       ChatCompletionRequest)
+    assert (r.return_hook_events, r.stream, r.cache_prompt, r.logprobs, r.mesh_hooks) == (False, False, True,
+                                                                                          False, None)
+    c = decode_request(json.dumps({"prompt": "x", "echo": None, "stream": None}).encode(), CompletionRequest)
+    assert (c.echo, c.stream) == (False, False)
+
+
+def test_null_for_a_required_field_or_inside_one_stays_a_400() -> None:
+    assert bad(json.dumps({"messages": None, "stream": None}).encode()).param == "messages"
+    assert bad(body(messages=[{"role": None, "content": "x"}], stream=None)).param == "messages"
+    assert bad(json.dumps({"prompt": None}).encode(), CompletionRequest).param == "prompt"
+    err = bad(body(stream=None, temperature="hot"))  # wrong elsewhere too: named there
+    assert err.param == "temperature"
+
+
+def test_null_means_absent_on_every_api() -> None:
+    from skippy.engine.protocols.anthropic.types import MessagesRequest
+    from skippy.engine.protocols.llama_server.types import NativeCompletionRequest
+
+    m = decode_request(json.dumps({"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "x"}],
+                                   "stream": None}).encode(), MessagesRequest)
+    assert m.stream is False
+    n = decode_request(json.dumps({"prompt": "x", "return_tokens": None, "n_indent": None}).encode(),
+                       NativeCompletionRequest)
+    assert (n.return_tokens, n.n_indent) == (False, 0)

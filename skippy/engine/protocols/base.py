@@ -125,12 +125,24 @@ def convert_nested(struct: msgspec.Struct) -> None:
 def decode_request(body: bytes, type_: type[T]) -> T:
     """Decode and validate a JSON body into ``type_``.
 
+    A top-level ``null`` for a field that has a default but no ``None`` in its type (``"stream": null``,
+    ``"return_hook_events": null``) means the field is absent, its default, as OpenAI's API and its
+    clients treat an optional field sent as null; a required field given ``null`` stays an error. Only a
+    body that fails to decode is looked at again (:func:`_without_nulls`), so one that decodes costs
+    nothing more.
+
     Raises :class:`InvalidRequest` (400) for malformed JSON, a non-object
     body, a missing required field or a field of the wrong type; the
     message is msgspec's, which names the field path (e.g. ``$.messages[0].role``).
     """
     try:
-        return msgspec.json.decode(body, type=type_)
+        try:
+            return msgspec.json.decode(body, type=type_)
+        except msgspec.ValidationError:
+            retry = _without_nulls(body, type_)
+            if retry is None:
+                raise
+            return msgspec.json.decode(retry, type=type_)  # still failing: wrong elsewhere, named there
     except msgspec.ValidationError as exc:
         path = str(exc).rsplit("`$.", 1)
         param = path[1].rstrip("`").split("[")[0].split(".")[0] if len(path) == 2 else None
@@ -143,6 +155,34 @@ def decode_request(body: bytes, type_: type[T]) -> T:
         raise InvalidRequest(f"malformed JSON body: {exc}") from exc
     except RecursionError as exc:  # msgspec recurses per level, in fields it skips too
         raise InvalidRequest("the JSON body is nested too deeply") from exc
+
+
+def _takes_null(type_: Any) -> bool:
+    return type_ is Any or type_ is None or type_ is type(None) or type(None) in typing.get_args(type_)
+
+
+@functools.cache
+def _null_means_default(cls: type) -> frozenset[str]:
+    """The JSON names of Struct ``cls``'s fields that have a default and do not take ``null``."""
+    return frozenset(f.encode_name for f in msgspec.structs.fields(cls)
+                     if not f.required and not _takes_null(f.type))
+
+
+def _without_nulls(body: bytes, type_: type) -> bytes | None:
+    """``body`` (a JSON object) re-encoded without its top-level ``null`` values of the fields of
+    :func:`_null_means_default`, the other values' bytes as they were; ``None`` when it has none of them,
+    is not an object, or ``type_`` is not a Struct."""
+    if not isinstance(type_, type) or not issubclass(type_, msgspec.Struct):
+        return None
+    try:
+        items = msgspec.json.decode(body, type=dict[str, msgspec.Raw])
+    except (msgspec.MsgspecError, RecursionError):
+        return None
+    defaulted = _null_means_default(type_)
+    drop = {key for key, raw in items.items() if key in defaulted and bytes(raw) == b"null"}
+    if not drop:
+        return None
+    return msgspec.json.encode({key: raw for key, raw in items.items() if key not in drop})
 
 
 def unknown_fields(body: bytes, type_: type) -> list[str]:
