@@ -67,13 +67,17 @@ class LoraAdapter:
         return adapter_name(self.path)
 
 
+#: the largest finite 32-bit float: llama.cpp takes a scale as a C ``float``, a larger one is infinite there
+FLOAT32_MAX = 3.4028234663852886e38
+
+
 def parse_scales(entries: Any, n_adapters: int, prefix: str = "lora.") -> dict[int, float]:
     """``[{"id": int, "scale": number}, ...]`` (a request's ``lora``, ``POST /lora-adapters``'s body) as an
     ``id -> scale`` mapping (a later entry for an id wins).
 
     Raises :class:`InvalidRequest` naming the entry (``prefix`` + ``N.id`` / ``N.scale``, or ``prefix``
     without its dot for the list itself): not a list, an entry that is no object, an ``id`` that is not an
-    integer in ``0..n_adapters-1``, a ``scale`` that is not a finite number.
+    integer in ``0..n_adapters-1``, a ``scale`` that is not a finite number (of a 32-bit float's range).
     """
     if not isinstance(entries, list):
         where = prefix.rstrip(".")
@@ -89,8 +93,10 @@ def parse_scales(entries: Any, n_adapters: int, prefix: str = "lora.") -> dict[i
             known = f"0..{n_adapters - 1}" if n_adapters else "none: the server runs no --lora adapter"
             raise InvalidRequest(f"{where}.id must be the id of a loaded LoRA adapter ({known}), got {ident!r}",
                                  param=f"{where}.id")
-        if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not math.isfinite(scale):
-            raise InvalidRequest(f"{where}.scale must be a finite number, got {scale!r}", param=f"{where}.scale")
+        if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not math.isfinite(scale) \
+                or abs(scale) > FLOAT32_MAX:
+            raise InvalidRequest(f"{where}.scale must be a finite number of a 32-bit float's range (llama.cpp "
+                                 f"takes one), got {scale!r}", param=f"{where}.scale")
         out[ident] = float(scale)
     return out
 

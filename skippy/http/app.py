@@ -285,7 +285,7 @@ async def _on_http_error(exc: HTTPException) -> Response:
     status = exc.code or 500
     type_ = "invalid_request_error" if status < 500 else "server_error"
     if status == 413:
-        message = f"request body too large (limit {shared().settings.max_body_bytes} bytes)"
+        message = f"request body too large (limit {shared().settings.max_body_bytes} bytes: --max-body-bytes)"
     elif status == 404:
         message = f"no route {request.method} {request.path}"
     else:

@@ -71,8 +71,9 @@ class ServerSettings:
                                         help="Accepted bearer tokens (empty: no authentication).")
     cors_origins: tuple[str, ...] = setting((), converter=_strings, check=_origins, flag=False,
                                             help="Browser origins allowed by CORS ('*' for any; empty: CORS off).")
-    max_body_bytes: int = setting(4 * MIB, check=IntRange(1024),
-                                  help="Largest request body in bytes; larger ones get 413.")
+    max_body_bytes: int = setting(32 * MIB, check=IntRange(1024),
+                                  help="Largest request body in bytes; larger ones get 413 (32 MiB: one image of "
+                                       "20 MiB, OpenAI's limit, base64-encoded).")
     max_messages: int = setting(2048, check=IntRange(1), help="Most messages in one chat request; more get 400.")
     max_tools: int = setting(128, check=IntRange(0), help="Most tools in one chat request; more get 400.")
     max_chat_template_bytes: int = setting(128 * KIB, check=IntRange(0),

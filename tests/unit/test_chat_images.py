@@ -63,6 +63,13 @@ def test_an_image_declaring_too_many_pixels_is_refused_before_decoding() -> None
     with pytest.raises(InvalidRequest, match="100000000 pixels") as exc:
         decode_data_url(data_url(bomb), "messages[0].content[0]")
     assert exc.value.code == "image_too_large" and exc.value.param == "messages[0].content[0]"
+    # past Pillow's own bomb limit (178M pixels) the declared count is still the one said
+    for side in (20_000, 100_000):
+        header = struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0)
+        ihdr = struct.pack(">I", len(header)) + b"IHDR" + header + struct.pack(">I", zlib.crc32(b"IHDR" + header))
+        with pytest.raises(InvalidRequest, match=f"has {side * side} pixels") as exc:
+            decode_data_url(data_url(small[:8] + ihdr + small[8 + len(ihdr):]), "p")
+        assert exc.value.code == "image_too_large"
     assert decode_data_url(data_url(b"not an image at all"), "p") == b"not an image at all"  # libmtmd's call
 
 

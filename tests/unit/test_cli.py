@@ -127,7 +127,7 @@ BEFORE = [
     ("--api-key KEY", "[env var: SKIPPY_API_KEY]", None),
     ("--api-key-file FILE", "[env var: SKIPPY_API_KEY_FILE]", None),
     ("--cors-origins ORIGINS", "[env var: SKIPPY_CORS_ORIGINS]", None),
-    ("--max-body-bytes INTEGER RANGE", "[env var: SKIPPY_MAX_BODY_BYTES; default: 4194304; x>=1024]", 4194304),
+    ("--max-body-bytes INTEGER RANGE", "[env var: SKIPPY_MAX_BODY_BYTES; default: 33554432; x>=1024]", 33554432),
     ("--max-messages INTEGER RANGE", "[env var: SKIPPY_MAX_MESSAGES; default: 2048; x>=1]", 2048),
     ("--max-tools INTEGER RANGE", "[env var: SKIPPY_MAX_TOOLS; default: 128; x>=0]", 128),
     ("--max-chat-template-bytes INTEGER RANGE",

@@ -180,7 +180,7 @@ def test_defaults_are_valid_and_the_same_as_the_serve_flags_documented() -> None
         (True, True, False, False)
     assert (c.hook_timeout, c.signal_window, c.high_entropy_threshold, c.n_batch) == (2.0, 16, 2.0, 512)
     s = ServerSettings()
-    assert (s.max_body_bytes, s.max_messages, s.max_tools) == (4 * 1024 * 1024, 2048, 128)
+    assert (s.max_body_bytes, s.max_messages, s.max_tools) == (32 * 1024 * 1024, 2048, 128)
     assert (s.max_chat_template_bytes, s.max_grammar_bytes, s.request_timeout, s.shutdown_grace) == \
         (131072, 131072, 600.0, 30.0)
     assert (s.sse_ping_interval, s.strict_fields, c.model_alias) == (15.0, False, ())
@@ -241,7 +241,7 @@ def test_the_docstring_lists_every_setting_with_its_range() -> None:
     for name in _settings(EngineConfig):
         assert f"``{name}``" in doc
     assert "``parallel`` (default 8, 1<=x<=256)" in doc
-    assert "``max_body_bytes`` (default 4194304, x>=1024)" in (ServerSettings.__doc__ or "")
+    assert "``max_body_bytes`` (default 33554432, x>=1024)" in (ServerSettings.__doc__ or "")
 
 
 @pytest.mark.parametrize("n", [257, 300, 384, 800, 1000])

@@ -56,6 +56,8 @@ def test_a_request_list_sets_the_listed_adapters_and_zeroes_the_others() -> None
     ([{"id": 0}], "lora.0.scale"),
     ([{"id": 0, "scale": float("nan")}], "lora.0.scale"),
     ([{"id": 0, "scale": float("inf")}], "lora.0.scale"),
+    ([{"id": 0, "scale": 1e39}], "lora.0.scale"),  # finite here, infinite as the C float llama.cpp takes
+    ([{"id": 0, "scale": -1e300}], "lora.0.scale"),
     ([3], "lora.0"),
     ({"id": 0, "scale": 1.0}, "lora"),
 ])

@@ -93,8 +93,9 @@ def check_pixels(data: bytes, where: str) -> None:
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             with Image.open(io.BytesIO(data)) as image:
                 width, height = image.size
-    except Image.DecompressionBombError:
-        width, height = MAX_IMAGE_PIXELS + 1, 1
+    except Image.DecompressionBombError as exc:  # past Pillow's own limit: its message has the declared count
+        declared = re.search(r"\((\d+) pixels\)", str(exc))
+        width, height = (int(declared.group(1)) if declared else MAX_IMAGE_PIXELS + 1), 1
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
         return
     if width * height > MAX_IMAGE_PIXELS:
