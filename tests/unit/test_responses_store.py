@@ -6,9 +6,11 @@ The Redis backend runs against a real ``redis-server`` on a loopback port (:clas
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sqlite3
 import stat
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -187,6 +189,63 @@ def test_sqlite_faults_at_start_name_the_file(tmp_path: Path) -> None:
     broken.write_bytes(bytes(data))
     with pytest.raises(StoreError, match=r"broken\.db"):
         SqliteStore(broken, max_size=1000)
+
+
+def _open_each(paths: list[str], barrier: multiprocessing.synchronize.Barrier, errors: multiprocessing.Queue) -> None:
+    """A replica starting: open each new store file in ``paths`` as the other process opens it too (the
+    barrier), then report the errors (a spawned process's target: module level)."""
+    failed = []
+    for path in paths:
+        barrier.wait()
+        try:
+            SqliteStore(Path(path), max_size=10).close()
+        except StoreError as exc:
+            failed.append(str(exc))
+    errors.put(failed)
+
+
+def test_sqlite_two_processes_open_a_new_file_at_once(tmp_path: Path) -> None:
+    """Two replicas sharing $SKIPPY_HOME start together: both open the new responses.db (SQLite answers the
+    second WAL switch SQLITE_BUSY at once; the opening waits instead of failing)."""
+    paths = [str(tmp_path / f"responses{i}.db") for i in range(60)]
+    ctx = multiprocessing.get_context("spawn")
+    barrier, errors = ctx.Barrier(2), ctx.Queue()
+    workers = [ctx.Process(target=_open_each, args=(paths, barrier, errors)) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    failed = [errors.get(timeout=120) for _ in workers]
+    for worker in workers:
+        worker.join(timeout=30)
+    assert failed == [[], []]
+    for path in paths[::10]:
+        db = sqlite3.connect(path)
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert db.execute("SELECT count(*) FROM responses").fetchone()[0] == 0
+        db.close()
+
+
+def test_sqlite_opening_waits_for_a_lock_and_gives_up_after_its_timeout(tmp_path: Path) -> None:
+    """A new file another connection is writing in rollback mode (what a replica opening it holds before
+    its WAL switch): the switch is SQLITE_BUSY without SQLite's busy handler; the store waits for the lock,
+    and past ``busy_timeout`` is a StoreError naming the file."""
+    path = tmp_path / "responses.db"
+    path.touch()
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(0.3, other.execute, ("COMMIT",))
+    release.start()
+    start = time.monotonic()
+    store = SqliteStore(path, max_size=10)
+    assert time.monotonic() - start >= 0.2
+    release.join()
+    store.put(stored("resp_1"))
+    assert store.get("resp_1") is not None
+    store.close()
+    other.execute("BEGIN IMMEDIATE")  # now in WAL mode: held past the opening's timeout
+    with pytest.raises(StoreError, match=r"responses\.db.*locked"):
+        SqliteStore(path, max_size=10, busy_timeout=0.2)
+    other.execute("COMMIT")
+    other.close()
 
 
 def test_open_store_urls(tmp_path: Path, redis_server: RedisServer) -> None:

@@ -6,7 +6,11 @@ One table, ``responses(id, created_at, expires_at, data)``: ``data`` is
 ``kill -9`` or a power cut loses no committed response and leaves no torn row.
 Several processes (replicas on one host) may share the file: each write is one
 short ``BEGIN IMMEDIATE`` transaction and a locked database is waited for up to
-5 s. The file is created with mode 0600 (the WAL and shared-memory files take
+5 s (:data:`BUSY_TIMEOUT`). Opening waits too: two processes opening a new file at
+once race to switch it to WAL, and SQLite answers that switch (and the first
+reads while another connection sets up the WAL) ``SQLITE_BUSY`` at once, without
+its busy handler, so :class:`SqliteStore` retries the whole opening on a busy or
+locked database until the same 5 s have passed. The file is created with mode 0600 (the WAL and shared-memory files take
 its mode).
 
 Not thread-safe: one thread at a time (the HTTP layer's store thread); the
@@ -45,17 +49,31 @@ CREATE INDEX IF NOT EXISTS responses_expires ON responses (expires_at);
 #: ``PRAGMA user_version`` of this schema (written at every open: the check that the file is writable)
 SCHEMA_VERSION = 1
 
+#: seconds a locked database is waited for: by each statement (sqlite3's ``timeout``) and by the opening
+BUSY_TIMEOUT = 5.0
+
+#: SQLite's primary result codes of a database another connection holds (``SQLITE_BUSY``, ``SQLITE_LOCKED``)
+_BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+
+
+def is_busy(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` says another connection holds the database (``SQLITE_BUSY`` or ``SQLITE_LOCKED``,
+    extended codes such as ``SQLITE_BUSY_RECOVERY`` included): worth retrying, unlike any other error."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(code, int) and (code & 0xFF) in _BUSY_CODES
+
 
 class SqliteStore:
     """Stored responses in the SQLite file ``path`` (created with its directory if missing).
 
     Raises :class:`~.store.StoreError` naming ``path`` when it cannot be opened or written, is not a
-    SQLite database, fails SQLite's ``quick_check`` (corrupted), or has a newer schema; and from any
+    SQLite database, fails SQLite's ``quick_check`` (corrupted), has a newer schema, or stays locked by
+    another process for ``busy_timeout`` seconds (default :data:`BUSY_TIMEOUT`) while opening; and from any
     method when SQLite fails later (disk full, I/O error).
     """
 
     def __init__(self, path: Path, *, max_size: int, ttl: float = DEFAULT_TTL,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, busy_timeout: float = BUSY_TIMEOUT) -> None:
         check_bounds(max_size, ttl)
         self.path, self.url, self.max_size, self.ttl, self._clock = path, f"sqlite:{path}", max_size, ttl, clock
         try:
@@ -65,17 +83,34 @@ class SqliteStore:
         except OSError as exc:
             raise StoreError(f"cannot create the response store {path}: {exc}") from None
         try:
-            self._db = sqlite3.connect(path, timeout=5.0, isolation_level=None, check_same_thread=False)
+            self._db = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the response store {path}: {exc}") from None
         try:
-            self._open()
+            self._open_waiting(busy_timeout)
         except sqlite3.Error as exc:
             self._db.close()
             raise StoreError(f"cannot use the response store {path}: {exc}") from None
         except StoreError:
             self._db.close()
             raise
+
+    def _open_waiting(self, timeout: float) -> None:
+        """:meth:`_open`, again after a short sleep while the database is busy (another process opening the
+        same new file: :func:`is_busy`), for up to ``timeout`` seconds; then the last busy error is raised.
+        :meth:`_open` may run again: its write is one transaction (rolled back when it fails) and its
+        pragmas are idempotent."""
+        deadline = time.monotonic() + timeout
+        pause = 0.005
+        while True:
+            try:
+                self._open()
+                return
+            except sqlite3.Error as exc:
+                if not is_busy(exc) or time.monotonic() + pause > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
 
     def _open(self) -> None:
         db = self._db
