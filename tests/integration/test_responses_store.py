@@ -261,7 +261,8 @@ def test_a_url_cannot_forge_a_log_line(server) -> None:
 
 def test_a_background_response_a_stopped_server_left_unfinished_reads_as_failed(tmp_path: Path) -> None:
     """A ``kill -9`` leaves a background response ``in_progress`` in the store; once it is older than
-    ``--request-timeout`` (which bounds every background generation) plus a minute, it reads ``failed``."""
+    ``--request-timeout`` (which bounds every background generation) plus a minute, it reads ``failed``, to
+    GET and to ``previous_response_id`` alike (which continues it, as any finished response)."""
     from skippy.engine.protocols.responses.types import ResponsesRequest
 
     path = tmp_path / "responses.db"
@@ -277,4 +278,14 @@ def test_a_background_response_a_stopped_server_left_unfinished_reads_as_failed(
         stale = client.responses.retrieve("resp_stale")
         assert stale.status == "failed" and "stopped" in stale.error.message
         assert client.responses.retrieve("resp_fresh").status == "in_progress"  # it may still run elsewhere
+        # continuing reads it the same way (one rule): a failed response is continued with what it stored (its
+        # input, no output); one that may still run elsewhere is refused until it has finished
+        follow = client.responses.create(model=MODEL, input="And then?", previous_response_id="resp_stale",
+                                         temperature=0, max_output_tokens=4)
+        assert follow.status in ("completed", "incomplete")
+        items = client.responses.input_items.list(follow.id, order="asc").data
+        assert [item.content[0].text for item in items] == ["hi", "And then?"]
+        with pytest.raises(openai.BadRequestError, match="in_progress") as info:
+            client.responses.create(model=MODEL, input="And then?", previous_response_id="resp_fresh")
+        assert info.value.body["param"] == "previous_response_id"
         assert client.responses.cancel("resp_fresh").status == "cancelled"

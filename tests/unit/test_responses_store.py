@@ -30,6 +30,7 @@ from skippy.engine.protocols.responses.store import (
     encode,
     open_store,
     page_of_items,
+    settled,
 )
 from skippy.engine.protocols.responses.store_redis import RedisStore, safe_url
 from skippy.engine.protocols.responses.store_sqlite import SqliteStore
@@ -340,3 +341,19 @@ def test_input_items_pages() -> None:
         with pytest.raises(InvalidRequest) as info:
             page_of_items(second, **kw)
         assert info.value.param == param
+
+
+def test_an_unfinished_response_a_stopped_server_left_settles_as_failed() -> None:
+    """GET, cancel and previous_response_id read a stored response through one rule (settled): queued /
+    in_progress, not running here, older than --request-timeout plus a minute: failed."""
+    turn = rapi.prepare(ResponsesRequest(input="hi", background=True), None, model="m", response_id="resp_1",
+                        created_at=1_000)
+    left = turn.stored(turn.response([], "in_progress"))
+    stale = settled(left, running=False, timeout=600, now=1_000 + 661)
+    assert stale.response.status == "failed" and stale.response.error.code == "server_error"
+    assert "stopped" in stale.response.error.message and stale.items == left.items
+    assert settled(left, running=False, timeout=600, now=1_000 + 659) is left  # may still run on another replica
+    assert settled(left, running=True, timeout=600, now=10**9) is left  # runs here
+    assert settled(left, running=False, timeout=0, now=10**9) is left  # no --request-timeout: no bound
+    done = turn.stored(turn.response([], "completed"))
+    assert settled(done, running=False, timeout=600, now=10**9) is done

@@ -24,7 +24,13 @@ from skippy.engine.protocols.openai import wire as openai_wire
 from skippy.engine.protocols.responses import translate as rapi
 from skippy.engine.protocols.responses import wire as rwire
 from skippy.engine.protocols.responses.events import ResponseEvents
-from skippy.engine.protocols.responses.store import DEFAULT_LIST_LIMIT, StoredResponse, page_of_items
+from skippy.engine.protocols.responses.store import (
+    DEFAULT_LIST_LIMIT,
+    UNFINISHED,
+    StoredResponse,
+    page_of_items,
+    settled,
+)
 from skippy.engine.protocols.responses.types import ResponsesRequest
 from skippy.engine.routing import AUTO, is_auto
 from skippy.http.context import LEASES, Shared, current, shared
@@ -124,9 +130,9 @@ def _response_event(event: rwire.ResponseStreamEvent) -> bytes:
 async def responses_create() -> Response:
     app, ctx = shared(), current()
     req = await read_body(ResponsesRequest, ctx)
-    previous = (await app.responses.get(req.previous_response_id, param="previous_response_id")
+    previous = (_settled(app, await app.responses.get(req.previous_response_id, param="previous_response_id"))
                 if req.previous_response_id is not None else None)
-    if previous is not None and previous.response.status in UNFINISHED:
+    if previous is not None and previous.response.status in UNFINISHED:  # a failed one (settled) continues
         raise InvalidRequest(f"previous_response_id: response {previous.id!r} is {previous.response.status}; "
                              "continue it once it has finished (poll GET /v1/responses/{id})",
                              param="previous_response_id")
@@ -179,9 +185,6 @@ async def _from_chat(eng: Any, turn: rapi.Turn, result: openai_wire.ChatCompleti
 
 
 # -- background responses ---------------------------------------------------------------------------------
-
-#: statuses of a response still being generated (background)
-UNFINISHED = ("queued", "in_progress")
 
 async def _start_background(app: Shared, eng: Any, turn: rapi.Turn) -> Response:
     """Store the ``queued`` response, start its generation in the app's nursery, answer it at once.
@@ -255,17 +258,9 @@ async def _store_end(app: Shared, turn: rapi.Turn, response: rwire.ResponseObjec
 
 
 def _settled(app: Shared, stored: StoredResponse) -> StoredResponse:
-    """``stored``, or, for a background response left ``queued`` / ``in_progress`` by a server that stopped
-    (not running here, older than ``--request-timeout`` plus a minute, which bounds every background
-    generation), the same response ``failed``: a client polling it gets an end."""
-    r = stored.response
-    timeout = app.settings.request_timeout
-    if (r.status in UNFINISHED and r.id not in app.running and timeout > 0
-            and time.time() - r.created_at > timeout + 60):
-        failed = msgspec.structs.replace(r, status="failed", error=rwire.ResponseError(
-            code="server_error", message="the server generating this background response stopped before it ended"))
-        return attrs.evolve(stored, response=failed)
-    return stored
+    """``stored`` as GET, cancel and ``previous_response_id`` read it (:func:`~.store.settled`): one left
+    ``queued`` / ``in_progress`` by a server that stopped reads ``failed``."""
+    return settled(stored, running=stored.id in app.running, timeout=app.settings.request_timeout, now=time.time())
 
 
 # -- stored responses ---------------------------------------------------------------------------------------

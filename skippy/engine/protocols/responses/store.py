@@ -38,7 +38,7 @@ import msgspec
 
 from skippy.engine.errors import EngineError, InvalidRequest
 from skippy.engine.protocols.responses.types import ResponseInputItem
-from skippy.engine.protocols.responses.wire import ResponseObject
+from skippy.engine.protocols.responses.wire import ResponseError, ResponseObject
 
 #: OpenAI keeps stored responses for 30 days (``--responses-ttl``'s default), in seconds
 DEFAULT_TTL = 30 * 24 * 3600.0
@@ -237,6 +237,38 @@ def open_store(url: str, *, max_size: int, ttl: float = DEFAULT_TTL) -> Response
         from skippy.engine.protocols.responses.store_redis import RedisStore
         return RedisStore(url, max_size=max_size, ttl=ttl)
     raise ValueError(f"a response store is sqlite:PATH, redis://HOST:PORT[/DB] or memory:, not {url!r}")
+
+
+# -- responses a stopped server left unfinished ----------------------------------------------------------
+
+#: statuses of a response still being generated (a background one, or a stream)
+UNFINISHED = ("queued", "in_progress")
+
+#: seconds past ``--request-timeout`` after which an unfinished response not running here has certainly stopped
+STALE_AFTER_TIMEOUT = 60.0
+
+#: the ``error.message`` of a response :func:`settled` reads as ``failed``
+STOPPED_MESSAGE = "the server generating this response stopped before it ended"
+
+
+def settled(stored: StoredResponse, *, running: bool, timeout: float, now: float) -> StoredResponse:
+    """``stored`` as every route reads it: a response left ``queued`` / ``in_progress`` by a server that
+    stopped (``kill -9``, a crash) reads as ``failed`` (``error.code`` ``server_error``,
+    :data:`STOPPED_MESSAGE`), so a client polling it, cancelling it or continuing from it
+    (``previous_response_id``) gets an end.
+
+    The rule: unfinished, not ``running`` on this server, and created more than ``timeout``
+    (``--request-timeout``, seconds; it bounds every background generation and stream) plus
+    :data:`STALE_AFTER_TIMEOUT` seconds before ``now`` (Unix seconds). A younger one may still run on another
+    replica and is returned as stored; with ``timeout`` 0 (no limit) nothing is ever settled. Nothing is
+    written: the stored response stays as it is (a replica still running it stores its end over it).
+    """
+    r = stored.response
+    if r.status in UNFINISHED and not running and timeout > 0 and now - r.created_at > timeout + STALE_AFTER_TIMEOUT:
+        failed = msgspec.structs.replace(r, status="failed", error=ResponseError(code="server_error",
+                                                                                message=STOPPED_MESSAGE))
+        return attrs.evolve(stored, response=failed)
+    return stored
 
 
 # -- GET /v1/responses/{id}/input_items --------------------------------------------------------------
