@@ -200,6 +200,52 @@ def test_cancel_a_background_and_a_streamed_response(server) -> None:
     assert client.responses.retrieve(rid).status == "cancelled"
 
 
+def test_a_stored_stream_is_in_progress_from_its_start_then_stored_with_its_end(server) -> None:
+    """A streamed ``store: true`` response is stored ``in_progress`` before ``response.created`` (GET shows it,
+    ``previous_response_id`` to it is the 400 of an unfinished response), then with its end: ``cancelled`` with
+    the output so far when the client goes away, what its last event says when it completes."""
+    client = openai_client(server.base_url)
+    long = dict(model=MODEL, input="Write a very long story about a dragon and a knight.", temperature=0,
+                max_output_tokens=1500, stream=True)
+    with httpx.stream("POST", server.base_url + "/v1/responses", json=long, timeout=120) as resp:
+        for event in iter_named_sse(resp):
+            if event["type"] == "response.created":
+                rid = event["response"]["id"]
+                seen = client.responses.retrieve(rid)  # already there, before any output
+                assert seen.status == "in_progress" and seen.output == [] and seen.id == rid
+            if event["type"] == "response.output_text.delta":
+                assert client.responses.retrieve(rid).status == "in_progress"
+                with pytest.raises(openai.BadRequestError, match="in_progress") as info:
+                    client.responses.create(model=MODEL, input="And then?", previous_response_id=rid)
+                assert info.value.body["param"] == "previous_response_id"
+                break  # the client goes away mid-stream: the generation stops there
+    deadline = time.monotonic() + 60
+    while (left := client.responses.retrieve(rid)).status == "in_progress":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert left.status == "cancelled" and left.output_text
+    with client.responses.stream(model=MODEL, input="Hello there.", temperature=0, max_output_tokens=8) as stream:
+        final = stream.get_final_response()
+    stored = client.responses.retrieve(final.id)
+    assert stored.status == final.status and stored.output_text == final.output_text
+    assert client.responses.create(model=MODEL, input="And then?", previous_response_id=final.id,
+                                   max_output_tokens=4).status in ("completed", "incomplete")
+
+
+def test_a_stored_stream_past_the_deadline_is_stored_failed(tmp_path: Path) -> None:
+    with Server(ARGS + ["--threads", "1", "--request-timeout", "1", "--responses-store", "memory:"],
+                tmp_path / "server.log") as srv:
+        body = dict(model=MODEL, input="Write a very long story about a dragon and a knight.", temperature=0,
+                    max_output_tokens=1500, stream=True)
+        with httpx.stream("POST", srv.base_url + "/v1/responses", json=body, timeout=120) as resp:
+            events = list(iter_named_sse(resp))
+        last = events[-1]
+        assert last["type"] == "response.failed", [e["type"] for e in events[-3:]]
+        stored = openai_client(srv.base_url).responses.retrieve(last["response"]["id"])
+        assert stored.status == "failed" and "request-timeout" in stored.error.message
+        assert stored.output_text == "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+
+
 def test_two_replicas_on_one_redis_share_a_conversation(tmp_path: Path) -> None:
     redis = RedisServer(tmp_path)
     store = ["--responses-store", redis.url]
@@ -267,9 +313,10 @@ def test_a_background_response_a_stopped_server_left_unfinished_reads_as_failed(
 
     path = tmp_path / "responses.db"
     store = SqliteStore(path, max_size=100)
-    for rid, age in (("resp_stale", 3600), ("resp_fresh", 0)):
-        turn = rapi.prepare(ResponsesRequest(input="hi", background=True), None, model=MODEL, response_id=rid,
-                            created_at=int(time.time()) - age)
+    for rid, age, background in (("resp_stale", 3600, True), ("resp_fresh", 0, True),
+                                 ("resp_stale_stream", 3600, False)):
+        turn = rapi.prepare(ResponsesRequest(input="hi", background=background, stream=not background), None,
+                            model=MODEL, response_id=rid, created_at=int(time.time()) - age)
         store.put(turn.stored(turn.response([], "in_progress")))
     store.close()
     with Server(ARGS + ["--responses-store", f"sqlite:{path}", "--request-timeout", "600"],
@@ -277,6 +324,7 @@ def test_a_background_response_a_stopped_server_left_unfinished_reads_as_failed(
         client = openai_client(srv.base_url)
         stale = client.responses.retrieve("resp_stale")
         assert stale.status == "failed" and "stopped" in stale.error.message
+        assert client.responses.retrieve("resp_stale_stream").status == "failed"  # a stream's, the same rule
         assert client.responses.retrieve("resp_fresh").status == "in_progress"  # it may still run elsewhere
         # continuing reads it the same way (one rule): a failed response is continued with what it stored (its
         # input, no output); one that may still run elsewhere is refused until it has finished

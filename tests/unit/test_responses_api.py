@@ -556,6 +556,9 @@ def test_nothing_generated_still_gives_one_empty_message_and_failed_is_an_event(
     sdk = EVENT.validate_python(msgspec.to_builtins(failed))
     assert sdk.response.status == "failed" and sdk.response.error.code == "rate_limit_exceeded"
     assert sdk.response.error.message == "busy" and sdk.response.output[0].type == "message"
+    # what a stored stream keeps: the failed response with the output so far (the open item's text kept)
+    assert ev.final is failed.response and ev.final.output[0].content[0].text == "a"
+    assert ev.final.output[0].status == "incomplete"
     late = ev.failed(RequestTimeout("too slow"))
     assert late.response.error.code == "server_error" and late.response.error.message == "too slow (request_timeout)"
 

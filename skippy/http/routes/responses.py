@@ -56,8 +56,15 @@ async def _reasoning_tokens(eng: Any, text: str) -> int:
 
 
 class _ResponseStream:
-    """The Responses events of one streamed turn over the engine's chat chunks; the response is stored
-    when it ends (``store``), before its last event is sent.
+    """The Responses events of one streamed turn over the engine's chat chunks.
+
+    A stored one (``store``) is visible from its start, as a background response is: its ``in_progress``
+    response is stored before ``response.created`` is sent, and its end when it ends, before its last event
+    is sent: ``completed`` / ``incomplete``, ``cancelled`` (:meth:`cancel`, or a client that went away
+    before the end) or ``failed`` (the deadline, the server shutting down, a runtime failure), each with the
+    output so far; the end is not stored over a response deleted meanwhile or cancelled through the store
+    (another replica's ``/cancel``). One that a killed server left ``in_progress`` reads ``failed`` later
+    (:func:`~skippy.engine.protocols.responses.store.settled`).
 
     Cancel-safe like the chat stream (``stream`` cancels a wait for a keep-alive ping): a cancelled
     :meth:`__anext__` loses nothing, the events of a chunk wait in ``pending``, the usage chunk in ``usage``.
@@ -72,6 +79,9 @@ class _ResponseStream:
         self.ended = False
         self.cancel_requested = False
         self._reading: trio.CancelScope | None = None
+        self._started = False  # its in_progress response stored (or tried: the store failed)
+        self._start_stored = False  # the store holds its in_progress response
+        self._end_stored = False  # its end stored (or nothing to store): done once
         app.running.add(turn.id, self.cancel)
 
     def __aiter__(self) -> _ResponseStream:
@@ -92,6 +102,11 @@ class _ResponseStream:
         return None
 
     async def __anext__(self) -> rwire.ResponseStreamEvent:
+        if not self._started:  # before response.created: a client that sees the id can GET it
+            self._started = True
+            if self.turn.request.store:
+                self._start_stored = await self.app.responses.put(
+                    self.turn.stored(self.turn.response([], "in_progress")))
         while not self.pending:
             if self.ended:
                 raise StopAsyncIteration
@@ -112,15 +127,35 @@ class _ResponseStream:
 
     async def _end(self) -> None:
         self.ended = True
+        await self._store_end()
+
+    async def _store_end(self) -> None:
+        """Store the stream's end once (shielded: a client going away does not cut it), then tell
+        ``running`` (a cancel waiting for it reads the end): :attr:`ResponseEvents.final`, or, for a stream
+        that ended without an end of its own (the client went away), ``cancelled`` with the output so far."""
+        if self._end_stored:
+            return
+        self._end_stored = True
         try:
-            if self.turn.request.store and self.events.final is not None:
-                await self.app.responses.put(self.turn.stored(self.events.final))
+            if self.turn.request.store and self._started:
+                final = self.events.final
+                if final is None:
+                    self.events.cancelled()
+                    final = self.events.final
+                assert final is not None
+                with trio.CancelScope(shield=True):
+                    if self._start_stored:
+                        await _store_end(self.app, self.turn, final)
+                    else:
+                        await self.app.responses.put(self.turn.stored(final))
         finally:
-            self.app.running.done(self.turn.id)  # stored: a cancel waiting for it reads the end
+            self.app.running.done(self.turn.id)
 
     async def aclose(self) -> None:
-        self.app.running.done(self.turn.id)
-        await self.chunks.aclose()
+        try:
+            await self.chunks.aclose()
+        finally:
+            await self._store_end()
 
 
 def _response_event(event: rwire.ResponseStreamEvent) -> bytes:
@@ -246,8 +281,8 @@ async def _run_background(app: Shared, eng: Any, turn: rapi.Turn, scope: trio.Ca
 
 
 async def _store_end(app: Shared, turn: rapi.Turn, response: rwire.ResponseObject) -> None:
-    """Store a background response's end, unless it was deleted meanwhile or cancelled through the store
-    (another replica's ``/cancel``)."""
+    """Store a background or streamed response's end, unless it was deleted meanwhile or cancelled through
+    the store (another replica's ``/cancel``)."""
     try:
         stored = await app.responses.get(turn.id)
     except EngineError:

@@ -86,7 +86,7 @@ class ResponseEvents:
     JSON string argument of a function, decoded as it arrives:
     :class:`~.translate.InputStream`), then ``response.custom_tool_call_input.done``. :meth:`finish` (the usage chunk):
     ``response.completed`` or ``response.incomplete``, with the whole
-    response (:attr:`final`). :meth:`failed`: ``response.failed``.
+    response (:attr:`final`). :meth:`failed`: ``response.failed`` (its response is :attr:`final` too).
     ``sequence_number`` counts every event from 0. The output items are the
     ones :meth:`Turn.from_chat` builds for the same text, in the order the
     deltas came (OpenAI's order).
@@ -228,10 +228,13 @@ class ResponseEvents:
         """``response.failed`` for an error after the stream started (deadline, shutdown, a runtime
         failure). ``error.code`` is one of OpenAI's: ``rate_limit_exceeded`` (429), ``invalid_prompt``
         (another 4xx), ``server_error`` (5xx: 503 shutdown, 504 deadline...); the message ends with our
-        envelope's code in parentheses (e.g. ``(request_timeout)``)."""
-        self._open = None
+        envelope's code in parentheses (e.g. ``(request_timeout)``). Its response, with the output so far, is
+        :attr:`final` (what is stored)."""
+        if self._open is not None:  # its text so far is kept, as a cancelled stream's
+            self._open.status = "incomplete"
+            self._open = None
         code = ("rate_limit_exceeded" if exc.status == 429 else "invalid_prompt" if 400 <= exc.status < 500
                 else "server_error")
         message = f"{exc.message} ({exc.code})" if exc.code else exc.message
-        return self._event("response.failed", response=self._snapshot(
-            "failed", error=ResponseError(code=code, message=message)))
+        self.final = self._snapshot("failed", error=ResponseError(code=code, message=message))
+        return self._event("response.failed", response=self.final)
