@@ -261,6 +261,7 @@ def test_store_get_delete_and_unknown_ids(server) -> None:
     ({"input": "x", "tool_choice": "required"}, "tool_choice"),
     ({"input": "x", "temperature": -1}, "temperature"),
     ({"input": "x", "metadata": {"k": 1}}, "metadata"),
+    ({"input": "x", "conversation": "conv_1"}, "conversation"),  # no Conversations API: not silently ignored
     ({"input": []}, "input"),
     ({}, "input"),
 ])
@@ -270,6 +271,15 @@ def test_bad_input_is_a_4xx_envelope(server, body: dict, param: str, stream: boo
     assert resp.status_code == 400, resp.text
     error = resp.json()["error"]
     assert error["type"] == "invalid_request_error" and error["param"] == param, error
+
+
+def test_a_conversation_is_a_400_pointing_to_previous_response_id(server) -> None:
+    client = openai_client(server.base_url)
+    for conversation in ("conv_1", {"id": "conv_1"}):
+        with pytest.raises(openai.BadRequestError, match="previous_response_id") as info:
+            client.responses.create(model="SmolLM2-135M-Instruct", input="Hello.", conversation=conversation)
+        assert info.value.body["param"] == "conversation" and info.value.body["code"] == "unsupported_parameter"
+        assert "x-skippy-ignored-fields" not in info.value.response.headers
 
 
 def test_a_prompt_over_the_context_is_400(server) -> None:

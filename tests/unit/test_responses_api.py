@@ -163,11 +163,22 @@ def test_tools_tool_choice_and_text_format_translate() -> None:
     ("background", {"input": "x", "background": True, "store": False}),
     ("stream", {"input": "x", "background": True, "stream": True}),
     ("max_output_tokens", {"input": "x", "max_output_tokens": 0}),
+    ("conversation", {"input": "x", "conversation": "conv_1"}),
+    ("conversation", {"input": "x", "conversation": {"id": "conv_1"}}),
     ("truncation", {"input": "x", "truncation": "sometimes"}),
     ("text.format", {"input": "x", "text": {"format": {"type": "json_schema", "name": "n", "schema": {"a": DEEP}}}}),
 ])
 def test_bad_input_is_400_naming_the_responses_field(param: str, fields: dict) -> None:
     bad(param, **fields)
+
+
+def test_a_conversation_is_refused_pointing_to_previous_response_id() -> None:
+    """OpenAI's Conversations API is not served: ``conversation`` is a 400 saying so (ignoring it would answer
+    without the conversation's context), not an ignored field."""
+    error = bad("conversation", input="x", conversation={"id": "conv_1"})
+    assert error.code == "unsupported_parameter" and "Conversations API" in error.message
+    assert "previous_response_id" in error.message
+    assert turn(input="x", conversation=None).chat.messages  # null: absent, as every unset field
 
 
 def test_chat_param_names_become_responses_names() -> None:

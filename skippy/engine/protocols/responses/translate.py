@@ -285,9 +285,15 @@ def prepare(req: ResponsesRequest, previous: StoredResponse | None, *, model: st
     left out: :func:`chat_tools`), a ``tool_choice`` forcing a hosted tool, or of another kind, a
     ``text.format`` of another kind, ``metadata`` over OpenAI's limits, ``background: true`` without ``store`` or with
     ``stream``,
-    ``max_output_tokens`` below 1. The chat path validates the rest (and
+    ``max_output_tokens`` below 1, a ``conversation`` (``unsupported_parameter``: OpenAI's Conversations API is
+    not served; the message points to ``previous_response_id``). The chat path validates the rest (and
     its errors are renamed with :func:`rename_params`).
     """
+    if req.conversation is not None:
+        raise InvalidRequest("conversation: this server does not implement OpenAI's Conversations API, so it "
+                             "cannot add a conversation's items to the request; chain turns with "
+                             "previous_response_id (the id of the last response), or send the whole "
+                             "conversation in input", param="conversation", code="unsupported_parameter")
     if req.background and not req.store:
         raise InvalidRequest("background: true needs store: true (the response is fetched by id when it is done)",
                              param="background")

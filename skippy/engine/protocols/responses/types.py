@@ -121,7 +121,9 @@ class ResponsesRequest(msgspec.Struct, omit_defaults=True, kw_only=True):
     ``auto`` which never has to drop anything that fits), ``prompt_cache_key``
     and ``user`` are accepted. ``background: true`` (with ``store``, without ``stream``): the reply is the
     ``queued`` response at once, generation goes on in the server, ``GET /v1/responses/{id}`` shows it
-    ``completed`` when done and ``POST /v1/responses/{id}/cancel`` stops it.
+    ``completed`` when done and ``POST /v1/responses/{id}/cancel`` stops it. ``conversation`` (OpenAI's
+    Conversations API: an id, or ``{"id": ...}``) is declared only to be refused (400): this server has no
+    Conversations API, and ignoring it would lose the conversation's context.
     """
 
     model: str | None = None
@@ -144,3 +146,4 @@ class ResponsesRequest(msgspec.Struct, omit_defaults=True, kw_only=True):
     prompt_cache_key: str | None = None
     user: str | None = None
     background: bool | None = None
+    conversation: str | dict[str, Any] | None = None
