@@ -262,6 +262,8 @@ def test_store_get_delete_and_unknown_ids(server) -> None:
     ({"input": "x", "temperature": -1}, "temperature"),
     ({"input": "x", "metadata": {"k": 1}}, "metadata"),
     ({"input": "x", "conversation": "conv_1"}, "conversation"),  # no Conversations API: not silently ignored
+    ({"input": [{"role": "user", "content": "x"}, {"type": "function_call_output", "call_id": "call_nope",
+                                                    "output": "y"}]}, "input[1].call_id"),  # no such call: OpenAI's 400
     ({"input": []}, "input"),
     ({}, "input"),
 ])

@@ -93,6 +93,31 @@ def test_items_become_chat_messages() -> None:
     ]
 
 
+def test_a_tool_output_without_an_earlier_call_is_openais_400_naming_its_call_id() -> None:
+    """A function_call_output / custom_tool_call_output answers a call earlier in input or in the
+    previous_response_id conversation (the Agents SDK's and Codex's flows); any other call_id is OpenAI's 400."""
+    err = bad("input[1].call_id", input=[{"role": "user", "content": "x"},
+                                         {"type": "function_call_output", "call_id": "nope", "output": "y"}])
+    assert err.message.startswith("No tool call found for function call output with call_id 'nope'")
+    bad("input[0].call_id", input=[{"type": "function_call_output", "call_id": "c", "output": "y"},  # after: no
+                                   {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}])
+    err = bad("input[2].call_id", tools=[PATCH], input=[
+        {"role": "user", "content": "x"}, {"type": "custom_tool_call", "call_id": "c", "name": "apply_patch",
+                                           "input": "diff"},
+        {"type": "custom_tool_call_output", "call_id": "d", "output": "ok"}])
+    assert "custom tool call output with call_id 'd'" in err.message
+    first = turn(input="Weather?", tools=[WEATHER])
+    stored = first.stored(first.from_chat(completion(None, calls=[("call_1", "get_weather", '{"city": "Paris"}')],
+                                                     finish="tool_calls")))
+    answered = turn(stored, previous_response_id="resp_1", tools=[WEATHER], input=[
+        {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}])  # the stored call counts
+    assert messages(answered)[-1] == {"role": "tool", "content": "sunny", "tool_call_id": "call_1"}
+    with pytest.raises(InvalidRequest) as info:
+        turn(stored, previous_response_id="resp_1", tools=[WEATHER], input=[
+            {"role": "user", "content": "and?"}, {"type": "function_call_output", "call_id": "call_2", "output": "x"}])
+    assert info.value.param == "input[1].call_id"
+
+
 def test_a_function_call_after_assistant_text_joins_that_message() -> None:
     t = turn(input=[{"role": "user", "content": "x"}, {"role": "assistant", "content": "Let me look."},
                     {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}])

@@ -117,10 +117,14 @@ def chat_messages(instructions: str | None, items: list[ResponseInputItem] | tup
     ``first``: the index of ``items[0]`` in the request's ``input`` (errors name
     ``input[first + i]``: items before it came from the store). Raises
     :class:`InvalidRequest` (400) naming ``input[i].<field>`` for an unknown
-    item type, a missing field, or a content part that is not text.
+    item type, a missing field, a content part that is not text, or a ``function_call_output`` /
+    ``custom_tool_call_output`` of this request whose ``call_id`` no earlier ``function_call`` or
+    ``custom_tool_call`` has (in ``input`` or the stored conversation): ``input[i].call_id``, with OpenAI's
+    message ("No tool call found for function call output with call_id ...").
     """
     messages: list[Message] = [Message(role="system", content=instructions)] if instructions is not None else []
     reasoning = ""  # a reasoning item's text, for the next assistant message
+    call_ids: set[str] = set()  # the call_id of every tool call so far (stored and this request's)
 
     def assistant() -> Message:
         """The assistant message a function call joins: the last one, unless a tool result or a user turn
@@ -158,6 +162,7 @@ def chat_messages(instructions: str | None, items: list[ResponseInputItem] | tup
             for field in ("call_id", "name", "arguments" if kind == "function_call" else "input"):
                 if getattr(item, field) is None:
                     raise InvalidRequest(f"{param}.{field} is required for a {kind} item", param=f"{param}.{field}")
+            call_ids.add(item.call_id)  # type: ignore[arg-type]  # checked above
             message = assistant()
             name = item.name if item.namespace is None else namespaced_name(item.namespace, item.name or "")
             # a custom tool's input is the one string argument of the function the model sees for it
@@ -168,6 +173,11 @@ def chat_messages(instructions: str | None, items: list[ResponseInputItem] | tup
         elif kind in ("function_call_output", "custom_tool_call_output"):
             if item.call_id is None:
                 raise InvalidRequest(f"{param}.call_id is required for a {kind} item", param=f"{param}.call_id")
+            if i >= first and item.call_id not in call_ids:  # OpenAI's 400 (stored items were checked when sent)
+                raise InvalidRequest(f"No tool call found for {kind.replace('_', ' ')} with call_id {item.call_id!r}: "
+                                     f"{param}.call_id must be the call_id of a function_call or custom_tool_call "
+                                     "earlier in input or in the previous_response_id conversation",
+                                     param=f"{param}.call_id")
             if item.output is None:
                 raise InvalidRequest(f"{param}.output is required (a string or a list of input_text and input_image "
                                      "parts)",
