@@ -52,12 +52,18 @@ def test_null_options_are_the_defaults() -> None:
 
 
 @pytest.mark.parametrize("value,seconds", [(None, None), (300, 300.0), (0, 0.0), (-1, -1.0), ("5m", 300.0),
-                                           ("1h", 3600.0), ("-1", -1.0), ("30s", 30.0), ("250ms", 0.25)])
+                                           ("1h", 3600.0), ("-1", -1.0), ("30s", 30.0), ("250ms", 0.25),
+                                           # Go's time.ParseDuration, as Ollama reads keep_alive
+                                           ("1h30m", 5400.0), ("2h45m10.5s", 9910.5), ("1.5h", 5400.0),
+                                           (".5s", 0.5), ("-1m", -60.0), ("-1h30m", -5400.0), ("+5m", 300.0),
+                                           ("0", 0.0), ("1us", 1e-6), ("1\u00b5s", 1e-6), ("1\u03bcs", 1e-6),
+                                           ("100ns", 1e-7), ("1m1s1ms", 61.001), (" 10m ", 600.0)])
 def test_keep_alive(value, seconds) -> None:
-    assert t.keep_alive_seconds(value) == seconds
+    assert t.keep_alive_seconds(value) == (seconds if seconds is None else pytest.approx(seconds))
 
 
-@pytest.mark.parametrize("value", ["soon", "5 minutes", True, [1]])
+@pytest.mark.parametrize("value", ["soon", "5 minutes", True, [1], "", "h", "1d", "1h 30m", "--1m", "1.h.m",
+                                   "5m-3s", "1e3s", "m5"])
 def test_keep_alive_refused(value) -> None:
     with pytest.raises(InvalidRequest, match="keep_alive"):
         t.keep_alive_seconds(value)

@@ -79,8 +79,12 @@ OPTIONS: dict[str, tuple[str, str]] = {
 CHECKED = {"num_predict": _INT, "num_ctx": _INT, "num_keep": _INT}
 
 _EFFORTS = {"low": "low", "medium": "medium", "high": "high", "max": "xhigh"}
-_DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(ns|us|µs|ms|s|m|h)?\s*$")
-_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+#: one component of a Go duration (time.ParseDuration): a decimal number (``1``, ``1.5``, ``.5``, ``1.``) and
+#: its unit (``µs`` as U+00B5 or U+03BC, as Go takes both)
+_COMPONENT = r"(\d+\.?\d*|\.\d+)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)"
+_DURATION = re.compile(rf"([-+]?)((?:{_COMPONENT})+)")
+_SECONDS = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)")
+_UNITS = {"ns": 1e-9, "us": 1e-6, "\u00b5s": 1e-6, "\u03bcs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 def _number(name: str, value: Any, kind: str) -> float | int:
@@ -131,20 +135,41 @@ def sampling(options: dict[str, Any] | None) -> tuple[dict[str, Any], list[str],
     return fields, ignored, num_ctx
 
 
+def go_duration_seconds(text: str) -> float | None:
+    """A Go duration string as Go's ``time.ParseDuration`` reads it -> seconds, else ``None``.
+
+    A sign, then one or more ``<number><unit>`` components summed (``"1h30m"``, ``"2h45m10.5s"``, ``"-1.5h"``,
+    ``".5s"``); units ``ns``, ``us``, ``µs``, ``ms``, ``s``, ``m``, ``h``; ``"0"`` alone needs no unit. No spaces
+    inside (surrounding whitespace is stripped). ``None`` for anything else."""
+    text = text.strip()
+    if text in ("0", "+0", "-0"):
+        return 0.0
+    m = _DURATION.fullmatch(text)
+    if m is None:
+        return None
+    total = sum(float(number) * _UNITS[unit] for number, unit in re.findall(_COMPONENT, m.group(2)))
+    return -total if m.group(1) == "-" else total
+
+
 def keep_alive_seconds(value: str | int | float | None) -> float | None:
-    """Ollama's ``keep_alive`` (a number of seconds, or a Go duration: ``"5m"``, ``"1h30m"`` is not Go's
-    short form and is refused, ``"-1"``) -> seconds (negative: forever; ``None``: not given).
-    Raises :class:`InvalidRequest` for text that is not a duration."""
+    """Ollama's ``keep_alive`` -> seconds (negative: forever; ``None``: not given).
+
+    Takes what Ollama's ``api.Duration`` takes: a JSON number of seconds, or a string that Go's
+    ``time.ParseDuration`` reads (:func:`go_duration_seconds`: ``"5m"``, ``"1h30m"``, ``"2h45m10.5s"``,
+    ``"-1m"``); also a string that is a bare number of seconds (``"300"``, ``"-1"``), as earlier versions
+    of this server did. Raises :class:`InvalidRequest` (400) for anything else (``"soon"``, ``true``, a list)."""
     if value is None:
         return None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     if isinstance(value, str):
-        m = _DURATION.match(value)
-        if m is not None:
-            return float(m.group(1)) * _UNITS[m.group(2) or "s"]
-    raise InvalidRequest(f"keep_alive must be a duration such as \"5m\" or a number of seconds, got "
-                         f"{json.dumps(value)}", param="keep_alive")
+        seconds = go_duration_seconds(value)
+        if seconds is None and _SECONDS.fullmatch(value.strip()):
+            seconds = float(value.strip())
+        if seconds is not None and math.isfinite(seconds):
+            return seconds
+    raise InvalidRequest(f"keep_alive must be a duration such as \"5m\" or \"1h30m\" (Go's time.ParseDuration) "
+                         f"or a number of seconds, got {json.dumps(value)}", param="keep_alive")
 
 
 def _format(fmt: str | dict[str, Any] | None) -> ResponseFormat | None:
