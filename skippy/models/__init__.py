@@ -39,6 +39,7 @@ from skippy.models.cache import (
 )
 from skippy.models.downloads import download
 from skippy.models.gguf import GGUF_MAGIC, GGUFInfo, file_type_name, gguf_info, gguf_metadata
+from skippy.models.gguf_header import gguf_type, read_gguf_header
 from skippy.models.hub import DEFAULT_HF_QUANT, HF_ENDPOINT, HFRef, hf_endpoint, parse_hf, pick_hf_file, resolve_hf
 from skippy.models.registry import DEFAULT_MODEL, REGISTRY, ModelError, ModelSpec, lookup
 from skippy.models.sources import cached_hf_file, ensure_model, hf_model, hf_offline, hf_repo_ref, pull_source, pull_url
@@ -68,6 +69,7 @@ __all__ = [
     "hf_offline",
     "hf_repo_ref",
     "gguf_metadata",
+    "gguf_type",
     "glob_escape",
     "hf_endpoint",
     "list_models",
@@ -79,6 +81,7 @@ __all__ = [
     "pull_source",
     "pull_url",
     "read_aliases",
+    "read_gguf_header",
     "remove_alias",
     "remove_model",
     "resolve_hf",

@@ -1,6 +1,8 @@
 """GGUF files: the magic that tells one (:func:`_check_gguf`) and the metadata ``skippy list`` /
 ``skippy show`` print (:func:`gguf_info`, read by llama.cpp with the vocabulary only).
 
+``skippy show`` and Ollama's /api/show read the header with :func:`gguf_metadata` (:mod:`skippy.models.gguf_header`).
+
 (``from gguf import ...`` below is llama.cpp's gguf-py package, not this module.)
 """
 
@@ -123,31 +125,20 @@ def gguf_info(path: str | os.PathLike[str]) -> GGUFInfo:
 
 
 def gguf_metadata(path: str | os.PathLike[str], *, max_array: int | None = 5) -> tuple[dict[str, Any], int]:
-    """A GGUF's metadata with typed values, read from its header by gguf-py (memory-mapped: no weights read).
+    """A GGUF's metadata with typed values, read from its header (:func:`~skippy.models.gguf_header.read_gguf_header`:
+    memory-mapped, no weights read, an array not kept is skipped undecoded: milliseconds where gguf-py's
+    ``GGUFReader`` took seconds for a large vocabulary).
 
-    Returns ``(metadata, n_params)``: every key but gguf-py's ``GGUF.*`` entries, numbers as ``int`` /
-    ``float``, booleans, strings, arrays as lists; an array longer than ``max_array`` elements becomes ``[]``
-    (as Ollama's ``/api/show`` leaves out the token arrays unless ``verbose``; ``None``: every array in full).
-    ``n_params``: the elements of all tensors (``general.parameter_count`` as Ollama computes it).
+    Returns ``(metadata, n_params)``: every metadata key, numbers as ``int`` / ``float``, booleans, strings,
+    arrays as lists; an array longer than ``max_array`` elements becomes ``[]`` (as Ollama's ``/api/show``
+    leaves out the token arrays unless ``verbose``; ``None``: every array in full). ``n_params``: the elements
+    of all tensors (``general.parameter_count`` as Ollama computes it).
 
     Raises:
-        ModelError: not a GGUF file, or gguf-py cannot parse it.
+        ModelError: not a GGUF file, or its header cannot be parsed (truncated, an unknown version).
     """
-    from gguf import GGUFReader
+    from skippy.models.gguf_header import read_gguf_header
 
     path = Path(path)
     _check_gguf(path)
-    try:
-        reader = GGUFReader(path)
-    except (ValueError, OSError, IndexError) as e:
-        raise ModelError(f"cannot read the GGUF header of {path}: {e}") from e
-    out: dict[str, Any] = {}
-    for key, field in reader.fields.items():
-        if key.startswith("GGUF."):
-            continue
-        if len(field.types) > 1 and max_array is not None and len(field.data) > max_array:
-            out[key] = []
-            continue
-        value = field.contents()
-        out[key] = value.item() if hasattr(value, "item") else value
-    return out, sum(int(t.n_elements) for t in reader.tensors)
+    return read_gguf_header(path, max_array=max_array)

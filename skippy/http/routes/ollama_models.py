@@ -138,6 +138,9 @@ def _ollama_name(s: _Served, path: Path) -> str:
 _DIGESTS: dict[tuple[str, int, int], str] = {}
 _METADATA: dict[tuple[str, int, int, bool], tuple[dict[str, Any], int, str]] = {}
 _CACHE_LOCK = threading.Lock()
+#: verbose metadata (the full vocabulary and merges: tens of MB for a large vocabulary) kept for this many
+#: files, the most recently asked; the short form is kept for every file
+VERBOSE_KEPT = 2
 
 
 def _sha256(path: Path) -> str:
@@ -151,7 +154,9 @@ def _sha256(path: Path) -> str:
 def _facts_sync(name: str, path: Path, verbose: bool) -> om.ModelFacts:
     """:class:`~skippy.engine.protocols.ollama.models.ModelFacts` of ``path`` (blocking: run in a thread). The
     digest is the registry's pinned SHA-256 for a registry model in the cache (``skippy pull`` checked it),
-    else the file's, hashed once per (path, size, mtime)."""
+    else the file's, hashed once per (path, size, mtime). The metadata is read from the GGUF header
+    (:func:`~skippy.models.gguf_metadata`, milliseconds) once per (path, size, mtime) and kind (short, or
+    ``verbose`` with every array: kept for the :data:`VERBOSE_KEPT` latest files)."""
     from skippy.models import file_type_name, gguf_metadata
 
     st = path.stat()
@@ -168,8 +173,11 @@ def _facts_sync(name: str, path: Path, verbose: bool) -> om.ModelFacts:
         meta = (metadata, n_params, file_type_name(file_type) if isinstance(file_type, int) else "")
     with _CACHE_LOCK:
         _DIGESTS[key] = digest
-        if not verbose:  # the verbose arrays (the vocabulary, the merges) are not kept
-            _METADATA[(*key, verbose)] = meta
+        _METADATA.pop((*key, verbose), None)  # re-inserted last: the most recently used
+        _METADATA[(*key, verbose)] = meta
+        kept = [k for k in _METADATA if k[3]]
+        for old in kept[:-VERBOSE_KEPT]:
+            del _METADATA[old]
     return om.ModelFacts(name=name, path=str(path), size=st.st_size, modified=st.st_mtime, digest=digest,
                          metadata=meta[0], n_params=meta[1], quantization=meta[2])
 
