@@ -138,7 +138,8 @@ def _serve_options(fn: F) -> F:
              help="Also serve every *.gguf file of this directory (repeatable; ':'-separated in the environment "
                   "variable), each under its file name without .gguf, as llama-server's --models-dir; without "
                   "--model, the first of them is the default. A NAME.mmproj.gguf beside NAME.gguf is NAME's image "
-                  "projector (--mmproj), not a model."),
+                  "projector (--mmproj), not a model; a LoRA adapter (general.type adapter) is no model either "
+                  "(load it with --lora)."),
         _opt("--models-preset", default=None, type=click.Path(exists=True, dir_okay=False, path_type=str),
              metavar="FILE",
              help="Per-model settings from an INI file, llama-server's router presets: one [MODEL] section "
@@ -414,7 +415,7 @@ def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], m
             if projector.is_file():
                 projectors[p.resolve()] = str(projector)
         models += [(p, p.stem) for p in files  # not checked here: one that cannot load answers 503
-                   if not p.name.lower().endswith(".mmproj.gguf")]
+                   if not p.name.lower().endswith(".mmproj.gguf") and not _is_adapter(p)]
     if not models and not preset_models:
         raise ModelError(f"no .gguf file in --models-dir {', '.join(models_dirs)}")
     seen: set[Path] = set()  # a file named twice (-m x -m x, or -m and --models-dir) is served once
@@ -520,6 +521,24 @@ def _training_context(path: Path) -> int:
         return 0
     finally:
         runtime_log.setLevel(level)
+
+
+def _is_adapter(path: Path) -> bool:
+    """Whether the GGUF ``path`` is a LoRA adapter (``general.type`` ``adapter``, read from its header alone:
+    :func:`~skippy.models.gguf_type`), which ``--models-dir`` does not serve as a model (it is ``--lora``'s); a
+    file whose header cannot be read is no adapter here (it is served, and answers 503 when it fails to load)."""
+    from skippy.models import ModelError, gguf_type
+
+    try:
+        kind = gguf_type(path)
+    except ModelError:
+        return False
+    if kind == "adapter":
+        import logging
+
+        logging.getLogger("skippy.serve").info("--models-dir: %s is a LoRA adapter (general.type adapter), not "
+                                               "served as a model; load it with --lora", path)
+    return kind == "adapter"
 
 
 def _training_share(ctx: click.Context, path: Path, parallel: int, where: str) -> int:

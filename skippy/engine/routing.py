@@ -20,7 +20,9 @@ The rules, in order (the first that picks a model wins; :attr:`Route.rule` names
    have them (it loaded before; it loads again on demand, as for a request naming it); a model
    whose capabilities are unknown (never loaded) is not considered.
 3. ``default``: otherwise, and when a rule found no model, the default model (the first
-   ``--model``). An input the rules do not cover falls back to it as well.
+   ``--model``). An input the rules do not cover falls back to it as well. When the default model's
+   load failed (it is not among the candidates), the first candidate stands in for it (a loaded one
+   first, then the configured order).
 
 Among several models that fit a rule, loaded models come first, then the configured order.
 """
@@ -104,8 +106,9 @@ def choose_model(traits: RequestTraits, candidates: Sequence[Candidate], default
     """The model an ``auto`` request goes to (the rules in this module's docstring).
 
     ``candidates``: the served models that may take requests (a model whose load failed left out),
-    in configured order; ``default``: the default model's id (the answer whenever no rule picks one,
-    even if it is not among ``candidates``). Pure: the same inputs give the same route.
+    in configured order; ``default``: the default model's id, the answer whenever no rule picks one; when it
+    is not among ``candidates`` (its load failed), the first candidate (loaded first) answers instead, and
+    ``default`` itself only when there is no candidate at all. Pure: the same inputs give the same route.
     """
     ordered = sorted(candidates, key=lambda c: not c.loaded)  # stable: loaded first, then configured order
     if traits.has_images:
@@ -116,4 +119,6 @@ def choose_model(traits: RequestTraits, candidates: Sequence[Candidate], default
         for c in ordered:
             if c.caps is not None and c.caps.native_tools:
                 return Route(c.id, "tools")
+    if ordered and not any(c.id == default for c in ordered):
+        return Route(ordered[0].id, "default")
     return Route(default, "default")

@@ -517,6 +517,20 @@ def test_a_projector_beside_a_model_in_models_dir_is_its_mmproj_not_a_model(serv
     assert config.mmproj == "/p/x.gguf" and pool["more_models"][0].mmproj is None
 
 
+def test_a_lora_adapter_in_models_dir_is_not_served_as_a_model(serve_recorder: list, tmp_path: Path) -> None:
+    from tests.tiny_models import ensure_tiny_lora
+
+    models = tmp_path / "models"
+    models.mkdir()
+    ensure_tiny_lora(models, "a-adapter")  # sorts first: it would have been the default model
+    for name in ("b.gguf", "c.gguf"):
+        (models / name).write_bytes(b"GGUF")  # unreadable headers: served, checked when loaded
+    result = CliRunner().invoke(main, ["serve", "--models-dir", str(models)], env={})
+    assert result.exit_code == 0, result.output
+    config, pool = serve_recorder.pop()[0], serve_recorder.pool.pop()
+    assert [config.model_name, *(c.model_name for c in pool["more_models"])] == ["b", "c"]
+
+
 PRESET = """version = 1
 ; settings every model shares
 [*]

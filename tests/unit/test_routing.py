@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from skippy.engine.protocols.openai.types import ChatCompletionRequest, ContentPart, Message
 from skippy.engine.routing import (
     Candidate,
@@ -74,11 +72,18 @@ def test_images_go_to_a_model_with_image_input_else_fall_through() -> None:
     assert choose_model(both, vision + today[1:], "a") == Route("v", "images")  # images first
 
 
-@pytest.mark.parametrize("candidates", [[], [Candidate("b", loaded=True, caps=EMULATED)]])
-def test_the_default_answers_even_when_it_is_no_candidate(candidates: list[Candidate]) -> None:
-    # the default model's load failed (the pool leaves it out): the request goes to it and gets its 503
-    assert choose_model(PLAIN, candidates, "a") == Route("a", "default")
-    assert choose_model(TOOLS, candidates, "a") == Route("a", "default")
+def test_the_default_answers_when_no_model_is_left() -> None:
+    # every model's load failed (the pool leaves them out): the request goes to the default and gets its 503
+    assert choose_model(PLAIN, [], "a") == Route("a", "default")
+    assert choose_model(TOOLS, [], "a") == Route("a", "default")
+
+
+def test_a_failed_default_model_gives_way_to_a_healthy_one() -> None:
+    # the default model's load failed (the pool leaves it out): the first candidate stands in, loaded first
+    healthy = [Candidate("b", caps=EMULATED), Candidate("c", loaded=True, caps=EMULATED)]
+    assert choose_model(PLAIN, healthy, "a") == Route("c", "default")
+    assert choose_model(TOOLS, healthy, "a") == Route("c", "default")
+    assert choose_model(IMAGES, healthy[:1], "a") == Route("b", "default")
 
 
 def test_chat_traits_from_a_request() -> None:
