@@ -161,6 +161,14 @@ def find_model(name: str, models_dirs: Iterable[str | os.PathLike[str]] = ()) ->
     return resolve_model(name)
 
 
+def cached_file(name: str) -> Path | None:
+    """The cache's GGUF file a name names, as :func:`remove_model` takes it (a registry name or alias: its
+    cache path, existing or not; another cached GGUF by file name, with or without ``.gguf``), else ``None``
+    (a path is not looked at)."""
+    spec = lookup(name)
+    return _cache_path(spec) if spec is not None else _find_cached(name)
+
+
 def remove_model(name: str) -> list[Path]:
     """Delete a model from the cache (``skippy rm``): its GGUF file and any partial download of it.
 

@@ -390,3 +390,46 @@ def test_no_messages_or_prompt_loads_the_model_and_keep_alive_0_unloads_it(two: 
     assert err.value.status_code == 400 and err.value.error == '"gemma3:270m" does not support thinking'
     assert "thinking" not in c.show("gemma3:270m").capabilities
     assert c.generate(model="gemma3:270m", prompt="Hi", think=False, options={"num_predict": 2}).done
+
+
+# -- a --models-dir with bad files, a LoRA adapter and a model reached through a symlink ---------------------
+
+@pytest.fixture(scope="module")
+def mixed_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model cache holding SmolLM2 (a link to the real cached file: nothing here deletes that)."""
+    if not CACHED.is_file():
+        pytest.skip(f"{CACHED} is missing (make test pulls it: skippy pull)")
+    home = tmp_path_factory.mktemp("mixed-home")
+    (home / "models").mkdir()
+    (home / "models" / SMOL.filename).symlink_to(CACHED)
+    return home
+
+
+@pytest.fixture(scope="module")
+def mixed(mixed_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """``--models-dir`` of: ``a-adapter.gguf`` (a LoRA adapter: sorts first), ``a-broken.gguf`` (a GGUF cut
+    after 100,000 bytes: the default model, its load fails), ``smol.gguf`` (a symlink to the cache's SmolLM2
+    file), ``text.gguf`` (a text file)."""
+    from tests.tiny_models import ensure_tiny_lora
+
+    models = tmp_path_factory.mktemp("mixed-dir")
+    ensure_tiny_lora(models, "a-adapter")
+    with open(CACHED, "rb") as f:
+        (models / "a-broken.gguf").write_bytes(f.read(100_000))
+    (models / "smol.gguf").symlink_to(mixed_home / "models" / SMOL.filename)
+    (models / "text.gguf").write_text("hi\n")
+    with Server(["--models-dir", str(models), "-t", "1", "--n-ctx", "1024", "--parallel", "1"],
+                tmp_path_factory.mktemp("ollama-mixed") / "server.log", env={"SKIPPY_HOME": str(mixed_home)}) as s:
+        yield s
+
+
+def test_delete_refuses_a_cache_name_whose_file_is_served_through_a_link(mixed: Server, mixed_home: Path) -> None:
+    """smol.gguf is a symlink to the cache's SmolLM2 file: deleting that file by its cache names is deleting the
+    served model, a 400 (docs/guides/ollama.md), and the file stays."""
+    c = client(mixed)
+    for name in ("smollm2:135m", "SmolLM2-135M-Instruct", SMOL.filename.removesuffix(".gguf"), "smol"):
+        with pytest.raises(ollama.ResponseError) as err:
+            c.delete(name)
+        assert err.value.status_code == 400 and "is serving" in err.value.error, name
+    assert (mixed_home / "models" / SMOL.filename).is_file() and CACHED.is_file()
+    assert c.chat(model="smol", messages=[{"role": "user", "content": "Hi"}], options={"num_predict": 2}).done

@@ -15,7 +15,8 @@ registry's pinned hash for a registry model in the cache, else computed once per
   lines (NDJSON, ``application/x-ndjson``) while the event loop goes on serving; another name is a 404. A
   failed pull ends the stream with an ``{"error": ...}`` line (``stream: false``: a 502).
 - ``/api/delete`` removes an ``/api/copy`` alias, or a model file from the cache (``skippy rm``:
-  :func:`~skippy.models.remove_model`); the model being served is refused (400).
+  :func:`~skippy.models.remove_model`); a served model is refused (400), by any of its names or by a name
+  of the cache whose file is the served file (the same file through a link: a ``--models-dir`` symlink).
 - ``/api/copy`` records the destination as an alias of the source beside the cache
   (:func:`~skippy.models.add_alias`); the generation routes resolve it too (``ModelPool.lookup``).
 - ``/api/version`` answers ``{"version": OLLAMA_VERSION, "skippy": <skippy's version>}``; ``/`` answers
@@ -454,12 +455,30 @@ async def pull_model() -> Response:
 
 # -- DELETE /api/delete, POST /api/copy ---------------------------------------------------------------------
 
+def _serving_message(name: str, served_id: str) -> str:
+    return (f"model {msgspec.json.encode(name).decode()} is the model {served_id!r} this server is serving; it "
+            "cannot be deleted while it is served (stop the server, or serve another model, first)")
+
+
+def _served_file(path: Path, served: list[tuple[str, Path]]) -> str | None:
+    """The id of the served model whose file ``path`` is (the same file: through a symbolic link, a hard link or
+    another spelling of its path, :func:`os.path.samefile`), else ``None``."""
+    for model_id, served_path in served:
+        try:
+            if os.path.samefile(path, served_path):
+                return model_id
+        except OSError:  # either is missing: not the same file
+            continue
+    return None
+
+
 @_guarded
 async def delete_model() -> Response:
     """``DELETE /api/delete``: an ``/api/copy`` alias, or a model file of the cache (by its name, never a path);
-    400 for a served model or a name that is no Ollama name (:func:`~om.valid_name`), 404 for a name that is
-    neither."""
-    from skippy.models import ModelError, alias_target, remove_alias, remove_model
+    400 for a served model (by any name it answers to, or any name of the cache that reaches its file, through
+    a link too, as Ollama's docs: the model in use is not deleted) or a name that is no Ollama name
+    (:func:`~om.valid_name`), 404 for a name that is neither."""
+    from skippy.models import ModelError, alias_target, cached_file, remove_alias, remove_model
 
     app, ctx = shared(), current()
     req = await read_body(DeleteRequest, ctx)
@@ -475,25 +494,29 @@ async def delete_model() -> Response:
     spec = _registry_spec(name)
     served = _find_served(app, name) or (_find_served(app, spec.name) if spec is not None else None)
     if served is not None:
-        return _error(400, f"model {msgspec.json.encode(name).decode()} is the model {served.id!r} this server "
-                           "is serving; it cannot be deleted while it is served (stop the server, or serve another "
-                           "model, first)")
+        return _error(400, _serving_message(name, served.id))
+    # the served files as configured (not resolve_model: a bad --models-dir file must not make this a 404)
+    served_files = [(s.id, Path(s.engine.meta.path) if s.engine is not None else Path(str(s.config.model)))
+                    for s in _served(app)]
 
-    def remove() -> str | None:
+    def remove() -> tuple[int, str] | None:
         errors = []
         for candidate in om.name_candidates(name):
             if "/" in candidate:  # a cached file is named without one; remove_model would take it as a path
                 continue
+            target = cached_file(candidate)
+            if target is not None and (served_id := _served_file(target, served_files)) is not None:
+                return 400, _serving_message(name, served_id)
             try:
                 remove_model(candidate)
                 return None
             except ModelError as exc:
                 errors.append(str(exc))
-        return errors[0] if errors else None
+        return (404, f"{om.not_found(name)} ({errors[0]})") if errors else None
 
     failure = await trio.to_thread.run_sync(remove)
     if failure is not None:
-        return _error(404, f"{om.not_found(name)} ({failure})")
+        return _error(*failure)
     return Response("", status=200)
 
 
