@@ -423,6 +423,38 @@ def mixed(mixed_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         yield s
 
 
+def test_bad_models_dir_files_leave_the_other_models_listed(mixed: Server) -> None:
+    """docs/guides/multi-model.md: --models-dir files are checked when loaded and the server keeps serving the
+    others: a file that is no readable GGUF is left out of /api/tags (not a 404 for every model), /api/show of it
+    is a 503 in Ollama's shape, and a LoRA adapter is no model at all."""
+    c = client(mixed)
+    assert [m.model for m in c.list().models] == ["smol:latest"]
+    assert c.list().models[0].details.family == "llama"
+    assert c.ps().models == [] or [m.model for m in c.ps().models] == ["smol:latest"]
+    for name in ("text", "a-broken"):
+        with pytest.raises(ollama.ResponseError) as err:
+            c.show(name)
+        assert err.value.status_code == 503 and "could not be read" in err.value.error, name
+    with pytest.raises(ollama.ResponseError) as err:
+        c.show("a-adapter")
+    assert err.value.status_code == 404
+    assert c.show("smol").details.family == "llama"
+    ids = [m["id"] for m in httpx.get(mixed.base_url + "/v1/models").json()["data"]]
+    assert "a-adapter" not in ids and {"a-broken", "smol", "text"} <= set(ids)
+
+
+def test_auto_skips_a_default_model_whose_load_failed(mixed: Server) -> None:
+    """The default model (a-broken, first by name) failed to load: ``auto`` goes to the healthy model."""
+    for _ in range(2):
+        reply = httpx.post(mixed.base_url + "/v1/chat/completions", timeout=120, json={
+            "model": "auto", "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]})
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["model"] == "smol"
+    broken = httpx.post(mixed.base_url + "/v1/chat/completions", timeout=60, json={
+        "model": "a-broken", "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]})
+    assert broken.status_code == 503
+
+
 def test_delete_refuses_a_cache_name_whose_file_is_served_through_a_link(mixed: Server, mixed_home: Path) -> None:
     """smol.gguf is a symlink to the cache's SmolLM2 file: deleting that file by its cache names is deleting the
     served model, a 400 (docs/guides/ollama.md), and the file stays."""

@@ -8,7 +8,8 @@ registry's pinned hash for a registry model in the cache, else computed once per
 
 - ``/api/tags`` lists the served models, each under its Ollama name (``smollm2:135m`` for the registry's
   models, else its id with ``:latest``), and the ``/api/copy`` aliases of them. Cached models the server
-  does not serve are not listed: a client could not use them.
+  does not serve are not listed: a client could not use them; nor is a served file that is no readable GGUF
+  (a bad ``--models-dir`` file: logged once, the others listed; ``/api/show`` of it is a 503).
 - ``/api/show`` and ``/api/ps`` answer for served models only (404 ``model "x" not found`` for another).
 - ``/api/pull`` pulls a registry model (``skippy pull``: :func:`~skippy.models.pull`) in a daemon thread shared
   by concurrent pulls of the same model (as Ollama's pulls share one download), and streams Ollama's progress
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import logging
 import os
 import threading
 import time
@@ -66,6 +68,8 @@ from skippy.http.routes.base import read_body
 
 __all__ = ["copy_model", "delete_model", "list_running", "list_tags", "pull_model", "root", "show_model",
            "version"]
+
+log = logging.getLogger("skippy.ollama")
 
 #: what ``/`` answers to a client that is no browser (Ollama's words: clients probe for them)
 RUNNING = "Ollama is running"
@@ -209,18 +213,37 @@ def _guarded(handler: Any) -> Any:
 
 # -- GET /api/tags ------------------------------------------------------------------------------------------
 
+_UNREADABLE_LOGGED: set[str] = set()
+
+
+async def _tag(s: _Served, name: str | None = None) -> Any:
+    """The ``/api/tags`` entry of ``s`` (under ``name``), or ``None`` when its file cannot be read as a GGUF (a
+    ``--models-dir`` file that is no model, or truncated: it is left out, the other models are listed; its
+    requests answer 503 when it fails to load). Logged once per file."""
+    from skippy.models import ModelError
+
+    try:
+        return om.tag_model(await _facts(s, name=name))
+    except (ModelError, OSError) as exc:
+        if s.id not in _UNREADABLE_LOGGED:
+            _UNREADABLE_LOGGED.add(s.id)
+            log.warning("/api/tags leaves out model %r: %s", s.id, exc)
+        return None
+
+
 @_guarded
 async def list_tags() -> Response:
-    """``GET /api/tags``: the served models and the aliases recorded for them."""
+    """``GET /api/tags``: the served models and the aliases recorded for them; a served model whose file is no
+    readable GGUF is left out (:func:`_tag`), so one bad ``--models-dir`` file does not hide the others."""
     from skippy.models import read_aliases
 
     app = shared()
     served = _served(app)
-    models = [om.tag_model(await _facts(s)) for s in served]
+    models = [tag for s in served if (tag := await _tag(s)) is not None]
     for alias in read_aliases():
         target = _find_served(app, alias)
-        if target is not None:
-            models.append(om.tag_model(await _facts(target, name=alias)))
+        if target is not None and (tag := await _tag(target, name=alias)) is not None:
+            models.append(tag)
     return json_response(TagList(models=models))
 
 
@@ -270,7 +293,10 @@ def _parameters(s: _Served, fallback: bool) -> list[tuple[str, Any]]:
 
 @_guarded
 async def show_model() -> Response:
-    """``POST /api/show``: one served model (404 for another name)."""
+    """``POST /api/show``: one served model (404 for another name; 503 for a served model whose file is no
+    readable GGUF, as its generation requests answer)."""
+    from skippy.models import ModelError
+
     app, ctx = shared(), current()
     req = await read_body(ShowRequest, ctx)
     name = req.model or req.name
@@ -279,7 +305,10 @@ async def show_model() -> Response:
     s = _find_served(app, name)
     if s is None:
         return _error(404, om.not_found(name))
-    facts = await _facts(s, verbose=req.verbose, name=name)
+    try:
+        facts = await _facts(s, verbose=req.verbose, name=name)
+    except (ModelError, OSError) as exc:  # a served name, but its file is no readable GGUF: it cannot load
+        return _error(503, f"model {s.id!r} could not be read: {exc}")
     template, fallback, native, thinking = await _template_and_caps(s, facts)
     caps = om.capabilities(native_tools=native, thinking=thinking, embeddings=s.config.embeddings,
                            vision=s.config.mmproj is not None, completion=om.generates(facts.metadata))
@@ -304,14 +333,20 @@ def _memory(engine: Engine, file_size: int) -> tuple[int, int]:
 
 @_guarded
 async def list_running() -> Response:
-    """``GET /api/ps``: the loaded models, their memory and when they unload."""
+    """``GET /api/ps``: the loaded models, their memory and when they unload (one whose file can no longer be
+    read is left out)."""
+    from skippy.models import ModelError
+
     app = shared()
     pool = app.state.pool
     out = []
     for s in _served(app):
         if s.engine is None:
             continue
-        facts = await _facts(s)
+        try:
+            facts = await _facts(s)
+        except (ModelError, OSError):  # its file changed under the loaded model: it is not listed
+            continue
         wall = time.time()
         if pool is None:
             expires = None
