@@ -465,3 +465,22 @@ def test_delete_refuses_a_cache_name_whose_file_is_served_through_a_link(mixed: 
         assert err.value.status_code == 400 and "is serving" in err.value.error, name
     assert (mixed_home / "models" / SMOL.filename).is_file() and CACHED.is_file()
     assert c.chat(model="smol", messages=[{"role": "user", "content": "Hi"}], options={"num_predict": 2}).done
+
+
+def test_a_model_not_served_gets_a_404_that_says_what_is_true(mixed: Server) -> None:
+    """/api/pull answers success for a cached registry model this server does not serve; the 404 of a chat with it
+    then says so (not Ollama's "try pulling it first", which would send a client round in circles)."""
+    c = client(mixed)
+    assert c.pull("smollm2:135m").status == "success"
+    for call in (lambda: c.chat(model="smollm2:135m", messages=[{"role": "user", "content": "Hi"}]),
+                 lambda: c.generate(model="smollm2:135m", prompt="Hi")):
+        with pytest.raises(ollama.ResponseError) as err:
+            call()
+        message = err.value.error
+        assert err.value.status_code == 404 and message.startswith('model "smollm2:135m" not found'), message
+        assert "in the model cache" in message and "--models-dir" in message and "'smol'" in message, message
+        assert "try pulling" not in message
+    with pytest.raises(ollama.ResponseError) as err:
+        c.chat(model="llama3:8b", messages=[{"role": "user", "content": "Hi"}])
+    assert err.value.status_code == 404 and "does not serve it" in err.value.error
+    assert "in the model cache" not in err.value.error and "try pulling" not in err.value.error

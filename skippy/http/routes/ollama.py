@@ -4,8 +4,8 @@
 A stream (``stream`` defaults to true, as Ollama's) is NDJSON (``application/x-ndjson``): one JSON object a
 line, flushed as tokens come, no pings, no end marker; the last object has ``done: true`` and the counts. An
 error before the first line is Ollama's ``{"error": ...}`` with its status (400 bad input, 404 a model this
-server does not serve: Ollama's ``model "x" not found, try pulling it first``); after it, one last line
-``{"error": ...}``, as Ollama ends a stream that fails.
+server does not serve: Ollama's ``model "x" not found``, then what is true of it, :func:`not_found`); after it,
+one last line ``{"error": ...}``, as Ollama ends a stream that fails.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import time
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
-import msgspec
 from quart import Response
 
 from skippy.actors.engine import Engine
@@ -64,9 +63,18 @@ def _ndjson(translator: ollama.ChatStream | ollama.GenerateStream) -> SseFormat:
                      media_type="application/x-ndjson")
 
 
-def not_found(name: str) -> ModelNotFound:
-    return ModelNotFound(f"model {msgspec.json.encode(name).decode()} not found, try pulling it first",
-                         param="model")
+def not_found(name: str, served: list[str] | None = None) -> ModelNotFound:
+    """404 for a model this server does not serve, in Ollama's words (``model "x" not found``) followed by what
+    is true (:func:`~skippy.engine.protocols.ollama.models.not_served`): whether it is in the model cache or a
+    registry model ``/api/pull`` takes, which models this server serves (``served``) and how to serve another.
+    Not Ollama's ``try pulling it first``: pulling does not make this server serve a model."""
+    from skippy.engine.protocols.ollama.models import name_candidates, not_served
+    from skippy.models import cached_file, lookup
+
+    candidates = [c for c in name_candidates(name) if "/" not in c]
+    pullable = any(lookup(c) is not None for c in candidates)
+    cached = any((f := cached_file(c)) is not None and f.is_file() for c in candidates)
+    return ModelNotFound(not_served(name, served=served or [], cached=cached, pullable=pullable), param="model")
 
 
 async def _engine(app: Shared, name: str, keep_alive: Any, chat: ChatCompletionRequest | None = None) -> Engine:
@@ -83,7 +91,7 @@ async def _engine(app: Shared, name: str, keep_alive: Any, chat: ChatCompletionR
         return await app.engine_for(name)  # 503 while the server starts
     found = pool.lookup(name)
     if found is None:
-        raise not_found(name)
+        raise not_found(name, pool.ids())
     return await app.engine_for(found, chat=chat, keep_alive=seconds)
 
 
@@ -96,7 +104,7 @@ def _unload_unloaded(app: Shared, req: OllamaChatRequest | OllamaGenerateRequest
         return None
     found = pool.lookup(req.model)
     if found is None:
-        raise not_found(req.model)
+        raise not_found(req.model, pool.ids())
     return json_response(ollama.load_response(req)) if pool.engine(found) is None else None
 
 

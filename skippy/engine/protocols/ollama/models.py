@@ -29,7 +29,7 @@ import msgspec
 from skippy.engine.protocols.ollama.model_wire import ModelDetails, ProcessModel, ProgressStatus, ShowReply, TagModel
 
 __all__ = ["FOREVER_NS", "LIBRARY_PREFIXES", "OLLAMA_VERSION", "ModelFacts", "capabilities", "display_name",
-           "expires_at", "human_number", "model_details", "modelfile", "name_candidates", "not_found",
+           "expires_at", "human_number", "model_details", "modelfile", "name_candidates", "not_found", "not_served",
            "parameter_lines", "process_model", "pulling", "rfc3339", "show_reply", "tag_model", "valid_name"]
 
 #: the Ollama version ``/api/version`` reports: clients (Open WebUI, the ollama CLI) compare it against the
@@ -96,6 +96,23 @@ def display_name(name: str) -> str:
 def not_found(name: str) -> str:
     """Ollama's message for an unknown model: ``model "x" not found`` (Go's ``%q`` quoting)."""
     return f"model {msgspec.json.encode(name).decode()} not found"
+
+
+def not_served(name: str, *, served: Sequence[str], cached: bool, pullable: bool) -> str:
+    """The 404 message for a model this server does not serve, saying what is true of it (Ollama's ``model "x"
+    not found`` first, which clients match; never Ollama's ``try pulling it first``: a pull puts a model in the
+    cache, and this server serves only the models it was started with). ``served``: the ids it serves;
+    ``cached``: the name is a model file in the model cache; ``pullable``: a registry model (``/api/pull``
+    takes it)."""
+    serving = ", ".join(repr(s) for s in served) or "none"
+    how = "restart it with --model <name> or put the GGUF file in a --models-dir (skippy serve)"
+    if cached:
+        why = "it is in the model cache, but this server does not serve it"
+    elif pullable:
+        why = "this server does not serve it (pulling it only puts it in the model cache)"
+    else:
+        why = "this server does not serve it"
+    return f"{not_found(name)}: {why}; it serves {serving}; to serve another model, {how}"
 
 
 def human_number(n: int) -> str:
