@@ -211,7 +211,8 @@ class ModelPool:
         """The id of the model that answers to ``name``, else ``None``: one of a model's names
         (case-insensitive), an Ollama spelling of one (``registry.ollama.ai/library/``, ``library/``, a
         ``:latest`` tag: :func:`~skippy.engine.protocols.ollama.models.name_candidates`), or an alias of one
-        recorded by Ollama's ``/api/copy`` (:func:`~skippy.models.alias_target`)."""
+        recorded by Ollama's ``/api/copy`` (:func:`~skippy.models.alias_target`; never ``auto``, which is the
+        server's choice unless a served model's own name)."""
         from skippy.engine.protocols.ollama.models import name_candidates
         from skippy.models import alias_target
 
@@ -221,6 +222,8 @@ class ModelPool:
                 if any(key == n.casefold() for n in self._slots[i].model.names):
                     return i
         for candidate in name_candidates(name):
+            if is_auto(candidate):  # reserved for the server's choice, even if aliases.json names it
+                continue
             target = alias_target(candidate)
             if target is not None and target.casefold() != candidate.casefold():
                 key = target.casefold()

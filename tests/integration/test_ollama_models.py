@@ -484,3 +484,22 @@ def test_a_model_not_served_gets_a_404_that_says_what_is_true(mixed: Server) -> 
         c.chat(model="llama3:8b", messages=[{"role": "user", "content": "Hi"}])
     assert err.value.status_code == 404 and "does not serve it" in err.value.error
     assert "in the model cache" not in err.value.error and "try pulling" not in err.value.error
+
+
+def test_copy_cannot_take_auto_or_a_served_models_own_name(mixed: Server, mixed_home: Path) -> None:
+    c = client(mixed)
+    for dest in ("auto", "AUTO", "auto:latest", "library/auto"):
+        with pytest.raises(ollama.ResponseError) as err:
+            c.copy("smol", dest)
+        assert err.value.status_code == 400 and "reserved" in err.value.error, dest
+    for dest in ("smol", "text", "a-broken:latest"):
+        with pytest.raises(ollama.ResponseError) as err:
+            c.copy("smol", dest)
+        assert err.value.status_code == 400 and "already the name" in err.value.error, dest
+    aliases = mixed_home / "models" / "aliases.json"
+    assert not aliases.exists() or json.loads(aliases.read_text()) == {}
+    ids = [m["id"] for m in httpx.get(mixed.base_url + "/v1/models").json()["data"]]
+    assert "auto" in ids
+    assert c.copy("smol", "my-smol").status == "success"
+    assert c.copy("smol", "my-smol").status == "success"  # Ollama overwrites a copy
+    assert c.delete("my-smol").status == "success"

@@ -61,6 +61,7 @@ from skippy.engine.protocols.ollama.model_wire import (
     TagList,
     VersionReply,
 )
+from skippy.engine.routing import is_auto
 from skippy.http import webui
 from skippy.http.context import Shared, current, shared
 from skippy.http.replies import encode, json_response
@@ -573,11 +574,20 @@ def _source_target(app: Shared, source: str) -> str | None:
     return None
 
 
+def _own_name(app: Shared, name: str) -> _Served | None:
+    """The served model one of whose own names (its id, ``--alias`` names, registry names, file name: not an
+    ``/api/copy`` alias) ``name`` is, in any Ollama spelling (:func:`~om.name_candidates`), else ``None``."""
+    keys = {c.casefold() for c in om.name_candidates(name)}
+    return next((s for s in _served(app) if keys & {n.casefold() for n in s.names}), None)
+
+
 @_guarded
 async def copy_model() -> Response:
     """``POST /api/copy``: ``destination`` becomes an alias of ``source`` (404 when ``source`` is no served or
-    cached model; 400 when ``destination`` is already a model's name, or no Ollama name: :func:`~om.valid_name`,
-    which takes a namespace, ``my/copy``, as Ollama does). An alias is a key of ``aliases.json``, no file."""
+    cached model; 400 when ``destination`` is ``auto``, reserved for the server's choice
+    (:mod:`skippy.engine.routing`), one of a served model's own names or a registry model's name, or no Ollama
+    name: :func:`~om.valid_name`, which takes a namespace, ``my/copy``, as Ollama does). An existing alias is
+    overwritten, as Ollama overwrites a copy. An alias is a key of ``aliases.json``, no file."""
     from skippy.models import add_alias
 
     app, ctx = shared(), current()
@@ -593,8 +603,10 @@ async def copy_model() -> Response:
                            "[host/][namespace/]model[:tag], of letters, digits, '_', '-' and '.', at most "
                            f"{om.MAX_NAME_LEN} characters)")
     dest = om.name_candidates(destination)[-1]  # stored without library/ prefix and :latest
-    taken = _find_served(app, dest)
-    if (taken is not None and taken.id.casefold() != target.casefold()) or _registry_spec(dest) is not None:
+    if is_auto(dest):
+        return _error(400, f"destination {msgspec.json.encode(destination).decode()} is reserved: model \"auto\" "
+                           "asks this server to choose the model")
+    if _own_name(app, dest) is not None or _registry_spec(dest) is not None:
         return _error(400, f"destination {msgspec.json.encode(destination).decode()} is already the name of a "
                            "model")
     await trio.to_thread.run_sync(add_alias, dest, target)
