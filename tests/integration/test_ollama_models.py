@@ -45,14 +45,19 @@ def silent_index() -> Iterator[str]:
         sock.close()
 
 
-@pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def _home_linking_smollm2(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """A model cache holding SmolLM2 (a link to the real cached file: nothing here deletes that)."""
     if not CACHED.is_file():
         pytest.skip(f"{CACHED} is missing (make test pulls it: skippy pull)")
-    home = tmp_path_factory.mktemp("ollama-home")
+    home = tmp_path_factory.mktemp(name)
     (home / "models").mkdir()
     (home / "models" / SMOL.filename).symlink_to(CACHED)
     return home
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _home_linking_smollm2(tmp_path_factory, "ollama-home")
 
 
 @pytest.fixture(scope="module")
@@ -396,13 +401,7 @@ def test_no_messages_or_prompt_loads_the_model_and_keep_alive_0_unloads_it(two: 
 
 @pytest.fixture(scope="module")
 def mixed_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A model cache holding SmolLM2 (a link to the real cached file: nothing here deletes that)."""
-    if not CACHED.is_file():
-        pytest.skip(f"{CACHED} is missing (make test pulls it: skippy pull)")
-    home = tmp_path_factory.mktemp("mixed-home")
-    (home / "models").mkdir()
-    (home / "models" / SMOL.filename).symlink_to(CACHED)
-    return home
+    return _home_linking_smollm2(tmp_path_factory, "mixed-home")
 
 
 @pytest.fixture(scope="module")
