@@ -158,7 +158,8 @@ class DecodeScheduler(Actor[SchedulerMsg]):
         self.core = SchedulerCore(runtime, config, hooks=hooks is not None)
         self._events: dict[int, EventSink] = {}
         self.step_times = StepTimes()
-        self._unread = 0  # Submit messages in the inbox (not yet added to the core)
+        self._unread = 0  # Submit and SubmitEmbeddings messages in the inbox (not yet added to the core)
+        self._unread_embeds = 0  # of them, SubmitEmbeddings
         self._incoming = 0  # requests the engine is preparing (see incoming())
         self._slot_actions: list[SlotAction] = []  # run between steps, file I/O on the decode thread
         self._batches: _RunBatches | None = None  # trio's run batches, watched while the loop is idle
@@ -183,6 +184,7 @@ class DecodeScheduler(Actor[SchedulerMsg]):
             raise QueueFull(f"the queue is full ({self.core.max_queue} requests waiting); retry later")
         self._send.send_nowait(SubmitEmbeddings(request, events))
         self._unread += 1
+        self._unread_embeds += 1
 
     def incoming(self, n: int) -> None:
         """``n`` more requests (or fewer, when negative) are being prepared for :meth:`submit` (their template and
@@ -234,7 +236,7 @@ class DecodeScheduler(Actor[SchedulerMsg]):
     def _n_queued(self) -> int:
         """What ``max_queue`` bounds: requests waiting for a slot that no running sequence holds (those in the inbox
         included), and embedding requests not answered yet (:meth:`SchedulerCore.n_queued`)."""
-        return self.core.n_queued(self._unread)
+        return self.core.n_queued(self._unread - self._unread_embeds, self._unread_embeds)
 
     # -- the actor ---------------------------------------------------------------
     async def run(self) -> None:
@@ -291,6 +293,7 @@ class DecodeScheduler(Actor[SchedulerMsg]):
                     _send(msg.events, FinishEvent("cancelled", len(msg.request.prompt), 0, 0.0, 0.0))
                 elif isinstance(msg, SubmitEmbeddings):
                     self._unread -= 1
+                    self._unread_embeds -= 1
                     _send(msg.events, EmbeddingsEvent(None, 0, "cancelled"))
 
     async def _idle_receive(self, decode_thread: DedicatedThread) -> SchedulerMsg:
@@ -394,6 +397,7 @@ class DecodeScheduler(Actor[SchedulerMsg]):
                 self._events[request.rid] = events
             case SubmitEmbeddings(request, events):
                 self._unread -= 1
+                self._unread_embeds -= 1
                 try:
                     self.core.add_embedding(request)
                 except (QueueFull, ValueError) as exc:  # submit_embeddings() checked; a race or a bad input

@@ -284,7 +284,7 @@ def test_other_errors_on_the_anthropic_paths(server: Server) -> None:
                            "invalid_request_error")
     assert_anthropic_error(httpx.post(url + "/v1/messages/nope", json={}, timeout=30), 404, "not_found_error")
     assert_anthropic_error(httpx.get(url + "/v1/messages", timeout=30), 405, "invalid_request_error")
-    big = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "x" * (33 * 1024 * 1024)}]}  # > 32 MiB
+    big = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "x" * (33 * 2**20)}]}  # > 32 MiB
     assert_anthropic_error(httpx.post(url + "/v1/messages", json=big, timeout=60), 413, "request_too_large")
     # the OpenAI routes keep OpenAI's envelope
     resp = httpx.post(url + "/v1/chat/completions", json={"messages": []}, timeout=30)

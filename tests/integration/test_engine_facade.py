@@ -154,6 +154,29 @@ async def test_a_burst_as_large_as_the_free_slots_is_served_with_a_queue_of_one(
             await stream.aclose()
 
 
+async def test_an_embedding_burst_as_large_as_the_embedding_sequences_is_served_with_a_queue_of_one(
+        model: str) -> None:
+    from skippy.engine.protocols.openai.types import EmbeddingRequest
+
+    config = EngineConfig(model=model, parallel=2, n_ctx=1024, max_queue=1, threads=1, embeddings=True,
+                          pooling="mean")
+    async with skippy.open_engine(config) as engine:
+        places = engine.runtime.meta.embeddings.n_seq_max
+        outcomes: list[str] = []
+
+        async def one(i: int) -> None:
+            try:
+                await engine.embeddings(EmbeddingRequest(input=f"hello {i}"))
+                outcomes.append("ok")
+            except QueueFull:
+                outcomes.append("429")
+
+        async with trio.open_nursery() as nursery:
+            for i in range(places + 1):  # every embedding sequence, and the one place of the queue
+                nursery.start_soon(one, i)
+        assert outcomes == ["ok"] * (places + 1)
+
+
 async def test_a_full_queue_raises_before_any_iterator(model: str) -> None:
     config = EngineConfig(model=model, parallel=1, n_ctx=512, max_queue=1)
     async with skippy.open_engine(config) as engine:

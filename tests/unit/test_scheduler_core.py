@@ -1269,11 +1269,15 @@ def test_a_failed_decode_puts_the_embedding_batch_back_and_close_cancels_embeddi
 
 def test_embedding_requests_count_in_the_queue_limit_and_bad_inputs_are_refused():
     rt, core = make(n_seq_max=1, max_queue=2, embeddings=EMBD)
-    core.add_embedding(EmbedRequest(1, ((5,),)))
+    for rid in (1, 3, 7, 8):  # the embedding context's 4 sequences: none of them waits
+        core.add_embedding(EmbedRequest(rid, ((5,),)))
     core.add(req(2, [52] * 4))  # the free slot's
     core.add(req(6, [56] * 4))  # waits for it
+    assert core.n_queued() == 1
+    core.add_embedding(EmbedRequest(9, ((5,),)))  # waits: the second place of the queue
+    assert core.n_queued() == 2 and core.n_queued(incoming_embeds=1) == 3
     with pytest.raises(QueueFull):
-        core.add_embedding(EmbedRequest(3, ((5,),)))
+        core.add_embedding(EmbedRequest(10, ((5,),)))
     for inputs in ((), ((),), ((5,) * 33,)):
         with pytest.raises(ValueError, match="1..32 tokens"):
             make(embeddings=EMBD)[1].add_embedding(EmbedRequest(4, inputs))

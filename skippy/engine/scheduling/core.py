@@ -515,12 +515,16 @@ class SchedulerCore:
         """Embedding requests not answered yet."""
         return len(self.embeds)
 
-    def n_queued(self, incoming: int = 0) -> int:
-        """What ``max_queue`` bounds: the requests that wait for a slot no running sequence holds (the queued ones
-        plus ``incoming`` not added yet, less the slots free for them), and embedding requests not answered yet.
-        A burst on an idle server is not refused while it fills free slots."""
+    def n_queued(self, incoming: int = 0, incoming_embeds: int = 0) -> int:
+        """What ``max_queue`` bounds: the generation requests that wait for a slot no running sequence holds (the
+        queued ones plus ``incoming`` not added yet, less the slots free for them), and the embedding requests not
+        answered yet (plus ``incoming_embeds``) beyond the embedding context's sequences. A burst on an idle server
+        is not refused while it fills free places."""
         free = self.n_slots - len(self._running)
-        return max(0, len(self._waiting) + incoming - free) + len(self.embeds)
+        info = self.runtime.meta.embeddings
+        embed_places = info.n_seq_max if info is not None else 0
+        return (max(0, len(self._waiting) + incoming - free)
+                + max(0, len(self.embeds) + incoming_embeds - embed_places))
 
     def phase(self, rid: int) -> Phase:
         """The phase of ``rid`` (FINISHED once it has left, or when it never came)."""
