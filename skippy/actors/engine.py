@@ -606,6 +606,8 @@ class Engine:
     @_preparing
     async def _start_chat(self, req: ChatCompletionRequest,
                           priority: int = 0) -> tuple[list[Generation], RequestEvents]:
+        if not isinstance(priority, int) or isinstance(priority, bool):  # it orders the scheduler's queue
+            raise InvalidRequest(f"priority must be an integer, got {priority!r}", param="priority")
         arrival = next(self._arrivals)
         lora = self.lora.for_request(req.lora)
         n = choice_count(req, self.limits)

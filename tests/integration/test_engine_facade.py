@@ -271,3 +271,12 @@ async def test_a_closed_stream_ends_at_once(model: str) -> None:
         await echoed.aclose()
         assert [chunk async for chunk in echoed] == []
         await until_idle(engine)
+
+
+async def test_a_bad_priority_fails_its_request_not_the_engine(model: str) -> None:
+    async with skippy.open_engine(EngineConfig(model=model, parallel=1, n_ctx=512, threads=1)) as engine:
+        req = ChatCompletionRequest(messages=[Message("user", "Hi")], max_tokens=2, temperature=0)
+        for bad in (None, "high", 1.5, float("nan"), True):
+            with pytest.raises(InvalidRequest, match="priority"):
+                await engine.chat(req, priority=bad)  # type: ignore[arg-type]
+        assert (await engine.chat(req, priority=-3))["choices"][0]["finish_reason"] in ("stop", "length")
