@@ -418,12 +418,17 @@ def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], m
                    if not p.name.lower().endswith(".mmproj.gguf") and not _is_adapter(p)]
     if not models and not preset_models:
         raise ModelError(f"no .gguf file in --models-dir {', '.join(models_dirs)}")
-    seen: set[Path] = set()  # a file named twice (-m x -m x, or -m and --models-dir) is served once
+    # a file named twice (-m x -m x, or -m and --models-dir, or a file and a link to it) is served once, where it
+    # came first, under the name of the file itself rather than a link's when both are there
+    first: dict[Path, int] = {}
     unique: list[tuple[Path, str]] = []
     for m in models:
-        if (resolved := m[0].resolve()) not in seen:
-            seen.add(resolved)
+        resolved = m[0].resolve()
+        if resolved not in first:
+            first[resolved] = len(unique)
             unique.append(m)
+        elif unique[first[resolved]][0].is_symlink() and not m[0].is_symlink():
+            unique[first[resolved]] = m
     models = unique
     for preset in preset_models:  # a section with `model = PATH|NAME` adds a model served as its name, even a
         assert preset.model is not None  # file served already (its own instance, with the section's settings)

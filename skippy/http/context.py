@@ -29,6 +29,7 @@ from quart import current_app, request
 from quart_trio.wrappers.request import TrioRequest
 
 from skippy.actors.engine import Engine
+from skippy.actors.pool import ModelUnavailable
 from skippy.actors.store import StoreClient
 from skippy.actors.trace import RequestTrace
 from skippy.engine.chat.images import extract_images
@@ -249,16 +250,26 @@ class Shared:
             return self.engine()
         if not pool.ready.is_set():
             raise ModelLoading(self.state.load_error or "the model is still loading; retry shortly")
-        name = pool.find(model, required=required, traits=traits)
-        if required:
-            pool.set_keep_alive(name, keep_alive)
-        engine = pool.engine(name)
-        if engine is None and chat is not None:
-            _refuse_unreadable_images(pool.model(name).config, chat)
+        tried: set[str] = set()
+        while True:
+            name = pool.find(model, required=required, traits=traits)
+            if required:
+                pool.set_keep_alive(name, keep_alive)
+            engine = pool.engine(name)
+            if engine is None and chat is not None:
+                _refuse_unreadable_images(pool.model(name).config, chat)
+            if pool.single and engine is not None and pool.residency.keep_alive_of(name) < 0:
+                return _usable(engine)  # one model that is never unloaded: nothing to hold
+            try:
+                engine, lease = await pool.acquire(name)
+                break
+            except ModelUnavailable:
+                # auto: the chosen model failed to load (a --models-dir file that is no model); the rules choose
+                # again without it, as they leave out a model whose load failed, until none is left
+                if traits is None or name in tried:
+                    raise
+                tried.add(name)
         leases = LEASES.get()
-        if pool.single and engine is not None and pool.residency.keep_alive_of(name) < 0:
-            return _usable(engine)  # one model that is never unloaded: nothing to hold
-        engine, lease = await pool.acquire(name)
         if leases is not None:
             leases.append(lease)
         else:  # outside an HTTP request (no one would release it): do not hold the model

@@ -407,14 +407,15 @@ def mixed_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def mixed(mixed_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """``--models-dir`` of: ``a-adapter.gguf`` (a LoRA adapter: sorts first), ``a-broken.gguf`` (a GGUF cut
-    after 100,000 bytes: the default model, its load fails), ``smol.gguf`` (a symlink to the cache's SmolLM2
-    file), ``text.gguf`` (a text file)."""
+    after 100,000 bytes: the default model, its load fails), ``b-empty.gguf`` (an empty file, not loaded before a
+    request picks it), ``smol.gguf`` (a symlink to the cache's SmolLM2 file), ``text.gguf`` (a text file)."""
     from tests.tiny_models import ensure_tiny_lora
 
     models = tmp_path_factory.mktemp("mixed-dir")
     ensure_tiny_lora(models, "a-adapter")
     with open(CACHED, "rb") as f:
         (models / "a-broken.gguf").write_bytes(f.read(100_000))
+    (models / "b-empty.gguf").write_bytes(b"")
     (models / "smol.gguf").symlink_to(mixed_home / "models" / SMOL.filename)
     (models / "text.gguf").write_text("hi\n")
     with Server(["--models-dir", str(models), "-t", "1", "--n-ctx", "1024", "--parallel", "1"],
@@ -443,7 +444,8 @@ def test_bad_models_dir_files_leave_the_other_models_listed(mixed: Server) -> No
 
 
 def test_auto_skips_a_default_model_whose_load_failed(mixed: Server) -> None:
-    """The default model (a-broken, first by name) failed to load: ``auto`` goes to the healthy model."""
+    """The default model (a-broken, first by name) failed to load: ``auto`` goes to the healthy model, at once
+    (b-empty, the first other, fails to load within the request: the rules choose again without it)."""
     for _ in range(2):
         reply = httpx.post(mixed.base_url + "/v1/chat/completions", timeout=120, json={
             "model": "auto", "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]})

@@ -531,6 +531,19 @@ def test_a_lora_adapter_in_models_dir_is_not_served_as_a_model(serve_recorder: l
     assert [config.model_name, *(c.model_name for c in pool["more_models"])] == ["b", "c"]
 
 
+def test_a_models_dir_file_and_a_link_to_it_are_one_model_under_the_files_name(serve_recorder: list,
+                                                                                  tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "smol.gguf").write_bytes(b"GGUF")
+    (models / "link-smol.gguf").symlink_to(models / "smol.gguf")  # sorts first
+    (models / "z.gguf").write_bytes(b"GGUF")
+    result = CliRunner().invoke(main, ["serve", "--models-dir", str(models)], env={})
+    assert result.exit_code == 0, result.output
+    config, pool = serve_recorder.pop()[0], serve_recorder.pool.pop()
+    assert [config.model_name, *(c.model_name for c in pool["more_models"])] == ["smol", "z"]
+
+
 PRESET = """version = 1
 ; settings every model shares
 [*]
