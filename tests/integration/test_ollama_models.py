@@ -390,6 +390,10 @@ def test_no_messages_or_prompt_loads_the_model_and_keep_alive_0_unloads_it(two: 
     for _ in range(2):  # an unload of a model that is not loaded answers at once and loads nothing
         assert c.chat(model="gemma3:270m", messages=[], keep_alive=0).done_reason == "unload" and not loaded()
         assert c.generate(model="gemma3:270m", keep_alive=0).done_reason == "unload" and not loaded()
+    cold = c.generate(model="gemma3:270m", prompt="Hi", options={"num_predict": 2})
+    assert cold.done and cold.load_duration > 1_000_000  # it loaded the model: Ollama's load_duration says so
+    warm = c.generate(model="gemma3:270m", prompt="Hi", options={"num_predict": 2})
+    assert warm.load_duration < cold.load_duration
     with pytest.raises(ollama.ResponseError) as err:
         c.chat(model="gemma3:270m", messages=[{"role": "user", "content": "Hi"}], think=True)
     assert err.value.status_code == 400 and err.value.error == '"gemma3:270m" does not support thinking'

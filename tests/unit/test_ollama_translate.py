@@ -57,13 +57,14 @@ def test_null_options_are_the_defaults() -> None:
                                            ("1h30m", 5400.0), ("2h45m10.5s", 9910.5), ("1.5h", 5400.0),
                                            (".5s", 0.5), ("-1m", -60.0), ("-1h30m", -5400.0), ("+5m", 300.0),
                                            ("0", 0.0), ("1us", 1e-6), ("1\u00b5s", 1e-6), ("1\u03bcs", 1e-6),
-                                           ("100ns", 1e-7), ("1m1s1ms", 61.001), (" 10m ", 600.0)])
+                                           ("100ns", 1e-7), ("1m1s1ms", 61.001), (" 10m ", 600.0),
+                                           ("2562047h", 2562047 * 3600.0)])
 def test_keep_alive(value, seconds) -> None:
     assert t.keep_alive_seconds(value) == (seconds if seconds is None else pytest.approx(seconds))
 
 
 @pytest.mark.parametrize("value", ["soon", "5 minutes", True, [1], "", "h", "1d", "1h 30m", "--1m", "1.h.m",
-                                   "5m-3s", "1e3s", "m5"])
+                                   "5m-3s", "1e3s", "m5", "2562048h", "9999999999h", "-2562048h"])  # past int64 ns
 def test_keep_alive_refused(value) -> None:
     with pytest.raises(InvalidRequest, match="keep_alive"):
         t.keep_alive_seconds(value)

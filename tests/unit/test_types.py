@@ -243,6 +243,7 @@ def test_more_request_structs_take_plain_dicts() -> None:
     ("structured_outputs", {"regexp": "x"}, "$.structured_outputs"),
     ("messages", [{"content": "hi"}], "$.messages[0]"),
     ("messages", ["hi"], "$.messages[0]"),
+    ("messages", None, "$.messages"),  # required: None is no list of messages
 ])
 def test_a_bad_plain_value_is_a_400_naming_the_field(field, value, path) -> None:
     fields = {"messages": [Message("user", "hi")], field: value}

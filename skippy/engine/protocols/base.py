@@ -99,15 +99,15 @@ def convert_nested(struct: msgspec.Struct) -> None:
     """Make the fields of ``struct`` typed with Structs hold them when Python code built it with plain values
     (``stream_options={"include_usage": True}``, ``messages=[{"role": "user", "content": "hi"}]``), as
     decoding the same JSON body does: each such field is converted with ``msgspec.convert`` in place (call
-    it from ``__post_init__``). A field that is ``None``, a Struct of its type or a list of them is left as
-    it is, so a decoded request costs an ``isinstance`` per such field (per item of a list).
+    it from ``__post_init__``). A field that is ``None`` where its type takes it, a Struct of its type or a list
+    of them is left as it is (``messages=None`` is the 400 a body's ``"messages": null`` is), so a decoded request costs an ``isinstance`` per such field (per item of a list).
 
     Raises :class:`InvalidRequest` (400) naming the field, with msgspec's message and the path a decoded
     body would report (``$.stream_options.include_usage``), for a value the field's type does not accept.
     """
     for name, type_, classes in _nested_fields(type(struct)):
         value = getattr(struct, name)
-        if value is None or isinstance(value, classes) or (
+        if (value is None and _takes_null(type_)) or isinstance(value, classes) or (
                 isinstance(value, list) and all(isinstance(item, classes) for item in value)):
             continue
         try:

@@ -157,15 +157,17 @@ async def ollama_chat() -> Response:
     check_limits(app.settings, body.messages, body)
     if (unloaded := _unload_unloaded(app, req)) is not None:
         return unloaded
+    t_load = time.monotonic()  # load_duration: the wait for the model's engine (its load when it was not loaded)
     eng = await _renamed(_engine(app, req.model, req.keep_alive, body), body, req)
+    load_ns = _ns_since(t_load)
     if (loaded := _checked(eng, req, num_ctx)) is not None:
         return loaded
     if body.stream:
-        translator = ollama.ChatStream(req.model, t0)
+        translator = ollama.ChatStream(req.model, t0, load_ns)
         return await stream(app, ctx, lambda: _renamed(eng.chat_stream(body), body, req), _ndjson(translator))
     result = await unless_gone(app, ctx, _renamed(eng.chat(body), body, req))
     ctx.tokens = completion_tokens(result)
-    return json_response(ollama.chat_response(result, req.model, _ns_since(t0)))
+    return json_response(ollama.chat_response(result, req.model, _ns_since(t0), load_ns))
 
 
 async def ollama_generate() -> Response:
@@ -180,14 +182,16 @@ async def ollama_generate() -> Response:
     check_limits(app.settings, body.messages if isinstance(body, ChatCompletionRequest) else [], body)
     if (unloaded := _unload_unloaded(app, req)) is not None:
         return unloaded
+    t_load = time.monotonic()
     if isinstance(body, ChatCompletionRequest):
         eng = await _renamed(_engine(app, req.model, req.keep_alive, body), body, req)
     else:
         eng = await _engine(app, req.model, req.keep_alive)
+    load_ns = _ns_since(t_load)
     if (loaded := _checked(eng, req, num_ctx)) is not None:
         return loaded
     if body.stream:
-        translator = ollama.GenerateStream(req.model, t0)
+        translator = ollama.GenerateStream(req.model, t0, load_ns)
 
         async def start() -> ReplyStream[Any]:
             if isinstance(body, ChatCompletionRequest):
@@ -198,7 +202,7 @@ async def ollama_generate() -> Response:
     result = await unless_gone(app, ctx, _renamed(eng.chat(body), body, req) if isinstance(body, ChatCompletionRequest)
                                else eng.completion(body))
     ctx.tokens = completion_tokens(result)
-    return json_response(ollama.generate_response(result, req.model, _ns_since(t0)))
+    return json_response(ollama.generate_response(result, req.model, _ns_since(t0), load_ns))
 
 
 async def ollama_embed() -> Response:
@@ -206,9 +210,11 @@ async def ollama_embed() -> Response:
     app, ctx = shared(), current()
     t0 = time.monotonic()
     req = await read_body(OllamaEmbedRequest, ctx)
+    t_load = time.monotonic()
     eng = await _engine(app, req.model, req.keep_alive)
+    load_ns = _ns_since(t_load)
     result = await unless_gone(app, ctx, eng.embeddings(ollama.embed_request(req)))
-    return json_response(ollama.embed_response(result, req.model, _ns_since(t0)))
+    return json_response(ollama.embed_response(result, req.model, _ns_since(t0), load_ns))
 
 
 async def ollama_embeddings() -> Response:

@@ -135,12 +135,17 @@ def sampling(options: dict[str, Any] | None) -> tuple[dict[str, Any], list[str],
     return fields, ignored, num_ctx
 
 
+#: the longest Go duration, in seconds: ``time.Duration`` is int64 nanoseconds (about 2562047 hours)
+GO_MAX_DURATION = (2**63 - 1) / 1e9
+
+
 def go_duration_seconds(text: str) -> float | None:
     """A Go duration string as Go's ``time.ParseDuration`` reads it -> seconds, else ``None``.
 
     A sign, then one or more ``<number><unit>`` components summed (``"1h30m"``, ``"2h45m10.5s"``, ``"-1.5h"``,
     ``".5s"``); units ``ns``, ``us``, ``µs``, ``ms``, ``s``, ``m``, ``h``; ``"0"`` alone needs no unit. No spaces
-    inside (surrounding whitespace is stripped). ``None`` for anything else."""
+    inside (surrounding whitespace is stripped). ``None`` for anything else, and for a duration longer than Go's
+    (:data:`GO_MAX_DURATION`), which Go refuses as an overflow."""
     text = text.strip()
     if text in ("0", "+0", "-0"):
         return 0.0
@@ -148,6 +153,8 @@ def go_duration_seconds(text: str) -> float | None:
     if m is None:
         return None
     total = sum(float(number) * _UNITS[unit] for number, unit in re.findall(_COMPONENT, m.group(2)))
+    if total > GO_MAX_DURATION:  # Go's durations are int64 nanoseconds: "invalid duration" past ~2562047h
+        return None
     return -total if m.group(1) == "-" else total
 
 
