@@ -100,7 +100,8 @@ def convert_nested(struct: msgspec.Struct) -> None:
     (``stream_options={"include_usage": True}``, ``messages=[{"role": "user", "content": "hi"}]``), as
     decoding the same JSON body does: each such field is converted with ``msgspec.convert`` in place (call
     it from ``__post_init__``). A field that is ``None`` where its type takes it, a Struct of its type or a list
-    of them is left as it is (``messages=None`` is the 400 a body's ``"messages": null`` is), so a decoded request costs an ``isinstance`` per such field (per item of a list).
+    of them is left as it is (``messages=None`` is the 400 a body's ``"messages": null`` is), so a decoded
+    request costs an ``isinstance`` per such field (per item of a list).
 
     Raises :class:`InvalidRequest` (400) naming the field, with msgspec's message and the path a decoded
     body would report (``$.stream_options.include_usage``), for a value the field's type does not accept.
