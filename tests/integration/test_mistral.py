@@ -80,3 +80,12 @@ def test_bad_input_is_a_400_and_a_model_without_fim_tokens_names_the_suffix(fim_
                    timeout=60)
     assert r.status_code == 400 and r.headers["content-type"].startswith("application/json")
     assert r.json()["error"]["param"] == "suffix"
+
+
+def test_models_list_reads_the_model_cards(mistral: Mistral, base_url: str) -> None:
+    """Mistral's SDK refuses a model entry without its card's ``type`` and ``capabilities``."""
+    [card] = [m for m in mistral.models.list().data if m.id != "auto"][:1]
+    assert card.type == "base" and card.capabilities.completion_chat and card.capabilities.function_calling
+    assert card.capabilities.completion_fim and card.max_context_length == 2048  # --n-ctx: tokens per sequence
+    [plain] = [m for m in Mistral(api_key="unused", server_url=base_url).models.list().data if m.id != "auto"][:1]
+    assert not plain.capabilities.completion_fim and not plain.capabilities.vision

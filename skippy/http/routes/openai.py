@@ -75,7 +75,10 @@ def _model(eng: Any, name: str) -> openai_wire.Model:
     meta = eng.meta
     return openai_wire.Model(id=name, created=eng.created, meta=openai_wire.ModelDetails(
         n_ctx=meta.n_ctx_seq, n_ctx_train=meta.n_ctx_train, n_vocab=meta.n_vocab, parallel=meta.n_seq_max),
-        architecture=_architecture(meta.vision))
+        architecture=_architecture(meta.vision), max_context_length=meta.n_ctx_seq,
+        capabilities=openai_wire.ModelCardCapabilities(completion_chat=meta.generates, function_calling=meta.generates,
+                                                       completion_fim=meta.generates and meta.fim.available,
+                                                       vision=meta.vision))
 
 
 def _pool_model(pool: Any, model_id: str, name: str) -> openai_wire.Model:
@@ -85,7 +88,8 @@ def _pool_model(pool: Any, model_id: str, name: str) -> openai_wire.Model:
     eng = pool.engine(model_id)
     vision = pool.model(model_id).config.mmproj is not None  # known from the settings, loaded or not
     entry = _model(eng, name) if eng is not None else openai_wire.Model(
-        id=name, created=pool.created(model_id), architecture=_architecture(vision))
+        id=name, created=pool.created(model_id), architecture=_architecture(vision),
+        capabilities=openai_wire.ModelCardCapabilities(vision=vision))
     error = pool.error(model_id)
     entry.state = state
     entry.status = openai_wire.ModelStatus(value="unloaded" if state == "failed" else state,

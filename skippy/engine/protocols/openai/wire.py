@@ -38,9 +38,9 @@ __all__ = [
     "RESPONSES", "SYSTEM_FINGERPRINT", "UNSET", "ChatChoice", "ChatChunkChoice", "ChatCompletion",
     "ChatCompletionChunk", "ChatDelta", "ChatLogprobs", "ChatMessage", "ChatTokenLogprob", "CompletionChoice",
     "CompletionLogprobs", "Embedding", "EmbeddingList", "EmbeddingUsage", "ErrorBody", "ErrorEnvelope", "FunctionCall",
-    "FunctionCallDelta", "HookConsult", "HookEvent", "HookWindow", "Model", "ModelDetails", "ModelList", "ModelStatus",
-    "PromptTokensDetails", "TextCompletion", "Timings", "ToolCall", "ToolCallDelta", "TopLogprob", "UnsetType",
-    "Usage", "WireStruct",
+    "FunctionCallDelta", "HookConsult", "HookEvent", "HookWindow", "Model", "ModelCardCapabilities", "ModelDetails",
+    "ModelList", "ModelStatus", "PromptTokensDetails", "TextCompletion", "Timings", "ToolCall", "ToolCallDelta",
+    "TopLogprob", "UnsetType", "Usage", "WireStruct",
 ]
 
 
@@ -435,11 +435,25 @@ class ModelArchitecture(WireStruct, kw_only=True):
     output_modalities: list[str] = msgspec.field(default_factory=lambda: ["text"])
 
 
+class ModelCardCapabilities(WireStruct, kw_only=True):
+    """Mistral's model card ``capabilities``: chat, fill-in-the-middle (``/v1/fim/completions``), tool calls
+    (native or emulated), image input. ``completion_fim`` is known once the model has loaded (``False`` before),
+    as whether it generates at all (an encoder, served for embeddings, has neither chat nor tools)."""
+
+    completion_chat: bool = True
+    completion_fim: bool = False
+    function_calling: bool = True
+    vision: bool = False
+
+
 class Model(WireStruct, kw_only=True):
     """OpenAI model object; with several models served, also ``state`` (``loaded``, ``loading``, ``unloaded``,
     ``failed``) and llama-server router mode's ``status``; ``meta`` only while the model is loaded;
     ``architecture`` (llama-server's) says whether it reads images. A LoRA adapter (``--lora``) is listed as
-    its own model ``BASE:ADAPTER``, with vLLM's ``parent`` (the base model) and ``root`` (the adapter file)."""
+    its own model ``BASE:ADAPTER``, with vLLM's ``parent`` (the base model) and ``root`` (the adapter file).
+    ``type`` and ``capabilities`` are Mistral's model card's (its SDK's ``models.list`` refuses an entry
+    without them), ``max_context_length`` too (tokens per sequence, while the model is loaded).
+    """
 
     id: str
     object: Literal["model"] = "model"
@@ -451,6 +465,9 @@ class Model(WireStruct, kw_only=True):
     architecture: ModelArchitecture | UnsetType = UNSET
     parent: str | UnsetType = UNSET
     root: str | UnsetType = UNSET
+    type: Literal["base"] = "base"
+    capabilities: ModelCardCapabilities = msgspec.field(default_factory=ModelCardCapabilities)
+    max_context_length: int | UnsetType = UNSET
 
 
 class ModelList(WireStruct, kw_only=True):
