@@ -17,8 +17,11 @@ Gemma 3 270M has a 262144-token vocabulary). Per B and chain, the median ms per 
 and their ratio (below 1: skippy spends less). Then ``--loop`` (B = the largest level): the scheduler's whole
 host loop per decode (plan, a multi-step run of ``--scheduler-steps``, sampling, update) for B sequences of the
 model, with ``llama_decode`` skipped once every sequence decodes (the logits stay those of the last real decode),
-so what is left is what the host adds to each step however fast the device is; greedy once more with
-``--backend-sampling`` (the argmax in the decode graph: no logits read on the host).
+so what is left is what the host adds to each step however fast the device is; greedy and default once more
+with ``--backend-sampling`` (the chain in the decode graph: no logits read on the host, each token read and
+accepted by its chain; the graph's own sampling time is part of the decode there, so these rows are the host's
+share only). Then, with ``--loop`` too, the other share: the median ``llama_decode`` of B one-token sequences and
+the host sampling after it, greedy and default, with the chains on the host and in the decode graph.
 
 Chains: ``greedy`` (temperature 0), ``default``
 (llama-server's defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05), ``ignore_eos``
@@ -125,7 +128,8 @@ def time_loop(model: str, b: int, kw: dict, steps: int, threads: int, decodes: i
               backend: bool = False) -> float:
     """ms of host work per decode: ``b`` sequences through :class:`SchedulerCore` and :func:`execute`, with
     ``llama_decode`` skipped after a few real steps (the last logits sampled again each time; with
-    ``backend``, llama.cpp's greedy sampler attached to the slots, whose last tokens are read again)."""
+    ``backend``, llama.cpp's chain attached to the slots, whose last tokens are read again: the graph's
+    sampling cost is in the decode, not here)."""
     rt = LlamaRuntime(model, n_ctx_seq=1024, n_seq_max=b, n_threads=threads, backend_sampling=backend)
     core = SchedulerCore(rt, SchedulerConfig(step_tokens=2048, max_queue=b, scheduler_steps=steps,
                                              prefix_cache=False, prompt_cache=None))
@@ -152,6 +156,32 @@ def time_loop(model: str, b: int, kw: dict, steps: int, threads: int, decodes: i
     rt.close()
     return ms
 
+
+
+def time_graph(model: str, b: int, kw: dict, threads: int, backend: bool, decodes: int = 24) -> tuple[float, float]:
+    """Median ms of one ``llama_decode`` of ``b`` sequences (one token each) and of sampling its outputs after
+    it: on the host (:func:`sample_rows` over the logit rows) or, with ``backend``, llama.cpp's chain of ``kw``
+    attached to every sequence (sampled inside the decode; the host reads and accepts the tokens). What backend
+    sampling moves into the decode is the difference of the decode times."""
+    rt = LlamaRuntime(model, n_ctx_seq=256, n_seq_max=b, n_threads=threads, backend_sampling=backend)
+    params = [SamplingParams(seed=i + 1, **kw) for i in range(b)]
+    for s in range(b):
+        rt.decode([BatchEntry(100 + s + j, j, s, j == 9) for j in range(10)])
+        if backend:
+            rt.set_backend_sampler(s, params[s])
+    samplers = [SeqSampler(p, tuple(rt.meta.eog_ids)) for p in params]
+    toks, dec, smp = [300] * b, [], []
+    for k in range(decodes + 2):
+        t0 = time.perf_counter()
+        rt.decode([BatchEntry(toks[s], 10 + k, s, True) for s in range(b)])
+        t1 = time.perf_counter()
+        toks = rt.sampled_tokens(range(b)) if backend else sample_rows(rt.output_logits(range(b)), samplers)
+        t2 = time.perf_counter()
+        if k >= 2:  # the first decodes reserve the graph
+            dec.append((t1 - t0) * 1e3)
+            smp.append((t2 - t1) * 1e3)
+    rt.close()
+    return st.median(dec), st.median(smp)
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -186,19 +216,30 @@ def main() -> None:
             results.append({"chain": name, "B": b, "skippy_ms": ours, "llama_ms": theirs})
             print(f"| {name} | {b} | {s:.3f} | {t:.3f} | {s / t:.2f} |")
     rt.close()
-    loop = {}
+    loop: dict[str, float] = {}
+    graph: dict[str, dict[str, float]] = {}
     if a.loop:
         b = max(levels)
         print(f"\nscheduler host loop, B = {b}, decode skipped, {a.scheduler_steps} decodes per run\n")
         print("| chain | ms per decode |")
         print("|---|---:|")
-        for name, kw in [*CHAINS.items(), ("greedy, --backend-sampling", CHAINS["greedy"])]:
+        for name, kw in [*CHAINS.items(), ("greedy, --backend-sampling", CHAINS["greedy"]),
+                         ("default, --backend-sampling", CHAINS["default"])]:
             loop[name] = time_loop(model, b, kw, a.scheduler_steps, a.threads, backend="backend" in name)
             print(f"| {name} | {loop[name]:.3f} |")
+        print(f"\nsampling in the decode graph (--backend-sampling), B = {b}: median ms per decode of {b} tokens\n")
+        print("| chain | where | llama_decode | host sampling | sum |")
+        print("|---|---|---:|---:|---:|")
+        for name in ("greedy", "default"):
+            for backend in (False, True):
+                d, smp = time_graph(model, b, CHAINS[name], a.threads, backend)
+                where = "graph" if backend else "host"
+                graph[f"{name}, {where}"] = {"decode_ms": d, "sample_ms": smp}
+                print(f"| {name} | {where} | {d:.3f} | {smp:.3f} | {d + smp:.3f} |")
     a.out.mkdir(parents=True, exist_ok=True)
     path = a.out / f"sampling-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps({"model": Path(model).name, "n_vocab": v, "levels": levels, "results": results,
-                                "loop_ms": loop}))
+                                "loop_ms": loop, "graph": graph}))
     print(f"\nsamples: {path}")
 
 

@@ -512,9 +512,10 @@ class Engine:
         """Server properties in llama-server's ``/props`` shape, plus the template capabilities, its
         source (:attr:`chat_template_source`) and
         ``kv_cache`` (:meth:`~skippy.engine.runtime.base.KVCacheInfo.as_dict`: types, cells, bytes;
-        ``None`` when the runtime does not know them), ``backend_sampling`` (plain greedy requests are sampled in
-        llama.cpp's decode graph), ``reader_wait`` (the decode loop waits for the request tasks to write a step's
-        tokens before the next decode: ``--reader-wait``, resolved), ``tokenization_cache``
+        ``None`` when the runtime does not know them), ``backend_sampling`` (requests without logprobs or hooks
+        are sampled in llama.cpp's decode graph: greedy ones, and sampled ones too where ``backend_sampled``),
+        ``reader_wait`` (the decode loop waits for the request tasks to write a step's tokens before the next
+        decode: ``--reader-wait``, resolved), ``tokenization_cache``
         (:meth:`~skippy.engine.runtime.tokenization.TokenizationCache.stats`; ``None`` where the vocabulary
         has none), the hook counters (``None``: no hook policy),
         ``hooks_default_on``, ``signals`` (``window`` in tokens, ``high_entropy_threshold`` in nats), and
@@ -546,6 +547,7 @@ class Engine:
             "kv_cache": self.meta.kv_cache.as_dict() if self.meta.kv_cache is not None else None,
             "force_tool_emulation": self.renderer.force_tool_emulation,
             "backend_sampling": self.meta.backend_sampling,
+            "backend_sampled": self.meta.backend_sampled,
             "reader_wait": self.scheduler.core.config.reader_wait,
             "tokenization_cache": self.tokenizer.cache.stats() if self.tokenizer.cache is not None else None,
             "hooks": self.hooks.stats.snapshot() if self.hooks is not None else None,

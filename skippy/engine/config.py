@@ -656,13 +656,14 @@ class EngineConfig:
                                         "--num-scheduler-steps): fewer thread handoffs and socket writes per token, "
                                         "tokens streamed in bursts of up to this many; 1 turns it off.")
     backend_sampling: bool = setting(False, aliases=("-bs",), check=IsBool(),
-                                     help="Sample greedy requests without logprobs or hooks inside llama.cpp's "
-                                          "decode graph (llama-server's --backend-sampling, off there too): no "
-                                          "logits copied out, no argmax in Python; a slot switching between such "
-                                          "and other requests costs one graph reserve (~10 ms on 2 cores). Off by "
-                                          "default: on 2 CPU cores (bench/bench_decode.py, two runs) the step "
-                                          "overhead at 64 streams fell from 1.9 to 0.5 ms but the graph's copy "
-                                          "and argmax cost more than that, 2-7% of throughput.")
+                                     help="Sample requests without logprobs, hooks, a grammar or extended "
+                                          "samplers inside llama.cpp's decode graph (llama-server's "
+                                          "--backend-sampling, off there too), greedy or sampled (the same tokens "
+                                          "for the same seed): no logits copied out, no sampling in Python; a slot "
+                                          "taking a sampled request, or switching between greedy and other "
+                                          "requests, costs one graph reserve (~10 ms on 2 cores). Off by default: "
+                                          "on CPU cores llama.cpp's sampling nodes cost more than they save "
+                                          "(bench/bench_sampling.py --loop).")
     reader_wait: str = setting("auto", check=OneOf(READER_WAIT_CHOICES),
                                help="Before a decode, wait (at most 5 ms a decode) until the request tasks have "
                                     "written the tokens of the last one (on), or let them write while the next "

@@ -1,4 +1,5 @@
-"""``--backend-sampling``: greedy requests sampled in llama.cpp's decode graph answer as the default server does.
+"""``--backend-sampling``: requests sampled in llama.cpp's decode graph (greedy, sampled with a seed, penalized) answer
+as the default server does.
 
 Requests run one at a time, so both servers decode the same batch shapes (on some CPUs llama.cpp's kernels round a
 batch of a different size differently, and a greedy text may then part ways)."""
@@ -28,10 +29,13 @@ def chat(srv: Server, content: str, **extra) -> dict:
 
 
 def test_backend_sampled_replies_equal_the_default_servers(server: Server, bs_server: Server) -> None:
-    assert httpx.get(bs_server.base_url + "/props").json()["backend_sampling"] is True
+    props = httpx.get(bs_server.base_url + "/props").json()
+    assert props["backend_sampling"] is True and props["backend_sampled"] is True
     assert httpx.get(server.base_url + "/props").json()["backend_sampling"] is False
     kinds = [{"temperature": 0}, {"temperature": 0, "logprobs": True, "top_logprobs": 2},
-             {"temperature": 0.8, "seed": 7}, {"temperature": 0}]  # greedy, then requests that read the logits
+             {"temperature": 0.8, "seed": 7}, {"temperature": 0},  # greedy, requests that read the logits,
+             {"temperature": 0.7, "seed": 3, "top_p": 0.9, "repeat_penalty": 1.2, "presence_penalty": 0.3},
+             {"temperature": 0.8, "seed": 7, "logprobs": True}]  # sampled in the graph and on the host
     for extra in kinds:  # each slot switches between the graph's sampler and the raw logits
         for prompt in PROMPTS:
             got, ref = chat(bs_server, prompt, **extra), chat(server, prompt, **extra)

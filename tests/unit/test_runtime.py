@@ -647,8 +647,7 @@ def test_backend_greedy_picks_the_argmax_and_can_be_reattached(rt):
     n0, n1 = len(prompts[0]), len(prompts[1])
 
     def both(attach: bool) -> tuple[np.ndarray, np.ndarray, int | None]:
-        rt.set_backend_greedy(0, attach)
-        rt.set_backend_greedy(0, attach)  # no change: nothing to do
+        rt.set_backend_sampler(0, GREEDY if attach else None)
         rt.seq_rm(0)
         rt.seq_rm(1)
         rt.decode([BatchEntry(t, i, 0, i == n0 - 1) for i, t in enumerate(prompts[0])]
@@ -669,6 +668,49 @@ def test_backend_greedy_picks_the_argmax_and_can_be_reattached(rt):
             rt.sampled_tokens([n0 - 1, 0])
         assert np.array_equal(both(False)[0], ref0)
     with pytest.raises(ValueError):
-        rt.set_backend_greedy(rt.meta.n_seq_max, True)
+        rt.set_backend_sampler(rt.meta.n_seq_max, GREEDY)
+    rt.seq_rm(0)
+    rt.seq_rm(1)
+
+
+
+@pytest.mark.parametrize("params", [
+    SamplingParams(seed=7), SamplingParams(temperature=1.0, top_k=0, top_p=0.9, min_p=0.0, seed=3),
+    SamplingParams(temperature=0.7, seed=5, repeat_penalty=1.3),
+    SamplingParams(temperature=0.0, repeat_penalty=1.3, frequency_penalty=0.5),
+    SamplingParams(temperature=0.9, seed=9, logit_bias=((28, 5.0), (198, -2.0))),
+], ids=["default", "top_p", "penalty", "greedy-penalty", "bias"])
+def test_a_sampled_chain_in_the_graph_gives_the_host_chains_tokens(rt, params):
+    """A sampled or penalized chain attached to a sequence samples in the decode graph the tokens the host's
+    vectorized chain (llama.cpp's, exactly) samples from the same seed: each token read advances its random
+    stream and penalty window; beside it, a sequence without one samples on the host from its raw row."""
+    from skippy.engine.sampling.vector import SeqSampler, sample_rows
+
+    assert rt.meta.backend_sampled
+    prompt = tok(rt, "<|im_start|>user\nTell me a story about a dragon.<|im_end|>\n<|im_start|>assistant\n")
+    n = len(prompt)
+
+    def generate(backend: bool) -> tuple[list[int], list[int]]:
+        rt.set_backend_sampler(0, params if backend else None)
+        host = [SeqSampler(params, rt.meta.eog_ids), SeqSampler(params, rt.meta.eog_ids)]
+        rt.seq_rm(0)
+        rt.seq_rm(1)
+        rt.decode([BatchEntry(t, i, s, i == n - 1) for s in (0, 1) for i, t in enumerate(prompt)])
+        out: list[list[int]] = [[], []]
+        at = [n - 1, 2 * n - 1]
+        for k in range(24):
+            t0 = rt.sampled_tokens([at[0]])[0] if backend else sample_rows(rt.logits(at[0])[None, :], host[:1])[0]
+            t1 = sample_rows(rt.logits(at[1])[None, :], host[1:])[0]
+            out[0].append(t0)
+            out[1].append(t1)
+            rt.decode([BatchEntry(t0, n + k, 0, True), BatchEntry(t1, n + k, 1, True)])
+            at = [0, 1]
+        rt.set_backend_sampler(0, None)
+        return out[0], out[1]
+
+    got, beside = generate(True)
+    ref, _ = generate(False)
+    assert got == ref and beside == ref
+    assert len(set(got)) > 4  # a story, not one token over and over
     rt.seq_rm(0)
     rt.seq_rm(1)

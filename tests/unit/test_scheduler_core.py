@@ -15,6 +15,7 @@ import pytest
 from skippy.engine.errors import QueueFull
 from skippy.engine.hooks.policy import NO_ACTION, Inject, NoAction, Stop
 from skippy.engine.runtime.base import EmbeddingInfo
+from skippy.engine.scheduling.budget import ReasoningBudget
 from skippy.engine.scheduling.config import SchedulerConfig
 from skippy.engine.scheduling.core import SchedulerCore
 from skippy.engine.scheduling.decode import execute
@@ -1405,6 +1406,7 @@ class BackendFake(FakeRuntime):
         super().__init__(**kw)
         self.meta = attrs.evolve(self.meta, backend_sampling=True)
         self.attached: set[int] = set()
+        self.chains: dict[int, object] = {}
         self.changes: list[tuple[int, bool]] = []
 
     def logits(self, index):
@@ -1429,9 +1431,13 @@ class BackendFake(FakeRuntime):
     def free_sampler(self, sampler):
         pass
 
-    def set_backend_greedy(self, seq_id, on):
-        assert (seq_id in self.attached) != on, "a change that changes nothing"
+    def set_backend_sampler(self, seq_id, params):
+        on = params is not None
+        assert on or seq_id in self.attached, "a detach of nothing"
+        assert not (on and seq_id in self.attached and params.greedy and self.chains[seq_id].greedy), \
+            "a greedy chain attached again"
         (self.attached.add if on else self.attached.discard)(seq_id)
+        self.chains[seq_id] = params
         self.changes.append((seq_id, on))
 
     def sampled_token(self, index):
@@ -1535,6 +1541,69 @@ def test_a_slot_is_detached_for_a_request_that_needs_its_logits_and_attached_aga
     assert tokens_of(run(rt, core), 7) == first and len(first) == 3
     assert rt.changes[-1] == (slot, True) and len(rt.changes) == 3
 
+
+
+class SampledFake(BackendFake):
+    """:class:`BackendFake` whose backend also runs sampled chains (``meta.backend_sampled``): an attached chain
+    samples as a fresh host :class:`SeqSampler` of its parameters would (the same seed, the same tokens)."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.meta = attrs.evolve(self.meta, backend_sampled=True)
+        self.graph: dict[int, object] = {}
+
+    def set_backend_sampler(self, seq_id, params):
+        from skippy.engine.sampling.vector import SeqSampler
+
+        super().set_backend_sampler(seq_id, params)
+        self.graph[seq_id] = None if params is None else SeqSampler(params, self.meta.eog_ids)
+
+    def sampled_token(self, index):
+        from skippy.engine.sampling.vector import sample_rows
+
+        slot = self._out[index]
+        assert slot in self.attached
+        return sample_rows(self._row(slot)[None, :], [self.graph[slot]])[0]
+
+
+@pytest.mark.parametrize("steps", [1, 4])
+def test_sampled_requests_run_in_the_graph_when_the_backend_samples_there(steps):
+    """With ``meta.backend_sampled``, sampled and penalized requests take their own backend chain (attached at
+    admission, even over the slot's earlier one) and give the host chain's tokens; a reasoning budget or
+    end-of-generation suppression keeps the raw logits (and the slot's chain is detached for it)."""
+    kinds = [{"temperature": 0.8}, {"temperature": 0.8, "repeat_penalty": 1.3},
+             {"temperature": 0.0, "repeat_penalty": 1.3}, {"temperature": 0.9, "top_k": 0, "top_p": 0.5},
+             {"temperature": 0.8, "ignore_eos": True}, {"temperature": 0.0}, {"temperature": 0.0}]  # seeds: the ids
+
+    def serve(fake):
+        rt = fake(n_seq_max=1)
+        core = SchedulerCore(rt, SchedulerConfig(step_tokens=64, max_queue=8, scheduler_steps=steps), clock=Clock())
+        out = []
+        for rid, params in enumerate(kinds, 1):
+            core.add(req(rid, [11, 12, 13], 6, params=params))  # one slot: each request reuses it
+            out += run(rt, core)
+        return rt, out
+
+    rt, out = serve(SampledFake)
+    ref_rt, ref = serve(BackendFake)
+    for rid in range(1, len(kinds) + 1):
+        assert tokens_of(out, rid) == tokens_of(ref, rid) and tokens_of(out, rid)
+    assert rt.changes == [(0, True)] * 4 + [(0, False), (0, True)]  # the greedy chain kept for request 7
+    assert ref_rt.changes == [(0, True)]  # greedy chains only: from request 6, kept for 7
+    assert rt.chains[0].greedy
+
+
+def test_a_reasoning_budget_keeps_a_sampled_request_off_the_graph():
+    rt = SampledFake(n_seq_max=1)
+    core = SchedulerCore(rt, SchedulerConfig(step_tokens=64, max_queue=8), clock=Clock())
+    core.add(req(1, [11, 12, 13], 4, params={"temperature": 0.8}))
+    run(rt, core)
+    assert rt.changes == [(0, True)]
+    rule = ReasoningBudget(100, "<think>", "</think>", (5, 6), False, lambda t: b"x")
+    budget = attrs.evolve(req(2, [11, 12, 13], 4, params={"temperature": 0.8}), reasoning_budget=rule)
+    core.add(budget)
+    assert len(tokens_of(run(rt, core), 2)) == 4
+    assert rt.changes == [(0, True), (0, False)]
 
 # -- stats -------------------------------------------------------------------------------
 

@@ -155,7 +155,8 @@ class ModelMeta:
     fall out of the window, so a trimmed sequence may no longer serve a prefix
     (:meth:`Runtime.seq_pos_min` tells).
     ``backend_sampling``: a plain greedy sequence may be sampled inside llama.cpp's graph
-    (:meth:`Runtime.set_backend_greedy`, :meth:`Runtime.sampled_token`).
+    (:meth:`Runtime.set_backend_sampler`, :meth:`Runtime.sampled_token`); ``backend_sampled``: a sampled
+    chain too (logit bias, penalties, top_k, top_p, min_p, temperature and ``dist`` run there).
     ``devices``: what ``/props`` reports about llama.cpp's backends and the model's offload, keys
     ``backends`` (names), ``devices`` (every device found at load) and ``offload`` (the devices the
     layers went to, layers offloaded, split settings, RPC workers); ``None`` when the runtime does not say.
@@ -184,6 +185,7 @@ class ModelMeta:
     swa_full: bool = False
     devices: dict[str, Any] | None = None
     backend_sampling: bool = False
+    backend_sampled: bool = False
     #: images are accepted: a ``--mmproj`` projector with an image encoder is loaded
     #: (:mod:`~skippy.engine.runtime.media`; ``/props`` ``modalities``)
     vision: bool = False
@@ -328,17 +330,20 @@ class Runtime(Protocol):
 
     def free_sampler(self, sampler: object) -> None: ...
 
-    def set_backend_greedy(self, seq_id: int, on: bool) -> None:
-        """Attach (``on``) or detach llama.cpp's greedy sampler for ``seq_id`` in the decode graph (backend
-        sampling, llama.cpp ``llama_set_sampler``): the argmax of its outputs is computed in ``llama_decode``
-        and read with :meth:`sampled_token`; its raw logits are then not copied out when no sequence of the
-        batch needs them. Only when ``meta.backend_sampling``; a change costs one graph reserve in the next
-        decode. Raises ``RuntimeError`` when llama.cpp refuses."""
+    def set_backend_sampler(self, seq_id: int, params: SamplingParams | None) -> None:
+        """Attach llama.cpp's sampler chain of ``params`` to ``seq_id`` in the decode graph (backend sampling,
+        llama.cpp ``llama_set_sampler``), or detach it (``None``): the token of each of its outputs is then
+        sampled in ``llama_decode`` and read with :meth:`sampled_token`, which also advances the chain by it
+        (its random stream and penalty window, as ``llama_sampler_accept`` on the host); its raw logits are not
+        copied out when no sequence of the batch needs them. Each attachment is a fresh chain. ``params``
+        must be vectorizable and greedy unless ``meta.backend_sampled``. Only when ``meta.backend_sampling``;
+        a change costs one graph reserve in the next decode. Raises ``RuntimeError`` when llama.cpp refuses."""
         ...
 
     def sampled_token(self, index: int) -> int:
         """The token the backend sampler picked at batch index ``index`` of the last decode (llama.cpp
-        ``llama_get_sampled_token_ith``); ``RuntimeError`` when it picked none."""
+        ``llama_get_sampled_token_ith``), taken by its chain; ``RuntimeError`` when it picked none. Read once
+        per output: a second read would advance a sampled chain again."""
         ...
 
     def sampled_tokens(self, indices: Sequence[int]) -> list[int]:

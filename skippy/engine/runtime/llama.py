@@ -98,9 +98,10 @@ class LlamaRuntime(DecodeMixin, SamplerMixin, KVStateMixin, LoraMixin):
     ``RuntimeError`` when the model or context cannot be created.
     Logs the KV cache size at start-up (total and per sequence, MiB), as llama-server does.
     ``meta.devices`` reports the backends, the devices and the offload. With ``backend_sampling``,
-    the scheduler may sample plain greedy sequences inside llama.cpp's decode graph
-    (:meth:`set_backend_greedy`); ``meta.backend_sampling`` says whether llama.cpp took it (it refuses
-    with ``--split-mode tensor``). ``config.lora``'s adapters are loaded onto the model before its context
+    the scheduler may sample sequences inside llama.cpp's decode graph (:meth:`set_backend_sampler`);
+    ``meta.backend_sampling`` says whether llama.cpp took a greedy chain (it refuses with ``--split-mode
+    tensor``), ``meta.backend_sampled`` whether it also samples a sampled chain there (a probe decode of
+    one token at load). ``config.lora``'s adapters are loaded onto the model before its context
     (``ValueError`` naming the file for one llama.cpp refuses, the model freed); ``meta.lora`` lists their
     paths, and :meth:`set_lora` applies a set of them to the context.
     """
@@ -168,7 +169,8 @@ class LlamaRuntime(DecodeMixin, SamplerMixin, KVStateMixin, LoraMixin):
         self._batch_columns = BatchColumns.over(self._batch, n_batch)
         self._outputs: list[bool] = []
         self._rows: dict[int, int] = {}  # batch index -> row of llama_get_logits, of the last decode
-        self._greedy: dict[int, object] = {}  # seq_id -> the backend greedy chain attached to it
+        self._backend: dict[int, object] = {}  # seq_id -> the backend sampler chain attached to it
+        self._accepting: set[int] = set()  # those whose chain takes each token it sampled (dist, penalties)
         self._retired: list[object] = []  # detached chains, freed after the next decode (its graph drops them)
         self.vector_sampling = config.vector_sampling
         self._cand = np.zeros(n_vocab, dtype=[("id", np.int32), ("logit", np.float32), ("p", np.float32)])
@@ -218,8 +220,9 @@ class LlamaRuntime(DecodeMixin, SamplerMixin, KVStateMixin, LoraMixin):
                 self.close()
                 raise
             self.meta = attrs.evolve(self.meta, vision=True)
-        if config.backend_sampling and self._probe_backend_sampling():
-            self.meta = attrs.evolve(self.meta, backend_sampling=True)
+        if config.backend_sampling:
+            greedy, sampled = self._probe_backend_sampling()
+            self.meta = attrs.evolve(self.meta, backend_sampling=greedy, backend_sampled=sampled)
         log.info("KV cache: %s, K %s + V %s, %d cells (%d sequences x %d): %.2f MiB total, %.2f MiB per sequence%s",
                  "unified" if kv_unified else "one stream per sequence", type_k, type_v, kv.n_cells, n_seq_max,
                  n_ctx_seq, kv.bytes / 2**20, kv.bytes_per_seq / 2**20,
@@ -363,9 +366,10 @@ class LlamaRuntime(DecodeMixin, SamplerMixin, KVStateMixin, LoraMixin):
         if self._ctx:
             llama_cpp.llama_batch_free(self._batch)
             llama_cpp.llama_free(self._ctx)
-            for chain in [*self._greedy.values(), *self._retired]:  # after the context, which may point at them
+            for chain in [*self._backend.values(), *self._retired]:  # after the context, which may point at them
                 llama_cpp.llama_sampler_free(chain)
-            self._greedy.clear()
+            self._backend.clear()
+            self._accepting.clear()
             self._retired.clear()
             free_adapters(self._lora)
             llama_cpp.llama_model_free(self._model)

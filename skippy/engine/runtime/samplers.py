@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 import llama_cpp
 import numpy as np
 
-from skippy.engine.runtime.base import NO_TOKEN, ModelMeta
+from skippy.engine.runtime.base import NO_TOKEN, BatchEntry, ModelMeta
 from skippy.engine.runtime.vocab import LLG_LIMITS, LlamaVocab
 from skippy.engine.sampling.params import SamplingParams
 from skippy.engine.sampling.vector import SeqSampler, sample_rows, vectorizable
@@ -21,7 +21,21 @@ from skippy.engine.sampling.vector import SeqSampler, sample_rows, vectorizable
 if TYPE_CHECKING:
     from llguidance import LLMatcher
 
+    from skippy.engine.runtime.decode import BatchColumns
+
 log = logging.getLogger("skippy.runtime")
+
+
+def _penalized(params: SamplingParams) -> bool:
+    """``params`` asks for a repetition, frequency or presence penalty over a window (llama.cpp's penalties
+    sampler, which counts the tokens its chain accepts)."""
+    return params.penalty_last_n != 0 and (params.repeat_penalty != 1.0 or params.frequency_penalty != 0.0
+                                           or params.presence_penalty != 0.0)
+
+
+#: the backend greedy chain's parameters, and a sampled chain with every sampler a backend may run
+_GREEDY = SamplingParams(temperature=0.0)
+_PROBE = SamplingParams(seed=1, repeat_penalty=1.1, logit_bias=((0, 1.0),))
 
 
 class LlamaSampler:
@@ -50,20 +64,24 @@ class LlamaSampler:
 class SamplerMixin:
     """:class:`~skippy.engine.runtime.llama.LlamaRuntime`'s samplers: a sequence's sampler
     (vectorized, or llama.cpp's chain with a grammar or constraint kept apart), sampling a row of the
-    last decode, and the greedy chains llama.cpp runs inside its decode graph (backend sampling)."""
+    last decode, and the chains llama.cpp runs inside its decode graph (backend sampling)."""
 
     _ctx: Any
     _n_vocab: int
     _cand: np.ndarray
     _ids: np.ndarray
-    _greedy: dict[int, object]
+    _backend: dict[int, object]
+    _accepting: set[int]
     _retired: list[object]
+    _batch_columns: BatchColumns
     _rows: dict[int, int]
     meta: ModelMeta
     vocab: LlamaVocab
     vector_sampling: bool
     _check_output: Callable[[int], None]
     logits: Callable[[int], np.ndarray]
+    decode: Callable[[Sequence[BatchEntry]], None]
+    seq_rm: Callable[..., bool]
 
     # -- sampling -----------------------------------------------------------
     def new_sampler(self, params: SamplingParams) -> object:
@@ -119,8 +137,7 @@ class SamplerMixin:
             biases = [llama_cpp.llama_logit_bias(token=tok, bias=bias) for tok, bias in params.logit_bias]
             bias_arr = (llama_cpp.llama_logit_bias * len(biases))(*biases)
             add(llama_cpp.llama_sampler_init_logit_bias(self._n_vocab, len(biases), bias_arr))
-        if params.penalty_last_n != 0 and (params.repeat_penalty != 1.0 or params.frequency_penalty
-                                           or params.presence_penalty):
+        if _penalized(params):
             add(llama_cpp.llama_sampler_init_penalties(self._n_vocab, params.penalty_last_n, params.repeat_penalty,
                                                        params.frequency_penalty, params.presence_penalty))
         if params.dry_multiplier > 0.0 and params.dry_penalty_last_n != 0:
@@ -247,39 +264,52 @@ class SamplerMixin:
             s.matcher.consume_token(token)
         llama_cpp.llama_sampler_accept(s.chain, token)
 
-    def _probe_backend_sampling(self) -> bool:
-        """Whether llama.cpp offloads a greedy chain to the decode graph here (attached to sequence 0, then
-        detached again)."""
+    def _probe_backend_sampling(self) -> tuple[bool, bool]:
+        """Whether llama.cpp runs a greedy chain in the decode graph here, and whether it samples a whole
+        sampled chain there (logit bias, penalties, top_k, top_p, min_p, temperature, dist: one decode of
+        one token in sequence 0 with such a chain attached must give a sampled token; a backend lacking an
+        op of one of them leaves the token to the host). Sequence 0 is left empty and detached."""
         try:
-            self.set_backend_greedy(0, True)
+            self.set_backend_sampler(0, _GREEDY)
         except RuntimeError as exc:
             log.info("backend sampling off: %s", exc)
-            return False
-        self.set_backend_greedy(0, False)
-        return True
+            return False, False
+        sampled = False
+        try:
+            self.set_backend_sampler(0, _PROBE)
+            self.decode([BatchEntry(0, 0, 0, True)])
+            sampled = llama_cpp.llama_get_sampled_token_ith(self._ctx, 0) >= 0
+        except (RuntimeError, ValueError) as exc:
+            log.info("backend sampling of sampled chains off: %s", exc)
+        finally:
+            self.set_backend_sampler(0, None)
+            self.seq_rm(0)
+        if not sampled:
+            log.info("backend sampling: greedy chains only (llama.cpp left a sampled chain's token to the host)")
+        return True, sampled
 
-    def set_backend_greedy(self, seq_id: int, on: bool) -> None:
-        """Attach or detach ``seq_id``'s greedy chain (see :meth:`Runtime.set_backend_greedy`). A fresh chain
-        per attachment (llama.cpp initializes a chain's backend part once); a detached one is freed after the
-        next decode, whose graph no longer holds it."""
+    def set_backend_sampler(self, seq_id: int, params: SamplingParams | None) -> None:
+        """Attach the chain of ``params`` to ``seq_id`` in the decode graph, or detach it (``None``; see
+        :meth:`Runtime.set_backend_sampler`). A fresh chain per attachment (llama.cpp initializes a chain's
+        backend part once; a sampled chain holds its request's random stream); a detached one is freed after
+        the next decode, whose graph no longer holds it. A chain with state (a ``dist`` or a penalty) is
+        advanced by each token :meth:`sampled_tokens` reads."""
         if not 0 <= seq_id < self.meta.n_seq_max:
             raise ValueError(f"sequence id {seq_id} out of range")
-        if on == (seq_id in self._greedy):
+        if params is None and seq_id not in self._backend:
             return
-        chain = None
-        if on:
-            sparams = llama_cpp.llama_sampler_chain_default_params()
-            sparams.no_perf = True
-            chain = llama_cpp.llama_sampler_chain_init(sparams)
-            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
-        else:
-            self._retired.append(self._greedy.pop(seq_id))
+        if seq_id in self._backend:
+            self._retired.append(self._backend.pop(seq_id))
+            self._accepting.discard(seq_id)
+        chain = None if params is None else self._chain(params)
         if not llama_cpp.llama_set_sampler(self._ctx, seq_id, chain):
             if chain is not None:
                 llama_cpp.llama_sampler_free(chain)
-            raise RuntimeError("llama.cpp cannot run the greedy sampler in the decode graph on this backend")
-        if chain is not None:
-            self._greedy[seq_id] = chain
+            raise RuntimeError("llama.cpp cannot run this sampler chain in the decode graph on this backend")
+        if params is not None:
+            self._backend[seq_id] = chain
+            if not params.greedy or _penalized(params):
+                self._accepting.add(seq_id)
 
     def sampled_token(self, index: int) -> int:
         return self.sampled_tokens([index])[0]
@@ -294,6 +324,11 @@ class SamplerMixin:
         tokens = [get(ctx, i) for i in indices]
         if min(tokens) < 0:
             raise RuntimeError(f"no backend-sampled token at batch index {indices[tokens.index(min(tokens))]}")
+        if self._accepting:  # the chain's random stream and penalty window take the token, as on the host
+            seq, accept, backend = self._batch_columns.seq, llama_cpp.llama_sampler_accept, self._backend
+            for i, t in zip(indices, tokens, strict=True):
+                if seq[i] in self._accepting:
+                    accept(backend[seq[i]], t)
         return tokens
 
     def free_sampler(self, sampler: object) -> None:

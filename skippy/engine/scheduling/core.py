@@ -123,6 +123,7 @@ from skippy.engine.hooks.policy import Inject, Outcome, Stop
 from skippy.engine.hooks.signals import GenerationSignals, PrefillSignals, SignalWindow
 from skippy.engine.lora import NO_LORA, LoraSet
 from skippy.engine.runtime.base import NO_TOKEN, Runtime
+from skippy.engine.sampling.params import SamplingParams
 from skippy.engine.sampling.vector import SeqSampler
 from skippy.engine.scheduling.batch import BatchPlan, SeqState, plan_step
 from skippy.engine.scheduling.budget import BudgetState
@@ -145,6 +146,9 @@ from skippy.engine.scheduling.kv_cache import KVCacheManager
 from skippy.engine.scheduling.request import Phase, RequestState
 from skippy.engine.scheduling.spec import MAX_DRAFT, SpecState
 from skippy.engine.scheduling.step import SampleTask, ScoreTask, StepPlan, StepResult
+
+#: the key of a slot whose backend chain is the plain greedy one (any plain greedy sequence may use it)
+GREEDY_CHAIN = -1
 
 log = logging.getLogger("skippy.scheduler")
 
@@ -205,8 +209,9 @@ class SchedulerCore:
         self.scheduler_steps = max(1, config.scheduler_steps)
         self._clock = clock
         self.counters = SchedulerCounters()  # what stats() snapshots
-        self._backend_slots: set[int] = set()  # slots with llama.cpp's greedy sampler attached (or about to be)
-        self._sampler_changes: dict[int, bool] = {}  # slot -> attach / detach, for the next step with a batch
+        # slot -> what its backend chain samples for: GREEDY (any plain greedy sequence) or a request id
+        self._backend_slots: dict[int, int] = {}  # (attached, or about to be)
+        self._sampler_changes: dict[int, SamplingParams | None] = {}  # slot -> attach / detach, for the next batch
         self._waiting: collections.deque[RequestState] = collections.deque()
         self._running: dict[int, RequestState] = {}  # admitted, in admission order
         self._seqs: dict[int, RequestState] = {}  # waiting or running, by rid
@@ -349,7 +354,7 @@ class SchedulerCore:
         batch, scores = self._scores(batch)
         saves = tuple((kv.rid, kv.slot) for kv, n in batch.advance
                       if kv.checkpoint_at and kv.n_past + n == kv.checkpoint_at)
-        samplers: tuple[tuple[int, bool], ...] = ()
+        samplers: tuple[tuple[int, SamplingParams | None], ...] = ()
         if self._sampler_changes:
             samplers, self._sampler_changes = tuple(self._sampler_changes.items()), {}
         if (self.scheduler_steps > 1 and embed is None and not scores and not saves and not samplers
@@ -656,16 +661,25 @@ class SchedulerCore:
         return outputs
 
     def _use_backend(self, seq: RequestState, slot: int) -> None:
-        """Whether llama.cpp samples ``seq`` in the decode graph: a plain greedy sampler, no logprobs, prompt
-        logprobs, signals or speculation (they read the raw logits or several outputs). The slot's backend
-        sampler is attached or detached in the next step when that differs from its state (one graph
-        reserve, ~10 ms on 2 cores; a greedy-only or sampled-only load pays it once per slot)."""
-        req = seq.request
-        seq.backend = (isinstance(seq.sampler, SeqSampler) and seq.sampler.plain_greedy and not req.params.logprobs
-                       and req.prompt_logprobs is None and not req.signals and seq.window is None and seq.spec is None)
-        if seq.backend != (slot in self._backend_slots):
-            (self._backend_slots.add if seq.backend else self._backend_slots.discard)(slot)
-            self._sampler_changes[slot] = seq.backend
+        """Whether llama.cpp samples ``seq`` in the decode graph: a vectorized sampler without end-of-generation
+        suppression, greedy or (``meta.backend_sampled``) sampled, and no logprobs, prompt logprobs, signals or
+        speculation (they read the raw logits or several outputs); a chain with state (a sampled or penalized
+        one) also no reasoning budget, whose forced tokens the chain never sampled (llama.cpp's rule). The slot's
+        chain is attached or detached in the next step when that differs from its state (one graph reserve, ~10
+        ms on 2 cores): a plain greedy chain is kept for the next plain greedy sequence, a chain with state is
+        its request's (its seed's random stream)."""
+        req, sampler = seq.request, seq.sampler
+        plain = isinstance(sampler, SeqSampler) and sampler.plain_greedy
+        seq.backend = (isinstance(sampler, SeqSampler) and sampler.suppress is None and not req.params.logprobs
+                       and req.prompt_logprobs is None and not req.signals and seq.window is None and seq.spec is None
+                       and (plain or (self.runtime.meta.backend_sampled and seq.budget is None)))
+        key = None if not seq.backend else GREEDY_CHAIN if plain else req.rid
+        if key != self._backend_slots.get(slot):
+            if key is None:
+                del self._backend_slots[slot]
+            else:
+                self._backend_slots[slot] = key
+            self._sampler_changes[slot] = None if key is None else req.params
 
     # -- speculation ---------------------------------------------------------------
     def _draft(self, seq: RequestState) -> tuple[int, ...]:

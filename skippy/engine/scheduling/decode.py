@@ -8,14 +8,14 @@ the decode thread while the scheduler's task waits (nothing here touches the sch
   :class:`~skippy.engine.sampling.vector.SeqSampler` are sampled together by
   :func:`~skippy.engine.sampling.vector.sample_rows` on the step's ``llama_get_logits`` rows; the others
   (a grammar) through ``runtime.sample`` (llama.cpp's chain), one by one; a task with ``backend`` set
-  reads the token llama.cpp's greedy sampler picked inside the decode (``runtime.sampled_token``).
+  reads the token llama.cpp's sampler chain picked inside the decode (``runtime.sampled_token``).
   Logprobs, ``top_logprobs``, entropy and margin come from the raw logits of all rows that ask for them
   at once (one log-softmax pass over those rows: :func:`row_stats`).
 - **Draft verification** (:func:`verify_draft`): a speculative draft is sampled in order while it matches.
 - **Multi-step runs** (:func:`run_steps`): a decode-only batch decoded again with the tokens just sampled,
   up to ``StepPlan.steps`` times; each later decode's batch is a
   :class:`~skippy.engine.runtime.base.NextTokens` (columns, no entry per sequence), and a run of plain
-  greedy or backend-sampled sequences is sampled a column at a time (:func:`_run_plain`).
+  greedy or backend-sampled (greedy or sampled) sequences is sampled a column at a time (:func:`_run_plain`).
 """
 
 from __future__ import annotations
@@ -63,8 +63,8 @@ def execute(runtime: Runtime, step: StepPlan, marks: list[float] | None = None,
     tokens: Sequence[tuple[TokenEvent, ...]] = ()
     scores: tuple[TokenEvent, ...] = ()
     decodes = 0
-    for slot, on in step.samplers:
-        runtime.set_backend_greedy(slot, on)
+    for slot, params in step.samplers:
+        runtime.set_backend_sampler(slot, params)
     if step.batch is not None and step.lora is not None:  # the batch's adapter set (per context)
         runtime.set_lora(step.lora)
     if step.batch is not None and step.batch.media:
@@ -158,8 +158,8 @@ def run_steps(runtime: Runtime, step: StepPlan, first: Sequence[TokenEvent], mar
 
 
 def _plain(task: SampleTask) -> bool:
-    """``task`` takes the argmax of its raw logits (plain greedy, or picked by llama.cpp's backend sampler) and
-    nothing else: no logprobs, signals, draft or forced token."""
+    """``task`` takes the argmax of its raw logits (plain greedy) or the token llama.cpp's backend chain picked,
+    and nothing else: no logprobs, signals, draft or forced token."""
     return (task.top_logprobs is None and not task.signals and not task.draft and task.forced is None
             and (task.backend or (isinstance(task.sampler, SeqSampler) and task.sampler.plain_greedy)))
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import attrs
 
 from skippy.engine.lora import LoraSet
+from skippy.engine.sampling.params import SamplingParams
 from skippy.engine.scheduling.batch import BatchPlan
 from skippy.engine.scheduling.embed import EmbedBatch, EmbedResult
 from skippy.engine.scheduling.events import Output, TokenEvent
@@ -35,9 +36,9 @@ class SampleTask:
     after which the run decodes it no more. ``forced``: the token this position takes instead of a
     sampled one (the reasoning budget's closing tag): nothing is sampled, the sampler accepts it
     (:meth:`Runtime.accept`), so a grammar follows the text the sequence really holds.
-    ``backend``: llama.cpp's greedy sampler picked the token in
-    the decode graph (:meth:`Runtime.sampled_token`; a plain greedy sequence without logprobs, signals or
-    speculation, whose slot has the sampler attached).
+    ``backend``: llama.cpp's sampler chain picked the token in
+    the decode graph (:meth:`Runtime.sampled_token`; a sequence without logprobs, signals or speculation,
+    whose slot has its chain attached).
     """
 
     rid: int
@@ -75,11 +76,12 @@ class StepPlan:
     batch whose sequences :func:`~skippy.engine.scheduling.decode.execute` decodes up to ``steps`` times
     back to back on the decode thread, each time with the tokens it just sampled, so the loop's thread
     handoffs, events and socket writes are paid once per run instead of once per token; ``until_finish``:
-    the run ends once a sequence finishes (requests wait for its slot). ``samplers``: (slot, on) pairs to
-    apply before the decode, attaching or detaching a slot's backend greedy sampler
-    (:meth:`Runtime.set_backend_greedy`). ``lora``: the LoRA adapter set every sequence of the batch runs
-    with, applied to the context before the decode (:meth:`Runtime.set_lora`; one set per step: llama.cpp
-    applies adapters per context); ``None`` for a runtime without adapters (nothing to apply)."""
+    the run ends once a sequence finishes (requests wait for its slot). ``samplers``: (slot, parameters)
+    pairs to apply before the decode, attaching the backend sampler chain of those parameters to a slot, or
+    detaching it (``None``) (:meth:`Runtime.set_backend_sampler`). ``lora``: the LoRA adapter set every
+    sequence of the batch runs with, applied to the context before the decode (:meth:`Runtime.set_lora`; one
+    set per step: llama.cpp applies adapters per context); ``None`` for a runtime without adapters (nothing to
+    apply)."""
 
     batch: BatchPlan | None
     samples: tuple[SampleTask, ...] = ()
@@ -89,7 +91,7 @@ class StepPlan:
     saves: tuple[tuple[int, int], ...] = ()
     steps: int = 1
     until_finish: bool = False
-    samplers: tuple[tuple[int, bool], ...] = ()
+    samplers: tuple[tuple[int, SamplingParams | None], ...] = ()
     lora: LoraSet | None = None
 
     @property
