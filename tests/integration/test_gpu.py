@@ -188,6 +188,18 @@ def test_backend_sampling_on_the_gpu_answers_as_the_default_path(on_gpu: Server,
             if got["choices"][0]["message"]["content"] != "".join(t for t, _, _ in ref):
                 assert any(lp - runner_up < NEAR_TIE for _, lp, runner_up in ref), (prompt, got, ref)
             assert got["usage"]["completion_tokens"] == 16
+        # sampled requests take their own chain in the graph: the same seed, the host chain's tokens, but for a
+        # random draw that falls between the device's and the host's rounding of a cumulative probability (rare)
+        assert httpx.get(bs.base_url + "/props", timeout=10).json()["backend_sampled"] is True
+        same = 0
+        for prompt in PROMPTS:
+            body = {"messages": _messages(prompt), "temperature": 0.8, "seed": 11, "max_tokens": 16,
+                    "cache_prompt": False}
+            texts = [httpx.post(url + "/v1/chat/completions", timeout=120, json=body).json()["choices"][0]
+                     ["message"]["content"] for url in (bs.base_url, bs.base_url, on_gpu.base_url)]
+            assert texts[0] == texts[1] and texts[0], texts  # the seed decides
+            same += texts[0] == texts[2]
+        assert same >= len(PROMPTS) - 1, same
 
 
 # -- on any machine: the device list ---------------------------------------------------------------------------
