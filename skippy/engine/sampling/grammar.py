@@ -378,6 +378,11 @@ def _qwen_param(key: str, value: str, raw: bool) -> str:
     return f"{gbnf_literal(f'<parameter={key}>' + chr(10))} {value} {gbnf_literal(chr(10) + '</parameter>' + chr(10))}"
 
 
+def _seed_param(key: str, value: str, raw: bool) -> str:
+    """Seed-OSS's value is flush against its tags (a newline there would be the value's)."""
+    return f"{gbnf_literal(f'<parameter={key}>')} {value} {gbnf_literal('</parameter>' + chr(10))}"
+
+
 def _glm_param(key: str, value: str, raw: bool) -> str:
     return (f"{gbnf_literal(f'<arg_key>{key}</arg_key>' + chr(10) + '<arg_value>')} {value} "
             f"{gbnf_literal('</arg_value>' + chr(10))}")
@@ -448,7 +453,7 @@ def _call_rules(conv: Any, chat_format: str, tools: list[dict[str, Any]], chosen
         lit = gbnf_literal
         if chat_format in ("qwen3_coder", "seed_oss"):
             tag = "seed:tool_call" if chat_format == "seed_oss" else "tool_call"
-            params = _params(conv, name, schema, where, _qwen_param, "")
+            params = _params(conv, name, schema, where, _seed_param if chat_format == "seed_oss" else _qwen_param, "")
             body = (f"{lit(f'<{tag}>' + chr(10) + f'<function={name}>' + chr(10))} {params} "
                     f"{lit('</function>' + chr(10) + f'</{tag}>')}")
         elif chat_format == "glm_4_5":

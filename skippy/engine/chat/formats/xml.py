@@ -266,12 +266,14 @@ QWEN3_CODER = ToolSyntax(
     scanner=XmlScanner,
 )
 
+#: Seed-OSS writes a value flush against its tags (``<parameter=KEY>VALUE</parameter>``, its template's own
+#: example): a newline at either end is the value's (a file's last line), not layout as in Qwen3-Coder
 SEED_OSS = ToolSyntax(
     name="seed_oss",
     opens=("<seed:tool_call>",),
     header=re.compile(r"\s*<function=(?P<name>[^>\n]+)>"),
     close="</seed:tool_call>",
-    xml=_QWEN_XML,
+    xml=attrs.evolve(_QWEN_XML, trim_newline=False),
     scanner=XmlScanner,
     think_tags=("<seed:think>", "</seed:think>"),
 )
