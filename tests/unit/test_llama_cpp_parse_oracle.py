@@ -2241,8 +2241,6 @@ DIFFERENCES: dict[tuple[str, int], str] = {
     **{("Qwen3-Coder", line): "BUG (open): a call without its <tool_call> opener is text"
        for line in (3570, 3581, 3597)},
     # fixed in later commits
-    **{("Kimi-K3", line): "BUG: the turn's closing <|close|>message<|sep|> is content"
-       for line in (4869, 4875, 4883, 4895, 4907, 4920, 4933, 4951)},
     **{("Cohere2MoE", line): "BUG: Cohere2MoE's <|START_TEXT|> / <|END_TEXT|> are content"
        for line in (2877, 2883, 2888, 2894, 2955)},
     **{(stem, line): "BUG: reasoning_format none drops the thinking tag the prompt opened"

@@ -329,7 +329,8 @@ KIMI_K3 = ToolSyntax(
                 value_attrs=re.compile(r'(?:\s+type="(?P<type>\w+)")?\s*<\|sep\|>')),
     scanner=XmlScanner,
     think_tags=("<|open|>think<|sep|>", "<|close|>think<|sep|>"),
-    drop=("<|open|>response<|sep|>", "<|close|>response<|sep|>"),
+    # the response section's tags, and the message's closing tag that ends the turn (its template writes it)
+    drop=("<|open|>response<|sep|>", "<|close|>response<|sep|>", "<|close|>message<|sep|>"),
 )
 
 MINICPM5 = ToolSyntax(
