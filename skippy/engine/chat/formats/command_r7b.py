@@ -6,7 +6,8 @@ Output shape (``tool_call_id`` is the model's own counter, replaced by ours)::
         {"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": "Paris"}}
     ]<|END_ACTION|>
 
-or ``<|START_RESPONSE|>text<|END_RESPONSE|>`` for content (markers dropped).
+or ``<|START_RESPONSE|>text<|END_RESPONSE|>`` for content (Cohere2MoE: ``<|START_TEXT|>text<|END_TEXT|>``;
+markers dropped).
 """
 
 import re
@@ -24,6 +25,6 @@ COMMAND_R7B = ToolSyntax(
     close="<|END_ACTION|>",
     wrapper=(("tool_name", "name"), ("parameters", "arguments")),
     json_lead="[",
-    drop=("<|START_RESPONSE|>", "<|END_RESPONSE|>"),
+    drop=("<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_TEXT|>", "<|END_TEXT|>"),
     think_tags=("<|START_THINKING|>", "<|END_THINKING|>"),
 )
