@@ -134,6 +134,9 @@ class ToolSyntax:
     scanner: Any = None  # a class replacing ToolScanner (same constructor), e.g. the generic format
     xml: Any = None  # XML-style arguments (:class:`skippy.engine.chat.formats.xml.XmlArgs`), read by its scanner
     own_reasoning: bool = False  # the scanner splits reasoning itself (gpt-oss channels)
+    #: a call's opener ends an unclosed thinking block: ``"prompt"`` one the generation prompt opened,
+    #: ``"any"`` one the model opened too; ``""`` never (the opener is reasoning text until the closing tag)
+    calls_end_thinking: str = ""
     markers: tuple[str, ...] = ()  # more marker strings the output may hold (see :func:`syntax_markers`)
 
     def tools_off(self) -> ToolSyntax:
@@ -417,14 +420,18 @@ class _ReasoningSplitter:
     raw text (tags included) in ``content``; ``deepseek-legacy`` does both;
     ``hidden`` parses and drops them. With ``forced_open`` (the generation
     prompt already opened the tag) the output starts inside reasoning. An
-    unclosed block at the end is all reasoning.
+    unclosed block at the end is all reasoning. ``call_opens``: the openers of
+    a tool call that end a block left unclosed (the model calls a tool
+    without closing its thinking, as llama.cpp reads these families: see
+    :attr:`ToolSyntax.calls_end_thinking`).
     """
 
     def __init__(self, inner: ToolScanner, mode: str, forced_open: bool,
-                 tags: tuple[str, str]) -> None:
+                 tags: tuple[str, str], call_opens: tuple[str, ...] = ()) -> None:
         self.inner = inner
         self.mode = mode
         self.open, self.close = tags
+        self.ends = (self.close, *call_opens)
         self.state = "off" if mode == "none" else ("think" if forced_open else "start")
         self.buf = ""
         self.sink = _Sink(skip_leading=True)
@@ -452,17 +459,17 @@ class _ReasoningSplitter:
             else:
                 self.state = "content"
         if self.state == "think":
-            i = self.buf.find(self.close)
+            i, end = find_first(self.buf, self.ends)
             if i >= 0:
                 self._reason(self.buf[:i], out)
                 self.sink.cut()
-                rest = self.buf[i + len(self.close):]
+                rest = self.buf[i + len(self.close):] if end == self.close else self.buf[i:]
                 self.state = "content"
                 if not legacy:
                     self.inner.skip_leading_space()
                 self.buf = rest
             else:
-                keep = 0 if final else partial_suffix(self.buf, [self.close])
+                keep = 0 if final else partial_suffix(self.buf, list(self.ends))
                 self._reason(self.buf[:len(self.buf) - keep], out)
                 self.buf = self.buf[len(self.buf) - keep:]
                 return out
@@ -501,8 +508,9 @@ class ChatParser:
         scanner: Any = cls(syntax, allowed, parallel_tool_calls, id_factory, tool_schemas)  # or the syntax's own
         if own:
             scanner.reasoning_format = reasoning_format
+        ends_thinking = syntax.calls_end_thinking == "any" or (thinking_forced_open and syntax.calls_end_thinking)
         self._top = _ReasoningSplitter(scanner, "none" if own else reasoning_format, thinking_forced_open,
-                                       syntax.think_tags)
+                                       syntax.think_tags, syntax.opens if allowed and ends_thinking else ())
         self._markers = syntax_markers(syntax)
         self._content: list[str] = []
         self._reasoning: list[str] = []

@@ -40,6 +40,7 @@ KIMI_K2 = ToolSyntax(
     next_call="<|tool_call_begin|>",
     close="<|tool_calls_section_end|>",
     markers=("<|tool_call_end|>",),
+    calls_end_thinking="any",  # Kimi K2 Thinking calls tools from inside <think> without closing it
 )
 
 GRANITE = ToolSyntax(

@@ -264,6 +264,7 @@ QWEN3_CODER = ToolSyntax(
     close="</tool_call>",
     xml=_QWEN_XML,
     scanner=XmlScanner,
+    calls_end_thinking="prompt",  # Qwen3.5 / Nemotron 3 call tools in the thinking their prompt opened
 )
 
 #: Seed-OSS writes a value flush against its tags (``<parameter=KEY>VALUE</parameter>``, its template's own
@@ -286,6 +287,7 @@ GLM_4_5 = ToolSyntax(
     xml=XmlArgs(param_open="<arg_key>", key_end="</arg_key>", value_open="<arg_value>",
                 value_close="</arg_value>", call_close="</tool_call>"),
     scanner=XmlScanner,
+    calls_end_thinking="prompt",  # Ling 3 calls tools in the thinking its prompt opened
 )
 
 MINIMAX_M2 = ToolSyntax(
@@ -316,7 +318,7 @@ DEEPSEEK_V3_2 = ToolSyntax(
 )
 
 DEEPSEEK_V4 = attrs.evolve(DEEPSEEK_V3_2, name="deepseek_v4", opens=("<｜DSML｜tool_calls>",),
-                           close="</｜DSML｜tool_calls>")
+                           close="</｜DSML｜tool_calls>", calls_end_thinking="prompt")
 
 KIMI_K3 = ToolSyntax(
     name="kimi_k3",
