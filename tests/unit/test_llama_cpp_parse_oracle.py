@@ -2241,9 +2241,8 @@ DIFFERENCES: dict[tuple[str, int], str] = {
        "stays in content" for line in (3155, 3161, 3167, 3173)},
     **{("Qwen3-Coder", line): "BUG (open): a call without its <tool_call> opener is text"
        for line in (3570, 3581, 3597)},
-    # fixed in later commits
-    ("Cohere2MoE", 2883): "BUG: reasoning_format none drops the thinking tag the prompt opened",
-    **{(stem, line): "BUG: reasoning_format none drops the thinking tag the prompt opened"
+    ("Cohere2MoE", 2883): "BUG (open): reasoning_format none drops the thinking tag the prompt opened",
+    **{(stem, line): "BUG (open): reasoning_format none drops the thinking tag the prompt opened"
        for stem, line in (("Qwen3.5-4B", 2156), ("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", 2704))},
 }
 
