@@ -45,9 +45,11 @@ _HEADER = re.compile(
 
 
 def _may_be_header(text: str) -> bool:
-    """True while ``text`` can still grow into a message header (a marker or the role name first)."""
+    """True while ``text`` can still grow into a message header: a marker, the role name or the recipient
+    first (``<|start|>assistant`` is the generation prompt's, so a header may begin at `` to=``, as
+    llama.cpp's ``tool_in_role`` reads it)."""
     text = text.lstrip()
-    return any(text.startswith(lead) or lead.startswith(text) for lead in ("<|", "assistant"))
+    return any(text.startswith(lead) or lead.startswith(text) for lead in ("<|", "assistant", "to="))
 
 
 class HarmonyScanner(ToolScanner):
