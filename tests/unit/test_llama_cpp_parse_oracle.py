@@ -2231,8 +2231,6 @@ DIFFERENCES: dict[tuple[str, int], str] = {
     ("MiniMax-M3", 5793): "an argument written as nested tags is an object to us even where the schema also allows "
     "a string (llama.cpp keeps the tags as the string)",
     # gpt-oss: Harmony headers llama.cpp reads and we do not
-    ("openai-gpt-oss-120b", 6547): "BUG (open): a call to a built-in tool (container.exec) is content, not dropped",
-    ("openai-gpt-oss-120b", 6556): "BUG (open): a call to a built-in tool (python) is content, not dropped",
     ("openai-gpt-oss-120b", 6567): "BUG (open): a malformed header ('commentary to=assistant<|channel|>analysis')",
     ("openai-gpt-oss-120b", 6575): "BUG (open): a malformed header ('commentary to=assistant<|channel|>final')",
     **{("google-gemma-4-31B-it", line): "BUG (open): an empty thought channel or a stray <channel|> after the reply "

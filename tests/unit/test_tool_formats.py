@@ -339,12 +339,13 @@ def test_xml_values_typed_by_schema_unknown_keys_by_json():
     assert json.loads(msg.tool_calls[0].arguments) == {"city": "123", "days": "x", "extra": [1, 2]}
 
 
-def test_harmony_builtin_recipient_and_disallowed_tool_stay_content():
+def test_harmony_builtin_recipient_is_dropped_and_disallowed_tool_stays_content():
     plan = render_chat(_tmpl("openai-gpt-oss-120b"), ChatCompletionRequest(
         messages=CONVERSATION[:1], tools=[WEATHER])).plan
     text = '<|channel|>commentary to=browser.search <|constrain|>json<|message|>{"q": "x"}<|call|>'
-    _, msg = _parse(plan, [text])
-    assert msg.tool_calls == () and msg.content == text
+    for pieces in ([text], list(text)):  # a built-in tool's call: no client can run it (llama.cpp drops it)
+        _, msg = _parse(plan, pieces)
+        assert msg.tool_calls == () and msg.content == ""
     text = '<|channel|>commentary to=functions.rm_rf<|message|>{}<|call|>'
     assert _parse(plan, list(text))[1].content == text
 

@@ -14,9 +14,12 @@ Channel ``analysis`` is reasoning (``reasoning_format`` applies: ``none``
 keeps the raw message in ``content``, ``hidden`` drops it); ``final`` and a
 ``commentary`` without recipient (a preamble) are content; a message to
 ``functions.NAME`` of an allowed tool is a call whose body is its JSON
-arguments, streamed as written. A message to any other recipient (a built-in
-``browser``/``python`` tool, or a tool the request does not allow) is given
-back verbatim as content. Text that is not Harmony at all is content.
+arguments, streamed as written. A message to ``functions.NAME`` of a tool the
+request does not allow is given back verbatim as content (as every format
+here treats a call it may not make). A message to a recipient outside
+``functions.`` is a call to a built-in tool (``browser.search``, ``python``,
+``container.exec``) that no client can run: it is dropped, as llama.cpp's
+``unsolicited`` rule drops it. Text that is not Harmony at all is content.
 
 Why not the ``openai-harmony`` library: its ``StreamableParser`` works on
 o200k token ids and needs the ``o200k_base.tiktoken`` vocabulary, which it
@@ -140,8 +143,10 @@ class HarmonyScanner(ToolScanner):
         if recipient is not None and recipient.startswith("functions.") and recipient[10:] in self.allowed:
             self.call_index = self._call_start(recipient[10:])
             self.route = "call" if self.call_index >= 0 else "drop"
-        elif recipient is not None and recipient != "assistant":
+        elif recipient is not None and recipient.startswith("functions."):
             self.route = "raw"
+        elif recipient is not None and recipient != "assistant":
+            self.route = "drop"  # a built-in tool's call
         elif channel == "analysis":
             fmt = self.reasoning_format
             self.route = {"none": "raw", "hidden": "drop"}.get(fmt, "reasoning")
