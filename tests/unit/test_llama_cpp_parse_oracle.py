@@ -2230,9 +2230,6 @@ DIFFERENCES: dict[tuple[str, int], str] = {
        "sees it" for line in (4742, 4748)},
     ("MiniMax-M3", 5793): "an argument written as nested tags is an object to us even where the schema also allows "
     "a string (llama.cpp keeps the tags as the string)",
-    # gpt-oss: Harmony headers llama.cpp reads and we do not
-    ("openai-gpt-oss-120b", 6567): "BUG (open): a malformed header ('commentary to=assistant<|channel|>analysis')",
-    ("openai-gpt-oss-120b", 6575): "BUG (open): a malformed header ('commentary to=assistant<|channel|>final')",
     **{("google-gemma-4-31B-it", line): "BUG (open): an empty thought channel or a stray <channel|> after the reply "
        "stays in content" for line in (3155, 3161, 3167, 3173)},
     **{("Qwen3-Coder", line): "BUG (open): a call without its <tool_call> opener is text"

@@ -42,8 +42,12 @@ from skippy.engine.output.textstream import partial_suffix
 START, CHANNEL, MESSAGE = "<|start|>", "<|channel|>", "<|message|>"
 ENDS = ("<|end|>", "<|call|>", "<|return|>")
 _BODY_STOPS = (*ENDS, START)
+#: gpt-oss-20b at times writes ``<|channel|>commentary[ to=assistant]`` before an ``analysis`` or ``final``
+#: channel: a stray prefix, skipped (llama.cpp's ``stray_commentary``)
+_STRAY = r"(?:<\|channel\|>commentary(?:\s+to=assistant)?(?=<\|channel\|>(?:analysis|final)\b))?"
 _HEADER = re.compile(
-    r"(?:<\|start\|>)?\s*(?:[A-Za-z_][\w-]*)?(?:\s+to=(?P<r1>[^\s<]+))?\s*<\|channel\|>\s*(?P<channel>[^\s<]+)"
+    r"(?:<\|start\|>)?\s*(?:[A-Za-z_][\w-]*)?(?:\s+to=(?P<r1>[^\s<]+))?\s*" + _STRAY +
+    r"<\|channel\|>\s*(?P<channel>[^\s<]+)"
     r"(?:\s+to=(?P<r2>[^\s<]+))?\s*(?:<\|constrain\|>)?\s*(?:[^\s<]+)?\s*<\|message\|>", re.S)
 
 
