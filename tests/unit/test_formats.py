@@ -174,6 +174,11 @@ KNOWN = [
     ("gemma4", {}, '<|channel>thought\nNeed weather.<channel|>Checking.<|tool_call>call:get_weather{city:<|"|>Paris'
      '<|"|>}<tool_call|><|tool_call>call:f{}<tool_call|>',
      ParsedMessage(content="Checking.", reasoning_content="Need weather.", tool_calls=(WEATHER, F_EMPTY))),
+    # a thinking block after the reply is reasoning too; a stray <|channel> before one and a <channel|> no block
+    # opened are dropped (llama.cpp's Gemma 4 parser)
+    ("gemma4", {}, "<|channel><|channel>thought\nFirst.<channel|>Hi <|channel>thought\nthen.<channel|> there."
+     "<channel|>",
+     ParsedMessage(content="Hi there.", reasoning_content="First.then.")),
     ("gemma4", {}, '<|tool_call>call:run{cmd:<|"|>a "b"\n<|"|>,n:3,opts:{x:[1,true]}}<tool_call|>',
      ParsedMessage(tool_calls=(
          ToolCall("call_0", "run", '{"cmd": "a \\"b\\"\\n", "n": 3, "opts": {"x": [1, true]}}'),))),

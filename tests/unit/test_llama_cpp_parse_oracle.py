@@ -2230,8 +2230,6 @@ DIFFERENCES: dict[tuple[str, int], str] = {
        "sees it" for line in (4742, 4748)},
     ("MiniMax-M3", 5793): "an argument written as nested tags is an object to us even where the schema also allows "
     "a string (llama.cpp keeps the tags as the string)",
-    **{("google-gemma-4-31B-it", line): "BUG (open): an empty thought channel or a stray <channel|> after the reply "
-       "stays in content" for line in (3155, 3161, 3167, 3173)},
     **{("Qwen3-Coder", line): "BUG (open): a call without its <tool_call> opener is text"
        for line in (3570, 3581, 3597)},
     ("Cohere2MoE", 2883): "BUG (open): reasoning_format none drops the thinking tag the prompt opened",

@@ -137,6 +137,10 @@ class ToolSyntax:
     #: a call's opener ends an unclosed thinking block: ``"prompt"`` one the generation prompt opened,
     #: ``"any"`` one the model opened too; ``""`` never (the opener is reasoning text until the closing tag)
     calls_end_thinking: str = ""
+    #: the channel opener that the thinking tag starts with (Gemma 4's ``<|channel>`` of ``<|channel>thought``):
+    #: where set, thinking blocks after the reply are reasoning too, extra openers before a block are skipped
+    #: and a closing tag that no block opened is dropped (llama.cpp's Gemma 4 parser)
+    think_channel: str = ""
     markers: tuple[str, ...] = ()  # more marker strings the output may hold (see :func:`syntax_markers`)
 
     def tools_off(self) -> ToolSyntax:
@@ -423,15 +427,18 @@ class _ReasoningSplitter:
     unclosed block at the end is all reasoning. ``call_opens``: the openers of
     a tool call that end a block left unclosed (the model calls a tool
     without closing its thinking, as llama.cpp reads these families: see
-    :attr:`ToolSyntax.calls_end_thinking`).
+    :attr:`ToolSyntax.calls_end_thinking`). ``channel``: see
+    :attr:`ToolSyntax.think_channel` (blocks after the reply, stray tags).
     """
 
     def __init__(self, inner: ToolScanner, mode: str, forced_open: bool,
-                 tags: tuple[str, str], call_opens: tuple[str, ...] = ()) -> None:
+                 tags: tuple[str, str], call_opens: tuple[str, ...] = (), channel: str = "") -> None:
         self.inner = inner
         self.mode = mode
+        self.legacy = mode == "deepseek-legacy"  # the raw text also goes to content, unchanged
         self.open, self.close = tags
         self.ends = (self.close, *call_opens)
+        self.channel = channel
         self.state = "off" if mode == "none" else ("think" if forced_open else "start")
         self.buf = ""
         self.sink = _Sink(skip_leading=True)
@@ -441,43 +448,86 @@ class _ReasoningSplitter:
         if text and self.mode != "hidden":
             out.append(Delta(reasoning_content=text))
 
+    def _reply(self, text: str, final: bool, out: list[Delta]) -> None:
+        if not self.legacy:  # (legacy: the scanner had the raw text already)
+            out += self.inner.feed(text, final)
+
+    def _past_strays(self, text: str) -> str:
+        """``text`` less the stray channel openers at its start that are not the thinking tag's own
+        (Gemma 4's ``<|channel><|channel>thought``: llama.cpp's ``consume_empty_channels``)."""
+        while self.channel and text.startswith(self.channel) and not self.open.startswith(text[:len(self.open)]):
+            text = text[len(self.channel):]
+        return text
+
     def feed(self, text: str, final: bool = False) -> list[Delta]:
         if self.state == "off":
             return self.inner.feed(text, final)
         out: list[Delta] = []
-        legacy = self.mode == "deepseek-legacy"
-        if legacy:  # the raw text also goes to content, unchanged
+        if self.legacy:
             out += self.inner.feed(text, final)
         self.buf += text
-        if self.state == "start":
-            stripped = self.buf.lstrip()
-            if stripped.startswith(self.open):
-                self.buf = stripped[len(self.open):]
-                self.state = "think"
-            elif self.open.startswith(stripped) and not final:
-                return out
-            else:
-                self.state = "content"
-        if self.state == "think":
-            i, end = find_first(self.buf, self.ends)
-            if i >= 0:
-                self._reason(self.buf[:i], out)
-                self.sink.cut()
-                rest = self.buf[i + len(self.close):] if end == self.close else self.buf[i:]
-                self.state = "content"
-                if not legacy:
-                    self.inner.skip_leading_space()
-                self.buf = rest
-            else:
-                keep = 0 if final else partial_suffix(self.buf, list(self.ends))
-                self._reason(self.buf[:len(self.buf) - keep], out)
-                self.buf = self.buf[len(self.buf) - keep:]
-                return out
-        if self.state == "content":
-            rest, self.buf = self.buf, ""
-            if not legacy:
-                out += self.inner.feed(rest, final)
+        while {"start": self._step_start, "think": self._step_think, "content": self._step_content}[self.state](
+                final, out):
+            pass
         return out
+
+    def _step_start(self, final: bool, out: list[Delta]) -> bool:
+        stripped = self._past_strays(self.buf.lstrip())
+        if stripped.startswith(self.open):
+            self.buf = stripped[len(self.open):]
+            self.state = "think"
+            return True
+        if self.open.startswith(stripped) and not final:
+            return False
+        self.state = "content"
+        return True
+
+    def _step_think(self, final: bool, out: list[Delta]) -> bool:
+        i, end = find_first(self.buf, self.ends)
+        if i < 0:
+            keep = 0 if final else partial_suffix(self.buf, list(self.ends))
+            self._reason(self.buf[:len(self.buf) - keep], out)
+            self.buf = self.buf[len(self.buf) - keep:]
+            return False
+        self._reason(self.buf[:i], out)
+        self.sink.cut()
+        self.buf = self.buf[i + len(self.close):] if end == self.close else self.buf[i:]
+        self.state = "content"
+        if not self.legacy:
+            self.inner.skip_leading_space()
+        return True
+
+    def _step_content(self, final: bool, out: list[Delta]) -> bool:
+        """The reply. With a ``channel`` it is read on for thinking blocks and stray tags, as llama.cpp's
+        Gemma 4 parser reads them: a block after the reply is reasoning too, a closing tag no block opened
+        is dropped (llama.cpp stops reading there; we keep what follows), and a channel opener that
+        starts no block is reply text."""
+        buf = self.buf
+        if not self.channel:
+            self.buf = ""
+            self._reply(buf, final, out)
+            return False
+        i, tag = find_first(buf, (self.channel, self.close))
+        if i < 0:
+            keep = 0 if final else partial_suffix(buf, [self.channel, self.close])
+            self._reply(buf[:len(buf) - keep], final, out)
+            self.buf = buf[len(buf) - keep:]
+            return False
+        self._reply(buf[:i], False, out)
+        rest = buf[i:]
+        if tag == self.close:
+            self.buf = rest[len(self.close):]
+            return True
+        block = self._past_strays(rest)
+        if block.startswith(self.open):
+            self.buf, self.state = block[len(self.open):], "think"
+            return True
+        if self.open.startswith(block) and not final:
+            self.buf = rest
+            return False
+        self._reply(rest[:len(self.channel)], False, out)
+        self.buf = rest[len(self.channel):]
+        return True
 
     def finish(self) -> list[Delta]:
         out = self.feed("", final=True) if self.state != "off" else []
@@ -510,7 +560,8 @@ class ChatParser:
             scanner.reasoning_format = reasoning_format
         ends_thinking = syntax.calls_end_thinking == "any" or (thinking_forced_open and syntax.calls_end_thinking)
         self._top = _ReasoningSplitter(scanner, "none" if own else reasoning_format, thinking_forced_open,
-                                       syntax.think_tags, syntax.opens if allowed and ends_thinking else ())
+                                       syntax.think_tags, syntax.opens if allowed and ends_thinking else (),
+                                       syntax.think_channel)
         self._markers = syntax_markers(syntax)
         self._content: list[str] = []
         self._reasoning: list[str] = []

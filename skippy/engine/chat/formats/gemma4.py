@@ -128,5 +128,6 @@ GEMMA4 = ToolSyntax(
     close="<tool_call|>",
     scanner=GemmaScanner,
     think_tags=("<|channel>thought", "<channel|>"),
+    think_channel="<|channel>",
     markers=('<|"|>',),
 )
