@@ -350,6 +350,19 @@ def test_harmony_builtin_recipient_is_dropped_and_disallowed_tool_stays_content(
     assert _parse(plan, list(text))[1].content == text
 
 
+def test_qwen3_coder_call_without_its_opener_only_where_the_model_does_not_think():
+    """Qwen3-Coder (no thinking block) may leave out <tool_call>: <function=NAME> of an allowed tool opens
+    the call (llama.cpp's workaround); another name stays text, and a thinking model's bare opener is text."""
+    text = ("#include <functional>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n"
+            "</tool_call>")
+    req = ChatCompletionRequest(messages=CONVERSATION[:1], tools=[WEATHER], enable_thinking=False)
+    for pieces in ([text], list(text)):
+        _, msg = _parse(render_chat(_tmpl("Qwen3-Coder"), req).plan, pieces)
+        assert msg.content == "#include <functional>" and msg.tool_calls[0].name == "get_weather"
+        _, msg = _parse(render_chat(_tmpl("Qwen3.5-4B"), req).plan, pieces)
+        assert msg.tool_calls == () and msg.content == text
+
+
 def test_harmony_reasoning_format_none_keeps_the_raw_analysis():
     from skippy.engine.chat.formats import make_parser
     text = "<|channel|>analysis<|message|>hm<|end|><|start|>assistant<|channel|>final<|message|>Hi"

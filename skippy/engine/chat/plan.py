@@ -36,6 +36,9 @@ class ParsePlan:
     skippy-server's ``recurrent_cache_prefix_text``): the cache boundary where the scheduler saves
     a context checkpoint for the next turn (recurrent, hybrid and sliding-window models).
     ``None``: not asked for, or the template failed to render it.
+    ``supports_thinking``: the template has a thinking block (:attr:`~skippy.engine.chat.capabilities.
+    TemplateCaps.supports_thinking`); where it has none, the parser reads a format's workaround for models
+    that do not think (Qwen3-Coder's call without its ``<tool_call>``).
     """
 
     chat_format: str = "content_only"
@@ -49,3 +52,4 @@ class ParsePlan:
     constraint: Constraint | None = None
     tool_schemas: dict[str, dict[str, Any]] = attrs.field(factory=dict, eq=False, hash=False)
     history_chars: int | None = None
+    supports_thinking: bool = True

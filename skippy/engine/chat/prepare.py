@@ -319,6 +319,7 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
         constraint=structured.constraint,
         tool_schemas=_tool_schemas(tools) if tools_on else {},
         history_chars=history_chars,
+        supports_thinking=caps.supports_thinking,
     )
     return Rendered(prompt, plan, tuple(images), tuple(image_params))
 
@@ -360,4 +361,4 @@ def make_output_parser(plan: ParsePlan) -> StreamParser:
     return make_parser(plan.chat_format, reasoning_format=plan.reasoning_format,
                        thinking_forced_open=plan.thinking_forced_open,
                        allowed_tools=set(plan.allowed_tools) or None, parallel_tool_calls=plan.parallel_tool_calls,
-                       tool_schemas=plan.tool_schemas)
+                       tool_schemas=plan.tool_schemas, supports_thinking=plan.supports_thinking)

@@ -58,7 +58,7 @@ FORMATS: tuple[str, ...] = tuple(SYNTAXES)
 def make_parser(chat_format: str, *, reasoning_format: str = "auto", thinking_forced_open: bool = False,
                 allowed_tools: set[str] | None = None, parallel_tool_calls: bool = True,
                 id_factory: IdFactory = new_call_id,
-                tool_schemas: dict[str, dict[str, Any]] | None = None) -> StreamParser:
+                tool_schemas: dict[str, dict[str, Any]] | None = None, supports_thinking: bool = True) -> StreamParser:
     """The streaming parser of one generation in ``chat_format``.
 
     ``allowed_tools``: names the request allows as calls (``tool_choice``
@@ -68,8 +68,11 @@ def make_parser(chat_format: str, *, reasoning_format: str = "auto", thinking_fo
     dropped, as vLLM does). ``reasoning_format`` is one of
     :data:`REASONING_FORMATS`. ``tool_schemas`` maps a tool name to its
     ``parameters`` JSON schema: formats whose arguments are text (Qwen3-Coder,
-    GLM, Seed-OSS XML) type each value by it. Raises ``ValueError`` for
-    unknown names.
+    GLM, Seed-OSS XML) type each value by it. ``supports_thinking``: the
+    template has a thinking block; where it has none, a format's workaround
+    for models that do not think applies (Qwen3-Coder's call without its
+    ``<tool_call>``: :attr:`~.core.ToolSyntax.bare_call_open`). Raises
+    ``ValueError`` for unknown names.
     """
     try:
         syntax = SYNTAXES[chat_format]
@@ -77,7 +80,7 @@ def make_parser(chat_format: str, *, reasoning_format: str = "auto", thinking_fo
         raise ValueError(f"unknown chat format {chat_format!r}") from None
     return ChatParser(syntax, reasoning_format=reasoning_format, thinking_forced_open=thinking_forced_open,
                       allowed_tools=allowed_tools, parallel_tool_calls=parallel_tool_calls,
-                      id_factory=id_factory, tool_schemas=tool_schemas)
+                      id_factory=id_factory, tool_schemas=tool_schemas, supports_thinking=supports_thinking)
 
 
 def preserved_markers(chat_format: str) -> tuple[str, ...]:

@@ -142,6 +142,11 @@ class ToolSyntax:
     #: and a closing tag that no block opened is dropped (llama.cpp's Gemma 4 parser)
     think_channel: str = ""
     markers: tuple[str, ...] = ()  # more marker strings the output may hold (see :func:`syntax_markers`)
+    #: Qwen3-Coder's ``<function=``: a model that does not think (its template has no thinking block) at times
+    #: leaves out the section's opener, so a call may also start at this text followed by an allowed tool's
+    #: name and ``>`` (``<function=NAME>``: the tools' own names only, so ``#include <functional>`` stays
+    #: text), as llama.cpp's Qwen3-Coder parser reads it; :class:`ChatParser` drops it for a thinking model
+    bare_call_open: str = ""
 
     def tools_off(self) -> ToolSyntax:
         if self.keep_when_tools_off:
@@ -240,7 +245,10 @@ class ToolScanner:
         self.call_index = -1  # index of the call whose arguments stream (-1: suppressed)
         self.args_start = self.args_sent = 0
         self.out: list[Delta] = []
-        self.markers = syntax.opens + syntax.drop
+        #: a call's whole opening text where the section's opener is left out (:attr:`ToolSyntax.bare_call_open`)
+        self.bare = tuple(f"{syntax.bare_call_open}{name}>" for name in sorted(self.allowed)) \
+            if syntax.bare_call_open else ()
+        self.markers = syntax.opens + syntax.drop + self.bare
 
     # -- emit helpers
     def _content(self, text: str) -> None:
@@ -294,6 +302,8 @@ class ToolScanner:
         self.pos = i + len(marker)
         if marker in self.syntax.opens:
             self.held, self.resume, self.state = i, self.pos, _HEADER
+        elif marker in self.bare:  # the call's header is read from its own opening text
+            self.held, self.resume, self.pos, self.state = i, self.pos, i, _HEADER
         return True
 
     def _step_header(self, final: bool) -> bool:
@@ -547,12 +557,14 @@ class ChatParser:
     def __init__(self, syntax: ToolSyntax = CONTENT_ONLY, *, reasoning_format: str = "auto",
                  thinking_forced_open: bool = False, allowed_tools: set[str] | None = None,
                  parallel_tool_calls: bool = True, id_factory: IdFactory = new_call_id,
-                 tool_schemas: dict[str, dict[str, Any]] | None = None) -> None:
+                 tool_schemas: dict[str, dict[str, Any]] | None = None, supports_thinking: bool = True) -> None:
         if reasoning_format not in REASONING_FORMATS:
             raise ValueError(f"unknown reasoning_format {reasoning_format!r}")
         allowed = set(allowed_tools or ())
         if not allowed:
             syntax = syntax.tools_off()
+        if supports_thinking and syntax.bare_call_open:  # a workaround for models that do not think only
+            syntax = attrs.evolve(syntax, bare_call_open="")
         own = syntax.own_reasoning
         cls = syntax.scanner if (syntax.scanner is not None and (allowed or own)) else ToolScanner
         scanner: Any = cls(syntax, allowed, parallel_tool_calls, id_factory, tool_schemas)  # or the syntax's own

@@ -265,6 +265,7 @@ QWEN3_CODER = ToolSyntax(
     xml=_QWEN_XML,
     scanner=XmlScanner,
     calls_end_thinking="prompt",  # Qwen3.5 / Nemotron 3 call tools in the thinking their prompt opened
+    bare_call_open="<function=",  # Qwen3-Coder at times leaves out <tool_call>
 )
 
 #: Seed-OSS writes a value flush against its tags (``<parameter=KEY>VALUE</parameter>``, its template's own
