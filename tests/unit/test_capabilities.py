@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from skippy.engine.chat.capabilities import TemplateCaps, detect_caps, prompt_opens_thinking
+from skippy.engine.chat.capabilities import TemplateCaps, detect_caps, prompt_opens_thinking, thinking_opener
 from skippy.engine.chat.formats import FORMATS
 from skippy.engine.chat.history import normalize_history
 from skippy.engine.chat.templates import ChatTemplate
@@ -155,6 +155,8 @@ def test_prompt_opens_thinking():
     assert prompt_opens_thinking("<|im_start|>assistant\n<think>\n")
     assert not prompt_opens_thinking("<|im_start|>assistant\n<think>\n\n</think>\n\n")
     assert prompt_opens_thinking("<|CHATBOT_TOKEN|><|START_THINKING|>")
+    assert thinking_opener("<|im_start|>assistant\n<think>\n") == "<think>\n"
+    assert thinking_opener("<|im_start|>assistant\n<think>\n\n</think>\n\n") == ""
 
 
 # ---------------------------------------------------------------- history

@@ -291,6 +291,20 @@ def test_reasoning_format_none_keeps_think_in_content():
         check_invariant(deltas, msg)
 
 
+def test_reasoning_format_none_begins_with_the_thinking_tag_the_prompt_opened():
+    """As llama.cpp, which parses the generation prompt and the output as one text; Kimi K3's parser drops it."""
+    text = "hmm\n</think>\n\nAnswer."
+    for pieces in [*splits(text), []]:
+        deltas, msg = run("hermes_2_pro", pieces, reasoning_format="none", thinking_forced_open=True,
+                          thinking_opener="<think>\n")
+        assert msg == ParsedMessage(content="<think>\n" + "".join(pieces))
+        check_invariant(deltas, msg)
+        assert run("hermes_2_pro", pieces, thinking_forced_open=True, thinking_opener="<think>\n")[1] == \
+            (ParsedMessage(content="Answer.", reasoning_content="hmm") if pieces else ParsedMessage())
+    assert run("kimi_k3", ["hmm"], reasoning_format="none", thinking_forced_open=True,
+               thinking_opener="<|open|>think<|sep|>")[1] == ParsedMessage(content="hmm")
+
+
 def test_reasoning_format_legacy_and_hidden():
     text = "<think>hmm</think>Answer."
     for pieces in splits(text):

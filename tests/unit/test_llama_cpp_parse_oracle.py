@@ -2230,9 +2230,6 @@ DIFFERENCES: dict[tuple[str, int], str] = {
        "sees it" for line in (4742, 4748)},
     ("MiniMax-M3", 5793): "an argument written as nested tags is an object to us even where the schema also allows "
     "a string (llama.cpp keeps the tags as the string)",
-    ("Cohere2MoE", 2883): "BUG (open): reasoning_format none drops the thinking tag the prompt opened",
-    **{(stem, line): "BUG (open): reasoning_format none drops the thinking tag the prompt opened"
-       for stem, line in (("Qwen3.5-4B", 2156), ("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", 2704))},
 }
 
 _TEMPLATES: dict[str, PreparedTemplate] = {}

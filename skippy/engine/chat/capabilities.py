@@ -67,8 +67,15 @@ class TemplateCaps:
 
 def prompt_opens_thinking(prompt: str) -> bool:
     """True if a rendered prompt ends inside an opened thinking block (``...<think>\\n``)."""
+    return bool(thinking_opener(prompt))
+
+
+def thinking_opener(prompt: str) -> str:
+    """The text that opens the thinking block a rendered prompt ends inside: its opening tag and the space
+    after it (``<think>\\n``), or ``""`` when the prompt does not end inside one."""
     tail = prompt.rstrip()
-    return any(tail.endswith(tag) for tag in THINK_OPEN_TAGS)
+    tag = next((tag for tag in THINK_OPEN_TAGS if tail.endswith(tag)), "")
+    return prompt[len(tail) - len(tag):] if tag else ""
 
 
 def _render(template: ChatTemplate, messages: list[dict[str, Any]], **kwargs: Any) -> str | None:

@@ -21,7 +21,9 @@ class ParsePlan:
     request has no tools and the template no reasoning); ``reasoning_format``
     as requested (``auto``, ``none``, ``deepseek``, ``deepseek-legacy``,
     ``hidden``); ``thinking_forced_open``: the prompt already opened
-    ``<think>``; ``allowed_tools``: names the output may call (empty: tools
+    ``<think>``; ``thinking_opener``: then the text that opened it (``<think>\\n``), which begins
+    ``content`` with ``reasoning_format: none`` (:attr:`~skippy.engine.chat.formats.core.ToolSyntax.
+    keeps_prompt_opener`); ``allowed_tools``: names the output may call (empty: tools
     off); ``emulated``: tool calls use the ``TOOL_CALL`` text convention
     (where no call may be made, such text is plain content);
     ``grammar``: GBNF or ``None``;
@@ -44,6 +46,7 @@ class ParsePlan:
     chat_format: str = "content_only"
     reasoning_format: str = "auto"
     thinking_forced_open: bool = False
+    thinking_opener: str = ""
     allowed_tools: frozenset[str] = frozenset()
     parallel_tool_calls: bool = True
     emulated: bool = False

@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 
 from skippy.engine.chat import emulation
-from skippy.engine.chat.capabilities import TemplateCaps, detect_caps, prompt_opens_thinking
+from skippy.engine.chat.capabilities import TemplateCaps, detect_caps, thinking_opener
 from skippy.engine.chat.documents import extract_documents
 from skippy.engine.chat.formats import REASONING_FORMATS, SYNTAXES, make_parser
 from skippy.engine.chat.formats.base import StreamParser
@@ -298,7 +298,8 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
         except TemplateError:
             pass
 
-    thinking_open = prompt_opens_thinking(prompt)
+    opener = thinking_opener(prompt)
+    thinking_open = bool(opener)
     if forced_native and thinking_open:  # the reasoning the prompt opened ends before the forced call
         tool_grammar = grammars.native_tool_grammar(
             caps.chat_format, tools, emulation.select_tools(tools, tool_choice), parallel=parallel,
@@ -311,6 +312,7 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
         chat_format=caps.chat_format,
         reasoning_format=reasoning,
         thinking_forced_open=thinking_open,
+        thinking_opener=opener,
         allowed_tools=frozenset(emulation.allowed_tool_names(tools, tool_choice)) if tools_on else frozenset(),
         parallel_tool_calls=parallel,
         emulated=emulated,
@@ -359,6 +361,6 @@ def make_output_parser(plan: ParsePlan) -> StreamParser:
     if plan.emulated:
         return EmulatedToolParser(set(plan.allowed_tools), plan.parallel_tool_calls, withhold=True)
     return make_parser(plan.chat_format, reasoning_format=plan.reasoning_format,
-                       thinking_forced_open=plan.thinking_forced_open,
+                       thinking_forced_open=plan.thinking_forced_open, thinking_opener=plan.thinking_opener,
                        allowed_tools=set(plan.allowed_tools) or None, parallel_tool_calls=plan.parallel_tool_calls,
                        tool_schemas=plan.tool_schemas, supports_thinking=plan.supports_thinking)

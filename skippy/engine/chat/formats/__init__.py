@@ -56,6 +56,7 @@ FORMATS: tuple[str, ...] = tuple(SYNTAXES)
 
 
 def make_parser(chat_format: str, *, reasoning_format: str = "auto", thinking_forced_open: bool = False,
+                thinking_opener: str = "",
                 allowed_tools: set[str] | None = None, parallel_tool_calls: bool = True,
                 id_factory: IdFactory = new_call_id,
                 tool_schemas: dict[str, dict[str, Any]] | None = None, supports_thinking: bool = True) -> StreamParser:
@@ -66,7 +67,10 @@ def make_parser(chat_format: str, *, reasoning_format: str = "auto", thinking_fo
     content (reasoning is still split). Calls naming other tools stay content.
     ``parallel_tool_calls=False`` keeps only the first call (later ones are
     dropped, as vLLM does). ``reasoning_format`` is one of
-    :data:`REASONING_FORMATS`. ``tool_schemas`` maps a tool name to its
+    :data:`REASONING_FORMATS`. ``thinking_opener``: the text with which the
+    generation prompt opened the thinking block (``<think>\\n``); with
+    ``reasoning_format`` ``none`` it begins ``content`` where the format
+    says so (:attr:`~.core.ToolSyntax.keeps_prompt_opener`). ``tool_schemas`` maps a tool name to its
     ``parameters`` JSON schema: formats whose arguments are text (Qwen3-Coder,
     GLM, Seed-OSS XML) type each value by it. ``supports_thinking``: the
     template has a thinking block; where it has none, a format's workaround
@@ -79,6 +83,7 @@ def make_parser(chat_format: str, *, reasoning_format: str = "auto", thinking_fo
     except KeyError:
         raise ValueError(f"unknown chat format {chat_format!r}") from None
     return ChatParser(syntax, reasoning_format=reasoning_format, thinking_forced_open=thinking_forced_open,
+                      thinking_opener=thinking_opener,
                       allowed_tools=allowed_tools, parallel_tool_calls=parallel_tool_calls,
                       id_factory=id_factory, tool_schemas=tool_schemas, supports_thinking=supports_thinking)
 

@@ -147,6 +147,11 @@ class ToolSyntax:
     #: name and ``>`` (``<function=NAME>``: the tools' own names only, so ``#include <functional>`` stays
     #: text), as llama.cpp's Qwen3-Coder parser reads it; :class:`ChatParser` drops it for a thinking model
     bare_call_open: str = ""
+    #: with ``reasoning_format: none``, the thinking tag the generation prompt opened (``<think>\\n``) begins
+    #: ``content``, so the raw reply shows where its thinking began: llama.cpp parses the generation prompt and
+    #: the output as one text, the tag included; false where its parser drops the thinking tags (Kimi K3, and
+    #: Ling 3 of the GLM syntax)
+    keeps_prompt_opener: bool = True
 
     def tools_off(self) -> ToolSyntax:
         if self.keep_when_tools_off:
@@ -555,7 +560,7 @@ class ChatParser:
     """
 
     def __init__(self, syntax: ToolSyntax = CONTENT_ONLY, *, reasoning_format: str = "auto",
-                 thinking_forced_open: bool = False, allowed_tools: set[str] | None = None,
+                 thinking_forced_open: bool = False, thinking_opener: str = "", allowed_tools: set[str] | None = None,
                  parallel_tool_calls: bool = True, id_factory: IdFactory = new_call_id,
                  tool_schemas: dict[str, dict[str, Any]] | None = None, supports_thinking: bool = True) -> None:
         if reasoning_format not in REASONING_FORMATS:
@@ -575,6 +580,10 @@ class ChatParser:
                                        syntax.think_tags, syntax.opens if allowed and ends_thinking else (),
                                        syntax.think_channel)
         self._markers = syntax_markers(syntax)
+        #: text that begins the output as the parser reads it (the prompt's thinking opener, see
+        #: :attr:`ToolSyntax.keeps_prompt_opener`), given with the first piece
+        keep = reasoning_format == "none" and thinking_forced_open and syntax.keeps_prompt_opener
+        self._lead = thinking_opener if keep else ""
         self._content: list[str] = []
         self._reasoning: list[str] = []
         self._calls: list[list[Any]] = []  # [id, name, [fragments]]
@@ -597,6 +606,8 @@ class ChatParser:
     def feed(self, text: str) -> list[Delta]:
         if self._done:
             raise RuntimeError("feed() after finish()")
+        if text and self._lead:
+            text, self._lead = self._lead + text, ""
         return self._record(self._top.feed(text)) if text else []
 
     def finish(self, *, truncated: bool = False) -> tuple[list[Delta], ParsedMessage]:
@@ -604,6 +615,8 @@ class ChatParser:
         syntax (a marker or the start of one: a call the limit cut) is dropped, while other held text
         (trailing space, a reply that is all space) is given back as usual; and a call whose
         arguments were not a complete JSON object before the end is left out of the message."""
+        lead, self._lead = self._lead, ""
+        first = self._record(self._top.feed(lead)) if lead else []  # an output with no text at all
         self._done = True
         if truncated:  # whole: the call's arguments closed in the text, not by the end's flush
             whole = [_complete_object("".join(a)) for _, _, a in self._calls]
@@ -616,7 +629,7 @@ class ChatParser:
             deltas += self._record([Delta(tool_calls=(ToolCallDelta(index=index, arguments="{}"),))
                                     for index, (_, _, frags) in enumerate(self._calls) if not "".join(frags)])
             calls = tuple(ToolCall(id=i, name=n, arguments="".join(a)) for i, n, a in self._calls)
-        return deltas, ParsedMessage(content="".join(self._content),
+        return first + deltas, ParsedMessage(content="".join(self._content),
                                      reasoning_content="".join(self._reasoning), tool_calls=calls)
 
 

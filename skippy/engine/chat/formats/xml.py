@@ -289,6 +289,7 @@ GLM_4_5 = ToolSyntax(
                 value_close="</arg_value>", call_close="</tool_call>"),
     scanner=XmlScanner,
     calls_end_thinking="prompt",  # Ling 3 calls tools in the thinking its prompt opened
+    keeps_prompt_opener=False,  # Ling 3's parser drops its thinking tags (GLM's generic one would keep it)
 )
 
 MINIMAX_M2 = ToolSyntax(
@@ -332,6 +333,7 @@ KIMI_K3 = ToolSyntax(
                 value_attrs=re.compile(r'(?:\s+type="(?P<type>\w+)")?\s*<\|sep\|>')),
     scanner=XmlScanner,
     think_tags=("<|open|>think<|sep|>", "<|close|>think<|sep|>"),
+    keeps_prompt_opener=False,  # llama.cpp's Kimi K3 parser drops its thinking tags
     # the response section's tags, and the message's closing tag that ends the turn (its template writes it)
     drop=("<|open|>response<|sep|>", "<|close|>response<|sep|>", "<|close|>message<|sep|>"),
 )
