@@ -146,6 +146,29 @@ def test_specific_capabilities():
     assert load("meetkai-functionary-medium-v3.2.jinja")[1].requires_object_arguments is False
 
 
+
+@pytest.mark.parametrize("name,native", [
+    ("google-gemma-4-31B-it.jinja", '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>}<tool_call|>'),
+    ("Kimi-K3.jinja", '<|open|>argument key="city" type="string"<|sep|>Paris<|close|>argument<|sep|>'),
+])
+def test_a_template_that_reads_objects_in_its_own_syntax_gets_objects(name, native):
+    """Gemma 4 and Kimi K3 copy a string argument as it is (JSON in the model's history, which it then imitates)
+    but write an object in their own call syntax: such templates get objects, as llama.cpp gives objects to a
+    template that reads their keys."""
+    from skippy.engine.chat.prepare import PreparedTemplate, render_chat
+    from skippy.engine.protocols.openai.types import ChatCompletionRequest, Message
+
+    assert load(name)[1].requires_object_arguments
+    call = {"id": "call_a1b2c3d4e", "type": "function", "function": {"name": "get_weather",
+                                                                      "arguments": '{"city": "Paris"}'}}
+    messages = [Message("user", "Weather?"), Message("assistant", "", tool_calls=[call]),
+                Message("tool", "sunny", tool_call_id="call_a1b2c3d4e"), Message("user", "Thanks")]
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather.", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    prompt = render_chat(PreparedTemplate.build((FIXTURES / name).read_text()),
+                         ChatCompletionRequest(messages=messages, tools=tools)).prompt
+    assert native in prompt and '{"city": "Paris"}' not in prompt
+
 def test_broken_template_source_gives_plain_caps():
     caps = detect_caps(ChatTemplate("{{ raise_exception('nope') }}"))
     assert caps == TemplateCaps()

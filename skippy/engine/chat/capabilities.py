@@ -44,8 +44,11 @@ class TemplateCaps:
     """Capabilities of one chat template and the chat format its output uses.
 
     ``requires_object_arguments``: the template renders
-    ``tool_calls[].function.arguments`` properly only when given an object
-    (history normalisation then decodes JSON-string arguments).
+    ``tool_calls[].function.arguments`` properly only when given an object,
+    or renders an object in its own syntax where it copies a string as it is
+    (Gemma 4's ``call:NAME{key:<|"|>value<|"|>}``, Kimi K3's argument tags:
+    llama.cpp passes objects to a template that reads their keys); history
+    normalisation then decodes JSON-string arguments.
     ``thinking_forced_open``: the default generation prompt ends inside a
     thinking block (``<think>``), so the output starts in reasoning.
     ``supports_late_system``: a system message after the conversation has begun is rendered where it
@@ -193,7 +196,9 @@ def detect_caps(template: ChatTemplate) -> TemplateCaps:
     history = obj_history or str_history or ""
     # verbatim JSON-string arguments mean the template copies strings as they are
     str_verbatim = str_history is not None and '{"arg_needle": "ARGVAL_0"}' in str_history
-    requires_object_arguments = obj_history is not None and not str_verbatim
+    # an object the template reads key by key, not printed as Python's repr of a dict
+    native_objects = obj_history is not None and "'arg_needle'" not in obj_history and obj_history != str_history
+    requires_object_arguments = obj_history is not None and (not str_verbatim or native_objects)
     supports_tool_call_ids = _IDS[0] in history
     parallel = _tool_history(template, 2, as_string=obj_history is None) or ""
     supports_parallel = "ARGVAL_0" in parallel and "ARGVAL_1" in parallel
