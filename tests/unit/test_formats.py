@@ -182,6 +182,9 @@ KNOWN = [
     ("gemma4", {}, '<|tool_call>call:run{cmd:<|"|>a "b"\n<|"|>,n:3,opts:{x:[1,true]}}<tool_call|>',
      ParsedMessage(tool_calls=(
          ToolCall("call_0", "run", '{"cmd": "a \\"b\\"\\n", "n": 3, "opts": {"x": [1, true]}}'),))),
+    # the closing marker's text inside a string value does not end the call (a forced call's grammar allows it)
+    ("gemma4", {}, '<|tool_call>call:run{cmd:<|"|>x}<tool_call|>y<|"|>}<tool_call|>',
+     ParsedMessage(tool_calls=(ToolCall("call_0", "run", '{"cmd": "x}<tool_call|>y"}'),))),
     ("minimax_m3", {"tool_schemas": SCHEMAS}, "</mm:think>Checking.]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke "
      'name="run">]<]minimax[>[<cmd>ls</b>]<]minimax[>[</cmd>]<]minimax[>[<n>3]<]minimax[>[</n>]<]minimax[>[<opts>'
      "]<]minimax[>[<x>]<]minimax[>[<item>1]<]minimax[>[</item>]<]minimax[>[<item>true]<]minimax[>[</item>"

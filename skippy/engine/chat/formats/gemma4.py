@@ -6,8 +6,8 @@ Output shape (reasoning in a ``thought`` channel where thinking is on)::
     Look it up.<channel|>Let me check.<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:2}<tool_call|>
 
 The notation is JSON with bare keys and strings quoted by ``<|"|>`` (the template's ``format_argument``);
-JSON's own quoted strings are read too. A call is held back until ``<tool_call|>`` (or the end of the
-output), then converted and sent whole, as LFM2's are; a block that does not parse, or names a tool the
+JSON's own quoted strings are read too. A call is held back until ``<tool_call|>`` outside a
+``<|"|>`` string (or the end of the output), then converted and sent whole, as LFM2's are; a block that does not parse, or names a tool the
 request does not allow, is content verbatim.
 """
 
@@ -115,6 +115,20 @@ def parse_gemma_object(text: str) -> dict[str, Any] | None:
 
 class GemmaScanner(SectionScanner):
     """A ``<|tool_call>`` block: ``call:NAME`` and one object in the notation."""
+
+    def close_at(self, buf: str, pos: int) -> int:
+        """The ``<tool_call|>`` that ends the block: one outside a ``<|"|>`` string (a value may hold the
+        marker's text, as a forced call's grammar allows any text there); -1 while a string is still open."""
+        close = self.syntax.close
+        assert close is not None
+        while True:
+            i, q = buf.find(close, pos), buf.find(_QUOTE, pos)
+            if q < 0 or 0 <= i < q:
+                return i
+            end = buf.find(_QUOTE, q + len(_QUOTE))
+            if end < 0:
+                return -1
+            pos = end + len(_QUOTE)
 
     def calls(self, section: str) -> list[tuple[str, dict[str, Any]]] | None:
         m = _HEADER.match(section)

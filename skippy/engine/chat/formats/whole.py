@@ -23,10 +23,16 @@ class SectionScanner(ToolScanner):
         """The section's calls, ``[(name, arguments)]``; ``None`` when it is not calls of this format."""
         raise NotImplementedError
 
+    def close_at(self, buf: str, pos: int) -> int:
+        """Where the section's ``close`` is in ``buf`` from ``pos`` (-1: not yet); subclasses whose arguments
+        may quote it override this."""
+        assert self.syntax.close is not None  # a syntax with this scanner ends its call section with ``close``
+        return buf.find(self.syntax.close, pos)
+
     def _step_header(self, final: bool) -> bool:
         close, buf, pos = self.syntax.close, self.buf, self.pos
-        assert close is not None  # a syntax with this scanner ends its call section with ``close``
-        i = buf.find(close, pos)
+        assert close is not None
+        i = self.close_at(buf, pos)
         if i < 0 and not final:
             if len(buf) - pos > MAX_SECTION:
                 self._fail()
