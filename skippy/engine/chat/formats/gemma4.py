@@ -7,8 +7,8 @@ Output shape (reasoning in a ``thought`` channel where thinking is on)::
 
 The notation is JSON with bare keys and strings quoted by ``<|"|>`` (the template's ``format_argument``);
 JSON's own quoted strings are read too. A call is held back until ``<tool_call|>`` outside a
-``<|"|>`` string (or the end of the output), then converted and sent whole, as LFM2's are; a block that does not parse, or names a tool the
-request does not allow, is content verbatim.
+``<|"|>`` string (or the end of the output), then converted and sent whole, as LFM2's are; a block that
+does not parse, or names a tool the request does not allow, is content verbatim.
 """
 
 from __future__ import annotations
