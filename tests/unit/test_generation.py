@@ -182,6 +182,20 @@ def test_tool_calls_finish_and_the_early_stop_rule() -> None:
     assert "The end" not in done.message.content
 
 
+
+@pytest.mark.parametrize("stop", ["Paris", "}}", "_CALL", "\n"])
+def test_a_call_a_stop_string_cuts_is_dropped_as_one_max_tokens_cuts(stop: str) -> None:
+    """A stop string inside a tool call ends the generation there: the call is left out (its arguments are
+    not whole) and none of its syntax is content, as at a ``length`` finish; one after the call keeps it."""
+    allowed = {"get_weather"}
+    gen = make(parser=EmulatedToolParser(allowed), stops=(stop,))
+    text, done, _ = run(gen, CALL)
+    if stop == "\n":  # after the call
+        assert done.finish_reason == "tool_calls" and len(done.message.tool_calls) == 1
+        return
+    assert done.message.tool_calls == () and done.finish_reason == "stop"
+    assert "TOOL" not in done.message.content and "TOOL" not in text and "{" not in done.message.content
+
 def test_a_hook_stop_reason_is_kept_even_with_tool_calls() -> None:
     allowed = {"get_weather"}
     gen = make(parser=EmulatedToolParser(allowed), hooks=True)

@@ -75,7 +75,9 @@ class OutputPipeline:
         """End of generation: flush held text; return the last deltas and the message.
 
         ``truncated``: the token limit ended it (finish ``length``); the parser then drops the syntax the
-        limit cut instead of giving it back as content (:meth:`StreamParser.finish`).
+        limit cut instead of giving it back as content (:meth:`StreamParser.finish`). A stop string that
+        ended it cuts the same way: a tool call it cut is dropped (its arguments were never whole JSON), not
+        reported with them or left as content.
 
         The bytes of a character the end cut (``max_tokens`` inside a multi-byte character) are
         dropped, never sent as U+FFFD; ``text`` and the message end at the last whole character.
@@ -84,7 +86,7 @@ class OutputPipeline:
         if not self.stopped:
             tail, _ = self._stop.feed(self._utf8.flush())
             deltas += self._parse(tail + self._stop.flush())
-        more, message = self._parser.finish(truncated=truncated)
+        more, message = self._parser.finish(truncated=truncated or self._stop.stopped)
         return deltas + [d for d in more if not d.is_empty()], message
 
     def _parse(self, text: str) -> list[Delta]:
