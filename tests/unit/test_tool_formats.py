@@ -492,3 +492,21 @@ def test_bounds_no_value_fits_are_a_400(bounds: dict) -> None:
     for fmt in ("hermes_2_pro", "qwen3_coder"):
         with pytest.raises(InvalidRequest, match="no value fits"):
             native_tool_grammar(fmt, [tool], [tool], parallel=False)
+
+
+def test_an_enum_or_const_with_a_quote_or_backslash_is_held_to_its_value() -> None:
+    """JSON-argument formats: an ``enum``/``const`` value holding ``"`` or ``\\`` compiles (it was a 400: the converter
+    wrote the JSON string's backslashes unescaped into GBNF) and allows exactly its JSON form (``"C:\\temp"`` had
+    come back with a tab)."""
+    tool = {"type": "function", "function": {"name": "say", "parameters": {"type": "object", "properties": {
+        "m": {"type": "string", "enum": ['say "hi"', "C:\\temp"]}, "k": {"const": "a\\\\b"}},
+        "required": ["m", "k"]}}}
+    gbnf = native_tool_grammar("hermes_2_pro", [tool], [tool], parallel=False)
+    assert compiles_in_llama_cpp(gbnf)
+
+    def call(m: str, k: str = "a\\\\b") -> str:
+        return '<tool_call>\n{"name": "say", "arguments": ' + json.dumps({"m": m, "k": k}) + "}\n</tool_call>"
+
+    assert gbnf_matches(gbnf, call('say "hi"')) and gbnf_matches(gbnf, call("C:\\temp"))
+    assert not gbnf_matches(gbnf, call("C:\temp")) and not gbnf_matches(gbnf, call("say hi"))
+    assert not gbnf_matches(gbnf, call("C:\\temp", k="a\\b"))

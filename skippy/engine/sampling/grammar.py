@@ -24,10 +24,14 @@ _JSON_CHAR = r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-f
 
 
 def schema_converter() -> Any:
-    """A fresh llama.cpp json-schema-to-grammar converter."""
+    """A fresh llama.cpp json-schema-to-grammar converter, its literals escaped as llama.cpp's C++ converter
+    escapes them (the Python port leaves a backslash as it is: an ``enum`` or ``const`` value holding ``"`` or
+    ``\\`` made a grammar llama.cpp refused, or a backslash sequence it read as an escape)."""
     from llama_cpp.llama_grammar import SchemaConverter
 
-    return SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    conv = SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    conv._format_literal = gbnf_literal
+    return conv
 
 
 def gbnf_literal(s: str) -> str:
