@@ -510,3 +510,15 @@ def test_an_enum_or_const_with_a_quote_or_backslash_is_held_to_its_value() -> No
     assert gbnf_matches(gbnf, call('say "hi"')) and gbnf_matches(gbnf, call("C:\\temp"))
     assert not gbnf_matches(gbnf, call("C:\temp")) and not gbnf_matches(gbnf, call("say hi"))
     assert not gbnf_matches(gbnf, call("C:\\temp", k="a\\b"))
+
+
+def test_a_tool_without_a_description_renders_on_a_template_that_reads_it() -> None:
+    """OpenAI's ``description`` is optional; gpt-oss's template reads it unguarded (``"// " + tool.description``),
+    which was a 400 for every request of a client that leaves it out. Templates get an empty one, as llama-server
+    gives them."""
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": WEATHER["function"]["parameters"]}}
+    for tool_choice in ("auto", "required"):
+        rendered = render_chat(_tmpl("openai-gpt-oss-120b"), ChatCompletionRequest(
+            messages=CONVERSATION, tools=[tool], tool_choice=tool_choice))
+        assert "type get_weather" in rendered.prompt
+    assert "description" not in tool["function"]

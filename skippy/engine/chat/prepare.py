@@ -63,6 +63,20 @@ class Rendered:
     image_params: tuple[str, ...] = ()
 
 
+def _template_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``tools`` as templates read them: a function without a ``description`` gets an empty one, as llama-server
+    passes every tool (``common_chat_tool``'s description defaults to ""); OpenAI's description is optional, and
+    templates such as gpt-oss's read it unguarded (a 400 for every tool conversation of a client that leaves it
+    out). The request's own list is left as it is."""
+    out = []
+    for tool in tools:
+        function = tool.get("function")
+        if isinstance(function, dict) and "description" not in function:
+            tool = {**tool, "function": {**function, "description": ""}}
+        out.append(tool)
+    return out
+
+
 def _validate_tools(tools: list[dict[str, Any]] | None, tool_choice: Any) -> None:
     """400 naming the field for a malformed tool, a duplicate tool name, a ``parameters.required`` that is
     not a list of strings, an unknown ``tool_choice``, or a forced ``tool_choice`` without ``tools``."""
@@ -265,7 +279,7 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
                 tool_grammar, lazy = g.gbnf, (g.trigger_patterns if g.lazy else ())
     else:
         messages = normalize_history(messages, caps)
-        render_tools = tools if tools_on else None
+        render_tools = _template_tools(tools) if tools_on else None
         forced_native = tools_on and (tool_choice == "required" or isinstance(tool_choice, dict))
         if forced_native:  # built now to fail fast (400) before rendering; rebuilt below if thinking is open
             tool_grammar = grammars.native_tool_grammar(caps.chat_format, tools,
