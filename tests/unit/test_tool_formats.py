@@ -522,3 +522,18 @@ def test_a_tool_without_a_description_renders_on_a_template_that_reads_it() -> N
             messages=CONVERSATION, tools=[tool], tool_choice=tool_choice))
         assert "type get_weather" in rendered.prompt
     assert "description" not in tool["function"]
+
+
+def test_a_forced_call_with_response_format_is_the_call() -> None:
+    """OpenAI takes ``response_format`` beside a forced ``tool_choice`` (it was a 400): the reply is the forced call,
+    so the call's grammar is the one applied; ``response_format`` would shape text there is none of. Another
+    constraint field (llama-server's ``grammar``) still conflicts with the call's grammar: a 400 naming it."""
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
+    for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
+        plan = render_chat(_tmpl("Qwen-Qwen2.5-7B-Instruct"), ChatCompletionRequest(
+            messages=CONVERSATION[:1], tools=[WEATHER], tool_choice=choice, response_format=fmt)).plan
+        assert plan.constraint is None and gbnf_matches(plan.grammar, FORCED["hermes_2_pro"])
+    with pytest.raises(InvalidRequest) as ei:
+        render_chat(_tmpl("Qwen-Qwen2.5-7B-Instruct"), ChatCompletionRequest(
+            messages=CONVERSATION[:1], tools=[WEATHER], tool_choice="required", grammar='root ::= "a"'))
+    assert ei.value.param == "grammar"

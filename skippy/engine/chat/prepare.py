@@ -26,7 +26,7 @@ from skippy.engine.chat.templates import ChatTemplate, TemplateError
 from skippy.engine.errors import InvalidRequest
 from skippy.engine.protocols.openai.types import ChatCompletionRequest, NotText, message_dicts, part_texts
 from skippy.engine.sampling import grammar as grammars
-from skippy.engine.sampling.constraints import constraint_from_request
+from skippy.engine.sampling.constraints import RequestConstraint, constraint_from_request
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 
@@ -320,8 +320,10 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
             think_close=SYNTAXES[caps.chat_format].think_tags[1])
     structured = constraint_from_request(req)
     if structured and tool_grammar is not None and not lazy:
-        raise InvalidRequest("a forced tool call cannot be combined with a constraint "
-                             f"({structured.param})", param=structured.param)
+        if not (structured.param or "").startswith("response_format"):
+            raise InvalidRequest("a forced tool call cannot be combined with a constraint "
+                                 f"({structured.param})", param=structured.param)
+        structured = RequestConstraint()  # OpenAI's: the reply is the forced call; response_format shapes text
     plan = ParsePlan(
         chat_format=caps.chat_format,
         reasoning_format=reasoning,
