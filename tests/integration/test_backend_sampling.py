@@ -35,7 +35,10 @@ def test_backend_sampled_replies_equal_the_default_servers(server: Server, bs_se
     kinds = [{"temperature": 0}, {"temperature": 0, "logprobs": True, "top_logprobs": 2},
              {"temperature": 0.8, "seed": 7}, {"temperature": 0},  # greedy, requests that read the logits,
              {"temperature": 0.7, "seed": 3, "top_p": 0.9, "repeat_penalty": 1.2, "presence_penalty": 0.3},
-             {"temperature": 0.8, "seed": 7, "logprobs": True}]  # sampled in the graph and on the host
+             {"temperature": 0.8, "seed": 7, "logprobs": True},  # sampled in the graph and on the host,
+             {"temperature": 1.0, "seed": 1, "top_k": 49153, "top_p": 0.9},  # past the vocabulary: was an abort
+             {"temperature": 1.3, "seed": 3, "top_k": 40, "top_p": 1.0},  # left to the host: see graph_exact
+             {"temperature": 1.0, "seed": 4294967295}, {"temperature": 1.0, "seed": 3, "min_p": 1.0}]
     for extra in kinds:  # each slot switches between the graph's sampler and the raw logits
         for prompt in PROMPTS:
             got, ref = chat(bs_server, prompt, **extra), chat(server, prompt, **extra)

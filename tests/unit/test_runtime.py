@@ -679,14 +679,16 @@ def test_backend_greedy_picks_the_argmax_and_can_be_reattached(rt):
     SamplingParams(temperature=0.7, seed=5, repeat_penalty=1.3),
     SamplingParams(temperature=0.0, repeat_penalty=1.3, frequency_penalty=0.5),
     SamplingParams(temperature=0.9, seed=9, logit_bias=((28, 5.0), (198, -2.0))),
-], ids=["default", "top_p", "penalty", "greedy-penalty", "bias"])
+    SamplingParams(temperature=1.0, top_k=100_000, top_p=0.9, seed=4),
+    SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.05, seed=6),
+], ids=["default", "top_p", "penalty", "greedy-penalty", "bias", "top_k-past-the-vocabulary", "min_p-only"])
 def test_a_sampled_chain_in_the_graph_gives_the_host_chains_tokens(rt, params):
     """A sampled or penalized chain attached to a sequence samples in the decode graph the tokens the host's
     vectorized chain (llama.cpp's, exactly) samples from the same seed: each token read advances its random
     stream and penalty window; beside it, a sequence without one samples on the host from its raw row."""
     from skippy.engine.sampling.vector import SeqSampler, sample_rows
 
-    assert rt.meta.backend_sampled
+    assert rt.meta.backend_sampled and SeqSampler(params).graph_exact
     prompt = tok(rt, "<|im_start|>user\nTell me a story about a dragon.<|im_end|>\n<|im_start|>assistant\n")
     n = len(prompt)
 

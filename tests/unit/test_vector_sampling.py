@@ -513,3 +513,17 @@ def test_real_model_generation_equals_llama_cpp_chain(kw):
         finally:
             rt.close()
     assert outs[0] == outs[1]
+
+
+@pytest.mark.parametrize("kw,exact", [
+    ({"temperature": 0.0}, True), ({"temperature": 0.0, "repeat_penalty": 1.3, "seed": 0xFFFFFFFF}, True),
+    ({}, True), ({"top_k": 0, "top_p": 1.0}, True), ({"top_k": 0, "top_p": 0.9, "min_p": 0.0}, True),
+    ({"seed": 0xFFFFFFFF}, False), ({"seed": 2**63 - 1}, False), ({"min_p": 1.0}, False),
+    ({"top_k": 40, "top_p": 1.0}, False), ({"top_k": 0, "top_p": 1.0, "min_p": 0.0}, False),
+    ({"temperature": 0.0, "ignore_eos": True}, False),
+])
+def test_graph_exact_names_the_chains_the_decode_graph_samples_alike(kw, exact):
+    """Backend sampling takes a chain only where llama.cpp's graph samples its tokens: the seed llama.cpp reads
+    as random, ``min_p`` 1, ``top_k`` without ``top_p`` (unsorted candidates) and the whole vocabulary (float32
+    sums) stay on the host, as does end-of-generation suppression."""
+    assert SeqSampler(SamplingParams(**{"seed": 5, **kw}), eog_ids=(2,)).graph_exact is exact

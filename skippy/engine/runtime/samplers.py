@@ -159,8 +159,8 @@ class SamplerMixin:
         else:
             if params.top_n_sigma > 0.0:
                 add(llama_cpp.llama_sampler_init_top_n_sigma(params.top_n_sigma))
-            if params.top_k > 0:
-                add(llama_cpp.llama_sampler_init_top_k(params.top_k))
+            if params.top_k > 0:  # at most the vocabulary (the graph's top-k asserts it; the host's clamps)
+                add(llama_cpp.llama_sampler_init_top_k(min(params.top_k, self._n_vocab)))
             if params.typical_p < 1.0:
                 add(llama_cpp.llama_sampler_init_typical(params.typical_p, keep))
             add(llama_cpp.llama_sampler_init_top_p(params.top_p, keep))

@@ -144,6 +144,23 @@ class SeqSampler:
         return self.greedy and self.suppress is None and self.bias_ids is None and not self.penalty_last_n
 
     @property
+    def graph_exact(self) -> bool:
+        """llama.cpp's chain in the decode graph (backend sampling) samples the tokens this one samples: no
+        end-of-generation suppression, and for a sampled chain the same candidates in the same order at a
+        precision that cannot tell them apart. So not: the seed 0xFFFFFFFF (llama.cpp's ``dist`` draws a
+        random seed for it; ours is literal); ``min_p`` 1 (the graph keeps only logits above the maximum's
+        threshold, none); ``top_k`` without ``top_p`` (the graph's top-k leaves its candidates unsorted, so
+        the draw walks them in another order); and the whole vocabulary (``top_k`` 0, ``top_p`` 1, ``min_p``
+        0: its float32 sum of 49k probabilities parts from ours)."""
+        p = self.params
+        if self.suppress is not None:
+            return False
+        if p.greedy:
+            return True
+        return ((p.seed & 0xFFFFFFFF) != 0xFFFFFFFF and p.min_p < 1.0
+                and (p.top_p < 1.0 or (p.top_k == 0 and p.min_p > 0.0)))
+
+    @property
     def modifies(self) -> bool:
         """The row's logits change before selection (suppression, a logit bias, or a penalty with history)."""
         return self.bias_ids is not None or bool(self.counts) or self.suppressing

@@ -661,16 +661,16 @@ class SchedulerCore:
         return outputs
 
     def _use_backend(self, seq: RequestState, slot: int) -> None:
-        """Whether llama.cpp samples ``seq`` in the decode graph: a vectorized sampler without end-of-generation
-        suppression, greedy or (``meta.backend_sampled``) sampled, and no logprobs, prompt logprobs, signals or
-        speculation (they read the raw logits or several outputs); a chain with state (a sampled or penalized
-        one) also no reasoning budget, whose forced tokens the chain never sampled (llama.cpp's rule). The slot's
-        chain is attached or detached in the next step when that differs from its state (one graph reserve, ~10
-        ms on 2 cores): a plain greedy chain is kept for the next plain greedy sequence, a chain with state is
-        its request's (its seed's random stream)."""
+        """Whether llama.cpp samples ``seq`` in the decode graph: a vectorized sampler whose tokens it samples
+        alike (:attr:`SeqSampler.graph_exact`), greedy or (``meta.backend_sampled``) sampled, and no logprobs,
+        prompt logprobs, signals or speculation (they read the raw logits or several outputs); a chain with state
+        (a sampled or penalized one) also no reasoning budget, whose forced tokens the chain never sampled
+        (llama.cpp's rule). The slot's chain is attached or detached in the next step when that differs from its
+        state (one graph reserve, ~10 ms on 2 cores): a plain greedy chain is kept for the next plain greedy
+        sequence, a chain with state is its request's (its seed's random stream)."""
         req, sampler = seq.request, seq.sampler
         plain = isinstance(sampler, SeqSampler) and sampler.plain_greedy
-        seq.backend = (isinstance(sampler, SeqSampler) and sampler.suppress is None and not req.params.logprobs
+        seq.backend = (isinstance(sampler, SeqSampler) and sampler.graph_exact and not req.params.logprobs
                        and req.prompt_logprobs is None and not req.signals and seq.window is None and seq.spec is None
                        and (plain or (self.runtime.meta.backend_sampled and seq.budget is None)))
         key = None if not seq.backend else GREEDY_CHAIN if plain else req.rid
