@@ -29,6 +29,7 @@ openai) when called.
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import os
 import re
@@ -982,3 +983,14 @@ def finish_of(outputs, rid) -> FinishEvent:
 
 
 PROMPT = list(range(100, 140))  # 40 tokens, > MIN_REUSE (skippy.engine.scheduling.prefix)
+
+
+@functools.cache
+def fixture_template(stem: str) -> Any:
+    """The chat-template fixture ``stem`` (``tests.paths.CHAT_TEMPLATES``) as a
+    :class:`~skippy.engine.chat.prepare.PreparedTemplate` with ``<s>`` / ``</s>``, built once per test process."""
+    from skippy.engine.chat.prepare import PreparedTemplate
+    from tests.paths import CHAT_TEMPLATES
+
+    source = (CHAT_TEMPLATES / f"{stem}.jinja").read_text(encoding="utf-8")
+    return PreparedTemplate.build(source, bos_token="<s>", eos_token="</s>")

@@ -35,8 +35,7 @@ import pytest
 
 from skippy.engine.chat.prepare import PreparedTemplate, make_output_parser, render_chat
 from skippy.engine.protocols.openai.types import ChatCompletionRequest, JsonSchemaFormat, Message, ResponseFormat
-from tests.paths import CHAT_TEMPLATES
-from tests.support import check_invariant
+from tests.support import check_invariant, fixture_template
 
 
 @attrs.frozen
@@ -2232,14 +2231,8 @@ DIFFERENCES: dict[tuple[str, int], str] = {
     "a string (llama.cpp keeps the tags as the string)",
 }
 
-_TEMPLATES: dict[str, PreparedTemplate] = {}
-
-
 def _tmpl(stem: str) -> PreparedTemplate:
-    if stem not in _TEMPLATES:
-        source = (CHAT_TEMPLATES / f"{stem}.jinja").read_text(encoding="utf-8")
-        _TEMPLATES[stem] = PreparedTemplate.build(source, bos_token="<s>", eos_token="</s>")
-    return _TEMPLATES[stem]
+    return fixture_template(stem)  # type: ignore[no-any-return]
 
 
 def _request(case: Case) -> ChatCompletionRequest:

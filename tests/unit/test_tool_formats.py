@@ -21,8 +21,7 @@ from skippy.engine.chat.prepare import PreparedTemplate, make_output_parser, ren
 from skippy.engine.errors import InvalidRequest
 from skippy.engine.protocols.openai.types import ChatCompletionRequest, Message
 from skippy.engine.sampling.grammar import native_tool_grammar
-from tests.paths import CHAT_TEMPLATES
-from tests.support import check_invariant, compiles_in_llama_cpp, gbnf_matches
+from tests.support import check_invariant, compiles_in_llama_cpp, fixture_template, gbnf_matches
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Get the weather.",
@@ -136,14 +135,8 @@ FAMILIES = {
                             "Look it up.", "Let me check."),
 }
 
-_TEMPLATES: dict[str, PreparedTemplate] = {}
-
-
 def _tmpl(stem: str) -> PreparedTemplate:
-    if stem not in _TEMPLATES:
-        source = (CHAT_TEMPLATES / f"{stem}.jinja").read_text(encoding="utf-8")
-        _TEMPLATES[stem] = PreparedTemplate.build(source, bos_token="<s>", eos_token="</s>")
-    return _TEMPLATES[stem]
+    return fixture_template(stem)  # type: ignore[no-any-return]
 
 
 def _parse(plan, pieces):
