@@ -108,7 +108,7 @@ EXPECTED_FORMATS = {
     "openbmb-MiniCPM5-1B": "minicpm5",
     "Qwen3.5-4B": "qwen3_coder",
     "StepFun3.5-Flash": "qwen3_coder",
-    "inclusionai-ling-3.0-flash": "glm_4_5",
+    "inclusionai-ling-3.0-flash": "ling_3",
     "Cohere2MoE": "command_r7b",
     "google-gemma-4-31B-it": "gemma4",
     "google-gemma-4-31B-it-interleaved": "gemma4",

@@ -118,6 +118,9 @@ KNOWN = [
      "<arg_value>42</arg_value></tool_call>",
      ParsedMessage(reasoning_content="Need weather.",
                    tool_calls=(ToolCall("call_0", "run", '{"n": 3, "cmd": "42"}'),))),
+    ("ling_3", {"tool_schemas": SCHEMAS, "thinking_forced_open": True},
+     "Need weather.</think>\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
+     "</tool_call>", ParsedMessage(reasoning_content="Need weather.", tool_calls=(WEATHER,))),
     ("kimi_k2", {}, "<think>Need weather.</think>Checking.<|tool_calls_section_begin|><|tool_call_begin|>"
      'functions.get_weather:0<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|><|tool_call_begin|>'
      "functions.f:1<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>",
@@ -306,6 +309,11 @@ def test_reasoning_format_none_begins_with_the_thinking_tag_the_prompt_opened():
             (ParsedMessage(content="Answer.", reasoning_content="hmm") if pieces else ParsedMessage())
     assert run("kimi_k3", ["hmm"], reasoning_format="none", thinking_forced_open=True,
                thinking_opener="<|open|>think<|sep|>")[1] == ParsedMessage(content="hmm")
+    # GLM 4.x keeps it (llama.cpp's generic parser); Ling 3, of the same call syntax, drops it (its own parser)
+    assert run("glm_4_5", ["hmm"], reasoning_format="none", thinking_forced_open=True,
+               thinking_opener="<think>")[1] == ParsedMessage(content="<think>hmm")
+    assert run("ling_3", ["hmm"], reasoning_format="none", thinking_forced_open=True,
+               thinking_opener="<think>")[1] == ParsedMessage(content="hmm")
 
 
 def test_reasoning_format_legacy_and_hidden():

@@ -87,7 +87,7 @@ FAMILIES = {
     "StepFun3.5-Flash": ("qwen3_coder", "Look it up.\n</think>\n<tool_call>\n<function=get_weather>\n"
                          "<parameter=city>\nParis\n</parameter>\n<parameter=days>\n2\n</parameter>\n</function>\n"
                          "</tool_call>", "Look it up.", ""),
-    "inclusionai-ling-3.0-flash": ("glm_4_5", "Look it up.</think>\n<tool_call>get_weather\n<arg_key>city"
+    "inclusionai-ling-3.0-flash": ("ling_3", "Look it up.</think>\n<tool_call>get_weather\n<arg_key>city"
                                    "</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n</tool_call>",
                                    "Look it up.", ""),
     "MiniMax-M2": ("minimax_m2", 'Look it up.\n</think>\n\nLet me check.\n<minimax:tool_call>\n'
@@ -223,6 +223,8 @@ FORCED = {
     "glm_4_5": "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
                "<arg_key>days</arg_key>\n"
                "<arg_value>2</arg_value>\n</tool_call>",
+    "ling_3": "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
+              "<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n</tool_call>",
     "kimi_k2": "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
                '{"city": "Paris", "days": 2}<|tool_call_end|><|tool_calls_section_end|>',
     "granite": '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}]',

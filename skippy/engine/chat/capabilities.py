@@ -138,7 +138,7 @@ def choose_format(history: str, generation_prompt: str, supports_tools: bool, to
     if re.search(r"<tool_call>\s*<function=", history):
         return "qwen3_coder"
     if re.search(r"<tool_call>\s*[^\s<>{}]+\s*<arg_key>", history):
-        return "glm_4_5"
+        return "ling_3" if "<|role_end|>" in history else "glm_4_5"
     if "<|tools_prefix|>" in history:
         return "apertus"
     if "<TOOLCALL>" in history:

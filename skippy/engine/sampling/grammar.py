@@ -460,7 +460,7 @@ def _call_rules(conv: Any, chat_format: str, tools: list[dict[str, Any]], chosen
             params = _params(conv, name, schema, where, _seed_param if chat_format == "seed_oss" else _qwen_param, "")
             body = (f"{lit(f'<{tag}>' + chr(10) + f'<function={name}>' + chr(10))} {params} "
                     f"{lit('</function>' + chr(10) + f'</{tag}>')}")
-        elif chat_format == "glm_4_5":
+        elif chat_format in ("glm_4_5", "ling_3"):
             body = (f"{lit(f'<tool_call>{name}' + chr(10))} {_params(conv, name, schema, where, _glm_param, '')} "
                     f"{lit('</tool_call>')}")
         elif chat_format == "minimax_m2":
@@ -511,6 +511,7 @@ NATIVE_CALL_WRAPPERS: dict[str, tuple[str, str, str]] = {
     "qwen3_coder": ("", "\n", ""),
     "seed_oss": ("", "\n", ""),
     "glm_4_5": ("", "", ""),
+    "ling_3": ("", "", ""),
     "minimax_m2": ("<minimax:tool_call>\n", "", "</minimax:tool_call>"),
     "deepseek_v3_2": ("<｜DSML｜function_calls>\n", "", "</｜DSML｜function_calls>"),
     "deepseek_v4": ("<｜DSML｜tool_calls>\n", "", "</｜DSML｜tool_calls>"),

@@ -289,8 +289,12 @@ GLM_4_5 = ToolSyntax(
                 value_close="</arg_value>", call_close="</tool_call>"),
     scanner=XmlScanner,
     calls_end_thinking="prompt",  # Ling 3 calls tools in the thinking its prompt opened
-    keeps_prompt_opener=False,  # Ling 3's parser drops its thinking tags (GLM's generic one would keep it)
 )
+
+#: Ling 3 writes GLM's calls; its turns end with ``<|role_end|>``. llama.cpp's Ling 3 parser drops the thinking
+#: tags, so with ``reasoning_format: none`` the prompt's ``<think>`` does not begin the content (GLM's generic
+#: parser keeps it)
+LING_3 = attrs.evolve(GLM_4_5, name="ling_3", keeps_prompt_opener=False)
 
 MINIMAX_M2 = ToolSyntax(
     name="minimax_m2",
