@@ -114,6 +114,11 @@ EXPECTED_FORMATS = {
     "google-gemma-4-31B-it-interleaved": "gemma4",
     "GigaChat3-10B-A1.8B": "gigachat3",
     "GigaChat3.1-10B-A1.8B": "gigachat3_1",
+    "CohereForAI-c4ai-command-r-plus-tool_use": "command_r_plus",
+    "meetkai-functionary-medium-v3.1": "functionary_v3_1",
+    "fireworks-ai-llama-3-firefunction-v2": "firefunction_v2",
+    "unsloth-Apriel-1.5": "apriel",
+    "Apriel-1.6-15b-Thinker-fixed": "apriel",
     "google-gemma-2-2b-it": "content_only",
     "microsoft-Phi-3.5-mini-instruct": "content_only",
 }

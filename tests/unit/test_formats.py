@@ -199,6 +199,28 @@ KNOWN = [
     ("minicpm5", {"tool_schemas": SCHEMAS}, 'Checking.\n<function name="get_weather"><param name="city">'
      '<![CDATA[Paris]]></param></function>\n<function name="f"></function>',
      ParsedMessage(content="Checking.", tool_calls=(WEATHER, F_EMPTY))),
+    # ---- families llama.cpp's test-chat.cpp parses with their own syntax
+    ("command_r_plus", {}, 'I will look it up.\nAction:\n```json\n[\n    {\n        "tool_name": "get_weather",\n'
+     '        "parameters": {"city": "Paris"}\n    },\n    {"tool_name": "f", "parameters": {}}\n]\n```',
+     ParsedMessage(content="I will look it up.", tool_calls=(WEATHER, F_EMPTY))),
+    ("command_r_plus", {}, "<|CHATBOT_TOKEN|>Hi there<|END_OF_TURN_TOKEN|>", ParsedMessage(content="Hi there")),
+    ("command_r_plus", {}, "Action: take a walk.", ParsedMessage(content="Action: take a walk.")),
+    ("command_r_plus", {}, 'Action:\n```json\n[{"tool_name": "directly-answer", "parameters": {}}]\n```',
+     ParsedMessage(content='Action:\n```json\n[{"tool_name": "directly-answer", "parameters": {}}]\n```')),
+    ("functionary_v3_1", {}, 'Let me check.<function=get_weather>{"city": "Paris"}</function>\n<function=f>{}'
+     '</function>', ParsedMessage(content="Let me check.", tool_calls=(WEATHER, F_EMPTY))),
+    ("functionary_v3_1", {}, "Write <function=name> then the JSON.",
+     ParsedMessage(content="Write <function=name> then the JSON.")),
+    ("firefunction_v2", {}, ' functools[{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "f", '
+     '"arguments": {}}]', ParsedMessage(tool_calls=(WEATHER, F_EMPTY))),
+    ("firefunction_v2", {}, "import functools\nfunctools.reduce(add, [1, 2])",
+     ParsedMessage(content="import functools\nfunctools.reduce(add, [1, 2])")),
+    ("apriel", {}, '<tool_calls>[{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "a1"}, {"name": "f", '
+     '"arguments": {}, "id": "a2"}]</tool_calls>', ParsedMessage(tool_calls=(WEATHER, F_EMPTY))),
+    ("apriel", {"thinking_forced_open": True, "thinking_opener": "Here are my reasoning steps:\n"},
+     'Need weather.\n[BEGIN FINAL RESPONSE]\nChecking.\n<tool_calls>[{"name": "get_weather", "arguments": '
+     '{"city": "Paris"}}]</tool_calls>', ParsedMessage(content="Checking.", reasoning_content="Here are my reasoning "
+                                                      "steps:\nNeed weather.", tool_calls=(WEATHER,))),
 ]
 
 

@@ -2221,10 +2221,7 @@ DIFFERENCES: dict[tuple[str, int], str] = {
                           ("deepseek-ai-DeepSeek-V3.1", 3965), ("llama-cpp-deepseek-r1", 6029),
                           ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", 6070))},
     **{(stem, line): _NO_FORMAT for stem, line in (
-        ("CohereForAI-c4ai-command-r-plus-tool_use", 5893), ("CohereForAI-c4ai-command-r-plus-tool_use", 5895),
-        ("meetkai-functionary-medium-v3.1", 5934), ("fireworks-ai-llama-3-firefunction-v2", 5971),
-        ("unsloth-Apriel-1.5", 6192), ("Apriel-1.6-15b-Thinker-fixed", 6211), ("Apriel-1.6-15b-Thinker-fixed", 6219),
-        *(("muse-glimmer", line) for line in (6365, 6372, 6380, 6391, 6398, 6405, 6414)))},
+        *(("muse-glimmer", line) for line in (6365, 6372, 6380, 6391, 6398, 6405, 6414)),)},
     **{("inclusionai-ling-3.0-flash", line): "<|role_end|> ends Ling's turn: generation stops on it, no parser "
        "sees it" for line in (4742, 4748)},
     ("MiniMax-M3", 5793): "an argument written as nested tags is an object to us even where the schema also allows "

@@ -133,6 +133,19 @@ FAMILIES = {
     "openbmb-MiniCPM5-1B": ("minicpm5", 'Look it up.\n</think>\n\nLet me check.\n<function name="get_weather">'
                             '<param name="city"><![CDATA[Paris]]></param><param name="days">2</param></function>',
                             "Look it up.", "Let me check."),
+    # families llama.cpp's test-chat.cpp parses with their own syntax
+    "CohereForAI-c4ai-command-r-plus-tool_use": (
+        "command_r_plus", 'Let me check.\nAction:\n```json\n[\n    {\n        "tool_name": "get_weather",\n'
+        '        "parameters": {"city": "Paris", "days": 2}\n    }\n]```', "", "Let me check."),
+    "meetkai-functionary-medium-v3.1": ("functionary_v3_1", '<function=get_weather>{"city": "Paris", "days": 2}'
+                                        "</function>", "", ""),
+    "fireworks-ai-llama-3-firefunction-v2": ("firefunction_v2", ' functools[{"name": "get_weather", "arguments": '
+                                             '{"city": "Paris", "days": 2}}]', "", ""),
+    "unsloth-Apriel-1.5": ("apriel", '<tool_calls>[{"name": "get_weather", "arguments": {"city": "Paris", '
+                           '"days": 2}}]</tool_calls>', "", ""),
+    "Apriel-1.6-15b-Thinker-fixed": ("apriel", 'Look it up.\n[BEGIN FINAL RESPONSE]\n<tool_calls>[{"name": '
+                                     '"get_weather", "arguments": {"city": "Paris", "days": 2}}]</tool_calls>',
+                                     "Here are my reasoning steps:\nLook it up.", ""),
 }
 
 def _tmpl(stem: str) -> PreparedTemplate:
@@ -209,7 +222,9 @@ def test_forced_call_grammar_accepts_the_family_syntax(stem, tool_choice):
     deltas, msg = _parse(plan, list(forced))
     check_invariant(deltas, msg)
     assert [(c.name, json.loads(c.arguments)) for c in msg.tool_calls] == [CALL]
-    assert msg.reasoning_content == ("Look it up." if plan.thinking_forced_open else "")
+    # (Apriel 1.6: the prompt's opening sentence begins the reasoning)
+    opener = plan.thinking_opener.strip() + "\n" if SYNTAXES[fmt].opener_in_reasoning else ""
+    assert msg.reasoning_content == (opener + "Look it up." if plan.thinking_forced_open else "")
 
 
 # the shortest text each forced-call grammar accepts for CALL, in the family's syntax
@@ -255,6 +270,11 @@ FORCED = {
                   "]<]minimax[>[</city>]<]minimax[>[<days>2]<]minimax[>[</days>]<]minimax[>[</invoke>\n"
                   "]<]minimax[>[</tool_call>",
     "minicpm5": '<function name="get_weather"><param name="city">Paris</param><param name="days">2</param></function>',
+    "command_r_plus": 'Action:\n```json\n[{"tool_name": "get_weather", "parameters": {"city": "Paris", "days": 2}}]'
+                      '\n```',
+    "functionary_v3_1": '<function=get_weather>{"city": "Paris", "days": 2}</function>',
+    "firefunction_v2": ' functools[{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}]',
+    "apriel": '<tool_calls>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}]</tool_calls>',
 }
 
 

@@ -21,9 +21,9 @@ import attrs
 from skippy.engine.chat.templates import ChatTemplate
 
 THINK_OPEN_TAGS = ("<think>", "<|START_THINKING|>", "<seed:think>", "[THINK]", "<|inner_prefix|>",
-                   "<|open|>think<|sep|>", "<mm:think>")
+                   "<|open|>think<|sep|>", "<mm:think>", "Here are my reasoning steps:")
 THINK_CLOSE_TAGS = ("</think>", "<|END_THINKING|>", "</seed:think>", "[/THINK]", "<|inner_suffix|>",
-                    "<|close|>think<|sep|>", "</mm:think>")
+                    "<|close|>think<|sep|>", "</mm:think>", "[BEGIN FINAL RESPONSE]")
 
 _TOOL_NAME = "probe_tool_fn"
 _TOOLS = [{
@@ -153,6 +153,14 @@ def choose_format(history: str, generation_prompt: str, supports_tools: bool, to
         return "mistral_small_3_2" if "[ARGS]" in history else "mistral_nemo"
     if "<|START_ACTION|>" in history:
         return "command_r7b"
+    if re.search(r'Action:\s*```json\s*\[\s*\{\s*"tool_name"\s*:', history):
+        return "command_r_plus"
+    if re.search(r"<function=" + _TOOL_NAME + r">\s*\{", history):
+        return "functionary_v3_1"
+    if re.search(r'functools\[\s*\{\s*"name"\s*:', history):
+        return "firefunction_v2"
+    if re.search(r'<tool_calls>\s*\[\s*\{\s*"name"\s*:', history):
+        return "apriel"
     if generation_prompt.rstrip().endswith(">>>") and f">>>{_TOOL_NAME}" in history:
         return "functionary_v3_2"
     if re.search(r'<tool_call>\s*\{\s*"name"\s*:', history):

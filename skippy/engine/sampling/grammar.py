@@ -275,8 +275,8 @@ def _fix_chars(conv: Any) -> None:
 
 
 def tool_call_rules(conv: Any, tools: list[dict[str, Any]], chosen: list[dict[str, Any]], *,
-                    args_key: str = "arguments") -> list[str]:
-    """Add one rule per chosen tool, ``{"name": "<tool>", "<args_key>": <its parameters schema>}``.
+                    args_key: str = "arguments", name_key: str = "name") -> list[str]:
+    """Add one rule per chosen tool, ``{"<name_key>": "<tool>", "<args_key>": <its parameters schema>}``.
 
     Returns the rule names. Raises :class:`InvalidRequest` naming ``tools[i]``
     for a nameless tool or a parameters schema that is not an object or
@@ -287,7 +287,8 @@ def tool_call_rules(conv: Any, tools: list[dict[str, Any]], chosen: list[dict[st
         args_rule = _visit(conv, schema, f"{name}-args", where)
         rules.append(conv._add_rule(
             f"{name}-call",
-            r'"{" space "\"name\"" space ":" space ' + gbnf_literal(json.dumps(name, ensure_ascii=False))
+            r'"{" space ' + gbnf_literal(json.dumps(name_key)) + r' space ":" space '
+            + gbnf_literal(json.dumps(name, ensure_ascii=False))
             + r' space "," space ' + gbnf_literal(json.dumps(args_key)) + r' space ":" space ' + args_rule
             + r' "}"'))
     _fix_chars(conv)
@@ -304,7 +305,12 @@ NATIVE_CALL_SHAPES: dict[str, tuple[str, str, str, str]] = {
     "nemotron_v2": ("<TOOLCALL>[", ", ", "]</TOOLCALL>", "arguments"),
     "gigachat3": ("function call<|role_sep|>\n", "", "", "arguments"),
     "gigachat3_1": ("<|function_call|>", "", "", "arguments"),
+    "command_r_plus": ("Action:\n```json\n[", ", ", "]\n```", "parameters"),
+    "firefunction_v2": (" functools[", ", ", "]", "arguments"),
+    "apriel": ("<tool_calls>[", ", ", "]</tool_calls>", "arguments"),
 }
+#: the key naming the tool in a call object, where it is not ``name``
+_NAME_KEYS = {"command_r_plus": "tool_name"}
 
 #: text without a closing tag (``</``): a string value of the XML formats
 _XML_TEXT = r'( [^<] | "<" [^/] )*'
@@ -497,6 +503,8 @@ def _call_rules(conv: Any, chat_format: str, tools: list[dict[str, Any]], chosen
                 body = (f'{lit(chr(123) + chr(34) + "tool_call_id" + chr(34) + ": " + chr(34))} [0-9]+ '
                         f'{lit(chr(34) + ", " + chr(34) + "tool_name" + chr(34) + ": " + json.dumps(name))} '
                         f'{lit(", " + chr(34) + "parameters" + chr(34) + ": ")} {args} "}}"')
+            elif chat_format == "functionary_v3_1":
+                body = f"{lit(f'<function={name}>')} {args} {lit('</function>')}"
             elif chat_format == "mistral_small_3_2":
                 body = f"{lit(f'[TOOL_CALLS]{name}[ARGS]')} {args}"
             else:  # gpt_oss
@@ -524,6 +532,7 @@ NATIVE_CALL_WRAPPERS: dict[str, tuple[str, str, str]] = {
     "apertus": ("<|tools_prefix|>[", ", ", "]<|tools_suffix|>"),
     "mistral_small_3_2": ("", "", ""),
     "command_r7b": ("<|START_ACTION|>[", ", ", "]<|END_ACTION|>"),
+    "functionary_v3_1": ("", "", ""),
     "gpt_oss": ("", "", ""),  # one call per message: generation ends at <|call|>
 }
 
@@ -548,7 +557,8 @@ def native_tool_grammar(chat_format: str, tools: list[dict[str, Any]], chosen: l
         prefix, sep, suffix, args_key = NATIVE_CALL_SHAPES[chat_format]
         if chat_format in ("llama3_json", "gigachat3", "gigachat3_1"):
             parallel = False  # one JSON call per message (Llama 3.x; GigaChat's template renders one)
-        call = " | ".join(tool_call_rules(conv, tools, chosen, args_key=args_key))
+        call = " | ".join(tool_call_rules(conv, tools, chosen, args_key=args_key,
+                                          name_key=_NAME_KEYS.get(chat_format, "name")))
     elif chat_format in NATIVE_CALL_WRAPPERS:
         prefix, sep, suffix = NATIVE_CALL_WRAPPERS[chat_format]
         if chat_format == "gpt_oss":

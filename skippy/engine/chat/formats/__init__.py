@@ -22,10 +22,20 @@ from skippy.engine.chat.formats.base import (
     new_call_id,
 )
 from skippy.engine.chat.formats.command_r7b import COMMAND_R7B
+from skippy.engine.chat.formats.command_r_plus import COMMAND_R_PLUS
 from skippy.engine.chat.formats.core import CONTENT_ONLY, REASONING_FORMATS, ChatParser, ToolSyntax, syntax_markers
 from skippy.engine.chat.formats.deepseek import DEEPSEEK_R1, DEEPSEEK_V3_1
-from skippy.engine.chat.formats.families import APERTUS, GIGACHAT3, GIGACHAT3_1, GRANITE, KIMI_K2, NEMOTRON_V2
-from skippy.engine.chat.formats.functionary import FUNCTIONARY_V3_2
+from skippy.engine.chat.formats.families import (
+    APERTUS,
+    APRIEL,
+    FIREFUNCTION_V2,
+    GIGACHAT3,
+    GIGACHAT3_1,
+    GRANITE,
+    KIMI_K2,
+    NEMOTRON_V2,
+)
+from skippy.engine.chat.formats.functionary import FUNCTIONARY_V3_1, FUNCTIONARY_V3_2
 from skippy.engine.chat.formats.gemma4 import GEMMA4
 from skippy.engine.chat.formats.generic import GENERIC
 from skippy.engine.chat.formats.harmony import GPT_OSS
@@ -50,7 +60,7 @@ SYNTAXES: dict[str, ToolSyntax] = {s.name: s for s in (
     CONTENT_ONLY, GENERIC, HERMES_2_PRO, LLAMA3_JSON, MISTRAL_NEMO, MISTRAL_SMALL_3_2,
     DEEPSEEK_R1, DEEPSEEK_V3_1, FUNCTIONARY_V3_2, COMMAND_R7B, GPT_OSS, QWEN3_CODER, SEED_OSS, GLM_4_5, LING_3,
     KIMI_K2, GRANITE, NEMOTRON_V2, APERTUS, LFM2, MINIMAX_M2, DEEPSEEK_V3_2, DEEPSEEK_V4, KIMI_K3, MINICPM5, GIGACHAT3,
-    GIGACHAT3_1, GEMMA4, MINIMAX_M3)}
+    GIGACHAT3_1, GEMMA4, MINIMAX_M3, COMMAND_R_PLUS, FUNCTIONARY_V3_1, FIREFUNCTION_V2, APRIEL)}
 
 #: Every chat-format name ``make_parser`` accepts.
 FORMATS: tuple[str, ...] = tuple(SYNTAXES)

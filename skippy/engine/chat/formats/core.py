@@ -152,6 +152,9 @@ class ToolSyntax:
     #: the output as one text, the tag included; false where its parser drops the thinking tags (Kimi K3, and
     #: Ling 3 of the GLM syntax)
     keeps_prompt_opener: bool = True
+    #: the thinking opener the generation prompt wrote is reasoning text itself, so ``reasoning_content`` begins
+    #: with it where reasoning is split (Apriel 1.6's ``Here are my reasoning steps:``, as llama.cpp reads it)
+    opener_in_reasoning: bool = False
 
     def tools_off(self) -> ToolSyntax:
         if self.keep_when_tools_off:
@@ -171,7 +174,7 @@ _MARKER = re.compile(r'<\|[^|<>\s]+\|>|<\|[A-Za-z_]+>|<[A-Za-z_]+\|>|\[/?[A-Z_]+
 def syntax_markers(syntax: ToolSyntax) -> tuple[str, ...]:
     """The marker strings ``syntax`` reads in generated text (its openers, closers, dropped and thinking
     tags, the literal markers of its header regexes, and ``markers``), in order, without repeats; an opener
-    that holds a marker is one too, whole.
+    that is not one marker is one too, whole (a token limit that cuts it cuts syntax, never text).
 
     Where one of them is a single control token of the vocabulary, llama.cpp renders it as nothing unless
     asked for its special text; llama-server keeps such ``preserved_tokens`` of the chat format in the
@@ -186,8 +189,9 @@ def syntax_markers(syntax: ToolSyntax) -> tuple[str, ...]:
         if pattern is not None:
             texts.append(re.sub(r"\\(.)", r"\1", re.sub(r"\(\?P<\w+>", "(", pattern.pattern)))
     found = [m for text in texts for m in _MARKER.findall(text)]
-    # an opener holding a marker is syntax as a whole (GigaChat 3's ``function call<|role_sep|>``)
-    found += [o for o in syntax.opens if _MARKER.search(o) and not _MARKER.fullmatch(o)]
+    # an opener holding a marker is syntax as a whole (GigaChat 3's ``function call<|role_sep|>``), and so is one
+    # of plain text (Command R+'s ``Action:``, Firefunction's ``functools[``, Functionary's ``>>>``)
+    found += [o for o in syntax.opens if not _MARKER.fullmatch(o)]
     return tuple(dict.fromkeys(found))
 
 
@@ -581,8 +585,10 @@ class ChatParser:
                                        syntax.think_channel)
         self._markers = syntax_markers(syntax)
         #: text that begins the output as the parser reads it (the prompt's thinking opener, see
-        #: :attr:`ToolSyntax.keeps_prompt_opener`), given with the first piece
-        keep = reasoning_format == "none" and thinking_forced_open and syntax.keeps_prompt_opener
+        #: :attr:`ToolSyntax.keeps_prompt_opener` and :attr:`ToolSyntax.opener_in_reasoning`), given with the first
+        #: piece
+        keep = thinking_forced_open and (syntax.keeps_prompt_opener if reasoning_format == "none"
+                                         else syntax.opener_in_reasoning)
         self._lead = thinking_opener if keep else ""
         self._content: list[str] = []
         self._reasoning: list[str] = []

@@ -24,6 +24,17 @@ them; ``<|message_sep|>`` ends the content before it) and GigaChat 3.1 (``<|func
 
     <|message_sep|>\n\nfunction call<|role_sep|>\n{"name": "get_weather", "arguments": {"city": "Paris"}}
     <|function_call|>{"name": "get_weather", "arguments": {"city": "Paris"}}
+
+Firefunction v2 (Fireworks, Llama 3 based; ``functools`` then a JSON list, no closing marker)::
+
+     functools[{"name": "get_weather", "arguments": {"city": "Paris"}}]
+
+Apriel 1.5 and 1.6 (ServiceNow; a call object may carry its ``id``, which the template renders back). 1.6's
+generation prompt opens the reasoning with ``Here are my reasoning steps:`` and the reply follows
+``[BEGIN FINAL RESPONSE]``; the opening sentence is part of ``reasoning_content``, as llama.cpp reads it
+(its ``Apriel-1.6-15b-Thinker-fixed`` cases)::
+
+    <tool_calls>[{"name": "get_weather", "arguments": {"city": "Paris"}}]</tool_calls>
 """  # noqa: E501 (the exact marker text)
 
 import re
@@ -31,6 +42,9 @@ import re
 import attrs
 
 from skippy.engine.chat.formats.core import JSON_STR, ToolSyntax, json_wrapper_header
+
+#: the sentence with which Apriel 1.6's generation prompt opens the reasoning
+APRIEL_THINK_OPEN = "Here are my reasoning steps:"
 
 KIMI_K2 = ToolSyntax(
     name="kimi_k2",
@@ -87,3 +101,27 @@ GIGACHAT3 = ToolSyntax(
 )
 
 GIGACHAT3_1 = attrs.evolve(GIGACHAT3, name="gigachat3_1", opens=("<|function_call|>",))
+
+FIREFUNCTION_V2 = ToolSyntax(
+    name="firefunction_v2",
+    opens=(" functools[", "functools["),  # the template writes the space; a model may leave it out
+    header=json_wrapper_header("name", "arguments"),
+    name_json=True,
+    next_call="{",
+    close="]",
+    wrapper=(("name",), ("arguments", "parameters")),
+)
+
+APRIEL = ToolSyntax(
+    name="apriel",
+    opens=("<tool_calls>",),
+    header=json_wrapper_header("name", "arguments", lead=r"\[?"),
+    name_json=True,
+    next_call="{",
+    close="</tool_calls>",
+    wrapper=(("name",), ("arguments", "parameters")),
+    json_lead="[",
+    think_tags=(APRIEL_THINK_OPEN, "[BEGIN FINAL RESPONSE]"),
+    opener_in_reasoning=True,
+    keeps_prompt_opener=False,
+)
