@@ -552,3 +552,15 @@ def test_a_forced_call_with_response_format_is_the_call() -> None:
         render_chat(_tmpl("Qwen-Qwen2.5-7B-Instruct"), ChatCompletionRequest(
             messages=CONVERSATION[:1], tools=[WEATHER], tool_choice="required", grammar='root ::= "a"'))
     assert ei.value.param == "grammar"
+
+
+def test_forced_call_after_open_reasoning_cannot_hold_the_closing_phrase():
+    """Apriel 1.6's prompt opens the reasoning; a forced call's grammar ends it only at ``[BEGIN FINAL RESPONSE]``,
+    which the reasoning text cannot hold (it could: a tiny model then wrote on after the phrase, the phrase
+    forced by a reasoning budget, and never called)."""
+    plan = render_chat(_tmpl("Apriel-1.6-15b-Thinker-fixed"), ChatCompletionRequest(
+        messages=CONVERSATION[:1], tools=[WEATHER], tool_choice="required")).plan
+    assert plan.thinking_forced_open
+    close = "\n[BEGIN FINAL RESPONSE]\n"
+    assert gbnf_matches(plan.grammar, "Look [it] up." + close + FORCED["apriel"])
+    assert not gbnf_matches(plan.grammar, "Look it up." + close + "More." + close + FORCED["apriel"])

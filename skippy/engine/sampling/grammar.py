@@ -537,6 +537,19 @@ NATIVE_CALL_WRAPPERS: dict[str, tuple[str, str, str]] = {
 }
 
 
+def _class_char(c: str) -> str:
+    """``c`` escaped for a GBNF character class."""
+    return "\\" + c if c in "\\[]^-" else c
+
+
+def _text_without(pair: str) -> str:
+    """GBNF of text in which the two characters ``pair`` never follow each other (reasoning before a closing
+    phrase that starts with them: Apriel 1.6's ``[BEGIN FINAL RESPONSE]``, Mistral's ``[/THINK]``), so the
+    phrase can only end the text, never be part of it."""
+    a, b = (_class_char(c) for c in pair)
+    return f"( [^{a}] | {gbnf_literal(pair[0])} [^{b}] )*"
+
+
 def native_tool_grammar(chat_format: str, tools: list[dict[str, Any]], chosen: list[dict[str, Any]], *, parallel: bool,
                         think_close: str | None = None) -> str:
     """GBNF forcing one (or, with ``parallel``, several) calls in ``chat_format``'s own syntax.
@@ -572,7 +585,8 @@ def native_tool_grammar(chat_format: str, tools: list[dict[str, Any]], chosen: l
         body = f"{_HARMONY_ANALYSIS} {body}"
     root = f"{gbnf_literal(prefix)} {body} {gbnf_literal(suffix)}"
     if think_close:  # reasoning text that cannot start the closing tag (Kimi K3's tags start with <|)
-        text = _KIMI_TEXT if think_close.startswith("<|") else _XML_TEXT
+        text = _KIMI_TEXT if think_close.startswith("<|") else _XML_TEXT if think_close.startswith("<") \
+            else _text_without(think_close[:2])
         root = f"{text} {gbnf_literal(think_close)} [ \\t\\n]* {root}"
     conv._add_rule("root", root.replace('"" ', ""))
     grammar: str = conv.format_grammar()
