@@ -119,6 +119,7 @@ EXPECTED_FORMATS = {
     "fireworks-ai-llama-3-firefunction-v2": "firefunction_v2",
     "unsloth-Apriel-1.5": "apriel",
     "Apriel-1.6-15b-Thinker-fixed": "apriel",
+    "muse-glimmer": "muse_glimmer",
     "google-gemma-2-2b-it": "content_only",
     "microsoft-Phi-3.5-mini-instruct": "content_only",
 }

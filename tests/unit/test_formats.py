@@ -221,6 +221,15 @@ KNOWN = [
      'Need weather.\n[BEGIN FINAL RESPONSE]\nChecking.\n<tool_calls>[{"name": "get_weather", "arguments": '
      '{"city": "Paris"}}]</tool_calls>', ParsedMessage(content="Checking.", reasoning_content="Here are my reasoning "
                                                       "steps:\nNeed weather.", tool_calls=(WEATHER,))),
+    ("muse_glimmer", {"tool_schemas": SCHEMAS}, " to=self<|message|>Need weather.<|eom|><|start|>assistant to=user"
+     "<|message|>Checking.<|eom|><|start|>assistant to=get_weather<|message|><atem:function_calls>\n"
+     '<atem:invoke name="get_weather">\n<atem:parameter name="city">Paris</atem:parameter>\n</atem:invoke>\n'
+     "</atem:function_calls><|eom|><|start|>assistant to=f<|message|><atem:function_calls>\n"
+     '<atem:invoke name="f">\n</atem:invoke>\n</atem:function_calls><|eot|>',
+     ParsedMessage(content="Checking.", reasoning_content="Need weather.", tool_calls=(WEATHER, F_EMPTY))),
+    ("muse_glimmer", {}, " to=user<|message|>Write <atem:function_calls> to call.<|eot|>",
+     ParsedMessage(content="Write <atem:function_calls> to call.")),
+    ("muse_glimmer", {}, "No header at all.", ParsedMessage(content="No header at all.")),
 ]
 
 
@@ -442,3 +451,28 @@ def test_fuzz_mixed_fragments_split_invariant():
             check_invariant(deltas, msg)
             results.append(msg)
         assert results[0] == results[1], (fmt, kw, text)
+
+
+GLIMMER_CALL = (" to=get_weather<|message|><atem:function_calls>\n<atem:invoke name=\"{}\">\n"
+                '<atem:parameter name="city">Paris</atem:parameter>\n</atem:invoke>\n</atem:function_calls>')
+
+
+def test_muse_glimmer_reasoning_formats():
+    """A message to ``self`` is reasoning; ``none`` keeps it raw in content, ``hidden`` drops it."""
+    text = " to=self<|message|>Hm.<|eom|><|start|>assistant to=user<|message|>Hi.<|eot|>"
+    for pieces in splits(text):
+        assert run("muse_glimmer", pieces)[1] == ParsedMessage(content="Hi.", reasoning_content="Hm.")
+        assert run("muse_glimmer", pieces, reasoning_format="none")[1] == \
+            ParsedMessage(content=" to=self<|message|>Hm.<|eom|>Hi.")
+        assert run("muse_glimmer", pieces, reasoning_format="hidden")[1] == ParsedMessage(content="Hi.")
+
+
+def test_muse_glimmer_call_of_a_tool_not_allowed_is_content_and_parallel_false_keeps_one():
+    text = GLIMMER_CALL.format("rm_rf")
+    for pieces in splits(text):
+        assert run("muse_glimmer", pieces)[1] == ParsedMessage(content=text[text.index("<atem:"):])
+    two = GLIMMER_CALL.format("get_weather") + "<|eom|><|start|>assistant" + GLIMMER_CALL.format("get_weather")
+    for pieces in splits(two):
+        msg = run("muse_glimmer", pieces, parallel_tool_calls=False)[1]
+        assert [c.name for c in msg.tool_calls] == ["get_weather"] and msg.content == ""
+        assert len(run("muse_glimmer", pieces)[1].tool_calls) == 2

@@ -2199,7 +2199,6 @@ HISTORIES: dict[str, tuple[list[Message], str, str]] = {
 }
 
 _PREFILL = "a continued reasoning_content: we continue a prefill's content only"
-_NO_FORMAT = "a family we parse with the generic JSON format: llama.cpp has its own parser for it"
 #: (stem, line) -> why we differ from llama.cpp there (the case is a strict xfail)
 DIFFERENCES: dict[tuple[str, int], str] = {
     **{(stem, line): _PREFILL for stem, line in (
@@ -2220,8 +2219,6 @@ DIFFERENCES: dict[tuple[str, int], str] = {
        for stem, line in (("deepseek-ai-DeepSeek-V3.1", 3920), ("deepseek-ai-DeepSeek-V3.1", 3953),
                           ("deepseek-ai-DeepSeek-V3.1", 3965), ("llama-cpp-deepseek-r1", 6029),
                           ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", 6070))},
-    **{(stem, line): _NO_FORMAT for stem, line in (
-        *(("muse-glimmer", line) for line in (6365, 6372, 6380, 6391, 6398, 6405, 6414)),)},
     **{("inclusionai-ling-3.0-flash", line): "<|role_end|> ends Ling's turn: generation stops on it, no parser "
        "sees it" for line in (4742, 4748)},
     ("MiniMax-M3", 5793): "an argument written as nested tags is an object to us even where the schema also allows "

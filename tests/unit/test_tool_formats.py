@@ -146,6 +146,11 @@ FAMILIES = {
     "Apriel-1.6-15b-Thinker-fixed": ("apriel", 'Look it up.\n[BEGIN FINAL RESPONSE]\n<tool_calls>[{"name": '
                                      '"get_weather", "arguments": {"city": "Paris", "days": 2}}]</tool_calls>',
                                      "Here are my reasoning steps:\nLook it up.", ""),
+    "muse-glimmer": ("muse_glimmer", " to=self<|message|>Look it up.<|eom|><|start|>assistant to=user<|message|>"
+                     "Let me check.<|eom|><|start|>assistant to=get_weather<|message|><atem:function_calls>\n"
+                     '<atem:invoke name="get_weather">\n<atem:parameter name="city">Paris</atem:parameter>\n'
+                     '<atem:parameter name="days">2</atem:parameter>\n</atem:invoke>\n</atem:function_calls><|eot|>',
+                     "Look it up.", "Let me check."),
 }
 
 def _tmpl(stem: str) -> PreparedTemplate:
@@ -275,6 +280,9 @@ FORCED = {
     "functionary_v3_1": '<function=get_weather>{"city": "Paris", "days": 2}</function>',
     "firefunction_v2": ' functools[{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}]',
     "apriel": '<tool_calls>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}]</tool_calls>',
+    "muse_glimmer": ' to=get_weather<|message|><atem:function_calls>\n<atem:invoke name="get_weather">\n'
+                    '<atem:parameter name="city">Paris</atem:parameter>\n<atem:parameter name="days">2'
+                    "</atem:parameter>\n</atem:invoke>\n</atem:function_calls>",
 }
 
 

@@ -113,6 +113,8 @@ def choose_format(history: str, generation_prompt: str, supports_tools: bool, to
     render past calls, e.g. Granite 3.3 and LFM2, the syntax their tools prompt teaches)."""
     if "<|channel|>" in history and "to=functions." in history:
         return "gpt_oss"
+    if re.search(r"to=" + _TOOL_NAME + r"<\|message\|><atem:function_calls>", history):
+        return "muse_glimmer"
     if "<|tool_calls_section_begin|>" in history or "<|tool_call_begin|>" in history:
         return "kimi_k2"
     if "<|open|>call tool=" in history:

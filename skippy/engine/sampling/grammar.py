@@ -316,6 +316,8 @@ _NAME_KEYS = {"command_r_plus": "tool_name"}
 _XML_TEXT = r'( [^<] | "<" [^/] )*'
 #: Harmony: an optional analysis message before the call
 _HARMONY_ANALYSIS = r'( "<|channel|>analysis<|message|>" ( [^<] | "<" [^|] )* "<|end|><|start|>assistant" )?'
+#: Muse Glimmer: an optional reasoning message (to ``self``) before the calls
+_GLIMMER_ANALYSIS = r'( " to=self<|message|>" ( [^<] | "<" [^|] )* "<|eom|><|start|>assistant" )?'
 
 
 def json_types(schema: Any) -> list[str]:
@@ -438,6 +440,11 @@ def _minimax_m3_param(key: str, value: str, raw: bool) -> str:
     return f"{gbnf_literal(f'{_M3}<{key}>')} {value} {gbnf_literal(f'{_M3}</{key}>')}"
 
 
+def _atem_param(key: str, value: str, raw: bool) -> str:
+    tag = f'<atem:parameter name="{key}">'
+    return f"{gbnf_literal(tag)} {value} {gbnf_literal('</atem:parameter>' + chr(10))}"
+
+
 def _minicpm_param(key: str, value: str, raw: bool) -> str:
     tag = f'<param name="{key}">'
     return f"{gbnf_literal(tag)} {value} {gbnf_literal('</param>')}"
@@ -483,6 +490,10 @@ def _call_rules(conv: Any, chat_format: str, tools: list[dict[str, Any]], chosen
         elif chat_format == "minimax_m3":
             params = _params(conv, name, schema, where, _minimax_m3_param, "", text=_M3_TEXT)
             body = f"{lit(f'{_M3}<invoke name={chr(34)}{name}{chr(34)}>')} {params} {lit(f'{_M3}</invoke>{chr(10)}')}"
+        elif chat_format == "muse_glimmer":  # a message to the tool, its call in ATEM tags
+            params = _params(conv, name, schema, where, _atem_param, "")
+            head = f' to={name}<|message|><atem:function_calls>\n<atem:invoke name="{name}">\n'
+            body = f"{lit(head)} {params} {lit('</atem:invoke>' + chr(10) + '</atem:function_calls>')}"
         elif chat_format == "minicpm5":
             params = _params(conv, name, schema, where, _minicpm_param, "")
             body = f"{lit(f'<function name={chr(34)}{name}{chr(34)}>')} {params} {lit('</function>')}"
@@ -525,6 +536,7 @@ NATIVE_CALL_WRAPPERS: dict[str, tuple[str, str, str]] = {
     "deepseek_v4": ("<｜DSML｜tool_calls>\n", "", "</｜DSML｜tool_calls>"),
     "kimi_k3": ("<|open|>tools<|sep|>", "", "<|close|>tools<|sep|>"),
     "minicpm5": ("", "\n", ""),
+    "muse_glimmer": ("", "<|eom|><|start|>assistant", ""),  # one message per call
     "gemma4": ("", "", ""),
     "minimax_m3": (f"{_M3}<tool_call>\n", "", f"{_M3}</tool_call>"),
     "lfm2": ("<|tool_call_start|>[", ", ", "]<|tool_call_end|>"),
@@ -560,7 +572,8 @@ def native_tool_grammar(chat_format: str, tools: list[dict[str, Any]], chosen: l
     come first in schema order, then any optional ones in schema order, and
     a string value is raw text that may not contain ``</``, held to its
     ``enum``/``const`` and length bounds (:func:`_raw_value`). gpt-oss may write one
-    ``analysis`` message first; its calls are one per message, so one.
+    ``analysis`` message first; its calls are one per message, so one. Muse Glimmer may write one message to
+    ``self`` (its reasoning) first, then a message to each tool.
     ``think_close``: the prompt left a thinking block open (QwQ, GLM 4.7,
     Nemotron): the model first ends its reasoning (text without ``</``)
     with this tag, then calls.
@@ -583,6 +596,8 @@ def native_tool_grammar(chat_format: str, tools: list[dict[str, Any]], chosen: l
     body = f"({call})" + (f" ({gbnf_literal(sep)} ({call}))*" if parallel else "")
     if chat_format == "gpt_oss":
         body = f"{_HARMONY_ANALYSIS} {body}"
+    elif chat_format == "muse_glimmer":
+        body = f"{_GLIMMER_ANALYSIS} {body}"
     root = f"{gbnf_literal(prefix)} {body} {gbnf_literal(suffix)}"
     if think_close:  # reasoning text that cannot start the closing tag (Kimi K3's tags start with <|)
         text = _KIMI_TEXT if think_close.startswith("<|") else _XML_TEXT if think_close.startswith("<") \

@@ -38,6 +38,7 @@ from skippy.engine.chat.formats.families import (
 from skippy.engine.chat.formats.functionary import FUNCTIONARY_V3_1, FUNCTIONARY_V3_2
 from skippy.engine.chat.formats.gemma4 import GEMMA4
 from skippy.engine.chat.formats.generic import GENERIC
+from skippy.engine.chat.formats.glimmer import MUSE_GLIMMER
 from skippy.engine.chat.formats.harmony import GPT_OSS
 from skippy.engine.chat.formats.hermes import HERMES_2_PRO
 from skippy.engine.chat.formats.lfm2 import LFM2
@@ -60,7 +61,8 @@ SYNTAXES: dict[str, ToolSyntax] = {s.name: s for s in (
     CONTENT_ONLY, GENERIC, HERMES_2_PRO, LLAMA3_JSON, MISTRAL_NEMO, MISTRAL_SMALL_3_2,
     DEEPSEEK_R1, DEEPSEEK_V3_1, FUNCTIONARY_V3_2, COMMAND_R7B, GPT_OSS, QWEN3_CODER, SEED_OSS, GLM_4_5, LING_3,
     KIMI_K2, GRANITE, NEMOTRON_V2, APERTUS, LFM2, MINIMAX_M2, DEEPSEEK_V3_2, DEEPSEEK_V4, KIMI_K3, MINICPM5, GIGACHAT3,
-    GIGACHAT3_1, GEMMA4, MINIMAX_M3, COMMAND_R_PLUS, FUNCTIONARY_V3_1, FIREFUNCTION_V2, APRIEL)}
+    GIGACHAT3_1, GEMMA4, MINIMAX_M3, COMMAND_R_PLUS, FUNCTIONARY_V3_1, FIREFUNCTION_V2, APRIEL,
+    MUSE_GLIMMER)}
 
 #: Every chat-format name ``make_parser`` accepts.
 FORMATS: tuple[str, ...] = tuple(SYNTAXES)

@@ -141,7 +141,7 @@ class ToolSyntax:
     #: where set, thinking blocks after the reply are reasoning too, extra openers before a block are skipped
     #: and a closing tag that no block opened is dropped (llama.cpp's Gemma 4 parser)
     think_channel: str = ""
-    markers: tuple[str, ...] = ()  # more marker strings the output may hold (see :func:`syntax_markers`)
+    markers: tuple[str, ...] = ()  # more marker strings the output may hold, taken whole (see :func:`syntax_markers`)
     #: Qwen3-Coder's ``<function=``: a model that does not think (its template has no thinking block) at times
     #: leaves out the section's opener, so a call may also start at this text followed by an allowed tool's
     #: name and ``>`` (``<function=NAME>``: the tools' own names only, so ``#include <functional>`` stays
@@ -190,8 +190,9 @@ def syntax_markers(syntax: ToolSyntax) -> tuple[str, ...]:
             texts.append(re.sub(r"\\(.)", r"\1", re.sub(r"\(\?P<\w+>", "(", pattern.pattern)))
     found = [m for text in texts for m in _MARKER.findall(text)]
     # an opener holding a marker is syntax as a whole (GigaChat 3's ``function call<|role_sep|>``), and so is one
-    # of plain text (Command R+'s ``Action:``, Firefunction's ``functools[``, Functionary's ``>>>``)
-    found += [o for o in syntax.opens if not _MARKER.fullmatch(o)]
+    # of plain text (Command R+'s ``Action:``, Firefunction's ``functools[``, Functionary's ``>>>``); so are the
+    # syntax's own ``markers`` (Muse Glimmer's `` to=`` and ``<atem:invoke``)
+    found += [o for o in (*syntax.opens, *syntax.markers) if not _MARKER.fullmatch(o)]
     return tuple(dict.fromkeys(found))
 
 
