@@ -347,6 +347,30 @@ def test_reasoning_format_none_begins_with_the_thinking_tag_the_prompt_opened():
                thinking_opener="<think>")[1] == ParsedMessage(content="hmm")
 
 
+def test_a_prefilled_reasoning_begins_the_reasoning_content():
+    """A continued reasoning (the prompt ends inside its block, after it): read before the output, as llama.cpp
+    parses the generation prompt and the output as one text; with ``none`` it is content after the opener;
+    gpt-oss reads the analysis channel the prompt opened from the text."""
+    text = " more\n</think>\n\nAnswer."
+    kw = {"thinking_forced_open": True, "thinking_opener": "<think>\n", "prefill_reasoning": "I'm thinking"}
+    for pieces in [*splits(text), []]:
+        deltas, msg = run("hermes_2_pro", pieces, **kw)
+        assert msg == (ParsedMessage(content="Answer.", reasoning_content="I'm thinking more") if pieces
+                       else ParsedMessage(reasoning_content="I'm thinking"))
+        check_invariant(deltas, msg)
+        assert deltas[0].reasoning_content.startswith("I'm thinking")
+        assert run("hermes_2_pro", pieces, reasoning_format="none", **kw)[1] == \
+            ParsedMessage(content="<think>\nI'm thinking" + "".join(pieces))
+        assert run("hermes_2_pro", pieces, reasoning_format="hidden", **kw)[1] == \
+            ParsedMessage(content="Answer." if pieces else "")
+    harmony = " more<|end|><|start|>assistant<|channel|>final<|message|>Answer."
+    for pieces in splits(harmony):
+        deltas, msg = run("gpt_oss", pieces, thinking_forced_open=True, prefill_reasoning="I'm thinking",
+                          thinking_opener="<|channel|>analysis<|message|>")
+        assert msg == ParsedMessage(content="Answer.", reasoning_content="I'm thinking more")
+        check_invariant(deltas, msg)
+
+
 def test_reasoning_format_legacy_and_hidden():
     text = "<think>hmm</think>Answer."
     for pieces in splits(text):

@@ -72,7 +72,8 @@ def make_parser(chat_format: str, *, reasoning_format: str = "auto", thinking_fo
                 thinking_opener: str = "",
                 allowed_tools: set[str] | None = None, parallel_tool_calls: bool = True,
                 id_factory: IdFactory = new_call_id,
-                tool_schemas: dict[str, dict[str, Any]] | None = None, supports_thinking: bool = True) -> StreamParser:
+                tool_schemas: dict[str, dict[str, Any]] | None = None, supports_thinking: bool = True,
+                prefill_reasoning: str = "") -> StreamParser:
     """The streaming parser of one generation in ``chat_format``.
 
     ``allowed_tools``: names the request allows as calls (``tool_choice``
@@ -88,8 +89,9 @@ def make_parser(chat_format: str, *, reasoning_format: str = "auto", thinking_fo
     GLM, Seed-OSS XML) type each value by it. ``supports_thinking``: the
     template has a thinking block; where it has none, a format's workaround
     for models that do not think applies (Qwen3-Coder's call without its
-    ``<tool_call>``: :attr:`~.core.ToolSyntax.bare_call_open`). Raises
-    ``ValueError`` for unknown names.
+    ``<tool_call>``: :attr:`~.core.ToolSyntax.bare_call_open`). ``prefill_reasoning``: the reasoning of
+    a continued assistant message, which the prompt ends inside: it begins ``reasoning_content``
+    (:class:`~.core.ChatParser`). Raises ``ValueError`` for unknown names.
     """
     try:
         syntax = SYNTAXES[chat_format]
@@ -98,7 +100,8 @@ def make_parser(chat_format: str, *, reasoning_format: str = "auto", thinking_fo
     return ChatParser(syntax, reasoning_format=reasoning_format, thinking_forced_open=thinking_forced_open,
                       thinking_opener=thinking_opener,
                       allowed_tools=allowed_tools, parallel_tool_calls=parallel_tool_calls,
-                      id_factory=id_factory, tool_schemas=tool_schemas, supports_thinking=supports_thinking)
+                      id_factory=id_factory, tool_schemas=tool_schemas, supports_thinking=supports_thinking,
+                      prefill_reasoning=prefill_reasoning)
 
 
 def preserved_markers(chat_format: str) -> tuple[str, ...]:

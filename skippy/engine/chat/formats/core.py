@@ -562,12 +562,16 @@ class ChatParser:
     Records every delta it returns; :meth:`finish` builds the
     :class:`ParsedMessage` from them, so the concatenation of streamed
     deltas equals the final message field by field, byte for byte.
+    ``prefill_reasoning``: the reasoning of a continued assistant message, which the prompt ends inside
+    (with ``thinking_forced_open``): read before the output, so it begins ``reasoning_content``, streamed
+    with the first piece, as llama.cpp parses the generation prompt and the output as one text.
     """
 
     def __init__(self, syntax: ToolSyntax = CONTENT_ONLY, *, reasoning_format: str = "auto",
                  thinking_forced_open: bool = False, thinking_opener: str = "", allowed_tools: set[str] | None = None,
                  parallel_tool_calls: bool = True, id_factory: IdFactory = new_call_id,
-                 tool_schemas: dict[str, dict[str, Any]] | None = None, supports_thinking: bool = True) -> None:
+                 tool_schemas: dict[str, dict[str, Any]] | None = None, supports_thinking: bool = True,
+                 prefill_reasoning: str = "") -> None:
         if reasoning_format not in REASONING_FORMATS:
             raise ValueError(f"unknown reasoning_format {reasoning_format!r}")
         allowed = set(allowed_tools or ())
@@ -585,12 +589,13 @@ class ChatParser:
                                        syntax.think_tags, syntax.opens if allowed and ends_thinking else (),
                                        syntax.think_channel)
         self._markers = syntax_markers(syntax)
-        #: text that begins the output as the parser reads it (the prompt's thinking opener, see
-        #: :attr:`ToolSyntax.keeps_prompt_opener` and :attr:`ToolSyntax.opener_in_reasoning`), given with the first
-        #: piece
-        keep = thinking_forced_open and (syntax.keeps_prompt_opener if reasoning_format == "none"
-                                         else syntax.opener_in_reasoning)
-        self._lead = thinking_opener if keep else ""
+        #: text that begins the output as the parser reads it, given with the first piece: the prompt's thinking
+        #: opener (see :attr:`ToolSyntax.keeps_prompt_opener` and :attr:`ToolSyntax.opener_in_reasoning`; for a
+        #: format that reads its channels from the text, gpt-oss's, the one a continued reasoning opened), then the
+        #: prefilled reasoning the prompt continues
+        keep = thinking_forced_open and ((syntax.keeps_prompt_opener if reasoning_format == "none"
+                                          else syntax.opener_in_reasoning) or own)
+        self._lead = (thinking_opener if keep else "") + prefill_reasoning
         self._content: list[str] = []
         self._reasoning: list[str] = []
         self._calls: list[list[Any]] = []  # [id, name, [fragments]]
