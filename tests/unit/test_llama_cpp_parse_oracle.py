@@ -13,12 +13,15 @@ only where llama.cpp's are the model's own, Kimi K2's ``functions.NAME:IDX``).
 The options are llama.cpp's test defaults, which are not llama-server's: ``reasoning_format`` is
 ``none`` unless the case sets one (llama-server's default is ``auto``), ``parallel_tool_calls`` false
 unless set, ``enable_thinking`` true. A continued assistant message (llama.cpp's ``continue_final_message``)
-is our prefill: our reply holds only the continuation, so the prefill's own text is taken off the
-expected message (see ``render_chat``). ``is_partial`` cases compare what was streamed before the end.
+is our prefill: a continued content is not in our reply, which holds only the continuation, so the prefill's
+own text (content, and the reasoning before it) is taken off the expected message; a continued reasoning
+begins our reply's ``reasoning_content``, as llama.cpp's (see ``render_chat``). ``is_partial`` cases compare
+what was streamed before the end.
 
 Regenerate ``CASES`` from a newer test-chat.cpp by extracting each ``tst.test(...)...run();`` chain
 (the template, ``.tools``, ``.reasoning_format``, ``.enable_thinking``, ``.parallel_tool_calls``,
-``.tool_choice``, ``.json_schema``, ``.messages``, ``.is_partial`` and the expectations); the number
+``.tool_choice``, ``.json_schema``, ``.messages``, ``.continue_final_message`` where it is not the part
+llama.cpp's ``AUTO`` picks, ``.is_partial`` and the expectations); the number
 is the case's line in test-chat.cpp. Cases where we differ on purpose, or that llama.cpp parses for
 families we do not support natively, are in ``DIFFERENCES`` with the reason (strict xfail: a case
 that starts agreeing must leave the list).
@@ -59,6 +62,8 @@ class Case:
     partial: bool = False
     #: the conversation before the output: one user message, or one of :data:`HISTORIES`
     history: str | None = None
+    #: ``continue_final_message`` (``"content"`` or ``"reasoning_content"``) where the case names a part
+    continuation: str | None = None
 
 
 TOOL_PARAMS: dict[str, dict[str, Any]] = {
@@ -1256,7 +1261,7 @@ CASES = [
     Case(4841, ('inclusionai-ling-3.0-flash',),
          'Hello, world!',
          content='Hello, world!', reasoning="I'm thinking", reasoning_format='deepseek', enable_thinking=True,
-         history='prefill_thinking'),
+         history='prefill_thinking', continuation='content'),
     Case(4851, ('inclusionai-ling-3.0-flash',),
          ' more</think>Hello, world!',
          content='Hello, world!', reasoning="I'm thinking more", reasoning_format='deepseek',
@@ -2198,15 +2203,14 @@ HISTORIES: dict[str, tuple[list[Message], str, str]] = {
                       Message("user", "Proceed.")], "", ""),
 }
 
-_PREFILL = "a continued reasoning_content: we continue a prefill's content only"
 #: (stem, line) -> why we differ from llama.cpp there (the case is a strict xfail)
 DIFFERENCES: dict[tuple[str, int], str] = {
-    **{(stem, line): _PREFILL for stem, line in (
-        ("mistralai-Ministral-3-14B-Reasoning-2512", 2684), ("google-gemma-4-31B-it", 3190),
-        ("ibm-granite-granite-3.3-2B-Instruct", 3393), ("ByteDance-Seed-OSS", 3539),
-        ("inclusionai-ling-3.0-flash", 4841), ("Kimi-K2-Thinking", 5168), ("moonshotai-Kimi-K2", 5216),
-        ("LFM2.5-8B-A1B", 5295), ("MiniMax-M3", 5837), ("Apriel-1.6-15b-Thinker-fixed", 6239),
-        ("openai-gpt-oss-120b", 6593))},
+    ("inclusionai-ling-3.0-flash", 4841): "continue_final_message 'content' of a message with reasoning only: "
+    "llama.cpp closes the prefilled reasoning's block first; we continue after the generation prompt, which "
+    "opens Ling's",
+    ("Apriel-1.6-15b-Thinker-fixed", 6239): "Apriel's thinking has no tag we read (its generation prompt opens it "
+    "with 'Here are my reasoning steps:', '[BEGIN FINAL RESPONSE]' ends it; we parse the generic format, as in 6211): "
+    "a prefill's reasoning is not continued, and the output's is content",
     **{(stem, 2116): "LFM2 sends each call whole (docs/guides/tools.md), not its name before its arguments"
        for stem in ("LFM2-8B-A1B", "LFM2.5-Instruct", "LFM2.5-8B-A1B")},
     **{(stem, line): "a Command R7B call opens once its header is read up to its parameters, not at its name"
@@ -2238,16 +2242,19 @@ def _request(case: Case) -> ChatCompletionRequest:
         response_format = ResponseFormat("json_schema", json_schema=JsonSchemaFormat(name="s", schema=case.json_schema))
     return ChatCompletionRequest(messages=messages, tools=tools or None, tool_choice=case.tool_choice,
                                  parallel_tool_calls=case.parallel, reasoning_format=case.reasoning_format,
-                                 enable_thinking=case.enable_thinking, response_format=response_format)
+                                 enable_thinking=case.enable_thinking, response_format=response_format,
+                                 continue_final_message=case.continuation)
 
 
 def _expected(case: Case) -> tuple[str, str]:
-    """The expected content and reasoning, less what a continued prefill already held."""
+    """The expected content and reasoning, less what a continued content already held (a continued
+    reasoning stays: it begins our reply's reasoning_content too)."""
     content, reasoning = case.content, case.reasoning
     if case.history:
         _, prefill_content, prefill_reasoning = HISTORIES[case.history]
         content = content.removeprefix(prefill_content)
-        reasoning = reasoning.removeprefix(prefill_reasoning)
+        if prefill_content or case.continuation == "content":
+            reasoning = reasoning.removeprefix(prefill_reasoning)
     return content, reasoning
 
 

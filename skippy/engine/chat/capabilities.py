@@ -73,11 +73,12 @@ def prompt_opens_thinking(prompt: str) -> bool:
     return bool(thinking_opener(prompt))
 
 
-def thinking_opener(prompt: str) -> str:
-    """The text that opens the thinking block a rendered prompt ends inside: its opening tag and the space
-    after it (``<think>\\n``), or ``""`` when the prompt does not end inside one."""
+def thinking_opener(prompt: str, tags: tuple[str, ...] = ()) -> str:
+    """The text that opens the thinking block a rendered prompt ends inside: its opening tag (one of
+    :data:`THINK_OPEN_TAGS` or ``tags``) and the space after it (``<think>\\n``), or ``""`` when the prompt does
+    not end inside one."""
     tail = prompt.rstrip()
-    tag = next((tag for tag in THINK_OPEN_TAGS if tail.endswith(tag)), "")
+    tag = next((tag for tag in (*THINK_OPEN_TAGS, *tags) if tag and tail.endswith(tag)), "")
     return prompt[len(tail) - len(tag):] if tag else ""
 
 

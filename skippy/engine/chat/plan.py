@@ -41,6 +41,9 @@ class ParsePlan:
     ``supports_thinking``: the template has a thinking block (:attr:`~skippy.engine.chat.capabilities.
     TemplateCaps.supports_thinking`); where it has none, the parser reads a format's workaround for models
     that do not think (Qwen3-Coder's call without its ``<tool_call>``).
+    ``prefill_reasoning``: the reasoning of a continued assistant message (``continue_final_message``'s
+    reasoning, :mod:`~skippy.engine.chat.continuation`): the prompt ends inside its thinking block, after it
+    (``thinking_forced_open``), and it begins the reply's ``reasoning_content``, as llama-server gives it.
     """
 
     chat_format: str = "content_only"
@@ -56,3 +59,4 @@ class ParsePlan:
     tool_schemas: dict[str, dict[str, Any]] = attrs.field(factory=dict, eq=False, hash=False)
     history_chars: int | None = None
     supports_thinking: bool = True
+    prefill_reasoning: str = ""

@@ -15,6 +15,13 @@ import attrs
 
 from skippy.engine.chat import emulation
 from skippy.engine.chat.capabilities import TemplateCaps, detect_caps, thinking_opener
+from skippy.engine.chat.continuation import (
+    REASONING,
+    continuation,
+    family_opener,
+    prefill_text,
+    reasoning_prompt,
+)
 from skippy.engine.chat.documents import extract_documents
 from skippy.engine.chat.formats import REASONING_FORMATS, SYNTAXES, make_parser
 from skippy.engine.chat.formats.base import StreamParser
@@ -24,7 +31,7 @@ from skippy.engine.chat.images import extract_images
 from skippy.engine.chat.plan import ParsePlan
 from skippy.engine.chat.templates import ChatTemplate, TemplateError
 from skippy.engine.errors import InvalidRequest
-from skippy.engine.protocols.openai.types import ChatCompletionRequest, NotText, message_dicts, part_texts
+from skippy.engine.protocols.openai.types import ChatCompletionRequest, message_dicts
 from skippy.engine.sampling import grammar as grammars
 from skippy.engine.sampling.constraints import RequestConstraint, constraint_from_request
 
@@ -167,44 +174,6 @@ def _template_kwargs(req: ChatCompletionRequest, default_kwargs: dict[str, Any] 
     return kwargs
 
 
-def _prefill(req: ChatCompletionRequest, messages: list[dict[str, Any]]) -> bool:
-    """Whether the last message (an assistant's) is continued rather than closed (assistant prefill).
-
-    llama-server's default: a conversation that ends with an assistant
-    message (without ``tool_calls``) continues it. vLLM's fields decide when
-    given: ``continue_final_message: true`` asks for it (400 unless the last
-    message is an assistant's, or with ``add_generation_prompt: true``, as
-    vLLM), ``continue_final_message: false`` or ``add_generation_prompt:
-    false`` alone render the last message closed.
-    """
-    last = messages[-1]
-    is_assistant = last.get("role") == "assistant"
-    if req.continue_final_message:
-        if not is_assistant:
-            raise InvalidRequest("continue_final_message needs the last message to be an assistant message",
-                                 param="continue_final_message")
-        if req.add_generation_prompt:
-            raise InvalidRequest("continue_final_message and add_generation_prompt cannot both be true",
-                                 param="add_generation_prompt")
-        return True
-    if req.continue_final_message is False or req.add_generation_prompt is False:
-        return False
-    return is_assistant and not last.get("tool_calls")
-
-
-def _prefill_text(message: dict[str, Any], i: int) -> str:
-    content = message.get("content")
-    if content is None or isinstance(content, str):
-        return content or ""
-    if isinstance(content, list):
-        try:
-            return "".join(part_texts(content, bare_strings=False))
-        except NotText:
-            raise InvalidRequest(f"messages[{i}].content: an assistant message to continue may hold text "
-                                 "parts only", param=f"messages[{i}].content") from None
-    raise InvalidRequest(f"messages[{i}].content must be a string or a list of parts", param=f"messages[{i}].content")
-
-
 def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
                 default_kwargs: dict[str, Any] | None = None, force_tool_emulation: bool = False,
                 add_generation_prompt: bool = True, history_boundary: bool = False,
@@ -224,10 +193,13 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
     content and reaches the client, as llama-server returns such text.
     Template variables: see :func:`_template_kwargs` (``enable_thinking`` is
     true unless set, llama-server's default). A conversation ending
-    with an assistant message continues it (see :func:`_prefill`): the
-    prompt is the earlier messages with the generation prompt, then that
-    message's text (as llama-server does), so the reply holds only the
-    continuation.
+    with an assistant message continues it (see :func:`~skippy.engine.chat.continuation.continuation`):
+    a continued content is the earlier messages with the generation prompt, then that
+    message's text (as llama-server does), and the reply holds only the
+    continuation; a continued reasoning (the message holds ``reasoning_content`` and no content) ends
+    the prompt inside its thinking block (:func:`~skippy.engine.chat.continuation.reasoning_prompt`), and
+    the reply's ``reasoning_content`` begins with it, as llama-server's does (native tool formats; with
+    emulated tools, or where no thinking block is known, the reasoning is left out as before).
     ``history_boundary``: also render the conversation without its generation prompt (and without
     an assistant message being continued) and record in the plan how much of the prompt it is
     (:attr:`ParsePlan.history_chars`: the longest common prefix of the two texts; ``None`` when the
@@ -260,7 +232,8 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
         parallel = req.parallel_tool_calls if req.parallel_tool_calls is not None else \
             (caps.supports_parallel_tool_calls and not emulated)
     kwargs = _template_kwargs(req, default_kwargs)
-    prefill = _prefill(req, messages)
+    mode = continuation(req, messages)
+    prefill = mode is not None
     final = messages[-1]  # as sent: a prefill continues its text parts concatenated, as llama-server does
     add_generation_prompt = add_generation_prompt and req.add_generation_prompt is not False
 
@@ -287,18 +260,26 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
     if prefill:
         messages.pop()
 
-    def render(msgs: list[dict[str, Any]]) -> str:
-        if prefill:
-            text = tmpl.template.render(msgs, tools=render_tools, add_generation_prompt=True, **kwargs)
-            return text + _prefill_text(final, len(req.messages) - 1)
-        return tmpl.template.render(msgs, tools=render_tools, add_generation_prompt=add_generation_prompt, **kwargs)
+    def render_as(msgs: list[dict[str, Any]], generation_prompt: bool) -> str:
+        return tmpl.template.render(msgs, tools=render_tools, add_generation_prompt=generation_prompt, **kwargs)
 
     if not caps.supports_late_system:  # a system message the template refuses or drops where it stands
         messages = fold_late_system(messages) or messages
     if not caps.supports_system_role:  # no system role at all (Gemma 2): the first user message carries it
         messages = fold_leading_system(messages) or messages
+    syntax = SYNTAXES[caps.chat_format]
+    prefill_reasoning = (final.get("reasoning_content") or "") if mode == REASONING and not emulated else ""
+    continued = None  # (prompt, opener) of a continued reasoning
     try:
-        prompt = render(messages)
+        if mode == REASONING and not emulated:
+            continued = reasoning_prompt(render_as, messages, final, prefill_reasoning,
+                                         family_opener(tmpl.template, syntax))
+        if continued is not None:
+            prompt = continued[0]
+        elif prefill:
+            prompt = render_as(messages, True) + prefill_text(final, len(req.messages) - 1)
+        else:
+            prompt = render_as(messages, add_generation_prompt)
     except TemplateError as exc:
         if exc.param is None:
             exc.param = "chat_template" if req.chat_template else "messages"
@@ -312,12 +293,12 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
         except TemplateError:
             pass
 
-    opener = thinking_opener(prompt)
+    opener = continued[1] if continued is not None else thinking_opener(prompt)
     thinking_open = bool(opener)
     if forced_native and thinking_open:  # the reasoning the prompt opened ends before the forced call
         tool_grammar = grammars.native_tool_grammar(
             caps.chat_format, tools, emulation.select_tools(tools, tool_choice), parallel=parallel,
-            think_close=SYNTAXES[caps.chat_format].think_tags[1])
+            think_close=syntax.think_tags[1])
     structured = constraint_from_request(req)
     if structured and tool_grammar is not None and not lazy:
         if not (structured.param or "").startswith("response_format"):
@@ -338,6 +319,7 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
         tool_schemas=_tool_schemas(tools) if tools_on else {},
         history_chars=history_chars,
         supports_thinking=caps.supports_thinking,
+        prefill_reasoning=prefill_reasoning if continued is not None else "",
     )
     return Rendered(prompt, plan, tuple(images), tuple(image_params))
 
@@ -379,4 +361,5 @@ def make_output_parser(plan: ParsePlan) -> StreamParser:
     return make_parser(plan.chat_format, reasoning_format=plan.reasoning_format,
                        thinking_forced_open=plan.thinking_forced_open, thinking_opener=plan.thinking_opener,
                        allowed_tools=set(plan.allowed_tools) or None, parallel_tool_calls=plan.parallel_tool_calls,
-                       tool_schemas=plan.tool_schemas, supports_thinking=plan.supports_thinking)
+                       tool_schemas=plan.tool_schemas, supports_thinking=plan.supports_thinking,
+                       prefill_reasoning=plan.prefill_reasoning)

@@ -131,6 +131,11 @@ class ToolSyntax:
     header_fail: re.Pattern[str] | None = None
     keep_when_tools_off: bool = False
     think_tags: tuple[str, str] = ("<think>", "</think>")
+    #: the text that opens a thinking block after the generation prompt where the family's template writes no
+    #: such tag itself (llama.cpp's parser of the family writes it to continue a prefilled reasoning: Kimi K2's
+    #: ``<think>``, gpt-oss's analysis channel); ``""``: the opening think tag, where the template writes it
+    #: (:func:`~skippy.engine.chat.continuation.family_opener`)
+    reasoning_opener: str = ""
     scanner: Any = None  # a class replacing ToolScanner (same constructor), e.g. the generic format
     xml: Any = None  # XML-style arguments (:class:`skippy.engine.chat.formats.xml.XmlArgs`), read by its scanner
     own_reasoning: bool = False  # the scanner splits reasoning itself (gpt-oss channels)

@@ -55,6 +55,7 @@ KIMI_K2 = ToolSyntax(
     close="<|tool_calls_section_end|>",
     markers=("<|tool_call_end|>",),
     calls_end_thinking="any",  # Kimi K2 Thinking calls tools from inside <think> without closing it
+    reasoning_opener="<think>",  # llama.cpp's kimi-k2 parser: Kimi K2 Instruct's template writes no tag
 )
 
 GRANITE = ToolSyntax(

@@ -143,5 +143,6 @@ GEMMA4 = ToolSyntax(
     scanner=GemmaScanner,
     think_tags=("<|channel>thought", "<channel|>"),
     think_channel="<|channel>",
+    reasoning_opener="<|channel>thought\n",  # llama.cpp's gemma4 parser
     markers=('<|"|>',),
 )

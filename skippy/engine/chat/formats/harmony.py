@@ -167,5 +167,9 @@ GPT_OSS = ToolSyntax(
     scanner=HarmonyScanner,
     own_reasoning=True,
     keep_when_tools_off=True,
+    #: the analysis message as a thinking block (the scanner reads channels itself): what opens one after the
+    #: generation prompt's ``<|start|>assistant`` (a continued reasoning), and what ends it before a forced call
+    think_tags=(CHANNEL + "analysis" + MESSAGE, "<|end|>" + START + "assistant"),
+    reasoning_opener=CHANNEL + "analysis" + MESSAGE,
     markers=(START, CHANNEL, MESSAGE, "<|constrain|>", *ENDS),
 )

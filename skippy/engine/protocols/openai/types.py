@@ -204,7 +204,9 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     ``enable_thinking`` (template variables), ``reasoning_effort`` (OpenAI's;
     also a template variable, and ``enable_thinking: false`` for ``"none"`` /
     ``"minimal"``), ``continue_final_message`` / ``add_generation_prompt``
-    (vLLM's: assistant prefill, see :func:`~skippy.engine.chat.prepare.render_chat`),
+    (vLLM's: assistant prefill, see :func:`~skippy.engine.chat.prepare.render_chat`;
+    ``continue_final_message`` also takes llama-server's ``"content"`` and ``"reasoning_content"``:
+    :func:`~skippy.engine.chat.continuation.continuation`),
     ``grammar`` (raw GBNF),
     ``mesh_hooks`` (run the hook policy; skippy-server's field name),
     ``return_signals`` (per-token ``entropy`` and ``margin`` in ``logprobs``) and
@@ -226,7 +228,7 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     chat_template_kwargs: dict[str, Any] | None = None
     enable_thinking: bool | None = None
     reasoning_effort: str | None = None
-    continue_final_message: bool | None = None
+    continue_final_message: bool | str | None = None
     add_generation_prompt: bool | None = None
     mesh_hooks: bool | None = None
     return_signals: bool = False
