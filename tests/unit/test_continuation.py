@@ -101,6 +101,19 @@ def test_with_emulated_tools_the_reasoning_is_not_continued() -> None:
     assert "Let me think" not in emulated.prompt
 
 
+def test_a_continued_content_with_reasoning_follows_its_closed_block() -> None:
+    """llama.cpp's continuation of a content: the reasoning, its closing tag, then the content; the reply holds
+    only what follows (the parser does not start in reasoning, though Ling's generation prompt opens it)."""
+    ling = _render("inclusionai-ling-3.0-flash", Message("assistant", "It is", reasoning_content="Let me think"))
+    assert ling.prompt.endswith("<role>ASSISTANT</role>\n<think>Let me think</think>It is")
+    assert not ling.plan.thinking_forced_open and ling.plan.prefill_reasoning == ""
+    qwen = _render("Qwen-Qwen3-0.6B", Message("assistant", "It is", reasoning_content="Let me think"))
+    assert qwen.prompt.endswith("<|im_start|>assistant\n<think>\nLet me think\n</think>\n\nIt is")
+    # llama-server's "content" for a message with reasoning only: the block closed, the content begins
+    named = _render("inclusionai-ling-3.0-flash", THINKING, continue_final_message="content")
+    assert named.prompt.endswith("<think>Let me think</think>") and not named.plan.thinking_forced_open
+
+
 @pytest.mark.parametrize("stem", ["ByteDance-Seed-OSS", "openai-gpt-oss-120b", "google-gemma-4-31B-it"])
 def test_the_reply_s_reasoning_begins_with_the_prefill_streamed_or_not(stem: str) -> None:
     """llama-server parses the generation prompt with the output: the reply's reasoning_content is the

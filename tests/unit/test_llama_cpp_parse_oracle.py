@@ -2205,9 +2205,6 @@ HISTORIES: dict[str, tuple[list[Message], str, str]] = {
 
 #: (stem, line) -> why we differ from llama.cpp there (the case is a strict xfail)
 DIFFERENCES: dict[tuple[str, int], str] = {
-    ("inclusionai-ling-3.0-flash", 4841): "continue_final_message 'content' of a message with reasoning only: "
-    "llama.cpp closes the prefilled reasoning's block first; we continue after the generation prompt, which "
-    "opens Ling's",
     ("Apriel-1.6-15b-Thinker-fixed", 6239): "Apriel's thinking has no tag we read (its generation prompt opens it "
     "with 'Here are my reasoning steps:', '[BEGIN FINAL RESPONSE]' ends it; we parse the generic format, as in 6211): "
     "a prefill's reasoning is not continued, and the output's is content",

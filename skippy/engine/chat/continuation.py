@@ -7,11 +7,12 @@ a request continues, with llama.cpp's rule for ``true``: the reasoning when the 
 ``reasoning_content`` and no content, else the content.
 
 A continued content is the message's text after the generation prompt (see
-:func:`~skippy.engine.chat.prepare.render_chat`); the reply holds only what follows. A continued
-reasoning is an open thinking block: :func:`reasoning_prompt` ends the prompt inside it, right after the
-prefilled reasoning, so the model goes on thinking, and the output parser starts in reasoning with that
-text as the start of ``reasoning_content`` (:attr:`~skippy.engine.chat.plan.ParsePlan.prefill_reasoning`),
-as llama-server's reply begins with it.
+:func:`~skippy.engine.chat.prepare.render_chat`), or, where the message holds reasoning too, after that
+reasoning's closed block as the template renders it (:func:`content_prompt`); the reply holds only what
+follows. A continued reasoning is an open thinking block: :func:`reasoning_prompt` ends the prompt inside
+it, right after the prefilled reasoning, so the model goes on thinking, and the output parser starts in
+reasoning with that text as the start of ``reasoning_content``
+(:attr:`~skippy.engine.chat.plan.ParsePlan.prefill_reasoning`), as llama-server's reply begins with it.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ from skippy.engine.protocols.openai.types import ChatCompletionRequest, NotText,
 
 #: the parts of an assistant message a request may continue (llama-server's ``continue_final_message`` strings)
 CONTENT, REASONING = "content", "reasoning_content"
-#: stands for the prefilled reasoning in the probe render of :func:`reasoning_prompt`
+#: stands for the prefilled text in the probe renders of :func:`reasoning_prompt` and :func:`content_prompt`
 _MARK = "SKIPPY_PREFILL_MARK"
+#: at most this many characters between the end of a rendered reasoning and the content after it
+_BLOCK_END = 256
 
 
 def continuation(req: ChatCompletionRequest, messages: list[dict[str, Any]]) -> str | None:
@@ -129,3 +132,22 @@ def reasoning_prompt(render: Callable[[list[dict[str, Any]], bool], str], histor
         return prompt + family + reasoning, family
     return None
 
+
+def content_prompt(render: Callable[[list[dict[str, Any]], bool], str], history: list[dict[str, Any]],
+                   final: dict[str, Any], content: str) -> str | None:
+    """The prompt that continues the content of ``final``, a continued assistant message that also holds
+    ``reasoning_content``: the message as the template renders it, cut where its content begins (the
+    reasoning's closed block before the cut, the end of the turn after it left out), then ``content``;
+    ``None`` where the template leaves the message's reasoning out (the caller then continues after the
+    generation prompt). llama.cpp writes the same: the reasoning, the closing tag, then the content.
+    ``render`` and ``history`` as for :func:`reasoning_prompt`."""
+    reasoning = final.get("reasoning_content")
+    try:
+        probe = render([*history, {**final, "content": _MARK}], False)
+    except TemplateError:
+        return None
+    if probe.count(_MARK) != 1 or not isinstance(reasoning, str) or not reasoning.strip():
+        return None
+    head = probe[:probe.index(_MARK)]
+    # the reasoning's block just before the content (its closing tag and the space after it are short)
+    return head + content if reasoning.strip() in head[-(len(reasoning) + _BLOCK_END):] else None

@@ -16,7 +16,9 @@ import attrs
 from skippy.engine.chat import emulation
 from skippy.engine.chat.capabilities import TemplateCaps, detect_caps, thinking_opener
 from skippy.engine.chat.continuation import (
+    CONTENT,
     REASONING,
+    content_prompt,
     continuation,
     family_opener,
     prefill_text,
@@ -277,7 +279,10 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
         if continued is not None:
             prompt = continued[0]
         elif prefill:
-            prompt = render_as(messages, True) + prefill_text(final, len(req.messages) - 1)
+            text = prefill_text(final, len(req.messages) - 1)
+            closed = content_prompt(render_as, messages, final, text) \
+                if mode == CONTENT and final.get("reasoning_content") else None
+            prompt = closed if closed is not None else render_as(messages, True) + text
         else:
             prompt = render_as(messages, add_generation_prompt)
     except TemplateError as exc:
