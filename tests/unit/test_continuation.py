@@ -79,15 +79,15 @@ def test_the_prefilled_reasoning_is_continued_as_sent() -> None:
 
 
 def test_a_reasoning_is_left_out_where_no_thinking_block_is_known() -> None:
-    """A template without thinking (and Apriel's, whose block has no tag): the reply continues after the
-    generation prompt, as before."""
+    """A template without thinking: the reply continues after the generation prompt, as before."""
     tmpl = PreparedTemplate.build(CHATML)
     rendered = render_chat(tmpl, ChatCompletionRequest(messages=[USER, THINKING]))
     assert rendered.prompt.endswith("<|im_start|>assistant\n")
     assert not rendered.plan.thinking_forced_open and rendered.plan.prefill_reasoning == ""
+    # Apriel 1.6's block has no tag: its generation prompt opens it with a sentence, which the reasoning follows
     apriel = _render("Apriel-1.6-15b-Thinker-fixed", THINKING)
-    assert apriel.prompt.endswith("<|begin_assistant|>\nHere are my reasoning steps:\n")
-    assert apriel.plan.prefill_reasoning == ""
+    assert apriel.prompt.endswith("<|begin_assistant|>\nHere are my reasoning steps:\nLet me think")
+    assert apriel.plan.prefill_reasoning == "Let me think"
 
 
 def test_with_emulated_tools_the_reasoning_is_not_continued() -> None:

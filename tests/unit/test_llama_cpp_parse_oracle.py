@@ -2205,9 +2205,6 @@ HISTORIES: dict[str, tuple[list[Message], str, str]] = {
 
 #: (stem, line) -> why we differ from llama.cpp there (the case is a strict xfail)
 DIFFERENCES: dict[tuple[str, int], str] = {
-    ("Apriel-1.6-15b-Thinker-fixed", 6239): "Apriel's thinking has no tag we read (its generation prompt opens it "
-    "with 'Here are my reasoning steps:', '[BEGIN FINAL RESPONSE]' ends it; we parse the generic format, as in 6211): "
-    "a prefill's reasoning is not continued, and the output's is content",
     **{(stem, 2116): "LFM2 sends each call whole (docs/guides/tools.md), not its name before its arguments"
        for stem in ("LFM2-8B-A1B", "LFM2.5-Instruct", "LFM2.5-8B-A1B")},
     **{(stem, line): "a Command R7B call opens once its header is read up to its parameters, not at its name"

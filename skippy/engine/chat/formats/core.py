@@ -597,9 +597,9 @@ class ChatParser:
         #: text that begins the output as the parser reads it, given with the first piece: the prompt's thinking
         #: opener (see :attr:`ToolSyntax.keeps_prompt_opener` and :attr:`ToolSyntax.opener_in_reasoning`; for a
         #: format that reads its channels from the text, gpt-oss's, the one a continued reasoning opened), then the
-        #: prefilled reasoning the prompt continues
+        #: prefilled reasoning the prompt continues (which alone begins the reasoning: llama.cpp's continuation)
         keep = thinking_forced_open and ((syntax.keeps_prompt_opener if reasoning_format == "none"
-                                          else syntax.opener_in_reasoning) or own)
+                                          else syntax.opener_in_reasoning and not prefill_reasoning) or own)
         self._lead = (thinking_opener if keep else "") + prefill_reasoning
         self._content: list[str] = []
         self._reasoning: list[str] = []
