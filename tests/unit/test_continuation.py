@@ -114,6 +114,22 @@ def test_a_continued_content_with_reasoning_follows_its_closed_block() -> None:
     assert named.prompt.endswith("<think>Let me think</think>") and not named.plan.thinking_forced_open
 
 
+@pytest.mark.parametrize(("stem", "tail"), [
+    ("Qwen3.5-4B", "<|im_start|>assistant\n<think>\n\n</think>\n\nSure, here is"),  # the template's closed block
+    ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "<｜Assistant｜>Sure, here is"),  # its bare assistant header
+    ("NVIDIA-Nemotron-Nano-v2", "Assistant\n<think>\n</think>Sure, here is"),  # renders it open: closed here
+    ("Qwen-Qwen3-0.6B", "<|im_start|>assistant\nSure, here is"),  # no block opened: as before
+])
+def test_a_continued_content_never_lands_in_the_block_the_generation_prompt_opens(stem: str, tail: str) -> None:
+    """A content prefill on a template whose generation prompt opens a thinking block: the content follows
+    the message as the template renders it where that closes the block, else the block closed (llama.cpp
+    writes an empty reasoning before a continued content); it went inside the block, so the model took it
+    for its thinking."""
+    rendered = _render(stem, Message("assistant", "Sure, here is"))
+    assert rendered.prompt.endswith(tail)
+    assert not rendered.plan.thinking_forced_open and rendered.plan.prefill_reasoning == ""
+
+
 @pytest.mark.parametrize("stem", ["ByteDance-Seed-OSS", "openai-gpt-oss-120b", "google-gemma-4-31B-it"])
 def test_the_reply_s_reasoning_begins_with_the_prefill_streamed_or_not(stem: str) -> None:
     """llama-server parses the generation prompt with the output: the reply's reasoning_content is the

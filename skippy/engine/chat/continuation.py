@@ -151,3 +151,24 @@ def content_prompt(render: Callable[[list[dict[str, Any]], bool], str], history:
     head = probe[:probe.index(_MARK)]
     # the reasoning's block just before the content (its closing tag and the space after it are short)
     return head + content if reasoning.strip() in head[-(len(reasoning) + _BLOCK_END):] else None
+
+
+def open_block_content_prompt(render: Callable[[list[dict[str, Any]], bool], str], history: list[dict[str, Any]],
+                              final: dict[str, Any], content: str, generation_prompt: str, close_tag: str) -> str:
+    """The prompt that continues the content of ``final``, a continued assistant message without reasoning,
+    where ``generation_prompt`` opens a thinking block (Qwen 3.5, DeepSeek R1, Nemotron 3): the content must
+    not land inside that block, or the model takes it for its thinking and the reply for reasoning. The
+    message as the template renders it, cut where its content begins, where that leaves no block open
+    (Qwen 3.5's ``<think>\n\n</think>\n\n``, DeepSeek R1's bare assistant header); else the generation
+    prompt with the block closed by ``close_tag`` (the family's closing tag), as llama.cpp writes an empty
+    reasoning before a continued content. ``render`` and ``history`` as for :func:`reasoning_prompt`."""
+    try:
+        probe = render([*history, {**final, "content": _MARK}], False)
+    except TemplateError:
+        probe = ""
+    if probe.count(_MARK) == 1:
+        head = probe[:probe.index(_MARK)]
+        if not thinking_opener(head):
+            return head + content
+    return generation_prompt + close_tag + content
+

@@ -21,6 +21,7 @@ from skippy.engine.chat.continuation import (
     content_prompt,
     continuation,
     family_opener,
+    open_block_content_prompt,
     prefill_text,
     reasoning_prompt,
 )
@@ -282,7 +283,11 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
             text = prefill_text(final, len(req.messages) - 1)
             closed = content_prompt(render_as, messages, final, text) \
                 if mode == CONTENT and final.get("reasoning_content") else None
-            prompt = closed if closed is not None else render_as(messages, True) + text
+            if closed is None:
+                opened = render_as(messages, True)
+                closed = open_block_content_prompt(render_as, messages, final, text, opened, syntax.think_tags[1]) \
+                    if thinking_opener(opened) else opened + text
+            prompt = closed
         else:
             prompt = render_as(messages, add_generation_prompt)
     except TemplateError as exc:
