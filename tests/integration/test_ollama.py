@@ -169,6 +169,12 @@ def test_tools_round_trip(request: pytest.FixtureRequest, fixture: str) -> None:
         *ask, {"role": "assistant", "content": "", "tool_calls": [call.model_dump(exclude_none=True)]},
         {"role": "tool", "tool_name": "get_weather", "content": "sunny, 21 C"}])
     assert follow.done and follow.eval_count > 0  # the call and its result rendered: the model went on
+    # a tool-call turn whose content is null (Ollama's decoder reads null as ""), as several clients send it
+    raw = {"model": MODEL, "stream": False, "tools": [WEATHER], "options": {"num_predict": 2}, "messages": [
+        *ask, {"role": "assistant", "content": None, "tool_calls": [call.model_dump(exclude_none=True)]},
+        {"role": "tool", "tool_name": "get_weather", "content": "sunny, 21 C"}]}
+    resp = httpx.post(srv.base_url + "/api/chat", json=raw, timeout=120)
+    assert resp.status_code == 200 and resp.json()["done"], resp.text
 
 
 def test_think_puts_the_reasoning_in_thinking(thinking_server: Server) -> None:
@@ -230,11 +236,16 @@ def test_embed_and_legacy_embeddings(embed_server: Server) -> None:
     assert one.embeddings[0] == pytest.approx(out.embeddings[0], rel=1e-4, abs=1e-5)
     legacy = c.embeddings(model=MODEL, prompt="the sky is blue")
     assert legacy.embedding == pytest.approx(out.embeddings[0], rel=1e-4, abs=1e-5)
+    for empty in ("", [], None):  # Ollama's preload of an embedding model: loaded, no embeddings
+        body = {"model": MODEL} if empty is None else {"model": MODEL, "input": empty}
+        resp = httpx.post(embed_server.base_url + "/api/embed", json=body, timeout=30)
+        assert resp.status_code == 200 and resp.json()["embeddings"] == [], resp.text
 
 
 def test_embed_without_embeddings_is_an_ollama_error(server: Server) -> None:
-    resp = httpx.post(server.base_url + "/api/embed", json={"model": MODEL, "input": "x"}, timeout=30)
-    assert resp.status_code == 501 and "--embeddings" in resp.json()["error"]
+    for body in ({"model": MODEL, "input": "x"}, {"model": MODEL}):
+        resp = httpx.post(server.base_url + "/api/embed", json=body, timeout=30)
+        assert resp.status_code == 501 and "--embeddings" in resp.json()["error"]
 
 
 @pytest.mark.parametrize("body,status,needle", [

@@ -233,6 +233,10 @@ def test_copy_takes_a_namespaced_name_and_refuses_path_tricks(srv: Server, home:
     assert c.generate(model="example.com/team/smol:v1", prompt="Hi", options={"num_predict": 2}).done
     assert c.delete("my/copy").status == "success" and c.delete("example.com/team/smol:v1").status == "success"
     assert json.loads(aliases.read_text()) == {}
+    for gone in ("my/copy", "ns/nope", "never/existed:v9"):  # no alias (any more), no file: Ollama's 404
+        with pytest.raises(ollama.ResponseError) as err:
+            c.delete(gone)
+        assert err.value.status_code == 404 and err.value.error.startswith(f'model "{gone}" not found'), gone
     scratch = home / "models" / "scratch-path.gguf"
     scratch.write_bytes(b"GGUF" + b"\0" * 60)
     for bad in ("../evil", "/tmp/evil", "a//b", "a/", "..", "ns.x/m", str(scratch), "models/../scratch-path"):

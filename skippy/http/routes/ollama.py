@@ -19,7 +19,7 @@ from quart import Response
 from skippy.actors.engine import Engine
 from skippy.actors.streams import ReplyStream
 from skippy.engine.chat.images import rename_image_error
-from skippy.engine.errors import EngineError, InvalidRequest, ModelNotFound
+from skippy.engine.errors import EngineError, InvalidRequest, ModelNotFound, NotSupported
 from skippy.engine.protocols.ollama import translate as ollama
 from skippy.engine.protocols.ollama.model_wire import OllamaError
 from skippy.engine.protocols.ollama.types import (
@@ -28,7 +28,7 @@ from skippy.engine.protocols.ollama.types import (
     OllamaEmbedRequest,
     OllamaGenerateRequest,
 )
-from skippy.engine.protocols.ollama.wire import OllamaEmbeddingResponse
+from skippy.engine.protocols.ollama.wire import OllamaEmbeddingResponse, OllamaEmbedResponse
 from skippy.engine.protocols.openai.types import ChatCompletionRequest
 from skippy.http.context import RequestContext, Shared, current, shared
 from skippy.http.replies import encode, json_response
@@ -206,13 +206,20 @@ async def ollama_generate() -> Response:
 
 
 async def ollama_embed() -> Response:
-    """Ollama ``POST /api/embed`` (501 unless the server runs with ``--embeddings``)."""
+    """Ollama ``POST /api/embed`` (501 unless the server runs with ``--embeddings``). No ``input`` (or ``""``,
+    ``[]``) loads the model and answers no embeddings, as Ollama's preload of an embedding model."""
     app, ctx = shared(), current()
     t0 = time.monotonic()
     req = await read_body(OllamaEmbedRequest, ctx)
     t_load = time.monotonic()
     eng = await _engine(app, req.model, req.keep_alive)
     load_ns = _ns_since(t_load)
+    if not req.input:
+        if eng.meta.embeddings is None:  # as the embedding itself would answer
+            raise NotSupported("This server does not support embeddings. Start it with `--embeddings`",
+                               code="not_supported")
+        return json_response(OllamaEmbedResponse(model=req.model, embeddings=[], total_duration=_ns_since(t0),
+                                                 load_duration=load_ns, prompt_eval_count=0))
     result = await unless_gone(app, ctx, eng.embeddings(ollama.embed_request(req)))
     return json_response(ollama.embed_response(result, req.model, _ns_since(t0), load_ns))
 

@@ -548,7 +548,8 @@ async def delete_model() -> Response:
                 return None
             except ModelError as exc:
                 errors.append(str(exc))
-        return (404, f"{om.not_found(name)} ({errors[0]})") if errors else None
+        # nothing removed: no such file, or a namespaced name (no cached file has one) that no alias holds
+        return 404, f"{om.not_found(name)} ({errors[0]})" if errors else om.not_found(name)
 
     failure = await trio.to_thread.run_sync(remove)
     if failure is not None:

@@ -216,6 +216,7 @@ def _messages(messages: list[ot.OllamaMessage]) -> list[Message]:
     out: list[Message] = []
     calls_by_name: dict[str, list[str]] = {}  # tool name -> ids of its calls not answered yet
     for i, m in enumerate(messages):
+        text = m.content or ""
         if m.role == "assistant" and m.tool_calls:
             calls = []
             for j, call in enumerate(m.tool_calls):
@@ -223,15 +224,15 @@ def _messages(messages: list[ot.OllamaMessage]) -> list[Message]:
                 calls_by_name.setdefault(call.function.name, []).append(call_id)
                 calls.append({"id": call_id, "type": "function", "function": {
                     "name": call.function.name, "arguments": json.dumps(call.function.arguments, ensure_ascii=False)}})
-            out.append(Message(role="assistant", content=m.content or None, tool_calls=calls,
+            out.append(Message(role="assistant", content=text or None, tool_calls=calls,
                                reasoning_content=m.thinking or None))
         elif m.role == "tool":
             pending = calls_by_name.get(m.tool_name or "", [])
             call_id = m.tool_call_id or (pending.pop(0) if pending else None) or m.tool_name or f"call_{i}"
-            out.append(Message(role="tool", content=_with_images(m.content, m.images, f"messages.{i}.images"),
+            out.append(Message(role="tool", content=_with_images(text, m.images, f"messages.{i}.images"),
                                tool_call_id=call_id, name=m.tool_name))
         elif m.role in ("system", "user", "assistant"):
-            out.append(Message(role=m.role, content=_with_images(m.content, m.images, f"messages.{i}.images"),
+            out.append(Message(role=m.role, content=_with_images(text, m.images, f"messages.{i}.images"),
                                reasoning_content=m.thinking if m.role == "assistant" and m.thinking else None))
         else:
             raise InvalidRequest(f"messages.{i}.role must be system, user, assistant or tool, got {m.role!r}",
@@ -349,7 +350,7 @@ def embed_request(req: ot.OllamaEmbedRequest | ot.OllamaEmbeddingsRequest) -> Em
     """``/api/embed`` (``truncate`` as Ollama: default on) or ``/api/embeddings`` -> the embeddings request."""
     if isinstance(req, ot.OllamaEmbeddingsRequest):
         return EmbeddingRequest(input=req.prompt, model=req.model, truncate=True)
-    if isinstance(req.input, list) and not req.input:
+    if not req.input:
         raise InvalidRequest("input must not be empty", param="input")
     inputs: str | list[str | int | list[int]] = req.input if isinstance(req.input, str) else list(req.input)
     return EmbeddingRequest(input=inputs, model=req.model, dimensions=req.dimensions, truncate=req.truncate)

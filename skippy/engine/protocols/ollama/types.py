@@ -29,12 +29,13 @@ class OllamaToolCall(msgspec.Struct, omit_defaults=True):
 
 
 class OllamaMessage(msgspec.Struct, omit_defaults=True):
-    """One chat message: ``role`` system / user / assistant / tool; ``thinking`` an assistant's reasoning;
-    ``tool_name`` names the tool a ``tool`` message answers; ``images`` base64 images (read by a model served
-    with its ``--mmproj`` projector)."""
+    """One chat message: ``role`` system / user / assistant / tool; ``content`` its text (``null`` is ``""``, as
+    Ollama's decoder reads it: an assistant's tool-call turn often has no text); ``thinking`` an assistant's
+    reasoning; ``tool_name`` names the tool a ``tool`` message answers; ``images`` base64 images (read by a
+    model served with its ``--mmproj`` projector)."""
 
     role: str
-    content: str = ""
+    content: str | None = ""
     thinking: str | None = None
     images: list[str] | None = None
     tool_calls: list[OllamaToolCall] | None = None
@@ -81,11 +82,12 @@ class OllamaGenerateRequest(_Generation, kw_only=True):
 
 
 class OllamaEmbedRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """``POST /api/embed``: ``input`` a string or a list of strings; ``truncate`` (default true) cuts an
-    input longer than the context, false makes it a 400."""
+    """``POST /api/embed``: ``input`` a string or a list of strings (none, ``""`` or ``[]``: the model is only
+    loaded, Ollama's preload of an embedding model); ``truncate`` (default true) cuts an input longer than the
+    context, false makes it a 400."""
 
     model: str
-    input: str | list[str]
+    input: str | list[str] | None = None
     truncate: bool = True
     dimensions: int | None = None
     options: dict[str, Any] | None = None
