@@ -4,13 +4,17 @@ conversation is :mod:`skippy.cli.repl`'s).
 
 from __future__ import annotations
 
+import os
 import sys
+from contextlib import AsyncExitStack
+from typing import NoReturn
 
 import click
 
 from skippy.cli.common import _MODELS_DIR, _isatty, _quiet_llama_log, friendly_errors, main
 from skippy.cli.flags import _read_template
 from skippy.cli.repl import chat_loop, stdin_reader
+from skippy.engine.errors import EngineError
 from skippy.models import DEFAULT_MODEL
 
 
@@ -65,23 +69,48 @@ def run(name: str, prompt: tuple[str, ...], models_dirs: tuple[str, ...], system
     if once is not None and not _isatty(sys.stdin):  # ollama run: piped input, then the prompt
         once = " ".join(t for t in (sys.stdin.read(), once) if t)
 
-    async def session() -> None:
+    async def session() -> bool:
         config = EngineConfig(model=str(path), model_name=spec.name if spec else path.stem, n_ctx=n_ctx,
                               parallel=1, chat_template=chat_template)
-        async with open_engine(config) as engine:
+        async with AsyncExitStack() as stack:
+            try:  # the model file or a setting the engine refuses (a template that does not compile)
+                engine = await stack.enter_async_context(open_engine(config))
+            except (RuntimeError, ValueError, EngineError) as exc:
+                click.echo(f"error: could not start the engine: {exc}", err=True)
+                return False
             if once is None and _isatty(sys.stdin):
                 click.echo(f"{engine.model_id}: type /? for help, /bye to leave")
             info = (("name", engine.model_id), ("path", str(path)),
                     ("context", f"{engine.meta.n_ctx_seq} tokens (--n-ctx)"))
             with trio.open_signal_receiver(signal.SIGINT) as interrupts:  # Ctrl-C: chat_loop decides
-                await chat_loop(engine, system=system, max_tokens=max_tokens, temperature=temperature, seed=seed,
-                                readline=stdin_reader(), out=sys.stdout, interrupts=interrupts, model_info=info,
-                                prompt=once)
+                return await chat_loop(engine, system=system, max_tokens=max_tokens, temperature=temperature,
+                                       seed=seed, readline=stdin_reader(), out=sys.stdout, interrupts=interrupts,
+                                       model_info=info, prompt=once)
 
     try:
-        trio.run(session)
-    except (KeyboardInterrupt, BaseExceptionGroup) as exc:  # Ctrl-C while the model loads or unloads
-        if isinstance(exc, BaseExceptionGroup) and exc.split(KeyboardInterrupt)[1] is not None:
-            raise
-        click.echo("", err=True)
-        sys.exit(130)
+        ok = trio.run(session)
+    except BaseException as exc:
+        leaves = _leaves(exc)
+        if all(isinstance(e, BrokenPipeError) for e in leaves):  # the reader of a pipe went away ('| head')
+            _pipe_gone()
+        if all(isinstance(e, KeyboardInterrupt) for e in leaves):  # Ctrl-C while the model loads or unloads
+            click.echo("", err=True)
+            sys.exit(130)
+        raise
+    if not ok:
+        sys.exit(1)
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside ``exc`` (a trio nursery's group, nested or not), or ``exc`` itself."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def _pipe_gone() -> NoReturn:
+    """Exit 1 quietly once stdout's reader is gone, as Python's documentation of SIGPIPE advises: stdout
+    pointed at /dev/null, so the interpreter's own flush at exit does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(1)

@@ -294,7 +294,7 @@ class _Interrupts:
 async def chat_loop(engine: Any, *, system: str | None, max_tokens: int | None, temperature: float | None,
                     seed: int | None, readline: Callable[[], str | None], out: Any,
                     interrupts: AsyncIterable[Any] | None = None,
-                    model_info: Sequence[tuple[str, str]] = (), prompt: str | None = None) -> None:
+                    model_info: Sequence[tuple[str, str]] = (), prompt: str | None = None) -> bool:
     """``skippy run``'s conversation: read a message, stream the reply to ``out``, keep the history.
 
     ``readline`` blocks; it runs in a worker thread, one call at a time, and a call still blocked when
@@ -305,7 +305,9 @@ async def chat_loop(engine: Any, *, system: str | None, max_tokens: int | None, 
     dropped with its message); at the prompt it drops an unfinished message of several lines, else
     prints a hint, and a second Ctrl-C in a row ends the chat. Returns at ``/bye``, at the end of
     input or at that second Ctrl-C. With ``prompt`` (``skippy run MODEL PROMPT``, as ``ollama run``): one
-    reply to it, a message whatever it starts with, then returns; ``readline`` is not read.
+    reply to it, a message whatever it starts with, then returns; ``readline`` is not read. Returns False
+    when that one reply failed (its ``error: ...`` written to ``out``), so the command exits 1 as
+    ``ollama run`` does; True otherwise (a failed reply in a conversation is said and the chat goes on).
     """
     import trio
 
@@ -331,10 +333,9 @@ async def chat_loop(engine: Any, *, system: str | None, max_tokens: int | None, 
         out.write(text)
         out.flush()
 
-    async def converse() -> None:
+    async def converse() -> bool:
         if prompt is not None:
-            await reply(prompt)
-            return
+            return await reply(prompt)
         reader = MessageReader()
         hinted = False  # the last thing at the prompt was a Ctrl-C that printed the hint
         while True:
@@ -351,7 +352,7 @@ async def chat_loop(engine: Any, *, system: str | None, max_tokens: int | None, 
                     hinted = False
                 elif hinted:
                     write("\n")
-                    return
+                    return True
                 else:
                     write("\nUse Ctrl-C again, Ctrl-D or /bye to leave.\n")
                     hinted = True
@@ -360,19 +361,19 @@ async def chat_loop(engine: Any, *, system: str | None, max_tokens: int | None, 
             if line is None:
                 if interactive:
                     write("\n")
-                return
+                return True
             text = reader.feed(line)
             if not text:
                 continue
             if text.startswith("/") and not reader.quoted:
                 answer = run_command(chat, text, model_info)
                 if answer is None:
-                    return
+                    return True
                 write(answer + "\n")
                 continue
             await reply(text)
 
-    async def reply(text: str) -> None:
+    async def reply(text: str) -> bool:
         from contextlib import aclosing
 
         from skippy import ChatCompletionRequest, Message
@@ -396,8 +397,10 @@ async def chat_loop(engine: Any, *, system: str | None, max_tokens: int | None, 
         except EngineError as e:  # e.g. the conversation outgrew the context: say so, keep the session
             ctl.take()
             chat.history.pop()
-            write(f"error: {e} (/clear starts over)\n")
-            return
+            # the engine names serve's flag; this command's is --n-ctx
+            message = str(e).replace("serve it with a larger --ctx-size", "run it with a larger --n-ctx")
+            write(f"error: {message}\n" if prompt is not None else f"error: {message} (/clear starts over)\n")
+            return False
         stopped = ctl.take() and finish is None
         if stopped and not pieces:
             chat.history.pop()
@@ -412,14 +415,16 @@ async def chat_loop(engine: Any, *, system: str | None, max_tokens: int | None, 
             write("\n")
         if interactive and prompt is None:
             write("\n")
+        return True
 
     async with trio.open_nursery() as nursery:
         if prompt is None:
             nursery.start_soon(read_lines)
         if interrupts is not None:
             nursery.start_soon(watch, interrupts)
-        await converse()
+        ok = await converse()
         nursery.cancel_scope.cancel()
+    return ok
 
 
 def stdin_reader() -> Callable[[], str | None]:

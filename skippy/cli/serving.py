@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -25,6 +25,9 @@ from skippy.cli.flags import (
     setting_option,
 )
 from skippy.models import DEFAULT_MODEL, ModelError
+
+if TYPE_CHECKING:
+    from skippy.engine.config import EngineConfig
 
 #: per-model flags that, given on the command line, name the first model only (a preset section's value
 #: applies to the others), with the value the other models have without one
@@ -376,7 +379,11 @@ def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], m
         presets = read_presets(models_preset, ctx.command, ctx, engine_names)
     settings = ServerSettings(api_keys=_api_keys(api_key, api_key_file), cors_origins=cors_origins,
                               webui=not no_webui, **options)
-    configure_logging(log_level, log_format, log_file)
+    try:
+        configure_logging(log_level, log_format, log_file)
+    except OSError as exc:  # a folder that does not exist, no permission
+        raise click.BadParameter(f"cannot open {log_file!r}: {exc.strerror or exc}", ctx=ctx,
+                                 param_hint="'--log-file'") from None
     if defrag_thold is not None:  # llama-server warns so too, and goes on
         import logging
 
@@ -475,6 +482,7 @@ def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], m
         values.pop("ctx_size")
         configs.append(EngineConfig(model=str(path), model_name=model_id, model_alias=values.pop("alias"),
                                     verbose=log_level == "debug", **values))
+    _check_aliases(configs)
     if any(c.consult for c in configs):  # a --consult peer must be a served model (not the only one) or a URL
         from skippy.actors.pool import model_names
         from skippy.engine.hooks.consult import check_peers
@@ -486,6 +494,22 @@ def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], m
     sys.exit(trio.run(lambda: run_server(configs[0], host=host, port=port, settings=settings,
                                          more_models=configs[1:], max_loaded=max_loaded, keep_alive=keep_alive,
                                          preload=preload)))
+
+
+def _check_aliases(configs: list[EngineConfig]) -> None:
+    """Refuse an ``--alias`` (or a preset's ``alias``) that another served model also answers to (its id, file
+    name, registry or Ollama name: :func:`~skippy.actors.pool.model_names`): requests for that name would
+    reach one model while ``/api/tags`` lists it as the other's. Raises :class:`click.BadParameter`."""
+    from skippy.actors.pool import model_names
+
+    names = [{n.casefold() for n in model_names(c)} for c in configs]
+    for i, config in enumerate(configs):
+        for alias in config.model_alias:
+            other = next((c for j, c in enumerate(configs) if j != i and alias.casefold() in names[j]), None)
+            if other is not None:
+                raise click.BadParameter(f"{alias!r} (an alias of {config.model_name}) is also a name of the served "
+                                         f"model {other.model_name}: a name must reach one model",
+                                         param_hint="'--alias'")
 
 
 def _preset_model(presets: Any, section: str, model: str, ensure_model: Any) -> Path:

@@ -430,6 +430,14 @@ def test_unreadable_template_and_empty_key_file_are_usage_errors(serve_recorder:
     assert not serve_recorder
 
 
+def test_a_log_file_that_cannot_be_opened_is_a_usage_error(serve_recorder: list, tmp_path: Path) -> None:
+    """It was a FileNotFoundError traceback."""
+    result = CliRunner().invoke(main, ["serve", "--log-file", str(tmp_path / "no" / "such" / "x.log")])
+    assert result.exit_code == 2 and "--log-file" in result.output and "No such file" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert not serve_recorder
+
+
 # -- llama-server's command line ------------------------------------------------------------------
 
 def test_a_llama_server_command_line_works_as_it_is(serve_recorder: list, tmp_path: Path) -> None:
@@ -515,6 +523,23 @@ def test_a_projector_beside_a_model_in_models_dir_is_its_mmproj_not_a_model(serv
     result = CliRunner().invoke(main, ["serve", "--models-dir", str(models), "--mmproj", "/p/x.gguf"], env={})
     config, pool = serve_recorder.pop()[0], serve_recorder.pool.pop()
     assert config.mmproj == "/p/x.gguf" and pool["more_models"][0].mmproj is None
+
+
+def test_an_alias_that_names_another_served_model_is_refused(serve_recorder: list, tmp_path: Path) -> None:
+    """``--alias text`` on the first of two models served as eye and text: one name would reach two models
+    (requests went to the first while /api/tags listed the other's)."""
+    models = tmp_path / "models"
+    models.mkdir()
+    for name in ("eye.gguf", "text.gguf"):
+        (models / name).write_bytes(b"GGUF")
+    for alias in ("text", "TEXT", "text.gguf"):
+        result = CliRunner().invoke(main, ["serve", "--models-dir", str(models), "--alias", alias], env={})
+        assert result.exit_code == 2 and "--alias" in result.output and "a name must reach one model" in \
+            result.output, result.output
+    assert not serve_recorder
+    result = CliRunner().invoke(main, ["serve", "--models-dir", str(models), "--alias", "picture"], env={})
+    assert result.exit_code == 0, result.output
+    assert serve_recorder.pop()[0].model_alias == ("picture",)
 
 
 def test_a_lora_adapter_in_models_dir_is_not_served_as_a_model(serve_recorder: list, tmp_path: Path) -> None:

@@ -638,6 +638,36 @@ def test_skippy_run_with_a_prompt_answers_once_as_ollama_run(home):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
+def test_skippy_run_failures_exit_1_with_one_line(home, tmp_path):
+    """``skippy run`` that cannot answer exits 1 with one ``error:`` line, as ``ollama run`` (it exited 0, or
+    with a traceback): a prompt larger than the context (naming run's --n-ctx, not serve's --ctx-size), a
+    truncated GGUF, a chat template that does not compile; and its output piped into ``head`` ends quietly."""
+    (home / "models").mkdir(parents=True)
+    os.symlink(_real_model(), home / "models" / SPEC.filename)
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    truncated, template = tmp_path / "trunc.gguf", tmp_path / "bad.jinja"
+    truncated.write_bytes(b"GGUF\x03\x00\x00\x00garbage")
+    template.write_text("{% for x in %}")
+
+    def run(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "skippy", "run", *args], input=stdin, cwd=repo,
+                              capture_output=True, text=True, timeout=300, env=env)
+
+    long = run("smollm2", "--n-ctx", "256", "Summarize", stdin="word " * 600)
+    assert long.returncode == 1 and "exceeds the available context size" in long.stdout, long
+    assert "--n-ctx" in long.stdout and "--ctx-size" not in long.stdout and "/clear" not in long.stdout
+    for args, needle in (((str(truncated), "hi"), "could not load model"),
+                         (("smollm2", "--chat-template", str(template), "hi"), "does not compile")):
+        proc = run(*args)
+        assert proc.returncode == 1 and "error: could not start the engine" in proc.stderr, proc
+        assert needle in proc.stderr and "Traceback" not in proc.stderr
+    piped = subprocess.run(f"{sys.executable} -m skippy run smollm2 --max-tokens 200 --n-ctx 512 Tell a long story"
+                           " | head -c 5", shell=True, cwd=repo, capture_output=True, text=True, timeout=300, env=env)
+    assert len(piped.stdout) == 5 and "Traceback" not in piped.stderr and "BrokenPipe" not in piped.stderr, piped
+
+
 # --- a GGUF without a chat template: ChatML's end marker as a stop string -----------------------------
 
 
