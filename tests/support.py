@@ -994,3 +994,61 @@ def fixture_template(stem: str) -> Any:
 
     source = (CHAT_TEMPLATES / f"{stem}.jinja").read_text(encoding="utf-8")
     return PreparedTemplate.build(source, bos_token="<s>", eos_token="</s>")
+
+
+class ByteVocab:
+    """A byte-level vocabulary for llguidance (token ``i < 256`` is byte ``i``; then end of generation, then
+    ``specials``, which llguidance holds special: no text matches them), to run a constraint's grammar over a
+    text without a model: :meth:`accepts`, :meth:`refused_at`."""
+
+    def __init__(self, specials: tuple[str, ...] = ()) -> None:
+        from llguidance import LLTokenizer, TokenizerWrapper
+
+        self.specials = {text: 257 + i for i, text in enumerate(specials)}
+        outer = self
+
+        class _Tokenizer:
+            eos_token_id = 256
+            bos_token_id = None
+            tokens = [bytes([i]) for i in range(256)] + [b"\xff<eos>"] + [b"\xff" + s.encode() for s in specials]
+            special_token_ids = [256, *outer.specials.values()]
+
+            def __call__(self, text: bytes) -> list[int]:
+                return list(text)
+
+        self.tokenizer = LLTokenizer(TokenizerWrapper(_Tokenizer()), slices=[])
+
+    def encode(self, text: str) -> list[int]:
+        """``text`` as tokens, each of :attr:`specials` as its one token."""
+        out: list[int] = []
+        i = 0
+        while i < len(text):
+            special = next((s for s in self.specials if text.startswith(s, i)), None)
+            if special is not None:
+                out.append(self.specials[special])
+                i += len(special)
+            else:
+                out.extend(text[i].encode())
+                i += 1
+        return out
+
+    def refused_at(self, grammar: str, text: str) -> int | None:
+        """The index of the first token of ``text`` that ``grammar`` refuses, else ``None`` (also raises
+        ``ValueError`` when llguidance cannot compile ``grammar`` for this vocabulary)."""
+        from llguidance import LLMatcher
+
+        matcher = LLMatcher(self.tokenizer, grammar, log_level=0)
+        if matcher.is_error():
+            raise ValueError(matcher.get_error())
+        tokens = self.encode(text)
+        n = matcher.validate_tokens(tokens)
+        return None if n == len(tokens) else n
+
+    def accepts(self, grammar: str, text: str) -> bool:
+        """True when ``grammar`` takes all of ``text`` and may end there (end of generation allowed)."""
+        from llguidance import LLMatcher
+
+        matcher = LLMatcher(self.tokenizer, grammar, log_level=0)
+        tokens = self.encode(text)
+        return matcher.validate_tokens(tokens) == len(tokens) and matcher.consume_tokens(tokens) \
+            and matcher.is_accepting()

@@ -9,7 +9,17 @@ import pytest
 from skippy.engine.errors import InvalidRequest
 from skippy.engine.protocols.base import decode_request
 from skippy.engine.protocols.openai.types import ChatCompletionRequest, CompletionRequest, Message
-from skippy.engine.sampling.constraints import JSON_WHITESPACE, constraint_from_request
+from skippy.engine.sampling.constraints import (
+    JSON_WHITESPACE,
+    Constraint,
+    after_reasoning,
+    choice_constraint,
+    constraint_from_request,
+    grammar_constraint,
+    json_constraint,
+    regex_constraint,
+)
+from tests.support import ByteVocab
 
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 1}}, "required": ["a"]}
 
@@ -149,3 +159,41 @@ def test_unknown_structured_outputs_key_is_refused_at_decoding():
 def test_embedded_requests_take_the_same_fields():
     req = ChatCompletionRequest(messages=[Message("user", "hi")], guided_choice=["x", "y"])
     assert constraint_from_request(req).constraint.kind == "choice"
+
+
+ANSWER = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
+
+
+@pytest.mark.parametrize("close,specials", [
+    (("</think>",), ()),  # text, as in SmolLM2's vocabulary
+    ((257,), ("</think>",)),  # one special token, as in Qwen's and DeepSeek's
+    ((257, "think", 258), ("<|close|>", "<|sep|>")),  # Kimi K3: special tokens around text
+])
+def test_after_reasoning_frees_the_reasoning_and_shapes_the_answer(close, specials):
+    vocab = ByteVocab(specials)
+    tag = "".join(p if isinstance(p, str) else specials[p - 257] for p in close)
+    g = after_reasoning(json_constraint(ANSWER, "response_format").grammar, close)
+    # any reasoning, even with the tag's start or other tags in it, the tag, llama.cpp's whitespace, the JSON
+    assert vocab.accepts(g, f'2+2 is <b>4</b>, </thin [/THINK] <|x\n{tag}\n\n{{"answer": 4}}')
+    assert vocab.accepts(g, f'{tag}{{"answer":4}}')  # no reasoning at all
+    assert not vocab.accepts(g, 'the reasoning, not closed yet {"answer": 4}')  # still reasoning: not done
+    n = len(vocab.encode(f"so 4.{tag}"))
+    assert vocab.refused_at(g, f'so 4.{tag}{{"answer": "4"}}') == n + len('{"answer": ')  # the schema holds
+    assert vocab.refused_at(g, f"so 4.{tag}The answer is 4") == n  # text after the tag is no JSON
+    assert vocab.refused_at(g, f"so 4.{tag}{tag}") == n  # the first tag ends the reasoning
+    assert vocab.refused_at(g, f'so 4.{tag}\n\n\n{{"answer": 4}}') == n + 2  # at most two line breaks
+
+
+@pytest.mark.parametrize("constraint,answer,wrong", [
+    (regex_constraint("[a-z]+", "guided_regex"), "abc", "ABC"),
+    (choice_constraint(["yes", "no"], "guided_choice"), "yes", "maybe"),
+    (grammar_constraint('start: "a" "b"', "guided_grammar"), "ab", "ba"),  # Lark text, not JSON
+    (grammar_constraint('root ::= "a" "b"', "guided_grammar"), "ab", "ba"),  # GBNF through llguidance
+])
+def test_after_reasoning_takes_every_llguidance_constraint(constraint, answer, wrong):
+    vocab = ByteVocab()
+    g = Constraint(constraint.grammar, constraint.kind, constraint.param, think_close="</think>").after(("</think>",))
+    assert (g.kind, g.param, g.think_close) == (constraint.kind, constraint.param, "")
+    assert vocab.accepts(g.grammar, f"hmm</think>{answer}")
+    assert not vocab.accepts(g.grammar, f"hmm</think>{wrong}")
+    assert constraint.after(("</think>",)) is constraint  # no open block: unchanged

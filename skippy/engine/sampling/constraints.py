@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -52,11 +53,23 @@ class Constraint:
     returns; the runtime builds one ``LLMatcher`` per sequence from it); ``kind`` is
     ``json_schema``, ``regex``, ``choice`` or ``grammar``; ``param`` names the request
     field it came from (for 400s raised when the vocabulary check refuses it).
+    ``think_close``: the closing tag of the thinking block the prompt left open (``</think>``): the
+    constraint shapes the answer after it, the reasoning before it is free (:func:`after_reasoning`, which
+    needs the vocabulary to know how the tag is written: :meth:`after`); ``""``: from the first token.
     """
 
     grammar: str
     kind: str
     param: str
+    think_close: str = ""
+
+    def after(self, close: Sequence[str | int]) -> Constraint:
+        """This constraint as the grammar a vocabulary enforces: behind the reasoning and ``close`` (the
+        closing tag :attr:`think_close` as that vocabulary writes it, see :func:`after_reasoning`) when
+        :attr:`think_close` is set, else unchanged."""
+        if not self.think_close:
+            return self
+        return Constraint(after_reasoning(self.grammar, close), self.kind, self.param)
 
 
 @attrs.frozen
@@ -74,6 +87,47 @@ class RequestConstraint:
 
     def __bool__(self) -> bool:
         return self.gbnf is not None or self.constraint is not None
+
+
+#: the name the constrained answer's grammar takes in :func:`after_reasoning`'s grammar list
+_ANSWER = "answer"
+
+
+def _lark_regex(text: str) -> str:
+    """``text`` as a literal inside a Lark ``/.../`` regex (Rust ``regex`` syntax, ``/`` escaped too)."""
+    return re.escape(text).replace("/", "\\/")
+
+
+def after_reasoning(grammar: str, close: Sequence[str | int]) -> str:
+    """An llguidance grammar of free reasoning text, the closing tag ``close``, then what ``grammar`` (an
+    llguidance grammar: the JSON of ``LLMatcher.grammar_from_*``, or Lark text) accepts, with llama.cpp's
+    JSON whitespace (:data:`JSON_WHITESPACE`, or none) between the tag and the answer.
+
+    The structured output of a prompt that leaves a thinking block open (DeepSeek R1, Qwen 3.5, QwQ,
+    Nemotron: ``<think>\\n`` ends the generation prompt), as llama.cpp builds it (``reasoning? space
+    response-format``) and vLLM applies it (the structured-output grammar starts where its reasoning
+    parser sees the reasoning end). ``close`` is the tag's pieces as the vocabulary writes them: text (the
+    reasoning ends at the first occurrence of the first text piece), or the id of a token llguidance holds
+    special (Qwen's ``</think>``, which no text matches: the reasoning is any text, the token ends it)."""
+    if not close:
+        raise ValueError("close must hold the closing tag")
+    try:
+        top = json.loads(grammar)
+    except ValueError:
+        top = None
+    if isinstance(top, dict) and isinstance(top.get("grammars"), list) and top["grammars"]:
+        subs = [dict(g) for g in top["grammars"]]
+    else:  # Lark text (grammar_from_lark, grammar_from)
+        subs = [{"lark_grammar": grammar}]
+    name = subs[0].get("name") or _ANSWER
+    subs[0]["name"] = name
+    first, rest = close[0], close[1:]
+    rules = [f"think[lazy]: /(?s:.*){_lark_regex(first)}/" if isinstance(first, str) else
+             f"think: /(?s:.*)/ <[{first}]>"]
+    tag = " ".join(f"<[{p}]>" if isinstance(p, int) else json.dumps(p) for p in rest)
+    lark = "\n".join([f"start: think {tag} SPACE @{name}".replace("  ", " "), *rules,
+                      f"SPACE: /({JSON_WHITESPACE})?/", ""])
+    return json.dumps({"grammars": [{"lark_grammar": lark}, *subs]})
 
 
 def _llg() -> Any:
