@@ -788,13 +788,24 @@ class Engine:
             if not await self.tokenizer.check_grammar(rc.gbnf, lazy_patterns):
                 raise InvalidRequest("the grammar does not parse (llama.cpp GBNF, root rule 'root')", param=gbnf_param)
             params = attrs.evolve(params, grammar=rc.gbnf, grammar_lazy_patterns=lazy_patterns)
-        if rc.constraint is not None:
-            error = await self.tokenizer.check_constraint(rc.constraint.grammar)
+        c = rc.constraint
+        if c is not None:
+            if c.think_close:  # the answer's constraint, behind the reasoning the prompt opened
+                c = c.after(await self._tag_pieces(c.think_close))
+            error = await self.tokenizer.check_constraint(c.grammar)
             if error:
-                raise InvalidRequest(f"{rc.constraint.param} cannot be enforced: {_one_line(error)}",
-                                     param=rc.constraint.param)
-            params = attrs.evolve(params, constraint=rc.constraint)
+                raise InvalidRequest(f"{c.param} cannot be enforced: {_one_line(error)}", param=c.param)
+            params = attrs.evolve(params, constraint=c)
         return params
+
+    async def _tag_pieces(self, tag: str) -> tuple[str | int, ...]:
+        """A thinking block's closing tag as this vocabulary writes it, for
+        :func:`~skippy.engine.sampling.constraints.after_reasoning`: its text where the vocabulary has no
+        special token in it (a text match), else its token ids (``</think>`` is one token in Qwen's and
+        DeepSeek's vocabularies, which no text matches), as the reasoning budget forces it."""
+        special = await self.tokenizer.tokenize(tag, add_special=False, parse_special=True)
+        plain = await self.tokenizer.tokenize(tag, add_special=False, parse_special=False)
+        return (tag,) if special == plain or not special else tuple(special)
 
     def _max_tokens(self, req: SamplingFields, n_prompt: int, *, allow_zero: bool = False,
                     prompt_param: str = "messages") -> int:

@@ -14,7 +14,11 @@ import re
 import httpx
 import jsonschema
 import openai
+import pydantic
 import pytest
+
+from tests.paths import CHAT_TEMPLATES
+from tests.support import Server, openai_client
 
 MODEL = "SmolLM2-135M-Instruct"
 
@@ -259,3 +263,50 @@ def test_a_grammar_that_allows_no_token_is_a_400_and_the_others_go_on(server, pa
         assert "".join(e.get("content", "") for e in events[:-1]) == "ab", events
         assert events[-1]["error"]["code"] == "no_token_allowed", events
         assert client.get("/health").status_code == 200
+
+
+class Answer(pydantic.BaseModel):
+    answer: int
+
+
+ANSWER = Answer.model_json_schema()
+SUM = [{"role": "user", "content": "What is 2+2? Reply in JSON."}]
+
+
+@pytest.fixture(scope="module")
+def thinking_server(tmp_path_factory: pytest.TempPathFactory):
+    """Qwen 3.5's template, whose generation prompt opens a thinking block (``<think>\\n``), with a reasoning
+    budget of 16 tokens: the small model would think until max_tokens, the forced ``</think>`` ends it."""
+    template = CHAT_TEMPLATES / "Qwen3.5-4B.jinja"
+    with Server(["--parallel", "2", "--n-ctx", "2048", "--chat-template", str(template), "--reasoning-budget", "16",
+                 "--responses-store", "memory:"], tmp_path_factory.mktemp("thinking") / "server.log") as srv:
+        yield srv
+
+
+def test_a_constraint_shapes_the_answer_after_an_open_thinking_block(thinking_server: Server) -> None:
+    """The reasoning is free and the JSON is the answer (content, output_text, message.content), as llama.cpp
+    and vLLM apply structured output; before, the JSON went into the reasoning and the answer was empty."""
+    client = openai_client(thinking_server.base_url)
+    fmt = {"type": "json_schema", "json_schema": {"name": "answer", "schema": ANSWER}}
+    r = client.chat.completions.create(model=MODEL, messages=SUM, temperature=0, max_tokens=120, response_format=fmt)
+    message = r.choices[0].message
+    assert r.choices[0].finish_reason == "stop", message
+    assert Answer.model_validate_json(message.content)
+    reasoning = message.model_extra["reasoning_content"]
+    assert reasoning  # the budget's forced closing tag ended it
+    stream = client.chat.completions.create(model=MODEL, messages=SUM, temperature=0, max_tokens=120,
+                                            response_format=fmt, stream=True)
+    chunks = [c.choices[0].delta for c in stream if c.choices]
+    assert "".join(d.content or "" for d in chunks) == message.content
+    assert "".join((d.model_extra or {}).get("reasoning_content") or "" for d in chunks) == reasoning
+
+    parsed = client.responses.parse(model=MODEL, input="What is 2+2? Reply in JSON.", temperature=0,
+                                    max_output_tokens=120, text_format=Answer)
+    assert parsed.status == "completed" and isinstance(parsed.output_parsed, Answer), parsed.output_text
+
+    r2 = httpx.post(thinking_server.base_url + "/api/chat", timeout=120, json={
+        "model": MODEL, "stream": False, "think": True, "format": ANSWER, "messages": SUM,
+        "options": {"num_predict": 120, "temperature": 0}})
+    assert r2.status_code == 200, r2.text
+    reply = r2.json()["message"]
+    assert reply["thinking"] and Answer.model_validate_json(reply["content"])

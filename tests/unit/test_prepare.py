@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 
+import attrs
 import pytest
 
 from skippy.engine.chat.formats.emulated import EmulatedToolParser
@@ -12,7 +13,9 @@ from skippy.engine.chat.history import fold_leading_system
 from skippy.engine.chat.prepare import PreparedTemplate, common_prefix_chars, make_output_parser, render_chat
 from skippy.engine.errors import InvalidRequest
 from skippy.engine.protocols.openai.types import ChatCompletionRequest, Message
+from skippy.engine.sampling.constraints import constraint_from_request
 from tests.paths import CHAT_TEMPLATES
+from tests.support import ByteVocab
 
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
@@ -197,3 +200,59 @@ def test_common_prefix_chars_is_os_path_commonprefix_s_length() -> None:
         b = base + "".join(rnd.choice("ab") for _ in range(rnd.randint(0, 5)))
         b = b[:rnd.randint(0, len(b))] if rnd.random() < 0.3 else b
         assert common_prefix_chars(a, b) == len(os.path.commonprefix([a, b])) == common_prefix_chars(b, a)
+
+
+ANSWER = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
+JSON_ANSWER = {"response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": ANSWER}}}
+
+
+@pytest.mark.parametrize("name,close", [
+    ("Qwen3.5-4B.jinja", "</think>"),
+    ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", "</think>"),
+    ("Kimi-K3.jinja", "<|close|>think<|sep|>"),
+])
+@pytest.mark.parametrize("fields", [
+    JSON_ANSWER,
+    {"response_format": {"type": "json_object", "schema": ANSWER}},
+    {"json_schema": ANSWER},  # llama-server's field, which llama.cpp puts behind the reasoning too
+    {"structured_outputs": {"json": ANSWER}},
+])
+def test_a_constraint_shapes_the_answer_after_the_block_the_prompt_opens(name, close, fields) -> None:
+    plan = _render(_tmpl(name), **fields).plan
+    assert plan.thinking_forced_open
+    c = plan.constraint
+    assert c.think_close == close  # the answer after the family's closing tag, as the forced tool call's
+    assert attrs.evolve(c, think_close="") == constraint_from_request(ChatCompletionRequest(
+        messages=ASK, **fields)).constraint  # the request's own constraint, behind the reasoning
+    vocab = ByteVocab()  # the tag as text here; the engine writes it in the model's tokens (test_after_reasoning_*)
+    g = c.after((close,)).grammar
+    assert vocab.accepts(g, f'The user wants 4 as JSON.\n{close}\n\n{{"answer": 4}}')
+    n = len(f"So 4.{close}")
+    assert vocab.refused_at(g, f'So 4.{close}{{"answer": "four"}}') == n + len('{"answer": ')
+    assert vocab.refused_at(g, f"So 4.{close}4") == n
+    assert not vocab.accepts(g, '{"answer": 4}')  # JSON with no closing tag is reasoning still
+
+
+@pytest.mark.parametrize("name,fields", [
+    (None, {}),  # ChatML: no thinking block
+    ("ByteDance-Seed-OSS.jinja", {}),  # thinks, but its generation prompt opens no block
+    ("Qwen-Qwen3-0.6B.jinja", {}),
+    ("Qwen3.5-4B.jinja", {"enable_thinking": False}),  # the template closes the block itself
+    ("Qwen3.5-4B.jinja", {"reasoning_format": "none"}),  # llama.cpp: the grammar from the first token
+    ("Qwen3.5-4B.jinja", {"messages": [*ASK, Message("assistant", "{")]}),  # a prefill: the block closed first
+])
+def test_a_constraint_outside_an_open_block_is_the_requests_own(name, fields) -> None:
+    request = ChatCompletionRequest(**{"messages": ASK, **JSON_ANSWER, **fields})
+    plan = render_chat(_tmpl(name), request).plan
+    assert plan.constraint == constraint_from_request(request).constraint
+    assert plan.constraint.think_close == ""
+
+
+def test_the_grammar_field_and_a_forced_tool_call_stay_as_they_were() -> None:
+    tmpl = _tmpl("Qwen3.5-4B.jinja")
+    lark = '%llguidance {}\nstart: "a"'  # llama-server's grammar field is the whole output, as llama.cpp takes it
+    assert _render(tmpl, grammar=lark).plan.constraint == constraint_from_request(
+        ChatCompletionRequest(messages=ASK, grammar=lark)).constraint
+    assert _render(tmpl, grammar='root ::= "a"').plan.grammar == 'root ::= "a"'
+    forced = _render(tmpl, tools=[WEATHER], tool_choice="required", **JSON_ANSWER).plan  # the call wins
+    assert forced.constraint is None and "</think>" in forced.grammar

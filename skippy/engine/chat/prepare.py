@@ -213,6 +213,9 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
     markers in the prompt
     and their bytes :attr:`Rendered.images` (:func:`~skippy.engine.chat.images.extract_images`); without
     it an image part is a 400 (``media_not_supported``).
+    A constraint other than llama-server's ``grammar`` field, on a prompt that leaves a thinking block open
+    (``reasoning_format`` other than ``none``), shapes the answer after the family's closing tag
+    (:attr:`~skippy.engine.sampling.constraints.Constraint.think_close`), as llama.cpp and vLLM apply it.
     Raises :class:`InvalidRequest` (400) naming the field for bad messages,
     tools, schemas, grammars, or template errors (with the template's message).
     """
@@ -310,6 +313,10 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
             caps.chat_format, tools, emulation.select_tools(tools, tool_choice), parallel=parallel,
             think_close=syntax.think_tags[1])
     structured = constraint_from_request(req)
+    closing = syntax.think_tags[1]
+    if structured.constraint is not None and thinking_open and closing and reasoning != "none" \
+            and structured.param != "grammar":  # the answer follows the reasoning the prompt opened
+        structured = RequestConstraint(constraint=attrs.evolve(structured.constraint, think_close=closing))
     if structured and tool_grammar is not None and not lazy:
         if not (structured.param or "").startswith("response_format"):
             raise InvalidRequest("a forced tool call cannot be combined with a constraint "
