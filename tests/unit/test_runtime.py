@@ -716,3 +716,29 @@ def test_a_sampled_chain_in_the_graph_gives_the_host_chains_tokens(rt, params):
     assert len(set(got)) > 4  # a story, not one token over and over
     rt.seq_rm(0)
     rt.seq_rm(1)
+
+
+def test_a_constraint_after_reasoning_compiles_for_the_vocabulary_and_holds_after_the_tag(rt):
+    """The answer's constraint behind a thinking block's closing tag, in the model's own tokens: a text tag
+    (SmolLM2 has no ``</think>`` token: the tag may be cut anywhere, ``>\\n\\n`` one token) and a special token
+    (``<|im_start|>`` here, as ``</think>`` is one in Qwen's vocabulary), which no text matches."""
+    from llguidance import LLMatcher
+
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    c = attrs.evolve(constraint(json_schema=schema), think_close="</think>")
+    special = tok(rt, "<|im_start|>")
+    assert len(special) == 1
+
+    def valid(grammar: str, tokens: list[int]) -> int:
+        return LLMatcher(rt.vocab.lltokenizer(), grammar, log_level=0).validate_tokens(tokens)
+
+    for close, tag in (("</think>", tok(rt, "</think>")), ("<|im_start|>", special)):
+        g = c.after((close,) if len(tag) > 1 else tuple(tag)).grammar
+        assert rt.vocab.check_constraint(g) == ""
+        head = tok(rt, "I think it is 7.") + tag
+        good = head + tok(rt, '\n\n{"n": 7}')
+        assert valid(g, good) == len(good)
+        bad = head + tok(rt, "It is 7.")
+        assert valid(g, bad) == len(head)
+    merged = tok(rt, 'So 7.</think>\n\n{"n": 7}')  # the tokenizer's own cut of tag and whitespace
+    assert valid(c.after(("</think>",)).grammar, merged) == len(merged)
