@@ -469,7 +469,9 @@ def test_reply_items_and_usage_follow_the_sdk_types() -> None:
 def test_length_finish_is_incomplete_and_a_call_only_reply_has_no_message() -> None:
     r = sdk_response(turn(input="x").from_chat(completion("cut sho", finish="length")))
     assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
-    assert r.output[-1].status == "incomplete" and r.completed_at is not None
+    assert r.output[-1].status == "incomplete"
+    assert r.completed_at is None  # OpenAI: "only present when the status is completed"
+    assert sdk_response(turn(input="x").from_chat(completion("done"))).completed_at is not None
     calls = sdk_response(turn(input="x").from_chat(completion(None, calls=[("c", "f", "{}")], finish="tool_calls")))
     assert [o.type for o in calls.output] == ["function_call"]
     empty = sdk_response(turn(input="x").from_chat(completion(None)))

@@ -230,10 +230,9 @@ class Turn:
         text: dict[str, Any] = {"format": msgspec.to_builtins(fmt) if fmt is not None else {"type": "text"}}
         if req.text is not None and req.text.verbosity is not None:
             text["verbosity"] = req.text.verbosity
-        done = status in ("completed", "incomplete")
-        return ResponseObject(
+        return ResponseObject(  # completed_at: "only present when the status is completed" (OpenAI)
             id=self.id, created_at=self.created_at, status=status,  # type: ignore[arg-type]
-            completed_at=int(time.time()) if done else None, error=error,
+            completed_at=int(time.time()) if status == "completed" else None, error=error,
             incomplete_details=ResponseIncompleteDetails(reason="max_output_tokens") if status == "incomplete"
             else None,
             instructions=req.instructions, max_output_tokens=req.max_output_tokens, model=self.model, output=output,

@@ -132,7 +132,8 @@ class ResponseObject(WireStruct, kw_only=True):
     ``status``: ``queued`` (a ``background`` response not started), ``in_progress`` (stream snapshots, a
     running background response), ``completed``, ``incomplete`` (``incomplete_details.reason``:
     ``max_output_tokens``), ``failed`` (``error``) or ``cancelled`` (``POST /v1/responses/{id}/cancel``).
-    ``created_at`` / ``completed_at``: Unix seconds.
+    ``created_at`` / ``completed_at``: Unix seconds (``completed_at`` only on a ``completed`` response, as
+    OpenAI's: ``null`` while it runs and when it ends ``incomplete``, ``failed`` or ``cancelled``).
     The request's settings are echoed (``tools``, ``tool_choice``, ``text``,
     ``metadata``...); ``usage`` is ``null`` until the end.
     """
