@@ -337,3 +337,33 @@ def test_a_background_response_a_stopped_server_left_unfinished_reads_as_failed(
             client.responses.create(model=MODEL, input="And then?", previous_response_id="resp_fresh")
         assert info.value.body["param"] == "previous_response_id"
         assert client.responses.cancel("resp_fresh").status == "cancelled"
+
+
+def test_integers_beyond_64_bits_in_a_request_are_stored_exactly(server) -> None:
+    """A request holding an integer msgpack cannot carry (``max_output_tokens``, a number in a tool's schema)
+    is answered and stored (exactly: JSON), streamed, in the background and not: no 500, no store error; its
+    ``max_output_tokens`` is clamped to the room left, as chat's ``max_tokens``. (A JSON schema ends each reply
+    after a few tokens.)"""
+    big = 10**30
+    client = openai_client(server.base_url)
+    tool = {"type": "function", "name": "f", "description": "f",
+            "parameters": {"type": "object", "properties": {"x": {"type": "integer", "default": big}}}}
+    short = {"format": {"type": "json_schema", "name": "a", "strict": True, "schema": {
+        "type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"], "additionalProperties": False}}}
+    errors = read_metrics(server.base_url).get("skippy:responses_store_errors_total{op=put}", 0)
+    first = client.responses.create(model=MODEL, input="Hi.", temperature=0, max_output_tokens=big, tools=[tool],
+                                    tool_choice="none", text=short)
+    assert first.status == "completed" and first.max_output_tokens == big
+    got = client.responses.retrieve(first.id)
+    assert got.max_output_tokens == big and got.tools[0].parameters["properties"]["x"]["default"] == big
+    with client.responses.stream(model=MODEL, input="And then?", previous_response_id=first.id, temperature=0,
+                                 max_output_tokens=big, text=short) as stream:
+        streamed = stream.get_final_response()
+    assert streamed.status == "completed" and client.responses.retrieve(streamed.id).max_output_tokens == big
+    queued = client.responses.create(model=MODEL, input="Hi.", background=True, max_output_tokens=big, text=short)
+    deadline = time.monotonic() + 60
+    while (polled := client.responses.retrieve(queued.id)).status in ("queued", "in_progress"):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert polled.status == "completed" and polled.max_output_tokens == big
+    assert read_metrics(server.base_url).get("skippy:responses_store_errors_total{op=put}", 0) == errors

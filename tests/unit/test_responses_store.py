@@ -15,6 +15,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
+import msgspec
 import pytest
 
 from skippy.actors.store import StoreClient, StoreUnavailable
@@ -144,6 +146,40 @@ def test_encode_is_compact_and_refuses_what_it_did_not_write() -> None:
         decode(b"\x07junk")
     with pytest.raises(StoreError, match="cannot be read"):
         decode(blob[:20])
+
+
+BIG = 10**30  # beyond msgpack's 64-bit integers; JSON requests may hold it
+
+
+def big_stored(rid: str = "resp_big") -> StoredResponse:
+    """A stored response whose request holds integers msgpack cannot carry: ``max_output_tokens`` and a number
+    in a function tool's schema."""
+    tool = {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {
+        "x": {"type": "integer", "default": BIG, "minimum": -BIG}}}}
+    req = msgspec.convert({"input": "hi", "max_output_tokens": BIG, "tools": [tool]}, ResponsesRequest)
+    turn = rapi.prepare(req, None, model="m", response_id=rid)
+    out = ResponseOutputMessage(id=rapi.new_id("msg"), status="completed", content=[ResponseOutputText(text="re")])
+    return turn.stored(turn.response([out], "completed"))
+
+
+def test_integers_beyond_64_bits_are_stored_exactly(make_store) -> None:
+    item = big_stored()
+    blob = encode(item)
+    assert blob[:1] == b"\x02" and decode(blob) == item  # JSON: msgpack cannot carry them
+    assert encode(stored("resp_1"))[:1] == b"\x01"  # every other record stays msgpack
+    store = make_store()
+    store.put(item)
+    got = store.get("resp_big")
+    assert got == item and got.response.max_output_tokens == BIG
+    assert got.response.tools[0]["parameters"]["properties"]["x"] == {"type": "integer", "default": BIG,
+                                                                       "minimum": -BIG}
+
+
+def test_a_record_that_cannot_be_encoded_is_a_store_error() -> None:
+    item = stored("resp_1")
+    odd = attrs.evolve(item, response=msgspec.structs.replace(item.response, tools=[object()]))
+    with pytest.raises(StoreError, match="resp_1 cannot be encoded"):
+        encode(odd)
 
 
 def test_sqlite_survives_reopening_and_is_private(tmp_path: Path) -> None:

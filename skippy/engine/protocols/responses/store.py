@@ -21,7 +21,8 @@ backends: the HTTP layer calls it from one worker thread (:mod:`skippy.actors.st
 database or server fails raises :class:`StoreError`.
 
 Stored is what :class:`StoredResponse` holds: the response object and its conversation as input
-items (zlib-compressed msgpack in the persistent backends), nothing more.
+items (zlib-compressed msgpack in the persistent backends; JSON for a record holding an integer msgpack
+cannot carry: :func:`encode`), nothing more.
 """
 
 from __future__ import annotations
@@ -101,24 +102,38 @@ class _Record(msgspec.Struct, array_like=True):
     n_input: int
 
 
-_VERSION = b"\x01"
+_VERSION = b"\x01"  # msgpack
+_VERSION_JSON = b"\x02"  # JSON: a record msgpack cannot carry
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODER = msgspec.msgpack.Decoder(_Record)
+_JSON_ENCODER = msgspec.json.Encoder()
+_JSON_DECODER = msgspec.json.Decoder(_Record)
 
 
 def encode(stored: StoredResponse) -> bytes:
-    """``stored`` as bytes: version 1, a zlib-compressed msgpack record (JSON-like text compresses 4-8x)."""
-    return _VERSION + zlib.compress(_ENCODER.encode(_Record(stored.response, list(stored.items),
-                                                             stored.n_input)), 1)
+    """``stored`` as bytes: version 1, a zlib-compressed msgpack record (JSON-like text compresses 4-8x); version
+    2, zlib-compressed JSON, for a record msgpack cannot carry: an integer beyond its 64 bits (above 2**64 - 1 or
+    below -2**63), which JSON requests may hold (``max_output_tokens``, a number in a tool's schema), JSON keeps
+    exactly. Raises :class:`StoreError` for a record neither can encode (the caller's store failure: logged,
+    counted, the reply still sent)."""
+    record = _Record(stored.response, list(stored.items), stored.n_input)
+    try:
+        try:
+            return _VERSION + zlib.compress(_ENCODER.encode(record), 1)
+        except OverflowError:
+            return _VERSION_JSON + zlib.compress(_JSON_ENCODER.encode(record), 1)
+    except (OverflowError, TypeError, ValueError) as exc:  # msgspec.EncodeError is a ValueError
+        raise StoreError(f"response {stored.id} cannot be encoded for the store: {exc}") from None
 
 
 def decode(blob: bytes) -> StoredResponse:
     """The :class:`StoredResponse` of :func:`encode`'s bytes; raises :class:`StoreError` for bytes it did
     not write (another version, a torn value)."""
-    if blob[:1] != _VERSION:
+    decoder = {_VERSION: _DECODER, _VERSION_JSON: _JSON_DECODER}.get(blob[:1])
+    if decoder is None:
         raise StoreError(f"a stored response has an unknown format (first byte {blob[:1]!r})")
     try:
-        record = _DECODER.decode(zlib.decompress(blob[1:]))
+        record = decoder.decode(zlib.decompress(blob[1:]))
     except (zlib.error, msgspec.DecodeError) as exc:
         raise StoreError(f"a stored response cannot be read: {exc}") from None
     return StoredResponse(record.response, tuple(record.items), record.n_input)
