@@ -16,6 +16,9 @@ from openai import omit
 from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import Response, ResponseStreamEvent
 
+from skippy.engine.chat.capabilities import TemplateCaps
+from skippy.engine.chat.emulation import rewrite_history
+from skippy.engine.chat.history import normalize_history
 from skippy.engine.chat.images import extract_images
 from skippy.engine.chat.prepare import _validate_tools
 from skippy.engine.errors import EngineError, InvalidRequest, QueueFull
@@ -417,6 +420,61 @@ def test_the_chat_paths_refusal_of_an_image_names_the_input_part(url: str, visio
         assert err.code == code
     # another field's error is renamed as before
     assert t.rename(InvalidRequest("bad", param="max_completion_tokens")).param == "max_output_tokens"
+
+
+def test_the_chat_paths_errors_name_the_input_item_not_the_chat_message() -> None:
+    """``messages[3].tool_calls[0]: function.arguments ...`` (the chat path's history checks) is the Responses
+    item it came from, ``input[2].arguments``; a message as ``input[i]``, its content as a tool output's
+    ``output``; the instructions as ``instructions``."""
+    t = turn(instructions="be brief", input=[
+        {"role": "user", "content": "x"}, {"role": "user", "content": "y"},
+        {"type": "function_call", "call_id": "c0", "name": "f", "arguments": "{}"},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{bad"},
+        {"type": "function_call_output", "call_id": "c0", "output": "z"},
+        {"type": "function_call_output", "call_id": "c1", "output": "z"}])
+    dicts = message_dicts(t.chat.messages)
+    with pytest.raises(InvalidRequest) as info:  # the template path
+        normalize_history(dicts, TemplateCaps())
+    assert info.value.param == "messages[3].tool_calls[1].function.arguments"
+    err = t.rename(info.value)
+    assert err.param == "input[3].arguments" and err.message.startswith("input[3].arguments is not valid JSON")
+    assert "messages[" not in err.message and str(err) == err.message
+    with pytest.raises(InvalidRequest) as info:  # the tool emulation's
+        rewrite_history(dicts, [{"type": "function", "function": {"name": "f"}}])
+    err = t.rename(info.value)
+    assert err.param == "input[3].arguments" and err.message.startswith("input[3].arguments is not valid JSON")
+    for chat, ours in (("messages[0].content", "instructions"), ("messages[2]", "input[1]"),
+                       ("messages[4].content", "input[4].output"), ("messages[5].content[0]", "input[5].output[0]"),
+                       ("messages[9]", "input")):  # no such message: the whole input, as before
+        assert t.rename(InvalidRequest(f"{chat}: bad", param=chat)).param == ours
+
+
+def test_an_assistant_refusal_part_is_the_text_of_the_refusal() -> None:
+    """A conversation replayed from OpenAI: its assistant message holds a ``refusal`` part (OpenAI's output
+    message: ``output_text`` | ``refusal``); the model sees the refusal as what the assistant said."""
+    t = turn(input=[{"role": "user", "content": "hi"},
+                    {"type": "message", "role": "assistant", "content": [{"type": "refusal", "refusal": "I can't"}]},
+                    {"role": "user", "content": "ok"}])
+    assert [(m["role"], m["content"]) for m in messages(t)] == [("user", "hi"), ("assistant", "I can't"),
+                                                                 ("user", "ok")]
+    assert "refusal" in bad("input[0].content[0].type", input=[{"role": "user", "content": [
+        {"type": "refusal", "refusal": "no"}]}]).message
+    bad("input[0].content[0].refusal", input=[{"role": "assistant", "content": [{"type": "refusal"}]},
+                                               {"role": "user", "content": "x"}])
+
+
+def test_a_tool_choice_that_is_no_choice_is_named_in_the_responses_shape() -> None:
+    err = bad("tool_choice", input="x", tools=[WEATHER], tool_choice="get_weather")
+    assert '{"type": "function", "name": ...}' in err.message and '"function": {' not in err.message
+    assert "'get_weather'" in err.message
+    for ok in ("none", "auto", "required"):
+        assert turn(input="x", tools=[WEATHER], tool_choice=ok).chat.tool_choice == ok
+
+
+def test_an_input_of_reasoning_only_says_what_is_missing() -> None:
+    err = bad("input", input=[{"type": "reasoning", "summary": [],
+                               "content": [{"type": "reasoning_text", "text": "x"}]}])
+    assert "reasoning items only" in err.message and "following item" in err.message
 
 
 def test_too_many_images_names_the_first_image_past_the_limit() -> None:

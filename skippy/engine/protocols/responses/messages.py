@@ -15,13 +15,20 @@ assistant message's ``reasoning_content``.
 from __future__ import annotations
 
 import json
+import re
 
-from skippy.engine.errors import InvalidRequest
+import attrs
+
+from skippy.engine.errors import EngineError, InvalidRequest
 from skippy.engine.protocols.openai.types import ContentPart, Message
 from skippy.engine.protocols.responses.tools import CUSTOM_INPUT, namespaced_name
 from skippy.engine.protocols.responses.types import ResponseInputContent, ResponseInputItem
 
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
+
+#: an assistant message's parts: OpenAI's output message holds ``output_text`` and ``refusal`` parts, and a client
+#: that replays a conversation sends them back as they came
+_ASSISTANT_PARTS = _TEXT_PARTS | {"refusal"}
 
 
 _MESSAGE_ROLES = frozenset({"user", "system", "developer", "assistant"})
@@ -37,9 +44,14 @@ IMAGE_DETAILS = frozenset({"auto", "low", "high", "original"})
 def _text(part: ResponseInputContent, where: str, kinds: frozenset[str] = _TEXT_PARTS) -> str:
     if part.type not in kinds:
         also = f" ({part.type} parts are read in user messages and tool call outputs)" \
-            if part.type in ("input_image", "input_file") else ""
+            if part.type in ("input_image", "input_file") else \
+            " (refusal parts are read in assistant messages)" if part.type == "refusal" else ""
         raise InvalidRequest(f"{where}.type {part.type!r} is not supported here (this server reads "
                              f"{', '.join(sorted(kinds))} parts){also}", param=f"{where}.type")
+    if part.type == "refusal":  # the model's refusal is what it said: its text
+        if part.refusal is None:
+            raise InvalidRequest(f"{where}.refusal is required for a refusal part", param=f"{where}.refusal")
+        return part.refusal
     if part.text is None:
         raise InvalidRequest(f"{where}.text is required", param=f"{where}.text")
     return part.text
@@ -110,8 +122,45 @@ _ITEM_TYPES = ("message, function_call, function_call_output, custom_tool_call, 
                "reasoning")
 
 
+#: a chat message (and tool call) as an engine error names it: ``messages[3].tool_calls[0]: function.`` or
+#: ``messages[3].tool_calls[0].function.``, ``messages[3].content``, ``messages[3]``
+_CHAT_NAME = re.compile(r"messages\[(\d+)\](?:\.tool_calls\[(\d+)\](\.function\.|: function\.)?|(\.content))?")
+
+
+@attrs.define
+class MessageNames:
+    """The Responses name of each chat message :func:`chat_messages` made, for errors: ``messages`` (per
+    message: ``instructions``, ``input[i]``, or ``previous_response_id`` for a stored item), ``fields`` (per
+    message: where its content came from, ``content`` or a tool output's ``output``), ``calls`` (message and
+    tool call index -> the ``function_call`` or ``custom_tool_call`` item)."""
+
+    messages: list[str] = attrs.Factory(list)
+    fields: list[str] = attrs.Factory(list)
+    calls: dict[tuple[int, int], str] = attrs.Factory(dict)
+
+    def _name(self, m: re.Match[str]) -> str:
+        i = int(m[1])
+        if i >= len(self.messages):
+            return m[0]
+        if m[2] is not None:
+            call = self.calls.get((i, int(m[2])))
+            if call is None:
+                return m[0]
+            return call + ("." if m[3] else "")  # function.arguments -> the item's own arguments
+        return self.messages[i] + (f".{self.fields[i]}" if m[4] and self.messages[i].startswith("input[") else "")
+
+    def rename(self, exc: EngineError) -> EngineError:
+        """``exc`` with the chat messages its message and ``param`` name (``messages[3].tool_calls[0]``)
+        written as the Responses items they came from (``input[2]``), in place; returned for ``raise``."""
+        exc.message = _CHAT_NAME.sub(self._name, exc.message)
+        exc.args = (exc.message,)
+        if exc.param is not None:
+            exc.param = _CHAT_NAME.sub(self._name, exc.param)
+        return exc
+
+
 def chat_messages(instructions: str | None, items: list[ResponseInputItem] | tuple[ResponseInputItem, ...],
-                  *, first: int = 0) -> list[Message]:
+                  *, first: int = 0, names: MessageNames | None = None) -> list[Message]:
     """Chat messages for ``instructions`` and the input ``items`` (see the module table).
 
     ``first``: the index of ``items[0]`` in the request's ``input`` (errors name
@@ -120,9 +169,15 @@ def chat_messages(instructions: str | None, items: list[ResponseInputItem] | tup
     item type, a missing field, a content part that is not text, or a ``function_call_output`` /
     ``custom_tool_call_output`` of this request whose ``call_id`` no earlier ``function_call`` or
     ``custom_tool_call`` has (in ``input`` or the stored conversation): ``input[i].call_id``, with OpenAI's
-    message ("No tool call found for function call output with call_id ...").
+    message ("No tool call found for function call output with call_id ..."). ``names``: filled with each
+    message's Responses name (:class:`MessageNames`).
     """
     messages: list[Message] = [Message(role="system", content=instructions)] if instructions is not None else []
+    names = names if names is not None else MessageNames()
+    if instructions is not None:
+        names.messages.append("instructions")
+        names.fields.append("content")
+    param = ""  # the item being read
     reasoning = ""  # a reasoning item's text, for the next assistant message
     call_ids: set[str] = set()  # the call_id of every tool call so far (stored and this request's)
 
@@ -133,9 +188,14 @@ def chat_messages(instructions: str | None, items: list[ResponseInputItem] | tup
         last = messages[-1] if messages else None
         if last is not None and last.role == "assistant" and not reasoning:
             return last
-        messages.append(Message(role="assistant", content=None, reasoning_content=reasoning or None))
+        add(Message(role="assistant", content=None, reasoning_content=reasoning or None))
         reasoning = ""
         return messages[-1]
+
+    def add(message: Message, field: str = "content") -> None:
+        messages.append(message)
+        names.messages.append(param)
+        names.fields.append(field)
 
     for i, item in enumerate(items):
         param = f"input[{i - first}]" if i >= first else "previous_response_id"
@@ -149,15 +209,15 @@ def chat_messages(instructions: str | None, items: list[ResponseInputItem] | tup
                                      "input_image parts)", param=f"{param}.content")
             if item.role == "assistant":
                 text = item.content if isinstance(item.content, str) else "".join(
-                    _texts(item.content, f"{param}.content"))
-                messages.append(Message(role="assistant", content=text, reasoning_content=reasoning or None))
+                    _texts(item.content, f"{param}.content", _ASSISTANT_PARTS))
+                add(Message(role="assistant", content=text, reasoning_content=reasoning or None))
                 reasoning = ""
             else:
                 content: str | list[ContentPart] = (
                     item.content if isinstance(item.content, str)
                     else _user_parts(item.content, f"{param}.content") if item.role == "user"
                     else [ContentPart(type="text", text=t) for t in _texts(item.content, f"{param}.content")])
-                messages.append(Message(role=item.role, content=content))
+                add(Message(role=item.role, content=content))
         elif kind in ("function_call", "custom_tool_call"):
             for field in ("call_id", "name", "arguments" if kind == "function_call" else "input"):
                 if getattr(item, field) is None:
@@ -168,6 +228,7 @@ def chat_messages(instructions: str | None, items: list[ResponseInputItem] | tup
             # a custom tool's input is the one string argument of the function the model sees for it
             arguments = item.arguments if kind == "function_call" else \
                 json.dumps({CUSTOM_INPUT: item.input}, ensure_ascii=False)
+            names.calls[len(messages) - 1, len(message.tool_calls or [])] = param
             message.tool_calls = (message.tool_calls or []) + [
                 {"id": item.call_id, "type": "function", "function": {"name": name, "arguments": arguments}}]
         elif kind in ("function_call_output", "custom_tool_call_output"):
@@ -187,7 +248,7 @@ def chat_messages(instructions: str | None, items: list[ResponseInputItem] | tup
                 else _user_parts(item.output, f"{param}.output")
                 if any(p.type in ("input_image", "input_file") for p in item.output)
                 else "".join(_texts(item.output, f"{param}.output")))
-            messages.append(Message(role="tool", content=output, tool_call_id=item.call_id))
+            add(Message(role="tool", content=output, tool_call_id=item.call_id), "output")
         elif kind == "reasoning":
             reasoning += _reasoning_text(item, param)
         elif kind is None:

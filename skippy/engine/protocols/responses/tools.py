@@ -211,8 +211,12 @@ def chat_tool_choice(choice: str | dict[str, Any] | None,
     ``auto`` or ``required``
     (hosted tools listed there are left out, as in ``tools``). A hosted tool forced by type (``{"type":
     "web_search"}``, ``mcp``...) is a 400: it cannot be honoured here."""
-    if choice is None or isinstance(choice, str):
+    if choice is None or choice in ("none", "auto", "required", "any"):  # "any": the chat path's alias of required
         return choice, tools.tools
+    if isinstance(choice, str):
+        raise InvalidRequest(f"tool_choice must be 'none', 'auto', 'required', {{\"type\": \"function\", \"name\": "
+                             f"...}}, {{\"type\": \"custom\", \"name\": ...}} or allowed_tools, got {choice!r}",
+                             param="tool_choice")
     kind = choice.get("type")
     namespace = choice.get("namespace")
     if namespace is not None and not isinstance(namespace, str):

@@ -75,7 +75,13 @@ from skippy.engine.protocols.openai.types import (
     ResponseFormat,
     StreamOptions,
 )
-from skippy.engine.protocols.responses.messages import chat_messages, file_params, image_params, input_items
+from skippy.engine.protocols.responses.messages import (
+    MessageNames,
+    chat_messages,
+    file_params,
+    image_params,
+    input_items,
+)
 from skippy.engine.protocols.responses.store import StoredResponse
 from skippy.engine.protocols.responses.tools import CUSTOM_INPUT, ChatTools, chat_tool_choice, chat_tools
 from skippy.engine.protocols.responses.types import (
@@ -191,14 +197,17 @@ class Turn:
     images: tuple[str, ...] = ()
     tools: ChatTools = attrs.field(factory=ChatTools)
     files: tuple[str, ...] = ()
+    names: MessageNames = attrs.field(factory=MessageNames)
 
     def rename(self, exc: EngineError) -> EngineError:
         """An engine error about :attr:`chat` in the Responses request's names (in place; returned for
         ``raise``): an image part as its ``input[i].content[j]`` (param and message), a custom tool's
-        parameters (its regex, which the grammar could not take) as its ``tools[i].format``, the other fields
-        by :func:`rename_params`."""
+        parameters (its regex, which the grammar could not take) as its ``tools[i].format``, a chat message or
+        tool call as the input item it came from (``messages[3].tool_calls[0]`` -> ``input[2]``:
+        :class:`MessageNames`), the other fields by :func:`rename_params`."""
         exc = rename_part_error(exc, self.chat.messages, self.files, FILE_PART_TYPES)
-        exc = rename_params(rename_image_error(exc, self.chat.messages, self.images), self.tools.params)
+        exc = self.names.rename(rename_image_error(exc, self.chat.messages, self.images))
+        exc = rename_params(exc, self.tools.params)
         for tool, param in zip(self.tools.tools or [], self.tools.params, strict=False):
             if tool["function"]["name"] in self.tools.custom and exc.param is not None \
                     and exc.param.startswith(param + ".parameters"):
@@ -308,8 +317,14 @@ def prepare(req: ResponsesRequest, previous: StoredResponse | None, *, model: st
     _check_metadata(req.metadata)
     history = previous.items if previous is not None else ()
     items = tuple(input_items(req.input))
-    messages = chat_messages(req.instructions, history + items, first=len(history))
+    names = MessageNames()
+    messages = chat_messages(req.instructions, history + items, first=len(history), names=names)
     if not any(m.role != "system" for m in messages):
+        if any(item.type == "reasoning" for item in history + items):  # a reasoning item alone: nothing to answer
+            raise InvalidRequest("input holds reasoning items only: a reasoning item was provided without its "
+                                 "required following item (the assistant message or function_call it reasons for, "
+                                 "as OpenAI refuses it), and there is no message for the model to answer; send the "
+                                 "items that follow it, or a user message", param="input")
         raise InvalidRequest("input must hold at least one item (a string or a list of items)", param="input")
     tools = chat_tools(req.tools)
     tool_choice, chat_tool_list = chat_tool_choice(req.tool_choice, tools)
@@ -323,11 +338,11 @@ def prepare(req: ResponsesRequest, previous: StoredResponse | None, *, model: st
             reasoning_effort=req.reasoning.effort if req.reasoning is not None else None,
             prompt_cache_key=req.prompt_cache_key)
     except EngineError as exc:
-        raise rename_params(exc, tools.params) from None
+        raise rename_params(names.rename(exc), tools.params) from None
     return Turn(request=req, id=response_id or new_id("resp"),
                 created_at=int(time.time()) if created_at is None else created_at, model=model,
                 history=history, input=items, chat=chat, images=image_params(history + items, first=len(history)),
-                tools=tools, files=file_params(history + items, first=len(history)))
+                tools=tools, files=file_params(history + items, first=len(history)), names=names)
 
 
 # -- chat result -> response ---------------------------------------------------------------------------

@@ -21,10 +21,12 @@ class ResponseInputContent(msgspec.Struct, omit_defaults=True, kw_only=True):
     ``input_image`` (``image_url``: a base64 data URL; ``detail`` accepted, not acted on; ``file_id``
     refused) and ``input_file`` (``file_data``: a base64 data URL of a PDF or text file, ``filename``;
     ``file_id`` and ``file_url`` refused) in user messages and tool outputs, ``reasoning_text`` /
-    ``summary_text`` in reasoning items. Other types (``refusal``...) are refused with 400."""
+    ``summary_text`` in reasoning items, ``refusal`` (``refusal``: the text of a model's refusal, as OpenAI's output
+    message holds it) in assistant messages. Other types are refused with 400."""
 
     type: str
     text: str | None = None
+    refusal: str | None = None
     image_url: str | None = None
     file_id: str | None = None
     detail: str | None = None
