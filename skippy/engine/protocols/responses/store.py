@@ -129,11 +129,12 @@ def encode(stored: StoredResponse) -> bytes:
 def decode(blob: bytes) -> StoredResponse:
     """The :class:`StoredResponse` of :func:`encode`'s bytes; raises :class:`StoreError` for bytes it did
     not write (another version, a torn value)."""
-    decoder = {_VERSION: _DECODER, _VERSION_JSON: _JSON_DECODER}.get(blob[:1])
-    if decoder is None:
-        raise StoreError(f"a stored response has an unknown format (first byte {blob[:1]!r})")
+    version = blob[:1]
+    if version not in (_VERSION, _VERSION_JSON):
+        raise StoreError(f"a stored response has an unknown format (first byte {version!r})")
     try:
-        record = decoder.decode(zlib.decompress(blob[1:]))
+        data = zlib.decompress(blob[1:])
+        record = _DECODER.decode(data) if version == _VERSION else _JSON_DECODER.decode(data)
     except (zlib.error, msgspec.DecodeError) as exc:
         raise StoreError(f"a stored response cannot be read: {exc}") from None
     return StoredResponse(record.response, tuple(record.items), record.n_input)
