@@ -290,6 +290,39 @@ def test_a_prompt_over_the_context_is_400(server) -> None:
     assert resp.json()["error"]["param"] in ("input", None)
 
 
+def test_truncation_auto_drops_the_first_items_until_the_conversation_fits(server) -> None:
+    """``truncation: "auto"``: a conversation over the context (2048 tokens) is served with its first items
+    dropped, those of the ``previous_response_id`` conversation included, the instructions kept; ``disabled``
+    (the default) is the 400 it was; a last item that alone is over the context is the 400 too."""
+    client = openai_client(server.base_url)
+    long = "hello " * 1500
+    first = client.responses.create(model="m", input=long, max_output_tokens=2, temperature=0)
+    assert first.usage.input_tokens > 1500
+    follow = dict(model="m", input=[{"role": "user", "content": "hi " * 1000}], previous_response_id=first.id,
+                  instructions="Answer in one word.", max_output_tokens=3, temperature=0)
+    with pytest.raises(openai.BadRequestError) as info:
+        client.responses.create(**follow)
+    assert info.value.body["code"] == "context_length_exceeded"
+    cut = client.responses.create(**follow, truncation="auto")
+    assert cut.truncation == "auto" and cut.status in ("completed", "incomplete")
+    assert 1000 < cut.usage.input_tokens <= 2048 - 3  # the first turn dropped, room left for the output
+    assert "truncation auto dropped the first 1 of 3 items" in server.log()  # the long first input
+    listed = client.responses.input_items.list(cut.id, order="asc").data  # the whole conversation is stored
+    assert len(listed) == 3 and listed[0].content[0].text == long
+    # the same conversation in one request, a tool call and its output among its first items
+    items = [{"role": "user", "content": long}, {"type": "function_call", "call_id": "c1", "name": "f",
+                                                  "arguments": "{}"},
+             {"type": "function_call_output", "call_id": "c1", "output": "ok " * 300},
+             {"role": "assistant", "content": "ok"}, {"role": "user", "content": "hi " * 1000}]
+    tool = {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}}
+    again = client.responses.create(model="m", input=items, tools=[tool], max_output_tokens=3, truncation="auto")
+    assert 1000 < again.usage.input_tokens <= 2048 - 3
+    with pytest.raises(openai.BadRequestError) as info:
+        client.responses.create(model="m", input=[{"role": "user", "content": "hi"},
+                                                  {"role": "user", "content": long * 2}], truncation="auto")
+    assert info.value.body["code"] == "context_length_exceeded" and info.value.body["param"] == "input"
+
+
 def test_openapi_documents_the_routes(server) -> None:
     doc = httpx.get(server.base_url + "/openapi.json", timeout=10).json()
     post_op = doc["paths"]["/v1/responses"]["post"]

@@ -485,6 +485,85 @@ def test_too_many_images_names_the_first_image_past_the_limit() -> None:
     assert err.code == "too_many_images" and err.param == "input[1].content[6]"
 
 
+# -- truncation: "auto" -----------------------------------------------------------------------------
+
+def items(*kinds: str) -> list[dict]:
+    """Input items by shorthand: ``u`` user, ``a`` assistant, ``s`` system, ``r`` reasoning, ``cN`` a
+    function_call of call_id N, ``oN`` its output."""
+    out: list[dict] = []
+    for i, k in enumerate(kinds):
+        if k in ("u", "a", "s"):
+            out.append({"role": {"u": "user", "a": "assistant", "s": "system"}[k], "content": f"{k}{i}"})
+        elif k == "r":
+            out.append({"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "t"}]})
+        elif k[0] == "c":
+            out.append({"type": "function_call", "call_id": k[1:], "name": "f", "arguments": "{}"})
+        else:
+            out.append({"type": "function_call_output", "call_id": k[1:], "output": "z"})
+    return out
+
+
+def cuts(*kinds: str) -> tuple[int, ...]:
+    return rapi.truncation_cuts([msgspec.convert(i, rapi.ResponseInputItem) for i in items(*kinds)])
+
+
+def test_truncation_cuts_keep_each_call_with_its_outputs_and_something_to_answer() -> None:
+    assert cuts("u", "a", "u") == (0, 1, 2)
+    # parallel calls 1 and 2, their outputs after both: no cut between a call and its output
+    assert cuts("u", "c1", "c2", "o1", "o2", "a", "u") == (0, 1, 5, 6)
+    assert cuts("u", "c1", "o1", "c2", "o2") == (0, 1, 3)  # an agent's turn: pair by pair
+    assert cuts("u", "c1", "o1", "c1b", "u", "o1b") == (0, 1, 3)  # a call kept with an output however far
+    assert cuts("u", "a", "u", "r", "s") == (0, 1, 2)  # the last thing to answer stays
+    assert cuts("u") == (0,) and cuts("r") == (0,)
+
+
+def drive(search, prompt_of) -> tuple[int, list[int]]:
+    """Run a :func:`truncation_search` with ``prompt_of(cut)`` tokens per cut: (the chosen cut, the cuts it
+    measured in order)."""
+    asked = []
+    try:
+        cut = next(search)
+        while True:
+            asked.append(cut)
+            cut = search.send(prompt_of(cut))
+    except StopIteration as done:
+        return done.value, asked
+
+
+def test_truncation_search_bisects_for_the_fewest_items_dropped() -> None:
+    many = tuple(range(0, 1000))  # item i holds 10 tokens; instructions 5
+    size = lambda cut: 5 + 10 * (1000 - cut)  # noqa: E731
+    cut, asked = drive(rapi.truncation_search(many, 2048, 100), size)
+    assert size(cut) + 100 <= 2048 < size(cut - 1) + 100 and cut == 806
+    assert len(asked) <= 13 and len(set(asked)) == len(asked)  # log2(1000) + 2, each measured once
+    assert drive(rapi.truncation_search(many, 20000, 100), size) == (0, [0])  # it fits: one measurement
+    assert drive(rapi.truncation_search(many, 2048, None), size)[0] == 796  # room for one token, as chat
+    # no cut leaves room for max_output_tokens: the prompt alone must fit (the chat path clamps the output)
+    assert drive(rapi.truncation_search(many, 2048, 10**30), size)[0] == 796
+    assert drive(rapi.truncation_search(many, 2048, 10**30), lambda cut: 100)[0] == 0
+    # not even the last cut fits: it is served, and the chat path's 400 names its prompt
+    assert drive(rapi.truncation_search(many, 8, 1), size)[0] == 999
+    assert drive(rapi.truncation_search((0,), 8, 1), size) == (0, [0])
+
+
+def test_a_truncated_turn_drops_the_first_items_keeps_the_instructions_and_names_the_rest() -> None:
+    first = turn(instructions="i1", input=items("u", "c1", "o1", "a"))
+    previous = first.stored(first.response([], "completed"))
+    t = turn(previous, instructions="be brief", input=items("u", "c2", "o2", "u"), previous_response_id="resp_1")
+    n = len(t.history)
+    assert n == 4 and rapi.truncation_cuts(t.history + t.input) == (0, 1, 3, 4, 5, 7)
+    short = t.truncated(5)
+    assert [(m["role"], m.get("tool_call_id")) for m in messages(short)] == [
+        ("system", None), ("assistant", None), ("tool", "2"), ("user", None)]
+    assert messages(short)[0]["content"] == "be brief" and short.dropped == 5
+    assert short.rename(InvalidRequest("x", param="messages[1].tool_calls[0].function.arguments")).param == \
+        "input[1].arguments"
+    kept = [(i.role, i.content, i.call_id) for i in short.stored(short.response([], "completed")).items]
+    assert kept == [(i.role, i.content, i.call_id) for i in t.history + t.input]  # stored whole
+    assert messages(t.truncated(3))[1] == {"role": "assistant", "content": "a3"}  # stored items as before
+    assert t.truncated(3).rename(InvalidRequest("x", param="messages[1]")).param == "previous_response_id"
+
+
 # -- chat reply -> response ------------------------------------------------------------------------
 
 def completion(content: str | None = "", *, calls=(), reasoning: str = "", finish: str = "stop",

@@ -190,6 +190,8 @@ async def responses_create() -> Response:
                     "grammar does not hold the input (a regex format does)", ", ".join(turn.tools.unenforced))
     try:
         check_limits(app.settings, turn.chat.messages, turn.chat)
+        if req.truncation == "auto":
+            turn = await _truncated(eng, turn)
         if req.background:
             return await _start_background(app, eng, turn)
         if req.stream:
@@ -211,6 +213,32 @@ async def responses_create() -> Response:
     if req.store:
         await app.responses.put(turn.stored(response))
     return json_response(response)
+
+
+async def _truncated(eng: Any, turn: rapi.Turn) -> rapi.Turn:
+    """``truncation: "auto"``: ``turn`` with the fewest first items of its conversation dropped for it to fit the
+    context (:func:`~skippy.engine.protocols.responses.translate.truncation_search`; each try's prompt rendered and
+    tokenized as the chat path counts it, :meth:`~skippy.actors.engine.Engine.input_tokens`); ``turn`` itself
+    when it fits. An error of a try names the items as that try has them."""
+    cuts = rapi.truncation_cuts(turn.history + turn.input)
+    if len(cuts) < 2:
+        return turn
+    search = rapi.truncation_search(cuts, eng.limits.n_ctx, turn.request.max_output_tokens)
+    try:
+        drop = next(search)
+        while True:
+            tried = turn.truncated(drop) if drop else turn
+            try:
+                n_prompt = await eng.input_tokens(tried.chat)
+            except EngineError as exc:
+                raise tried.rename(exc) from None
+            drop = search.send(n_prompt)
+    except StopIteration as done:
+        drop = done.value
+    if drop:
+        log.info("POST /v1/responses: truncation auto dropped the first %d of %d items to fit the context (%d "
+                 "tokens)", drop, len(turn.history) + len(turn.input), eng.limits.n_ctx)
+    return turn.truncated(drop) if drop else turn
 
 
 async def _from_chat(eng: Any, turn: rapi.Turn, result: openai_wire.ChatCompletion) -> rwire.ResponseObject:

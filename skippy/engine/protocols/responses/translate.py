@@ -59,6 +59,7 @@ import json
 import re
 import secrets
 import time
+from collections.abc import Generator, Sequence
 from typing import Any
 
 import attrs
@@ -198,6 +199,7 @@ class Turn:
     tools: ChatTools = attrs.field(factory=ChatTools)
     files: tuple[str, ...] = ()
     names: MessageNames = attrs.field(factory=MessageNames)
+    dropped: int = 0
 
     def rename(self, exc: EngineError) -> EngineError:
         """An engine error about :attr:`chat` in the Responses request's names (in place; returned for
@@ -213,6 +215,18 @@ class Turn:
                     and exc.param.startswith(param + ".parameters"):
                 exc.param = param + ".format"
         return exc
+
+    def truncated(self, drop: int) -> Turn:
+        """This turn as the model sees it with the first ``drop`` items of its conversation (the
+        ``previous_response_id`` items, then this request's ``input``) left out (``truncation: "auto"``; a cut
+        :func:`truncation_cuts` allows): :attr:`chat`'s messages and the names its errors use, the
+        ``instructions`` kept. What is stored (:meth:`stored`) is the whole conversation still."""
+        items, first = (self.history + self.input)[drop:], len(self.history) - drop
+        names = MessageNames()
+        messages = chat_messages(self.request.instructions, items, first=first, names=names)
+        return attrs.evolve(self, chat=msgspec.structs.replace(self.chat, messages=messages), names=names,
+                            images=image_params(items, first=first), files=file_params(items, first=first),
+                            dropped=drop)
 
     def is_custom(self, name: str) -> bool:
         """Whether a chat tool call named ``name`` calls one of the request's ``custom`` tools."""
@@ -343,6 +357,75 @@ def prepare(req: ResponsesRequest, previous: StoredResponse | None, *, model: st
                 created_at=int(time.time()) if created_at is None else created_at, model=model,
                 history=history, input=items, chat=chat, images=image_params(history + items, first=len(history)),
                 tools=tools, files=file_params(history + items, first=len(history)), names=names)
+
+
+# -- truncation: "auto" ------------------------------------------------------------------------------------
+
+_CALLS, _OUTPUTS = ("function_call", "custom_tool_call"), ("function_call_output", "custom_tool_call_output")
+
+
+def truncation_cuts(items: Sequence[ResponseInputItem]) -> tuple[int, ...]:
+    """How many items from the start of a conversation (``items``: the ``previous_response_id`` items, then
+    ``input``) ``truncation: "auto"`` may drop, ascending, 0 first: whole items, never a tool call without its
+    output (a ``function_call`` or ``custom_tool_call`` and every output of its ``call_id`` go together), and
+    never all that the model would answer (what is left holds an item that is neither ``reasoning`` nor a
+    ``system`` / ``developer`` message)."""
+    n = len(items)
+    calls: dict[str, int] = {}
+    blocked = [0] * (n + 1)  # cuts inside [call, output] pairs, as a difference array
+    for i, item in enumerate(items):
+        kind = item.type or ("message" if item.role is not None else None)
+        if kind in _CALLS and item.call_id is not None:
+            calls.setdefault(item.call_id, i)
+        elif kind in _OUTPUTS and item.call_id in calls:
+            blocked[calls[item.call_id] + 1] += 1  # a cut after the call and up to the output splits them
+            blocked[i + 1] -= 1
+    answerable = [i for i, item in enumerate(items)
+                  if item.type != "reasoning" and not (item.type in (None, "message")
+                                                       and item.role in ("system", "developer"))]
+    last = answerable[-1] if answerable else 0
+    cuts, inside = [0], 0
+    for c in range(1, last + 1):
+        inside += blocked[c]
+        if inside == 0:
+            cuts.append(c)
+    return tuple(cuts)
+
+
+def _measured(cut: int, known: dict[int, int]) -> Generator[int, int, int]:
+    if cut not in known:
+        known[cut] = yield cut
+    return known[cut]
+
+
+def truncation_search(cuts: Sequence[int], n_ctx: int, max_output_tokens: int | None) -> Generator[int, int, int]:
+    """The fewest items ``truncation: "auto"`` drops, sans-IO: yields a cut (a number of items to drop, one of
+    ``cuts``: :func:`truncation_cuts`) whose prompt the caller measures and sends back (its tokens, as the chat
+    path counts them), and returns the cut to serve (its ``StopIteration.value``).
+
+    A cut fits when its prompt plus ``max_output_tokens`` (1 when not given: the chat path's own rule, the
+    prompt must leave a token) is at most ``n_ctx``; no cut is dropped when the whole conversation fits. The
+    search bisects over ``cuts`` (a prompt shrinks as items are dropped): about ``log2(len(cuts)) + 2``
+    measurements, each cut measured once. When even the last cut leaves no room for ``max_output_tokens``, the
+    output could not have it anyway (the chat path clamps it to the room left, or refuses it with
+    ``--no-clamp-max-tokens``): the search then asks only that the prompt fit. When not even the last cut
+    does, it is returned, and the chat path's 400 ``context_length_exceeded`` names its prompt."""
+    known: dict[int, int] = {}
+    last = len(cuts) - 1
+    for need in dict.fromkeys((max(1, max_output_tokens or 1), 1)):
+        if (yield from _measured(cuts[0], known)) + need <= n_ctx:
+            return cuts[0]
+        if last <= 0 or (yield from _measured(cuts[last], known)) + need > n_ctx:
+            continue
+        lo, hi = 0, last  # cuts[lo] does not fit, cuts[hi] does
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if (yield from _measured(cuts[mid], known)) + need <= n_ctx:
+                hi = mid
+            else:
+                lo = mid
+        return cuts[hi]
+    return cuts[last]
 
 
 # -- chat result -> response ---------------------------------------------------------------------------

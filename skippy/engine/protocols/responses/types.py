@@ -119,8 +119,9 @@ class ResponsesRequest(msgspec.Struct, omit_defaults=True, kw_only=True):
     ``previous_response_id``: continue that stored response's conversation
     (its input and output items come first; its ``instructions`` do not).
     ``metadata``: up to 16 string pairs (keys up to 64 characters, values
-    up to 512), echoed. ``include``, ``truncation`` (``disabled``, or
-    ``auto`` which never has to drop anything that fits), ``prompt_cache_key``
+    up to 512), echoed. ``truncation``: ``disabled`` (the default: a conversation over the context is a 400), or
+    ``auto`` (the first items of the conversation are dropped until it fits:
+    :func:`~skippy.engine.protocols.responses.translate.truncation_search`). ``include``, ``prompt_cache_key``
     and ``user`` are accepted. ``background: true`` (with ``store``, without ``stream``): the reply is the
     ``queued`` response at once, generation goes on in the server, ``GET /v1/responses/{id}`` shows it
     ``completed`` when done and ``POST /v1/responses/{id}/cancel`` stops it. ``conversation`` (OpenAI's
