@@ -562,6 +562,8 @@ def test_a_truncated_turn_drops_the_first_items_keeps_the_instructions_and_names
     assert kept == [(i.role, i.content, i.call_id) for i in t.history + t.input]  # stored whole
     assert messages(t.truncated(3))[1] == {"role": "assistant", "content": "a3"}  # stored items as before
     assert t.truncated(3).rename(InvalidRequest("x", param="messages[1]")).param == "previous_response_id"
+    assert t.rename(InvalidRequest("messages[1].content[0].text: bad", param="messages[1].content[0].text")).param \
+        == "previous_response_id.text"
 
 
 # -- chat reply -> response ------------------------------------------------------------------------

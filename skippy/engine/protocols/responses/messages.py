@@ -124,7 +124,8 @@ _ITEM_TYPES = ("message, function_call, function_call_output, custom_tool_call, 
 
 #: a chat message (and tool call) as an engine error names it: ``messages[3].tool_calls[0]: function.`` or
 #: ``messages[3].tool_calls[0].function.``, ``messages[3].content``, ``messages[3]``
-_CHAT_NAME = re.compile(r"messages\[(\d+)\](?:\.tool_calls\[(\d+)\](\.function\.|: function\.)?|(\.content))?")
+_CHAT_NAME = re.compile(r"messages\[(\d+)\]"
+                        r"(?:\.tool_calls\[(\d+)\](\.function\.|: function\.)?|(\.content)(\[\d+\])?)?")
 
 
 @attrs.define
@@ -147,7 +148,9 @@ class MessageNames:
             if call is None:
                 return m[0]
             return call + ("." if m[3] else "")  # function.arguments -> the item's own arguments
-        return self.messages[i] + (f".{self.fields[i]}" if m[4] and self.messages[i].startswith("input[") else "")
+        if m[4] and self.messages[i].startswith("input["):  # a tool output's content is its item's output
+            return f"{self.messages[i]}.{self.fields[i]}{m[5] or ''}"
+        return self.messages[i]  # instructions, or a stored item: the field as a whole
 
     def rename(self, exc: EngineError) -> EngineError:
         """``exc`` with the chat messages its message and ``param`` name (``messages[3].tool_calls[0]``)
