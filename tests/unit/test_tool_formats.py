@@ -547,6 +547,18 @@ def test_a_tool_without_a_description_renders_on_a_template_that_reads_it() -> N
     assert "description" not in tool["function"]
 
 
+def test_parameters_without_descriptions_render_on_command_r_plus() -> None:
+    """Command R+ prints each parameter's description unguarded (``'): ' + param_fields.description``): a tool
+    whose parameters have none (most tools) was a 400 for every tool request. They get empty ones there."""
+    params = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    tool = {"type": "function", "function": {"name": "get", "description": "d", "parameters": params}}
+    for tool_choice in ("auto", "required", {"type": "function", "function": {"name": "get"}}):
+        rendered = render_chat(_tmpl("CohereForAI-c4ai-command-r-plus-tool_use"), ChatCompletionRequest(
+            messages=CONVERSATION[:1], tools=[tool], tool_choice=tool_choice))
+        assert "city (str):" in rendered.prompt and rendered.plan.chat_format == "command_r_plus"
+    assert "description" not in params["properties"]["city"]
+
+
 def test_a_forced_call_with_response_format_is_the_call() -> None:
     """OpenAI takes ``response_format`` beside a forced ``tool_choice`` (it was a 400): the reply is the forced call,
     so the call's grammar is the one applied; ``response_format`` would shape text there is none of. Another

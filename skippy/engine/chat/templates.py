@@ -137,6 +137,10 @@ class ChatTemplate:
         refused at once from then on (so probing it costs one budget, not
         one per probe).
 
+        A render with tools that fails reading a ``description`` is tried once more with an empty one for
+        each parameter that has none (Command R+ prints every parameter's unguarded; OpenAI's parameter
+        descriptions are optional, and most tools leave them out).
+
         A render without tools that fails with ``tools`` set to ``None`` (as
         transformers passes it) is tried once more with ``tools`` undefined,
         as llama.cpp renders: the ``tool_use`` variants of Command R+ and
@@ -158,7 +162,11 @@ class ChatTemplate:
         )
         try:
             return self._render(context)
-        except TemplateError:
+        except TemplateError as exc:
+            if self._runaway is None and tools and "reads 'description'" in str(exc):
+                described = _described_parameters(tools)
+                if described is not None:  # Command R+ prints each parameter's description unguarded
+                    return self._render({**context, "tools": described})
             if self._runaway is not None or tools is not None:
                 raise
             try:  # llama.cpp leaves ``tools`` undefined when there are none (``for t in tools`` loops over nothing)
@@ -195,3 +203,21 @@ class ChatTemplate:
                 OverflowError, RecursionError, MemoryError, UnicodeError) as exc:
             raise TemplateError(f"chat template error: the template failed on this request "
                                 f"({_PLAIN.get(type(exc), 'an invalid operation')})") from exc
+
+
+def _described_parameters(tools: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """``tools`` with ``"description": ""`` given to each top-level parameter (a ``parameters.properties``
+    entry that is an object) that has none; ``None`` when every parameter has one already."""
+    out, changed = [], False
+    for tool in tools:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        params = function.get("parameters") if isinstance(function, dict) else None
+        props = params.get("properties") if isinstance(params, dict) else None
+        if isinstance(function, dict) and isinstance(params, dict) and isinstance(props, dict) and any(
+                isinstance(p, dict) and "description" not in p for p in props.values()):
+            props = {k: {**p, "description": ""} if isinstance(p, dict) and "description" not in p else p
+                     for k, p in props.items()}
+            tool = {**tool, "function": {**function, "parameters": {**params, "properties": props}}}
+            changed = True
+        out.append(tool)
+    return out if changed else None
