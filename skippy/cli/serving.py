@@ -498,14 +498,17 @@ def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], m
 
 def _check_aliases(configs: list[EngineConfig]) -> None:
     """Refuse an ``--alias`` (or a preset's ``alias``) that another served model also answers to (its id, file
-    name, registry or Ollama name: :func:`~skippy.actors.pool.model_names`): requests for that name would
+    name, registry or Ollama name: :func:`~skippy.actors.pool.model_names`; in any of Ollama's spellings of the
+    alias, ``:latest`` or the library prefix added): requests for that name would
     reach one model while ``/api/tags`` lists it as the other's. Raises :class:`click.BadParameter`."""
     from skippy.actors.pool import model_names
+    from skippy.engine.protocols.ollama.models import name_candidates
 
     names = [{n.casefold() for n in model_names(c)} for c in configs]
     for i, config in enumerate(configs):
         for alias in config.model_alias:
-            other = next((c for j, c in enumerate(configs) if j != i and alias.casefold() in names[j]), None)
+            spellings = {n.casefold() for n in name_candidates(alias)}  # Ollama's: smol:latest is smol
+            other = next((c for j, c in enumerate(configs) if j != i and spellings & names[j]), None)
             if other is not None:
                 raise click.BadParameter(f"{alias!r} (an alias of {config.model_name}) is also a name of the served "
                                          f"model {other.model_name}: a name must reach one model",

@@ -532,7 +532,7 @@ def test_an_alias_that_names_another_served_model_is_refused(serve_recorder: lis
     models.mkdir()
     for name in ("eye.gguf", "text.gguf"):
         (models / name).write_bytes(b"GGUF")
-    for alias in ("text", "TEXT", "text.gguf"):
+    for alias in ("text", "TEXT", "text.gguf", "text:latest", "registry.ollama.ai/library/text:latest"):
         result = CliRunner().invoke(main, ["serve", "--models-dir", str(models), "--alias", alias], env={})
         assert result.exit_code == 2 and "--alias" in result.output and "a name must reach one model" in \
             result.output, result.output
