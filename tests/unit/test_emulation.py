@@ -430,3 +430,42 @@ def test_a_huge_length_bound_is_left_unenforced_not_written_out():
     call = '{"name": "run", "arguments": {"script": "' + long_script + '", "tag": "ab"}}'
     assert gbnf_matches(g.gbnf, f"TOOL_CALL {call}\n")
     assert not gbnf_matches(g.gbnf, 'TOOL_CALL {"name": "run", "arguments": {"script": "x", "tag": "abcd"}}\n')
+
+
+def test_emulated_tools_on_a_prompt_that_opens_thinking_read_the_reasoning_first():
+    """DeepSeek R1's generation prompt opens ``<think>\\n`` and its template has no tools (emulated): the text up
+    to ``</think>`` is reasoning (it was content, the tag with it), and a forced call's grammar lets the model
+    think and close the block first (it forced TOOL_CALL inside the block, which then was reasoning). With
+    ``reasoning_format: none`` nothing changes."""
+    from skippy.engine.chat.prepare import make_output_parser, render_chat
+    from skippy.engine.protocols.openai.types import ChatCompletionRequest
+    from tests.support import check_invariant, fixture_template
+
+    tmpl = fixture_template("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B")
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
+    call = 'TOOL_CALL {"name": "f", "arguments": {}}'
+
+    def rendered(**fields):
+        return render_chat(tmpl, ChatCompletionRequest(messages=[{"role": "user", "content": "Hi"}], tools=tools,
+                                                       **fields))
+
+    def parse(plan, text):
+        parser = make_output_parser(plan)
+        deltas = [d for c in text for d in parser.feed(c)]
+        tail, msg = parser.finish()
+        check_invariant(deltas + tail, msg)
+        return msg
+
+    auto = rendered()
+    assert auto.plan.emulated and auto.plan.thinking_forced_open
+    msg = parse(auto.plan, "Let me think.\n</think>\n\nHello.")
+    assert (msg.reasoning_content, msg.content, msg.tool_calls) == ("Let me think.", "Hello.", ())
+    msg = parse(auto.plan, f"Hmm.</think>\n{call}\n")
+    assert msg.reasoning_content == "Hmm." and [c.name for c in msg.tool_calls] == ["f"] and not msg.content
+    forced = rendered(tool_choice="required").plan
+    assert compiles_in_llama_cpp(forced.grammar)
+    assert gbnf_matches(forced.grammar, f"Hmm, a call.\n</think>\n\n{call}")
+    assert gbnf_matches(forced.grammar, f"</think>{call}\n") and not gbnf_matches(forced.grammar, call)
+    assert [c.name for c in parse(forced, f"Hmm.\n</think>\n\n{call}").tool_calls] == ["f"]
+    raw = rendered(tool_choice="required", reasoning_format="none").plan
+    assert gbnf_matches(raw.grammar, call) and [c.name for c in parse(raw, call).tool_calls] == ["f"]

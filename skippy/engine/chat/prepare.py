@@ -28,7 +28,7 @@ from skippy.engine.chat.continuation import (
 from skippy.engine.chat.documents import extract_documents
 from skippy.engine.chat.formats import REASONING_FORMATS, SYNTAXES, make_parser
 from skippy.engine.chat.formats.base import StreamParser
-from skippy.engine.chat.formats.emulated import EmulatedToolParser
+from skippy.engine.chat.formats.emulated import THINK_CLOSE, THINK_OPEN, EmulatedToolParser
 from skippy.engine.chat.history import fold_late_system, fold_leading_system, normalize_history
 from skippy.engine.chat.images import extract_images
 from skippy.engine.chat.plan import ParsePlan
@@ -312,6 +312,9 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
         tool_grammar = grammars.native_tool_grammar(
             caps.chat_format, tools, emulation.select_tools(tools, tool_choice), parallel=parallel,
             think_close=syntax.think_tags[1])
+    if emulated and tool_grammar is not None and not lazy and thinking_open and reasoning != "none" \
+            and opener.strip() == THINK_OPEN:  # a forced TOOL_CALL after the reasoning the prompt opened
+        tool_grammar = grammars.after_thinking(tool_grammar, THINK_CLOSE)
     structured = constraint_from_request(req)
     closing = syntax.think_tags[1]
     if structured.constraint is not None and thinking_open and closing and reasoning != "none" \
@@ -374,7 +377,11 @@ def _tool_schemas(tools: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def make_output_parser(plan: ParsePlan) -> StreamParser:
     """The streaming output parser the plan calls for."""
     if plan.emulated:
-        return EmulatedToolParser(set(plan.allowed_tools), plan.parallel_tool_calls, withhold=True)
+        # its <think> spans are reasoning (every reasoning_format but none), the one the prompt opened too
+        opened = plan.thinking_forced_open and plan.reasoning_format != "none" and \
+            plan.thinking_opener.strip() == THINK_OPEN
+        return EmulatedToolParser(set(plan.allowed_tools), plan.parallel_tool_calls, withhold=True,
+                                  thinking_forced_open=opened)
     return make_parser(plan.chat_format, reasoning_format=plan.reasoning_format,
                        thinking_forced_open=plan.thinking_forced_open, thinking_opener=plan.thinking_opener,
                        allowed_tools=set(plan.allowed_tools) or None, parallel_tool_calls=plan.parallel_tool_calls,

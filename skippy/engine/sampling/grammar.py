@@ -562,6 +562,17 @@ def _text_without(pair: str) -> str:
     return f"( [^{a}] | {gbnf_literal(pair[0])} [^{b}] )*"
 
 
+def after_thinking(gbnf: str, think_close: str) -> str:
+    """``gbnf`` (a grammar whose start rule is ``root``) behind free reasoning text and ``think_close``: for a
+    forced call on a prompt that opened a thinking block (an emulated ``TOOL_CALL`` on DeepSeek R1's
+    ``<think>\\n``), so the model thinks first and closes the block, as :func:`native_tool_grammar`'s
+    ``think_close`` does for the native formats. The text cannot hold ``</`` (it ends at the tag)."""
+    lines = [("call-root ::=" + line[len("root ::="):]) if line.startswith("root ::=") else line
+             for line in gbnf.splitlines()]
+    return "\n".join([f"root ::= think-text {gbnf_literal(think_close)} [ \\t\\n]* call-root",
+                      f"think-text ::= {_XML_TEXT}", *lines]) + "\n"
+
+
 def native_tool_grammar(chat_format: str, tools: list[dict[str, Any]], chosen: list[dict[str, Any]], *, parallel: bool,
                         think_close: str | None = None) -> str:
     """GBNF forcing one (or, with ``parallel``, several) calls in ``chat_format``'s own syntax.

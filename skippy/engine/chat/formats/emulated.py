@@ -269,11 +269,14 @@ class EmulatedToolParser:
     ``id_factory``: mints call ids (default ``call_`` + 24 hex chars);
     ``withhold``: announce a call only once it is complete, and drop
     incomplete, malformed and not-allowed calls instead of showing their text
-    (see the module docstring).
+    (see the module docstring); ``thinking_forced_open``: the prompt opened a
+    ``<think>`` block (DeepSeek R1's generation prompt), so the text is
+    reasoning up to its ``</think>``.
     """
 
     def __init__(self, allowed_tools: set[str], parallel_tool_calls: bool = True,
-                 id_factory: IdFactory = new_call_id, *, withhold: bool = False) -> None:
+                 id_factory: IdFactory = new_call_id, *, withhold: bool = False,
+                 thinking_forced_open: bool = False) -> None:
         self.allowed_tools = set(allowed_tools)
         self.parallel_tool_calls = parallel_tool_calls
         self.withhold = withhold
@@ -281,7 +284,7 @@ class EmulatedToolParser:
         self._raw = ""                 # undecided raw text (think stage)
         self._raw_done = 0             # raw chars already routed
         self._segments: list[tuple[int, int]] = []   # (visible offset, raw offset) of visible pieces
-        self._in_think = False
+        self._in_think = thinking_forced_open
         self._text = ""                # visible text (think spans removed)
         self._pos = 0                  # visible text consumed by the call stage
         self._mode = "text"            # text | call | discard
