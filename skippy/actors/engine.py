@@ -56,7 +56,7 @@ from skippy.engine.chat.formats import SYNTAXES, preserved_markers, preserved_pi
 from skippy.engine.chat.formats.base import ContentParser
 from skippy.engine.chat.images import decode_data_url, has_images
 from skippy.engine.chat.plan import ParsePlan
-from skippy.engine.chat.prepare import make_output_parser
+from skippy.engine.chat.prepare import emulated_thinking_open, make_output_parser
 from skippy.engine.config import EngineConfig
 from skippy.engine.errors import (
     ContextLengthExceeded,
@@ -658,8 +658,9 @@ class Engine:
             media=media, lora=lora)
         gens = [Generation(next(self._rids), prompt, choice_seed(params, j), max_tokens, piece=piece,
                            parser=make_output_parser(plan), options=options,
-                           early_stop=EarlyStop(set(plan.allowed_tools), plan.parallel_tool_calls) if plan.emulated
-                           else None)
+                           early_stop=EarlyStop(set(plan.allowed_tools), plan.parallel_tool_calls,
+                                                thinking_forced_open=emulated_thinking_open(plan))
+                           if plan.emulated else None)
                 for j in range(n)]
         if isinstance(pre, Stop):
             return gens, self._stopped_before(gens, ctx, pre.reason)

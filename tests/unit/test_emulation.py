@@ -467,5 +467,11 @@ def test_emulated_tools_on_a_prompt_that_opens_thinking_read_the_reasoning_first
     assert gbnf_matches(forced.grammar, f"Hmm, a call.\n</think>\n\n{call}")
     assert gbnf_matches(forced.grammar, f"</think>{call}\n") and not gbnf_matches(forced.grammar, call)
     assert [c.name for c in parse(forced, f"Hmm.\n</think>\n\n{call}").tool_calls] == ["f"]
+    from skippy.engine.chat.emulation import EarlyStop
+    from skippy.engine.chat.prepare import emulated_thinking_open
+
+    stop = EarlyStop({"f"}, parallel_tool_calls=False, thinking_forced_open=emulated_thinking_open(auto.plan))
+    assert not stop.feed(f"A call: {call}\n")  # written in the reasoning: not a call, no stop
+    assert stop.feed(f"</think>\n{call}\n")
     raw = rendered(tool_choice="required", reasoning_format="none").plan
     assert gbnf_matches(raw.grammar, call) and [c.name for c in parse(raw, call).tool_calls] == ["f"]

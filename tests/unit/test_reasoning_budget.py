@@ -99,3 +99,25 @@ def test_budget_state_rules():
     assert s.on_token(60) == () and s.state == "think"
     assert s.on_token(63) == CLOSE and not s.active
     assert s.on_token(63) == ()
+
+
+def test_a_spent_budget_waits_for_the_rest_of_a_character():
+    """A byte-level token that begins a character (a 3-byte UTF-8 sequence split over tokens) and ends the
+    budget: the close waits for the character's last byte (it was forced in between: a broken character in
+    the reasoning, and a constraint behind the tag, whose grammar reads UTF-8, gave up); at most
+    MAX_UTF8_WAIT tokens."""
+    from skippy.engine.scheduling.budget import MAX_UTF8_WAIT
+
+    bytes_of = {80: "€".encode()[:1], 81: "€".encode()[1:2], 82: "€".encode()[2:], 83: b"\xe2"}
+
+    def split_piece(token: int) -> bytes:
+        return bytes_of.get(token) or piece(token)
+
+    s = BudgetState(ReasoningBudget(2, "<think>", "</think>", CLOSE, True, split_piece))
+    assert s.on_token(63) == ()
+    assert s.on_token(80) == () and s.active  # the budget is spent inside "€": wait
+    assert s.on_token(81) == ()
+    assert s.on_token(82) == CLOSE and not s.active  # "€" whole: the close now
+    s = BudgetState(ReasoningBudget(1, "<think>", "</think>", CLOSE, True, split_piece))
+    waits = [s.on_token(83) for _ in range(MAX_UTF8_WAIT + 1)]  # a malformed stream: MAX_UTF8_WAIT tokens more
+    assert waits == [()] * MAX_UTF8_WAIT + [CLOSE]

@@ -376,13 +376,16 @@ class EarlyStop:
     After a stop, :attr:`keep` is how many characters of all text fed should
     be kept (the rest -- text after the call, or the start of the stopping
     line -- should be dropped before the final parse). Calls are recognised
-    exactly as :class:`EmulatedToolParser` does (``<think>`` spans skipped).
+    exactly as :class:`EmulatedToolParser` does (``<think>`` spans skipped; with ``thinking_forced_open``
+    the text up to the first ``</think>`` too).
     """
 
     finish_reason = "stop"
 
-    def __init__(self, allowed_tools: set[str], parallel_tool_calls: bool = True) -> None:
-        self._parser = EmulatedToolParser(allowed_tools, parallel_tool_calls, id_factory=lambda: "")
+    def __init__(self, allowed_tools: set[str], parallel_tool_calls: bool = True, *,
+                 thinking_forced_open: bool = False) -> None:
+        self._parser = EmulatedToolParser(allowed_tools, parallel_tool_calls, id_factory=lambda: "",
+                                          thinking_forced_open=thinking_forced_open)
         self.parallel_tool_calls = parallel_tool_calls
         self.keep: int | None = None
 

@@ -374,14 +374,17 @@ def _tool_schemas(tools: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def emulated_thinking_open(plan: ParsePlan) -> bool:
+    """Whether an emulated-tools generation starts inside a ``<think>`` block the prompt opened (DeepSeek R1):
+    its ``<think>`` spans are reasoning for every ``reasoning_format`` but ``none``, that one too."""
+    return plan.thinking_forced_open and plan.reasoning_format != "none" and plan.thinking_opener.strip() == THINK_OPEN
+
+
 def make_output_parser(plan: ParsePlan) -> StreamParser:
     """The streaming output parser the plan calls for."""
     if plan.emulated:
-        # its <think> spans are reasoning (every reasoning_format but none), the one the prompt opened too
-        opened = plan.thinking_forced_open and plan.reasoning_format != "none" and \
-            plan.thinking_opener.strip() == THINK_OPEN
         return EmulatedToolParser(set(plan.allowed_tools), plan.parallel_tool_calls, withhold=True,
-                                  thinking_forced_open=opened)
+                                  thinking_forced_open=emulated_thinking_open(plan))
     return make_parser(plan.chat_format, reasoning_format=plan.reasoning_format,
                        thinking_forced_open=plan.thinking_forced_open, thinking_opener=plan.thinking_opener,
                        allowed_tools=set(plan.allowed_tools) or None, parallel_tool_calls=plan.parallel_tool_calls,

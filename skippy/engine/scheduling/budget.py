@@ -52,6 +52,21 @@ class ReasoningBudget:
             raise ValueError("forced must hold the closing tag's tokens")
 
 
+#: tokens a spent budget waits at most for the rest of a character the last tokens began (byte tokens)
+MAX_UTF8_WAIT = 3
+
+
+def _ends_inside_utf8(data: bytes) -> bool:
+    """True when ``data`` ends inside a UTF-8 sequence: its last lead byte still waits for continuation bytes."""
+    for k in range(1, min(4, len(data)) + 1):
+        byte = data[-k]
+        if byte & 0xC0 == 0x80:  # a continuation byte: the lead is further back
+            continue
+        need = 2 if byte & 0xE0 == 0xC0 else 3 if byte & 0xF0 == 0xE0 else 4 if byte & 0xF8 == 0xF0 else 1
+        return need > k
+    return False
+
+
 class BudgetState:
     """One sequence's place relative to its reasoning block: ``start`` (the output may still open
     it), ``think`` (inside it; :attr:`count` tokens so far) or ``done`` (closed, forced closed, or
@@ -98,9 +113,13 @@ class BudgetState:
         if self._close in self._buf:
             self.state = "done"
             return ()
-        self._buf = self._buf[-len(self._close):]  # enough to find a close split over pieces
+        self._buf = self._buf[-max(len(self._close), 4):]  # a close split over pieces; a UTF-8 sequence's end
         self.count += 1
-        return self._spent() if self.count >= self.rule.budget else ()
+        if self.count < self.rule.budget:
+            return ()
+        if _ends_inside_utf8(self._buf) and self.count < self.rule.budget + MAX_UTF8_WAIT:
+            return ()  # the rest of a character first: the tag after half of one would be broken text
+        return self._spent()
 
     def _spent(self) -> tuple[int, ...]:
         self.state = "done"
