@@ -584,3 +584,22 @@ def test_forced_call_after_open_reasoning_cannot_hold_the_closing_phrase():
     close = "\n[BEGIN FINAL RESPONSE]\n"
     assert gbnf_matches(plan.grammar, "Look [it] up." + close + FORCED["apriel"])
     assert not gbnf_matches(plan.grammar, "Look it up." + close + "More." + close + FORCED["apriel"])
+
+
+@pytest.mark.parametrize("stem", ["GLM-4.7-Flash", "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "Qwen3.5-4B",
+                                  "StepFun3.5-Flash", "deepseek-ai-DeepSeek-V4", "inclusionai-ling-3.0-flash"])
+def test_forced_call_reasoning_cannot_hold_the_call_opener_that_ends_it(stem):
+    """Where a call's opener ends the thinking the prompt opened (Qwen3.5 / Nemotron 3's ``<tool_call>``, GLM,
+    Ling 3, DeepSeek V4), a forced call's reasoning cannot hold that opener: it could, and over HTTP a tiny model
+    wrote ``<tool_call>\\n<function=example_function_name>...`` as its reasoning, which the parser read as the end
+    of the reasoning, so the rest of it, its closing tag too, reached ``content`` beside the call."""
+    fmt = FAMILIES[stem][0]
+    syntax = SYNTAXES[fmt]
+    assert syntax.calls_end_thinking
+    plan = render_chat(_tmpl(stem), ChatCompletionRequest(messages=CONVERSATION[:1], tools=[WEATHER],
+                                                          tool_choice="required")).plan
+    assert plan.thinking_forced_open
+    close = f"\n{syntax.think_tags[1]}\n"
+    assert gbnf_matches(plan.grammar, "Look <it> up, a < b." + close + FORCED[fmt])
+    for opener in syntax.opens:
+        assert not gbnf_matches(plan.grammar, f"Look it up.\n{opener}\nx" + close + FORCED[fmt]), opener

@@ -309,9 +309,10 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
     opener = continued[1] if continued is not None else thinking_opener(prompt)
     thinking_open = bool(opener)
     if forced_native and thinking_open:  # the reasoning the prompt opened ends before the forced call
+        # (a call's opener that would end it early kept out of the reasoning)
         tool_grammar = grammars.native_tool_grammar(
             caps.chat_format, tools, emulation.select_tools(tools, tool_choice), parallel=parallel,
-            think_close=syntax.think_tags[1])
+            think_close=syntax.think_tags[1], think_avoid=syntax.opens if syntax.calls_end_thinking else ())
     if emulated and tool_grammar is not None and not lazy and thinking_open and reasoning != "none" \
             and opener.strip() == THINK_OPEN:  # a forced TOOL_CALL after the reasoning the prompt opened
         tool_grammar = grammars.after_thinking(tool_grammar, THINK_CLOSE)

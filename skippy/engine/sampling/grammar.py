@@ -573,8 +573,20 @@ def after_thinking(gbnf: str, think_close: str) -> str:
                       f"think-text ::= {_XML_TEXT}", *lines]) + "\n"
 
 
+def _think_text(think_close: str, avoid: tuple[str, ...]) -> str:
+    """GBNF of the reasoning text before ``think_close`` in a forced call's grammar: text that cannot start the
+    closing tag, nor any of the ``avoid`` openers that start with ``<`` (a call's opener that ends the thinking
+    where the parser reads it: reasoning that held one would end there, the rest of it content)."""
+    if think_close.startswith("<|"):  # Kimi K3's tags all start so
+        return _KIMI_TEXT
+    if not think_close.startswith("<"):
+        return _text_without(think_close[:2])
+    seconds = "".join(dict.fromkeys(o[1] for o in ("</", *avoid) if len(o) > 1 and o[0] == "<"))
+    return f'( [^<] | "<" [^{"".join(_class_char(c) for c in seconds)}] )*'
+
+
 def native_tool_grammar(chat_format: str, tools: list[dict[str, Any]], chosen: list[dict[str, Any]], *, parallel: bool,
-                        think_close: str | None = None) -> str:
+                        think_close: str | None = None, think_avoid: tuple[str, ...] = ()) -> str:
     """GBNF forcing one (or, with ``parallel``, several) calls in ``chat_format``'s own syntax.
 
     Used for ``tool_choice: "required"`` or a named tool. Raises
@@ -586,8 +598,8 @@ def native_tool_grammar(chat_format: str, tools: list[dict[str, Any]], chosen: l
     ``analysis`` message first; its calls are one per message, so one. Muse Glimmer may write one message to
     ``self`` (its reasoning) first, then a message to each tool.
     ``think_close``: the prompt left a thinking block open (QwQ, GLM 4.7,
-    Nemotron): the model first ends its reasoning (text without ``</``)
-    with this tag, then calls.
+    Nemotron): the model first ends its reasoning (text without ``</``, nor the ``think_avoid`` openers:
+    :func:`_think_text`) with this tag, then calls.
     """
     conv = schema_converter()
     if chat_format in NATIVE_CALL_SHAPES:
@@ -610,10 +622,8 @@ def native_tool_grammar(chat_format: str, tools: list[dict[str, Any]], chosen: l
     elif chat_format == "muse_glimmer":
         body = f"{_GLIMMER_ANALYSIS} {body}"
     root = f"{gbnf_literal(prefix)} {body} {gbnf_literal(suffix)}"
-    if think_close:  # reasoning text that cannot start the closing tag (Kimi K3's tags start with <|)
-        text = _KIMI_TEXT if think_close.startswith("<|") else _XML_TEXT if think_close.startswith("<") \
-            else _text_without(think_close[:2])
-        root = f"{text} {gbnf_literal(think_close)} [ \\t\\n]* {root}"
+    if think_close:  # reasoning text that cannot start the closing tag
+        root = f"{_think_text(think_close, think_avoid)} {gbnf_literal(think_close)} [ \\t\\n]* {root}"
     conv._add_rule("root", root.replace('"" ', ""))
     grammar: str = conv.format_grammar()
     return grammar
