@@ -139,6 +139,7 @@ FAMILIES = {
         '        "parameters": {"city": "Paris", "days": 2}\n    }\n]```', "", "Let me check."),
     "meetkai-functionary-medium-v3.1": ("functionary_v3_1", '<function=get_weather>{"city": "Paris", "days": 2}'
                                         "</function>", "", ""),
+    "meetkai-functionary-medium-v3.2": ("functionary_v3_2", 'get_weather\n{"city": "Paris", "days": 2}', "", ""),
     "fireworks-ai-llama-3-firefunction-v2": ("firefunction_v2", ' functools[{"name": "get_weather", "arguments": '
                                              '{"city": "Paris", "days": 2}}]', "", ""),
     "unsloth-Apriel-1.5": ("apriel", '<tool_calls>[{"name": "get_weather", "arguments": {"city": "Paris", '
@@ -278,6 +279,7 @@ FORCED = {
     "command_r_plus": 'Action:\n```json\n[{"tool_name": "get_weather", "parameters": {"city": "Paris", "days": 2}}]'
                       '\n```',
     "functionary_v3_1": '<function=get_weather>{"city": "Paris", "days": 2}</function>',
+    "functionary_v3_2": 'get_weather\n{"city": "Paris", "days": 2}',
     "firefunction_v2": ' functools[{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}]',
     "apriel": '<tool_calls>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}]</tool_calls>',
     "muse_glimmer": ' to=get_weather<|message|><atem:function_calls>\n<atem:invoke name="get_weather">\n'

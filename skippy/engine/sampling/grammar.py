@@ -516,6 +516,8 @@ def _call_rules(conv: Any, chat_format: str, tools: list[dict[str, Any]], chosen
                         f'{lit(", " + chr(34) + "parameters" + chr(34) + ": ")} {args} "}}"')
             elif chat_format == "functionary_v3_1":
                 body = f"{lit(f'<function={name}>')} {args} {lit('</function>')}"
+            elif chat_format == "functionary_v3_2":  # the prompt ends with the first call's >>>
+                body = f"{lit(name + chr(10))} {args}"
             elif chat_format == "mistral_small_3_2":
                 body = f"{lit(f'[TOOL_CALLS]{name}[ARGS]')} {args}"
             else:  # gpt_oss
@@ -545,6 +547,7 @@ NATIVE_CALL_WRAPPERS: dict[str, tuple[str, str, str]] = {
     "mistral_small_3_2": ("", "", ""),
     "command_r7b": ("<|START_ACTION|>[", ", ", "]<|END_ACTION|>"),
     "functionary_v3_1": ("", "", ""),
+    "functionary_v3_2": ("", ">>>", ""),
     "gpt_oss": ("", "", ""),  # one call per message: generation ends at <|call|>
 }
 

@@ -594,6 +594,8 @@ class ChatParser:
                                        syntax.think_tags, syntax.opens if allowed and ends_thinking else (),
                                        syntax.think_channel)
         self._markers = syntax_markers(syntax)
+        if syntax.at_start and allowed:  # a call's header with no opener (Functionary v3.2's recipient): a tool's name
+            self._markers += tuple(f"{name}\n" for name in sorted(allowed))
         #: text that begins the output as the parser reads it, given with the first piece: the prompt's thinking
         #: opener (see :attr:`ToolSyntax.keeps_prompt_opener` and :attr:`ToolSyntax.opener_in_reasoning`; for a
         #: format that reads its channels from the text, gpt-oss's, the one a continued reasoning opened), then the
