@@ -28,13 +28,12 @@ import re
 from typing import Any
 
 from skippy.engine.chat.formats.base import Delta
-from skippy.engine.chat.formats.core import HEADER_LIMIT, ToolScanner, ToolSyntax, find_first
+from skippy.engine.chat.formats.core import ToolSyntax
+from skippy.engine.chat.formats.messages import MessageScanner
 from skippy.engine.chat.formats.xml import XmlArgs, XmlScanner
-from skippy.engine.output.textstream import partial_suffix
 
 START, MESSAGE = "<|start|>", "<|message|>"
 ENDS = ("<|eom|>", "<|eot|>")
-_BODY_STOPS = (*ENDS, START)
 _HEADER = re.compile(r"(?:<\|start\|>)?\s*(?:assistant)?(?:\s*to=(?P<recipient>[^\s<]+))?\s*<\|message\|>")
 
 #: the calls inside a tool message (read by an :class:`~.xml.XmlScanner`)
@@ -57,93 +56,35 @@ def _may_be_header(text: str) -> bool:
     return any(text.startswith(lead) or lead.startswith(text) for lead in (START, "assistant", "to=", MESSAGE))
 
 
-class GlimmerScanner(ToolScanner):
-    """Messages, reasoning and calls of Muse Glimmer output (see the module docstring).
-
-    ``reasoning_format`` is set by :class:`~skippy.engine.chat.formats.core.ChatParser` (the syntax's
-    ``own_reasoning``). The calls of every tool message go through one :class:`~.xml.XmlScanner`, so call
-    indices run on across messages and ``parallel_tool_calls`` counts them all.
+class GlimmerScanner(MessageScanner):
+    """Messages, reasoning and calls of Muse Glimmer output (see the module docstring). The calls of every tool
+    message go through one :class:`~.xml.XmlScanner`, so call indices run on across messages and
+    ``parallel_tool_calls`` counts them all.
     """
 
-    reasoning_format = "auto"
+    header, message, start, ends = _HEADER, MESSAGE, START, ENDS
 
     def __init__(self, syntax: ToolSyntax, allowed: set[str] | None, parallel: bool, *args: Any) -> None:
         super().__init__(syntax, allowed, parallel, *args)
         id_factory, *rest = args
         self.calls = XmlScanner(ATEM_CALLS, allowed, parallel, lambda: self.id_factory(), *rest)  # ids minted here
-        self.mode = "header"
-        self.route = "content"  # content | reasoning | raw | call | drop
 
-    def skip_leading_space(self) -> None:  # the reasoning splitter is off: recipients decide
-        pass
-
-    def feed(self, text: str, final: bool = False) -> list[Delta]:
-        self.buf += text
-        while self._glimmer_step(final):
-            pass
-        if self.mode == "header" and self.pos > 4096:
-            self.buf, self.pos = self.buf[self.pos:], 0
-        out, self.out = self.out, []
-        return out
+    def may_be_header(self, text: str) -> bool:
+        return _may_be_header(text)
 
     def finish(self) -> list[Delta]:
         out = self.feed("", final=True)
         return out + self.calls.finish()
 
-    def _emit(self, route: str, text: str) -> None:
-        if not text:
-            return
-        if route in ("content", "raw"):
-            self.out.append(Delta(content=text))
-        elif route == "reasoning":
-            self.out.append(Delta(reasoning_content=text))
-        elif route == "call":
-            self.out.extend(self.calls.feed(text))
+    def _call_text(self, text: str) -> None:
+        self.out.extend(self.calls.feed(text))
 
-    def _glimmer_step(self, final: bool) -> bool:
-        buf, pos = self.buf, self.pos
-        if self.mode == "header":
-            if pos >= len(buf):
-                return False
-            rest = buf[pos:]  # every test below answers alike whatever the split (the window is bounded)
-            i = buf.find(MESSAGE, pos, pos + HEADER_LIMIT + len(MESSAGE)) if _may_be_header(rest) else -1
-            m = _HEADER.fullmatch(buf, pos, i + len(MESSAGE)) if i >= 0 else None
-            if m is not None:
-                self._open(m)
-                return True
-            if i >= 0 or final or len(rest) > HEADER_LIMIT + len(MESSAGE) or not _may_be_header(rest):
-                self.mode, self.route = "body", "content"  # no ATEM header: plain content
-                if buf.startswith(START, pos):  # a stray <|start|> is content too (and the scan moves on)
-                    self._emit("content", START)
-                    self.pos += len(START)
-                return True
-            return False
-        i, marker = find_first(buf, _BODY_STOPS, pos)
-        if i < 0:
-            end = len(buf) if final else len(buf) - partial_suffix(buf[pos:], _BODY_STOPS)
-            self._body(buf[pos:end])
-            self.pos = end
-            return False
-        self._body(buf[pos:i])
+    def _message_end(self) -> None:
         if self.route == "call":  # the message ends: a call it left open ends with it
             self.out.extend(self.calls.feed("", final=True))
-        if marker == START:
-            self.pos = i
-        else:
-            self.pos = i + len(marker)
-            if self.route == "raw" or (self.route == "reasoning" and self.reasoning_format == "deepseek-legacy"):
-                self._emit("content", marker)
-        self.mode = "header"
-        return True
-
-    def _body(self, text: str) -> None:
-        self._emit(self.route, text)
-        if self.route == "reasoning" and self.reasoning_format == "deepseek-legacy":
-            self._emit("content", text)
 
     def _open(self, m: re.Match[str]) -> None:
         header, recipient = m.group(0), m.group("recipient")
-        self.pos, self.mode = m.end(), "body"
         if recipient == "self":
             fmt = self.reasoning_format
             self.route = {"none": "raw", "hidden": "drop"}.get(fmt, "reasoning")

@@ -33,15 +33,12 @@ grammar as llama.cpp's ``common_chat_params_init_gpt_oss``.
 from __future__ import annotations
 
 import re
-from typing import Any
 
-from skippy.engine.chat.formats.base import Delta
-from skippy.engine.chat.formats.core import HEADER_LIMIT, ToolScanner, ToolSyntax, find_first
-from skippy.engine.output.textstream import partial_suffix
+from skippy.engine.chat.formats.core import ToolSyntax
+from skippy.engine.chat.formats.messages import MessageScanner
 
 START, CHANNEL, MESSAGE = "<|start|>", "<|channel|>", "<|message|>"
 ENDS = ("<|end|>", "<|call|>", "<|return|>")
-_BODY_STOPS = (*ENDS, START)
 #: gpt-oss-20b at times writes ``<|channel|>commentary[ to=assistant]`` before an ``analysis`` or ``final``
 #: channel: a stray prefix, skipped (llama.cpp's ``stray_commentary``)
 _STRAY = r"(?:<\|channel\|>commentary(?:\s+to=assistant)?(?=<\|channel\|>(?:analysis|final)\b))?"
@@ -59,91 +56,21 @@ def _may_be_header(text: str) -> bool:
     return any(text.startswith(lead) or lead.startswith(text) for lead in ("<|", "assistant", "to="))
 
 
-class HarmonyScanner(ToolScanner):
-    """Channels, reasoning and tool calls of gpt-oss output (see module docstring).
+class HarmonyScanner(MessageScanner):
+    """Channels, reasoning and tool calls of gpt-oss output (see module docstring)."""
 
-    ``reasoning_format`` is set by :class:`~skippy.engine.chat.formats.core.ChatParser`
-    (the syntax's ``own_reasoning``).
-    """
+    header, message, start, ends = _HEADER, MESSAGE, START, ENDS
 
-    reasoning_format = "auto"
+    def may_be_header(self, text: str) -> bool:
+        return _may_be_header(text)
 
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
-        self.mode = "header"
-        self.route = "content"  # content | reasoning | raw | call | drop
-        self.head = 0  # where the current message's header began
-
-    def skip_leading_space(self) -> None:  # the reasoning splitter is off: channels decide
-        pass
-
-    def feed(self, text: str, final: bool = False) -> list[Delta]:
-        self.buf += text
-        while self._harmony_step(final):
-            pass
-        if self.mode == "header" and self.pos > 4096:
-            self.buf, self.pos = self.buf[self.pos:], 0
-        out, self.out = self.out, []
-        return out
-
-    def finish(self) -> list[Delta]:
-        return self.feed("", final=True)
-
-    def _emit(self, route: str, text: str) -> None:
-        if not text:
-            return
-        if route == "content" or route == "raw":
-            self.out.append(Delta(content=text))
-        elif route == "reasoning":
-            self.out.append(Delta(reasoning_content=text))
-        elif route == "call":
-            self._args(self.call_index, text)
-
-    def _harmony_step(self, final: bool) -> bool:
-        buf, pos = self.buf, self.pos
-        if self.mode == "header":
-            if pos >= len(buf):
-                return False
-            # every test below gives the same answer whatever the split (the search window is bounded)
-            rest = buf[pos:]
-            i = buf.find(MESSAGE, pos, pos + HEADER_LIMIT + len(MESSAGE)) if _may_be_header(rest) else -1
-            m = _HEADER.fullmatch(buf, pos, i + len(MESSAGE)) if i >= 0 else None
-            if m is not None:
-                self._open(m)
-                return True
-            if i >= 0 or final or len(rest) > HEADER_LIMIT + len(MESSAGE) or not _may_be_header(rest):
-                self.mode, self.route = "body", "content"  # not a Harmony header: plain content
-                if buf.startswith(START, pos):  # a stray <|start|> is content too (and the scan moves on)
-                    self._emit("content", START)
-                    self.pos += len(START)
-                return True
-            return False
-        i, marker = find_first(buf, _BODY_STOPS, pos)
-        if i < 0:
-            end = len(buf) if final else len(buf) - partial_suffix(buf[pos:], _BODY_STOPS)
-            self._body(buf[pos:end])
-            self.pos = end
-            return False
-        self._body(buf[pos:i])
-        if marker == START:
-            self.pos = i
-        else:
-            self.pos = i + len(marker)
-            if self.route == "raw" or (self.route == "reasoning" and self.reasoning_format == "deepseek-legacy"):
-                self._emit("content", marker)
-        self.mode = "header"
-        return True
-
-    def _body(self, text: str) -> None:
-        self._emit(self.route, text)
-        if self.route == "reasoning" and self.reasoning_format == "deepseek-legacy":
-            self._emit("content", text)
+    def _call_text(self, text: str) -> None:
+        self._args(self.call_index, text)
 
     def _open(self, m: re.Match[str]) -> None:
         header = m.group(0)
         recipient = m.group("r1") or m.group("r2")
         channel = m.group("channel")
-        self.pos, self.mode = m.end(), "body"
         if recipient is not None and recipient.startswith("functions.") and recipient[10:] in self.allowed:
             self.call_index = self._call_start(recipient[10:])
             self.route = "call" if self.call_index >= 0 else "drop"
