@@ -188,6 +188,7 @@ class Engine:
         self._rids = itertools.count(1)
         self._arrivals = itertools.count(1)  # SeqRequest.arrival: taken before any template or tokenizer work
         self._format_pieces: dict[str, Callable[[int], bytes]] = {}
+        self._tag_pieces_of: dict[str, tuple[str | int, ...]] = {}  # a closing tag -> _tag_pieces
         self.closed = False
         #: embeddings, reranking and scoring (the pooled routes)
         self.pooling = Pooling(runtime.meta, tokenizer, scheduler, self.metrics, rids=self._rids,
@@ -804,9 +805,12 @@ class Engine:
         :func:`~skippy.engine.sampling.constraints.after_reasoning`: its text where the vocabulary has no
         special token in it (a text match), else its token ids (``</think>`` is one token in Qwen's and
         DeepSeek's vocabularies, which no text matches), as the reasoning budget forces it."""
-        special = await self.tokenizer.tokenize(tag, add_special=False, parse_special=True)
-        plain = await self.tokenizer.tokenize(tag, add_special=False, parse_special=False)
-        return (tag,) if special == plain or not special else tuple(special)
+        pieces = self._tag_pieces_of.get(tag)
+        if pieces is None:  # once per tag: the vocabulary does not change
+            special = await self.tokenizer.tokenize(tag, add_special=False, parse_special=True)
+            plain = await self.tokenizer.tokenize(tag, add_special=False, parse_special=False)
+            pieces = self._tag_pieces_of[tag] = (tag,) if special == plain or not special else tuple(special)
+        return pieces
 
     def _max_tokens(self, req: SamplingFields, n_prompt: int, *, allow_zero: bool = False,
                     prompt_param: str = "messages") -> int:

@@ -313,8 +313,8 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
         tool_grammar = grammars.native_tool_grammar(
             caps.chat_format, tools, emulation.select_tools(tools, tool_choice), parallel=parallel,
             think_close=syntax.think_tags[1], think_avoid=syntax.opens if syntax.calls_end_thinking else ())
-    if emulated and tool_grammar is not None and not lazy and thinking_open and reasoning != "none" \
-            and opener.strip() == THINK_OPEN:  # a forced TOOL_CALL after the reasoning the prompt opened
+    if emulated and tool_grammar is not None and not lazy and _opens_think(opener, reasoning):
+        # a forced TOOL_CALL after the reasoning the prompt opened
         tool_grammar = grammars.after_thinking(tool_grammar, THINK_CLOSE)
     structured = constraint_from_request(req)
     closing = syntax.think_tags[1]
@@ -375,10 +375,15 @@ def _tool_schemas(tools: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _opens_think(opener: str, reasoning_format: str) -> bool:
+    """Whether emulated tools read the prompt's thinking ``opener`` as an open ``<think>`` block: its ``<think>``
+    spans are reasoning for every ``reasoning_format`` but ``none``."""
+    return opener.strip() == THINK_OPEN and reasoning_format != "none"
+
+
 def emulated_thinking_open(plan: ParsePlan) -> bool:
-    """Whether an emulated-tools generation starts inside a ``<think>`` block the prompt opened (DeepSeek R1):
-    its ``<think>`` spans are reasoning for every ``reasoning_format`` but ``none``, that one too."""
-    return plan.thinking_forced_open and plan.reasoning_format != "none" and plan.thinking_opener.strip() == THINK_OPEN
+    """Whether an emulated-tools generation starts inside a ``<think>`` block the prompt opened (DeepSeek R1)."""
+    return plan.thinking_forced_open and _opens_think(plan.thinking_opener, plan.reasoning_format)
 
 
 def make_output_parser(plan: ParsePlan) -> StreamParser:

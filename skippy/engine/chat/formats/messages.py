@@ -41,6 +41,7 @@ class MessageScanner(ToolScanner):
         super().__init__(*args)
         self.mode = "header"
         self.route = "content"  # content | reasoning | raw | call | drop
+        self._stops = (*self.ends, self.start)  # where a body ends
 
     def skip_leading_space(self) -> None:  # the reasoning splitter is off: headers decide
         pass
@@ -101,7 +102,7 @@ class MessageScanner(ToolScanner):
                     self.pos += len(start)
                 return True
             return False
-        stops = (*self.ends, start)
+        stops = self._stops
         i, marker = find_first(buf, stops, pos)
         if i < 0:
             end = len(buf) if final else len(buf) - partial_suffix(buf[pos:], stops)
