@@ -327,12 +327,12 @@ class Engine:
     def _chat_choices(self, req: ChatCompletionRequest, gens: list[Generation], *,
                       include_usage: bool = False) -> Choices:
         return chat_choices(req, gens, model=self.reply_model(req.model), reply_id=reply_id("chatcmpl"),
-                            created=int(time.time()), include_usage=include_usage)
+                            created=int(time.time()), include_usage=include_usage, seq_info=self.scheduler.seq_info)
 
     def _text_choices(self, req: CompletionRequest, texts: list[str], gens: list[Generation], *,
                       include_usage: bool = False) -> Choices:
         return text_choices(req, texts, gens, model=self.reply_model(req.model), reply_id=reply_id("cmpl"),
-                            created=int(time.time()), include_usage=include_usage)
+                            created=int(time.time()), include_usage=include_usage, seq_info=self.scheduler.seq_info)
 
     async def completion_native(self, req: NativeCompletionRequest) -> list[NativeAnswer]:
         """llama-server's native ``/completion``: one answer per prompt of ``req`` (see

@@ -127,6 +127,53 @@ def test_native_completion_stream_progress_and_timings(qwq: Server) -> None:
     assert chunks[-1]["stop"] is True and chunks[-1]["stop_type"] == "limit"
 
 
+def test_chat_stream_timings_per_token_and_progress_as_the_llama_cpp_web_ui_asks(qwq: Server) -> None:
+    """llama.cpp's web UI streams chat with ``timings_per_token`` and ``return_progress``: a
+    ``prompt_progress`` chunk before the first token, then each token's last chunk with the ``timings``
+    so far (they used to come on the finish chunk only); the same prompt again reads its prefix from the cache."""
+    body = {"messages": [{"role": "user", "content": "Count from one to ten."}], "max_tokens": 6,
+            "temperature": 0, "stream": True, "timings_per_token": True, "return_progress": True,
+            "stream_options": {"include_usage": True}}
+
+    def chunks() -> list[dict]:
+        with httpx.stream("POST", qwq.base_url + "/v1/chat/completions", json=body, timeout=120) as resp:
+            assert resp.status_code == 200
+            return [c for c in iter_sse(resp) if c != DONE]
+
+    first = chunks()
+    n_prompt = first[-1]["usage"]["prompt_tokens"]
+    progress = [c for c in first if "prompt_progress" in c]
+    assert len(progress) == 1 and progress[0]["choices"][0]["delta"] == {}
+    p = progress[0]["prompt_progress"]
+    assert p["total"] == p["processed"] == n_prompt and p["time_ms"] >= 0
+    assert first.index(progress[0]) == 1  # after the role chunk, before any text
+    texts = [c for c in first if c["choices"] and c["choices"][0]["delta"].get("reasoning_content",
+                                                                              c["choices"][0]["delta"].get("content"))]
+    assert texts and all("timings" in c for c in texts)
+    counts = [c["timings"]["predicted_n"] for c in texts]
+    assert counts == sorted(counts) and 1 <= counts[0] and counts[-1] <= 6
+    assert all(c["timings"]["prompt_n"] + c["timings"]["cache_n"] == n_prompt for c in texts)
+    again = [c for c in chunks() if "prompt_progress" in c][0]["prompt_progress"]
+    assert again["total"] == n_prompt and again["cache"] > 0  # the same prompt: its prefix reused
+    plain = {k: v for k, v in body.items() if k not in ("timings_per_token", "return_progress")}
+    with httpx.stream("POST", qwq.base_url + "/v1/chat/completions", json=plain, timeout=120) as resp:
+        rest = [c for c in iter_sse(resp) if c != DONE]
+    assert not any("prompt_progress" in c for c in rest)
+    assert [bool(c.get("timings")) for c in rest if c["choices"]][-1]  # the finish chunk's alone
+    assert not any("timings" in c for c in rest if c["choices"] and c["choices"][0]["finish_reason"] is None)
+
+
+def test_v1_completions_stream_timings_per_token_and_progress(qwq: Server) -> None:
+    body = {"prompt": "Once upon a time there was", "max_tokens": 3, "temperature": 0, "stream": True,
+            "timings_per_token": True, "return_progress": True}
+    with httpx.stream("POST", qwq.base_url + "/v1/completions", json=body, timeout=120) as resp:
+        chunks = [c for c in iter_sse(resp) if c != DONE]
+    assert chunks[0]["prompt_progress"]["total"] == 6 and chunks[0]["choices"][0]["text"] == ""
+    texts = [c for c in chunks if c["choices"] and c["choices"][0]["text"]]
+    assert "".join(c["choices"][0]["text"] for c in texts) == " a small town"
+    assert [c["timings"]["predicted_n"] for c in texts] == [1, 2, 3]
+
+
 def test_native_samplers_json_schema_and_grammar(qwq: Server) -> None:
     base = {"prompt": "Hello, my name is", "n_predict": 4, "temperature": 0}
     ok = post(qwq, "/completion", {**base, "samplers": ["top_k", "dry", "min_p", "temperature"]}).json()

@@ -12,10 +12,12 @@ from skippy.engine.chat.formats.base import ContentParser
 from skippy.engine.chat.formats.emulated import EmulatedToolParser
 from skippy.engine.errors import EngineClosed, InvalidRequest
 from skippy.engine.output.generation import Done, Generation, GenerationError, GenerationOptions, Piece
+from skippy.engine.protocols.base import UNSET
 from skippy.engine.protocols.llama_server.translate import NativeReply, generation_settings
 from skippy.engine.protocols.openai.translate import (
     ChatReply,
     Choices,
+    LiveTimings,
     TextReply,
     TokenText,
     TopText,
@@ -25,6 +27,7 @@ from skippy.engine.protocols.openai.translate import (
     token_text,
     usage,
 )
+from skippy.engine.protocols.openai.wire import ChatDelta
 from skippy.engine.sampling.params import SamplingParams
 from skippy.engine.scheduling.events import FinishEvent, HookEvent, PromptLogprobs, TokenEvent, TopLogprob
 
@@ -128,6 +131,40 @@ def test_no_stop_reason_without_a_matched_stop_string() -> None:
     assert "stop_reason" not in msgspec.json.decode(msgspec.json.encode(reply.completion(done)))["choices"][0]
     assert all("stop_reason" not in msgspec.json.decode(msgspec.json.encode(c))["choices"][0]
                for c in reply.chunks(done))
+
+
+def test_live_timings_ride_on_each_tokens_last_chunk_after_one_progress_chunk() -> None:
+    """llama-server's ``timings_per_token`` / ``return_progress`` on chat chunks: a progress chunk (empty
+    delta) at the first item, then the timings so far on each token's last chunk; seconds from ``clock``."""
+    ticks = iter([10.0, 10.25, 10.5, 11.0, 11.5])  # built, first token, then one read per timed chunk
+
+    gen = make()
+    live = LiveTimings(4, lambda: (1, 3), clock=lambda: next(ticks))
+    reply = ChatReply("m", gen, timings_per_token=True, return_progress=True, live=live)
+    first = reply.chunks(gen.feed(TokenEvent(1)))
+    assert [c.prompt_progress is not UNSET for c in first] == [True, False]
+    p = first[0].prompt_progress
+    assert (p.total, p.cache, p.processed, p.time_ms) == (4, 3, 4, 250)
+    assert first[0].choices[0].delta == ChatDelta() and first[0].timings is UNSET
+    t = first[1].timings
+    assert (t.prompt_n, t.cache_n, t.prompt_ms, t.predicted_n, t.predicted_ms) == (1, 3, 250.0, 1, 250.0)
+    second = reply.chunks(gen.feed(TokenEvent(2)))
+    assert len(second) == 1 and second[0].timings.predicted_n == 2 and second[0].timings.predicted_ms == 750.0
+    assert second[0].prompt_progress is UNSET
+    done = gen.feed(finish(n=2))
+    last = reply.chunks(done)
+    assert last[-1].timings == timings(done.counts)  # the finish chunk's are the scheduler's, as before
+
+
+def test_live_timings_off_by_default_and_on_text_completions() -> None:
+    gen = make()
+    plain = ChatReply("m", gen)
+    assert all(c.timings is UNSET and c.prompt_progress is UNSET for c in plain.chunks(gen.feed(TokenEvent(1))))
+    gen = make()
+    text = TextReply("m", gen, timings_per_token=True, return_progress=True, live=LiveTimings(4, clock=lambda: 1.0))
+    out = text.chunks(gen.feed(TokenEvent(1)))
+    assert out[0].prompt_progress.total == 4 and out[0].choices[0].text == ""
+    assert out[1].choices[0].text == "Hello" and out[1].timings.predicted_n == 1
 
 
 def test_held_back_text_that_was_not_a_stop_is_sent_at_the_end() -> None:

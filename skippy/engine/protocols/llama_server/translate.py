@@ -30,7 +30,6 @@ import msgspec
 from skippy.engine.output.generation import Done, Generation, Piece
 from skippy.engine.protocols.llama_server import wire
 from skippy.engine.protocols.openai import translate as openai_translate
-from skippy.engine.protocols.openai import wire as openai_wire
 from skippy.engine.sampling.params import SamplingParams
 from skippy.engine.scheduling.events import TokenEvent
 
@@ -81,12 +80,7 @@ class NativeReply:
         self.timings_per_token = timings_per_token
         self.return_progress = return_progress
         self.response_fields = response_fields
-        self._slot_info = slot_info
-        self._clock = clock
-        self._t0 = clock()
-        self._t_first: float | None = None
-        self.slot = -1
-        self._cached = 0
+        self.live = openai_translate.LiveTimings(len(generation.request.prompt), slot_info, clock)
         self._n_prompt = len(generation.request.prompt)
         self._n = 0
 
@@ -102,16 +96,11 @@ class NativeReply:
                                             logprob=tok.logprob if tok.logprob is not None else 0.0, top_logprobs=top))
         return out
 
-    def _timings(self, now: float) -> openai_wire.Timings:
-        first = self._t_first if self._t_first is not None else now
-        return openai_wire.Timings.of(self._n_prompt - self._cached, (first - self._t0) * 1000.0, self._n,
-                               (now - first) * 1000.0, cache_n=self._cached)
-
     def _chunk(self, content: str, tokens: Sequence[TokenEvent]) -> wire.NativeCompletion:
         return wire.NativeCompletion(
             index=self.index, content=content, tokens=[ev.token for ev in tokens],
             stop=False, tokens_predicted=self._n, tokens_evaluated=self._n_prompt,
-            timings=self._timings(self._clock()) if self.timings_per_token else wire.UNSET,
+            timings=self.live.timings(self._n) if self.timings_per_token else wire.UNSET,
             completion_probabilities=self._probs(tokens))
 
     def observe(self, item: Piece | Done) -> bool:
@@ -119,22 +108,16 @@ class NativeReply:
         if not isinstance(item, Piece):
             return False
         self._n += len(item.tokens)
-        if self._t_first is not None:
-            return False
-        self._t_first = self._clock()
-        self.slot, self._cached = self._slot_info()
-        return True
+        return self.live.observe()
 
     def chunks(self, item: Piece | Done) -> list[NativeAnswer]:
         """The stream chunks for one generation item (a :class:`Done` ends with the final answer)."""
         out: list[NativeAnswer] = []
         first = self.observe(item)
         if isinstance(item, Piece):
-            if first and self.return_progress and self._t_first is not None:  # observe() just set _t_first
-                progress = wire.PromptProgress(total=self._n_prompt, cache=self._cached, processed=self._n_prompt,
-                                               time_ms=int((self._t_first - self._t0) * 1000.0))
+            if first and self.return_progress:
                 out.append(wire.NativeCompletion(index=self.index, content="", stop=False, tokens_predicted=0,
-                                                 tokens_evaluated=self._n_prompt, prompt_progress=progress))
+                                                 tokens_evaluated=self._n_prompt, prompt_progress=self.live.progress()))
             out.append(self._chunk("".join(d.content for d in item.deltas), item.tokens))
             return out
         tail = "".join(d.content for d in item.deltas)
@@ -163,7 +146,8 @@ class NativeReply:
         return wire.NativeCompletion(
             index=self.index, content=text,
             tokens=[ev.token for ev in done.tokens] if self.return_tokens and content is None else [],
-            id_slot=self.slot if self.slot >= 0 else done.counts.slot, stop=True, model=self.model, tokens_predicted=n,
+            id_slot=self.live.slot if self.live.slot >= 0 else done.counts.slot, stop=True, model=self.model,
+            tokens_predicted=n,
             tokens_evaluated=done.counts.prompt_tokens, generation_settings=self.settings, prompt=self.prompt_text,
             has_new_line="\n" in done.message.content, truncated=False, stop_type=stop_type,
             stopping_word=gen.stopping_word, tokens_cached=done.counts.prompt_tokens + max(0, n - 1),

@@ -50,8 +50,9 @@ class NativeFields(SamplingFields, kw_only=True):
     generated token ids in the answer (stream chunks carry theirs anyway, as llama-server's);
     ``samplers`` (names, or llama.cpp's one-letter string) chooses which samplers of the chain run (see
     :func:`skippy.engine.sampling.native.apply_samplers`); ``json_schema`` and ``grammar`` constrain
-    the output; ``timings_per_token`` adds ``timings`` to each streamed chunk, ``return_progress`` a
-    ``prompt_progress`` chunk once the prompt is in the KV cache. ``n_indent`` and ``t_max_predict_ms``
+    the output; ``timings_per_token`` and ``return_progress`` as on every route
+    (:class:`~skippy.engine.protocols.openai.types.SamplingFields`).
+    ``n_indent`` and ``t_max_predict_ms``
     end a completion at a line (:mod:`skippy.engine.output.line_limits`); ``response_fields`` keeps only
     those fields of the answer, a ``/`` path naming a nested one (``"timings/prompt_n"``, a key of its
     own in the answer, as llama-server's ``json_get_nested_values``). ``n_cmpl`` (or ``n``): completions
@@ -64,8 +65,6 @@ class NativeFields(SamplingFields, kw_only=True):
 
     logit_bias: NativeLogitBias | None = None  # type: ignore[assignment]
     return_tokens: bool = False
-    timings_per_token: bool = False
-    return_progress: bool = False
     n_indent: int = 0
     t_max_predict_ms: int = -1
     n_cmpl: int | None = None

@@ -17,7 +17,7 @@ from typing import Literal
 import msgspec
 
 from skippy.engine.protocols.base import UNSET, UnsetType, WireStruct
-from skippy.engine.protocols.openai.wire import Timings
+from skippy.engine.protocols.openai.wire import PromptProgress, Timings
 
 __all__ = [
     "RESPONSES", "UNSET", "ApplyTemplateResponse", "DetokenizeResponse", "GenerationSettings", "Health",
@@ -168,17 +168,6 @@ class NativeTokenProb(WireStruct, kw_only=True):
     bytes: list[int]
     logprob: float
     top_logprobs: list[NativeTopProb]
-
-
-class PromptProgress(WireStruct, kw_only=True):
-    """llama-server ``prompt_progress`` (``return_progress``): prompt tokens in all (``total``), reused from
-    the cache (``cache``), in the KV cache now (``processed``, cached ones included); ``time_ms`` since
-    the request was queued."""
-
-    total: int
-    cache: int
-    processed: int
-    time_ms: int
 
 
 class NativeCompletion(WireStruct, kw_only=True):

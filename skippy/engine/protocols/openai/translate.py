@@ -53,6 +53,48 @@ def timings(c: Counts) -> wire.Timings:
     return t
 
 
+class LiveTimings:
+    """llama-server's live ``timings`` (``timings_per_token``) and ``prompt_progress`` (``return_progress``)
+    of one streamed generation, as its reply sees them.
+
+    ``n_prompt``: the prompt's tokens; the clock starts when this is built (the request at the engine) and
+    the first token's time is the reply's first item (:meth:`observe`), when ``slot_info()`` is read once:
+    ``(slot, cached prompt tokens)`` of the running sequence (``(-1, 0)``: unknown). ``clock`` gives
+    seconds. The times are the reply's view; the final ``timings`` (:func:`timings`) are the scheduler's.
+    """
+
+    def __init__(self, n_prompt: int, slot_info: Callable[[], tuple[int, int]] = lambda: (-1, 0),
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.n_prompt = n_prompt
+        self._slot_info = slot_info
+        self._clock = clock
+        self._t0 = clock()
+        self.t_first: float | None = None
+        self.slot = -1
+        self.cached = 0
+
+    def observe(self) -> bool:
+        """Note a generation item; True for the first (its time is the first token's)."""
+        if self.t_first is not None:
+            return False
+        self.t_first = self._clock()
+        self.slot, self.cached = self._slot_info()
+        return True
+
+    def timings(self, predicted_n: int) -> wire.Timings:
+        """``timings`` now, after ``predicted_n`` generated tokens."""
+        now = self._clock()
+        first = self.t_first if self.t_first is not None else now
+        return wire.Timings.of(self.n_prompt - self.cached, (first - self._t0) * 1000.0, predicted_n,
+                               (now - first) * 1000.0, cache_n=self.cached)
+
+    def progress(self) -> wire.PromptProgress:
+        """``prompt_progress`` once the prompt is in the KV cache (every token processed)."""
+        first = self.t_first if self.t_first is not None else self._clock()
+        return wire.PromptProgress(total=self.n_prompt, cache=self.cached, processed=self.n_prompt,
+                                   time_ms=int((first - self._t0) * 1000.0))
+
+
 def hook_event(r: HookReport) -> wire.HookEvent:
     """A reported hook decision on the wire (``hook_events[]`` of a chat choice or chunk)."""
     ev, unset = r.event, wire.UNSET
@@ -184,7 +226,8 @@ class ChatReply:
 
     def __init__(self, model: str, generation: Generation, *, logprobs: bool = False,
                  include_usage: bool = False, created: int | None = None, index: int = 0,
-                 id: str | None = None) -> None:
+                 id: str | None = None, timings_per_token: bool = False, return_progress: bool = False,
+                 live: LiveTimings | None = None) -> None:
         self.id = id or new_id("chatcmpl")
         self.index = index
         self.created = int(time.time()) if created is None else created
@@ -192,6 +235,9 @@ class ChatReply:
         self.generation = generation
         self.logprobs = logprobs
         self.include_usage = include_usage
+        self.timings_per_token = timings_per_token
+        self.return_progress = return_progress
+        self.live = live or LiveTimings(len(generation.request.prompt))
 
     def _chunk(self, choices: list[wire.ChatChunkChoice], **extra: object) -> wire.ChatCompletionChunk:
         return wire.ChatCompletionChunk(id=self.id, created=self.created, model=self.model, choices=choices,
@@ -224,6 +270,9 @@ class ChatReply:
         pending = list(item.tokens) if isinstance(item, Piece) else []
         hooks = list(item.hook_events) if isinstance(item, Piece) else []
         out = []
+        if self.live.observe() and self.return_progress:
+            out.append(self._chunk([self._choice(wire.ChatDelta(), [])], prompt_progress=self.live.progress()))
+        n = len(out)
         for d in item.deltas:
             out.append(self._chunk([self._choice(chat_delta(d), pending, hook_events=hooks)]))
             pending, hooks = [], []
@@ -232,8 +281,11 @@ class ChatReply:
                                    timings=timings(item.counts)))
             if self.include_usage:
                 out.append(self.usage_chunk(usage(item.counts), timings(item.counts)))
-        elif pending or hooks:
+            return out
+        if pending or hooks:
             out.append(self._chunk([self._choice(wire.ChatDelta(), pending, hook_events=hooks)]))
+        if self.timings_per_token and len(out) > n:  # on the item's last chunk, as llama-server's
+            out[-1].timings = self.live.timings(self.generation.completion_tokens)
         return out
 
     def usage_chunk(self, usage: wire.Usage, timings: wire.Timings) -> wire.ChatCompletionChunk:
@@ -272,7 +324,9 @@ class TextReply:
 
     def __init__(self, model: str, generation: Generation, *, prompt_text: str = "", echo: bool = False,
                  logprobs: bool = False, include_usage: bool = False, created: int | None = None,
-                 index: int = 0, id: str | None = None, prompt_source: Generation | None = None) -> None:
+                 index: int = 0, id: str | None = None, prompt_source: Generation | None = None,
+                 timings_per_token: bool = False, return_progress: bool = False,
+                 live: LiveTimings | None = None) -> None:
         self.id = id or new_id("cmpl")
         self.index = index
         self.created = int(time.time()) if created is None else created
@@ -285,6 +339,9 @@ class TextReply:
         self.prompt_source = prompt_source or generation
         self._offset = len(prompt_text)  # text_offset of the next generated token
         self._echo_pending = echo and logprobs  # streamed: the echo chunk waits for the prompt's scores
+        self.timings_per_token = timings_per_token
+        self.return_progress = return_progress
+        self.live = live or LiveTimings(len(generation.request.prompt))
 
     def _chunk(self, choices: list[wire.CompletionChoice], **extra: object) -> wire.TextCompletion:
         return wire.TextCompletion(id=self.id, created=self.created, model=self.model, choices=choices,
@@ -326,6 +383,9 @@ class TextReply:
             self._echo_pending = False
             out.append(self._chunk([wire.CompletionChoice(index=self.index, text=self.prompt_text,
                                                           logprobs=self._prompt_logprobs())]))
+        if self.live.observe() and self.return_progress:
+            out.append(self._chunk([wire.CompletionChoice(index=self.index, text="")],
+                                   prompt_progress=self.live.progress()))
         text = "".join(d.content for d in item.deltas)
         if isinstance(item, Done):
             out.append(self._chunk([self._choice(text, [], item.finish_reason)]))
@@ -333,7 +393,8 @@ class TextReply:
                 out.append(self.usage_chunk(usage(item.counts), timings(item.counts)))
             return out
         if text or item.tokens:
-            out.append(self._chunk([self._choice(text, item.tokens)]))
+            out.append(self._chunk([self._choice(text, item.tokens)], **(
+                {"timings": self.live.timings(self.generation.completion_tokens)} if self.timings_per_token else {})))
         return out
 
     def usage_chunk(self, usage: wire.Usage, timings: wire.Timings) -> wire.TextCompletion:

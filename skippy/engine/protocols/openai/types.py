@@ -116,7 +116,11 @@ class SamplingFields(msgspec.Struct, omit_defaults=True, kw_only=True):
     ``response_fields`` and ``t_max_prompt_ms`` (llama-server's) are taken on every route, so clients that
     send them (llama.vim) pass ``--strict-fields``: ``id_slot`` is checked and ``response_fields`` applied on
     llama-server's own routes only (as llama-server, whose OpenAI replies keep every field), and
-    ``t_max_prompt_ms`` does nothing (llama-server does not implement it either).
+    ``t_max_prompt_ms`` does nothing (llama-server does not implement it either). ``timings_per_token``
+    (llama-server's, which its web UI sends): each streamed chunk's choice carries its ``timings`` so far;
+    ``return_progress``: a stream sends a ``prompt_progress`` chunk (prompt tokens in all, cached, processed;
+    ms since arrival) once the prompt is in the KV cache, before the first token (llama-server also sends
+    one per prefill batch; skippy's scheduler reports no partial prefill).
 
     ``lora`` (llama-server): ``[{"id": int, "scale": number}]``, the LoRA adapters (``--lora``) this
     request runs with, the others at 0; absent or empty, the server's global scales
@@ -167,6 +171,8 @@ class SamplingFields(msgspec.Struct, omit_defaults=True, kw_only=True):
     id_slot: int = -1
     response_fields: list[str] | None = None
     t_max_prompt_ms: int | None = None
+    timings_per_token: bool = False
+    return_progress: bool = False
     # vLLM sampling parameters
     repetition_penalty: float | None = None
     min_tokens: int | None = None

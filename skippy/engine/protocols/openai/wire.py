@@ -146,6 +146,17 @@ class Timings(WireStruct, kw_only=True):
                    predicted_per_second=steps * 1000.0 / predicted_ms if steps and predicted_ms > 0 else 0.0)
 
 
+class PromptProgress(WireStruct, kw_only=True):
+    """llama-server ``prompt_progress`` (``return_progress``): prompt tokens in all (``total``), reused from
+    the cache (``cache``), in the KV cache now (``processed``, cached ones included); ``time_ms`` since
+    the request was queued."""
+
+    total: int
+    cache: int
+    processed: int
+    time_ms: int
+
+
 # -- logprobs ---------------------------------------------------------------------------------------
 
 class TopLogprob(WireStruct, kw_only=True):
@@ -363,8 +374,10 @@ class ChatCompletionChunk(WireStruct, kw_only=True):
 
     Every chunk of a stream has the same ``id`` and ``created``. With
     ``stream_options.include_usage`` a last chunk has empty ``choices`` and the
-    ``usage`` (and llama-server ``timings``); a choice's finish chunk has its ``timings`` (llama-server's);
-    other chunks have neither.
+    ``usage`` (and llama-server ``timings``); a choice's finish chunk has its ``timings`` (llama-server's).
+    With llama-server's ``timings_per_token`` the last chunk of each token's output has the choice's
+    ``timings`` so far too; with ``return_progress`` a chunk with an empty delta and ``prompt_progress``
+    comes before a choice's first token.
     """
 
     id: str
@@ -375,6 +388,7 @@ class ChatCompletionChunk(WireStruct, kw_only=True):
     choices: list[ChatChunkChoice]
     usage: Usage | UnsetType = UNSET
     timings: Timings | UnsetType = UNSET
+    prompt_progress: PromptProgress | UnsetType = UNSET
 
 
 # -- text_completion ----------------------------------------------------------------------------------
@@ -393,7 +407,8 @@ class TextCompletion(WireStruct, kw_only=True):
 
     A reply has ``usage`` and llama-server ``timings``; stream chunks have
     neither, except a last chunk (``stream_options.include_usage``) with empty
-    ``choices`` and ``usage``.
+    ``choices`` and ``usage``, and llama-server's ``timings_per_token`` (a chunk's choice's ``timings`` so
+    far) and ``return_progress`` (a chunk with no text and ``prompt_progress`` before the first token).
     """
 
     id: str
@@ -404,6 +419,7 @@ class TextCompletion(WireStruct, kw_only=True):
     choices: list[CompletionChoice]
     usage: Usage | UnsetType = UNSET
     timings: Timings | UnsetType = UNSET
+    prompt_progress: PromptProgress | UnsetType = UNSET
 
 
 # -- models, health, llama-server utility routes ------------------------------------------------------
