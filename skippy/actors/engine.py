@@ -417,7 +417,8 @@ class Engine:
         replies: list[NativeReply] = []
         options = GenerationOptions(stops=stops, include_stop=req.include_stop_str_in_output,
                                     cache_prompt=req.cache_prompt, speculative=speculative(req, self.limits),
-                                    arrival=arrival, lora=lora, save_replaced=save_replaced)
+                                    arrival=arrival, lora=lora, save_replaced=save_replaced,
+                                    progress=req.stream and req.return_progress)
         for tokens, media, text in prompts:
             try:
                 max_tokens = self._max_tokens(msgspec.structs.replace(sreq, max_tokens=limit), len(tokens),
@@ -656,7 +657,7 @@ class Engine:
             cache_key=req.prompt_cache_key, cache_prompt=req.cache_prompt,
             min_reuse=min_reuse(n, len(prompt), self.min_tail), checkpoint_at=checkpoint_at,
             speculative=speculative(req, self.limits), reasoning_budget=budget, arrival=arrival, priority=priority,
-            media=media, lora=lora)
+            media=media, lora=lora, progress=req.stream and req.return_progress)
         gens = [Generation(next(self._rids), prompt, choice_seed(params, j), max_tokens, piece=piece,
                            parser=make_output_parser(plan), options=options,
                            early_stop=EarlyStop(set(plan.allowed_tools), plan.parallel_tool_calls,
@@ -737,7 +738,8 @@ class Engine:
         scored = req.echo and lp is not None  # echo + logprobs: the prompt's tokens are scored once per prompt
         texts, gens = [], []
         shared = GenerationOptions(stops=stops, include_stop=req.include_stop_str_in_output,
-                                   speculative=speculative(req, self.limits), arrival=arrival, lora=lora)
+                                   speculative=speculative(req, self.limits), arrival=arrival, lora=lora,
+                                   progress=req.stream and req.return_progress)
         for text, prompt in prompts:
             texts.append(text)
             max_tokens = self._max_tokens(req, len(prompt), prompt_param="prompt")

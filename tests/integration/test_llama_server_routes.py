@@ -163,6 +163,27 @@ def test_chat_stream_timings_per_token_and_progress_as_the_llama_cpp_web_ui_asks
     assert not any("timings" in c for c in rest if c["choices"] and c["choices"][0]["finish_reason"] is None)
 
 
+def test_a_long_prompt_reports_each_prefill_step_before_the_first_token(qwq: Server) -> None:
+    """``return_progress`` on a prompt that takes several prefill steps (-b 512): a ``prompt_progress`` per
+    step, ``processed`` growing to the whole prompt, as llama-server reports each batch."""
+    body = {"messages": [{"role": "user", "content": "alpha beta gamma delta " * 180 + "Which word came first?"}],
+            "max_tokens": 2, "temperature": 0, "stream": True, "return_progress": True,
+            "stream_options": {"include_usage": True}}
+    with httpx.stream("POST", qwq.base_url + "/v1/chat/completions", json=body, timeout=120) as resp:
+        chunks = [c for c in iter_sse(resp) if c != DONE]
+    n_prompt = chunks[-1]["usage"]["prompt_tokens"]
+    assert 512 < n_prompt < 1000
+    steps = [c["prompt_progress"] for c in chunks if "prompt_progress" in c]
+    assert len(steps) >= 2 and [s["total"] for s in steps] == [n_prompt] * len(steps)
+    processed = [s["processed"] for s in steps]
+    assert processed == sorted(set(processed)) and processed[-1] == n_prompt
+    assert processed[0] <= steps[0]["cache"] + 512
+    first_text = next((i for i, c in enumerate(chunks) if c["choices"] and (
+        c["choices"][0]["delta"].get("content") or c["choices"][0]["delta"].get("reasoning_content")
+        or c["choices"][0]["finish_reason"])))
+    assert all(i < first_text for i, c in enumerate(chunks) if "prompt_progress" in c)
+
+
 def test_v1_completions_stream_timings_per_token_and_progress(qwq: Server) -> None:
     body = {"prompt": "Once upon a time there was", "max_tokens": 3, "temperature": 0, "stream": True,
             "timings_per_token": True, "return_progress": True}

@@ -29,7 +29,14 @@ from skippy.engine.protocols.openai.translate import (
 )
 from skippy.engine.protocols.openai.wire import ChatDelta
 from skippy.engine.sampling.params import SamplingParams
-from skippy.engine.scheduling.events import FinishEvent, HookEvent, PromptLogprobs, TokenEvent, TopLogprob
+from skippy.engine.scheduling.events import (
+    FinishEvent,
+    HookEvent,
+    PrefillProgress,
+    PromptLogprobs,
+    TokenEvent,
+    TopLogprob,
+)
 
 PIECES = {
     1: b"Hello",
@@ -154,6 +161,25 @@ def test_live_timings_ride_on_each_tokens_last_chunk_after_one_progress_chunk() 
     done = gen.feed(finish(n=2))
     last = reply.chunks(done)
     assert last[-1].timings == timings(done.counts)  # the finish chunk's are the scheduler's, as before
+
+
+def test_a_prefill_step_is_a_progress_chunk_only_where_asked_and_not_the_first_token() -> None:
+    ticks = iter([0.0, 0.1, 0.3])
+    gen = make(progress=True)
+    step = gen.feed(PrefillProgress(2, 1))
+    assert isinstance(step, Piece) and step.progress == PrefillProgress(2, 1) and not step.deltas
+    reply = ChatReply("m", gen, return_progress=True, live=LiveTimings(4, lambda: (0, 1), clock=lambda: next(ticks)))
+    [chunk] = reply.chunks(step)
+    p = chunk.prompt_progress
+    assert (p.total, p.cache, p.processed, p.time_ms) == (4, 1, 2, 100)
+    out = reply.chunks(gen.feed(TokenEvent(1)))  # the first token: the whole prompt processed, then its text
+    assert out[0].prompt_progress.processed == 4 and out[0].prompt_progress.time_ms == 300
+    assert out[1].choices[0].delta.content == "Hello"
+    assert ChatReply("m", gen).chunks(step) == []  # a reply that did not ask sends nothing for it
+    native = NativeReply("m", gen, prompt_text="", settings=generation_settings(SamplingParams(), n_predict=4),
+                         return_progress=True,
+                         clock=lambda: 1.0)
+    assert [c.prompt_progress.processed for c in native.chunks(step)] == [2] and native.live.t_first is None
 
 
 def test_live_timings_off_by_default_and_on_text_completions() -> None:

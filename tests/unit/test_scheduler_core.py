@@ -25,6 +25,7 @@ from skippy.engine.scheduling.events import (
     FinishEvent,
     HookEvent,
     HookRequest,
+    PrefillProgress,
     PromptLogprobs,
     SchedulerCounters,
     SchedulerStats,
@@ -906,6 +907,20 @@ def test_prompt_logprobs_score_every_prompt_token_over_chunks_before_the_first_t
     logits_per_batch = [sum(e.logits for e in b if e.seq_id == core_slot) for b in rt.batches
                         for core_slot in [0]]
     assert sum(logits_per_batch) == len(prompt) + 1  # every prompt position, then the one generated token
+
+
+def test_prefill_progress_reports_each_step_that_leaves_prompt_to_prefill_and_only_when_asked():
+    rt, core = make(n_seq_max=2, n_batch=8)
+    core.add(req(1, list(range(10, 30)), max_tokens=2, progress=True))  # 20 tokens: chunks of 8 (n_batch) at most
+    core.add(req(2, list(range(40, 60)), max_tokens=2))  # the same without progress
+    out = run(rt, core)
+    steps = [(i, ev) for i, (r, ev) in enumerate(out) if r == 1 and isinstance(ev, PrefillProgress)]
+    first_token = next(i for i, (r, e) in enumerate(out) if r == 1 and isinstance(e, TokenEvent))
+    assert all(i < first_token for i, _ in steps)
+    processed = [ev.processed for _, ev in steps]
+    assert processed == sorted(processed) and processed[-1] < 20 and len(processed) >= 2  # the last step sends none
+    assert {ev.cached for _, ev in steps} == {0}
+    assert not [e for r, e in out if r == 2 and isinstance(e, PrefillProgress)]
 
 
 def test_a_one_token_prompt_gets_empty_prompt_logprobs():

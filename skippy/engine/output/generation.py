@@ -37,6 +37,7 @@ from skippy.engine.scheduling.events import (
     EmbeddingsEvent,
     FinishEvent,
     HookEvent,
+    PrefillProgress,
     PromptLogprobs,
     SeqEvent,
     SeqRequest,
@@ -88,11 +89,13 @@ class HookReport:
 class Piece:
     """Output of one accepted token: ``deltas`` now safe to send (may be empty), and ``tokens``, the token's
     event when the request asked for logprobs (else empty); or of one hook decision the request asked to
-    see (``hook_events``, with no deltas or tokens)."""
+    see (``hook_events``, with no deltas or tokens); or of a prefill step the request asked to see
+    (``progress``, :class:`~skippy.engine.scheduling.events.PrefillProgress`, with nothing else)."""
 
     deltas: list[Delta]
     tokens: list[TokenEvent]
     hook_events: list[HookReport] = attrs.field(factory=list)
+    progress: PrefillProgress | None = None
 
 
 @attrs.frozen
@@ -151,6 +154,8 @@ class GenerationOptions:
         priority: lower is admitted first (:attr:`SeqRequest.priority`).
         media: the prompt's images (:attr:`SeqRequest.media`).
         lora: the LoRA adapter set the request runs with (:attr:`SeqRequest.lora`; ``()``: none).
+        progress: report each prefill step before the first token (:attr:`SeqRequest.progress`), which
+            :meth:`Generation.feed` returns as a :class:`Piece` with ``progress``.
     """
 
     stops: Sequence[str] = ()
@@ -173,6 +178,7 @@ class GenerationOptions:
     priority: int = 0
     media: tuple[MediaSpan, ...] = ()
     lora: LoraSet = NO_LORA
+    progress: bool = False
 
 
 class Generation:
@@ -208,7 +214,7 @@ class Generation:
                                   prompt_logprobs=o.prompt_logprobs,
                                   hook_events=o.hook_events and o.hooks, reasoning_budget=o.reasoning_budget,
                                   checkpoint_at=o.checkpoint_at, arrival=o.arrival, priority=o.priority, media=o.media,
-                                  lora=o.lora)
+                                  lora=o.lora, progress=o.progress)
         self._piece = piece
         self._pipeline = OutputPipeline(piece, list(o.stops), parser, early_stop, include_stop=o.include_stop)
         self._logprobs = params.logprobs
@@ -257,7 +263,7 @@ class Generation:
         Returns a :class:`Piece` for a token that produced deltas (or carries
         logprobs), ``None`` for one that did not (or arrived after a stop string
         matched: it is discarded and not counted), a :class:`Done` for the
-        :class:`FinishEvent`.
+        :class:`FinishEvent`; a :class:`Piece` with ``progress`` for a :class:`PrefillProgress`.
 
         Raises :class:`GenerationError` (500) for an ``error`` finish, :class:`InvalidRequest` (400,
         ``no_token_allowed``) for a ``no_token`` one (the request's grammar left nothing to sample), and
@@ -270,6 +276,8 @@ class Generation:
         if isinstance(event, PromptLogprobs):
             self.prompt_tokens = list(event.tokens)
             return None
+        if isinstance(event, PrefillProgress):
+            return None if self.finished else Piece([], [], progress=event)
         if isinstance(event, HookEvent):
             if not self.request.hook_events or self.finished or self._pipeline.stopped:
                 return None

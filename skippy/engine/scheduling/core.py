@@ -136,6 +136,7 @@ from skippy.engine.scheduling.events import (
     HookEvent,
     HookRequest,
     Output,
+    PrefillProgress,
     PromptLogprobs,
     SchedulerCounters,
     SchedulerStats,
@@ -452,14 +453,17 @@ class SchedulerCore:
             seq = self._running.get(score.rid)
             if seq is not None and seq.scored is not None:
                 seq.scored.append(ev)
+        outputs: list[Output] = []
         for kv, n in step.batch.advance:
             if kv.n_past >= len(kv.prompt):  # a generated token entered the KV cache
                 kv.prompt.append(kv.pending)  # type: ignore[arg-type]
             else:
                 self.counters.prompt_tokens_total += n
+                if kv.n_past + n < len(kv.prompt) and (seq := self._running.get(kv.rid)) is not None \
+                        and seq.request.progress:
+                    outputs.append((kv.rid, PrefillProgress(kv.n_past + n, seq.cached)))
             kv.n_past += n
             self.counters.n_tokens_max = max(self.counters.n_tokens_max, kv.n_past)
-        outputs: list[Output] = []
         for kv, _ in step.batch.advance:  # max_tokens 0: the prompt is in the KV cache, nothing to sample
             if kv.max_tokens == 0 and not kv.prefilling and (seq := self._running.get(kv.rid)) is not None:
                 if seq.request.prompt_logprobs is not None and seq.scored is not None:

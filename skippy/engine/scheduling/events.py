@@ -68,6 +68,8 @@ class SeqRequest:
     placeholder ids are in ``prompt``); each is decoded whole, in a step of its own kind.
     ``lora``: the LoRA adapter set it runs with (:data:`~skippy.engine.lora.LoraSet`; ``()``: the base
     model): a step decodes sequences of one set only, and its prompt is reused only by prompts of the same set.
+    ``progress``: report each prefill step that leaves prompt tokens to prefill as a :class:`PrefillProgress`
+    (llama-server's ``return_progress``).
     """
 
     rid: int
@@ -90,6 +92,7 @@ class SeqRequest:
     priority: int = 0
     media: tuple[MediaSpan, ...] = ()
     lora: LoraSet = NO_LORA
+    progress: bool = False
 
 
 @attrs.frozen
@@ -129,6 +132,16 @@ def plain_event(token: int) -> TokenEvent:
             _PLAIN.clear()
         ev = _PLAIN[token] = TokenEvent(token)
     return ev
+
+
+@attrs.frozen
+class PrefillProgress:
+    """A prefill step of a sequence that asked for them (:attr:`SeqRequest.progress`), with prompt left to
+    prefill: ``processed`` prompt tokens are in its KV cache now, ``cached`` of them reused from the prefix
+    cache. The step that ends the prompt sends none: the first token follows."""
+
+    processed: int
+    cached: int
 
 
 @attrs.frozen
@@ -228,7 +241,7 @@ class HookEvent:
 
 
 #: What a sequence's event stream carries.
-SeqEvent = TokenEvent | FinishEvent | PromptLogprobs | HookEvent | EmbeddingsEvent
+SeqEvent = TokenEvent | FinishEvent | PromptLogprobs | HookEvent | EmbeddingsEvent | PrefillProgress
 
 
 @attrs.frozen
@@ -242,7 +255,8 @@ class HookRequest:
 
 
 #: What the scheduler core emits, per request id: the request's events, and hook calls.
-Output = tuple[int, TokenEvent | FinishEvent | PromptLogprobs | HookEvent | HookRequest | EmbeddingsEvent]
+Output = tuple[int, TokenEvent | FinishEvent | PromptLogprobs | HookEvent | HookRequest | EmbeddingsEvent
+               | PrefillProgress]
 
 
 @attrs.frozen

@@ -31,7 +31,7 @@ from skippy.engine.output.generation import Done, Generation, Piece
 from skippy.engine.protocols.llama_server import wire
 from skippy.engine.protocols.openai import translate as openai_translate
 from skippy.engine.sampling.params import SamplingParams
-from skippy.engine.scheduling.events import TokenEvent
+from skippy.engine.scheduling.events import PrefillProgress, TokenEvent
 
 if TYPE_CHECKING:
     from skippy.engine.scheduling.core import SlotInfo
@@ -103,9 +103,13 @@ class NativeReply:
             timings=self.live.timings(self._n) if self.timings_per_token else wire.UNSET,
             completion_probabilities=self._probs(tokens))
 
+    def _progress(self, step: PrefillProgress | None) -> wire.NativeCompletion:
+        return wire.NativeCompletion(index=self.index, content="", stop=False, tokens_predicted=0,
+                                     tokens_evaluated=self._n_prompt, prompt_progress=self.live.progress(step))
+
     def observe(self, item: Piece | Done) -> bool:
         """Note one generation item (its first token's time, slot and cached tokens); True for the first token."""
-        if not isinstance(item, Piece):
+        if not isinstance(item, Piece) or item.progress is not None:
             return False
         self._n += len(item.tokens)
         return self.live.observe()
@@ -113,11 +117,12 @@ class NativeReply:
     def chunks(self, item: Piece | Done) -> list[NativeAnswer]:
         """The stream chunks for one generation item (a :class:`Done` ends with the final answer)."""
         out: list[NativeAnswer] = []
+        if isinstance(item, Piece) and item.progress is not None:  # a prefill step
+            return [self._progress(item.progress)] if self.return_progress else []
         first = self.observe(item)
         if isinstance(item, Piece):
             if first and self.return_progress:
-                out.append(wire.NativeCompletion(index=self.index, content="", stop=False, tokens_predicted=0,
-                                                 tokens_evaluated=self._n_prompt, prompt_progress=self.live.progress()))
+                out.append(self._progress(None))
             out.append(self._chunk("".join(d.content for d in item.deltas), item.tokens))
             return out
         tail = "".join(d.content for d in item.deltas)

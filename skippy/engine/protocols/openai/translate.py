@@ -27,7 +27,7 @@ from skippy.engine.chat.formats.base import Delta, ParsedMessage
 from skippy.engine.output.embeddings import normalize_embd
 from skippy.engine.output.generation import Counts, Done, Generation, HookReport, Piece
 from skippy.engine.protocols.openai import wire
-from skippy.engine.scheduling.events import TokenEvent
+from skippy.engine.scheduling.events import PrefillProgress, TokenEvent
 
 
 def new_id(prefix: str) -> str:
@@ -58,7 +58,8 @@ class LiveTimings:
     of one streamed generation, as its reply sees them.
 
     ``n_prompt``: the prompt's tokens; the clock starts when this is built (the request at the engine) and
-    the first token's time is the reply's first item (:meth:`observe`), when ``slot_info()`` is read once:
+    the first token's time is the reply's first item but prefill steps (:meth:`observe`), when ``slot_info()``
+    is read once:
     ``(slot, cached prompt tokens)`` of the running sequence (``(-1, 0)``: unknown). ``clock`` gives
     seconds. The times are the reply's view; the final ``timings`` (:func:`timings`) are the scheduler's.
     """
@@ -88,8 +89,12 @@ class LiveTimings:
         return wire.Timings.of(self.n_prompt - self.cached, (first - self._t0) * 1000.0, predicted_n,
                                (now - first) * 1000.0, cache_n=self.cached)
 
-    def progress(self) -> wire.PromptProgress:
-        """``prompt_progress`` once the prompt is in the KV cache (every token processed)."""
+    def progress(self, step: PrefillProgress | None = None) -> wire.PromptProgress:
+        """``prompt_progress`` after a prefill ``step`` (now), or once the prompt is in the KV cache (every token
+        processed, at the first token)."""
+        if step is not None:
+            return wire.PromptProgress(total=self.n_prompt, cache=step.cached, processed=step.processed,
+                                       time_ms=int((self._clock() - self._t0) * 1000.0))
         first = self.t_first if self.t_first is not None else self._clock()
         return wire.PromptProgress(total=self.n_prompt, cache=self.cached, processed=self.n_prompt,
                                    time_ms=int((first - self._t0) * 1000.0))
@@ -267,11 +272,13 @@ class ChatReply:
         ``timings``, which the llama.cpp web UI reads) and, with ``include_usage``, a chunk with empty
         ``choices``, ``usage`` and ``timings``.
         """
+        if isinstance(item, Piece) and item.progress is not None:  # a prefill step
+            return [self._progress(item.progress)] if self.return_progress else []
         pending = list(item.tokens) if isinstance(item, Piece) else []
         hooks = list(item.hook_events) if isinstance(item, Piece) else []
         out = []
         if self.live.observe() and self.return_progress:
-            out.append(self._chunk([self._choice(wire.ChatDelta(), [])], prompt_progress=self.live.progress()))
+            out.append(self._progress(None))
         n = len(out)
         for d in item.deltas:
             out.append(self._chunk([self._choice(chat_delta(d), pending, hook_events=hooks)]))
@@ -287,6 +294,9 @@ class ChatReply:
         if self.timings_per_token and len(out) > n:  # on the item's last chunk, as llama-server's
             out[-1].timings = self.live.timings(self.generation.completion_tokens)
         return out
+
+    def _progress(self, step: PrefillProgress | None) -> wire.ChatCompletionChunk:
+        return self._chunk([self._choice(wire.ChatDelta(), [])], prompt_progress=self.live.progress(step))
 
     def usage_chunk(self, usage: wire.Usage, timings: wire.Timings) -> wire.ChatCompletionChunk:
         """The stream's last chunk with ``include_usage``: empty ``choices``, ``usage`` and ``timings``."""
@@ -383,9 +393,10 @@ class TextReply:
             self._echo_pending = False
             out.append(self._chunk([wire.CompletionChoice(index=self.index, text=self.prompt_text,
                                                           logprobs=self._prompt_logprobs())]))
+        if isinstance(item, Piece) and item.progress is not None:  # a prefill step
+            return out + ([self._progress(item.progress)] if self.return_progress else [])
         if self.live.observe() and self.return_progress:
-            out.append(self._chunk([wire.CompletionChoice(index=self.index, text="")],
-                                   prompt_progress=self.live.progress()))
+            out.append(self._progress(None))
         text = "".join(d.content for d in item.deltas)
         if isinstance(item, Done):
             out.append(self._chunk([self._choice(text, [], item.finish_reason)]))
@@ -396,6 +407,9 @@ class TextReply:
             out.append(self._chunk([self._choice(text, item.tokens)], **(
                 {"timings": self.live.timings(self.generation.completion_tokens)} if self.timings_per_token else {})))
         return out
+
+    def _progress(self, step: PrefillProgress | None) -> wire.TextCompletion:
+        return self._chunk([wire.CompletionChoice(index=self.index, text="")], prompt_progress=self.live.progress(step))
 
     def usage_chunk(self, usage: wire.Usage, timings: wire.Timings) -> wire.TextCompletion:
         """The stream's last chunk with ``include_usage``: empty ``choices`` and ``usage`` (no ``timings``)."""

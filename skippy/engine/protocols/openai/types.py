@@ -118,9 +118,9 @@ class SamplingFields(msgspec.Struct, omit_defaults=True, kw_only=True):
     llama-server's own routes only (as llama-server, whose OpenAI replies keep every field), and
     ``t_max_prompt_ms`` does nothing (llama-server does not implement it either). ``timings_per_token``
     (llama-server's, which its web UI sends): each streamed chunk's choice carries its ``timings`` so far;
-    ``return_progress``: a stream sends a ``prompt_progress`` chunk (prompt tokens in all, cached, processed;
-    ms since arrival) once the prompt is in the KV cache, before the first token (llama-server also sends
-    one per prefill batch; skippy's scheduler reports no partial prefill).
+    ``return_progress``: a stream sends ``prompt_progress`` chunks (prompt tokens in all, cached, processed;
+    ms since arrival) before the first token: one per prefill step that leaves prompt to prefill, and one
+    once the prompt is in the KV cache (llama-server's, one per batch).
 
     ``lora`` (llama-server): ``[{"id": int, "scale": number}]``, the LoRA adapters (``--lora``) this
     request runs with, the others at 0; absent or empty, the server's global scales

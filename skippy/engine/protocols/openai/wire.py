@@ -376,8 +376,8 @@ class ChatCompletionChunk(WireStruct, kw_only=True):
     ``stream_options.include_usage`` a last chunk has empty ``choices`` and the
     ``usage`` (and llama-server ``timings``); a choice's finish chunk has its ``timings`` (llama-server's).
     With llama-server's ``timings_per_token`` the last chunk of each token's output has the choice's
-    ``timings`` so far too; with ``return_progress`` a chunk with an empty delta and ``prompt_progress``
-    comes before a choice's first token.
+    ``timings`` so far too; with ``return_progress`` chunks with an empty delta and ``prompt_progress``
+    come before a choice's first token (one per prefill step, and one with the whole prompt processed).
     """
 
     id: str
@@ -408,7 +408,7 @@ class TextCompletion(WireStruct, kw_only=True):
     A reply has ``usage`` and llama-server ``timings``; stream chunks have
     neither, except a last chunk (``stream_options.include_usage``) with empty
     ``choices`` and ``usage``, and llama-server's ``timings_per_token`` (a chunk's choice's ``timings`` so
-    far) and ``return_progress`` (a chunk with no text and ``prompt_progress`` before the first token).
+    far) and ``return_progress`` (chunks with no text and ``prompt_progress`` before the first token).
     """
 
     id: str
