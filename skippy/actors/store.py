@@ -6,7 +6,9 @@ SQLite's connection has one user; a ``memory:`` store is called inline. A store 
 (:class:`~skippy.engine.protocols.responses.store.StoreError`) never fails the request that wrote:
 :meth:`StoreClient.put` logs and counts the failure (``on_error``, the
 ``skippy:responses_store_errors_total`` counter) and the response is still returned; a read that fails
-answers as a missing response (404 ``response_not_found`` whose message says the store failed).
+answers as a missing response (404 ``response_not_found`` whose message says the store failed), and so does
+a read of a response whose write failed (the last :data:`FAILED_WRITES_KEPT` such ids are remembered, on this
+server only: a replica that did not write it answers the plain 404).
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ from skippy.engine.protocols.responses.store import (
 
 log = logging.getLogger("skippy.responses")
 
+#: the response ids whose write failed that a :class:`StoreClient` remembers (its 404 then says so)
+FAILED_WRITES_KEPT = 1024
+
 
 class StoreUnavailable(EngineError):
     """503: the response store failed (``DELETE`` of a response could not be carried out)."""
@@ -46,6 +51,7 @@ class StoreClient:
         self.store = store
         self.on_error = on_error
         self._thread: DedicatedThread | None = None
+        self._unwritten: dict[str, None] = {}  # ids whose last write failed, oldest first
 
     @property
     def url(self) -> str:
@@ -72,6 +78,9 @@ class StoreClient:
             self._failed("get", exc)
             raise ResponseNotFound(f"Response with id {response_id!r} could not be read: the response store "
                                    "is unavailable", param=param) from None
+        if stored is None and response_id in self._unwritten:
+            raise ResponseNotFound(f"Response with id {response_id!r} could not be written: the response store "
+                                   "failed when it was stored (see the server log)", param=param)
         if stored is None:
             raise ResponseNotFound(f"Response with id {response_id!r} not found (never stored, deleted, "
                                    f"expired after --responses-ttl {self.store.ttl:.0f} s, or evicted: this "
@@ -82,11 +91,16 @@ class StoreClient:
     async def put(self, stored: StoredResponse) -> bool:
         """Store ``stored``, durably when it returns ``True``; ``False`` when the store failed (logged,
         counted; the caller still answers)."""
+        key = stored.id
         try:
             await self._call(self.store.put, stored)
         except StoreError as exc:
             self._failed("put", exc)
+            self._unwritten[key] = None
+            if len(self._unwritten) > FAILED_WRITES_KEPT:
+                del self._unwritten[next(iter(self._unwritten))]
             return False
+        self._unwritten.pop(key, None)
         return True
 
     async def delete(self, response_id: str) -> None:

@@ -343,6 +343,46 @@ async def test_client_contains_failures() -> None:
     assert errors == ["put", "get", "delete"]
 
 
+class FailingWrites(MemoryStore):
+    """Reads work; writes fail while ``broken`` (a SQLite file locked by another process, a full disk)."""
+
+    broken = True
+
+    def put(self, stored: StoredResponse) -> None:
+        if self.broken:
+            raise StoreError("sqlite:r.db: writing failed: database is locked")
+        super().put(stored)
+
+
+async def test_a_response_whose_write_failed_is_a_404_that_says_so_until_it_is_written() -> None:
+    store = FailingWrites(10)
+    client = StoreClient(store)
+    assert await client.put(stored("resp_1")) is False
+    with pytest.raises(ResponseNotFound, match="could not be written") as info:
+        await client.get("resp_1", param="previous_response_id")
+    assert info.value.status == 404 and info.value.param == "previous_response_id"
+    with pytest.raises(ResponseNotFound, match="never stored"):  # another id: the plain 404
+        await client.get("resp_2")
+    store.broken = False
+    assert await client.put(stored("resp_1")) is True  # written after all (a background response's update)
+    assert (await client.get("resp_1")).id == "resp_1"
+    store.delete("resp_1")
+    with pytest.raises(ResponseNotFound, match="never stored"):
+        await client.get("resp_1")
+
+
+async def test_the_failed_writes_remembered_are_bounded() -> None:
+    from skippy.actors import store as store_module
+
+    client = StoreClient(FailingWrites(10))
+    for i in range(store_module.FAILED_WRITES_KEPT + 1):
+        await client.put(stored(f"resp_{i}"))
+    with pytest.raises(ResponseNotFound, match="never stored"):  # the oldest is forgotten
+        await client.get("resp_0")
+    with pytest.raises(ResponseNotFound, match="could not be written"):
+        await client.get(f"resp_{store_module.FAILED_WRITES_KEPT}")
+
+
 async def test_client_runs_a_persistent_store_on_its_thread(tmp_path: Path) -> None:
     client = StoreClient(SqliteStore(tmp_path / "r.db", max_size=10))
     assert await client.put(stored("resp_1")) is True
