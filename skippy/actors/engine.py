@@ -473,7 +473,8 @@ class Engine:
 
     def slots(self) -> list[wire.Slot]:
         """Every slot's state in llama-server's ``GET /slots`` shape."""
-        return slot_views(self.scheduler.slots(), n_ctx=self.meta.n_ctx_seq)
+        return slot_views(self.scheduler.slots(), n_ctx=self.meta.n_ctx_seq,
+                          defaults=self.default_generation_settings())
 
     async def slot_action(self, action: str, slot: int, path: str | None = None) -> dict[str, Any]:
         """llama-server's ``POST /slots/{id}?action=save|restore|erase`` on idle ``slot`` (state file
@@ -484,9 +485,12 @@ class Engine:
         return await self.scheduler.slot_action(action, slot, path)
 
     def default_generation_settings(self) -> wire.GenerationSettings:
-        """llama-server's default ``generation_settings`` (a request that sets nothing; its seed is random;
-        ``n_predict``: the server's ``-n``)."""
-        return default_generation_settings(n_predict=self.config.n_predict)
+        """llama-server's default ``generation_settings`` (a request that sets nothing: the server's sampling
+        defaults, ``--temp``...; its seed random unless ``--seed``; ``n_predict``: the server's ``-n``)."""
+        params = sampling(SamplingFields(), self.limits, logprobs=False, top_logprobs=0)
+        if not any(name == "seed" for name, _ in self.limits.sampling_defaults):
+            params = attrs.evolve(params, seed=0xFFFFFFFF)
+        return default_generation_settings(n_predict=self.config.n_predict, params=params)
 
     async def apply_template(self, messages: list[Message] | ChatCompletionRequest) -> str:
         """The prompt of ``messages``, or of a whole chat request (its tools, template variables, prefill

@@ -5,7 +5,7 @@ parses its arguments in order.
 
 :data:`PRESETS` is the table (read once, by :class:`~skippy.cli.serving.ServeCommand`); :func:`expansion`
 gives a preset's flags. A preset that needs what skippy lacks (a draft model, llama-server's ngram-mod
-speculation, server-wide sampling defaults, a projector that ``-hf`` fetches too) is refused by name, with the
+speculation, a GGUF split in files, a projector that ``-hf`` fetches too) is refused by name, with the
 closest ``skippy serve`` command line. llama-server's ``verbose_prompt`` (``--embd-gemma-default``) has no
 counterpart and is left out. Nothing here downloads: the model is an ``-hf`` reference, fetched when the
 server starts.
@@ -60,10 +60,14 @@ def _draft(line: str) -> str:
             f"speculation is closest: skippy serve {line} --spec-ngram 4")
 
 
-def _sampling(model: str) -> str:
-    return ("it sets server-wide sampling defaults (temp 1, top_p 1, top_k 0, min_p 0.01), which skippy serve has "
-            f"no flags for; closest: skippy serve {model} --port 8013 --jinja -ub 2048 -b 32768 -np 2 -c 262144, with "
-            "temperature 1, top_p 1, top_k 0 and min_p 0.01 in each request")
+#: what llama-server's gpt-oss presets set beside the model: slots, batches, context, sampling defaults
+_GPT_OSS = ("--port", "8013", "--jinja", "-ub", "2048", "-b", "32768", "-np", "2", "-c", "262144",
+            "--temp", "1", "--top-p", "1", "--top-k", "0", "--min-p", "0.01")
+
+
+def _split(repo: str) -> str:
+    return (f"its GGUF ({repo}) is split in several files, which skippy's -hf cannot pull; closest: skippy serve "
+            f"-m FILE.gguf (the first file, downloaded yourself) {' '.join(_GPT_OSS)}")
 
 
 def _vision(repo: str) -> str:
@@ -88,11 +92,9 @@ PRESETS: dict[str, Preset] = {
         "Qwen 3 Coder 30B A3B Instruct (code completion)",
         (*_hf("ggml-org/Qwen3-Coder-30B-A3B-Instruct-Q8_0-GGUF", "qwen3-coder-30b-a3b-instruct-q8_0.gguf"), *_FIM)),
     "--gpt-oss-20b-default": Preset(
-        "gpt-oss-20b", refused=_sampling("-hf hf://ggml-org/gpt-oss-20b-GGUF/gpt-oss-20b-mxfp4.gguf"),
-        lacks="server-wide sampling defaults"),
+        "gpt-oss-20b", (*_hf("ggml-org/gpt-oss-20b-GGUF", "gpt-oss-20b-mxfp4.gguf"), *_GPT_OSS)),
     "--gpt-oss-120b-default": Preset(
-        "gpt-oss-120b", refused=_sampling("-m FILE.gguf (ggml-org/gpt-oss-120b-GGUF's first file)"),
-        lacks="server-wide sampling defaults"),
+        "gpt-oss-120b", refused=_split("ggml-org/gpt-oss-120b-GGUF"), lacks="pull of a GGUF split in several files"),
     "--vision-gemma-4b-default": Preset("Gemma 3 4B QAT with its vision projector",
                                         refused=_vision("ggml-org/gemma-3-4b-it-qat-GGUF"),
                                         lacks="projector download with -hf"),

@@ -40,7 +40,9 @@ LLAMA_SERVER_NOTE = ("skippy serve takes llama-server's flags -m, -hf, -a, -c/--
                      "--mlock, --no-mmap, "
                      "--numa, --rope-*, --yarn-*, --reasoning-format, --cache-reuse, --lora, --lora-scaled, "
                      "--lora-init-without-apply, --ssl-key-file, "
-                     "--ssl-cert-file, -dt (ignored), the presets --fim-qwen-*-default and --embd-gemma-default, "
+                     "--ssl-cert-file, -dt (ignored), the sampling defaults (--temp, --top-k, --top-p, --min-p, "
+                     "--repeat-penalty, -s, --dry-*, --xtc-*, --mirostat*...), the presets --fim-qwen-*-default, "
+                     "--gpt-oss-20b-default and --embd-gemma-default, "
                      "and refuses the others "
                      "rather than ignore them; "
                      "see 'skippy serve --help'")
@@ -197,7 +199,10 @@ def _serve_options(fn: F) -> F:
                   'requests override them.'),
         _opt("--jinja", is_flag=True, default=False,
              help="Accepted for llama-server command lines: skippy always renders chat templates with jinja2."),
-        "n_predict", "reasoning_format",
+        "n_predict", "temperature", "top_k", "top_p", "min_p", "typical_p", "repeat_penalty", "repeat_last_n",
+        "presence_penalty", "frequency_penalty", "seed", "top_n_sigma", "xtc_probability", "xtc_threshold",
+        "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n", "dynatemp_range",
+        "dynatemp_exponent", "mirostat", "mirostat_eta", "mirostat_tau", "reasoning_format",
         "force_tool_emulation", "step_tokens", "clamp_max_tokens", "prefix_cache", "cache_reuse", "ctx_checkpoints",
         "cache_ram",
         "spec_ngram", "scheduler_steps", "backend_sampling", "reader_wait", "hook_policy",

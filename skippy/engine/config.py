@@ -124,7 +124,7 @@ class FloatRange:
     """Validator: a real number (``int`` or ``float``, never NaN) in ``[min, max]``.
 
     ``min_open`` excludes ``min`` itself (``x>0.0``); ``finite`` also refuses
-    infinities. Raises ``TypeError`` for another type and ``ValueError``
+    infinities; ``optional`` also accepts ``None``. Raises ``TypeError`` for another type and ``ValueError``
     out of range; both messages name the field and the range.
     """
 
@@ -132,13 +132,17 @@ class FloatRange:
     max: float | None = None
     min_open: bool = False
     finite: bool = False
+    optional: bool = False
 
     def describe(self) -> str:
         return _bounds(self.min, self.max, self.min_open)
 
     def __call__(self, inst: object, attr: attrs.Attribute[Any], value: object) -> None:
+        if value is None and self.optional:
+            return
         if not (isinstance(value, (int, float)) and not isinstance(value, bool)):
-            raise TypeError(f"{attr.name} must be a number in the range {self.describe()}, got {value!r}")
+            none = " or None" if self.optional else ""
+            raise TypeError(f"{attr.name} must be a number{none} in the range {self.describe()}, got {value!r}")
         x = float(value)
         low = self.min is not None and (x <= self.min if self.min_open else x < self.min)
         high = self.max is not None and x > self.max
@@ -402,6 +406,19 @@ def check_image_tokens(image_min_tokens: int | None, image_max_tokens: int | Non
     """Raise ``ValueError`` when both image token bounds are set and the minimum is above the maximum."""
     if image_min_tokens and image_max_tokens and image_min_tokens > image_max_tokens:
         raise ValueError(f"image_min_tokens ({image_min_tokens}) is above image_max_tokens ({image_max_tokens})")
+
+
+def _default_of(field: str, llama: str) -> str:
+    """The ``--help`` text of a sampling default: the request field it fills in, and llama-server's default."""
+    return (f"Default {field} of a request that sets none (llama-server's flag; unset: llama-server's default, "
+            f"{llama}). Requests override it.")
+
+
+#: the sampling defaults among :class:`EngineConfig`'s settings: each is the request field of its name
+SAMPLING_DEFAULTS = ("temperature", "top_k", "top_p", "min_p", "typical_p", "repeat_penalty", "repeat_last_n",
+                     "presence_penalty", "frequency_penalty", "seed", "top_n_sigma", "xtc_probability",
+                     "xtc_threshold", "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n",
+                     "dynatemp_range", "dynatemp_exponent", "mirostat", "mirostat_eta", "mirostat_tau")
 
 
 @attrs.frozen
@@ -680,6 +697,60 @@ class EngineConfig:
     n_predict: int = setting(-1, check=IntRange(-1), aliases=("-n", "--predict"), metavar="N",
                              help="Tokens to generate when a request sets no max_tokens (llama-server's "
                                   "-n/--n-predict): -1 until the context is full; always within the room left.")
+    # -- sampling defaults: a request that leaves the field out gets the server's value (llama-server's flags)
+    temperature: float | None = setting(None, check=FloatRange(0.0, 100.0, optional=True), aliases=("--temp",),
+                                        metavar="T", show_default=False,
+                                        help=_default_of("temperature", "0.8"))
+    top_k: int | None = setting(None, check=IntRange(0, optional=True), metavar="N", show_default=False,
+                                help=_default_of("top_k", "40; 0: off"))
+    top_p: float | None = setting(None, check=FloatRange(0.0, 1.0, min_open=True, optional=True), metavar="P",
+                                  show_default=False, help=_default_of("top_p", "0.95; 1: off"))
+    min_p: float | None = setting(None, check=FloatRange(0.0, 1.0, optional=True), metavar="P", show_default=False,
+                                  help=_default_of("min_p", "0.05; 0: off"))
+    typical_p: float | None = setting(None, check=FloatRange(0.0, 1.0, min_open=True, optional=True),
+                                      aliases=("--typical",), metavar="P", show_default=False,
+                                      help=_default_of("typical_p", "1: off"))
+    repeat_penalty: float | None = setting(None, check=FloatRange(0.0, 100.0, min_open=True, optional=True),
+                                           metavar="X", show_default=False,
+                                           help=_default_of("repeat_penalty", "1: off"))
+    repeat_last_n: int | None = setting(None, check=IntRange(-1, 1 << 24, optional=True), metavar="N",
+                                        show_default=False,
+                                        help=_default_of("repeat_last_n", "64; -1: the whole context"))
+    presence_penalty: float | None = setting(None, check=FloatRange(-2.0, 2.0, optional=True), metavar="X",
+                                             show_default=False, help=_default_of("presence_penalty", "0: off"))
+    frequency_penalty: float | None = setting(None, check=FloatRange(-2.0, 2.0, optional=True), metavar="X",
+                                              show_default=False, help=_default_of("frequency_penalty", "0: off"))
+    seed: int | None = setting(None, check=IntRange(-1, 0xFFFFFFFF, optional=True), aliases=("-s",), metavar="N",
+                               show_default=False, help=_default_of("seed", "-1: a random one per request"))
+    top_n_sigma: float | None = setting(None, check=FloatRange(-1.0, 100.0, optional=True),
+                                        aliases=("--top-nsigma",), metavar="X", show_default=False,
+                                        help=_default_of("top_n_sigma", "-1: off"))
+    xtc_probability: float | None = setting(None, check=FloatRange(0.0, 1.0, optional=True), metavar="P",
+                                            show_default=False, help=_default_of("xtc_probability", "0: off"))
+    xtc_threshold: float | None = setting(None, check=FloatRange(0.0, 1.0, optional=True), metavar="P",
+                                          show_default=False, help=_default_of("xtc_threshold", "0.1"))
+    dry_multiplier: float | None = setting(None, check=FloatRange(0.0, 100.0, optional=True), metavar="X",
+                                           show_default=False, help=_default_of("dry_multiplier", "0: off"))
+    dry_base: float | None = setting(None, check=FloatRange(1.0, 100.0, optional=True), metavar="X",
+                                     show_default=False, help=_default_of("dry_base", "1.75"))
+    dry_allowed_length: int | None = setting(None, check=IntRange(0, 1 << 20, optional=True), metavar="N",
+                                             show_default=False, help=_default_of("dry_allowed_length", "2"))
+    dry_penalty_last_n: int | None = setting(None, check=IntRange(-1, 1 << 24, optional=True), metavar="N",
+                                             show_default=False,
+                                             help=_default_of("dry_penalty_last_n", "-1: the whole context"))
+    dynatemp_range: float | None = setting(None, check=FloatRange(0.0, 100.0, optional=True), metavar="X",
+                                           show_default=False, help=_default_of("dynatemp_range", "0: off"))
+    dynatemp_exponent: float | None = setting(None, check=FloatRange(0.0, 100.0, optional=True),
+                                              aliases=("--dynatemp-exp",), metavar="X", show_default=False,
+                                              help=_default_of("dynatemp_exponent", "1"))
+    mirostat: int | None = setting(None, check=IntRange(0, 2, optional=True), metavar="N", show_default=False,
+                                   help=_default_of("mirostat", "0: off; 1 or 2: Mirostat's version"))
+    mirostat_eta: float | None = setting(None, check=FloatRange(0.0, 1.0, min_open=True, optional=True),
+                                         aliases=("--mirostat-lr",), metavar="X", show_default=False,
+                                         help=_default_of("mirostat_eta", "0.1"))
+    mirostat_tau: float | None = setting(None, check=FloatRange(0.0, 100.0, optional=True),
+                                         aliases=("--mirostat-ent",), metavar="X", show_default=False,
+                                         help=_default_of("mirostat_tau", "5"))
     reasoning_format: str = setting("auto", check=OneOf(REASONING_FORMAT_CHOICES),
                                     help="Where <think> reasoning goes when a request sets no reasoning_format "
                                          "(llama-server's --reasoning-format): auto and deepseek in "
@@ -766,6 +837,13 @@ class EngineConfig:
         check_rope_scale(self.rope_scale, self.rope_freq_scale)
         check_reranking(self.reranking, self.pooling)
         check_image_tokens(self.image_min_tokens, self.image_max_tokens)
+
+    @property
+    def sampling_defaults(self) -> tuple[tuple[str, float | int], ...]:
+        """The sampling defaults set (``(request field, value)``, :data:`SAMPLING_DEFAULTS` order; a seed of -1,
+        llama-server's random one, is none)."""
+        values = ((name, getattr(self, name)) for name in SAMPLING_DEFAULTS)
+        return tuple((n, v) for n, v in values if v is not None and not (n == "seed" and v == -1))
 
 
 def settings_doc(cls: type) -> str:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
+import msgspec
 
 from skippy.engine.config import EngineConfig
 from skippy.engine.errors import ContextLengthExceeded, InvalidRequest
@@ -51,7 +52,8 @@ class Limits:
     (0: no speculative decoding); ``clamp_max_tokens``: a ``max_tokens`` beyond the room left is
     clamped (else refused); ``n_predict``: the budget of a request that sets no ``max_tokens``
     (llama-server's ``-n``; -1: the room left); ``n_ctx_train``: the model's training context (0: unknown),
-    the most ``n_ctx`` can be.
+    the most ``n_ctx`` can be; ``sampling_defaults``: ``(request field, value)`` the server fills in where a
+    request leaves the field out (:attr:`~skippy.engine.config.EngineConfig.sampling_defaults`).
     """
 
     n_vocab: int
@@ -63,6 +65,7 @@ class Limits:
     spec_ngram: int = 0
     clamp_max_tokens: bool = True
     n_predict: int = -1
+    sampling_defaults: tuple[tuple[str, float | int], ...] = ()
 
     @classmethod
     def of(cls, meta: ModelMeta, config: EngineConfig, min_tail: int) -> Limits:
@@ -70,7 +73,7 @@ class Limits:
         return cls(n_vocab=meta.n_vocab, n_ctx=meta.n_ctx_seq, n_seq_max=meta.n_seq_max, n_ctx_train=meta.n_ctx_train,
                    max_queue=config.max_queue,
                    min_tail=min_tail, spec_ngram=config.spec_ngram, clamp_max_tokens=config.clamp_max_tokens,
-                   n_predict=config.n_predict)
+                   n_predict=config.n_predict, sampling_defaults=config.sampling_defaults)
 
 
 @attrs.frozen
@@ -96,7 +99,12 @@ def choice_count(req: SamplingFields, limits: Limits) -> int:
 def sampling(req: SamplingFields, limits: Limits, *, logprobs: bool, top_logprobs: int) -> SamplingParams:
     """The request's sampling parameters, validated (:func:`~skippy.engine.sampling.params.sampling_from_request`),
     with the samplers its ``samplers`` leaves out turned off (:func:`~skippy.engine.sampling.native.apply_samplers`,
-    400 naming ``samplers`` for what the chain cannot run)."""
+    400 naming ``samplers`` for what the chain cannot run). A field the request leaves out takes the server's
+    default (``limits.sampling_defaults``: llama-server's ``--temp``, ``--top-k``...), if it has one."""
+    unset = {name: value for name, value in limits.sampling_defaults if getattr(req, name) is None
+             and not (name == "repeat_penalty" and req.repetition_penalty is not None)}  # vLLM's name for it
+    if unset:
+        req = msgspec.structs.replace(req, **unset)
     params = sampling_from_request(apply_samplers(req, req.samplers), n_vocab=limits.n_vocab, logprobs=logprobs,
                                    top_logprobs=top_logprobs, n_ctx=limits.n_ctx)
     return attrs.evolve(params, infill=True) if wants_infill(req.samplers) else params

@@ -179,3 +179,26 @@ def test_include_stop_str_in_output(client) -> None:
     r = client.chat.completions.create(model=MODEL, messages=SHORT, temperature=0, max_tokens=40, stop=[word],
                                        stream=True, extra_body={"include_stop_str_in_output": True})
     assert "".join(c.choices[0].delta.content or "" for c in r if c.choices) == cut + word
+
+
+def test_llama_server_sampling_flags_are_the_defaults_requests_leave_out(server, tmp_path) -> None:
+    """``skippy serve --temp 0 --top-k 1 --repeat-penalty 1.3``, as llama-server command lines give them: a request
+    that sets no sampling answers as one that sends those values; one that sends its own keeps them; /props and
+    an idle slot show the defaults."""
+    from tests.support import Server
+
+    with Server(["--temp", "0", "--top-k", "1", "--repeat-penalty", "1.3", "--parallel", "1", "--n-ctx", "512"],
+                tmp_path / "server.log") as srv:
+        props = httpx.get(srv.base_url + "/props", timeout=30).json()["default_generation_settings"]["params"]
+        assert (props["temperature"], props["top_k"], props["repeat_penalty"]) == (0.0, 1, 1.3)
+        assert httpx.get(srv.base_url + "/slots", timeout=30).json()[0]["params"]["repeat_penalty"] == 1.3
+        flagged = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        implicit = flagged.completions.create(model=MODEL, prompt=REPETITIVE, max_tokens=40).choices[0].text
+        explicit = flagged.completions.create(model=MODEL, prompt=REPETITIVE, max_tokens=40, temperature=0,
+                                              extra_body={"top_k": 1, "repeat_penalty": 1.3}).choices[0].text
+        own = flagged.completions.create(model=MODEL, prompt=REPETITIVE, max_tokens=40, temperature=0,
+                                         extra_body={"repeat_penalty": 1.0}).choices[0].text
+    assert implicit == explicit
+    assert own == complete(openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0,
+                                         timeout=120))  # the request's own value: the default server's answer
+    assert implicit != own  # the server's repeat penalty changed the repetitive greedy answer

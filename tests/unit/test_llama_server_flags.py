@@ -300,6 +300,10 @@ PRESET_CASES = [
     ("--fim-qwen-7b-default", {"hf_repo": QWEN_7B, **FIM}),
     ("--fim-qwen-30b-default", {"hf_repo": "hf://ggml-org/Qwen3-Coder-30B-A3B-Instruct-Q8_0-GGUF/"
                                            "qwen3-coder-30b-a3b-instruct-q8_0.gguf", **FIM}),
+    ("--gpt-oss-20b-default", {"hf_repo": "hf://ggml-org/gpt-oss-20b-GGUF/gpt-oss-20b-mxfp4.gguf", "port": 8013,
+                               "n_ubatch": 2048, "n_batch": 32768, "parallel": 2, "ctx_size": 262144,
+                               "temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.01}),
+    ("--gpt-oss-20b-default --temp 0.7", {"temperature": 0.7, "top_p": 1.0}),  # a flag after it wins
     ("--embd-gemma-default", {"hf_repo": GEMMA_EMBD, "port": 8011, "n_ubatch": 2048, "n_batch": 2048, "parallel": 32,
                               "ctx_size": 65536, "embeddings": True, "embeddings_batch": 2048, "cache_reuse": 0}),
     # in order, as llama-server parses: a flag after the preset overrides it, one before it is overridden
@@ -325,9 +329,9 @@ REFUSED = [
     ("--fim-qwen-14b-spec", "draft model", "-hf hf://ggml-org/Qwen2.5-Coder-14B-Q8_0-GGUF/qwen2.5-coder-14b-q8_0.gguf "
                                            "--port 8012 -ub 1024 -b 1024 -c 0 --cache-reuse 256 --spec-ngram 4"),
     ("--spec-default", "ngram-mod", "--spec-ngram 4"),
-    ("--gpt-oss-20b-default", "server-wide sampling defaults", "min_p 0.01 in each request"),
-    ("--gpt-oss-120b-default", "server-wide sampling defaults",
-     "-m FILE.gguf (ggml-org/gpt-oss-120b-GGUF's first file) --port 8013 --jinja -ub 2048 -b 32768 -np 2 -c 262144"),
+    ("--gpt-oss-120b-default", "split in several files",
+     "-m FILE.gguf (the first file, downloaded yourself) --port 8013 --jinja -ub 2048 -b 32768 -np 2 -c 262144 "
+     "--temp 1 --top-p 1 --top-k 0 --min-p 0.01"),
     ("--vision-gemma-4b-default", "does not fetch the repo's projector",
      "-hf ggml-org/gemma-3-4b-it-qat-GGUF:Q4_0 --mmproj FILE"),
     ("--vision-gemma-12b-default", "projector", "skippy pull hf://ggml-org/gemma-3-12b-it-qat-GGUF/FILE"),

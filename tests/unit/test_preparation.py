@@ -18,6 +18,7 @@ from skippy.engine.preparation import (
     completion_logprobs,
     completion_prompt_items,
     min_reuse,
+    sampling,
     stop_strings,
 )
 from skippy.engine.protocols.openai.types import ChatCompletionRequest, CompletionRequest, Message
@@ -111,3 +112,25 @@ def test_before_chat_event_reports_what_the_policy_did() -> None:
     assert before_chat_event(Inject("note"), 3).injected_tokens == 3
     assert before_chat_event(Stop("no"), 0).reason == "no"
     assert before_chat_event(None, 0).action == "none"
+
+
+def test_the_servers_sampling_defaults_fill_in_what_a_request_leaves_out() -> None:
+    """llama-server's --temp, --top-k... (EngineConfig's sampling defaults): a request's own value wins."""
+    from skippy.engine.config import EngineConfig
+
+    config = EngineConfig(model="m.gguf", temperature=0.6, top_k=20, top_p=0.95, min_p=0.0, seed=-1,
+                          repeat_penalty=1.1)
+    assert config.sampling_defaults == (("temperature", 0.6), ("top_k", 20), ("top_p", 0.95), ("min_p", 0.0),
+                                        ("repeat_penalty", 1.1))  # seed -1: a random one, as unset
+    limits = attrs.evolve(LIMITS, sampling_defaults=config.sampling_defaults)
+    msg = [Message("user", "hi")]
+    p = sampling(ChatCompletionRequest(messages=msg), limits, logprobs=False, top_logprobs=0)
+    assert (p.temperature, p.top_k, p.top_p, p.min_p, p.repeat_penalty) == (0.6, 20, 0.95, 0.0, 1.1)
+    own = sampling(ChatCompletionRequest(messages=msg, temperature=0.0, top_k=5), limits, logprobs=False,
+                   top_logprobs=0)
+    assert (own.temperature, own.top_k, own.top_p) == (0.0, 5, 0.95)
+    # vLLM's repetition_penalty is the request's own repeat penalty: the server's does not conflict with it
+    vllm = sampling(ChatCompletionRequest(messages=msg, repetition_penalty=1.3), limits, logprobs=False, top_logprobs=0)
+    assert vllm.repeat_penalty == 1.3
+    plain = sampling(ChatCompletionRequest(messages=msg), LIMITS, logprobs=False, top_logprobs=0)
+    assert (plain.temperature, plain.top_k) == (0.8, 40)  # no defaults: llama-server's own

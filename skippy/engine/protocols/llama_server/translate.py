@@ -181,16 +181,19 @@ def select_fields(answer: wire.NativeCompletion, paths: Sequence[str]) -> dict[s
     return out
 
 
-def default_generation_settings(n_predict: int = -1) -> wire.GenerationSettings:
-    """llama-server's default ``generation_settings`` (a request that sets nothing; its seed is random:
-    llama.cpp's ``LLAMA_DEFAULT_SEED``; ``n_predict``: the server's ``-n``, -1 until the context is full)."""
-    return generation_settings(SamplingParams(seed=0xFFFFFFFF), n_predict=n_predict)
+def default_generation_settings(n_predict: int = -1, params: SamplingParams | None = None) -> wire.GenerationSettings:
+    """llama-server's default ``generation_settings``: of a request that sets nothing (``params``: its sampling
+    with the server's defaults; by default llama.cpp's, whose seed is random: ``LLAMA_DEFAULT_SEED``);
+    ``n_predict``: the server's ``-n``, -1 until the context is full."""
+    return generation_settings(params or SamplingParams(seed=0xFFFFFFFF), n_predict=n_predict)
 
 
-def slot_views(infos: Sequence[SlotInfo], *, n_ctx: int) -> list[wire.Slot]:
+def slot_views(infos: Sequence[SlotInfo], *, n_ctx: int,
+               defaults: wire.GenerationSettings | None = None) -> list[wire.Slot]:
     """``GET /slots``: each slot's state in llama-server's shape (``n_ctx``: tokens per sequence); an idle
-    slot shows the default settings, ``id_task`` -1 and ``n_remain`` -1."""
-    defaults = default_generation_settings()
+    slot shows the default settings (``defaults``, :func:`default_generation_settings`'s by default),
+    ``id_task`` -1 and ``n_remain`` -1."""
+    defaults = defaults or default_generation_settings()
     out = []
     for info in infos:
         params = defaults if info.params is None else generation_settings(info.params, n_predict=info.max_tokens)
