@@ -252,11 +252,14 @@ async def _anthropic_errors(response: Response) -> Response:
     anthropic = is_anthropic_path(request.path) or is_anthropic_models_call()  # the SDKs' models.list too
     if response.status_code < 400 or not anthropic or response.mimetype != "application/json":
         return response
+    code = None
     try:
-        message = str(_envelope.decode(await response.get_data())["error"]["message"])
-    except (msgspec.DecodeError, KeyError, TypeError):
+        error = _envelope.decode(await response.get_data())["error"]
+        message = str(error["message"])
+        code = error.get("code")
+    except (msgspec.DecodeError, KeyError, TypeError, AttributeError):
         message = response.status
-    status, envelope = error_for(response.status_code, message)
+    status, envelope = error_for(response.status_code, message, code if isinstance(code, str) else None)
     response.set_data(encode(envelope))
     response.status_code = status
     return response

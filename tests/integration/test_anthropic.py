@@ -375,3 +375,35 @@ def test_what_claude_code_sends_is_served(server: Server) -> None:
     with pytest.raises(anthropic.BadRequestError) as err:
         client.messages.create(model="m", max_tokens=8, messages=[{"role": "user", "content": "word " * 9000}])
     assert re.fullmatch(r"prompt is too long: \d+ tokens > \d+ maximum", err.value.body["error"]["message"])
+
+
+def test_a_message_thread_is_refused_so_the_sdks_tool_runner_goes_on_without_one(server: Server) -> None:
+    """The message-threads beta (``thread``: the server would keep the conversation) is refused with
+    Anthropic's ``thread_unsupported_request`` in ``error.details``, so the SDK's tool runner resends the whole
+    conversation unthreaded; it used to be ignored, and its second turn lost the history (or was a 400)."""
+    bodies: list[dict[str, Any]] = []
+    client = anthropic.Anthropic(base_url=server.base_url, api_key="unused", max_retries=0, timeout=120,
+                                 http_client=anthropic.DefaultHttpxClient(event_hooks={"request": [
+                                     lambda r: bodies.append(json.loads(r.read() or b"{}"))]}))
+
+    @anthropic.beta_tool
+    def get_weather(city: str) -> str:
+        """Current weather in a city.
+
+        Args:
+            city: the city
+        """
+        return f"18C in {city}"
+
+    runner = client.beta.messages.tool_runner(model="m", max_tokens=80, tools=[get_weather], messages=ASK,
+                                              tool_choice=ONE_CALL, max_iterations=2, extra_body=GREEDY)
+    replies = list(runner)
+    assert replies and replies[0].stop_reason == "tool_use"
+    threaded = [b for b in bodies if "thread" in b]
+    assert all(b["thread"].get("type") == "create" for b in threaded)  # never a continued one: refused first
+    assert [m["role"] for m in bodies[-1]["messages"]][:3] == ["user", "assistant", "user"]  # the whole history
+    r = httpx.post(server.base_url + "/v1/messages", timeout=60, json={
+        "model": "m", "max_tokens": 8, "messages": ASK, "thread": {"type": "create"}})
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["details"]["error_code"] == "thread_unsupported_request"

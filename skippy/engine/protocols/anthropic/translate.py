@@ -54,6 +54,7 @@ from skippy.engine.chat.images import check_base64, rename_image_error, rename_p
 from skippy.engine.errors import ContextLengthExceeded, EngineError, InvalidRequest
 from skippy.engine.protocols.anthropic import types as at
 from skippy.engine.protocols.anthropic import wire as aw
+from skippy.engine.protocols.base import UNSET
 from skippy.engine.protocols.openai import wire
 from skippy.engine.protocols.openai.types import (
     ChatCompletionRequest,
@@ -484,6 +485,9 @@ def to_chat_request(req: at.CountTokensRequest) -> ChatCompletionRequest:
     ``thinking.budget_tokens`` below 1024 or not below ``max_tokens``. What the chat route checks
     (tool names, the schema's depth, ``max_tokens`` >= 1, the sampler ranges) it checks here too.
     """
+    if getattr(req, "thread", None) is not None:
+        raise InvalidRequest("thread: this server keeps no message threads; send the whole conversation",
+                             param="thread", code=THREAD_UNSUPPORTED)
     tool_choice, parallel = _tool_choice(req.tool_choice)
     server = {t.name for t in req.tools or () if _server_tool(t)}
     if isinstance(req.tool_choice, at.ToolChoiceTool) and req.tool_choice.name in server:
@@ -690,11 +694,18 @@ _ERRORS: dict[int, tuple[str, int]] = {
 }
 
 
-def error_for(status: int, message: str) -> tuple[int, aw.AnthropicError]:
+#: the ``code`` of a refused ``thread`` (the message-threads beta), which Anthropic's envelope carries as
+#: ``error.details.error_code``: the SDKs' threads then go on without one (``continue_unthreaded``)
+THREAD_UNSUPPORTED = "thread_unsupported_request"
+
+
+def error_for(status: int, message: str, code: str | None = None) -> tuple[int, aw.AnthropicError]:
     """Anthropic's status and envelope for an HTTP error ``status`` with ``message`` (see :data:`_ERRORS`;
-    503 becomes 529 ``overloaded_error``)."""
+    503 becomes 529 ``overloaded_error``); a ``code`` Anthropic names in ``error.details``
+    (:data:`THREAD_UNSUPPORTED`) is given there, with the refused field as ``unsupported``."""
     type_, new_status = _ERRORS.get(status, ("invalid_request_error" if status < 500 else "api_error", status))
-    return new_status, aw.AnthropicError(error=aw.AnthropicErrorBody(type=type_, message=message))
+    details = {"error_code": code, "unsupported": ["thread"]} if code == THREAD_UNSUPPORTED else UNSET
+    return new_status, aw.AnthropicError(error=aw.AnthropicErrorBody(type=type_, message=message, details=details))
 
 
 # -- models -----------------------------------------------------------------------------------------

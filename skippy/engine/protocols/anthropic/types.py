@@ -214,10 +214,13 @@ class MessagesRequest(CountTokensRequest, kw_only=True, omit_defaults=True):
     ``stop_sequences`` (at most 16), ``temperature``, ``top_p``, ``top_k``
     are passed to the sampler (the SDKs of late 2026 no longer send the last three;
     ``extra_body`` does); ``stream`` asks for server-sent events;
-    ``metadata.user_id`` becomes OpenAI's ``user`` (the hook policy sees it).
+    ``metadata.user_id`` becomes OpenAI's ``user`` (the hook policy sees it). ``thread`` (the message-threads
+    beta: the server keeps the conversation, a turn sends only its new messages) is refused with Anthropic's
+    ``thread_unsupported_request``, on which the SDKs' threads and tool runner go on without one.
     """
 
     max_tokens: int
+    thread: Any = None
     stop_sequences: list[str] | None = None
     temperature: float | None = None
     top_p: float | None = None

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from skippy.engine.protocols.base import WireStruct
+from skippy.engine.protocols.base import UNSET, UnsetType, WireStruct
 
 # -- content blocks ---------------------------------------------------------------------------------
 
@@ -106,10 +106,12 @@ class ModelInfoList(WireStruct, kw_only=True):
 
 class AnthropicErrorBody(WireStruct, kw_only=True):
     """Anthropic error object: ``type`` e.g. ``invalid_request_error``, ``authentication_error``,
-    ``not_found_error``, ``request_too_large``, ``rate_limit_error``, ``api_error``, ``overloaded_error``."""
+    ``not_found_error``, ``request_too_large``, ``rate_limit_error``, ``api_error``, ``overloaded_error``;
+    ``details`` only where Anthropic gives one (``{"error_code", ...}``: a refused message thread)."""
 
     type: str
     message: str
+    details: dict[str, Any] | UnsetType = UNSET
 
 
 class AnthropicError(WireStruct, tag="error", tag_field="type", kw_only=True):
