@@ -22,15 +22,15 @@ With one model the pool serves it under any name (llama-server's behaviour and t
 clients' habit of sending ``"gpt-4o"``); with several, a name must match one of them, or be ``auto``:
 the server chooses (:mod:`skippy.engine.routing`, from the capabilities each model showed when it loaded).
 The names a model answers to: its id (the registry name, or the GGUF's file name without
-``.gguf``), its ``--alias`` names, the registry's aliases, and the GGUF's file name and path
-(case-insensitive).
+``.gguf``), its ``--alias`` names, the registry's aliases (of one model per registry file: :func:`pool_models`),
+and the GGUF's file name and path (case-insensitive).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -78,22 +78,44 @@ class PoolModel:
 
     @classmethod
     def of(cls, config: EngineConfig) -> PoolModel:
+        """The model of ``config`` served alone (with the registry's names of its file; see :func:`pool_models`
+        for several)."""
         return cls(config, model_names(config))
 
 
-def model_names(config: EngineConfig) -> tuple[str, ...]:
+def model_names(config: EngineConfig, *, registry: bool = True) -> tuple[str, ...]:
     """Every name the model of ``config`` answers to, its id first: ``config.model_name`` (else the
-    file name without ``.gguf``), the ``--alias`` names, the registry name and aliases of a registry
-    model's file, the file name and the path."""
-    from skippy.models import REGISTRY, models_dir
+    file name without ``.gguf``), the ``--alias`` names, the registry name, aliases and Ollama name of the
+    registry model whose file it serves (:func:`~skippy.models.registry_file`; not when ``registry`` is false),
+    the file name and the path."""
+    from skippy.models import registry_file
 
     path = Path(str(config.model))
     names = [config.model_name or path.stem, *config.model_alias]
-    for spec in REGISTRY.values():
-        if path.name == spec.filename and path.expanduser().resolve() == (models_dir() / spec.filename).resolve():
-            names += [spec.name, *spec.aliases, *((spec.ollama,) if spec.ollama else ())]
+    spec = registry_file(path) if registry else None
+    if spec is not None:
+        names += [spec.name, *spec.aliases, *((spec.ollama,) if spec.ollama else ())]
     names += [path.name, path.stem, str(config.model)]
     return tuple(dict.fromkeys(names))
+
+
+def pool_models(configs: Sequence[EngineConfig]) -> list[PoolModel]:
+    """The :class:`PoolModel` of each of ``configs`` (in order), each registry model's names (its registry name,
+    aliases and Ollama name, ``smollm2:135m``) given to one of the models that serve its file: the one whose id
+    is the registry name, else the first. So a preset section serving that file again (``[cold]`` with ``model =
+    .../SmolLM2-135M-Instruct.Q4_1.gguf``) answers to its own names (``cold``), and ``/api/tags`` lists each
+    model under a name that reaches it."""
+    from skippy.models import registry_file
+
+    specs = [registry_file(str(c.model)) for c in configs]
+    ids = [(c.model_name or Path(str(c.model)).stem).casefold() for c in configs]
+    holder: dict[str, int] = {}
+    for i, spec in enumerate(specs):
+        if spec is not None and (spec.name not in holder or (ids[i] == spec.name.casefold()
+                                                             and ids[holder[spec.name]] != spec.name.casefold())):
+            holder[spec.name] = i
+    return [PoolModel(c, model_names(c, registry=spec is not None and holder[spec.name] == i))
+            for i, (c, spec) in enumerate(zip(configs, specs, strict=True))]
 
 
 class Lease:

@@ -489,11 +489,11 @@ def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], m
                                     verbose=log_level == "debug", **values))
     _check_aliases(configs)
     if any(c.consult for c in configs):  # a --consult peer must be a served model (not the only one) or a URL
-        from skippy.actors.pool import model_names
+        from skippy.actors.pool import pool_models
         from skippy.engine.hooks.consult import check_peers
 
         try:
-            check_peers([(model_names(c), c.consult) for c in configs])
+            check_peers([(m.names, m.config.consult) for m in pool_models(configs)])
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="'--consult'") from None
     sys.exit(trio.run(lambda: run_server(configs[0], host=host, port=port, settings=settings,
@@ -503,13 +503,13 @@ def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], m
 
 def _check_aliases(configs: list[EngineConfig]) -> None:
     """Refuse an ``--alias`` (or a preset's ``alias``) that another served model also answers to (its id, file
-    name, registry or Ollama name: :func:`~skippy.actors.pool.model_names`; in any of Ollama's spellings of the
+    name, registry or Ollama name: :func:`~skippy.actors.pool.pool_models`; in any of Ollama's spellings of the
     alias, ``:latest`` or the library prefix added): requests for that name would
     reach one model while ``/api/tags`` lists it as the other's. Raises :class:`click.BadParameter`."""
-    from skippy.actors.pool import model_names
+    from skippy.actors.pool import pool_models
     from skippy.engine.protocols.ollama.models import name_candidates
 
-    names = [{n.casefold() for n in model_names(c)} for c in configs]
+    names = [{n.casefold() for n in m.names} for m in pool_models(configs)]
     for i, config in enumerate(configs):
         for alias in config.model_alias:
             spellings = {n.casefold() for n in name_candidates(alias)}  # Ollama's: smol:latest is smol

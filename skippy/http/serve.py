@@ -39,7 +39,7 @@ from hypercorn.utils import ShutdownError, raise_shutdown, repr_socket_addr, wra
 from quart_trio import QuartTrio
 
 from skippy.actors.engine import Engine
-from skippy.actors.pool import ModelPool, PoolModel
+from skippy.actors.pool import ModelPool, pool_models
 from skippy.actors.store import StoreClient
 from skippy.engine.config import EngineConfig
 from skippy.engine.errors import EngineError
@@ -343,7 +343,7 @@ async def _serve(app: QuartTrio, state: AppState, settings: ServerSettings, conf
         return 1
     stop, drained = trio.Event(), trio.Event()
     exit_code = 0
-    pool = ModelPool([PoolModel.of(c) for c in (config, *more_models)], max_loaded=max_loaded,
+    pool = ModelPool(pool_models([config, *more_models]), max_loaded=max_loaded,
                      keep_alive=keep_alive, on_load=_log_chat_template)
     state.pool = pool
 

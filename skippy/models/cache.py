@@ -85,6 +85,23 @@ def resolve_model(name_or_path: str | os.PathLike[str]) -> Path:
     )
 
 
+def registry_file(path: str | os.PathLike[str]) -> ModelSpec | None:
+    """The registry entry whose GGUF file ``path`` is, else ``None``: the entry's file in the cache (``path``
+    itself, or a link to it named as the file), or a copy of that file elsewhere, recognised by the registry's
+    file name and size (the file ``skippy pull`` writes: e.g. the default cache's while ``SKIPPY_HOME`` names
+    another). A copy or link under another file name is not recognised: it keeps its own name."""
+    p = Path(path).expanduser()
+    for spec in REGISTRY.values():
+        if p.name != spec.filename:
+            continue
+        try:
+            if p.resolve() == _cache_path(spec).resolve() or p.stat().st_size == spec.size:
+                return spec
+        except (OSError, RuntimeError):  # a missing file, a link loop: not that file
+            continue
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class CachedModel:
     """One row of ``skippy list``.

@@ -512,3 +512,38 @@ def test_copy_cannot_take_auto_or_a_served_models_own_name(mixed: Server, mixed_
     assert c.copy("smol", "my-smol").status == "success"
     assert c.copy("smol", "my-smol").status == "success"  # Ollama overwrites a copy
     assert c.delete("my-smol").status == "success"
+
+
+# -- two models of one registry file --
+
+@pytest.fixture(scope="module")
+def twice(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """``--model smollm2`` (n_ctx 2048) and a preset section ``[cold]`` serving the same cached file (n_ctx 512)."""
+    home = _home_linking_smollm2(tmp_path_factory, "twice-home")
+    preset = home / "p.ini"
+    preset.write_text(f"[*]\nn-ctx = 2048\n[cold]\nmodel = {home / 'models' / SMOL.filename}\nn-ctx = 512\n")
+    with Server(["--model", "smollm2", "--models-preset", str(preset), "-t", "1", "--parallel", "1"],
+                tmp_path_factory.mktemp("ollama-twice") / "server.log",
+                env={"SKIPPY_HOME": str(home)}) as s:
+        yield s
+
+
+def test_two_models_of_one_file_are_listed_under_their_own_names(twice: Server) -> None:
+    """The registry's Ollama name belongs to the model served under the registry name; the preset section's model
+    is ``cold:latest`` in /api/tags, /api/show and /api/ps, and each listed name reaches the model it lists."""
+    c = client(twice)
+    assert [m.model for m in c.list().models] == ["smollm2:135m", "cold:latest"]
+    def num_ctx(name: str) -> str:
+        return [line.split() for line in (c.show(name).parameters or "").splitlines()
+                if line.startswith("num_ctx")][0][1]
+
+    assert (num_ctx("smollm2:135m"), num_ctx("cold:latest")) == ("2048", "512")
+    assert [m.model for m in c.ps().models] == ["smollm2:135m"]
+    assert c.chat(model="cold:latest", messages=[{"role": "user", "content": "Hi"}], options={"num_predict": 2}).done
+    running = {m.model: m.context_length for m in c.ps().models}
+    assert running == {"smollm2:135m": 2048, "cold:latest": 512}
+    with pytest.raises(ollama.ResponseError) as err:  # cold's context, not the default model's
+        c.chat(model="cold", messages=[{"role": "user", "content": "Hi"}], options={"num_ctx": 1024})
+    assert err.value.status_code == 400 and "512" in err.value.error
+    assert c.chat(model="smollm2:135m", messages=[{"role": "user", "content": "Hi"}],
+                  options={"num_ctx": 1024, "num_predict": 2}).done

@@ -196,3 +196,51 @@ async def test_keys_guard_the_model_routes_but_not_the_version_or_the_root_path(
         assert (await c.open(path, method=method)).status_code == 401, path
     loading = await c.get("/api/tags", headers={"Authorization": "Bearer sk-k"})  # no model yet
     assert loading.status_code == 503 and isinstance((await loading.get_json())["error"], str)
+
+
+def test_a_copy_of_the_registry_file_elsewhere_is_that_registry_model(tmp_path, monkeypatch) -> None:
+    """The registry model served by a path outside $SKIPPY_HOME/models (the default cache while SKIPPY_HOME names
+    another) keeps the registry's names: its file name and size are the registry's; a renamed file is not it."""
+    from skippy.models import registry_file
+
+    monkeypatch.setenv("SKIPPY_HOME", str(tmp_path / "home"))
+    smol = REGISTRY["SmolLM2-135M-Instruct"]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    copy = elsewhere / smol.filename
+    with open(copy, "wb") as f:
+        f.truncate(smol.size)  # sparse: the size alone
+    assert registry_file(copy) is smol
+    (elsewhere / "renamed.gguf").symlink_to(copy)
+    assert registry_file(elsewhere / "renamed.gguf") is None
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / smol.filename).write_bytes(b"GGUF")  # the registry's name, another size: another model
+    assert registry_file(other / smol.filename) is None and registry_file(tmp_path / "missing.gguf") is None
+    pool = ModelPool([PoolModel.of(EngineConfig(model=str(copy)))])
+    assert pool.lookup("smollm2:135m") == pool.default == "SmolLM2-135M-Instruct.Q4_1"
+    assert pool.lookup("smollm2") == pool.default
+
+
+def test_two_models_of_one_registry_file_do_not_share_its_names(tmp_path, monkeypatch) -> None:
+    """``-m smollm2`` and a preset section ``[cold]`` serving the same file: the registry's names (``smollm2:135m``)
+    reach the model served under the registry name, ``cold`` answers to its own (``/api/tags`` lists it as
+    ``cold:latest``); without a model of the registry name, the first model of the file holds them."""
+    from skippy.actors.pool import pool_models
+
+    home = tmp_path / "home"
+    (home / "models").mkdir(parents=True)
+    monkeypatch.setenv("SKIPPY_HOME", str(home))
+    smol = REGISTRY["SmolLM2-135M-Instruct"]
+    path = str(home / "models" / smol.filename)
+    (home / "models" / smol.filename).symlink_to(tmp_path / smol.filename)
+    default = EngineConfig(model=path, model_name=smol.name)
+    cold = EngineConfig(model=path, model_name="cold")
+    for configs in ([default, cold], [cold, default]):
+        pool = ModelPool(pool_models(configs))
+        for name in ("smollm2:135m", "smollm2", "SmolLM2-135M-Instruct", "library/smollm2:135m"):
+            assert pool.match(name) == smol.name, (name, configs)
+        assert pool.match("cold:latest") == "cold"
+        assert "smollm2:135m" not in pool.model("cold").names
+    first, second = pool_models([cold, EngineConfig(model=path, model_name="warm")])
+    assert "smollm2:135m" in first.names and "smollm2:135m" not in second.names

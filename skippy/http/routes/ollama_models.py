@@ -7,7 +7,8 @@ the served models (the :class:`~skippy.actors.pool.ModelPool`, or the one engine
 registry's pinned hash for a registry model in the cache, else computed once per file in a worker thread).
 
 - ``/api/tags`` lists the served models, each under its Ollama name (``smollm2:135m`` for the registry's
-  models, else its id with ``:latest``), and the ``/api/copy`` aliases of them. Cached models the server
+  models: for the one served model per registry file that answers to it, :func:`~skippy.actors.pool.pool_models`;
+  else its id with ``:latest``), and the ``/api/copy`` aliases of them. Cached models the server
   does not serve are not listed: a client could not use them; nor is a served file that is no readable GGUF
   (a bad ``--models-dir`` file: logged once, the others listed; ``/api/show`` of it is a 503).
 - ``/api/show`` and ``/api/ps`` answer for served models only (404 ``model "x" not found`` for another).
@@ -98,7 +99,10 @@ def _served(app: Shared) -> list[_Served]:
     engine = app.state.engine
     if engine is None:
         raise ModelLoading(app.state.load_error or "the model is still loading; retry shortly")
-    return [_Served(engine.model_id, (engine.model_id, *engine.config.model_alias), engine.config, engine)]
+    from skippy.actors.pool import model_names
+
+    names = tuple(dict.fromkeys((engine.model_id, *engine.config.model_alias, *model_names(engine.config))))
+    return [_Served(engine.model_id, names, engine.config, engine)]
 
 
 def _find_served(app: Shared, name: str) -> _Served | None:
@@ -125,18 +129,20 @@ def _model_path(s: _Served) -> Path:
 
 
 def _registry_spec_of(path: Path) -> Any:
-    """The registry entry whose cached file ``path`` is, else ``None``."""
-    from skippy.models import REGISTRY, models_dir
+    """The registry entry whose file ``path`` is (:func:`~skippy.models.registry_file`), else ``None``."""
+    from skippy.models import registry_file
 
-    for spec in REGISTRY.values():
-        if path.name == spec.filename and path.expanduser().resolve() == (models_dir() / spec.filename).resolve():
-            return spec
-    return None
+    return registry_file(path)
 
 
 def _ollama_name(s: _Served, path: Path) -> str:
+    """The name ``/api/tags`` and ``/api/ps`` list ``s`` under: its registry model's Ollama name when ``s``
+    answers to it (one served model per registry file does: :func:`~skippy.actors.pool.pool_models`), else its
+    id (listed with ``:latest``)."""
     spec = _registry_spec_of(path)
-    return spec.ollama if spec is not None and spec.ollama else s.id
+    if spec is not None and spec.ollama and spec.ollama.casefold() in {n.casefold() for n in s.names}:
+        return str(spec.ollama)
+    return s.id
 
 
 # -- facts of a file (worker threads, cached) ---------------------------------------------------------------
