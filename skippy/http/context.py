@@ -317,15 +317,22 @@ class Shared:
     def lora_model(self, model: str | None) -> tuple[str, LoraAdapter] | None:
         """``model`` as ``BASE:ADAPTER`` (:func:`~skippy.engine.lora.split_adapter_name`): the base model's
         name and the adapter, when no served model answers to ``model`` itself, a served model answers to
-        ``BASE`` and it has ``--lora`` adapters; ``None`` otherwise (the name routes as any other). Raises
+        ``BASE`` and it has ``--lora`` adapters; ``None`` otherwise (the name routes as any other). With one
+        model served, which any name reaches, ``BASE`` may be any name when ``ADAPTER`` is one of its adapters
+        (``gpt-4o:french``: the adapter, never the base model without it). Raises
         :class:`~skippy.engine.errors.ModelNotFound` (404 ``model_not_found``, as an unknown model) when
-        ``BASE`` has adapters but none named ``ADAPTER`` (its file name without ``.gguf``)."""
+        ``BASE`` names a served model with adapters but none named ``ADAPTER`` (its file name without
+        ``.gguf``)."""
         parts = split_adapter_name(model)
         if parts is None or self._config_of(model) is not None:  # type: ignore[arg-type]
             return None
         base, name = parts
         config = self._config_of(base)
-        if config is None or not config.lora:
+        if config is None:
+            config = self._single_config()
+            if config is None or LoraAdapters(config.lora).named(name) is None:
+                return None  # another name: one model takes it as any name, several answer 404
+        if not config.lora:
             return None
         adapter = LoraAdapters(config.lora).named(name)
         if adapter is None:
@@ -333,6 +340,14 @@ class Shared:
             raise ModelNotFound(f"The model '{model}' does not exist on this server: {base!r} has no LoRA adapter "
                                 f"{name!r} (its adapters: {names})", param="model")
         return base, adapter
+
+    def _single_config(self) -> Any:
+        """The ``EngineConfig`` of the one served model (any name reaches it), else ``None`` (several, or none
+        loaded yet)."""
+        pool = self.state.pool
+        if pool is not None:
+            return pool.model(pool.default).config if pool.single else None
+        return self.state.engine.config if self.state.engine is not None else None
 
     def _config_of(self, name: str) -> Any:
         """The ``EngineConfig`` of the served model that answers to ``name`` (by one of its names), else ``None``."""

@@ -514,7 +514,7 @@ def test_copy_cannot_take_auto_or_a_served_models_own_name(mixed: Server, mixed_
     assert c.delete("my-smol").status == "success"
 
 
-# -- two models of one registry file --
+# -- two models of one registry file; the registry model served from outside the cache --
 
 @pytest.fixture(scope="module")
 def twice(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
@@ -547,3 +547,47 @@ def test_two_models_of_one_file_are_listed_under_their_own_names(twice: Server) 
     assert err.value.status_code == 400 and "512" in err.value.error
     assert c.chat(model="smollm2:135m", messages=[{"role": "user", "content": "Hi"}],
                   options={"num_ctx": 1024, "num_predict": 2}).done
+
+
+@pytest.fixture(scope="module")
+def outside(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str]]:
+    """The registry's SmolLM2 file served by its path in ``~/.cache/skippy`` while ``SKIPPY_HOME`` names an empty
+    cache, with a LoRA adapter loaded at scale 0 (``--lora-init-without-apply``); yields the adapter's name."""
+    from tests.tiny_models import ensure_tiny_lora
+
+    if not CACHED.is_file():
+        pytest.skip(f"{CACHED} is missing (make test pulls it: skippy pull)")
+    home = tmp_path_factory.mktemp("outside-home")
+    adapter = ensure_tiny_lora(tmp_path_factory.mktemp("outside-lora"), "lora-b")
+    with Server(["--model", str(CACHED), "--lora", str(adapter), "--lora-init-without-apply", "-t", "1",
+                 "--parallel", "1", "--n-ctx", "512"], tmp_path_factory.mktemp("ollama-outside") / "server.log",
+                env={"SKIPPY_HOME": str(home)}) as s:
+        yield s, adapter.stem
+
+
+def _first_top(url: str, **extra) -> list[float]:
+    r = httpx.post(url + "/v1/completions", timeout=60, json={"prompt": "The sea is", "max_tokens": 1, "logprobs": 5,
+                                                               "temperature": 0, "cache_prompt": False, **extra})
+    assert r.status_code == 200, r.text
+    return sorted(r.json()["choices"][0]["logprobs"]["top_logprobs"][0].values(), reverse=True)
+
+
+def test_the_registry_model_served_from_outside_the_cache_answers_to_its_ollama_name(outside) -> None:
+    srv, adapter = outside
+    c = client(srv)
+    assert [(m.model, m.digest) for m in c.list().models] == [("smollm2:135m", SMOL.sha256)]
+    assert c.chat(model="smollm2:135m", messages=[{"role": "user", "content": "Hi"}], options={"num_predict": 2}).done
+    assert c.show("smollm2:135m").details.family == "llama"
+    # BASE:ADAPTER (docs/guides/lora.md) by the registry name, or any name with one model: the adapter, not the base
+    base = _first_top(srv.base_url)
+    explicit = _first_top(srv.base_url, lora=[{"id": 0, "scale": 1.0}])
+    assert explicit != pytest.approx(base, abs=1e-3)
+    for name in (f"smollm2:{adapter}", f"SmolLM2-135M-Instruct:{adapter}", f"gpt-4o:{adapter}"):
+        assert _first_top(srv.base_url, model=name) == pytest.approx(explicit, abs=1e-4), name
+    unknown = httpx.post(srv.base_url + "/v1/completions", timeout=60,
+                         json={"model": "smollm2:nope", "prompt": "Hi", "max_tokens": 1})
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "model_not_found"
+    with pytest.raises(ollama.ResponseError) as err:  # Ollama's routes take no adapter names: a clear 404
+        c.chat(model=f"smollm2:{adapter}", messages=[{"role": "user", "content": "Hi"}])
+    assert err.value.status_code == 404
+
