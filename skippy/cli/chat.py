@@ -57,14 +57,14 @@ def run(name: str, prompt: tuple[str, ...], models_dirs: tuple[str, ...], system
     import trio
 
     from skippy import EngineConfig, open_engine
-    from skippy.models import ensure_model, find_model, lookup
+    from skippy.models import ensure_model, find_model, lookup, resolve_alias
 
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     _quiet_llama_log()
     path = find_model(name, models_dirs)
     if not path.is_file():
         path = ensure_model(name)
-    spec = lookup(name)
+    spec = lookup(resolve_alias(name))
     once = " ".join(prompt) if prompt else None
     if once is not None and not _isatty(sys.stdin):  # ollama run: piped input, then the prompt
         once = " ".join(t for t in (sys.stdin.read(), once) if t)

@@ -77,18 +77,18 @@ def show(name: str, template_only: bool, models_dirs: tuple[str, ...]) -> None:
     """Show a model's GGUF metadata, chat template and its capabilities.
 
     MODEL is a known model name, a GGUF in the cache or --models-dir (by file
-    name) or a GGUF path. The capabilities are what skippy detects by
+    name), a copy's name (Ollama's /api/copy) or a GGUF path. The capabilities are what skippy detects by
     rendering probe conversations through the template (system role, tools,
     tool call ids, parallel calls, thinking), which decide native tool calls
     or their emulation: with a template that does not render tools, the
     model is taught to call them with TOOL_CALL lines.
     """
-    from skippy.models import find_model, gguf_info, lookup
+    from skippy.models import find_model, gguf_info, lookup, resolve_alias
 
     _quiet_llama_log()
     path = find_model(name, models_dirs)
     if not path.is_file():
-        spec = lookup(name)
+        spec = lookup(resolve_alias(name))
         raise ModelError(f"{spec.name if spec else name} is not pulled yet: run 'skippy pull {name}'")
     projector = _projector_info(path)
     if projector is not None:  # a --mmproj file, not a model llama.cpp loads alone
@@ -171,9 +171,17 @@ def rm(name: str) -> None:
 
     MODEL is a known model name, the name of another GGUF of the cache (see
     'skippy list'), or a path inside the cache; a partial download of it goes
-    too. Files outside the cache ($SKIPPY_HOME/models) are never deleted.
+    too. Files outside the cache ($SKIPPY_HOME/models) are never deleted. A
+    copy's name (Ollama's /api/copy) removes the copy alone, as 'ollama rm'
+    does: the model it names stays.
     """
-    from skippy.models import remove_model
+    from skippy.models import remove_alias, remove_model, resolve_alias
 
+    target = resolve_alias(name)
+    if target != name:  # a copy: its name goes, the file stays
+        if not remove_alias(name.strip()):
+            remove_alias(name.strip()[: -len(":latest")])
+        click.echo(f"removed {name} (a copy of {target})")
+        return
     for path in remove_model(name):
         click.echo(f"deleted {path}")

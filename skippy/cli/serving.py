@@ -370,7 +370,7 @@ def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], m
     from skippy.http.logs import configure_logging
     from skippy.http.serve import serve as run_server
     from skippy.http.settings import ServerSettings
-    from skippy.models import ensure_model, lookup
+    from skippy.models import ensure_model, lookup, resolve_alias
 
     ctx = click.get_current_context()
     if (options.get("ssl_key_file") is None) != (options.get("ssl_cert_file") is None):
@@ -414,7 +414,7 @@ def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], m
     preset_models = [p for p in presets.models if p.model is not None] if presets is not None else []
     for name in model if given or not (models_dirs or preset_models) else ():
         path = ensure_model(name)
-        spec = lookup(name)
+        spec = lookup(resolve_alias(name))  # an /api/copy alias serves its model under the model's own id
         models.append((path, spec.name if spec else path.stem))
     projectors: dict[Path, str] = {}  # a model file -> the NAME.mmproj.gguf beside it in its --models-dir
     for directory in models_dirs:

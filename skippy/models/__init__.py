@@ -36,6 +36,7 @@ from skippy.models.cache import (
     registry_file,
     remove_alias,
     remove_model,
+    resolve_alias,
     resolve_model,
     skippy_home,
 )
@@ -88,6 +89,7 @@ __all__ = [
     "registry_file",
     "remove_alias",
     "remove_model",
+    "resolve_alias",
     "resolve_hf",
     "resolve_model",
     "skippy_home",

@@ -47,7 +47,8 @@ def resolve_model(name_or_path: str | os.PathLike[str]) -> Path:
         name_or_path: a path to an existing GGUF file, or a registry name or
             alias (see :data:`~skippy.models.registry.REGISTRY`, matched case-insensitively), or the
             name of another GGUF file in the cache (e.g. pulled from a URL),
-            with or without ``.gguf``.
+            with or without ``.gguf``, or an ``/api/copy`` alias of either
+            (:func:`resolve_alias`).
 
     Returns:
         For an existing file, that path (``~`` expanded, otherwise as
@@ -75,6 +76,12 @@ def resolve_model(name_or_path: str | os.PathLike[str]) -> Path:
     cached = _find_cached(raw)
     if cached is not None:
         return cached
+    target = resolve_alias(raw)
+    if target != raw:  # an /api/copy alias of a registry model or a cached file (one step: no alias of an alias)
+        spec = lookup(target)
+        cached = _cache_path(spec) if spec is not None else _find_cached(target)
+        if cached is not None:
+            return cached
     if os.sep in raw or (os.altsep and os.altsep in raw) or raw.lower().endswith(".gguf"):
         raise ModelError(
             f"model file {raw!r} does not exist; pass an existing GGUF file or a known model name ({_known_names()})."
@@ -261,6 +268,21 @@ def alias_target(name: str) -> str | None:
     """What the alias ``name`` (case-insensitive) names, or ``None`` when it is no alias."""
     key = name.casefold()
     return next((target for alias, target in read_aliases().items() if alias.casefold() == key), None)
+
+
+def resolve_alias(name: str) -> str:
+    """The model name ``name`` stands for: the target of the ``/api/copy`` alias ``name`` (case-insensitive, with
+    or without Ollama's ``:latest`` tag, which an alias is recorded without) when ``name`` is no registry name,
+    no cached GGUF's name and no existing path; else ``name`` itself. One step: an alias records a model's own
+    name (``/api/copy`` of an alias records that alias's target), never another alias."""
+    raw = name.strip()
+    if not raw or lookup(raw) is not None or _find_cached(raw) is not None or Path(raw).expanduser().exists():
+        return name
+    for key in dict.fromkeys((raw, raw[: -len(":latest")] if raw.casefold().endswith(":latest") else raw)):
+        target = alias_target(key)
+        if target is not None and target.casefold() != key.casefold():
+            return target
+    return name
 
 
 def _write_aliases(aliases: dict[str, str]) -> None:

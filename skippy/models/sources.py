@@ -9,7 +9,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from skippy.models.cache import models_dir, resolve_model
+from skippy.models.cache import models_dir, resolve_alias, resolve_model
 from skippy.models.downloads import _say, download
 from skippy.models.gguf import GGUF_MAGIC
 from skippy.models.hub import _HF_NAME, DEFAULT_HF_QUANT, HFRef, _hf_headers, parse_hf, resolve_hf
@@ -37,7 +37,7 @@ def ensure_model(name_or_path: str | os.PathLike[str], *, progress: bool = True)
     path = resolve_model(name_or_path)
     if path.is_file():
         return path
-    spec = lookup(os.fspath(name_or_path))
+    spec = lookup(resolve_alias(os.fspath(name_or_path)))
     assert spec is not None  # resolve_model returns a missing path only for registry names
     return pull(spec.name, progress=progress)
 

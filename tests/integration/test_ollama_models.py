@@ -250,6 +250,30 @@ def test_copy_takes_a_namespaced_name_and_refuses_path_tricks(srv: Server, home:
     scratch.unlink()
 
 
+def test_a_copy_of_a_cached_model_not_served_can_be_copied_and_deleted(srv: Server, home: Path) -> None:
+    """/api/copy of a cached model this server does not serve: the copy names that model as its own names do
+    (Ollama: ``ollama cp a b; ollama cp b c``): a copy of the copy works, /api/show answers as for the model (404:
+    not served), /api/delete forgets each copy and never the file."""
+    other = home / "models" / "other.gguf"
+    other.symlink_to(CACHED)  # the cache's file "other": not served (the server serves smollm2's own file)
+    aliases = home / "models" / "aliases.json"
+    c = client(srv)
+    try:
+        assert c.copy("other", "o1").status == "success"
+        assert c.copy("o1", "o2").status == "success" and c.copy("o2:latest", "ns/o3").status == "success"
+        assert json.loads(aliases.read_text()) == {"o1": "other", "o2": "other", "ns/o3": "other"}
+        assert [m.model for m in c.list().models] == ["smollm2:135m"]  # cached models are not listed
+        for name in ("other", "o1", "o2:latest"):
+            with pytest.raises(ollama.ResponseError) as err:
+                c.show(name)
+            assert err.value.status_code == 404, name
+        for name in ("o1", "o2", "ns/o3"):
+            assert c.delete(name).status == "success", name
+        assert json.loads(aliases.read_text()) == {} and other.is_symlink()
+    finally:
+        other.unlink()
+
+
 def test_delete_refuses_the_served_model_and_removes_a_cached_file(srv: Server, home: Path) -> None:
     scratch = home / "models" / "scratch.gguf"
     scratch.write_bytes(b"GGUF" + b"\0" * 60)  # a file of this server's own cache, not the real model
@@ -514,7 +538,7 @@ def test_copy_cannot_take_auto_or_a_served_models_own_name(mixed: Server, mixed_
     assert c.delete("my-smol").status == "success"
 
 
-# -- two models of one registry file; the registry model served from outside the cache --
+# -- two models of one registry file; the registry model served from outside the cache; copies of cached models --
 
 @pytest.fixture(scope="module")
 def twice(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:

@@ -685,3 +685,36 @@ def test_fallback_stops():
     assert fallback_stops(Vocab({CHATML_END: 2}), frozenset({2})) == ()  # SmolLM2, Qwen: an EOG token
     assert fallback_stops(Vocab({}), frozenset({1, 106})) == (CHATML_END,)  # Gemma: plain text
     assert fallback_stops(Vocab({CHATML_END: 7}), frozenset({2})) == (CHATML_END,)  # a token, but not EOG
+
+
+def test_a_copy_of_a_cached_model_is_a_name_of_it_for_show_run_serve_and_rm(home, tmp_path):
+    """An /api/copy alias (models/aliases.json) of a model in the cache, served or not, names that model wherever a
+    cached model's name does (Ollama: ``ollama cp a b`` then ``ollama show b``, ``ollama run b``); ``skippy rm`` of
+    it forgets the copy alone, as ``ollama rm b`` does, and the model's file stays."""
+    model = _real_model()
+    (home / "models").mkdir(parents=True)
+    os.symlink(model, home / "models" / SPEC.filename)
+    os.symlink(model, home / "models" / "other.gguf")
+    models.add_alias("my-smol", DEFAULT_MODEL)
+    models.add_alias("my-other", "other")
+    models.add_alias("my-gemma", "gemma-3-270m")  # a registry model not pulled
+    cached = home / "models" / SPEC.filename
+    assert models.resolve_model("my-smol") == cached and models.resolve_model("MY-SMOL:latest") == cached
+    assert models.resolve_model("my-other") == home / "models" / "other.gguf"
+    assert models.resolve_model("my-gemma") == home / "models" / models.REGISTRY["gemma-3-270m"].filename
+    assert models.ensure_model("my-smol") == cached
+    assert models.resolve_alias("my-other") == "other" and models.resolve_alias("other") == "other"
+    with pytest.raises(ModelError, match="unknown model 'nope'"):
+        models.resolve_model("nope")
+    shown = CliRunner().invoke(main, ["show", "my-other"])
+    assert shown.exit_code == 0, shown.output
+    assert re.search(r"architecture\s+llama", shown.stdout)
+    missing = CliRunner().invoke(main, ["show", "my-gemma"])
+    assert missing.stderr.startswith("error: gemma-3-270m is not pulled")
+    removed = CliRunner().invoke(main, ["rm", "my-other:latest"])
+    assert removed.exit_code == 0, removed.output
+    assert removed.stdout.strip() == "removed my-other:latest (a copy of other)"
+    assert models.read_aliases() == {"my-smol": DEFAULT_MODEL, "my-gemma": "gemma-3-270m"}
+    assert (home / "models" / "other.gguf").exists() and cached.exists()
+    unknown = CliRunner().invoke(main, ["rm", "my-other"])
+    assert unknown.exit_code == 1 and "unknown model 'my-other'" in unknown.stderr

@@ -19,8 +19,9 @@ registry's pinned hash for a registry model in the cache, else computed once per
 - ``/api/delete`` removes an ``/api/copy`` alias, or a model file from the cache (``skippy rm``:
   :func:`~skippy.models.remove_model`); a served model is refused (400), by any of its names or by a name
   of the cache whose file is the served file (the same file through a link: a ``--models-dir`` symlink).
-- ``/api/copy`` records the destination as an alias of the source beside the cache
-  (:func:`~skippy.models.add_alias`); the generation routes resolve it too (``ModelPool.lookup``).
+- ``/api/copy`` records the destination as an alias of the source (a served or cached model, or an alias of
+  one) beside the cache (:func:`~skippy.models.add_alias`); the generation routes resolve it too
+  (``ModelPool.lookup``), and so does every model argument of the CLI (:func:`~skippy.models.resolve_model`).
 - ``/api/version`` answers ``{"version": OLLAMA_VERSION, "skippy": <skippy's version>}``; ``/`` answers
   ``Ollama is running`` (text/plain) except to a browser (an ``Accept`` listing ``text/html``), which gets the
   playground's page unless ``--no-webui``.
@@ -565,13 +566,15 @@ async def delete_model() -> Response:
 
 def _source_target(app: Shared, source: str) -> str | None:
     """The name an alias of ``source`` records: a served model's id, a pulled registry model's name, or a
-    cached GGUF's name; ``None`` when ``source`` names none of them."""
-    from skippy.models import list_models
+    cached GGUF's name, ``source`` named by one of its names or by an alias of it (the alias's target is
+    recorded: no alias of an alias); ``None`` when ``source`` names none of them."""
+    from skippy.models import list_models, resolve_alias
 
     served = _find_served(app, source)
     if served is not None:
         return served.id
-    keys = {c.casefold() for c in om.name_candidates(source)}
+    candidates = om.name_candidates(source)
+    keys = {n.casefold() for c in candidates for n in (c, resolve_alias(c))}
     for row in list_models():
         names = {row.name, row.path.name, row.path.stem}
         if row.spec is not None:
