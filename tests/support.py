@@ -628,6 +628,10 @@ class FakeVocab:
     def tokenize(self, text, *, add_special, parse_special):
         return [10 + (ord(c) % 20) for c in text]
 
+    def piece(self, token):
+        """``<id>``: every token's text names it (a lazy grammar's trigger can name a token)."""
+        return f"<{token}>".encode()
+
     def special_tokens(self):
         return None
 

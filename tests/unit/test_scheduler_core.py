@@ -1017,6 +1017,19 @@ def test_a_constrained_sequence_keeps_its_held_token_before_the_injection():
     assert [type(ev) for _, ev in core.on_verdict(1, Inject("abc"))] == [TokenEvent, FinishEvent]
 
 
+def test_a_lazy_grammar_keeps_the_held_token_only_once_its_trigger_appeared():
+    """Emulated ``auto`` tool calls carry a lazy grammar: until its trigger (``TOOL_CALL``) appears it constrains
+    nothing, so an injection discards the held token as for any sequence; once triggered, it keeps it."""
+    for trigger, kept in ((r"[\s\S]*?(TOOL_CALL)[\s\S]*", False), (rf"[\s\S]*?(<{FILLER}>)[\s\S]*", True)):
+        rt, core = hooked(params={"grammar": 'root ::= [a-z]*', "grammar_lazy_patterns": (trigger,)})
+        kv_before = list(rt.kv[0])
+        out = core.on_verdict(1, Inject("abc"))
+        assert [isinstance(ev, TokenEvent) for _, ev in out] == ([True] if kept else []), trigger
+        step(rt, core)
+        injected = FakeVocab().tokenize("abc", add_special=False, parse_special=False)
+        assert rt.kv[0] == kv_before + ([FILLER] if kept else []) + injected
+
+
 def test_a_reported_verdict_sends_its_consult_report_even_unasked():
     """A consultation's report reaches the request (its log line reads it) without return_hook_events."""
     rt, core = hooked()

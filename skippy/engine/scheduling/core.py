@@ -112,6 +112,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -283,7 +284,8 @@ class SchedulerCore:
         prefilled at the next steps where the hook fired; an injection that
         does not fit the context is ignored like no action. A sequence with a grammar or constraint keeps
         its held token (emitted, then the injection after it in the KV cache): the grammar took it when it
-        was sampled and cannot take it back, so discarding it would leave the output outside the grammar.
+        was sampled and cannot take it back, so discarding it would leave the output outside the grammar
+        (a lazy grammar only once its trigger appeared: :meth:`_grammar_took`).
 
         A request that asked for hook events (``SeqRequest.hook_events``) gets a
         :class:`HookEvent` first, saying what was done; so does any request when the outcome has a
@@ -306,7 +308,7 @@ class SchedulerCore:
             tokens = self.runtime.vocab.tokenize(outcome.text, add_special=False, parse_special=False)
             # a grammar or constraint took the held token when it was sampled (neither can take one back): it is
             # kept, before the injection, so the output stays in the grammar's language
-            keep = seq.request.params.grammar is not None or seq.request.params.constraint is not None
+            keep = self._grammar_took(seq, held)
             room = self.runtime.meta.n_ctx_seq - 1 - len(seq.kv.prompt) - keep
             if tokens and len(tokens) <= room and not (keep and seq.kv.n_generated + 1 >= seq.kv.max_tokens):
                 out: list[Output] = [(rid, _hook_event(report, held, "inject", text=outcome.text,
@@ -322,6 +324,24 @@ class SchedulerCore:
             log.warning("hook injection of %d tokens does not fit (room %d); ignored", len(tokens), room)
         head = [(rid, _hook_event(report, held, "none", consult=consult))] if report is not None else []
         return head + self._accept(seq, held)
+
+    def _grammar_took(self, seq: RequestState, held: TokenEvent) -> bool:
+        """Whether ``seq``'s grammar or constraint constrained its ``held`` token (a hook's injection keeps it
+        then): always, except a lazy grammar (emulated ``auto`` tool calls) whose trigger has not appeared in the
+        text sampled so far, ``held`` included (llama.cpp's full match of each pattern; injected text counts as
+        sampled, a rare false trigger)."""
+        params = seq.request.params
+        if params.constraint is not None:
+            return True
+        if params.grammar is None:
+            return False
+        if not params.grammar_lazy_patterns:
+            return True
+        assert seq.kv is not None
+        piece = self.runtime.vocab.piece
+        text = b"".join(piece(t) for t in [*seq.kv.prompt[len(seq.request.prompt):], held.token])
+        decoded = text.decode("utf-8", errors="replace")
+        return any(re.fullmatch(p, decoded) for p in params.grammar_lazy_patterns)
 
     # -- one step ------------------------------------------------------------------
     def plan(self) -> StepPlan:
