@@ -418,7 +418,7 @@ class Engine:
         options = GenerationOptions(stops=stops, include_stop=req.include_stop_str_in_output,
                                     cache_prompt=req.cache_prompt, speculative=speculative(req, self.limits),
                                     arrival=arrival, lora=lora, save_replaced=save_replaced,
-                                    progress=req.stream and req.return_progress)
+                                    progress=req.stream and (req.return_progress or req.timings_per_token))
         for tokens, media, text in prompts:
             try:
                 max_tokens = self._max_tokens(msgspec.structs.replace(sreq, max_tokens=limit), len(tokens),
@@ -661,7 +661,7 @@ class Engine:
             cache_key=req.prompt_cache_key, cache_prompt=req.cache_prompt,
             min_reuse=min_reuse(n, len(prompt), self.min_tail), checkpoint_at=checkpoint_at,
             speculative=speculative(req, self.limits), reasoning_budget=budget, arrival=arrival, priority=priority,
-            media=media, lora=lora, progress=req.stream and req.return_progress)
+            media=media, lora=lora, progress=req.stream and (req.return_progress or req.timings_per_token))
         gens = [Generation(next(self._rids), prompt, choice_seed(params, j), max_tokens, piece=piece,
                            parser=make_output_parser(plan), options=options,
                            early_stop=EarlyStop(set(plan.allowed_tools), plan.parallel_tool_calls,
@@ -743,7 +743,7 @@ class Engine:
         texts, gens = [], []
         shared = GenerationOptions(stops=stops, include_stop=req.include_stop_str_in_output,
                                    speculative=speculative(req, self.limits), arrival=arrival, lora=lora,
-                                   progress=req.stream and req.return_progress)
+                                   progress=req.stream and (req.return_progress or req.timings_per_token))
         for text, prompt in prompts:
             texts.append(text)
             max_tokens = self._max_tokens(req, len(prompt), prompt_param="prompt")

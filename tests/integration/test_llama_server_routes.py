@@ -184,6 +184,30 @@ def test_a_long_prompt_reports_each_prefill_step_before_the_first_token(qwq: Ser
     assert all(i < first_text for i, c in enumerate(chunks) if "prompt_progress" in c)
 
 
+def test_live_timings_and_progress_of_a_held_back_tool_call_follow_the_scheduler(server: Server) -> None:
+    """A forced tool call shows nothing until the call parses: the progress still comes before it, and the
+    live timings' cached tokens and prompt time are the final ones (they were read from the first visible
+    chunk: the generation counted as prompt time, the cache as 0, a million tokens per second)."""
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    body = {"messages": [{"role": "user", "content": "What is the weather in Paris?"}], "tools": tools,
+            "tool_choice": "required", "max_tokens": 60, "temperature": 0, "stream": True,
+            "timings_per_token": True, "return_progress": True}
+    for _ in range(2):  # the second time with its prefix cached
+        with httpx.stream("POST", server.base_url + "/v1/chat/completions", json=body, timeout=120) as resp:
+            chunks = [c for c in iter_sse(resp) if c != DONE]
+        final = next(c["timings"] for c in chunks if c["choices"] and c["choices"][0]["finish_reason"])
+        call = next(i for i, c in enumerate(chunks) if c["choices"] and c["choices"][0]["delta"].get("tool_calls"))
+        progress = [i for i, c in enumerate(chunks) if "prompt_progress" in c]
+        assert progress and max(progress) < call
+        assert chunks[progress[-1]]["prompt_progress"]["cache"] == final["cache_n"]
+        live = [c["timings"] for c in chunks[:-1] if "timings" in c and c["choices"]
+                and c["choices"][0]["finish_reason"] is None]
+        assert live and all(t["cache_n"] == final["cache_n"] for t in live)
+        assert all(abs(t["prompt_ms"] - final["prompt_ms"]) < 0.1 * final["prompt_ms"] + 5 for t in live), (live, final)
+        assert live[-1]["predicted_ms"] <= final["predicted_ms"] + 50 and live[-1]["predicted_per_second"] < 10000
+
+
 def test_v1_completions_stream_timings_per_token_and_progress(qwq: Server) -> None:
     body = {"prompt": "Once upon a time there was", "max_tokens": 3, "temperature": 0, "stream": True,
             "timings_per_token": True, "return_progress": True}

@@ -163,23 +163,31 @@ def test_live_timings_ride_on_each_tokens_last_chunk_after_one_progress_chunk() 
     assert last[-1].timings == timings(done.counts)  # the finish chunk's are the scheduler's, as before
 
 
-def test_a_prefill_step_is_a_progress_chunk_only_where_asked_and_not_the_first_token() -> None:
-    ticks = iter([0.0, 0.1, 0.3])
+def test_prefill_steps_are_progress_chunks_where_asked_and_the_last_one_starts_the_live_timings() -> None:
+    """The scheduler's prefill steps (the last with the whole prompt) give ``prompt_progress`` and the live
+    timings' prompt time, cached tokens and first-token moment: right even when the first tokens show nothing
+    (a tool call held back), where the first item would come late."""
+    ticks = iter([0.0, 0.1, 0.3, 0.5, 0.9])  # built, step 1, step 2 (the last), first item's timings, ...
     gen = make(progress=True)
-    step = gen.feed(PrefillProgress(2, 1))
-    assert isinstance(step, Piece) and step.progress == PrefillProgress(2, 1) and not step.deltas
-    reply = ChatReply("m", gen, return_progress=True, live=LiveTimings(4, lambda: (0, 1), clock=lambda: next(ticks)))
+    step = gen.feed(PrefillProgress(2, 1, 40.0))
+    assert isinstance(step, Piece) and step.progress == PrefillProgress(2, 1, 40.0) and not step.deltas
+    reply = ChatReply("m", gen, return_progress=True, timings_per_token=True,
+                      live=LiveTimings(4, lambda: (0, 0), clock=lambda: next(ticks)))
     [chunk] = reply.chunks(step)
     p = chunk.prompt_progress
     assert (p.total, p.cache, p.processed, p.time_ms) == (4, 1, 2, 100)
-    out = reply.chunks(gen.feed(TokenEvent(1)))  # the first token: the whole prompt processed, then its text
-    assert out[0].prompt_progress.processed == 4 and out[0].prompt_progress.time_ms == 300
-    assert out[1].choices[0].delta.content == "Hello"
-    assert ChatReply("m", gen).chunks(step) == []  # a reply that did not ask sends nothing for it
+    [last] = reply.chunks(gen.feed(PrefillProgress(4, 1, 95.0)))
+    assert (last.prompt_progress.processed, last.prompt_progress.time_ms) == (4, 300)
+    assert gen.feed(TokenEvent(12)) is None  # a token that shows nothing yet (held back)
+    out = reply.chunks(gen.feed(TokenEvent(1)))  # no progress again: the scheduler's last step said it
+    assert [c.prompt_progress is UNSET for c in out] == [True] and out[0].choices[0].delta.content == "Hello"
+    t = out[0].timings
+    assert (t.prompt_ms, t.cache_n, t.prompt_n, t.predicted_n) == (95.0, 1, 3, 2)
+    assert abs(t.predicted_ms - 200.0) < 1e-6  # from the last step's moment, not the first item's
+    assert ChatReply("m", gen).chunks(step) == []  # a reply that did not ask sends nothing for a step
     native = NativeReply("m", gen, prompt_text="", settings=generation_settings(SamplingParams(), n_predict=4),
-                         return_progress=True,
-                         clock=lambda: 1.0)
-    assert [c.prompt_progress.processed for c in native.chunks(step)] == [2] and native.live.t_first is None
+                         return_progress=True, clock=lambda: 1.0)
+    assert [c.prompt_progress.processed for c in native.chunks(step)] == [2]
 
 
 def test_live_timings_off_by_default_and_on_text_completions() -> None:
@@ -608,3 +616,16 @@ def test_an_empty_prompt_is_refused_before_it_can_wait_forever() -> None:
     with pytest.raises(InvalidRequest) as err:
         Generation(1, [], SamplingParams(), 4, piece=piece, parser=ContentParser())
     assert err.value.param == "prompt"
+
+
+def test_generation_settings_show_every_sampler_as_it_ran() -> None:
+    """``/props``, ``/slots`` and ``/completion``'s ``generation_settings``: DRY, XTC, mirostat, typical...
+    as the request (or the server's defaults) set them; they used to show llama-server's defaults always."""
+    params = SamplingParams(mirostat=2, mirostat_tau=4.0, mirostat_eta=0.2, dry_multiplier=0.8, dry_base=2.0,
+                            dry_allowed_length=3, dry_penalty_last_n=128, xtc_probability=0.5, xtc_threshold=0.2,
+                            typical_p=0.9, top_n_sigma=2.0, dynatemp_range=0.5, dynatemp_exponent=1.5, min_keep=2)
+    s = generation_settings(params, n_predict=8)
+    assert (s.mirostat, s.mirostat_tau, s.mirostat_eta) == (2, 4.0, 0.2)
+    assert (s.dry_multiplier, s.dry_base, s.dry_allowed_length, s.dry_penalty_last_n) == (0.8, 2.0, 3, 128)
+    assert (s.xtc_probability, s.xtc_threshold, s.typical_p, s.top_n_sigma) == (0.5, 0.2, 0.9, 2.0)
+    assert (s.dynatemp_range, s.dynatemp_exponent, s.min_keep) == (0.5, 1.5, 2)

@@ -909,7 +909,7 @@ def test_prompt_logprobs_score_every_prompt_token_over_chunks_before_the_first_t
     assert sum(logits_per_batch) == len(prompt) + 1  # every prompt position, then the one generated token
 
 
-def test_prefill_progress_reports_each_step_that_leaves_prompt_to_prefill_and_only_when_asked():
+def test_prefill_progress_reports_each_prefill_step_before_the_first_token_and_only_when_asked():
     rt, core = make(n_seq_max=2, n_batch=8)
     core.add(req(1, list(range(10, 30)), max_tokens=2, progress=True))  # 20 tokens: chunks of 8 (n_batch) at most
     core.add(req(2, list(range(40, 60)), max_tokens=2))  # the same without progress
@@ -918,8 +918,9 @@ def test_prefill_progress_reports_each_step_that_leaves_prompt_to_prefill_and_on
     first_token = next(i for i, (r, e) in enumerate(out) if r == 1 and isinstance(e, TokenEvent))
     assert all(i < first_token for i, _ in steps)
     processed = [ev.processed for _, ev in steps]
-    assert processed == sorted(processed) and processed[-1] < 20 and len(processed) >= 2  # the last step sends none
+    assert processed == [8, 16, 20]  # n_batch tokens a step; the last step (the whole prompt) too
     assert {ev.cached for _, ev in steps} == {0}
+    assert [ev.prompt_ms for _, ev in steps] == sorted(ev.prompt_ms for _, ev in steps)  # since admission
     assert not [e for r, e in out if r == 2 and isinstance(e, PrefillProgress)]
 
 

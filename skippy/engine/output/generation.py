@@ -154,8 +154,8 @@ class GenerationOptions:
         priority: lower is admitted first (:attr:`SeqRequest.priority`).
         media: the prompt's images (:attr:`SeqRequest.media`).
         lora: the LoRA adapter set the request runs with (:attr:`SeqRequest.lora`; ``()``: none).
-        progress: report each prefill step before the first token (:attr:`SeqRequest.progress`), which
-            :meth:`Generation.feed` returns as a :class:`Piece` with ``progress``.
+        progress: report each step of the prompt's prefill (:attr:`SeqRequest.progress`; ``return_progress``,
+            ``timings_per_token``), which :meth:`Generation.feed` returns as a :class:`Piece` with ``progress``.
     """
 
     stops: Sequence[str] = ()

@@ -479,9 +479,9 @@ class SchedulerCore:
                 kv.prompt.append(kv.pending)  # type: ignore[arg-type]
             else:
                 self.counters.prompt_tokens_total += n
-                if kv.n_past + n < len(kv.prompt) and (seq := self._running.get(kv.rid)) is not None \
-                        and seq.request.progress:
-                    outputs.append((kv.rid, PrefillProgress(kv.n_past + n, seq.cached)))
+                if (seq := self._running.get(kv.rid)) is not None and seq.request.progress and not seq.t_first:
+                    outputs.append((kv.rid, PrefillProgress(kv.n_past + n, seq.cached, (
+                        self._clock() - seq.t_admit) * 1000.0 if seq.t_admit else 0.0)))
             kv.n_past += n
             self.counters.n_tokens_max = max(self.counters.n_tokens_max, kv.n_past)
         for kv, _ in step.batch.advance:  # max_tokens 0: the prompt is in the KV cache, nothing to sample

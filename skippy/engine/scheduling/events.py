@@ -68,8 +68,8 @@ class SeqRequest:
     placeholder ids are in ``prompt``); each is decoded whole, in a step of its own kind.
     ``lora``: the LoRA adapter set it runs with (:data:`~skippy.engine.lora.LoraSet`; ``()``: the base
     model): a step decodes sequences of one set only, and its prompt is reused only by prompts of the same set.
-    ``progress``: report each prefill step that leaves prompt tokens to prefill as a :class:`PrefillProgress`
-    (llama-server's ``return_progress``).
+    ``progress``: report each step of the prompt's prefill as a :class:`PrefillProgress`, the last one
+    included (llama-server's ``return_progress``, and the live ``timings_per_token``).
     """
 
     rid: int
@@ -136,12 +136,14 @@ def plain_event(token: int) -> TokenEvent:
 
 @attrs.frozen
 class PrefillProgress:
-    """A prefill step of a sequence that asked for them (:attr:`SeqRequest.progress`), with prompt left to
-    prefill: ``processed`` prompt tokens are in its KV cache now, ``cached`` of them reused from the prefix
-    cache. The step that ends the prompt sends none: the first token follows."""
+    """A step of the prompt's prefill, of a sequence that asked for them (:attr:`SeqRequest.progress`):
+    ``processed`` prompt tokens (KV cells) are in its KV cache now, ``cached`` of them reused from the prefix
+    cache; ``prompt_ms`` since admission. The last one (``processed`` the whole prompt) comes just before the
+    first token (an injection's prefill later sends none)."""
 
     processed: int
     cached: int
+    prompt_ms: float = 0.0
 
 
 @attrs.frozen

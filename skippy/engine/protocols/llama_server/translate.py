@@ -30,8 +30,9 @@ import msgspec
 from skippy.engine.output.generation import Done, Generation, Piece
 from skippy.engine.protocols.llama_server import wire
 from skippy.engine.protocols.openai import translate as openai_translate
+from skippy.engine.protocols.openai import wire as openai_wire
 from skippy.engine.sampling.params import SamplingParams
-from skippy.engine.scheduling.events import PrefillProgress, TokenEvent
+from skippy.engine.scheduling.events import TokenEvent
 
 if TYPE_CHECKING:
     from skippy.engine.scheduling.core import SlotInfo
@@ -47,7 +48,13 @@ def generation_settings(params: SamplingParams, *, n_predict: int, stop: Sequenc
     return wire.GenerationSettings(
         seed=params.seed, temperature=params.temperature, top_k=params.top_k, top_p=params.top_p,
         min_p=params.min_p, repeat_last_n=params.penalty_last_n, repeat_penalty=params.repeat_penalty,
-        presence_penalty=params.presence_penalty, frequency_penalty=params.frequency_penalty, stop=list(stop),
+        presence_penalty=params.presence_penalty, frequency_penalty=params.frequency_penalty,
+        dynatemp_range=params.dynatemp_range, dynatemp_exponent=params.dynatemp_exponent,
+        top_n_sigma=params.top_n_sigma, xtc_probability=params.xtc_probability, xtc_threshold=params.xtc_threshold,
+        typical_p=params.typical_p, dry_multiplier=params.dry_multiplier, dry_base=params.dry_base,
+        dry_allowed_length=params.dry_allowed_length, dry_penalty_last_n=params.dry_penalty_last_n,
+        mirostat=params.mirostat, mirostat_tau=params.mirostat_tau, mirostat_eta=params.mirostat_eta,
+        min_keep=params.min_keep, stop=list(stop),
         max_tokens=n_predict, n_predict=n_predict, stream=stream, n_probs=n_probs, ignore_eos=ignore_eos,
         logit_bias=[[float(t), b if math.isfinite(b) else None] for t, b in params.logit_bias],
         grammar=params.grammar or "",
@@ -103,9 +110,9 @@ class NativeReply:
             timings=self.live.timings(self._n) if self.timings_per_token else wire.UNSET,
             completion_probabilities=self._probs(tokens))
 
-    def _progress(self, step: PrefillProgress | None) -> wire.NativeCompletion:
+    def _progress(self, progress: openai_wire.PromptProgress) -> wire.NativeCompletion:
         return wire.NativeCompletion(index=self.index, content="", stop=False, tokens_predicted=0,
-                                     tokens_evaluated=self._n_prompt, prompt_progress=self.live.progress(step))
+                                     tokens_evaluated=self._n_prompt, prompt_progress=progress)
 
     def observe(self, item: Piece | Done) -> bool:
         """Note one generation item (its first token's time, slot and cached tokens); True for the first token."""
@@ -117,12 +124,13 @@ class NativeReply:
     def chunks(self, item: Piece | Done) -> list[NativeAnswer]:
         """The stream chunks for one generation item (a :class:`Done` ends with the final answer)."""
         out: list[NativeAnswer] = []
-        if isinstance(item, Piece) and item.progress is not None:  # a prefill step
-            return [self._progress(item.progress)] if self.return_progress else []
+        if isinstance(item, Piece) and item.progress is not None:  # a prefill step: noted, sent where asked
+            step = self.live.step(item.progress)
+            return [self._progress(step)] if self.return_progress else []
         first = self.observe(item)
         if isinstance(item, Piece):
-            if first and self.return_progress:
-                out.append(self._progress(None))
+            if first and self.return_progress and not self.live.stepped:
+                out.append(self._progress(self.live.progress()))
             out.append(self._chunk("".join(d.content for d in item.deltas), item.tokens))
             return out
         tail = "".join(d.content for d in item.deltas)

@@ -106,11 +106,10 @@ class GenerationSettings(WireStruct, kw_only=True):
     """llama-server ``generation_settings`` (of a ``/completion`` answer, a ``/slots`` entry's ``params``,
     ``/props`` ``default_generation_settings.params``): the sampling parameters as they ran.
 
-    The samplers this server does not have are shown at the values that make them identity, which are
-    the only ones it runs (``dynatemp_range`` 0, ``typical_p`` 1, ``xtc_probability`` 0,
-    ``dry_multiplier`` 0, ``mirostat`` 0, ``top_n_sigma`` -1). ``n_predict`` -1: until the context is
-    full. ``samplers``: the chain in order. ``logit_bias``: ``[token id, bias]`` pairs, a banned token's
-    bias ``null`` (-inf, which JSON cannot write; llama-server writes it so too).
+    Every sampler's value as it ran (the request's, else the server's default, else llama-server's).
+    ``n_predict`` -1: until the context is full. ``samplers``: the chain in order. ``logit_bias``:
+    ``[token id, bias]`` pairs, a banned token's bias ``null`` (-inf, which JSON cannot write; llama-server
+    writes it so too).
     """
 
     seed: int

@@ -57,11 +57,14 @@ class LiveTimings:
     """llama-server's live ``timings`` (``timings_per_token``) and ``prompt_progress`` (``return_progress``)
     of one streamed generation, as its reply sees them.
 
-    ``n_prompt``: the prompt's tokens; the clock starts when this is built (the request at the engine) and
-    the first token's time is the reply's first item but prefill steps (:meth:`observe`), when ``slot_info()``
-    is read once:
-    ``(slot, cached prompt tokens)`` of the running sequence (``(-1, 0)``: unknown). ``clock`` gives
-    seconds. The times are the reply's view; the final ``timings`` (:func:`timings`) are the scheduler's.
+    ``n_prompt``: the prompt's tokens (KV cells). The scheduler's prefill steps (:meth:`step`, a
+    :class:`~skippy.engine.scheduling.events.PrefillProgress` each, the last with the whole prompt) give the
+    cached tokens, the prompt's time since admission and the first token's moment, even when the first tokens
+    show nothing yet (a tool call held back). A reply without them (the request did not ask the scheduler)
+    takes the first token's moment from its first item (:meth:`observe`) and the prompt's time from when this
+    was built. ``slot_info()`` gives ``(slot, cached prompt tokens)`` of the running sequence (``(-1, 0)``:
+    unknown), read once, at the first item. ``clock`` gives seconds. The final ``timings`` (:func:`timings`) are
+    the scheduler's.
     """
 
     def __init__(self, n_prompt: int, slot_info: Callable[[], tuple[int, int]] = lambda: (-1, 0),
@@ -71,30 +74,43 @@ class LiveTimings:
         self._clock = clock
         self._t0 = clock()
         self.t_first: float | None = None
+        self.prompt_ms: float | None = None  # the scheduler's, from the last prefill step
+        self.stepped = False  # a prefill step came: its progress was sent where asked
+        self._observed = False
         self.slot = -1
         self.cached = 0
 
+    def step(self, step: PrefillProgress) -> wire.PromptProgress:
+        """Note one of the scheduler's prefill steps; its ``prompt_progress``. The last (the whole prompt) is the
+        first token's moment."""
+        now = self._clock()
+        self.stepped, self.cached = True, step.cached
+        if step.processed >= self.n_prompt and self.t_first is None:
+            self.t_first, self.prompt_ms = now, step.prompt_ms
+        return wire.PromptProgress(total=self.n_prompt, cache=step.cached, processed=step.processed,
+                                   time_ms=int((now - self._t0) * 1000.0))
+
     def observe(self) -> bool:
-        """Note a generation item; True for the first (its time is the first token's)."""
-        if self.t_first is not None:
+        """Note a generation item; True for the first (without prefill steps, the first token's moment)."""
+        if self._observed:
             return False
-        self.t_first = self._clock()
-        self.slot, self.cached = self._slot_info()
+        self._observed = True
+        slot, cached = self._slot_info()
+        self.slot = slot
+        if self.t_first is None:
+            self.t_first, self.cached = self._clock(), cached
         return True
 
     def timings(self, predicted_n: int) -> wire.Timings:
         """``timings`` now, after ``predicted_n`` generated tokens."""
         now = self._clock()
         first = self.t_first if self.t_first is not None else now
-        return wire.Timings.of(self.n_prompt - self.cached, (first - self._t0) * 1000.0, predicted_n,
-                               (now - first) * 1000.0, cache_n=self.cached)
+        prompt_ms = self.prompt_ms if self.prompt_ms is not None else (first - self._t0) * 1000.0
+        return wire.Timings.of(self.n_prompt - self.cached, prompt_ms, predicted_n, (now - first) * 1000.0,
+                               cache_n=self.cached)
 
-    def progress(self, step: PrefillProgress | None = None) -> wire.PromptProgress:
-        """``prompt_progress`` after a prefill ``step`` (now), or once the prompt is in the KV cache (every token
-        processed, at the first token)."""
-        if step is not None:
-            return wire.PromptProgress(total=self.n_prompt, cache=step.cached, processed=step.processed,
-                                       time_ms=int((self._clock() - self._t0) * 1000.0))
+    def progress(self) -> wire.PromptProgress:
+        """``prompt_progress`` with the whole prompt processed, at the first token (without prefill steps)."""
         first = self.t_first if self.t_first is not None else self._clock()
         return wire.PromptProgress(total=self.n_prompt, cache=self.cached, processed=self.n_prompt,
                                    time_ms=int((first - self._t0) * 1000.0))
@@ -272,13 +288,14 @@ class ChatReply:
         ``timings``, which the llama.cpp web UI reads) and, with ``include_usage``, a chunk with empty
         ``choices``, ``usage`` and ``timings``.
         """
-        if isinstance(item, Piece) and item.progress is not None:  # a prefill step
-            return [self._progress(item.progress)] if self.return_progress else []
+        if isinstance(item, Piece) and item.progress is not None:  # a prefill step: noted, sent where asked
+            step = self.live.step(item.progress)
+            return [self._progress(step)] if self.return_progress else []
         pending = list(item.tokens) if isinstance(item, Piece) else []
         hooks = list(item.hook_events) if isinstance(item, Piece) else []
         out = []
-        if self.live.observe() and self.return_progress:
-            out.append(self._progress(None))
+        if self.live.observe() and self.return_progress and not self.live.stepped:
+            out.append(self._progress(self.live.progress()))
         n = len(out)
         for d in item.deltas:
             out.append(self._chunk([self._choice(chat_delta(d), pending, hook_events=hooks)]))
@@ -295,8 +312,8 @@ class ChatReply:
             out[-1].timings = self.live.timings(self.generation.completion_tokens)
         return out
 
-    def _progress(self, step: PrefillProgress | None) -> wire.ChatCompletionChunk:
-        return self._chunk([self._choice(wire.ChatDelta(), [])], prompt_progress=self.live.progress(step))
+    def _progress(self, progress: wire.PromptProgress) -> wire.ChatCompletionChunk:
+        return self._chunk([self._choice(wire.ChatDelta(), [])], prompt_progress=progress)
 
     def usage_chunk(self, usage: wire.Usage, timings: wire.Timings) -> wire.ChatCompletionChunk:
         """The stream's last chunk with ``include_usage``: empty ``choices``, ``usage`` and ``timings``."""
@@ -386,20 +403,21 @@ class TextReply:
 
     def chunks(self, item: Piece | Done) -> list[wire.TextCompletion]:
         """The chunks for one generation item: its text and logprobs in one chunk (none when it has
-        neither); a :class:`Done` always gives the finish chunk, then the usage chunk with ``include_usage``.
-        The echo chunk that waited for the prompt's scores goes first."""
+        neither); a :class:`Done` always gives the finish chunk (with the choice's llama-server ``timings``),
+        then the usage chunk with ``include_usage``. The echo chunk that waited for the prompt's scores goes first."""
         out = []
         if self._echo_pending:
             self._echo_pending = False
             out.append(self._chunk([wire.CompletionChoice(index=self.index, text=self.prompt_text,
                                                           logprobs=self._prompt_logprobs())]))
-        if isinstance(item, Piece) and item.progress is not None:  # a prefill step
-            return out + ([self._progress(item.progress)] if self.return_progress else [])
-        if self.live.observe() and self.return_progress:
-            out.append(self._progress(None))
+        if isinstance(item, Piece) and item.progress is not None:  # a prefill step: noted, sent where asked
+            step = self.live.step(item.progress)
+            return out + ([self._progress(step)] if self.return_progress else [])
+        if self.live.observe() and self.return_progress and not self.live.stepped:
+            out.append(self._progress(self.live.progress()))
         text = "".join(d.content for d in item.deltas)
-        if isinstance(item, Done):
-            out.append(self._chunk([self._choice(text, [], item.finish_reason)]))
+        if isinstance(item, Done):  # the finish chunk carries the choice's timings, as llama-server's does
+            out.append(self._chunk([self._choice(text, [], item.finish_reason)], timings=timings(item.counts)))
             if self.include_usage:
                 out.append(self.usage_chunk(usage(item.counts), timings(item.counts)))
             return out
@@ -408,8 +426,8 @@ class TextReply:
                 {"timings": self.live.timings(self.generation.completion_tokens)} if self.timings_per_token else {})))
         return out
 
-    def _progress(self, step: PrefillProgress | None) -> wire.TextCompletion:
-        return self._chunk([wire.CompletionChoice(index=self.index, text="")], prompt_progress=self.live.progress(step))
+    def _progress(self, progress: wire.PromptProgress) -> wire.TextCompletion:
+        return self._chunk([wire.CompletionChoice(index=self.index, text="")], prompt_progress=progress)
 
     def usage_chunk(self, usage: wire.Usage, timings: wire.Timings) -> wire.TextCompletion:
         """The stream's last chunk with ``include_usage``: empty ``choices`` and ``usage`` (no ``timings``)."""

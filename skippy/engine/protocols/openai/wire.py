@@ -406,8 +406,8 @@ class TextCompletion(WireStruct, kw_only=True):
     """OpenAI legacy ``text_completion``: the reply, and each SSE chunk of a streamed one.
 
     A reply has ``usage`` and llama-server ``timings``; stream chunks have
-    neither, except a last chunk (``stream_options.include_usage``) with empty
-    ``choices`` and ``usage``, and llama-server's ``timings_per_token`` (a chunk's choice's ``timings`` so
+    neither, except a choice's finish chunk (its ``timings``), a last chunk (``stream_options.include_usage``)
+    with empty ``choices`` and ``usage``, and llama-server's ``timings_per_token`` (a chunk's choice's ``timings`` so
     far) and ``return_progress`` (chunks with no text and ``prompt_progress`` before the first token).
     """
 
