@@ -217,6 +217,8 @@ def test_v1_completions_stream_timings_per_token_and_progress(qwq: Server) -> No
     texts = [c for c in chunks if c["choices"] and c["choices"][0]["text"]]
     assert "".join(c["choices"][0]["text"] for c in texts) == " a small town"
     assert [c["timings"]["predicted_n"] for c in texts] == [1, 2, 3]
+    finish = next(c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"])
+    assert finish["timings"]["predicted_n"] == 3  # the finish chunk's, as chat's
 
 
 def test_native_samplers_json_schema_and_grammar(qwq: Server) -> None:
