@@ -221,6 +221,19 @@ def test_v1_completions_stream_timings_per_token_and_progress(qwq: Server) -> No
     assert finish["timings"]["predicted_n"] == 3  # the finish chunk's, as chat's
 
 
+def test_progress_goes_out_while_an_echo_waits_for_its_prompts_scores(qwq: Server) -> None:
+    """``echo`` with ``logprobs`` sends the prompt once it is scored (after the prefill); the prefill steps'
+    progress no longer waits behind it (all of it came at once, after the prefill)."""
+    prompt = "cat " * 600
+    body = {"prompt": prompt, "echo": True, "logprobs": 1, "max_tokens": 2, "temperature": 0, "stream": True,
+            "return_progress": True}
+    with httpx.stream("POST", qwq.base_url + "/v1/completions", json=body, timeout=120) as resp:
+        chunks = [c for c in iter_sse(resp) if c != DONE]
+    progress = [i for i, c in enumerate(chunks) if "prompt_progress" in c]
+    echo = next(i for i, c in enumerate(chunks) if c["choices"] and c["choices"][0]["text"] == prompt)
+    assert len(progress) >= 2 and max(progress) < echo
+
+
 def test_native_samplers_json_schema_and_grammar(qwq: Server) -> None:
     base = {"prompt": "Hello, my name is", "n_predict": 4, "temperature": 0}
     ok = post(qwq, "/completion", {**base, "samplers": ["top_k", "dry", "min_p", "temperature"]}).json()

@@ -405,14 +405,14 @@ class TextReply:
         """The chunks for one generation item: its text and logprobs in one chunk (none when it has
         neither); a :class:`Done` always gives the finish chunk (with the choice's llama-server ``timings``),
         then the usage chunk with ``include_usage``. The echo chunk that waited for the prompt's scores goes first."""
+        if isinstance(item, Piece) and item.progress is not None:  # a prefill step: noted, sent where asked
+            step = self.live.step(item.progress)
+            return [self._progress(step)] if self.return_progress else []
         out = []
         if self._echo_pending:
             self._echo_pending = False
             out.append(self._chunk([wire.CompletionChoice(index=self.index, text=self.prompt_text,
                                                           logprobs=self._prompt_logprobs())]))
-        if isinstance(item, Piece) and item.progress is not None:  # a prefill step: noted, sent where asked
-            step = self.live.step(item.progress)
-            return out + ([self._progress(step)] if self.return_progress else [])
         if self.live.observe() and self.return_progress and not self.live.stepped:
             out.append(self._progress(self.live.progress()))
         text = "".join(d.content for d in item.deltas)
@@ -523,8 +523,11 @@ class Choices:
         return [c for r in self.replies for c in r.first_chunks()]
 
     def chunks(self, index: int, item: Piece | Done) -> list[Any]:
-        """The chunks for choice ``index``'s next item (held back while that choice is not ready);
-        after the last choice's finish, the usage chunk with ``include_usage``."""
+        """The chunks for choice ``index``'s next item (held back while that choice is not ready, but a prefill
+        step's progress, which goes out at once); after the last choice's finish, the usage chunk with
+        ``include_usage``."""
+        if isinstance(item, Piece) and item.progress is not None and not self._held.get(index):
+            return self.replies[index].chunks(item)  # an echo waiting for its prompt's scores holds no progress
         self._held.setdefault(index, []).append(item)
         out = []
         for i in list(self._held):
