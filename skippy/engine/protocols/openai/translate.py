@@ -242,7 +242,9 @@ class ChatReply:
     ``index`` is the choice's ``choices[].index``; ``id`` the reply's (a new one by default).
     When the generation reports hook decisions (``return_hook_events``), each streamed one rides
     as ``hook_events`` on the chunk of the token that follows it (the role chunk for ``before_chat``),
-    and a ``chat.completion`` lists them all.
+    and a ``chat.completion`` lists them all. llama-server's ``timings_per_token`` puts the timings so far
+    (``live``, :class:`LiveTimings`) on each item's last chunk, and ``return_progress`` sends a chunk with an
+    empty delta and ``prompt_progress`` for each prefill step the generation reports.
     """
 
     def __init__(self, model: str, generation: Generation, *, logprobs: bool = False,
@@ -286,7 +288,8 @@ class ChatReply:
         without deltas but with logprobs (or a hook event) gets a chunk with an empty delta. A
         :class:`Done` ends with the finish chunk (empty delta, ``finish_reason``, and the choice's llama-server
         ``timings``, which the llama.cpp web UI reads) and, with ``include_usage``, a chunk with empty
-        ``choices``, ``usage`` and ``timings``.
+        ``choices``, ``usage`` and ``timings``. A prefill step gives its progress chunk (with ``return_progress``;
+        else none).
         """
         if isinstance(item, Piece) and item.progress is not None:  # a prefill step: noted, sent where asked
             step = self.live.step(item.progress)
