@@ -41,8 +41,8 @@ observed by the request tasks:
   ``skippy:consultation_seconds`` (label ``peer``; cancelled requests not observed), observed by
   :class:`~skippy.actors.consult.ConsultPolicy`
 - ``skippy:http_responses_total`` (label ``status_class``: ``2xx``, ``4xx``, ``5xx``),
-  ``skippy:http_route_responses_total`` (labels ``method``, ``route``: the route's
-  path pattern, ``unmatched`` for unknown paths; ``status``: the code),
+  ``skippy:http_route_responses_total`` (labels ``method``: HTTP's standard ones, ``other`` for any other;
+  ``route``: the route's path pattern, ``unmatched`` for unknown paths; ``status``: the code),
   ``skippy:errors_total`` (label ``code``: the error envelope's ``code``, else its ``type``),
   ``skippy:finishes_total`` (label ``finish_reason``), ``skippy:responses_store_errors_total`` (label ``op``:
   ``get``, ``put``, ``delete``; the store of ``/v1/responses`` failed and the request went on without it)
@@ -77,6 +77,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+#: the ``method`` label's values (RFC 9110's methods and PATCH); any other is ``other``
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"})
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 #: Step-time buckets (seconds): 50 us .. 2.5 s, fine below 10 ms where the loop's overhead lives.
@@ -240,8 +243,10 @@ class HttpMetrics:
             self.responses.labels(f"{status // 100}xx").inc()
 
     def route_response(self, method: str, route: str, status: int, error_code: str | None = None) -> None:
-        """Count one response of ``method`` ``route`` (the path pattern) with ``status``, and its error code."""
-        self.route_responses.labels(method, route, str(status)).inc()
+        """Count one response of ``method`` ``route`` (the path pattern) with ``status``, and its error code; a
+        method outside HTTP's standard ones counts as ``other`` (a client choosing names must not add series)."""
+        label = method if method in HTTP_METHODS else "other"
+        self.route_responses.labels(label, route, str(status)).inc()
         if error_code is not None:
             self.errors.labels(error_code).inc()
 

@@ -28,6 +28,7 @@ inputs that arrive meanwhile wait in the inbox until the step is applied.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Any, Protocol, assert_never
 
@@ -37,7 +38,7 @@ import trio
 from skippy.actors.base import Actor, DedicatedThread
 from skippy.actors.hooks import HookCall, HookVerdict
 from skippy.actors.metrics import StepTimes
-from skippy.engine.errors import InvalidRequest, QueueFull, SlotBusy
+from skippy.engine.errors import InvalidRequest, QueueFull, SlotBusy, SlotFileError
 from skippy.engine.hooks.policy import NO_ACTION
 from skippy.engine.runtime.base import Runtime
 from skippy.engine.scheduling.config import SchedulerConfig
@@ -435,7 +436,13 @@ class DecodeScheduler(Actor[SchedulerMsg]):
         t0 = time.perf_counter()
         if act.action == "save":
             tokens = core.slot_tokens(slot)
-            n = await decode_thread.run_sync(self.runtime.state_seq_save, act.path, slot, tokens)
+            try:
+                n = await decode_thread.run_sync(self.runtime.state_seq_save, act.path, slot, tokens)
+            except OSError as exc:
+                if os.path.isdir(act.path):
+                    raise InvalidRequest("filename names a folder in --slot-save-path, not a file",
+                                         param="filename") from None
+                raise SlotFileError(f"the slot file could not be written: {exc}") from None
             return {"id_slot": slot, "filename": act.path, "n_saved": len(tokens), "n_written": n,
                     "timings": {"save_ms": (time.perf_counter() - t0) * 1000.0}}
         if act.action == "restore":

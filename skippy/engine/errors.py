@@ -104,6 +104,15 @@ class NotSupported(EngineError):
     type = "not_supported_error"
 
 
+class SlotFileError(EngineError):
+    """500: a slot file could not be written (a full disk, a folder that became unwritable); the slot is
+    unchanged. A filename naming a folder is the request's fault: :class:`InvalidRequest`."""
+
+    status = 500
+    type = "server_error"
+    code = "slot_save_failed"
+
+
 class SlotBusy(EngineError):
     """409: the slot runs a request; its KV can be saved, restored or erased once it is idle.
 

@@ -204,6 +204,8 @@ def test_metrics_have_llama_servers_names_and_skippys_counters(llama_cli: Server
     for _ in range(2):  # the second reuses the first's prompt prefix
         assert httpx.post(url + "/v1/chat/completions", json=body, headers=auth, timeout=60).status_code == 200
     httpx.post(url + "/v1/chat/completions", json={"messages": "nope"}, headers=auth, timeout=10)  # 400
+    for junk in ("JUNK1", "JUNK2"):  # a method a client makes up counts as "other": no series per name
+        httpx.request(junk, url + "/v1/models", timeout=10)
     t_scrape = time.time()
     resp = httpx.get(url + "/metrics", headers=auth, timeout=10)
     assert resp.status_code == 200
@@ -223,6 +225,8 @@ def test_metrics_have_llama_servers_names_and_skippys_counters(llama_cli: Server
     assert metric(text, "skippy:http_route_responses_total", method="POST", route="/v1/chat/completions",
                   status="400") >= 1
     assert metric(text, "skippy:errors_total", code="invalid_request_error") >= 1
+    assert "JUNK" not in text and metric(text, "skippy:http_route_responses_total", method="other",
+                                         route="unmatched", status="401") >= 2
     assert metric(text, "skippy:finishes_total", finish_reason="length") >= 2
     assert metric(text, "skippy:queue_wait_seconds_count") >= 2 and metric(text, "skippy:prefill_seconds_count") >= 2
     assert metric(text, "process_resident_memory_bytes") > 10 * 2**20 and metric(text, "process_open_fds") > 0

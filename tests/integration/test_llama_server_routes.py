@@ -25,6 +25,7 @@ def qwq(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("llama_server")
     with Server(["--parallel", "2", "--n-ctx", "1024", "--chat-template", str(CHAT_TEMPLATES / "Qwen-QwQ-32B.jinja"),
                  "--slot-save-path", str(tmp / "slots"), "--props"], tmp / "server.log") as srv:
+        srv.slots_dir = tmp / "slots"  # type: ignore[attr-defined]
         yield srv
 
 
@@ -295,6 +296,13 @@ def test_slot_action_errors(qwq: Server, url: str, body: dict, status: int, para
     r = post(qwq, url, body)
     assert r.status_code == status, r.text
     assert r.json()["error"]["param"] == param
+
+
+def test_saving_a_slot_onto_a_folder_is_a_400(qwq: Server) -> None:
+    """A filename that names a folder of --slot-save-path: the request's fault (it was a 500)."""
+    (qwq.slots_dir / "dir.bin").mkdir(parents=True, exist_ok=True)  # type: ignore[attr-defined]
+    r = post(qwq, "/slots/0?action=save", {"filename": "dir.bin"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "filename", r.text
 
 
 def test_slot_actions_need_slot_save_path(server: Server) -> None:

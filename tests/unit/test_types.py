@@ -2,6 +2,7 @@
 
 import json
 
+import msgspec
 import pytest
 
 from skippy.engine.errors import InvalidRequest
@@ -231,6 +232,8 @@ def test_more_request_structs_take_plain_dicts() -> None:
     from skippy.engine.protocols.rerank.types import RerankDocument, RerankRequest
 
     assert InfillRequest(input_extra=[{"text": "a"}]).input_extra == [InfillExtra(text="a")]
+    with pytest.raises(msgspec.ValidationError, match="text"):  # llama-server requires a chunk's text
+        msgspec.json.decode(b'{"input_extra": [{"filename": "x.py"}]}', type=InfillRequest)
     assert NativeCompletionRequest(prompt={"prompt_string": "a"}).prompt == MultimodalPrompt(prompt_string="a")
     assert NativeCompletionRequest(prompt=[1, "a"]).prompt == [1, "a"]
     assert RerankRequest(query="q", documents=["a", {"text": "b"}]).documents == ["a", RerankDocument("b")]

@@ -17,9 +17,10 @@ from skippy.engine.protocols.openai.types import ChatCompletionRequest, Sampling
 
 
 class InfillExtra(msgspec.Struct, kw_only=True):
-    """One ``input_extra`` entry of ``/infill``: a file's ``text`` and ``filename`` (llama-server)."""
+    """One ``input_extra`` entry of ``/infill``: a file's ``text`` (required, as llama-server requires it) and
+    ``filename``."""
 
-    text: str = ""
+    text: str
     filename: str = "tmp"
 
 
