@@ -439,7 +439,7 @@ class DecodeScheduler(Actor[SchedulerMsg]):
             try:
                 n = await decode_thread.run_sync(self.runtime.state_seq_save, act.path, slot, tokens)
             except OSError as exc:
-                if os.path.isdir(act.path):
+                if act.path is not None and os.path.isdir(act.path):
                     raise InvalidRequest("filename names a folder in --slot-save-path, not a file",
                                          param="filename") from None
                 raise SlotFileError(f"the slot file could not be written: {exc}") from None
