@@ -82,6 +82,7 @@ from skippy.engine.preparation import (
     completion_logprobs,
     completion_prompt_items,
     min_reuse,
+    reports_prefill,
     sampling,
     speculative,
     stop_strings,
@@ -327,12 +328,12 @@ class Engine:
     def _chat_choices(self, req: ChatCompletionRequest, gens: list[Generation], *,
                       include_usage: bool = False) -> Choices:
         return chat_choices(req, gens, model=self.reply_model(req.model), reply_id=reply_id("chatcmpl"),
-                            created=int(time.time()), include_usage=include_usage, seq_info=self.scheduler.seq_info)
+                            created=int(time.time()), include_usage=include_usage)
 
     def _text_choices(self, req: CompletionRequest, texts: list[str], gens: list[Generation], *,
                       include_usage: bool = False) -> Choices:
         return text_choices(req, texts, gens, model=self.reply_model(req.model), reply_id=reply_id("cmpl"),
-                            created=int(time.time()), include_usage=include_usage, seq_info=self.scheduler.seq_info)
+                            created=int(time.time()), include_usage=include_usage)
 
     async def completion_native(self, req: NativeCompletionRequest) -> list[NativeAnswer]:
         """llama-server's native ``/completion``: one answer per prompt of ``req`` (see
@@ -418,7 +419,7 @@ class Engine:
         options = GenerationOptions(stops=stops, include_stop=req.include_stop_str_in_output,
                                     cache_prompt=req.cache_prompt, speculative=speculative(req, self.limits),
                                     arrival=arrival, lora=lora, save_replaced=save_replaced,
-                                    progress=req.stream and (req.return_progress or req.timings_per_token))
+                                    progress=reports_prefill(req))
         for tokens, media, text in prompts:
             try:
                 max_tokens = self._max_tokens(msgspec.structs.replace(sreq, max_tokens=limit), len(tokens),
@@ -488,7 +489,7 @@ class Engine:
         """llama-server's default ``generation_settings`` (a request that sets nothing: the server's sampling
         defaults, ``--temp``...; its seed random unless ``--seed``; ``n_predict``: the server's ``-n``)."""
         params = sampling(SamplingFields(), self.limits, logprobs=False, top_logprobs=0)
-        if not any(name == "seed" for name, _ in self.limits.sampling_defaults):
+        if "seed" not in dict(self.limits.sampling_defaults):
             params = attrs.evolve(params, seed=0xFFFFFFFF)
         return default_generation_settings(n_predict=self.config.n_predict, params=params)
 
@@ -661,7 +662,7 @@ class Engine:
             cache_key=req.prompt_cache_key, cache_prompt=req.cache_prompt,
             min_reuse=min_reuse(n, len(prompt), self.min_tail), checkpoint_at=checkpoint_at,
             speculative=speculative(req, self.limits), reasoning_budget=budget, arrival=arrival, priority=priority,
-            media=media, lora=lora, progress=req.stream and (req.return_progress or req.timings_per_token))
+            media=media, lora=lora, progress=reports_prefill(req))
         gens = [Generation(next(self._rids), prompt, choice_seed(params, j), max_tokens, piece=piece,
                            parser=make_output_parser(plan), options=options,
                            early_stop=EarlyStop(set(plan.allowed_tools), plan.parallel_tool_calls,
@@ -743,7 +744,7 @@ class Engine:
         texts, gens = [], []
         shared = GenerationOptions(stops=stops, include_stop=req.include_stop_str_in_output,
                                    speculative=speculative(req, self.limits), arrival=arrival, lora=lora,
-                                   progress=req.stream and (req.return_progress or req.timings_per_token))
+                                   progress=reports_prefill(req))
         for text, prompt in prompts:
             texts.append(text)
             max_tokens = self._max_tokens(req, len(prompt), prompt_param="prompt")

@@ -17,8 +17,7 @@ request cannot have, before anything is submitted.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -28,7 +27,7 @@ from skippy.engine.config import EngineConfig
 from skippy.engine.errors import ContextLengthExceeded, InvalidRequest
 from skippy.engine.hooks.policy import Inject, Stop
 from skippy.engine.output.generation import Generation
-from skippy.engine.protocols.openai.translate import ChatReply, Choices, LiveTimings, TextReply
+from skippy.engine.protocols.openai.translate import ChatReply, Choices, TextReply
 from skippy.engine.protocols.openai.types import ChatCompletionRequest, CompletionRequest, SamplingFields, prompt_items
 from skippy.engine.runtime.base import ModelMeta
 from skippy.engine.sampling.native import apply_samplers, wants_infill
@@ -212,30 +211,33 @@ def before_chat_event(outcome: Any, injected: int) -> HookEvent:
     return HookEvent("before_chat", "none")
 
 
+def reports_prefill(req: SamplingFields) -> bool:
+    """Whether ``req``'s generations report each prefill step
+    (:attr:`~skippy.engine.output.generation.GenerationOptions.progress`): llama-server's live
+    ``timings_per_token`` and ``return_progress`` read them."""
+    return req.return_progress or req.timings_per_token
+
+
 def chat_choices(req: ChatCompletionRequest, gens: Sequence[Generation], *, model: str, reply_id: str,
-                 created: int, include_usage: bool = False,
-                 seq_info: Callable[[int], tuple[int, int]] = lambda rid: (-1, 0)) -> Choices:
+                 created: int, include_usage: bool = False) -> Choices:
     """The reply builders of a chat request's ``n`` choices (one ``id`` and ``created``, choice ``i`` at
-    ``choices[i]``); ``seq_info(rid)``: ``(slot, cached prompt tokens)`` of a running sequence, for the live
-    timings (``timings_per_token``, ``return_progress``: :class:`LiveTimings`)."""
+    ``choices[i]``; the live timings of ``timings_per_token`` and ``return_progress`` from the prefill steps the
+    generations report: :func:`reports_prefill`)."""
     replies = [ChatReply(model, gen, logprobs=gen.request.params.logprobs, index=i, id=reply_id, created=created,
-                         timings_per_token=req.timings_per_token, return_progress=req.return_progress,
-                         live=LiveTimings(len(gen.request.prompt), functools.partial(seq_info, gen.rid)))
+                         timings_per_token=req.timings_per_token, return_progress=req.return_progress)
                for i, gen in enumerate(gens)]
     return Choices(replies, [0] * len(gens), include_usage=include_usage)
 
 
 def text_choices(req: CompletionRequest, texts: Sequence[str], gens: Sequence[Generation], *, model: str,
-                 reply_id: str, created: int, include_usage: bool = False,
-                 seq_info: Callable[[int], tuple[int, int]] = lambda rid: (-1, 0)) -> Choices:
+                 reply_id: str, created: int, include_usage: bool = False) -> Choices:
     """The reply builders of a legacy Completions request: ``n`` choices per prompt (``texts``, for
     ``echo``), ``choices[prompt_i * n + j]``; a choice that did not score its prompt reads the scores of
-    its prompt's first choice. ``seq_info`` as :func:`chat_choices`'."""
+    its prompt's first choice."""
     n = len(gens) // len(texts)
     replies = [TextReply(model, gen, prompt_text=texts[i // n], echo=req.echo, logprobs=gen.request.params.logprobs,
                          index=i, id=reply_id, created=created,
                          prompt_source=gen if gen.request.prompt_logprobs is not None else gens[i - i % n],
-                         timings_per_token=req.timings_per_token, return_progress=req.return_progress,
-                         live=LiveTimings(len(gen.request.prompt), functools.partial(seq_info, gen.rid)))
+                         timings_per_token=req.timings_per_token, return_progress=req.return_progress)
                for i, gen in enumerate(gens)]
     return Choices(replies, [i // n for i in range(len(gens))], include_usage=include_usage)

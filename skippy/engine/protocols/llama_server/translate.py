@@ -88,7 +88,6 @@ class NativeReply:
         self.return_progress = return_progress
         self.response_fields = response_fields
         self.live = openai_translate.LiveTimings(len(generation.request.prompt), slot_info, clock)
-        self._n_prompt = len(generation.request.prompt)
         self._n = 0
 
     def _probs(self, tokens: Sequence[TokenEvent]) -> list[wire.NativeTokenProb] | wire.UnsetType:
@@ -106,13 +105,13 @@ class NativeReply:
     def _chunk(self, content: str, tokens: Sequence[TokenEvent]) -> wire.NativeCompletion:
         return wire.NativeCompletion(
             index=self.index, content=content, tokens=[ev.token for ev in tokens],
-            stop=False, tokens_predicted=self._n, tokens_evaluated=self._n_prompt,
+            stop=False, tokens_predicted=self._n, tokens_evaluated=self.live.n_prompt,
             timings=self.live.timings(self._n) if self.timings_per_token else wire.UNSET,
             completion_probabilities=self._probs(tokens))
 
     def _progress(self, progress: openai_wire.PromptProgress) -> wire.NativeCompletion:
         return wire.NativeCompletion(index=self.index, content="", stop=False, tokens_predicted=0,
-                                     tokens_evaluated=self._n_prompt, prompt_progress=progress)
+                                     tokens_evaluated=self.live.n_prompt, prompt_progress=progress)
 
     def observe(self, item: Piece | Done) -> bool:
         """Note one generation item (its first token's time, slot and cached tokens); True for the first token."""
