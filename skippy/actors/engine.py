@@ -441,7 +441,7 @@ class Engine:
                     self.reply_model(req.model), gen, prompt_text=prompt_text, settings=settings, index=len(gens),
                     return_tokens=req.return_tokens, n_probs=n_probs, timings_per_token=req.timings_per_token,
                     return_progress=req.return_progress, response_fields=req.response_fields,
-                    slot_info=functools.partial(self.scheduler.seq_info, gen.rid)))
+                    slot_info=functools.partial(self.scheduler.seq_info, gen.rid), n_ctx=self.meta.n_ctx_seq))
                 gens.append(gen)
         return replies, self._submit(gens, None)
 

@@ -408,6 +408,19 @@ def test_every_logprobs_shape_renders_a_token_the_same_way() -> None:
     assert legacy_logprobs([ev], gen.piece).top_logprobs == [{"\ufffd": -0.5, "Hello": -1.25}]
 
 
+def test_native_answer_is_truncated_only_when_the_context_ended_it() -> None:
+    """llama-server's ``truncated``: the generation stopped at the end of the context (4 prompt tokens + a
+    budget of 32 fill a context of 36), not at the request's own n_predict, nor at a stop."""
+    def answer(reason: str, n_ctx: int) -> bool:
+        gen = make()
+        reply = NativeReply("m", gen, prompt_text="p", settings=generation_settings(SamplingParams(), n_predict=-1),
+                            n_ctx=n_ctx)
+        _, done, _ = run(gen, [1], finish(reason, n=1))
+        return reply.answer(done).truncated
+    assert answer("length", 36) and answer("length", 20)
+    assert not answer("length", 37) and not answer("stop", 36) and not answer("length", 0)
+
+
 # -- replies ----------------------------------------------------------------------------------------
 
 def encode(obj) -> dict:

@@ -69,15 +69,17 @@ class NativeReply:
     carry theirs always), ``n_probs``, ``timings_per_token``, ``return_progress``: the request's fields.
     ``response_fields``: the fields the final answer keeps (``None``: all). ``slot_info()`` gives
     ``(slot, cached prompt tokens)`` of the running sequence (read once, at its first token). ``clock``
-    gives seconds (per-token timings).
+    gives seconds (per-token timings). ``n_ctx``: tokens per sequence; an answer that stopped because the
+    context was full says ``truncated: true``, as llama-server's (0: never).
     """
 
     def __init__(self, model: str, generation: Generation, *, prompt_text: str, settings: wire.GenerationSettings,
                  index: int = 0, return_tokens: bool = False, n_probs: int = 0, timings_per_token: bool = False,
                  return_progress: bool = False, response_fields: Sequence[str] | None = None,
                  slot_info: Callable[[], tuple[int, int]] = lambda: (-1, 0),
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] = time.perf_counter, n_ctx: int = 0) -> None:
         self.model = model
+        self.n_ctx = n_ctx
         self.generation = generation
         self.prompt_text = prompt_text
         self.settings = settings
@@ -155,13 +157,16 @@ class NativeReply:
         else:
             stop_type = "eos" if done.finish_reason == "stop" else "none"
         n = done.counts.completion_tokens
+        req = gen.request
+        # llama-server's truncated: generation stopped at the end of the context (not at the request's n_predict)
+        truncated = done.finish_reason == "length" and 0 < self.n_ctx <= len(req.prompt) + req.max_tokens
         return wire.NativeCompletion(
             index=self.index, content=text,
             tokens=[ev.token for ev in done.tokens] if self.return_tokens and content is None else [],
             id_slot=self.live.slot if self.live.slot >= 0 else done.counts.slot, stop=True, model=self.model,
             tokens_predicted=n,
             tokens_evaluated=done.counts.prompt_tokens, generation_settings=self.settings, prompt=self.prompt_text,
-            has_new_line="\n" in done.message.content, truncated=False, stop_type=stop_type,
+            has_new_line="\n" in done.message.content, truncated=truncated, stop_type=stop_type,
             stopping_word=gen.stopping_word, tokens_cached=done.counts.prompt_tokens + max(0, n - 1),
             timings=openai_translate.timings(done.counts),
             completion_probabilities=self._probs(done.tokens) if content is None else wire.UNSET)
