@@ -407,7 +407,7 @@ class Engine:
         limit = None if n_predict < 0 else n_predict
         # max_tokens is n_predict (0 is taken here: the prompt only); the sampling checks see a positive one
         sreq = msgspec.structs.replace(req, logit_bias=None, max_completion_tokens=None, max_tokens=limit or None,
-                                       n_predict=None)
+                                       n_predict=None, post_sampling_probs=req.post_sampling_probs and n_probs > 0)
         params = self._sampling(sreq, logprobs=True, top_logprobs=n_probs)  # token ids ride on logprob events
         params = attrs.evolve(params, logit_bias=await self._native_logit_bias(req))
         params = await self._constrained(params, constraint_from_request(req))
@@ -737,6 +737,7 @@ class Engine:
         n = choice_count(req, self.limits)
         lp = completion_logprobs(req)
         params = self._sampling(req, logprobs=lp is not None, top_logprobs=lp or 0)
+        params = attrs.evolve(params, post_sampling_probs=False)  # OpenAI's legacy logprobs are of the raw logits
         params = await self._constrained(params, constraint_from_request(req))
         prompts = await self._completion_prompts(req, n)
         stops = stop_strings(req.stop)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from skippy.engine.sampling.params import SamplingParams
-from skippy.engine.sampling.vector import SeqSampler, mt19937_state, sample_rows, vectorizable
+from skippy.engine.sampling.vector import SeqSampler, chain_probs, mt19937_state, sample_rows, vectorizable
 
 V = 49152
 
@@ -107,6 +107,42 @@ def test_same_tokens_as_llama_cpp_chain(kw):
             import llama_cpp
 
             llama_cpp.llama_sampler_free(chain)
+
+
+@pytest.mark.parametrize("kw", CHAINS, ids=[",".join(f"{k}={v}" for k, v in c.items()) or "defaults" for c in CHAINS])
+def test_chain_probs_are_the_distribution_llama_cpp_draws_from(kw):
+    """llama-server's post_sampling_probs: the candidates llama.cpp's chain keeps after ``dist`` (its ``p``,
+    by probability descending) are :func:`chain_probs`' ids and probabilities (greedy: the token at 1), step
+    after step with penalties; it draws nothing from the random stream, so the tokens stay llama.cpp's."""
+    import llama_cpp
+
+    rng = np.random.default_rng(2)
+    x = lm_logits(rng, 8)
+    p = SamplingParams(seed=5, **kw)
+    ours, chain = SeqSampler(p), llama_chain(p, V)
+    try:
+        for step in range(6):
+            row = x[step % 8]
+            ids, probs = chain_probs(row, ours)
+            cand = np.zeros(V, dtype=[("id", np.int32), ("logit", np.float32), ("p", np.float32)])
+            cand["id"], cand["logit"] = np.arange(V), row
+            cur = llama_cpp.llama_token_data_array(data=cand.ctypes.data_as(llama_cpp.llama_token_data_p), size=V,
+                                                   selected=-1, sorted=False)
+            llama_cpp.llama_sampler_apply(chain, ctypes.byref(cur))
+            tok = int(cand["id"][cur.selected])
+            llama_cpp.llama_sampler_accept(chain, tok)
+            if p.greedy:
+                assert ids.tolist() == [tok] and probs.tolist() == [1.0]
+            else:
+                kept = cand[:cur.size][np.argsort(-cand["p"][:cur.size], kind="stable")]
+                kept = kept[kept["p"] > 0]
+                assert sorted(ids.tolist()) == sorted(kept["id"].tolist()), step
+                theirs = dict(zip(kept["id"].tolist(), kept["p"].tolist(), strict=True))
+                assert max(abs(q - theirs[t]) for t, q in zip(ids.tolist(), probs.tolist(), strict=True)) < 1e-5
+                assert np.all(np.diff(probs) <= 0) and abs(probs.sum() - 1.0) < 1e-9
+            assert sample_rows(row[None, :], [ours])[0] == tok, step
+    finally:
+        llama_cpp.llama_sampler_free(chain)
 
 
 @pytest.mark.parametrize("scale", [0.3, 1.0, 3.0])

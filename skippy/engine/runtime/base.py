@@ -324,6 +324,12 @@ class Runtime(Protocol):
         (nothing accepted) when the sampler's grammar or constraint, with its ``logit_bias``, allows no token."""
         ...
 
+    def sample_probs(self, sampler: object, index: int) -> tuple[int, np.ndarray, np.ndarray]:
+        """:meth:`sample`, and the distribution the token was drawn from: ``(token, ids, probabilities)``,
+        the candidates the sampler's chain kept (float64 probabilities, descending; llama-server's
+        ``post_sampling_probs``). Any sampler, a :class:`~skippy.engine.sampling.vector.SeqSampler` too."""
+        ...
+
     def accept(self, sampler: object, token: int) -> None:
         """Advance ``sampler`` by a token it did not sample (a forced one), as sampling it would have."""
         ...

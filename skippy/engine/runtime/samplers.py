@@ -16,7 +16,7 @@ import numpy as np
 from skippy.engine.runtime.base import NO_TOKEN, BatchEntry, ModelMeta
 from skippy.engine.runtime.vocab import LLG_LIMITS, LlamaVocab
 from skippy.engine.sampling.params import SamplingParams
-from skippy.engine.sampling.vector import SeqSampler, sample_rows, vectorizable
+from skippy.engine.sampling.vector import SeqSampler, chain_probs, sample_rows, vectorizable
 
 if TYPE_CHECKING:
     from llguidance import LLMatcher
@@ -43,10 +43,11 @@ class LlamaSampler:
     an llguidance matcher (``constraint``), and the end-of-generation suppression of
     ``ignore_eos`` / ``min_tokens`` (token ids, numpy int array, or ``None``)."""
 
-    __slots__ = ("chain", "grammar", "matcher", "suppress", "suppress_until", "n_sampled", "stop_id")
+    __slots__ = ("chain", "grammar", "matcher", "suppress", "suppress_until", "n_sampled", "stop_id", "greedy")
 
     def __init__(self, chain: object, grammar: object | None, matcher: LLMatcher | None,
-                 suppress: np.ndarray | None, suppress_until: int, stop_id: int) -> None:
+                 suppress: np.ndarray | None, suppress_until: int, stop_id: int, greedy: bool = False) -> None:
+        self.greedy = greedy  # the chain ends in llama.cpp's greedy sampler (temperature <= 0)
         self.chain = chain
         self.grammar = grammar
         self.matcher = matcher
@@ -123,7 +124,7 @@ class SamplerMixin:
             suppress = np.array(sorted(set(eog) | params.stop_token_ids), dtype=np.int64)
             until = params.min_tokens
         stop_id = self.meta.eos_id if self.meta.eos_id in self.meta.eog_ids else (eog[0] if eog else 0)
-        return LlamaSampler(chain, grammar, matcher, suppress, until, stop_id)
+        return LlamaSampler(chain, grammar, matcher, suppress, until, stop_id, params.greedy)
 
     def _chain(self, params: SamplingParams) -> object:
         sparams = llama_cpp.llama_sampler_chain_default_params()
@@ -212,11 +213,43 @@ class SamplerMixin:
         self._check_output(index)
         if isinstance(sampler, SeqSampler):
             return sample_rows(self.logits(index)[None, :], [sampler])[0]
-        s = cast(LlamaSampler, sampler)  # new_sampler made it: a SeqSampler or a LlamaSampler
+        return self._sample_chain(cast(LlamaSampler, sampler), index)  # new_sampler made it
+
+    def sample_probs(self, sampler: object, index: int) -> tuple[int, np.ndarray, np.ndarray]:
+        """:meth:`sample`, and the distribution the token was drawn from: ``(token, ids, probabilities)``, the
+        candidates the chain kept by probability descending (llama-server's ``post_sampling_probs``): the
+        vectorized chain's :func:`~skippy.engine.sampling.vector.chain_probs`, or the softmax of the logits
+        llama.cpp's chain left (temperature applied). A greedy chain gives its token at probability 1; a
+        constraint that allows no token (:data:`NO_TOKEN`) gives no candidates."""
+        self._check_output(index)
+        if isinstance(sampler, SeqSampler):
+            row = self.logits(index)
+            ids, p = chain_probs(row, sampler)
+            return sample_rows(row[None, :], [sampler])[0], ids, p
+        s = cast(LlamaSampler, sampler)
+        kept: list[np.ndarray] = []
+        token = self._sample_chain(s, index, kept)
+        if token == NO_TOKEN:
+            return token, np.empty(0, np.intp), np.empty(0)
+        if s.greedy or not kept:  # greedy, or a finished constraint's end of generation
+            return token, np.array([token], np.intp), np.ones(1)
+        ids, logits = kept
+        with np.errstate(invalid="ignore", over="ignore"):
+            w = np.exp(logits.astype(np.float64) - logits.max())
+        w[~np.isfinite(w)] = 0.0
+        total = w.sum()
+        p = w / total if total > 0 else np.zeros(len(w))
+        order = np.argsort(-p, kind="stable")
+        return token, ids[order].astype(np.intp), p[order]
+
+    def _sample_chain(self, s: LlamaSampler, index: int, kept: list[np.ndarray] | None = None) -> int:
+        """Sample (and accept) with llama.cpp's chain, its grammar and constraint kept apart (see
+        :meth:`new_sampler`). ``kept``, when given, gets the ids and logits of the candidates the chain left
+        after its last sampler (nothing for a finished constraint's end of generation)."""
         s.n_sampled += 1
         if s.matcher is not None and s.matcher.is_stopped():  # complete: only end of generation is left
             return NO_TOKEN if s.matcher.is_error() else s.stop_id  # broken: it allowed no token
-        if s.grammar is None and s.matcher is None and s.suppressed() is None:
+        if kept is None and s.grammar is None and s.matcher is None and s.suppressed() is None:
             sampled: int = llama_cpp.llama_sampler_sample(s.chain, self._ctx, index)
             return sampled
         cand, cur = self._candidates(index)
@@ -237,6 +270,9 @@ class SamplerMixin:
                 token = int(cand["id"][cur.selected])
         if cand["logit"][cur.selected] == -np.inf:  # the grammar or constraint, with logit_bias, allows no token
             return NO_TOKEN
+        if kept is not None:
+            left = np.ctypeslib.as_array(cur.data, shape=(cur.size,)) if cur.size else cand[:0]
+            kept += [np.array(left["id"]), np.array(left["logit"])]
         if s.grammar is not None:
             llama_cpp.llama_sampler_accept(s.grammar, token)
         if s.matcher is not None:

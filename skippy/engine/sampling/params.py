@@ -52,6 +52,8 @@ class SamplingParams:
     token counts (-1 already resolved to the sequence context). ``infill``: llama.cpp's infill
     sampler runs after ``min_p`` (llama-server's ``samplers`` naming ``infill``, as code-completion
     clients do: it merges candidates that are prefixes of one another and favours ending the fill).
+    ``post_sampling_probs`` (with ``logprobs``): each token's probability and alternatives are those of the
+    distribution the chain drew it from, not of the raw logits (llama-server's field of that name).
     """
 
     temperature: float = 0.8
@@ -88,6 +90,7 @@ class SamplingParams:
     min_tokens: int = 0
     stop_token_ids: frozenset[int] = frozenset()
     infill: bool = False
+    post_sampling_probs: bool = False
 
     @property
     def greedy(self) -> bool:
@@ -227,4 +230,5 @@ def sampling_from_request(req: SamplingFields, *, n_vocab: int, logprobs: bool =
         xtc_probability=xtc_p, xtc_threshold=xtc_t, top_n_sigma=sigma,
         dynatemp_range=dyn_range, dynatemp_exponent=dyn_exp, min_keep=min_keep,
         ignore_eos=req.ignore_eos, min_tokens=min_tokens, stop_token_ids=frozenset(stop_ids),
+        post_sampling_probs=logprobs and req.post_sampling_probs,
     )

@@ -46,7 +46,7 @@ import numpy as np
 
 from skippy.engine.sampling.params import SamplingParams
 
-__all__ = ["SeqSampler", "sample_rows", "vectorizable", "mt19937_state"]
+__all__ = ["SeqSampler", "chain_probs", "sample_rows", "vectorizable", "mt19937_state"]
 
 #: Candidates for ``top_k``: the row's tokens fall into ``max(GROUPS, 8 * k)`` groups (token ``i`` in
 #: group ``i mod`` their number); the ``k``-th highest of the groups' maxima is a lower bound of the
@@ -432,6 +432,41 @@ def _head(row: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndar
 def _sample_dist(x: np.ndarray, samplers: Sequence[SeqSampler]) -> list[int]:
     """top_k -> top_p -> min_p -> temp -> dist for every row of ``x`` (see the module docstring)."""
     m = len(samplers)
+    ids2, w, n = _weights(x, samplers)
+    cum = np.cumsum(w, axis=1)
+    total = cum[np.arange(m), n - 1]
+    u = np.array([s.uniform() for s in samplers])
+    pick = cum >= (total * u)[:, None]
+    sel = np.where(pick.any(axis=1), pick.argmax(axis=1), n - 1)
+    tokens: list[int] = ids2[np.arange(m), sel].tolist()
+    return tokens
+
+
+def chain_probs(row: np.ndarray, sampler: SeqSampler) -> tuple[np.ndarray, np.ndarray]:
+    """The distribution ``sampler``'s chain draws its next token from, on the raw logits ``row`` (float32,
+    ``(n_vocab,)``, left as it was): the candidates the chain keeps, ``(ids, probabilities)``, probability
+    descending (ties by the chain's order), as llama.cpp's sampler leaves them after ``dist``
+    (llama-server's ``post_sampling_probs``). A greedy chain keeps its one token at probability 1. Does not
+    draw from the sampler's random stream nor accept anything: call it before :func:`sample_rows`."""
+    x = np.array(row, dtype=_F32)[None, :]
+    if sampler.modifies:
+        sampler.apply_modifiers(x[0])
+    if sampler.greedy:
+        return np.array([int(x[0].argmax())], dtype=np.intp), np.ones(1)
+    ids2, w, n = _weights(x, [sampler])
+    k = int(n[0])
+    ids, p = ids2[0, :k], w[0, :k]
+    total = p.sum()
+    p = p / total if total > 0 else np.full(k, 1.0 / k)
+    order = np.argsort(-p, kind="stable")
+    return ids[order], p[order]
+
+
+def _weights(x: np.ndarray, samplers: Sequence[SeqSampler]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The chain up to ``dist``'s draw for every row of ``x``: ``(ids, weights, n)``, where row ``i`` keeps its
+    first ``n[i]`` candidates ``ids[i, :n[i]]`` (in the order ``dist`` walks them) with unnormalized float64
+    weights ``weights[i]`` (``exp((logit - max) / temp)``; 0 past ``n[i]``)."""
+    m = len(samplers)
     norms: dict[int, np.float32] = {}
     cands = _candidates(x, samplers, norms)
     size = np.fromiter((len(ids) for ids, _ in cands), dtype=np.intp, count=m)
@@ -475,10 +510,4 @@ def _sample_dist(x: np.ndarray, samplers: Sequence[SeqSampler]) -> list[int]:
         lmax = np.where(is_sorted, lt[:, 0], lt.max(axis=1))
         w = np.exp(lt - lmax[:, None]).astype(np.float64)
         w[~np.isfinite(w)] = 0.0
-        cum = np.cumsum(w, axis=1)
-    total = cum[np.arange(m), n - 1]
-    u = np.array([s.uniform() for s in samplers])
-    pick = cum >= (total * u)[:, None]
-    sel = np.where(pick.any(axis=1), pick.argmax(axis=1), n - 1)
-    tokens: list[int] = ids2[np.arange(m), sel].tolist()
-    return tokens
+    return ids2, w, n

@@ -371,7 +371,8 @@ class SchedulerCore:
             samples.append(SampleTask(kv.rid, index, seq.sampler,
                                       req.params.top_logprobs if req.params.logprobs else None,
                                       req.signals or seq.window is not None, kv.draft,
-                                      backend=seq.backend and forced is None, forced=forced))
+                                      backend=seq.backend and forced is None, forced=forced,
+                                      post_probs=req.params.logprobs and req.params.post_sampling_probs))
         batch, scores = self._scores(batch)
         saves = tuple((kv.rid, kv.slot) for kv, n in batch.advance
                       if kv.checkpoint_at and kv.n_past + n == kv.checkpoint_at)

@@ -21,6 +21,7 @@ the decode thread while the scheduler's task waits (nothing here touches the sch
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -301,6 +302,15 @@ def sample_step(runtime: Runtime, tasks: Sequence[SampleTask]) -> list[TokenEven
         for j, ev in zip(rest, sample_step(runtime, [tasks[j] for j in rest]), strict=True):
             out[j] = ev
         return out
+    if any(s.post_probs for s in tasks):  # the distribution each was drawn from: row by row (rare)
+        out_p: list[TokenEvent] = [None] * n  # type: ignore[list-item]
+        rest = [j for j, s in enumerate(tasks) if not s.post_probs]
+        for j, s in enumerate(tasks):
+            if s.post_probs:
+                out_p[j] = _post_event(runtime, s)
+        for j, ev in zip(rest, sample_step(runtime, [tasks[j] for j in rest]), strict=True):
+            out_p[j] = ev
+        return out_p
     vec = [j for j, s in enumerate(tasks) if isinstance(s.sampler, SeqSampler)]
     extra = [j for j, s in enumerate(tasks) if s.top_logprobs is not None or s.signals]
     rows = runtime.output_logits([s.index for s in tasks]) if vec or extra else None
@@ -329,6 +339,28 @@ def sample_step(runtime: Runtime, tasks: Sequence[SampleTask]) -> list[TokenEven
                             top if task.top_logprobs else (), entropy if task.signals else None,
                             margin if task.signals else None)
     return out
+
+
+def _post_event(runtime: Runtime, task: SampleTask) -> TokenEvent:
+    """Sample ``task``'s token with the distribution it was drawn from (llama-server's ``post_sampling_probs``,
+    :meth:`Runtime.sample_probs`): the event's logprob is the log of the token's probability there (1 when the
+    chain kept no distribution for it, as llama-server's default), its alternatives the ``top_logprobs`` most
+    likely candidates, up to the first of probability 0 (llama-server leaves those out). Entropy and margin
+    stay those of the raw logits (the hook signals)."""
+    token, ids, p = runtime.sample_probs(task.sampler, task.index)
+    entropy = margin = None
+    if task.signals:
+        _, _, entropy, margin = row_stats(runtime.output_logits([task.index]), [token], [0], True)[0]
+    if token == NO_TOKEN:
+        return TokenEvent(token, None, (), entropy, margin)
+    hit = np.flatnonzero(ids == token)
+    prob = float(p[hit[0]]) if hit.size else 1.0
+    top: list[TopLogprob] = []
+    for t, q in zip(ids[:task.top_logprobs or 0].tolist(), p[:task.top_logprobs or 0].tolist(), strict=True):
+        if q <= 0.0:
+            break
+        top.append(TopLogprob(t, math.log(q)))
+    return TokenEvent(token, math.log(prob) if prob > 0.0 else -math.inf, tuple(top), entropy, margin)
 
 
 def row_stats(x: np.ndarray, tokens: Sequence[int], top_k: Sequence[int], signals: bool

@@ -107,9 +107,9 @@ class TopLogprob:
 class TokenEvent:
     """One sampled and accepted token.
 
-    ``logprob``/``top`` (natural log, from the raw logits) when the request asked
-    for logprobs; ``entropy``/``margin`` (nats, from the raw logits) when it asked
-    for signals or hooks.
+    ``logprob``/``top`` (natural log, from the raw logits; with ``post_sampling_probs``, of the distribution
+    the sampler chain drew the token from) when the request asked for logprobs; ``entropy``/``margin``
+    (nats, from the raw logits) when it asked for signals or hooks.
     """
 
     token: int

@@ -38,7 +38,9 @@ class SampleTask:
     (:meth:`Runtime.accept`), so a grammar follows the text the sequence really holds.
     ``backend``: llama.cpp's sampler chain picked the token in
     the decode graph (:meth:`Runtime.sampled_token`; a sequence without logprobs, signals or speculation,
-    whose slot has its chain attached).
+    whose slot has its chain attached). ``post_probs``: the logprob and alternatives are those of the
+    distribution the token was drawn from (after the sampler chain: llama-server's ``post_sampling_probs``),
+    not of the raw logits.
     """
 
     rid: int
@@ -51,6 +53,7 @@ class SampleTask:
     ends: frozenset[int] = frozenset()
     backend: bool = False
     forced: int | None = None
+    post_probs: bool = False
 
 
 @attrs.frozen

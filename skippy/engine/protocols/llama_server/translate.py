@@ -96,8 +96,16 @@ class NativeReply:
         if not self.n_probs:
             return wire.UNSET
         out = []
+        post = self.generation.request.params.post_sampling_probs
+        prob = openai_translate.probability
         for ev in tokens:
             tok = openai_translate.token_text(ev, self.generation.piece)
+            if post:
+                out.append(wire.NativeTokenProb(
+                    id=tok.id, token=tok.text, bytes=tok.bytes, prob=prob(tok.logprob),
+                    top_probs=[wire.NativeTopProb(id=alt.id, token=alt.text, bytes=alt.bytes, prob=prob(alt.logprob))
+                               for alt in tok.top]))
+                continue
             top = [wire.NativeTopProb(id=alt.id, token=alt.text, bytes=alt.bytes, logprob=alt.logprob)
                    for alt in tok.top]
             out.append(wire.NativeTokenProb(id=tok.id, token=tok.text, bytes=tok.bytes,

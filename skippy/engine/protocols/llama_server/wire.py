@@ -150,23 +150,29 @@ class GenerationSettings(WireStruct, kw_only=True):
 
 
 class NativeTopProb(WireStruct, kw_only=True):
-    """One alternative of llama-server's ``completion_probabilities[].top_logprobs``."""
+    """One alternative of llama-server's ``completion_probabilities[].top_logprobs`` (``logprob``), or of its
+    ``top_probs`` (``prob``, with ``post_sampling_probs``)."""
 
     id: int
     token: str
     bytes: list[int]
-    logprob: float
+    logprob: float | UnsetType = UNSET
+    prob: float | UnsetType = UNSET
 
 
 class NativeTokenProb(WireStruct, kw_only=True):
     """llama-server ``completion_probabilities[]`` (``n_probs`` > 0): one generated token, its natural-log
-    probability and the ``n_probs`` most likely alternatives (from the raw logits)."""
+    probability and the ``n_probs`` most likely alternatives (from the raw logits); with
+    ``post_sampling_probs``, ``prob`` and ``top_probs`` instead: its probability and the most likely
+    candidates in the distribution the sampler chain drew it from."""
 
     id: int
     token: str
     bytes: list[int]
-    logprob: float
-    top_logprobs: list[NativeTopProb]
+    logprob: float | UnsetType = UNSET
+    top_logprobs: list[NativeTopProb] | UnsetType = UNSET
+    prob: float | UnsetType = UNSET
+    top_probs: list[NativeTopProb] | UnsetType = UNSET
 
 
 class NativeCompletion(WireStruct, kw_only=True):

@@ -400,15 +400,19 @@ def counts(usage: wire.Usage | None, timings: wire.Timings | None, total_ns: int
     return out
 
 
+def _set(value: float | None | wire.UnsetType) -> float | None:
+    return None if isinstance(value, wire.UnsetType) else value
+
+
 def logprobs(lp: wire.ChatLogprobs | wire.CompletionLogprobs | None) -> list[ow.OllamaLogprob]:
     """The engine's ``logprobs`` (chat's entries, or a legacy completion's parallel lists) as Ollama's: one
     entry per token, ``token``, ``logprob``, ``bytes`` (chat's) and, where asked for, ``top_logprobs``."""
     if isinstance(lp, wire.ChatLogprobs):
         out = []
-        for t in lp.content:
-            entry = ow.OllamaLogprob(token=t.token, logprob=t.logprob, bytes=t.bytes)
+        for t in lp.content:  # OpenAI's shape (Ollama requests never ask for llama-server's post_sampling_probs)
+            entry = ow.OllamaLogprob(token=t.token, logprob=_set(t.logprob), bytes=t.bytes)
             if t.top_logprobs:
-                entry.top_logprobs = [ow.OllamaTokenLogprob(token=a.token, logprob=a.logprob, bytes=a.bytes)
+                entry.top_logprobs = [ow.OllamaTokenLogprob(token=a.token, logprob=_set(a.logprob), bytes=a.bytes)
                                       for a in t.top_logprobs]
             out.append(entry)
         return out

@@ -15,6 +15,7 @@ little-endian float32 with ``encoding_format: "base64"``).
 from __future__ import annotations
 
 import base64
+import math
 import secrets
 import time
 from collections.abc import Callable, Sequence
@@ -175,18 +176,31 @@ def token_text(ev: TokenEvent, piece: Callable[[int], bytes]) -> TokenText:
 
 
 def chat_logprobs(tokens: Sequence[TokenEvent], piece: Callable[[int], bytes], *,
-                  signals: bool = False) -> wire.ChatLogprobs:
+                  signals: bool = False, post: bool = False) -> wire.ChatLogprobs:
     """OpenAI chat ``logprobs`` for ``tokens`` (``piece``: token id -> its bytes); with ``signals`` each entry
-    also carries ``entropy`` and ``margin`` (nats, from the raw logits; skippy extension)."""
+    also carries ``entropy`` and ``margin`` (nats, from the raw logits; skippy extension). With ``post``
+    (llama-server's ``post_sampling_probs``: the events hold the log-probabilities of the distribution each
+    token was drawn from), llama-server's shape: ``id``, ``prob`` and ``top_probs``."""
     content = []
     for ev in tokens:
         tok = token_text(ev, piece)
-        top = [wire.TopLogprob(token=alt.text, logprob=alt.logprob, bytes=alt.bytes) for alt in tok.top]
-        entry = wire.ChatTokenLogprob(token=tok.text, logprob=tok.logprob, bytes=tok.bytes, top_logprobs=top)
+        if post:
+            entry = wire.ChatTokenLogprob(
+                id=tok.id, token=tok.text, bytes=tok.bytes, prob=probability(tok.logprob),
+                top_probs=[wire.TopLogprob(id=alt.id, token=alt.text, bytes=alt.bytes, prob=probability(alt.logprob))
+                           for alt in tok.top])
+        else:
+            top = [wire.TopLogprob(token=alt.text, logprob=alt.logprob, bytes=alt.bytes) for alt in tok.top]
+            entry = wire.ChatTokenLogprob(token=tok.text, logprob=tok.logprob, bytes=tok.bytes, top_logprobs=top)
         if signals:
             entry.entropy, entry.margin = ev.entropy, ev.margin
         content.append(entry)
     return wire.ChatLogprobs(content=content)
+
+
+def probability(logprob: float | None) -> float:
+    """A natural-log probability as a probability (``None``: a token nothing scored, 1 as llama-server's)."""
+    return 1.0 if logprob is None else math.exp(logprob)
 
 
 def legacy_logprobs(tokens: Sequence[TokenEvent], piece: Callable[[int], bytes],
@@ -244,7 +258,8 @@ class ChatReply:
     as ``hook_events`` on the chunk of the token that follows it (the role chunk for ``before_chat``),
     and a ``chat.completion`` lists them all. llama-server's ``timings_per_token`` puts the timings so far
     (``live``, :class:`LiveTimings`) on each item's last chunk, and ``return_progress`` sends a chunk with an
-    empty delta and ``prompt_progress`` for each prefill step the generation reports.
+    empty delta and ``prompt_progress`` for each prefill step the generation reports. The logprobs are in
+    llama-server's ``post_sampling_probs`` shape when the generation's sampling asked for it.
     """
 
     def __init__(self, model: str, generation: Generation, *, logprobs: bool = False,
@@ -257,6 +272,7 @@ class ChatReply:
         self.model = model
         self.generation = generation
         self.logprobs = logprobs
+        self.post = generation.request.params.post_sampling_probs
         self.include_usage = include_usage
         self.timings_per_token = timings_per_token
         self.return_progress = return_progress
@@ -269,7 +285,8 @@ class ChatReply:
     def _choice(self, delta: wire.ChatDelta, tokens: list[TokenEvent], finish_reason: str | None = None,
                 hook_events: list[HookReport] | None = None) -> wire.ChatChunkChoice:
         gen = self.generation
-        lp = chat_logprobs(tokens, gen.piece, signals=gen.signals) if self.logprobs and tokens else None
+        lp = chat_logprobs(tokens, gen.piece, signals=gen.signals, post=self.post) if self.logprobs and tokens \
+            else None
         stop = self.generation.stopping_word if finish_reason is not None else ""
         return wire.ChatChunkChoice(index=self.index, delta=delta, logprobs=lp, finish_reason=finish_reason,
                                     stop_reason=stop or wire.UNSET,
@@ -325,7 +342,7 @@ class ChatReply:
     def completion(self, done: Done) -> wire.ChatCompletion:
         """The whole ``chat.completion`` (non-streamed): ``logprobs`` cover every generated token."""
         gen = self.generation
-        lp = chat_logprobs(done.tokens, gen.piece, signals=gen.signals) if self.logprobs else None
+        lp = chat_logprobs(done.tokens, gen.piece, signals=gen.signals, post=self.post) if self.logprobs else None
         return wire.ChatCompletion(
             id=self.id, created=self.created, model=self.model,
             choices=[wire.ChatChoice(index=self.index, message=chat_message(done.message), logprobs=lp,

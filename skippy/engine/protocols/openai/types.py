@@ -122,6 +122,11 @@ class SamplingFields(msgspec.Struct, omit_defaults=True, kw_only=True):
     ms since arrival) before the first token: one per prefill step that leaves prompt to prefill, and one
     once the prompt is in the KV cache (llama-server's, one per batch).
 
+    ``post_sampling_probs`` (llama-server): the logprobs a request asks for (``n_probs``, chat's ``logprobs``)
+    come as probabilities (``prob``, ``top_probs``) of the distribution each token was drawn from, after the
+    sampler chain (top_k, top_p, min_p, temperature...), instead of log-probabilities of the raw logits;
+    on ``/completion``, ``/infill`` and chat (``/v1/completions`` keeps OpenAI's raw logprobs).
+
     ``lora`` (llama-server): ``[{"id": int, "scale": number}]``, the LoRA adapters (``--lora``) this
     request runs with, the others at 0; absent or empty, the server's global scales
     (:mod:`skippy.engine.lora`; a bad entry is a 400 naming ``lora.N.id`` or ``lora.N.scale``).
@@ -166,6 +171,7 @@ class SamplingFields(msgspec.Struct, omit_defaults=True, kw_only=True):
     repeat_last_n: int | None = None
     min_keep: int | None = None
     n_probs: int | None = None
+    post_sampling_probs: bool = False
     n_predict: int | None = None
     samplers: list[str] | str | None = None
     id_slot: int = -1

@@ -160,11 +160,15 @@ class PromptProgress(WireStruct, kw_only=True):
 # -- logprobs ---------------------------------------------------------------------------------------
 
 class TopLogprob(WireStruct, kw_only=True):
-    """One alternative at a position (OpenAI ``top_logprobs[]``): natural-log probability, UTF-8 bytes."""
+    """One alternative at a position (OpenAI ``top_logprobs[]``): natural-log probability, UTF-8 bytes.
+    With llama-server's ``post_sampling_probs``: ``id``, ``token``, ``bytes`` and ``prob`` (an entry of
+    ``top_probs``) instead."""
 
+    id: int | UnsetType = UNSET
     token: str
-    logprob: float
+    logprob: float | UnsetType = UNSET
     bytes: list[int]
+    prob: float | UnsetType = UNSET
 
 
 class ChatTokenLogprob(WireStruct, kw_only=True):
@@ -175,12 +179,19 @@ class ChatTokenLogprob(WireStruct, kw_only=True):
     With ``return_signals`` (skippy extension) also ``entropy`` and ``margin``
     (nats, from the raw logits: the distribution's entropy and the top-1 minus
     top-2 logit gap).
+
+    With llama-server's ``post_sampling_probs``, its shape: ``id``, ``token``, ``bytes``, ``prob`` (the
+    token's probability in the distribution the sampler chain drew it from) and ``top_probs`` (the most
+    likely candidates of that distribution), instead of ``logprob`` and ``top_logprobs``.
     """
 
+    id: int | UnsetType = UNSET
     token: str
-    logprob: float | None
+    logprob: float | None | UnsetType = UNSET
     bytes: list[int]
-    top_logprobs: list[TopLogprob]
+    top_logprobs: list[TopLogprob] | UnsetType = UNSET
+    prob: float | UnsetType = UNSET
+    top_probs: list[TopLogprob] | UnsetType = UNSET
     entropy: float | None | UnsetType = UNSET
     margin: float | None | UnsetType = UNSET
 
