@@ -49,6 +49,7 @@ def test_completion_gives_the_distribution_each_token_was_drawn_from(server: Ser
     post = complete(server, post_sampling_probs=True, **body)
     raw = complete(server, **body)
     assert post["content"] == raw["content"]  # the tokens are the chain's either way
+    assert post["generation_settings"]["post_sampling_probs"] and not raw["generation_settings"]["post_sampling_probs"]
     assert len(post["completion_probabilities"]) == post["tokens_predicted"] >= 1
     for entry in post["completion_probabilities"]:
         check_distribution(entry, 5, chain.get("top_k") or 5)

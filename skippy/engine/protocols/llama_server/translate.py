@@ -58,7 +58,7 @@ def generation_settings(params: SamplingParams, *, n_predict: int, stop: Sequenc
         max_tokens=n_predict, n_predict=n_predict, stream=stream, n_probs=n_probs, ignore_eos=ignore_eos,
         logit_bias=[[float(t), b if math.isfinite(b) else None] for t, b in params.logit_bias],
         grammar=params.grammar or "",
-        samplers=list(samplers), timings_per_token=timings_per_token)
+        samplers=list(samplers), timings_per_token=timings_per_token, post_sampling_probs=params.post_sampling_probs)
 
 
 class NativeReply:

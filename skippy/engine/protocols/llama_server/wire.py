@@ -147,6 +147,7 @@ class GenerationSettings(WireStruct, kw_only=True):
     grammar: str = ""
     samplers: list[str]
     timings_per_token: bool = False
+    post_sampling_probs: bool = False
 
 
 class NativeTopProb(WireStruct, kw_only=True):
