@@ -20,7 +20,7 @@ import attrs
 import trio
 
 from skippy.actors.base import DedicatedThread, ThreadActor
-from skippy.engine.errors import InvalidRequest
+from skippy.engine.errors import EngineClosed, InvalidRequest
 from skippy.engine.runtime.base import Vocab
 from skippy.engine.runtime.media import MARKER, BadImage, MediaPrompt, Projector, tokenize_with_images
 from skippy.engine.runtime.tokenization import Plan, TokenizationCache
@@ -87,6 +87,9 @@ class Tokenizer(ThreadActor[Tokenize | Complete | Detokenize | CheckGrammar | Ch
         self.media = media
         self.cache = cache
         self._told = False  # the cache's self-check failure was logged
+        #: set when the engine closes: the vocabulary is about to be freed with the model, so every call
+        #: raises EngineClosed from then on (a text tokenized inline would read freed memory)
+        self.closed = False
         # images are read and encoded on one long-lived thread: the encoder's OpenMP team stays with it
         # (a team per calling thread would pile up and spin beside the decode thread's), one image at a time
         self._media_thread = DedicatedThread("skippy-media", nice=MEDIA_NICE) if media is not None else None
@@ -135,6 +138,7 @@ class Tokenizer(ThreadActor[Tokenize | Complete | Detokenize | CheckGrammar | Ch
         :data:`INLINE_CHARS` characters on this thread, a longer one in a worker thread, or, through the
         cache, its pieces no earlier text had: on this thread when they hold at most :data:`INLINE_CHARS`
         characters and the cache does not check this text against its whole tokenization."""
+        self._check_open()
         if len(text) <= INLINE_CHARS:
             await trio.lowlevel.checkpoint()
             return self._tokenize(text, add_special, parse_special)
@@ -175,10 +179,15 @@ class Tokenizer(ThreadActor[Tokenize | Complete | Detokenize | CheckGrammar | Ch
         else ``param``) or a marker count that differs from the images' (naming ``param``, the request's
         field). ``encode`` off: the images are not encoded (a
         request that only counts its tokens); the decode encodes such a chunk if it ever gets one."""
+        self._check_open()
         if self._media_thread is None:
             raise InvalidRequest("this model reads text only", param=param, code="media_not_supported")
         return await self._media_thread.run_sync(self._tokenize_media, text, tuple(images), param, encode,
                                                  tuple(where))
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise EngineClosed("the engine is shutting down")
 
     async def run(self) -> None:
         try:
@@ -189,12 +198,15 @@ class Tokenizer(ThreadActor[Tokenize | Complete | Detokenize | CheckGrammar | Ch
 
     async def check_grammar(self, gbnf: str, lazy_patterns: tuple[str, ...] = ()) -> bool:
         """True when llama.cpp parses the GBNF ``gbnf`` (checked against the vocabulary)."""
+        self._check_open()
         return await self.ask(lambda r: CheckGrammar(gbnf, tuple(lazy_patterns), r))
 
     async def check_constraint(self, grammar: str) -> str:
         """``""`` when llguidance compiles ``grammar`` for the vocabulary, else its error message."""
+        self._check_open()
         return await self.ask(lambda r: CheckConstraint(grammar, r))
 
     async def detokenize(self, tokens: Sequence[int]) -> str:
         """Token ids -> text; raises ``ValueError`` for ids outside the vocabulary."""
+        self._check_open()
         return await self.ask(lambda r: Detokenize(tuple(tokens), r))

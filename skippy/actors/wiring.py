@@ -117,11 +117,11 @@ async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None,
                 body_error = exc
                 raise
             finally:
-                engine.closed = True
+                engine.closed = tokenizer.closed = True
                 nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:
-        if body_error is not None and len(group.exceptions) == 1 and group.exceptions[0] is body_error:
-            _raise_unwrapped(body_error)
+        if body_error is not None and len(group.exceptions) == 1 and _from_body(group.exceptions[0], body_error):
+            _raise_unwrapped(group.exceptions[0])
         raise
     finally:
         for client in (webhook_client, consult_client, image_client):
@@ -138,6 +138,26 @@ async def _load(config: EngineConfig) -> Runtime:
     with trio.CancelScope(shield=True):
         runtime: Runtime = await trio.to_thread.run_sync(load_runtime, config)
     return runtime
+
+
+def _from_body(exc: BaseException, body_error: BaseException) -> bool:
+    """``exc``, the one exception of the nursery's group, is what the body raised: that very exception, or,
+    for an exception group (a nursery inside the body, a ``KeyboardInterrupt`` that came through one), the
+    copy trio's cancel scope made of it (``split`` leaves its ``Cancelled`` out: a new group of the same
+    message whose leaves are all the body's)."""
+    if exc is body_error:
+        return True
+    if not (isinstance(exc, BaseExceptionGroup) and isinstance(body_error, BaseExceptionGroup)):
+        return False
+    mine = {id(leaf) for leaf in _leaves(body_error)}
+    return exc.message == body_error.message and all(id(leaf) in mine for leaf in _leaves(exc))
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions that are not groups inside ``exc`` (``exc`` itself when it is none)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
 
 
 def _raise_unwrapped(exc: BaseException) -> NoReturn:

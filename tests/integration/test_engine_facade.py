@@ -15,7 +15,8 @@ import trio
 import skippy
 from skippy import ChatCompletionRequest, CompletionRequest, EngineConfig, Message
 from skippy.actors import wiring
-from skippy.engine.errors import InvalidRequest, PermissionDenied, QueueFull
+from skippy.engine.errors import EngineClosed, InvalidRequest, PermissionDenied, QueueFull
+from skippy.engine.protocols.llama_server.types import NativeCompletionRequest
 from skippy.engine.hooks.policy import NO_ACTION, Deny
 from skippy.engine.hooks.signals import FinishInfo
 from skippy.models import ensure_model
@@ -229,6 +230,31 @@ async def test_an_exception_from_the_body_comes_out_as_itself(model: str) -> Non
     with pytest.raises(Mine):
         async with skippy.open_engine(config):
             raise Mine("the embedder's own")
+
+    # a group the body raises, and one from a nursery inside the body, come out as themselves too (trio's
+    # cancel scope hands a copy of a group on: split without its Cancelled)
+    with pytest.raises(ExceptionGroup) as group:
+        async with skippy.open_engine(config):
+            raise ExceptionGroup("mine", [Mine("one"), Mine("two")])
+    assert group.value.message == "mine" and [str(e) for e in group.value.exceptions] == ["one", "two"]
+    with pytest.raises(ExceptionGroup) as group:
+        async with skippy.open_engine(config):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(trio.sleep_forever)
+                raise Mine("in a nursery")
+    assert [type(e) for e in group.value.exceptions] == [Mine]
+
+
+async def test_a_closed_engine_refuses_every_call_that_would_tokenize(model: str) -> None:
+    # the vocabulary is freed with the model: a text tokenized after the close crashed the process (SIGSEGV)
+    async with skippy.open_engine(EngineConfig(model=model, parallel=1, n_ctx=512)) as engine:
+        pass
+    with pytest.raises(EngineClosed):
+        await engine.input_tokens(ChatCompletionRequest(messages=QUESTION))
+    with pytest.raises(EngineClosed):
+        await engine.completion_native(NativeCompletionRequest(prompt="hi"))
+    with pytest.raises(EngineClosed):
+        await engine.tokenizer.detokenize([1, 2])
 
 
 async def test_an_actor_failure_stays_in_its_group(model: str) -> None:
