@@ -16,9 +16,9 @@ import skippy
 from skippy import ChatCompletionRequest, CompletionRequest, EngineConfig, Message
 from skippy.actors import wiring
 from skippy.engine.errors import EngineClosed, InvalidRequest, PermissionDenied, QueueFull
-from skippy.engine.protocols.llama_server.types import NativeCompletionRequest
 from skippy.engine.hooks.policy import NO_ACTION, Deny
 from skippy.engine.hooks.signals import FinishInfo
+from skippy.engine.protocols.llama_server.types import NativeCompletionRequest
 from skippy.models import ensure_model
 
 QUESTION = [Message("system", "You are a helpful assistant."), Message("user", "What is the capital of France?")]
