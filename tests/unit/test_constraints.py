@@ -14,6 +14,7 @@ from skippy.engine.sampling.constraints import (
     Constraint,
     after_reasoning,
     choice_constraint,
+    close_objects,
     constraint_from_request,
     grammar_constraint,
     json_constraint,
@@ -108,6 +109,24 @@ def test_objects_with_properties_are_closed_as_llama_cpp_closes_them():
     bare = close_objects(schema, bare=True)  # vLLM disable_additional_properties: bare objects too
     assert bare["properties"]["bare"]["additionalProperties"] is False
     assert close_objects({"type": ["object", "null"]}, bare=True)["additionalProperties"] is False
+
+
+def test_all_of_branches_close_as_one_object():
+    """The branches of an allOf are one object (llama.cpp's converter merges them): closing each forbade the
+    other's keys, so the object of both required keys was refused as unsatisfiable."""
+    vocab = ByteVocab(())
+    a = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    b = {"type": "object", "properties": {"b": {"type": "boolean"}}, "required": ["b"]}
+    for schema in ({"allOf": [a, b]},  # two branches; a local $ref branch beside the holder's own property
+                   {"$defs": {"A": a}, "type": "object", "allOf": [{"$ref": "#/$defs/A"}],
+                    "properties": {"b": {"type": "boolean"}}, "required": ["b"]}):
+        g = json_constraint(schema, "response_format").grammar
+        assert vocab.accepts(g, '{"a": 1, "b": true}'), schema
+        assert not vocab.accepts(g, '{"a": 1, "b": true, "c": 2}') and not vocab.accepts(g, '{"a": 1}'), schema
+    assert close_objects({"$defs": {"A": a}, "x": {"$ref": "#/$defs/A"}})["$defs"]["A"]["additionalProperties"] \
+        is False  # a definition that stands alone stays closed
+    opened = {"allOf": [a, {**b, "additionalProperties": True}]}  # a branch that says it decides
+    assert "additionalProperties" not in close_objects(opened)
 
 
 def test_every_json_field_closes_objects_by_default():

@@ -174,29 +174,65 @@ _LIST = ("anyOf", "oneOf", "allOf", "prefixItems", "items")
 _MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 
 
-def close_objects(schema: Any, *, bare: bool = False) -> Any:
+def close_objects(schema: Any, *, bare: bool = False, root: Any = None, close: bool = True) -> Any:
     """``schema`` with ``additionalProperties: false`` added to every object schema that has ``properties``
     and leaves it unset (llama.cpp's rule, see :func:`json_constraint`); ``bare``: also to object schemas
     without ``properties`` (``"type": "object"``; vLLM ``disable_additional_properties``). Walks the
     subschemas only (``properties``' values, ``items``, ``anyOf``, ``$defs``...), so a property named
-    ``properties`` or ``type`` is not taken for a keyword. Returns a new schema; ``schema`` is unchanged."""
+    ``properties`` or ``type`` is not taken for a keyword. Returns a new schema; ``schema`` is unchanged.
+
+    The branches of an ``allOf`` describe one object together, as llama.cpp's converter merges them: they
+    stay open (a local ``$ref`` branch is inlined, so that its definition, closed where it stands alone,
+    is not closed here), and the schema that holds them is closed over all their properties at once, unless
+    one of them sets ``additionalProperties`` itself. (Closing each would forbid the others' keys, and an
+    object of two branches' required keys could never match.) ``root``: the whole schema, for ``$ref``;
+    ``close``: close this schema itself (false for an ``allOf`` branch)."""
     if not isinstance(schema, dict):
         return schema
+    root = schema if root is None else root
     out = dict(schema)
     for key in _ONE:
         if isinstance(out.get(key), dict):
-            out[key] = close_objects(out[key], bare=bare)
+            out[key] = close_objects(out[key], bare=bare, root=root)
     for key in _LIST:
         if isinstance(out.get(key), list):
-            out[key] = [close_objects(s, bare=bare) for s in out[key]]
+            if key == "allOf":
+                continue
+            out[key] = [close_objects(s, bare=bare, root=root) for s in out[key]]
     for key in _MAP:
         if isinstance(out.get(key), dict):
-            out[key] = {name: close_objects(s, bare=bare) for name, s in out[key].items()}
+            out[key] = {name: close_objects(s, bare=bare, root=root) for name, s in out[key].items()}
+    names: list[str] = list(out["properties"]) if isinstance(out.get("properties"), dict) else []
+    open_branch = False  # a branch that sets additionalProperties decides for the whole object
+    if isinstance(out.get("allOf"), list):
+        branches = [_local_ref(b, root) for b in out["allOf"]]
+        out["allOf"] = [close_objects(b, bare=bare, root=root, close=False) for b in branches]
+        for b in out["allOf"]:
+            if isinstance(b, dict):
+                open_branch = open_branch or "additionalProperties" in b
+                if isinstance(b.get("properties"), dict):
+                    names += [n for n in b["properties"] if n not in names]
     typ = out.get("type")
     is_object = typ == "object" or (isinstance(typ, list) and "object" in typ)
-    if "additionalProperties" not in out and ("properties" in out or (bare and is_object)):
+    if close and not open_branch and "additionalProperties" not in out and (names or (bare and is_object)):
+        if names and len(names) > len(out.get("properties") or {}):  # the branches' keys are this object's too
+            out["properties"] = {**{n: {} for n in names}, **(out.get("properties") or {})}
         out["additionalProperties"] = False
     return out
+
+
+def _local_ref(branch: Any, root: Any) -> Any:
+    """An ``allOf`` branch that is only a local ``{"$ref": "#/$defs/NAME"}`` (or ``#/definitions/...``) as the
+    definition it names (a copy, with the branch's other keys); any other branch as it is."""
+    if not isinstance(branch, dict) or not isinstance(branch.get("$ref"), str):
+        return branch
+    parts = branch["$ref"].split("/")
+    if len(parts) != 3 or parts[0] != "#" or parts[1] not in ("$defs", "definitions"):
+        return branch
+    target = root.get(parts[1], {}).get(parts[2]) if isinstance(root.get(parts[1]), dict) else None
+    if not isinstance(target, dict) or "$ref" in target:
+        return branch
+    return {**target, **{k: v for k, v in branch.items() if k != "$ref"}}
 
 
 def regex_constraint(pattern: Any, param: str) -> Constraint:
