@@ -57,7 +57,8 @@ Resolver = Callable[[str, int], Awaitable[list[str]]]
 
 async def resolve(host: str, port: int) -> list[str]:
     """The addresses of ``host`` for a TCP connection to ``port``, in the resolver's order (trio's
-    ``getaddrinfo``). Raises ``OSError`` (``socket.gaierror``) when it does not resolve."""
+    ``getaddrinfo``). Raises ``OSError`` (``socket.gaierror``) when it does not resolve, ``UnicodeError`` when
+    ``host`` is no host name (the IDNA codec refuses a label over 63 characters or an empty one)."""
     infos = await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM)
     return [str(info[4][0]) for info in infos]
 
@@ -163,6 +164,8 @@ class ImageFetcher:
             found = await self.resolver(host, port)
         except OSError as exc:
             raise fetch_failed(where, f"the host {target.host} does not resolve ({exc.strerror or exc})") from None
+        except UnicodeError:  # the IDNA codec's: a label over 63 characters, an empty one (a..b)
+            raise fetch_failed(where, f"the host {target.host} is not a valid host name") from None
         return check_addresses(target.host, found, where, allow_private=self.allow_private)
 
     @asynccontextmanager

@@ -14,7 +14,7 @@ import httpx
 import pytest
 import trio
 
-from skippy.actors.image_urls import ImageFetcher, image_client
+from skippy.actors.image_urls import ImageFetcher, image_client, resolve
 from skippy.engine.chat.image_urls import (
     MAX_REDIRECTS,
     address_allowed,
@@ -275,6 +275,16 @@ async def test_redirects_are_followed_three_times_each_hop_checked(fetcher, site
 async def test_failures_are_400s_naming_the_part(fetcher, url: str, code: str, fragment: str) -> None:
     err = await _refusal(fetcher, url)
     assert err.code == code and fragment in str(err), str(err)
+
+
+@pytest.mark.parametrize("host", ["a" * 64 + ".example", "a..example"])
+async def test_a_host_that_is_no_host_name_is_a_400(site, host: str) -> None:
+    # the real resolver: trio's getaddrinfo encodes the name with the IDNA codec first, which raises
+    # UnicodeError (no OSError) for a label over 63 characters or an empty one: it was a 500
+    async with image_client(httpx.MockTransport(site)) as client:
+        err = await _refusal(ImageFetcher(client, resolver=resolve), f"http://{host}/x.png")
+    assert err.code == "image_url_failed" and "not a valid host name" in str(err), str(err)
+    assert not site.requests
 
 
 async def test_reading_stops_past_the_size_limit(fetcher, site) -> None:
