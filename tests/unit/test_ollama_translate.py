@@ -155,6 +155,13 @@ def test_a_tool_messages_images_reach_the_chat_message() -> None:
         == ["messages.0.images.0"]
 
 
+def test_base64_wrapped_in_lines_is_taken_as_ollama_takes_it() -> None:
+    # `base64 photo.png` wraps at 76 columns; Ollama's Go decoder skips the line breaks
+    wrapped = "aGVsbG8gd29y\nbGQsIHRoaXMg\r\naXMgYW4gaW1h\nZ2U="
+    req, _, _ = t.chat_request(chat(messages=[{"role": "user", "content": "x", "images": [wrapped]}]))
+    assert req.messages[0].content[0].image_url["url"] == "data:image/*;base64,aGVsbG8gd29ybGQsIHRoaXMgaXMgYW4gaW1hZ2U="
+
+
 def test_images_become_image_url_parts_before_the_text() -> None:
     req, _, _ = t.chat_request(chat(messages=[{"role": "user", "content": "What is it?", "images": ["aGk=", "aGk="]}]))
     assert msgspec.to_builtins(req.messages[0].content) == [

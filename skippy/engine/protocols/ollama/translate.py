@@ -202,11 +202,14 @@ def _with_images(text: str | None, images: list[str] | None, where: str) -> str 
     """A message's ``content`` with Ollama's ``images`` (base64 strings, no ``data:`` prefix): OpenAI chat
     ``image_url`` parts with base64 data URLs, the images before the text (as Ollama's vision templates put
     them), so the chat path's checks and limits apply; ``text`` as is without images. A string that is not
-    base64 is a 400 naming ``where.k``."""
+    base64 is a 400 naming ``where.k``; line breaks in it are left out, as Ollama's Go decoder skips them
+    (``base64 photo.png`` wraps its output at 76 columns)."""
     if not images:
         return text
     parts: list[ContentPart] = []
     for k, image in enumerate(images):
+        if isinstance(image, str) and ("\n" in image or "\r" in image):
+            image = image.replace("\r", "").replace("\n", "")
         check_base64(image, f"{where}.{k}")
         parts.append(ContentPart(type="image_url", image_url={"url": "data:image/*;base64," + image}))
     return [*parts, ContentPart(type="text", text=text or "")]
