@@ -240,6 +240,22 @@ def test_embed_and_legacy_embeddings(embed_server: Server) -> None:
         body = {"model": MODEL} if empty is None else {"model": MODEL, "input": empty}
         resp = httpx.post(embed_server.base_url + "/api/embed", json=body, timeout=30)
         assert resp.status_code == 200 and resp.json()["embeddings"] == [], resp.text
+    resp = httpx.post(embed_server.base_url + "/api/embeddings", json={"model": MODEL, "prompt": ""}, timeout=30)
+    assert resp.status_code == 200 and resp.json() == {"embedding": []}, resp.text  # the legacy route's preload
+
+
+@pytest.mark.parametrize("path,text", [("/api/embed", "input"), ("/api/embeddings", "prompt")])
+def test_embed_options_are_checked_as_on_chat(embed_server: Server, path: str, text: str) -> None:
+    def post(options: dict) -> httpx.Response:
+        return httpx.post(embed_server.base_url + path, json={"model": MODEL, text: "hi", "options": options},
+                          timeout=30)
+
+    bad = post({"temperature": "x"})
+    assert bad.status_code == 400 and "temperature" in bad.json()["error"]
+    big = post({"num_ctx": 10**9})
+    assert big.status_code == 400 and "num_ctx" in big.json()["error"]
+    ok = post({"num_thread": 4, "foo": 1, "num_ctx": 512})  # none changes an embedding: named as not applied
+    assert ok.status_code == 200 and ok.headers["X-Skippy-Ignored-Fields"] == "options.num_thread, options.foo"
 
 
 def test_embed_without_embeddings_is_an_ollama_error(server: Server) -> None:

@@ -113,6 +113,15 @@ def _ignored(ctx: RequestContext, names: list[str]) -> None:
     ctx.ignored_fields.extend(f"options.{n}" for n in names)
 
 
+def _embed_options(ctx: RequestContext, options: dict[str, Any] | None) -> int | None:
+    """An embedding request's ``options``, checked as the generation routes check them (a wrong type is a
+    400 naming it); none changes an embedding, so every one but ``num_ctx`` (returned, for :func:`_check_ctx`)
+    is named in ``X-Skippy-Ignored-Fields``."""
+    _, _, num_ctx = ollama.sampling(options)
+    _ignored(ctx, [name for name, value in (options or {}).items() if value is not None and name != "num_ctx"])
+    return num_ctx
+
+
 def _check_ctx(eng: Engine, num_ctx: int | None) -> None:
     if num_ctx is not None and num_ctx > eng.meta.n_ctx_seq:
         raise InvalidRequest(f"options.num_ctx {num_ctx} is larger than this server's context of {eng.meta.n_ctx_seq} "
@@ -211,9 +220,11 @@ async def ollama_embed() -> Response:
     app, ctx = shared(), current()
     t0 = time.monotonic()
     req = await read_body(OllamaEmbedRequest, ctx)
+    num_ctx = _embed_options(ctx, req.options)
     t_load = time.monotonic()
     eng = await _engine(app, req.model, req.keep_alive)
     load_ns = _ns_since(t_load)
+    _check_ctx(eng, num_ctx)
     if not req.input:
         if eng.meta.embeddings is None:  # as the embedding itself would answer
             raise NotSupported("This server does not support embeddings. Start it with `--embeddings`",
@@ -225,10 +236,18 @@ async def ollama_embed() -> Response:
 
 
 async def ollama_embeddings() -> Response:
-    """Ollama's legacy ``POST /api/embeddings``: one ``prompt`` -> ``{"embedding": [...]}``."""
+    """Ollama's legacy ``POST /api/embeddings``: one ``prompt`` -> ``{"embedding": [...]}``; an empty ``prompt``
+    loads the model and answers ``{"embedding": []}``, as Ollama's."""
     app, ctx = shared(), current()
     req = await read_body(OllamaEmbeddingsRequest, ctx)
+    num_ctx = _embed_options(ctx, req.options)
     eng = await _engine(app, req.model, req.keep_alive)
+    _check_ctx(eng, num_ctx)
+    if not req.prompt:
+        if eng.meta.embeddings is None:  # as the embedding itself would answer
+            raise NotSupported("This server does not support embeddings. Start it with `--embeddings`",
+                               code="not_supported")
+        return json_response(OllamaEmbeddingResponse(embedding=[]))
     result = await unless_gone(app, ctx, eng.embeddings(ollama.embed_request(req)))
     vector = result.data[0].embedding if result.data else []
     return json_response(OllamaEmbeddingResponse(embedding=list(vector) if isinstance(vector, list) else []))
