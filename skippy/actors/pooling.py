@@ -163,7 +163,8 @@ class Pooling:
                                                                                parse_special=False))
                 doc = await self.tokenizer.tokenize(d, add_special=False, parse_special=False)
                 tokens = pair_tokens(fmt, query, doc)
-            inputs.append(fit_pair(tokens, i, info.n_ctx, param))
+            inputs.append(fit_pair(tokens, i, info.n_ctx, param, n_query=len(query) if fmt.template is None else 0,
+                                   query_param="query" if param == "documents" else "text_1"))
         event = await self._pool(inputs)
         assert event.vectors is not None
         return [float(v) for v in event.vectors[:, 0]], event.prompt_tokens

@@ -37,6 +37,11 @@ def test_a_pair_must_fit_the_embedding_context() -> None:
     assert "documents[4]" in exc.value.message and "10 tokens" in exc.value.message and "8 tokens" in exc.value.message
     with pytest.raises(InvalidRequest, match="no tokens"):
         fit_pair([], 0, 8, "text_2")
+    with pytest.raises(InvalidRequest) as exc:  # the query alone fills the context: the query is the error
+        fit_pair(list(range(10)), 0, 8, n_query=8)
+    assert (exc.value.param, exc.value.code) == ("query", "context_length_exceeded") and "shorten the query" in \
+        exc.value.message
+    assert fit_pair(list(range(8)), 0, 8, n_query=8) == tuple(range(8))  # no document tokens, but it fits
 
 
 def _rerank(**body) -> RerankRequest:

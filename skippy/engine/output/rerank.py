@@ -50,12 +50,18 @@ def pair_tokens(fmt: RerankFormat, query: Sequence[int], document: Sequence[int]
     return tuple(out)
 
 
-def fit_pair(tokens: Sequence[int], i: int, n_ctx: int, param: str = "documents") -> tuple[int, ...]:
+def fit_pair(tokens: Sequence[int], i: int, n_ctx: int, param: str = "documents", *, n_query: int = 0,
+             query_param: str = "query") -> tuple[int, ...]:
     """Pair ``i``'s tokens, checked against the embedding context. Raises :class:`InvalidRequest` (naming
     ``param``) for a pair of no tokens, and (``context_length_exceeded``) for one longer than ``n_ctx``:
-    llama.cpp pools a pair within one micro-batch, so it cannot be split."""
+    llama.cpp pools a pair within one micro-batch, so it cannot be split. ``n_query``: the query's own tokens
+    (0: not known apart); a query that alone fills the context is the error, naming ``query_param``."""
     if not tokens:
         raise InvalidRequest(f"pair {i} (the query and {param}[{i}]) has no tokens", param=param)
+    if len(tokens) > n_ctx and n_query >= n_ctx:
+        raise InvalidRequest(f"the query is {n_query} tokens, as long as the embedding context of {n_ctx} tokens "
+                             "or longer (--embeddings-batch): no document fits beside it; shorten the query or "
+                             "raise --embeddings-batch", param=query_param, code="context_length_exceeded")
     if len(tokens) > n_ctx:
         raise InvalidRequest(f"the query and {param}[{i}] are {len(tokens)} tokens together, longer than the "
                              f"embedding context of {n_ctx} tokens (--embeddings-batch); shorten the document or "
