@@ -265,6 +265,17 @@ def test_a_grammar_that_allows_no_token_is_a_400_and_the_others_go_on(server, pa
         assert client.get("/health").status_code == 200
 
 
+def test_a_constraint_the_engine_gives_up_on_is_a_400_naming_it(server) -> None:
+    """llguidance compiles ``a{500000}`` but its lexer reaches a limit at the first token: the answer says so,
+    names the field and does not blame the grammar for matching nothing (it was ``no_token_allowed``)."""
+    body = {"messages": [{"role": "user", "content": "a"}], "max_tokens": 4, "temperature": 0,
+            "guided_regex": "a{500000}"}
+    r = httpx.post(server.base_url + "/v1/chat/completions", json=body, timeout=120)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert (err["code"], err["param"]) == ("constraint_too_large", "guided_regex") and "too many" in err["message"]
+
+
 class Answer(pydantic.BaseModel):
     answer: int
 

@@ -266,7 +266,8 @@ class Generation:
         :class:`FinishEvent`; a :class:`Piece` with ``progress`` for a :class:`PrefillProgress`.
 
         Raises :class:`GenerationError` (500) for an ``error`` finish, :class:`InvalidRequest` (400,
-        ``no_token_allowed``) for a ``no_token`` one (the request's grammar left nothing to sample), and
+        ``no_token_allowed``) for a ``no_token`` one (the request's grammar left nothing to sample;
+        ``constraint_too_large`` when the event's ``error`` says the constraint engine gave up), and
         :class:`EngineClosed` (503) for a ``cancelled`` one that no stop string
         asked for (the engine stopped); :attr:`finish_info` says so first.
         """
@@ -307,7 +308,12 @@ class Generation:
             self.finish_info = FinishInfo(status="error", completion_tokens=n, error=ev.error)
             raise GenerationError(f"generation failed: {ev.error}")
         if ev.reason == "no_token":
-            self.finish_info = FinishInfo(status="error", completion_tokens=n, error="no token allowed")
+            self.finish_info = FinishInfo(status="error", completion_tokens=n, error=ev.error or "no token allowed")
+            if ev.error:  # the constraint itself failed: llguidance reached a limit while enforcing it
+                c = self.request.params.constraint
+                raise InvalidRequest(f"after {n} generated token(s) the constraint could not be enforced any further "
+                                     f"({ev.error}): it is too large for the constraint engine; simplify it",
+                                     param=c.param if c is not None else None, code="constraint_too_large")
             raise InvalidRequest(f"after {n} generated token(s) the grammar or schema allows no token: it matches "
                                  "nothing there, or logit_bias bans every token it allows", code="no_token_allowed")
         if self._pipeline.stopped:

@@ -334,6 +334,11 @@ class Runtime(Protocol):
         """Advance ``sampler`` by a token it did not sample (a forced one), as sampling it would have."""
         ...
 
+    def sampler_error(self, sampler: object) -> str | None:
+        """Why ``sampler``'s constraint failed, when :meth:`sample` gave :data:`NO_TOKEN` because of it (llguidance
+        reached one of its limits, say); ``None`` when its grammar simply allows nothing."""
+        ...
+
     def free_sampler(self, sampler: object) -> None: ...
 
     def set_backend_sampler(self, seq_id: int, params: SamplingParams | None) -> None:

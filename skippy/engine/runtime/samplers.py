@@ -367,6 +367,13 @@ class SamplerMixin:
                     accept(backend[seq[i]], t)
         return tokens
 
+    def sampler_error(self, sampler: object) -> str | None:
+        matcher = getattr(sampler, "matcher", None)  # a LlamaSampler's constraint
+        if matcher is None or not matcher.is_error():
+            return None
+        error = str(matcher.get_error()).replace("<non-verbose/>", "").strip()
+        return None if not error or "NoExtensionBias" in error else error  # that one: the text matches nothing
+
     def free_sampler(self, sampler: object) -> None:
         if isinstance(sampler, SeqSampler):
             return

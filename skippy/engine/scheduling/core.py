@@ -797,7 +797,7 @@ class SchedulerCore:
             forced = TokenEvent(seq.forced.popleft(), logprob=0.0 if seq.request.params.logprobs else None)
             return self._accept(seq, forced, forced=True)  # logprob 0: the forcing left no other choice
         if ev.token == NO_TOKEN:  # its grammar or constraint allows no token: nothing more can be sampled
-            return [self._finish(seq, "no_token")]
+            return [self._finish(seq, "no_token", self.runtime.sampler_error(seq.sampler))]
         if ev.token in self.runtime.meta.eog_ids or ev.token in seq.request.params.stop_token_ids:
             return [self._finish(seq, "stop")]
         if seq.window is not None and ev.entropy is not None and ev.margin is not None:  # none: non-finite logits
