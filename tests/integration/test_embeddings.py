@@ -245,6 +245,29 @@ def test_llama_servers_own_embedding_route_normalizes_as_embd_normalize_says(emb
         assert reply.status_code == 400 and reply.json()["error"]["param"] == param, reply.text
 
 
+def test_llama_servers_mixed_inputs_are_tokenized_as_it_does(embd_server: Server) -> None:
+    """llama-server's ``tokenize_input_prompts``: token ids with strings in one input, and a list of such
+    inputs beside strings; each string tokenized with special tokens parsed (they were a 400)."""
+    base = embd_server.base_url
+
+    def tokens(text: str) -> list[int]:
+        return httpx.post(base + "/tokenize", json={"content": text}, timeout=60).json()["tokens"]
+
+    def vectors(content: object) -> np.ndarray:
+        reply = httpx.post(base + "/embedding", json={"content": content, "embd_normalize": -1}, timeout=60)
+        assert reply.status_code == 200, reply.text
+        return np.array([e["embedding"][0] for e in reply.json()], dtype=np.float64)
+
+    hello, world = tokens("hello"), tokens(" world")
+    ids = vectors([hello + world])
+    assert np.abs(vectors([*hello, " world"]) - ids).max() < 1e-4  # one input of ids and text
+    both = vectors([[*hello, " world"], "x"])  # a list of inputs, mixed and plain
+    assert both.shape[0] == 2 and np.abs(both[:1] - ids).max() < 1e-4
+    assert np.abs(both[1:] - vectors("x")).max() < 1e-4
+    bad = httpx.post(base + "/embedding", json={"content": [1, [2, 3]]}, timeout=60)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "content"
+
+
 def test_without_embeddings_the_route_answers_501_as_llama_server(base_url: str) -> None:
     resp = httpx.post(base_url + "/v1/embeddings", json={"input": "hello"}, timeout=60)
     assert resp.status_code == 501

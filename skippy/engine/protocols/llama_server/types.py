@@ -154,23 +154,44 @@ class TokenizeRequest(msgspec.Struct, kw_only=True):
 
 class NativeEmbeddingRequest(msgspec.Struct, kw_only=True):
     """``POST /embedding`` (``/embeddings``, llama-server's own embeddings): ``content`` (or ``input``) in the
-    shapes of OpenAI's ``input`` (a string, strings, token ids, lists of token ids), one vector per input;
-    ``embd_normalize`` (llama.cpp ``common_embd_normalize``): -1 none, 0 max-absolute scaled to int16's range,
-    1 taxicab, 2 Euclidean (the default, as ``--embd-normalize``'s), above 2 the p-norm."""
+    shapes of OpenAI's ``input`` (a string, strings, token ids, lists of token ids), one vector per input, and
+    llama-server's mixed ones: token ids with strings in one input (``[12, "text", 34]``), and lists of those
+    beside strings; ``embd_normalize`` (llama.cpp ``common_embd_normalize``): -1 none, 0 max-absolute scaled to
+    int16's range, 1 taxicab, 2 Euclidean (the default, as ``--embd-normalize``'s), above 2 the p-norm."""
 
-    content: str | list[str | int | list[int]] | None = None
-    input: str | list[str | int | list[int]] | None = None
+    content: str | list[PromptPart | list[PromptPart]] | None = None
+    input: str | list[PromptPart | list[PromptPart]] | None = None
     embd_normalize: int = 2
     truncate: bool = False
     model: str | None = None  # several models served: whose embeddings (llama-server's router mode)
 
-    def inputs(self) -> str | list[str | int | list[int]]:
+    @property
+    def param(self) -> str:
+        """The field the inputs come from."""
+        return "content" if self.input is None else "input"
+
+    def inputs(self) -> str | list[PromptPart | list[PromptPart]]:
         """``input`` when given (llama-server reads it first), else ``content``. Raises :class:`InvalidRequest`
         (400) when neither is."""
         raw = self.input if self.input is not None else self.content
         if raw is None:
             raise InvalidRequest('"input" or "content" must be provided', param="content")
         return raw
+
+    def mixed(self) -> list[list[PromptPart]] | None:
+        """The inputs as llama-server's ``tokenize_input_prompts`` reads them, when one mixes token ids with
+        text (else ``None``: OpenAI's shapes): token ids with strings is one input; a list of strings and
+        lists is one input each."""
+        raw = self.inputs()
+        if isinstance(raw, str) or not raw:
+            return None
+        if any(isinstance(x, int) for x in raw):  # one input of ids, maybe with strings
+            if any(isinstance(x, list) for x in raw):
+                raise InvalidRequest("an input mixes token ids with nested lists", param=self.param)
+            return [list(raw)] if any(isinstance(x, str) for x in raw) else None  # type: ignore[arg-type]
+        if not any(isinstance(x, list) and any(isinstance(y, str) for y in x) for x in raw):
+            return None
+        return [list(x) if isinstance(x, list) else [x] for x in raw]
 
 
 class DetokenizeRequest(msgspec.Struct, kw_only=True):
