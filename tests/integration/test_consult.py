@@ -104,6 +104,32 @@ def test_without_hooks_there_is_no_consultation(duo: Server) -> None:
     assert "hook_events" not in reply["choices"][0] and not reply["usage"].get("injected_tokens")
 
 
+ROUTES = {  # each API's own request, its text in the API's shape
+    "/v1/messages": {"max_tokens": 8, "messages": QUESTION},
+    "/v1/responses": {"max_output_tokens": 8, "input": QUESTION[0]["content"], "store": False},
+    "/api/chat": {"messages": QUESTION, "stream": False, "options": {"num_predict": 8}},
+    "/api/generate": {"prompt": QUESTION[0]["content"], "stream": False, "options": {"num_predict": 8}},
+}
+
+
+@pytest.mark.parametrize("path", list(ROUTES))
+def test_mesh_hooks_is_read_on_every_chat_route(duo: Server, path: str) -> None:
+    """``mesh_hooks`` was read on OpenAI chat only: ``true`` elsewhere was dropped (no consultation), and
+    ``false`` with ``model: "auto"`` (which turns the hooks on) was dropped too: the user's message went to the
+    peer after the client opted out."""
+    def consultations() -> float:
+        return sum(v for k, v in read_metrics(duo.base_url).items() if k.startswith("skippy:consultations_total"))
+
+    auto = "smollm2" if path.startswith("/api/") else "auto"  # Ollama's routes route no "auto" model
+    for model, hooks, asked in (("smollm2", True, 1), (auto, False, 0), ("smollm2", None, 0)):
+        before = consultations()
+        body = {**ROUTES[path], "model": model, **({} if hooks is None else {"mesh_hooks": hooks})}
+        r = httpx.post(duo.base_url + path, json=body, timeout=120)
+        assert r.status_code == 200, r.text
+        assert "mesh_hooks" not in r.headers.get("X-Skippy-Ignored-Fields", "")
+        assert consultations() - before == asked, (model, hooks)
+
+
 def test_the_peer_itself_is_not_consulted_for_its_own_requests(duo: Server) -> None:
     """Gemma's --consult names Gemma: the peer order leaves it out, so nothing is asked."""
     reply = _chat(duo, model=GEMMA)

@@ -514,6 +514,7 @@ def to_chat_request(req: at.CountTokensRequest) -> ChatCompletionRequest:
             raise InvalidRequest(f"stop_sequences: at most {MAX_STOP_SEQUENCES} are allowed, got {len(stops)}",
                                  param="stop_sequences")
         fields.update(max_tokens=req.max_tokens, stop=list(stops) if stops else None, temperature=req.temperature,
+                      mesh_hooks=req.mesh_hooks,
                       top_p=req.top_p, top_k=req.top_k, stream=req.stream,
                       stream_options=StreamOptions(include_usage=True) if req.stream else None,
                       user=req.metadata.user_id if req.metadata is not None else None)

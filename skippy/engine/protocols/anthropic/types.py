@@ -217,10 +217,13 @@ class MessagesRequest(CountTokensRequest, kw_only=True, omit_defaults=True):
     ``metadata.user_id`` becomes OpenAI's ``user`` (the hook policy sees it). ``thread`` (the message-threads
     beta: the server keeps the conversation, a turn sends only its new messages) is refused with Anthropic's
     ``thread_unsupported_request``, on which the SDKs' threads and tool runner go on without one.
+    ``mesh_hooks`` (skippy's, as on chat): run the hook policy and consultation for this request (``false``
+    keeps them off, with ``model: "auto"`` and ``--hooks-default-on`` too).
     """
 
     max_tokens: int
     thread: Any = None
+    mesh_hooks: bool | None = None
     stop_sequences: list[str] | None = None
     temperature: float | None = None
     top_p: float | None = None

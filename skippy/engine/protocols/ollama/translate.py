@@ -277,7 +277,7 @@ def chat_request(req: ot.OllamaChatRequest) -> tuple[ChatCompletionRequest, list
         stream=req.stream,
         stream_options=StreamOptions(include_usage=True) if req.stream else None,
         response_format=_format(req.format), enable_thinking=enable, reasoning_effort=effort,
-        **_logprobs(req, legacy=False), **fields)
+        mesh_hooks=req.mesh_hooks, **_logprobs(req, legacy=False), **fields)
     return chat, ignored, num_ctx
 
 
@@ -308,7 +308,7 @@ def generate_request(req: ot.OllamaGenerateRequest) -> tuple[ChatCompletionReque
         model=req.model, messages=messages, stream=req.stream,
         stream_options=StreamOptions(include_usage=True) if req.stream else None,
         response_format=_format(req.format), enable_thinking=enable, reasoning_effort=effort,
-        **_logprobs(req, legacy=False), **fields)
+        mesh_hooks=req.mesh_hooks, **_logprobs(req, legacy=False), **fields)
     return chat, ignored, num_ctx
 
 

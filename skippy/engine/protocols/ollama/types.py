@@ -45,7 +45,9 @@ class OllamaMessage(msgspec.Struct, omit_defaults=True):
 
 class _Generation(msgspec.Struct, kw_only=True, omit_defaults=True):
     """What both generation routes take. ``logprobs``: each generated token's log probability in the reply;
-    ``top_logprobs`` (0-20): that many alternatives at each position too (Ollama 0.12.11's fields)."""
+    ``top_logprobs`` (0-20): that many alternatives at each position too (Ollama 0.12.11's fields).
+    ``mesh_hooks`` (skippy's, as on OpenAI chat): run the hook policy and consultation for this request
+    (``false`` keeps them off, with ``model: "auto"`` and ``--hooks-default-on`` too)."""
 
     model: str
     stream: bool = True
@@ -55,6 +57,7 @@ class _Generation(msgspec.Struct, kw_only=True, omit_defaults=True):
     keep_alive: str | int | float | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
+    mesh_hooks: bool | None = None
 
 
 class OllamaChatRequest(_Generation, kw_only=True):

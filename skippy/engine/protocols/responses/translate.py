@@ -350,7 +350,7 @@ def prepare(req: ResponsesRequest, previous: StoredResponse | None, *, model: st
             user=req.user, response_format=_response_format(req.text), tools=chat_tool_list, tool_choice=tool_choice,
             parallel_tool_calls=req.parallel_tool_calls,
             reasoning_effort=req.reasoning.effort if req.reasoning is not None else None,
-            prompt_cache_key=req.prompt_cache_key)
+            prompt_cache_key=req.prompt_cache_key, mesh_hooks=req.mesh_hooks)
     except EngineError as exc:
         raise rename_params(names.rename(exc), tools.params) from None
     return Turn(request=req, id=response_id or new_id("resp"),

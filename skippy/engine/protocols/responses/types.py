@@ -126,7 +126,9 @@ class ResponsesRequest(msgspec.Struct, omit_defaults=True, kw_only=True):
     ``queued`` response at once, generation goes on in the server, ``GET /v1/responses/{id}`` shows it
     ``completed`` when done and ``POST /v1/responses/{id}/cancel`` stops it. ``conversation`` (OpenAI's
     Conversations API: an id, or ``{"id": ...}``) is declared only to be refused (400): this server has no
-    Conversations API, and ignoring it would lose the conversation's context.
+    Conversations API, and ignoring it would lose the conversation's context. ``mesh_hooks`` (skippy's, as
+    on chat): run the hook policy and consultation for this turn (``false`` keeps them off, with
+    ``model: "auto"`` and ``--hooks-default-on`` too).
     """
 
     model: str | None = None
@@ -149,4 +151,5 @@ class ResponsesRequest(msgspec.Struct, omit_defaults=True, kw_only=True):
     prompt_cache_key: str | None = None
     user: str | None = None
     background: bool | None = None
+    mesh_hooks: bool | None = None
     conversation: str | dict[str, Any] | None = None
