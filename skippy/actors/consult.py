@@ -164,6 +164,12 @@ class RemotePeer:
     """
 
     def __init__(self, base: str, client: httpx.AsyncClient) -> None:
+        url = httpx.URL(base)
+        # credentials in the URL (http://user:password@host) go as Basic auth, never in a URL: the peer's name
+        # (hook events, metrics, logs, the note's fallback name) and the requests' URLs (httpx logs them) hold none
+        self._auth = httpx.BasicAuth(url.username, url.password) if url.userinfo else None
+        if url.userinfo:
+            base = str(url.copy_with(userinfo=b""))
         self.name = base
         root = base.rstrip("/")
         self.v1 = root if root.endswith("/v1") else root + "/v1"
@@ -186,7 +192,7 @@ class RemotePeer:
             return
         self._probed = True
         try:
-            resp = await self._client.get(self.v1 + "/models")
+            resp = await self._client.get(self.v1 + "/models", auth=self._auth or httpx.USE_CLIENT_DEFAULT)
             resp.raise_for_status()
             first = resp.json()["data"][0]
         except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
@@ -206,7 +212,7 @@ class RemotePeer:
         if self._vision is None:
             root = self.v1[:-len("/v1")]
             try:
-                resp = await self._client.get(root + "/props")
+                resp = await self._client.get(root + "/props", auth=self._auth or httpx.USE_CLIENT_DEFAULT)
                 resp.raise_for_status()
                 modalities = resp.json().get("modalities")
             except (httpx.HTTPError, ValueError, AttributeError):
@@ -223,7 +229,7 @@ class RemotePeer:
         body.update(mesh_hooks=False, stream=False)
         if self._listed is not None:
             body["model"] = self._listed
-        resp = await self._client.post(self.url, json=body)
+        resp = await self._client.post(self.url, json=body, auth=self._auth or httpx.USE_CLIENT_DEFAULT)
         resp.raise_for_status()
         try:
             data = resp.json()

@@ -366,6 +366,28 @@ async def test_a_remote_peer_reads_its_model_and_size_then_posts_without_hooks()
     assert peer.info().size == 7_000_000_000 and peer.info().model == "big-model"
 
 
+async def test_credentials_in_a_peer_url_go_as_basic_auth_and_never_into_its_name_or_urls() -> None:
+    import httpx
+
+    from skippy.actors.consult import RemotePeer
+
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.url.path == "/v1/models":
+            return httpx.Response(200, json={"data": [{"id": "big-model"}]})
+        return httpx.Response(200, json={"choices": [{"message": {"content": "Lima."}}]})  # names no model
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        peer = RemotePeer("http://alice:s3cret@h:1/v1", client)
+        assert peer.name == "http://h:1/v1" and peer.url == "http://h:1/v1/chat/completions"
+        await peer.ask(consultation_request(QUESTION, RULES))
+    basic = "Basic " + __import__("base64").b64encode(b"alice:s3cret").decode()
+    assert seen and all(r.headers["Authorization"] == basic for r in seen)
+    assert not any("s3cret" in str(r.url) for r in seen)
+
+
 async def test_a_remote_peer_serving_the_askers_own_model_is_left_out_from_the_first_consultation() -> None:
     import httpx
 
