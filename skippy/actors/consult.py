@@ -79,6 +79,8 @@ class LocalModels(Protocol):
 
     def use(self, name: str | None = None) -> AbstractAsyncContextManager[Engine]: ...
 
+    def could_load(self, name: str) -> bool: ...
+
 
 class Peer(Protocol):
     """A model to consult: ``name`` (as ``--consult`` gave it), its :class:`PeerStats`, what the peer
@@ -123,7 +125,12 @@ class LocalPeer:
         (``priority`` -1: the asker's slot waits on it). Raises :class:`PeerBusy` when every slot there holds a
         sequence parked on its own hook, at once or as soon as it happens while the consultation waits for a
         slot: none can free its slot before its verdict, which may be waiting on this very consultation (two
-        models that consult each other, under load)."""
+        models that consult each other, under load); and at once when the model is not loaded and
+        ``--max-loaded`` leaves no room for it but the end of running requests (the asker's among them: the
+        load would wait for the consultation it serves)."""
+        if not self._models.could_load(self.model_id):
+            raise PeerBusy(f"{self.model_id} is not loaded, and --max-loaded leaves no room for it beside the "
+                           "models in use")
         async with self._models.use(self.model_id) as engine:
             def stuck() -> bool:
                 stats = engine.scheduler.stats()

@@ -319,6 +319,11 @@ class ModelPool:
         finally:
             lease.release()
 
+    def could_load(self, name: str) -> bool:
+        """``name`` (an id) is resident or loads without waiting for a model in use
+        (:meth:`~skippy.engine.residency.Residency.could_load`)."""
+        return self.residency.could_load(name)
+
     def unload(self, name: str) -> None:
         """Unload ``name`` once its running requests end; a model still loading, once loaded and its waiting
         requests are served (no-op when it is not loaded or loading)."""

@@ -124,6 +124,17 @@ class Residency:
         self._queued += 1
         m.state, m.error, m.draining, m.admitted, m.queued = LOADING, None, False, False, self._queued
 
+    def could_load(self, name: str) -> bool:
+        """Whether ``name`` holds memory already or could load without waiting for a model in use: there is
+        room, or an idle model (no request holds it) can be unloaded for it. False when only the end of
+        running requests would make room (a request that waits on ``name`` itself, say a consultation of it
+        by a loaded model, would then wait for its own end)."""
+        m = self.models[name]
+        if m.holds_memory or self.max_loaded <= 0:
+            return True
+        holding = [x for x in self.models.values() if x.holds_memory]
+        return len(holding) < self.max_loaded or any(x.users == 0 for x in holding if x.name != name)
+
     def room(self, name: str) -> tuple[bool, str | None]:
         """May the loading model ``name`` read its weights now? ``(True, None)`` admits it (it then holds
         memory until it is unloaded or fails).

@@ -51,6 +51,20 @@ def test_an_idle_model_is_unloaded_before_one_with_requests() -> None:
     assert res.room("c") == (False, "b")
 
 
+def test_could_load_says_whether_a_load_waits_only_for_running_requests() -> None:
+    """A consultation of an unloaded model by a loaded one (``--max-loaded 1``): the load would wait for the
+    asking model's request to end, which waits for the consultation, so the peer answers busy at once."""
+    res = Residency(["a", "b", "c"], max_loaded=2)
+    assert res.could_load("a")  # room
+    _load(res, "a", 1.0)
+    assert res.could_load("a") and res.could_load("b")  # resident; room for one more
+    _load(res, "b", 2.0)
+    assert res.could_load("c")  # a and b idle: one is unloaded for it
+    assert res.reserve("a", 3.0) and res.reserve("b", 3.0)
+    assert not res.could_load("c") and res.could_load("a")  # both in use: only their ends make room
+    assert Residency(["a", "b"]).could_load("b")  # no bound
+
+
 def test_a_model_in_use_is_drained_after_its_requests() -> None:
     res = Residency(["a", "b"], max_loaded=1)
     _load(res, "a", 1.0)
