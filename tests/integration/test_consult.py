@@ -130,6 +130,19 @@ def test_mesh_hooks_is_read_on_every_chat_route(duo: Server, path: str) -> None:
         assert consultations() - before == asked, (model, hooks)
 
 
+def test_a_peer_that_cannot_load_beside_the_asker_is_busy_at_once(tmp_path: Path) -> None:
+    """``--max-loaded 1``: loading the peer would unload the asking model, which waits for the request that
+    waits on the consultation; each consultation waited out ``--consult-timeout`` and the models swapped."""
+    with Server(["--model", "smollm2", "--model", GEMMA, "--consult", GEMMA, "--max-loaded", "1",
+                 "--consult-timeout", "30", *ARGS], tmp_path / "server.log") as srv:
+        t0 = time.monotonic()
+        [event] = _consults(_chat(srv, model="smollm2")["choices"][0])
+        assert (event["consult"]["outcome"], event["consult"]["error"]) == ("error", "busy"), event
+        assert time.monotonic() - t0 < 20
+        states = {m["id"]: m["status"]["value"] for m in httpx.get(srv.base_url + "/v1/models", timeout=10).json()["data"]}
+        assert (states["SmolLM2-135M-Instruct"], states[GEMMA]) == ("loaded", "unloaded"), states
+
+
 def test_the_peer_itself_is_not_consulted_for_its_own_requests(duo: Server) -> None:
     """Gemma's --consult names Gemma: the peer order leaves it out, so nothing is asked."""
     reply = _chat(duo, model=GEMMA)
