@@ -139,7 +139,8 @@ def test_a_peer_that_cannot_load_beside_the_asker_is_busy_at_once(tmp_path: Path
         [event] = _consults(_chat(srv, model="smollm2")["choices"][0])
         assert (event["consult"]["outcome"], event["consult"]["error"]) == ("error", "busy"), event
         assert time.monotonic() - t0 < 20
-        states = {m["id"]: m["status"]["value"] for m in httpx.get(srv.base_url + "/v1/models", timeout=10).json()["data"]}
+        listed = httpx.get(srv.base_url + "/v1/models", timeout=10).json()["data"]
+        states = {m["id"]: m["status"]["value"] for m in listed}
         assert (states["SmolLM2-135M-Instruct"], states[GEMMA]) == ("loaded", "unloaded"), states
 
 
