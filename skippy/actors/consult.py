@@ -31,7 +31,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -170,11 +170,20 @@ class RemotePeer:
     without that route is asked without a ``model``.
     """
 
-    def __init__(self, base: str, client: httpx.AsyncClient) -> None:
+    def __init__(self, base: str, client: httpx.AsyncClient, api_key: str | None = None) -> None:
         url = httpx.URL(base)
         # credentials in the URL (http://user:password@host) go as Basic auth, never in a URL: the peer's name
-        # (hook events, metrics, logs, the note's fallback name) and the requests' URLs (httpx logs them) hold none
-        self._auth = httpx.BasicAuth(url.username, url.password) if url.userinfo else None
+        # (hook events, metrics, logs, the note's fallback name) and the requests' URLs (httpx logs them) hold
+        # none; else the API key, if any, as a bearer token (--consult-api-key)
+        self._auth: httpx.Auth | Callable[[httpx.Request], httpx.Request] | None = None
+        if url.userinfo:
+            self._auth = httpx.BasicAuth(url.username, url.password)
+        elif api_key:
+            def bearer(request: httpx.Request) -> httpx.Request:
+                request.headers["Authorization"] = f"Bearer {api_key}"
+                return request
+
+            self._auth = bearer
         if url.userinfo:
             base = str(url.copy_with(userinfo=b""))
         self.name = base
@@ -469,7 +478,7 @@ def build_consult(config: EngineConfig, models: LocalModels | None) -> tuple[Con
         if is_url(peer):
             if client is None:
                 client = httpx.AsyncClient(timeout=config.consult_timeout + 1.0, trust_env=False)
-            peers.append(RemotePeer(peer, client))
+            peers.append(RemotePeer(peer, client, config.consult_api_key))
             continue
         if models is None:
             log.warning("--consult %s: no other models here (an engine outside a pool); left out", peer)

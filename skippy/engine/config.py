@@ -54,20 +54,21 @@ class SettingInfo:
 
 def setting(default: Any = attrs.NOTHING, *, help: str, check: Any, factory: Any = None, flag: bool = True,
             metavar: str | None = None, show_default: bool | str = True, converter: Any = None,
-            aliases: tuple[str, ...] = (), multiple: bool = False) -> Any:
+            aliases: tuple[str, ...] = (), multiple: bool = False, secret: bool = False) -> Any:
     """An attrs field for a setting: ``default`` (or ``factory``), validator ``check``, ``help`` in metadata.
 
     ``check`` is one of :class:`IntRange`, :class:`FloatRange`,
     :class:`OneOf`, :class:`IsBool`, :class:`IsText` or another attrs
     validator; the first five are the ones ``skippy serve`` turns into click
     types. ``flag``, ``metavar``, ``show_default``, ``aliases`` and ``multiple`` go to
-    :class:`SettingInfo`.
+    :class:`SettingInfo`. ``secret``: the value stays out of the config's ``repr`` (a key).
     """
     info = SettingInfo(help=help, flag=flag, metavar=metavar, show_default=show_default, aliases=aliases,
                        multiple=multiple)
     if factory is not None:
         default = attrs.Factory(factory)
-    return attrs.field(default=default, validator=check, converter=converter, metadata={SETTING: info})
+    return attrs.field(default=default, validator=check, converter=converter, metadata={SETTING: info},
+                       repr=not secret)
 
 
 #: the class of ``attrs.Factory(...)``, for ``isinstance`` on a field's default (attrs' stubs declare
@@ -826,6 +827,11 @@ class EngineConfig:
                                           "without a note. With --consult the hook timeout is at least this + 1 s.")
     consult_max_tokens: int = setting(200, check=IntRange(1, 8192),
                                       help="max_tokens of a consultation request (the peer's answer).")
+    consult_api_key: str | None = setting(None, check=IsText(), metavar="KEY", show_default=False, secret=True,
+                                          help="API key sent to the --consult peers given by URL (Authorization: "
+                                               "Bearer KEY), for a peer served with an API key (another skippy or "
+                                               "llama-server with --api-key, vLLM, a hosted API). A peer URL with "
+                                               "user:password@ takes those as Basic auth instead.")
     consult_max_chars: int = setting(512, check=IntRange(16, 65536),
                                      help="Characters of a peer's answer injected at most (cut at a sentence or "
                                           "word boundary).")

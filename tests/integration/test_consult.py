@@ -192,6 +192,21 @@ def pair(tmp_path_factory: pytest.TempPathFactory):
         yield a, b, a_url, b_url
 
 
+def test_a_peer_behind_an_api_key_is_asked_with_consult_api_key(tmp_path: Path) -> None:
+    """A skippy served with ``--api-key`` answers the consultation that sends the key as a bearer token, and
+    refuses the one that does not (401: the model goes on without a note)."""
+    pb = free_port()
+    peer = f"http://127.0.0.1:{pb}"
+    with Server(["--model", GEMMA, "--api-key", "peer-key", *ARGS], tmp_path / "peer.log", port=pb):
+        with Server(["--consult", peer, "--consult-api-key", "peer-key", *ARGS], tmp_path / "a.log") as a:
+            [event] = _consults(_chat(a)["choices"][0])
+            assert event["consult"]["outcome"] == "answered" and event["action"] == "inject", event
+            assert "peer-key" not in a.log()
+        with Server(["--consult", peer, *ARGS], tmp_path / "b.log") as b:
+            [event] = _consults(_chat(b)["choices"][0])
+            assert (event["consult"]["outcome"], event["consult"]["error"]) == ("error", "http_401"), event
+
+
 def test_a_remote_skippy_answers(pair) -> None:
     a, b, _, b_url = pair
     choice = _chat(a)["choices"][0]

@@ -388,6 +388,29 @@ async def test_credentials_in_a_peer_url_go_as_basic_auth_and_never_into_its_nam
     assert not any("s3cret" in str(r.url) for r in seen)
 
 
+async def test_consult_api_key_goes_as_a_bearer_token_and_stays_out_of_the_configs_repr() -> None:
+    import httpx
+
+    from skippy.actors.consult import build_consult
+
+    config = EngineConfig(model="m.gguf", consult=("http://h:1", "http://u:p@h:2"), consult_api_key="k3y")
+    assert "k3y" not in repr(config)
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"data": [{"id": "m"}], "choices": [{"message": {"content": "Lima."}}]})
+
+    policy, client = build_consult(config, None)
+    assert client is not None
+    client._transport = httpx.MockTransport(handler)  # the policy's own client, its transport swapped
+    async with client:
+        for peer in policy.peers:
+            await peer.ask(consultation_request(QUESTION, RULES))
+    auth = {r.url.port: r.headers.get("Authorization") for r in seen}
+    assert auth == {1: "Bearer k3y", 2: "Basic " + __import__("base64").b64encode(b"u:p").decode()}
+
+
 async def test_a_remote_peer_serving_the_askers_own_model_is_left_out_from_the_first_consultation() -> None:
     import httpx
 
