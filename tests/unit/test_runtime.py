@@ -607,6 +607,32 @@ def test_every_extended_sampler_builds_and_samples(rt, extra):
     assert out and all(0 <= t < rt.meta.n_vocab for t in out)
 
 
+@pytest.mark.parametrize("extra", [
+    {"mirostat": 2}, {"typical_p": 0.5}, {"xtc_probability": 1.0, "xtc_threshold": 0.05},
+    {"top_n_sigma": 1.0}, {"dynatemp_range": 0.5}, {"dry_multiplier": 1.0, "dry_penalty_last_n": 64},
+])
+def test_sampling_with_the_distribution_picks_the_tokens_llama_cpp_samples(rt, extra):
+    """``sample_probs`` applies llama.cpp's chain to the runtime's own candidate array (as a grammar, a
+    constraint or suppression do), ``sample`` calls ``llama_sampler_sample``: the same tokens. XTC moves the
+    array's data pointer past the candidates it drops; the token was read from the array's start (a dropped
+    one, the very token XTC excludes)."""
+    prompt = tok(rt, "The capital of France is")
+    runs = []
+    for probs in (False, True):
+        s = rt.new_sampler(SamplingParams(temperature=0.9, seed=5, **extra))
+        idx, pos, out = prefill(rt, prompt), len(prompt), []
+        try:
+            for _ in range(8):
+                t = rt.sample_probs(s, idx)[0] if probs else rt.sample(s, idx)
+                out.append(t)
+                rt.decode([BatchEntry(t, pos, 0, True)])
+                pos, idx = pos + 1, 0
+        finally:
+            rt.free_sampler(s)
+        runs.append(out)
+    assert runs[0] == runs[1]
+
+
 def test_dry_changes_a_repetitive_greedy_continuation(rt):
     prompt = tok(rt, "The capital of France is")
     outs = []

@@ -256,7 +256,7 @@ class SamplerMixin:
         if self._mask(s, cand["logit"]):
             return NO_TOKEN
         llama_cpp.llama_sampler_apply(s.chain, ctypes.byref(cur))
-        token = int(cand["id"][cur.selected])
+        token = int(cur.data[cur.selected].id)  # from cur.data: a sampler may move it past dropped candidates (XTC)
         if s.grammar is not None:
             one = llama_cpp.llama_token_data(id=token, logit=1.0, p=0.0)
             single = llama_cpp.llama_token_data_array(data=ctypes.pointer(one), size=1, selected=-1, sorted=False)
@@ -267,8 +267,8 @@ class SamplerMixin:
                 if self._mask(s, cand["logit"]):
                     return NO_TOKEN
                 llama_cpp.llama_sampler_apply(s.chain, ctypes.byref(cur))
-                token = int(cand["id"][cur.selected])
-        if cand["logit"][cur.selected] == -np.inf:  # the grammar or constraint, with logit_bias, allows no token
+                token = int(cur.data[cur.selected].id)
+        if cur.data[cur.selected].logit == -np.inf:  # the grammar or constraint, with logit_bias, allows no token
             return NO_TOKEN
         if kept is not None:
             left = np.ctypeslib.as_array(cur.data, shape=(cur.size,)) if cur.size else cand[:0]
