@@ -436,7 +436,8 @@ class Engine:
                                  parser=ContentParser(), early_stop=limits if limits.active else None, options=shared)
                 settings = generation_settings(seeded, n_predict=n_predict, stop=stops, stream=req.stream,
                                                n_probs=n_probs, samplers=samplers,
-                                               timings_per_token=req.timings_per_token, ignore_eos=req.ignore_eos)
+                                               timings_per_token=req.timings_per_token, ignore_eos=req.ignore_eos,
+                                               post_sampling_probs=req.post_sampling_probs)
                 replies.append(NativeReply(
                     self.reply_model(req.model), gen, prompt_text=prompt_text, settings=settings, index=len(gens),
                     return_tokens=req.return_tokens, n_probs=n_probs, timings_per_token=req.timings_per_token,

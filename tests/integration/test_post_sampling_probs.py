@@ -59,6 +59,11 @@ def test_completion_gives_the_distribution_each_token_was_drawn_from(server: Ser
         assert all(t["token"].startswith(" ") for t in first)
 
 
+def test_generation_settings_echo_the_field_as_sent(server: Server) -> None:
+    got = complete(server, temperature=0, n_probs=0, post_sampling_probs=True)  # no probabilities asked
+    assert got["generation_settings"]["post_sampling_probs"] is True and "completion_probabilities" not in got
+
+
 def test_greedy_draws_its_token_with_probability_one(server: Server) -> None:
     got = complete(server, temperature=0, n_probs=3, post_sampling_probs=True, return_tokens=True)
     assert [e["id"] for e in got["completion_probabilities"]] == got["tokens"]

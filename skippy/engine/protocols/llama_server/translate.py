@@ -43,8 +43,10 @@ DEFAULT_SAMPLERS = ("penalties", "top_k", "top_p", "min_p", "temperature")
 
 def generation_settings(params: SamplingParams, *, n_predict: int, stop: Sequence[str] = (), stream: bool = False,
                         n_probs: int = 0, samplers: Sequence[str] = DEFAULT_SAMPLERS,
-                        timings_per_token: bool = False, ignore_eos: bool = False) -> wire.GenerationSettings:
-    """llama-server's ``generation_settings`` for ``params`` (``n_predict`` -1: until the context is full)."""
+                        timings_per_token: bool = False, ignore_eos: bool = False,
+                        post_sampling_probs: bool | None = None) -> wire.GenerationSettings:
+    """llama-server's ``generation_settings`` for ``params`` (``n_predict`` -1: until the context is full;
+    ``post_sampling_probs``: the request's, which ``params`` leaves off where no probabilities are asked)."""
     return wire.GenerationSettings(
         seed=params.seed, temperature=params.temperature, top_k=params.top_k, top_p=params.top_p,
         min_p=params.min_p, repeat_last_n=params.penalty_last_n, repeat_penalty=params.repeat_penalty,
@@ -58,7 +60,8 @@ def generation_settings(params: SamplingParams, *, n_predict: int, stop: Sequenc
         max_tokens=n_predict, n_predict=n_predict, stream=stream, n_probs=n_probs, ignore_eos=ignore_eos,
         logit_bias=[[float(t), b if math.isfinite(b) else None] for t, b in params.logit_bias],
         grammar=params.grammar or "",
-        samplers=list(samplers), timings_per_token=timings_per_token, post_sampling_probs=params.post_sampling_probs)
+        samplers=list(samplers), timings_per_token=timings_per_token,
+        post_sampling_probs=params.post_sampling_probs if post_sampling_probs is None else post_sampling_probs)
 
 
 class NativeReply:
