@@ -264,6 +264,8 @@ def test_llama_servers_mixed_inputs_are_tokenized_as_it_does(embd_server: Server
     both = vectors([[*hello, " world"], "x"])  # a list of inputs, mixed and plain
     assert both.shape[0] == 2 and np.abs(both[:1] - ids).max() < 1e-4
     assert np.abs(both[1:] - vectors("x")).max() < 1e-4
+    ids_beside_text = vectors(["x", hello + world])  # a string and a list of ids: one input each
+    assert ids_beside_text.shape[0] == 2 and np.abs(ids_beside_text[1:] - ids).max() < 1e-4
     bad = httpx.post(base + "/embedding", json={"content": [1, [2, 3]]}, timeout=60)
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "content"
 

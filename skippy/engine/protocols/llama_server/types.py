@@ -189,8 +189,9 @@ class NativeEmbeddingRequest(msgspec.Struct, kw_only=True):
             if any(isinstance(x, list) for x in raw):
                 raise InvalidRequest("an input mixes token ids with nested lists", param=self.param)
             return [list(raw)] if any(isinstance(x, str) for x in raw) else None  # type: ignore[arg-type]
-        if not any(isinstance(x, list) and any(isinstance(y, str) for y in x) for x in raw):
-            return None
+        lists = [x for x in raw if isinstance(x, list)]
+        if not any(isinstance(y, str) for x in lists for y in x) and (not lists or len(lists) == len(raw)):
+            return None  # strings only, or lists of ids only: OpenAI's shapes
         return [list(x) if isinstance(x, list) else [x] for x in raw]
 
 
