@@ -120,8 +120,10 @@ async def open_engine(config: EngineConfig, *, runtime: Runtime | None = None,
                 engine.closed = tokenizer.closed = True
                 nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:
-        if body_error is not None and len(group.exceptions) == 1 and _from_body(group.exceptions[0], body_error):
-            _raise_unwrapped(group.exceptions[0])
+        mine = _from_body(group.exceptions[0], body_error) if body_error is not None and len(group.exceptions) == 1 \
+            else None
+        if mine is not None:
+            _raise_unwrapped(mine)
         raise
     finally:
         for client in (webhook_client, consult_client, image_client):
@@ -140,17 +142,21 @@ async def _load(config: EngineConfig) -> Runtime:
     return runtime
 
 
-def _from_body(exc: BaseException, body_error: BaseException) -> bool:
-    """``exc``, the one exception of the nursery's group, is what the body raised: that very exception, or,
-    for an exception group (a nursery inside the body, a ``KeyboardInterrupt`` that came through one), the
-    copy trio's cancel scope made of it (``split`` leaves its ``Cancelled`` out: a new group of the same
-    message whose leaves are all the body's)."""
+def _from_body(exc: BaseException, body_error: BaseException) -> BaseException | None:
+    """What the body raised, when ``exc``, the one exception of the nursery's group, is it: that very exception;
+    for an exception group (a nursery inside the body, a ``KeyboardInterrupt`` that came through one), also
+    the copy trio's cancel scope made of it (``split``: a new group of the same message whose leaves are the
+    body's), which is the body's own group again when the copy left nothing out, else the copy (without the
+    ``Cancelled`` leaves the scope took: they must not leave it). ``None`` when ``exc`` is something else."""
     if exc is body_error:
-        return True
+        return body_error
     if not (isinstance(exc, BaseExceptionGroup) and isinstance(body_error, BaseExceptionGroup)):
-        return False
-    mine = {id(leaf) for leaf in _leaves(body_error)}
-    return exc.message == body_error.message and all(id(leaf) in mine for leaf in _leaves(exc))
+        return None
+    mine = [id(leaf) for leaf in _leaves(body_error)]
+    theirs = [id(leaf) for leaf in _leaves(exc)]
+    if exc.message != body_error.message or not set(theirs) <= set(mine):
+        return None
+    return body_error if sorted(theirs) == sorted(mine) else exc
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
