@@ -140,6 +140,7 @@ def _preparing(start: Callable[Concatenate[Engine, P], Awaitable[T]]) -> Callabl
 
     @functools.wraps(start)
     async def wrapper(self: Engine, *args: P.args, **kwargs: P.kwargs) -> T:
+        self.require_open()
         self.require_generation()
         self.scheduler.incoming(1)
         try:
@@ -227,6 +228,11 @@ class Engine:
     def lora_adapters(self) -> list[wire.LoraAdapter]:
         """llama-server ``GET /lora-adapters``: every adapter with its id, path and global scale."""
         return [wire.LoraAdapter(**entry) for entry in self.lora.listing()]
+
+    def require_open(self) -> None:
+        """Raise :class:`EngineClosed` (503) once the engine is closed: its model and actors are gone."""
+        if self.closed:
+            raise EngineClosed("the engine is shutting down")
 
     def set_lora_adapters(self, entries: Any) -> None:
         """llama-server ``POST /lora-adapters`` (``[{"id", "scale"}]``): the listed adapters take their scale as
@@ -482,6 +488,7 @@ class Engine:
         """llama-server's ``POST /slots/{id}?action=save|restore|erase`` on idle ``slot`` (state file
         ``path`` for save and restore); returns its reply dict. Raises :class:`SlotBusy` (409) while a
         request runs there, :class:`InvalidRequest` (400) for a bad slot or a file that cannot be restored."""
+        self.require_open()
         if not 0 <= slot < self.meta.n_seq_max:
             raise InvalidRequest("Invalid slot ID", param="id_slot")
         return await self.scheduler.slot_action(action, slot, path)
@@ -497,6 +504,7 @@ class Engine:
     async def apply_template(self, messages: list[Message] | ChatCompletionRequest) -> str:
         """The prompt of ``messages``, or of a whole chat request (its tools, template variables, prefill
         fields count), as the chat template renders it (llama-server ``/apply-template``)."""
+        self.require_open()
         if isinstance(messages, ChatCompletionRequest):
             return (await self.renderer.render(await self._with_image_urls(messages))).prompt
         if self.image_fetcher is not None and self.meta.vision:

@@ -259,6 +259,10 @@ async def test_a_closed_engine_refuses_every_call_that_would_tokenize(model: str
         await engine.completion_native(NativeCompletionRequest(prompt="hi"))
     with pytest.raises(EngineClosed):
         await engine.tokenizer.detokenize([1, 2])
+    with pytest.raises(EngineClosed):  # it waited for the scheduler that was gone: for ever
+        await engine.slot_action("erase", 0)
+    with pytest.raises(EngineClosed):
+        await engine.apply_template(QUESTION)
 
 
 async def test_an_actor_failure_stays_in_its_group(model: str) -> None:
