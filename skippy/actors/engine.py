@@ -794,8 +794,7 @@ class Engine:
         return out
 
     def _sampling(self, req: SamplingFields, *, logprobs: bool, top_logprobs: int) -> SamplingParams:
-        if self.closed:
-            raise EngineClosed("the engine is shutting down")
+        self.require_open()
         return sampling(req, self.limits, logprobs=logprobs, top_logprobs=top_logprobs)
 
     async def _constrained(self, params: SamplingParams, rc: RequestConstraint,
