@@ -125,7 +125,11 @@ class ImageFetcher:
         hops = 0
         while True:
             check_scheme(target.scheme, where)
-            if not target.host:
+            try:
+                host = target.host  # its IDNA decoding: a malformed punycode label (xn--a) raises here
+            except UnicodeError:
+                raise fetch_failed(where, "the URL's host is not a valid host name") from None
+            if not host:
                 raise fetch_failed(where, "the URL has no host")
             if target.port is not None and not 0 < target.port < 65536:
                 raise fetch_failed(where, f"not a valid URL (port {target.port})")

@@ -277,7 +277,7 @@ async def test_failures_are_400s_naming_the_part(fetcher, url: str, code: str, f
     assert err.code == code and fragment in str(err), str(err)
 
 
-@pytest.mark.parametrize("host", ["a" * 64 + ".example", "a..example"])
+@pytest.mark.parametrize("host", ["a" * 64 + ".example", "a..example", "xn--a", "xn--zz-", "xn--"])
 async def test_a_host_that_is_no_host_name_is_a_400(site, host: str) -> None:
     # the real resolver: trio's getaddrinfo encodes the name with the IDNA codec first, which raises
     # UnicodeError (no OSError) for a label over 63 characters or an empty one: it was a 500
