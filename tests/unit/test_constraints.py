@@ -123,6 +123,16 @@ def test_all_of_branches_close_as_one_object():
         g = json_constraint(schema, "response_format").grammar
         assert vocab.accepts(g, '{"a": 1, "b": true}'), schema
         assert not vocab.accepts(g, '{"a": 1, "b": true, "c": 2}') and not vocab.accepts(g, '{"a": 1}'), schema
+    c = {"properties": {"c": {"type": "boolean"}}, "required": ["c"]}
+    nested = {"allOf": [{"allOf": [a, c]}, b]}  # an allOf inside a branch: its keys are the object's too
+    g = json_constraint(nested, "response_format").grammar
+    assert vocab.accepts(g, '{"a": 1, "c": true, "b": true}') and not vocab.accepts(g, '{"a": 1, "b": true}')
+    either = {"allOf": [a, {"anyOf": [b, c]}]}  # an anyOf inside: its alternatives' keys are optional keys
+    g = json_constraint(either, "response_format").grammar
+    assert vocab.accepts(g, '{"a": 1, "b": true}') and vocab.accepts(g, '{"a": 1, "c": false}')
+    assert not vocab.accepts(g, '{"a": 1}') and not vocab.accepts(g, '{"a": 1, "b": true, "d": 1}')
+    alone = close_objects({"anyOf": [a, b]})  # an anyOf on its own: each alternative is a whole object
+    assert all(alt["additionalProperties"] is False for alt in alone["anyOf"])
     assert close_objects({"$defs": {"A": a}, "x": {"$ref": "#/$defs/A"}})["$defs"]["A"]["additionalProperties"] \
         is False  # a definition that stands alone stays closed
     opened = {"allOf": [a, {**b, "additionalProperties": True}]}  # a branch that says it decides

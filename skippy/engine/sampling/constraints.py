@@ -182,11 +182,12 @@ def close_objects(schema: Any, *, bare: bool = False, root: Any = None, close: b
     ``properties`` or ``type`` is not taken for a keyword. Returns a new schema; ``schema`` is unchanged.
 
     The branches of an ``allOf`` describe one object together, as llama.cpp's converter merges them: they
-    stay open (a local ``$ref`` branch is inlined, so that its definition, closed where it stands alone,
-    is not closed here), and the schema that holds them is closed over all their properties at once, unless
-    one of them sets ``additionalProperties`` itself. (Closing each would forbid the others' keys, and an
-    object of two branches' required keys could never match.) ``root``: the whole schema, for ``$ref``;
-    ``close``: close this schema itself (false for an ``allOf`` branch)."""
+    stay open, and so do the ``allOf`` branches and ``anyOf`` / ``oneOf`` alternatives inside them, at any
+    depth (a local ``$ref`` branch is inlined, so that its definition, closed where it stands alone, is not
+    closed here); the schema that holds them is closed over all their properties at once (an alternative's
+    are optional keys, as llama.cpp merges them), unless one of them sets ``additionalProperties`` itself.
+    (Closing each would forbid the others' keys: an object of two branches' required keys could never match.)
+    ``root``: the whole schema, for ``$ref``; ``close``: close this schema itself (false for such a part)."""
     if not isinstance(schema, dict):
         return schema
     root = schema if root is None else root
@@ -196,29 +197,38 @@ def close_objects(schema: Any, *, bare: bool = False, root: Any = None, close: b
             out[key] = close_objects(out[key], bare=bare, root=root)
     for key in _LIST:
         if isinstance(out.get(key), list):
-            if key == "allOf":
-                continue
-            out[key] = [close_objects(s, bare=bare, root=root) for s in out[key]]
+            part = key == "allOf" or (not close and key in ("anyOf", "oneOf"))  # parts of this very object
+            items = [_local_ref(b, root) for b in out[key]] if part else out[key]
+            out[key] = [close_objects(b, bare=bare, root=root, close=not part) for b in items]
     for key in _MAP:
         if isinstance(out.get(key), dict):
             out[key] = {name: close_objects(s, bare=bare, root=root) for name, s in out[key].items()}
-    names: list[str] = list(out["properties"]) if isinstance(out.get("properties"), dict) else []
-    open_branch = False  # a branch that sets additionalProperties decides for the whole object
-    if isinstance(out.get("allOf"), list):
-        branches = [_local_ref(b, root) for b in out["allOf"]]
-        out["allOf"] = [close_objects(b, bare=bare, root=root, close=False) for b in branches]
-        for b in out["allOf"]:
-            if isinstance(b, dict):
-                open_branch = open_branch or "additionalProperties" in b
-                if isinstance(b.get("properties"), dict):
-                    names += [n for n in b["properties"] if n not in names]
+    if not close:
+        return out
+    names: list[str] = []
+    decided = _object_keys(out, names, top=True)  # a part that sets additionalProperties decides for the object
     typ = out.get("type")
     is_object = typ == "object" or (isinstance(typ, list) and "object" in typ)
-    if close and not open_branch and "additionalProperties" not in out and (names or (bare and is_object)):
-        if names and len(names) > len(out.get("properties") or {}):  # the branches' keys are this object's too
+    if not decided and "additionalProperties" not in out and (names or (bare and is_object)):
+        if len(names) > len(out.get("properties") or {}):  # the parts' keys are this object's too
             out["properties"] = {**{n: {} for n in names}, **(out.get("properties") or {})}
         out["additionalProperties"] = False
     return out
+
+
+def _object_keys(schema: dict[str, Any], names: list[str], *, top: bool = False) -> bool:
+    """Add to ``names`` the property names of ``schema`` and of the parts it is made of with it (its ``allOf``
+    branches, and inside those their ``allOf`` branches and ``anyOf`` / ``oneOf`` alternatives, already
+    inlined by :func:`close_objects`). True when one of those parts (not ``schema`` itself, at ``top``) sets
+    ``additionalProperties``."""
+    decided = not top and "additionalProperties" in schema
+    if isinstance(schema.get("properties"), dict):
+        names += [n for n in schema["properties"] if n not in names]
+    for key in ("allOf",) if top else ("allOf", "anyOf", "oneOf"):
+        for part in schema.get(key) or ():
+            if isinstance(part, dict):
+                decided = _object_keys(part, names) or decided
+    return decided
 
 
 def _local_ref(branch: Any, root: Any) -> Any:
