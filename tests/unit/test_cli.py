@@ -174,6 +174,7 @@ BEFORE = [
     ("--consult-margin FLOAT RANGE", "[env var: SKIPPY_CONSULT_MARGIN; default: 0.2; x>=0.0]", 0.2),
     ("--consult-timeout FLOAT RANGE", "[env var: SKIPPY_CONSULT_TIMEOUT; default: 10.0; x>0.0]", 10.0),
     ("--consult-max-tokens INTEGER RANGE", "[env var: SKIPPY_CONSULT_MAX_TOKENS; default: 200; 1<=x<=8192]", 200),
+    ("--consult-api-key KEY", "[env var: SKIPPY_CONSULT_API_KEY]", None),
     ("--consult-max-chars INTEGER RANGE", "[env var: SKIPPY_CONSULT_MAX_CHARS; default: 512; 16<=x<=65536]", 512),
     ("--props", "[env var: SKIPPY_PROPS]", False),
     ("--slot-save-path DIR", "[env var: SKIPPY_SLOT_SAVE_PATH]", None),
