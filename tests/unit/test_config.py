@@ -134,6 +134,7 @@ ENGINE = {
     "consult_margin": ([-0.1, math.nan, math.inf], [0, 0.5, 30], "x>=0.0"),
     "consult_timeout": ([0, -1, math.nan, math.inf, "10"], [1e-3, 10, 600.0], "x>0.0"),
     "consult_max_tokens": ([0, 8193, 2.0, True], [1, 200, 8192], "1<=x<=8192"),
+    "consult_api_key": ([3, b"k"], [None, "sk-local"], None),
     "consult_max_chars": ([15, 65537, 512.0], [16, 512, 65536], "16<=x<=65536"),
     "verbose": (["yes"], [True, False], None),
 }
