@@ -93,3 +93,23 @@ def test_openai_routes_take_token_ids_in_every_form(server: Server, path: str) -
         assert r.status_code == 400 and r.json()["error"]["param"] == "logit_bias", r.text
     for ok in ({"1": -100}, {"1": False}, [[1, False]], [[1, 5]]):
         assert post(server, path, {**base, "max_tokens": 2, "logit_bias": ok}).status_code == 200, ok
+
+
+def test_probabilities_end_where_a_stop_string_cut_the_content(server: Server) -> None:
+    """The tokens of a stop string are not in the content, so not in ``completion_probabilities`` nor chat's
+    ``logprobs`` (llama-server trims them), streamed or not: what the probabilities cover ends within the last
+    token that reached the content."""
+    whole = complete(server, n_predict=12, n_probs=1)["content"]
+    stop = whole[len(whole) // 2:len(whole) // 2 + 3]  # a stop string in the middle of the greedy text
+    got = complete(server, n_predict=12, n_probs=1, stop=[stop])
+    covered = "".join(e["token"] for e in got["completion_probabilities"])
+    last = got["completion_probabilities"][-1]["token"]
+    assert got["stop_type"] == "word" and covered.startswith(got["content"])
+    assert len(covered) - len(got["content"]) < len(last)  # only the part of its last token the stop took
+    streamed = [e["token"] for c in stream(server, {"prompt": PROMPT, "n_predict": 12, "temperature": 0,
+                                                   "n_probs": 1, "stop": [stop]})
+                for e in c.get("completion_probabilities", [])]
+    assert "".join(streamed) == covered
+    legacy = httpx.post(server.base_url + "/v1/completions", json={"prompt": PROMPT, "max_tokens": 12, "temperature": 0,
+                                                                  "logprobs": 1, "stop": [stop]}, timeout=120).json()
+    assert "".join(legacy["choices"][0]["logprobs"]["tokens"]) == covered

@@ -368,6 +368,38 @@ def test_with_logprobs_every_accepted_token_is_a_piece() -> None:
     assert done.tokens == [first, second]
 
 
+def test_logprobs_leave_out_the_tokens_a_stop_string_took_and_wait_for_held_text() -> None:
+    """A stop string's tokens are not in the content, so not in the logprobs (llama-server trims them), streamed
+    or not; a token held back as the possible start of a stop string sends its logprobs once its text goes
+    out (or at the end), never before."""
+    def run(stop: str, tokens: list[int]) -> tuple[list[list[int]], Done]:
+        gen = make(logprobs=True, stops=[stop])
+        pieces = []
+        for t in tokens:
+            item = gen.feed(lp_event(t, -0.5, []))
+            pieces.append([ev.token for ev in item.tokens] if isinstance(item, Piece) else [])
+        return pieces, gen.feed(finish("stop", n=len(tokens)))
+
+    pieces, done = run(" EN", [1, 2, 4, 5])  # "Hello wor EN...": " EN" stops it; "D" comes after
+    assert done.message.content == "Hello wor" and [ev.token for ev in done.tokens] == [1, 2]
+    assert pieces == [[1], [2], [], []]
+    pieces, done = run("ld EN", [1, 2, 3, 6])  # "ld" held as the start of "ld EN", then " more": not a stop
+    assert done.message.content == "Hello world more" and pieces == [[1], [2], [], [3, 6]]
+    assert [ev.token for ev in done.tokens] == [1, 2, 3, 6]
+    pieces, done = run("ld EN", [1, 2, 3])  # held to the end, not a stop: its logprobs ride on the end
+    assert pieces == [[1], [2], []] and [ev.token for ev in done.tail] == [3]
+    assert [ev.token for ev in done.tokens] == [1, 2, 3]
+    pieces, done = run("orld", [1, 2, 3])  # " wor" is partly content (" w"): kept; "ld" is all stop string
+    assert done.message.content == "Hello w" and [ev.token for ev in done.tokens] == [1, 2]
+    reply = ChatReply("m", make(logprobs=True), logprobs=True)
+    gen = reply.generation
+    chunks = [c for t in (1, 2) for c in reply.chunks(gen.feed(lp_event(t, -0.5, [])))]
+    gen._pipeline._stop.stops = ("ld EN",)  # the next token is held: its logprobs go with the end
+    chunks += reply.chunks(gen.feed(lp_event(3, -0.5, []))) + reply.chunks(gen.feed(finish("length", n=3)))
+    streamed = [e.token for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert streamed == ["Hello", " wor", "ld"]
+
+
 def test_chat_logprobs_shape_with_and_without_signals() -> None:
     ev = lp_event(7, -0.5, [(7, -0.5), (1, -1.25)])
     plain = json.loads(msgspec.json.encode(chat_logprobs([ev], make(logprobs=True).piece)))

@@ -106,8 +106,11 @@ class Done:
     the whole parsed assistant message (the same parser as streaming saw);
     ``finish_reason``: OpenAI's (``stop``, ``length``, ``tool_calls``) or a
     hook policy's stop reason; ``counts``: tokens and times; ``tokens``: every accepted token's event when the
-    request asked for logprobs (for a non-streamed reply), else empty; ``hook_events``: every hook
-    decision reported (``return_hook_events``, for a non-streamed reply).
+    request asked for logprobs (for a non-streamed reply), else empty, without those whose text a stop string
+    took (all of it in the stop string or after it: the content has none of it, as llama-server trims them);
+    ``tail``: of them, the events held back until the end (their text was held as the possible start of a
+    stop string, for a streamed reply's last chunk); ``hook_events``: every hook decision reported
+    (``return_hook_events``, for a non-streamed reply).
     """
 
     deltas: list[Delta]
@@ -116,6 +119,7 @@ class Done:
     counts: Counts
     tokens: list[TokenEvent] = attrs.field(factory=list)
     hook_events: list[HookReport] = attrs.field(factory=list)
+    tail: list[TokenEvent] = attrs.field(factory=list)
 
 
 @attrs.frozen
@@ -222,6 +226,9 @@ class Generation:
         self._signals = o.signals
         self._injected = o.injected
         self._tokens: list[TokenEvent] = []
+        #: logprob events whose text the output has not reached yet (held as a stop string's possible start),
+        #: each with where its text starts in the decoded text
+        self._held: list[tuple[TokenEvent, int]] = []
         #: tokens accepted so far (tokens decoded after a stop string matched are not)
         self.completion_tokens = 0
         #: True right after the :meth:`feed` whose token matched a stop string (or the early-stop rule):
@@ -294,12 +301,26 @@ class Generation:
         if pipeline.stopped or self.finished:
             return None  # decoded after the stop string matched; discarded
         self.completion_tokens += 1
+        start = pipeline.fed
         deltas = pipeline.feed(ev.token)
         self.wants_cancel = pipeline.stopped
-        if self._logprobs:
-            self._tokens.append(ev)
-            return Piece(deltas, [ev])
-        return Piece(deltas, []) if deltas else None
+        if not self._logprobs:
+            return Piece(deltas, []) if deltas else None
+        self._held.append((ev, start))
+        return Piece(deltas, self._release())  # a Piece per token, even with nothing to send yet (its time)
+
+    def _release(self, *, end: bool = False) -> list[TokenEvent]:
+        """The held logprob events whose text the output reached (at the ``end``: all of them, unless a stop
+        string ended it), in order. Once a stop string matched, the others are dropped: their text is all in
+        the stop string or after it."""
+        reached, fed = len(self._pipeline.text), self._pipeline.fed
+        n = 0  # a prefix: the events stay in order; one with no text yet (half a character) at the end goes too
+        while n < len(self._held) and (end or self._held[n][1] < reached or self._held[n][1] == fed):
+            n += 1
+        out = [ev for ev, _ in self._held[:n]]
+        self._held = [] if self._pipeline.stopped else self._held[n:]
+        self._tokens += out
+        return out
 
     def _finish(self, ev: FinishEvent) -> Done:
         self.finished = True
@@ -324,6 +345,7 @@ class Generation:
         else:
             reason = ev.reason
         deltas, message = self._pipeline.finish(truncated=reason == "length")
+        tail = self._release(end=True)
         if message.tool_calls and not ev.stopped_by_hook and reason != "length":
             reason = "tool_calls"  # a generation cut off by max_tokens stays "length" (OpenAI, llama-server)
         n_injected = self._injected + ev.injected_tokens
@@ -333,7 +355,7 @@ class Generation:
                         cached_tokens=ev.cached_tokens, injected_tokens=n_injected if self._hooks else None,
                         prompt_injected=self._injected, prompt_ms=ev.prompt_ms, predicted_ms=ev.predicted_ms,
                         draft_tokens=ev.draft_tokens, draft_accepted=ev.draft_accepted, slot=ev.slot)
-        return Done(deltas, message, reason, counts, self._tokens, self.hook_events)
+        return Done(deltas, message, reason, counts, self._tokens, self.hook_events, tail)
 
     def stopped_before(self, reason: str) -> Done:
         """End without generating: a ``before_chat`` hook returned ``Stop(reason)`` (nothing was submitted)."""

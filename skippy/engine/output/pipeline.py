@@ -45,6 +45,7 @@ class OutputPipeline:
         self._early = early_stop
         self._early_stopped = False
         self.text = ""  # everything that passed the stop matcher (what the parser saw)
+        self.fed = 0  # characters decoded from the tokens so far (the stop matcher's input)
 
     @property
     def stopped(self) -> bool:
@@ -68,6 +69,7 @@ class OutputPipeline:
         text = self._utf8.feed(self._piece(token))
         if not text:
             return []
+        self.fed += len(text)
         safe, _ = self._stop.feed(text)
         return self._parse(safe)
 

@@ -146,8 +146,9 @@ class NativeReply:
             out.append(self._chunk("".join(d.content for d in item.deltas), item.tokens))
             return out
         tail = "".join(d.content for d in item.deltas)
-        if tail:
-            out.append(self._chunk(tail, []))
+        self._n += len(item.tail)
+        if tail or item.tail:
+            out.append(self._chunk(tail, item.tail))
         out.append(self.final(item, content=""))
         return out
 

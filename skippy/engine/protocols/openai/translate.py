@@ -311,7 +311,7 @@ class ChatReply:
         if isinstance(item, Piece) and item.progress is not None:  # a prefill step: noted, sent where asked
             step = self.live.step(item.progress)
             return [self._progress(step)] if self.return_progress else []
-        pending = list(item.tokens) if isinstance(item, Piece) else []
+        pending = list(item.tokens) if isinstance(item, Piece) else list(item.tail)
         hooks = list(item.hook_events) if isinstance(item, Piece) else []
         out = []
         if self.live.observe() and self.return_progress and not self.live.stepped:
@@ -321,6 +321,8 @@ class ChatReply:
             out.append(self._chunk([self._choice(chat_delta(d), pending, hook_events=hooks)]))
             pending, hooks = [], []
         if isinstance(item, Done):  # the finish chunk carries the choice's timings, as llama-server's does
+            if pending:  # logprobs held back to the end, without a delta left to ride on
+                out.append(self._chunk([self._choice(wire.ChatDelta(), pending)]))
             out.append(self._chunk([self._choice(wire.ChatDelta(), [], item.finish_reason)],
                                    timings=timings(item.counts)))
             if self.include_usage:
@@ -437,7 +439,7 @@ class TextReply:
             out.append(self._progress(self.live.progress()))
         text = "".join(d.content for d in item.deltas)
         if isinstance(item, Done):  # the finish chunk carries the choice's timings, as llama-server's does
-            out.append(self._chunk([self._choice(text, [], item.finish_reason)], timings=timings(item.counts)))
+            out.append(self._chunk([self._choice(text, item.tail, item.finish_reason)], timings=timings(item.counts)))
             if self.include_usage:
                 out.append(self.usage_chunk(usage(item.counts), timings(item.counts)))
             return out
