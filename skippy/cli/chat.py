@@ -27,7 +27,8 @@ from skippy.models import DEFAULT_MODEL
               "[default: the context left]")
 @click.option("--temperature", default=None, type=click.FloatRange(0.0), help="Sampling temperature.  [default: 0.8]")
 @click.option("--seed", default=None, type=click.IntRange(0), help="Sampling seed, for repeatable replies.")
-@click.option("--n-ctx", default=4096, show_default=True, type=click.IntRange(16), help="Context in tokens.")
+@click.option("--n-ctx", default=4096, show_default=True, type=click.IntRange(16),
+              help="Context in tokens (rounded up to a multiple of 256, as llama.cpp pads it).")
 @click.option("--chat-template", default=None, metavar="NAME|FILE", callback=lambda c, p, v: _read_template(c, p, v),
               help="Chat template overriding the model's (as for 'skippy serve').")
 @friendly_errors

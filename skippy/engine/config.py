@@ -472,8 +472,9 @@ class EngineConfig:
                                            help="More names the model answers to and /v1/models lists (llama-server "
                                                 "--alias, vLLM --served-model-name).")
     n_ctx: int = setting(8192, check=attrs.validators.and_(IntRange(0), _n_ctx),
-                         help="Context of each sequence in tokens (prompt + completion); clamped to the model's "
-                              "training context; 0: the training context.")
+                         help="Context of each sequence in tokens (prompt + completion), rounded up to a multiple "
+                              "of 256 as llama.cpp pads it; clamped to the model's training context; 0: the training "
+                              "context.")
     parallel: int = setting(8, check=IntRange(1, 256), help="Max sequences decoding at once (slots).",
                             aliases=("-np",))
     threads: int | None = setting(None, check=IntRange(1, optional=True),
