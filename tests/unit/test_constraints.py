@@ -131,6 +131,10 @@ def test_all_of_branches_close_as_one_object():
     g = json_constraint(either, "response_format").grammar
     assert vocab.accepts(g, '{"a": 1, "b": true}') and vocab.accepts(g, '{"a": 1, "c": false}')
     assert not vocab.accepts(g, '{"a": 1}') and not vocab.accepts(g, '{"a": 1, "b": true, "d": 1}')
+    beside = {**a, "anyOf": [b, c]}  # an anyOf beside properties: alternatives of the same object
+    g = json_constraint(beside, "response_format").grammar
+    assert vocab.accepts(g, '{"a": 1, "b": true}') and not vocab.accepts(g, '{"a": 1}')
+    assert not vocab.accepts(g, '{"b": true}') and not vocab.accepts(g, '{"a": 1, "c": true, "d": 0}')
     alone = close_objects({"anyOf": [a, b]})  # an anyOf on its own: each alternative is a whole object
     assert all(alt["additionalProperties"] is False for alt in alone["anyOf"])
     assert close_objects({"$defs": {"A": a}, "x": {"$ref": "#/$defs/A"}})["$defs"]["A"]["additionalProperties"] \

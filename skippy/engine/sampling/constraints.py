@@ -192,12 +192,13 @@ def close_objects(schema: Any, *, bare: bool = False, root: Any = None, close: b
         return schema
     root = schema if root is None else root
     out = dict(schema)
+    beside = isinstance(out.get("properties"), dict)  # an anyOf beside properties: alternatives of the same object
     for key in _ONE:
         if isinstance(out.get(key), dict):
             out[key] = close_objects(out[key], bare=bare, root=root)
     for key in _LIST:
         if isinstance(out.get(key), list):
-            part = key == "allOf" or (not close and key in ("anyOf", "oneOf"))  # parts of this very object
+            part = key == "allOf" or ((not close or beside) and key in ("anyOf", "oneOf"))  # parts of this object
             items = [_local_ref(b, root) for b in out[key]] if part else out[key]
             out[key] = [close_objects(b, bare=bare, root=root, close=not part) for b in items]
     for key in _MAP:
@@ -206,7 +207,7 @@ def close_objects(schema: Any, *, bare: bool = False, root: Any = None, close: b
     if not close:
         return out
     names: list[str] = []
-    decided = _object_keys(out, names, top=True)  # a part that sets additionalProperties decides for the object
+    decided = _object_keys(out, names, top=True, beside=beside)  # a part setting additionalProperties decides
     typ = out.get("type")
     is_object = typ == "object" or (isinstance(typ, list) and "object" in typ)
     if not decided and "additionalProperties" not in out and (names or (bare and is_object)):
@@ -216,15 +217,16 @@ def close_objects(schema: Any, *, bare: bool = False, root: Any = None, close: b
     return out
 
 
-def _object_keys(schema: dict[str, Any], names: list[str], *, top: bool = False) -> bool:
+def _object_keys(schema: dict[str, Any], names: list[str], *, top: bool = False, beside: bool = False) -> bool:
     """Add to ``names`` the property names of ``schema`` and of the parts it is made of with it (its ``allOf``
-    branches, and inside those their ``allOf`` branches and ``anyOf`` / ``oneOf`` alternatives, already
-    inlined by :func:`close_objects`). True when one of those parts (not ``schema`` itself, at ``top``) sets
+    branches, its ``anyOf`` / ``oneOf`` alternatives when it has ``properties`` beside them (``beside``), and
+    inside those their ``allOf`` branches and ``anyOf`` / ``oneOf`` alternatives, already inlined by
+    :func:`close_objects`). True when one of those parts (not ``schema`` itself, at ``top``) sets
     ``additionalProperties``."""
     decided = not top and "additionalProperties" in schema
     if isinstance(schema.get("properties"), dict):
         names += [n for n in schema["properties"] if n not in names]
-    for key in ("allOf",) if top else ("allOf", "anyOf", "oneOf"):
+    for key in ("allOf",) if top and not beside else ("allOf", "anyOf", "oneOf"):
         for part in schema.get(key) or ():
             if isinstance(part, dict):
                 decided = _object_keys(part, names) or decided
