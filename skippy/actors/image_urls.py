@@ -188,6 +188,8 @@ class ImageFetcher:
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 failure = exc
                 continue
+            except UnicodeError:  # httpx reads a redirect's host (IDNA) as it answers: a malformed one (xn--a)
+                raise fetch_failed(where, "a redirect to a host that is not a valid host name") from None
             try:
                 yield response
             finally:

@@ -358,12 +358,13 @@ def lp_event(token: int, lp: float, alts: list[tuple[int, float]], entropy=1.5, 
 
 
 def test_with_logprobs_every_accepted_token_is_a_piece() -> None:
+    # half a character: a piece without logprobs yet; they go out with the token that completes the character
     gen = make(logprobs=True)
     first = lp_event(7, -0.5, [(7, -0.5), (1, -1.0)])
     item = gen.feed(first)
-    assert isinstance(item, Piece) and item.deltas == [] and item.tokens == [first]
+    assert isinstance(item, Piece) and item.deltas == [] and item.tokens == []
     second = lp_event(8, -0.1, [])
-    assert gen.feed(second).tokens == [second]
+    assert gen.feed(second).tokens == [first, second]
     done = gen.feed(finish(n=2))
     assert done.tokens == [first, second]
 
@@ -389,6 +390,8 @@ def test_logprobs_leave_out_the_tokens_a_stop_string_took_and_wait_for_held_text
     pieces, done = run("ld EN", [1, 2, 3])  # held to the end, not a stop: its logprobs ride on the end
     assert pieces == [[1], [2], []] and [ev.token for ev in done.tail] == [3]
     assert [ev.token for ev in done.tokens] == [1, 2, 3]
+    pieces, done = run("\u00e9", [1, 7, 8])  # a stop string of one character in two tokens: both left out
+    assert done.message.content == "Hello" and [ev.token for ev in done.tokens] == [1] and pieces == [[1], [], []]
     pieces, done = run("orld", [1, 2, 3])  # " wor" is partly content (" w"): kept; "ld" is all stop string
     assert done.message.content == "Hello w" and [ev.token for ev in done.tokens] == [1, 2]
     reply = ChatReply("m", make(logprobs=True), logprobs=True)
@@ -428,8 +431,7 @@ def test_every_logprobs_shape_renders_a_token_the_same_way() -> None:
         TopText(7, "\ufffd", [0xC3], -0.5), TopText(1, "Hello", list(b"Hello"), -1.25)])
     reply = NativeReply("m", gen, prompt_text="p", settings=generation_settings(SamplingParams(), n_predict=4),
                         n_probs=2)
-    item = gen.feed(ev)
-    assert isinstance(item, Piece)
+    item = Piece([], [ev])  # the token's logprobs alone (the generation holds them until the character ends)
     [chunk] = reply.chunks(item)
     native = json.loads(msgspec.json.encode(chunk))["completion_probabilities"]
     assert native == [{"id": 7, "token": "\ufffd", "bytes": [0xC3], "logprob": -0.5, "top_logprobs": [

@@ -164,6 +164,8 @@ class Site:
             return httpx.Response(302, headers={"Location": f"/hop/{n - 1}" if n > 1 else "/red.png"})
         if path == "/to-internal":
             return httpx.Response(301, headers={"Location": "http://internal.example/red.png"})
+        if path == "/to-punycode":  # a malformed punycode host: httpx reads it (IDNA) as the reply arrives
+            return httpx.Response(302, headers={"Location": "http://xn--a/x.png"})
         if path == "/to-file":
             return httpx.Response(302, headers={"Location": "file:///etc/passwd"})
         if path == "/missing":
@@ -271,6 +273,7 @@ async def test_redirects_are_followed_three_times_each_hop_checked(fetcher, site
     ("http://down.example/red.png", "image_url_failed", "no connection to down.example (ConnectError)"),
     ("http://img.example:99999/red.png", "image_url_failed", "not a valid URL (port 99999)"),
     ("http://[::1/red.png", "image_url_failed", "not a valid URL"),
+    ("https://img.example/to-punycode", "image_url_failed", "a redirect to a host that is not a valid host name"),
 ])
 async def test_failures_are_400s_naming_the_part(fetcher, url: str, code: str, fragment: str) -> None:
     err = await _refusal(fetcher, url)

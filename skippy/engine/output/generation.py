@@ -313,9 +313,9 @@ class Generation:
         """The held logprob events whose text the output reached (at the ``end``: all of them, unless a stop
         string ended it), in order. Once a stop string matched, the others are dropped: their text is all in
         the stop string or after it."""
-        reached, fed = len(self._pipeline.text), self._pipeline.fed
-        n = 0  # a prefix: the events stay in order; one with no text yet (half a character) at the end goes too
-        while n < len(self._held) and (end or self._held[n][1] < reached or self._held[n][1] == fed):
+        reached = len(self._pipeline.text)
+        n = 0  # a prefix: the events stay in order; one with no text yet (half a character) waits for its character
+        while n < len(self._held) and (end or self._held[n][1] < reached):
             n += 1
         out = [ev for ev, _ in self._held[:n]]
         self._held = [] if self._pipeline.stopped else self._held[n:]
