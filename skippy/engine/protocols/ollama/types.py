@@ -47,7 +47,7 @@ class _Generation(msgspec.Struct, kw_only=True, omit_defaults=True):
     """What both generation routes take. ``logprobs``: each generated token's log probability in the reply;
     ``top_logprobs`` (0-20): that many alternatives at each position too (Ollama 0.12.11's fields).
     ``mesh_hooks`` (skippy's, as on OpenAI chat): run the hook policy and consultation for this request
-    (``false`` keeps them off, with ``model: "auto"`` and ``--hooks-default-on`` too)."""
+    (``false`` keeps them off under ``--hooks-default-on`` too)."""
 
     model: str
     stream: bool = True
