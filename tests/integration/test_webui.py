@@ -196,6 +196,30 @@ def test_a_message_streams_into_the_page(web: Page, server: Server) -> None:
     assert conv["title"].startswith("Name three colours")
 
 
+def test_right_to_left_text_takes_its_own_direction(web: Page) -> None:
+    """A message in Arabic or Hebrew is laid out right to left (dir="auto"): its final '!' at the left end."""
+    page = web.open()
+    text = "مرحبا بالعالم!"
+    conv = {"id": "rtl", "title": text, "system": "", "created": 0, "messages": [
+        {"role": "user", "content": text}, {"role": "assistant", "content": text, "finish": "stop"},
+        {"role": "user", "content": "hello!"}]}
+    page.evaluate("([k, v]) => localStorage.setItem(k, v)", [CONVERSATIONS, json.dumps([conv])])
+    web.open()
+    direction = "(sel) => [...document.querySelectorAll(sel)].map(n => getComputedStyle(n).direction)"
+    assert page.evaluate(direction, "article.msg.user .bubble") == ["rtl", "ltr"]
+    assert page.evaluate(direction, "article.msg.assistant .body") == ["rtl"]
+    assert page.evaluate(direction, ".conv-title") == ["rtl"]
+    page.fill("#input", text)
+    assert page.get_attribute("#input", "dir") == "auto" and page.evaluate(direction, "#input") == ["rtl"]
+    # the '!' ends the sentence at the left, as in any right-to-left text
+    assert page.evaluate("""() => {
+        const t = document.querySelector('article.msg.user .bubble').firstChild, x = (i) => {
+            const r = document.createRange(); r.setStart(t, i); r.setEnd(t, i + 1); return r.getBoundingClientRect().left;
+        };
+        return x(t.length - 1) < x(0);
+    }""")
+
+
 def _metric(base_url: str, name: str) -> float:
     text = httpx.get(base_url + "/metrics").text
     return sum(float(v) for v in re.findall(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M))

@@ -234,7 +234,7 @@ function renderConversations() {
   nav.replaceChildren();
   for (const conv of conversations) {
     const item = el("div", { class: "conv" + (conv.id === currentId ? " active" : ""), "data-id": conv.id });
-    const title = el("button", { class: "conv-title", type: "button", text: conv.title || "Untitled",
+    const title = el("button", { class: "conv-title", type: "button", dir: "auto", text: conv.title || "Untitled",
       title: conv.title || "Untitled" });
     title.addEventListener("click", () => select(conv.id));
     const rename = el("button", { class: "icon", type: "button", title: "Rename", "aria-label": "Rename",
@@ -330,7 +330,7 @@ function messageNode(conv, msg, index) {
 function fillMessage(node, conv, msg, index) {
   node.replaceChildren();
   if (msg.role === "user") {
-    const bubble = el("div", { class: "bubble", text: msg.content });
+    const bubble = el("div", { class: "bubble", dir: "auto", text: msg.content });
     if (msg.images?.length) {
       const strip = el("div", { class: "msg-images" });
       for (const url of msg.images) strip.append(el("img", { src: url, alt: "attached image", class: "thumb" }));
@@ -350,7 +350,7 @@ function fillMessage(node, conv, msg, index) {
 
   if (msg.reasoning) {
     const details = el("details", { class: "reasoning", open: Boolean(msg.pending && !msg.content) });
-    const body = el("div", { class: "md" });
+    const body = el("div", { class: "md", dir: "auto" });
     renderMarkdown(body, msg.reasoning);
     details.append(el("summary", { text: "Reasoning" }), body);
     node.append(details);
@@ -360,7 +360,7 @@ function fillMessage(node, conv, msg, index) {
   if (view && msg.tokens?.length) {
     node.append(tokenView(msg));
   } else if (msg.content || (!msg.tool_calls?.length && !msg.error)) {
-    const body = el("div", { class: "body md" });
+    const body = el("div", { class: "body md", dir: "auto" });
     renderMarkdown(body, msg.content);
     node.append(body);
   }
@@ -407,7 +407,7 @@ function hookNode(h) {
 }
 
 function tokenView(msg) {
-  const body = el("div", { class: "body tokens" });
+  const body = el("div", { class: "body tokens", dir: "auto" });
   const hooks = [...(msg.hooks || [])].sort((a, b) => a.position - b.position);
   let h = 0;
   msg.tokens.forEach((t, i) => {
