@@ -214,7 +214,10 @@ def test_right_to_left_text_takes_its_own_direction(web: Page) -> None:
     # the '!' ends the sentence at the left, as in any right-to-left text
     assert page.evaluate("""() => {
         const t = document.querySelector('article.msg.user .bubble').firstChild, x = (i) => {
-            const r = document.createRange(); r.setStart(t, i); r.setEnd(t, i + 1); return r.getBoundingClientRect().left;
+            const r = document.createRange();
+            r.setStart(t, i);
+            r.setEnd(t, i + 1);
+            return r.getBoundingClientRect().left;
         };
         return x(t.length - 1) < x(0);
     }""")
@@ -408,9 +411,11 @@ def test_model_output_with_html_is_rendered_inert(web: Page, server: Server) -> 
 
 @pytest.fixture(scope="module")
 def hook_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    # threshold 0 nats: every token is high-entropy, so mid_generation fires at the 12th decoded token
+    # threshold 0 nats: every token is high-entropy, so mid_generation fires at the 12th decoded token; the
+    # policy runs on every request unless it says "mesh_hooks": false
     with Server(["--parallel", "2", "--n-ctx", "1024", "--hook-policy", "tests.integration.webui_policy:make",
-                 "--high-entropy-threshold", "0"], tmp_path_factory.mktemp("webui-hooks") / "server.log",
+                 "--high-entropy-threshold", "0", "--hooks-default-on"],
+                tmp_path_factory.mktemp("webui-hooks") / "server.log",
                 env={"PYTHONPATH": str(ROOT)}) as srv:
         yield srv
 
@@ -453,6 +458,29 @@ def test_hook_decisions_appear_in_the_timeline(browser: Any, hook_server: Server
         assert page.text_content(".unc-stats").count("4 hook decisions") == 1
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "webui-hooks.png"))
+    finally:
+        web.close()
+    assert not web.errors, web.errors
+
+
+def test_unticking_the_hook_policy_keeps_the_message_out_of_it(browser: Any, hook_server: Server) -> None:
+    """With --hooks-default-on the page must say "mesh_hooks": false, not only leave out true."""
+    web = Page(browser, hook_server.base_url)
+    try:
+        page = web.open()
+        page.wait_for_selector("#hooks-box:not([hidden])")
+        web.settings(system=nonce_system(), max_tokens=40)
+        page.uncheck("#hooks-on")
+        web.send("Write a short story about a lighthouse keeper.")
+        web.wait_done()
+        assert web.chat_bodies[0]["mesh_hooks"] is False and "return_hook_events" not in web.chat_bodies[0]
+        reply = web.stored()[0]["messages"][-1]
+        assert reply["finish"] in ("stop", "length") and INJECTED.strip() not in reply["content"]
+        assert not reply["hooks"] and page.locator(".hook-summary").count() == 0
+        page.check("#hooks-on")
+        web.send("And another one.")
+        web.wait_done()
+        assert web.chat_bodies[1]["mesh_hooks"] is True and web.stored()[0]["messages"][-1]["hooks"]  # ran again
     finally:
         web.close()
     assert not web.errors, web.errors

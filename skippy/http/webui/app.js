@@ -653,9 +653,9 @@ function requestBody(conv, afterUser) {
       body.tool_choice = afterUser || settings.tool_choice === "none" ? settings.tool_choice : "auto";
     }
   }
-  if (props?.hooks && settings.hooksOn) {
-    body.mesh_hooks = true;
-    body.return_hook_events = true;
+  if (props?.hooks) {
+    body.mesh_hooks = Boolean(settings.hooksOn); // false too: it keeps the message out under --hooks-default-on
+    if (settings.hooksOn) body.return_hook_events = true;
   }
   return body;
 }
