@@ -597,6 +597,43 @@ def test_the_api_key_is_asked_once_and_kept_for_the_tab(browser: Any, key_server
     assert web.errors and all("401" in e for e in web.errors), web.errors
 
 
+def test_closing_the_key_dialog_fails_the_waiting_requests_and_the_next_one_asks_again(browser: Any,
+                                                                                       key_server: Server) -> None:
+    """Escape closed the dialog and left its requests waiting for good: no models, "generating…" forever."""
+    web = Page(browser, key_server.base_url)
+    try:
+        page = web.page
+        page.goto(key_server.base_url + "/")
+        page.wait_for_selector("#key-dialog[open]")
+        page.keyboard.press("Escape")
+        page.wait_for_function("() => !document.querySelector('#key-dialog').open")
+        page.wait_for_function("() => document.querySelector('#model option')?.textContent === '(models unavailable)'")
+        page.wait_for_function("() => document.querySelector('#srv-cache').textContent === 'needs the API key'")
+        assert not page.is_visible("#key-dialog")  # the side panel's polling does not ask
+        # a message asks again; closing the dialog again ends the request with a message, not a spinner
+        page.fill("#input", "Hi")
+        page.press("#input", "Enter")
+        page.wait_for_selector("#key-dialog[open]")
+        page.keyboard.press("Escape")
+        page.wait_for_selector("#send:not([hidden])")
+        assert page.locator(".live").count() == 0 and page.is_hidden("#stop")
+        assert "needs an API key" in " ".join(page.locator(".msg-error, #notice").all_text_contents())
+        # and the next one asks again: with the key given, the message goes out and the models load
+        web.settings(system=nonce_system(), max_tokens=4)
+        page.fill("#input", "Hello")
+        page.press("#input", "Enter")
+        page.wait_for_selector("#key-dialog[open]")
+        page.fill("#key-input", "sk-webui")
+        page.press("#key-input", "Enter")
+        web.wait_done()
+        assert "error" not in web.stored()[0]["messages"][-1] and web.stored()[0]["messages"][-1]["content"]
+        page.wait_for_function("() => document.querySelector('#model').value !== ''")
+        page.wait_for_function("() => document.querySelector('#srv-cache').textContent !== 'needs the API key'")
+    finally:
+        web.close()
+    assert all("401" in e for e in web.errors), web.errors
+
+
 def _covers(page: Any, selector: str) -> bool:
     """True if the element at the centre of ``selector`` is it (or inside it): nothing lies over it."""
     return page.evaluate("""(sel) => {

@@ -95,44 +95,71 @@ function newConversation() {
 // -- API ---------------------------------------------------------------------------------------------
 
 let keyPrompt = null;
+let reloadAfterKey = false; // the model list or /props failed for want of a key: loaded again once one is given
 
+// The key dialog: resolves once a key is entered; rejects when it is closed without one (Escape), failing
+// the requests that wait on it. The next request asks again.
 function askKey(refused) {
   if (keyPrompt) return keyPrompt;
   const dialog = $("key-dialog");
   $("key-error").hidden = !refused;
   $("key-input").value = "";
-  keyPrompt = new Promise((resolve) => {
+  keyPrompt = new Promise((resolve, reject) => {
+    const finish = () => {
+      $("key-form").removeEventListener("submit", done);
+      dialog.removeEventListener("close", dismissed);
+      keyPrompt = null;
+    };
     const done = (ev) => {
       ev.preventDefault();
       const key = $("key-input").value.trim();
       if (!key) return;
       sessionStorage.setItem(SS_KEY, key);
-      $("key-form").removeEventListener("submit", done);
+      finish();
       dialog.close();
-      keyPrompt = null;
       resolve();
+      if (reloadAfterKey) {
+        reloadAfterKey = false;
+        loadModels();
+        loadProps();
+      }
+    };
+    const dismissed = () => {
+      finish();
+      reject(new Error("This server needs an API key: the key dialog was closed without one."));
     };
     $("key-form").addEventListener("submit", done);
-    dialog.addEventListener("cancel", (ev) => ev.preventDefault(), { once: true });
+    dialog.addEventListener("close", dismissed);
   });
   dialog.showModal();
   $("key-input").focus();
   return keyPrompt;
 }
 
-// fetch with the API key (asked once when the server answers 401, kept in sessionStorage)
-async function api(path, opts = {}) {
+// the key, or the abort of the request that waits for it (Stop ends a generation even while the dialog is up)
+function waitKey(refused, signal) {
+  return new Promise((resolve, reject) => {
+    const abort = () => reject(signal.reason);
+    if (signal?.aborted) return abort();
+    signal?.addEventListener("abort", abort, { once: true });
+    askKey(refused).then(resolve, reject).finally(() => signal?.removeEventListener("abort", abort));
+  });
+}
+
+// fetch with the API key (asked when the server answers 401, kept in sessionStorage); with ask false a 401
+// is returned as it is (the side panel's polling does not open the dialog)
+async function api(path, opts = {}, ask = true) {
   for (;;) {
     const key = sessionStorage.getItem(SS_KEY);
     const headers = { ...(opts.headers || {}) };
     if (key) headers.Authorization = "Bearer " + key;
     const res = await fetch(path, { ...opts, headers });
-    if (res.status !== 401) return res;
+    if (res.status !== 401 || !ask) return res;
     await res.body?.cancel();
     const now = sessionStorage.getItem(SS_KEY);
     if (now && now !== key) continue;  // a prompt for another request stored a new key meanwhile: try that one
     if (key) sessionStorage.removeItem(SS_KEY);  // the refused key, not one entered since
-    await askKey(Boolean(key));
+    await waitKey(Boolean(key), opts.signal);
   }
 }
 
@@ -828,7 +855,7 @@ async function pollServer() {
       $("srv-status").textContent = res.status === 503 ? "loading…" : `HTTP ${res.status}`;
       $("srv-status").className = "warn";
     }
-    const m = await api("metrics");
+    const m = await api("metrics", {}, false);
     if (m.ok) {
       const text = await m.text();
       const hits = metricValue(text, "skippy:prefix_cache_hits_total");
@@ -844,7 +871,8 @@ async function pollServer() {
       }
       if (predicted != null) lastPredicted = { n: predicted, t: now };
     } else {
-      $("srv-cache").textContent = $("srv-toks").textContent = m.status === 501 ? "metrics off" : `HTTP ${m.status}`;
+      $("srv-cache").textContent = $("srv-toks").textContent = { 501: "metrics off", 401: "needs the API key" }[m.status]
+        ?? `HTTP ${m.status}`;
       await m.body?.cancel();
     }
   } catch {
@@ -869,6 +897,7 @@ async function loadModels() {
     saveSettings();
   } catch (e) {
     select.replaceChildren(el("option", { value: "", text: "(models unavailable)" }));
+    if (!sessionStorage.getItem(SS_KEY)) reloadAfterKey = true;
     console.warn("GET /v1/models failed", e);
   }
 }
@@ -878,6 +907,7 @@ async function loadProps() {
     const res = await api("props");
     if (res.ok) props = await res.json();
   } catch (e) {
+    if (!sessionStorage.getItem(SS_KEY)) reloadAfterKey = true;
     console.warn("GET /props failed", e);
   }
   $("hooks-box").hidden = !props?.hooks;
