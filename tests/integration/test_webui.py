@@ -223,6 +223,45 @@ def test_right_to_left_text_takes_its_own_direction(web: Page) -> None:
     }""")
 
 
+def test_a_refused_message_leaves_the_conversation_and_goes_back_into_the_input(web: Page, tmp_path: Any) -> None:
+    """A refused message stayed in the conversation and was sent, and refused, again with every later message."""
+    from tests.images import png_bytes, solid
+
+    page = web.open()
+    system = nonce_system()
+    web.settings(system=system, max_tokens=4)
+    too_long = "word " * 3000  # more than the context
+    page.fill("#input", too_long)
+    page.press("#input", "Enter")
+    page.wait_for_selector("#notice:not([hidden])")
+    web.wait_done()
+    assert page.is_visible("#notice") and "Not sent: 400" in page.text_content("#notice")
+    assert page.input_value("#input") == too_long and page.locator("article.msg").count() == 0
+    assert web.stored()[0]["messages"] == []
+    # an image for this text-only server: the text comes back, the image does not stay in the conversation
+    picture = tmp_path / "red.png"
+    picture.write_bytes(png_bytes(8, 8, solid((255, 0, 0))))
+    page.set_input_files("#attach-file", str(picture))
+    page.wait_for_selector("#attachments img.thumb")
+    page.click("#notice-close")
+    page.fill("#input", "What is this?")
+    page.press("#input", "Enter")
+    page.wait_for_selector("#notice:not([hidden])")
+    web.wait_done()
+    assert "Not sent: 400" in page.text_content("#notice") and page.input_value("#input") == "What is this?"
+    assert web.stored()[0]["messages"] == [] and page.locator("#attachments img").count() == 0
+    # the next message goes out on its own and is answered
+    web.send("Say hello.")
+    web.wait_done()
+    assert page.is_hidden("#notice")
+    assert web.chat_bodies[-1]["messages"] == [{"role": "system", "content": system},
+                                               {"role": "user", "content": "Say hello."}]
+    user, reply = web.stored()[0]["messages"]
+    assert user["content"] == "Say hello." and "error" not in reply and reply["content"]
+    assert len([e for e in web.errors if "status of 400" in e]) == 2  # the browser logs the two refusals
+    web.errors[:] = [e for e in web.errors if "status of 400" not in e]
+
+
 def _metric(base_url: str, name: str) -> float:
     text = httpx.get(base_url + "/metrics").text
     return sum(float(v) for v in re.findall(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M))

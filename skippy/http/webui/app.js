@@ -92,6 +92,12 @@ function newConversation() {
   return conv;
 }
 
+// a line above the composer, until dismissed or the next message
+function notify(text) {
+  $("notice-text").textContent = text;
+  $("notice").hidden = !text;
+}
+
 // -- API ---------------------------------------------------------------------------------------------
 
 let keyPrompt = null;
@@ -697,6 +703,7 @@ async function generate(conv, afterUser) {
   setBusy(true);
   renderMessages();
   const decoder = new TextDecoder();
+  let refused = false; // an error before any of the reply: the message was refused
   try {
     const res = await api("v1/chat/completions", { method: "POST", headers: { "Content-Type": "application/json" },
       body: JSON.stringify(body), signal: controller.signal });
@@ -724,15 +731,34 @@ async function generate(conv, afterUser) {
     }
   } catch (e) {
     if (e.name === "AbortError") msg.stopped = true;
-    else msg.error = String(e.message || e);
+    else {
+      msg.error = String(e.message || e);
+      refused = !msg.content && !msg.reasoning && !msg.tool_calls.some(Boolean);
+    }
   } finally {
     msg.tool_calls = msg.tool_calls.filter(Boolean);
     msg.pending = false;
     busy = null;
     setBusy(false);
+    if (refused && afterUser) takeBack(conv, msg);
     saveConversations();
     if (current() === conv) renderMessages();
   }
+}
+
+// A refused message (too long for the context, an image for a text-only model, no API key) leaves the
+// conversation, as `skippy run` drops it: else it would be sent again, and refused again, with every later
+// message. Its text goes back into the input box, the error above it.
+function takeBack(conv, msg) {
+  const at = conv.messages.indexOf(msg);
+  const user = conv.messages[at - 1];
+  if (user?.role !== "user") return;
+  conv.messages.splice(at - 1, 2);
+  if (!conv.messages.length) conv.title = "New chat";
+  const input = $("input");
+  input.value = user.content + (input.value ? "\n" + input.value : "");
+  notify(`Not sent: ${msg.error}` + (user.images?.length ? " (the image is not kept: attach it again to retry)" : ""));
+  renderConversations();
 }
 
 // -- attached images: data URLs sent as OpenAI image_url parts (the server needs --mmproj) ----------------
@@ -762,6 +788,7 @@ function attachFiles(files) {
 
 function send(text) {
   if (busy) return;
+  notify("");
   let conv = current();
   if (!conv) conv = newConversation();
   const images = attached;
@@ -938,6 +965,7 @@ function bind() {
     }
   });
   $("stop").addEventListener("click", () => busy?.controller.abort());
+  $("notice-close").addEventListener("click", () => notify(""));
   $("new-chat").addEventListener("click", () => {
     if (busy) return;
     newConversation();
