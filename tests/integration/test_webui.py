@@ -298,6 +298,26 @@ def test_stop_ends_the_generation(web: Page, server: Server) -> None:
     assert web.stored()[0]["messages"][-1]["finish"] in ("stop", "length")
 
 
+def test_a_reload_while_a_reply_streams_keeps_the_reply_so_far_as_stopped(web: Page) -> None:
+    """A reload mid-reply lost the reply, and the next message went out as a second user turn in a row."""
+    page = web.open()
+    web.settings(system=nonce_system(), temperature=0.8, seed=None, max_tokens=1500)
+    web.send("Write a very long story about a lighthouse keeper and a storm.")
+    page.wait_for_function("() => (document.querySelector('article.msg.assistant .body')?.textContent || '')"
+                           ".length > 40")
+    page.reload()
+    page.wait_for_function("() => document.querySelector('#model').value !== ''")
+    assert page.text_content("article.msg.assistant .badge.warn") == "stopped"
+    assert len(page.text_content("article.msg.assistant .body")) > 40 and page.locator(".live").count() == 0
+    reply = web.stored()[0]["messages"][-1]
+    assert reply["role"] == "assistant" and reply["stopped"] and len(reply["content"]) > 40
+    web.set("max_tokens", 4)
+    web.send("Thanks.")
+    web.wait_done()
+    assert [m["role"] for m in web.chat_bodies[-1]["messages"]] == ["system", "user", "assistant", "user"]
+    assert web.chat_bodies[-1]["messages"][2]["content"] == reply["content"]
+
+
 def test_a_tool_call_is_a_card_that_can_be_answered_and_the_reply_continues(web: Page, server: Server) -> None:
     page = web.open()
     web.settings(system=nonce_system(), max_tokens=80)

@@ -12,6 +12,7 @@ const LS_CURRENT = "skippy.current.v1";
 const LS_SETTINGS = "skippy.settings.v1";
 const SS_KEY = "skippy.apiKey";
 const POLL_MS = 3000;
+const SAVE_MS = 500; // a streaming reply is saved at most this often
 const TOP_LOGPROBS = 5;
 const SCALE_NATS = 5; // the tint scale: 0 nats (white) .. 5 nats and above (red)
 
@@ -73,10 +74,13 @@ function store(key, value) {
 
 let conversations = load(LS_CONVERSATIONS, []);
 if (!Array.isArray(conversations)) conversations = [];
+// a reply still streaming when the page went (a reload, a closed tab) is kept as it was, stopped
+for (const c of conversations) for (const m of c.messages || []) if (m.pending) { m.pending = false; m.stopped = true; }
 let currentId = load(LS_CURRENT, null);
 const settings = { ...DEFAULTS, ...load(LS_SETTINGS, {}) };
 let props = null; // GET /props, once loaded
 let busy = null; // {controller, conv, msg} while a reply streams
+let leaving = false; // the page is being unloaded (pagehide)
 
 const saveSettings = () => store(LS_SETTINGS, settings);
 const saveConversations = () => store(LS_CONVERSATIONS, conversations);
@@ -703,6 +707,7 @@ async function generate(conv, afterUser) {
   setBusy(true);
   renderMessages();
   const decoder = new TextDecoder();
+  let savedAt = Date.now();
   let refused = false; // an error before any of the reply: the message was refused
   try {
     const res = await api("v1/chat/completions", { method: "POST", headers: { "Content-Type": "application/json" },
@@ -728,9 +733,10 @@ async function generate(conv, afterUser) {
       if (chunk.timings) msg.timings = chunk.timings;
       if (chunk.model) msg.model = chunk.model;
       renderLive(conv, msg);
+      if (Date.now() - savedAt >= SAVE_MS) { savedAt = Date.now(); saveConversations(); } // a reload keeps it
     }
   } catch (e) {
-    if (e.name === "AbortError") msg.stopped = true;
+    if (e.name === "AbortError" || leaving) msg.stopped = true; // Stop, or the page going (a network error)
     else {
       msg.error = String(e.message || e);
       refused = !msg.content && !msg.reasoning && !msg.tool_calls.some(Boolean);
@@ -992,6 +998,12 @@ function bind() {
   $("drawer-backdrop").addEventListener("click", closeDrawer);
   document.addEventListener("keydown", (ev) => { if (ev.key === "Escape") closeDrawer(); });
   narrow.addEventListener("change", renderDrawer);
+  // a reload or a closed tab ends a streaming reply as Stop does: the reply so far is kept, stopped
+  window.addEventListener("pagehide", () => {
+    leaving = true;
+    if (busy) { busy.msg.stopped = true; saveConversations(); }
+  });
+  window.addEventListener("pageshow", () => { leaving = false; });
   $("system").addEventListener("input", () => {
     settings.system = $("system").value;
     const conv = current();
