@@ -167,6 +167,34 @@ def test_conversations_are_kept_renamed_and_deleted(web: Page) -> None:
     page.wait_for_function("() => document.querySelector('#model').value !== ''")
     assert page.eval_on_selector_all(".conv-title", "ts => ts.map(t => t.textContent)") == ["New chat", "renamed"]
 
+def test_two_tabs_keep_each_others_conversations(web: Page) -> None:
+    """Each tab wrote its own list over the other's: the other tab's conversations were lost."""
+    a = web.open()
+    b = web.context.new_page()  # a second tab of the same browser: the same local storage
+    b.set_default_timeout(TIMEOUT_MS)
+    b.on("pageerror", lambda e: web.errors.append(f"uncaught (tab b): {e}"))
+    b.goto(web.base_url + "/")
+    b.wait_for_function("() => document.querySelector('#model').value !== ''")
+    for page, text in ((b, "Tab B says hello."), (a, "Tab A says hello.")):
+        page.fill("#max_tokens", "4")
+        page.dispatch_event("#max_tokens", "change")
+        page.fill("#input", text)
+        page.press("#input", "Enter")
+        page.wait_for_selector("article.msg.assistant .finish")
+    titles = "() => [...document.querySelectorAll('.conv-title')].map(t => t.textContent)"
+    assert sorted(c["title"] for c in web.stored()) == ["Tab A says hello.", "Tab B says hello."]
+    for page in (a, b):  # each tab lists the other's too, without a reload
+        page.wait_for_function(f"() => ({titles})().length === 2")
+    # a conversation deleted in one tab stays deleted when the other saves
+    a.hover('.conv:has-text("Tab B") .conv-title')
+    a.click('.conv:has-text("Tab B") button[title="Delete"]')
+    a.click('.conv:has-text("Tab B") button[title="Delete"]')
+    b.click("#new-chat")
+    assert sorted(c["title"] for c in web.stored()) == ["New chat", "Tab A says hello."]
+    b.wait_for_function(f"() => !({titles})().includes('Tab B says hello.')")
+    b.close()
+
+
 def test_a_message_streams_into_the_page(web: Page, server: Server) -> None:
     page = web.open()
     system = nonce_system()

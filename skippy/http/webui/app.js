@@ -10,6 +10,7 @@ import DOMPurify from "./vendor/purify.es.mjs";
 const LS_CONVERSATIONS = "skippy.conversations.v1";
 const LS_CURRENT = "skippy.current.v1";
 const LS_SETTINGS = "skippy.settings.v1";
+const LS_DELETED = "skippy.deleted.v1"; // ids of deleted conversations (the last 500): no tab brings them back
 const SS_KEY = "skippy.apiKey";
 const POLL_MS = 3000;
 const SAVE_MS = 500; // a streaming reply is saved at most this often
@@ -83,7 +84,30 @@ let busy = null; // {controller, conv, msg} while a reply streams
 let leaving = false; // the page is being unloaded (pagehide)
 
 const saveSettings = () => store(LS_SETTINGS, settings);
-const saveConversations = () => store(LS_CONVERSATIONS, conversations);
+
+// Other tabs share the stored list: a save merges it by conversation id (the later change of one wins; a
+// conversation another tab added is kept; one deleted anywhere stays deleted), and the `storage` event
+// brings another tab's saves here.
+function merged() {
+  let stored = load(LS_CONVERSATIONS, []);
+  if (!Array.isArray(stored)) stored = [];
+  const gone = new Set(load(LS_DELETED, []));
+  const mine = new Map(conversations.map((c) => [c.id, c]));
+  const ids = new Set(stored.map((c) => c?.id));
+  const out = conversations.filter((c) => !ids.has(c.id)); // new here: at the top, as new chats are
+  for (const c of stored) {
+    if (!c?.id) continue;
+    const m = mine.get(c.id);
+    out.push(m && (m === busy?.conv || (m.updated ?? 0) >= (c.updated ?? 0)) ? m : c);
+  }
+  return out.filter((c) => !gone.has(c.id));
+}
+
+function saveConversations(changed) {
+  if (changed) changed.updated = Date.now();
+  conversations = merged();
+  store(LS_CONVERSATIONS, conversations);
+}
 const current = () => conversations.find((c) => c.id === currentId) || null;
 const newId = () => Date.now().toString(36) + Math.random().toString(36).slice(2, 8);
 
@@ -92,7 +116,7 @@ function newConversation() {
   conversations.unshift(conv);
   currentId = conv.id;
   store(LS_CURRENT, currentId);
-  saveConversations();
+  saveConversations(conv);
   return conv;
 }
 
@@ -298,7 +322,7 @@ function startRename(item, conv) {
     if (done) return;
     done = true;
     if (keep && input.value.trim()) conv.title = input.value.trim().slice(0, 120);
-    saveConversations();
+    saveConversations(conv);
     renderConversations();
   };
   input.addEventListener("keydown", (ev) => {
@@ -313,6 +337,7 @@ function startRename(item, conv) {
 
 function removeConversation(id) {
   if (busy && busy.conv.id === id) busy.controller.abort();
+  store(LS_DELETED, [...load(LS_DELETED, []), id].slice(-500));
   conversations = conversations.filter((c) => c.id !== id);
   if (currentId === id) currentId = conversations[0]?.id ?? null;
   store(LS_CURRENT, currentId);
@@ -563,7 +588,7 @@ function answerTool(conv, index, call, content) {
   let at = index + 1;
   while (at < conv.messages.length && conv.messages[at].role === "tool") at++;
   conv.messages.splice(at, 0, { role: "tool", tool_call_id: call.id, name: call.function?.name, content: content || "" });
-  saveConversations();
+  saveConversations(conv);
   const msg = conv.messages[index];
   if (msg.tool_calls.every((c) => toolResults(conv, index).has(c.id)) && at === conv.messages.length - 1) {
     generate(conv, false);
@@ -733,7 +758,7 @@ async function generate(conv, afterUser) {
       if (chunk.timings) msg.timings = chunk.timings;
       if (chunk.model) msg.model = chunk.model;
       renderLive(conv, msg);
-      if (Date.now() - savedAt >= SAVE_MS) { savedAt = Date.now(); saveConversations(); } // a reload keeps it
+      if (Date.now() - savedAt >= SAVE_MS) { savedAt = Date.now(); saveConversations(conv); } // a reload keeps it
     }
   } catch (e) {
     if (e.name === "AbortError" || leaving) msg.stopped = true; // Stop, or the page going (a network error)
@@ -747,7 +772,7 @@ async function generate(conv, afterUser) {
     busy = null;
     setBusy(false);
     if (refused && afterUser) takeBack(conv, msg);
-    saveConversations();
+    saveConversations(conv);
     if (current() === conv) renderMessages();
   }
 }
@@ -802,7 +827,7 @@ function send(text) {
   renderAttachments();
   conv.messages.push(images.length ? { role: "user", content: text, images } : { role: "user", content: text });
   if (conv.title === "New chat") conv.title = text.replace(/\s+/g, " ").trim().slice(0, 48) || "New chat";
-  saveConversations();
+  saveConversations(conv);
   renderConversations();
   generate(conv, true);
 }
@@ -1001,13 +1026,21 @@ function bind() {
   // a reload or a closed tab ends a streaming reply as Stop does: the reply so far is kept, stopped
   window.addEventListener("pagehide", () => {
     leaving = true;
-    if (busy) { busy.msg.stopped = true; saveConversations(); }
+    if (busy) { busy.msg.stopped = true; saveConversations(busy.conv); }
   });
   window.addEventListener("pageshow", () => { leaving = false; });
+  window.addEventListener("storage", (ev) => {
+    if (ev.key !== LS_CONVERSATIONS && ev.key !== LS_DELETED) return;
+    const shown = current();
+    conversations = merged();
+    if (currentId && !current()) currentId = conversations[0]?.id ?? null; // deleted there
+    renderConversations();
+    if (current() !== shown) renderAll();
+  });
   $("system").addEventListener("input", () => {
     settings.system = $("system").value;
     const conv = current();
-    if (conv) { conv.system = settings.system; saveConversations(); }
+    if (conv) { conv.system = settings.system; saveConversations(conv); }
     saveSettings();
   });
   for (const k of ["temperature", "top_p", "max_tokens", "seed", "tool_choice"]) {
