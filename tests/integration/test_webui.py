@@ -647,6 +647,49 @@ def test_an_attached_image_is_sent_as_an_image_url_part_and_shown(browser: Any, 
     assert not web.errors, web.errors
 
 
+def test_an_image_too_large_to_store_is_left_out_of_storage_and_saving_goes_on(browser: Any, vision_server: Server,
+                                                                                tmp_path: Any) -> None:
+    """A photo of a few MB overflowed local storage and from then on nothing was saved, silently."""
+    from tests.images import png_bytes
+
+    picture = tmp_path / "noise.png"
+    picture.write_bytes(png_bytes(600, 600, 7))  # random pixels: ~1 MB, a data URL of ~1.4 M characters
+    web = Page(browser, vision_server.base_url)
+    try:
+        page = web.open()
+        web.settings(system=nonce_system(), max_tokens=4)
+        page.set_input_files("#attach-file", str(picture))
+        page.wait_for_selector("#attachments img.thumb")
+        web.send("Describe the picture.")
+        web.wait_done()
+        assert "could not be kept" in page.text_content("#notice")
+        assert page.locator("article.msg.user img.thumb").count() == 1  # still shown in this page
+        user, reply = web.stored()[0]["messages"]
+        assert user == {"role": "user", "content": "Describe the picture.", "images": [], "imagesDropped": 1}
+        assert reply["content"]
+        web.send("Say hello.")  # saving goes on
+        web.wait_done()
+        assert [m["content"] for m in web.stored()[0]["messages"] if m["role"] == "user"] == [
+            "Describe the picture.", "Say hello."]
+        page.reload()
+        page.wait_for_function("() => document.querySelector('#model').value !== ''")
+        assert page.text_content("article.msg.user .thumb.dropped") == "image not kept (too large to store)"
+        # storage full: the page says the conversations could not be saved
+        page.evaluate("""() => {
+            let n = 0;  // the longest junk that fits: nothing is left
+            for (let step = 1 << 23; step >= 1; step >>= 1) {
+                try { localStorage.setItem('junk', 'x'.repeat(n + step)); n += step; } catch { /* too long */ }
+            }
+            localStorage.setItem('junk', 'x'.repeat(n));
+        }""")
+        page.click("#new-chat")
+        assert "Could not save the conversations" in page.text_content("#notice")
+        page.evaluate("localStorage.removeItem('junk')")
+    finally:
+        web.close()
+    assert all("local storage" not in e for e in web.errors), web.errors
+
+
 # -- a server with an API key --------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

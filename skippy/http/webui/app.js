@@ -13,6 +13,7 @@ const LS_SETTINGS = "skippy.settings.v1";
 const LS_DELETED = "skippy.deleted.v1"; // ids of deleted conversations (the last 500): no tab brings them back
 const SS_KEY = "skippy.apiKey";
 const POLL_MS = 3000;
+const MAX_IMAGE = 1_000_000; // the largest image (data URL characters) kept in local storage
 const SAVE_MS = 500; // a streaming reply is saved at most this often
 const TOP_LOGPROBS = 5;
 const SCALE_NATS = 5; // the tint scale: 0 nats (white) .. 5 nats and above (red)
@@ -66,8 +67,10 @@ function load(key, fallback) {
 function store(key, value) {
   try {
     localStorage.setItem(key, JSON.stringify(value));
+    return true;
   } catch (e) {
     console.warn("could not save to local storage", e);
+    return false;
   }
 }
 
@@ -103,10 +106,30 @@ function merged() {
   return out.filter((c) => !gone.has(c.id));
 }
 
+// The stored copy of the list: images over `max` characters (data URLs) left out, counted in imagesDropped
+// (the page shows a placeholder for them).
+const slim = (list, max) => list.map((c) => ({ ...c, messages: c.messages.map((m) => {
+  const big = (m.images || []).filter((u) => u.length > max).length;
+  return big ? { ...m, images: m.images.filter((u) => u.length <= max), imagesDropped: (m.imagesDropped || 0) + big } : m;
+}) }));
+const noted = new WeakSet(); // messages whose images were said not to be kept
+
+// Local storage holds about 5 MB: an image over MAX_IMAGE is not kept (the text is), all images go if the
+// rest does not fit, and the page says so; saving goes on either way.
 function saveConversations(changed) {
   if (changed) changed.updated = Date.now();
   conversations = merged();
-  store(LS_CONVERSATIONS, conversations);
+  for (const max of [MAX_IMAGE, 0]) {
+    const list = slim(conversations, max);
+    if (!store(LS_CONVERSATIONS, list)) continue;
+    const lost = conversations.flatMap((c) => c.messages).filter((m) => m.images?.some((u) => u.length > max)
+      && !noted.has(m));
+    lost.forEach((m) => noted.add(m));
+    if (lost.length) notify("An image could not be kept in this browser's storage (too large, or the storage is full):"
+      + " it is shown until the page is reloaded, then a placeholder. The text is kept.");
+    return;
+  }
+  notify("Could not save the conversations: this browser's storage is full or turned off.");
 }
 const current = () => conversations.find((c) => c.id === currentId) || null;
 const newId = () => Date.now().toString(36) + Math.random().toString(36).slice(2, 8);
@@ -393,9 +416,12 @@ function fillMessage(node, conv, msg, index) {
   node.replaceChildren();
   if (msg.role === "user") {
     const bubble = el("div", { class: "bubble", dir: "auto", text: msg.content });
-    if (msg.images?.length) {
+    if (msg.images?.length || msg.imagesDropped) {
       const strip = el("div", { class: "msg-images" });
-      for (const url of msg.images) strip.append(el("img", { src: url, alt: "attached image", class: "thumb" }));
+      for (const url of msg.images || []) strip.append(el("img", { src: url, alt: "attached image", class: "thumb" }));
+      for (let i = 0; i < (msg.imagesDropped || 0); i++) {
+        strip.append(el("span", { class: "thumb dropped", text: "image not kept (too large to store)" }));
+      }
       bubble.prepend(strip);
     }
     node.append(bubble);
