@@ -817,3 +817,41 @@ def test_on_a_phone_width_screen_the_chat_stays_usable_and_settings_are_a_drawer
     finally:
         web.close()
     assert not web.errors, web.errors
+
+
+def test_on_a_phone_width_screen_the_conversations_open_from_the_chats_button(browser: Any, server: Server) -> None:
+    """At 900 px and less the sidebar (+ New chat, the conversations, the server panel) was hidden for good."""
+    web = Page(browser, server.base_url)
+    web.context.close()
+    web.context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    web.page = web.context.new_page()
+    web.page.set_default_timeout(TIMEOUT_MS)
+    web.page.on("pageerror", lambda e: web.errors.append(f"uncaught: {e}"))
+    try:
+        page = web.open()
+        convs = [{"id": f"c{i}", "title": f"chat {i}", "system": "", "created": i, "messages": [
+            {"role": "user", "content": f"question {i}"}]} for i in (1, 2)]
+        page.evaluate("([k, v]) => localStorage.setItem(k, v)", [CONVERSATIONS, json.dumps(convs)])
+        web.open()
+        assert not page.is_visible("#sidebar") and _covers(page, "#toggle-sidebar")
+        page.click("#toggle-sidebar")
+        assert page.get_attribute("#toggle-sidebar", "aria-expanded") == "true"
+        assert _covers(page, "#new-chat") and _covers(page, '.conv[data-id="c2"] .conv-title')
+        assert page.is_visible("#srv-status") and not page.is_visible("#settings")
+        page.screenshot(path=str(ARTIFACTS / "phone-chats.png"))
+        page.click('.conv[data-id="c2"] .conv-title')  # a conversation chosen: back to the chat, showing it
+        assert not page.is_visible("#sidebar") and page.text_content("article.msg.user .bubble") == "question 2"
+        page.click("#toggle-sidebar")
+        page.click("#new-chat")
+        assert not page.is_visible("#sidebar") and page.is_visible("#empty") and len(web.stored()) == 3
+        page.click("#toggle-sidebar")  # closed by the backdrop and by Escape, as the settings are
+        page.mouse.click(370, 400)
+        assert not page.is_visible("#sidebar")
+        page.click("#toggle-sidebar")
+        page.keyboard.press("Escape")
+        assert not page.is_visible("#sidebar") and _covers(page, "#input")
+        page.set_viewport_size({"width": 1280, "height": 860})  # a wide screen: the sidebar is there, no button
+        assert page.is_visible("#new-chat") and not page.is_visible("#toggle-sidebar")
+    finally:
+        web.close()
+    assert not web.errors, web.errors

@@ -370,6 +370,7 @@ function removeConversation(id) {
 
 function select(id) {
   currentId = id;
+  sidebarOpen = false; // on a narrow screen: back to the chat
   store(LS_CURRENT, currentId);
   renderAll();
 }
@@ -643,6 +644,7 @@ function renderLive(conv, msg) {
 // until the Settings button opens it (not kept: a wide screen's open panel must not cover a phone's chat).
 const narrow = window.matchMedia("(max-width: 900px)");
 let drawerOpen = false;
+let sidebarOpen = false; // the same for the conversations (the sidebar), from the left: the Chats button
 
 function settingsShown() { return narrow.matches ? drawerOpen : settings.settingsOpen; }
 
@@ -650,15 +652,19 @@ function renderDrawer() {
   const open = settingsShown();
   document.body.classList.toggle("settings-closed", !open);
   document.body.classList.toggle("drawer-open", narrow.matches && open);
-  $("drawer-backdrop").hidden = !(narrow.matches && open);
+  const side = narrow.matches && sidebarOpen;
+  document.body.classList.toggle("sidebar-open", side);
+  $("drawer-backdrop").hidden = !(narrow.matches && (open || side));
   $("toggle-settings").setAttribute("aria-expanded", String(open));
+  $("toggle-sidebar").setAttribute("aria-expanded", String(side));
 }
 
 function closeDrawer() {
-  if (!narrow.matches || !drawerOpen) return;
-  drawerOpen = false;
+  if (!narrow.matches || !(drawerOpen || sidebarOpen)) return;
+  const button = sidebarOpen ? "toggle-sidebar" : "toggle-settings";
+  drawerOpen = sidebarOpen = false;
   renderDrawer();
-  $("toggle-settings").focus();
+  $(button).focus();
 }
 
 function renderSettings() {
@@ -1026,6 +1032,7 @@ function bind() {
   $("new-chat").addEventListener("click", () => {
     if (busy) return;
     newConversation();
+    sidebarOpen = false;
     renderAll();
     $("input").focus();
   });
@@ -1039,10 +1046,16 @@ function bind() {
   $("toggle-settings").addEventListener("click", () => {
     if (narrow.matches) {
       drawerOpen = !drawerOpen;
+      sidebarOpen = false;
     } else {
       settings.settingsOpen = !settings.settingsOpen;
       saveSettings();
     }
+    renderDrawer();
+  });
+  $("toggle-sidebar").addEventListener("click", () => {
+    sidebarOpen = !sidebarOpen;
+    drawerOpen = false;
     renderDrawer();
   });
   $("close-settings").addEventListener("click", closeDrawer);
