@@ -618,6 +618,17 @@ def vision_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield srv
 
 
+def send_picture(web: Any, picture: Any, *, max_tokens: int) -> Any:
+    """Open the page, attach ``picture``, send "Describe the picture." and wait for the reply; the page."""
+    page = web.open()
+    web.settings(system=nonce_system(), max_tokens=max_tokens)
+    page.set_input_files("#attach-file", str(picture))
+    page.wait_for_selector("#attachments img.thumb")
+    web.send("Describe the picture.")
+    web.wait_done()
+    return page
+
+
 def test_an_attached_image_is_sent_as_an_image_url_part_and_shown(browser: Any, vision_server: Server,
                                                                   tmp_path: Any) -> None:
     from tests.images import png_bytes, solid
@@ -626,12 +637,7 @@ def test_an_attached_image_is_sent_as_an_image_url_part_and_shown(browser: Any, 
     picture.write_bytes(png_bytes(40, 30, solid((255, 0, 0))))
     web = Page(browser, vision_server.base_url)
     try:
-        page = web.open()
-        web.settings(system=nonce_system(), max_tokens=8)
-        page.set_input_files("#attach-file", str(picture))
-        page.wait_for_selector("#attachments img.thumb")
-        web.send("Describe the picture.")
-        web.wait_done()
+        page = send_picture(web, picture, max_tokens=8)
         [body] = web.chat_bodies
         user = body["messages"][-1]
         assert user["content"][0]["type"] == "image_url"
@@ -656,12 +662,7 @@ def test_an_image_too_large_to_store_is_left_out_of_storage_and_saving_goes_on(b
     picture.write_bytes(png_bytes(600, 600, 7))  # random pixels: ~1 MB, a data URL of ~1.4 M characters
     web = Page(browser, vision_server.base_url)
     try:
-        page = web.open()
-        web.settings(system=nonce_system(), max_tokens=4)
-        page.set_input_files("#attach-file", str(picture))
-        page.wait_for_selector("#attachments img.thumb")
-        web.send("Describe the picture.")
-        web.wait_done()
+        page = send_picture(web, picture, max_tokens=4)
         assert "could not be kept" in page.text_content("#notice")
         assert page.locator("article.msg.user img.thumb").count() == 1  # still shown in this page
         user, reply = web.stored()[0]["messages"]
@@ -774,9 +775,8 @@ def _covers(page: Any, selector: str) -> bool:
     }""", selector)
 
 
-def test_on_a_phone_width_screen_the_chat_stays_usable_and_settings_are_a_drawer(browser: Any,
-                                                                                  server: Server) -> None:
-    """Issue 35.9: at 390 px the settings panel covered the conversation and the message box."""
+def phone_page(browser: Any, server: Server) -> Page:
+    """A :class:`Page` on a 390 x 844 touch screen (a phone), its requests recorded."""
     web = Page(browser, server.base_url)
     web.context.close()
     web.context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
@@ -784,6 +784,13 @@ def test_on_a_phone_width_screen_the_chat_stays_usable_and_settings_are_a_drawer
     web.page.set_default_timeout(TIMEOUT_MS)
     web.page.on("pageerror", lambda e: web.errors.append(f"uncaught: {e}"))
     web.page.on("request", web._request)
+    return web
+
+
+def test_on_a_phone_width_screen_the_chat_stays_usable_and_settings_are_a_drawer(browser: Any,
+                                                                                  server: Server) -> None:
+    """Issue 35.9: at 390 px the settings panel covered the conversation and the message box."""
+    web = phone_page(browser, server)
     try:
         page = web.open()
         # the drawer starts closed, whatever a wide screen left in the settings: input and send are free
@@ -821,12 +828,7 @@ def test_on_a_phone_width_screen_the_chat_stays_usable_and_settings_are_a_drawer
 
 def test_on_a_phone_width_screen_the_conversations_open_from_the_chats_button(browser: Any, server: Server) -> None:
     """At 900 px and less the sidebar (+ New chat, the conversations, the server panel) was hidden for good."""
-    web = Page(browser, server.base_url)
-    web.context.close()
-    web.context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
-    web.page = web.context.new_page()
-    web.page.set_default_timeout(TIMEOUT_MS)
-    web.page.on("pageerror", lambda e: web.errors.append(f"uncaught: {e}"))
+    web = phone_page(browser, server)
     try:
         page = web.open()
         convs = [{"id": f"c{i}", "title": f"chat {i}", "system": "", "created": i, "messages": [
