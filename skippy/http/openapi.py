@@ -74,8 +74,10 @@ def _operation(route: Any) -> dict[str, Any]:
         body: dict[str, Any] = _ref(route.response) if route.response is not None else {"type": "object"}
         if route.shape == "list":
             body = {"type": "array", "items": body}
-        elif route.shape == "one-or-list":
-            body = {"oneOf": [body, {"type": "array", "items": body}]}
+        elif route.shape == "native":  # response_fields keeps only the fields asked for: any object then
+            fields = {"type": "object", "description": "with response_fields: the fields asked for, each under "
+                                                       "its path (none of them when the answer has none)"}
+            body = {"anyOf": [body, {"type": "array", "items": body}, fields, {"type": "array", "items": fields}]}
         content = _json(body)
     else:
         content = {route.content_type: {"schema": {"type": "string"}}}

@@ -326,6 +326,28 @@ def test_stop_ends_the_generation(web: Page, server: Server) -> None:
     assert web.stored()[0]["messages"][-1]["finish"] in ("stop", "length")
 
 
+def test_stop_before_the_reply_puts_the_message_back_in_the_box(web: Page) -> None:
+    """Stop before the first token left the user turn and an empty reply: the next message went out as a second
+    user turn in a row. The request is held in the browser (never answered), so Stop comes before any reply."""
+    page = web.open()
+    web.settings(system=nonce_system(), max_tokens=8)
+    held: list[Any] = []
+    page.route("**/v1/chat/completions", lambda route: held.append(route))  # not continued: no reply starts
+    page.fill("#input", "Tell me about lighthouses.")
+    page.press("#input", "Enter")
+    page.wait_for_function("() => !document.querySelector('#stop').hidden")
+    page.click("#stop")
+    page.wait_for_selector("#send:not([hidden])")
+    assert "Stopped before the reply" in page.text_content("#notice")
+    assert page.input_value("#input") == "Tell me about lighthouses." and page.locator("article.msg").count() == 0
+    assert web.stored()[0]["messages"] == []
+    page.unroute("**/v1/chat/completions")
+    web.send("Say hello.")
+    web.wait_done()
+    [user] = [m for m in web.chat_bodies[-1]["messages"] if m["role"] == "user"]  # one user turn
+    assert user["content"] == "Say hello."
+
+
 def test_a_reload_while_a_reply_streams_keeps_the_reply_so_far_as_stopped(web: Page) -> None:
     """A reload mid-reply lost the reply, and the next message went out as a second user turn in a row."""
     page = web.open()

@@ -126,7 +126,7 @@ ROUTES: tuple[Route, ...] = (
           "Forget a stored response (404 when there is none)", response=rwire.ResponseDeleted),
     Route(("/infill",), "POST", infill, "llama-server /infill: fill-in-the-middle with the model's FIM tokens, "
           "answered as /completion (a list for n_cmpl > 1; SSE without [DONE] when stream is true)", InfillRequest,
-          wire.NativeCompletion, sse=wire.NativeCompletion, shape="one-or-list"),
+          wire.NativeCompletion, sse=wire.NativeCompletion, shape="native"),
     Route(("/v1/embeddings",), "POST", embeddings, "OpenAI Embeddings: L2-normalized vectors from the embedding "
           "context (501 unless the server runs with --embeddings)", EmbeddingRequest, openai_wire.EmbeddingList),
     Route(("/embedding", "/embeddings"), "POST", embedding, "llama-server embeddings: one entry per input, "
@@ -143,7 +143,7 @@ ROUTES: tuple[Route, ...] = (
           "One served model by name (404 model_not_found for another)", response=openai_wire.Model),
     Route(("/completion", "/completions"), "POST", completion_native,
           "llama-server native completion (a list for several prompts; SSE without [DONE] when stream is true)",
-          NativeCompletionRequest, wire.NativeCompletion, sse=wire.NativeCompletion, shape="one-or-list"),
+          NativeCompletionRequest, wire.NativeCompletion, sse=wire.NativeCompletion, shape="native"),
     Route(("/slots",), "GET", slots, "llama-server per-slot state (501 with --no-slots)", response=wire.Slot,
           shape="list"),
     Route(("/models/load",), "POST", models_load, "llama-server router mode: load a served model now (waits "

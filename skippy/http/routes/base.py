@@ -55,7 +55,8 @@ class Route:
     ``text/event-stream`` whose events carry this Struct (or one of these Structs); ``ndjson``: the answer
     may be ``application/x-ndjson``, a line each of this Struct (Ollama's streams). ``secured``: needs the
     API key when keys are set. ``documented``: listed in ``/openapi.json``. ``shape``: the 200 body is one
-    ``response`` (``"one"``), a list of them (``"list"``) or either (``"one-or-list"``). ``error``: the
+    ``response`` (``"one"``), a list of them (``"list"``), or either, with llama-server's ``response_fields``
+    too (``"native"``: an object of the fields asked for, or a list of them). ``error``: the
     Struct of its error answers (OpenAI's envelope; Anthropic's on ``/v1/messages*``). ``body_list``: the
     body is a JSON array of ``body`` (llama-server's ``POST /lora-adapters``). Path parameters are
     written ``<name>``.

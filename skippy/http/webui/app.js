@@ -766,6 +766,7 @@ async function generate(conv, afterUser) {
   const decoder = new TextDecoder();
   let savedAt = Date.now();
   let refused = false; // an error before any of the reply: the message was refused
+  let early = false; // Stop before any of the reply: the message goes back to the box too
   try {
     const res = await api("v1/chat/completions", { method: "POST", headers: { "Content-Type": "application/json" },
       body: JSON.stringify(body), signal: controller.signal });
@@ -793,17 +794,21 @@ async function generate(conv, afterUser) {
       if (Date.now() - savedAt >= SAVE_MS) { savedAt = Date.now(); saveConversations(conv); } // a reload keeps it
     }
   } catch (e) {
-    if (e.name === "AbortError" || leaving) msg.stopped = true; // Stop, or the page going (a network error)
-    else {
+    const nothing = !msg.content && !msg.reasoning && !msg.tool_calls.some(Boolean);
+    if (e.name === "AbortError" || leaving) { // Stop, or the page going (a network error)
+      msg.stopped = true;
+      early = nothing && !leaving;
+    } else {
       msg.error = String(e.message || e);
-      refused = !msg.content && !msg.reasoning && !msg.tool_calls.some(Boolean);
+      refused = nothing;
     }
   } finally {
     msg.tool_calls = msg.tool_calls.filter(Boolean);
     msg.pending = false;
     busy = null;
     setBusy(false);
-    if (refused && afterUser) takeBack(conv, msg);
+    if (refused && afterUser) takeBack(conv, msg, `Not sent: ${msg.error}`);
+    else if (early && afterUser) takeBack(conv, msg, "Stopped before the reply: the message is back in the box");
     saveConversations(conv);
     if (current() === conv) renderMessages();
   }
@@ -811,8 +816,9 @@ async function generate(conv, afterUser) {
 
 // A refused message (too long for the context, an image for a text-only model, no API key) leaves the
 // conversation, as `skippy run` drops it: else it would be sent again, and refused again, with every later
-// message. Its text goes back into the input box, the error above it.
-function takeBack(conv, msg) {
+// message. So does one stopped before any of its reply (else the next message went out as a second user turn
+// in a row). Its text goes back into the input box, the note above it.
+function takeBack(conv, msg, note) {
   const at = conv.messages.indexOf(msg);
   const user = conv.messages[at - 1];
   if (user?.role !== "user") return;
@@ -820,7 +826,7 @@ function takeBack(conv, msg) {
   if (!conv.messages.length) conv.title = "New chat";
   const input = $("input");
   input.value = user.content + (input.value ? "\n" + input.value : "");
-  notify(`Not sent: ${msg.error}` + (user.images?.length ? " (the image is not kept: attach it again to retry)" : ""));
+  notify(note + (user.images?.length ? " (the image is not kept: attach it again to retry)" : ""));
   renderConversations();
 }
 
