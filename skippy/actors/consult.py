@@ -31,7 +31,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -175,7 +175,7 @@ class RemotePeer:
         # credentials in the URL (http://user:password@host) go as Basic auth, never in a URL: the peer's name
         # (hook events, metrics, logs, the note's fallback name) and the requests' URLs (httpx logs them) hold
         # none; else the API key, if any, as a bearer token (--consult-api-key)
-        self._auth: httpx.Auth | Callable[[httpx.Request], httpx.Request] | None = None
+        self._auth: Any = httpx.USE_CLIENT_DEFAULT
         if url.userinfo:
             self._auth = httpx.BasicAuth(url.username, url.password)
         elif api_key:
@@ -208,7 +208,7 @@ class RemotePeer:
             return
         self._probed = True
         try:
-            resp = await self._client.get(self.v1 + "/models", auth=self._auth or httpx.USE_CLIENT_DEFAULT)
+            resp = await self._client.get(self.v1 + "/models", auth=self._auth)
             resp.raise_for_status()
             first = resp.json()["data"][0]
         except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
@@ -228,7 +228,7 @@ class RemotePeer:
         if self._vision is None:
             root = self.v1[:-len("/v1")]
             try:
-                resp = await self._client.get(root + "/props", auth=self._auth or httpx.USE_CLIENT_DEFAULT)
+                resp = await self._client.get(root + "/props", auth=self._auth)
                 resp.raise_for_status()
                 modalities = resp.json().get("modalities")
             except (httpx.HTTPError, ValueError, AttributeError):
@@ -245,7 +245,7 @@ class RemotePeer:
         body.update(mesh_hooks=False, stream=False)
         if self._listed is not None:
             body["model"] = self._listed
-        resp = await self._client.post(self.url, json=body, auth=self._auth or httpx.USE_CLIENT_DEFAULT)
+        resp = await self._client.post(self.url, json=body, auth=self._auth)
         resp.raise_for_status()
         try:
             data = resp.json()

@@ -378,15 +378,10 @@ class Engine:
                     raise InvalidRequest("prompt is empty", param="prompt")
                 prompts.append((with_media.tokens, with_media.spans, parts.prompt_string))
                 continue
-            tokens: list[int] = []
-            for i, part in enumerate(parts):
-                if isinstance(part, str):
-                    tokens += await self.tokenizer.tokenize(part, add_special=i == 0, parse_special=True)
-                elif 0 <= part < self.meta.n_vocab:
-                    tokens.append(part)
-                else:
-                    raise InvalidRequest(f"token id {part} is out of range (0..{self.meta.n_vocab - 1})",
-                                         param="prompt")
+            bad = next((p for p in parts if isinstance(p, int) and not 0 <= p < self.meta.n_vocab), None)
+            if bad is not None:
+                raise InvalidRequest(f"token id {bad} is out of range (0..{self.meta.n_vocab - 1})", param="prompt")
+            tokens = await self.tokenizer.tokenize_mixed(parts)
             if not tokens:
                 raise InvalidRequest("prompt is empty", param="prompt")
             prompts.append((tokens, (), None))

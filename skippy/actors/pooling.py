@@ -88,24 +88,13 @@ class Pooling:
         :meth:`embeddings`, and :class:`InvalidRequest` (400) for an ``embd_normalize`` below -1."""
         _check_normalize(req.embd_normalize)
         mixed = req.mixed()
-        raw = req.inputs() if mixed is None else [await self._mixed_tokens(parts, req.param) for parts in mixed]
+        raw = req.inputs() if mixed is None else [await self.tokenizer.tokenize_mixed(parts) for parts in mixed]
+        if mixed is not None and not all(raw):  # the ids' range is checked with the others' (split_input)
+            raise InvalidRequest("an input has no tokens", param=req.param)
         event = await self._embed(raw, req.truncate, param=req.param)  # type: ignore[arg-type]
         assert event.vectors is not None
         rows = normalize_embd(event.vectors, req.embd_normalize)
         return [wire.NativeEmbedding(index=i, embedding=[row.tolist()]) for i, row in enumerate(rows)]
-
-    async def _mixed_tokens(self, parts: list[int | str], param: str) -> list[int]:
-        """One input of token ids and strings as llama-server's ``tokenize_mixed``: each string tokenized with
-        special tokens parsed, the model's BOS added for a string that comes first."""
-        tokens: list[int] = []
-        for i, part in enumerate(parts):
-            if isinstance(part, str):
-                tokens += await self.tokenizer.tokenize(part, add_special=i == 0, parse_special=True)
-            else:
-                tokens.append(part)  # the range is checked with the others' (split_input)
-        if not tokens:
-            raise InvalidRequest("an input has no tokens", param=param)
-        return tokens
 
     async def _embed(self, raw: str | list[str | int | list[int]], truncate: bool,
                      param: str = "input") -> EmbeddingsEvent:
