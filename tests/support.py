@@ -787,7 +787,8 @@ class FakeRuntime:
 
     def embed(self, inputs):
         """The embedding context, checked as llama.cpp would take the batch; a vector per input:
-        (first token, length, sum). An input holding token 99 makes llama.cpp fail the whole batch."""
+        (first token, length, sum), or with pooling ``none`` one per token: (token, position, length).
+        An input holding token 99 makes llama.cpp fail the whole batch."""
         import numpy as np
 
         info = self.meta.embeddings
@@ -797,6 +798,8 @@ class FakeRuntime:
         self.embed_batches.append([list(t) for t in inputs])
         if any(99 in t for t in inputs):
             raise RuntimeError("llama_decode of the embedding batch failed with code -3")
+        if info.per_token:
+            return np.array([[tok, pos, len(t)] for t in inputs for pos, tok in enumerate(t)], dtype=np.float32)
         return np.array([[t[0], len(t), sum(t)] for t in inputs], dtype=np.float32)
 
     def cells_used(self):

@@ -84,30 +84,34 @@ class Pooling:
 
     async def embeddings_native(self, req: NativeEmbeddingRequest) -> list[wire.NativeEmbedding]:
         """llama-server's ``POST /embedding``: one entry per input, its pooled vector normalized as
-        ``embd_normalize`` says (:func:`~skippy.engine.output.embeddings.normalize_embd`). Raises as
+        ``embd_normalize`` says (:func:`~skippy.engine.output.embeddings.normalize_embd`); with pooling ``none``
+        one vector per token of the input instead, not normalized (llama-server's ``send_embedding``). Raises as
         :meth:`embeddings`, and :class:`InvalidRequest` (400) for an ``embd_normalize`` below -1."""
         _check_normalize(req.embd_normalize)
         mixed = req.mixed()
         raw = req.inputs() if mixed is None else [await self.tokenizer.tokenize_mixed(parts) for parts in mixed]
         if mixed is not None and not all(raw):  # the ids' range is checked with the others' (split_input)
             raise InvalidRequest("an input has no tokens", param=req.param)
-        event = await self._embed(raw, req.truncate, param=req.param)  # type: ignore[arg-type]
+        event = await self._embed(raw, req.truncate, param=req.param, per_token=True)  # type: ignore[arg-type]
         assert event.vectors is not None
+        if event.lengths is not None:
+            return [wire.NativeEmbedding(index=i, embedding=rows.tolist()) for i, rows in enumerate(event.per_input())]
         rows = normalize_embd(event.vectors, req.embd_normalize)
         return [wire.NativeEmbedding(index=i, embedding=[row.tolist()]) for i, row in enumerate(rows)]
 
     async def _embed(self, raw: str | list[str | int | list[int]], truncate: bool,
-                     param: str = "input") -> EmbeddingsEvent:
+                     param: str = "input", per_token: bool = False) -> EmbeddingsEvent:
         """Pool the inputs of ``raw`` (OpenAI's ``input`` shapes; strings tokenized as llama-server does, the
-        vocabulary's special tokens added and parsed). Raises :class:`NotSupported` (501) without
-        ``embeddings``, :class:`InvalidRequest` (400) as :meth:`embeddings` says, naming ``param``."""
+        vocabulary's special tokens added and parsed); ``per_token``: the caller takes pooling ``none``'s
+        per-token vectors. Raises :class:`NotSupported` (501) without ``embeddings``, :class:`InvalidRequest`
+        (400) as :meth:`embeddings` says, naming ``param``."""
         if self._closed():
             raise EngineClosed("the engine is shutting down")
         info = self.meta.embeddings
         if info is None:
             raise NotSupported("This server does not support embeddings. Start it with `--embeddings`",
                                code="not_supported")
-        if info.error is not None:
+        if info.error is not None and not (per_token and info.per_token):
             raise InvalidRequest(info.error, code="pooling_not_supported")
         inputs = []
         try:

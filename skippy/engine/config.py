@@ -776,8 +776,8 @@ class EngineConfig:
                                     "(embeddings = true), batched beside decoding; generation stays on.")
     pooling: str = setting("model", check=OneOf(POOLING_CHOICES),
                            help="Pooling of the embedding context (llama-server's --pooling); model: the GGUF's "
-                                "(none for most chat models, which /v1/embeddings refuses; rank: a reranker's "
-                                "score, as --reranking sets).")
+                                "(none for most chat models, which /v1/embeddings refuses and POST /embedding "
+                                "answers with a vector per token; rank: a reranker's score, as --reranking sets).")
     reranking: bool = setting(False, check=IsBool(), aliases=("--rerank",),
                               help="Serve POST /v1/rerank, /rerank, /v2/rerank and /score (llama-server's "
                                    "--reranking): the embedding context with rank pooling scores query-document "

@@ -20,6 +20,7 @@ import trio
 import skippy
 from skippy import EngineConfig
 from skippy.engine.errors import InvalidRequest, NotSupported
+from skippy.engine.protocols.llama_server.types import NativeEmbeddingRequest
 from skippy.engine.protocols.openai.types import ChatCompletionRequest, EmbeddingRequest, Message
 from skippy.models import ensure_model
 from tests.sse import DONE, ContentStream
@@ -328,15 +329,31 @@ def test_the_embeddings_guide_says_what_langchain_and_the_default_batch_do(base_
 
 
 async def test_a_pooling_without_vectors_is_400_and_generation_still_works() -> None:
-    # the GGUF's pooling ("model") is none for SmolLM2: llama-server's 400, and the engine serves chat as before
-    config = EngineConfig(model=str(ensure_model("SmolLM2-135M-Instruct")), parallel=1, n_ctx=512, embeddings=True)
+    # the GGUF's pooling ("model") is none for SmolLM2: llama-server's 400 on /v1/embeddings, its per-token vectors
+    # on /embedding (llama.cpp's own, unnormalized: its send_embedding), and the engine serves chat as before
+    import llama_cpp
+
+    path = str(ensure_model("SmolLM2-135M-Instruct"))
+    config = EngineConfig(model=path, parallel=1, n_ctx=512, embeddings=True)
+    texts = ["hello world", "The sea is blue today.", "x"]
     async with skippy.open_engine(config) as engine:
         with pytest.raises(InvalidRequest, match="Pooling type 'none' is not OAI compatible") as exc:
             await engine.embeddings(EmbeddingRequest(input="hello"))
         assert exc.value.code == "pooling_not_supported" and exc.value.status == 400
         assert engine.props()["pooling"] == "none" and engine.props()["embeddings"] is False
+        native = await engine.embeddings_native(NativeEmbeddingRequest(content=texts, embd_normalize=2))
         reply = await engine.chat(ChatCompletionRequest(messages=[Message("user", "Hi")], max_tokens=3, temperature=0))
         assert reply["usage"]["completion_tokens"] == 3
+    llm = llama_cpp.Llama(path, embedding=True, n_ctx=512, n_batch=512, pooling_type=llama_cpp.LLAMA_POOLING_TYPE_NONE,
+                          flash_attn=True, verbose=False)
+    try:  # each text alone there, the three in one batch here
+        ref = [np.array(llm.embed(text, normalize=False), dtype=np.float64) for text in texts]
+    finally:
+        llm.close()
+    assert [e.index for e in native] == [0, 1, 2] and [len(e.embedding) for e in native] == [len(r) for r in ref]
+    for entry, rows in zip(native, ref, strict=True):
+        assert np.abs(np.array(entry.embedding) - rows).max() < 1e-4  # 0.0 measured
+        assert not np.allclose(np.linalg.norm(rows, axis=1), 1.0)  # raw, as llama-server sends them
     config = EngineConfig(model=str(ensure_model("SmolLM2-135M-Instruct")), parallel=1, n_ctx=512)
     async with skippy.open_engine(config) as engine:
         with pytest.raises(NotSupported):

@@ -1215,6 +1215,28 @@ def test_embedding_batches_fill_the_embedding_context_when_nothing_generates():
     assert (st.embed_inputs_total, st.embed_tokens_total, st.embed_batches_total, st.n_embed_waiting) == (11, 62, 3, 0)
 
 
+def test_pooling_none_gives_each_input_its_tokens_vectors_across_batches():
+    # llama-server's /embedding with --pooling none: a vector per token; the inputs of one request span batches
+    rt, core = make(embeddings=EmbeddingInfo(pooling="none", n_ctx=8, n_seq_max=4, error="not OAI compatible"))
+    inputs = ((1, 2, 3), (4, 5, 6, 7, 8), (9,), (10, 11))
+    core.add_embedding(EmbedRequest(1, inputs))
+    out = run(rt, core)
+    assert [sum(map(len, b)) for b in rt.embed_batches] == [8, 3]  # inputs 0-1, then 2-3
+    ev = embeddings_of(out, 1)
+    assert ev.lengths == (3, 5, 1, 2) and ev.vectors.shape == (11, 3) and ev.prompt_tokens == 11
+    rows = ev.per_input()
+    assert [r[:, 0].tolist() for r in rows] == [list(t) for t in inputs]  # each input's own tokens, in order
+    assert [r[:, 1].tolist() for r in rows] == [list(range(len(t))) for t in inputs]
+    pooled = embeddings_of(run(*_pooled_core()), 1)
+    assert pooled.lengths is None and [r.shape for r in pooled.per_input()] == [(3,), (3,)]
+
+
+def _pooled_core():
+    rt, core = make(embeddings=EMBD)
+    core.add_embedding(EmbedRequest(1, ((1, 2), (3,))))
+    return rt, core
+
+
 def test_an_embedding_batch_never_starves_running_streams():
     rt, core = make(n_seq_max=2, step_tokens=64, embeddings=EMBD, prefix_cache=False)
     core.add(req(1, [51] * 4, max_tokens=40))
@@ -1311,7 +1333,7 @@ def test_embedding_requests_count_in_the_queue_limit_and_bad_inputs_are_refused(
     for inputs in ((), ((),), ((5,) * 33,)):
         with pytest.raises(ValueError, match="1..32 tokens"):
             make(embeddings=EMBD)[1].add_embedding(EmbedRequest(4, inputs))
-    for info in (None, EmbeddingInfo(pooling="none", n_ctx=32, n_seq_max=4, error="Pooling type 'none'")):
+    for info in (None, EmbeddingInfo(pooling="mean", n_ctx=32, n_seq_max=4, error="llama.cpp could not create it")):
         with pytest.raises(ValueError):
             make(embeddings=info)[1].add_embedding(EmbedRequest(5, ((5,),)))
 

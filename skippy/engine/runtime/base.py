@@ -116,7 +116,8 @@ class EmbeddingInfo:
     (the context's ``n_batch = n_ubatch``): every input is pooled within one micro-batch, so this is also
     the longest input. ``n_seq_max``: inputs in one batch. ``error``: why this model or pooling cannot
     answer ``/v1/embeddings`` (pooling ``none`` gives per-token vectors and ``rank`` a relevance score,
-    neither an OpenAI embedding; or llama.cpp refused the context); ``None`` when it can.
+    neither an OpenAI embedding; or llama.cpp refused the context); ``None`` when it can. With pooling
+    ``none`` the context still runs batches (:attr:`per_token`: llama-server's ``/embedding`` answers them).
     ``n_out``: floats llama.cpp pools per input (``llama_get_embeddings_seq``): the model's ``n_embd`` for
     a vector (``0`` says the same), its classifier outputs (``llama_model_n_cls_out``) with ``rank``.
     ``rerank``: with ``rank`` pooling on a usable context, how a pair becomes a prompt (``/v1/rerank``
@@ -131,9 +132,15 @@ class EmbeddingInfo:
     rerank: RerankFormat | None = None
 
     @property
+    def per_token(self) -> bool:
+        """Pooling ``none``: a batch gives one vector per token of each input, not one per input."""
+        return self.pooling == "none"
+
+    @property
     def usable(self) -> bool:
-        """The context runs batches: it pools vectors (``error`` is ``None``) or relevance scores (``rerank``)."""
-        return self.error is None or self.rerank is not None
+        """The context runs batches: it pools vectors (``error`` is ``None``), relevance scores (``rerank``) or
+        gives per-token vectors (:attr:`per_token`)."""
+        return self.error is None or self.rerank is not None or self.per_token
 
 
 @attrs.frozen
@@ -407,7 +414,9 @@ class Runtime(Protocol):
         """One embedding batch: the pooled vector of each input (token ids), float32, shape
         ``(len(inputs), meta.embeddings.n_out or meta.n_embd)``, not normalized (llama.cpp
         ``llama_get_embeddings_seq``; with rank pooling, each input's classifier outputs, the first its
-        relevance score).
+        relevance score). With pooling ``none`` (:attr:`EmbeddingInfo.per_token`): one row per token instead,
+        the inputs' tokens in order, shape ``(sum(map(len, inputs)), meta.n_embd)`` (llama.cpp
+        ``llama_get_embeddings``).
 
         On the embedding context (``meta.embeddings``), from the decode thread, like :meth:`decode`.
         Raises ``ValueError`` for a batch the embedding context cannot take (embeddings off or

@@ -172,7 +172,8 @@ class DecodeMixin:
         every token an output (llama.cpp pools all of a sequence's outputs, and warns and overrides when a
         token is not one); the KV cache is cleared first (``llama_memory_clear``), so inputs never see each
         other or an earlier batch. Returns a new array, shape ``(len(inputs), n_out)`` (``EmbeddingInfo.n_out``:
-        ``n_embd``, or with rank pooling the classifier's outputs)."""
+        ``n_embd``, or with rank pooling the classifier's outputs); with pooling ``none``, ``(n_tokens, n_out)``,
+        every token's row in batch order."""
         info = self.meta.embeddings
         if self._embd_ctx is None or info is None or not info.usable:
             raise ValueError(info.error if info is not None and info.error else "embeddings are off")
@@ -199,6 +200,11 @@ class DecodeMixin:
         if rc != 0:
             raise RuntimeError(f"llama_decode of the embedding batch failed with code {rc}")
         width = info.n_out or self.meta.n_embd  # rank pooling: the classifier's outputs, the score first
+        if info.per_token:  # every token is an output, in batch order
+            ptr = llama_cpp.llama_get_embeddings(self._embd_ctx)
+            if not ptr:
+                raise RuntimeError("llama.cpp has no per-token embeddings for the batch")
+            return np.ctypeslib.as_array(ptr, shape=(k, width)).copy()
         out = np.empty((len(inputs), width), dtype=np.float32)
         for seq in range(len(inputs)):
             ptr = llama_cpp.llama_get_embeddings_seq(self._embd_ctx, seq)

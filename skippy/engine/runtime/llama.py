@@ -282,7 +282,7 @@ class LlamaRuntime(DecodeMixin, SamplerMixin, KVStateMixin, LoraMixin):
                      "start the server with --embeddings --pooling mean, cls or last, without --reranking")
         elif name not in ("mean", "cls", "last"):
             error = f"pooling type {name!r} (from {source}) is not one this server can serve"
-        if error is not None and name != "rank":
+        if error is not None and name not in ("rank", "none"):
             llama_cpp.llama_free(ctx)
             log.warning("embeddings: %s", error)
             return EmbeddingInfo(pooling=name, n_ctx=n_ctx, n_seq_max=n_seq, error=error)
@@ -291,6 +291,11 @@ class LlamaRuntime(DecodeMixin, SamplerMixin, KVStateMixin, LoraMixin):
         self._embd_batch = llama_cpp.llama_batch_init(n_ctx, 0, 1)
         if name == "rank":
             return self._reranking(n_ctx, n_seq, source, error)
+        if name == "none":
+            log.info("embeddings: pooling none (%s): POST /embedding answers a vector per token, batches of up to "
+                     "%d tokens and %d inputs; /v1/embeddings answers 400", source, n_ctx, n_seq)
+            return EmbeddingInfo(pooling=name, n_ctx=n_ctx, n_seq_max=n_seq, error=error,
+                                 n_out=llama_cpp.llama_model_n_embd_out(self._model))
         log.info("embeddings: pooling %s (%s), batches of up to %d tokens and %d inputs", name, source, n_ctx, n_seq)
         return EmbeddingInfo(pooling=name, n_ctx=n_ctx, n_seq_max=n_seq, n_out=llama_cpp.llama_model_n_embd_out(
             self._model))

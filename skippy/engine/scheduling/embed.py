@@ -63,7 +63,8 @@ class EmbedBatch:
 @attrs.frozen(eq=False)
 class EmbedResult:
     """What :func:`~skippy.engine.scheduling.decode.execute` got for an :class:`EmbedBatch`: the pooled
-    vectors (float32, ``(len(items), n_embd)``), or llama.cpp's error (``vectors`` is then ``None``)."""
+    vectors (float32, ``(len(items), n_embd)``; with pooling ``none`` every token's, ``(n_tokens, n_embd)``),
+    or llama.cpp's error (``vectors`` is then ``None``)."""
 
     vectors: np.ndarray | None
     error: str | None = None
@@ -183,6 +184,11 @@ class EmbedQueue:
         self._counters.embed_batches_total += 1
         now = self._clock()
         outputs: list[Output] = []
+        info = self.runtime.meta.embeddings
+        per_token = info is not None and info.per_token
+        rows = result.vectors
+        if rows is not None and per_token:  # each input's tokens' rows
+            rows = np.split(rows, np.cumsum([len(item.tokens) for item in batch.items])[:-1])  # type: ignore[assignment]
         for k, item in enumerate(batch.items):
             emb = self._embeds.get(item.rid)
             if emb is None:
@@ -193,15 +199,16 @@ class EmbedQueue:
                 outputs.append((item.rid, EmbeddingsEvent(None, emb.n_tokens, result.error or "embedding failed",
                                                           queue_ms=(emb.t_first - emb.t_queued) * 1000.0)))
                 continue
-            emb.vectors[item.index] = result.vectors[k]
+            emb.vectors[item.index] = rows[k]  # type: ignore[index]
             emb.left -= 1
             self._counters.embed_inputs_total += 1
             self._counters.embed_tokens_total += len(item.tokens)
             if not emb.left:
                 del self._embeds[item.rid]
                 outputs.append((item.rid, EmbeddingsEvent(
-                    np.stack(emb.vectors), emb.n_tokens, queue_ms=(emb.t_first - emb.t_queued) * 1000.0,
-                    embed_ms=(now - emb.t_first) * 1000.0)))
+                    np.concatenate(emb.vectors) if per_token else np.stack(emb.vectors), emb.n_tokens,
+                    queue_ms=(emb.t_first - emb.t_queued) * 1000.0, embed_ms=(now - emb.t_first) * 1000.0,
+                    lengths=tuple(len(t) for t in emb.request.inputs) if per_token else None)))
         return outputs
 
     def put_back(self) -> None:

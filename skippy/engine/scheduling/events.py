@@ -202,8 +202,10 @@ class EmbeddingsEvent:
 
     ``vectors``: float32, shape ``(len(inputs), n_embd)``, the pooled vectors in input order, not
     normalized (llama.cpp ``llama_get_embeddings_seq``); ``None`` with ``error`` (``cancelled`` at
-    shutdown, else llama.cpp's message). ``prompt_tokens``: tokens of all inputs. ``queue_ms``: from
-    submission to the first batch; ``embed_ms``: from then to the last.
+    shutdown, else llama.cpp's message). With pooling ``none``, ``(prompt_tokens, n_embd)``: every token's
+    vector, the inputs' in order, ``lengths`` giving each input's rows (``None`` for pooled vectors).
+    ``prompt_tokens``: tokens of all inputs. ``queue_ms``: from submission to the first batch;
+    ``embed_ms``: from then to the last.
     """
 
     vectors: np.ndarray | None
@@ -211,6 +213,16 @@ class EmbeddingsEvent:
     error: str | None = None
     queue_ms: float = 0.0
     embed_ms: float = 0.0
+    lengths: tuple[int, ...] | None = None
+
+    def per_input(self) -> list[np.ndarray]:
+        """Each input's rows: its pooled vector, shape ``(n_embd,)``, or with ``lengths`` its tokens' vectors,
+        ``(len(input), n_embd)``. Raises ``ValueError`` on an event with no vectors."""
+        if self.vectors is None:
+            raise ValueError(self.error or "no vectors")
+        if self.lengths is None:
+            return list(self.vectors)
+        return np.split(self.vectors, np.cumsum(self.lengths)[:-1])
 
 
 @attrs.frozen

@@ -157,7 +157,8 @@ class NativeEmbeddingRequest(msgspec.Struct, kw_only=True):
     shapes of OpenAI's ``input`` (a string, strings, token ids, lists of token ids), one vector per input, and
     llama-server's mixed ones: token ids with strings in one input (``[12, "text", 34]``), and lists of those
     beside strings; ``embd_normalize`` (llama.cpp ``common_embd_normalize``): -1 none, 0 max-absolute scaled to
-    int16's range, 1 taxicab, 2 Euclidean (the default, as ``--embd-normalize``'s), above 2 the p-norm."""
+    int16's range, 1 taxicab, 2 Euclidean (the default, as ``--embd-normalize``'s), above 2 the p-norm; with
+    pooling ``none`` (per-token vectors) nothing is normalized, as llama-server."""
 
     content: str | list[PromptPart | list[PromptPart]] | None = None
     input: str | list[PromptPart | list[PromptPart]] | None = None

@@ -75,7 +75,8 @@ class TokenizeResponse(WireStruct, kw_only=True):
 
 class NativeEmbedding(WireStruct, kw_only=True):
     """One input's entry of llama-server's ``POST /embedding`` reply (a list of them, in input order):
-    ``embedding`` holds one row, the pooled vector normalized as the request's ``embd_normalize`` says."""
+    ``embedding`` holds one row, the pooled vector normalized as the request's ``embd_normalize`` says; with
+    pooling ``none``, one row per token of the input, not normalized (as llama-server)."""
 
     index: int
     embedding: list[list[float]]
