@@ -1,10 +1,12 @@
-"""The late-2026 agent families' native tool calls (issue 41) on the real server.
+"""The late-2026 agent families' native tool calls (issue 41), and Mistral's, on the real server.
 
 SmolLM2-135M is served with each family's own chat template (the fixtures): the server detects the
 family's format at load (``/props``), a named ``tool_choice`` makes the model write one call in the
 family's syntax under the format's grammar, and the reply carries it as OpenAI ``tool_calls``, the same
 call streamed and not; the call and its result then render back through the template for the next turn.
 The families' markers are plain text in SmolLM2's vocabulary, which is all the grammar and parser need.
+Mistral's templates refuse tool-call ids other than 9 alphanumeric characters: the server's own ids then have
+that form, so the next turn renders.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ FAMILIES = {
     "Kimi-K3": "kimi_k3",
     "GigaChat3.1-10B-A1.8B": "gigachat3_1",
     "openbmb-MiniCPM5-1B": "minicpm5",
+    "mistralai-Mistral-Nemo-Instruct-2407": "mistral_nemo",
+    "Mistral-Small-3.2-24B-Instruct-2506": "mistral_small_3_2",
 }
 
 

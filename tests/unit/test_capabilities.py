@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+import attrs
 import pytest
 
 from skippy.engine.chat.capabilities import TemplateCaps, detect_caps, prompt_opens_thinking, thinking_opener
@@ -147,6 +148,9 @@ def test_specific_capabilities():
     assert load("Qwen-QwQ-32B.jinja")[1].thinking_forced_open
     assert load("llama-cpp-deepseek-r1.jinja")[1].thinking_forced_open
     assert load("mistralai-Mistral-Nemo-Instruct-2407.jinja")[1].supports_tool_call_ids
+    # Mistral's templates raise on ids other than 9 alphanumeric characters; no other fixture does
+    assert [p.name for p in TEMPLATE_FILES if load(p.name)[1].requires_short_call_ids] == [
+        "Mistral-Small-3.2-24B-Instruct-2506.jinja", "mistralai-Mistral-Nemo-Instruct-2407.jinja"]
     gemma2 = load("google-gemma-2-2b-it.jinja")[1]
     assert not gemma2.supports_system_role and not gemma2.supports_tools
     assert load("meetkai-functionary-medium-v3.2.jinja")[1].requires_object_arguments is False
@@ -260,3 +264,32 @@ def test_a_system_message_in_mid_conversation_reaches_the_prompt_with_every_temp
     assert ("You are helpful.\nHi" in prompt) == (not caps.supports_system_role)
     assert prompt.index("Hi") < prompt.index("Answer in French.") < prompt.rindex("Go")
     assert ("System: Answer in French." in prompt) == (not caps.supports_late_system)
+
+
+@pytest.mark.parametrize("name", ["mistralai-Mistral-Nemo-Instruct-2407.jinja",
+                                  "Mistral-Small-3.2-24B-Instruct-2506.jinja"])
+def test_other_servers_call_ids_are_shortened_for_mistrals_templates(name):
+    # an OpenAI id, an Anthropic client's toolu_ id, Ollama's call_0_0: each the same 9 characters in its call and
+    # its result, so the template renders (it raised "Tool call IDs should be alphanumeric strings with length 9!")
+    template, caps = load(name)
+    for given in ("call_3f2a9c0d1e4b5a6978c0d1e2", "toolu_01A09q90qw90lq917835lq9", "call_0_0"):
+        convo = copy.deepcopy(CONVERSATION)
+        convo[2]["tool_calls"][0]["id"] = convo[3]["tool_call_id"] = given
+        with pytest.raises(InvalidRequest):  # the template's raise_exception
+            template.render(normalize_history(convo, attrs.evolve(caps, requires_short_call_ids=False)),
+                            tools=[WEATHER])
+        out = normalize_history(convo, caps)
+        short = out[2]["tool_calls"][0]["id"]
+        assert len(short) == 9 and short.isalnum() and out[3]["tool_call_id"] == short
+        assert convo[3]["tool_call_id"] == given  # the input is not mutated
+        assert short in template.render(out, tools=[WEATHER])
+    assert normalize_history(CONVERSATION, caps)[3]["tool_call_id"] == "abc123def"  # a 9-character id stays
+
+
+def test_short_call_ids_are_nine_alphanumerics_and_digests_are_stable():
+    from skippy.engine.chat.formats.base import new_short_call_id, short_call_id
+
+    ids = {new_short_call_id() for _ in range(200)}
+    assert len(ids) == 200 and all(len(i) == 9 and i.isascii() and i.isalnum() for i in ids)
+    assert short_call_id("call_x") == short_call_id("call_x") != short_call_id("call_y")
+    assert short_call_id("abc123def") == "abc123def" and len(short_call_id("\ud800é")) == 9

@@ -49,6 +49,9 @@ class TemplateCaps:
     (Gemma 4's ``call:NAME{key:<|"|>value<|"|>}``, Kimi K3's argument tags:
     llama.cpp passes objects to a template that reads their keys); history
     normalisation then decodes JSON-string arguments.
+    ``requires_short_call_ids``: the template refuses tool-call ids other than 9 alphanumeric characters
+    (Mistral's): history normalisation shortens the others
+    (:func:`~skippy.engine.chat.formats.base.short_call_id`) and the calls the model makes get such ids.
     ``thinking_forced_open``: the default generation prompt ends inside a
     thinking block (``<think>``), so the output starts in reasoning.
     ``supports_late_system``: a system message after the conversation has begun is rendered where it
@@ -59,6 +62,7 @@ class TemplateCaps:
 
     supports_tools: bool = False
     supports_tool_call_ids: bool = False
+    requires_short_call_ids: bool = False
     supports_system_role: bool = False
     supports_late_system: bool = False
     supports_thinking: bool = False
@@ -89,15 +93,17 @@ def _render(template: ChatTemplate, messages: list[dict[str, Any]], **kwargs: An
         return None
 
 
-def _call(i: int, args: Any) -> dict[str, Any]:
-    return {"id": _IDS[i], "type": "function", "function": {"name": _TOOL_NAME, "arguments": args}}
+def _call(call_id: str, args: Any) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": _TOOL_NAME, "arguments": args}}
 
 
-def _tool_history(template: ChatTemplate, n_calls: int, as_string: bool) -> str | None:
-    """Render user -> assistant tool call(s) -> tool result(s); first variant that renders."""
-    calls = [_call(i, f'{{"arg_needle": "ARGVAL_{i}"}}' if as_string else {"arg_needle": f"ARGVAL_{i}"})
+def _tool_history(template: ChatTemplate, n_calls: int, as_string: bool,
+                  ids: tuple[str, ...] = _IDS) -> str | None:
+    """Render user -> assistant tool call(s) -> tool result(s), the calls' ids from ``ids``; first variant that
+    renders."""
+    calls = [_call(ids[i], f'{{"arg_needle": "ARGVAL_{i}"}}' if as_string else {"arg_needle": f"ARGVAL_{i}"})
              for i in range(n_calls)]
-    results = [{"role": "tool", "tool_call_id": _IDS[i], "name": _TOOL_NAME, "content": f"RESULT_{i}"}
+    results = [{"role": "tool", "tool_call_id": ids[i], "name": _TOOL_NAME, "content": f"RESULT_{i}"}
                for i in range(n_calls)]
     for content in ("", None):
         messages: list[dict[str, Any]] = [_USER, {"role": "assistant", "content": content, "tool_calls": calls},
@@ -211,6 +217,9 @@ def detect_caps(template: ChatTemplate) -> TemplateCaps:
     native_objects = obj_history is not None and "'arg_needle'" not in obj_history and obj_history != str_history
     requires_object_arguments = obj_history is not None and (not str_verbatim or native_objects)
     supports_tool_call_ids = _IDS[0] in history
+    # Mistral's templates raise unless every id is 9 alphanumeric characters
+    requires_short_call_ids = bool(history) and _tool_history(template, 1, as_string=obj_history is None,
+                                                             ids=("call_" + _IDS[0],)) is None
     parallel = _tool_history(template, 2, as_string=obj_history is None) or ""
     supports_parallel = "ARGVAL_0" in parallel and "ARGVAL_1" in parallel
 
@@ -232,6 +241,7 @@ def detect_caps(template: ChatTemplate) -> TemplateCaps:
     return TemplateCaps(
         supports_tools=supports_tools,
         supports_tool_call_ids=supports_tool_call_ids,
+        requires_short_call_ids=requires_short_call_ids,
         supports_system_role=supports_system_role,
         supports_late_system=supports_late_system,
         supports_thinking=supports_thinking,

@@ -14,6 +14,10 @@ never mutated):
   ``messages``) and becomes the decoded object for templates that require
   object arguments (:attr:`TemplateCaps.requires_object_arguments`), as
   Hugging Face chat templates expect.
+- tool-call ids (``tool_calls[].id``, a tool message's ``tool_call_id``) become 9 alphanumeric characters
+  for a template that refuses others (:attr:`TemplateCaps.requires_short_call_ids`, Mistral's), the same
+  digest for a call and its result (:func:`~skippy.engine.chat.formats.base.short_call_id`), as vLLM
+  shortens them for Mistral models.
 
 :func:`fold_late_system` rewrites a conversation for a template that refuses, drops or moves a system
 message once the conversation has begun (see there); :func:`~skippy.engine.chat.prepare.render_chat` renders
@@ -26,6 +30,7 @@ import json
 from typing import Any
 
 from skippy.engine.chat.capabilities import TemplateCaps
+from skippy.engine.chat.formats.base import short_call_id
 from skippy.engine.errors import InvalidRequest
 from skippy.engine.protocols.openai.types import NotText, part_texts
 
@@ -68,7 +73,10 @@ def _tool_calls(i: int, calls: Any, caps: TemplateCaps) -> Any:
                               "as a string)", f".tool_calls[{j}].function.arguments") from None
             if caps.requires_object_arguments:
                 function["arguments"] = decoded
-        out.append({**call, "function": function})
+        new = {**call, "function": function}
+        if caps.requires_short_call_ids and isinstance(call.get("id"), str):
+            new["id"] = short_call_id(call["id"])
+        out.append(new)
     return out
 
 
@@ -87,6 +95,8 @@ def normalize_history(messages: list[dict[str, Any]], caps: TemplateCaps) -> lis
             new["content"] = _content(i, new.get("content"))
         if "tool_calls" in new and new["tool_calls"] is not None:
             new["tool_calls"] = _tool_calls(i, new["tool_calls"], caps)
+        if caps.requires_short_call_ids and isinstance(new.get("tool_call_id"), str):
+            new["tool_call_id"] = short_call_id(new["tool_call_id"])
         out.append(new)
     return out
 

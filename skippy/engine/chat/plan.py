@@ -44,6 +44,8 @@ class ParsePlan:
     ``prefill_reasoning``: the reasoning of a continued assistant message (``continue_final_message``'s
     reasoning, :mod:`~skippy.engine.chat.continuation`): the prompt ends inside its thinking block, after it
     (``thinking_forced_open``), and it begins the reply's ``reasoning_content``, as llama-server gives it.
+    ``short_call_ids``: the calls get ids of 9 alphanumeric characters, which the template takes back
+    (:attr:`~skippy.engine.chat.capabilities.TemplateCaps.requires_short_call_ids`).
     """
 
     chat_format: str = "content_only"
@@ -60,3 +62,4 @@ class ParsePlan:
     history_chars: int | None = None
     supports_thinking: bool = True
     prefill_reasoning: str = ""
+    short_call_ids: bool = False

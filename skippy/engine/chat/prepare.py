@@ -27,7 +27,7 @@ from skippy.engine.chat.continuation import (
 )
 from skippy.engine.chat.documents import extract_documents
 from skippy.engine.chat.formats import REASONING_FORMATS, SYNTAXES, make_parser
-from skippy.engine.chat.formats.base import StreamParser
+from skippy.engine.chat.formats.base import StreamParser, new_call_id, new_short_call_id
 from skippy.engine.chat.formats.emulated import THINK_CLOSE, THINK_OPEN, EmulatedToolParser
 from skippy.engine.chat.history import fold_late_system, fold_leading_system, normalize_history
 from skippy.engine.chat.images import extract_images
@@ -341,6 +341,7 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
         history_chars=history_chars,
         supports_thinking=caps.supports_thinking,
         prefill_reasoning=prefill_reasoning if continued is not None else "",
+        short_call_ids=caps.requires_short_call_ids,
     )
     return Rendered(prompt, plan, tuple(images), tuple(image_params))
 
@@ -395,4 +396,5 @@ def make_output_parser(plan: ParsePlan) -> StreamParser:
                        thinking_forced_open=plan.thinking_forced_open, thinking_opener=plan.thinking_opener,
                        allowed_tools=set(plan.allowed_tools) or None, parallel_tool_calls=plan.parallel_tool_calls,
                        tool_schemas=plan.tool_schemas, supports_thinking=plan.supports_thinking,
-                       prefill_reasoning=plan.prefill_reasoning)
+                       prefill_reasoning=plan.prefill_reasoning,
+                       id_factory=new_short_call_id if plan.short_call_ids else new_call_id)

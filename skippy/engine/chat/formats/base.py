@@ -16,7 +16,9 @@ text at once, so both paths agree by construction.
 
 from __future__ import annotations
 
+import hashlib
 import secrets
+import string
 from collections.abc import Callable
 from typing import Protocol
 
@@ -26,6 +28,29 @@ import attrs
 def new_call_id() -> str:
     """Mint an OpenAI-style tool-call id: ``call_`` + 24 random hex chars."""
     return "call_" + secrets.token_hex(12)
+
+
+_ALNUM = string.ascii_letters + string.digits
+
+
+def new_short_call_id() -> str:
+    """Mint a tool-call id of 9 random alphanumeric characters, the form Mistral's templates insist on (vLLM's
+    ``MistralToolCall`` ids)."""
+    return "".join(secrets.choice(_ALNUM) for _ in range(9))
+
+
+def short_call_id(call_id: str) -> str:
+    """``call_id`` as 9 alphanumeric characters for a template that refuses other ids: itself when it is one,
+    else a digest of it (the same for a call and the tool result that names it), e.g. ``call_3f2a...`` of
+    another server's or ``toolu_...`` of an Anthropic client."""
+    if len(call_id) == 9 and call_id.isascii() and call_id.isalnum():
+        return call_id
+    n = int.from_bytes(hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).digest()[:8], "big")
+    out = []
+    for _ in range(9):
+        n, r = divmod(n, len(_ALNUM))
+        out.append(_ALNUM[r])
+    return "".join(out)
 
 
 IdFactory = Callable[[], str]
