@@ -270,3 +270,44 @@ class _Completion(msgspec.Struct):
 def test_tokens_counted_from_dicts_and_structs() -> None:
     assert _completion_tokens({"usage": {"completion_tokens": 7}}) == 7
     assert _completion_tokens(_Completion(_Usage(3))) == 3
+
+
+async def test_a_stream_that_fails_unexpectedly_ends_with_an_error_event(caplog: pytest.LogCaptureFixture) -> None:
+    # a bug raised mid-stream (a RecursionError in the output parser did) cut the chunked body: no error event,
+    # no end; the client saw a torn response. It ends with the error event a 500 would have had, logged.
+    from skippy.http.routes.base import stream
+
+    class Chunks:
+        def __init__(self) -> None:
+            self.sent = 0
+
+        def __aiter__(self):
+            return self
+
+        async def __anext__(self):
+            self.sent += 1
+            if self.sent > 2:
+                raise RecursionError("maximum recursion depth exceeded")
+            return {"n": self.sent}
+
+        async def aclose(self) -> None:
+            pass
+
+    app = create_app(AppState())
+
+    async def start():
+        return Chunks()
+
+    @app.route("/test-stream", methods=["POST"])
+    async def test_stream():
+        return await stream(shared(), current(), start)
+
+    caplog.set_level(logging.ERROR, logger="skippy.http")
+    reply = await app.test_client().post("/test-stream")
+    body = (await reply.get_data()).decode()
+    assert reply.status_code == 200 and body.startswith('data: {"n":1}\n\ndata: {"n":2}\n\n')
+    last = body.strip().rsplit("\n\n", 1)[-1]
+    assert last.startswith("data: ") and "[DONE]" not in body
+    assert msgspec.json.decode(last[6:])["error"] == {"message": "internal error: RecursionError",
+                                                      "type": "server_error", "param": None, "code": None}
+    assert any("RecursionError" in (r.exc_text or "") for r in caplog.records)

@@ -605,3 +605,41 @@ def test_forced_call_reasoning_cannot_hold_the_call_opener_that_ends_it(stem):
     assert gbnf_matches(plan.grammar, "Look <it> up, a < b." + close + FORCED[fmt])
     for opener in syntax.opens:
         assert not gbnf_matches(plan.grammar, f"Look it up.\n{opener}\nx" + close + FORCED[fmt]), opener
+
+
+@pytest.mark.parametrize("fmt,call", [
+    ("hermes_2_pro", '<tool_call>\n{{"name": "f", "arguments": {{"a": {deep}}}}}\n</tool_call>'),
+    ("generic", '{{"tool_call": {{"name": "f", "arguments": {{"a": {deep}}}}}}}'),
+    ("llama3_json", '{{"name": "f", "parameters": {{"a": {deep}}}}}'),
+    ("mistral_nemo", '[TOOL_CALLS][{{"name": "f", "arguments": {{"a": {deep}}}}}]'),
+    ("qwen3_coder", '<tool_call>\n<function=f>\n<parameter=a>\n{deep}\n</parameter>\n</function>\n</tool_call>'),
+])
+def test_a_call_nested_past_the_recursion_limit_is_no_server_error(fmt: str, call: str) -> None:
+    # a model under a grammar wrote a 1100-deep value: json's decoder raised RecursionError in the parser, a 500
+    # after the whole generation and a torn stream; now it is malformed output, streamed and not alike
+    from skippy.engine.chat.formats import make_parser
+
+    text = call.format(deep="[" * 1100 + "]" * 1100)
+    for step in (7, len(text)):
+        parser = make_parser(fmt, allowed_tools={"f"}, tool_schemas={"f": {"type": "object", "properties": {
+            "a": {"type": "array"}}}})
+        for i in range(0, len(text), step):
+            parser.feed(text[i:i + step])
+        _, message = parser.finish()
+        assert len(message.tool_calls) <= 1
+
+
+def test_client_tool_arguments_nested_past_the_recursion_limit_are_a_400() -> None:
+    from skippy.engine.chat.capabilities import TemplateCaps
+    from skippy.engine.chat.emulation import rewrite_history
+    from skippy.engine.chat.history import normalize_history
+
+    deep = '{"a":' * 1000 + '"x"' + "}" * 1000
+    history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "1", "type": "function", "function": {"name": "f", "arguments": deep}}]},
+        {"role": "tool", "tool_call_id": "1", "content": "ok"}]
+    with pytest.raises(InvalidRequest, match="nested too deeply") as exc:
+        normalize_history(history, TemplateCaps(supports_tools=True))
+    assert exc.value.param == "messages[1].tool_calls[0].function.arguments"
+    with pytest.raises(InvalidRequest, match="nested too deeply"):  # templates without tools (emulation)
+        rewrite_history(history, [], "auto")

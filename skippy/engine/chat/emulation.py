@@ -222,6 +222,9 @@ def _call_line(call: Any, i: int, j: int) -> tuple[str, str, str]:
         except ValueError:
             raise InvalidRequest(f"{where}: function.arguments is not valid JSON (a JSON object encoded as a string)",
                                  param=f"{where}.function.arguments") from None
+        except RecursionError:
+            raise InvalidRequest(f"{where}: function.arguments is nested too deeply",
+                                 param=f"{where}.function.arguments") from None
     line = f"{MARKER} " + json.dumps({"name": fn["name"], "arguments": args}, ensure_ascii=False)
     cid = call.get("id")
     return (cid if isinstance(cid, str) else ""), fn["name"], line

@@ -71,6 +71,9 @@ def _tool_calls(i: int, calls: Any, caps: TemplateCaps) -> Any:
             except ValueError:
                 raise _bad(i, f".tool_calls[{j}].function.arguments is not valid JSON (a JSON object encoded "
                               "as a string)", f".tool_calls[{j}].function.arguments") from None
+            except RecursionError:
+                raise _bad(i, f".tool_calls[{j}].function.arguments is nested too deeply",
+                           f".tool_calls[{j}].function.arguments") from None
             if caps.requires_object_arguments:
                 function["arguments"] = decoded
         new = {**call, "function": function}

@@ -113,7 +113,7 @@ def after_reasoning(grammar: str, close: Sequence[str | int]) -> str:
         raise ValueError("close must hold the closing tag")
     try:
         top = json.loads(grammar)
-    except ValueError:
+    except (ValueError, RecursionError):
         top = None
     if isinstance(top, dict) and isinstance(top.get("grammars"), list) and top["grammars"]:
         subs = [dict(g) for g in top["grammars"]]
@@ -151,7 +151,7 @@ def json_constraint(schema: Any, param: str, *, whitespace: str | None = JSON_WH
     if isinstance(schema, str):
         try:
             schema = json.loads(schema)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise InvalidRequest(f"{param} must be a JSON schema (an object or its JSON text)", param=param) from None
     if isinstance(schema, bool):
         schema = {} if schema else {"not": {}}

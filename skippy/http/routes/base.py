@@ -281,7 +281,8 @@ async def stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitable
 
     Every wait for the next chunk runs in the request's :meth:`~skippy.http.context.Lifecycle.guard`:
     past the deadline (or the shutdown grace) the generation is cancelled, which frees its sequence,
-    and the stream ends with a final error event instead of ``[DONE]``.
+    and the stream ends with a final error event instead of ``[DONE]``. An unexpected exception (a bug) ends
+    it with the error event of a 500, logged with its traceback, rather than cutting the body.
 
     ``frame`` encodes a chunk as an SSE event; ``fail`` makes the final event of an error (the
     error envelope); ``done`` ends a complete stream (``None``: nothing, as llama-server's native
@@ -348,6 +349,11 @@ async def stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitable
         except EngineError as exc:
             status, code, reason = exc.status, exc.code or exc.type, str(exc)
             yield fmt.error(exc)
+        except Exception as exc:  # a bug: the stream still ends with an error event (as a 500 would be sent)
+            log.exception("unhandled error in the stream of %s", route)
+            error = EngineError(f"internal error: {type(exc).__name__}")
+            status, code, reason = 500, error.type, str(error)
+            yield fmt.error(error)
         except trio.Cancelled:
             status = 499  # the client went away
             disconnected = True

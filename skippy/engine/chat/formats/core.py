@@ -42,7 +42,24 @@ import partial_json_parser
 from skippy.engine.chat.formats.base import Delta, IdFactory, ParsedMessage, ToolCall, ToolCallDelta, new_call_id
 from skippy.engine.output.textstream import partial_suffix
 
-JSON_DECODER = json.JSONDecoder(strict=False)  # models write raw newlines inside strings
+
+class _TooDeep(json.JSONDecodeError):
+    """A JSON value nested past Python's recursion limit."""
+
+
+class _Decoder(json.JSONDecoder):
+    """``json.JSONDecoder`` for model output: raw newlines inside strings are taken (``strict=False``: models
+    write them), and a value nested past Python's recursion limit is a ``JSONDecodeError`` (malformed output:
+    the text stays content) instead of the ``RecursionError`` that would end the reply with a 500."""
+
+    def raw_decode(self, s: str, idx: int = 0) -> tuple[Any, int]:
+        try:
+            return super().raw_decode(s, idx)
+        except RecursionError:
+            raise _TooDeep("nested too deeply", s, idx) from None
+
+
+JSON_DECODER = _Decoder(strict=False)
 _CTRL = {i: " " for i in range(32)}
 _WS = re.compile(r"\s*")
 HEADER_LIMIT = 512  # chars a non-JSON call header may take before it is given up as content
@@ -71,11 +88,14 @@ def scan_json(text: str, start: int) -> tuple[str, int]:
 
     Returns ``("complete", end)``, ``("partial", len(text))`` (a valid prefix
     that may still complete) or ``("malformed", end)`` where ``end`` is the
-    end of the longest valid prefix.
+    end of the longest valid prefix; a value nested past Python's recursion limit is malformed from
+    ``start`` (nothing of it is taken).
     """
     try:
         _, end = JSON_DECODER.raw_decode(text, start)
         return "complete", end
+    except _TooDeep:
+        return "malformed", start
     except json.JSONDecodeError as exc:
         if exc.pos >= len(text) or exc.msg.startswith("Unterminated string"):
             return "partial", len(text)
@@ -380,7 +400,7 @@ class ToolScanner:
         args: Any = next((obj[k] for k in args_keys if k in obj), {})
         if isinstance(args, str):
             try:
-                if not isinstance(json.loads(args), dict):
+                if not isinstance(JSON_DECODER.decode(args), dict):
                     return False
             except ValueError:
                 return False

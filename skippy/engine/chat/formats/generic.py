@@ -61,7 +61,7 @@ class GenericScanner(ToolScanner):
             args = call.get("arguments", {})
             if isinstance(args, str):
                 try:
-                    args = json.loads(args)
+                    args = JSON_DECODER.decode(args)
                 except ValueError:
                     return False
             if not isinstance(args, dict):

@@ -67,7 +67,15 @@ from typing import Any
 
 import attrs
 
-from skippy.engine.chat.formats.core import _AFTER, _CONTENT, HEADER_LIMIT, ToolScanner, ToolSyntax, _ws_end
+from skippy.engine.chat.formats.core import (
+    _AFTER,
+    _CONTENT,
+    HEADER_LIMIT,
+    JSON_DECODER,
+    ToolScanner,
+    ToolSyntax,
+    _ws_end,
+)
 from skippy.engine.output.textstream import partial_suffix
 from skippy.engine.sampling.grammar import is_string_param, json_types
 
@@ -102,7 +110,7 @@ _CDATA, _CDATA_END = "<![CDATA[", "]]>"
 def _json_or_text(text: str) -> Any:
     """A value its tag says is not text: parsed as JSON, the text itself when it does not parse."""
     try:
-        return json.loads(text.strip())
+        return JSON_DECODER.decode(text.strip())
     except ValueError:
         return text
 

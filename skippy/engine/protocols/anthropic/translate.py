@@ -539,7 +539,7 @@ def tool_input(arguments: str) -> dict[str, Any]:
     by ``max_tokens``) is completed as far as it parses (partial-json-parser), else ``{}``."""
     try:
         value = json.loads(arguments) if arguments.strip() else {}
-    except ValueError:
+    except (ValueError, RecursionError):
         try:
             value = partial_json_loads(arguments)
         except Exception:  # the library raises several kinds of errors on text that is no JSON prefix

@@ -376,7 +376,7 @@ def arguments(text: str) -> dict[str, Any]:
     """A call's arguments (JSON text) as the object Ollama sends (a cut-off object's whole part)."""
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         try:
             value = partial_json_loads(text)
         except Exception:  # noqa: BLE001 - not JSON at all

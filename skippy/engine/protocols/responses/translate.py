@@ -481,7 +481,7 @@ def custom_input(arguments: str) -> str:
     something else)."""
     try:
         value = json.loads(arguments, strict=False)
-    except ValueError:
+    except (ValueError, RecursionError):
         return InputStream().more(arguments) if _INPUT_START.match(arguments) else arguments
     given = value.get(CUSTOM_INPUT) if isinstance(value, dict) else None
     return given if isinstance(given, str) else arguments
