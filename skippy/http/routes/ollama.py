@@ -10,6 +10,7 @@ one last line ``{"error": ...}``, as Ollama ends a stream that fails.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable
 from typing import Any, TypeVar
@@ -19,7 +20,7 @@ from quart import Response
 from skippy.actors.engine import Engine
 from skippy.actors.streams import ReplyStream
 from skippy.engine.chat.images import rename_image_error
-from skippy.engine.errors import EngineError, InvalidRequest, ModelNotFound, NotSupported
+from skippy.engine.errors import EngineError, ModelNotFound, NotSupported
 from skippy.engine.protocols.ollama import translate as ollama
 from skippy.engine.protocols.ollama.model_wire import OllamaError
 from skippy.engine.protocols.ollama.types import (
@@ -42,6 +43,7 @@ from skippy.http.routes.base import (
 )
 
 T = TypeVar("T")
+log = logging.getLogger("skippy.http")
 
 #: the paths whose answers, errors included, are in Ollama's shapes
 OLLAMA_PATH = "/api/"
@@ -123,9 +125,14 @@ def _embed_options(ctx: RequestContext, options: dict[str, Any] | None) -> int |
 
 
 def _check_ctx(eng: Engine, num_ctx: int | None) -> None:
+    """``num_ctx`` above the model's context per sequence cannot be applied (the context is the server's,
+    ``--n-ctx``): it is named in ``X-Skippy-Ignored-Fields`` and the request runs in the server's context, as
+    Ollama runs one above the model's training context in that context. Clients send the training context
+    that ``/api/show`` reports (LlamaIndex's ``Ollama`` on every request), so refusing it refused them all."""
     if num_ctx is not None and num_ctx > eng.meta.n_ctx_seq:
-        raise InvalidRequest(f"options.num_ctx {num_ctx} is larger than this server's context of {eng.meta.n_ctx_seq} "
-                             "tokens per sequence (skippy serve --n-ctx sets it)", param="options.num_ctx")
+        log.info("options.num_ctx %d is above the context of %d tokens per sequence (--n-ctx): the request runs "
+                 "in that context", num_ctx, eng.meta.n_ctx_seq)
+        _ignored(current(), ["num_ctx"])
 
 
 def _checked(eng: Engine, req: OllamaChatRequest | OllamaGenerateRequest, num_ctx: int | None) -> Response | None:
