@@ -615,6 +615,11 @@ def test_length_finish_is_incomplete_and_a_call_only_reply_has_no_message() -> N
     assert [o.type for o in calls.output] == ["function_call"]
     empty = sdk_response(turn(input="x").from_chat(completion(None)))
     assert [o.type for o in empty.output] == ["message"] and empty.output_text == ""
+    # a second, parallel call cut by the limit is left out of the reply: the whole first one stays completed
+    cut = sdk_response(turn(input="x").from_chat(completion("I'll check.", calls=[("c", "f", '{"city": "Paris"}')],
+                                                           finish="length")))
+    assert cut.status == "incomplete" and [(o.type, o.status) for o in cut.output] == [
+        ("message", "completed"), ("function_call", "completed")]
 
 
 def test_stored_items_replay_the_output() -> None:

@@ -286,7 +286,8 @@ class Turn:
         output += [self.function_call(id=new_id("ctc" if self.is_custom(name) else "fc"), status="completed",
                                       call_id=cid, name=name, arguments=args)
                    for cid, name, args in calls]
-        if status == "incomplete" and hasattr(output[-1], "status"):
+        if status == "incomplete" and not calls:  # the text was cut; a call cut by the limit is not in ``calls``,
+            # so those there are whole
             output[-1] = msgspec.structs.replace(output[-1], status="incomplete")
         return self.response(output, status, usage=response_usage(completion.usage, reasoning_tokens))
 
