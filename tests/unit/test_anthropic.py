@@ -56,7 +56,8 @@ def test_a_tool_round_trip_history_becomes_chat_messages() -> None:
     assert message_dicts(req.messages) == [
         {"role": "system", "content": "Be brief.\nBe kind."},
         {"role": "user", "content": "Weather in Paris and Rome?"},
-        {"role": "assistant", "content": "Checking.", "reasoning_content": "Two cities.", "tool_calls": [
+        {"role": "assistant", "content": "Checking.", "reasoning_content": "Two cities.",
+         "reasoning": "Two cities.", "tool_calls": [
             {"id": "toolu_1", "type": "function",
              "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
             {"id": "toolu_2", "type": "function",

@@ -293,3 +293,17 @@ def test_short_call_ids_are_nine_alphanumerics_and_digests_are_stable():
     assert len(ids) == 200 and all(len(i) == 9 and i.isascii() and i.isalnum() for i in ids)
     assert short_call_id("call_x") == short_call_id("call_x") != short_call_id("call_y")
     assert short_call_id("abc123def") == "abc123def" and len(short_call_id("\ud800é")) == 9
+
+
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+def test_an_assistant_messages_reasoning_reaches_templates_under_either_name(field):
+    # vLLM and OpenRouter call it "reasoning", llama-server "reasoning_content"; Solar Open's template reads only
+    # the first, most others only the second: the reasoning of a sent-back turn was dropped silently
+    from skippy.engine.protocols.openai.types import Message, message_dicts
+
+    history = [Message("user", "Q1"), Message("assistant", "A1", **{field: "RNEEDLE"}), Message("user", "Q2"),
+               Message("assistant", "A2", **{field: "RNEEDLE"})]
+    for name in ("upstage-Solar-Open-100B.jinja", "Qwen3.5-4B.jinja", "Kimi-K3.jinja"):
+        template, caps = load(name)
+        rendered = template.render(normalize_history(message_dicts(history), caps), add_generation_prompt=False)
+        assert 1 <= rendered.count("RNEEDLE") <= 2, name  # rendered, once per turn at most

@@ -37,7 +37,9 @@ class ContentPart(msgspec.Struct, omit_defaults=True):
 
 
 class Message(msgspec.Struct, omit_defaults=True):
-    """An OpenAI chat message (system, developer, user, assistant or tool)."""
+    """An OpenAI chat message (system, developer, user, assistant or tool). An assistant message's reasoning is
+    ``reasoning_content`` (llama-server's and DeepSeek's name) or ``reasoning`` (vLLM's and OpenRouter's); the
+    template gets it under both (:func:`message_dicts`)."""
 
     role: str
     content: str | list[ContentPart] | None = None
@@ -45,6 +47,7 @@ class Message(msgspec.Struct, omit_defaults=True):
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
     reasoning_content: str | None = None
+    reasoning: str | None = None
 
 
 class StreamOptions(msgspec.Struct, omit_defaults=True):
@@ -315,8 +318,15 @@ def prompt_items(raw: str | list[Any], param: str) -> list[str | list[int]]:
 
 
 def message_dicts(messages: list[Message]) -> list[dict[str, Any]]:
-    """Messages as plain dicts (what chat templates read); unset fields omitted."""
+    """Messages as plain dicts (what chat templates read); unset fields omitted. A message's reasoning is under
+    both ``reasoning_content`` and ``reasoning``, whichever the client sent (``reasoning_content`` first when it
+    sent both): templates read one or the other (Solar Open only ``reasoning``, most ``reasoning_content``, some
+    either; none of the 70 fixture families renders it twice)."""
     dicts: list[dict[str, Any]] = msgspec.to_builtins(messages)
+    for d in dicts:
+        given = d.get("reasoning_content") or d.get("reasoning")
+        if isinstance(given, str) and given:
+            d["reasoning_content"] = d["reasoning"] = given
     return dicts
 
 
