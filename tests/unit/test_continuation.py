@@ -114,6 +114,18 @@ def test_a_continued_content_with_reasoning_follows_its_closed_block() -> None:
     assert named.prompt.endswith("<think>Let me think</think>") and not named.plan.thinking_forced_open
 
 
+def test_no_text_of_the_conversation_is_taken_for_the_probe_marker() -> None:
+    # the probe renders stood the prefill in with a fixed word; a user who wrote it moved the cut and the
+    # prefilled reasoning was lost
+    for said in ("Hi", "Hi SKIPPY_PREFILL_MARK", "SKIPPY_PREFILL_MARK_0123456789abcdef"):
+        rendered = render_chat(fixture_template("Qwen3.5-4B"), ChatCompletionRequest(messages=[
+            Message("user", said), Message("assistant", "Sure", reasoning_content="Thought")]))
+        assert rendered.prompt.endswith("<think>\nThought\n</think>\n\nSure"), said
+        thinking = render_chat(fixture_template("Qwen3.5-4B"), ChatCompletionRequest(messages=[
+            Message("user", said), Message("assistant", "", reasoning_content="Thought")]))
+        assert thinking.prompt.endswith("<think>\nThought") and thinking.plan.prefill_reasoning == "Thought", said
+
+
 @pytest.mark.parametrize(("stem", "tail"), [
     ("Qwen3.5-4B", "<|im_start|>assistant\n<think>\n\n</think>\n\nSure, here is"),  # the template's closed block
     ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "<｜Assistant｜>Sure, here is"),  # its bare assistant header

@@ -17,6 +17,7 @@ reasoning with that text as the start of ``reasoning_content``
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable
 from typing import Any
 
@@ -28,10 +29,15 @@ from skippy.engine.protocols.openai.types import ChatCompletionRequest, NotText,
 
 #: the parts of an assistant message a request may continue (llama-server's ``continue_final_message`` strings)
 CONTENT, REASONING = "content", "reasoning_content"
-#: stands for the prefilled text in the probe renders of :func:`reasoning_prompt` and :func:`content_prompt`
-_MARK = "SKIPPY_PREFILL_MARK"
 #: at most this many characters between the end of a rendered reasoning and the content after it
 _BLOCK_END = 256
+
+
+def _mark() -> str:
+    """What stands for the prefilled text in a probe render of :func:`reasoning_prompt` and :func:`content_prompt`:
+    random per render, so no text of a conversation can be taken for it (a fixed marker the user wrote moved the
+    cut)."""
+    return "SKIPPY_PREFILL_MARK_" + secrets.token_hex(8)
 
 
 def continuation(req: ChatCompletionRequest, messages: list[dict[str, Any]]) -> str | None:
@@ -115,12 +121,13 @@ def reasoning_prompt(render: Callable[[list[dict[str, Any]], bool], str], histor
        Ministral), as llama.cpp writes the continuation (``generation_prompt`` of its family parsers).
     """
     tags = (family.strip(),) if family.strip() else ()
+    mark = _mark()
     try:
-        probe = render([*history, {**final, "content": "", "reasoning_content": _MARK}], False)
+        probe = render([*history, {**final, "content": "", "reasoning_content": mark}], False)
     except TemplateError:
         probe = ""
-    if probe.count(_MARK) == 1:
-        head = probe[:probe.index(_MARK)]
+    if probe.count(mark) == 1:
+        head = probe[:probe.index(mark)]
         opener = thinking_opener(head, tags)
         if opener:
             return head + reasoning, opener
@@ -142,13 +149,14 @@ def content_prompt(render: Callable[[list[dict[str, Any]], bool], str], history:
     generation prompt). llama.cpp writes the same: the reasoning, the closing tag, then the content.
     ``render`` and ``history`` as for :func:`reasoning_prompt`."""
     reasoning = final.get("reasoning_content")
+    mark = _mark()
     try:
-        probe = render([*history, {**final, "content": _MARK}], False)
+        probe = render([*history, {**final, "content": mark}], False)
     except TemplateError:
         return None
-    if probe.count(_MARK) != 1 or not isinstance(reasoning, str) or not reasoning.strip():
+    if probe.count(mark) != 1 or not isinstance(reasoning, str) or not reasoning.strip():
         return None
-    head = probe[:probe.index(_MARK)]
+    head = probe[:probe.index(mark)]
     # the reasoning's block just before the content (its closing tag and the space after it are short)
     return head + content if reasoning.strip() in head[-(len(reasoning) + _BLOCK_END):] else None
 
@@ -162,12 +170,13 @@ def open_block_content_prompt(render: Callable[[list[dict[str, Any]], bool], str
     (Qwen 3.5's ``<think>\n\n</think>\n\n``, DeepSeek R1's bare assistant header); else the generation
     prompt with the block closed by ``close_tag`` (the family's closing tag), as llama.cpp writes an empty
     reasoning before a continued content. ``render`` and ``history`` as for :func:`reasoning_prompt`."""
+    mark = _mark()
     try:
-        probe = render([*history, {**final, "content": _MARK}], False)
+        probe = render([*history, {**final, "content": mark}], False)
     except TemplateError:
         probe = ""
-    if probe.count(_MARK) == 1:
-        head = probe[:probe.index(_MARK)]
+    if probe.count(mark) == 1:
+        head = probe[:probe.index(mark)]
         if not thinking_opener(head):
             return head + content
     return generation_prompt + close_tag + content
