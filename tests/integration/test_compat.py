@@ -316,6 +316,28 @@ def test_non_streamed_client_disconnect_is_counted_apart_from_4xx(server: Server
         time.sleep(0.1)
     assert _metric(server.base_url, fourxx) == before_4xx
     assert httpx.get(server.base_url + "/health", timeout=10).status_code == 200
+    # its line's tokens= is what was generated before the client left (it said 0 beside completion_tokens=88)
+    line = [x for x in server.log().splitlines() if "POST /v1/chat/completions client disconnected" in x][-1]
+    tokens, completion = re.search(r" tokens=(\d+) ", line), re.search(r"completion_tokens=(\d+)", line)
+    assert tokens and completion and tokens.group(1) == completion.group(1) and int(tokens.group(1)) > 0, line
+
+
+def test_a_stream_left_before_its_first_chunk_is_a_disconnect(server: Server) -> None:
+    # a /v1/completions stream sends nothing before its first token: a client that left during the prefill (or a
+    # model load, or the queue) was neither logged nor counted
+    gone = "skippy:http_client_disconnects_total"
+    before = _metric(server.base_url, gone)
+    logged = server.log().count("POST /v1/completions client disconnected")
+    body = {"prompt": "The quick brown fox jumps over the lazy dog. " * 150, "max_tokens": 4, "stream": True,
+            "cache_prompt": False}
+    with pytest.raises(httpx.ReadTimeout):
+        with httpx.stream("POST", server.base_url + "/v1/completions", json=body, timeout=0.05) as resp:
+            resp.read()
+    deadline = time.monotonic() + 60
+    while _metric(server.base_url, gone) < before + 1:
+        assert time.monotonic() < deadline, "the disconnect was never counted"
+        time.sleep(0.1)
+    assert server.log().count("POST /v1/completions client disconnected") == logged + 1
 
 
 # -- SSE keep-alive -----------------------------------------------------------------------------------

@@ -298,10 +298,13 @@ async def stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitable
 
     try:
         first = await app.guarded(ctx.deadline, open_stream())
-    except BaseException:
+    except BaseException as exc:
         if chunks is not None:
             with trio.CancelScope(shield=True):
                 await chunks.aclose()
+        if isinstance(exc, trio.Cancelled):  # the client left before the first chunk (a model load, the queue)
+            ctx.tokens = ctx.trace.completion_tokens
+            log_line(app, ctx, 499, f"{request.method} {request.path}", route_rule(), disconnected=True)
         raise
     assert chunks is not None
     route, rule = f"{request.method} {request.path}", route_rule()  # the request context is gone while streaming
@@ -354,8 +357,9 @@ async def stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitable
             error = EngineError(f"internal error: {type(exc).__name__}")
             status, code, reason = 500, error.type, str(error)
             yield fmt.error(error)
-        except trio.Cancelled:
-            status = 499  # the client went away
+        except (trio.Cancelled, GeneratorExit):  # the client went away (GeneratorExit: while a send to a client
+            # that stopped reading was blocked, the server closed the body)
+            status = 499
             disconnected = True
             raise
         finally:
@@ -376,5 +380,6 @@ async def unless_gone(app: Shared, ctx: RequestContext, work: Awaitable[Any]) ->
     try:
         return await app.guarded(ctx.deadline, work)
     except trio.Cancelled:
+        ctx.tokens = ctx.trace.completion_tokens  # what was generated before the client left
         log_line(app, ctx, 499, f"{request.method} {request.path}", route_rule(), disconnected=True)
         raise
