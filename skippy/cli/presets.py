@@ -106,6 +106,10 @@ def read_presets(path: str | Path, command: click.Command, ctx: click.Context,
     parser.optionxform = str  # type: ignore[assignment,method-assign]  # keys as written (flags are case-sensitive)
     try:
         parser.read_string(f"[{_TOP}]\n" + text, source=str(path))
+    except configparser.DuplicateOptionError as exc:
+        raise PresetError(f"--models-preset {path}: line {exc.lineno - 1}: {exc.option} is set twice in [{exc.section}]"
+                          f"; a flag that takes several values has them one per line under its key, the later ones "
+                          f"indented (`{exc.option} = a` then `    b`)") from None
     except configparser.Error as exc:
         raise PresetError(f"--models-preset {path}: not an INI file llama-server would read: "
                           f"{str(exc).replace(f'[{_TOP}]', '')}") from None
