@@ -107,7 +107,8 @@ def read_presets(path: str | Path, command: click.Command, ctx: click.Context,
     try:
         parser.read_string(f"[{_TOP}]\n" + text, source=str(path))
     except configparser.DuplicateOptionError as exc:
-        raise PresetError(f"--models-preset {path}: line {exc.lineno - 1}: {exc.option} is set twice in [{exc.section}]"
+        line = (exc.lineno or 1) - 1  # the file's own numbering (a section line is put before it)
+        raise PresetError(f"--models-preset {path}: line {line}: {exc.option} is set twice in [{exc.section}]"
                           f"; a flag that takes several values has them one per line under its key, the later ones "
                           f"indented (`{exc.option} = a` then `    b`)") from None
     except configparser.Error as exc:

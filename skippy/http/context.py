@@ -276,6 +276,19 @@ class Shared:
             lease.release()
         return _usable(engine)
 
+    def loaded_engine(self, model: str | None) -> Engine | None:
+        """The engine of the model ``model`` names (``None``: the default model) while it is loaded, else ``None``:
+        for a route that only reads a model's state (``GET /slots``, polled by dashboards), which must neither
+        load a model (under ``--max-loaded`` that unloads another) nor count as its use (``--keep-alive``).
+        Raises as :meth:`engine_for` for a name no model answers to and while the server starts."""
+        pool = self.state.pool
+        if pool is None:
+            return self.engine()
+        if not pool.ready.is_set():
+            raise ModelLoading(self.state.load_error or "the model is still loading; retry shortly")
+        engine = pool.engine(pool.find(model, required=False))
+        return _usable(engine) if engine is not None else None
+
     async def routed(self, req: R) -> tuple[Engine, R]:
         """The engine for ``req.model`` (:meth:`engine_for`) and the request to give it.
 

@@ -183,6 +183,10 @@ def test_max_loaded_one_swaps_the_models_and_answers_stay_right(tmp_path: Path) 
         assert _states(srv) == {SMOL_ID: "loaded", GEMMA: "unloaded"}
         gemma = _text(_ask(client, GEMMA))
         assert _states(srv) == {SMOL_ID: "unloaded", GEMMA: "loaded"}  # the least recently used made room
+        # a dashboard polling /slots neither loads the default model nor unloads the one in use
+        assert httpx.get(srv.base_url + "/slots", timeout=30).json() == []
+        assert len(httpx.get(srv.base_url + "/slots", params={"model": GEMMA}, timeout=30).json()) == 2
+        assert _states(srv) == {SMOL_ID: "unloaded", GEMMA: "loaded"}
         again = _text(_ask(client, SMOL_ID))
         assert _states(srv) == {SMOL_ID: "loaded", GEMMA: "unloaded"}
         assert again == first and gemma != first  # reloaded, a model answers as before (cold prefill both times)

@@ -70,11 +70,13 @@ async def completion_native() -> Response:
 
 async def slots() -> Response:
     """llama-server ``GET /slots``: 501 with ``--no-slots``; ``?fail_on_no_slot=1`` answers 503 when no slot
-    is idle."""
+    is idle. A model that is not loaded (several served) has no slots, ``[]``: reading them neither loads it nor
+    counts as its use (:meth:`~skippy.http.context.Shared.loaded_engine`)."""
     app = shared()
     if not app.settings.slots:
         raise NotSupported("This server does not support slots endpoint. Start it with `--slots`")
-    states = (await app.engine_for(request.args.get("model"), required=False)).slots()
+    eng = app.loaded_engine(request.args.get("model"))
+    states = eng.slots() if eng is not None else []
     if request.args.get("fail_on_no_slot") not in (None, "", "0", "false") and all(s.is_processing for s in states):
         return error_response(503, "no slot available", "unavailable_error", code="no_slot_available")
     return json_response(states)
