@@ -192,8 +192,9 @@ def _serve_options(fn: F) -> F:
              help="Accepted for llama-server command lines (llama.cpp's KV cache defragmentation threshold, "
                   "deprecated there and no longer needed): no effect; a warning says so."),
         _opt("--chat-template", "--chat-template-file", default=None, metavar="NAME|FILE", callback=_read_template,
-             help="Chat template overriding the model's: a jinja2 file, or one of llama.cpp's built-in template "
-                  "names (chatml, llama3, mistral-v7, gemma, phi3, command-r, deepseek3, ...)."),
+             help="Chat template overriding the model's: a jinja2 file, or a llama.cpp built-in template name "
+                  "skippy renders (chatml, llama3, mistral-v7, gemma, phi3, command-r, deepseek3, ...: 26 of "
+                  "llama.cpp's; an error lists them)."),
         _opt("--chat-template-kwargs", default=None, metavar="JSON", callback=_parse_template_kwargs,
              help='Default template variables as a JSON object, e.g. \'{"enable_thinking": false}\'; '
                   'requests override them.'),

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from skippy.engine.chat.builtin import BUILTIN_TEMPLATES, builtin_template
+from skippy.engine.chat.builtin import BUILTIN_TEMPLATES, builtin_template, llama_cpp_builtin_names
 from skippy.engine.chat.prepare import PreparedTemplate, render_chat
 from skippy.engine.chat.templates import ChatTemplate
 from skippy.engine.errors import InvalidRequest
@@ -98,5 +98,10 @@ def test_every_builtin_name_compiles_and_renders_a_conversation() -> None:
     for name, src in BUILTIN_TEMPLATES.items():
         out = PreparedTemplate.build(src).template.render([{"role": "user", "content": "NEEDLE"}])
         assert "NEEDLE" in out, name
-    with pytest.raises(KeyError, match="chatml"):
+    with pytest.raises(KeyError, match="chatml") as exc:
         builtin_template("no-such-template")
+    assert "neither a file nor" in str(exc.value)
+    # llama.cpp has kimi-k2 (and 27 more names) that skippy does not render: it says so, and what to give instead
+    with pytest.raises(KeyError, match="one of llama.cpp's built-in chat templates, but not one skippy renders"):
+        builtin_template("kimi-k2")
+    assert set(BUILTIN_TEMPLATES) <= llama_cpp_builtin_names()  # every name here is llama.cpp's

@@ -9,8 +9,8 @@ generation prompt when ``add_generation_prompt``), so a name renders here as
 it does in llama.cpp. Tool calls and reasoning need a model's full template
 (its GGUF's, or a file).
 
-Covered: the common families. An unknown name is refused by
-:func:`builtin_template` with the list of known ones.
+Covered: the common families, not all of llama.cpp's names (:func:`llama_cpp_builtin_names`). An unknown
+name is refused by :func:`builtin_template` with the list of known ones, saying whether llama.cpp has it.
 """
 
 from __future__ import annotations
@@ -150,5 +150,25 @@ def builtin_template(name: str) -> str:
     try:
         return BUILTIN_TEMPLATES[name]
     except KeyError:
-        raise KeyError(f"{name!r} is neither a file nor one of llama.cpp's built-in chat templates "
-                       f"({', '.join(sorted(BUILTIN_TEMPLATES))})") from None
+        pass
+    known = ", ".join(sorted(BUILTIN_TEMPLATES))
+    if name in llama_cpp_builtin_names():
+        raise KeyError(f"{name!r} is one of llama.cpp's built-in chat templates, but not one skippy renders ({known}); "
+                       "give the model's own template file (its GGUF's: skippy show MODEL prints it)") from None
+    raise KeyError(f"{name!r} is neither a file nor a built-in chat template name ({known})") from None
+
+
+def llama_cpp_builtin_names() -> frozenset[str]:
+    """The names of the built-in chat templates of the llama.cpp that llama-cpp-python loaded
+    (``llama_chat_builtin_templates``); empty where it cannot say."""
+    import ctypes
+
+    try:
+        import llama_cpp
+
+        n = llama_cpp.llama_chat_builtin_templates(None, 0)
+        names = (ctypes.c_char_p * n)()
+        llama_cpp.llama_chat_builtin_templates(names, n)
+        return frozenset(name.decode() for name in names if name)
+    except (ImportError, AttributeError, OSError, ctypes.ArgumentError):
+        return frozenset()
