@@ -379,6 +379,14 @@ def test_reasoning_format_legacy_and_hidden():
         assert run("content_only", pieces, reasoning_format="hidden")[1] == ParsedMessage(content="Answer.")
         assert run("content_only", pieces, reasoning_format="deepseek")[1] == \
             ParsedMessage(content="Answer.", reasoning_content="hmm")
+    # the prompt opened the block (R1 distills, Qwen 3.5): legacy content begins with its opener, as "none"'s does
+    # (it had the closing tag only)
+    opened = "I reason.\n</think>\n\nAnswer."
+    for pieces in splits(opened):
+        deltas, msg = run("deepseek_r1", pieces, reasoning_format="deepseek-legacy", thinking_forced_open=True,
+                          thinking_opener="<think>\n")
+        assert msg == ParsedMessage(content="<think>\n" + opened, reasoning_content="I reason.")
+        check_invariant(deltas, msg)
 
 
 def test_thinking_forced_open_reasoning_then_content():

@@ -473,14 +473,18 @@ class _ReasoningSplitter:
     a tool call that end a block left unclosed (the model calls a tool
     without closing its thinking, as llama.cpp reads these families: see
     :attr:`ToolSyntax.calls_end_thinking`). ``channel``: see
-    :attr:`ToolSyntax.think_channel` (blocks after the reply, stray tags).
+    :attr:`ToolSyntax.think_channel` (blocks after the reply, stray tags). ``opener``: the text with which
+    the prompt opened the block (``forced_open``); ``deepseek-legacy``'s content begins with it, so its tags
+    are balanced as the model's own would be.
     """
 
     def __init__(self, inner: ToolScanner, mode: str, forced_open: bool,
-                 tags: tuple[str, str], call_opens: tuple[str, ...] = (), channel: str = "") -> None:
+                 tags: tuple[str, str], call_opens: tuple[str, ...] = (), channel: str = "",
+                 opener: str = "") -> None:
         self.inner = inner
         self.mode = mode
         self.legacy = mode == "deepseek-legacy"  # the raw text also goes to content, unchanged
+        self.lead = (opener or tags[0]) if self.legacy and forced_open else ""  # legacy content's first text
         self.open, self.close = tags
         self.ends = (self.close, *call_opens)
         self.channel = channel
@@ -509,7 +513,8 @@ class _ReasoningSplitter:
             return self.inner.feed(text, final)
         out: list[Delta] = []
         if self.legacy:
-            out += self.inner.feed(text, final)
+            out += self.inner.feed(self.lead + text, final)
+            self.lead = ""
         self.buf += text
         while {"start": self._step_start, "think": self._step_think, "content": self._step_content}[self.state](
                 final, out):
@@ -612,7 +617,7 @@ class ChatParser:
         ends_thinking = syntax.calls_end_thinking == "any" or (thinking_forced_open and syntax.calls_end_thinking)
         self._top = _ReasoningSplitter(scanner, "none" if own else reasoning_format, thinking_forced_open,
                                        syntax.think_tags, syntax.opens if allowed and ends_thinking else (),
-                                       syntax.think_channel)
+                                       syntax.think_channel, thinking_opener)
         self._markers = syntax_markers(syntax)
         if syntax.at_start and allowed:  # a call's header with no opener (Functionary v3.2's recipient): a tool's name
             self._markers += tuple(f"{name}\n" for name in sorted(allowed))
