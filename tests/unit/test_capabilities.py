@@ -307,3 +307,10 @@ def test_an_assistant_messages_reasoning_reaches_templates_under_either_name(fie
         template, caps = load(name)
         rendered = template.render(normalize_history(message_dicts(history), caps), add_generation_prompt=False)
         assert 1 <= rendered.count("RNEEDLE") <= 2, name  # rendered, once per turn at most
+
+
+def test_a_template_that_reads_reasoning_under_its_other_name_supports_thinking():
+    # Solar Open renders only an assistant message's `reasoning`: the probe gave it `reasoning_content` alone, and
+    # the template was taken for one without thinking (Ollama's `think` was refused, /api/show left it out)
+    caps = load("upstage-Solar-Open-100B.jinja")[1]
+    assert caps.supports_thinking and caps.supports_tools and not caps.thinking_forced_open

@@ -225,8 +225,9 @@ def detect_caps(template: ChatTemplate) -> TemplateCaps:
 
     on = render_any([_USER], enable_thinking=True)
     off = render_any([_USER], enable_thinking=False)
+    # under both names, as a request's reasoning reaches the template (Solar Open's reads only ``reasoning``)
     reasoning = render_any([_USER, {"role": "assistant", "content": "ANSWER_NEEDLE",
-                                    "reasoning_content": "REASONING_NEEDLE"}],
+                                    "reasoning_content": "REASONING_NEEDLE", "reasoning": "REASONING_NEEDLE"}],
                            add_generation_prompt=False) or ""
     forced_open = prompt_opens_thinking(on if on is not None else plain)
     chat_format = choose_format(history or with_tools, plain, supports_tools, with_tools)
