@@ -121,6 +121,8 @@ EXPECTED_FORMATS = {
     "unsloth-Apriel-1.5": "apriel",
     "Apriel-1.6-15b-Thinker-fixed": "apriel",
     "muse-glimmer": "muse_glimmer",
+    "tencent-Hy3": "hy3",
+    "upstage-Solar-Open-100B": "solar_open",
     "google-gemma-2-2b-it": "content_only",
     "microsoft-Phi-3.5-mini-instruct": "content_only",
 }

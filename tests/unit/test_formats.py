@@ -230,6 +230,29 @@ KNOWN = [
     ("muse_glimmer", {}, " to=user<|message|>Write <atem:function_calls> to call.<|eot|>",
      ParsedMessage(content="Write <atem:function_calls> to call.")),
     ("muse_glimmer", {}, "No header at all.", ParsedMessage(content="No header at all.")),
+    # ---- families of the shared fixtures (break-it report C, section 3)
+    ("hy3", {"tool_schemas": SCHEMAS, "thinking_forced_open": True, "thinking_opener": "<think:opensource>"},
+     "Need weather.</think:opensource>Checking.<tool_calls:opensource>\n<tool_call:opensource>get_weather"
+     "<tool_sep:opensource>\n<arg_key:opensource>city</arg_key:opensource>\n<arg_value:opensource>Paris"
+     "</arg_value:opensource>\n</tool_call:opensource>\n<tool_call:opensource>f<tool_sep:opensource>\n"
+     "</tool_call:opensource>\n</tool_calls:opensource>",
+     ParsedMessage(content="Checking.", reasoning_content="Need weather.", tool_calls=(WEATHER, F_EMPTY))),
+    # the form other servers read too: a JSON object after the separator, maybe ended by <end_of_tool_call...>
+    ("hy3", {"tool_schemas": SCHEMAS}, "<tool_calls:opensource>\n<tool_call:opensource>run<tool_sep:opensource>\n"
+     '{"cmd": "ls", "n": 3}<end_of_tool_call:opensource>\n<tool_call:opensource>get_weather<tool_sep:opensource>\n'
+     "<arg_key:opensource>city</arg_key:opensource>\n<arg_value:opensource>Paris</arg_value:opensource>\n"
+     "</tool_call:opensource>\n</tool_calls:opensource>",
+     ParsedMessage(tool_calls=(ToolCall("call_0", "run", '{"cmd": "ls", "n": 3}'),
+                               ToolCall("call_1", "get_weather", '{"city": "Paris"}')))),
+    ("hy3", {}, "Write <tool_call:opensource> and <arg_key>x</arg_key>.",
+     ParsedMessage(content="Write <tool_call:opensource> and <arg_key>x</arg_key>.")),
+    ("solar_open", {}, '<|think|>Need weather.<|end|><|begin|>assistant<|tool_calls|><|tool_call:begin|>a1b2c3d4e5'
+     '<|tool_call:name|>get_weather<|tool_call:args|>{"city": "Paris"}<|tool_call:end|><|tool_call:begin|>x'
+     "<|tool_call:name|>f<|tool_call:args|>{}<|tool_call:end|><|calls|>",
+     ParsedMessage(reasoning_content="Need weather.", tool_calls=(
+         ToolCall("a1b2c3d4e5", "get_weather", '{"city": "Paris"}'), ToolCall("call_0", "f", "{}")))),
+    ("solar_open", {}, "<|think|>Hm.<|end|><|begin|>assistant<|content|>Use <|tool_calls|> to call.<|end|>",
+     ParsedMessage(content="Use <|tool_calls|> to call.", reasoning_content="Hm.")),
 ]
 
 

@@ -147,6 +147,16 @@ FAMILIES = {
     "Apriel-1.6-15b-Thinker-fixed": ("apriel", 'Look it up.\n[BEGIN FINAL RESPONSE]\n<tool_calls>[{"name": '
                                      '"get_weather", "arguments": {"city": "Paris", "days": 2}}]</tool_calls>',
                                      "Here are my reasoning steps:\nLook it up.", ""),
+    # families in the shared fixtures that had no parser (break-it report C, section 3): Hy3's default
+    # reasoning_effort (no_think) closes the thinking block in the prompt; Solar Open's reasoning is a message
+    "tencent-Hy3": ("hy3", "Let me check.<tool_calls:opensource>\n<tool_call:opensource>get_weather"
+                    "<tool_sep:opensource>\n"
+                    "<arg_key:opensource>city</arg_key:opensource>\n<arg_value:opensource>Paris</arg_value:opensource>\n"
+                    "<arg_key:opensource>days</arg_key:opensource>\n<arg_value:opensource>2</arg_value:opensource>\n"
+                    "</tool_call:opensource>\n</tool_calls:opensource>", "", "Let me check."),
+    "upstage-Solar-Open-100B": ("solar_open", "<|think|>Look it up.<|end|><|begin|>assistant<|tool_calls|>"
+                                "<|tool_call:begin|>a1b2c3d4e5<|tool_call:name|>get_weather<|tool_call:args|>"
+                                '{"city": "Paris", "days": 2}<|tool_call:end|><|calls|>', "Look it up.", ""),
     "muse-glimmer": ("muse_glimmer", " to=self<|message|>Look it up.<|eom|><|start|>assistant to=user<|message|>"
                      "Let me check.<|eom|><|start|>assistant to=get_weather<|message|><atem:function_calls>\n"
                      '<atem:invoke name="get_weather">\n<atem:parameter name="city">Paris</atem:parameter>\n'
@@ -207,6 +217,8 @@ def test_family_output_parses_to_the_call_streamed_and_not(stem):
     assert len(results) == 1
     if fmt == "kimi_k2":  # the model's own id is the OpenAI id (the template renders it back)
         assert results.pop().tool_calls[0].id == "functions.get_weather:1"
+    if fmt == "solar_open":  # so is Solar Open's, of the form its template asks for
+        assert results.pop().tool_calls[0].id == "a1b2c3d4e5"
 
 
 @pytest.mark.parametrize("stem", sorted(FAMILIES))
@@ -282,10 +294,75 @@ FORCED = {
     "functionary_v3_2": 'get_weather\n{"city": "Paris", "days": 2}',
     "firefunction_v2": ' functools[{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}]',
     "apriel": '<tool_calls>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}]</tool_calls>',
+    "hy3": "<tool_calls:opensource>\n<tool_call:opensource>get_weather<tool_sep:opensource>\n<arg_key:opensource>city"
+           "</arg_key:opensource>\n<arg_value:opensource>Paris</arg_value:opensource>\n<arg_key:opensource>days"
+           "</arg_key:opensource>\n<arg_value:opensource>2</arg_value:opensource>\n</tool_call:opensource>\n"
+           "</tool_calls:opensource>",
+    "solar_open": '<|tool_calls|><|tool_call:begin|>a1b2c3d4e5<|tool_call:name|>get_weather<|tool_call:args|>'
+                  '{"city": "Paris", "days": 2}<|tool_call:end|><|calls|>',
     "muse_glimmer": ' to=get_weather<|message|><atem:function_calls>\n<atem:invoke name="get_weather">\n'
                     '<atem:parameter name="city">Paris</atem:parameter>\n<atem:parameter name="days">2'
                     "</atem:parameter>\n</atem:invoke>\n</atem:function_calls>",
 }
+
+
+@pytest.mark.parametrize("effort", ["high", "low"])
+def test_hy3_reasoning_the_prompt_opened(effort):
+    """Hy3's generation prompt opens ``<think:opensource>`` with ``reasoning_effort`` high or low (and closes it
+    empty with its default, no_think): the output starts in reasoning, which its closing tag ends; a forced call
+    closes it first."""
+    tmpl = _tmpl("tencent-Hy3")
+    req = ChatCompletionRequest(messages=CONVERSATION[:1], tools=[WEATHER], reasoning_effort=effort)
+    plan = render_chat(tmpl, req).plan
+    assert plan.thinking_forced_open and plan.thinking_opener == "<think:opensource>"
+    text = "Look it up.</think:opensource>" + FAMILIES["tencent-Hy3"][1]
+    for pieces in _pieces(text):
+        deltas, msg = _parse(plan, pieces)
+        check_invariant(deltas, msg)
+        assert (msg.reasoning_content, msg.content) == ("Look it up.", "Let me check.")
+        assert [(c.name, json.loads(c.arguments)) for c in msg.tool_calls] == [CALL]
+    forced = render_chat(tmpl, ChatCompletionRequest(messages=CONVERSATION[:1], tools=[WEATHER],
+                                                     reasoning_effort=effort, tool_choice="required")).plan
+    assert gbnf_matches(forced.grammar, "Look it up.\n</think:opensource>\n" + FORCED["hy3"])
+    assert not gbnf_matches(forced.grammar, FORCED["hy3"])
+    assert not render_chat(tmpl, ChatCompletionRequest(messages=CONVERSATION[:1], tools=[WEATHER])).plan \
+        .thinking_forced_open
+
+
+def test_solar_open_grammar_allows_a_reasoning_message_first():
+    plan = render_chat(_tmpl("upstage-Solar-Open-100B"), ChatCompletionRequest(
+        messages=CONVERSATION[:1], tools=[WEATHER], tool_choice="required")).plan
+    text = "<|think|>Need the weather.<|end|><|begin|>assistant" + FORCED["solar_open"]
+    assert gbnf_matches(plan.grammar, text)
+    assert not gbnf_matches(plan.grammar, FORCED["solar_open"].replace("a1b2c3d4e5", "A1B2"))
+    _, msg = _parse(plan, [text])
+    assert msg.reasoning_content == "Need the weather." and msg.tool_calls[0].name == "get_weather"
+
+
+@pytest.mark.parametrize("text,content", [
+    ("<|think|>Hm.<|end|><|begin|>assistant<|content|>It is sunny.", "It is sunny."),
+    # reasoning_effort low: the prompt holds an empty reasoning message, the reply is the content message
+    ("<|content|>It is <b>sunny</b>.<|end|>", "It is <b>sunny</b>."),
+    # content, then the calls in a message of their own
+    ("<|content|>Let me check.\n<|end|><|begin|>assistant" + FORCED["solar_open"], "Let me check."),
+])
+def test_solar_open_messages(text, content):
+    plan = render_chat(_tmpl("upstage-Solar-Open-100B"), ChatCompletionRequest(
+        messages=CONVERSATION[:1], tools=[WEATHER])).plan
+    for pieces in _pieces(text):
+        deltas, msg = _parse(plan, pieces)
+        check_invariant(deltas, msg)
+        assert msg.content == content and msg.reasoning_content == ("Hm." if "<|think|>" in text else "")
+        assert len(msg.tool_calls) == ("<|calls|>" in text)
+
+
+def test_solar_open_call_id_not_of_its_form_is_ours():
+    plan = render_chat(_tmpl("upstage-Solar-Open-100B"), ChatCompletionRequest(
+        messages=CONVERSATION[:1], tools=[WEATHER])).plan
+    for model_id in ("0", "call one", "a1b2c3d4e5f6", "A1B2C3D4E5"):
+        text = FORCED["solar_open"].replace("a1b2c3d4e5", model_id)
+        _, msg = _parse(plan, [text])
+        assert [(c.id, c.name) for c in msg.tool_calls] == [("call_0", "get_weather")], model_id
 
 
 def test_gpt_oss_grammar_allows_an_analysis_message_first():

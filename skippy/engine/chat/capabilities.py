@@ -21,9 +21,9 @@ import attrs
 from skippy.engine.chat.templates import ChatTemplate
 
 THINK_OPEN_TAGS = ("<think>", "<|START_THINKING|>", "<seed:think>", "[THINK]", "<|inner_prefix|>",
-                   "<|open|>think<|sep|>", "<mm:think>", "Here are my reasoning steps:")
+                   "<|open|>think<|sep|>", "<mm:think>", "Here are my reasoning steps:", "<think:opensource>")
 THINK_CLOSE_TAGS = ("</think>", "<|END_THINKING|>", "</seed:think>", "[/THINK]", "<|inner_suffix|>",
-                    "<|close|>think<|sep|>", "</mm:think>", "[BEGIN FINAL RESPONSE]")
+                    "<|close|>think<|sep|>", "</mm:think>", "[BEGIN FINAL RESPONSE]", "</think:opensource>")
 
 _TOOL_NAME = "probe_tool_fn"
 _TOOLS = [{
@@ -122,6 +122,8 @@ def choose_format(history: str, generation_prompt: str, supports_tools: bool, to
         return "gpt_oss"
     if re.search(r"to=" + _TOOL_NAME + r"<\|message\|><atem:function_calls>", history):
         return "muse_glimmer"
+    if "<|tool_call:begin|>" in history and "<|tool_call:args|>" in history:
+        return "solar_open"
     if "<|tool_calls_section_begin|>" in history or "<|tool_call_begin|>" in history:
         return "kimi_k2"
     if "<|open|>call tool=" in history:
@@ -146,6 +148,8 @@ def choose_format(history: str, generation_prompt: str, supports_tools: bool, to
         return "seed_oss"
     if re.search(r"<tool_call>\s*<function=", history):
         return "qwen3_coder"
+    if re.search(r"<tool_call:opensource>\s*[^\s<>{}]+\s*<tool_sep:opensource>", history):
+        return "hy3"
     if re.search(r"<tool_call>\s*[^\s<>{}]+\s*<arg_key>", history):
         return "ling_3" if "<|role_end|>" in history else "glm_4_5"
     if "<|tools_prefix|>" in history:

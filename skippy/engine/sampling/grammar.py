@@ -316,6 +316,8 @@ _NAME_KEYS = {"command_r_plus": "tool_name"}
 _XML_TEXT = r'( [^<] | "<" [^/] )*'
 #: Harmony: an optional analysis message before the call
 _HARMONY_ANALYSIS = r'( "<|channel|>analysis<|message|>" ( [^<] | "<" [^|] )* "<|end|><|start|>assistant" )?'
+#: Solar Open: an optional reasoning message before the calls
+_SOLAR_THINK = r'( "<|think|>" ( [^<] | "<" [^|] )* "<|end|><|begin|>assistant" )?'
 #: Muse Glimmer: an optional reasoning message (to ``self``) before the calls
 _GLIMMER_ANALYSIS = r'( " to=self<|message|>" ( [^<] | "<" [^|] )* "<|eom|><|start|>assistant" )?'
 
@@ -400,6 +402,11 @@ def _glm_param(key: str, value: str, raw: bool) -> str:
             f"{gbnf_literal('</arg_value>' + chr(10))}")
 
 
+def _hy3_param(key: str, value: str, raw: bool) -> str:
+    return (f"{gbnf_literal(f'<arg_key:opensource>{key}</arg_key:opensource>' + chr(10) + '<arg_value:opensource>')} "
+            f"{value} {gbnf_literal('</arg_value:opensource>' + chr(10))}")
+
+
 def _py_kwarg(key: str, value: str, raw: bool) -> str:
     return f"{gbnf_literal(key + '=')} {value}"
 
@@ -476,6 +483,9 @@ def _call_rules(conv: Any, chat_format: str, tools: list[dict[str, Any]], chosen
         elif chat_format in ("glm_4_5", "ling_3"):
             body = (f"{lit(f'<tool_call>{name}' + chr(10))} {_params(conv, name, schema, where, _glm_param, '')} "
                     f"{lit('</tool_call>')}")
+        elif chat_format == "hy3":
+            body = (f"{lit(f'<tool_call:opensource>{name}<tool_sep:opensource>' + chr(10))} "
+                    f"{_params(conv, name, schema, where, _hy3_param, '')} {lit('</tool_call:opensource>' + chr(10))}")
         elif chat_format == "minimax_m2":
             params = _params(conv, name, schema, where, _minimax_param, "")
             body = f"{lit(f'<invoke name={chr(34)}{name}{chr(34)}>{chr(10)}')} {params} {lit('</invoke>' + chr(10))}"
@@ -508,6 +518,9 @@ def _call_rules(conv: Any, chat_format: str, tools: list[dict[str, Any]], chosen
             if chat_format == "kimi_k2":
                 body = (f"{lit(f'<|tool_call_begin|>functions.{name}:')} [0-9]+ {lit('<|tool_call_argument_begin|>')} "
                         f"{args} {lit('<|tool_call_end|>')}")
+            elif chat_format == "solar_open":  # the model's own call id: 10 lowercase letters and digits
+                body = (f"{lit('<|tool_call:begin|>')} [a-z0-9]{{10}} "
+                        f"{lit(f'<|tool_call:name|>{name}<|tool_call:args|>')} {args} {lit('<|tool_call:end|>')}")
             elif chat_format == "apertus":
                 body = f'"{{" {lit(json.dumps(name, ensure_ascii=False))} ": " {args} "}}"'
             elif chat_format == "command_r7b":  # the model's own call counter, then the name and parameters
@@ -533,6 +546,7 @@ NATIVE_CALL_WRAPPERS: dict[str, tuple[str, str, str]] = {
     "seed_oss": ("", "\n", ""),
     "glm_4_5": ("", "", ""),
     "ling_3": ("", "", ""),
+    "hy3": ("<tool_calls:opensource>\n", "", "</tool_calls:opensource>"),
     "minimax_m2": ("<minimax:tool_call>\n", "", "</minimax:tool_call>"),
     "deepseek_v3_2": ("<｜DSML｜function_calls>\n", "", "</｜DSML｜function_calls>"),
     "deepseek_v4": ("<｜DSML｜tool_calls>\n", "", "</｜DSML｜tool_calls>"),
@@ -543,6 +557,7 @@ NATIVE_CALL_WRAPPERS: dict[str, tuple[str, str, str]] = {
     "minimax_m3": (f"{_M3}<tool_call>\n", "", f"{_M3}</tool_call>"),
     "lfm2": ("<|tool_call_start|>[", ", ", "]<|tool_call_end|>"),
     "kimi_k2": ("<|tool_calls_section_begin|>", "", "<|tool_calls_section_end|>"),
+    "solar_open": ("<|tool_calls|>", "", "<|calls|>"),
     "apertus": ("<|tools_prefix|>[", ", ", "]<|tools_suffix|>"),
     "mistral_small_3_2": ("", "", ""),
     "command_r7b": ("<|START_ACTION|>[", ", ", "]<|END_ACTION|>"),
@@ -599,7 +614,9 @@ def native_tool_grammar(chat_format: str, tools: list[dict[str, Any]], chosen: l
     a string value is raw text that may not contain ``</``, held to its
     ``enum``/``const`` and length bounds (:func:`_raw_value`). gpt-oss may write one
     ``analysis`` message first; its calls are one per message, so one. Muse Glimmer may write one message to
-    ``self`` (its reasoning) first, then a message to each tool.
+    ``self`` (its reasoning) first, then a message to each tool; Solar Open one reasoning message
+    (``<|think|>...<|end|><|begin|>assistant``) first, and its call ids are 10 lowercase letters and digits,
+    the form its template asks for (and its parser keeps).
     ``think_close``: the prompt left a thinking block open (QwQ, GLM 4.7,
     Nemotron): the model first ends its reasoning (text without ``</``, nor the ``think_avoid`` openers:
     :func:`_think_text`) with this tag, then calls.
@@ -625,6 +642,8 @@ def native_tool_grammar(chat_format: str, tools: list[dict[str, Any]], chosen: l
     elif chat_format == "muse_glimmer":
         body = f"{_GLIMMER_ANALYSIS} {body}"
     root = f"{gbnf_literal(prefix)} {body} {gbnf_literal(suffix)}"
+    if chat_format == "solar_open":  # its reasoning is a message before the calls' message
+        root = f"{_SOLAR_THINK} {root}"
     if think_close:  # reasoning text that cannot start the closing tag
         root = f"{_think_text(think_close, think_avoid)} {gbnf_literal(think_close)} [ \\t\\n]* {root}"
     conv._add_rule("root", root.replace('"" ', ""))

@@ -34,6 +34,7 @@ from skippy.engine.chat.formats.families import (
     GRANITE,
     KIMI_K2,
     NEMOTRON_V2,
+    SOLAR_OPEN,
 )
 from skippy.engine.chat.formats.functionary import FUNCTIONARY_V3_1, FUNCTIONARY_V3_2
 from skippy.engine.chat.formats.gemma4 import GEMMA4
@@ -49,6 +50,7 @@ from skippy.engine.chat.formats.xml import (
     DEEPSEEK_V3_2,
     DEEPSEEK_V4,
     GLM_4_5,
+    HY3,
     KIMI_K3,
     LING_3,
     MINICPM5,
@@ -62,7 +64,7 @@ SYNTAXES: dict[str, ToolSyntax] = {s.name: s for s in (
     DEEPSEEK_R1, DEEPSEEK_V3_1, FUNCTIONARY_V3_2, COMMAND_R7B, GPT_OSS, QWEN3_CODER, SEED_OSS, GLM_4_5, LING_3,
     KIMI_K2, GRANITE, NEMOTRON_V2, APERTUS, LFM2, MINIMAX_M2, DEEPSEEK_V3_2, DEEPSEEK_V4, KIMI_K3, MINICPM5, GIGACHAT3,
     GIGACHAT3_1, GEMMA4, MINIMAX_M3, COMMAND_R_PLUS, FUNCTIONARY_V3_1, FIREFUNCTION_V2, APRIEL,
-    MUSE_GLIMMER)}
+    MUSE_GLIMMER, HY3, SOLAR_OPEN)}
 
 #: Every chat-format name ``make_parser`` accepts.
 FORMATS: tuple[str, ...] = tuple(SYNTAXES)

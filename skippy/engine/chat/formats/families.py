@@ -35,6 +35,14 @@ generation prompt opens the reasoning with ``Here are my reasoning steps:`` and 
 (its ``Apriel-1.6-15b-Thinker-fixed`` cases)::
 
     <tool_calls>[{"name": "get_weather", "arguments": {"city": "Paris"}}]</tool_calls>
+
+Upstage Solar Open (each part of the reply a message of its own: the reasoning in ``<|think|>...<|end|>``, then
+``<|begin|>assistant`` and the content after ``<|content|>`` or the calls after ``<|tool_calls|>``; the
+generation prompt ends with ``<|begin|>assistant``, after an empty thinking message with ``reasoning_effort``
+``low``). The model's call id (its template asks for 10 lowercase letters and digits) is kept as the OpenAI id
+where it has that form; another id is replaced by ours::
+
+    <|think|>Look it up.<|end|><|begin|>assistant<|tool_calls|><|tool_call:begin|>a1b2c3d4e5<|tool_call:name|>get_weather<|tool_call:args|>{"city": "Paris"}<|tool_call:end|><|calls|>
 """  # noqa: E501 (the exact marker text)
 
 import re
@@ -125,4 +133,17 @@ APRIEL = ToolSyntax(
     think_tags=(APRIEL_THINK_OPEN, "[BEGIN FINAL RESPONSE]"),
     opener_in_reasoning=True,
     keeps_prompt_opener=False,
+)
+
+SOLAR_OPEN = ToolSyntax(
+    name="solar_open",
+    opens=("<|tool_calls|>", "<|tool_call:begin|>"),
+    header=re.compile(r"\s*(?:<\|tool_call:begin\|>)?\s*(?:(?P<id>[a-z0-9]{10})|[^<>]*?)\s*<\|tool_call:name\|>"
+                      r"\s*(?P<name>[^\s<>]+)\s*<\|tool_call:args\|>\s*(?=\{)"),
+    next_call="<|tool_call:begin|>",
+    close="<|calls|>",
+    markers=("<|tool_call:end|>",),
+    think_tags=("<|think|>", "<|end|><|begin|>assistant"),
+    # the content message's opener, and the end of a message and the next one's start (content, then calls)
+    drop=("<|content|>", "<|end|>", "<|begin|>assistant", "<|flush|>"),
 )

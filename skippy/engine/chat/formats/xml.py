@@ -1,5 +1,5 @@
 """XML-argument tool-call formats: Qwen3-Coder (also Nemotron 3 Nano, Qwen3.5, StepFun 3.5), Seed-OSS,
-GLM 4.5-4.7 (also Ling 3), MiniMax M2, DeepSeek V3.2 / V4 (DSML), Kimi K3, MiniCPM5.
+GLM 4.5-4.7 (also Ling 3), Tencent Hy3, MiniMax M2, DeepSeek V3.2 / V4 (DSML), Kimi K3, MiniCPM5.
 
 Qwen3-Coder (``<think>`` reasoning where the model has it)::
 
@@ -22,6 +22,20 @@ in ``<seed:think>...</seed:think>``. GLM 4.5 / 4.6 / 4.7 (newlines optional,
     <arg_key>city</arg_key>
     <arg_value>Paris</arg_value>
     </tool_call>
+
+Tencent Hy3 writes GLM's key/value pairs with its own tag names, every tag suffixed ``:opensource``, its
+calls in one section (reasoning in ``<think:opensource>...</think:opensource>``; the generation prompt opens it
+with ``reasoning_effort`` ``high`` or ``low`` and closes it empty with ``no_think``, the template's default)::
+
+    <tool_calls:opensource>
+    <tool_call:opensource>get_weather<tool_sep:opensource>
+    <arg_key:opensource>city</arg_key:opensource>
+    <arg_value:opensource>Paris</arg_value:opensource>
+    </tool_call:opensource>
+    </tool_calls:opensource>
+
+A call whose arguments are one JSON object after ``<tool_sep:opensource>`` (another form other servers read, ended
+by ``</tool_call:opensource>`` or ``<end_of_tool_call:opensource>``) is read as that object.
 
 MiniMax M2 (``<think>`` reasoning)::
 
@@ -303,6 +317,43 @@ GLM_4_5 = ToolSyntax(
 #: tags, so with ``reasoning_format: none`` the prompt's ``<think>`` does not begin the content (GLM's generic
 #: parser keeps it)
 LING_3 = attrs.evolve(GLM_4_5, name="ling_3", keeps_prompt_opener=False)
+
+
+class Hy3Scanner(XmlScanner):
+    """:class:`XmlScanner` of Tencent Hy3, whose call may also carry its arguments as one JSON object after
+    ``<tool_sep:opensource>`` (streamed as written, as the JSON-argument formats stream theirs)."""
+
+    def _reset(self) -> None:
+        super()._reset()
+        self.json_body = False
+
+    def _step_args(self, final: bool) -> bool:
+        if self.fresh:
+            j = _ws_end(self.buf, self.args_start)
+            if j >= len(self.buf) and not final:
+                return False  # the first character of the arguments decides their form
+            if self.buf.startswith("{", j):
+                self.fresh, self.json_body = False, True
+                self.args_start = self.args_sent = j
+        if self.json_body:
+            return ToolScanner._step_args(self, final)
+        return super()._step_args(final)
+
+
+_HY = ":opensource"
+
+HY3 = ToolSyntax(
+    name="hy3",
+    opens=(f"<tool_calls{_HY}>",),
+    header=re.compile(rf"\s*(?:<tool_call{_HY}>)?\s*(?P<name>[^\s<>{{}}\[\]]+)\s*<tool_sep{_HY}>"),
+    next_call=f"<tool_call{_HY}>",
+    close=f"</tool_calls{_HY}>",
+    xml=XmlArgs(param_open=f"<arg_key{_HY}>", key_end=f"</arg_key{_HY}>", value_open=f"<arg_value{_HY}>",
+                value_close=f"</arg_value{_HY}>", call_close=f"</tool_call{_HY}>"),
+    scanner=Hy3Scanner,
+    think_tags=(f"<think{_HY}>", f"</think{_HY}>"),
+    markers=(f"</tool_call{_HY}>", f"<end_of_tool_call{_HY}>"),
+)
 
 MINIMAX_M2 = ToolSyntax(
     name="minimax_m2",
