@@ -31,6 +31,8 @@ FAMILIES = {
     "openbmb-MiniCPM5-1B": "minicpm5",
     "mistralai-Mistral-Nemo-Instruct-2407": "mistral_nemo",
     "Mistral-Small-3.2-24B-Instruct-2506": "mistral_small_3_2",
+    "tencent-Hy3": "hy3",
+    "upstage-Solar-Open-100B": "solar_open",  # its reasoning is a message the grammar lets come first
 }
 
 
