@@ -17,7 +17,8 @@ openai) when called.
 - the served OpenAPI document: :func:`json_schema`, :func:`sse_schema`, :func:`validator`, :func:`check`
 - tool calls: :data:`WEATHER`, :data:`ASK`, :data:`NAMED`, :func:`check_call`
 - llama.cpp as the reference: :class:`Raw` (llama-cpp-python's low-level API with the server's context
-  shape), :data:`STEP_TOKENS`, :class:`VocabOnly` (a GGUF's vocabulary without its weights)
+  shape), :data:`STEP_TOKENS`, :class:`VocabOnly` (a GGUF's vocabulary without its weights),
+  :class:`LlamaGrammarOracle` (llama.cpp's grammar sampler judging whether a GBNF grammar takes a text)
 - grammars and chat-format parsers (unit tests): :func:`gbnf_matches`, :func:`compiles_in_llama_cpp`,
   :func:`check_invariant`
 - the scheduling core over a fake runtime (unit tests; never imported by product code): :class:`FakeRuntime`
@@ -364,6 +365,7 @@ class VocabOnly:
         vocab = llama_cpp.llama_model_get_vocab(self.model)
         self.vocab = LlamaVocab(vocab, llama_cpp.llama_vocab_n_tokens(vocab))
         self.bos_id = llama_cpp.llama_vocab_bos(vocab)
+        self.eog_id = llama_cpp.llama_vocab_eos(vocab)
         self.adds_bos = bool(llama_cpp.llama_vocab_get_add_bos(vocab))
 
     def prompt_tokens(self, text: str) -> list[int]:
@@ -379,6 +381,49 @@ class VocabOnly:
         import llama_cpp
 
         llama_cpp.llama_model_free(self.model)
+
+
+class LlamaGrammarOracle:
+    """llama.cpp's grammar sampler as the judge of whether a GBNF grammar takes a text: the text is fed one
+    character at a time as the vocabulary's one-character tokens (each offered alone to the sampler, as the
+    server's sampler offers its pick, then accepted), and the end as an end-of-generation token. Over a
+    :class:`VocabOnly`; only texts of characters the vocabulary has single tokens for."""
+
+    def __init__(self, vocab: VocabOnly) -> None:
+        v = vocab.vocab
+        self.vocab = v
+        self.char_token: dict[str, int] = {}
+        for t in range(v.n_vocab):
+            piece = v.piece(t)
+            if len(piece) == 1 and piece.decode("latin-1") not in self.char_token:
+                self.char_token[piece.decode("latin-1")] = t
+        self.eog = vocab.eog_id
+
+    def _allows(self, sampler: object, token: int) -> bool:
+        import llama_cpp
+
+        one = llama_cpp.llama_token_data(id=token, logit=1.0, p=0.0)
+        single = llama_cpp.llama_token_data_array(data=ctypes.pointer(one), size=1, selected=-1, sorted=False)
+        llama_cpp.llama_sampler_apply(sampler, ctypes.byref(single))
+        return bool(single.data[0].logit != float("-inf"))
+
+    def accepts(self, gbnf: str, text: str) -> bool:
+        """True when llama.cpp's grammar sampler for ``gbnf`` (root rule ``root``) takes all of ``text`` and
+        then allows the end of generation. Raises ``ValueError`` when llama.cpp does not parse ``gbnf``."""
+        import llama_cpp
+
+        sampler = self.vocab.grammar_sampler(gbnf)
+        if not sampler:
+            raise ValueError("llama.cpp did not parse the grammar")
+        try:
+            for c in text:
+                token = self.char_token[c]
+                if not self._allows(sampler, token):
+                    return False
+                llama_cpp.llama_sampler_accept(sampler, token)  # never a refused token: llama.cpp would abort
+            return self._allows(sampler, self.eog)
+        finally:
+            llama_cpp.llama_sampler_free(sampler)
 
 
 class Raw:

@@ -5,7 +5,8 @@ json-schema-to-grammar (``llama_cpp.llama_grammar.SchemaConverter``), embedded
 in the call syntax of the chat format (lazy for emulated ``auto`` calls); the
 grammar is then enforced by llama.cpp's grammar sampler. Anything the
 converter cannot express is refused with :class:`InvalidRequest` (400):
-fail closed, never silently unconstrained. Request-level structured output
+fail closed, never silently unconstrained. Integer bounds, which the port
+ignores, are enforced here (:func:`integer_range_gbnf`). Request-level structured output
 (``response_format``, ``json_schema``, ``guided_*``) is compiled by
 llguidance instead: :mod:`skippy.engine.sampling.constraints`.
 """
@@ -13,6 +14,7 @@ llguidance instead: :mod:`skippy.engine.sampling.constraints`.
 from __future__ import annotations
 
 import json
+import math
 import re
 from itertools import accumulate
 from typing import Any
@@ -26,11 +28,28 @@ _JSON_CHAR = r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-f
 def schema_converter() -> Any:
     """A fresh llama.cpp json-schema-to-grammar converter, its literals escaped as llama.cpp's C++ converter
     escapes them (the Python port leaves a backslash as it is: an ``enum`` or ``const`` value holding ``"`` or
-    ``\\`` made a grammar llama.cpp refused, or a backslash sequence it read as an escape)."""
+    ``\\`` made a grammar llama.cpp refused, or a backslash sequence it read as an escape), and an integer's
+    numeric bounds enforced (:func:`integer_bounds`, :func:`integer_range_gbnf`; the port ignores them)."""
+    from llama_cpp.llama_grammar import RESERVED_NAMES as _RESERVED
     from llama_cpp.llama_grammar import SchemaConverter
 
     conv = SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
     conv._format_literal = gbnf_literal  # type: ignore[method-assign]  # the port escapes too little
+    visit: Any = conv.visit
+
+    def visit_bounded(schema: Any, name: str) -> str:
+        """The converter's ``visit``, but an integer with numeric bounds gets :func:`integer_range_gbnf`
+        (the port ignores them; its own recursion comes back here)."""
+        if isinstance(schema, dict) and schema.get("type") == "integer" \
+                and not any(k in schema for k in ("$ref", "oneOf", "anyOf", "const", "enum")) \
+                and (bounds := integer_bounds(schema)) != (None, None):
+            rule: str = conv._add_rule(name + "-" if name in _RESERVED else name or "root",
+                                       f"{integer_range_gbnf(*bounds)} space")
+            return rule
+        named: str = visit(schema, name)
+        return named
+
+    conv.visit = visit_bounded  # type: ignore[method-assign]
     return conv
 
 
@@ -39,9 +58,157 @@ def gbnf_literal(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r") + '"'
 
 
-#: Numeric keywords the converter ignores (integer ranges are rewritten to enums instead).
+#: Numeric keywords of JSON Schema validation (draft 2020-12, section 6.2; ``multipleOf`` besides the bounds).
 _NUMERIC_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
-_MAX_ENUM_RANGE = 4096
+#: How many digits the grammar lets an integer have on a side without a bound: the converter's own
+#: ``integer`` rule's 16 (or the other bound's digits, when it has more).
+_FREE_INT_DIGITS = 16
+#: The most digits an integer bound may have (a larger one is a 400): the grammar of a bound nests one group
+#: per digit.
+MAX_INT_BOUND_DIGITS = 100
+
+
+def _bound(value: Any) -> int | float | None:
+    """A bound keyword's value when it is a finite number (``true``/``false``, strings... are no bound)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value if isinstance(value, int) or math.isfinite(value) else None
+
+
+def integer_bounds(schema: dict[str, Any]) -> tuple[int | None, int | None]:
+    """The inclusive ``(low, high)`` an integer schema's numeric bounds allow (``None``: unbounded that side).
+
+    Reads JSON Schema validation's numeric keywords (draft 2020-12, section 6.2): ``minimum`` and
+    ``maximum`` (inclusive), ``exclusiveMinimum`` and ``exclusiveMaximum`` as numbers (draft 6 on), and
+    draft 4's boolean ``exclusiveMinimum`` / ``exclusiveMaximum``, which make ``minimum`` / ``maximum``
+    exclusive. A fractional bound is rounded inward (``minimum: 1.5`` is 2); every bound given applies, the
+    tightest wins. ``multipleOf`` is not read."""
+    low: int | None = None
+    high: int | None = None
+
+    def tighter(old: int | None, new: int, pick: Any) -> int:
+        return new if old is None else pick(old, new)
+
+    minimum, maximum = _bound(schema.get("minimum")), _bound(schema.get("maximum"))
+    ex_min, ex_max = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
+    if minimum is not None:
+        low = math.floor(minimum) + 1 if ex_min is True else math.ceil(minimum)
+    if maximum is not None:
+        high = math.ceil(maximum) - 1 if ex_max is True else math.floor(maximum)
+    if (e := _bound(ex_min)) is not None:
+        low = tighter(low, math.floor(e) + 1, max)
+    if (e := _bound(ex_max)) is not None:
+        high = tighter(high, math.ceil(e) - 1, min)
+    return low, high
+
+
+def _seq(*parts: str) -> str:
+    return " ".join(p for p in parts if p)
+
+
+def _alt(alts: list[str]) -> str:
+    return alts[0] if len(alts) == 1 else "(" + " | ".join(alts) + ")"
+
+
+def _digit(lo: int, hi: int) -> str:
+    return f'"{lo}"' if lo == hi else f"[{lo}-{hi}]"
+
+
+def _any_digits(lo: int, hi: int | None = None) -> str:
+    """``lo`` to ``hi`` (default ``lo``) digits, any."""
+    hi = lo if hi is None else hi
+    if hi == 0:
+        return ""
+    return "[0-9]" if lo == hi == 1 else f"[0-9]{{{lo}}}" if lo == hi else f"[0-9]{{{lo},{hi}}}"
+
+
+def _at_least(s: str) -> str:
+    """GBNF of the ``len(s)``-digit strings (leading zeros allowed) at or above ``s``."""
+    if not s.strip("0"):
+        return _any_digits(len(s))
+    d, rest = int(s[0]), s[1:]
+    alts = [_seq(_digit(d, d), _at_least(rest))]
+    if d < 9:
+        alts.append(_seq(_digit(d + 1, 9), _any_digits(len(rest))))
+    return _alt(alts)
+
+
+def _at_most(s: str) -> str:
+    """GBNF of the ``len(s)``-digit strings (leading zeros allowed) at or below ``s``."""
+    if not s.strip("9"):
+        return _any_digits(len(s))
+    d, rest = int(s[0]), s[1:]
+    alts = [_seq(_digit(d, d), _at_most(rest))]
+    if d > 0:
+        alts.insert(0, _seq(_digit(0, d - 1), _any_digits(len(rest))))
+    return _alt(alts)
+
+
+def _same_length(a: str, b: str) -> str:
+    """GBNF of the digit strings of ``len(a) == len(b)`` digits from ``a`` to ``b`` (``a <= b``): their
+    common prefix, then at the first digit that differs, ``a``'s digit followed by what is at least the rest
+    of ``a``, the digits between followed by anything, ``b``'s digit followed by what is at most the rest
+    of ``b`` (an end of ``a`` of zeros or of ``b`` of nines joins the middle class)."""
+    i = next((k for k in range(len(a)) if a[k] != b[k]), len(a))
+    prefix = f'"{a[:i]}"' if i else ""
+    if i == len(a):
+        return prefix
+    x, y, ra, rb = int(a[i]), int(b[i]), a[i + 1:], b[i + 1:]
+    lo = x if not ra.strip("0") else x + 1
+    hi = y if not rb.strip("9") else y - 1
+    alts = []
+    if lo != x:
+        alts.append(_seq(_digit(x, x), _at_least(ra)))
+    if lo <= hi:
+        alts.append(_seq(_digit(lo, hi), _any_digits(len(ra))))
+    if hi != y:
+        alts.append(_seq(_digit(y, y), _at_most(rb)))
+    return _seq(prefix, _alt(alts))
+
+
+def _naturals(a: int, b: int) -> str:
+    """GBNF of the integers ``a`` to ``b`` (``0 <= a <= b``) in decimal, without leading zeros."""
+    sa, sb = str(a), str(b)
+    if len(sa) == len(sb):
+        return _same_length(sa, sb)
+    # a's length from a on, every number of the lengths between, b's length up to b; a first or last
+    # length that holds all its numbers joins the lengths between
+    first_full, last_full = a > 0 and not sa[1:].strip("0") and sa[0] == "1", not sb.strip("9")
+    shortest, longest = len(sa) + (not first_full), len(sb) - (not last_full)
+    alts = [] if first_full else [_same_length(sa, "9" * len(sa))]
+    if shortest <= longest:
+        alts.append(_seq("[1-9]", _any_digits(shortest - 1, longest - 1)))
+    if not last_full:
+        alts.append(_same_length("1" + "0" * (len(sb) - 1), sb))
+    return _alt(alts)
+
+
+def integer_range_gbnf(low: int | None, high: int | None) -> str:
+    """GBNF (a rule's body, no trailing ``space``) of the JSON integers from ``low`` to ``high`` inclusive
+    (``None``: unbounded that side), for JSON Schema's numeric bounds (:func:`integer_bounds`).
+
+    llama-cpp-python's converter ignores the bounds; llama.cpp's C++ json-schema-to-grammar enforces them
+    digit by digit, and so does this: numbers of fewer digits than a bound are free, those of as many
+    digits are held digit by digit (:func:`_same_length`), negatives are ``-`` and a magnitude in range.
+    Each number is written once, without leading zeros or ``-0``. An unbounded side stops at 16 digits
+    (the converter's ``integer``) or the other bound's length. Raises ``ValueError`` when ``low > high``
+    or a bound has more than :data:`MAX_INT_BOUND_DIGITS` digits."""
+    for b in (low, high):
+        if b is not None and len(str(abs(b))) > MAX_INT_BOUND_DIGITS:
+            raise ValueError(f"a bound of more than {MAX_INT_BOUND_DIGITS} digits")
+    width = max([_FREE_INT_DIGITS] + [len(str(abs(b))) for b in (low, high) if b is not None])
+    lo = -(10 ** width - 1) if low is None else low
+    hi = 10 ** width - 1 if high is None else high
+    if lo > hi:
+        raise ValueError(f"no integer is at least {lo} and at most {hi}")
+    alts = []
+    if lo < 0:  # the negatives: "-" and a magnitude from max(1, -hi) to -lo
+        alts.append(_seq('"-"', _naturals(max(1, -hi), -lo)))
+    if hi >= 0:
+        alts.append(_naturals(max(0, lo), hi))
+    return _alt(alts)
+
+
 #: Length and item bounds the converter writes out as one nested optional group per allowed repetition
 _REPETITION_BOUNDS = ("minLength", "maxLength", "minItems", "maxItems")
 #: The largest such bound enforced: a larger one is left unenforced (Claude Code's ``Workflow`` script has
@@ -137,13 +304,14 @@ def json_pattern(pattern: str) -> str:
 
 
 def prepare_schema(schema: Any, *, strict: bool, param: str) -> Any:
-    """Make numeric bounds enforceable before conversion (returns a new schema).
+    """Make numeric and length bounds enforceable before conversion (returns a new schema).
 
-    llama-cpp-python's converter ignores ``minimum``/``maximum``. An integer
-    with both bounds spanning at most 4096 values becomes an ``enum`` of
-    them, which the grammar enforces exactly. Other numeric bounds cannot be
-    enforced: with ``strict`` (OpenAI structured outputs) they are refused
-    with :class:`InvalidRequest`, otherwise they are left unenforced.
+    An integer's ``minimum``, ``maximum``, ``exclusiveMinimum`` and ``exclusiveMaximum`` are enforced by
+    :func:`schema_converter` (:func:`integer_range_gbnf`); bounds no integer fits, or one of more than
+    :data:`MAX_INT_BOUND_DIGITS` digits, are a 400 (:class:`InvalidRequest`). A ``type`` list keeps its
+    bounds on its ``integer`` and ``number`` branches (``anyOf``: the converter reads a list as bare types).
+    A ``number``'s bounds are left unenforced, also with ``strict`` (OpenAI accepts them in strict schemas
+    and openai-agents makes every tool strict); ``multipleOf`` is unenforced too, and refused with ``strict``.
     A length or item bound above :data:`MAX_REPETITION_BOUND` is left unenforced; a lower bound above its
     upper one (``minLength`` > ``maxLength``, ``minItems`` > ``maxItems``) is a 400: no value fits.
     """
@@ -161,15 +329,20 @@ def prepare_schema(schema: Any, *, strict: bool, param: str) -> Any:
         out["pattern"] = json_pattern(out["pattern"])
     if not any(k in out for k in _NUMERIC_BOUNDS):
         return out
-    lo, hi = out.get("minimum"), out.get("maximum")
-    if out.get("type") == "integer" and isinstance(lo, int) and isinstance(hi, int) \
-            and 0 <= hi - lo < _MAX_ENUM_RANGE and not any(k in out for k in _NUMERIC_BOUNDS[2:]):
+    if strict and "multipleOf" in out:
+        raise InvalidRequest("strict schema uses multipleOf, which the grammar cannot enforce", param=param)
+    kinds = out.get("type")
+    if isinstance(kinds, list) and not any(k in out for k in ("anyOf", "oneOf")):
+        numeric = {k: v for k, v in out.items() if k in _NUMERIC_BOUNDS}
         rest = {k: v for k, v in out.items() if k not in _NUMERIC_BOUNDS and k != "type"}
-        return {**rest, "enum": list(range(lo, hi + 1))}
-    if strict:
-        keys = sorted(k for k in _NUMERIC_BOUNDS if k in out)
-        raise InvalidRequest(f"strict schema uses {', '.join(keys)}, which the grammar cannot enforce "
-                             "(only integer ranges with both minimum and maximum are supported)", param=param)
+        branches = [prepare_schema({"type": t, **(numeric if t in ("integer", "number") else {})},
+                                   strict=strict, param=param) for t in kinds]
+        return {**rest, "anyOf": branches}
+    if kinds == "integer":
+        try:
+            integer_range_gbnf(*integer_bounds(out))
+        except ValueError as exc:
+            raise InvalidRequest(f"{param}: integer bounds: {exc}", param=param) from None
     return out
 
 
