@@ -129,6 +129,40 @@ def test_a_forced_call_cut_by_max_tokens_is_not_reported(request: pytest.Fixture
         assert not choice.message.tool_calls and not (choice.message.content or ""), (max_tokens, choice.message)
 
 
+def _bounded_tool(n: dict, strict: bool = False) -> dict:
+    return {"type": "function", "function": {"name": "set_n", "description": "Set n.", "strict": strict,
+                                             "parameters": {"type": "object", "properties": {"n": n},
+                                                            "required": ["n"], "additionalProperties": False}}}
+
+
+def test_a_strict_tool_with_a_one_sided_minimum_is_taken(server) -> None:
+    """openai-agents makes every tool strict, and ``Annotated[int, Field(ge=1)]`` is ``minimum: 1`` alone, which
+    OpenAI accepts: it was a 400 ("strict schema uses minimum, which the grammar cannot enforce")."""
+    client = openai_client(server.base_url)
+    tool = _bounded_tool({"type": "integer", "minimum": 1}, strict=True)
+    for tool_choice in ("auto", "required"):
+        r = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Set n to 0"}],
+                                           tools=[tool], tool_choice=tool_choice, temperature=0, max_tokens=40)
+        if tool_choice == "required":
+            [call] = r.choices[0].message.tool_calls
+            assert json.loads(call.function.arguments)["n"] >= 1
+
+
+@pytest.mark.parametrize("n", [{"type": "integer", "maximum": 3},
+                               {"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 3},
+                               {"type": ["integer", "null"], "minimum": -5, "maximum": 3}])
+def test_a_forced_calls_integer_keeps_to_its_bounds(server, n: dict) -> None:
+    """Greedy SmolLM2 writes ``{"n": 10}`` when asked to set n to 10; the grammar holds it to the tool's bounds,
+    as ``response_format`` (llguidance) holds the same schema. Before, only an integer with both ``minimum``
+    and ``maximum`` was held (an enum), the rest ignored."""
+    client = openai_client(server.base_url)
+    tool = _bounded_tool(n)
+    r = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Set n to 10"}],
+                                       tools=[tool], tool_choice="required", temperature=0, max_tokens=40)
+    [call] = r.choices[0].message.tool_calls
+    jsonschema.validate(json.loads(call.function.arguments), tool["function"]["parameters"])
+
+
 def test_json_schema_response_format(server) -> None:
     schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
               "required": ["name", "age"], "additionalProperties": False}
