@@ -130,6 +130,83 @@ def after_reasoning(grammar: str, close: Sequence[str | int]) -> str:
     return json.dumps({"grammars": [{"lark_grammar": lark}, *subs]})
 
 
+#: the keys of the generic tool envelope (:func:`tool_envelope`), llama.cpp's ``common_chat_params_init_generic``
+ENVELOPE_CALLS, ENVELOPE_CALL, ENVELOPE_RESPONSE = "tool_calls", "tool_call", "response"
+
+
+#: what makes an object schema of empty ``properties`` more than "no keys"
+_OPEN_PARTS = ("additionalProperties", "patternProperties", "allOf", "anyOf", "oneOf", "$ref")
+
+
+def _lark_literal(text: str) -> str:
+    """``text`` as a Lark string literal (a JSON string: llguidance reads Lark strings with JSON's escapes)."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def tool_envelope(answer: Constraint, tools: Sequence[tuple[str, Any, str]], *, parallel: bool) -> Constraint:
+    """The reply as llama-server's *generic* format shapes it when a request has both tools the model may
+    call (``tool_choice: "auto"``) and a JSON schema (``response_format``): one JSON object, either
+    ``{"tool_calls": [{"name": NAME, "arguments": {...}}, ...]}`` (``{"tool_call": {...}}`` when not
+    ``parallel``: exactly one call) or ``{"response": VALUE}``, VALUE what ``answer`` (a ``json_schema``
+    constraint) accepts. This is llama.cpp's ``common_chat_params_init_generic`` grammar (which
+    ``common_chat_templates_apply_jinja`` uses for tools beside a JSON schema), less the ``id`` it asks
+    of each parallel call (the server gives calls its own ids). Whitespace between tokens is llama.cpp's
+    (:data:`JSON_WHITESPACE`).
+
+    ``tools``: ``(name, parameters schema, where)`` of each tool the model may call, ``where`` the request
+    field the schema came from (``tools[i].function.parameters``). A schema that is not a dict, or one of
+    empty ``properties``, means no arguments (``{}``, as OpenAI defines a tool without ``parameters`` and
+    llama.cpp's converter reads ``properties: {}``); object schemas are closed as :func:`json_constraint`
+    closes them; keywords llguidance does not implement are not enforced (its ``lenient`` mode: a tool's
+    ``parameters`` were never refused for them). One llguidance grammar: a Lark envelope over one
+    JSON-schema grammar per tool and one for the answer, so the ``$ref`` of each schema resolves in its
+    own document. Returns a ``json_schema`` constraint of ``answer``'s ``param`` and ``think_close``.
+    Raises :class:`InvalidRequest` naming ``where`` for a schema that does not describe an object or that
+    llguidance cannot read."""
+    subs: list[dict[str, Any]] = []
+    calls = []
+    for k, (name, schema, where) in enumerate(tools):
+        if not isinstance(schema, dict):
+            schema = {"type": "object", "properties": {}}
+        typ = schema.get("type", "object")
+        if typ != "object" and not (isinstance(typ, list) and "object" in typ):
+            raise InvalidRequest(f"{where}: the arguments schema must describe an object", param=where)
+        closed = close_objects(schema)
+        if closed.get("properties") == {} and not any(part in closed for part in _OPEN_PARTS):
+            closed["additionalProperties"] = False  # no parameters: ``{}``, as llama.cpp's converter writes it
+        try:
+            text = _llg().grammar_from_json_schema(closed, defaults={"whitespace_pattern": JSON_WHITESPACE,
+                                                                       "lenient": True})
+        except Exception:  # llguidance raises ValueError for what is not a JSON schema object
+            raise InvalidRequest(f"{where} is not a valid JSON schema", param=where) from None
+        error = _llg().validate_grammar(text)  # (a missing $ref, a look-around pattern: named here, not later)
+        if error:
+            raise InvalidRequest(f"{where} cannot be enforced: {' '.join(error.split())}", param=where)
+        args = json.loads(text)["grammars"][0]
+        subs.append({**args, "name": f"args_{k}"})
+        calls.append(f'call_{k}: "{{" WS {_lark_literal(json.dumps("name"))} WS ":" WS '
+                     f'{_lark_literal(json.dumps(name, ensure_ascii=False))} WS "," WS '
+                     f'{_lark_literal(json.dumps("arguments"))} WS ":" WS @args_{k} WS "}}"')
+    if not calls:
+        raise ValueError("tools must hold the tools the model may call")
+    try:
+        top = json.loads(answer.grammar)
+        response = [dict(g) for g in top["grammars"]]
+    except (ValueError, KeyError, TypeError):
+        raise ValueError("answer must be a json_schema constraint") from None
+    response[0]["name"] = "response"
+    key = _lark_literal(json.dumps(ENVELOPE_CALLS if parallel else ENVELOPE_CALL))
+    value = 'WS "[" WS call (WS "," WS call)* WS "]"' if parallel else "WS call"
+    lark = "\n".join([
+        f'start: "{{" WS {key} WS ":" {value} WS "}}"'
+        f' | "{{" WS {_lark_literal(json.dumps(ENVELOPE_RESPONSE))} WS ":" WS @response WS "}}"',
+        "call: " + " | ".join(f"call_{k}" for k in range(len(calls))),
+        *calls,
+        f"WS: /({JSON_WHITESPACE})?/", ""])
+    grammar = json.dumps({"grammars": [{"name": "envelope", "lark_grammar": lark}, *response, *subs]})
+    return Constraint(grammar, "json_schema", answer.param, think_close=answer.think_close)
+
+
 def _llg() -> Any:
     from llguidance import LLMatcher
 
