@@ -11,12 +11,20 @@ A reply that does not start with ``{`` is plain content. The object is held
 back until it is complete (no partial streaming of this format); then calls
 are emitted whole and ``response`` becomes content. An object naming a tool
 the request does not allow, or of any other shape, is content verbatim.
+
+:data:`GENERIC_ENVELOPE` reads the same objects where a request mixes tools with a JSON schema
+(``response_format`` beside ``tool_choice: "auto"``, llama-server's generic handler for that mix): there
+``response`` holds a value of the request's schema, any JSON value, and its JSON text as the model wrote
+it becomes the content (:class:`EnvelopeScanner`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
+
+import attrs
 
 from skippy.engine.chat.formats.base import Delta
 from skippy.engine.chat.formats.core import JSON_DECODER, ToolScanner, ToolSyntax, scan_json
@@ -73,3 +81,60 @@ class GenericScanner(ToolScanner):
 
 
 GENERIC = ToolSyntax(name="generic", scanner=GenericScanner)
+
+#: the opening of an envelope's answer, up to its value
+_RESPONSE = re.compile(r'\{\s*"response"\s*:\s*')
+#: the opening of an envelope's call(s)
+_CALLS = re.compile(r'\{\s*"tool_calls?"\s*:')
+
+
+class EnvelopeScanner(GenericScanner):
+    """The reply of a request that mixes tools with a JSON schema: one envelope object (its grammar,
+    :func:`~skippy.engine.sampling.constraints.tool_envelope`, allows nothing else). ``{"response": VALUE}``:
+    the content is VALUE's JSON text as the model wrote it (the answer to the request's schema, an object,
+    array, string or number alike: what ``response_format`` alone would have given), never read for tool
+    calls; ``{"tool_calls": [...]}`` / ``{"tool_call": {...}}``: the calls, as :class:`GenericScanner`
+    reads them. The object is held until complete. At the end of a reply that cut it (``max_tokens``), an
+    answer's text so far is the content (as a cut ``response_format`` reply is) and cut calls are dropped;
+    any other text is content verbatim."""
+
+    def feed(self, text: str, final: bool = False) -> list[Delta]:
+        if self.decided:
+            return ToolScanner.feed(self, text, final)
+        self.buf += text
+        j = len(self.buf) - len(self.buf.lstrip())
+        if j == len(self.buf) and not final:
+            return []
+        if j < len(self.buf) and self.buf[j] == "{":
+            status, end = scan_json(self.buf, j)
+            if status == "partial" and not final:
+                return []
+            answer = _RESPONSE.match(self.buf, j)
+            if status == "complete":
+                obj = JSON_DECODER.decode(self.buf[j:end])
+                if isinstance(obj, dict) and list(obj) == ["response"]:
+                    self._content(self.buf[answer.end():end - 1].rstrip() if answer is not None
+                                  else json.dumps(obj["response"], ensure_ascii=False))
+                    self.pos = end
+                elif self._interpret(obj):
+                    self.pos = end
+            elif final and answer is not None:  # an answer the end cut: its text so far
+                self._content(self.buf[answer.end():])
+                self.pos = len(self.buf)
+            elif final and _CALLS.match(self.buf, j):  # a call the end cut: dropped, as every format drops one
+                self.pos = len(self.buf)
+        self.decided = True
+        return ToolScanner.feed(self, "", final)
+
+
+#: the reply of a request mixing tools with a JSON schema (:class:`EnvelopeScanner`); see :func:`envelope_syntax`
+GENERIC_ENVELOPE = ToolSyntax(name="generic_envelope", scanner=EnvelopeScanner)
+
+
+def envelope_syntax(native: ToolSyntax) -> ToolSyntax:
+    """:data:`GENERIC_ENVELOPE` with the reasoning of the template's own format ``native`` (its thinking
+    tags and how the generation prompt's opener is read), for a reply whose envelope follows a thinking
+    block."""
+    return attrs.evolve(GENERIC_ENVELOPE, think_tags=native.think_tags, think_channel=native.think_channel,
+                        reasoning_opener=native.reasoning_opener, keeps_prompt_opener=native.keeps_prompt_opener,
+                        opener_in_reasoning=native.opener_in_reasoning)
