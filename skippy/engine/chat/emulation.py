@@ -16,7 +16,12 @@ This module builds the request side of it:
   or a named tool) or, lazily after the trigger word ``TOOL_CALL``
   (``auto``), constrains the call line to the tools' JSON schemas;
 - :class:`EarlyStop`: tells the decoder when a generation may end after
-  its call(s).
+  its call(s);
+- :func:`envelope_note`, :func:`build_envelope_instruction` and
+  ``rewrite_history(..., envelope=True)``: the request side of the generic
+  JSON envelope (``{"tool_calls": [...]}`` or ``{"response": ...}``) that a
+  request mixing tools with a JSON schema gets instead, natively or not
+  (:func:`skippy.engine.sampling.constraints.tool_envelope`).
 
 The model's output is parsed back by
 :class:`skippy.engine.chat.formats.emulated.EmulatedToolParser`.
@@ -38,9 +43,11 @@ import attrs
 from skippy.engine.chat.formats.emulated import MARKER, EmulatedToolParser
 from skippy.engine.errors import InvalidRequest
 from skippy.engine.protocols.openai.types import NotText, part_texts
+from skippy.engine.sampling.constraints import ENVELOPE_CALL, ENVELOPE_CALLS, ENVELOPE_RESPONSE
 from skippy.engine.sampling.grammar import schema_converter, tool_call_rules
 
 TOOL_RESULT_PREFIX = "Tool result for"
+_SYSTEM_ROLES = ("system", "developer")
 
 # --------------------------------------------------------------------------
 # tools and tool_choice
@@ -181,10 +188,68 @@ def build_instruction(tools: list[dict[str, Any]] | None, tool_choice: Any = "au
     return "\n".join(lines)
 
 
+def envelope_note(parallel_tool_calls: bool = True) -> str:
+    """The system-prompt sentence llama-server adds to a request that mixes tools with a JSON schema
+    (``common_chat_params_init_generic``), naming the calls' key the grammar allows (``tool_calls``, or
+    ``tool_call`` when not ``parallel_tool_calls``; llama.cpp names ``tool_call`` either way)."""
+    key = ENVELOPE_CALLS if parallel_tool_calls else ENVELOPE_CALL
+    return f"Respond in JSON format, either with `{key}` (a request to call tools) or with `{ENVELOPE_RESPONSE}` " \
+        "reply to the user's request"
+
+
+def envelope_call(calls: list[tuple[str, Any]], parallel_tool_calls: bool = True) -> str:
+    """``(name, arguments)`` calls as one envelope object: ``{"tool_calls": [{"name": ..., "arguments": ...}]}``,
+    or ``{"tool_call": {...}}`` for one call where calls are not parallel."""
+    objs = [{"name": name, "arguments": args} for name, args in calls]
+    if not parallel_tool_calls and len(objs) == 1:
+        return json.dumps({ENVELOPE_CALL: objs[0]}, ensure_ascii=False)
+    return json.dumps({ENVELOPE_CALLS: objs}, ensure_ascii=False)
+
+
+def build_envelope_instruction(tools: list[dict[str, Any]] | None, *, parallel_tool_calls: bool = True) -> str:
+    """The system-prompt text for a template without tools when the request mixes tools (``tool_choice:
+    "auto"``) with a JSON schema: :func:`envelope_note`, the two shapes of the reply (calls, or the answer
+    in ``response``), where results come back, and the tools as :func:`build_instruction` lists them.
+    ``""`` without tools."""
+    chosen = select_tools(tools, "auto")
+    if not chosen:
+        return ""
+    shape = envelope_call([("<tool name>", "ARGS")], parallel_tool_calls).replace('"ARGS"', "{<arguments>}")
+    lines = [
+        f"You can call tools. {envelope_note(parallel_tool_calls)}. Write one JSON object:",
+        f"{shape} to call {'tools' if parallel_tool_calls else 'one tool'}, or",
+        f'{{"{ENVELOPE_RESPONSE}": <your reply>}} to reply.',
+        f'Each result comes back in a message that starts with "{TOOL_RESULT_PREFIX}".',
+        "", "Available tools:",
+    ]
+    for tool in chosen:
+        desc = " ".join(str(_function(tool).get("description") or "").split())
+        head = f"- {tool_name(tool)}: {desc}" if desc else f"- {tool_name(tool)}:"
+        lines.append(f"{head} Arguments: {tool_signature(tool)}")
+    return "\n".join(lines)
+
+
+def add_system(messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+    """``messages`` with ``text`` after the first message's content when that is a system (or developer)
+    message (a blank line between, as llama.cpp's ``add_system`` joins them; a list of parts gets a text
+    part), else with a new first ``system`` message of ``text``. The input is not changed."""
+    out = list(messages)
+    first = out[0] if out else None
+    if first is None or first.get("role") not in _SYSTEM_ROLES:
+        return [{"role": "system", "content": text}, *out]
+    content = first.get("content")
+    if isinstance(content, list):
+        content = [*content, {"type": "text", "text": text}]
+    elif isinstance(content, str) and content.strip():
+        content = f"{content.rstrip()}\n\n{text}"
+    else:
+        content = text
+    out[0] = {**first, "content": content}
+    return out
+
+
 # --------------------------------------------------------------------------
 # history rewrite
-
-_SYSTEM_ROLES = ("system", "developer")
 
 
 def _text(content: Any, i: int) -> str:
@@ -207,8 +272,8 @@ def _text(content: Any, i: int) -> str:
                          param=f"messages[{i}].content")
 
 
-def _call_line(call: Any, i: int, j: int) -> tuple[str, str, str]:
-    """(id, name, ``TOOL_CALL {...}`` line) of one history tool call."""
+def _history_call(call: Any, i: int, j: int) -> tuple[str, str, Any]:
+    """(id, name, arguments) of one history tool call (``messages[i].tool_calls[j]``)."""
     where = f"messages[{i}].tool_calls[{j}]"
     fn = call.get("function") if isinstance(call, dict) else None
     if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
@@ -225,13 +290,13 @@ def _call_line(call: Any, i: int, j: int) -> tuple[str, str, str]:
         except RecursionError:
             raise InvalidRequest(f"{where}: function.arguments is nested too deeply",
                                  param=f"{where}.function.arguments") from None
-    line = f"{MARKER} " + json.dumps({"name": fn["name"], "arguments": args}, ensure_ascii=False)
     cid = call.get("id")
-    return (cid if isinstance(cid, str) else ""), fn["name"], line
+    return (cid if isinstance(cid, str) else ""), fn["name"], args
 
 
 def rewrite_history(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, tool_choice: Any = "auto", *,
-                    requires_alternation: bool = False, parallel_tool_calls: bool = True) -> list[dict[str, Any]]:
+                    requires_alternation: bool = False, parallel_tool_calls: bool = True,
+                    envelope: bool = False) -> list[dict[str, Any]]:
     """Rewrite OpenAI chat messages for a template that has no tool support.
 
     Returns new dicts (the input is never mutated), every ``content`` a str:
@@ -240,6 +305,10 @@ def rewrite_history(messages: list[dict[str, Any]], tools: list[dict[str, Any]] 
       developer) message, or inserted as a new first ``system`` message;
     - an assistant message's ``tool_calls`` become ``TOOL_CALL {...}`` lines
       after its text (``tool_calls`` removed);
+    - with ``envelope`` (a request mixing tools with a JSON schema), the
+      :func:`build_envelope_instruction` text instead, and an assistant
+      message's calls as one envelope object (:func:`envelope_call`) after
+      its text, as the model is to write them;
     - a ``tool`` (or legacy ``function``) message becomes a ``user`` message
       ``Tool result for get_weather (call_x): <content>``, the tool name
       taken from ``name`` or from the assistant call with that id;
@@ -252,7 +321,8 @@ def rewrite_history(messages: list[dict[str, Any]], tools: list[dict[str, Any]] 
     Raises :class:`InvalidRequest` (400) naming ``messages[i]`` for media
     content parts or malformed tool calls in the history.
     """
-    instruction = build_instruction(tools, tool_choice, parallel_tool_calls=parallel_tool_calls)
+    instruction = build_envelope_instruction(tools, parallel_tool_calls=parallel_tool_calls) if envelope \
+        else build_instruction(tools, tool_choice, parallel_tool_calls=parallel_tool_calls)
     names_by_id: dict[str, str] = {}
     out: list[dict[str, Any]] = []
     seen_turn = False
@@ -265,12 +335,15 @@ def rewrite_history(messages: list[dict[str, Any]], tools: list[dict[str, Any]] 
         if role == "assistant" and msg.get("tool_calls"):
             if not isinstance(msg["tool_calls"], list):
                 raise InvalidRequest(f"messages[{i}].tool_calls must be a list", param=f"messages[{i}].tool_calls")
-            lines = []
+            calls = []
             for j, call in enumerate(msg["tool_calls"]):
-                cid, name, line = _call_line(call, i, j)
+                cid, name, args = _history_call(call, i, j)
                 if cid:
                     names_by_id[cid] = name
-                lines.append(line)
+                calls.append((name, args))
+            lines = [envelope_call(calls, parallel_tool_calls)] if envelope else \
+                [f"{MARKER} " + json.dumps({"name": name, "arguments": args}, ensure_ascii=False)
+                 for name, args in calls]
             text = "\n".join(([text.rstrip()] if text.strip() else []) + lines)
         elif role in ("tool", "function"):
             given_id, given_name = msg.get("tool_call_id"), msg.get("name")

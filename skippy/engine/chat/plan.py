@@ -26,6 +26,10 @@ class ParsePlan:
     keeps_prompt_opener`); ``allowed_tools``: names the output may call (empty: tools
     off); ``emulated``: tool calls use the ``TOOL_CALL`` text convention
     (where no call may be made, such text is plain content);
+    ``tool_envelope``: the request mixes tools the model may call with a JSON schema, and the reply is
+    llama-server's generic envelope (``{"tool_calls": [...]}`` or ``{"response": ...}``, the ``constraint``
+    :func:`~skippy.engine.sampling.constraints.tool_envelope`), read by
+    :class:`~skippy.engine.chat.formats.generic.EnvelopeScanner` (``emulated`` is then false);
     ``grammar``: GBNF or ``None``;
     ``grammar_lazy_patterns``: when set, the grammar applies only from the
     first match of one of these regexes on (llama.cpp lazy grammar);
@@ -55,6 +59,7 @@ class ParsePlan:
     allowed_tools: frozenset[str] = frozenset()
     parallel_tool_calls: bool = True
     emulated: bool = False
+    tool_envelope: bool = False
     grammar: str | None = None
     grammar_lazy_patterns: tuple[str, ...] = ()
     constraint: Constraint | None = None

@@ -26,9 +26,10 @@ from skippy.engine.chat.continuation import (
     reasoning_prompt,
 )
 from skippy.engine.chat.documents import extract_documents
-from skippy.engine.chat.formats import REASONING_FORMATS, SYNTAXES, make_parser
+from skippy.engine.chat.formats import REASONING_FORMATS, SYNTAXES, ChatParser, make_parser
 from skippy.engine.chat.formats.base import StreamParser, new_call_id, new_short_call_id
 from skippy.engine.chat.formats.emulated import THINK_CLOSE, THINK_OPEN, EmulatedToolParser
+from skippy.engine.chat.formats.generic import envelope_syntax
 from skippy.engine.chat.history import fold_late_system, fold_leading_system, normalize_history
 from skippy.engine.chat.images import extract_images
 from skippy.engine.chat.plan import ParsePlan
@@ -36,9 +37,14 @@ from skippy.engine.chat.templates import ChatTemplate, TemplateError
 from skippy.engine.errors import InvalidRequest
 from skippy.engine.protocols.openai.types import ChatCompletionRequest, message_dicts
 from skippy.engine.sampling import grammar as grammars
-from skippy.engine.sampling.constraints import RequestConstraint, constraint_from_request
+from skippy.engine.sampling.constraints import RequestConstraint, constraint_from_request, tool_envelope
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+#: formats whose llama.cpp handler takes tools beside a JSON schema itself, ahead of the generic envelope that
+#: ``common_chat_templates_apply_jinja`` falls back on for that mix: gpt-oss (Harmony: the schema in the final
+#: channel) and Command R7B (its ``<|START_TEXT|>`` answer: test-chat.cpp's case at line 2894, in
+#: tests/unit/test_llama_cpp_parse_oracle.py); their replies stay as before (the schema from the first token)
+OWN_SCHEMA_FORMATS = frozenset({"gpt_oss", "command_r7b"})
 
 
 @attrs.frozen
@@ -194,6 +200,20 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
     call may be made (no tools, or ``tool_choice: "none"``), text the model
     writes in the ``TOOL_CALL`` form (copied from a rewritten tool history) is
     content and reaches the client, as llama-server returns such text.
+    Tools the model may call (``tool_choice: "auto"``) beside a JSON schema (``response_format``
+    ``json_schema`` / ``json_object``, llama-server's ``json_schema``, ``guided_json``, ``structured_outputs``
+    ``json``) make the reply llama-server's generic envelope, natively or not (llama.cpp's
+    ``common_chat_templates_apply_jinja`` switches to it for that mix): one JSON object, the calls
+    (``{"tool_calls": [...]}``, or ``{"tool_call": {...}}`` when calls are not parallel) or the answer
+    (``{"response": ...}``), under one grammar
+    (:func:`~skippy.engine.sampling.constraints.tool_envelope`); a template with tools renders them and the
+    first system message gets llama-server's sentence on the envelope
+    (:func:`~skippy.engine.chat.emulation.envelope_note`), one without tools the envelope's own instruction
+    (:func:`~skippy.engine.chat.emulation.build_envelope_instruction`) and its history calls as envelopes.
+    gpt-oss and Command R7B keep their own handling (:data:`OWN_SCHEMA_FORMATS`: llama.cpp's handlers of
+    those families come before that switch).
+    Any other constraint beside tools holds from the first token, so no call can be made and the reply is
+    never read for calls (a ``TOOL_CALL`` in the constrained text is text).
     Template variables: see :func:`_template_kwargs` (``enable_thinking`` is
     true unless set, llama-server's default). A conversation ending
     with an assistant message continues it (see :func:`~skippy.engine.chat.continuation.continuation`):
@@ -238,6 +258,11 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
         parallel = req.parallel_tool_calls if req.parallel_tool_calls is not None else \
             (caps.supports_parallel_tool_calls and not emulated)
     kwargs = _template_kwargs(req, default_kwargs)
+    structured = constraint_from_request(req)
+    syntax = SYNTAXES[caps.chat_format]
+    # tools the model may call beside a JSON schema: llama-server's generic envelope, calls or the answer
+    envelope = tools_on and tool_choice == "auto" and structured.constraint is not None \
+        and structured.constraint.kind == "json_schema" and caps.chat_format not in OWN_SCHEMA_FORMATS
     mode = continuation(req, messages)
     prefill = mode is not None
     final = messages[-1]  # as sent: a prefill continues its text parts concatenated, as llama-server does
@@ -250,14 +275,16 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
     if rewritten:
         messages = emulation.rewrite_history(messages, tools if tools_on else [], tool_choice if tools_on else "none",
                                              requires_alternation=tmpl.requires_alternation,
-                                             parallel_tool_calls=parallel)
+                                             parallel_tool_calls=parallel, envelope=envelope)
         render_tools = None
-        if emulated:
+        if emulated and not envelope:
             g = emulation.build_grammar(tools, tool_choice, parallel)
             if g is not None:
                 tool_grammar, lazy = g.gbnf, (g.trigger_patterns if g.lazy else ())
     else:
         messages = normalize_history(messages, caps)
+        if envelope:  # the tools as the template renders them, and llama-server's sentence on the envelope
+            messages = emulation.add_system(messages, emulation.envelope_note(parallel))
         render_tools = _template_tools(tools) if tools_on else None
         forced_native = tools_on and (tool_choice == "required" or isinstance(tool_choice, dict))
         if forced_native:  # built now to fail fast (400) before rendering; rebuilt below if thinking is open
@@ -273,7 +300,6 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
         messages = fold_late_system(messages) or messages
     if not caps.supports_system_role:  # no system role at all (Gemma 2): the first user message carries it
         messages = fold_leading_system(messages) or messages
-    syntax = SYNTAXES[caps.chat_format]
     prefill_reasoning = (final.get("reasoning_content") or "") if mode == REASONING and not emulated else ""
     continued = None  # (prompt, opener) of a continued reasoning
     try:
@@ -316,7 +342,6 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
     if emulated and tool_grammar is not None and not lazy and _opens_think(opener, reasoning):
         # a forced TOOL_CALL after the reasoning the prompt opened
         tool_grammar = grammars.after_thinking(tool_grammar, THINK_CLOSE)
-    structured = constraint_from_request(req)
     closing = syntax.think_tags[1]
     if structured.constraint is not None and thinking_open and closing and reasoning != "none" \
             and structured.param != "grammar":  # the answer follows the reasoning the prompt opened
@@ -326,14 +351,23 @@ def render_chat(tmpl: PreparedTemplate, req: ChatCompletionRequest, *,
             raise InvalidRequest("a forced tool call cannot be combined with a constraint "
                                  f"({structured.param})", param=structured.param)
         structured = RequestConstraint()  # OpenAI's: the reply is the forced call; response_format shapes text
+    allowed = frozenset(emulation.allowed_tool_names(tools, tool_choice)) if tools_on else frozenset()
+    if envelope:
+        assert structured.constraint is not None  # (a JSON schema: see ``envelope``)
+        structured = RequestConstraint(constraint=tool_envelope(
+            structured.constraint, _envelope_tools(tools), parallel=parallel))
+    elif structured:  # the constraint holds from the first token (after an open block's reasoning): no call can
+        # be written, so none is read (a schema's string that says TOOL_CALL stays the answer's)
+        allowed, emulated = frozenset(), False
     plan = ParsePlan(
         chat_format=caps.chat_format,
         reasoning_format=reasoning,
         thinking_forced_open=thinking_open,
         thinking_opener=opener,
-        allowed_tools=frozenset(emulation.allowed_tool_names(tools, tool_choice)) if tools_on else frozenset(),
+        allowed_tools=allowed,
         parallel_tool_calls=parallel,
-        emulated=emulated,
+        emulated=emulated and not envelope,
+        tool_envelope=envelope,
         grammar=structured.gbnf if structured else tool_grammar,
         grammar_lazy_patterns=() if structured else lazy,
         constraint=structured.constraint,
@@ -376,6 +410,13 @@ def _tool_schemas(tools: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _envelope_tools(tools: list[dict[str, Any]]) -> list[tuple[str, Any, str]]:
+    """``(name, parameters, where)`` of each (validated) tool, for
+    :func:`~skippy.engine.sampling.constraints.tool_envelope`."""
+    return [(tool["function"]["name"], tool["function"].get("parameters"), f"tools[{i}].function.parameters")
+            for i, tool in enumerate(tools)]
+
+
 def _opens_think(opener: str, reasoning_format: str) -> bool:
     """Whether emulated tools read the prompt's thinking ``opener`` as an open ``<think>`` block: its ``<think>``
     spans are reasoning for every ``reasoning_format`` but ``none``."""
@@ -389,6 +430,12 @@ def emulated_thinking_open(plan: ParsePlan) -> bool:
 
 def make_output_parser(plan: ParsePlan) -> StreamParser:
     """The streaming output parser the plan calls for."""
+    if plan.tool_envelope:
+        return ChatParser(envelope_syntax(SYNTAXES[plan.chat_format]), reasoning_format=plan.reasoning_format,
+                          thinking_forced_open=plan.thinking_forced_open, thinking_opener=plan.thinking_opener,
+                          allowed_tools=set(plan.allowed_tools), parallel_tool_calls=plan.parallel_tool_calls,
+                          supports_thinking=plan.supports_thinking, prefill_reasoning=plan.prefill_reasoning,
+                          id_factory=new_short_call_id if plan.short_call_ids else new_call_id)
     if plan.emulated:
         return EmulatedToolParser(set(plan.allowed_tools), plan.parallel_tool_calls, withhold=True,
                                   thinking_forced_open=emulated_thinking_open(plan))
