@@ -238,6 +238,13 @@ def test_a_cut_envelope_keeps_the_answer_so_far_and_drops_a_cut_call() -> None:
     for pieces in _pieces('{"tool_call": {"name": "get_weather", "arguments": {"ci'):
         msg = _parse(plan, pieces, truncated=True)[1]
         assert msg.content == "" and msg.tool_calls == ()
+    # a tiny model lists calls until its token limit (Gemma 3 270M over HTTP): the whole ones are its calls
+    plan = _render(_chatml(), tools=[WEATHER], response_format=FMT, parallel_tool_calls=True).plan
+    for pieces in _pieces('{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}},\n'
+                          '  {"name": "get_weather", "arguments": {"city": "Rome"}}, {"name": "get_weather", "argu'):
+        deltas, msg = _parse(plan, pieces, truncated=True)
+        check_invariant(deltas, msg)
+        assert msg.content == "" and [json.loads(c.arguments)["city"] for c in msg.tool_calls] == ["Paris", "Rome"]
 
 
 def test_a_constrained_reply_is_never_read_for_calls() -> None:

@@ -93,10 +93,15 @@ class EnvelopeScanner(GenericScanner):
     :func:`~skippy.engine.sampling.constraints.tool_envelope`, allows nothing else). ``{"response": VALUE}``:
     the content is VALUE's JSON text as the model wrote it (the answer to the request's schema, an object,
     array, string or number alike: what ``response_format`` alone would have given), never read for tool
-    calls; ``{"tool_calls": [...]}`` / ``{"tool_call": {...}}``: the calls, as :class:`GenericScanner`
-    reads them. The object is held until complete. At the end of a reply that cut it (``max_tokens``), an
-    answer's text so far is the content (as a cut ``response_format`` reply is) and cut calls are dropped;
-    any other text is content verbatim."""
+    calls, sent once the object is complete; ``{"tool_calls": [...]}`` / ``{"tool_call": {...}}``: each call
+    sent whole as soon as it is (an allowed tool, object arguments). At the end of a reply that cut the
+    object (``max_tokens``), an answer's text so far is the content (as a cut ``response_format`` reply is),
+    and of the calls the whole ones stay and the cut one is dropped (a tiny model may list calls until its
+    token limit); any other text is content verbatim."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.seen = 0  # calls of the envelope read so far (each one sent as it completes)
 
     def feed(self, text: str, final: bool = False) -> list[Delta]:
         if self.decided:
@@ -107,8 +112,12 @@ class EnvelopeScanner(GenericScanner):
             return []
         if j < len(self.buf) and self.buf[j] == "{":
             status, end = scan_json(self.buf, j)
+            calls = _CALLS.match(self.buf, j)
+            if calls is not None:  # each call is sent once whole, as the formats that stream calls send them
+                self._send(_whole_calls(self.buf, calls.end()))
             if status == "partial" and not final:
-                return []
+                out, self.out = self.out, []
+                return out
             answer = _RESPONSE.match(self.buf, j)
             if status == "complete":
                 obj = JSON_DECODER.decode(self.buf[j:end])
@@ -116,15 +125,50 @@ class EnvelopeScanner(GenericScanner):
                     self._content(self.buf[answer.end():end - 1].rstrip() if answer is not None
                                   else json.dumps(obj["response"], ensure_ascii=False))
                     self.pos = end
-                elif self._interpret(obj):
+                elif self.ncalls or self._interpret(obj):
                     self.pos = end
             elif final and answer is not None:  # an answer the end cut: its text so far
                 self._content(self.buf[answer.end():])
                 self.pos = len(self.buf)
-            elif final and _CALLS.match(self.buf, j):  # a call the end cut: dropped, as every format drops one
-                self.pos = len(self.buf)
+            elif final and calls is not None:  # calls the end cut: the whole ones were sent, the cut one is
+                self.pos = len(self.buf)  # dropped, as every format drops a cut call
         self.decided = True
         return ToolScanner.feed(self, "", final)
+
+    def _send(self, calls: list[Any]) -> None:
+        """Send the calls of ``calls`` not sent yet that name an allowed tool with object arguments."""
+        for call in calls[self.seen:]:
+            self.seen += 1
+            name = call.get("name") if isinstance(call, dict) else None
+            args = call.get("arguments", {}) if isinstance(call, dict) else None
+            if isinstance(args, str):
+                try:
+                    args = JSON_DECODER.decode(args)
+                except ValueError:
+                    args = None
+            if name in self.allowed and isinstance(args, dict):
+                self._args(self._call_start(name), json.dumps(args, ensure_ascii=False))
+
+
+def _whole_calls(buf: str, pos: int) -> list[Any]:
+    """The complete call objects of the ``tool_calls`` list (or the one ``tool_call`` object) that ``buf[pos:]``
+    begins, up to where the text ends or stops being that list."""
+    calls: list[Any] = []
+    pos = len(buf) - len(buf[pos:].lstrip())
+    listed = buf.startswith("[", pos)
+    pos += listed
+    while True:
+        pos = len(buf) - len(buf[pos:].lstrip())
+        if not buf.startswith("{", pos):
+            return calls
+        status, end = scan_json(buf, pos)
+        if status != "complete":
+            return calls
+        calls.append(JSON_DECODER.decode(buf[pos:end]))
+        pos = len(buf) - len(buf[end:].lstrip())
+        if not listed or not buf.startswith(",", pos):
+            return calls
+        pos += 1
 
 
 #: the reply of a request mixing tools with a JSON schema (:class:`EnvelopeScanner`); see :func:`envelope_syntax`
