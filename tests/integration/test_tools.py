@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import httpx
 import jsonschema
@@ -281,3 +282,89 @@ def test_props_reports_capabilities(server, qwen_server) -> None:
     assert qwen["chat_template_caps"]["supports_tools"] is True
     assert qwen["chat_template_caps"]["chat_format"] == "hermes_2_pro"
     assert plain["total_slots"] == 8 and plain["default_generation_settings"]["n_ctx"] == 2048
+
+
+# -- tools beside a JSON schema: llama-server's generic envelope ---------------------------------------------
+
+ANSWER = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"],
+          "additionalProperties": False}
+ANSWER_FORMAT = {"type": "json_schema", "json_schema": {"name": "final_output", "strict": True, "schema": ANSWER}}
+MARKED = "I will not use TOOL_CALL here, ok"  # the emulation's marker inside the answer
+
+
+def _choices(client, stream: bool, **kwargs) -> dict[int, tuple[str, str, list]]:
+    """index -> (finish_reason, content, [(name, arguments)]) of a reply, streamed or not, through the SDK."""
+    if not stream:
+        return {c.index: (c.finish_reason, c.message.content or "",
+                          [(t.function.name, t.function.arguments) for t in c.message.tool_calls or []])
+                for c in client.chat.completions.create(**kwargs).choices}
+    chunks = list(client.chat.completions.create(stream=True, **kwargs))
+    out: dict[int, tuple[str, str, list]] = {}
+    for index in {c.index for chunk in chunks for c in chunk.choices}:
+        mine = [chunk for chunk in chunks if any(c.index == index for c in chunk.choices)]
+        for chunk in mine:
+            chunk.choices = [c for c in chunk.choices if c.index == index]
+        finish = next(c.choices[0].finish_reason for c in mine if c.choices[0].finish_reason)
+        calls = streamed_calls(mine)
+        out[index] = (finish, "".join(c.choices[0].delta.content or "" for c in mine),
+                      [(calls[i]["name"], calls[i]["arguments"]) for i in sorted(calls)])
+    return out
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("fixture", ["server", "qwen_server"])
+def test_auto_tools_beside_response_format_call_a_tool_or_answer_in_the_schema(
+        request: pytest.FixtureRequest, fixture: str, stream: bool) -> None:
+    """What an openai-agents ``Agent(tools=..., output_type=...)`` sends. Before, the schema's grammar held from the
+    first token and no choice could call the tool (0 of 6); now the reply is llama-server's generic envelope, a
+    call or the answer. Measured (SmolLM2, emulated and with the Qwen 2.5 template): "Say hello." at temperature
+    1 gives both among 4 choices of seeds 1 to 3 (emulated, seed 1: an answer and 3 calls; Qwen, seed 1: answers
+    and a list of calls cut by max_tokens, its 2 whole calls kept, streamed or not); the weather question
+    at temperature 0 is a call of get_weather for Paris (two alike with the Qwen template's parallel calls)."""
+    client = openai_client(request.getfixturevalue(fixture).base_url)
+    common = dict(model="m", tools=[WEATHER], tool_choice="auto", response_format=ANSWER_FORMAT, max_tokens=80)
+    kinds = set()
+    for seed in (1, 2, 3):
+        for finish, content, calls in _choices(client, stream, messages=[{"role": "user", "content": "Say hello."}],
+                                               n=4, temperature=1.0, seed=seed, **common).values():
+            if calls:  # (finish "length": a tiny model may list calls until max_tokens; the whole ones stay)
+                assert finish in ("tool_calls", "length") and not content
+                for name, arguments in calls:
+                    check_call(name, arguments)
+                kinds.add("call")
+            elif finish == "stop":  # the answer alone, in the schema
+                assert not calls
+                jsonschema.validate(json.loads(content), ANSWER)
+                kinds.add("answer")
+        if kinds == {"call", "answer"}:
+            break
+    assert kinds == {"call", "answer"}
+    (finish, content, calls), = _choices(client, stream, messages=ASK, temperature=0, **common).values()
+    assert finish == "tool_calls" and not content and calls  # (parallel calls with the Qwen template: 2 alike)
+    for name, arguments in calls:
+        check_call(name, arguments)
+        assert json.loads(arguments)["city"] == "Paris"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_constrained_answer_that_says_tool_call_is_the_answer(server, stream: bool) -> None:
+    """Emulated tools: the TOOL_CALL parser read the constrained text and cut a JSON string at the marker
+    (``{"note": "I will not use \\n}``). Beside auto tools the answer is the envelope's (the same seed's answers
+    as above); with ``tool_choice: "none"`` the schema's; and a regex beside auto tools holds from the first
+    token, so text in the TOOL_CALL form is its content, never a call."""
+    client = openai_client(server.base_url)
+    note = {"type": "object", "properties": {"note": {"const": MARKED}}, "required": ["note"],
+            "additionalProperties": False}
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": note}}
+    ask = [{"role": "user", "content": "Say hello."}]
+    answers = [content for finish, content, _ in _choices(
+        client, stream, model="m", messages=ask, tools=[WEATHER], response_format=fmt, n=4, temperature=1.0, seed=1,
+        max_tokens=80).values() if finish == "stop"]
+    assert answers and all(json.loads(a) == {"note": MARKED} for a in answers)
+    (finish, content, calls), = _choices(client, stream, model="m", messages=ask, tools=[WEATHER], tool_choice="none",
+                                         response_format=fmt, temperature=0, max_tokens=80).values()
+    assert json.loads(content) == {"note": MARKED} and not calls
+    line = 'TOOL_CALL {"name": "get_weather", "arguments": {"city": "Paris"}}'
+    (finish, content, calls), = _choices(client, stream, model="m", messages=ASK, tools=[WEATHER], temperature=0,
+                                         max_tokens=80, extra_body={"guided_regex": re.escape(line)}).values()
+    assert (finish, content, calls) == ("stop", line, [])
