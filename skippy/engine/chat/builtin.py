@@ -15,8 +15,11 @@ name is refused by :func:`builtin_template` with the list of known ones, saying 
 
 from __future__ import annotations
 
-# A turn-by-turn loop over string contents; ``{{- ... }}`` keeps the text exact.
-_LOOP = "{%- for message in messages %}{%- set content = message['content'] or '' %}"
+# A turn-by-turn loop over string contents; ``{{- ... }}`` keeps the text exact. ``trimmed`` is llama.cpp's
+# trim(): C's isspace characters only (jinja's bare ``trim`` is Python's str.strip, which also strips U+00A0,
+# U+001F and the other Unicode spaces).
+_LOOP = ("{%- for message in messages %}{%- set content = message['content'] or '' %}"
+         "{%- set trimmed = content | trim(' \\t\\n\\v\\f\\r') %}")
 
 BUILTIN_TEMPLATES: dict[str, str] = {
     "chatml": (
@@ -45,7 +48,7 @@ BUILTIN_TEMPLATES: dict[str, str] = {
         "{%- if not ns.inside %}{{- '[INST] ' }}{%- set ns.inside = true %}{%- endif %}"
         "{%- if message['role'] == 'system' %}{{- content + '\\n\\n' }}"
         "{%- elif message['role'] == 'user' %}{{- content + '[/INST]' }}"
-        "{%- else %}{{- ' ' + content | trim + '</s>' }}{%- set ns.inside = false %}{%- endif %}{%- endfor %}"),
+        "{%- else %}{{- ' ' + trimmed + '</s>' }}{%- set ns.inside = false %}{%- endif %}{%- endfor %}"),
     "mistral-v3-tekken": (
         "{%- set ns = namespace(inside=false) %}" + _LOOP +
         "{%- if not ns.inside %}{{- '[INST]' }}{%- set ns.inside = true %}{%- endif %}"
@@ -74,11 +77,11 @@ BUILTIN_TEMPLATES: dict[str, str] = {
         "{%- if add_generation_prompt %}{{- '<|assistant|>\\n' }}{%- endif %}"),
     "gemma": (
         "{%- set ns = namespace(system='') %}" + _LOOP +
-        "{%- if message['role'] == 'system' %}{%- set ns.system = ns.system + content | trim %}{%- else %}"
+        "{%- if message['role'] == 'system' %}{%- set ns.system = ns.system + trimmed %}{%- else %}"
         "{%- set role = 'model' if message['role'] == 'assistant' else message['role'] %}"
         "{{- '<start_of_turn>' + role + '\\n' }}"
         "{%- if ns.system and role != 'model' %}{{- ns.system + '\\n\\n' }}{%- set ns.system = '' %}{%- endif %}"
-        "{{- content | trim + '<end_of_turn>\\n' }}{%- endif %}{%- endfor %}"
+        "{{- trimmed + '<end_of_turn>\\n' }}{%- endif %}{%- endfor %}"
         "{%- if add_generation_prompt %}{{- '<start_of_turn>model\\n' }}{%- endif %}"),
     "openchat": (
         _LOOP + "{%- if message['role'] == 'system' %}{{- content + '<|end_of_turn|>' }}"
@@ -112,29 +115,30 @@ BUILTIN_TEMPLATES: dict[str, str] = {
         "{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '<｜Assistant｜>' }}{%- endif %}"),
     "command-r": (
         _LOOP + "{%- set token = {'system': 'SYSTEM', 'user': 'USER', 'assistant': 'CHATBOT'}.get(message['role']) %}"
-        "{%- if token %}{{- '<|START_OF_TURN_TOKEN|><|' + token + '_TOKEN|>' + content | trim"
+        "{%- if token %}{{- '<|START_OF_TURN_TOKEN|><|' + token + '_TOKEN|>' + trimmed"
         " + '<|END_OF_TURN_TOKEN|>' }}{%- endif %}{%- endfor %}"
         "{%- if add_generation_prompt %}{{- '<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>' }}{%- endif %}"),
     "llama3": (
-        _LOOP + "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + content | trim"
+        _LOOP + "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + trimmed"
         " + '<|eot_id|>' }}{%- endfor %}"
         "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"),
     "llama4": (
-        _LOOP + "{{- '<|header_start|>' + message['role'] + '<|header_end|>\\n\\n' + content | trim"
+        _LOOP + "{{- '<|header_start|>' + message['role'] + '<|header_end|>\\n\\n' + trimmed"
         " + '<|eot|>' }}{%- endfor %}"
         "{%- if add_generation_prompt %}{{- '<|header_start|>assistant<|header_end|>\\n\\n' }}{%- endif %}"),
     "chatglm4": (
         "{{- '[gMASK]<sop>' }}" + _LOOP + "{{- '<|' + message['role'] + '|>\\n' + content }}{%- endfor %}"
         "{%- if add_generation_prompt %}{{- '<|assistant|>\\n' }}{%- endif %}"),
     "exaone3": (
-        _LOOP + "{%- if message['role'] == 'system' %}{{- '[|system|]' + content | trim + '[|endofturn|]\\n' }}"
-        "{%- elif message['role'] == 'user' %}{{- '[|user|]' + content | trim + '\\n' }}"
-        "{%- elif message['role'] == 'assistant' %}{{- '[|assistant|]' + content | trim + '[|endofturn|]\\n' }}"
+        _LOOP + "{%- if message['role'] == 'system' %}{{- '[|system|]' + trimmed + '[|endofturn|]\\n' }}"
+        "{%- elif message['role'] == 'user' %}{{- '[|user|]' + trimmed + '\\n' }}"
+        "{%- elif message['role'] == 'assistant' %}{{- '[|assistant|]' + trimmed + '[|endofturn|]\\n' }}"
         "{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '[|assistant|]' }}{%- endif %}"),
     "granite": (
-        _LOOP + "{{- '<|start_of_role|>' + message['role'] + '<|end_of_role|>' + content + '<|end_of_text|>\\n' }}"
-        "{%- endfor %}"
-        "{%- if add_generation_prompt %}{{- '<|start_of_role|>assistant<|end_of_role|>\\n' }}{%- endif %}"),
+        _LOOP + "{{- '<|start_of_role|>' + message['role'] + '<|end_of_role|>' }}"
+        "{%- if message['role'] == 'assistant_tool_call' %}{{- '<|tool_call|>' }}{%- endif %}"
+        "{{- content + '<|end_of_text|>\\n' }}{%- endfor %}"
+        "{%- if add_generation_prompt %}{{- '<|start_of_role|>assistant<|end_of_role|>' }}{%- endif %}"),
     "gpt-oss": (
         _LOOP + "{{- '<|start|>' + message['role'] + '<|message|>' + content }}"
         "{{- '<|return|>' if message['role'] == 'assistant' else '<|end|>' }}{%- endfor %}"
