@@ -193,8 +193,8 @@ def _serve_options(fn: F) -> F:
                   "deprecated there and no longer needed): no effect; a warning says so."),
         _opt("--chat-template", "--chat-template-file", default=None, metavar="NAME|FILE", callback=_read_template,
              help="Chat template overriding the model's: a jinja2 file, or a llama.cpp built-in template name "
-                  "skippy renders (chatml, llama3, mistral-v7, gemma, phi3, command-r, deepseek3, ...: 26 of "
-                  "llama.cpp's; an error lists them)."),
+                  "(chatml, llama3, mistral-v7, gemma, phi3, command-r, deepseek3, ...: all 54 of llama.cpp's; an "
+                  "error lists them)."),
         _opt("--chat-template-kwargs", default=None, metavar="JSON", callback=_parse_template_kwargs,
              help='Default template variables as a JSON object, e.g. \'{"enable_thinking": false}\'; '
                   'requests override them.'),

@@ -95,17 +95,21 @@ def test_builtin_names_render_like_llama_cpp(name: str, expected: str) -> None:
     assert ChatTemplate(builtin_template(name)).render(msgs) == expected
 
 
-def test_every_builtin_name_compiles_and_renders_a_conversation() -> None:
+def test_every_builtin_name_compiles_and_renders_a_conversation(monkeypatch: pytest.MonkeyPatch) -> None:
     for name, src in BUILTIN_TEMPLATES.items():
         out = PreparedTemplate.build(src).template.render([{"role": "user", "content": "NEEDLE"}])
         assert "NEEDLE" in out, name
     with pytest.raises(KeyError, match="chatml") as exc:
         builtin_template("no-such-template")
     assert "neither a file nor" in str(exc.value)
-    # llama.cpp has kimi-k2 (and 27 more names) that skippy does not render: it says so, and what to give instead
+    # skippy renders every name of its llama.cpp, and has no other
+    assert llama_cpp_builtin_names() == set(BUILTIN_TEMPLATES)
+    # a name only a newer llama.cpp has: the error says so, and what to give instead
+    import skippy.engine.chat.builtin as builtin
+
+    monkeypatch.setattr(builtin, "llama_cpp_builtin_names", lambda: frozenset({"future-template"}))
     with pytest.raises(KeyError, match="one of llama.cpp's built-in chat templates, but not one skippy renders"):
-        builtin_template("kimi-k2")
-    assert set(BUILTIN_TEMPLATES) <= llama_cpp_builtin_names()  # every name here is llama.cpp's
+        builtin_template("future-template")
 
 
 def llama_cpp_render(name: str, messages: list[dict[str, str]], add_generation_prompt: bool) -> str:
@@ -146,14 +150,18 @@ ORACLE_CONVERSATIONS = {
     "tool and system turns later": [_turn("user", "U"), _turn("tool", " T "), _turn("system", "S2"),
                                     _turn("assistant", " <think>r</think> A ")],
     "unicode": [_turn("system", "Système 系统"), _turn("user", "Ünïcödé ✓ 用户"), _turn("assistant", "日本語")],
+    "other roles": [_turn("system", "S"), _turn("system", "S2"), _turn("user", "U"), _turn("assistant_tool_call", "C"),
+                    _turn("tool_response", "R"), _turn("function", "F"), _turn("developer", "D"), _turn("x", "X")],
+    "no messages": [],
 }
 # llama.cpp built-ins whose text a jinja source here cannot match, with the reason; none so far
 KNOWN_DIFFERENCES: dict[str, str] = {}
 
 
-@pytest.mark.parametrize("name", sorted(BUILTIN_TEMPLATES))
+@pytest.mark.parametrize("name", sorted(llama_cpp_builtin_names() | set(BUILTIN_TEMPLATES)))
 def test_builtin_names_render_what_llama_cpp_renders(name: str) -> None:
-    # every name skippy renders, rendered by llama.cpp itself and by skippy
+    # every name of the llama.cpp that llama-cpp-python loaded (and every one skippy has), rendered by llama.cpp
+    # itself and by skippy
     if name in KNOWN_DIFFERENCES:
         pytest.skip(KNOWN_DIFFERENCES[name])
     template = ChatTemplate(builtin_template(name))
