@@ -33,11 +33,13 @@ import ctypes
 import functools
 import json
 import os
+import random
 import re
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -640,6 +642,17 @@ def compiles_in_llama_cpp(gbnf, patterns=()):
     if ok:
         llama_cpp.llama_sampler_free(sampler)
     return ok
+
+
+def text_splits(text: str, tries: int = 5, most: int = 12) -> Iterator[list[str]]:
+    """``text`` whole, one character at a time, and ``tries`` random splits into at most ``most`` + 1 pieces
+    (seeded by its length): the pieces an output parser is fed, streamed and not."""
+    yield [text]
+    yield list(text)
+    rng = random.Random(len(text))
+    for _ in range(tries):
+        cuts = sorted(rng.sample(range(1, len(text)), min(len(text) - 1, rng.randint(1, most))))
+        yield [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
 
 
 def check_invariant(deltas: list[Delta], msg: ParsedMessage) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from skippy.engine.chat.formats import FORMATS, REASONING_FORMATS, make_parser
 from skippy.engine.chat.formats.base import Delta, ParsedMessage, ToolCall
-from tests.support import check_invariant
+from tests.support import check_invariant, text_splits
 
 ALLOWED = {"get_weather", "f", "run", "now"}
 
@@ -30,14 +30,6 @@ def run(fmt: str, pieces, **kw) -> tuple[list[Delta], ParsedMessage]:
     return deltas + tail, msg
 
 
-def splits(text: str):
-    """Whole, one character at a time, and a few random splits."""
-    yield [text]
-    yield list(text)
-    rng = random.Random(len(text))
-    for _ in range(5):
-        cuts = sorted(rng.sample(range(1, len(text)), min(len(text) - 1, rng.randint(1, 12))))
-        yield [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
 
 
 WEATHER = ToolCall("call_0", "get_weather", '{"city": "Paris"}')
@@ -262,7 +254,7 @@ def test_every_format_has_a_known_output():
 
 @pytest.mark.parametrize("fmt,kw,text,expected", KNOWN, ids=[f"{k[0]}-{i}" for i, k in enumerate(KNOWN)])
 def test_known_output_any_split(fmt, kw, text, expected):
-    for pieces in splits(text):
+    for pieces in text_splits(text):
         deltas, msg = run(fmt, pieces, **kw)
         assert msg == expected, pieces
         check_invariant(deltas, msg)
@@ -295,7 +287,7 @@ def test_prefixes_of_every_known_output_keep_invariant(fmt, reasoning_format):
 def test_qwen25_two_tool_calls_empty_content():
     text = ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
             '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>')
-    for pieces in splits(text):
+    for pieces in text_splits(text):
         deltas, msg = run("hermes_2_pro", pieces)
         assert msg.content == ""
         assert [c.arguments for c in msg.tool_calls] == ['{"city": "Paris"}', '{"city": "Rome"}']
@@ -306,7 +298,7 @@ def test_qwen25_two_tool_calls_empty_content():
 def test_unbalanced_braces_in_argument_string():
     args = '{"cmd": "mkdir -p a/{b,c"}'
     text = f'<tool_call>\n{{"name": "run", "arguments": {args}}}\n</tool_call>'
-    for pieces in splits(text):
+    for pieces in text_splits(text):
         deltas, msg = run("hermes_2_pro", pieces)
         assert msg.tool_calls == (ToolCall("call_0", "run", args),)
         streamed = "".join(tc.arguments for d in deltas for tc in d.tool_calls)
@@ -317,7 +309,7 @@ def test_unbalanced_braces_in_argument_string():
 def test_escaped_quotes_and_unicode_arguments_byte_for_byte():
     args = '{"q": "say \\"hi\\" }{ \\u00e9 é \\\\", "n": [1, 2.5e3, null, true]}'
     text = f'[TOOL_CALLS]run[ARGS]{args} trailing'
-    for pieces in splits(text):
+    for pieces in text_splits(text):
         deltas, msg = run("mistral_small_3_2", pieces)
         assert msg.tool_calls[0].arguments == args
         assert msg.content == "trailing"
@@ -329,7 +321,7 @@ def test_escaped_quotes_and_unicode_arguments_byte_for_byte():
     '<tool_call>\n{"name": "now"}\n</tool_call>',
 ])
 def test_tool_without_parameters_gets_empty_object(text):
-    for pieces in splits(text):
+    for pieces in text_splits(text):
         deltas, msg = run("hermes_2_pro", pieces)
         assert msg.tool_calls == (ToolCall("call_0", "now", "{}"),)
         check_invariant(deltas, msg)
@@ -345,7 +337,7 @@ def test_qwen3_first_delta_is_reasoning_and_think_never_in_content():
 
 def test_reasoning_format_none_keeps_think_in_content():
     text = "<think>\nhmm\n</think>\n\nAnswer."
-    for pieces in splits(text):
+    for pieces in text_splits(text):
         deltas, msg = run("hermes_2_pro", pieces, reasoning_format="none")
         assert msg == ParsedMessage(content=text)
         check_invariant(deltas, msg)
@@ -354,7 +346,7 @@ def test_reasoning_format_none_keeps_think_in_content():
 def test_reasoning_format_none_begins_with_the_thinking_tag_the_prompt_opened():
     """As llama.cpp, which parses the generation prompt and the output as one text; Kimi K3's parser drops it."""
     text = "hmm\n</think>\n\nAnswer."
-    for pieces in [*splits(text), []]:
+    for pieces in [*text_splits(text), []]:
         deltas, msg = run("hermes_2_pro", pieces, reasoning_format="none", thinking_forced_open=True,
                           thinking_opener="<think>\n")
         assert msg == ParsedMessage(content="<think>\n" + "".join(pieces))
@@ -376,7 +368,7 @@ def test_a_prefilled_reasoning_begins_the_reasoning_content():
     gpt-oss reads the analysis channel the prompt opened from the text."""
     text = " more\n</think>\n\nAnswer."
     kw = {"thinking_forced_open": True, "thinking_opener": "<think>\n", "prefill_reasoning": "I'm thinking"}
-    for pieces in [*splits(text), []]:
+    for pieces in [*text_splits(text), []]:
         deltas, msg = run("hermes_2_pro", pieces, **kw)
         assert msg == (ParsedMessage(content="Answer.", reasoning_content="I'm thinking more") if pieces
                        else ParsedMessage(reasoning_content="I'm thinking"))
@@ -387,7 +379,7 @@ def test_a_prefilled_reasoning_begins_the_reasoning_content():
         assert run("hermes_2_pro", pieces, reasoning_format="hidden", **kw)[1] == \
             ParsedMessage(content="Answer." if pieces else "")
     harmony = " more<|end|><|start|>assistant<|channel|>final<|message|>Answer."
-    for pieces in splits(harmony):
+    for pieces in text_splits(harmony):
         deltas, msg = run("gpt_oss", pieces, thinking_forced_open=True, prefill_reasoning="I'm thinking",
                           thinking_opener="<|channel|>analysis<|message|>")
         assert msg == ParsedMessage(content="Answer.", reasoning_content="I'm thinking more")
@@ -396,7 +388,7 @@ def test_a_prefilled_reasoning_begins_the_reasoning_content():
 
 def test_reasoning_format_legacy_and_hidden():
     text = "<think>hmm</think>Answer."
-    for pieces in splits(text):
+    for pieces in text_splits(text):
         assert run("content_only", pieces, reasoning_format="deepseek-legacy")[1] == \
             ParsedMessage(content=text, reasoning_content="hmm")
         assert run("content_only", pieces, reasoning_format="hidden")[1] == ParsedMessage(content="Answer.")
@@ -405,7 +397,7 @@ def test_reasoning_format_legacy_and_hidden():
     # the prompt opened the block (R1 distills, Qwen 3.5): legacy content begins with its opener, as "none"'s does
     # (it had the closing tag only)
     opened = "I reason.\n</think>\n\nAnswer."
-    for pieces in splits(opened):
+    for pieces in text_splits(opened):
         deltas, msg = run("deepseek_r1", pieces, reasoning_format="deepseek-legacy", thinking_forced_open=True,
                           thinking_opener="<think>\n")
         assert msg == ParsedMessage(content="<think>\n" + opened, reasoning_content="I reason.")
@@ -414,7 +406,7 @@ def test_reasoning_format_legacy_and_hidden():
 
 def test_thinking_forced_open_reasoning_then_content():
     text = "I should greet.\n</think>\n\nHello!"
-    for pieces in splits(text):
+    for pieces in text_splits(text):
         deltas, msg = run("deepseek_r1", pieces, thinking_forced_open=True)
         assert msg == ParsedMessage(content="Hello!", reasoning_content="I should greet.")
         assert deltas[0].reasoning_content
@@ -427,7 +419,7 @@ def test_thinking_forced_open_reasoning_then_content():
 def test_parallel_false_keeps_one_call():
     text = ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
             '<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call>')
-    for pieces in splits(text):
+    for pieces in text_splits(text):
         deltas, msg = run("hermes_2_pro", pieces, parallel_tool_calls=False)
         assert msg == ParsedMessage(tool_calls=(WEATHER,))
         check_invariant(deltas, msg)
@@ -435,7 +427,7 @@ def test_parallel_false_keeps_one_call():
 
 def test_disallowed_names_stay_content():
     text = 'Hi <tool_call>\n{"name": "rm_rf", "arguments": {"path": "/"}}\n</tool_call>'
-    for pieces in splits(text):
+    for pieces in text_splits(text):
         deltas, msg = run("hermes_2_pro", pieces, allowed_tools={"get_weather"})
         assert msg == ParsedMessage(content=text)
         check_invariant(deltas, msg)
@@ -461,7 +453,7 @@ def test_marker_prefix_is_held_back_not_emitted():
 
 def test_malformed_arguments_end_at_longest_valid_prefix():
     text = '<tool_call>\n{"name": "run", "arguments": {"a": tru, "b": 1}}\n</tool_call>after'
-    results = {run("hermes_2_pro", pieces)[1] for pieces in splits(text)}
+    results = {run("hermes_2_pro", pieces)[1] for pieces in text_splits(text)}
     assert len(results) == 1
     msg = results.pop()
     assert msg.tool_calls[0].arguments == '{"a": tru'
@@ -515,7 +507,7 @@ GLIMMER_CALL = (" to=get_weather<|message|><atem:function_calls>\n<atem:invoke n
 def test_muse_glimmer_reasoning_formats():
     """A message to ``self`` is reasoning; ``none`` keeps it raw in content, ``hidden`` drops it."""
     text = " to=self<|message|>Hm.<|eom|><|start|>assistant to=user<|message|>Hi.<|eot|>"
-    for pieces in splits(text):
+    for pieces in text_splits(text):
         assert run("muse_glimmer", pieces)[1] == ParsedMessage(content="Hi.", reasoning_content="Hm.")
         assert run("muse_glimmer", pieces, reasoning_format="none")[1] == \
             ParsedMessage(content=" to=self<|message|>Hm.<|eom|>Hi.")
@@ -524,10 +516,10 @@ def test_muse_glimmer_reasoning_formats():
 
 def test_muse_glimmer_call_of_a_tool_not_allowed_is_content_and_parallel_false_keeps_one():
     text = GLIMMER_CALL.format("rm_rf")
-    for pieces in splits(text):
+    for pieces in text_splits(text):
         assert run("muse_glimmer", pieces)[1] == ParsedMessage(content=text[text.index("<atem:"):])
     two = GLIMMER_CALL.format("get_weather") + "<|eom|><|start|>assistant" + GLIMMER_CALL.format("get_weather")
-    for pieces in splits(two):
+    for pieces in text_splits(two):
         msg = run("muse_glimmer", pieces, parallel_tool_calls=False)[1]
         assert [c.name for c in msg.tool_calls] == ["get_weather"] and msg.content == ""
         assert len(run("muse_glimmer", pieces)[1].tool_calls) == 2

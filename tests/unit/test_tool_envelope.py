@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import random
 
 import attrs
 import pytest
@@ -16,7 +15,7 @@ from skippy.engine.chat.prepare import PreparedTemplate, make_output_parser, ren
 from skippy.engine.errors import InvalidRequest
 from skippy.engine.protocols.openai.types import ChatCompletionRequest, Message
 from skippy.engine.sampling.constraints import constraint_from_request, json_constraint, tool_envelope
-from tests.support import ByteVocab, check_invariant, fixture_template
+from tests.support import ByteVocab, check_invariant, fixture_template, text_splits
 
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
@@ -50,13 +49,6 @@ def _parse(plan, pieces, *, truncated: bool = False):
     return deltas + tail, msg
 
 
-def _pieces(text: str):
-    yield [text]
-    yield list(text)
-    rng = random.Random(len(text))
-    for _ in range(4):
-        cuts = sorted(rng.sample(range(1, len(text)), min(len(text) - 1, rng.randint(2, 12))))
-        yield [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
 
 
 # -- the grammar ------------------------------------------------------------------------------------------
@@ -224,7 +216,7 @@ def test_the_envelope_reads_back_as_calls_or_the_answer(stem, text, content, cal
     ``{"note": "I will not use \\n}``), streamed as it is parsed whole, split anywhere."""
     tmpl = _chatml() if stem is None else fixture_template(stem)
     plan = _render(tmpl, tools=[WEATHER], response_format=FMT, parallel_tool_calls=True).plan
-    for pieces in _pieces(text):
+    for pieces in text_splits(text):
         deltas, msg = _parse(plan, pieces)
         check_invariant(deltas, msg)
         assert msg.content == content and len(msg.tool_calls) == calls
@@ -233,14 +225,14 @@ def test_the_envelope_reads_back_as_calls_or_the_answer(stem, text, content, cal
 
 def test_a_cut_envelope_keeps_the_answer_so_far_and_drops_a_cut_call() -> None:
     plan = _render(_chatml(), tools=[WEATHER], response_format=FMT).plan
-    for pieces in _pieces('{"response": {"note": "I will not use TOOL_CALL'):
+    for pieces in text_splits('{"response": {"note": "I will not use TOOL_CALL'):
         assert _parse(plan, pieces, truncated=True)[1].content == '{"note": "I will not use TOOL_CALL'
-    for pieces in _pieces('{"tool_call": {"name": "get_weather", "arguments": {"ci'):
+    for pieces in text_splits('{"tool_call": {"name": "get_weather", "arguments": {"ci'):
         msg = _parse(plan, pieces, truncated=True)[1]
         assert msg.content == "" and msg.tool_calls == ()
     # a tiny model lists calls until its token limit (Gemma 3 270M over HTTP): the whole ones are its calls
     plan = _render(_chatml(), tools=[WEATHER], response_format=FMT, parallel_tool_calls=True).plan
-    for pieces in _pieces('{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}},\n'
+    for pieces in text_splits('{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}},\n'
                           '  {"name": "get_weather", "arguments": {"city": "Rome"}}, {"name": "get_weather", "argu'):
         deltas, msg = _parse(plan, pieces, truncated=True)
         check_invariant(deltas, msg)
@@ -257,7 +249,7 @@ def test_a_constrained_reply_is_never_read_for_calls() -> None:
                          ({"tool_choice": "none", "response_format": FMT}, MARKED)):
         plan = _render(_chatml(), tools=[WEATHER], **fields).plan
         assert not plan.emulated and not plan.allowed_tools and not plan.tool_envelope
-        for pieces in _pieces(text):
+        for pieces in text_splits(text):
             deltas, msg = _parse(plan, pieces)
             assert msg.content == text and msg.tool_calls == (), fields
             check_invariant(deltas, msg)

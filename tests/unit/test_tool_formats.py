@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import random
 
 import pytest
 
@@ -21,7 +20,7 @@ from skippy.engine.chat.prepare import PreparedTemplate, make_output_parser, ren
 from skippy.engine.errors import InvalidRequest
 from skippy.engine.protocols.openai.types import ChatCompletionRequest, Message
 from skippy.engine.sampling.grammar import native_tool_grammar
-from tests.support import check_invariant, compiles_in_llama_cpp, fixture_template, gbnf_matches
+from tests.support import check_invariant, compiles_in_llama_cpp, fixture_template, gbnf_matches, text_splits
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Get the weather.",
@@ -180,13 +179,6 @@ def _parse(plan, pieces):
     return deltas + tail, msg
 
 
-def _pieces(text: str):
-    yield [text]
-    yield list(text)
-    rng = random.Random(len(text))
-    for _ in range(6):
-        cuts = sorted(rng.sample(range(1, len(text)), min(len(text) - 1, rng.randint(2, 15))))
-        yield [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
 
 
 @pytest.mark.parametrize("stem", sorted(FAMILIES))
@@ -208,7 +200,7 @@ def test_family_output_parses_to_the_call_streamed_and_not(stem):
     tmpl = _tmpl(stem)
     plan = render_chat(tmpl, ChatCompletionRequest(messages=CONVERSATION[:1], tools=[WEATHER])).plan
     results = set()
-    for pieces in _pieces(text):
+    for pieces in text_splits(text):
         deltas, msg = _parse(plan, pieces)
         check_invariant(deltas, msg)
         assert [(c.name, json.loads(c.arguments)) for c in msg.tool_calls] == [CALL], pieces
@@ -316,7 +308,7 @@ def test_hy3_reasoning_the_prompt_opened(effort):
     plan = render_chat(tmpl, req).plan
     assert plan.thinking_forced_open and plan.thinking_opener == "<think:opensource>"
     text = "Look it up.</think:opensource>" + FAMILIES["tencent-Hy3"][1]
-    for pieces in _pieces(text):
+    for pieces in text_splits(text):
         deltas, msg = _parse(plan, pieces)
         check_invariant(deltas, msg)
         assert (msg.reasoning_content, msg.content) == ("Look it up.", "Let me check.")
@@ -349,7 +341,7 @@ def test_solar_open_grammar_allows_a_reasoning_message_first():
 def test_solar_open_messages(text, content):
     plan = render_chat(_tmpl("upstage-Solar-Open-100B"), ChatCompletionRequest(
         messages=CONVERSATION[:1], tools=[WEATHER])).plan
-    for pieces in _pieces(text):
+    for pieces in text_splits(text):
         deltas, msg = _parse(plan, pieces)
         check_invariant(deltas, msg)
         assert msg.content == content and msg.reasoning_content == ("Hm." if "<|think|>" in text else "")

@@ -37,12 +37,17 @@ class GenericScanner(ToolScanner):
         super().__init__(*args)
         self.decided = False
 
+    def _leading(self, text: str, final: bool) -> int | None:
+        """Add ``text`` to the buffer; the index of its first non-space character (``len(buf)``: none, at the
+        end), or ``None`` while only space came and more may."""
+        self.buf += text
+        j = len(self.buf) - len(self.buf.lstrip())
+        return None if j == len(self.buf) and not final else j
+
     def feed(self, text: str, final: bool = False) -> list[Delta]:
         if self.decided:
             return super().feed(text, final)
-        self.buf += text
-        j = len(self.buf) - len(self.buf.lstrip())
-        if j == len(self.buf) and not final:
+        if (j := self._leading(text, final)) is None:
             return []
         if j < len(self.buf) and self.buf[j] == "{":
             status, end = scan_json(self.buf, j)
@@ -106,9 +111,7 @@ class EnvelopeScanner(GenericScanner):
     def feed(self, text: str, final: bool = False) -> list[Delta]:
         if self.decided:
             return ToolScanner.feed(self, text, final)
-        self.buf += text
-        j = len(self.buf) - len(self.buf.lstrip())
-        if j == len(self.buf) and not final:
+        if (j := self._leading(text, final)) is None:
             return []
         if j < len(self.buf) and self.buf[j] == "{":
             status, end = scan_json(self.buf, j)
