@@ -655,6 +655,24 @@ def text_splits(text: str, tries: int = 5, most: int = 12) -> Iterator[list[str]
         yield [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
 
 
+def parse_plan(plan: Any, pieces: list[str], **finish: Any) -> tuple[list[Delta], ParsedMessage]:
+    """Feed ``pieces`` to the output parser ``plan`` calls for (``make_output_parser``), its call ids made
+    deterministic (``call_0``, ``call_1``...); its deltas and final message (``finish`` goes to its ``finish``)."""
+    import itertools
+
+    from skippy.engine.chat.prepare import make_output_parser
+
+    counter = itertools.count()
+    parser = make_output_parser(plan)
+    if hasattr(parser, "_top"):
+        parser._top.inner.id_factory = lambda: f"call_{next(counter)}"
+    deltas: list[Delta] = []
+    for piece in pieces:
+        deltas += parser.feed(piece)
+    tail, msg = parser.finish(**finish)
+    return deltas + tail, msg
+
+
 def check_invariant(deltas: list[Delta], msg: ParsedMessage) -> None:
     """A chat-format parser's streamed deltas add up to its final message: content, reasoning and tool
     calls (the first delta of a call carries its id and name, indexes count up from 0)."""

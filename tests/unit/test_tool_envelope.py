@@ -4,18 +4,17 @@ constrained otherwise is read for tool calls (a ``TOOL_CALL`` inside a constrain
 
 from __future__ import annotations
 
-import itertools
 import json
 
 import attrs
 import pytest
 
 from skippy.engine.chat import emulation
-from skippy.engine.chat.prepare import PreparedTemplate, make_output_parser, render_chat
+from skippy.engine.chat.prepare import PreparedTemplate, render_chat
 from skippy.engine.errors import InvalidRequest
 from skippy.engine.protocols.openai.types import ChatCompletionRequest, Message
 from skippy.engine.sampling.constraints import constraint_from_request, json_constraint, tool_envelope
-from tests.support import ByteVocab, check_invariant, fixture_template, text_splits
+from tests.support import ByteVocab, check_invariant, fixture_template, parse_plan, text_splits
 
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
@@ -37,16 +36,6 @@ def _render(tmpl: PreparedTemplate, **fields):
     return render_chat(tmpl, ChatCompletionRequest(**{"messages": ASK, **fields}))
 
 
-def _parse(plan, pieces, *, truncated: bool = False):
-    counter = itertools.count()
-    parser = make_output_parser(plan)
-    if hasattr(parser, "_top"):  # deterministic ids for the comparison
-        parser._top.inner.id_factory = lambda: f"call_{next(counter)}"
-    deltas = []
-    for piece in pieces:
-        deltas += parser.feed(piece)
-    tail, msg = parser.finish(truncated=truncated)
-    return deltas + tail, msg
 
 
 
@@ -177,7 +166,7 @@ def test_add_system_joins_or_inserts_as_llama_cpp() -> None:
 def test_an_open_thinking_block_comes_before_the_envelope() -> None:
     plan = _render(fixture_template("Qwen3.5-4B"), tools=[WEATHER], response_format=FMT).plan
     assert plan.thinking_forced_open and plan.tool_envelope and plan.constraint.think_close == "</think>"
-    deltas, msg = _parse(plan, ["The user wants weather.\n</think>\n\n", CALLS])
+    deltas, msg = parse_plan(plan, ["The user wants weather.\n</think>\n\n", CALLS])
     assert msg.reasoning_content == "The user wants weather." and msg.tool_calls[0].name == "get_weather"
     check_invariant(deltas, msg)
 
@@ -217,7 +206,7 @@ def test_the_envelope_reads_back_as_calls_or_the_answer(stem, text, content, cal
     tmpl = _chatml() if stem is None else fixture_template(stem)
     plan = _render(tmpl, tools=[WEATHER], response_format=FMT, parallel_tool_calls=True).plan
     for pieces in text_splits(text):
-        deltas, msg = _parse(plan, pieces)
+        deltas, msg = parse_plan(plan, pieces)
         check_invariant(deltas, msg)
         assert msg.content == content and len(msg.tool_calls) == calls
         assert all(c.name == "get_weather" and json.loads(c.arguments)["city"] for c in msg.tool_calls)
@@ -226,15 +215,15 @@ def test_the_envelope_reads_back_as_calls_or_the_answer(stem, text, content, cal
 def test_a_cut_envelope_keeps_the_answer_so_far_and_drops_a_cut_call() -> None:
     plan = _render(_chatml(), tools=[WEATHER], response_format=FMT).plan
     for pieces in text_splits('{"response": {"note": "I will not use TOOL_CALL'):
-        assert _parse(plan, pieces, truncated=True)[1].content == '{"note": "I will not use TOOL_CALL'
+        assert parse_plan(plan, pieces, truncated=True)[1].content == '{"note": "I will not use TOOL_CALL'
     for pieces in text_splits('{"tool_call": {"name": "get_weather", "arguments": {"ci'):
-        msg = _parse(plan, pieces, truncated=True)[1]
+        msg = parse_plan(plan, pieces, truncated=True)[1]
         assert msg.content == "" and msg.tool_calls == ()
     # a tiny model lists calls until its token limit (Gemma 3 270M over HTTP): the whole ones are its calls
     plan = _render(_chatml(), tools=[WEATHER], response_format=FMT, parallel_tool_calls=True).plan
     for pieces in text_splits('{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}},\n'
                           '  {"name": "get_weather", "arguments": {"city": "Rome"}}, {"name": "get_weather", "argu'):
-        deltas, msg = _parse(plan, pieces, truncated=True)
+        deltas, msg = parse_plan(plan, pieces, truncated=True)
         check_invariant(deltas, msg)
         assert msg.content == "" and [json.loads(c.arguments)["city"] for c in msg.tool_calls] == ["Paris", "Rome"]
 
@@ -250,6 +239,6 @@ def test_a_constrained_reply_is_never_read_for_calls() -> None:
         plan = _render(_chatml(), tools=[WEATHER], **fields).plan
         assert not plan.emulated and not plan.allowed_tools and not plan.tool_envelope
         for pieces in text_splits(text):
-            deltas, msg = _parse(plan, pieces)
+            deltas, msg = parse_plan(plan, pieces)
             assert msg.content == text and msg.tool_calls == (), fields
             check_invariant(deltas, msg)

@@ -10,7 +10,6 @@ accepts parses back into the call.
 
 from __future__ import annotations
 
-import itertools
 import json
 
 import pytest
@@ -20,7 +19,14 @@ from skippy.engine.chat.prepare import PreparedTemplate, make_output_parser, ren
 from skippy.engine.errors import InvalidRequest
 from skippy.engine.protocols.openai.types import ChatCompletionRequest, Message
 from skippy.engine.sampling.grammar import native_tool_grammar
-from tests.support import check_invariant, compiles_in_llama_cpp, fixture_template, gbnf_matches, text_splits
+from tests.support import (
+    check_invariant,
+    compiles_in_llama_cpp,
+    fixture_template,
+    gbnf_matches,
+    parse_plan,
+    text_splits,
+)
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Get the weather.",
@@ -167,16 +173,6 @@ def _tmpl(stem: str) -> PreparedTemplate:
     return fixture_template(stem)  # type: ignore[no-any-return]
 
 
-def _parse(plan, pieces):
-    counter = itertools.count()
-    parser = make_output_parser(plan)
-    if hasattr(parser, "_top"):  # deterministic ids for the comparison
-        parser._top.inner.id_factory = lambda: f"call_{next(counter)}"
-    deltas = []
-    for piece in pieces:
-        deltas += parser.feed(piece)
-    tail, msg = parser.finish()
-    return deltas + tail, msg
 
 
 
@@ -201,7 +197,7 @@ def test_family_output_parses_to_the_call_streamed_and_not(stem):
     plan = render_chat(tmpl, ChatCompletionRequest(messages=CONVERSATION[:1], tools=[WEATHER])).plan
     results = set()
     for pieces in text_splits(text):
-        deltas, msg = _parse(plan, pieces)
+        deltas, msg = parse_plan(plan, pieces)
         check_invariant(deltas, msg)
         assert [(c.name, json.loads(c.arguments)) for c in msg.tool_calls] == [CALL], pieces
         assert msg.reasoning_content == reasoning and msg.content == content
@@ -229,7 +225,7 @@ def test_forced_call_grammar_accepts_the_family_syntax(stem, tool_choice):
         forced = f"Look it up.\n{SYNTAXES[fmt].think_tags[1]}\n" + forced
     assert gbnf_matches(plan.grammar, forced), forced
     assert not gbnf_matches(plan.grammar, forced.replace("get_weather", "get_wrong"))
-    deltas, msg = _parse(plan, list(forced))
+    deltas, msg = parse_plan(plan, list(forced))
     check_invariant(deltas, msg)
     assert [(c.name, json.loads(c.arguments)) for c in msg.tool_calls] == [CALL]
     # (Apriel 1.6: the prompt's opening sentence begins the reasoning)
@@ -309,7 +305,7 @@ def test_hy3_reasoning_the_prompt_opened(effort):
     assert plan.thinking_forced_open and plan.thinking_opener == "<think:opensource>"
     text = "Look it up.</think:opensource>" + FAMILIES["tencent-Hy3"][1]
     for pieces in text_splits(text):
-        deltas, msg = _parse(plan, pieces)
+        deltas, msg = parse_plan(plan, pieces)
         check_invariant(deltas, msg)
         assert (msg.reasoning_content, msg.content) == ("Look it up.", "Let me check.")
         assert [(c.name, json.loads(c.arguments)) for c in msg.tool_calls] == [CALL]
@@ -327,7 +323,7 @@ def test_solar_open_grammar_allows_a_reasoning_message_first():
     text = "<|think|>Need the weather.<|end|><|begin|>assistant" + FORCED["solar_open"]
     assert gbnf_matches(plan.grammar, text)
     assert not gbnf_matches(plan.grammar, FORCED["solar_open"].replace("a1b2c3d4e5", "A1B2"))
-    _, msg = _parse(plan, [text])
+    _, msg = parse_plan(plan, [text])
     assert msg.reasoning_content == "Need the weather." and msg.tool_calls[0].name == "get_weather"
 
 
@@ -342,7 +338,7 @@ def test_solar_open_messages(text, content):
     plan = render_chat(_tmpl("upstage-Solar-Open-100B"), ChatCompletionRequest(
         messages=CONVERSATION[:1], tools=[WEATHER])).plan
     for pieces in text_splits(text):
-        deltas, msg = _parse(plan, pieces)
+        deltas, msg = parse_plan(plan, pieces)
         check_invariant(deltas, msg)
         assert msg.content == content and msg.reasoning_content == ("Hm." if "<|think|>" in text else "")
         assert len(msg.tool_calls) == ("<|calls|>" in text)
@@ -353,7 +349,7 @@ def test_solar_open_call_id_not_of_its_form_is_ours():
         messages=CONVERSATION[:1], tools=[WEATHER])).plan
     for model_id in ("0", "call one", "a1b2c3d4e5f6", "A1B2C3D4E5"):
         text = FORCED["solar_open"].replace("a1b2c3d4e5", model_id)
-        _, msg = _parse(plan, [text])
+        _, msg = parse_plan(plan, [text])
         assert [(c.id, c.name) for c in msg.tool_calls] == [("call_0", "get_weather")], model_id
 
 
@@ -362,7 +358,7 @@ def test_gpt_oss_grammar_allows_an_analysis_message_first():
         messages=CONVERSATION[:1], tools=[WEATHER], tool_choice="required")).plan
     text = "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant" + FORCED["gpt_oss"]
     assert gbnf_matches(plan.grammar, text)
-    _, msg = _parse(plan, [text])
+    _, msg = parse_plan(plan, [text])
     assert msg.reasoning_content == "Need the weather." and msg.tool_calls[0].name == "get_weather"
 
 
@@ -428,7 +424,7 @@ def test_xml_values_typed_by_schema_unknown_keys_by_json():
     plan = render_chat(_tmpl("GLM-4.6"), ChatCompletionRequest(messages=CONVERSATION[:1], tools=[WEATHER])).plan
     text = ("<tool_call>get_weather<arg_key>city</arg_key><arg_value>123</arg_value><arg_key>days</arg_key>"
             "<arg_value>x</arg_value><arg_key>extra</arg_key><arg_value>[1, 2]</arg_value></tool_call>")
-    _, msg = _parse(plan, [text])
+    _, msg = parse_plan(plan, [text])
     # city is a string by schema (kept as text), days is not valid JSON (kept as text), extra parses as JSON
     assert json.loads(msg.tool_calls[0].arguments) == {"city": "123", "days": "x", "extra": [1, 2]}
 
@@ -438,10 +434,10 @@ def test_harmony_builtin_recipient_is_dropped_and_disallowed_tool_stays_content(
         messages=CONVERSATION[:1], tools=[WEATHER])).plan
     text = '<|channel|>commentary to=browser.search <|constrain|>json<|message|>{"q": "x"}<|call|>'
     for pieces in ([text], list(text)):  # a built-in tool's call: no client can run it (llama.cpp drops it)
-        _, msg = _parse(plan, pieces)
+        _, msg = parse_plan(plan, pieces)
         assert msg.tool_calls == () and msg.content == ""
     text = '<|channel|>commentary to=functions.rm_rf<|message|>{}<|call|>'
-    assert _parse(plan, list(text))[1].content == text
+    assert parse_plan(plan, list(text))[1].content == text
 
 
 def test_qwen3_coder_call_without_its_opener_only_where_the_model_does_not_think():
@@ -451,9 +447,9 @@ def test_qwen3_coder_call_without_its_opener_only_where_the_model_does_not_think
             "</tool_call>")
     req = ChatCompletionRequest(messages=CONVERSATION[:1], tools=[WEATHER], enable_thinking=False)
     for pieces in ([text], list(text)):
-        _, msg = _parse(render_chat(_tmpl("Qwen3-Coder"), req).plan, pieces)
+        _, msg = parse_plan(render_chat(_tmpl("Qwen3-Coder"), req).plan, pieces)
         assert msg.content == "#include <functional>" and msg.tool_calls[0].name == "get_weather"
-        _, msg = _parse(render_chat(_tmpl("Qwen3.5-4B"), req).plan, pieces)
+        _, msg = parse_plan(render_chat(_tmpl("Qwen3.5-4B"), req).plan, pieces)
         assert msg.tool_calls == () and msg.content == text
 
 
@@ -573,7 +569,7 @@ def test_a_nullable_string_enum_is_raw_text_held_to_the_enum_and_null_is_null() 
     assert gbnf_matches(plan.grammar, call.format("a")) and gbnf_matches(plan.grammar, call.format("null"))
     assert not gbnf_matches(plan.grammar, call.format('"a"')) and not gbnf_matches(plan.grammar, call.format("c"))
     for value, expected in (("a", "a"), ("null", None)):
-        deltas, msg = _parse(plan, list(call.format(value)))
+        deltas, msg = parse_plan(plan, list(call.format(value)))
         check_invariant(deltas, msg)
         assert json.loads(msg.tool_calls[0].arguments) == {"c": expected}
 
