@@ -723,6 +723,22 @@ def test_tool_call_stream_and_incomplete_finish() -> None:
     assert cut[-1].response.incomplete_details.reason == "max_output_tokens"
     assert cut[-2].item.status == "incomplete"
     check_with_sdk(cut)
+    # the limit after a whole call, and inside a second one: streamed as the chat reply has them (the whole call
+    # completed, the cut one, whose fragments went out, left out of the final and stored response; it was kept
+    # with its unfinished arguments, and every previous_response_id follow-up was a 400)
+    for tail, kept in (([], ["completed"]), ([chunk(calls=[(1, "call_b", "get_weather", '{"city": "Ro')])],
+                                             ["completed"])):
+        t = turn(input="x", tools=[WEATHER])
+        events, ev = run(t, [chunk(calls=[(0, "call_a", "get_weather", '{"city": "Paris"}')]), *tail,
+                             chunk(finish="length")])
+        final = events[-1].response
+        output = msgspec.to_builtins(final.output)
+        assert final.status == "incomplete" and [(o["type"], o["status"]) for o in output] == [
+            ("function_call", s) for s in kept]
+        assert output[0]["arguments"] == '{"city": "Paris"}' and ev.final == final
+        stored = [o for o in msgspec.to_builtins(t.stored(ev.final).items) if o.get("type") == "function_call"]
+        assert [o["arguments"] for o in stored] == ['{"city": "Paris"}']  # what a follow-up sends back
+        check_with_sdk(events)
 
 
 def test_nothing_generated_still_gives_one_empty_message_and_failed_is_an_event() -> None:

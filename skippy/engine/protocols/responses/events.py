@@ -8,6 +8,7 @@ OpenAI Responses API streams them.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import attrs
@@ -57,6 +58,17 @@ class _Item:
     turn: Turn | None = None
     #: a custom call's input streamed so far
     input: InputStream = attrs.field(factory=InputStream)
+    #: a call the token limit cut: its fragments were streamed, but it is left out of the response (as the
+    #: chat reply leaves it out)
+    cut: bool = False
+
+    @property
+    def whole_call(self) -> bool:
+        """A call whose arguments are one JSON object (a call the token limit cut has an unfinished one)."""
+        try:
+            return isinstance(json.loads(self.text, strict=False), dict)
+        except (ValueError, RecursionError):
+            return False
 
     def wire(self) -> Any:
         if self.kind == "message":
@@ -111,7 +123,7 @@ class ResponseEvents:
         return event
 
     def _snapshot(self, status: str, **extra: Any) -> ResponseObject:
-        return self.turn.response([i.wire() for i in self.items], status, **extra)
+        return self.turn.response([i.wire() for i in self.items if not i.cut], status, **extra)
 
     def start(self) -> list[ResponseStreamEvent]:
         """The first events: ``response.created`` and ``response.in_progress``."""
@@ -188,8 +200,9 @@ class ResponseEvents:
 
     def feed(self, chunk: wire.ChatCompletionChunk) -> list[ResponseStreamEvent]:
         """The events of one chat chunk (none for the role chunk); the finish chunk closes the last item
-        (``incomplete`` when the finish is ``length``; an empty ``message`` when nothing was output, as
-        :meth:`Turn.from_chat`)."""
+        (``incomplete`` when the finish is ``length``, but a whole call stays ``completed`` and a cut one, whose
+        fragments were streamed, is left out of the final response; an empty ``message`` when nothing was
+        output, as :meth:`Turn.from_chat`)."""
         out: list[ResponseStreamEvent] = []
         for choice in chunk.choices:
             d = choice.delta
@@ -203,7 +216,13 @@ class ResponseEvents:
                 self.finish_reason = choice.finish_reason
                 if not any(i.kind != "reasoning" for i in self.items):
                     out += self._add("message")
-                out += self._close(finish_status(choice.finish_reason))
+                status = finish_status(choice.finish_reason)
+                if status == "incomplete" and self._open is not None and self._open.kind in _CALLS:
+                    # the limit came during or after a call: a whole one stays completed, a cut one is left
+                    # out of the response, as :meth:`Turn.from_chat` has them
+                    self._open.cut = not self._open.whole_call
+                    status = "incomplete" if self._open.cut else "completed"
+                out += self._close(status)
         return out
 
     def finish(self, usage: wire.Usage, *, reasoning_tokens: int = 0) -> list[ResponseStreamEvent]:
