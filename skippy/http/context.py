@@ -431,7 +431,7 @@ class RequestContext:
     suffix); ``client``: ``host:port`` of the peer; ``trace``: what the engine
     reports about the generation (:class:`~skippy.actors.trace.RequestTrace`).
     ``ignored_fields``: top-level body fields this server does not know (the
-    ``X-Skippy-Ignored-Fields`` response header).
+    ``X-Skippy-Ignored-Fields`` response header). ``logged``: its log line was written.
     """
 
     t0: float = attrs.field(factory=time.perf_counter)
@@ -442,6 +442,7 @@ class RequestContext:
     client: str | None = None
     trace: RequestTrace = attrs.field(factory=RequestTrace)
     ignored_fields: list[str] = attrs.field(factory=list)
+    logged: bool = False
 
 
 class SkippyRequest(TrioRequest):

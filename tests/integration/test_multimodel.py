@@ -209,6 +209,22 @@ def test_max_loaded_one_swaps_the_models_and_answers_stay_right(tmp_path: Path) 
         other.join(timeout=120)
         assert finish == "length" and events.count("gemma") >= 39  # the stream was not cut short
         assert events[-1] == "smol:" + first and events.index("gemma:end") == len(events) - 2, events
+        # a client that leaves while its model loads is a disconnect, logged and counted (it was neither)
+        gone = "skippy:http_client_disconnects_total"
+
+        def disconnects() -> float:
+            text = httpx.get(srv.base_url + "/metrics", timeout=30).text
+            return float(next((line.split()[-1] for line in text.splitlines() if line.startswith(gone + " ")), 0))
+
+        before, lines = disconnects(), srv.log().count("POST /v1/chat/completions client disconnected")
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(srv.base_url + "/v1/chat/completions", timeout=0.05, json={
+                "model": GEMMA, "messages": PROMPT, "max_tokens": 2})
+        deadline = time.monotonic() + 60
+        while disconnects() < before + 1:
+            assert time.monotonic() < deadline, "the disconnect during the load was never counted"
+            time.sleep(0.1)
+        assert srv.log().count("POST /v1/chat/completions client disconnected") == lines + 1
 
 
 def test_keep_alive_unloads_an_idle_model_and_a_request_loads_it_again(tmp_path: Path) -> None:

@@ -50,7 +50,7 @@ from skippy.engine.protocols.rerank.types import RerankRequest, ScoreRequest
 from skippy.engine.protocols.responses import wire as rwire
 from skippy.engine.protocols.responses.types import ResponsesRequest
 from skippy.http.routes.anthropic import count_tokens, messages
-from skippy.http.routes.base import Route
+from skippy.http.routes.base import Route, logs_if_gone
 from skippy.http.routes.llama_server import (
     apply_template,
     completion_native,
@@ -212,5 +212,6 @@ PUBLIC_PATHS = frozenset(path for route in ROUTES if not route.secured for path 
 
 blueprint = Blueprint("skippy", __name__)
 for _route in ROUTES:
+    _view = logs_if_gone(_route.handler)  # one view per route (a route's paths share its endpoint)
     for _path in _route.paths:
-        blueprint.add_url_rule(_path, view_func=_route.handler, methods=[_route.method])
+        blueprint.add_url_rule(_path, view_func=_view, methods=[_route.method])

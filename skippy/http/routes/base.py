@@ -5,6 +5,7 @@ pings, the error event of a stream that failed after its headers, cancellation w
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import time
@@ -25,7 +26,7 @@ from skippy.engine.protocols.openai.types import (
     SamplingFields,
 )
 from skippy.engine.protocols.openai.wire import ErrorEnvelope
-from skippy.http.context import RequestContext, Shared, shared
+from skippy.http.context import RequestContext, Shared, current, shared
 from skippy.http.logs import log_request
 from skippy.http.replies import (
     SSE_DONE,
@@ -202,6 +203,7 @@ def log_line(app: Shared, ctx: RequestContext, status: int, route: str, rule: st
     the error envelope's of a 4xx/5xx; ``disconnected``: the client went away before the end (no
     per-route response is counted). Works once the request context is gone (streams).
     """
+    ctx.logged = True
     metrics = app.metrics()
     if metrics is not None:
         metrics.response(status)
@@ -372,6 +374,25 @@ async def stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitable
     response.timeout = None
     response.logs_itself = True  # type: ignore[attr-defined]  # its line comes when the stream ends (http.app._log)
     return response
+
+
+def logs_if_gone(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """``handler`` (a route's), whose request gets its log line (status 499) and counts as a client disconnect
+    when it is cancelled before any line was written: the client went away while it waited for something
+    no other guard covers, such as its model's load under ``--max-loaded`` (:func:`unless_gone` and
+    :func:`stream` log the waits they guard)."""
+    @functools.wraps(handler)
+    async def view(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await handler(*args, **kwargs)
+        except trio.Cancelled:
+            ctx = current()
+            if not ctx.logged:
+                ctx.tokens = ctx.trace.completion_tokens
+                log_line(shared(), ctx, 499, f"{request.method} {request.path}", route_rule(), disconnected=True)
+            raise
+
+    return view
 
 
 async def unless_gone(app: Shared, ctx: RequestContext, work: Awaitable[Any]) -> Any:
