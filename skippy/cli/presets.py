@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import configparser
 import difflib
+import re
 from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
@@ -108,12 +109,16 @@ def read_presets(path: str | Path, command: click.Command, ctx: click.Context,
         parser.read_string(f"[{_TOP}]\n" + text, source=str(path))
     except configparser.DuplicateOptionError as exc:
         line = (exc.lineno or 1) - 1  # the file's own numbering (a section line is put before it)
-        raise PresetError(f"--models-preset {path}: line {line}: {exc.option} is set twice in [{exc.section}]"
-                          f"; a flag that takes several values has them one per line under its key, the later ones "
-                          f"indented (`{exc.option} = a` then `    b`)") from None
+        where = "before the first section" if exc.section == _TOP else f"in [{exc.section}]"
+        repeated = any(exc.option in _names(p) and (getattr(p, "multiple", False) or p.nargs > 1)
+                       for p in command.params)
+        raise PresetError(f"--models-preset {path}: line {line}: {exc.option} is set twice {where}"
+                          + (f"; a flag that takes several values has them one per line under its key, the later "
+                             f"ones indented (`{exc.option} = a` then `    b`)" if repeated else "")) from None
     except configparser.Error as exc:
-        raise PresetError(f"--models-preset {path}: not an INI file llama-server would read: "
-                          f"{str(exc).replace(f'[{_TOP}]', '')}") from None
+        message = re.sub(r"\[line\s+(\d+)\]", lambda m: f"[line {int(m.group(1)) - 1}]",
+                         str(exc).replace(f"[{_TOP}]", ""))  # the file's own line numbers
+        raise PresetError(f"--models-preset {path}: not an INI file llama-server would read: {message}") from None
     top = dict(parser[_TOP])
     version = top.pop("version", "1")
     if version.strip() != "1":

@@ -645,6 +645,8 @@ def test_a_models_preset_sets_each_models_flags(serve_recorder: list, tmp_path: 
     ("parallel = 2\n[tiny]\n", "parallel before the first section: put settings every model shares in [*]"),
     ("[tiny]\nparallel = 2\nparallel = 3\n", "line 3: parallel is set twice in [tiny]"),
     ("[tiny]\nalias = a\nalias = b\n", "later ones indented (`alias = a` then `    b`)"),
+    ("[tiny]\nparallel = 2\n[tiny]\n", "[line 3]: section 'tiny' already exists"),  # the file's own lines
+    ("version = 1\nversion = 1\n[tiny]\n", "line 2: version is set twice before the first section"),
     ("[tiny]\nparallel = 2\nnp = 3\n", "parallel is set twice"),
     ("[tiny]\ncache-type-v = q8_0\nflash-attn = off\n", "[tiny] --cache-type-v q8_0 (a quantized V cache) needs"),
     ("[tiny]\nc = 20\nparallel = 4\n", "[tiny] Invalid value for '--ctx-size' / '-c': 20 tokens over 4 slots"),
