@@ -185,6 +185,8 @@ def test_max_loaded_one_swaps_the_models_and_answers_stay_right(tmp_path: Path) 
         assert _states(srv) == {SMOL_ID: "unloaded", GEMMA: "loaded"}  # the least recently used made room
         # a dashboard polling /slots neither loads the default model nor unloads the one in use
         assert httpx.get(srv.base_url + "/slots", timeout=30).json() == []
+        probe = httpx.get(srv.base_url + "/slots", params={"fail_on_no_slot": 1}, timeout=30)
+        assert probe.status_code == 200 and probe.json() == []  # not busy: it loads on demand
         assert len(httpx.get(srv.base_url + "/slots", params={"model": GEMMA}, timeout=30).json()) == 2
         assert _states(srv) == {SMOL_ID: "unloaded", GEMMA: "loaded"}
         again = _text(_ask(client, SMOL_ID))

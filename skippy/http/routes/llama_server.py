@@ -77,7 +77,8 @@ async def slots() -> Response:
         raise NotSupported("This server does not support slots endpoint. Start it with `--slots`")
     eng = app.loaded_engine(request.args.get("model"))
     states = eng.slots() if eng is not None else []
-    if request.args.get("fail_on_no_slot") not in (None, "", "0", "false") and all(s.is_processing for s in states):
+    if request.args.get("fail_on_no_slot") not in (None, "", "0", "false") and eng is not None \
+            and all(s.is_processing for s in states):  # (a model not loaded has its slots once it loads)
         return error_response(503, "no slot available", "unavailable_error", code="no_slot_available")
     return json_response(states)
 
