@@ -117,14 +117,14 @@ def _ignored(ctx: RequestContext, names: list[str]) -> None:
 
 def _embed_options(ctx: RequestContext, options: dict[str, Any] | None) -> int | None:
     """An embedding request's ``options``, checked as the generation routes check them (a wrong type is a
-    400 naming it); none changes an embedding, so every one but ``num_ctx`` (returned, for :func:`_check_ctx`)
+    400 naming it); none changes an embedding, so every one but ``num_ctx`` (returned, for :func:`_note_ctx`)
     is named in ``X-Skippy-Ignored-Fields``."""
     _, _, num_ctx = ollama.sampling(options)
     _ignored(ctx, [name for name, value in (options or {}).items() if value is not None and name != "num_ctx"])
     return num_ctx
 
 
-def _check_ctx(eng: Engine, num_ctx: int | None) -> None:
+def _note_ctx(eng: Engine, num_ctx: int | None) -> None:
     """``num_ctx`` above the model's context per sequence cannot be applied (the context is the server's,
     ``--n-ctx``): it is named in ``X-Skippy-Ignored-Fields`` and the request runs in the server's context, as
     Ollama runs one above the model's training context in that context. Clients send the training context
@@ -141,7 +141,7 @@ def _checked(eng: Engine, req: OllamaChatRequest | OllamaGenerateRequest, num_ct
     then the answer to a request that only loads the model, or unloads it with ``keep_alive`` 0 (Ollama's
     ``done_reason`` ``load`` / ``unload``: the engine call above loaded it, and its ``keep_alive`` of 0 unloads
     it once this request ends), else ``None``: the route generates."""
-    _check_ctx(eng, num_ctx)
+    _note_ctx(eng, num_ctx)
     ollama.check_thinking(req, eng.renderer.template.caps.supports_thinking)
     if ollama.loads_only(req):
         return json_response(ollama.load_response(req))
@@ -231,7 +231,7 @@ async def ollama_embed() -> Response:
     t_load = time.monotonic()
     eng = await _engine(app, req.model, req.keep_alive)
     load_ns = _ns_since(t_load)
-    _check_ctx(eng, num_ctx)
+    _note_ctx(eng, num_ctx)
     if not req.input:
         if eng.meta.embeddings is None:  # as the embedding itself would answer
             raise NotSupported("This server does not support embeddings. Start it with `--embeddings`",
@@ -249,7 +249,7 @@ async def ollama_embeddings() -> Response:
     req = await read_body(OllamaEmbeddingsRequest, ctx)
     num_ctx = _embed_options(ctx, req.options)
     eng = await _engine(app, req.model, req.keep_alive)
-    _check_ctx(eng, num_ctx)
+    _note_ctx(eng, num_ctx)
     if not req.prompt:
         if eng.meta.embeddings is None:  # as the embedding itself would answer
             raise NotSupported("This server does not support embeddings. Start it with `--embeddings`",
