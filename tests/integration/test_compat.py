@@ -6,9 +6,11 @@ Real model, real ``skippy serve``, the official ``openai`` client where it appli
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import time
+from collections.abc import Callable, Iterator
 
 import httpx
 import openai
@@ -342,30 +344,77 @@ def test_a_stream_left_before_its_first_chunk_is_a_disconnect(server: Server) ->
 
 # -- SSE keep-alive -----------------------------------------------------------------------------------
 
-def test_sse_keep_alive_while_queued(ping_server: Server) -> None:
-    base = ping_server.base_url
-    # the one slot is busy with 300 tokens that cannot end early (end-of-generation tokens banned)
-    long_body = {"prompt": "1, 2, 3, 4, 5,", "max_tokens": 300, "temperature": 0,
-                 "logit_bias": {"0": -100, "1": -100, "2": -100}}
-    worker = threading.Thread(target=lambda: httpx.post(base + "/v1/completions", json=long_body, timeout=600))
+@contextlib.contextmanager
+def _slot_busy(base: str) -> Iterator[Callable[[], None]]:
+    """The server's one slot busy with a generation that cannot end early (end-of-generation tokens banned),
+    until the block ends or it calls the ``release`` it is given: that closes the generation's stream, which
+    cancels it."""
+    stop = threading.Event()
+    body = {"prompt": "1, 2, 3, 4, 5,", "max_tokens": 4000, "temperature": 0, "stream": True,
+            "logit_bias": {"0": -100, "1": -100, "2": -100}}
+
+    def generate() -> None:
+        with httpx.stream("POST", base + "/v1/completions", json=body, timeout=600) as resp:
+            for _ in resp.iter_lines():  # a line (a token or a ping) at least every 0.2 s
+                if stop.is_set():
+                    return
+
+    def release() -> None:
+        stop.set()
+        worker.join()
+
+    worker = threading.Thread(target=generate)
     worker.start()
     try:
         deadline = time.monotonic() + 60
         while httpx.get(base + "/health", timeout=10).json()["slots_processing"] < 1:
             assert time.monotonic() < deadline
             time.sleep(0.02)
-        with httpx.stream("POST", base + "/v1/chat/completions", timeout=120,
-                          json={"messages": ASK, "max_tokens": 3, "stream": True, "temperature": 0}) as resp:
-            assert resp.status_code == 200
-            lines = [line for line in resp.iter_lines() if line]
-        # the stream waited in the queue behind the long request: after its first chunk (the role, sent at
-        # once) keep-alive comments came until its first token
-        data = [i for i, line in enumerate(lines) if line.startswith("data: ")]
-        assert ": ping" in lines[data[0]:data[1]], lines[:8]
-        assert lines[-1] == "data: [DONE]"
-        # the openai client reads a stream with comments in it
-        client = openai_client(base)
-        chunks = list(client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=3, stream=True))
-        assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+        yield release
     finally:
-        worker.join()
+        release()
+
+
+def _queued_lines(base: str, path: str, body: dict, pings: int) -> list[str]:
+    """The non-empty lines of a stream sent while the one slot is busy; the slot is released once the stream
+    has had ``pings`` keep-alive comments."""
+    lines: list[str] = []
+    with _slot_busy(base) as release, httpx.stream("POST", base + path, json=body, timeout=120) as resp:
+        assert resp.status_code == 200
+        for line in resp.iter_lines():
+            if line:
+                lines.append(line)
+            if lines.count(": ping") == pings:
+                release()
+    return lines
+
+
+def test_sse_keep_alive_while_queued(ping_server: Server) -> None:
+    base = ping_server.base_url
+    lines = _queued_lines(base, "/v1/chat/completions",
+                          {"messages": ASK, "max_tokens": 3, "stream": True, "temperature": 0}, pings=2)
+    # the stream waited in the queue behind the long request: after its first chunk (the role, sent at
+    # once) keep-alive comments came until its first token
+    data = [i for i, line in enumerate(lines) if line.startswith("data: ")]
+    assert lines[data[1] - 2:data[1]] == [": ping", ": ping"], lines[:8]
+    assert lines[-1] == "data: [DONE]"
+    # the openai client reads a stream with comments in it
+    client = openai_client(base)
+    chunks = list(client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=3, stream=True))
+    assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+
+
+def test_sse_keep_alive_before_the_first_token(ping_server: Server) -> None:
+    """A text completion has no role chunk: its headers go out with a keep-alive comment before its first
+    token (a client or proxy with a read timeout shorter than the queue wait kept no stream)."""
+    base = ping_server.base_url
+    for path, body, end in (("/v1/completions", {"prompt": "Hi", "max_tokens": 3, "stream": True}, "[DONE]"),
+                            ("/completion", {"prompt": "Hi", "n_predict": 3, "stream": True}, '"stop":true')):
+        lines = _queued_lines(base, path, body, pings=2)
+        assert lines[:2] == [": ping", ": ping"] and lines[2].startswith("data: "), (path, lines[:4])
+        assert end in lines[-1], (path, lines[-1])
+    # a request error still has its status: it is raised before the wait
+    with _slot_busy(base):
+        r = httpx.post(base + "/v1/completions", json={"prompt": "Hi", "max_tokens": 3, "stream": True,
+                                                       "logit_bias": {"x": 1}}, timeout=120)
+    assert r.status_code == 400, r.text

@@ -279,7 +279,9 @@ NATIVE_SSE = SseFormat(done=None)  # llama-server's native /completion stream en
 
 async def stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitable[ReplyStream[Any]]],
                   fmt: SseFormat = OPENAI_SSE) -> Response:
-    """SSE response; the first chunk is pulled before the headers so request errors stay 4xx.
+    """SSE response; the first chunk is pulled before the headers so request errors stay 4xx (errors in the
+    request raise in ``start``; a first chunk that takes longer than ``--sse-ping-interval`` sends the headers
+    with a keep-alive comment, and an error after that ends the stream with its error event).
 
     Every wait for the next chunk runs in the request's :meth:`~skippy.http.context.Lifecycle.guard`:
     past the deadline (or the shutdown grace) the generation is cancelled, which frees its sequence,
@@ -292,10 +294,19 @@ async def stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitable
     tokens the engine generated (the request's trace), not the events sent.
     """
     chunks: ReplyStream[Any] | None = None
+    interval = app.settings.sse_ping_interval if fmt.ping is not None else 0
+    ping = object()
 
     async def open_stream() -> Any:
+        """The first chunk; ``ping`` when the request was accepted (``start`` raised no request error) but no
+        chunk came within ``--sse-ping-interval`` seconds (a queue wait, a long prefill): the headers then go
+        out with a keep-alive comment, so a client or proxy does not time out before the first token."""
         nonlocal chunks
         chunks = await start()
+        if interval > 0:
+            with trio.move_on_after(interval):
+                return await chunks.__anext__()
+            return ping
         return await chunks.__anext__()
 
     try:
@@ -308,8 +319,6 @@ async def stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitable
     assert chunks is not None
     route, rule = f"{request.method} {request.path}", route_rule()  # the request context is gone while streaming
     lifecycle = app.lifecycle
-    interval = app.settings.sse_ping_interval if fmt.ping is not None else 0
-    ping = object()
     ready = getattr(chunks, "ready_nowait", None)  # the chunks there without waiting, written together
 
     async def next_chunk() -> Any:
@@ -326,7 +335,7 @@ async def stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitable
         code = reason = None
         disconnected = False
         try:
-            yield fmt.event(first)
+            yield (fmt.ping or b"") if first is ping else fmt.event(first)
             while True:
                 chunk = None
                 with lifecycle.guard(ctx.deadline) as scope:
