@@ -127,11 +127,14 @@ def test_logit_bias_value_out_of_range(value):
 def test_seed_given_is_kept():
     assert params(seed=1234).seed == 1234
     assert params(seed=0).seed == 0
-    assert params(seed=2**32 - 1).seed == 2**32 - 1
+    assert params(seed=2**32 - 2).seed == 2**32 - 2
+    assert params(seed=-2).seed == 2**32 - 2  # llama.cpp's uint32_t
 
 
-def test_seed_absent_is_random_u32():
-    seeds = {params().seed for _ in range(20)}
+@pytest.mark.parametrize("given", [{}, {"seed": -1}, {"seed": 2**32 - 1}])
+def test_seed_absent_or_llama_cpps_random_one_is_random_u32(given):
+    """No seed, or llama.cpp's ``LLAMA_DEFAULT_SEED`` (-1, 0xFFFFFFFF: llama-server's default, "random")."""
+    seeds = {params(**given).seed for _ in range(20)}
     for s in seeds:
         assert isinstance(s, int)
         assert 0 <= s <= 2**32 - 1

@@ -41,7 +41,8 @@ class SamplingParams:
     ``grammar_lazy_patterns`` when those are given. ``constraint`` is an
     llguidance constraint the runtime applies as a token mask before the
     chain (never set together with ``grammar``). ``seed`` is always set (a random
-    one when the request gives none), so the same seed and request reproduce the same output.
+    one when the request gives none, or gives llama.cpp's "random" ``LLAMA_DEFAULT_SEED``: -1 or 0xFFFFFFFF,
+    as llama-server reads them), so the same seed and request reproduce the same output.
 
     End of generation (vLLM): ``ignore_eos`` keeps end-of-generation tokens
     from being sampled at all (llama-server's ``ignore_eos``); for the first
@@ -102,6 +103,10 @@ class SamplingParams:
         return (self.typical_p < 1.0 or self.mirostat != 0 or self.dry_multiplier > 0.0
                 or self.xtc_probability > 0.0 or self.top_n_sigma > 0.0 or self.dynatemp_range > 0.0
                 or self.infill)
+
+
+#: llama.cpp's ``LLAMA_DEFAULT_SEED``: a request's seed of -1 (or this) asks for a random one, as in llama-server.
+RANDOM_SEED = 0xFFFFFFFF
 
 
 def _check(cond: bool, message: str, param: str) -> None:
@@ -218,7 +223,7 @@ def sampling_from_request(req: SamplingFields, *, n_vocab: int, logprobs: bool =
         _check(0 <= tok < n_vocab, f"stop_token_ids entry {tok} is not a token id (0..{n_vocab - 1})",
                "stop_token_ids")
 
-    seed = req.seed if req.seed is not None else random.getrandbits(32)
+    seed = req.seed if req.seed is not None and req.seed & RANDOM_SEED != RANDOM_SEED else random.getrandbits(32)
     return SamplingParams(
         temperature=t, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed & 0xFFFFFFFF,
         presence_penalty=req.presence_penalty or 0.0, frequency_penalty=req.frequency_penalty or 0.0,
