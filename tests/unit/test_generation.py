@@ -608,6 +608,23 @@ def test_text_echo_without_logprobs_is_sent_first_and_text_offset_counts_from_th
     assert chunk.choices[0].logprobs.text_offset == [5] and chunk2.choices[0].logprobs.text_offset == [9]
 
 
+def test_text_offset_counts_a_character_of_several_tokens_once() -> None:
+    """OpenAI's ``text_offset``: a character whose bytes span tokens starts them all; the offsets never go back
+    and stay within the text (each half counted as a U+FFFD went past it, and an echo's went backwards)."""
+    gen = make([7, 8], logprobs=True, prompt_logprobs=2)  # prompt "\xe9" (e-acute): two tokens
+    reply = TextReply("m", gen, prompt_text="\xe9", echo=True, logprobs=True, created=1)
+    gen.feed(PromptLogprobs((TokenEvent(8, -1.5, ()),)))
+    streamed = []
+    for t in (7, 8, 1, 7, 8):
+        streamed += [encode(c) for c in reply.chunks(gen.feed(lp_event(t, -0.5, [])))]
+    done = gen.feed(finish("length", n=5))
+    text = "\xe9\xe9Hello\xe9"
+    offsets = [o for c in streamed for o in (c["choices"][0]["logprobs"] or {}).get("text_offset", [])]
+    assert offsets == [0, 0, 1, 1, 2, 7, 7]
+    whole = encode(TextReply("m", gen, prompt_text="\xe9", echo=True, logprobs=True).completion(done))
+    assert whole["choices"][0]["text"] == text and whole["choices"][0]["logprobs"]["text_offset"] == offsets
+
+
 def test_choices_interleave_with_their_index_and_count_usage_once_per_prompt() -> None:
     gens = [make([1, 2, 3], logprobs=False) for _ in range(4)]
     replies = [ChatReply("m", g, index=i, id="chatcmpl-x", created=1) for i, g in enumerate(gens)]

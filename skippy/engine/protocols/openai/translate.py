@@ -15,6 +15,7 @@ little-endian float32 with ``encoding_format: "base64"``).
 from __future__ import annotations
 
 import base64
+import codecs
 import math
 import secrets
 import time
@@ -203,26 +204,41 @@ def probability(logprob: float | None) -> float:
     return 1.0 if logprob is None else math.exp(logprob)
 
 
+class TextOffsets:
+    """Legacy Completions ``text_offset``: where each token starts in the text, in characters from ``start``.
+
+    A character whose bytes span several tokens is counted once, when its last byte comes: the tokens before
+    it start where it starts (the offsets never go backwards and stay within the text, which a count of each
+    token's U+FFFD made them). Keeps its state across a stream's chunks."""
+
+    def __init__(self, start: int = 0) -> None:
+        self.offset = start
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def next(self, data: bytes) -> int:
+        """The offset of the token whose bytes are ``data``; the text's end moves past them."""
+        at = self.offset
+        self.offset += len(self._decoder.decode(data))
+        return at
+
+
 def legacy_logprobs(tokens: Sequence[TokenEvent], piece: Callable[[int], bytes],
-                    offset: int = 0) -> wire.CompletionLogprobs:
+                    offsets: TextOffsets | None = None) -> wire.CompletionLogprobs:
     """OpenAI legacy Completions ``logprobs`` for ``tokens`` (``top_logprobs``: text -> logprob).
 
-    ``text_offset[i]`` is the character offset of token ``i``'s text, the first at ``offset``
-    (OpenAI counts from the start of the prompt text). A token without a logprob (the first
+    ``text_offset[i]`` is the character offset of token ``i``'s text from ``offsets`` (a new one from 0 by
+    default; OpenAI counts from the start of the prompt text). A token without a logprob (the first
     token of an echoed prompt, which nothing predicts) has ``null`` in ``token_logprobs`` and
     ``top_logprobs``, as OpenAI sends it.
     """
     rendered = [token_text(ev, piece) for ev in tokens]
-    offsets = []
-    for tok in rendered:
-        offsets.append(offset)
-        offset += len(tok.text)
+    offsets = offsets or TextOffsets()
     return wire.CompletionLogprobs(
         tokens=[tok.text for tok in rendered],
         token_logprobs=[tok.logprob for tok in rendered],
         top_logprobs=[{alt.text: alt.logprob for alt in tok.top} if tok.logprob is not None else None
                       for tok in rendered],
-        text_offset=offsets)
+        text_offset=[offsets.next(bytes(tok.bytes)) for tok in rendered])
 
 
 def chat_delta(d: Delta) -> wire.ChatDelta:
@@ -386,7 +402,7 @@ class TextReply:
         self.logprobs = logprobs
         self.include_usage = include_usage
         self.prompt_source = prompt_source or generation
-        self._offset = len(prompt_text)  # text_offset of the next generated token
+        self._offsets = TextOffsets(len(prompt_text))  # text_offset of the generated tokens
         self._echo_pending = echo and logprobs  # streamed: the echo chunk waits for the prompt's scores
         self.timings_per_token = timings_per_token
         self.return_progress = return_progress
@@ -397,10 +413,7 @@ class TextReply:
                                    **extra)  # type: ignore[arg-type]
 
     def _logprobs(self, tokens: list[TokenEvent]) -> wire.CompletionLogprobs:
-        lp = legacy_logprobs(tokens, self.generation.piece, self._offset)
-        if lp.tokens:
-            self._offset = lp.text_offset[-1] + len(lp.tokens[-1])
-        return lp
+        return legacy_logprobs(tokens, self.generation.piece, self._offsets)
 
     def _choice(self, text: str, tokens: list[TokenEvent], finish_reason: str | None = None) -> wire.CompletionChoice:
         lp = self._logprobs(tokens) if self.logprobs and tokens else None
@@ -411,7 +424,7 @@ class TextReply:
         prompt = self.generation.request.prompt
         scored = self.prompt_source.prompt_tokens or []
         first = [TokenEvent(prompt[0])] if prompt else []
-        return legacy_logprobs(first + scored, self.generation.piece, 0)
+        return legacy_logprobs(first + scored, self.generation.piece)
 
     def ready(self) -> bool:
         """The next chunks can be rendered: no echo chunk waits for prompt scores that are not there yet."""
