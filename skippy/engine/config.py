@@ -705,7 +705,7 @@ class EngineConfig:
                                         help=_default_of("temperature", "0.8"))
     top_k: int | None = setting(None, check=IntRange(0, optional=True), metavar="N", show_default=False,
                                 help=_default_of("top_k", "40; 0: off"))
-    top_p: float | None = setting(None, check=FloatRange(0.0, 1.0, min_open=True, optional=True), metavar="P",
+    top_p: float | None = setting(None, check=FloatRange(0.0, 1.0, optional=True), metavar="P",
                                   show_default=False, help=_default_of("top_p", "0.95; 1: off"))
     min_p: float | None = setting(None, check=FloatRange(0.0, 1.0, optional=True), metavar="P", show_default=False,
                                   help=_default_of("min_p", "0.05; 0: off"))

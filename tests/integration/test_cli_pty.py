@@ -123,7 +123,7 @@ def test_unknown_commands_set_and_show(chat) -> None:
     assert re.search(r"conversation +0 messages", c.send("/show info")), c.log
     assert "Set parameter 'temperature' to '0.5'" in c.send("/set parameter temperature 0.5")
     assert "error: top_k takes an integer, not 'abc'" in c.send("/set parameter top_k abc")
-    assert "error: top_p must be in (0, 1]" in c.send("/set parameter top_p 2")
+    assert "error: top_p must be in [0, 1]" in c.send("/set parameter top_p 2")
     assert "Available parameters:" in c.send("/set parameter")
     assert "Set system message." in c.send("/set system Answer in one word.")
     shown = c.send("/show")

@@ -95,7 +95,7 @@ BEFORE = [
     ("-n, --n-predict, --predict N", "[env var: SKIPPY_N_PREDICT; default: -1; x>=-1]", -1),
     ('--temperature, --temp T', '[env var: SKIPPY_TEMPERATURE; 0.0<=x<=100.0]', None),
     ('--top-k N', '[env var: SKIPPY_TOP_K; x>=0]', None),
-    ('--top-p P', '[env var: SKIPPY_TOP_P; 0.0<x<=1.0]', None),
+    ('--top-p P', '[env var: SKIPPY_TOP_P; 0.0<=x<=1.0]', None),
     ('--min-p P', '[env var: SKIPPY_MIN_P; 0.0<=x<=1.0]', None),
     ('--typical-p, --typical P', '[env var: SKIPPY_TYPICAL_P; 0.0<x<=1.0]', None),
     ('--repeat-penalty X', '[env var: SKIPPY_REPEAT_PENALTY; 0.0<x<=100.0]', None),

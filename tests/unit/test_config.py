@@ -91,7 +91,7 @@ ENGINE = {
     # sampling defaults: None (unset) or a value in the range a request may send
     "temperature": ([-0.1, 101.0, float("nan"), "0.7", True], [None, 0, 0.7, 2.0], "0.0<=x<=100.0"),
     "top_k": ([-1, 1.5, "40", True], [None, 0, 40], "x>=0"),
-    "top_p": ([0.0, 1.5, float("nan")], [None, 0.95, 1], "0.0<x<=1.0"),
+    "top_p": ([-0.1, 1.5, float("nan")], [None, 0.0, 0.95, 1], "0.0<=x<=1.0"),
     "min_p": ([-0.1, 1.1], [None, 0, 0.05], "0.0<=x<=1.0"),
     "typical_p": ([0.0, 1.1], [None, 0.5, 1.0], "0.0<x<=1.0"),
     "repeat_penalty": ([0.0, -1.0, 101.0], [None, 1.1], "0.0<x<=100.0"),

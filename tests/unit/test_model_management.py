@@ -570,7 +570,7 @@ def test_run_commands_set_show_and_unknown():
     assert chat.system == "Answer in  French."
     # refused values change nothing
     assert run_command(chat, "/set parameter top_k many") == "error: top_k takes an integer, not 'many'"
-    assert run_command(chat, "/set parameter top_p 1.5") == "error: top_p must be in (0, 1]"
+    assert run_command(chat, "/set parameter top_p 1.5") == "error: top_p must be in [0, 1]"
     assert run_command(chat, "/set parameter max_tokens 0") == "error: max_tokens must be >= 1"
     assert run_command(chat, "/set parameter seed 1 2").startswith("error: seed takes one value")
     assert run_command(chat, "/set parameter num_ctx 8192").startswith("error: num_ctx is fixed when the model loads")

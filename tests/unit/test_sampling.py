@@ -67,7 +67,6 @@ def test_n_is_the_engines_not_the_samplers():
 @pytest.mark.parametrize("field,value", [
     ("temperature", -0.1),
     ("temperature", 100.5),
-    ("top_p", 0.0),
     ("top_p", 1.01),
     ("top_p", -0.5),
     ("top_k", -1),
@@ -85,7 +84,8 @@ def test_out_of_range_names_the_param(field, value):
 
 
 @pytest.mark.parametrize("field,value", [
-    ("temperature", 0.0), ("temperature", 2.0), ("top_p", 1.0), ("top_p", 0.01), ("top_k", 0),
+    ("temperature", 0.0), ("temperature", 2.0), ("top_p", 1.0), ("top_p", 0.01), ("top_p", 0.0),
+    ("top_k", 0),
     ("min_p", 0.0), ("min_p", 1.0), ("presence_penalty", -2.0), ("presence_penalty", 2.0),
     ("frequency_penalty", -2.0), ("frequency_penalty", 2.0), ("repeat_penalty", 0.5),
 ])

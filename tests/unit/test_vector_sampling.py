@@ -87,6 +87,7 @@ CHAINS = [
     {"temperature": 0.0, "repeat_penalty": 1.5, "penalty_last_n": 4},
     {"temperature": 1.0, "top_k": 1},
     {"temperature": 1.0, "top_k": 3, "top_p": 1.0, "min_p": 0.0},
+    {"temperature": 1.0, "top_k": 0, "top_p": 0.0, "min_p": 0.0},  # OpenAI's and llama-server's lowest top_p
 ]
 
 

@@ -138,7 +138,7 @@ def sampling_from_request(req: SamplingFields, *, n_vocab: int, logprobs: bool =
     t = 0.8 if req.temperature is None else req.temperature
     _check(0.0 <= t <= 100.0, "temperature must be in [0, 100]", "temperature")
     top_p = 0.95 if req.top_p is None else req.top_p
-    _check(0.0 < top_p <= 1.0, "top_p must be in (0, 1]", "top_p")
+    _check(0.0 <= top_p <= 1.0, "top_p must be in [0, 1]", "top_p")  # 0 keeps the top token (llama.cpp's min_keep)
     top_k = 40 if req.top_k is None else req.top_k
     _check(top_k >= 0, "top_k must be >= 0", "top_k")
     min_p = 0.05 if req.min_p is None else req.min_p
