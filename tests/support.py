@@ -1135,3 +1135,18 @@ class ByteVocab:
         tokens = self.encode(text)
         return matcher.validate_tokens(tokens) == len(tokens) and matcher.consume_tokens(tokens) \
             and matcher.is_accepting()
+
+
+def streamed_calls(chunks: list) -> dict[int, dict]:
+    """Tool calls reassembled from deltas: the first delta of each index carries id/type/name."""
+    calls: dict[int, dict] = {}
+    for chunk in chunks:
+        for choice in chunk.choices:
+            for tc in choice.delta.tool_calls or []:
+                if tc.index not in calls:
+                    assert tc.id and tc.type == "function" and tc.function.name
+                    calls[tc.index] = {"id": tc.id, "name": tc.function.name, "arguments": ""}
+                else:
+                    assert tc.id is None and tc.function.name is None
+                calls[tc.index]["arguments"] += tc.function.arguments or ""
+    return calls

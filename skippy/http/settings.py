@@ -126,7 +126,8 @@ class ServerSettings:
                                    help="Seconds a stored response is kept after its creation (OpenAI's 30 "
                                         "days); an expired one answers 404 like a deleted one.")
     webui: bool = setting(True, check=IsBool(), flag=False,
-                          help="Serve the web playground at GET / (--no-webui: off, / answers 404).")
+                          help="Serve the web playground at GET / (--no-webui: off; /webui/ files answer 404 and / "
+                               "Ollama's 'Ollama is running').")
     _key_digests: tuple[bytes, ...] = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:

@@ -16,9 +16,8 @@ import json
 import httpx
 import pytest
 
-from tests.integration.test_tools import streamed_calls
 from tests.paths import CHAT_TEMPLATES
-from tests.support import ASK, NAMED, WEATHER, Server, check_call, openai_client
+from tests.support import ASK, NAMED, WEATHER, Server, check_call, openai_client, streamed_calls
 
 #: fixture template -> the chat format the server must detect
 FAMILIES = {

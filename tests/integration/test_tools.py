@@ -10,25 +10,10 @@ import jsonschema
 import pytest
 
 from tests.paths import CHAT_TEMPLATES
-from tests.support import ASK, NAMED, WEATHER, check_call, openai_client
+from tests.support import ASK, NAMED, WEATHER, check_call, openai_client, streamed_calls
 
 TIME = {"type": "function", "function": {"name": "get_time", "description": "Current time", "parameters": {
     "type": "object", "properties": {}}}}
-
-
-def streamed_calls(chunks: list) -> dict[int, dict]:
-    """Tool calls reassembled from deltas: the first delta of each index carries id/type/name."""
-    calls: dict[int, dict] = {}
-    for chunk in chunks:
-        for choice in chunk.choices:
-            for tc in choice.delta.tool_calls or []:
-                if tc.index not in calls:
-                    assert tc.id and tc.type == "function" and tc.function.name
-                    calls[tc.index] = {"id": tc.id, "name": tc.function.name, "arguments": ""}
-                else:
-                    assert tc.id is None and tc.function.name is None
-                calls[tc.index]["arguments"] += tc.function.arguments or ""
-    return calls
 
 
 @pytest.mark.parametrize("fixture", ["server", "qwen_server"])
