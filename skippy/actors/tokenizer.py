@@ -150,14 +150,15 @@ class Tokenizer(ThreadActor[Tokenize | Complete | Detokenize | CheckGrammar | Ch
             return self._complete(plan)
         return await self.ask(lambda r: Complete(plan, r))
 
-    async def tokenize_mixed(self, parts: Sequence[int | str]) -> list[int]:
-        """One prompt of token ids and strings as llama-server's ``tokenize_mixed``: each string tokenized with
-        special tokens parsed, the model's BOS added for a string that comes first; the ids as given (the caller
-        checks their range)."""
+    async def tokenize_mixed(self, parts: Sequence[int | str], *, add_special: bool = True,
+                             parse_special: bool = True) -> list[int]:
+        """One prompt of token ids and strings as llama-server's ``tokenize_mixed``: each string tokenized
+        (special tokens parsed with ``parse_special``), the model's BOS added (with ``add_special``) for a string
+        that comes first; the ids as given (the caller checks their range)."""
         tokens: list[int] = []
         for i, part in enumerate(parts):
-            tokens += await self.tokenize(part, add_special=i == 0, parse_special=True) if isinstance(part, str) \
-                else [part]
+            tokens += await self.tokenize(part, add_special=add_special and i == 0, parse_special=parse_special) \
+                if isinstance(part, str) else [part]
         return tokens
 
     def _tokenize_media(self, text: str, images: tuple[bytes, ...], param: str, encode: bool,

@@ -49,6 +49,18 @@ def test_stream_chunks_carry_their_token_ids(server: Server, return_tokens: bool
     assert post(server, "/completion", {**body, "return_tokens": False}).json()["tokens"] == []
 
 
+def test_tokenize_takes_llama_servers_mixed_content_and_none(server: Server) -> None:
+    """llama-server's ``/tokenize`` runs ``tokenize_mixed``: token ids pass as given between tokenized strings;
+    no ``content`` is no tokens."""
+    hello = post(server, "/tokenize", {"content": "Hello"}).json()["tokens"]
+    assert post(server, "/tokenize", {"content": [12, "Hello", 34]}).json()["tokens"] == [12, *hello, 34]
+    assert post(server, "/tokenize", {"content": ["Hello"], "add_special": True}).json() == \
+        post(server, "/tokenize", {"content": "Hello", "add_special": True}).json()
+    assert post(server, "/tokenize", {}).json() == {"tokens": []}
+    bad = post(server, "/tokenize", {"content": ["Hello", 10**9]})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "content"
+
+
 # -- logit_bias -----------------------------------------------------------------------------------
 
 def _piece(srv: Server, token: int) -> str:

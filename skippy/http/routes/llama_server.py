@@ -159,7 +159,12 @@ async def tokenize() -> Response:
     app, ctx = shared(), current()
     req = await read_body(TokenizeRequest, ctx)
     eng = await app.engine_for(req.model or request.args.get("model"), required=False)
-    tokens = await eng.tokenizer.tokenize(req.content, add_special=req.add_special, parse_special=req.parse_special)
+    content = [] if req.content is None else [req.content] if isinstance(req.content, str) else req.content
+    bad = next((t for t in content if isinstance(t, int) and not 0 <= t < eng.meta.n_vocab), None)
+    if bad is not None:
+        raise InvalidRequest(f"token id {bad} is out of range (0..{eng.meta.n_vocab - 1})", param="content")
+    tokens = await eng.tokenizer.tokenize_mixed(content, add_special=req.add_special,
+                                                parse_special=req.parse_special)
     if req.with_pieces:
         out: list[int | wire.TokenPiece] = []
         for t in tokens:

@@ -143,9 +143,11 @@ class ModelActionRequest(msgspec.Struct, kw_only=True):
 
 
 class TokenizeRequest(msgspec.Struct, kw_only=True):
-    """``POST /tokenize`` (llama-server): ``content`` -> ``{"tokens": [...]}``."""
+    """``POST /tokenize`` (llama-server): ``content`` -> ``{"tokens": [...]}``; ``content`` is a string or
+    llama-server's mixed prompt (token ids with strings, ``[12, "text"]``); none gives no tokens, as
+    llama-server answers it."""
 
-    content: str
+    content: str | list[PromptPart] | None = None
     add_special: bool = False
     parse_special: bool = True
     with_pieces: bool = False
