@@ -108,7 +108,8 @@ def test_logit_bias_parsed_to_int_ids():
     assert all(isinstance(t, int) and isinstance(b, float) for t, b in p.logit_bias)
 
 
-@pytest.mark.parametrize("key", ["abc", "1.5", "", "0x10", str(N_VOCAB), "-1", "99999999"])
+@pytest.mark.parametrize("key", ["abc", "1.5", "", "0x10", str(N_VOCAB), "-1", "99999999", " 15", "1_5", "15 ",
+                                 "\uff11\uff15", "+15"])
 def test_logit_bias_bad_key(key):
     err = invalid("logit_bias", logit_bias={key: 1.0})
     assert "logit_bias" in err.message

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 
 import attrs
 
@@ -105,6 +106,8 @@ class SamplingParams:
                 or self.infill)
 
 
+_TOKEN_ID = re.compile(r"[0-9]+")
+
 #: llama.cpp's ``LLAMA_DEFAULT_SEED``: a request's seed of -1 (or this) asks for a random one, as in llama-server.
 RANDOM_SEED = 0xFFFFFFFF
 
@@ -160,10 +163,9 @@ def sampling_from_request(req: SamplingFields, *, n_vocab: int, logprobs: bool =
     for pair in pairs:
         _check(len(pair) == 2, f"logit_bias entry {pair!r} is not a [token id, bias] pair", "logit_bias")
         key, value = pair
-        try:
-            tok = -1 if isinstance(key, bool | float) else int(key)
-        except ValueError:
-            tok = -1
+        # a key is a token id: an int, or ASCII digits (int() would also read " 12", "1_2" and other scripts' digits)
+        tok = key if isinstance(key, int) and not isinstance(key, bool) else \
+            int(key) if isinstance(key, str) and _TOKEN_ID.fullmatch(key) else -1
         _check(0 <= tok < n_vocab, f"logit_bias key {key!r} is not a token id (0..{n_vocab - 1})", "logit_bias")
         if value is False:  # llama-server's ban: never sampled
             bias.append((tok, float("-inf")))
