@@ -319,13 +319,38 @@ def _api_keys(api_key: tuple[str, ...], api_key_file: str | None) -> tuple[str, 
     return unique
 
 
+def _context_spelling(ctx: click.Context, options: dict[str, Any]) -> None:
+    """Pick the command line's spelling of the context in ``options`` when the environment gives the other.
+
+    ``-c/--ctx-size`` (llama-server's total of all slots) and ``--n-ctx`` (one sequence's) are two spellings
+    of one setting; like every flag, the command line's beats an environment variable's: ``--n-ctx`` over
+    ``SKIPPY_CTX_SIZE`` drops the ``ctx_size`` here, ``-c`` over ``SKIPPY_N_CTX`` wins in
+    :func:`_context_per_sequence`. Raises a usage error when one source (the command line, or the
+    environment) gives both.
+    """
+    given = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
+    total, per_sequence = ctx.get_parameter_source("ctx_size"), ctx.get_parameter_source("n_ctx")
+    if total not in given or per_sequence not in given:
+        return
+    if total is per_sequence:
+        from skippy.cli.llama_presets import preset_note
+
+        names = (("--ctx-size/-c", "--n-ctx") if total is click.core.ParameterSource.COMMANDLINE
+                 else ("SKIPPY_CTX_SIZE", "SKIPPY_N_CTX"))
+        raise click.UsageError(f"give either {names[0]} (total context of all slots, llama-server's meaning) or "
+                               f"{names[1]} (context of each sequence), not both{preset_note(ctx, '-c')}", ctx=ctx)
+    if per_sequence is click.core.ParameterSource.COMMANDLINE:
+        options["ctx_size"] = None
+
+
 def _context_per_sequence(ctx: click.Context, ctx_size: int | None, options: dict[str, Any]) -> None:
     """Turn llama-server's ``-c/--ctx-size`` (all slots) into ``n_ctx`` (one sequence) in ``options``.
 
-    llama-server gives each of its ``-np`` slots ``ctx-size / np`` tokens; so does this (a flag beats
-    ``SKIPPY_N_CTX``). ``-c 0`` (the training context) sets ``n_ctx`` 0 here; :func:`_training_share`
-    divides the model's own once its GGUF is there. Raises a usage error when ``--n-ctx`` is on the
-    command line too, or when a sequence would get fewer than 16 tokens.
+    llama-server gives each of its ``-np`` slots ``ctx-size / np`` tokens; so does this, over the ``n_ctx``
+    of a lower source (:func:`_context_spelling` leaves ``ctx_size`` ``None`` when ``n_ctx`` wins). ``-c 0``
+    (the training context) sets ``n_ctx`` 0 here; :func:`_training_share` divides the model's own once its
+    GGUF is there. Raises a usage error when ``--n-ctx`` is on the command line too, or when a sequence
+    would get fewer than 16 tokens.
     """
     if ctx_size is None:
         return
@@ -397,6 +422,7 @@ def serve(model: tuple[str, ...], hf_repo: str | None, alias: tuple[str, ...], m
                                                   "necessary to specify: skippy ignores it")
     per_model = {**engine_options, "chat_template": chat_template, "chat_template_kwargs": chat_template_kwargs,
                  "alias": alias, "ctx_size": ctx_size, "lora": _lora_adapters(ctx, lora, lora_scaled)}
+    _context_spelling(ctx, per_model)
     _check_model_options(ctx, per_model, "")  # the command line's own, before any download
     models: list[tuple[Path, str]] = []  # (GGUF, id): --model's (pulled when missing), then --models-dir's
     given = ctx.get_parameter_source("model") is not click.core.ParameterSource.DEFAULT

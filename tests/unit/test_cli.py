@@ -488,6 +488,20 @@ def test_a_llama_server_command_line_works_as_it_is(serve_recorder: list, tmp_pa
     assert config.mmproj is not None and config.mmproj.endswith("proj.gguf")
 
 
+def test_a_context_flag_beats_the_other_spellings_environment_variable(serve_recorder: list) -> None:
+    """-c/--ctx-size and --n-ctx are two spellings of the context: the command line's beats the environment's,
+    either way round (SKIPPY_CTX_SIZE with --n-ctx was refused as if both were on the command line); one source
+    giving both is a usage error."""
+    config, *_ = _run(["--n-ctx", "1024", "-np", "1"], {"SKIPPY_CTX_SIZE": "2048"}, serve_recorder)
+    assert config.n_ctx == 1024
+    config, *_ = _run(["-c", "2048", "-np", "2"], {"SKIPPY_N_CTX": "4096"}, serve_recorder)
+    assert config.n_ctx == 1024
+    result = CliRunner().invoke(main, ["serve", "-m", "tiny"], env={"SKIPPY_CTX_SIZE": "2048", "SKIPPY_N_CTX": "512"})
+    assert result.exit_code == 2, result.output
+    assert "give either SKIPPY_CTX_SIZE" in result.output and "SKIPPY_N_CTX" in result.output, result.output
+    assert not serve_recorder
+
+
 @pytest.mark.parametrize("args,message", [
     (["-c", "8192", "--n-ctx", "1024"], "not both"),
     (["-c", "64", "-np", "8"], "leaves 8 per sequence"),
