@@ -20,7 +20,8 @@ The file (llama-server's format)::
 A section names a served model (its id, as ``--model`` / ``--models-dir`` give it) or, with a ``model``
 key (a GGUF path or a known model name), adds one served as the section's name. Precedence, as
 llama-server: the command line (and ``SKIPPY_*`` variables) over the model's section over ``[*]`` over
-the defaults. Keys are the per-model flags: every engine setting (context, parallel, template,
+the defaults; ``c``/``ctx-size`` and ``n-ctx`` spell one setting, the context, and the higher source's
+spelling wins. Keys are the per-model flags: every engine setting (context, parallel, template,
 projector, cache types, offload, sampling defaults...), ``chat-template``, ``chat-template-kwargs``,
 ``alias``, ``lora`` and ``lora-scaled`` (this model's adapters, the ``lora`` ones first; ``FILE SCALE``
 per line), ``jinja`` (accepted), and ``load-on-startup`` (load the model when the server starts instead
@@ -29,8 +30,8 @@ is ``mmap = false``. A repeated flag takes one value per line. Keys may keep the
 
 Errors (:class:`PresetError`, a start-up error naming the file, the section and the key): a file that
 cannot be read or parsed, another ``version``, an unknown key (with the closest flag), a server-wide flag
-(``port``, ``api-key``...), a value its flag refuses, a section naming no served model and giving no
-``model``. Nothing loads before the whole file is checked.
+(``port``, ``api-key``...), a value its flag refuses, both spellings of the context in one section, a
+section naming no served model and giving no ``model``. Nothing loads before the whole file is checked.
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ import click
 #: the flags of `skippy serve` a preset may set besides the engine settings (by parameter name)
 MODEL_PARAMS = frozenset({"chat_template", "chat_template_kwargs", "alias", "jinja", "ctx_size", "lora",
                           "lora_scaled"})
+#: the parameters that are two spellings of one setting (each -> the other): llama-server's total context
+#: ``c``/``ctx-size`` and the per-sequence ``n-ctx``; the higher source's spelling wins, one source gives one
+SAME_SETTING = {"ctx_size": "n_ctx", "n_ctx": "ctx_size"}
 #: preset-only keys
 LOAD_ON_STARTUP = "load-on-startup"
 _TOP = "__top__"
@@ -179,6 +183,9 @@ def _section(path: Path, section: str, items: dict[str, str], keys: dict[str, tu
         assert param.name is not None
         if param.name in options:
             raise PresetError(f"{where} {key}: {param.name.replace('_', '-')} is set twice in this section")
+        if SAME_SETTING.get(param.name) in options:
+            raise PresetError(f"{where} {key}: give either ctx-size/c (total context of all slots, llama-server's "
+                              "meaning) or n-ctx (context of each sequence) in a section, not both")
         options[param.name] = _value(param, negated, raw, ctx, f"{where} {key}")
     return Preset(section, options, model, load)
 
@@ -213,17 +220,27 @@ def _value(param: click.Parameter, negated: bool, raw: str, ctx: click.Context, 
 def merged(ctx: click.Context, presets: Presets, preset: Preset | None, cli: dict[str, Any],
            not_given: Collection[str] = ()) -> dict[str, Any]:
     """``cli`` (parameter name -> value) with the preset's settings applied: a value given on the command
-    line or in the environment wins, then the model's section, then ``[*]``, then the default. ``not_given``:
-    parameters whose command-line value does not bind this model (``--mmproj`` and the other first-model
-    flags, for the other models): the preset's value applies to them."""
+    line or in the environment wins, then the model's section, then ``[*]``, then the default (llama-server's
+    precedence). The spellings of one setting (:data:`SAME_SETTING`: ``c`` and ``n-ctx``) rank as one: the
+    command line's ``--n-ctx`` beats a section's ``c``, a section's ``n-ctx`` beats ``[*]``'s ``c`` (its
+    ``ctx_size`` is dropped: ``None``). ``not_given``: parameters whose command-line value does not bind this
+    model (``--mmproj`` and the other first-model flags, for the other models): the preset's value applies to
+    them."""
     out = dict(cli)
     for layer in (presets.defaults, preset):
         if layer is None:
             continue
         for name, value in layer.options.items():
-            source = ctx.get_parameter_source(name)
-            if name not in not_given and source in (click.core.ParameterSource.COMMANDLINE,
-                                                    click.core.ParameterSource.ENVIRONMENT):
+            if _given(ctx, name, not_given) or _given(ctx, SAME_SETTING.get(name), not_given):
                 continue
             out[name] = value
+            if name == "n_ctx":  # a -c below it would be turned into n_ctx later: this layer's n-ctx wins
+                out["ctx_size"] = None
     return out
+
+
+def _given(ctx: click.Context, name: str | None, not_given: Collection[str]) -> bool:
+    """Whether the command line or the environment sets parameter ``name`` for this model (``None``: no
+    parameter); not for a name of ``not_given``."""
+    return name is not None and name not in not_given and ctx.get_parameter_source(name) in (
+        click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)

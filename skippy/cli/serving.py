@@ -347,18 +347,13 @@ def _context_per_sequence(ctx: click.Context, ctx_size: int | None, options: dic
     """Turn llama-server's ``-c/--ctx-size`` (all slots) into ``n_ctx`` (one sequence) in ``options``.
 
     llama-server gives each of its ``-np`` slots ``ctx-size / np`` tokens; so does this, over the ``n_ctx``
-    of a lower source (:func:`_context_spelling` leaves ``ctx_size`` ``None`` when ``n_ctx`` wins). ``-c 0``
-    (the training context) sets ``n_ctx`` 0 here; :func:`_training_share` divides the model's own once its
-    GGUF is there. Raises a usage error when ``--n-ctx`` is on the command line too, or when a sequence
-    would get fewer than 16 tokens.
+    of a lower source (:func:`_context_spelling` and :func:`~skippy.cli.presets.merged` leave ``ctx_size``
+    ``None`` when ``n_ctx`` wins). ``-c 0`` (the training context) sets ``n_ctx`` 0 here;
+    :func:`_training_share` divides the model's own once its GGUF is there. Raises a usage error when a
+    sequence would get fewer than 16 tokens.
     """
     if ctx_size is None:
         return
-    if ctx.get_parameter_source("n_ctx") is click.core.ParameterSource.COMMANDLINE:
-        from skippy.cli.llama_presets import preset_note
-
-        raise click.UsageError("give either --ctx-size/-c (total context of all slots, llama-server's meaning) or "
-                               f"--n-ctx (context of each sequence), not both{preset_note(ctx, '-c')}", ctx=ctx)
     if ctx_size == 0:
         options["n_ctx"] = 0
         return
@@ -628,7 +623,7 @@ def _training_share(ctx: click.Context, path: Path, parallel: int, where: str) -
 
 def _check_model_options(ctx: click.Context, values: dict[str, Any], where: str) -> None:
     """The checks across one model's flags that click cannot make alone, on ``values`` (parameter name ->
-    value; ``ctx_size`` turned into ``n_ctx`` per sequence here): -c against --n-ctx and --parallel, a
+    value; ``ctx_size`` turned into ``n_ctx`` per sequence here): -c over --parallel, a
     quantized V cache without flash attention (exit 1, before any download), -ot buffer types, the
     settings' own cross-checks (-b below -np...). ``where`` is a preset section's prefix: then every
     failure is a :class:`~skippy.cli.presets.PresetError` naming it."""

@@ -648,6 +648,25 @@ def test_a_models_preset_sets_each_models_flags(serve_recorder: list, tmp_path: 
     assert config.chat_template is None
 
 
+@pytest.mark.parametrize("args, env, text, n_ctx", [
+    (["--n-ctx", "1024"], {}, "[tiny]\nc = 4096\nparallel = 2\n", 1024),  # was refused: "not both"
+    ([], {"SKIPPY_N_CTX": "1024"}, "[tiny]\nc = 4096\nparallel = 2\n", 1024),  # was 2048: the section's c
+    ([], {}, "[*]\nc = 4096\n\n[tiny]\nn-ctx = 1024\nparallel = 2\n", 1024),  # was 2048: [*]'s c
+    ([], {}, "[*]\nn-ctx = 1024\n\n[tiny]\nc = 4096\nparallel = 2\n", 2048),
+    (["-c", "2048"], {}, "[tiny]\nn-ctx = 512\nparallel = 2\n", 1024),
+    ([], {"SKIPPY_CTX_SIZE": "2048"}, "[*]\nn-ctx = 512\n\n[tiny]\nparallel = 2\n", 1024),
+])
+def test_a_presets_c_and_n_ctx_are_one_setting_of_the_usual_precedence(args: list[str], env: dict, text: str,
+                                                                       n_ctx: int, serve_recorder: list,
+                                                                       tmp_path: Path) -> None:
+    """A section's c (total context) and n-ctx (per sequence) spell one setting: the spelling of the higher
+    source wins, the command line (and SKIPPY_* variables) over the model's section over [*]."""
+    preset = tmp_path / "models.ini"
+    preset.write_text(text)
+    config = _run([*args, "--models-preset", str(preset)], env, serve_recorder)[0]
+    assert (config.n_ctx, config.parallel) == (n_ctx, 2)
+
+
 @pytest.mark.parametrize("text, message", [
     ("[tiny]\nparalel = 2\n", "[tiny] paralel: not a per-model flag of skippy serve (did you mean 'parallel'?)"),
     ("[tiny]\nport = 9\n", "[tiny] port: a server-wide flag, not a model's"),
@@ -664,6 +683,7 @@ def test_a_models_preset_sets_each_models_flags(serve_recorder: list, tmp_path: 
     ("[tiny]\nparallel = 2\nnp = 3\n", "parallel is set twice"),
     ("[tiny]\ncache-type-v = q8_0\nflash-attn = off\n", "[tiny] --cache-type-v q8_0 (a quantized V cache) needs"),
     ("[tiny]\nc = 20\nparallel = 4\n", "[tiny] Invalid value for '--ctx-size' / '-c': 20 tokens over 4 slots"),
+    ("[*]\nc = 4096\nn-ctx = 1024\n", "[*] n-ctx: give either ctx-size/c (total context of all slots"),
     ("[*]\nload-on-startup = true\n", "[*]: 'model' and 'load-on-startup' belong in a model's section"),
     ("[other]\nmodel = {tmp}/notes.txt\n", "[other] model: {tmp}/notes.txt is not a GGUF file"),
 ])
