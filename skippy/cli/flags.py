@@ -52,7 +52,8 @@ def setting_option(field: attrs.Attribute) -> Callable[[F], F]:
     ``n_ctx``; the field's default, help text and metavar; a click type from
     its validator (``IntRange``/``FloatRange`` -> a click range,
     ``OneOf`` -> ``click.Choice``, ``IsBool`` -> a flag, or
-    ``--x/--no-x`` when the default is on), and the field's aliases
+    ``--x/--no-x`` when the default is on; a ``file`` setting: a file that must
+    exist, as ``--lora``'s ``click.Path``), and the field's aliases
     (llama-server's ``-np`` for ``--parallel``). A callback then runs the field's
     own validator, so the flag refuses exactly what the class refuses
     (e.g. ``nan``, which click's ranges let through), as a usage error
@@ -72,6 +73,8 @@ def setting_option(field: attrs.Attribute) -> Callable[[F], F]:
             flag = f"{flag}/--no-{flag[2:]}"
         else:
             kw["is_flag"] = True
+    elif info.file:
+        kw["type"] = click.Path(exists=True, dir_okay=False, path_type=str)
     elif (kind := _click_type(field.validator)) is not None:
         kw["type"] = kind
     if info.metavar:

@@ -42,6 +42,9 @@ class SettingInfo:
     to show instead. ``aliases``: more names of the flag, e.g. llama-server's
     ``-np`` for ``--parallel`` (so a llama-server command line works as it is).
     ``multiple``: the flag is repeatable and the setting a tuple of its values (``--consult A --consult B``).
+    ``file``: the value names a file that must exist; ``skippy serve`` checks it as it reads the flag, its
+    environment variable or a ``--models-preset`` key (a usage error naming it, as ``--lora``'s), before
+    anything loads.
     """
 
     help: str
@@ -50,21 +53,22 @@ class SettingInfo:
     show_default: bool | str = True
     aliases: tuple[str, ...] = ()
     multiple: bool = False
+    file: bool = False
 
 
 def setting(default: Any = attrs.NOTHING, *, help: str, check: Any, factory: Any = None, flag: bool = True,
             metavar: str | None = None, show_default: bool | str = True, converter: Any = None,
-            aliases: tuple[str, ...] = (), multiple: bool = False, secret: bool = False) -> Any:
+            aliases: tuple[str, ...] = (), multiple: bool = False, secret: bool = False, file: bool = False) -> Any:
     """An attrs field for a setting: ``default`` (or ``factory``), validator ``check``, ``help`` in metadata.
 
     ``check`` is one of :class:`IntRange`, :class:`FloatRange`,
     :class:`OneOf`, :class:`IsBool`, :class:`IsText` or another attrs
     validator; the first five are the ones ``skippy serve`` turns into click
-    types. ``flag``, ``metavar``, ``show_default``, ``aliases`` and ``multiple`` go to
+    types. ``flag``, ``metavar``, ``show_default``, ``aliases``, ``multiple`` and ``file`` go to
     :class:`SettingInfo`. ``secret``: the value stays out of the config's ``repr`` (a key).
     """
     info = SettingInfo(help=help, flag=flag, metavar=metavar, show_default=show_default, aliases=aliases,
-                       multiple=multiple)
+                       multiple=multiple, file=file)
     if factory is not None:
         default = attrs.Factory(factory)
     return attrs.field(default=default, validator=check, converter=converter, metadata={SETTING: info},
@@ -586,7 +590,7 @@ class EngineConfig:
                                     help="YaRN low correction dimension or beta (llama-server's "
                                          "--yarn-beta-fast); -1: the model's.")
     mmproj: str | None = setting(None, aliases=("-mm",), check=IsText(), converter=_fspath, metavar="FILE",
-                                 show_default=False,
+                                 show_default=False, file=True,
                                  help="Multimodal projector GGUF of the model (llama-server's --mmproj): requests may "
                                       "then send images (OpenAI image_url parts with base64 data URLs; http(s) "
                                       "URLs with --allow-image-urls), read by llama.cpp's libmtmd. With several "

@@ -482,7 +482,9 @@ def test_a_llama_server_command_line_works_as_it_is(serve_recorder: list, tmp_pa
     config, *_ = _run(["-c", "2048", "-np", "2"], {"SKIPPY_N_CTX": "4096"}, serve_recorder)  # the flag wins
     assert config.n_ctx == 1024
     # llama-server's short forms of the KV cache, projector and backend sampling flags
-    config, *_ = _run(["-ctk", "q8_0", "-ctv", "q8_0", "-kvu", "-bs", "-mm", "proj.gguf"], calls=serve_recorder)
+    (tmp_path / "proj.gguf").write_bytes(b"GGUF")
+    config, *_ = _run(["-ctk", "q8_0", "-ctv", "q8_0", "-kvu", "-bs", "-mm", str(tmp_path / "proj.gguf")],
+                      calls=serve_recorder)
     assert (config.cache_type_k, config.cache_type_v, config.kv_unified, config.backend_sampling) == \
         ("q8_0", "q8_0", True, True)
     assert config.mmproj is not None and config.mmproj.endswith("proj.gguf")
@@ -557,9 +559,11 @@ def test_a_projector_beside_a_model_in_models_dir_is_its_mmproj_not_a_model(serv
     served = [config, *pool["more_models"]]
     assert [(c.model_name, c.mmproj) for c in served] == [("eye", str(models / "eye.mmproj.gguf")), ("text", None)]
     # --mmproj is the first model's, and wins over a projector beside it
-    result = CliRunner().invoke(main, ["serve", "--models-dir", str(models), "--mmproj", "/p/x.gguf"], env={})
+    (tmp_path / "x.gguf").write_bytes(b"GGUF")
+    result = CliRunner().invoke(main, ["serve", "--models-dir", str(models), "--mmproj", str(tmp_path / "x.gguf")],
+                                env={})
     config, pool = serve_recorder.pop()[0], serve_recorder.pool.pop()
-    assert config.mmproj == "/p/x.gguf" and pool["more_models"][0].mmproj is None
+    assert config.mmproj == str(tmp_path / "x.gguf") and pool["more_models"][0].mmproj is None
 
 
 def test_an_alias_that_names_another_served_model_is_refused(serve_recorder: list, tmp_path: Path) -> None:
@@ -623,7 +627,7 @@ alias = small
 model = {coder}
 lora-scaled = {coder} 0.5
 chat-template = chatml
-mmproj = /p/m.gguf
+mmproj = {mmproj}
 load-on-startup = true
 batch-size = 1024
 """
@@ -631,8 +635,9 @@ batch-size = 1024
 
 def test_a_models_preset_sets_each_models_flags(serve_recorder: list, tmp_path: Path) -> None:
     (tmp_path / "coder.gguf").write_bytes(b"GGUF")
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
     preset = tmp_path / "models.ini"
-    preset.write_text(PRESET.format(coder=tmp_path / "coder.gguf"))
+    preset.write_text(PRESET.format(coder=tmp_path / "coder.gguf", mmproj=tmp_path / "m.gguf"))
     config, _, _, _ = _run(["--models-preset", str(preset), "--n-predict", "9"], calls=serve_recorder)
     pool = serve_recorder.pool.pop()
     (coder,) = pool["more_models"]
@@ -643,7 +648,7 @@ def test_a_models_preset_sets_each_models_flags(serve_recorder: list, tmp_path: 
     # [coder]: added by its `model` key, served as the section's name; [*]'s -np applies
     assert (coder.model_name, coder.model, coder.parallel, coder.n_batch) == ("coder", str(tmp_path / "coder.gguf"),
                                                                               3, 1024)
-    assert coder.mmproj == "/p/m.gguf" and "im_start" in coder.chat_template and coder.n_predict == 9
+    assert coder.mmproj == str(tmp_path / "m.gguf") and "im_start" in coder.chat_template and coder.n_predict == 9
     assert coder.lora == ((str(tmp_path / "coder.gguf"), 0.5),) and config.lora == ()
     assert config.chat_template is None
 
@@ -686,6 +691,7 @@ def test_a_presets_c_and_n_ctx_are_one_setting_of_the_usual_precedence(args: lis
     ("[*]\nc = 4096\nn-ctx = 1024\n", "[*] n-ctx: give either ctx-size/c (total context of all slots"),
     ("[*]\nload-on-startup = true\n", "[*]: 'model' and 'load-on-startup' belong in a model's section"),
     ("[other]\nmodel = {tmp}/notes.txt\n", "[other] model: {tmp}/notes.txt is not a GGUF file"),
+    ("[other]\nmodel = tiny\nmmproj = {tmp}/no.mmproj.gguf\n", "[other] mmproj: Invalid value for '--mmproj'"),
 ])
 def test_a_bad_models_preset_is_a_start_up_error_naming_it(text: str, message: str, serve_recorder: list,
                                                            tmp_path: Path) -> None:
@@ -705,17 +711,18 @@ def test_the_command_lines_mmproj_is_the_first_models_and_a_sections_own_applies
     still apply to its model (they were dropped when the command line gave the flag too). A section may serve
     the first model's file again under its own name, with its own settings (llama-server's router: a section
     is an instance)."""
-    (tmp_path / "qvl.gguf").write_bytes(b"GGUF")
+    for name in ("qvl.gguf", "qvl.mmproj.gguf", "tiny.mmproj.gguf", "first.gguf"):
+        (tmp_path / name).write_bytes(b"GGUF")
     preset = tmp_path / "models.ini"
-    preset.write_text(f"[qvl]\nmodel = {tmp_path / 'qvl.gguf'}\nmmproj = /p/qvl.mmproj.gguf\nalias = q\n\n"
-                      "[plain]\nmodel = tiny\n\n[again]\nmodel = tiny\nmmproj = /p/tiny.mmproj.gguf\n")
-    config = _run(["--mmproj", "/p/first.gguf", "--alias", "first", "--models-preset", str(preset)],
+    preset.write_text(f"[qvl]\nmodel = {tmp_path / 'qvl.gguf'}\nmmproj = {tmp_path / 'qvl.mmproj.gguf'}\nalias = q\n\n"
+                      f"[plain]\nmodel = tiny\n\n[again]\nmodel = tiny\nmmproj = {tmp_path / 'tiny.mmproj.gguf'}\n")
+    config = _run(["--mmproj", str(tmp_path / "first.gguf"), "--alias", "first", "--models-preset", str(preset)],
                   calls=serve_recorder)[0]
     qvl, plain, again = serve_recorder.pool.pop()["more_models"]
-    assert (config.mmproj, config.model_alias) == ("/p/first.gguf", ("first",))
-    assert (qvl.model_name, qvl.mmproj, qvl.model_alias) == ("qvl", "/p/qvl.mmproj.gguf", ("q",))
+    assert (config.mmproj, config.model_alias) == (str(tmp_path / "first.gguf"), ("first",))
+    assert (qvl.model_name, qvl.mmproj, qvl.model_alias) == ("qvl", str(tmp_path / "qvl.mmproj.gguf"), ("q",))
     assert (plain.model_name, plain.mmproj, plain.model_alias, plain.model) == ("plain", None, (), config.model)
-    assert (again.model_name, again.mmproj) == ("again", "/p/tiny.mmproj.gguf")
+    assert (again.model_name, again.mmproj) == ("again", str(tmp_path / "tiny.mmproj.gguf"))
 
 
 def test_a_models_preset_serves_a_reranker_beside_a_chat_model(serve_recorder: list, tmp_path: Path) -> None:
@@ -743,6 +750,21 @@ def test_lora_adapters_are_numbered_in_command_line_order_and_go_to_the_first_mo
                 ["--lora-scaled", str(a), "x"]):
         result = CliRunner().invoke(main, ["serve", "--model", "tiny", *bad], env={})
         assert result.exit_code == 2 and "lora" in result.output, result.output
+
+
+@pytest.mark.parametrize("args, env", [(["--mmproj", "{missing}"], {}), (["-mm", "{missing}"], {}),
+                                       ([], {"SKIPPY_MMPROJ": "{missing}"})])
+def test_a_projector_file_that_is_not_there_is_a_usage_error(args: list[str], env: dict, serve_recorder: list,
+                                                              tmp_path: Path) -> None:
+    """--mmproj naming no file is refused while the flags are read, as --lora's is (exit 2, naming the flag);
+    it used to pass, and the server stopped only after loading the model."""
+    missing = str(tmp_path / "missing.mmproj.gguf")
+    args = [a.replace("{missing}", missing) for a in args]
+    env = {k: v.replace("{missing}", missing) for k, v in env.items()}
+    result = CliRunner().invoke(main, ["serve", "--model", "tiny", *args], env=env)
+    assert result.exit_code == 2, result.output
+    assert "'--mmproj'" in result.output and f"'{missing}' does not exist" in result.output, result.output
+    assert not serve_recorder
 
 
 def test_the_model_environment_variable_is_one_path(serve_recorder: list) -> None:
