@@ -115,13 +115,27 @@ class BurstListener(trio.abc.Listener[trio.SocketStream]):
 
 
 class _TCPServer(TCPServer):
-    """hypercorn's connection handler, closing the socket when the response says ``Connection: close``.
+    """hypercorn's connection handler, with three fixes that keep one connection from harming the others.
 
-    hypercorn 0.18 closes from inside the app's task, and quart-trio cancels that task as the
-    response ends, so the close was cancelled and the connection stayed open until the
-    client closed it (a client reading to EOF, HTTP/1.0 style, hung; hypercorn issue #330).
-    Closing is quick (``shutdown(2)`` and ``close(2)``), so it runs shielded.
+    - It closes the socket when the response says ``Connection: close``. hypercorn 0.18 closes from inside
+      the app's task, and quart-trio cancels that task as the response ends, so the close was cancelled and
+      the connection stayed open until the client closed it (a client reading to EOF, HTTP/1.0 style, hung;
+      hypercorn issue #330). Closing is quick (``shutdown(2)`` and ``close(2)``), so it runs shielded.
+    - An error in hypercorn's protocol code ends that connection only, logged as a warning. It used to
+      escape the connection's task and end the whole server: over HTTP/2, request body data that came
+      after the answer to a body the app never read (a 401, a 404: a ``KeyError`` for the finished stream),
+      or a ``CONNECT`` request (an ``UnboundLocalError``).
+    - A client that closes its side stops the keep-alive timer. A connection closed before its first
+      byte (a TCP health check, a port scan) kept its socket, in CLOSE-WAIT, for the whole
+      75 s idle timeout (``keep_alive_timeout``): a connect-and-close loop used up the file descriptors.
     """
+
+    async def run(self) -> None:
+        try:
+            await super().run()
+        except Exception as exc:  # hypercorn's protocol code failed on what this client sent (see above)
+            log.warning("connection closed: the HTTP protocol handling failed on what the client sent (%s: %s)",
+                        type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG))
 
     async def protocol_send(self, event: Event) -> None:
         if isinstance(event, Closed):
@@ -129,6 +143,10 @@ class _TCPServer(TCPServer):
                 await super().protocol_send(event)
         else:
             await super().protocol_send(event)
+
+    async def _read_data(self) -> None:
+        await super()._read_data()
+        await self.idle_task.stop()  # nothing more comes: the connection ends once its requests have
 
 
 async def _close_when(drained: trio.Event, scope: trio.CancelScope) -> None:

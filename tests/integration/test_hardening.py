@@ -18,6 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import h2.config
+import h2.connection
+import h2.events
 import h11
 import httpx
 import openai
@@ -470,6 +473,71 @@ def test_keep_alive_connection_serves_a_second_request(base_url: str) -> None:
             status, _ = read_response(sock, timeout=10, conn=conn)
             assert status == 200
             conn.start_next_cycle()
+
+
+# -- one connection cannot harm the others ----------------------------------------------------------
+
+def _h2_connection(srv: Server) -> tuple[socket.socket, h2.connection.H2Connection]:
+    """A cleartext HTTP/2 connection (prior knowledge, as haproxy's ``proto h2`` and ``curl --http2-prior-knowledge``
+    open one) to ``srv``."""
+    sock = socket.create_connection(("127.0.0.1", int(srv.base_url.rsplit(":", 1)[1])), timeout=10)
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    sock.sendall(conn.data_to_send())
+    return sock, conn
+
+
+def _h2_status(sock: socket.socket, conn: h2.connection.H2Connection) -> int:
+    """The status of the first response that comes on the connection."""
+    while True:
+        for event in conn.receive_data(sock.recv(65536)):
+            if isinstance(event, h2.events.ResponseReceived):
+                return int(dict(event.headers)[b":status"])
+        sock.sendall(conn.data_to_send())
+
+
+def _still_serving(srv: Server) -> None:
+    assert srv.proc.poll() is None, srv.log()[-2000:]
+    assert httpx.get(srv.base_url + "/health", timeout=10).status_code == 200
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/nope"])  # 401 (no key), 404: the body is never read
+def test_http2_body_sent_after_the_answer_leaves_the_server_serving(hard_server: Server, path: str) -> None:
+    """A client that goes on sending a request body the server answered without reading it (a big upload
+    refused for its key) made hypercorn's HTTP/2 code fail, and that failure ended the whole server."""
+    sock, conn = _h2_connection(hard_server)
+    with sock:
+        conn.send_headers(1, [(":method", "POST"), (":path", path), (":scheme", "http"), (":authority", "x"),
+                              ("content-type", "application/json")])
+        conn.send_data(1, b'{"messages": [')
+        sock.sendall(conn.data_to_send())
+        assert _h2_status(sock, conn) in (401, 404)
+        conn.send_data(1, b"]}", end_stream=True)
+        sock.sendall(conn.data_to_send())
+        time.sleep(0.5)  # the server reads the late data (nothing to wait on: it answers nothing more)
+    _still_serving(hard_server)
+
+
+def test_an_http2_connect_request_leaves_the_server_serving(hard_server: Server) -> None:
+    """RFC 9113 section 8.5's CONNECT (no ``:path``) made hypercorn fail, which ended the server."""
+    sock, conn = _h2_connection(hard_server)
+    with sock:
+        conn.send_headers(1, [(":method", "CONNECT"), (":authority", "example.com:443")])
+        sock.sendall(conn.data_to_send())
+        sock.recv(65536)  # the server answers or closes the connection
+    _still_serving(hard_server)
+
+
+def test_a_connection_closed_before_its_first_byte_frees_its_socket(hard_server: Server) -> None:
+    """TCP health checks and port scans connect and close: each such socket was kept (CLOSE-WAIT) for the
+    75 s idle timeout, so a loop of them used up the server's file descriptors."""
+    fds = Path(f"/proc/{hard_server.proc.pid}/fd")
+    before = len(list(fds.iterdir()))
+    port = int(hard_server.base_url.rsplit(":", 1)[1])
+    for _ in range(200):
+        socket.create_connection(("127.0.0.1", port), timeout=10).close()
+    wait_until(lambda: len(list(fds.iterdir())) <= before + 5, 20, "the closed connections' sockets to be freed")
+    _still_serving(hard_server)
 
 
 # -- slow and vanished clients ---------------------------------------------------------------------
