@@ -21,7 +21,8 @@ origins, ``*`` for any, or llama-server's keyword ``localhost`` for any
   allowed origin, ``Access-Control-Allow-Origin`` (the origin, also when
   ``*`` is configured: llama-server echoes it so that credentialed requests
   work), ``Access-Control-Allow-Credentials: true`` and
-  ``Access-Control-Expose-Headers: Retry-After, WWW-Authenticate, X-Request-Id``.
+  ``Access-Control-Expose-Headers`` (:data:`EXPOSE_HEADERS`: every response header of ours a client
+  reads, ``Retry-After`` to ``X-Skippy-Max-Tokens-Clamped``).
 - Without ``--cors-origins`` no response carries a CORS header.
 
 Where we differ from llama-server on purpose: CORS is off by default
@@ -57,7 +58,8 @@ from skippy.http.settings import ServerSettings
 
 ALLOW_METHODS = ("GET", "POST", "DELETE", "OPTIONS")  # DELETE: /v1/responses/{id}
 MAX_AGE = 600  # seconds a browser may cache a preflight answer
-EXPOSE_HEADERS = "Retry-After, WWW-Authenticate, X-Request-Id"
+EXPOSE_HEADERS = ", ".join(("Retry-After", "WWW-Authenticate", "X-Request-Id", "X-Should-Retry",
+                            "X-Skippy-Ignored-Fields", "X-Skippy-Max-Tokens-Clamped"))
 _DEFAULT_ALLOW_HEADERS = "authorization, content-type, x-api-key"
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110 token)
 
