@@ -4,7 +4,8 @@
 other): at ``after_prefill`` it consults when the first token says the model starts unsure
 (:func:`~skippy.engine.hooks.consult.should_consult_start`), at ``mid_generation`` (the signal window
 fired) always. A consultation asks the best two peers (:func:`~skippy.engine.hooks.consult.peer_order`)
-at once in a trio nursery, each within ``--consult-timeout``; the first usable answer wins and the other
+at once in a trio nursery, all within one ``--consult-timeout`` (a remote peer's first ``/v1/models`` read
+included); the first usable answer wins and the other
 request is cancelled (a local peer's sequence is cancelled with it, which frees its slot). Its hint is
 injected (:func:`~skippy.engine.hooks.consult.injection`) and the model goes on. A peer that fails,
 times out or answers nothing gives no action: never an error for the client.
@@ -305,10 +306,17 @@ class ConsultPolicy:
 
     async def consult(self, request: Any) -> Outcome:
         """Ask the best peers about ``request``'s last user message; an :class:`Inject` of the first usable
-        answer, else :data:`NO_ACTION` with the report (never raises for a peer's fault)."""
+        answer, else :data:`NO_ACTION` with the report (never raises for a peer's fault). The whole
+        consultation (the remote peers' ``/v1/models`` probes, then the questions) runs within one
+        ``--consult-timeout``; a report's ``latency_ms`` counts from its start."""
         if getattr(request, "mesh_hooks", None) is False:  # a consultation is never itself consulted
             return NO_ACTION
-        with trio.move_on_after(self.rules.timeout):  # each remote peer's /v1/models, read once, before the order
+        # one deadline for the whole consultation: the peers' /v1/models probes, then the questions (a remote
+        # POST, a local peer's wait for a slot and its generation); the evaluator's bound (hook_timeout) is
+        # --consult-timeout + 1 s past it, so it never cuts a consultation short
+        t0 = trio.current_time()
+        deadline = t0 + self.rules.timeout
+        with trio.move_on_at(deadline):  # each remote peer's /v1/models, until read, before the order
             async with trio.open_nursery() as nursery:
                 for peer in self.peers:
                     nursery.start_soon(peer.probe)
@@ -324,10 +332,9 @@ class ConsultPolicy:
 
         async def one(peer: Peer, cancel: trio.CancelScope) -> None:
             nonlocal winner
-            t0 = trio.current_time()
             outcome, error, content, model = "answered", None, None, None
             try:
-                with trio.move_on_after(self.rules.timeout) as scope:
+                with trio.move_on_at(deadline) as scope:
                     content, model = await peer.ask(question)
                 if scope.cancelled_caught:
                     outcome = "timeout"
@@ -339,7 +346,7 @@ class ConsultPolicy:
                 if error == "timeout":
                     outcome = "timeout"
                 log.info("consultation of %s failed: %s", peer.name, error)
-            ms = (trio.current_time() - t0) * 1000.0
+            ms = (trio.current_time() - t0) * 1000.0  # from the consultation's start: the probes' wait included
             hint = hint_text(content, self.rules.max_chars) if outcome == "answered" else None
             if outcome == "answered" and hint is None:
                 outcome = "empty"
@@ -415,22 +422,29 @@ class ConsultPolicy:
 class ComposedPolicy:
     """A user's hook policy (``--hook-policy`` / ``--hook-url``) with the consultation: the user's
     ``after_prefill`` / ``mid_generation`` runs first, within ``user_timeout`` seconds (``--hook-timeout``;
-    past it the call fails as a hook timeout would), and the consultation runs only when it returns no
-    action. ``before_chat`` and ``on_finish`` are the user's own (absent when the user's policy has none)."""
+    past it the call fails with ``trio.TooSlowError``, a hook failure), and the consultation runs only when it
+    returns no action. ``before_chat`` and ``on_finish`` are the user's own (absent when the user's policy has
+    none), held to ``user_timeout`` too: the evaluator's own bound is longer (:func:`hook_timeout`: the user's
+    part and a whole consultation)."""
 
     def __init__(self, user: Any, consult: ConsultPolicy, user_timeout: float) -> None:
         self.user, self.consult, self.user_timeout = user, consult, user_timeout
         for event in ("before_chat", "on_finish"):
-            method = getattr(user, event, None)
-            if callable(method):
-                setattr(self, event, method)
+            if callable(getattr(user, event, None)):
+                setattr(self, event, self._bounded(event))
 
-    async def _user(self, event: str, request: Any, payload: Any) -> Any:
+    def _bounded(self, event: str) -> Any:
+        async def call(request: Any, *payload: Any) -> Any:
+            return await self._user(event, request, *payload)
+
+        return call
+
+    async def _user(self, event: str, request: Any, *payload: Any) -> Any:
         method = getattr(self.user, event, None)
         if not callable(method):
             return None
         with trio.fail_after(self.user_timeout):
-            result = method(request, payload)
+            result = method(request, *payload)
             if inspect.isawaitable(result):
                 result = await result
         return result
@@ -449,11 +463,18 @@ class ComposedPolicy:
 
 
 def hook_timeout(config: EngineConfig) -> float:
-    """The hook evaluator's timeout: ``--hook-timeout``, and with ``--consult`` at least
-    ``--consult-timeout`` + 1 s, so the evaluator never cuts a consultation short."""
-    if config.consult:
-        return max(config.hook_timeout, config.consult_timeout + 1.0)
-    return config.hook_timeout
+    """The hook evaluator's timeout (seconds): ``--hook-timeout``; with ``--consult`` at least
+    ``--consult-timeout`` + 1 s (a consultation, probes and questions together, runs within one
+    ``--consult-timeout``); with ``--consult`` and a user policy (``--hook-policy`` / ``--hook-url``:
+    :class:`ComposedPolicy`) the sum of both, ``--hook-timeout`` + ``--consult-timeout`` + 1 s, as the user's
+    part runs first (within its own ``--hook-timeout``) and the consultation after it. So the evaluator never
+    cuts a consultation short."""
+    if not config.consult:
+        return config.hook_timeout
+    consultation = config.consult_timeout + 1.0
+    if config.hook_policy is not None or config.hook_url:
+        return config.hook_timeout + consultation
+    return max(config.hook_timeout, consultation)
 
 
 def _asker_names(config: EngineConfig, models: LocalModels | None) -> list[str]:

@@ -828,8 +828,10 @@ class EngineConfig:
                                          "probability) is at or below this (chosen by bench_consult with "
                                          "--consult-entropy; see the consult guide).")
     consult_timeout: float = setting(10.0, check=FloatRange(0.0, min_open=True, finite=True),
-                                     help="Seconds one consultation may take (each peer); past it the model goes on "
-                                          "without a note. With --consult the hook timeout is at least this + 1 s.")
+                                     help="Seconds one consultation may take (the peers' /v1/models reads "
+                                          "and questions together); past it the model goes on without a note. "
+                                          "With --consult the hook timeout is at least this + 1 s (with a hook "
+                                          "policy too: both added + 1 s).")
     consult_max_tokens: int = setting(200, check=IntRange(1, 8192),
                                       help="max_tokens of a consultation request (the peer's answer).")
     consult_api_key: str | None = setting(None, check=IsText(), metavar="KEY", show_default=False, secret=True,

@@ -245,8 +245,31 @@ def test_two_servers_that_consult_each_other_both_complete(pair) -> None:
 SLOW = 30.0
 
 
+#: ``/steps/...``: seconds its ``GET /v1/models`` and its answer each take
+STEP = 2.5
+
+
 class _Stub(BaseHTTPRequestHandler):
-    """``/err/...``: 500; ``/slow/...``: a good answer after :data:`SLOW` seconds."""
+    """``/err/...``: 500; ``/slow/...``: a good answer after :data:`SLOW` seconds; ``/steps/...``: its model
+    list after :data:`STEP` seconds, a good answer :data:`STEP` seconds after the question."""
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        if not self.path.startswith("/steps/"):
+            self.send_error(404)
+            return
+        time.sleep(STEP)
+        self._json({"object": "list", "data": [{"id": "steps", "object": "model"}]})
+
+    def _json(self, obj: dict) -> None:
+        body = json.dumps(obj).encode()
+        try:
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        except OSError:  # the consultation gave up first
+            pass
 
     def do_POST(self) -> None:  # noqa: N802 (http.server's name)
         self.rfile.read(int(self.headers.get("content-length") or 0))
@@ -255,7 +278,7 @@ class _Stub(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(b'{"error": {"message": "boom"}}')
             return
-        time.sleep(SLOW)
+        time.sleep(STEP if self.path.startswith("/steps/") else SLOW)
         body = json.dumps({"model": "slow", "choices": [{"index": 0, "message": {"role": "assistant",
                                                                                   "content": "Lima."}}]}).encode()
         try:
@@ -329,6 +352,22 @@ def test_a_peer_slower_than_the_timeout_is_no_action(slow) -> None:
     assert event["consult"]["latency_ms"] >= 1000.0 and choice["message"]["content"]
     assert elapsed < SLOW  # it did not wait for the stub's answer
     assert _metric(srv, url, "timeout") >= 1
+
+
+def test_a_consultation_is_never_cut_short_by_the_hook_timeout(tmp_path: Path, stub: str) -> None:
+    """The peer's ``/v1/models`` and its answer take 2.5 s each, ``--consult-timeout`` 3: each got its own
+    3 s, together past the hook evaluator's bound (4 s), which cut the consultation: with
+    ``--hook-fail-closed`` the request ended ``hook_error`` with no content. Now one deadline bounds the
+    consultation: it times out at 3 s, no action, and the request completes."""
+    peer = stub + "/steps"
+    with Server(["--consult", peer, "--consult-timeout", "3", "--hook-fail-closed", *ARGS],
+                tmp_path / "server.log") as srv:
+        choice = _chat(srv)["choices"][0]
+        [event] = _consults(choice)
+        assert event["action"] == "none" and event["consult"]["outcome"] == "timeout", event
+        assert 3000.0 <= event["consult"]["latency_ms"] < 4000.0  # the probe's wait counted
+        assert choice["finish_reason"] in ("stop", "length") and choice["message"]["content"]
+        assert "timed out" not in srv.log() and _metric(srv, peer, "timeout") == 1
 
 
 def test_unknown_peer_is_a_start_up_error(tmp_path: Path) -> None:

@@ -205,10 +205,11 @@ def test_outcomes_carry_an_optional_report_and_the_wire_omits_it_when_unset() ->
 # -- the policy (skippy/actors/consult.py) over fake peers ------------------------------------------
 
 class _Peer:
-    def __init__(self, name, answer=None, *, delay=0.0, error=None, model=None, size=None):
+    def __init__(self, name, answer=None, *, delay=0.0, error=None, model=None, size=None, probe_delay=0.0):
         from skippy.engine.hooks.consult import PeerStats
 
         self.name, self.answer, self.delay, self.error, self.model, self.size = name, answer, delay, error, model, size
+        self.probe_delay = probe_delay
         self.stats = PeerStats()
         self.asked: list = []
         self.cancelled = False
@@ -217,7 +218,9 @@ class _Peer:
         return PeerInfo(self.name, self.model, self.size, self.stats.mean_ms)
 
     async def probe(self):
-        pass
+        import trio
+
+        await trio.sleep(self.probe_delay)
 
     async def ask(self, request):
         import trio
@@ -326,6 +329,72 @@ def test_the_hook_timeout_leaves_room_for_a_consultation() -> None:
     assert hook_timeout(EngineConfig(model="m.gguf")) == 2.0
     assert hook_timeout(EngineConfig(model="m.gguf", consult=("http://h:1",), consult_timeout=10)) == 11.0
     assert hook_timeout(EngineConfig(model="m.gguf", consult=("http://h:1",), hook_timeout=30.0)) == 30.0
+    # a user's policy first (within --hook-timeout), then the consultation: room for both
+    assert hook_timeout(EngineConfig(model="m.gguf", consult=("http://h:1",), consult_timeout=10, hook_timeout=2.0,
+                                     hook_url="http://h:2/hook")) == 13.0
+
+
+async def _evaluate(policy, config, signals=None):
+    """``after_prefill`` through a real :class:`HookEvaluator` bounded as the server bounds it, fail-closed."""
+    from skippy.actors.consult import hook_timeout
+    from skippy.actors.hooks import HookEvaluator
+
+    evaluator = HookEvaluator(policy, timeout=hook_timeout(config), fail_closed=True)
+    return await evaluator.call("after_prefill", QUESTION, signals or PrefillSignals(5.0, 0.0, 1)), evaluator
+
+
+async def test_a_consultation_is_one_deadline_and_never_cut_by_the_evaluator(autojump_clock) -> None:
+    """A remote peer's /v1/models probe and its answer each within --consult-timeout, together past it: the
+    evaluator (bound --consult-timeout + 1 s) cut the consultation short, a hook error (fail-closed: the
+    request stopped with ``hook_error``). Now the consultation times out first, within one deadline: no action."""
+    from skippy.engine.hooks.policy import Inject, NoAction
+
+    config = EngineConfig(model="m.gguf", consult=("http://h:1",), consult_timeout=3.0)
+    slow = _Peer("p", "Lima.", probe_delay=2.5, delay=2.5)
+    out, evaluator = await _evaluate(_policy(slow, entropy=0.0, timeout=3.0), config)
+    assert isinstance(out, NoAction) and out.report is not None, out
+    assert out.report["outcome"] == "timeout" and abs(out.report["latency_ms"] - 3000.0) < 1.0
+    assert evaluator.stats.timeouts["after_prefill"] == evaluator.stats.errors["after_prefill"] == 0
+    # in time, probe and answer together: answered, its latency counting the probe's wait
+    quick = _Peer("p", "Lima.", probe_delay=1.0, delay=1.5)
+    out, _ = await _evaluate(_policy(quick, entropy=0.0, timeout=3.0), config)
+    assert isinstance(out, Inject) and abs(out.report["latency_ms"] - 2500.0) < 1.0
+
+
+async def test_a_user_policy_then_a_consultation_fit_the_evaluators_bound(autojump_clock) -> None:
+    """--hook-policy taking 1.8 s (< --hook-timeout 2) then a peer answering in 2.5 s (< --consult-timeout 3):
+    the evaluator's bound (4 s) cut the composed call, a hook error. Now the peer's answer is used."""
+    import trio
+
+    from skippy.actors.consult import ComposedPolicy
+    from skippy.engine.hooks.policy import Inject
+
+    class User:
+        async def after_prefill(self, request, signals):
+            await trio.sleep(1.8)
+            return None
+
+    config = EngineConfig(model="m.gguf", consult=("http://h:1",), consult_timeout=3.0, hook_timeout=2.0,
+                          hook_url="http://h:2/hook")
+    peer = _Peer("p", "Lima.", delay=2.5)
+    out, evaluator = await _evaluate(ComposedPolicy(User(), _policy(peer, entropy=0.0, timeout=3.0), 2.0), config)
+    assert isinstance(out, Inject) and out.report["outcome"] == "answered", out
+    assert evaluator.stats.timeouts["after_prefill"] == 0
+
+
+async def test_the_user_policys_own_events_keep_its_hook_timeout(autojump_clock) -> None:
+    """before_chat and on_finish are the user's alone: the longer bound of the composed policy is not theirs."""
+    import trio
+
+    from skippy.actors.consult import ComposedPolicy
+
+    class User:
+        async def before_chat(self, request):
+            await trio.sleep(5.0)
+
+    composed = ComposedPolicy(User(), _policy(_Peer("p", "x")), 2.0)
+    with pytest.raises(trio.TooSlowError):
+        await composed.before_chat(QUESTION)
 
 
 def test_remote_peer_urls() -> None:

@@ -69,7 +69,7 @@ class ConsultRules:
     """The consultation settings of one model (:class:`~skippy.engine.config.EngineConfig`'s ``consult_*``).
 
     ``entropy`` / ``margin``: nats, the uncertain-start thresholds (consult at ``entropy >=`` or
-    ``margin <=``); ``timeout``: seconds per peer; ``max_tokens``: the peer's answer budget;
+    ``margin <=``); ``timeout``: seconds a consultation takes at most; ``max_tokens``: the peer's answer budget;
     ``max_chars``: the hint's length at most.
     """
 
