@@ -13,7 +13,8 @@ times out or answers nothing gives no action: never an error for the client.
 Peers: :class:`LocalPeer`, another model of the same :class:`~skippy.actors.pool.ModelPool`
 (``engine.chat(request)``, loading the model if needed), and :class:`RemotePeer`, an OpenAI-compatible
 server (``POST {base}/v1/chat/completions``, or ``{base}/chat/completions`` for a base ending in
-``/v1``) with ``"mesh_hooks": false`` in the body, its ``model`` and size read once from ``/v1/models``.
+``/v1``) with ``"mesh_hooks": false`` in the body, its ``model`` and size read from ``/v1/models`` (until
+read: a peer down at first is probed again at the next consultation).
 
 Recursion guard: every consultation is a request with ``mesh_hooks`` false, so the peer runs no hooks for
 it (a consultation is never consulted) and two servers that consult each other terminate.
@@ -165,10 +166,11 @@ class LocalPeer:
 class RemotePeer:
     """An OpenAI-compatible server at ``base`` (``http://host:port`` or ``.../v1``) over ``client``.
 
-    Before its first consultation it reads ``GET {base}/v1/models`` once: the first model's ``id`` becomes
-    the consultation's ``model`` (vLLM and Ollama want one; a server of one model takes any) and its
-    ``meta.n_params`` or ``meta.size`` (llama-server's) the peer's size for the peer order. A server
-    without that route is asked without a ``model``.
+    Before its first consultation it reads ``GET {base}/v1/models`` (:meth:`probe`; again before each
+    consultation until the server answers it for good): the first model's ``id`` becomes the consultation's
+    ``model`` (vLLM and Ollama want one; a server of one model takes any) and its ``meta.n_params`` or
+    ``meta.size`` (llama-server's) the peer's size for the peer order. A server without that route is asked
+    without a ``model``.
     """
 
     def __init__(self, base: str, client: httpx.AsyncClient, api_key: str | None = None) -> None:
@@ -196,20 +198,30 @@ class RemotePeer:
         self.model: str | None = None  # the model /v1/models lists first, then the one its last answer named
         self.size: int | None = None
         self._listed: str | None = None
-        self._probed = False
+        self._probed = False  # /v1/models answered for good (read, or a 4xx: no such route)
+        self._tried = False  # a probe was tried (ask() then leaves probing to the consultations)
         self._vision: bool | None = None
 
     def info(self) -> PeerInfo:
         return PeerInfo(self.name, self.model, self.size, self.stats.mean_ms)
 
     async def probe(self) -> None:
-        """Read the served model's id and size, once (a failure leaves both unknown; never raises): the peer
-        order then knows it before the first consultation (a peer serving the asker's own model is left out)."""
+        """Read the served model's id and size (never raises): the peer order then knows it before the first
+        consultation (a peer serving the asker's own model is left out). Only a definitive answer ends the
+        probing: a 2xx reply (read, whatever it holds) or a 4xx but 408 and 429 (the route is not there, or
+        not for us); a connection error, a timeout, a 408, 429 or 5xx leave it to the next call (the next
+        consultation), the model and size unknown meanwhile."""
         if self._probed:
+            return
+        self._tried = True
+        try:
+            resp = await self._client.get(self.v1 + "/models", auth=self._auth)
+        except httpx.HTTPError:
+            return
+        if resp.status_code in TRANSIENT_STATUS or resp.status_code >= 500:
             return
         self._probed = True
         try:
-            resp = await self._client.get(self.v1 + "/models", auth=self._auth)
             resp.raise_for_status()
             first = resp.json()["data"][0]
         except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
@@ -239,9 +251,11 @@ class RemotePeer:
 
     async def ask(self, request: ChatCompletionRequest) -> tuple[str | None, str | None]:
         """POST the request (``mesh_hooks`` false, not streamed; ``model`` the one ``/v1/models`` lists
-        first, when it does); raises ``httpx.HTTPStatusError`` for a non-2xx reply, ``ValueError`` for a
-        body that is no chat completion."""
-        await self.probe()
+        first, when it does: probed first when no probe was tried yet, else left to :meth:`probe`, which a
+        consultation calls before its peer order); raises ``httpx.HTTPStatusError`` for a non-2xx reply,
+        ``ValueError`` for a body that is no chat completion."""
+        if not self._tried:
+            await self.probe()
         body = msgspec.to_builtins(request)
         body.update(mesh_hooks=False, stream=False)
         if self._listed is not None:
@@ -258,6 +272,9 @@ class RemotePeer:
             self.model = model
         return content if isinstance(content, str) else None, model
 
+
+#: statuses of ``GET /v1/models`` that say "not now" rather than "no such route": probed again later (and any 5xx)
+TRANSIENT_STATUS = frozenset({408, 429})
 
 #: seconds between two looks at a local peer's slots while a consultation waits for one
 BUSY_POLL = 0.05

@@ -500,6 +500,55 @@ async def test_a_remote_peer_serving_the_askers_own_model_is_left_out_from_the_f
     assert paths == ["/v1/models"]  # read before the order, never asked
 
 
+async def test_a_remote_peer_down_at_first_is_probed_again_until_it_answers() -> None:
+    """The first probe failing (the peer down) set the peer probed for good: its model was never read, every
+    later consultation went without ``model``. Now a connection error, a timeout or a 5xx leave it to the next
+    consultation; a reply read (or a 4xx: no such route) ends the probing."""
+    import json
+
+    import httpx
+
+    from skippy.actors.consult import ConsultPolicy, RemotePeer
+
+    models = iter([httpx.ConnectError("refused"), httpx.ReadTimeout("slow"), httpx.Response(503),
+                   httpx.Response(429), httpx.Response(200, json={"data": [{"id": "big-model"}]})])
+    paths: list[str] = []
+    bodies: list[dict] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        paths.append(request.url.path)
+        if request.url.path == "/v1/models":
+            answer = next(models)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+        bodies.append(json.loads(request.content))
+        return httpx.Response(200, json={"model": "big-model", "choices": [{"message": {"content": "Lima."}}]})
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        peer = RemotePeer("http://h:1", client)
+        policy = ConsultPolicy(RULES, [peer], ["asker"])
+        for _ in range(7):
+            await policy.consult(QUESTION)
+    assert paths == ["/v1/models", "/v1/chat/completions"] * 5 + ["/v1/chat/completions"] * 2  # one probe each
+    assert ["model" in b for b in bodies] == [False] * 4 + [True] * 3 and bodies[-1]["model"] == "big-model"
+
+    for status in (404, 405, 401):  # the route is not there (or not for us): asked without a model, never again
+        paths.clear()
+
+        def gone(request: httpx.Request, status: int = status) -> httpx.Response:
+            paths.append(request.url.path)
+            if request.url.path == "/v1/models":
+                return httpx.Response(status)
+            return httpx.Response(200, json={"choices": [{"message": {"content": "Lima."}}]})
+
+        async with httpx.AsyncClient(transport=httpx.MockTransport(gone)) as client:
+            policy = ConsultPolicy(RULES, [RemotePeer("http://h:1", client)], ["asker"])
+            for _ in range(3):
+                await policy.consult(QUESTION)
+        assert paths == ["/v1/models"] + ["/v1/chat/completions"] * 3, status
+
+
 async def test_a_remote_peer_without_a_models_route_is_asked_without_a_model() -> None:
     import json
 
