@@ -19,6 +19,11 @@ read: a peer down at first is probed again at the next consultation).
 Recursion guard: every consultation is a request with ``mesh_hooks`` false, so the peer runs no hooks for
 it (a consultation is never consulted) and two servers that consult each other terminate.
 
+Cancellation: the request's sequence cancelled while it waits (its client gone, a Responses cancel), the
+evaluator cancels the hook call (:class:`~skippy.actors.hooks.HookCancel`) and with it the consultation: a
+remote peer's connection is closed, a local peer's sequence cancelled; each peer asked is counted
+``cancelled``.
+
 Composition (:class:`ComposedPolicy`): with ``--hook-policy`` or ``--hook-url`` too, the user's policy
 runs first (bounded by ``--hook-timeout``) and the consultation only when it returns no action.
 

@@ -4,8 +4,11 @@ The :class:`HookEvaluator` owns the hook policy. The decode scheduler sends
 it :class:`HookCall` messages for ``after_prefill`` / ``mid_generation``
 and keeps decoding the other sequences while the calling sequence is parked;
 the verdict comes back on the call's own reply channel as a
-:class:`HookVerdict`. Request tasks await :meth:`HookEvaluator.call`
-directly for ``before_chat`` and ``on_finish``.
+:class:`HookVerdict`. A :class:`HookCancel` for a call's ticket (the
+scheduler sends one when a parked sequence is cancelled: its client went
+away, a Responses cancel) cancels that call where it is (a consultation's
+peer requests with it) and no verdict is sent. Request tasks await
+:meth:`HookEvaluator.call` directly for ``before_chat`` and ``on_finish``.
 
 Failure rule (both paths): each policy call runs under
 ``trio.move_on_after(timeout)``. A timeout, an exception, or an invalid
@@ -41,7 +44,8 @@ from skippy.engine.hooks.policy import (
     outcome_from_json,
 )
 
-__all__ = ["WebhookPolicy", "HookStats", "HookCall", "HookVerdict", "HookEvaluator", "HOOK_ERROR_REASON"]
+__all__ = ["WebhookPolicy", "HookStats", "HookCall", "HookCancel", "HookMsg", "HookVerdict", "HookEvaluator",
+           "HOOK_ERROR_REASON"]
 
 log = logging.getLogger("skippy.hooks")
 
@@ -126,6 +130,18 @@ class HookCall:
 
 
 @attrs.frozen
+class HookCancel:
+    """Cancel the running :class:`HookCall` ``ticket`` (its sequence was cancelled while parked): the policy
+    call is cancelled and no verdict is sent. A ticket with no call running is ignored."""
+
+    ticket: int
+
+
+#: What the evaluator's inbox takes.
+HookMsg = HookCall | HookCancel
+
+
+@attrs.frozen
 class HookVerdict:
     """The outcome of :class:`HookCall` ``ticket``."""
 
@@ -133,7 +149,7 @@ class HookVerdict:
     outcome: Outcome
 
 
-class HookEvaluator(Actor[HookCall]):
+class HookEvaluator(Actor[HookMsg]):
     """Actor that owns the hook policy and runs its callbacks concurrently.
 
     Args:
@@ -159,20 +175,38 @@ class HookEvaluator(Actor[HookCall]):
         self.timeout = float(timeout)
         self.fail_closed = fail_closed
         self.stats = stats if stats is not None else HookStats()
+        self._running: dict[int, trio.CancelScope] = {}  # ticket -> its call's scope, until its verdict
 
     async def run(self) -> None:
-        """Serve :class:`HookCall` messages (sent to :attr:`inbox`) until cancelled.
+        """Serve :class:`HookCall` and :class:`HookCancel` messages (sent to :attr:`inbox`) until cancelled.
 
         Each call runs in its own task, so a slow policy call never delays
-        another; each is bounded by the timeout.
+        another; each is bounded by the timeout, and cancelled by a
+        :class:`HookCancel` of its ticket.
         """
         async with trio.open_nursery() as nursery:
             async with self._inbox:
-                async for hc in self._inbox:
-                    nursery.start_soon(self._serve, hc)
+                async for msg in self._inbox:
+                    if isinstance(msg, HookCancel):
+                        scope = self._running.pop(msg.ticket, None)
+                        if scope is not None:
+                            scope.cancel()
+                        continue
+                    scope = trio.CancelScope()  # registered now: a cancel may come before the task starts
+                    self._running[msg.ticket] = scope
+                    nursery.start_soon(self._serve, msg, scope)
 
-    async def _serve(self, hc: HookCall) -> None:
-        outcome = await self.call(hc.event, hc.request, hc.payload, ticket=hc.ticket)
+    async def _serve(self, hc: HookCall, scope: trio.CancelScope | None = None) -> None:
+        outcome = None
+        try:
+            with scope or trio.CancelScope():
+                outcome = await self.call(hc.event, hc.request, hc.payload, ticket=hc.ticket)
+        finally:
+            if scope is not None and self._running.get(hc.ticket) is scope:
+                del self._running[hc.ticket]
+        if outcome is None:  # cancelled (HookCancel): the sequence is gone, no verdict
+            log.debug("hook %s ticket %s: cancelled with its sequence", hc.event, hc.ticket)
+            return
         verdict = HookVerdict(hc.ticket, outcome)
         try:
             try:

@@ -17,7 +17,8 @@ the loop never blocks on a slow reader; a request whose channel is closed
 (its client went away) is cancelled and its KV cells are freed. A parked
 sequence's :class:`~skippy.actors.hooks.HookCall` goes to the HookEvaluator
 with this actor's inbox as the reply channel; the other sequences keep
-decoding meanwhile.
+decoding meanwhile. A parked sequence cancelled (its client gone) has its call
+cancelled with it (:class:`~skippy.actors.hooks.HookCancel`).
 
 Ownership: the core (and through it the runtime's KV and sampler calls) is
 touched only by this actor's task; the decode thread runs
@@ -36,7 +37,7 @@ import attrs
 import trio
 
 from skippy.actors.base import Actor, DedicatedThread
-from skippy.actors.hooks import HookCall, HookVerdict
+from skippy.actors.hooks import HookCall, HookCancel, HookMsg, HookVerdict
 from skippy.actors.metrics import StepTimes
 from skippy.engine.errors import InvalidRequest, QueueFull, SlotBusy, SlotFileError
 from skippy.engine.hooks.policy import NO_ACTION
@@ -152,7 +153,7 @@ class DecodeScheduler(Actor[SchedulerMsg]):
     """
 
     def __init__(self, runtime: Runtime, config: SchedulerConfig, *,
-                 hooks: trio.MemorySendChannel[HookCall] | None = None) -> None:
+                 hooks: trio.MemorySendChannel[HookMsg] | None = None) -> None:
         super().__init__()
         self.runtime = runtime
         self.hooks = hooks
@@ -406,7 +407,7 @@ class DecodeScheduler(Actor[SchedulerMsg]):
                     return
                 self._events[request.rid] = events
             case Cancel(rid):
-                self._deliver(self.core.cancel(rid))
+                self._deliver(self._cancel(rid))
                 self._events.pop(rid, None)
             case HookVerdict(ticket, outcome):
                 self._deliver(self.core.on_verdict(ticket, outcome))
@@ -484,8 +485,20 @@ class DecodeScheduler(Actor[SchedulerMsg]):
                     readers.append(events)
             if not _send(events, ev) and not isinstance(ev, (FinishEvent, EmbeddingsEvent)):
                 self._events.pop(rid, None)
-                self.core.cancel(rid)  # its finish event has nowhere to go
+                self._cancel(rid)  # its finish event has nowhere to go
         return readers
+
+    def _cancel(self, rid: int) -> list[Output]:
+        """Cancel ``rid`` in the core; a sequence parked on a hook call has that call cancelled too
+        (:class:`HookCancel`: a consultation's peer requests end with it, counted ``cancelled``)."""
+        parked = self.core.is_parked(rid)
+        outputs = self.core.cancel(rid)
+        if parked and self.hooks is not None:
+            try:
+                self.hooks.send_nowait(HookCancel(rid))
+            except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+                pass  # the evaluator is gone: nothing runs for it
+        return outputs
 
 
 def _execute_timed(runtime: Runtime, step: StepPlan, interrupt: Any) -> tuple[StepResult, list[float]]:

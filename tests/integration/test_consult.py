@@ -14,6 +14,8 @@ happened.
 from __future__ import annotations
 
 import json
+import select
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -249,9 +251,22 @@ SLOW = 30.0
 STEP = 2.5
 
 
+#: when each ``/hang/...`` consultation's connection was closed by the asker (``time.monotonic()``)
+HUNG_UP: list[float] = []
+
+
 class _Stub(BaseHTTPRequestHandler):
     """``/err/...``: 500; ``/slow/...``: a good answer after :data:`SLOW` seconds; ``/steps/...``: its model
-    list after :data:`STEP` seconds, a good answer :data:`STEP` seconds after the question."""
+    list after :data:`STEP` seconds, a good answer :data:`STEP` seconds after the question; ``/hang/...``: no
+    answer for :data:`SLOW` seconds, noting in :data:`HUNG_UP` when the asker closes the connection."""
+
+    def _hang(self) -> None:
+        end = time.monotonic() + SLOW
+        while time.monotonic() < end:
+            readable, _, _ = select.select([self.connection], [], [], 0.05)
+            if readable and not self.connection.recv(1, socket.MSG_PEEK):
+                HUNG_UP.append(time.monotonic())
+                return
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
         if not self.path.startswith("/steps/"):
@@ -277,6 +292,9 @@ class _Stub(BaseHTTPRequestHandler):
             self.send_response(500)
             self.end_headers()
             self.wfile.write(b'{"error": {"message": "boom"}}')
+            return
+        if self.path.startswith("/hang/"):
+            self._hang()
             return
         time.sleep(STEP if self.path.startswith("/steps/") else SLOW)
         body = json.dumps({"model": "slow", "choices": [{"index": 0, "message": {"role": "assistant",
@@ -368,6 +386,27 @@ def test_a_consultation_is_never_cut_short_by_the_hook_timeout(tmp_path: Path, s
         assert 3000.0 <= event["consult"]["latency_ms"] < 4000.0  # the probe's wait counted
         assert choice["finish_reason"] in ("stop", "length") and choice["message"]["content"]
         assert "timed out" not in srv.log() and _metric(srv, peer, "timeout") == 1
+
+
+def test_a_client_that_leaves_cancels_its_consultation(tmp_path: Path, stub: str) -> None:
+    """The client goes away while its request waits on a peer's answer: the consultation ran on until
+    ``--consult-timeout`` (a peer generating for nobody), counted ``timeout``. Now it is cancelled with the
+    request: the peer's connection is closed at once, and it is counted ``cancelled``."""
+    peer = stub + "/hang"
+    with Server(["--consult", peer, "--consult-timeout", "60", *ARGS], tmp_path / "server.log") as srv:
+        HUNG_UP.clear()
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(srv.base_url + "/v1/chat/completions", json=BODY, timeout=3)
+        left = time.monotonic()
+        while not HUNG_UP:
+            assert time.monotonic() - left < 10, "the consultation still runs"
+            time.sleep(0.05)
+        assert HUNG_UP[0] - left < 5
+        deadline = time.monotonic() + 10
+        while _metric(srv, peer, "cancelled") < 1:
+            assert time.monotonic() < deadline, read_metrics(srv.base_url)
+            time.sleep(0.1)
+        assert _metric(srv, peer, "timeout") == _metric(srv, peer, "answered") == 0
 
 
 def test_unknown_peer_is_a_start_up_error(tmp_path: Path) -> None:

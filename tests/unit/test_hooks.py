@@ -11,7 +11,7 @@ from hypercorn.trio import serve
 from quart import request as quart_request
 from quart_trio import QuartTrio
 
-from skippy.actors.hooks import HookCall, HookEvaluator, HookVerdict, WebhookPolicy
+from skippy.actors.hooks import HookCall, HookCancel, HookEvaluator, HookVerdict, WebhookPolicy
 from skippy.engine.hooks.policy import (
     NO_ACTION,
     Deny,
@@ -60,6 +60,44 @@ async def test_slow_call_does_not_delay_another():
         await send.aclose()  # run() returns once the inbox is closed
     assert order == ["fast", "slow"]
     assert ev.stats.calls["mid_generation"] == 2
+
+
+async def test_a_cancelled_call_ends_and_sends_no_verdict(autojump_clock):
+    """A :class:`HookCancel` of a running call's ticket (its sequence was cancelled) cancels the call: the
+    policy sees ``trio.Cancelled`` at once, nothing is counted as a timeout or error, no verdict is sent; the
+    other calls go on. A cancel for a ticket with no call running is ignored."""
+    seen = []
+
+    class Slow:
+        async def after_prefill(self, request, signals):
+            try:
+                await trio.sleep(request)
+            except trio.Cancelled:
+                seen.append(("cancelled", request, trio.current_time()))
+                raise
+            seen.append(("done", request, trio.current_time()))
+            return NO_ACTION
+
+    ev = HookEvaluator(Slow(), timeout=100.0)
+    send, recv = trio.open_memory_channel(math.inf)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ev.run)
+        ev.inbox.send_nowait(HookCall(1, "after_prefill", 50.0, None, send))
+        ev.inbox.send_nowait(HookCall(2, "after_prefill", 5.0, None, send))
+        ev.inbox.send_nowait(HookCancel(9))  # unknown: ignored
+        await trio.sleep(1.0)
+        ev.inbox.send_nowait(HookCancel(1))
+        verdict = await recv.receive()
+        assert verdict.ticket == 2
+        await trio.sleep(100.0)
+        assert recv.statistics().current_buffer_used == 0  # no verdict for 1
+        ev.inbox.send_nowait(HookCall(3, "after_prefill", 1.0, None, send))
+        ev.inbox.send_nowait(HookCancel(3))  # cancelled before its task even started
+        await trio.sleep(5.0)
+        assert recv.statistics().current_buffer_used == 0
+        nursery.cancel_scope.cancel()
+    assert seen == [("cancelled", 50.0, 1.0), ("done", 5.0, 5.0), ("cancelled", 1.0, 105.0)]
+    assert ev.stats.timeouts["after_prefill"] == ev.stats.errors["after_prefill"] == 0 and not ev._running
 
 
 async def test_timeout_gives_no_action_and_counts(autojump_clock, caplog):

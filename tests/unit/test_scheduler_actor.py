@@ -7,6 +7,7 @@ import math
 import trio
 import trio.testing
 
+from skippy.actors.hooks import HookCall, HookCancel
 from skippy.actors.metrics import StepTimes
 from skippy.actors.scheduler import DecodeScheduler
 from skippy.engine.scheduling.config import SchedulerConfig
@@ -47,6 +48,28 @@ async def test_the_loop_serves_a_request_and_frees_its_slot() -> None:
     assert [type(e) for e in events] == [TokenEvent] * 3 + [FinishEvent] and events[-1].reason == "length"
     st = sched.stats()
     assert (st.n_running, st.n_waiting, st.tokens_predicted_total) == (0, 0, 3)
+
+
+async def test_a_parked_sequence_cancelled_has_its_hook_call_cancelled() -> None:
+    """A sequence parked on a hook call (a consultation) whose client went away: the sequence was cancelled but
+    its call ran on (a peer generating for nobody). Now a :class:`HookCancel` of its ticket goes to the hooks."""
+    hook_send, hook_recv = trio.open_memory_channel(math.inf)
+    sched = DecodeScheduler(FakeRuntime(n_seq_max=1), SchedulerConfig(), hooks=hook_send)
+    send, recv = trio.open_memory_channel(math.inf)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sched.run)
+        sched.submit(req(1, [51] * 4, max_tokens=4, hooks=True, request="the request"), send)
+        with trio.fail_after(10):
+            call = await hook_recv.receive()
+            assert isinstance(call, HookCall) and (call.ticket, call.event) == (1, "after_prefill")
+            sched.cancel(1)
+            assert await hook_recv.receive() == HookCancel(1)
+            finish = await recv.receive()
+        assert isinstance(finish, FinishEvent) and finish.reason == "cancelled"
+        sched.cancel(1)  # no longer parked: nothing more goes to the hooks
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.cancel_scope.cancel()
+    assert hook_recv.statistics().current_buffer_used == 0
 
 
 def test_step_times_split_the_overhead_into_its_parts() -> None:

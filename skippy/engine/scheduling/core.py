@@ -274,6 +274,11 @@ class SchedulerCore:
             return []
         return [self._finish(seq, "cancelled")]
 
+    def is_parked(self, rid: int) -> bool:
+        """Whether ``rid`` is parked on a hook call (its :class:`HookRequest` out, no verdict yet)."""
+        seq = self._seqs.get(rid)
+        return seq is not None and seq.phase is Phase.PARKED
+
     def on_verdict(self, rid: int, outcome: Outcome) -> list[Output]:
         """Resume parked ``rid`` with a hook ``outcome`` (ignored unless it is parked).
 
