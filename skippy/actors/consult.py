@@ -36,6 +36,7 @@ outcome (``skippy:consultations_total``) with a latency histogram (``skippy:cons
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import os
 from collections.abc import Sequence
@@ -58,6 +59,7 @@ from skippy.engine.hooks.consult import (
     hint_text,
     injection,
     is_url,
+    max_reply_bytes,
     peer_order,
     should_consult_start,
     with_descriptions,
@@ -178,7 +180,8 @@ class RemotePeer:
     without a ``model``.
     """
 
-    def __init__(self, base: str, client: httpx.AsyncClient, api_key: str | None = None) -> None:
+    def __init__(self, base: str, client: httpx.AsyncClient, api_key: str | None = None, *,
+                 max_bytes: int = max_reply_bytes(512)) -> None:
         url = httpx.URL(base)
         # credentials in the URL (http://user:password@host) go as Basic auth, never in a URL: the peer's name
         # (hook events, metrics, logs, the note's fallback name) and the requests' URLs (httpx logs them) hold
@@ -199,6 +202,7 @@ class RemotePeer:
         self.v1 = root if root.endswith("/v1") else root + "/v1"
         self.url = self.v1 + "/chat/completions"
         self._client = client
+        self.max_bytes = max_bytes  # the most bytes read of a reply (ReplyTooLarge past it)
         self.stats = PeerStats()
         self.model: str | None = None  # the model /v1/models lists first, then the one its last answer named
         self.size: int | None = None
@@ -213,23 +217,25 @@ class RemotePeer:
     async def probe(self) -> None:
         """Read the served model's id and size (never raises): the peer order then knows it before the first
         consultation (a peer serving the asker's own model is left out). Only a definitive answer ends the
-        probing: a 2xx reply (read, whatever it holds) or a 4xx but 408 and 429 (the route is not there, or
-        not for us); a connection error, a timeout, a 408, 429 or 5xx leave it to the next call (the next
-        consultation), the model and size unknown meanwhile."""
+        probing: a 2xx reply (read, whatever it holds, or past the reply's cap) or a 4xx but 408 and 429 (the
+        route is not there, or not for us); a connection error, a timeout, a 408, 429 or 5xx leave it to the
+        next call (the next consultation), the model and size unknown meanwhile."""
         if self._probed:
             return
         self._tried = True
         try:
-            resp = await self._client.get(self.v1 + "/models", auth=self._auth)
+            status, data = await self._request("GET", self.v1 + "/models")
         except httpx.HTTPError:
             return
-        if resp.status_code in TRANSIENT_STATUS or resp.status_code >= 500:
+        except ReplyTooLarge:  # a list past the cap: not read again
+            self._probed = True
+            return
+        if status in TRANSIENT_STATUS or status >= 500:
             return
         self._probed = True
         try:
-            resp.raise_for_status()
-            first = resp.json()["data"][0]
-        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+            first = data["data"][0]
+        except (KeyError, IndexError, TypeError):
             return
         if isinstance(first, dict) and isinstance(first.get("id"), str) and first["id"]:
             self._listed = self.model = first["id"]
@@ -246,10 +252,9 @@ class RemotePeer:
         if self._vision is None:
             root = self.v1[:-len("/v1")]
             try:
-                resp = await self._client.get(root + "/props", auth=self._auth)
-                resp.raise_for_status()
-                modalities = resp.json().get("modalities")
-            except (httpx.HTTPError, ValueError, AttributeError):
+                status, data = await self._request("GET", root + "/props", check=True)
+                modalities = data.get("modalities")
+            except (httpx.HTTPError, ReplyTooLarge, AttributeError):
                 return False
             self._vision = isinstance(modalities, dict) and modalities.get("vision") is True
         return self._vision
@@ -265,10 +270,8 @@ class RemotePeer:
         body.update(mesh_hooks=False, stream=False)
         if self._listed is not None:
             body["model"] = self._listed
-        resp = await self._client.post(self.url, json=body, auth=self._auth)
-        resp.raise_for_status()
+        status, data = await self._request("POST", self.url, json=body, check=True)
         try:
-            data = resp.json()
             content = data["choices"][0]["message"].get("content")
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):
             raise ValueError("the reply is not a chat completion") from None
@@ -277,12 +280,41 @@ class RemotePeer:
             self.model = model
         return content if isinstance(content, str) else None, model
 
+    async def _request(self, method: str, url: str, *, check: bool = False, **kw: Any) -> tuple[int, Any]:
+        """``(status, body as JSON)`` of one request, its reply streamed and read up to :attr:`max_bytes`
+        (:class:`ReplyTooLarge` past it, the connection closed unread). A non-2xx reply's body is not read
+        (``None``); with ``check`` it raises ``httpx.HTTPStatusError`` instead. A 2xx body that is not JSON is
+        ``None``."""
+        async with self._client.stream(method, url, auth=self._auth, **kw) as resp:
+            if not resp.is_success:
+                if check:
+                    resp.raise_for_status()
+                return resp.status_code, None
+            declared = resp.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > self.max_bytes:
+                raise ReplyTooLarge(f"{declared} bytes, more than {self.max_bytes}")
+            chunks, size = [], 0
+            async for chunk in resp.aiter_bytes():
+                size += len(chunk)
+                if size > self.max_bytes:
+                    raise ReplyTooLarge(f"more than {self.max_bytes} bytes")
+                chunks.append(chunk)
+        try:
+            return resp.status_code, json.loads(b"".join(chunks))
+        except ValueError:
+            return resp.status_code, None
+
 
 #: statuses of ``GET /v1/models`` that say "not now" rather than "no such route": probed again later (and any 5xx)
 TRANSIENT_STATUS = frozenset({408, 429})
 
 #: seconds between two looks at a local peer's slots while a consultation waits for one
 BUSY_POLL = 0.05
+
+
+class ReplyTooLarge(Exception):
+    """A peer's reply holds more than its cap (:func:`~skippy.engine.hooks.consult.max_reply_bytes`): dropped
+    unread, reported as ``too_large``."""
 
 
 class PeerBusy(Exception):
@@ -293,6 +325,8 @@ def _error_kind(exc: BaseException) -> str:
     """A short name of a consultation's failure for reports and logs (never the peer's text)."""
     if isinstance(exc, PeerBusy):
         return "busy"
+    if isinstance(exc, ReplyTooLarge):
+        return "too_large"
     if isinstance(exc, httpx.HTTPStatusError):
         return f"http_{exc.response.status_code}"
     if isinstance(exc, httpx.ConnectError):
@@ -521,7 +555,8 @@ def build_consult(config: EngineConfig, models: LocalModels | None) -> tuple[Con
         if is_url(peer):
             if client is None:
                 client = httpx.AsyncClient(timeout=config.consult_timeout + 1.0, trust_env=False)
-            peers.append(RemotePeer(peer, client, config.consult_api_key))
+            peers.append(RemotePeer(peer, client, config.consult_api_key,
+                                    max_bytes=max_reply_bytes(config.consult_max_chars)))
             continue
         if models is None:
             log.warning("--consult %s: no other models here (an engine outside a pool); left out", peer)

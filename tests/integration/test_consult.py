@@ -296,6 +296,18 @@ class _Stub(BaseHTTPRequestHandler):
         if self.path.startswith("/hang/"):
             self._hang()
             return
+        if self.path.startswith("/endless/"):  # a 200 whose body never ends (64 KiB every 10 ms)
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.end_headers()
+            try:
+                self.wfile.write(b'{"choices": [{"message": {"content": "')
+                for _ in range(int(SLOW * 100)):
+                    self.wfile.write(b"a" * 65536)
+                    time.sleep(0.01)
+            except OSError:  # the consultation gave up reading
+                pass
+            return
         time.sleep(STEP if self.path.startswith("/steps/") else SLOW)
         body = json.dumps({"model": "slow", "choices": [{"index": 0, "message": {"role": "assistant",
                                                                                   "content": "Lima."}}]}).encode()
@@ -407,6 +419,19 @@ def test_a_client_that_leaves_cancels_its_consultation(tmp_path: Path, stub: str
             assert time.monotonic() < deadline, read_metrics(srv.base_url)
             time.sleep(0.1)
         assert _metric(srv, peer, "timeout") == _metric(srv, peer, "answered") == 0
+
+
+def test_an_endless_reply_is_dropped_past_its_cap(tmp_path: Path, stub: str) -> None:
+    """A peer answering 200 with a body that never ends: it was buffered whole until --consult-timeout (the
+    server grew by gigabytes). Now the reply is read up to its cap (1 MiB here) and dropped: ``too_large``."""
+    peer = stub + "/endless"
+    with Server(["--consult", peer, "--consult-timeout", "20", *ARGS], tmp_path / "server.log") as srv:
+        t0 = time.monotonic()
+        choice = _chat(srv)["choices"][0]
+        [event] = _consults(choice)
+        assert (event["consult"]["outcome"], event["consult"]["error"]) == ("error", "too_large"), event
+        assert time.monotonic() - t0 < 10 and choice["message"]["content"]
+        assert _metric(srv, peer, "error") == 1
 
 
 def test_unknown_peer_is_a_start_up_error(tmp_path: Path) -> None:

@@ -549,6 +549,45 @@ async def test_a_remote_peer_down_at_first_is_probed_again_until_it_answers() ->
         assert paths == ["/v1/models"] + ["/v1/chat/completions"] * 3, status
 
 
+def test_a_peers_reply_is_capped_in_bytes() -> None:
+    from skippy.engine.hooks.consult import MIN_REPLY_BYTES, REPLY_BYTES_PER_CHAR, max_reply_bytes
+
+    assert max_reply_bytes(512) == MIN_REPLY_BYTES == 1 << 20  # the floor
+    assert max_reply_bytes(100_000) == 100_000 * REPLY_BYTES_PER_CHAR
+
+
+async def test_an_endless_reply_is_dropped_past_the_cap() -> None:
+    """A peer's reply was read whole, without a limit (an endless body grew the server by gigabytes within
+    --consult-timeout). Now it is streamed and dropped past its cap: outcome ``error``, ``too_large``; a
+    declared length past the cap is refused before any of it is read, and so is a too long model list."""
+    import httpx
+
+    from skippy.actors.consult import ConsultPolicy, RemotePeer, ReplyTooLarge
+
+    sent = {"bytes": 0}
+
+    async def endless():
+        yield b'{"choices": [{"message": {"content": "'
+        while True:
+            sent["bytes"] += 65536
+            yield b"a" * 65536
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            return httpx.Response(200, json={"data": [{"id": "m" * 300_000}]})  # past the cap: no model read
+        if request.url.port == 2:
+            return httpx.Response(200, headers={"content-length": str(1 << 30)}, content=b"{}")
+        return httpx.Response(200, content=endless())
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        peer = RemotePeer("http://h:1", client, max_bytes=200_000)
+        outcome = await ConsultPolicy(RULES, [peer], ["asker"]).consult(QUESTION)
+        assert (outcome.report["outcome"], outcome.report["error"]) == ("error", "too_large"), outcome.report
+        assert sent["bytes"] <= 200_000 + 65536 and peer.info().model is None
+        with pytest.raises(ReplyTooLarge):
+            await RemotePeer("http://h:2", client, max_bytes=200_000).ask(consultation_request(QUESTION, RULES))
+
+
 async def test_a_remote_peer_without_a_models_route_is_asked_without_a_model() -> None:
     import json
 

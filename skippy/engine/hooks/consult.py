@@ -51,6 +51,7 @@ __all__ = [
     "consultation_request",
     "hint_text",
     "injection",
+    "max_reply_bytes",
 ]
 
 #: The consultation's system instruction.
@@ -62,6 +63,21 @@ CONSULT_TEMPERATURE = 0.2
 
 #: Peers consulted at once (the first good answer wins; the other request is cancelled).
 MAX_PARALLEL = 2
+
+#: The least a peer's reply may hold (bytes, as read: after any content-encoding is undone): 1 MiB.
+MIN_REPLY_BYTES = 1 << 20
+
+#: A peer's reply may hold this many bytes per character of ``consult_max_chars`` (when more than
+#: :data:`MIN_REPLY_BYTES`): room for the whole answer of ``consult_max_tokens`` tokens, JSON escapes,
+#: reasoning and the rest of a chat completion, of which the hint keeps ``consult_max_chars`` at most.
+REPLY_BYTES_PER_CHAR = 256
+
+
+def max_reply_bytes(max_chars: int) -> int:
+    """The most bytes read of a peer's reply (a chat completion, a ``/v1/models`` list, ``/props``):
+    ``max(MIN_REPLY_BYTES, REPLY_BYTES_PER_CHAR * max_chars)``; past it the reply is dropped unread (a
+    consultation's outcome ``error``, ``too_large``)."""
+    return max(MIN_REPLY_BYTES, REPLY_BYTES_PER_CHAR * max_chars)
 
 
 @attrs.frozen
