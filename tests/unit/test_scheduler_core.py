@@ -1051,6 +1051,17 @@ def test_an_injection_that_does_not_fit_is_no_action():
     assert [type(ev) for _, ev in out] == [TokenEvent]
 
 
+def test_a_consultations_note_that_does_not_fit_is_reported_as_not_injected():
+    """The note dropped for want of room: the event said ``action`` none but its ``consult`` still said
+    ``chars`` 509 (injected). Now ``chars`` is 0 and ``error`` says ``no_room``; the report itself is untouched."""
+    rt, core = hooked(n_ctx_seq=8)
+    report = {"peer": "gemma", "outcome": "answered", "latency_ms": 12.5, "chars": 48}
+    out = core.on_verdict(1, Inject("x" * 50, report=report))
+    assert [type(ev) for _, ev in out] == [HookEvent, TokenEvent] and out[0][1].action == "none"
+    assert out[0][1].consult == {**report, "chars": 0, "error": "no_room"}
+    assert report["chars"] == 48
+
+
 def test_verdicts_for_unknown_or_unparked_sequences_are_ignored():
     rt, core = hooked()
     assert core.on_verdict(99, NO_ACTION) == []

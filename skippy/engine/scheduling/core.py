@@ -327,6 +327,8 @@ class SchedulerCore:
                 seq.phase = Phase.PREFILLING
                 return out
             log.warning("hook injection of %d tokens does not fit (room %d); ignored", len(tokens), room)
+            if consult is not None:  # the peer answered, but nothing was injected
+                consult.update(chars=0, error="no_room")
         head = [(rid, _hook_event(report, held, "none", consult=consult))] if report is not None else []
         return head + self._accept(seq, held)
 

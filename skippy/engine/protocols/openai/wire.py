@@ -227,8 +227,9 @@ class HookConsult(WireStruct, kw_only=True):
     (its hint was injected: ``action`` is ``inject``), ``empty`` (it answered nothing usable), ``error``
     (it failed: ``error`` says how), ``timeout`` (no answer within ``--consult-timeout``) or ``skipped``
     (nothing to ask: no user text, no peer serving another model); ``model``: the model that answered, as
-    it named itself; ``latency_ms``: from the request to the answer (or the failure); ``chars``: the
-    hint's characters injected. With two peers asked at once, the one whose answer was used, else the
+    it named itself; ``latency_ms``: from the consultation's start to the answer (or the failure); ``chars``:
+    the hint's characters injected (0, with ``error`` ``no_room``, when the note did not fit the context:
+    ``action`` is ``none``). With two peers asked at once, the one whose answer was used, else the
     first one's failure. The media fallback's ``before_chat`` event has ``outcome`` ``described`` (a peer
     that reads images described the request's images; ``chars``: the descriptions').
     """
