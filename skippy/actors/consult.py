@@ -54,6 +54,7 @@ from skippy.engine.hooks.consult import (
     ConsultRules,
     PeerInfo,
     PeerStats,
+    answer_text,
     consultation_request,
     describe_requests,
     hint_text,
@@ -278,7 +279,7 @@ class RemotePeer:
         model = data.get("model") if isinstance(data.get("model"), str) else None
         if model:
             self.model = model
-        return content if isinstance(content, str) else None, model
+        return answer_text(content), model
 
     async def _request(self, method: str, url: str, *, check: bool = False, **kw: Any) -> tuple[int, Any]:
         """``(status, body as JSON)`` of one request, its reply streamed and read up to :attr:`max_bytes`

@@ -164,6 +164,27 @@ def test_the_hint_is_the_answer_trimmed_and_without_thinking(answer: str | None,
     assert got is None or len(got) <= RULES.max_chars
 
 
+@pytest.mark.parametrize("answer,hint", [
+    ("The user asks about Peru. Its capital...</think>Lima is the capital.", "Lima is the capital."),  # R1: no <think>
+    ("<think>Peru... Lima.</think>\n\nLima.", "Lima."),
+    ("first</think>second</thinking> Lima.", "Lima."),  # after the last closing tag
+    ("Li\x1b[31mma\x00 is\u202e the\u2066 capital\x7f.\r\n", "Li[31mma is the capital."),  # controls removed
+    ("\x1b\u202e\x07", None),
+])
+def test_reasoning_and_control_characters_never_reach_the_hint(answer: str, hint: str | None) -> None:
+    assert hint_text(answer, 512) == hint
+
+
+def test_a_peers_content_as_text_parts_is_read_as_their_text() -> None:
+    from skippy.engine.hooks.consult import answer_text
+
+    parts = [{"type": "text", "text": "Lima is"}, {"type": "image_url", "image_url": {}},
+             {"type": "text", "text": "the capital."}]
+    assert hint_text(answer_text(parts), 512) == "Lima is the capital."
+    assert answer_text("Lima.") == "Lima." and answer_text({"text": "x"}) is None and answer_text(None) is None
+    assert injection("ev\x1bil\u202emodel", "Lima.") == "\n[Note from evilmodel: Lima.]\n"
+
+
 def test_a_hint_without_spaces_is_cut_hard() -> None:
     got = hint_text("x" * 100, 40)
     assert got is not None and len(got) == 40 and got.endswith("...")
@@ -586,6 +607,24 @@ async def test_an_endless_reply_is_dropped_past_the_cap() -> None:
         assert sent["bytes"] <= 200_000 + 65536 and peer.info().model is None
         with pytest.raises(ReplyTooLarge):
             await RemotePeer("http://h:2", client, max_bytes=200_000).ask(consultation_request(QUESTION, RULES))
+
+
+async def test_a_remote_peer_answering_text_parts_is_read() -> None:
+    """A peer whose ``content`` was a list of text parts was read as no answer (``empty``)."""
+    import httpx
+
+    from skippy.actors.consult import ConsultPolicy, RemotePeer
+    from skippy.engine.hooks.policy import Inject
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            return httpx.Response(404)
+        return httpx.Response(200, json={"model": "m", "choices": [{"message": {"content": [
+            {"type": "text", "text": "Lima is"}, {"type": "text", "text": "the capital."}]}}]})
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        outcome = await ConsultPolicy(RULES, [RemotePeer("http://h:1", client)], ["asker"]).consult(QUESTION)
+    assert isinstance(outcome, Inject) and outcome.text == "\n[Note from m: Lima is the capital.]\n"
 
 
 async def test_a_remote_peer_without_a_models_route_is_asked_without_a_model() -> None:

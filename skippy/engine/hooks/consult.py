@@ -49,6 +49,7 @@ __all__ = [
     "peer_order",
     "last_user_text",
     "consultation_request",
+    "answer_text",
     "hint_text",
     "injection",
     "max_reply_bytes",
@@ -251,16 +252,35 @@ def consultation_request(request: Any, rules: ConsultRules, *,
 
 
 _THINK = re.compile(r"<(think|thinking|reasoning)>.*?(</\1>|\Z)", re.DOTALL | re.IGNORECASE)
+_THINK_END = re.compile(r"</(?:think|thinking|reasoning)>", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.!?…](?=\s|$)")
+#: removed from a peer's text: C0 controls but tab and newline (ESC among them), DEL, C1 controls, and the
+#: bidirectional embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def answer_text(content: Any) -> str | None:
+    """The text of a peer's ``message.content``: a string, or a list of text parts (``{"type": "text",
+    "text": ...}``, joined by newlines); ``None`` for anything else."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return _text(content)
+    return None
 
 
 def hint_text(answer: str | None, max_chars: int) -> str | None:
-    """The hint in a peer's answer: thinking blocks (``<think>...</think>``, also unclosed) removed,
-    whitespace collapsed to single spaces, cut to ``max_chars`` characters at the last sentence end past
-    half of them, else at the last word boundary (marked ``...``); ``None`` when nothing is left."""
+    """The hint in a peer's answer: only what follows the last closing thinking tag (``</think>``: R1-style
+    reasoning, with or without its opening tag), thinking blocks (``<think>...</think>``, also unclosed)
+    removed, control characters removed (C0 but tab and newline, DEL, C1, bidirectional overrides and
+    isolates), whitespace collapsed to single spaces, cut to ``max_chars`` characters at the last sentence
+    end past half of them, else at the last word boundary (marked ``...``); ``None`` when nothing is left."""
     if not answer:
         return None
-    text = " ".join(_THINK.sub(" ", answer).split())
+    closings = list(_THINK_END.finditer(answer))
+    if closings:  # R1-style: the reasoning ends at the last closing tag, its opening one maybe absent
+        answer = answer[closings[-1].end():]
+    text = " ".join(_THINK.sub(" ", _CONTROL.sub("", answer)).split())
     if not text:
         return None
     if len(text) <= max_chars:
@@ -283,8 +303,9 @@ MAX_NAME_CHARS = 64
 def injection(model: str, hint: str) -> str:
     """The text injected into the asker's sequence: ``"\\n[Note from <model>: <hint>]\\n"``. ``model`` (a peer's
     own word for itself) is cleaned as the hint is: whitespace collapsed to single spaces, square brackets
-    dropped (they would close the note), cut to :data:`MAX_NAME_CHARS` characters."""
-    name = " ".join(model.replace("[", " ").replace("]", " ").split())[:MAX_NAME_CHARS].strip() or "a peer"
+    dropped (they would close the note), control characters removed, cut to :data:`MAX_NAME_CHARS` characters."""
+    name = " ".join(_CONTROL.sub("", model).replace("[", " ").replace("]", " ").split())[:MAX_NAME_CHARS].strip() \
+        or "a peer"
     return f"\n[Note from {name}: {hint}]\n"
 
 
