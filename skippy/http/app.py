@@ -47,7 +47,7 @@ import msgspec
 import trio
 from quart import Response, request
 from quart_trio import QuartTrio
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from skippy.actors.store import StoreClient
 from skippy.actors.trace import TRACE
@@ -285,6 +285,9 @@ async def _on_engine_error(exc: EngineError) -> Response:
 
 
 async def _on_http_error(exc: HTTPException) -> Response:
+    """Werkzeug's HTTP errors (404, 405, 408, 413...) as error envelopes. A 405 keeps Werkzeug's ``Allow``
+    header, the route's methods (RFC 9110 §15.5.6: a 405 MUST carry it; the route's ``OPTIONS`` answer lists
+    the same)."""
     status = exc.code or 500
     type_ = "invalid_request_error" if status < 500 else "server_error"
     if status == 413:
@@ -293,7 +296,10 @@ async def _on_http_error(exc: HTTPException) -> Response:
         message = f"no route {request.method} {request.path}"
     else:
         message = exc.description or exc.name
-    return error_response(status, message, type_, code=exc.name.lower().replace(" ", "_"))
+    headers = None
+    if isinstance(exc, MethodNotAllowed) and exc.valid_methods:
+        headers = {"Allow": ", ".join(sorted(exc.valid_methods))}
+    return error_response(status, message, type_, code=exc.name.lower().replace(" ", "_"), headers=headers)
 
 
 async def _on_unexpected(exc: Exception) -> Response:

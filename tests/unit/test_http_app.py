@@ -186,6 +186,26 @@ async def test_answers_a_retry_cannot_change_say_so() -> None:
     assert "X-Should-Retry" not in loading.headers and "X-Should-Retry" not in missing.headers
 
 
+async def test_a_405_names_the_allowed_methods_in_allow() -> None:
+    # RFC 9110 §15.5.6: a 405 MUST carry Allow; the error stays the route's envelope
+    c = client()
+    for method, path, allowed in (("GET", "/v1/chat/completions", {"POST", "OPTIONS"}),
+                                  ("PUT", "/health", {"GET", "HEAD", "OPTIONS"}),
+                                  ("GET", "/v1/messages", {"POST", "OPTIONS"}),
+                                  ("POST", "/api/tags", {"GET", "HEAD", "OPTIONS"})):
+        resp = await c.open(path, method=method)
+        assert resp.status_code == 405, path
+        assert set(resp.headers["Allow"].split(", ")) == allowed, path
+        assert set((await c.options(path)).headers["Allow"].split(", ")) == allowed, path
+        body = await resp.get_json()
+        if path == "/api/tags":
+            assert isinstance(body["error"], str)  # Ollama's {"error": "..."}
+        elif path == "/v1/messages":
+            assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
+        else:
+            assert body["error"]["code"] == "method_not_allowed"
+
+
 # -- CORS -------------------------------------------------------------------------------------------
 
 async def test_preflight_of_an_allowed_origin() -> None:
