@@ -54,6 +54,7 @@ from skippy.actors.trace import TRACE
 from skippy.engine.errors import EngineError
 from skippy.engine.protocols.anthropic.translate import error_for
 from skippy.http import cors, webui
+from skippy.http.asgi import normalise
 from skippy.http.context import (
     EXTENSION,
     AppState,
@@ -88,12 +89,13 @@ def create_app(state: AppState, settings: ServerSettings | None = None,
 
     ``state`` and ``settings`` are stored once as ``app.extensions["skippy"]``
     (:class:`~skippy.http.context.Shared`); the ASGI app counts its running
-    requests in ``state.lifecycle.running``.
+    requests in ``state.lifecycle.running``, behind :func:`skippy.http.asgi.normalise` (repeated slashes in
+    a path merged, as nginx's ``merge_slashes``).
     """
     settings = settings or ServerSettings()
     app = QuartTrio("skippy")
     app.request_class = SkippyRequest
-    app.asgi_app = state.lifecycle.count_requests(app.asgi_app)  # type: ignore[method-assign]
+    app.asgi_app = normalise(state.lifecycle.count_requests(app.asgi_app))  # type: ignore[method-assign]
     app.config.update(MAX_CONTENT_LENGTH=settings.max_body_bytes, RESPONSE_TIMEOUT=None, BODY_TIMEOUT=60,
                       PROVIDE_AUTOMATIC_OPTIONS=True)
     openapi = encode(openapi_document(auth=settings.auth_required))

@@ -475,6 +475,28 @@ def test_keep_alive_connection_serves_a_second_request(base_url: str) -> None:
             conn.start_next_cycle()
 
 
+# -- the request target -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path,body", [
+    ("/v1//chat/completions", {"messages": HI, "max_tokens": 1}),
+    ("//v1/chat/completions", {"messages": HI, "max_tokens": 1}),
+    ("/v1//messages", {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}),
+    ("/api//chat", {"model": "smollm2:135m", "messages": [{"role": "user", "content": "Hi"}], "stream": False,
+                    "options": {"num_predict": 1}}),
+])
+def test_repeated_slashes_in_a_path_are_merged_not_redirected(hard_server: Server, path: str, body: dict) -> None:
+    """nginx's merge_slashes: ``/v1//chat/completions`` (a base_url ending in ``/``) is served as
+    ``/v1/chat/completions``. Werkzeug answered 308 with an HTML page and an http:// Location built from the
+    client's Host header."""
+    resp = httpx.post(hard_server.base_url + path, json=body, timeout=60,
+                      headers={**AUTH, "Host": "public.example"})
+    assert resp.status_code == 200, resp.text
+    assert "Location" not in resp.headers and resp.headers["Content-Type"].startswith("application/json")
+    merged = path.replace("//", "/")
+    wait_until(lambda: f"POST {merged} 200 tokens=" in hard_server.log() and
+               f"id={resp.headers['X-Request-Id']}" in hard_server.log(), 10, "the request's log line")
+
+
 # -- one connection cannot harm the others ----------------------------------------------------------
 
 def _h2_connection(srv: Server) -> tuple[socket.socket, h2.connection.H2Connection]:
