@@ -1,6 +1,10 @@
 """The ASGI layer in front of the Quart app: what is settled from the raw request target before Quart builds its
 request (:func:`~skippy.http.app.create_app` wraps ``app.asgi_app`` in :func:`normalise`).
 
+- An absolute-form target (``GET http://host/v1/models``, RFC 9112 §3.2.2: what a client that takes the server
+  for a proxy sends) is served by its path. One that does not parse (a malformed IPv6 host:
+  ``GET http://[::1/health``) is answered 400 with an error envelope here, as nginx answers it; Quart would
+  fail on it outside the app's error handlers (a 500 with an empty body and a traceback).
 - Repeated slashes in the path are merged (``/v1//chat/completions`` is served as ``/v1/chat/completions``), as
   nginx's ``merge_slashes`` (on by default) does: a client's ``base_url`` ending in ``/`` joined with
   ``/chat/completions`` reaches its route, and no redirect is answered (Werkzeug would answer 308 with an HTML page
@@ -10,13 +14,40 @@ request (:func:`~skippy.http.app.create_app` wraps ``app.asgi_app`` in :func:`no
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
+from urllib.parse import urlsplit
+
+from skippy.engine.protocols.openai.wire import ErrorBody, ErrorEnvelope
+from skippy.http.context import client_of, request_id_from
+from skippy.http.logs import log_request
+from skippy.http.replies import encode
 
 #: a run of slashes in a path, merged into one
 _SLASHES = re.compile(r"//+")
 _RAW_SLASHES = re.compile(rb"//+")
+#: longest part of a malformed target quoted in its 400's message and log line
+TARGET_QUOTED_MAX = 200
 
 Scope = dict[str, Any]
+
+
+def origin_form(scope: Scope) -> Scope | None:
+    """``scope`` with an absolute-form target (``http://host/path?q``) replaced by its path (``/`` when it has
+    none; the query is already apart in ``query_string``); ``scope`` itself for an origin-form (``/...``) or
+    asterisk-form (``*``) target. ``None`` when the target does not parse (``urlsplit`` raises ``ValueError``:
+    a malformed IPv6 host, a host that NFKC normalisation changes)."""
+    path = scope.get("path", "")
+    if path.startswith("/") or path == "*":
+        return scope
+    raw = scope.get("raw_path")
+    try:
+        form = {**scope, "path": urlsplit(path).path or "/"}
+        if isinstance(raw, bytes):
+            form["raw_path"] = urlsplit(raw).path or b"/"
+    except ValueError:
+        return None
+    return form
 
 
 def merged_slashes(scope: Scope) -> Scope:
@@ -32,11 +63,38 @@ def merged_slashes(scope: Scope) -> Scope:
     return merged
 
 
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key.lower() == name:
+            return bytes(value).decode("latin-1")
+    return None
+
+
+async def _bad_target(scope: Scope, send: Any) -> None:
+    """Answer 400 ``bad_request`` to a target that does not parse, closing the connection; its log line as any
+    request's (with its ``X-Request-Id``)."""
+    t0 = time.perf_counter()
+    target = scope.get("path", "")[:TARGET_QUOTED_MAX]
+    message = f"malformed request target {target!r}"
+    rid = request_id_from(_header(scope, b"x-request-id"))
+    body = encode(ErrorEnvelope(error=ErrorBody(message=message, type="invalid_request_error", code="bad_request")))
+    await send({"type": "http.response.start", "status": 400, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"), (b"x-request-id", rid.encode())]})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+    log_request(f"{scope.get('method', 'GET')} {target}", 400, tokens=0,
+                duration_ms=(time.perf_counter() - t0) * 1000.0, request_id=rid, client=client_of(scope),
+                code="bad_request", reason=message)
+
+
 def normalise(asgi_app: Any) -> Any:
     """``asgi_app`` behind the rules of this module, for HTTP requests (lifespan events pass unchanged)."""
     async def app(scope: Scope, receive: Any, send: Any) -> None:
         if scope.get("type") == "http":
-            scope = merged_slashes(scope)
+            form = origin_form(scope)
+            if form is None:
+                return await _bad_target(scope, send)
+            scope = merged_slashes(form)
         await asgi_app(scope, receive, send)
 
     return app

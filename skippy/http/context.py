@@ -450,12 +450,17 @@ class SkippyRequest(TrioRequest):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        peer = self.scope.get("client")
         rid = request_id_from(self.headers.get("X-Request-Id"))
-        client = None
-        if peer:
-            client = f"[{peer[0]}]:{peer[1]}" if ":" in str(peer[0]) else f"{peer[0]}:{peer[1]}"
-        self.skippy = RequestContext(request_id=rid, client=client, trace=RequestTrace(request_id=rid))
+        self.skippy = RequestContext(request_id=rid, client=client_of(self.scope), trace=RequestTrace(request_id=rid))
+
+
+def client_of(scope: Any) -> str | None:
+    """The client's address of an ASGI ``scope`` for the log line: ``host:port``, ``[v6]:port``; ``None``
+    when the server gives none."""
+    peer = scope.get("client")
+    if not peer:
+        return None
+    return f"[{peer[0]}]:{peer[1]}" if ":" in str(peer[0]) else f"{peer[0]}:{peer[1]}"
 
 
 def current() -> RequestContext:

@@ -497,6 +497,32 @@ def test_repeated_slashes_in_a_path_are_merged_not_redirected(hard_server: Serve
                f"id={resp.headers['X-Request-Id']}" in hard_server.log(), 10, "the request's log line")
 
 
+def _raw_exchange(srv: Server, head: bytes) -> tuple[int, bytes]:
+    """Send one raw request ``head`` (no body) to ``srv``; its answer's status and body."""
+    with socket.create_connection(("127.0.0.1", int(srv.base_url.rsplit(":", 1)[1])), timeout=10) as sock:
+        sock.sendall(head)
+        conn = h11.Connection(h11.CLIENT)
+        conn.send(h11.Request(method="GET", target="/", headers=[("Host", "x")]))
+        conn.send(h11.EndOfMessage())
+        return read_response(sock, timeout=10, conn=conn)
+
+
+def test_an_absolute_form_target_is_served_by_its_path_and_a_malformed_one_is_400(hard_server: Server) -> None:
+    """RFC 9112 §3.2.2's absolute form (``GET http://host/path``) is served by its path; one whose host does not
+    parse (``http://[::1/health``) is 400 as nginx answers it. Quart failed on it outside the app: 500, an empty
+    body and a traceback in the log."""
+    status, body = _raw_exchange(hard_server, b"GET http://[::1/health HTTP/1.1\r\nHost: x\r\n"
+                                              b"X-Request-Id: bad-target-1\r\n\r\n")
+    assert status == 400 and json.loads(body)["error"]["code"] == "bad_request", body
+    for target in (b"http://127.0.0.1/health", b"http://127.0.0.1//health?x=1"):
+        status, body = _raw_exchange(hard_server, b"GET " + target + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert status == 200 and json.loads(body)["status"] == "ok", (target, body)
+    wait_until(lambda: "GET http://[::1/health 400 " in hard_server.log(), 10, "the 400's log line")
+    line = next(line for line in hard_server.log().splitlines() if "GET http://[::1/health 400 " in line)
+    assert "id=bad-target-1" in line and "code=bad_request" in line
+    assert "Invalid IPv6 URL" not in hard_server.log()
+
+
 # -- one connection cannot harm the others ----------------------------------------------------------
 
 def _h2_connection(srv: Server) -> tuple[socket.socket, h2.connection.H2Connection]:
