@@ -89,8 +89,9 @@ def create_app(state: AppState, settings: ServerSettings | None = None,
 
     ``state`` and ``settings`` are stored once as ``app.extensions["skippy"]``
     (:class:`~skippy.http.context.Shared`); the ASGI app counts its running
-    requests in ``state.lifecycle.running``, behind :func:`skippy.http.asgi.normalise` (an absolute-form target
-    served by its path, 400 when it does not parse; repeated slashes in a path merged, as nginx's ``merge_slashes``).
+    requests in ``state.lifecycle.running``, behind :func:`skippy.http.asgi.normalise` (a WebSocket
+    request answered as a plain ``GET``; an absolute-form target served by its path, 400 when it does not
+    parse; repeated slashes in a path merged, as nginx's ``merge_slashes``).
     """
     settings = settings or ServerSettings()
     app = QuartTrio("skippy")

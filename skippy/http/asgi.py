@@ -1,6 +1,14 @@
 """The ASGI layer in front of the Quart app: what is settled from the raw request target before Quart builds its
 request (:func:`~skippy.http.app.create_app` wraps ``app.asgi_app`` in :func:`normalise`).
 
+- A WebSocket request (``GET`` with ``Upgrade: websocket``: scanners, a misconfigured proxy) is served as the
+  plain HTTP request it also is, its ``Upgrade`` ignored (RFC 9110 §7.8 lets a server ignore it; nginx without
+  WebSocket proxying does the same): the server serves no WebSockets, so it answers as to any ``GET`` (404 for an
+  unknown path, 405, 401 without a key...; never ``101``, which the client reads as a refused handshake), through
+  the app's hooks and log line. The answer goes out through the ASGI WebSocket Denial Response extension
+  (``websocket.http.response``); a server without it gets ``websocket.close`` (its 403). Quart dispatches such
+  a request to its WebSocket handling, where the app's error handler failed outside a request context (500 and
+  a traceback for an unknown path) and the hooks (API keys, CORS, draining, log line) never ran.
 - An absolute-form target (``GET http://host/v1/models``, RFC 9112 §3.2.2: what a client that takes the server
   for a proxy sends) is served by its path. One that does not parse (a malformed IPv6 host:
   ``GET http://[::1/health``) is answered 400 with an error envelope here, as nginx answers it; Quart would
@@ -87,9 +95,52 @@ async def _bad_target(scope: Scope, send: Any) -> None:
                 code="bad_request", reason=message)
 
 
+#: the ASGI extension through which a WebSocket request gets an HTTP answer (WebSocket Denial Response)
+DENIAL = "websocket.http.response"
+
+
+def as_http(scope: Scope, receive: Any, send: Any) -> tuple[Scope, Any, Any] | None:
+    """A WebSocket request's ``scope``, ``receive`` and ``send`` as those of a plain ``GET`` request without a
+    body (the handshake's ``websocket.connect`` becomes the empty body, ``websocket.disconnect`` the client's
+    ``http.disconnect``; the answer goes out as ``websocket.http.response.*``). ``None`` when the server lacks
+    the :data:`DENIAL` extension."""
+    if DENIAL not in (scope.get("extensions") or {}):
+        return None
+    http = {**scope, "type": "http", "method": "GET", "extensions": {},
+            "scheme": "https" if scope.get("scheme") == "wss" else "http"}
+    connected = False
+
+    async def http_receive() -> dict[str, Any]:
+        nonlocal connected
+        while True:
+            message = await receive()
+            if message["type"] == "websocket.disconnect":
+                return {"type": "http.disconnect"}
+            if message["type"] == "websocket.connect" and not connected:
+                connected = True
+                return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def http_send(message: dict[str, Any]) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            await send({"type": f"{DENIAL}.start", "status": message["status"],
+                        "headers": message.get("headers", [])})
+        elif kind == "http.response.body":
+            await send({"type": f"{DENIAL}.body", "body": message.get("body", b""),
+                        "more_body": message.get("more_body", False)})
+
+    return http, http_receive, http_send
+
+
 def normalise(asgi_app: Any) -> Any:
-    """``asgi_app`` behind the rules of this module, for HTTP requests (lifespan events pass unchanged)."""
+    """``asgi_app`` behind the rules of this module, for HTTP and WebSocket requests (lifespan events pass
+    unchanged)."""
     async def app(scope: Scope, receive: Any, send: Any) -> None:
+        if scope.get("type") == "websocket":
+            plain = as_http(scope, receive, send)
+            if plain is None:
+                return await send({"type": "websocket.close", "code": 1000})
+            scope, receive, send = plain
         if scope.get("type") == "http":
             form = origin_form(scope)
             if form is None:

@@ -523,6 +523,30 @@ def test_an_absolute_form_target_is_served_by_its_path_and_a_malformed_one_is_40
     assert "Invalid IPv6 URL" not in hard_server.log()
 
 
+def test_a_websocket_request_is_answered_as_a_plain_get(hard_server: Server) -> None:
+    """The server serves no WebSockets: an upgrade request is answered as the GET it also is (its Upgrade ignored,
+    RFC 9110 §7.8), through the app's hooks: the API key, the envelope, X-Request-Id and the log line. An
+    unknown path was a 500 with a traceback (the error handler ran outside a request context), and the hooks
+    never ran for the others."""
+    def upgrade(path: str, headers: str = "") -> tuple[int, bytes]:
+        return _raw_exchange(hard_server, (
+            f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+            f"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+            f"X-Request-Id: ws-{path.strip('/').replace('/', '-') or 'root'}\r\n{headers}\r\n").encode())
+
+    key = f"Authorization: Bearer {KEY_ONE}\r\n"
+    for path, headers, status, code in (("/nope", "", 401, "invalid_api_key"), ("/nope", key, 404, "not_found"),
+                                        ("/v1/chat/completions", key, 405, "method_not_allowed"),
+                                        ("/v1/models", key, 200, None), ("/health", "", 200, None)):
+        got, body = upgrade(path, headers)
+        assert got == status, (path, got, body)
+        if code is not None:
+            assert json.loads(body)["error"]["code"] == code, (path, body)
+    log = hard_server.log()
+    assert "GET /nope 404 " in log and "id=ws-nope" in log and "GET /v1/chat/completions 405 " in log
+    assert "Not within a request context" not in log and "unhandled error" not in log
+
+
 # -- one connection cannot harm the others ----------------------------------------------------------
 
 def _h2_connection(srv: Server) -> tuple[socket.socket, h2.connection.H2Connection]:
