@@ -228,7 +228,7 @@ def _serve_options(fn: F) -> F:
                   "'https://app.example.com'; 'localhost' allows any localhost, 127.0.0.1 or [::1] origin "
                   "(any port); '*' allows any. [default: none, CORS off]"),
         "max_body_bytes", "max_messages", "max_tools", "max_chat_template_bytes", "max_grammar_bytes",
-        "request_timeout", "shutdown_grace", "sse_ping_interval", "strict_fields", "responses_store",
+        "request_timeout", "body_timeout", "shutdown_grace", "sse_ping_interval", "strict_fields", "responses_store",
         "responses_store_size", "responses_ttl", "metrics", "slots",
         "ssl_key_file", "ssl_cert_file",
         _opt("--no-webui", is_flag=True, default=False,

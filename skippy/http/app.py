@@ -19,9 +19,9 @@ below, which apply to every request, unknown paths included.
 Hardening (:class:`~skippy.http.settings.ServerSettings`): API keys
 (``Authorization: Bearer KEY`` or ``X-Api-Key: KEY``, as llama-server) on
 every route but ``/health`` and the playground's page and files (401 envelope with ``WWW-Authenticate``), CORS
-with preflight (:mod:`skippy.http.cors`), body and field limits (413 / 400),
-a per-request deadline (504 before the response headers, a final SSE error
-event after them), and graceful shutdown
+with preflight (:mod:`skippy.http.cors`), body and field limits (413 / 400), a body that stops arriving for
+``--body-timeout`` seconds (408; :func:`~skippy.http.routes.base.body_bytes`), a per-request deadline (504
+before the response headers, a final SSE error event after them), and graceful shutdown
 (:class:`~skippy.http.context.Lifecycle`): new requests get 503 while
 running ones finish, and what still runs when the grace period ends is
 cancelled with a final SSE error event (503 before headers).
@@ -97,7 +97,9 @@ def create_app(state: AppState, settings: ServerSettings | None = None,
     app = QuartTrio("skippy")
     app.request_class = SkippyRequest
     app.asgi_app = normalise(state.lifecycle.count_requests(app.asgi_app))  # type: ignore[method-assign]
-    app.config.update(MAX_CONTENT_LENGTH=settings.max_body_bytes, RESPONSE_TIMEOUT=None, BODY_TIMEOUT=60,
+    # BODY_TIMEOUT: none in Quart, whose timeout spans the whole body; read_body (routes/base.py) times out
+    # between reads (--body-timeout), and enforces MAX_CONTENT_LENGTH itself as it iterates the body
+    app.config.update(MAX_CONTENT_LENGTH=settings.max_body_bytes, RESPONSE_TIMEOUT=None, BODY_TIMEOUT=None,
                       PROVIDE_AUTOMATIC_OPTIONS=True)
     openapi = encode(openapi_document(auth=settings.auth_required))
     app.extensions[EXTENSION] = (Shared(state, settings, openapi) if responses is None

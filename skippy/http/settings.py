@@ -64,7 +64,7 @@ class ServerSettings:
     comma-separated or repeated). A bad value raises ``TypeError`` or
     ``ValueError`` naming the field and its range, also through
     ``attrs.evolve``. ``request_timeout`` runs from a request's arrival to
-    its last byte.
+    its last byte, the body's upload included; ``body_timeout`` bounds each wait for the body's next bytes.
     """
 
     api_keys: tuple[str, ...] = setting((), converter=_strings, check=_api_keys, flag=False,
@@ -82,9 +82,13 @@ class ServerSettings:
                                      help="Largest request grammar or regex ('grammar', 'guided_grammar', "
                                           "'guided_regex', 'structured_outputs') in bytes; larger ones get 400.")
     request_timeout: float = setting(600.0, check=FloatRange(0.0),
-                                     help="Seconds a request may run (0: no limit). Past it the generation stops "
-                                          "and the client gets 504, or a final SSE error event once streaming has "
-                                          "started.")
+                                     help="Seconds a request may run from its arrival, its body's upload included "
+                                          "(0: no limit). Past it the generation stops and the client gets 504, "
+                                          "or a final SSE error event once streaming has started.")
+    body_timeout: float = setting(60.0, check=FloatRange(0.0, min_open=True, finite=True),
+                                  help="Seconds a request body may go without a byte arriving; past it 408. The "
+                                       "whole upload may take longer (as nginx's client_body_timeout), within "
+                                       "--request-timeout.")
     shutdown_grace: float = setting(30.0, check=FloatRange(0.0),
                                     help="Seconds running requests may take to finish after SIGINT/SIGTERM; then "
                                          "they are cancelled (streams get a final SSE error event). A second "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import select
 import signal
 import socket
 import struct
@@ -113,14 +114,15 @@ def read_response(sock: socket.socket, initial: bytes = b"", timeout: float = 30
 
 @pytest.fixture(scope="module")
 def hard_server(tmp_path_factory: pytest.TempPathFactory):
-    """API keys (flag + key file from the environment), CORS for two origins, tight limits, n_ctx 256."""
+    """API keys (flag + key file from the environment), CORS for two origins, tight limits (a body may pause
+    2 s), n_ctx 256."""
     tmp = tmp_path_factory.mktemp("hard")
     key_file = tmp / "keys.txt"
     key_file.write_text(f"# accepted keys\n\n{KEY_TWO}\n")
     with Server(["--parallel", "4", "--n-ctx", "256", "--threads", "1", "--api-key", KEY_ONE,
                  "--cors-origins", f"{ORIGIN},{OTHER_ORIGIN}", "--max-body-bytes", "65536",
                  "--max-messages", "8", "--max-tools", "4", "--max-chat-template-bytes", "8192",
-                 "--max-grammar-bytes", "1024"],
+                 "--max-grammar-bytes", "1024", "--body-timeout", "2"],
                 tmp / "server.log", env={"SKIPPY_API_KEY_FILE": str(key_file), "SKIPPY_CANARY": CANARY}) as srv:
         yield srv
 
@@ -251,6 +253,70 @@ def test_a_compressed_body_is_400_naming_the_encoding(hard_server: Server) -> No
     ok = httpx.post(url, json={"messages": HI, "max_tokens": 1}, timeout=60,
                     headers={**AUTH, "Content-Encoding": "identity"})
     assert ok.status_code == 200
+
+
+def _send_slowly(srv: Server, path: str, body: dict[str, Any], *, pieces: int, gap: float,
+                 stall: bool = False) -> tuple[int, dict[str, Any], bytes, int]:
+    """POST ``body`` to ``path`` in ``pieces`` parts ``gap`` seconds apart (``stall``: only the first half of them,
+    then wait for the answer; an answer before the last part stops the sending); the answer's status, headers
+    (lower-case names) and body, and the parts sent."""
+    data = json.dumps(body).encode()
+    sock = socket.create_connection(("127.0.0.1", int(srv.base_url.rsplit(":", 1)[1])), timeout=30)
+    conn = h11.Connection(h11.CLIENT)
+    sock.sendall(conn.send(h11.Request(method="POST", target=path, headers=[
+        ("Host", "x"), ("Content-Type", "application/json"), ("Content-Length", str(len(data))),
+        ("Authorization", AUTH["Authorization"])])))
+    size = -(-len(data) // pieces)
+    with sock:
+        answered, sent = False, 0
+        for i in range(0, pieces // 2 if stall else pieces):
+            if answered := bool(select.select([sock], [], [], gap)[0]):
+                break
+            sock.sendall(conn.send(h11.Data(data=data[i * size:(i + 1) * size])))
+            sent += 1
+        if not stall and not answered:
+            conn.send(h11.EndOfMessage())
+        sock.settimeout(60)
+        headers: dict[str, str] = {}
+        status, answer = 0, bytearray()
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                conn.receive_data(sock.recv(65536))
+            elif isinstance(event, h11.Response):
+                status = event.status_code
+                headers = {k.decode().lower(): v.decode() for k, v in event.headers}
+            elif isinstance(event, h11.Data):
+                answer += event.data
+            elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+                return status, headers, bytes(answer), sent
+
+
+def test_a_slow_body_is_read_until_it_stalls(hard_server: Server) -> None:
+    """``--body-timeout`` (2 s here) bounds each wait for the body's next bytes, not the whole upload (nginx's
+    client_body_timeout): a body that keeps arriving for longer is served; one that stops is 408 in the route's
+    error shape, and the connection closes. The body had to arrive within 60 s in all: a 32 MiB upload on a link
+    slower than 4.5 Mbit/s always failed."""
+    chat = {"messages": HI, "max_tokens": 1}
+    status, _, answer, _ = _send_slowly(hard_server, "/v1/chat/completions", chat, pieces=8, gap=0.6)  # 4.8 s
+    assert status == 200, answer
+    status, headers, answer, _ = _send_slowly(hard_server, "/v1/chat/completions", chat, pieces=8, gap=0.1,
+                                              stall=True)
+    assert status == 408 and headers["connection"] == "close", answer
+    assert json.loads(answer)["error"]["code"] == "request_timeout" and "--body-timeout" in answer.decode()
+    messages = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}
+    status, _, answer, _ = _send_slowly(hard_server, "/v1/messages", messages, pieces=8, gap=0.1, stall=True)
+    assert status == 408 and json.loads(answer)["type"] == "error", answer  # Anthropic's envelope
+
+
+def test_the_request_timeout_covers_the_body_upload(timeout_server: Server) -> None:
+    """``--request-timeout`` (2 s here) runs from the request's arrival: a body still arriving then is cut
+    short with the deadline's 504 (it never paused for ``--body-timeout``); the 504 came only once the whole
+    body had arrived (or after the 60 s that the body was given in all)."""
+    status, _, answer, sent = _send_slowly(timeout_server, "/v1/chat/completions",
+                                           {"messages": HI, "max_tokens": 1}, pieces=20, gap=0.5)  # 10 s
+    assert status == 504 and json.loads(answer)["error"]["code"] == "request_timeout", answer
+    assert sent <= 10  # answered in the first half of the upload (at 2 s of 10), while the body still arrived
 
 
 def test_messages_tools_template_grammar_limits_are_400(hard_server: Server) -> None:

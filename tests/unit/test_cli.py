@@ -156,6 +156,7 @@ BEFORE = [
      "[env var: SKIPPY_MAX_CHAT_TEMPLATE_BYTES; default: 131072; x>=0]", 131072),
     ("--max-grammar-bytes INTEGER RANGE", "[env var: SKIPPY_MAX_GRAMMAR_BYTES; default: 131072; x>=0]", 131072),
     ("--request-timeout FLOAT RANGE", "[env var: SKIPPY_REQUEST_TIMEOUT; default: 600.0; x>=0.0]", 600.0),
+    ("--body-timeout FLOAT RANGE", "[env var: SKIPPY_BODY_TIMEOUT; default: 60.0; x>0.0]", 60.0),
     ("--shutdown-grace FLOAT RANGE", "[env var: SKIPPY_SHUTDOWN_GRACE; default: 30.0; x>=0.0]", 30.0),
     ("--sse-ping-interval FLOAT RANGE", "[env var: SKIPPY_SSE_PING_INTERVAL; default: 15.0; x>=0.0]", 15.0),
     ("--strict-fields", "[env var: SKIPPY_STRICT_FIELDS]", False),

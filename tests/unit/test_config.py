@@ -147,6 +147,7 @@ SERVER = {
     "max_chat_template_bytes": ([-1], [0, 128 * 1024], "x>=0"),
     "max_grammar_bytes": ([-1], [0, 128 * 1024], "x>=0"),
     "request_timeout": ([-0.5, math.nan, "600"], [0, 0.0, 600.0, math.inf], "x>=0.0"),
+    "body_timeout": ([0, -1, math.nan, math.inf, "60"], [1e-3, 60, 3600.0], "x>0.0"),
     "shutdown_grace": ([-1, math.nan], [0.0, 30], "x>=0.0"),
     "metrics": (["off", 0], [True, False], None),
     "props": ([0, "no"], [True, False], None),

@@ -147,6 +147,35 @@ async def test_a_response_before_the_body_is_read_closes_the_connection() -> Non
     assert "Connection" not in read.headers
 
 
+async def _upload(c, pieces: list[bytes], gap: float, *, complete: bool = True):
+    """POST ``pieces`` of a body to /v1/chat/completions, ``gap`` seconds (trio's clock) before each; the answer."""
+    async with c.request("/v1/chat/completions", method="POST", headers={"Content-Type": "application/json"}) as conn:
+        for piece in pieces:
+            await trio.sleep(gap)
+            await conn.send(piece)
+        if complete:
+            await conn.send_complete()
+        return await conn.as_response()
+
+
+async def test_the_body_timeout_is_between_reads_not_over_the_upload(autojump_clock: trio.abc.Clock) -> None:
+    # --body-timeout (60 s) bounds each wait for the body's next bytes (nginx's client_body_timeout): an upload
+    # of 150 s that never pauses for 60 s is read; one that pauses 61 s is 408 (it was 408 at 60 s in all)
+    slow = await _upload(client(), [BODY[:10], BODY[10:20], BODY[20:]], 50.0)
+    assert slow.status_code == 503  # read and valid, then: still loading
+    stalled = await _upload(client(), [BODY[:10]], 0.0, complete=False)
+    assert stalled.status_code == 408
+    assert (await stalled.get_json())["error"]["message"] == \
+        "the request body stopped arriving: no byte for 60 s (--body-timeout)"
+    assert (await _upload(client(body_timeout=5.0), [BODY], 6.0)).status_code == 408
+
+
+async def test_a_body_streaming_in_past_the_limit_is_413(autojump_clock: trio.abc.Clock) -> None:
+    # the body is read piece by piece, so --max-body-bytes is counted here (Quart's buffer is emptied at each read)
+    resp = await _upload(client(max_body_bytes=1024), [b"[" + b" " * 600, b" " * 600 + b"]"], 1.0)
+    assert resp.status_code == 413 and (await resp.get_json())["error"]["code"] == "request_entity_too_large"
+
+
 async def test_one_log_line_per_response(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="skippy.http")
     c = client()

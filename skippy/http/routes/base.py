@@ -16,6 +16,8 @@ from typing import Any, Protocol, TypeVar
 import attrs
 import trio
 from quart import Response, request
+from werkzeug.exceptions import RequestEntityTooLarge
+from werkzeug.exceptions import RequestTimeout as BodyTimeout
 
 from skippy.actors.streams import ReplyStream
 from skippy.engine.errors import EngineError, InvalidRequest
@@ -114,7 +116,8 @@ MAX_WARNED_FIELDS = 1024
 
 
 async def read_body(type_: type[T], ctx: RequestContext) -> T:
-    """The body decoded into ``type_`` (400 naming the field on bad input; 400 for a compressed body).
+    """The body decoded into ``type_`` (400 naming the field on bad input; 400 for a compressed body), read by
+    :func:`body_bytes` (408, 413, the deadline).
 
     Unknown top-level fields are ignored, as OpenAI clients and agent
     frameworks send vendor extensions, but never silently: each is named in
@@ -126,8 +129,7 @@ async def read_body(type_: type[T], ctx: RequestContext) -> T:
     if coding not in ("", "identity"):  # no route decompresses (llama-server, vLLM neither): say so, not "bad JSON"
         raise InvalidRequest(f"Content-Encoding {coding!r} is not supported: send the request body uncompressed",
                              code="unsupported_content_encoding")
-    # 413 past MAX_CONTENT_LENGTH, even while streaming in (as_text, parse_form_data: the bytes overload)
-    data = await request.get_data(cache=False, as_text=False, parse_form_data=False)
+    data = await body_bytes(shared(), ctx)
     ctx.body_read = True
     req = decode_request(data, type_)
     unknown = unknown_fields(data, type_)
@@ -145,6 +147,36 @@ async def read_body(type_: type[T], ctx: RequestContext) -> T:
                         "header; logged once per field; --strict-fields refuses them)", request.method,
                         request.path, ", ".join(repr(n) for n in new))
     return req
+
+
+async def body_bytes(app: Shared, ctx: RequestContext) -> bytes:
+    """The request body, read as it arrives.
+
+    Raises Werkzeug's 408 when ``--body-timeout`` seconds pass without a byte (the time between two reads, as
+    nginx's ``client_body_timeout`` and llama-server's read timeout: a slow upload that keeps arriving is not cut
+    short), 413 past ``--max-body-bytes`` (declared in ``Content-Length`` or counted while it streams in: Quart's
+    body enforces ``MAX_CONTENT_LENGTH`` only when awaited whole), and :meth:`Shared.stopped`'s error when the
+    request's deadline (``--request-timeout``, over the whole request) or the shutdown grace ends first.
+    """
+    settings = app.settings
+    idle = settings.body_timeout
+    body = request.body
+    data = bytearray()
+    with app.lifecycle.guard(ctx.deadline) as scope:
+        while True:
+            with trio.move_on_after(idle) as wait:
+                try:
+                    chunk = await body.__anext__()  # what arrived since the last read (Quart buffers it)
+                except StopAsyncIteration:
+                    break
+            if wait.cancelled_caught:
+                raise BodyTimeout(f"the request body stopped arriving: no byte for {idle:g} s (--body-timeout)")
+            data += chunk
+            if len(data) > settings.max_body_bytes:
+                raise RequestEntityTooLarge()
+    if scope.cancelled_caught:
+        raise app.stopped()
+    return bytes(data)
 
 
 def check_limits(settings: ServerSettings, messages: list[Any], req: SamplingFields | None = None) -> None:
