@@ -623,6 +623,15 @@ def test_text_offset_counts_a_character_of_several_tokens_once() -> None:
     assert offsets == [0, 0, 1, 1, 2, 7, 7]
     whole = encode(TextReply("m", gen, prompt_text="\xe9", echo=True, logprobs=True).completion(done))
     assert whole["choices"][0]["text"] == text and whole["choices"][0]["logprobs"]["text_offset"] == offsets
+    # half a character that the next token does not finish is a U+FFFD of its own: the next token starts after it
+    gen = make([1], logprobs=True)
+    reply = TextReply("m", gen, prompt_text="", logprobs=True)
+    for t in (7, 1, 12, 7, 12, 8):
+        reply.chunks(gen.feed(lp_event(t, -0.5, [])))
+    done = gen.feed(finish("length", n=6))
+    whole = encode(TextReply("m", gen, prompt_text="", logprobs=True).completion(done))
+    assert whole["choices"][0]["text"] == "\ufffdHello\xe9"
+    assert whole["choices"][0]["logprobs"]["text_offset"] == [0, 1, 6, 6, 6, 6]
 
 
 def test_choices_interleave_with_their_index_and_count_usage_once_per_prompt() -> None:

@@ -109,7 +109,7 @@ def test_logit_bias_parsed_to_int_ids():
 
 
 @pytest.mark.parametrize("key", ["abc", "1.5", "", "0x10", str(N_VOCAB), "-1", "99999999", " 15", "1_5", "15 ",
-                                 "\uff11\uff15", "+15"])
+                                 "\uff11\uff15", "+15", "1" * 5000])
 def test_logit_bias_bad_key(key):
     err = invalid("logit_bias", logit_bias={key: 1.0})
     assert "logit_bias" in err.message

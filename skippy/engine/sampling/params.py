@@ -106,7 +106,7 @@ class SamplingParams:
                 or self.infill)
 
 
-_TOKEN_ID = re.compile(r"[0-9]+")
+_TOKEN_ID = re.compile(r"[0-9]{1,10}")  # longer is no token id (and past 4300 digits int() raises)
 
 #: llama.cpp's ``LLAMA_DEFAULT_SEED``: a request's seed of -1 (or this) asks for a random one, as in llama-server.
 RANDOM_SEED = 0xFFFFFFFF

@@ -216,10 +216,23 @@ class TextOffsets:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def next(self, data: bytes) -> int:
-        """The offset of the token whose bytes are ``data``; the text's end moves past them."""
+        """The offset of the token whose bytes are ``data``; the text's end moves past them. A character left
+        unfinished before it that ``data`` does not continue is replaced (U+FFFD) before this token starts."""
+        pending = self._decoder.getstate()[0]
         at = self.offset
+        if pending and data and not _continues(pending, data):
+            at += len(pending.decode("utf-8", errors="replace"))
         self.offset += len(self._decoder.decode(data))
         return at
+
+
+def _continues(pending: bytes, data: bytes) -> bool:
+    """Whether ``data`` starts with continuation bytes (``10xxxxxx``) of the character ``pending`` began (as
+    many as its lead byte still asks for, or all of ``data`` when it is shorter)."""
+    lead = pending[0]
+    size = 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+    head = data[:size - len(pending)]
+    return bool(head) and all(0x80 <= b < 0xC0 for b in head)
 
 
 def legacy_logprobs(tokens: Sequence[TokenEvent], piece: Callable[[int], bytes],
