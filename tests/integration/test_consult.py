@@ -309,16 +309,7 @@ class _Stub(BaseHTTPRequestHandler):
                 pass
             return
         time.sleep(STEP if self.path.startswith("/steps/") else SLOW)
-        body = json.dumps({"model": "slow", "choices": [{"index": 0, "message": {"role": "assistant",
-                                                                                  "content": "Lima."}}]}).encode()
-        try:
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-        except OSError:  # the consultation gave up first
-            pass
+        self._json({"model": "slow", "choices": [{"index": 0, "message": {"role": "assistant", "content": "Lima."}}]})
 
     def log_message(self, *args: object) -> None:
         pass

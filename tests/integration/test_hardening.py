@@ -97,17 +97,24 @@ def read_response(sock: socket.socket, initial: bytes = b"", timeout: float = 30
         conn.send(h11.EndOfMessage())
     if initial:
         conn.receive_data(initial)
-    status, body = 0, bytearray()
+    status, _, body = read_answer(sock, conn)
+    return status, body
+
+
+def read_answer(sock: socket.socket, conn: h11.Connection) -> tuple[int, dict[str, str], bytes]:
+    """The response that comes on ``conn``: its status, headers (lower-case names) and body."""
+    status, headers, body = 0, {}, bytearray()
     while True:
         event = conn.next_event()
         if event is h11.NEED_DATA:
             conn.receive_data(sock.recv(65536))
         elif isinstance(event, h11.Response):
             status = event.status_code
+            headers = {k.decode().lower(): v.decode() for k, v in event.headers}
         elif isinstance(event, h11.Data):
             body += event.data
         elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
-            return status, bytes(body)
+            return status, headers, bytes(body)
 
 
 # -- servers ---------------------------------------------------------------------------------------
@@ -277,19 +284,7 @@ def _send_slowly(srv: Server, path: str, body: dict[str, Any], *, pieces: int, g
         if not stall and not answered:
             conn.send(h11.EndOfMessage())
         sock.settimeout(60)
-        headers: dict[str, str] = {}
-        status, answer = 0, bytearray()
-        while True:
-            event = conn.next_event()
-            if event is h11.NEED_DATA:
-                conn.receive_data(sock.recv(65536))
-            elif isinstance(event, h11.Response):
-                status = event.status_code
-                headers = {k.decode().lower(): v.decode() for k, v in event.headers}
-            elif isinstance(event, h11.Data):
-                answer += event.data
-            elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
-                return status, headers, bytes(answer), sent
+        return *read_answer(sock, conn), sent
 
 
 def test_a_slow_body_is_read_until_it_stalls(hard_server: Server) -> None:
