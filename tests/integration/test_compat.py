@@ -411,7 +411,8 @@ def test_sse_keep_alive_before_the_first_token(ping_server: Server) -> None:
     for path, body, end in (("/v1/completions", {"prompt": "Hi", "max_tokens": 3, "stream": True}, "[DONE]"),
                             ("/completion", {"prompt": "Hi", "n_predict": 3, "stream": True}, '"stop":true')):
         lines = _queued_lines(base, path, body, pings=2)
-        assert lines[:2] == [": ping", ": ping"] and lines[2].startswith("data: "), (path, lines[:4])
+        first = next(i for i, line in enumerate(lines) if line.startswith("data: "))
+        assert first >= 2 and set(lines[:first]) == {": ping"}, (path, lines[:4])  # a busy machine: more pings
         assert end in lines[-1], (path, lines[-1])
     # a request error still has its status: it is raised before the wait
     with _slot_busy(base):

@@ -56,7 +56,7 @@ def test_prompt_alone_over_context(base_url: str) -> None:
 def test_other_routes_bad_input(base_url: str) -> None:
     assert_envelope(httpx.post(base_url + "/v1/completions", json={"prompt": ["a", 5]}), 400, param="prompt")  # mixed
     assert_envelope(httpx.post(base_url + "/detokenize", json={"tokens": [10**9]}), 400, param="tokens")
-    assert_envelope(httpx.post(base_url + "/tokenize", json={"text": "x"}), 400)
+    assert_envelope(httpx.post(base_url + "/tokenize", json={"content": {"text": "x"}}), 400)  # no content: no tokens
     assert_envelope(httpx.get(base_url + "/v1/nothing"), 404)
     assert_envelope(httpx.get(base_url + "/v1/chat/completions"), 405)
 
