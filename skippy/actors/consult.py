@@ -302,7 +302,7 @@ class RemotePeer:
                 chunks.append(chunk)
         try:
             return resp.status_code, json.loads(b"".join(chunks))
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: JSON nested past Python's recursion limit
             return resp.status_code, None
 
 
@@ -395,14 +395,15 @@ class ConsultPolicy:
                     content, model = await peer.ask(question)
                 if scope.cancelled_caught:
                     outcome = "timeout"
-            except trio.Cancelled:  # the other peer answered first
-                self._count(peer.name, "cancelled", None)
-                raise
             except Exception as exc:  # a peer's failure is no action, never the client's error
                 outcome, error = "error", _error_kind(exc)
                 if error == "timeout":
                     outcome = "timeout"
                 log.info("consultation of %s failed: %s", peer.name, error)
+            except BaseException:  # cancelled (the other peer answered first, or the client left), also when it
+                # comes out of a local peer's nursery as a group of Cancelled
+                self._count(peer.name, "cancelled", None)
+                raise
             ms = (trio.current_time() - t0) * 1000.0  # from the consultation's start: the probes' wait included
             hint = hint_text(content, self.rules.max_chars) if outcome == "answered" else None
             if outcome == "answered" and hint is None:

@@ -170,6 +170,7 @@ def test_the_hint_is_the_answer_trimmed_and_without_thinking(answer: str | None,
     ("first</think>second</thinking> Lima.", "Lima."),  # after the last closing tag
     ("Li\x1b[31mma\x00 is\u202e the\u2066 capital\x7f.\r\n", "Li[31mma is the capital."),  # controls removed
     ("\x1b\u202e\x07", None),
+    ("REASONING</thi\x00nk>Lima.", "Lima."),  # a control character inside the tag does not hide it
 ])
 def test_reasoning_and_control_characters_never_reach_the_hint(answer: str, hint: str | None) -> None:
     assert hint_text(answer, 512) == hint
@@ -289,6 +290,25 @@ async def test_failures_timeouts_and_empty_answers_are_no_action(autojump_clock)
         assert (out.report["peer"], out.report["outcome"]) == (peer.name, outcome)
     out = await _policy(_Peer("e", error=RuntimeError("boom"))).consult(QUESTION)
     assert out.report["error"] == "RuntimeError"
+
+
+async def test_a_peer_cancelled_inside_its_own_nursery_is_counted_cancelled(autojump_clock) -> None:
+    """A local peer asks from a nursery: the client's leaving reaches the consultation as a group of Cancelled,
+    which ``except trio.Cancelled`` let through uncounted."""
+    import trio
+
+    class _NurseryPeer(_Peer):
+        async def ask(self, request):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(trio.sleep, 10)
+                await trio.sleep(10)
+
+    policy = _policy(_NurseryPeer("local", "x"), timeout=30.0)
+    counted: list = []
+    policy._count = lambda peer, outcome, ms: counted.append((peer, outcome))
+    with trio.move_on_after(0.5):
+        await policy.consult(QUESTION)
+    assert counted == [("local", "cancelled")]
 
 
 async def test_one_failing_peer_does_not_stop_the_other(autojump_clock) -> None:
@@ -625,6 +645,24 @@ async def test_a_remote_peer_answering_text_parts_is_read() -> None:
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
         outcome = await ConsultPolicy(RULES, [RemotePeer("http://h:1", client)], ["asker"]).consult(QUESTION)
     assert isinstance(outcome, Inject) and outcome.text == "\n[Note from m: Lima is the capital.]\n"
+
+
+async def test_json_nested_past_the_recursion_limit_from_a_peer_is_no_answer() -> None:
+    """A peer's ``/v1/models``, ``/props`` or reply nested past Python's recursion limit: no answer, never an
+    error out of the consultation (it failed the hook: ``hook_error``) or of the image fallback (a 500)."""
+    import httpx
+
+    from skippy.actors.consult import ConsultPolicy, RemotePeer
+    from skippy.engine.hooks.policy import NoAction
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=b"[" * 100_000)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        peer = RemotePeer("http://h:1", client)
+        assert await peer.reads_images() is False
+        outcome = await ConsultPolicy(RULES, [peer], ["asker"]).consult(QUESTION)
+    assert isinstance(outcome, NoAction) and outcome.report is not None and outcome.report["outcome"] == "error"
 
 
 async def test_a_remote_peer_without_a_models_route_is_asked_without_a_model() -> None:

@@ -277,10 +277,11 @@ def hint_text(answer: str | None, max_chars: int) -> str | None:
     end past half of them, else at the last word boundary (marked ``...``); ``None`` when nothing is left."""
     if not answer:
         return None
+    answer = _CONTROL.sub("", answer)  # first: a control character inside a tag must not hide it
     closings = list(_THINK_END.finditer(answer))
     if closings:  # R1-style: the reasoning ends at the last closing tag, its opening one maybe absent
         answer = answer[closings[-1].end():]
-    text = " ".join(_THINK.sub(" ", _CONTROL.sub("", answer)).split())
+    text = " ".join(_THINK.sub(" ", answer).split())
     if not text:
         return None
     if len(text) <= max_chars:
