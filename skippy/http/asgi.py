@@ -120,14 +120,22 @@ def as_http(scope: Scope, receive: Any, send: Any) -> tuple[Scope, Any, Any] | N
                 connected = True
                 return {"type": "http.request", "body": b"", "more_body": False}
 
+    refused = False  # hypercorn answered the handshake itself (bytes came before it: its 400) and closed
+
     async def http_send(message: dict[str, Any]) -> None:
+        nonlocal refused
         kind = message["type"]
-        if kind == "http.response.start":
-            await send({"type": f"{DENIAL}.start", "status": message["status"],
-                        "headers": message.get("headers", [])})
-        elif kind == "http.response.body":
-            await send({"type": f"{DENIAL}.body", "body": message.get("body", b""),
-                        "more_body": message.get("more_body", False)})
+        if refused or kind not in ("http.response.start", "http.response.body"):
+            return
+        try:
+            if kind == "http.response.start":
+                await send({"type": f"{DENIAL}.start", "status": message["status"],
+                            "headers": message.get("headers", [])})
+            else:
+                await send({"type": f"{DENIAL}.body", "body": message.get("body", b""),
+                            "more_body": message.get("more_body", False)})
+        except Exception:  # h11's LocalProtocolError: the answer has no stream left to go on (a traceback each)
+            refused = True
 
     return http, http_receive, http_send
 

@@ -603,9 +603,17 @@ def test_a_websocket_request_is_answered_as_a_plain_get(hard_server: Server) -> 
         assert got == status, (path, got, body)
         if code is not None:
             assert json.loads(body)["error"]["code"] == code, (path, body)
+    # bytes right behind the handshake (a body, a pipelined request): hypercorn answers 400 itself, and the app's
+    # answer, which has no stream left, was a traceback each time
+    got, _ = _raw_exchange(hard_server, b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\n"
+                           b"Upgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                           b"Sec-WebSocket-Version: 13\r\nContent-Length: 5\r\n\r\nhello")
+    assert got in (200, 400), got
+    assert httpx.get(hard_server.base_url + "/health", timeout=10).status_code == 200
     log = hard_server.log()
     assert "GET /nope 404 " in log and "id=ws-nope" in log and "GET /v1/chat/completions 405 " in log
     assert "Not within a request context" not in log and "unhandled error" not in log
+    assert "Error in ASGI Framework" not in log and "Traceback" not in log
 
 
 # -- one connection cannot harm the others ----------------------------------------------------------
