@@ -437,9 +437,10 @@ class ConsultPolicy:
         characters, ``outcome`` ``described``)."""
         peer = None
         for candidate in self.peers:
-            if await candidate.reads_images():
-                peer = candidate
-                break
+            with trio.move_on_after(self.rules.timeout):  # a peer that trickles its /props: not one that reads them
+                if await candidate.reads_images():
+                    peer = candidate
+                    break
         if peer is None:
             raise InvalidRequest("this model reads text only and no --consult peer reads images (a peer needs "
                                  "a --mmproj projector) to describe them", param="messages", code="media_not_supported")

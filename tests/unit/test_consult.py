@@ -311,6 +311,26 @@ async def test_a_peer_cancelled_inside_its_own_nursery_is_counted_cancelled(auto
     assert counted == [("local", "cancelled")]
 
 
+async def test_a_peer_slow_to_say_whether_it_reads_images_is_taken_as_not_reading_them(autojump_clock) -> None:
+    """The image fallback's ``/props`` read was bounded by nothing but ``--request-timeout``: a peer trickling it
+    held the request (15 s and more with ``--consult-timeout 3``)."""
+    import trio
+
+    from skippy.engine.errors import InvalidRequest
+
+    class _Stalling(_Peer):
+        async def reads_images(self):
+            await trio.sleep(1000)
+            return True
+
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,aGk="}}
+    req = msgspec.convert({"messages": [{"role": "user", "content": [image]}]}, ChatCompletionRequest)
+    t0 = trio.current_time()
+    with pytest.raises(InvalidRequest) as info:
+        await _policy(_Stalling("stalls")).describe_images(req)
+    assert info.value.code == "media_not_supported" and trio.current_time() - t0 == pytest.approx(1.0)
+
+
 async def test_one_failing_peer_does_not_stop_the_other(autojump_clock) -> None:
     from skippy.engine.hooks.policy import Inject
 
