@@ -329,17 +329,23 @@ async def stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitable
     interval = app.settings.sse_ping_interval if fmt.ping is not None else 0
     ping = object()
 
-    async def open_stream() -> Any:
-        """The first chunk; ``ping`` when the request was accepted (``start`` raised no request error) but no
-        chunk came within ``--sse-ping-interval`` seconds (a queue wait, a long prefill): the headers then go
-        out with a keep-alive comment, so a client or proxy does not time out before the first token."""
-        nonlocal chunks
-        chunks = await start()
+    async def next_chunk() -> Any:
+        """The next chunk, or ``ping`` when none came within ``--sse-ping-interval`` seconds (a queue wait or
+        a long prefill). Cancelling the wait is safe: it waits on the sequence's memory channel."""
+        assert chunks is not None
         if interval > 0:
             with trio.move_on_after(interval):
                 return await chunks.__anext__()
             return ping
         return await chunks.__anext__()
+
+    async def open_stream() -> Any:
+        """The first chunk; ``ping`` when the request was accepted (``start`` raised no request error) but no
+        chunk came in time: the headers then go out with a keep-alive comment, so a client or proxy does not
+        time out before the first token."""
+        nonlocal chunks
+        chunks = await start()
+        return await next_chunk()
 
     try:
         first = await app.guarded(ctx.deadline, open_stream())
@@ -352,15 +358,6 @@ async def stream(app: Shared, ctx: RequestContext, start: Callable[[], Awaitable
     route, rule = f"{request.method} {request.path}", route_rule()  # the request context is gone while streaming
     lifecycle = app.lifecycle
     ready = getattr(chunks, "ready_nowait", None)  # the chunks there without waiting, written together
-
-    async def next_chunk() -> Any:
-        """The next chunk, or ``ping`` when none came within ``--sse-ping-interval`` seconds (a queue wait or
-        a long prefill). Cancelling the wait is safe: it waits on the sequence's memory channel."""
-        if interval > 0:
-            with trio.move_on_after(interval):
-                return await chunks.__anext__()
-            return ping
-        return await chunks.__anext__()
 
     async def events() -> AsyncIterator[bytes]:
         status = 200
