@@ -353,8 +353,9 @@ def test_a_reload_while_a_reply_streams_keeps_the_reply_so_far_as_stopped(web: P
     page = web.open()
     web.settings(system=nonce_system(), temperature=0.8, seed=None, max_tokens=1500)
     web.send("Write a very long story about a lighthouse keeper and a storm.")
-    page.wait_for_function("() => (document.querySelector('article.msg.assistant .body')?.textContent || '')"
-                           ".length > 40")
+    # the page saves a streaming reply every 500 ms: reload once the saved copy holds more than 40 characters
+    page.wait_for_function(f"() => {{ const m = JSON.parse(localStorage.getItem('{CONVERSATIONS}') || '[]')[0]"
+                           "?.messages?.at(-1); return m?.role === 'assistant' && (m.content || '').length > 40; }")
     page.reload()
     page.wait_for_function("() => document.querySelector('#model').value !== ''")
     assert page.text_content("article.msg.assistant .badge.warn") == "stopped"
