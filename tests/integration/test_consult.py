@@ -194,6 +194,38 @@ def pair(tmp_path_factory: pytest.TempPathFactory):
         yield a, b, a_url, b_url
 
 
+def test_a_client_that_leaves_frees_a_local_peers_slot(tmp_path: Path) -> None:
+    """The client goes away while a local peer works on its consultation (a long question: seconds of the
+    peer's prefill): the peer's sequence is cancelled with the request, its slot is free again at once and
+    the consultation is counted ``cancelled``, never ``answered``."""
+    question = " ".join(f"Item {i}: the river {i % 7} flows past town {i % 13}." for i in range(110))
+    body = {**BODY, "model": "smollm2", "stream": True,
+            "messages": [{"role": "user", "content": question + " Which town does item 3 name?"}]}
+    with Server(["--model", "smollm2", "--model", GEMMA, "--consult", GEMMA, "--parallel", "2", "--n-ctx", "4096",
+                 "--consult-entropy", "0", "--consult-timeout", "120"], tmp_path / "server.log") as srv:
+
+        def peer_busy() -> bool:
+            r = httpx.get(srv.base_url + "/slots", params={"model": GEMMA}, timeout=10)
+            return r.status_code == 200 and any(s["is_processing"] for s in r.json())
+
+        with httpx.stream("POST", srv.base_url + "/v1/chat/completions", json=body, timeout=120) as r:
+            assert r.status_code == 200
+            deadline = time.monotonic() + 90
+            while not peer_busy():
+                assert time.monotonic() < deadline, srv.log()
+                time.sleep(0.05)
+        left = time.monotonic()  # the connection is closed: the request and its consultation are cancelled
+        while peer_busy():
+            assert time.monotonic() - left < 10, "the peer still works for a client that left"
+            time.sleep(0.05)
+        deadline = time.monotonic() + 10
+        while _metric(srv, GEMMA, "cancelled") < 1:
+            assert time.monotonic() < deadline, read_metrics(srv.base_url)
+            time.sleep(0.1)
+        assert _metric(srv, GEMMA, "answered") == 0
+        assert _chat(srv, model="smollm2")["choices"][0]["message"]["content"]  # both models serve on
+
+
 def test_a_peer_behind_an_api_key_is_asked_with_consult_api_key(tmp_path: Path) -> None:
     """A skippy served with ``--api-key`` answers the consultation that sends the key as a bearer token, and
     refuses the one that does not (401: the model goes on without a note)."""
