@@ -12,7 +12,9 @@ request (:func:`~skippy.http.app.create_app` wraps ``app.asgi_app`` in :func:`no
 - An absolute-form target (``GET http://host/v1/models``, RFC 9112 §3.2.2: what a client that takes the server
   for a proxy sends) is served by its path. One that does not parse (a malformed IPv6 host:
   ``GET http://[::1/health``) is answered 400 with an error envelope here, as nginx answers it; Quart would
-  fail on it outside the app's error handlers (a 500 with an empty body and a traceback).
+  fail on it outside the app's error handlers (a 500 with an empty body and a traceback). So is a target in
+  neither form (``GET v1/models``: no leading slash, no ``scheme://``), as nginx and llama-server answer it;
+  Werkzeug's routing served it as ``/v1/models``.
 - Repeated slashes in the path are merged (``/v1//chat/completions`` is served as ``/v1/chat/completions``), as
   nginx's ``merge_slashes`` (on by default) does: a client's ``base_url`` ending in ``/`` joined with
   ``/chat/completions`` reaches its route, and no redirect is answered (Werkzeug would answer 308 with an HTML page
@@ -31,6 +33,9 @@ from skippy.http.context import client_of, request_id_from
 from skippy.http.logs import log_request
 from skippy.http.replies import encode
 
+#: the start of an absolute-form target: a scheme and ``://`` (RFC 9112 §3.2.2 with RFC 3986's scheme; nginx's
+#: request-line parser wants the ``//`` too)
+_ABSOLUTE = re.compile(rb"[A-Za-z][A-Za-z0-9+.-]*://")
 #: a run of slashes in a path, merged into one
 _SLASHES = re.compile(r"//+")
 _RAW_SLASHES = re.compile(rb"//+")
@@ -43,12 +48,16 @@ Scope = dict[str, Any]
 def origin_form(scope: Scope) -> Scope | None:
     """``scope`` with an absolute-form target (``http://host/path?q``) replaced by its path (``/`` when it has
     none; the query is already apart in ``query_string``); ``scope`` itself for an origin-form (``/...``) or
-    asterisk-form (``*``) target. ``None`` when the target does not parse (``urlsplit`` raises ``ValueError``:
-    a malformed IPv6 host, a host that NFKC normalisation changes)."""
+    asterisk-form (``*``) target. ``None`` for a target in none of these forms (``v1/models``), and when an
+    absolute-form one does not parse (``urlsplit`` raises ``ValueError``: a malformed IPv6 host, a host that NFKC
+    normalisation changes). The form is read from the target as sent (``raw_path``; ``%2Fv1`` is not ``/v1``)."""
     path = scope.get("path", "")
-    if path.startswith("/") or path == "*":
-        return scope
     raw = scope.get("raw_path")
+    target = raw if isinstance(raw, bytes) else path.encode("utf-8", "surrogateescape")
+    if target.startswith(b"/") or target == b"*":
+        return scope
+    if not _ABSOLUTE.match(target):
+        return None
     try:
         form = {**scope, "path": urlsplit(path).path or "/"}
         if isinstance(raw, bytes):
@@ -78,12 +87,21 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
+def _target(scope: Scope) -> str:
+    """The request target as the client sent it: ``raw_path`` (else ``path``) and the query string."""
+    raw = scope.get("raw_path")
+    target = raw.decode("latin-1") if isinstance(raw, bytes) else scope.get("path", "")
+    query = scope.get("query_string") or b""
+    return target + ("?" + query.decode("latin-1") if query else "")
+
+
 async def _bad_target(scope: Scope, send: Any) -> None:
     """Answer 400 ``bad_request`` to a target that does not parse, closing the connection; its log line as any
     request's (with its ``X-Request-Id``)."""
     t0 = time.perf_counter()
-    target = scope.get("path", "")[:TARGET_QUOTED_MAX]
-    message = f"malformed request target {target!r}"
+    target = _target(scope)[:TARGET_QUOTED_MAX]
+    message = (f"malformed request target {target!r}: expected a path starting with '/' or an absolute URL "
+               "(http://host/path)")
     rid = request_id_from(_header(scope, b"x-request-id"))
     body = encode(ErrorEnvelope(error=ErrorBody(message=message, type="invalid_request_error", code="bad_request")))
     await send({"type": "http.response.start", "status": 400, "headers": [

@@ -36,6 +36,7 @@ ORIGIN = "https://app.example"
 OTHER_ORIGIN = "https://other.example"
 CANARY = "skippy-canary-7f3e91"  # in the server's environment; no response may ever show it
 AUTH = {"Authorization": f"Bearer {KEY_ONE}"}
+AUTH_RAW = f"Authorization: Bearer {KEY_ONE}\r\n".encode()
 HI = [SYSTEM, {"role": "user", "content": "Hi"}]
 
 
@@ -582,6 +583,22 @@ def test_an_absolute_form_target_is_served_by_its_path_and_a_malformed_one_is_40
     line = next(line for line in hard_server.log().splitlines() if "GET http://[::1/health 400 " in line)
     assert "id=bad-target-1" in line and "code=bad_request" in line
     assert "Invalid IPv6 URL" not in hard_server.log()
+
+
+@pytest.mark.parametrize("target", [b"v1/models", b"health", b"%2Fhealth", b"http:/health", b"?x=1"])
+def test_a_target_in_neither_origin_nor_absolute_form_is_400(hard_server: Server, target: bytes) -> None:
+    """A target with no leading slash and no ``scheme://`` (``GET v1/models``) is 400 ``bad_request``, as nginx and
+    llama-server answer it; Werkzeug's routing served ``v1/models`` as ``/v1/models``."""
+    rid = "no-slash-" + target.decode().strip("%?/:")
+    status, body = _raw_exchange(hard_server, b"GET " + target + b" HTTP/1.1\r\nHost: x\r\n"
+                                              b"X-Request-Id: " + rid.encode() + b"\r\n" + AUTH_RAW + b"\r\n")
+    assert status == 400, (target, status, body)
+    error = json.loads(body)["error"]
+    assert error["code"] == "bad_request" and error["type"] == "invalid_request_error", body
+    assert repr(target.decode()) in error["message"], body
+    wait_until(lambda: f"id={rid} " in hard_server.log(), 10, "the 400's log line")
+    line = next(line for line in hard_server.log().splitlines() if f"id={rid} " in line)
+    assert f"GET {target.decode()} 400 " in line and "code=bad_request" in line, line
 
 
 def test_a_websocket_request_is_answered_as_a_plain_get(hard_server: Server) -> None:
