@@ -269,11 +269,12 @@ def parting_beyond_near_tie(ref: list[tuple[str, float, float]], got: list[tuple
     return None
 
 
-def read_metrics(base_url: str) -> dict[str, float]:
-    """Every sample of ``/metrics`` (parsed by prometheus_client), keyed ``name{label=value,...}``."""
+def read_metrics(base_url: str, headers: dict[str, str] | None = None) -> dict[str, float]:
+    """Every sample of ``/metrics`` (parsed by prometheus_client), keyed ``name{label=value,...}``; ``headers``: the
+    API key of a server that needs one."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    resp = httpx.get(base_url + "/metrics")
+    resp = httpx.get(base_url + "/metrics", headers=headers)
     assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/plain")
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(resp.text):

@@ -96,14 +96,15 @@ def create_app(state: AppState, settings: ServerSettings | None = None,
     settings = settings or ServerSettings()
     app = QuartTrio("skippy")
     app.request_class = SkippyRequest
-    app.asgi_app = normalise(state.lifecycle.count_requests(app.asgi_app))  # type: ignore[method-assign]
     # BODY_TIMEOUT: none in Quart, whose timeout spans the whole body; read_body (routes/base.py) times out
     # between reads (--body-timeout), and enforces MAX_CONTENT_LENGTH itself as it iterates the body
     app.config.update(MAX_CONTENT_LENGTH=settings.max_body_bytes, RESPONSE_TIMEOUT=None, BODY_TIMEOUT=None,
                       PROVIDE_AUTOMATIC_OPTIONS=True)
     openapi = encode(openapi_document(auth=settings.auth_required))
-    app.extensions[EXTENSION] = (Shared(state, settings, openapi) if responses is None
-                                 else Shared(state, settings, openapi, responses))
+    app.extensions[EXTENSION] = shared_state = (Shared(state, settings, openapi) if responses is None
+                                                else Shared(state, settings, openapi, responses))
+    app.asgi_app = normalise(state.lifecycle.count_requests(app.asgi_app),  # type: ignore[method-assign]
+                             shared_state.metrics)
     app.before_request(_start)
     app.after_request(_close_if_body_unread)
     app.after_request(_ignored_fields)

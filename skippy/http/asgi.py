@@ -43,6 +43,30 @@ _RAW_SLASHES = re.compile(rb"//+")
 TARGET_QUOTED_MAX = 200
 
 Scope = dict[str, Any]
+#: the metrics' ``route`` label of an answer that matched no route (as :func:`~skippy.http.routes.base.route_rule`)
+UNMATCHED = "unmatched"
+
+
+def error_body(message: str, type_: str, code: str | None) -> bytes:
+    """An OpenAI error envelope's bytes, for an answer sent without the app's replies."""
+    return encode(ErrorEnvelope(error=ErrorBody(message=message, type=type_, code=code)))
+
+
+def record_answer(metrics: Any, route: str, status: int, *, request_id: str, client: str | None, duration_ms: float,
+                  code: str | None = None, reason: str | None = None, disconnected: bool = False) -> None:
+    """The log line and the response counters of an answer made outside the app's routes (a malformed target
+    here; a request hypercorn cannot parse, :mod:`skippy.http.serve`), as
+    :func:`~skippy.http.routes.base.log_line` writes them for the app's answers: the ``route`` label is
+    ``unmatched``, the method the request line's (``other`` when it is none). ``metrics``: the server's
+    (:meth:`~skippy.http.context.Shared.metrics`; ``None`` while the model loads); ``route``: ``METHOD TARGET``,
+    or what the client sent instead of a request line; ``disconnected``: the client went away first (counted as a
+    disconnect, as the app counts one)."""
+    if metrics is not None:
+        metrics.response(499 if disconnected else status)
+        if not disconnected:
+            metrics.route_response(route.split(" ", 1)[0], UNMATCHED, status, code)
+    log_request(route, status, tokens=0, duration_ms=duration_ms, request_id=request_id, client=client, code=code,
+                reason=reason, disconnected=disconnected)
 
 
 def origin_form(scope: Scope) -> Scope | None:
@@ -95,22 +119,21 @@ def _target(scope: Scope) -> str:
     return target + ("?" + query.decode("latin-1") if query else "")
 
 
-async def _bad_target(scope: Scope, send: Any) -> None:
-    """Answer 400 ``bad_request`` to a target that does not parse, closing the connection; its log line as any
-    request's (with its ``X-Request-Id``)."""
+async def _bad_target(scope: Scope, send: Any, metrics: Any) -> None:
+    """Answer 400 ``bad_request`` to a target that does not parse, closing the connection; its log line and
+    counters as any request's (with its ``X-Request-Id``)."""
     t0 = time.perf_counter()
     target = _target(scope)[:TARGET_QUOTED_MAX]
     message = (f"malformed request target {target!r}: expected a path starting with '/' or an absolute URL "
                "(http://host/path)")
     rid = request_id_from(_header(scope, b"x-request-id"))
-    body = encode(ErrorEnvelope(error=ErrorBody(message=message, type="invalid_request_error", code="bad_request")))
+    body = error_body(message, "invalid_request_error", "bad_request")
     await send({"type": "http.response.start", "status": 400, "headers": [
         (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
         (b"connection", b"close"), (b"x-request-id", rid.encode())]})
     await send({"type": "http.response.body", "body": body, "more_body": False})
-    log_request(f"{scope.get('method', 'GET')} {target}", 400, tokens=0,
-                duration_ms=(time.perf_counter() - t0) * 1000.0, request_id=rid, client=client_of(scope),
-                code="bad_request", reason=message)
+    record_answer(metrics, f"{scope.get('method', 'GET')} {target}", 400, request_id=rid, client=client_of(scope),
+                  duration_ms=(time.perf_counter() - t0) * 1000.0, code="bad_request", reason=message)
 
 
 #: the ASGI extension through which a WebSocket request gets an HTTP answer (WebSocket Denial Response)
@@ -158,9 +181,10 @@ def as_http(scope: Scope, receive: Any, send: Any) -> tuple[Scope, Any, Any] | N
     return http, http_receive, http_send
 
 
-def normalise(asgi_app: Any) -> Any:
+def normalise(asgi_app: Any, metrics: Any = lambda: None) -> Any:
     """``asgi_app`` behind the rules of this module, for HTTP and WebSocket requests (lifespan events pass
-    unchanged)."""
+    unchanged). ``metrics()``: where the answers made here are counted (the app's
+    :meth:`~skippy.http.context.Shared.metrics`)."""
     async def app(scope: Scope, receive: Any, send: Any) -> None:
         if scope.get("type") == "websocket":
             plain = as_http(scope, receive, send)
@@ -170,7 +194,7 @@ def normalise(asgi_app: Any) -> Any:
         if scope.get("type") == "http":
             form = origin_form(scope)
             if form is None:
-                return await _bad_target(scope, send)
+                return await _bad_target(scope, send, metrics())
             scope = merged_slashes(form)
         await asgi_app(scope, receive, send)
 

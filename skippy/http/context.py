@@ -51,6 +51,10 @@ if TYPE_CHECKING:
     from skippy.engine.config import EngineConfig
 
 EXTENSION = "skippy"  # the key of :class:`Shared` in ``app.extensions``
+#: the key, in a request's ASGI ``scope["state"]``, of the answer the HTTP server sent itself when the request's
+#: body broke HTTP/1.1's framing (:mod:`skippy.http.serve`): ``(status, code, message)``; the route's view then
+#: logs that answer instead of a client disconnect (:func:`~skippy.http.routes.base.logs_if_gone`)
+SERVER_ANSWER = "skippy.server_answer"
 
 #: the requests :meth:`Shared.routed` takes (a ``model: "auto"`` one comes back with the chosen model)
 R = TypeVar("R", ChatCompletionRequest, CompletionRequest)

@@ -21,16 +21,24 @@ from __future__ import annotations
 
 import gc
 import logging
+import re
 import signal
 import socket
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
+from http import HTTPStatus
+from typing import Any
 
+import h11
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.config import Sockets
-from hypercorn.events import Closed, Event
+from hypercorn.events import Closed, Event, RawData
+from hypercorn.protocol import ProtocolWrapper
+from hypercorn.protocol.h11 import H11Protocol
+from hypercorn.protocol.http_stream import HTTPStream
 from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
@@ -45,7 +53,8 @@ from skippy.engine.config import EngineConfig
 from skippy.engine.errors import EngineError
 from skippy.engine.protocols.responses.store import StoreError, open_store
 from skippy.http.app import AppState, Lifecycle, create_app
-from skippy.http.context import EXTENSION, Shared
+from skippy.http.asgi import TARGET_QUOTED_MAX, error_body, record_answer
+from skippy.http.context import EXTENSION, SERVER_ANSWER, Shared, client_of, request_id_from
 from skippy.http.settings import ServerSettings
 
 log = logging.getLogger("skippy.serve")
@@ -114,6 +123,127 @@ class BurstListener(trio.abc.Listener[trio.SocketStream]):
         await self._listener.aclose()
 
 
+#: bytes of a request's head kept for the log line of an answer to a request that hypercorn cannot parse
+HEAD_KEPT = 1024
+#: longest part of h11's reason quoted in the answer's message
+DETAIL_MAX = 300
+_REQUEST_ID_HEADER = re.compile(rb"^x-request-id[ \t]*:[ \t]*([^\r\n]*?)[ \t]*\r?$", re.IGNORECASE | re.MULTILINE)
+_BYTES_REPR = re.compile(r"bytearray\(b('.*'|\".*\")\)", re.DOTALL)
+
+
+def protocol_error(status: int, detail: str, *, head_limit: int) -> tuple[str, str, str]:
+    """``(message, type, code)`` of the error envelope of hypercorn's own answer ``status`` to a request that
+    breaks HTTP/1.1 (``detail``: h11's reason: ``illegal request line``, ``Missing mandatory Host: header``...):
+    400 ``bad_request``, 431 ``request_header_fields_too_large`` (more than ``head_limit`` bytes of a head
+    buffered before its end: hypercorn's ``h11_max_incomplete_size``), 501 ``not_implemented`` (a
+    ``Transfer-Encoding`` other than ``chunked``)."""
+    detail = _BYTES_REPR.sub(r"\1", detail)[:DETAIL_MAX]  # h11 quotes the offending bytes as bytearray(b'...')
+    if status == 431:
+        return (f"the request line and headers are too large: more than {head_limit} bytes came before their end",
+                "invalid_request_error", "request_header_fields_too_large")
+    if status == 501:
+        return f"unsupported HTTP request: {detail}", "not_supported_error", "not_implemented"
+    try:
+        code = HTTPStatus(status).phrase.lower().replace(" ", "_")
+    except ValueError:
+        code = "bad_request"
+    return f"malformed HTTP request: {detail}", "invalid_request_error" if status < 500 else "server_error", code
+
+
+def request_line(head: bytes) -> str:
+    """What the log line names a request by when hypercorn could not parse it: ``METHOD TARGET`` of its request
+    line, else the first line as sent (at most :data:`~skippy.http.asgi.TARGET_QUOTED_MAX` bytes, those past
+    ASCII as ``\\xNN``; the log escapes control characters: a TLS handshake on the plain port shows as
+    ``\\x16\\x03...``), ``-`` when nothing came."""
+    line = head.split(b"\n", 1)[0].rstrip(b"\r")
+    parts = line.split(b" ")
+    if len(parts) == 3 and parts[2].startswith(b"HTTP/"):
+        line = parts[0] + b" " + parts[1]
+    return line[:TARGET_QUOTED_MAX].decode("ascii", "backslashreplace") or "-"
+
+
+class _Connection(h11.Connection):
+    """h11's server connection, which keeps the error of what the client sent that broke HTTP/1.1 (``error``)."""
+
+    error: h11.RemoteProtocolError | None = None
+
+    def next_event(self) -> Any:
+        try:
+            return super().next_event()
+        except h11.RemoteProtocolError as exc:
+            self.error = exc
+            raise
+
+
+class _H11Protocol(H11Protocol):
+    """hypercorn's HTTP/1.1 protocol, whose own answers to what breaks HTTP/1.1 are answered as the app's errors.
+
+    hypercorn answers a request it cannot parse itself, before the app sees it: 400 (a malformed request line
+    or header, no ``Host``, a malformed chunk of a body), 431 (a request line and headers over
+    ``h11_max_incomplete_size``), 501 (a ``Transfer-Encoding`` other than ``chunked``), each with an empty body
+    and ``Connection: close``, no log line and no count. Here the answer carries the OpenAI error envelope (the
+    message says what was wrong), ``X-Request-Id`` (the client's, when its head has a valid one) and, on a 501,
+    ``X-Should-Retry: false`` (as the app's 501s); the connection still closes after it. A request whose head
+    broke gets the log line of the app's requests (INFO, ``code=`` and ``reason=``; named by its request line, or
+    what came instead of one) and is counted in ``/metrics`` under the route ``unmatched``; one that the client
+    abandoned half-sent is logged and counted as a client disconnect. A request whose body broke the framing
+    was already the app's: its route's view logs and counts the answer (:data:`SERVER_ANSWER`).
+    ``metrics()``: the server's metrics (``None`` while the model loads).
+    """
+
+    def __init__(self, *args: Any, metrics: Callable[[], Any], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.connection = _Connection(h11.SERVER, max_incomplete_event_size=self.config.h11_max_incomplete_size)
+        self._metrics = metrics
+        self._head = bytearray()  # the first bytes of the request not parsed yet (for the log line)
+        self._t0 = 0.0  # when they came (perf_counter)
+        self._eof = False  # the client closed its side
+
+    async def handle(self, event: Event) -> None:
+        if isinstance(event, RawData):
+            if not event.data:
+                self._eof = True
+            elif self.connection.their_state is h11.IDLE and len(self._head) < HEAD_KEPT:
+                if not self._head:
+                    self._t0 = time.perf_counter()
+                self._head += event.data[:HEAD_KEPT - len(self._head)]
+        await super().handle(event)
+
+    async def _create_stream(self, request: h11.Request) -> None:
+        self._head.clear()  # parsed: the app has it
+        await super()._create_stream(request)
+
+    async def _send_error_response(self, status_code: int) -> None:
+        error = self.connection.error if isinstance(self.connection, _Connection) else None
+        message, type_, code = protocol_error(status_code, str(error) if error else HTTPStatus(status_code).phrase,
+                                              head_limit=self.config.h11_max_incomplete_size)
+        stream = self.stream
+        if isinstance(stream, HTTPStream) and hasattr(stream, "scope"):  # the app has the request: its body broke
+            if not self._eof:
+                stream.scope["state"][SERVER_ANSWER] = (status_code, code, message)
+            sent = next((v.decode("latin-1") for k, v in stream.scope["headers"] if k.lower() == b"x-request-id"),
+                        None)
+            rid = sent if sent is not None and request_id_from(sent) == sent else None  # else the app made one
+        else:
+            found = _REQUEST_ID_HEADER.search(bytes(self._head))
+            rid = request_id_from(found.group(1).decode("latin-1") if found else None)
+            record_answer(self._metrics(), request_line(bytes(self._head)), status_code, request_id=rid,
+                          client=client_of({"client": self.client}),
+                          duration_ms=(time.perf_counter() - self._t0) * 1000.0 if self._head else 0.0,
+                          code=code, reason=message, disconnected=self._eof)
+        body = error_body(message, type_, code)
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                   (b"connection", b"close")]
+        if rid is not None:
+            headers.append((b"x-request-id", rid.encode()))
+        if status_code == 501:
+            headers.append((b"x-should-retry", b"false"))
+        await self._send_h11_event(h11.Response(status_code=status_code,
+                                                headers=[*headers, *self.config.response_headers("h11")]))
+        await self._send_h11_event(h11.Data(data=body))
+        await self._send_h11_event(h11.EndOfMessage())
+
+
 class _TCPServer(TCPServer):
     """hypercorn's connection handler, with three fixes that keep one connection from harming the others.
 
@@ -128,7 +258,29 @@ class _TCPServer(TCPServer):
     - A client that closes its side stops the keep-alive timer. A connection closed before its first
       byte (a TCP health check, a port scan) kept its socket, in CLOSE-WAIT, for the whole
       75 s idle timeout (``keep_alive_timeout``): a connect-and-close loop used up the file descriptors.
+
+    And its HTTP/1.1 connections answer what breaks HTTP/1.1 as the app answers errors (:class:`_H11Protocol`:
+    an envelope, the log line, the counters); ``metrics()`` is where they are counted. HTTP/2 has no such
+    answers: h2 meets a malformed frame or header block with ``GOAWAY`` or ``RST_STREAM``, which carry no body.
     """
+
+    def __init__(self, *args: Any, metrics: Callable[[], Any] = lambda: None) -> None:
+        super().__init__(*args)
+        self._metrics = metrics
+
+    @property
+    def protocol(self) -> ProtocolWrapper:
+        return self._protocol
+
+    @protocol.setter
+    def protocol(self, wrapper: ProtocolWrapper) -> None:
+        # TCPServer.run makes the ProtocolWrapper, which makes hypercorn's H11Protocol for an HTTP/1.1 connection
+        # (there is no hook for another class): it is replaced by ours before it has seen a byte
+        if type(wrapper.protocol) is H11Protocol:
+            wrapper.protocol = _H11Protocol(wrapper.app, wrapper.config, wrapper.context, wrapper.task_group,
+                                            wrapper.state, wrapper.ssl, wrapper.client, wrapper.server, wrapper.send,
+                                            metrics=self._metrics)
+        self._protocol = wrapper
 
     async def run(self) -> None:
         try:
@@ -161,7 +313,8 @@ def listen_urls(sockets: Sockets) -> list[str]:
 
 
 async def _worker_serve(app: AppWrapper, config: HypercornConfig, sockets: Sockets,
-                        shutdown_trigger: Callable[[], Awaitable[None]], drained: trio.Event) -> None:
+                        shutdown_trigger: Callable[[], Awaitable[None]], drained: trio.Event,
+                        metrics: Callable[[], Any] = lambda: None) -> None:
     """hypercorn's ``trio.run.worker_serve``, accepting through :class:`BurstListener`.
 
     Same lifespan, connection handling (``TCPServer``), TLS (``trio.SSLListener`` with
@@ -188,7 +341,8 @@ async def _worker_serve(app: AppWrapper, config: HypercornConfig, sockets: Socke
 
     Added: once shutting down, ``drained`` (set when no request runs any more) cancels the
     connection handlers at once: what is left are idle keep-alive connections, which
-    hypercorn would otherwise keep until ``graceful_timeout``.
+    hypercorn would otherwise keep until ``graceful_timeout``. ``metrics()``: where the
+    connections count the answers hypercorn makes itself (:class:`_TCPServer`).
 
     ``tests/unit/test_serve.py`` pins a hash of the installed ``worker_serve`` source: a
     hypercorn upgrade that changes it fails there, and this copy must be re-checked.
@@ -207,7 +361,8 @@ async def _worker_serve(app: AppWrapper, config: HypercornConfig, sockets: Socke
                 listeners += [trio.SSLListener(BurstListener(sock), ssl_context, https_compatible=True)
                               for sock in sockets.secure_sockets]
             listeners += [BurstListener(sock) for sock in sockets.insecure_sockets]
-            handler = partial(_TCPServer, app, config, context, ConnectionState(lifespan_state.copy()))
+            handler = partial(_TCPServer, app, config, context, ConnectionState(lifespan_state.copy()),
+                              metrics=metrics)
             try:
                 async with trio.open_nursery(strict_exception_groups=True) as nursery:
                     nursery.start_soon(raise_shutdown, shutdown_trigger)
@@ -401,6 +556,6 @@ async def _serve(app: QuartTrio, state: AppState, settings: ServerSettings, conf
         nursery.start_soon(load_engine, nursery.cancel_scope)
         # hypercorn's worker loop on our sockets (we close them on shutdown)
         await _worker_serve(wrap_app(app, hconfig.wsgi_max_body_size, "asgi"), hconfig, sockets,
-                            shutdown_trigger, drained)
+                            shutdown_trigger, drained, app.extensions[EXTENSION].metrics)
         nursery.cancel_scope.cancel()
     return exit_code

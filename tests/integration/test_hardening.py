@@ -28,7 +28,7 @@ import openai
 import pytest
 
 from tests.sse import DONE, iter_sse, sse_events, sse_events_from_bytes
-from tests.support import BATCH_PROMPTS, SYSTEM, Server, assert_envelope
+from tests.support import BATCH_PROMPTS, SYSTEM, Server, assert_envelope, read_metrics
 
 KEY_ONE = "sk-one-" + "a" * 24
 KEY_TWO = "sk-two-" + "b" * 24  # only in the key file, given through SKIPPY_API_KEY_FILE
@@ -559,6 +559,22 @@ def test_repeated_slashes_in_a_path_are_merged_not_redirected(hard_server: Serve
                f"id={resp.headers['X-Request-Id']}" in hard_server.log(), 10, "the request's log line")
 
 
+def _answer(raw: bytes) -> tuple[int, dict[str, str], bytes]:
+    """The status, headers (lower-case names) and body of the one HTTP/1.1 answer in ``raw``."""
+    conn = h11.Connection(h11.CLIENT)
+    conn.send(h11.Request(method="GET", target="/", headers=[("Host", "x")]))
+    conn.send(h11.EndOfMessage())
+    conn.receive_data(raw)
+    conn.receive_data(b"")
+    status, headers, body = 0, {}, bytearray()
+    while not isinstance(event := conn.next_event(), (h11.EndOfMessage, h11.ConnectionClosed)):
+        if isinstance(event, h11.Response):
+            status, headers = event.status_code, {k.decode().lower(): v.decode() for k, v in event.headers}
+        elif isinstance(event, h11.Data):
+            body += event.data
+    return status, headers, bytes(body)
+
+
 def _raw_exchange(srv: Server, head: bytes) -> tuple[int, bytes]:
     """Send one raw request ``head`` (no body) to ``srv``; its answer's status and body."""
     with socket.create_connection(("127.0.0.1", int(srv.base_url.rsplit(":", 1)[1])), timeout=10) as sock:
@@ -588,7 +604,10 @@ def test_an_absolute_form_target_is_served_by_its_path_and_a_malformed_one_is_40
 @pytest.mark.parametrize("target", [b"v1/models", b"health", b"%2Fhealth", b"http:/health", b"?x=1"])
 def test_a_target_in_neither_origin_nor_absolute_form_is_400(hard_server: Server, target: bytes) -> None:
     """A target with no leading slash and no ``scheme://`` (``GET v1/models``) is 400 ``bad_request``, as nginx and
-    llama-server answer it; Werkzeug's routing served ``v1/models`` as ``/v1/models``."""
+    llama-server answer it, logged and counted (route ``unmatched``); Werkzeug's routing served ``v1/models`` as
+    ``/v1/models``."""
+    key = "skippy:http_route_responses_total{method=GET}{route=unmatched}{status=400}"
+    before = read_metrics(hard_server.base_url, AUTH).get(key, 0.0)
     rid = "no-slash-" + target.decode().strip("%?/:")
     status, body = _raw_exchange(hard_server, b"GET " + target + b" HTTP/1.1\r\nHost: x\r\n"
                                               b"X-Request-Id: " + rid.encode() + b"\r\n" + AUTH_RAW + b"\r\n")
@@ -599,6 +618,7 @@ def test_a_target_in_neither_origin_nor_absolute_form_is_400(hard_server: Server
     wait_until(lambda: f"id={rid} " in hard_server.log(), 10, "the 400's log line")
     line = next(line for line in hard_server.log().splitlines() if f"id={rid} " in line)
     assert f"GET {target.decode()} 400 " in line and "code=bad_request" in line, line
+    assert read_metrics(hard_server.base_url, AUTH)[key] == before + 1
 
 
 def test_a_websocket_request_is_answered_as_a_plain_get(hard_server: Server) -> None:
@@ -631,6 +651,82 @@ def test_a_websocket_request_is_answered_as_a_plain_get(hard_server: Server) -> 
     assert "GET /nope 404 " in log and "id=ws-nope" in log and "GET /v1/chat/completions 405 " in log
     assert "Not within a request context" not in log and "unhandled error" not in log
     assert "Error in ASGI Framework" not in log and "Traceback" not in log
+
+
+# -- what breaks HTTP/1.1 ---------------------------------------------------------------------------
+
+def _unmatched(base_url: str, method: str, status: int) -> float:
+    return read_metrics(base_url).get(
+        f"skippy:http_route_responses_total{{method={method}}}{{route=unmatched}}{{status={status}}}", 0.0)
+
+
+
+
+@pytest.mark.parametrize("head,status,code,method,route", [
+    (b"GARBAGE\r\nX-Request-Id: proto-garbage\r\n\r\n", 400, "bad_request", "other", "GARBAGE"),
+    (b"GET /health HTTP/1.1\r\nX-Request-Id: proto-nohost\r\n\r\n", 400, "bad_request", "GET", "GET /health"),
+    # over hypercorn's 16 KiB before the head's end (all of it read: a close with unread bytes would be a reset)
+    (b"GET /health HTTP/1.1\r\nHost: x\r\nX-Request-Id: proto-big\r\nX-Big: " + b"a" * 20000, 431,
+     "request_header_fields_too_large", "GET", "GET /health"),
+    (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Request-Id: proto-te\r\nTransfer-Encoding: gzip\r\n\r\n",
+     501, "not_implemented", "POST", "POST /v1/completions"),
+])
+def test_what_hypercorn_cannot_parse_is_answered_logged_and_counted(server: Server, head: bytes, status: int,
+                                                                    code: str, method: str, route: str) -> None:
+    """hypercorn answers a request whose head breaks HTTP/1.1 itself (400 malformed, 431 too large, 501 an unknown
+    Transfer-Encoding), before the app sees it: the answer was an empty body, with no log line and no count. It is
+    the OpenAI envelope now, with the client's X-Request-Id, logged as the app's answers are and counted under the
+    route ``unmatched``; the connection still closes after it."""
+    before = _unmatched(server.base_url, method, status)
+    rid = head.split(b"X-Request-Id: ", 1)[1].split(b"\r\n", 1)[0].decode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(head)
+        got, headers, body = _answer(_read_until_eof(sock))  # socket.timeout: the connection was left open
+    assert got == status, (got, body)
+    assert headers["content-type"] == "application/json" and headers["connection"] == "close"
+    assert headers["x-request-id"] == rid
+    assert headers.get("x-should-retry") == ("false" if status == 501 else None)
+    error = json.loads(body)["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["code"] == code and error["message"]
+    wait_until(lambda: f"id={rid} " in server.log(), 10, "the answer's log line")
+    line = next(line for line in server.log().splitlines() if f"id={rid} " in line)
+    assert f" INFO skippy.http: {route} {status} " in line and f"code={code} " in line, line
+    assert _unmatched(server.base_url, method, status) == before + 1
+
+
+def test_a_body_that_breaks_the_chunked_framing_is_the_requests_400(server: Server) -> None:
+    """A chunk header that does not parse: hypercorn answers 400 itself while the app reads the body; the app's
+    request logged a client disconnect (it was cancelled). The answer is the envelope, and the request's one log
+    line and count are the 400's, with why."""
+    key = "skippy:http_route_responses_total{method=POST}{route=/v1/completions}{status=400}"
+    before, gone = read_metrics(server.base_url), "skippy:http_client_disconnects_total"
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Request-Id: proto-chunk\r\n"
+                     b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nZZZ\r\n")
+        status, headers, body = _answer(_read_until_eof(sock))
+    assert status == 400 and headers["connection"] == "close" and headers["x-request-id"] == "proto-chunk"
+    error = json.loads(body)["error"]
+    assert error["code"] == "bad_request" and "chunk" in error["message"], body
+    wait_until(lambda: "id=proto-chunk " in server.log(), 10, "the request's log line")
+    lines = [line for line in server.log().splitlines() if "id=proto-chunk " in line]
+    assert len(lines) == 1 and "POST /v1/completions 400 " in lines[0] and "code=bad_request" in lines[0], lines
+    after = read_metrics(server.base_url)
+    assert after[key] == before.get(key, 0.0) + 1 and after[gone] == before[gone]
+
+
+def test_a_request_head_abandoned_half_sent_is_a_client_disconnect(server: Server) -> None:
+    """A client that closes its side in the middle of a request's head gets no answer that could reach it: the
+    request is logged and counted as a client disconnect (hypercorn's 400 went nowhere, unlogged)."""
+    gone = "skippy:http_client_disconnects_total"
+    before = read_metrics(server.base_url)[gone]
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nX-Request-Id: proto-half\r\nHo")
+        sock.shutdown(socket.SHUT_WR)
+        _read_until_eof(sock)
+    wait_until(lambda: "id=proto-half " in server.log(), 10, "the request's log line")
+    line = next(line for line in server.log().splitlines() if "id=proto-half " in line)
+    assert "GET /health client disconnected " in line, line
+    assert read_metrics(server.base_url)[gone] == before + 1
 
 
 # -- one connection cannot harm the others ----------------------------------------------------------

@@ -1,4 +1,5 @@
-"""serve.py: a connect burst is accepted in one scheduler pass, in arrival order; the start-up heap is frozen."""
+"""serve.py: a connect burst is accepted in one scheduler pass, in arrival order; the start-up heap is frozen; the
+hypercorn code it copies or overrides is the one checked."""
 
 from __future__ import annotations
 
@@ -106,6 +107,52 @@ def test_hypercorn_worker_serve_is_the_one_our_copy_follows():
         "its docstring) against the new source, port what matters, then add this digest to "
         "_CHECKED_WORKER_SERVE in tests/unit/test_serve.py"
     )
+
+
+# sha256 of the sources of the hypercorn code skippy.http.serve._H11Protocol and _TCPServer.protocol rely on
+# (TCPServer.run makes the ProtocolWrapper, whose __init__ makes the H11Protocol that ours replaces; H11Protocol's
+# __init__, _handle_events, _send_error_response and _create_stream) for each hypercorn release checked (0.17.3 and
+# 0.18.0 differ in type annotations, and in TCPServer.run's copy of the state and bytes of the data).
+_CHECKED_H11_PROTOCOL = {
+    "2cfc168b55d593dd0d52f922fb07f7987c60814ca67c891cf10b97a7444bf6cf": "0.17.3",
+    "2b130967f19938bfbb6b8abb60376b3223c68a3267240300b9673b05e8556b11": "0.18.0",
+}
+
+
+def test_hypercorn_h11_protocol_is_the_one_our_subclass_follows():
+    """skippy/http/serve.py replaces hypercorn's HTTP/1.1 protocol by a subclass that answers what breaks HTTP/1.1
+    (and serves WebSocket handshakes as plain GETs); a hypercorn upgrade that changes what it overrides fails here."""
+    import hashlib
+    import inspect
+    from importlib.metadata import version
+
+    from hypercorn.protocol import ProtocolWrapper
+    from hypercorn.protocol.h11 import H11Protocol
+    from hypercorn.trio.tcp_server import TCPServer
+
+    parts = [TCPServer.run, ProtocolWrapper.__init__, H11Protocol.__init__, H11Protocol._handle_events,
+             H11Protocol._send_error_response, H11Protocol._create_stream]
+    digest = hashlib.sha256("".join(inspect.getsource(f) for f in parts).encode()).hexdigest()
+    assert digest in _CHECKED_H11_PROTOCOL, (
+        f"hypercorn {version('hypercorn')} changed the HTTP/1.1 protocol code that skippy.http.serve._H11Protocol "
+        f"overrides (sha256 {digest}): re-check _H11Protocol and _TCPServer.protocol against the new source, then "
+        "add this digest to _CHECKED_H11_PROTOCOL in tests/unit/test_serve.py"
+    )
+
+
+def test_what_breaks_http_1_1_is_described_for_its_answer_and_log_line() -> None:
+    from skippy.http.serve import protocol_error, request_line
+
+    assert protocol_error(400, "illegal request line: bytearray(b'GARBAGE')", head_limit=16384) == (
+        "malformed HTTP request: illegal request line: 'GARBAGE'", "invalid_request_error", "bad_request")
+    message, type_, code = protocol_error(431, "Receive buffer too long", head_limit=16384)
+    assert "16384 bytes" in message and (type_, code) == ("invalid_request_error", "request_header_fields_too_large")
+    assert protocol_error(501, "Only Transfer-Encoding: chunked is supported", head_limit=1)[1:] == (
+        "not_supported_error", "not_implemented")
+    assert request_line(b"GET /health HTTP/1.1\r\nHost: x") == "GET /health"
+    assert request_line(b"GARBAGE\r\n\r\n") == "GARBAGE"
+    assert request_line(b"\x16\x03\x01\x00\xa5") == "\x16\x03\x01\x00\\xa5"  # the log escapes the control bytes
+    assert request_line(b"") == "-"
 
 
 def test_the_start_up_log_names_the_chat_template_and_warns_on_the_chatml_fallback(caplog) -> None:
