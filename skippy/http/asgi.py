@@ -8,7 +8,9 @@ request (:func:`~skippy.http.app.create_app` wraps ``app.asgi_app`` in :func:`no
   the app's hooks and log line. The answer goes out through the ASGI WebSocket Denial Response extension
   (``websocket.http.response``); a server without it gets ``websocket.close`` (its 403). Quart dispatches such
   a request to its WebSocket handling, where the app's error handler failed outside a request context (500 and
-  a traceback for an unknown path) and the hooks (API keys, CORS, draining, log line) never ran.
+  a traceback for an unknown path) and the hooks (API keys, CORS, draining, log line) never ran. (Over HTTP/1.1
+  a handshake reaches the app as a plain ``GET`` already, :mod:`skippy.http.serve`; what comes here as a
+  WebSocket request is HTTP/2's extended ``CONNECT``.)
 - An absolute-form target (``GET http://host/v1/models``, RFC 9112 §3.2.2: what a client that takes the server
   for a proxy sends) is served by its path. One that does not parse (a malformed IPv6 host:
   ``GET http://[::1/health``) is answered 400 with an error envelope here, as nginx answers it; Quart would
@@ -161,7 +163,7 @@ def as_http(scope: Scope, receive: Any, send: Any) -> tuple[Scope, Any, Any] | N
                 connected = True
                 return {"type": "http.request", "body": b"", "more_body": False}
 
-    refused = False  # hypercorn answered the handshake itself (bytes came before it: its 400) and closed
+    refused = False  # hypercorn answered the handshake itself (its 400) and closed the stream
 
     async def http_send(message: dict[str, Any]) -> None:
         nonlocal refused

@@ -187,7 +187,8 @@ class _H11Protocol(H11Protocol):
     broke gets the log line of the app's requests (INFO, ``code=`` and ``reason=``; named by its request line, or
     what came instead of one) and is counted in ``/metrics`` under the route ``unmatched``; one that the client
     abandoned half-sent is logged and counted as a client disconnect. A request whose body broke the framing
-    was already the app's: its route's view logs and counts the answer (:data:`SERVER_ANSWER`).
+    was already the app's: its route's view logs and counts the answer (:data:`SERVER_ANSWER`). A WebSocket
+    handshake goes to the app as a plain ``GET`` (:meth:`_create_stream`).
     ``metrics()``: the server's metrics (``None`` while the model loads).
     """
 
@@ -211,6 +212,12 @@ class _H11Protocol(H11Protocol):
 
     async def _create_stream(self, request: h11.Request) -> None:
         self._head.clear()  # parsed: the app has it
+        if any(name == b"upgrade" and value.strip().lower() == b"websocket" for name, value in request.headers):
+            # no WebSocket stream (the server serves none): the handshake goes to the app as the plain GET it also
+            # is (skippy.http.asgi), not to hypercorn's WebSocket handling, whose own 400s (a handshake it finds
+            # invalid, bytes right behind one) were empty, unlogged, and the first left the connection open
+            request = h11.Request(method=request.method, target=request.target, http_version=request.http_version,
+                                  headers=[(n, v) for n, v in request.headers.raw_items() if n.lower() != b"upgrade"])
         await super()._create_stream(request)
 
     async def _send_error_response(self, status_code: int) -> None:
