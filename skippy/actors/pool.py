@@ -16,7 +16,9 @@ unload first, which are idle past ``keep_alive``) are made by the sans-IO
   :class:`ModelUnavailable` (503) with the reason;
 - unloading (LRU past ``max_loaded``, idle past ``keep_alive``) first drains the model: new
   requests wait, running ones finish, then the engine's scope closes and its memory is freed.
-  A request arriving meanwhile loads it again.
+  A request arriving meanwhile loads it again. A model waiting for room whose last waiting request
+  is cancelled (its client went away) does not load, and the model being drained for it, still
+  serving, stays loaded: a swap nobody waits for does not happen.
 
 With one model the pool serves it under any name (llama-server's behaviour and the OpenAI
 clients' habit of sending ``"gpt-4o"``); with several, a name must match one of them, or be ``auto``:
@@ -351,8 +353,8 @@ class ModelPool:
         res, slot = self.residency, self._slots[name]
         try:
             while True:
-                if res.may_close(name):  # unloaded while it waited for room, and no request wants it
-                    log.info("model %s: unloaded before it loaded", name)
+                if res.may_close(name):  # no request waits for it any more (gone, or an unload was asked for)
+                    log.info("model %s: not loaded: no request waits for it any more", name)
                     res.unloaded(name)
                     return
                 ok, victim = res.room(name)
@@ -360,7 +362,7 @@ class ModelPool:
                     break
                 if victim is not None:
                     log.info("model %s: unloading %s to make room (--max-loaded %d)", name, victim, res.max_loaded)
-                    res.drain(victim)
+                    res.drain(victim, for_=name)
                     self._notify()
                 await self._wait()
             log.info("model %s: loading %s", name, slot.model.config.model)
@@ -411,7 +413,9 @@ class ModelPool:
             self._notify()
 
     def _release(self, name: str) -> None:
-        self.residency.release(name, trio.current_time())
+        for kept in self.residency.release(name, trio.current_time()):
+            log.info("model %s: stays loaded: no request waits for %s any more, which it was unloading for", kept,
+                     name)
         self._notify()
 
     def _notify(self) -> None:

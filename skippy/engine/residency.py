@@ -13,7 +13,10 @@ caller passes ``now`` in seconds of any monotonic clock):
   ``keep_alive``: a negative value keeps models loaded forever, 0 unloads a model
   as soon as its last request ends);
 - when an unloading model may close: once it is *draining* (new requests wait for
-  it to close, then load it again) and none of its requests runs.
+  it to close, then load it again) and none of its requests runs;
+- that a model waiting for room no longer loads once no request waits for it (the
+  last one was cancelled: its client went away), and that the models being unloaded
+  to make that room, still serving, stay loaded: the swap does not happen.
 
 A request that wants a model *reserves* it (:meth:`Residency.reserve`) before
 it waits for the load, and releases it when its response ends. Reservations
@@ -46,7 +49,9 @@ class ModelResidency:
     order in which loading models asked for room (first come, first admitted). ``users``: requests that
     hold it or wait for its load. ``last_used``: when a request last took or released it (seconds,
     the caller's clock; ``-inf``: never). ``draining``: chosen for unloading; it closes once ``users``
-    is 0, and new requests wait for that. ``keep_alive``: this model's own idle time in seconds, set by a
+    is 0, and new requests wait for that. ``drained_for``: the model waiting for room that it drains for (it
+    stays loaded if that one is no longer wanted before it closes); ``None``: drained for its own sake
+    (``keep_alive``, an unload asked for). ``keep_alive``: this model's own idle time in seconds, set by a
     request (Ollama's per-request ``keep_alive``; negative: forever); ``None``: the set's.
     """
 
@@ -55,6 +60,7 @@ class ModelResidency:
     users: int = 0
     last_used: float = -math.inf
     draining: bool = False
+    drained_for: str | None = None
     error: str | None = None
     keep_alive: float | None = None
     admitted: bool = False
@@ -107,13 +113,25 @@ class Residency:
         m.last_used = now
         return True
 
-    def release(self, name: str, now: float) -> None:
-        """A request that reserved ``name`` ended (done, failed or cancelled)."""
+    def release(self, name: str, now: float) -> list[str]:
+        """A request that reserved ``name`` ended (done, failed or cancelled).
+
+        When it was the last request waiting for ``name`` to get room (a loading model not admitted yet),
+        ``name`` will not load: it drains (:meth:`may_close`; a new request waits for that, then loads it
+        again), and the models drained to make its room that still serve requests (so have not begun to
+        close) stay loaded, their drain called off. Returns their names (none, most of the time)."""
         m = self.models[name]
         if m.users <= 0:
             raise ValueError(f"{name}: release without a reservation")
         m.users -= 1
         m.last_used = now
+        if m.users > 0 or m.state != LOADING or m.admitted:
+            return []
+        m.draining = True  # no request wants it any more: it does not load
+        kept = [x for x in self.models.values() if x.draining and x.drained_for == name and x.users > 0]
+        for x in kept:
+            x.draining, x.drained_for = False, None
+        return [x.name for x in kept]
 
     # -- loading ------------------------------------------------------------------------------
     def begin_load(self, name: str) -> None:
@@ -123,6 +141,7 @@ class Residency:
             raise ValueError(f"{name} is {m.state}, cannot begin loading")
         self._queued += 1
         m.state, m.error, m.draining, m.admitted, m.queued = LOADING, None, False, False, self._queued
+        m.drained_for = None
 
     def could_load(self, name: str) -> bool:
         """Whether ``name`` holds memory already or could load without waiting for a model in use: there is
@@ -173,19 +192,27 @@ class Residency:
     def failed(self, name: str, error: str) -> None:
         """The load (or the running engine) of ``name`` failed: requests waiting for it get ``error``."""
         m = self.models[name]
-        m.state, m.error, m.draining, m.admitted = FAILED, error, False, False
+        m.state, m.error, m.draining, m.drained_for, m.admitted = FAILED, error, False, None, False
 
     def unloaded(self, name: str) -> None:
         m = self.models[name]
-        m.state, m.draining, m.admitted = UNLOADED, False, False
+        m.state, m.draining, m.drained_for, m.admitted = UNLOADED, False, None, False
 
     # -- unloading ----------------------------------------------------------------------------
-    def drain(self, name: str) -> None:
+    def drain(self, name: str, *, for_: str | None = None) -> None:
         """Choose ``name`` for unloading: new requests wait; it closes when :meth:`may_close`. A model still
         loading is unloaded once its load ends and the requests that waited for it are served (its load
-        cannot stop half way: llama.cpp reads the weights in one call); unloaded or failed, nothing happens."""
-        if self.models[name].state in (LOADED, LOADING):
-            self.models[name].draining = True
+        cannot stop half way: llama.cpp reads the weights in one call); unloaded or failed, nothing happens.
+        ``for_``: the model waiting for room (:meth:`room`'s victim) that it is unloaded for; without it (its
+        keep-alive, an unload asked for) the unload stands whatever happens to the model waiting."""
+        m = self.models[name]
+        if m.state not in (LOADED, LOADING):
+            return
+        if not m.draining:
+            m.drained_for = for_
+        elif for_ is None:
+            m.drained_for = None
+        m.draining = True
 
     def may_close(self, name: str) -> bool:
         """Whether the loaded model ``name`` should close now (or, still waiting for room, not load): it drains

@@ -9,6 +9,9 @@ others keep answering, and the metrics carry a ``model`` label.
 
 from __future__ import annotations
 
+import itertools
+import json
+import socket
 import threading
 import time
 from pathlib import Path
@@ -227,6 +230,59 @@ def test_max_loaded_one_swaps_the_models_and_answers_stay_right(tmp_path: Path) 
             assert time.monotonic() < deadline, "the disconnect during the load was never counted"
             time.sleep(0.1)
         assert srv.log().count("POST /v1/chat/completions client disconnected") == lines + 1
+
+
+def _models_dir(tmp_path: Path) -> Path:
+    """A ``--models-dir`` with both models (links): ``gemma`` (sorts first: the default) and ``SmolLM2``."""
+    from skippy.models import resolve_model
+
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "SmolLM2.gguf").symlink_to(resolve_model(SMOL_ID))
+    (models / "gemma.gguf").symlink_to(gemma_path())
+    return models
+
+
+def _raw_post(srv: Server, path: str, body: dict) -> socket.socket:
+    """Send one POST on a connection of its own and leave the answer unread (the caller closes it: gone)."""
+    data = json.dumps(body).encode()
+    sock = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    return sock
+
+
+def test_a_swap_whose_request_is_gone_before_it_starts_does_not_happen(tmp_path: Path) -> None:
+    """--max-loaded 1: a request for SmolLM2 waits while a gemma stream runs (gemma drains for it); its client
+    goes away before the stream ends. SmolLM2 does not load and gemma stays loaded, its stream and later
+    requests served without a reload. The server used to unload gemma and load SmolLM2 for nobody."""
+    with Server(["--models-dir", str(_models_dir(tmp_path)), "--max-loaded", "1", "--threads", "1",
+                 "--parallel", "2", "--n-ctx", "4096"], tmp_path / "server.log") as srv:
+        client = _client(srv)
+        stream = client.completions.create(model="gemma", prompt="Once upon a time", max_tokens=3000,
+                                           temperature=0, stream=True, extra_body={"ignore_eos": True})
+        chunks = iter(stream)
+        next(chunks)  # the stream runs: gemma is in use
+        try:
+            waiting = _raw_post(srv, "/v1/completions", {"model": "SmolLM2", "prompt": "Hi", "max_tokens": 2})
+            deadline = time.monotonic() + 60
+            while "model SmolLM2: unloading gemma to make room" not in srv.log():  # SmolLM2 waits, gemma drains
+                assert time.monotonic() < deadline, srv.log()
+                time.sleep(0.05)
+            assert _states(srv) == {"gemma": "loaded", "SmolLM2": "loading"}
+            waiting.close()  # the client goes away before the swap starts
+            _wait_for(srv, "SmolLM2", "unloaded")  # it used to stay loading until the stream ended, then load
+            assert _states(srv)["gemma"] == "loaded"
+            assert "model gemma: stays loaded: no request waits for SmolLM2 any more" in srv.log()
+            assert "model SmolLM2: not loaded: no request waits for it any more" in srv.log()
+            assert len(list(itertools.islice(chunks, 20))) == 20  # gemma's stream goes on
+        finally:
+            stream.close()
+        assert _text(_ask(client, "gemma"))  # served by the model still loaded
+        log = srv.log()
+        assert "model gemma: unloading" not in log and log.count("model gemma: loading") == 1
+        assert "model SmolLM2: loading" not in log  # its weights were never read
+        assert "POST /v1/completions client disconnected" in log  # the request that went away
 
 
 def test_keep_alive_unloads_an_idle_model_and_a_request_loads_it_again(tmp_path: Path) -> None:

@@ -216,3 +216,55 @@ def test_a_model_unloaded_while_it_loads_closes_once_loaded_and_its_waiting_requ
     assert res["a"].state == UNLOADED and res.reserve("a", 4.0)
     res.drain("b")  # neither loaded nor loading: nothing to do
     assert not res["b"].draining
+
+
+def test_a_swap_no_request_waits_for_any_more_does_not_happen() -> None:
+    """--max-loaded 1: a request for b waits while a serves a stream (a drains for b); its client goes away
+    before a has closed. b does not load and a stays loaded, serving again (it used to unload a and load b for
+    nobody)."""
+    res = Residency(["a", "b"], max_loaded=1)
+    _load(res, "a", 1.0)
+    assert res.reserve("a", 2.0)  # a stream of a runs
+    assert res.reserve("b", 3.0)
+    res.begin_load("b")
+    assert res.room("b") == (False, "a")
+    res.drain("a", for_="b")
+    assert not res.reserve("a", 3.5)  # a new request of a waits for the unload
+    assert res.release("b", 4.0) == ["a"]  # b's only waiting request is cancelled: a's drain is called off
+    assert not res["a"].draining and res["a"].state == LOADED and res.reserve("a", 4.5)  # a serves again
+    assert res.may_close("b") and res.room("b") == (False, None)  # b does not load
+    res.unloaded("b")
+    assert res["b"].state == UNLOADED and not res.may_close("a")
+    assert res.reserve("b", 5.0)  # a later request of b loads it: a drains for it again
+    res.begin_load("b")
+    assert res.room("b") == (False, "a")
+
+
+def test_a_swap_goes_on_while_a_request_waits_and_other_unloads_stand() -> None:
+    res = Residency(["a", "b", "c"], max_loaded=1)
+    _load(res, "a", 1.0)
+    assert res.reserve("a", 2.0)
+    assert res.reserve("b", 3.0) and res.reserve("b", 3.0)  # two requests wait for b
+    res.begin_load("b")
+    assert res.room("b") == (False, "a")
+    res.drain("a", for_="b")
+    assert res.release("b", 4.0) == [] and res["a"].draining and not res.may_close("b")  # one still waits
+    res.drain("a")  # and an unload of a is asked for (POST /models/unload): it stands whatever b does
+    assert res.release("b", 4.5) == [] and res["a"].draining and res.may_close("b")
+    res.unloaded("b")
+    res.release("a", 5.0)
+    res.unloaded("a")
+    # a victim whose requests have all ended may be closing already: its unload stands too
+    _load(res, "a", 6.0)
+    assert res.reserve("c", 7.0)
+    res.begin_load("c")
+    assert res.room("c") == (False, "a")
+    res.drain("a", for_="c")
+    assert res.may_close("a")  # idle: it closes now
+    assert res.release("c", 7.5) == [] and res["a"].draining
+    # a model admitted (reading its weights) loads whatever happens to its requests: llama.cpp cannot stop
+    res.unloaded("a")
+    assert res.reserve("b", 8.0)
+    res.begin_load("b")
+    assert res.room("b") == (True, None)
+    assert res.release("b", 8.5) == [] and not res["b"].draining
