@@ -1,8 +1,8 @@
 """Prometheus metrics of one engine (prometheus-client, one registry per engine).
 
 A server of several models renders :class:`PoolMetrics` instead: each loaded model's series
-below with a ``model`` label, ``skippy:model_loaded{model}``, and the HTTP counters and
-``process_*`` once for the server.
+below with a ``model`` label, ``skippy:model_loaded{model}`` and ``skippy:model_loading{model}``, and the HTTP
+counters and ``process_*`` once for the server.
 
 Names follow llama-server's (``llamacpp:...``, its whole set as of the pinned
 llama.cpp's ``server_task_result_metrics::to_metrics``) where one exists, and
@@ -256,8 +256,9 @@ class PoolMetrics:
 
     One registry: the server's :class:`HttpMetrics` and ``process_*`` once, each loaded model's engine
     series (its :class:`EngineMetrics` registry but those) with a ``model`` label added (one family per
-    name, each model's samples in it), and ``skippy:model_loaded{model}`` (1 loaded, 0 not) for every
-    configured model. A model's series start again from zero when it is loaded again after an unload.
+    name, each model's samples in it), and ``skippy:model_loaded{model}`` (1 loaded, 0 not) and
+    ``skippy:model_loading{model}`` (1 loading, 0 not) for every configured model. A model's series start again
+    from zero when it is loaded again after an unload.
 
     ``engines()`` yields ``(model id, EngineMetrics)`` of the loaded models; ``states()`` yields
     ``(model id, state)`` of all of them (``loaded``, ``loading``, ``unloaded``, ``failed``).
@@ -292,9 +293,13 @@ class _ModelsCollector:
     def collect(self) -> Iterator[Metric]:
         loaded = GaugeMetricFamily("skippy:model_loaded", "Whether the model is loaded (1) or not (0)",
                                    labels=["model"])
+        loading = GaugeMetricFamily("skippy:model_loading", "Whether the model is loading (1: a request waits for "
+                                    "its load, its wait for room included) or not (0)", labels=["model"])
         for name, state in self.states():
             loaded.add_metric([name], 1.0 if state == "loaded" else 0.0)
+            loading.add_metric([name], 1.0 if state == "loading" else 0.0)
         yield loaded
+        yield loading
         families: dict[str, Metric] = {}
         for name, metrics in self.engines():
             for metric in metrics.registry.collect():

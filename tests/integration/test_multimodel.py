@@ -285,6 +285,44 @@ def test_a_swap_whose_request_is_gone_before_it_starts_does_not_happen(tmp_path:
         assert "POST /v1/completions client disconnected" in log  # the request that went away
 
 
+def test_health_and_metrics_name_a_model_loading_while_another_serves(tmp_path: Path) -> None:
+    """--max-loaded 1: while a request for SmolLM2 waits for its load (gemma, serving a stream, drains for it),
+    /health stays 200 (gemma serves; llama-server's router keeps /health as it is while a model loads) and names
+    SmolLM2 in ``models_loading``, /metrics has ``skippy:model_loading{model="SmolLM2"} 1`` and /v1/models its
+    ``loading`` status. /health said nothing of the load."""
+    with Server(["--models-dir", str(_models_dir(tmp_path)), "--max-loaded", "1", "--threads", "1",
+                 "--parallel", "2", "--n-ctx", "4096"], tmp_path / "server.log") as srv:
+        client = _client(srv)
+        assert httpx.get(srv.base_url + "/health", timeout=30).json()["models_loading"] == []
+        stream = client.completions.create(model="gemma", prompt="Once upon a time", max_tokens=3000,
+                                           temperature=0, stream=True, extra_body={"ignore_eos": True})
+        chunks = iter(stream)
+        next(chunks)
+        replies: list[str] = []
+        waiting = threading.Thread(target=lambda: replies.append(_text(_ask(client, "SmolLM2"))))
+        waiting.start()
+        try:
+            deadline = time.monotonic() + 60
+            while "model SmolLM2: unloading gemma to make room" not in srv.log():
+                assert time.monotonic() < deadline, srv.log()
+                time.sleep(0.05)
+            health = httpx.get(srv.base_url + "/health", timeout=30)
+            assert health.status_code == 200, health.text
+            assert health.json()["models_loading"] == ["SmolLM2"] and health.json()["slots_processing"] == 1
+            metrics = httpx.get(srv.base_url + "/metrics", timeout=30).text
+            assert 'skippy:model_loading{model="SmolLM2"} 1.0' in metrics
+            assert 'skippy:model_loading{model="gemma"} 0.0' in metrics
+            listed = {m["id"]: m for m in httpx.get(srv.base_url + "/v1/models", timeout=30).json()["data"]}
+            assert listed["SmolLM2"]["status"] == {"value": "loading"} and listed["gemma"]["state"] == "loaded"
+        finally:
+            stream.close()  # gemma's stream ends: it unloads, SmolLM2 loads and answers
+            waiting.join(timeout=120)
+        assert replies and replies[0]
+        health = httpx.get(srv.base_url + "/health", timeout=30)
+        assert health.status_code == 200 and health.json()["models_loading"] == []
+        assert _states(srv) == {"gemma": "unloaded", "SmolLM2": "loaded"}
+
+
 def test_keep_alive_unloads_an_idle_model_and_a_request_loads_it_again(tmp_path: Path) -> None:
     with Server(["--model", "smollm2", "--model", GEMMA, "--keep-alive", "1", *ARGS], tmp_path / "server.log") as srv:
         client = _client(srv)

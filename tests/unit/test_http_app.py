@@ -70,6 +70,46 @@ async def test_openapi_json_is_served_from_the_table() -> None:
     assert msgspec.json.decode(await resp.get_data()) == openapi_document(auth=True)
 
 
+# -- /health while a model loads --------------------------------------------------------------------
+
+def _pool_app(*names: str):
+    """A :class:`~skippy.actors.pool.ModelPool` of ``names`` (not running: its residency is driven by hand) whose
+    default model's first load has ended, and a test client of the app over it."""
+    from skippy.actors.pool import ModelPool, PoolModel
+    from skippy.engine.config import EngineConfig
+
+    state = AppState()
+    state.pool = ModelPool([PoolModel.of(EngineConfig(model=f"/nonexistent/{n}.gguf")) for n in names])
+    state.pool.ready.set()
+    return state.pool, create_app(state).test_client()
+
+
+async def test_health_names_the_models_loading_without_failing_a_server_of_several() -> None:
+    """Several models: /health stays 200 while one loads (llama-server's router mode keeps its /health as it is),
+    and says which load (``models_loading``; /metrics ``skippy:model_loading``). It said nothing of them."""
+    pool, c = _pool_app("a", "b")
+    idle = await c.get("/health")
+    assert idle.status_code == 200 and (await idle.get_json())["models_loading"] == []
+    pool.residency.begin_load("b")  # a request waits for b: for room under --max-loaded, then for its weights
+    loading = await c.get("/health")
+    assert loading.status_code == 200 and (await loading.get_json())["models_loading"] == ["b"]
+    metrics = pool.metrics.render().decode()
+    assert 'skippy:model_loading{model="b"} 1.0' in metrics and 'skippy:model_loading{model="a"} 0.0' in metrics
+
+
+async def test_health_is_503_while_a_lone_model_loads_again() -> None:
+    """One model, unloaded by --keep-alive and loaded again by a request: 503 ``Loading model``, as at start and as
+    llama-server answers while its one model loads (it was 200 with no slots)."""
+    pool, c = _pool_app("a")
+    idle = await c.get("/health")  # unloaded: it loads on the next request
+    assert idle.status_code == 200 and "models_loading" not in await idle.get_json()
+    pool.residency.begin_load("a")
+    loading = await c.get("/health")
+    assert loading.status_code == 503
+    assert (await loading.get_json())["error"] == {"message": "Loading model", "type": "unavailable_error",
+                                                   "param": None, "code": "model_loading"}
+
+
 # -- authentication and the public route ------------------------------------------------------------
 
 async def test_keys_guard_every_route_but_health() -> None:

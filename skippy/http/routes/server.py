@@ -15,8 +15,11 @@ from skippy.http.replies import (
 
 
 async def health() -> Response:
-    """llama-server ``GET /health``: 503 while the (default) model loads, then 200 with slot counts (summed over
-    the loaded models when several are served: 200 while any model is loaded or can load)."""
+    """llama-server ``GET /health``: 503 ``Loading model`` while the (default) model loads, and while a lone model
+    loads again (``--keep-alive`` unloaded it), as llama-server answers while its one model loads; else 200 with
+    slot counts. With several models served, 200 while any model is loaded or can load (llama-server's router
+    mode: a model loading does not fail the server's health), the counts summed over the loaded models and
+    ``models_loading`` naming those loading now."""
     app = shared()
     pool = app.state.pool
     if (app.state.engine is None) if pool is None else not pool.ready.is_set():
@@ -27,23 +30,27 @@ async def health() -> Response:
         if not pool.healthy():
             return error_response(503, "no model could be loaded: " + "; ".join(
                 f"{i}: {pool.error(i)}" for i in pool.ids()), "unavailable_error", code="model_load_failed")
+        if pool.single and pool.state(pool.default) == "loading":
+            return error_response(503, "Loading model", "unavailable_error", code="model_loading")
         totals = {"slots_idle": 0, "slots_processing": 0, "requests_waiting": 0}
         for _, eng in pool.loaded_engines():
             if problem := eng.device_problem():  # an RPC worker is gone: a supervisor must restart the set
                 return engine_error_response(DeviceLost(problem))
             for key, value in eng.stats().items():
                 totals[key] += value
-        return _health(totals)
+        return _health(totals, None if pool.single else [i for i in pool.ids() if pool.state(i) == "loading"])
     engine = app.state.engine
     if engine is not None and (problem := engine.device_problem()):  # an RPC worker is gone: restart the set
         return engine_error_response(DeviceLost(problem))
     return _health(app.engine().stats())
 
 
-def _health(counts: dict[str, int]) -> Response:
-    """``/health``'s answer for these counts (:meth:`~skippy.actors.engine.Engine.stats`' keys)."""
+def _health(counts: dict[str, int], loading: list[str] | None = None) -> Response:
+    """``/health``'s answer for these counts (:meth:`~skippy.actors.engine.Engine.stats`' keys) and, with several
+    models served, the ids of those ``loading``."""
     return json_response(wire.Health(slots_idle=counts["slots_idle"], slots_processing=counts["slots_processing"],
-                                     requests_waiting=counts["requests_waiting"]))
+                                     requests_waiting=counts["requests_waiting"],
+                                     models_loading=wire.UNSET if loading is None else loading))
 
 
 async def openapi_json() -> Response:

@@ -28,12 +28,15 @@ __all__ = [
 
 
 class Health(WireStruct, kw_only=True):
-    """llama-server ``GET /health`` once the model is loaded: slot and queue counts."""
+    """llama-server ``GET /health`` once the model is loaded: slot and queue counts; with several models served,
+    ``models_loading``, the ids of those loading now (from the request that wants one until it is loaded, its
+    wait for room under ``--max-loaded`` included; skippy's)."""
 
     status: Literal["ok"] = "ok"
     slots_idle: int
     slots_processing: int
     requests_waiting: int
+    models_loading: list[str] | UnsetType = UNSET
 
 
 class LoraAdapter(WireStruct, kw_only=True):
