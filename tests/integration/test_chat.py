@@ -125,6 +125,19 @@ def test_logprobs(client: openai.OpenAI) -> None:
         assert entry.top_logprobs[0].logprob == pytest.approx(entry.logprob)
 
 
+def test_top_logprobs_without_logprobs_is_a_400_naming_it(client: openai.OpenAI) -> None:
+    """OpenAI, vLLM and llama-server refuse top_logprobs without logprobs: true (it was ignored: no logprobs
+    came back); a null top_logprobs is no top_logprobs (llama-server's rule)."""
+    for extra in ({"top_logprobs": 3}, {"logprobs": False, "top_logprobs": 0}, {"top_logprobs": 2, "stream": True}):
+        with pytest.raises(openai.BadRequestError) as exc:
+            client.chat.completions.create(model="SmolLM2-135M-Instruct", messages=FRANCE, max_tokens=2, **extra)
+        assert exc.value.body["param"] == "top_logprobs"
+        assert exc.value.body["message"] == "top_logprobs requires logprobs to be set to true"
+    r = client.chat.completions.create(model="SmolLM2-135M-Instruct", messages=FRANCE, max_tokens=2,
+                                       top_logprobs=None)
+    assert r.choices[0].logprobs is None
+
+
 def test_completions_stream_and_not(client: openai.OpenAI) -> None:
     r = client.completions.create(model="SmolLM2-135M-Instruct", prompt="The capital of France is",
                                   temperature=0, max_tokens=8)

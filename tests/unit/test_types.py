@@ -286,3 +286,22 @@ def test_null_means_absent_on_every_api() -> None:
     n = decode_request(json.dumps({"prompt": "x", "return_tokens": None, "n_indent": None}).encode(),
                        NativeCompletionRequest)
     assert (n.return_tokens, n.n_indent) == (False, 0)
+
+
+# -- top_logprobs asks for alternatives of the logprobs that logprobs: true asks for ------------------------
+
+@pytest.mark.parametrize("fields", [{"top_logprobs": 3}, {"top_logprobs": 0}, {"logprobs": False, "top_logprobs": 2},
+                                    {"logprobs": None, "top_logprobs": 1}, {"top_logprobs": 2, "n_probs": 2}])
+def test_top_logprobs_without_logprobs_is_a_400_naming_it(fields) -> None:
+    # OpenAI, vLLM and llama-server refuse it (llama-server: any top_logprobs but null, its message)
+    err = bad(body(**fields))
+    assert err.param == "top_logprobs"
+    assert str(err) == "top_logprobs requires logprobs to be set to true"
+    with pytest.raises(InvalidRequest):
+        ChatCompletionRequest(messages=[Message("user", "hi")], top_logprobs=fields["top_logprobs"])
+
+
+def test_top_logprobs_null_or_with_logprobs_is_taken() -> None:
+    assert decode_request(body(top_logprobs=None), ChatCompletionRequest).top_logprobs is None
+    assert decode_request(body(logprobs=None, top_logprobs=None), ChatCompletionRequest).logprobs is False
+    assert decode_request(body(logprobs=True, top_logprobs=0), ChatCompletionRequest).top_logprobs == 0

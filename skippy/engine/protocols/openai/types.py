@@ -230,6 +230,8 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     ``prompt_cache_key`` (OpenAI) groups requests for prefix-cache placement.
     ``thinking_budget_tokens`` (llama-server's): reasoning tokens allowed inside ``<think>`` before
     the closing tag (and a newline) is forced (-1: unlimited; ``None``: the server's ``--reasoning-budget``).
+    ``top_logprobs`` (``null`` aside) without ``logprobs: true`` is a 400 naming ``top_logprobs``, as OpenAI,
+    vLLM and llama-server refuse it (llama-server's message); llama-server's ``n_probs`` asks for logprobs alone.
     """
 
     messages: list[Message]
@@ -256,6 +258,8 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
         if self.thinking_budget_tokens is not None and self.thinking_budget_tokens < -1:
             raise InvalidRequest("thinking_budget_tokens must be >= -1 (-1: unlimited)",
                                  param="thinking_budget_tokens")
+        if self.top_logprobs is not None and not self.logprobs:  # llama-server's rule: null passes
+            raise InvalidRequest("top_logprobs requires logprobs to be set to true", param="top_logprobs")
         for name in ("tools", "tool_choice", "chat_template_kwargs"):
             value = getattr(self, name)
             if value is not None and nesting(value) > MAX_NESTING:
