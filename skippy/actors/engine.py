@@ -434,7 +434,8 @@ class Engine:
                 limits = LineLimits(req.n_indent, req.t_max_predict_ms, clock=time.perf_counter)
                 seeded = choice_seed(params, j)
                 gen = Generation(next(self._rids), tokens, seeded, max_tokens, piece=self.runtime.vocab.piece,
-                                 parser=ContentParser(), early_stop=limits if limits.active else None, options=shared)
+                                 parser=ContentParser(), early_stop=limits if limits.active else None, options=shared,
+                                 shown=self.runtime.vocab.special_piece)
                 settings = generation_settings(seeded, n_predict=n_predict, stop=stops, stream=req.stream,
                                                n_probs=n_probs, samplers=samplers,
                                                timings_per_token=req.timings_per_token, ignore_eos=req.ignore_eos,
@@ -668,7 +669,7 @@ class Engine:
             speculative=speculative(req, self.limits), reasoning_budget=budget, arrival=arrival, priority=priority,
             media=media, lora=lora, progress=reports_prefill(req))
         gens = [Generation(next(self._rids), prompt, choice_seed(params, j), max_tokens, piece=piece,
-                           parser=make_output_parser(plan), options=options,
+                           parser=make_output_parser(plan), options=options, shown=self.runtime.vocab.special_piece,
                            early_stop=EarlyStop(set(plan.allowed_tools), plan.parallel_tool_calls,
                                                 thinking_forced_open=emulated_thinking_open(plan))
                            if plan.emulated else None)
@@ -762,7 +763,8 @@ class Engine:
                 gens.append(Generation(
                     next(self._rids), prompt, choice_seed(params, j), max_tokens, piece=self.runtime.vocab.piece,
                     parser=ContentParser(), options=attrs.evolve(options, cache_prompt=req.cache_prompt and not score,
-                                                                 prompt_logprobs=(lp or 0) if score else None)))
+                                                                 prompt_logprobs=(lp or 0) if score else None),
+                    shown=self.runtime.vocab.special_piece))
         return texts, gens, self._submit(gens, None)
 
     async def _completion_prompts(self, req: CompletionRequest, n: int) -> list[tuple[str, list[int]]]:

@@ -99,6 +99,54 @@ async def test_utf8_output_never_splits_a_character(model_server: Server) -> Non
     assert all("\ufffd" not in p for p in parts), parts
 
 
+# -- logprobs: control tokens shown as their text, text_offset into the echoed text --------------------
+
+#: a user turn in each model's turn markers (control tokens typed in the text); SmolLM2 starts the next turn
+TURNS = {False: "<|im_start|>user\nSay yes.<|im_end|>\n", True: "<start_of_turn>user\nSay yes.<end_of_turn>\n"}
+
+
+def test_logprobs_show_control_tokens_as_their_text_and_echo_offsets_index_the_text(model_server: Server) -> None:
+    """A control token (a turn marker, the BOS) shows as its text in logprobs, chosen or an alternative, as
+    vLLM's do (it showed as "", and a legacy top_logprobs dict kept one of two such alternatives); an echoed
+    prompt's ``text_offset`` indexes the text, which holds the markers typed in it (they counted as nothing)
+    but not a BOS the tokenizer added."""
+    gemma = _is_gemma(model_server)
+    prompt = TURNS[gemma]
+    r = httpx.post(model_server.base_url + "/v1/completions", timeout=120, json={
+        "prompt": prompt, "echo": True, "logprobs": 5, "max_tokens": 2, "temperature": 0})
+    assert r.status_code == 200, r.text
+    choice, n = r.json()["choices"][0], r.json()["usage"]["prompt_tokens"]
+    text, lp = choice["text"], choice["logprobs"]
+    assert text.startswith(prompt) and all(lp["tokens"])  # no token shows as nothing
+    for i, (token, at) in enumerate(zip(lp["tokens"][:n], lp["text_offset"], strict=False)):
+        if i == 0 and gemma:  # Gemma's BOS: a token of the prompt, not of its text
+            assert (token, at) == ("<bos>", 0)
+        else:
+            assert text[at:at + len(token)] == token, (i, token, at)
+    assert lp["text_offset"][n] == len(prompt) and lp["text_offset"] == sorted(lp["text_offset"])
+    markers = ["<start_of_turn>", "<end_of_turn>"] if gemma else ["<|im_start|>", "<|im_end|>"]
+    assert [t for t in lp["tokens"][:n] if t in markers] == markers
+    assert "" not in [key for top in lp["top_logprobs"][1:] for key in top]
+    if not gemma:  # after the turn: the next turn's marker, or the end of this one
+        assert {"<|im_start|>", "<|im_end|>"} <= set(lp["top_logprobs"][n])
+    # llama-server's /completion: the chosen token and its alternatives (SmolLM2 starts the next turn)
+    native = httpx.post(model_server.base_url + "/completion", timeout=120, json={
+        "prompt": prompt, "n_predict": 1, "n_probs": 5, "temperature": 0}).json()
+    [first] = native["completion_probabilities"]
+    assert first["token"] and all(alt["token"] for alt in first["top_logprobs"])
+    if not gemma:
+        assert (first["token"], first["bytes"], native["content"]) == ("<|im_start|>", list(b"<|im_start|>"), "")
+    # chat: no alternative shows as nothing (SmolLM2's end of turn is one before the reply's end)
+    client = openai.OpenAI(base_url=model_server.base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    reply = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Say just: yes"}],
+                                           temperature=0, max_tokens=8, logprobs=True, top_logprobs=20)
+    alternatives = [alt for e in reply.choices[0].logprobs.content for alt in e.top_logprobs]
+    assert all(alt.token and alt.bytes == list(alt.token.encode()) for alt in alternatives
+               if "\ufffd" not in alt.token)
+    if not gemma:
+        assert "<|im_end|>" in {alt.token for alt in alternatives}
+
+
 # -- prefix reuse --------------------------------------------------------------------------------
 
 def test_prefix_reuse_is_reported_and_equals_llama_cpp_python_for_the_same_split(

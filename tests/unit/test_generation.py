@@ -51,19 +51,27 @@ PIECES = {
     10: b'{"name": "get_weather", "arguments": {"city": "Paris"}}',
     11: b"\nThe end",
     12: b"",  # a control token: renders as nothing
+    13: b"",  # another one
+    14: b"",  # a BOS
 }
 CALL = [9, 10, 11]
+#: the control tokens' text (the vocabulary's special pieces: what logprobs show)
+SPECIAL = {12: b"<|im_end|>", 13: b"<|im_start|>", 14: b"<s>"}
 
 
 def piece(token: int) -> bytes:
     return PIECES[token]
 
 
+def shown(token: int) -> bytes:
+    return SPECIAL.get(token) or PIECES[token]
+
+
 def make(prompt: list[int] | None = None, *, logprobs: bool = False, stops=(),
-         parser=None, early_stop=None, **options) -> Generation:
+         parser=None, early_stop=None, shown=None, **options) -> Generation:
     params = SamplingParams(logprobs=logprobs, top_logprobs=2 if logprobs else 0)
     return Generation(7, prompt or [100, 101, 102, 103], params, 32, piece=piece, parser=parser or ContentParser(),
-                      early_stop=early_stop, options=GenerationOptions(stops=stops, **options))
+                      early_stop=early_stop, options=GenerationOptions(stops=stops, **options), shown=shown)
 
 
 def finish(reason: str = "stop", n: int = 0, **kw) -> FinishEvent:
@@ -440,6 +448,69 @@ def test_every_logprobs_shape_renders_a_token_the_same_way() -> None:
     chat = json.loads(msgspec.json.encode(chat_logprobs([ev], gen.piece)))["content"]
     assert [{k: v for k, v in e.items() if k != "id"} for e in native[0]["top_logprobs"]] == chat[0]["top_logprobs"]
     assert legacy_logprobs([ev], gen.piece).top_logprobs == [{"\ufffd": -0.5, "Hello": -1.25}]
+
+
+def test_a_control_token_shows_its_text_in_every_logprobs_shape() -> None:
+    """A control token (``<|im_end|>``) renders as nothing in the text, but logprobs show its text, as vLLM's do
+    (llama-server's with ``--special``): the chosen token and every alternative, in the chat, legacy and
+    llama-server shapes. Shown empty, two control alternatives looked alike, and a legacy ``top_logprobs`` dict
+    kept only one of them."""
+    def alts(*tokens: int) -> list[tuple[int, float]]:
+        return [(t, -1.0 - i) for i, t in enumerate(tokens)]
+    want = [("<|im_end|>", list(b"<|im_end|>")), ("<|im_start|>", list(b"<|im_start|>")), ("Hello", list(b"Hello"))]
+    gen = make(logprobs=True, shown=shown)
+    chat = ChatReply("m", gen, logprobs=True)
+    [c1] = chat.chunks(gen.feed(lp_event(1, -0.5, alts(12, 13, 1))))
+    entry = encode(c1)["choices"][0]["logprobs"]["content"][0]
+    assert entry["token"] == "Hello" and [(a["token"], a["bytes"]) for a in entry["top_logprobs"]] == want
+    done = gen.feed(finish(n=1))  # the end: the next token was <|im_end|>
+    whole = encode(chat.completion(done))["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+    assert [(a["token"], a["bytes"]) for a in whole] == want
+
+    gen = make([1], logprobs=True, shown=shown)
+    text = TextReply("m", gen, prompt_text="Hello", logprobs=True)
+    assert text.chunks(gen.feed(lp_event(12, -0.5, alts(12, 13, 1)))) == []  # a control token, not the end:
+    [c1] = text.chunks(gen.feed(lp_event(3, -0.5, alts(3))))  # its logprobs go with the next token's text
+    lp = encode(c1)["choices"][0]["logprobs"]
+    assert encode(c1)["choices"][0]["text"] == "ld" and lp["tokens"] == ["<|im_end|>", "ld"]
+    assert lp["top_logprobs"] == [{"<|im_end|>": -1.0, "<|im_start|>": -2.0, "Hello": -3.0}, {"ld": -1.0}]
+    assert lp["text_offset"] == [5, 5]  # text_offset indexes the text, which does not hold the control token
+
+    gen = make([1], logprobs=True, shown=shown)
+    native = NativeReply("m", gen, prompt_text="Hello", settings=generation_settings(SamplingParams(), n_predict=4),
+                         n_probs=3)
+    [chunk] = native.chunks(Piece([], [lp_event(13, -0.5, alts(12, 13, 1))]))  # the token's logprobs alone
+    [probs] = encode(chunk)["completion_probabilities"]
+    assert (probs["id"], probs["token"], probs["bytes"]) == (13, "<|im_start|>", list(b"<|im_start|>"))
+    assert [(a["token"], a["bytes"]) for a in probs["top_logprobs"]] == want
+
+
+def test_an_echoed_prompts_text_offset_counts_the_control_tokens_its_text_holds() -> None:
+    """OpenAI's ``text_offset[i]``: where token ``i`` starts in ``text``. A control token typed in the prompt
+    (``<|im_start|>``) is in the echoed text, so the tokens after it start after it; a BOS the tokenizer added
+    is not, so it takes no room (it counted as nothing, and the offsets after a typed one pointed into it)."""
+    gen = make([13, 1, 12, 2], logprobs=True, prompt_logprobs=1, shown=shown)
+    prompt_text = "<|im_start|>Hello<|im_end|> wor"
+    gen.feed(PromptLogprobs((TokenEvent(1, -1.0, ()), TokenEvent(12, -2.0, ()), TokenEvent(2, -3.0, ()))))
+    reply = TextReply("m", gen, prompt_text=prompt_text, echo=True, logprobs=True)
+    [echo, chunk] = [encode(c) for c in reply.chunks(gen.feed(lp_event(3, -0.5, [])))]
+    lp = echo["choices"][0]["logprobs"]
+    text = echo["choices"][0]["text"]
+    assert text == prompt_text and lp["tokens"] == ["<|im_start|>", "Hello", "<|im_end|>", " wor"]
+    assert lp["text_offset"] == [0, 12, 17, 27]
+    assert [text[o:o + len(t)] for o, t in zip(lp["text_offset"], lp["tokens"], strict=True)] == lp["tokens"]
+    assert chunk["choices"][0]["logprobs"]["text_offset"] == [len(prompt_text)]
+    done = gen.feed(finish("length", n=1))
+    whole = encode(TextReply("m", gen, prompt_text=prompt_text, echo=True, logprobs=True).completion(done))
+    assert whole["choices"][0]["logprobs"]["text_offset"] == [0, 12, 17, 27, 31]
+    assert whole["choices"][0]["text"][31:] == "ld"
+    # a BOS the tokenizer put before "Hello": in the tokens, not in the text
+    gen = make([14, 1], logprobs=True, prompt_logprobs=1, shown=shown)
+    gen.feed(PromptLogprobs((TokenEvent(1, -1.0, ()),)))
+    done = gen.feed(finish("length", n=0))
+    whole = encode(TextReply("m", gen, prompt_text="Hello", echo=True, logprobs=True).completion(done))
+    lp = whole["choices"][0]["logprobs"]
+    assert lp["tokens"] == ["<s>", "Hello"] and lp["text_offset"] == [0, 0]
 
 
 def test_native_answer_is_truncated_only_when_the_context_ended_it() -> None:

@@ -196,6 +196,7 @@ class Generation:
             scheduler for logprobs on every token event).
         max_tokens: tokens to generate at most (>= 0; 0: the prompt only).
         piece: ``token id -> bytes`` the token renders as (the vocabulary).
+        shown: ``token id -> bytes`` a token shows as in logprobs (:attr:`shown`); ``None``: ``piece``.
         parser: the chat-format stream parser (a fresh one per generation).
         early_stop: optional rule that ends generation early (emulated tool calls; a fresh one per
             generation: it keeps state).
@@ -207,7 +208,8 @@ class Generation:
 
     def __init__(self, rid: int, prompt: Sequence[int], params: SamplingParams, max_tokens: int, *,
                  piece: Callable[[int], bytes], parser: StreamParser, early_stop: EarlyStopRule | None = None,
-                 options: GenerationOptions = GenerationOptions()) -> None:  # noqa: B008 (frozen: one shared default)
+                 options: GenerationOptions = GenerationOptions(),  # noqa: B008 (frozen: one shared default)
+                 shown: Callable[[int], bytes] | None = None) -> None:
         if not prompt:  # the scheduler would never start it (nothing to prefill, no token to decode)
             raise InvalidRequest("prompt is empty", param="prompt")
         o = options
@@ -220,6 +222,7 @@ class Generation:
                                   checkpoint_at=o.checkpoint_at, arrival=o.arrival, priority=o.priority, media=o.media,
                                   lora=o.lora, progress=o.progress)
         self._piece = piece
+        self._shown = shown or piece
         self._pipeline = OutputPipeline(piece, list(o.stops), parser, early_stop, include_stop=o.include_stop)
         self._logprobs = params.logprobs
         self._hooks = o.hooks
@@ -253,6 +256,14 @@ class Generation:
     def piece(self) -> Callable[[int], bytes]:
         """``token id -> bytes`` the token renders as."""
         return self._piece
+
+    @property
+    def shown(self) -> Callable[[int], bytes]:
+        """``token id -> bytes`` a token shows as in logprobs (``token``, ``bytes``, the alternatives): a control
+        token as its text (``<|im_end|>``, the vocabulary's special pieces), as vLLM's logprobs and llama-server's
+        with ``--special`` show it (its ``piece`` is empty: two such alternatives would show alike), the others as
+        their ``piece``. The text itself (and legacy ``text_offset``) keeps to ``piece``."""
+        return self._shown
 
     @property
     def signals(self) -> bool:

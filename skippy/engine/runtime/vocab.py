@@ -31,6 +31,7 @@ class LlamaVocab:
         self._vocab = vocab
         self.n_vocab = n_vocab
         self._pieces = [self._piece(t, special=False) for t in range(n_vocab)]
+        self._special: dict[int, bytes] = {}  # special_piece's, as they are asked for (logprobs show them)
         self._llg: LLTokenizer | None = None
         self._llg_lock = threading.Lock()
 
@@ -138,7 +139,10 @@ class LlamaVocab:
         return messages[0] if is_error and messages else ""
 
     def special_piece(self, token: int) -> bytes:
-        return self._piece(token, special=True)
+        data = self._special.get(token)
+        if data is None:  # a race computes it twice, the same bytes
+            data = self._special[token] = self._piece(token, special=True)
+        return data
 
 
 def LLG_LIMITS() -> LLParserLimits:  # noqa: N802 - a constant built on first use (llguidance loads lazily)

@@ -102,7 +102,7 @@ class NativeReply:
         post = self.generation.request.params.post_sampling_probs
         prob = openai_translate.probability
         for ev in tokens:
-            tok = openai_translate.token_text(ev, self.generation.piece)
+            tok = openai_translate.token_text(ev, self.generation.shown)
             if post:
                 out.append(wire.NativeTokenProb(
                     id=tok.id, token=tok.text, bytes=tok.bytes, prob=prob(tok.logprob),

@@ -236,22 +236,49 @@ def _continues(pending: bytes, data: bytes) -> bool:
 
 
 def legacy_logprobs(tokens: Sequence[TokenEvent], piece: Callable[[int], bytes],
-                    offsets: TextOffsets | None = None) -> wire.CompletionLogprobs:
+                    offsets: TextOffsets | Sequence[int] | None = None, *,
+                    shown: Callable[[int], bytes] | None = None) -> wire.CompletionLogprobs:
     """OpenAI legacy Completions ``logprobs`` for ``tokens`` (``top_logprobs``: text -> logprob).
 
-    ``text_offset[i]`` is the character offset of token ``i``'s text from ``offsets`` (a new one from 0 by
-    default; OpenAI counts from the start of the prompt text). A token without a logprob (the first
-    token of an echoed prompt, which nothing predicts) has ``null`` in ``token_logprobs`` and
-    ``top_logprobs``, as OpenAI sends it.
+    ``tokens`` and the keys of ``top_logprobs`` are the tokens as ``shown`` renders them (``piece`` when not
+    given; a control token as its text: :attr:`~skippy.engine.output.generation.Generation.shown`).
+    ``text_offset[i]`` is the character offset of token ``i`` in the reply's text, which holds ``piece``'s bytes
+    of each token: counted by ``offsets`` (a new :class:`TextOffsets` from 0 by default; OpenAI counts from the
+    start of the prompt text), or ``offsets`` itself when it is a list (an echoed prompt's: :func:`echo_offsets`).
+    A token without a logprob (the first token of an echoed prompt, which nothing predicts) has ``null`` in
+    ``token_logprobs`` and ``top_logprobs``, as OpenAI sends it.
     """
-    rendered = [token_text(ev, piece) for ev in tokens]
-    offsets = offsets or TextOffsets()
+    rendered = [token_text(ev, shown or piece) for ev in tokens]
+    if offsets is None or isinstance(offsets, TextOffsets):
+        counter = offsets if offsets is not None else TextOffsets()
+        at = [counter.next(piece(ev.token)) for ev in tokens]
+    else:
+        at = list(offsets)
     return wire.CompletionLogprobs(
         tokens=[tok.text for tok in rendered],
         token_logprobs=[tok.logprob for tok in rendered],
         top_logprobs=[{alt.text: alt.logprob for alt in tok.top} if tok.logprob is not None else None
                       for tok in rendered],
-        text_offset=[offsets.next(bytes(tok.bytes)) for tok in rendered])
+        text_offset=at)
+
+
+def echo_offsets(tokens: Sequence[int], text: str, piece: Callable[[int], bytes],
+                 shown: Callable[[int], bytes]) -> list[int]:
+    """``text_offset`` of an echoed prompt's ``tokens`` in ``text``, the prompt as the reply echoes it (the
+    request's string, or its token ids detokenized with their special tokens' text).
+
+    A token that shows other than its ``piece`` (a control token: ``<|im_start|>``, ``<start_of_turn>``,
+    ``<bos>``) counts as its shown text where ``text`` holds that text at the token's offset (typed in the
+    prompt, or detokenized from ids), else as nothing (a BOS the tokenizer added); other tokens count as their
+    ``piece``. OpenAI's contract: ``text_offset[i]`` is where token ``i`` starts in the text."""
+    offsets = TextOffsets()
+    out = []
+    for token in tokens:
+        data, seen = piece(token), shown(token)
+        if seen != data and text.startswith(seen.decode("utf-8", errors="replace"), offsets.offset):
+            data = seen
+        out.append(offsets.next(data))
+    return out
 
 
 def chat_delta(d: Delta) -> wire.ChatDelta:
@@ -314,7 +341,7 @@ class ChatReply:
     def _choice(self, delta: wire.ChatDelta, tokens: list[TokenEvent], finish_reason: str | None = None,
                 hook_events: list[HookReport] | None = None) -> wire.ChatChunkChoice:
         gen = self.generation
-        lp = chat_logprobs(tokens, gen.piece, signals=gen.signals, post=self.post) if self.logprobs and tokens \
+        lp = chat_logprobs(tokens, gen.shown, signals=gen.signals, post=self.post) if self.logprobs and tokens \
             else None
         stop = self.generation.stopping_word if finish_reason is not None else ""
         return wire.ChatChunkChoice(index=self.index, delta=delta, logprobs=lp, finish_reason=finish_reason,
@@ -373,7 +400,7 @@ class ChatReply:
     def completion(self, done: Done) -> wire.ChatCompletion:
         """The whole ``chat.completion`` (non-streamed): ``logprobs`` cover every generated token."""
         gen = self.generation
-        lp = chat_logprobs(done.tokens, gen.piece, signals=gen.signals, post=self.post) if self.logprobs else None
+        lp = chat_logprobs(done.tokens, gen.shown, signals=gen.signals, post=self.post) if self.logprobs else None
         return wire.ChatCompletion(
             id=self.id, created=self.created, model=self.model,
             choices=[wire.ChatChoice(index=self.index, message=chat_message(done.message), logprobs=lp,
@@ -426,18 +453,21 @@ class TextReply:
                                    **extra)  # type: ignore[arg-type]
 
     def _logprobs(self, tokens: list[TokenEvent]) -> wire.CompletionLogprobs:
-        return legacy_logprobs(tokens, self.generation.piece, self._offsets)
+        return legacy_logprobs(tokens, self.generation.piece, self._offsets, shown=self.generation.shown)
 
     def _choice(self, text: str, tokens: list[TokenEvent], finish_reason: str | None = None) -> wire.CompletionChoice:
         lp = self._logprobs(tokens) if self.logprobs and tokens else None
         return wire.CompletionChoice(index=self.index, text=text, logprobs=lp, finish_reason=finish_reason)
 
     def _prompt_logprobs(self) -> wire.CompletionLogprobs:
-        """The echoed prompt's logprobs: its first token ``null``, the rest as scored."""
-        prompt = self.generation.request.prompt
+        """The echoed prompt's logprobs: its first token ``null``, the rest as scored; ``text_offset`` into the
+        prompt text (:func:`echo_offsets`)."""
+        gen = self.generation
+        prompt = gen.request.prompt
         scored = self.prompt_source.prompt_tokens or []
-        first = [TokenEvent(prompt[0])] if prompt else []
-        return legacy_logprobs(first + scored, self.generation.piece)
+        events = ([TokenEvent(prompt[0])] if prompt else []) + scored
+        offsets = echo_offsets([ev.token for ev in events], self.prompt_text, gen.piece, gen.shown)
+        return legacy_logprobs(events, gen.piece, offsets, shown=gen.shown)
 
     def ready(self) -> bool:
         """The next chunks can be rendered: no echo chunk waits for prompt scores that are not there yet."""
