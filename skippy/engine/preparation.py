@@ -222,9 +222,12 @@ def chat_choices(req: ChatCompletionRequest, gens: Sequence[Generation], *, mode
                  created: int, include_usage: bool = False) -> Choices:
     """The reply builders of a chat request's ``n`` choices (one ``id`` and ``created``, choice ``i`` at
     ``choices[i]``; the live timings of ``timings_per_token`` and ``return_progress`` from the prefill steps the
-    generations report: :func:`reports_prefill`)."""
+    generations report: :func:`reports_prefill`; a request that offers tools, unless ``tool_choice`` is
+    ``"none"``, streams ``content: null`` in its first delta:
+    :meth:`~skippy.engine.protocols.openai.translate.ChatReply.first_chunks`)."""
+    tools = bool(req.tools) and req.tool_choice != "none"  # the reply may call one: its stream starts content null
     replies = [ChatReply(model, gen, logprobs=gen.request.params.logprobs, index=i, id=reply_id, created=created,
-                         timings_per_token=req.timings_per_token, return_progress=req.return_progress)
+                         timings_per_token=req.timings_per_token, return_progress=req.return_progress, tools=tools)
                for i, gen in enumerate(gens)]
     return Choices(replies, [0] * len(gens), include_usage=include_usage)
 

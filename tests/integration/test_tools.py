@@ -50,6 +50,30 @@ def test_forced_tool_call_validates(request: pytest.FixtureRequest, fixture: str
         assert fragments == 1
 
 
+@pytest.mark.parametrize("fixture", ["server", "qwen_server"])
+def test_a_streamed_tool_only_reply_has_content_null_as_the_whole_one(request: pytest.FixtureRequest,
+                                                                     fixture: str) -> None:
+    """OpenAI starts a tool-call reply's stream with ``{"role": "assistant", "content": null}`` and never sends
+    an empty string: the ``openai`` package's stream helper, which accumulates the deltas, ends with ``content``
+    null, as the non-streamed reply (it ended with "": the first delta's). Emulated and native tool calls."""
+    client = openai_client(request.getfixturevalue(fixture).base_url)
+    kwargs = dict(model="SmolLM2-135M-Instruct", messages=ASK, tools=[WEATHER], tool_choice="required",
+                  temperature=0, max_tokens=80, parallel_tool_calls=False, extra_body={"cache_prompt": False})
+    whole = client.chat.completions.create(**kwargs).choices[0].message
+    assert whole.content is None and len(whole.tool_calls) == 1
+    with client.chat.completions.stream(**kwargs) as stream:
+        chunks = [event.chunk for event in stream if event.type == "chunk"]
+        final = stream.get_final_completion().choices[0]
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    assert deltas[0].role == "assistant" and deltas[0].content is None
+    assert all(d.content != "" for d in deltas)
+    assert final.finish_reason == "tool_calls" and final.message.content is None
+    assert [c.function.arguments for c in final.message.tool_calls] == [whole.tool_calls[0].function.arguments]
+    # tool_choice "none": no call can come, the stream starts as a text reply (OpenAI's empty string)
+    none = client.chat.completions.create(stream=True, **{**kwargs, "tool_choice": "none", "max_tokens": 4})
+    assert list(none)[0].choices[0].delta.content == ""
+
+
 def test_emulated_follow_up_turn_answers(server) -> None:
     client = openai_client(server.base_url)
     first = client.chat.completions.create(model="SmolLM2-135M-Instruct", messages=ASK, tools=[WEATHER],

@@ -615,6 +615,36 @@ def test_a_streamed_tool_call_delta() -> None:
     assert encode(deltas[-1]) == {}
 
 
+@pytest.mark.parametrize("tokens, content", [(CALL[:2], None), ([1, 2], "Hello wor")])
+def test_a_reply_that_may_call_tools_starts_with_content_null_and_never_sends_an_empty_string(tokens, content) -> None:
+    """OpenAI starts a tool-call reply with ``{"role": "assistant", "content": null}`` and never sends an empty
+    string: a client accumulating the deltas (the ``openai`` package's stream helpers) ends with ``content`` null,
+    as the non-streamed reply has it (it ended with ``""``), and with the text when the model answers in text."""
+    from openai.lib.streaming.chat import ChatCompletionStreamState
+    from openai.types.chat import ChatCompletionChunk
+
+    gen = make(parser=EmulatedToolParser({"get_weather"}))
+    reply = ChatReply("m", gen, tools=True, created=1)
+    chunks = reply.first_chunks()
+    for t in tokens:
+        item = gen.feed(TokenEvent(t))
+        chunks += reply.chunks(item) if item else []
+    done = gen.feed(finish(n=len(tokens)))
+    chunks += reply.chunks(done)
+    deltas = [encode(c)["choices"][0]["delta"] for c in chunks]
+    assert deltas[0] == {"role": "assistant", "content": None}
+    assert all("content" not in d or d["content"] for d in deltas[1:])
+    state = ChatCompletionStreamState()
+    for c in chunks:
+        state.handle_chunk(ChatCompletionChunk.model_validate(encode(c)))
+    message = state.get_final_completion().choices[0].message
+    assert message.content == content == encode(reply.completion(done))["choices"][0]["message"]["content"]
+    assert bool(message.tool_calls) == (content is None)
+    # without tools (or with tool_choice "none") the stream starts as OpenAI starts a text reply
+    assert encode(ChatReply("m", make()).first_chunks()[0])["choices"][0]["delta"] == {"role": "assistant",
+                                                                                          "content": ""}
+
+
 def test_an_empty_reply_without_tool_calls_has_empty_string_content() -> None:
     gen = make(stops=("TOOL_CALL",))  # the stop string is the first token: nothing is generated
     text, done, _ = run(gen, [9], finish(n=1))

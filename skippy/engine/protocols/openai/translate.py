@@ -308,7 +308,8 @@ class ChatReply:
 
     ``logprobs``: the request asked for them (OpenAI ``logprobs``);
     ``include_usage``: the stream ends with a usage chunk
-    (``stream_options.include_usage``). ``created`` is Unix seconds (now by default).
+    (``stream_options.include_usage``); ``tools``: the request offers tools the reply may call (the stream's
+    first delta then has ``content: null``: :meth:`first_chunks`). ``created`` is Unix seconds (now by default).
     ``index`` is the choice's ``choices[].index``; ``id`` the reply's (a new one by default).
     When the generation reports hook decisions (``return_hook_events``), each streamed one rides
     as ``hook_events`` on the chunk of the token that follows it (the role chunk for ``before_chat``),
@@ -321,8 +322,9 @@ class ChatReply:
     def __init__(self, model: str, generation: Generation, *, logprobs: bool = False,
                  include_usage: bool = False, created: int | None = None, index: int = 0,
                  id: str | None = None, timings_per_token: bool = False, return_progress: bool = False,
-                 live: LiveTimings | None = None) -> None:
+                 live: LiveTimings | None = None, tools: bool = False) -> None:
         self.id = id or new_id("chatcmpl")
+        self.tools = tools
         self.index = index
         self.created = int(time.time()) if created is None else created
         self.model = model
@@ -349,10 +351,14 @@ class ChatReply:
                                     hook_events=[hook_event(r) for r in hook_events] if hook_events else wire.UNSET)
 
     def first_chunks(self) -> list[wire.ChatCompletionChunk]:
-        """The chunk every stream starts with: ``delta`` ``{"role": "assistant", "content": ""}`` (with the
-        ``before_chat`` hook event when one is reported)."""
-        return [self._chunk([self._choice(wire.ChatDelta(role="assistant", content=""), [],
-                                          hook_events=list(self.generation.hook_events))])]
+        """The chunk every stream starts with (with the ``before_chat`` hook event when one is reported):
+        ``delta`` ``{"role": "assistant", "content": ""}``, as OpenAI starts a text reply; ``content`` is
+        ``null`` when the request offers tools (``tools``), as OpenAI starts a tool-call reply (and llama-server
+        every reply), so that a reply that only calls tools never carries an empty string: a client that
+        accumulates the deltas (the ``openai`` package's stream helpers) ends with ``content`` null, as the
+        non-streamed reply has it, and with the text when there is one."""
+        delta = wire.ChatDelta(role="assistant", content=None if self.tools else "")
+        return [self._chunk([self._choice(delta, [], hook_events=list(self.generation.hook_events))])]
 
     def chunks(self, item: Piece | Done) -> list[wire.ChatCompletionChunk]:
         """The chunks for one generation item.

@@ -360,11 +360,13 @@ class ToolCallDelta(WireStruct, kw_only=True):
 class ChatDelta(WireStruct, kw_only=True):
     """OpenAI ``choices[].delta``: only the fields this chunk adds (``{}`` on the finish chunk).
 
-    The first chunk of a stream is ``{"role": "assistant", "content": ""}``.
+    The first chunk of a stream is ``{"role": "assistant", "content": ""}``, or ``{"role": "assistant",
+    "content": null}`` when the request offers tools (OpenAI's first delta of a tool-call reply); later deltas
+    carry ``content`` only with text.
     """
 
     role: Literal["assistant"] | UnsetType = UNSET
-    content: str | UnsetType = UNSET
+    content: str | None | UnsetType = UNSET
     reasoning_content: str | UnsetType = UNSET
     tool_calls: list[ToolCallDelta] | UnsetType = UNSET
 
