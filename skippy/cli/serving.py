@@ -37,7 +37,7 @@ LLAMA_SERVER_NOTE = ("skippy serve takes llama-server's flags -m, -hf, -a, -c/--
                      "-cb, -ctk, -ctv, -kvu, -mm, -bs, --host, --port, --api-key, --api-key-file, "
                      "--chat-template-file, --jinja, --metrics, "
                      "--slots, --no-webui, -ngl, -sm, -mg, -ts, -dev, --rpc, -ot, --override-kv, -cmoe, -ncmoe, "
-                     "--mlock, --no-mmap, "
+                     "--mlock, --no-mmap, --no-repack, "
                      "--numa, --rope-*, --yarn-*, --reasoning-format, --cache-reuse, --lora, --lora-scaled, "
                      "--lora-init-without-apply, --ssl-key-file, "
                      "--ssl-cert-file, -dt (ignored), the sampling defaults (--temp, --top-k, --top-p, --min-p, "
@@ -168,7 +168,8 @@ def _serve_options(fn: F) -> F:
                   "context (read from its GGUF when the server starts), shared so."),
         "parallel", "threads", "flash_attn", "cache_type_k", "cache_type_v", "kv_unified", "swa_full",
         "n_gpu_layers", "split_mode", "main_gpu", "tensor_split", "device", "rpc",
-        "override_tensor", "override_kv", "cpu_moe", "n_cpu_moe", "n_batch", "n_ubatch", "mlock", "mmap", "numa",
+        "override_tensor", "override_kv", "cpu_moe", "n_cpu_moe", "n_batch", "n_ubatch", "mlock", "mmap", "repack",
+        "numa",
         "rope_scaling", "rope_scale", "rope_freq_base", "rope_freq_scale", "yarn_orig_ctx", "yarn_ext_factor",
         "yarn_attn_factor", "yarn_beta_slow", "yarn_beta_fast", "mmproj", "mmproj_offload", "image_min_tokens",
         "image_max_tokens", "allow_image_urls",

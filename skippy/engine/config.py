@@ -559,6 +559,12 @@ class EngineConfig:
     mmap: bool = setting(True, check=IsBool(),
                          help="Memory-map the GGUF (llama.cpp's default); --no-mmap reads it into memory instead "
                               "(llama-server's --no-mmap, load mode none).")
+    repack: bool = setting(True, check=IsBool(),
+                           help="Repack quantized weights at load into the layouts of llama.cpp's faster CPU "
+                                "kernels (its extra buffer types; llama.cpp's default); --no-repack keeps them as "
+                                "stored (llama-server's --no-repack): slower on the CPU, but a sequence's logits no "
+                                "longer depend on its place in a batch (reproducible seeded output with several "
+                                "slots).")
     numa: str = setting("disabled", check=OneOf(NUMA_CHOICES),
                         help="NUMA optimisations (llama-server's --numa, llama_numa_init, once per process): "
                              "distribute (threads over all nodes), isolate (the node the server started on), "

@@ -14,10 +14,11 @@ import sys
 import httpx
 import pytest
 
-from tests.support import FIM_KV, Server
+from tests.support import FIM_KV, GEMMA, Server, gemma_path
 from tests.tiny_models import ensure_tiny
 
-FLAGS = ["-a", "my-model", "-n", "7", "-b", "256", "-ub", "128", "--no-mmap", "--mlock", "--numa", "distribute",
+FLAGS = ["-a", "my-model", "-n", "7", "-b", "256", "-ub", "128", "--no-mmap", "--mlock", "--no-repack", "--numa",
+         "distribute",
          "--rope-scaling", "linear", "--rope-freq-scale", "1.0", "--reasoning-format", "none", "--cache-reuse", "256",
          "-cb", "-np", "2", "-c", "4096", "--jinja"]
 
@@ -32,10 +33,10 @@ def test_a_guide_command_line_starts_and_props_shows_the_values(flags_server: Se
     assert httpx.get(flags_server.base_url + "/health").status_code == 200
     props = httpx.get(flags_server.base_url + "/props").json()
     load = props["model_load"]
-    assert {k: load[k] for k in ("n_batch", "n_ubatch", "load_mode", "mmap", "mlock", "numa", "rope_scaling",
-                                 "rope_freq_scale")} == {
-        "n_batch": 256, "n_ubatch": 128, "load_mode": "mlock", "mmap": False, "mlock": True, "numa": "distribute",
-        "rope_scaling": "linear", "rope_freq_scale": 1.0}
+    assert {k: load[k] for k in ("n_batch", "n_ubatch", "load_mode", "mmap", "mlock", "repack", "numa",
+                                 "rope_scaling", "rope_freq_scale")} == {
+        "n_batch": 256, "n_ubatch": 128, "load_mode": "mlock", "mmap": False, "mlock": True, "repack": False,
+        "numa": "distribute", "rope_scaling": "linear", "rope_freq_scale": 1.0}
     assert props["reasoning_format"] == "none" and props["cache_reuse"] == 256
     assert props["default_generation_settings"]["params"]["n_predict"] == 7
     assert props["n_ctx"] == 2048 and props["total_slots"] == 2
@@ -131,3 +132,30 @@ def test_override_kv_gives_the_model_the_fim_tokens_infill_needs(fim_server_proc
     assert props["model_load"]["kv_overrides"] == list(FIM_KV)
     text = fim_server_process.log()
     assert "Traceback" not in text and "override" not in text.lower(), text[-3000:]  # no type warning either
+
+
+#: three echoed, scored prompts in one request: more sequences than the server's two slots
+SCORED = {"prompt": ["Old story sun night green king old old",
+                     "The my sun river sun red a new weather sun weather moon your new night blue music our cat story "
+                     "blue my city sun our sun",
+                     "The music old red old your river dog the sun city green my sun city dog sun blue city weather "
+                     "green green city"],
+          "echo": True, "logprobs": 3, "seed": 823, "max_tokens": 16, "temperature": 0}
+
+
+@pytest.mark.skipif(gemma_path() is None, reason=f"{GEMMA} is not in the model cache")
+def test_no_repack_makes_a_seeded_request_repeat_with_more_sequences_than_slots(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Gemma 3 270M (Q4_K_M), two slots: with llama.cpp's repacked CPU kernels a sequence's logits depend on its
+    place in a batch, and the prompts of this request swap slots from one request to the next (the prefix
+    cache's LRU), so identical requests alternated between two sets of logprobs. With ``--no-repack`` (the
+    weights as stored, llama-server's flag) every repeat is the same, bit for bit."""
+    with Server(["--model", GEMMA, "-np", "2", "--n-ctx", "512", "--no-repack"],
+                tmp_path_factory.mktemp("no-repack") / "server.log") as srv:
+        assert httpx.get(srv.base_url + "/props").json()["model_load"]["repack"] is False
+        seen = set()
+        for _ in range(4):
+            r = httpx.post(srv.base_url + "/v1/completions", json=SCORED, timeout=120)
+            assert r.status_code == 200, r.text
+            seen.add(repr([(c["text"], c["logprobs"]["token_logprobs"]) for c in r.json()["choices"]]))
+        assert len(seen) == 1

@@ -67,6 +67,7 @@ BEFORE = [
     ("-ub, --n-ubatch, --ubatch-size N", "[env var: SKIPPY_N_UBATCH; x>=1]", None),
     ("--mlock", "[env var: SKIPPY_MLOCK]", False),
     ("--mmap / --no-mmap", "[env var: SKIPPY_MMAP; default: mmap]", True),
+    ("--repack / --no-repack", "[env var: SKIPPY_REPACK; default: repack]", True),
     ("--numa [disabled|distribute|isolate|numactl]", "[env var: SKIPPY_NUMA; default: disabled]", "disabled"),
     ("--rope-scaling [model|none|linear|yarn]", "[env var: SKIPPY_ROPE_SCALING; default: model]", "model"),
     ("--rope-scale N", "[env var: SKIPPY_ROPE_SCALE; default: 0.0; x>=0.0]", 0.0),

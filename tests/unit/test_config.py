@@ -53,6 +53,7 @@ ENGINE = {
     "n_cpu_moe": ([-1, 1.5, "2", True], [0, 1, 999], "x>=0"),
     "mlock": (["yes", 1, None], [True, False], None),
     "mmap": (["no", 0, None], [True, False], None),
+    "repack": (["no", 0, None], [True, False], None),
     "numa": (["on", "DISTRIBUTE", None], ["disabled", "distribute", "isolate", "numactl"], "'disabled', 'distribute'"),
     "rope_scaling": (["ntk", "YARN", None], ["model", "none", "linear", "yarn"], "'model', 'none'"),
     "rope_scale": ([-1, math.nan, math.inf, "4"], [0, 0.5, 4], "x>=0.0"),

@@ -36,13 +36,14 @@ from skippy.models import ModelError, cached_hf_file, hf_model, hf_repo_ref
 #: a command line of the shape agent-model guides give (Unsloth's, llama.cpp's docs), less the sampling
 #: flags (--temp, --top-p, --min-p: part 1 of issue 41, not in skippy serve yet)
 GUIDE = ('-m M -ngl 99 -c 8192 -fa on --jinja -ot ".ffn_.*_exps.=CPU" -ub 2048 -b 2048 --ctx-size 16384 '
-         '--cache-reuse 256 -n 4096 -a my-model --mlock --no-mmap --numa distribute --rope-scaling yarn '
+         '--cache-reuse 256 -n 4096 -a my-model --mlock --no-mmap --no-repack --numa distribute --rope-scaling yarn '
          '--rope-scale 4 --yarn-orig-ctx 32768 -cb --reasoning-format deepseek')
 
 CASES = [
     (GUIDE, {"n_gpu_layers": 99, "ctx_size": 16384, "flash_attn": "on", "jinja": True,
              "override_tensor": (".ffn_.*_exps.=CPU",), "n_ubatch": 2048, "n_batch": 2048, "cache_reuse": 256,
-             "n_predict": 4096, "alias": ("my-model",), "mlock": True, "mmap": False, "numa": "distribute",
+             "n_predict": 4096, "alias": ("my-model",), "mlock": True, "mmap": False, "repack": False,
+             "numa": "distribute",
              "rope_scaling": "yarn", "rope_scale": 4.0, "yarn_orig_ctx": 32768, "cont_batching": True,
              "reasoning_format": "deepseek"}),
     # Unsloth's Qwen3-30B-A3B / gpt-oss guides: all experts on the CPU, or those of the first layers
@@ -62,7 +63,7 @@ CASES = [
       "n_predict": 128, "reasoning_format": "none", "alias": ("a", "b")}),
     ("-m M --override-tensor exps=CPU --cont-batching --numa isolate -ncmoe 2",
      {"override_tensor": ("exps=CPU",), "cont_batching": True, "numa": "isolate", "n_cpu_moe": 2,
-      "mlock": False, "mmap": True}),
+      "mlock": False, "mmap": True, "repack": True}),
 ]
 
 
@@ -88,7 +89,8 @@ def test_the_guide_line_makes_the_intended_runtime_config() -> None:
     config = EngineConfig(model="M", **{k: v for k, v in params.items() if k in fields and k != "model"})
     rc = RuntimeConfig.from_engine_config(config)
     assert rc.override_tensor == (".ffn_.*_exps.=CPU",)
-    assert (rc.n_batch, rc.n_ubatch, rc.mmap, rc.mlock, rc.numa) == (2048, 2048, False, True, "distribute")
+    assert (rc.n_batch, rc.n_ubatch, rc.mmap, rc.mlock, rc.repack, rc.numa) == (2048, 2048, False, True, False,
+                                                                              "distribute")
     assert rc.rope_scaling == "yarn" and math.isclose(rc.rope_freq_scale, 0.25) and rc.yarn_orig_ctx == 32768
     assert config.n_predict == 4096 and config.reasoning_format == "deepseek" and config.cache_reuse == 256
 
@@ -453,3 +455,11 @@ def test_training_context_is_the_ggufs_read_by_llama_cpp(tmp_path: Path) -> None
     if not real.is_file():
         pytest.skip(f"{real} is not pulled")
     assert _training_context(real) == 8192  # SmolLM2-135M's
+
+
+def test_no_repack_turns_llama_cpps_extra_buffer_types_off() -> None:
+    from skippy.engine.runtime.backends import plan_offload
+
+    assert _model_params(plan_offload(), RuntimeConfig())[0].use_extra_bufts  # llama.cpp's default: repacked
+    config = RuntimeConfig.from_engine_config(EngineConfig(model="M", repack=False))
+    assert not _model_params(plan_offload(), config)[0].use_extra_bufts

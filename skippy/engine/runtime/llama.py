@@ -72,12 +72,13 @@ __all__ = ["CACHE_TYPES", "FLASH_ATTN", "LLG_LIMITS", "POOLING", "STATE_COPY_FRA
 def _load_info(config: RuntimeConfig, ctx: llama_cpp.llama_context_p, mparams: llama_cpp.llama_model_params) \
         -> dict[str, Any]:
     """``ModelMeta.load``: the context's batch sizes as llama.cpp took them, the load mode by llama.cpp's name,
-    and the placement, NUMA, metadata overrides (``KEY=TYPE:VALUE``), RoPE and YaRN settings the model was loaded
-    with (0 / -1 / ``model``: the GGUF's)."""
+    weight repacking (``--no-repack``), and the placement, NUMA, metadata overrides (``KEY=TYPE:VALUE``), RoPE
+    and YaRN settings the model was loaded with (0 / -1 / ``model``: the GGUF's)."""
     mode = llama_cpp.llama_load_mode_name(mparams.load_mode)
     return {"n_batch": llama_cpp.llama_n_batch(ctx), "n_ubatch": llama_cpp.llama_n_ubatch(ctx),
             "load_mode": mode.decode() if mode else str(mparams.load_mode), "mmap": config.mmap,
-            "mlock": config.mlock, "numa": config.numa, "override_tensor": list(config.override_tensor),
+            "mlock": config.mlock, "repack": bool(mparams.use_extra_bufts), "numa": config.numa,
+            "override_tensor": list(config.override_tensor),
             "kv_overrides": [str(o) for o in config.kv_overrides],
             "n_cpu_moe": config.n_cpu_moe, "rope_scaling": config.rope_scaling,
             "rope_freq_base": config.rope_freq_base, "rope_freq_scale": config.rope_freq_scale,

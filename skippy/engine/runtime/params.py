@@ -178,6 +178,7 @@ class RuntimeConfig:
     kv_overrides: tuple[KVOverride, ...] = attrs.field(default=(), converter=_kv_overrides)
     mmap: bool = True
     mlock: bool = False
+    repack: bool = True
     numa: str = "disabled"
     rope_scaling: str = "model"
     rope_freq_base: float = 0.0
@@ -227,7 +228,7 @@ class RuntimeConfig:
         return cls(n_ubatch=n_ubatch,
                    override_tensor=(*config.override_tensor, *moe_overrides(config.cpu_moe, config.n_cpu_moe)),
                    n_cpu_moe=config.n_cpu_moe, kv_overrides=config.override_kv, mmap=config.mmap, mlock=config.mlock,
-                   numa=config.numa,
+                   repack=config.repack, numa=config.numa,
                    rope_scaling=config.rope_scaling, rope_freq_base=config.rope_freq_base, rope_freq_scale=freq_scale,
                    yarn_orig_ctx=config.yarn_orig_ctx, yarn_ext_factor=config.yarn_ext_factor,
                    yarn_attn_factor=config.yarn_attn_factor, yarn_beta_slow=config.yarn_beta_slow,
@@ -248,7 +249,8 @@ class RuntimeConfig:
 def _model_params(offload: Offload, config: RuntimeConfig | None = None) -> tuple[llama_cpp.llama_model_params,
                                                                                   list[object]]:
     """llama.cpp's model parameters for an offload plan (layers on the devices, split mode, main device,
-    tensor split, the devices asked for) and ``config``'s load mode (``--no-mmap``, ``--mlock``), tensor
+    tensor split, the devices asked for) and ``config``'s load mode (``--no-mmap``, ``--mlock``), weight repacking
+    (``--no-repack``: ``use_extra_bufts``), tensor
     overrides (``-ot``, ``-cmoe``, ``-ncmoe``) and metadata overrides (``--override-kv``), and the ctypes
     arrays they point into: keep those alive as long as the model. Raises ``ValueError`` for an override
     naming an unknown buffer type."""
@@ -258,6 +260,7 @@ def _model_params(offload: Offload, config: RuntimeConfig | None = None) -> tupl
     keep: list[object] = []
     if config is not None:
         mparams.load_mode = load_mode(config.mmap, config.mlock)
+        mparams.use_extra_bufts = config.repack  # llama-server's --no-repack: False
         array, refs = override_array(config.override_tensor)
         if array is not None:
             mparams.tensor_buft_overrides = ctypes.cast(array, ctypes.c_void_p)
