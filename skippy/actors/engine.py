@@ -534,8 +534,10 @@ class Engine:
         ``embeddings`` (``/v1/embeddings`` answers: started with ``embeddings`` and a pooling that gives
         vectors), ``reranking`` (``/v1/rerank`` answers: rank pooling), ``pooling`` (the embedding context's
         pooling type; ``None`` without ``embeddings``) and
-        ``n_embd`` (the vector size), ``reasoning_format`` and ``cache_reuse`` (the server's
-        ``--reasoning-format`` and ``--cache-reuse``), ``model_load`` (how the model was loaded:
+        ``n_embd`` (the vector size), ``reasoning_format`` (the server's ``--reasoning-format``),
+        ``cache_reuse`` (``--cache-reuse`` as applied: 0 where it is not, with ``--kv-unified``, on a
+        sliding-window cache, without the prefix cache or KV shifting, as the start-up log warns),
+        ``model_load`` (how the model was loaded:
         :attr:`~skippy.engine.runtime.base.ModelMeta.load`, ``None`` when unknown), and llama.cpp's
         ``backends``, ``devices`` and the model's ``offload``
         (:attr:`~skippy.engine.runtime.base.ModelMeta.devices`), and ``modalities`` (llama-server's:
@@ -571,7 +573,7 @@ class Engine:
             "signals": {"window": self.config.signal_window,
                         "high_entropy_threshold": self.config.high_entropy_threshold},
             "reasoning_format": self.config.reasoning_format,
-            "cache_reuse": self.config.cache_reuse,
+            "cache_reuse": self.scheduler.core.kv_cache.cache_reuse,  # as applied: 0 where it cannot be
             "model_load": self.meta.load,
             "modalities": {"vision": self.meta.vision, "audio": False, "video": False},
             "model_alias": self.model_id,

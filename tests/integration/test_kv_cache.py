@@ -31,7 +31,8 @@ KV_ARGS = ["--parallel", "4", "--n-ctx", "2048", "--flash-attn", "off"]
 
 @pytest.fixture(scope="module", params=["per-sequence", "unified"])
 def kv_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
-    extra = ["--kv-unified"] if request.param == "unified" else []
+    # --cache-reuse is not applied with a unified cache (logged): the unified arm runs as without it
+    extra = ["--kv-unified", "--cache-reuse", "256"] if request.param == "unified" else []
     with Server([*KV_ARGS, *extra], tmp_path_factory.mktemp(f"kv-{request.param}") / "server.log") as srv:
         yield srv
 
@@ -172,3 +173,12 @@ def test_prompt_cache_restores_a_prompt_its_slot_no_longer_holds(cache_ram: str,
         assert _content(again) == _content(first)
         assert after["skippy:ctx_checkpoints_restored_total"] == 1
         assert after["skippy:ctx_checkpoints"] >= 1 and after["skippy:ctx_checkpoint_bytes"] > 0
+
+
+def test_props_shows_the_cache_reuse_applied(kv_server: Server) -> None:
+    """``/props`` ``cache_reuse`` is the value in effect, as llama-server's params: with ``--kv-unified`` the
+    server logs that ``--cache-reuse 256`` is not applied and shows 0 (it showed 256)."""
+    props = httpx.get(kv_server.base_url + "/props", timeout=30).json()
+    assert props["cache_reuse"] == 0
+    if props["kv_cache"]["unified"]:
+        assert "--cache-reuse 256 is not applied: with --kv-unified" in kv_server.log()
