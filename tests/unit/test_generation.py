@@ -764,6 +764,20 @@ def test_choices_interleave_with_their_index_and_count_usage_once_per_prompt() -
     assert [c["message"]["content"] for c in whole["choices"]] == ["Hello", " wor", "ld", "Hello"]
 
 
+def test_choices_timings_sum_every_choices_draft_counts_as_predicted_n() -> None:
+    """n > 1: the request's ``timings`` keep ``draft_n`` / ``draft_n_accepted`` (they were dropped), summed over
+    the choices as ``predicted_n``; without speculation they stay out."""
+    for drafts, accepted in (((0, 0), (0, 0)), ((6, 4), (3, 1))):
+        gens = [make([1, 2, 3]) for _ in range(2)]
+        replies = [TextReply("m", g, index=i, id="cmpl-x", created=1) for i, g in enumerate(gens)]
+        dones = [run(g, [1, 2], finish(n=2, draft_tokens=d, draft_accepted=a))[1]
+                 for g, d, a in zip(gens, drafts, accepted, strict=True)]
+        whole = encode(Choices(replies, [0, 0]).completion(dones))
+        t = {k: whole["timings"][k] for k in ("draft_n", "draft_n_accepted") if k in whole["timings"]}
+        assert t == ({"draft_n": 10, "draft_n_accepted": 4} if drafts[0] else {})
+        assert whole["timings"]["predicted_n"] == 4
+
+
 def test_choices_count_a_prompts_before_chat_injection_once_and_every_choices_own() -> None:
     # two choices of one prompt whose before_chat hook appended 2 tokens; the choices injected 3 and 5 more
     gens = [make(list(range(10)), hooks=True, injected=2) for _ in range(2)]

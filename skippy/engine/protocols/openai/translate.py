@@ -559,7 +559,8 @@ class Choices:
     completion tokens (OpenAI): ``prompt_tokens`` and ``cached_tokens`` are
     each prompt's first choice's, summed over prompts; ``timings`` likewise, with
     ``predicted_n`` summed and the longest ``prompt_ms`` / ``predicted_ms`` (the rates
-    count every choice's decode steps after its first token over the longest ``predicted_ms``).
+    count every choice's decode steps after its first token over the longest ``predicted_ms``), and
+    ``draft_n`` / ``draft_n_accepted`` summed over the choices when one of them speculated.
     Streamed, each choice's chunks carry its ``index`` and interleave as its
     tokens come; with ``include_usage`` one usage chunk follows the last finish.
     """
@@ -589,6 +590,9 @@ class Choices:
         times = wire.Timings.of(prompt - cached, max(c.prompt_ms for c in firsts.values()), completion,
                                 max(d.counts.predicted_ms for d in dones), cache_n=cached,
                                 predicted_steps=sum(max(d.counts.completion_tokens - 1, 0) for d in dones))
+        drafted = sum(d.counts.draft_tokens for d in dones)
+        if drafted:  # as predicted_n: every choice's drafts, when one speculated
+            times.draft_n, times.draft_n_accepted = drafted, sum(d.counts.draft_accepted for d in dones)
         return total, times
 
     def completion(self, dones: Sequence[Done]) -> msgspec.Struct:
