@@ -13,14 +13,17 @@ observed by the request tasks:
 
 - ``llamacpp:prompt_tokens_total`` (prefilled, cached ones excluded),
   ``llamacpp:prompt_tokens_cached_total``, ``llamacpp:prompt_seconds_total``,
-  ``llamacpp:tokens_predicted_total``, ``llamacpp:tokens_predicted_seconds_total``
+  ``llamacpp:tokens_predicted_total`` (the replies' completion tokens, as llama-server's: counted by the
+  request tasks as their generations accept them, so tokens decoded after a stop string matched are not,
+  and a reply cut short by its client counts the tokens it had), ``llamacpp:tokens_predicted_seconds_total``
   (seconds summed over finished sequences: admission to first token, first
   token to end), ``llamacpp:n_decode_total`` (``llama_decode`` calls)
 - gauges ``llamacpp:n_tokens_max`` (longest sequence seen; llama-server types it
   a counter, but it is a maximum), ``llamacpp:n_busy_slots_per_decode``,
   ``llamacpp:prompt_tokens_seconds`` / ``llamacpp:predicted_tokens_seconds``
   (tokens per second of prompt / generation time of the sequences finished
-  since the previous scrape, as llama-server's buckets; 0 when none finished),
+  since the previous scrape, as llama-server's buckets; 0 when none finished; generated tokens as the
+  replies count them),
   ``llamacpp:requests_processing``, ``llamacpp:requests_deferred``,
   ``llamacpp:kv_cache_tokens`` (KV cells holding tokens, resident prefixes
   included) and ``llamacpp:kv_cache_usage_ratio`` (of ``n_ctx x parallel`` cells;
@@ -52,7 +55,9 @@ observed by the request tasks:
   (``kv_cache_tokens`` x bytes per cell; with a unified KV cache a copied prefix shares its
   cells, so this counts it once per sequence: an upper bound there)
 - ``skippy:spec_draft_tokens_total``, ``skippy:spec_accepted_tokens_total`` (speculative decoding;
-  vLLM's ``spec_decode_num_draft_tokens`` / ``spec_decode_num_accepted_tokens``)
+  vLLM's ``spec_decode_num_draft_tokens`` / ``spec_decode_num_accepted_tokens``): the draft tokens verified
+  (counted by the scheduler) and, of them, the accepted ones in the replies (counted by the request tasks:
+  those after a stop string are not), so they sum the replies' ``draft_n`` and ``draft_n_accepted``
 - decode-loop step times (histograms, observed by the DecodeScheduler, see :class:`StepTimes`):
   ``skippy:decode_seconds`` (one ``llama_decode``), ``skippy:step_overhead_seconds`` (end of one
   ``llama_decode`` to the start of the next while sequences run), and two parts of that overhead:
@@ -188,6 +193,24 @@ class EngineMetrics:
         self.disconnects = self.http.disconnects
         self.engine: Any = None
         self._last: Any = None  # the scheduler snapshot of the previous scrape (throughput gauges)
+        # the replies' tokens, counted on the output side (the scheduler decodes past a stop string it does not
+        # know of): generated tokens, accepted draft tokens among them, and the finished generations' tokens and
+        # generation seconds (the generation throughput gauge)
+        self.predicted_tokens = 0
+        self.draft_accepted = 0
+        self.timed_predicted_tokens = 0
+        self.timed_predicted_seconds = 0.0
+        self._last_timed = (0, 0.0)  # (timed tokens, seconds) at the previous scrape
+
+    def generated(self, tokens: int, drafted: int) -> None:
+        """Count ``tokens`` a generation accepted (its reply's), ``drafted`` of them accepted draft tokens."""
+        self.predicted_tokens += tokens
+        self.draft_accepted += drafted
+
+    def finished(self, completion_tokens: int, predicted_ms: float) -> None:
+        """Count a finished generation's tokens and generation time for the throughput gauge."""
+        self.timed_predicted_tokens += completion_tokens
+        self.timed_predicted_seconds += predicted_ms / 1000.0
 
     def attach(self, engine: Any) -> None:
         """Read the live scheduler and hook counters of ``engine`` at scrape time."""
@@ -350,7 +373,8 @@ class _EngineCollector:
                                   value=sched.cached_tokens_total)
         yield CounterMetricFamily("llamacpp:prompt_seconds", "Time spent on prompts (admission to first token)",
                                   value=sched.prompt_seconds_total)
-        yield CounterMetricFamily("llamacpp:tokens_predicted", "Tokens generated", value=sched.tokens_predicted_total)
+        yield CounterMetricFamily("llamacpp:tokens_predicted", "Tokens generated (the replies' completion tokens)",
+                                  value=self.metrics.predicted_tokens)
         yield CounterMetricFamily("llamacpp:tokens_predicted_seconds", "Time spent generating (first token to end)",
                                   value=sched.predicted_seconds_total)
         yield CounterMetricFamily("llamacpp:n_decode", "llama_decode() calls", value=sched.steps)
@@ -360,8 +384,9 @@ class _EngineCollector:
                                 value=sched.busy_slots_total / max(sched.steps, 1))
         d_prompt = sched.timed_prompt_tokens - (last.timed_prompt_tokens if last else 0)
         d_prompt_s = sched.prompt_seconds_total - (last.prompt_seconds_total if last else 0.0)
-        d_pred = sched.timed_predicted_tokens - (last.timed_predicted_tokens if last else 0)
-        d_pred_s = sched.predicted_seconds_total - (last.predicted_seconds_total if last else 0.0)
+        timed = (self.metrics.timed_predicted_tokens, self.metrics.timed_predicted_seconds)
+        (last_pred, last_pred_s), self.metrics._last_timed = self.metrics._last_timed, timed
+        d_pred, d_pred_s = timed[0] - last_pred, timed[1] - last_pred_s
         yield GaugeMetricFamily("llamacpp:prompt_tokens_seconds", "Prompt throughput since the last scrape, tokens/s",
                                 value=_rate(d_prompt, d_prompt_s))
         yield GaugeMetricFamily("llamacpp:predicted_tokens_seconds",
@@ -385,8 +410,8 @@ class _EngineCollector:
                                   value=sched.checkpoints_evicted_total)
         yield CounterMetricFamily("skippy:spec_draft_tokens", "Speculative draft tokens verified",
                                   value=sched.spec_draft_tokens_total)
-        yield CounterMetricFamily("skippy:spec_accepted_tokens", "Speculative draft tokens accepted",
-                                  value=sched.spec_accepted_tokens_total)
+        yield CounterMetricFamily("skippy:spec_accepted_tokens", "Speculative draft tokens accepted (those a stop "
+                                  "string cut off excluded)", value=self.metrics.draft_accepted)
         yield CounterMetricFamily("skippy:embedding_inputs", "Inputs embedded (/v1/embeddings)",
                                   value=sched.embed_inputs_total)
         yield CounterMetricFamily("skippy:embedding_tokens", "Tokens of the inputs embedded",

@@ -71,7 +71,8 @@ class RequestEvents:
     string matched), and every unfinished one when it is closed before the end
     (the client went away), runs ``on_finish`` once per choice with the
     generation's :class:`FinishInfo`, and observes TTFT, ITL and end-to-end
-    latency per choice (seconds, trio clock, from submission).
+    latency per choice (seconds, trio clock, from submission), and counts the tokens each generation
+    accepts (``llamacpp:tokens_predicted_total``: the reply's, not those decoded after its stop string).
     Also observes queue wait and prefill time (from the scheduler's finish) and the finish
     reason, and fills in the :class:`RequestTrace` of the context it was made in (the first
     choice's tokens and times; completion tokens summed over the choices).
@@ -138,7 +139,7 @@ class RequestEvents:
 
     def _feed(self, index: int, event: SeqEvent) -> Piece | Done | None:
         gen, metrics, trace = self._gens[index], self._engine.metrics, self._trace
-        n = gen.completion_tokens
+        n, drafted = gen.completion_tokens, gen.draft_accepted
         if isinstance(event, HookEvent) and event.consult is not None and trace is not None:
             c = event.consult
             trace.consults.append((str(c.get("peer")), str(c.get("outcome")), c.get("latency_ms")))
@@ -155,6 +156,7 @@ class RequestEvents:
             self._report(index)
             raise
         if gen.completion_tokens != n:
+            metrics.generated(gen.completion_tokens - n, gen.draft_accepted - drafted)
             now = trio.current_time()
             (metrics.itl if n else metrics.ttft).observe(now - self._t_last[index])
             self._t_last[index] = now
@@ -165,6 +167,7 @@ class RequestEvents:
         if gen.wants_cancel:
             self._engine.scheduler.cancel(gen.rid)  # its FinishEvent follows
         if isinstance(item, Done):
+            metrics.finished(item.counts.completion_tokens, item.counts.predicted_ms)
             metrics.e2e.observe(trio.current_time() - self._t_start)
             self._finished(index, item.finish_reason)
             self._report(index)

@@ -84,3 +84,56 @@ def test_a_bad_speculative_value_is_a_400_naming_the_field(spec_server: Server) 
     r = httpx.post(spec_server.base_url + "/v1/completions", timeout=30,
                    json={"prompt": "hi", "speculative": 99})
     assert r.status_code == 400 and r.json()["error"]["param"] == "speculative"
+
+
+#: a prompt the model copies: its drafts run on past the stop string "kappa" (a verified draft, a multi-step run)
+COPY = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau\n" * 3 + \
+    "alpha beta"
+
+
+@pytest.mark.parametrize("route", ["/v1/completions", "/completion"])
+@pytest.mark.parametrize("speculative", [False, True])
+def test_metrics_count_the_replies_tokens_not_those_decoded_past_a_stop_string(spec_server: Server, route: str,
+                                                                               speculative: bool) -> None:
+    """``llamacpp:tokens_predicted_total`` grows by the reply's completion tokens, and
+    ``skippy:spec_accepted_tokens_total`` by its ``draft_n_accepted``, which is at most its ``predicted_n``:
+    the tokens the scheduler decoded after the stop string (the rest of a verified draft or of a multi-step
+    run) are in neither (they were counted: 28 for a reply of 12)."""
+    names = ("llamacpp:tokens_predicted_total", "skippy:spec_accepted_tokens_total", "skippy:spec_draft_tokens_total")
+    before = [metric(spec_server, n) for n in names]
+    r = httpx.post(spec_server.base_url + route, timeout=600, json={
+        "prompt": COPY, "max_tokens" if route == "/v1/completions" else "n_predict": 50, "stop": ["kappa"],
+        "temperature": 0, "cache_prompt": False,
+        "speculative": speculative})
+    assert r.status_code == 200, r.text
+    reply = r.json()
+    t = reply["timings"]
+    n = reply["usage"]["completion_tokens"] if "usage" in reply else reply["tokens_predicted"]
+    assert t["predicted_n"] == n and 0 < n < 50  # stopped by "kappa"
+    predicted, accepted, drafted = (metric(spec_server, name) - b for name, b in zip(names, before, strict=True))
+    assert predicted == n
+    assert (drafted, accepted) == ((t["draft_n"], t["draft_n_accepted"]) if speculative else (0, 0))
+    if speculative:
+        assert 0 < t["draft_n_accepted"] <= n
+
+
+@pytest.mark.parametrize("route", ["/v1/completions", "/v1/chat/completions"])
+def test_n_choices_timings_keep_their_draft_counts(spec_server: Server, route: str) -> None:
+    """With ``n`` > 1 the request's ``timings`` (every choice's tokens summed, as ``predicted_n``) carry
+    ``draft_n`` / ``draft_n_accepted`` summed over the choices (they were left out), and ``/metrics`` agrees."""
+    body = {"prompt": COPY} if route == "/v1/completions" else {
+        "messages": [{"role": "user", "content": "Repeat exactly:\n" + COPY}]}
+    drafted0 = metric(spec_server, "skippy:spec_draft_tokens_total")
+    r = httpx.post(spec_server.base_url + route, timeout=600,
+                   json={**body, "max_tokens": 30, "n": 2, "temperature": 0, "cache_prompt": False})
+    assert r.status_code == 200, r.text
+    t = r.json()["timings"]
+    assert t["predicted_n"] == r.json()["usage"]["completion_tokens"]
+    assert t["draft_n"] > 0 and 0 < t["draft_n_accepted"] <= t["draft_n"]
+    assert metric(spec_server, "skippy:spec_draft_tokens_total") - drafted0 == t["draft_n"]
+
+
+def test_slots_show_the_server_speculates(spec_server: Server) -> None:
+    """llama-server's ``/slots`` ``speculative`` is true where a slot can speculate: ``--spec-ngram 5``."""
+    slots = httpx.get(spec_server.base_url + "/slots", timeout=30).json()
+    assert slots and all(s["speculative"] is True for s in slots)

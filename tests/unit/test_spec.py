@@ -296,3 +296,42 @@ def test_the_request_body_field_and_timings_draft_counts():
         done = gen.feed(FinishEvent("stop", 2, 0, 1.0, 1.0, draft_tokens=drafted, draft_accepted=9))
         shape = msgspec.to_builtins(timings(done.counts))
         assert {k: shape[k] for k in ("draft_n", "draft_n_accepted") if k in shape} == shown
+
+
+def test_the_accepted_draft_tokens_are_marked_so_the_output_side_can_count_those_it_keeps():
+    script = PROMPT[10:30] + [7, 8] + PROMPT[5:12]
+    rt, core, out = copy_run(4, script, max_tokens=len(script))
+    evs = [ev for r, ev in out if r == 1 and hasattr(ev, "drafted")]
+    assert [e.token for e in evs] == script
+    assert sum(e.drafted for e in evs) == finish_of(out, 1).draft_accepted == core.stats().spec_accepted_tokens_total
+    assert not evs[0].drafted  # the first token follows the prompt: no draft before it
+
+
+def test_a_stop_string_cuts_the_replies_accepted_draft_tokens_with_its_tokens():
+    from skippy.engine.chat.formats.base import ContentParser
+    from skippy.engine.output.generation import Generation, GenerationOptions
+    from skippy.engine.sampling.params import SamplingParams
+    from skippy.engine.scheduling.events import FinishEvent, TokenEvent
+
+    pieces = {1: b"a", 2: b"b", 3: b"STOP", 4: b"c", 5: b"d"}
+    gen = Generation(1, [9, 9], SamplingParams(), 16, piece=pieces.__getitem__, parser=ContentParser(),
+                     options=GenerationOptions(stops=["STOP"], speculative=4))
+    # one verified draft of 4 tokens, all accepted (1, 2, 3, 4) and the token after them (5): the stop is the third
+    for token, drafted in ((1, True), (2, True), (3, True), (4, True), (5, False)):
+        gen.feed(TokenEvent(token, drafted=drafted))
+    done = gen.feed(FinishEvent("cancelled", 2, 5, 1.0, 1.0, draft_tokens=4, draft_accepted=4))
+    assert done.finish_reason == "stop" and done.counts.completion_tokens == 3
+    assert (done.counts.draft_tokens, done.counts.draft_accepted) == (4, 3)  # not more accepted than predicted
+    assert gen.draft_accepted == 3
+
+
+def test_slots_show_whether_their_sequences_speculate():
+    """llama-server's ``/slots`` ``speculative``: an idle slot of a ``--spec-ngram`` server can speculate; a
+    running one shows its own request's choice."""
+    rt, core = make(spec_ngram=4)
+    assert [s.speculative for s in core.slots()] == [True, True]
+    rt.scripts = {1: PROMPT[10:20], 2: PROMPT[10:20]}
+    core.add(req(1, PROMPT, max_tokens=10, speculative=0))
+    step(rt, core, [])
+    assert [s.speculative for s in core.slots()] == [False, True]
+    assert [s.speculative for s in make(spec_ngram=0)[1].slots()] == [False, False]

@@ -60,7 +60,8 @@ class Counts:
     (``None``: the hook policy did not run for the request), ``prompt_injected`` of them by ``before_chat``
     (into the prompt, which the choices of one prompt share); ``prompt_ms``: from admission to the
     first sampled token; ``predicted_ms``: from then to the end; ``draft_tokens`` /
-    ``draft_accepted``: speculative draft tokens verified / accepted (0: the request did not speculate);
+    ``draft_accepted``: speculative draft tokens verified / accepted (0: the request did not speculate; the
+    accepted ones after a stop string are not counted, as the tokens there are not);
     ``slot``: the slot it ran in (-1: none).
     """
 
@@ -234,6 +235,8 @@ class Generation:
         self._held: list[tuple[TokenEvent, int]] = []
         #: tokens accepted so far (tokens decoded after a stop string matched are not)
         self.completion_tokens = 0
+        #: of them, accepted speculative draft tokens (:attr:`TokenEvent.drafted`)
+        self.draft_accepted = 0
         #: True right after the :meth:`feed` whose token matched a stop string (or the early-stop rule):
         #: the caller cancels the sequence once; its :class:`FinishEvent` follows.
         self.wants_cancel = False
@@ -312,6 +315,7 @@ class Generation:
         if pipeline.stopped or self.finished:
             return None  # decoded after the stop string matched; discarded
         self.completion_tokens += 1
+        self.draft_accepted += ev.drafted
         start = pipeline.fed
         deltas = pipeline.feed(ev.token)
         self.wants_cancel = pipeline.stopped
@@ -365,7 +369,9 @@ class Generation:
         counts = Counts(prompt_tokens=len(self.request.prompt) - self._injected, completion_tokens=n,
                         cached_tokens=ev.cached_tokens, injected_tokens=n_injected if self._hooks else None,
                         prompt_injected=self._injected, prompt_ms=ev.prompt_ms, predicted_ms=ev.predicted_ms,
-                        draft_tokens=ev.draft_tokens, draft_accepted=ev.draft_accepted, slot=ev.slot)
+                        draft_tokens=ev.draft_tokens, slot=ev.slot,
+                        # a stop string cut off the tokens after it, accepted draft tokens among them
+                        draft_accepted=self.draft_accepted if self._pipeline.stopped else ev.draft_accepted)
         return Done(deltas, message, reason, counts, self._tokens, self.hook_events, tail)
 
     def stopped_before(self, reason: str) -> Done:

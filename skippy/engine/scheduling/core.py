@@ -143,6 +143,7 @@ from skippy.engine.scheduling.events import (
     SchedulerStats,
     SeqRequest,
     TokenEvent,
+    drafted_event,
 )
 from skippy.engine.scheduling.kv_cache import KVCacheManager
 from skippy.engine.scheduling.request import Phase, RequestState
@@ -161,7 +162,9 @@ class SlotInfo:
     ``rid``: the request holding the slot (``None``: idle); ``phase`` its phase; ``n_prompt`` its prompt
     tokens, ``n_cached`` of them reused from the prefix cache, ``n_decoded`` tokens generated so far,
     ``max_tokens`` its limit, ``params`` its sampling parameters. ``n_kv``: tokens in the slot's KV
-    cache (a running sequence's, or an idle slot's resident prefix-cache entry).
+    cache (a running sequence's, or an idle slot's resident prefix-cache entry). ``speculative``: the running
+    sequence speculates; an idle slot, whether a request that does not say would (llama-server's
+    ``speculative``: the slot can speculate).
     """
 
     id: int
@@ -173,6 +176,7 @@ class SlotInfo:
     max_tokens: int = 0
     params: Any = None
     n_kv: int = 0
+    speculative: bool = False
 
 
 class SchedulerCore:
@@ -585,14 +589,22 @@ class SchedulerCore:
             checkpoints_evicted_total=ck.evicted if ck is not None else 0,
             checkpoint_budget=ck.budget if ck is not None else None)
 
+    @property
+    def can_speculate(self) -> bool:
+        """Whether this model's sequences may speculate (not a recurrent model, nor a sliding-window cache
+        without ``--swa-full``: their KV cannot drop a rejected draft)."""
+        return not self.runtime.meta.is_recurrent and not self.kv_cache.swa_check
+
     def slots(self) -> tuple[SlotInfo, ...]:
         """Every slot's :class:`SlotInfo`, by slot id (llama-server ``GET /slots``)."""
-        out = [SlotInfo(i, n_kv=len(self.kv_cache.resident(i) or ())) for i in range(self.n_slots)]
+        idle = self.spec_ngram > 0 and self.can_speculate
+        out = [SlotInfo(i, n_kv=len(self.kv_cache.resident(i) or ()), speculative=idle) for i in range(self.n_slots)]
         for seq in self._running.values():
             kv = seq.kv
             assert kv is not None
             out[kv.slot] = SlotInfo(kv.slot, seq.rid, seq.phase, len(seq.request.prompt), seq.cached,
-                                    kv.n_generated, kv.max_tokens, seq.request.params, kv.n_past)
+                                    kv.n_generated, kv.max_tokens, seq.request.params, kv.n_past,
+                                    speculative=seq.spec is not None)
         return tuple(out)
 
     def cached(self, rid: int) -> int:
@@ -680,7 +692,7 @@ class SchedulerCore:
             if req.hooks and self.hooks:
                 seq.window = SignalWindow(self.signal_config)
             k = self.spec_ngram if req.speculative is None else req.speculative
-            if (k > 0 and seq.window is None and not self.runtime.meta.is_recurrent and not self.kv_cache.swa_check
+            if (k > 0 and seq.window is None and self.can_speculate
                     and not req.media):  # a draft from the prompt could hold an image's placeholder ids
                 seq.spec = SpecState(min(k, MAX_DRAFT))
             if req.reasoning_budget is not None:
@@ -747,11 +759,13 @@ class SchedulerCore:
         self.counters.spec_draft_tokens_total += len(draft)
         self.counters.spec_accepted_tokens_total += len(events) - 1
         outputs: list[Output] = []
+        last = len(events) - 1
         for i, ev in enumerate(events):
             if i:
                 kv.prompt.append(kv.pending)  # type: ignore[arg-type]  # == draft[i - 1], already in the KV
                 kv.n_past += 1
-            outputs += self._on_token(seq, ev)
+            # every token but the last is an accepted draft token (== draft[i]); the last was sampled past them
+            outputs += self._on_token(seq, drafted_event(ev) if i < last else ev)
             if seq.phase is not Phase.DECODING:
                 break
         if seq.phase is not Phase.FINISHED:  # a finish trimmed the KV already

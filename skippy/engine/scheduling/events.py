@@ -109,7 +109,9 @@ class TokenEvent:
 
     ``logprob``/``top`` (natural log, from the raw logits; with ``post_sampling_probs``, of the distribution
     the sampler chain drew the token from) when the request asked for logprobs; ``entropy``/``margin``
-    (nats, from the raw logits) when it asked for signals or hooks.
+    (nats, from the raw logits) when it asked for signals or hooks. ``drafted``: the token is a speculative
+    draft token that verification accepted (the output side counts those it keeps: a reply's
+    ``draft_n_accepted`` leaves out the ones a stop string cut off).
     """
 
     token: int
@@ -117,6 +119,7 @@ class TokenEvent:
     top: tuple[TopLogprob, ...] = ()
     entropy: float | None = None
     margin: float | None = None
+    drafted: bool = False
 
 
 _PLAIN: dict[int, TokenEvent] = {}
@@ -132,6 +135,22 @@ def plain_event(token: int) -> TokenEvent:
             _PLAIN.clear()
         ev = _PLAIN[token] = TokenEvent(token)
     return ev
+
+
+_DRAFTED: dict[int, TokenEvent] = {}
+
+
+def drafted_event(ev: TokenEvent) -> TokenEvent:
+    """``ev`` marked as an accepted draft token (``drafted``); a plain one from a shared instance per token id,
+    as :func:`plain_event`."""
+    if ev.logprob is not None or ev.top or ev.entropy is not None or ev.margin is not None:
+        return attrs.evolve(ev, drafted=True)
+    out = _DRAFTED.get(ev.token)
+    if out is None:
+        if len(_DRAFTED) >= 1 << 18:
+            _DRAFTED.clear()
+        out = _DRAFTED[ev.token] = TokenEvent(ev.token, drafted=True)
+    return out
 
 
 @attrs.frozen
@@ -283,10 +302,12 @@ class SchedulerStats:
     sequences' and resident prefix-cache entries' tokens). Counters since
     start: ``steps`` (decode calls), ``prompt_tokens_total`` (prompt tokens
     prefilled, cached ones excluded, however the request ended),
-    ``tokens_predicted_total``, ``prefix_queries`` / ``prefix_hits`` /
+    ``tokens_predicted_total`` (tokens decoded, however the request ended: those decoded after a stop string
+    matched too, which only the output side knows, so ``/metrics`` counts the replies' tokens instead),
+    ``prefix_queries`` / ``prefix_hits`` /
     ``cached_tokens_total`` (prefix-cache lookups at admission, hits, tokens reused),
     ``spec_draft_tokens_total`` / ``spec_accepted_tokens_total`` (speculative
-    draft tokens verified, and accepted), ``prompt_seconds_total`` /
+    draft tokens verified, and accepted, after a stop string too), ``prompt_seconds_total`` /
     ``predicted_seconds_total`` (finished sequences' time from admission to their
     first token, and from it to their end: llama-server's
     ``prompt_seconds_total`` / ``tokens_predicted_seconds_total``) and the tokens

@@ -216,14 +216,15 @@ def slot_views(infos: Sequence[SlotInfo], *, n_ctx: int,
                defaults: wire.GenerationSettings | None = None) -> list[wire.Slot]:
     """``GET /slots``: each slot's state in llama-server's shape (``n_ctx``: tokens per sequence); an idle
     slot shows the default settings (``defaults``, :func:`default_generation_settings`'s by default),
-    ``id_task`` -1 and ``n_remain`` -1."""
+    ``id_task`` -1 and ``n_remain`` -1; ``speculative`` the :class:`SlotInfo`'s."""
     defaults = defaults or default_generation_settings()
     out = []
     for info in infos:
         params = defaults if info.params is None else generation_settings(info.params, n_predict=info.max_tokens)
         running = info.rid is not None
         out.append(wire.Slot(
-            id=info.id, n_ctx=n_ctx, is_processing=running, id_task=info.rid if info.rid is not None else -1,
+            id=info.id, n_ctx=n_ctx, speculative=info.speculative, is_processing=running,
+            id_task=info.rid if info.rid is not None else -1,
             n_prompt_tokens=info.n_prompt, n_prompt_tokens_cache=info.n_cached, n_kv=info.n_kv, params=params,
             next_token=[wire.SlotNextToken(has_next_token=running,
                                            n_remain=info.max_tokens - info.n_decoded if running else -1,

@@ -229,7 +229,8 @@ class Slot(WireStruct, kw_only=True):
     ``id_task``: the request running in it (-1: idle); ``n_prompt_tokens`` its prompt,
     ``n_prompt_tokens_cache`` of them reused; ``n_ctx`` the slot's context; ``params`` the running
     request's sampling parameters (the defaults when idle); ``n_kv`` (skippy) tokens held in its KV
-    cache (a running sequence's, or an idle slot's prefix-cache entry).
+    cache (a running sequence's, or an idle slot's prefix-cache entry); ``speculative``: the running request
+    speculates, an idle slot's requests would by default (``--spec-ngram`` on a model that can speculate).
     """
 
     id: int
