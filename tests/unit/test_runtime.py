@@ -768,3 +768,91 @@ def test_a_constraint_after_reasoning_compiles_for_the_vocabulary_and_holds_afte
         assert valid(g, bad) == len(head)
     merged = tok(rt, 'So 7.</think>\n\n{"n": 7}')  # the tokenizer's own cut of tag and whitespace
     assert valid(c.after(("</think>",)).grammar, merged) == len(merged)
+
+
+# --- temperature 0 and below: llama.cpp's whole chain, then the highest logit left ------------------------
+
+
+def _common_sampler_chain(rt, p: SamplingParams):
+    """The chain llama.cpp's ``common_sampler_init`` builds for ``p`` (its default order, ``infill`` where
+    llama-server's ``samplers`` puts it before temperature, ``temp_ext`` always, then ``dist``): the oracle."""
+    import llama_cpp
+
+    sp = llama_cpp.llama_sampler_chain_default_params()
+    chain = llama_cpp.llama_sampler_chain_init(sp)
+    add = lambda s: llama_cpp.llama_sampler_chain_add(chain, s)  # noqa: E731
+    add(llama_cpp.llama_sampler_init_top_n_sigma(p.top_n_sigma))
+    add(llama_cpp.llama_sampler_init_top_k(p.top_k))
+    add(llama_cpp.llama_sampler_init_typical(p.typical_p, p.min_keep))
+    add(llama_cpp.llama_sampler_init_top_p(p.top_p, p.min_keep))
+    add(llama_cpp.llama_sampler_init_min_p(p.min_p, p.min_keep))
+    if p.infill:
+        add(llama_cpp.llama_sampler_init_infill(rt.vocab._vocab))
+    add(llama_cpp.llama_sampler_init_xtc(p.xtc_probability, p.xtc_threshold, p.min_keep, p.seed))
+    add(llama_cpp.llama_sampler_init_temp_ext(p.temperature, p.dynatemp_range, p.dynatemp_exponent))
+    add(llama_cpp.llama_sampler_init_dist(p.seed))
+    return chain
+
+
+def _oracle_sample(rt, chain, logits) -> int:
+    import ctypes
+
+    import llama_cpp
+
+    cand = np.zeros(len(logits), dtype=rt._cand.dtype)
+    cand["id"], cand["logit"] = np.arange(len(logits)), logits
+    cur = llama_cpp.llama_token_data_array(data=cand.ctypes.data_as(llama_cpp.llama_token_data_p),
+                                           size=len(logits), selected=-1, sorted=False)
+    llama_cpp.llama_sampler_apply(chain, ctypes.byref(cur))
+    token = int(cur.data[cur.selected].id)
+    llama_cpp.llama_sampler_accept(chain, token)
+    return token
+
+
+@pytest.mark.parametrize("temperature", [0.0, -1.0])
+@pytest.mark.parametrize("extra", [
+    {"typical_p": 0.05}, {"typical_p": 0.3, "top_k": 0}, {"xtc_probability": 1.0, "xtc_threshold": 0.05},
+    {"xtc_probability": 0.5, "xtc_threshold": 0.02}, {"infill": True}, {"dynatemp_range": 0.7},
+    {"top_n_sigma": 0.5, "typical_p": 0.2},
+])
+def test_temperature_0_and_below_runs_llama_cpps_whole_chain(rt, temperature, extra):
+    """llama-server's ``common_sampler`` runs every sampler before temperature, and a temperature of 0 or below
+    then keeps only the highest logit left: a filter that can drop the highest one (typical_p, XTC, infill),
+    or a dynamic temperature, changes the token. Each step matches llama.cpp's own chain on the same logits."""
+    params = SamplingParams(temperature=temperature, seed=11, **extra)
+    prompt = tok(rt, "The best fruit in the world is")
+    s, oracle = rt.new_sampler(params), _common_sampler_chain(rt, params)
+    idx, pos, got, want, plain = prefill(rt, prompt), len(prompt), [], [], []
+    try:
+        for _ in range(12):
+            logits = np.array(rt.logits(idx), dtype=np.float32)
+            want.append(_oracle_sample(rt, oracle, logits))
+            plain.append(int(logits.argmax()))
+            got.append(rt.sample(s, idx))
+            rt.decode([BatchEntry(got[-1], pos, 0, True)])
+            pos, idx = pos + 1, 0
+    finally:
+        rt.free_sampler(s)
+        import llama_cpp
+
+        llama_cpp.llama_sampler_free(oracle)
+    assert got == want
+    if "dynatemp_range" not in extra and extra.get("xtc_probability") != 0.5:
+        assert got != plain  # the filter moved at least one step off the plain argmax
+
+
+@pytest.mark.parametrize("extra", [{"top_k": 3}, {"top_p": 0.1}, {"min_p": 0.5}, {"top_n_sigma": 0.0}])
+def test_filters_that_keep_the_highest_logit_leave_temperature_0_plain_greedy(rt, extra):
+    """top_k, top_p, min_p and top_n_sigma always keep the highest logit: temperature 0 with them is the plain
+    argmax (llama.cpp's chain gives the same token), so such requests keep the greedy fast paths."""
+    params = SamplingParams(temperature=0.0, seed=11, **extra)
+    assert params.greedy
+    prompt = tok(rt, "The best fruit in the world is")
+    oracle = _common_sampler_chain(rt, params)
+    try:
+        for logits in [np.array(rt.logits(prefill(rt, prompt)), dtype=np.float32)]:
+            assert _oracle_sample(rt, oracle, logits) == int(logits.argmax())
+    finally:
+        import llama_cpp
+
+        llama_cpp.llama_sampler_free(oracle)

@@ -47,7 +47,7 @@ class LlamaSampler:
 
     def __init__(self, chain: object, grammar: object | None, matcher: LLMatcher | None,
                  suppress: np.ndarray | None, suppress_until: int, stop_id: int, greedy: bool = False) -> None:
-        self.greedy = greedy  # the chain ends in llama.cpp's greedy sampler (temperature <= 0)
+        self.greedy = greedy  # the chain ends in llama.cpp's greedy sampler (SamplingParams.greedy)
         self.chain = chain
         self.grammar = grammar
         self.matcher = matcher

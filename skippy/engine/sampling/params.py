@@ -4,7 +4,8 @@ Defaults follow llama-server: temperature 0.8, top_k 40, top_p 0.95,
 min_p 0.05, repeat_penalty 1.0 (off), penalty window 64 tokens, and the
 other samplers off (typical_p 1.0, mirostat 0, dry_multiplier 0,
 xtc_probability 0, top_n_sigma -1, dynatemp_range 0). A temperature of 0
-means greedy decoding. The llama.cpp sampler chain order is llama.cpp
+or below means greedy decoding, as llama.cpp's temperature sampler does it: the
+whole chain runs, then only the highest logit left is kept (:attr:`SamplingParams.greedy`). The llama.cpp sampler chain order is llama.cpp
 ``common_sampler``'s: logit_bias -> penalties -> dry -> top_n_sigma -> top_k
 -> typical_p -> top_p -> min_p (-> infill, when asked) -> xtc -> temperature (dynatemp) ->
 dist(seed); with ``mirostat`` 1 or 2 the part after dry is temperature ->
@@ -96,7 +97,22 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature <= 0.0
+        """The chain takes the highest logit left after ``logit_bias``, penalties and DRY (llama.cpp's
+        ``greedy``): a temperature of 0 or below, as llama.cpp's temperature sampler keeps only the highest
+        logit it is given then, and no sampler before it that may remove that token (:attr:`moves_argmax`;
+        ``mirostat`` runs none of them). ``top_k``, ``top_p``, ``min_p`` and ``top_n_sigma`` always keep the
+        highest logit, so they cannot change what temperature 0 picks and are skipped."""
+        return self.temperature <= 0.0 and (self.mirostat != 0 or not self.moves_argmax)
+
+    @property
+    def moves_argmax(self) -> bool:
+        """A sampler before temperature that may drop the highest logit or change the logits (so temperature 0
+        or below is no plain argmax; llama.cpp's chain runs them): ``typical_p`` < 1 (it keeps the tokens
+        whose surprise is closest to the entropy), XTC (it removes every token above its threshold but the
+        last), ``infill`` (it merges and rescales candidates), or a dynamic temperature (``dynatemp_range`` > 0:
+        llama.cpp's ``temp_ext`` then samples at a temperature between 0 and the range)."""
+        return (self.typical_p < 1.0 or (self.xtc_probability > 0.0 and self.xtc_threshold <= 0.5)
+                or self.infill or self.dynatemp_range > 0.0)
 
     @property
     def extended(self) -> bool:
