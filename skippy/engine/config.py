@@ -710,9 +710,9 @@ class EngineConfig:
                              help="Tokens to generate when a request sets no max_tokens (llama-server's "
                                   "-n/--n-predict): -1 until the context is full; always within the room left.")
     # -- sampling defaults: a request that leaves the field out gets the server's value (llama-server's flags)
-    temperature: float | None = setting(None, check=FloatRange(0.0, 100.0, optional=True), aliases=("--temp",),
-                                        metavar="T", show_default=False,
-                                        help=_default_of("temperature", "0.8"))
+    temperature: float | None = setting(None, check=FloatRange(None, 100.0, finite=True, optional=True),
+                                        aliases=("--temp",), metavar="T", show_default=False,
+                                        help=_default_of("temperature", "0.8; 0 or below: greedy"))
     top_k: int | None = setting(None, check=IntRange(0, optional=True), metavar="N", show_default=False,
                                 help=_default_of("top_k", "40; 0: off"))
     top_p: float | None = setting(None, check=FloatRange(0.0, 1.0, optional=True), metavar="P",
@@ -732,8 +732,10 @@ class EngineConfig:
                                              show_default=False, help=_default_of("presence_penalty", "0: off"))
     frequency_penalty: float | None = setting(None, check=FloatRange(-2.0, 2.0, optional=True), metavar="X",
                                               show_default=False, help=_default_of("frequency_penalty", "0: off"))
-    seed: int | None = setting(None, check=IntRange(-1, 0xFFFFFFFF, optional=True), aliases=("-s",), metavar="N",
-                               show_default=False, help=_default_of("seed", "-1: a random one per request"))
+    seed: int | None = setting(None, check=IntRange(-(1 << 63), (1 << 64) - 1, optional=True), aliases=("-s",),
+                               metavar="N", show_default=False,
+                               help=_default_of("seed", "-1 (or 4294967295): a random one per request; taken "
+                                                        "modulo 2^32 as llama-server's uint32 seed, -5 is 4294967291"))
     top_n_sigma: float | None = setting(None, check=FloatRange(-1.0, 100.0, optional=True),
                                         aliases=("--top-nsigma",), metavar="X", show_default=False,
                                         help=_default_of("top_n_sigma", "-1: off"))
@@ -859,10 +861,13 @@ class EngineConfig:
 
     @property
     def sampling_defaults(self) -> tuple[tuple[str, float | int], ...]:
-        """The sampling defaults set (``(request field, value)``, :data:`SAMPLING_DEFAULTS` order; a seed of -1,
-        llama-server's random one, is none)."""
+        """The sampling defaults set (``(request field, value)``, :data:`SAMPLING_DEFAULTS` order). The seed is
+        taken modulo 2**32 (llama-server's ``-s`` reads it with ``std::stoul`` into a ``uint32_t``: -5 is
+        4294967291, as a request's seed of -5 is); one of 4294967295 (``LLAMA_DEFAULT_SEED``: -1 too), llama.cpp's
+        random one, is none."""
         values = ((name, getattr(self, name)) for name in SAMPLING_DEFAULTS)
-        return tuple((n, v) for n, v in values if v is not None and not (n == "seed" and v == -1))
+        values = ((n, v & 0xFFFFFFFF if n == "seed" and v is not None else v) for n, v in values)
+        return tuple((n, v) for n, v in values if v is not None and not (n == "seed" and v == 0xFFFFFFFF))
 
 
 def settings_doc(cls: type) -> str:

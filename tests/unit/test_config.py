@@ -90,7 +90,8 @@ ENGINE = {
     "clamp_max_tokens": (["on", 1], [True, False], None),
     "n_predict": ([-2, 1.5, "8", True], [-1, 0, 4096], "x>=-1"),
     # sampling defaults: None (unset) or a value in the range a request may send
-    "temperature": ([-0.1, 101.0, float("nan"), "0.7", True], [None, 0, 0.7, 2.0], "0.0<=x<=100.0"),
+    # llama-server's --temp takes any temperature: 0 or below is greedy
+    "temperature": ([101.0, float("nan"), float("-inf"), "0.7", True], [None, -1.0, -0.1, 0, 0.7, 2.0], "x<=100.0"),
     "top_k": ([-1, 1.5, "40", True], [None, 0, 40], "x>=0"),
     "top_p": ([-0.1, 1.5, float("nan")], [None, 0.0, 0.95, 1], "0.0<=x<=1.0"),
     "min_p": ([-0.1, 1.1], [None, 0, 0.05], "0.0<=x<=1.0"),
@@ -99,7 +100,9 @@ ENGINE = {
     "repeat_last_n": ([-2, 1.5], [None, -1, 0, 64], "-1<=x<=16777216"),
     "presence_penalty": ([-2.1, 2.1], [None, -2, 0.5, 2.0], "-2.0<=x<=2.0"),
     "frequency_penalty": ([-2.1, 2.1], [None, 0.5], "-2.0<=x<=2.0"),
-    "seed": ([-2, 1 << 32, 1.5], [None, -1, 0, 42, 0xFFFFFFFF], "-1<=x<=4294967295"),
+    # llama-server's -s: std::stoul into a uint32_t seed (what a request's seed decodes to: an int64 or a uint64)
+    "seed": ([1 << 64, -(1 << 63) - 1, 1.5, "42"], [None, -1, -5, 0, 42, 0xFFFFFFFF, 1 << 32],
+             "-9223372036854775808<=x<=18446744073709551615"),
     "top_n_sigma": ([-1.5, 101.0], [None, -1, 1.0], "-1.0<=x<=100.0"),
     "xtc_probability": ([-0.1, 1.1], [None, 0, 0.5], "0.0<=x<=1.0"),
     "xtc_threshold": ([-0.1, 1.1], [None, 0.1], "0.0<=x<=1.0"),

@@ -134,3 +134,18 @@ def test_the_servers_sampling_defaults_fill_in_what_a_request_leaves_out() -> No
     assert vllm.repeat_penalty == 1.3
     plain = sampling(ChatCompletionRequest(messages=msg), LIMITS, logprobs=False, top_logprobs=0)
     assert (plain.temperature, plain.top_k) == (0.8, 40)  # no defaults: llama-server's own
+
+
+@pytest.mark.parametrize("seed,default", [(-1, None), (0xFFFFFFFF, None), (-5, 4294967291), (1 << 32 | 7, 7), (42, 42)])
+def test_the_servers_seed_is_taken_modulo_2_32_as_a_requests(seed, default) -> None:
+    """llama-server's -s reads its seed with std::stoul into a uint32_t (-5: 4294967291), as a request's seed of -5
+    is read; -1 and 4294967295 (LLAMA_DEFAULT_SEED) are its random one: no default."""
+    from skippy.engine.config import EngineConfig
+
+    assert dict(EngineConfig(model="m.gguf", seed=seed).sampling_defaults).get("seed") == default
+    limits = attrs.evolve(LIMITS, sampling_defaults=EngineConfig(model="m.gguf", seed=seed).sampling_defaults)
+    got = sampling(ChatCompletionRequest(messages=[Message("user", "hi")]), limits, logprobs=False, top_logprobs=0)
+    mine = sampling(ChatCompletionRequest(messages=[Message("user", "hi")], seed=seed), LIMITS, logprobs=False,
+                    top_logprobs=0)
+    if default is not None:
+        assert got.seed == mine.seed == default

@@ -52,6 +52,27 @@ def test_temperature_zero_is_greedy():
     assert not params(temperature=0.01).greedy
 
 
+@pytest.mark.parametrize("t", [-0.1, -1.0, -100.0, -1e9])
+def test_negative_temperature_is_greedy_as_in_llama_server(t):
+    """llama-server takes a temperature below 0 (its README: greedy, on every route): as 0 here."""
+    p = params(temperature=t)
+    assert p.temperature == t and p.greedy
+
+
+@pytest.mark.parametrize("t", [0.0, -1.0])
+@pytest.mark.parametrize("extra,plain", [
+    ({}, True), ({"top_k": 1}, True), ({"top_p": 0.1}, True), ({"min_p": 0.9}, True), ({"top_n_sigma": 0.5}, True),
+    ({"typical_p": 0.5}, False), ({"xtc_probability": 0.5}, False), ({"dynatemp_range": 0.5}, False),
+    ({"xtc_probability": 0.5, "xtc_threshold": 0.6}, True),  # XTC off above 0.5
+    ({"typical_p": 0.5, "mirostat": 2}, True),  # mirostat runs temperature then itself, no typical_p
+])
+def test_greedy_only_where_no_sampler_before_temperature_can_move_the_argmax(t, extra, plain):
+    """llama.cpp runs the whole chain and then keeps the highest logit left: typical_p, XTC and a dynamic
+    temperature can change that token, top_k, top_p, min_p and top_n_sigma keep it."""
+    assert params(temperature=t, **extra).greedy is plain
+    assert SamplingParams(temperature=t, infill=True).greedy is False
+
+
 def test_explicit_values_are_kept():
     p = params(temperature=0.3, top_p=0.5, top_k=7, min_p=0.2, presence_penalty=1.5,
                frequency_penalty=-1.0, repeat_penalty=1.1, _logprobs=True, _top_logprobs=5)
@@ -65,7 +86,6 @@ def test_n_is_the_engines_not_the_samplers():
 
 
 @pytest.mark.parametrize("field,value", [
-    ("temperature", -0.1),
     ("temperature", 100.5),
     ("top_p", 1.01),
     ("top_p", -0.5),
@@ -84,7 +104,7 @@ def test_out_of_range_names_the_param(field, value):
 
 
 @pytest.mark.parametrize("field,value", [
-    ("temperature", 0.0), ("temperature", 2.0), ("top_p", 1.0), ("top_p", 0.01), ("top_p", 0.0),
+    ("temperature", 0.0), ("temperature", 2.0), ("temperature", -0.5), ("top_p", 1.0), ("top_p", 0.01), ("top_p", 0.0),
     ("top_k", 0),
     ("min_p", 0.0), ("min_p", 1.0), ("presence_penalty", -2.0), ("presence_penalty", 2.0),
     ("frequency_penalty", -2.0), ("frequency_penalty", 2.0), ("repeat_penalty", 0.5),
@@ -143,8 +163,8 @@ def test_seed_absent_or_llama_cpps_random_one_is_random_u32(given):
 
 
 def test_temperature_out_of_range_names_the_range():
-    for t in (-1.0, 1e308):
-        with pytest.raises(InvalidRequest, match=r"temperature must be in \[0, 100\]"):
+    for t in (100.5, 1e308, float("inf"), float("-inf"), float("nan")):
+        with pytest.raises(InvalidRequest, match=r"temperature must be a finite number <= 100"):
             params(temperature=t)
 
 

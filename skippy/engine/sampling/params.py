@@ -155,7 +155,10 @@ def sampling_from_request(req: SamplingFields, *, n_vocab: int, logprobs: bool =
     (``n`` is the engine's: one generation per choice, each with these parameters.)
     """
     t = 0.8 if req.temperature is None else req.temperature
-    _check(0.0 <= t <= 100.0, "temperature must be in [0, 100]", "temperature")
+    # llama-server takes any temperature: 0 or below is greedy (its chain's temperature sampler then keeps the
+    # highest logit), on its OpenAI routes too
+    _check(math.isfinite(t) and t <= 100.0, "temperature must be a finite number <= 100 (0 or below: greedy)",
+           "temperature")
     top_p = 0.95 if req.top_p is None else req.top_p
     _check(0.0 <= top_p <= 1.0, "top_p must be in [0, 1]", "top_p")  # 0 keeps the top token (llama.cpp's min_keep)
     top_k = 40 if req.top_k is None else req.top_k
