@@ -234,3 +234,37 @@ def test_n_probs_out_of_range_names_n_probs_even_when_it_sets_top_logprobs():
     with pytest.raises(InvalidRequest) as ei:
         sampling_from_request(req(n_probs=21), n_vocab=N_VOCAB, logprobs=True, top_logprobs=21)
     assert ei.value.param == "n_probs"
+
+
+# -- llama-server's samplers field: what it leaves out is off, temperature 0 after what it names ------------
+
+
+def test_samplers_left_out_are_off_and_their_order_counts_when_on():
+    from skippy.engine.protocols.llama_server.types import NativeCompletionRequest
+    from skippy.engine.sampling.native import apply_samplers
+
+    req = NativeCompletionRequest(prompt="x", typical_p=0.05, xtc_probability=1.0, dry_multiplier=0.8,
+                                  top_n_sigma=1.0, temperature=0.0)
+    got = apply_samplers(req, ["top_k", "top_p", "temperature"])  # llama.cpp's chain holds none of them
+    assert (got.typical_p, got.xtc_probability, got.dry_multiplier, got.top_n_sigma) == (1.0, 0.0, 0.0, -1.0)
+    kept = apply_samplers(req, "edskypmxt")  # llama-server's default order
+    assert (kept.typical_p, kept.xtc_probability, kept.dry_multiplier, kept.top_n_sigma) == (0.05, 1.0, 0.8, 1.0)
+    with pytest.raises(InvalidRequest) as err:  # typical after temperature: not this chain's order
+        apply_samplers(req, ["top_k", "temperature", "typ_p"])
+    assert err.value.param == "samplers"
+    off = NativeCompletionRequest(prompt="x", top_k=40)  # off, they change nothing wherever they stand
+    assert apply_samplers(off, ["xtc", "top_k", "temperature", "typ_p", "dry"]).top_k == 40
+
+
+@pytest.mark.parametrize("samplers,greedy", [(["top_k", "top_p", "infill", "temperature"], False),
+                                             (["top_k", "top_p", "temperature"], True),
+                                             (["top_k", "typ_p", "temperature"], False)])
+def test_temperature_0_with_infill_or_typical_named_runs_the_chain(samplers, greedy):
+    """llama-server's ``samplers`` naming ``infill`` (code-completion clients) or ``typ_p`` with typical_p set:
+    llama.cpp runs them before temperature 0, which keeps the highest logit they left (no plain argmax)."""
+    from skippy.engine.preparation import Limits, sampling
+    from skippy.engine.protocols.llama_server.types import NativeCompletionRequest
+
+    req = NativeCompletionRequest(prompt="x", temperature=0.0, typical_p=0.3, samplers=samplers)
+    p = sampling(req, Limits(n_ctx=2048, n_vocab=N_VOCAB, n_seq_max=1), logprobs=False, top_logprobs=0)
+    assert p.greedy is greedy and p.infill == ("infill" in samplers)

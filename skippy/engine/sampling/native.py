@@ -4,24 +4,25 @@ llama-server lets a request choose which samplers run, and in which order,
 by name (``["top_k", "top_p", "min_p", "temperature"]``) or as a string of
 one-letter codes (``"kpmt"``), after llama.cpp's
 ``common_sampler_types_from_names`` / ``_from_chars``. Our chain is fixed:
-penalties -> top_k -> top_p -> min_p -> temperature -> dist
-(:mod:`skippy.engine.sampling.params`). So:
+penalties -> dry -> top_n_sigma -> top_k -> typ_p -> top_p -> min_p (-> infill) -> xtc
+-> temperature -> dist (:mod:`skippy.engine.sampling.params`; llama.cpp's default order, with
+``infill`` before ``xtc``). So:
 
-- a sampler left out of the list is turned off (``top_k`` 0, ``top_p`` 1,
-  ``min_p`` 0, no penalties, temperature 1 as when llama.cpp's chain has no
-  temperature sampler);
-- ``dry``, ``typ_p``, ``xtc`` and ``top_n_sigma`` are accepted and do nothing:
-  at llama-server's defaults (which are the only values we take) they are
-  identity samplers;
+- a sampler left out of the list is turned off, as llama.cpp's chain then has no such sampler
+  (``top_k`` 0, ``top_p`` 1, ``min_p`` 0, no penalties, ``dry_multiplier`` 0, ``typical_p`` 1,
+  ``xtc_probability`` 0, ``top_n_sigma`` -1, temperature 1); so a temperature of 0 or below is
+  greedy only when ``temperature`` is named;
 - ``infill`` (llama.cpp's infill sampler, which code-completion clients such as
-  llama.vim ask for) runs between ``min_p`` and ``temperature``
+  llama.vim ask for) runs between ``min_p`` and ``xtc``
   (:attr:`SamplingParams.infill <skippy.engine.sampling.params.SamplingParams>`, see
-  :func:`wants_infill`);
+  :func:`wants_infill`); with temperature 0 it runs first too, and temperature then keeps the highest
+  logit it left;
 - an unknown name or code is skipped with a logged warning, as llama.cpp's
   ``common_sampler_types_from_names`` does (older llama.cpp web UI settings hold
   ``tfs_z`` / ``f``, since removed);
 - an order our chain cannot run (e.g. ``temperature`` before ``top_k``) is a 400
-  naming ``samplers``.
+  naming ``samplers``; ``dry``, ``typ_p``, ``xtc`` and ``top_n_sigma`` count there only when the request
+  turns them on (off, they change nothing wherever they stand).
 
 llama-server's ``logit_bias`` forms (``[[id, bias]]``, ``[[id, false]]``,
 ``[["text", bias]]``, ``{"id": bias}``, ``{"text": bias}``) are read by
@@ -48,9 +49,9 @@ T = TypeVar("T", bound=SamplingFields)
 log = logging.getLogger(__name__)
 
 #: our chain, in order
-CHAIN = ("penalties", "top_k", "top_p", "min_p", "infill", "temperature")
-#: identity at llama-server's defaults: accepted, nothing to run
-NEUTRAL = frozenset({"dry", "typ_p", "xtc", "top_n_sigma"})
+CHAIN = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "infill", "xtc", "temperature")
+#: identity at llama-server's defaults (off unless a request turns them on): their place matters only when on
+OPTIONAL = frozenset({"dry", "typ_p", "xtc", "top_n_sigma"})
 #: llama.cpp's names and aliases -> canonical name
 NAMES = {
     "penalties": "penalties", "dry": "dry", "top_k": "top_k", "top-k": "top_k",
@@ -88,7 +89,11 @@ def apply_samplers(req: T, samplers: list[str] | str | None) -> T:
     """
     if samplers is None:
         return req
-    names = [n for n in sampler_names(samplers) if n not in NEUTRAL]
+    on = {"dry": (req.dry_multiplier or 0.0) > 0.0, "typ_p": req.typical_p is not None and req.typical_p < 1.0,
+          "xtc": (req.xtc_probability or 0.0) > 0.0 and (req.xtc_threshold is None or req.xtc_threshold <= 0.5),
+          "top_n_sigma": (req.top_n_sigma if req.top_n_sigma is not None else -1.0) > 0.0}
+    named = sampler_names(samplers)
+    names = [n for n in named if n not in OPTIONAL or on[n]]
     order = [CHAIN.index(n) for n in names]
     if order != sorted(set(order)):
         raise InvalidRequest(f"samplers must keep this server's chain order {list(CHAIN)} (each once), "
@@ -104,6 +109,10 @@ def apply_samplers(req: T, samplers: list[str] | str | None) -> T:
         changes["min_p"] = 0.0
     if "temperature" not in names:
         changes["temperature"] = 1.0
+    for name, field, off in (("dry", "dry_multiplier", 0.0), ("typ_p", "typical_p", 1.0),
+                             ("xtc", "xtc_probability", 0.0), ("top_n_sigma", "top_n_sigma", -1.0)):
+        if name not in named:
+            changes[field] = off
     return msgspec.structs.replace(req, **changes)
 
 
