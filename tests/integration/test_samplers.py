@@ -202,3 +202,30 @@ def test_llama_server_sampling_flags_are_the_defaults_requests_leave_out(server,
     assert own == complete(openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0,
                                          timeout=120))  # the request's own value: the default server's answer
     assert implicit != own  # the server's repeat penalty changed the repetitive greedy answer
+
+
+FRUIT = "The best fruit in the world is"
+
+
+def test_temperature_0_and_below_run_typical_p_and_infill_first(server) -> None:
+    """llama-server runs its whole chain before temperature 0 (or below), which then keeps the highest logit
+    left: typical_p (and infill, where ``samplers`` names it) can drop the plain argmax. A temperature below 0 is
+    the same greedy decoding (llama-server's README), on its own routes and the OpenAI ones."""
+    def native(**kw) -> str:
+        body = {"prompt": FRUIT, "n_predict": 10, "cache_prompt": False, **kw}
+        r = httpx.post(f"{server.base_url}/completion", json=body, timeout=120)
+        assert r.status_code == 200, r.text
+        return r.json()["content"]
+
+    plain = native(temperature=0)
+    typical = native(temperature=0, typical_p=0.05)
+    assert typical != plain  # " not the one..." (the argmax) against " a lemon..." (typical_p's pick)
+    assert native(temperature=-1, typical_p=0.05) == typical
+    assert native(temperature=0, typical_p=0.05, samplers=["top_k", "top_p", "temperature"]) == plain  # not named
+    infill = ["top_k", "top_p", "infill", "temperature"]
+    assert native(temperature=0, samplers=infill, seed=3) == native(temperature=-0.5, samplers=infill, seed=9)
+    for route, body in (("completions", {"prompt": FRUIT}), ("chat/completions", {"messages": SHORT})):
+        got = [httpx.post(f"{server.base_url}/v1/{route}", json={**body, "max_tokens": 10, "temperature": t},
+                          timeout=120) for t in (0, -1)]
+        assert [r.status_code for r in got] == [200, 200], got[1].text
+        assert got[0].json()["choices"][0] == got[1].json()["choices"][0]
