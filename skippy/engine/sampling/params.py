@@ -5,7 +5,8 @@ min_p 0.05, repeat_penalty 1.0 (off), penalty window 64 tokens, and the
 other samplers off (typical_p 1.0, mirostat 0, dry_multiplier 0,
 xtc_probability 0, top_n_sigma -1, dynatemp_range 0). A temperature of 0
 or below means greedy decoding, as llama.cpp's temperature sampler does it: the
-whole chain runs, then only the highest logit left is kept (:attr:`SamplingParams.greedy`). The llama.cpp sampler chain order is llama.cpp
+whole chain runs, then only the highest logit left is kept (:attr:`SamplingParams.greedy`).
+The llama.cpp sampler chain order is llama.cpp
 ``common_sampler``'s: logit_bias -> penalties -> dry -> top_n_sigma -> top_k
 -> typical_p -> top_p -> min_p (-> infill, when asked) -> xtc -> temperature (dynatemp) ->
 dist(seed); with ``mirostat`` 1 or 2 the part after dry is temperature ->
