@@ -256,7 +256,7 @@ def assert_anthropic_error(resp: httpx.Response, status: int, type_: str) -> dic
      "computer_20250124"),
     ({"model": "m", "max_tokens": 8, "messages": ASK, "tools": [{"type": "web_search_20250305", "name": "web_search"}],
       "tool_choice": {"type": "tool", "name": "web_search"}}, "web_search"),  # left out: it cannot be forced
-    ({"model": "m", "max_tokens": 8, "messages": ASK, "temperature": -1}, "temperature"),
+    ({"model": "m", "max_tokens": 8, "messages": ASK, "temperature": 101}, "temperature"),  # -1: greedy
     ({"model": "m", "max_tokens": 8, "messages": ASK, "stream": True, "top_k": "x"}, "top_k"),
     ({"model": "m", "max_tokens": 8, "messages": ASK, "thinking": {"type": "enabled", "budget_tokens": 10}},
      "budget_tokens"),

@@ -259,7 +259,7 @@ def test_store_get_delete_and_unknown_ids(server) -> None:
     ({"input": "x", "max_output_tokens": 0}, "max_output_tokens"),
     ({"input": "x", "reasoning": {"effort": "extreme"}}, "reasoning.effort"),
     ({"input": "x", "tool_choice": "required"}, "tool_choice"),
-    ({"input": "x", "temperature": -1}, "temperature"),
+    ({"input": "x", "temperature": 101}, "temperature"),  # below 0: greedy, as llama-server takes it
     ({"input": "x", "metadata": {"k": 1}}, "metadata"),
     ({"input": "x", "conversation": "conv_1"}, "conversation"),  # no Conversations API: not silently ignored
     ({"input": [{"role": "user", "content": "x"}, {"type": "function_call_output", "call_id": "call_nope",
