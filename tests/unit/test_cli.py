@@ -857,3 +857,12 @@ def test_consult_peers_are_repeatable_and_checked_at_start_up(serve_recorder: li
         result = CliRunner().invoke(main, ["serve", "--model", "tiny", "--consult", peer])
         assert result.exit_code == 2 and words in result.output, result.output
     assert not serve_recorder
+
+
+def test_a_negative_temp_and_seed_start_the_server_as_llama_servers_do(serve_recorder: list) -> None:
+    """llama-server's --temp takes a temperature below 0 (greedy) and -s any integer (std::stoul into its
+    uint32_t seed: -5 is 4294967291, -1 a random one)."""
+    config = _run(["--temp", "-1", "-s", "-5"], calls=serve_recorder)[0]
+    assert (config.temperature, config.seed) == (-1.0, -5)
+    assert dict(config.sampling_defaults)["seed"] == 4294967291
+    assert "seed" not in dict(_run(["-s", "-1"], calls=serve_recorder)[0].sampling_defaults)
