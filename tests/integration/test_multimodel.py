@@ -334,6 +334,28 @@ def test_keep_alive_unloads_an_idle_model_and_a_request_loads_it_again(tmp_path:
         assert "idle for 1 s (keep-alive), unloading" in srv.log()
 
 
+def test_a_metrics_scrape_does_not_load_a_lone_model_keep_alive_unloaded(tmp_path: Path) -> None:
+    """One model, ``--keep-alive 1``: each ``GET /metrics`` (a Prometheus scrape, the playground's 3 s poll)
+    loaded the unloaded model again, and ``/health`` answered 503 during each such load, so a load balancer's
+    checks flapped. A scrape now reads what is there: the model stays unloaded, ``/health`` 200."""
+    def state() -> str | None:  # a lone model's entry has a state once it is unloaded
+        return httpx.get(srv.base_url + "/v1/models", timeout=30).json()["data"][0].get("state")
+
+    with Server(["--model", "smollm2", "--keep-alive", "1", *ARGS], tmp_path / "server.log") as srv:
+        deadline = time.monotonic() + 60
+        while state() != "unloaded":
+            assert time.monotonic() < deadline, srv.log()
+            time.sleep(0.05)
+        for _ in range(3):
+            r = httpx.get(srv.base_url + "/metrics", timeout=30)
+            assert r.status_code == 200 and f'skippy:model_loaded{{model="{SMOL_ID}"}} 0.0' in r.text, r.text[-2000:]
+            assert httpx.get(srv.base_url + "/health", timeout=30).status_code == 200
+            time.sleep(0.5)
+        assert state() == "unloaded" and srv.log().count(f"model {SMOL_ID}: loading ") == 1, srv.log()
+        assert _text(_ask(_client(srv), SMOL_ID))  # a request loads it again
+        assert "llamacpp:tokens_predicted_total" in httpx.get(srv.base_url + "/metrics", timeout=30).text
+
+
 def test_a_model_that_cannot_load_answers_503_and_the_others_go_on(tmp_path: Path) -> None:
     models = tmp_path / "models"
     models.mkdir()

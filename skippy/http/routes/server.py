@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from quart import Response
 
 from skippy.engine.errors import DeviceLost
@@ -58,6 +60,10 @@ async def openapi_json() -> Response:
 
 
 async def metrics() -> Response:
+    """``GET /metrics``: the Prometheus text of the server's metrics (501 with ``--no-metrics``, as llama-server
+    without ``--metrics``). It reads what is there: a lone model that ``--keep-alive`` unloaded is not loaded
+    again by a scrape (the playground polls every 3 s), whose answer then holds the process series and
+    ``skippy:model_loaded`` 0."""
     from prometheus_client import CONTENT_TYPE_LATEST
 
     app = shared()
@@ -65,8 +71,12 @@ async def metrics() -> Response:
         return error_response(501, "the metrics endpoint is off on this server (started with --no-metrics)",
                               "not_supported_error", code="not_supported")
     pool = app.state.pool
-    engine_metrics = (pool.metrics if pool is not None and not pool.single
-                      else (await app.engine_for(None, required=False)).metrics)
+    if pool is not None and not pool.single:
+        engine_metrics: Any = pool.metrics
+    else:  # a scrape never loads the model (nor counts as its use): unloaded by --keep-alive, the pool's series
+        # (process_*, skippy:model_loaded 0) until a request loads it again
+        engine = app.loaded_engine(None)
+        engine_metrics = engine.metrics if engine is not None else pool.metrics  # type: ignore[union-attr]
     started = engine_metrics.registry.get_sample_value("process_start_time_seconds") or app.state.started
     return Response(engine_metrics.render(), mimetype=CONTENT_TYPE_LATEST.split(";")[0],
                     headers={"Content-Type": CONTENT_TYPE_LATEST, "Process-Start-Time-Unix": str(int(started))})
