@@ -37,7 +37,7 @@ LLAMA_SERVER_NOTE = ("skippy serve takes llama-server's flags -m, -hf, -a, -c/--
                      "-cb, -ctk, -ctv, -kvu, -mm, -bs, --host, --port, --api-key, --api-key-file, "
                      "--chat-template-file, --jinja, --metrics, "
                      "--slots, --no-webui, -ngl, -sm, -mg, -ts, -dev, --rpc, -ot, --override-kv, -cmoe, -ncmoe, "
-                     "--mlock, --no-mmap, --no-repack, "
+                     "--mlock, --no-mmap, -nr/--no-repack, "
                      "--numa, --rope-*, --yarn-*, --reasoning-format, --cache-reuse, --lora, --lora-scaled, "
                      "--lora-init-without-apply, --ssl-key-file, "
                      "--ssl-cert-file, -dt (ignored), the sampling defaults (--temp, --top-k, --top-p, --min-p, "

@@ -559,7 +559,7 @@ class EngineConfig:
     mmap: bool = setting(True, check=IsBool(),
                          help="Memory-map the GGUF (llama.cpp's default); --no-mmap reads it into memory instead "
                               "(llama-server's --no-mmap, load mode none).")
-    repack: bool = setting(True, check=IsBool(),
+    repack: bool = setting(True, check=IsBool(), aliases=(" /-nr",),
                            help="Repack quantized weights at load into the layouts of llama.cpp's faster CPU "
                                 "kernels (its extra buffer types; llama.cpp's default); --no-repack keeps them as "
                                 "stored (llama-server's --no-repack): slower on the CPU, but a sequence's logits no "

@@ -67,7 +67,7 @@ BEFORE = [
     ("-ub, --n-ubatch, --ubatch-size N", "[env var: SKIPPY_N_UBATCH; x>=1]", None),
     ("--mlock", "[env var: SKIPPY_MLOCK]", False),
     ("--mmap / --no-mmap", "[env var: SKIPPY_MMAP; default: mmap]", True),
-    ("--repack / --no-repack", "[env var: SKIPPY_REPACK; default: repack]", True),
+    ("--repack / -nr, --no-repack", "[env var: SKIPPY_REPACK; default: repack]", True),
     ("--numa [disabled|distribute|isolate|numactl]", "[env var: SKIPPY_NUMA; default: disabled]", "disabled"),
     ("--rope-scaling [model|none|linear|yarn]", "[env var: SKIPPY_ROPE_SCALING; default: model]", "model"),
     ("--rope-scale N", "[env var: SKIPPY_ROPE_SCALE; default: 0.0; x>=0.0]", 0.0),
@@ -214,7 +214,8 @@ def test_options_are_generated_from_the_settings_fields() -> None:
                 continue
             p = by_name.pop(field.name)  # every flag field has its option
             assert p.opts[0] == "--" + field.name.replace("_", "-")
-            assert tuple(p.opts[1:]) == info.aliases  # llama-server's names (-np, -t, -fa)
+            # llama-server's names (-np, -t, -fa), a " /-nr" alias the off side's (click's form)
+            assert (*p.opts[1:], *(f" /{o}" for o in p.secondary_opts[1:])) == info.aliases
             assert p.envvar == "SKIPPY_" + field.name.upper()
             assert p.default == field.default and p.help == info.help
             assert p.show_envvar

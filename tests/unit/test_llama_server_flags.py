@@ -36,7 +36,7 @@ from skippy.models import ModelError, cached_hf_file, hf_model, hf_repo_ref
 #: a command line of the shape agent-model guides give (Unsloth's, llama.cpp's docs), less the sampling
 #: flags (--temp, --top-p, --min-p: part 1 of issue 41, not in skippy serve yet)
 GUIDE = ('-m M -ngl 99 -c 8192 -fa on --jinja -ot ".ffn_.*_exps.=CPU" -ub 2048 -b 2048 --ctx-size 16384 '
-         '--cache-reuse 256 -n 4096 -a my-model --mlock --no-mmap --no-repack --numa distribute --rope-scaling yarn '
+         '--cache-reuse 256 -n 4096 -a my-model --mlock --no-mmap -nr --numa distribute --rope-scaling yarn '
          '--rope-scale 4 --yarn-orig-ctx 32768 -cb --reasoning-format deepseek')
 
 CASES = [
