@@ -615,11 +615,13 @@ def test_a_streamed_tool_call_delta() -> None:
     assert encode(deltas[-1]) == {}
 
 
-@pytest.mark.parametrize("tokens, content", [(CALL[:2], None), ([1, 2], "Hello wor")])
+@pytest.mark.parametrize("tokens, content", [(CALL[:2], None), ([1, 2], "Hello wor"), ([], None)])
 def test_a_reply_that_may_call_tools_starts_with_content_null_and_never_sends_an_empty_string(tokens, content) -> None:
     """OpenAI starts a tool-call reply with ``{"role": "assistant", "content": null}`` and never sends an empty
     string: a client accumulating the deltas (the ``openai`` package's stream helpers) ends with ``content`` null,
-    as the non-streamed reply has it (it ended with ``""``), and with the text when the model answers in text."""
+    as the non-streamed reply has it (it ended with ``""``), and with the text when the model answers in text.
+    A reply with neither text nor a call (cut before its first token) is ``null`` both ways (the non-streamed
+    one said ``""``)."""
     from openai.lib.streaming.chat import ChatCompletionStreamState
     from openai.types.chat import ChatCompletionChunk
 
@@ -639,7 +641,7 @@ def test_a_reply_that_may_call_tools_starts_with_content_null_and_never_sends_an
         state.handle_chunk(ChatCompletionChunk.model_validate(encode(c)))
     message = state.get_final_completion().choices[0].message
     assert message.content == content == encode(reply.completion(done))["choices"][0]["message"]["content"]
-    assert bool(message.tool_calls) == (content is None)
+    assert bool(message.tool_calls) == (content is None and bool(tokens))
     # without tools (or with tool_choice "none") the stream starts as OpenAI starts a text reply
     assert encode(ChatReply("m", make()).first_chunks()[0])["choices"][0]["delta"] == {"role": "assistant",
                                                                                           "content": ""}

@@ -293,13 +293,14 @@ def chat_delta(d: Delta) -> wire.ChatDelta:
                           tool_calls=calls or wire.UNSET)
 
 
-def chat_message(m: ParsedMessage) -> wire.ChatMessage:
+def chat_message(m: ParsedMessage, *, tools: bool = False) -> wire.ChatMessage:
     """The final assistant message (OpenAI ``choices[].message``): ``content`` is ``null`` when the model
     only called tools, else a string, empty where nothing was generated (a stop string or an end at the first
-    token: as the stream's and llama-server's)."""
+    token: as the stream's and llama-server's), except for a request that offers tools (``tools``), whose
+    stream starts with ``content: null`` (:meth:`ChatReply.first_chunks`): ``null`` there too."""
     calls = [wire.ToolCall(id=c.id, function=wire.FunctionCall(name=c.name, arguments=c.arguments))
              for c in m.tool_calls]
-    return wire.ChatMessage(content=m.content or (None if calls else ""),
+    return wire.ChatMessage(content=m.content or (None if calls or tools else ""),
                             reasoning_content=m.reasoning_content or wire.UNSET, tool_calls=calls or wire.UNSET)
 
 
@@ -409,8 +410,8 @@ class ChatReply:
         lp = chat_logprobs(done.tokens, gen.shown, signals=gen.signals, post=self.post) if self.logprobs else None
         return wire.ChatCompletion(
             id=self.id, created=self.created, model=self.model,
-            choices=[wire.ChatChoice(index=self.index, message=chat_message(done.message), logprobs=lp,
-                                     finish_reason=done.finish_reason,
+            choices=[wire.ChatChoice(index=self.index, message=chat_message(done.message, tools=self.tools),
+                                     logprobs=lp, finish_reason=done.finish_reason,
                                      stop_reason=self.generation.stopping_word or wire.UNSET,
                                      hook_events=[hook_event(r) for r in done.hook_events]
                                      if self.generation.request.hook_events else wire.UNSET)],
