@@ -163,9 +163,19 @@ def request_line(head: bytes) -> str:
 
 
 class _Connection(h11.Connection):
-    """h11's server connection, which keeps the error of what the client sent that broke HTTP/1.1 (``error``)."""
+    """h11's server connection, which keeps the error of what the client sent that broke HTTP/1.1 (``error``)
+    and tells ``on_next_cycle`` what it holds of the next request when it starts one (the bytes that came
+    behind the previous request, pipelined: h11's ``trailing_data``)."""
 
     error: h11.RemoteProtocolError | None = None
+
+    def __init__(self, *args: Any, on_next_cycle: Callable[[bytes], None], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._on_next_cycle = on_next_cycle
+
+    def start_next_cycle(self) -> None:
+        super().start_next_cycle()
+        self._on_next_cycle(self.trailing_data[0])
 
     def next_event(self) -> Any:
         try:
@@ -194,11 +204,18 @@ class _H11Protocol(H11Protocol):
 
     def __init__(self, *args: Any, metrics: Callable[[], Any], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.connection = _Connection(h11.SERVER, max_incomplete_event_size=self.config.h11_max_incomplete_size)
+        self.connection = _Connection(h11.SERVER, max_incomplete_event_size=self.config.h11_max_incomplete_size,
+                                      on_next_cycle=self._next_head)
         self._metrics = metrics
         self._head = bytearray()  # the first bytes of the request not parsed yet (for the log line)
         self._t0 = 0.0  # when they came (perf_counter)
         self._eof = False  # the client closed its side
+
+    def _next_head(self, pending: bytes) -> None:
+        # a new request cycle: what h11 holds already (a request pipelined behind the last one, in the same read)
+        # is the start of the next head; the bytes that come from here on are added to it (handle)
+        self._head = bytearray(pending[:HEAD_KEPT])
+        self._t0 = time.perf_counter() if pending else 0.0
 
     async def handle(self, event: Event) -> None:
         if isinstance(event, RawData):

@@ -724,6 +724,45 @@ def test_a_body_that_breaks_the_chunked_framing_is_the_requests_400(server: Serv
     assert after[key] == before.get(key, 0.0) + 1 and after[gone] == before[gone]
 
 
+def _answers(raw: bytes, count: int) -> list[tuple[int, dict[str, str], bytes]]:
+    """The status, headers (lower-case names) and body of each of the ``count`` HTTP/1.1 answers in ``raw``."""
+    conn = h11.Connection(h11.CLIENT)
+    conn.receive_data(raw)
+    conn.receive_data(b"")
+    answers = []
+    for _ in range(count):
+        conn.send(h11.Request(method="GET", target="/", headers=[("Host", "x")]))
+        conn.send(h11.EndOfMessage())
+        status, headers, body = 0, {}, bytearray()
+        while not isinstance(event := conn.next_event(), h11.EndOfMessage):
+            if isinstance(event, h11.Response):
+                status, headers = event.status_code, {k.decode().lower(): v.decode() for k, v in event.headers}
+            elif isinstance(event, h11.Data):
+                body += event.data
+        answers.append((status, headers, bytes(body)))
+        if conn.our_state is h11.DONE and conn.their_state is h11.DONE:
+            conn.start_next_cycle()
+    return answers
+
+
+def test_a_malformed_request_pipelined_behind_a_valid_one_is_named_by_its_own_head(server: Server) -> None:
+    """A malformed request that came in the same read as the valid request before it (pipelined): h11 held its
+    bytes when the first was parsed, and the log line named it ``-`` (method ``other``) with a new id instead of
+    the client's. Its answer and log line carry its own request line and X-Request-Id."""
+    before = _unmatched(server.base_url, "other", 400)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+                     b"GARBAGE /x HTTP/1.1\r\nX-Request-Id: proto-pipelined\r\n\r\n")
+        (first, _, _), (second, headers, body) = _answers(_read_until_eof(sock), 2)
+    assert first == 200 and second == 400, (first, second, body)
+    assert headers["x-request-id"] == "proto-pipelined" and json.loads(body)["error"]["code"] == "bad_request"
+    wait_until(lambda: "id=proto-pipelined " in server.log(), 10, "the answer's log line")
+    line = next(line for line in server.log().splitlines() if "id=proto-pipelined " in line)
+    assert " INFO skippy.http: GARBAGE /x 400 " in line and "code=bad_request " in line, line
+    assert _unmatched(server.base_url, "GARBAGE", 400) == 0.0  # a method that is none: ``other``
+    assert _unmatched(server.base_url, "other", 400) == before + 1
+
+
 def test_a_request_head_abandoned_half_sent_is_a_client_disconnect(server: Server) -> None:
     """A client that closes its side in the middle of a request's head gets no answer that could reach it: the
     request is logged and counted as a client disconnect (hypercorn's 400 went nowhere, unlogged)."""
