@@ -55,6 +55,10 @@ EXTENSION = "skippy"  # the key of :class:`Shared` in ``app.extensions``
 #: body broke HTTP/1.1's framing (:mod:`skippy.http.serve`): ``(status, code, message)``; the route's view then
 #: logs that answer instead of a client disconnect (:func:`~skippy.http.routes.base.logs_if_gone`)
 SERVER_ANSWER = "skippy.server_answer"
+#: the key, in a request's ASGI ``scope["state"]``, of its request id (:func:`request_id_from`): set by whichever
+#: comes first, the app's request (:class:`SkippyRequest`) or the HTTP server's own answer to a body that broke the
+#: framing (:mod:`skippy.http.serve`), and taken by the other, so that the answer and the log line name one id
+REQUEST_ID = "skippy.request_id"
 
 #: the requests :meth:`Shared.routed` takes (a ``model: "auto"`` one comes back with the chosen model)
 R = TypeVar("R", ChatCompletionRequest, CompletionRequest)
@@ -454,7 +458,11 @@ class SkippyRequest(TrioRequest):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        rid = request_id_from(self.headers.get("X-Request-Id"))
+        state = self.scope.get("state")
+        if isinstance(state, dict):
+            rid = state.setdefault(REQUEST_ID, request_id_from(self.headers.get("X-Request-Id")))
+        else:
+            rid = request_id_from(self.headers.get("X-Request-Id"))
         self.skippy = RequestContext(request_id=rid, client=client_of(self.scope), trace=RequestTrace(request_id=rid))
 
 

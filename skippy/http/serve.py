@@ -54,7 +54,7 @@ from skippy.engine.errors import EngineError
 from skippy.engine.protocols.responses.store import StoreError, open_store
 from skippy.http.app import AppState, Lifecycle, create_app
 from skippy.http.asgi import TARGET_QUOTED_MAX, error_body, record_answer
-from skippy.http.context import EXTENSION, SERVER_ANSWER, Shared, client_of, request_id_from
+from skippy.http.context import EXTENSION, REQUEST_ID, SERVER_ANSWER, Shared, client_of, request_id_from
 from skippy.http.settings import ServerSettings
 
 log = logging.getLogger("skippy.serve")
@@ -247,7 +247,8 @@ class _H11Protocol(H11Protocol):
                 stream.scope["state"][SERVER_ANSWER] = (status_code, code, message)
             sent = next((v.decode("latin-1") for k, v in stream.scope["headers"] if k.lower() == b"x-request-id"),
                         None)
-            rid = sent if sent is not None and request_id_from(sent) == sent else None  # else the app made one
+            # the app's id of the request (its log line's), or one it takes from here when it has not made it yet
+            rid = stream.scope["state"].setdefault(REQUEST_ID, request_id_from(sent))
         else:
             found = _REQUEST_ID_HEADER.search(bytes(self._head))
             rid = request_id_from(found.group(1).decode("latin-1") if found else None)
@@ -258,8 +259,7 @@ class _H11Protocol(H11Protocol):
         body = error_body(message, type_, code)
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                    (b"connection", b"close")]
-        if rid is not None:
-            headers.append((b"x-request-id", rid.encode()))
+        headers.append((b"x-request-id", rid.encode()))
         if status_code == 501:
             headers.append((b"x-should-retry", b"false"))
         await self._send_h11_event(h11.Response(status_code=status_code,

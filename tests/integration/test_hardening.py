@@ -763,6 +763,21 @@ def test_a_malformed_request_pipelined_behind_a_valid_one_is_named_by_its_own_he
     assert _unmatched(server.base_url, "other", 400) == before + 1
 
 
+def test_a_bad_chunk_answer_carries_the_id_of_the_requests_log_line(server: Server) -> None:
+    """A malformed chunk from a client that sent no X-Request-Id: hypercorn's 400 had no X-Request-Id (every
+    other answer has one) while the request's log line had an id the app made. The answer carries that id."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nUser-Agent: proto-chunk-no-id\r\n"
+                     b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nZZZ\r\n")
+        status, headers, body = _answer(_read_until_eof(sock))
+    assert status == 400 and json.loads(body)["error"]["code"] == "bad_request", body
+    rid = headers.get("x-request-id")
+    assert rid, headers
+    wait_until(lambda: f"id={rid} " in server.log(), 10, "the request's log line")
+    lines = [line for line in server.log().splitlines() if f"id={rid} " in line]
+    assert len(lines) == 1 and "POST /v1/completions 400 " in lines[0] and "code=bad_request" in lines[0], lines
+
+
 def test_a_request_head_abandoned_half_sent_is_a_client_disconnect(server: Server) -> None:
     """A client that closes its side in the middle of a request's head gets no answer that could reach it: the
     request is logged and counted as a client disconnect (hypercorn's 400 went nowhere, unlogged)."""
