@@ -189,17 +189,20 @@ class _H11Protocol(H11Protocol):
     """hypercorn's HTTP/1.1 protocol, whose own answers to what breaks HTTP/1.1 are answered as the app's errors.
 
     hypercorn answers a request it cannot parse itself, before the app sees it: 400 (a malformed request line
-    or header, no ``Host``, a malformed chunk of a body), 431 (a request line and headers over
-    ``h11_max_incomplete_size``), 501 (a ``Transfer-Encoding`` other than ``chunked``), each with an empty body
+    or header, no ``Host``, a malformed chunk of a body), 431 (more than ``h11_max_incomplete_size`` bytes of a
+    request line and headers buffered before their end: h11 checks it between reads, so a larger head whose end
+    comes in the same read passes), 501 (a ``Transfer-Encoding`` other than ``chunked``), each with an empty body
     and ``Connection: close``, no log line and no count. Here the answer carries the OpenAI error envelope (the
     message says what was wrong), ``X-Request-Id`` (the client's, when its head has a valid one) and, on a 501,
     ``X-Should-Retry: false`` (as the app's 501s); the connection still closes after it. A request whose head
     broke gets the log line of the app's requests (INFO, ``code=`` and ``reason=``; named by its request line, or
     what came instead of one) and is counted in ``/metrics`` under the route ``unmatched``; one that the client
     abandoned half-sent is logged and counted as a client disconnect. A request whose body broke the framing
-    was already the app's: its route's view logs and counts the answer (:data:`SERVER_ANSWER`). A WebSocket
-    handshake goes to the app as a plain ``GET`` (:meth:`_create_stream`).
-    ``metrics()``: the server's metrics (``None`` while the model loads).
+    was already the app's: its route's view logs and counts the answer (:data:`SERVER_ANSWER`), which carries the
+    request's id (:data:`REQUEST_ID`); a view that answered without reading the body logs and counts its own
+    answer while the client gets the 400. A WebSocket handshake goes to the app as a plain ``GET``
+    (:meth:`_create_stream`). ``metrics()``: the server's metrics (``None`` while the first model loads: those
+    answers are logged, not counted).
     """
 
     def __init__(self, *args: Any, metrics: Callable[[], Any], **kwargs: Any) -> None:
