@@ -239,7 +239,7 @@ def test_native_samplers_json_schema_and_grammar(qwq: Server) -> None:
     base = {"prompt": "Hello, my name is", "n_predict": 4, "temperature": 0}
     ok = post(qwq, "/completion", {**base, "samplers": ["top_k", "dry", "min_p", "temperature"]}).json()
     assert ok["generation_settings"]["top_p"] == 1.0 and ok["generation_settings"]["samplers"] == [
-        "top_k", "min_p", "temperature"]
+        "top_k", "dry", "min_p", "temperature"]  # as given (llama-server's echo); dry is off at its default
     r = post(qwq, "/completion", {**base, "samplers": ["temperature", "top_k"]})  # an order our chain cannot run
     assert r.status_code == 400 and r.json()["error"]["param"] == "samplers"
     for samplers in (["top_k", "tfs_z"], "kf"):  # an unknown name is left out, as llama.cpp does (tfs: removed)
